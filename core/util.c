@@ -1,0 +1,266 @@
+// core/util.c — see util.h.
+#include "core/util.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <libgen.h>
+#include <zlib.h>
+
+int bn_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void bn_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bonsai: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) bn_die("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) bn_die("out of memory allocating %zu x %zu bytes", n, sz);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) bn_die("out of memory reallocating %zu bytes", n);
+    return q;
+}
+
+char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+void *bn_aligned_alloc(size_t n) {
+    void *p = NULL;
+    size_t sz = (n + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, sz ? sz : 64) != 0) bn_die("out of memory allocating %zu bytes", n);
+    memset(p, 0, sz ? sz : 64);
+    return p;
+}
+
+double bn_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+void bn_progress_start(bn_progress *p, const char *label, int64_t total) {
+    const char *env = getenv("BONSAI_PROGRESS");
+    p->label = label;
+    p->total = total;
+    p->done = 0;
+    p->t_start = p->t_last = bn_time_ms();
+    p->enabled = env ? atoi(env) != 0 : isatty(fileno(stderr));
+}
+
+static void progress_draw(bn_progress *p, const char *extra, bool final) {
+    double el = (bn_time_ms() - p->t_start) / 1e3;
+    double frac = p->total > 0 ? (double)p->done / p->total : 0;
+    if (frac > 1) frac = 1;
+    int w = 30, fill = (int)(frac * w);
+    char bar[64];
+    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+    bar[w] = 0;
+    double eta = frac > 0 && !final ? el / frac - el : 0;
+    fprintf(stderr, "\r%-14s [%s] %3.0f%% %lld/%lld %.1fs", p->label, bar, frac * 100,
+            (long long)p->done, (long long)p->total, el);
+    if (eta > 0) fprintf(stderr, " eta %.0fs", eta);
+    if (extra && *extra) fprintf(stderr, " %s", extra);
+    fputs(final ? "\n" : "\033[K", stderr);
+    fflush(stderr);
+}
+
+void bn_progress_update(bn_progress *p, int64_t done, const char *extra) {
+    p->done = done;
+    if (!p->enabled) return;
+    double now = bn_time_ms();
+    if (now - p->t_last < 100 && done < p->total) return;
+    p->t_last = now;
+    progress_draw(p, extra, false);
+}
+
+void bn_progress_finish(bn_progress *p, const char *extra) {
+    if (p->total > p->done) p->done = p->total;
+    if (p->enabled) progress_draw(p, extra, true);
+}
+
+int bn_atomic_open(bn_atomic_file *af, const char *path, char *err, size_t errlen) {
+    memset(af, 0, sizeof *af);
+    size_t n = strlen(path) + 32;
+    af->path = xstrdup(path);
+    af->tmp_path = xmalloc(n);
+    snprintf(af->tmp_path, n, "%s.tmp.%d", path, (int)getpid());
+    af->f = fopen(af->tmp_path, "wb");
+    if (!af->f) {
+        bn_err(err, errlen, "cannot create %s: %s", af->tmp_path, strerror(errno));
+        free(af->path);
+        free(af->tmp_path);
+        af->path = af->tmp_path = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void fsync_dir_of(const char *path) {
+    char *dup = xstrdup(path);
+    int fd = open(dirname(dup), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dup);
+}
+
+int bn_atomic_commit(bn_atomic_file *af, char *err, size_t errlen) {
+    int rc = 0;
+    if (fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0) {
+        rc = bn_err(err, errlen, "cannot write %s: %s", af->tmp_path, strerror(errno));
+    }
+    if (fclose(af->f) != 0 && rc == 0) rc = bn_err(err, errlen, "cannot close %s: %s", af->tmp_path, strerror(errno));
+    af->f = NULL;
+    if (rc == 0 && rename(af->tmp_path, af->path) != 0)
+        rc = bn_err(err, errlen, "cannot rename %s to %s: %s", af->tmp_path, af->path, strerror(errno));
+    if (rc != 0) unlink(af->tmp_path);
+    else fsync_dir_of(af->path);
+    free(af->path);
+    free(af->tmp_path);
+    af->path = af->tmp_path = NULL;
+    return rc;
+}
+
+void bn_atomic_abort(bn_atomic_file *af) {
+    if (af->f) fclose(af->f);
+    if (af->tmp_path) unlink(af->tmp_path);
+    free(af->path);
+    free(af->tmp_path);
+    memset(af, 0, sizeof *af);
+}
+
+int bn_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
+    bn_atomic_file af;
+    if (bn_atomic_open(&af, path, err, errlen) != 0) return -1;
+    if (n && fwrite(data, 1, n, af.f) != n) {
+        bn_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        bn_atomic_abort(&af);
+        return -1;
+    }
+    return bn_atomic_commit(&af, err, errlen);
+}
+
+char *bn_read_file(const char *path, size_t *n, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        bn_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) buf = xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        bn_err(err, errlen, "cannot read %s", path);
+        return NULL;
+    }
+    buf[len] = 0;
+    if (n) *n = len;
+    return buf;
+}
+
+struct bn_lines {
+    gzFile gz;
+    char *buf;
+    size_t cap;
+};
+
+bn_lines *bn_lines_open(const char *path, char *err, size_t errlen) {
+    gzFile gz = gzopen(path, "rb"); // reads plain files transparently too
+    if (!gz) {
+        bn_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    bn_lines *l = xcalloc(1, sizeof *l);
+    l->gz = gz;
+    l->cap = 1 << 16;
+    l->buf = xmalloc(l->cap);
+    return l;
+}
+
+const char *bn_lines_next(bn_lines *l, size_t *len) {
+    size_t n = 0;
+    for (;;) {
+        if (n + 2 >= l->cap) l->buf = xrealloc(l->buf, l->cap *= 2);
+        if (!gzgets(l->gz, l->buf + n, (int)(l->cap - n))) {
+            if (n == 0) return NULL;
+            break;
+        }
+        n += strlen(l->buf + n);
+        if (n > 0 && l->buf[n - 1] == '\n') {
+            l->buf[--n] = 0;
+            break;
+        }
+    }
+    if (n > 0 && l->buf[n - 1] == '\r') l->buf[--n] = 0;
+    if (len) *len = n;
+    return l->buf;
+}
+
+void bn_lines_close(bn_lines *l) {
+    if (!l) return;
+    gzclose(l->gz);
+    free(l->buf);
+    free(l);
+}
+
+uint32_t bn_crc32(uint32_t crc, const void *data, size_t n) {
+    const unsigned char *p = data;
+    while (n > 0) {
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return crc;
+}
+
+int bn_n_threads_default(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+const char *bn_format_bytes(char *buf, size_t n, double bytes) {
+    if (bytes < 1024.0 * 1024 * 1024) snprintf(buf, n, "%.2f MiB", bytes / (1024.0 * 1024));
+    else snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    return buf;
+}

@@ -1,0 +1,80 @@
+// core/util.h — small shared helpers: allocation that dies loudly, error buffers, timing,
+// a terminal progress bar, atomic file output, gzip-aware line I/O, CRC32.
+#ifndef BONSAI_UTIL_H
+#define BONSAI_UTIL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+// ---- errors -------------------------------------------------------------------------------
+// Functions that can fail take (char *err, size_t errlen) and fill it with one clear line.
+// bn_err: formats into err (if non-NULL); returns -1 so callers can `return bn_err(...)`.
+int bn_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// bn_die: prints "bonsai: <msg>" to stderr and exits 1.
+void bn_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+// ---- memory -------------------------------------------------------------------------------
+// xmalloc/xcalloc/xrealloc: like malloc but exit with a message on failure; return non-NULL.
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t sz);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+// bn_aligned_alloc: 64-byte aligned, zeroed; free with free(). Dies on failure.
+void *bn_aligned_alloc(size_t n);
+
+// ---- time ---------------------------------------------------------------------------------
+// bn_time_ms: monotonic milliseconds as a double.
+double bn_time_ms(void);
+
+// ---- progress bar -------------------------------------------------------------------------
+// A one-line bar on stderr, redrawn at most ~10x/s; silent when stderr is not a TTY unless
+// BONSAI_PROGRESS=1. extra is a short free-text suffix (e.g. "12.3 tok/s").
+typedef struct {
+    const char *label;
+    int64_t total, done;
+    double t_start, t_last;
+    bool enabled;
+} bn_progress;
+void bn_progress_start(bn_progress *p, const char *label, int64_t total);
+void bn_progress_update(bn_progress *p, int64_t done, const char *extra);
+void bn_progress_finish(bn_progress *p, const char *extra);
+
+// ---- atomic output ------------------------------------------------------------------------
+// bn_atomic_file: writes go to "<path>.tmp.<pid>"; commit fsyncs, renames over path and
+// fsyncs the directory; abort removes the temp file. A killed writer never leaves a partial
+// file under the final name.
+typedef struct {
+    FILE *f;
+    char *path, *tmp_path;
+} bn_atomic_file;
+// bn_atomic_open: returns 0 or -1 (err filled).
+int bn_atomic_open(bn_atomic_file *af, const char *path, char *err, size_t errlen);
+// bn_atomic_commit: flush+fsync+rename; returns 0 or -1 (err filled, temp removed). Closes.
+int bn_atomic_commit(bn_atomic_file *af, char *err, size_t errlen);
+// bn_atomic_abort: close and remove the temp file.
+void bn_atomic_abort(bn_atomic_file *af);
+// bn_write_file_atomic: whole buffer to path atomically; returns 0 or -1.
+int bn_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+// bn_read_file: whole file into a malloc'd NUL-terminated buffer (*n = length); NULL on error.
+char *bn_read_file(const char *path, size_t *n, char *err, size_t errlen);
+
+// ---- line I/O with optional gzip (by ".gz" suffix) -----------------------------------------
+typedef struct bn_lines bn_lines;
+// bn_lines_open: opens a text or .gz file for line reading; NULL on error.
+bn_lines *bn_lines_open(const char *path, char *err, size_t errlen);
+// bn_lines_next: next line without the trailing newline (valid until the next call); NULL at EOF.
+const char *bn_lines_next(bn_lines *l, size_t *len);
+void bn_lines_close(bn_lines *l);
+
+// ---- checksums ----------------------------------------------------------------------------
+// bn_crc32: zlib CRC32 of a buffer, continuing from crc (start with 0).
+uint32_t bn_crc32(uint32_t crc, const void *data, size_t n);
+
+// ---- misc ---------------------------------------------------------------------------------
+// bn_n_threads_default: number of online CPUs (>= 1).
+int bn_n_threads_default(void);
+// bn_format_bytes: "1.23 MiB" style into buf; returns buf.
+const char *bn_format_bytes(char *buf, size_t n, double bytes);
+
+#endif

@@ -1,0 +1,58 @@
+// quant/types.c — the type table: names, block sizes, traits (FORMATS.md §2.1).
+#include "quant/quant.h"
+#include <string.h>
+#include <strings.h>
+
+// Function pointers are filled in by the per-format files' registration (see bn_type_traits_of).
+static bn_type_traits traits[BN_TYPE_MAX] = {
+    [BN_F32] = {"f32", 1, 4, false, 0, 0, BN_F32, 0},
+    [BN_F16] = {"f16", 1, 2, false, 0, 0, BN_F16, 0},
+    [BN_Q4_0] = {"q4_0", 32, 18, true, 0, 0, BN_Q8_0, 0},
+    [BN_Q4_1] = {"q4_1", 32, 20, true, 0, 0, BN_Q8_1, 0},
+    [BN_Q8_0] = {"q8_0", 32, 34, true, 0, 0, BN_Q8_0, 0},
+    [BN_Q8_1] = {"q8_1", 32, 36, true, 0, 0, BN_Q8_1, 0},
+    [BN_Q4_K] = {"q4_K", 256, 144, true, 0, 0, BN_Q8_K, 0},
+    [BN_Q6_K] = {"q6_K", 256, 210, true, 0, 0, BN_Q8_K, 0},
+    [BN_Q8_K] = {"q8_K", 256, 292, true, 0, 0, BN_Q8_K, 0},
+    [BN_I32] = {"i32", 1, 4, false, 0, 0, BN_I32, 0},
+    [BN_BF16] = {"bf16", 1, 2, false, 0, 0, BN_BF16, 0},
+    [BN_TQ1_0] = {"tq1_0", 256, 54, true, 0, 0, BN_Q8_K, 0},
+    [BN_TQ2_0] = {"tq2_0", 256, 66, true, 0, 0, BN_Q8_K, 0},
+    [BN_Q1_0] = {"q1_0", 128, 18, true, 0, 0, BN_Q8_0, 0},
+    [BN_Q2_0] = {"q2_0", 64, 18, true, 0, 0, BN_Q8_0, 0},
+    [BN_PQ2_0] = {"pq2_0", 128, 34, true, 0, 0, BN_Q8_0, 0},
+    [BN_PTQ1_0] = {"ptq1_0", 128, 28, true, 0, 0, BN_Q8_0, 0},
+};
+
+const bn_type_traits *bn_type_traits_of(int type) {
+    if (type < 0 || type >= BN_TYPE_MAX || traits[type].blck == 0) return NULL;
+    return &traits[type];
+}
+
+const char *bn_type_name(int type) {
+    const bn_type_traits *t = bn_type_traits_of(type);
+    return t ? t->name : "?";
+}
+
+int bn_type_from_name(const char *name) {
+    if (strcasecmp(name, "q2_0_g128") == 0) return BN_PQ2_0;
+    if (strcasecmp(name, "q2_0_g64") == 0) return BN_Q2_0;
+    for (int i = 0; i < BN_TYPE_MAX; i++)
+        if (traits[i].blck && strcasecmp(traits[i].name, name) == 0) return i;
+    return -1;
+}
+
+int bn_type_blck(int type) {
+    const bn_type_traits *t = bn_type_traits_of(type);
+    return t ? t->blck : 0;
+}
+
+int bn_type_size(int type) {
+    const bn_type_traits *t = bn_type_traits_of(type);
+    return t ? t->type_size : 0;
+}
+
+size_t bn_row_size(int type, int64_t ne0) {
+    const bn_type_traits *t = bn_type_traits_of(type);
+    return t ? (size_t)(ne0 / t->blck) * t->type_size : 0;
+}
