@@ -1,0 +1,44 @@
+// core/sampler.h — token sampling in llama.cpp's chain order top_k → top_p → min_p → temperature →
+// dist(seed) (SERVER.md §3.1), plus raw-softmax log-probs for n_probs (SERVER.md §5).
+// RNG: xoshiro256** seeded through splitmix64 from the 64-bit seed; a seed gives one sequence
+// on every machine. Sampling draws one uniform double in [0,1) per token (53 random bits).
+#ifndef BONSAI_SAMPLER_H
+#define BONSAI_SAMPLER_H
+#include <stdint.h>
+#include <stdbool.h>
+
+typedef struct {
+    float temperature; // <= 0: greedy (argmax; ties → lowest id)
+    int top_k;         // <= 0: whole vocabulary
+    float top_p;       // >= 1: off
+    float min_p;       // <= 0: off; keep p >= min_p * p_max
+    uint64_t seed;     // RNG seed
+    int min_keep;      // top_p/min_p keep at least this many (0 → 1)
+} bn_sampler_params;
+
+typedef struct bn_sampler bn_sampler;
+
+// bn_sampler_params_default: llama-server defaults (temp 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0).
+bn_sampler_params bn_sampler_params_default(void);
+// bn_sampler_new: a sampler with its own RNG state and scratch space; never NULL.
+bn_sampler *bn_sampler_new(const bn_sampler_params *p);
+// bn_sampler_free: releases the sampler (NULL is fine).
+void bn_sampler_free(bn_sampler *s);
+// bn_sampler_reseed: restarts the RNG from seed.
+void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
+// bn_sampler_sample: one token id drawn from logits[0..n_vocab) (logits are not modified).
+int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
+
+// The candidate list after the whole chain for the last bn_sampler_sample call (for
+// post_sampling_probs): *ids / *probs point into the sampler (valid until the next call), sorted
+// by probability descending, probs renormalised after truncation and temperature. Returns the count.
+int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const float **probs);
+
+// bn_logits_topk: the k highest logits' ids (descending logit, ties → lower id first) with their
+// log-probabilities under the full raw softmax (max subtracted, float accumulation as llama.cpp;
+// p == 0 → -FLT_MAX). k is clamped to n_vocab; returns the number written.
+int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs);
+// bn_logits_logprob: log p(id) under the full raw softmax (same numerics as bn_logits_topk).
+float bn_logits_logprob(const float *logits, int n_vocab, int32_t id);
+
+#endif
