@@ -1,0 +1,60 @@
+// core/forward.h — CPU inference: per-sequence state (KV cache, GDN conv window + recurrent
+// matrix, scratch) and the forward pass over a batch of tokens appended at the state's position.
+// Math: MODEL.md §4 (qwen35), §7 (qwen3 / llama / qwen2).
+#ifndef BONSAI_FORWARD_H
+#define BONSAI_FORWARD_H
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include "core/model.h"
+
+// Per sequence: KV cache for attention layers (fp32, k after norm + RoPE, and v), conv window and
+// recurrent matrix S for DeltaNet layers, scratch buffers and a thread pool. One allocation
+// (plus the pool). Not thread-safe: one bn_forward at a time per state; several states may
+// share a model.
+typedef struct bn_state bn_state;
+
+// bn_state_new: state for up to n_ctx positions using n_threads threads (<= 0: all CPUs).
+// Returns the state (dies on OOM).
+bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads);
+// bn_state_free: frees the state (NULL is fine).
+void bn_state_free(bn_state *s);
+// bn_state_reset: back to position 0 with zero conv windows and recurrent matrices.
+void bn_state_reset(bn_state *s);
+// bn_state_pos: number of tokens consumed so far (= position of the next token).
+int bn_state_pos(const bn_state *s);
+// bn_state_n_ctx: the capacity given to bn_state_new.
+int bn_state_n_ctx(const bn_state *s);
+
+// A snapshot: the recurrent state (conv windows + S of every DeltaNet layer) and the position.
+// The KV cache is NOT copied: restoring sets the position back and the KV rows beyond it are
+// dropped (overwritten by later tokens). So a snapshot taken at position p is valid as long as
+// the state's KV rows [0, p) have not been rewritten since (i.e. the state was only appended to,
+// or restored to a snapshot at a position >= p). Speculative decoding: snapshot before the
+// draft, restore + re-run the accepted tokens (or snapshot after each verified token).
+typedef struct bn_snapshot bn_snapshot;
+// bn_state_snapshot: copy of the recurrent state and position (dies on OOM).
+bn_snapshot *bn_state_snapshot(const bn_state *s);
+// bn_state_restore: puts the snapshot's recurrent state and position back into s.
+void bn_state_restore(bn_state *s, const bn_snapshot *snap);
+// bn_snapshot_pos: the position stored in a snapshot.
+int bn_snapshot_pos(const bn_snapshot *snap);
+void bn_snapshot_free(bn_snapshot *snap);
+
+// What bn_forward writes. Every pointer is optional (NULL = not wanted); the caller owns memory.
+typedef struct {
+    float *logits;         // [n_out][n_vocab], n_out = all_logits ? n : 1 (the last token)
+    bool all_logits;       // also selects n_out for `hidden`
+    const int *tap_layers; // [n_taps] layer indices (0-based)
+    int n_taps;
+    float *taps;           // [n][n_taps][n_embd]: residual stream AFTER each tap layer (every token)
+    float *hidden;         // [n_out][n_embd]: final-normed hidden state (input of the LM head)
+} bn_forward_out;
+
+// bn_forward: appends n tokens at the state's position and runs the model over them (n > 1 is a
+// batched prefill: matmuls over all tokens at once; recurrences token by token). Returns 0, or -1
+// with err filled (context overflow, bad token id, bad tap layer); on error the state is unchanged.
+int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out,
+               char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,22 @@
+// core/matmul.h — y = W·x for a weight in its stored type, over one or many activation vectors.
+// Decode (n == 1): the activation is quantized once to the weight's vec_dot_type, then rows are
+// dotted in parallel. Prefill (n > 1): F32 weights use OpenBLAS sgemm; F16/BF16 are dequantized
+// in row panels into the work buffer and fed to sgemm; quantized weights use int8 dots in row
+// blocks × all activations (each weight block is read once per activation block from cache).
+#ifndef BONSAI_MATMUL_H
+#define BONSAI_MATMUL_H
+#include <stdint.h>
+#include <stddef.h>
+#include "core/model.h"
+#include "core/threads.h"
+
+// bn_matmul_work_size: bytes of scratch bn_matmul needs for weight w and n activation vectors.
+size_t bn_matmul_work_size(const bn_weight *w, int n);
+// bn_matmul: y[t][j] = Σ_i W[j][i] · x[t][i] for t < n, j < w->ne[1], i < w->ne[0].
+//   x: [n][ne0] floats, y: [n][ne1] floats (must not alias x); work: bn_matmul_work_size bytes,
+//   64-byte aligned. pool may be NULL (single thread).
+void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, bn_pool *pool);
+// bn_weight_row_f32: dequantizes row j of w (ne0 floats) into dst (embedding lookup); returns 0/-1.
+int bn_weight_row_f32(const bn_weight *w, int64_t j, float *dst);
+
+#endif
