@@ -1,0 +1,37 @@
+// cuda/cuda_backend.h — the CUDA backend's C interface (callable from C; implemented in .cu files).
+// Built only when meson finds nvcc (-Dcuda=auto|enabled|disabled); code that must build without
+// CUDA includes this header only under #ifdef BONSAI_CUDA.
+//
+// Status: kernels for the low-bit matvec (Q1_0, Q2_0 g64, PQ2_0 g128, Q8_0 weights against Q8_1
+// activations, dp4a) and the activation quantizer. The full CUDA forward (GDN, attention, graphs)
+// is not written yet.
+#ifndef BONSAI_CUDA_BACKEND_H
+#define BONSAI_CUDA_BACKEND_H
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// bn_cuda_device_count: number of usable CUDA devices (0 without a driver or GPU).
+int bn_cuda_device_count(void);
+// bn_cuda_device_name: name of device 0 into buf; returns buf ("" if none).
+const char *bn_cuda_device_name(char *buf, size_t n);
+
+// bn_cuda_matvec: y[r] = dot(row r of W, x) for r < nrows on the GPU. W is a host buffer of nrows
+// rows of ncols elements in `type` (bn_type: BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0); x is quantized
+// to Q8_1 on the device (CUDA semantics: q = roundf(x/d), d = amax/127). Uploads, runs, downloads;
+// returns 0, or -1 with err filled. For tests and benchmarks of the kernels.
+int bn_cuda_matvec(int type, const void *w, int64_t ncols, int64_t nrows, const float *x, float *y,
+                   char *err, size_t errlen);
+
+// bn_cuda_matvec_bench: times `iters` launches of the matvec on resident buffers; returns the mean
+// kernel time in microseconds (or a negative value on error, err filled).
+double bn_cuda_matvec_bench(int type, const void *w, int64_t ncols, int64_t nrows, int iters,
+                            char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
