@@ -31,6 +31,10 @@ int bn_cuda_matvec(int type, const void *w, int64_t ncols, int64_t nrows, const 
 double bn_cuda_matvec_bench(int type, const void *w, int64_t ncols, int64_t nrows, int iters,
                             char *err, size_t errlen);
 
+// bn_cuda_copy_bandwidth: measured device-to-device copy bandwidth in GB/s (read + write bytes
+// counted), for % of roofline; negative on error.
+double bn_cuda_copy_bandwidth(size_t bytes, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -229,3 +229,33 @@ extern "C" double bn_cuda_matvec_bench(int type, const void *w, int64_t ncols, i
                                        size_t errlen) {
     return run(type, w, ncols, nrows, nullptr, nullptr, iters > 0 ? iters : 1, err, errlen);
 }
+
+extern "C" double bn_cuda_copy_bandwidth(size_t bytes, char *err, size_t errlen) {
+    if (bn_cuda_device_count() == 0) {
+        if (err && errlen) snprintf(err, errlen, "cuda: no CUDA device");
+        return -1;
+    }
+    void *a = nullptr, *b = nullptr;
+    cudaError_t e;
+    if ((e = cudaMalloc(&a, bytes)) != cudaSuccess || (e = cudaMalloc(&b, bytes)) != cudaSuccess) {
+        cudaFree(a);
+        return fail(err, errlen, "cudaMalloc", e);
+    }
+    cudaMemset(a, 1, bytes);
+    cudaEvent_t t0, t1;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    const int iters = 10;
+    cudaEventRecord(t0);
+    for (int i = 0; i < iters; i++) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(t1);
+    cudaEventSynchronize(t1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * bytes * iters / (ms * 1e-3) / 1e9;
+}
