@@ -1,0 +1,59 @@
+// tests/ref/llama_ref.h — a small C shim over the prebuilt CPU libllama from npm (node-llama-cpp,
+// release v0.5.0), loaded with dlopen at run time. Used only by tests and debugging tools to compare
+// our engine/tokenizer against llama.cpp. Library directory: $BONSAI_LLAMA_LIB_DIR, else
+// $BONSAI_THIRD_PARTY/node-llama-cpp/bins/linux-x64, else third_party/node-llama-cpp/bins/linux-x64.
+// Not thread-safe; one process may hold several llama_ref handles (the library is loaded once).
+#ifndef BONSAI_LLAMA_REF_H
+#define BONSAI_LLAMA_REF_H
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+typedef struct llama_ref llama_ref;
+
+// llama_ref_lib_dir: the directory the shim loads libllama from, written into buf; returns buf.
+const char *llama_ref_lib_dir(char *buf, size_t n);
+// llama_ref_available: true if libllama can be dlopen'ed and all needed symbols resolve; else
+// false with the reason in err (tests print it and skip).
+bool llama_ref_available(char *err, size_t errlen);
+
+// llama_ref_load: loads a GGUF for evaluation (CPU, mmap, one sequence, context n_ctx, batch = n_ctx,
+// n_threads for both prompt and generation); returns NULL with one line in err on failure.
+llama_ref *llama_ref_load(const char *gguf, int n_ctx, int n_threads, char *err, size_t errlen);
+// llama_ref_load_vocab: loads only the vocabulary of a GGUF (for tokenizer tests; eval is refused).
+llama_ref *llama_ref_load_vocab(const char *gguf, char *err, size_t errlen);
+// llama_ref_free: frees the context and model (NULL is fine).
+void llama_ref_free(llama_ref *r);
+
+// llama_ref_n_vocab: vocabulary size (rows of the logits).
+int llama_ref_n_vocab(const llama_ref *r);
+// llama_ref_n_ctx: context length of the loaded context (0 for vocab-only).
+int llama_ref_n_ctx(const llama_ref *r);
+// llama_ref_add_bos: whether the vocabulary asks for a BOS token on string prompts.
+bool llama_ref_add_bos(const llama_ref *r);
+// llama_ref_bos: the BOS id (-1 if none).
+int32_t llama_ref_bos(const llama_ref *r);
+// llama_ref_is_eog: whether token ends generation.
+bool llama_ref_is_eog(const llama_ref *r, int32_t token);
+
+// llama_ref_eval: clears the state and evaluates tokens[0..n) at positions 0..n-1 in one batch;
+// logits (may be NULL) receives [n][n_vocab] floats, every position. Returns 0, or -1 (n > n_ctx,
+// decode error).
+int llama_ref_eval(llama_ref *r, const int32_t *tokens, int n, float *logits);
+// llama_ref_decode_next: appends n tokens to the current state (positions continue) and, if logits is
+// non-NULL, writes [n][n_vocab] logits. Returns 0 or -1. Use after llama_ref_eval for stepwise decoding.
+int llama_ref_decode_next(llama_ref *r, const int32_t *tokens, int n, float *logits);
+// llama_ref_generate_greedy: evaluates the prompt (fresh state), then decodes n_gen tokens one at a time
+// taking the argmax (lowest id on ties) each step, without stopping at EOG. out receives n_gen ids.
+// Returns n_gen, or -1 on error.
+int llama_ref_generate_greedy(llama_ref *r, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out);
+
+// llama_ref_tokenize: llama_tokenize on text (len bytes); returns the number of ids written to out
+// (at most max), or -1 if it does not fit / fails.
+int llama_ref_tokenize(llama_ref *r, const char *text, int len, int32_t *out, int max,
+                       bool add_special, bool parse_special);
+// llama_ref_token_to_piece: the token's text (special tokens rendered if special) into buf with a NUL;
+// returns its length in bytes or -1.
+int llama_ref_token_to_piece(llama_ref *r, int32_t token, char *buf, int n, bool special);
+
+#endif
