@@ -1,0 +1,74 @@
+// core/unicode.c — UTF-8 helpers and the GPT-2 byte map.
+#include "core/unicode.h"
+#include "core/tokenizer.h"
+#include <stdbool.h>
+
+int bn_utf8_len(uint8_t c) {
+    static const int lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[c >> 4];
+}
+
+int32_t bn_utf8_decode(const uint8_t *s, size_t n, int *len) {
+    *len = 1;
+    if (n == 0) return -1;
+    uint8_t c = s[0];
+    if (c < 0x80) return c;
+    int need;
+    uint32_t cp, min;
+    if ((c & 0xE0) == 0xC0) { need = 2; cp = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { need = 3; cp = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { need = 4; cp = c & 0x07; min = 0x10000; }
+    else return -1;
+    if ((size_t)need > n) return -1;
+    for (int i = 1; i < need; i++) {
+        if ((s[i] & 0xC0) != 0x80) return -1;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+    *len = need;
+    return (int32_t)cp;
+}
+
+int bn_utf8_encode(uint32_t cp, char *out) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+// Printable bytes keep their code point; the other 68 map to U+0100 + k in increasing order.
+static bool byte_is_printable(int b) {
+    return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+}
+
+uint32_t bn_byte_to_cp(uint8_t b) {
+    if (byte_is_printable(b)) return b;
+    int k = 0;
+    for (int i = 0; i < b; i++) k += !byte_is_printable(i);
+    return 0x100u + (uint32_t)k;
+}
+
+int bn_cp_to_byte(uint32_t cp) {
+    if (cp < 0x100) return byte_is_printable((int)cp) ? (int)cp : -1;
+    if (cp >= 0x100 + 68) return -1;
+    int k = (int)(cp - 0x100);
+    for (int b = 0; b < 256; b++) {
+        if (!byte_is_printable(b) && k-- == 0) return b;
+    }
+    return -1;
+}
+
+size_t bn_utf8_valid_prefix(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        int len;
+        if (bn_utf8_decode((const uint8_t *)s + i, n - i, &len) < 0) break;
+        i += (size_t)len;
+    }
+    return i;
+}
