@@ -35,8 +35,9 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
 int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const float **probs);
 
 // bn_logits_topk: the k highest logits' ids (descending logit, ties → lower id first) with their
-// log-probabilities under the full raw softmax (max subtracted, float accumulation as llama.cpp;
-// p == 0 → -FLT_MAX). k is clamped to n_vocab; returns the number written.
+// log-probabilities under the full raw softmax: p = expf(l - max) / sum, logprob = logf(p), p == 0 →
+// -FLT_MAX (as llama.cpp), the float sum Kahan-compensated (within 1e-5 of a double softmax).
+// Temperature and the chain play no part (SERVER.md §5). k is clamped to n_vocab; returns the count.
 int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs);
 // bn_logits_logprob: log p(id) under the full raw softmax (same numerics as bn_logits_topk).
 float bn_logits_logprob(const float *logits, int n_vocab, int32_t id);

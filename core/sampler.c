@@ -1,0 +1,219 @@
+// core/sampler.c — llama.cpp's sampler chain top_k → top_p → min_p → temperature → dist(seed)
+// (SERVER.md §3.1) with its own RNG (xoshiro256** seeded by splitmix64), and raw-softmax
+// log-probs for n_probs (SERVER.md §5). Top-k selection is a bounded min-heap (O(n log k)),
+// so n_vocab = 248,320 needs no full sort unless top_k <= 0.
+#include "core/sampler.h"
+#include "core/util.h"
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;
+} cand;
+
+struct bn_sampler {
+    bn_sampler_params par;
+    uint64_t rng[4];
+    cand *c;     // {cap} candidate scratch
+    int cap, n;  // n = candidates after the last chain
+    int32_t *out_ids; // {cap} last candidates (for post_sampling_probs)
+    float *out_p;     // {cap}
+};
+
+// ---- RNG ----------------------------------------------------------------------------------
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t *s) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+// uniform01: a double in [0, 1) from the top 53 bits.
+static double uniform01(uint64_t *s) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
+
+void bn_sampler_reseed(bn_sampler *s, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+}
+
+bn_sampler_params bn_sampler_params_default(void) {
+    return (bn_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 0, .min_keep = 0};
+}
+
+bn_sampler *bn_sampler_new(const bn_sampler_params *p) {
+    bn_sampler *s = xcalloc(1, sizeof *s);
+    s->par = p ? *p : bn_sampler_params_default();
+    bn_sampler_reseed(s, s->par.seed);
+    return s;
+}
+
+void bn_sampler_free(bn_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->out_ids);
+    free(s->out_p);
+    free(s);
+}
+
+// ---- selection ----------------------------------------------------------------------------
+// cand_before: higher logit first, lower id on ties.
+static bool cand_before(const cand *a, const cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cand_cmp(const void *x, const void *y) {
+    const cand *a = x, *b = y;
+    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+}
+
+// heap of the k best so far: root = the worst kept candidate
+static void sift_down(cand *h, int n, int i) {
+    cand v = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && cand_before(&h[c], &h[c + 1])) c++; // pick the worse child
+        if (!cand_before(&v, &h[c])) break;                   // v is worse than both: stop
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+// select_topk: the k best (logit desc, id asc) of logits into c[0..k), sorted; returns k.
+static int select_topk(const float *logits, int n_vocab, int k, cand *c) {
+    if (k > n_vocab) k = n_vocab;
+    if (k <= 0) return 0;
+    if ((int64_t)k * 8 >= n_vocab) { // large k: a full sort is as cheap
+        for (int i = 0; i < n_vocab; i++) c[i] = (cand){i, logits[i], 0};
+        qsort(c, (size_t)n_vocab, sizeof *c, cand_cmp);
+        return k;
+    }
+    for (int i = 0; i < k; i++) c[i] = (cand){i, logits[i], 0};
+    for (int i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
+    for (int i = k; i < n_vocab; i++) {
+        cand x = {i, logits[i], 0};
+        if (cand_before(&x, &c[0])) { c[0] = x; sift_down(c, k, 0); }
+    }
+    qsort(c, (size_t)k, sizeof *c, cand_cmp);
+    return k;
+}
+
+// softmax over c[0..n) (sorted, so c[0] has the max logit), float accumulation as llama.cpp.
+static void softmax_sorted(cand *c, int n) {
+    float max_l = c[0].logit, sum = 0.0f;
+    for (int i = 0; i < n; i++) { c[i].p = expf(c[i].logit - max_l); sum += c[i].p; }
+    for (int i = 0; i < n; i++) c[i].p /= sum;
+}
+
+static void ensure_cap(bn_sampler *s, int n_vocab) {
+    if (s->cap >= n_vocab) return;
+    s->cap = n_vocab;
+    s->c = xrealloc(s->c, (size_t)n_vocab * sizeof *s->c);
+    s->out_ids = xrealloc(s->out_ids, (size_t)n_vocab * sizeof *s->out_ids);
+    s->out_p = xrealloc(s->out_p, (size_t)n_vocab * sizeof *s->out_p);
+}
+
+int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
+    const bn_sampler_params *p = &s->par;
+    ensure_cap(s, n_vocab);
+    cand *c = s->c;
+    int min_keep = p->min_keep > 1 ? p->min_keep : 1;
+    int n;
+    if (p->temperature <= 0.0f) {
+        n = select_topk(logits, n_vocab, 1, c); // greedy: only the max-logit token survives
+        c[0].p = 1.0f;
+    } else {
+        n = select_topk(logits, n_vocab, p->top_k > 0 ? p->top_k : n_vocab, c);
+        if (p->top_p < 1.0f) { // smallest prefix with cumulative p >= top_p
+            softmax_sorted(c, n);
+            float cum = 0.0f;
+            int keep = n;
+            for (int i = 0; i < n; i++) {
+                cum += c[i].p;
+                if (cum >= p->top_p && i + 1 >= min_keep) { keep = i + 1; break; }
+            }
+            n = keep;
+        }
+        if (p->min_p > 0.0f && n > 1) { // keep logit >= max_logit + log(min_p), i.e. p >= min_p * p_max
+            float min_logit = c[0].logit + logf(p->min_p);
+            int keep = 1;
+            while (keep < n && (c[keep].logit >= min_logit || keep < min_keep)) keep++;
+            n = keep;
+        }
+        for (int i = 0; i < n; i++) c[i].logit /= p->temperature;
+        softmax_sorted(c, n);
+    }
+    // dist: walk the cumulative distribution with one uniform draw
+    double r = uniform01(s->rng), cum = 0.0;
+    int pick = n - 1;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].p;
+        if (r < cum) { pick = i; break; }
+    }
+    s->n = n;
+    for (int i = 0; i < n; i++) { s->out_ids[i] = c[i].id; s->out_p[i] = c[i].p; }
+    return c[pick].id;
+}
+
+int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const float **probs) {
+    *ids = s->out_ids;
+    *probs = s->out_p;
+    return s->n;
+}
+
+// ---- raw log-probs ------------------------------------------------------------------------
+// softmax_denominator: max logit in *max_l and the sum of expf(l - max) in float, Kahan-compensated:
+// a plain float sum over 248,320 terms (llama.cpp) drifts by ~1e-4 relative; this one stays within
+// ~1e-7 of the exact sum, so log-probs agree with a double softmax to 1e-5.
+static float softmax_denominator(const float *logits, int n_vocab, float *max_l) {
+    float m = -INFINITY, sum = 0.0f, comp = 0.0f;
+    for (int i = 0; i < n_vocab; i++) m = logits[i] > m ? logits[i] : m;
+    for (int i = 0; i < n_vocab; i++) {
+        float y = expf(logits[i] - m) - comp;
+        float t = sum + y;
+        comp = (t - sum) - y;
+        sum = t;
+    }
+    *max_l = m;
+    return sum;
+}
+
+static float logprob_of(float logit, float max_l, float sum) {
+    float p = expf(logit - max_l) / sum;
+    return p > 0.0f ? logf(p) : -FLT_MAX;
+}
+
+int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs) {
+    if (k > n_vocab) k = n_vocab;
+    if (k <= 0) return 0;
+    cand *c = xmalloc((size_t)((int64_t)k * 8 >= n_vocab ? n_vocab : k) * sizeof *c);
+    k = select_topk(logits, n_vocab, k, c);
+    float max_l, sum = softmax_denominator(logits, n_vocab, &max_l);
+    for (int i = 0; i < k; i++) {
+        ids[i] = c[i].id;
+        logprobs[i] = logprob_of(c[i].logit, max_l, sum);
+    }
+    free(c);
+    return k;
+}
+
+float bn_logits_logprob(const float *logits, int n_vocab, int32_t id) {
+    if (id < 0 || id >= n_vocab) return -FLT_MAX;
+    float max_l, sum = softmax_denominator(logits, n_vocab, &max_l);
+    return logprob_of(logits[id], max_l, sum);
+}

@@ -1,0 +1,219 @@
+// tests/tokenizer/test_sampler.c — sampler chain and raw log-probs (core/sampler.h):
+// greedy == argmax; top_k = 1 == argmax; same seed → same draws; empirical frequencies at
+// temperature 1 match softmax (chi-square, 4 dof, 200k draws, threshold 20 ≈ p 5e-4);
+// exact top_p / min_p truncation sets on hand-made logits; top-k log-probs vs a double-precision
+// softmax on 248,320 random logits (|Δ| <= 1e-5).
+#include "core/sampler.h"
+#include "core/util.h"
+#include "tests/test.h"
+#include <float.h>
+#include <string.h>
+
+#define NV 248320
+
+static uint64_t lcg = 12345;
+static float frand(void) { // deterministic uniform in [0, 1)
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((lcg >> 40) * 0x1.0p-24);
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void test_greedy(float *logits) {
+    for (int trial = 0; trial < 5; trial++) {
+        for (int i = 0; i < NV; i++) logits[i] = 10.0f * frand() - 5.0f;
+        int want = argmax(logits, NV);
+        bn_sampler_params p = bn_sampler_params_default();
+        p.temperature = trial % 2 ? 0.0f : -1.0f;
+        p.seed = (uint64_t)trial;
+        bn_sampler *s = bn_sampler_new(&p);
+        CHECK(bn_sampler_sample(s, logits, NV) == want, "greedy (temp %g) = argmax %d", p.temperature, want);
+        bn_sampler_free(s);
+        p.temperature = 1.0f;
+        p.top_k = 1;
+        s = bn_sampler_new(&p);
+        CHECK(bn_sampler_sample(s, logits, NV) == want, "top_k = 1 -> argmax %d", want);
+        bn_sampler_free(s);
+    }
+    // ties: lowest id wins
+    float tie[4] = {1, 3, 3, 2};
+    bn_sampler_params p = {.temperature = 0};
+    bn_sampler *s = bn_sampler_new(&p);
+    CHECK(bn_sampler_sample(s, tie, 4) == 1, "greedy tie -> lowest id");
+    bn_sampler_free(s);
+}
+
+static void test_determinism(const float *logits) {
+    bn_sampler_params p = bn_sampler_params_default();
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.temperature = 3.0f; // flat enough that draws vary
+    int32_t a[50], b[50], c[50];
+    for (int round = 0; round < 3; round++) {
+        p.seed = round == 2 ? 43 : 42;
+        bn_sampler *s = bn_sampler_new(&p);
+        int32_t *dst = round == 0 ? a : round == 1 ? b : c;
+        for (int i = 0; i < 50; i++) dst[i] = bn_sampler_sample(s, logits, 1000);
+        bn_sampler_free(s);
+    }
+    CHECK(memcmp(a, b, sizeof a) == 0, "same seed -> same 50 draws");
+    CHECK(memcmp(a, c, sizeof a) != 0, "different seed -> different draws");
+    bn_sampler_params q = p;
+    q.seed = 42;
+    bn_sampler *s = bn_sampler_new(&q);
+    for (int i = 0; i < 10; i++) bn_sampler_sample(s, logits, 1000);
+    bn_sampler_reseed(s, 42);
+    int32_t d[50];
+    for (int i = 0; i < 50; i++) d[i] = bn_sampler_sample(s, logits, 1000);
+    CHECK(memcmp(a, d, sizeof a) == 0, "reseed restarts the sequence");
+    bn_sampler_free(s);
+}
+
+static void test_distribution(void) {
+    const double probs[5] = {0.05, 0.1, 0.2, 0.25, 0.4};
+    float logits[5];
+    for (int i = 0; i < 5; i++) logits[i] = (float)log(probs[i]) + 1.5f; // shift: softmax is invariant
+    bn_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 7};
+    bn_sampler *s = bn_sampler_new(&p);
+    const int N = 200000;
+    int count[5] = {0};
+    for (int i = 0; i < N; i++) count[bn_sampler_sample(s, logits, 5)]++;
+    double chi2 = 0;
+    for (int i = 0; i < 5; i++) {
+        double e = N * probs[i];
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+    }
+    printf("distribution: counts %d %d %d %d %d, chi2 = %.2f (4 dof, threshold 20)\n", count[0], count[1], count[2],
+           count[3], count[4], chi2);
+    CHECK(chi2 < 20.0, "chi-square %.2f < 20", chi2);
+    bn_sampler_free(s);
+
+    // temperature 0.5 squares the probabilities (renormalised)
+    p.temperature = 0.5f;
+    s = bn_sampler_new(&p);
+    bn_sampler_sample(s, logits, 5);
+    const int32_t *ids;
+    const float *pp;
+    int n = bn_sampler_last_candidates(s, &ids, &pp);
+    double z = 0;
+    for (int i = 0; i < 5; i++) z += probs[i] * probs[i];
+    CHECK(n == 5, "temp 0.5: 5 candidates");
+    for (int i = 0; i < n; i++) CHECK_NEAR(pp[i], probs[ids[i]] * probs[ids[i]] / z, 1e-6, "temp 0.5 candidate prob");
+    bn_sampler_free(s);
+}
+
+// chain_set: candidate ids after the chain, sorted by id, into out; returns the count.
+static int chain_set(bn_sampler_params p, const float *logits, int n_vocab, int32_t *out) {
+    bn_sampler *s = bn_sampler_new(&p);
+    int32_t id = bn_sampler_sample(s, logits, n_vocab);
+    const int32_t *ids;
+    const float *pp;
+    int n = bn_sampler_last_candidates(s, &ids, &pp);
+    bool in = false;
+    for (int i = 0; i < n; i++) { out[i] = ids[i]; in |= ids[i] == id; }
+    CHECK(in, "sampled id %d is a surviving candidate", id);
+    bn_sampler_free(s);
+    return n;
+}
+
+static void test_truncation(void) {
+    // probabilities 0.5, 0.3, 0.15, 0.05 at ids 2, 0, 3, 1
+    float logits[4] = {logf(0.3f), logf(0.05f), logf(0.5f), logf(0.15f)};
+    int32_t set[4];
+    bn_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 0.75f, .min_p = 0.0f, .seed = 1};
+    int n = chain_set(p, logits, 4, set);
+    CHECK(n == 2 && set[0] == 2 && set[1] == 0, "top_p 0.75 keeps {2, 0} (n = %d)", n);
+    p.top_p = 0.85f;
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 3 && set[2] == 3, "top_p 0.85 keeps {2, 0, 3} (n = %d)", n);
+    p.top_p = 0.4f;
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 1 && set[0] == 2, "top_p 0.4 keeps {2} (n = %d)", n);
+    p.top_p = 0.4f;
+    p.min_keep = 3;
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 3, "top_p 0.4 with min_keep 3 keeps 3 (n = %d)", n);
+    p.min_keep = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.25f; // threshold 0.125: keeps 0.5, 0.3, 0.15
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 3 && set[0] == 2 && set[1] == 0 && set[2] == 3, "min_p 0.25 keeps {2, 0, 3} (n = %d)", n);
+    p.min_p = 0.7f; // threshold 0.35: keeps 0.5
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 1 && set[0] == 2, "min_p 0.7 keeps {2} (n = %d)", n);
+    p.min_p = 0.0f;
+    p.top_k = 2;
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 2 && set[0] == 2 && set[1] == 0, "top_k 2 keeps {2, 0} (n = %d)", n);
+    // chain order: top_k 3 then top_p 0.9 on the renormalised top-3 (0.5/0.95, 0.3/0.95 -> cum 0.842 < 0.9)
+    p.top_k = 3;
+    p.top_p = 0.9f;
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 3, "top_k 3 → top_p 0.9 keeps 3 (n = %d)", n);
+    // top_p is applied before temperature: a high temperature does not widen the set
+    p.top_k = 0;
+    p.top_p = 0.75f;
+    p.temperature = 5.0f;
+    n = chain_set(p, logits, 4, set);
+    CHECK(n == 2, "top_p before temperature (n = %d)", n);
+}
+
+static void test_logprobs(float *logits) {
+    for (int i = 0; i < NV; i++) logits[i] = 20.0f * frand() - 10.0f;
+    logits[777] = 14.0f;
+    logits[5] = 14.0f; // tie with 777: lower id first
+    double max_l = -1e30, sum = 0;
+    for (int i = 0; i < NV; i++) max_l = logits[i] > max_l ? logits[i] : max_l;
+    for (int i = 0; i < NV; i++) sum += exp((double)logits[i] - max_l);
+    const int K = 20;
+    int32_t ids[20];
+    float lp[20];
+    double t0 = bn_time_ms();
+    int k = bn_logits_topk(logits, NV, K, ids, lp);
+    double ms = bn_time_ms() - t0;
+    CHECK(k == K, "topk returns %d", k);
+    CHECK(ids[0] == 5 && ids[1] == 777, "tied maxima ordered by id: %d %d", ids[0], ids[1]);
+    // the k-th largest logit bounds every other logit
+    float kth = logits[ids[K - 1]];
+    int above = 0;
+    for (int i = 0; i < NV; i++) above += logits[i] > kth;
+    CHECK(above <= K - 1, "top-%d really are the largest (%d above the last)", K, above);
+    for (int i = 0; i < k; i++) {
+        double want = (double)logits[ids[i]] - max_l - log(sum);
+        CHECK_NEAR(lp[i], want, 1e-5, "topk logprob vs double softmax");
+        if (i) CHECK(lp[i] <= lp[i - 1], "descending at %d", i);
+    }
+    CHECK_NEAR(bn_logits_logprob(logits, NV, 12345), (double)logits[12345] - max_l - log(sum), 1e-5,
+               "logprob of one id vs double softmax");
+    float two[2] = {0.0f, -1.0e4f};
+    CHECK(bn_logits_logprob(two, 2, 1) == -FLT_MAX, "p == 0 -> -FLT_MAX");
+    CHECK(bn_logits_logprob(two, 2, 0) == 0.0f, "p == 1 -> 0");
+    int32_t all_ids[3];
+    float all_lp[3];
+    CHECK(bn_logits_topk(two, 2, 3, all_ids, all_lp) == 2, "k clamped to n_vocab");
+    printf("logits_topk(k=20, n=%d): %.2f ms\n", NV, ms);
+
+    bn_sampler_params p = bn_sampler_params_default();
+    bn_sampler *s = bn_sampler_new(&p);
+    t0 = bn_time_ms();
+    for (int i = 0; i < 20; i++) bn_sampler_sample(s, logits, NV);
+    printf("sample(default chain, n=%d): %.2f ms per token\n", NV, (bn_time_ms() - t0) / 20);
+    bn_sampler_free(s);
+}
+
+int main(void) {
+    float *logits = xmalloc(NV * sizeof *logits);
+    test_greedy(logits);
+    test_determinism(logits);
+    test_distribution();
+    test_truncation();
+    test_logprobs(logits);
+    free(logits);
+    return test_done("test_sampler");
+}
