@@ -1,0 +1,47 @@
+// core/bench.h — llama-bench's method and output for our CPU engine (SERVER.md §12): pp<N> = one
+// batched forward of N random tokens (BOS first if the vocab adds it), tg<N> = N one-token forwards
+// from an empty state, each from a reset state; one untimed warm-up run (prompt run / 1 generated
+// token); t/s = mean ± sample stddev of 1e9·(n_prompt + n_gen)/t_ns over the repetitions.
+#ifndef BONSAI_BENCH_H
+#define BONSAI_BENCH_H
+#include <stdint.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include "core/model.h"
+
+#define BN_BENCH_MAX_REPS 100
+
+typedef struct {
+    // model
+    char model_filename[512];
+    char model_type[128]; // bn_model_describe: "<arch> <size label> <ftype name>"
+    uint64_t model_size;  // bytes of all tensors
+    int64_t model_n_params;
+    // test
+    int n_prompt, n_gen, n_depth;
+    int n_threads;
+    int reps;
+    uint64_t samples_ns[BN_BENCH_MAX_REPS];
+    char test_time[32]; // ISO 8601 UTC start time
+} bn_bench_result;
+
+// bn_bench_run: runs one test (n_prompt > 0 xor n_gen > 0, or both for pp+tg) reps times on model m
+// with n_threads threads; fills r. Returns 0, or -1 with err filled.
+int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int reps, bool warmup,
+                 bn_bench_result *r, char *err, size_t errlen);
+
+// bn_bench_avg_ts / bn_bench_stdev_ts: mean / sample stddev (0 for one rep) of tokens per second.
+double bn_bench_avg_ts(const bn_bench_result *r);
+double bn_bench_stdev_ts(const bn_bench_result *r);
+// bn_bench_test_name: "pp512", "tg128", "pp512+tg128" into buf; returns buf.
+const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n);
+
+// Markdown table exactly as llama-bench -o md prints it (CPU backend: threads column).
+void bn_bench_print_md_header(FILE *f);
+void bn_bench_print_md_row(FILE *f, const bn_bench_result *r);
+// bn_bench_print_md_footer: blank line then "build: <commit> (<number>)".
+void bn_bench_print_md_footer(FILE *f, const char *commit, int number);
+// bn_bench_print_json: a JSON array of the results with llama-bench's field names.
+void bn_bench_print_json(FILE *f, const bn_bench_result *r, int n, const char *commit, int number);
+
+#endif

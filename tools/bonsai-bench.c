@@ -1,0 +1,98 @@
+// tools/bonsai-bench.c — llama-bench for our CPU engine (SERVER.md §12):
+//   bonsai-bench -m MODEL.gguf [-m ...] [-p 512[,N...]] [-n 128[,N...]] [-pg P,G] [-t THREADS[,T...]] [-r 5]
+//                [-o md|json] [--no-warmup]
+// Prints llama-bench's markdown table (or JSON). The build line uses $BONSAI_BUILD_COMMIT if set.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/bench.h"
+#include "core/model.h"
+#include "core/util.h"
+
+#define MAX_LIST 16
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: bonsai-bench -m MODEL.gguf [-m MODEL2 ...] [-p N[,N...]] [-n N[,N...]] [-pg P,G] [-t T[,T...]]\n"
+            "                    [-r REPS] [-o md|json] [--no-warmup]\n"
+            "  defaults: -p 512 -n 128 -r 5 -t <cpus> -o md (0 in -p/-n drops that test)\n");
+    exit(1);
+}
+
+// parse_list: comma-separated non-negative ints into out (at most MAX_LIST); returns the count.
+static int parse_list(const char *s, int *out) {
+    int n = 0;
+    char *copy = xstrdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if (*end || v < 0 || n == MAX_LIST) {
+            fprintf(stderr, "bonsai-bench: bad list value '%s'\n", tok);
+            exit(1);
+        }
+        out[n++] = (int)v;
+    }
+    free(copy);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *models[MAX_LIST];
+    int n_models = 0, prompts[MAX_LIST] = {512}, n_prompts = 1, gens[MAX_LIST] = {128}, n_gens = 1;
+    int threads[MAX_LIST] = {bn_n_threads_default()}, n_threads = 1, reps = 5, pg[2] = {0, 0};
+    bool warmup = true, json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "-m") && has) {
+            if (n_models == MAX_LIST) usage();
+            models[n_models++] = argv[++i];
+        } else if ((!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) && has) n_prompts = parse_list(argv[++i], prompts);
+        else if ((!strcmp(a, "-n") || !strcmp(a, "--n-gen")) && has) n_gens = parse_list(argv[++i], gens);
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = parse_list(argv[++i], threads);
+        else if (!strcmp(a, "-pg") && has) {
+            if (parse_list(argv[++i], pg) != 2) usage();
+        } else if ((!strcmp(a, "-r") || !strcmp(a, "--repetitions")) && has) reps = atoi(argv[++i]);
+        else if (!strcmp(a, "-o") && has) {
+            const char *o = argv[++i];
+            if (!strcmp(o, "json")) json = true;
+            else if (strcmp(o, "md")) { fprintf(stderr, "bonsai-bench: output %s not supported (md, json)\n", o); return 1; }
+        } else if (!strcmp(a, "--no-warmup")) warmup = false;
+        else usage();
+    }
+    if (n_models == 0) usage();
+    if (reps < 1 || reps > BN_BENCH_MAX_REPS) { fprintf(stderr, "bonsai-bench: -r must be 1..%d\n", BN_BENCH_MAX_REPS); return 1; }
+    const char *commit = getenv("BONSAI_BUILD_COMMIT") ? getenv("BONSAI_BUILD_COMMIT") : "unknown";
+
+    int max_results = n_models * n_threads * (n_prompts + n_gens + 1);
+    bn_bench_result *results = xcalloc((size_t)max_results, sizeof *results);
+    int n_results = 0;
+    if (!json) bn_bench_print_md_header(stdout);
+    fflush(stdout);
+    char err[512];
+    for (int mi = 0; mi < n_models; mi++) {
+        bn_model *m = bn_model_load(models[mi], err, sizeof err);
+        if (!m) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
+        for (int ti = 0; ti < n_threads; ti++) {
+            // llama-bench order: every -p test, then every -n test, then -pg.
+            int tests[MAX_LIST * 2 + 1][2], n_tests = 0;
+            for (int k = 0; k < n_prompts; k++) if (prompts[k] > 0) { tests[n_tests][0] = prompts[k]; tests[n_tests++][1] = 0; }
+            for (int k = 0; k < n_gens; k++) if (gens[k] > 0) { tests[n_tests][0] = 0; tests[n_tests++][1] = gens[k]; }
+            if (pg[0] > 0 || pg[1] > 0) { tests[n_tests][0] = pg[0]; tests[n_tests++][1] = pg[1]; }
+            for (int k = 0; k < n_tests; k++) {
+                bn_bench_result *r = &results[n_results];
+                if (bn_bench_run(m, tests[k][0], tests[k][1], threads[ti], reps, warmup, r, err, sizeof err) != 0) {
+                    fprintf(stderr, "bonsai-bench: %s\n", err);
+                    return 1;
+                }
+                n_results++;
+                if (!json) { bn_bench_print_md_row(stdout, r); fflush(stdout); }
+            }
+        }
+        bn_model_free(m);
+    }
+    if (json) bn_bench_print_json(stdout, results, n_results, commit, 0);
+    else bn_bench_print_md_footer(stdout, commit, 0);
+    free(results);
+    return 0;
+}

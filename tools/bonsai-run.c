@@ -1,0 +1,134 @@
+// tools/bonsai-run.c — generate text with our CPU engine:
+//   bonsai-run -m MODEL.gguf -p PROMPT [-n 128] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
+//              [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos]
+// Streams the generated text to stdout as it decodes (pieces cut to whole UTF-8 characters) and
+// prints prompt and decode speed to stderr at the end. --chat wraps the prompt in ChatML (thinking
+// off unless --think).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/chat.h"
+#include "core/forward.h"
+#include "core/model.h"
+#include "core/sampler.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+
+static void usage(void) {
+    fprintf(stderr, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
+                    "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos]\n");
+    exit(1);
+}
+
+// Bytes of generated pieces not yet printed because they end inside a UTF-8 character.
+typedef struct {
+    char buf[64];
+    size_t len;
+} utf8_stream;
+
+// stream_put: appends a piece and prints the longest complete UTF-8 prefix (flushes garbage if the
+// pending tail grows beyond one character).
+static void stream_put(utf8_stream *st, const char *piece, int n) {
+    for (int i = 0; i < n; i++) {
+        if (st->len == sizeof st->buf) { fwrite(st->buf, 1, st->len, stdout); st->len = 0; }
+        st->buf[st->len++] = piece[i];
+    }
+    size_t ok = bn_utf8_valid_prefix(st->buf, st->len);
+    if (ok == 0 && st->len >= 4) ok = st->len; // not valid UTF-8 at all: print the bytes as they are
+    fwrite(st->buf, 1, ok, stdout);
+    memmove(st->buf, st->buf + ok, st->len - ok);
+    st->len -= ok;
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL;
+    int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0;
+    bool chat = false, think = false, ignore_eos = false;
+    bn_sampler_params sp = bn_sampler_params_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "-m") && has) model_path = argv[++i];
+        else if (!strcmp(a, "-p") && has) prompt = argv[++i];
+        else if (!strcmp(a, "-n") && has) n_gen = atoi(argv[++i]);
+        else if (!strcmp(a, "--temp") && has) sp.temperature = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--top-k") && has) sp.top_k = atoi(argv[++i]);
+        else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "-c") && has) n_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--think")) think = true;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else usage();
+    }
+    if (!model_path || !prompt || n_gen < 0) usage();
+
+    char err[512];
+    bn_model *m = bn_model_load(model_path, err, sizeof err);
+    if (!m) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
+    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
+    if (!tok) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
+
+    char *text = NULL;
+    if (chat) {
+        bn_chat_msg msg = {"user", prompt};
+        text = bn_chat_render(&msg, 1, true, think ? 1 : 0);
+    } else {
+        text = xstrdup(prompt);
+    }
+    int32_t *ids = NULL;
+    int n_prompt = bn_tokenize(tok, text, strlen(text), true, true, &ids);
+    if (n_prompt <= 0) { fprintf(stderr, "bonsai-run: the prompt tokenizes to nothing\n"); return 1; }
+    if (n_ctx <= 0) n_ctx = n_prompt + n_gen;
+    if (n_prompt + n_gen > n_ctx) {
+        fprintf(stderr, "bonsai-run: prompt (%d tokens) + %d to generate exceed the context %d\n", n_prompt, n_gen, n_ctx);
+        return 1;
+    }
+
+    bn_state *st = bn_state_new(m, n_ctx, n_threads);
+    bn_sampler *smp = bn_sampler_new(&sp);
+    int n_vocab = m->cfg.n_vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)n_vocab);
+    bn_forward_out out = {.logits = logits};
+
+    double t0 = bn_time_ms();
+    if (bn_forward(m, st, ids, n_prompt, &out, err, sizeof err) != 0) {
+        fprintf(stderr, "bonsai-run: %s\n", err);
+        return 1;
+    }
+    double t_prompt = bn_time_ms() - t0;
+
+    utf8_stream stream = {.len = 0};
+    char piece[256];
+    int n_done = 0;
+    double t1 = bn_time_ms();
+    for (; n_done < n_gen; n_done++) {
+        int32_t id = bn_sampler_sample(smp, logits, n_vocab);
+        if (!ignore_eos && bn_token_is_eog(tok, id)) break;
+        int len = bn_token_to_piece(tok, id, piece, sizeof piece, false);
+        if (len > 0) stream_put(&stream, piece, len);
+        if (n_done + 1 < n_gen && bn_forward(m, st, &id, 1, &out, err, sizeof err) != 0) {
+            fprintf(stderr, "\nbonsai-run: %s\n", err);
+            return 1;
+        }
+    }
+    double t_decode = bn_time_ms() - t1;
+    fwrite(stream.buf, 1, stream.len, stdout);
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "bonsai-run: prompt %d tokens in %.1f ms (%.2f tok/s), decode %d tokens in %.1f ms (%.2f tok/s)\n",
+            n_prompt, t_prompt, n_prompt * 1000.0 / (t_prompt > 0 ? t_prompt : 1e-9), n_done, t_decode,
+            n_done * 1000.0 / (t_decode > 0 ? t_decode : 1e-9));
+
+    free(logits);
+    free(ids);
+    free(text);
+    bn_sampler_free(smp);
+    bn_state_free(st);
+    bn_tokenizer_free(tok);
+    bn_model_free(m);
+    return 0;
+}
