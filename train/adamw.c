@@ -1,0 +1,77 @@
+// train/adamw.c — AdamW, clipping and the linear schedule. See adamw.h.
+#include "train/adamw.h"
+#include <math.h>
+#include <stdlib.h>
+#include "core/util.h"
+
+bn_adamw_cfg bn_adamw_cfg_default(void) {
+    bn_adamw_cfg c = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+    return c;
+}
+
+bn_adamw *bn_adamw_new(int64_t n) {
+    bn_adamw *o = xcalloc(1, sizeof *o);
+    o->n = n;
+    o->m = xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    o->v = xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    return o;
+}
+
+void bn_adamw_free(bn_adamw *o) {
+    if (!o) return;
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+int64_t bn_adamw_step(bn_adamw *o, const bn_adamw_cfg *cfg, float lr, float *params, const float *grads) {
+    o->t++;
+    double bc1 = 1.0 - pow(cfg->beta1, (double)o->t);
+    double bc2 = 1.0 - pow(cfg->beta2, (double)o->t);
+    // torch: step_size = lr/bc1; denom = sqrt(v)/sqrt(bc2) + eps
+    float step_size = (float)(lr / bc1);
+    float sqrt_bc2 = (float)sqrt(bc2);
+    float decay = 1.0f - lr * cfg->weight_decay;
+    for (int64_t i = 0; i < o->n; i++) {
+        float g = grads[i];
+        o->m[i] = cfg->beta1 * o->m[i] + (1.0f - cfg->beta1) * g;
+        o->v[i] = cfg->beta2 * o->v[i] + (1.0f - cfg->beta2) * g * g;
+        float denom = sqrtf(o->v[i]) / sqrt_bc2 + cfg->eps;
+        params[i] = params[i] * decay - step_size * o->m[i] / denom;
+    }
+    return o->t;
+}
+
+double bn_grad_norm(const float *g, int64_t n) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    return sqrt(ss);
+}
+
+double bn_grad_clip(float *g, int64_t n, float max_norm) {
+    double norm = bn_grad_norm(g, n);
+    if (max_norm > 0) {
+        double coef = max_norm / (norm + 1e-6);
+        if (coef < 1.0) bn_grad_scale(g, n, (float)coef);
+    }
+    return norm;
+}
+
+void bn_grad_scale(float *g, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) g[i] *= s;
+}
+
+int64_t bn_sched_total_steps(int64_t n_rows, int batch, int grad_accum, int epochs) {
+    int64_t per_step = (int64_t)batch * grad_accum;
+    if (per_step <= 0) return 0;
+    return (n_rows + per_step - 1) / per_step * epochs;
+}
+
+int64_t bn_sched_warmup_steps(int64_t total, double ratio) { return (int64_t)ceil(ratio * (double)total - 1e-9); }
+
+double bn_sched_lr(double lr, int64_t k, int64_t total, int64_t warmup) {
+    if (k < warmup) return lr * (double)k / (double)warmup;
+    if (total <= warmup) return 0.0;
+    double f = (double)(total - k) / (double)(total - warmup);
+    return lr * (f > 0 ? f : 0);
+}

@@ -1,0 +1,143 @@
+// train/checkpoint.c — checkpoint write/read with CRC32. See checkpoint.h.
+// Layout (little-endian): "BNCKPT\0\1" | u32 version | i64 step, total_steps, epoch, data_pos |
+// u64 rng[4] | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
+// per tensor: char name[96], i32 layer, i32 target, i64 n_in, i64 n_out | i64 n_params |
+// f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] | u32 crc32(all preceding bytes).
+#include "train/checkpoint.h"
+#include <string.h>
+#include <stdlib.h>
+#include "core/util.h"
+
+static const char MAGIC[8] = {'B', 'N', 'C', 'K', 'P', 'T', 0, 1};
+#define CKPT_VERSION 1u
+
+typedef struct { uint8_t *p; size_t n, cap; } buf_t;
+
+static void put(buf_t *b, const void *data, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, data, n);
+    b->n += n;
+}
+#define PUT(b, v) put((b), &(v), sizeof(v))
+
+int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, const bn_train_pos *pos,
+                       char *err, size_t errlen) {
+    if (o->n != l->n_params) return bn_err(err, errlen, "checkpoint: optimizer has %lld params, adapter %lld",
+                                           (long long)o->n, (long long)l->n_params);
+    buf_t b = {0};
+    uint32_t version = CKPT_VERSION;
+    put(&b, MAGIC, sizeof MAGIC);
+    PUT(&b, version);
+    PUT(&b, pos->step); PUT(&b, pos->total_steps); PUT(&b, pos->epoch); PUT(&b, pos->data_pos);
+    put(&b, pos->rng.s, sizeof pos->rng.s);
+    int32_t r = l->r, nt = l->n_tensors;
+    PUT(&b, r); PUT(&b, l->alpha); PUT(&b, l->dropout);
+    put(&b, l->arch, sizeof l->arch);
+    PUT(&b, nt);
+    for (int i = 0; i < l->n_tensors; i++) {
+        const bn_lora_tensor *t = &l->t[i];
+        int32_t layer = t->layer, target = t->target;
+        put(&b, t->name, sizeof t->name);
+        PUT(&b, layer); PUT(&b, target); PUT(&b, t->n_in); PUT(&b, t->n_out);
+    }
+    PUT(&b, l->n_params);
+    put(&b, l->params, (size_t)l->n_params * sizeof(float));
+    PUT(&b, o->t);
+    put(&b, o->m, (size_t)o->n * sizeof(float));
+    put(&b, o->v, (size_t)o->n * sizeof(float));
+    uint32_t crc = bn_crc32(0, b.p, b.n);
+    PUT(&b, crc);
+    int rc = bn_write_file_atomic(path, b.p, b.n, err, errlen);
+    free(b.p);
+    return rc;
+}
+
+typedef struct { const uint8_t *p; size_t n, at; } rd_t;
+
+static int get(rd_t *r, void *dst, size_t n) {
+    if (r->n - r->at < n) return -1;
+    memcpy(dst, r->p + r->at, n);
+    r->at += n;
+    return 0;
+}
+#define GET(r, v) get((r), &(v), sizeof(v))
+
+int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_pos *pos, char *err, size_t errlen) {
+    *lp = NULL;
+    *op = NULL;
+    size_t size;
+    char *data = bn_read_file(path, &size, err, errlen);
+    if (!data) return -1;
+    bn_lora *l = NULL;
+    bn_adamw *o = NULL;
+    rd_t rd = {(const uint8_t *)data, size, 0};
+    char magic[8];
+    uint32_t version = 0, crc_file;
+    if (size < sizeof MAGIC + 8 || memcmp(data, MAGIC, sizeof MAGIC) != 0) {
+        bn_err(err, errlen, "%s: not a bonsai training checkpoint (bad magic)", path);
+        goto fail;
+    }
+    memcpy(&crc_file, data + size - 4, 4);
+    uint32_t crc = bn_crc32(0, data, size - 4);
+    if (crc != crc_file) {
+        bn_err(err, errlen, "%s: checkpoint is corrupted or truncated (CRC32 %08x, expected %08x)", path, crc, crc_file);
+        goto fail;
+    }
+    rd.n = size - 4;
+    get(&rd, magic, sizeof magic);
+    if (GET(&rd, version) || version != CKPT_VERSION) {
+        bn_err(err, errlen, "%s: unsupported checkpoint version %u (expected %u)", path, version, CKPT_VERSION);
+        goto fail;
+    }
+    int32_t r, nt;
+    float alpha, dropout;
+    char arch[32];
+    if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || GET(&rd, pos->epoch) || GET(&rd, pos->data_pos) ||
+        get(&rd, pos->rng.s, sizeof pos->rng.s) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
+        get(&rd, arch, sizeof arch) || GET(&rd, nt) || r <= 0 || nt < 0) {
+        bn_err(err, errlen, "%s: checkpoint header is malformed", path);
+        goto fail;
+    }
+    arch[sizeof arch - 1] = '\0';
+    l = bn_lora_new(r, alpha, dropout, arch);
+    for (int i = 0; i < nt; i++) {
+        char name[96];
+        int32_t layer, target;
+        int64_t n_in, n_out;
+        if (get(&rd, name, sizeof name) || GET(&rd, layer) || GET(&rd, target) || GET(&rd, n_in) || GET(&rd, n_out)) {
+            bn_err(err, errlen, "%s: checkpoint tensor table is truncated", path);
+            goto fail;
+        }
+        name[sizeof name - 1] = '\0';
+        if (n_in <= 0 || n_out <= 0 || n_in > (1LL << 32) || n_out > (1LL << 32)) {
+            bn_err(err, errlen, "%s: checkpoint tensor %s has a bad shape", path, name);
+            goto fail;
+        }
+        if (bn_lora_add(l, name, layer, target, n_in, n_out, err, errlen) < 0) goto fail;
+    }
+    int64_t n_params, adam_t;
+    if (GET(&rd, n_params) || n_params != l->n_params) {
+        bn_err(err, errlen, "%s: checkpoint parameter count does not match its tensor table", path);
+        goto fail;
+    }
+    o = bn_adamw_new(n_params);
+    size_t bytes = (size_t)n_params * sizeof(float);
+    if (get(&rd, l->params, bytes) || GET(&rd, adam_t) || get(&rd, o->m, bytes) || get(&rd, o->v, bytes) ||
+        rd.at != rd.n) {
+        bn_err(err, errlen, "%s: checkpoint size does not match its header", path);
+        goto fail;
+    }
+    o->t = adam_t;
+    free(data);
+    *lp = l;
+    *op = o;
+    return 0;
+fail:
+    free(data);
+    bn_lora_free(l);
+    bn_adamw_free(o);
+    return -1;
+}
