@@ -1,19 +1,29 @@
-// core/chat.h — ChatML prompt rendering for Qwen models (MODEL.md §11.3).
+// core/chat.h — ChatML prompt rendering for Qwen models (MODEL.md §11.3), following the Qwen3.5
+// chat template (llama.cpp models/templates/Qwen3.5-4B.jinja) without tools and vision.
 #ifndef BONSAI_CHAT_H
 #define BONSAI_CHAT_H
 #include <stdbool.h>
 
 typedef struct {
-    const char *role;    // "system", "user", "assistant" or "tool"
-    const char *content; // UTF-8 text (NULL = "")
+    const char *role;      // "system", "user", "assistant" or "tool"
+    const char *content;   // UTF-8 text (NULL = "")
+    const char *reasoning; // assistant only, optional reasoning_content (NULL: taken from <think>…</think>)
 } bn_chat_msg;
 
-// bn_chat_render: the ChatML string for msgs as a malloc'd NUL-terminated string:
-//   <|im_start|>{role}\n{content}<|im_end|>\n per message (role "tool" is wrapped as a user turn
-//   holding <tool_response>\n{content}\n</tool_response>, consecutive tool messages share a turn),
-//   then if add_generation_prompt: "<|im_start|>assistant\n" followed by
-//   thinking == 0: "<think>\n\n</think>\n\n"; thinking == 1: "<think>\n"; thinking == -1: nothing.
-// Returns NULL for an unknown role.
+// bn_chat_render: the prompt for msgs as a malloc'd NUL-terminated string, or NULL for an unknown
+// role or a system message that is not first. Rules (Qwen3.5 template; contents are trimmed):
+//   system (first only): <|im_start|>system\n{content}<|im_end|>\n
+//   user:                <|im_start|>user\n{content}<|im_end|>\n
+//   assistant:           reasoning = msg.reasoning, or the text between <think> and </think> in content
+//                        (content keeps what follows </think>); after the last real user turn:
+//                        <|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{content}<|im_end|>\n,
+//                        before it the reasoning is dropped: <|im_start|>assistant\n{content}<|im_end|>\n
+//   tool:                consecutive tool messages share one user turn:
+//                        <|im_start|>user(\n<tool_response>\n{content}\n</tool_response>)+<|im_end|>\n
+//   add_generation_prompt: <|im_start|>assistant\n then
+//                        thinking == 0: <think>\n\n</think>\n\n (thinking off, enable_thinking = false)
+//                        thinking == 1: <think>\n (thinking on: the Qwen3.5 template's default)
+//                        thinking == -1: nothing (plain ChatML; the model decides)
 char *bn_chat_render(const bn_chat_msg *msgs, int n, bool add_generation_prompt, int thinking);
 
 #endif

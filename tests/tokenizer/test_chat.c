@@ -1,0 +1,85 @@
+// tests/tokenizer/test_chat.c — ChatML rendering (core/chat.h) against hand-written expected
+// strings derived from the Qwen3.5 chat template (MODEL.md §11.3); each expected string was
+// cross-checked against a jinja2 rendering of llama.cpp models/templates/Qwen3.5-4B.jinja.
+#include "core/chat.h"
+#include "tests/test.h"
+#include <string.h>
+
+static void expect(const bn_chat_msg *m, int n, bool gen, int thinking, const char *want, const char *what) {
+    char *got = bn_chat_render(m, n, gen, thinking);
+    CHECK(got && strcmp(got, want) == 0, "%s:\n--- got ---\n%s\n--- want ---\n%s", what, got ? got : "(null)", want);
+    free(got);
+}
+
+int main(void) {
+    bn_chat_msg su[] = {{"system", "You are helpful.", NULL}, {"user", "Hi there", NULL}};
+    expect(su, 2, true, 0,
+           "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+           "system + user, thinking off");
+    expect(su, 2, true, 1,
+           "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n",
+           "thinking on");
+    expect(su, 2, true, -1,
+           "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+           "<|im_start|>assistant\n",
+           "plain generation prompt");
+    expect(su + 1, 1, false, 0, "<|im_start|>user\nHi there<|im_end|>\n", "no generation prompt");
+
+    // contents are trimmed
+    bn_chat_msg ws[] = {{"user", "  \n hello \n\n", NULL}};
+    expect(ws, 1, false, -1, "<|im_start|>user\nhello<|im_end|>\n", "trimmed user content");
+
+    // multi-turn: the reasoning of an earlier assistant turn is dropped, the last kept
+    bn_chat_msg mt[] = {
+        {"user", "2+2?", NULL},
+        {"assistant", "<think>\nadd them\n</think>\n\n4", NULL},
+        {"user", "and 3+3?", NULL},
+        {"assistant", "<think>\nagain\n</think>\n\n6", NULL},
+    };
+    expect(mt, 4, false, 0,
+           "<|im_start|>user\n2+2?<|im_end|>\n"
+           "<|im_start|>assistant\n4<|im_end|>\n"
+           "<|im_start|>user\nand 3+3?<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\nagain\n</think>\n\n6<|im_end|>\n",
+           "multi-turn reasoning");
+    // explicit reasoning field, empty reasoning after the last query
+    bn_chat_msg rf[] = {{"user", "q", NULL}, {"assistant", "answer", "  why  "}};
+    expect(rf, 2, false, 0,
+           "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nwhy\n</think>\n\nanswer<|im_end|>\n",
+           "reasoning field");
+    bn_chat_msg nr[] = {{"user", "q", NULL}, {"assistant", "plain", NULL}};
+    expect(nr, 2, true, 0,
+           "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nplain<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+           "assistant without reasoning after the query");
+
+    // tool responses: consecutive tool messages share one user turn; they do not count as the query
+    bn_chat_msg tl[] = {
+        {"user", "weather?", NULL},
+        {"assistant", "<tool_call>\nx\n</tool_call>", NULL},
+        {"tool", "sunny", NULL},
+        {"tool", "20C", NULL},
+        {"assistant", "It is sunny.", NULL},
+    };
+    expect(tl, 5, false, 0,
+           "<|im_start|>user\nweather?<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\nx\n</tool_call><|im_end|>\n"
+           "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n20C\n</tool_response><|im_end|>\n"
+           "<|im_start|>assistant\n<think>\n\n</think>\n\nIt is sunny.<|im_end|>\n",
+           "tool turns");
+
+    bn_chat_msg bad[] = {{"user", "x", NULL}, {"system", "late", NULL}};
+    char *r = bn_chat_render(bad, 2, false, 0);
+    CHECK(r == NULL, "system not first -> NULL");
+    free(r);
+    bn_chat_msg unk[] = {{"robot", "x", NULL}};
+    r = bn_chat_render(unk, 1, false, 0);
+    CHECK(r == NULL, "unknown role -> NULL");
+    free(r);
+    r = bn_chat_render(NULL, 0, true, 0);
+    CHECK(r && strcmp(r, "<|im_start|>assistant\n<think>\n\n</think>\n\n") == 0, "no messages");
+    free(r);
+    return test_done("test_chat");
+}
