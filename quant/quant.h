@@ -33,6 +33,23 @@ enum bn_type {
     BN_TYPE_MAX = 144,
 };
 
+// ---- block layouts (FORMATS.md §3.4); bn_half = fp16 bits --------------------------------------
+typedef uint16_t bn_half;
+#define BN_QK_K 256
+typedef struct { bn_half d; uint8_t qs[16]; } bn_block_q1_0;                      // 128 elems, 1 bit LSB-first
+typedef struct { bn_half d; uint8_t qs[16]; } bn_block_q2_0;                      // 64 elems, 2-bit codes (g64)
+typedef struct { bn_half d; uint8_t qs[32]; } bn_block_pq2_0;                     // 128 elems, 2-bit codes (g128)
+typedef struct { uint8_t qs[24]; uint8_t qh[2]; bn_half d; } bn_block_ptq1_0;     // 128 elems, base-3
+typedef struct { bn_half d; uint8_t qs[16]; } bn_block_q4_0;                      // 32 elems
+typedef struct { bn_half d, m; uint8_t qs[16]; } bn_block_q4_1;                   // 32 elems
+typedef struct { bn_half d; int8_t qs[32]; } bn_block_q8_0;                       // 32 elems
+typedef struct { bn_half d, s; int8_t qs[32]; } bn_block_q8_1;                    // 32 elems, s = d*sum(qs)
+typedef struct { bn_half d, dmin; uint8_t scales[12]; uint8_t qs[128]; } bn_block_q4_K;   // 256 elems
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; bn_half d; } bn_block_q6_K; // 256
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } bn_block_q8_K;     // 256 elems, fp32 d
+typedef struct { uint8_t qs[48]; uint8_t qh[4]; bn_half d; } bn_block_tq1_0;      // 256 elems, base-3
+typedef struct { uint8_t qs[64]; bn_half d; } bn_block_tq2_0;                     // 256 elems, 2-bit codes
+
 // Per-type traits. Functions are NULL where a type does not support the operation.
 typedef struct {
     const char *name;     // ggml name, lower case ("q1_0", "q6_K"); "q2_0_g128" for BN_PQ2_0
@@ -74,6 +91,32 @@ float bn_bf16_to_fp32(uint16_t h);
 void bn_quantize_row_q8_0(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_1(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_K(const float *x, void *y, int64_t n);
+
+// bn_quantize_activations: quantize n activations into vec_dot_type (BN_Q8_0/Q8_1/Q8_K via the functions
+// above, BN_F16/BN_BF16 converted, BN_F32 copied); returns bytes written or 0 for an unsupported type.
+size_t bn_quantize_activations(int vec_dot_type, const float *x, void *y, int64_t n);
+
+// ---- row conversions (F16C where available; bit-identical to the scalar functions) -----------
+void bn_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
+void bn_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n);
+void bn_bf16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
+void bn_fp32_to_bf16_row(const float *x, uint16_t *y, int64_t n);
+
+// ---- dot products ---------------------------------------------------------------------------
+// A vec_dot computes *s = dot(x, y) over n elements, x of the weight type, y of its vec_dot_type
+// (n a multiple of the weight block size). Pairings (FORMATS.md §2.3): Q1_0/Q2_0/PQ2_0/PTQ1_0/Q4_0/
+// Q8_0 · Q8_0, Q4_1 · Q8_1, Q4_K/Q6_K/TQ1_0/TQ2_0 · Q8_K, F32 · F32, F16 · F16 and BF16 · BF16 (both
+// converted to fp32, fp32 accumulation). Integer-exact within a block; block sums in fp32.
+typedef void (*bn_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+// bn_vec_dot_ref: the scalar reference vec_dot of a weight type; NULL if none.
+bn_vec_dot_fn bn_vec_dot_ref(int type);
+// bn_vec_dot_best: the vec_dot the runtime dispatch chose (AVX2 kernel or the scalar one); NULL if none.
+bn_vec_dot_fn bn_vec_dot_best(int type);
+// bn_vec_dot_rows: s[r] = dot(row r of w, y) for r < nrows; rows are w_row_stride bytes apart, y is one
+// row of the type's vec_dot_type. The decode hot path (mat-vec); fastest kernel available.
+void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y);
+// bn_simd_name: "avx2" or "scalar" — what the dispatch picked (BONSAI_SIMD=scalar forces scalar).
+const char *bn_simd_name(void);
 
 // bn_dequantize: dequantize n elements of type into dst (F32/F16/BF16 included); returns 0 or -1.
 int bn_dequantize(int type, const void *src, float *dst, int64_t n);

@@ -1,0 +1,78 @@
+// quant/dot.c — scalar reference dots for the float types, and the runtime dispatch that picks the
+// AVX2/FMA kernels (dot_avx2.c) when the CPU has AVX2+FMA+F16C (BONSAI_SIMD=scalar forces scalar).
+#include "quant/quant_impl.h"
+#include <stdlib.h>
+
+int bn_have_avx2;
+
+// F32 · F32: fp32 accumulation in element order.
+void bn_dot_f32_ref(int n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+// F16 · F16: both converted to fp32 (exact), fp32 accumulation.
+void bn_dot_f16_ref(int n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += bn_h2f(x[i]) * bn_h2f(y[i]);
+    *s = sum;
+}
+
+// BF16 · BF16: both converted to fp32 (exact), fp32 accumulation.
+void bn_dot_bf16_ref(int n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += bn_bf16_to_fp32(x[i]) * bn_bf16_to_fp32(y[i]);
+    *s = sum;
+}
+
+static bn_vec_dot_fn ref_dots[BN_TYPE_MAX] = {
+    [BN_F32] = bn_dot_f32_ref,     [BN_F16] = bn_dot_f16_ref,     [BN_BF16] = bn_dot_bf16_ref,
+    [BN_Q1_0] = bn_dot_q1_0_ref,   [BN_Q2_0] = bn_dot_q2_0_ref,   [BN_PQ2_0] = bn_dot_pq2_0_ref,
+    [BN_PTQ1_0] = bn_dot_ptq1_0_ref, [BN_Q4_0] = bn_dot_q4_0_ref, [BN_Q4_1] = bn_dot_q4_1_ref,
+    [BN_Q8_0] = bn_dot_q8_0_ref,   [BN_Q4_K] = bn_dot_q4_K_ref,   [BN_Q6_K] = bn_dot_q6_K_ref,
+    [BN_TQ1_0] = bn_dot_tq1_0_ref, [BN_TQ2_0] = bn_dot_tq2_0_ref,
+};
+
+static bn_vec_dot_fn best_dots[BN_TYPE_MAX];
+
+// Chooses the kernels once, before main (the static library pulls this file in via types.c).
+__attribute__((constructor)) static void dot_dispatch_init(void) {
+    __builtin_cpu_init();
+    const char *force = getenv("BONSAI_SIMD");
+    bool scalar = force && (strcmp(force, "scalar") == 0 || strcmp(force, "0") == 0);
+    bn_have_avx2 = !scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c");
+    memcpy(best_dots, ref_dots, sizeof best_dots);
+    if (bn_have_avx2) {
+        best_dots[BN_F32] = bn_dot_f32_avx2;
+        best_dots[BN_F16] = bn_dot_f16_avx2;
+        best_dots[BN_Q1_0] = bn_dot_q1_0_avx2;
+        best_dots[BN_Q2_0] = bn_dot_q2_0_avx2;
+        best_dots[BN_PQ2_0] = bn_dot_pq2_0_avx2;
+        best_dots[BN_Q4_0] = bn_dot_q4_0_avx2;
+        best_dots[BN_Q8_0] = bn_dot_q8_0_avx2;
+        best_dots[BN_Q6_K] = bn_dot_q6_K_avx2;
+    }
+}
+
+bn_vec_dot_fn bn_vec_dot_ref(int type) {
+    return type >= 0 && type < BN_TYPE_MAX ? ref_dots[type] : NULL;
+}
+
+bn_vec_dot_fn bn_vec_dot_best(int type) {
+    return type >= 0 && type < BN_TYPE_MAX ? best_dots[type] : NULL;
+}
+
+const char *bn_simd_name(void) { return bn_have_avx2 ? "avx2" : "scalar"; }
+
+void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y) { best_dots[type](n, s, x, y); }
+
+void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y) {
+    bn_vec_dot_fn dot = best_dots[type];
+    const char *row = w;
+    for (int r = 0; r < nrows; r++) dot(n, &s[r], row + (size_t)r * w_row_stride, y);
+}

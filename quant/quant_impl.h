@@ -1,0 +1,112 @@
+// quant/quant_impl.h — internal to quant/: rounding primitives (FORMATS.md §3.3), inline fp16
+// helpers, and the per-format functions the type table (types.c) and the dispatch (dot.c) use.
+#ifndef BONSAI_QUANT_IMPL_H
+#define BONSAI_QUANT_IMPL_H
+#include "quant/quant.h"
+#include <math.h>
+#include <string.h>
+
+_Static_assert(sizeof(bn_block_q1_0) == 18, "q1_0 block");
+_Static_assert(sizeof(bn_block_q2_0) == 18, "q2_0 block");
+_Static_assert(sizeof(bn_block_pq2_0) == 34, "pq2_0 block");
+_Static_assert(sizeof(bn_block_ptq1_0) == 28, "ptq1_0 block");
+_Static_assert(sizeof(bn_block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(bn_block_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(bn_block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(bn_block_q8_1) == 36, "q8_1 block");
+_Static_assert(sizeof(bn_block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(bn_block_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(bn_block_q8_K) == 292, "q8_K block");
+_Static_assert(sizeof(bn_block_tq1_0) == 54, "tq1_0 block");
+_Static_assert(sizeof(bn_block_tq2_0) == 66, "tq2_0 block");
+
+// bn_nearest_int: nearest integer, ties to even, via the 1.5*2^23 trick; valid for |v| <= 4194303.
+static inline int bn_nearest_int(float v) {
+    float shifted = v + 12582912.0f;
+    int32_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+// bn_h2f: fp16 bits -> fp32 (exact), inline for kernels.
+static inline float bn_h2f(bn_half h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);          // inf / NaN (payload kept, made quiet as
+        if (mant) bits |= 0x00400000u;                       // ggml's and F16C's conversions do)
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);   // normal: rebias 15 -> 127
+    } else if (mant == 0) {
+        bits = sign;                                         // signed zero
+    } else {
+        float sub = (float)mant * 0x1p-24f;                  // subnormal: mant * 2^-24, exact
+        memcpy(&bits, &sub, sizeof bits);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// ---- per-format functions (one file each) ---------------------------------------------------
+#define BN_DECLARE_FORMAT(t) \
+    void bn_##t##_to_float(const void *src, float *dst, int64_t n); \
+    void bn_##t##_from_float_ref(const float *src, void *dst, int64_t n);
+BN_DECLARE_FORMAT(f32)
+BN_DECLARE_FORMAT(f16)
+BN_DECLARE_FORMAT(bf16)
+BN_DECLARE_FORMAT(q1_0)
+BN_DECLARE_FORMAT(q2_0)
+BN_DECLARE_FORMAT(pq2_0)
+BN_DECLARE_FORMAT(ptq1_0)
+BN_DECLARE_FORMAT(q4_0)
+BN_DECLARE_FORMAT(q4_1)
+BN_DECLARE_FORMAT(q8_0)
+BN_DECLARE_FORMAT(q8_1)
+BN_DECLARE_FORMAT(q4_K)
+BN_DECLARE_FORMAT(q6_K)
+BN_DECLARE_FORMAT(q8_K)
+BN_DECLARE_FORMAT(tq1_0)
+BN_DECLARE_FORMAT(tq2_0)
+
+// Scalar reference dots (dot.c and the format files), one per weight type.
+void bn_dot_f32_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_f16_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_bf16_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q1_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q2_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_pq2_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_ptq1_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q4_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q4_1_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q8_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q4_K_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q6_K_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_tq1_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_tq2_0_ref(int n, float *s, const void *x, const void *y);
+
+// Dispatching dots used by the traits table (call the kernel chosen at start-up).
+void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y);
+
+// AVX2/FMA kernels (dot_avx2.c); only called when the CPU has AVX2+FMA+F16C.
+void bn_dot_f32_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_f16_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_q1_0_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_q2_0_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_pq2_0_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_q4_0_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_q8_0_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_q6_K_avx2(int n, float *s, const void *x, const void *y);
+void bn_quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
+void bn_quantize_row_q8_1_avx2(const float *x, void *y, int64_t n);
+void bn_quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
+void bn_fp16_to_fp32_row_f16c(const uint16_t *x, float *y, int64_t n);
+void bn_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n);
+
+// bn_have_avx2: true when the dispatch uses the AVX2 kernels (set once at start-up).
+extern int bn_have_avx2;
+
+#endif
