@@ -1,0 +1,183 @@
+// serve/request.c — request JSON → bn_task_params, with llama-server's field names and defaults
+// (SERVER.md §3.1) and strict type checks: any wrong type or out-of-range value is a 400.
+#include "serve/request.h"
+#include "core/util.h"
+#include <string.h>
+#include <stdlib.h>
+#include <float.h>
+
+// num: reads an optional number field; returns 0 (absent or ok) or -1 (wrong type).
+static int num(json_t *o, const char *key, double *out, char *err, size_t errlen) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bn_err(err, errlen, "'%s' must be a number", key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int integer(json_t *o, const char *key, long long *out, char *err, size_t errlen) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_integer(v)) *out = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v))
+        *out = (long long)json_real_value(v);
+    else return bn_err(err, errlen, "'%s' must be an integer", key);
+    return 0;
+}
+
+static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errlen) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return bn_err(err, errlen, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
+                    int *n_out, char *err, size_t errlen) {
+    int n_vocab = bn_tokenizer_n_vocab(tok);
+    int cap = 256, n = 0;
+    int32_t *ids = xmalloc(sizeof(int32_t) * cap);
+    json_t *parts = prompt;
+    bool single = json_is_string(prompt);
+    if (!single && !json_is_array(prompt)) {
+        free(ids);
+        return bn_err(err, errlen, "'prompt' must be a string or an array of token ids and strings");
+    }
+    size_t np = single ? 1 : json_array_size(parts);
+    for (size_t i = 0; i < np; i++) {
+        json_t *e = single ? prompt : json_array_get(parts, i);
+        if (json_is_string(e)) {
+            int32_t *t = NULL;
+            bool bos = add_special && i == 0;
+            int k = bn_tokenize(tok, json_string_value(e), json_string_length(e), bos, parse_special, &t);
+            if (k < 0) {
+                free(ids);
+                return bn_err(err, errlen, "cannot tokenize the prompt");
+            }
+            if (n + k > cap) ids = xrealloc(ids, sizeof(int32_t) * (cap = 2 * (n + k)));
+            memcpy(ids + n, t, sizeof(int32_t) * k);
+            n += k;
+            free(t);
+        } else if (json_is_integer(e)) {
+            long long v = json_integer_value(e);
+            if (v < 0 || v >= n_vocab) {
+                free(ids);
+                return bn_err(err, errlen, "token id %lld in the prompt is out of range [0, %d)", v, n_vocab);
+            }
+            if (n == cap) ids = xrealloc(ids, sizeof(int32_t) * (cap *= 2));
+            ids[n++] = (int32_t)v;
+        } else if (json_is_array(e)) {
+            free(ids);
+            return bn_err(err, errlen, "multiple prompts in one request are not supported; send one request per prompt");
+        } else {
+            free(ids);
+            return bn_err(err, errlen, "'prompt' elements must be token ids or strings");
+        }
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, bn_task_params *p, char *err,
+                         size_t errlen) {
+    memset(p, 0, sizeof *p);
+    p->sp = bn_sampler_params_default();
+    p->n_predict = -1;
+    p->cache_prompt = true;
+    p->id_slot = -1;
+    p->seed_random = true;
+    double d;
+    long long i;
+    if (!json_is_object(body)) return bn_err(err, errlen, "request body must be a JSON object");
+    // n_predict and its aliases
+    const char *np_keys[] = {"n_predict", "max_tokens", "max_completion_tokens"};
+    for (int k = 0; k < 3; k++) {
+        i = -2;
+        if (integer(body, np_keys[k], &i, err, errlen) != 0) return -1;
+        if (i != -2) {
+            if (i < -1) return bn_err(err, errlen, "'%s' must be >= -1", np_keys[k]);
+            p->n_predict = i > 0x7fffffff ? 0x7fffffff : (int)i;
+        }
+    }
+    d = p->sp.temperature;
+    if (num(body, "temperature", &d, err, errlen) != 0) return -1;
+    p->sp.temperature = (float)d;
+    i = p->sp.top_k;
+    if (integer(body, "top_k", &i, err, errlen) != 0) return -1;
+    p->sp.top_k = i > 0x7fffffff ? 0x7fffffff : i < -1 ? -1 : (int)i;
+    d = p->sp.top_p;
+    if (num(body, "top_p", &d, err, errlen) != 0) return -1;
+    if (d < 0 || d > 1) return bn_err(err, errlen, "'top_p' must be in [0, 1]");
+    p->sp.top_p = (float)d;
+    d = p->sp.min_p;
+    if (num(body, "min_p", &d, err, errlen) != 0) return -1;
+    if (d < 0 || d > 1) return bn_err(err, errlen, "'min_p' must be in [0, 1]");
+    p->sp.min_p = (float)d;
+    i = 0;
+    if (integer(body, "min_keep", &i, err, errlen) != 0) return -1;
+    p->sp.min_keep = i < 0 ? 0 : i > 1000000 ? 1000000 : (int)i;
+    i = -1;
+    if (integer(body, "seed", &i, err, errlen) != 0) return -1;
+    if (i != -1 && i != 0xFFFFFFFFll) {
+        p->sp.seed = (uint64_t)i;
+        p->seed_random = false;
+    }
+    i = 0;
+    if (integer(body, "n_probs", &i, err, errlen) != 0) return -1;
+    if (i < 0) return bn_err(err, errlen, "'n_probs' must be >= 0");
+    int n_vocab = bn_tokenizer_n_vocab(tok);
+    p->n_probs = i > n_vocab ? n_vocab : (int)i;
+    if (boolean(body, "post_sampling_probs", &p->post_sampling_probs, err, errlen) != 0 ||
+        boolean(body, "cache_prompt", &p->cache_prompt, err, errlen) != 0 ||
+        boolean(body, "ignore_eos", &p->ignore_eos, err, errlen) != 0 ||
+        boolean(body, "stream", &p->stream, err, errlen) != 0)
+        return -1;
+    i = -1;
+    if (integer(body, "id_slot", &i, err, errlen) != 0) return -1;
+    p->id_slot = i < -1 ? -1 : i > 1000000 ? 1000000 : (int)i;
+    json_t *stop = json_object_get(body, "stop");
+    if (stop && !json_is_null(stop)) {
+        if (json_is_string(stop)) {
+            if (json_string_length(stop) > 0) p->stop[p->n_stop++] = xstrdup(json_string_value(stop));
+        } else if (json_is_array(stop)) {
+            if (json_array_size(stop) > BN_MAX_STOP)
+                return bn_err(err, errlen, "at most %d stop strings are supported", BN_MAX_STOP);
+            for (size_t k = 0; k < json_array_size(stop); k++) {
+                json_t *s = json_array_get(stop, k);
+                if (!json_is_string(s)) {
+                    bn_task_params_free(p);
+                    return bn_err(err, errlen, "'stop' must be a string or an array of strings");
+                }
+                if (json_string_length(s) > 0) p->stop[p->n_stop++] = xstrdup(json_string_value(s));
+            }
+        } else return bn_err(err, errlen, "'stop' must be a string or an array of strings");
+    }
+    if (!prompt || json_is_null(prompt)) {
+        bn_task_params_free(p);
+        return bn_err(err, errlen, "\"prompt\" is required");
+    }
+    if (bn_parse_prompt(tok, prompt, bn_tokenizer_add_bos(tok), true, &p->prompt, &p->n_prompt, err, errlen) != 0) {
+        bn_task_params_free(p);
+        return -1;
+    }
+    if (p->n_prompt == 0) {
+        bn_task_params_free(p);
+        return bn_err(err, errlen, "the prompt is empty");
+    }
+    return 0;
+}
+
+json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx) {
+    json_t *stop = json_array();
+    for (int i = 0; i < p->n_stop; i++) json_array_append_new(stop, json_string(p->stop[i]));
+    return json_pack("{s:i,s:I,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:o,s:i,s:b,s:i,s:b,s:b,s:i,s:[sssssssss]}",
+                     "n_predict", p->n_predict, "seed", (json_int_t)(p->seed_random ? 4294967295u : p->sp.seed),
+                     "temperature", (double)p->sp.temperature, "top_k", p->sp.top_k, "top_p", (double)p->sp.top_p,
+                     "min_p", (double)p->sp.min_p, "typical_p", 1.0, "repeat_penalty", 1.0, "presence_penalty", 0.0,
+                     "repeat_last_n", 64, "frequency_penalty", 0.0, "stop", stop, "max_tokens", p->n_predict,
+                     "stream", p->stream, "n_probs", p->n_probs, "post_sampling_probs", p->post_sampling_probs,
+                     "ignore_eos", p->ignore_eos, "n_ctx", n_ctx, "samplers", "penalties", "dry", "top_n_sigma",
+                     "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature");
+}

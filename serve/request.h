@@ -1,0 +1,19 @@
+// serve/request.h — parsing of completion requests into bn_task_params (SERVER.md §3.1).
+#ifndef BONSAI_SERVE_REQUEST_H
+#define BONSAI_SERVE_REQUEST_H
+#include <jansson.h>
+#include "core/tokenizer.h"
+#include "serve/slots.h"
+
+// bn_parse_prompt: a prompt (string, array of ids, mixed array) → malloc'd token ids. Returns 0 or
+// -1 with err (400): unknown element types, out-of-range ids, several prompts.
+int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
+                    int *n_out, char *err, size_t errlen);
+// bn_parse_task_params: body fields (n_predict/max_tokens, temperature, top_k, top_p, min_p, seed,
+// stop, n_probs, post_sampling_probs, cache_prompt, ignore_eos, stream, id_slot) and the prompt
+// → params. Returns 0 or -1 with err (400); on error nothing needs freeing.
+int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, bn_task_params *p, char *err,
+                         size_t errlen);
+// bn_generation_settings_json: the "generation_settings" / slot "params" object for p.
+json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx);
+#endif

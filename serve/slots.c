@@ -1,0 +1,452 @@
+// serve/slots.c — see slots.h.
+#include "serve/slots.h"
+#include "core/forward.h"
+#include "core/util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    int id;
+    pthread_t thread;
+    bn_state *state;
+    float *logits;            // [n_vocab] logits of the last evaluated token
+    // prompt cache: the snapshot at the end of the previous prompt
+    int32_t *cache_tokens;
+    int cache_len;
+    bn_snapshot *cache_snap;
+    float *cache_logits;      // [n_vocab] logits after the cached prompt
+    bn_task *task;            // running task or NULL
+    int n_prompt, n_decoded;
+} slot;
+
+struct bn_slots {
+    bn_slots_params p;
+    int n_vocab;
+    slot *slots;
+    pthread_mutex_t mu;       // queue, slot status, metrics
+    pthread_cond_t cv;        // queue changed / stopping
+    pthread_mutex_t engine;   // one forward at a time
+    bn_task **queue;
+    int n_queue;
+    bool stopping;
+    bn_slots_metrics m;
+};
+
+// ---- tasks --------------------------------------------------------------------------------
+
+void bn_task_params_free(bn_task_params *p) {
+    free(p->prompt);
+    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}
+
+static void task_free(bn_task *t) {
+    for (int i = 0; i < t->n_ev; i++) {
+        free(t->ev[i].text);
+        free(t->ev[i].top_ids);
+        free(t->ev[i].top_lp);
+    }
+    free(t->ev);
+    bn_task_params_free(&t->p);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+void bn_task_release(bn_task *t) {
+    pthread_mutex_lock(&t->mu);
+    int left = --t->refs;
+    pthread_mutex_unlock(&t->mu);
+    if (left == 0) task_free(t);
+}
+
+bool bn_task_wait_event(bn_task *t, int i) {
+    pthread_mutex_lock(&t->mu);
+    while (t->n_ev <= i && !t->done) pthread_cond_wait(&t->cv, &t->mu);
+    bool ok = t->n_ev > i;
+    pthread_mutex_unlock(&t->mu);
+    return ok;
+}
+
+void bn_task_wait_done(bn_task *t) {
+    pthread_mutex_lock(&t->mu);
+    while (!t->done) pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void bn_task_cancel(bn_task *t) {
+    pthread_mutex_lock(&t->mu);
+    t->cancelled = true;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static bool task_cancelled(bn_task *t) {
+    pthread_mutex_lock(&t->mu);
+    bool c = t->cancelled;
+    pthread_mutex_unlock(&t->mu);
+    return c;
+}
+
+static void task_push(bn_task *t, bn_tok_event *e) {
+    pthread_mutex_lock(&t->mu);
+    if (t->n_ev == t->cap_ev) t->ev = xrealloc(t->ev, (t->cap_ev = t->cap_ev ? 2 * t->cap_ev : 64) * sizeof *t->ev);
+    t->ev[t->n_ev++] = *e;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void task_finish(bn_task *t, int code, const char *err) {
+    pthread_mutex_lock(&t->mu);
+    if (code) {
+        t->failed = true;
+        t->err_code = code;
+        snprintf(t->err, sizeof t->err, "%s", err);
+    }
+    t->done = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+// ---- generation ---------------------------------------------------------------------------
+
+// eval: runs tokens through the slot's state under the engine lock, keeping the last logits.
+static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, char *err, size_t errlen) {
+    bn_forward_out out = {.logits = sl->logits};
+    pthread_mutex_lock(&S->engine);
+    int rc = bn_forward(S->p.model, sl->state, tok, n, &out, err, errlen);
+    pthread_mutex_unlock(&S->engine);
+    return rc;
+}
+
+// stop_overlap: length of the longest suffix of text that is a proper prefix of some stop string
+// (those bytes are held back while streaming).
+static size_t stop_overlap(const bn_task_params *p, const char *text, size_t len) {
+    size_t best = 0;
+    for (int s = 0; s < p->n_stop; s++) {
+        size_t sl = strlen(p->stop[s]);
+        for (size_t k = sl > 1 ? sl - 1 : 0; k > best; k--)
+            if (k <= len && memcmp(text + len - k, p->stop[s], k) == 0) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+static void run_task(bn_slots *S, slot *sl, bn_task *t) {
+    const bn_task_params *p = &t->p;
+    char err[256];
+    double t0 = bn_time_ms();
+    // prompt cache: reuse the snapshot if the cached prompt is a prefix of this one
+    int reuse = 0;
+    if (p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
+        memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0)
+        reuse = sl->cache_len;
+    if (reuse) {
+        bn_state_restore(sl->state, sl->cache_snap);
+        memcpy(sl->logits, sl->cache_logits, sizeof(float) * S->n_vocab);
+    } else {
+        bn_state_reset(sl->state);
+    }
+    t->n_cached = reuse;
+    sl->n_prompt = p->n_prompt;
+    sl->n_decoded = 0;
+    const int chunk = 256;
+    for (int i = reuse; i < p->n_prompt; i += chunk) {
+        int n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
+        if (eval(S, sl, p->prompt + i, n, err, sizeof err) != 0) {
+            task_finish(t, 500, err);
+            return;
+        }
+        if (task_cancelled(t)) {
+            task_finish(t, 0, "");
+            return;
+        }
+    }
+    // new cache entry = this prompt
+    bn_snapshot_free(sl->cache_snap);
+    sl->cache_snap = bn_state_snapshot(sl->state);
+    free(sl->cache_tokens);
+    sl->cache_tokens = xmalloc(sizeof(int32_t) * (p->n_prompt ? p->n_prompt : 1));
+    memcpy(sl->cache_tokens, p->prompt, sizeof(int32_t) * p->n_prompt);
+    sl->cache_len = p->n_prompt;
+    memcpy(sl->cache_logits, sl->logits, sizeof(float) * S->n_vocab);
+    double t1 = bn_time_ms();
+    t->t_prompt_ms = t1 - t0;
+
+    bn_sampler_params sp = p->sp;
+    if (p->seed_random) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)t << 16);
+    bn_sampler *smp = bn_sampler_new(&sp);
+    size_t cap = 4096, len = 0, sent = 0; // generated bytes; bytes already released
+    char *text = xmalloc(cap);
+    int n_ctx = bn_state_n_ctx(sl->state);
+    int stop_type = BN_STOP_NONE;
+    int32_t *top_ids = p->n_probs > 0 ? xmalloc(sizeof(int32_t) * p->n_probs) : NULL;
+    float *top_lp = p->n_probs > 0 ? xmalloc(sizeof(float) * p->n_probs) : NULL;
+    while (stop_type == BN_STOP_NONE) {
+        if (task_cancelled(t)) break;
+        if (p->n_predict >= 0 && sl->n_decoded >= p->n_predict) {
+            stop_type = BN_STOP_LIMIT;
+            break;
+        }
+        bn_tok_event ev = {0};
+        int32_t id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
+        ev.id = id;
+        if (p->n_probs > 0) {
+            if (p->post_sampling_probs) {
+                const int32_t *ids;
+                const float *probs;
+                int nc = bn_sampler_last_candidates(smp, &ids, &probs);
+                ev.n_top = nc < p->n_probs ? nc : p->n_probs;
+                ev.top_ids = xmalloc(sizeof(int32_t) * (ev.n_top ? ev.n_top : 1));
+                ev.top_lp = xmalloc(sizeof(float) * (ev.n_top ? ev.n_top : 1));
+                memcpy(ev.top_ids, ids, sizeof(int32_t) * ev.n_top);
+                memcpy(ev.top_lp, probs, sizeof(float) * ev.n_top);
+                ev.logprob = 0;
+                for (int k = 0; k < nc; k++)
+                    if (ids[k] == id) ev.logprob = probs[k];
+            } else {
+                ev.n_top = bn_logits_topk(sl->logits, S->n_vocab, p->n_probs, top_ids, top_lp);
+                ev.top_ids = xmalloc(sizeof(int32_t) * ev.n_top);
+                ev.top_lp = xmalloc(sizeof(float) * ev.n_top);
+                memcpy(ev.top_ids, top_ids, sizeof(int32_t) * ev.n_top);
+                memcpy(ev.top_lp, top_lp, sizeof(float) * ev.n_top);
+                ev.logprob = bn_logits_logprob(sl->logits, S->n_vocab, id);
+            }
+        }
+        sl->n_decoded++;
+        t->n_predicted = sl->n_decoded;
+        bool eog = !p->ignore_eos && bn_token_is_eog(S->p.tok, id);
+        if (eog) stop_type = BN_STOP_EOS;
+        else {
+            char piece[256];
+            int n = bn_token_to_piece(S->p.tok, id, piece, sizeof piece, false);
+            if (n < 0) n = 0;
+            if (len + n + 1 > cap) text = xrealloc(text, cap = 2 * (len + n + 1));
+            memcpy(text + len, piece, n);
+            len += n;
+            text[len] = 0;
+            // stop words: search the new tail
+            for (int s = 0; s < p->n_stop; s++) {
+                size_t sl_ = strlen(p->stop[s]);
+                size_t from = sent > sl_ ? sent - sl_ : 0;
+                char *hit = sl_ ? memmem(text + from, len - from, p->stop[s], sl_) : NULL;
+                if (hit) {
+                    len = (size_t)(hit - text);
+                    text[len] = 0;
+                    stop_type = BN_STOP_WORD;
+                    snprintf(t->stopping_word, sizeof t->stopping_word, "%s", p->stop[s]);
+                    break;
+                }
+            }
+        }
+        // release what is certainly final: valid UTF-8, not a possible stop-string start
+        size_t release = len;
+        if (stop_type == BN_STOP_NONE) release -= stop_overlap(p, text, len);
+        if (release < sent) release = sent;
+        release = sent + bn_utf8_valid_prefix(text + sent, release - sent);
+        ev.text = xmalloc(release - sent + 1);
+        memcpy(ev.text, text + sent, release - sent);
+        ev.text[release - sent] = 0;
+        sent = release;
+        task_push(t, &ev);
+        if (stop_type != BN_STOP_NONE) break;
+        if (bn_state_pos(sl->state) >= n_ctx) {
+            stop_type = BN_STOP_LIMIT;
+            t->truncated = true;
+            break;
+        }
+        if (eval(S, sl, &id, 1, err, sizeof err) != 0) {
+            free(text);
+            free(top_ids);
+            free(top_lp);
+            bn_sampler_free(smp);
+            task_finish(t, 500, err);
+            return;
+        }
+    }
+    if (sent < len) { // held-back bytes at the end: release (invalid UTF-8 bytes are dropped)
+        size_t ok = bn_utf8_valid_prefix(text + sent, len - sent);
+        bn_tok_event ev = {.id = -1, .text = xmalloc(ok + 1)};
+        memcpy(ev.text, text + sent, ok);
+        ev.text[ok] = 0;
+        task_push(t, &ev);
+    }
+    t->stop_type = stop_type;
+    t->t_gen_ms = bn_time_ms() - t1;
+    free(text);
+    free(top_ids);
+    free(top_lp);
+    bn_sampler_free(smp);
+    pthread_mutex_lock(&S->mu);
+    S->m.prompt_tokens_total += (uint64_t)(p->n_prompt - reuse);
+    S->m.prompt_tokens_cached_total += (uint64_t)reuse;
+    S->m.prompt_seconds_total += t->t_prompt_ms / 1e3;
+    S->m.tokens_predicted_total += (uint64_t)sl->n_decoded;
+    S->m.predicted_seconds_total += t->t_gen_ms / 1e3;
+    S->m.n_decode_total += (uint64_t)sl->n_decoded + 1;
+    if (p->n_prompt + sl->n_decoded > S->m.n_tokens_max) S->m.n_tokens_max = p->n_prompt + sl->n_decoded;
+    pthread_mutex_unlock(&S->mu);
+    task_finish(t, 0, "");
+}
+
+// take_task: next queued task this slot may run (FIFO, honouring id_slot); NULL if none.
+static bn_task *take_task(bn_slots *S, int slot_id) {
+    for (int i = 0; i < S->n_queue; i++) {
+        bn_task *t = S->queue[i];
+        if (t->p.id_slot >= 0 && t->p.id_slot != slot_id) continue;
+        memmove(&S->queue[i], &S->queue[i + 1], sizeof(bn_task *) * (S->n_queue - i - 1));
+        S->n_queue--;
+        return t;
+    }
+    return NULL;
+}
+
+typedef struct {
+    bn_slots *S;
+    slot *sl;
+} worker_arg;
+
+static void *worker(void *arg) {
+    worker_arg *wa = arg;
+    bn_slots *S = wa->S;
+    slot *sl = wa->sl;
+    free(wa);
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        bn_task *t = NULL;
+        while (!S->stopping && !(t = take_task(S, sl->id))) pthread_cond_wait(&S->cv, &S->mu);
+        if (!t) break;
+        sl->task = t;
+        t->id_slot = sl->id;
+        S->m.requests_processing++;
+        pthread_mutex_unlock(&S->mu);
+        run_task(S, sl, t);
+        bn_task_release(t);
+        pthread_mutex_lock(&S->mu);
+        S->m.requests_processing--;
+        sl->task = NULL;
+        pthread_cond_broadcast(&S->cv);
+    }
+    pthread_mutex_unlock(&S->mu);
+    return NULL;
+}
+
+bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen) {
+    if (p->n_slots < 1 || p->n_ctx < 8) {
+        bn_err(err, errlen, "need at least one slot and a context of at least 8 tokens");
+        return NULL;
+    }
+    bn_slots *S = xcalloc(1, sizeof *S);
+    S->p = *p;
+    S->n_vocab = p->model->cfg.n_vocab;
+    S->slots = xcalloc((size_t)p->n_slots, sizeof(slot));
+    S->queue = xcalloc((size_t)(p->queue_max + p->n_slots + 1), sizeof(bn_task *));
+    pthread_mutex_init(&S->mu, NULL);
+    pthread_mutex_init(&S->engine, NULL);
+    pthread_cond_init(&S->cv, NULL);
+    for (int i = 0; i < p->n_slots; i++) {
+        slot *sl = &S->slots[i];
+        sl->id = i;
+        sl->state = bn_state_new(p->model, p->n_ctx, p->n_threads);
+        sl->logits = xmalloc(sizeof(float) * S->n_vocab);
+        sl->cache_logits = xmalloc(sizeof(float) * S->n_vocab);
+        worker_arg *wa = xmalloc(sizeof *wa);
+        wa->S = S;
+        wa->sl = sl;
+        pthread_create(&sl->thread, NULL, worker, wa);
+    }
+    return S;
+}
+
+void bn_slots_cancel_all(bn_slots *S) {
+    pthread_mutex_lock(&S->mu);
+    S->stopping = true;
+    for (int i = 0; i < S->n_queue; i++) {
+        task_finish(S->queue[i], 503, "server is shutting down");
+        bn_task_release(S->queue[i]);
+    }
+    S->n_queue = 0;
+    for (int i = 0; i < S->p.n_slots; i++)
+        if (S->slots[i].task) bn_task_cancel(S->slots[i].task);
+    pthread_cond_broadcast(&S->cv);
+    pthread_mutex_unlock(&S->mu);
+}
+
+void bn_slots_stop(bn_slots *S) {
+    if (!S) return;
+    bn_slots_cancel_all(S);
+    for (int i = 0; i < S->p.n_slots; i++) {
+        slot *sl = &S->slots[i];
+        pthread_join(sl->thread, NULL);
+        bn_state_free(sl->state);
+        bn_snapshot_free(sl->cache_snap);
+        free(sl->cache_tokens);
+        free(sl->cache_logits);
+        free(sl->logits);
+    }
+    free(S->slots);
+    free(S->queue);
+    pthread_mutex_destroy(&S->mu);
+    pthread_mutex_destroy(&S->engine);
+    pthread_cond_destroy(&S->cv);
+    free(S);
+}
+
+bn_task *bn_slots_submit(bn_slots *S, bn_task_params *params, char *err, size_t errlen, int *code) {
+    if (params->n_prompt >= S->p.n_ctx) {
+        *code = 400;
+        bn_err(err, errlen, "input (%d tokens) is larger than the max context size (%d tokens). skipping",
+               params->n_prompt, S->p.n_ctx);
+        bn_task_params_free(params);
+        return NULL;
+    }
+    if (params->id_slot >= S->p.n_slots) {
+        *code = 400;
+        bn_err(err, errlen, "id_slot %d does not exist (%d slots)", params->id_slot, S->p.n_slots);
+        bn_task_params_free(params);
+        return NULL;
+    }
+    bn_task *t = xcalloc(1, sizeof *t);
+    t->p = *params;
+    memset(params, 0, sizeof *params);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->refs = 2; // HTTP side + slot side
+    t->id_slot = -1;
+    pthread_mutex_lock(&S->mu);
+    int busy = 0;
+    for (int i = 0; i < S->p.n_slots; i++) busy += S->slots[i].task != NULL;
+    if (S->stopping || S->n_queue >= S->p.queue_max + (S->p.n_slots - busy)) {
+        pthread_mutex_unlock(&S->mu);
+        *code = 503;
+        bn_err(err, errlen, S->stopping ? "server is shutting down" : "server busy: request queue is full");
+        t->refs = 1;
+        bn_task_release(t);
+        return NULL;
+    }
+    S->queue[S->n_queue++] = t;
+    S->m.requests_deferred = S->n_queue;
+    pthread_cond_broadcast(&S->cv);
+    pthread_mutex_unlock(&S->mu);
+    return t;
+}
+
+int bn_slots_info(bn_slots *S, bn_slot_info *info, int n) {
+    pthread_mutex_lock(&S->mu);
+    for (int i = 0; i < S->p.n_slots && i < n; i++) {
+        slot *sl = &S->slots[i];
+        info[i] = (bn_slot_info){.id = i, .busy = sl->task != NULL, .n_ctx = S->p.n_ctx, .n_prompt = sl->n_prompt,
+                                 .n_cache = sl->cache_len, .n_decoded = sl->n_decoded};
+    }
+    pthread_mutex_unlock(&S->mu);
+    return S->p.n_slots;
+}
+
+void bn_slots_get_metrics(bn_slots *S, bn_slots_metrics *m) {
+    pthread_mutex_lock(&S->mu);
+    *m = S->m;
+    m->requests_deferred = S->n_queue;
+    pthread_mutex_unlock(&S->mu);
+}

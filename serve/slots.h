@@ -1,0 +1,117 @@
+// serve/slots.h — the server's generation engine: N slots (one bn_state each) served by worker
+// threads, a bounded wait queue, per-slot prompt cache, and a per-task event channel that the
+// HTTP side reads (streaming or not). Forward passes of different slots interleave token by token
+// under one engine lock (the CPU is shared; no oversubscription).
+#ifndef BONSAI_SERVE_SLOTS_H
+#define BONSAI_SERVE_SLOTS_H
+#include <stdint.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "core/sampler.h"
+
+#define BN_MAX_STOP 8
+
+// What a request asks for (SERVER.md §3.1 fields we implement).
+typedef struct {
+    int32_t *prompt;       // token ids (owned)
+    int n_prompt;
+    int n_predict;         // -1 = until EOG / context end
+    bn_sampler_params sp;  // temperature, top_k, top_p, min_p, seed
+    bool seed_random;      // seed was -1
+    char *stop[BN_MAX_STOP];
+    int n_stop;
+    int n_probs;           // 0 = none
+    bool post_sampling_probs;
+    bool cache_prompt;
+    bool ignore_eos;
+    bool stream;
+    int id_slot;           // -1 = any
+} bn_task_params;
+
+// One generated token as the HTTP side sees it.
+typedef struct {
+    int32_t id;
+    char *text;        // UTF-8-complete text released by this token (may be "" while bytes are pending)
+    float logprob;     // raw logprob of the sampled token (n_probs > 0)
+    int n_top;
+    int32_t *top_ids;  // [n_top]
+    float *top_lp;     // [n_top] logprobs (or probs with post_sampling_probs)
+} bn_tok_event;
+
+enum bn_stop_type { BN_STOP_NONE = 0, BN_STOP_EOS, BN_STOP_LIMIT, BN_STOP_WORD };
+
+// A task: created by the HTTP side, run by a slot, read back through the channel.
+typedef struct bn_task {
+    bn_task_params p;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bn_tok_event *ev;       // events produced so far
+    int n_ev, cap_ev, n_read;
+    bool done, cancelled, failed;
+    char err[256];
+    int err_code;           // HTTP status on failure
+    // results
+    int id_slot;
+    int stop_type;
+    char stopping_word[256];
+    int n_cached;           // prompt tokens reused from the slot's cache
+    int n_predicted;
+    bool truncated;
+    double t_prompt_ms, t_gen_ms;
+    int refs;               // HTTP side + slot side
+} bn_task;
+
+typedef struct bn_slots bn_slots;
+
+typedef struct {
+    const bn_model *model;
+    const bn_tokenizer *tok;
+    int n_slots;
+    int n_ctx;             // per slot
+    int n_threads;
+    int queue_max;         // waiting tasks beyond the slots (bounded queue)
+} bn_slots_params;
+
+// bn_slots_start: starts the worker threads; returns NULL with err on failure.
+bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen);
+// bn_slots_cancel_all: refuses new tasks, ends queued ones (503) and cancels running ones; the
+// workers keep running until bn_slots_stop.
+void bn_slots_cancel_all(bn_slots *s);
+// bn_slots_stop: cancels queued and running tasks, joins the workers, frees everything.
+void bn_slots_stop(bn_slots *s);
+// bn_slots_submit: queues a task (takes ownership of params' allocations). Returns the task
+// (caller holds one reference) or NULL when the queue is full (503) or the prompt is too long
+// (err/code filled: 400 exceed_context_size_error).
+bn_task *bn_slots_submit(bn_slots *s, bn_task_params *params, char *err, size_t errlen, int *code);
+// bn_task_wait_event: blocks until event index i exists (returns true) or the task finished
+// without it (returns false).
+bool bn_task_wait_event(bn_task *t, int i);
+// bn_task_wait_done: blocks until the task finished.
+void bn_task_wait_done(bn_task *t);
+// bn_task_cancel: asks the slot to stop (client went away); the slot frees at its next token.
+void bn_task_cancel(bn_task *t);
+// bn_task_release: drops the caller's reference (the task is freed with the last one).
+void bn_task_release(bn_task *t);
+// bn_task_params_free: frees a params struct's allocations (for params never submitted).
+void bn_task_params_free(bn_task_params *p);
+
+// Live numbers for /slots, /metrics, /health.
+typedef struct {
+    int id;
+    bool busy;
+    int n_ctx;
+    int n_prompt, n_cache, n_decoded;
+} bn_slot_info;
+typedef struct {
+    uint64_t prompt_tokens_total, prompt_tokens_cached_total, tokens_predicted_total, n_decode_total;
+    double prompt_seconds_total, predicted_seconds_total;
+    int requests_processing, requests_deferred, n_tokens_max;
+} bn_slots_metrics;
+// bn_slots_info: fills up to n infos; returns the slot count.
+int bn_slots_info(bn_slots *s, bn_slot_info *info, int n);
+// bn_slots_get_metrics: a consistent copy of the counters.
+void bn_slots_get_metrics(bn_slots *s, bn_slots_metrics *m);
+
+#endif

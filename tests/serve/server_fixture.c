@@ -1,0 +1,94 @@
+// tests/serve/server_fixture.c — see server_fixture.h.
+#include "tests/serve/server_fixture.h"
+#include "core/mkmodel.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int fixture_model(server_fixture *f, const char *preset) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/bonsai-serve-test-XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    snprintf(f->model, sizeof f->model, "%s/model.gguf", f->dir);
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, preset);
+    p.seed = 7;
+    char err[256];
+    if (bn_mkmodel_write(&p, f->model, err, sizeof err) != 0) {
+        fprintf(stderr, "fixture: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+int fixture_start(server_fixture *f, const char *const *extra) {
+    char exe[512], ready[320];
+    const char *build = getenv("BONSAI_BUILD_ROOT");
+    snprintf(exe, sizeof exe, "%s/tools/bonsai-serve", build ? build : "build");
+    snprintf(ready, sizeof ready, "%s/ready.%d", f->dir, rand());
+    const char *argv[64] = {exe, "-m", f->model, "--port", "0", "--ready-file", ready, "-t", "2"};
+    int argc = 9;
+    for (int i = 0; extra && extra[i] && argc < 62; i++) argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    f->pid = fork();
+    if (f->pid == 0) {
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 600; i++) { // 60 s
+        FILE *fp = fopen(ready, "r");
+        if (fp) {
+            int ok = fscanf(fp, "%*[^:]:%d", &f->port) == 1;
+            fclose(fp);
+            unlink(ready);
+            if (ok) return 0;
+        }
+        int st;
+        if (waitpid(f->pid, &st, WNOHANG) == f->pid) {
+            fprintf(stderr, "fixture: bonsai-serve exited early (status %d)\n", st);
+            f->pid = 0;
+            return -1;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(f->pid, SIGKILL);
+    waitpid(f->pid, NULL, 0);
+    f->pid = 0;
+    return -1;
+}
+
+int fixture_stop(server_fixture *f) {
+    if (f->pid <= 0) return -1;
+    kill(f->pid, SIGTERM);
+    for (int i = 0; i < 300; i++) { // 30 s
+        int st;
+        if (waitpid(f->pid, &st, WNOHANG) == f->pid) {
+            f->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(f->pid, SIGKILL);
+    waitpid(f->pid, NULL, 0);
+    f->pid = 0;
+    return -1;
+}
+
+long fixture_rss_kb(const server_fixture *f) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)f->pid);
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    long kb = -1;
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    fclose(fp);
+    return kb;
+}

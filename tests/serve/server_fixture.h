@@ -1,0 +1,25 @@
+// tests/serve/server_fixture.h — starts the real bonsai-serve on a free loopback port with a
+// generated tiny model, for the integration tests.
+#ifndef BONSAI_TEST_SERVER_FIXTURE_H
+#define BONSAI_TEST_SERVER_FIXTURE_H
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char dir[256];      // temp dir holding the model and the ready file
+    char model[320];
+} server_fixture;
+
+// fixture_model: writes the tiny generated model into a fresh temp dir; returns 0 or -1.
+int fixture_model(server_fixture *f, const char *preset);
+// fixture_start: execs build/tools/bonsai-serve -m model --port 0 plus extra args (NULL-terminated
+// list) and waits (≤ 60 s) until it listens; returns 0 or -1.
+int fixture_start(server_fixture *f, const char *const *extra_args);
+// fixture_stop: SIGTERM and wait; returns the exit status (or -1 if it had to be killed).
+int fixture_stop(server_fixture *f);
+// fixture_rss_kb: the server's resident set size in KiB (from /proc), or -1.
+long fixture_rss_kb(const server_fixture *f);
+
+#endif

@@ -1,0 +1,103 @@
+// bonsai-serve — llama-server-compatible HTTP server on the bonsai engine (SERVER.md).
+#include "serve/server.h"
+#include "core/util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bonsai-serve -m MODEL.gguf [options]\n"
+            "  -m, --model FILE        model GGUF (required)\n"
+            "  -a, --alias NAME        model name in responses (default: file name)\n"
+            "  --host ADDR             IPv4 address to bind (default 127.0.0.1)\n"
+            "  --port N                port (default 8080; 0 = any free port)\n"
+            "  -c, --ctx-size N        context per slot (default 0 = from the model, at most 4096)\n"
+            "  -np, --parallel N       number of slots (default 1)\n"
+            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  --queue N               requests that may wait for a slot (default 64; more get 503)\n"
+            "  --max-body BYTES        request body limit (default 4194304; larger get 413)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' (repeatable)\n"
+            "  --metrics               enable GET /metrics (Prometheus)\n"
+            "  --no-slots              disable GET /slots\n"
+            "  -ngl, --gpu-layers N    accepted for llama-server compatibility; this build decodes on the CPU\n"
+            "  -fa, --flash-attn on|off|auto  accepted (attention is computed exactly either way)\n"
+            "  --ready-file FILE       write \"host:port\" there once listening (for scripts/tests)\n"
+            "Not implemented yet (refused): -md/--model-draft, --spec-type, --spec-draft-n-max, -ngld,\n"
+            "  --lora, --jinja templates other than ChatML, --props.\n");
+}
+
+static const char *need(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "bonsai-serve: %s needs a value\n", argv[*i]);
+        exit(1);
+    }
+    return argv[++*i];
+}
+
+static int to_int(const char *flag, const char *v) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < -1 || x > 1000000000) {
+        fprintf(stderr, "bonsai-serve: %s: '%s' is not a valid number\n", flag, v);
+        exit(1);
+    }
+    return (int)x;
+}
+
+int main(int argc, char **argv) {
+    bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
+                          .max_body = 4u << 20, .slots_endpoint = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) p.model_path = need(argc, argv, &i);
+        else if (!strcmp(a, "-a") || !strcmp(a, "--alias")) p.alias = need(argc, argv, &i);
+        else if (!strcmp(a, "--host")) p.host = need(argc, argv, &i);
+        else if (!strcmp(a, "--port")) p.port = to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) p.n_ctx = to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) p.n_slots = to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "--queue")) p.queue_max = to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "--max-body")) p.max_body = (size_t)to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "--metrics")) p.metrics = true;
+        else if (!strcmp(a, "--no-slots")) p.slots_endpoint = false;
+        else if (!strcmp(a, "--ready-file")) p.ready_file = need(argc, argv, &i);
+        else if (!strcmp(a, "--api-key")) {
+            if (p.n_api_keys == BN_SERVE_MAX_KEYS) {
+                fprintf(stderr, "bonsai-serve: at most %d API keys\n", BN_SERVE_MAX_KEYS);
+                return 1;
+            }
+            p.api_keys[p.n_api_keys++] = need(argc, argv, &i);
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
+            const char *v = need(argc, argv, &i);
+            if (strcmp(v, "0") != 0)
+                fprintf(stderr, "bonsai-serve: warning: -ngl %s: the CUDA forward is not implemented yet; decoding on the CPU\n", v);
+        } else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
+            const char *v = need(argc, argv, &i);
+            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+                fprintf(stderr, "bonsai-serve: -fa takes on, off or auto\n");
+                return 1;
+            }
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft") || !strcmp(a, "--spec-draft-model") ||
+                   !strcmp(a, "--spec-type") || !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "-ngld") ||
+                   !strcmp(a, "--spec-draft-ngl") || !strcmp(a, "--gpu-layers-draft")) {
+            fprintf(stderr, "bonsai-serve: %s: speculative decoding (DSpark) is not implemented yet\n", a);
+            return 1;
+        } else {
+            fprintf(stderr, "bonsai-serve: unknown or unsupported option '%s' (see --help)\n", a);
+            return 1;
+        }
+    }
+    if (!p.model_path) {
+        usage(stderr);
+        return 1;
+    }
+    if (p.n_slots < 1 || p.n_slots > 64) {
+        fprintf(stderr, "bonsai-serve: -np must be in 1..64\n");
+        return 1;
+    }
+    return bn_server_run(&p);
+}
