@@ -1,0 +1,180 @@
+// tests/tokenizer/test_tok_synth.c — small synthetic byte-level BPE vocabularies (256 byte tokens
+// + merges + specials), as the model generator writes them: hand-computed merge results, leftmost
+// merge on equal ranks, byte fallback for a merge result missing from the vocab, special tokens,
+// EOG set, round trips on arbitrary bytes (invalid UTF-8 included); then the vocabulary that
+// bn_mkmodel_write puts into the tiny model.
+#include "core/tokenizer.h"
+#include "core/unicode.h"
+#include "core/mkmodel.h"
+#include "core/util.h"
+#include "tests/test.h"
+#include <string.h>
+#include <unistd.h>
+
+#define G "\xc4\xa0" // 'Ġ'
+
+typedef struct {
+    char *tok[400];
+    int32_t type[400];
+    int n;
+    const char *merges[64];
+    int n_merges;
+} synth;
+
+static int add_tok(synth *s, const char *text, int type) {
+    s->tok[s->n] = xstrdup(text);
+    s->type[s->n] = type;
+    return s->n++;
+}
+
+static bn_tokenizer *load(const char *path) {
+    char err[256];
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    if (!g) { fprintf(stderr, "%s\n", err); return NULL; }
+    bn_tokenizer *t = bn_tokenizer_from_gguf(g, err, sizeof err);
+    if (!t) fprintf(stderr, "%s\n", err);
+    gguf_close(g);
+    return t;
+}
+
+static int tok_ids(const bn_tokenizer *t, const char *text, bool special, int32_t *out, int cap) {
+    int32_t *ids;
+    int n = bn_tokenize(t, text, strlen(text), false, special, &ids);
+    for (int i = 0; i < n && i < cap; i++) out[i] = ids[i];
+    free(ids);
+    return n;
+}
+
+static void roundtrip(const bn_tokenizer *t, const char *s, size_t n, const char *what) {
+    int32_t *ids;
+    int k = bn_tokenize(t, s, n, false, false, &ids);
+    size_t dl;
+    char *d = bn_detokenize(t, ids, k, true, &dl);
+    CHECK(k >= 0 && dl == n && memcmp(d, s, n) == 0, "round trip %s (%d ids)", what, k);
+    free(d);
+    free(ids);
+}
+
+static void test_handmade(const char *dir) {
+    synth s = {0};
+    for (int b = 0; b < 256; b++) {
+        char c[4] = {0};
+        bn_utf8_encode(bn_byte_to_cp((uint8_t)b), c);
+        add_tok(&s, c, BN_TOKEN_NORMAL);
+    }
+    // merges (rank = order); "x y" → "xy" is deliberately NOT a vocab token (byte fallback)
+    const char *m[] = {"h e", G " t", G "t he", "l l", "a b", "b a", "x y", "xy z"};
+    int ids_of[8];
+    for (int i = 0; i < 8; i++) {
+        s.merges[s.n_merges++] = m[i];
+        if (i == 6) { ids_of[i] = -1; continue; }
+        char merged[32];
+        const char *sp = strchr(m[i], ' ');
+        snprintf(merged, sizeof merged, "%.*s%s", (int)(sp - m[i]), m[i], sp + 1);
+        ids_of[i] = add_tok(&s, merged, BN_TOKEN_NORMAL);
+    }
+    int eot = add_tok(&s, "<|endoftext|>", BN_TOKEN_CONTROL);
+    int ims = add_tok(&s, "<|im_start|>", BN_TOKEN_CONTROL);
+    int ime = add_tok(&s, "<|im_end|>", BN_TOKEN_CONTROL);
+    int ud = add_tok(&s, "<ud>", BN_TOKEN_USER_DEFINED);
+    int pad = add_tok(&s, "[PAD999]", BN_TOKEN_UNUSED);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/synth-vocab.gguf", dir);
+    gguf_writer *w = gguf_writer_new();
+    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_set_str(w, "tokenizer.ggml.pre", "qwen35");
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)s.n, (const char *const *)s.tok);
+    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, (uint64_t)s.n, s.type);
+    gguf_set_arr_str(w, "tokenizer.ggml.merges", (uint64_t)s.n_merges, s.merges);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eot);
+    char err[256];
+    CHECK(gguf_writer_write(w, path, NULL, NULL, err, sizeof err) == 0, "write: %s", err);
+    gguf_writer_free(w);
+    bn_tokenizer *t = load(path);
+    CHECK(t != NULL, "load synthetic vocab");
+    if (!t) return;
+    CHECK(bn_tokenizer_n_vocab(t) == s.n, "n_vocab %d", bn_tokenizer_n_vocab(t));
+    int32_t o[64];
+    int n;
+    n = tok_ids(t, " the", false, o, 64); // Ġ t h e: "h e" (rank 0) first, then "Ġ t", then "Ġt he"
+    CHECK(n == 1 && o[0] == ids_of[2], "' the' -> Ġthe (n = %d, id %d)", n, o[0]);
+    n = tok_ids(t, "the", false, o, 64); // t + he; no "t he" merge
+    CHECK(n == 2 && o[0] == 't' && o[1] == ids_of[0], "'the' -> t, he (n = %d)", n);
+    n = tok_ids(t, "hello", false, o, 64); // he, l l → ll, o
+    CHECK(n == 3 && o[0] == ids_of[0] && o[1] == ids_of[3] && o[2] == 'o', "'hello' -> he ll o (n = %d)", n);
+    // "aba": "a b" (rank 4) beats "b a" (rank 5) → ab, a
+    n = tok_ids(t, "aba", false, o, 64);
+    CHECK(n == 2 && o[0] == ids_of[4] && o[1] == 'a', "'aba' -> ab a (n = %d)", n);
+    // "abab": pairs (a,b)@0 rank 4, (b,a)@1 rank 5, (a,b)@2 rank 4: leftmost equal rank first → ab ab
+    n = tok_ids(t, "abab", false, o, 64);
+    CHECK(n == 2 && o[0] == ids_of[4] && o[1] == ids_of[4], "'abab' -> ab ab (n = %d)", n);
+    // "xyz": x y → "xy" (not a token) → xy z → "xyz" token
+    n = tok_ids(t, "xyz", false, o, 64);
+    CHECK(n == 1 && o[0] == ids_of[7], "'xyz' via a non-vocab intermediate (n = %d)", n);
+    // "xy" alone: merged symbol "xy" is not in the vocab → byte tokens x, y
+    n = tok_ids(t, "xy", false, o, 64);
+    CHECK(n == 2 && o[0] == 'x' && o[1] == 'y', "'xy' falls back to bytes (n = %d)", n);
+    // space and newline bytes map to Ġ / Ċ tokens (ids 256 + k in the byte table order = byte ids here)
+    n = tok_ids(t, "a\nb", false, o, 64);
+    CHECK(n == 3 && o[1] == '\n', "newline byte token id 10 (n = %d)", n);
+    // specials
+    n = tok_ids(t, "<|im_start|>hello<|im_end|>", true, o, 64);
+    CHECK(n == 5 && o[0] == ims && o[4] == ime, "specials parsed (n = %d)", n);
+    n = tok_ids(t, "<|im_start|>", false, o, 64);
+    CHECK(n == 12, "specials as text with parse_special off (n = %d)", n);
+    n = tok_ids(t, "a<ud>b", false, o, 64);
+    CHECK(n == 3 && o[1] == ud, "user-defined token always cut (n = %d)", n);
+    n = tok_ids(t, "[PAD999]", true, o, 64);
+    CHECK(n > 1, "unused token never matched as special (n = %d)", n);
+    CHECK(bn_token_is_eog(t, eot) && bn_token_is_eog(t, ime) && !bn_token_is_eog(t, ims), "EOG set");
+    CHECK(bn_token_eos(t) == eot && bn_token_bos(t) == -1 && !bn_tokenizer_add_bos(t), "eos/bos");
+    char piece[8];
+    CHECK(bn_token_to_piece(t, pad, piece, 8, true) == 0, "unused token renders empty");
+    CHECK(bn_token_lookup(t, G "the") == ids_of[2], "lookup Ġthe");
+    // round trips over awkward bytes
+    const char *samples[] = {"", " ", "  \n\n\t x", "the theme thesis", "héllo wörld ✓ 🙂", "it's we'LL 123 4567",
+                             "a\r\nb\r\n", "\xff\xfe bad \xc3 utf8 \xe2\x82"};
+    for (size_t i = 0; i < sizeof samples / sizeof *samples; i++) roundtrip(t, samples[i], strlen(samples[i]), samples[i]);
+    char all[256];
+    for (int b = 0; b < 256; b++) all[b] = (char)b;
+    roundtrip(t, all, 256, "all 256 bytes");
+    bn_tokenizer_free(t);
+    unlink(path);
+    for (int i = 0; i < s.n; i++) free(s.tok[i]);
+}
+
+static void test_mkmodel_vocab(const char *dir) {
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, "tiny");
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/synth-tiny.gguf", dir);
+    if (bn_mkmodel_write(&p, path, err, sizeof err) != 0) {
+        CHECK(0, "mkmodel tiny: %s", err);
+        return;
+    }
+    bn_tokenizer *t = load(path);
+    CHECK(t != NULL, "tokenizer of the mkmodel tiny model");
+    if (!t) return;
+    int32_t o[64];
+    int32_t the = bn_token_lookup(t, G "the"), ims = bn_token_lookup(t, "<|im_start|>"),
+            ime = bn_token_lookup(t, "<|im_end|>");
+    CHECK(the >= 256 && ims > 0 && ime > 0, "mkmodel vocab has Ġthe, <|im_start|>, <|im_end|>");
+    int n = tok_ids(t, " the", false, o, 64);
+    CHECK(n == 1 && o[0] == the, "mkmodel: ' the' -> Ġthe (n = %d)", n);
+    n = tok_ids(t, "<|im_start|>user\nhi<|im_end|>\n", true, o, 64);
+    CHECK(n >= 4 && o[0] == ims && o[n - 2] == ime, "mkmodel: ChatML specials (n = %d)", n);
+    CHECK(bn_token_is_eog(t, ime) && bn_token_is_eog(t, bn_token_eos(t)), "mkmodel: EOG");
+    const char *text = "The quick brown fox, jumps over the lazy dog.\nAnd again!  ";
+    roundtrip(t, text, strlen(text), "mkmodel vocab text");
+    bn_tokenizer_free(t);
+    unlink(path);
+}
+
+int main(void) {
+    char dir[] = "/tmp/bonsai-tok-XXXXXX";
+    if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
+    test_handmade(dir);
+    test_mkmodel_vocab(dir);
+    rmdir(dir);
+    return test_done("test_tok_synth");
+}
