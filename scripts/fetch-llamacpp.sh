@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the llama.cpp reference from the npm registry into third_party/:
 #   third_party/node-llama-cpp/bins/linux-x64/   prebuilt CPU libllama / libggml (reference for tests)
+#   third_party/node/node_modules/openai/        the openai npm client (server client test)
 #   third_party/llama.cpp/                       llama.cpp source (git bundle inside node-llama-cpp):
 #                                                headers, vocab GGUFs with tokenizer test vectors
 # Idempotent; prints one line and exits 0 with a warning when npm cannot be reached
@@ -10,6 +11,12 @@ VER=3.22.1
 top=$(cd "$(dirname "$0")/.." && pwd)
 dst="$top/third_party"
 mkdir -p "$dst"
+# the openai npm client for the server's client test (tests/serve/test_openai_client.sh)
+if [ ! -d "$dst/node/node_modules/openai" ] && command -v npm >/dev/null 2>&1; then
+  mkdir -p "$dst/node"
+  (cd "$dst/node" && timeout 600 npm install --silent --no-audit --no-fund openai@4 >/dev/null 2>&1) ||
+    echo "fetch-llamacpp: cannot install the openai npm package; its test will skip"
+fi
 if [ -f "$dst/.llamacpp-$VER.ok" ]; then exit 0; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
