@@ -128,10 +128,10 @@ static inline __m256i q8_transpose(__m256i q) {
 
 // Integer sum of (code - 1) * q over one Q8_0 block, as 8 int32 lanes.
 static inline __m256i q2_block_isum(const uint8_t *qs, const int8_t *yq) {
-    __m256i q = _mm256_loadu_si256((const __m256i *)yq);
+    __m256i qt = q8_transpose(_mm256_loadu_si256((const __m256i *)yq));
     __m256i c = codes_transposed(qs);
-    __m256i cq = _mm256_maddubs_epi16(c, q8_transpose(q));
-    __m256i sq = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+    __m256i cq = _mm256_maddubs_epi16(c, qt);
+    __m256i sq = _mm256_maddubs_epi16(_mm256_set1_epi8(1), qt);   // same pairing: lanes are true partial sums
     return _mm256_madd_epi16(_mm256_sub_epi16(cq, sq), _mm256_set1_epi16(1));
 }
 
