@@ -230,14 +230,23 @@ static int32_t find_text(const bn_tokenizer *t, const char *s) {
     return y < 0 ? -1 : t->syms[y].tok;
 }
 
-// setup_eog: MODEL.md §11.1 step 7 (llama.cpp's text list; such tokens are forced to control).
+// setup_eog: MODEL.md §11.1 step 7, llama.cpp's text lists: these EOG texts and the FIM texts are
+// forced to control type; eos/eot/eom ids from the GGUF and FIM pad/repo/sep are EOG as well.
 static void setup_eog(bn_tokenizer *t, const gguf_file *g) {
     static const char *const eog_texts[] = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-        "<|end_of_text|>", "<end_of_utterance>", NULL};
-    static const char *const fim_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                            "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
-                                            "<|file_sep|>", NULL};
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+        "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+        "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+        "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", "[e~[", NULL};
+    static const char *const fim_eog_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+                                                "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+                                                "<|file_sep|>", NULL};
+    static const char *const fim_texts[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>",
+                                            "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>",
+                                            "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>",
+                                            "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>",
+                                            "<fim_middle>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>",
+                                            "<|middle|>", NULL};
     const char *id_keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                              "tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
                              "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
@@ -245,17 +254,14 @@ static void setup_eog(bn_tokenizer *t, const gguf_file *g) {
         int32_t id = get_id(g, id_keys[k], t->n_vocab);
         if (id >= 0) t->is_eog[id] = 1;
     }
-    for (const char *const *s = eog_texts; *s; s++) {
-        int32_t id = find_text(t, *s);
-        if (id < 0) continue;
-        t->is_eog[id] = 1;
-        t->type[id] = BN_TOKEN_CONTROL;
-    }
-    for (const char *const *s = fim_texts; *s; s++) {
-        int32_t id = find_text(t, *s);
-        if (id < 0) continue;
-        t->is_eog[id] = 1;
-        if (t->type[id] != BN_TOKEN_USER_DEFINED) t->type[id] = BN_TOKEN_CONTROL;
+    for (int list = 0; list < 3; list++) {
+        const char *const *texts = list == 0 ? eog_texts : list == 1 ? fim_eog_texts : fim_texts;
+        for (const char *const *s = texts; *s; s++) {
+            int32_t id = find_text(t, *s);
+            if (id < 0) continue;
+            if (list < 2) t->is_eog[id] = 1;
+            t->type[id] = BN_TOKEN_CONTROL;
+        }
     }
 }
 
@@ -582,7 +588,7 @@ static void bpe_word(const bn_tokenizer *t, bpe_scratch *s, const char *text, si
         if (a->len != g.llen || a->next < 0) continue;
         bpe_symbol *b = &s->sym[a->next];
         if (b->len != g.rlen) continue; // stale: one side changed since the pair was queued
-        int32_t res;
+        int32_t res = -1;
         merge_find(t, (uint32_t)a->sym, (uint32_t)b->sym, &res);
         a->len += b->len;
         a->sym = res;
@@ -598,7 +604,7 @@ static void bpe_word(const bn_tokenizer *t, bpe_scratch *s, const char *text, si
 // split_regex: splits text[0..n) with regex level; matched and unmatched spans both go on to the
 // next level (llama.cpp unicode_regex_split), the last level feeds BPE.
 static int split_regex(const bn_tokenizer *t, bpe_scratch *s, int level, const char *text, size_t n, idvec *out) {
-    if (level == t->n_re) { bpe_word(t, s, text, n, out); return 0; }
+    if (level >= t->n_re || level >= MAX_REGEX) { bpe_word(t, s, text, n, out); return 0; }
     size_t pos = 0, start = 0;
     while (pos <= n) {
         int rc = pcre2_match(t->re[level], (PCRE2_SPTR)text, n, pos, 0, s->md, s->mctx);
