@@ -321,8 +321,11 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
     for (size_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         int64_t rows = t->ne[1] * t->ne[2] * t->ne[3]; // product already checked for overflow
-        size_t rs = bn_row_size(t->type, t->ne[0]);
-        if (rows != 0 && rs > (SIZE_MAX / 2) / (size_t)rows) {
+        // the row size itself can overflow (e.g. F32 with ne[0] = 2^62 would wrap to 0 bytes)
+        uint64_t blocks = (uint64_t)(t->ne[0] / bn_type_blck(t->type));
+        bool row_overflows = blocks > (SIZE_MAX / 2) / (uint64_t)bn_type_size(t->type);
+        size_t rs = row_overflows ? 0 : bn_row_size(t->type, t->ne[0]);
+        if (row_overflows || (rows != 0 && rs > (SIZE_MAX / 2) / (size_t)rows)) {
             free(order);
             bn_err(err, errlen, "gguf: tensor '%s': byte size overflows", t->name);
             goto fail;
