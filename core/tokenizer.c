@@ -57,6 +57,8 @@ struct bn_tokenizer {
     int32_t bos, eos, unk;
     int32_t byte_tok[256]; // byte → token id (mapped char or <0xXX>), -1 if none
     uint32_t byte_sym[256]; // byte → intern sym of its mapped char (+1; 0 = none)
+    char byte_utf8[256][4];  // byte → UTF-8 of its GPT-2 mapped char
+    uint8_t byte_utf8_len[256];
 };
 
 // ---- hashing / interning ------------------------------------------------------------------
@@ -388,6 +390,13 @@ bn_tokenizer *bn_tokenizer_from_gguf(const gguf_file *g, char *err, size_t errle
     t->piece_off = xmalloc((size_t)n * sizeof *t->piece_off);
     t->piece_len = xmalloc((size_t)n * sizeof *t->piece_len);
     t->is_eog = xcalloc((size_t)n, 1);
+    // pre-size the intern table: vocab texts + merge parts/results (mostly vocab texts again)
+    size_t expect = (size_t)n + (mk ? mk->n : 0) / 4 + 1024;
+    t->ht_cap = 1024;
+    while (t->ht_cap < 2 * expect) t->ht_cap *= 2;
+    t->ht = xcalloc(t->ht_cap, sizeof *t->ht);
+    t->syms_cap = expect;
+    t->syms = xmalloc(t->syms_cap * sizeof *t->syms);
     for (int id = 0; id < n; id++) {
         int64_t y = intern(t, tk->strs[id], tk->str_lens[id]);
         t->syms[y].tok = id; // duplicates: the last id wins, as llama.cpp's token_to_id
@@ -426,6 +435,8 @@ bn_tokenizer *bn_tokenizer_from_gguf(const gguf_file *g, char *err, size_t errle
         char hex[8], mapped[4];
         snprintf(hex, sizeof hex, "<0x%02X>", b);
         int ml = bn_utf8_encode(bn_byte_to_cp((uint8_t)b), mapped);
+        memcpy(t->byte_utf8[b], mapped, (size_t)ml);
+        t->byte_utf8_len[b] = (uint8_t)ml;
         int64_t ym = intern_find(t, mapped, (size_t)ml);
         t->byte_sym[b] = kind == KIND_BPE && ym >= 0 ? (uint32_t)ym + 1 : 0;
         int32_t id = kind == KIND_BPE && ym >= 0 ? t->syms[ym].tok : -1;
@@ -568,9 +579,8 @@ static void bpe_word(const bn_tokenizer *t, bpe_scratch *s, const char *text, si
     int32_t ns = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t b = (uint8_t)text[i];
-        char mapped[4];
-        int ml = bn_utf8_encode(bn_byte_to_cp(b), mapped);
-        memcpy(s->word + wl, mapped, (size_t)ml);
+        int ml = t->byte_utf8_len[b];
+        memcpy(s->word + wl, t->byte_utf8[b], (size_t)ml);
         s->sym[ns] = (bpe_symbol){wl, (uint32_t)ml, ns - 1, (int32_t)(i + 1 < n ? ns + 1 : -1),
                                   t->byte_sym[b] ? (int32_t)t->byte_sym[b] - 1 : -1};
         wl += (uint32_t)ml;

@@ -46,10 +46,10 @@ static bool byte_is_printable(int b) {
     return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
 }
 
+// The 68 remapped bytes in order: 0-32 (k = b), 127-160 (k = b - 94), 173 (k = 67).
 uint32_t bn_byte_to_cp(uint8_t b) {
     if (byte_is_printable(b)) return b;
-    int k = 0;
-    for (int i = 0; i < b; i++) k += !byte_is_printable(i);
+    int k = b <= 32 ? b : b <= 160 ? b - 94 : 67;
     return 0x100u + (uint32_t)k;
 }
 
@@ -57,10 +57,7 @@ int bn_cp_to_byte(uint32_t cp) {
     if (cp < 0x100) return byte_is_printable((int)cp) ? (int)cp : -1;
     if (cp >= 0x100 + 68) return -1;
     int k = (int)(cp - 0x100);
-    for (int b = 0; b < 256; b++) {
-        if (!byte_is_printable(b) && k-- == 0) return b;
-    }
-    return -1;
+    return k <= 32 ? k : k <= 66 ? k + 94 : 173;
 }
 
 size_t bn_utf8_valid_prefix(const char *s, size_t n) {

@@ -170,7 +170,21 @@ static void test_mkmodel_vocab(const char *dir) {
     unlink(path);
 }
 
+// test_byte_map: GPT-2 bytes_to_unicode (MODEL.md §11.1 step 3) and its inverse.
+static void test_byte_map(void) {
+    int k = 0, bad = 0;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        uint32_t want = printable ? (uint32_t)b : 0x100u + (uint32_t)k++;
+        bad += bn_byte_to_cp((uint8_t)b) != want || bn_cp_to_byte(want) != b;
+    }
+    CHECK(bad == 0 && k == 68, "byte map: %d wrong, %d remapped", bad, k);
+    CHECK(bn_byte_to_cp(' ') == 0x120 && bn_byte_to_cp('\n') == 0x10A && bn_byte_to_cp('\t') == 0x109, "Ġ Ċ ĉ");
+    CHECK(bn_cp_to_byte(0x144) == -1 && bn_cp_to_byte(0x20) == -1 && bn_cp_to_byte(0xAD) == -1, "unmapped cps");
+}
+
 int main(void) {
+    test_byte_map();
     char dir[] = "/tmp/bonsai-tok-XXXXXX";
     if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
     test_handmade(dir);
