@@ -1,7 +1,9 @@
 // core/unicode.c — UTF-8 helpers and the GPT-2 byte map.
 #include "core/unicode.h"
 #include "core/tokenizer.h"
+#include "core/util.h"
 #include <stdbool.h>
+#include <string.h>
 
 int bn_utf8_len(uint8_t c) {
     static const int lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
@@ -68,4 +70,34 @@ size_t bn_utf8_valid_prefix(const char *s, size_t n) {
         i += (size_t)len;
     }
     return i;
+}
+
+size_t bn_utf8_complete_len(const char *s, size_t n) {
+    // look back at most 3 bytes for a lead byte whose sequence runs past the end
+    for (size_t i = 1; i <= 4 && i <= n; i++) {
+        uint8_t c = (uint8_t)s[n - i];
+        if ((c & 0xC0) == 0x80) continue; // continuation byte: keep looking for its lead
+        int need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return (size_t)need > i ? n - i : n;
+    }
+    return n;
+}
+
+char *bn_utf8_sanitize(const char *s, size_t n, size_t *out_len) {
+    char *out = xmalloc(3 * n + 1);
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        int len;
+        if (bn_utf8_decode((const uint8_t *)s + i, n - i, &len) >= 0) {
+            memcpy(out + m, s + i, (size_t)len);
+            m += (size_t)len;
+        } else {
+            memcpy(out + m, "\xEF\xBF\xBD", 3);
+            m += 3;
+        }
+        i += (size_t)len;
+    }
+    out[m] = 0;
+    if (out_len) *out_len = m;
+    return out;
 }

@@ -183,8 +183,27 @@ static void test_byte_map(void) {
     CHECK(bn_cp_to_byte(0x144) == -1 && bn_cp_to_byte(0x20) == -1 && bn_cp_to_byte(0xAD) == -1, "unmapped cps");
 }
 
+// test_utf8_helpers: valid prefix, complete length (streaming) and sanitising.
+static void test_utf8_helpers(void) {
+    const char *s = "a\xc3\xa9\xe2\x82"; // a é + the first 2 bytes of €
+    CHECK(bn_utf8_valid_prefix(s, 5) == 3, "valid prefix stops before a cut character");
+    CHECK(bn_utf8_complete_len(s, 5) == 3, "complete_len drops the cut character");
+    CHECK(bn_utf8_complete_len(s, 3) == 3 && bn_utf8_complete_len("", 0) == 0, "complete_len of complete text");
+    const char *bad = "x\xffy\xc3\xa9";
+    CHECK(bn_utf8_valid_prefix(bad, 5) == 1, "valid prefix stops at an invalid byte");
+    CHECK(bn_utf8_complete_len(bad, 5) == 5, "complete_len keeps invalid bytes in the middle");
+    size_t n;
+    char *clean = bn_utf8_sanitize(bad, 5, &n);
+    CHECK(n == 7 && strcmp(clean, "x\xef\xbf\xbdy\xc3\xa9") == 0, "sanitize -> U+FFFD (%zu bytes)", n);
+    free(clean);
+    clean = bn_utf8_sanitize("\xed\xa0\x80", 3, &n); // a UTF-16 surrogate encoded in UTF-8 is invalid
+    CHECK(n == 9, "surrogate bytes each replaced (%zu bytes)", n);
+    free(clean);
+}
+
 int main(void) {
     test_byte_map();
+    test_utf8_helpers();
     char dir[] = "/tmp/bonsai-tok-XXXXXX";
     if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
     test_handmade(dir);
