@@ -42,11 +42,12 @@ void bn_axpy_f32(float *y, float a, const float *x, int n);
 
 // ---- Gated DeltaNet pieces -----------------------------------------------------------------
 // bn_conv1d_silu_step: one token of the causal depthwise conv + SiLU over C channels, kernel K.
-//   window: {C, K-1} — K-1 rows of C floats: the previous K-1 raw inputs (pre-conv), oldest
-//           first (zeros at sequence start); updated in place (shifted by one, x appended).
+//   window: {K-1, C} in ggml order — channel ch's previous K-1 raw inputs (pre-conv) at
+//           window[ch*(K-1) + i], oldest first (zeros at sequence start); updated in place
+//           (shifted by one, x appended). This is llama.cpp's conv-state layout.
 //   w:      {K, C} as stored in GGUF (ssm_conv1d: tap i of channel ch at w[ch*K + i];
 //           tap K-1 multiplies the current token x).
-//   out[ch] = SiLU(Σ_{i<K-1} w[ch*K+i]·window[i][ch] + w[ch*K+K-1]·x[ch]). out must not alias window.
+//   out[ch] = SiLU(Σ_{i<K-1} w[ch*K+i]·window[ch*(K-1)+i] + w[ch*K+K-1]·x[ch]). out may alias x.
 void bn_conv1d_silu_step(float *out, float *window, const float *x, const float *w, int C, int K);
 // bn_gdn_step: one token of the gated delta rule for one value head (MODEL.md §4.3 step 6).
 //   S: {dk, dv} in ggml order = dv rows of dk floats, S[j*dk + i] = S_ij (i key dim, j value dim),

@@ -1,0 +1,250 @@
+// core/forward.c — the CPU forward pass (MODEL.md §4 for qwen35, §7 for qwen3 / llama / qwen2).
+// Tokens are processed in chunks of at most s->n_batch rows: the matmuls of a chunk run batched,
+// the GDN recurrence and the KV-cache attention run token by token (parallel over heads).
+#include "core/forward_impl.h"
+#include "core/matmul.h"
+#include "core/ops.h"
+#include "core/util.h"
+#include <math.h>
+#include <string.h>
+
+// ---- small helpers --------------------------------------------------------------------------
+// rmsnorm_rows: y[t] = RMSNorm(x[t]; w) for nb rows of n.
+static void rmsnorm_rows(float *y, const float *x, const bn_weight *w, int nb, int n, float eps) {
+    for (int t = 0; t < nb; t++) bn_rmsnorm(y + (size_t)t * n, x + (size_t)t * n, w->data, n, eps);
+}
+
+// add_rows: y += x over nb*n floats.
+static void add_rows(float *y, const float *x, size_t count) {
+    for (size_t i = 0; i < count; i++) y[i] += x[i];
+}
+
+// add_bias_rows: y[t] += b for nb rows of n (no-op when the bias is absent).
+static void add_bias_rows(float *y, const bn_weight *b, int nb, int n) {
+    if (!b->data) return;
+    for (int t = 0; t < nb; t++) add_rows(y + (size_t)t * n, b->data, (size_t)n);
+}
+
+static void matmul(bn_state *s, const bn_weight *w, const float *x, float *y, int nb) {
+    bn_matmul(w, x, y, nb, s->work, s->pool);
+}
+
+static void rope(const bn_config *c, float *x, int pos) {
+    if (c->arch == BN_ARCH_LLAMA)
+        bn_rope_norm(x, c->head_dim, c->n_rot, pos, c->rope_base);
+    else
+        bn_rope_neox(x, c->head_dim, c->n_rot, pos, c->rope_base);
+}
+
+// ---- attention ------------------------------------------------------------------------------
+typedef struct {
+    const bn_config *c;
+    bn_state *s;
+    int il, p0, q_stride; // q_stride: floats per token in s->qg
+    bool gated;
+} attn_job;
+
+// attn_task: items are (token t, head h) pairs, index t*n_head + h.
+static void attn_task(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const attn_job *job = ctx;
+    const bn_config *c = job->c;
+    bn_state *s = job->s;
+    const int hd = c->head_dim, group = c->n_head / c->n_head_kv;
+    const int64_t kv_dim = (int64_t)c->n_head_kv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = s->scores + (size_t)tid * s->n_ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        const int t = (int)(i / c->n_head), h = (int)(i % c->n_head);
+        const int kvh = h / group;
+        const int n_kv = job->p0 + t + 1; // causal: positions 0 ..= p0 + t
+        const float *q = s->qg + (size_t)t * job->q_stride + (size_t)h * (job->gated ? 2 * hd : hd);
+        float *o = s->att + (size_t)t * c->n_head * hd + (size_t)h * hd;
+        bn_attention_head(o, q, s->k_cache[job->il] + (size_t)kvh * hd, s->v_cache[job->il] + (size_t)kvh * hd, n_kv,
+                          kv_dim, hd, scale, scores);
+        if (job->gated) bn_sigmoid_gate(o, o, q + hd, hd); // gate rows follow the query rows of head h
+    }
+}
+
+// attention_layer: s->mo = attention(s->xn) for nb tokens at positions p0.., appending to the KV cache.
+static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int p0) {
+    const bn_config *c = &m->cfg;
+    const bn_layer_weights *lw = &m->w.layers[il];
+    const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv;
+    const bool gated = c->arch == BN_ARCH_QWEN35;
+    const int q_stride = nh * hd * (gated ? 2 : 1), kv_dim = nkv * hd;
+
+    matmul(s, &lw->attn_q, s->xn, s->qg, nb); // per head: query [, gate]
+    matmul(s, &lw->attn_k, s->xn, s->kb, nb);
+    matmul(s, &lw->attn_v, s->xn, s->vb, nb);
+    add_bias_rows(s->qg, &lw->attn_q_bias, nb, q_stride);
+    add_bias_rows(s->kb, &lw->attn_k_bias, nb, kv_dim);
+    add_bias_rows(s->vb, &lw->attn_v_bias, nb, kv_dim);
+
+    for (int t = 0; t < nb; t++) {
+        const int pos = p0 + t;
+        for (int h = 0; h < nh; h++) {
+            float *q = s->qg + (size_t)t * q_stride + (size_t)h * (gated ? 2 * hd : hd);
+            if (lw->attn_q_norm.data) bn_rmsnorm(q, q, lw->attn_q_norm.data, hd, c->norm_eps);
+            rope(c, q, pos);
+        }
+        float *k = s->kb + (size_t)t * kv_dim;
+        for (int j = 0; j < nkv; j++) {
+            float *kj = k + (size_t)j * hd;
+            if (lw->attn_k_norm.data) bn_rmsnorm(kj, kj, lw->attn_k_norm.data, hd, c->norm_eps);
+            rope(c, kj, pos);
+        }
+        memcpy(s->k_cache[il] + (size_t)pos * kv_dim, k, sizeof(float) * kv_dim);
+        memcpy(s->v_cache[il] + (size_t)pos * kv_dim, s->vb + (size_t)t * kv_dim, sizeof(float) * kv_dim);
+    }
+
+    attn_job job = {.c = c, .s = s, .il = il, .p0 = p0, .q_stride = q_stride, .gated = gated};
+    bn_parallel_for(s->pool, (int64_t)nb * nh, attn_task, &job);
+    matmul(s, &lw->attn_output, s->att, s->mo, nb);
+}
+
+// ---- Gated DeltaNet -------------------------------------------------------------------------
+typedef struct {
+    const bn_config *c;
+    const bn_layer_weights *lw;
+    bn_state *s;
+    int il, nb, conv_dim;
+} gdn_job;
+
+// gdn_heads_task: value heads [h0, h1), each running the recurrence over the chunk's tokens.
+static void gdn_heads_task(void *ctx, int64_t h0, int64_t h1, int tid) {
+    (void)tid;
+    const gdn_job *job = ctx;
+    const bn_config *c = job->c;
+    bn_state *s = job->s;
+    const int dk = c->ssm_d_state, dv = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
+    const float *dt_bias = job->lw->ssm_dt.data, *ssm_a = job->lw->ssm_a.data, *norm_w = job->lw->ssm_norm.data;
+    for (int64_t h = h0; h < h1; h++) {
+        float *S = s->ssm[job->il] + (size_t)h * dk * dv;
+        const int kh = (int)(h % Hk); // GGUF tiled layout: value head h pairs with key head h mod Hk
+        for (int t = 0; t < job->nb; t++) {
+            const float *conv_out = s->qg + (size_t)t * job->conv_dim; // [q | k | v] after conv+SiLU+norms
+            const float *q = conv_out + (size_t)kh * dk;
+            const float *k = conv_out + (size_t)Hk * dk + (size_t)kh * dk;
+            const float *v = conv_out + (size_t)2 * Hk * dk + (size_t)h * dv;
+            const float beta = bn_sigmoid(s->bb[(size_t)t * Hv + h]);
+            const float g = bn_softplus(s->ab[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h];
+            const float alpha = expf(g);
+            float *y = s->att + (size_t)t * Hv * dv + (size_t)h * dv;
+            bn_gdn_step(S, q, k, v, alpha, beta, y, dk, dv);
+            bn_gated_rmsnorm(y, y, s->z + (size_t)t * Hv * dv + (size_t)h * dv, norm_w, dv, c->norm_eps);
+        }
+    }
+}
+
+// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S.
+static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb) {
+    const bn_config *c = &m->cfg;
+    const bn_layer_weights *lw = &m->w.layers[il];
+    const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
+    const int conv_dim = 2 * Hk * dk + Hv * dk;
+    const float q_scale = 1.0f / sqrtf((float)dk);
+
+    matmul(s, &lw->attn_qkv, s->xn, s->qg, nb);  // mix {conv_dim, nb}
+    matmul(s, &lw->attn_gate, s->xn, s->z, nb);  // z   {Hv*dv, nb}
+    matmul(s, &lw->ssm_beta, s->xn, s->bb, nb);  // b   {Hv, nb}
+    matmul(s, &lw->ssm_alpha, s->xn, s->ab, nb); // a   {Hv, nb}
+
+    for (int t = 0; t < nb; t++) {
+        float *mix = s->qg + (size_t)t * conv_dim;
+        bn_conv1d_silu_step(mix, s->conv[il], mix, lw->ssm_conv1d.data, conv_dim, c->ssm_conv_kernel);
+        for (int j = 0; j < Hk; j++) {
+            float *q = mix + (size_t)j * dk, *k = mix + (size_t)(Hk + j) * dk;
+            bn_l2norm(q, q, dk, c->norm_eps);
+            bn_l2norm(k, k, dk, c->norm_eps);
+            for (int i = 0; i < dk; i++) q[i] *= q_scale;
+        }
+    }
+    gdn_job job = {.c = c, .lw = lw, .s = s, .il = il, .nb = nb, .conv_dim = conv_dim};
+    bn_parallel_for(s->pool, Hv, gdn_heads_task, &job);
+    matmul(s, &lw->ssm_out, s->att, s->mo, nb);
+}
+
+// ---- FFN ------------------------------------------------------------------------------------
+// ffn: s->mo = ffn_down · (SiLU(ffn_gate · xn) ⊙ (ffn_up · xn)).
+static void ffn(const bn_model *m, bn_state *s, int il, int nb) {
+    const bn_layer_weights *lw = &m->w.layers[il];
+    const int F = m->cfg.n_ff;
+    matmul(s, &lw->ffn_gate, s->xn, s->gate, nb);
+    matmul(s, &lw->ffn_up, s->xn, s->up, nb);
+    bn_swiglu(s->gate, s->gate, s->up, nb * F);
+    matmul(s, &lw->ffn_down, s->gate, s->mo, nb);
+}
+
+// ---- chunk ----------------------------------------------------------------------------------
+// forward_chunk: runs nb tokens (global indices t_off.., of n_total in this call) at s->pos.
+static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens, int nb, int t_off, int n_total,
+                          bn_forward_out *out) {
+    const bn_config *c = &m->cfg;
+    const int H = c->n_embd;
+    const int p0 = s->pos;
+    for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
+
+    for (int il = 0; il < c->n_layer; il++) {
+        const bn_layer_weights *lw = &m->w.layers[il];
+        rmsnorm_rows(s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
+        if (c->is_recurrent[il])
+            gdn_layer(m, s, il, nb);
+        else
+            attention_layer(m, s, il, nb, p0);
+        add_rows(s->x, s->mo, (size_t)nb * H);
+
+        rmsnorm_rows(s->xn, s->x, &lw->post_attention_norm, nb, H, c->norm_eps);
+        ffn(m, s, il, nb);
+        add_rows(s->x, s->mo, (size_t)nb * H);
+
+        if (out && out->taps)
+            for (int k = 0; k < out->n_taps; k++) {
+                if (out->tap_layers[k] != il) continue;
+                for (int t = 0; t < nb; t++)
+                    memcpy(out->taps + ((size_t)(t_off + t) * out->n_taps + k) * H, s->x + (size_t)t * H,
+                           sizeof(float) * H);
+            }
+    }
+    s->pos = p0 + nb;
+
+    if (!out || (!out->logits && !out->hidden)) return;
+    // rows of this chunk that produce output: all of them, or only the very last token
+    int first, n_rows, out_row;
+    if (out->all_logits) {
+        first = 0, n_rows = nb, out_row = t_off;
+    } else {
+        if (t_off + nb != n_total) return;
+        first = nb - 1, n_rows = 1, out_row = 0;
+    }
+    const float *x_sel = s->x + (size_t)first * H;
+    rmsnorm_rows(s->xn, x_sel, &m->w.output_norm, n_rows, H, c->norm_eps);
+    if (out->hidden) memcpy(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows);
+    if (out->logits) matmul(s, &m->w.output, s->xn, out->logits + (size_t)out_row * c->n_vocab, n_rows);
+}
+
+int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
+               size_t errlen) {
+    const bn_config *c = &m->cfg;
+    if (s->m != m) return bn_err(err, errlen, "bn_forward: state was created for a different model");
+    if (n < 0) return bn_err(err, errlen, "bn_forward: negative token count %d", n);
+    if (n == 0) {
+        if (out && (out->logits || out->hidden)) return bn_err(err, errlen, "bn_forward: no tokens to produce output for");
+        return 0;
+    }
+    if ((int64_t)s->pos + n > s->n_ctx)
+        return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", s->pos, n, s->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
+            return bn_err(err, errlen, "bad token id %d at index %d (vocabulary has %d tokens)", tokens[t], t, c->n_vocab);
+    if (out && out->taps)
+        for (int k = 0; k < out->n_taps; k++)
+            if (!out->tap_layers || out->tap_layers[k] < 0 || out->tap_layers[k] >= c->n_layer)
+                return bn_err(err, errlen, "bad tap layer %d (model has %d layers)",
+                              out->tap_layers ? out->tap_layers[k] : -1, c->n_layer);
+
+    for (int t0 = 0; t0 < n; t0 += s->n_batch) {
+        const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;
+        forward_chunk(m, s, tokens + t0, nb, t0, n, out);
+    }
+    return 0;
+}

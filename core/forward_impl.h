@@ -1,0 +1,40 @@
+// core/forward_impl.h — internal to the CPU engine (state.c, forward.c): the layout of bn_state.
+#ifndef BONSAI_FORWARD_IMPL_H
+#define BONSAI_FORWARD_IMPL_H
+#include "core/forward.h"
+#include "core/threads.h"
+
+// Tokens per internal prefill chunk: scratch buffers hold this many activation rows.
+#define BN_MAX_BATCH 64
+
+struct bn_state {
+    const bn_model *m;
+    int n_ctx;
+    int pos;              // tokens consumed
+    int n_batch;          // rows in the scratch buffers (min(n_ctx, BN_MAX_BATCH))
+    int n_threads;
+    bn_pool *pool;
+    // per layer views (NULL where the layer has no such state)
+    float **k_cache;      // [n_layer] -> {n_head_kv*hd, n_ctx}: k after q/k-norm and RoPE
+    float **v_cache;      // [n_layer] -> {n_head_kv*hd, n_ctx}
+    float **conv;         // [n_layer] -> {K-1, conv_dim}: previous raw conv inputs (ops.h layout)
+    float **ssm;          // [n_layer] -> {dk, dv, Hv}: S per value head (ops.h bn_gdn_step layout)
+    // all conv windows and S matrices, contiguous (snapshot = one memcpy)
+    float *recurrent;
+    size_t n_recurrent;   // floats
+    // scratch, rows = n_batch
+    float *x;             // {H, B} residual stream
+    float *xn;            // {H, B} normed input of a mixer / FFN / head
+    float *mo;            // {H, B} mixer / FFN output
+    float *qg;            // {max(q rows, conv_dim), B}: attention q(+gate) or GDN qkv mix
+    float *kb, *vb;       // {n_head_kv*hd, B}
+    float *z;             // {Hv*dv, B} GDN output gate
+    float *att;           // {max(nh*hd, Hv*dv), B}: attention heads output / GDN gated-norm output
+    float *bb, *ab;       // {Hv, B} GDN beta / alpha logits
+    float *gate, *up;     // {F, B}
+    float *scores;        // {n_ctx, n_threads} attention scores per thread
+    void *work;           // matmul scratch
+    size_t work_size;
+};
+
+#endif

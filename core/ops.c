@@ -1,0 +1,185 @@
+// core/ops.c — fp32 math primitives of the forward (see core/ops.h for shapes and semantics).
+#include "core/ops.h"
+#include <math.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+float bn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+float bn_silu(float x) { return x / (1.0f + expf(-x)); }
+float bn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// ---- dot / axpy with runtime dispatch -------------------------------------------------------
+static float dot_scalar(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    __m256 acc = _mm256_add_ps(acc0, acc1);
+    __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
+    __m128 s4 = _mm_add_ps(lo, hi);
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    float sum = _mm_cvtss_f32(s4);
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+__attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, const float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static int have_avx2(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return cached;
+}
+#endif
+
+float bn_dot_f32(const float *a, const float *b, int n) {
+#if defined(__x86_64__)
+    if (have_avx2()) return dot_avx2(a, b, n);
+#endif
+    return dot_scalar(a, b, n);
+}
+
+void bn_axpy_f32(float *y, float a, const float *x, int n) {
+#if defined(__x86_64__)
+    if (have_avx2()) {
+        axpy_avx2(y, a, x, n);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// ---- norms ----------------------------------------------------------------------------------
+void bn_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double sum_sq = 0.0;
+    for (int i = 0; i < n; i++) sum_sq += (double)x[i] * x[i];
+    const float mean_sq = (float)(sum_sq / n);
+    const float scale = 1.0f / sqrtf(mean_sq + eps);
+    if (w)
+        for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * scale);
+    else
+        for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+void bn_l2norm(float *y, const float *x, int n, float eps) {
+    double sum_sq = 0.0;
+    for (int i = 0; i < n; i++) sum_sq += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)sum_sq + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+void bn_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int n, float eps) {
+    bn_rmsnorm(y, o, w, n, eps);
+    for (int i = 0; i < n; i++) y[i] *= bn_silu(z[i]);
+}
+
+// ---- rope -----------------------------------------------------------------------------------
+// theta_i = pos * base^(-2i/n_rot); computed like ggml (theta_scale power series in float).
+void bn_rope_neox(float *x, int head_dim, int n_rot, int pos, float base) {
+    (void)head_dim;
+    const int half = n_rot / 2;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < half; i++) {
+        const float c = cosf(theta), s = sinf(theta);
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+        theta *= theta_scale;
+    }
+}
+
+void bn_rope_norm(float *x, int head_dim, int n_rot, int pos, float base) {
+    (void)head_dim;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        const float c = cosf(theta), s = sinf(theta);
+        const float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = b * c + a * s;
+        theta *= theta_scale;
+    }
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+void bn_swiglu(float *y, const float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) y[i] = bn_silu(gate[i]) * up[i];
+}
+
+void bn_sigmoid_gate(float *y, const float *x, const float *g, int n) {
+    for (int i = 0; i < n; i++) y[i] = x[i] * bn_sigmoid(g[i]);
+}
+
+void bn_softmax_inplace(float *x, int n) {
+    float max_v = -INFINITY;
+    for (int i = 0; i < n; i++) max_v = x[i] > max_v ? x[i] : max_v;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max_v);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+// ---- Gated DeltaNet -------------------------------------------------------------------------
+void bn_conv1d_silu_step(float *out, float *window, const float *x, const float *w, int C, int K) {
+    const int km1 = K - 1;
+    for (int ch = 0; ch < C; ch++) {
+        float *win = window + (size_t)ch * km1;
+        const float *wc = w + (size_t)ch * K;
+        const float x_now = x[ch];
+        float acc = wc[km1] * x_now;
+        for (int i = 0; i < km1; i++) acc += wc[i] * win[i];
+        for (int i = 0; i + 1 < km1; i++) win[i] = win[i + 1];
+        if (km1 > 0) win[km1 - 1] = x_now;
+        out[ch] = bn_silu(acc);
+    }
+}
+
+void bn_gdn_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                 float *o, int dk, int dv) {
+    // Row j of S (dk floats) is column j of the math S (value dim j).
+    for (int j = 0; j < dv; j++) {
+        float *row = S + (size_t)j * dk;
+        // decay, read u_j = Σ_i S_ij k_i (after decay), delta, rank-1 update, output.
+        for (int i = 0; i < dk; i++) row[i] *= alpha;
+        const float u_j = bn_dot_f32(row, k, dk);
+        const float delta_j = beta * (v[j] - u_j);
+        bn_axpy_f32(row, delta_j, k, dk);
+        o[j] = bn_dot_f32(row, q, dk);
+    }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+void bn_attention_head(float *out, const float *q, const float *K, const float *V, int n_kv,
+                       int64_t kv_stride, int hd, float scale, float *scores) {
+    for (int t = 0; t < n_kv; t++) scores[t] = scale * bn_dot_f32(q, K + (size_t)t * kv_stride, hd);
+    bn_softmax_inplace(scores, n_kv);
+    memset(out, 0, sizeof(float) * (size_t)hd);
+    for (int t = 0; t < n_kv; t++) bn_axpy_f32(out, scores[t], V + (size_t)t * kv_stride, hd);
+}

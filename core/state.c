@@ -1,0 +1,164 @@
+// core/state.c — per-sequence state: one allocation holding the struct, the per-layer views, the
+// recurrent region (conv windows + S), the fp32 KV cache and the scratch buffers; snapshots.
+#include "core/forward_impl.h"
+#include "core/matmul.h"
+#include "core/util.h"
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+// Carves 64-byte aligned pieces out of one block: a first pass with base == NULL only counts.
+typedef struct {
+    uint8_t *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes) {
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += align64(bytes);
+    return p;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+// work_size_for: largest matmul scratch any weight of the model needs for B rows.
+static size_t work_size_for(const bn_model *m, int B) {
+    size_t ws = bn_matmul_work_size(&m->w.output, B);
+    for (int il = 0; il < m->cfg.n_layer; il++) {
+        const bn_layer_weights *lw = &m->w.layers[il];
+        const bn_weight *ws_list[] = {&lw->ffn_gate, &lw->ffn_up, &lw->ffn_down, &lw->attn_q, &lw->attn_k,
+                                      &lw->attn_v, &lw->attn_output, &lw->attn_qkv, &lw->attn_gate, &lw->ssm_beta,
+                                      &lw->ssm_alpha, &lw->ssm_out};
+        for (size_t i = 0; i < sizeof ws_list / sizeof ws_list[0]; i++)
+            if (ws_list[i]->data) ws = max_sz(ws, bn_matmul_work_size(ws_list[i], B));
+    }
+    return ws;
+}
+
+// layout: assigns every pointer of s (when c->base != NULL) and returns the total size.
+static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B, int n_threads) {
+    const bn_config *cf = &m->cfg;
+    const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer;
+    const size_t kv_dim = (size_t)cf->n_head_kv * cf->head_dim;
+    const size_t q_rows = (size_t)cf->n_head * cf->head_dim * (cf->arch == BN_ARCH_QWEN35 ? 2 : 1);
+    const size_t dk = cf->ssm_d_state, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
+    const size_t conv_dim = 2 * Hk * dk + Hv * dk, value_dim = Hv * dk;
+    const size_t conv_floats = (cf->ssm_conv_kernel > 0 ? (size_t)cf->ssm_conv_kernel - 1 : 0) * conv_dim;
+    const size_t ssm_floats = Hv * dk * dk;
+
+    bn_state *hdr = carve(c, sizeof(bn_state));
+    (void)hdr;
+    float **k_cache = carve(c, L * sizeof(float *));
+    float **v_cache = carve(c, L * sizeof(float *));
+    float **conv = carve(c, L * sizeof(float *));
+    float **ssm = carve(c, L * sizeof(float *));
+    // recurrent region: contiguous floats (conv and S sizes are multiples of 16 floats in practice;
+    // no alignment padding inside so one memcpy covers it)
+    size_t n_rec = 0;
+    for (size_t il = 0; il < L; il++)
+        if (cf->is_recurrent[il]) n_rec += conv_floats + ssm_floats;
+    float *rec = carve(c, n_rec * sizeof(float));
+    if (c->base) {
+        s->k_cache = k_cache;
+        s->v_cache = v_cache;
+        s->conv = conv;
+        s->ssm = ssm;
+        s->recurrent = rec;
+        s->n_recurrent = n_rec;
+        float *p = rec;
+        for (size_t il = 0; il < L; il++) {
+            k_cache[il] = v_cache[il] = conv[il] = ssm[il] = NULL;
+            if (!cf->is_recurrent[il]) continue;
+            conv[il] = p;
+            p += conv_floats;
+            ssm[il] = p;
+            p += ssm_floats;
+        }
+    }
+    for (size_t il = 0; il < L; il++) {
+        if (cf->is_recurrent[il]) continue;
+        float *kc = carve(c, (size_t)n_ctx * kv_dim * sizeof(float));
+        float *vc = carve(c, (size_t)n_ctx * kv_dim * sizeof(float));
+        if (c->base) {
+            k_cache[il] = kc;
+            v_cache[il] = vc;
+        }
+    }
+    const size_t Bz = (size_t)B;
+    float *x = carve(c, Bz * H * 4), *xn = carve(c, Bz * H * 4), *mo = carve(c, Bz * H * 4);
+    float *qg = carve(c, Bz * max_sz(q_rows, conv_dim) * 4);
+    float *kb = carve(c, Bz * kv_dim * 4), *vb = carve(c, Bz * kv_dim * 4);
+    float *z = carve(c, Bz * value_dim * 4);
+    float *att = carve(c, Bz * max_sz((size_t)cf->n_head * cf->head_dim, value_dim) * 4);
+    float *bb = carve(c, Bz * Hv * 4), *ab = carve(c, Bz * Hv * 4);
+    float *gate = carve(c, Bz * F * 4), *up = carve(c, Bz * F * 4);
+    float *scores = carve(c, (size_t)n_ctx * (size_t)n_threads * 4);
+    const size_t ws = work_size_for(m, B);
+    void *work = carve(c, ws);
+    if (c->base) {
+        s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
+        s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->scores = scores, s->work = work;
+        s->work_size = ws;
+    }
+    return c->off;
+}
+
+bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads) {
+    if (n_threads <= 0) n_threads = bn_n_threads_default();
+    if (n_ctx < 1) n_ctx = 1;
+    const int B = n_ctx < BN_MAX_BATCH ? n_ctx : BN_MAX_BATCH;
+    carver count = {0};
+    const size_t total = layout(&count, NULL, m, n_ctx, B, n_threads);
+    uint8_t *block = bn_aligned_alloc(total); // zeroed
+    bn_state *s = (bn_state *)block;
+    carver fill = {.base = block};
+    layout(&fill, s, m, n_ctx, B, n_threads);
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->n_batch = B;
+    s->n_threads = n_threads;
+    s->pool = bn_pool_new(n_threads);
+    openblas_set_num_threads(n_threads);
+    s->pos = 0;
+    return s;
+}
+
+void bn_state_free(bn_state *s) {
+    if (!s) return;
+    bn_pool_free(s->pool);
+    free(s);
+}
+
+void bn_state_reset(bn_state *s) {
+    memset(s->recurrent, 0, s->n_recurrent * sizeof(float));
+    s->pos = 0;
+}
+
+int bn_state_pos(const bn_state *s) { return s->pos; }
+int bn_state_n_ctx(const bn_state *s) { return s->n_ctx; }
+
+struct bn_snapshot {
+    int pos;
+    size_t n;
+    float data[]; // [n] copy of the recurrent region
+};
+
+bn_snapshot *bn_state_snapshot(const bn_state *s) {
+    bn_snapshot *snap = xmalloc(sizeof *snap + s->n_recurrent * sizeof(float));
+    snap->pos = s->pos;
+    snap->n = s->n_recurrent;
+    memcpy(snap->data, s->recurrent, s->n_recurrent * sizeof(float));
+    return snap;
+}
+
+void bn_state_restore(bn_state *s, const bn_snapshot *snap) {
+    if (snap->n != s->n_recurrent) bn_die("bn_state_restore: snapshot of a different model");
+    memcpy(s->recurrent, snap->data, snap->n * sizeof(float));
+    s->pos = snap->pos;
+}
+
+int bn_snapshot_pos(const bn_snapshot *snap) { return snap->pos; }
+
+void bn_snapshot_free(bn_snapshot *snap) { free(snap); }
