@@ -72,6 +72,8 @@ const char *bn_simd_name(void) { return bn_have_avx2 ? "avx2" : "scalar"; }
 void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y) { best_dots[type](n, s, x, y); }
 
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y) {
+    // Enough rows to amortise preparing the activations once: the prepared AVX2 mat-vec kernels.
+    if (bn_have_avx2 && nrows >= 8 && bn_vec_dot_rows_avx2(type, n, nrows, s, w, w_row_stride, y)) return;
     bn_vec_dot_fn dot = best_dots[type];
     const char *row = w;
     for (int r = 0; r < nrows; r++) dot(n, &s[r], row + (size_t)r * w_row_stride, y);

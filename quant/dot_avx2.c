@@ -92,7 +92,7 @@ void bn_dot_q1_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const bn_block_q1_0 *x = vx;
     const bn_block_q8_0 *y = vy;
     const __m256i ones = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < n / 128; i++) {
         float dx = h2f(x[i].d);
         for (int k = 0; k < 4; k++) {
@@ -100,10 +100,10 @@ void bn_dot_q1_0_avx2(int n, float *s, const void *vx, const void *vy) {
             __m256i q = _mm256_loadu_si256((const __m256i *)yb->qs);
             __m256i pm = bits_to_pm1(load_u32(x[i].qs + 4 * k));
             __m256i isum = dot_u8i8(ones, _mm256_sign_epi8(q, pm));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dx * h2f(yb->d)), acc);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dx * h2f(yb->d)), acc[k]);
         }
     }
-    *s = hsum_ps(acc);
+    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // ---- Q2_0 (g64 and g128) · Q8_0 ---------------------------------------------------------------
@@ -138,31 +138,31 @@ static inline __m256i q2_block_isum(const uint8_t *qs, const int8_t *yq) {
 void bn_dot_q2_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const bn_block_q2_0 *x = vx;
     const bn_block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < n / 64; i++) {
         float dx = h2f(x[i].d);
         for (int k = 0; k < 2; k++) {
             const bn_block_q8_0 *yb = &y[2 * i + k];
             __m256i isum = q2_block_isum(x[i].qs + 8 * k, yb->qs);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dx * h2f(yb->d)), acc);
+            acc[2 * (i & 1) + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dx * h2f(yb->d)), acc[2 * (i & 1) + k]);
         }
     }
-    *s = hsum_ps(acc);
+    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 void bn_dot_pq2_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const bn_block_pq2_0 *x = vx;
     const bn_block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < n / 128; i++) {
         float dx = h2f(x[i].d);
         for (int k = 0; k < 4; k++) {
             const bn_block_q8_0 *yb = &y[4 * i + k];
             __m256i isum = q2_block_isum(x[i].qs + 8 * k, yb->qs);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dx * h2f(yb->d)), acc);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dx * h2f(yb->d)), acc[k]);
         }
     }
-    *s = hsum_ps(acc);
+    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // ---- Q4_0 / Q8_0 · Q8_0 -------------------------------------------------------------------------
@@ -170,30 +170,30 @@ void bn_dot_q4_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const bn_block_q4_0 *x = vx;
     const bn_block_q8_0 *y = vy;
     const __m256i low = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < n / 32; i++) {
         __m128i packed = _mm_loadu_si128((const __m128i *)x[i].qs);
         __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);   // lo nibbles | hi nibbles
         __m256i qx = _mm256_sub_epi8(_mm256_and_si256(both, low), eight);
         __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         __m256i isum = dot_i8i8(qx, qy);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+        acc[i & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc[i & 3]);
     }
-    *s = hsum_ps(acc);
+    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 void bn_dot_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const bn_block_q8_0 *x = vx;
     const bn_block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < n / 32; i++) {
         __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
         __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         // Exact for x = -128 too (|x| reads as unsigned 128); y = -128 never comes from the quantizer.
         __m256i isum = dot_i8i8(qx, qy);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc);
+        acc[i & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d)), acc[i & 3]);
     }
-    *s = hsum_ps(acc);
+    *s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 // ---- Q6_K · Q8_K --------------------------------------------------------------------------------
@@ -352,4 +352,111 @@ void bn_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n) {
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     }
     for (; i < n; i++) y[i] = bn_fp32_to_fp16(x[i]);
+}
+
+// ---- mat-vec with prepared activations (bn_vec_dot_rows) -----------------------------------------
+// For Q1_0 / Q2_0 / PQ2_0 the Q8_0 activation row is prepared once per mat-vec so the per-row inner loop
+// is broadcast + variable shift + mask + maddubs: the activation bytes of each 32-block are permuted to
+// the order in which the shifted weight bytes come out, the fp16 scales are converted once, and the
+// activation block sums are pre-multiplied so that sum((2b-1)q) = 2*sum(b*q) - sum(q) (Q1_0) and
+// sum((c-1)q) = sum(c*q) - sum(q) (Q2_0) need no per-element correction.
+typedef struct {
+    int8_t *q;     // {32, nb} permuted codes, 32-byte aligned
+    float *d;      // {nb} activation scales
+    float *t;      // {nb / per_weight_block} sum over the weight block's Q8_0 blocks of d_k * sum(q_k)
+} prepared_q8;
+
+// perm[p] = the element whose activation goes to byte p.
+static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, const uint8_t perm[32], prepared_q8 *P) {
+    for (int k = 0; k < nb; k++) {
+        int sum = 0;
+        for (int p = 0; p < 32; p++) {
+            P->q[32 * k + p] = y[k].qs[perm[p]];
+            sum += y[k].qs[p];
+        }
+        P->d[k] = h2f(y[k].d);
+        if (k % per_wblock == 0) P->t[k / per_wblock] = 0.0f;
+        P->t[k / per_wblock] += P->d[k] * (float)sum;
+    }
+}
+
+// Q1_0: dword lane s of broadcast bits >> s, & 0x01010101 -> byte 4s+b = bit s of byte b = element 8b+s.
+static float rows_q1_0_one(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i lsb = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float corr = 0.0f;
+    for (int i = 0; i < nb / 4; i++) {
+        float dx = h2f(x[i].d);
+        __m256 block = _mm256_setzero_ps();   // sum over the 4 Q8_0 blocks of d_k * isum_k (OOO overlaps blocks)
+        for (int k = 0; k < 4; k++) {
+            uint32_t bits;
+            memcpy(&bits, x[i].qs + 4 * k, 4);
+            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);
+            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * (4 * i + k)));
+            __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(b, q), ones16);
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcast_ss(&P->d[4 * i + k]), block);
+        }
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);
+        corr += dx * P->t[i];
+    }
+    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;
+}
+
+// Q2_0 (both layouts): qword lane s of broadcast codes >> 2s, & 3 -> byte 8s+b = element 4b+s.
+// per = Q8_0 blocks per weight block (2 for g64, 4 for g128); bs = weight block bytes.
+static float rows_q2_one(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *P) {
+    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6);
+    const __m256i three = _mm256_set1_epi8(3), ones16 = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float corr = 0.0f;
+    for (int i = 0; i < nb / per; i++) {
+        const uint8_t *blk = x + (size_t)i * bs;
+        bn_half hd;
+        memcpy(&hd, blk, 2);
+        float dx = h2f(hd);
+        __m256 block = _mm256_setzero_ps();
+        for (int k = 0; k < per; k++) {
+            int64_t codes;
+            memcpy(&codes, blk + 2 + 8 * k, 8);
+            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);
+            int kb = per * i + k;
+            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * kb));
+            __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(c, q), ones16);
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcast_ss(&P->d[kb]), block);
+        }
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);
+        corr += dx * P->t[i];
+    }
+    return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;
+}
+
+int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
+    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
+    int nb = n / 32;
+    int per = type == BN_Q2_0 ? 2 : 4;
+    enum { STACK_BLOCKS = 256 };   // 8192 elements on the stack, larger rows on the heap
+    _Alignas(32) int8_t q_stack[32 * STACK_BLOCKS];
+    float d_stack[STACK_BLOCKS], t_stack[STACK_BLOCKS];
+    prepared_q8 P = {q_stack, d_stack, t_stack};
+    void *heap = NULL;
+    if (nb > STACK_BLOCKS) {
+        heap = aligned_alloc(32, (size_t)nb * 40 + 64);
+        if (!heap) return 0;
+        P.q = heap;
+        P.d = (float *)((char *)heap + (size_t)nb * 32);
+        P.t = P.d + nb;
+    }
+    uint8_t perm[32];
+    for (int p = 0; p < 32; p++)
+        perm[p] = type == BN_Q1_0 ? (uint8_t)(8 * (p % 4) + p / 4)    // byte 4s+b <- element 8b+s
+                                  : (uint8_t)(4 * (p % 8) + p / 8);   // byte 8s+b <- element 4b+s
+    prepare_q8(vy, nb, per, perm, &P);
+    const char *row = w;
+    int bs = bn_type_size(type);
+    for (int r = 0; r < nrows; r++, row += stride)
+        s[r] = type == BN_Q1_0 ? rows_q1_0_one(nb, (const bn_block_q1_0 *)row, &P)
+                               : rows_q2_one(nb, (const uint8_t *)row, bs, per, &P);
+    free(heap);
+    return 1;
 }

@@ -74,7 +74,7 @@ static void check_type(int type, int n, buffers *B, const ggml_cpu_traits *g) {
     }
 
     // Row-batched entry: rows with a padded stride, odd counts; every row must equal the single dot.
-    const int row_counts[] = {1, 3, 7, 13};
+    const int row_counts[] = {1, 3, 7, 8, 13};
     size_t row_bytes = bn_row_size(type, n), stride = row_bytes + 64;
     uint8_t *w = malloc(stride * 13);
     for (int r = 0; r < 13; r++) {
