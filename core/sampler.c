@@ -128,32 +128,64 @@ static void ensure_cap(bn_sampler *s, int n_vocab) {
     s->out_p = xrealloc(s->out_p, (size_t)n_vocab * sizeof *s->out_p);
 }
 
+static float softmax_denominator(const float *logits, int n_vocab, float *max_l);
+
+// cutoff: how many of the sorted candidates c[0..m) survive top_p then min_p, with top_p's
+// probabilities p_i = expf(l_i - max_l) / sum. *found = false when neither cut falls inside c[0..m)
+// (more candidates are needed to decide); then m is returned.
+static int cutoff(const bn_sampler_params *p, const cand *c, int m, float max_l, float sum, int min_keep, bool *found) {
+    int keep = m;
+    *found = false;
+    if (p->top_p < 1.0f) { // smallest prefix with cumulative p >= top_p
+        float cum = 0.0f, comp = 0.0f; // Kahan: a plain float running sum drifts over 10^5 terms
+        for (int i = 0; i < m; i++) {
+            float y = expf(c[i].logit - max_l) / sum - comp, t = cum + y;
+            comp = (t - cum) - y;
+            cum = t;
+            if (cum >= p->top_p && i + 1 >= min_keep) { keep = i + 1; *found = true; break; }
+        }
+    }
+    if (p->min_p > 0.0f) { // keep logit >= max_logit + log(min_p), i.e. p >= min_p * p_max
+        float min_logit = c[0].logit + logf(p->min_p);
+        for (int i = 1; i < keep; i++) {
+            if (c[i].logit < min_logit && i >= min_keep) { keep = i; *found = true; break; }
+        }
+    }
+    return keep;
+}
+
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
     ensure_cap(s, n_vocab);
     cand *c = s->c;
     int min_keep = p->min_keep > 1 ? p->min_keep : 1;
     int n;
+    int k = p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
+    bool truncating = p->top_p < 1.0f || p->min_p > 0.0f;
+    bool found;
     if (p->temperature <= 0.0f) {
         n = select_topk(logits, n_vocab, 1, c); // greedy: only the max-logit token survives
         c[0].p = 1.0f;
     } else {
-        n = select_topk(logits, n_vocab, p->top_k > 0 ? p->top_k : n_vocab, c);
-        if (p->top_p < 1.0f) { // smallest prefix with cumulative p >= top_p
-            softmax_sorted(c, n);
-            float cum = 0.0f;
-            int keep = n;
-            for (int i = 0; i < n; i++) {
-                cum += c[i].p;
-                if (cum >= p->top_p && i + 1 >= min_keep) { keep = i + 1; break; }
+        if (k == n_vocab && truncating && n_vocab > 8192) {
+            // no top_k: find the top_p/min_p prefix by growing a partial selection instead of sorting
+            // the whole vocabulary; top_p's softmax is over all logits
+            float max_l, sum = softmax_denominator(logits, n_vocab, &max_l);
+            for (int kk = 1024;; kk *= 8) {
+                if ((int64_t)kk * 8 >= n_vocab) kk = n_vocab; // select_topk would sort everything anyway
+                int m = select_topk(logits, n_vocab, kk, c);
+                n = cutoff(p, c, m, max_l, sum, min_keep, &found);
+                if (found || m == n_vocab) break;
             }
-            n = keep;
-        }
-        if (p->min_p > 0.0f && n > 1) { // keep logit >= max_logit + log(min_p), i.e. p >= min_p * p_max
-            float min_logit = c[0].logit + logf(p->min_p);
-            int keep = 1;
-            while (keep < n && (c[keep].logit >= min_logit || keep < min_keep)) keep++;
-            n = keep;
+        } else {
+            int m = select_topk(logits, n_vocab, k, c);
+            float max_l = c[0].logit, sum = 0.0f, comp = 0.0f;
+            for (int i = 0; truncating && i < m; i++) {
+                float y = expf(c[i].logit - max_l) - comp, t = sum + y;
+                comp = (t - sum) - y;
+                sum = t;
+            }
+            n = truncating ? cutoff(p, c, m, max_l, sum, min_keep, &found) : m;
         }
         for (int i = 0; i < n; i++) c[i].logit /= p->temperature;
         softmax_sorted(c, n);

@@ -164,6 +164,59 @@ static void test_truncation(void) {
     CHECK(n == 2, "top_p before temperature (n = %d)", n);
 }
 
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y;
+}
+
+// expected_keep: top_p then min_p survivors of the whole vocabulary, computed in double.
+static int expected_keep(const float *logits, int n, double top_p, double min_p) {
+    double *l = xmalloc((size_t)n * sizeof *l), sum = 0;
+    for (int i = 0; i < n; i++) l[i] = logits[i];
+    qsort(l, (size_t)n, sizeof *l, cmp_desc);
+    for (int i = 0; i < n; i++) sum += exp(l[i] - l[0]);
+    int keep = n;
+    double cum = 0;
+    for (int i = 0; i < n && top_p < 1; i++) {
+        cum += exp(l[i] - l[0]) / sum;
+        if (cum >= top_p) { keep = i + 1; break; }
+    }
+    if (min_p > 0)
+        for (int i = 1; i < keep; i++)
+            if (l[i] < l[0] + log(min_p)) { keep = i; break; }
+    free(l);
+    return keep;
+}
+
+// test_no_topk: top_k = 0 on the full vocabulary (partial selection that grows as needed).
+static void test_no_topk(float *logits) {
+    const struct { float scale; float top_p, min_p; } cases[] = {
+        {8.0f, 0.9f, 0.0f},   // peaked: the prefix fits the first partial selection
+        {0.5f, 0.9f, 0.0f},   // flat: most of the vocabulary survives, full sort
+        {8.0f, 1.0f, 0.05f},  // min_p only
+        {2.0f, 0.95f, 0.01f}, // both
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        for (int i = 0; i < NV; i++) logits[i] = cases[c].scale * (frand() + frand() + frand());
+        bn_sampler_params p = {.temperature = 0.7f, .top_k = 0, .top_p = cases[c].top_p, .min_p = cases[c].min_p,
+                               .seed = 3};
+        bn_sampler *s = bn_sampler_new(&p);
+        double t0 = bn_time_ms();
+        bn_sampler_sample(s, logits, NV);
+        double ms = bn_time_ms() - t0;
+        const int32_t *ids;
+        const float *pp;
+        int n = bn_sampler_last_candidates(s, &ids, &pp);
+        int want = expected_keep(logits, NV, cases[c].top_p, cases[c].min_p);
+        // tolerance: +-1 candidate (float vs double cumulative sums at the boundary)
+        CHECK(abs(n - want) <= 1, "top_k 0, top_p %g, min_p %g: %d candidates, want %d", cases[c].top_p,
+              cases[c].min_p, n, want);
+        printf("top_k 0, top_p %.2f, min_p %.2f (scale %g): %d candidates in %.2f ms\n", cases[c].top_p, cases[c].min_p,
+               cases[c].scale, n, ms);
+        bn_sampler_free(s);
+    }
+}
+
 static void test_logprobs(float *logits) {
     for (int i = 0; i < NV; i++) logits[i] = 20.0f * frand() - 10.0f;
     logits[777] = 14.0f;
@@ -213,6 +266,7 @@ int main(void) {
     test_determinism(logits);
     test_distribution();
     test_truncation();
+    test_no_topk(logits);
     test_logprobs(logits);
     free(logits);
     return test_done("test_sampler");
