@@ -366,14 +366,34 @@ typedef struct {
     float *t;      // {nb / per_weight_block} sum over the weight block's Q8_0 blocks of d_k * sum(q_k)
 } prepared_q8;
 
-// perm[p] = the element whose activation goes to byte p.
-static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, const uint8_t perm[32], prepared_q8 *P) {
+// Permutes one block's 32 activation bytes into the order the weight expansion produces.
+// Q1_0: byte 4s+b <- element 8b+s. In-lane shuffle makes word s of lane L = (elements 16L+s, 16L+8+s);
+// permute4x64 pairs the lanes' qwords; a second in-lane shuffle interleaves the words.
+static inline __m256i permute_q1(__m256i q) {
+    const __m256i s1 = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                        0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m256i s2 = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                        0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    __m256i words = _mm256_shuffle_epi8(q, s1);
+    __m256i paired = _mm256_permute4x64_epi64(words, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_shuffle_epi8(paired, s2);
+}
+
+// Q2_0: byte 8s+b <- element 4b+s. In-lane shuffle makes dword s of lane L = (elements 16L+4b'+s, b'=0..3);
+// permutevar8x32 interleaves the lanes' dwords.
+static inline __m256i permute_q2(__m256i q) {
+    const __m256i s1 = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                        0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m256i dwords = _mm256_shuffle_epi8(q, s1);
+    return _mm256_permutevar8x32_epi32(dwords, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, bool q1, prepared_q8 *P) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int k = 0; k < nb; k++) {
-        int sum = 0;
-        for (int p = 0; p < 32; p++) {
-            P->q[32 * k + p] = y[k].qs[perm[p]];
-            sum += y[k].qs[p];
-        }
+        __m256i q = _mm256_loadu_si256((const __m256i *)y[k].qs);
+        _mm256_store_si256((__m256i *)(P->q + 32 * k), q1 ? permute_q1(q) : permute_q2(q));
+        int sum = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
         P->d[k] = h2f(y[k].d);
         if (k % per_wblock == 0) P->t[k / per_wblock] = 0.0f;
         P->t[k / per_wblock] += P->d[k] * (float)sum;
@@ -447,11 +467,7 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
         P.d = (float *)((char *)heap + (size_t)nb * 32);
         P.t = P.d + nb;
     }
-    uint8_t perm[32];
-    for (int p = 0; p < 32; p++)
-        perm[p] = type == BN_Q1_0 ? (uint8_t)(8 * (p % 4) + p / 4)    // byte 4s+b <- element 8b+s
-                                  : (uint8_t)(4 * (p % 8) + p / 8);   // byte 8s+b <- element 4b+s
-    prepare_q8(vy, nb, per, perm, &P);
+    prepare_q8(vy, nb, per, type == BN_Q1_0, &P);
     const char *row = w;
     int bs = bn_type_size(type);
     for (int r = 0; r < nrows; r++, row += stride)
