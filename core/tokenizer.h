@@ -30,6 +30,8 @@ void bn_tokenizer_free(bn_tokenizer *t);
 int bn_tokenizer_n_vocab(const bn_tokenizer *t);
 
 // bn_tokenize: text[0..len) → token ids in a malloc'd *out (free()); returns the count (>= 0) or -1.
+// Thread-safe (scratch space per call). Bytes that are not valid UTF-8 are kept as byte tokens, so
+// decode(encode(s)) == s for any s (llama.cpp would turn them into U+FFFD first).
 // add_special: prepend BOS (and append EOS) when the vocab says so (never for Qwen).
 // parse_special: match control/unknown token texts in the input (user-defined ones always match).
 int bn_tokenize(const bn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
@@ -41,7 +43,8 @@ int bn_token_to_piece(const bn_tokenizer *t, int32_t id, char *buf, int cap, boo
 const char *bn_token_text(const bn_tokenizer *t, int32_t id);
 // bn_token_type: the token's enum bn_token_type (BN_TOKEN_UNDEFINED for an out-of-range id).
 int bn_token_get_type(const bn_tokenizer *t, int32_t id);
-// bn_detokenize: concatenated pieces as a malloc'd NUL-terminated string (*len = bytes, may be NULL).
+// bn_detokenize: the plain concatenation of the pieces (as llama-server builds its text: no SPM
+// leading-space removal, no clean_spaces) as a malloc'd NUL-terminated string (*len = bytes, may be NULL).
 char *bn_detokenize(const bn_tokenizer *t, const int32_t *ids, int n, bool special, size_t *len);
 // bn_token_lookup: id of the exact vocab string text, or -1.
 int32_t bn_token_lookup(const bn_tokenizer *t, const char *text);
