@@ -35,7 +35,7 @@ static size_t lower_decoded(const bn_tok_strs *ts, int32_t id, uint32_t **buf) {
     size_t len;
     const char *s = ts->decoded(ts->ctx, id, &len);
     *buf = xrealloc(*buf, (len + 1) * sizeof **buf);
-    size_t n = bn_utf8_decode(s, len, *buf, NULL);
+    size_t n = bn_utf8_to_cps(s, len, *buf, NULL);
     for (size_t i = 0; i < n; i++) (*buf)[i] = bn_cp_lower((*buf)[i]);
     return n;
 }
@@ -51,7 +51,7 @@ static bool passes_filters(const bn_tok_strs *ts, int32_t id, const bn_chosen_pa
     size_t len;
     const char *dec = ts->decoded(ts->ctx, id, &len);
     uint32_t *cp = xmalloc((len + 1) * sizeof *cp);
-    bn_span s = {cp, bn_utf8_decode(dec, len, cp, NULL)};
+    bn_span s = {cp, bn_utf8_to_cps(dec, len, cp, NULL)};
     bn_span stripped = bn_span_strip(s, true, true);
     bool ok = (int64_t)stripped.n >= p->min_decoded_chars;
     if (ok && p->require_alnum) {

@@ -16,9 +16,9 @@ static json_t *jstr(const char *s) {
     json_t *j = json_stringn(s, len);
     if (j) return j;
     uint32_t *cp = xmalloc((len + 1) * sizeof *cp);
-    size_t n = bn_utf8_decode(s, len, cp, NULL);
+    size_t n = bn_utf8_to_cps(s, len, cp, NULL);
     char *clean = xmalloc(4 * n + 1);
-    size_t nb = bn_utf8_encode(cp, n, clean);
+    size_t nb = bn_cps_to_utf8(cp, n, clean);
     j = json_stringn(clean, nb);
     free(cp);
     free(clean);

@@ -30,7 +30,7 @@ static int verify(const uint32_t *t, int64_t n, int64_t a, int64_t p, const bn_r
     hit->repeats = reps;
     hit->repeat_start = start + p;
     size_t keep = p > BN_REP_SNIPPET_MAX ? BN_REP_SNIPPET_MAX : (size_t)p;
-    size_t nb = bn_utf8_encode(unit, keep, hit->snippet);
+    size_t nb = bn_cps_to_utf8(unit, keep, hit->snippet);
     if (p > BN_REP_SNIPPET_MAX) memcpy(hit->snippet + nb, "...", 4);
     return 1;
 }
@@ -70,7 +70,7 @@ int bn_find_repetition(const uint32_t *text, size_t n_, const bn_rep_params *prm
 
 int bn_find_repetition_utf8(const char *s, size_t len, const bn_rep_params *p, bn_rep_hit *hit) {
     uint32_t *cp = xmalloc((len + 1) * sizeof *cp);
-    size_t n = bn_utf8_decode(s, len, cp, NULL);
+    size_t n = bn_utf8_to_cps(s, len, cp, NULL);
     int r = bn_find_repetition(cp, n, p, hit);
     free(cp);
     return r;

@@ -33,7 +33,7 @@ static size_t decode_multi(const unsigned char *s, size_t avail, uint32_t *out, 
     return need;
 }
 
-size_t bn_utf8_decode(const char *str, size_t len, uint32_t *cp, size_t *first_byte) {
+size_t bn_utf8_to_cps(const char *str, size_t len, uint32_t *cp, size_t *first_byte) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0, n = 0;
     while (i < len) {
@@ -52,7 +52,7 @@ size_t bn_utf8_decode(const char *str, size_t len, uint32_t *cp, size_t *first_b
     return n;
 }
 
-size_t bn_utf8_encode(const uint32_t *cp, size_t n, char *out) {
+size_t bn_cps_to_utf8(const uint32_t *cp, size_t n, char *out) {
     unsigned char *o = (unsigned char *)out;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -156,7 +156,7 @@ void bn_toktext_build(bn_toktext *t, const char *const *surf, const size_t *lens
     size_t *cp_byte = xmalloc((total + 1) * sizeof *cp_byte);
     t->m = m;
     t->cp = xmalloc((total + 1) * sizeof *t->cp);
-    t->n_cp = bn_utf8_decode(bytes, total, t->cp, cp_byte);
+    t->n_cp = bn_utf8_to_cps(bytes, total, t->cp, cp_byte);
     t->off = xmalloc((size_t)(m + 1) * sizeof *t->off);
     // off[i] = number of code points whose first byte lies before token i's first byte.
     size_t c = 0;

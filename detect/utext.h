@@ -14,12 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// bn_utf8_decode: decodes len bytes into cp (room for len entries); if first_byte is non-NULL it
+// bn_utf8_to_cps: decodes len bytes into cp (room for len entries); if first_byte is non-NULL it
 // receives each code point's starting byte offset. Returns the number of code points.
-size_t bn_utf8_decode(const char *s, size_t len, uint32_t *cp, size_t *first_byte);
-// bn_utf8_encode: writes n code points as UTF-8 into out (room for 4n+1 bytes, NUL-terminated);
+size_t bn_utf8_to_cps(const char *s, size_t len, uint32_t *cp, size_t *first_byte);
+// bn_cps_to_utf8: writes n code points as UTF-8 into out (room for 4n+1 bytes, NUL-terminated);
 // returns the byte length.
-size_t bn_utf8_encode(const uint32_t *cp, size_t n, char *out);
+size_t bn_cps_to_utf8(const uint32_t *cp, size_t n, char *out);
 
 // bn_cp_is_space: Python str.isspace() for one code point; returns true for whitespace.
 bool bn_cp_is_space(uint32_t c);

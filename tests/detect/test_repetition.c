@@ -179,7 +179,7 @@ int main(void) {
     { // Unicode: indices are code points, not bytes: a 20-code-point unit with 2-, 3- and 4-byte chars.
         const char *unit = "é中😀 wait, so é中😀 no "; // count code points below
         uint32_t cp[64];
-        size_t ucp = bn_utf8_decode(unit, strlen(unit), cp, NULL);
+        size_t ucp = bn_utf8_to_cps(unit, strlen(unit), cp, NULL);
         CHECK(ucp == 20, "unit code points %zu", ucp);
         char text[4096];
         size_t k = 0;
@@ -187,7 +187,7 @@ int main(void) {
         k += (size_t)sprintf(text + k, "%s", pre);
         for (int r = 0; r < 10; r++) k += (size_t)sprintf(text + k, "%s", unit);
         uint32_t pre_cp[64];
-        size_t npre = bn_utf8_decode(pre, strlen(pre), pre_cp, NULL);
+        size_t npre = bn_utf8_to_cps(pre, strlen(pre), pre_cp, NULL);
         CHECK(npre == 19, "prefix code points %zu", npre);
         CHECK(bn_find_repetition_utf8(text, k, &d, &h) == 1, "unicode hit");
         // n = 19 + 10*20 = 219. Probe 0 holds prefix chars; probe 128 = 19 + 5*20 + 9 (copy 6, offset 9):
