@@ -421,10 +421,10 @@ bn_tokenizer *bn_tokenizer_from_gguf(const gguf_file *g, char *err, size_t errle
     t->bos = get_id(g, "tokenizer.ggml.bos_token_id", n);
     t->eos = get_id(g, "tokenizer.ggml.eos_token_id", n);
     t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", n);
-    if (kind == KIND_SPM) {
-        if (t->bos < 0 && !gguf_get_arr(g, "tokenizer.ggml.bos_token_id")) t->bos = n > 1 ? 1 : -1;
-        if (t->eos < 0) t->eos = n > 2 ? 2 : -1;
-        if (t->unk < 0) t->unk = 0;
+    if (kind == KIND_SPM) { // llama.cpp's SPM defaults when the keys are absent: unk 0, bos 1, eos 2
+        if (gguf_find_key(g, "tokenizer.ggml.bos_token_id") < 0 && n > 1) t->bos = 1;
+        if (gguf_find_key(g, "tokenizer.ggml.eos_token_id") < 0 && n > 2) t->eos = 2;
+        if (gguf_find_key(g, "tokenizer.ggml.unknown_token_id") < 0) t->unk = 0;
     }
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;

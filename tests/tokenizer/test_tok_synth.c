@@ -143,6 +143,65 @@ static void test_handmade(const char *dir) {
     for (int i = 0; i < s.n; i++) free(s.tok[i]);
 }
 
+// test_errors: unsupported model / pre type and missing keys give NULL and a message.
+static void test_errors(const char *dir) {
+    const char *toks[] = {"a", "b", "ab"};
+    const char *merges[] = {"a b"};
+    const char *cases[][2] = {{"gpt2", "no-such-pre"}, {"bert", "default"}, {"gpt2", NULL}};
+    for (int c = 0; c < 4; c++) {
+        gguf_writer *w = gguf_writer_new();
+        if (c < 3) gguf_set_str(w, "tokenizer.ggml.model", cases[c][0]);
+        if (c < 3 && cases[c][1]) gguf_set_str(w, "tokenizer.ggml.pre", cases[c][1]);
+        gguf_set_arr_str(w, "tokenizer.ggml.tokens", 3, toks);
+        if (c != 2) gguf_set_arr_str(w, "tokenizer.ggml.merges", 1, merges);
+        char path[1024], err[256] = "";
+        snprintf(path, sizeof path, "%s/bad-%d.gguf", dir, c);
+        CHECK(gguf_writer_write(w, path, NULL, NULL, err, sizeof err) == 0, "write: %s", err);
+        gguf_writer_free(w);
+        gguf_file *g = gguf_open(path, err, sizeof err);
+        bn_tokenizer *t = g ? bn_tokenizer_from_gguf(g, err, sizeof err) : NULL;
+        CHECK(t == NULL && strstr(err, "tokenizer") != NULL, "bad vocab %d rejected: '%s'", c, err);
+        bn_tokenizer_free(t);
+        gguf_close(g);
+        unlink(path);
+    }
+}
+
+// test_default_pre: no pre key → llama.cpp's default split chain (4 regexes); digits of 4+ split in 3s.
+static void test_default_pre(const char *dir) {
+    char *toks[256];
+    for (int b = 0; b < 256; b++) {
+        char c[4] = {0};
+        bn_utf8_encode(bn_byte_to_cp((uint8_t)b), c);
+        toks[b] = xstrdup(c);
+    }
+    const char *merges[] = {"1 2", "12 3"};
+    gguf_writer *w = gguf_writer_new();
+    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    char *all[258];
+    memcpy(all, toks, sizeof toks);
+    all[256] = "12";
+    all[257] = "123";
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", 258, (const char *const *)all);
+    gguf_set_arr_str(w, "tokenizer.ggml.merges", 2, merges);
+    char path[1024], err[256] = "";
+    snprintf(path, sizeof path, "%s/default-pre.gguf", dir);
+    CHECK(gguf_writer_write(w, path, NULL, NULL, err, sizeof err) == 0, "write: %s", err);
+    gguf_writer_free(w);
+    bn_tokenizer *t = load(path);
+    CHECK(t && strcmp(bn_tokenizer_pre(t), "default") == 0, "default pre-tokenizer");
+    if (t) {
+        int32_t o[16];
+        // "\p{N}+" then "[0-9][0-9][0-9]": "123123" → 123 | 123 ; "1234" → 123 | 4
+        int n = tok_ids(t, "1234", false, o, 16);
+        CHECK(n == 2 && o[0] == 257 && o[1] == '4', "'1234' -> 123, 4 (n = %d)", n);
+        roundtrip(t, "Hello, world!! 12345 $x+y <= z ^_^", 34, "default pre text");
+        bn_tokenizer_free(t);
+    }
+    unlink(path);
+    for (int b = 0; b < 256; b++) free(toks[b]);
+}
+
 static void test_mkmodel_vocab(const char *dir) {
     bn_mkmodel_params p;
     bn_mkmodel_defaults(&p, "tiny");
@@ -207,6 +266,8 @@ int main(void) {
     char dir[] = "/tmp/bonsai-tok-XXXXXX";
     if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
     test_handmade(dir);
+    test_errors(dir);
+    test_default_pre(dir);
     test_mkmodel_vocab(dir);
     rmdir(dir);
     return test_done("test_tok_synth");
