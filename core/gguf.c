@@ -147,6 +147,11 @@ static bool chain_fits(const gguf_file *f, int g) {
     return true;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 // resolve_q2_0: decides g64 vs g128 for all type-42 tensors (FORMATS.md §3.9): the layout under
 // which the tensors chain back to back and fill the file; if both or neither chain, each
 // tensor's span to the next offset decides. Returns 0 or -1 (err filled).
@@ -156,28 +161,60 @@ static int resolve_q2_0(gguf_file *f, char *err, size_t errlen) {
     if (!n42) return 0;
     bool c64 = chain_fits(f, 64), c128 = chain_fits(f, 128);
     int layout = c64 != c128 ? (c128 ? 128 : 64) : 0;
+    // sorted offsets: the next tensor start after t is found by binary search (no O(n^2) on huge counts)
+    uint64_t *offs = xmalloc(sizeof(uint64_t) * f->n_tensors);
+    for (size_t i = 0; i < f->n_tensors; i++) offs[i] = f->tensors[i].offset;
+    qsort(offs, f->n_tensors, sizeof *offs, cmp_u64);
     for (size_t i = 0; i < f->n_tensors && !layout; i++) {
         gguf_tensor *t = &f->tensors[i];
         if (t->file_type != BN_Q2_0) continue;
-        uint64_t avail = f->size - f->data_offset, next = avail;
-        for (size_t j = 0; j < f->n_tensors; j++)
-            if (f->tensors[j].offset > t->offset && f->tensors[j].offset < next) next = f->tensors[j].offset;
+        size_t lo = 0, hi = f->n_tensors; // first offs[k] > t->offset
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (offs[mid] > t->offset) hi = mid;
+            else lo = mid + 1;
+        }
+        uint64_t next = lo < f->n_tensors ? offs[lo] : f->size - f->data_offset;
         uint64_t span = next - t->offset;
         int64_t nel = gguf_tensor_nelements(t);
         int64_t s64 = t->ne[0] % 64 == 0 ? nel / 64 * 18 : -1;
         int64_t s128 = t->ne[0] % 128 == 0 ? nel / 128 * 34 : -1;
         bool fit64 = s64 >= 0 && (uint64_t)s64 <= span && span <= (uint64_t)align_up(s64, f->alignment);
         bool fit128 = s128 >= 0 && (uint64_t)s128 <= span && span <= (uint64_t)align_up(s128, f->alignment);
-        if (!fit64 && !fit128)
+        if (!fit64 && !fit128) {
+            free(offs);
             return bn_err(err, errlen, "gguf: tensor '%s': type 42 (q2_0) span of %llu bytes matches neither the "
                           "g64 (%lld B) nor the g128 (%lld B) layout", t->name, (unsigned long long)span,
                           (long long)s64, (long long)s128);
+        }
         if (fit64 != fit128) layout = fit128 ? 128 : 64;
     }
+    free(offs);
     if (!layout) layout = 64; // indistinguishable (tiny tensors): mainline reading
     for (size_t i = 0; i < f->n_tensors; i++)
         if (f->tensors[i].file_type == BN_Q2_0) f->tensors[i].type = layout == 128 ? BN_PQ2_0 : BN_Q2_0;
     return 0;
+}
+
+// A name with its position, for duplicate detection by sorting (O(n log n) even for huge counts).
+typedef struct {
+    const char *name;
+    size_t idx, at;
+} named;
+
+static int cmp_named(const void *a, const void *b) {
+    const named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->idx < y->idx ? -1 : x->idx > y->idx);
+}
+
+// find_duplicate: the entry (second occurrence) of a name that appears twice, or NULL. Sorts v.
+static const named *find_duplicate(named *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_named);
+    const named *dup = NULL;
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(v[i - 1].name, v[i].name) == 0 && (!dup || v[i].idx < dup->idx)) dup = &v[i];
+    return dup;
 }
 
 static int cmp_by_offset(const void *a, const void *b) {
@@ -187,6 +224,7 @@ static int cmp_by_offset(const void *a, const void *b) {
 
 static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
     reader r = {f->base, f->size, 0, err, errlen};
+    named *names = NULL; // (key or tensor name, index, file offset) for the duplicate checks
     char magic[4] = {0};
     if (rd_bytes(&r, magic, 4, "magic") != 0) goto fail;
     if (memcmp(magic, "GGUF", 4) != 0) {
@@ -218,6 +256,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
         goto fail;
     }
     f->kv = xcalloc(n_kv ? n_kv : 1, sizeof(gguf_kv));
+    names = xmalloc(sizeof(named) * (n_kv ? n_kv : 1));
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
@@ -229,11 +268,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
             bn_err(err, errlen, "gguf: kv %llu at offset %zu: empty key or key with NUL", (unsigned long long)i, at);
             goto fail;
         }
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(f->kv[j].key, kv->key) == 0) {
-                bn_err(err, errlen, "gguf: duplicate key '%s' at offset %zu", kv->key, at);
-                goto fail;
-            }
+        names[i] = (named){kv->key, (size_t)i, at};
         if (rd_value(&r, kv, kv->key) != 0) goto fail;
         if (strcmp(kv->key, "general.alignment") == 0) {
             uint32_t a = kv->type == GGUF_TYPE_UINT32 ? *(uint32_t *)kv->data : 0;
@@ -244,6 +279,13 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
             f->alignment = a;
         }
     }
+    const named *dup = find_duplicate(names, f->n_kv);
+    if (dup) {
+        bn_err(err, errlen, "gguf: duplicate key '%s' at offset %zu", dup->name, dup->at);
+        goto fail;
+    }
+    free(names);
+    names = xmalloc(sizeof(named) * (n_tensors ? n_tensors : 1));
     f->tensors = xcalloc(n_tensors ? n_tensors : 1, sizeof(gguf_tensor));
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
@@ -256,11 +298,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
                    (unsigned long long)i, at, (unsigned long long)nlen, GGUF_MAX_NAME);
             goto fail;
         }
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(f->tensors[j].name, t->name) == 0) {
-                bn_err(err, errlen, "gguf: duplicate tensor name '%s' at offset %zu", t->name, at);
-                goto fail;
-            }
+        names[i] = (named){t->name, (size_t)i, at};
         at = r.off;
         if (rd_u32(&r, &t->n_dims, "n_dims") != 0) goto fail;
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
@@ -303,6 +341,13 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
             goto fail;
         }
     }
+    dup = find_duplicate(names, f->n_tensors);
+    if (dup) {
+        bn_err(err, errlen, "gguf: duplicate tensor name '%s' at offset %zu", dup->name, dup->at);
+        goto fail;
+    }
+    free(names);
+    names = NULL;
     f->data_offset = n_tensors ? (uint64_t)align_up((int64_t)r.off, f->alignment) : r.off;
     if (n_tensors && f->data_offset > f->size) {
         bn_err(err, errlen, "gguf: data section at offset %llu starts past the end of the file (%zu bytes)",
@@ -352,6 +397,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
     free(order);
     return f;
 fail:
+    free(names);
     gguf_close(f);
     return NULL;
 }

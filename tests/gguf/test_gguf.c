@@ -632,6 +632,57 @@ static void test_replay(void) {
     free(raw);
 }
 
+// ---- many KVs / tensors: duplicate checks and type-42 resolution stay O(n log n) --------------
+
+// build_many: n u8 KVs and n tensors (type 42 {128} or F32 {8}), names k<i>/t<i>; dup_last renames the
+// last key and the last tensor to the first ones.
+static void build_many(bb *b, int n, int q42, int dup_kv, int dup_t) {
+    memset(b, 0, sizeof *b);
+    bb_put(b, "GGUF", 4);
+    bb_u32(b, 3);
+    bb_u64(b, (uint64_t)n);
+    bb_u64(b, (uint64_t)n);
+    char name[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "k%d", dup_kv && i == n - 1 ? 0 : i);
+        bb_str(b, name);
+        bb_u32(b, GGUF_TYPE_UINT8);
+        bb_u8(b, (uint8_t)i);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "t%d", dup_t && i == n - 1 ? 0 : i);
+        bb_str(b, name);
+        bb_u32(b, 1);
+        bb_u64(b, q42 ? 128 : 8);
+        bb_u32(b, q42 ? 42 : BN_F32);
+        bb_u64(b, (uint64_t)i * 64);
+    }
+    bb_pad(b, 32);
+    bb_zeros(b, (size_t)n * 64);
+}
+
+static void test_many(void) {
+    const int n = 50000;
+    char err[512];
+    bb b;
+    double t0 = bn_time_ms();
+    build_many(&b, n, 1, 0, 0);
+    gguf_file *f = gguf_open_mem(b.p, b.n, err, sizeof err);
+    // 50000 type-42 {128} tensors 64 B apart: 36 B (g64) and 34 B (g128) both fit -> mainline g64
+    CHECK(f && f->n_tensors == (size_t)n && f->n_kv == (size_t)n && f->tensors[n - 1].type == BN_Q2_0,
+          "%d ambiguous type-42 tensors open as g64: %s", n, f ? "" : err);
+    gguf_close(f);
+    free(b.p);
+    build_many(&b, n, 0, 1, 0);
+    CHECK(!gguf_open_mem(b.p, b.n, err, sizeof err) && strstr(err, "duplicate key 'k0'"), "late duplicate key: %s", err);
+    free(b.p);
+    build_many(&b, n, 0, 0, 1);
+    CHECK(!gguf_open_mem(b.p, b.n, err, sizeof err) && strstr(err, "duplicate tensor name 't0'"),
+          "late duplicate tensor: %s", err);
+    free(b.p);
+    printf("many: 3 x %d KVs + %d tensors parsed in %.0f ms\n", n, n, bn_time_ms() - t0);
+}
+
 // ---- checked-in corpus -------------------------------------------------------------------------
 
 static int write_corpus(const char *dir) {
@@ -729,6 +780,7 @@ int main(int argc, char **argv) {
     test_negative();
     test_q2_0_detection();
     test_replay();
+    test_many();
     test_corpus();
     // a missing file and a directory give clean errors
     char err[512];
