@@ -165,6 +165,9 @@ static llama_ref *ref_open(const char *gguf, int n_ctx, int n_threads, char *err
         // F32 KV cache unless LLAMA_REF_KV_F16=1: the tightest comparison with an fp32 engine.
         const char *kv16 = getenv("LLAMA_REF_KV_F16");
         if (!(kv16 && atoi(kv16) > 0)) { cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32; }
+        // Flash attention off unless LLAMA_REF_FA=1 (the CPU FA kernel rounds Q/K/V through f16).
+        const char *fa = getenv("LLAMA_REF_FA");
+        cp.flash_attn_type = fa && atoi(fa) > 0 ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
         r->ctx = L.llama_init_from_model(model, cp);
         if (!r->ctx) {
             L.llama_model_free(model);
