@@ -1,0 +1,425 @@
+// train/graph.c — whole-model training forward (saving layer inputs) and backward (per-layer
+// recompute, then the per-op backward of train/backward.h). See graph.h.
+#include "train/graph.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include "core/util.h"
+#include "core/ops.h"
+#include "core/matmul.h"
+#include "quant/quant.h"
+#include "train/backward.h"
+
+struct bn_train_graph {
+    const bn_model *m;
+    bn_lora *l;
+    int T;
+    int32_t *tokens;
+    float **x_in;        // [n_layer] {H, T}: input of each layer
+    float *x_last;       // {H}: final residual stream at the last position
+    float *head_drop;    // {H}: dropout mask of the LM-head LoRA input (NULL = none)
+    bn_rng *layer_rng;   // [n_layer]: RNG state at the start of each layer (dropout replay)
+    bool use_dropout;
+};
+
+// ---- per-layer intermediates ------------------------------------------------------------------
+typedef struct {
+    float *n, *mo, *h, *mm, *ga, *up, *act;        // norms, mixer out, residual, FFN
+    // Gated DeltaNet
+    float *mix, *z, *b, *a, *beta, *g, *conv, *q, *k, *v, *qn, *kn, *o, *y;
+    // attention
+    float *qg, *kr, *vr, *qr, *gate, *qa, *ka, *att, *og;
+    float *drop[BN_LORA_N_TARGETS];                // LoRA input dropout masks per projection
+} acts_t;
+
+static void acts_free(acts_t *a) {
+    float **p = (float **)a;
+    for (size_t i = 0; i < sizeof *a / sizeof(float *); i++) free(p[i]);
+    memset(a, 0, sizeof *a);
+}
+
+static float *fzeros(size_t n) { return xcalloc(n > 0 ? n : 1, sizeof(float)); }
+
+static int target_slot(int target) {
+    for (int b = 0; b < BN_LORA_N_TARGETS; b++) if (target == 1 << b) return b;
+    return 0;
+}
+
+typedef struct {
+    const bn_model *m;
+    bn_lora *l;
+    bn_rng *rng;  // NULL = no dropout
+    int T;
+    char *err;
+    size_t errlen;
+} ctx_t;
+
+// lora_of: the view of (layer, target) or NULL when not adapted.
+static bool lora_of(const ctx_t *c, int layer, int target, bn_lora_view *v) {
+    if (!c->l) return false;
+    int idx = bn_lora_get(c->l, layer, target);
+    if (idx < 0) return false;
+    *v = bn_lora_view_of(c->l, idx);
+    return true;
+}
+
+// lin_fwd: y {n_out, T} = W x (+ bias) (+ LoRA with dropout mask drawn into *drop).
+static int lin_fwd(const ctx_t *c, int layer, int target, const bn_weight *W, const bn_weight *bias,
+                   const float *x, float *y, float **drop) {
+    bn_lora_view v;
+    bool has = lora_of(c, layer, target, &v);
+    const float *mask = NULL;
+    if (has && c->rng && c->l->dropout > 0) {
+        *drop = xmalloc((size_t)W->ne[0] * c->T * sizeof(float));
+        bn_lora_dropout_mask(c->rng, c->l->dropout, W->ne[0] * c->T, *drop);
+        mask = *drop;
+    }
+    if (bn_linear_lora_fwd(W, has ? &v : NULL, x, c->T, mask, y, NULL, c->err, c->errlen) < 0) return -1;
+    if (bias && bias->data) {
+        const float *bb = bias->data;
+        for (int t = 0; t < c->T; t++)
+            for (int64_t j = 0; j < W->ne[1]; j++) y[(size_t)t * W->ne[1] + j] += bb[j];
+    }
+    return 0;
+}
+
+// lin_bwd: dx += Wᵀdy (+ LoRA part); LoRA gradients into l->grads.
+static int lin_bwd(const ctx_t *c, int layer, int target, const bn_weight *W, const float *x, const float *drop,
+                   const float *dy, float *dx) {
+    bn_lora_view v;
+    bool has = lora_of(c, layer, target, &v);
+    return bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, has ? drop : NULL, NULL, dy, dx, c->err, c->errlen);
+}
+
+static const float *F(const bn_weight *w) { return (const float *)w->data; }
+
+// ---- Gated DeltaNet mixer ---------------------------------------------------------------------
+static int gdn_fwd(const ctx_t *c, int il, acts_t *a) {
+    const bn_config *cf = &c->m->cfg;
+    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const int T = c->T, dk = cf->ssm_d_state, dv = dk, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
+    const int C = 2 * Hk * dk + Hv * dv, K = cf->ssm_conv_kernel, H = cf->n_embd;
+    a->mix = fzeros((size_t)C * T); a->z = fzeros((size_t)Hv * dv * T);
+    a->b = fzeros((size_t)Hv * T); a->a = fzeros((size_t)Hv * T);
+    if (lin_fwd(c, il, BN_LORA_QKV, &lw->attn_qkv, NULL, a->n, a->mix, &a->drop[target_slot(BN_LORA_QKV)]) ||
+        lin_fwd(c, il, BN_LORA_Z, &lw->attn_gate, NULL, a->n, a->z, &a->drop[target_slot(BN_LORA_Z)]) ||
+        lin_fwd(c, il, BN_LORA_BETA, &lw->ssm_beta, NULL, a->n, a->b, &a->drop[target_slot(BN_LORA_BETA)]) ||
+        lin_fwd(c, il, BN_LORA_ALPHA, &lw->ssm_alpha, NULL, a->n, a->a, &a->drop[target_slot(BN_LORA_ALPHA)]))
+        return -1;
+    a->beta = fzeros((size_t)Hv * T); a->g = fzeros((size_t)Hv * T);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hv; h++) {
+            size_t i = (size_t)t * Hv + h;
+            a->beta[i] = bn_sigmoid(a->b[i]);
+            a->g[i] = bn_softplus(a->a[i] + F(&lw->ssm_dt)[h]) * F(&lw->ssm_a)[h];
+        }
+    a->conv = fzeros((size_t)C * T);
+    bn_conv1d_silu_fwd(a->mix, NULL, F(&lw->ssm_conv1d), C, K, T, a->conv, NULL);
+    a->q = fzeros((size_t)Hk * dk * T); a->k = fzeros((size_t)Hk * dk * T); a->v = fzeros((size_t)Hv * dv * T);
+    a->qn = fzeros((size_t)Hk * dk * T); a->kn = fzeros((size_t)Hk * dk * T);
+    const float q_scale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < T; t++) {
+        const float *row = a->conv + (size_t)t * C;
+        memcpy(a->q + (size_t)t * Hk * dk, row, sizeof(float) * Hk * dk);
+        memcpy(a->k + (size_t)t * Hk * dk, row + Hk * dk, sizeof(float) * Hk * dk);
+        memcpy(a->v + (size_t)t * Hv * dv, row + 2 * Hk * dk, sizeof(float) * Hv * dv);
+        for (int j = 0; j < Hk; j++) {
+            size_t off = ((size_t)t * Hk + j) * dk;
+            bn_l2norm(a->qn + off, a->q + off, dk, cf->norm_eps);
+            bn_l2norm(a->kn + off, a->k + off, dk, cf->norm_eps);
+            for (int i = 0; i < dk; i++) a->qn[off + i] *= q_scale;
+        }
+    }
+    a->o = fzeros((size_t)Hv * dv * T); a->y = fzeros((size_t)Hv * dv * T);
+    bn_gdn_fwd(T, Hk, Hv, dk, dv, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->o, NULL);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hv; h++) {
+            size_t off = ((size_t)t * Hv + h) * dv;
+            bn_gated_rmsnorm(a->y + off, a->o + off, a->z + off, F(&lw->ssm_norm), dv, cf->norm_eps);
+        }
+    a->mo = fzeros((size_t)H * T);
+    return lin_fwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, NULL, a->y, a->mo, &a->drop[target_slot(BN_LORA_SSM_OUT)]);
+}
+
+// gdn_bwd: dn += ∂L/∂n from dmo.
+static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, float *dn) {
+    const bn_config *cf = &c->m->cfg;
+    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const int T = c->T, dk = cf->ssm_d_state, dv = dk, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
+    const int C = 2 * Hk * dk + Hv * dv, K = cf->ssm_conv_kernel;
+    int rc = -1;
+    float *dy = fzeros((size_t)Hv * dv * T), *do_ = fzeros((size_t)Hv * dv * T), *dz = fzeros((size_t)Hv * dv * T);
+    float *dqn = fzeros((size_t)Hk * dk * T), *dkn = fzeros((size_t)Hk * dk * T), *dvv = fzeros((size_t)Hv * dv * T);
+    float *dq = fzeros((size_t)Hk * dk * T), *dk_ = fzeros((size_t)Hk * dk * T), *dqs = fzeros((size_t)Hk * dk * T);
+    float *dg = fzeros((size_t)Hv * T), *dbeta = fzeros((size_t)Hv * T), *db = fzeros((size_t)Hv * T), *da = fzeros((size_t)Hv * T);
+    float *dconv = fzeros((size_t)C * T), *dmix = fzeros((size_t)C * T);
+    if (lin_bwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, a->drop[target_slot(BN_LORA_SSM_OUT)], dmo, dy)) goto out;
+    bn_gated_rmsnorm_bwd(a->o, a->z, F(&lw->ssm_norm), dv, T * Hv, cf->norm_eps, dy, do_, dz);
+    bn_gdn_bwd(T, Hk, Hv, dk, dv, a->qn, a->kn, a->v, a->g, a->beta, NULL, do_, NULL, 0, dqn, dkn, dvv, dg, dbeta, NULL);
+    bn_scale_bwd(1.0f / sqrtf((float)dk), (int64_t)Hk * dk * T, dqn, dqs);
+    bn_l2norm_bwd(a->q, dk, T * Hk, cf->norm_eps, dqs, dq);
+    bn_l2norm_bwd(a->k, dk, T * Hk, cf->norm_eps, dkn, dk_);
+    for (int t = 0; t < T; t++) {
+        float *row = dconv + (size_t)t * C;
+        memcpy(row, dq + (size_t)t * Hk * dk, sizeof(float) * Hk * dk);
+        memcpy(row + Hk * dk, dk_ + (size_t)t * Hk * dk, sizeof(float) * Hk * dk);
+        memcpy(row + 2 * Hk * dk, dvv + (size_t)t * Hv * dv, sizeof(float) * Hv * dv);
+    }
+    bn_conv1d_silu_bwd(a->mix, NULL, F(&lw->ssm_conv1d), C, K, T, dconv, dmix, NULL);
+    bn_sigmoid_bwd(a->beta, (int64_t)Hv * T, dbeta, db);
+    bn_gdn_gate_bwd(a->a, F(&lw->ssm_dt), F(&lw->ssm_a), Hv, T, dg, da);
+    if (lin_bwd(c, il, BN_LORA_QKV, &lw->attn_qkv, a->n, a->drop[target_slot(BN_LORA_QKV)], dmix, dn) ||
+        lin_bwd(c, il, BN_LORA_Z, &lw->attn_gate, a->n, a->drop[target_slot(BN_LORA_Z)], dz, dn) ||
+        lin_bwd(c, il, BN_LORA_BETA, &lw->ssm_beta, a->n, a->drop[target_slot(BN_LORA_BETA)], db, dn) ||
+        lin_bwd(c, il, BN_LORA_ALPHA, &lw->ssm_alpha, a->n, a->drop[target_slot(BN_LORA_ALPHA)], da, dn))
+        goto out;
+    rc = 0;
+out:
+    free(dy); free(do_); free(dz); free(dqn); free(dkn); free(dvv); free(dq); free(dk_); free(dqs);
+    free(dg); free(dbeta); free(db); free(da); free(dconv); free(dmix);
+    return rc;
+}
+
+// ---- attention mixer ----------------------------------------------------------------------------
+static int rope_mode(const bn_config *cf) { return cf->arch == BN_ARCH_LLAMA ? BN_ROPE_NORM : BN_ROPE_NEOX; }
+
+static int attn_fwd(const ctx_t *c, int il, acts_t *a) {
+    const bn_config *cf = &c->m->cfg;
+    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const int T = c->T, hd = cf->head_dim, nh = cf->n_head, nkv = cf->n_head_kv, H = cf->n_embd;
+    const bool gated = cf->arch == BN_ARCH_QWEN35;
+    const int q_stride = nh * hd * (gated ? 2 : 1), kv_dim = nkv * hd;
+    a->qg = fzeros((size_t)q_stride * T); a->kr = fzeros((size_t)kv_dim * T); a->vr = fzeros((size_t)kv_dim * T);
+    if (lin_fwd(c, il, BN_LORA_Q, &lw->attn_q, &lw->attn_q_bias, a->n, a->qg, &a->drop[target_slot(BN_LORA_Q)]) ||
+        lin_fwd(c, il, BN_LORA_K, &lw->attn_k, &lw->attn_k_bias, a->n, a->kr, &a->drop[target_slot(BN_LORA_K)]) ||
+        lin_fwd(c, il, BN_LORA_V, &lw->attn_v, &lw->attn_v_bias, a->n, a->vr, &a->drop[target_slot(BN_LORA_V)]))
+        return -1;
+    a->qr = fzeros((size_t)nh * hd * T); a->gate = fzeros((size_t)nh * hd * T);
+    a->qa = fzeros((size_t)nh * hd * T); a->ka = fzeros((size_t)kv_dim * T);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < nh; h++) {
+            const float *src = a->qg + (size_t)t * q_stride + (size_t)h * (gated ? 2 * hd : hd);
+            size_t off = ((size_t)t * nh + h) * hd;
+            memcpy(a->qr + off, src, sizeof(float) * hd);
+            if (gated) memcpy(a->gate + off, src + hd, sizeof(float) * hd);
+            if (lw->attn_q_norm.data) bn_rmsnorm(a->qa + off, a->qr + off, F(&lw->attn_q_norm), hd, cf->norm_eps);
+            else memcpy(a->qa + off, a->qr + off, sizeof(float) * hd);
+        }
+        for (int j = 0; j < nkv; j++) {
+            size_t off = ((size_t)t * nkv + j) * hd;
+            if (lw->attn_k_norm.data) bn_rmsnorm(a->ka + off, a->kr + off, F(&lw->attn_k_norm), hd, cf->norm_eps);
+            else memcpy(a->ka + off, a->kr + off, sizeof(float) * hd);
+        }
+        bn_rope_inplace(a->qa + (size_t)t * nh * hd, hd, nh, cf->n_rot, t, cf->rope_base, rope_mode(cf), +1);
+        bn_rope_inplace(a->ka + (size_t)t * kv_dim, hd, nkv, cf->n_rot, t, cf->rope_base, rope_mode(cf), +1);
+    }
+    a->att = fzeros((size_t)nh * hd * T); a->og = fzeros((size_t)nh * hd * T);
+    bn_attn_fwd(a->qa, a->ka, a->vr, T, hd, nh, nkv, 1.0f / sqrtf((float)hd), a->att);
+    if (gated) bn_sigmoid_gate(a->og, a->att, a->gate, nh * hd * T);
+    else memcpy(a->og, a->att, sizeof(float) * nh * hd * T);
+    a->mo = fzeros((size_t)H * T);
+    return lin_fwd(c, il, BN_LORA_O, &lw->attn_output, NULL, a->og, a->mo, &a->drop[target_slot(BN_LORA_O)]);
+}
+
+static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, float *dn) {
+    const bn_config *cf = &c->m->cfg;
+    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const int T = c->T, hd = cf->head_dim, nh = cf->n_head, nkv = cf->n_head_kv;
+    const bool gated = cf->arch == BN_ARCH_QWEN35;
+    const int q_stride = nh * hd * (gated ? 2 : 1), kv_dim = nkv * hd;
+    const size_t nq = (size_t)nh * hd * T, nk = (size_t)kv_dim * T;
+    int rc = -1;
+    float *dog = fzeros(nq), *datt = fzeros(nq), *dgate = fzeros(nq), *dqa = fzeros(nq), *dka = fzeros(nk);
+    float *dvr = fzeros(nk), *dqn = fzeros(nq), *dkn = fzeros(nk), *dqr = fzeros(nq), *dkr = fzeros(nk);
+    float *dqg = fzeros((size_t)q_stride * T);
+    if (lin_bwd(c, il, BN_LORA_O, &lw->attn_output, a->og, a->drop[target_slot(BN_LORA_O)], dmo, dog)) goto out;
+    if (gated) bn_sigmoid_gate_bwd(a->att, a->gate, (int64_t)nq, dog, datt, dgate);
+    else memcpy(datt, dog, sizeof(float) * nq);
+    bn_attn_bwd(a->qa, a->ka, a->vr, T, hd, nh, nkv, 1.0f / sqrtf((float)hd), datt, dqa, dka, dvr);
+    bn_rope_bwd(dqa, hd, nh, T, cf->n_rot, 0, cf->rope_base, rope_mode(cf), dqn);
+    bn_rope_bwd(dka, hd, nkv, T, cf->n_rot, 0, cf->rope_base, rope_mode(cf), dkn);
+    if (lw->attn_q_norm.data) bn_rmsnorm_bwd(a->qr, F(&lw->attn_q_norm), hd, T * nh, cf->norm_eps, dqn, dqr);
+    else memcpy(dqr, dqn, sizeof(float) * nq);
+    if (lw->attn_k_norm.data) bn_rmsnorm_bwd(a->kr, F(&lw->attn_k_norm), hd, T * nkv, cf->norm_eps, dkn, dkr);
+    else memcpy(dkr, dkn, sizeof(float) * nk);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            float *dst = dqg + (size_t)t * q_stride + (size_t)h * (gated ? 2 * hd : hd);
+            size_t off = ((size_t)t * nh + h) * hd;
+            memcpy(dst, dqr + off, sizeof(float) * hd);
+            if (gated) memcpy(dst + hd, dgate + off, sizeof(float) * hd);
+        }
+    if (lin_bwd(c, il, BN_LORA_Q, &lw->attn_q, a->n, a->drop[target_slot(BN_LORA_Q)], dqg, dn) ||
+        lin_bwd(c, il, BN_LORA_K, &lw->attn_k, a->n, a->drop[target_slot(BN_LORA_K)], dkr, dn) ||
+        lin_bwd(c, il, BN_LORA_V, &lw->attn_v, a->n, a->drop[target_slot(BN_LORA_V)], dvr, dn))
+        goto out;
+    rc = 0;
+out:
+    free(dog); free(datt); free(dgate); free(dqa); free(dka); free(dvr); free(dqn); free(dkn); free(dqr); free(dkr); free(dqg);
+    return rc;
+}
+
+// ---- one layer ----------------------------------------------------------------------------------
+// layer_fwd: x_out {H, T} = layer(x_in), keeping intermediates in a.
+static int layer_fwd(const ctx_t *c, int il, const float *x_in, float *x_out, acts_t *a) {
+    const bn_config *cf = &c->m->cfg;
+    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const int T = c->T, H = cf->n_embd, Ff = cf->n_ff;
+    a->n = fzeros((size_t)H * T);
+    for (int t = 0; t < T; t++) bn_rmsnorm(a->n + (size_t)t * H, x_in + (size_t)t * H, F(&lw->attn_norm), H, cf->norm_eps);
+    if ((cf->arch == BN_ARCH_QWEN35 && cf->is_recurrent[il]) ? gdn_fwd(c, il, a) : attn_fwd(c, il, a)) return -1;
+    a->h = fzeros((size_t)H * T);
+    for (size_t i = 0; i < (size_t)H * T; i++) a->h[i] = x_in[i] + a->mo[i];
+    a->mm = fzeros((size_t)H * T);
+    for (int t = 0; t < T; t++)
+        bn_rmsnorm(a->mm + (size_t)t * H, a->h + (size_t)t * H, F(&lw->post_attention_norm), H, cf->norm_eps);
+    a->ga = fzeros((size_t)Ff * T); a->up = fzeros((size_t)Ff * T); a->act = fzeros((size_t)Ff * T);
+    if (lin_fwd(c, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, &a->drop[target_slot(BN_LORA_GATE)]) ||
+        lin_fwd(c, il, BN_LORA_UP, &lw->ffn_up, NULL, a->mm, a->up, &a->drop[target_slot(BN_LORA_UP)]))
+        return -1;
+    bn_swiglu(a->act, a->ga, a->up, Ff * T);
+    if (lin_fwd(c, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, x_out, &a->drop[target_slot(BN_LORA_DOWN)])) return -1;
+    for (size_t i = 0; i < (size_t)H * T; i++) x_out[i] += a->h[i];
+    return 0;
+}
+
+// layer_bwd: dx_in {H, T} (overwritten) from dx_out.
+static int layer_bwd(const ctx_t *c, int il, const float *x_in, const acts_t *a, const float *dx_out, float *dx_in) {
+    const bn_config *cf = &c->m->cfg;
+    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const int T = c->T, H = cf->n_embd, Ff = cf->n_ff;
+    int rc = -1;
+    float *dh = fzeros((size_t)H * T), *dact = fzeros((size_t)Ff * T), *dga = fzeros((size_t)Ff * T);
+    float *dup = fzeros((size_t)Ff * T), *dmm = fzeros((size_t)H * T), *dn = fzeros((size_t)H * T);
+    memcpy(dh, dx_out, sizeof(float) * H * T);
+    if (lin_bwd(c, il, BN_LORA_DOWN, &lw->ffn_down, a->act, a->drop[target_slot(BN_LORA_DOWN)], dx_out, dact)) goto out;
+    bn_swiglu_bwd(a->ga, a->up, (int64_t)Ff * T, dact, dga, dup);
+    if (lin_bwd(c, il, BN_LORA_GATE, &lw->ffn_gate, a->mm, a->drop[target_slot(BN_LORA_GATE)], dga, dmm) ||
+        lin_bwd(c, il, BN_LORA_UP, &lw->ffn_up, a->mm, a->drop[target_slot(BN_LORA_UP)], dup, dmm))
+        goto out;
+    bn_rmsnorm_bwd(a->h, F(&lw->post_attention_norm), H, T, cf->norm_eps, dmm, dh);
+    if ((cf->arch == BN_ARCH_QWEN35 && cf->is_recurrent[il]) ? gdn_bwd(c, il, a, dh, dn) : attn_bwd(c, il, a, dh, dn)) goto out;
+    memcpy(dx_in, dh, sizeof(float) * H * T);
+    bn_rmsnorm_bwd(x_in, F(&lw->attn_norm), H, T, cf->norm_eps, dn, dx_in);
+    rc = 0;
+out:
+    free(dh); free(dact); free(dga); free(dup); free(dmm); free(dn);
+    return rc;
+}
+
+// ---- whole model --------------------------------------------------------------------------------
+// check_supported: fp32 small tensors the training path reads directly.
+static int check_supported(const bn_model *m, char *err, size_t errlen) {
+    const bn_config *cf = &m->cfg;
+    if (cf->arch != BN_ARCH_QWEN35 && cf->arch != BN_ARCH_QWEN3 && cf->arch != BN_ARCH_LLAMA && cf->arch != BN_ARCH_QWEN2)
+        return bn_err(err, errlen, "training: unsupported architecture %d", cf->arch);
+    if (m->w.output_norm.type != BN_F32) return bn_err(err, errlen, "training: output_norm must be f32");
+    for (int il = 0; il < cf->n_layer; il++) {
+        const bn_layer_weights *lw = &m->w.layers[il];
+        const bn_weight *vecs[] = {&lw->attn_norm, &lw->post_attention_norm, &lw->attn_q_norm, &lw->attn_k_norm,
+                                   &lw->attn_q_bias, &lw->attn_k_bias, &lw->attn_v_bias, &lw->ssm_conv1d,
+                                   &lw->ssm_dt, &lw->ssm_a, &lw->ssm_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+            if (vecs[i]->data && vecs[i]->type != BN_F32)
+                return bn_err(err, errlen, "training: %s must be f32 (is %s)", vecs[i]->name ? vecs[i]->name : "vector",
+                              bn_type_name(vecs[i]->type));
+    }
+    return 0;
+}
+
+bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng,
+                                 float *logits, char *err, size_t errlen) {
+    const bn_config *cf = &m->cfg;
+    const int H = cf->n_embd, L = cf->n_layer;
+    if (n <= 0) { bn_err(err, errlen, "training: empty token sequence"); return NULL; }
+    if (check_supported(m, err, errlen)) return NULL;
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= cf->n_vocab) { bn_err(err, errlen, "training: token %d out of range", tokens[t]); return NULL; }
+    bn_train_graph *g = xcalloc(1, sizeof *g);
+    g->m = m;
+    g->l = l;
+    g->T = n;
+    g->tokens = xmalloc(sizeof(int32_t) * n);
+    memcpy(g->tokens, tokens, sizeof(int32_t) * n);
+    g->use_dropout = rng && l && l->dropout > 0;
+    g->x_in = xcalloc((size_t)L, sizeof(float *));
+    g->layer_rng = xcalloc((size_t)L, sizeof(bn_rng));
+    ctx_t c = {.m = m, .l = l, .rng = g->use_dropout ? rng : NULL, .T = n, .err = err, .errlen = errlen};
+    float *x = fzeros((size_t)H * n);
+    for (int t = 0; t < n; t++)
+        if (bn_weight_row_f32(&m->w.token_embd, tokens[t], x + (size_t)t * H) != 0) {
+            bn_err(err, errlen, "training: cannot read embedding row %d", tokens[t]);
+            free(x);
+            bn_train_graph_free(g);
+            return NULL;
+        }
+    for (int il = 0; il < L; il++) {
+        g->x_in[il] = x;
+        if (g->use_dropout) g->layer_rng[il] = *rng;
+        float *x_out = fzeros((size_t)H * n);
+        acts_t a = {0};
+        int rc = layer_fwd(&c, il, x, x_out, &a);
+        acts_free(&a);
+        if (rc) { free(x_out); bn_train_graph_free(g); return NULL; }
+        x = x_out;
+    }
+    g->x_last = fzeros((size_t)H);
+    memcpy(g->x_last, x + (size_t)(n - 1) * H, sizeof(float) * H);
+    free(x);
+    // LM head on the last position only
+    float *xf = fzeros((size_t)H);
+    bn_rmsnorm(xf, g->x_last, F(&m->w.output_norm), H, cf->norm_eps);
+    ctx_t ch = c;
+    ch.T = 1;
+    int rc = lin_fwd(&ch, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, &g->head_drop);
+    free(xf);
+    if (rc) { bn_train_graph_free(g); return NULL; }
+    return g;
+}
+
+int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t errlen) {
+    const bn_model *m = g->m;
+    const bn_config *cf = &m->cfg;
+    const int H = cf->n_embd, L = cf->n_layer, T = g->T;
+    ctx_t c = {.m = m, .l = g->l, .rng = NULL, .T = T, .err = err, .errlen = errlen};
+    // head: dxf = outputᵀ dz (+ LoRA); d(x_last) through the final norm
+    float *xf = fzeros((size_t)H), *dxf = fzeros((size_t)H);
+    bn_rmsnorm(xf, g->x_last, F(&m->w.output_norm), H, cf->norm_eps);
+    ctx_t ch = c;
+    ch.T = 1;
+    int rc = lin_bwd(&ch, -1, BN_LORA_HEAD, &m->w.output, xf, g->head_drop, dlogits, dxf);
+    float *dx = fzeros((size_t)H * T), *dx_prev = fzeros((size_t)H * T);
+    if (rc == 0) bn_rmsnorm_bwd(g->x_last, F(&m->w.output_norm), H, 1, cf->norm_eps, dxf, dx + (size_t)(T - 1) * H);
+    free(xf);
+    free(dxf);
+    for (int il = L - 1; il >= 0 && rc == 0; il--) {
+        bn_rng rng = g->layer_rng[il];
+        c.rng = g->use_dropout ? &rng : NULL;
+        acts_t a = {0};
+        float *x_out = fzeros((size_t)H * T);
+        rc = layer_fwd(&c, il, g->x_in[il], x_out, &a); // recompute (same dropout masks)
+        free(x_out);
+        if (rc == 0) rc = layer_bwd(&c, il, g->x_in[il], &a, dx, dx_prev);
+        acts_free(&a);
+        float *tmp = dx;
+        dx = dx_prev;
+        dx_prev = tmp;
+    }
+    free(dx);
+    free(dx_prev);
+    return rc;
+}
+
+void bn_train_graph_free(bn_train_graph *g) {
+    if (!g) return;
+    if (g->x_in) {
+        // layer inputs: x_in[0] is the embedding buffer; x_in[il+1] the output of layer il
+        for (int il = 0; il < g->m->cfg.n_layer; il++) free(g->x_in[il]);
+        free(g->x_in);
+    }
+    free(g->x_last);
+    free(g->head_drop);
+    free(g->layer_rng);
+    free(g->tokens);
+    free(g);
+}

@@ -1,0 +1,29 @@
+// train/graph.h — the training forward and backward through a whole model with a LoRA adapter
+// (MODEL.md §4, §7 forward; §8 backward), fp32, one sequence from an empty state. Only the last
+// position's logits are produced (FTPO needs nothing else, MODEL.md §12). Memory: the input of
+// every layer is kept ({H, T} per layer); each layer's intermediates are recomputed from it
+// during the backward (MODEL.md §10.4), with the same dropout masks.
+// Architectures: qwen35 (Gated DeltaNet + gated attention), qwen3, llama, qwen2 (biases frozen).
+#ifndef BONSAI_TRAIN_GRAPH_H
+#define BONSAI_TRAIN_GRAPH_H
+#include <stdint.h>
+#include <stddef.h>
+#include "core/model.h"
+#include "train/lora.h"
+#include "train/rng.h"
+
+typedef struct bn_train_graph bn_train_graph;
+
+// bn_train_forward: runs tokens[0..n) through m with adapter l (NULL = the base model, e.g. for
+// reference logits); dropout masks come from rng when l->dropout > 0 (rng NULL = no dropout).
+// Writes the last position's logits {n_vocab} into logits and returns the graph for
+// bn_train_backward, or NULL with err filled. Keeps pointers to m, l and tokens' copy.
+bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng,
+                                 float *logits, char *err, size_t errlen);
+// bn_train_backward: given dlogits {n_vocab} = ∂L/∂logits of the last position, ADDS ∂L/∂A and
+// ∂L/∂B of every adapted tensor into l->grads. Returns 0 or -1 (err).
+int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t errlen);
+// bn_train_graph_free: frees the saved activations (NULL is fine).
+void bn_train_graph_free(bn_train_graph *g);
+
+#endif
