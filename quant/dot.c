@@ -1,9 +1,10 @@
 // quant/dot.c — scalar reference dots for the float types, and the runtime dispatch that picks the
-// AVX2/FMA kernels (dot_avx2.c) when the CPU has AVX2+FMA+F16C (BONSAI_SIMD=scalar forces scalar).
+// AVX2/FMA kernels (dot_avx2.c) when the CPU has AVX2+FMA+F16C, and for the Q1_0/Q2_0 mat-vec the
+// AVX512-VNNI variant where present. BONSAI_SIMD=scalar forces scalar, BONSAI_SIMD=avx2 disables VNNI.
 #include "quant/quant_impl.h"
 #include <stdlib.h>
 
-int bn_have_avx2;
+int bn_have_avx2, bn_have_vnni;
 
 // F32 · F32: fp32 accumulation in element order.
 void bn_dot_f32_ref(int n, float *s, const void *vx, const void *vy) {
@@ -44,8 +45,12 @@ __attribute__((constructor)) static void dot_dispatch_init(void) {
     __builtin_cpu_init();
     const char *force = getenv("BONSAI_SIMD");
     bool scalar = force && (strcmp(force, "scalar") == 0 || strcmp(force, "0") == 0);
+    bool avx2_only = force && strcmp(force, "avx2") == 0;
     bn_have_avx2 = !scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                    __builtin_cpu_supports("f16c");
+    bn_have_vnni = bn_have_avx2 && !avx2_only && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512vnni");
     memcpy(best_dots, ref_dots, sizeof best_dots);
     if (bn_have_avx2) {
         best_dots[BN_F32] = bn_dot_f32_avx2;
@@ -67,7 +72,7 @@ bn_vec_dot_fn bn_vec_dot_best(int type) {
     return type >= 0 && type < BN_TYPE_MAX ? best_dots[type] : NULL;
 }
 
-const char *bn_simd_name(void) { return bn_have_avx2 ? "avx2" : "scalar"; }
+const char *bn_simd_name(void) { return bn_have_vnni ? "avx2+vnni" : bn_have_avx2 ? "avx2" : "scalar"; }
 
 void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y) { best_dots[type](n, s, x, y); }
 

@@ -400,56 +400,67 @@ static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, bool q1, 
     }
 }
 
+// The two row kernels are generated twice: AVX2 (maddubs + madd) and AVX512-VNNI on 256-bit vectors
+// (vpdpbusd does both in one instruction). ISUM(u, q) = 8 int32 lanes of sum(u (unsigned) * q (signed)).
+#define ISUM_AVX2(u, q) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1))
+#define ISUM_VNNI(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
+
 // Q1_0: dword lane s of broadcast bits >> s, & 0x01010101 -> byte 4s+b = bit s of byte b = element 8b+s.
-static float rows_q1_0_one(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {
-    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i lsb = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    float corr = 0.0f;
-    for (int i = 0; i < nb / 4; i++) {
-        float dx = h2f(x[i].d);
-        __m256 block = _mm256_setzero_ps();   // sum over the 4 Q8_0 blocks of d_k * isum_k (OOO overlaps blocks)
-        for (int k = 0; k < 4; k++) {
-            uint32_t bits;
-            memcpy(&bits, x[i].qs + 4 * k, 4);
-            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);
-            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * (4 * i + k)));
-            __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(b, q), ones16);
-            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcast_ss(&P->d[4 * i + k]), block);
-        }
-        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);
-        corr += dx * P->t[i];
-    }
-    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;
+#define DEFINE_ROWS_Q1_0(name, ISUM)                                                                       \
+static float name(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {                                   \
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                             \
+    float corr = 0.0f;                                                                                      \
+    for (int i = 0; i < nb / 4; i++) {                                                                      \
+        float dx = h2f(x[i].d);                                                                             \
+        __m256 block = _mm256_setzero_ps();  /* sum_k d_k * isum_k; out-of-order overlaps the blocks */    \
+        for (int k = 0; k < 4; k++) {                                                                       \
+            uint32_t bits;                                                                                  \
+            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
+            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
+            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * (4 * i + k)));                     \
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P->d[4 * i + k]), block); \
+        }                                                                                                   \
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);                               \
+        corr += dx * P->t[i];                                                                               \
+    }                                                                                                       \
+    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                            \
 }
 
 // Q2_0 (both layouts): qword lane s of broadcast codes >> 2s, & 3 -> byte 8s+b = element 4b+s.
 // per = Q8_0 blocks per weight block (2 for g64, 4 for g128); bs = weight block bytes.
-static float rows_q2_one(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *P) {
-    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6);
-    const __m256i three = _mm256_set1_epi8(3), ones16 = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    float corr = 0.0f;
-    for (int i = 0; i < nb / per; i++) {
-        const uint8_t *blk = x + (size_t)i * bs;
-        bn_half hd;
-        memcpy(&hd, blk, 2);
-        float dx = h2f(hd);
-        __m256 block = _mm256_setzero_ps();
-        for (int k = 0; k < per; k++) {
-            int64_t codes;
-            memcpy(&codes, blk + 2 + 8 * k, 8);
-            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);
-            int kb = per * i + k;
-            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * kb));
-            __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(c, q), ones16);
-            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcast_ss(&P->d[kb]), block);
-        }
-        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);
-        corr += dx * P->t[i];
-    }
-    return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;
+#define DEFINE_ROWS_Q2(name, ISUM)                                                                         \
+static float name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *P) {                        \
+    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), three = _mm256_set1_epi8(3);                    \
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                             \
+    float corr = 0.0f;                                                                                      \
+    for (int i = 0; i < nb / per; i++) {                                                                    \
+        const uint8_t *blk = x + (size_t)i * bs;                                                            \
+        bn_half hd;                                                                                         \
+        memcpy(&hd, blk, 2);                                                                                \
+        float dx = h2f(hd);                                                                                 \
+        __m256 block = _mm256_setzero_ps();                                                                 \
+        for (int k = 0; k < per; k++) {                                                                     \
+            int64_t codes;                                                                                  \
+            memcpy(&codes, blk + 2 + 8 * k, 8);                                                             \
+            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);     \
+            int kb = per * i + k;                                                                           \
+            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * kb));                               \
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(c, q)), _mm256_broadcast_ss(&P->d[kb]), block); \
+        }                                                                                                   \
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);                               \
+        corr += dx * P->t[i];                                                                               \
+    }                                                                                                       \
+    return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                                   \
 }
+
+DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
+DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
+DEFINE_ROWS_Q1_0(rows_q1_0_vnni, ISUM_VNNI)
+DEFINE_ROWS_Q2(rows_q2_vnni, ISUM_VNNI)
+#pragma GCC pop_options
 
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
     if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
@@ -461,7 +472,7 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
     prepared_q8 P = {q_stack, d_stack, t_stack};
     void *heap = NULL;
     if (nb > STACK_BLOCKS) {
-        heap = aligned_alloc(32, (size_t)nb * 40 + 64);
+        heap = aligned_alloc(32, ((size_t)nb * 40 + 64 + 31) & ~(size_t)31);
         if (!heap) return 0;
         P.q = heap;
         P.d = (float *)((char *)heap + (size_t)nb * 32);
@@ -470,9 +481,15 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
     prepare_q8(vy, nb, per, type == BN_Q1_0, &P);
     const char *row = w;
     int bs = bn_type_size(type);
-    for (int r = 0; r < nrows; r++, row += stride)
-        s[r] = type == BN_Q1_0 ? rows_q1_0_one(nb, (const bn_block_q1_0 *)row, &P)
-                               : rows_q2_one(nb, (const uint8_t *)row, bs, per, &P);
+    if (type == BN_Q1_0) {
+        for (int r = 0; r < nrows; r++, row += stride)
+            s[r] = bn_have_vnni ? rows_q1_0_vnni(nb, (const bn_block_q1_0 *)row, &P)
+                                : rows_q1_0_avx2(nb, (const bn_block_q1_0 *)row, &P);
+    } else {
+        for (int r = 0; r < nrows; r++, row += stride)
+            s[r] = bn_have_vnni ? rows_q2_vnni(nb, (const uint8_t *)row, bs, per, &P)
+                                : rows_q2_avx2(nb, (const uint8_t *)row, bs, per, &P);
+    }
     free(heap);
     return 1;
 }

@@ -115,7 +115,8 @@ bn_vec_dot_fn bn_vec_dot_best(int type);
 // bn_vec_dot_rows: s[r] = dot(row r of w, y) for r < nrows; rows are w_row_stride bytes apart, y is one
 // row of the type's vec_dot_type. The decode hot path (mat-vec); fastest kernel available.
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y);
-// bn_simd_name: "avx2" or "scalar" — what the dispatch picked (BONSAI_SIMD=scalar forces scalar).
+// bn_simd_name: "avx2+vnni", "avx2" or "scalar" — what the dispatch picked (BONSAI_SIMD=scalar forces
+// scalar, BONSAI_SIMD=avx2 disables the AVX512-VNNI mat-vec kernels).
 const char *bn_simd_name(void);
 
 // bn_dequantize: dequantize n elements of type into dst (F32/F16/BF16 included); returns 0 or -1.

@@ -109,7 +109,8 @@ void bn_quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
 void bn_fp16_to_fp32_row_f16c(const uint16_t *x, float *y, int64_t n);
 void bn_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n);
 
-// bn_have_avx2: true when the dispatch uses the AVX2 kernels (set once at start-up).
-extern int bn_have_avx2;
+// bn_have_avx2: true when the dispatch uses the AVX2 kernels (set once at start-up); bn_have_vnni: the
+// mat-vec kernels may also use AVX512-VNNI on 256-bit vectors (AVX512F/BW/VL/VNNI present).
+extern int bn_have_avx2, bn_have_vnni;
 
 #endif
