@@ -1,11 +1,19 @@
 // tests/compat/test_compat_logits.c — our engine vs llama.cpp (prebuilt npm libllama) on a generated
 // model: teacher-forced log-probs on several token sequences (batched prefill, chunked prefill and the
 // one-token decode path) and greedy decoding.
-//   test_compat_logits PRESET TYPE TOL_ROW MIN_GREEDY
+//   test_compat_logits PRESET TYPE TOL_ROW TOL_MEAN MIN_GREEDY
 // PRESET: mkmodel preset ("tiny" = qwen35, "qwen3-tiny"); TYPE: f32, f16 (generated directly) or a
 // quantized type (the F32 model converted with every quantizable tensor → TYPE, like
 // `llama-quantize --pure`). TOL_ROW: bound on max |Δ logprob| over every position and vocab entry.
+// TOL_MEAN: bound on the mean |Δ logprob| of the teacher-forced (next) tokens over all sequences.
 // MIN_GREEDY: greedy tokens (of 64 per prompt) that must agree before the first divergence.
+// Also: the argmax must agree on >= 98% of all teacher-forced positions.
+// Why quantized bounds are looser: both engines round activations to Q8_0 (or Q8_K) before the dot
+// products, so a 1-ulp float difference upstream (attention, DeltaNet chunking, summation order) can
+// flip one int8 rounding; flips cascade through layers on these random models. Measured on the tiny
+// models: qwen3 F32 ≤ 3e-5, qwen35 F32 ≤ 0.011 (llama.cpp runs DeltaNet prefill chunked), F16 ≤ 0.023
+// (llama.cpp rounds activations to f16 for F16 weights; we do not), quantized 0.23–0.38 with
+// first sequences exact to 1e-5.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +27,7 @@
 
 #define N_CTX 192
 #define N_GEN 64
-#define N_THREADS 2
+#define N_THREADS 1
 
 #ifndef HAVE_LLAMA_REF
 int main(void) { return test_skip("llama.cpp headers missing in third_party/ (run scripts/fetch-llamacpp.sh)"); }
@@ -38,10 +46,10 @@ static int ftype_of(int type) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: %s PRESET TYPE TOL_ROW MIN_GREEDY\n", argv[0]); return 1; }
+    if (argc != 6) { fprintf(stderr, "usage: %s PRESET TYPE TOL_ROW TOL_MEAN MIN_GREEDY\n", argv[0]); return 1; }
     const char *preset = argv[1], *type_name = argv[2];
-    double tol_row = atof(argv[3]);
-    int min_greedy = atoi(argv[4]);
+    double tol_row = atof(argv[3]), tol_mean = atof(argv[4]);
+    int min_greedy = atoi(argv[5]);
     char err[512], name[64];
     snprintf(name, sizeof name, "compat-%s-%s", preset, type_name);
     if (!llama_ref_available(err, sizeof err)) {
@@ -89,7 +97,8 @@ int main(int argc, char **argv) {
 
     float *ours = xmalloc(sizeof(float) * (size_t)N_CTX * n_vocab);
     float *theirs = xmalloc(sizeof(float) * (size_t)N_CTX * n_vocab);
-    double worst_row = 0, worst_next = 0;
+    double worst_row = 0, worst_next = 0, sum_next = 0;
+    int n_next = 0, n_argmax_diff = 0, n_pos = 0;
     for (int q = 0; q < N_SEQ; q++) {
         int n = seq_len[q];
         if (n <= 0) continue;
@@ -105,9 +114,18 @@ int main(int argc, char **argv) {
                d.max_abs_next, d.mean_abs_next, d.argmax_diff, d.n_pos);
         worst_row = d.max_abs_row > worst_row ? d.max_abs_row : worst_row;
         worst_next = d.max_abs_next > worst_next ? d.max_abs_next : worst_next;
+        sum_next += d.mean_abs_next * (n - 1);
+        n_next += n - 1;
+        n_argmax_diff += d.argmax_diff;
+        n_pos += n;
     }
-    printf("%s: worst max|dlogprob| %.3g (bound %g), teacher-forced token %.3g\n", name, worst_row, tol_row, worst_next);
+    double mean_next = n_next ? sum_next / n_next : 0;
+    printf("%s: worst max|dlogprob| %.3g (bound %g); teacher-forced token max %.3g, mean %.3g (bound %g); "
+           "argmax differs at %d of %d positions\n", name, worst_row, tol_row, worst_next, mean_next, tol_mean,
+           n_argmax_diff, n_pos);
     CHECK(worst_row <= tol_row, "max |dlogprob| %.4g exceeds %g", worst_row, tol_row);
+    CHECK(mean_next <= tol_mean, "mean teacher-forced |dlogprob| %.4g exceeds %g", mean_next, tol_mean);
+    CHECK(n_argmax_diff * 50 <= n_pos, "argmax differs at %d of %d positions (> 2%%)", n_argmax_diff, n_pos);
 
     // Greedy: 64 tokens from two prompts; count agreement before the first divergence.
     for (int q = 0; q < 2; q++) {
