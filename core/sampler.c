@@ -15,6 +15,10 @@ typedef struct {
     float p;
 } cand;
 
+// Greedy sampling without top_k/top_p/min_p keeps this many (p = 1, 0, 0, ...) candidates instead of
+// the whole vocabulary (enough for any n_probs report; llama.cpp would list all of them).
+#define GREEDY_MAX_CANDIDATES 1024
+
 struct bn_sampler {
     bn_sampler_params par;
     uint64_t rng[4];
@@ -162,40 +166,44 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
     int n;
     int k = p->top_k > 0 && p->top_k < n_vocab ? p->top_k : n_vocab;
     bool truncating = p->top_p < 1.0f || p->min_p > 0.0f;
+    bool greedy = p->temperature <= 0.0f;
     bool found;
-    if (p->temperature <= 0.0f) {
-        n = select_topk(logits, n_vocab, 1, c); // greedy: only the max-logit token survives
-        c[0].p = 1.0f;
-    } else {
-        if (k == n_vocab && truncating && n_vocab > 8192) {
-            // no top_k: find the top_p/min_p prefix by growing a partial selection instead of sorting
-            // the whole vocabulary; top_p's softmax is over all logits
-            float max_l, sum = softmax_denominator(logits, n_vocab, &max_l);
-            for (int kk = 1024;; kk *= 8) {
-                if ((int64_t)kk * 8 >= n_vocab) kk = n_vocab; // select_topk would sort everything anyway
-                int m = select_topk(logits, n_vocab, kk, c);
-                n = cutoff(p, c, m, max_l, sum, min_keep, &found);
-                if (found || m == n_vocab) break;
-            }
-        } else {
-            int m = select_topk(logits, n_vocab, k, c);
-            float max_l = c[0].logit, sum = 0.0f, comp = 0.0f;
-            for (int i = 0; truncating && i < m; i++) {
-                float y = expf(c[i].logit - max_l) - comp, t = sum + y;
-                comp = (t - sum) - y;
-                sum = t;
-            }
-            n = truncating ? cutoff(p, c, m, max_l, sum, min_keep, &found) : m;
+    if (k == n_vocab && truncating && n_vocab > 8192) {
+        // no top_k: find the top_p/min_p prefix by growing a partial selection instead of sorting
+        // the whole vocabulary; top_p's softmax is over all logits
+        float max_l, sum = softmax_denominator(logits, n_vocab, &max_l);
+        for (int kk = 1024;; kk *= 8) {
+            if ((int64_t)kk * 8 >= n_vocab) kk = n_vocab; // select_topk would sort everything anyway
+            int m = select_topk(logits, n_vocab, kk, c);
+            n = cutoff(p, c, m, max_l, sum, min_keep, &found);
+            if (found || m == n_vocab) break;
         }
+    } else if (k == n_vocab && !truncating && greedy && n_vocab > GREEDY_MAX_CANDIDATES) {
+        // greedy without truncation: every other candidate has p = 0, keep only the first ones
+        n = select_topk(logits, n_vocab, GREEDY_MAX_CANDIDATES, c);
+    } else {
+        int m = select_topk(logits, n_vocab, k, c);
+        float max_l = c[0].logit, sum = 0.0f, comp = 0.0f;
+        for (int i = 0; truncating && i < m; i++) {
+            float y = expf(c[i].logit - max_l) - comp, t = sum + y;
+            comp = (t - sum) - y;
+            sum = t;
+        }
+        n = truncating ? cutoff(p, c, m, max_l, sum, min_keep, &found) : m;
+    }
+    int pick = 0;
+    if (greedy) { // llama.cpp's temp <= 0: only the max-logit candidate keeps a probability (1)
+        for (int i = 0; i < n; i++) c[i].p = i == 0 ? 1.0f : 0.0f;
+    } else {
         for (int i = 0; i < n; i++) c[i].logit /= p->temperature;
         softmax_sorted(c, n);
-    }
-    // dist: walk the cumulative distribution with one uniform draw
-    double r = uniform01(s->rng), cum = 0.0;
-    int pick = n - 1;
-    for (int i = 0; i < n; i++) {
-        cum += c[i].p;
-        if (r < cum) { pick = i; break; }
+        // dist: walk the cumulative distribution with one uniform draw
+        double r = uniform01(s->rng), cum = 0.0;
+        pick = n - 1;
+        for (int i = 0; i < n; i++) {
+            cum += c[i].p;
+            if (r < cum) { pick = i; break; }
+        }
     }
     s->n = n;
     for (int i = 0; i < n; i++) { s->out_ids[i] = c[i].id; s->out_p[i] = c[i].p; }

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 
 typedef struct {
-    float temperature; // <= 0: greedy (argmax; ties → lowest id)
+    float temperature; // <= 0: greedy (argmax of the candidates; ties → lowest id)
     int top_k;         // <= 0: whole vocabulary
     float top_p;       // >= 1: off
     float min_p;       // <= 0: off; keep p >= min_p * p_max
@@ -31,7 +31,9 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
 
 // The candidate list after the whole chain for the last bn_sampler_sample call (for
 // post_sampling_probs): *ids / *probs point into the sampler (valid until the next call), sorted
-// by probability descending, probs renormalised after truncation and temperature. Returns the count.
+// by probability descending, probs renormalised after truncation and temperature. Greedy
+// (temperature <= 0) runs top_k/top_p/min_p too and gives probs 1, 0, 0, ... as llama.cpp (capped at
+// 1024 candidates when nothing truncates). No RNG draw is made when greedy. Returns the count.
 int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const float **probs);
 
 // bn_logits_topk: the k highest logits' ids (descending logit, ties → lower id first) with their

@@ -40,6 +40,22 @@ static void test_greedy(float *logits) {
         CHECK(bn_sampler_sample(s, logits, NV) == want, "top_k = 1 -> argmax %d", want);
         bn_sampler_free(s);
     }
+    // greedy still runs the truncation chain: post-sampling candidates are the top_k with probs 1, 0, ...
+    {
+        bn_sampler_params p = bn_sampler_params_default();
+        p.temperature = 0.0f;
+        p.top_p = 1.0f;
+        p.min_p = 0.0f;
+        bn_sampler *s = bn_sampler_new(&p);
+        int32_t id = bn_sampler_sample(s, logits, NV);
+        const int32_t *ids;
+        const float *pp;
+        int n = bn_sampler_last_candidates(s, &ids, &pp);
+        CHECK(n == 40 && ids[0] == id && pp[0] == 1.0f && pp[1] == 0.0f && pp[39] == 0.0f,
+              "greedy candidates: top_k 40 with probs 1, 0, ... (n = %d)", n);
+        CHECK(n > 1 && logits[ids[1]] <= logits[ids[0]], "greedy candidates sorted by logit");
+        bn_sampler_free(s);
+    }
     // ties: lowest id wins
     float tie[4] = {1, 3, 3, 2};
     bn_sampler_params p = {.temperature = 0};
