@@ -8,6 +8,9 @@
 #include <math.h>
 #include <string.h>
 
+// Below this many multiply-adds a parallel_for costs more than it saves: run on the caller.
+#define MIN_PARALLEL_WORK (1 << 15)
+
 // ---- small helpers --------------------------------------------------------------------------
 // rmsnorm_rows: y[t] = RMSNorm(x[t]; w) for nb rows of n.
 static void rmsnorm_rows(float *y, const float *x, const bn_weight *w, int nb, int n, float eps) {
@@ -98,7 +101,8 @@ static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int 
     }
 
     attn_job job = {.c = c, .s = s, .il = il, .p0 = p0, .q_stride = q_stride, .gated = gated};
-    bn_parallel_for(s->pool, (int64_t)nb * nh, attn_task, &job);
+    const int64_t macs = (int64_t)nb * nh * (p0 + nb) * hd * 2; // scores + weighted sum
+    bn_parallel_for(macs >= MIN_PARALLEL_WORK ? s->pool : NULL, (int64_t)nb * nh, attn_task, &job);
     matmul(s, &lw->attn_output, s->att, s->mo, nb);
 }
 
@@ -160,7 +164,8 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb) {
         }
     }
     gdn_job job = {.c = c, .lw = lw, .s = s, .il = il, .nb = nb, .conv_dim = conv_dim};
-    bn_parallel_for(s->pool, Hv, gdn_heads_task, &job);
+    const int64_t work = (int64_t)nb * Hv * dk * dk * 4; // decay, read, update, output per state entry
+    bn_parallel_for(work >= MIN_PARALLEL_WORK ? s->pool : NULL, Hv, gdn_heads_task, &job);
     matmul(s, &lw->ssm_out, s->att, s->mo, nb);
 }
 

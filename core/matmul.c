@@ -21,6 +21,7 @@
 
 #define ROW_BLOCK 16
 #define PANEL_FLOATS (1 << 21) // 8 MiB of f32 per panel
+#define MIN_PARALLEL_MACS (1 << 15) // smaller products run on the calling thread (sync costs more)
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -207,6 +208,7 @@ static void matmul_panels(const bn_weight *w, const float *x, float *y, int n, v
 void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, bn_pool *pool) {
     const int64_t ne0 = w->ne[0], ne1 = w->ne[1];
     if (n <= 0) return;
+    if (ne0 * ne1 * n < MIN_PARALLEL_MACS) pool = NULL;
     if (w->type == BN_F32 && n > 1) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)ne1, (int)ne0, 1.0f, x, (int)ne0, w->data,
                     (int)ne0, 0.0f, y, (int)ne1);

@@ -29,6 +29,8 @@ typedef struct {
     int dk, Hk, Hv, K, interval; // qwen35
     float eps, rope_base;
     bool tied;
+    bool u32_keys; // llama.cpp-loadable: every integer KV as u32 (llama.cpp rejects i32/u64 there)
+                   // and a dummy vocabulary (tokenizer.ggml.model "none" + <arch>.vocab_size)
     int wtype; // type of the 2-D weights (except ssm_conv1d): BN_F32, BN_Q8_0, BN_Q1_0...
     const char *drop;   // tensor name left out of the file (NULL = none)
     const char *shrink; // tensor whose ne1 is halved in the file (NULL = none)
@@ -164,12 +166,18 @@ static inline int tiny_write(tiny_model *m, const char *path, char *err, size_t 
     gguf_set_u32(w, TK("embedding_length"), (uint32_t)m->H);
     gguf_set_u32(w, TK("feed_forward_length"), (uint32_t)m->F);
     gguf_set_u32(w, TK("attention.head_count"), (uint32_t)m->nh);
-    gguf_set_i32(w, TK("attention.head_count_kv"), m->nkv); // i32 on purpose: the loader accepts it
+    if (m->u32_keys)
+        gguf_set_u32(w, TK("attention.head_count_kv"), (uint32_t)m->nkv);
+    else
+        gguf_set_i32(w, TK("attention.head_count_kv"), m->nkv); // i32 on purpose: the loader accepts it
     gguf_set_u32(w, TK("attention.key_length"), (uint32_t)m->hd);
     gguf_set_u32(w, TK("attention.value_length"), (uint32_t)m->hd);
     gguf_set_f32(w, TK("attention.layer_norm_rms_epsilon"), m->eps);
     gguf_set_f32(w, TK("rope.freq_base"), m->rope_base);
-    gguf_set_u64(w, TK("rope.dimension_count"), (uint64_t)m->n_rot); // u64 on purpose
+    if (m->u32_keys)
+        gguf_set_u32(w, TK("rope.dimension_count"), (uint32_t)m->n_rot);
+    else
+        gguf_set_u64(w, TK("rope.dimension_count"), (uint64_t)m->n_rot); // u64 on purpose
     if (strcmp(a, "qwen35") == 0) {
         const int32_t sections[4] = {m->n_rot / 8, m->n_rot / 8, m->n_rot / 4 - 2 * (m->n_rot / 8), 0};
         gguf_set_arr(w, TK("rope.dimension_sections"), GGUF_TYPE_INT32, 4, sections);
@@ -179,6 +187,10 @@ static inline int tiny_write(tiny_model *m, const char *path, char *err, size_t 
         gguf_set_u32(w, TK("ssm.time_step_rank"), (uint32_t)m->Hv);
         gguf_set_u32(w, TK("ssm.inner_size"), (uint32_t)(m->Hv * m->dk));
         gguf_set_u32(w, TK("full_attention_interval"), (uint32_t)m->interval);
+    }
+    if (m->u32_keys) {
+        gguf_set_str(w, "tokenizer.ggml.model", "none");
+        gguf_set_u32(w, TK("vocab_size"), (uint32_t)m->V);
     }
 #undef TK
     for (int i = 0; i < m->n_t; i++) {
