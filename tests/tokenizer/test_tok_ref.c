@@ -2,6 +2,7 @@
 // through tests/ref/llama_ref.h) on five vocabularies (qwen35, qwen2, gpt-2, llama-bpe, llama-spm):
 //   - the piece of EVERY token (special and non-special rendering) is byte-identical,
 //   - the EOG flag of every token and the add-BOS flag agree,
+//   - ~1 MB of text (qwen35) gives identical ids,
 //   - 1,500 random valid UTF-8 strings per vocab (Unicode whitespace, combining marks, digits of
 //     other scripts, letters of many scripts, emoji, punctuation, contractions, special-token texts)
 //     tokenize to identical ids with add_special on/off and parse_special on/off.
@@ -130,6 +131,29 @@ static void run_vocab(const char *name) {
         compare(t, ref, name, buf, n, (i & 1) != 0, (i & 2) != 0);
     }
     free(buf);
+    if (strcmp(name, "qwen35") == 0) { // ~1 MB: the .inp strings repeated, one call each, timed
+        char inp_path[1024];
+        snprintf(rel, sizeof rel, "llama.cpp/models/ggml-vocab-%s.gguf.inp", name);
+        test_third_party(inp_path, sizeof inp_path, rel);
+        size_t inp_n;
+        char *inp = bn_read_file(inp_path, &inp_n, err, sizeof err);
+        if (inp) {
+            size_t total = 1 << 20;
+            char *big = xmalloc(total);
+            for (size_t m = 0; m < total; m += inp_n) memcpy(big + m, inp, m + inp_n <= total ? inp_n : total - m);
+            size_t cut = bn_utf8_valid_prefix(big, total);
+            int32_t *want = xmalloc(sizeof(int32_t) << 20), *got;
+            double t0 = bn_time_ms();
+            int ng = bn_tokenize(t, big, cut, false, false, &got);
+            double t1 = bn_time_ms();
+            int nw = llama_ref_tokenize(ref, big, (int)cut, want, 1 << 20, false, false);
+            double t2 = bn_time_ms();
+            CHECK(ng == nw && ng > 0 && memcmp(got, want, (size_t)ng * sizeof *got) == 0,
+                  "1 MB text: %d vs %d ids", ng, nw);
+            printf("%-10s 1 MB: %d ids, ours %.0f ms, llama.cpp %.0f ms\n", name, ng, t1 - t0, t2 - t1);
+            free(got); free(want); free(big); free(inp);
+        }
+    }
     printf("%-10s %d token pieces x2 and EOG flags, %d random strings: %s\n", name, nv, N,
            test_failures == before ? "identical to llama.cpp" : "MISMATCHES");
     bn_tokenizer_free(t);
