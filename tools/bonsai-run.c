@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
 
     char *text = NULL;
     if (chat) {
-        bn_chat_msg msg = {"user", prompt};
+        bn_chat_msg msg = {.role = "user", .content = prompt};
         text = bn_chat_render(&msg, 1, true, think ? 1 : 0);
     } else {
         text = xstrdup(prompt);
