@@ -310,7 +310,11 @@ void bn_quantize_row_q8_K_avx2(const float *x, void *vy, int64_t n) {
             continue;
         }
         int first = 0;   // the reference keeps the first element reaching amax (its sign matters)
-        while (fabsf(xb[first]) != amax) first++;
+        while (first < 256 && fabsf(xb[first]) != amax) first++;
+        if (first == 256) {   // NaN in the block: let the reference define the result
+            bn_q8_K_from_float_ref(xb, &y[i], 256);
+            continue;
+        }
         float iscale = -127.0f / xb[first];
         __m256 vs = _mm256_set1_ps(iscale);
         for (int k = 0; k < 8; k++) {

@@ -80,14 +80,20 @@ int bn_type_blck(int type);
 int bn_type_size(int type);
 
 // ---- fp16 / bf16 (FORMATS.md §3.1–3.2), bit-exact ------------------------------------------
+// bn_fp32_to_fp16: fp16 bits of f, round to nearest even (|f| >= 65520 -> inf, NaN -> 0x7E00 | sign).
 uint16_t bn_fp32_to_fp16(float f);
+// bn_fp16_to_fp32: the exact fp32 value of fp16 bits h (NaN made quiet, as ggml and F16C do).
 float bn_fp16_to_fp32(uint16_t h);
+// bn_fp32_to_bf16: bf16 bits of f, round to nearest even, NaN forced quiet, no subnormal flush.
 uint16_t bn_fp32_to_bf16(float f);
+// bn_bf16_to_fp32: bits << 16.
 float bn_bf16_to_fp32(uint16_t h);
 
 // ---- activation quantization for dot products -----------------------------------------------
-// bn_quantize_row_q8_0 / q8_1 / q8_K: quantize activations (same rounding as ggml's CPU path:
-// d = amax/127, roundf(x*id)); SIMD where available, bit-identical to the reference.
+// bn_quantize_row_q8_0 / q8_1 / q8_K: quantize n activations (n % 32 or % 256 == 0) into y; the bytes
+// equal ggml's quantize_row_*_ref (Q8_0/Q8_1: d = amax/127, q = roundf(x * (1/d)); Q8_K: iscale =
+// -127/max, nearest-even, d = 1/iscale). SIMD where available, bit-identical to the reference. Note:
+// ggml's own CPU SIMD Q8_0 path rounds ties to even with 127/amax, so its bytes can differ in ties.
 void bn_quantize_row_q8_0(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_1(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_K(const float *x, void *y, int64_t n);
@@ -97,6 +103,7 @@ void bn_quantize_row_q8_K(const float *x, void *y, int64_t n);
 size_t bn_quantize_activations(int vec_dot_type, const float *x, void *y, int64_t n);
 
 // ---- row conversions (F16C where available; bit-identical to the scalar functions) -----------
+// bn_{fp16,bf16}_to_fp32_row / bn_fp32_to_{fp16,bf16}_row: n conversions as the scalar functions above.
 void bn_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
 void bn_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n);
 void bn_bf16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
