@@ -1,4 +1,4 @@
-// core/chat.c — ChatML rendering per the Qwen3.5 chat template (see core/chat.h for the rules).
+// core/chat.c — ChatML rendering per the Qwen3.5 and Qwen3 chat templates (rules in core/chat.h).
 #include "core/chat.h"
 #include "core/util.h"
 #include <stdlib.h>
@@ -30,10 +30,11 @@ static void trim_span(const char **s, size_t *n, bool newline_only) {
     while (*n && (newline_only ? (*s)[*n - 1] == '\n' : is_ws((*s)[*n - 1]))) (*n)--;
 }
 
-static void put_trimmed(sbuf *b, const char *s) {
+// put_content: content (NULL = ""), trimmed for the Qwen3.5 template.
+static void put_content(sbuf *b, const char *s, bool trim) {
     size_t n = s ? strlen(s) : 0;
     const char *p = s ? s : "";
-    trim_span(&p, &n, false);
+    if (trim) trim_span(&p, &n, false);
     put_n(b, p, n);
 }
 
@@ -45,19 +46,20 @@ static const char *find_last(const char *s, size_t n, const char *needle) {
     return last;
 }
 
-static bool is_tool_response(const char *content) {
+static bool is_tool_response(const char *content, bool trim) {
     size_t n = content ? strlen(content) : 0;
     const char *p = content ? content : "";
-    trim_span(&p, &n, false);
+    if (trim) trim_span(&p, &n, false);
     const char *a = "<tool_response>", *z = "</tool_response>";
     return n >= strlen(a) && memcmp(p, a, strlen(a)) == 0 && n >= strlen(z) && memcmp(p + n - strlen(z), z, strlen(z)) == 0;
 }
 
-// render_assistant: one assistant turn (reasoning split as the template does).
-static void render_assistant(sbuf *b, const bn_chat_msg *m, bool after_last_query) {
+// render_assistant: one assistant turn (reasoning split as the templates do).
+static void render_assistant(sbuf *b, const bn_chat_msg *m, bn_chat_style style, bool after_last_query, bool last) {
+    bool qwen35 = style == BN_CHAT_QWEN35;
     const char *c = m->content ? m->content : "";
     size_t cn = strlen(c);
-    trim_span(&c, &cn, false);
+    if (qwen35) trim_span(&c, &cn, false);
     const char *r = "";
     size_t rn = 0;
     if (m->reasoning) {
@@ -80,9 +82,11 @@ static void render_assistant(sbuf *b, const bn_chat_msg *m, bool after_last_quer
             while (cn && c[0] == '\n') { c++; cn--; }
         }
     }
-    trim_span(&r, &rn, false);
+    trim_span(&r, &rn, !qwen35); // Qwen3.5: |trim; Qwen3: .strip('\n')
     put(b, "<|im_start|>assistant\n");
-    if (after_last_query) {
+    bool think_block = after_last_query && (qwen35 || last || rn > 0);
+    if (think_block) {
+        if (!qwen35) while (cn && c[0] == '\n') { c++; cn--; } // content.lstrip('\n')
         put(b, "<think>\n");
         put_n(b, r, rn);
         put(b, "\n</think>\n\n");
@@ -91,31 +95,39 @@ static void render_assistant(sbuf *b, const bn_chat_msg *m, bool after_last_quer
     put(b, "<|im_end|>\n");
 }
 
+bn_chat_style bn_chat_style_for_arch(const char *arch) {
+    return arch && strcmp(arch, "qwen35") == 0 ? BN_CHAT_QWEN35 : BN_CHAT_QWEN3;
+}
+
 char *bn_chat_render(const bn_chat_msg *msgs, int n, bool add_generation_prompt, int thinking) {
+    return bn_chat_render_style(BN_CHAT_QWEN35, msgs, n, add_generation_prompt, thinking);
+}
+
+char *bn_chat_render_style(bn_chat_style style, const bn_chat_msg *msgs, int n, bool add_generation_prompt,
+                           int thinking) {
+    bool qwen35 = style == BN_CHAT_QWEN35;
     // the last user message that is a real query (not a wrapped tool response)
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--) {
-        if (strcmp(msgs[i].role, "user") == 0 && !is_tool_response(msgs[i].content)) { last_query = i; break; }
+        if (strcmp(msgs[i].role, "user") == 0 && !is_tool_response(msgs[i].content, qwen35)) { last_query = i; break; }
     }
     sbuf b = {0};
     put(&b, "");
     for (int i = 0; i < n; i++) {
         const bn_chat_msg *m = &msgs[i];
-        if (strcmp(m->role, "system") == 0) {
-            if (i != 0) { free(b.s); return NULL; }
-            put(&b, "<|im_start|>system\n");
-            put_trimmed(&b, m->content);
-            put(&b, "<|im_end|>\n");
-        } else if (strcmp(m->role, "user") == 0) {
-            put(&b, "<|im_start|>user\n");
-            put_trimmed(&b, m->content);
+        if (strcmp(m->role, "system") == 0 || strcmp(m->role, "user") == 0) {
+            if (qwen35 && m->role[0] == 's' && i != 0) { free(b.s); return NULL; }
+            put(&b, "<|im_start|>");
+            put(&b, m->role);
+            put(&b, "\n");
+            put_content(&b, m->content, qwen35);
             put(&b, "<|im_end|>\n");
         } else if (strcmp(m->role, "assistant") == 0) {
-            render_assistant(&b, m, i > last_query);
+            render_assistant(&b, m, style, i > last_query, i == n - 1);
         } else if (strcmp(m->role, "tool") == 0) {
             if (i == 0 || strcmp(msgs[i - 1].role, "tool") != 0) put(&b, "<|im_start|>user");
             put(&b, "\n<tool_response>\n");
-            put_trimmed(&b, m->content);
+            put_content(&b, m->content, qwen35);
             put(&b, "\n</tool_response>");
             if (i == n - 1 || strcmp(msgs[i + 1].role, "tool") != 0) put(&b, "<|im_end|>\n");
         } else {
@@ -126,7 +138,7 @@ char *bn_chat_render(const bn_chat_msg *msgs, int n, bool add_generation_prompt,
     if (add_generation_prompt) {
         put(&b, "<|im_start|>assistant\n");
         if (thinking == 0) put(&b, "<think>\n\n</think>\n\n");
-        else if (thinking == 1) put(&b, "<think>\n");
+        else if (thinking == 1 && qwen35) put(&b, "<think>\n");
     }
     return b.s;
 }

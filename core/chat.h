@@ -26,4 +26,16 @@ typedef struct {
 //                        thinking == -1: nothing (plain ChatML; the model decides)
 char *bn_chat_render(const bn_chat_msg *msgs, int n, bool add_generation_prompt, int thinking);
 
+// Template variants: Qwen3.5 (qwen35 GGUFs, the rules above) and Qwen3 (dense Bonsai 8B/4B/1.7B,
+// llama.cpp models/templates/Qwen-Qwen3-0.6B.jinja). Qwen3 differs: contents are not trimmed; a
+// system message after the first is an ordinary turn; an assistant turn after the last user query
+// gets <think>\n{reasoning}\n</think>\n\n only if it is the last message or has reasoning; thinking == 1
+// adds nothing to the generation prompt (the Qwen3 template's default, the model opens <think> itself).
+typedef enum { BN_CHAT_QWEN35 = 0, BN_CHAT_QWEN3 = 1 } bn_chat_style;
+// bn_chat_style_for_arch: BN_CHAT_QWEN35 for general.architecture "qwen35", else BN_CHAT_QWEN3.
+bn_chat_style bn_chat_style_for_arch(const char *arch);
+// bn_chat_render_style: bn_chat_render for the given template; same return convention.
+char *bn_chat_render_style(bn_chat_style style, const bn_chat_msg *msgs, int n, bool add_generation_prompt,
+                           int thinking);
+
 #endif

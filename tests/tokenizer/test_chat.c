@@ -1,12 +1,20 @@
 // tests/tokenizer/test_chat.c — ChatML rendering (core/chat.h) against hand-written expected
 // strings derived from the Qwen3.5 chat template (MODEL.md §11.3); each expected string was
-// cross-checked against a jinja2 rendering of llama.cpp models/templates/Qwen3.5-4B.jinja.
+// cross-checked against a jinja2 rendering of llama.cpp models/templates/Qwen3.5-4B.jinja (and
+// Qwen-Qwen3-0.6B.jinja for the BN_CHAT_QWEN3 cases).
 #include "core/chat.h"
 #include "tests/test.h"
 #include <string.h>
 
 static void expect(const bn_chat_msg *m, int n, bool gen, int thinking, const char *want, const char *what) {
     char *got = bn_chat_render(m, n, gen, thinking);
+    CHECK(got && strcmp(got, want) == 0, "%s:\n--- got ---\n%s\n--- want ---\n%s", what, got ? got : "(null)", want);
+    free(got);
+}
+
+static void expect_style(bn_chat_style st, const bn_chat_msg *m, int n, bool gen, int thinking, const char *want,
+                         const char *what) {
+    char *got = bn_chat_render_style(st, m, n, gen, thinking);
     CHECK(got && strcmp(got, want) == 0, "%s:\n--- got ---\n%s\n--- want ---\n%s", what, got ? got : "(null)", want);
     free(got);
 }
@@ -69,6 +77,42 @@ int main(void) {
            "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n20C\n</tool_response><|im_end|>\n"
            "<|im_start|>assistant\n<think>\n\n</think>\n\nIt is sunny.<|im_end|>\n",
            "tool turns");
+
+    // the Qwen3 (dense) template: no trimming, late system turns allowed, think block only on the
+    // last assistant turn or one with reasoning; thinking on adds nothing to the generation prompt
+    bn_chat_msg q3a[] = {{"system", " You are helpful. ", NULL}, {"user", " Hi there\n", NULL}};
+    expect_style(BN_CHAT_QWEN3, q3a, 2, true, 0,
+                 "<|im_start|>system\n You are helpful. <|im_end|>\n<|im_start|>user\n Hi there\n<|im_end|>\n"
+                 "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+                 "qwen3: untrimmed, thinking off");
+    bn_chat_msg q3b[] = {{"system", "S", NULL}, {"user", "Hi", NULL}};
+    expect_style(BN_CHAT_QWEN3, q3b, 2, true, 1,
+                 "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+                 "qwen3: thinking on = template default");
+    expect_style(BN_CHAT_QWEN3, mt, 4, false, 0,
+                 "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+                 "<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\nagain\n</think>\n\n6<|im_end|>\n",
+                 "qwen3: multi-turn reasoning");
+    bn_chat_msg q3c[] = {{"user", "q", NULL}, {"assistant", "mid", NULL},
+                         {"user", "<tool_response>\nx\n</tool_response>", NULL}, {"assistant", "plain", NULL},
+                         {"assistant", "\nend", NULL}};
+    expect_style(BN_CHAT_QWEN3, q3c, 5, false, 0,
+                 "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\nmid<|im_end|>\n"
+                 "<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n<|im_start|>assistant\nplain<|im_end|>\n"
+                 "<|im_start|>assistant\n<think>\n\n</think>\n\nend<|im_end|>\n",
+                 "qwen3: think block only on the last assistant turn");
+    bn_chat_msg q3d[] = {{"user", "a", NULL}, {"system", "late", NULL}, {"tool", " t ", NULL}};
+    expect_style(BN_CHAT_QWEN3, q3d, 3, true, 0,
+                 "<|im_start|>user\na<|im_end|>\n<|im_start|>system\nlate<|im_end|>\n"
+                 "<|im_start|>user\n<tool_response>\n t \n</tool_response><|im_end|>\n"
+                 "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+                 "qwen3: late system turn, untrimmed tool");
+    expect_style(BN_CHAT_QWEN35, mt, 4, false, 0,
+                 "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+                 "<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\nagain\n</think>\n\n6<|im_end|>\n",
+                 "explicit qwen35 style");
+    CHECK(bn_chat_style_for_arch("qwen35") == BN_CHAT_QWEN35 && bn_chat_style_for_arch("qwen3") == BN_CHAT_QWEN3,
+          "style for arch");
 
     bn_chat_msg bad[] = {{"user", "x", NULL}, {"system", "late", NULL}};
     char *r = bn_chat_render(bad, 2, false, 0);
