@@ -128,6 +128,25 @@ static int cmd_show(const char *path, bool all) {
     if (arch) printf("arch:        %s\n", arch);
     if (gguf_get_int(f, "general.file_type", &ft))
         printf("file type:   %" PRId64 " (%s)\n", ft, ftype_name(ft) ? ftype_name(ft) : "unknown");
+    // layout notes: ggml's back-to-back ordering rule (FORMATS.md 1.4) and the type-42 trap (3.9)
+    uint64_t expect = 0;
+    size_t n42 = 0, bad_order = f->n_tensors;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (t->offset != expect && bad_order == f->n_tensors) bad_order = i;
+        expect = (t->offset + t->nbytes + f->alignment - 1) / f->alignment * f->alignment;
+        n42 += t->file_type == BN_Q2_0;
+    }
+    if (bad_order < f->n_tensors)
+        printf("layout:      tensor '%s' is not where ggml expects it (offset %" PRIu64 "); ggml's reader rejects this file\n",
+               f->tensors[bad_order].name, f->tensors[bad_order].offset);
+    if (n42) {
+        bool g128 = false;
+        for (size_t i = 0; i < f->n_tensors; i++) g128 |= f->tensors[i].file_type == BN_Q2_0 && f->tensors[i].type == BN_PQ2_0;
+        printf("type 42:     %zu tensors read as %s\n", n42,
+               g128 ? "q2_0 group 128 (legacy PrismML fork layout; mainline llama.cpp cannot read this file)"
+                    : "q2_0 group 64 (mainline layout)");
+    }
     printf("\n%zu key/values:\n", f->n_kv);
     size_t kw = 0;
     for (size_t i = 0; i < f->n_kv; i++) kw = strlen(f->kv[i].key) > kw ? strlen(f->kv[i].key) : kw;

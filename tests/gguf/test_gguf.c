@@ -351,6 +351,7 @@ typedef struct {
     int dup_name;
     size_t cut;                 // bytes removed from the end
     int no_data_pad;            // no padding before the data section
+    size_t extra;               // zero bytes appended after the data
 } gcase;
 
 // build_case: a two-KV, two-tensor file (a: F32 {8} at 0, b: F32 {4,2}) with the case's defect.
@@ -409,6 +410,7 @@ static void build_case(const gcase *c, bb *b) {
     bb_put(b, vals, 32);
     bb_zeros(b, (size_t)align_up(32, off_align) - 32);
     bb_put(b, vals, 32);
+    bb_zeros(b, c->extra);
     bb_pad(b, align);
     b->n -= c->cut < b->n ? c->cut : b->n;
 }
@@ -420,6 +422,7 @@ static const gcase cases[] = {
     {"OK_ALIGN_64", "", .align_kv = 64},
     {"OK_ALIGN_1", "", .align_kv = 1},
     {"OK_LAST_TENSOR_UNPADDED", "", .align_kv = 64, .cut = 32},
+    {"OK_GAP_BETWEEN_TENSORS", "", .offset1 = 64, .offset1_set = 1, .extra = 32}, // ggml's order rule rejects it
     {"BAD_MAGIC", "magic", .magic = "GGUX"},
     {"BAD_MAGIC_LOWER", "magic", .magic = "gguf"},
     {"BAD_VERSION_0", "version", .version = 0xFFFF0000u},

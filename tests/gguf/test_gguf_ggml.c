@@ -159,6 +159,7 @@ static const known_diff known[] = {
     {"ok_sample_pq2_42.gguf", true, false, "legacy g128 stored as type 42: mainline ggml reads g64 (FORMATS.md 3.9)"},
     {"ok_last_tensor_unpadded.gguf", true, false,
      "ggml reading the data into a context needs the final padding; mmap loaders do not (FORMATS.md 1.4)"},
+    {"ok_gap_between_tensors.gguf", true, false, "ggml requires tensor data back to back in info order (FORMATS.md 1.4)"},
     {"bad_kv_bad_bool.gguf", false, true, "ggml does not validate bool values (FORMATS.md 1.2: other values invalid)"},
     {"bad_tensors_ne_too_big.gguf", false, true,
      "ne {2^32, 2^32}: ggml's element-count guard is skipped because the product wraps to 0"},

@@ -27,6 +27,12 @@ check 'grep -q "\"<|im_end|>\", \"\[PAD\]*" "$T/showall" || grep -q "\"<|im_star
 "$B/bonsai-gguf" show "$S/tests/gguf/corpus/bad_kv_bad_bool.gguf" 2>"$T/err"; check '[ $st -eq 1 ]' "show on a broken file exits 1"
 check 'grep -q "bool" "$T/err"' "show: broken-file message"
 
+"$B/bonsai-gguf" show "$S/tests/gguf/corpus/ok_sample_pq2_42.gguf" > "$T/s42"
+check 'grep -q "^type 42: .*group 128 (legacy" "$T/s42"' "show: type-42 g128 note"
+check 'grep -q "pq2_0(42)" "$T/s42"' "show: resolved type with the stored id"
+"$B/bonsai-gguf" show "$S/tests/gguf/corpus/ok_gap_between_tensors.gguf" > "$T/sgap"
+check 'grep -q "^layout: .*tensor .b. is not where ggml expects it" "$T/sgap"' "show: ggml order note"
+check '! grep -q "^layout:" "$T/show"' "show: no layout note for a regular file"
 "$B/bonsai-gguf" diff "$T/a.gguf" "$T/b.gguf" > "$T/d0";     check '[ $st -eq 0 ]' "diff identical exits 0"
 check 'grep -q "^identical: 0 differences; 56 common tensors byte-identical" "$T/d0"' "diff identical summary"
 "$B/bonsai-gguf" diff "$T/a.gguf" "$T/c.gguf" > "$T/d1";     check '[ $st -eq 1 ]' "diff different exits 1"
