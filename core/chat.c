@@ -108,6 +108,8 @@ char *bn_chat_render_style(bn_chat_style style, const bn_chat_msg *msgs, int n, 
     bool qwen35 = style == BN_CHAT_QWEN35;
     // the last user message that is a real query (not a wrapped tool response)
     int last_query = n - 1;
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].role) return NULL;
     for (int i = n - 1; i >= 0; i--) {
         if (strcmp(msgs[i].role, "user") == 0 && !is_tool_response(msgs[i].content, qwen35)) { last_query = i; break; }
     }

@@ -10,7 +10,7 @@ typedef struct {
     const char *reasoning; // assistant only, optional reasoning_content (NULL: taken from <think>…</think>)
 } bn_chat_msg;
 
-// bn_chat_render: the prompt for msgs as a malloc'd NUL-terminated string, or NULL for an unknown
+// bn_chat_render: the prompt for msgs as a malloc'd NUL-terminated string, or NULL for a NULL/unknown
 // role or a system message that is not first. Rules (Qwen3.5 template; contents are trimmed):
 //   system (first only): <|im_start|>system\n{content}<|im_end|>\n
 //   user:                <|im_start|>user\n{content}<|im_end|>\n

@@ -122,6 +122,10 @@ int main(void) {
     r = bn_chat_render(unk, 1, false, 0);
     CHECK(r == NULL, "unknown role -> NULL");
     free(r);
+    bn_chat_msg norole[] = {{NULL, "x", NULL}};
+    r = bn_chat_render(norole, 1, false, 0);
+    CHECK(r == NULL, "NULL role -> NULL");
+    free(r);
     r = bn_chat_render(NULL, 0, true, 0);
     CHECK(r && strcmp(r, "<|im_start|>assistant\n<think>\n\n</think>\n\n") == 0, "no messages");
     free(r);
