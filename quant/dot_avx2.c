@@ -237,6 +237,45 @@ void bn_dot_q6_K_avx2(int n, float *s, const void *vx, const void *vy) {
     *s = sumf;
 }
 
+// ---- Q4_K · Q8_K --------------------------------------------------------------------------------
+// Integer-exact per block: sum_j sc_j * sum(q4 * q8) and sum_j mn_j * (bsum pairs); same final fp32
+// expression as the scalar reference.
+void bn_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const bn_block_q4_K *x = vx;
+    const bn_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float sumf = 0.0f;
+    for (int i = 0; i < n / 256; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = x[i].scales;
+            if (j < 4) {
+                sc[j] = q[j] & 63;
+                mn[j] = q[j + 4] & 63;
+            } else {
+                sc[j] = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+                mn[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+            }
+        }
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i packed = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
+            __m256i lo = _mm256_and_si256(packed, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
+            __m256i qa = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * c + 32));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, qa), _mm256_set1_epi16(sc[2 * c])));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, qb), _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        int sum_m = 0;
+        for (int j = 0; j < 8; j++) sum_m += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        float d = h2f(x[i].d) * y[i].d;
+        float dmin = h2f(x[i].dmin) * y[i].d;
+        sumf += d * (float)hsum_epi32(acc) - dmin * (float)sum_m;
+    }
+    *s = sumf;
+}
+
 // ---- activation quantizers (bit-identical to the references) ----------------------------------
 // roundf: ties away from zero, via truncation plus a correction on |fraction| >= 0.5 (exact).
 static inline __m256 roundf_ps(__m256 v) {
