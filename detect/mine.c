@@ -1,0 +1,261 @@
+// detect/mine.c — the per-prompt mining pipeline (see mine.h).
+#include "detect/mine.h"
+#include "detect/localise.h"
+#include "detect/utext.h"
+#include "core/chat.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+bn_mine_params bn_mine_params_default(void) {
+    bn_mine_params p = {.mode = BN_MINE_SAMPLE, .gen = bn_gen_params_default(), .rep = bn_rep_params_default(),
+                        .chosen = bn_chosen_params_default(0.1), .thinking = 1, .system = NULL,
+                        .prime_phrase = BN_DEFAULT_PRIME_PHRASE, .prime_repeats = 3, .prime_prefix_tokens = 48};
+    return p;
+}
+
+// ---- token strings --------------------------------------------------------------------------
+
+typedef struct {
+    const bn_tokenizer *tok;
+    char buf[2][512];
+} tokstr_ctx;
+
+// Piece of id (no control text) into a malloc'd string; *len = bytes.
+static char *piece_dup(const bn_tokenizer *tok, int32_t id, size_t *len) {
+    char small[256];
+    int n = bn_token_to_piece(tok, id, small, sizeof small, false);
+    char *out;
+    if (n >= 0) {
+        out = xmalloc((size_t)n + 1);
+        memcpy(out, small, (size_t)n);
+    } else {
+        out = xmalloc((size_t)(-n) + 1);
+        n = bn_token_to_piece(tok, id, out, -n, false);
+    }
+    out[n] = 0;
+    *len = (size_t)n;
+    return out;
+}
+
+static const char *cb_decoded(void *vctx, int32_t id, size_t *len) {
+    tokstr_ctx *c = vctx;
+    int n = bn_token_to_piece(c->tok, id, c->buf[0], sizeof c->buf[0] - 1, false);
+    if (n < 0) n = 0;
+    c->buf[0][n] = 0;
+    *len = (size_t)n;
+    return c->buf[0];
+}
+
+static const char *cb_raw(void *vctx, int32_t id, size_t *len) {
+    tokstr_ctx *c = vctx;
+    const char *t = bn_token_text(c->tok, id);
+    if (!t) t = "";
+    *len = strlen(t);
+    return t;
+}
+
+// ---- pieces of the pipeline -----------------------------------------------------------------
+
+// Renders the chat prompt; returns the malloc'd text or NULL (err).
+static char *render_prompt(const bn_prompt *p, const bn_mine_params *mp, char *err, size_t errlen) {
+    bn_chat_msg *msgs = xcalloc((size_t)p->n_msgs + 2, sizeof *msgs);
+    int n = 0;
+    bool has_system = p->n_msgs > 0 && !strcmp(p->msgs[0].role, "system");
+    if (mp->system && mp->system[0] && !has_system) msgs[n++] = (bn_chat_msg){"system", mp->system, NULL};
+    for (int i = 0; i < p->n_msgs; i++) msgs[n++] = (bn_chat_msg){p->msgs[i].role, p->msgs[i].content, NULL};
+    char *text = bn_chat_render(msgs, n, true, mp->thinking);
+    free(msgs);
+    if (!text) bn_err(err, errlen, "chat template rejected the messages (line %d)", p->line);
+    return text;
+}
+
+// Appends ids to a growing array.
+static void append_ids(int32_t **v, int *n, const int32_t *ids, int k) {
+    *v = xrealloc(*v, ((size_t)*n + (size_t)k + 1) * sizeof **v);
+    memcpy(*v + *n, ids, (size_t)k * sizeof *ids);
+    *n += k;
+}
+
+// Prime mode: appends the greedy prefix (cut at a sentence end) and the repeated phrase to ctx.
+static int build_primed(bn_source *src, const bn_tokenizer *tok, const bn_mine_params *mp, int32_t **ctx, int *n_ctx,
+                        int64_t *prefix_chars, char **prefix_text, char *err, size_t errlen) {
+    bn_gen_params g = mp->gen;
+    g.temperature = 0;
+    g.n_predict = mp->prime_prefix_tokens;
+    g.n_probs = 0;
+    bn_gen_result pre;
+    if (src->generate(src, *ctx, *n_ctx, &g, &pre, err, errlen) < 0) return -1;
+    // cut after the last token whose text ends a sentence
+    int cut = 0;
+    size_t text_len = 0;
+    char *text = xmalloc(1);
+    text[0] = 0;
+    size_t cut_len = 0;
+    for (int i = 0; i < pre.n; i++) {
+        size_t len;
+        char *pc = piece_dup(tok, pre.ids[i], &len);
+        text = xrealloc(text, text_len + len + 1);
+        memcpy(text + text_len, pc, len);
+        text_len += len;
+        text[text_len] = 0;
+        free(pc);
+        size_t e = text_len;
+        while (e > 0 && text[e - 1] == ' ') e--;
+        if (e > 0 && strchr(".!?\n", text[e - 1])) { cut = i + 1; cut_len = text_len; }
+    }
+    text[cut_len] = 0;
+    append_ids(ctx, n_ctx, pre.ids, cut);
+    bn_gen_result_free(&pre);
+    uint32_t *cp = xmalloc((cut_len + 1) * sizeof *cp);
+    *prefix_chars = (int64_t)bn_utf8_to_cps(text, cut_len, cp, NULL);
+    free(cp);
+    // " " (if needed) + phrase x repeats
+    const char *phrase = mp->prime_phrase ? mp->prime_phrase : BN_DEFAULT_PRIME_PHRASE;
+    size_t plen = strlen(phrase);
+    char *rep = xmalloc(plen * (size_t)mp->prime_repeats + 2);
+    size_t k = 0;
+    if (cut_len > 0 && text[cut_len - 1] != ' ' && text[cut_len - 1] != '\n') rep[k++] = ' ';
+    for (int i = 0; i < mp->prime_repeats; i++) { memcpy(rep + k, phrase, plen); k += plen; }
+    int32_t *ids = NULL;
+    int n = bn_tokenize(tok, rep, k, false, false, &ids);
+    free(rep);
+    if (n < 0) { free(text); return bn_err(err, errlen, "tokenizing the prime phrase failed"); }
+    append_ids(ctx, n_ctx, ids, n);
+    free(ids);
+    *prefix_text = text;
+    return 0;
+}
+
+static char *dup_str(const char *s) { return s ? xstrdup(s) : NULL; }
+
+// Fills the pair row for a localised target; returns false when no chosen token survives.
+static bool make_pair(const bn_tokenizer *tok, const bn_prompt *p, const bn_mine_params *mp, const char *endpoint,
+                      const int32_t *ctx, int n_ctx, const bn_gen_result *g, int target, const bn_rep_hit *hit,
+                      int64_t prefix_chars, bn_pair_row *row) {
+    tokstr_ctx tc = {.tok = tok};
+    bn_tok_strs ts = {cb_decoded, cb_raw, &tc};
+    const bn_topk *L = g->topk + (size_t)target * g->k;
+    int nL = 0;
+    while (nL < g->k && L[nL].id >= 0) nL++;
+    bn_chosen_params cp = mp->chosen;
+    cp.temperature = mp->gen.temperature;
+    int32_t chosen[64];
+    int n_ch = bn_select_chosen(L, nL, g->ids[target], &cp, &ts, chosen, NULL, 64);
+    if (n_ch == 0) return false;
+    memset(row, 0, sizeof *row);
+    row->has_ids = true;
+    row->n_context = n_ctx + target;
+    row->context_ids = xmalloc(((size_t)row->n_context + 1) * sizeof(int32_t));
+    memcpy(row->context_ids, ctx, (size_t)n_ctx * sizeof *ctx);
+    memcpy(row->context_ids + n_ctx, g->ids, (size_t)target * sizeof *ctx);
+    row->context_before = bn_detokenize(tok, row->context_ids, row->n_context, true, NULL);
+    int32_t rej = g->ids[target];
+    size_t len;
+    row->rejected_id = rej;
+    row->rejected_token = xstrdup(cb_raw(&tc, rej, &len));
+    row->rejected_decoded = piece_dup(tok, rej, &len);
+    row->n_chosen = n_ch;
+    row->chosen_ids = xmalloc((size_t)n_ch * sizeof(int32_t));
+    row->chosen_tokens = xcalloc((size_t)n_ch + 1, sizeof(char *));
+    row->chosen_decoded = xcalloc((size_t)n_ch + 1, sizeof(char *));
+    for (int i = 0; i < n_ch; i++) {
+        row->chosen_ids[i] = chosen[i];
+        row->chosen_tokens[i] = xstrdup(cb_raw(&tc, chosen[i], &len));
+        row->chosen_decoded[i] = piece_dup(tok, chosen[i], &len);
+    }
+    row->source = xstrdup(p->source ? p->source : "");
+    row->source_prompt = xstrdup(bn_prompt_user_text(p));
+    row->rep = (bn_pair_rep){hit->start, hit->repeat_start, target, hit->period, hit->repeats, xstrdup(hit->snippet)};
+    row->has_rejected_logprob = true;
+    row->rejected_logprob = g->logprob[target];
+    row->has_topk = true;
+    row->n_topk = nL;
+    row->topk = xmalloc(((size_t)nL + 1) * sizeof *row->topk);
+    memcpy(row->topk, L, (size_t)nL * sizeof *L);
+    row->has_gen = true;
+    row->gen = (bn_pair_gen){.temperature = mp->gen.temperature, .top_p = mp->gen.top_p, .min_p = mp->gen.min_p,
+                             .top_k = mp->gen.top_k, .n_probs = mp->gen.n_probs, .seed = (int64_t)mp->gen.seed,
+                             .endpoint = dup_str(endpoint), .model_file = dup_str(mp->model_file),
+                             .model_sha256 = dup_str(mp->model_sha256), .file_type = dup_str(mp->file_type)};
+    if (mp->mode == BN_MINE_PRIME) {
+        row->prime_state = 2;
+        row->prime = (bn_pair_prime){.phrase = dup_str(mp->prime_phrase), .repeats = mp->prime_repeats,
+                                     .prefix_chars = prefix_chars, .scan_mode = xstrdup("completion")};
+    } else {
+        row->prime_state = 1;
+    }
+    row->split = dup_str(mp->split);
+    return true;
+}
+
+int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int prompt_index,
+                const bn_mine_params *mp, bn_mine_result *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    char *prompt_text = render_prompt(p, mp, err, errlen);
+    if (!prompt_text) return -1;
+    int32_t *ctx = NULL;
+    int n_ctx = bn_tokenize(tok, prompt_text, strlen(prompt_text), false, true, &ctx);
+    if (n_ctx < 0) { free(prompt_text); return bn_err(err, errlen, "tokenizing prompt line %d failed", p->line); }
+    int64_t prefix_chars = 0;
+    char *prefix_text = NULL;
+    if (mp->mode == BN_MINE_PRIME &&
+        build_primed(src, tok, mp, &ctx, &n_ctx, &prefix_chars, &prefix_text, err, errlen) < 0) {
+        free(ctx); free(prompt_text);
+        return -1;
+    }
+    bn_gen_result g;
+    if (src->generate(src, ctx, n_ctx, &mp->gen, &g, err, errlen) < 0) {
+        free(ctx); free(prompt_text); free(prefix_text);
+        return -1;
+    }
+    // token text of the completion and the detector on it
+    char **surf = xcalloc((size_t)g.n + 1, sizeof *surf);
+    size_t *lens = xcalloc((size_t)g.n + 1, sizeof *lens);
+    for (int i = 0; i < g.n; i++) surf[i] = piece_dup(tok, g.ids[i], &lens[i]);
+    bn_toktext tt;
+    bn_toktext_build(&tt, (const char *const *)surf, lens, g.n);
+    bn_rep_hit hit;
+    r->looped = bn_find_repetition(tt.cp, tt.n_cp, &mp->rep, &hit) == 1;
+    r->hit_limit = g.hit_limit;
+    r->n_generated = g.n;
+    if (r->looped) {
+        int target = bn_localise(&tt, &hit, NULL);
+        if (target >= 0)
+            r->has_pair = make_pair(tok, p, mp, src->endpoint, ctx, n_ctx, &g, target, &hit, prefix_chars, &r->pair);
+        if (r->has_pair) r->pair.extra = json_pack("{s:i}", "prompt_index", prompt_index);
+    }
+    // the generation-log row
+    char *completion = xmalloc(4 * tt.n_cp + 1);
+    bn_cps_to_utf8(tt.cp, tt.n_cp, completion);
+    r->gen.source = xstrdup(p->source ? p->source : "");
+    r->gen.prompt = prompt_text;
+    r->gen.completion = completion;
+    r->gen.status = xstrdup(r->looped ? "loop_detected" : mp->mode == BN_MINE_PRIME ? "escaped" : "clean");
+    if (r->looped) {
+        r->gen.has_rep = true;
+        r->gen.rep = (bn_pair_rep){hit.start, hit.repeat_start, r->has_pair ? r->pair.rep.rejected_token_index : -1,
+                                   hit.period, hit.repeats, xstrdup(hit.snippet)};
+    }
+    r->gen.extra = json_pack("{s:i,s:i,s:b}", "prompt_index", prompt_index, "n_tokens", g.n, "hit_limit", g.hit_limit);
+    if (prefix_text) {
+        json_object_set_new(r->gen.extra, "prime_prefix", json_string(prefix_text));
+        json_object_set_new(r->gen.extra, "prime_phrase", json_string(mp->prime_phrase));
+    }
+    bn_toktext_free(&tt);
+    for (int i = 0; i < g.n; i++) free(surf[i]);
+    free(surf);
+    free(lens);
+    bn_gen_result_free(&g);
+    free(ctx);
+    free(prefix_text);
+    return 0;
+}
+
+void bn_mine_result_free(bn_mine_result *r) {
+    bn_gen_row_free(&r->gen);
+    if (r->has_pair) bn_pair_row_free(&r->pair);
+    memset(r, 0, sizeof *r);
+}

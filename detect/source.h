@@ -1,0 +1,54 @@
+// detect/source.h — the "completion source" (DESIGN.md §3): given prompt token ids and sampling
+// settings, return the generated ids with the raw top-K (id, logprob) of every position (the
+// distribution that produced that token: ln softmax of the raw logits, no temperature/samplers,
+// as llama-server's n_probs with post_sampling_probs false). One in-process implementation over
+// core/forward.h + core/sampler.h; an HTTP one can fill the same table.
+#ifndef BONSAI_DETECT_SOURCE_H
+#define BONSAI_DETECT_SOURCE_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "detect/chosen.h"
+
+struct bn_model;
+struct bn_tokenizer;
+
+typedef struct {
+    float temperature;  // <= 0: greedy
+    int top_k;          // <= 0: whole vocabulary
+    float top_p;        // >= 1: off
+    float min_p;        // <= 0: off
+    uint64_t seed;
+    int n_predict;      // maximum new tokens
+    int n_probs;        // K of the recorded top-K (20); 0 = none
+} bn_gen_params;
+
+typedef struct {
+    int n;              // generated tokens (EOG token excluded)
+    int32_t *ids;       // {n}
+    float *logprob;     // {n} raw logprob of each generated token
+    int k;              // entries per position in topk
+    bn_topk *topk;      // {n, k}: position i's raw top-K, descending
+    bool hit_limit;     // stopped by n_predict (or the context) rather than an EOG token
+} bn_gen_result;
+
+typedef struct bn_source bn_source;
+struct bn_source {
+    const char *endpoint; // label written into pair rows' gen.endpoint ("in-process", a URL)
+    // generate: returns 0 and fills out (free with bn_gen_result_free), or -1 with err filled.
+    int (*generate)(bn_source *s, const int32_t *prompt, int n_prompt, const bn_gen_params *p,
+                    bn_gen_result *out, char *err, size_t errlen);
+    void (*destroy)(bn_source *s);
+};
+
+// bn_gen_params_default: antidoom's generation settings (T 0.1, top_k 50, top_p 1, min_p 0.01,
+// seed 0, n_predict 4000, n_probs 20).
+bn_gen_params bn_gen_params_default(void);
+// bn_source_inprocess: a source running model m on n_threads CPU threads with a context of n_ctx
+// tokens (prompt + generation); tok decides end-of-generation. Returns the source (never NULL).
+bn_source *bn_source_inprocess(const struct bn_model *m, const struct bn_tokenizer *tok, int n_ctx, int n_threads);
+// bn_source_free: destroys any source (NULL is fine).
+void bn_source_free(bn_source *s);
+// bn_gen_result_free: releases what generate filled.
+void bn_gen_result_free(bn_gen_result *r);
+#endif
