@@ -1,0 +1,134 @@
+// tools/bonsai-ftpo-train.c — FTPO LoRA training on doom-loop pairs (ANTIDOOM.md §9–11):
+//   bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl[.gz] -o ADAPTER.gguf [options]
+// Defaults = the seeds' recipe: r 32, q,k,v,o,gate,up,down, 12 epochs, lr 3e-5, batch 4 × 4,
+// warmup 0.1 + linear decay, AdamW wd 0.01, clip 2.5, early stop at running chosen_win >= 0.4,
+// antidoom loss preset. Per-step lines on stderr (and --log FILE as JSON lines).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "train/trainer.h"
+#include "train/lora.h"
+
+static void usage(int code) {
+    fprintf(code ? stderr : stdout,
+        "usage: bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl -o ADAPTER.gguf [options]\n"
+        "adapter:\n"
+        "  --rank N             LoRA rank (32)\n"
+        "  --alpha X            LoRA alpha (= rank: scale 1)\n"
+        "  --dropout P          LoRA dropout (0)\n"
+        "  --targets LIST       q,k,v,o,gate,up,down (also lm_head, qkv,z,beta,alpha,ssm_out, attn, ffn, gdn, all)\n"
+        "  --seed N             init / shuffle / dropout seed (3407)\n"
+        "optimisation:\n"
+        "  --epochs N           (12)          --lr X             (3e-5)\n"
+        "  --batch N            (4)           --grad-accum N     (4)\n"
+        "  --warmup-ratio X     (0.1)         --weight-decay X   (0.01)\n"
+        "  --max-grad-norm X    (2.5)         --early-stop X     running chosen_win threshold (0.4; 0 = off)\n"
+        "  --log-window N       steps in the running mean (5)\n"
+        "  --max-steps N        stop after N optimizer steps in this run (0 = no limit)\n"
+        "  --max-seq N          drop rows with len(context)+1 > N (6000)\n"
+        "loss (ANTIDOOM.md §9):\n"
+        "  --preset NAME        antidoom (default: per-row mean, λ_nt 0.4, λ_t 0.05, τ_t 0.5) |\n"
+        "                       antislop (weighted mean + fallback, τ_t 1, λ_agg 0.1, τ_agg 2)\n"
+        "  --eps X  --lambda-nt X  --lambda-t X  --tau-t X  --lambda-agg X  --tau-agg X  --weighted-mean\n"
+        "files:\n"
+        "  --checkpoint FILE    write a checkpoint at epoch ends / --save-every steps / the end\n"
+        "  --save-every N       (0)           --resume FILE      continue from a checkpoint\n"
+        "  --log FILE           per-step JSON lines\n"
+        "  --no-eval            skip the per-epoch no-grad evaluation\n"
+        "  -q                   no per-step lines\n");
+    exit(code);
+}
+
+int main(int argc, char **argv) {
+    const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL;
+    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
+    int max_seq = 6000;
+    // loss overrides applied after the preset (NAN = keep)
+    float eps = NAN, lnt = NAN, lt = NAN, taut = NAN, lagg = NAN, tagg = NAN;
+    bool weighted = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(0);
+        else if (!strcmp(a, "-m") && has) model_path = argv[++i];
+        else if (!strcmp(a, "-p") && has) pairs_path = argv[++i];
+        else if (!strcmp(a, "-o") && has) o.out_adapter = argv[++i];
+        else if (!strcmp(a, "--rank") && has) o.rank = atoi(argv[++i]);
+        else if (!strcmp(a, "--alpha") && has) o.alpha = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--dropout") && has) o.dropout = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--targets") && has) targets = argv[++i];
+        else if (!strcmp(a, "--seed") && has) o.seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--epochs") && has) o.epochs = atoi(argv[++i]);
+        else if (!strcmp(a, "--lr") && has) o.lr = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--batch") && has) o.batch = atoi(argv[++i]);
+        else if (!strcmp(a, "--grad-accum") && has) o.grad_accum = atoi(argv[++i]);
+        else if (!strcmp(a, "--warmup-ratio") && has) o.warmup_ratio = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--weight-decay") && has) o.adam.weight_decay = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--max-grad-norm") && has) o.max_grad_norm = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--early-stop") && has) o.early_stop = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--log-window") && has) o.log_window = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-steps") && has) o.max_steps = atoll(argv[++i]);
+        else if (!strcmp(a, "--max-seq") && has) max_seq = atoi(argv[++i]);
+        else if (!strcmp(a, "--preset") && has) preset = argv[++i];
+        else if (!strcmp(a, "--eps") && has) eps = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--lambda-nt") && has) lnt = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--lambda-t") && has) lt = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--tau-t") && has) taut = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--lambda-agg") && has) lagg = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--tau-agg") && has) tagg = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--weighted-mean")) weighted = true;
+        else if (!strcmp(a, "--checkpoint") && has) o.ckpt_path = argv[++i];
+        else if (!strcmp(a, "--save-every") && has) o.save_every = atoi(argv[++i]);
+        else if (!strcmp(a, "--resume") && has) o.resume_path = argv[++i];
+        else if (!strcmp(a, "--log") && has) o.log_jsonl = argv[++i];
+        else if (!strcmp(a, "--no-eval")) o.eval_each_epoch = false;
+        else if (!strcmp(a, "-q")) o.quiet = true;
+        else { fprintf(stderr, "bonsai-ftpo-train: unknown or incomplete option '%s'\n", a); usage(1); }
+    }
+    if (!model_path || !pairs_path || !o.out_adapter) usage(1);
+    char err[512];
+    if (targets) {
+        int mask = bn_lora_parse_targets(targets, err, sizeof err);
+        if (mask < 0) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+        o.targets = (unsigned)mask;
+    }
+    if (preset) {
+        if (!strcmp(preset, "antidoom")) o.loss = bn_ftpo_cfg_antidoom();
+        else if (!strcmp(preset, "antislop")) o.loss = bn_ftpo_cfg_antislop();
+        else { fprintf(stderr, "bonsai-ftpo-train: unknown preset '%s' (antidoom, antislop)\n", preset); return 1; }
+    }
+    if (!isnan(eps)) o.loss.eps = eps;
+    if (!isnan(lnt)) o.loss.lambda_nt = lnt;
+    if (!isnan(lt)) o.loss.lambda_t = lt;
+    if (!isnan(taut)) o.loss.tau_t = taut;
+    if (!isnan(lagg)) o.loss.lambda_agg = lagg;
+    if (!isnan(tagg)) o.loss.tau_agg = tagg;
+    if (weighted) o.loss.reduction = BN_FTPO_WEIGHTED;
+    if (o.rank <= 0 || o.epochs <= 0 || o.batch <= 0 || o.grad_accum <= 0 || o.lr < 0 || o.dropout < 0 || o.dropout >= 1 ||
+        o.loss.eps <= 0) {
+        fprintf(stderr, "bonsai-ftpo-train: rank/epochs/batch/grad-accum must be > 0, lr >= 0, 0 <= dropout < 1, eps > 0\n");
+        return 1;
+    }
+
+    bn_model *m = bn_model_load(model_path, err, sizeof err);
+    if (!m) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err); // only for rows without ids
+    bn_train_rows *rows = bn_train_rows_load(pairs_path, tok, m->cfg.n_vocab, max_seq, err, sizeof err);
+    if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    fprintf(stderr, "ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n",
+            rows->n_rows, pairs_path, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
+    bn_ftpo_train_result res;
+    int rc = bn_ftpo_train(m, rows, &o, &res, err, sizeof err);
+    if (rc) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    fprintf(stderr, "ftpo-train: %lld/%lld steps%s; chosen_win %.3f -> %.3f (running %.3f); loss %.5f -> %.5f; adapter %s\n",
+            (long long)res.steps, (long long)res.total_steps, res.early_stopped ? " (early stop)" : "",
+            res.first_chosen_win, res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss, o.out_adapter);
+    bn_train_rows_free(rows);
+    bn_tokenizer_free(tok);
+    bn_model_free(m);
+    return 0;
+}

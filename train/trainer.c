@@ -1,0 +1,246 @@
+// train/trainer.c — the FTPO training loop. See trainer.h.
+#include "train/trainer.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include "core/util.h"
+#include "train/graph.h"
+#include "train/lora.h"
+#include "train/checkpoint.h"
+
+bn_ftpo_train_opts bn_ftpo_train_defaults(void) {
+    bn_ftpo_train_opts o = {
+        .targets = BN_LORA_ATTN | BN_LORA_FFN, .rank = 32, .alpha = 0, .dropout = 0, .seed = 3407,
+        .epochs = 12, .lr = 3e-5f, .batch = 4, .grad_accum = 4, .warmup_ratio = 0.1f,
+        .adam = bn_adamw_cfg_default(), .max_grad_norm = 2.5f, .loss = bn_ftpo_cfg_antidoom(),
+        .early_stop = 0.4f, .log_window = 5, .eval_each_epoch = true,
+    };
+    return o;
+}
+
+typedef struct {
+    const bn_model *m;
+    const bn_train_rows *rows;
+    bn_ftpo_refcache *ref;
+    int V;
+} data_t;
+
+// ref_logits: cached reference (adapter disabled) logits of row i; NULL on error.
+static const float *ref_logits(data_t *d, int i, char *err, size_t errlen) {
+    const float *z = bn_ftpo_refcache_get(d->ref, i);
+    if (z) return z;
+    float *buf = xmalloc(sizeof(float) * d->V);
+    const bn_train_row *r = &d->rows->rows[i];
+    bn_train_graph *g = bn_train_forward(d->m, NULL, r->ctx, r->n_ctx, NULL, buf, err, errlen);
+    if (!g) { free(buf); return NULL; }
+    bn_train_graph_free(g);
+    z = bn_ftpo_refcache_put(d->ref, i, buf);
+    free(buf);
+    return z;
+}
+
+// epoch_order: the training row indices of epoch e in a seeded shuffled order (same on resume).
+static void epoch_order(const int *train_idx, int n, uint64_t seed, int64_t epoch, int *order) {
+    bn_rng rng;
+    bn_rng_seed(&rng, seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(epoch + 1)));
+    memcpy(order, train_idx, sizeof(int) * n);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)bn_rng_below(&rng, (uint64_t)i + 1);
+        int t = order[i]; order[i] = order[j]; order[j] = t;
+    }
+}
+
+// eval_rows: no-grad chosen_win (mean over rows) of rows with heldout == want; -1 if none.
+static double eval_rows(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, bool want, int *n_out, char *err, size_t errlen) {
+    double sum = 0;
+    int n = 0;
+    float *z = xmalloc(sizeof(float) * d->V);
+    for (int i = 0; i < d->rows->n_rows; i++) {
+        const bn_train_row *r = &d->rows->rows[i];
+        if (r->heldout != want) continue;
+        const float *zr = ref_logits(d, i, err, errlen);
+        if (!zr) { free(z); return -2; }
+        bn_train_graph *g = bn_train_forward(d->m, l, r->ctx, r->n_ctx, NULL, z, err, errlen);
+        if (!g) { free(z); return -2; }
+        bn_train_graph_free(g);
+        bn_ftpo_row row = {z, zr, r->rejected, r->chosen, r->n_chosen};
+        bn_ftpo_metrics mt;
+        bn_ftpo_loss(cfg, &row, 1, d->V, NULL, &mt);
+        sum += mt.chosen_win;
+        n++;
+    }
+    free(z);
+    *n_out = n;
+    return n ? sum / n : -1;
+}
+
+int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
+                  bn_ftpo_train_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    int V = m->cfg.n_vocab;
+    int n_train = 0;
+    int *train_idx = xmalloc(sizeof(int) * (rows->n_rows + 1));
+    for (int i = 0; i < rows->n_rows; i++) if (!rows->rows[i].heldout) train_idx[n_train++] = i;
+    if (n_train == 0) { free(train_idx); return bn_err(err, errlen, "no training rows (all rows are held out or filtered)"); }
+    if (o->batch <= 0 || o->grad_accum <= 0 || o->epochs <= 0 || o->rank <= 0)
+        { free(train_idx); return bn_err(err, errlen, "batch, grad_accum, epochs and rank must be positive"); }
+    int64_t S = bn_sched_total_steps(n_train, o->batch, o->grad_accum, o->epochs);
+    int64_t W = bn_sched_warmup_steps(S, o->warmup_ratio);
+
+    bn_lora *l = bn_lora_from_model(m, o->targets, o->rank, o->alpha > 0 ? o->alpha : (float)o->rank, o->dropout, err, errlen);
+    if (!l) { free(train_idx); return -1; }
+    bn_adamw *opt = NULL;
+    bn_train_pos pos = {.step = 0, .total_steps = S};
+    bn_rng_seed(&pos.rng, o->seed + 1);
+    if (o->resume_path) {
+        bn_lora *lr;
+        if (bn_checkpoint_load(o->resume_path, &lr, &opt, &pos, err, errlen)) { bn_lora_free(l); free(train_idx); return -1; }
+        if (!bn_lora_same_layout(l, lr) || pos.total_steps != S) {
+            bn_err(err, errlen, "%s: checkpoint does not match this run (targets/rank/model, or %lld vs %lld total steps)",
+                   o->resume_path, (long long)pos.total_steps, (long long)S);
+            bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
+            return -1;
+        }
+        bn_lora_free(l);
+        l = lr;
+        l->dropout = o->dropout;
+    } else {
+        bn_lora_init_peft(l, o->seed);
+        opt = bn_adamw_new(l->n_params);
+    }
+    if (!o->quiet)
+        fprintf(stderr, "ftpo-train: %d train rows, %d held out, %d LoRA tensors, %lld params (r %d, alpha %g), "
+                "%lld steps (warmup %lld), batch %d x %d%s\n", n_train, rows->n_rows - n_train, l->n_tensors,
+                (long long)l->n_params, l->r, l->alpha, (long long)S, (long long)W, o->batch, o->grad_accum,
+                o->resume_path ? ", resumed" : "");
+
+    data_t d = {.m = m, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, V), .V = V};
+    FILE *logf = NULL;
+    if (o->log_jsonl && !(logf = fopen(o->log_jsonl, pos.step > 0 ? "a" : "w"))) {
+        bn_err(err, errlen, "cannot open log %s", o->log_jsonl);
+        goto fail;
+    }
+    int *order = xmalloc(sizeof(int) * n_train);
+    float **z = xcalloc((size_t)o->batch, sizeof(float *));
+    float **dz = xcalloc((size_t)o->batch, sizeof(float *));
+    for (int b = 0; b < o->batch; b++) { z[b] = xmalloc(sizeof(float) * V); dz[b] = xmalloc(sizeof(float) * V); }
+    bn_train_graph **graphs = xcalloc((size_t)o->batch, sizeof(bn_train_graph *));
+    bn_ftpo_row *frows = xcalloc((size_t)o->batch, sizeof(bn_ftpo_row));
+    int win_cap = o->log_window > 0 ? o->log_window : 1;
+    double *win_hist = xcalloc((size_t)win_cap, sizeof(double));
+    int64_t steps_this_run = 0;
+    bool stop = false;
+    int rc = -1;
+
+    for (; pos.epoch < o->epochs && !stop; pos.epoch++, pos.data_pos = 0) {
+        epoch_order(train_idx, n_train, o->seed, pos.epoch, order);
+        while (pos.data_pos < n_train && !stop) {
+            double t0 = bn_time_ms();
+            bn_lora_zero_grad(l);
+            double loss_sum = 0, pref_sum = 0, nt_sum = 0, t_sum = 0, win_sum = 0, margin_sum = 0, delta_sum = 0;
+            int n_micro = 0, n_rows_step = 0;
+            for (int micro = 0; micro < o->grad_accum && pos.data_pos < n_train; micro++) {
+                int nb = n_train - (int)pos.data_pos < o->batch ? n_train - (int)pos.data_pos : o->batch;
+                for (int b = 0; b < nb; b++) {
+                    int ri = order[pos.data_pos + b];
+                    const bn_train_row *r = &rows->rows[ri];
+                    const float *zr = ref_logits(&d, ri, err, errlen);
+                    if (!zr) goto fail_loop;
+                    graphs[b] = bn_train_forward(m, l, r->ctx, r->n_ctx, &pos.rng, z[b], err, errlen);
+                    if (!graphs[b]) goto fail_loop;
+                    frows[b] = (bn_ftpo_row){z[b], zr, r->rejected, r->chosen, r->n_chosen};
+                }
+                bn_ftpo_metrics mt;
+                double loss = bn_ftpo_loss(&o->loss, frows, nb, V, dz, &mt);
+                for (int b = 0; b < nb; b++) {
+                    int brc = bn_train_backward(graphs[b], dz[b], err, errlen);
+                    bn_train_graph_free(graphs[b]);
+                    graphs[b] = NULL;
+                    if (brc) goto fail_loop;
+                }
+                loss_sum += loss; pref_sum += mt.pref; nt_sum += mt.nt; t_sum += mt.t;
+                win_sum += mt.chosen_win; margin_sum += mt.margin_win; delta_sum += mt.mean_delta;
+                n_micro++;
+                n_rows_step += nb;
+                pos.data_pos += nb;
+            }
+            // mean of the micro-batch losses' gradients (HF scales each micro-batch loss by 1/GA)
+            bn_grad_scale(l->grads, l->n_params, 1.0f / (float)n_micro);
+            double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
+            double lr_k = bn_sched_lr(o->lr, pos.step, S, W);
+            bn_adamw_step(opt, &o->adam, (float)lr_k, l->params, l->grads);
+            pos.step++;
+            steps_this_run++;
+            double step_win = win_sum / n_micro, step_loss = loss_sum / n_micro;
+            win_hist[(pos.step - 1) % win_cap] = step_win;
+            int n_hist = pos.step < win_cap ? (int)pos.step : win_cap;
+            double avg = 0;
+            for (int i = 0; i < n_hist; i++) avg += win_hist[i];
+            avg /= n_hist;
+            if (res->steps == 0) { res->first_loss = step_loss; res->first_chosen_win = step_win; }
+            res->steps = pos.step;
+            res->last_loss = step_loss;
+            res->last_chosen_win = step_win;
+            res->chosen_win_avg = avg;
+            double ms = bn_time_ms() - t0;
+            if (!o->quiet)
+                fprintf(stderr, "step %lld/%lld epoch %lld lr %.3g loss %.5f pref %.5f nt %.3g t %.3g chosen_win %.3f "
+                        "(avg%d %.3f) margin_win %.3f mean_delta %.3f grad_norm %.4g rows %d %.1fs\n",
+                        (long long)pos.step, (long long)S, (long long)pos.epoch + 1, lr_k, step_loss, pref_sum / n_micro,
+                        nt_sum / n_micro, t_sum / n_micro, step_win, n_hist, avg, margin_sum / n_micro, delta_sum / n_micro,
+                        gnorm, n_rows_step, ms / 1000);
+            if (logf) {
+                fprintf(logf, "{\"step\":%lld,\"epoch\":%lld,\"lr\":%.6g,\"loss\":%.6g,\"pref_loss\":%.6g,\"mse_elem\":%.6g,"
+                        "\"mse_tgt_tokenwise\":%.6g,\"chosen_win\":%.6g,\"chosen_win_avg\":%.6g,\"margin_win\":%.6g,"
+                        "\"mean_delta\":%.6g,\"grad_norm\":%.6g,\"rows\":%d,\"seconds\":%.3f}\n",
+                        (long long)pos.step, (long long)pos.epoch + 1, lr_k, step_loss, pref_sum / n_micro, nt_sum / n_micro,
+                        t_sum / n_micro, step_win, avg, margin_sum / n_micro, delta_sum / n_micro, gnorm, n_rows_step, ms / 1000);
+                fflush(logf);
+            }
+            if (o->early_stop > 0 && avg >= o->early_stop) {
+                res->early_stopped = true;
+                stop = true;
+                if (!o->quiet) fprintf(stderr, "early stop: running chosen_win %.3f >= %.3f\n", avg, o->early_stop);
+            }
+            if (o->max_steps > 0 && steps_this_run >= o->max_steps) stop = true;
+            bool at_epoch_end = pos.data_pos >= n_train;
+            if (o->ckpt_path && ((o->save_every > 0 && pos.step % o->save_every == 0) || stop || at_epoch_end)) {
+                bn_train_pos save = pos;
+                if (at_epoch_end && !stop) { save.epoch++; save.data_pos = 0; }
+                if (bn_checkpoint_save(o->ckpt_path, l, opt, &save, err, errlen)) goto fail_loop;
+            }
+        }
+        if (o->eval_each_epoch && pos.data_pos >= n_train) {
+            int n_tr, n_ho;
+            double w_tr = eval_rows(&d, &o->loss, l, false, &n_tr, err, errlen);
+            double w_ho = eval_rows(&d, &o->loss, l, true, &n_ho, err, errlen);
+            if (w_tr < -1.5 || w_ho < -1.5) goto fail_loop;
+            if (!o->quiet)
+                fprintf(stderr, "epoch %lld eval: chosen_win train %.3f (%d rows)%s", (long long)pos.epoch + 1, w_tr, n_tr,
+                        n_ho ? "" : "\n");
+            if (!o->quiet && n_ho) fprintf(stderr, ", held-out %.3f (%d rows)\n", w_ho, n_ho);
+            if (logf) fprintf(logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
+                              (long long)pos.epoch + 1, w_tr, n_ho ? w_ho : -1.0);
+        }
+        if (stop) break;
+    }
+    res->total_steps = S;
+    if (o->out_adapter && bn_lora_save_gguf(l, o->out_adapter, err, errlen)) goto fail_loop;
+    rc = 0;
+fail_loop:
+    for (int b = 0; b < o->batch; b++) { bn_train_graph_free(graphs[b]); free(z[b]); free(dz[b]); }
+    free(graphs); free(z); free(dz); free(frows); free(win_hist); free(order);
+    if (logf) fclose(logf);
+    bn_ftpo_refcache_free(d.ref);
+    bn_lora_free(l);
+    bn_adamw_free(opt);
+    free(train_idx);
+    return rc;
+fail:
+    bn_ftpo_refcache_free(d.ref);
+    bn_lora_free(l);
+    bn_adamw_free(opt);
+    free(train_idx);
+    return -1;
+}

@@ -1,0 +1,58 @@
+// train/trainer.h — the FTPO LoRA training loop (ANTIDOOM.md §9–11): per optimizer step
+// batch × grad_accum rows, policy forward + backward per row (train/graph.h), reference logits
+// cached per row, FTPO loss/metrics per micro-batch, gradient averaging over micro-batches,
+// global-norm clipping, HF linear warmup/decay, AdamW; running chosen_win over the last
+// log_window steps for early stopping; atomic checkpoints (train/checkpoint.h) and resume.
+#ifndef BONSAI_TRAIN_TRAINER_H
+#define BONSAI_TRAIN_TRAINER_H
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include "core/model.h"
+#include "train/pairs_in.h"
+#include "train/ftpo.h"
+#include "train/adamw.h"
+
+typedef struct {
+    // adapter
+    unsigned targets;      // bn_lora_target mask (q,k,v,o,gate,up,down)
+    int rank;              // 32
+    float alpha;           // 0 = rank (scale 1)
+    float dropout;         // 0
+    uint64_t seed;         // 3407: LoRA init, epoch shuffles, dropout
+    // optimisation
+    int epochs;            // 12
+    float lr;              // 3e-5
+    int batch, grad_accum; // 4 × 4
+    float warmup_ratio;    // 0.1
+    bn_adamw_cfg adam;     // β (0.9, 0.999), eps 1e-8, wd 0.01
+    float max_grad_norm;   // 2.5
+    bn_ftpo_cfg loss;      // antidoom preset
+    float early_stop;      // stop when the running chosen_win >= this (<= 0: off); 0.4
+    int log_window;        // steps in the running mean (5)
+    int64_t max_steps;     // stop after this many optimizer steps in this run (0 = no limit)
+    int save_every;        // checkpoint every N steps (0 = at epoch ends and the end only)
+    bool eval_each_epoch;  // no-grad chosen_win over train and held-out rows after each epoch
+    const char *out_adapter; // adapter GGUF written at the end (NULL = none)
+    const char *ckpt_path;   // checkpoint file (NULL = none)
+    const char *resume_path; // checkpoint to resume from (NULL = fresh)
+    const char *log_jsonl;   // per-step JSON lines (NULL = none)
+    bool quiet;              // no per-step lines on stderr
+} bn_ftpo_train_opts;
+
+typedef struct {
+    int64_t steps;          // optimizer steps done in total (including resumed ones)
+    int64_t total_steps;    // schedule length S
+    bool early_stopped;
+    double chosen_win_avg;  // running mean at the end
+    double first_loss, last_loss;
+    double first_chosen_win, last_chosen_win;
+} bn_ftpo_train_result;
+
+// bn_ftpo_train_defaults: the seed recipe of ANTIDOOM.md §11 (see the field comments).
+bn_ftpo_train_opts bn_ftpo_train_defaults(void);
+// bn_ftpo_train: trains an adapter on the rows not marked heldout; returns 0 or -1 (err).
+int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
+                  bn_ftpo_train_result *res, char *err, size_t errlen);
+
+#endif
