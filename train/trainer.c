@@ -198,7 +198,7 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
                         t_sum / n_micro, step_win, avg, margin_sum / n_micro, delta_sum / n_micro, gnorm, n_rows_step, ms / 1000);
                 fflush(logf);
             }
-            if (o->early_stop > 0 && avg >= o->early_stop) {
+            if (o->early_stop > 0 && n_hist == win_cap && avg >= o->early_stop) { // full window only
                 res->early_stopped = true;
                 stop = true;
                 if (!o->quiet) fprintf(stderr, "early stop: running chosen_win %.3f >= %.3f\n", avg, o->early_stop);

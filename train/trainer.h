@@ -28,7 +28,7 @@ typedef struct {
     bn_adamw_cfg adam;     // β (0.9, 0.999), eps 1e-8, wd 0.01
     float max_grad_norm;   // 2.5
     bn_ftpo_cfg loss;      // antidoom preset
-    float early_stop;      // stop when the running chosen_win >= this (<= 0: off); 0.4
+    float early_stop;      // stop when the running chosen_win over a full window >= this (<= 0: off); 0.4
     int log_window;        // steps in the running mean (5)
     int64_t max_steps;     // stop after this many optimizer steps in this run (0 = no limit)
     int save_every;        // checkpoint every N steps (0 = at epoch ends and the end only)
