@@ -2,7 +2,7 @@
 // every string of models/ggml-vocab-<name>.gguf.inp must tokenize (add_special = false,
 // parse_special = false) to exactly the ids of the .out line; decode(encode(s)) == s for the
 // byte-level BPE vocabs (SPM: " " + s, the space prefix). Also special-token parsing on/off on
-// the qwen2 vocab, long inputs, and the speed on ~1 MB of text (printed, not asserted).
+// the qwen2 vocab, random bytes (invalid UTF-8) round trips, long inputs, and the speed on ~1 MB of text (printed, not asserted).
 #include "core/tokenizer.h"
 #include "core/util.h"
 #include "tests/test.h"
@@ -216,6 +216,33 @@ static void check_long(const bn_tokenizer *t, const char *name) {
     free(d); free(ids); free(big); free(inp);
 }
 
+// check_random_bytes: arbitrary bytes (invalid UTF-8 included) round-trip exactly, with and without
+// special-token parsing.
+static void check_random_bytes(const bn_tokenizer *t, const char *name) {
+    uint64_t x = 0x243F6A8885A308D3ull;
+    char buf[300];
+    int bad = 0;
+    for (int i = 0; i < 2000; i++) {
+        int n = (int)(x % 300);
+        for (int j = 0; j < n; j++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            int r = (int)(x % 8);
+            buf[j] = (char)(r < 3 ? (x >> 8) & 0xFF : r < 5 ? ' ' + ((x >> 8) % 95) : r == 5 ? '\n' : r == 6 ? 0xC3 : '<');
+        }
+        for (int sp = 0; sp < 2; sp++) {
+            int32_t *ids;
+            int k = bn_tokenize(t, buf, (size_t)n, false, sp, &ids);
+            size_t dl;
+            char *d = bn_detokenize(t, ids, k, true, &dl);
+            bad += k < 0 || dl != (size_t)n || memcmp(d, buf, (size_t)n) != 0;
+            free(d);
+            free(ids);
+        }
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+    }
+    CHECK(bad == 0, "%s: %d of 4000 random byte strings do not round-trip", name, bad);
+}
+
 int main(void) {
     char probe[1024];
     test_third_party(probe, sizeof probe, "llama.cpp/models/ggml-vocab-qwen2.gguf");
@@ -229,6 +256,7 @@ int main(void) {
     bn_tokenizer *t = open_vocab("qwen2", NULL);
     if (t) {
         check_special(t);
+        check_random_bytes(t, "qwen2");
         check_long(t, "qwen2");
         bn_tokenizer_free(t);
     }
