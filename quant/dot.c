@@ -84,3 +84,17 @@ void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t
     const char *row = w;
     for (int r = 0; r < nrows; r++) dot(n, &s[r], row + (size_t)r * w_row_stride, y);
 }
+
+void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                           size_t w_row_stride, const void *y, size_t y_row_stride) {
+    if (ny >= 2 && bn_have_avx2 &&
+        bn_vec_dot_rows_batch_avx2(type, n, nrows, ny, s, s_stride, w, w_row_stride, y, y_row_stride))
+        return;
+    enum { ROW_BLOCK = 16 };   // a block of weight rows stays in cache while every activation row passes
+    for (int r0 = 0; r0 < nrows; r0 += ROW_BLOCK) {
+        int nr = nrows - r0 < ROW_BLOCK ? nrows - r0 : ROW_BLOCK;
+        for (int t = 0; t < ny; t++)
+            bn_vec_dot_rows(type, n, nr, s + s_stride * t + r0, (const char *)w + w_row_stride * r0, w_row_stride,
+                            (const char *)y + y_row_stride * t);
+    }
+}

@@ -497,6 +497,72 @@ static float name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *
     return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                                   \
 }
 
+// Four activation rows at once: the weight expansion (shift + mask) is shared by the four dots.
+#define DEFINE_ROWS4_Q1_0(name, ISUM)                                                                      \
+static void name(int nb, const bn_block_q1_0 *x, const prepared_q8 *const P[4], float out[4]) {             \
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
+    float corr[4] = {0, 0, 0, 0};                                                                           \
+    for (int i = 0; i < nb / 4; i++) {                                                                      \
+        float dx = h2f(x[i].d);                                                                             \
+        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        for (int k = 0; k < 4; k++) {                                                                       \
+            uint32_t bits;                                                                                  \
+            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
+            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
+            int kb = 4 * i + k;                                                                             \
+            for (int j = 0; j < 4; j++) {                                                                   \
+                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
+                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
+        for (int j = 0; j < 4; j++) {                                                                       \
+            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
+            corr[j] += dx * P[j]->t[i];                                                                     \
+        }                                                                                                   \
+    }                                                                                                       \
+    for (int j = 0; j < 4; j++) out[j] = 2.0f * hsum_ps(acc[j]) - corr[j];                                 \
+}
+
+#define DEFINE_ROWS4_Q2(name, ISUM)                                                                        \
+static void name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *const P[4], float out[4]) {  \
+    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), three = _mm256_set1_epi8(3);                    \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
+    float corr[4] = {0, 0, 0, 0};                                                                           \
+    for (int i = 0; i < nb / per; i++) {                                                                    \
+        const uint8_t *blk = x + (size_t)i * bs;                                                            \
+        bn_half hd;                                                                                         \
+        memcpy(&hd, blk, 2);                                                                                \
+        float dx = h2f(hd);                                                                                 \
+        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        for (int k = 0; k < per; k++) {                                                                     \
+            int64_t codes;                                                                                  \
+            memcpy(&codes, blk + 2 + 8 * k, 8);                                                             \
+            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);     \
+            int kb = per * i + k;                                                                           \
+            for (int j = 0; j < 4; j++) {                                                                   \
+                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
+                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(c, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
+        for (int j = 0; j < 4; j++) {                                                                       \
+            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
+            corr[j] += dx * P[j]->t[i];                                                                     \
+        }                                                                                                   \
+    }                                                                                                       \
+    for (int j = 0; j < 4; j++) out[j] = hsum_ps(acc[j]) - corr[j];                                        \
+}
+
+DEFINE_ROWS4_Q1_0(rows4_q1_0_avx2, ISUM_AVX2)
+DEFINE_ROWS4_Q2(rows4_q2_avx2, ISUM_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
+DEFINE_ROWS4_Q1_0(rows4_q1_0_vnni, ISUM_VNNI)
+DEFINE_ROWS4_Q2(rows4_q2_vnni, ISUM_VNNI)
+#pragma GCC pop_options
+
 DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
 DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
 #pragma GCC push_options
@@ -534,5 +600,48 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
                                 : rows_q2_avx2(nb, (const uint8_t *)row, bs, per, &P);
     }
     free(heap);
+    return 1;
+}
+
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0: every activation row is prepared once; rows are walked in blocks of
+// 16 (kept in cache) against groups of 4 activation rows. Returns 0 for other types or on allocation failure.
+int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                               size_t w_stride, const void *y, size_t y_stride) {
+    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
+    int nb = n / 32, per = type == BN_Q2_0 ? 2 : 4, bs = bn_type_size(type);
+    size_t one = (size_t)nb * 32 + (size_t)nb * 4 + (size_t)(nb / per) * 4;
+    one = (one + 31) & ~(size_t)31;
+    char *heap = aligned_alloc(32, one * ny);
+    prepared_q8 *P = malloc(sizeof *P * ny);
+    if (!heap || !P) { free(heap); free(P); return 0; }
+    for (int t = 0; t < ny; t++) {
+        char *base = heap + one * t;
+        P[t].q = (int8_t *)base;
+        P[t].d = (float *)(base + (size_t)nb * 32);
+        P[t].t = P[t].d + nb;
+        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, per, type == BN_Q1_0, &P[t]);
+    }
+    enum { ROW_BLOCK = 16 };
+    for (int r0 = 0; r0 < nrows; r0 += ROW_BLOCK) {
+        int r1 = r0 + ROW_BLOCK < nrows ? r0 + ROW_BLOCK : nrows;
+        for (int t0 = 0; t0 < ny; t0 += 4) {
+            const prepared_q8 *group[4];
+            for (int j = 0; j < 4; j++) group[j] = &P[t0 + j < ny ? t0 + j : ny - 1];   // pad with the last row
+            for (int r = r0; r < r1; r++) {
+                const char *row = (const char *)w + w_stride * r;
+                float out[4];
+                if (type == BN_Q1_0) {
+                    if (bn_have_vnni) rows4_q1_0_vnni(nb, (const bn_block_q1_0 *)row, group, out);
+                    else rows4_q1_0_avx2(nb, (const bn_block_q1_0 *)row, group, out);
+                } else {
+                    if (bn_have_vnni) rows4_q2_vnni(nb, (const uint8_t *)row, bs, per, group, out);
+                    else rows4_q2_avx2(nb, (const uint8_t *)row, bs, per, group, out);
+                }
+                for (int j = 0; j < 4 && t0 + j < ny; j++) s[s_stride * (t0 + j) + r] = out[j];
+            }
+        }
+    }
+    free(heap);
+    free(P);
     return 1;
 }

@@ -122,6 +122,12 @@ bn_vec_dot_fn bn_vec_dot_best(int type);
 // bn_vec_dot_rows: s[r] = dot(row r of w, y) for r < nrows; rows are w_row_stride bytes apart, y is one
 // row of the type's vec_dot_type. The decode hot path (mat-vec); fastest kernel available.
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y);
+// bn_vec_dot_rows_batch: mat-mat, s[t * s_stride + r] = dot(row r of w, activation row t) for r < nrows,
+// t < ny; activation rows (of the type's vec_dot_type) are y_row_stride bytes apart. For Q1_0/Q2_0/PQ2_0
+// each activation row is prepared once and each weight row is expanded once per 4 activation rows
+// (the prefill path); other types loop bn_vec_dot_rows over row blocks of 16.
+void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                           size_t w_row_stride, const void *y, size_t y_row_stride);
 // bn_simd_name: "avx2+vnni", "avx2" or "scalar" — what the dispatch picked (BONSAI_SIMD=scalar forces
 // scalar, BONSAI_SIMD=avx2 disables the AVX512-VNNI mat-vec kernels).
 const char *bn_simd_name(void);

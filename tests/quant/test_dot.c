@@ -94,6 +94,33 @@ static void check_type(int type, int n, buffers *B, const ggml_cpu_traits *g) {
         }
         CHECK(bad == 0, "%s n=%d: bn_vec_dot_rows(%d rows): %d rows differ from the reference", t->name, n, nrows, bad);
     }
+
+    // Batched entry: ny activation rows (vec_dot_type, padded stride), output with a padded stride.
+    const int ny_counts[] = {1, 2, 5, 9};
+    int vt_size = (int)bn_row_size(vt, n);
+    size_t y_stride = (size_t)vt_size + 96, s_stride = 17;
+    uint8_t *ys = calloc(9, y_stride);
+    float *ydeq = malloc(sizeof(float) * n * 9), *out = malloc(sizeof(float) * s_stride * 9);
+    for (int t = 0; t < 9; t++) {
+        for (int i = 0; i < n; i++) y[i] = uniform() * (float)(t + 1);
+        bn_quantize_activations(vt, y, ys + y_stride * t, n);
+        bn_dequantize(vt, ys + y_stride * t, ydeq + (size_t)n * t, n);
+    }
+    for (size_t c = 0; c < sizeof ny_counts / sizeof ny_counts[0]; c++) {
+        int ny = ny_counts[c];
+        for (size_t i = 0; i < s_stride * 9; i++) out[i] = NAN;
+        bn_vec_dot_rows_batch(type, n, 13, ny, out, s_stride, w, stride, ys, y_stride);
+        int bad = 0;
+        for (int t = 0; t < ny; t++)
+            for (int r = 0; r < 13; r++) {
+                float one = NAN;
+                bn_vec_dot_ref(type)(n, &one, w + stride * r, ys + y_stride * t);
+                bn_dequantize(type, w + stride * r, B->deq_x, n);
+                if (!(fabs(out[s_stride * t + r] - one) <= tolerance(B->deq_x, ydeq + (size_t)n * t, n))) bad++;
+            }
+        CHECK(bad == 0, "%s n=%d: bn_vec_dot_rows_batch(13 rows, %d activations): %d results differ", t->name, n, ny, bad);
+    }
+    free(ys); free(ydeq); free(out);
     free(w);
 }
 
