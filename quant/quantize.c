@@ -6,11 +6,12 @@
 #include "quant/quantize_fast.h"
 #include "quant/quant.h"
 #include "core/gguf.h"
-#include "core/threads.h"
 #include "core/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 bn_quantize_params bn_quantize_params_default(void) {
     bn_quantize_params p;
@@ -51,31 +52,40 @@ typedef struct {
     int src_type, dst_type;
     const uint8_t *src;
     uint8_t *dst;
-    int64_t nrows, n_per_row, rows_per_chunk;
+    int64_t nrows, n_per_row, rows_per_chunk, n_chunks;
     size_t src_row, dst_row;
-    float **scratch; // per thread: rows_per_chunk * n_per_row floats
+    atomic_llong next_chunk; // work queue: chunks are claimed one at a time
 } rows_job;
 
-// rows_task: converts chunks [c0, c1) of the job on thread tid.
-static void rows_task(void *ctx, int64_t c0, int64_t c1, int tid) {
-    rows_job *j = ctx;
-    for (int64_t c = c0; c < c1; c++) {
-        int64_t r0 = c * j->rows_per_chunk;
-        int64_t nr = j->nrows - r0 < j->rows_per_chunk ? j->nrows - r0 : j->rows_per_chunk;
-        int64_t n = nr * j->n_per_row;
-        const uint8_t *src = j->src + (size_t)r0 * j->src_row;
-        uint8_t *dst = j->dst + (size_t)r0 * j->dst_row;
-        // fused kernels (bit-identical to dequantize + reference quantizer)
-        if (bn_quantize_fast(j->src_type, src, j->dst_type, dst, n)) continue;
-        const float *x;
-        if (j->src_type == BN_F32) {
-            x = (const float *)src;
-        } else {
-            bn_dequantize(j->src_type, src, j->scratch[tid], n);
-            x = j->scratch[tid];
-        }
-        encode_row(j->dst_type, x, dst, n);
+// convert_chunk: converts chunk c of the job, using scratch (rows_per_chunk * n_per_row floats).
+static void convert_chunk(rows_job *j, int64_t c, float *scratch) {
+    int64_t r0 = c * j->rows_per_chunk;
+    int64_t nr = j->nrows - r0 < j->rows_per_chunk ? j->nrows - r0 : j->rows_per_chunk;
+    int64_t n = nr * j->n_per_row;
+    const uint8_t *src = j->src + (size_t)r0 * j->src_row;
+    uint8_t *dst = j->dst + (size_t)r0 * j->dst_row;
+    // fused kernels (bit-identical to dequantize + reference quantizer)
+    if (bn_quantize_fast(j->src_type, src, j->dst_type, dst, n)) return;
+    const float *x = (const float *)src;
+    if (j->src_type != BN_F32) {
+        bn_dequantize(j->src_type, src, scratch, n);
+        x = scratch;
     }
+    encode_row(j->dst_type, x, dst, n);
+}
+
+// rows_worker: claims and converts chunks until none are left (one thread).
+static void *rows_worker(void *arg) {
+    rows_job *j = arg;
+    float *scratch = NULL;
+    for (;;) {
+        int64_t c = atomic_fetch_add(&j->next_chunk, 1);
+        if (c >= j->n_chunks) break;
+        if (!scratch) scratch = xmalloc((size_t)(j->rows_per_chunk * j->n_per_row) * sizeof(float));
+        convert_chunk(j, c, scratch);
+    }
+    free(scratch);
+    return NULL;
 }
 
 int bn_quantize_rows(int src_type, const void *src, int dst_type, void *dst, int64_t nrows, int64_t n_per_row,
@@ -91,15 +101,16 @@ int bn_quantize_rows(int src_type, const void *src, int dst_type, void *dst, int
         .src_row = bn_row_size(src_type, n_per_row), .dst_row = bn_row_size(dst_type, n_per_row),
     };
     j.rows_per_chunk = n_per_row >= CHUNK_ELEMS ? 1 : (CHUNK_ELEMS + n_per_row - 1) / n_per_row;
-    int64_t n_chunks = (nrows + j.rows_per_chunk - 1) / j.rows_per_chunk;
-    if (n_chunks < n_threads) n_threads = n_chunks > 0 ? (int)n_chunks : 1;
-    j.scratch = xcalloc((size_t)n_threads, sizeof(float *));
-    for (int t = 0; t < n_threads; t++) j.scratch[t] = xmalloc((size_t)(j.rows_per_chunk * n_per_row) * sizeof(float));
-    bn_pool *pool = n_threads > 1 ? bn_pool_new(n_threads) : NULL;
-    bn_parallel_for(pool, n_chunks, rows_task, &j);
-    bn_pool_free(pool);
-    for (int t = 0; t < n_threads; t++) free(j.scratch[t]);
-    free(j.scratch);
+    j.n_chunks = (nrows + j.rows_per_chunk - 1) / j.rows_per_chunk;
+    atomic_init(&j.next_chunk, 0);
+    if (n_threads > j.n_chunks) n_threads = j.n_chunks > 0 ? (int)j.n_chunks : 1;
+    pthread_t *tids = xcalloc((size_t)n_threads, sizeof(pthread_t));
+    int started = 0;
+    for (int t = 1; t < n_threads; t++)
+        if (pthread_create(&tids[started], NULL, rows_worker, &j) == 0) started++;
+    rows_worker(&j); // the caller works too; if thread creation failed it simply does more chunks
+    for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+    free(tids);
     return 0;
 }
 
