@@ -1,65 +1,10 @@
-// core/tokenizer.c — GGUF vocabularies as llama.cpp runs them (MODEL.md §11):
-//   1. special-token partition (longest text first; control/unknown only with parse_special),
-//   2. BPE (`gpt2`): PCRE2 pre-tokenizer regex(es) → GPT-2 byte map → merges by rank (binary heap,
-//      leftmost on ties) → ids, symbols missing from the vocab fall back to byte tokens;
-//   3. SPM (`llama`): "▁" for spaces, greedy best-score bigram merges, byte fallback `<0xXX>`.
-// Strings are interned once: every vocab text and every merge part/result gets a symbol index,
-// so merging compares integers. Pieces for decoding are precomputed per token.
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include "core/tokenizer.h"
+// core/tokenizer.c — GGUF vocabularies as llama.cpp runs them (MODEL.md §11): loading (tokens, types,
+// merges, pre-tokenizer regexes, flags, EOG set), the special-token partition (longest text first;
+// control/unknown only with parse_special), decoding and the public API. The encoders live in
+// core/tokenizer_encode.c. Strings are interned once: every vocab text and every merge part/result
+// gets a symbol index, so merging compares integers. Pieces for decoding are precomputed per token.
+#include "core/tokenizer_impl.h"
 #include "core/unicode.h"
-#include "core/util.h"
-#include <pcre2.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define MAX_REGEX 4
-
-enum tok_kind { KIND_BPE, KIND_SPM };
-
-// Interned string: bytes [off, off+len) of the intern arena; tok = vocab id or -1.
-typedef struct {
-    uint32_t off, len;
-    int32_t tok;
-} intern_sym;
-
-struct bn_tokenizer {
-    enum tok_kind kind;
-    char pre[32];
-    int n_vocab;
-    // per token
-    uint32_t *text_off, *text_len; // {n_vocab} into `arena`
-    uint8_t *type;                 // {n_vocab} enum bn_token_type (after EOG forcing)
-    float *score;                  // {n_vocab} SPM scores (0 when absent)
-    uint32_t *piece_off, *piece_len; // {n_vocab} decoded bytes (special rendering) into `pieces`
-    uint8_t *is_eog;               // {n_vocab}
-    char *pieces;
-    // intern table (vocab texts + merge strings)
-    char *arena;
-    size_t arena_len, arena_cap;
-    intern_sym *syms;
-    size_t n_syms, syms_cap;
-    uint32_t *ht; // sym index + 1, 0 = empty
-    size_t ht_cap;
-    // merges: (left sym, right sym) → rank, result sym
-    uint64_t *mkey;
-    int32_t *mrank, *mres;
-    size_t m_cap;
-    // special tokens for the partition, longest first
-    int32_t *specials;
-    int n_specials;
-    // pre-tokenizer
-    pcre2_code *re[MAX_REGEX];
-    int n_re;
-    bool ignore_merges;
-    // flags and ids
-    bool add_bos, add_eos, add_space_prefix;
-    int32_t bos, eos, unk;
-    int32_t byte_tok[256]; // byte → token id (mapped char or <0xXX>), -1 if none
-    uint32_t byte_sym[256]; // byte → intern sym of its mapped char (+1; 0 = none)
-    char byte_utf8[256][4];  // byte → UTF-8 of its GPT-2 mapped char
-    uint8_t byte_utf8_len[256];
-};
 
 // ---- hashing / interning ------------------------------------------------------------------
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -74,8 +19,8 @@ static uint64_t hash_u64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-// intern_find: sym index of s[0..n) or -1.
-static int64_t intern_find(const bn_tokenizer *t, const char *s, size_t n) {
+// bn_tok_find: sym index of s[0..n) or -1.
+int64_t bn_tok_find(const bn_tokenizer *t, const char *s, size_t n) {
     if (!t->ht_cap) return -1;
     size_t mask = t->ht_cap - 1;
     for (size_t i = hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
@@ -117,7 +62,7 @@ static uint32_t arena_add(bn_tokenizer *t, const char *s, size_t n) {
 
 // intern: sym index of s[0..n), inserting it if new.
 static int64_t intern(bn_tokenizer *t, const char *s, size_t n) {
-    int64_t found = intern_find(t, s, n);
+    int64_t found = bn_tok_find(t, s, n);
     if (found >= 0) return found;
     if ((t->n_syms + 1) * 2 > t->ht_cap) intern_grow(t);
     if (t->n_syms == t->syms_cap) {
@@ -134,8 +79,8 @@ static int64_t intern(bn_tokenizer *t, const char *s, size_t n) {
     return (int64_t)t->n_syms++;
 }
 
-// merge_find: rank of merging syms (a, b) (result sym in *res), or -1.
-static int32_t merge_find(const bn_tokenizer *t, uint32_t a, uint32_t b, int32_t *res) {
+// bn_tok_merge: rank of merging syms (a, b) (result sym in *res), or -1.
+int32_t bn_tok_merge(const bn_tokenizer *t, uint32_t a, uint32_t b, int32_t *res) {
     if (!t->m_cap) return -1;
     uint64_t key = ((uint64_t)a << 32) | b;
     size_t mask = t->m_cap - 1;
@@ -228,7 +173,7 @@ static int32_t get_id(const gguf_file *g, const char *key, int n_vocab) {
 
 // find_text: id of the exact vocab text, or -1 (used during loading).
 static int32_t find_text(const bn_tokenizer *t, const char *s) {
-    int64_t y = intern_find(t, s, strlen(s));
+    int64_t y = bn_tok_find(t, s, strlen(s));
     return y < 0 ? -1 : t->syms[y].tok;
 }
 
@@ -437,7 +382,7 @@ bn_tokenizer *bn_tokenizer_from_gguf(const gguf_file *g, char *err, size_t errle
         int ml = bn_utf8_encode(bn_byte_to_cp((uint8_t)b), mapped);
         memcpy(t->byte_utf8[b], mapped, (size_t)ml);
         t->byte_utf8_len[b] = (uint8_t)ml;
-        int64_t ym = intern_find(t, mapped, (size_t)ml);
+        int64_t ym = bn_tok_find(t, mapped, (size_t)ml);
         t->byte_sym[b] = kind == KIND_BPE && ym >= 0 ? (uint32_t)ym + 1 : 0;
         int32_t id = kind == KIND_BPE && ym >= 0 ? t->syms[ym].tok : -1;
         if (id < 0) id = find_text(t, hex);
@@ -474,258 +419,7 @@ void bn_tokenizer_free(bn_tokenizer *t) {
     free(t);
 }
 
-// ---- output buffer ------------------------------------------------------------------------
-typedef struct {
-    int32_t *v;
-    size_t n, cap;
-} idvec;
-
-static void idvec_push(idvec *o, int32_t id) {
-    if (o->n == o->cap) {
-        o->cap = o->cap ? o->cap * 2 : 256;
-        o->v = xrealloc(o->v, o->cap * sizeof *o->v);
-    }
-    o->v[o->n++] = id;
-}
-
-// ---- BPE ----------------------------------------------------------------------------------
-typedef struct {
-    uint32_t off, len; // bytes of the mapped word
-    int32_t prev, next;
-    int32_t sym;       // intern sym or -1
-} bpe_symbol;
-
-typedef struct {
-    int32_t rank, left;
-    uint32_t llen, rlen;
-} bigram;
-
-// Scratch space for one bn_tokenize call.
-typedef struct {
-    char *word;         // byte-mapped fragment
-    size_t word_cap;
-    bpe_symbol *sym;
-    size_t sym_cap;
-    bigram *heap;
-    size_t heap_n, heap_cap;
-    pcre2_match_data *md;
-    pcre2_match_context *mctx;
-    pcre2_jit_stack *jit;
-} bpe_scratch;
-
-static bool bigram_before(const bigram *a, const bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(bpe_scratch *s, bigram g) {
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? s->heap_cap * 2 : 256;
-        s->heap = xrealloc(s->heap, s->heap_cap * sizeof *s->heap);
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&g, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = g;
-}
-
-static bigram heap_pop(bpe_scratch *s) {
-    bigram top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && bigram_before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!bigram_before(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
-}
-
-static void try_bigram(const bn_tokenizer *t, bpe_scratch *s, int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const bpe_symbol *a = &s->sym[left], *b = &s->sym[right];
-    if (a->sym < 0 || b->sym < 0) return;
-    int32_t res;
-    int32_t rank = merge_find(t, (uint32_t)a->sym, (uint32_t)b->sym, &res);
-    if (rank < 0) return;
-    heap_push(s, (bigram){rank, left, a->len, b->len});
-}
-
-// emit_symbol: the token of the mapped bytes w[0..n) (sym y), or its byte tokens.
-static void emit_symbol(const bn_tokenizer *t, const char *w, uint32_t n, int32_t y, idvec *out) {
-    int32_t tok = y >= 0 ? t->syms[y].tok : -1;
-    if (tok >= 0) { idvec_push(out, tok); return; }
-    for (uint32_t i = 0; i < n;) {
-        int cl;
-        int32_t cp = bn_utf8_decode((const uint8_t *)w + i, n - i, &cl);
-        int b = cp >= 0 ? bn_cp_to_byte((uint32_t)cp) : -1;
-        if (b >= 0 && t->byte_tok[b] >= 0) idvec_push(out, t->byte_tok[b]);
-        i += (uint32_t)cl;
-    }
-}
-
-// bpe_word: merges one pre-tokenized fragment text[0..n) and appends its ids.
-static void bpe_word(const bn_tokenizer *t, bpe_scratch *s, const char *text, size_t n, idvec *out) {
-    if (n == 0) return;
-    if (2 * n + 1 > s->word_cap) { s->word_cap = 2 * n + 64; s->word = xrealloc(s->word, s->word_cap); }
-    if (n + 1 > s->sym_cap) { s->sym_cap = n + 64; s->sym = xrealloc(s->sym, s->sym_cap * sizeof *s->sym); }
-    uint32_t wl = 0;
-    int32_t ns = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t b = (uint8_t)text[i];
-        int ml = t->byte_utf8_len[b];
-        memcpy(s->word + wl, t->byte_utf8[b], (size_t)ml);
-        s->sym[ns] = (bpe_symbol){wl, (uint32_t)ml, ns - 1, (int32_t)(i + 1 < n ? ns + 1 : -1),
-                                  t->byte_sym[b] ? (int32_t)t->byte_sym[b] - 1 : -1};
-        wl += (uint32_t)ml;
-        ns++;
-    }
-    if (t->ignore_merges) {
-        int64_t y = intern_find(t, s->word, wl);
-        if (y >= 0 && t->syms[y].tok >= 0) { idvec_push(out, t->syms[y].tok); return; }
-    }
-    s->heap_n = 0;
-    for (int32_t i = 1; i < ns; i++) try_bigram(t, s, i - 1, i);
-    while (s->heap_n) {
-        bigram g = heap_pop(s);
-        bpe_symbol *a = &s->sym[g.left];
-        if (a->len != g.llen || a->next < 0) continue;
-        bpe_symbol *b = &s->sym[a->next];
-        if (b->len != g.rlen) continue; // stale: one side changed since the pair was queued
-        int32_t res = -1;
-        merge_find(t, (uint32_t)a->sym, (uint32_t)b->sym, &res);
-        a->len += b->len;
-        a->sym = res;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0) s->sym[b->next].prev = g.left;
-        try_bigram(t, s, a->prev, g.left);
-        try_bigram(t, s, g.left, a->next);
-    }
-    for (int32_t i = 0; i >= 0; i = s->sym[i].next) emit_symbol(t, s->word + s->sym[i].off, s->sym[i].len, s->sym[i].sym, out);
-}
-
-// split_regex: splits text[0..n) with regex level; matched and unmatched spans both go on to the
-// next level (llama.cpp unicode_regex_split), the last level feeds BPE.
-static int split_regex(const bn_tokenizer *t, bpe_scratch *s, int level, const char *text, size_t n, idvec *out) {
-    if (level >= t->n_re || level >= MAX_REGEX) { bpe_word(t, s, text, n, out); return 0; }
-    size_t pos = 0, start = 0;
-    while (pos <= n) {
-        int rc = pcre2_match(t->re[level], (PCRE2_SPTR)text, n, pos, 0, s->md, s->mctx);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return -1;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-        size_t ms = ov[0], me = ov[1];
-        if (me == ms) { // empty match (none of our patterns can produce one, but be safe)
-            pos = me + 1;
-            continue;
-        }
-        if (ms > start && split_regex(t, s, level + 1, text + start, ms - start, out) < 0) return -1;
-        if (split_regex(t, s, level + 1, text + ms, me - ms, out) < 0) return -1;
-        start = pos = me;
-    }
-    if (start < n && split_regex(t, s, level + 1, text + start, n - start, out) < 0) return -1;
-    return 0;
-}
-
-// ---- SPM ----------------------------------------------------------------------------------
-typedef struct {
-    float score;
-    int32_t left;
-    uint32_t size; // bytes of the merged text
-} spm_bigram;
-
-static bool spm_before(const spm_bigram *a, const spm_bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-// spm_resegment: the token of a final symbol, else its bytes as <0xXX> tokens (unk if missing).
-// Merged symbols are always vocab tokens (a pair is only queued when its text is one), so
-// llama.cpp's rev_merge path never applies to them.
-static void spm_resegment(const bn_tokenizer *t, const char *text, size_t n, idvec *out) {
-    int64_t y = intern_find(t, text, n);
-    if (y >= 0 && t->syms[y].tok >= 0) { idvec_push(out, t->syms[y].tok); return; }
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_tok[(uint8_t)text[i]];
-        idvec_push(out, id >= 0 ? id : (t->unk >= 0 ? t->unk : 0));
-    }
-}
-
-// spm_text: SentencePiece BPE over escaped text (spaces already "▁"), llama.cpp llm_tokenizer_spm.
-static void spm_text(const bn_tokenizer *t, const char *text, size_t n, idvec *out) {
-    typedef struct { uint32_t off, len; int32_t prev, next; } sp_sym;
-    sp_sym *sym = xmalloc((n + 1) * sizeof *sym);
-    int32_t ns = 0;
-    for (size_t off = 0; off < n;) {
-        size_t cl = (size_t)bn_utf8_len((uint8_t)text[off]);
-        if (cl > n - off) cl = n - off;
-        sym[ns] = (sp_sym){(uint32_t)off, (uint32_t)cl, ns - 1, off + cl < n ? ns + 1 : -1};
-        off += cl;
-        ns++;
-    }
-    size_t hn = 0, hcap = (size_t)ns + 16;
-    spm_bigram *heap = xmalloc(hcap * sizeof *heap);
-#define SPM_PUSH(L, R) do { \
-        int32_t l_ = (L), r_ = (R); \
-        if (l_ >= 0 && r_ >= 0) { \
-            uint32_t sz_ = sym[l_].len + sym[r_].len; \
-            int64_t y_ = intern_find(t, text + sym[l_].off, sz_); \
-            if (y_ >= 0 && t->syms[y_].tok >= 0) { \
-                spm_bigram g_ = {t->score[t->syms[y_].tok], l_, sz_}; \
-                if (hn == hcap) { hcap *= 2; heap = xrealloc(heap, hcap * sizeof *heap); } \
-                size_t i_ = hn++; \
-                while (i_ > 0 && spm_before(&g_, &heap[(i_ - 1) / 2])) { heap[i_] = heap[(i_ - 1) / 2]; i_ = (i_ - 1) / 2; } \
-                heap[i_] = g_; \
-            } \
-        } \
-    } while (0)
-    for (int32_t i = 1; i < ns; i++) SPM_PUSH(i - 1, i);
-    while (hn) {
-        spm_bigram g = heap[0], last = heap[--hn];
-        size_t i = 0;
-        for (;;) {
-            size_t c = 2 * i + 1;
-            if (c >= hn) break;
-            if (c + 1 < hn && spm_before(&heap[c + 1], &heap[c])) c++;
-            if (!spm_before(&heap[c], &last)) break;
-            heap[i] = heap[c];
-            i = c;
-        }
-        if (hn) heap[i] = last;
-        sp_sym *a = &sym[g.left];
-        if (a->len == 0 || a->next < 0) continue;
-        sp_sym *b = &sym[a->next];
-        if (a->len + b->len != g.size) continue; // outdated
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0) sym[b->next].prev = g.left;
-        SPM_PUSH(a->prev, g.left);
-        SPM_PUSH(g.left, a->next);
-    }
-#undef SPM_PUSH
-    for (int32_t i = 0; ns > 0 && i >= 0; i = sym[i].next) spm_resegment(t, text + sym[i].off, sym[i].len, out);
-    free(heap);
-    free(sym);
-}
-
 // ---- special-token partition --------------------------------------------------------------
-typedef struct {
-    size_t off, len;
-    int32_t tok; // -1 = raw text
-} fragment;
-
-typedef struct {
-    fragment *v;
-    size_t n, cap;
-} fragvec;
-
 static void frag_push(fragvec *f, size_t off, size_t len, int32_t tok) {
     if (f->n == f->cap) { f->cap = f->cap ? f->cap * 2 : 64; f->v = xrealloc(f->v, f->cap * sizeof *f->v); }
     f->v[f->n++] = (fragment){off, len, tok};
@@ -774,41 +468,8 @@ int bn_tokenize(const bn_tokenizer *t, const char *text, size_t len, bool add_sp
     if (len) partition(t, text, len, parse_special, &frags);
     if (add_special && t->add_bos) idvec_push(&o, t->bos);
     int rc = 0;
-    if (t->kind == KIND_BPE) {
-        bpe_scratch s = {0};
-        s.md = pcre2_match_data_create(4, NULL);
-        s.mctx = pcre2_match_context_create(NULL);
-        s.jit = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
-        if (s.jit) pcre2_jit_stack_assign(s.mctx, NULL, s.jit);
-        for (size_t f = 0; f < frags.n && rc == 0; f++) {
-            const fragment *fr = &frags.v[f];
-            if (fr->tok >= 0) idvec_push(&o, fr->tok);
-            else rc = split_regex(t, &s, 0, text + fr->off, fr->len, &o);
-        }
-        pcre2_match_data_free(s.md);
-        pcre2_match_context_free(s.mctx);
-        if (s.jit) pcre2_jit_stack_free(s.jit);
-        free(s.word); free(s.sym); free(s.heap);
-    } else {
-        bool prev_special = true;
-        char *buf = NULL;
-        size_t cap = 0;
-        for (size_t f = 0; f < frags.n; f++) {
-            const fragment *fr = &frags.v[f];
-            if (fr->tok >= 0) { idvec_push(&o, fr->tok); prev_special = true; continue; }
-            size_t need = 3 * (fr->len + 1), m = 0;
-            if (need > cap) { cap = need; buf = xrealloc(buf, cap); }
-            if (t->add_space_prefix && prev_special) { memcpy(buf, "\xE2\x96\x81", 3); m = 3; }
-            for (size_t i = 0; i < fr->len; i++) {
-                char c = text[fr->off + i];
-                if (c == ' ') { memcpy(buf + m, "\xE2\x96\x81", 3); m += 3; }
-                else buf[m++] = c;
-            }
-            spm_text(t, buf, m, &o);
-            prev_special = false;
-        }
-        free(buf);
-    }
+    if (t->kind == KIND_BPE) rc = bn_tok_encode_bpe(t, text, frags.v, frags.n, &o);
+    else bn_tok_encode_spm(t, text, frags.v, frags.n, &o);
     if (add_special && t->add_eos) idvec_push(&o, t->eos);
     free(frags.v);
     if (rc < 0) { free(o.v); return -1; }
@@ -853,7 +514,7 @@ char *bn_detokenize(const bn_tokenizer *t, const int32_t *ids, int n, bool speci
 }
 
 int32_t bn_token_lookup(const bn_tokenizer *t, const char *text) {
-    int64_t y = intern_find(t, text, strlen(text));
+    int64_t y = bn_tok_find(t, text, strlen(text));
     return y < 0 ? -1 : t->syms[y].tok;
 }
 
