@@ -52,7 +52,7 @@ typedef struct { uint8_t qs[64]; bn_half d; } bn_block_tq2_0;                   
 
 // Per-type traits. Functions are NULL where a type does not support the operation.
 typedef struct {
-    const char *name;     // ggml name, lower case ("q1_0", "q6_K"); "q2_0_g128" for BN_PQ2_0
+    const char *name;     // ggml name, lower case ("q1_0", "q6_K"); "pq2_0" for BN_PQ2_0 (also parsed: "q2_0_g128")
     int blck;             // elements per block (0 = unknown/removed id)
     int type_size;        // bytes per block
     bool is_quantized;
