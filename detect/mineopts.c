@@ -1,0 +1,121 @@
+// detect/mineopts.c — shared flags of the mining/evaluation tools.
+#include "detect/mineopts.h"
+#include "core/util.h"
+#include <stdlib.h>
+#include <string.h>
+
+bn_mine_opts bn_mine_opts_default(void) {
+    bn_mine_opts o = {.mine = bn_mine_params_default(), .prompts = bn_prompt_opts_default(), .n_ctx = 6000};
+    return o;
+}
+
+void bn_mine_opts_help(FILE *f) {
+    fprintf(f,
+            "  -m, --model PATH            GGUF model (required)\n"
+            "  -p, --prompts PATH          prompts JSONL (string | {prompt} | ShareGPT | OpenAI messages; optional source)\n"
+            "  --max-prompts N             stop after N prompts (default: all)\n"
+            "  --template antidoom|none    append antidoom's step-by-step instruction to the user turn (default none)\n"
+            "  --no-skip-agentic           keep sources containing bfcl/tau/browse/search (skipped by default)\n"
+            "  --system TEXT               system message (default none)\n"
+            "  --thinking 1|0|-1           chat template: <think> open (1, default), closed (0), plain ChatML (-1)\n"
+            "  --mode sample|prime         plain sampling (antidoom) or primed contexts (Bonsai), default sample\n"
+            "  --prime-phrase TEXT         phrase repeated in primed contexts (default \"%s\")\n"
+            "  --prime-repeats N           copies of the phrase (default 3)\n"
+            "  --prime-prefix-tokens N     greedy prefix budget before the phrase (default 48)\n"
+            "  --temp T                    temperature (default 0.1; <= 0 greedy)\n"
+            "  --top-k N / --top-p P / --min-p P   sampler chain (default 50 / 1.0 / 0.01)\n"
+            "  --seed N                    base seed; prompt i uses seed + i (default 0)\n"
+            "  --n-predict N               max new tokens (default 4000)\n"
+            "  --n-probs K                 raw top-K recorded per position (default 20)\n"
+            "  --ctx N                     context size of the in-process engine (default 6000)\n"
+            "  -t, --threads N             CPU threads (default: all)\n"
+            "  --min-repeats N / --min-total-repeated N / --max-period N   detector (default 4 / 60 / 1024)\n"
+            "  --chosen-min-p P            relative min-p floor on chosen tokens (default off)\n"
+            "  --chosen-max-tokens N       (default 20)\n"
+            "  --chosen-min-decoded-chars N (default 1)\n"
+            "  --chosen-require-alnum      require an alphanumeric char in chosen surfaces\n"
+            "  --chosen-skip-raw-substring S  skip chosen tokens whose raw string contains S (repeatable)\n",
+            BN_DEFAULT_PRIME_PHRASE);
+}
+
+// Value of a flag: argv[*i + 1]; NULL (err) when missing.
+static const char *value(int argc, char **argv, int *i, char *err, size_t errlen) {
+    if (*i + 1 >= argc) { bn_err(err, errlen, "%s needs a value", argv[*i]); return NULL; }
+    return argv[++*i];
+}
+
+static int to_int(const char *s, int *out, const char *flag, char *err, size_t errlen) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end) return bn_err(err, errlen, "%s: not an integer: '%s'", flag, s);
+    *out = (int)v;
+    return 0;
+}
+
+static int to_float(const char *s, float *out, const char *flag, char *err, size_t errlen) {
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end) return bn_err(err, errlen, "%s: not a number: '%s'", flag, s);
+    *out = (float)v;
+    return 0;
+}
+
+int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err, size_t errlen) {
+    const char *a = argv[*i], *v;
+    bn_mine_params *mp = &o->mine;
+#define VAL() do { if (!(v = value(argc, argv, i, err, errlen))) return -1; } while (0)
+#define INT(dst) do { VAL(); if (to_int(v, &(dst), a, err, errlen)) return -1; } while (0)
+#define FLT(dst) do { VAL(); if (to_float(v, &(dst), a, err, errlen)) return -1; } while (0)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_path = v; }
+    else if (!strcmp(a, "-p") || !strcmp(a, "--prompts")) { VAL(); o->prompts_path = v; }
+    else if (!strcmp(a, "--max-prompts")) INT(o->prompts.max_prompts);
+    else if (!strcmp(a, "--template")) {
+        VAL();
+        if (!strcmp(v, "antidoom")) o->prompts.template_ = BN_ANTIDOOM_TEMPLATE;
+        else if (!strcmp(v, "none")) o->prompts.template_ = NULL;
+        else return bn_err(err, errlen, "--template: expected antidoom or none");
+    } else if (!strcmp(a, "--no-skip-agentic")) o->prompts.skip_agentic = false;
+    else if (!strcmp(a, "--system")) { VAL(); mp->system = v; }
+    else if (!strcmp(a, "--thinking")) {
+        INT(mp->thinking);
+        if (mp->thinking < -1 || mp->thinking > 1) return bn_err(err, errlen, "--thinking: expected 1, 0 or -1");
+    } else if (!strcmp(a, "--mode")) {
+        VAL();
+        if (!strcmp(v, "sample")) mp->mode = BN_MINE_SAMPLE;
+        else if (!strcmp(v, "prime")) mp->mode = BN_MINE_PRIME;
+        else return bn_err(err, errlen, "--mode: expected sample or prime");
+    } else if (!strcmp(a, "--prime-phrase")) { VAL(); mp->prime_phrase = v; }
+    else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
+    else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens);
+    else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature);
+    else if (!strcmp(a, "--top-k")) INT(mp->gen.top_k);
+    else if (!strcmp(a, "--top-p")) FLT(mp->gen.top_p);
+    else if (!strcmp(a, "--min-p")) FLT(mp->gen.min_p);
+    else if (!strcmp(a, "--seed")) {
+        VAL();
+        mp->gen.seed = strtoull(v, NULL, 10);
+    } else if (!strcmp(a, "--n-predict")) INT(mp->gen.n_predict);
+    else if (!strcmp(a, "--n-probs")) INT(mp->gen.n_probs);
+    else if (!strcmp(a, "--ctx")) INT(o->n_ctx);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(o->n_threads);
+    else if (!strcmp(a, "--min-repeats")) INT(mp->rep.min_repeats);
+    else if (!strcmp(a, "--min-total-repeated")) INT(mp->rep.min_total_repeated);
+    else if (!strcmp(a, "--max-period")) INT(mp->rep.max_period);
+    else if (!strcmp(a, "--chosen-min-p")) {
+        float f;
+        FLT(f);
+        mp->chosen.min_p = f;
+    } else if (!strcmp(a, "--chosen-max-tokens")) INT(mp->chosen.max_tokens);
+    else if (!strcmp(a, "--chosen-min-decoded-chars")) INT(mp->chosen.min_decoded_chars);
+    else if (!strcmp(a, "--chosen-require-alnum")) mp->chosen.require_alnum = true;
+    else if (!strcmp(a, "--chosen-skip-raw-substring")) {
+        VAL();
+        if (mp->chosen.n_skip_raw >= 16) return bn_err(err, errlen, "too many --chosen-skip-raw-substring");
+        o->skip_raw[mp->chosen.n_skip_raw++] = v;
+        mp->chosen.skip_raw_substrings = o->skip_raw;
+    } else return 0;
+#undef VAL
+#undef INT
+#undef FLT
+    return 1;
+}

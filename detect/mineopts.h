@@ -1,0 +1,25 @@
+// detect/mineopts.h — command-line flags shared by bonsai-mine-pairs and bonsai-eval-loops
+// (generation, detector, chosen selection, priming, prompts), with their --help text.
+#ifndef BONSAI_DETECT_MINEOPTS_H
+#define BONSAI_DETECT_MINEOPTS_H
+#include <stdio.h>
+#include "detect/mine.h"
+#include "detect/prompts.h"
+
+typedef struct {
+    bn_mine_params mine;
+    bn_prompt_opts prompts;
+    const char *model_path, *prompts_path;
+    int n_ctx;       // 0 = prompt + n_predict fits (default 6000)
+    int n_threads;   // 0 = all CPUs
+    const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
+} bn_mine_opts;
+
+// bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.
+bn_mine_opts bn_mine_opts_default(void);
+// bn_mine_opts_flag: consumes argv[*i] (and its value) when it is a shared flag; returns 1 when
+// consumed, 0 when not a shared flag, -1 on a bad value (err filled).
+int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
+// bn_mine_opts_help: prints the shared flags with their defaults.
+void bn_mine_opts_help(FILE *f);
+#endif

@@ -1,0 +1,112 @@
+// tools/bonsai-eval-loops.c — doom-loop rate of a model (ANTIDOOM.md §13):
+//   bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [--mode sample|prime] [--label NAME]
+//                     [--json OUT.json] [--gen-log LOG.jsonl] [generation flags...]
+// Generates one completion per prompt, runs the detector on the completion text and reports the
+// loop rate with a 95% Wilson interval, the share that hit --n-predict, and mean/median length in
+// tokens. In prime mode the rate is the primed loop-continuation rate (1 - escape rate).
+// Defaults follow antidoom's generation settings; pass --temp 0 for greedy evaluation.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "detect/gzout.h"
+#include "detect/mineopts.h"
+#include "detect/stats.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [options]\n"
+               "  --label NAME                label in the JSON result (default: model path)\n"
+               "  --json PATH                 also write the JSON result to PATH (atomically)\n"
+               "  --gen-log PATH              write the generation log (.jsonl or .jsonl.gz)\n");
+    bn_mine_opts_help(f);
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "bonsai-eval-loops: %s\n", msg);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    char err[1024];
+    bn_mine_opts o = bn_mine_opts_default();
+    const char *label = NULL, *json_path = NULL, *log_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = bn_mine_opts_flag(&o, argc, argv, &i, err, sizeof err);
+        if (r < 0) return fail(err);
+        if (r == 1) continue;
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--label") && has) label = argv[++i];
+        else if (!strcmp(a, "--json") && has) json_path = argv[++i];
+        else if (!strcmp(a, "--gen-log") && has) log_path = argv[++i];
+        else {
+            fprintf(stderr, "bonsai-eval-loops: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
+    bn_prompt *prompts = NULL;
+    int n_skipped = 0;
+    int n = bn_prompts_read(o.prompts_path, &o.prompts, &prompts, &n_skipped, err, sizeof err);
+    if (n < 0) return fail(err);
+    bn_model *m = bn_model_load(o.model_path, err, sizeof err);
+    if (!m) return fail(err);
+    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
+    if (!tok) return fail(err);
+    bn_source *src = bn_source_inprocess(m, tok, o.n_ctx, o.n_threads > 0 ? o.n_threads : bn_n_threads_default());
+    bn_lineout *log = log_path ? bn_lineout_open(log_path, err, sizeof err) : NULL;
+    if (log_path && !log) return fail(err);
+    bool *looped = xcalloc((size_t)n + 1, sizeof *looped), *limit = xcalloc((size_t)n + 1, sizeof *limit);
+    double *len = xcalloc((size_t)n + 1, sizeof *len);
+    int n_ok = 0, rc = 0;
+    bn_progress bar;
+    bn_progress_start(&bar, "eval", n);
+    for (int i = 0; i < n; i++) {
+        bn_mine_params mp = o.mine;
+        mp.gen.seed = o.mine.gen.seed + (uint64_t)i;
+        mp.chosen.max_tokens = 0; // no pair rows needed
+        bn_mine_result r;
+        if (bn_mine_one(src, tok, &prompts[i], i, &mp, &r, err, sizeof err) < 0) {
+            fprintf(stderr, "\nbonsai-eval-loops: prompt %d (line %d) skipped: %s\n", i, prompts[i].line, err);
+            continue;
+        }
+        looped[n_ok] = r.looped;
+        limit[n_ok] = r.hit_limit;
+        len[n_ok] = r.n_generated;
+        n_ok++;
+        if (log) {
+            char *line = bn_gen_row_to_line(&r.gen, err, sizeof err);
+            if (!line || bn_lineout_write(log, line, strlen(line), err, sizeof err) < 0) rc = 1;
+            free(line);
+        }
+        bn_mine_result_free(&r);
+        if (rc) break;
+        char extra[96];
+        int loops = 0;
+        for (int k = 0; k < n_ok; k++) loops += looped[k];
+        snprintf(extra, sizeof extra, "loops %d/%d", loops, n_ok);
+        bn_progress_update(&bar, i + 1, extra);
+    }
+    bn_progress_finish(&bar, NULL);
+    if (log && (rc || bn_lineout_commit(log, err, sizeof err) < 0)) return fail(rc ? "writing the log failed" : err);
+    bn_loop_stats st;
+    bn_loop_stats_compute(looped, limit, len, n_ok, &st);
+    char *js = bn_loop_stats_json(&st, label ? label : o.model_path);
+    printf("%s\n", js);
+    fprintf(stderr, "%s: loop rate %.2f%% (95%% CI %.2f-%.2f%%) over %lld completions, %.2f%% hit the length limit, "
+                    "length mean %.0f median %.0f tokens\n",
+            o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled", 100 * st.loop_rate, 100 * st.ci_lo, 100 * st.ci_hi,
+            (long long)st.n, 100 * st.length_limit_share, st.mean_len, st.median_len);
+    if (json_path && bn_write_file_atomic(json_path, js, strlen(js), err, sizeof err) < 0) rc = fail(err);
+    free(js);
+    free(looped); free(limit); free(len);
+    bn_source_free(src);
+    bn_tokenizer_free(tok);
+    bn_model_free(m);
+    bn_prompts_free(prompts, n);
+    return rc;
+}

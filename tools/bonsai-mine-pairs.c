@@ -1,0 +1,197 @@
+// tools/bonsai-mine-pairs.c — mine doom-loop preference pairs (ANTIDOOM.md §2-8):
+//   bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [--gen-log LOG.jsonl] [--resume]
+//                     [--mode sample|prime] [--target-pairs N] [generation flags...]
+//   bonsai-mine-pairs --regularise PAIRS.jsonl[.gz] -o TRAIN.jsonl[.gz] [regularisation flags...]
+// Mining appends one pair line and one generation-log line per prompt (flushed), so an interrupted
+// run continues with --resume. Regularisation (dedupe, chosen/rejected flattening, balancing,
+// headroom) writes the selected rows atomically and prints the top rejected tokens before/after.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <jansson.h>
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include "detect/gzout.h"
+#include "detect/mineopts.h"
+#include "detect/regularise.h"
+#include "detect/resume.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [options]\n"
+               "       bonsai-mine-pairs --regularise PAIRS.jsonl -o TRAIN.jsonl [options]\n\n"
+               "mining:\n"
+               "  -o, --out PATH              pair rows (.jsonl, appended line by line)\n"
+               "  --gen-log PATH              generation log (default <out without .jsonl>.generations.jsonl)\n"
+               "  --resume                    continue an interrupted run (outputs must exist)\n"
+               "  --target-pairs N            stop after N pairs (default 20000)\n"
+               "  --split train|heldout       recorded in every row\n"
+               "  --model-sha256 HEX          recorded in gen{} (not computed)\n");
+    bn_mine_opts_help(f);
+    fprintf(f, "\nregularisation (--regularise IN):\n"
+               "  --max-rows N                max_train_examples (default: no explicit limit)\n"
+               "  --headroom F                N <= floor(F * pool) (default 0.7; 1 = off)\n"
+               "  --rejected-strength S       rejected-token flattening (default 0.3)\n"
+               "  --chosen-strength S         chosen-token flattening (default 0.5; 0 = off)\n"
+               "  --balance off|sqrt|equal    source balancing (default off)\n"
+               "  --max-rejected-share F      cap any rejected token's share (default off; e.g. 0.25)\n"
+               "  --no-dedupe                 keep identical contexts\n"
+               "  --seed N                    selection seed (default 3407)\n"
+               "  --top N                     rejected tokens shown (default 10)\n");
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "bonsai-mine-pairs: %s\n", msg);
+    return 1;
+}
+
+static int regularise_main(const char *in, const char *out, bn_reg_params *rp, int top) {
+    char err[1024];
+    bn_pair_row *rows = NULL;
+    int n = bn_pairs_read(in, &rows, err, sizeof err);
+    if (n < 0) return fail(err);
+    bn_reg_print_top(stderr, rows, n, top, "input");
+    bn_pair_row *sel = NULL;
+    bn_reg_stats st;
+    int k = bn_regularise(rows, n, rp, &sel, &st);
+    fprintf(stderr, "rows %d, duplicates %d, chosen entries pruned %d, rows without chosen %d, pool %d, target %d, out %d\n",
+            st.n_in, st.n_duplicates, st.n_chosen_pruned, st.n_rows_no_chosen, st.n_pool, st.n_target, st.n_out);
+    bn_reg_print_top(stderr, sel, k, top, "output");
+    int rc = bn_pairs_write(out, sel, k, err, sizeof err) < 0 ? fail(err) : 0;
+    bn_pairs_free(rows, n);
+    bn_pairs_free(sel, k);
+    return rc;
+}
+
+// Appends a line + newline and flushes; returns 0 or -1.
+static int put_line(FILE *f, const char *line) {
+    if (fputs(line, f) == EOF || fputc('\n', f) == EOF || fflush(f) != 0) return -1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char err[1024];
+    bn_mine_opts o = bn_mine_opts_default();
+    bn_reg_params rp = bn_reg_params_default();
+    const char *out_path = NULL, *gen_log = NULL, *reg_in = NULL, *split = NULL, *sha = NULL;
+    int target_pairs = 20000, top = 10;
+    bool resume = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = bn_mine_opts_flag(&o, argc, argv, &i, err, sizeof err);
+        if (r < 0) return fail(err);
+        if (r == 1) {
+            if (!strcmp(a, "--seed")) rp.seed = o.mine.gen.seed; // one --seed for both modes
+            continue;
+        }
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && has) out_path = argv[++i];
+        else if (!strcmp(a, "--gen-log") && has) gen_log = argv[++i];
+        else if (!strcmp(a, "--resume")) resume = true;
+        else if (!strcmp(a, "--target-pairs") && has) target_pairs = atoi(argv[++i]);
+        else if (!strcmp(a, "--split") && has) split = argv[++i];
+        else if (!strcmp(a, "--model-sha256") && has) sha = argv[++i];
+        else if (!strcmp(a, "--regularise") && has) reg_in = argv[++i];
+        else if (!strcmp(a, "--max-rows") && has) rp.max_rows = atoi(argv[++i]);
+        else if (!strcmp(a, "--headroom") && has) rp.headroom = atof(argv[++i]);
+        else if (!strcmp(a, "--rejected-strength") && has) rp.rejected_strength = atof(argv[++i]);
+        else if (!strcmp(a, "--chosen-strength") && has) rp.chosen_strength = atof(argv[++i]);
+        else if (!strcmp(a, "--balance") && has) {
+            if (bn_balance_parse(argv[++i], &rp.balance) < 0) return fail("--balance: expected off, sqrt or equal");
+        } else if (!strcmp(a, "--max-rejected-share") && has) rp.max_rejected_share = atof(argv[++i]);
+        else if (!strcmp(a, "--no-dedupe")) rp.dedupe_contexts = false;
+        else if (!strcmp(a, "--top") && has) top = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "bonsai-mine-pairs: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 1;
+        }
+    }
+    if (!out_path) { usage(stderr); return fail("-o/--out is required"); }
+    if (reg_in) return regularise_main(reg_in, out_path, &rp, top);
+    if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
+    if (bn_path_is_gz(out_path)) return fail("mining output must be plain .jsonl (it is appended); use --regularise to write .gz");
+    char default_log[4096];
+    if (!gen_log) {
+        size_t l = strlen(out_path);
+        int stem = l > 6 && !strcmp(out_path + l - 6, ".jsonl") ? (int)(l - 6) : (int)l;
+        snprintf(default_log, sizeof default_log, "%.*s.generations.jsonl", stem, out_path);
+        gen_log = default_log;
+    }
+    bn_resume_state rs = {0};
+    if (resume) {
+        if (bn_mine_resume(gen_log, out_path, &rs, err, sizeof err) < 0) return fail(err);
+        fprintf(stderr, "resuming: %d prompts done, %d pairs, %d loops\n", rs.n_done, rs.n_pairs, rs.n_loops);
+    } else if (access(out_path, F_OK) == 0 || access(gen_log, F_OK) == 0) {
+        fprintf(stderr, "bonsai-mine-pairs: %s or %s exists: use --resume to continue, or remove them\n", out_path, gen_log);
+        return 1;
+    }
+    int n_skipped = 0;
+    bn_prompt *prompts = NULL;
+    int n_prompts = bn_prompts_read(o.prompts_path, &o.prompts, &prompts, &n_skipped, err, sizeof err);
+    if (n_prompts < 0) return fail(err);
+    if (n_skipped) fprintf(stderr, "skipped %d prompts from agentic sources\n", n_skipped);
+    bn_model *m = bn_model_load(o.model_path, err, sizeof err);
+    if (!m) return fail(err);
+    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
+    if (!tok) return fail(err);
+    char desc[256];
+    bn_model_describe(m, desc, sizeof desc);
+    const char *ftype = strrchr(desc, ' ') ? strrchr(desc, ' ') + 1 : desc;
+    o.mine.model_file = o.model_path;
+    o.mine.model_sha256 = sha;
+    o.mine.file_type = ftype;
+    o.mine.split = split;
+    bn_source *src = bn_source_inprocess(m, tok, o.n_ctx, o.n_threads > 0 ? o.n_threads : bn_n_threads_default());
+    FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
+    if (!fp || !fg) return fail("cannot open the outputs for appending");
+    int n_pairs = rs.n_pairs, n_loops = rs.n_loops, n_done = 0, rc = 0;
+    int64_t n_tokens = 0;
+    double t0 = bn_time_ms();
+    bn_progress bar;
+    bn_progress_start(&bar, "mining", n_prompts);
+    for (int i = rs.n_done; i < n_prompts && n_pairs < target_pairs; i++) {
+        bn_mine_params mp = o.mine;
+        mp.gen.seed = o.mine.gen.seed + (uint64_t)i;
+        bn_mine_result r;
+        if (bn_mine_one(src, tok, &prompts[i], i, &mp, &r, err, sizeof err) < 0) {
+            fprintf(stderr, "\nbonsai-mine-pairs: prompt %d (line %d) skipped: %s\n", i, prompts[i].line, err);
+            // log the skip so --resume does not redo it
+            bn_gen_row g = {.source = prompts[i].source, .prompt = "", .completion = "", .status = "error"};
+            g.extra = json_pack("{s:i,s:s}", "prompt_index", i, "error", err);
+            char *line = bn_gen_row_to_line(&g, err, sizeof err);
+            json_decref(g.extra);
+            if (!line || put_line(fg, line) < 0) { free(line); rc = fail("writing the generation log failed"); break; }
+            free(line);
+            continue;
+        }
+        char *pline = r.has_pair ? bn_pair_row_to_line(&r.pair, err, sizeof err) : NULL;
+        char *gline = bn_gen_row_to_line(&r.gen, err, sizeof err);
+        bool ok = gline && (!r.has_pair || (pline && put_line(fp, pline) == 0)) && put_line(fg, gline) == 0;
+        free(pline);
+        free(gline);
+        n_pairs += r.has_pair;
+        n_loops += r.looped;
+        n_done++;
+        n_tokens += r.n_generated;
+        bn_mine_result_free(&r);
+        if (!ok) { rc = fail("writing the outputs failed"); break; }
+        char extra[160];
+        double s = (bn_time_ms() - t0) / 1000.0;
+        snprintf(extra, sizeof extra, "pairs %d, loops %d (%.1f%%), %.1f tok/s", n_pairs, n_loops,
+                 100.0 * n_loops / (rs.n_done + n_done), s > 0 ? n_tokens / s : 0);
+        bn_progress_update(&bar, i + 1, extra);
+    }
+    bn_progress_finish(&bar, NULL);
+    fclose(fp);
+    fclose(fg);
+    fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", n_done, n_pairs,
+            n_loops, out_path, gen_log);
+    bn_source_free(src);
+    bn_tokenizer_free(tok);
+    bn_model_free(m);
+    bn_prompts_free(prompts, n_prompts);
+    return rc;
+}
