@@ -1,0 +1,253 @@
+// quant/matvec_avx2.c — mat-vec (bn_vec_dot_rows) and mat-mat (bn_vec_dot_rows_batch) kernels for
+// Q1_0 / Q2_0 / PQ2_0 with prepared activations, in AVX2 and AVX512-VNNI (256-bit) variants.
+#pragma GCC target("avx2,fma,f16c")
+#include "quant/simd_avx2.h"
+
+// ---- mat-vec with prepared activations (bn_vec_dot_rows) -----------------------------------------
+// For Q1_0 / Q2_0 / PQ2_0 the Q8_0 activation row is prepared once per mat-vec so the per-row inner loop
+// is broadcast + variable shift + mask + maddubs: the activation bytes of each 32-block are permuted to
+// the order in which the shifted weight bytes come out, the fp16 scales are converted once, and the
+// activation block sums are pre-multiplied so that sum((2b-1)q) = 2*sum(b*q) - sum(q) (Q1_0) and
+// sum((c-1)q) = sum(c*q) - sum(q) (Q2_0) need no per-element correction.
+typedef struct {
+    int8_t *q;     // {32, nb} permuted codes, 32-byte aligned
+    float *d;      // {nb} activation scales
+    float *t;      // {nb / per_weight_block} sum over the weight block's Q8_0 blocks of d_k * sum(q_k)
+} prepared_q8;
+
+// Permutes one block's 32 activation bytes into the order the weight expansion produces.
+// Q1_0: byte 4s+b <- element 8b+s. In-lane shuffle makes word s of lane L = (elements 16L+s, 16L+8+s);
+// permute4x64 pairs the lanes' qwords; a second in-lane shuffle interleaves the words.
+static inline __m256i permute_q1(__m256i q) {
+    const __m256i s1 = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                        0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m256i s2 = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                        0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    __m256i words = _mm256_shuffle_epi8(q, s1);
+    __m256i paired = _mm256_permute4x64_epi64(words, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_shuffle_epi8(paired, s2);
+}
+
+// Q2_0: byte 8s+b <- element 4b+s. In-lane shuffle makes dword s of lane L = (elements 16L+4b'+s, b'=0..3);
+// permutevar8x32 interleaves the lanes' dwords.
+static inline __m256i permute_q2(__m256i q) {
+    const __m256i s1 = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                        0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m256i dwords = _mm256_shuffle_epi8(q, s1);
+    return _mm256_permutevar8x32_epi32(dwords, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, bool q1, prepared_q8 *P) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int k = 0; k < nb; k++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)y[k].qs);
+        _mm256_store_si256((__m256i *)(P->q + 32 * k), q1 ? permute_q1(q) : permute_q2(q));
+        int sum = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+        P->d[k] = h2f(y[k].d);
+        if (k % per_wblock == 0) P->t[k / per_wblock] = 0.0f;
+        P->t[k / per_wblock] += P->d[k] * (float)sum;
+    }
+}
+
+// The two row kernels are generated twice: AVX2 (maddubs + madd) and AVX512-VNNI on 256-bit vectors
+// (vpdpbusd does both in one instruction). ISUM(u, q) = 8 int32 lanes of sum(u (unsigned) * q (signed)).
+#define ISUM_AVX2(u, q) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1))
+#define ISUM_VNNI(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
+
+// Q1_0: dword lane s of broadcast bits >> s, & 0x01010101 -> byte 4s+b = bit s of byte b = element 8b+s.
+#define DEFINE_ROWS_Q1_0(name, ISUM)                                                                       \
+static float name(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {                                   \
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                             \
+    float corr = 0.0f;                                                                                      \
+    for (int i = 0; i < nb / 4; i++) {                                                                      \
+        float dx = h2f(x[i].d);                                                                             \
+        __m256 block = _mm256_setzero_ps();  /* sum_k d_k * isum_k; out-of-order overlaps the blocks */    \
+        for (int k = 0; k < 4; k++) {                                                                       \
+            uint32_t bits;                                                                                  \
+            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
+            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
+            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * (4 * i + k)));                     \
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P->d[4 * i + k]), block); \
+        }                                                                                                   \
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);                               \
+        corr += dx * P->t[i];                                                                               \
+    }                                                                                                       \
+    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                            \
+}
+
+// Q2_0 (both layouts): qword lane s of broadcast codes >> 2s, & 3 -> byte 8s+b = element 4b+s.
+// per = Q8_0 blocks per weight block (2 for g64, 4 for g128); bs = weight block bytes.
+#define DEFINE_ROWS_Q2(name, ISUM)                                                                         \
+static float name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *P) {                        \
+    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), three = _mm256_set1_epi8(3);                    \
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                             \
+    float corr = 0.0f;                                                                                      \
+    for (int i = 0; i < nb / per; i++) {                                                                    \
+        const uint8_t *blk = x + (size_t)i * bs;                                                            \
+        bn_half hd;                                                                                         \
+        memcpy(&hd, blk, 2);                                                                                \
+        float dx = h2f(hd);                                                                                 \
+        __m256 block = _mm256_setzero_ps();                                                                 \
+        for (int k = 0; k < per; k++) {                                                                     \
+            int64_t codes;                                                                                  \
+            memcpy(&codes, blk + 2 + 8 * k, 8);                                                             \
+            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);     \
+            int kb = per * i + k;                                                                           \
+            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * kb));                               \
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(c, q)), _mm256_broadcast_ss(&P->d[kb]), block); \
+        }                                                                                                   \
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);                               \
+        corr += dx * P->t[i];                                                                               \
+    }                                                                                                       \
+    return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                                   \
+}
+
+// Four activation rows at once: the weight expansion (shift + mask) is shared by the four dots.
+#define DEFINE_ROWS4_Q1_0(name, ISUM)                                                                      \
+static void name(int nb, const bn_block_q1_0 *x, const prepared_q8 *const P[4], float out[4]) {             \
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
+    float corr[4] = {0, 0, 0, 0};                                                                           \
+    for (int i = 0; i < nb / 4; i++) {                                                                      \
+        float dx = h2f(x[i].d);                                                                             \
+        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        for (int k = 0; k < 4; k++) {                                                                       \
+            uint32_t bits;                                                                                  \
+            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
+            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
+            int kb = 4 * i + k;                                                                             \
+            for (int j = 0; j < 4; j++) {                                                                   \
+                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
+                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
+        for (int j = 0; j < 4; j++) {                                                                       \
+            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
+            corr[j] += dx * P[j]->t[i];                                                                     \
+        }                                                                                                   \
+    }                                                                                                       \
+    for (int j = 0; j < 4; j++) out[j] = 2.0f * hsum_ps(acc[j]) - corr[j];                                 \
+}
+
+#define DEFINE_ROWS4_Q2(name, ISUM)                                                                        \
+static void name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *const P[4], float out[4]) {  \
+    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), three = _mm256_set1_epi8(3);                    \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
+    float corr[4] = {0, 0, 0, 0};                                                                           \
+    for (int i = 0; i < nb / per; i++) {                                                                    \
+        const uint8_t *blk = x + (size_t)i * bs;                                                            \
+        bn_half hd;                                                                                         \
+        memcpy(&hd, blk, 2);                                                                                \
+        float dx = h2f(hd);                                                                                 \
+        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        for (int k = 0; k < per; k++) {                                                                     \
+            int64_t codes;                                                                                  \
+            memcpy(&codes, blk + 2 + 8 * k, 8);                                                             \
+            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);     \
+            int kb = per * i + k;                                                                           \
+            for (int j = 0; j < 4; j++) {                                                                   \
+                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
+                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(c, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
+        for (int j = 0; j < 4; j++) {                                                                       \
+            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
+            corr[j] += dx * P[j]->t[i];                                                                     \
+        }                                                                                                   \
+    }                                                                                                       \
+    for (int j = 0; j < 4; j++) out[j] = hsum_ps(acc[j]) - corr[j];                                        \
+}
+
+DEFINE_ROWS4_Q1_0(rows4_q1_0_avx2, ISUM_AVX2)
+DEFINE_ROWS4_Q2(rows4_q2_avx2, ISUM_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
+DEFINE_ROWS4_Q1_0(rows4_q1_0_vnni, ISUM_VNNI)
+DEFINE_ROWS4_Q2(rows4_q2_vnni, ISUM_VNNI)
+#pragma GCC pop_options
+
+DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
+DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
+DEFINE_ROWS_Q1_0(rows_q1_0_vnni, ISUM_VNNI)
+DEFINE_ROWS_Q2(rows_q2_vnni, ISUM_VNNI)
+#pragma GCC pop_options
+
+int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
+    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
+    int nb = n / 32;
+    int per = type == BN_Q2_0 ? 2 : 4;
+    enum { STACK_BLOCKS = 256 };   // 8192 elements on the stack, larger rows on the heap
+    _Alignas(32) int8_t q_stack[32 * STACK_BLOCKS];
+    float d_stack[STACK_BLOCKS], t_stack[STACK_BLOCKS];
+    prepared_q8 P = {q_stack, d_stack, t_stack};
+    void *heap = NULL;
+    if (nb > STACK_BLOCKS) {
+        heap = aligned_alloc(32, ((size_t)nb * 40 + 64 + 31) & ~(size_t)31);
+        if (!heap) return 0;
+        P.q = heap;
+        P.d = (float *)((char *)heap + (size_t)nb * 32);
+        P.t = P.d + nb;
+    }
+    prepare_q8(vy, nb, per, type == BN_Q1_0, &P);
+    const char *row = w;
+    int bs = bn_type_size(type);
+    if (type == BN_Q1_0) {
+        for (int r = 0; r < nrows; r++, row += stride)
+            s[r] = bn_have_vnni ? rows_q1_0_vnni(nb, (const bn_block_q1_0 *)row, &P)
+                                : rows_q1_0_avx2(nb, (const bn_block_q1_0 *)row, &P);
+    } else {
+        for (int r = 0; r < nrows; r++, row += stride)
+            s[r] = bn_have_vnni ? rows_q2_vnni(nb, (const uint8_t *)row, bs, per, &P)
+                                : rows_q2_avx2(nb, (const uint8_t *)row, bs, per, &P);
+    }
+    free(heap);
+    return 1;
+}
+
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0: every activation row is prepared once; rows are walked in blocks of
+// 16 (kept in cache) against groups of 4 activation rows. Returns 0 for other types or on allocation failure.
+int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                               size_t w_stride, const void *y, size_t y_stride) {
+    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
+    int nb = n / 32, per = type == BN_Q2_0 ? 2 : 4, bs = bn_type_size(type);
+    size_t one = (size_t)nb * 32 + (size_t)nb * 4 + (size_t)(nb / per) * 4;
+    one = (one + 31) & ~(size_t)31;
+    char *heap = aligned_alloc(32, one * ny);
+    prepared_q8 *P = malloc(sizeof *P * ny);
+    if (!heap || !P) { free(heap); free(P); return 0; }
+    for (int t = 0; t < ny; t++) {
+        char *base = heap + one * t;
+        P[t].q = (int8_t *)base;
+        P[t].d = (float *)(base + (size_t)nb * 32);
+        P[t].t = P[t].d + nb;
+        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, per, type == BN_Q1_0, &P[t]);
+    }
+    enum { ROW_BLOCK = 16 };
+    for (int r0 = 0; r0 < nrows; r0 += ROW_BLOCK) {
+        int r1 = r0 + ROW_BLOCK < nrows ? r0 + ROW_BLOCK : nrows;
+        for (int t0 = 0; t0 < ny; t0 += 4) {
+            const prepared_q8 *group[4];
+            for (int j = 0; j < 4; j++) group[j] = &P[t0 + j < ny ? t0 + j : ny - 1];   // pad with the last row
+            for (int r = r0; r < r1; r++) {
+                const char *row = (const char *)w + w_stride * r;
+                float out[4];
+                if (type == BN_Q1_0) {
+                    if (bn_have_vnni) rows4_q1_0_vnni(nb, (const bn_block_q1_0 *)row, group, out);
+                    else rows4_q1_0_avx2(nb, (const bn_block_q1_0 *)row, group, out);
+                } else {
+                    if (bn_have_vnni) rows4_q2_vnni(nb, (const uint8_t *)row, bs, per, group, out);
+                    else rows4_q2_avx2(nb, (const uint8_t *)row, bs, per, group, out);
+                }
+                for (int j = 0; j < 4 && t0 + j < ny; j++) s[s_stride * (t0 + j) + r] = out[j];
+            }
+        }
+    }
+    free(heap);
+    free(P);
+    return 1;
+}
