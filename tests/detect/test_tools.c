@@ -1,0 +1,99 @@
+// tests/detect/test_tools.c — resume repair (bn_mine_resume) on hand-made damaged outputs, and
+// smoke runs of bonsai-mine-pairs (refusal without --resume, resume continues where it stopped,
+// --regularise to .gz) and bonsai-eval-loops (JSON result) on the tiny random model (few tokens).
+#include "tests/test.h"
+#include "detect/pairs.h"
+#include "detect/resume.h"
+#include "core/mkmodel.h"
+#include "core/util.h"
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+static int count_lines(const char *path) {
+    bn_lines *l = bn_lines_open(path, NULL, 0);
+    if (!l) return -1;
+    int n = 0;
+    size_t len;
+    while (bn_lines_next(l, &len)) n++;
+    bn_lines_close(l);
+    return n;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+int main(void) {
+    char err[1024], dir[] = "/tmp/bonsai-test-tools-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char log[256], pairs[256];
+    snprintf(log, sizeof log, "%s/log.jsonl", dir);
+    snprintf(pairs, sizeof pairs, "%s/pairs.jsonl", dir);
+    { // damaged outputs: log has prompts 0-2 complete and a partial 4th line; pairs has 0, 2 and 3
+        write_file(log, "{\"prompt_index\":0,\"status\":\"clean\"}\n{\"prompt_index\":1,\"status\":\"loop_detected\"}\n"
+                        "{\"prompt_index\":2,\"status\":\"loop_detected\"}\n{\"prompt_index\":3,\"sta");
+        write_file(pairs, "{\"prompt_index\":0}\n{\"prompt_index\":2}\n{\"prompt_index\":3}\n{\"prompt_in");
+        bn_resume_state st;
+        CHECK(bn_mine_resume(log, pairs, &st, err, sizeof err) == 0, "resume: %s", err);
+        CHECK(st.n_done == 3 && st.n_pairs == 2 && st.n_loops == 2, "done %d pairs %d loops %d", st.n_done, st.n_pairs,
+              st.n_loops);
+        CHECK(count_lines(log) == 3 && count_lines(pairs) == 2, "files repaired: %d / %d lines", count_lines(log),
+              count_lines(pairs));
+        size_t n;
+        char *t = bn_read_file(log, &n, err, sizeof err);
+        CHECK(t && n > 0 && t[n - 1] == '\n', "log ends with a complete line");
+        free(t);
+        unlink(log);
+        unlink(pairs);
+        CHECK(bn_mine_resume(log, pairs, &st, err, sizeof err) == 0 && st.n_done == 0, "missing files: fresh start");
+    }
+    const char *build = getenv("BONSAI_BUILD_ROOT");
+    char mine[512], eval[512];
+    snprintf(mine, sizeof mine, "%s/tools/bonsai-mine-pairs", build ? build : "build");
+    snprintf(eval, sizeof eval, "%s/tools/bonsai-eval-loops", build ? build : "build");
+    if (access(mine, X_OK) != 0 || access(eval, X_OK) != 0) {
+        printf("tools not built (%s): skipping the smoke runs\n", mine);
+        return test_done("test_tools");
+    }
+    char model[256], prompts[256], cmd[4096];
+    snprintf(model, sizeof model, "%s/tiny.gguf", dir);
+    snprintf(prompts, sizeof prompts, "%s/prompts.jsonl", dir);
+    bn_mkmodel_params mk;
+    bn_mkmodel_defaults(&mk, "tiny");
+    CHECK(bn_mkmodel_write(&mk, model, err, sizeof err) == 0, "mkmodel: %s", err);
+    write_file(prompts, "\"What is 2+2?\"\n{\"prompt\":\"Count.\",\"source\":\"math\"}\n{\"prompt\":\"Go\",\"source\":\"tau-bench\"}\n"
+                        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}\n");
+    const char *common = "--temp 0 --n-predict 12 --ctx 256 -t 1";
+    snprintf(cmd, sizeof cmd, "%s -m %s -p %s -o %s --gen-log %s --max-prompts 1 %s 2>/dev/null", mine, model, prompts,
+             pairs, log, common);
+    CHECK(system(cmd) == 0, "mine run 1");
+    CHECK(count_lines(log) == 1, "1 prompt logged (%d)", count_lines(log));
+    CHECK(system(cmd) != 0, "second run without --resume refuses to overwrite");
+    snprintf(cmd, sizeof cmd, "%s -m %s -p %s -o %s --gen-log %s --resume %s 2>/dev/null", mine, model, prompts, pairs, log,
+             common);
+    CHECK(system(cmd) == 0, "mine run 2 (--resume)");
+    CHECK(count_lines(log) == 3, "3 prompts logged after resume (agentic source skipped): %d", count_lines(log));
+    char gz[256], js[256];
+    snprintf(gz, sizeof gz, "%s/train.jsonl.gz", dir);
+    snprintf(cmd, sizeof cmd, "%s --regularise %s -o %s 2>/dev/null", mine, pairs, gz);
+    CHECK(system(cmd) == 0, "regularise run");
+    bn_pair_row *rows;
+    int n = bn_pairs_read(gz, &rows, err, sizeof err);
+    CHECK(n >= 0 && n <= count_lines(pairs), "regularised rows %d (%s)", n, n < 0 ? err : "");
+    if (n >= 0) bn_pairs_free(rows, n);
+    snprintf(js, sizeof js, "%s/eval.json", dir);
+    snprintf(cmd, sizeof cmd, "%s -m %s -p %s --json %s %s >/dev/null 2>&1", eval, model, prompts, js, common);
+    CHECK(system(cmd) == 0, "eval run");
+    size_t len;
+    char *text = bn_read_file(js, &len, err, sizeof err);
+    CHECK(text && strstr(text, "\"n\":3") && strstr(text, "\"loop_rate_ci95\""), "eval JSON: %s", text ? text : err);
+    free(text);
+    snprintf(cmd, sizeof cmd, "%s -m %s 2>/dev/null", eval, model);
+    CHECK(system(cmd) != 0, "missing -p is an error");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    return test_done("test_tools");
+}
