@@ -151,7 +151,9 @@ bn_lora *bn_lora_from_model(const bn_model *m, unsigned mask, int r, float alpha
             snprintf(name, sizeof name, "blk.%d.%s.weight", il, TARGET_STEMS[b]);
             if (bn_lora_add(l, name, il, target, w->ne[0], w->ne[1], err, errlen) < 0) { bn_lora_free(l); return NULL; }
         }
-    if ((mask & BN_LORA_HEAD) && m->w.output.data) {
+    // a tied head (no output.weight: the LM head is token_embd) is not adaptable: llama.cpp looks
+    // adapters up by the base tensor name and has no output.weight to attach one to
+    if ((mask & BN_LORA_HEAD) && m->w.output.data && !m->cfg.tied_output) {
         if (bn_lora_add(l, "output.weight", -1, BN_LORA_HEAD, m->w.output.ne[0], m->w.output.ne[1], err, errlen) < 0) {
             bn_lora_free(l);
             return NULL;

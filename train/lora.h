@@ -64,7 +64,7 @@ void bn_lora_free(bn_lora *l);
 int bn_lora_add(bn_lora *l, const char *name, int layer, int target, int64_t n_in, int64_t n_out,
                 char *err, size_t errlen);
 // bn_lora_from_model: one pair per weight of the model matching mask (only where the weight exists,
-// e.g. q/k/v/o only in attention layers); returns NULL (err) if nothing matched.
+// e.g. q/k/v/o only in attention layers; no LM-head pair for a tied head); NULL (err) if none matched.
 bn_lora *bn_lora_from_model(const bn_model *m, unsigned mask, int r, float alpha, float dropout,
                             char *err, size_t errlen);
 // bn_lora_init_peft: A ~ U(−1/√n_in, 1/√n_in) (kaiming-uniform a=√5), B = 0, from seed.
