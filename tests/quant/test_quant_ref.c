@@ -233,7 +233,41 @@ static void check_error_metrics(const type_case *c, const float *x1, const float
     free(q1); free(q2); free(y);
 }
 
+// Type table (FORMATS.md §2.1): block sizes, names round-trip, row sizes, vec_dot pairing (§2.3).
+static void check_type_table(void) {
+    const struct { int type, blck, size, vec_dot_type; const char *name; } want[] = {
+        {BN_F32, 1, 4, BN_F32, "f32"},         {BN_F16, 1, 2, BN_F16, "f16"},        {BN_BF16, 1, 2, BN_BF16, "bf16"},
+        {BN_Q4_0, 32, 18, BN_Q8_0, "q4_0"},    {BN_Q4_1, 32, 20, BN_Q8_1, "q4_1"},   {BN_Q8_0, 32, 34, BN_Q8_0, "q8_0"},
+        {BN_Q8_1, 32, 36, BN_Q8_1, "q8_1"},    {BN_Q4_K, 256, 144, BN_Q8_K, "q4_K"}, {BN_Q6_K, 256, 210, BN_Q8_K, "q6_K"},
+        {BN_Q8_K, 256, 292, BN_Q8_K, "q8_K"},  {BN_TQ1_0, 256, 54, BN_Q8_K, "tq1_0"}, {BN_TQ2_0, 256, 66, BN_Q8_K, "tq2_0"},
+        {BN_Q1_0, 128, 18, BN_Q8_0, "q1_0"},   {BN_Q2_0, 64, 18, BN_Q8_0, "q2_0"},   {BN_PQ2_0, 128, 34, BN_Q8_0, "pq2_0"},
+        {BN_PTQ1_0, 128, 28, BN_Q8_0, "ptq1_0"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const bn_type_traits *t = bn_type_traits_of(want[i].type);
+        CHECK(t && t->blck == want[i].blck && t->type_size == want[i].size, "type %d block/size", want[i].type);
+        if (!t) continue;
+        CHECK(strcmp(t->name, want[i].name) == 0, "type %d named %s, want %s", want[i].type, t->name, want[i].name);
+        CHECK(bn_type_from_name(want[i].name) == want[i].type, "name %s does not parse back", want[i].name);
+        CHECK(t->vec_dot_type == want[i].vec_dot_type, "%s vec_dot_type %d", t->name, t->vec_dot_type);
+        CHECK(t->to_float && t->from_float_ref, "%s lacks to_float/from_float_ref", t->name);
+        CHECK(bn_row_size(want[i].type, 5120) == (size_t)5120 / want[i].blck * want[i].size, "%s row size", t->name);
+        bool activation_only = want[i].type == BN_Q8_1 || want[i].type == BN_Q8_K;
+        CHECK(activation_only ? t->vec_dot == NULL : t->vec_dot != NULL, "%s vec_dot presence", t->name);
+    }
+    CHECK(bn_type_from_name("Q2_0_G128") == BN_PQ2_0 && bn_type_from_name("q2_0_g64") == BN_Q2_0, "layout aliases");
+    CHECK(bn_type_from_name("Q6_K") == BN_Q6_K && bn_type_from_name("nope") == -1, "name parsing");
+    CHECK(bn_type_traits_of(4) == NULL && bn_type_traits_of(-1) == NULL && bn_type_traits_of(BN_TYPE_MAX) == NULL,
+          "removed/out-of-range ids have no traits");
+    float f[64];
+    uint8_t q[64];
+    CHECK(bn_dequantize(BN_I32, q, f, 16) == -1, "I32 has no dequantize");
+    CHECK(bn_dequantize(BN_Q1_0, q, f, 64) == -1, "n not a multiple of the block size is refused");
+    CHECK(bn_quantize_ref(BN_Q2_0, f, q, 32) == 0, "n not a multiple of the block size quantizes nothing");
+}
+
 int main(void) {
+    check_type_table();
     static float data[N_SETS][N];
     const float *sets[N_SETS];
     for (int s = 0; s < N_SETS; s++) { make_set(s, data[s]); sets[s] = data[s]; }
