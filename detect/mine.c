@@ -12,7 +12,8 @@
 bn_mine_params bn_mine_params_default(void) {
     bn_mine_params p = {.mode = BN_MINE_SAMPLE, .gen = bn_gen_params_default(), .rep = bn_rep_params_default(),
                         .chosen = bn_chosen_params_default(0.1), .thinking = 1, .system = NULL,
-                        .prime_phrase = BN_DEFAULT_PRIME_PHRASE, .prime_repeats = 3, .prime_prefix_tokens = 48};
+                        .prime_phrase = BN_DEFAULT_PRIME_PHRASE, .prime_repeats = 3, .prime_prefix_tokens = 48,
+                        .max_prompt_tokens = 2000};
     return p;
 }
 
@@ -70,6 +71,47 @@ static char *render_prompt(const bn_prompt *p, const bn_mine_params *mp, char *e
     free(msgs);
     if (!text) bn_err(err, errlen, "chat template rejected the messages (line %d)", p->line);
     return text;
+}
+
+// Renders and tokenizes p; when it has more than max_prompt_tokens tokens, keeps only the head of
+// the last user turn so that it fits (*trimmed set). Returns the token count or -1 (err).
+static int render_fit(const bn_prompt *p, const bn_mine_params *mp, const bn_tokenizer *tok, char **text,
+                      int32_t **ids, bool *trimmed, char *err, size_t errlen) {
+    *trimmed = false;
+    *ids = NULL;
+    if (!(*text = render_prompt(p, mp, err, errlen))) return -1;
+    int n = bn_tokenize(tok, *text, strlen(*text), false, true, ids);
+    if (n < 0) return bn_err(err, errlen, "tokenizing prompt line %d failed", p->line);
+    int u = p->n_msgs - 1; // the last turn is a user turn (prompts.h)
+    int32_t *cids = NULL;
+    int nc = bn_tokenize(tok, p->msgs[u].content, strlen(p->msgs[u].content), false, false, &cids);
+    int keep = nc;
+    for (int round = 0; mp->max_prompt_tokens > 0 && n > mp->max_prompt_tokens && round < 8; round++) {
+        keep -= n - mp->max_prompt_tokens;
+        if (keep < 1) {
+            free(cids);
+            return bn_err(err, errlen, "prompt line %d does not fit %d tokens even with its user turn cut", p->line,
+                          mp->max_prompt_tokens);
+        }
+        bn_prompt cut = *p;
+        cut.msgs = xmalloc((size_t)p->n_msgs * sizeof *cut.msgs);
+        memcpy(cut.msgs, p->msgs, (size_t)p->n_msgs * sizeof *cut.msgs);
+        char *head = bn_detokenize(tok, cids, keep, false, NULL);
+        cut.msgs[u].content = head;
+        free(*text);
+        free(*ids);
+        *ids = NULL;
+        *text = render_prompt(&cut, mp, err, errlen);
+        free(head);
+        free(cut.msgs);
+        if (!*text) { free(cids); return -1; }
+        n = bn_tokenize(tok, *text, strlen(*text), false, true, ids);
+        *trimmed = true;
+    }
+    free(cids);
+    if (mp->max_prompt_tokens > 0 && n > mp->max_prompt_tokens)
+        return bn_err(err, errlen, "prompt line %d: trimming did not converge", p->line);
+    return n;
 }
 
 // Appends ids to a growing array.
@@ -194,11 +236,11 @@ static bool make_pair(const bn_tokenizer *tok, const bn_prompt *p, const bn_mine
 int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int prompt_index,
                 const bn_mine_params *mp, bn_mine_result *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
-    char *prompt_text = render_prompt(p, mp, err, errlen);
-    if (!prompt_text) return -1;
+    char *prompt_text = NULL;
     int32_t *ctx = NULL;
-    int n_ctx = bn_tokenize(tok, prompt_text, strlen(prompt_text), false, true, &ctx);
-    if (n_ctx < 0) { free(prompt_text); return bn_err(err, errlen, "tokenizing prompt line %d failed", p->line); }
+    bool trimmed;
+    int n_ctx = render_fit(p, mp, tok, &prompt_text, &ctx, &trimmed, err, errlen);
+    if (n_ctx < 0) { free(prompt_text); free(ctx); return -1; }
     int64_t prefix_chars = 0;
     char *prefix_text = NULL;
     if (mp->mode == BN_MINE_PRIME &&
@@ -226,6 +268,13 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
         if (target >= 0)
             r->has_pair = make_pair(tok, p, mp, src->endpoint, ctx, n_ctx, &g, target, &hit, prefix_chars, &r->pair);
         if (r->has_pair) r->pair.extra = json_pack("{s:i}", "prompt_index", prompt_index);
+        if (r->has_pair && trimmed) {
+            const char *orig = r->pair.source_prompt;
+            char *marked = xmalloc(strlen(orig) + 32);
+            sprintf(marked, "[TRIMMED_SOURCE_PROMPT]%s", orig);
+            free(r->pair.source_prompt);
+            r->pair.source_prompt = marked;
+        }
     }
     // the generation-log row
     char *completion = xmalloc(4 * tt.n_cp + 1);
@@ -240,6 +289,7 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
                                    hit.period, hit.repeats, xstrdup(hit.snippet)};
     }
     r->gen.extra = json_pack("{s:i,s:i,s:b}", "prompt_index", prompt_index, "n_tokens", g.n, "hit_limit", g.hit_limit);
+    if (trimmed) json_object_set_new(r->gen.extra, "trimmed_prompt", json_true());
     if (prefix_text) {
         json_object_set_new(r->gen.extra, "prime_prefix", json_string(prefix_text));
         json_object_set_new(r->gen.extra, "prime_phrase", json_string(mp->prime_phrase));

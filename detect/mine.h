@@ -7,6 +7,8 @@
 // after its last sentence end (. ! ? or newline; empty when none), then " " (when the prefix ends
 // in a non-space) + phrase x prime_repeats appended as tokens; the detector scans the completion
 // only (scan_mode "completion"). Status "escaped" when the model leaves the loop.
+// Over-long prompts (max_prompt_tokens) are trimmed like antidoom: such rows are marked and are
+// discarded at training time (ANTIDOOM.md §2, §7.3).
 // Token surfaces are pieces without control-token text (like a server's skip_special_tokens);
 // a generated EOG token ends the completion and is not part of it.
 #ifndef BONSAI_DETECT_MINE_H
@@ -34,6 +36,8 @@ typedef struct {
     const char *prime_phrase;   // BN_DEFAULT_PRIME_PHRASE
     int prime_repeats;          // 3
     int prime_prefix_tokens;    // 48
+    int max_prompt_tokens;      // 2000: longer prompts get the last user turn cut (head kept) and the
+                                // row's source_prompt prefixed "[TRIMMED_SOURCE_PROMPT]"; <= 0 = off
     const char *model_file, *model_sha256, *file_type; // recorded in gen{} (may be NULL)
     const char *split;          // recorded when non-NULL
 } bn_mine_params;

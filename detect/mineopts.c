@@ -16,6 +16,7 @@ void bn_mine_opts_help(FILE *f) {
             "  --max-prompts N             stop after N prompts (default: all)\n"
             "  --template antidoom|none    append antidoom's step-by-step instruction to the user turn (default none)\n"
             "  --no-skip-agentic           keep sources containing bfcl/tau/browse/search (skipped by default)\n"
+            "  --max-prompt-tokens N       cut longer prompts' last user turn; rows marked [TRIMMED_SOURCE_PROMPT] (default 2000)\n"
             "  --system TEXT               system message (default none)\n"
             "  --thinking 1|0|-1           chat template: <think> open (1, default), closed (0), plain ChatML (-1)\n"
             "  --mode sample|prime         plain sampling (antidoom) or primed contexts (Bonsai), default sample\n"
@@ -87,6 +88,7 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     } else if (!strcmp(a, "--prime-phrase")) { VAL(); mp->prime_phrase = v; }
     else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
     else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens);
+    else if (!strcmp(a, "--max-prompt-tokens")) INT(mp->max_prompt_tokens);
     else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature);
     else if (!strcmp(a, "--top-k")) INT(mp->gen.top_k);
     else if (!strcmp(a, "--top-p")) FLT(mp->gen.top_p);

@@ -129,6 +129,23 @@ int main(void) {
         }
         bn_mine_result_free(&r);
     }
+    { // over-long prompt: the user turn is cut to fit max_prompt_tokens and the row is marked
+        char long_text[4096];
+        size_t k = 0;
+        for (int i = 0; i < 60; i++) k += (size_t)sprintf(long_text + k, "word%d ", i);
+        bn_msg big = {"user", long_text};
+        bn_prompt lp = {.msgs = &big, .n_msgs = 1, .source = "math", .line = 2};
+        bn_mine_params m2 = mp;
+        m2.max_prompt_tokens = 60;
+        s.calls = 0;
+        CHECK(bn_mine_one(&s.base, tok, &lp, 1, &m2, &r, err, sizeof err) == 0 && r.has_pair, "trimmed prompt: %s", err);
+        CHECK(s.n_last_prompt <= 60 && s.n_last_prompt > 40, "prompt tokens after trimming: %d", s.n_last_prompt);
+        CHECK(r.has_pair && !strncmp(r.pair.source_prompt, "[TRIMMED_SOURCE_PROMPT]word0 ", 29), "marked source_prompt");
+        bn_mine_result_free(&r);
+        m2.max_prompt_tokens = 5; // the template alone is longer
+        CHECK(bn_mine_one(&s.base, tok, &lp, 1, &m2, &r, err, sizeof err) == -1 && strstr(err, "does not fit"),
+              "cannot fit: %s", err);
+    }
     { // no loop -> clean, no pair; prime mode without a loop -> escaped
         s.script[0] = "The answer is 5.";
         s.calls = 0;
