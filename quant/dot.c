@@ -62,6 +62,7 @@ __attribute__((constructor)) static void dot_dispatch_init(void) {
         best_dots[BN_Q8_0] = bn_dot_q8_0_avx2;
         best_dots[BN_Q6_K] = bn_dot_q6_K_avx2;
         best_dots[BN_Q4_K] = bn_dot_q4_K_avx2;
+        best_dots[BN_TQ2_0] = bn_dot_tq2_0_avx2;
     }
 }
 

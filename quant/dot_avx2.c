@@ -240,3 +240,29 @@ void bn_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     *s = sumf;
 }
+
+// ---- TQ2_0 · Q8_K ---------------------------------------------------------------------------------
+// Element 128c + 32k + m is bits 2k..2k+1 of qs[32c + m]: shifting the 32 code bytes right by 2k gives
+// the codes of 32 consecutive elements. sum((c-1)q) = sum(c*q) - sum(bsums); integer-exact.
+void bn_dot_tq2_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const bn_block_tq2_0 *x = vx;
+    const bn_block_q8_K *y = vy;
+    const __m256i three = _mm256_set1_epi8(3);
+    float sumf = 0.0f;
+    for (int i = 0; i < n / 256; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            __m256i packed = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
+            for (int k = 0; k < 4; k++) {
+                __m256i codes = _mm256_and_si256(_mm256_srli_epi16(packed, 2 * k), three);
+                __m256i q = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * c + 32 * k));
+                acc = _mm256_add_epi32(acc, dot_u8i8(codes, q));
+            }
+        }
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        int sum_q = hsum_epi32(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)));
+        int sum = hsum_epi32(acc) - sum_q;
+        sumf += (float)sum * (h2f(x[i].d) * y[i].d);
+    }
+    *s = sumf;
+}

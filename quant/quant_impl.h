@@ -101,6 +101,7 @@ void bn_dot_q4_0_avx2(int n, float *s, const void *x, const void *y);
 void bn_dot_q8_0_avx2(int n, float *s, const void *x, const void *y);
 void bn_dot_q6_K_avx2(int n, float *s, const void *x, const void *y);
 void bn_dot_q4_K_avx2(int n, float *s, const void *x, const void *y);
+void bn_dot_tq2_0_avx2(int n, float *s, const void *x, const void *y);
 // bn_vec_dot_rows_avx2: mat-vec with prepared activations for Q1_0/Q2_0/PQ2_0; returns 1 if it handled
 // the type, 0 if the caller must use the per-row kernel.
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *y);
