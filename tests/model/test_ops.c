@@ -229,7 +229,8 @@ static void test_pool(void) {
     int bad = 0;
     for (int i = 0; i < N; i++) bad += atomic_load(&hits[i]) != rounds + 1 + (i < 2);
     CHECK(bad == 0, "%d items not visited exactly once per round", bad);
-    CHECK(atomic_load(&c.max_tid) == 2, "max tid %d", atomic_load(&c.max_tid));
+    // chunks are claimed dynamically: a worker may take none, but every tid must be < n_threads
+    CHECK(atomic_load(&c.max_tid) >= 0 && atomic_load(&c.max_tid) <= 2, "max tid %d", atomic_load(&c.max_tid));
     bn_pool_free(p);
     free(hits);
 }
