@@ -79,7 +79,13 @@ static void ref_attention(ref_state *r, int il, const double *n, double *out) {
     r_matvec(QG, tiny_w(tm, "blk.%d.attn_q.weight", il), n, tm->H, qrows);
     r_matvec(k, tiny_w(tm, "blk.%d.attn_k.weight", il), n, tm->H, kvd);
     r_matvec(v, tiny_w(tm, "blk.%d.attn_v.weight", il), n, tm->H, kvd);
-    const bool qk_norm = strcmp(tm->arch, "llama") != 0;
+    if (strcmp(tm->arch, "qwen2") == 0) { // q/k/v biases, added before rope
+        const float *bq = tiny_w(tm, "blk.%d.attn_q.bias", il), *bk = tiny_w(tm, "blk.%d.attn_k.bias", il);
+        const float *bv = tiny_w(tm, "blk.%d.attn_v.bias", il);
+        for (int i = 0; i < qrows; i++) QG[i] += bq[i];
+        for (int i = 0; i < kvd; i++) k[i] += bk[i], v[i] += bv[i];
+    }
+    const bool qk_norm = strcmp(tm->arch, "qwen35") == 0 || strcmp(tm->arch, "qwen3") == 0;
     for (int j = 0; j < nkv; j++) {
         if (qk_norm) r_rms(k + j * hd, k + j * hd, tiny_w(tm, "blk.%d.attn_k_norm.weight", il), hd, tm->eps);
         r_rope(k + j * hd, tm->n_rot, p, tm->rope_base, neox);
@@ -407,6 +413,7 @@ int main(void) {
     run_model_checks("qwen35", BN_F32, 1e-3, 1e-10);
     run_model_checks("qwen3", BN_F32, 1e-3, 1e-10);
     run_model_checks("llama", BN_F32, 1e-3, 1e-10);
+    run_model_checks("qwen2", BN_F32, 1e-3, 1e-10);
     // Quantized weights: the reference uses the dequantized weights but f64 activations, while the
     // engine rounds every matmul input to Q8_0 (exactness of that path: test_ops). Through 4 random
     // layers this gives NMSE ~4e-3 (Q8_0) / ~2e-3 (Q1_0); bound 2e-2 (a layout bug gives ~1).

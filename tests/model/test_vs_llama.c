@@ -3,6 +3,7 @@
 // pairing is exercised), qwen3 (NEOX rope, q/k norm, tied head) and llama (NORM rope, no q/k norm).
 // Bound: NMSE < 1e-6 over 32 teacher-forced positions (MODEL.md §12; llama.cpp keeps the KV cache
 // in f16 and rounds attention inputs to f16, so it is not bit-exact), and every argmax agrees.
+// Also qwen2 (NEOX rope, q/k/v biases, no q/k norm).
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "core/forward.h"
@@ -66,6 +67,7 @@ int main(void) {
     compare_arch("qwen35");
     compare_arch("qwen3");
     compare_arch("llama");
+    compare_arch("qwen2");
     return test_done("test_vs_llama");
 }
 #else

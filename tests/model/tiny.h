@@ -24,7 +24,7 @@ typedef struct {
 } tiny_tensor;
 
 typedef struct {
-    const char *arch; // "qwen35" | "qwen3" | "llama"
+    const char *arch; // "qwen35" | "qwen3" | "llama" | "qwen2" (q/k/v biases)
     int H, L, nh, nkv, hd, n_rot, F, V, ctx;
     int dk, Hk, Hv, K, interval; // qwen35
     float eps, rope_base;
@@ -54,6 +54,8 @@ static inline void tiny_defaults(tiny_model *m, const char *arch) {
         m->dk = 32, m->Hk = 2, m->Hv = 4, m->K = 4, m->interval = 4;
     } else if (strcmp(arch, "qwen3") == 0) {
         m->L = 2, m->n_rot = 32, m->rope_base = 1e6f, m->tied = true;
+    } else if (strcmp(arch, "qwen2") == 0) {
+        m->L = 2, m->n_rot = 32, m->rope_base = 1e6f;
     } else { // llama
         m->L = 2, m->n_rot = 32, m->rope_base = 10000.0f, m->eps = 1e-5f;
     }
@@ -149,6 +151,11 @@ static inline void tiny_build(tiny_model *m) {
             if (q35 || q3) {
                 tiny_add_blk(m, il, "attn_q_norm.weight", 1, m->hd, 0, TINY_NORM);
                 tiny_add_blk(m, il, "attn_k_norm.weight", 1, m->hd, 0, TINY_NORM);
+            }
+            if (strcmp(m->arch, "qwen2") == 0) {
+                tiny_add_blk(m, il, "attn_q.bias", 1, (int64_t)m->nh * m->hd, 0, TINY_SMALL);
+                tiny_add_blk(m, il, "attn_k.bias", 1, (int64_t)m->nkv * m->hd, 0, TINY_SMALL);
+                tiny_add_blk(m, il, "attn_v.bias", 1, (int64_t)m->nkv * m->hd, 0, TINY_SMALL);
             }
         }
     }
