@@ -1,12 +1,20 @@
 // detect/mineopts.c — shared flags of the mining/evaluation tools.
 #include "detect/mineopts.h"
+#include "detect/source_http.h"
 #include "core/util.h"
 #include <stdlib.h>
 #include <string.h>
 
 bn_mine_opts bn_mine_opts_default(void) {
-    bn_mine_opts o = {.mine = bn_mine_params_default(), .prompts = bn_prompt_opts_default(), .n_ctx = 6000};
+    bn_mine_opts o = {.mine = bn_mine_params_default(), .prompts = bn_prompt_opts_default(), .n_ctx = 6000,
+                      .timeout_s = 1800};
     return o;
+}
+
+bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
+                               char *err, size_t errlen) {
+    if (o->server_url) return bn_source_http(o->server_url, tok, o->timeout_s, err, errlen);
+    return bn_source_inprocess(m, tok, o->n_ctx, o->n_threads > 0 ? o->n_threads : bn_n_threads_default());
 }
 
 void bn_mine_opts_help(FILE *f) {
@@ -30,6 +38,9 @@ void bn_mine_opts_help(FILE *f) {
             "  --n-probs K                 raw top-K recorded per position (default 20)\n"
             "  --ctx N                     context size of the in-process engine (default 6000)\n"
             "  -t, --threads N             CPU threads (default: all)\n"
+            "  --server URL                generate with a llama-server (http://host:port) /completion; -m still\n"
+            "                              gives the tokenizer; the server must run the same model\n"
+            "  --timeout S                 per-request timeout with --server (default 1800)\n"
             "  --min-repeats N / --min-total-repeated N / --max-period N   detector (default 4 / 60 / 1024)\n"
             "  --chosen-min-p P            relative min-p floor on chosen tokens (default off)\n"
             "  --chosen-max-tokens N       (default 20)\n"
@@ -100,6 +111,8 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--n-probs")) INT(mp->gen.n_probs);
     else if (!strcmp(a, "--ctx")) INT(o->n_ctx);
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(o->n_threads);
+    else if (!strcmp(a, "--server")) { VAL(); o->server_url = v; }
+    else if (!strcmp(a, "--timeout")) INT(o->timeout_s);
     else if (!strcmp(a, "--min-repeats")) INT(mp->rep.min_repeats);
     else if (!strcmp(a, "--min-total-repeated")) INT(mp->rep.min_total_repeated);
     else if (!strcmp(a, "--max-period")) INT(mp->rep.max_period);

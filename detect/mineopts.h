@@ -12,6 +12,8 @@ typedef struct {
     const char *model_path, *prompts_path;
     int n_ctx;       // 0 = prompt + n_predict fits (default 6000)
     int n_threads;   // 0 = all CPUs
+    const char *server_url; // --server: generate through llama-server's /completion instead of in-process
+    int timeout_s;   // per request with --server (1800)
     const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
 } bn_mine_opts;
 
@@ -20,6 +22,9 @@ bn_mine_opts bn_mine_opts_default(void);
 // bn_mine_opts_flag: consumes argv[*i] (and its value) when it is a shared flag; returns 1 when
 // consumed, 0 when not a shared flag, -1 on a bad value (err filled).
 int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
+// bn_mine_opts_source: the in-process source for m, or the HTTP one with --server; NULL (err) on a bad URL.
+bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
+                               char *err, size_t errlen);
 // bn_mine_opts_help: prints the shared flags with their defaults.
 void bn_mine_opts_help(FILE *f);
 #endif

@@ -57,7 +57,8 @@ int main(int argc, char **argv) {
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
-    bn_source *src = bn_source_inprocess(m, tok, o.n_ctx, o.n_threads > 0 ? o.n_threads : bn_n_threads_default());
+    bn_source *src = bn_mine_opts_source(&o, m, tok, err, sizeof err);
+    if (!src) return fail(err);
     bn_lineout *log = log_path ? bn_lineout_open(log_path, err, sizeof err) : NULL;
     if (log_path && !log) return fail(err);
     bool *looped = xcalloc((size_t)n + 1, sizeof *looped), *limit = xcalloc((size_t)n + 1, sizeof *limit);

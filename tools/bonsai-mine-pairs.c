@@ -144,7 +144,8 @@ int main(int argc, char **argv) {
     o.mine.model_sha256 = sha;
     o.mine.file_type = ftype;
     o.mine.split = split;
-    bn_source *src = bn_source_inprocess(m, tok, o.n_ctx, o.n_threads > 0 ? o.n_threads : bn_n_threads_default());
+    bn_source *src = bn_mine_opts_source(&o, m, tok, err, sizeof err);
+    if (!src) return fail(err);
     FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
     int n_pairs = rs.n_pairs, n_loops = rs.n_loops, n_done = 0, rc = 0;

@@ -1,0 +1,124 @@
+// tests/detect/test_http.c — the HTTP completion source against a fake llama-server on loopback:
+// the request carries the prompt ids and raw-logprob settings; the response (plain and chunked
+// transfer encoding) becomes ids + top-K; a trailing EOG id is dropped; HTTP errors and bad URLs
+// are reported.
+#include "tests/test.h"
+#include "detect/source_http.h"
+#include "core/mkmodel.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct {
+    int listen_fd;
+    const char *responses[3]; // full HTTP responses, one per connection
+    int n;
+    char request[3][8192];
+} fake_server;
+
+static void *serve(void *arg) {
+    fake_server *f = arg;
+    for (int c = 0; c < f->n; c++) {
+        int fd = accept(f->listen_fd, NULL, NULL);
+        if (fd < 0) return NULL;
+        size_t got = 0;
+        char *buf = f->request[c];
+        for (;;) { // read headers + Content-Length body
+            ssize_t r = read(fd, buf + got, sizeof f->request[c] - 1 - got);
+            if (r <= 0) break;
+            got += (size_t)r;
+            buf[got] = 0;
+            char *he = strstr(buf, "\r\n\r\n");
+            char *cl = strstr(buf, "Content-Length: ");
+            if (he && cl && got >= (size_t)(he + 4 - buf) + (size_t)atoi(cl + 16)) break;
+        }
+        ssize_t w = write(fd, f->responses[c], strlen(f->responses[c]));
+        (void)w;
+        close(fd);
+    }
+    return NULL;
+}
+
+int main(void) {
+    char err[1024], dir[] = "/tmp/bonsai-test-http-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(path, sizeof path, "%s/tiny.gguf", dir);
+    bn_mkmodel_params mk;
+    bn_mkmodel_defaults(&mk, "tiny");
+    CHECK(bn_mkmodel_write(&mk, path, err, sizeof err) == 0, "mkmodel: %s", err);
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    bn_tokenizer *tok = m ? bn_tokenizer_from_gguf(m->gguf, err, sizeof err) : NULL;
+    CHECK(tok != NULL, "tokenizer: %s", err);
+    if (!tok) return test_done("test_http");
+    int32_t eog = bn_token_lookup(tok, "<|im_end|>");
+    CHECK(eog >= 0 && bn_token_is_eog(tok, eog), "<|im_end|> is EOG");
+
+    fake_server f = {.n = 3};
+    f.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    CHECK(bind(f.listen_fd, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(f.listen_fd, 4) == 0, "listen");
+    socklen_t al = sizeof addr;
+    getsockname(f.listen_fd, (struct sockaddr *)&addr, &al);
+    char body1[1024];
+    snprintf(body1, sizeof body1,
+             "{\"content\":\"ab\",\"tokens\":[97,98,%d],\"stop\":true,\"stop_type\":\"eos\",\"completion_probabilities\":["
+             "{\"id\":97,\"token\":\"a\",\"bytes\":[97],\"logprob\":-0.25,\"top_logprobs\":[{\"id\":97,\"logprob\":-0.25},{\"id\":120,\"logprob\":-1.5}]},"
+             "{\"id\":98,\"token\":\"b\",\"bytes\":[98],\"logprob\":-2.0,\"top_logprobs\":[{\"id\":99,\"logprob\":-0.5},{\"id\":98,\"logprob\":-2.0}]},"
+             "{\"id\":%d,\"token\":\"\",\"bytes\":[],\"logprob\":-0.1,\"top_logprobs\":[{\"id\":%d,\"logprob\":-0.1},{\"id\":10,\"logprob\":-3.0}]}]}",
+             eog, eog, eog);
+    char resp1[2048], resp2[2048];
+    snprintf(resp1, sizeof resp1, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(body1), body1);
+    const char *body2 = "{\"tokens\":[120],\"stop\":true,\"stop_type\":\"limit\",\"completion_probabilities\":["
+                        "{\"id\":120,\"logprob\":-0.75,\"top_logprobs\":[{\"id\":120,\"logprob\":-0.75},{\"id\":121,\"logprob\":-0.9}]}]}";
+    size_t half = strlen(body2) / 2;
+    snprintf(resp2, sizeof resp2, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n%.*s\r\n%zx\r\n%s\r\n0\r\n\r\n",
+             half, (int)half, body2, strlen(body2) - half, body2 + half);
+    f.responses[0] = resp1;
+    f.responses[1] = resp2;
+    f.responses[2] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 60\r\n\r\n{\"error\":{\"code\":400,\"message\":\"bad\",\"type\":\"invalid_req\"}}";
+    pthread_t th;
+    pthread_create(&th, NULL, serve, &f);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", ntohs(addr.sin_port));
+    bn_source *src = bn_source_http(url, tok, 30, err, sizeof err);
+    CHECK(src != NULL && !strcmp(src->endpoint, url), "source: %s", err);
+    int32_t prompt[3] = {5, 6, 7};
+    bn_gen_params gp = bn_gen_params_default();
+    gp.n_probs = 2;
+    gp.n_predict = 16;
+    bn_gen_result g;
+    CHECK(src->generate(src, prompt, 3, &gp, &g, err, sizeof err) == 0, "generate 1: %s", err);
+    CHECK(g.n == 2 && g.ids[0] == 97 && g.ids[1] == 98 && !g.hit_limit, "ids: n %d", g.n);
+    CHECK(g.k == 2 && g.topk[0].id == 97 && g.topk[1].id == 120 && g.topk[2].id == 99 && g.topk[1].logprob == -1.5 &&
+          g.logprob[1] == -2.0f, "top-K parsed");
+    bn_gen_result_free(&g);
+    char *body = strstr(f.request[0], "\r\n\r\n");
+    json_t *req = body ? json_loads(body + 4, 0, NULL) : NULL;
+    CHECK(req && json_array_size(json_object_get(req, "prompt")) == 3 &&
+          json_integer_value(json_array_get(json_object_get(req, "prompt"), 2)) == 7 &&
+          json_integer_value(json_object_get(req, "n_probs")) == 2 &&
+          json_is_false(json_object_get(req, "post_sampling_probs")) && json_is_true(json_object_get(req, "return_tokens")) &&
+          json_integer_value(json_object_get(req, "n_predict")) == 16, "request body: %s", body ? body + 4 : "(none)");
+    CHECK(strncmp(f.request[0], "POST /completion HTTP/1.1\r\n", 27) == 0, "request line");
+    json_decref(req);
+    CHECK(src->generate(src, prompt, 3, &gp, &g, err, sizeof err) == 0 && g.n == 1 && g.ids[0] == 120 && g.hit_limit &&
+          g.topk[1].id == 121, "chunked response: %s", err);
+    bn_gen_result_free(&g);
+    CHECK(src->generate(src, prompt, 3, &gp, &g, err, sizeof err) == -1 && strstr(err, "HTTP 400"), "HTTP error: %s", err);
+    pthread_join(th, NULL);
+    close(f.listen_fd);
+    bn_source_free(src);
+    CHECK(bn_source_http("https://x", tok, 0, err, sizeof err) == NULL && strstr(err, "unsupported"), "https refused");
+    bn_tokenizer_free(tok);
+    bn_model_free(m);
+    unlink(path);
+    rmdir(dir);
+    return test_done("test_http");
+}
