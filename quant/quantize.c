@@ -288,7 +288,7 @@ int bn_quantize_file_stats(const bn_quantize_params *p, const char *in, const ch
     }
     st.seconds = (bn_time_ms() - t0) / 1000.0;
     if (p->log) {
-        print_table(p->log, rows, f->n_tensors, p->dry_run);
+        if (!p->no_table) print_table(p->log, rows, f->n_tensors, p->dry_run);
         char b_in[32], b_out[32];
         double bpw = st.n_elements ? 8.0 * (double)st.bytes_out / (double)st.n_elements : 0;
         fprintf(p->log, "%s: %d tensors (%d converted, %d copied), ftype %u (%s)\n", p->dry_run ? "dry run" : "done",

@@ -24,6 +24,7 @@ typedef struct {
     int n_threads;                // <= 0: all CPUs
     bool dry_run;                 // choose types and print the table, write nothing
     FILE *log;                    // table, warnings and summary (NULL = silent)
+    bool no_table;                // log only warnings and the summary, not the per-tensor table
     bool progress;                // bn_progress bar on stderr
 } bn_quantize_params;
 

@@ -35,7 +35,7 @@ static void usage(FILE *f) {
         "  --q2-layout g64|g128       layout of Q2_0 (default g64)\n"
         "  --threads N                quantization threads (default: all CPUs)\n"
         "  --dry-run                  print the type table and sizes, write nothing\n"
-        "  -q, --quiet                no table\n"
+        "  -q, --quiet                no per-tensor table (warnings and the summary still print)\n"
         "  --help\n"
         "\n"
         "Tensors whose chosen type equals their type are copied byte-exact; 1-D tensors, norms and\n"
@@ -111,7 +111,8 @@ int main(int argc, char **argv) {
     }
     p.type = pos[2];
     p.tensor_types = tensor_types;
-    p.log = quiet ? NULL : stdout;
+    p.log = stdout;
+    p.no_table = quiet;
     p.progress = true; // bn_progress itself stays silent unless stderr is a TTY (or BONSAI_PROGRESS=1)
     char err[512];
     if (bn_quantize_file(&p, pos[0], pos[1], err, sizeof err) != 0) {
