@@ -338,7 +338,7 @@ static int route_completion(bn_server *srv, struct MHD_Connection *c, json_t *bo
 }
 
 // chat_prompt: renders messages (string content or text parts) with ChatML; NULL + err on bad input.
-static char *chat_prompt(json_t *body, char *err, size_t errlen) {
+static char *chat_prompt(bn_server *srv, json_t *body, char *err, size_t errlen) {
     json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         bn_err(err, errlen, "'messages' must be a non-empty array");
@@ -355,6 +355,8 @@ static char *chat_prompt(json_t *body, char *err, size_t errlen) {
             goto done;
         }
         m[i].role = json_string_value(role);
+        json_t *rc = json_object_get(msg, "reasoning_content");
+        if (json_is_string(rc)) m[i].reasoning = json_string_value(rc);
         if (json_is_string(content)) m[i].content = json_string_value(content);
         else if (json_is_array(content)) {
             size_t cap = 256, len = 0;
@@ -377,11 +379,13 @@ static char *chat_prompt(json_t *body, char *err, size_t errlen) {
             goto done;
         }
     }
-    int thinking = -1;
+    // thinking on unless chat_template_kwargs.enable_thinking is false (the templates' default)
+    int thinking = 1;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     json_t *et = kw ? json_object_get(kw, "enable_thinking") : NULL;
     if (et && json_is_boolean(et)) thinking = json_is_true(et) ? 1 : 0;
-    out = bn_chat_render(m, (int)n, true, thinking);
+    const char *arch = gguf_get_str(srv->model->gguf, "general.architecture");
+    out = bn_chat_render_style(bn_chat_style_for_arch(arch ? arch : ""), m, (int)n, true, thinking);
     if (!out) bn_err(err, errlen, "unknown role in 'messages' (use system, user, assistant or tool)");
 done:
     for (size_t i = 0; i < n; i++) free(owned[i]);
@@ -407,7 +411,7 @@ static int route_chat(bn_server *srv, struct MHD_Connection *c, json_t *body) {
         }
         json_object_set_new(body, "n_probs", json_integer(k ? k : 1));
     }
-    char *prompt = chat_prompt(body, err, sizeof err);
+    char *prompt = chat_prompt(srv, body, err, sizeof err);
     if (!prompt) return bn_send_error(c, 400, "invalid_request_error", "%s", err);
     json_t *pj = json_string(prompt);
     free(prompt);
@@ -618,7 +622,7 @@ int bn_route(bn_server *srv, struct MHD_Connection *c, const char *method, const
     case 2: ret = route_detokenize(srv, c, j); break;
     case 3: {
         char err[512];
-        char *prompt = chat_prompt(j, err, sizeof err);
+        char *prompt = chat_prompt(srv, j, err, sizeof err);
         ret = prompt ? bn_send_json(c, 200, json_pack("{s:s}", "prompt", prompt))
                      : bn_send_error(c, 400, "invalid_request_error", "%s", err);
         free(prompt);

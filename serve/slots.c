@@ -241,14 +241,13 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
                 }
             }
         }
-        // release what is certainly final: valid UTF-8, not a possible stop-string start
+        // release what is certainly final: no incomplete UTF-8 character at the end, not a possible
+        // stop-string start; invalid bytes become U+FFFD (as llama-server's JSON output)
         size_t release = len;
         if (stop_type == BN_STOP_NONE) release -= stop_overlap(p, text, len);
         if (release < sent) release = sent;
-        release = sent + bn_utf8_valid_prefix(text + sent, release - sent);
-        ev.text = xmalloc(release - sent + 1);
-        memcpy(ev.text, text + sent, release - sent);
-        ev.text[release - sent] = 0;
+        release = sent + bn_utf8_complete_len(text + sent, release - sent);
+        ev.text = bn_utf8_sanitize(text + sent, release - sent, NULL);
         sent = release;
         task_push(t, &ev);
         if (stop_type != BN_STOP_NONE) break;
@@ -266,11 +265,8 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             return;
         }
     }
-    if (sent < len) { // held-back bytes at the end: release (invalid UTF-8 bytes are dropped)
-        size_t ok = bn_utf8_valid_prefix(text + sent, len - sent);
-        bn_tok_event ev = {.id = -1, .text = xmalloc(ok + 1)};
-        memcpy(ev.text, text + sent, ok);
-        ev.text[ok] = 0;
+    if (sent < len) { // held-back bytes at the end (a cut UTF-8 character becomes U+FFFD)
+        bn_tok_event ev = {.id = -1, .text = bn_utf8_sanitize(text + sent, len - sent, NULL)};
         task_push(t, &ev);
     }
     t->stop_type = stop_type;
