@@ -14,6 +14,37 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+// Starts bonsai-serve on a free port with the tiny model; returns its pid (url filled) or -1.
+static pid_t start_server(const char *serve, const char *model, const char *ready, char *url, size_t n) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        freopen("/dev/null", "w", stdout);
+        execl(serve, serve, "-m", model, "--port", "0", "-t", "1", "-c", "512", "--ready-file", ready, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300; i++) { // up to 30 s
+        FILE *f = fopen(ready, "r");
+        char hp[128] = "";
+        if (f) {
+            if (fgets(hp, sizeof hp, f) && strchr(hp, ':')) {
+                fclose(f);
+                hp[strcspn(hp, "\r\n")] = 0;
+                snprintf(url, n, "http://%s", hp);
+                return pid;
+            }
+            fclose(f);
+        }
+        if (waitpid(pid, NULL, WNOHANG) == pid) return -1;
+        usleep(100000);
+    }
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
 
 typedef struct {
     int listen_fd;
@@ -116,6 +147,51 @@ int main(void) {
     close(f.listen_fd);
     bn_source_free(src);
     CHECK(bn_source_http("https://x", tok, 0, err, sizeof err) == NULL && strstr(err, "unsupported"), "https refused");
+    { // against the project's own server: greedy ids and raw top-K match the in-process source
+        const char *build = getenv("BONSAI_BUILD_ROOT");
+        char serve[512], ready[256], surl[128];
+        snprintf(serve, sizeof serve, "%s/tools/bonsai-serve", build ? build : "build");
+        snprintf(ready, sizeof ready, "%s/ready", dir);
+        pid_t pid = access(serve, X_OK) == 0 ? start_server(serve, path, ready, surl, sizeof surl) : -1;
+        if (pid < 0) {
+            printf("bonsai-serve not available or did not start: server comparison skipped\n");
+        } else {
+            bn_source *hs = bn_source_http(surl, tok, 60, err, sizeof err);
+            bn_source *ls = bn_source_inprocess(m, tok, 512, 1);
+            int32_t *ids;
+            int n = bn_tokenize(tok, "hello world, this is a test", 27, false, false, &ids);
+            bn_gen_params q = bn_gen_params_default();
+            q.temperature = 0;
+            q.n_predict = 16;
+            q.n_probs = 5;
+            bn_gen_result a, b;
+            int ra = hs ? hs->generate(hs, ids, n, &q, &a, err, sizeof err) : -1;
+            CHECK(ra == 0, "server generate: %s", err);
+            CHECK(ls->generate(ls, ids, n, &q, &b, err, sizeof err) == 0, "in-process generate: %s", err);
+            if (ra == 0) {
+                int same_ids = a.n == b.n;
+                double max_lp = 0;
+                for (int i = 0; same_ids && i < a.n; i++) {
+                    same_ids = a.ids[i] == b.ids[i];
+                    for (int j = 0; j < 5; j++) {
+                        same_ids = same_ids && a.topk[i * 5 + j].id == b.topk[i * 5 + j].id;
+                        max_lp = fmax(max_lp, fabs(a.topk[i * 5 + j].logprob - b.topk[i * 5 + j].logprob));
+                    }
+                }
+                CHECK(same_ids, "server vs in-process: same greedy ids and top-5 ids (n %d vs %d)", a.n, b.n);
+                // batch-size dependent float rounding only: tolerance 1e-3 nats
+                CHECK(max_lp <= 1e-3, "top-5 logprobs differ by %g", max_lp);
+                bn_gen_result_free(&a);
+            }
+            bn_gen_result_free(&b);
+            free(ids);
+            bn_source_free(hs);
+            bn_source_free(ls);
+            kill(pid, SIGTERM);
+            waitpid(pid, NULL, 0);
+            unlink(ready);
+        }
+    }
     bn_tokenizer_free(tok);
     bn_model_free(m);
     unlink(path);
