@@ -9,7 +9,7 @@ cd "$top"
 BUILD=${BUILD:-build}
 
 deps() {
-  local pkgs="meson ninja-build pkg-config gcc libopenblas-dev zlib1g-dev libjansson-dev libpcre2-dev libmicrohttpd-dev git npm"
+  local pkgs="meson ninja-build pkg-config gcc libopenblas-dev zlib1g-dev libjansson-dev libpcre2-dev libmicrohttpd-dev git npm nodejs curl jq bc cmake"
   local missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   if [ -n "$missing" ]; then
