@@ -9,9 +9,11 @@ cd "$top"
 BUILD=${BUILD:-build}
 
 deps() {
-  local pkgs="meson ninja-build pkg-config gcc libopenblas-dev zlib1g-dev libjansson-dev libpcre2-dev libmicrohttpd-dev git npm nodejs curl jq bc cmake"
+  local pkgs="meson ninja-build pkg-config gcc g++ libopenblas-dev zlib1g-dev libjansson-dev libpcre2-dev libmicrohttpd-dev git curl jq bc cmake"
   local missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  # node/npm may come from another packaging (e.g. nodesource): only install Debian's if absent
+  command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
   if [ -n "$missing" ]; then
     echo "bonsai: installing:$missing"
     [ "$(id -u)" = 0 ] || { echo "bonsai: run as root to install packages"; exit 1; }
