@@ -108,8 +108,11 @@ int bn_lora_add(bn_lora *l, const char *name, int layer, int target, int64_t n_i
     t->off_a = l->n_params;
     t->off_b = t->off_a + n_in * l->r;
     int64_t n_new = l->n_params + (n_in + n_out) * l->r;
-    l->params = xrealloc(l->params, (size_t)n_new * sizeof(float));
-    l->grads = xrealloc(l->grads, (size_t)n_new * sizeof(float));
+    if (n_new > l->param_cap) { // geometric growth: building a 27B adapter copies O(total) bytes, not O(n²)
+        l->param_cap = n_new > 2 * l->param_cap ? n_new : 2 * l->param_cap;
+        l->params = xrealloc(l->params, (size_t)l->param_cap * sizeof(float));
+        l->grads = xrealloc(l->grads, (size_t)l->param_cap * sizeof(float));
+    }
     memset(l->params + l->n_params, 0, (size_t)(n_new - l->n_params) * sizeof(float));
     memset(l->grads + l->n_params, 0, (size_t)(n_new - l->n_params) * sizeof(float));
     l->n_params = n_new;

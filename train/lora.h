@@ -45,7 +45,7 @@ typedef struct {
     char arch[32];        // general.architecture of the base
     int n_tensors, cap;
     bn_lora_tensor *t;
-    int64_t n_params;
+    int64_t n_params, param_cap;
     float *params;        // [n_params]: every A then B, in tensor order
     float *grads;         // [n_params]
 } bn_lora;
