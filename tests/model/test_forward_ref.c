@@ -229,11 +229,12 @@ static void tmp_path(char *buf, size_t n, const char *tag) {
 
 // run_model_checks: writes the tiny model, compares bn_forward against the reference.
 // tol_logit: max |Δlogit| allowed vs float64 (F32 weights: 1e-3); nmse_tol used for quantized.
-static void run_model_checks(const char *arch, int wtype, double tol_logit, double nmse_tol) {
+static void run_model_checks(const char *arch, int wtype, double tol_logit, double nmse_tol, const char *pattern) {
     char err[512], path[256], what[128];
     tiny_model *tm = xcalloc(1, sizeof *tm);
     tiny_defaults(tm, arch);
     tm->wtype = wtype;
+    if (pattern) tm->pattern = pattern, tm->L = (int)strlen(pattern);
     tiny_build(tm);
     tmp_path(path, sizeof path, arch);
     CHECK(tiny_write(tm, path, err, sizeof err) == 0, "write %s: %s", arch, err);
@@ -246,6 +247,8 @@ static void run_model_checks(const char *arch, int wtype, double tol_logit, doub
     }
     const int H = tm->H, V = tm->V, L = tm->L;
     CHECK(m->cfg.n_vocab == V && m->cfg.n_layer == L && m->cfg.tied_output == tm->tied, "%s config", arch);
+    for (int il = 0; il < L; il++)
+        CHECK(m->cfg.is_recurrent[il] == tiny_is_recurrent(tm, il), "%s layer %d recurrent flag", arch, il);
 
     int32_t tokens[T_TOK];
     for (int t = 0; t < T_TOK; t++) tokens[t] = (int32_t)((t * 37 + 11) % V);
@@ -410,15 +413,17 @@ static void check_load_error(const char *drop, const char *shrink, const char *e
 
 int main(void) {
     // F32 weights: float64 reference within 1e-3 on every logit (task requirement), NMSE < 1e-10.
-    run_model_checks("qwen35", BN_F32, 1e-3, 1e-10);
-    run_model_checks("qwen3", BN_F32, 1e-3, 1e-10);
-    run_model_checks("llama", BN_F32, 1e-3, 1e-10);
-    run_model_checks("qwen2", BN_F32, 1e-3, 1e-10);
+    run_model_checks("qwen35", BN_F32, 1e-3, 1e-10, NULL);
+    run_model_checks("qwen3", BN_F32, 1e-3, 1e-10, NULL);
+    run_model_checks("llama", BN_F32, 1e-3, 1e-10, NULL);
+    run_model_checks("qwen2", BN_F32, 1e-3, 1e-10, NULL);
+    // layer pattern from the attention.recurrent_layers array (overrides the interval rule)
+    run_model_checks("qwen35", BN_F32, 1e-3, 1e-10, "RARRA");
     // Quantized weights: the reference uses the dequantized weights but f64 activations, while the
     // engine rounds every matmul input to Q8_0 (exactness of that path: test_ops). Through 4 random
     // layers this gives NMSE ~4e-3 (Q8_0) / ~2e-3 (Q1_0); bound 2e-2 (a layout bug gives ~1).
-    run_model_checks("qwen35", BN_Q8_0, 0, 2e-2);
-    run_model_checks("qwen35", BN_Q1_0, 0, 2e-2);
+    run_model_checks("qwen35", BN_Q8_0, 0, 2e-2, NULL);
+    run_model_checks("qwen35", BN_Q1_0, 0, 2e-2, NULL);
     check_long_prefill();
     check_load_error("blk.2.ssm_a", NULL, "blk.2.ssm_a: missing tensor");
     check_load_error(NULL, "blk.3.attn_q.weight", "blk.3.attn_q.weight: expected {128, 256}, got {128, 128}");

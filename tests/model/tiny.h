@@ -27,6 +27,8 @@ typedef struct {
     const char *arch; // "qwen35" | "qwen3" | "llama" | "qwen2" (q/k/v biases)
     int H, L, nh, nkv, hd, n_rot, F, V, ctx;
     int dk, Hk, Hv, K, interval; // qwen35
+    const char *pattern;         // qwen35: per-layer "R"ecurrent / "A"ttention written as the
+                                 // attention.recurrent_layers bool array (NULL = interval rule)
     float eps, rope_base;
     bool tied;
     bool u32_keys; // llama.cpp-loadable: every integer KV as u32 (llama.cpp rejects i32/u64 there)
@@ -117,7 +119,9 @@ static inline void tiny_add_blk(tiny_model *m, int il, const char *suffix, int n
 }
 
 static inline bool tiny_is_recurrent(const tiny_model *m, int il) {
-    return strcmp(m->arch, "qwen35") == 0 && (il + 1) % m->interval != 0;
+    if (strcmp(m->arch, "qwen35") != 0) return false;
+    if (m->pattern) return m->pattern[il] == 'R';
+    return (il + 1) % m->interval != 0;
 }
 
 // tiny_build: generates all tensors for the configuration in m.
@@ -194,6 +198,11 @@ static inline int tiny_write(tiny_model *m, const char *path, char *err, size_t 
         gguf_set_u32(w, TK("ssm.time_step_rank"), (uint32_t)m->Hv);
         gguf_set_u32(w, TK("ssm.inner_size"), (uint32_t)(m->Hv * m->dk));
         gguf_set_u32(w, TK("full_attention_interval"), (uint32_t)m->interval);
+        if (m->pattern) { // overrides the interval rule
+            bool rec[64];
+            for (int il = 0; il < m->L; il++) rec[il] = m->pattern[il] == 'R';
+            gguf_set_arr(w, TK("attention.recurrent_layers"), GGUF_TYPE_BOOL, (uint64_t)m->L, rec);
+        }
     }
     if (m->u32_keys) {
         gguf_set_str(w, "tokenizer.ggml.model", "none");
