@@ -4,7 +4,8 @@
 // 2. with --pure, every quantized tensor equals ggml_quantize_chunk (libggml-base) on the same fp32 rows,
 //    for Q1_0, Q2_0, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, TQ1_0, TQ2_0 (where this build has the quantizer);
 // 3. if third_party/llama.cpp/build/bin/llama-quantize exists (scripts/build-llamacpp.sh): our files equal
-//    llama-quantize's byte for byte (--pure Q1_0, Q2_0, Q8_0; default mix Q4_0 and Q1_0 with --llama-mix).
+//    llama-quantize's byte for byte: --pure Q1_0/Q2_0/Q8_0; default mixes Q4_0/Q4_1/Q6_K/TQ1_0/TQ2_0;
+//    Q1_0/Q2_0 with --llama-mix; a tied model; a --tensor-type regex.
 // Skips (77) with a message when the llama.cpp reference is missing.
 #include "tests/test.h"
 #include "tests/ref/llama_ref.h"
@@ -105,7 +106,7 @@ static void test_load(void) {
             syy += (lg[i] - mean2) * (lg[i] - mean2);
         }
         double corr = sxy / sqrt(var * syy + 1e-300);
-        printf("load %-5s ok: corr with F16 logits %.5f (bound > %.3f), max|dlogit|/sd %.4f\n", cases[c].type, corr,
+        printf("load %-5s ok: corr with F16 logits %.5f (bound > %.5f), max|dlogit|/sd %.4f\n", cases[c].type, corr,
                cases[c].bound, maxd / sd);
         CHECK(corr > cases[c].bound, "%s: logit correlation %.5f <= %.3f", cases[c].type, corr, cases[c].bound);
         free(lg);
@@ -178,7 +179,7 @@ static bool files_equal(const char *a, const char *b) {
     return eq;
 }
 
-// Part 3: whole files vs llama-quantize.
+// Part 3: whole files vs llama-quantize (same rules, KV order, tensor order, padding).
 static void test_llama_quantize(void) {
     char exe[400];
     test_third_party(exe, sizeof exe, "llama.cpp/build/bin/llama-quantize");
@@ -186,24 +187,47 @@ static void test_llama_quantize(void) {
         printf("note: %s not built (scripts/build-llamacpp.sh); byte comparison with llama-quantize skipped\n", exe);
         return;
     }
-    struct { const char *type; bool pure, mix; } cases[] = {
-        {"Q1_0", true, false}, {"Q2_0", true, false}, {"Q8_0", true, false}, {"Q4_0", false, false},
-        {"Q1_0", false, true},
+    // src: untied or tied model; ours: pure / llama_mix / one --tensor-type rule; theirs: llama-quantize flags
+    struct { const char *src, *type; bool pure, mix; const char *rule, *llama_flags; } cases[] = {
+        {"f16-src.gguf", "Q1_0", true, false, NULL, "--pure"},
+        {"f16-src.gguf", "Q2_0", true, false, NULL, "--pure"},
+        {"f16-src.gguf", "Q8_0", true, false, NULL, "--pure"},
+        {"f16-src.gguf", "Q4_0", false, false, NULL, ""},
+        {"f16-src.gguf", "Q4_1", false, false, NULL, ""},
+        {"f16-src.gguf", "Q6_K", false, false, NULL, ""},
+        {"f16-src.gguf", "TQ1_0", false, false, NULL, ""},
+        {"f16-src.gguf", "TQ2_0", false, false, NULL, ""},
+        {"f16-src.gguf", "Q1_0", false, true, NULL, ""},
+        {"f16-src.gguf", "Q2_0", false, true, NULL, ""},
+        {"f16-tied.gguf", "Q2_0", false, true, NULL, ""},
+        {"f16-tied.gguf", "Q4_0", false, false, NULL, ""},
+        {"f16-src.gguf", "Q2_0", false, true, "ATTN_.*=q8_0", "--tensor-type 'ATTN_.*=q8_0'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char ours[64], theirs[64], cmd[1200];
+        char ours[64], theirs[64], cmd[1600];
         snprintf(ours, sizeof ours, "cmp-ours-%zu.gguf", c);
         snprintf(theirs, sizeof theirs, "cmp-llama-%zu.gguf", c);
-        if (quantize(path_of("f16-src.gguf"), path_of(ours), cases[c].type, cases[c].pure, cases[c].mix) != 0) continue;
-        snprintf(cmd, sizeof cmd, "'%s' %s '%s' '%s' %s 2 > '%s' 2>&1", exe, cases[c].pure ? "--pure" : "",
-                 path_of("f16-src.gguf"), path_of(theirs), cases[c].type, path_of("llama-quantize.log"));
-        int rc = system(cmd);
+        bn_quantize_params p = bn_quantize_params_default();
+        p.type = cases[c].type;
+        p.pure = cases[c].pure;
+        p.llama_mix = cases[c].mix;
+        p.tensor_types = &cases[c].rule;
+        p.n_tensor_types = cases[c].rule ? 1 : 0;
+        p.n_threads = 2;
+        p.log = NULL;
+        char err[512];
+        int rc = bn_quantize_file(&p, path_of(cases[c].src), path_of(ours), err, sizeof err);
+        CHECK(rc == 0, "quantize %s: %s", cases[c].type, err);
+        if (rc != 0) continue;
+        snprintf(cmd, sizeof cmd, "'%s' %s '%s' '%s' %s 2 > '%s' 2>&1", exe, cases[c].llama_flags, path_of(cases[c].src),
+                 path_of(theirs), cases[c].type, path_of("llama-quantize.log"));
+        rc = system(cmd);
         CHECK(rc == 0, "llama-quantize %s failed (log %s)", cases[c].type, path_of("llama-quantize.log"));
         if (rc != 0) continue;
         bool eq = files_equal(path_of(ours), path_of(theirs));
-        CHECK(eq, "bonsai-quantize %s%s == llama-quantize %s%s byte for byte", cases[c].type,
-              cases[c].mix ? " --llama-mix" : cases[c].pure ? " --pure" : "", cases[c].type, cases[c].pure ? " --pure" : "");
-        printf("llama-quantize %s%s: %s\n", cases[c].pure ? "--pure " : "", cases[c].type,
+        CHECK(eq, "case %zu: bonsai-quantize %s == llama-quantize %s %s on %s byte for byte", c, cases[c].type,
+              cases[c].llama_flags, cases[c].type, cases[c].src);
+        printf("llama-quantize %-28s %-5s on %-13s: %s\n", cases[c].llama_flags, cases[c].type, cases[c].src,
                eq ? "byte-identical" : "DIFFERENT");
     }
 }
@@ -230,6 +254,11 @@ int main(void) {
     mp.type = BN_F16;
     if (bn_mkmodel_write(&mp, path_of("f16-src.gguf"), err, sizeof err) != 0) {
         CHECK(0, "mkmodel: %s", err);
+        return test_done("quantize_llama");
+    }
+    mp.tied = true;
+    if (bn_mkmodel_write(&mp, path_of("f16-tied.gguf"), err, sizeof err) != 0) {
+        CHECK(0, "mkmodel tied: %s", err);
         return test_done("quantize_llama");
     }
     test_load();
