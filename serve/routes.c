@@ -87,23 +87,32 @@ static void random_id(char *buf, size_t n) {
 // ---- final objects ------------------------------------------------------------------------------
 
 // native_final: the /completion object (§3.2); content/probs only when full (non-stream).
-static json_t *native_final(bn_server *srv, bn_task *t, bool full) {
-    json_t *o = json_object();
+// collect: the task's whole generated text (malloc'd, *len bytes), and, per generated token, its
+// probability entry (if n_probs > 0) into probs and its id into tokens (either may be NULL).
+static char *collect(bn_server *srv, const bn_task *t, size_t *len_out, json_t *probs, json_t *tokens) {
     size_t cap = 1024, len = 0;
     char *content = xmalloc(cap);
     content[0] = 0;
-    json_t *probs = json_array(), *tokens = json_array();
-    bool nl = false;
     for (int i = 0; i < t->n_ev; i++) {
         const bn_tok_event *e = &t->ev[i];
         size_t k = strlen(e->text);
         if (len + k + 1 > cap) content = xrealloc(content, cap = 2 * (len + k + 1));
         memcpy(content + len, e->text, k + 1);
         len += k;
-        if (e->id >= 0 && t->p.n_probs > 0) json_array_append_new(probs, prob_entry(srv, e, t->p.post_sampling_probs));
-        if (e->id >= 0) json_array_append_new(tokens, json_integer(e->id));
+        if (e->id < 0) continue;
+        if (probs && t->p.n_probs > 0) json_array_append_new(probs, prob_entry(srv, e, t->p.post_sampling_probs));
+        if (tokens) json_array_append_new(tokens, json_integer(e->id));
     }
-    nl = strchr(content, '\n') != NULL;
+    *len_out = len;
+    return content;
+}
+
+static json_t *native_final(bn_server *srv, bn_task *t, bool full) {
+    json_t *o = json_object();
+    json_t *probs = json_array(), *tokens = json_array();
+    size_t len;
+    char *content = collect(srv, t, &len, probs, tokens);
+    bool nl = strchr(content, '\n') != NULL;
     size_t plen = 0;
     char *prompt = bn_detokenize(srv->tok, t->p.prompt, t->p.n_prompt, true, &plen);
     json_object_set_new(o, "index", json_integer(0));
@@ -132,18 +141,9 @@ static json_t *native_final(bn_server *srv, bn_task *t, bool full) {
 
 // oai_final: non-stream /v1/completions or /v1/chat/completions object (§6, §7).
 static json_t *oai_final(bn_server *srv, bn_task *t, int kind) {
-    size_t cap = 1024, len = 0;
-    char *content = xmalloc(cap);
-    content[0] = 0;
     json_t *probs = json_array();
-    for (int i = 0; i < t->n_ev; i++) {
-        const bn_tok_event *e = &t->ev[i];
-        size_t k = strlen(e->text);
-        if (len + k + 1 > cap) content = xrealloc(content, cap = 2 * (len + k + 1));
-        memcpy(content + len, e->text, k + 1);
-        len += k;
-        if (e->id >= 0 && t->p.n_probs > 0) json_array_append_new(probs, prob_entry(srv, e, t->p.post_sampling_probs));
-    }
+    size_t len;
+    char *content = collect(srv, t, &len, probs, NULL);
     json_t *logprobs = t->p.n_probs > 0 ? json_pack("{s:o}", "content", probs) : (json_decref(probs), json_null());
     json_t *choice;
     if (kind == API_OAI_CHAT)
