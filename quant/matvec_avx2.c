@@ -37,11 +37,14 @@ static inline __m256i permute_q2(__m256i q) {
     return _mm256_permutevar8x32_epi32(dwords, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, bool q1, prepared_q8 *P) {
+enum { ORDER_NATURAL, ORDER_Q1, ORDER_Q2 };
+
+static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, int order, prepared_q8 *P) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int k = 0; k < nb; k++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)y[k].qs);
-        _mm256_store_si256((__m256i *)(P->q + 32 * k), q1 ? permute_q1(q) : permute_q2(q));
+        __m256i placed = order == ORDER_Q1 ? permute_q1(q) : order == ORDER_Q2 ? permute_q2(q) : q;
+        _mm256_store_si256((__m256i *)(P->q + 32 * k), placed);
         int sum = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
         P->d[k] = h2f(y[k].d);
         if (k % per_wblock == 0) P->t[k / per_wblock] = 0.0f;
@@ -49,8 +52,8 @@ static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, bool q1, 
     }
 }
 
-// The two row kernels are generated twice: AVX2 (maddubs + madd) and AVX512-VNNI on 256-bit vectors
-// (vpdpbusd does both in one instruction). ISUM(u, q) = 8 int32 lanes of sum(u (unsigned) * q (signed)).
+// The row kernels are generated for AVX2 (maddubs + madd) and, except single-row Q1_0 (which uses the
+// AVX512 mask kernel below), for AVX512-VNNI on 256-bit vectors (vpdpbusd does both in one instruction). ISUM(u, q) = 8 int32 lanes of sum(u (unsigned) * q (signed)).
 #define ISUM_AVX2(u, q) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1))
 #define ISUM_VNNI(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
 
@@ -173,8 +176,30 @@ DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
 DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
-DEFINE_ROWS_Q1_0(rows_q1_0_vnni, ISUM_VNNI)
 DEFINE_ROWS_Q2(rows_q2_vnni, ISUM_VNNI)
+
+// Q1_0 with AVX512BW masks: the 32 weight bits of a Q8_0 block are the byte mask (element j = bit j, the
+// natural activation order), a zero-masked load keeps q where the bit is set, and vpdpbusd with ones sums
+// them: sum((2b-1)q) = 2*sum(q where b) - sum(q).
+static float rows_q1_0_mask(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float corr = 0.0f;
+    for (int i = 0; i < nb / 4; i++) {
+        float dx = h2f(x[i].d);
+        __m256 block = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            uint32_t bits;
+            memcpy(&bits, x[i].qs + 4 * k, 4);
+            __m256i kept = _mm256_maskz_loadu_epi8((__mmask32)bits, P->q + 32 * (4 * i + k));
+            __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, kept);
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcast_ss(&P->d[4 * i + k]), block);
+        }
+        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);
+        corr += dx * P->t[i];
+    }
+    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;
+}
 #pragma GCC pop_options
 
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
@@ -193,12 +218,13 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
         P.d = (float *)((char *)heap + (size_t)nb * 32);
         P.t = P.d + nb;
     }
-    prepare_q8(vy, nb, per, type == BN_Q1_0, &P);
+    int order = type != BN_Q1_0 ? ORDER_Q2 : bn_have_vnni ? ORDER_NATURAL : ORDER_Q1;
+    prepare_q8(vy, nb, per, order, &P);
     const char *row = w;
     int bs = bn_type_size(type);
     if (type == BN_Q1_0) {
         for (int r = 0; r < nrows; r++, row += stride)
-            s[r] = bn_have_vnni ? rows_q1_0_vnni(nb, (const bn_block_q1_0 *)row, &P)
+            s[r] = bn_have_vnni ? rows_q1_0_mask(nb, (const bn_block_q1_0 *)row, &P)
                                 : rows_q1_0_avx2(nb, (const bn_block_q1_0 *)row, &P);
     } else {
         for (int r = 0; r < nrows; r++, row += stride)
@@ -225,7 +251,8 @@ int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, siz
         P[t].q = (int8_t *)base;
         P[t].d = (float *)(base + (size_t)nb * 32);
         P[t].t = P[t].d + nb;
-        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, per, type == BN_Q1_0, &P[t]);
+        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, per,
+                   type == BN_Q1_0 ? ORDER_Q1 : ORDER_Q2, &P[t]);
     }
     enum { ROW_BLOCK = 16 };
     for (int r0 = 0; r0 < nrows; r0 += ROW_BLOCK) {
