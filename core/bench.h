@@ -37,7 +37,9 @@ double bn_bench_stdev_ts(const bn_bench_result *r);
 const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n);
 
 // Markdown table exactly as llama-bench -o md prints it (CPU backend: threads column).
+// bn_bench_print_md_header: writes the header and alignment rows to f.
 void bn_bench_print_md_header(FILE *f);
+// bn_bench_print_md_row: writes one result row (model, size, params, CPU, threads, test, mean ± sd) to f.
 void bn_bench_print_md_row(FILE *f, const bn_bench_result *r);
 // bn_bench_print_md_footer: blank line then "build: <commit> (<number>)".
 void bn_bench_print_md_footer(FILE *f, const char *commit, int number);
