@@ -236,6 +236,14 @@ int bn_quantize_file_stats(const bn_quantize_params *p, const char *in, const ch
         bn_quant_rules_free(&rules);
         return -1;
     }
+    int64_t n_split = 1;
+    if (gguf_get_int(f, "split.count", &n_split) && n_split > 1) {
+        bn_err(err, errlen, "%s is part 1 of a %lld-file split GGUF; merge it first (llama-gguf-split --merge)", in,
+               (long long)n_split);
+        gguf_close(f);
+        bn_quant_rules_free(&rules);
+        return -1;
+    }
     rules.tied = gguf_find_tensor(f, "output.weight") == NULL;
     int rc = -1;
     int *order = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(int));

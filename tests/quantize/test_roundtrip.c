@@ -4,7 +4,8 @@
 // - quantized tensors equal the reference quantizer applied row by row (threads 1 and 3, fp32 and fp16 input);
 // - KV order (input order, split.* dropped, quantization_version + file_type last), tensor order (§5.5),
 //   non-quantizable tensors copied byte-exact;
-// - refusals: requantizing without --allow-requantize, Q1_0 with ne0 % 128 != 0; fallbacks counted; dry run;
+// - refusals: requantizing without --allow-requantize, Q1_0 with ne0 % 128 != 0, split inputs; fallbacks
+//   counted; dry run;
 // - the fused fp16/fp32 → Q1_0/Q2_0/PQ2_0 kernels equal dequantize + reference bit for bit, NaN/Inf included.
 #include "tests/test.h"
 #include "quant/quantize.h"
@@ -49,6 +50,7 @@ static const char *path_of(const char *name) {
 }
 
 static float *inputs[N_SPECS]; // fp32 data of each spec
+static uint32_t split_count;    // if > 0, write_model stores split.count = this (u32 scalar)
 
 // write_model: the test model; 2-D weights (not ssm_conv1d) in wtype (F32 or F16), the rest F32;
 // extra (may be NULL) is one more random 2-D weight.
@@ -59,6 +61,7 @@ static void write_model(const char *path, int wtype, const spec *extra) {
     gguf_set_u32(w, "general.quantization_version", 2); // must move to the end
     uint16_t one = 1;
     gguf_set_arr(w, "split.count", GGUF_TYPE_UINT16, 1, &one); // must be dropped
+    if (split_count) gguf_set_u32(w, "split.count", split_count);
     gguf_set_str(w, "general.name", "roundtrip");
     gguf_set_u32(w, "qwen35.block_count", 11);
     const char *toks[] = {"a", "b", "c"};
@@ -232,6 +235,13 @@ static void test_refusals(void) {
     const gguf_tensor *t = f ? gguf_find_tensor(f, "blk.3.ffn_gate.weight") : NULL;
     CHECK(t && t->type == BN_Q4_0, "ne0 192 → q4_0");
     gguf_close(f);
+    // part of a split model: refused with a clear message
+    split_count = 2;
+    write_model(path_of("split.gguf"), BN_F32, NULL);
+    split_count = 0;
+    CHECK(run_q(path_of("split.gguf"), path_of("split.q1.gguf"), "Q1_0", false, false, 1, NULL, err, sizeof err) != 0,
+          "split input refused");
+    CHECK(strstr(err, "split") != NULL, "message: %s", err);
     // dry run writes nothing
     bn_quantize_params p = bn_quantize_params_default();
     p.type = "Q8_0";
