@@ -12,6 +12,7 @@
 #include "core/util.h"
 #include "train/trainer.h"
 #include "train/lora.h"
+#include "train/backward.h"
 
 static void usage(int code) {
     fprintf(code ? stderr : stdout,
@@ -39,6 +40,7 @@ static void usage(int code) {
         "  --save-every N       (0)           --resume FILE      continue from a checkpoint\n"
         "  --log FILE           per-step JSON lines\n"
         "  --no-eval            skip the per-epoch no-grad evaluation\n"
+        "  -t N                 threads for attention / DeltaNet (all CPUs; matmuls use OpenBLAS threads)\n"
         "  -q                   no per-step lines\n");
     exit(code);
 }
@@ -46,7 +48,7 @@ static void usage(int code) {
 int main(int argc, char **argv) {
     const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL;
     bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    int max_seq = 6000;
+    int max_seq = 6000, n_threads = bn_n_threads_default();
     // loss overrides applied after the preset (NAN = keep)
     float eps = NAN, lnt = NAN, lt = NAN, taut = NAN, lagg = NAN, tagg = NAN;
     bool weighted = false;
@@ -87,6 +89,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--log") && has) o.log_jsonl = argv[++i];
         else if (!strcmp(a, "--no-eval")) o.eval_each_epoch = false;
         else if (!strcmp(a, "-q")) o.quiet = true;
+        else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
         else { fprintf(stderr, "bonsai-ftpo-train: unknown or incomplete option '%s'\n", a); usage(1); }
     }
     if (!model_path || !pairs_path || !o.out_adapter) usage(1);
@@ -114,6 +117,7 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    bn_train_set_threads(n_threads);
     bn_model *m = bn_model_load(model_path, err, sizeof err);
     if (!m) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err); // only for rows without ids

@@ -7,6 +7,7 @@
 #include "core/util.h"
 #include "quant/quant.h"
 #include "core/ops.h"
+#include "core/threads.h"
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -268,49 +269,81 @@ static void attn_probs(const float *qh, const float *k, int p, int hd, int nkv, 
     for (int tau = 0; tau <= p; tau++) P[tau] *= inv;
 }
 
+// The training pool (NULL = single-threaded); see bn_train_set_threads.
+static bn_pool *g_pool;
+
+void bn_train_set_threads(int n_threads) {
+    bn_pool_free(g_pool);
+    g_pool = n_threads > 1 ? bn_pool_new(n_threads) : NULL;
+}
+
+typedef struct {
+    const float *q, *k, *v, *dout;
+    float *out, *dq, *dk, *dv;
+    int T, hd, nh, nkv;
+    float scale;
+} attn_job;
+
+// attn_fwd_task: items are (position p, q head h) = p·nh + h.
+static void attn_fwd_task(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const attn_job *j = ctx;
+    int grp = j->nh / j->nkv;
+    float *scores = xmalloc((size_t)j->T * sizeof(float));
+    for (int64_t i = i0; i < i1; i++) {
+        int p = (int)(i / j->nh), h = (int)(i % j->nh), kvh = h / grp;
+        bn_attention_head(j->out + ((size_t)p * j->nh + h) * j->hd, j->q + ((size_t)p * j->nh + h) * j->hd,
+                          j->k + (size_t)kvh * j->hd, j->v + (size_t)kvh * j->hd, p + 1, (int64_t)j->nkv * j->hd, j->hd,
+                          j->scale, scores);
+    }
+    free(scores);
+}
+
 void bn_attn_fwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv,
                  float scale, float *out) {
-    int grp = nh / nkv;
-    float *scores = xmalloc((size_t)T * sizeof(float));
-    for (int p = 0; p < T; p++)
-        for (int h = 0; h < nh; h++) {
-            int kvh = h / grp;
-            bn_attention_head(out + ((size_t)p * nh + h) * hd, q + ((size_t)p * nh + h) * hd, k + (size_t)kvh * hd,
-                              v + (size_t)kvh * hd, p + 1, (int64_t)nkv * hd, hd, scale, scores);
-        }
-    free(scores);
+    attn_job j = {.q = q, .k = k, .v = v, .out = out, .T = T, .hd = hd, .nh = nh, .nkv = nkv, .scale = scale};
+    bn_parallel_for(g_pool, (int64_t)T * nh, attn_fwd_task, &j);
+}
+
+// attn_bwd_task: items are kv heads; each handles its q heads at every position, so dk/dv
+// (per kv head) and dq (per q head) are written by one task only.
+static void attn_bwd_task(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const attn_job *j = ctx;
+    const int hd = j->hd, nh = j->nh, nkv = j->nkv, T = j->T, grp = nh / nkv;
+    const float scale = j->scale;
+    float *P = xmalloc((size_t)T * sizeof(float));
+    float *dP = xmalloc((size_t)T * sizeof(float));
+    for (int64_t kvh = i0; kvh < i1; kvh++)
+        for (int p = 0; p < T; p++)
+            for (int h = (int)kvh * grp; h < ((int)kvh + 1) * grp; h++) {
+                const float *qh = j->q + ((size_t)p * nh + h) * hd;
+                const float *doh = j->dout + ((size_t)p * nh + h) * hd;
+                attn_probs(qh, j->k, p, hd, nkv, (int)kvh, scale, P);
+                double rowsum = 0; // Σ_τ dP_τ P_τ
+                for (int tau = 0; tau <= p; tau++) {
+                    const float *vr = j->v + ((size_t)tau * nkv + kvh) * hd;
+                    float s = 0;
+                    for (int d = 0; d < hd; d++) s += doh[d] * vr[d];
+                    dP[tau] = s;
+                    rowsum += (double)s * P[tau];
+                }
+                for (int tau = 0; tau <= p; tau++) {
+                    float dS = P[tau] * (dP[tau] - (float)rowsum);
+                    const float *kr = j->k + ((size_t)tau * nkv + kvh) * hd;
+                    size_t kvoff = ((size_t)tau * nkv + kvh) * hd;
+                    if (j->dq) for (int d = 0; d < hd; d++) j->dq[((size_t)p * nh + h) * hd + d] += scale * dS * kr[d];
+                    if (j->dk) for (int d = 0; d < hd; d++) j->dk[kvoff + d] += scale * dS * qh[d];
+                    if (j->dv) for (int d = 0; d < hd; d++) j->dv[kvoff + d] += P[tau] * doh[d];
+                }
+            }
+    free(P);
+    free(dP);
 }
 
 void bn_attn_bwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv,
                  float scale, const float *dout, float *dq, float *dk, float *dv) {
-    int grp = nh / nkv;
-    float *P = xmalloc((size_t)T * sizeof(float));
-    float *dP = xmalloc((size_t)T * sizeof(float));
-    for (int p = 0; p < T; p++)
-        for (int h = 0; h < nh; h++) {
-            int kvh = h / grp;
-            const float *qh = q + ((size_t)p * nh + h) * hd;
-            const float *doh = dout + ((size_t)p * nh + h) * hd;
-            attn_probs(qh, k, p, hd, nkv, kvh, scale, P);
-            double rowsum = 0; // Σ_τ dP_τ P_τ
-            for (int tau = 0; tau <= p; tau++) {
-                const float *vr = v + ((size_t)tau * nkv + kvh) * hd;
-                float s = 0;
-                for (int d = 0; d < hd; d++) s += doh[d] * vr[d];
-                dP[tau] = s;
-                rowsum += (double)s * P[tau];
-            }
-            for (int tau = 0; tau <= p; tau++) {
-                float dS = P[tau] * (dP[tau] - (float)rowsum);
-                const float *kr = k + ((size_t)tau * nkv + kvh) * hd;
-                size_t kvoff = ((size_t)tau * nkv + kvh) * hd;
-                if (dq) for (int d = 0; d < hd; d++) dq[((size_t)p * nh + h) * hd + d] += scale * dS * kr[d];
-                if (dk) for (int d = 0; d < hd; d++) dk[kvoff + d] += scale * dS * qh[d];
-                if (dv) for (int d = 0; d < hd; d++) dv[kvoff + d] += P[tau] * doh[d];
-            }
-        }
-    free(P);
-    free(dP);
+    attn_job j = {.q = q, .k = k, .v = v, .dout = dout, .dq = dq, .dk = dk, .dv = dv,
+                  .T = T, .hd = hd, .nh = nh, .nkv = nkv, .scale = scale};
+    bn_parallel_for(g_pool, nkv, attn_bwd_task, &j);
 }
 
 // ---- causal conv1d + SiLU ---------------------------------------------------------------------
@@ -360,111 +393,145 @@ void bn_conv1d_silu_bwd(const float *mix, const float *state0, const float *w, i
 // S layout (ops.h / ggml): S[j*dk + i] = S_ij, i = key dim, j = value dim.
 #define SIDX(i, j) ((size_t)(j) * dk + (i))
 
-void bn_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
-                const float *g, const float *beta, const float *S0, float *out, float *S_out) {
+typedef struct {
+    int T, Hk, Hv, dk, dv, CK;
+    const float *q, *k, *v, *g, *beta, *S0, *dout, *dS_final;
+    float *out, *S_out, *dq, *dk_, *dv_, *dg, *dbeta, *dS0;
+} gdn_job;
+
+// gdn_fwd_task: items are value heads (independent).
+static void gdn_fwd_task(void *ctx, int64_t h0, int64_t h1, int tid) {
+    const gdn_job *j = ctx;
+    const int dk = j->dk, dv = j->dv, Hk = j->Hk, Hv = j->Hv;
     size_t ssz = (size_t)dk * dv;
     float *S = xmalloc(ssz * sizeof(float));
-    for (int h = 0; h < Hv; h++) {
-        int kh = h % Hk;
-        if (S0) memcpy(S, S0 + h * ssz, ssz * sizeof(float)); else memset(S, 0, ssz * sizeof(float));
-        for (int t = 0; t < T; t++) {
-            const float *qh = q + ((size_t)t * Hk + kh) * dk, *kk = k + ((size_t)t * Hk + kh) * dk;
-            const float *vh = v + ((size_t)t * Hv + h) * dv;
+    for (int64_t h = h0; h < h1; h++) {
+        int kh = (int)(h % Hk);
+        if (j->S0) memcpy(S, j->S0 + h * ssz, ssz * sizeof(float)); else memset(S, 0, ssz * sizeof(float));
+        for (int t = 0; t < j->T; t++) {
             size_t gi = (size_t)t * Hv + h;
-            bn_gdn_step(S, qh, kk, vh, expf(g[gi]), beta[gi], out + gi * dv, dk, dv);
+            bn_gdn_step(S, j->q + ((size_t)t * Hk + kh) * dk, j->k + ((size_t)t * Hk + kh) * dk, j->v + gi * dv,
+                        expf(j->g[gi]), j->beta[gi], j->out + gi * dv, dk, dv);
         }
-        if (S_out) memcpy(S_out + h * ssz, S, ssz * sizeof(float));
+        if (j->S_out) memcpy(j->S_out + h * ssz, S, ssz * sizeof(float));
     }
     free(S);
+}
+
+void bn_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
+                const float *g, const float *beta, const float *S0, float *out, float *S_out) {
+    gdn_job j = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .g = g, .beta = beta,
+                 .S0 = S0, .out = out, .S_out = S_out};
+    float *tmp = NULL;
+    if (S_out && S_out == S0) { // aliasing: keep S0 intact until every head has read it
+        tmp = xmalloc((size_t)Hv * dk * dv * sizeof(float));
+        j.S_out = tmp;
+    }
+    bn_parallel_for(g_pool, Hv, gdn_fwd_task, &j);
+    if (tmp) { memcpy(S_out, tmp, (size_t)Hv * dk * dv * sizeof(float)); free(tmp); }
+}
+
+// gdn_bwd_head: the backward of one value head h (adds into its rows of dq/dk — the caller makes
+// sure no other thread works on a value head with the same key head).
+static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, float *dS, float *scratch, float *o_dummy) {
+    const int T = j->T, Hk = j->Hk, Hv = j->Hv, dk = j->dk, dv = j->dv, CK = j->CK, kh = h % Hk;
+    const float *q = j->q, *k = j->k, *v = j->v, *g = j->g, *beta = j->beta;
+    float *dq = j->dq, *dk_ = j->dk_, *dv_ = j->dv_, *dg = j->dg, *dbeta = j->dbeta;
+    size_t ssz = (size_t)dk * dv;
+    float *u = scratch, *delta = u + dv, *ddelta = delta + dv, *du = ddelta + dv;
+    // forward pass storing checkpoints: ckpt[c] = S before step c·CK
+    float *S = chunk; // working state
+    if (j->S0) memcpy(S, j->S0 + h * ssz, ssz * sizeof(float)); else memset(S, 0, ssz * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        if (t % CK == 0) memcpy(ckpt + (size_t)(t / CK) * ssz, S, ssz * sizeof(float));
+        size_t gi = (size_t)t * Hv + h;
+        bn_gdn_step(S, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]), beta[gi],
+                    o_dummy, dk, dv);
+    }
+    if (j->dS_final) memcpy(dS, j->dS_final + h * ssz, ssz * sizeof(float)); else memset(dS, 0, ssz * sizeof(float));
+    for (int c = T > 0 ? (T - 1) / CK : -1; c >= 0; c--) {
+        int t0 = c * CK, t1 = t0 + CK < T ? t0 + CK : T;
+        // recompute: chunk[s] = state before step t0 + s (s = 0..t1−t0)
+        memcpy(chunk, ckpt + (size_t)c * ssz, ssz * sizeof(float));
+        for (int t = t0; t < t1; t++) {
+            float *Sn = chunk + (size_t)(t - t0 + 1) * ssz;
+            memcpy(Sn, chunk + (size_t)(t - t0) * ssz, ssz * sizeof(float));
+            size_t gi = (size_t)t * Hv + h;
+            bn_gdn_step(Sn, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]),
+                        beta[gi], o_dummy, dk, dv);
+        }
+        for (int t = t1 - 1; t >= t0; t--) {
+            const float *Sp = chunk + (size_t)(t - t0) * ssz;     // S_{t−1}
+            const float *St = chunk + (size_t)(t - t0 + 1) * ssz; // S_t
+            const float *qh = q + ((size_t)t * Hk + kh) * dk, *kk = k + ((size_t)t * Hk + kh) * dk;
+            size_t gi = (size_t)t * Hv + h;
+            const float *vh = v + gi * dv, *doh = j->dout + gi * dv;
+            float *dqh = dq ? dq + ((size_t)t * Hk + kh) * dk : NULL;
+            float *dkh = dk_ ? dk_ + ((size_t)t * Hk + kh) * dk : NULL;
+            float alpha = expf(g[gi]), b = beta[gi];
+            // u = (αS_{t−1})ᵀk, δ = β(v − u)
+            for (int jj = 0; jj < dv; jj++) {
+                float acc = 0;
+                for (int i = 0; i < dk; i++) acc += Sp[SIDX(i, jj)] * kk[i];
+                u[jj] = alpha * acc;
+                delta[jj] = b * (vh[jj] - u[jj]);
+            }
+            // 1. o = S_tᵀq: dq += S_t·do; dS += q·doᵀ.  2. S_t = S' + kδᵀ: dk += dS·δ; dδ = dSᵀk
+            for (int jj = 0; jj < dv; jj++) {
+                float dd = 0;
+                for (int i = 0; i < dk; i++) {
+                    if (dqh) dqh[i] += St[SIDX(i, jj)] * doh[jj];
+                    dS[SIDX(i, jj)] += qh[i] * doh[jj];
+                    if (dkh) dkh[i] += dS[SIDX(i, jj)] * delta[jj];
+                    dd += dS[SIDX(i, jj)] * kk[i];
+                }
+                ddelta[jj] = dd;
+            }
+            // 3. δ = β(v − u): dv = β·dδ; dβ = dδ·(v − u); du = −β·dδ
+            double dbeta_acc = 0;
+            for (int jj = 0; jj < dv; jj++) {
+                if (dv_) dv_[gi * dv + jj] += b * ddelta[jj];
+                dbeta_acc += (double)ddelta[jj] * (vh[jj] - u[jj]);
+                du[jj] = -b * ddelta[jj];
+            }
+            if (dbeta) dbeta[gi] += (float)dbeta_acc;
+            // 4. u = S'ᵀk, S' = αS_{t−1}: dS' += k·duᵀ; dk += S'·du
+            // 5. dα = ⟨dS', S_{t−1}⟩; dg = α·dα; dS_{t−1} = α·dS'
+            double dalpha = 0;
+            for (int jj = 0; jj < dv; jj++)
+                for (int i = 0; i < dk; i++) {
+                    if (dkh) dkh[i] += alpha * Sp[SIDX(i, jj)] * du[jj];
+                    float d = dS[SIDX(i, jj)] + kk[i] * du[jj];
+                    dalpha += (double)d * Sp[SIDX(i, jj)];
+                    dS[SIDX(i, jj)] = alpha * d;
+                }
+            if (dg) dg[gi] += alpha * (float)dalpha;
+        }
+    }
+    if (j->dS0) for (size_t e = 0; e < ssz; e++) j->dS0[h * ssz + e] += dS[e];
+}
+
+// gdn_bwd_task: items are key heads κ; each runs the value heads h ≡ κ (mod Hk) one after the
+// other, so the shared dq/dk rows of κ are written by one thread only.
+static void gdn_bwd_task(void *ctx, int64_t k0, int64_t k1, int tid) {
+    const gdn_job *j = ctx;
+    size_t ssz = (size_t)j->dk * j->dv;
+    int n_ck = (j->T + j->CK - 1) / j->CK + 1;
+    float *ckpt = xmalloc((size_t)n_ck * ssz * sizeof(float));
+    float *chunk = xmalloc((size_t)(j->CK + 1) * ssz * sizeof(float));
+    float *dS = xmalloc(ssz * sizeof(float));
+    float *scratch = xmalloc((size_t)4 * j->dv * sizeof(float));
+    float *o_dummy = xmalloc((size_t)j->dv * sizeof(float));
+    for (int64_t kh = k0; kh < k1; kh++)
+        for (int h = (int)kh; h < j->Hv; h += j->Hk) gdn_bwd_head(j, h, ckpt, chunk, dS, scratch, o_dummy);
+    free(ckpt); free(chunk); free(dS); free(scratch); free(o_dummy);
 }
 
 void bn_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
                 const float *g, const float *beta, const float *S0, const float *dout, const float *dS_final,
                 int ckpt_every, float *dq, float *dk_, float *dv_, float *dg, float *dbeta, float *dS0) {
-    int CK = ckpt_every > 0 ? ckpt_every : 32;
-    int n_ck = (T + CK - 1) / CK + 1;
-    size_t ssz = (size_t)dk * dv;
-    float *ckpt = xmalloc((size_t)n_ck * ssz * sizeof(float));      // ckpt[c] = S before step c·CK
-    float *chunk = xmalloc((size_t)(CK + 1) * ssz * sizeof(float)); // chunk[s] = S before step t0 + s
-    float *dS = xmalloc(ssz * sizeof(float));
-    float *scratch = xmalloc((size_t)4 * dv * sizeof(float));
-    float *u = scratch, *delta = u + dv, *ddelta = delta + dv, *du = ddelta + dv;
-    float *o_dummy = xmalloc((size_t)dv * sizeof(float));
-    for (int h = 0; h < Hv; h++) {
-        int kh = h % Hk;
-        // forward pass storing checkpoints
-        float *S = chunk; // working state
-        if (S0) memcpy(S, S0 + h * ssz, ssz * sizeof(float)); else memset(S, 0, ssz * sizeof(float));
-        for (int t = 0; t < T; t++) {
-            if (t % CK == 0) memcpy(ckpt + (size_t)(t / CK) * ssz, S, ssz * sizeof(float));
-            const float *qh = q + ((size_t)t * Hk + kh) * dk, *kk = k + ((size_t)t * Hk + kh) * dk;
-            size_t gi = (size_t)t * Hv + h;
-            bn_gdn_step(S, qh, kk, v + gi * dv, expf(g[gi]), beta[gi], o_dummy, dk, dv);
-        }
-        if (dS_final) memcpy(dS, dS_final + h * ssz, ssz * sizeof(float)); else memset(dS, 0, ssz * sizeof(float));
-        for (int c = T > 0 ? (T - 1) / CK : -1; c >= 0; c--) {
-            int t0 = c * CK, t1 = t0 + CK < T ? t0 + CK : T;
-            memcpy(chunk, ckpt + (size_t)c * ssz, ssz * sizeof(float));
-            for (int t = t0; t < t1; t++) {
-                float *Sn = chunk + (size_t)(t - t0 + 1) * ssz;
-                memcpy(Sn, chunk + (size_t)(t - t0) * ssz, ssz * sizeof(float));
-                const float *qh = q + ((size_t)t * Hk + kh) * dk, *kk = k + ((size_t)t * Hk + kh) * dk;
-                size_t gi = (size_t)t * Hv + h;
-                bn_gdn_step(Sn, qh, kk, v + gi * dv, expf(g[gi]), beta[gi], o_dummy, dk, dv);
-            }
-            for (int t = t1 - 1; t >= t0; t--) {
-                const float *Sp = chunk + (size_t)(t - t0) * ssz;     // S_{t−1}
-                const float *St = chunk + (size_t)(t - t0 + 1) * ssz; // S_t
-                const float *qh = q + ((size_t)t * Hk + kh) * dk, *kk = k + ((size_t)t * Hk + kh) * dk;
-                size_t gi = (size_t)t * Hv + h;
-                const float *vh = v + gi * dv, *doh = dout + gi * dv;
-                float *dqh = dq ? dq + ((size_t)t * Hk + kh) * dk : NULL;
-                float *dkh = dk_ ? dk_ + ((size_t)t * Hk + kh) * dk : NULL;
-                float alpha = expf(g[gi]), b = beta[gi];
-                // u = (αS_{t−1})ᵀk, δ = β(v − u)
-                for (int j = 0; j < dv; j++) {
-                    float acc = 0;
-                    for (int i = 0; i < dk; i++) acc += Sp[SIDX(i, j)] * kk[i];
-                    u[j] = alpha * acc;
-                    delta[j] = b * (vh[j] - u[j]);
-                }
-                // 1. o = S_tᵀq: dq += S_t·do; dS += q·doᵀ.  2. S_t = S' + kδᵀ: dk += dS·δ; dδ = dSᵀk
-                for (int j = 0; j < dv; j++) {
-                    float dd = 0;
-                    for (int i = 0; i < dk; i++) {
-                        if (dqh) dqh[i] += St[SIDX(i, j)] * doh[j];
-                        dS[SIDX(i, j)] += qh[i] * doh[j];
-                        if (dkh) dkh[i] += dS[SIDX(i, j)] * delta[j];
-                        dd += dS[SIDX(i, j)] * kk[i];
-                    }
-                    ddelta[j] = dd;
-                }
-                // 3. δ = β(v − u): dv = β·dδ; dβ = dδ·(v − u); du = −β·dδ
-                double dbeta_acc = 0;
-                for (int j = 0; j < dv; j++) {
-                    if (dv_) dv_[gi * dv + j] += b * ddelta[j];
-                    dbeta_acc += (double)ddelta[j] * (vh[j] - u[j]);
-                    du[j] = -b * ddelta[j];
-                }
-                if (dbeta) dbeta[gi] += (float)dbeta_acc;
-                // 4. u = S'ᵀk, S' = αS_{t−1}: dS' += k·duᵀ; dk += S'·du
-                // 5. dα = ⟨dS', S_{t−1}⟩; dg = α·dα; dS_{t−1} = α·dS'
-                double dalpha = 0;
-                for (int j = 0; j < dv; j++)
-                    for (int i = 0; i < dk; i++) {
-                        if (dkh) dkh[i] += alpha * Sp[SIDX(i, j)] * du[j];
-                        float d = dS[SIDX(i, j)] + kk[i] * du[j];
-                        dalpha += (double)d * Sp[SIDX(i, j)];
-                        dS[SIDX(i, j)] = alpha * d;
-                    }
-                if (dg) dg[gi] += alpha * (float)dalpha;
-            }
-        }
-        if (dS0) for (size_t e = 0; e < ssz; e++) dS0[h * ssz + e] += dS[e];
-    }
-    free(ckpt);
-    free(chunk);
-    free(dS);
-    free(scratch);
-    free(o_dummy);
+    gdn_job j = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .CK = ckpt_every > 0 ? ckpt_every : 32,
+                 .q = q, .k = k, .v = v, .g = g, .beta = beta, .S0 = S0, .dout = dout, .dS_final = dS_final,
+                 .dq = dq, .dk_ = dk_, .dv_ = dv_, .dg = dg, .dbeta = dbeta, .dS0 = dS0};
+    bn_parallel_for(g_pool, Hk, gdn_bwd_task, &j);
 }

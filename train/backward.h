@@ -13,6 +13,10 @@
 #include <stdint.h>
 #include "core/model.h"
 
+// bn_train_set_threads: threads for the attention and GDN forward/backward of this module
+// (<= 1: single-threaded, the default). Matmuls use OpenBLAS's own threads.
+void bn_train_set_threads(int n_threads);
+
 // A LoRA pair attached to one linear: y = W x + scale·B(A x). Gradients dA/dB may be NULL.
 typedef struct {
     int r;

@@ -177,5 +177,11 @@ int main(void) {
     test_recurrence(1);
     test_forward_consistency();
     test_chain();
+    bn_train_set_threads(3); // the same checks with key heads spread over threads
+    printf(" with 3 threads:\n");
+    test_recurrence(3);
+    test_forward_consistency();
+    test_chain();
+    bn_train_set_threads(1);
     return test_done("train_backward_gdn");
 }

@@ -372,6 +372,9 @@ int main(void) {
     if (bn_type_traits_of(BN_Q8_0) && bn_type_traits_of(BN_Q8_0)->from_float_ref) test_linear_lora(BN_Q8_0, false);
     if (bn_type_traits_of(BN_Q1_0) && bn_type_traits_of(BN_Q1_0)->from_float_ref) test_linear_lora(BN_Q1_0, true);
     test_attention();
+    bn_train_set_threads(2); // kv heads over threads
+    test_attention();
+    bn_train_set_threads(1);
     test_conv();
     return test_done("train_backward_ops");
 }
