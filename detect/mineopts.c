@@ -17,6 +17,43 @@ bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, 
     return bn_source_inprocess(m, tok, o->n_ctx, o->n_threads > 0 ? o->n_threads : bn_n_threads_default());
 }
 
+bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i) {
+    bn_mine_params mp = o->mine;
+    mp.gen.seed = o->mine.gen.seed + (uint64_t)i;
+    if (o->n_phrases > 0) mp.prime_phrase = o->phrases[i % o->n_phrases];
+    return mp;
+}
+
+void bn_mine_opts_free(bn_mine_opts *o) {
+    for (int i = 0; i < o->n_phrases; i++) free(o->phrases[i]);
+    free(o->phrases);
+    o->phrases = NULL;
+    o->n_phrases = 0;
+}
+
+// Loads non-empty lines of path as phrases ("\n" in a line stands for a newline); returns 0 or -1.
+static int load_phrases(bn_mine_opts *o, const char *path, char *err, size_t errlen) {
+    bn_lines *l = bn_lines_open(path, err, errlen);
+    if (!l) return -1;
+    const char *line;
+    size_t len;
+    while ((line = bn_lines_next(l, &len))) {
+        if (len == 0) continue;
+        char *ph = xmalloc(len + 1);
+        size_t k = 0;
+        for (size_t i = 0; i < len; i++) {
+            if (line[i] == '\\' && i + 1 < len && line[i + 1] == 'n') { ph[k++] = '\n'; i++; }
+            else ph[k++] = line[i];
+        }
+        ph[k] = 0;
+        o->phrases = xrealloc(o->phrases, (size_t)(o->n_phrases + 1) * sizeof *o->phrases);
+        o->phrases[o->n_phrases++] = ph;
+    }
+    bn_lines_close(l);
+    if (o->n_phrases == 0) return bn_err(err, errlen, "%s: no phrases", path);
+    return 0;
+}
+
 void bn_mine_opts_help(FILE *f) {
     fprintf(f,
             "  -m, --model PATH            GGUF model (required)\n"
@@ -29,6 +66,7 @@ void bn_mine_opts_help(FILE *f) {
             "  --thinking 1|0|-1           chat template: <think> open (1, default), closed (0), plain ChatML (-1)\n"
             "  --mode sample|prime         plain sampling (antidoom) or primed contexts (Bonsai), default sample\n"
             "  --prime-phrase TEXT         phrase repeated in primed contexts (default \"%s\")\n"
+            "  --prime-phrases FILE        one phrase per line (\\n = newline); prompt i uses line i mod count\n"
             "  --prime-repeats N           copies of the phrase (default 3)\n"
             "  --prime-prefix-tokens N     greedy prefix budget before the phrase (default 48)\n"
             "  --temp T                    temperature (default 0.1; <= 0 greedy)\n"
@@ -97,7 +135,10 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
         else if (!strcmp(v, "prime")) mp->mode = BN_MINE_PRIME;
         else return bn_err(err, errlen, "--mode: expected sample or prime");
     } else if (!strcmp(a, "--prime-phrase")) { VAL(); mp->prime_phrase = v; }
-    else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
+    else if (!strcmp(a, "--prime-phrases")) {
+        VAL();
+        if (load_phrases(o, v, err, errlen) < 0) return -1;
+    } else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
     else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens);
     else if (!strcmp(a, "--max-prompt-tokens")) INT(mp->max_prompt_tokens);
     else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature);

@@ -15,6 +15,8 @@ typedef struct {
     const char *server_url; // --server: generate through llama-server's /completion instead of in-process
     int timeout_s;   // per request with --server (1800)
     const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
+    char **phrases;  // --prime-phrases FILE: one phrase per line (prompt i uses phrases[i % n]); NULL = none
+    int n_phrases;
 } bn_mine_opts;
 
 // bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.
@@ -25,6 +27,10 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
 // bn_mine_opts_source: the in-process source for m, or the HTTP one with --server; NULL (err) on a bad URL.
 bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
                                char *err, size_t errlen);
+// bn_mine_opts_for_prompt: the mining parameters for prompt i (seed + i, its prime phrase).
+bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
+// bn_mine_opts_free: releases what the flags loaded (phrase list).
+void bn_mine_opts_free(bn_mine_opts *o);
 // bn_mine_opts_help: prints the shared flags with their defaults.
 void bn_mine_opts_help(FILE *f);
 #endif

@@ -345,6 +345,44 @@ int bn_regularise(const bn_pair_row *rows, int n, const bn_reg_params *p, bn_pai
     return n_sel;
 }
 
+int bn_split_heldout(bn_pair_row *rows, int n, double share, uint64_t seed) {
+    bn_strmap groups;
+    bn_strmap_init(&groups);
+    int *row_group = xmalloc((size_t)n * sizeof *row_group + 1);
+    for (int i = 0; i < n; i++) {
+        const char *g = rows[i].prime_state == 2 && rows[i].prime.phrase ? rows[i].prime.phrase
+                      : rows[i].source_prompt ? rows[i].source_prompt : "";
+        char tag = rows[i].prime_state == 2 ? 'P' : 'S';
+        size_t len = strlen(g);
+        char *key = xmalloc(len + 2);
+        key[0] = tag;
+        memcpy(key + 1, g, len + 1);
+        row_group[i] = bn_strmap_get(&groups, key, len + 1, NULL);
+        free(key);
+    }
+    int G = groups.n;
+    int n_held = (int)nearbyint(share * G);
+    if (share > 0 && G >= 2 && n_held < 1) n_held = 1;
+    if (n_held > G) n_held = G;
+    int *order = xmalloc((size_t)G * sizeof *order + 1);
+    for (int g = 0; g < G; g++) order[g] = g;
+    uint64_t rng = seed;
+    shuffle(order, G, &rng);
+    unsigned char *held = xcalloc((size_t)G + 1, 1);
+    for (int k = 0; k < n_held; k++) held[order[k]] = 1;
+    int n_rows_held = 0;
+    for (int i = 0; i < n; i++) {
+        free(rows[i].split);
+        rows[i].split = xstrdup(held[row_group[i]] ? "heldout" : "train");
+        n_rows_held += held[row_group[i]];
+    }
+    free(order);
+    free(held);
+    free(row_group);
+    bn_strmap_free(&groups);
+    return n_rows_held;
+}
+
 // ---- report ---------------------------------------------------------------------------------
 
 typedef struct { int idx; int count; } tok_count;

@@ -53,6 +53,11 @@ int bn_balance_parse(const char *s, bn_balance_mode *mode);
 // bn_regularise: selects and prunes rows; *out receives deep copies (free with bn_pairs_free);
 // returns the number of rows out (st may be NULL).
 int bn_regularise(const bn_pair_row *rows, int n, const bn_reg_params *p, bn_pair_row **out, bn_reg_stats *st);
+// bn_split_heldout: sets every row's split to "heldout" or "train" by group (the prime phrase when
+// the row has one, else source_prompt): round(share * groups) of the distinct groups (at least 1
+// when share > 0 and there are >= 2 groups), chosen by a seeded shuffle, are held out. Returns the
+// number of held-out rows.
+int bn_split_heldout(bn_pair_row *rows, int n, double share, uint64_t seed);
 // bn_reg_print_top: prints the `top` most frequent rejected tokens with their shares to f.
 void bn_reg_print_top(FILE *f, const bn_pair_row *rows, int n, int top, const char *title);
 // bn_median: median of n doubles (mean of the two middle values for even n; 0 for n = 0).

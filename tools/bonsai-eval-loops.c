@@ -67,8 +67,7 @@ int main(int argc, char **argv) {
     bn_progress bar;
     bn_progress_start(&bar, "eval", n);
     for (int i = 0; i < n; i++) {
-        bn_mine_params mp = o.mine;
-        mp.gen.seed = o.mine.gen.seed + (uint64_t)i;
+        bn_mine_params mp = bn_mine_opts_for_prompt(&o, i);
         mp.chosen.max_tokens = 0; // no pair rows needed
         bn_mine_result r;
         if (bn_mine_one(src, tok, &prompts[i], i, &mp, &r, err, sizeof err) < 0) {
@@ -108,6 +107,7 @@ int main(int argc, char **argv) {
     bn_source_free(src);
     bn_tokenizer_free(tok);
     bn_model_free(m);
+    bn_mine_opts_free(&o);
     bn_prompts_free(prompts, n);
     return rc;
 }

@@ -38,7 +38,9 @@ static void usage(FILE *f) {
                "  --max-rejected-share F      cap any rejected token's share (default off; e.g. 0.25)\n"
                "  --no-dedupe                 keep identical contexts\n"
                "  --seed N                    selection seed (default 3407)\n"
-               "  --top N                     rejected tokens shown (default 10)\n");
+               "  --top N                     rejected tokens shown (default 10)\n"
+               "  --heldout-out PATH          hold out whole prime-phrase (or prompt) groups into PATH first\n"
+               "  --heldout-share F           share of groups held out (default 0.2)\n");
 }
 
 static int fail(const char *msg) {
@@ -46,11 +48,26 @@ static int fail(const char *msg) {
     return 1;
 }
 
-static int regularise_main(const char *in, const char *out, bn_reg_params *rp, int top) {
+static int regularise_main(const char *in, const char *out, bn_reg_params *rp, int top, double heldout_share,
+                           const char *heldout_out) {
     char err[1024];
     bn_pair_row *rows = NULL;
     int n = bn_pairs_read(in, &rows, err, sizeof err);
     if (n < 0) return fail(err);
+    if (heldout_out) { // held-out groups go to their own file; the rest is regularised
+        int n_held = bn_split_heldout(rows, n, heldout_share, rp->seed);
+        bn_pair_row *held = xcalloc((size_t)n_held + 1, sizeof *held);
+        int h = 0, t = 0;
+        for (int i = 0; i < n; i++) {
+            if (!strcmp(rows[i].split, "heldout")) held[h++] = rows[i];
+            else rows[t++] = rows[i];
+        }
+        fprintf(stderr, "held out %d rows (%.0f%% of the phrase/prompt groups) -> %s\n", h, 100 * heldout_share, heldout_out);
+        int wrc = bn_pairs_write(heldout_out, held, h, err, sizeof err);
+        bn_pairs_free(held, h);
+        n = t;
+        if (wrc < 0) { bn_pairs_free(rows, n); return fail(err); }
+    }
     bn_reg_print_top(stderr, rows, n, top, "input");
     bn_pair_row *sel = NULL;
     bn_reg_stats st;
@@ -74,7 +91,8 @@ int main(int argc, char **argv) {
     char err[1024];
     bn_mine_opts o = bn_mine_opts_default();
     bn_reg_params rp = bn_reg_params_default();
-    const char *out_path = NULL, *gen_log = NULL, *reg_in = NULL, *split = NULL, *sha = NULL;
+    const char *out_path = NULL, *gen_log = NULL, *reg_in = NULL, *split = NULL, *sha = NULL, *heldout_out = NULL;
+    double heldout_share = 0.2;
     int target_pairs = 20000, top = 10;
     bool resume = false;
     for (int i = 1; i < argc; i++) {
@@ -103,6 +121,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--max-rejected-share") && has) rp.max_rejected_share = atof(argv[++i]);
         else if (!strcmp(a, "--no-dedupe")) rp.dedupe_contexts = false;
         else if (!strcmp(a, "--top") && has) top = atoi(argv[++i]);
+        else if (!strcmp(a, "--heldout-out") && has) heldout_out = argv[++i];
+        else if (!strcmp(a, "--heldout-share") && has) heldout_share = atof(argv[++i]);
         else {
             fprintf(stderr, "bonsai-mine-pairs: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -110,7 +130,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!out_path) { usage(stderr); return fail("-o/--out is required"); }
-    if (reg_in) return regularise_main(reg_in, out_path, &rp, top);
+    if (reg_in) return regularise_main(reg_in, out_path, &rp, top, heldout_share, heldout_out);
     if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
     if (bn_path_is_gz(out_path)) return fail("mining output must be plain .jsonl (it is appended); use --regularise to write .gz");
     char default_log[4096];
@@ -154,8 +174,7 @@ int main(int argc, char **argv) {
     bn_progress bar;
     bn_progress_start(&bar, "mining", n_prompts);
     for (int i = rs.n_done; i < n_prompts && n_pairs < target_pairs; i++) {
-        bn_mine_params mp = o.mine;
-        mp.gen.seed = o.mine.gen.seed + (uint64_t)i;
+        bn_mine_params mp = bn_mine_opts_for_prompt(&o, i);
         bn_mine_result r;
         if (bn_mine_one(src, tok, &prompts[i], i, &mp, &r, err, sizeof err) < 0) {
             fprintf(stderr, "\nbonsai-mine-pairs: prompt %d (line %d) skipped: %s\n", i, prompts[i].line, err);
@@ -193,6 +212,7 @@ int main(int argc, char **argv) {
     bn_source_free(src);
     bn_tokenizer_free(tok);
     bn_model_free(m);
+    bn_mine_opts_free(&o);
     bn_prompts_free(prompts, n_prompts);
     return rc;
 }

@@ -203,6 +203,34 @@ int main(void) {
         bn_pairs_free(out, n);
         for (int i = 0; i < 4; i++) bn_pair_row_free(&pool[i]);
     }
+    { // held-out split by prime phrase: 5 phrases x 2 rows, share 0.2 -> 1 phrase (2 rows) held out
+        bn_pair_row pool[12];
+        for (int i = 0; i < 12; i++) {
+            mk_row(&pool[i], i, " t", "a", 1, one);
+            if (i < 10) {
+                char ph[32];
+                snprintf(ph, sizeof ph, "phrase %d. ", i % 5);
+                pool[i].prime_state = 2;
+                pool[i].prime.phrase = xstrdup(ph);
+                pool[i].prime.repeats = 3;
+            }
+        }
+        int held = bn_split_heldout(pool, 10, 0.2, 3407);
+        int same_group_ok = 1;
+        for (int i = 0; i < 10; i++) same_group_ok &= !strcmp(pool[i].split, pool[(i + 5) % 10].split);
+        CHECK(held == 2 && same_group_ok, "held %d, groups kept together %d", held, same_group_ok);
+        char first[16];
+        snprintf(first, sizeof first, "%s", pool[0].split);
+        bn_split_heldout(pool, 10, 0.2, 3407);
+        CHECK(!strcmp(first, pool[0].split), "deterministic for a seed");
+        // unprimed rows group by source_prompt ("p" for both) -> 2 groups in 12 rows: the primed
+        // phrases (5) + one prompt group = 6 groups; share 0.5 -> 3 groups held out
+        held = bn_split_heldout(pool, 12, 0.5, 1);
+        CHECK(!strcmp(pool[10].split, pool[11].split), "same prompt, same split");
+        CHECK(held == 6, "3 of 6 groups x 2 rows held out (%d)", held);
+        CHECK(bn_split_heldout(pool, 12, 0.0, 1) == 0, "share 0 -> nothing held out");
+        for (int i = 0; i < 12; i++) bn_pair_row_free(&pool[i]);
+    }
     { // helpers: median (even/odd) and numpy-style percentile
         double v[] = {5, 1, 3, 2};
         CHECK_NEAR(bn_median(v, 4), 2.5, 0, "median even");

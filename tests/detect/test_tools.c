@@ -91,6 +91,22 @@ int main(void) {
     char *text = bn_read_file(js, &len, err, sizeof err);
     CHECK(text && strstr(text, "\"n\":3") && strstr(text, "\"loop_rate_ci95\""), "eval JSON: %s", text ? text : err);
     free(text);
+    { // prime mode with a phrase list: prompt i uses phrase i mod 2 (recorded in the log)
+        char phrases[256], plog[256], ppairs[256];
+        snprintf(phrases, sizeof phrases, "%s/phrases.txt", dir);
+        snprintf(plog, sizeof plog, "%s/plog.jsonl", dir);
+        snprintf(ppairs, sizeof ppairs, "%s/ppairs.jsonl", dir);
+        write_file(phrases, "Alpha one. \nBeta two.\\n\n");
+        snprintf(cmd, sizeof cmd, "%s -m %s -p %s -o %s --gen-log %s --mode prime --prime-phrases %s "
+                                  "--prime-prefix-tokens 4 %s 2>/dev/null", mine, model, prompts, ppairs, plog, phrases, common);
+        CHECK(system(cmd) == 0, "prime run");
+        size_t ln;
+        char *t = bn_read_file(plog, &ln, err, sizeof err);
+        CHECK(t && strstr(t, "\"prime_phrase\":\"Alpha one. \"") && strstr(t, "\"prime_phrase\":\"Beta two.\\n\"") &&
+              (strstr(t, "\"status\":\"escaped\"") || strstr(t, "\"status\":\"loop_detected\"")),
+              "phrases in the log: %.300s", t ? t : err);
+        free(t);
+    }
     snprintf(cmd, sizeof cmd, "%s -m %s 2>/dev/null", eval, model);
     CHECK(system(cmd) != 0, "missing -p is an error");
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
