@@ -1,6 +1,10 @@
 // tools/bonsai-eval-loops.c — doom-loop rate of a model (ANTIDOOM.md §13):
 //   bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [--mode sample|prime] [--label NAME]
 //                     [--json OUT.json] [--gen-log LOG.jsonl] [generation flags...]
+//   bonsai-eval-loops --from-log LOG.jsonl[.gz] [--label NAME] [--json OUT.json]
+// --from-log re-runs the detector on the "completion" of every row of an existing generation log
+// (ours or antidoom's iter_0_generations.jsonl); lengths are in characters there unless the rows
+// carry n_tokens, and the length-limit share needs hit_limit in the rows.
 // Generates one completion per prompt, runs the detector on the completion text and reports the
 // loop rate with a 95% Wilson interval, the share that hit --n-predict, and mean/median length in
 // tokens. In prime mode the rate is the primed loop-continuation rate (1 - escape rate).
@@ -14,12 +18,15 @@
 #include "detect/gzout.h"
 #include "detect/mineopts.h"
 #include "detect/stats.h"
+#include "detect/utext.h"
+#include <jansson.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [options]\n"
                "  --label NAME                label in the JSON result (default: model path)\n"
                "  --json PATH                 also write the JSON result to PATH (atomically)\n"
-               "  --gen-log PATH              write the generation log (.jsonl or .jsonl.gz)\n");
+               "  --gen-log PATH              write the generation log (.jsonl or .jsonl.gz)\n"
+               "  --from-log PATH             no generation: detector over the completions of an existing log\n");
     bn_mine_opts_help(f);
 }
 
@@ -28,10 +35,68 @@ static int fail(const char *msg) {
     return 1;
 }
 
+// Prints (and optionally writes) the statistics; returns the exit code.
+static int report(const bn_loop_stats *st, const char *label, const char *json_path, const char *what) {
+    char err[1024];
+    char *js = bn_loop_stats_json(st, label);
+    printf("%s\n", js);
+    fprintf(stderr, "%s: loop rate %.2f%% (95%% CI %.2f-%.2f%%) over %lld completions, %.2f%% hit the length limit, "
+                    "length mean %.0f median %.0f\n",
+            what, 100 * st->loop_rate, 100 * st->ci_lo, 100 * st->ci_hi, (long long)st->n, 100 * st->length_limit_share,
+            st->mean_len, st->median_len);
+    int rc = 0;
+    if (json_path && bn_write_file_atomic(json_path, js, strlen(js), err, sizeof err) < 0) rc = fail(err);
+    free(js);
+    return rc;
+}
+
+static int from_log(const char *path, const bn_rep_params *rp, const char *label, const char *json_path) {
+    char err[1024];
+    bn_lines *l = bn_lines_open(path, err, sizeof err);
+    if (!l) return fail(err);
+    int cap = 1024, n = 0, line_no = 0;
+    bool *looped = xmalloc((size_t)cap), *limit = xmalloc((size_t)cap);
+    double *len = xmalloc((size_t)cap * sizeof *len);
+    const char *line;
+    size_t ll;
+    while ((line = bn_lines_next(l, &ll))) {
+        line_no++;
+        if (ll == 0) continue;
+        bn_gen_row g;
+        if (bn_gen_row_parse(line, ll, &g, err, sizeof err) < 0) {
+            fprintf(stderr, "bonsai-eval-loops: %s:%d: %s\n", path, line_no, err);
+            bn_lines_close(l);
+            return 1;
+        }
+        if (n == cap) {
+            cap *= 2;
+            looped = xrealloc(looped, (size_t)cap);
+            limit = xrealloc(limit, (size_t)cap);
+            len = xrealloc(len, (size_t)cap * sizeof *len);
+        }
+        bn_rep_hit hit;
+        uint32_t *cp = xmalloc((strlen(g.completion) + 1) * sizeof *cp);
+        size_t ncp = bn_utf8_to_cps(g.completion, strlen(g.completion), cp, NULL);
+        looped[n] = bn_find_repetition(cp, ncp, rp, &hit) == 1;
+        free(cp);
+        json_t *nt = g.extra ? json_object_get(g.extra, "n_tokens") : NULL;
+        json_t *hl = g.extra ? json_object_get(g.extra, "hit_limit") : NULL;
+        len[n] = json_is_integer(nt) ? (double)json_integer_value(nt) : (double)ncp;
+        limit[n] = json_is_true(hl);
+        n++;
+        bn_gen_row_free(&g);
+    }
+    bn_lines_close(l);
+    bn_loop_stats st;
+    bn_loop_stats_compute(looped, limit, len, n, &st);
+    free(looped); free(limit); free(len);
+    return report(&st, label ? label : path, json_path, "log");
+}
+
 int main(int argc, char **argv) {
     char err[1024];
     bn_mine_opts o = bn_mine_opts_default();
-    const char *label = NULL, *json_path = NULL, *log_path = NULL;
+    const char *label = NULL, *json_path = NULL, *log_path = NULL, *from = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = bn_mine_opts_flag(&o, argc, argv, &i, err, sizeof err);
@@ -42,12 +107,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--label") && has) label = argv[++i];
         else if (!strcmp(a, "--json") && has) json_path = argv[++i];
         else if (!strcmp(a, "--gen-log") && has) log_path = argv[++i];
+        else if (!strcmp(a, "--from-log") && has) from = argv[++i];
         else {
             fprintf(stderr, "bonsai-eval-loops: unknown or incomplete option '%s'\n", a);
             usage(stderr);
             return 1;
         }
     }
+    if (from) return from_log(from, &o.mine.rep, label, json_path);
     if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
     bn_prompt *prompts = NULL;
     int n_skipped = 0;
@@ -95,14 +162,7 @@ int main(int argc, char **argv) {
     if (log && (rc || bn_lineout_commit(log, err, sizeof err) < 0)) return fail(rc ? "writing the log failed" : err);
     bn_loop_stats st;
     bn_loop_stats_compute(looped, limit, len, n_ok, &st);
-    char *js = bn_loop_stats_json(&st, label ? label : o.model_path);
-    printf("%s\n", js);
-    fprintf(stderr, "%s: loop rate %.2f%% (95%% CI %.2f-%.2f%%) over %lld completions, %.2f%% hit the length limit, "
-                    "length mean %.0f median %.0f tokens\n",
-            o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled", 100 * st.loop_rate, 100 * st.ci_lo, 100 * st.ci_hi,
-            (long long)st.n, 100 * st.length_limit_share, st.mean_len, st.median_len);
-    if (json_path && bn_write_file_atomic(json_path, js, strlen(js), err, sizeof err) < 0) rc = fail(err);
-    free(js);
+    if (report(&st, label ? label : o.model_path, json_path, o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled")) rc = 1;
     free(looped); free(limit); free(len);
     bn_source_free(src);
     bn_tokenizer_free(tok);

@@ -107,6 +107,22 @@ int main(void) {
               "phrases in the log: %.300s", t ? t : err);
         free(t);
     }
+    { // --from-log: detector over an existing (antidoom-style) log: one looping completion of two
+        char alog[256], loopy[512], line[1024];
+        snprintf(alog, sizeof alog, "%s/antidoom.jsonl", dir);
+        size_t k = 0;
+        for (int i = 0; i < 100; i++) k += (size_t)sprintf(loopy + k, "ab");
+        snprintf(line, sizeof line, "{\"source\":\"s\",\"prompt\":\"p\",\"completion\":\"%s\",\"status\":\"x\",\"repetition\":null}\n"
+                                    "{\"source\":\"s\",\"prompt\":\"p\",\"completion\":\"fine.\",\"status\":\"clean\",\"repetition\":null}\n",
+                 loopy);
+        write_file(alog, line);
+        snprintf(cmd, sizeof cmd, "%s --from-log %s --json %s 2>/dev/null >/dev/null", eval, alog, js);
+        CHECK(system(cmd) == 0, "eval --from-log");
+        char *t = bn_read_file(js, &len, err, sizeof err);
+        CHECK(t && strstr(t, "\"n\":2") && strstr(t, "\"loops\":1") && strstr(t, "\"mean_length\":102.5"),
+              "from-log JSON: %s", t ? t : err);
+        free(t);
+    }
     snprintf(cmd, sizeof cmd, "%s -m %s 2>/dev/null", eval, model);
     CHECK(system(cmd) != 0, "missing -p is an error");
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
