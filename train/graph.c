@@ -141,7 +141,7 @@ static int gdn_fwd(const ctx_t *c, int il, acts_t *a) {
     return lin_fwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, NULL, a->y, a->mo, &a->drop[target_slot(BN_LORA_SSM_OUT)]);
 }
 
-// gdn_bwd: dn += ∂L/∂n from dmo.
+// gdn_bwd: dn += ∂L/∂n from dmo (dn NULL: only the LoRA gradients).
 static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, float *dn) {
     const bn_config *cf = &c->m->cfg;
     const bn_layer_weights *lw = &c->m->w.layers[il];
@@ -298,9 +298,12 @@ static int layer_bwd(const ctx_t *c, int il, const float *x_in, const acts_t *a,
         lin_bwd(c, il, BN_LORA_UP, &lw->ffn_up, a->mm, a->drop[target_slot(BN_LORA_UP)], dup, dmm))
         goto out;
     bn_rmsnorm_bwd(a->h, F(&lw->post_attention_norm), H, T, cf->norm_eps, dmm, dh);
-    if ((cf->arch == BN_ARCH_QWEN35 && cf->is_recurrent[il]) ? gdn_bwd(c, il, a, dh, dn) : attn_bwd(c, il, a, dh, dn)) goto out;
+    // layer 0: ∂L/∂x_in would only reach the frozen embedding, so the mixer's input gradient is skipped
+    float *dn_or_null = il > 0 ? dn : NULL;
+    if ((cf->arch == BN_ARCH_QWEN35 && cf->is_recurrent[il]) ? gdn_bwd(c, il, a, dh, dn_or_null)
+                                                             : attn_bwd(c, il, a, dh, dn_or_null)) goto out;
     memcpy(dx_in, dh, sizeof(float) * H * T);
-    bn_rmsnorm_bwd(x_in, F(&lw->attn_norm), H, T, cf->norm_eps, dn, dx_in);
+    if (il > 0) bn_rmsnorm_bwd(x_in, F(&lw->attn_norm), H, T, cf->norm_eps, dn, dx_in);
     rc = 0;
 out:
     free(dh); free(dact); free(dga); free(dup); free(dmm); free(dn);
