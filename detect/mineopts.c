@@ -21,6 +21,7 @@ bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i) {
     bn_mine_params mp = o->mine;
     mp.gen.seed = o->mine.gen.seed + (uint64_t)i;
     if (o->n_phrases > 0) mp.prime_phrase = o->phrases[i % o->n_phrases];
+    if (o->n_temps > 0) mp.gen.temperature = o->temps[i % o->n_temps];
     return mp;
 }
 
@@ -70,6 +71,7 @@ void bn_mine_opts_help(FILE *f) {
             "  --prime-repeats N           copies of the phrase (default 3)\n"
             "  --prime-prefix-tokens N     greedy prefix budget before the phrase (default 48)\n"
             "  --temp T                    temperature (default 0.1; <= 0 greedy)\n"
+            "  --temps A,B,...             cycle temperatures over prompts (prompt i uses entry i mod count)\n"
             "  --top-k N / --top-p P / --min-p P   sampler chain (default 50 / 1.0 / 0.01)\n"
             "  --seed N                    base seed; prompt i uses seed + i (default 0)\n"
             "  --n-predict N               max new tokens (default 4000)\n"
@@ -142,6 +144,19 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens);
     else if (!strcmp(a, "--max-prompt-tokens")) INT(mp->max_prompt_tokens);
     else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature);
+    else if (!strcmp(a, "--temps")) {
+        VAL();
+        o->n_temps = 0;
+        for (const char *q = v; *q;) {
+            char *end;
+            double t = strtod(q, &end);
+            if (end == q || o->n_temps == 32) return bn_err(err, errlen, "--temps: expected up to 32 comma-separated numbers");
+            o->temps[o->n_temps++] = (float)t;
+            q = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') return bn_err(err, errlen, "--temps: expected comma-separated numbers");
+        }
+        if (o->n_temps == 0) return bn_err(err, errlen, "--temps: empty list");
+    }
     else if (!strcmp(a, "--top-k")) INT(mp->gen.top_k);
     else if (!strcmp(a, "--top-p")) FLT(mp->gen.top_p);
     else if (!strcmp(a, "--min-p")) FLT(mp->gen.min_p);

@@ -17,6 +17,8 @@ typedef struct {
     const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
     char **phrases;  // --prime-phrases FILE: one phrase per line (prompt i uses phrases[i % n]); NULL = none
     int n_phrases;
+    float temps[32]; // --temps a,b,...: prompt i samples at temps[i % n_temps] (antidoom's temperatures list)
+    int n_temps;
 } bn_mine_opts;
 
 // bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.
@@ -27,7 +29,8 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
 // bn_mine_opts_source: the in-process source for m, or the HTTP one with --server; NULL (err) on a bad URL.
 bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
                                char *err, size_t errlen);
-// bn_mine_opts_for_prompt: the mining parameters for prompt i (seed + i, its prime phrase).
+// bn_mine_opts_for_prompt: the mining parameters for prompt i (seed + i, its prime phrase, its
+// temperature when --temps is given).
 bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
 // bn_mine_opts_free: releases what the flags loaded (phrase list).
 void bn_mine_opts_free(bn_mine_opts *o);
