@@ -41,12 +41,37 @@ static void usage(int code) {
         "  --log FILE           per-step JSON lines\n"
         "  --no-eval            skip the per-epoch no-grad evaluation\n"
         "  -t N                 threads for attention / DeltaNet (all CPUs; matmuls use OpenBLAS threads)\n"
-        "  -q                   no per-step lines\n");
+        "  -q                   no per-step lines\n"
+        "evaluation only (no training; -o not needed):\n"
+        "  --eval ADAPTER.gguf  chosen_win / margin_win / mean Δ / loss of the base model and of the adapter\n"
+        "                       over the train and held-out rows\n");
     exit(code);
 }
 
+// eval_main: prints no-grad metrics of the base and the adapter on train / held-out rows; exit code.
+static int eval_main(const bn_model *m, const bn_train_rows *rows, const char *adapter_path, const bn_ftpo_cfg *cfg) {
+    char err[512];
+    bn_lora *l = bn_lora_load_gguf(adapter_path, err, sizeof err);
+    if (!l) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    printf("%-8s %-8s %6s %10s %10s %10s %10s\n", "model", "rows", "n", "chosen_win", "margin_win", "mean_delta", "loss");
+    for (int which = 0; which < 2; which++)
+        for (int with = 0; with < 2; with++) {
+            bn_ftpo_eval_result r;
+            if (bn_ftpo_eval(m, rows, with ? l : NULL, cfg, which, &r, err, sizeof err)) {
+                fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
+                bn_lora_free(l);
+                return 1;
+            }
+            if (r.n_rows == 0) continue;
+            printf("%-8s %-8s %6d %10.4f %10.4f %10.4f %10.4f\n", with ? "adapter" : "base", which ? "heldout" : "train",
+                   r.n_rows, r.chosen_win, r.margin_win, r.mean_delta, r.loss);
+        }
+    bn_lora_free(l);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL;
+    const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL, *eval_adapter = NULL;
     bn_ftpo_train_opts o = bn_ftpo_train_defaults();
     int max_seq = 6000, n_threads = bn_n_threads_default();
     // loss overrides applied after the preset (NAN = keep)
@@ -90,9 +115,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-eval")) o.eval_each_epoch = false;
         else if (!strcmp(a, "-q")) o.quiet = true;
         else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--eval") && has) eval_adapter = argv[++i];
         else { fprintf(stderr, "bonsai-ftpo-train: unknown or incomplete option '%s'\n", a); usage(1); }
     }
-    if (!model_path || !pairs_path || !o.out_adapter) usage(1);
+    if (!model_path || !pairs_path || (!o.out_adapter && !eval_adapter)) usage(1);
     char err[512];
     if (targets) {
         int mask = bn_lora_parse_targets(targets, err, sizeof err);
@@ -125,6 +151,13 @@ int main(int argc, char **argv) {
     if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     fprintf(stderr, "ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n",
             rows->n_rows, pairs_path, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
+    if (eval_adapter) {
+        int erc = eval_main(m, rows, eval_adapter, &o.loss);
+        bn_train_rows_free(rows);
+        bn_tokenizer_free(tok);
+        bn_model_free(m);
+        return erc;
+    }
     bn_ftpo_train_result res;
     int rc = bn_ftpo_train(m, rows, &o, &res, err, sizeof err);
     if (rc) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }

@@ -51,28 +51,43 @@ static void epoch_order(const int *train_idx, int n, uint64_t seed, int64_t epoc
     }
 }
 
-// eval_rows: no-grad chosen_win (mean over rows) of rows with heldout == want; -1 if none.
-static double eval_rows(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, bool want, int *n_out, char *err, size_t errlen) {
-    double sum = 0;
-    int n = 0;
+// eval_set: no-grad metrics of adapter l over the rows with heldout == which (-1 = all rows);
+// returns 0 or -1 (err).
+static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn_ftpo_eval_result *res,
+                    char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    double win = 0, loss = 0, margin = 0, delta = 0;
+    int n_chosen = 0;
     float *z = xmalloc(sizeof(float) * d->V);
     for (int i = 0; i < d->rows->n_rows; i++) {
         const bn_train_row *r = &d->rows->rows[i];
-        if (r->heldout != want) continue;
+        if (which >= 0 && (int)r->heldout != which) continue;
         const float *zr = ref_logits(d, i, err, errlen);
-        if (!zr) { free(z); return -2; }
+        if (!zr) { free(z); return -1; }
         bn_train_graph *g = bn_train_forward(d->m, l, r->ctx, r->n_ctx, NULL, z, err, errlen);
-        if (!g) { free(z); return -2; }
+        if (!g) { free(z); return -1; }
         bn_train_graph_free(g);
         bn_ftpo_row row = {z, zr, r->rejected, r->chosen, r->n_chosen};
         bn_ftpo_metrics mt;
-        bn_ftpo_loss(cfg, &row, 1, d->V, NULL, &mt);
-        sum += mt.chosen_win;
-        n++;
+        loss += bn_ftpo_loss(cfg, &row, 1, d->V, NULL, &mt);
+        win += mt.chosen_win;
+        margin += mt.margin_win * mt.n_valid;
+        delta += mt.mean_delta * mt.n_valid;
+        n_chosen += mt.n_valid;
+        res->n_rows++;
     }
     free(z);
-    *n_out = n;
-    return n ? sum / n : -1;
+    if (res->n_rows) { res->chosen_win = win / res->n_rows; res->loss = loss / res->n_rows; }
+    if (n_chosen) { res->margin_win = margin / n_chosen; res->mean_delta = delta / n_chosen; }
+    return 0;
+}
+
+int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const bn_ftpo_cfg *cfg, int which,
+                 bn_ftpo_eval_result *res, char *err, size_t errlen) {
+    data_t d = {.m = m, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, m->cfg.n_vocab), .V = m->cfg.n_vocab};
+    int rc = eval_set(&d, cfg, l, which, res, err, errlen);
+    bn_ftpo_refcache_free(d.ref);
+    return rc;
 }
 
 int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
@@ -212,16 +227,15 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
             }
         }
         if (o->eval_each_epoch && pos.data_pos >= n_train) {
-            int n_tr, n_ho;
-            double w_tr = eval_rows(&d, &o->loss, l, false, &n_tr, err, errlen);
-            double w_ho = eval_rows(&d, &o->loss, l, true, &n_ho, err, errlen);
-            if (w_tr < -1.5 || w_ho < -1.5) goto fail_loop;
-            if (!o->quiet)
-                fprintf(stderr, "epoch %lld eval: chosen_win train %.3f (%d rows)%s", (long long)pos.epoch + 1, w_tr, n_tr,
-                        n_ho ? "" : "\n");
-            if (!o->quiet && n_ho) fprintf(stderr, ", held-out %.3f (%d rows)\n", w_ho, n_ho);
+            bn_ftpo_eval_result tr, ho;
+            if (eval_set(&d, &o->loss, l, 0, &tr, err, errlen) || eval_set(&d, &o->loss, l, 1, &ho, err, errlen)) goto fail_loop;
+            if (!o->quiet) {
+                fprintf(stderr, "epoch %lld eval: chosen_win train %.3f (%d rows)", (long long)pos.epoch + 1, tr.chosen_win, tr.n_rows);
+                if (ho.n_rows) fprintf(stderr, ", held-out %.3f (%d rows)", ho.chosen_win, ho.n_rows);
+                fputc('\n', stderr);
+            }
             if (logf) fprintf(logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
-                              (long long)pos.epoch + 1, w_tr, n_ho ? w_ho : -1.0);
+                              (long long)pos.epoch + 1, tr.chosen_win, ho.n_rows ? ho.chosen_win : -1.0);
         }
         if (stop) break;
     }

@@ -12,6 +12,7 @@
 #include "train/pairs_in.h"
 #include "train/ftpo.h"
 #include "train/adamw.h"
+#include "train/lora.h"
 
 typedef struct {
     // adapter
@@ -48,6 +49,19 @@ typedef struct {
     double first_loss, last_loss;
     double first_chosen_win, last_chosen_win;
 } bn_ftpo_train_result;
+
+typedef struct {
+    int n_rows;
+    double chosen_win;  // mean over rows of the per-row fraction z_c > z_r
+    double margin_win;  // fraction of all valid chosen with Δ >= ε
+    double mean_delta;  // mean Δ over all valid chosen
+    double loss;        // mean per-row FTPO loss (reference = adapter disabled)
+} bn_ftpo_eval_result;
+
+// bn_ftpo_eval: no-grad metrics of adapter l (NULL = the base model) over the rows with
+// heldout == which (0 train, 1 held out, -1 all); returns 0 or -1 (err).
+int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const bn_ftpo_cfg *cfg, int which,
+                 bn_ftpo_eval_result *res, char *err, size_t errlen);
 
 // bn_ftpo_train_defaults: the seed recipe of ANTIDOOM.md §11 (see the field comments).
 bn_ftpo_train_opts bn_ftpo_train_defaults(void);

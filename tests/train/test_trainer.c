@@ -136,6 +136,18 @@ int main(void) {
     int64_t n1;
     float *pa = read_params(adapter, &n1);
     CHECK(pa != NULL, "adapter loads back");
+    // no-grad evaluation: base vs trained adapter on the training rows
+    bn_lora *la = bn_lora_load_gguf(adapter, err, sizeof err);
+    bn_ftpo_cfg ec = bn_ftpo_cfg_antidoom();
+    bn_ftpo_eval_result eb, ea, all;
+    CHECK(la && bn_ftpo_eval(m, rows, NULL, &ec, 0, &eb, err, sizeof err) == 0 &&
+          bn_ftpo_eval(m, rows, la, &ec, 0, &ea, err, sizeof err) == 0 && bn_ftpo_eval(m, rows, la, &ec, -1, &all, err, sizeof err) == 0,
+          "eval: %s", err);
+    printf("eval train rows: base chosen_win %.3f loss %.3f; adapter chosen_win %.3f loss %.3f\n", eb.chosen_win, eb.loss,
+           ea.chosen_win, ea.loss);
+    CHECK(eb.n_rows == 6 && all.n_rows == 9, "eval row counts %d / %d (expected 6 train, 9 all)", eb.n_rows, all.n_rows);
+    CHECK(eb.chosen_win == 0.0 && ea.chosen_win > 0.5 && ea.loss < eb.loss, "adapter beats the base on chosen_win and loss");
+    bn_lora_free(la);
 
     // 2. early stop
     bn_ftpo_train_opts oe = base_opts();
