@@ -225,7 +225,8 @@ static bool make_pair(const bn_tokenizer *tok, const bn_prompt *p, const bn_mine
     if (mp->mode == BN_MINE_PRIME) {
         row->prime_state = 2;
         row->prime = (bn_pair_prime){.phrase = dup_str(mp->prime_phrase), .repeats = mp->prime_repeats,
-                                     .prefix_chars = prefix_chars, .scan_mode = xstrdup("completion")};
+                                     .prefix_chars = prefix_chars,
+                                     .scan_mode = xstrdup(mp->scan_assistant ? "assistant" : "completion")};
     } else {
         row->prime_state = 1;
     }
@@ -241,6 +242,7 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
     bool trimmed;
     int n_ctx = render_fit(p, mp, tok, &prompt_text, &ctx, &trimmed, err, errlen);
     if (n_ctx < 0) { free(prompt_text); free(ctx); return -1; }
+    int n_prompt = n_ctx; // the chat prompt alone (priming appends to ctx)
     int64_t prefix_chars = 0;
     char *prefix_text = NULL;
     if (mp->mode == BN_MINE_PRIME &&
@@ -253,20 +255,28 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
         free(ctx); free(prompt_text); free(prefix_text);
         return -1;
     }
-    // token text of the completion and the detector on it
-    char **surf = xcalloc((size_t)g.n + 1, sizeof *surf);
-    size_t *lens = xcalloc((size_t)g.n + 1, sizeof *lens);
-    for (int i = 0; i < g.n; i++) surf[i] = piece_dup(tok, g.ids[i], &lens[i]);
+    // token text of what is scanned (the completion; in assistant-scan mode also the primed
+    // assistant text before it) and the detector on it
+    int n_primed = mp->mode == BN_MINE_PRIME && mp->scan_assistant ? n_ctx - n_prompt : 0;
+    int n_scan = n_primed + g.n;
+    char **surf = xcalloc((size_t)n_scan + 1, sizeof *surf);
+    size_t *lens = xcalloc((size_t)n_scan + 1, sizeof *lens);
+    for (int i = 0; i < n_scan; i++)
+        surf[i] = piece_dup(tok, i < n_primed ? ctx[n_prompt + i] : g.ids[i - n_primed], &lens[i]);
     bn_toktext tt;
-    bn_toktext_build(&tt, (const char *const *)surf, lens, g.n);
+    bn_toktext_build(&tt, (const char *const *)surf, lens, n_scan);
+    size_t primed_chars = tt.off[n_primed];
     bn_rep_hit hit;
-    r->looped = bn_find_repetition(tt.cp, tt.n_cp, &mp->rep, &hit) == 1;
+    // a loop must reach into the completion: repeats inside the primed text alone do not count
+    r->looped = bn_find_repetition(tt.cp, tt.n_cp, &mp->rep, &hit) == 1 && (size_t)hit.end > primed_chars;
     r->hit_limit = g.hit_limit;
     r->n_generated = g.n;
     if (r->looped) {
         int target = bn_localise(&tt, &hit, NULL);
-        if (target >= 0)
-            r->has_pair = make_pair(tok, p, mp, src->endpoint, ctx, n_ctx, &g, target, &hit, prefix_chars, &r->pair);
+        // onset inside the primed text: the rejected token is the first generated one (it continues the loop)
+        int target_gen = target < 0 ? -1 : target < n_primed ? 0 : target - n_primed;
+        if (target_gen >= 0 && target_gen < g.n)
+            r->has_pair = make_pair(tok, p, mp, src->endpoint, ctx, n_ctx, &g, target_gen, &hit, prefix_chars, &r->pair);
         if (r->has_pair) r->pair.extra = json_pack("{s:i}", "prompt_index", prompt_index);
         if (r->has_pair && trimmed) {
             const char *orig = r->pair.source_prompt;
@@ -277,8 +287,8 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
         }
     }
     // the generation-log row
-    char *completion = xmalloc(4 * tt.n_cp + 1);
-    bn_cps_to_utf8(tt.cp, tt.n_cp, completion);
+    char *completion = xmalloc(4 * (tt.n_cp - primed_chars) + 1);
+    bn_cps_to_utf8(tt.cp + primed_chars, tt.n_cp - primed_chars, completion);
     r->gen.source = xstrdup(p->source ? p->source : "");
     r->gen.prompt = prompt_text;
     r->gen.completion = completion;
@@ -295,7 +305,7 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
         json_object_set_new(r->gen.extra, "prime_phrase", json_string(mp->prime_phrase));
     }
     bn_toktext_free(&tt);
-    for (int i = 0; i < g.n; i++) free(surf[i]);
+    for (int i = 0; i < n_scan; i++) free(surf[i]);
     free(surf);
     free(lens);
     bn_gen_result_free(&g);

@@ -6,7 +6,11 @@
 // Prime mode (§3, the reconstruction in steps 1-6): greedy prefix of prime_prefix_tokens tokens cut
 // after its last sentence end (. ! ? or newline; empty when none), then " " (when the prefix ends
 // in a non-space) + phrase x prime_repeats appended as tokens; the detector scans the completion
-// only (scan_mode "completion"). Status "escaped" when the model leaves the loop.
+// only (scan_mode "completion"), or with scan_assistant the primed assistant text + completion
+// (scan_mode "assistant"; a loop must reach into the completion, and an onset inside the primed
+// text makes the first generated token the rejected one, with that position's top-K).
+// Status "escaped" when the model leaves the loop. Repetition char offsets are relative to the
+// scanned text; rejected_token_index counts completion tokens.
 // Over-long prompts (max_prompt_tokens) are trimmed like antidoom: such rows are marked and are
 // discarded at training time (ANTIDOOM.md §2, §7.3).
 // Token surfaces are pieces without control-token text (like a server's skip_special_tokens);
@@ -36,6 +40,8 @@ typedef struct {
     const char *prime_phrase;   // BN_DEFAULT_PRIME_PHRASE
     int prime_repeats;          // 3
     int prime_prefix_tokens;    // 48
+    bool scan_assistant;        // prime mode: scan primed assistant text + completion (scan_mode
+                                // "assistant", §3 step 7) instead of the completion only
     int max_prompt_tokens;      // 2000: longer prompts get the last user turn cut (head kept) and the
                                 // row's source_prompt prefixed "[TRIMMED_SOURCE_PROMPT]"; <= 0 = off
     const char *model_file, *model_sha256, *file_type; // recorded in gen{} (may be NULL)

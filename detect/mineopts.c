@@ -69,6 +69,8 @@ void bn_mine_opts_help(FILE *f) {
             "  --prime-phrase TEXT         phrase repeated in primed contexts (default \"%s\")\n"
             "  --prime-phrases FILE        one phrase per line (\\n = newline); prompt i uses line i mod count\n"
             "  --prime-repeats N           copies of the phrase (default 3)\n"
+            "  --scan completion|assistant prime mode: detector over the completion only (default) or also\n"
+            "                              the primed assistant text (onset there -> first generated token)\n"
             "  --prime-prefix-tokens N     greedy prefix budget before the phrase (default 48)\n"
             "  --temp T                    temperature (default 0.1; <= 0 greedy)\n"
             "  --temps A,B,...             cycle temperatures over prompts (prompt i uses entry i mod count)\n"

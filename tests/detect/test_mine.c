@@ -178,6 +178,33 @@ int main(void) {
               !strcmp(r.gen.status, "escaped"), "escaped");
         bn_mine_result_free(&r);
     }
+    { // prime mode scanning the assistant text too: 3 primed copies + 2 generated ones -> onset in
+      // the primed text -> the first generated token is rejected (index 0), context = primed context
+        s.script[0] = "Sure. The sum is 5. And";
+        s.script[1] = "Wait, let me re-check the calculation. Wait, let me re-check the calculation. Done.";
+        s.calls = 0;
+        mp.scan_assistant = true;
+        CHECK(bn_mine_one(&s.base, tok, &pr, 5, &mp, &r, err, sizeof err) == 0 && r.looped && r.has_pair,
+              "assistant scan: looped %d pair %d %s", r.looped, r.has_pair, err);
+        if (r.has_pair) {
+            CHECK(r.pair.rep.rejected_token_index == 0 && r.pair.n_context == s.n_last_prompt &&
+                  !memcmp(r.pair.context_ids, s.last_prompt, (size_t)s.n_last_prompt * 4) &&
+                  !strcmp(r.pair.prime.scan_mode, "assistant"), "rejected = first generated token (index %lld)",
+                  (long long)r.pair.rep.rejected_token_index);
+            CHECK(!strcmp(r.pair.rejected_decoded, "W"), "rejected '%s'", r.pair.rejected_decoded);
+        }
+        CHECK(!strncmp(r.gen.completion, "Wait, let me", 12), "log completion excludes the primed text: %.20s", r.gen.completion);
+        bn_mine_result_free(&r);
+        // 5 primed copies but the model escapes at once: repeats inside the primed text do not count
+        s.script[1] = "Done. The answer is 5.";
+        s.calls = 0;
+        mp.prime_repeats = 5;
+        CHECK(bn_mine_one(&s.base, tok, &pr, 6, &mp, &r, err, sizeof err) == 0 && !r.looped && !r.has_pair &&
+              !strcmp(r.gen.status, "escaped"), "primed-only repeats: looped %d", r.looped);
+        bn_mine_result_free(&r);
+        mp.prime_repeats = 3;
+        mp.scan_assistant = false;
+    }
     free(s.last_prompt);
     { // in-process source smoke test: greedy, 12 tokens
         bn_source *src = bn_source_inprocess(m, tok, 256, 2);
