@@ -1,4 +1,5 @@
-// tools/bonsai-ftpo-train.c — FTPO LoRA training on doom-loop pairs (ANTIDOOM.md §9–11):
+// tools/bonsai-ftpo-train.c — FTPO LoRA training on doom-loop pairs (ANTIDOOM.md §9–11), plus
+// --eval (no-grad metrics of an adapter) and --merge (adapter into a GGUF, ANTIDOOM.md §12):
 //   bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl[.gz] -o ADAPTER.gguf [options]
 // Defaults = the seeds' recipe: r 32, q,k,v,o,gate,up,down, 12 epochs, lr 3e-5, batch 4 × 4,
 // warmup 0.1 + linear decay, AdamW wd 0.01, clip 2.5, early stop at running chosen_win >= 0.4,
@@ -13,6 +14,8 @@
 #include "train/trainer.h"
 #include "train/lora.h"
 #include "train/backward.h"
+#include "train/merge.h"
+#include "quant/quant.h"
 
 static void usage(int code) {
     fprintf(code ? stderr : stdout,
@@ -44,8 +47,34 @@ static void usage(int code) {
         "  -q                   no per-step lines\n"
         "evaluation only (no training; -o not needed):\n"
         "  --eval ADAPTER.gguf  chosen_win / margin_win / mean Δ / loss of the base model and of the adapter\n"
-        "                       over the train and held-out rows\n");
+        "                       over the train and held-out rows\n"
+        "merge only (no training; -p not needed):\n"
+        "  --merge ADAPTER.gguf -o MERGED.gguf [--merge-type keep|f16|f32] [--lora-scale X]\n"
+        "                       W' = W + scale·(α/r)·B·A in fp32 for each adapted tensor, re-quantized to its type\n"
+        "                       (keep, default) or written F16/F32; everything else copied byte for byte\n");
     exit(code);
+}
+
+// merge_main: base + adapter → merged GGUF with per-tensor diagnostics; exit code.
+static int merge_main(const char *base, const char *adapter, const char *type, float scale, const char *out) {
+    char err[512];
+    int mode = !strcmp(type, "keep") ? BN_MERGE_KEEP : !strcmp(type, "f16") ? BN_MERGE_F16 : !strcmp(type, "f32") ? BN_MERGE_F32 : -1;
+    if (mode < 0) { fprintf(stderr, "bonsai-ftpo-train: --merge-type must be keep, f16 or f32\n"); return 1; }
+    bn_lora *l = bn_lora_load_gguf(adapter, err, sizeof err);
+    if (!l) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
+    int rc = bn_lora_merge_gguf(base, l, scale, mode, out, st, err, sizeof err);
+    if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
+    else {
+        printf("%-32s %-10s %12s %10s %10s\n", "tensor", "type", "|dW|/|W|", "kept", "sign_flips");
+        for (int i = 0; i < l->n_tensors; i++)
+            printf("%-32s %-10s %12.4g %10.4f %10.5f\n", st[i].name, bn_type_name(st[i].type), st[i].rel_delta, st[i].kept,
+                   st[i].sign_flips);
+        fprintf(stderr, "ftpo-train: merged %d tensors (scale %g · %g/%d) into %s\n", l->n_tensors, scale, l->alpha, l->r, out);
+    }
+    free(st);
+    bn_lora_free(l);
+    return rc ? 1 : 0;
 }
 
 // eval_main: prints no-grad metrics of the base and the adapter on train / held-out rows; exit code.
@@ -71,7 +100,8 @@ static int eval_main(const bn_model *m, const bn_train_rows *rows, const char *a
 }
 
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL, *eval_adapter = NULL;
+    const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL, *eval_adapter = NULL, *merge_adapter = NULL, *merge_type = "keep";
+    float lora_scale = 1.0f;
     bn_ftpo_train_opts o = bn_ftpo_train_defaults();
     int max_seq = 6000, n_threads = bn_n_threads_default();
     // loss overrides applied after the preset (NAN = keep)
@@ -116,7 +146,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-q")) o.quiet = true;
         else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
         else if (!strcmp(a, "--eval") && has) eval_adapter = argv[++i];
+        else if (!strcmp(a, "--merge") && has) merge_adapter = argv[++i];
+        else if (!strcmp(a, "--merge-type") && has) merge_type = argv[++i];
+        else if (!strcmp(a, "--lora-scale") && has) lora_scale = (float)atof(argv[++i]);
         else { fprintf(stderr, "bonsai-ftpo-train: unknown or incomplete option '%s'\n", a); usage(1); }
+    }
+    if (merge_adapter) {
+        if (!model_path || !o.out_adapter) usage(1);
+        return merge_main(model_path, merge_adapter, merge_type, lora_scale, o.out_adapter);
     }
     if (!model_path || !pairs_path || (!o.out_adapter && !eval_adapter)) usage(1);
     char err[512];
