@@ -1,0 +1,180 @@
+// core/dspark.h — DSpark block drafter (DSPARK.md §2–4) and the speculative decoding loop on the
+// CPU engine (DSPARK.md §5–7).
+//
+// Drafter: both file conventions (legacy `dspark`, `dflash`) load into one bn_drafter; the tap
+// layers are kept in LEGACY numbering (tap = residual stream AFTER target layer L = bn_forward's
+// taps), so a dflash file's target_layers are shifted by −1 on load.
+// Math (written once, in dspark.c): encoder g = RMSNorm(fc·concat(taps); hidden_norm); context
+// K/V injection K = RoPE(RMSNorm_head(W_k g)), V = W_v g into the drafter's own KV cache; the
+// non-causal block pass over [id_last, MASK × (B−1)] with log-SNR conditioning; output norm + LM
+// head; Markov chain (argmax skipping MASK, ties → lowest id); confidence head with p_min.
+//
+// Speculative loop (bn_spec): prefill with taps, draft, verify [id_last, d0..d_{k−1}] in ONE
+// bn_forward (all_logits + taps), accept by sample-and-compare, commit by restoring the target's
+// pre-verify snapshot and re-running the accepted prefix when a draft was rejected (forward.h
+// snapshot contract), drafter KV truncation, §7 counters, and an online cost model that shortens
+// or switches off drafting when it does not pay.
+#ifndef BONSAI_DSPARK_H
+#define BONSAI_DSPARK_H
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "core/model.h"
+#include "core/forward.h"
+#include "core/sampler.h"
+#include "core/mkdrafter.h"
+
+// ---- the drafter ---------------------------------------------------------------------------
+
+typedef struct {
+    int convention;         // enum bn_drafter_convention of the file
+    int n_embd;             // E (== target n_embd)
+    int n_layer, n_ff, n_head, n_head_kv, head_dim, n_rot;
+    float rope_base, norm_eps;
+    int n_vocab;            // V (== target n_vocab)
+    int block_size;         // B
+    int mask_token_id;
+    int n_taps;             // C
+    int tap_layers[BN_DRAFTER_MAX_TAPS]; // LEGACY numbering: output of target layer L
+    int markov_rank;        // R
+    bool has_conf;          // confidence head present
+    int conf_in;            // E or E + R
+    bool log_snr;
+    float min_log_snr, max_log_snr;
+    int snr_feat;           // fc1 input width (sin half + cos half)
+} bn_drafter_config;
+
+typedef struct {
+    bn_weight attn_norm, ffn_norm;           // {E}
+    bn_weight attn_q;                        // {E, nh*hd}
+    bn_weight attn_k, attn_v;                // {E, nkv*hd}
+    bn_weight attn_output;                   // {nh*hd, E}
+    bn_weight attn_q_norm, attn_k_norm;      // {hd}
+    bn_weight ffn_gate, ffn_up;              // {E, F}
+    bn_weight ffn_down;                      // {F, E}
+} bn_drafter_layer;
+
+typedef struct bn_drafter {
+    bn_drafter_config cfg;
+    bn_weight token_embd;    // {E, V} (drafter's, else the target's)
+    bn_weight output;        // {E, V} (drafter's output, else drafter token_embd, else target's output)
+    bn_weight output_norm;   // {E}
+    bn_weight fc;            // {C*E, E}
+    bn_weight hidden_norm;   // {E}
+    bn_weight markov_a;      // {R, V} row lookup by prev token (W1)
+    bn_weight markov_b;      // {R, V} mat-vec (W2)
+    float markov_b_scale;    // optional markov_w2.scale (1 if absent)
+    bn_weight conf_w;        // {conf_in, 1}
+    bn_weight conf_b;        // {1}
+    bn_weight snr_fc1_w;     // {snr_feat, E}
+    bn_weight snr_fc1_b;     // {E}
+    bn_weight snr_fc2_w;     // {E, E}
+    bn_weight snr_fc2_b;     // {E}
+    bn_drafter_layer *layers;
+    float *conf_wf;          // [conf_in] confidence weights as floats
+    float *snr_emb;          // [2][E]: the log-SNR embedding of the anchor row (0) and of a mask row (1)
+    gguf_file *gguf;
+} bn_drafter;
+
+// bn_drafter_load: opens a drafter GGUF of either convention, checks every key, tensor and
+// shape against the target (E, V, tap layers < target n_layer); target may be NULL only when
+// the file has its own token_embd/output. Returns NULL with one clear line in err.
+bn_drafter *bn_drafter_load(const char *path, const bn_model *target, char *err, size_t errlen);
+void bn_drafter_free(bn_drafter *d);
+
+// The drafter's per-sequence state: its KV cache (context rows at target positions 0..n_cache−1,
+// plus temporary block rows) and scratch. One allocation per buffer set.
+typedef struct bn_dstate bn_dstate;
+// bn_dstate_new: a drafter state for up to n_ctx positions (block rows included); dies on OOM.
+bn_dstate *bn_dstate_new(const bn_drafter *d, int n_ctx, int n_threads);
+void bn_dstate_free(bn_dstate *s);
+// bn_dstate_n_cache: number of context rows in the drafter KV cache (= target positions processed).
+int bn_dstate_n_cache(const bn_dstate *s);
+// bn_dstate_truncate: drops context rows at positions >= n (KV truncation); returns the new count.
+int bn_dstate_truncate(bn_dstate *s, int n);
+
+// bn_drafter_encode: g[t] = RMSNorm(fc · taps[t]; hidden_norm) for t < n; taps: [n][C][E]
+// (bn_forward's layout), g: [n][E]. Returns 0.
+int bn_drafter_encode(const bn_drafter *d, bn_dstate *s, const float *taps, int n, float *g);
+// bn_drafter_process: encodes n tap rows of target positions pos0..pos0+n−1 and writes their K/V
+// into every drafter layer's cache (DSPARK.md §4.3). pos0 must equal bn_dstate_n_cache (rows are
+// appended in order; truncate first to rewrite). Returns 0 or -1 with err.
+int bn_drafter_process(const bn_drafter *d, bn_dstate *s, const float *taps, int n, int pos0, char *err,
+                       size_t errlen);
+// bn_drafter_block: the non-causal block pass over [id_last, MASK × (n_rows−1)] at positions
+// n_past.. (DSPARK.md §4.4; n_rows <= B, mainline's n_block = n_max); writes h [n_rows][E] (after
+// output_norm) and base logits [n_rows][V] (either may be NULL). The block rows' K/V are dropped
+// afterwards. n_past must equal n_cache. Returns 0 or -1 with err.
+int bn_drafter_block(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_rows, float *h,
+                     float *base, char *err, size_t errlen);
+// bn_drafter_markov: the Markov chain over n rows of base logits [n][V] with hidden h [n][E]
+// (DSPARK.md §4.5–4.6): prev_0 = id_last, d_i = argmax(base_i + W2·W1[prev_i]) skipping MASK
+// (ties → lowest id). conf (may be NULL) gets c_i (1 when there is no confidence head). Stops
+// early at the first i with c_i < p_min when p_min > 0. Returns the number of drafts written.
+int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, const float *h, int n, int32_t id_last,
+                      float p_min, int32_t *drafts, float *conf);
+// bn_drafter_draft: block pass + Markov chain: up to n_max (<= B) drafts after id_last at n_past.
+// Returns the count (>= 0) or -1 with err.
+int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_max, float p_min,
+                     int32_t *drafts, char *err, size_t errlen);
+
+// ---- speculative decoding ------------------------------------------------------------------
+
+enum bn_spec_type {
+    BN_SPEC_NONE = 0,   // plain decoding through the same loop (1 token per step)
+    BN_SPEC_DSPARK = 1, // the DSpark drafter
+    BN_SPEC_ORACLE = 2, // MEASUREMENT AID ONLY: proposes the target's own greedy continuation,
+                        // computed by a second target state, to force acceptance in speed tests
+};
+
+typedef struct {
+    int type;           // enum bn_spec_type
+    int n_max;          // drafts per round (clamped to the drafter's block size for DSPARK)
+    int n_min;          // drafts shorter than this are not verified (0 = any)
+    float p_min;        // confidence truncation (0 = off)
+    bool adaptive;      // cost model: shorten / switch off drafting when it does not pay
+    int n_threads;      // for the drafter / oracle state (<= 0: all CPUs)
+} bn_spec_params;
+
+// §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;
+// acc_pos[i] = rounds with >= i+1 accepted; acc_pos[0] >= acc_pos[1] >= ...; Σ_i acc_pos[i] = n_accept.
+typedef struct {
+    int64_t n_steps;        // generate steps (target verify/decode passes)
+    int64_t n_rounds_spec;  // steps that verified >= 1 draft (n_call_accept)
+    int64_t n_drafted;      // Σ draft lengths sent to verify
+    int64_t n_accept;       // Σ accepted drafts
+    int64_t n_emitted;      // tokens emitted (= n_accept + n_steps)
+    int64_t n_rerun;        // rollbacks that re-ran the accepted prefix
+    int64_t acc_pos[64];    // rounds with >= i+1 drafts accepted
+    int64_t drafted_pos[64];// rounds that drafted >= i+1 tokens
+    double ms_draft, ms_verify, ms_rerun, ms_process;
+    int n_max_now;          // current draft length chosen by the adaptive model (0 = drafting off)
+} bn_spec_stats;
+
+typedef struct bn_spec bn_spec;
+
+// bn_spec_new: a speculative decoder over the target state ts (owned by the caller, which must
+// stay at position 0 until bn_spec_prefill); d is the drafter for BN_SPEC_DSPARK (NULL
+// otherwise). Returns NULL with err on a bad combination.
+bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
+                     size_t errlen);
+void bn_spec_free(bn_spec *sp);
+// bn_spec_prefill: resets the target (and drafter) and decodes prompt[0..n−2] with taps;
+// prompt[n−1] becomes id_last. n >= 1. Returns 0 or -1 with err.
+int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen);
+// bn_spec_generate_step: one round (draft, verify, accept, commit). Writes the emitted tokens
+// (accepted drafts then the target's own sample; at least 1) to out (room for n_max + 1) and
+// returns their count, or -1 with err (e.g. context full). smp samples every target row
+// (sample-and-compare). The last emitted token is the new id_last (not yet decoded by the target).
+int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen);
+// bn_spec_n_past: committed target positions (the target state's position).
+int bn_spec_n_past(const bn_spec *sp);
+// bn_spec_stats_get: the counters so far.
+const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp);
+// bn_spec_print_stats: common_speculative_print_stats-style lines to f.
+void bn_spec_print_stats(const bn_spec *sp, FILE *f);
+// bn_spec_type_from_name: "draft-dspark" / "draft-oracle" / "none" → enum, or -1.
+int bn_spec_type_from_name(const char *name);
+
+#endif

@@ -1,0 +1,304 @@
+// core/dspark_spec.c — the speculative decoding loop (DSPARK.md §5.1, §6, §7) over the CPU
+// engine, with the DSpark drafter, the oracle measurement aid, and an online cost model.
+#include "core/dspark.h"
+#include "core/util.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+
+#define SPEC_MAX_N 32   // hard cap on drafts per round
+#define PROBE_EVERY 32  // with drafting off, try n_max again every this many steps
+
+struct bn_spec {
+    const bn_model *m;
+    bn_state *ts;           // target state (caller's)
+    const bn_drafter *d;    // DSPARK only
+    bn_dstate *ds;          // DSPARK only
+    bn_state *os;           // ORACLE only: second target state that proposes the greedy continuation
+    bn_spec_params p;
+    int n_taps;
+    int tap_layers[BN_DRAFTER_MAX_TAPS];
+    int32_t id_last;
+    int n_past;
+    bool ready;             // prefill done
+    float *logits;          // [(n_max+1)][V]
+    float *taps;            // [max(n_max+1, 64)][C][E]
+    bn_spec_stats st;
+    // cost model (all EMAs; -1 = not measured yet)
+    double ms_fwd[SPEC_MAX_N + 2];  // target forward of n tokens (index n)
+    double ms_draft[SPEC_MAX_N + 1];// drafting k tokens (index k)
+    double q_acc[SPEC_MAX_N];       // P(draft i accepted | drafts < i accepted)
+    int steps_off;                  // steps since drafting was switched off
+};
+
+int bn_spec_type_from_name(const char *name) {
+    if (!name) return -1;
+    if (strcmp(name, "draft-dspark") == 0 || strcmp(name, "dspark") == 0) return BN_SPEC_DSPARK;
+    if (strcmp(name, "draft-oracle") == 0 || strcmp(name, "oracle") == 0) return BN_SPEC_ORACLE;
+    if (strcmp(name, "none") == 0) return BN_SPEC_NONE;
+    return -1;
+}
+
+bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
+                     size_t errlen) {
+    if (p->type == BN_SPEC_DSPARK && !d) return bn_err(err, errlen, "spec: draft-dspark needs a drafter"), NULL;
+    if (p->type < BN_SPEC_NONE || p->type > BN_SPEC_ORACLE) return bn_err(err, errlen, "spec: unknown type"), NULL;
+    if (d && (d->cfg.n_embd != target->cfg.n_embd || d->cfg.n_vocab != target->cfg.n_vocab))
+        return bn_err(err, errlen, "spec: drafter does not match the target (E or V)"), NULL;
+    bn_spec *sp = xcalloc(1, sizeof *sp);
+    sp->m = target;
+    sp->ts = ts;
+    sp->p = *p;
+    int n_max = p->n_max < 0 ? 0 : p->n_max > SPEC_MAX_N ? SPEC_MAX_N : p->n_max;
+    if (p->type == BN_SPEC_DSPARK && n_max > d->cfg.block_size) n_max = d->cfg.block_size;
+    if (p->type == BN_SPEC_NONE) n_max = 0;
+    sp->p.n_max = n_max;
+    const int n_ctx = bn_state_n_ctx(ts);
+    if (p->type == BN_SPEC_DSPARK) {
+        sp->d = d;
+        sp->ds = bn_dstate_new(d, n_ctx, p->n_threads);
+        sp->n_taps = d->cfg.n_taps;
+        memcpy(sp->tap_layers, d->cfg.tap_layers, sizeof sp->tap_layers);
+    }
+    if (p->type == BN_SPEC_ORACLE) sp->os = bn_state_new(target, n_ctx, p->n_threads);
+    const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
+    sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
+    int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
+    if (sp->n_taps) sp->taps = xmalloc(sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows);
+    for (int i = 0; i < SPEC_MAX_N + 2; i++) sp->ms_fwd[i] = -1;
+    for (int i = 0; i < SPEC_MAX_N + 1; i++) sp->ms_draft[i] = -1;
+    for (int i = 0; i < SPEC_MAX_N; i++) sp->q_acc[i] = 0.8; // optimistic start: speculation gets tried
+    sp->st.n_max_now = n_max;
+    return sp;
+}
+
+void bn_spec_free(bn_spec *sp) {
+    if (!sp) return;
+    bn_dstate_free(sp->ds);
+    bn_state_free(sp->os);
+    free(sp->logits);
+    free(sp->taps);
+    free(sp);
+}
+
+int bn_spec_n_past(const bn_spec *sp) { return sp->n_past; }
+const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
+
+static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
+
+// target_forward: runs tokens through the target (taps when drafting with DSpark) and feeds the
+// taps to the drafter at the committed positions. logits may be NULL.
+static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits, bool all_logits, bool feed_drafter,
+                          char *err, size_t errlen) {
+    bn_forward_out out = {.logits = logits, .all_logits = all_logits};
+    if (sp->n_taps) {
+        out.tap_layers = sp->tap_layers;
+        out.n_taps = sp->n_taps;
+        out.taps = sp->taps;
+    }
+    const int pos0 = bn_state_pos(sp->ts);
+    double t0 = bn_time_ms();
+    if (bn_forward(sp->m, sp->ts, tok, n, &out, err, errlen) != 0) return -1;
+    if (n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], bn_time_ms() - t0);
+    if (feed_drafter && sp->ds) {
+        double t1 = bn_time_ms();
+        bn_dstate_truncate(sp->ds, pos0);
+        if (bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen) != 0) return -1;
+        sp->st.ms_process += bn_time_ms() - t1;
+    }
+    return 0;
+}
+
+int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen) {
+    if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
+    bn_state_reset(sp->ts);
+    if (sp->ds) bn_dstate_truncate(sp->ds, 0);
+    if (sp->os) bn_state_reset(sp->os);
+    for (int i = 0; i < n - 1; i += 64) { // prompt[0..n−2] in chunks (taps buffer holds 64 rows)
+        int nb = n - 1 - i < 64 ? n - 1 - i : 64;
+        if (target_forward(sp, prompt + i, nb, NULL, false, true, err, errlen) != 0) return -1;
+        if (sp->os) {
+            bn_forward_out none = {0};
+            if (bn_forward(sp->m, sp->os, prompt + i, nb, &none, err, errlen) != 0) return -1;
+        }
+    }
+    sp->id_last = prompt[n - 1];
+    sp->n_past = n - 1;
+    sp->ready = true;
+    return 0;
+}
+
+// ---- cost model ------------------------------------------------------------------------------
+// With k drafts a round costs  T(k) = draft(k) + fwd(k+1) + P(reject)·fwd(E[j]+1)  (the re-run
+// of the accepted prefix after a rollback) and emits  1 + Σ_{i<k} Π_{m<=i} q_m  tokens on
+// average (q_m = online acceptance rate of draft m given the ones before were accepted).
+// Drafting k = 0 is plain decoding: 1 token per fwd(1). The loop picks the k with the most
+// tokens per millisecond; unmeasured costs are extrapolated linearly from fwd(1).
+
+static double fwd_ms(const bn_spec *sp, int n) {
+    if (n <= SPEC_MAX_N + 1 && sp->ms_fwd[n] >= 0) return sp->ms_fwd[n];
+    // nearest measured size, scaled linearly (pessimistic for batching: at worst n × fwd(1))
+    for (int dlt = 1; dlt <= SPEC_MAX_N + 1; dlt++) {
+        int lo = n - dlt, hi = n + dlt;
+        if (lo >= 1 && sp->ms_fwd[lo] >= 0) return sp->ms_fwd[lo] * n / lo;
+        if (hi <= SPEC_MAX_N + 1 && sp->ms_fwd[hi] >= 0) return sp->ms_fwd[hi];
+    }
+    return -1;
+}
+
+static int choose_k(bn_spec *sp) {
+    const int n_max = sp->p.n_max;
+    if (!sp->p.adaptive || n_max == 0) return n_max;
+    double t1 = fwd_ms(sp, 1);
+    if (t1 < 0) return n_max; // nothing measured yet: explore
+    int best_k = 0;
+    double best_rate = 1.0 / t1;
+    double surv = 1.0, exp_acc = 0.0, exp_j = 0.0;
+    for (int k = 1; k <= n_max; k++) {
+        surv *= sp->q_acc[k - 1];         // P(drafts 0..k−1 all accepted)
+        exp_acc += surv;                  // E[accepted] with k drafts
+        double p_all = surv;              // no rollback when every draft is accepted
+        exp_j = exp_acc;
+        double tv = fwd_ms(sp, k + 1), td = sp->ms_draft[k] >= 0 ? sp->ms_draft[k] : 0.0;
+        double trr = fwd_ms(sp, (int)lround(exp_j) + 1);
+        if (tv < 0 || trr < 0) return n_max;
+        double t_round = td + tv + (1.0 - p_all) * trr;
+        double rate = (1.0 + exp_acc) / t_round;
+        if (rate > best_rate) {
+            best_rate = rate;
+            best_k = k;
+        }
+    }
+    if (best_k == 0 && ++sp->steps_off >= PROBE_EVERY) { // re-measure acceptance now and then
+        sp->steps_off = 0;
+        return n_max;
+    }
+    if (best_k > 0) sp->steps_off = 0;
+    return best_k;
+}
+
+// ---- one round -------------------------------------------------------------------------------
+
+static int32_t argmax_lowest(const float *l, int n) {
+    int32_t b = 0;
+    for (int v = 1; v < n; v++)
+        if (l[v] > l[b]) b = v;
+    return b;
+}
+
+// oracle_draft: the target's own greedy continuation of id_last from the oracle state (which is
+// at n_past); the oracle state is returned to n_past afterwards. MEASUREMENT AID, not a drafter.
+static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t errlen) {
+    bn_snapshot *snap = bn_state_snapshot(sp->os);
+    const int V = sp->m->cfg.n_vocab;
+    int32_t tok = sp->id_last;
+    int n = 0;
+    for (; n < k; n++) {
+        bn_forward_out out = {.logits = sp->logits};
+        if (bn_forward(sp->m, sp->os, &tok, 1, &out, err, errlen) != 0) break;
+        tok = drafts[n] = argmax_lowest(sp->logits, V);
+    }
+    bn_state_restore(sp->os, snap);
+    bn_snapshot_free(snap);
+    return n;
+}
+
+int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
+    if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
+    const int V = sp->m->cfg.n_vocab, n_ctx = bn_state_n_ctx(sp->ts);
+    if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
+    int k = choose_k(sp);
+    if (k > n_ctx - sp->n_past - 1) k = n_ctx - sp->n_past - 1;
+    if (k > out_cap - 1) k = out_cap - 1;
+    if (k < 0) return bn_err(err, errlen, "spec: no room for output");
+    sp->st.n_max_now = k;
+    // draft
+    int32_t tok[SPEC_MAX_N + 1];
+    tok[0] = sp->id_last;
+    int nd = 0;
+    if (k > 0) {
+        double t0 = bn_time_ms();
+        if (sp->ds) nd = bn_drafter_draft(sp->d, sp->ds, sp->id_last, sp->n_past, k, sp->p.p_min, tok + 1, err, errlen);
+        else if (sp->os) nd = oracle_draft(sp, k, tok + 1, err, errlen);
+        if (nd < 0) return -1;
+        double ms = bn_time_ms() - t0;
+        sp->st.ms_draft += ms;
+        ema(&sp->ms_draft[k], ms);
+        if (nd < sp->p.n_min) nd = 0; // too short: not verified, not counted (§7)
+    }
+    // verify [id_last, d0..d_{nd−1}] in one batched forward; snapshot first for the rollback
+    bn_snapshot *snap = nd > 0 ? bn_state_snapshot(sp->ts) : NULL;
+    double t0 = bn_time_ms();
+    if (target_forward(sp, tok, nd + 1, sp->logits, true, false, err, errlen) != 0) {
+        bn_snapshot_free(snap);
+        return -1;
+    }
+    sp->st.ms_verify += bn_time_ms() - t0;
+    // accept by sample-and-compare: t_j = sample(row j); accept d_j while it equals t_j
+    int j = 0;
+    int32_t t = bn_sampler_sample(smp, sp->logits, V);
+    while (j < nd && t == tok[1 + j]) {
+        j++;
+        t = bn_sampler_sample(smp, sp->logits + (size_t)j * V, V);
+    }
+    // commit: keep positions n_past..n_past+j (id_last + j drafts)
+    const int n_keep = j + 1;
+    if (j < nd) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
+        double t1 = bn_time_ms();
+        bn_state_restore(sp->ts, snap);
+        if (target_forward(sp, tok, n_keep, NULL, false, true, err, errlen) != 0) {
+            bn_snapshot_free(snap);
+            return -1;
+        }
+        sp->st.ms_rerun += bn_time_ms() - t1;
+        sp->st.n_rerun++;
+    } else if (sp->ds) { // all accepted: the verify taps are the committed rows
+        double t1 = bn_time_ms();
+        bn_dstate_truncate(sp->ds, sp->n_past);
+        if (bn_drafter_process(sp->d, sp->ds, sp->taps, n_keep, sp->n_past, err, errlen) != 0) {
+            bn_snapshot_free(snap);
+            return -1;
+        }
+        sp->st.ms_process += bn_time_ms() - t1;
+    }
+    bn_snapshot_free(snap);
+    if (sp->os) {
+        bn_forward_out none = {0};
+        if (bn_forward(sp->m, sp->os, tok, n_keep, &none, err, errlen) != 0) return -1;
+    }
+    for (int i = 0; i < j; i++) out[i] = tok[1 + i];
+    out[j] = t;
+    // statistics (§7) and the acceptance model
+    sp->st.n_steps++;
+    sp->st.n_emitted += n_keep;
+    if (nd > 0) {
+        sp->st.n_rounds_spec++;
+        sp->st.n_drafted += nd;
+        sp->st.n_accept += j;
+        for (int i = 0; i < j && i < 64; i++) sp->st.acc_pos[i]++;
+        for (int i = 0; i < nd && i < 64; i++) sp->st.drafted_pos[i]++;
+        for (int i = 0; i < nd && i <= j; i++) { // position i was reached: accepted iff i < j
+            double obs = i < j ? 1.0 : 0.0;
+            sp->q_acc[i] = 0.9 * sp->q_acc[i] + 0.1 * obs;
+        }
+    }
+    sp->id_last = t;
+    sp->n_past += n_keep;
+    return n_keep;
+}
+
+void bn_spec_print_stats(const bn_spec *sp, FILE *f) {
+    const bn_spec_stats *s = &sp->st;
+    double mean_acc = s->n_rounds_spec ? 1.0 + (double)s->n_accept / (double)s->n_rounds_spec : 1.0;
+    fprintf(f, "spec: #steps = %lld, #gen drafts = %lld, #gen tokens = %lld, #acc tokens = %lld, #reruns = %lld\n",
+            (long long)s->n_steps, (long long)s->n_rounds_spec, (long long)s->n_drafted, (long long)s->n_accept,
+            (long long)s->n_rerun);
+    fprintf(f, "spec: mean acc len = %.3f, tokens per target pass = %.3f\n", mean_acc,
+            s->n_steps ? (double)s->n_emitted / (double)s->n_steps : 0.0);
+    for (int i = 0; i < sp->p.n_max && i < 64; i++)
+        fprintf(f, "spec: acc rate/pos[%d] = %.3f (drafted %lld)\n", i,
+                s->n_rounds_spec ? (double)s->acc_pos[i] / (double)s->n_rounds_spec : 0.0,
+                (long long)s->drafted_pos[i]);
+    fprintf(f, "spec: ms draft %.1f, verify %.1f, rerun %.1f, drafter process %.1f; n_max now %d\n", s->ms_draft,
+            s->ms_verify, s->ms_rerun, s->ms_process, s->n_max_now);
+}
