@@ -121,9 +121,32 @@ static void append_ids(int32_t **v, int *n, const int32_t *ids, int k) {
     *n += k;
 }
 
-// Prime mode: appends the greedy prefix (cut at a sentence end) and the repeated phrase to ctx.
-static int build_primed(bn_source *src, const bn_tokenizer *tok, const bn_mine_params *mp, int32_t **ctx, int *n_ctx,
-                        int64_t *prefix_chars, char **prefix_text, char *err, size_t errlen) {
+// The last sentence of text[0..len) (which ends at a sentence end) when it has 20-200 code points,
+// as a malloc'd phrase (a space appended unless it ends in a newline); NULL otherwise.
+static char *last_sentence(const char *text, size_t len) {
+    size_t e = len;
+    while (e > 0 && text[e - 1] == ' ') e--;
+    if (e < 2) return NULL;
+    size_t b = e - 1;
+    while (b > 0 && !strchr(".!?\n", text[b - 1])) b--;
+    while (b < e && (text[b] == ' ' || text[b] == '\n')) b++;
+    uint32_t *cp = xmalloc((e - b + 1) * sizeof *cp);
+    size_t n_cp = bn_utf8_to_cps(text + b, e - b, cp, NULL);
+    free(cp);
+    if (n_cp < 20 || n_cp > 200) return NULL;
+    char *ph = xmalloc(e - b + 2);
+    memcpy(ph, text + b, e - b);
+    size_t k = e - b;
+    if (text[e - 1] != '\n') ph[k++] = ' ';
+    ph[k] = 0;
+    return ph;
+}
+
+// Prime mode: appends the greedy prefix (cut at a sentence end) and the repeated phrase to ctx;
+// with phrase_from_prefix the phrase is the prefix's last sentence when it has 20-200 chars
+// (*phrase_owned then holds it and mp->prime_phrase is updated to point at it).
+static int build_primed(bn_source *src, const bn_tokenizer *tok, bn_mine_params *mp, int32_t **ctx, int *n_ctx,
+                        int64_t *prefix_chars, char **prefix_text, char **phrase_owned, char *err, size_t errlen) {
     bn_gen_params g = mp->gen;
     g.temperature = 0;
     g.n_predict = mp->prime_prefix_tokens;
@@ -155,6 +178,7 @@ static int build_primed(bn_source *src, const bn_tokenizer *tok, const bn_mine_p
     *prefix_chars = (int64_t)bn_utf8_to_cps(text, cut_len, cp, NULL);
     free(cp);
     // " " (if needed) + phrase x repeats
+    if (mp->phrase_from_prefix && (*phrase_owned = last_sentence(text, cut_len))) mp->prime_phrase = *phrase_owned;
     const char *phrase = mp->prime_phrase ? mp->prime_phrase : BN_DEFAULT_PRIME_PHRASE;
     size_t plen = strlen(phrase);
     char *rep = xmalloc(plen * (size_t)mp->prime_repeats + 2);
@@ -235,8 +259,10 @@ static bool make_pair(const bn_tokenizer *tok, const bn_prompt *p, const bn_mine
 }
 
 int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int prompt_index,
-                const bn_mine_params *mp, bn_mine_result *r, char *err, size_t errlen) {
+                const bn_mine_params *mp_in, bn_mine_result *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
+    bn_mine_params local = *mp_in, *mp = &local; // priming may pick the phrase per prompt
+    char *phrase_owned = NULL;
     char *prompt_text = NULL;
     int32_t *ctx = NULL;
     bool trimmed;
@@ -246,13 +272,13 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
     int64_t prefix_chars = 0;
     char *prefix_text = NULL;
     if (mp->mode == BN_MINE_PRIME &&
-        build_primed(src, tok, mp, &ctx, &n_ctx, &prefix_chars, &prefix_text, err, errlen) < 0) {
+        build_primed(src, tok, mp, &ctx, &n_ctx, &prefix_chars, &prefix_text, &phrase_owned, err, errlen) < 0) {
         free(ctx); free(prompt_text);
         return -1;
     }
     bn_gen_result g;
     if (src->generate(src, ctx, n_ctx, &mp->gen, &g, err, errlen) < 0) {
-        free(ctx); free(prompt_text); free(prefix_text);
+        free(ctx); free(prompt_text); free(prefix_text); free(phrase_owned);
         return -1;
     }
     // token text of what is scanned (the completion; in assistant-scan mode also the primed
@@ -311,6 +337,7 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
     bn_gen_result_free(&g);
     free(ctx);
     free(prefix_text);
+    free(phrase_owned);
     return 0;
 }
 

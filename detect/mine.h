@@ -38,6 +38,7 @@ typedef struct {
     int thinking;               // chat template: 1 on (<think>\n), 0 off, -1 plain ChatML
     const char *system;         // system message, NULL/"" = none (antidoom: "")
     const char *prime_phrase;   // BN_DEFAULT_PRIME_PHRASE
+    bool phrase_from_prefix;    // use the prefix's last sentence (20-200 chars) as the phrase when there is one
     int prime_repeats;          // 3
     int prime_prefix_tokens;    // 48
     bool scan_assistant;        // prime mode: scan primed assistant text + completion (scan_mode

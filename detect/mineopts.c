@@ -68,6 +68,7 @@ void bn_mine_opts_help(FILE *f) {
             "  --mode sample|prime         plain sampling (antidoom) or primed contexts (Bonsai), default sample\n"
             "  --prime-phrase TEXT         phrase repeated in primed contexts (default \"%s\")\n"
             "  --prime-phrases FILE        one phrase per line (\\n = newline); prompt i uses line i mod count\n"
+            "  --phrase-from-prefix        phrase = the greedy prefix's last sentence when it has 20-200 chars\n"
             "  --prime-repeats N           copies of the phrase (default 3)\n"
             "  --scan completion|assistant prime mode: detector over the completion only (default) or also\n"
             "                              the primed assistant text (onset there -> first generated token)\n"

@@ -205,6 +205,26 @@ int main(void) {
         mp.prime_repeats = 3;
         mp.scan_assistant = false;
     }
+    { // phrase from the prefix: its last sentence (20-200 chars) is repeated; a short one falls back
+        s.script[0] = "Sure. The sum of these numbers is 5. And";
+        s.script[1] = LOOP;
+        s.calls = 0;
+        mp.phrase_from_prefix = true;
+        CHECK(bn_mine_one(&s.base, tok, &pr, 8, &mp, &r, err, sizeof err) == 0 && r.has_pair, "phrase from prefix: %s", err);
+        if (r.has_pair) CHECK(!strcmp(r.pair.prime.phrase, "The sum of these numbers is 5. "), "phrase '%s'", r.pair.prime.phrase);
+        char *primed = bn_detokenize(tok, s.last_prompt, s.n_last_prompt, true, NULL);
+        const char *tail = "<think>\nSure. The sum of these numbers is 5. The sum of these numbers is 5. The sum of these "
+                           "numbers is 5. The sum of these numbers is 5. ";
+        CHECK(strlen(primed) > strlen(tail) && !strcmp(primed + strlen(primed) - strlen(tail), tail), "primed: %s", primed);
+        free(primed);
+        bn_mine_result_free(&r);
+        s.script[0] = "Sure. Ok. And";
+        s.calls = 0;
+        CHECK(bn_mine_one(&s.base, tok, &pr, 9, &mp, &r, err, sizeof err) == 0 && r.has_pair &&
+              !strcmp(r.pair.prime.phrase, BN_DEFAULT_PRIME_PHRASE), "short sentence -> default phrase");
+        bn_mine_result_free(&r);
+        mp.phrase_from_prefix = false;
+    }
     free(s.last_prompt);
     { // in-process source smoke test: greedy, 12 tokens
         bn_source *src = bn_source_inprocess(m, tok, 256, 2);
