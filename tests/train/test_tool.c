@@ -1,0 +1,87 @@
+// tests/train/test_tool.c — bonsai-ftpo-train end to end as a program on the tiny qwen35: train
+// (adapter, checkpoint, JSONL log written; exit 0), --eval (table with base and adapter rows),
+// --merge (merged GGUF loads), and clear exit-1 errors (missing pairs file, bad flag, bad line).
+#include <string.h>
+#include <unistd.h>
+#include "tests/test.h"
+#include "core/mkmodel.h"
+#include "core/model.h"
+#include "core/util.h"
+
+static char dir[] = "/tmp/bonsai_test_ftpo_tool_XXXXXX";
+static char exe[600];
+
+// run: runs the tool with args (stdout+stderr into dir/out.txt); returns the exit status.
+static int run(const char *args) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "'%s' %s > '%s/out.txt' 2>&1", exe, args, dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool out_has(const char *s) {
+    char path[700], err[256];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    size_t n;
+    char *t = bn_read_file(path, &n, err, sizeof err);
+    bool has = t && strstr(t, s);
+    if (!has && t) fprintf(stderr, "--- output ---\n%s\n---\n", t);
+    free(t);
+    return has;
+}
+
+int main(void) {
+    const char *br = getenv("BONSAI_BUILD_ROOT");
+    if (!br) return test_skip("BONSAI_BUILD_ROOT not set (run through meson test)");
+    snprintf(exe, sizeof exe, "%s/tools/bonsai-ftpo-train", br);
+    if (access(exe, X_OK) != 0) return test_skip("bonsai-ftpo-train not built");
+    if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
+    char model[600], pairs[600], err[256], args[2000];
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, "tiny");
+    snprintf(model, sizeof model, "%s/tiny.gguf", dir);
+    if (bn_mkmodel_write(&p, model, err, sizeof err)) { CHECK(0, "mkmodel: %s", err); return test_done("train_tool"); }
+    snprintf(pairs, sizeof pairs, "%s/pairs.jsonl", dir);
+    FILE *f = fopen(pairs, "w");
+    for (int r = 0; r < 6; r++)
+        fprintf(f, "{\"context_ids\":[%d,%d,%d,%d],\"rejected_id\":%d,\"chosen_ids\":[%d,%d],\"split\":\"%s\"}\n", r, 10 + r, 20, 30 + r,
+                100 + r, 200 + r, 300 + r, r == 5 ? "heldout" : "train");
+    fclose(f);
+
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/a.gguf' --rank 4 --epochs 2 --batch 2 --grad-accum 1 --lr 1e-2 --early-stop 0 "
+             "--checkpoint '%s/ck.bin' --log '%s/log.jsonl' -t 2", model, pairs, dir, dir, dir);
+    CHECK(run(args) == 0, "training exits 0");
+    CHECK(out_has("step 6/6") && out_has("epoch 2 eval"), "per-step lines and epoch evals");
+    char path[700];
+    snprintf(path, sizeof path, "%s/a.gguf", dir);
+    CHECK(access(path, R_OK) == 0, "adapter written");
+    snprintf(path, sizeof path, "%s/ck.bin", dir);
+    CHECK(access(path, R_OK) == 0, "checkpoint written");
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    CHECK(access(path, R_OK) == 0, "log written");
+
+    snprintf(args, sizeof args, "-m '%s' -p '%s' --eval '%s/a.gguf'", model, pairs, dir);
+    CHECK(run(args) == 0 && out_has("adapter  train") && out_has("base     heldout"), "--eval table");
+
+    snprintf(args, sizeof args, "-m '%s' --merge '%s/a.gguf' -o '%s/merged.gguf'", model, dir, dir);
+    CHECK(run(args) == 0 && out_has("blk.3.attn_q.weight"), "--merge with diagnostics");
+    snprintf(path, sizeof path, "%s/merged.gguf", dir);
+    bn_model *mm = bn_model_load(path, err, sizeof err);
+    CHECK(mm != NULL, "merged model loads: %s", err);
+    bn_model_free(mm);
+
+    snprintf(args, sizeof args, "-m '%s' -p '%s/missing.jsonl' -o '%s/b.gguf'", model, dir, dir);
+    CHECK(run(args) == 1 && out_has("bonsai-ftpo-train: ") && out_has("missing.jsonl"), "missing pairs file: exit 1 with the path");
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/b.gguf' --bogus", model, pairs, dir);
+    CHECK(run(args) == 1 && out_has("--bogus"), "unknown flag: exit 1");
+    f = fopen(pairs, "a");
+    fprintf(f, "{\"context_ids\":[1],\"rejected_id\":\"x\",\"chosen_ids\":[2]}\n");
+    fclose(f);
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/b.gguf'", model, pairs, dir);
+    CHECK(run(args) == 1 && out_has("pairs.jsonl:7: field 'rejected_id'"), "bad row: file:line and field");
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    return test_done("train_tool");
+}
