@@ -20,6 +20,7 @@ typedef struct {
 bn_adamw_cfg bn_adamw_cfg_default(void);
 // bn_adamw_new: zeroed state for n parameters; never NULL.
 bn_adamw *bn_adamw_new(int64_t n);
+// bn_adamw_free: frees the moments and the state (NULL is fine).
 void bn_adamw_free(bn_adamw *o);
 // bn_adamw_step: one update with learning rate lr: t += 1; m, v moments; θ ← θ(1 − lr·wd);
 // θ ← θ − lr·m̂/(√v̂ + eps). Returns the new t.

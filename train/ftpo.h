@@ -27,8 +27,8 @@ bn_ftpo_cfg bn_ftpo_cfg_antidoom(void);
 // bn_ftpo_cfg_antislop: auto-antislop effective preset (λ_t 0.05, τ_t 1, λ_agg 0.1, τ_agg 2, weighted mean).
 bn_ftpo_cfg bn_ftpo_cfg_antislop(void);
 
-// One row: policy logits z {V}, reference logits zref {V}, rejected id, chosen ids. Invalid chosen
-// (out of range, equal to the rejected id, duplicates) are masked out.
+// One row: policy logits z {V}, reference logits zref {V}, rejected id (must be in [0, V)), chosen
+// ids. Invalid chosen (out of range, equal to the rejected id, duplicates) are masked out.
 typedef struct {
     const float *z;
     const float *zref;
@@ -62,6 +62,7 @@ typedef struct {
 
 // bn_ftpo_refcache_new: empty cache for n_rows rows of V logits; never NULL.
 bn_ftpo_refcache *bn_ftpo_refcache_new(int n_rows, int V);
+// bn_ftpo_refcache_free: frees the cache (NULL is fine).
 void bn_ftpo_refcache_free(bn_ftpo_refcache *c);
 // bn_ftpo_refcache_get: cached logits of row i or NULL if not computed yet.
 const float *bn_ftpo_refcache_get(const bn_ftpo_refcache *c, int i);

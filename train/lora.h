@@ -59,6 +59,7 @@ const char *bn_lora_target_gguf(int target);
 
 // bn_lora_new: empty adapter (no tensors yet); never NULL.
 bn_lora *bn_lora_new(int r, float alpha, float dropout, const char *arch);
+// bn_lora_free: frees the adapter (NULL is fine).
 void bn_lora_free(bn_lora *l);
 // bn_lora_add: appends a tensor pair (params zeroed); returns its index or -1 (err: duplicate/bad shape).
 int bn_lora_add(bn_lora *l, const char *name, int layer, int target, int64_t n_in, int64_t n_out,

@@ -32,6 +32,7 @@ typedef struct {
 // (then rows without context_ids are an error). Returns NULL with "path:line: ..." in err.
 bn_train_rows *bn_train_rows_load(const char *path, const bn_tokenizer *tok, int n_vocab, int max_seq,
                                   char *err, size_t errlen);
+// bn_train_rows_free: frees the rows (NULL is fine).
 void bn_train_rows_free(bn_train_rows *r);
 
 #endif

@@ -66,6 +66,8 @@ int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const
 // bn_ftpo_train_defaults: the seed recipe of ANTIDOOM.md §11 (see the field comments).
 bn_ftpo_train_opts bn_ftpo_train_defaults(void);
 // bn_ftpo_train: trains an adapter on the rows not marked heldout; returns 0 or -1 (err).
+// A step's gradient is the mean over the micro-batches it actually had (the last step of an epoch
+// may have fewer than grad_accum). The running chosen_win window restarts on resume.
 int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
                   bn_ftpo_train_result *res, char *err, size_t errlen);
 
