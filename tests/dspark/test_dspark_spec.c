@@ -1,0 +1,168 @@
+// tests/dspark/test_dspark_spec.c — the speculative loop (DSPARK.md §5.1, §6, §7) on the tiny
+// qwen35 target (F32): greedy speculative output token-identical to plain decoding for 80 tokens
+// with a random DSpark drafter (fixed and adaptive draft length) and with the oracle drafter
+// (acceptance ≥ 95% there); rollback (snapshot, longer verify batch, restore, re-run) leaves a
+// bit-identical recurrent state and KV cache; §7 counter relations.
+#include "tests/test.h"
+#include "tests/dspark/fixture.h"
+#include "core/forward_impl.h"
+#include "core/sampler.h"
+
+#define N_GEN 80
+
+static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
+#define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
+
+// run_spec: greedy speculative generation of >= N_GEN tokens; fills gen, returns the spec (caller frees).
+static bn_spec *run_spec(const bn_model *m, bn_state *ts, const bn_drafter *d, int type, int n_max, bool adaptive,
+                         int32_t *gen) {
+    bn_spec_params p = {.type = type, .n_max = n_max, .adaptive = adaptive, .n_threads = 2};
+    char err[256];
+    bn_spec *sp = bn_spec_new(m, ts, d, &p, err, sizeof err);
+    if (!sp) bn_die("spec_new: %s", err);
+    bn_sampler_params sparams = bn_sampler_params_default();
+    sparams.temperature = 0;
+    bn_sampler *smp = bn_sampler_new(&sparams);
+    if (bn_spec_prefill(sp, prompt, N_PROMPT, err, sizeof err) != 0) bn_die("prefill: %s", err);
+    int n = 0;
+    int32_t out[64];
+    while (n < N_GEN) {
+        int k = bn_spec_generate_step(sp, smp, out, 64, err, sizeof err);
+        if (k < 1) bn_die("step: %s", err);
+        for (int i = 0; i < k && n < N_GEN + 64; i++) gen[n++] = out[i];
+    }
+    bn_sampler_free(smp);
+    return sp;
+}
+
+// n_mask_anchor: rounds whose anchor (id_last) is the mask token: the drafter must not draft there
+// (prev = MASK is never evaluated), so a fixed-k run drafts in every other round.
+static int n_mask_anchor;
+
+static void check_counters(const bn_spec *sp, int n_max, bool fixed, const char *what) {
+    const bn_spec_stats *s = bn_spec_stats_get(sp);
+    CHECK(s->n_emitted == s->n_accept + s->n_steps, "%s: emitted %lld != accept %lld + steps %lld", what,
+          (long long)s->n_emitted, (long long)s->n_accept, (long long)s->n_steps);
+    CHECK(s->n_accept <= s->n_drafted, "%s: accept > drafted", what);
+    int64_t sum = 0;
+    for (int i = 0; i < 64; i++) {
+        sum += s->acc_pos[i];
+        if (i > 0) CHECK(s->acc_pos[i] <= s->acc_pos[i - 1], "%s: acc_pos not monotone at %d", what, i);
+        CHECK(s->acc_pos[i] <= s->drafted_pos[i], "%s: acc_pos[%d] > drafted_pos", what, i);
+    }
+    CHECK(sum == s->n_accept, "%s: Σ acc_pos %lld != n_accept %lld", what, (long long)sum, (long long)s->n_accept);
+    if (fixed) { // §7: fixed k, R rounds: n_drafted = k·R, τ = (n_accept + R)/R
+        CHECK(s->n_drafted == (int64_t)n_max * s->n_rounds_spec, "%s: drafted %lld != %d × %lld rounds", what,
+              (long long)s->n_drafted, n_max, (long long)s->n_rounds_spec);
+        CHECK(s->n_rounds_spec + n_mask_anchor >= s->n_steps, "%s: %lld of %lld steps drafted (%d mask anchors)", what,
+              (long long)s->n_rounds_spec, (long long)s->n_steps, n_mask_anchor);
+        double tau = (double)(s->n_accept + s->n_rounds_spec) / (double)s->n_rounds_spec;
+        CHECK_NEAR(tau, (double)s->n_emitted / (double)s->n_steps, 1e-12, "tau = tokens per target pass");
+    }
+}
+
+static int same(const int32_t *a, const int32_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return -1;
+}
+
+// rollback_check: state A runs prompt then T[0..j] as one batch; state B runs prompt, snapshots,
+// runs T[0..k] (the longer verify batch), restores and runs T[0..j]. Both must be bit-identical.
+static void rollback_check(const bn_model *m) {
+    const int32_t T[5] = {17, 400, 3, 222, 81};
+    char err[256];
+    for (int j = 0; j < 4; j++) {
+        bn_state *a = bn_state_new(m, 256, 1), *b = bn_state_new(m, 256, 1);
+        bn_forward_out none = {0};
+        bn_forward(m, a, prompt, N_PROMPT, &none, err, sizeof err);
+        bn_forward(m, b, prompt, N_PROMPT, &none, err, sizeof err);
+        bn_forward(m, a, T, j + 1, &none, err, sizeof err);
+        bn_snapshot *snap = bn_state_snapshot(b);
+        bn_forward(m, b, T, 5, &none, err, sizeof err);
+        bn_state_restore(b, snap);
+        bn_forward(m, b, T, j + 1, &none, err, sizeof err);
+        CHECK(bn_state_pos(a) == bn_state_pos(b), "rollback j=%d: positions %d vs %d", j, bn_state_pos(a), bn_state_pos(b));
+        CHECK(memcmp(a->recurrent, b->recurrent, a->n_recurrent * sizeof(float)) == 0,
+              "rollback j=%d: recurrent state differs", j);
+        const size_t kvw = (size_t)m->cfg.n_head_kv * m->cfg.head_dim;
+        for (int il = 0; il < m->cfg.n_layer; il++) {
+            if (!a->k_cache[il]) continue;
+            size_t nb = kvw * (size_t)bn_state_pos(a) * sizeof(float);
+            CHECK(memcmp(a->k_cache[il], b->k_cache[il], nb) == 0 && memcmp(a->v_cache[il], b->v_cache[il], nb) == 0,
+                  "rollback j=%d: KV rows of layer %d differ", j, il);
+        }
+        bn_snapshot_free(snap);
+        bn_state_free(a);
+        bn_state_free(b);
+    }
+}
+
+int main(void) {
+    char tpath[512], dpath[512], err[512];
+    fx_target(fx_path(tpath, sizeof tpath, "target.gguf"));
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    fx_drafter(&dp, fx_path(dpath, sizeof dpath, "drafter.gguf"));
+    bn_model *m = bn_model_load(tpath, err, sizeof err);
+    bn_drafter *d = m ? bn_drafter_load(dpath, m, err, sizeof err) : NULL;
+    if (!m || !d) {
+        fprintf(stderr, "load: %s\n", err);
+        return 1;
+    }
+    int32_t ref[N_GEN], gen[N_GEN + 64];
+    fx_plain_greedy(m, prompt, N_PROMPT, N_GEN, ref);
+    bn_state *ts = bn_state_new(m, 1024, 2);
+    for (int i = 0; i < N_GEN; i++) n_mask_anchor += ref[i] == d->cfg.mask_token_id;
+    printf("plain decode emitted the mask token %d times\n", n_mask_anchor);
+
+    // 1. random DSpark drafter, fixed n_max 4
+    bn_spec *sp = run_spec(m, ts, d, BN_SPEC_DSPARK, 4, false, gen);
+    int diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "dspark n_max 4: first difference at token %d", diff);
+    check_counters(sp, 4, true, "dspark fixed");
+    const bn_spec_stats *st = bn_spec_stats_get(sp);
+    printf("dspark (random drafter) n_max 4: steps %lld drafted %lld accepted %lld reruns %lld\n",
+           (long long)st->n_steps, (long long)st->n_drafted, (long long)st->n_accept, (long long)st->n_rerun);
+    CHECK(st->n_rerun > 0, "a random drafter must be rejected sometimes (rollback path exercised)");
+    // the drafter cache follows the committed positions
+    bn_spec_free(sp);
+
+    // 2. random DSpark drafter, adaptive
+    sp = run_spec(m, ts, d, BN_SPEC_DSPARK, 4, true, gen);
+    diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "dspark adaptive: first difference at token %d", diff);
+    check_counters(sp, 4, false, "dspark adaptive");
+    st = bn_spec_stats_get(sp);
+    printf("dspark adaptive: steps %lld drafted %lld accepted %lld, n_max now %d\n", (long long)st->n_steps,
+           (long long)st->n_drafted, (long long)st->n_accept, st->n_max_now);
+    bn_spec_free(sp);
+
+    // 3. oracle drafter (measurement aid): acceptance ~100%
+    sp = run_spec(m, ts, NULL, BN_SPEC_ORACLE, 4, false, gen);
+    diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "oracle: first difference at token %d", diff);
+    check_counters(sp, 4, true, "oracle");
+    st = bn_spec_stats_get(sp);
+    double acc = (double)st->n_accept / (double)st->n_drafted;
+    printf("oracle: steps %lld drafted %lld accepted %lld (%.1f%%)\n", (long long)st->n_steps, (long long)st->n_drafted,
+           (long long)st->n_accept, 100 * acc);
+    CHECK(acc >= 0.95, "oracle acceptance %.3f < 0.95", acc);
+    bn_spec_free(sp);
+
+    // 4. plain decoding through the loop (type none): 1 token per step
+    sp = run_spec(m, ts, NULL, BN_SPEC_NONE, 4, false, gen);
+    diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "none: first difference at token %d", diff);
+    CHECK(bn_spec_stats_get(sp)->n_drafted == 0, "none drafts nothing");
+    bn_spec_free(sp);
+
+    rollback_check(m);
+
+    bn_state_free(ts);
+    bn_drafter_free(d);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done("dspark_spec");
+}

@@ -1,0 +1,174 @@
+// tools/bonsai-speculative.c — speculative decoding on the CPU engine, output like
+// llama-speculative-simple (SERVER.md §13; loop DSPARK.md §5.1).
+#include "core/dspark.h"
+#include "core/forward.h"
+#include "core/model.h"
+#include "core/sampler.h"
+#include "core/tokenizer.h"
+#include "core/util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bonsai-speculative -m TARGET.gguf [-md DRAFT.gguf] --spec-type T -p PROMPT [options]\n"
+            "  --spec-type T            draft-dspark (needs -md) | draft-oracle (MEASUREMENT AID: the target's own\n"
+            "                           greedy continuation from a second target state; forces acceptance) | none\n"
+            "  --spec-draft-n-max N     drafts per round (default 3; clamped to the drafter's block size)\n"
+            "  --spec-draft-n-min N     shorter drafts are not verified (default 0)\n"
+            "  --spec-draft-p-min P     confidence-head truncation (default 0 = off)\n"
+            "  --no-adaptive            always draft n-max (default: an online cost model shortens or switches\n"
+            "                           drafting off when it does not pay)\n"
+            "  -n N                     tokens to predict (default 64)   -c N  context (default 4096)\n"
+            "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
+            "  -e                       process escapes (\\n, \\t) in the prompt\n");
+}
+
+static void unescape(char *s) {
+    char *o = s;
+    for (char *p = s; *p; p++) {
+        if (*p == '\\' && p[1]) {
+            p++;
+            *o++ = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p == '\\' ? '\\' : *p;
+        } else *o++ = *p;
+    }
+    *o = 0;
+}
+
+int main(int argc, char **argv) {
+    const char *mpath = NULL, *dpath = NULL, *prompt = NULL, *stype = NULL;
+    int n_predict_max = 64, n_ctx = 4096, n_threads = 0, escapes = 0;
+    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true};
+    bn_sampler_params smp = bn_sampler_params_default();
+    smp.temperature = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(name) (strcmp(a, name) == 0 && v && ++i)
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (OPT("-m") || OPT("--model")) mpath = v;
+        else if (OPT("-md") || OPT("--model-draft") || OPT("--spec-draft-model")) dpath = v;
+        else if (OPT("--spec-type")) stype = v;
+        else if (OPT("--spec-draft-n-max") || OPT("--draft-max") || OPT("--draft")) sp.n_max = atoi(v);
+        else if (OPT("--spec-draft-n-min") || OPT("--draft-min")) sp.n_min = atoi(v);
+        else if (OPT("--spec-draft-p-min") || OPT("--draft-p-min")) sp.p_min = (float)atof(v);
+        else if (OPT("-p") || OPT("--prompt")) prompt = v;
+        else if (OPT("-n") || OPT("--n-predict")) n_predict_max = atoi(v);
+        else if (OPT("-c") || OPT("--ctx-size")) n_ctx = atoi(v);
+        else if (OPT("-t") || OPT("--threads")) n_threads = atoi(v);
+        else if (OPT("--temp")) smp.temperature = (float)atof(v);
+        else if (OPT("--top-k")) smp.top_k = atoi(v);
+        else if (OPT("--top-p")) smp.top_p = (float)atof(v);
+        else if (OPT("--min-p")) smp.min_p = (float)atof(v);
+        else if (OPT("--seed") || OPT("-s")) smp.seed = strtoull(v, NULL, 0);
+        else if (strcmp(a, "--no-adaptive") == 0) sp.adaptive = false;
+        else if (strcmp(a, "-e") == 0 || strcmp(a, "--escape") == 0) escapes = 1;
+        else {
+            fprintf(stderr, "bonsai-speculative: unknown or incomplete option '%s' (see --help)\n", a);
+            return 1;
+        }
+#undef OPT
+    }
+    if (!mpath || !prompt) {
+        usage(stderr);
+        return 1;
+    }
+    if (!stype) {
+        fprintf(stderr, "bonsai-speculative: --spec-type is required (draft-dspark | draft-oracle | none)\n");
+        return 1;
+    }
+    sp.type = bn_spec_type_from_name(stype);
+    if (sp.type < 0) {
+        fprintf(stderr, "bonsai-speculative: unknown --spec-type '%s'\n", stype);
+        return 1;
+    }
+    if (sp.type == BN_SPEC_DSPARK && !dpath) {
+        fprintf(stderr, "bonsai-speculative: --spec-type draft-dspark needs -md DRAFT.gguf\n");
+        return 1;
+    }
+    if (sp.type == BN_SPEC_ORACLE)
+        fprintf(stderr, "bonsai-speculative: draft-oracle is a MEASUREMENT AID (the target drafts for itself)\n");
+    sp.n_threads = n_threads;
+    char err[512];
+    bn_model *m = bn_model_load(mpath, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "bonsai-speculative: %s\n", err);
+        return 1;
+    }
+    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
+    if (!tok) {
+        fprintf(stderr, "bonsai-speculative: %s\n", err);
+        return 1;
+    }
+    bn_drafter *d = NULL;
+    if (sp.type == BN_SPEC_DSPARK && !(d = bn_drafter_load(dpath, m, err, sizeof err))) {
+        fprintf(stderr, "bonsai-speculative: %s\n", err);
+        return 1;
+    }
+    char *ptext = xstrdup(prompt);
+    if (escapes) unescape(ptext);
+    int32_t *ids = NULL;
+    int n_prompt = bn_tokenize(tok, ptext, strlen(ptext), true, true, &ids);
+    if (n_prompt < 1) {
+        fprintf(stderr, "bonsai-speculative: the prompt has no tokens\n");
+        return 1;
+    }
+    bn_state *ts = bn_state_new(m, n_ctx, n_threads);
+    bn_spec *s = bn_spec_new(m, ts, d, &sp, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "bonsai-speculative: %s\n", err);
+        return 1;
+    }
+    bn_sampler *sampler = bn_sampler_new(&smp);
+    double t0 = bn_time_ms();
+    if (bn_spec_prefill(s, ids, n_prompt, err, sizeof err) != 0) {
+        fprintf(stderr, "bonsai-speculative: %s\n", err);
+        return 1;
+    }
+    double t1 = bn_time_ms();
+    fwrite(ptext, 1, strlen(ptext), stdout);
+    int n_predict = 0;
+    bool stop = false;
+    int32_t out[64];
+    char piece[256];
+    while (!stop && n_predict <= n_predict_max) {
+        int n = bn_spec_generate_step(s, sampler, out, 64, err, sizeof err);
+        if (n < 0) {
+            fprintf(stderr, "\nbonsai-speculative: %s\n", err);
+            break;
+        }
+        for (int i = 0; i < n && !stop; i++) {
+            n_predict++;
+            int len = bn_token_to_piece(tok, out[i], piece, sizeof piece, false);
+            if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+            if (bn_token_is_eog(tok, out[i])) stop = true;
+        }
+        fflush(stdout);
+    }
+    double t2 = bn_time_ms();
+    const bn_spec_stats *st = bn_spec_stats_get(s);
+    printf("\n\n");
+    printf("encoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n", n_prompt, (t1 - t0) / 1e3,
+           n_prompt / ((t1 - t0) / 1e3 + 1e-9));
+    printf("decoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n", n_predict, (t2 - t1) / 1e3,
+           n_predict / ((t2 - t1) / 1e3 + 1e-9));
+    printf("\n");
+    printf("n_draft   = %d\n", sp.n_max);
+    printf("n_predict = %d\n", n_predict);
+    printf("n_drafted = %lld\n", (long long)st->n_drafted);
+    printf("n_accept  = %lld\n", (long long)st->n_accept);
+    printf("accept    = %.3f%%\n", st->n_drafted ? 100.0 * (double)st->n_accept / (double)st->n_drafted : 0.0);
+    printf("\n");
+    bn_spec_print_stats(s, stdout);
+    bn_sampler_free(sampler);
+    bn_spec_free(s);
+    bn_state_free(ts);
+    bn_drafter_free(d);
+    bn_tokenizer_free(tok);
+    bn_model_free(m);
+    free(ids);
+    free(ptext);
+    return 0;
+}
