@@ -1,6 +1,6 @@
 // train/checkpoint.c — checkpoint write/read with CRC32. See checkpoint.h.
 // Layout (little-endian): "BNCKPT\0\1" | u32 version | i64 step, total_steps, epoch, data_pos |
-// u64 rng[4] | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
+// u64 rng[4] | f64 win[64] | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
 // per tensor: char name[96], i32 layer, i32 target, i64 n_in, i64 n_out | i64 n_params |
 // f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] | u32 crc32(all preceding bytes).
 #include "train/checkpoint.h"
@@ -9,7 +9,7 @@
 #include "core/util.h"
 
 static const char MAGIC[8] = {'B', 'N', 'C', 'K', 'P', 'T', 0, 1};
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 
 typedef struct { uint8_t *p; size_t n, cap; } buf_t;
 
@@ -33,6 +33,7 @@ int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, co
     PUT(&b, version);
     PUT(&b, pos->step); PUT(&b, pos->total_steps); PUT(&b, pos->epoch); PUT(&b, pos->data_pos);
     put(&b, pos->rng.s, sizeof pos->rng.s);
+    put(&b, pos->win, sizeof pos->win);
     int32_t r = l->r, nt = l->n_tensors;
     PUT(&b, r); PUT(&b, l->alpha); PUT(&b, l->dropout);
     put(&b, l->arch, sizeof l->arch);
@@ -96,7 +97,7 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
     float alpha, dropout;
     char arch[32];
     if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || GET(&rd, pos->epoch) || GET(&rd, pos->data_pos) ||
-        get(&rd, pos->rng.s, sizeof pos->rng.s) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
+        get(&rd, pos->rng.s, sizeof pos->rng.s) || get(&rd, pos->win, sizeof pos->win) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
         get(&rd, arch, sizeof arch) || GET(&rd, nt) || r <= 0 || nt < 0) {
         bn_err(err, errlen, "%s: checkpoint header is malformed", path);
         goto fail;

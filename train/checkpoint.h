@@ -9,12 +9,15 @@
 #include "train/adamw.h"
 #include "train/rng.h"
 
+#define BN_TRAIN_WIN_MAX 64 // longest running-mean window kept in a checkpoint
+
 typedef struct {
     int64_t step;        // optimizer updates done
     int64_t total_steps; // schedule length S (so a resumed run keeps the same schedule)
     int64_t epoch;       // current epoch (0-based)
     int64_t data_pos;    // next row index within the epoch's order
     bn_rng rng;          // RNG state (shuffling, dropout)
+    double win[BN_TRAIN_WIN_MAX]; // per-step chosen_win ring (slot (step−1) % window) for the running mean
 } bn_train_pos;
 
 // bn_checkpoint_save: writes path atomically; returns 0 or -1 (err).

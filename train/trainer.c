@@ -106,7 +106,7 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     bn_lora *l = bn_lora_from_model(m, o->targets, o->rank, o->alpha > 0 ? o->alpha : (float)o->rank, o->dropout, err, errlen);
     if (!l) { free(train_idx); return -1; }
     bn_adamw *opt = NULL;
-    bn_train_pos pos = {.step = 0, .total_steps = S};
+    bn_train_pos pos = {.step = 0, .total_steps = S}; // win[] zeroed
     bn_rng_seed(&pos.rng, o->seed + 1);
     if (o->resume_path) {
         bn_lora *lr;
@@ -142,8 +142,8 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     for (int b = 0; b < o->batch; b++) { z[b] = xmalloc(sizeof(float) * V); dz[b] = xmalloc(sizeof(float) * V); }
     bn_train_graph **graphs = xcalloc((size_t)o->batch, sizeof(bn_train_graph *));
     bn_ftpo_row *frows = xcalloc((size_t)o->batch, sizeof(bn_ftpo_row));
-    int win_cap = o->log_window > 0 ? o->log_window : 1;
-    double *win_hist = xcalloc((size_t)win_cap, sizeof(double));
+    int win_cap = o->log_window < 1 ? 1 : (o->log_window > BN_TRAIN_WIN_MAX ? BN_TRAIN_WIN_MAX : o->log_window);
+    double *win_hist = pos.win; // in the checkpoint, so a resumed run keeps its running mean
     int64_t steps_this_run = 0;
     bool stop = false;
     int rc = -1;
@@ -244,7 +244,7 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     rc = 0;
 fail_loop:
     for (int b = 0; b < o->batch; b++) { bn_train_graph_free(graphs[b]); free(z[b]); free(dz[b]); }
-    free(graphs); free(z); free(dz); free(frows); free(win_hist); free(order);
+    free(graphs); free(z); free(dz); free(frows); free(order);
     if (logf) fclose(logf);
     bn_ftpo_refcache_free(d.ref);
     bn_lora_free(l);

@@ -30,7 +30,7 @@ typedef struct {
     float max_grad_norm;   // 2.5
     bn_ftpo_cfg loss;      // antidoom preset
     float early_stop;      // stop when the running chosen_win over a full window >= this (<= 0: off); 0.4
-    int log_window;        // steps in the running mean (5)
+    int log_window;        // steps in the running mean (5; at most 64)
     int64_t max_steps;     // stop after this many optimizer steps in this run (0 = no limit)
     int save_every;        // checkpoint every N steps (0 = at epoch ends and the end only)
     bool eval_each_epoch;  // no-grad chosen_win over train and held-out rows after each epoch
@@ -67,7 +67,7 @@ int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const
 bn_ftpo_train_opts bn_ftpo_train_defaults(void);
 // bn_ftpo_train: trains an adapter on the rows not marked heldout; returns 0 or -1 (err).
 // A step's gradient is the mean over the micro-batches it actually had (the last step of an epoch
-// may have fewer than grad_accum). The running chosen_win window restarts on resume.
+// may have fewer than grad_accum). The running chosen_win window (<= 64 steps) is checkpointed.
 int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
                   bn_ftpo_train_result *res, char *err, size_t errlen);
 

@@ -180,6 +180,31 @@ int main(void) {
     int64_t nr;
     float *pr = read_params(adapter, &nr);
     CHECK(pf && pr && nf == nr && memcmp(pf, pr, sizeof(float) * nf) == 0, "resumed run is bit-identical to the full run");
+    // the same with early stopping on: the running window travels in the checkpoint
+    bn_ftpo_train_opts os = base_opts();
+    os.early_stop = 0.5f;
+    os.log_window = 3;
+    snprintf(adapter, sizeof adapter, "%s/es_full.gguf", dir);
+    os.out_adapter = adapter;
+    bn_ftpo_train_result rfull, rres;
+    CHECK(bn_ftpo_train(m, rows, &os, &rfull, err, sizeof err) == 0 && rfull.early_stopped, "early-stopped full run: %s", err);
+    int64_t nes;
+    float *pes = read_params(adapter, &nes);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt_es.bin", dir);
+    os.ckpt_path = ckpt;
+    os.max_steps = 2;
+    snprintf(adapter, sizeof adapter, "%s/es_part.gguf", dir);
+    CHECK(bn_ftpo_train(m, rows, &os, &rres, err, sizeof err) == 0 && rres.steps == 2 && !rres.early_stopped, "2 steps: %s", err);
+    os.max_steps = 0;
+    os.resume_path = ckpt;
+    snprintf(adapter, sizeof adapter, "%s/es_resumed.gguf", dir);
+    CHECK(bn_ftpo_train(m, rows, &os, &rres, err, sizeof err) == 0, "resume: %s", err);
+    int64_t nes2;
+    float *pes2 = read_params(adapter, &nes2);
+    CHECK(rres.early_stopped && rres.steps == rfull.steps && pes && pes2 && nes == nes2 && memcmp(pes, pes2, sizeof(float) * nes) == 0,
+          "resumed run early-stops at the same step (%lld vs %lld) with the same adapter", (long long)rres.steps,
+          (long long)rfull.steps);
+    free(pes); free(pes2);
     // a checkpoint from another configuration is refused
     od.rank = 8;
     CHECK(bn_ftpo_train(m, rows, &od, &res, err, sizeof err) == -1 && strstr(err, "does not match"), "mismatch refused: %s", err);
