@@ -6,7 +6,7 @@
 #include <string.h>
 
 bn_mine_opts bn_mine_opts_default(void) {
-    bn_mine_opts o = {.mine = bn_mine_params_default(), .prompts = bn_prompt_opts_default(), .n_ctx = 6000,
+    bn_mine_opts o = {.mine = bn_mine_params_default(), .prompts = bn_prompt_opts_default(), .n_ctx = 6000, .n_parallel = 1,
                       .timeout_s = 1800};
     return o;
 }
@@ -55,6 +55,29 @@ static int load_phrases(bn_mine_opts *o, const char *path, char *err, size_t err
     return 0;
 }
 
+bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
+                                 char *err, size_t errlen) {
+    int n = o->n_parallel > 0 ? o->n_parallel : 1;
+    bn_source **v = xcalloc((size_t)n, sizeof *v);
+    int threads = o->n_threads > 0 ? o->n_threads : bn_n_threads_default();
+    bn_mine_opts one = *o;
+    one.n_threads = threads / n > 0 ? threads / n : 1;
+    for (int k = 0; k < n; k++) {
+        if (!(v[k] = bn_mine_opts_source(&one, m, tok, err, errlen))) {
+            for (int j = 0; j < k; j++) bn_source_free(v[j]);
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs) {
+    if (!srcs) return;
+    for (int k = 0; k < (o->n_parallel > 0 ? o->n_parallel : 1); k++) bn_source_free(srcs[k]);
+    free(srcs);
+}
+
 void bn_mine_opts_help(FILE *f) {
     fprintf(f,
             "  -m, --model PATH            GGUF model (required)\n"
@@ -83,6 +106,8 @@ void bn_mine_opts_help(FILE *f) {
             "  -t, --threads N             CPU threads (default: all)\n"
             "  --server URL                generate with a llama-server (http://host:port) /completion; -m still\n"
             "                              gives the tokenizer; the server must run the same model\n"
+            "  --parallel N                prompts in flight at once (default 1); with --server match its -np,\n"
+            "                              in-process each gets its own state and threads/N threads\n"
             "  --timeout S                 per-request timeout with --server (default 1800)\n"
             "  --min-repeats N / --min-total-repeated N / --max-period N   detector (default 4 / 60 / 1024)\n"
             "  --chosen-min-p P            relative min-p floor on chosen tokens (default off)\n"
@@ -172,6 +197,10 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(o->n_threads);
     else if (!strcmp(a, "--server")) { VAL(); o->server_url = v; }
     else if (!strcmp(a, "--timeout")) INT(o->timeout_s);
+    else if (!strcmp(a, "--parallel")) {
+        INT(o->n_parallel);
+        if (o->n_parallel < 1 || o->n_parallel > 256) return bn_err(err, errlen, "--parallel: expected 1..256");
+    }
     else if (!strcmp(a, "--min-repeats")) INT(mp->rep.min_repeats);
     else if (!strcmp(a, "--min-total-repeated")) INT(mp->rep.min_total_repeated);
     else if (!strcmp(a, "--max-period")) INT(mp->rep.max_period);

@@ -17,6 +17,7 @@ typedef struct {
     const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
     char **phrases;  // --prime-phrases FILE: one phrase per line (prompt i uses phrases[i % n]); NULL = none
     int n_phrases;
+    int n_parallel;  // --parallel N: N sources working at once (default 1)
     float temps[32]; // --temps a,b,...: prompt i samples at temps[i % n_temps] (antidoom's temperatures list)
     int n_temps;
 } bn_mine_opts;
@@ -34,6 +35,11 @@ bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, 
 bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
 // bn_mine_opts_free: releases what the flags loaded (phrase list).
 void bn_mine_opts_free(bn_mine_opts *o);
+// bn_mine_opts_sources: n_parallel sources (in-process ones split the threads); NULL (err) on a bad URL.
+bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
+                                 char *err, size_t errlen);
+// bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
+void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
 // bn_mine_opts_help: prints the shared flags with their defaults.
 void bn_mine_opts_help(FILE *f);
 #endif

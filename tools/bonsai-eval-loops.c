@@ -17,6 +17,7 @@
 #include "core/util.h"
 #include "detect/gzout.h"
 #include "detect/mineopts.h"
+#include "detect/runner.h"
 #include "detect/stats.h"
 #include "detect/utext.h"
 #include <jansson.h>
@@ -48,6 +49,40 @@ static int report(const bn_loop_stats *st, const char *label, const char *json_p
     if (json_path && bn_write_file_atomic(json_path, js, strlen(js), err, sizeof err) < 0) rc = fail(err);
     free(js);
     return rc;
+}
+
+// Evaluation state shared with the in-order result callback.
+typedef struct {
+    const bn_prompt *prompts;
+    bn_lineout *log;
+    bool *looped, *limit;
+    double *len;
+    int n_ok, n_loops, rc;
+    bn_progress bar;
+} evaluator;
+
+// Records prompt i's outcome (and log line); returns false on an I/O error.
+static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *why) {
+    evaluator *ev = vctx;
+    char err[1024];
+    if (rc < 0) {
+        fprintf(stderr, "\nbonsai-eval-loops: prompt %d (line %d) skipped: %s\n", i, ev->prompts[i].line, why);
+        return true;
+    }
+    ev->looped[ev->n_ok] = r->looped;
+    ev->limit[ev->n_ok] = r->hit_limit;
+    ev->len[ev->n_ok] = r->n_generated;
+    ev->n_ok++;
+    ev->n_loops += r->looped;
+    if (ev->log) {
+        char *line = bn_gen_row_to_line(&r->gen, err, sizeof err);
+        if (!line || bn_lineout_write(ev->log, line, strlen(line), err, sizeof err) < 0) ev->rc = 1;
+        free(line);
+    }
+    char extra[96];
+    snprintf(extra, sizeof extra, "loops %d/%d", ev->n_loops, ev->n_ok);
+    bn_progress_update(&ev->bar, i + 1, extra);
+    return ev->rc == 0;
 }
 
 static int from_log(const char *path, const bn_rep_params *rp, const char *label, const char *json_path) {
@@ -124,47 +159,28 @@ int main(int argc, char **argv) {
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
-    bn_source *src = bn_mine_opts_source(&o, m, tok, err, sizeof err);
-    if (!src) return fail(err);
+    o.mine.chosen.max_tokens = 0; // no pair rows needed
+    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, err, sizeof err);
+    if (!srcs) return fail(err);
     bn_lineout *log = log_path ? bn_lineout_open(log_path, err, sizeof err) : NULL;
     if (log_path && !log) return fail(err);
-    bool *looped = xcalloc((size_t)n + 1, sizeof *looped), *limit = xcalloc((size_t)n + 1, sizeof *limit);
-    double *len = xcalloc((size_t)n + 1, sizeof *len);
-    int n_ok = 0, rc = 0;
-    bn_progress bar;
-    bn_progress_start(&bar, "eval", n);
-    for (int i = 0; i < n; i++) {
-        bn_mine_params mp = bn_mine_opts_for_prompt(&o, i);
-        mp.chosen.max_tokens = 0; // no pair rows needed
-        bn_mine_result r;
-        if (bn_mine_one(src, tok, &prompts[i], i, &mp, &r, err, sizeof err) < 0) {
-            fprintf(stderr, "\nbonsai-eval-loops: prompt %d (line %d) skipped: %s\n", i, prompts[i].line, err);
-            continue;
-        }
-        looped[n_ok] = r.looped;
-        limit[n_ok] = r.hit_limit;
-        len[n_ok] = r.n_generated;
-        n_ok++;
-        if (log) {
-            char *line = bn_gen_row_to_line(&r.gen, err, sizeof err);
-            if (!line || bn_lineout_write(log, line, strlen(line), err, sizeof err) < 0) rc = 1;
-            free(line);
-        }
-        bn_mine_result_free(&r);
-        if (rc) break;
-        char extra[96];
-        int loops = 0;
-        for (int k = 0; k < n_ok; k++) loops += looped[k];
-        snprintf(extra, sizeof extra, "loops %d/%d", loops, n_ok);
-        bn_progress_update(&bar, i + 1, extra);
-    }
+    evaluator ev = {.prompts = prompts, .log = log};
+    ev.looped = xcalloc((size_t)n + 1, sizeof *ev.looped);
+    ev.limit = xcalloc((size_t)n + 1, sizeof *ev.limit);
+    ev.len = xcalloc((size_t)n + 1, sizeof *ev.len);
+    bn_progress_start(&ev.bar, "eval", n);
+    bn_mine_run(srcs, o.n_parallel, tok, prompts, 0, n, &o, on_result, &ev);
+    int rc = ev.rc, n_ok = ev.n_ok;
+    bool *looped = ev.looped, *limit = ev.limit;
+    double *len = ev.len;
+    bn_progress bar = ev.bar;
     bn_progress_finish(&bar, NULL);
     if (log && (rc || bn_lineout_commit(log, err, sizeof err) < 0)) return fail(rc ? "writing the log failed" : err);
     bn_loop_stats st;
     bn_loop_stats_compute(looped, limit, len, n_ok, &st);
     if (report(&st, label ? label : o.model_path, json_path, o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled")) rc = 1;
     free(looped); free(limit); free(len);
-    bn_source_free(src);
+    bn_mine_opts_sources_free(&o, srcs);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     bn_mine_opts_free(&o);

@@ -17,6 +17,7 @@
 #include "detect/mineopts.h"
 #include "detect/regularise.h"
 #include "detect/resume.h"
+#include "detect/runner.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [options]\n"
@@ -85,6 +86,50 @@ static int regularise_main(const char *in, const char *out, bn_reg_params *rp, i
 static int put_line(FILE *f, const char *line) {
     if (fputs(line, f) == EOF || fputc('\n', f) == EOF || fflush(f) != 0) return -1;
     return 0;
+}
+
+// Mining state shared with the in-order result callback.
+typedef struct {
+    FILE *fp, *fg;
+    const bn_prompt *prompts;
+    int n_pairs, n_loops, n_done, n_before, target, rc;
+    int64_t n_tokens;
+    double t0;
+    bn_progress bar;
+} miner;
+
+// Writes prompt i's pair (if any) and log line; returns false to stop (target reached or I/O error).
+static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *why) {
+    miner *mn = vctx;
+    char err[1024];
+    if (rc < 0) {
+        fprintf(stderr, "\nbonsai-mine-pairs: prompt %d (line %d) skipped: %s\n", i, mn->prompts[i].line, why);
+        // log the skip so --resume does not redo it
+        bn_gen_row g = {.source = mn->prompts[i].source, .prompt = "", .completion = "", .status = "error"};
+        g.extra = json_pack("{s:i,s:s}", "prompt_index", i, "error", why);
+        char *line = bn_gen_row_to_line(&g, err, sizeof err);
+        json_decref(g.extra);
+        bool ok = line && put_line(mn->fg, line) == 0;
+        free(line);
+        if (!ok) mn->rc = fail("writing the generation log failed");
+        return ok;
+    }
+    char *pline = r->has_pair ? bn_pair_row_to_line(&r->pair, err, sizeof err) : NULL;
+    char *gline = bn_gen_row_to_line(&r->gen, err, sizeof err);
+    bool ok = gline && (!r->has_pair || (pline && put_line(mn->fp, pline) == 0)) && put_line(mn->fg, gline) == 0;
+    free(pline);
+    free(gline);
+    if (!ok) { mn->rc = fail("writing the outputs failed"); return false; }
+    mn->n_pairs += r->has_pair;
+    mn->n_loops += r->looped;
+    mn->n_done++;
+    mn->n_tokens += r->n_generated;
+    char extra[160];
+    double s = (bn_time_ms() - mn->t0) / 1000.0;
+    snprintf(extra, sizeof extra, "pairs %d, loops %d (%.1f%%), %.1f tok/s", mn->n_pairs, mn->n_loops,
+             100.0 * mn->n_loops / (mn->n_before + mn->n_done), s > 0 ? mn->n_tokens / s : 0);
+    bn_progress_update(&mn->bar, i + 1, extra);
+    return mn->n_pairs < mn->target;
 }
 
 int main(int argc, char **argv) {
@@ -164,52 +209,23 @@ int main(int argc, char **argv) {
     o.mine.model_sha256 = sha;
     o.mine.file_type = ftype;
     o.mine.split = split;
-    bn_source *src = bn_mine_opts_source(&o, m, tok, err, sizeof err);
-    if (!src) return fail(err);
+    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, err, sizeof err);
+    if (!srcs) return fail(err);
     FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
-    int n_pairs = rs.n_pairs, n_loops = rs.n_loops, n_done = 0, rc = 0;
-    int64_t n_tokens = 0;
-    double t0 = bn_time_ms();
-    bn_progress bar;
-    bn_progress_start(&bar, "mining", n_prompts);
-    for (int i = rs.n_done; i < n_prompts && n_pairs < target_pairs; i++) {
-        bn_mine_params mp = bn_mine_opts_for_prompt(&o, i);
-        bn_mine_result r;
-        if (bn_mine_one(src, tok, &prompts[i], i, &mp, &r, err, sizeof err) < 0) {
-            fprintf(stderr, "\nbonsai-mine-pairs: prompt %d (line %d) skipped: %s\n", i, prompts[i].line, err);
-            // log the skip so --resume does not redo it
-            bn_gen_row g = {.source = prompts[i].source, .prompt = "", .completion = "", .status = "error"};
-            g.extra = json_pack("{s:i,s:s}", "prompt_index", i, "error", err);
-            char *line = bn_gen_row_to_line(&g, err, sizeof err);
-            json_decref(g.extra);
-            if (!line || put_line(fg, line) < 0) { free(line); rc = fail("writing the generation log failed"); break; }
-            free(line);
-            continue;
-        }
-        char *pline = r.has_pair ? bn_pair_row_to_line(&r.pair, err, sizeof err) : NULL;
-        char *gline = bn_gen_row_to_line(&r.gen, err, sizeof err);
-        bool ok = gline && (!r.has_pair || (pline && put_line(fp, pline) == 0)) && put_line(fg, gline) == 0;
-        free(pline);
-        free(gline);
-        n_pairs += r.has_pair;
-        n_loops += r.looped;
-        n_done++;
-        n_tokens += r.n_generated;
-        bn_mine_result_free(&r);
-        if (!ok) { rc = fail("writing the outputs failed"); break; }
-        char extra[160];
-        double s = (bn_time_ms() - t0) / 1000.0;
-        snprintf(extra, sizeof extra, "pairs %d, loops %d (%.1f%%), %.1f tok/s", n_pairs, n_loops,
-                 100.0 * n_loops / (rs.n_done + n_done), s > 0 ? n_tokens / s : 0);
-        bn_progress_update(&bar, i + 1, extra);
-    }
-    bn_progress_finish(&bar, NULL);
+    miner mn = {.fp = fp, .fg = fg, .prompts = prompts, .n_pairs = rs.n_pairs, .n_loops = rs.n_loops,
+                .n_before = rs.n_done, .target = target_pairs, .t0 = bn_time_ms()};
+    bn_progress_start(&mn.bar, "mining", n_prompts);
+    if (rs.n_done < n_prompts && mn.n_pairs < target_pairs)
+        bn_mine_run(srcs, o.n_parallel, tok, prompts, rs.n_done, n_prompts, &o, on_result, &mn);
+    int rc = mn.rc, n_done = mn.n_done, n_pairs = mn.n_pairs, n_loops = mn.n_loops;
+    bn_progress *bar = &mn.bar;
+    bn_progress_finish(bar, NULL);
     fclose(fp);
     fclose(fg);
     fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", n_done, n_pairs,
             n_loops, out_path, gen_log);
-    bn_source_free(src);
+    bn_mine_opts_sources_free(&o, srcs);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     bn_mine_opts_free(&o);

@@ -4,10 +4,12 @@
 // recorded top-1, logprobs equal the recorded values exactly, top-K descending).
 #include "tests/test.h"
 #include "detect/mine.h"
+#include "detect/runner.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
+#include <jansson.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,12 +22,14 @@ typedef struct {
     int n_scripts, calls;
     int32_t *last_prompt;
     int n_last_prompt;
+    int delay_us; // simulated generation time
 } scripted;
 
 static int scripted_generate(bn_source *b, const int32_t *prompt, int n_prompt, const bn_gen_params *p,
                              bn_gen_result *out, char *err, size_t errlen) {
     scripted *s = (scripted *)b;
     memset(out, 0, sizeof *out);
+    if (s->delay_us) usleep((useconds_t)s->delay_us);
     free(s->last_prompt);
     s->last_prompt = xmalloc((size_t)n_prompt * sizeof(int32_t));
     memcpy(s->last_prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -56,6 +60,16 @@ static void scripted_destroy(bn_source *b) {
 // "Ok!\n" + 9 copies of a 28-char unit. In the tiny synthetic vocab "Wait" is [W][a][it] / [ W][a][it];
 // the detector reports start 16 (probe 128's phase), the localiser slides back to the first "W"
 // (key(" W") == key("W")) and rejects " W" of the 2nd copy: 31 chars of completion precede it.
+// Runner callback: records delivery order; stops after `stop_after` results.
+typedef struct { int order[16], n, stop_after, pairs; } delivery;
+static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *err) {
+    delivery *d = vctx;
+    d->order[d->n++] = i;
+    d->pairs += rc == 0 && r->has_pair && r->pair.extra &&
+                json_integer_value(json_object_get(r->pair.extra, "prompt_index")) == i;
+    return d->n < d->stop_after;
+}
+
 static const char *LOOP = "Ok!\nWait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum. "
                           "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum. "
                           "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum.";
@@ -226,6 +240,30 @@ int main(void) {
         mp.phrase_from_prefix = false;
     }
     free(s.last_prompt);
+    s.last_prompt = NULL;
+    { // parallel runner: 2 scripted sources, 6 prompts, delivered in prompt order; stop after 4
+        scripted s2[2] = {{.base = {"a", scripted_generate, scripted_destroy}, .tok = tok, .script = {LOOP}, .n_scripts = 1,
+                           .delay_us = 20000},
+                          {.base = {"b", scripted_generate, scripted_destroy}, .tok = tok, .script = {LOOP}, .n_scripts = 1,
+                           .delay_us = 20000}};
+        bn_source *srcs[2] = {&s2[0].base, &s2[1].base};
+        bn_prompt ps[6];
+        for (int i = 0; i < 6; i++) ps[i] = pr;
+        bn_mine_opts o = bn_mine_opts_default();
+        o.mine.gen.n_predict = 1000;
+        delivery d = {.stop_after = 100};
+        int got = bn_mine_run(srcs, 2, tok, ps, 0, 6, &o, on_result, &d);
+        int in_order = got == 6;
+        for (int i = 0; i < d.n; i++) in_order &= d.order[i] == i;
+        CHECK(in_order && d.pairs == 6, "6 results in order with their own prompt_index (%d delivered, %d pairs)", got, d.pairs);
+        CHECK(s2[0].calls + s2[1].calls == 6 && s2[0].calls > 0 && s2[1].calls > 0, "both sources used (20 ms per call): %d + %d",
+              s2[0].calls, s2[1].calls);
+        delivery e = {.stop_after = 4};
+        got = bn_mine_run(srcs, 2, tok, ps, 1, 6, &o, on_result, &e);
+        CHECK(got == 4 && e.order[0] == 1 && e.order[3] == 4, "stop after 4: %d delivered", got);
+        free(s2[0].last_prompt);
+        free(s2[1].last_prompt);
+    }
     { // in-process source smoke test: greedy, 12 tokens
         bn_source *src = bn_source_inprocess(m, tok, 256, 2);
         int32_t *ids;

@@ -107,6 +107,20 @@ int main(void) {
               "phrases in the log: %.300s", t ? t : err);
         free(t);
     }
+    { // --parallel 2: the log is still in prompt order
+        char plog[256], ppairs[256];
+        snprintf(plog, sizeof plog, "%s/par.jsonl", dir);
+        snprintf(ppairs, sizeof ppairs, "%s/parpairs.jsonl", dir);
+        snprintf(cmd, sizeof cmd, "%s -m %s -p %s -o %s --gen-log %s --parallel 2 %s 2>/dev/null", mine, model, prompts,
+                 ppairs, plog, common);
+        CHECK(system(cmd) == 0, "parallel run");
+        size_t ln;
+        char *t = bn_read_file(plog, &ln, err, sizeof err);
+        char *a = t ? strstr(t, "\"prompt_index\":0") : NULL, *b = t ? strstr(t, "\"prompt_index\":1") : NULL,
+             *c = t ? strstr(t, "\"prompt_index\":2") : NULL;
+        CHECK(a && b && c && a < b && b < c && count_lines(plog) == 3, "ordered log");
+        free(t);
+    }
     { // --from-log: detector over an existing (antidoom-style) log: one looping completion of two
         char alog[256], loopy[512], line[1024];
         snprintf(alog, sizeof alog, "%s/antidoom.jsonl", dir);
