@@ -50,6 +50,7 @@ static bool get_flag(const gguf_file *g, const char *key, bool def) {
 
 typedef struct {
     const gguf_file *g;
+    const char *path;
     char *err;
     size_t errlen;
     int failed;
@@ -64,16 +65,16 @@ static int take(loader *L, bn_weight *w, const char *name, int64_t ne0, int64_t 
     if (!t) {
         if (!required) return 1;
         L->failed = 1;
-        return bn_err(L->err, L->errlen, "drafter: missing tensor '%s'", name);
+        return bn_err(L->err, L->errlen, "drafter %s: missing tensor '%s'", L->path, name);
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
         L->failed = 1;
-        return bn_err(L->err, L->errlen, "drafter: tensor '%s' has shape {%lld, %lld}, expected {%lld, %lld}", name,
+        return bn_err(L->err, L->errlen, "drafter %s: tensor '%s' has shape {%lld, %lld}, expected {%lld, %lld}", L->path, name,
                       (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
     }
     if (!bn_type_traits_of(t->type) || (need_f32 && t->type != BN_F32)) {
         L->failed = 1;
-        return bn_err(L->err, L->errlen, "drafter: tensor '%s' has unsupported type %s%s", name, bn_type_name(t->type),
+        return bn_err(L->err, L->errlen, "drafter %s: tensor '%s' has unsupported type %s%s", L->path, name, bn_type_name(t->type),
                       need_f32 ? " (F32 expected)" : "");
     }
     w->data = t->data;
@@ -207,7 +208,7 @@ bn_drafter *bn_drafter_load(const char *path, const bn_model *target, char *err,
         goto fail;
     }
 
-    loader L = {.g = g, .err = err, .errlen = errlen};
+    loader L = {.g = g, .path = path, .err = err, .errlen = errlen};
     const int64_t V = c->n_vocab, R = c->markov_rank, q_rows = (int64_t)c->n_head * hd,
                   kv_rows = (int64_t)c->n_head_kv * hd;
 #define N(legacy, df) (dflash ? (df) : (legacy))
