@@ -135,6 +135,8 @@ typedef struct {
     float p_min;        // confidence truncation (0 = off)
     bool adaptive;      // cost model: shorten / switch off drafting when it does not pay
     int n_threads;      // for the drafter / oracle state (<= 0: all CPUs)
+    int oracle_miss_every; // ORACLE only: replace every Nth proposed token by a wrong one (0 = never),
+                           // to measure speed at a controlled acceptance rate (and test partial accepts)
 } bn_spec_params;
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;

@@ -29,6 +29,7 @@ struct bn_spec {
     double ms_draft[SPEC_MAX_N + 1];// drafting k tokens (index k)
     double q_acc[SPEC_MAX_N];       // P(draft i accepted | drafts < i accepted)
     int steps_off;                  // steps since drafting was switched off
+    int64_t n_oracle_proposed;      // ORACLE: tokens proposed so far (for oracle_miss_every)
 };
 
 int bn_spec_type_from_name(const char *name) {
@@ -197,6 +198,11 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
         bn_forward_out out = {.logits = sp->logits};
         if (bn_forward(sp->m, sp->os, &tok, 1, &out, err, errlen) != 0) break;
         tok = drafts[n] = argmax_lowest(sp->logits, V);
+        int every = sp->p.oracle_miss_every;
+        if (every > 0 && ++sp->n_oracle_proposed % every == 0) { // deliberate miss; the chain stays wrong after it
+            drafts[n] = (tok + 1) % V;
+            tok = drafts[n];
+        }
     }
     bn_state_restore(sp->os, snap);
     bn_snapshot_free(snap);

@@ -15,8 +15,9 @@ static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 1
 
 // run_spec: greedy speculative generation of >= N_GEN tokens; fills gen, returns the spec (caller frees).
 static bn_spec *run_spec(const bn_model *m, bn_state *ts, const bn_drafter *d, int type, int n_max, bool adaptive,
-                         int32_t *gen) {
-    bn_spec_params p = {.type = type, .n_max = n_max, .adaptive = adaptive, .n_threads = 2};
+                         int miss_every, int32_t *gen) {
+    bn_spec_params p = {.type = type, .n_max = n_max, .adaptive = adaptive, .n_threads = 2,
+                        .oracle_miss_every = miss_every};
     char err[256];
     bn_spec *sp = bn_spec_new(m, ts, d, &p, err, sizeof err);
     if (!sp) bn_die("spec_new: %s", err);
@@ -117,7 +118,7 @@ int main(void) {
     printf("plain decode emitted the mask token %d times\n", n_mask_anchor);
 
     // 1. random DSpark drafter, fixed n_max 4
-    bn_spec *sp = run_spec(m, ts, d, BN_SPEC_DSPARK, 4, false, gen);
+    bn_spec *sp = run_spec(m, ts, d, BN_SPEC_DSPARK, 4, false, 0, gen);
     int diff = same(ref, gen, N_GEN);
     CHECK(diff < 0, "dspark n_max 4: first difference at token %d", diff);
     check_counters(sp, 4, true, "dspark fixed");
@@ -129,7 +130,7 @@ int main(void) {
     bn_spec_free(sp);
 
     // 2. random DSpark drafter, adaptive
-    sp = run_spec(m, ts, d, BN_SPEC_DSPARK, 4, true, gen);
+    sp = run_spec(m, ts, d, BN_SPEC_DSPARK, 4, true, 0, gen);
     diff = same(ref, gen, N_GEN);
     CHECK(diff < 0, "dspark adaptive: first difference at token %d", diff);
     check_counters(sp, 4, false, "dspark adaptive");
@@ -139,7 +140,7 @@ int main(void) {
     bn_spec_free(sp);
 
     // 3. oracle drafter (measurement aid): acceptance ~100%
-    sp = run_spec(m, ts, NULL, BN_SPEC_ORACLE, 4, false, gen);
+    sp = run_spec(m, ts, NULL, BN_SPEC_ORACLE, 4, false, 0, gen);
     diff = same(ref, gen, N_GEN);
     CHECK(diff < 0, "oracle: first difference at token %d", diff);
     check_counters(sp, 4, true, "oracle");
@@ -150,8 +151,20 @@ int main(void) {
     CHECK(acc >= 0.95, "oracle acceptance %.3f < 0.95", acc);
     bn_spec_free(sp);
 
+    // 3b. oracle with every 3rd proposal wrong: partial acceptance, rollback re-runs of 1..3 tokens
+    sp = run_spec(m, ts, NULL, BN_SPEC_ORACLE, 4, false, 3, gen);
+    diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "oracle miss 1/3: first difference at token %d", diff);
+    check_counters(sp, 4, true, "oracle miss 1/3");
+    st = bn_spec_stats_get(sp);
+    printf("oracle miss 1/3: steps %lld drafted %lld accepted %lld reruns %lld, acc/pos %lld %lld %lld %lld\n",
+           (long long)st->n_steps, (long long)st->n_drafted, (long long)st->n_accept, (long long)st->n_rerun,
+           (long long)st->acc_pos[0], (long long)st->acc_pos[1], (long long)st->acc_pos[2], (long long)st->acc_pos[3]);
+    CHECK(st->n_accept > 0 && st->n_rerun > 0 && st->acc_pos[1] > 0, "partial acceptance exercised");
+    bn_spec_free(sp);
+
     // 4. plain decoding through the loop (type none): 1 token per step
-    sp = run_spec(m, ts, NULL, BN_SPEC_NONE, 4, false, gen);
+    sp = run_spec(m, ts, NULL, BN_SPEC_NONE, 4, false, 0, gen);
     diff = same(ref, gen, N_GEN);
     CHECK(diff < 0, "none: first difference at token %d", diff);
     CHECK(bn_spec_stats_get(sp)->n_drafted == 0, "none drafts nothing");
