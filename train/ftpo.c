@@ -199,26 +199,25 @@ bn_ftpo_refcache *bn_ftpo_refcache_new(int n_rows, int V) {
     bn_ftpo_refcache *c = xcalloc(1, sizeof *c);
     c->n_rows = n_rows;
     c->V = V;
-    c->data = xmalloc((size_t)n_rows * V * sizeof(float));
-    c->have = xcalloc((size_t)n_rows, sizeof(bool));
+    c->rows = xcalloc((size_t)(n_rows > 0 ? n_rows : 1), sizeof(float *));
     return c;
 }
 
 void bn_ftpo_refcache_free(bn_ftpo_refcache *c) {
     if (!c) return;
-    free(c->data);
-    free(c->have);
+    for (int i = 0; i < c->n_rows; i++) free(c->rows[i]);
+    free(c->rows);
     free(c);
 }
 
 const float *bn_ftpo_refcache_get(const bn_ftpo_refcache *c, int i) {
-    if (i < 0 || i >= c->n_rows || !c->have[i]) return NULL;
-    return c->data + (size_t)i * c->V;
+    if (i < 0 || i >= c->n_rows) return NULL;
+    return c->rows[i];
 }
 
 const float *bn_ftpo_refcache_put(bn_ftpo_refcache *c, int i, const float *z) {
     if (i < 0 || i >= c->n_rows) return NULL;
-    memcpy(c->data + (size_t)i * c->V, z, (size_t)c->V * sizeof(float));
-    c->have[i] = true;
-    return c->data + (size_t)i * c->V;
+    if (!c->rows[i]) c->rows[i] = xmalloc((size_t)c->V * sizeof(float));
+    memcpy(c->rows[i], z, (size_t)c->V * sizeof(float));
+    return c->rows[i];
 }
