@@ -146,7 +146,8 @@ static json_t *build_tokenizer(const gguf_file *g, int arch, char *err, size_t e
     json_t *norm = json_object();
     json_object_set_new(norm, "type", json_string("NFC"));
     json_object_set_new(root, "normalizer", norm);
-    const char *re = arch == CV_QWEN35
+    const char *pre_name = gguf_get_str(g, "tokenizer.ggml.pre");
+    const char *re = (pre_name ? strcmp(pre_name, "qwen35") == 0 : arch == CV_QWEN35)
         ? "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
         : "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
     json_t *pre = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type", "Sequence",

@@ -213,7 +213,13 @@ static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, js
     }
     if (rc == 0) {
         gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-        gguf_set_str(w, "tokenizer.ggml.pre", c->arch == CV_QWEN35 ? "qwen35" : "qwen2");
+        // llama.cpp picks the pre-tokenizer by hashing the tokenizer's output; the qwen35 regex is the
+        // only one of ours with \p{M} (MODEL.md §11.1), so look at the Split pattern instead
+        json_t *pt = json_object_get(tok, "pre_tokenizer");
+        char *pts = pt ? json_dumps(pt, JSON_COMPACT) : NULL;
+        const char *pre = pts ? (strstr(pts, "p{M}") ? "qwen35" : "qwen2") : c->arch == CV_QWEN35 ? "qwen35" : "qwen2";
+        gguf_set_str(w, "tokenizer.ggml.pre", pre);
+        free(pts);
         gguf_set_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)n, tokens);
         gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, (uint64_t)n, types);
         gguf_set_arr_str(w, "tokenizer.ggml.merges", nm, (const char *const *)ms);
@@ -412,7 +418,7 @@ int bn_convert_hf_to_gguf(const char *hf_dir, const char *out, const bn_convert_
         int nd = 0;
         for (int d = t->n_dims - 1; d >= 0; d--)
             if (!(m->conv && t->shape[d] == 1 && d == 1)) ne[nd++] = t->shape[d];
-        int64_t want[2];
+        int64_t want[2] = {0, 0};
         if (!expected_ne(&c, m, V, want) || ne[0] != want[0] || ne[1] != want[1] || nd > 2) {
             rc = bn_err(err, errlen, "tensor %s: shape {%lld, %lld} (GGUF order) but config.json implies {%lld, %lld}",
                         t->name, (long long)ne[0], (long long)ne[1], (long long)want[0], (long long)want[1]);

@@ -279,7 +279,7 @@ int bn_convert_peft_to_lora(const char *peft_dir, const char *base, const char *
         it->t = t;
         it->ne[0] = t->shape[1];
         it->ne[1] = t->shape[0];
-        char gname[GGUF_MAX_NAME + 1];
+        char gname[160];
         snprintf(gname, sizeof gname, "%s.%s", bm.gguf, is_a ? "lora_a" : "lora_b");
         if (gguf_writer_add_tensor(w, gname, 2, it->ne, BN_F32, BN_F32, NULL, err, errlen) < 0) {
             rc = -1;

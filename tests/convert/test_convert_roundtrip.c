@@ -33,8 +33,23 @@ static bool kv_equal(const gguf_kv *a, const gguf_kv *b) {
     return memcmp(a->data, b->data, gguf_type_size(a->type)) == 0;
 }
 
+// max_ulp: largest distance in units of the last place between two F32 arrays.
+static int64_t max_ulp(const float *x, const float *y, int64_t n) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t a, b;
+        memcpy(&a, &x[i], 4);
+        memcpy(&b, &y[i], 4);
+        int64_t d = (int64_t)a - b;
+        if (d < 0) d = -d;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
 // compare: same tensor set with identical types/shapes/bytes, same KVs (b may add quantization_version).
-static void compare(const char *what, const char *pa, const char *pb) {
+// ssm_a_ulp: ssm_a may differ by this many ulp (fp32 A_log cannot represent every −exp preimage).
+static void compare(const char *what, const char *pa, const char *pb, int ssm_a_ulp) {
     char err[512];
     gguf_file *a = gguf_open(pa, err, sizeof err), *b = gguf_open(pb, err, sizeof err);
     CHECK(a && b, "%s: %s", what, err);
@@ -47,6 +62,12 @@ static void compare(const char *what, const char *pa, const char *pb) {
         if (!y) continue;
         bool ok = x->type == y->type && x->n_dims == y->n_dims && memcmp(x->ne, y->ne, sizeof x->ne) == 0 &&
                   x->nbytes == y->nbytes && memcmp(x->data, y->data, x->nbytes) == 0;
+        const char *dot = strrchr(x->name, '.');
+        if (!ok && ssm_a_ulp > 0 && dot && strcmp(dot, ".ssm_a") == 0 && x->nbytes == y->nbytes && x->type == BN_F32) {
+            int64_t u = max_ulp(x->data, y->data, gguf_tensor_nelements(x));
+            printf("%s: %s within %lld ulp (allowed %d)\n", what, x->name, (long long)u, ssm_a_ulp);
+            ok = u <= ssm_a_ulp;
+        }
         CHECK(ok, "%s: tensor %s differs (type %d/%d, ne0 %lld/%lld)", what, x->name, x->type, y->type,
               (long long)x->ne[0], (long long)y->ne[0]);
         same += ok;
@@ -68,8 +89,8 @@ static void compare(const char *what, const char *pa, const char *pb) {
     gguf_close(b);
 }
 
-// logits_equal: bn_forward over the same tokens on both files; max |Δlogit| must be exactly 0.
-static void logits_equal(const char *what, const char *pa, const char *pb) {
+// logits_equal: bn_forward over the same tokens on both files; max |Δlogit| must be <= tol.
+static void logits_equal(const char *what, const char *pa, const char *pb, double tol) {
     char err[512];
     bn_model *ma = bn_model_load(pa, err, sizeof err), *mb = bn_model_load(pb, err, sizeof err);
     CHECK(ma && mb, "%s: %s", what, err);
@@ -84,8 +105,8 @@ static void logits_equal(const char *what, const char *pa, const char *pb) {
     CHECK(bn_forward(mb, sb, toks, n, &ob, err, sizeof err) == 0, "%s", err);
     double maxd = 0;
     for (int64_t i = 0; i < (int64_t)n * V; i++) maxd = fmax(maxd, fabs((double)la[i] - lb[i]));
-    printf("%s: max |logit difference| over %d tokens x %d = %g (tolerance 0: F32 weights are identical)\n", what, n, V, maxd);
-    CHECK(maxd == 0, "%s: logits differ by %g", what, maxd);
+    printf("%s: max |logit difference| over %d tokens x %d = %g (tolerance %g)\n", what, n, V, maxd, tol);
+    CHECK(maxd <= tol, "%s: logits differ by %g", what, maxd);
     bn_state_free(sa);
     bn_state_free(sb);
     bn_model_free(ma);
@@ -108,8 +129,23 @@ static void roundtrip(const char *preset, int type) {
     CHECK(bn_convert_gguf_to_hf(g0, hf, &o, err, sizeof err) == 0, "%s: export: %s", what, err);
     o.outtype = type;
     CHECK(bn_convert_hf_to_gguf(hf, g1, &o, err, sizeof err) == 0, "%s: import: %s", what, err);
-    compare(what, g0, g1);
-    if (type == BN_F32) logits_equal(what, g0, g1);
+    // first trip: ssm_a of a foreign file comes back within 2 ulp (an fp32 A_log near 2 moves −exp(A_log)
+    // in steps of ~4 ulp of a, so not every fp32 ssm_a has an fp32 A_log preimage);
+    // logits then agree to 1e-4 (logit std ~4). Every other tensor and KV is exact.
+    compare(what, g0, g1, 2);
+    if (type == BN_F32) logits_equal(what, g0, g1, 1e-4);
+    // second trip from our own import: fully byte-identical, logits exactly equal (tolerance 0)
+    char hf2[600], g2[600];
+    snprintf(hf2, sizeof hf2, "%s-2", hf);
+    snprintf(g2, sizeof g2, "%s-2.gguf", g1);
+    o.outtype = -1;
+    CHECK(bn_convert_gguf_to_hf(g1, hf2, &o, err, sizeof err) == 0, "%s: export 2: %s", what, err);
+    o.outtype = type;
+    CHECK(bn_convert_hf_to_gguf(hf2, g2, &o, err, sizeof err) == 0, "%s: import 2: %s", what, err);
+    char what2[80];
+    snprintf(what2, sizeof what2, "%s (2nd trip)", what);
+    compare(what2, g1, g2, 0);
+    if (type == BN_F32) logits_equal(what2, g1, g2, 0);
 }
 
 static void peft_roundtrip(void) {
@@ -130,7 +166,7 @@ static void peft_roundtrip(void) {
     bn_convert_opts o = {.outtype = -1, .quiet = true};
     CHECK(bn_convert_lora_to_peft(ad, base, peft, &o, err, sizeof err) == 0, "to peft: %s", err);
     CHECK(bn_convert_peft_to_lora(peft, base, back, &o, err, sizeof err) == 0, "from peft: %s", err);
-    compare("lora", ad, back);
+    compare("lora", ad, back, 0);
     // the PEFT file holds HF (grouped) layout: lora_B row of HF z head 1 (group 0, j 1) = GGUF head 2 (tiled)
     char path[600];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", peft);
