@@ -2,8 +2,8 @@
 //
 // Paths:
 //   quantized (any n): activations quantized once to vec_dot_type; threads split the output rows;
-//       each thread walks its rows in blocks of ROW_BLOCK and dots every block with all n
-//       activation rows (bn_vec_dot_rows), so a weight block is loaded from memory once per call.
+//       n == 1: bn_vec_dot_rows (mat-vec); n > 1: bn_vec_dot_rows_batch (mat-mat: each weight row
+//       is read from memory once per call and expanded once per few activation rows).
 //   F32, n == 1: float dot per row (bn_vec_dot_rows with the F32 activation as is).
 //   F32, n > 1: one OpenBLAS sgemm straight on the mmapped weight.
 //   F16/BF16, n == 1: float dot of the converted weight row with the f32 activation (F16C/AVX2
@@ -124,23 +124,22 @@ typedef struct {
     int n;
 } dot_job;
 
-static void dot_rows_task(void *ctx, int64_t j0, int64_t j1, int tid) {
+// dot_rows_task: items are blocks of ROW_BLOCK output rows, so every kernel call starts at a
+// multiple of ROW_BLOCK whatever the thread count (results do not depend on the split).
+static void dot_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
     const dot_job *job = ctx;
     const int64_t ne0 = job->w->ne[0], ne1 = job->w->ne[1];
+    const int64_t j0 = b0 * ROW_BLOCK, j1 = b1 * ROW_BLOCK < ne1 ? b1 * ROW_BLOCK : ne1;
     const uint8_t *wdata = job->w->data;
     if (job->n == 1) {
         bn_vec_dot_rows(job->w->type, (int)ne0, (int)(j1 - j0), job->y + j0, wdata + (size_t)j0 * job->w_row,
                         job->w_row, job->xq);
         return;
     }
-    for (int64_t jb = j0; jb < j1; jb += ROW_BLOCK) {
-        const int nr = (int)(j1 - jb < ROW_BLOCK ? j1 - jb : ROW_BLOCK);
-        const uint8_t *wblock = wdata + (size_t)jb * job->w_row;
-        for (int t = 0; t < job->n; t++)
-            bn_vec_dot_rows(job->w->type, (int)ne0, nr, job->y + (size_t)t * ne1 + jb, wblock, job->w_row,
-                            job->xq + (size_t)t * job->xq_row);
-    }
+    // prefill: the quant mat-mat kernel (weight rows expanded once per few activation rows)
+    bn_vec_dot_rows_batch(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1,
+                          wdata + (size_t)j0 * job->w_row, job->w_row, job->xq, job->xq_row);
 }
 
 typedef struct {
@@ -172,7 +171,7 @@ static void matmul_dot(const bn_weight *w, const float *x, float *y, int n, void
         job.xq = work;
         job.xq_row = qj.xq_row;
     }
-    bn_parallel_for(pool, ne1, dot_rows_task, &job);
+    bn_parallel_for(pool, (ne1 + ROW_BLOCK - 1) / ROW_BLOCK, dot_rows_task, &job);
 }
 
 // ---- F16/BF16 prefill: dequantized panels + sgemm -------------------------------------------
