@@ -9,6 +9,7 @@
 
 struct bn_state {
     const bn_model *m;
+    size_t alloc_bytes;   // size of the one anonymous mapping holding this struct and all buffers
     int n_ctx;
     int pos;              // tokens consumed
     int n_batch;          // rows in the scratch buffers (min(n_ctx, BN_MAX_BATCH))

@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -111,11 +112,15 @@ bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads) {
     const int B = n_ctx < BN_MAX_BATCH ? n_ctx : BN_MAX_BATCH;
     carver count = {0};
     const size_t total = layout(&count, NULL, m, n_ctx, B, n_threads);
-    uint8_t *block = bn_aligned_alloc(total); // zeroed
+    // One anonymous mapping: zero-filled and page-aligned without touching it, so KV-cache pages
+    // are only committed when positions are actually used.
+    uint8_t *block = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (block == MAP_FAILED) bn_die("out of memory allocating a %zu-byte inference state", total);
     bn_state *s = (bn_state *)block;
     carver fill = {.base = block};
     layout(&fill, s, m, n_ctx, B, n_threads);
     s->m = m;
+    s->alloc_bytes = total;
     s->n_ctx = n_ctx;
     s->n_batch = B;
     s->n_threads = n_threads;
@@ -128,7 +133,7 @@ bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads) {
 void bn_state_free(bn_state *s) {
     if (!s) return;
     bn_pool_free(s->pool);
-    free(s);
+    munmap(s, s->alloc_bytes);
 }
 
 void bn_state_reset(bn_state *s) {
