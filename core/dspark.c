@@ -19,6 +19,7 @@ struct bn_dstate {
     int rows;         // scratch rows (max(chunk, B))
     int n_layer;
     bn_pool *pool;
+    bool own_pool;    // false when borrowed (bn_dstate_new_pool)
     float **k_cache;  // [n_layer] -> {nkv*hd, n_ctx}: K after k_norm + RoPE
     float **v_cache;  // [n_layer] -> {nkv*hd, n_ctx}
     float *feat_g;    // {E, rows} encoder output g
@@ -350,11 +351,17 @@ static size_t max_work(const bn_drafter *d, int rows) {
 }
 
 bn_dstate *bn_dstate_new(const bn_drafter *d, int n_ctx, int n_threads) {
+    bn_dstate *s = bn_dstate_new_pool(d, n_ctx, bn_pool_new(n_threads > 0 ? n_threads : bn_n_threads_default()));
+    s->own_pool = true;
+    return s;
+}
+
+bn_dstate *bn_dstate_new_pool(const bn_drafter *d, int n_ctx, bn_pool *pool) {
     const bn_drafter_config *c = &d->cfg;
     bn_dstate *s = xcalloc(1, sizeof *s);
     s->n_ctx = n_ctx + c->block_size;
     s->rows = c->block_size > BN_DSPARK_CHUNK ? c->block_size : BN_DSPARK_CHUNK;
-    s->pool = bn_pool_new(n_threads > 0 ? n_threads : bn_n_threads_default());
+    s->pool = pool;
     const size_t kvw = (size_t)c->n_head_kv * c->head_dim, qw = (size_t)c->n_head * c->head_dim;
     const size_t E = (size_t)c->n_embd, R = (size_t)s->rows;
     s->n_layer = c->n_layer;
@@ -394,7 +401,7 @@ void bn_dstate_free(bn_dstate *s) {
     void *bufs[] = {s->feat_g, s->x, s->xn, s->mo, s->q, s->att, s->k, s->v, s->gate, s->up, s->scores, s->bias,
                     s->logit, s->w1, s->work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    bn_pool_free(s->pool);
+    if (s->own_pool) bn_pool_free(s->pool);
     free(s);
 }
 

@@ -88,6 +88,10 @@ void bn_drafter_free(bn_drafter *d);
 typedef struct bn_dstate bn_dstate;
 // bn_dstate_new: a drafter state for up to n_ctx positions (block rows included); dies on OOM.
 bn_dstate *bn_dstate_new(const bn_drafter *d, int n_ctx, int n_threads);
+// bn_dstate_new_pool: same, but borrowing a thread pool (e.g. the target state's: the drafter and
+// the target never run at the same time, so one set of workers serves both). Never NULL.
+struct bn_pool;
+bn_dstate *bn_dstate_new_pool(const bn_drafter *d, int n_ctx, struct bn_pool *pool);
 void bn_dstate_free(bn_dstate *s);
 // bn_dstate_n_cache: number of context rows in the drafter KV cache (= target positions processed).
 int bn_dstate_n_cache(const bn_dstate *s);

@@ -137,6 +137,9 @@ int main(void) {
     st = bn_spec_stats_get(sp);
     printf("dspark adaptive: steps %lld drafted %lld accepted %lld, n_max now %d\n", (long long)st->n_steps,
            (long long)st->n_drafted, (long long)st->n_accept, st->n_max_now);
+    CHECK(st->n_max_now == 0 && st->n_drafted < 4 * st->n_steps / 2,
+          "adaptive drafting must switch off when nothing is accepted (n_max now %d, drafted %lld)", st->n_max_now,
+          (long long)st->n_drafted);
     bn_spec_free(sp);
 
     // 3. oracle drafter (measurement aid): acceptance ~100%
@@ -161,6 +164,16 @@ int main(void) {
            (long long)st->n_steps, (long long)st->n_drafted, (long long)st->n_accept, (long long)st->n_rerun,
            (long long)st->acc_pos[0], (long long)st->acc_pos[1], (long long)st->acc_pos[2], (long long)st->acc_pos[3]);
     CHECK(st->n_accept > 0 && st->n_rerun > 0 && st->acc_pos[1] > 0, "partial acceptance exercised");
+    bn_spec_free(sp);
+
+    // 3c. adaptive: keeps drafting at ~100% acceptance (oracle, drafting cost kept out of the model)
+    sp = run_spec(m, ts, NULL, BN_SPEC_ORACLE, 4, true, 0, gen);
+    diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "oracle adaptive: first difference at token %d", diff);
+    st = bn_spec_stats_get(sp);
+    printf("oracle adaptive: steps %lld drafted %lld accepted %lld, n_max now %d\n", (long long)st->n_steps,
+           (long long)st->n_drafted, (long long)st->n_accept, st->n_max_now);
+    CHECK(st->n_max_now > 0, "adaptive drafting must stay on when every draft is accepted");
     bn_spec_free(sp);
 
     // 4. plain decoding through the loop (type none): 1 token per step
