@@ -70,13 +70,13 @@ static int take(loader *L, bn_weight *w, const char *name, int64_t ne0, int64_t 
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
         L->failed = 1;
-        return bn_err(L->err, L->errlen, "drafter %s: tensor '%s' has shape {%lld, %lld}, expected {%lld, %lld}", L->path, name,
-                      (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
+        return bn_err(L->err, L->errlen, "drafter %s: tensor '%s' has shape {%lld, %lld}, expected {%lld, %lld}",
+                      L->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
     }
     if (!bn_type_traits_of(t->type) || (need_f32 && t->type != BN_F32)) {
         L->failed = 1;
-        return bn_err(L->err, L->errlen, "drafter %s: tensor '%s' has unsupported type %s%s", L->path, name, bn_type_name(t->type),
-                      need_f32 ? " (F32 expected)" : "");
+        return bn_err(L->err, L->errlen, "drafter %s: tensor '%s' has unsupported type %s%s", L->path, name,
+                      bn_type_name(t->type), need_f32 ? " (F32 expected)" : "");
     }
     w->data = t->data;
     w->type = t->type;
@@ -201,7 +201,8 @@ bn_drafter *bn_drafter_load(const char *path, const bn_model *target, char *err,
         goto fail;
     }
     if (c->mask_token_id < 0 || c->mask_token_id >= c->n_vocab) {
-        bn_err(err, errlen, "drafter %s: mask_token_id %d outside the vocabulary (%d)", path, c->mask_token_id, c->n_vocab);
+        bn_err(err, errlen, "drafter %s: mask_token_id %d outside the vocabulary (%d)", path, c->mask_token_id,
+               c->n_vocab);
         goto fail;
     }
     if (!dflash && gguf_get_u32(g, "dspark.dspark.markov_rank", &u) && (int)u != c->markov_rank) {
@@ -238,8 +239,8 @@ bn_drafter *bn_drafter_load(const char *path, const bn_model *target, char *err,
     if (c->has_conf) {
         c->conf_in = (int)ct->ne[0];
         if (c->conf_in != E && c->conf_in != E + R) {
-            bn_err(err, errlen, "drafter %s: '%s' input %d is neither E (%d) nor E + rank (%d)", path, cw, c->conf_in, E,
-                   (int)(E + R));
+            bn_err(err, errlen, "drafter %s: '%s' input %d is neither E (%d) nor E + rank (%d)", path, cw, c->conf_in,
+                   E, (int)(E + R));
             goto fail;
         }
         take(&L, &d->conf_w, cw, c->conf_in, 1, true, false);
@@ -497,7 +498,8 @@ int bn_drafter_block(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_p
                      float *base, char *err, size_t errlen) {
     const bn_drafter_config *c = &d->cfg;
     if (n_past != s->n_cache)
-        return bn_err(err, errlen, "drafter: block at position %d but the cache holds %d context rows", n_past, s->n_cache);
+        return bn_err(err, errlen, "drafter: block at position %d but the cache holds %d context rows", n_past,
+                      s->n_cache);
     if (n_rows < 1 || n_rows > c->block_size || n_rows > s->rows)
         return bn_err(err, errlen, "drafter: block of %d rows (block size %d)", n_rows, c->block_size);
     if (n_past + n_rows > s->n_ctx) return bn_err(err, errlen, "drafter: context full");

@@ -45,18 +45,24 @@ void bn_mkdrafter_defaults(bn_mkdrafter_params *p) {
 int bn_mkdrafter_check(const bn_mkdrafter_params *p, char *err, size_t errlen) {
     if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_ff <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 || p->head_dim <= 0)
         return bn_err(err, errlen, "mkdrafter: shapes must be positive");
-    if (p->n_head % p->n_head_kv) return bn_err(err, errlen, "mkdrafter: head_count %d not a multiple of head_count_kv %d", p->n_head, p->n_head_kv);
-    if (p->n_rot <= 0 || p->n_rot > p->head_dim || p->n_rot % 2) return bn_err(err, errlen, "mkdrafter: bad n_rot %d", p->n_rot);
+    if (p->n_head % p->n_head_kv)
+        return bn_err(err, errlen, "mkdrafter: head_count %d not a multiple of head_count_kv %d", p->n_head,
+                      p->n_head_kv);
+    if (p->n_rot <= 0 || p->n_rot > p->head_dim || p->n_rot % 2)
+        return bn_err(err, errlen, "mkdrafter: bad n_rot %d", p->n_rot);
     if (p->n_vocab < 2) return bn_err(err, errlen, "mkdrafter: n_vocab %d too small", p->n_vocab);
     int mask = p->mask_token_id < 0 ? p->n_vocab - 1 : p->mask_token_id;
     if (mask >= p->n_vocab) return bn_err(err, errlen, "mkdrafter: mask_token_id %d >= n_vocab %d", mask, p->n_vocab);
     if (p->block_size < 1) return bn_err(err, errlen, "mkdrafter: block_size must be >= 1");
-    if (p->n_taps < 1 || p->n_taps > BN_DRAFTER_MAX_TAPS) return bn_err(err, errlen, "mkdrafter: 1..%d taps", BN_DRAFTER_MAX_TAPS);
+    if (p->n_taps < 1 || p->n_taps > BN_DRAFTER_MAX_TAPS)
+        return bn_err(err, errlen, "mkdrafter: 1..%d taps", BN_DRAFTER_MAX_TAPS);
     for (int i = 0; i < p->n_taps; i++)
         if (p->target_layers[i] < 0) return bn_err(err, errlen, "mkdrafter: negative target layer");
     if (p->markov_rank < 1) return bn_err(err, errlen, "mkdrafter: markov_rank must be >= 1");
-    if (p->log_snr && (p->snr_feat < 2 || p->snr_feat % 2)) return bn_err(err, errlen, "mkdrafter: snr_feat must be even");
-    if (p->log_snr && !(p->max_log_snr > p->min_log_snr)) return bn_err(err, errlen, "mkdrafter: max_log_snr <= min_log_snr");
+    if (p->log_snr && (p->snr_feat < 2 || p->snr_feat % 2))
+        return bn_err(err, errlen, "mkdrafter: snr_feat must be even");
+    if (p->log_snr && !(p->max_log_snr > p->min_log_snr))
+        return bn_err(err, errlen, "mkdrafter: max_log_snr <= min_log_snr");
     const bn_type_traits *tt = bn_type_traits_of(p->type);
     if (!tt) return bn_err(err, errlen, "mkdrafter: unknown type %d", p->type);
     int blck = bn_type_blck(p->type);
