@@ -243,7 +243,15 @@ typedef struct {
     int64_t done;
 } export_ctx;
 
-static int cmp_item(const void *a, const void *b) { return strcmp(((const export_item *)a)->hf, ((const export_item *)b)->hf); }
+// dtype_rank: the safetensors serializer lays tensors out by dtype, largest enum first (F32 > BF16 > F16).
+static int dtype_rank(int type) { return type == BN_F32 ? 0 : type == BN_BF16 ? 1 : 2; }
+
+// cmp_item: HF's safetensors order (dtype as above, then name), which llama.cpp's converter reads back.
+static int cmp_item(const void *a, const void *b) {
+    const export_item *x = a, *y = b;
+    if (dtype_rank(x->type) != dtype_rank(y->type)) return dtype_rank(x->type) - dtype_rank(y->type);
+    return strcmp(x->hf, y->hf);
+}
 
 static int fill_export(void *ctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
     export_ctx *c = ctx;

@@ -23,26 +23,62 @@ static char dir[256];
 static float val(int id, int64_t i) { return (float)(id * 1000 + i) / 64.0f; }
 
 typedef struct {
-    bn_st_writer *w;
+    char names[256][128];
+    int nd[256];
+    int64_t shapes[256][3];
     float *bufs[256];
     int n;
 } builder;
 
 static void add(builder *b, const char *name, int nd, int64_t s0, int64_t s1, int64_t s2) {
-    int64_t shape[3] = {s0, s1, s2}, n = s0 * (nd > 1 ? s1 : 1) * (nd > 2 ? s2 : 1);
+    int64_t n = s0 * (nd > 1 ? s1 : 1) * (nd > 2 ? s2 : 1);
     float *d = xmalloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++) d[i] = val(b->n, i);
     if (strstr(name, "A_log")) for (int64_t i = 0; i < n; i++) d[i] = 0.25f * (float)(i + 1);
-    char err[256];
-    CHECK(bn_st_writer_add(b->w, name, BN_F32, nd, shape, d, err, sizeof err) >= 0, "%s", err);
+    snprintf(b->names[b->n], sizeof b->names[0], "%s", name);
+    b->nd[b->n] = nd;
+    b->shapes[b->n][0] = s0, b->shapes[b->n][1] = s1, b->shapes[b->n][2] = s2;
     b->bufs[b->n++] = d;
 }
 
-static void write_text(const char *name, const char *text) {
+// write_checkpoint: the tensors under prefix ("model." or "model.language_model.") as one
+// model.safetensors, or split in two shards plus model.safetensors.index.json.
+static void write_checkpoint(const builder *b, const char *d, const char *prefix, int n_shards) {
+    char err[256], path[512];
+    mkdir(d, 0777);
+    bn_st_writer *w[2] = {bn_st_writer_new(), bn_st_writer_new()};
+    char *index = xmalloc(65536);
+    int len = snprintf(index, 65536, "{\"metadata\":{},\"weight_map\":{");
+    for (int i = 0; i < b->n; i++) {
+        char name[192];
+        int shard = n_shards == 2 && i >= b->n / 2;
+        bool global = strncmp(b->names[i], "model.", 6) != 0 || strncmp(b->names[i], "model.visual.", 13) == 0;
+        snprintf(name, sizeof name, "%s%s", global ? "" : prefix, global ? b->names[i] : b->names[i] + 6);
+        CHECK(bn_st_writer_add(w[shard], name, BN_F32, b->nd[i], b->shapes[i], b->bufs[i], err, sizeof err) >= 0, "%s", err);
+        len += snprintf(index + len, 65536 - len, "%s\"%s\":\"model-%05d-of-00002.safetensors\"", i ? "," : "", name, shard + 1);
+    }
+    snprintf(index + len, 65536 - len, "}}");
+    for (int s = 0; s < n_shards; s++) {
+        if (n_shards == 1) snprintf(path, sizeof path, "%s/model.safetensors", d);
+        else snprintf(path, sizeof path, "%s/model-%05d-of-00002.safetensors", d, s + 1);
+        CHECK(bn_st_writer_write(w[s], path, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    }
+    if (n_shards == 2) {
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", d);
+        CHECK(bn_write_file_atomic(path, index, strlen(index), err, sizeof err) == 0, "%s", err);
+    }
+    free(index);
+    bn_st_writer_free(w[0]);
+    bn_st_writer_free(w[1]);
+}
+
+static void write_text_in(const char *d, const char *name, const char *text) {
     char path[512], err[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/%s", d, name);
     CHECK(bn_write_file_atomic(path, text, strlen(text), err, sizeof err) == 0, "%s", err);
 }
+
+static void write_text(const char *name, const char *text) { write_text_in(dir, name, text); }
 
 static const char *config_fmt =
     "{\"architectures\":[\"%s\"],\"model_type\":\"qwen3_5_text\",\"hidden_size\":8,\"num_hidden_layers\":4,"
@@ -57,7 +93,7 @@ static float get(const gguf_tensor *t, int64_t i) { return ((const float *)t->da
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/bonsai-test-cvimport-%d", (int)getpid());
     mkdir(dir, 0777);
-    builder b = {.w = bn_st_writer_new()};
+    static builder b;
     add(&b, "model.embed_tokens.weight", 2, V, H, 0);   // id 0
     add(&b, "model.norm.weight", 1, H, 0, 0);           // id 1
     int id_qkv = 0, id_z = 0, id_b = 0, id_conv = 0, id_dt = 0, id_out = 0, id_attn_norm0 = 0, id_qn = 0, id_ssmn = 0;
@@ -100,8 +136,7 @@ int main(void) {
     }
     add(&b, "model.visual.blocks.0.weight", 1, 4, 0, 0); // vision tower: skipped by the importer
     char path[512], out[512], err[512] = "";
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    CHECK(bn_st_writer_write(b.w, path, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    write_checkpoint(&b, dir, "model.", 1);
     char cfg[2048];
     snprintf(cfg, sizeof cfg, config_fmt, "Qwen3_5ForCausalLM");
     write_text("config.json", cfg);
@@ -168,6 +203,41 @@ int main(void) {
         CHECK(ct && strcmp(ct, "{{ messages }}") == 0, "chat template");
         gguf_close(g);
     }
+    // the same weights as a Qwen3_5ForConditionalGeneration checkpoint (text_config, model.language_model.
+    // prefix, vision tensors) split in two shards: the same GGUF tensors, byte for byte
+    {
+        char d2[300], out2[600], cfg2[2600], ref[600];
+        snprintf(d2, sizeof d2, "%s/vlm", dir);
+        write_checkpoint(&b, d2, "model.language_model.", 2);
+        char inner[2048];
+        snprintf(inner, sizeof inner, config_fmt, "Qwen3_5ForCausalLM");
+        snprintf(cfg2, sizeof cfg2, "{\"architectures\":[\"Qwen3_5ForConditionalGeneration\"],\"model_type\":\"qwen3_5\","
+                 "\"tie_word_embeddings\":true,\"text_config\":%s}", inner);
+        write_text_in(d2, "config.json", cfg2);
+        char src[600], dst[600], cmd[2000];
+        snprintf(src, sizeof src, "%s/tokenizer.json", dir);
+        snprintf(dst, sizeof dst, "%s/tokenizer_config.json", dir);
+        snprintf(cmd, sizeof cmd, "cp %s %s %s/", src, dst, d2);
+        CHECK(system(cmd) == 0, "copy tokenizer files");
+        snprintf(out2, sizeof out2, "%s/vlm.gguf", dir);
+        snprintf(ref, sizeof ref, "%s/out.gguf", dir);
+        o.outtype = BN_F32;
+        CHECK(bn_convert_hf_to_gguf(d2, out2, &o, err, sizeof err) == 0, "vlm import: %s", err);
+        gguf_file *g1 = gguf_open(ref, err, sizeof err), *g2 = gguf_open(out2, err, sizeof err);
+        CHECK(g1 && g2, "%s", err);
+        if (g1 && g2) {
+            CHECK(g1->n_tensors == g2->n_tensors, "vlm: %zu vs %zu tensors", g2->n_tensors, g1->n_tensors);
+            int same = 0;
+            for (size_t i = 0; i < g1->n_tensors; i++) {
+                const gguf_tensor *x = &g1->tensors[i], *y = gguf_find_tensor(g2, x->name);
+                same += y && y->nbytes == x->nbytes && memcmp(x->data, y->data, x->nbytes) == 0;
+            }
+            CHECK(same == (int)g1->n_tensors, "vlm/sharded: %d of %zu tensors identical", same, g1->n_tensors);
+            printf("  sharded VLM checkpoint: %d/%zu tensors identical to the single-file import\n", same, g1->n_tensors);
+        }
+        gguf_close(g1);
+        gguf_close(g2);
+    }
     // f16 outtype: 2-D weights F16, norms stay F32
     snprintf(out, sizeof out, "%s/out16.gguf", dir);
     o.outtype = BN_F16;
@@ -204,7 +274,6 @@ int main(void) {
     CHECK(bn_write_file_atomic(path, "\x10\0\0\0\0\0\0\0{not json}      ", 24, err, sizeof err) == 0, "%s", err);
     CHECK(bn_convert_hf_to_gguf(dir, out, &o, err, sizeof err) == -1 && strstr(err, "header"), "corrupt: %s", err);
     printf("  corrupt shard -> %s\n", err);
-    bn_st_writer_free(b.w);
     for (int i = 0; i < b.n; i++) free(b.bufs[i]);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
