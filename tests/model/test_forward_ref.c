@@ -249,6 +249,13 @@ static void run_model_checks(const char *arch, int wtype, double tol_logit, doub
     CHECK(m->cfg.n_vocab == V && m->cfg.n_layer == L && m->cfg.tied_output == tm->tied, "%s config", arch);
     for (int il = 0; il < L; il++)
         CHECK(m->cfg.is_recurrent[il] == tiny_is_recurrent(tm, il), "%s layer %d recurrent flag", arch, il);
+    int64_t n_params = 0;
+    for (int i = 0; i < tm->n_t; i++) n_params += tm->t[i].ne0 * tm->t[i].ne1;
+    CHECK(bn_model_n_params(m) == n_params, "%s n_params %lld, want %lld", arch, (long long)bn_model_n_params(m),
+          (long long)n_params);
+    char desc[128], want_desc[128];
+    snprintf(want_desc, sizeof want_desc, "%s ?B (guessed) %s", arch, wtype == BN_F32 ? "all F32" : wtype == BN_Q8_0 ? "Q8_0" : "Q1_0");
+    CHECK(strcmp(bn_model_describe(m, desc, sizeof desc), want_desc) == 0, "describe '%s', want '%s'", desc, want_desc);
 
     int32_t tokens[T_TOK];
     for (int t = 0; t < T_TOK; t++) tokens[t] = (int32_t)((t * 37 + 11) % V);
