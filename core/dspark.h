@@ -124,6 +124,15 @@ int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_p
                      int32_t *drafts, char *err, size_t errlen);
 
 // ---- speculative decoding ------------------------------------------------------------------
+// Server use (per slot; the drafter is read-only after load and may be shared by all slots):
+//   sp = bn_spec_new(target, slot_state, drafter, &params, err, n);      once per slot
+//   bn_spec_prefill(sp, prompt, n_prompt, err, n);                         per request (resets the
+//       slot state and re-prefills the whole prompt: the drafter needs taps of every position, so
+//       no prompt-cache reuse, DSPARK.md §8)
+//   loop: k = bn_spec_generate_step(sp, sampler, out, cap, err, n);       emits out[0..k), k >= 1
+//       the caller stops at EOG / n_predict / stop strings and discards the rest of out[] of that
+//       step; bn_spec_step_logits(sp, i) gives token i's target logits (log-probs).
+//   timings.draft_n = stats.n_drafted, draft_n_accepted = stats.n_accept (bn_spec_stats_get).
 
 enum bn_spec_type {
     BN_SPEC_NONE = 0,   // plain decoding through the same loop (1 token per step)
@@ -174,6 +183,10 @@ int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t
 // returns their count, or -1 with err (e.g. context full). smp samples every target row
 // (sample-and-compare). The last emitted token is the new id_last (not yet decoded by the target).
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen);
+// bn_spec_step_logits: the target's logits row that produced emitted token i (0 <= i < the count
+// the last bn_spec_generate_step returned), for log-probs (n_probs); [n_vocab] floats, valid until
+// the next step. NULL for a bad i.
+const float *bn_spec_step_logits(const bn_spec *sp, int i);
 // bn_spec_n_past: committed target positions (the target state's position).
 int bn_spec_n_past(const bn_spec *sp);
 // bn_spec_stats_get: the counters so far.

@@ -33,6 +33,7 @@ struct bn_spec {
     int steps_off;                  // steps since drafting was switched off
     int probe_every;                // current probe interval (PROBE_FIRST..PROBE_MAX)
     int64_t n_oracle_proposed;      // ORACLE: tokens proposed so far (for oracle_miss_every)
+    int last_n;                     // tokens emitted by the last step (rows of logits valid)
 };
 
 int bn_spec_type_from_name(const char *name) {
@@ -87,6 +88,11 @@ void bn_spec_free(bn_spec *sp) {
 }
 
 int bn_spec_n_past(const bn_spec *sp) { return sp->n_past; }
+
+const float *bn_spec_step_logits(const bn_spec *sp, int i) {
+    if (i < 0 || i >= sp->last_n) return NULL;
+    return sp->logits + (size_t)i * (size_t)sp->m->cfg.n_vocab;
+}
 const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
 
 static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
@@ -219,6 +225,7 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
 
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
+    sp->last_n = 0;
     const int V = sp->m->cfg.n_vocab, n_ctx = bn_state_n_ctx(sp->ts);
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
@@ -300,6 +307,7 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     }
     sp->id_last = t;
     sp->n_past += n_keep;
+    sp->last_n = n_keep;
     return n_keep;
 }
 
