@@ -5,6 +5,7 @@
 // warmup 0.1 + linear decay, AdamW wd 0.01, clip 2.5, early stop at running chosen_win >= 0.4,
 // antidoom loss preset. Per-step lines on stderr (and --log FILE as JSON lines).
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -45,6 +46,7 @@ static void usage(int code) {
         "  --no-eval            skip the per-epoch no-grad evaluation\n"
         "  -t N                 threads for attention / DeltaNet (all CPUs; matmuls use OpenBLAS threads)\n"
         "  -q                   no per-step lines\n"
+        "  (SIGINT/SIGTERM: finish the step, write the checkpoint and the adapter, exit 0)\n"
         "evaluation only (no training; -o not needed):\n"
         "  --eval ADAPTER.gguf  chosen_win / margin_win / mean Δ / loss of the base model and of the adapter\n"
         "                       over the train and held-out rows\n"
@@ -53,6 +55,12 @@ static void usage(int code) {
         "                       W' = W + scale·(α/r)·B·A in fp32 for each adapted tensor, re-quantized to its type\n"
         "                       (keep, default) or written F16/F32; everything else copied byte for byte\n");
     exit(code);
+}
+
+// on_signal: SIGINT/SIGTERM finish the current step, checkpoint and exit cleanly.
+static void on_signal(int sig) {
+    (void)sig;
+    bn_ftpo_train_request_stop();
 }
 
 // merge_main: base + adapter → merged GGUF with per-tensor diagnostics; exit code.
@@ -196,10 +204,17 @@ int main(int argc, char **argv) {
         return erc;
     }
     bn_ftpo_train_result res;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     int rc = bn_ftpo_train(m, rows, &o, &res, err, sizeof err);
     if (rc) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    if (res.interrupted && o.ckpt_path)
+        fprintf(stderr, "ftpo-train: interrupted; continue with --resume %s (same options)\n", o.ckpt_path);
     fprintf(stderr, "ftpo-train: %lld/%lld steps%s; chosen_win %.3f -> %.3f (running %.3f); loss %.5f -> %.5f; adapter %s\n",
-            (long long)res.steps, (long long)res.total_steps, res.early_stopped ? " (early stop)" : "",
+            (long long)res.steps, (long long)res.total_steps,
+            res.early_stopped ? " (early stop)" : res.interrupted ? " (interrupted)" : "",
             res.first_chosen_win, res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss, o.out_adapter);
     bn_train_rows_free(rows);
     bn_tokenizer_free(tok);

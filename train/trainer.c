@@ -4,10 +4,15 @@
 #include <string.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <signal.h>
 #include "core/util.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/checkpoint.h"
+
+static volatile sig_atomic_t g_stop_requested;
+
+void bn_ftpo_train_request_stop(void) { g_stop_requested = 1; }
 
 bn_ftpo_train_opts bn_ftpo_train_defaults(void) {
     bn_ftpo_train_opts o = {
@@ -219,6 +224,13 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
                 if (!o->quiet) fprintf(stderr, "early stop: running chosen_win %.3f >= %.3f\n", avg, o->early_stop);
             }
             if (o->max_steps > 0 && steps_this_run >= o->max_steps) stop = true;
+            if (g_stop_requested) {
+                g_stop_requested = 0;
+                res->interrupted = true;
+                stop = true;
+                if (!o->quiet) fprintf(stderr, "interrupted after step %lld%s%s\n", (long long)pos.step,
+                                       o->ckpt_path ? ": checkpoint " : "", o->ckpt_path ? o->ckpt_path : "");
+            }
             bool at_epoch_end = pos.data_pos >= n_train;
             if (o->ckpt_path && ((o->save_every > 0 && pos.step % o->save_every == 0) || stop || at_epoch_end)) {
                 bn_train_pos save = pos;

@@ -45,6 +45,7 @@ typedef struct {
     int64_t steps;          // optimizer steps done in total (including resumed ones)
     int64_t total_steps;    // schedule length S
     bool early_stopped;
+    bool interrupted;       // stopped by bn_ftpo_train_request_stop
     double chosen_win_avg;  // running mean at the end
     double first_loss, last_loss;
     double first_chosen_win, last_chosen_win;
@@ -62,6 +63,10 @@ typedef struct {
 // heldout == which (0 train, 1 held out, -1 all); returns 0 or -1 (err).
 int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const bn_ftpo_cfg *cfg, int which,
                  bn_ftpo_eval_result *res, char *err, size_t errlen);
+
+// bn_ftpo_train_request_stop: async-signal-safe; the running bn_ftpo_train finishes its current
+// step, writes its checkpoint (and adapter) and returns 0 with result.interrupted set.
+void bn_ftpo_train_request_stop(void);
 
 // bn_ftpo_train_defaults: the seed recipe of ANTIDOOM.md §11 (see the field comments).
 bn_ftpo_train_opts bn_ftpo_train_defaults(void);

@@ -13,6 +13,7 @@
 #include "train/trainer.h"
 #include "train/graph.h"
 #include "train/lora.h"
+#include "train/checkpoint.h"
 
 static char dir[] = "/tmp/bonsai_test_trainer_XXXXXX";
 
@@ -205,6 +206,18 @@ int main(void) {
           "resumed run early-stops at the same step (%lld vs %lld) with the same adapter", (long long)rres.steps,
           (long long)rfull.steps);
     free(pes); free(pes2);
+    // a stop request (SIGINT in the tool) ends the run after the current step with a checkpoint
+    bn_ftpo_train_opts oi = base_opts();
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt_int.bin", dir);
+    oi.ckpt_path = ckpt;
+    bn_ftpo_train_request_stop();
+    CHECK(bn_ftpo_train(m, rows, &oi, &res, err, sizeof err) == 0 && res.interrupted && res.steps == 1,
+          "interrupted after step 1 (%lld steps): %s", (long long)res.steps, err);
+    bn_lora *li;
+    bn_adamw *oa_;
+    bn_train_pos pi;
+    CHECK(bn_checkpoint_load(ckpt, &li, &oa_, &pi, err, sizeof err) == 0 && pi.step == 1, "interrupt checkpoint at step 1");
+    if (li) { bn_lora_free(li); bn_adamw_free(oa_); }
     // a checkpoint from another configuration is refused
     od.rank = 8;
     CHECK(bn_ftpo_train(m, rows, &od, &res, err, sizeof err) == -1 && strstr(err, "does not match"), "mismatch refused: %s", err);
