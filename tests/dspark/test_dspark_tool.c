@@ -1,0 +1,84 @@
+// tests/dspark/test_dspark_tool.c — bonsai-mkdrafter and bonsai-speculative as programs: the
+// llama-speculative-simple output lines (SERVER.md §13) with consistent numbers
+// (accept = 100·n_accept/n_drafted, oracle accept 100%, dspark greedy text == none text), and
+// exit 1 with a clear message on bad usage.
+#include "tests/test.h"
+#include "tests/dspark/fixture.h"
+#include <sys/wait.h>
+
+static char build[512];
+
+// run: runs cmd, captures stdout+stderr into out (cap bytes); returns the exit status.
+static int run(const char *cmd, char *out, size_t cap) {
+    char full[2048];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *f = popen(full, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static long long field(const char *out, const char *key) {
+    const char *p = strstr(out, key);
+    return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+// text_of: the generated text (everything before the "encoded" line).
+static void text_of(const char *out, char *buf, size_t cap) {
+    const char *e = strstr(out, "\n\nencoded");
+    size_t n = e ? (size_t)(e - out) : 0;
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, out, n);
+    buf[n] = 0;
+}
+
+int main(void) {
+    const char *br = getenv("BONSAI_BUILD_ROOT");
+    if (!br) return test_skip("BONSAI_BUILD_ROOT not set (run through meson test)");
+    snprintf(build, sizeof build, "%s/tools", br);
+    char tpath[512], dpath[512], cmd[2048];
+    static char out[1 << 16], t1[1 << 15], t2[1 << 15];
+    fx_target(fx_path(tpath, sizeof tpath, "tool-target.gguf"));
+    fx_path(dpath, sizeof dpath, "tool-drafter.gguf");
+    snprintf(cmd, sizeof cmd, "%s/bonsai-mkdrafter %s --convention dflash --n-layer 2 --seed 3", build, dpath);
+    CHECK(run(cmd, out, sizeof out) == 0, "mkdrafter: %s", out);
+
+    const char *common = "-p 'the cat sat' -n 48 --temp 0 -t 2 --spec-draft-n-max 4";
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type none %s", build, tpath, common);
+    CHECK(run(cmd, out, sizeof out) == 0, "none: %s", out);
+    text_of(out, t1, sizeof t1);
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -md %s --spec-type draft-dspark --no-adaptive %s", build,
+             tpath, dpath, common);
+    CHECK(run(cmd, out, sizeof out) == 0, "dspark: %s", out);
+    text_of(out, t2, sizeof t2);
+    CHECK(strcmp(t1, t2) == 0, "greedy text differs:\n%s\nvs\n%s", t1, t2);
+    const char *lines[] = {"encoded ", "decoded ", "n_draft   = ", "n_predict = ", "n_drafted = ", "n_accept  = ",
+                           "accept    = "};
+    for (int i = 0; i < 7; i++) CHECK(strstr(out, lines[i]) != NULL, "output line '%s' missing", lines[i]);
+    long long nd = field(out, "n_drafted = "), na = field(out, "n_accept  = ");
+    CHECK(nd > 0 && na >= 0 && na <= nd, "n_drafted %lld n_accept %lld", nd, na);
+    const char *ap = strstr(out, "accept    = ");
+    double acc = ap ? atof(ap + 12) : -1;
+    CHECK_NEAR(acc, nd > 0 ? 100.0 * (double)na / (double)nd : 0, 1e-3, "accept % = 100·n_accept/n_drafted");
+    CHECK(field(out, "n_draft   = ") == 4, "n_draft");
+
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type draft-oracle --no-adaptive %s", build, tpath,
+             common);
+    CHECK(run(cmd, out, sizeof out) == 0, "oracle: %s", out);
+    text_of(out, t2, sizeof t2);
+    CHECK(strcmp(t1, t2) == 0, "oracle greedy text differs from plain decoding");
+    CHECK(strstr(out, "accept    = 100.000%") != NULL, "oracle acceptance 100%%:\n%s", out);
+    CHECK(strstr(out, "MEASUREMENT AID") != NULL, "oracle is labelled as a measurement aid");
+
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type draft-dspark -p x", build, tpath);
+    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "needs -md"), "missing -md: %s", out);
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -p x", build, tpath);
+    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "--spec-type is required"), "missing --spec-type: %s", out);
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -md %s --spec-type draft-dspark -p x", build, dpath, dpath);
+    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "bonsai-speculative: "), "drafter as target: %s", out);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done("dspark_tool");
+}
