@@ -1,6 +1,7 @@
 // tests/dspark/test_dspark_tool.c — bonsai-mkdrafter and bonsai-speculative as programs: the
 // llama-speculative-simple output lines (SERVER.md §13) with consistent numbers
-// (accept = 100·n_accept/n_drafted, oracle accept 100%, dspark greedy text == none text), and
+// (accept = 100·n_accept/n_drafted, oracle accept 100%, greedy text of dspark / oracle runs equal to
+// the plain run's up to the shorter length), and
 // exit 1 with a clear message on bad usage.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
@@ -18,6 +19,13 @@ static int run(const char *cmd, char *out, size_t cap) {
     out[n] = 0;
     int st = pclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// same_prefix: the shorter text is a prefix of the longer one (a speculative run may overshoot -n
+// by up to n_max tokens, as llama-speculative-simple does).
+static int same_prefix(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    return strncmp(a, b, la < lb ? la : lb) == 0;
 }
 
 static long long field(const char *out, const char *key) {
@@ -53,7 +61,7 @@ int main(void) {
              tpath, dpath, common);
     CHECK(run(cmd, out, sizeof out) == 0, "dspark: %s", out);
     text_of(out, t2, sizeof t2);
-    CHECK(strcmp(t1, t2) == 0, "greedy text differs:\n%s\nvs\n%s", t1, t2);
+    CHECK(same_prefix(t1, t2) && strlen(t2) >= strlen("the cat sat") + 1, "greedy text differs:\n%s\nvs\n%s", t1, t2);
     const char *lines[] = {"encoded ", "decoded ", "n_draft   = ", "n_predict = ", "n_drafted = ", "n_accept  = ",
                            "accept    = "};
     for (int i = 0; i < 7; i++) CHECK(strstr(out, lines[i]) != NULL, "output line '%s' missing", lines[i]);
@@ -68,7 +76,7 @@ int main(void) {
              common);
     CHECK(run(cmd, out, sizeof out) == 0, "oracle: %s", out);
     text_of(out, t2, sizeof t2);
-    CHECK(strcmp(t1, t2) == 0, "oracle greedy text differs from plain decoding");
+    CHECK(same_prefix(t1, t2), "oracle greedy text differs from plain decoding:\n%s\nvs\n%s", t1, t2);
     CHECK(strstr(out, "accept    = 100.000%") != NULL, "oracle acceptance 100%%:\n%s", out);
     CHECK(strstr(out, "MEASUREMENT AID") != NULL, "oracle is labelled as a measurement aid");
 
