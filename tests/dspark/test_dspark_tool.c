@@ -35,6 +35,7 @@ static long long field(const char *out, const char *key) {
 
 // text_of: the generated text (everything before the "encoded" line).
 static void text_of(const char *out, char *buf, size_t cap) {
+    if (strncmp(out, "bonsai-speculative: ", 20) == 0 && strchr(out, '\n')) out = strchr(out, '\n') + 1; // stderr note
     const char *e = strstr(out, "\n\nencoded");
     size_t n = e ? (size_t)(e - out) : 0;
     if (n >= cap) n = cap - 1;
