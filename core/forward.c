@@ -45,9 +45,12 @@ typedef struct {
     bn_state *s;
     int il, p0, q_stride; // q_stride: floats per token in s->qg
     bool gated;
+    bool grouped;         // items are (token, KV head) groups instead of (token, query head)
 } attn_job;
 
-// attn_task: items are (token t, head h) pairs, index t*n_head + h.
+// attn_task: items are (token t, query head h) pairs, index t*n_head + h, or with job->grouped
+// (token t, KV head g) pairs, index t*n_head_kv + g, covering the group's query heads at once
+// (each K/V row read once per group; same results).
 static void attn_task(void *ctx, int64_t i0, int64_t i1, int tid) {
     const attn_job *job = ctx;
     const bn_config *c = job->c;
@@ -55,16 +58,23 @@ static void attn_task(void *ctx, int64_t i0, int64_t i1, int tid) {
     const int hd = c->head_dim, group = c->n_head / c->n_head_kv;
     const int64_t kv_dim = (int64_t)c->n_head_kv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = s->scores + (size_t)tid * s->n_ctx;
+    const int head_stride = job->gated ? 2 * hd : hd; // query (+ gate) rows per head in s->qg
+    float *scores = s->scores + (size_t)tid * s->n_ctx * group;
+    const int per_token = job->grouped ? c->n_head_kv : c->n_head;
     for (int64_t i = i0; i < i1; i++) {
-        const int t = (int)(i / c->n_head), h = (int)(i % c->n_head);
-        const int kvh = h / group;
+        const int t = (int)(i / per_token), j = (int)(i % per_token);
+        const int kvh = job->grouped ? j : j / group;
+        const int h0 = job->grouped ? j * group : j, n_q = job->grouped ? group : 1;
         const int n_kv = job->p0 + t + 1; // causal: positions 0 ..= p0 + t
-        const float *q = s->qg + (size_t)t * job->q_stride + (size_t)h * (job->gated ? 2 * hd : hd);
-        float *o = s->att + (size_t)t * c->n_head * hd + (size_t)h * hd;
-        bn_attention_head(o, q, s->k_cache[job->il] + (size_t)kvh * hd, s->v_cache[job->il] + (size_t)kvh * hd, n_kv,
-                          kv_dim, hd, scale, scores);
-        if (job->gated) bn_sigmoid_gate(o, o, q + hd, hd); // gate rows follow the query rows of head h
+        const float *q = s->qg + (size_t)t * job->q_stride + (size_t)h0 * head_stride;
+        float *o = s->att + (size_t)t * c->n_head * hd + (size_t)h0 * hd;
+        const float *K = s->k_cache[job->il] + (size_t)kvh * hd, *V = s->v_cache[job->il] + (size_t)kvh * hd;
+        if (n_q == 1)
+            bn_attention_head(o, q, K, V, n_kv, kv_dim, hd, scale, scores);
+        else
+            bn_attention_group(o, q, n_q, head_stride, K, V, n_kv, kv_dim, hd, scale, scores);
+        if (job->gated) // gate rows follow the query rows of each head
+            for (int h = 0; h < n_q; h++) bn_sigmoid_gate(o + (size_t)h * hd, o + (size_t)h * hd, q + (size_t)h * head_stride + hd, hd);
     }
 }
 
@@ -100,9 +110,13 @@ static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int 
         memcpy(s->v_cache[il] + (size_t)pos * kv_dim, s->vb + (size_t)t * kv_dim, sizeof(float) * kv_dim);
     }
 
-    attn_job job = {.c = c, .s = s, .il = il, .p0 = p0, .q_stride = q_stride, .gated = gated};
+    // Group the query heads of a KV head (K/V read once per group) when that still leaves at
+    // least two items per thread; otherwise one item per query head.
+    const bool grouped = (int64_t)nb * nkv >= 2 * (int64_t)s->n_threads;
+    attn_job job = {.c = c, .s = s, .il = il, .p0 = p0, .q_stride = q_stride, .gated = gated, .grouped = grouped};
     const int64_t macs = (int64_t)nb * nh * (p0 + nb) * hd * 2; // scores + weighted sum
-    bn_parallel_for(macs >= MIN_PARALLEL_WORK ? s->pool : NULL, (int64_t)nb * nh, attn_task, &job);
+    const int64_t n_items = (int64_t)nb * (grouped ? nkv : nh);
+    bn_parallel_for(macs >= MIN_PARALLEL_WORK ? s->pool : NULL, n_items, attn_task, &job);
     matmul(s, &lw->attn_output, s->att, s->mo, nb);
 }
 

@@ -33,7 +33,7 @@ struct bn_state {
     float *att;           // {max(nh*hd, Hv*dv), B}: attention heads output / GDN gated-norm output
     float *bb, *ab;       // {Hv, B} GDN beta / alpha logits
     float *gate, *up;     // {F, B}
-    float *scores;        // {n_ctx, n_threads} attention scores per thread
+    float *scores;        // {n_ctx, n_head/n_head_kv, n_threads} attention scores per thread
     void *work;           // matmul scratch
     size_t work_size;
 };

@@ -183,3 +183,17 @@ void bn_attention_head(float *out, const float *q, const float *K, const float *
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int t = 0; t < n_kv; t++) bn_axpy_f32(out, scores[t], V + (size_t)t * kv_stride, hd);
 }
+
+void bn_attention_group(float *out, const float *q, int n_q, int q_stride, const float *K, const float *V,
+                        int n_kv, int64_t kv_stride, int hd, float scale, float *scores) {
+    for (int t = 0; t < n_kv; t++) {
+        const float *k = K + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++) scores[(size_t)h * n_kv + t] = scale * bn_dot_f32(q + (size_t)h * q_stride, k, hd);
+    }
+    for (int h = 0; h < n_q; h++) bn_softmax_inplace(scores + (size_t)h * n_kv, n_kv);
+    memset(out, 0, sizeof(float) * (size_t)hd * n_q);
+    for (int t = 0; t < n_kv; t++) {
+        const float *v = V + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++) bn_axpy_f32(out + (size_t)h * hd, scores[(size_t)h * n_kv + t], v, hd);
+    }
+}

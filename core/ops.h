@@ -62,5 +62,10 @@ void bn_gdn_step(float *S, const float *q, const float *k, const float *v, float
 //   K_τ = K + τ*kv_stride and V_τ = V + τ*kv_stride (floats). scores: scratch of n_kv floats.
 void bn_attention_head(float *out, const float *q, const float *K, const float *V, int n_kv,
                        int64_t kv_stride, int hd, float scale, float *scores);
+// bn_attention_group: bn_attention_head for n_q query heads sharing one K/V head (GQA), reading
+//   each K_τ / V_τ row once for all of them: out + h*hd = attention of q + h*q_stride, h < n_q.
+//   scores: scratch of n_q * n_kv floats. Same result as n_q bn_attention_head calls.
+void bn_attention_group(float *out, const float *q, int n_q, int q_stride, const float *K, const float *V,
+                        int n_kv, int64_t kv_stride, int hd, float scale, float *scores);
 
 #endif

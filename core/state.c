@@ -95,7 +95,8 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
     float *att = carve(c, Bz * max_sz((size_t)cf->n_head * cf->head_dim, value_dim) * 4);
     float *bb = carve(c, Bz * Hv * 4), *ab = carve(c, Bz * Hv * 4);
     float *gate = carve(c, Bz * F * 4), *up = carve(c, Bz * F * 4);
-    float *scores = carve(c, (size_t)n_ctx * (size_t)n_threads * 4);
+    const size_t group = (size_t)(cf->n_head / cf->n_head_kv); // query heads per KV head
+    float *scores = carve(c, (size_t)n_ctx * (size_t)n_threads * group * 4);
     const size_t ws = work_size_for(m, B);
     void *work = carve(c, ws);
     if (c->base) {

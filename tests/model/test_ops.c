@@ -203,6 +203,15 @@ static void test_attention(void) {
         for (int i = 0; i < HD; i++) r[i] += s[t] / sum * KV[1][t * STRIDE + off + i];
     bn_attention_head(out, q, KV[0] + off, KV[1] + off, NKV, STRIDE, HD, (float)scale, scores);
     CHECK_NEAR(maxdiff(out, r, HD), 0, 1e-6, "attention head");
+    // grouped: 3 query heads (q, q reversed, q scaled) on the same K/V head == 3 single-head calls
+    enum { NQ = 3, QS = HD + 5 };
+    float qg[NQ * QS], og[NQ * HD], sg[NQ * NKV], o1[HD];
+    for (int i = 0; i < HD; i++) qg[i] = q[i], qg[QS + i] = q[HD - 1 - i], qg[2 * QS + i] = 2.5f * q[i];
+    bn_attention_group(og, qg, NQ, QS, KV[0] + off, KV[1] + off, NKV, STRIDE, HD, (float)scale, sg);
+    for (int h = 0; h < NQ; h++) {
+        bn_attention_head(o1, qg + h * QS, KV[0] + off, KV[1] + off, NKV, STRIDE, HD, (float)scale, scores);
+        CHECK(memcmp(o1, og + h * HD, sizeof o1) == 0, "attention group head %d differs from the single-head op", h);
+    }
 }
 
 // ---- thread pool --------------------------------------------------------------------------
