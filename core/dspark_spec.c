@@ -50,6 +50,8 @@ bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, 
     if (p->type < BN_SPEC_NONE || p->type > BN_SPEC_ORACLE) return bn_err(err, errlen, "spec: unknown type"), NULL;
     if (d && (d->cfg.n_embd != target->cfg.n_embd || d->cfg.n_vocab != target->cfg.n_vocab))
         return bn_err(err, errlen, "spec: drafter does not match the target (E or V)"), NULL;
+    if (p->type == BN_SPEC_DSPARK && p->p_min > 0 && !d->cfg.has_conf)
+        return bn_err(err, errlen, "spec: the drafter has no confidence head; please set --spec-draft-p-min 0"), NULL;
     bn_spec *sp = xcalloc(1, sizeof *sp);
     sp->m = target;
     sp->ts = ts;
