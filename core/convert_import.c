@@ -146,11 +146,16 @@ static const char *special_content(json_t *v) {
     return NULL;
 }
 
+// looks_special: llama.cpp's does_token_look_special (added tokens it makes CONTROL even when not "special").
 static bool looks_special(const char *s) {
     size_t n = strlen(s);
-    return n >= 4 && ((strncmp(s, "<|", 2) == 0 && strcmp(s + n - 2, "|>") == 0) ||
-                      (s[0] == '<' && s[n - 1] == '>' && strncmp(s, "<think", 6) != 0 && strncmp(s, "</think", 7) != 0 &&
-                       strncmp(s, "<tool", 5) != 0 && strncmp(s, "</tool", 6) != 0));
+    static const char *const exact[] = {"<pad>", "<mask>", "<2mass>", "[@BOS@]"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (strcmp(s, exact[i]) == 0) return true;
+    if (n >= 4 && strncmp(s, "<|", 2) == 0 && strcmp(s + n - 2, "|>") == 0) return true;
+    const char *fl = "<\xef\xbd\x9c", *fr = "\xef\xbd\x9c>"; // fullwidth ｜ (deepseek-coder)
+    if (n >= 8 && strncmp(s, fl, 4) == 0 && strcmp(s + n - 4, fr) == 0) return true;
+    return n >= 8 && strncmp(s, "<unused", 7) == 0 && s[n - 1] == '>';
 }
 
 static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, json_t *config, char *err, size_t errlen) {

@@ -12,6 +12,7 @@
 #include "core/model.h"
 #include "core/forward.h"
 #include "core/util.h"
+#include "core/gguf.h"
 #include "quant/quant.h"
 #include <jansson.h>
 #include <string.h>
@@ -78,6 +79,55 @@ static void check_one(const char *preset) {
     bn_model_free(m);
 }
 
+// vocab_roundtrip: a tied tiny qwen35 carrying the real Qwen vocabulary (ggml-vocab-qwen35.gguf: 151,936
+// rows, 151,387 merges, control and [PAD] user-defined rows) through export + import: every tokenizer.*
+// KV must come back byte-identical.
+static void vocab_roundtrip(void) {
+    char vocab[512], g0[512], hf[512], g1[512], err[512] = "";
+    test_third_party(vocab, sizeof vocab, "llama.cpp/models/ggml-vocab-qwen35.gguf");
+    if (access(vocab, R_OK) != 0) {
+        printf("vocab round trip skipped: %s missing\n", vocab);
+        return;
+    }
+    snprintf(g0, sizeof g0, "%s/vocab.gguf", dir);
+    snprintf(hf, sizeof hf, "%s/vocab-hf", dir);
+    snprintf(g1, sizeof g1, "%s/vocab-back.gguf", dir);
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, "tiny");
+    p.vocab = vocab;
+    p.tied = true;
+    p.type = BN_F16;
+    CHECK(bn_mkmodel_write(&p, g0, err, sizeof err) == 0, "%s", err);
+    bn_convert_opts o = {.outtype = -1, .quiet = true};
+    CHECK(bn_convert_gguf_to_hf(g0, hf, &o, err, sizeof err) == 0, "vocab export: %s", err);
+    o.outtype = BN_F16;
+    CHECK(bn_convert_hf_to_gguf(hf, g1, &o, err, sizeof err) == 0, "vocab import: %s", err);
+    gguf_file *a = gguf_open(g0, err, sizeof err), *b = gguf_open(g1, err, sizeof err);
+    CHECK(a && b, "%s", err);
+    int n_tok = 0, same = 0;
+    for (size_t i = 0; a && b && i < a->n_kv; i++) {
+        const gguf_kv *x = &a->kv[i];
+        if (strncmp(x->key, "tokenizer.", 10) != 0) continue;
+        n_tok++;
+        int j = gguf_find_key(b, x->key);
+        const gguf_kv *y = j >= 0 ? &b->kv[j] : NULL;
+        bool ok = y && x->type == y->type && x->n == y->n && x->arr_type == y->arr_type;
+        if (ok && x->type == GGUF_TYPE_STRING) ok = x->str_len == y->str_len && !memcmp(x->str, y->str, x->str_len);
+        else if (ok && x->type == GGUF_TYPE_ARRAY && x->arr_type == GGUF_TYPE_STRING)
+            for (uint64_t k = 0; k < x->n && ok; k++)
+                ok = x->str_lens[k] == y->str_lens[k] && !memcmp(x->strs[k], y->strs[k], x->str_lens[k]);
+        else if (ok && x->type == GGUF_TYPE_ARRAY) ok = !memcmp(x->data, y->data, x->n * gguf_type_size(x->arr_type));
+        else if (ok) ok = !memcmp(x->data, y->data, gguf_type_size(x->type));
+        CHECK(ok, "vocab: %s differs after export + import", x->key);
+        same += ok;
+    }
+    for (size_t j = 0; a && b && j < b->n_kv; j++)
+        if (strncmp(b->kv[j].key, "tokenizer.", 10) == 0) CHECK(gguf_find_key(a, b->kv[j].key) >= 0, "extra %s", b->kv[j].key);
+    printf("vocab round trip (ggml-vocab-qwen35): %d/%d tokenizer KVs identical\n", same, n_tok);
+    gguf_close(a);
+    gguf_close(b);
+}
+
 int main(void) {
     char err[512];
     if (!llama_ref_available(err, sizeof err)) return test_skip(err);
@@ -85,6 +135,7 @@ int main(void) {
     mkdir(dir, 0777);
     check_one("tiny");
     check_one("qwen3-tiny");
+    vocab_roundtrip();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
