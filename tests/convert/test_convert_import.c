@@ -8,6 +8,7 @@
 #include "core/gguf.h"
 #include "core/safetensors.h"
 #include "core/util.h"
+#include "core/model.h"
 #include "quant/quant.h"
 #include <string.h>
 #include <unistd.h>
@@ -89,6 +90,78 @@ static const char *config_fmt =
     "\"mrope_section\":[1,1,0]},\"eos_token_id\":7}";
 
 static float get(const gguf_tensor *t, int64_t i) { return ((const float *)t->data)[i]; }
+
+// qwen2_case: a hand-built Qwen2ForCausalLM (q/k/v biases, untied head, plain norms): names, no +1,
+// loads in our engine, and GGUF → HF → GGUF gives the same bytes.
+static void qwen2_case(void) {
+    char d[300], out[600], hf2[600], back[600], err[512] = "";
+    snprintf(d, sizeof d, "%s/qwen2", dir);
+    static builder q;
+    add(&q, "model.embed_tokens.weight", 2, V, H, 0);
+    add(&q, "model.norm.weight", 1, H, 0, 0);
+    add(&q, "lm_head.weight", 2, V, H, 0);
+    for (int il = 0; il < 2; il++) {
+        char n[128];
+#define ADD(suffix, nd, a0, a1) (snprintf(n, sizeof n, "model.layers.%d.%s", il, suffix), add(&q, n, nd, a0, a1, 0))
+        ADD("input_layernorm.weight", 1, H, 0);
+        ADD("post_attention_layernorm.weight", 1, H, 0);
+        ADD("mlp.gate_proj.weight", 2, F, H);
+        ADD("mlp.up_proj.weight", 2, F, H);
+        ADD("mlp.down_proj.weight", 2, H, F);
+        ADD("self_attn.q_proj.weight", 2, NH * HD, H);
+        ADD("self_attn.q_proj.bias", 1, NH * HD, 0);
+        ADD("self_attn.k_proj.weight", 2, NKV * HD, H);
+        ADD("self_attn.k_proj.bias", 1, NKV * HD, 0);
+        ADD("self_attn.v_proj.weight", 2, NKV * HD, H);
+        ADD("self_attn.v_proj.bias", 1, NKV * HD, 0);
+        ADD("self_attn.o_proj.weight", 2, H, NH * HD);
+#undef ADD
+    }
+    write_checkpoint(&q, d, "model.", 1);
+    write_text_in(d, "config.json",
+                  "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":8,\"num_hidden_layers\":2,\"intermediate_size\":8,"
+                  "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,"
+                  "\"max_position_embeddings\":64,\"vocab_size\":8,\"tie_word_embeddings\":false,\"eos_token_id\":7}");
+    char src[600], cmd[1400];
+    snprintf(src, sizeof src, "%s/tokenizer.json", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s/", src, d);
+    CHECK(system(cmd) == 0, "copy tokenizer.json");
+    snprintf(out, sizeof out, "%s/qwen2.gguf", dir);
+    bn_convert_opts o = {.outtype = BN_F32, .quiet = true};
+    CHECK(bn_convert_hf_to_gguf(d, out, &o, err, sizeof err) == 0, "qwen2 import: %s", err);
+    gguf_file *g = gguf_open(out, err, sizeof err);
+    CHECK(g != NULL, "%s", err);
+    if (!g) return;
+    CHECK(g->n_tensors == 3 + 2 * 12, "qwen2 tensors %zu", g->n_tensors);
+    const gguf_tensor *t = gguf_find_tensor(g, "blk.1.ffn_norm.weight");
+    CHECK(t && ((const float *)t->data)[3] == q.bufs[3 + 12 + 1][3], "qwen2 ffn_norm stored as-is (no +1)");
+    t = gguf_find_tensor(g, "blk.0.attn_k.bias");
+    CHECK(t && t->type == BN_F32 && t->ne[0] == NKV * HD, "qwen2 k bias");
+    CHECK(gguf_find_tensor(g, "output.weight") != NULL, "untied head");
+    const char *a = gguf_get_str(g, "general.architecture");
+    CHECK(a && strcmp(a, "qwen2") == 0, "arch");
+    gguf_close(g);
+    bn_model *m = bn_model_load(out, err, sizeof err);
+    CHECK(m != NULL, "qwen2 GGUF does not load: %s", err);
+    bn_model_free(m);
+    snprintf(hf2, sizeof hf2, "%s/qwen2-hf", dir);
+    snprintf(back, sizeof back, "%s/qwen2-back.gguf", dir);
+    o.outtype = -1;
+    CHECK(bn_convert_gguf_to_hf(out, hf2, &o, err, sizeof err) == 0, "qwen2 export: %s", err);
+    o.outtype = BN_F32;
+    CHECK(bn_convert_hf_to_gguf(hf2, back, &o, err, sizeof err) == 0, "qwen2 reimport: %s", err);
+    gguf_file *g1 = gguf_open(out, err, sizeof err), *g2 = gguf_open(back, err, sizeof err);
+    int same = 0;
+    for (size_t i = 0; g1 && g2 && i < g1->n_tensors; i++) {
+        const gguf_tensor *x = &g1->tensors[i], *y = gguf_find_tensor(g2, x->name);
+        same += y && y->nbytes == x->nbytes && memcmp(x->data, y->data, x->nbytes) == 0;
+    }
+    CHECK(g1 && g2 && same == (int)g1->n_tensors, "qwen2 round trip: %d identical", same);
+    printf("  qwen2: %d/%zu tensors identical after GGUF -> HF -> GGUF\n", same, g1 ? g1->n_tensors : 0);
+    gguf_close(g1);
+    gguf_close(g2);
+    for (int i = 0; i < q.n; i++) free(q.bufs[i]);
+}
 
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/bonsai-test-cvimport-%d", (int)getpid());
@@ -249,6 +322,7 @@ int main(void) {
         CHECK(gguf_find_tensor(g, "blk.0.ssm_conv1d.weight")->type == BN_F32, "conv f32");
         gguf_close(g);
     }
+    qwen2_case();
     // errors
     snprintf(cfg, sizeof cfg, config_fmt, "LlamaForCausalLM");
     write_text("config.json", cfg);
