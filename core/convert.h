@@ -5,7 +5,13 @@
 // shapes, tensors in checkpoint order (shards sorted by file name, each in its header order),
 // +1 on the zero-centred qwen35 norms in fp32, ssm_a = −exp(A_log), conv1d squeezed, dt_bias →
 // ssm_dt.bias, V-head permutation grouped → tiled when Hk ≠ Hv; 2-D weights in the outtype,
-// 1-D tensors / ssm_a / conv1d in F32. Streams one row at a time (bounded memory).
+// 1-D tensors / ssm_a / conv1d in F32. Streams tensor by tensor (memory: one output tensor buffer,
+// as gguf_writer's fill callback works, plus one row). Vision (model.visual.*) and MTP (mtp.*)
+// tensors are skipped (= llama.cpp's --no-mtp; our engine has no MTP). A tied config drops lm_head.
+// Tokenizer: BPE vocab + added tokens (special or llama.cpp's "looks special" rule → control (3),
+// else user-defined (4)), ids missing up to vocab_size → "[PAD<id>]" unused (5); merges as "a b";
+// tokenizer.ggml.pre "qwen35" when the tokenizer.json Split regex has \p{M}, else "qwen2";
+// bos/eos/unk/sep/pad from tokenizer_config.json, falling back to config.json *_token_id.
 //
 // Export (GGUF → HF) applies the inverse transforms and writes:
 //   qwen35: architectures ["Qwen3_5ForCausalLM"], model_type "qwen3_5_text" (the text-only class of
@@ -16,6 +22,11 @@
 //   model.safetensors (names sorted), tokenizer.json (BPE vocab + merges + added tokens) and
 //   tokenizer_config.json (chat_template, bos/eos/pad/unk) rebuilt from the tokenizer.* KVs, so
 //   that import(export(x)) reproduces x's tensors and KVs (plus general.quantization_version).
+//   Exact except ssm_a: A_log is written as fp32 and not every fp32 ssm_a has an fp32 preimage of
+//   −exp (near |a| = 8 one A_log ulp moves a by ~4 ulp); the exporter picks the nearest, so ssm_a
+//   comes back within 2 ulp, and exactly from the second round trip on.
+// LoRA ↔ PEFT: FORMATS.md §7; both directions need the base GGUF (--base). token_embd adapters are
+// refused; an adapter alpha of 0 (llama.cpp: scale 1) is exported as lora_alpha = r.
 #ifndef BONSAI_CONVERT_H
 #define BONSAI_CONVERT_H
 #include <stddef.h>
