@@ -57,7 +57,9 @@ static json_t *build_config(const gguf_file *g, int arch, const char *a, const g
     json_object_set_new(c, "intermediate_size", json_integer(kv_int(g, a, "feed_forward_length", 0)));
     json_object_set_new(c, "num_attention_heads", json_integer(nh));
     json_object_set_new(c, "num_key_value_heads", json_integer(kv_int(g, a, "attention.head_count_kv", nh)));
-    json_object_set_new(c, "head_dim", json_integer(hd));
+    char hkey[128];
+    snprintf(hkey, sizeof hkey, "%s.attention.key_length", a);
+    if (gguf_find_key(g, hkey) >= 0) json_object_set_new(c, "head_dim", json_integer(hd)); // else H / nh
     json_object_set_new(c, "rms_norm_eps", jreal(kv_f32(g, a, "attention.layer_norm_rms_epsilon", 1e-6)));
     int64_t ctx = kv_int(g, a, "context_length", -1);
     if (ctx > 0) json_object_set_new(c, "max_position_embeddings", json_integer(ctx));

@@ -19,6 +19,7 @@ typedef struct {
     int64_t H, L, F, nh, nkv, hd, ctx, V;
     double eps, theta, partial;
     bool tied;
+    bool has_head_dim;     // config.json has head_dim (llama.cpp writes key/value_length only then)
     cv_params p;
     int K, interval;
     json_t *layer_types;   // borrowed
@@ -57,6 +58,7 @@ static int read_config(json_t *root, hf_config *c, char *err, size_t errlen) {
     c->nh = jint(t, "num_attention_heads", 0);
     c->nkv = jint(t, "num_key_value_heads", c->nh);
     c->hd = jint(t, "head_dim", c->nh ? c->H / c->nh : 0);
+    c->has_head_dim = json_is_integer(json_object_get(t, "head_dim"));
     c->ctx = jint(t, "max_position_embeddings", 0);
     c->V = jint(t, "vocab_size", 0);
     c->eps = jnum(t, "rms_norm_eps", 1e-6);
@@ -110,8 +112,10 @@ static void set_metadata(gguf_writer *w, const hf_config *c, const char *name, i
     }
     gguf_set_f32(w, KEY("rope.freq_base"), (float)c->theta);
     gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->eps);
-    gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)c->hd);
-    gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)c->hd);
+    if (c->has_head_dim) {
+        gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)c->hd);
+        gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)c->hd);
+    }
     gguf_set_u32(w, "general.file_type", (uint32_t)ftype);
     if (c->arch == CV_QWEN35) {
         gguf_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)c->K);
