@@ -13,6 +13,7 @@
 #include "quant/quant.h"
 #include "train/lora.h"
 #include "quant/quantize.h"
+#include "train/merge.h"
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -230,6 +231,43 @@ static void peft_roundtrip(void) {
         CHECK(memcmp(P + (size_t)(1 * dv + 3) * r, B + (size_t)(2 * dv + 3) * r, sizeof(float) * r) == 0,
               "lora_B row not permuted grouped<-tiled");
     }
+    // semantics: merging the PEFT adapter into the exported (HF-layout) base equals exporting the
+    // GGUF-side merge (bn_lora_merge_gguf), for every adapted weight — exact (same fp32 sums, permuted)
+    char merged[600], hf_base[600], hf_merged[600];
+    snprintf(merged, sizeof merged, "%s/merged.gguf", dir);
+    snprintf(hf_base, sizeof hf_base, "%s/base-hf", dir);
+    snprintf(hf_merged, sizeof hf_merged, "%s/merged-hf", dir);
+    CHECK(bn_lora_merge_gguf(base, l, 1.0f, BN_MERGE_F32, merged, NULL, err, sizeof err) == 0, "merge: %s", err);
+    CHECK(bn_convert_gguf_to_hf(base, hf_base, &o, err, sizeof err) == 0, "%s", err);
+    CHECK(bn_convert_gguf_to_hf(merged, hf_merged, &o, err, sizeof err) == 0, "%s", err);
+    bn_safetensors *sb = bn_st_open_dir(hf_base, err, sizeof err), *sm = bn_st_open_dir(hf_merged, err, sizeof err);
+    CHECK(sb && sm && st, "%s", err);
+    int n_mod = 0, n_ok = 0;
+    for (int i = 0; sb && sm && st && i < st->n_tensors; i++) {
+        const char *k = st->t[i].name;
+        const char *pa = strstr(k, ".lora_A.weight");
+        if (!pa) continue;
+        char mod[256], wname[300], bname[300];
+        snprintf(mod, sizeof mod, "%.*s", (int)(pa - k - strlen("base_model.model.")), k + strlen("base_model.model."));
+        snprintf(wname, sizeof wname, "%s.weight", mod);
+        snprintf(bname, sizeof bname, "base_model.model.%s.lora_B.weight", mod);
+        const bn_st_tensor *A = &st->t[i], *B = bn_st_find(st, bname), *W = bn_st_find(sb, wname), *WM = bn_st_find(sm, wname);
+        CHECK(B && W && WM && W->type == BN_F32, "%s: pieces missing", mod);
+        if (!B || !W || !WM || W->type != BN_F32) continue;
+        int64_t n_out = W->shape[0], n_in = W->shape[1];
+        float *w = xmalloc(sizeof(float) * (size_t)(n_in * n_out));
+        memcpy(w, W->data, sizeof(float) * (size_t)(n_in * n_out));
+        bn_lora_merge_f32(w, n_in, n_out, A->data, B->data, (int)A->shape[0], bn_lora_scale(l));
+        bool ok = memcmp(w, WM->data, sizeof(float) * (size_t)(n_in * n_out)) == 0;
+        CHECK(ok, "%s: HF-side merge differs from the exported GGUF-side merge", mod);
+        n_mod++;
+        n_ok += ok;
+        free(w);
+    }
+    printf("peft: %d/%d adapted weights: HF-layout merge == exported GGUF merge (exact)\n", n_ok, n_mod);
+    CHECK(n_mod == l->n_tensors, "checked %d of %d adapted weights", n_mod, l->n_tensors);
+    bn_st_close(sb);
+    bn_st_close(sm);
     bn_st_close(st);
     bn_lora_free(l);
     bn_model_free(m);
