@@ -202,11 +202,22 @@ int bn_server_run(const bn_server_params *params) {
     snprintf(srv.model_name, sizeof srv.model_name, "%s", params->alias ? params->alias : base_name(params->model_path));
     if (srv.p.n_ctx <= 0) srv.p.n_ctx = srv.model->cfg.n_ctx_train > 0 && srv.model->cfg.n_ctx_train < 4096
                                             ? srv.model->cfg.n_ctx_train : 4096;
+    if (srv.p.draft_path) {
+        srv.drafter = bn_drafter_load(srv.p.draft_path, srv.model, err, sizeof err);
+        if (!srv.drafter) {
+            fprintf(stderr, "bonsai-serve: %s\n", err);
+            bn_tokenizer_free(srv.tok);
+            bn_model_free(srv.model);
+            return 1;
+        }
+    }
     bn_slots_params sp = {.model = srv.model, .tok = srv.tok, .n_slots = srv.p.n_slots, .n_ctx = srv.p.n_ctx,
-                          .n_threads = srv.p.n_threads, .queue_max = srv.p.queue_max};
+                          .n_threads = srv.p.n_threads, .queue_max = srv.p.queue_max, .drafter = srv.drafter,
+                          .spec = srv.p.spec};
     srv.slots = bn_slots_start(&sp, err, sizeof err);
     if (!srv.slots) {
         fprintf(stderr, "bonsai-serve: %s\n", err);
+        bn_drafter_free(srv.drafter);
         bn_tokenizer_free(srv.tok);
         bn_model_free(srv.model);
         return 1;
@@ -225,6 +236,7 @@ int bn_server_run(const bn_server_params *params) {
     if (!d) {
         fprintf(stderr, "bonsai-serve: cannot listen on %s:%d (port in use?)\n", srv.p.host, srv.p.port);
         bn_slots_stop(srv.slots);
+        bn_drafter_free(srv.drafter);
         bn_tokenizer_free(srv.tok);
         bn_model_free(srv.model);
         return 1;
@@ -246,6 +258,7 @@ int bn_server_run(const bn_server_params *params) {
     bn_slots_cancel_all(srv.slots); // end queued and in-flight work; streams finish
     MHD_stop_daemon(d);             // waits for the connection threads
     bn_slots_stop(srv.slots);
+    bn_drafter_free(srv.drafter);
     bn_tokenizer_free(srv.tok);
     bn_model_free(srv.model);
     return 0;

@@ -60,11 +60,16 @@ static const char *finish_reason(const bn_task *t) {
 
 static json_t *timings_json(const bn_task *t) {
     int pn = t->p.n_prompt - t->n_cached, gn = t->n_predicted;
-    return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n", t->n_cached, "prompt_n", pn, "prompt_ms",
+    json_t *o = json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n", t->n_cached, "prompt_n", pn, "prompt_ms",
                      t->t_prompt_ms, "prompt_per_token_ms", pn ? t->t_prompt_ms / pn : 0.0, "prompt_per_second",
                      t->t_prompt_ms > 0 ? 1e3 * pn / t->t_prompt_ms : 0.0, "predicted_n", gn, "predicted_ms",
                      t->t_gen_ms, "predicted_per_token_ms", gn ? t->t_gen_ms / gn : 0.0, "predicted_per_second",
                      t->t_gen_ms > 0 ? 1e3 * gn / t->t_gen_ms : 0.0);
+    if (t->draft_n > 0) { // only when speculative decoding produced drafts (SERVER.md §3.2)
+        json_object_set_new(o, "draft_n", json_integer(t->draft_n));
+        json_object_set_new(o, "draft_n_accepted", json_integer(t->draft_n_accepted));
+    }
+    return o;
 }
 
 static json_t *usage_json(const bn_task *t) {
@@ -487,7 +492,7 @@ static int route_detokenize(bn_server *srv, struct MHD_Connection *c, json_t *bo
 static json_t *slot_json(bn_server *srv, const bn_slot_info *si) {
     bn_task_params dflt = {.sp = bn_sampler_params_default(), .n_predict = -1, .cache_prompt = true, .seed_random = true};
     return json_pack("{s:i,s:i,s:b,s:b,s:i,s:i,s:o,s:[{s:b,s:b,s:i,s:i}]}", "id", si->id, "n_ctx", si->n_ctx,
-                     "speculative", 0, "is_processing", si->busy, "n_prompt_tokens", si->n_prompt,
+                     "speculative", si->speculative, "is_processing", si->busy, "n_prompt_tokens", si->n_prompt,
                      "n_prompt_tokens_cache", si->n_cache, "params", bn_generation_settings_json(&dflt, srv->p.n_ctx),
                      "next_token", "has_next_token", si->busy, "has_new_line", 0, "n_remain", -1, "n_decoded",
                      si->n_decoded);
@@ -546,9 +551,15 @@ static int route_metrics(bn_server *srv, struct MHD_Connection *c) {
     METRIC("counter", "tokens_predicted_seconds_total", "Predict process time", "%.6f", m.predicted_seconds_total);
     METRIC("counter", "n_decode_total", "Total number of llama_decode() calls", "%llu", (unsigned long long)m.n_decode_total);
     METRIC("counter", "n_tokens_max", "Largest observed n_tokens.", "%d", m.n_tokens_max);
-    METRIC("counter", "spec_decode_num_draft_tokens_total", "Number of draft tokens generated.", "%d", 0);
-    METRIC("counter", "spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted.", "%d", 0);
-    METRIC("counter", "spec_decode_num_drafts_total", "Number of drafts generated.", "%d", 0);
+    METRIC("counter", "spec_decode_num_draft_tokens_total", "Number of draft tokens generated.", "%llu", (unsigned long long)m.spec_draft_tokens);
+    METRIC("counter", "spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted.", "%llu", (unsigned long long)m.spec_accepted_tokens);
+    METRIC("counter", "spec_decode_num_drafts_total", "Number of drafts generated.", "%llu", (unsigned long long)m.spec_drafts);
+    k += (size_t)snprintf(buf + k, sizeof buf - k, "# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total "
+                          "Rounds that accepted at least position+1 drafts.\n# TYPE llamacpp:"
+                          "spec_decode_num_accepted_tokens_per_pos_total counter\n");
+    for (int i = 0; i < 8; i++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %llu\n",
+                              i, (unsigned long long)m.spec_accepted_pos[i]);
     METRIC("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.", "%.3f",
            m.prompt_seconds_total > 0 ? m.prompt_tokens_total / m.prompt_seconds_total : 0.0);
     METRIC("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.", "%.3f",

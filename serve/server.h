@@ -25,6 +25,8 @@ typedef struct {
     bool metrics;               // enable /metrics
     bool slots_endpoint;        // /slots (default on; --no-slots)
     const char *ready_file;     // if set, "host:port\n" is written there once listening (tests)
+    const char *draft_path;     // -md: DSpark drafter GGUF (NULL = no speculative decoding)
+    bn_spec_params spec;        // --spec-type, --spec-draft-n-max, ...
 } bn_server_params;
 
 // The running server's shared state (read-only after start except where locked inside slots).
@@ -33,6 +35,7 @@ typedef struct {
     bn_model *model;
     bn_tokenizer *tok;
     bn_slots *slots;
+    bn_drafter *drafter;
     char model_name[256];
     char ftype_name[64];
     double t_start;

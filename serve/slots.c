@@ -18,6 +18,7 @@ typedef struct {
     float *cache_logits;      // [n_vocab] logits after the cached prompt
     bn_task *task;            // running task or NULL
     int n_prompt, n_decoded;
+    bn_spec *spec;            // speculative decoder over `state` (NULL = plain decoding)
 } slot;
 
 struct bn_slots {
@@ -138,9 +139,10 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     const bn_task_params *p = &t->p;
     char err[256];
     double t0 = bn_time_ms();
-    // prompt cache: reuse the snapshot if the cached prompt is a prefix of this one
+    // prompt cache: reuse the snapshot if the cached prompt is a prefix of this one (not with
+    // speculative decoding: the drafter needs the taps of every position, DSPARK.md §8)
     int reuse = 0;
-    if (p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
+    if (!sl->spec && p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
         memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0)
         reuse = sl->cache_len;
     if (reuse) {
@@ -153,7 +155,16 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     sl->n_prompt = p->n_prompt;
     sl->n_decoded = 0;
     const int chunk = 256;
-    for (int i = reuse; i < p->n_prompt; i += chunk) {
+    if (sl->spec) {
+        pthread_mutex_lock(&S->engine);
+        int rc = bn_spec_prefill(sl->spec, p->prompt, p->n_prompt, err, sizeof err);
+        pthread_mutex_unlock(&S->engine);
+        if (rc != 0) {
+            task_finish(t, 500, err);
+            return;
+        }
+    }
+    for (int i = reuse; !sl->spec && i < p->n_prompt; i += chunk) {
         int n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
         if (eval(S, sl, p->prompt + i, n, err, sizeof err) != 0) {
             task_finish(t, 500, err);
@@ -165,6 +176,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         }
     }
     // new cache entry = this prompt
+    if (sl->spec) goto cached;
     bn_snapshot_free(sl->cache_snap);
     sl->cache_snap = bn_state_snapshot(sl->state);
     free(sl->cache_tokens);
@@ -172,7 +184,12 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     memcpy(sl->cache_tokens, p->prompt, sizeof(int32_t) * p->n_prompt);
     sl->cache_len = p->n_prompt;
     memcpy(sl->cache_logits, sl->logits, sizeof(float) * S->n_vocab);
+cached:;
     double t1 = bn_time_ms();
+    bn_spec_stats st0 = {0};
+    if (sl->spec) st0 = *bn_spec_stats_get(sl->spec);
+    int32_t spec_out[65];
+    int spec_k = 0, spec_i = 0;
     t->t_prompt_ms = t1 - t0;
 
     bn_sampler_params sp = p->sp;
@@ -191,10 +208,26 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             break;
         }
         bn_tok_event ev = {0};
-        int32_t id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
+        int32_t id;
+        const float *logits = sl->logits; // the logits row that produced id
+        if (sl->spec) { // speculative: a step emits k >= 1 tokens; hand them out one by one
+            if (spec_i == spec_k) {
+                pthread_mutex_lock(&S->engine);
+                spec_k = bn_spec_generate_step(sl->spec, smp, spec_out, 65, err, sizeof err);
+                pthread_mutex_unlock(&S->engine);
+                spec_i = 0;
+                if (spec_k <= 0) { // context full
+                    stop_type = BN_STOP_LIMIT;
+                    t->truncated = true;
+                    break;
+                }
+            }
+            logits = bn_spec_step_logits(sl->spec, spec_i);
+            id = spec_out[spec_i++];
+        } else id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
         ev.id = id;
         if (p->n_probs > 0) {
-            if (p->post_sampling_probs) {
+            if (p->post_sampling_probs && !sl->spec) {
                 const int32_t *ids;
                 const float *probs;
                 int nc = bn_sampler_last_candidates(smp, &ids, &probs);
@@ -207,12 +240,12 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
                 for (int k = 0; k < nc; k++)
                     if (ids[k] == id) ev.logprob = probs[k];
             } else {
-                ev.n_top = bn_logits_topk(sl->logits, S->n_vocab, p->n_probs, top_ids, top_lp);
+                ev.n_top = bn_logits_topk(logits, S->n_vocab, p->n_probs, top_ids, top_lp);
                 ev.top_ids = xmalloc(sizeof(int32_t) * ev.n_top);
                 ev.top_lp = xmalloc(sizeof(float) * ev.n_top);
                 memcpy(ev.top_ids, top_ids, sizeof(int32_t) * ev.n_top);
                 memcpy(ev.top_lp, top_lp, sizeof(float) * ev.n_top);
-                ev.logprob = bn_logits_logprob(sl->logits, S->n_vocab, id);
+                ev.logprob = bn_logits_logprob(logits, S->n_vocab, id);
             }
         }
         sl->n_decoded++;
@@ -251,6 +284,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         sent = release;
         task_push(t, &ev);
         if (stop_type != BN_STOP_NONE) break;
+        if (sl->spec) continue; // the step already advanced the target
         if (bn_state_pos(sl->state) >= n_ctx) {
             stop_type = BN_STOP_LIMIT;
             t->truncated = true;
@@ -271,6 +305,12 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     }
     t->stop_type = stop_type;
     t->t_gen_ms = bn_time_ms() - t1;
+    bn_spec_stats st1 = {0};
+    if (sl->spec) {
+        st1 = *bn_spec_stats_get(sl->spec);
+        t->draft_n = st1.n_drafted - st0.n_drafted;
+        t->draft_n_accepted = st1.n_accept - st0.n_accept;
+    }
     free(text);
     free(top_ids);
     free(top_lp);
@@ -283,6 +323,12 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     S->m.predicted_seconds_total += t->t_gen_ms / 1e3;
     S->m.n_decode_total += (uint64_t)sl->n_decoded + 1;
     if (p->n_prompt + sl->n_decoded > S->m.n_tokens_max) S->m.n_tokens_max = p->n_prompt + sl->n_decoded;
+    if (sl->spec) {
+        S->m.spec_draft_tokens += (uint64_t)t->draft_n;
+        S->m.spec_accepted_tokens += (uint64_t)t->draft_n_accepted;
+        S->m.spec_drafts += (uint64_t)(st1.n_rounds_spec - st0.n_rounds_spec);
+        for (int i = 0; i < 8; i++) S->m.spec_accepted_pos[i] += (uint64_t)(st1.acc_pos[i] - st0.acc_pos[i]);
+    }
     pthread_mutex_unlock(&S->mu);
     task_finish(t, 0, "");
 }
@@ -348,10 +394,27 @@ bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen) {
         sl->state = bn_state_new(p->model, p->n_ctx, p->n_threads);
         sl->logits = xmalloc(sizeof(float) * S->n_vocab);
         sl->cache_logits = xmalloc(sizeof(float) * S->n_vocab);
+        if (p->drafter || p->spec.type == BN_SPEC_ORACLE) {
+            sl->spec = bn_spec_new(p->model, sl->state, p->drafter, &p->spec, err, errlen);
+            if (!sl->spec) { // startup failure: free what exists (no thread runs yet)
+                for (int k = 0; k <= i; k++) {
+                    bn_spec_free(S->slots[k].spec);
+                    bn_state_free(S->slots[k].state);
+                    free(S->slots[k].logits);
+                    free(S->slots[k].cache_logits);
+                }
+                free(S->slots);
+                free(S->queue);
+                free(S);
+                return NULL;
+            }
+        }
+    }
+    for (int i = 0; i < p->n_slots; i++) {
         worker_arg *wa = xmalloc(sizeof *wa);
         wa->S = S;
-        wa->sl = sl;
-        pthread_create(&sl->thread, NULL, worker, wa);
+        wa->sl = &S->slots[i];
+        pthread_create(&S->slots[i].thread, NULL, worker, wa);
     }
     return S;
 }
@@ -376,6 +439,7 @@ void bn_slots_stop(bn_slots *S) {
     for (int i = 0; i < S->p.n_slots; i++) {
         slot *sl = &S->slots[i];
         pthread_join(sl->thread, NULL);
+        bn_spec_free(sl->spec);
         bn_state_free(sl->state);
         bn_snapshot_free(sl->cache_snap);
         free(sl->cache_tokens);
@@ -434,7 +498,8 @@ int bn_slots_info(bn_slots *S, bn_slot_info *info, int n) {
     for (int i = 0; i < S->p.n_slots && i < n; i++) {
         slot *sl = &S->slots[i];
         info[i] = (bn_slot_info){.id = i, .busy = sl->task != NULL, .n_ctx = S->p.n_ctx, .n_prompt = sl->n_prompt,
-                                 .n_cache = sl->cache_len, .n_decoded = sl->n_decoded};
+                                 .n_cache = sl->cache_len, .n_decoded = sl->n_decoded,
+                                 .speculative = sl->spec != NULL};
     }
     pthread_mutex_unlock(&S->mu);
     return S->p.n_slots;

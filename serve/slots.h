@@ -10,6 +10,7 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/sampler.h"
+#include "core/dspark.h"
 
 #define BN_MAX_STOP 8
 
@@ -60,6 +61,7 @@ typedef struct bn_task {
     int n_predicted;
     bool truncated;
     double t_prompt_ms, t_gen_ms;
+    int64_t draft_n, draft_n_accepted; // speculative decoding in this task (0 when off)
     int refs;               // HTTP side + slot side
 } bn_task;
 
@@ -72,6 +74,8 @@ typedef struct {
     int n_ctx;             // per slot
     int n_threads;
     int queue_max;         // waiting tasks beyond the slots (bounded queue)
+    const bn_drafter *drafter;  // speculative decoding (NULL = off); shared read-only by all slots
+    bn_spec_params spec;        // type, n_max, adaptive ... (used when drafter or type ORACLE)
 } bn_slots_params;
 
 // bn_slots_start: starts the worker threads; returns NULL with err on failure.
@@ -103,11 +107,14 @@ typedef struct {
     bool busy;
     int n_ctx;
     int n_prompt, n_cache, n_decoded;
+    bool speculative;
 } bn_slot_info;
 typedef struct {
     uint64_t prompt_tokens_total, prompt_tokens_cached_total, tokens_predicted_total, n_decode_total;
     double prompt_seconds_total, predicted_seconds_total;
     int requests_processing, requests_deferred, n_tokens_max;
+    uint64_t spec_draft_tokens, spec_accepted_tokens, spec_drafts; // speculative counters
+    uint64_t spec_accepted_pos[8];                                 // rounds with >= i+1 accepted
 } bn_slots_metrics;
 // bn_slots_info: fills up to n infos; returns the slot count.
 int bn_slots_info(bn_slots *s, bn_slot_info *info, int n);

@@ -23,8 +23,17 @@ static void usage(FILE *f) {
             "  -ngl, --gpu-layers N    accepted for llama-server compatibility; this build decodes on the CPU\n"
             "  -fa, --flash-attn on|off|auto  accepted (attention is computed exactly either way)\n"
             "  --ready-file FILE       write \"host:port\" there once listening (for scripts/tests)\n"
-            "Not implemented yet (refused): -md/--model-draft, --spec-type, --spec-draft-n-max, -ngld,\n"
-            "  --lora, --jinja templates other than ChatML, --props.\n");
+            "Speculative decoding (DSpark, DSPARK.md):\n"
+            "  -md, --model-draft FILE DSpark drafter GGUF (legacy `dspark` or `dflash` convention)\n"
+            "  --spec-type T           draft-dspark (default with -md) | none | draft-oracle (a measurement\n"
+            "                          aid: drafts the target's own greedy continuation; not for real use)\n"
+            "  --spec-draft-n-max N    drafts per round (default 3; the Bonsai drafters use 4)\n"
+            "  --spec-draft-n-min N    shorter drafts are not verified (default 0)\n"
+            "  --spec-draft-p-min P    confidence-head truncation (default 0 = off)\n"
+            "  --no-spec-adaptive      keep drafting even when the online cost model says it does not pay\n"
+            "  -ngld N                 accepted; the drafter runs on the CPU\n"
+            "  With speculation the prompt cache is not reused (the drafter needs every position's taps).\n"
+            "Not implemented (refused): --lora, --props, other llama-server options.\n");
 }
 
 static const char *need(int argc, char **argv, int *i) {
@@ -47,7 +56,8 @@ static int to_int(const char *flag, const char *v) {
 
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
-                          .max_body = 4u << 20, .slots_endpoint = true};
+                          .max_body = 4u << 20, .slots_endpoint = true,
+                          .spec = {.type = -1, .n_max = 3, .adaptive = true}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -81,16 +91,42 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bonsai-serve: -fa takes on, off or auto\n");
                 return 1;
             }
-        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft") || !strcmp(a, "--spec-draft-model") ||
-                   !strcmp(a, "--spec-type") || !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "-ngld") ||
-                   !strcmp(a, "--spec-draft-ngl") || !strcmp(a, "--gpu-layers-draft")) {
-            fprintf(stderr, "bonsai-serve: %s: speculative decoding (DSpark) is not implemented yet\n", a);
-            return 1;
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft") || !strcmp(a, "--spec-draft-model")) {
+            p.draft_path = need(argc, argv, &i);
+        } else if (!strcmp(a, "--spec-type")) {
+            const char *v = need(argc, argv, &i);
+            p.spec.type = bn_spec_type_from_name(v);
+            if (p.spec.type < 0) {
+                fprintf(stderr, "bonsai-serve: --spec-type %s is not supported (draft-dspark, draft-oracle, none)\n", v);
+                return 1;
+            }
+        } else if (!strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max")) {
+            p.spec.n_max = to_int(a, need(argc, argv, &i));
+        } else if (!strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min")) {
+            p.spec.n_min = to_int(a, need(argc, argv, &i));
+        } else if (!strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min")) {
+            p.spec.p_min = (float)atof(need(argc, argv, &i));
+        } else if (!strcmp(a, "--no-spec-adaptive")) {
+            p.spec.adaptive = false;
+        } else if (!strcmp(a, "-ngld") || !strcmp(a, "--spec-draft-ngl") || !strcmp(a, "--gpu-layers-draft")) {
+            const char *v = need(argc, argv, &i);
+            if (strcmp(v, "0") != 0) fprintf(stderr, "bonsai-serve: warning: -ngld %s: the drafter runs on the CPU\n", v);
         } else {
             fprintf(stderr, "bonsai-serve: unknown or unsupported option '%s' (see --help)\n", a);
             return 1;
         }
     }
+    if (p.spec.type < 0) p.spec.type = p.draft_path ? BN_SPEC_DSPARK : BN_SPEC_NONE;
+    if (p.spec.type == BN_SPEC_DSPARK && !p.draft_path) {
+        fprintf(stderr, "bonsai-serve: --spec-type draft-dspark needs -md DRAFTER.gguf\n");
+        return 1;
+    }
+    if (p.spec.type == BN_SPEC_NONE) p.draft_path = NULL;
+    if (p.spec.n_max < 1 || p.spec.n_max > 16) {
+        fprintf(stderr, "bonsai-serve: --spec-draft-n-max must be in 1..16\n");
+        return 1;
+    }
+    p.spec.n_threads = p.n_threads;
     if (!p.model_path) {
         usage(stderr);
         return 1;

@@ -1,0 +1,81 @@
+// tests/serve/test_server_spec.c — bonsai-serve with DSpark speculative decoding (-md, a random
+// tiny drafter) and with the oracle drafter (a measurement aid that drafts the target's own greedy
+// continuation): greedy output token-identical to the plain server, draft counters in timings,
+// /metrics and /slots.
+#include "tests/test.h"
+#include "tests/serve/http_client.h"
+#include "tests/serve/server_fixture.h"
+#include "core/mkdrafter.h"
+#include <jansson.h>
+#include <string.h>
+
+static server_fixture F;
+static const char *REQ = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,\"temperature\":0,\"n_probs\":3}";
+
+static json_t *complete(void) {
+    http_resp r;
+    if (http_request(F.port, "POST", "/completion", REQ, strlen(REQ), NULL, &r) != 0) return NULL;
+    json_t *j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+    if (!j) fprintf(stderr, "status %d: %s\n", r.status, r.body);
+    http_resp_free(&r);
+    return j;
+}
+
+static bool same_tokens(json_t *a, json_t *b) {
+    json_t *pa = json_object_get(a, "completion_probabilities"), *pb = json_object_get(b, "completion_probabilities");
+    if (json_array_size(pa) != json_array_size(pb) || json_array_size(pa) == 0) return false;
+    for (size_t i = 0; i < json_array_size(pa); i++)
+        if (json_integer_value(json_object_get(json_array_get(pa, i), "id")) !=
+            json_integer_value(json_object_get(json_array_get(pb, i), "id")))
+            return false;
+    return true;
+}
+
+int main(void) {
+    if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
+    char drafter[400], err[256];
+    snprintf(drafter, sizeof drafter, "%s/drafter.gguf", F.dir);
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    CHECK(bn_mkdrafter_write(&dp, drafter, err, sizeof err) == 0, "drafter: %s", err);
+
+    const char *plain_args[] = {"-c", "256", NULL};
+    CHECK(fixture_start(&F, plain_args) == 0, "plain server");
+    json_t *plain = complete();
+    CHECK(plain != NULL, "plain completion");
+    fixture_stop(&F);
+
+    const char *spec_args[] = {"-c", "256", "-md", drafter, "--spec-type", "draft-dspark", "--spec-draft-n-max", "4",
+                               "--no-spec-adaptive", "--metrics", NULL};
+    CHECK(fixture_start(&F, spec_args) == 0, "dspark server");
+    json_t *spec = complete();
+    CHECK(spec && same_tokens(plain, spec), "DSpark greedy output == plain greedy output");
+    json_t *tm = json_object_get(spec, "timings");
+    CHECK(json_integer_value(json_object_get(tm, "draft_n")) > 0, "timings.draft_n present");
+    http_resp r;
+    http_request(F.port, "GET", "/metrics", NULL, 0, NULL, &r);
+    CHECK(r.body && !strstr(r.body, "llamacpp:spec_decode_num_draft_tokens_total 0\n") &&
+              strstr(r.body, "spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}"),
+          "spec counters in /metrics");
+    http_resp_free(&r);
+    http_request(F.port, "GET", "/slots", NULL, 0, NULL, &r);
+    CHECK(r.body && strstr(r.body, "\"speculative\":true"), "/slots speculative");
+    http_resp_free(&r);
+    CHECK(fixture_stop(&F) == 0, "clean exit");
+    json_decref(spec);
+
+    const char *oracle_args[] = {"-c", "256", "--spec-type", "draft-oracle", "--spec-draft-n-max", "4",
+                                 "--no-spec-adaptive", NULL};
+    CHECK(fixture_start(&F, oracle_args) == 0, "oracle server");
+    json_t *orc = complete();
+    CHECK(orc && same_tokens(plain, orc), "oracle greedy output == plain greedy output");
+    tm = json_object_get(orc, "timings");
+    long dn = (long)json_integer_value(json_object_get(tm, "draft_n")),
+         da = (long)json_integer_value(json_object_get(tm, "draft_n_accepted"));
+    printf("oracle: draft_n %ld, accepted %ld\n", dn, da);
+    CHECK(dn > 0 && da == dn, "the oracle's drafts are all accepted (%ld of %ld)", da, dn);
+    CHECK(fixture_stop(&F) == 0, "clean exit");
+    json_decref(orc);
+    json_decref(plain);
+    return test_done("test_server_spec");
+}
