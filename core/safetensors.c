@@ -257,6 +257,14 @@ bn_safetensors *bn_st_open_dir(const char *dir, char *err, size_t errlen) {
         }
         rc = map_file(st, sp, err, errlen);
     }
+    if (rc == 0 && st->n_tensors > 1) { // a name in two shards is ambiguous
+        char **all = xmalloc((size_t)st->n_tensors * sizeof(char *));
+        for (int i = 0; i < st->n_tensors; i++) all[i] = st->t[i].name;
+        qsort(all, (size_t)st->n_tensors, sizeof(char *), cmp_str);
+        for (int i = 1; i < st->n_tensors && rc == 0; i++)
+            if (strcmp(all[i], all[i - 1]) == 0) rc = bn_err(err, errlen, "%s: tensor '%s' appears in two shards", dir, all[i]);
+        free(all);
+    }
     if (rc == 0) {
         json_object_foreach(wm, key, v) {
             const bn_st_tensor *t = bn_st_find(st, key);

@@ -95,6 +95,37 @@ int main(void) {
                                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, -1, "duplicate");
     expect_refused("no-offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, -1, "data_offsets");
     expect_refused("neg-shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, -1, "bad shape");
+    // sharded: a tensor in two shards is refused; a tensor the index names but its shard lacks too
+    {
+        char sd[400], sp[500];
+        snprintf(sd, sizeof sd, "%s/sharded", dir);
+        mkdir(sd, 0777);
+        const char *one = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+        snprintf(sp, sizeof sp, "%s/s1.safetensors", sd);
+        write_raw(sp, one, 4, -1);
+        snprintf(sp, sizeof sp, "%s/s2.safetensors", sd);
+        write_raw(sp, one, 4, -1);
+        snprintf(sp, sizeof sp, "%s/model.safetensors.index.json", sd);
+        const char *idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}";
+        CHECK(bn_write_file_atomic(sp, idx, strlen(idx), err, sizeof err) == 0, "%s", err);
+        bn_safetensors *x = bn_st_open_dir(sd, err, sizeof err);
+        CHECK(!x && strstr(err, "two shards"), "duplicate across shards: %s", err);
+        printf("  %-12s -> %s\n", "two-shards", err);
+        bn_st_close(x);
+        snprintf(sp, sizeof sp, "%s/s2.safetensors", sd);
+        write_raw(sp, "{\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -1);
+        x = bn_st_open_dir(sd, err, sizeof err);
+        CHECK(!x && strstr(err, "missing from shard"), "index names a missing tensor: %s", err);
+        printf("  %-12s -> %s\n", "not-in-shard", err);
+        bn_st_close(x);
+        snprintf(sp, sizeof sp, "%s/model.safetensors.index.json", sd);
+        idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"c\":\"s2.safetensors\"}}";
+        CHECK(bn_write_file_atomic(sp, idx, strlen(idx), err, sizeof err) == 0, "%s", err);
+        x = bn_st_open_dir(sd, err, sizeof err);
+        CHECK(x && x->n_tensors == 2 && x->n_shards == 2 && bn_st_find(x, "c") && bn_st_find(x, "c")->shard == 1,
+              "good sharded dir: %s", err);
+        bn_st_close(x);
+    }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
