@@ -126,6 +126,7 @@ typedef struct {
     const bn_layer_weights *lw;
     bn_state *s;
     int il, nb, conv_dim;
+    bn_snapshot **snaps; // [nb] per-token snapshots to fill, or NULL
 } gdn_job;
 
 // gdn_heads_task: value heads [h0, h1), each running the recurrence over the chunk's tokens.
@@ -149,13 +150,16 @@ static void gdn_heads_task(void *ctx, int64_t h0, int64_t h1, int tid) {
             const float alpha = expf(g);
             float *y = s->att + (size_t)t * Hv * dv + (size_t)h * dv;
             bn_gdn_step(S, q, k, v, alpha, beta, y, dk, dv);
+            if (job->snaps) // S of this head after token t
+                memcpy(job->snaps[t]->data + (S - s->recurrent), S, sizeof(float) * dk * dv);
             bn_gated_rmsnorm(y, y, s->z + (size_t)t * Hv * dv + (size_t)h * dv, norm_w, dv, c->norm_eps);
         }
     }
 }
 
-// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S.
-static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb) {
+// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S
+// (copied into snaps[t] after each token t when snaps is not NULL).
+static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, bn_snapshot **snaps) {
     const bn_config *c = &m->cfg;
     const bn_layer_weights *lw = &m->w.layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
@@ -170,6 +174,9 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb) {
     for (int t = 0; t < nb; t++) {
         float *mix = s->qg + (size_t)t * conv_dim;
         bn_conv1d_silu_step(mix, s->conv[il], mix, lw->ssm_conv1d.data, conv_dim, c->ssm_conv_kernel);
+        if (snaps) // conv window after token t
+            memcpy(snaps[t]->data + (s->conv[il] - s->recurrent), s->conv[il],
+                   sizeof(float) * (size_t)(c->ssm_conv_kernel - 1) * conv_dim);
         for (int j = 0; j < Hk; j++) {
             float *q = mix + (size_t)j * dk, *k = mix + (size_t)(Hk + j) * dk;
             bn_l2norm(q, q, dk, c->norm_eps);
@@ -177,7 +184,7 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb) {
             for (int i = 0; i < dk; i++) q[i] *= q_scale;
         }
     }
-    gdn_job job = {.c = c, .lw = lw, .s = s, .il = il, .nb = nb, .conv_dim = conv_dim};
+    gdn_job job = {.c = c, .lw = lw, .s = s, .il = il, .nb = nb, .conv_dim = conv_dim, .snaps = snaps};
     const int64_t work = (int64_t)nb * Hv * dk * dk * 4; // decay, read, update, output per state entry
     bn_parallel_for(work >= MIN_PARALLEL_WORK ? s->pool : NULL, Hv, gdn_heads_task, &job);
     matmul(s, &lw->ssm_out, s->att, s->mo, nb);
@@ -202,12 +209,13 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     const int H = c->n_embd;
     const int p0 = s->pos;
     for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
+    bn_snapshot **snaps = out && out->snaps ? out->snaps + t_off : NULL;
 
     for (int il = 0; il < c->n_layer; il++) {
         const bn_layer_weights *lw = &m->w.layers[il];
         rmsnorm_rows(s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
         if (c->is_recurrent[il])
-            gdn_layer(m, s, il, nb);
+            gdn_layer(m, s, il, nb, snaps);
         else
             attention_layer(m, s, il, nb, p0);
         add_rows(s->x, s->mo, (size_t)nb * H);
@@ -225,6 +233,8 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
             }
     }
     s->pos = p0 + nb;
+    if (snaps)
+        for (int t = 0; t < nb; t++) snaps[t]->pos = p0 + t + 1;
 
     if (!out || (!out->logits && !out->hidden)) return;
     // rows of this chunk that produce output: all of them, or only the very last token
@@ -260,6 +270,11 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
             if (!out->tap_layers || out->tap_layers[k] < 0 || out->tap_layers[k] >= c->n_layer)
                 return bn_err(err, errlen, "bad tap layer %d (model has %d layers)",
                               out->tap_layers ? out->tap_layers[k] : -1, c->n_layer);
+
+    if (out && out->snaps)
+        for (int t = 0; t < n; t++)
+            if (!out->snaps[t] || out->snaps[t]->n != s->n_recurrent)
+                return bn_err(err, errlen, "snaps[%d] is missing or belongs to another model (use bn_snapshot_new)", t);
 
     for (int t0 = 0; t0 < n; t0 += s->n_batch) {
         const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;

@@ -35,6 +35,12 @@ int bn_state_n_ctx(const bn_state *s);
 typedef struct bn_snapshot bn_snapshot;
 // bn_state_snapshot: copy of the recurrent state and position (dies on OOM).
 bn_snapshot *bn_state_snapshot(const bn_state *s);
+// bn_snapshot_new: an allocated snapshot for s's model (position 0, zero state), to be filled by
+// bn_state_snapshot_into or bn_forward_out.snaps (reuse avoids allocating per step).
+bn_snapshot *bn_snapshot_new(const bn_state *s);
+// bn_state_snapshot_into: copies s's recurrent state and position into snap (from bn_snapshot_new
+// or bn_state_snapshot of a state of the same model).
+void bn_state_snapshot_into(const bn_state *s, bn_snapshot *snap);
 // bn_state_restore: puts the snapshot's recurrent state and position back into s.
 void bn_state_restore(bn_state *s, const bn_snapshot *snap);
 // bn_snapshot_pos: the position stored in a snapshot.
@@ -49,6 +55,9 @@ typedef struct {
     int n_taps;
     float *taps;           // [n][n_taps][n_embd]: residual stream AFTER each tap layer (every token)
     float *hidden;         // [n_out][n_embd]: final-normed hidden state (input of the LM head)
+    bn_snapshot **snaps;   // [n] snapshots (bn_snapshot_new) receiving the recurrent state and
+                           // position after each token: speculative verification restores the
+                           // one after the last accepted token instead of re-running it
 } bn_forward_out;
 
 // bn_forward: appends n tokens at the state's position and runs the model over them (n > 1 is a

@@ -38,4 +38,11 @@ struct bn_state {
     size_t work_size;
 };
 
+// A snapshot: position + a copy of the recurrent region (same layout as bn_state.recurrent).
+struct bn_snapshot {
+    int pos;
+    size_t n;     // floats
+    float data[]; // [n]
+};
+
 #endif

@@ -145,17 +145,21 @@ void bn_state_reset(bn_state *s) {
 int bn_state_pos(const bn_state *s) { return s->pos; }
 int bn_state_n_ctx(const bn_state *s) { return s->n_ctx; }
 
-struct bn_snapshot {
-    int pos;
-    size_t n;
-    float data[]; // [n] copy of the recurrent region
-};
+bn_snapshot *bn_snapshot_new(const bn_state *s) {
+    bn_snapshot *snap = xcalloc(1, sizeof *snap + s->n_recurrent * sizeof(float));
+    snap->n = s->n_recurrent;
+    return snap;
+}
+
+void bn_state_snapshot_into(const bn_state *s, bn_snapshot *snap) {
+    if (snap->n != s->n_recurrent) bn_die("bn_state_snapshot_into: snapshot of a different model");
+    snap->pos = s->pos;
+    memcpy(snap->data, s->recurrent, s->n_recurrent * sizeof(float));
+}
 
 bn_snapshot *bn_state_snapshot(const bn_state *s) {
-    bn_snapshot *snap = xmalloc(sizeof *snap + s->n_recurrent * sizeof(float));
-    snap->pos = s->pos;
-    snap->n = s->n_recurrent;
-    memcpy(snap->data, s->recurrent, s->n_recurrent * sizeof(float));
+    bn_snapshot *snap = bn_snapshot_new(s);
+    bn_state_snapshot_into(s, snap);
     return snap;
 }
 

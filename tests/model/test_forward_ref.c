@@ -5,6 +5,7 @@
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "core/forward.h"
+#include "core/forward_impl.h"
 #include "core/model.h"
 #include <unistd.h>
 
@@ -352,6 +353,36 @@ static void run_model_checks(const char *arch, int wtype, double tol_logit, doub
     snprintf(what, sizeof what, "%s continuation vs decode", arch);
     if (exact_path) CHECK_NEAR(max_abs_diff_ff(la, dec_logits + (size_t)10 * V, (size_t)5 * V), 0, 1e-4, what);
     bn_snapshot_free(snap);
+
+    // 3b) per-token snapshots from a batched forward (speculative verification): snaps[2] restored
+    //     and continued matches the batched run's later logits; snaps[5] == a snapshot at the end
+    bn_state_reset(s);
+    bn_snapshot *snaps[6];
+    for (int t = 0; t < 6; t++) snaps[t] = bn_snapshot_new(s);
+    float *lc6 = xcalloc((size_t)6 * V, 4), *lc3 = xcalloc((size_t)3 * V, 4);
+    bn_forward_out o6 = {.logits = lc6, .all_logits = true, .snaps = snaps};
+    CHECK(bn_forward(m, s, tokens, 6, &o6, err, sizeof err) == 0, "forward with snaps: %s", err);
+    bn_snapshot *end = bn_state_snapshot(s);
+    CHECK(bn_snapshot_pos(snaps[5]) == 6 && bn_snapshot_pos(snaps[2]) == 3, "snaps positions %d %d",
+          bn_snapshot_pos(snaps[5]), bn_snapshot_pos(snaps[2]));
+    // white-box: the snapshot layout is in core/forward_impl.h
+    CHECK(snaps[5]->n == end->n && memcmp(snaps[5]->data, end->data, sizeof(float) * end->n) == 0,
+          "%s: snaps[5] differs from the snapshot taken after the batch", arch);
+    bn_snapshot *reused = bn_snapshot_new(s);
+    bn_state_snapshot_into(s, reused);
+    CHECK(memcmp(reused->data, end->data, sizeof(float) * end->n) == 0 && reused->pos == 6, "snapshot_into");
+    bn_state_restore(s, snaps[2]);
+    CHECK(bn_state_pos(s) == 3, "pos after restoring snaps[2]: %d", bn_state_pos(s));
+    bn_forward_out o3 = {.logits = lc3, .all_logits = true};
+    CHECK(bn_forward(m, s, tokens + 3, 3, &o3, err, sizeof err) == 0, "continue from snaps[2]: %s", err);
+    double nm_n = 0, nm_d = 0;
+    for (size_t i = 0; i < (size_t)3 * V; i++)
+        nm_n += (lc3[i] - lc6[3 * V + i]) * (double)(lc3[i] - lc6[3 * V + i]), nm_d += (double)lc6[3 * V + i] * lc6[3 * V + i];
+    snprintf(what, sizeof what, "%s/%s continuation from per-token snapshot (NMSE)", arch, bn_type_name(wtype));
+    CHECK_NEAR(nm_n / nm_d, 0, exact_path ? 1e-10 : 1e-3, what);
+    for (int t = 0; t < 6; t++) bn_snapshot_free(snaps[t]);
+    bn_snapshot_free(end), bn_snapshot_free(reused);
+    free(lc6), free(lc3);
 
     // 4) thread count does not change decode results (row split only): 1 vs 3 threads, bit-identical
     bn_state *s3 = bn_state_new(m, 64, 3);
