@@ -28,10 +28,12 @@ static void add_bias_rows(float *y, const bn_weight *b, int nb, int n) {
     for (int t = 0; t < nb; t++) add_rows(y + (size_t)t * n, b->data, (size_t)n);
 }
 
+// matmul: y[t] = W·x[t] for nb rows with the state's scratch and threads.
 static void matmul(bn_state *s, const bn_weight *w, const float *x, float *y, int nb) {
     bn_matmul(w, x, y, nb, s->work, s->pool);
 }
 
+// rope: rotary embedding of one head in place (llama: adjacent pairs; qwen*: rotate-half pairs).
 static void rope(const bn_config *c, float *x, int pos) {
     if (c->arch == BN_ARCH_LLAMA)
         bn_rope_norm(x, c->head_dim, c->n_rot, pos, c->rope_base);

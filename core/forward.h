@@ -45,6 +45,7 @@ void bn_state_snapshot_into(const bn_state *s, bn_snapshot *snap);
 void bn_state_restore(bn_state *s, const bn_snapshot *snap);
 // bn_snapshot_pos: the position stored in a snapshot.
 int bn_snapshot_pos(const bn_snapshot *snap);
+// bn_snapshot_free: frees a snapshot (NULL is fine).
 void bn_snapshot_free(bn_snapshot *snap);
 
 // What bn_forward writes. Every pointer is optional (NULL = not wanted); the caller owns memory.
