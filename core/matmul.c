@@ -85,12 +85,7 @@ __attribute__((target("avx2,fma,f16c"))) static float dot_bf16_f32_avx2(const ui
     for (; i < n; i++) sum += bn_bf16_to_fp32(w[i]) * x[i];
     return sum;
 }
-static int have_f16c(void) {
-    static int cached = -1;
-    if (cached < 0)
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return cached;
-}
+static int have_f16c(void) { return bn_cpu_has_avx2(); }
 #endif
 
 // dot_half_f32: dot of a F16 or BF16 weight row with f32 x.

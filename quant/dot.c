@@ -3,6 +3,7 @@
 // AVX512-VNNI variant where present. BONSAI_SIMD=scalar forces scalar, BONSAI_SIMD=avx2 disables VNNI.
 #include "quant/quant_impl.h"
 #include <stdlib.h>
+#include <cpuid.h>
 
 int bn_have_avx2, bn_have_vnni;
 
@@ -40,14 +41,21 @@ static bn_vec_dot_fn ref_dots[BN_TYPE_MAX] = {
 
 static bn_vec_dot_fn best_dots[BN_TYPE_MAX];
 
+// cpu_f16c: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+static bool cpu_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1);
+}
+
+bool bn_cpu_has_avx2(void) { return bn_have_avx2 != 0; }
+
 // Chooses the kernels once, before main (the static library pulls this file in via types.c).
 __attribute__((constructor)) static void dot_dispatch_init(void) {
     __builtin_cpu_init();
     const char *force = getenv("BONSAI_SIMD");
     bool scalar = force && (strcmp(force, "scalar") == 0 || strcmp(force, "0") == 0);
     bool avx2_only = force && strcmp(force, "avx2") == 0;
-    bn_have_avx2 = !scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c");
+    bn_have_avx2 = !scalar && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
     bn_have_vnni = bn_have_avx2 && !avx2_only && __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                    __builtin_cpu_supports("avx512vnni");

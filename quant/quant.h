@@ -79,6 +79,10 @@ size_t bn_row_size(int type, int64_t ne0);
 int bn_type_blck(int type);
 int bn_type_size(int type);
 
+// bn_cpu_has_avx2: true when this CPU has AVX2 + FMA + F16C and BONSAI_SIMD does not force the
+// scalar code (decided once at start-up; the one CPU-feature check every SIMD path uses).
+bool bn_cpu_has_avx2(void);
+
 // ---- fp16 / bf16 (FORMATS.md §3.1–3.2), bit-exact ------------------------------------------
 // bn_fp32_to_fp16: fp16 bits of f, round to nearest even (|f| >= 65520 -> inf, NaN -> 0x7E00 | sign).
 uint16_t bn_fp32_to_fp16(float f);

@@ -150,10 +150,8 @@ static void q2_fast(int src_type, const void *src, int dst_type, void *dst, int6
 static int simd_ok;
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
 static void init_simd(void) {
-    const char *env = getenv("BONSAI_SIMD");
-    __builtin_cpu_init();
     init_spread();
-    simd_ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && !(env && !strcmp(env, "scalar"));
+    simd_ok = bn_cpu_has_avx2();
 }
 
 bool bn_quantize_fast(int src_type, const void *src, int dst_type, void *dst, int64_t n) {
