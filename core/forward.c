@@ -5,6 +5,7 @@
 #include "core/matmul.h"
 #include "core/ops.h"
 #include "core/util.h"
+#include "quant/quant.h"
 #include <math.h>
 #include <string.h>
 
@@ -70,11 +71,18 @@ static void attn_task(void *ctx, int64_t i0, int64_t i1, int tid) {
         const int n_kv = job->p0 + t + 1; // causal: positions 0 ..= p0 + t
         const float *q = s->qg + (size_t)t * job->q_stride + (size_t)h0 * head_stride;
         float *o = s->att + (size_t)t * c->n_head * hd + (size_t)h0 * hd;
-        const float *K = s->k_cache[job->il] + (size_t)kvh * hd, *V = s->v_cache[job->il] + (size_t)kvh * hd;
-        if (n_q == 1)
-            bn_attention_head(o, q, K, V, n_kv, kv_dim, hd, scale, scores);
-        else
-            bn_attention_group(o, q, n_q, head_stride, K, V, n_kv, kv_dim, hd, scale, scores);
+        if (s->kv_type == BN_F16) {
+            const uint16_t *K = (const uint16_t *)s->k_cache[job->il] + (size_t)kvh * hd;
+            const uint16_t *V = (const uint16_t *)s->v_cache[job->il] + (size_t)kvh * hd;
+            bn_attention_group_f16(o, q, n_q, head_stride, K, V, n_kv, kv_dim, hd, scale, scores);
+        } else {
+            const float *K = (const float *)s->k_cache[job->il] + (size_t)kvh * hd;
+            const float *V = (const float *)s->v_cache[job->il] + (size_t)kvh * hd;
+            if (n_q == 1)
+                bn_attention_head(o, q, K, V, n_kv, kv_dim, hd, scale, scores);
+            else
+                bn_attention_group(o, q, n_q, head_stride, K, V, n_kv, kv_dim, hd, scale, scores);
+        }
         if (job->gated) // gate rows follow the query rows of each head
             for (int h = 0; h < n_q; h++) bn_sigmoid_gate(o + (size_t)h * hd, o + (size_t)h * hd, q + (size_t)h * head_stride + hd, hd);
     }
@@ -108,8 +116,14 @@ static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int 
             if (lw->attn_k_norm.data) bn_rmsnorm(kj, kj, lw->attn_k_norm.data, hd, c->norm_eps);
             rope(c, kj, pos);
         }
-        memcpy(s->k_cache[il] + (size_t)pos * kv_dim, k, sizeof(float) * kv_dim);
-        memcpy(s->v_cache[il] + (size_t)pos * kv_dim, s->vb + (size_t)t * kv_dim, sizeof(float) * kv_dim);
+        const float *v = s->vb + (size_t)t * kv_dim;
+        if (s->kv_type == BN_F16) {
+            bn_fp32_to_fp16_row(k, (uint16_t *)s->k_cache[il] + (size_t)pos * kv_dim, kv_dim);
+            bn_fp32_to_fp16_row(v, (uint16_t *)s->v_cache[il] + (size_t)pos * kv_dim, kv_dim);
+        } else {
+            memcpy((float *)s->k_cache[il] + (size_t)pos * kv_dim, k, sizeof(float) * kv_dim);
+            memcpy((float *)s->v_cache[il] + (size_t)pos * kv_dim, v, sizeof(float) * kv_dim);
+        }
     }
 
     // Group the query heads of a KV head (K/V read once per group) when that still leaves at

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include "core/model.h"
 
-// Per sequence: KV cache for attention layers (fp32, k after norm + RoPE, and v), conv window and
+// Per sequence: KV cache for attention layers (fp32 or fp16, k after norm + RoPE, and v), conv window and
 // recurrent matrix S for DeltaNet layers, scratch buffers and a thread pool. One allocation
 // (plus the pool). Not thread-safe: one bn_forward at a time per state; several states may
 // share a model.
@@ -17,6 +17,10 @@ typedef struct bn_state bn_state;
 // bn_state_new: state for up to n_ctx positions using n_threads threads (<= 0: all CPUs).
 // Returns the state (dies on OOM).
 bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads);
+// bn_state_new_kv: like bn_state_new with the KV cache stored as kv_type: BN_F32 (default, exact)
+// or BN_F16 (half the memory and attention bandwidth, like llama.cpp's default; logits move by
+// ~1e-3 relative). Returns the state (dies on OOM).
+bn_state *bn_state_new_kv(const bn_model *m, int n_ctx, int n_threads, int kv_type);
 // bn_state_free: frees the state (NULL is fine).
 void bn_state_free(bn_state *s);
 // bn_state_reset: back to position 0 with zero conv windows and recurrent matrices.

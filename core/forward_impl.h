@@ -15,9 +15,10 @@ struct bn_state {
     int n_batch;          // rows in the scratch buffers (min(n_ctx, BN_MAX_BATCH))
     int n_threads;
     bn_pool *pool;
+    int kv_type;          // BN_F32 or BN_F16: element type of the KV cache
     // per layer views (NULL where the layer has no such state)
-    float **k_cache;      // [n_layer] -> {n_head_kv*hd, n_ctx}: k after q/k-norm and RoPE
-    float **v_cache;      // [n_layer] -> {n_head_kv*hd, n_ctx}
+    void **k_cache;       // [n_layer] -> {n_head_kv*hd, n_ctx} of kv_type: k after q/k-norm and RoPE
+    void **v_cache;       // [n_layer] -> {n_head_kv*hd, n_ctx} of kv_type
     float **conv;         // [n_layer] -> {K-1, conv_dim}: previous raw conv inputs (ops.h layout)
     float **ssm;          // [n_layer] -> {dk, dv, Hv}: S per value head (ops.h bn_gdn_step layout)
     // all conv windows and S matrices, contiguous (snapshot = one memcpy)

@@ -1,5 +1,6 @@
 // core/ops.c — fp32 math primitives of the forward (see core/ops.h for shapes and semantics).
 #include "core/ops.h"
+#include "quant/quant.h"
 #include <math.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -195,5 +196,67 @@ void bn_attention_group(float *out, const float *q, int n_q, int q_stride, const
     for (int t = 0; t < n_kv; t++) {
         const float *v = V + (size_t)t * kv_stride;
         for (int h = 0; h < n_q; h++) bn_axpy_f32(out + (size_t)h * hd, scores[(size_t)h * n_kv + t], v, hd);
+    }
+}
+
+// ---- fp16 K/V rows ---------------------------------------------------------------------------
+static float dot_f32_f16_scalar(const float *a, const uint16_t *b, int n) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += a[i] * bn_fp16_to_fp32(b[i]);
+    return sum;
+}
+static void axpy_f16_scalar(float *y, float a, const uint16_t *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * bn_fp16_to_fp32(x[i]);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) static float dot_f32_f16_avx2(const float *a, const uint16_t *b, int n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8))),
+                               acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc0);
+    __m256 acc = _mm256_add_ps(acc0, acc1);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+    float sum = _mm_cvtss_f32(s4);
+    for (; i < n; i++) sum += a[i] * bn_fp16_to_fp32(b[i]);
+    return sum;
+}
+__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * bn_fp16_to_fp32(x[i]);
+}
+static int have_f16c(void) {
+    static int cached = -1;
+    if (cached < 0) cached = have_avx2() && __builtin_cpu_supports("f16c");
+    return cached;
+}
+#endif
+
+void bn_attention_group_f16(float *out, const float *q, int n_q, int q_stride, const uint16_t *K,
+                            const uint16_t *V, int n_kv, int64_t kv_stride, int hd, float scale, float *scores) {
+    float (*dot)(const float *, const uint16_t *, int) = dot_f32_f16_scalar;
+    void (*axpy)(float *, float, const uint16_t *, int) = axpy_f16_scalar;
+#if defined(__x86_64__)
+    if (have_f16c()) dot = dot_f32_f16_avx2, axpy = axpy_f16_avx2;
+#endif
+    for (int t = 0; t < n_kv; t++) {
+        const uint16_t *k = K + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++) scores[(size_t)h * n_kv + t] = scale * dot(q + (size_t)h * q_stride, k, hd);
+    }
+    for (int h = 0; h < n_q; h++) bn_softmax_inplace(scores + (size_t)h * n_kv, n_kv);
+    memset(out, 0, sizeof(float) * (size_t)hd * n_q);
+    for (int t = 0; t < n_kv; t++) {
+        const uint16_t *v = V + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++) axpy(out + (size_t)h * hd, scores[(size_t)h * n_kv + t], v, hd);
     }
 }

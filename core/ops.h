@@ -67,5 +67,9 @@ void bn_attention_head(float *out, const float *q, const float *K, const float *
 //   scores: scratch of n_q * n_kv floats. Same result as n_q bn_attention_head calls.
 void bn_attention_group(float *out, const float *q, int n_q, int q_stride, const float *K, const float *V,
                         int n_kv, int64_t kv_stride, int hd, float scale, float *scores);
+// bn_attention_group_f16: bn_attention_group with K and V stored as fp16 (kv_stride in elements);
+//   q, scores, softmax and accumulation stay fp32.
+void bn_attention_group_f16(float *out, const float *q, int n_q, int q_stride, const uint16_t *K,
+                            const uint16_t *V, int n_kv, int64_t kv_stride, int hd, float scale, float *scores);
 
 #endif

@@ -3,6 +3,7 @@
 #include "core/forward_impl.h"
 #include "core/matmul.h"
 #include "core/util.h"
+#include "quant/quant.h"
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ static size_t work_size_for(const bn_model *m, int B) {
 }
 
 // layout: assigns every pointer of s (when c->base != NULL) and returns the total size.
-static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B, int n_threads) {
+static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B, int n_threads, int kv_type) {
     const bn_config *cf = &m->cfg;
     const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer;
     const size_t kv_dim = (size_t)cf->n_head_kv * cf->head_dim;
@@ -51,8 +52,8 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
 
     bn_state *hdr = carve(c, sizeof(bn_state));
     (void)hdr;
-    float **k_cache = carve(c, L * sizeof(float *));
-    float **v_cache = carve(c, L * sizeof(float *));
+    void **k_cache = carve(c, L * sizeof(void *));
+    void **v_cache = carve(c, L * sizeof(void *));
     float **conv = carve(c, L * sizeof(float *));
     float **ssm = carve(c, L * sizeof(float *));
     // recurrent region: contiguous floats (conv and S sizes are multiples of 16 floats in practice;
@@ -70,7 +71,8 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
         s->n_recurrent = n_rec;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
-            k_cache[il] = v_cache[il] = conv[il] = ssm[il] = NULL;
+            k_cache[il] = v_cache[il] = NULL;
+            conv[il] = ssm[il] = NULL;
             if (!cf->is_recurrent[il]) continue;
             conv[il] = p;
             p += conv_floats;
@@ -80,8 +82,9 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
     }
     for (size_t il = 0; il < L; il++) {
         if (cf->is_recurrent[il]) continue;
-        float *kc = carve(c, (size_t)n_ctx * kv_dim * sizeof(float));
-        float *vc = carve(c, (size_t)n_ctx * kv_dim * sizeof(float));
+        const size_t kv_elt = kv_type == BN_F16 ? 2 : 4;
+        void *kc = carve(c, (size_t)n_ctx * kv_dim * kv_elt);
+        void *vc = carve(c, (size_t)n_ctx * kv_dim * kv_elt);
         if (c->base) {
             k_cache[il] = kc;
             v_cache[il] = vc;
@@ -108,18 +111,24 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
 }
 
 bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads) {
+    return bn_state_new_kv(m, n_ctx, n_threads, BN_F32);
+}
+
+bn_state *bn_state_new_kv(const bn_model *m, int n_ctx, int n_threads, int kv_type) {
+    if (kv_type != BN_F16) kv_type = BN_F32;
     if (n_threads <= 0) n_threads = bn_n_threads_default();
     if (n_ctx < 1) n_ctx = 1;
     const int B = n_ctx < BN_MAX_BATCH ? n_ctx : BN_MAX_BATCH;
     carver count = {0};
-    const size_t total = layout(&count, NULL, m, n_ctx, B, n_threads);
+    const size_t total = layout(&count, NULL, m, n_ctx, B, n_threads, kv_type);
     // One anonymous mapping: zero-filled and page-aligned without touching it, so KV-cache pages
     // are only committed when positions are actually used.
     uint8_t *block = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (block == MAP_FAILED) bn_die("out of memory allocating a %zu-byte inference state", total);
     bn_state *s = (bn_state *)block;
     carver fill = {.base = block};
-    layout(&fill, s, m, n_ctx, B, n_threads);
+    layout(&fill, s, m, n_ctx, B, n_threads, kv_type);
+    s->kv_type = kv_type;
     s->m = m;
     s->alloc_bytes = total;
     s->n_ctx = n_ctx;

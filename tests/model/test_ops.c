@@ -212,6 +212,18 @@ static void test_attention(void) {
         bn_attention_head(o1, qg + h * QS, KV[0] + off, KV[1] + off, NKV, STRIDE, HD, (float)scale, scores);
         CHECK(memcmp(o1, og + h * HD, sizeof o1) == 0, "attention group head %d differs from the single-head op", h);
     }
+    // fp16 K/V: equal to the fp32 op on the fp16-rounded K/V up to fp32 summation order (1e-6)
+    uint16_t K16[NKV * STRIDE], V16[NKV * STRIDE];
+    float Kr[NKV * STRIDE], Vr[NKV * STRIDE], o16[NQ * HD];
+    for (int i = 0; i < NKV * STRIDE; i++) {
+        K16[i] = bn_fp32_to_fp16(KV[0][i]), V16[i] = bn_fp32_to_fp16(KV[1][i]);
+        Kr[i] = bn_fp16_to_fp32(K16[i]), Vr[i] = bn_fp16_to_fp32(V16[i]);
+    }
+    bn_attention_group_f16(o16, qg, NQ, QS, K16 + off, V16 + off, NKV, STRIDE, HD, (float)scale, sg);
+    bn_attention_group(og, qg, NQ, QS, Kr + off, Vr + off, NKV, STRIDE, HD, (float)scale, sg);
+    double d16 = 0;
+    for (int i = 0; i < NQ * HD; i++) d16 = fmax(d16, fabs(o16[i] - og[i]));
+    CHECK_NEAR(d16, 0, 1e-6, "attention group with fp16 K/V");
 }
 
 // ---- thread pool --------------------------------------------------------------------------

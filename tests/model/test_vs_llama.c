@@ -52,6 +52,16 @@ static void compare_arch(const char *arch) {
         CHECK_NEAR(num / den, 0, 1e-6, what);
         CHECK(agree == T, "%s: argmax agrees on %d of %d positions", arch, agree, T);
         bn_state_free(s);
+        // the fp16 KV cache (llama.cpp's default type) is within the same bound
+        s = bn_state_new_kv(m, T + 8, 1, BN_F16);
+        CHECK(bn_forward(m, s, tok, T, &o, err, sizeof err) == 0, "forward f16 kv: %s", err);
+        num = den = 0;
+        for (size_t i = 0; i < (size_t)T * V; i++)
+            num += (mine[i] - ref[i]) * (double)(mine[i] - ref[i]), den += (double)ref[i] * ref[i];
+        printf("%s (fp16 KV) vs llama.cpp: NMSE %.3g\n", arch, num / den);
+        snprintf(what, sizeof what, "%s fp16-KV NMSE vs llama.cpp", arch);
+        CHECK_NEAR(num / den, 0, 1e-6, what);
+        bn_state_free(s);
     }
     llama_ref_free(r);
     bn_model_free(m);
