@@ -1,6 +1,10 @@
 // core/forward.h — CPU inference: per-sequence state (KV cache, GDN conv window + recurrent
 // matrix, scratch) and the forward pass over a batch of tokens appended at the state's position.
 // Math: MODEL.md §4 (qwen35), §7 (qwen3 / llama / qwen2).
+// Numerics: F32-weight models match a float64 reference to ~1e-5 on the logits. Quantized weights
+// are dotted with Q8_0/Q8_K-rounded activations like ggml (decode: bn_vec_dot_rows; prefill:
+// bn_vec_dot_rows_batch, which may sum in another fp32 order, so a prefill and a token-by-token
+// run can differ in the last bits). Decode results do not depend on the thread count.
 #ifndef BONSAI_FORWARD_H
 #define BONSAI_FORWARD_H
 #include <stdint.h>
@@ -8,9 +12,9 @@
 #include <stddef.h>
 #include "core/model.h"
 
-// Per sequence: KV cache for attention layers (fp32 or fp16, k after norm + RoPE, and v), conv window and
-// recurrent matrix S for DeltaNet layers, scratch buffers and a thread pool. One allocation
-// (plus the pool). Not thread-safe: one bn_forward at a time per state; several states may
+// Per sequence: KV cache for attention layers (fp32 or fp16, k after norm + RoPE, and v), conv
+// window and recurrent matrix S for DeltaNet layers, scratch buffers and a thread pool. One
+// anonymous mapping (plus the pool; KV pages are committed only as positions are used). Not thread-safe: one bn_forward at a time per state; several states may
 // share a model.
 typedef struct bn_state bn_state;
 
