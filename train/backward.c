@@ -535,3 +535,54 @@ void bn_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const flo
                  .dq = dq, .dk_ = dk_, .dv_ = dv_, .dg = dg, .dbeta = dbeta, .dS0 = dS0};
     bn_parallel_for(g_pool, Hk, gdn_bwd_task, &j);
 }
+
+// ---- parameter gradients (full-parameter training) ---------------------------------------------
+
+void bn_linear_wgrad(const float *x, const float *dy, int64_t n_in, int64_t n_out, int T, float *dW) {
+    // dW (n_out × n_in) += dyᵀ (n_out × T) · x (T × n_in)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n_out, (int)n_in, T, 1.0f, dy, (int)n_out, x,
+                (int)n_in, 1.0f, dW, (int)n_in);
+}
+
+void bn_rmsnorm_wgrad(const float *x, int n, int rows, float eps, const float *dy, float *dw) {
+    for (int t = 0; t < rows; t++) {
+        const float *xr = x + (size_t)t * n, *dyr = dy + (size_t)t * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float rho = (float)(1.0 / sqrt(ss / n + eps));
+        for (int i = 0; i < n; i++) dw[i] += dyr[i] * xr[i] * rho;
+    }
+}
+
+void bn_gated_rmsnorm_wgrad(const float *o, const float *z, int n, int rows, float eps, const float *dy, float *dw) {
+    for (int t = 0; t < rows; t++) {
+        const float *orow = o + (size_t)t * n, *zr = z + (size_t)t * n, *dyr = dy + (size_t)t * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)orow[i] * orow[i];
+        float rho = (float)(1.0 / sqrt(ss / n + eps));
+        for (int i = 0; i < n; i++) dw[i] += dyr[i] * orow[i] * rho * zr[i] * sigmoidf_(zr[i]);
+    }
+}
+
+void bn_conv1d_silu_wgrad(const float *mix, const float *state0, const float *w, int C, int K, int T,
+                          const float *dout, float *dw) {
+    for (int t = 0; t < T; t++)
+        for (int ch = 0; ch < C; ch++) {
+            float c = 0;
+            for (int i = 0; i < K; i++) c += w[(size_t)ch * K + i] * conv_input(mix, state0, C, K, t + i, ch);
+            float s = sigmoidf_(c);
+            float dc = dout[(size_t)t * C + ch] * s * (1.0f + c * (1.0f - s));
+            for (int i = 0; i < K; i++) dw[(size_t)ch * K + i] += dc * conv_input(mix, state0, C, K, t + i, ch);
+        }
+}
+
+void bn_gdn_gate_param_grad(const float *a, const float *dt, const float *ssm_a, int n, int rows,
+                            const float *dg, float *ddt, float *dssm_a) {
+    for (int t = 0; t < rows; t++)
+        for (int h = 0; h < n; h++) {
+            size_t i = (size_t)t * n + h;
+            float u = a[i] + dt[h];
+            if (ddt) ddt[h] += dg[i] * ssm_a[h] * sigmoidf_(u);
+            if (dssm_a) dssm_a[h] += dg[i] * bn_softplus(u);
+        }
+}

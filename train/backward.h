@@ -111,4 +111,19 @@ void bn_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const flo
                 const float *g, const float *beta, const float *S0, const float *dout, const float *dS_final,
                 int ckpt_every, float *dq, float *dk_, float *dv_, float *dg, float *dbeta, float *dS0);
 
+// ---- parameter gradients (full-parameter training, train/sft.h) -------------------------------
+// bn_linear_wgrad: dW {n_in, n_out} (row o contiguous) += dyᵀ x for x {n_in, T}, dy {n_out, T}.
+void bn_linear_wgrad(const float *x, const float *dy, int64_t n_in, int64_t n_out, int T, float *dW);
+// bn_rmsnorm_wgrad: y = w ⊙ x·ρ per row of n; dw {n} += Σ_rows dy ⊙ x·ρ.
+void bn_rmsnorm_wgrad(const float *x, int n, int rows, float eps, const float *dy, float *dw);
+// bn_gated_rmsnorm_wgrad: y = w ⊙ RMSNorm(o) ⊙ SiLU(z); dw {n} += Σ_rows dy ⊙ o·ρ ⊙ SiLU(z).
+void bn_gated_rmsnorm_wgrad(const float *o, const float *z, int n, int rows, float eps, const float *dy, float *dw);
+// bn_conv1d_silu_wgrad: dw {K, C} += ∂L/∂w of bn_conv1d_silu_fwd for dout {C, T}.
+void bn_conv1d_silu_wgrad(const float *mix, const float *state0, const float *w, int C, int K, int T,
+                          const float *dout, float *dw);
+// bn_gdn_gate_param_grad: g = softplus(a + dt)·ssm_a; ddt {n} += Σ dg·ssm_a·σ(a + dt),
+// dssm_a {n} += Σ dg·softplus(a + dt) (GGUF stores ssm_a = −exp(A_log) directly). Either may be NULL.
+void bn_gdn_gate_param_grad(const float *a, const float *dt, const float *ssm_a, int n, int rows,
+                            const float *dg, float *ddt, float *dssm_a);
+
 #endif

@@ -20,6 +20,7 @@ struct bn_train_graph {
     float *head_drop;    // {H}: dropout mask of the LM-head LoRA input (NULL = none)
     bn_rng *layer_rng;   // [n_layer]: RNG state at the start of each layer (dropout replay)
     bool use_dropout;
+    float *x_final;      // {H, T}: final residual stream at every position (bn_train_forward_all only)
 };
 
 // ---- per-layer intermediates ------------------------------------------------------------------
@@ -52,7 +53,23 @@ typedef struct {
     int T;
     char *err;
     size_t errlen;
+    const bn_weights *gw; // full-parameter gradients shaped like m->w (NULL = LoRA mode)
 } ctx_t;
+
+// grad_of: the gradient buffer of weight W of c->m (full-parameter mode), or NULL.
+static float *grad_of(const ctx_t *c, const bn_weight *W) {
+    if (!c->gw) return NULL;
+    const bn_weights *w = &c->m->w;
+    if (W == &w->token_embd) return (float *)c->gw->token_embd.data;
+    if (W == &w->output) return (float *)c->gw->output.data;
+    if (W == &w->output_norm) return (float *)c->gw->output_norm.data;
+    const int per = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight));
+    for (int il = 0; il < c->m->cfg.n_layer; il++) {
+        const bn_weight *base = (const bn_weight *)&w->layers[il];
+        if (W >= base && W < base + per) return (float *)((const bn_weight *)&c->gw->layers[il])[W - base].data;
+    }
+    return NULL;
+}
 
 // lora_of: the view of (layer, target) or NULL when not adapted.
 static bool lora_of(const ctx_t *c, int layer, int target, bn_lora_view *v) {
@@ -88,7 +105,10 @@ static int lin_bwd(const ctx_t *c, int layer, int target, const bn_weight *W, co
                    const float *dy, float *dx) {
     bn_lora_view v;
     bool has = lora_of(c, layer, target, &v);
-    return bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, has ? drop : NULL, NULL, dy, dx, c->err, c->errlen);
+    int rc = bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, has ? drop : NULL, NULL, dy, dx, c->err, c->errlen);
+    float *dW = grad_of(c, W);
+    if (rc == 0 && dW) bn_linear_wgrad(x, dy, W->ne[0], W->ne[1], c->T, dW);
+    return rc;
 }
 
 static const float *F(const bn_weight *w) { return (const float *)w->data; }
@@ -155,6 +175,7 @@ static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, fl
     float *dconv = fzeros((size_t)C * T), *dmix = fzeros((size_t)C * T);
     if (lin_bwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, a->drop[target_slot(BN_LORA_SSM_OUT)], dmo, dy)) goto out;
     bn_gated_rmsnorm_bwd(a->o, a->z, F(&lw->ssm_norm), dv, T * Hv, cf->norm_eps, dy, do_, dz);
+    if (grad_of(c, &lw->ssm_norm)) bn_gated_rmsnorm_wgrad(a->o, a->z, dv, T * Hv, cf->norm_eps, dy, grad_of(c, &lw->ssm_norm));
     bn_gdn_bwd(T, Hk, Hv, dk, dv, a->qn, a->kn, a->v, a->g, a->beta, NULL, do_, NULL, 0, dqn, dkn, dvv, dg, dbeta, NULL);
     bn_scale_bwd(1.0f / sqrtf((float)dk), (int64_t)Hk * dk * T, dqn, dqs);
     bn_l2norm_bwd(a->q, dk, T * Hk, cf->norm_eps, dqs, dq);
@@ -168,6 +189,12 @@ static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, fl
     bn_conv1d_silu_bwd(a->mix, NULL, F(&lw->ssm_conv1d), C, K, T, dconv, dmix, NULL);
     bn_sigmoid_bwd(a->beta, (int64_t)Hv * T, dbeta, db);
     bn_gdn_gate_bwd(a->a, F(&lw->ssm_dt), F(&lw->ssm_a), Hv, T, dg, da);
+    if (c->gw) {
+        if (grad_of(c, &lw->ssm_conv1d))
+            bn_conv1d_silu_wgrad(a->mix, NULL, F(&lw->ssm_conv1d), C, K, T, dconv, grad_of(c, &lw->ssm_conv1d));
+        bn_gdn_gate_param_grad(a->a, F(&lw->ssm_dt), F(&lw->ssm_a), Hv, T, dg, grad_of(c, &lw->ssm_dt),
+                               grad_of(c, &lw->ssm_a));
+    }
     if (lin_bwd(c, il, BN_LORA_QKV, &lw->attn_qkv, a->n, a->drop[target_slot(BN_LORA_QKV)], dmix, dn) ||
         lin_bwd(c, il, BN_LORA_Z, &lw->attn_gate, a->n, a->drop[target_slot(BN_LORA_Z)], dz, dn) ||
         lin_bwd(c, il, BN_LORA_BETA, &lw->ssm_beta, a->n, a->drop[target_slot(BN_LORA_BETA)], db, dn) ||
@@ -242,6 +269,10 @@ static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, f
     else memcpy(dqr, dqn, sizeof(float) * nq);
     if (lw->attn_k_norm.data) bn_rmsnorm_bwd(a->kr, F(&lw->attn_k_norm), hd, T * nkv, cf->norm_eps, dkn, dkr);
     else memcpy(dkr, dkn, sizeof(float) * nk);
+    if (lw->attn_q_norm.data && grad_of(c, &lw->attn_q_norm))
+        bn_rmsnorm_wgrad(a->qr, hd, T * nh, cf->norm_eps, dqn, grad_of(c, &lw->attn_q_norm));
+    if (lw->attn_k_norm.data && grad_of(c, &lw->attn_k_norm))
+        bn_rmsnorm_wgrad(a->kr, hd, T * nkv, cf->norm_eps, dkn, grad_of(c, &lw->attn_k_norm));
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
             float *dst = dqg + (size_t)t * q_stride + (size_t)h * (gated ? 2 * hd : hd);
@@ -298,12 +329,17 @@ static int layer_bwd(const ctx_t *c, int il, const float *x_in, const acts_t *a,
         lin_bwd(c, il, BN_LORA_UP, &lw->ffn_up, a->mm, a->drop[target_slot(BN_LORA_UP)], dup, dmm))
         goto out;
     bn_rmsnorm_bwd(a->h, F(&lw->post_attention_norm), H, T, cf->norm_eps, dmm, dh);
-    // layer 0: ∂L/∂x_in would only reach the frozen embedding, so the mixer's input gradient is skipped
-    float *dn_or_null = il > 0 ? dn : NULL;
+    if (grad_of(c, &lw->post_attention_norm))
+        bn_rmsnorm_wgrad(a->h, H, T, cf->norm_eps, dmm, grad_of(c, &lw->post_attention_norm));
+    // layer 0: ∂L/∂x_in would only reach the frozen embedding, so the mixer's input gradient is
+    // skipped (full-parameter mode trains the embedding and keeps it)
+    const bool need_dx = il > 0 || c->gw;
+    float *dn_or_null = need_dx ? dn : NULL;
     if ((cf->arch == BN_ARCH_QWEN35 && cf->is_recurrent[il]) ? gdn_bwd(c, il, a, dh, dn_or_null)
                                                              : attn_bwd(c, il, a, dh, dn_or_null)) goto out;
     memcpy(dx_in, dh, sizeof(float) * H * T);
-    if (il > 0) bn_rmsnorm_bwd(x_in, F(&lw->attn_norm), H, T, cf->norm_eps, dn, dx_in);
+    if (need_dx) bn_rmsnorm_bwd(x_in, F(&lw->attn_norm), H, T, cf->norm_eps, dn, dx_in);
+    if (grad_of(c, &lw->attn_norm)) bn_rmsnorm_wgrad(x_in, H, T, cf->norm_eps, dn, grad_of(c, &lw->attn_norm));
     rc = 0;
 out:
     free(dh); free(dact); free(dga); free(dup); free(dmm); free(dn);
@@ -330,8 +366,10 @@ static int check_supported(const bn_model *m, char *err, size_t errlen) {
     return 0;
 }
 
-bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng,
-                                 float *logits, char *err, size_t errlen) {
+// forward_layers: embedding + every layer, saving layer inputs; keeps the final residual stream of
+// the last position (x_last) and, with keep_all, of every position (x_final). NULL on error.
+static bn_train_graph *forward_layers(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng,
+                                      bool keep_all, char *err, size_t errlen) {
     const bn_config *cf = &m->cfg;
     const int H = cf->n_embd, L = cf->n_layer;
     if (n <= 0) { bn_err(err, errlen, "training: empty token sequence"); return NULL; }
@@ -368,7 +406,18 @@ bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *t
     }
     g->x_last = fzeros((size_t)H);
     memcpy(g->x_last, x + (size_t)(n - 1) * H, sizeof(float) * H);
-    free(x);
+    if (keep_all) g->x_final = x;
+    else free(x);
+    return g;
+}
+
+bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng,
+                                 float *logits, char *err, size_t errlen) {
+    const bn_config *cf = &m->cfg;
+    const int H = cf->n_embd;
+    bn_train_graph *g = forward_layers(m, l, tokens, n, rng, false, err, errlen);
+    if (!g) return NULL;
+    ctx_t c = {.m = m, .l = l, .rng = g->use_dropout ? rng : NULL, .T = n, .err = err, .errlen = errlen};
     // LM head on the last position only
     float *xf = fzeros((size_t)H);
     bn_rmsnorm(xf, g->x_last, F(&m->w.output_norm), H, cf->norm_eps);
@@ -413,6 +462,69 @@ int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t
     return rc;
 }
 
+// ---- full-parameter mode (train/sft.h) -----------------------------------------------------------
+
+bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, int n, float *logits,
+                                     char *err, size_t errlen) {
+    const bn_config *cf = &m->cfg;
+    const int H = cf->n_embd;
+    bn_train_graph *g = forward_layers(m, NULL, tokens, n, NULL, true, err, errlen);
+    if (!g) return NULL;
+    ctx_t c = {.m = m, .T = n, .err = err, .errlen = errlen};
+    float *xf = fzeros((size_t)H * n);
+    for (int t = 0; t < n; t++)
+        bn_rmsnorm(xf + (size_t)t * H, g->x_final + (size_t)t * H, F(&m->w.output_norm), H, cf->norm_eps);
+    int rc = lin_fwd(&c, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, NULL);
+    free(xf);
+    if (rc) { bn_train_graph_free(g); return NULL; }
+    return g;
+}
+
+int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_weights *grads, char *err, size_t errlen) {
+    const bn_model *m = g->m;
+    const bn_config *cf = &m->cfg;
+    const int H = cf->n_embd, L = cf->n_layer, T = g->T;
+    if (!g->x_final) return bn_err(err, errlen, "training: bn_train_backward_full needs bn_train_forward_all");
+    ctx_t c = {.m = m, .T = T, .err = err, .errlen = errlen, .gw = grads};
+    // head over all positions: dxf = outputᵀ dlogits, d(output) += dlogits xfᵀ, then the final norm
+    float *xf = fzeros((size_t)H * T), *dxf = fzeros((size_t)H * T);
+    for (int t = 0; t < T; t++)
+        bn_rmsnorm(xf + (size_t)t * H, g->x_final + (size_t)t * H, F(&m->w.output_norm), H, cf->norm_eps);
+    int rc = lin_bwd(&c, -1, BN_LORA_HEAD, &m->w.output, xf, NULL, dlogits, dxf);
+    float *dx = fzeros((size_t)H * T), *dx_prev = fzeros((size_t)H * T);
+    if (rc == 0) {
+        bn_rmsnorm_bwd(g->x_final, F(&m->w.output_norm), H, T, cf->norm_eps, dxf, dx);
+        if (grads->output_norm.data)
+            bn_rmsnorm_wgrad(g->x_final, H, T, cf->norm_eps, dxf, (float *)grads->output_norm.data);
+    }
+    free(xf);
+    free(dxf);
+    for (int il = L - 1; il >= 0 && rc == 0; il--) {
+        acts_t a = {0};
+        float *x_out = fzeros((size_t)H * T);
+        rc = layer_fwd(&c, il, g->x_in[il], x_out, &a); // recompute
+        free(x_out);
+        if (rc == 0) {
+            memset(dx_prev, 0, sizeof(float) * H * T);
+            rc = layer_bwd(&c, il, g->x_in[il], &a, dx, dx_prev);
+        }
+        acts_free(&a);
+        float *tmp = dx;
+        dx = dx_prev;
+        dx_prev = tmp;
+    }
+    // embedding rows: d(token_embd)[tok_t] += dx_t
+    float *demb = (float *)grads->token_embd.data;
+    if (rc == 0 && demb)
+        for (int t = 0; t < T; t++) {
+            float *row = demb + (size_t)g->tokens[t] * H;
+            for (int i = 0; i < H; i++) row[i] += dx[(size_t)t * H + i];
+        }
+    free(dx);
+    free(dx_prev);
+    return rc;
+}
+
 void bn_train_graph_free(bn_train_graph *g) {
     if (!g) return;
     if (g->x_in) {
@@ -423,6 +535,7 @@ void bn_train_graph_free(bn_train_graph *g) {
     free(g->x_last);
     free(g->head_drop);
     free(g->layer_rng);
+    free(g->x_final);
     free(g->tokens);
     free(g);
 }

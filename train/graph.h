@@ -23,6 +23,16 @@ bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *t
 // bn_train_backward: given dlogits {n_vocab} = ∂L/∂logits of the last position, ADDS ∂L/∂A and
 // ∂L/∂B of every adapted tensor into l->grads. Returns 0 or -1 (err).
 int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t errlen);
+// ---- full-parameter mode (SFT, train/sft.h): every position's logits, gradients of all weights --
+// bn_train_forward_all: runs tokens[0..n) through m (no adapter, no dropout); writes the logits of
+// every position {n_vocab, n} into logits; returns the graph or NULL (err). m's weights read by
+// the backward (norms, ssm_*) must be F32; linears may be any type but only F32 makes sense to train.
+bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, int n, float *logits,
+                                     char *err, size_t errlen);
+// bn_train_backward_full: given dlogits {n_vocab, n}, ADDS ∂L/∂W into grads, a bn_weights shaped
+// like m->w whose .data point to F32 gradient buffers (NULL = not trained; a tied head's output
+// should point at token_embd's buffer). Returns 0 or -1 (err).
+int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_weights *grads, char *err, size_t errlen);
 // bn_train_graph_free: frees the saved activations (NULL is fine).
 void bn_train_graph_free(bn_train_graph *g);
 

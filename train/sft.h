@@ -1,0 +1,91 @@
+// train/sft.h — full-parameter next-token training (SFT / language-model pretraining of small
+// models, issue #8): F32 trainable copies of every model tensor, mean next-token cross-entropy over
+// all positions, a uint32 token-file loader with seeded random windows, held-out perplexity, a
+// checkpoint (params + AdamW state + position, CRC32) and the GGUF write-back.
+// Memory: the logits of a sequence are held as {V, T} floats (fine for the small vocabularies this
+// targets: V 512..32k, T ≤ a few hundred); per-layer activations are recomputed (train/graph.h).
+#ifndef BONSAI_TRAIN_SFT_H
+#define BONSAI_TRAIN_SFT_H
+#include <stdint.h>
+#include <stddef.h>
+#include "core/model.h"
+#include "train/adamw.h"
+#include "train/rng.h"
+
+typedef struct {
+    char name[96];
+    int n_dims;
+    int64_t ne[4];
+    int64_t off;        // offset into params / grads
+    int64_t n;          // elements
+    const bn_weight *src; // the source model's weight
+} bn_sft_tensor;
+
+// Trainable F32 parameters of a model. `m` is a shadow model (config copied, weights all F32 views
+// into params) that train/graph.h runs; `g` has the same layout over grads.
+typedef struct {
+    const bn_model *src;
+    bn_model m;
+    bn_weights g;
+    int n_tensors;
+    bn_sft_tensor *t;
+    int64_t n_params;
+    float *params;      // [n_params] (one allocation with grads)
+    float *grads;       // [n_params]
+} bn_sft_params;
+
+// bn_sft_params_new: F32 copies of every tensor of src (dequantized); NULL (err) if the model is not
+// trainable (unsupported arch or a tensor type that cannot be dequantized). src must outlive it.
+bn_sft_params *bn_sft_params_new(const bn_model *src, char *err, size_t errlen);
+// bn_sft_params_free: frees everything (NULL is fine).
+void bn_sft_params_free(bn_sft_params *p);
+// bn_sft_zero_grad: grads = 0.
+void bn_sft_zero_grad(bn_sft_params *p);
+// bn_sft_save_gguf: writes the source GGUF's KVs with every trained tensor as F32
+// (general.file_type 0) in the source's tensor order, atomically; returns 0 or -1 (err).
+int bn_sft_save_gguf(const bn_sft_params *p, const char *path, char *err, size_t errlen);
+
+// bn_sft_ce: mean next-token cross-entropy of logits {V, T} against targets[T] (targets < 0 are
+// ignored); if dlogits is non-NULL it gets scale·∂(mean CE)/∂logits. Returns the mean CE (nats),
+// or 0 when no target counts. *n_counted (optional) = number of counted positions.
+double bn_sft_ce(const float *logits, const int32_t *targets, int T, int V, float scale, float *dlogits,
+                 int *n_counted);
+// bn_sft_seq_loss: forward of tokens[0..T) predicting tokens[1..T] (T ≥ 2); with backward, ADDS
+// scale·∂CE/∂W into p->grads. Returns the mean CE, or a negative value with err filled.
+double bn_sft_seq_loss(bn_sft_params *p, const int32_t *tokens, int T, float scale, bool backward,
+                       char *err, size_t errlen);
+
+// ---- token data ----------------------------------------------------------------------------------
+typedef struct {
+    int32_t *tok;       // [n]
+    int64_t n;
+    int64_t n_train;    // tokens [0, n_train) train, [n_train, n) held out
+} bn_sft_data;
+
+// bn_sft_data_load: reads a little-endian uint32 token file; ids must be < n_vocab; the last
+// val_frac of the tokens is held out. Returns 0 or -1 (err).
+int bn_sft_data_load(bn_sft_data *d, const char *path, int n_vocab, double val_frac, char *err, size_t errlen);
+// bn_sft_data_free: frees the tokens.
+void bn_sft_data_free(bn_sft_data *d);
+// bn_sft_window: start of a random training window of len tokens (uniform over the train part).
+int64_t bn_sft_window(const bn_sft_data *d, int len, bn_rng *rng);
+// bn_sft_eval_ppl: perplexity exp(mean CE) over consecutive non-overlapping windows of ctx+1 tokens
+// of the held-out part (at most max_windows; 0 = all); negative on error or no held-out data.
+double bn_sft_eval_ppl(bn_sft_params *p, const bn_sft_data *d, int ctx, int max_windows, char *err, size_t errlen);
+
+// ---- checkpoint ----------------------------------------------------------------------------------
+typedef struct {
+    int64_t step;       // optimizer updates done
+    int64_t total_steps;
+    bn_rng rng;         // window sampling RNG
+} bn_sft_pos;
+
+// bn_sft_checkpoint_save: params, AdamW state and position with a CRC32, atomically; 0 or -1.
+int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_adamw *o, const bn_sft_pos *pos,
+                           char *err, size_t errlen);
+// bn_sft_checkpoint_load: restores params (same layout required), AdamW state (*o, new) and
+// position; returns 0 or -1 with a clear message.
+int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **o, bn_sft_pos *pos,
+                           char *err, size_t errlen);
+
+#endif
