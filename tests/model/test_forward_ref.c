@@ -6,6 +6,7 @@
 #include "tests/model/tiny.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
+#include "core/mkmodel.h"
 #include "core/model.h"
 #include <unistd.h>
 
@@ -461,6 +462,54 @@ static void check_long_prefill(void) {
     free(tm);
 }
 
+// check_mkmodel: a model written by the project's generator (core/mkmodel.h, not tiny.h) through
+// the engine and through the float64 reference of this file (its F32 tensors mapped as they are).
+static void check_mkmodel(const char *preset) {
+    char err[512], path[256], what[96];
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, preset);
+    tmp_path(path, sizeof path, preset);
+    CHECK(bn_mkmodel_write(&p, path, err, sizeof err) == 0, "mkmodel %s: %s", preset, err);
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    unlink(path);
+    CHECK(m != NULL, "load %s: %s", preset, err);
+    if (!m) return;
+    const bn_config *c = &m->cfg;
+    tiny_model *tm = xcalloc(1, sizeof *tm);
+    tm->arch = c->arch == BN_ARCH_QWEN35 ? "qwen35" : "qwen3";
+    tm->H = c->n_embd, tm->L = c->n_layer, tm->nh = c->n_head, tm->nkv = c->n_head_kv, tm->hd = c->head_dim;
+    tm->n_rot = c->n_rot, tm->F = c->n_ff, tm->V = c->n_vocab, tm->ctx = 64, tm->dk = c->ssm_d_state;
+    tm->Hk = c->ssm_n_group, tm->Hv = c->ssm_dt_rank, tm->K = c->ssm_conv_kernel, tm->interval = c->full_attn_interval;
+    tm->eps = c->norm_eps, tm->rope_base = c->rope_base, tm->tied = c->tied_output;
+    for (size_t i = 0; i < m->gguf->n_tensors && tm->n_t < 256; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        if (t->type != BN_F32) continue; // presets tiny / qwen3-tiny are all F32
+        tiny_tensor *tt = &tm->t[tm->n_t++];
+        snprintf(tt->name, sizeof tt->name, "%s", t->name);
+        tt->ne0 = t->ne[0], tt->ne1 = t->ne[1], tt->data = (float *)t->data; // borrowed from the mapping
+    }
+    enum { T = 16 };
+    const int V = tm->V, H = tm->H, L = tm->L;
+    int32_t tok[T];
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 7919 + 13) % V);
+    double *rl = xcalloc((size_t)T * V, 8), *rh = xcalloc((size_t)H, 8), *rt = xcalloc((size_t)L * H, 8);
+    ref_state r;
+    ref_init(&r, tm);
+    for (int t = 0; t < T; t++) ref_step(&r, tok[t], rl + (size_t)t * V, rh, rt);
+    ref_free(&r);
+    float *mine = xcalloc((size_t)T * V, 4);
+    bn_state *s = bn_state_new(m, 64, 2);
+    bn_forward_out o = {.logits = mine, .all_logits = true};
+    CHECK(bn_forward(m, s, tok, T, &o, err, sizeof err) == 0, "forward: %s", err);
+    const double d = max_abs_diff_fd(mine, rl, (size_t)T * V);
+    printf("mkmodel %s vs float64: max |dlogit| %.3g, NMSE %.3g\n", preset, d, nmse_fd(mine, rl, (size_t)T * V));
+    snprintf(what, sizeof what, "mkmodel %s max |dlogit| vs float64", preset);
+    CHECK_NEAR(d, 0, 1e-3, what);
+    bn_state_free(s);
+    bn_model_free(m);
+    free(rl), free(rh), free(rt), free(mine), free(tm);
+}
+
 // loader error messages name the tensor and the problem
 static void check_load_error(const char *drop, const char *shrink, const char *expect) {
     char err[512] = "", path[256];
@@ -492,6 +541,8 @@ int main(void) {
     run_model_checks("qwen35", BN_Q8_0, 0, 2e-2, NULL);
     run_model_checks("qwen35", BN_Q1_0, 0, 2e-2, NULL);
     check_long_prefill();
+    check_mkmodel("tiny");
+    check_mkmodel("qwen3-tiny");
     check_load_error("blk.2.ssm_a", NULL, "blk.2.ssm_a: missing tensor");
     check_load_error(NULL, "blk.3.attn_q.weight", "blk.3.attn_q.weight: expected {128, 256}, got {128, 128}");
     check_load_error(NULL, "blk.0.attn_qkv.weight", "blk.0.attn_qkv.weight: expected {128, 256}, got {128, 128}");
