@@ -8,6 +8,8 @@
 #include "quant/quant.h"
 #include "train/graph.h"
 
+// bn_layer_weights is walked as an array of bn_weight (every field is one).
+_Static_assert(sizeof(bn_layer_weights) % sizeof(bn_weight) == 0, "bn_layer_weights must hold only bn_weight fields");
 enum { LAYER_FIELDS = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight)) };
 
 // each_weight: calls fn on every present weight of w (token_embd, output_norm, output unless tied,
