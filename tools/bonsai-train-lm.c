@@ -32,7 +32,7 @@ static void usage(int code) {
         "  --eval-windows N     at most N held-out windows per evaluation (0 = all) (64)\n"
         "  --checkpoint FILE    checkpoint every --save-every steps and at the end\n"
         "  --save-every N       (100)                        --resume FILE   continue from a checkpoint\n"
-        "                       (the schedule length comes from the checkpoint; repeat --ctx/--batch/--lr/...)\n"
+        "                       (steps, ctx, batch, lr, warmup, clipping, weight decay come from the checkpoint)\n"
         "  --max-steps N        stop after N steps in this run (checkpoint + OUT written; 0 = no limit)\n"
         "  --threads N          threads for attention / DeltaNet (matmuls use OpenBLAS threads) (1)\n"
         "  -q                   no per-step lines\n");
@@ -135,14 +135,23 @@ int main(int argc, char **argv) {
     bn_sft_params *p = bn_sft_params_new(m, err, sizeof err);
     if (!p) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
     bn_adamw *o = NULL;
-    bn_sft_pos pos = {.step = 0, .total_steps = cfg.total_steps};
+    bn_sft_pos pos = {.step = 0, .total_steps = cfg.total_steps, .ctx = cfg.ctx, .batch = cfg.batch, .lr = cfg.lr,
+                      .warmup_ratio = cfg.warmup_ratio, .max_grad_norm = cfg.max_grad_norm,
+                      .weight_decay = cfg.adam.weight_decay};
     bn_rng_seed(&pos.rng, seed);
     if (resume_path) {
         if (bn_sft_checkpoint_load(resume_path, p, &o, &pos, err, sizeof err)) {
             fprintf(stderr, "bonsai-train-lm: %s\n", err);
             return 1;
         }
-        cfg.total_steps = pos.total_steps; // keep the resumed run's schedule
+        // keep the resumed run's schedule and batch shape (the command line's values are ignored)
+        cfg.total_steps = pos.total_steps;
+        cfg.ctx = pos.ctx;
+        cfg.batch = pos.batch;
+        cfg.lr = pos.lr;
+        cfg.warmup_ratio = pos.warmup_ratio;
+        cfg.max_grad_norm = pos.max_grad_norm;
+        cfg.adam.weight_decay = pos.weight_decay;
         fprintf(stderr, "train-lm: resumed from %s at step %lld of %lld\n", resume_path, (long long)pos.step,
                 (long long)pos.total_steps);
     } else {

@@ -223,10 +223,11 @@ double bn_sft_eval_ppl(bn_sft_params *p, const bn_sft_data *d, int ctx, int max_
 }
 
 // ---- checkpoint ----------------------------------------------------------------------------------
-// Layout (little-endian): "BNSFTCK\1" | i64 step, total_steps | u64 rng[4] | i32 n_tensors |
+// Layout (little-endian): "BNSFTCK\2" | i64 step, total_steps | u64 rng[4] | i32 ctx, batch |
+// f32 lr, warmup_ratio, max_grad_norm, weight_decay | i32 n_tensors |
 // per tensor: char name[96], i64 n | i64 n_params | f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] |
 // u32 crc32(all preceding bytes).
-static const char SFT_MAGIC[8] = {'B', 'N', 'S', 'F', 'T', 'C', 'K', 1};
+static const char SFT_MAGIC[8] = {'B', 'N', 'S', 'F', 'T', 'C', 'K', 2};
 
 typedef struct { uint8_t *p; size_t n, cap; } buf_t;
 
@@ -248,6 +249,8 @@ int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_ad
     PUT(&b, pos->step);
     PUT(&b, pos->total_steps);
     put(&b, pos->rng.s, sizeof pos->rng.s);
+    PUT(&b, pos->ctx); PUT(&b, pos->batch);
+    PUT(&b, pos->lr); PUT(&b, pos->warmup_ratio); PUT(&b, pos->max_grad_norm); PUT(&b, pos->weight_decay);
     int32_t nt = p->n_tensors;
     PUT(&b, nt);
     for (int i = 0; i < p->n_tensors; i++) {
@@ -286,7 +289,7 @@ int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn
     rd_t rd = {(const uint8_t *)data, size, 0};
     uint32_t crc_file;
     if (size < sizeof SFT_MAGIC + 4 || memcmp(data, SFT_MAGIC, sizeof SFT_MAGIC) != 0) {
-        bn_err(err, errlen, "%s: not a bonsai SFT checkpoint", path);
+        bn_err(err, errlen, "%s: not a bonsai SFT checkpoint (version 2)", path);
         goto out;
     }
     memcpy(&crc_file, data + size - 4, 4);
@@ -298,7 +301,9 @@ int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn
     rd.at = sizeof SFT_MAGIC;
     int32_t nt = 0;
     int64_t n_params = 0;
-    if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || get(&rd, pos->rng.s, sizeof pos->rng.s) || GET(&rd, nt))
+    if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || get(&rd, pos->rng.s, sizeof pos->rng.s) ||
+        GET(&rd, pos->ctx) || GET(&rd, pos->batch) || GET(&rd, pos->lr) || GET(&rd, pos->warmup_ratio) ||
+        GET(&rd, pos->max_grad_norm) || GET(&rd, pos->weight_decay) || GET(&rd, nt))
         goto trunc;
     if (nt != p->n_tensors) {
         bn_err(err, errlen, "%s: %d tensors, the model has %d", path, nt, p->n_tensors);

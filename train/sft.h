@@ -78,6 +78,8 @@ typedef struct {
     int64_t step;       // optimizer updates done
     int64_t total_steps;
     bn_rng rng;         // window sampling RNG
+    int32_t ctx, batch; // the run's window length and batch (restored on resume; 0 = unknown)
+    float lr, warmup_ratio, max_grad_norm, weight_decay; // the run's schedule/optimizer settings
 } bn_sft_pos;
 
 // bn_sft_checkpoint_save: params, AdamW state and position with a CRC32, atomically; 0 or -1.

@@ -1,7 +1,8 @@
 // tests/train/test_sft_tool.c — bonsai-train-lm as a program, on the tiny qwen35 (core/mkmodel):
 //  - --tokenize writes uint32 ids that detokenize back to the exact text;
 //  - 8 steps in one run vs 4 steps (--max-steps 4, checkpoint) + --resume for the rest give a
-//    byte-identical output GGUF; per-step lines and the final held-out ppl are printed;
+//    byte-identical output GGUF (the resumed command passes other --ctx/--lr: the checkpoint's win);
+//    per-step lines and the final held-out ppl are printed;
 //  - the loss of step 8 is below the loss of step 1 (a 64-token sequence repeated, lr 3e-3);
 //  - usage errors (missing -o, bad token file) exit 1 with a message.
 #include <string.h>
@@ -100,8 +101,9 @@ int main(void) {
     snprintf(args, sizeof args, "-m '%s' --data '%s' -o '%s' %s --max-steps 4 --checkpoint '%s'", model, tok, outB,
              common, ck);
     CHECK(run(args, logB) == 0, "4-step run failed: %s", slurp(logB, NULL));
-    snprintf(args, sizeof args, "-m '%s' --data '%s' -o '%s' %s --resume '%s' --checkpoint '%s'", model, tok, outB,
-             common, ck, ck);
+    // the checkpoint's ctx / batch / lr win over the command line's
+    snprintf(args, sizeof args, "-m '%s' --data '%s' -o '%s' %s --ctx 99 --lr 1 --resume '%s' --checkpoint '%s'", model,
+             tok, outB, common, ck, ck);
     CHECK(run(args, logB) == 0, "resumed run failed: %s", slurp(logB, NULL));
     char *lb = slurp(logB, NULL);
     CHECK(strstr(lb, "resumed from") && !strstr(lb, "step 4/8") && strstr(lb, "step 5/8"), "resume log:\n%s", lb);
