@@ -13,7 +13,9 @@
 # The package's copyright file (BSD) is copied next to OUT as COPYRIGHT.fortunes-min.
 # A line "corpus: N entries, B bytes, sha256 H, fortunes-min V" is printed at the end.
 #
-# Next steps (not here): a reduced byte-level BPE vocabulary trained on this corpus; then
+# Next steps (see data/corpus/README.md):
+#   bonsai-train-lm --train-vocab 1024 OUT.txt -o VOCAB.gguf
+#   bonsai-mkmodel INIT.gguf --preset tiny --vocab VOCAB.gguf --logit-scale 0.5
 #   bonsai-train-lm --tokenize OUT.txt -m VOCAB.gguf -o tokens.bin
 #   bonsai-train-lm -m INIT.gguf --data tokens.bin -o MODEL.gguf --steps N --ctx N --batch N --lr X
 set -euo pipefail

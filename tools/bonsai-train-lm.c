@@ -1,6 +1,7 @@
 // tools/bonsai-train-lm.c — full-parameter next-token training of a small model (train/sft.h):
 //   bonsai-train-lm -m INIT.gguf --data tokens.bin -o OUT.gguf [options]
 //   bonsai-train-lm --tokenize TEXT -m VOCAB.gguf -o tokens.bin     (text → uint32 token file)
+//   bonsai-train-lm --train-vocab N TEXT -o VOCAB.gguf               (byte-level BPE, train/bpe.h)
 // Every tensor is trained in F32 (quantized inputs are dequantized); OUT.gguf is all-F32 with the
 // input's KVs. Per-step line on stderr: loss, gradient norm, lr, ms/step, tok/s; held-out
 // perplexity every --eval-every steps and at the end. SIGINT/SIGTERM: finish the step, checkpoint,
@@ -17,11 +18,14 @@
 #include "core/util.h"
 #include "train/sft.h"
 #include "train/backward.h"
+#include "train/bpe.h"
 
 static void usage(int code) {
     fprintf(code ? stderr : stdout,
         "usage: bonsai-train-lm -m INIT.gguf --data tokens.bin -o OUT.gguf [options]\n"
         "       bonsai-train-lm --tokenize TEXT -m VOCAB.gguf -o tokens.bin\n"
+        "       bonsai-train-lm --train-vocab N TEXT -o VOCAB.gguf   (N-token byte-level BPE learned from TEXT;\n"
+        "                       use with bonsai-mkmodel --vocab VOCAB.gguf)\n"
         "  --steps N            optimizer steps = schedule length (1000)\n"
         "  --ctx N              tokens per window (128)      --batch N       windows per step (8)\n"
         "  --lr X               peak learning rate (1e-3)    --warmup-ratio X (0.05), then linear decay to 0\n"
@@ -78,7 +82,8 @@ static int tokenize_main(const char *text_path, const char *vocab, const char *o
 
 int main(int argc, char **argv) {
     const char *model_path = NULL, *data_path = NULL, *out_path = NULL, *ckpt_path = NULL, *resume_path = NULL;
-    const char *tokenize_path = NULL;
+    const char *tokenize_path = NULL, *vocab_text = NULL;
+    int vocab_n = 0;
     bn_sft_cfg cfg = bn_sft_cfg_default();
     uint64_t seed = 1;
     double val_frac = 0.05;
@@ -93,6 +98,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--data") && has) data_path = argv[++i];
         else if (!strcmp(a, "-o") && has) out_path = argv[++i];
         else if (!strcmp(a, "--tokenize") && has) tokenize_path = argv[++i];
+        else if (!strcmp(a, "--train-vocab") && i + 2 < argc) { vocab_n = atoi(argv[++i]); vocab_text = argv[++i]; }
         else if (!strcmp(a, "--steps") && has) cfg.total_steps = atoll(argv[++i]);
         else if (!strcmp(a, "--ctx") && has) cfg.ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--batch") && has) cfg.batch = atoi(argv[++i]);
@@ -111,6 +117,18 @@ int main(int argc, char **argv) {
         else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) n_threads = atoi(argv[++i]);
         else if (!strcmp(a, "-q")) quiet = true;
         else { fprintf(stderr, "bonsai-train-lm: unknown or incomplete option '%s'\n", a); usage(1); }
+    }
+    if (vocab_text) {
+        if (!out_path) { fprintf(stderr, "bonsai-train-lm: --train-vocab needs -o VOCAB.gguf\n"); return 1; }
+        char err[512];
+        size_t len;
+        char *text = bn_read_file(vocab_text, &len, err, sizeof err);
+        if (!text) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+        int n = bn_bpe_train_vocab(text, len, vocab_n, out_path, err, sizeof err);
+        free(text);
+        if (n < 0) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+        fprintf(stderr, "train-lm: vocab of %d tokens (%d merges) from %zu bytes -> %s\n", n, n - 259, len, out_path);
+        return 0;
     }
     if (tokenize_path) {
         if (!model_path || !out_path) { fprintf(stderr, "bonsai-train-lm: --tokenize needs -m VOCAB.gguf and -o\n"); return 1; }
