@@ -8,6 +8,7 @@
 //     match the trainer's bn_train_forward_all logits (max |Δ| <= 1e-3·max|logit| + 1e-4);
 //  4. held-out perplexity equals exp(mean CE) of the held-out windows computed directly (rel 1e-9),
 //     and the token loader rejects ids >= n_vocab and odd-sized files.
+//  5. an F16 model's parameters are its exact dequantized weights; the output GGUF is all F32.
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
@@ -17,6 +18,7 @@
 #include "core/util.h"
 #include "train/sft.h"
 #include "train/graph.h"
+#include "quant/quant.h"
 
 static char DIR_[] = "/tmp/bonsai_test_sft_train_XXXXXX";
 
@@ -197,6 +199,46 @@ static void test_ppl_and_loader(const bn_model *m, const char *tokpath) {
     unlink(bad);
 }
 
+// test_f16_source: an F16 model trains in F32: the parameters are the exact dequantized weights and
+// the written GGUF has every tensor as F32.
+static void test_f16_source(void) {
+    char path[600], out[600], err[256];
+    snprintf(path, sizeof path, "%s/tiny16.gguf", DIR_);
+    snprintf(out, sizeof out, "%s/tiny16-out.gguf", DIR_);
+    bn_mkmodel_params mp;
+    bn_mkmodel_defaults(&mp, "tiny");
+    mp.type = BN_F16;
+    if (bn_mkmodel_write(&mp, path, err, sizeof err)) { CHECK(0, "mkmodel f16: %s", err); return; }
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    bn_sft_params *p = m ? bn_sft_params_new(m, err, sizeof err) : NULL;
+    CHECK(p != NULL, "f16 params: %s", err);
+    if (p) {
+        const bn_weight *w = &m->w.layers[0].attn_qkv;
+        CHECK(w->type == BN_F16, "source qkv is not f16");
+        int64_t n = w->ne[0] * w->ne[1];
+        float *ref = xmalloc(sizeof(float) * (size_t)n);
+        bn_dequantize(w->type, w->data, ref, n);
+        const float *got = p->m.w.layers[0].attn_qkv.data;
+        CHECK(p->m.w.layers[0].attn_qkv.type == BN_F32 && memcmp(ref, got, sizeof(float) * (size_t)n) == 0,
+              "f16 weights not dequantized exactly");
+        free(ref);
+        CHECK(bn_sft_save_gguf(p, out, err, sizeof err) == 0, "save: %s", err);
+        gguf_file *g = gguf_open(out, err, sizeof err);
+        int n_f32 = 0, n_t = g ? (int)g->n_tensors : 0;
+        for (int i = 0; i < n_t; i++) n_f32 += g->tensors[i].type == BN_F32;
+        int64_t ft = -1;
+        if (g) gguf_get_int(g, "general.file_type", &ft);
+        CHECK(g && n_f32 == n_t && n_t == p->n_tensors && ft == 0, "written f16 model: %d of %d tensors F32, file_type %lld",
+              n_f32, n_t, (long long)ft);
+        printf("f16 source: %d tensors dequantized exactly, written as F32\n", n_t);
+        gguf_close(g);
+    }
+    bn_sft_params_free(p);
+    bn_model_free(m);
+    unlink(out);
+    unlink(path);
+}
+
 int main(void) {
     if (!mkdtemp(DIR_)) return test_skip("mkdtemp failed");
     char path[600], tokpath[600], err[256];
@@ -224,6 +266,7 @@ int main(void) {
     test_resume(m, &d);
     test_write_back(m, &d);
     test_ppl_and_loader(m, tokpath);
+    test_f16_source();
     bn_sft_data_free(&d);
     bn_model_free(m);
     unlink(tokpath);
