@@ -98,14 +98,14 @@ typedef struct {
     float lr;              // peak learning rate (1e-3)
     float warmup_ratio;    // linear warmup over ceil(ratio·S) steps, then linear decay to 0 (0.05)
     float max_grad_norm;   // global-norm clipping (1.0; <= 0 off)
-    bn_adamw_cfg adam;     // β (0.9, 0.95), eps 1e-8, weight decay 0.01 (on every tensor)
+    bn_adamw_cfg adam;     // β (0.9, 0.95), eps 1e-8, weight decay 0.01 (2-D tensors only: not norms, ssm_a/dt)
 } bn_sft_cfg;
 
 // bn_sft_cfg_default: the values in the field comments.
 bn_sft_cfg bn_sft_cfg_default(void);
 // bn_sft_step: one optimizer update: cfg->batch random windows (from pos->rng) of the training
 // part, gradient of the batch mean of the per-window mean CE, clipping, AdamW at the scheduled lr
-// of update pos->step; pos->step += 1. Writes the batch loss (before the update), the gradient norm
+// of update pos->step (decoupled decay on 2-D tensors only); pos->step += 1. Writes the batch loss (before the update), the gradient norm
 // (before clipping) and the lr used. Returns 0 or -1 (err).
 int bn_sft_step(bn_sft_params *p, bn_adamw *o, const bn_sft_cfg *cfg, const bn_sft_data *d, bn_sft_pos *pos,
                 double *loss, double *grad_norm, double *lr_used, char *err, size_t errlen);

@@ -27,7 +27,17 @@ int bn_sft_step(bn_sft_params *p, bn_adamw *o, const bn_sft_cfg *cfg, const bn_s
     const int64_t warmup = bn_sched_warmup_steps(cfg->total_steps, cfg->warmup_ratio);
     const double lr = bn_sched_lr(cfg->lr, pos->step, cfg->total_steps, warmup);
     const double gn = bn_grad_clip(p->grads, p->n_params, cfg->max_grad_norm);
-    bn_adamw_step(o, &cfg->adam, (float)lr, p->params, p->grads);
+    // decoupled weight decay on matrices only (torch AdamW order: decay, then the Adam update);
+    // vectors (norms, ssm_a, ssm_dt) are not decayed
+    const float keep = 1.0f - (float)lr * cfg->adam.weight_decay;
+    for (int i = 0; i < p->n_tensors && keep != 1.0f; i++) {
+        if (p->t[i].n_dims < 2) continue;
+        float *w = p->params + p->t[i].off;
+        for (int64_t k = 0; k < p->t[i].n; k++) w[k] *= keep;
+    }
+    bn_adamw_cfg no_decay = cfg->adam;
+    no_decay.weight_decay = 0.0f;
+    bn_adamw_step(o, &no_decay, (float)lr, p->params, p->grads);
     pos->step++;
     if (loss) *loss = sum / cfg->batch;
     if (grad_norm) *grad_norm = gn;

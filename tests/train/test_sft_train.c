@@ -8,7 +8,8 @@
 //     match the trainer's bn_train_forward_all logits (max |Δ| <= 1e-3·max|logit| + 1e-4);
 //  4. held-out perplexity equals exp(mean CE) of the held-out windows computed directly (rel 1e-9),
 //     and the token loader rejects ids >= n_vocab and odd-sized files.
-//  5. an F16 model's parameters are its exact dequantized weights; the output GGUF is all F32.
+//  5. an F16 model's parameters are its exact dequantized weights; the output GGUF is all F32;
+//  6. weight decay touches 2-D tensors only.
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
@@ -199,6 +200,47 @@ static void test_ppl_and_loader(const bn_model *m, const char *tokpath) {
     unlink(bad);
 }
 
+// test_decay: one step with weight decay 0.5 vs 0 (same windows): 2-D tensors differ by exactly
+// lr·wd·θ₀ (tolerance 1e-6·|θ₀| + 1e-7), vectors (norms, ssm_a, ssm_dt) not at all.
+static void test_decay(const bn_model *m, const bn_sft_data *d) {
+    char err[256];
+    bn_sft_params *a = bn_sft_params_new(m, err, sizeof err), *b = bn_sft_params_new(m, err, sizeof err);
+    float *theta0 = xmalloc(sizeof(float) * (size_t)a->n_params);
+    memcpy(theta0, a->params, sizeof(float) * (size_t)a->n_params);
+    bn_sft_cfg ca = cfg_for(1), cb = cfg_for(1);
+    ca.adam.weight_decay = 0.5f;
+    cb.adam.weight_decay = 0.0f;
+    bn_adamw *oa = bn_adamw_new(a->n_params), *ob = bn_adamw_new(b->n_params);
+    bn_sft_pos pa = {.total_steps = 1}, pb = {.total_steps = 1};
+    bn_rng_seed(&pa.rng, 3);
+    bn_rng_seed(&pb.rng, 3);
+    double la, lb;
+    bn_sft_step(a, oa, &ca, d, &pa, &la, NULL, NULL, err, sizeof err);
+    bn_sft_step(b, ob, &cb, d, &pb, &lb, NULL, NULL, err, sizeof err);
+    int bad_vec = 0, bad_mat = 0, n_vec = 0;
+    for (int i = 0; i < a->n_tensors; i++) {
+        const bn_sft_tensor *t = &a->t[i];
+        n_vec += t->n_dims < 2;
+        for (int64_t k = 0; k < t->n; k++) {
+            int64_t j = t->off + k;
+            double diff = (double)b->params[j] - a->params[j];
+            double want = t->n_dims < 2 ? 0.0 : (double)ca.lr * 0.5 * theta0[j];
+            if (t->n_dims < 2 ? diff != 0.0 : fabs(diff - want) > 1e-6 * fabs(theta0[j]) + 1e-7) {
+                if (t->n_dims < 2) bad_vec++;
+                else bad_mat++;
+            }
+        }
+    }
+    CHECK(la == lb, "losses differ before the update");
+    CHECK(bad_vec == 0 && bad_mat == 0, "weight decay: %d vector and %d matrix elements off", bad_vec, bad_mat);
+    printf("decay: matrices decayed by lr·wd·θ, %d vector tensors untouched\n", n_vec);
+    free(theta0);
+    bn_adamw_free(oa);
+    bn_adamw_free(ob);
+    bn_sft_params_free(a);
+    bn_sft_params_free(b);
+}
+
 // test_f16_source: an F16 model trains in F32: the parameters are the exact dequantized weights and
 // the written GGUF has every tensor as F32.
 static void test_f16_source(void) {
@@ -267,6 +309,7 @@ int main(void) {
     test_write_back(m, &d);
     test_ppl_and_loader(m, tokpath);
     test_f16_source();
+    test_decay(m, &d);
     bn_sft_data_free(&d);
     bn_model_free(m);
     unlink(tokpath);
