@@ -1,6 +1,7 @@
 // core/model.c — bn_model_load: Config from GGUF KVs, weight views into the mmapped file, and a
 // check of every expected tensor's presence, shape and type (MODEL.md §2–3, §7).
 #include "core/model.h"
+#include "quant/quantize_rules.h"
 #include "core/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
@@ -296,24 +297,10 @@ static const char *size_label(const bn_config *c) {
     return "?B";
 }
 
+// ftype_name: display name of a llama_ftype (quant/quantize_rules.h), NULL if unknown.
 static const char *ftype_name(int ftype) {
-    switch (ftype) {
-    case 0: return "all F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 7: return "Q8_0";
-    case 15: return "Q4_K - Medium";
-    case 18: return "Q6_K";
-    case 32: return "BF16";
-    case 36: return "TQ1_0 - 1.69 bpw ternary";
-    case 37: return "TQ2_0 - 2.06 bpw ternary";
-    case 40: return "Q1_0";
-    case 41: return "Q2_0";
-    case 141: return "PQ2_0";
-    case 143: return "PTQ1_0";
-    default: return NULL;
-    }
+    const char *s = bn_ftype_name(ftype);
+    return strcmp(s, "?") ? s : NULL;
 }
 
 // guess_ftype: llama_ftype of the most frequent 2-D tensor type (as llama.cpp guesses).

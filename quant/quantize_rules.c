@@ -64,7 +64,11 @@ int bn_parse_ftype(const char *s, bool q2_g128, int *ftype, int *default_type, c
 const char *bn_ftype_name(int ftype) {
     for (size_t i = 0; i < N_FTYPE_ROWS; i++)
         if (ftype_rows[i].ftype == ftype) return ftype_rows[i].display;
-    return "?";
+    switch (ftype) { // display only: types this build reads but does not produce
+    case 10: return "Q2_K - Medium";
+    case 14: return "Q4_K - Small";
+    default: return "?";
+    }
 }
 
 int bn_parse_tensor_type_name(const char *s, bool q2_g128, char *err, size_t errlen) {

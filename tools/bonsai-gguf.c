@@ -2,6 +2,7 @@
 //   bonsai-gguf show FILE [--all]   header, KVs (arrays abbreviated unless --all), tensor table, totals
 //   bonsai-gguf diff A B            KV / tensor-list / type / shape / byte differences; exit 0 if identical
 #include "core/gguf.h"
+#include "quant/quantize_rules.h"
 #include "core/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
@@ -23,25 +24,8 @@ static void usage(FILE *f) {
 
 // ftype_name: general.file_type display name (FORMATS.md §4) or NULL.
 static const char *ftype_name(int64_t v) {
-    switch (v) {
-    case 0: return "all F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 7: return "Q8_0";
-    case 10: return "Q2_K";
-    case 14: return "Q4_K - Small";
-    case 15: return "Q4_K - Medium";
-    case 18: return "Q6_K";
-    case 32: return "BF16";
-    case 36: return "TQ1_0 - 1.69 bpw ternary";
-    case 37: return "TQ2_0 - 2.06 bpw ternary";
-    case 40: return "Q1_0";
-    case 41: return "Q2_0";
-    case 141: return "PQ2_0";
-    case 143: return "PTQ1_0";
-    default: return NULL;
-    }
+    const char *s = v >= 0 && v <= 1024 ? bn_ftype_name((int)v) : "?";
+    return strcmp(s, "?") ? s : NULL;
 }
 
 // print_str: a quoted, escaped string, cut at max chars (0 = whole).
