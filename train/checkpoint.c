@@ -3,6 +3,7 @@
 // u64 rng[4] | f64 win[64] | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
 // per tensor: char name[96], i32 layer, i32 target, i64 n_in, i64 n_out | i64 n_params |
 // f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] | u32 crc32(all preceding bytes).
+#include "train/bytebuf.h"
 #include "train/checkpoint.h"
 #include <string.h>
 #include <stdlib.h>
@@ -11,17 +12,6 @@
 static const char MAGIC[8] = {'B', 'N', 'C', 'K', 'P', 'T', 0, 1};
 #define CKPT_VERSION 2u
 
-typedef struct { uint8_t *p; size_t n, cap; } buf_t;
-
-static void put(buf_t *b, const void *data, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, data, n);
-    b->n += n;
-}
-#define PUT(b, v) put((b), &(v), sizeof(v))
 
 int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, const bn_train_pos *pos,
                        char *err, size_t errlen) {
@@ -56,15 +46,6 @@ int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, co
     return rc;
 }
 
-typedef struct { const uint8_t *p; size_t n, at; } rd_t;
-
-static int get(rd_t *r, void *dst, size_t n) {
-    if (r->n - r->at < n) return -1;
-    memcpy(dst, r->p + r->at, n);
-    r->at += n;
-    return 0;
-}
-#define GET(r, v) get((r), &(v), sizeof(v))
 
 int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_pos *pos, char *err, size_t errlen) {
     *lp = NULL;

@@ -1,4 +1,5 @@
 // train/sft.c — full-parameter training state, cross-entropy, token data and write-back. See sft.h.
+#include "train/bytebuf.h"
 #include "train/sft.h"
 #include <math.h>
 #include <string.h>
@@ -229,17 +230,6 @@ double bn_sft_eval_ppl(bn_sft_params *p, const bn_sft_data *d, int ctx, int max_
 // u32 crc32(all preceding bytes).
 static const char SFT_MAGIC[8] = {'B', 'N', 'S', 'F', 'T', 'C', 'K', 2};
 
-typedef struct { uint8_t *p; size_t n, cap; } buf_t;
-
-static void put(buf_t *b, const void *data, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, data, n);
-    b->n += n;
-}
-#define PUT(b, v) put((b), &(v), sizeof(v))
 
 int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_adamw *o, const bn_sft_pos *pos,
                            char *err, size_t errlen) {
@@ -269,15 +259,6 @@ int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_ad
     return rc;
 }
 
-typedef struct { const uint8_t *p; size_t n, at; } rd_t;
-
-static int get(rd_t *r, void *dst, size_t n) {
-    if (r->n - r->at < n) return -1;
-    memcpy(dst, r->p + r->at, n);
-    r->at += n;
-    return 0;
-}
-#define GET(r, v) get((r), &(v), sizeof(v))
 
 int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn_sft_pos *pos,
                            char *err, size_t errlen) {
