@@ -168,7 +168,8 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--prime-phrases")) {
         VAL();
         if (load_phrases(o, v, err, errlen) < 0) return -1;
-    } else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
+    } else if (!strcmp(a, "--phrase-from-prefix")) mp->phrase_from_prefix = true;
+    else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
     else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens);
     else if (!strcmp(a, "--max-prompt-tokens")) INT(mp->max_prompt_tokens);
     else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature);
