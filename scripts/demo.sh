@@ -90,20 +90,18 @@ done
 mv "$out/chosen_win.txt.tmp" "$out/chosen_win.txt"
 
 step "6/6 results ($(( $(date +%s) - t0 )) s)"
-python3 - "$out" <<'PY' | tee "$out/table.md"
-import json, re, sys
-out = sys.argv[1]
-cw = dict(l.split() if len(l.split()) == 2 else (l.strip(), "n/a") for l in open(f"{out}/chosen_win.txt"))
-print("| model | loop rate (greedy, held-out) | chosen_win (held-out pairs) | perplexity (held-out) | mean len | median len |")
-print("|---|---|---|---|---|---|")
-for label in ["base-f16", "antidoom-f16", "antidoom-Q1_0", "antidoom-Q2_0", "base-Q1_0", "base-Q2_0"]:
-    e = json.load(open(f"{out}/eval-{label}.json"))
-    txt = open(f"{out}/ppl-{label}.txt").read()
-    m = re.findall(r"(?:PPL|ppl|perplexity)[^0-9]*([0-9]+\.[0-9]+)", txt)
-    ppl = m[-1] if m else "n/a"
-    print(f"| {label} | {e['loop_rate']*100:.1f}% ({e['loops']}/{e['n']}) | {cw.get(label, 'n/a')} | {ppl} | "
-          f"{e['mean_length']:.1f} | {e['median_length']:.0f} |")
-PY
+{
+    echo "| model | loop rate (greedy, held-out) | chosen_win (held-out pairs) | perplexity (held-out) | mean len | median len |"
+    echo "|---|---|---|---|---|---|"
+    for label in base-f16 antidoom-f16 antidoom-Q1_0 antidoom-Q2_0 base-Q1_0 base-Q2_0; do
+        row=$(jq -r '"\(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)) | \(.mean_length * 10 | round / 10) | \(.median_length)"' \
+              "$out/eval-$label.json")
+        ppl=$(sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$out/ppl-$label.txt")
+        cwin=$(awk -v l="$label" '$1 == l { print $2 }' "$out/chosen_win.txt")
+        IFS='|' read -r lr mean med <<< "$row"
+        echo "| $label | ${lr% } | ${cwin:-n/a} | ${ppl:-n/a} | ${mean// /} | ${med// /} |"
+    done
+} | tee "$out/table.md"
 
 echo
 echo "serve the antidoom model (llama-server compatible; Q2_0 — at 3M parameters Q1_0 costs ~4x perplexity):"

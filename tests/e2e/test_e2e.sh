@@ -10,29 +10,24 @@ set -euo pipefail
 src=${BONSAI_SOURCE_ROOT:?}
 bld=${BONSAI_BUILD_ROOT:?}
 if [ ! -f "$src/data/bonsai-loop-f16.gguf" ]; then echo "SKIP: data/bonsai-loop-f16.gguf missing"; exit 77; fi
-command -v python3 >/dev/null || { echo "SKIP: python3 missing (demo table)"; exit 77; }
+command -v jq >/dev/null || { echo "SKIP: jq missing (installed by ./bonsai.sh deps)"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export BONSAI_DEMO_DIR=$dir DEMO_TRAIN_PROMPTS=${E2E_TRAIN_PROMPTS:-120} DEMO_HELD_PROMPTS=${E2E_HELD_PROMPTS:-40}
 export DEMO_NPREDICT=${E2E_NPREDICT:-160} DEMO_THREADS=2
 "$src/scripts/demo.sh" "$bld" > "$dir/demo.log" 2>&1 || { tail -40 "$dir/demo.log"; echo "FAIL: demo.sh failed"; exit 1; }
 tail -12 "$dir/demo.log"
-python3 - "$dir" <<'PY'
-import json, re, sys
-d = sys.argv[1]
-def ev(l): return json.load(open(f"{d}/eval-{l}.json"))
-def ppl(l):
-    return float(re.findall(r"PPL = ([0-9.]+)", open(f"{d}/ppl-{l}.txt").read())[-1])
-cw = {l.split()[0]: float(l.split()[1]) for l in open(f"{d}/chosen_win.txt") if len(l.split()) == 2}
-b, a = ev("base-f16"), ev("antidoom-f16")
-fails = []
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok: fails.append(what)
-check(b["loop_rate"] >= 0.25, f"base loop rate {b['loop_rate']:.3f} >= 0.25")
-check(a["loop_rate"] <= 0.75 * b["loop_rate"], f"antidoom loop rate {a['loop_rate']:.3f} <= 0.75 x base {b['loop_rate']:.3f}")
-check(cw["antidoom-f16"] >= cw["base-f16"] + 0.05, f"held-out chosen_win {cw['base-f16']:.3f} -> {cw['antidoom-f16']:.3f} (+0.05)")
-pb, pa = ppl("base-f16"), ppl("antidoom-f16")
-check(pa <= 1.10 * pb, f"held-out perplexity {pb:.2f} -> {pa:.2f} (<= +10%)")
-sys.exit(1 if fails else 0)
-PY
+# the numbers: loop rates from eval-*.json, chosen_win from chosen_win.txt, perplexity from ppl-*.txt
+lr() { jq -r .loop_rate "$dir/eval-$1.json"; }
+cw() { awk -v l="$1" '$1 == l { print $2 }' "$dir/chosen_win.txt"; }
+ppl() { sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$dir/ppl-$1.txt"; }
+fails=0
+check() {  # check "AWK CONDITION" "description"
+    if awk "BEGIN { exit !($1) }"; then echo "ok   $2"; else echo "FAIL $2"; fails=$((fails + 1)); fi
+}
+lb=$(lr base-f16) la=$(lr antidoom-f16) cb=$(cw base-f16) ca=$(cw antidoom-f16) pb=$(ppl base-f16) pa=$(ppl antidoom-f16)
+check "$lb >= 0.25" "base loop rate $lb >= 0.25"
+check "$la <= 0.75 * $lb" "antidoom loop rate $la <= 0.75 x base $lb"
+check "$ca >= $cb + 0.05" "held-out chosen_win $cb -> $ca (+0.05)"
+check "$pa <= 1.10 * $pb" "held-out perplexity $pb -> $pa (<= +10%)"
+[ "$fails" = 0 ]
