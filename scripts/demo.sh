@@ -106,4 +106,5 @@ step "6/6 results ($(( $(date +%s) - t0 )) s)"
 echo
 echo "serve the antidoom model (llama-server compatible; Q2_0 — at 3M parameters Q1_0 costs ~4x perplexity):"
 echo "  $T/bonsai-serve -m $out/antidoom-Q2_0.gguf --port 8080 -c 2048 -np 2"
+echo "  (or the unquantized result: $T/bonsai-serve -m $out/antidoom-f16.gguf --port 8080 -c 2048 -np 2)"
 echo "  curl -s localhost:8080/completion -d '{\"prompt\":\"<|im_start|>user\\nA day for firm<|im_end|>\\n<|im_start|>assistant\\n\",\"n_predict\":64}'"
