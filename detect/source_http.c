@@ -111,7 +111,7 @@ static char *http_post(http_source *s, const char *path, const char *body, int *
 int bn_http_completion_parse(const char *body, size_t len, int n_probs, bn_gen_result *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
+    json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!json_is_object(o)) { json_decref(o); return bn_err(err, errlen, "response is not a JSON object: %s", je.text); }
     json_t *probs = json_object_get(o, "completion_probabilities"), *toks = json_object_get(o, "tokens");
     const char *stop_type = json_string_value(json_object_get(o, "stop_type"));
