@@ -106,6 +106,16 @@ void bn_quantize_row_q8_K(const float *x, void *y, int64_t n);
 // above, BN_F16/BN_BF16 converted, BN_F32 copied); returns bytes written or 0 for an unsupported type.
 size_t bn_quantize_activations(int vec_dot_type, const float *x, void *y, int64_t n);
 
+// bn_quantize_act_q8_0 / q8_1 / q8_K: quantize n activations as llama.cpp's CPU backend does (ggml-cpu
+// quantize_row_q8_*: d = amax/127, q = nearest-even(x * (127/amax)); Q8_1 s = fp16(d * sum(q)); Q8_K is
+// the reference there). Scalar and AVX2 bit-identical. The engine (core/matmul.c) uses these.
+void bn_quantize_act_q8_0(const float *x, void *y, int64_t n);
+void bn_quantize_act_q8_1(const float *x, void *y, int64_t n);
+void bn_quantize_act_q8_K(const float *x, void *y, int64_t n);
+// bn_quantize_activations_cpu: as bn_quantize_activations but with the ggml-CPU quantizers above for
+// BN_Q8_0/Q8_1/Q8_K; returns bytes written or 0 for an unsupported type.
+size_t bn_quantize_activations_cpu(int vec_dot_type, const float *x, void *y, int64_t n);
+
 // ---- row conversions (F16C where available; bit-identical to the scalar functions) -----------
 // bn_{fp16,bf16}_to_fp32_row / bn_fp32_to_{fp16,bf16}_row: n conversions as the scalar functions above.
 void bn_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
