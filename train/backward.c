@@ -8,6 +8,9 @@
 #include "quant/quant.h"
 #include "core/ops.h"
 #include "core/threads.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -431,6 +434,70 @@ void bn_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const flo
     if (tmp) { memcpy(S_out, tmp, (size_t)Hv * dk * dv * sizeof(float)); free(tmp); }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// hsum8: Σ of the 8 lanes.
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// gdn_bwd_step_avx2: one reverse step of the recurrence (the scalar loop of gdn_bwd_head, fused per
+// value row jj into two passes over dk); dk % 8 == 0. Adds into dqh/dkh/dvh (NULL = not wanted),
+// *dbeta_acc and *dalpha_acc; dS becomes dS_{t−1} as in the scalar code. scratch: 2·dk floats.
+__attribute__((target("avx2,fma")))
+static void gdn_bwd_step_avx2(const float *Sp, const float *St, const float *qh, const float *kk, const float *vh,
+                              const float *doh, float alpha, float b, int dk, int dv, float *dS, float *dqh,
+                              float *dkh, float *dvh, double *dbeta_acc, double *dalpha_acc, float *scratch) {
+    float *dq = dqh ? dqh : scratch, *dkk = dkh ? dkh : scratch + dk; // dummies when unwanted
+    const __m256 va = _mm256_set1_ps(alpha);
+    double dbeta = 0, dalpha = 0;
+    for (int jj = 0; jj < dv; jj++) {
+        const float *sp = Sp + (size_t)jj * dk, *st = St + (size_t)jj * dk;
+        float *ds = dS + (size_t)jj * dk;
+        const __m256 vdo = _mm256_set1_ps(doh[jj]);
+        // pass 1: u = Σ Sp·k; dS += q·do; dq += S_t·do; dd = Σ dS·k
+        __m256 au = _mm256_setzero_ps(), add = _mm256_setzero_ps();
+        for (int i = 0; i < dk; i += 8) {
+            __m256 s = _mm256_loadu_ps(sp + i), kv = _mm256_loadu_ps(kk + i);
+            au = _mm256_fmadd_ps(s, kv, au);
+            __m256 d = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), vdo, _mm256_loadu_ps(ds + i));
+            _mm256_storeu_ps(ds + i, d);
+            add = _mm256_fmadd_ps(d, kv, add);
+            _mm256_storeu_ps(dq + i, _mm256_fmadd_ps(_mm256_loadu_ps(st + i), vdo, _mm256_loadu_ps(dq + i)));
+        }
+        float u = alpha * hsum8(au), delta = b * (vh[jj] - u), dd = hsum8(add);
+        if (dvh) dvh[jj] += b * dd;
+        dbeta += (double)dd * (vh[jj] - u);
+        float du = -b * dd;
+        // pass 2: dk += dS·δ + α·Sp·du; d = dS + k·du; dα += Σ d·Sp; dS = α·d
+        const __m256 vdelta = _mm256_set1_ps(delta), vdu = _mm256_set1_ps(du), vadu = _mm256_set1_ps(alpha * du);
+        __m256 aal = _mm256_setzero_ps();
+        for (int i = 0; i < dk; i += 8) {
+            __m256 s = _mm256_loadu_ps(sp + i), kv = _mm256_loadu_ps(kk + i), d0 = _mm256_loadu_ps(ds + i);
+            __m256 g = _mm256_fmadd_ps(d0, vdelta, _mm256_loadu_ps(dkk + i));
+            _mm256_storeu_ps(dkk + i, _mm256_fmadd_ps(s, vadu, g));
+            __m256 d = _mm256_fmadd_ps(kv, vdu, d0);
+            aal = _mm256_fmadd_ps(d, s, aal);
+            _mm256_storeu_ps(ds + i, _mm256_mul_ps(va, d));
+        }
+        dalpha += hsum8(aal);
+    }
+    *dbeta_acc += dbeta;
+    *dalpha_acc += dalpha;
+}
+
+// have_avx2_fma: the CPU runs gdn_bwd_step_avx2 (checked once).
+static int have_avx2_fma(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return cached;
+}
+#else
+static int have_avx2_fma(void) { return 0; }
+#endif
+
 // gdn_bwd_head: the backward of one value head h (adds into its rows of dq/dk — the caller makes
 // sure no other thread works on a value head with the same key head).
 static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, float *dS, float *scratch, float *o_dummy) {
@@ -469,6 +536,16 @@ static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, flo
             float *dqh = dq ? dq + ((size_t)t * Hk + kh) * dk : NULL;
             float *dkh = dk_ ? dk_ + ((size_t)t * Hk + kh) * dk : NULL;
             float alpha = expf(g[gi]), b = beta[gi];
+#if defined(__x86_64__) || defined(__i386__)
+            if (have_avx2_fma() && dk % 8 == 0) {
+                double dbeta_acc = 0, dalpha_acc = 0;
+                gdn_bwd_step_avx2(Sp, St, qh, kk, vh, doh, alpha, b, dk, dv, dS, dqh, dkh, dv_ ? dv_ + gi * dv : NULL,
+                                  &dbeta_acc, &dalpha_acc, du + dv);
+                if (dbeta) dbeta[gi] += (float)dbeta_acc;
+                if (dg) dg[gi] += alpha * (float)dalpha_acc;
+                continue;
+            }
+#endif
             // u = (αS_{t−1})ᵀk, δ = β(v − u)
             for (int jj = 0; jj < dv; jj++) {
                 float acc = 0;
@@ -520,7 +597,7 @@ static void gdn_bwd_task(void *ctx, int64_t k0, int64_t k1, int tid) {
     float *ckpt = xmalloc((size_t)n_ck * ssz * sizeof(float));
     float *chunk = xmalloc((size_t)(j->CK + 1) * ssz * sizeof(float));
     float *dS = xmalloc(ssz * sizeof(float));
-    float *scratch = xmalloc((size_t)4 * j->dv * sizeof(float));
+    float *scratch = xmalloc(((size_t)4 * j->dv + 2 * (size_t)j->dk) * sizeof(float)); // u, δ, dδ, du + 2·dk dummies
     float *o_dummy = xmalloc((size_t)j->dv * sizeof(float));
     for (int64_t kh = k0; kh < k1; kh++)
         for (int h = (int)kh; h < j->Hv; h += j->Hk) gdn_bwd_head(j, h, ckpt, chunk, dS, scratch, o_dummy);
