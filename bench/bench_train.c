@@ -3,11 +3,13 @@
 // >= 35 % of the sgemm rate). FLOPs are counted as 6·N_mm per token (forward 2N + recompute 2N +
 // backward-data 2N, MODEL.md §10.4; N_mm = weights of the projections, head excluded: FTPO reads
 // the last position only). LoRA: r 32 on q,k,v,o,gate,up,down (the seeds' recipe).
-// Usage: bench_train [preset ...] [--tokens T] [--reps R]   (default: tiny small, T 256, R 2)
+// Usage: bench_train [preset ...] [--tokens T] [--reps R] [--threads N]
+//        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own)
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/util.h"
 #include "quant/quant.h"
+#include "train/backward.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include <cblas.h>
@@ -47,13 +49,15 @@ static int64_t matmul_params(const bn_model *m) {
 
 int main(int argc, char **argv) {
     const char *presets[8];
-    int np = 0, T = 256, R = 2;
+    int np = 0, T = 256, R = 2, n_threads = bn_n_threads_default();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) R = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (np < 8) presets[np++] = argv[i];
     }
     if (np == 0) presets[np++] = "tiny", presets[np++] = "small";
+    bn_train_set_threads(n_threads); // attention and GDN over threads, as bonsai-ftpo-train -t does
     char err[256], dir[] = "/tmp/bonsai-bench-train-XXXXXX";
     if (!mkdtemp(dir)) bn_die("mkdtemp failed");
     printf("| model | params | tokens | fwd+bwd ms | tok/s | achieved GFLOP/s | sgemm GFLOP/s | share of sgemm |\n"

@@ -261,9 +261,7 @@ static void attn_probs(const float *qh, const float *k, int p, int hd, int nkv, 
     float mx = -INFINITY;
     for (int tau = 0; tau <= p; tau++) {
         const float *kr = k + ((size_t)tau * nkv + kvh) * hd;
-        float s = 0;
-        for (int d = 0; d < hd; d++) s += qh[d] * kr[d];
-        P[tau] = s * scale;
+        P[tau] = bn_dot_f32(qh, kr, hd) * scale;
         if (P[tau] > mx) mx = P[tau];
     }
     double sum = 0;
@@ -324,8 +322,7 @@ static void attn_bwd_task(void *ctx, int64_t i0, int64_t i1, int tid) {
                 double rowsum = 0; // Σ_τ dP_τ P_τ
                 for (int tau = 0; tau <= p; tau++) {
                     const float *vr = j->v + ((size_t)tau * nkv + kvh) * hd;
-                    float s = 0;
-                    for (int d = 0; d < hd; d++) s += doh[d] * vr[d];
+                    float s = bn_dot_f32(doh, vr, hd);
                     dP[tau] = s;
                     rowsum += (double)s * P[tau];
                 }
@@ -333,9 +330,9 @@ static void attn_bwd_task(void *ctx, int64_t i0, int64_t i1, int tid) {
                     float dS = P[tau] * (dP[tau] - (float)rowsum);
                     const float *kr = j->k + ((size_t)tau * nkv + kvh) * hd;
                     size_t kvoff = ((size_t)tau * nkv + kvh) * hd;
-                    if (j->dq) for (int d = 0; d < hd; d++) j->dq[((size_t)p * nh + h) * hd + d] += scale * dS * kr[d];
-                    if (j->dk) for (int d = 0; d < hd; d++) j->dk[kvoff + d] += scale * dS * qh[d];
-                    if (j->dv) for (int d = 0; d < hd; d++) j->dv[kvoff + d] += P[tau] * doh[d];
+                    if (j->dq) bn_axpy_f32(j->dq + ((size_t)p * nh + h) * hd, scale * dS, kr, hd);
+                    if (j->dk) bn_axpy_f32(j->dk + kvoff, scale * dS, qh, hd);
+                    if (j->dv) bn_axpy_f32(j->dv + kvoff, P[tau], doh, hd);
                 }
             }
     free(P);
