@@ -393,44 +393,6 @@ void bn_conv1d_silu_bwd(const float *mix, const float *state0, const float *w, i
 // S layout (ops.h / ggml): S[j*dk + i] = S_ij, i = key dim, j = value dim.
 #define SIDX(i, j) ((size_t)(j) * dk + (i))
 
-typedef struct {
-    int T, Hk, Hv, dk, dv, CK;
-    const float *q, *k, *v, *g, *beta, *S0, *dout, *dS_final;
-    float *out, *S_out, *dq, *dk_, *dv_, *dg, *dbeta, *dS0;
-} gdn_job;
-
-// gdn_fwd_task: items are value heads (independent).
-static void gdn_fwd_task(void *ctx, int64_t h0, int64_t h1, int tid) {
-    const gdn_job *j = ctx;
-    const int dk = j->dk, dv = j->dv, Hk = j->Hk, Hv = j->Hv;
-    size_t ssz = (size_t)dk * dv;
-    float *S = xmalloc(ssz * sizeof(float));
-    for (int64_t h = h0; h < h1; h++) {
-        int kh = (int)(h % Hk);
-        if (j->S0) memcpy(S, j->S0 + h * ssz, ssz * sizeof(float)); else memset(S, 0, ssz * sizeof(float));
-        for (int t = 0; t < j->T; t++) {
-            size_t gi = (size_t)t * Hv + h;
-            bn_gdn_step(S, j->q + ((size_t)t * Hk + kh) * dk, j->k + ((size_t)t * Hk + kh) * dk, j->v + gi * dv,
-                        expf(j->g[gi]), j->beta[gi], j->out + gi * dv, dk, dv);
-        }
-        if (j->S_out) memcpy(j->S_out + h * ssz, S, ssz * sizeof(float));
-    }
-    free(S);
-}
-
-void bn_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
-                const float *g, const float *beta, const float *S0, float *out, float *S_out) {
-    gdn_job j = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .g = g, .beta = beta,
-                 .S0 = S0, .out = out, .S_out = S_out};
-    float *tmp = NULL;
-    if (S_out && S_out == S0) { // aliasing: keep S0 intact until every head has read it
-        tmp = xmalloc((size_t)Hv * dk * dv * sizeof(float));
-        j.S_out = tmp;
-    }
-    bn_parallel_for(g_pool, Hv, gdn_fwd_task, &j);
-    if (tmp) { memcpy(S_out, tmp, (size_t)Hv * dk * dv * sizeof(float)); free(tmp); }
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 // hsum8: Σ of the 8 lanes.
 __attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
@@ -485,6 +447,31 @@ static void gdn_bwd_step_avx2(const float *Sp, const float *St, const float *qh,
     *dalpha_acc += dalpha;
 }
 
+// gdn_step_avx2: bn_gdn_step (core/ops.c) fused into two passes per value row (decay + read, then
+// write + output) instead of four; dk % 8 == 0. Same math, sums in another order.
+__attribute__((target("avx2,fma")))
+static void gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                          float *o, int dk, int dv) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    for (int j = 0; j < dv; j++) {
+        float *row = S + (size_t)j * dk;
+        __m256 au = _mm256_setzero_ps();
+        for (int i = 0; i < dk; i += 8) {
+            __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + i), va);
+            _mm256_storeu_ps(row + i, r);
+            au = _mm256_fmadd_ps(r, _mm256_loadu_ps(k + i), au);
+        }
+        const __m256 vd = _mm256_set1_ps(beta * (v[j] - hsum8(au)));
+        __m256 ao = _mm256_setzero_ps();
+        for (int i = 0; i < dk; i += 8) {
+            __m256 r = _mm256_fmadd_ps(vd, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
+            _mm256_storeu_ps(row + i, r);
+            ao = _mm256_fmadd_ps(r, _mm256_loadu_ps(q + i), ao);
+        }
+        o[j] = hsum8(ao);
+    }
+}
+
 // have_avx2_fma: the CPU runs gdn_bwd_step_avx2 (checked once).
 static int have_avx2_fma(void) {
     static int cached = -1;
@@ -494,6 +481,53 @@ static int have_avx2_fma(void) {
 #else
 static int have_avx2_fma(void) { return 0; }
 #endif
+
+// gdn_step: one forward step of the recurrence (bn_gdn_step semantics; SIMD when available).
+static void gdn_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                     float *o, int dk, int dv) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (have_avx2_fma() && dk % 8 == 0) { gdn_step_avx2(S, q, k, v, alpha, beta, o, dk, dv); return; }
+#endif
+    bn_gdn_step(S, q, k, v, alpha, beta, o, dk, dv);
+}
+
+typedef struct {
+    int T, Hk, Hv, dk, dv, CK;
+    const float *q, *k, *v, *g, *beta, *S0, *dout, *dS_final;
+    float *out, *S_out, *dq, *dk_, *dv_, *dg, *dbeta, *dS0;
+} gdn_job;
+
+// gdn_fwd_task: items are value heads (independent).
+static void gdn_fwd_task(void *ctx, int64_t h0, int64_t h1, int tid) {
+    const gdn_job *j = ctx;
+    const int dk = j->dk, dv = j->dv, Hk = j->Hk, Hv = j->Hv;
+    size_t ssz = (size_t)dk * dv;
+    float *S = xmalloc(ssz * sizeof(float));
+    for (int64_t h = h0; h < h1; h++) {
+        int kh = (int)(h % Hk);
+        if (j->S0) memcpy(S, j->S0 + h * ssz, ssz * sizeof(float)); else memset(S, 0, ssz * sizeof(float));
+        for (int t = 0; t < j->T; t++) {
+            size_t gi = (size_t)t * Hv + h;
+            gdn_step(S, j->q + ((size_t)t * Hk + kh) * dk, j->k + ((size_t)t * Hk + kh) * dk, j->v + gi * dv,
+                        expf(j->g[gi]), j->beta[gi], j->out + gi * dv, dk, dv);
+        }
+        if (j->S_out) memcpy(j->S_out + h * ssz, S, ssz * sizeof(float));
+    }
+    free(S);
+}
+
+void bn_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
+                const float *g, const float *beta, const float *S0, float *out, float *S_out) {
+    gdn_job j = {.T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .g = g, .beta = beta,
+                 .S0 = S0, .out = out, .S_out = S_out};
+    float *tmp = NULL;
+    if (S_out && S_out == S0) { // aliasing: keep S0 intact until every head has read it
+        tmp = xmalloc((size_t)Hv * dk * dv * sizeof(float));
+        j.S_out = tmp;
+    }
+    bn_parallel_for(g_pool, Hv, gdn_fwd_task, &j);
+    if (tmp) { memcpy(S_out, tmp, (size_t)Hv * dk * dv * sizeof(float)); free(tmp); }
+}
 
 // gdn_bwd_head: the backward of one value head h (adds into its rows of dq/dk — the caller makes
 // sure no other thread works on a value head with the same key head).
@@ -509,7 +543,7 @@ static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, flo
     for (int t = 0; t < T; t++) {
         if (t % CK == 0) memcpy(ckpt + (size_t)(t / CK) * ssz, S, ssz * sizeof(float));
         size_t gi = (size_t)t * Hv + h;
-        bn_gdn_step(S, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]), beta[gi],
+        gdn_step(S, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]), beta[gi],
                     o_dummy, dk, dv);
     }
     if (j->dS_final) memcpy(dS, j->dS_final + h * ssz, ssz * sizeof(float)); else memset(dS, 0, ssz * sizeof(float));
@@ -521,7 +555,7 @@ static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, flo
             float *Sn = chunk + (size_t)(t - t0 + 1) * ssz;
             memcpy(Sn, chunk + (size_t)(t - t0) * ssz, ssz * sizeof(float));
             size_t gi = (size_t)t * Hv + h;
-            bn_gdn_step(Sn, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]),
+            gdn_step(Sn, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]),
                         beta[gi], o_dummy, dk, dv);
         }
         for (int t = t1 - 1; t >= t0; t--) {
