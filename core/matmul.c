@@ -1,7 +1,8 @@
 // core/matmul.c — y = W·x for weights in their stored type (see core/matmul.h).
 //
 // Paths:
-//   quantized (any n): activations quantized once to vec_dot_type; threads split the output rows;
+//   quantized (any n): activations quantized once to vec_dot_type with llama.cpp's CPU rounding
+//       (bn_quantize_activations_cpu: 127/amax, ties to even); threads split the output rows;
 //       n == 1: bn_vec_dot_rows (mat-vec); n > 1: bn_vec_dot_rows_batch (mat-mat: each weight row
 //       is read from memory once per call and expanded once per few activation rows).
 //   F32, n == 1: float dot per row (bn_vec_dot_rows with the F32 activation as is).
@@ -149,7 +150,7 @@ static void quantize_task(void *ctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     const quant_job *job = ctx;
     for (int64_t t = t0; t < t1; t++)
-        bn_quantize_activations(job->vdt, job->x + t * job->ne0, job->xq + t * job->xq_row, job->ne0);
+        bn_quantize_activations_cpu(job->vdt, job->x + t * job->ne0, job->xq + t * job->xq_row, job->ne0);
 }
 
 static void matmul_dot(const bn_weight *w, const float *x, float *y, int n, void *work, bn_pool *pool) {

@@ -23,9 +23,10 @@
 #define N_GEN 64
 // Bound on max |Δ logprob| over all positions and vocab entries, ours on PQ2_0 vs llama.cpp on the
 // Q2_0 g64 twin (same as the compat-tiny-q2_0 bound), and ours on PQ2_0 vs ours on the dequantized F32
-// copy (whole activation-rounding error). Measured values are printed.
-#define TOL_TWIN 1.0
-#define TOL_DEQ 2.0
+// copy (whole activation-rounding error). Measured values are printed; measured (BONSAI_SIMD unset /
+// avx2 / scalar): twin 0.593 / 0.593 / 0.238, dequantized 1.07 in all three.
+#define TOL_TWIN 0.9
+#define TOL_DEQ 1.6
 #define MIN_GREEDY_DEQ 4
 
 // same_values: true if every 2-D quantized tensor of a and b dequantizes to identical floats.

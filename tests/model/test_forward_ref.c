@@ -537,9 +537,10 @@ int main(void) {
     run_model_checks("qwen35", BN_F32, 1e-3, 1e-10, "RARRA");
     // Quantized weights: the reference uses the dequantized weights but f64 activations, while the
     // engine rounds every matmul input to Q8_0 (exactness of that path: test_ops). Through 4 random
-    // layers this gives NMSE ~4e-3 (Q8_0) / ~2e-3 (Q1_0); bound 2e-2 (a layout bug gives ~1).
-    run_model_checks("qwen35", BN_Q8_0, 0, 2e-2, NULL);
-    run_model_checks("qwen35", BN_Q1_0, 0, 2e-2, NULL);
+    // layers this gives NMSE 3.73e-3 (Q8_0) / 1.65e-3 (Q1_0) (same with BONSAI_SIMD=avx2/scalar, and with
+    // either activation rounding rule); bounds 6e-3 / 3e-3 (a layout bug gives ~1).
+    run_model_checks("qwen35", BN_Q8_0, 0, 6e-3, NULL);
+    run_model_checks("qwen35", BN_Q1_0, 0, 3e-3, NULL);
     check_long_prefill();
     check_mkmodel("tiny");
     check_mkmodel("qwen3-tiny");

@@ -1,8 +1,9 @@
 // tests/model/test_vs_llama.c — the engine's logits vs llama.cpp (npm libllama via tests/ref) on the
 // three tiny architectures of tiny.h with F32 weights: qwen35 (Hk 2 ≠ Hv 4, so the tiled V-head
 // pairing is exercised), qwen3 (NEOX rope, q/k norm, tied head) and llama (NORM rope, no q/k norm).
-// Bound: NMSE < 1e-6 over 32 teacher-forced positions (MODEL.md §12; llama.cpp keeps the KV cache
-// in f16 and rounds attention inputs to f16, so it is not bit-exact), and every argmax agrees.
+// Bound: NMSE < 1e-10 over 32 teacher-forced positions with an f32 KV cache (measured 4.4e-13 ..
+// 7.73e-12, qwen35 the largest), < 5e-7 with the fp16 KV cache (measured 2.4e-9 .. 1.57e-7, qwen3 the
+// largest; MODEL.md §12 allows 1e-6), same with BONSAI_SIMD=avx2/scalar; and every argmax agrees.
 // Also qwen2 (NEOX rope, q/k/v biases, no q/k norm).
 #include "tests/test.h"
 #include "tests/model/tiny.h"
@@ -49,10 +50,10 @@ static void compare_arch(const char *arch) {
         printf("%s vs llama.cpp: NMSE %.3g, argmax agree %d/%d\n", arch, num / den, agree, T);
         char what[64];
         snprintf(what, sizeof what, "%s NMSE vs llama.cpp", arch);
-        CHECK_NEAR(num / den, 0, 1e-6, what);
+        CHECK_NEAR(num / den, 0, 1e-10, what);   // measured <= 7.73e-12
         CHECK(agree == T, "%s: argmax agrees on %d of %d positions", arch, agree, T);
         bn_state_free(s);
-        // the fp16 KV cache (llama.cpp's default type) is within the same bound
+        // the fp16 KV cache (llama.cpp's default type): measured <= 1.57e-7
         s = bn_state_new_kv(m, T + 8, 1, BN_F16);
         CHECK(bn_forward(m, s, tok, T, &o, err, sizeof err) == 0, "forward f16 kv: %s", err);
         num = den = 0;
@@ -60,7 +61,7 @@ static void compare_arch(const char *arch) {
             num += (mine[i] - ref[i]) * (double)(mine[i] - ref[i]), den += (double)ref[i] * ref[i];
         printf("%s (fp16 KV) vs llama.cpp: NMSE %.3g\n", arch, num / den);
         snprintf(what, sizeof what, "%s fp16-KV NMSE vs llama.cpp", arch);
-        CHECK_NEAR(num / den, 0, 1e-6, what);
+        CHECK_NEAR(num / den, 0, 5e-7, what);
         bn_state_free(s);
     }
     llama_ref_free(r);
