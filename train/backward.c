@@ -354,14 +354,41 @@ static inline float conv_input(const float *mix, const float *state0, int C, int
     return mix[(size_t)(e - (K - 1)) * C + ch];
 }
 
+// conv_taps: wt {C, K} = w transposed to one row of C per tap (so the channel loops run contiguous).
+static float *conv_taps(const float *w, int C, int K) {
+    float *wt = xmalloc((size_t)C * K * sizeof(float));
+    for (int ch = 0; ch < C; ch++)
+        for (int i = 0; i < K; i++) wt[(size_t)i * C + ch] = w[(size_t)ch * K + i];
+    return wt;
+}
+
+// conv_row: c[ch] = Σ_i w[ch, i] · input(t + i, ch) for all channels of position t (same summation
+// order as the per-channel loop: taps 0..K−1 from zero).
+static void conv_row(const float *mix, const float *state0, const float *wt, int C, int K, int t, float *c) {
+    memset(c, 0, (size_t)C * sizeof(float));
+    for (int i = 0; i < K; i++) {
+        int e = t + i;
+        const float *wi = wt + (size_t)i * C;
+        if (e >= K - 1) {
+            const float *src = mix + (size_t)(e - (K - 1)) * C;
+            for (int ch = 0; ch < C; ch++) c[ch] += wi[ch] * src[ch];
+        } else if (state0) {
+            for (int ch = 0; ch < C; ch++) c[ch] += wi[ch] * state0[(size_t)ch * (K - 1) + e];
+        } else {
+            for (int ch = 0; ch < C; ch++) c[ch] += wi[ch] * 0.0f;
+        }
+    }
+}
+
 void bn_conv1d_silu_fwd(const float *mix, const float *state0, const float *w, int C, int K, int T,
                         float *out, float *state_out) {
-    for (int t = 0; t < T; t++)
-        for (int ch = 0; ch < C; ch++) {
-            float c = 0;
-            for (int i = 0; i < K; i++) c += w[(size_t)ch * K + i] * conv_input(mix, state0, C, K, t + i, ch);
-            out[(size_t)t * C + ch] = c * sigmoidf_(c);
-        }
+    float *wt = conv_taps(w, C, K);
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * C;
+        conv_row(mix, state0, wt, C, K, t, o);
+        for (int ch = 0; ch < C; ch++) o[ch] = o[ch] * sigmoidf_(o[ch]);
+    }
+    free(wt);
     if (state_out) {
         float *tmp = xmalloc((size_t)C * (K - 1) * sizeof(float));
         for (int i = 0; i < K - 1; i++)
@@ -373,19 +400,29 @@ void bn_conv1d_silu_fwd(const float *mix, const float *state0, const float *w, i
 
 void bn_conv1d_silu_bwd(const float *mix, const float *state0, const float *w, int C, int K, int T,
                         const float *dout, float *dmix, float *dstate0) {
-    for (int t = 0; t < T; t++)
+    float *wt = conv_taps(w, C, K);
+    float *dc = xmalloc((size_t)C * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        conv_row(mix, state0, wt, C, K, t, dc);
+        const float *dor = dout + (size_t)t * C;
         for (int ch = 0; ch < C; ch++) {
-            float c = 0;
-            for (int i = 0; i < K; i++) c += w[(size_t)ch * K + i] * conv_input(mix, state0, C, K, t + i, ch);
-            float s = sigmoidf_(c);
-            float dc = dout[(size_t)t * C + ch] * s * (1.0f + c * (1.0f - s));
-            for (int i = 0; i < K; i++) {
-                int e = t + i; // extended index of the input multiplied by tap i
-                float g = w[(size_t)ch * K + i] * dc;
-                if (e < K - 1) { if (dstate0) dstate0[(size_t)ch * (K - 1) + e] += g; }
-                else if (dmix) dmix[(size_t)(e - (K - 1)) * C + ch] += g;
+            float c = dc[ch], s = sigmoidf_(c);
+            dc[ch] = dor[ch] * s * (1.0f + c * (1.0f - s));
+        }
+        for (int i = 0; i < K; i++) {
+            int e = t + i; // extended index of the input multiplied by tap i
+            const float *wi = wt + (size_t)i * C;
+            if (e >= K - 1) {
+                if (!dmix) continue;
+                float *dst = dmix + (size_t)(e - (K - 1)) * C;
+                for (int ch = 0; ch < C; ch++) dst[ch] += wi[ch] * dc[ch];
+            } else if (dstate0) {
+                for (int ch = 0; ch < C; ch++) dstate0[(size_t)ch * (K - 1) + e] += wi[ch] * dc[ch];
             }
         }
+    }
+    free(dc);
+    free(wt);
 }
 
 // ---- gated delta-rule recurrence --------------------------------------------------------------
