@@ -484,17 +484,19 @@ static void gdn_bwd_step_avx2(const float *Sp, const float *St, const float *qh,
     *dalpha_acc += dalpha;
 }
 
-// gdn_step_avx2: bn_gdn_step (core/ops.c) fused into two passes per value row (decay + read, then
-// write + output) instead of four; dk % 8 == 0. Same math, sums in another order.
+// gdn_step_avx2: bn_gdn_step (core/ops.c) from state Sin into S (Sin may equal S), fused into two
+// passes per value row (decay + read, then write + output) instead of four; dk % 8 == 0. Same math,
+// sums in another order.
 __attribute__((target("avx2,fma")))
-static void gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
-                          float *o, int dk, int dv) {
+static void gdn_step_avx2(float *S, const float *Sin, const float *q, const float *k, const float *v, float alpha,
+                          float beta, float *o, int dk, int dv) {
     const __m256 va = _mm256_set1_ps(alpha);
     for (int j = 0; j < dv; j++) {
         float *row = S + (size_t)j * dk;
+        const float *rin = Sin + (size_t)j * dk;
         __m256 au = _mm256_setzero_ps();
         for (int i = 0; i < dk; i += 8) {
-            __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + i), va);
+            __m256 r = _mm256_mul_ps(_mm256_loadu_ps(rin + i), va);
             _mm256_storeu_ps(row + i, r);
             au = _mm256_fmadd_ps(r, _mm256_loadu_ps(k + i), au);
         }
@@ -519,13 +521,21 @@ static int have_avx2_fma(void) {
 static int have_avx2_fma(void) { return 0; }
 #endif
 
-// gdn_step: one forward step of the recurrence (bn_gdn_step semantics; SIMD when available).
+// gdn_step_from: S = one forward step of the recurrence from state Sin (bn_gdn_step semantics; Sin may
+// equal S; SIMD when available).
+static void gdn_step_from(float *S, const float *Sin, const float *q, const float *k, const float *v, float alpha,
+                          float beta, float *o, int dk, int dv) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (have_avx2_fma() && dk % 8 == 0) { gdn_step_avx2(S, Sin, q, k, v, alpha, beta, o, dk, dv); return; }
+#endif
+    if (S != Sin) memcpy(S, Sin, (size_t)dk * dv * sizeof(float));
+    bn_gdn_step(S, q, k, v, alpha, beta, o, dk, dv);
+}
+
+// gdn_step: one in-place forward step of the recurrence.
 static void gdn_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                      float *o, int dk, int dv) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (have_avx2_fma() && dk % 8 == 0) { gdn_step_avx2(S, q, k, v, alpha, beta, o, dk, dv); return; }
-#endif
-    bn_gdn_step(S, q, k, v, alpha, beta, o, dk, dv);
+    gdn_step_from(S, S, q, k, v, alpha, beta, o, dk, dv);
 }
 
 typedef struct {
@@ -590,10 +600,9 @@ static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, flo
         memcpy(chunk, ckpt + (size_t)c * ssz, ssz * sizeof(float));
         for (int t = t0; t < t1; t++) {
             float *Sn = chunk + (size_t)(t - t0 + 1) * ssz;
-            memcpy(Sn, chunk + (size_t)(t - t0) * ssz, ssz * sizeof(float));
             size_t gi = (size_t)t * Hv + h;
-            gdn_step(Sn, q + ((size_t)t * Hk + kh) * dk, k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]),
-                        beta[gi], o_dummy, dk, dv);
+            gdn_step_from(Sn, chunk + (size_t)(t - t0) * ssz, q + ((size_t)t * Hk + kh) * dk,
+                          k + ((size_t)t * Hk + kh) * dk, v + gi * dv, expf(g[gi]), beta[gi], o_dummy, dk, dv);
         }
         for (int t = t1 - 1; t >= t0; t--) {
             const float *Sp = chunk + (size_t)(t - t0) * ssz;     // S_{t−1}
