@@ -1,6 +1,7 @@
 // core/mkdrafter.c — random DSpark drafter GGUFs in the legacy `dspark` or the `dflash`
 // convention. See core/mkdrafter.h; names and keys: DSPARK.md §2.1–2.2, §3.1–3.2.
 #include "core/mkdrafter.h"
+#include "core/rng.h"
 #include "core/gguf.h"
 #include "core/util.h"
 #include "quant/quant.h"
@@ -147,15 +148,9 @@ static void build(tlist *l, const bn_mkdrafter_params *p) {
 
 // ---- random numbers (splitmix64-seeded xorshift per tensor) -------------------------------
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 // uniform in [-1, 1)
-static float rnd_sym(uint64_t *st) { return (float)(splitmix64(st) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+static float rnd_sym(uint64_t *st) { return (float)(bn_rng_splitmix64(st) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
 
 typedef struct {
     const bn_mkdrafter_params *p;

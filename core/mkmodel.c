@@ -2,6 +2,7 @@
 // Keys: MODEL.md §2 (qwen35), §7 (qwen3), FORMATS.md §8. Tensors: MODEL.md §3. Tensor order:
 // FORMATS.md §5.5 (layer number, then strcmp of the name).
 #include "core/mkmodel.h"
+#include "core/rng.h"
 #include "core/gguf.h"
 #include "core/util.h"
 #include "quant/quant.h"
@@ -403,40 +404,12 @@ int64_t bn_mkmodel_n_params(const bn_mkmodel_params *p, int64_t n_vocab) {
 
 // ---- random numbers: splitmix64 seeds a xoshiro256** per tensor ------------------------------
 
-typedef struct {
-    uint64_t s[4];
-} rng;
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(rng *r) {
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-// rng_uniform: uniform float in [0, 1) with 24 random bits.
-static float rng_uniform(rng *r) { return (float)(rng_next(r) >> 40) * (1.0f / 16777216.0f); }
 
 // rng_for: the generator of one tensor, from (seed, tensor name) so the order does not matter.
-static void rng_for(rng *r, uint64_t seed, const char *name) {
+static void rng_for(bn_rng *r, uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; // FNV-1a
     for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
-    uint64_t x = seed ^ h;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    bn_rng_seed(r, seed ^ h);
 }
 
 // ---- fill ---------------------------------------------------------------------------------
@@ -449,7 +422,7 @@ typedef struct {
     float *row; // {ne0} scratch
 } fill_ctx;
 
-static void gen_row(rng *r, const tspec *t, float logit_scale, float *row) {
+static void gen_row(bn_rng *r, const tspec *t, float logit_scale, float *row) {
     const int64_t n = t->ne[0];
     const float sqrt3 = 1.7320508f;
     switch (t->kind) {
@@ -459,23 +432,23 @@ static void gen_row(rng *r, const tspec *t, float logit_scale, float *row) {
         float std = t->kind == INIT_EMBD ? 1.0f : 1.0f / sqrtf((float)n);
         if (t->kind == INIT_OUTPUT) std *= logit_scale;
         float amp = sqrt3 * std; // uniform(-amp, amp) has this std
-        for (int64_t i = 0; i < n; i++) row[i] = (2.0f * rng_uniform(r) - 1.0f) * amp;
+        for (int64_t i = 0; i < n; i++) row[i] = (2.0f * bn_rng_uniform_f24(r) - 1.0f) * amp;
         break;
     }
     case INIT_NORM:
-        for (int64_t i = 0; i < n; i++) row[i] = 1.0f + (2.0f * rng_uniform(r) - 1.0f) * 0.05f;
+        for (int64_t i = 0; i < n; i++) row[i] = 1.0f + (2.0f * bn_rng_uniform_f24(r) - 1.0f) * 0.05f;
         break;
     case INIT_SSM_A:
-        for (int64_t i = 0; i < n; i++) row[i] = -(1.0f + 7.0f * rng_uniform(r)); // -exp(log(A)), A in [1, 8]
+        for (int64_t i = 0; i < n; i++) row[i] = -(1.0f + 7.0f * bn_rng_uniform_f24(r)); // -exp(log(A)), A in [1, 8]
         break;
     case INIT_SSM_DT:
         for (int64_t i = 0; i < n; i++) {
-            float dt = expf(logf(0.001f) + rng_uniform(r) * (logf(0.1f) - logf(0.001f)));
+            float dt = expf(logf(0.001f) + bn_rng_uniform_f24(r) * (logf(0.1f) - logf(0.001f)));
             row[i] = dt + logf(-expm1f(-dt)); // inverse softplus
         }
         break;
     case INIT_CONV:
-        for (int64_t i = 0; i < n; i++) row[i] = rng_uniform(r) - 0.5f;
+        for (int64_t i = 0; i < n; i++) row[i] = bn_rng_uniform_f24(r) - 0.5f;
         break;
     }
 }
@@ -483,7 +456,7 @@ static void gen_row(rng *r, const tspec *t, float logit_scale, float *row) {
 static int fill_tensor(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
     fill_ctx *c = vctx;
     const tspec *t = &c->l->t[idx];
-    rng r;
+    bn_rng r;
     rng_for(&r, c->p->seed, t->name);
     size_t row_bytes = bn_row_size(t->type, t->ne[0]);
     if (row_bytes * (size_t)t->ne[1] != nbytes)

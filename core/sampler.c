@@ -3,6 +3,7 @@
 // log-probs for n_probs (SERVER.md §5). Top-k selection is a bounded min-heap (O(n log k)),
 // so n_vocab = 248,320 needs no full sort unless top_k <= 0.
 #include "core/sampler.h"
+#include "core/rng.h"
 #include "core/util.h"
 #include <float.h>
 #include <math.h>
@@ -21,37 +22,16 @@ typedef struct {
 
 struct bn_sampler {
     bn_sampler_params par;
-    uint64_t rng[4];
+    bn_rng rng;
     cand *c;     // {cap} candidate scratch
     int cap, n;  // n = candidates after the last chain
     int32_t *out_ids; // {cap} last candidates (for post_sampling_probs)
     float *out_p;     // {cap}
 };
 
-// ---- RNG ----------------------------------------------------------------------------------
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t *s) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-// uniform01: a double in [0, 1) from the top 53 bits.
-static double uniform01(uint64_t *s) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
 
 void bn_sampler_reseed(bn_sampler *s, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    bn_rng_seed(&s->rng, seed);
 }
 
 bn_sampler_params bn_sampler_params_default(void) {
@@ -198,7 +178,7 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
         for (int i = 0; i < n; i++) c[i].logit /= p->temperature;
         softmax_sorted(c, n);
         // dist: walk the cumulative distribution with one uniform draw
-        double r = uniform01(s->rng), cum = 0.0;
+        double r = bn_rng_uniform(&s->rng), cum = 0.0;
         pick = n - 1;
         for (int i = 0; i < n; i++) {
             cum += c[i].p;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include "core/model.h"
 #include "train/lora.h"
-#include "train/rng.h"
+#include "core/rng.h"
 
 typedef struct bn_train_graph bn_train_graph;
 

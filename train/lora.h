@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include "core/model.h"
 #include "train/backward.h"
-#include "train/rng.h"
+#include "core/rng.h"
 
 // One bit per adaptable projection (GGUF name in the comment).
 enum bn_lora_target {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include "core/model.h"
 #include "train/adamw.h"
-#include "train/rng.h"
+#include "core/rng.h"
 
 typedef struct {
     char name[96];

@@ -4,6 +4,7 @@
 #include "quant/quant.h"
 #include "core/util.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(void) {
