@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include "core/util.h"
 #include "core/ops.h"
 #include "core/matmul.h"
@@ -33,13 +34,72 @@ typedef struct {
     float *drop[BN_LORA_N_TARGETS];                // LoRA input dropout masks per projection
 } acts_t;
 
-static void acts_free(acts_t *a) {
-    float **p = (float **)a;
-    for (size_t i = 0; i < sizeof *a / sizeof(float *); i++) free(p[i]);
-    memset(a, 0, sizeof *a);
+// ---- buffer reuse ---------------------------------------------------------------------------------
+// Every layer (forward, recompute, backward) needs the same buffer sizes again. Fresh calloc of large
+// buffers means mmap, zero-page faults and TLB shootdowns across threads on each free; so freed
+// float buffers are kept (exact-size match, up to BUF_CACHE_MAX bytes) and handed out again.
+#define BUF_CACHE_MAX ((size_t)1 << 30)
+typedef struct { float *p; size_t n; } buf_ent;
+static pthread_mutex_t g_buf_mu = PTHREAD_MUTEX_INITIALIZER;
+static buf_ent *g_live, *g_cache; // buffers handed out / kept for reuse
+static size_t g_n_live, g_cap_live, g_n_cache, g_cap_cache, g_cache_bytes;
+
+static void buf_push(buf_ent **arr, size_t *len, size_t *cap, float *p, size_t n) {
+    if (*len == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        *arr = xrealloc(*arr, *cap * sizeof(buf_ent));
+    }
+    (*arr)[(*len)++] = (buf_ent){p, n};
 }
 
-static float *fzeros(size_t n) { return xcalloc(n > 0 ? n : 1, sizeof(float)); }
+// fbuf: a buffer of n floats (n ≥ 1), zeroed when zero is set; release with ffree.
+static float *fbuf(size_t n, bool zero) {
+    if (n == 0) n = 1;
+    float *p = NULL;
+    pthread_mutex_lock(&g_buf_mu);
+    for (size_t i = g_n_cache; i-- > 0;)
+        if (g_cache[i].n == n) {
+            p = g_cache[i].p;
+            g_cache[i] = g_cache[--g_n_cache];
+            g_cache_bytes -= n * sizeof(float);
+            break;
+        }
+    pthread_mutex_unlock(&g_buf_mu);
+    if (p && zero) memset(p, 0, n * sizeof(float));
+    if (!p) p = zero ? xcalloc(n, sizeof(float)) : xmalloc(n * sizeof(float));
+    pthread_mutex_lock(&g_buf_mu);
+    buf_push(&g_live, &g_n_live, &g_cap_live, p, n);
+    pthread_mutex_unlock(&g_buf_mu);
+    return p;
+}
+
+static float *fzeros(size_t n) { return fbuf(n, true); }
+
+// ffree: releases p (from fbuf: kept for reuse while the cache has room; anything else: free()).
+static void ffree(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&g_buf_mu);
+    size_t n = 0;
+    for (size_t i = g_n_live; i-- > 0;)
+        if (g_live[i].p == p) {
+            n = g_live[i].n;
+            g_live[i] = g_live[--g_n_live];
+            break;
+        }
+    bool keep = n > 0 && g_cache_bytes + n * sizeof(float) <= BUF_CACHE_MAX;
+    if (keep) {
+        buf_push(&g_cache, &g_n_cache, &g_cap_cache, p, n);
+        g_cache_bytes += n * sizeof(float);
+    }
+    pthread_mutex_unlock(&g_buf_mu);
+    if (!keep) free(p);
+}
+
+static void acts_free(acts_t *a) {
+    float **p = (float **)a;
+    for (size_t i = 0; i < sizeof *a / sizeof(float *); i++) ffree(p[i]);
+    memset(a, 0, sizeof *a);
+}
 
 static int target_slot(int target) {
     for (int b = 0; b < BN_LORA_N_TARGETS; b++) if (target == 1 << b) return b;
@@ -87,7 +147,7 @@ static int lin_fwd(const ctx_t *c, int layer, int target, const bn_weight *W, co
     bool has = lora_of(c, layer, target, &v);
     const float *mask = NULL;
     if (has && c->rng && c->l->dropout > 0) {
-        *drop = xmalloc((size_t)W->ne[0] * c->T * sizeof(float));
+        *drop = fbuf((size_t)W->ne[0] * c->T, false);
         bn_lora_dropout_mask(c->rng, c->l->dropout, W->ne[0] * c->T, *drop);
         mask = *drop;
     }
@@ -202,8 +262,8 @@ static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, fl
         goto out;
     rc = 0;
 out:
-    free(dy); free(do_); free(dz); free(dqn); free(dkn); free(dvv); free(dq); free(dk_); free(dqs);
-    free(dg); free(dbeta); free(db); free(da); free(dconv); free(dmix);
+    ffree(dy); ffree(do_); ffree(dz); ffree(dqn); ffree(dkn); ffree(dvv); ffree(dq); ffree(dk_); ffree(dqs);
+    ffree(dg); ffree(dbeta); ffree(db); ffree(da); ffree(dconv); ffree(dmix);
     return rc;
 }
 
@@ -286,7 +346,7 @@ static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, f
         goto out;
     rc = 0;
 out:
-    free(dog); free(datt); free(dgate); free(dqa); free(dka); free(dvr); free(dqn); free(dkn); free(dqr); free(dkr); free(dqg);
+    ffree(dog); ffree(datt); ffree(dgate); ffree(dqa); ffree(dka); ffree(dvr); ffree(dqn); ffree(dkn); ffree(dqr); ffree(dkr); ffree(dqg);
     return rc;
 }
 
@@ -342,7 +402,7 @@ static int layer_bwd(const ctx_t *c, int il, const float *x_in, const acts_t *a,
     if (grad_of(c, &lw->attn_norm)) bn_rmsnorm_wgrad(x_in, H, T, cf->norm_eps, dn, grad_of(c, &lw->attn_norm));
     rc = 0;
 out:
-    free(dh); free(dact); free(dga); free(dup); free(dmm); free(dn);
+    ffree(dh); ffree(dact); ffree(dga); ffree(dup); ffree(dmm); ffree(dn);
     return rc;
 }
 
@@ -390,7 +450,7 @@ static bn_train_graph *forward_layers(const bn_model *m, bn_lora *l, const int32
     for (int t = 0; t < n; t++)
         if (bn_weight_row_f32(&m->w.token_embd, tokens[t], x + (size_t)t * H) != 0) {
             bn_err(err, errlen, "training: cannot read embedding row %d", tokens[t]);
-            free(x);
+            ffree(x);
             bn_train_graph_free(g);
             return NULL;
         }
@@ -401,13 +461,13 @@ static bn_train_graph *forward_layers(const bn_model *m, bn_lora *l, const int32
         acts_t a = {0};
         int rc = layer_fwd(&c, il, x, x_out, &a);
         acts_free(&a);
-        if (rc) { free(x_out); bn_train_graph_free(g); return NULL; }
+        if (rc) { ffree(x_out); bn_train_graph_free(g); return NULL; }
         x = x_out;
     }
     g->x_last = fzeros((size_t)H);
     memcpy(g->x_last, x + (size_t)(n - 1) * H, sizeof(float) * H);
     if (keep_all) g->x_final = x;
-    else free(x);
+    else ffree(x);
     return g;
 }
 
@@ -424,7 +484,7 @@ bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *t
     ctx_t ch = c;
     ch.T = 1;
     int rc = lin_fwd(&ch, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, &g->head_drop);
-    free(xf);
+    ffree(xf);
     if (rc) { bn_train_graph_free(g); return NULL; }
     return g;
 }
@@ -442,23 +502,23 @@ int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t
     int rc = lin_bwd(&ch, -1, BN_LORA_HEAD, &m->w.output, xf, g->head_drop, dlogits, dxf);
     float *dx = fzeros((size_t)H * T), *dx_prev = fzeros((size_t)H * T);
     if (rc == 0) bn_rmsnorm_bwd(g->x_last, F(&m->w.output_norm), H, 1, cf->norm_eps, dxf, dx + (size_t)(T - 1) * H);
-    free(xf);
-    free(dxf);
+    ffree(xf);
+    ffree(dxf);
     for (int il = L - 1; il >= 0 && rc == 0; il--) {
         bn_rng rng = g->layer_rng[il];
         c.rng = g->use_dropout ? &rng : NULL;
         acts_t a = {0};
         float *x_out = fzeros((size_t)H * T);
         rc = layer_fwd(&c, il, g->x_in[il], x_out, &a); // recompute (same dropout masks)
-        free(x_out);
+        ffree(x_out);
         if (rc == 0) rc = layer_bwd(&c, il, g->x_in[il], &a, dx, dx_prev);
         acts_free(&a);
         float *tmp = dx;
         dx = dx_prev;
         dx_prev = tmp;
     }
-    free(dx);
-    free(dx_prev);
+    ffree(dx);
+    ffree(dx_prev);
     return rc;
 }
 
@@ -475,7 +535,7 @@ bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, i
     for (int t = 0; t < n; t++)
         bn_rmsnorm(xf + (size_t)t * H, g->x_final + (size_t)t * H, F(&m->w.output_norm), H, cf->norm_eps);
     int rc = lin_fwd(&c, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, NULL);
-    free(xf);
+    ffree(xf);
     if (rc) { bn_train_graph_free(g); return NULL; }
     return g;
 }
@@ -497,13 +557,13 @@ int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_wei
         if (grads->output_norm.data)
             bn_rmsnorm_wgrad(g->x_final, H, T, cf->norm_eps, dxf, (float *)grads->output_norm.data);
     }
-    free(xf);
-    free(dxf);
+    ffree(xf);
+    ffree(dxf);
     for (int il = L - 1; il >= 0 && rc == 0; il--) {
         acts_t a = {0};
         float *x_out = fzeros((size_t)H * T);
         rc = layer_fwd(&c, il, g->x_in[il], x_out, &a); // recompute
-        free(x_out);
+        ffree(x_out);
         if (rc == 0) {
             memset(dx_prev, 0, sizeof(float) * H * T);
             rc = layer_bwd(&c, il, g->x_in[il], &a, dx, dx_prev);
@@ -520,8 +580,8 @@ int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_wei
             float *row = demb + (size_t)g->tokens[t] * H;
             for (int i = 0; i < H; i++) row[i] += dx[(size_t)t * H + i];
         }
-    free(dx);
-    free(dx_prev);
+    ffree(dx);
+    ffree(dx_prev);
     return rc;
 }
 
@@ -529,13 +589,13 @@ void bn_train_graph_free(bn_train_graph *g) {
     if (!g) return;
     if (g->x_in) {
         // layer inputs: x_in[0] is the embedding buffer; x_in[il+1] the output of layer il
-        for (int il = 0; il < g->m->cfg.n_layer; il++) free(g->x_in[il]);
-        free(g->x_in);
+        for (int il = 0; il < g->m->cfg.n_layer; il++) ffree(g->x_in[il]);
+        ffree(g->x_in);
     }
-    free(g->x_last);
-    free(g->head_drop);
-    free(g->layer_rng);
-    free(g->x_final);
-    free(g->tokens);
-    free(g);
+    ffree(g->x_last);
+    ffree(g->head_drop);
+    ffree(g->layer_rng);
+    ffree(g->x_final);
+    ffree(g->tokens);
+    ffree(g);
 }
