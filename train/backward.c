@@ -14,6 +14,25 @@
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+#if defined(__x86_64__) || defined(__i386__)
+// hsum8: Σ of the 8 lanes.
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// have_avx2_fma: the CPU runs the avx2,fma kernels of this file (checked once).
+static int have_avx2_fma(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return cached;
+}
+#else
+static int have_avx2_fma(void) { return 0; }
+#endif
+
 // ---- linear + LoRA --------------------------------------------------------------------------
 
 // Rows of W dequantized per chunk: at most ~4M floats (16 MiB) at a time.
@@ -305,6 +324,27 @@ void bn_attn_fwd(const float *q, const float *k, const float *v, int T, int hd, 
     bn_parallel_for(g_pool, (int64_t)T * nh, attn_fwd_task, &j);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// attn_bwd_row_avx2: for one query (p, h) with probabilities P[0..p] and dP[τ] = do·v(τ): dq += scale·Σ dS·k(τ),
+// dk(τ) += scale·dS·q, dv(τ) += P·do with dS = P(dP − rowsum); hd % 8 == 0, NULL outputs skipped.
+__attribute__((target("avx2,fma")))
+static void attn_bwd_row_avx2(const float *qh, const float *doh, const float *k, int p, int hd, int nkv, int kvh,
+                              float scale, const float *P, const float *dP, float rowsum, float *dqh, float *dk,
+                              float *dv) {
+    for (int tau = 0; tau <= p; tau++) {
+        size_t kvoff = ((size_t)tau * nkv + kvh) * hd;
+        const float *kr = k + kvoff;
+        const __m256 c = _mm256_set1_ps(scale * P[tau] * (dP[tau] - rowsum)), pt = _mm256_set1_ps(P[tau]);
+        float *dkr = dk ? dk + kvoff : NULL, *dvr = dv ? dv + kvoff : NULL;
+        for (int d = 0; d < hd; d += 8) {
+            if (dqh) _mm256_storeu_ps(dqh + d, _mm256_fmadd_ps(c, _mm256_loadu_ps(kr + d), _mm256_loadu_ps(dqh + d)));
+            if (dkr) _mm256_storeu_ps(dkr + d, _mm256_fmadd_ps(c, _mm256_loadu_ps(qh + d), _mm256_loadu_ps(dkr + d)));
+            if (dvr) _mm256_storeu_ps(dvr + d, _mm256_fmadd_ps(pt, _mm256_loadu_ps(doh + d), _mm256_loadu_ps(dvr + d)));
+        }
+    }
+}
+#endif
+
 // attn_bwd_task: items are kv heads; each handles its q heads at every position, so dk/dv
 // (per kv head) and dq (per q head) are written by one task only.
 static void attn_bwd_task(void *ctx, int64_t i0, int64_t i1, int tid) {
@@ -326,6 +366,13 @@ static void attn_bwd_task(void *ctx, int64_t i0, int64_t i1, int tid) {
                     dP[tau] = s;
                     rowsum += (double)s * P[tau];
                 }
+#if defined(__x86_64__) || defined(__i386__)
+                if (have_avx2_fma() && hd % 8 == 0) {
+                    attn_bwd_row_avx2(qh, doh, j->k, p, hd, nkv, (int)kvh, scale, P, dP, (float)rowsum,
+                                      j->dq ? j->dq + ((size_t)p * nh + h) * hd : NULL, j->dk, j->dv);
+                    continue;
+                }
+#endif
                 for (int tau = 0; tau <= p; tau++) {
                     float dS = P[tau] * (dP[tau] - (float)rowsum);
                     const float *kr = j->k + ((size_t)tau * nkv + kvh) * hd;
@@ -431,14 +478,6 @@ void bn_conv1d_silu_bwd(const float *mix, const float *state0, const float *w, i
 #define SIDX(i, j) ((size_t)(j) * dk + (i))
 
 #if defined(__x86_64__) || defined(__i386__)
-// hsum8: Σ of the 8 lanes.
-__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 // gdn_bwd_step_avx2: one reverse step of the recurrence (the scalar loop of gdn_bwd_head, fused per
 // value row jj into two passes over dk); dk % 8 == 0. Adds into dqh/dkh/dvh (NULL = not wanted),
 // *dbeta_acc and *dalpha_acc; dS becomes dS_{t−1} as in the scalar code. scratch: 2·dk floats.
@@ -511,14 +550,6 @@ static void gdn_step_avx2(float *S, const float *Sin, const float *q, const floa
     }
 }
 
-// have_avx2_fma: the CPU runs gdn_bwd_step_avx2 (checked once).
-static int have_avx2_fma(void) {
-    static int cached = -1;
-    if (cached < 0) cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return cached;
-}
-#else
-static int have_avx2_fma(void) { return 0; }
 #endif
 
 // gdn_step_from: S = one forward step of the recurrence from state Sin (bn_gdn_step semantics; Sin may
