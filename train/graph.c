@@ -11,6 +11,12 @@
 #include "quant/quant.h"
 #include "train/backward.h"
 
+// lin_saved: what lin_fwd keeps of one LoRA projection for lin_bwd.
+typedef struct {
+    float *drop; // {n_in, T}: LoRA input dropout mask (NULL = none)
+    float *ax;   // {r, T}: A·(x ⊙ drop) (NULL = recompute)
+} lin_saved;
+
 struct bn_train_graph {
     const bn_model *m;
     bn_lora *l;
@@ -18,7 +24,7 @@ struct bn_train_graph {
     int32_t *tokens;
     float **x_in;        // [n_layer] {H, T}: input of each layer
     float *x_last;       // {H}: final residual stream at the last position
-    float *head_drop;    // {H}: dropout mask of the LM-head LoRA input (NULL = none)
+    lin_saved head;      // LM-head LoRA: dropout mask {H} (NULL = none); ax unused
     bn_rng *layer_rng;   // [n_layer]: RNG state at the start of each layer (dropout replay)
     bool use_dropout;
     float *x_final;      // {H, T}: final residual stream at every position (bn_train_forward_all only)
@@ -31,7 +37,7 @@ typedef struct {
     float *mix, *z, *b, *a, *beta, *g, *conv, *q, *k, *v, *qn, *kn, *o, *y;
     // attention
     float *qg, *kr, *vr, *qr, *gate, *qa, *ka, *att, *og;
-    float *drop[BN_LORA_N_TARGETS];                // LoRA input dropout masks per projection
+    lin_saved lin[BN_LORA_N_TARGETS];              // LoRA dropout masks and A·x per projection
 } acts_t;
 
 // ---- buffer reuse ---------------------------------------------------------------------------------
@@ -140,18 +146,20 @@ static bool lora_of(const ctx_t *c, int layer, int target, bn_lora_view *v) {
     return true;
 }
 
-// lin_fwd: y {n_out, T} = W x (+ bias) (+ LoRA with dropout mask drawn into *drop).
+// lin_fwd: y {n_out, T} = W x (+ bias) (+ LoRA with dropout mask drawn into sv->drop; A·x kept in sv->ax
+// for lin_bwd when keep_ax is set).
 static int lin_fwd(const ctx_t *c, int layer, int target, const bn_weight *W, const bn_weight *bias,
-                   const float *x, float *y, float **drop) {
+                   const float *x, float *y, lin_saved *sv, bool keep_ax) {
     bn_lora_view v;
-    bool has = lora_of(c, layer, target, &v);
+    bool has = lora_of(c, layer, target, &v) && sv;
     const float *mask = NULL;
     if (has && c->rng && c->l->dropout > 0) {
-        *drop = fbuf((size_t)W->ne[0] * c->T, false);
-        bn_lora_dropout_mask(c->rng, c->l->dropout, W->ne[0] * c->T, *drop);
-        mask = *drop;
+        sv->drop = fbuf((size_t)W->ne[0] * c->T, false);
+        bn_lora_dropout_mask(c->rng, c->l->dropout, W->ne[0] * c->T, sv->drop);
+        mask = sv->drop;
     }
-    if (bn_linear_lora_fwd(W, has ? &v : NULL, x, c->T, mask, y, NULL, c->err, c->errlen) < 0) return -1;
+    float *ax = has && keep_ax ? (sv->ax = fbuf((size_t)v.r * c->T, false)) : NULL; // {r, T}
+    if (bn_linear_lora_fwd(W, has ? &v : NULL, x, c->T, mask, y, ax, c->err, c->errlen) < 0) return -1;
     if (bias && bias->data) {
         const float *bb = bias->data;
         for (int t = 0; t < c->T; t++)
@@ -160,12 +168,14 @@ static int lin_fwd(const ctx_t *c, int layer, int target, const bn_weight *W, co
     return 0;
 }
 
-// lin_bwd: dx += Wᵀdy (+ LoRA part); LoRA gradients into l->grads.
-static int lin_bwd(const ctx_t *c, int layer, int target, const bn_weight *W, const float *x, const float *drop,
+// lin_bwd: dx += Wᵀdy (+ LoRA part with sv's mask and A·x, recomputed when sv->ax is NULL); LoRA gradients
+// into l->grads.
+static int lin_bwd(const ctx_t *c, int layer, int target, const bn_weight *W, const float *x, const lin_saved *sv,
                    const float *dy, float *dx) {
     bn_lora_view v;
     bool has = lora_of(c, layer, target, &v);
-    int rc = bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, has ? drop : NULL, NULL, dy, dx, c->err, c->errlen);
+    const float *drop = has && sv ? sv->drop : NULL, *ax = has && sv ? sv->ax : NULL;
+    int rc = bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, drop, ax, dy, dx, c->err, c->errlen);
     float *dW = grad_of(c, W);
     if (rc == 0 && dW) bn_linear_wgrad(x, dy, W->ne[0], W->ne[1], c->T, dW);
     return rc;
@@ -181,10 +191,10 @@ static int gdn_fwd(const ctx_t *c, int il, acts_t *a) {
     const int C = 2 * Hk * dk + Hv * dv, K = cf->ssm_conv_kernel, H = cf->n_embd;
     a->mix = fzeros((size_t)C * T); a->z = fzeros((size_t)Hv * dv * T);
     a->b = fzeros((size_t)Hv * T); a->a = fzeros((size_t)Hv * T);
-    if (lin_fwd(c, il, BN_LORA_QKV, &lw->attn_qkv, NULL, a->n, a->mix, &a->drop[target_slot(BN_LORA_QKV)]) ||
-        lin_fwd(c, il, BN_LORA_Z, &lw->attn_gate, NULL, a->n, a->z, &a->drop[target_slot(BN_LORA_Z)]) ||
-        lin_fwd(c, il, BN_LORA_BETA, &lw->ssm_beta, NULL, a->n, a->b, &a->drop[target_slot(BN_LORA_BETA)]) ||
-        lin_fwd(c, il, BN_LORA_ALPHA, &lw->ssm_alpha, NULL, a->n, a->a, &a->drop[target_slot(BN_LORA_ALPHA)]))
+    if (lin_fwd(c, il, BN_LORA_QKV, &lw->attn_qkv, NULL, a->n, a->mix, &a->lin[target_slot(BN_LORA_QKV)], true) ||
+        lin_fwd(c, il, BN_LORA_Z, &lw->attn_gate, NULL, a->n, a->z, &a->lin[target_slot(BN_LORA_Z)], true) ||
+        lin_fwd(c, il, BN_LORA_BETA, &lw->ssm_beta, NULL, a->n, a->b, &a->lin[target_slot(BN_LORA_BETA)], true) ||
+        lin_fwd(c, il, BN_LORA_ALPHA, &lw->ssm_alpha, NULL, a->n, a->a, &a->lin[target_slot(BN_LORA_ALPHA)], true))
         return -1;
     a->beta = fzeros((size_t)Hv * T); a->g = fzeros((size_t)Hv * T);
     for (int t = 0; t < T; t++)
@@ -218,7 +228,8 @@ static int gdn_fwd(const ctx_t *c, int il, acts_t *a) {
             bn_gated_rmsnorm(a->y + off, a->o + off, a->z + off, F(&lw->ssm_norm), dv, cf->norm_eps);
         }
     a->mo = fzeros((size_t)H * T);
-    return lin_fwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, NULL, a->y, a->mo, &a->drop[target_slot(BN_LORA_SSM_OUT)]);
+    return lin_fwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, NULL, a->y, a->mo,
+                   &a->lin[target_slot(BN_LORA_SSM_OUT)], true);
 }
 
 // gdn_bwd: dn += ∂L/∂n from dmo (dn NULL: only the LoRA gradients).
@@ -233,7 +244,7 @@ static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, fl
     float *dq = fzeros((size_t)Hk * dk * T), *dk_ = fzeros((size_t)Hk * dk * T), *dqs = fzeros((size_t)Hk * dk * T);
     float *dg = fzeros((size_t)Hv * T), *dbeta = fzeros((size_t)Hv * T), *db = fzeros((size_t)Hv * T), *da = fzeros((size_t)Hv * T);
     float *dconv = fzeros((size_t)C * T), *dmix = fzeros((size_t)C * T);
-    if (lin_bwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, a->drop[target_slot(BN_LORA_SSM_OUT)], dmo, dy)) goto out;
+    if (lin_bwd(c, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, &a->lin[target_slot(BN_LORA_SSM_OUT)], dmo, dy)) goto out;
     bn_gated_rmsnorm_bwd(a->o, a->z, F(&lw->ssm_norm), dv, T * Hv, cf->norm_eps, dy, do_, dz);
     if (grad_of(c, &lw->ssm_norm)) bn_gated_rmsnorm_wgrad(a->o, a->z, dv, T * Hv, cf->norm_eps, dy, grad_of(c, &lw->ssm_norm));
     bn_gdn_bwd(T, Hk, Hv, dk, dv, a->qn, a->kn, a->v, a->g, a->beta, NULL, do_, NULL, 0, dqn, dkn, dvv, dg, dbeta, NULL);
@@ -255,10 +266,10 @@ static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, fl
         bn_gdn_gate_param_grad(a->a, F(&lw->ssm_dt), F(&lw->ssm_a), Hv, T, dg, grad_of(c, &lw->ssm_dt),
                                grad_of(c, &lw->ssm_a));
     }
-    if (lin_bwd(c, il, BN_LORA_QKV, &lw->attn_qkv, a->n, a->drop[target_slot(BN_LORA_QKV)], dmix, dn) ||
-        lin_bwd(c, il, BN_LORA_Z, &lw->attn_gate, a->n, a->drop[target_slot(BN_LORA_Z)], dz, dn) ||
-        lin_bwd(c, il, BN_LORA_BETA, &lw->ssm_beta, a->n, a->drop[target_slot(BN_LORA_BETA)], db, dn) ||
-        lin_bwd(c, il, BN_LORA_ALPHA, &lw->ssm_alpha, a->n, a->drop[target_slot(BN_LORA_ALPHA)], da, dn))
+    if (lin_bwd(c, il, BN_LORA_QKV, &lw->attn_qkv, a->n, &a->lin[target_slot(BN_LORA_QKV)], dmix, dn) ||
+        lin_bwd(c, il, BN_LORA_Z, &lw->attn_gate, a->n, &a->lin[target_slot(BN_LORA_Z)], dz, dn) ||
+        lin_bwd(c, il, BN_LORA_BETA, &lw->ssm_beta, a->n, &a->lin[target_slot(BN_LORA_BETA)], db, dn) ||
+        lin_bwd(c, il, BN_LORA_ALPHA, &lw->ssm_alpha, a->n, &a->lin[target_slot(BN_LORA_ALPHA)], da, dn))
         goto out;
     rc = 0;
 out:
@@ -277,9 +288,9 @@ static int attn_fwd(const ctx_t *c, int il, acts_t *a) {
     const bool gated = cf->arch == BN_ARCH_QWEN35;
     const int q_stride = nh * hd * (gated ? 2 : 1), kv_dim = nkv * hd;
     a->qg = fzeros((size_t)q_stride * T); a->kr = fzeros((size_t)kv_dim * T); a->vr = fzeros((size_t)kv_dim * T);
-    if (lin_fwd(c, il, BN_LORA_Q, &lw->attn_q, &lw->attn_q_bias, a->n, a->qg, &a->drop[target_slot(BN_LORA_Q)]) ||
-        lin_fwd(c, il, BN_LORA_K, &lw->attn_k, &lw->attn_k_bias, a->n, a->kr, &a->drop[target_slot(BN_LORA_K)]) ||
-        lin_fwd(c, il, BN_LORA_V, &lw->attn_v, &lw->attn_v_bias, a->n, a->vr, &a->drop[target_slot(BN_LORA_V)]))
+    if (lin_fwd(c, il, BN_LORA_Q, &lw->attn_q, &lw->attn_q_bias, a->n, a->qg, &a->lin[target_slot(BN_LORA_Q)], true) ||
+        lin_fwd(c, il, BN_LORA_K, &lw->attn_k, &lw->attn_k_bias, a->n, a->kr, &a->lin[target_slot(BN_LORA_K)], true) ||
+        lin_fwd(c, il, BN_LORA_V, &lw->attn_v, &lw->attn_v_bias, a->n, a->vr, &a->lin[target_slot(BN_LORA_V)], true))
         return -1;
     a->qr = fzeros((size_t)nh * hd * T); a->gate = fzeros((size_t)nh * hd * T);
     a->qa = fzeros((size_t)nh * hd * T); a->ka = fzeros((size_t)kv_dim * T);
@@ -305,7 +316,7 @@ static int attn_fwd(const ctx_t *c, int il, acts_t *a) {
     if (gated) bn_sigmoid_gate(a->og, a->att, a->gate, nh * hd * T);
     else memcpy(a->og, a->att, sizeof(float) * nh * hd * T);
     a->mo = fzeros((size_t)H * T);
-    return lin_fwd(c, il, BN_LORA_O, &lw->attn_output, NULL, a->og, a->mo, &a->drop[target_slot(BN_LORA_O)]);
+    return lin_fwd(c, il, BN_LORA_O, &lw->attn_output, NULL, a->og, a->mo, &a->lin[target_slot(BN_LORA_O)], true);
 }
 
 static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, float *dn) {
@@ -319,7 +330,7 @@ static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, f
     float *dog = fzeros(nq), *datt = fzeros(nq), *dgate = fzeros(nq), *dqa = fzeros(nq), *dka = fzeros(nk);
     float *dvr = fzeros(nk), *dqn = fzeros(nq), *dkn = fzeros(nk), *dqr = fzeros(nq), *dkr = fzeros(nk);
     float *dqg = fzeros((size_t)q_stride * T);
-    if (lin_bwd(c, il, BN_LORA_O, &lw->attn_output, a->og, a->drop[target_slot(BN_LORA_O)], dmo, dog)) goto out;
+    if (lin_bwd(c, il, BN_LORA_O, &lw->attn_output, a->og, &a->lin[target_slot(BN_LORA_O)], dmo, dog)) goto out;
     if (gated) bn_sigmoid_gate_bwd(a->att, a->gate, (int64_t)nq, dog, datt, dgate);
     else memcpy(datt, dog, sizeof(float) * nq);
     bn_attn_bwd(a->qa, a->ka, a->vr, T, hd, nh, nkv, 1.0f / sqrtf((float)hd), datt, dqa, dka, dvr);
@@ -340,13 +351,14 @@ static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, f
             memcpy(dst, dqr + off, sizeof(float) * hd);
             if (gated) memcpy(dst + hd, dgate + off, sizeof(float) * hd);
         }
-    if (lin_bwd(c, il, BN_LORA_Q, &lw->attn_q, a->n, a->drop[target_slot(BN_LORA_Q)], dqg, dn) ||
-        lin_bwd(c, il, BN_LORA_K, &lw->attn_k, a->n, a->drop[target_slot(BN_LORA_K)], dkr, dn) ||
-        lin_bwd(c, il, BN_LORA_V, &lw->attn_v, a->n, a->drop[target_slot(BN_LORA_V)], dvr, dn))
+    if (lin_bwd(c, il, BN_LORA_Q, &lw->attn_q, a->n, &a->lin[target_slot(BN_LORA_Q)], dqg, dn) ||
+        lin_bwd(c, il, BN_LORA_K, &lw->attn_k, a->n, &a->lin[target_slot(BN_LORA_K)], dkr, dn) ||
+        lin_bwd(c, il, BN_LORA_V, &lw->attn_v, a->n, &a->lin[target_slot(BN_LORA_V)], dvr, dn))
         goto out;
     rc = 0;
 out:
-    ffree(dog); ffree(datt); ffree(dgate); ffree(dqa); ffree(dka); ffree(dvr); ffree(dqn); ffree(dkn); ffree(dqr); ffree(dkr); ffree(dqg);
+    ffree(dog); ffree(datt); ffree(dgate); ffree(dqa); ffree(dka); ffree(dvr);
+    ffree(dqn); ffree(dkn); ffree(dqr); ffree(dkr); ffree(dqg);
     return rc;
 }
 
@@ -365,11 +377,12 @@ static int layer_fwd(const ctx_t *c, int il, const float *x_in, float *x_out, ac
     for (int t = 0; t < T; t++)
         bn_rmsnorm(a->mm + (size_t)t * H, a->h + (size_t)t * H, F(&lw->post_attention_norm), H, cf->norm_eps);
     a->ga = fzeros((size_t)Ff * T); a->up = fzeros((size_t)Ff * T); a->act = fzeros((size_t)Ff * T);
-    if (lin_fwd(c, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, &a->drop[target_slot(BN_LORA_GATE)]) ||
-        lin_fwd(c, il, BN_LORA_UP, &lw->ffn_up, NULL, a->mm, a->up, &a->drop[target_slot(BN_LORA_UP)]))
+    if (lin_fwd(c, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, &a->lin[target_slot(BN_LORA_GATE)], true) ||
+        lin_fwd(c, il, BN_LORA_UP, &lw->ffn_up, NULL, a->mm, a->up, &a->lin[target_slot(BN_LORA_UP)], true))
         return -1;
     bn_swiglu(a->act, a->ga, a->up, Ff * T);
-    if (lin_fwd(c, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, x_out, &a->drop[target_slot(BN_LORA_DOWN)])) return -1;
+    if (lin_fwd(c, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, x_out,
+                &a->lin[target_slot(BN_LORA_DOWN)], true)) return -1;
     for (size_t i = 0; i < (size_t)H * T; i++) x_out[i] += a->h[i];
     return 0;
 }
@@ -383,10 +396,10 @@ static int layer_bwd(const ctx_t *c, int il, const float *x_in, const acts_t *a,
     float *dh = fzeros((size_t)H * T), *dact = fzeros((size_t)Ff * T), *dga = fzeros((size_t)Ff * T);
     float *dup = fzeros((size_t)Ff * T), *dmm = fzeros((size_t)H * T), *dn = fzeros((size_t)H * T);
     memcpy(dh, dx_out, sizeof(float) * H * T);
-    if (lin_bwd(c, il, BN_LORA_DOWN, &lw->ffn_down, a->act, a->drop[target_slot(BN_LORA_DOWN)], dx_out, dact)) goto out;
+    if (lin_bwd(c, il, BN_LORA_DOWN, &lw->ffn_down, a->act, &a->lin[target_slot(BN_LORA_DOWN)], dx_out, dact)) goto out;
     bn_swiglu_bwd(a->ga, a->up, (int64_t)Ff * T, dact, dga, dup);
-    if (lin_bwd(c, il, BN_LORA_GATE, &lw->ffn_gate, a->mm, a->drop[target_slot(BN_LORA_GATE)], dga, dmm) ||
-        lin_bwd(c, il, BN_LORA_UP, &lw->ffn_up, a->mm, a->drop[target_slot(BN_LORA_UP)], dup, dmm))
+    if (lin_bwd(c, il, BN_LORA_GATE, &lw->ffn_gate, a->mm, &a->lin[target_slot(BN_LORA_GATE)], dga, dmm) ||
+        lin_bwd(c, il, BN_LORA_UP, &lw->ffn_up, a->mm, &a->lin[target_slot(BN_LORA_UP)], dup, dmm))
         goto out;
     bn_rmsnorm_bwd(a->h, F(&lw->post_attention_norm), H, T, cf->norm_eps, dmm, dh);
     if (grad_of(c, &lw->post_attention_norm))
@@ -483,7 +496,7 @@ bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *t
     bn_rmsnorm(xf, g->x_last, F(&m->w.output_norm), H, cf->norm_eps);
     ctx_t ch = c;
     ch.T = 1;
-    int rc = lin_fwd(&ch, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, &g->head_drop);
+    int rc = lin_fwd(&ch, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, &g->head, false);
     ffree(xf);
     if (rc) { bn_train_graph_free(g); return NULL; }
     return g;
@@ -499,7 +512,7 @@ int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t
     bn_rmsnorm(xf, g->x_last, F(&m->w.output_norm), H, cf->norm_eps);
     ctx_t ch = c;
     ch.T = 1;
-    int rc = lin_bwd(&ch, -1, BN_LORA_HEAD, &m->w.output, xf, g->head_drop, dlogits, dxf);
+    int rc = lin_bwd(&ch, -1, BN_LORA_HEAD, &m->w.output, xf, &g->head, dlogits, dxf);
     float *dx = fzeros((size_t)H * T), *dx_prev = fzeros((size_t)H * T);
     if (rc == 0) bn_rmsnorm_bwd(g->x_last, F(&m->w.output_norm), H, 1, cf->norm_eps, dxf, dx + (size_t)(T - 1) * H);
     ffree(xf);
@@ -534,7 +547,7 @@ bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, i
     float *xf = fzeros((size_t)H * n);
     for (int t = 0; t < n; t++)
         bn_rmsnorm(xf + (size_t)t * H, g->x_final + (size_t)t * H, F(&m->w.output_norm), H, cf->norm_eps);
-    int rc = lin_fwd(&c, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, NULL);
+    int rc = lin_fwd(&c, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, NULL, false);
     ffree(xf);
     if (rc) { bn_train_graph_free(g); return NULL; }
     return g;
@@ -593,7 +606,7 @@ void bn_train_graph_free(bn_train_graph *g) {
         ffree(g->x_in);
     }
     ffree(g->x_last);
-    ffree(g->head_drop);
+    ffree(g->head.drop);
     ffree(g->layer_rng);
     ffree(g->x_final);
     ffree(g->tokens);
