@@ -3,7 +3,7 @@
 // >= 35 % of the sgemm rate). FLOPs are counted as 6·N_mm per token (forward 2N + recompute 2N +
 // backward-data 2N, MODEL.md §10.4; N_mm = weights of the projections, head excluded: FTPO reads
 // the last position only). LoRA: r 32 on q,k,v,o,gate,up,down (the seeds' recipe).
-// Usage: bench_train [preset ...] [--tokens T] [--reps R] [--threads N]
+// Usage: bench_train [preset ...] [--tokens T] [--reps R] [--threads N] [--type f32|f16|bf16]
 //        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own)
 #include "core/mkmodel.h"
 #include "core/model.h"
@@ -49,11 +49,15 @@ static int64_t matmul_params(const bn_model *m) {
 
 int main(int argc, char **argv) {
     const char *presets[8];
-    int np = 0, T = 256, R = 2, n_threads = bn_n_threads_default();
+    int np = 0, T = 256, R = 2, n_threads = bn_n_threads_default(), wtype = BN_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) R = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
+            wtype = bn_type_from_name(argv[++i]);
+            if (wtype != BN_F32 && wtype != BN_F16 && wtype != BN_BF16) bn_die("--type: f32, f16 or bf16");
+        }
         else if (np < 8) presets[np++] = argv[i];
     }
     if (np == 0) presets[np++] = "tiny", presets[np++] = "small";
@@ -65,7 +69,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < np; p++) {
         bn_mkmodel_params mp;
         if (bn_mkmodel_defaults(&mp, presets[p]) != 0) bn_die("unknown preset %s", presets[p]);
-        mp.type = BN_F32;
+        mp.type = wtype;
         char path[512];
         snprintf(path, sizeof path, "%s/%s.gguf", dir, presets[p]);
         if (bn_mkmodel_write(&mp, path, err, sizeof err) != 0) bn_die("%s", err);
