@@ -327,17 +327,43 @@ void bn_attn_fwd(const float *q, const float *k, const float *v, int T, int hd, 
 #if defined(__x86_64__) || defined(__i386__)
 // attn_bwd_row_avx2: for one query (p, h) with probabilities P[0..p] and dP[τ] = do·v(τ): dq += scale·Σ dS·k(τ),
 // dk(τ) += scale·dS·q, dv(τ) += P·do with dS = P(dP − rowsum); hd % 8 == 0, NULL outputs skipped.
+// dP is overwritten with scale·dS.
 __attribute__((target("avx2,fma")))
 static void attn_bwd_row_avx2(const float *qh, const float *doh, const float *k, int p, int hd, int nkv, int kvh,
-                              float scale, const float *P, const float *dP, float rowsum, float *dqh, float *dk,
+                              float scale, const float *P, float *dP, float rowsum, float *dqh, float *dk,
                               float *dv) {
+    const size_t kv_stride = (size_t)nkv * hd;
+    for (int tau = 0; tau <= p; tau++) dP[tau] = scale * P[tau] * (dP[tau] - rowsum);
+    if (dqh) { // dq in registers, 32 (then 8) lanes at a time
+        int d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            __m256 a0 = _mm256_loadu_ps(dqh + d), a1 = _mm256_loadu_ps(dqh + d + 8);
+            __m256 a2 = _mm256_loadu_ps(dqh + d + 16), a3 = _mm256_loadu_ps(dqh + d + 24);
+            const float *kr = k + (size_t)kvh * hd + d;
+            for (int tau = 0; tau <= p; tau++, kr += kv_stride) {
+                const __m256 c = _mm256_set1_ps(dP[tau]);
+                a0 = _mm256_fmadd_ps(c, _mm256_loadu_ps(kr), a0);
+                a1 = _mm256_fmadd_ps(c, _mm256_loadu_ps(kr + 8), a1);
+                a2 = _mm256_fmadd_ps(c, _mm256_loadu_ps(kr + 16), a2);
+                a3 = _mm256_fmadd_ps(c, _mm256_loadu_ps(kr + 24), a3);
+            }
+            _mm256_storeu_ps(dqh + d, a0), _mm256_storeu_ps(dqh + d + 8, a1);
+            _mm256_storeu_ps(dqh + d + 16, a2), _mm256_storeu_ps(dqh + d + 24, a3);
+        }
+        for (; d < hd; d += 8) {
+            __m256 a0 = _mm256_loadu_ps(dqh + d);
+            const float *kr = k + (size_t)kvh * hd + d;
+            for (int tau = 0; tau <= p; tau++, kr += kv_stride)
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(dP[tau]), _mm256_loadu_ps(kr), a0);
+            _mm256_storeu_ps(dqh + d, a0);
+        }
+    }
+    if (!dk && !dv) return;
     for (int tau = 0; tau <= p; tau++) {
-        size_t kvoff = ((size_t)tau * nkv + kvh) * hd;
-        const float *kr = k + kvoff;
-        const __m256 c = _mm256_set1_ps(scale * P[tau] * (dP[tau] - rowsum)), pt = _mm256_set1_ps(P[tau]);
+        size_t kvoff = (size_t)tau * kv_stride + (size_t)kvh * hd;
+        const __m256 c = _mm256_set1_ps(dP[tau]), pt = _mm256_set1_ps(P[tau]);
         float *dkr = dk ? dk + kvoff : NULL, *dvr = dv ? dv + kvoff : NULL;
         for (int d = 0; d < hd; d += 8) {
-            if (dqh) _mm256_storeu_ps(dqh + d, _mm256_fmadd_ps(c, _mm256_loadu_ps(kr + d), _mm256_loadu_ps(dqh + d)));
             if (dkr) _mm256_storeu_ps(dkr + d, _mm256_fmadd_ps(c, _mm256_loadu_ps(qh + d), _mm256_loadu_ps(dkr + d)));
             if (dvr) _mm256_storeu_ps(dvr + d, _mm256_fmadd_ps(pt, _mm256_loadu_ps(doh + d), _mm256_loadu_ps(dvr + d)));
         }
