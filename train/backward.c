@@ -566,6 +566,11 @@ static void gdn_step_avx2(float *S, const float *Sin, const float *q, const floa
             au = _mm256_fmadd_ps(r, _mm256_loadu_ps(k + i), au);
         }
         const __m256 vd = _mm256_set1_ps(beta * (v[j] - hsum8(au)));
+        if (!o) { // state only (the backward's recompute)
+            for (int i = 0; i < dk; i += 8)
+                _mm256_storeu_ps(row + i, _mm256_fmadd_ps(vd, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i)));
+            continue;
+        }
         __m256 ao = _mm256_setzero_ps();
         for (int i = 0; i < dk; i += 8) {
             __m256 r = _mm256_fmadd_ps(vd, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
@@ -579,7 +584,7 @@ static void gdn_step_avx2(float *S, const float *Sin, const float *q, const floa
 #endif
 
 // gdn_step_from: S = one forward step of the recurrence from state Sin (bn_gdn_step semantics; Sin may
-// equal S; SIMD when available).
+// equal S; SIMD when available). o may be NULL (state only) on the SIMD path: see gdn_out_optional.
 static void gdn_step_from(float *S, const float *Sin, const float *q, const float *k, const float *v, float alpha,
                           float beta, float *o, int dk, int dv) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -588,6 +593,9 @@ static void gdn_step_from(float *S, const float *Sin, const float *q, const floa
     if (S != Sin) memcpy(S, Sin, (size_t)dk * dv * sizeof(float));
     bn_gdn_step(S, q, k, v, alpha, beta, o, dk, dv);
 }
+
+// gdn_out_optional: gdn_step_from accepts o == NULL for head size dk.
+static bool gdn_out_optional(int dk) { return have_avx2_fma() && dk % 8 == 0; }
 
 // gdn_step: one in-place forward step of the recurrence.
 static void gdn_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
@@ -638,6 +646,7 @@ void bn_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const flo
 static void gdn_bwd_head(const gdn_job *j, int h, float *ckpt, float *chunk, float *dS, float *scratch, float *o_dummy) {
     const int T = j->T, Hk = j->Hk, Hv = j->Hv, dk = j->dk, dv = j->dv, CK = j->CK, kh = h % Hk;
     const float *q = j->q, *k = j->k, *v = j->v, *g = j->g, *beta = j->beta;
+    o_dummy = gdn_out_optional(dk) ? NULL : o_dummy; // outputs of the recompute are not needed
     float *dq = j->dq, *dk_ = j->dk_, *dv_ = j->dv_, *dg = j->dg, *dbeta = j->dbeta;
     size_t ssz = (size_t)dk * dv;
     float *u = scratch, *delta = u + dv, *ddelta = delta + dv, *du = ddelta + dv;
