@@ -120,7 +120,60 @@ typedef struct {
     char *err;
     size_t errlen;
     const bn_weights *gw; // full-parameter gradients shaped like m->w (NULL = LoRA mode)
+    const bn_layer_weights *lw_f32; // layer lw_f32_il with its non-F32 weights dequantized (NULL = none)
+    int lw_f32_il;
 } ctx_t;
+
+// layer_w: the weights of layer il (the dequantized copy while the backward holds one).
+static const bn_layer_weights *layer_w(const ctx_t *c, int il) {
+    return c->lw_f32 && c->lw_f32_il == il ? c->lw_f32 : &c->m->w.layers[il];
+}
+
+// Largest dequantized layer copy the backward keeps (its recompute and backward then share one
+// dequantization instead of one each).
+#define LAYER_F32_MAX ((size_t)512 << 20)
+_Static_assert(sizeof(bn_layer_weights) % sizeof(bn_weight) == 0, "bn_layer_weights is a bn_weight array");
+
+// weight_elems: elements of a weight (ne of absent dimensions may be 0 or 1).
+static int64_t weight_elems(const bn_weight *w) {
+    int64_t n = 1;
+    for (int d = 0; d < 4; d++) n *= w->ne[d] > 0 ? w->ne[d] : 1;
+    return n;
+}
+
+// layer_f32_make: *out = layer il of m with every non-F32 weight dequantized; false (nothing held)
+// when the layer is all F32, over LAYER_F32_MAX, or a type cannot be dequantized.
+static bool layer_f32_make(const bn_model *m, int il, bn_layer_weights *out) {
+    const int per = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight));
+    const bn_weight *src = (const bn_weight *)&m->w.layers[il];
+    size_t bytes = 0;
+    for (int i = 0; i < per; i++)
+        if (src[i].data && src[i].type != BN_F32) bytes += (size_t)weight_elems(&src[i]) * sizeof(float);
+    if (bytes == 0 || bytes > LAYER_F32_MAX) return false;
+    *out = m->w.layers[il];
+    bn_weight *dst = (bn_weight *)out;
+    for (int i = 0; i < per; i++) {
+        if (!src[i].data || src[i].type == BN_F32) continue;
+        float *buf = fbuf((size_t)weight_elems(&src[i]), false);
+        dst[i].data = buf;
+        dst[i].type = BN_F32;
+        if (bn_dequantize(src[i].type, src[i].data, buf, weight_elems(&src[i])) != 0) {
+            for (int k = 0; k <= i; k++)
+                if (src[k].data && src[k].type != BN_F32) ffree((void *)dst[k].data);
+            return false;
+        }
+    }
+    return true;
+}
+
+// layer_f32_free: releases the buffers of a layer_f32_make copy of layer il.
+static void layer_f32_free(const bn_model *m, int il, bn_layer_weights *w) {
+    const int per = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight));
+    const bn_weight *src = (const bn_weight *)&m->w.layers[il];
+    bn_weight *dst = (bn_weight *)w;
+    for (int i = 0; i < per; i++)
+        if (src[i].data && src[i].type != BN_F32) ffree((void *)dst[i].data);
+}
 
 // grad_of: the gradient buffer of weight W of c->m (full-parameter mode), or NULL.
 static float *grad_of(const ctx_t *c, const bn_weight *W) {
@@ -186,7 +239,7 @@ static const float *F(const bn_weight *w) { return (const float *)w->data; }
 // ---- Gated DeltaNet mixer ---------------------------------------------------------------------
 static int gdn_fwd(const ctx_t *c, int il, acts_t *a) {
     const bn_config *cf = &c->m->cfg;
-    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const bn_layer_weights *lw = layer_w(c, il);
     const int T = c->T, dk = cf->ssm_d_state, dv = dk, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
     const int C = 2 * Hk * dk + Hv * dv, K = cf->ssm_conv_kernel, H = cf->n_embd;
     a->mix = fzeros((size_t)C * T); a->z = fzeros((size_t)Hv * dv * T);
@@ -235,7 +288,7 @@ static int gdn_fwd(const ctx_t *c, int il, acts_t *a) {
 // gdn_bwd: dn += ∂L/∂n from dmo (dn NULL: only the LoRA gradients).
 static int gdn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, float *dn) {
     const bn_config *cf = &c->m->cfg;
-    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const bn_layer_weights *lw = layer_w(c, il);
     const int T = c->T, dk = cf->ssm_d_state, dv = dk, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
     const int C = 2 * Hk * dk + Hv * dv, K = cf->ssm_conv_kernel;
     int rc = -1;
@@ -283,7 +336,7 @@ static int rope_mode(const bn_config *cf) { return cf->arch == BN_ARCH_LLAMA ? B
 
 static int attn_fwd(const ctx_t *c, int il, acts_t *a) {
     const bn_config *cf = &c->m->cfg;
-    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const bn_layer_weights *lw = layer_w(c, il);
     const int T = c->T, hd = cf->head_dim, nh = cf->n_head, nkv = cf->n_head_kv, H = cf->n_embd;
     const bool gated = cf->arch == BN_ARCH_QWEN35;
     const int q_stride = nh * hd * (gated ? 2 : 1), kv_dim = nkv * hd;
@@ -321,7 +374,7 @@ static int attn_fwd(const ctx_t *c, int il, acts_t *a) {
 
 static int attn_bwd(const ctx_t *c, int il, const acts_t *a, const float *dmo, float *dn) {
     const bn_config *cf = &c->m->cfg;
-    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const bn_layer_weights *lw = layer_w(c, il);
     const int T = c->T, hd = cf->head_dim, nh = cf->n_head, nkv = cf->n_head_kv;
     const bool gated = cf->arch == BN_ARCH_QWEN35;
     const int q_stride = nh * hd * (gated ? 2 : 1), kv_dim = nkv * hd;
@@ -366,7 +419,7 @@ out:
 // layer_fwd: x_out {H, T} = layer(x_in), keeping intermediates in a.
 static int layer_fwd(const ctx_t *c, int il, const float *x_in, float *x_out, acts_t *a) {
     const bn_config *cf = &c->m->cfg;
-    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const bn_layer_weights *lw = layer_w(c, il);
     const int T = c->T, H = cf->n_embd, Ff = cf->n_ff;
     a->n = fzeros((size_t)H * T);
     for (int t = 0; t < T; t++) bn_rmsnorm(a->n + (size_t)t * H, x_in + (size_t)t * H, F(&lw->attn_norm), H, cf->norm_eps);
@@ -390,7 +443,7 @@ static int layer_fwd(const ctx_t *c, int il, const float *x_in, float *x_out, ac
 // layer_bwd: dx_in {H, T} (overwritten) from dx_out.
 static int layer_bwd(const ctx_t *c, int il, const float *x_in, const acts_t *a, const float *dx_out, float *dx_in) {
     const bn_config *cf = &c->m->cfg;
-    const bn_layer_weights *lw = &c->m->w.layers[il];
+    const bn_layer_weights *lw = layer_w(c, il);
     const int T = c->T, H = cf->n_embd, Ff = cf->n_ff;
     int rc = -1;
     float *dh = fzeros((size_t)H * T), *dact = fzeros((size_t)Ff * T), *dga = fzeros((size_t)Ff * T);
@@ -521,11 +574,17 @@ int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t
         bn_rng rng = g->layer_rng[il];
         c.rng = g->use_dropout ? &rng : NULL;
         acts_t a = {0};
+        bn_layer_weights lw_f32;
+        bool have_f32 = layer_f32_make(m, il, &lw_f32); // one dequantization for recompute + backward
+        c.lw_f32 = have_f32 ? &lw_f32 : NULL;
+        c.lw_f32_il = il;
         float *x_out = fzeros((size_t)H * T);
         rc = layer_fwd(&c, il, g->x_in[il], x_out, &a); // recompute (same dropout masks)
         ffree(x_out);
         if (rc == 0) rc = layer_bwd(&c, il, g->x_in[il], &a, dx, dx_prev);
         acts_free(&a);
+        if (have_f32) layer_f32_free(m, il, &lw_f32);
+        c.lw_f32 = NULL;
         float *tmp = dx;
         dx = dx_prev;
         dx_prev = tmp;
