@@ -264,3 +264,25 @@ const char *bn_format_bytes(char *buf, size_t n, double bytes) {
     else snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     return buf;
 }
+
+long long bn_arg_int(const char *tool, const char *opt, const char *s) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 0);
+    if (!*s || *end || errno) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer\n", tool, opt, s);
+        exit(1);
+    }
+    return v;
+}
+
+double bn_arg_float(const char *tool, const char *opt, const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno) {
+        fprintf(stderr, "%s: %s: '%s' is not a number\n", tool, opt, s);
+        exit(1);
+    }
+    return v;
+}

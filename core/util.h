@@ -71,6 +71,12 @@ void bn_lines_close(bn_lines *l);
 // bn_crc32: zlib CRC32 of a buffer, continuing from crc (start with 0).
 uint32_t bn_crc32(uint32_t crc, const void *data, size_t n);
 
+// ---- command-line values ---------------------------------------------------------------------
+// bn_arg_int / bn_arg_float: the value of option opt, parsed strictly (the whole string); on junk
+// they print "<tool>: <opt>: '<s>' is not an integer|a number" and exit 1.
+long long bn_arg_int(const char *tool, const char *opt, const char *s);
+double bn_arg_float(const char *tool, const char *opt, const char *s);
+
 // ---- misc ---------------------------------------------------------------------------------
 // bn_n_threads_default: number of online CPUs (>= 1).
 int bn_n_threads_default(void);

@@ -28,26 +28,9 @@ static void usage(FILE *f) {
             "  --help\n");
 }
 
-// parse_int: strict decimal integer; exits with a message on junk.
-static long long parse_int(const char *opt, const char *s) {
-    char *end;
-    long long v = strtoll(s, &end, 0);
-    if (!*s || *end) {
-        fprintf(stderr, "bonsai-mkmodel: %s: '%s' is not an integer\n", opt, s);
-        exit(1);
-    }
-    return v;
-}
-
-static float parse_float(const char *opt, const char *s) {
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end) {
-        fprintf(stderr, "bonsai-mkmodel: %s: '%s' is not a number\n", opt, s);
-        exit(1);
-    }
-    return v;
-}
+// parse_int / parse_float: strict option values (exit 1 with a message on junk).
+static long long parse_int(const char *opt, const char *s) { return bn_arg_int("bonsai-mkmodel", opt, s); }
+static float parse_float(const char *opt, const char *s) { return (float)bn_arg_float("bonsai-mkmodel", opt, s); }
 
 int main(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny";

@@ -44,11 +44,11 @@ static const char *need(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+// to_int: an integer option value in -1..1e9 (exit 1 with a message otherwise).
 static int to_int(const char *flag, const char *v) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < -1 || x > 1000000000) {
-        fprintf(stderr, "bonsai-serve: %s: '%s' is not a valid number\n", flag, v);
+    long long x = bn_arg_int("bonsai-serve", flag, v);
+    if (x < -1 || x > 1000000000) {
+        fprintf(stderr, "bonsai-serve: %s: %lld is out of range\n", flag, x);
         exit(1);
     }
     return (int)x;
