@@ -13,9 +13,7 @@ void bn_q8_1_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_q8_1 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + i * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
-        float d = amax / 127;
+        float d = bn_amax_ref(x, 32) / 127;
         float id = d ? 1.0f / d : 0.0f;
         b[i].d = bn_fp32_to_fp16(d);
         int sum = 0;

@@ -118,4 +118,12 @@ void bn_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n);
 // mat-vec kernels may also use AVX512-VNNI on 256-bit vectors (AVX512F/BW/VL/VNNI present).
 extern int bn_have_avx2, bn_have_vnni;
 
+// bn_amax_ref: max |x[j]| over n values with ggml's MAX(a, b) = a > b ? a : b (a NaN input
+// propagates), as the reference quantizers q8_0, q8_1, tq1_0, tq2_0 and ptq1_0 compute it.
+static inline float bn_amax_ref(const float *x, int n) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+    return amax;
+}
+
 #endif

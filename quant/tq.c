@@ -13,12 +13,6 @@ typedef struct {
 static const trit_layout TQ1_LAYOUT = {2, {32, 16}, 4};    // 160 + 80 + 16 = 256 elements
 static const trit_layout PTQ1_LAYOUT = {2, {16, 8}, 2};    // 80 + 40 + 8 = 128 elements
 
-static float block_amax(const float *x, int n) {
-    float amax = 0.0f;
-    for (int j = 0; j < n; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
-    return amax;
-}
-
 static uint8_t pack_trits(const float *x, int stride, int count, float id, int pad) {
     uint8_t q = 0;
     for (int n = 0; n < count; n++) q = (uint8_t)(q * 3 + (lroundf(x[n * stride] * id) + 1));
@@ -70,7 +64,7 @@ void bn_tq1_0_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_tq1_0 *b = dst;
     for (int64_t i = 0; i < n / 256; i++) {
         const float *x = src + i * 256;
-        float d = block_amax(x, 256);
+        float d = bn_amax_ref(x, 256);
         float id = d ? 1.0f / d : 0.0f;
         b[i].d = bn_fp32_to_fp16(d);
         trit_encode(&TQ1_LAYOUT, x, id, b[i].qs, b[i].qh);
@@ -91,7 +85,7 @@ void bn_ptq1_0_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_ptq1_0 *b = dst;
     for (int64_t i = 0; i < n / 128; i++) {
         const float *x = src + i * 128;
-        float d = block_amax(x, 128);
+        float d = bn_amax_ref(x, 128);
         float id = d ? 1.0f / d : 0.0f;
         b[i].d = bn_fp32_to_fp16(d);
         trit_encode(&PTQ1_LAYOUT, x, id, b[i].qs, b[i].qh);
@@ -116,7 +110,7 @@ void bn_tq2_0_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_tq2_0 *b = dst;
     for (int64_t i = 0; i < n / 256; i++) {
         const float *x = src + i * 256;
-        float d = block_amax(x, 256);
+        float d = bn_amax_ref(x, 256);
         float id = d ? 1.0f / d : 0.0f;
         b[i].d = bn_fp32_to_fp16(d);
         for (int c = 0; c < 2; c++)
