@@ -1,0 +1,64 @@
+// cuda/mm.cuh — the CUDA matrix kernels' internal interface (C++/CUDA only; include after
+// "cuda/common.cuh"): weight × activation products for every weight type, embedding row lookup,
+// argmax and top-k. Implemented in cuda/mm.cu (dispatch), cuda/mmvq.cu (decode), cuda/dequant.cu
+// (get_rows, dequantize to F16), cuda/topk.cu (argmax/top-k).
+//
+// Types (bn_type ids of quant/quant.h): Q1_0, Q2_0 (g64), PQ2_0 (g128), Q8_0, Q4_0, Q4_1, Q6_K,
+// Q4_K (quantized) and F16, BF16, F32 (float).
+//
+// Precision:
+//  - nb <= BN_CU_MMVQ_MAX_NB (decode, DSpark verify): quantized weights use int8 activations exactly
+//    like ggml-cuda: x is quantized per 32 to Q8_1 (d = amax/127, q = roundf(x/d), s = d·Σq kept in
+//    fp32 where the format needs it), the per-32 dot is an exact integer (dp4a), scales are applied in
+//    fp32. F16/BF16/F32 weights: fp32 math on fp32 activations.
+//  - nb > BN_CU_MMVQ_MAX_NB (prefill): the weight is dequantized to F16 in scratch (a tile of rows at
+//    a time) and x converted to F16; cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F). So prefill
+//    results equal an fp32 GEMM of fp16(W)·fp16(x): the quantized weight values are exact in fp16
+//    (where the scale product fits), the activation loses ~2^-11 relative. F32 weights use
+//    cublasSgemm (exact fp32 inputs).
+#ifndef BONSAI_CUDA_MM_CUH
+#define BONSAI_CUDA_MM_CUH
+#include <stddef.h>
+#include <stdint.h>
+
+// nb up to this uses the mmvq (matvec) kernels; above it dequantize + cuBLAS GEMM.
+#define BN_CU_MMVQ_MAX_NB 8
+
+// A weight matrix in device memory: ne1 rows of ne0 elements, rows contiguous row_bytes apart
+// (row_bytes >= bn_row_size(type, ne0)).
+struct bn_cu_weight {
+    const void *data; // device, {ne0, ne1} in `type`
+    int type;         // bn_type id
+    int64_t ne0, ne1;
+    size_t row_bytes;
+};
+
+// bn_cu_type_supported: true for the weight types bn_cu_matmul / bn_cu_get_rows handle.
+bool bn_cu_type_supported(int type);
+
+// bn_cu_matmul_scratch_bytes: device scratch bytes bn_cu_matmul needs for this weight and nb.
+size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb);
+
+// bn_cu_matmul: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} (x, y, scratch device fp32; column j of x is
+// x + j*ne0, of y is y + j*ne1); enqueued on s (blas is used only when nb > BN_CU_MMVQ_MAX_NB, and
+// set to stream s). Returns cudaSuccess or the first error.
+cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
+                         cublasHandle_t blas, cudaStream_t s);
+
+// bn_cu_get_rows: out {ne0, n} = rows ids[0..n) of W dequantized to fp32 (embedding lookup; ids device
+// int32, each in [0, ne1)). Returns cudaSuccess or the launch error.
+cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out, int n, cudaStream_t s);
+
+// bn_cu_argmax: *out (device int32) = index of the largest x[0..n) (first index on ties; NaN never
+// wins; -1 if every element is NaN). Returns cudaSuccess or the launch error.
+cudaError_t bn_cu_argmax(const float *x, int n, int32_t *out, cudaStream_t s);
+
+// bn_cu_topk_scratch_bytes: device scratch bytes bn_cu_topk needs for n elements and k.
+size_t bn_cu_topk_scratch_bytes(int n, int k);
+
+// bn_cu_topk: the k (1 <= k <= 64, k <= n) largest of x[0..n): vals/idx (device, k each) sorted
+// descending, ties broken by lower index first; NaN ranks below everything. Returns cudaSuccess or
+// the error (cudaErrorInvalidValue for a bad k).
+cudaError_t bn_cu_topk(const float *x, int n, int k, float *vals, int32_t *idx, void *scratch, cudaStream_t s);
+
+#endif
