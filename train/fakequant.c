@@ -1,0 +1,109 @@
+// train/fakequant.c — in-memory deq(Q(w)) with bonsai-quantize's rules and quantizers. See fakequant.h.
+#include "train/fakequant.h"
+#include <stdlib.h>
+#include <string.h>
+#include "core/util.h"
+#include "quant/quant.h"
+#include "quant/quantize.h"
+#include "quant/quantize_rules.h"
+
+int bn_fake_quantize(int type, const float *w, float *out, int64_t n_in, int64_t n_out) {
+    int blck = bn_type_blck(type);
+    if (blck <= 0 || n_in % blck) return -1;
+    if (type == BN_F32) {
+        if (out != w) memmove(out, w, sizeof(float) * (size_t)n_in * (size_t)n_out);
+        return 0;
+    }
+    size_t row_bytes = bn_row_size(type, n_in);
+    uint8_t *q = xmalloc(row_bytes * (size_t)n_out);
+    char err[256];
+    // the requantize driver's own row conversion (reference quantizer, or its bit-identical fast path)
+    int rc = bn_quantize_rows(BN_F32, w, type, q, n_out, n_in, 1, err, sizeof err);
+    if (rc == 0) rc = bn_dequantize(type, q, out, n_in * n_out);
+    free(q);
+    return rc;
+}
+
+int bn_requant_type(const char *target, const char *name, const int64_t ne[4], int src_type, bool tied,
+                    char *err, size_t errlen) {
+    int ftype, def;
+    if (bn_parse_ftype(target, false, &ftype, &def, err, errlen) != 0) return -1;
+    bn_quant_rules rules;
+    bn_quant_rules_init(&rules, ftype, def, false);
+    rules.tied = tied;
+    int n_dims = 4;
+    while (n_dims > 1 && ne[n_dims - 1] <= 1) n_dims--;
+    bn_tensor_choice ch;
+    int rc = bn_tensor_choose_type(&rules, name, n_dims, ne, src_type, &ch, err, errlen);
+    bn_quant_rules_free(&rules);
+    return rc == 0 ? ch.type : -1;
+}
+
+int bn_model_weight_slots(bn_model *m, bn_weight **out, int cap) {
+    const int per = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight));
+    int n = 0;
+    bn_weight *top[] = {&m->w.token_embd, &m->w.output_norm, m->cfg.tied_output ? NULL : &m->w.output};
+    for (int i = 0; i < 3; i++) {
+        if (!top[i]) continue;
+        if (n < cap) out[n] = top[i];
+        n++;
+    }
+    for (int il = 0; il < m->cfg.n_layer; il++)
+        for (int i = 0; i < per; i++) {
+            if (n < cap) out[n] = (bn_weight *)&m->w.layers[il] + i;
+            n++;
+        }
+    return n;
+}
+
+// A requantized model copy and the buffers it owns (q is first: the bn_model * handed out).
+typedef struct {
+    bn_model q;
+    int n_owned;
+    void **owned; // [n_owned] quantized weight buffers
+} requant_model;
+
+bn_model *bn_requant_model(const bn_model *m, const char *target, char *err, size_t errlen) {
+    requant_model *rm = xcalloc(1, sizeof *rm);
+    rm->q = *m;
+    rm->q.w.layers = xmalloc(sizeof(bn_layer_weights) * (size_t)(m->cfg.n_layer > 0 ? m->cfg.n_layer : 1));
+    memcpy(rm->q.w.layers, m->w.layers, sizeof(bn_layer_weights) * (size_t)m->cfg.n_layer);
+    int n = bn_model_weight_slots(&rm->q, NULL, 0);
+    bn_weight **slots = xmalloc(sizeof(bn_weight *) * (size_t)n);
+    bn_model_weight_slots(&rm->q, slots, n);
+    rm->owned = xcalloc((size_t)n, sizeof(void *));
+    int ftype, def;
+    if (bn_parse_ftype(target, false, &ftype, &def, err, errlen) != 0) goto fail;
+    for (int i = 0; i < n; i++) {
+        bn_weight *w = slots[i];
+        if (!w->data || !w->name) continue;
+        int64_t ne[4];
+        for (int d = 0; d < 4; d++) ne[d] = w->ne[d] > 0 ? w->ne[d] : 1;
+        int ty = bn_requant_type(target, w->name, ne, w->type, m->cfg.tied_output, err, errlen);
+        if (ty < 0) goto fail;
+        if (ty == w->type) continue; // bonsai-quantize copies it byte for byte
+        int64_t nrows = ne[1] * ne[2] * ne[3];
+        void *buf = xmalloc(bn_row_size(ty, ne[0]) * (size_t)nrows);
+        rm->owned[rm->n_owned++] = buf;
+        if (bn_quantize_rows(w->type, w->data, ty, buf, nrows, ne[0], 0, err, errlen) != 0) goto fail;
+        w->data = buf;
+        w->type = ty;
+    }
+    if (m->cfg.tied_output) rm->q.w.output = rm->q.w.token_embd;
+    rm->q.ftype = ftype;
+    free(slots);
+    return &rm->q;
+fail:
+    free(slots);
+    bn_requant_model_free(&rm->q);
+    return NULL;
+}
+
+void bn_requant_model_free(bn_model *q) {
+    if (!q) return;
+    requant_model *rm = (requant_model *)q;
+    for (int i = 0; i < rm->n_owned; i++) free(rm->owned[i]);
+    free(rm->owned);
+    free(rm->q.w.layers);
+    free(rm);
+}
