@@ -19,7 +19,7 @@ double bn_ppl_nll_token(const float *logits, int n_vocab, int32_t tok) {
 }
 
 int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks, int32_t bos,
-                  int n_threads, bn_ppl_chunk_fn on_chunk, void *cb_ctx, bn_ppl_result *r, char *err, size_t errlen) {
+                  int n_threads, const bn_ppl_hooks *hooks, bn_ppl_result *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     if (n_ctx < 4) return bn_err(err, errlen, "context %d too small", n_ctx);
     if (n_tokens < 2 * n_ctx)
@@ -46,7 +46,11 @@ int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_
             bn_forward_out out = {.logits = logits, .all_logits = true};
             rc = bn_forward(m, s, chunk + p, k, &out, err, errlen);
             for (int i = 0; i < k && rc == 0; i++) {
-                double v = bn_ppl_nll_token(logits + (size_t)i * n_vocab, n_vocab, tokens[(size_t)c * n_ctx + p + i + 1]);
+                const float *row_logits = logits + (size_t)i * n_vocab;
+                const int32_t next = tokens[(size_t)c * n_ctx + p + i + 1];
+                if (hooks && hooks->on_logits) rc = hooks->on_logits(hooks->ctx, c, p + i - first, row_logits, next, err, errlen);
+                if (rc != 0) break;
+                double v = bn_ppl_nll_token(row_logits, n_vocab, next);
                 r->nll += v;
                 r->nll2 += v * v;
                 r->count++;
@@ -55,7 +59,7 @@ int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_
         if (rc != 0) break;
         if (c == 0) r->sec_first = (bn_time_ms() - t0) / 1000.0;
         r->n_chunk = c + 1;
-        if (on_chunk) on_chunk(cb_ctx, c + 1, exp(r->nll / r->count));
+        if (hooks && hooks->on_chunk) hooks->on_chunk(hooks->ctx, c + 1, exp(r->nll / r->count));
     }
     free(chunk);
     free(logits);

@@ -17,13 +17,21 @@ typedef struct {
     double sec_first;  // seconds for the first chunk
 } bn_ppl_result;
 
-// bn_ppl_chunk_fn: called after each chunk with its 1-based index and the running exp(mean nll).
-typedef void (*bn_ppl_chunk_fn)(void *ctx, int chunk, double running_ppl);
+// Optional callbacks of bn_perplexity (any may be NULL).
+typedef struct {
+    // on_logits: each scored position in order: row 0 .. n_ctx-2-n_ctx/2 of chunk (0-based), its
+    // logits {n_vocab} and the token it predicts. Returns 0, or -1 with err filled to stop the run
+    // (KL-divergence files: write error, base file exhausted).
+    int (*on_logits)(void *ctx, int chunk, int row, const float *logits, int32_t next, char *err, size_t errlen);
+    // on_chunk: after each chunk with its 1-based index and the running exp(mean nll).
+    void (*on_chunk)(void *ctx, int chunk, double running_ppl);
+    void *ctx;
+} bn_ppl_hooks;
 
 // bn_perplexity: evaluates min(n_tokens / n_ctx, max_chunks (< 0: all)) chunks of tokens with n_threads;
 // bos >= 0 replaces each chunk's first token. Needs n_tokens >= 2 * n_ctx. Returns 0, or -1 with err.
 int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks, int32_t bos,
-                  int n_threads, bn_ppl_chunk_fn on_chunk, void *cb_ctx, bn_ppl_result *r, char *err, size_t errlen);
+                  int n_threads, const bn_ppl_hooks *hooks, bn_ppl_result *r, char *err, size_t errlen);
 
 // bn_ppl_nll_token: -log softmax(logits)[tok] over n_vocab entries, computed as llama-perplexity does.
 double bn_ppl_nll_token(const float *logits, int n_vocab, int32_t tok);

@@ -1,74 +1,159 @@
 // tools/bonsai-perplexity.c — llama-perplexity for our engine (SERVER.md §14):
 //   bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]
+//                     [--kl-divergence-base FILE [--kl-divergence]]
 // Same method and output lines: info lines on stderr, "[i]ppl," progress on stdout, then
-// "Final estimate: PPL = %.4lf +/- %.5lf" (stderr, as llama.cpp's LOG_INF).
+// "Final estimate: PPL = %.4lf +/- %.5lf" (stderr, as llama.cpp's LOG_INF). KL-divergence mode
+// (core/kld.h): --kl-divergence-base FILE saves the model's log-probabilities (llama.cpp's file format);
+// adding --kl-divergence scores this model against such a file (its tokens; -f not needed).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/model.h"
+#include "core/kld.h"
 #include "core/perplexity.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
 
 static void usage(void) {
-    fprintf(stderr, "usage: bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]\n");
+    fprintf(stderr,
+            "usage: bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]\n"
+            "       bonsai-perplexity -m BASE.gguf -f TEXT --kl-divergence-base FILE   (save log-probabilities)\n"
+            "       bonsai-perplexity -m MODEL.gguf --kl-divergence-base FILE --kl-divergence  (KLD vs the saved base)\n"
+            "  --kl-divergence-base FILE  llama-perplexity's log-probability file (interchangeable with it);\n"
+            "                             also --save-all-logits FILE\n"
+            "  --kl-divergence            score MODEL against FILE: KLD, Δp, same top token, PPL(Q)/PPL(base)\n");
     exit(1);
 }
 
 typedef struct {
     const bn_ppl_result *r; // filled while running (sec_first is set before chunk 1 is reported)
     int n_chunk, n_seq;
+    int n_vocab;
+    bn_atomic_file *save;   // --kl-divergence-base without --kl-divergence: rows written here
+    bn_kld_base *base;      // --kl-divergence: rows read from here
+    uint16_t *rows;         // one row (save) or one chunk of rows (base)
+    bn_kld_stats kld;
 } ppl_progress;
+
+// print_eta: llama-perplexity's per-pass timing line (after chunk 1).
+static void print_eta(const ppl_progress *pp) {
+    fprintf(stderr, "perplexity: %.2f seconds per pass - ETA ", pp->r->sec_first);
+    int total_seconds = (int)(pp->r->sec_first * pp->n_chunk / pp->n_seq);
+    if (total_seconds >= 60 * 60) {
+        fprintf(stderr, "%d hours ", total_seconds / (60 * 60));
+        total_seconds = total_seconds % (60 * 60);
+    }
+    fprintf(stderr, "%.2f minutes\n", total_seconds / 60.0);
+}
+
+// save_row: --kl-divergence-base: appends one scored position's encoded log-probabilities.
+static int save_row(void *ctx, int chunk, int row, const float *logits, int32_t next, char *err, size_t errlen) {
+    ppl_progress *pp = ctx;
+    bn_kld_encode_row(logits, pp->n_vocab, next, pp->rows);
+    size_t n = bn_kld_row_len(pp->n_vocab);
+    if (fwrite(pp->rows, sizeof(uint16_t), n, pp->save->f) != n) return bn_err(err, errlen, "cannot write %s", pp->save->path);
+    return 0;
+}
+
+// score_row: --kl-divergence: reads the chunk's base rows at its first position, then scores one.
+static int score_row(void *ctx, int chunk, int row, const float *logits, int32_t next, char *err, size_t errlen) {
+    ppl_progress *pp = ctx;
+    if (row == 0 && bn_kld_base_read_chunk(pp->base, pp->rows, err, errlen) != 0) return -1;
+    bn_kld_add_row(&pp->kld, logits, pp->n_vocab, pp->rows + (size_t)row * pp->base->row_len, next);
+    return 0;
+}
+
+// print_kld_chunk: --kl-divergence's per-chunk line.
+static void print_kld_chunk(void *ctx, int chunk, double ppl) {
+    ppl_progress *pp = ctx;
+    if (chunk == 1) {
+        print_eta(pp);
+        printf("\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p\n");
+    }
+    bn_kld_print_chunk(&pp->kld, chunk, stdout);
+    fflush(stdout);
+}
 
 // print_chunk: llama-perplexity's per-pass timing line (after chunk 1) and "[i]ppl," progress.
 static void print_chunk(void *ctx, int chunk, double ppl) {
     const ppl_progress *pp = ctx;
-    if (chunk == 1) {
-        fprintf(stderr, "perplexity: %.2f seconds per pass - ETA ", pp->r->sec_first);
-        int total_seconds = (int)(pp->r->sec_first * pp->n_chunk / pp->n_seq);
-        if (total_seconds >= 60 * 60) {
-            fprintf(stderr, "%d hours ", total_seconds / (60 * 60));
-            total_seconds = total_seconds % (60 * 60);
-        }
-        fprintf(stderr, "%.2f minutes\n", total_seconds / 60.0);
-    }
+    if (chunk == 1) print_eta(pp);
     printf("[%d]%.4lf,", chunk, ppl);
     fflush(stdout);
 }
 
+// write_header: --kl-divergence-base: magic, n_ctx, n_vocab, n_chunk and the evaluated tokens.
+static int write_header(bn_atomic_file *af, int n_ctx, int n_vocab, int n_chunk, const int32_t *tokens) {
+    uint32_t ctx = (uint32_t)n_ctx;
+    size_t n_tok = (size_t)n_chunk * n_ctx;
+    return fwrite("_logits_", 1, 8, af->f) == 8 && fwrite(&ctx, 4, 1, af->f) == 1 && fwrite(&n_vocab, 4, 1, af->f) == 1 &&
+                   fwrite(&n_chunk, 4, 1, af->f) == 1 && fwrite(tokens, sizeof(int32_t), n_tok, af->f) == n_tok
+               ? 0
+               : -1;
+}
+
+// fail: prints the tool's error line; returns 1 (the exit status).
+static int fail(const char *msg) {
+    fprintf(stderr, "bonsai-perplexity: %s\n", msg);
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *text_path = NULL;
+    const char *model_path = NULL, *text_path = NULL, *kld_path = NULL;
     int n_ctx = 512, n_batch = 2048, n_threads = bn_n_threads_default(), chunks = -1;
+    bool kld_mode = false, ctx_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
         if (!strcmp(a, "-m") && has) model_path = argv[++i];
         else if (!strcmp(a, "-f") && has) text_path = argv[++i];
-        else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has) n_ctx = atoi(argv[++i]);
-        else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has) n_batch = atoi(argv[++i]);
-        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--chunks") && has) chunks = atoi(argv[++i]);
+        else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has) n_ctx = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]), ctx_given = true;
+        else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has) n_batch = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]);
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]);
+        else if (!strcmp(a, "--chunks") && has) chunks = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]);
+        else if ((!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--save-all-logits")) && has) kld_path = argv[++i];
+        else if (!strcmp(a, "--kl-divergence")) kld_mode = true;
         else usage();
     }
-    if (!model_path || !text_path || n_ctx < 4 || n_batch < 1) usage();
+    if (!model_path || n_ctx < 4 || n_batch < 1) usage();
+    if (kld_mode && !kld_path) return fail("--kl-divergence needs --kl-divergence-base FILE (the saved base log-probabilities)");
+    if (!kld_mode && !text_path) usage();
     char err[512];
     bn_model *m = bn_model_load(model_path, err, sizeof err);
-    if (!m) { fprintf(stderr, "bonsai-perplexity: %s\n", err); return 1; }
+    if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
-    if (!tok) { fprintf(stderr, "bonsai-perplexity: %s\n", err); return 1; }
-    size_t text_len = 0;
-    char *text = bn_read_file(text_path, &text_len, err, sizeof err);
-    if (!text) { fprintf(stderr, "bonsai-perplexity: %s\n", err); return 1; }
+    if (!tok) return fail(err);
+    const int n_vocab = m->cfg.n_vocab;
 
-    fprintf(stderr, "perplexity: tokenizing the input ..\n");
-    double t0 = bn_time_ms();
+    bn_kld_base base = {0};
     int32_t *tokens = NULL;
-    int n_tokens = bn_tokenize(tok, text, text_len, true, false, &tokens);
-    fprintf(stderr, "perplexity: tokenization took %g ms\n", bn_time_ms() - t0);
+    char *text = NULL;
+    int n_tokens;
+    if (kld_mode) { // the base file's tokens and context
+        if (bn_kld_base_open(&base, kld_path, err, sizeof err) != 0) return fail(err);
+        if (base.n_vocab != n_vocab) {
+            snprintf(err, sizeof err, "inconsistent vocabulary: %s has %d tokens, the model %d", kld_path, base.n_vocab, n_vocab);
+            return fail(err);
+        }
+        if (ctx_given && n_ctx != (int)base.n_ctx)
+            fprintf(stderr, "perplexity: using the base file's context %u (not -c %d)\n", base.n_ctx, n_ctx);
+        n_ctx = (int)base.n_ctx;
+        n_tokens = base.n_chunk * n_ctx;
+        tokens = base.tokens;
+    } else {
+        size_t text_len = 0;
+        text = bn_read_file(text_path, &text_len, err, sizeof err);
+        if (!text) return fail(err);
+        fprintf(stderr, "perplexity: tokenizing the input ..\n");
+        double t0 = bn_time_ms();
+        n_tokens = bn_tokenize(tok, text, text_len, true, false, &tokens);
+        fprintf(stderr, "perplexity: tokenization took %g ms\n", bn_time_ms() - t0);
+    }
     if (n_tokens < 2 * n_ctx) {
         fprintf(stderr, "perplexity: you need at least %d tokens to evaluate perplexity with a context of %d\n",
                 2 * n_ctx, n_ctx);
-        fprintf(stderr, "perplexity: the data file you provided tokenizes to only %d tokens\n", n_tokens < 0 ? 0 : n_tokens);
+        fprintf(stderr, "perplexity: the %s provided tokenizes to only %d tokens\n", kld_mode ? "base file" : "data file",
+                n_tokens < 0 ? 0 : n_tokens);
         return 1;
     }
     int n_chunk = n_tokens / n_ctx;
@@ -78,16 +163,42 @@ int main(int argc, char **argv) {
             n_ctx, n_batch, n_seq);
     int32_t bos = bn_tokenizer_add_bos(tok) ? bn_token_bos(tok) : -1;
     bn_ppl_result r;
-    ppl_progress progress = {&r, n_chunk, n_seq};
-    if (bn_perplexity(m, tokens, n_tokens, n_ctx, n_chunk, bos, n_threads, print_chunk, &progress, &r, err, sizeof err)) {
-        fprintf(stderr, "\nbonsai-perplexity: %s\n", err);
-        return 1;
+    ppl_progress progress = {.r = &r, .n_chunk = n_chunk, .n_seq = n_seq, .n_vocab = n_vocab};
+    bn_ppl_hooks hooks = {.on_chunk = print_chunk, .ctx = &progress};
+    bn_atomic_file save;
+    if (kld_mode) {
+        progress.base = &base;
+        progress.rows = xmalloc(sizeof(uint16_t) * (size_t)(n_ctx - 1 - n_ctx / 2) * base.row_len);
+        hooks.on_logits = score_row;
+        hooks.on_chunk = print_kld_chunk;
+    } else if (kld_path) {
+        if (bn_atomic_open(&save, kld_path, err, sizeof err) != 0) return fail(err);
+        fprintf(stderr, "perplexity: saving all logits to %s\n", kld_path);
+        if (write_header(&save, n_ctx, n_vocab, n_chunk, tokens) != 0) {
+            bn_atomic_abort(&save);
+            return fail("cannot write the log-probability file header");
+        }
+        progress.save = &save;
+        progress.rows = xmalloc(sizeof(uint16_t) * bn_kld_row_len(n_vocab));
+        hooks.on_logits = save_row;
     }
+    if (bn_perplexity(m, tokens, n_tokens, n_ctx, n_chunk, bos, n_threads, &hooks, &r, err, sizeof err)) {
+        if (progress.save) bn_atomic_abort(&save);
+        fprintf(stderr, "\n");
+        return fail(err);
+    }
+    if (progress.save && bn_atomic_commit(&save, err, sizeof err) != 0) return fail(err);
     printf("\n");
+    if (kld_mode) {
+        bn_kld_print_summary(&progress.kld, stdout);
+        bn_kld_free(&progress.kld);
+    }
     fflush(stdout);
     if (r.ppl_err > 0) fprintf(stderr, "Final estimate: PPL = %.4lf +/- %.5lf\n", r.ppl, r.ppl_err);
     else fprintf(stderr, "Unexpected negative standard deviation of log(prob)\n");
-    free(tokens);
+    free(progress.rows);
+    if (kld_mode) bn_kld_base_close(&base);
+    else free(tokens);
     free(text);
     bn_tokenizer_free(tok);
     bn_model_free(m);
