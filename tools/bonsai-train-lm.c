@@ -3,7 +3,9 @@
 //   bonsai-train-lm --tokenize TEXT -m VOCAB.gguf -o tokens.bin     (text → uint32 token file)
 //   bonsai-train-lm --train-vocab N TEXT -o VOCAB.gguf               (byte-level BPE, train/bpe.h)
 // Every tensor is trained in F32 (quantized inputs are dequantized); OUT.gguf is all-F32 with the
-// input's KVs. Per-step line on stderr: loss, gradient norm, lr, ms/step, tok/s; held-out
+// input's KVs. With --qat-type T (quantization-aware training, train/sft.h) every tensor
+// `bonsai-quantize IN OUT T` would store as T is used as deq(Q(W)) in the forward (straight-through
+// estimator onto the F32 master) and OUT.gguf is that quantized file. Per-step line on stderr: loss, gradient norm, lr, ms/step, tok/s; held-out
 // perplexity every --eval-every steps and at the end. SIGINT/SIGTERM: finish the step, checkpoint,
 // write OUT.gguf, exit 0.
 #include <stdio.h>
@@ -39,6 +41,12 @@ static void usage(int code) {
         "                       (steps, ctx, batch, lr, warmup, clipping, weight decay come from the checkpoint)\n"
         "  --max-steps N        stop after N steps in this run (checkpoint + OUT written; 0 = no limit)\n"
         "  --threads N          threads for attention / DeltaNet (matmuls use OpenBLAS threads) (1)\n"
+        "  --qat-type T         quantization-aware training for bonsai-quantize type T (Q1_0, Q2_0, ...): the\n"
+        "                       forward uses deq(Q(W)) of every tensor bonsai-quantize would store as T,\n"
+        "                       gradients go to the F32 master; OUT.gguf is written quantized (= bonsai-quantize\n"
+        "                       of the master); perplexities are the quantized model's\n"
+        "  --qat-skip LIST      comma-separated tensor-name patterns (as --tensor-type) kept out of QAT and\n"
+        "                       written as F16\n"
         "  -q                   no per-step lines\n");
     exit(code);
 }
@@ -82,7 +90,7 @@ static int tokenize_main(const char *text_path, const char *vocab, const char *o
 
 int main(int argc, char **argv) {
     const char *model_path = NULL, *data_path = NULL, *out_path = NULL, *ckpt_path = NULL, *resume_path = NULL;
-    const char *tokenize_path = NULL, *vocab_text = NULL;
+    const char *tokenize_path = NULL, *vocab_text = NULL, *qat_type = NULL, *qat_skip = NULL;
     int vocab_n = 0;
     bn_sft_cfg cfg = bn_sft_cfg_default();
     uint64_t seed = 1;
@@ -115,6 +123,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--resume") && has) resume_path = argv[++i];
         else if (!strcmp(a, "--max-steps") && has) max_steps = atoll(argv[++i]);
         else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--qat-type") && has) qat_type = argv[++i];
+        else if (!strcmp(a, "--qat-skip") && has) qat_skip = argv[++i];
         else if (!strcmp(a, "-q")) quiet = true;
         else { fprintf(stderr, "bonsai-train-lm: unknown or incomplete option '%s'\n", a); usage(1); }
     }
@@ -152,6 +162,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train-lm: warning: only %lld training tokens for windows of %d\n", (long long)d.n_train, cfg.ctx + 1);
     bn_sft_params *p = bn_sft_params_new(m, err, sizeof err);
     if (!p) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+    if (qat_skip && !qat_type) { fprintf(stderr, "bonsai-train-lm: --qat-skip needs --qat-type\n"); return 1; }
+    if (qat_type) {
+        int n_qat = bn_sft_qat_enable(p, qat_type, qat_skip, err, sizeof err);
+        if (n_qat < 0) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+        int64_t n_qat_params = 0;
+        for (int i = 0; i < p->n_tensors; i++) n_qat_params += p->t[i].qat ? p->t[i].n : 0;
+        fprintf(stderr, "train-lm: QAT %s: %d of %d tensors (%lld of %lld params) fake-quantized in the forward\n",
+                p->qat_spec, n_qat, p->n_tensors, (long long)n_qat_params, (long long)p->n_params);
+    }
     bn_adamw *o = NULL;
     bn_sft_pos pos = {.step = 0, .total_steps = cfg.total_steps, .ctx = cfg.ctx, .batch = cfg.batch, .lr = cfg.lr,
                       .warmup_ratio = cfg.warmup_ratio, .max_grad_norm = cfg.max_grad_norm,
@@ -219,7 +238,7 @@ int main(int argc, char **argv) {
         if (stop_requested) fprintf(stderr, "train-lm: stopped at step %lld (checkpoint written)\n", (long long)pos.step);
         if (have_val) {
             double ppl = bn_sft_eval_ppl(p, &d, cfg.ctx, 0, err, sizeof err);
-            printf("final held-out ppl %.4f (step %lld)\n", ppl, (long long)pos.step);
+            printf("final held-out ppl %.4f (step %lld%s)\n", ppl, (long long)pos.step, p->fq ? ", quantized model" : "");
         }
         fprintf(stderr, "train-lm: wrote %s\n", out_path);
     }

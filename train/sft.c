@@ -62,6 +62,26 @@ static void build_one(void *vctx, const bn_weight *src, bn_weight *dp, bn_weight
     }
 }
 
+typedef struct { bn_sft_params *p; } views_ctx;
+
+// view_one: points the shadow weight of src at params, or at fq for a QAT tensor.
+static void view_one(void *vctx, const bn_weight *src, bn_weight *dp, bn_weight *dg) {
+    bn_sft_params *p = ((views_ctx *)vctx)->p;
+    (void)dg;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const bn_sft_tensor *t = &p->t[i];
+        if (t->src != src) continue;
+        dp->data = (t->qat && p->fq ? p->fq : p->params) + t->off;
+        return;
+    }
+}
+
+void bn_sft_set_views(bn_sft_params *p) {
+    views_ctx c = {p};
+    each_weight(p->src, &p->m.w, &p->g, view_one, &c);
+    if (p->src->cfg.tied_output) p->m.w.output = p->m.w.token_embd;
+}
+
 bn_sft_params *bn_sft_params_new(const bn_model *src, char *err, size_t errlen) {
     if (src->cfg.arch != BN_ARCH_QWEN35 && src->cfg.arch != BN_ARCH_QWEN3 && src->cfg.arch != BN_ARCH_LLAMA) {
         bn_err(err, errlen, "sft: unsupported architecture (qwen35, qwen3, llama)");
@@ -69,6 +89,7 @@ bn_sft_params *bn_sft_params_new(const bn_model *src, char *err, size_t errlen) 
     }
     bn_sft_params *p = xcalloc(1, sizeof *p);
     p->src = src;
+    p->qat_type = -1;
     p->m = *src;
     const int L = src->cfg.n_layer;
     p->m.w.layers = xcalloc((size_t)L, sizeof(bn_layer_weights));
@@ -97,12 +118,17 @@ void bn_sft_params_free(bn_sft_params *p) {
     free(p->g.layers);
     free(p->t);
     free(p->params);
+    free(p->fq);
     free(p);
 }
 
 void bn_sft_zero_grad(bn_sft_params *p) { memset(p->grads, 0, sizeof(float) * (size_t)p->n_params); }
 
 int bn_sft_save_gguf(const bn_sft_params *p, const char *path, char *err, size_t errlen) {
+    return p->fq ? bn_sft_qat_save_gguf(p, path, err, errlen) : bn_sft_save_gguf_f32(p, path, err, errlen);
+}
+
+int bn_sft_save_gguf_f32(const bn_sft_params *p, const char *path, char *err, size_t errlen) {
     const gguf_file *f = p->src->gguf;
     gguf_writer *w = gguf_writer_new();
     for (size_t i = 0; i < f->n_kv; i++) gguf_set_kv(w, &f->kv[i]);
@@ -224,11 +250,12 @@ double bn_sft_eval_ppl(bn_sft_params *p, const bn_sft_data *d, int ctx, int max_
 }
 
 // ---- checkpoint ----------------------------------------------------------------------------------
-// Layout (little-endian): "BNSFTCK\2" | i64 step, total_steps | u64 rng[4] | i32 ctx, batch |
-// f32 lr, warmup_ratio, max_grad_norm, weight_decay | i32 n_tensors |
+// Layout (little-endian): "BNSFTCK\3" | i64 step, total_steps | u64 rng[4] | i32 ctx, batch |
+// f32 lr, warmup_ratio, max_grad_norm, weight_decay | char qat_spec[256] | i32 n_tensors |
 // per tensor: char name[96], i64 n | i64 n_params | f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] |
-// u32 crc32(all preceding bytes).
-static const char SFT_MAGIC[8] = {'B', 'N', 'S', 'F', 'T', 'C', 'K', 2};
+// u32 crc32(all preceding bytes). Version 2 is the same without qat_spec (plain training).
+static const char SFT_MAGIC[8] = {'B', 'N', 'S', 'F', 'T', 'C', 'K', 3};
+enum { SFT_MAGIC_V2 = 2 };
 
 
 int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_adamw *o, const bn_sft_pos *pos,
@@ -241,6 +268,7 @@ int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_ad
     put(&b, pos->rng.s, sizeof pos->rng.s);
     PUT(&b, pos->ctx); PUT(&b, pos->batch);
     PUT(&b, pos->lr); PUT(&b, pos->warmup_ratio); PUT(&b, pos->max_grad_norm); PUT(&b, pos->weight_decay);
+    put(&b, p->qat_spec, sizeof p->qat_spec);
     int32_t nt = p->n_tensors;
     PUT(&b, nt);
     for (int i = 0; i < p->n_tensors; i++) {
@@ -269,8 +297,9 @@ int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn
     int rc = -1;
     rd_t rd = {(const uint8_t *)data, size, 0};
     uint32_t crc_file;
-    if (size < sizeof SFT_MAGIC + 4 || memcmp(data, SFT_MAGIC, sizeof SFT_MAGIC) != 0) {
-        bn_err(err, errlen, "%s: not a bonsai SFT checkpoint (version 2)", path);
+    if (size < sizeof SFT_MAGIC + 4 || memcmp(data, SFT_MAGIC, sizeof SFT_MAGIC - 1) != 0 ||
+        (data[7] != SFT_MAGIC[7] && data[7] != SFT_MAGIC_V2)) {
+        bn_err(err, errlen, "%s: not a bonsai SFT checkpoint (version 2 or 3)", path);
         goto out;
     }
     memcpy(&crc_file, data + size - 4, 4);
@@ -284,8 +313,17 @@ int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn
     int64_t n_params = 0;
     if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || get(&rd, pos->rng.s, sizeof pos->rng.s) ||
         GET(&rd, pos->ctx) || GET(&rd, pos->batch) || GET(&rd, pos->lr) || GET(&rd, pos->warmup_ratio) ||
-        GET(&rd, pos->max_grad_norm) || GET(&rd, pos->weight_decay) || GET(&rd, nt))
+        GET(&rd, pos->max_grad_norm) || GET(&rd, pos->weight_decay))
         goto trunc;
+    char qat_spec[sizeof p->qat_spec] = "";
+    if (data[7] != SFT_MAGIC_V2 && get(&rd, qat_spec, sizeof qat_spec)) goto trunc;
+    qat_spec[sizeof qat_spec - 1] = '\0';
+    if (strcmp(qat_spec, p->qat_spec) != 0) {
+        bn_err(err, errlen, "%s: checkpoint was trained with QAT \"%s\", this run has \"%s\"", path,
+               qat_spec[0] ? qat_spec : "none", p->qat_spec[0] ? p->qat_spec : "none");
+        goto out;
+    }
+    if (GET(&rd, nt)) goto trunc;
     if (nt != p->n_tensors) {
         bn_err(err, errlen, "%s: %d tensors, the model has %d", path, nt, p->n_tensors);
         goto out;
@@ -310,7 +348,11 @@ int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn
     }
     *op = o;
     bn_sft_zero_grad(p);
-    rc = 0;
+    rc = bn_sft_qat_sync(p, err, errlen);
+    if (rc) {
+        bn_adamw_free(o);
+        *op = NULL;
+    }
     goto out;
 trunc:
     bn_err(err, errlen, "%s: checkpoint layout does not match", path);

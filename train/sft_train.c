@@ -39,6 +39,7 @@ int bn_sft_step(bn_sft_params *p, bn_adamw *o, const bn_sft_cfg *cfg, const bn_s
     no_decay.weight_decay = 0.0f;
     bn_adamw_step(o, &no_decay, (float)lr, p->params, p->grads);
     pos->step++;
+    if (bn_sft_qat_sync(p, err, errlen) != 0) return -1; // QAT: the next forward sees deq(Q(new master))
     if (loss) *loss = sum / cfg->batch;
     if (grad_norm) *grad_norm = gn;
     if (lr_used) *lr_used = lr;
