@@ -26,6 +26,10 @@ static void usage(int code) {
         "  --alpha X            LoRA alpha (= rank: scale 1)\n"
         "  --dropout P          LoRA dropout (0)\n"
         "  --targets LIST       q,k,v,o,gate,up,down (also lm_head, qkv,z,beta,alpha,ssm_out, attn, ffn, gdn, all)\n"
+        "  --ste-type TYPE      train through requantization (Q1_0, Q2_0, ...): the forward uses the model as\n"
+        "                       bonsai-quantize --type TYPE stores it, adapted weights as deq(Q(W + s·B·A)) after each\n"
+        "                       step, straight-through gradients; reference/eval = the quantized model. Ship with\n"
+        "                       --merge ... --merge-type TYPE (needs --dropout 0)\n"
         "  --seed N             init / shuffle / dropout seed (3407)\n"
         "optimisation:\n"
         "  --epochs N           (12)          --lr X             (3e-5)\n"
@@ -51,9 +55,11 @@ static void usage(int code) {
         "  --eval ADAPTER.gguf  chosen_win / margin_win / mean Δ / loss of the base model and of the adapter\n"
         "                       over the train and held-out rows\n"
         "merge only (no training; -p not needed):\n"
-        "  --merge ADAPTER.gguf -o MERGED.gguf [--merge-type keep|f16|f32] [--lora-scale X]\n"
+        "  --merge ADAPTER.gguf -o MERGED.gguf [--merge-type keep|f16|f32|TYPE] [--lora-scale X]\n"
         "                       W' = W + scale·(α/r)·B·A in fp32 for each adapted tensor, re-quantized to its type\n"
-        "                       (keep, default) or written F16/F32; everything else copied byte for byte\n");
+        "                       (keep, default) or written F16/F32; everything else copied byte for byte.\n"
+        "                       TYPE (q1_0, q2_0, q8_0, ...): the whole model as bonsai-quantize --type TYPE writes\n"
+        "                       it, adapted tensors quantized straight from fp32 (what --ste-type TYPE trained)\n");
     exit(code);
 }
 
@@ -67,11 +73,15 @@ static void on_signal(int sig) {
 static int merge_main(const char *base, const char *adapter, const char *type, float scale, const char *out) {
     char err[512];
     int mode = !strcmp(type, "keep") ? BN_MERGE_KEEP : !strcmp(type, "f16") ? BN_MERGE_F16 : !strcmp(type, "f32") ? BN_MERGE_F32 : -1;
-    if (mode < 0) { fprintf(stderr, "bonsai-ftpo-train: --merge-type must be keep, f16 or f32\n"); return 1; }
+    if (mode < 0 && bn_type_from_name(type) < 0) {
+        fprintf(stderr, "bonsai-ftpo-train: --merge-type must be keep, f16, f32 or a quantization type (q1_0, q2_0, ...)\n");
+        return 1;
+    }
     bn_lora *l = bn_lora_load_gguf(adapter, err, sizeof err);
     if (!l) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
-    int rc = bn_lora_merge_gguf(base, l, scale, mode, out, st, err, sizeof err);
+    int rc = mode >= 0 ? bn_lora_merge_gguf(base, l, scale, mode, out, st, err, sizeof err)
+                       : bn_lora_merge_requant(base, l, scale, type, out, st, err, sizeof err);
     if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
     else {
         printf("%-32s %-10s %12s %10s %10s\n", "tensor", "type", "|dW|/|W|", "kept", "sign_flips");
@@ -126,6 +136,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--alpha") && has) o.alpha = (float)atof(argv[++i]);
         else if (!strcmp(a, "--dropout") && has) o.dropout = (float)atof(argv[++i]);
         else if (!strcmp(a, "--targets") && has) targets = argv[++i];
+        else if (!strcmp(a, "--ste-type") && has) o.ste_type = argv[++i];
         else if (!strcmp(a, "--seed") && has) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--epochs") && has) o.epochs = atoi(argv[++i]);
         else if (!strcmp(a, "--lr") && has) o.lr = (float)atof(argv[++i]);

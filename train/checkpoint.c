@@ -1,6 +1,6 @@
 // train/checkpoint.c — checkpoint write/read with CRC32. See checkpoint.h.
 // Layout (little-endian): "BNCKPT\0\1" | u32 version | i64 step, total_steps, epoch, data_pos |
-// u64 rng[4] | f64 win[64] | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
+// u64 rng[4] | f64 win[64] | char ste[16] (v3; v2 files read as "") | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
 // per tensor: char name[96], i32 layer, i32 target, i64 n_in, i64 n_out | i64 n_params |
 // f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] | u32 crc32(all preceding bytes).
 #include "train/bytebuf.h"
@@ -10,7 +10,7 @@
 #include "core/util.h"
 
 static const char MAGIC[8] = {'B', 'N', 'C', 'K', 'P', 'T', 0, 1};
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 3u
 
 
 int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, const bn_train_pos *pos,
@@ -24,6 +24,7 @@ int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, co
     PUT(&b, pos->step); PUT(&b, pos->total_steps); PUT(&b, pos->epoch); PUT(&b, pos->data_pos);
     put(&b, pos->rng.s, sizeof pos->rng.s);
     put(&b, pos->win, sizeof pos->win);
+    put(&b, pos->ste, sizeof pos->ste);
     int32_t r = l->r, nt = l->n_tensors;
     PUT(&b, r); PUT(&b, l->alpha); PUT(&b, l->dropout);
     put(&b, l->arch, sizeof l->arch);
@@ -70,7 +71,7 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
     }
     rd.n = size - 4;
     get(&rd, magic, sizeof magic);
-    if (GET(&rd, version) || version != CKPT_VERSION) {
+    if (GET(&rd, version) || (version != CKPT_VERSION && version != 2u)) {
         bn_err(err, errlen, "%s: unsupported checkpoint version %u (expected %u)", path, version, CKPT_VERSION);
         goto fail;
     }
@@ -78,12 +79,15 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
     float alpha, dropout;
     char arch[32];
     if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || GET(&rd, pos->epoch) || GET(&rd, pos->data_pos) ||
-        get(&rd, pos->rng.s, sizeof pos->rng.s) || get(&rd, pos->win, sizeof pos->win) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
+        get(&rd, pos->rng.s, sizeof pos->rng.s) || get(&rd, pos->win, sizeof pos->win) ||
+        (version >= 3u && get(&rd, pos->ste, sizeof pos->ste)) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
         get(&rd, arch, sizeof arch) || GET(&rd, nt) || r <= 0 || nt < 0) {
         bn_err(err, errlen, "%s: checkpoint header is malformed", path);
         goto fail;
     }
     arch[sizeof arch - 1] = '\0';
+    if (version < 3u) memset(pos->ste, 0, sizeof pos->ste);
+    pos->ste[sizeof pos->ste - 1] = '\0';
     l = bn_lora_new(r, alpha, dropout, arch);
     for (int i = 0; i < nt; i++) {
         char name[96];

@@ -18,6 +18,7 @@ typedef struct {
     int64_t data_pos;    // next row index within the epoch's order
     bn_rng rng;          // RNG state (shuffling, dropout)
     double win[BN_TRAIN_WIN_MAX]; // per-step chosen_win ring (slot (step−1) % window) for the running mean
+    char ste[16];        // quantizer type the LoRA is trained through (--ste-type, e.g. "Q1_0"); "" = none
 } bn_train_pos;
 
 // bn_checkpoint_save: writes path atomically; returns 0 or -1 (err).

@@ -99,6 +99,57 @@ fail:
     return NULL;
 }
 
+int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *err, size_t errlen) {
+    requant_model *rm = (requant_model *)q;
+    int n = bn_model_weight_slots(q, NULL, 0);
+    bn_weight **slots = xmalloc(sizeof(bn_weight *) * (size_t)n);
+    bn_model_weight_slots(q, slots, n);
+    bn_weight *wt = NULL;
+    for (int i = 0; i < n && !wt; i++)
+        if (slots[i]->data && slots[i]->name && !strcmp(slots[i]->name, name)) wt = slots[i];
+    free(slots);
+    if (!wt) return bn_err(err, errlen, "requantized model has no weight %s", name);
+    int64_t nrows = 1;
+    for (int d = 1; d < 4; d++) nrows *= wt->ne[d] > 0 ? wt->ne[d] : 1;
+    bool owned = false;
+    for (int i = 0; i < rm->n_owned && !owned; i++) owned = rm->owned[i] == wt->data;
+    void *dst = (void *)wt->data;
+    if (!owned) { // first write to a weight shared with the source model: give it its own buffer
+        dst = xmalloc(bn_row_size(wt->type, wt->ne[0]) * (size_t)nrows);
+        rm->owned = xrealloc(rm->owned, sizeof(void *) * (size_t)(rm->n_owned + 1));
+        rm->owned[rm->n_owned++] = dst;
+    }
+    if (bn_quantize_rows(BN_F32, w, wt->type, dst, nrows, wt->ne[0], 0, err, errlen) != 0) return -1;
+    wt->data = dst;
+    if (q->cfg.tied_output && wt == &q->w.token_embd) q->w.output = q->w.token_embd;
+    return 0;
+}
+
+int bn_requant_model_apply_lora(bn_model *q, const bn_model *m, const bn_lora *l, char *err, size_t errlen) {
+    int n = bn_model_weight_slots((bn_model *)m, NULL, 0);
+    bn_weight **slots = xmalloc(sizeof(bn_weight *) * (size_t)n);
+    bn_model_weight_slots((bn_model *)m, slots, n);
+    int rc = 0;
+    for (int i = 0; i < l->n_tensors && rc == 0; i++) {
+        const bn_lora_tensor *t = &l->t[i];
+        const bn_weight *w0 = NULL;
+        for (int k = 0; k < n && !w0; k++)
+            if (slots[k]->data && slots[k]->name && !strcmp(slots[k]->name, t->name)) w0 = slots[k];
+        if (!w0 || w0->ne[0] != t->n_in || w0->ne[1] != t->n_out) {
+            rc = bn_err(err, errlen, "STE: adapter tensor %s is missing or mis-shaped in the model", t->name);
+            break;
+        }
+        float *buf = xmalloc(sizeof(float) * (size_t)(t->n_in * t->n_out));
+        if (bn_lora_merged_f32(l, i, 1.0f, w0->type, w0->data, buf) != 0)
+            rc = bn_err(err, errlen, "STE: cannot dequantize %s (%s)", t->name, bn_type_name(w0->type));
+        else
+            rc = bn_requant_model_set(q, t->name, buf, err, errlen);
+        free(buf);
+    }
+    free(slots);
+    return rc;
+}
+
 void bn_requant_model_free(bn_model *q) {
     if (!q) return;
     requant_model *rm = (requant_model *)q;

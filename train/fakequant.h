@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/model.h"
+#include "train/lora.h"
 
 // bn_fake_quantize: out {n_in, n_out} = deq(Q(w)) row by row, Q = the quantizer bonsai-quantize
 // uses for `type` (the reference quantizer; F16/BF16: rounding; F32: copy). out may equal w.
@@ -26,6 +27,14 @@ int bn_requant_type(const char *target, const char *name, const int64_t ne[4], i
 // are cfg arrays and the GGUF handle). m must outlive the copy. Free it with bn_requant_model_free
 // (never bn_model_free). Returns NULL with err filled.
 bn_model *bn_requant_model(const bn_model *m, const char *target, char *err, size_t errlen);
+// bn_requant_model_set: stores fp32 values w (all elements of weight `name`) into the copy q, quantized to
+// the type q holds for that weight (its own buffer from then on; m is never written). Returns 0 or -1 (err:
+// no such weight in q, no quantizer).
+int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *err, size_t errlen);
+// bn_requant_model_apply_lora: for every tensor of l, stores W_eff = deq(Q(W0 + s·B·A)) into q (W0 read from
+// m, the model q was made from; the same fp32 merge as train/merge.h, so a merged-and-requantized file holds
+// exactly these weights). The STE forward weights of bonsai-ftpo-train --ste-type. Returns 0 or -1 (err).
+int bn_requant_model_apply_lora(bn_model *q, const bn_model *m, const bn_lora *l, char *err, size_t errlen);
 // bn_requant_model_free: frees a bn_requant_model copy (NULL is fine).
 void bn_requant_model_free(bn_model *q);
 

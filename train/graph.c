@@ -205,6 +205,8 @@ static int lin_fwd(const ctx_t *c, int layer, int target, const bn_weight *W, co
                    const float *x, float *y, lin_saved *sv, bool keep_ax) {
     bn_lora_view v;
     bool has = lora_of(c, layer, target, &v) && sv;
+    // STE: W already is W_eff = deq(Q(W0 + s·B·A)): no additive path, no dropout (lin_bwd recomputes A·x)
+    if (has && c->l->ste) has = false;
     const float *mask = NULL;
     if (has && c->rng && c->l->dropout > 0) {
         sv->drop = fbuf((size_t)W->ne[0] * c->T, false);
@@ -228,7 +230,12 @@ static int lin_bwd(const ctx_t *c, int layer, int target, const bn_weight *W, co
     bn_lora_view v;
     bool has = lora_of(c, layer, target, &v);
     const float *drop = has && sv ? sv->drop : NULL, *ax = has && sv ? sv->ax : NULL;
-    int rc = bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, drop, ax, dy, dx, c->err, c->errlen);
+    int rc;
+    if (has && c->l->ste) // straight-through: dx = W_effᵀdy; ∂A, ∂B as if W_eff = W0 + s·B·A
+        rc = bn_linear_lora_bwd(W, NULL, x, c->T, NULL, NULL, dy, dx, c->err, c->errlen) ||
+             bn_linear_lora_bwd(W, &v, x, c->T, drop, NULL, dy, NULL, c->err, c->errlen) ? -1 : 0;
+    else
+        rc = bn_linear_lora_bwd(W, has ? &v : NULL, x, c->T, drop, ax, dy, dx, c->err, c->errlen);
     float *dW = grad_of(c, W);
     if (rc == 0 && dW) bn_linear_wgrad(x, dy, W->ne[0], W->ne[1], c->T, dW);
     return rc;

@@ -16,6 +16,8 @@ typedef struct bn_train_graph bn_train_graph;
 
 // bn_train_forward: runs tokens[0..n) through m with adapter l (NULL = the base model, e.g. for
 // reference logits); dropout masks come from rng when l->dropout > 0 (rng NULL = no dropout).
+// With l->ste set, m's adapted weights must already be W_eff = deq(Q(W0 + s·B·A)) (train/fakequant.h):
+// the forward uses them as they are and the backward is the straight-through estimator.
 // Writes the last position's logits {n_vocab} into logits and returns the graph for
 // bn_train_backward, or NULL with err filled. Keeps pointers to m, l and tokens' copy.
 bn_train_graph *bn_train_forward(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng,

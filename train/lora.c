@@ -334,3 +334,11 @@ void bn_lora_merge_f32(float *W, int64_t n_in, int64_t n_out, const float *A, co
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n_out, (int)n_in, r, scale, B, r, A, (int)n_in,
                 1.0f, W, (int)n_in);
 }
+
+int bn_lora_merged_f32(const bn_lora *l, int idx, float user_scale, int w_type, const void *w_data, float *out) {
+    const bn_lora_tensor *t = &l->t[idx];
+    if (bn_dequantize(w_type, w_data, out, t->n_in * t->n_out) != 0) return -1;
+    bn_lora_merge_f32(out, t->n_in, t->n_out, l->params + t->off_a, l->params + t->off_b, l->r,
+                      user_scale * bn_lora_scale(l));
+    return 0;
+}

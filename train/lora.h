@@ -48,6 +48,9 @@ typedef struct {
     int64_t n_params, param_cap;
     float *params;        // [n_params]: every A then B, in tensor order
     float *grads;         // [n_params]
+    bool ste;             // trained through a quantizer: the model handed to train/graph.h already holds
+                          // W_eff = deq(Q(W0 + scale·B·A)) for every adapted weight, so the forward skips the
+                          // additive path and the backward is straight-through (∂A, ∂B as if W_eff = W0 + s·B·A)
 } bn_lora;
 
 // bn_lora_parse_targets: comma list of names or groups → bit mask; -1 (err) on an unknown name.
@@ -93,5 +96,9 @@ bool bn_lora_same_layout(const bn_lora *a, const bn_lora *b);
 
 // bn_lora_merge_f32: W {n_in, n_out} (row o contiguous) += scale·B·A, in place.
 void bn_lora_merge_f32(float *W, int64_t n_in, int64_t n_out, const float *A, const float *B, int r, float scale);
+// bn_lora_merged_f32: out {n_in, n_out} = deq(W) + user_scale·(α/r)·B·A for tensor idx, W {n_in, n_out} of type
+// w_type at w_data (the one fp32 merge: train/merge.c and the STE forward weights use it); 0, or -1 when w_type
+// cannot be dequantized.
+int bn_lora_merged_f32(const bn_lora *l, int idx, float user_scale, int w_type, const void *w_data, float *out);
 
 #endif

@@ -6,15 +6,36 @@
 #include "core/gguf.h"
 #include "core/util.h"
 #include "quant/quant.h"
+#include "quant/quantize.h"
+#include <unistd.h>
 
 typedef struct {
     const gguf_file *g;
     const bn_lora *l;
-    float scale;
+    float user_scale;      // × α/r
     int *lora_of;          // [n_tensors]: adapter tensor index or -1
     int *out_type;         // [n_tensors]
     bn_merge_stat *stats;  // [l->n_tensors] or NULL
 } merge_ctx;
+
+// merge_stat: fills s for base W, fp32 merge Wm and the dequantized written tensor back (n elements).
+static void merge_stat(const char *name, int type, const float *W, const float *Wm, const float *back, int64_t n,
+                       bn_merge_stat *s) {
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->type = type;
+    double ww = 0, dd = 0, kept = 0;
+    int64_t flips = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)Wm[i] - W[i];
+        ww += (double)W[i] * W[i];
+        dd += d * d;
+        kept += ((double)back[i] - W[i]) * d;
+        flips += (W[i] > 0 && back[i] < 0) || (W[i] < 0 && back[i] > 0);
+    }
+    s->rel_delta = ww > 0 ? sqrt(dd / ww) : 0;
+    s->kept = dd > 0 ? kept / dd : 1;
+    s->sign_flips = (double)flips / n;
+}
 
 // fill: writes tensor idx — merged (adapted) or copied bytes.
 static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
@@ -22,33 +43,19 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     const gguf_tensor *t = &c->g->tensors[idx];
     int li = c->lora_of[idx];
     if (li < 0) { memcpy(dst, t->data, nbytes); return 0; }
-    const bn_lora_tensor *lt = &c->l->t[li];
     int64_t n = gguf_tensor_nelements(t);
     float *W = xmalloc(sizeof(float) * n), *Wm = xmalloc(sizeof(float) * n), *back = xmalloc(sizeof(float) * n);
     int rc = -1;
-    if (bn_dequantize(t->type, t->data, W, n)) { bn_err(err, errlen, "merge: cannot dequantize %s (%s)", t->name, bn_type_name(t->type)); goto out; }
-    memcpy(Wm, W, sizeof(float) * n);
-    bn_lora_merge_f32(Wm, lt->n_in, lt->n_out, c->l->params + lt->off_a, c->l->params + lt->off_b, c->l->r, c->scale);
+    if (bn_dequantize(t->type, t->data, W, n) || bn_lora_merged_f32(c->l, li, c->user_scale, t->type, t->data, Wm)) {
+        bn_err(err, errlen, "merge: cannot dequantize %s (%s)", t->name, bn_type_name(t->type));
+        goto out;
+    }
     int ty = c->out_type[idx];
     if (ty == BN_F32) memcpy(dst, Wm, sizeof(float) * n);
     else if (bn_quantize_ref(ty, Wm, dst, n) != nbytes) { bn_err(err, errlen, "merge: cannot quantize %s to %s", t->name, bn_type_name(ty)); goto out; }
     if (c->stats) {
-        bn_merge_stat *s = &c->stats[li];
-        snprintf(s->name, sizeof s->name, "%s", t->name);
-        s->type = ty;
         if (bn_dequantize(ty, dst, back, n)) { bn_err(err, errlen, "merge: cannot read back %s", t->name); goto out; }
-        double ww = 0, dd = 0, kept = 0;
-        int64_t flips = 0;
-        for (int64_t i = 0; i < n; i++) {
-            double d = (double)Wm[i] - W[i];
-            ww += (double)W[i] * W[i];
-            dd += d * d;
-            kept += ((double)back[i] - W[i]) * d;
-            flips += (W[i] > 0 && back[i] < 0) || (W[i] < 0 && back[i] > 0);
-        }
-        s->rel_delta = ww > 0 ? sqrt(dd / ww) : 0;
-        s->kept = dd > 0 ? kept / dd : 1;
-        s->sign_flips = (double)flips / n;
+        merge_stat(t->name, ty, W, Wm, back, n, &c->stats[li]);
     }
     rc = 0;
 out:
@@ -60,7 +67,7 @@ int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale
                        bn_merge_stat *stats, char *err, size_t errlen) {
     gguf_file *g = gguf_open(base_path, err, errlen);
     if (!g) return -1;
-    merge_ctx c = {.g = g, .l = l, .scale = user_scale * bn_lora_scale(l), .stats = stats};
+    merge_ctx c = {.g = g, .l = l, .user_scale = user_scale, .stats = stats};
     c.lora_of = xmalloc(sizeof(int) * (g->n_tensors + 1));
     c.out_type = xmalloc(sizeof(int) * (g->n_tensors + 1));
     gguf_writer *w = gguf_writer_new();
@@ -103,5 +110,47 @@ out:
     free(c.lora_of);
     free(c.out_type);
     gguf_close(g);
+    return rc;
+}
+
+// requant_stats: stats of every adapted tensor of out_path (quantized) against base_path; 0 or -1.
+static int requant_stats(const char *base_path, const char *out_path, const bn_lora *l, float user_scale,
+                         bn_merge_stat *stats, char *err, size_t errlen) {
+    gguf_file *gb = gguf_open(base_path, err, errlen), *go = gb ? gguf_open(out_path, err, errlen) : NULL;
+    int rc = gb && go ? 0 : -1;
+    for (int i = 0; i < l->n_tensors && rc == 0; i++) {
+        const gguf_tensor *tb = gguf_find_tensor(gb, l->t[i].name), *to = gguf_find_tensor(go, l->t[i].name);
+        int64_t n = l->t[i].n_in * l->t[i].n_out;
+        float *W = xmalloc(sizeof(float) * n), *Wm = xmalloc(sizeof(float) * n), *back = xmalloc(sizeof(float) * n);
+        if (!tb || !to || bn_dequantize(tb->type, tb->data, W, n) ||
+            bn_lora_merged_f32(l, i, user_scale, tb->type, tb->data, Wm) || bn_dequantize(to->type, to->data, back, n))
+            rc = bn_err(err, errlen, "merge: cannot read %s back", l->t[i].name);
+        else
+            merge_stat(l->t[i].name, to->type, W, Wm, back, n, &stats[i]);
+        free(W); free(Wm); free(back);
+    }
+    gguf_close(go);
+    gguf_close(gb);
+    return rc;
+}
+
+int bn_lora_merge_requant(const char *base_path, const bn_lora *l, float user_scale, const char *target,
+                          const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
+    // the fp32 merge in a temporary file, then the requantize driver on it: every tensor gets exactly the type
+    // and bytes `bonsai-quantize --type target` would give, adapted ones from their fp32 values
+    size_t n = strlen(out_path) + 32;
+    char *tmp = xmalloc(n);
+    snprintf(tmp, n, "%s.merge-f32.tmp", out_path);
+    int rc = bn_lora_merge_gguf(base_path, l, user_scale, BN_MERGE_F32, tmp, NULL, err, errlen);
+    if (rc == 0) {
+        bn_quantize_params p = bn_quantize_params_default();
+        p.type = target;
+        p.allow_requantize = true;
+        p.log = NULL;
+        rc = bn_quantize_file(&p, tmp, out_path, err, errlen);
+        unlink(tmp);
+    }
+    free(tmp);
+    if (rc == 0 && stats) rc = requant_stats(base_path, out_path, l, user_scale, stats, err, errlen);
     return rc;
 }

@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/checkpoint.h"
+#include "train/fakequant.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -25,7 +27,8 @@ bn_ftpo_train_opts bn_ftpo_train_defaults(void) {
 }
 
 typedef struct {
-    const bn_model *m;
+    const bn_model *m;      // reference model (adapter disabled)
+    const bn_model *m_pol;  // policy model: m, or with --ste-type the STE weights (train/fakequant.h)
     const bn_train_rows *rows;
     bn_ftpo_refcache *ref;
     int V;
@@ -69,7 +72,7 @@ static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn
         if (which >= 0 && (int)r->heldout != which) continue;
         const float *zr = ref_logits(d, i, err, errlen);
         if (!zr) { free(z); return -1; }
-        bn_train_graph *g = bn_train_forward(d->m, l, r->ctx, r->n_ctx, NULL, z, err, errlen);
+        bn_train_graph *g = bn_train_forward(d->m_pol, l, r->ctx, r->n_ctx, NULL, z, err, errlen);
         if (!g) { free(z); return -1; }
         bn_train_graph_free(g);
         bn_ftpo_row row = {z, zr, r->rejected, r->chosen, r->n_chosen};
@@ -89,7 +92,8 @@ static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn
 
 int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const bn_ftpo_cfg *cfg, int which,
                  bn_ftpo_eval_result *res, char *err, size_t errlen) {
-    data_t d = {.m = m, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, m->cfg.n_vocab), .V = m->cfg.n_vocab};
+    data_t d = {.m = m, .m_pol = m, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, m->cfg.n_vocab),
+                .V = m->cfg.n_vocab};
     int rc = eval_set(&d, cfg, l, which, res, err, errlen);
     bn_ftpo_refcache_free(d.ref);
     return rc;
@@ -122,6 +126,12 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
             bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
             return -1;
         }
+        if (strcasecmp(pos.ste, o->ste_type ? o->ste_type : "") != 0) {
+            bn_err(err, errlen, "%s: checkpoint was trained with --ste-type '%s', this run uses '%s'", o->resume_path,
+                   pos.ste, o->ste_type ? o->ste_type : "");
+            bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
+            return -1;
+        }
         bn_lora_free(l);
         l = lr;
         l->dropout = o->dropout;
@@ -134,11 +144,26 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
                 "%lld steps (warmup %lld), batch %d x %d%s\n", n_train, rows->n_rows - n_train, l->n_tensors,
                 (long long)l->n_params, l->r, l->alpha, (long long)S, (long long)W, o->batch, o->grad_accum,
                 o->resume_path ? ", resumed" : "");
+    if (!o->quiet && o->ste_type)
+        fprintf(stderr, "ftpo-train: STE through %s: forward on deq(Q(W0 + s·B·A)), reference = the %s base\n",
+                o->ste_type, o->ste_type);
 
-    data_t d = {.m = m, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, V), .V = V};
+    snprintf(pos.ste, sizeof pos.ste, "%s", o->ste_type ? o->ste_type : "");
+    // STE: reference = the quantized base; policy = the quantized model with W_eff for the adapted weights
+    bn_model *m_q = NULL, *m_ste = NULL;
+    if (o->ste_type) {
+        if (o->dropout > 0) { bn_err(err, errlen, "--ste-type needs LoRA dropout 0"); goto fail; }
+        if (!(m_q = bn_requant_model(m, o->ste_type, err, errlen)) || !(m_ste = bn_requant_model(m, o->ste_type, err, errlen)))
+            goto fail;
+        l->ste = true;
+        if (bn_requant_model_apply_lora(m_ste, m, l, err, errlen)) goto fail;
+    }
+    const bn_model *m_pol = m_ste ? m_ste : m;
+    data_t d = {.m = m_q ? m_q : m, .m_pol = m_pol, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, V), .V = V};
     FILE *logf = NULL;
     if (o->log_jsonl && !(logf = fopen(o->log_jsonl, pos.step > 0 ? "a" : "w"))) {
         bn_err(err, errlen, "cannot open log %s", o->log_jsonl);
+        bn_ftpo_refcache_free(d.ref);
         goto fail;
     }
     int *order = xmalloc(sizeof(int) * n_train);
@@ -167,7 +192,7 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
                     const bn_train_row *r = &rows->rows[ri];
                     const float *zr = ref_logits(&d, ri, err, errlen);
                     if (!zr) goto fail_loop;
-                    graphs[b] = bn_train_forward(m, l, r->ctx, r->n_ctx, &pos.rng, z[b], err, errlen);
+                    graphs[b] = bn_train_forward(m_pol, l, r->ctx, r->n_ctx, &pos.rng, z[b], err, errlen);
                     if (!graphs[b]) goto fail_loop;
                     frows[b] = (bn_ftpo_row){z[b], zr, r->rejected, r->chosen, r->n_chosen};
                 }
@@ -190,6 +215,7 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
             double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
             double lr_k = bn_sched_lr(o->lr, pos.step, S, W);
             bn_adamw_step(opt, &o->adam, (float)lr_k, l->params, l->grads);
+            if (m_ste && bn_requant_model_apply_lora(m_ste, m, l, err, errlen)) goto fail_loop;
             pos.step++;
             steps_this_run++;
             double step_win = win_sum / n_micro, step_loss = loss_sum / n_micro;
@@ -259,12 +285,15 @@ fail_loop:
     free(graphs); free(z); free(dz); free(frows); free(order);
     if (logf) fclose(logf);
     bn_ftpo_refcache_free(d.ref);
+    bn_requant_model_free(m_q);
+    bn_requant_model_free(m_ste);
     bn_lora_free(l);
     bn_adamw_free(opt);
     free(train_idx);
     return rc;
 fail:
-    bn_ftpo_refcache_free(d.ref);
+    bn_requant_model_free(m_q);
+    bn_requant_model_free(m_ste);
     bn_lora_free(l);
     bn_adamw_free(opt);
     free(train_idx);

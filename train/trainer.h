@@ -38,6 +38,11 @@ typedef struct {
     const char *ckpt_path;   // checkpoint file (NULL = none)
     const char *resume_path; // checkpoint to resume from (NULL = fresh)
     const char *log_jsonl;   // per-step JSON lines (NULL = none)
+    const char *ste_type;    // train through requantization (NULL = off): the policy forward uses every weight
+                             // as `bonsai-quantize --type ste_type` stores it, adapted ones as deq(Q(W0 + s·B·A))
+                             // recomputed after each step, with the straight-through backward; the reference
+                             // and the evaluations are the quantized base / quantized adapted model. Needs
+                             // dropout 0; part of the checkpoint (resume refuses a different type).
     bool quiet;              // no per-step lines on stderr
 } bn_ftpo_train_opts;
 
