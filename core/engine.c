@@ -1,0 +1,74 @@
+// core/engine.c — the backend-neutral engine wrapper and the CPU backend (see core/engine.h).
+#include "core/engine.h"
+#include "core/forward_impl.h" // bn_state.m
+#include <stdlib.h>
+
+// ---- CPU backend: impl is the bn_engine itself (model + threads) -----------------------------
+static void *cpu_state_new(void *impl, int n_ctx, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    const bn_engine *e = impl;
+    return bn_state_new(e->m, n_ctx, e->n_threads);
+}
+static void cpu_state_free(void *st) { bn_state_free(st); }
+static void cpu_state_reset(void *st) { bn_state_reset(st); }
+static int cpu_state_pos(const void *st) { return bn_state_pos(st); }
+static int cpu_forward(void *st, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
+    bn_state *s = st;
+    return bn_forward(s->m, s, tokens, n, out, err, errlen);
+}
+
+static const bn_engine_ops cpu_ops = {
+    .name = "CPU",
+    .state_new = cpu_state_new,
+    .state_free = cpu_state_free,
+    .state_reset = cpu_state_reset,
+    .state_pos = cpu_state_pos,
+    .forward = cpu_forward,
+    .impl_free = NULL,
+};
+
+bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m) {
+    bn_engine *e = xcalloc(1, sizeof *e);
+    e->ops = ops;
+    e->impl = impl;
+    e->m = m;
+    return e;
+}
+
+bn_engine *bn_engine_cpu_new(const bn_model *m, int n_threads) {
+    bn_engine *e = bn_engine_new(&cpu_ops, NULL, m);
+    e->impl = e;
+    e->n_threads = n_threads;
+    return e;
+}
+
+void bn_engine_free(bn_engine *e) {
+    if (!e) return;
+    if (e->ops->impl_free) e->ops->impl_free(e->impl);
+    free(e);
+}
+
+const char *bn_engine_name(const bn_engine *e) { return e->ops->name; }
+
+bn_engine_state *bn_engine_state_new(const bn_engine *e, int n_ctx, char *err, size_t errlen) {
+    void *st = e->ops->state_new(e->impl, n_ctx, err, errlen);
+    if (!st) return NULL;
+    bn_engine_state *s = xcalloc(1, sizeof *s);
+    s->e = e;
+    s->st = st;
+    return s;
+}
+
+void bn_engine_state_free(bn_engine_state *s) {
+    if (!s) return;
+    s->e->ops->state_free(s->st);
+    free(s);
+}
+
+void bn_engine_state_reset(bn_engine_state *s) { s->e->ops->state_reset(s->st); }
+int bn_engine_state_pos(const bn_engine_state *s) { return s->e->ops->state_pos(s->st); }
+
+int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
+                      size_t errlen) {
+    return s->e->ops->forward(s->st, tokens, n, out, err, errlen);
+}

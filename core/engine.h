@@ -1,0 +1,87 @@
+// core/engine.h — one interface over the forward backends so tools pick one at run time with
+// llama.cpp's -ngl: the CPU engine (core/forward.h) or the CUDA engine (cuda/cuda_engine.h, linked
+// only into binaries built with cuda_dep / cuda_emu_dep, which define BONSAI_CUDA=1).
+// -ngl N: N > 0 runs the whole model on the GPU (layers are not split between backends), N = 0 the
+// CPU; the default is 0 (as llama.cpp's CPU builds). The CUDA engine keeps its KV cache in fp16
+// (llama.cpp's default), the CPU engine in fp32.
+#ifndef BONSAI_ENGINE_H
+#define BONSAI_ENGINE_H
+#include <stdint.h>
+#include <stddef.h>
+#include "core/forward.h"
+#include "core/model.h"
+#include "core/util.h"
+
+// A backend's functions; impl is the backend's model object (e.g. bn_cuda_model), st its state.
+typedef struct bn_engine_ops {
+    const char *name; // "CPU" | "CUDA" (llama-bench's backend column)
+    void *(*state_new)(void *impl, int n_ctx, char *err, size_t errlen);
+    void (*state_free)(void *st);
+    void (*state_reset)(void *st);
+    int (*state_pos)(const void *st);
+    int (*forward)(void *st, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
+    void (*impl_free)(void *impl);
+} bn_engine_ops;
+
+typedef struct bn_engine {
+    const bn_engine_ops *ops;
+    void *impl;
+    const bn_model *m;
+    int n_threads;    // CPU threads (CPU engine)
+    int n_gpu_layers; // the -ngl value it was opened with
+} bn_engine;
+
+// A sequence state of some engine.
+typedef struct bn_engine_state {
+    const bn_engine *e;
+    void *st;
+} bn_engine_state;
+
+// bn_engine_new: wraps a backend (used by the backends' constructors); returns it (dies on OOM).
+bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m);
+// bn_engine_cpu_new: the CPU engine over m with n_threads threads (<= 0: all CPUs); returns it.
+bn_engine *bn_engine_cpu_new(const bn_model *m, int n_threads);
+// bn_engine_free: frees the engine and its backend model (NULL is fine; free its states first).
+void bn_engine_free(bn_engine *e);
+// bn_engine_name: "CPU" or "CUDA".
+const char *bn_engine_name(const bn_engine *e);
+
+// bn_engine_state_new: a state for n_ctx positions; NULL with err filled on failure.
+bn_engine_state *bn_engine_state_new(const bn_engine *e, int n_ctx, char *err, size_t errlen);
+// bn_engine_state_free: frees the state (NULL is fine).
+void bn_engine_state_free(bn_engine_state *s);
+// bn_engine_state_reset: back to position 0.
+void bn_engine_state_reset(bn_engine_state *s);
+// bn_engine_state_pos: tokens consumed so far.
+int bn_engine_state_pos(const bn_engine_state *s);
+// bn_engine_forward: bn_forward's contract on the engine's backend; 0 or -1 with err filled.
+int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
+                      size_t errlen);
+
+#ifdef BONSAI_CUDA
+// bn_cuda_engine_new: the CUDA engine (uploads m's weights); NULL with err filled (cuda/engine.cu).
+bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen);
+#endif
+
+// bn_engine_open: the engine for -ngl n_gpu_layers (> 0: CUDA, 0: CPU with n_threads); NULL with
+// err filled ("built without CUDA", "no CUDA device", upload errors). Inline so that it sees
+// BONSAI_CUDA of the binary that calls it.
+static inline bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
+                                        size_t errlen) {
+    if (n_gpu_layers < 0) {
+        bn_err(err, errlen, "-ngl must be >= 0 (got %d)", n_gpu_layers);
+        return NULL;
+    }
+    if (n_gpu_layers == 0) return bn_engine_cpu_new(m, n_threads);
+#ifdef BONSAI_CUDA
+    bn_engine *e = bn_cuda_engine_new(m, err, errlen);
+    if (e) e->n_gpu_layers = n_gpu_layers;
+    return e;
+#else
+    bn_err(err, errlen, "-ngl %d: this binary was built without CUDA (rebuild with nvcc: meson -Dcuda=enabled)",
+           n_gpu_layers);
+    return NULL;
+#endif
+}
+
+#endif

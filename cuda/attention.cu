@@ -1,0 +1,149 @@
+// cuda/attention.cu — KV-cache append and causal attention (flash-decoding: the keys of each query are
+// split into ranges processed by separate blocks with an online softmax, then merged) for the CUDA
+// forward; MODEL.md §4.2 / §7, same math as core/ops.c bn_attention_head. Contracts in cuda/fwd.cuh.
+#include "cuda/common.cuh"
+#include "cuda/fwd.cuh"
+
+#define ATT_THREADS 128
+#define ATT_TILE 128 // keys scored per pass (shared scores)
+#define ACC_REGS (BN_CU_MAX_HEAD_DIM / ATT_THREADS)
+
+// KV element loads (fp32 or fp16 cache)
+__device__ __forceinline__ float kv_load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float kv_load(const bn_half *p, size_t i) { return bn_h2f(p[i]); }
+__device__ __forceinline__ void kv_store(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void kv_store(bn_half *p, size_t i, float v) { p[i] = bn_f2h(v); }
+
+template <typename KV>
+__global__ void kv_append_kernel(KV *k_cache, KV *v_cache, const float *k, const float *v, int kv_dim,
+                                 const int *d_pos) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (e >= kv_dim) return;
+    const size_t dst = (size_t)(d_pos[0] + t) * kv_dim + e, src = (size_t)t * kv_dim + e;
+    kv_store(k_cache, dst, k[src]);
+    kv_store(v_cache, dst, v[src]);
+}
+
+cudaError_t bn_cu_kv_append(void *k_cache, void *v_cache, bool kv_f16, const float *k, const float *v, int kv_dim,
+                            int nb, const int *d_pos, cudaStream_t s) {
+    dim3 grid((kv_dim + ATT_THREADS - 1) / ATT_THREADS, nb);
+    if (kv_f16)
+        BN_LAUNCH(kv_append_kernel<bn_half>, grid, ATT_THREADS, 0, s, (bn_half *)k_cache, (bn_half *)v_cache, k, v,
+                  kv_dim, d_pos);
+    else
+        BN_LAUNCH(kv_append_kernel<float>, grid, ATT_THREADS, 0, s, (float *)k_cache, (float *)v_cache, k, v, kv_dim,
+                  d_pos);
+    return cudaGetLastError();
+}
+
+// Scratch layout per (token t, head h, split sp), index r = (t*nh + h)*n_splits + sp:
+// acc {hd} at scratch + r*hd (unnormalised Σ p·V), then max m and sum l at the end.
+size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits) {
+    return (size_t)nb * nh * n_splits * (hd + 2);
+}
+
+// attn_split_kernel: block (query head h, token t, split sp): online softmax over the split's keys.
+template <typename KV>
+__global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
+                                  const KV *V, int nh, int group, int hd, int kv_dim, float scale, int nb,
+                                  const int *d_pos, int n_splits) {
+    BN_SHARED(float, sc, ATT_TILE);
+    BN_DYN_SHARED(float, qs);
+    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    const int n_kv = d_pos[0] + t + 1;
+    const int per = (n_kv + n_splits - 1) / n_splits;
+    const int k0 = sp * per, k1 = min(n_kv, k0 + per);
+    const size_t kv_off = (size_t)(h / group) * hd;
+    const float *q = qg + (size_t)t * q_stride + (size_t)h * head_stride;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[d];
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f, acc[ACC_REGS];
+#pragma unroll
+    for (int a = 0; a < ACC_REGS; a++) acc[a] = 0.0f;
+    for (int tau0 = k0; tau0 < k1; tau0 += ATT_TILE) {
+        const int nt = min(ATT_TILE, k1 - tau0);
+        for (int kk = warp; kk < nt; kk += n_warps) { // one warp per key, lanes over dims
+            const KV *krow = K + (size_t)(tau0 + kk) * kv_dim + kv_off;
+            float dot = 0.0f;
+            for (int d = lane; d < hd; d += 32) dot += qs[d] * kv_load(krow, d);
+            dot = bn_warp_sum(dot);
+            if (lane == 0) sc[kk] = scale * dot;
+        }
+        __syncthreads();
+        float tile_max = -INFINITY;
+        for (int kk = 0; kk < nt; kk++) tile_max = fmaxf(tile_max, sc[kk]);
+        const float m_new = fmaxf(m, tile_max);
+        const float corr = expf(m - m_new); // 0 on the first tile (m = -inf)
+        l *= corr;
+#pragma unroll
+        for (int a = 0; a < ACC_REGS; a++) acc[a] *= corr;
+        for (int kk = 0; kk < nt; kk++) {
+            const float p = expf(sc[kk] - m_new);
+            l += p;
+            const KV *vrow = V + (size_t)(tau0 + kk) * kv_dim + kv_off;
+#pragma unroll
+            for (int a = 0; a < ACC_REGS; a++) {
+                const int d = threadIdx.x + a * ATT_THREADS;
+                if (d < hd) acc[a] += p * kv_load(vrow, d);
+            }
+        }
+        m = m_new;
+        __syncthreads(); // sc is rewritten by the next tile
+    }
+    const size_t r = ((size_t)t * nh + h) * n_splits + sp;
+    float *out = scratch + r * hd;
+#pragma unroll
+    for (int a = 0; a < ACC_REGS; a++) {
+        const int d = threadIdx.x + a * ATT_THREADS;
+        if (d < hd) out[d] = acc[a];
+    }
+    if (threadIdx.x == 0) {
+        float *ml = scratch + (size_t)nb * nh * n_splits * hd + 2 * r;
+        ml[0] = m;
+        ml[1] = l;
+    }
+}
+
+// attn_merge_kernel: block (head h, token t): merges the splits, normalises, applies the gate.
+__global__ void attn_merge_kernel(float *out, const float *scratch, const float *qg, int q_stride, int head_stride,
+                                  bool gated, int nh, int hd, int nb, int n_splits) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const size_t r0 = ((size_t)t * nh + h) * n_splits;
+    const float *ml = scratch + (size_t)nb * nh * n_splits * hd + 2 * r0;
+    float m = -INFINITY;
+    for (int sp = 0; sp < n_splits; sp++) m = fmaxf(m, ml[2 * sp]);
+    float l = 0.0f;
+    for (int sp = 0; sp < n_splits; sp++) l += ml[2 * sp + 1] * expf(ml[2 * sp] - m);
+    const float inv = 1.0f / l;
+    const float *gate = qg + (size_t)t * q_stride + (size_t)h * head_stride + hd;
+    float *o = out + (size_t)t * nh * hd + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int sp = 0; sp < n_splits; sp++) sum += scratch[(r0 + sp) * hd + d] * expf(ml[2 * sp] - m);
+        float v = sum * inv;
+        if (gated) v *= bn_cu_sigmoid(gate[d]);
+        o[d] = v;
+    }
+}
+
+cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
+                            const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
+                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s) {
+    const int group = nh / nkv, kv_dim = nkv * hd;
+    dim3 grid(nh, nb, n_splits);
+    const size_t smem = sizeof(float) * hd;
+    if (kv_f16)
+        BN_LAUNCH(attn_split_kernel<bn_half>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
+                  (const bn_half *)K, (const bn_half *)V, nh, group, hd, kv_dim, scale, nb, d_pos, n_splits);
+    else
+        BN_LAUNCH(attn_split_kernel<float>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
+                  (const float *)K, (const float *)V, nh, group, hd, kv_dim, scale, nb, d_pos, n_splits);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    dim3 grid2(nh, nb);
+    BN_LAUNCH(attn_merge_kernel, grid2, ATT_THREADS, 0, s, out, scratch, qg, q_stride, head_stride, gated, nh, hd, nb,
+              n_splits);
+    return cudaGetLastError();
+}

@@ -1,0 +1,84 @@
+// cuda/cuda_engine.h — the CUDA forward pass (C API, mirrors core/forward.h so callers swap backends
+// 1:1). Math and order of ops: core/forward.c (MODEL.md §4 qwen35, §7 qwen3 / llama / qwen2).
+// Implemented in cuda/forward.cu (+ ops.cu, gdn.cu, attention.cu kernels); linked from bonsai_cuda
+// (nvcc, real GPU) or bonsai_cuda_emu (the CPU emulator). C code includes it under #ifdef BONSAI_CUDA.
+//
+// Numerics: F32/F16/BF16 weights in fp32 math; quantized weights dot int8 activations rounded with
+// the CUDA Q8_1 rule (d = amax/127, q = roundf(x/d); cuda/mm.cuh), so logits differ from the CPU
+// engine (ggml-cpu Q8_0 rounding) by a few 1e-2 in logprob on quantized models (see the test).
+// Not thread-safe: one call at a time per state; several states may share a model.
+#ifndef BONSAI_CUDA_ENGINE_H
+#define BONSAI_CUDA_ENGINE_H
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "core/forward.h"
+#include "core/model.h"
+
+typedef struct bn_cuda_model bn_cuda_model;
+typedef struct bn_cuda_state bn_cuda_state;
+typedef struct bn_cuda_snapshot bn_cuda_snapshot;
+
+// bn_cuda_model_upload: copies every weight of m to the device once (matrices in their stored type,
+// norms / ssm parameters / biases as fp32). m must outlive the result. Returns the device model, or
+// NULL with err filled (no device, a weight type the kernels do not handle, out of device memory).
+bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen);
+// bn_cuda_model_free: frees the device weights (NULL is fine; free its states first).
+void bn_cuda_model_free(bn_cuda_model *cm);
+// bn_cuda_model_bytes: device bytes held by the uploaded weights.
+size_t bn_cuda_model_bytes(const bn_cuda_model *cm);
+
+// bn_cuda_state_new: a sequence state for up to n_ctx positions with the KV cache as kv_type (BN_F32
+// or BN_F16) in device memory, its own stream and scratch. Returns it, or NULL with err filled.
+bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char *err, size_t errlen);
+// bn_cuda_state_free: frees the state and its decode graph (NULL is fine).
+void bn_cuda_state_free(bn_cuda_state *s);
+// bn_cuda_state_reset: back to position 0 with zero conv windows and recurrent matrices.
+void bn_cuda_state_reset(bn_cuda_state *s);
+// bn_cuda_state_pos: number of tokens consumed so far.
+int bn_cuda_state_pos(const bn_cuda_state *s);
+// bn_cuda_state_n_ctx: the capacity given to bn_cuda_state_new.
+int bn_cuda_state_n_ctx(const bn_cuda_state *s);
+
+// Snapshots: the recurrent state (conv windows + S of every DeltaNet layer) and the position, kept
+// in device memory; same validity rules as core/forward.h (the KV cache is not copied).
+// bn_cuda_snapshot_new: an empty snapshot for s's model (position 0); NULL with err filled on OOM.
+bn_cuda_snapshot *bn_cuda_snapshot_new(const bn_cuda_state *s, char *err, size_t errlen);
+// bn_cuda_state_snapshot_into: device copy of s's recurrent state + position into snap; 0 or -1.
+int bn_cuda_state_snapshot_into(const bn_cuda_state *s, bn_cuda_snapshot *snap, char *err, size_t errlen);
+// bn_cuda_state_restore: puts snap's recurrent state + position back into s; 0 or -1.
+int bn_cuda_state_restore(bn_cuda_state *s, const bn_cuda_snapshot *snap, char *err, size_t errlen);
+// bn_cuda_snapshot_pos: the position stored in a snapshot.
+int bn_cuda_snapshot_pos(const bn_cuda_snapshot *snap);
+// bn_cuda_snapshot_free: frees a snapshot (NULL is fine).
+void bn_cuda_snapshot_free(bn_cuda_snapshot *snap);
+
+// bn_cuda_forward: appends n tokens at the state's position and runs the model (n > 1: batched
+// prefill, recurrences token by token inside the kernels). out as in bn_forward (host buffers:
+// logits, hidden, taps); out->snaps (host bn_snapshot) are filled by copying the device recurrent
+// state down after every token (slow; for tests and CPU-side rollback). Returns 0, or -1 with err
+// filled (context overflow, bad token id, bad tap layer, CUDA error); on a input error the state
+// is unchanged.
+int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
+
+// bn_cuda_host_snapshot_new: a host snapshot (core/forward.h type, same layout as the CPU engine's)
+// for out->snaps of bn_cuda_forward; free with bn_snapshot_free.
+bn_snapshot *bn_cuda_host_snapshot_new(const bn_cuda_state *s);
+
+// bn_cuda_decode_greedy: one decode step of `token` followed by the argmax of the logits on the
+// device; *next = the greedy next token. The step is captured as a CUDA graph on first use (token
+// and position live in device memory, the graph is replayed unchanged). Returns 0, or -1 with err
+// filled (context full, bad token, CUDA error).
+int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *err, size_t errlen);
+
+// bn_cuda_available: 1 if a CUDA device (or the emulator) can run the engine, else 0 with the
+// reason in err ("no CUDA device").
+int bn_cuda_available(char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

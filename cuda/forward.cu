@@ -1,0 +1,641 @@
+// cuda/forward.cu — the CUDA forward pass behind cuda/cuda_engine.h: weight upload, per-sequence
+// device state, the layer loop (same ops in the same order as core/forward.c), snapshots and the
+// graph-captured greedy decode step. Kernels: cuda/ops.cu, gdn.cu, attention.cu (cuda/fwd.cuh) and
+// the matrix kernels of cuda/mm.cuh.
+#include "cuda/common.cuh"
+#include "cuda/mm.cuh"
+#include "cuda/fwd.cuh"
+#include "cuda/cuda_engine.h"
+extern "C" {
+#include "core/forward_impl.h" // bn_snapshot's layout (host snapshots share the CPU engine's)
+#include "core/util.h"
+// from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
+size_t bn_row_size(int type, int64_t ne0);
+int bn_dequantize(int type, const void *src, float *dst, int64_t n);
+const char *bn_type_name(int type);
+}
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_F32 = 0, T_F16 = 1 }; // bn_type ids of quant/quant.h
+
+#define MAX_PREFILL_BATCH 512 // tokens per chunk (scratch rows)
+#define MAX_LOGIT_ROWS 16     // rows of logits computed per head matmul
+#define MAX_SPLITS 16         // flash-decoding key splits
+
+// ---- the device model ---------------------------------------------------------------------------
+struct cu_layer {
+    float *attn_norm, *post_norm;              // {H}
+    bn_cu_weight ffn_gate, ffn_up, ffn_down;   // {H, F}, {H, F}, {F, H}
+    bn_cu_weight attn_q, attn_k, attn_v;       // {H, q rows}, {H, nkv*hd} x2
+    bn_cu_weight attn_output;                  // {nh*hd, H}
+    float *q_norm, *k_norm;                    // {hd} or NULL
+    float *q_bias, *k_bias, *v_bias;           // qwen2 only, else NULL
+    bn_cu_weight attn_qkv, attn_gate;          // {H, conv_dim}, {H, Hv*dv}
+    bn_cu_weight ssm_beta, ssm_alpha, ssm_out; // {H, Hv} x2, {Hv*dv, H}
+    float *conv1d;                             // {K, conv_dim}
+    float *ssm_dt, *ssm_a, *ssm_norm;          // {Hv}, {Hv}, {dv}
+};
+
+struct bn_cuda_model {
+    const bn_model *m;
+    bn_config cfg;
+    bn_cu_weight token_embd; // {H, V}
+    bn_cu_weight output;     // {H, V} (same device data as token_embd when tied)
+    float *output_norm;      // {H}
+    cu_layer *layers;        // [n_layer]
+    void **allocs;           // every device allocation, freed together
+    int n_allocs, cap_allocs;
+    size_t bytes;
+};
+
+// dev_alloc: a tracked device allocation of bytes; 0 or -1 with err filled.
+static int dev_alloc(bn_cuda_model *cm, void **p, size_t bytes, char *err, size_t errlen) {
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return bn_err(err, errlen, "CUDA: out of device memory (%zu bytes more, %zu held)", bytes, cm->bytes);
+    }
+    if (cm->n_allocs == cm->cap_allocs) {
+        cm->cap_allocs = cm->cap_allocs ? 2 * cm->cap_allocs : 64;
+        cm->allocs = (void **)xrealloc(cm->allocs, sizeof(void *) * cm->cap_allocs);
+    }
+    cm->allocs[cm->n_allocs++] = *p;
+    cm->bytes += bytes;
+    return 0;
+}
+
+// upload_matrix: a 2-D weight in its stored type (absent weights give data NULL); 0 or -1.
+static int upload_matrix(bn_cuda_model *cm, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!w->data) return 0;
+    if (!bn_cu_type_supported(w->type))
+        return bn_err(err, errlen, "CUDA: weight %s has type %s, which the CUDA kernels do not handle", w->name,
+                      bn_type_name(w->type));
+    out->type = w->type;
+    out->ne0 = w->ne[0];
+    out->ne1 = w->ne[1] * w->ne[2] * w->ne[3];
+    out->row_bytes = bn_row_size(w->type, w->ne[0]);
+    void *d = NULL;
+    const size_t bytes = out->row_bytes * (size_t)out->ne1;
+    if (dev_alloc(cm, &d, bytes, err, errlen) != 0) return -1;
+    BN_CUDA_TRY(cudaMemcpy(d, w->data, bytes, cudaMemcpyHostToDevice), err, errlen);
+    out->data = d;
+    return 0;
+}
+
+// upload_vector: a 1-/2-D parameter converted to fp32 on the device; *out NULL when absent.
+static int upload_vector(bn_cuda_model *cm, const bn_weight *w, float **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!w->data) return 0;
+    const int64_t n = w->ne[0] * w->ne[1] * w->ne[2] * w->ne[3];
+    float *host = (float *)xmalloc(sizeof(float) * (size_t)n);
+    if (bn_dequantize(w->type, w->data, host, n) != 0) {
+        free(host);
+        return bn_err(err, errlen, "CUDA: parameter %s has type %s, which cannot be converted to fp32", w->name,
+                      bn_type_name(w->type));
+    }
+    void *d = NULL;
+    int rc = dev_alloc(cm, &d, sizeof(float) * (size_t)n, err, errlen);
+    if (rc == 0 && cudaMemcpy(d, host, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
+        rc = bn_err(err, errlen, "CUDA error: %s uploading %s", cudaGetErrorString(cudaGetLastError()), w->name);
+    free(host);
+    *out = (float *)d;
+    return rc;
+}
+
+// check_shapes: the kernels' limits (head sizes, conv kernel); 0 or -1.
+static int check_shapes(const bn_config *c, char *err, size_t errlen) {
+    if (c->head_dim > BN_CU_MAX_HEAD_DIM)
+        return bn_err(err, errlen, "CUDA: head_dim %d exceeds the kernels' limit %d", c->head_dim, BN_CU_MAX_HEAD_DIM);
+    if (c->arch == BN_ARCH_QWEN35) {
+        if (c->ssm_d_state > BN_CU_MAX_HEAD_DIM)
+            return bn_err(err, errlen, "CUDA: ssm_d_state %d exceeds the kernels' limit %d", c->ssm_d_state,
+                          BN_CU_MAX_HEAD_DIM);
+        if (c->ssm_conv_kernel < 1 || c->ssm_conv_kernel > BN_CU_MAX_CONV_K)
+            return bn_err(err, errlen, "CUDA: ssm_conv_kernel %d outside 1..%d", c->ssm_conv_kernel, BN_CU_MAX_CONV_K);
+    }
+    return 0;
+}
+
+// upload_layer: every weight of layer il; 0 or -1.
+static int upload_layer(bn_cuda_model *cm, int il, char *err, size_t errlen) {
+    const bn_layer_weights *lw = &cm->m->w.layers[il];
+    cu_layer *L = &cm->layers[il];
+    const struct {
+        const bn_weight *w;
+        bn_cu_weight *out;
+    } mats[] = {{&lw->ffn_gate, &L->ffn_gate},   {&lw->ffn_up, &L->ffn_up},         {&lw->ffn_down, &L->ffn_down},
+                {&lw->attn_q, &L->attn_q},       {&lw->attn_k, &L->attn_k},         {&lw->attn_v, &L->attn_v},
+                {&lw->attn_output, &L->attn_output}, {&lw->attn_qkv, &L->attn_qkv}, {&lw->attn_gate, &L->attn_gate},
+                {&lw->ssm_beta, &L->ssm_beta},   {&lw->ssm_alpha, &L->ssm_alpha},   {&lw->ssm_out, &L->ssm_out}};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (upload_matrix(cm, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
+    const struct {
+        const bn_weight *w;
+        float **out;
+    } vecs[] = {{&lw->attn_norm, &L->attn_norm},     {&lw->post_attention_norm, &L->post_norm},
+                {&lw->attn_q_norm, &L->q_norm},      {&lw->attn_k_norm, &L->k_norm},
+                {&lw->attn_q_bias, &L->q_bias},      {&lw->attn_k_bias, &L->k_bias},
+                {&lw->attn_v_bias, &L->v_bias},      {&lw->ssm_conv1d, &L->conv1d},
+                {&lw->ssm_dt, &L->ssm_dt},           {&lw->ssm_a, &L->ssm_a},
+                {&lw->ssm_norm, &L->ssm_norm}};
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+        if (upload_vector(cm, vecs[i].w, vecs[i].out, err, errlen) != 0) return -1;
+    return 0;
+}
+
+bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen) {
+    if (!bn_cuda_available(err, errlen)) return NULL;
+    if (check_shapes(&m->cfg, err, errlen) != 0) return NULL;
+    bn_cuda_model *cm = (bn_cuda_model *)xcalloc(1, sizeof *cm);
+    cm->m = m;
+    cm->cfg = m->cfg;
+    cm->layers = (cu_layer *)xcalloc((size_t)m->cfg.n_layer, sizeof(cu_layer));
+    int rc = upload_matrix(cm, &m->w.token_embd, &cm->token_embd, err, errlen);
+    if (rc == 0 && m->w.output.data == m->w.token_embd.data) cm->output = cm->token_embd; // tied head
+    else if (rc == 0) rc = upload_matrix(cm, &m->w.output, &cm->output, err, errlen);
+    if (rc == 0) rc = upload_vector(cm, &m->w.output_norm, &cm->output_norm, err, errlen);
+    for (int il = 0; rc == 0 && il < m->cfg.n_layer; il++) rc = upload_layer(cm, il, err, errlen);
+    if (rc != 0) {
+        bn_cuda_model_free(cm);
+        return NULL;
+    }
+    return cm;
+}
+
+void bn_cuda_model_free(bn_cuda_model *cm) {
+    if (!cm) return;
+    for (int i = 0; i < cm->n_allocs; i++) cudaFree(cm->allocs[i]);
+    free(cm->allocs);
+    free(cm->layers);
+    free(cm);
+}
+
+size_t bn_cuda_model_bytes(const bn_cuda_model *cm) { return cm->bytes; }
+
+int bn_cuda_available(char *err, size_t errlen) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        bn_err(err, errlen, "no CUDA device");
+        return 0;
+    }
+    return 1;
+}
+
+// ---- the device state ---------------------------------------------------------------------------
+struct bn_cuda_state {
+    bn_cuda_model *cm;
+    int n_ctx, n_batch, kv_type, pos;
+    int n_splits;         // flash-decoding key splits for nb <= BN_CU_MMVQ_MAX_NB
+    int logit_rows;       // rows of `logits`
+    size_t n_recurrent;   // floats in `recurrent` (same layout as the CPU state's)
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *block;          // one device allocation holding every buffer below
+    int *d_pos;           // position of the next chunk's first token
+    int32_t *d_tokens;    // {n_batch} token ids of the chunk (the decode graph's argmax writes [0])
+    void **k_cache, **v_cache; // [n_layer] -> {n_head_kv*hd, n_ctx} fp32/fp16 (NULL on GDN layers)
+    float **conv, **ssm;  // [n_layer] -> {K-1, conv_dim}, {dk, dv, Hv} inside `recurrent`
+    float *recurrent;     // all conv windows and S matrices, contiguous
+    float *x, *xn, *mo;   // {H, B}
+    float *qg;            // {max(q rows, conv_dim), B}
+    float *kb, *vb;       // {n_head_kv*hd, B}
+    float *z;             // {Hv*dv, B}
+    float *att;           // {max(nh*hd, Hv*dv), B}
+    float *bb, *ab;       // {Hv, B}
+    float *gate, *up;     // {F, B}
+    float *logits;        // {V, logit_rows}
+    float *att_scratch;   // bn_cu_attention_scratch_floats
+    void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
+    int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
+    cudaGraphExec_t graph; // the captured decode step (NULL until first use)
+};
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+// Carves aligned pieces out of one block: a first pass with base == NULL only counts.
+struct carver {
+    char *base;
+    size_t off;
+};
+static void *carve(carver *c, size_t bytes) {
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += align256(bytes);
+    return p;
+}
+
+// mm_scratch_for: largest bn_cu_matmul scratch any weight of the model needs for nb columns.
+static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
+    size_t bytes = bn_cu_matmul_scratch_bytes(&cm->output, head_rows);
+    for (int il = 0; il < cm->cfg.n_layer; il++) {
+        const cu_layer *L = &cm->layers[il];
+        const bn_cu_weight *ws[] = {&L->ffn_gate, &L->ffn_up,     &L->ffn_down,  &L->attn_q,   &L->attn_k,
+                                    &L->attn_v,   &L->attn_output, &L->attn_qkv, &L->attn_gate, &L->ssm_beta,
+                                    &L->ssm_alpha, &L->ssm_out};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->data) bytes = max_sz(bytes, max_sz(bn_cu_matmul_scratch_bytes(ws[i], nb),
+                                                          bn_cu_matmul_scratch_bytes(ws[i], 1)));
+    }
+    return bytes;
+}
+
+// layout: assigns every device pointer of s (when c->base != NULL); returns the total bytes.
+static size_t layout(carver *c, bn_cuda_state *s) {
+    const bn_cuda_model *cm = s->cm;
+    const bn_config *cf = &cm->cfg;
+    const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer, B = s->n_batch;
+    const size_t kv_dim = (size_t)cf->n_head_kv * cf->head_dim;
+    const size_t q_rows = (size_t)cf->n_head * cf->head_dim * (cf->arch == BN_ARCH_QWEN35 ? 2 : 1);
+    const size_t dk = cf->ssm_d_state, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
+    const size_t conv_dim = 2 * Hk * dk + Hv * dk, value_dim = Hv * dk;
+    const size_t conv_floats = (cf->ssm_conv_kernel > 0 ? (size_t)cf->ssm_conv_kernel - 1 : 0) * conv_dim;
+    const size_t ssm_floats = Hv * dk * dk;
+    const size_t kv_elt = s->kv_type == T_F16 ? 2 : 4;
+
+    int *d_pos = (int *)carve(c, 4 * sizeof(int));
+    int32_t *d_tokens = (int32_t *)carve(c, B * sizeof(int32_t));
+    size_t n_rec = 0;
+    for (size_t il = 0; il < L; il++)
+        if (cf->is_recurrent[il]) n_rec += conv_floats + ssm_floats;
+    float *rec = (float *)carve(c, n_rec * sizeof(float));
+    if (c->base) {
+        s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
+        float *p = rec;
+        for (size_t il = 0; il < L; il++) {
+            s->conv[il] = s->ssm[il] = NULL;
+            if (!cf->is_recurrent[il]) continue;
+            s->conv[il] = p;
+            p += conv_floats;
+            s->ssm[il] = p;
+            p += ssm_floats;
+        }
+    }
+    for (size_t il = 0; il < L; il++) {
+        void *kc = NULL, *vc = NULL;
+        if (!cf->is_recurrent[il]) {
+            kc = carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
+            vc = carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
+        }
+        if (c->base) s->k_cache[il] = kc, s->v_cache[il] = vc;
+    }
+    float *x = (float *)carve(c, B * H * 4), *xn = (float *)carve(c, B * H * 4), *mo = (float *)carve(c, B * H * 4);
+    float *qg = (float *)carve(c, B * max_sz(q_rows, conv_dim) * 4);
+    float *kb = (float *)carve(c, B * kv_dim * 4), *vb = (float *)carve(c, B * kv_dim * 4);
+    float *z = (float *)carve(c, B * value_dim * 4);
+    float *att = (float *)carve(c, B * max_sz((size_t)cf->n_head * cf->head_dim, value_dim) * 4);
+    float *bb = (float *)carve(c, B * Hv * 4), *ab = (float *)carve(c, B * Hv * 4);
+    float *gate = (float *)carve(c, B * F * 4), *up = (float *)carve(c, B * F * 4);
+    float *logits = (float *)carve(c, (size_t)s->logit_rows * cf->n_vocab * 4);
+    const size_t att_floats =
+        max_sz(bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, (int)B, 1),
+               bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, BN_CU_MMVQ_MAX_NB, s->n_splits));
+    float *att_scratch = (float *)carve(c, att_floats * 4);
+    void *mm_scratch = carve(c, mm_scratch_for(cm, (int)B, s->logit_rows));
+    if (c->base) {
+        s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
+        s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->logits = logits, s->att_scratch = att_scratch;
+        s->mm_scratch = mm_scratch;
+    }
+    return c->off;
+}
+
+bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char *err, size_t errlen) {
+    if (n_ctx < 1) n_ctx = 1;
+    bn_cuda_state *s = (bn_cuda_state *)xcalloc(1, sizeof *s);
+    const int L = cm->cfg.n_layer;
+    s->cm = cm;
+    s->n_ctx = n_ctx;
+    s->kv_type = kv_type == T_F16 ? T_F16 : T_F32;
+    s->n_batch = n_ctx < MAX_PREFILL_BATCH ? n_ctx : MAX_PREFILL_BATCH;
+    s->logit_rows = s->n_batch < MAX_LOGIT_ROWS ? s->n_batch : MAX_LOGIT_ROWS;
+    s->n_splits = n_ctx / 32 < 1 ? 1 : n_ctx / 32 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 32;
+    s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
+    s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
+    s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
+    s->ssm = (float **)xcalloc((size_t)L, sizeof(float *));
+    carver count = {NULL, 0};
+    const size_t total = layout(&count, s);
+    int rc = 0;
+    if (cudaMalloc(&s->block, total) != cudaSuccess) {
+        cudaGetLastError();
+        s->block = NULL;
+        rc = bn_err(err, errlen, "CUDA: out of device memory for a %d-position state (%zu bytes)", n_ctx, total);
+    }
+    if (rc == 0) {
+        carver fill = {(char *)s->block, 0};
+        layout(&fill, s);
+    }
+    if (rc == 0 && cudaMallocHost((void **)&s->h_io, 4 * sizeof(int32_t)) != cudaSuccess)
+        rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
+    if (rc == 0 && cudaStreamCreate(&s->stream) != cudaSuccess)
+        rc = bn_err(err, errlen, "CUDA: cannot create a stream");
+    if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
+    if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
+        rc = bn_err(err, errlen, "cuBLAS: cannot set the stream");
+    if (rc != 0) {
+        cudaGetLastError();
+        bn_cuda_state_free(s);
+        return NULL;
+    }
+    bn_cuda_state_reset(s);
+    return s;
+}
+
+void bn_cuda_state_free(bn_cuda_state *s) {
+    if (!s) return;
+    if (s->graph) cudaGraphExecDestroy(s->graph);
+    if (s->blas) cublasDestroy(s->blas);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->block) cudaFree(s->block);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->conv);
+    free(s->ssm);
+    free(s);
+}
+
+void bn_cuda_state_reset(bn_cuda_state *s) {
+    cudaMemsetAsync(s->recurrent, 0, s->n_recurrent * sizeof(float), s->stream);
+    cudaMemsetAsync(s->d_pos, 0, sizeof(int), s->stream);
+    cudaStreamSynchronize(s->stream);
+    s->pos = 0;
+}
+
+int bn_cuda_state_pos(const bn_cuda_state *s) { return s->pos; }
+int bn_cuda_state_n_ctx(const bn_cuda_state *s) { return s->n_ctx; }
+
+// ---- snapshots ----------------------------------------------------------------------------------
+struct bn_cuda_snapshot {
+    int pos;
+    size_t n;   // floats
+    float *data; // device {n}
+};
+
+bn_cuda_snapshot *bn_cuda_snapshot_new(const bn_cuda_state *s, char *err, size_t errlen) {
+    bn_cuda_snapshot *snap = (bn_cuda_snapshot *)xcalloc(1, sizeof *snap);
+    snap->n = s->n_recurrent;
+    if (cudaMalloc((void **)&snap->data, max_sz(snap->n, 1) * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        free(snap);
+        bn_err(err, errlen, "CUDA: out of device memory for a snapshot");
+        return NULL;
+    }
+    cudaMemset(snap->data, 0, max_sz(snap->n, 1) * sizeof(float));
+    return snap;
+}
+
+int bn_cuda_state_snapshot_into(const bn_cuda_state *s, bn_cuda_snapshot *snap, char *err, size_t errlen) {
+    if (snap->n != s->n_recurrent) return bn_err(err, errlen, "snapshot belongs to another model");
+    BN_CUDA_TRY(cudaMemcpyAsync(snap->data, s->recurrent, s->n_recurrent * sizeof(float), cudaMemcpyDeviceToDevice,
+                                s->stream), err, errlen);
+    BN_CUDA_TRY(cudaStreamSynchronize(s->stream), err, errlen);
+    snap->pos = s->pos;
+    return 0;
+}
+
+int bn_cuda_state_restore(bn_cuda_state *s, const bn_cuda_snapshot *snap, char *err, size_t errlen) {
+    if (snap->n != s->n_recurrent) return bn_err(err, errlen, "snapshot belongs to another model");
+    s->h_io[2] = snap->pos;
+    BN_CUDA_TRY(cudaMemcpyAsync(s->recurrent, snap->data, s->n_recurrent * sizeof(float), cudaMemcpyDeviceToDevice,
+                                s->stream), err, errlen);
+    BN_CUDA_TRY(cudaMemcpyAsync(s->d_pos, &s->h_io[2], sizeof(int), cudaMemcpyHostToDevice, s->stream), err, errlen);
+    BN_CUDA_TRY(cudaStreamSynchronize(s->stream), err, errlen);
+    s->pos = snap->pos;
+    return 0;
+}
+
+int bn_cuda_snapshot_pos(const bn_cuda_snapshot *snap) { return snap->pos; }
+
+void bn_cuda_snapshot_free(bn_cuda_snapshot *snap) {
+    if (!snap) return;
+    cudaFree(snap->data);
+    free(snap);
+}
+
+bn_snapshot *bn_cuda_host_snapshot_new(const bn_cuda_state *s) {
+    bn_snapshot *snap = (bn_snapshot *)xcalloc(1, sizeof *snap + s->n_recurrent * sizeof(float));
+    snap->n = s->n_recurrent;
+    return snap;
+}
+
+// ---- the layer loop -----------------------------------------------------------------------------
+#define TRY(call)                                                                                                   \
+    do {                                                                                                            \
+        cudaError_t e_ = (call);                                                                                    \
+        if (e_ != cudaSuccess) return e_;                                                                           \
+    } while (0)
+
+// mm: y = W·x over nb columns with the state's scratch, handle and stream.
+static cudaError_t mm(bn_cuda_state *s, const bn_cu_weight *w, const float *x, float *y, int nb) {
+    return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
+}
+
+// attention_layer: s->mo = attention(s->xn) for nb tokens at d_pos.., appending to the KV cache.
+static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
+    const bn_config *c = &s->cm->cfg;
+    const cu_layer *L = &s->cm->layers[il];
+    const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, kv_dim = nkv * hd;
+    const bool gated = c->arch == BN_ARCH_QWEN35, neox = c->arch != BN_ARCH_LLAMA;
+    const int head_stride = gated ? 2 * hd : hd, q_stride = nh * head_stride;
+    const float theta_scale = powf(c->rope_base, -2.0f / (float)c->n_rot);
+    TRY(mm(s, &L->attn_q, s->xn, s->qg, nb)); // per head: query [, gate]
+    TRY(mm(s, &L->attn_k, s->xn, s->kb, nb));
+    TRY(mm(s, &L->attn_v, s->xn, s->vb, nb));
+    if (L->q_bias) TRY(bn_cu_add_bias(s->qg, L->q_bias, q_stride, nb, s->stream));
+    if (L->k_bias) TRY(bn_cu_add_bias(s->kb, L->k_bias, kv_dim, nb, s->stream));
+    if (L->v_bias) TRY(bn_cu_add_bias(s->vb, L->v_bias, kv_dim, nb, s->stream));
+    TRY(bn_cu_norm_rope(s->qg, nh, head_stride, q_stride, nb, L->q_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox,
+                        s->d_pos, s->stream));
+    TRY(bn_cu_norm_rope(s->kb, nkv, hd, kv_dim, nb, L->k_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox, s->d_pos,
+                        s->stream));
+    const bool f16 = s->kv_type == T_F16;
+    TRY(bn_cu_kv_append(s->k_cache[il], s->v_cache[il], f16, s->kb, s->vb, kv_dim, nb, s->d_pos, s->stream));
+    const int n_splits = nb <= BN_CU_MMVQ_MAX_NB ? s->n_splits : 1;
+    TRY(bn_cu_attention(s->att, s->qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
+                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream));
+    return mm(s, &L->attn_output, s->att, s->mo, nb);
+}
+
+// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S.
+static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb) {
+    const bn_config *c = &s->cm->cfg;
+    const cu_layer *L = &s->cm->layers[il];
+    const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
+    const int conv_dim = 2 * Hk * dk + Hv * dk;
+    TRY(mm(s, &L->attn_qkv, s->xn, s->qg, nb));  // mix {conv_dim, nb}
+    TRY(mm(s, &L->attn_gate, s->xn, s->z, nb));  // z   {Hv*dv, nb}
+    TRY(mm(s, &L->ssm_beta, s->xn, s->bb, nb));  // b   {Hv, nb}
+    TRY(mm(s, &L->ssm_alpha, s->xn, s->ab, nb)); // a   {Hv, nb}
+    TRY(bn_cu_gdn_conv(s->qg, s->conv[il], L->conv1d, conv_dim, c->ssm_conv_kernel, nb, s->stream));
+    TRY(bn_cu_gdn_qk_norm(s->qg, Hk, dk, conv_dim, nb, c->norm_eps, 1.0f / sqrtf((float)dk), s->stream));
+    TRY(bn_cu_gdn_recurrence(s->ssm[il], s->qg, s->bb, s->ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb,
+                             s->stream));
+    TRY(bn_cu_gated_rmsnorm(s->att, s->att, s->z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));
+    return mm(s, &L->ssm_out, s->att, s->mo, nb);
+}
+
+// ffn: s->mo = ffn_down · (SiLU(ffn_gate · xn) ⊙ (ffn_up · xn)).
+static cudaError_t ffn(bn_cuda_state *s, int il, int nb) {
+    const cu_layer *L = &s->cm->layers[il];
+    TRY(mm(s, &L->ffn_gate, s->xn, s->gate, nb));
+    TRY(mm(s, &L->ffn_up, s->xn, s->up, nb));
+    TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)nb * s->cm->cfg.n_ff, s->stream));
+    return mm(s, &L->ffn_down, s->gate, s->mo, nb);
+}
+
+// Where one chunk's residual stream goes after each tap layer (host, bn_forward_out.taps layout).
+struct tap_dst {
+    const bn_forward_out *out; // NULL or no taps: none
+    int t_off;                 // index of the chunk's first token in the call
+};
+
+// run_layers: embeds s->d_tokens[0..nb) and runs every layer at d_pos, then advances d_pos by nb;
+// taps copied down as they are produced. Everything is enqueued on s->stream (graph-capturable
+// when taps are absent).
+static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
+    const bn_config *c = &s->cm->cfg;
+    const int H = c->n_embd;
+    TRY(bn_cu_get_rows(&s->cm->token_embd, s->d_tokens, s->x, nb, s->stream));
+    for (int il = 0; il < c->n_layer; il++) {
+        const cu_layer *L = &s->cm->layers[il];
+        TRY(bn_cu_rmsnorm(s->xn, s->x, L->attn_norm, H, nb, c->norm_eps, s->stream));
+        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb) : attention_layer(s, il, nb));
+        TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
+        TRY(bn_cu_rmsnorm(s->xn, s->x, L->post_norm, H, nb, c->norm_eps, s->stream));
+        TRY(ffn(s, il, nb));
+        TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
+        const bn_forward_out *out = taps.out;
+        for (int k = 0; out && out->taps && k < out->n_taps; k++) {
+            if (out->tap_layers[k] != il) continue;
+            for (int t = 0; t < nb; t++)
+                TRY(cudaMemcpyAsync(out->taps + ((size_t)(taps.t_off + t) * out->n_taps + k) * H, s->x + (size_t)t * H,
+                                    sizeof(float) * H, cudaMemcpyDeviceToHost, s->stream));
+        }
+    }
+    return bn_cu_advance_pos(s->d_pos, nb, s->stream);
+}
+
+// head_rows: final norm of n_rows residual rows starting at row `first` into s->xn (row 0..).
+static cudaError_t head_norm(bn_cuda_state *s, int first, int n_rows) {
+    const bn_config *c = &s->cm->cfg;
+    return bn_cu_rmsnorm(s->xn, s->x + (size_t)first * c->n_embd, s->cm->output_norm, c->n_embd, n_rows, c->norm_eps,
+                         s->stream);
+}
+
+// chunk_outputs: hidden / logits of this chunk's output rows copied to the host (see forward.c).
+static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_total, const bn_forward_out *out) {
+    const bn_config *c = &s->cm->cfg;
+    const int H = c->n_embd, V = c->n_vocab;
+    if (!out || (!out->logits && !out->hidden)) return cudaSuccess;
+    int first, n_rows, out_row;
+    if (out->all_logits) {
+        first = 0, n_rows = nb, out_row = t_off;
+    } else {
+        if (t_off + nb != n_total) return cudaSuccess;
+        first = nb - 1, n_rows = 1, out_row = 0;
+    }
+    TRY(head_norm(s, first, n_rows));
+    if (out->hidden)
+        TRY(cudaMemcpyAsync(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows,
+                            cudaMemcpyDeviceToHost, s->stream));
+    for (int r0 = 0; out->logits && r0 < n_rows; r0 += s->logit_rows) {
+        const int rows = n_rows - r0 < s->logit_rows ? n_rows - r0 : s->logit_rows;
+        TRY(mm(s, &s->cm->output, s->xn + (size_t)r0 * H, s->logits, rows));
+        TRY(cudaMemcpyAsync(out->logits + (size_t)(out_row + r0) * V, s->logits, sizeof(float) * V * rows,
+                            cudaMemcpyDeviceToHost, s->stream));
+    }
+    return cudaSuccess;
+}
+
+// cuda_fail: fills err with a CUDA error of `what`; returns -1.
+static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) {
+    cudaGetLastError();
+    return bn_err(err, errlen, "CUDA error: %s in %s (the state is undefined; reset it)", cudaGetErrorString(e), what);
+}
+
+int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
+    const bn_config *c = &s->cm->cfg;
+    if (n < 0) return bn_err(err, errlen, "bn_cuda_forward: negative token count %d", n);
+    if (n == 0) {
+        if (out && (out->logits || out->hidden))
+            return bn_err(err, errlen, "bn_cuda_forward: no tokens to produce output for");
+        return 0;
+    }
+    if ((int64_t)s->pos + n > s->n_ctx)
+        return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", s->pos, n, s->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
+            return bn_err(err, errlen, "bad token id %d at index %d (vocabulary has %d tokens)", tokens[t], t,
+                          c->n_vocab);
+    if (out && out->taps)
+        for (int k = 0; k < out->n_taps; k++)
+            if (!out->tap_layers || out->tap_layers[k] < 0 || out->tap_layers[k] >= c->n_layer)
+                return bn_err(err, errlen, "bad tap layer %d (model has %d layers)",
+                              out->tap_layers ? out->tap_layers[k] : -1, c->n_layer);
+    if (out && out->snaps)
+        for (int t = 0; t < n; t++)
+            if (!out->snaps[t] || out->snaps[t]->n != s->n_recurrent)
+                return bn_err(err, errlen, "snaps[%d] is missing or belongs to another model", t);
+
+    // with snapshots, one token per chunk so the recurrent state can be copied after each
+    const int chunk = out && out->snaps ? 1 : s->n_batch;
+    for (int t0 = 0; t0 < n; t0 += chunk) {
+        const int nb = n - t0 < chunk ? n - t0 : chunk;
+        cudaError_t e = cudaMemcpyAsync(s->d_tokens, tokens + t0, sizeof(int32_t) * nb, cudaMemcpyHostToDevice,
+                                        s->stream);
+        if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0});
+        if (e == cudaSuccess) e = chunk_outputs(s, nb, t0, n, out);
+        if (e == cudaSuccess && out && out->snaps)
+            e = cudaMemcpyAsync(out->snaps[t0]->data, s->recurrent, s->n_recurrent * sizeof(float),
+                                cudaMemcpyDeviceToHost, s->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+        if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward", err, errlen);
+        s->pos += nb;
+        if (out && out->snaps) out->snaps[t0]->pos = s->pos;
+    }
+    return 0;
+}
+
+// ---- greedy decode through a CUDA graph -----------------------------------------------------------
+// decode_step: one token from d_tokens[0] at d_pos, its logits and argmax into d_tokens[0].
+static cudaError_t decode_step(bn_cuda_state *s) {
+    TRY(run_layers(s, 1, tap_dst{NULL, 0}));
+    TRY(head_norm(s, 0, 1));
+    TRY(mm(s, &s->cm->output, s->xn, s->logits, 1));
+    return bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream);
+}
+
+// capture_decode: records decode_step on s->stream into s->graph.
+static cudaError_t capture_decode(bn_cuda_state *s) {
+    TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    cudaError_t e = decode_step(s);
+    cudaGraph_t graph = NULL;
+    cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
+    if (e == cudaSuccess) e = e_end;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&s->graph, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) s->graph = NULL;
+    return e;
+}
+
+int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *err, size_t errlen) {
+    if (s->pos + 1 > s->n_ctx)
+        return bn_err(err, errlen, "context overflow: position %d + 1 token exceeds n_ctx %d", s->pos, s->n_ctx);
+    if (token < 0 || token >= s->cm->cfg.n_vocab)
+        return bn_err(err, errlen, "bad token id %d (vocabulary has %d tokens)", token, s->cm->cfg.n_vocab);
+    s->h_io[0] = token;
+    cudaError_t e = cudaMemcpyAsync(s->d_tokens, &s->h_io[0], sizeof(int32_t), cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess && !s->graph) e = capture_decode(s);
+    if (e == cudaSuccess) e = cudaGraphLaunch(s->graph, s->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(&s->h_io[1], s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_decode_greedy", err, errlen);
+    s->pos += 1;
+    *next = s->h_io[1];
+    return 0;
+}

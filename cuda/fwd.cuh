@@ -1,0 +1,89 @@
+// cuda/fwd.cuh — internal to the CUDA forward (C++/CUDA only; include after "cuda/common.cuh"): the
+// launchers of the non-matmul kernels (ops.cu: norms, rope, elementwise; gdn.cu: conv + recurrence;
+// attention.cu: KV append + flash attention) and the warp/block reductions they share. Every
+// launcher enqueues on stream s and returns cudaSuccess or the launch error. Activations are fp32,
+// token-major: row t of an {n, nb} buffer is buf + t*n. Positions are read from device memory
+// (d_pos = position of the chunk's first token) so a captured graph can be replayed unchanged.
+#ifndef BONSAI_CUDA_FWD_CUH
+#define BONSAI_CUDA_FWD_CUH
+#include <stddef.h>
+#include <stdint.h>
+
+// Largest head sizes the kernels handle (attention hd, GDN dk; checked at upload).
+#define BN_CU_MAX_HEAD_DIM 256
+#define BN_CU_MAX_CONV_K 8
+
+// ---- reductions (blockDim.x a multiple of 32; every thread of the block must call) ------------
+// bn_warp_sum: sum of v over the 32 lanes (every lane gets it).
+__device__ __forceinline__ float bn_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+// bn_block_sum: sum of v over the block (every thread gets it); red: 32 shared floats.
+__device__ __forceinline__ float bn_block_sum(float v, float *red) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    v = bn_warp_sum(v);
+    __syncthreads(); // red may still be read by a previous call
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float total = lane < n_warps ? red[lane] : 0.0f;
+    return bn_warp_sum(total);
+}
+// ggml's scalar activations (same formulas as core/ops.c)
+__device__ __forceinline__ float bn_cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float bn_cu_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float bn_cu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// ---- ops.cu ------------------------------------------------------------------------------------
+// y[t] = RMSNorm(x[t]; w) for nb rows of n (w NULL = ones); y may alias x.
+cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s);
+// y[i] += x[i] for i < count.
+cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s);
+// y[t] += b for nb rows of n.
+cudaError_t bn_cu_add_bias(float *y, const float *b, int n, int nb, cudaStream_t s);
+// y = SiLU(gate) ⊙ up over count (y may alias gate).
+cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t count, cudaStream_t s);
+// Per head of nb tokens: optional RMSNorm (norm_w {hd}, NULL = none) then RoPE at position
+// d_pos[0] + t (neox: rotate-half pairs, else adjacent pairs) over the first n_rot dims, in place.
+// Head h of token t starts at x + t*row_stride + h*head_stride. theta_scale = base^(-2/n_rot).
+cudaError_t bn_cu_norm_rope(float *x, int n_heads, int head_stride, int row_stride, int nb, const float *norm_w,
+                            float eps, int hd, int n_rot, float theta_scale, bool neox, const int *d_pos,
+                            cudaStream_t s);
+// y[r] = RMSNorm(o[r]; w) ⊙ SiLU(z[r]) for n_rows rows of n (GDN output gate); y may alias o.
+cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int n, int n_rows,
+                                float eps, cudaStream_t s);
+// *d_pos += n (after a chunk; inside the decode graph).
+cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
+
+// ---- gdn.cu ------------------------------------------------------------------------------------
+// Causal depthwise conv + SiLU over C channels for nb tokens in order, in place on mix {C, nb};
+// window {K-1, C} (ops.h layout) advanced; w {K, C}.
+cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, cudaStream_t s);
+// L2-normalises the Hk q heads and Hk k heads (dk each) at the start of every mix row {conv_dim, nb};
+// q heads are then multiplied by q_scale.
+cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, float eps, float q_scale,
+                              cudaStream_t s);
+// The gated delta rule over nb tokens for all Hv value heads: S {dk, dv, Hv} (ops.h bn_gdn_step
+// layout) updated in place; y {Hv*dv, nb} = Sᵀq per token. beta_logit/alpha_logit {Hv, nb}.
+cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+                                 const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
+                                 int Hv, int conv_dim, int nb, cudaStream_t s);
+
+// ---- attention.cu ------------------------------------------------------------------------------
+// Writes k, v {kv_dim, nb} into the caches {kv_dim, n_ctx} (fp32, or fp16 when kv_f16) at
+// positions d_pos[0] + t.
+cudaError_t bn_cu_kv_append(void *k_cache, void *v_cache, bool kv_f16, const float *k, const float *v, int kv_dim,
+                            int nb, const int *d_pos, cudaStream_t s);
+// Scratch floats bn_cu_attention needs for nh heads of hd, nb tokens, n_splits key splits.
+size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
+// Causal attention of nb query tokens at positions d_pos[0] + t over cache rows [0, pos + 1):
+// out {nh*hd, nb}; query head h of token t at qg + t*q_stride + h*head_stride, its gate (gated) at
+// + hd: out = softmax(scale q·K) V (⊙ σ(gate)). GQA: head h reads KV head h / (nh / nkv). The keys
+// are split into n_splits ranges (flash-decoding) merged by a second kernel; scratch from
+// bn_cu_attention_scratch_floats.
+cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
+                            const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
+                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s);
+
+#endif

@@ -1,0 +1,120 @@
+// cuda/gdn.cu — Gated DeltaNet kernels of the CUDA forward: causal conv1d + SiLU step, q/k L2 norms,
+// and the delta-rule recurrence (MODEL.md §4.3; same math as core/ops.c bn_conv1d_silu_step /
+// bn_gdn_step). Shapes and contracts in cuda/fwd.cuh.
+#include "cuda/common.cuh"
+#include "cuda/fwd.cuh"
+
+#define CONV_THREADS 256
+#define NORM_THREADS 128
+#define REC_WARPS 4 // value rows per block (one warp each)
+#define REC_REGS (BN_CU_MAX_HEAD_DIM / 32)
+
+// conv_kernel: one thread per channel, tokens in order; the channel's window lives in registers.
+__global__ void conv_kernel(float *mix, float *window, const float *w, int C, int K, int nb) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    const int km1 = K - 1;
+    float win[BN_CU_MAX_CONV_K];
+    float *wd = window + (size_t)ch * km1;
+    const float *wc = w + (size_t)ch * K;
+    for (int i = 0; i < km1; i++) win[i] = wd[i];
+    for (int t = 0; t < nb; t++) {
+        float *xt = mix + (size_t)t * C + ch;
+        const float x_now = *xt;
+        float acc = wc[km1] * x_now;
+        for (int i = 0; i < km1; i++) acc += wc[i] * win[i];
+        for (int i = 0; i + 1 < km1; i++) win[i] = win[i + 1];
+        if (km1 > 0) win[km1 - 1] = x_now;
+        *xt = bn_cu_silu(acc);
+    }
+    for (int i = 0; i < km1; i++) wd[i] = win[i];
+}
+
+cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, cudaStream_t s) {
+    BN_LAUNCH(conv_kernel, (C + CONV_THREADS - 1) / CONV_THREADS, CONV_THREADS, 0, s, mix, window, w, C, K, nb);
+    return cudaGetLastError();
+}
+
+// qk_norm_kernel: block (head j of the 2*Hk q/k heads, token t).
+__global__ void qk_norm_kernel(float *mix, int Hk, int dk, int conv_dim, float eps, float q_scale) {
+    BN_SHARED(float, red, 32);
+    const int j = blockIdx.x;
+    float *x = mix + (size_t)blockIdx.y * conv_dim + (size_t)j * dk;
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) sum_sq += x[i] * x[i];
+    sum_sq = bn_block_sum(sum_sq, red);
+    const float scale = 1.0f / sqrtf(sum_sq + eps);
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        float v = x[i] * scale;
+        if (j < Hk) v *= q_scale;
+        x[i] = v;
+    }
+}
+
+cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, float eps, float q_scale,
+                              cudaStream_t s) {
+    dim3 grid(2 * Hk, nb);
+    BN_LAUNCH(qk_norm_kernel, grid, NORM_THREADS, 0, s, mix, Hk, dk, conv_dim, eps, q_scale);
+    return cudaGetLastError();
+}
+
+// recurrence_kernel: block (value head h, group of REC_WARPS value rows); warp w owns row
+// j = blockIdx.y*REC_WARPS + w of S_h (dk floats, lane l holding elements l, l+32, ...) in registers
+// for all nb tokens. Rows are independent given q, k, v, α, β: decay, u_j = row·k, δ_j = β(v_j − u_j),
+// row += δ_j k, o_j = row·q.
+__global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+                                  const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk, int Hv,
+                                  int conv_dim, int nb) {
+    const int h = blockIdx.x, lane = threadIdx.x % 32;
+    const int j = blockIdx.y * REC_WARPS + threadIdx.x / 32;
+    if (j >= dv) return; // whole warp leaves together
+    const int kh = h % Hk; // GGUF tiled layout: value head h pairs with key head h mod Hk
+    float *row = S + ((size_t)h * dv + j) * dk;
+    float r[REC_REGS];
+#pragma unroll
+    for (int m = 0; m < REC_REGS; m++) {
+        const int i = lane + 32 * m;
+        r[m] = i < dk ? row[i] : 0.0f;
+    }
+    for (int t = 0; t < nb; t++) {
+        const float *c = mix + (size_t)t * conv_dim;
+        const float *q = c + (size_t)kh * dk, *k = c + (size_t)(Hk + kh) * dk;
+        const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
+        const float beta = bn_cu_sigmoid(beta_logit[(size_t)t * Hv + h]);
+        const float alpha = expf(bn_cu_softplus(alpha_logit[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h]);
+        float u = 0.0f;
+#pragma unroll
+        for (int m = 0; m < REC_REGS; m++) {
+            const int i = lane + 32 * m;
+            r[m] *= alpha;
+            if (i < dk) u += r[m] * k[i];
+        }
+        u = bn_warp_sum(u);
+        const float delta = beta * (v_j - u);
+        float o = 0.0f;
+#pragma unroll
+        for (int m = 0; m < REC_REGS; m++) {
+            const int i = lane + 32 * m;
+            if (i < dk) {
+                r[m] += delta * k[i];
+                o += r[m] * q[i];
+            }
+        }
+        o = bn_warp_sum(o);
+        if (lane == 0) y[(size_t)t * Hv * dv + (size_t)h * dv + j] = o;
+    }
+#pragma unroll
+    for (int m = 0; m < REC_REGS; m++) {
+        const int i = lane + 32 * m;
+        if (i < dk) row[i] = r[m];
+    }
+}
+
+cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+                                 const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
+                                 int Hv, int conv_dim, int nb, cudaStream_t s) {
+    dim3 grid(Hv, (dv + REC_WARPS - 1) / REC_WARPS);
+    BN_LAUNCH(recurrence_kernel, grid, REC_WARPS * 32, 0, s, S, mix, beta_logit, alpha_logit, dt_bias, ssm_a, y, dk,
+              dv, Hk, Hv, conv_dim, nb);
+    return cudaGetLastError();
+}

@@ -1,0 +1,129 @@
+// cuda/ops.cu — norms, rotary embeddings and elementwise kernels of the CUDA forward (same formulas
+// as core/ops.c; shapes and contracts in cuda/fwd.cuh).
+#include "cuda/common.cuh"
+#include "cuda/fwd.cuh"
+
+#define ELT_THREADS 256
+#define NORM_THREADS 256
+#define HEAD_THREADS 128
+
+// grid_1d: blocks of ELT_THREADS covering count items.
+static int grid_1d(int64_t count) { return (int)((count + ELT_THREADS - 1) / ELT_THREADS); }
+
+// rmsnorm_kernel: one block per row.
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
+    BN_SHARED(float, red, 32);
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum_sq += xr[i] * xr[i];
+    sum_sq = bn_block_sum(sum_sq, red);
+    const float scale = 1.0f / sqrtf(sum_sq / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? w[i] * (xr[i] * scale) : xr[i] * scale;
+}
+
+cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s) {
+    BN_LAUNCH(rmsnorm_kernel, nb, NORM_THREADS, 0, s, y, x, w, n, eps);
+    return cudaGetLastError();
+}
+
+__global__ void add_kernel(float *y, const float *x, int64_t count) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) y[i] += x[i];
+}
+
+cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s) {
+    BN_LAUNCH(add_kernel, grid_1d(count), ELT_THREADS, 0, s, y, x, count);
+    return cudaGetLastError();
+}
+
+__global__ void add_bias_kernel(float *y, const float *b, int n, int64_t count) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) y[i] += b[i % n];
+}
+
+cudaError_t bn_cu_add_bias(float *y, const float *b, int n, int nb, cudaStream_t s) {
+    const int64_t count = (int64_t)n * nb;
+    BN_LAUNCH(add_bias_kernel, grid_1d(count), ELT_THREADS, 0, s, y, b, n, count);
+    return cudaGetLastError();
+}
+
+__global__ void swiglu_kernel(float *y, const float *gate, const float *up, int64_t count) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) y[i] = bn_cu_silu(gate[i]) * up[i];
+}
+
+cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t count, cudaStream_t s) {
+    BN_LAUNCH(swiglu_kernel, grid_1d(count), ELT_THREADS, 0, s, y, gate, up, count);
+    return cudaGetLastError();
+}
+
+// norm_rope_kernel: block (head, token); the head is normed into shared memory, then each thread
+// rotates its pairs. theta_i = pos·theta_scale^i by repeated multiplication, as core/ops.c does.
+__global__ void norm_rope_kernel(float *x, int head_stride, int row_stride, const float *norm_w, float eps, int hd,
+                                 int n_rot, float theta_scale, bool neox, const int *d_pos) {
+    BN_SHARED(float, red, 32);
+    BN_DYN_SHARED(float, v);
+    float *head = x + (size_t)blockIdx.y * row_stride + (size_t)blockIdx.x * head_stride;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = head[i];
+    if (norm_w) {
+        float sum_sq = 0.0f;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) sum_sq += v[i] * v[i];
+        sum_sq = bn_block_sum(sum_sq, red);
+        const float scale = 1.0f / sqrtf(sum_sq / (float)hd + eps);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = norm_w[i] * (v[i] * scale);
+    }
+    __syncthreads();
+    const int pos = d_pos[0] + (int)blockIdx.y, half = n_rot / 2;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        if (i >= half) {
+            if (i >= n_rot) head[i] = v[i]; // unrotated tail
+            continue;
+        }
+        float theta = (float)pos;
+        for (int k = 0; k < i; k++) theta *= theta_scale;
+        const float c = cosf(theta), sn = sinf(theta);
+        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        const float a = v[ia], b = v[ib];
+        head[ia] = a * c - b * sn;
+        head[ib] = b * c + a * sn;
+    }
+}
+
+cudaError_t bn_cu_norm_rope(float *x, int n_heads, int head_stride, int row_stride, int nb, const float *norm_w,
+                            float eps, int hd, int n_rot, float theta_scale, bool neox, const int *d_pos,
+                            cudaStream_t s) {
+    dim3 grid(n_heads, nb);
+    BN_LAUNCH(norm_rope_kernel, grid, HEAD_THREADS, sizeof(float) * hd, s, x, head_stride, row_stride, norm_w, eps,
+              hd, n_rot, theta_scale, neox, d_pos);
+    return cudaGetLastError();
+}
+
+// gated_rmsnorm_kernel: one block per row.
+__global__ void gated_rmsnorm_kernel(float *y, const float *o, const float *z, const float *w, int n, float eps) {
+    BN_SHARED(float, red, 32);
+    const size_t off = (size_t)blockIdx.x * n;
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum_sq += o[off + i] * o[off + i];
+    sum_sq = bn_block_sum(sum_sq, red);
+    const float scale = 1.0f / sqrtf(sum_sq / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float normed = (w ? w[i] * (o[off + i] * scale) : o[off + i] * scale);
+        y[off + i] = normed * bn_cu_silu(z[off + i]);
+    }
+}
+
+cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int n, int n_rows,
+                                float eps, cudaStream_t s) {
+    BN_LAUNCH(gated_rmsnorm_kernel, n_rows, HEAD_THREADS, 0, s, y, o, z, w, n, eps);
+    return cudaGetLastError();
+}
+
+__global__ void advance_pos_kernel(int *d_pos, int n) {
+    if (threadIdx.x == 0) d_pos[0] += n;
+}
+
+cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s) {
+    BN_LAUNCH(advance_pos_kernel, 1, 32, 0, s, d_pos, n);
+    return cudaGetLastError();
+}
