@@ -1,19 +1,20 @@
 // cuda/matvec.cu — low-bit weight × Q8_1 activation matrix-vector kernels (dp4a) and the
-// activation quantizer. Block layouts: FORMATS.md §3.4 (same bytes as on the CPU).
+// activation quantizer. Block layouts: FORMATS.md §3.4 (same bytes as on the CPU). Written to the
+// cuda/common.cuh contract: built by nvcc and, for the CPU emulator, by g++.
+#include "cuda/common.cuh"
 #include "cuda/cuda_backend.h"
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
 #include <stdio.h>
 #include <stdint.h>
 
 // bn_type ids (quant/quant.h; repeated here because that header is C-only)
 enum { T_Q8_0 = 8, T_Q1_0 = 41, T_Q2_0 = 42, T_PQ2_0 = 142 };
 
-struct block_q8_1 { half2 ds; int8_t qs[32]; };           // d, s = Σx; 36 B
-struct block_q8_0 { half d; int8_t qs[32]; };             // 34 B
-struct block_q1_0 { half d; uint8_t qs[16]; };            // 128 elements, 18 B
-struct block_q2_0_g64 { half d; uint8_t qs[16]; };        // 64 elements, 18 B
-struct block_q2_0_g128 { half d; uint8_t qs[32]; };       // 128 elements, 34 B
+// fp16 fields are raw bits (bn_half_bits to read them)
+struct __align__(4) block_q8_1 { uint16_t d, s; int8_t qs[32]; }; // d, s = Σx; 36 B (qs 4-aligned)
+struct block_q8_0 { uint16_t d; int8_t qs[32]; };         // 34 B
+struct block_q1_0 { uint16_t d; uint8_t qs[16]; };        // 128 elements, 18 B
+struct block_q2_0_g64 { uint16_t d; uint8_t qs[16]; };    // 64 elements, 18 B
+struct block_q2_0_g128 { uint16_t d; uint8_t qs[32]; };   // 128 elements, 34 B
 static_assert(sizeof(block_q8_1) == 36, "q8_1 size");
 static_assert(sizeof(block_q1_0) == 18, "q1_0 size");
 static_assert(sizeof(block_q2_0_g128) == 34, "q2_0 g128 size");
@@ -57,7 +58,10 @@ __global__ void quantize_q8_1(const float *x, block_q8_1 *y, int64_t n) {
     int8_t q = amax == 0.0f ? 0 : (int8_t)roundf(v / d);
     if (ib * 32 < n) {
         y[ib].qs[lane] = q;
-        if (lane == 0) y[ib].ds = make_half2(__float2half(d), __float2half(sum));
+        if (lane == 0) {
+            y[ib].d = bn_half_raw(bn_f2h(d));
+            y[ib].s = bn_half_raw(bn_f2h(sum));
+        }
     }
 }
 
@@ -73,7 +77,7 @@ __device__ __forceinline__ float dot_block(const void *row, const block_q8_1 *xb
     if (T == T_Q1_0) {
         const block_q1_0 *b = (const block_q1_0 *)row + kb / 4;
         const uint8_t *bits = b->qs + (kb % 4) * 4;
-        dw = __half2float(b->d);
+        dw = bn_h2f(bn_half_bits(b->d));
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             acc = __dp4a(c_sign4[bits[j] & 15], load4(xb->qs + 8 * j), acc);
@@ -82,18 +86,18 @@ __device__ __forceinline__ float dot_block(const void *row, const block_q8_1 *xb
     } else if (T == T_Q2_0) {
         const block_q2_0_g64 *b = (const block_q2_0_g64 *)row + kb / 2;
         const uint8_t *codes = b->qs + (kb % 2) * 8;
-        dw = __half2float(b->d);
+        dw = bn_h2f(bn_half_bits(b->d));
 #pragma unroll
         for (int j = 0; j < 8; j++) acc = __dp4a(c_trit4[codes[j]], load4(xb->qs + 4 * j), acc);
     } else if (T == T_PQ2_0) {
         const block_q2_0_g128 *b = (const block_q2_0_g128 *)row + kb / 4;
         const uint8_t *codes = b->qs + (kb % 4) * 8;
-        dw = __half2float(b->d);
+        dw = bn_h2f(bn_half_bits(b->d));
 #pragma unroll
         for (int j = 0; j < 8; j++) acc = __dp4a(c_trit4[codes[j]], load4(xb->qs + 4 * j), acc);
     } else { // Q8_0
         const block_q8_0 *b = (const block_q8_0 *)row + kb;
-        dw = __half2float(b->d);
+        dw = bn_h2f(bn_half_bits(b->d));
         const int8_t *q = b->qs;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -102,7 +106,7 @@ __device__ __forceinline__ float dot_block(const void *row, const block_q8_1 *xb
             acc = __dp4a(w4, load4(xb->qs + 4 * j), acc);
         }
     }
-    return dw * __low2float(xb->ds) * (float)acc;
+    return dw * bn_h2f(bn_half_bits(xb->d)) * (float)acc;
 }
 
 // matvec: one warp per output row; lanes stride over the row's 32-element activation blocks.
@@ -137,10 +141,10 @@ static void launch(int type, const uint8_t *w, size_t rb, const block_q8_1 *x, f
     const int warps = 4;
     dim3 grid((nrows + warps - 1) / warps), block(32 * warps);
     switch (type) {
-    case T_Q1_0: matvec<T_Q1_0><<<grid, block>>>(w, rb, x, y, nblk, nrows); break;
-    case T_Q2_0: matvec<T_Q2_0><<<grid, block>>>(w, rb, x, y, nblk, nrows); break;
-    case T_PQ2_0: matvec<T_PQ2_0><<<grid, block>>>(w, rb, x, y, nblk, nrows); break;
-    default: matvec<T_Q8_0><<<grid, block>>>(w, rb, x, y, nblk, nrows); break;
+    case T_Q1_0: BN_LAUNCH(matvec<T_Q1_0>, grid, block, 0, 0, w, rb, x, y, nblk, nrows); break;
+    case T_Q2_0: BN_LAUNCH(matvec<T_Q2_0>, grid, block, 0, 0, w, rb, x, y, nblk, nrows); break;
+    case T_PQ2_0: BN_LAUNCH(matvec<T_PQ2_0>, grid, block, 0, 0, w, rb, x, y, nblk, nrows); break;
+    default: BN_LAUNCH(matvec<T_Q8_0>, grid, block, 0, 0, w, rb, x, y, nblk, nrows); break;
     }
 }
 
@@ -186,7 +190,7 @@ static double run(int type, const void *w, int64_t ncols, int64_t nrows, const f
     cudaMemcpy(dw, w, rb * nrows, cudaMemcpyHostToDevice);
     if (x) cudaMemcpy(dx, x, ncols * sizeof(float), cudaMemcpyHostToDevice);
     else cudaMemset(dx, 0, ncols * sizeof(float));
-    quantize_q8_1<<<(unsigned)((ncols + 255) / 256), 256>>>(dx, dq, ncols);
+    BN_LAUNCH(quantize_q8_1, (unsigned)((ncols + 255) / 256), 256, 0, 0, dx, dq, ncols);
     if (iters == 0) {
         launch(type, dw, rb, dq, dy, nblk, (int)nrows);
         if ((e = cudaDeviceSynchronize()) != cudaSuccess) {

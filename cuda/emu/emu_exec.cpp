@@ -1,0 +1,360 @@
+// cuda/emu/emu_exec.cpp — the emulator's kernel executor: blocks run one after another; inside a block
+// every CUDA thread is a fiber with its own stack that runs until it reaches a barrier (__syncthreads:
+// the whole block; shuffles/votes/__syncwarp: its warp). The last thread to arrive releases the
+// waiters into the ready queue (in arrival order, or shuffled with BONSAI_EMU_SHUFFLE=seed). When
+// no fiber is ready but some have not finished, the block deadlocked: report and abort.
+#include "cuda/emu/emu_internal.h"
+#include "cuda/emu/emu_fiber.h"
+#include "cuda/emu/emu_api.h"
+#include "core/rng.h"
+#include <sys/mman.h>
+#include <unistd.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <algorithm>
+#include <unordered_map>
+
+namespace bn_emu {
+Thread *cur;
+uint3 block_idx;
+dim3 block_dim, grid_dim;
+
+namespace {
+enum FiberState : uint8_t { F_READY, F_BLOCK, F_WARP, F_DONE };
+struct Fiber : Thread {
+    Ctx ctx;
+    FiberState state;
+    const char *waiting_at; // the warp operation a F_WARP fiber waits in
+};
+struct Warp {
+    uint64_t slot[2][32]; // double-buffered exchange slots (a lane cannot be two exchanges ahead)
+    int parity, count, nlanes;
+    Fiber *waiting[32];
+};
+
+const size_t SMEM_STATIC_MAX = 48 * 1024;   // static __shared__ per block (sm_90)
+const size_t SMEM_DEFAULT_MAX = 48 * 1024;  // static + dynamic without the opt-in attribute
+const size_t SMEM_OPTIN_MAX = 232448;       // sharedMemPerBlockOptin of sm_90 (227 KiB)
+alignas(256) char smem_arena[SMEM_OPTIN_MAX + 256];
+
+// Exec: the launch and block being executed.
+struct Exec {
+    const char *name;
+    const std::function<void()> *body;
+    dim3 grid, block;
+    int nthreads, ndone;
+    Fiber *fibers;               // [nthreads]
+    Fiber **queue;               // ready ring [nthreads]
+    int qhead, qlen;
+    Fiber **bar_wait;            // arrival order at __syncthreads [nthreads]
+    int bar_count;
+    Warp *warps;                 // [nthreads / 32 rounded up]
+    Ctx sched;                   // the host thread's context
+    size_t smem_dyn, smem_cursor, smem_limit;
+    uint64_t gen;                // block generation: BN_SHARED placements are per generation
+    bool shuffle;
+    bn_rng rng;
+} X;
+
+// fiber pool: stacks (with a guard page below each) and per-thread records, grown on demand
+size_t stack_size, stack_stride;
+char *stack_region;
+int pool_threads;
+std::vector<Fiber> fiber_pool;
+std::vector<Fiber *> queue_pool, bar_pool;
+std::vector<Warp> warp_pool;
+
+uint64_t order_seed;           // 0: index order
+bool order_seed_read;
+uint64_t launch_count, switch_count, thread_count;
+std::unordered_map<const void *, int> max_dyn_smem; // cudaFuncSetAttribute
+
+void read_env() {
+    if (order_seed_read) return;
+    order_seed_read = true;
+    const char *s = getenv("BONSAI_EMU_SHUFFLE");
+    if (s && *s) order_seed = strtoull(s, nullptr, 0);
+    const char *kb = getenv("BONSAI_EMU_STACK_KB");
+    stack_size = (size_t)(kb && atoi(kb) >= 16 ? atoi(kb) : 64) * 1024;
+}
+
+void ensure_pool(int n) {
+    if (n <= pool_threads) return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (stack_region) munmap(stack_region, stack_stride * pool_threads);
+    stack_size = (stack_size + page - 1) / page * page;
+    stack_stride = stack_size + page;
+    void *r = mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) die("cannot map %d fiber stacks of %zu KiB", n, stack_size / 1024);
+    stack_region = (char *)r;
+    for (int i = 0; i < n; i++) mprotect(stack_region + stack_stride * i, page, PROT_NONE); // guard page
+    pool_threads = n;
+    fiber_pool.assign(n, Fiber());
+    queue_pool.assign(n, nullptr);
+    bar_pool.assign(n, nullptr);
+    warp_pool.assign((n + 31) / 32, Warp());
+}
+
+inline void q_push(Fiber *f) { X.queue[(X.qhead + X.qlen++) % X.nthreads] = f; }
+inline Fiber *q_pop() {
+    if (X.qlen == 0) return nullptr;
+    Fiber *f = X.queue[X.qhead];
+    X.qhead = (X.qhead + 1) % X.nthreads;
+    X.qlen--;
+    return f;
+}
+
+template <class T> void shuffle_in_place(T *a, int n) {
+    for (int i = n - 1; i > 0; i--) std::swap(a[i], a[bn_rng_below(&X.rng, (uint64_t)i + 1)]);
+}
+
+// release: the waiters become ready (arrival order, or random order in shuffle mode).
+void release(Fiber **waiters, int n) {
+    if (X.shuffle) shuffle_in_place(waiters, n);
+    for (int i = 0; i < n; i++) {
+        waiters[i]->state = F_READY;
+        q_push(waiters[i]);
+    }
+}
+
+// park: the running fiber stops (its state is set); runs the next ready fiber, else the scheduler.
+void park(Fiber *self) {
+    Fiber *next = q_pop();
+    if (next == self) return;
+    switch_count++;
+    if (next) {
+        cur = next;
+        ctx_switch(&self->ctx, &next->ctx);
+    } else {
+        ctx_switch(&self->ctx, &X.sched);
+    }
+    cur = self;
+}
+
+void fiber_main() {
+    Fiber *self = (Fiber *)cur;
+    (*X.body)();
+    self->state = F_DONE;
+    X.ndone++;
+    Fiber *next = q_pop();
+    switch_count++;
+    if (next) {
+        cur = next;
+        ctx_switch(&self->ctx, &next->ctx);
+    } else {
+        ctx_switch(&self->ctx, &X.sched);
+    }
+    abort(); // a finished fiber is never resumed
+}
+
+const char *where() {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "kernel '%s' block (%u,%u,%u) of grid (%u,%u,%u) x block (%u,%u,%u)", X.name,
+             block_idx.x, block_idx.y, block_idx.z, X.grid.x, X.grid.y, X.grid.z, X.block.x, X.block.y, X.block.z);
+    return buf;
+}
+
+[[noreturn]] void report_deadlock() {
+    int n_block = 0, n_warp = 0, n_done = 0;
+    const Fiber *first_block = nullptr, *first_warp = nullptr, *first_done = nullptr;
+    for (int i = 0; i < X.nthreads; i++) {
+        const Fiber *f = &X.fibers[i];
+        if (f->state == F_BLOCK && !n_block++) first_block = f;
+        if (f->state == F_WARP && !n_warp++) first_warp = f;
+        if (f->state == F_DONE && !n_done++) first_done = f;
+    }
+    char detail[512];
+    int len = snprintf(detail, sizeof detail, "%d thread(s) wait at __syncthreads", n_block);
+    if (first_block)
+        len += snprintf(detail + len, sizeof detail - len, " (first: thread %u)", first_block->lin);
+    len += snprintf(detail + len, sizeof detail - len, ", %d wait at a warp operation", n_warp);
+    if (first_warp)
+        len += snprintf(detail + len, sizeof detail - len, " (first: %s in thread %u, warp %u)", first_warp->waiting_at,
+                        first_warp->lin, first_warp->warp);
+    len += snprintf(detail + len, sizeof detail - len, ", %d exited", n_done);
+    if (first_done) snprintf(detail + len, sizeof detail - len, " (first: thread %u)", first_done->lin);
+    die("%s: deadlock: %s. Every thread of the block must reach each __syncthreads, and all 32 lanes of a "
+        "warp each shuffle/vote/__syncwarp (threads that return early never arrive).",
+        where(), detail);
+}
+
+void run_block(uint3 bidx) {
+    block_idx = bidx;
+    X.gen++;
+    X.smem_cursor = (X.smem_dyn + 15) & ~(size_t)15;
+    memset(smem_arena, 0xff, X.smem_dyn); // uninitialised shared memory reads as NaN / -1
+    int n = X.nthreads;
+    for (int i = 0; i < n; i++) {
+        Fiber *f = &X.fibers[i];
+        f->state = F_READY;
+        // stagger the stack tops by cache lines so 1024 fibers do not share one L1 set
+        size_t color = (size_t)(i % 64) * 64;
+        ctx_init(&f->ctx, stack_region + stack_stride * i + (stack_stride - stack_size), stack_size - color,
+                 fiber_main);
+        X.queue[i] = f;
+    }
+    if (X.shuffle) shuffle_in_place(X.queue, n);
+    X.qhead = 0;
+    X.qlen = n;
+    X.bar_count = 0;
+    X.ndone = 0;
+    for (int w = 0; w < (n + 31) / 32; w++) {
+        X.warps[w].count = 0;
+        X.warps[w].parity = 0;
+        X.warps[w].nlanes = std::min(32, n - 32 * w);
+    }
+    Fiber *first = q_pop();
+    cur = first;
+    switch_count++;
+    ctx_switch(&X.sched, &first->ctx);
+    cur = nullptr;
+    if (X.ndone != n) report_deadlock();
+}
+
+// execute: runs every block of a launch (argument checks were done at launch/capture time).
+void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_limit,
+             const std::function<void()> &body) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    read_env();
+    int n = (int)(block.x * block.y * block.z);
+    ensure_pool(n);
+    X.name = name;
+    X.body = &body;
+    X.grid = grid;
+    X.block = block;
+    X.nthreads = n;
+    X.fibers = fiber_pool.data();
+    X.queue = queue_pool.data();
+    X.bar_wait = bar_pool.data();
+    X.warps = warp_pool.data();
+    X.smem_dyn = smem;
+    X.smem_limit = smem_limit;
+    X.shuffle = order_seed != 0;
+    launch_count++;
+    thread_count += (uint64_t)n * grid.x * grid.y * grid.z;
+    if (X.shuffle) bn_rng_seed(&X.rng, order_seed * 0x9e3779b97f4a7c15ull + launch_count);
+    block_dim = block;
+    grid_dim = grid;
+    for (int i = 0; i < n; i++) {
+        Fiber *f = &X.fibers[i];
+        f->lin = (unsigned)i;
+        f->tid = uint3{(unsigned)i % block.x, ((unsigned)i / block.x) % block.y, (unsigned)i / (block.x * block.y)};
+        f->lane = (unsigned)i % 32;
+        f->warp = (unsigned)i / 32;
+    }
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    std::vector<uint64_t> order;
+    if (X.shuffle && nblocks <= (1u << 26)) {
+        order.resize(nblocks);
+        for (uint64_t b = 0; b < nblocks; b++) order[b] = b;
+        for (uint64_t i = nblocks - 1; i > 0; i--) std::swap(order[i], order[bn_rng_below(&X.rng, i + 1)]);
+    }
+    for (uint64_t b = 0; b < nblocks; b++) {
+        uint64_t lin = order.empty() ? b : order[b];
+        run_block(uint3{(unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / grid.x / grid.y)});
+    }
+}
+} // namespace
+
+void syncthreads() {
+    Fiber *self = (Fiber *)cur;
+    X.bar_wait[X.bar_count++] = self;
+    self->state = F_BLOCK;
+    if (X.bar_count == X.nthreads) {
+        release(X.bar_wait, X.bar_count);
+        X.bar_count = 0;
+    }
+    park(self);
+}
+
+const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what) {
+    Fiber *self = (Fiber *)cur;
+    if (mask != 0xffffffffu)
+        die("%s: thread %u: %s with mask 0x%08x: the emulator supports only full-warp masks (0xffffffff)", where(),
+            self->lin, what, mask);
+    Warp &w = X.warps[self->warp];
+    int par = w.parity;
+    w.slot[par][self->lane] = v;
+    w.waiting[w.count++] = self;
+    self->state = F_WARP;
+    self->waiting_at = what;
+    if (w.count == w.nlanes) {
+        w.parity ^= 1;
+        release(w.waiting, w.count);
+        w.count = 0;
+    }
+    park(self);
+    return w.slot[par];
+}
+
+void *shared_static(SharedKey *key, size_t bytes, size_t align) {
+    if (key->gen != X.gen) {
+        if (align < 16) align = 16;
+        size_t off = (X.smem_cursor + align - 1) & ~(align - 1);
+        size_t static_bytes = off + bytes - ((X.smem_dyn + 15) & ~(size_t)15);
+        if (static_bytes > SMEM_STATIC_MAX)
+            die("%s: shared-memory overflow: %zu bytes of static shared memory (sm_90 allows %zu per block)", where(),
+                static_bytes, SMEM_STATIC_MAX);
+        if (off + bytes > X.smem_limit)
+            die("%s: shared-memory overflow: %zu dynamic + %zu static bytes > %zu bytes allowed for this launch%s",
+                where(), X.smem_dyn, static_bytes, X.smem_limit,
+                X.smem_limit == SMEM_DEFAULT_MAX ? " (opt in with cudaFuncSetAttribute MaxDynamicSharedMemorySize)" : "");
+        memset(smem_arena + off, 0xff, bytes);
+        key->off = off;
+        key->gen = X.gen;
+        X.smem_cursor = off + bytes;
+    }
+    return smem_arena + key->off;
+}
+
+void *shared_dynamic() { return smem_arena; }
+
+cudaError_t func_set_attribute(const void *fn, cudaFuncAttribute attr, int value) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > SMEM_OPTIN_MAX)
+        return set_error(cudaErrorInvalidValue);
+    max_dyn_smem[fn] = value;
+    return cudaSuccess;
+}
+
+void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            std::function<void()> body) {
+    uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
+    if (nthreads == 0 || nthreads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+        die("kernel '%s': invalid block size (%u,%u,%u): at most 1024 threads (x, y <= 1024, z <= 64)", name, block.x,
+            block.y, block.z);
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        die("kernel '%s': invalid grid size (%u,%u,%u)", name, grid.x, grid.y, grid.z);
+    size_t limit;
+    {
+        std::lock_guard<std::recursive_mutex> lock(api_mutex());
+        auto it = max_dyn_smem.find(fn);
+        size_t optin = it == max_dyn_smem.end() ? 0 : (size_t)it->second;
+        if (smem > std::max(optin, SMEM_DEFAULT_MAX))
+            die("kernel '%s': shared-memory overflow: %zu bytes of dynamic shared memory requested, %zu allowed%s", name,
+                smem, std::max(optin, SMEM_DEFAULT_MAX),
+                optin ? "" : " (opt in with cudaFuncSetAttribute MaxDynamicSharedMemorySize, up to 232448)");
+        limit = optin ? SMEM_OPTIN_MAX : SMEM_DEFAULT_MAX;
+    }
+    cudaError_t e = submit(stream, name, [name, grid, block, smem, limit, body]() {
+        execute(name, grid, block, smem, limit, body);
+    });
+    set_error(e);
+}
+} // namespace bn_emu
+
+extern "C" uint64_t bn_cuda_emu_set_order(uint64_t seed) {
+    std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
+    bn_emu::read_env();
+    uint64_t old = bn_emu::order_seed;
+    bn_emu::order_seed = seed;
+    return old;
+}
+
+extern "C" void bn_cuda_emu_get_stats(bn_cuda_emu_stats *s) {
+    std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
+    s->launches = bn_emu::launch_count;
+    s->threads = bn_emu::thread_count;
+    s->switches = bn_emu::switch_count;
+}

@@ -1,0 +1,41 @@
+// cuda/emu/emu_internal.h — state shared by the emulator's runtime, executor and cuBLAS files
+// (not for kernel code).
+#ifndef BONSAI_CUDA_EMU_INTERNAL_H
+#define BONSAI_CUDA_EMU_INTERNAL_H
+#include "cuda/common.cuh"
+#include <functional>
+#include <mutex>
+#include <vector>
+
+// bn_emu_graph: the recorded work of a capture, replayed in order (also the instantiated form).
+struct bn_emu_graph {
+    struct Node {
+        const char *what;
+        std::function<void()> run;
+    };
+    std::vector<Node> nodes;
+};
+// bn_emu_stream: a stream; work runs at once unless the stream is capturing.
+struct bn_emu_stream {
+    unsigned flags;
+    bool capturing;
+    bool invalidated;             // an illegal call happened during the capture
+    cudaStreamCaptureMode mode;
+    bn_emu_graph *graph;          // the capture in progress
+};
+
+namespace bn_emu {
+// api_mutex: serialises the emulator (one host thread emulates at a time).
+std::recursive_mutex &api_mutex();
+// set_error: records e as the last error; returns e.
+cudaError_t set_error(cudaError_t e);
+// resolve: the stream object of s (the legacy default stream for 0).
+bn_emu_stream *resolve(cudaStream_t s);
+// submit: runs work now, or appends it to s's capture; returns the CUDA error (capture rules).
+cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work);
+// sync_allowed: cudaSuccess, or the error (and invalidated captures) for a synchronising call now.
+cudaError_t sync_allowed(const char *what);
+// die: prints "bonsai-emu: <message>" to stderr and aborts.
+[[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+} // namespace bn_emu
+#endif

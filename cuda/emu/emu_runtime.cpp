@@ -1,0 +1,442 @@
+// cuda/emu/emu_runtime.cpp — the emulator's runtime API: errors, the one device, memory (host memory,
+// with the device side of each copy checked to be a cudaMalloc range), streams with capture into
+// graphs (CUDA's rules: no synchronising or legacy-stream calls while a global-mode capture is
+// active; an illegal call invalidates the capture), events (wall clock) and graph replay.
+#include "cuda/emu/emu_internal.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <map>
+
+namespace bn_emu {
+namespace {
+thread_local cudaError_t last_error = cudaSuccess;
+bn_emu_stream legacy_stream = {0, false, false, cudaStreamCaptureModeGlobal, nullptr};
+std::map<uintptr_t, size_t> device_allocs; // start -> bytes
+int strict_captures;                       // active captures in Global/ThreadLocal mode
+std::vector<bn_emu_stream *> capturing;    // streams capturing now
+
+double now_ms() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// is_device: [p, p + n) lies inside one cudaMalloc allocation.
+bool is_device(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = device_allocs.upper_bound(a);
+    if (it == device_allocs.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second;
+}
+
+cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    if (!dst || !src) return cudaErrorInvalidValue;
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+    if ((dst_dev && !is_device(dst, n)) || (src_dev && !is_device(src, n))) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+// invalidate_captures: an illegal call during capture poisons every strict capture, as in CUDA.
+void invalidate_captures() {
+    for (bn_emu_stream *s : capturing)
+        if (s->mode != cudaStreamCaptureModeRelaxed) s->invalidated = true;
+}
+} // namespace
+
+std::recursive_mutex &api_mutex() {
+    static std::recursive_mutex m;
+    return m;
+}
+
+cudaError_t set_error(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bonsai-emu: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    abort();
+}
+
+bn_emu_stream *resolve(cudaStream_t s) { return s ? s : &legacy_stream; }
+
+cudaError_t sync_allowed(const char *what) {
+    if (strict_captures == 0) return cudaSuccess;
+    invalidate_captures();
+    return cudaErrorStreamCaptureUnsupported;
+}
+
+cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    bn_emu_stream *st = resolve(s);
+    if (st->capturing) {
+        if (st->invalidated) return cudaErrorStreamCaptureInvalidated;
+        st->graph->nodes.push_back({what, std::move(work)});
+        return cudaSuccess;
+    }
+    if (st == &legacy_stream && strict_captures > 0) { // implicit synchronisation with the capture
+        invalidate_captures();
+        return cudaErrorStreamCaptureImplicit;
+    }
+    work();
+    return cudaSuccess;
+}
+
+cudaError_t memcpy_symbol(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s, bool async) {
+    if (!async) {
+        cudaError_t e = sync_allowed("cudaMemcpyToSymbol");
+        if (e) return set_error(e);
+    }
+    return set_error(submit(s, "cudaMemcpyToSymbol", [dst, src, n]() { memcpy(dst, src, n); }));
+}
+} // namespace bn_emu
+
+using namespace bn_emu;
+
+extern "C" {
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureMerge: return "cudaErrorStreamCaptureMerge";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
+    }
+    return "cudaErrorUnknown";
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+        return "operation would make the legacy stream depend on a capturing blocking stream";
+    default: return cudaGetErrorName(e);
+    }
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int *dev) {
+    *dev = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
+    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulator (bonsai emu)");
+    p->totalGlobalMem = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    p->sharedMemPerBlock = 48 * 1024;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024, p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = 65535, p->maxGridSize[2] = 65535;
+    p->totalConstMem = 65536;
+    p->major = 9, p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->l2CacheSize = 50 * 1024 * 1024;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->sharedMemPerMultiprocessor = 233472;
+    p->sharedMemPerBlockOptin = 232448;
+    p->memoryBusWidth = 6144;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int dev) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return cudaErrorInvalidDevice;
+    switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrWarpSize: *v = p.warpSize; break;
+    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)p.sharedMemPerBlockOptin; break;
+    default: return set_error(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    return set_error(sync_allowed("cudaDeviceSynchronize"));
+}
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    size_t used = 0;
+    for (auto &a : device_allocs) used += a.second;
+    size_t total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    *p = nullptr;
+    cudaError_t e = sync_allowed("cudaMalloc");
+    if (e) return set_error(e);
+    void *m = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    if (!m) return set_error(cudaErrorMemoryAllocation);
+    memset(m, 0xff, n); // device memory is not zeroed: make reads of unwritten memory visible (NaN)
+    device_allocs[(uintptr_t)m] = n;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    if (!p) return cudaSuccess;
+    cudaError_t e = sync_allowed("cudaFree");
+    if (e) return set_error(e);
+    auto it = device_allocs.find((uintptr_t)p);
+    if (it == device_allocs.end()) return set_error(cudaErrorInvalidValue);
+    device_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { return cudaMallocHost(p, n); }
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    cudaError_t e = check_copy(dst, src, n, kind);
+    if (e) return set_error(e);
+    return set_error(submit(s, "cudaMemcpyAsync", [dst, src, n]() { memmove(dst, src, n); }));
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    cudaError_t e = sync_allowed("cudaMemcpy");
+    if (e) return set_error(e);
+    return cudaMemcpyAsync(dst, src, n, kind, 0);
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                         cudaMemcpyKind kind) {
+    for (size_t r = 0; r < height; r++) {
+        cudaError_t e = cudaMemcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind);
+        if (e) return e;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    if (n && !is_device(p, n)) return set_error(cudaErrorInvalidValue);
+    return set_error(submit(s, "cudaMemsetAsync", [p, value, n]() { memset(p, value, n); }));
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t n) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    cudaError_t e = sync_allowed("cudaMemset");
+    if (e) return set_error(e);
+    return cudaMemsetAsync(p, value, n, 0);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    *s = new bn_emu_stream{flags, false, false, cudaStreamCaptureModeGlobal, nullptr};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (s->capturing) return set_error(cudaErrorStreamCaptureUnsupported);
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    bn_emu_stream *st = resolve(s);
+    if (st->capturing || (st == &legacy_stream && strict_captures > 0)) {
+        invalidate_captures();
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    return resolve(s)->capturing ? set_error(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); // in-order device: nothing to wait for
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    bn_emu_stream *st = resolve(s);
+    if (st == &legacy_stream) return set_error(cudaErrorStreamCaptureUnsupported); // legacy stream cannot capture
+    if (st->capturing) return set_error(cudaErrorIllegalState);
+    st->capturing = true;
+    st->invalidated = false;
+    st->mode = mode;
+    st->graph = new bn_emu_graph();
+    capturing.push_back(st);
+    if (mode != cudaStreamCaptureModeRelaxed) strict_captures++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    bn_emu_stream *st = resolve(s);
+    *graph = nullptr;
+    if (!st->capturing) return set_error(cudaErrorIllegalState);
+    st->capturing = false;
+    for (size_t i = 0; i < capturing.size(); i++)
+        if (capturing[i] == st) capturing.erase(capturing.begin() + i);
+    if (st->mode != cudaStreamCaptureModeRelaxed) strict_captures--;
+    if (st->invalidated) {
+        delete st->graph;
+        st->graph = nullptr;
+        return set_error(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = st->graph;
+    st->graph = nullptr;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    bn_emu_stream *st = resolve(s);
+    *status = !st->capturing ? cudaStreamCaptureStatusNone
+              : st->invalidated ? cudaStreamCaptureStatusInvalidated
+                                : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+} // extern "C"
+
+// bn_emu_event: the wall-clock time the stream reached the record (NaN before the first record).
+struct bn_emu_event {
+    double ms;
+    unsigned flags;
+};
+
+extern "C" {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    *e = new bn_emu_event{NAN, flags};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!e) return set_error(cudaErrorInvalidResourceHandle);
+    return set_error(submit(s, "cudaEventRecord", [e]() { e->ms = now_ms(); }));
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    if (!e) return set_error(cudaErrorInvalidResourceHandle);
+    return set_error(sync_allowed("cudaEventSynchronize"));
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle); }
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start || !end) return set_error(cudaErrorInvalidResourceHandle);
+    if ((start->flags | end->flags) & cudaEventDisableTiming) return set_error(cudaErrorInvalidResourceHandle);
+    if (isnan(start->ms) || isnan(end->ms)) return set_error(cudaErrorInvalidResourceHandle);
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    if (!graph) return set_error(cudaErrorInvalidValue);
+    *exec = new bn_emu_graph(*graph);
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    return cudaGraphInstantiate(exec, graph, flags);
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (!exec) return set_error(cudaErrorInvalidValue);
+    return set_error(submit(s, "cudaGraphLaunch", [exec]() {
+        for (const bn_emu_graph::Node &n : exec->nodes) n.run();
+    }));
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count) {
+    if (!graph || !count) return set_error(cudaErrorInvalidValue);
+    if (nodes)
+        for (size_t i = 0; i < *count && i < graph->nodes.size(); i++) nodes[i] = (cudaGraphNode_t)&graph->nodes[i];
+    *count = graph->nodes.size();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
+} // extern "C"
