@@ -41,7 +41,8 @@ size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb);
 
 // bn_cu_matmul: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} (x, y, scratch device fp32; column j of x is
 // x + j*ne0, of y is y + j*ne1); enqueued on s (blas is used only when nb > BN_CU_MMVQ_MAX_NB, and
-// set to stream s). Returns cudaSuccess or the first error.
+// set to stream s). Returns cudaSuccess or the first error (a cuBLAS failure reads as cudaErrorLaunchFailure).
+// A scratch sized for nb also serves every smaller nb.
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
                          cublasHandle_t blas, cudaStream_t s);
 

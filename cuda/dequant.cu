@@ -1,0 +1,94 @@
+// cuda/dequant.cu — whole-row dequantization: embedding lookup (bn_cu_get_rows, fp32, bit-identical
+// to bn_dequantize), weight tiles to fp16 for the prefill GEMM, and fp32 → fp16 activations.
+// One thread per output element (coalesced writes; the threads of a block share a weight block).
+#include "cuda/mm_impl.cuh"
+
+#define DEQ_THREADS 256
+
+// get_rows_k: out[i*ne0 + k] = W[ids[i]][k]; grid (n, ceil(ne0 / DEQ_THREADS)).
+template <int T>
+__global__ void get_rows_k(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne0,
+                           const int32_t *__restrict__ ids, float *__restrict__ out) {
+    int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
+    int64_t i = blockIdx.x;
+    if (k >= ne0) return;
+    const uint8_t *row = w + (int64_t)ids[i] * row_bytes;
+    out[i * ne0 + k] = bn_deq_elem<T>(row, k);
+}
+
+// dequant_f16_k: out[r*ne0 + k] = fp16(W[r0 + r][k]); grid (nr, ceil(ne0 / DEQ_THREADS)).
+template <int T>
+__global__ void dequant_f16_k(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne0, int64_t r0,
+                              bn_half *__restrict__ out) {
+    int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
+    int64_t r = blockIdx.x;
+    if (k >= ne0) return;
+    out[r * ne0 + k] = bn_f2h(bn_deq_elem<T>(w + (r0 + r) * row_bytes, k));
+}
+
+__global__ void f32_to_f16_k(const float *__restrict__ x, int64_t n, bn_half *__restrict__ out) {
+    int64_t i = (int64_t)blockIdx.x * DEQ_THREADS + threadIdx.x;
+    if (i < n) out[i] = bn_f2h(x[i]);
+}
+
+// by_type: calls f.template operator()<T>() for the weight type (cudaErrorInvalidValue if unsupported).
+template <class F> static cudaError_t by_type(int type, F &&f) {
+    switch (type) {
+    case BN_CU_Q1_0: return f.template operator()<BN_CU_Q1_0>();
+    case BN_CU_Q2_0: return f.template operator()<BN_CU_Q2_0>();
+    case BN_CU_PQ2_0: return f.template operator()<BN_CU_PQ2_0>();
+    case BN_CU_Q8_0: return f.template operator()<BN_CU_Q8_0>();
+    case BN_CU_Q4_0: return f.template operator()<BN_CU_Q4_0>();
+    case BN_CU_Q4_1: return f.template operator()<BN_CU_Q4_1>();
+    case BN_CU_Q4_K: return f.template operator()<BN_CU_Q4_K>();
+    case BN_CU_Q6_K: return f.template operator()<BN_CU_Q6_K>();
+    case BN_CU_F32: return f.template operator()<BN_CU_F32>();
+    case BN_CU_F16: return f.template operator()<BN_CU_F16>();
+    case BN_CU_BF16: return f.template operator()<BN_CU_BF16>();
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+struct get_rows_launch {
+    const bn_cu_weight *w;
+    const int32_t *ids;
+    float *out;
+    int n;
+    cudaStream_t s;
+    template <int T> cudaError_t operator()() const {
+        dim3 grid((unsigned)n, (unsigned)((w->ne0 + DEQ_THREADS - 1) / DEQ_THREADS));
+        void (*k)(const uint8_t *, size_t, int64_t, const int32_t *, float *) = get_rows_k<T>;
+        BN_LAUNCH(k, grid, dim3(DEQ_THREADS), 0, s, (const uint8_t *)w->data, w->row_bytes, w->ne0, ids, out);
+        return cudaGetLastError();
+    }
+};
+
+struct dequant_f16_launch {
+    const bn_cu_weight *w;
+    int64_t r0, nr;
+    bn_half *out;
+    cudaStream_t s;
+    template <int T> cudaError_t operator()() const {
+        dim3 grid((unsigned)nr, (unsigned)((w->ne0 + DEQ_THREADS - 1) / DEQ_THREADS));
+        void (*k)(const uint8_t *, size_t, int64_t, int64_t, bn_half *) = dequant_f16_k<T>;
+        BN_LAUNCH(k, grid, dim3(DEQ_THREADS), 0, s, (const uint8_t *)w->data, w->row_bytes, w->ne0, r0, out);
+        return cudaGetLastError();
+    }
+};
+
+cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out, int n, cudaStream_t s) {
+    if (n <= 0 || w->ne0 == 0) return cudaSuccess;
+    return by_type(w->type, get_rows_launch{w, ids, out, n, s});
+}
+
+cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s) {
+    if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
+    return by_type(w->type, dequant_f16_launch{w, r0, nr, out, s});
+}
+
+cudaError_t bn_cu_f32_to_f16(const float *x, int64_t n, bn_half *out, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    BN_LAUNCH(f32_to_f16_k, dim3((unsigned)((n + DEQ_THREADS - 1) / DEQ_THREADS)), dim3(DEQ_THREADS), 0, s, x, n,
+              out);
+    return cudaGetLastError();
+}

@@ -1,0 +1,98 @@
+// cuda/mm.cu — bn_cu_matmul: picks the decode kernels (mmvq.cu, nb <= BN_CU_MMVQ_MAX_NB) or the prefill
+// path (weights dequantized to fp16 a tile of rows at a time + activations to fp16, cublasGemmEx with
+// fp32 compute; F32 weights through cublasSgemm), and sizes the scratch both need.
+#include "cuda/mm_impl.cuh"
+#include <stdlib.h>
+
+// Prefill: at most this many weight elements are dequantized to fp16 per GEMM (128 MiB of scratch);
+// BONSAI_CUDA_GEMM_TILE_ELEMS overrides it (tests use it to exercise the tiling on small shapes).
+static int64_t gemm_tile_elems(void) {
+    static int64_t n = 0;
+    if (n == 0) {
+        const char *env = getenv("BONSAI_CUDA_GEMM_TILE_ELEMS");
+        long long v = env ? atoll(env) : 0;
+        n = v > 0 ? (int64_t)v : (int64_t)64 << 20;
+    }
+    return n;
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+bool bn_cu_type_supported(int type) { return bn_cu_blck(type) > 0; }
+
+// gemm_tile_rows: weight rows per fp16 tile (a multiple of 64 unless the whole matrix is smaller).
+static int64_t gemm_tile_rows(const bn_cu_weight *w) {
+    int64_t rows = gemm_tile_elems() / (w->ne0 > 0 ? w->ne0 : 1);
+    rows = rows >= 64 ? rows / 64 * 64 : 64;
+    return rows < w->ne1 ? rows : w->ne1;
+}
+
+size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
+    int64_t ne0 = w->ne0;
+    if (nb <= BN_CU_MMVQ_MAX_NB) {
+        if (!bn_cu_is_quantized(w->type)) return 0;
+        int64_t units = ne0 / 32 * nb;
+        return align256((size_t)ne0 * nb) + 2 * align256((size_t)units * 4);
+    }
+    if (w->type == BN_CU_F32) return 0;
+    size_t x16 = align256((size_t)ne0 * nb * 2);
+    if (w->type == BN_CU_F16) return x16;
+    return x16 + align256((size_t)gemm_tile_rows(w) * ne0 * 2);
+}
+
+// blas_error: cuBLAS failures are reported as cudaErrorLaunchFailure (cudaError_t has no cuBLAS codes).
+static cudaError_t blas_error(cublasStatus_t st) {
+    return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
+}
+
+// matmul_gemm: the prefill path (nb > BN_CU_MMVQ_MAX_NB).
+static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
+                               cublasHandle_t blas, cudaStream_t s) {
+    const float one = 1.0f, zero = 0.0f;
+    int ne0 = (int)w->ne0;
+    cudaError_t e;
+    cublasStatus_t st = cublasSetStream(blas, s);
+    if (st != CUBLAS_STATUS_SUCCESS) return blas_error(st);
+    if (w->type == BN_CU_F32) { // y {ne1, nb} = Wᵀ-view · x, W as a column-major {ne0, ne1} matrix
+        st = cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, nb, ne0, &one, (const float *)w->data,
+                         (int)(w->row_bytes / 4), x, ne0, &zero, y, (int)w->ne1);
+        return blas_error(st);
+    }
+    bn_half *x16 = (bn_half *)scratch;
+    if ((e = bn_cu_f32_to_f16(x, (int64_t)ne0 * nb, x16, s)) != cudaSuccess) return e;
+    if (w->type == BN_CU_F16) {
+        st = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, nb, ne0, &one, w->data, CUDA_R_16F,
+                          (int)(w->row_bytes / 2), x16, CUDA_R_16F, ne0, &zero, y, CUDA_R_32F, (int)w->ne1,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        return blas_error(st);
+    }
+    bn_half *w16 = (bn_half *)((char *)scratch + align256((size_t)ne0 * nb * 2));
+    int64_t tile = gemm_tile_rows(w);
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += tile) {
+        int64_t nr = w->ne1 - r0 < tile ? w->ne1 - r0 : tile;
+        if ((e = bn_cu_dequant_f16(w, r0, nr, w16, s)) != cudaSuccess) return e;
+        st = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, nb, ne0, &one, w16, CUDA_R_16F, ne0, x16,
+                          CUDA_R_16F, ne0, &zero, y + r0, CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) return blas_error(st);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
+                         cublasHandle_t blas, cudaStream_t s) {
+    if (!bn_cu_type_supported(w->type) || nb < 1 || w->ne0 % bn_cu_blck(w->type) != 0) return cudaErrorInvalidValue;
+    if (w->ne1 == 0) return cudaSuccess;
+    if (nb > BN_CU_MMVQ_MAX_NB) return matmul_gemm(w, x, y, nb, scratch, blas, s);
+    bn_q8_act act = {nullptr, nullptr, nullptr};
+    if (bn_cu_is_quantized(w->type)) {
+        int64_t units = w->ne0 / 32 * nb;
+        int8_t *qs = (int8_t *)scratch;
+        float *d = (float *)((char *)scratch + align256((size_t)w->ne0 * nb));
+        int *sum = (int *)((char *)d + align256((size_t)units * 4));
+        cudaError_t e = bn_cu_quantize_act(w->type, x, w->ne0, nb, qs, d, sum, s);
+        if (e != cudaSuccess) return e;
+        act = {qs, d, sum};
+    }
+    return bn_cu_mmvq(w, &act, x, y, nb, s);
+}

@@ -1,0 +1,32 @@
+// cuda/mm_host.h — C wrappers around the CUDA matrix kernels (cuda/mm.cuh) on HOST buffers, for tests
+// and benchmarks: upload, run on the device (or the emulator), download. Each returns 0, or −1 with
+// err filled ("cuda: <what>: <error>"). Weights are bn_type rows of bn_row_size(type, ne0) bytes.
+#ifndef BONSAI_CUDA_MM_HOST_H
+#define BONSAI_CUDA_MM_HOST_H
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// bn_cuda_mm_host: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} through bn_cu_matmul (mmvq for nb <= 8,
+// fp16 cuBLAS GEMM above); returns 0 or −1.
+int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y, char *err,
+                    size_t errlen);
+// bn_cuda_get_rows_host: out {ne0, n} = rows ids[0..n) of W dequantized; returns 0 or −1.
+int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64_t ne1, const int32_t *ids, int n, float *out,
+                          char *err, size_t errlen);
+// bn_cuda_argmax_host: *out = bn_cu_argmax of x[0..n); returns 0 or −1.
+int bn_cuda_argmax_host(const float *x, int n, int32_t *out, char *err, size_t errlen);
+// bn_cuda_topk_host: vals/idx (k each) = bn_cu_topk of x[0..n); returns 0 or −1.
+int bn_cuda_topk_host(const float *x, int n, int k, float *vals, int32_t *idx, char *err, size_t errlen);
+// bn_cuda_mm_bench: mean microseconds of one bn_cu_matmul (activation quantization or fp16 conversion
+// included) over `iters` launches on device-generated weights of the given shape, rotating through
+// enough weight copies (>= 256 MiB) that L2 does not hold them; negative on error (err filled).
+double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, int iters, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,338 @@
+// cuda/mm_impl.cuh — device helpers shared by the matrix kernels (mmvq.cu, dequant.cu, mm.cu):
+// the weight type table, unaligned loads, per-element dequantization (get_rows, F16 prefill tiles)
+// and the per-32-element weight decode + integer dot against Q8 activations (mmvq).
+// Block layouts: FORMATS.md §3.4 (read through byte pointers; blocks are only 2-byte aligned).
+#ifndef BONSAI_CUDA_MM_IMPL_CUH
+#define BONSAI_CUDA_MM_IMPL_CUH
+#include "cuda/common.cuh"
+#include "cuda/mm.cuh"
+#include <string.h>
+
+// Weight type ids: bn_type of quant/quant.h (that C header's bn_half clashes with the CUDA one).
+enum {
+    BN_CU_F32 = 0, BN_CU_F16 = 1, BN_CU_Q4_0 = 2, BN_CU_Q4_1 = 3, BN_CU_Q8_0 = 8, BN_CU_Q4_K = 12, BN_CU_Q6_K = 14,
+    BN_CU_BF16 = 30, BN_CU_Q1_0 = 41, BN_CU_Q2_0 = 42, BN_CU_PQ2_0 = 142,
+};
+
+#ifndef BN_HOST_DEVICE
+#ifdef __CUDACC__
+#define BN_HOST_DEVICE __host__ __device__
+#else
+#define BN_HOST_DEVICE
+#endif
+#endif
+
+// ---- type table (host and device) -----------------------------------------------------------
+// Elements and bytes per weight block; 0 for unsupported types.
+BN_HOST_DEVICE constexpr int bn_cu_blck(int type) {
+    switch (type) {
+    case BN_CU_F32: case BN_CU_F16: case BN_CU_BF16: return 1;
+    case BN_CU_Q8_0: case BN_CU_Q4_0: case BN_CU_Q4_1: return 32;
+    case BN_CU_Q2_0: return 64;
+    case BN_CU_Q1_0: case BN_CU_PQ2_0: return 128;
+    case BN_CU_Q4_K: case BN_CU_Q6_K: return 256;
+    default: return 0;
+    }
+}
+BN_HOST_DEVICE constexpr int bn_cu_block_bytes(int type) {
+    switch (type) {
+    case BN_CU_F32: return 4;
+    case BN_CU_F16: case BN_CU_BF16: return 2;
+    case BN_CU_Q8_0: return 34;
+    case BN_CU_Q4_0: return 18;
+    case BN_CU_Q4_1: return 20;
+    case BN_CU_Q2_0: return 18;
+    case BN_CU_Q1_0: return 18;
+    case BN_CU_PQ2_0: return 34;
+    case BN_CU_Q4_K: return 144;
+    case BN_CU_Q6_K: return 210;
+    default: return 0;
+    }
+}
+// True for types whose mmvq path uses Q8 activations (all but F32/F16/BF16).
+BN_HOST_DEVICE inline bool bn_cu_is_quantized(int type) { return bn_cu_blck(type) >= 32; }
+
+// ---- loads --------------------------------------------------------------------------------------
+// 16/32-bit little-endian loads from 2-byte aligned addresses (GGUF blocks are only 2-aligned).
+__device__ __forceinline__ uint32_t bn_ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+__device__ __forceinline__ uint32_t bn_ld32_a2(const uint8_t *p) {
+    const uint16_t *h = (const uint16_t *)p;
+    return (uint32_t)h[0] | (uint32_t)h[1] << 16;
+}
+__device__ __forceinline__ float bn_ldh(const uint8_t *p) { return bn_h2f(bn_half_bits((uint16_t)bn_ld16(p))); }
+
+// bn_mul_rn: a*b rounded once (no FMA contraction with a following add), as the C reference does.
+__device__ __forceinline__ float bn_mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+// Q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+__device__ __forceinline__ void bn_q4k_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// ---- per-element dequantization ----------------------------------------------------------------
+// bn_deq_elem: element k of a weight row in type T as fp32, bit-identical to bn_dequantize.
+template <int T>
+__device__ __forceinline__ float bn_deq_elem(const uint8_t *row, int64_t k) {
+    if (T == BN_CU_F32) return ((const float *)row)[k];
+    if (T == BN_CU_F16) return bn_h2f(bn_half_bits(((const uint16_t *)row)[k]));
+    if (T == BN_CU_BF16) {
+        uint32_t bits = (uint32_t)((const uint16_t *)row)[k] << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    const int blck = bn_cu_blck(T);
+    const uint8_t *b = row + (k / blck) * bn_cu_block_bytes(T);
+    int j = (int)(k % blck);
+    if (T == BN_CU_Q1_0) {
+        float d = bn_ldh(b);
+        return ((b[2 + (j >> 3)] >> (j & 7)) & 1) ? d : -d;
+    }
+    if (T == BN_CU_Q2_0 || T == BN_CU_PQ2_0) {
+        int code = (b[2 + (j >> 2)] >> (2 * (j & 3))) & 3;
+        return (float)(code - 1) * bn_ldh(b);
+    }
+    if (T == BN_CU_Q8_0) return (float)(int8_t)b[2 + j] * bn_ldh(b);
+    if (T == BN_CU_Q4_0) {
+        int q = j < 16 ? (b[2 + j] & 0xF) : (b[2 + j - 16] >> 4);
+        return (float)(q - 8) * bn_ldh(b);
+    }
+    if (T == BN_CU_Q4_1) {
+        int q = j < 16 ? (b[4 + j] & 0xF) : (b[4 + j - 16] >> 4);
+        return bn_mul_rn((float)q, bn_ldh(b)) + bn_ldh(b + 2);
+    }
+    if (T == BN_CU_Q4_K) {
+        int c = j / 64, l = j % 64, sc, mn;
+        bn_q4k_scale_min(b + 4, 2 * c + (l >= 32), &sc, &mn);
+        int q = l < 32 ? (b[16 + 32 * c + l] & 0xF) : (b[16 + 32 * c + l - 32] >> 4);
+        float d1 = bn_mul_rn(bn_ldh(b), (float)sc), m1 = bn_mul_rn(bn_ldh(b + 2), (float)mn);
+        return bn_mul_rn(d1, (float)q) - m1;
+    }
+    // Q6_K: ql[128] qh[64] scales[16] d
+    int h = j / 128, p = (j % 128) / 32, l = j % 32;
+    int lo = b[64 * h + l + 32 * (p & 1)];
+    lo = (p >> 1) ? lo >> 4 : lo & 0xF;
+    int hi = (b[128 + 32 * h + l] >> (2 * p)) & 3;
+    int sc = (int8_t)b[192 + 8 * h + l / 16 + 2 * p];
+    float dsc = bn_mul_rn(bn_ldh(b + 208), (float)sc);
+    return bn_mul_rn(dsc, (float)((lo | hi << 4) - 32));
+}
+
+// ---- Q8 activations (mmvq) -----------------------------------------------------------------------
+// Activations of one matmul in the mmvq path, per column c (nb columns) and 32-element unit u:
+//   qs[c*ne0 + 32u ..] int8 q = roundf(x/d) with d = amax/127 (ggml-cuda's rule), stored in the
+//   element order the weight type's decode produces (bn_act_order), so a unit is 8 ints for dp4a;
+//   d[c*nunits + u] = fp16-rounded d (what ggml-cuda's half2 ds holds); sum[c*nunits + u] = Σq.
+struct bn_q8_act {
+    const int8_t *qs; // {ne0, nb}
+    const float *d;   // {nunits, nb}
+    const int *sum;   // {nunits, nb}
+};
+
+// Element order of a unit's 32 activation bytes: byte position of element e (0..31).
+//   natural (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): e;
+//   slice8 (Q1_0, one 32-bit word of sign bits → (w >> i) & 0x01010101): int i = {i, 8+i, 16+i, 24+i};
+//   slice4 (Q2_0/PQ2_0, 2-bit codes, 16 per word → (w >> 2s) & 0x03030303): int 4h+s = 16h+{s,4+s,8+s,12+s}.
+enum { BN_ORDER_NATURAL = 0, BN_ORDER_SLICE8 = 1, BN_ORDER_SLICE4 = 2 };
+BN_HOST_DEVICE inline int bn_act_order(int type) {
+    return type == BN_CU_Q1_0 ? BN_ORDER_SLICE8 : (type == BN_CU_Q2_0 || type == BN_CU_PQ2_0) ? BN_ORDER_SLICE4
+                                                                                     : BN_ORDER_NATURAL;
+}
+BN_HOST_DEVICE inline int bn_act_pos(int order, int e) {
+    if (order == BN_ORDER_SLICE8) return 4 * (e & 7) + (e >> 3);
+    if (order == BN_ORDER_SLICE4) return 16 * (e >> 4) + 4 * (e & 3) + ((e & 15) >> 2);
+    return e;
+}
+
+// ---- per-unit weight decode + integer dot (mmvq) -----------------------------------------------
+// bn_wunit<T>: one 32-element unit of a weight row decoded once (q: 8 ints of 4 signed bytes in the
+// type's activation order) plus its scales; dot() returns its fp32 contribution against one column's
+// unit (a: 8 ints, sumq = Σq, dx = activation scale). Integer sums are exact; scales in fp32.
+template <int T> struct bn_wunit;
+
+template <> struct bn_wunit<BN_CU_Q1_0> {
+    int q[8];
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const uint8_t *b = row + (u >> 2) * 18;
+        d = bn_ldh(b);
+        uint32_t w = bn_ld32_a2(b + 2 + 4 * (u & 3));
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (int)((w >> i) & 0x01010101u); // 0/1 bytes (bit set = +1)
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        return (d * dx) * (float)(2 * s - sumq); // Σ ±q = 2·Σ_{bit=1} q − Σq
+    }
+};
+
+// Q2_0 (g64) and PQ2_0 (g128): codes 0..3 mean code − 1.
+template <int BLCK, int BYTES> struct bn_wunit_q2 {
+    int q[8];
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const int per = BLCK / 32;
+        const uint8_t *b = row + (u / per) * BYTES;
+        d = bn_ldh(b);
+        const uint8_t *qs = b + 2 + 8 * (u % per);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t w = bn_ld32_a2(qs + 4 * h);
+#pragma unroll
+            for (int s = 0; s < 4; s++) q[4 * h + s] = (int)((w >> (2 * s)) & 0x03030303u);
+        }
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        return (d * dx) * (float)(s - sumq);
+    }
+};
+template <> struct bn_wunit<BN_CU_Q2_0> : bn_wunit_q2<64, 18> {};
+template <> struct bn_wunit<BN_CU_PQ2_0> : bn_wunit_q2<128, 34> {};
+
+template <> struct bn_wunit<BN_CU_Q8_0> {
+    int q[8];
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const uint8_t *b = row + u * 34;
+        d = bn_ldh(b);
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (int)bn_ld32_a2(b + 2 + 4 * i);
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        return (d * dx) * (float)s;
+    }
+};
+
+template <> struct bn_wunit<BN_CU_Q4_0> {
+    int q[8];
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const uint8_t *b = row + u * 18;
+        d = bn_ldh(b);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t w = bn_ld32_a2(b + 2 + 4 * i);
+            q[i] = (int)(w & 0x0F0F0F0Fu);
+            q[4 + i] = (int)((w >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        return (d * dx) * (float)(s - 8 * sumq);
+    }
+};
+
+template <> struct bn_wunit<BN_CU_Q4_1> {
+    int q[8];
+    float d, m;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const uint8_t *b = row + u * 20;
+        d = bn_ldh(b);
+        m = bn_ldh(b + 2);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t w = bn_ld32_a2(b + 4 + 4 * i);
+            q[i] = (int)(w & 0x0F0F0F0Fu);
+            q[4 + i] = (int)((w >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        return (d * dx) * (float)s + (m * dx) * (float)sumq;
+    }
+};
+
+// Q4_K: unit u is sub-block u % 8 of super-block u / 8 (32 elements, one 6-bit scale and min).
+template <> struct bn_wunit<BN_CU_Q4_K> {
+    int q[8];
+    float d, m;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const uint8_t *b = row + (u >> 3) * 144;
+        int j = u & 7, sc, mn;
+        bn_q4k_scale_min(b + 4, j, &sc, &mn);
+        d = bn_ldh(b) * (float)sc;
+        m = bn_ldh(b + 2) * (float)mn;
+        const uint8_t *qs = b + 16 + 32 * (j >> 1);
+        int shift = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (int)((bn_ld32_a2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu);
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        return (d * dx) * (float)s - (m * dx) * (float)sumq;
+    }
+};
+
+// Q6_K: unit u is part p = u % 4 of half h = (u / 4) % 2 of super-block u / 8; two int8 scales (16 each).
+template <> struct bn_wunit<BN_CU_Q6_K> {
+    int q[8];
+    int sc0, sc1;
+    float d;
+    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+        const uint8_t *b = row + (u >> 3) * 210;
+        int h = (u >> 2) & 1, p = u & 3;
+        const uint8_t *ql = b + 64 * h + 32 * (p & 1), *qh = b + 128 + 32 * h;
+        int lshift = 4 * (p >> 1), hshift = 2 * p;
+        sc0 = (int8_t)b[192 + 8 * h + 2 * p];
+        sc1 = (int8_t)b[192 + 8 * h + 2 * p + 1];
+        d = bn_ldh(b + 208);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t lo = (bn_ld32_a2(ql + 4 * i) >> lshift) & 0x0F0F0F0Fu;
+            uint32_t hi = ((bn_ld32_a2(qh + 4 * i) >> hshift) & 0x03030303u) << 4;
+            uint32_t t = (lo | hi) ^ 0x20202020u;         // 6-bit two's complement of code − 32
+            q[i] = (int)(t | ((t & 0x20202020u) * 6u)); // sign-extend each byte (0x20·6 = 0xC0)
+        }
+    }
+    __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s0 = __dp4a(q[i], a[i], s0);
+            s1 = __dp4a(q[4 + i], a[4 + i], s1);
+        }
+        return (d * dx) * (float)(sc0 * s0 + sc1 * s1);
+    }
+};
+
+// ---- internal launchers (enqueued on s; return the launch error) ----------------------------
+// bn_cu_quantize_act: Q8 activations of x {ne0, nb} for weight type `type` into act (buffers of
+// nb*ne0 bytes, nb*ne0/32 floats, nb*ne0/32 ints).
+cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, float *d, int *sum,
+                               cudaStream_t s);
+// bn_cu_mmvq: y {ne1, nb} = W · x for nb <= BN_CU_MMVQ_MAX_NB; act from bn_cu_quantize_act (quantized
+// types) or x itself (F32/F16/BF16).
+cudaError_t bn_cu_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
+                       cudaStream_t s);
+// bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.
+cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
+// bn_cu_f32_to_f16: n floats to fp16 (round to nearest even).
+cudaError_t bn_cu_f32_to_f16(const float *x, int64_t n, bn_half *out, cudaStream_t s);
+
+#endif

@@ -1,0 +1,189 @@
+// cuda/mmvq.cu — the decode / small-batch matrix kernels (nb <= BN_CU_MMVQ_MAX_NB): every weight row
+// is read once for all nb activation columns. Quantized weights: activations quantized per 32 to Q8
+// (ggml-cuda's rule) in the weight type's element order, exact integer dp4a dots per 32 elements,
+// scales in fp32. F32/F16/BF16 weights: fp32 FMAs on the fp32 activations.
+//
+// Layout: a block of MMVQ_THREADS threads owns R consecutive rows; its threads stride over the row's
+// 32-element units (the activation unit of each column is loaded once and reused for the R rows), then
+// the R×nb partial sums are reduced over the warp (shuffles) and the block (shared memory).
+#include "cuda/mm_impl.cuh"
+
+#define MMVQ_THREADS 128
+#define MMVQ_WARPS (MMVQ_THREADS / 32)
+
+// quantize_act: one warp per (column, 32-element unit); lane e holds element e.
+__global__ void quantize_act(const float *__restrict__ x, int64_t ne0, int nb, int order, int8_t *__restrict__ qs,
+                             float *__restrict__ dout, int *__restrict__ sout) {
+    int64_t nunits = ne0 / 32;
+    int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (gw >= nunits * nb) return; // the whole warp leaves together
+    int lane = threadIdx.x % 32;
+    int64_t c = gw / nunits, u = gw % nunits;
+    float v = x[c * ne0 + 32 * u + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    int q = amax == 0.0f ? 0 : (int)roundf(v / d);
+    int sum = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    qs[c * ne0 + 32 * u + bn_act_pos(order, lane)] = (int8_t)q;
+    if (lane == 0) {
+        dout[gw] = bn_h2f(bn_f2h(d)); // the scale the dot uses is ggml-cuda's half
+        sout[gw] = sum;
+    }
+}
+
+cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, float *d, int *sum,
+                               cudaStream_t s) {
+    int64_t warps = ne0 / 32 * nb;
+    const int per_block = 8;
+    if (warps == 0) return cudaSuccess;
+    BN_LAUNCH(quantize_act, dim3((unsigned)((warps + per_block - 1) / per_block)), dim3(32 * per_block), 0, s, x, ne0,
+              nb, bn_act_order(type), qs, d, sum);
+    return cudaGetLastError();
+}
+
+// reduce_store: sums acc[r][c] over the block and writes y[c*ne1 + row0 + r] for valid rows/columns.
+template <int R, int NB>
+__device__ __forceinline__ void reduce_store(float (&acc)[R][NB], float *red, float *y, int64_t ne1, int64_t row0,
+                                             int nb) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int c = 0; c < NB; c++) {
+            float v = acc[r][c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp * R * NB + r * NB + c] = v;
+        }
+    }
+    __syncthreads();
+    int t = threadIdx.x;
+    if (t < R * NB) {
+        int r = t / NB, c = t % NB;
+        float v = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < MMVQ_WARPS; wi++) v += red[wi * R * NB + t];
+        if (c < nb && row0 + r < ne1) y[(int64_t)c * ne1 + row0 + r] = v;
+    }
+}
+
+// mmvq_q: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
+template <int T, int NB, int R>
+__global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne1, int64_t ne0,
+                       const int8_t *__restrict__ aqs, const float *__restrict__ ad, const int *__restrict__ asum,
+                       float *__restrict__ y, int nb) {
+    BN_SHARED(float, red, MMVQ_WARPS * R * NB);
+    int64_t row0 = (int64_t)blockIdx.x * R;
+    int nunits = (int)(ne0 / 32);
+    float acc[R][NB];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < NB; c++) acc[r][c] = 0.0f;
+    for (int u = threadIdx.x; u < nunits; u += MMVQ_THREADS) {
+        int a[NB][8], sq[NB] = {};
+        float dx[NB] = {};
+#pragma unroll
+        for (int c = 0; c < NB; c++) {
+            if (c < nb) {
+                const int4 *p = (const int4 *)(aqs + (int64_t)c * ne0 + 32 * (int64_t)u);
+                int4 lo = __ldg(p), hi = __ldg(p + 1);
+                a[c][0] = lo.x, a[c][1] = lo.y, a[c][2] = lo.z, a[c][3] = lo.w;
+                a[c][4] = hi.x, a[c][5] = hi.y, a[c][6] = hi.z, a[c][7] = hi.w;
+                dx[c] = __ldg(ad + (int64_t)c * nunits + u);
+                sq[c] = __ldg(asum + (int64_t)c * nunits + u);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) a[c][i] = 0;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (row0 + r < ne1) {
+                bn_wunit<T> wu;
+                wu.load(w + (row0 + r) * row_bytes, u);
+#pragma unroll
+                for (int c = 0; c < NB; c++)
+                    if (c < nb) acc[r][c] += wu.dot(a[c], sq[c], dx[c]);
+            }
+        }
+    }
+    reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
+}
+
+// mmv_f: F32/F16/BF16 weights × fp32 activations; threads stride over single elements (coalesced).
+template <int T, int NB, int R>
+__global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne1, int64_t ne0,
+                      const float *__restrict__ x, float *__restrict__ y, int nb) {
+    BN_SHARED(float, red, MMVQ_WARPS * R * NB);
+    int64_t row0 = (int64_t)blockIdx.x * R;
+    float acc[R][NB];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < NB; c++) acc[r][c] = 0.0f;
+    for (int64_t k = threadIdx.x; k < ne0; k += MMVQ_THREADS) {
+        float xv[NB];
+#pragma unroll
+        for (int c = 0; c < NB; c++) xv[c] = c < nb ? __ldg(x + (int64_t)c * ne0 + k) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (row0 + r < ne1) {
+                float wv = bn_deq_elem<T>(w + (row0 + r) * row_bytes, k);
+#pragma unroll
+                for (int c = 0; c < NB; c++) acc[r][c] += wv * xv[c];
+            }
+        }
+    }
+    reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
+}
+
+template <int T, int NB>
+static cudaError_t launch_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
+                               cudaStream_t s) {
+    constexpr int R = NB <= 2 ? 4 : 2; // rows per block: more activation reuse where registers allow
+    dim3 grid((unsigned)((w->ne1 + R - 1) / R)), block(MMVQ_THREADS);
+    const uint8_t *wd = (const uint8_t *)w->data;
+    if constexpr (bn_cu_blck(T) >= 32) {
+        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const int8_t *, const float *, const int *, float *,
+                  int) = mmvq_q<T, NB, R>;
+        BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, act->qs, act->d, act->sum, y, nb);
+    } else {
+        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const float *, float *, int) = mmv_f<T, NB, R>;
+        BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, x, y, nb);
+    }
+    return cudaGetLastError();
+}
+
+template <int T>
+static cudaError_t launch_type(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
+                               cudaStream_t s) {
+    if (nb <= 1) return launch_mmvq<T, 1>(w, act, x, y, nb, s);
+    if (nb <= 2) return launch_mmvq<T, 2>(w, act, x, y, nb, s);
+    if (nb <= 4) return launch_mmvq<T, 4>(w, act, x, y, nb, s);
+    return launch_mmvq<T, 8>(w, act, x, y, nb, s);
+}
+
+cudaError_t bn_cu_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
+                       cudaStream_t s) {
+    if (nb < 1 || nb > BN_CU_MMVQ_MAX_NB) return cudaErrorInvalidValue;
+    if (w->ne1 == 0) return cudaSuccess;
+    switch (w->type) {
+    case BN_CU_Q1_0: return launch_type<BN_CU_Q1_0>(w, act, x, y, nb, s);
+    case BN_CU_Q2_0: return launch_type<BN_CU_Q2_0>(w, act, x, y, nb, s);
+    case BN_CU_PQ2_0: return launch_type<BN_CU_PQ2_0>(w, act, x, y, nb, s);
+    case BN_CU_Q8_0: return launch_type<BN_CU_Q8_0>(w, act, x, y, nb, s);
+    case BN_CU_Q4_0: return launch_type<BN_CU_Q4_0>(w, act, x, y, nb, s);
+    case BN_CU_Q4_1: return launch_type<BN_CU_Q4_1>(w, act, x, y, nb, s);
+    case BN_CU_Q4_K: return launch_type<BN_CU_Q4_K>(w, act, x, y, nb, s);
+    case BN_CU_Q6_K: return launch_type<BN_CU_Q6_K>(w, act, x, y, nb, s);
+    case BN_CU_F32: return launch_type<BN_CU_F32>(w, act, x, y, nb, s);
+    case BN_CU_F16: return launch_type<BN_CU_F16>(w, act, x, y, nb, s);
+    case BN_CU_BF16: return launch_type<BN_CU_BF16>(w, act, x, y, nb, s);
+    default: return cudaErrorInvalidValue;
+    }
+}

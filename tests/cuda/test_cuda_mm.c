@@ -1,0 +1,204 @@
+// tests/cuda/test_cuda_mm.c — the CUDA matrix kernels (cuda/mm.cuh through cuda/mm_host.h) against the
+// CPU reference, for every weight type. Built twice: `cuda_mm` links the GPU library (skips without a
+// device), `cuda_mm_emu` links the CPU emulator and always runs.
+//
+// matmul: y = W·x with W from bn_quantize_ref + bn_dequantize (exact), reference in double:
+//  - nb <= 8 (mmvq), quantized W: x rounded per 32 with the CUDA rule (d = amax/127, q = roundf(x/d),
+//    value q·fp16(d)); the kernel sums exact integers, so the error is fp32 rounding of the per-block
+//    scale products and their sum: tolerance 1e-5 relative to Σ|w·x| (F32/F16/BF16 W: plain x, same).
+//  - nb > 8 (fp16 GEMM): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
+//    w·x through sgemm); only the fp32 accumulation differs: tolerance 1e-4 relative to Σ|w·x|.
+// The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row cases take 5 tiles.
+// get_rows: bit-identical to bn_dequantize. argmax/top-k: exact, against a sort with the same order
+// (value descending, ties → lower index, NaN last).
+#include "tests/test.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/mm_host.h"
+#include "quant/quant.h"
+#include "core/util.h"
+#include "core/rng.h"
+#include <string.h>
+#include <stdint.h>
+
+static bn_rng rng;
+static float frand(float a) { return (2.0f * bn_rng_uniform_f24(&rng) - 1.0f) * a; }
+
+// make_weights: ne1 random rows quantized to type (Q2_0/PQ2_0 also get some code-3 slots); returns
+// the bytes, the exact dequantized values in *deq.
+static uint8_t *make_weights(int type, int64_t ne0, int64_t ne1, float **deq) {
+    size_t rb = bn_row_size(type, ne0);
+    float *wf = xmalloc(sizeof(float) * ne0 * ne1);
+    uint8_t *wq = xmalloc(rb * ne1);
+    *deq = xmalloc(sizeof(float) * ne0 * ne1);
+    for (int64_t i = 0; i < ne0 * ne1; i++) wf[i] = frand(1.0f);
+    for (int64_t r = 0; r < ne1; r++) {
+        bn_quantize_ref(type, wf + r * ne0, wq + r * rb, ne0);
+        if (type == BN_Q2_0 || type == BN_PQ2_0) // reserved code 3 (= +2d) must decode too
+            for (size_t b = 0; b < rb; b += bn_type_size(type)) wq[r * rb + b + 2 + (r + b) % 16] |= 0xC0;
+        bn_dequantize(type, wq + r * rb, *deq + r * ne0, ne0);
+    }
+    free(wf);
+    return wq;
+}
+
+// act_ref: x as the kernel sees it: CUDA-rule Q8 rounding (quantized W, nb <= 8), fp16 (GEMM), or x.
+static void act_ref(int type, int nb, const float *x, int64_t n, float *out) {
+    bool quantized = bn_type_traits_of(type)->is_quantized;
+    if (nb > 8) {
+        for (int64_t i = 0; i < n; i++) out[i] = type == BN_F32 ? x[i] : bn_fp16_to_fp32(bn_fp32_to_fp16(x[i]));
+        return;
+    }
+    if (!quantized) {
+        memcpy(out, x, sizeof(float) * n);
+        return;
+    }
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        float d = amax / 127.0f, dh = bn_fp16_to_fp32(bn_fp32_to_fp16(d));
+        for (int j = 0; j < 32; j++) out[32 * b + j] = amax == 0 ? 0 : roundf(x[32 * b + j] / d) * dh;
+    }
+}
+
+// check_matmul: one random W {ne0, ne1} × x {ne0, nb}; returns the max relative error.
+static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb) {
+    float *wd;
+    uint8_t *wq = make_weights(type, ne0, ne1, &wd);
+    float *x = xmalloc(sizeof(float) * ne0 * nb), *xr = xmalloc(sizeof(float) * ne0 * nb);
+    float *y = xmalloc(sizeof(float) * ne1 * nb);
+    for (int64_t i = 0; i < ne0 * nb; i++) x[i] = frand(3.0f);
+    memset(x + (nb - 1) * ne0, 0, 32 * sizeof(float)); // an all-zero activation block (d = 0)
+    for (int c = 0; c < nb; c++) act_ref(type, nb, x + c * ne0, ne0, xr + c * ne0);
+    if (nb > 8 && type != BN_F32) // the GEMM sees fp16 weights
+        for (int64_t i = 0; i < ne0 * ne1; i++) wd[i] = bn_fp16_to_fp32(bn_fp32_to_fp16(wd[i]));
+    char err[256] = "";
+    int rc = bn_cuda_mm_host(type, wq, ne0, ne1, x, nb, y, err, sizeof err);
+    CHECK(rc == 0, "%s nb %d: %s", bn_type_name(type), nb, err);
+    double worst = 0;
+    for (int c = 0; c < nb && rc == 0; c++) {
+        for (int64_t r = 0; r < ne1; r++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < ne0; i++) {
+                double t = (double)wd[r * ne0 + i] * xr[c * ne0 + i];
+                ref += t;
+                mag += fabs(t);
+            }
+            double rel = fabs(y[c * ne1 + r] - ref) / (mag > 0 ? mag : 1);
+            if (!(rel <= worst)) worst = rel; // NaN (an unwritten output) sticks
+        }
+    }
+    double tol = nb > 8 ? 1e-4 : 1e-5;
+    CHECK(worst <= tol, "%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type), (long long)ne1,
+          (long long)ne0, nb, worst, tol);
+    free(wq); free(wd); free(x); free(xr); free(y);
+    return worst;
+}
+
+static void check_get_rows(int type, int64_t ne0, int64_t ne1) {
+    float *wd;
+    uint8_t *wq = make_weights(type, ne0, ne1, &wd);
+    int32_t ids[] = {5, 0, (int32_t)ne1 - 1, 5, 17};
+    int n = 5;
+    float *out = xmalloc(sizeof(float) * ne0 * n);
+    char err[256] = "";
+    int rc = bn_cuda_get_rows_host(type, wq, ne0, ne1, ids, n, out, err, sizeof err);
+    CHECK(rc == 0, "get_rows %s: %s", bn_type_name(type), err);
+    int bad = 0;
+    for (int i = 0; i < n && rc == 0; i++) bad += memcmp(out + i * ne0, wd + ids[i] * ne0, sizeof(float) * ne0) != 0;
+    CHECK(bad == 0, "get_rows %s: %d of %d rows differ from bn_dequantize", bn_type_name(type), bad, n);
+    free(wq); free(wd); free(out);
+}
+
+// ranks_above: the kernels' order (value descending, ties → lower index, NaN last).
+static bool ranks_above(float va, int ia, float vb, int ib) {
+    bool na = isnan(va), nb = isnan(vb);
+    if (na || nb) return nb && (!na || ia < ib);
+    return va > vb || (va == vb && ia < ib);
+}
+static const float *sort_x;
+static int cmp_rank(const void *a, const void *b) {
+    int ia = *(const int *)a, ib = *(const int *)b;
+    return ranks_above(sort_x[ia], ia, sort_x[ib], ib) ? -1 : 1;
+}
+
+// fill_logits: values on a coarse grid (many ties), a few NaN and −inf.
+static void fill_logits(float *x, int n, bool specials) {
+    for (int i = 0; i < n; i++) x[i] = (float)(int)(frand(20.0f)) * 0.5f;
+    if (specials && n > 10) {
+        x[n / 3] = NAN;
+        x[n / 2] = -INFINITY;
+        x[n - 1] = NAN;
+    }
+}
+
+static void check_argmax(void) {
+    char err[256] = "";
+    int32_t got = -2;
+    int n = 5000;
+    float *x = xmalloc(sizeof(float) * n);
+    fill_logits(x, n, true);
+    int want = 0;
+    for (int i = 1; i < n; i++)
+        if (ranks_above(x[i], i, x[want], want)) want = i;
+    CHECK(bn_cuda_argmax_host(x, n, &got, err, sizeof err) == 0, "argmax: %s", err);
+    CHECK(got == want, "argmax random with ties/NaN: %d, want %d", got, want);
+    x[4000] = 1e30f, x[100] = 1e30f, x[7] = NAN; // tie: the lower index wins; NaN never does
+    CHECK(bn_cuda_argmax_host(x, n, &got, err, sizeof err) == 0 && got == 100, "argmax tie: %d, want 100", got);
+    for (int i = 0; i < n; i++) x[i] = -INFINITY;
+    x[3] = NAN;
+    CHECK(bn_cuda_argmax_host(x, n, &got, err, sizeof err) == 0 && got == 0, "argmax all -inf: %d, want 0", got);
+    for (int i = 0; i < n; i++) x[i] = NAN;
+    CHECK(bn_cuda_argmax_host(x, n, &got, err, sizeof err) == 0 && got == -1, "argmax all NaN: %d, want -1", got);
+    float one = 2.5f;
+    CHECK(bn_cuda_argmax_host(&one, 1, &got, err, sizeof err) == 0 && got == 0, "argmax n=1: %d", got);
+    free(x);
+}
+
+static void check_topk(int n, int k) {
+    float *x = xmalloc(sizeof(float) * n), vals[64];
+    int32_t idx[64];
+    int *order = xmalloc(sizeof(int) * n);
+    fill_logits(x, n, true);
+    for (int i = 0; i < n; i++) order[i] = i;
+    sort_x = x;
+    qsort(order, n, sizeof(int), cmp_rank);
+    char err[256] = "";
+    int rc = bn_cuda_topk_host(x, n, k, vals, idx, err, sizeof err);
+    CHECK(rc == 0, "topk n %d k %d: %s", n, k, err);
+    int bad = 0;
+    for (int j = 0; j < k && rc == 0; j++) {
+        float want = x[order[j]];
+        bool same_val = isnan(want) ? isnan(vals[j]) : vals[j] == want;
+        bad += !(idx[j] == order[j] && same_val);
+    }
+    CHECK(bad == 0, "topk n %d k %d: %d of %d entries differ from the sort", n, k, bad, k);
+    free(x); free(order);
+}
+
+int main(void) {
+    if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
+    char name[128];
+    printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
+    bn_rng_seed(&rng, 20261130);
+    setenv("BONSAI_CUDA_GEMM_TILE_ELEMS", "65536", 1); // fp16 tiles of 64 rows at ne0 1024: the 300-row GEMMs tile
+    const int types[] = {BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0, BN_Q4_0, BN_Q4_1,
+                         BN_Q6_K, BN_Q4_K, BN_F16,  BN_BF16, BN_F32};
+    const int nbs[] = {1, 2, 3, 8, 9, 33};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        double worst_vq = 0, worst_gemm = 0;
+        for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
+            double e = check_matmul(types[t], 512, 37, nbs[j]);
+            if (nbs[j] <= 8) worst_vq = fmax(worst_vq, e);
+            else worst_gemm = fmax(worst_gemm, e);
+        }
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1));
+        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12));
+        check_get_rows(types[t], 512, 37);
+        printf("%-5s max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(types[t]), worst_vq,
+               worst_gemm);
+    }
+    check_argmax();
+    const int tk[][2] = {{1, 1}, {100, 7}, {5000, 40}, {70000, 64}, {3000, 64}, {64, 64}};
+    for (size_t i = 0; i < sizeof tk / sizeof tk[0]; i++) check_topk(tk[i][0], tk[i][1]);
+    return test_done("test_cuda_mm");
+}
