@@ -1,0 +1,405 @@
+// tests/cuda/emu_kernels.cu — kernels for test_emu_runtime (see emu_kernels.h), written to the
+// cuda/common.cuh contract so nvcc (GPU) and g++ (emulator) both build them.
+#include "cuda/common.cuh"
+#include "tests/cuda/emu_kernels.h"
+
+namespace {
+// DevBuf: a device allocation freed at scope exit.
+template <class T> struct DevBuf {
+    T *p = nullptr;
+    ~DevBuf() { cudaFree(p); }
+};
+
+#define TRY(call) BN_CUDA_TRY(call, err, errlen)
+#define TRY_LAUNCH() BN_CUDA_TRY(cudaGetLastError(), err, errlen)
+
+// ---- block reduction ------------------------------------------------------------------------------
+__global__ void k_block_sum(const float *x, int n, float *out) {
+    BN_SHARED(float, part, 256);
+    int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    part[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) part[t] += part[t + s];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = part[0];
+}
+
+// ---- warp operations ------------------------------------------------------------------------------
+__global__ void k_warp_ops(const int *x, int *out) {
+    int t = threadIdx.x, lane = t % 32, v = x[t], nt = blockDim.x;
+    int s = v;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    out[0 * nt + t] = s;
+    int d = v;
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_down_sync(0xffffffffu, d, o);
+    out[1 * nt + t] = lane == 0 ? d : 0;
+    int scan = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int up = __shfl_up_sync(0xffffffffu, scan, o);
+        if (lane >= o) scan += up;
+    }
+    out[2 * nt + t] = scan;
+    out[3 * nt + t] = __shfl_sync(0xffffffffu, v, 5);
+    out[4 * nt + t] = __shfl_sync(0xffffffffu, v, (lane + 3) % 32);
+    int s8 = v;
+    for (int o = 4; o > 0; o >>= 1) s8 += __shfl_xor_sync(0xffffffffu, s8, o, 8);
+    out[5 * nt + t] = s8;
+    out[6 * nt + t] = (int)__ballot_sync(0xffffffffu, v & 1);
+    out[7 * nt + t] = __any_sync(0xffffffffu, v == 7);
+    out[8 * nt + t] = __all_sync(0xffffffffu, v >= 0);
+    float f = (float)v * 0.5f;
+    for (int o = 16; o > 0; o >>= 1) f = fmaxf(f, __shfl_xor_sync(0xffffffffu, f, o));
+    out[9 * nt + t] = (int)(f * 2.0f);
+    out[10 * nt + t] = __shfl_down_sync(0xffffffffu, v, 4, 16);
+}
+
+// ---- dynamic shared memory --------------------------------------------------------------------------
+__global__ void k_dyn_reverse(const float *x, int n, int extra, float *out) {
+    BN_DYN_SHARED(float, buf);
+    BN_SHARED(float, total, 1);
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x, nb = blockDim.x;
+    buf[t] = base + t < n ? x[base + t] : 0.0f;
+    for (int e = t; e < extra; e += nb) buf[nb + e] = 1.0f; // touch the rest of the region
+    if (t == 0) *total = 0.0f;
+    __syncthreads();
+    if (base + t < n) out[base + t] = buf[nb - 1 - t];
+    if (t == 0) {
+        float s = 0.0f;
+        for (int e = 0; e < extra; e++) s += buf[nb + e];
+        *total = s;
+    }
+    __syncthreads();
+    if (t == 0 && base == 0) out[n] = *total;
+}
+
+// ---- atomics -------------------------------------------------------------------------------------------
+__global__ void k_atomics(int *counts, float *fsum) {
+    int gid = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(&counts[0], 1);
+    atomicMax(&counts[1], gid);
+    int old = counts[2], seen;
+    while ((seen = atomicCAS(&counts[2], old, old + 1)) != old) old = seen;
+    atomicAdd(fsum, 1.0f);
+}
+
+__global__ void k_dp4a(const int *a, const int *b, const int *c, int *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __dp4a(a[i], b[i], c[i]);
+}
+
+__global__ void k_half(float *f, uint16_t *back, const float *x, uint16_t *rn, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 65536) {
+        float v = bn_h2f(bn_half_bits((uint16_t)i));
+        f[i] = v;
+        back[i] = bn_half_raw(bn_f2h(v));
+    }
+    if (i < n) rn[i] = bn_half_raw(bn_f2h(x[i]));
+}
+
+__global__ void k_grid3d(uint32_t *out) {
+    uint32_t block_lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    uint32_t thread_lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    uint32_t nthreads = blockDim.x * blockDim.y * blockDim.z;
+    out[block_lin * nthreads + thread_lin] = blockIdx.x | blockIdx.y << 4 | blockIdx.z << 8 | threadIdx.x << 12 |
+                                             threadIdx.y << 20 | threadIdx.z << 24;
+}
+
+// ---- graphs ------------------------------------------------------------------------------------------
+__global__ void k_live(int *counter, int *log) {
+    if (threadIdx.x == 0) {
+        int step = *counter;
+        log[step] = step;
+        *counter = step + 1;
+    }
+}
+__global__ void k_baked(int step, int *log) {
+    if (threadIdx.x == 0) log[step] = step;
+}
+
+// ---- gemm helpers ------------------------------------------------------------------------------------
+__global__ void k_to_half(const float *x, uint16_t *h, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) h[i] = bn_half_raw(bn_f2h(x[i]));
+}
+__global__ void k_from_half(const uint16_t *h, float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = bn_h2f(bn_half_bits(h[i]));
+}
+
+// ---- races and broken kernels -------------------------------------------------------------------------
+__global__ void k_shift(const float *x, float *out, int barrier) {
+    BN_SHARED(float, s, 256);
+    int t = threadIdx.x;
+    s[t] = x[t];
+    if (barrier) __syncthreads();
+    out[t] = s[(t + 255) % 256];
+}
+#ifdef BONSAI_CUDA_EMU // broken on purpose: nvcc rejects k_big_static, the others hang or fail on a GPU
+__global__ void k_deadlock(float *out) {
+    if (threadIdx.x == 0) return; // thread 0 never reaches the barrier
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void k_half_warp_shuffle(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x % 32 < 16) v = __shfl_xor_sync(0xffffffffu, v, 1); // lanes 16..31 never arrive
+    out[threadIdx.x] = v;
+}
+__global__ void k_big_static(float *out) {
+    BN_SHARED(float, big, 16384); // 64 KiB > 48 KiB of static shared memory
+    big[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = big[(threadIdx.x + 1) % blockDim.x];
+}
+__global__ void k_dyn_only(float *out) {
+    BN_DYN_SHARED(float, buf);
+    buf[threadIdx.x] = 2.0f;
+    out[threadIdx.x] = buf[threadIdx.x];
+}
+#endif
+
+__global__ void k_barrier_rounds(int rounds, int *out) {
+    int acc = 0;
+    for (int r = 0; r < rounds; r++) {
+        acc += r;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = acc;
+}
+__global__ void k_shuffle_rounds(int rounds, int *out) {
+    int acc = threadIdx.x;
+    for (int r = 0; r < rounds; r++) acc = __shfl_xor_sync(0xffffffffu, acc, 1) + 1;
+    if (threadIdx.x == 0) out[0] = acc;
+}
+} // namespace
+
+extern "C" int ek_block_sum(const float *x, int n, float *out, char *err, size_t errlen) {
+    int nb = (n + 255) / 256;
+    DevBuf<float> dx, dout;
+    TRY(cudaMalloc(&dx.p, sizeof(float) * n));
+    TRY(cudaMalloc(&dout.p, sizeof(float) * nb));
+    TRY(cudaMemcpy(dx.p, x, sizeof(float) * n, cudaMemcpyHostToDevice));
+    BN_LAUNCH(k_block_sum, nb, 256, 0, 0, dx.p, n, dout.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(float) * nb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_warp_ops(const int *x, int *out, char *err, size_t errlen) {
+    DevBuf<int> dx, dout;
+    TRY(cudaMalloc(&dx.p, sizeof(int) * 64));
+    TRY(cudaMalloc(&dout.p, sizeof(int) * 64 * EK_WARP_OPS));
+    TRY(cudaMemcpy(dx.p, x, sizeof(int) * 64, cudaMemcpyHostToDevice));
+    BN_LAUNCH(k_warp_ops, 1, 64, 0, 0, dx.p, dout.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(int) * 64 * EK_WARP_OPS, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_dyn_reverse(const float *x, int n, int block, int extra, float *out, char *err, size_t errlen) {
+    int nb = (n + block - 1) / block;
+    size_t smem = sizeof(float) * (size_t)(block + extra);
+    DevBuf<float> dx, dout;
+    TRY(cudaMalloc(&dx.p, sizeof(float) * n));
+    TRY(cudaMalloc(&dout.p, sizeof(float) * (n + 1)));
+    TRY(cudaMemcpy(dx.p, x, sizeof(float) * n, cudaMemcpyHostToDevice));
+    if (smem > 48 * 1024) TRY(cudaFuncSetAttribute(k_dyn_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    BN_LAUNCH(k_dyn_reverse, nb, block, smem, 0, dx.p, n, extra, dout.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(float) * (n + 1), cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_atomics(int *counts, float *fsum, char *err, size_t errlen) {
+    DevBuf<int> dc;
+    DevBuf<float> df;
+    TRY(cudaMalloc(&dc.p, sizeof(int) * 3));
+    TRY(cudaMalloc(&df.p, sizeof(float)));
+    TRY(cudaMemset(dc.p, 0, sizeof(int) * 3));
+    TRY(cudaMemset(df.p, 0, sizeof(float)));
+    BN_LAUNCH(k_atomics, 64, 256, 0, 0, dc.p, df.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(counts, dc.p, sizeof(int) * 3, cudaMemcpyDeviceToHost));
+    TRY(cudaMemcpy(fsum, df.p, sizeof(float), cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_dp4a(const int *a, const int *b, const int *c, int *out, int n, char *err, size_t errlen) {
+    DevBuf<int> da, db, dc, dout;
+    TRY(cudaMalloc(&da.p, sizeof(int) * n));
+    TRY(cudaMalloc(&db.p, sizeof(int) * n));
+    TRY(cudaMalloc(&dc.p, sizeof(int) * n));
+    TRY(cudaMalloc(&dout.p, sizeof(int) * n));
+    TRY(cudaMemcpy(da.p, a, sizeof(int) * n, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(db.p, b, sizeof(int) * n, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(dc.p, c, sizeof(int) * n, cudaMemcpyHostToDevice));
+    BN_LAUNCH(k_dp4a, (n + 127) / 128, 128, 0, 0, da.p, db.p, dc.p, dout.p, n);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(int) * n, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_half(float *f, uint16_t *back, const float *x, uint16_t *rn, int n, char *err, size_t errlen) {
+    DevBuf<float> df, dx;
+    DevBuf<uint16_t> dback, drn;
+    TRY(cudaMalloc(&df.p, sizeof(float) * 65536));
+    TRY(cudaMalloc(&dback.p, sizeof(uint16_t) * 65536));
+    TRY(cudaMalloc(&dx.p, sizeof(float) * n));
+    TRY(cudaMalloc(&drn.p, sizeof(uint16_t) * n));
+    TRY(cudaMemcpy(dx.p, x, sizeof(float) * n, cudaMemcpyHostToDevice));
+    int total = n > 65536 ? n : 65536;
+    BN_LAUNCH(k_half, (total + 255) / 256, 256, 0, 0, df.p, dback.p, dx.p, drn.p, n);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(f, df.p, sizeof(float) * 65536, cudaMemcpyDeviceToHost));
+    TRY(cudaMemcpy(back, dback.p, sizeof(uint16_t) * 65536, cudaMemcpyDeviceToHost));
+    TRY(cudaMemcpy(rn, drn.p, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_grid3d(uint32_t *out, int n, char *err, size_t errlen) {
+    dim3 grid(3, 2, 2), block(32, 2, 2);
+    if (n != 3 * 2 * 2 * 32 * 2 * 2) return bn_cuda_fail(err, errlen, "size", "ek_grid3d n", __FILE__, __LINE__);
+    DevBuf<uint32_t> dout;
+    TRY(cudaMalloc(&dout.p, sizeof(uint32_t) * n));
+    BN_LAUNCH(k_grid3d, grid, block, 0, 0, dout.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(uint32_t) * n, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_graph(int *live_log, int *baked_log, int *counter_after_capture, int *nodes, int *bad_call,
+                        int *bad_end, char *err, size_t errlen) {
+    DevBuf<int> counter, live, baked;
+    TRY(cudaMalloc(&counter.p, sizeof(int)));
+    TRY(cudaMalloc(&live.p, sizeof(int) * 4));
+    TRY(cudaMalloc(&baked.p, sizeof(int) * 4));
+    TRY(cudaMemset(counter.p, 0, sizeof(int)));
+    TRY(cudaMemset(live.p, 0xff, sizeof(int) * 4));
+    TRY(cudaMemset(baked.p, 0xff, sizeof(int) * 4));
+    cudaStream_t s;
+    TRY(cudaStreamCreate(&s));
+    // graph 1: the kernel reads its step from device memory
+    cudaGraph_t g1, g2, g3;
+    cudaGraphExec_t e1, e2;
+    TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    BN_LAUNCH(k_live, 1, 32, 0, s, counter.p, live.p);
+    TRY_LAUNCH();
+    TRY(cudaStreamEndCapture(s, &g1));
+    TRY(cudaMemcpy(counter_after_capture, counter.p, sizeof(int), cudaMemcpyDeviceToHost));
+    size_t count = 0;
+    TRY(cudaGraphGetNodes(g1, nullptr, &count));
+    *nodes = (int)count;
+    // graph 2: the step is baked into the argument at capture time
+    int step = 0;
+    TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    BN_LAUNCH(k_baked, 1, 32, 0, s, step, baked.p);
+    TRY_LAUNCH();
+    TRY(cudaStreamEndCapture(s, &g2));
+    TRY(cudaGraphInstantiate(&e1, g1, 0));
+    TRY(cudaGraphInstantiate(&e2, g2, 0));
+    for (step = 0; step < 3; step++) {
+        TRY(cudaGraphLaunch(e1, s));
+        TRY(cudaGraphLaunch(e2, s));
+    }
+    TRY(cudaStreamSynchronize(s));
+    TRY(cudaMemcpy(live_log, live.p, sizeof(int) * 4, cudaMemcpyDeviceToHost));
+    TRY(cudaMemcpy(baked_log, baked.p, sizeof(int) * 4, cudaMemcpyDeviceToHost));
+    // a synchronous copy during a global-mode capture is illegal and invalidates the capture
+    int host = 0;
+    TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    *bad_call = (int)cudaMemcpy(&host, counter.p, sizeof(int), cudaMemcpyDeviceToHost);
+    *bad_end = (int)cudaStreamEndCapture(s, &g3);
+    if (*bad_end == cudaSuccess) cudaGraphDestroy(g3);
+    cudaGetLastError(); // clear the expected error
+    TRY(cudaGraphExecDestroy(e1));
+    TRY(cudaGraphExecDestroy(e2));
+    TRY(cudaGraphDestroy(g1));
+    TRY(cudaGraphDestroy(g2));
+    TRY(cudaStreamDestroy(s));
+    return 0;
+}
+
+extern "C" int ek_gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C,
+                       int ldc, int half_in, int half_out, char *err, size_t errlen) {
+    size_t na = (size_t)lda * (ta ? m : k), nbb = (size_t)ldb * (tb ? k : n), nc = (size_t)ldc * n;
+    DevBuf<float> dA, dB, dC;
+    DevBuf<uint16_t> hA, hB, hC;
+    TRY(cudaMalloc(&dA.p, sizeof(float) * na));
+    TRY(cudaMalloc(&dB.p, sizeof(float) * nbb));
+    TRY(cudaMalloc(&dC.p, sizeof(float) * nc));
+    TRY(cudaMemcpy(dA.p, A, sizeof(float) * na, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(dB.p, B, sizeof(float) * nbb, cudaMemcpyHostToDevice));
+    TRY(cudaMemset(dC.p, 0, sizeof(float) * nc));
+    cublasHandle_t h;
+    BN_CUBLAS_TRY(cublasCreate(&h), err, errlen);
+    float alpha = 1.0f, beta = 0.0f;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t st;
+    if (!half_in) {
+        st = cublasSgemm(h, oa, ob, m, n, k, &alpha, dA.p, lda, dB.p, ldb, &beta, dC.p, ldc);
+    } else {
+        TRY(cudaMalloc(&hA.p, sizeof(uint16_t) * na));
+        TRY(cudaMalloc(&hB.p, sizeof(uint16_t) * nbb));
+        TRY(cudaMalloc(&hC.p, sizeof(uint16_t) * nc));
+        BN_LAUNCH(k_to_half, (unsigned)((na + 255) / 256), 256, 0, 0, dA.p, hA.p, (int)na);
+        BN_LAUNCH(k_to_half, (unsigned)((nbb + 255) / 256), 256, 0, 0, dB.p, hB.p, (int)nbb);
+        BN_LAUNCH(k_to_half, (unsigned)((nc + 255) / 256), 256, 0, 0, dC.p, hC.p, (int)nc);
+        TRY_LAUNCH();
+        if (half_out) {
+            st = cublasGemmEx(h, oa, ob, m, n, k, &alpha, hA.p, CUDA_R_16F, lda, hB.p, CUDA_R_16F, ldb, &beta, hC.p,
+                              CUDA_R_16F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st == CUBLAS_STATUS_SUCCESS) BN_LAUNCH(k_from_half, (unsigned)((nc + 255) / 256), 256, 0, 0, hC.p, dC.p, (int)nc);
+        } else {
+            st = cublasGemmEx(h, oa, ob, m, n, k, &alpha, hA.p, CUDA_R_16F, lda, hB.p, CUDA_R_16F, ldb, &beta, dC.p,
+                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        }
+    }
+    cublasDestroy(h);
+    BN_CUBLAS_TRY(st, err, errlen);
+    TRY(cudaMemcpy(C, dC.p, sizeof(float) * nc, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen) {
+    DevBuf<float> dx, dout;
+    TRY(cudaMalloc(&dx.p, sizeof(float) * 256));
+    TRY(cudaMalloc(&dout.p, sizeof(float) * 256));
+    TRY(cudaMemcpy(dx.p, x, sizeof(float) * 256, cudaMemcpyHostToDevice));
+    BN_LAUNCH(k_shift, 1, 256, 0, 0, dx.p, dout.p, barrier);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(float) * 256, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_bad(int which, char *err, size_t errlen) {
+#ifndef BONSAI_CUDA_EMU
+    (void)which;
+    return bn_cuda_fail(err, errlen, "broken kernels run only in the emulator", "ek_bad", __FILE__, __LINE__);
+#else
+    DevBuf<float> dout;
+    TRY(cudaMalloc(&dout.p, sizeof(float) * 4096));
+    switch (which) {
+    case 1: BN_LAUNCH(k_deadlock, 2, 64, 0, 0, dout.p); break;
+    case 2: BN_LAUNCH(k_half_warp_shuffle, 1, 64, 0, 0, dout.p); break;
+    case 3: BN_LAUNCH(k_big_static, 1, 64, 0, 0, dout.p); break;
+    case 4: BN_LAUNCH(k_dyn_only, 1, 64, 100 * 1024, 0, dout.p); break;
+    default: BN_LAUNCH(k_dyn_only, 1, 2048, 0, 0, dout.p); break;
+    }
+    TRY_LAUNCH();
+    TRY(cudaDeviceSynchronize());
+    return 0;
+#endif
+}
+
+extern "C" int ek_switch_bench(int threads, int rounds, int shuffles, char *err, size_t errlen) {
+    DevBuf<int> dout;
+    TRY(cudaMalloc(&dout.p, sizeof(int)));
+    if (shuffles) BN_LAUNCH(k_shuffle_rounds, 1, threads, 0, 0, rounds, dout.p);
+    else BN_LAUNCH(k_barrier_rounds, 1, threads, 0, 0, rounds, dout.p);
+    TRY_LAUNCH();
+    TRY(cudaDeviceSynchronize());
+    return 0;
+}

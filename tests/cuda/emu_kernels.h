@@ -1,0 +1,59 @@
+// tests/cuda/emu_kernels.h — small kernels (tests/cuda/emu_kernels.cu) that exercise the CUDA contract
+// of cuda/common.cuh; test_emu_runtime.c runs them on the emulator and, where one exists, on a GPU.
+// Every function takes host arrays, uploads, launches, downloads; returns 0, or -1 with err filled.
+#ifndef BONSAI_TESTS_EMU_KERNELS_H
+#define BONSAI_TESTS_EMU_KERNELS_H
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ek_block_sum: out[b] = sum of x[256 b .. 256 b + 255] (zero past n) by a shared-memory tree.
+int ek_block_sum(const float *x, int n, float *out, char *err, size_t errlen);
+// ek_warp_ops: for 64 threads (2 warps) of x: out[k * 64 + t] = result k of thread t, k < EK_WARP_OPS:
+// 0 xor-butterfly sum, 1 down-reduction (lane 0 has the sum), 2 inclusive scan with __shfl_up_sync,
+// 3 broadcast of lane 5 (__shfl_sync), 4 rotation src = lane + 3 (__shfl_sync), 5 xor sum with width 8,
+// 6 __ballot_sync(x odd), 7 __any_sync(x == 7), 8 __all_sync(x >= 0), 9 float max via xor (bits),
+// 10 down by 4 with width 16 (own value past the segment).
+#define EK_WARP_OPS 11
+int ek_warp_ops(const int *x, int *out, char *err, size_t errlen);
+// ek_dyn_reverse: reverses each block of `block` floats through dynamic shared memory of block floats
+// (block up to 1024; smem > 48 KiB uses the opt-in attribute) and also sums it with a 2nd static array.
+int ek_dyn_reverse(const float *x, int n, int block, int extra_floats, float *out, char *err, size_t errlen);
+// ek_atomics: 64 blocks x 256 threads: counts[0] += 1 (int), counts[1] = max(global thread id),
+// counts[2] += 1 via an atomicCAS loop, *fsum += 1.0f per thread.
+int ek_atomics(int *counts, float *fsum, char *err, size_t errlen);
+// ek_dp4a: out[i] = __dp4a(a[i], b[i], c[i]) on the device.
+int ek_dp4a(const int *a, const int *b, const int *c, int *out, int n, char *err, size_t errlen);
+// ek_half: f[h] = bn_h2f(h) and back[h] = bn_f2h(f[h]) for all 65536 codes; rn[i] = bn_f2h(x[i]).
+int ek_half(float *f, uint16_t *back, const float *x, uint16_t *rn, int n, char *err, size_t errlen);
+// ek_grid3d: grid (3,2,2) x block (32,2,2): out[global linear id] = packed (block, thread) coordinates.
+int ek_grid3d(uint32_t *out, int n, char *err, size_t errlen);
+// ek_graph: captures a kernel that reads a device counter (replays see fresh values) and one that bakes
+// a host step into its argument; replays both 3 times. live_log/baked_log[4] get written indices
+// (-1 untouched); *counter_after_capture is the counter right after capture (0: nothing ran);
+// *nodes is the node count of the first graph; *bad_call/*bad_end the errors of a synchronous
+// cudaMemcpy during a capture and of ending that capture.
+int ek_graph(int *live_log, int *baked_log, int *counter_after_capture, int *nodes, int *bad_call, int *bad_end,
+             char *err, size_t errlen);
+// ek_gemm: C = A op B with cuBLAS in column-major: Sgemm when half_in == 0, else GemmEx with 16F A and B
+// (half_out: 16F C). A, B, C are float host arrays (converted to fp16 when asked; C read back as float).
+int ek_gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+            int half_in, int half_out, char *err, size_t errlen);
+// ek_shift: out[t] = x[t - 1] (x[255] for t = 0) through shared memory, with (barrier = 1) or without the
+// __syncthreads between the write and the read; one block of 256.
+int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen);
+// ek_bad: runs a broken kernel (emulator only: it aborts with a report): 1 deadlock at __syncthreads,
+// 2 shuffle reached by 16 lanes, 3 64 KiB static shared memory, 4 100 KiB dynamic shared memory
+// without opt-in, 5 block of 2048 threads.
+int ek_bad(int which, char *err, size_t errlen);
+// ek_switch_bench: one block of `threads` threads passing `rounds` __syncthreads (or warp shuffles when
+// shuffles != 0); returns 0. For the emulator's switch cost.
+int ek_switch_bench(int threads, int rounds, int shuffles, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
