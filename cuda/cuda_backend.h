@@ -20,14 +20,14 @@ int bn_cuda_device_count(void);
 const char *bn_cuda_device_name(char *buf, size_t n);
 
 // bn_cuda_matvec: y[r] = dot(row r of W, x) for r < nrows on the GPU. W is a host buffer of nrows
-// rows of ncols elements in `type` (bn_type: BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0); x is quantized
-// to Q8_1 on the device (CUDA semantics: q = roundf(x/d), d = amax/127). Uploads, runs, downloads;
-// returns 0, or -1 with err filled. For tests and benchmarks of the kernels.
+// rows of ncols elements in `type` (any type bn_cu_matmul supports: cuda/mm.cuh); x is quantized to
+// Q8 on the device (CUDA semantics: q = roundf(x/d), d = amax/127). Uploads, runs, downloads;
+// returns 0, or -1 with err filled. For tests and benchmarks (wrapper of bn_cuda_mm_host, nb = 1).
 int bn_cuda_matvec(int type, const void *w, int64_t ncols, int64_t nrows, const float *x, float *y,
                    char *err, size_t errlen);
 
-// bn_cuda_matvec_bench: times `iters` launches of the matvec on resident buffers; returns the mean
-// kernel time in microseconds (or a negative value on error, err filled).
+// bn_cuda_matvec_bench: mean kernel time in microseconds of the matvec of this shape (bn_cuda_mm_bench
+// with nb = 1; w is unused: weights are generated on the device), or a negative value on error.
 double bn_cuda_matvec_bench(int type, const void *w, int64_t ncols, int64_t nrows, int iters,
                             char *err, size_t errlen);
 

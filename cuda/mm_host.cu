@@ -3,28 +3,6 @@
 #include "cuda/mm_host.h"
 #include <stdio.h>
 
-// dev_bufs: device allocations of one call, freed when it returns (so BN_CUDA_TRY can return early).
-struct dev_bufs {
-    void *p[8] = {};
-    int n = 0;
-    cudaError_t alloc(void **out, size_t bytes) {
-        cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-        if (e == cudaSuccess) p[n++] = *out;
-        return e;
-    }
-    ~dev_bufs() {
-        for (int i = 0; i < n; i++) cudaFree(p[i]);
-    }
-};
-
-// blas_handle: a cuBLAS handle destroyed on return.
-struct blas_handle {
-    cublasHandle_t h = nullptr;
-    ~blas_handle() {
-        if (h) cublasDestroy(h);
-    }
-};
-
 static size_t weight_bytes(int type, int64_t ne0, int64_t ne1) {
     int blck = bn_cu_blck(type);
     return blck ? (size_t)(ne0 / blck) * bn_cu_block_bytes(type) * ne1 : 0;
@@ -126,15 +104,6 @@ __global__ void fill_bench_k(uint16_t *p, int64_t n, uint32_t seed) {
     h ^= h >> 13;
     p[i] = (uint16_t)((h & 0x83ffu) | 0x2c00u);
 }
-
-// events: two timing events destroyed on return.
-struct events {
-    cudaEvent_t t0 = nullptr, t1 = nullptr;
-    ~events() {
-        if (t0) cudaEventDestroy(t0);
-        if (t1) cudaEventDestroy(t1);
-    }
-};
 
 extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, int iters, char *err,
                                    size_t errlen) {

@@ -321,6 +321,38 @@ template <> struct bn_wunit<BN_CU_Q6_K> {
     }
 };
 
+// ---- host-side RAII helpers (so BN_CUDA_TRY can return early without leaks) ----------------------
+// dev_bufs: device allocations of one call, freed when it returns (so BN_CUDA_TRY can return early).
+struct dev_bufs {
+    void *p[8] = {};
+    int n = 0;
+    cudaError_t alloc(void **out, size_t bytes) {
+        cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+        if (e == cudaSuccess) p[n++] = *out;
+        return e;
+    }
+    ~dev_bufs() {
+        for (int i = 0; i < n; i++) cudaFree(p[i]);
+    }
+};
+
+// blas_handle: a cuBLAS handle destroyed on return.
+struct blas_handle {
+    cublasHandle_t h = nullptr;
+    ~blas_handle() {
+        if (h) cublasDestroy(h);
+    }
+};
+
+// events: two timing events destroyed on return.
+struct events {
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    ~events() {
+        if (t0) cudaEventDestroy(t0);
+        if (t1) cudaEventDestroy(t1);
+    }
+};
+
 // ---- internal launchers (enqueued on s; return the launch error) ----------------------------
 // bn_cu_quantize_act: Q8 activations of x {ne0, nb} for weight type `type` into act (buffers of
 // nb*ne0 bytes, nb*ne0/32 floats, nb*ne0/32 ints).
