@@ -8,6 +8,7 @@
 #include "cuda/emu/emu_api.h"
 #include "core/rng.h"
 #include <sys/mman.h>
+#include <signal.h>
 #include <unistd.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -95,11 +96,15 @@ void ensure_pool(int n) {
     warp_pool.assign((n + 31) / 32, Warp());
 }
 
-inline void q_push(Fiber *f) { X.queue[(X.qhead + X.qlen++) % X.nthreads] = f; }
+// the ready queue: a ring of nthreads slots (each fiber is in it at most once); no division
+inline void q_push(Fiber *f) {
+    int slot = X.qhead + X.qlen++;
+    X.queue[slot >= X.nthreads ? slot - X.nthreads : slot] = f;
+}
 inline Fiber *q_pop() {
     if (X.qlen == 0) return nullptr;
     Fiber *f = X.queue[X.qhead];
-    X.qhead = (X.qhead + 1) % X.nthreads;
+    X.qhead = X.qhead + 1 == X.nthreads ? 0 : X.qhead + 1;
     X.qlen--;
     return f;
 }
@@ -211,11 +216,49 @@ void run_block(uint3 bidx) {
     if (X.ndone != n) report_deadlock();
 }
 
+// on_fault: a SIGSEGV/SIGBUS inside a kernel names the kernel, block and thread (and says when the
+// address is a fiber stack's guard page), then lets the default action end the process.
+void on_fault(int sig, siginfo_t *si, void *) {
+    if (cur && X.name) {
+        uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)stack_region;
+        bool guard = a >= lo && a < lo + stack_stride * pool_threads && (a - lo) % stack_stride < stack_stride - stack_size;
+        char msg[512];
+        int len = snprintf(msg, sizeof msg,
+                           "bonsai-emu: %s at %p in %s, thread %u (%u,%u,%u): %s\n",
+                           sig == SIGSEGV ? "segmentation fault" : "bus error", si->si_addr, where(), cur->lin,
+                           cur->tid.x, cur->tid.y, cur->tid.z,
+                           guard ? "fiber stack overflow (raise BONSAI_EMU_STACK_KB, default 64)"
+                                 : "out-of-bounds or host-pointer access in device code?");
+        if (len > 0) (void)!write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+    }
+    signal(sig, SIG_DFL); // returning re-executes the access under the default action
+}
+
+// install_fault_handler: once per host thread (the alternate stack), if nobody else handles SIGSEGV.
+void install_fault_handler() {
+    static thread_local bool done;
+    if (done) return;
+    done = true;
+    struct sigaction old;
+    if (sigaction(SIGSEGV, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+    stack_t ss = {};
+    ss.ss_size = 64 * 1024;
+    ss.ss_sp = malloc(ss.ss_size); // one per host thread that launches; kept for the thread's life
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa = {};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+}
+
 // execute: runs every block of a launch (argument checks were done at launch/capture time).
 void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_limit,
              const std::function<void()> &body) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
     read_env();
+    install_fault_handler();
     int n = (int)(block.x * block.y * block.z);
     ensure_pool(n);
     X.name = name;

@@ -159,6 +159,12 @@ __global__ void k_dyn_only(float *out) {
     buf[threadIdx.x] = 2.0f;
     out[threadIdx.x] = buf[threadIdx.x];
 }
+__global__ void k_null_write(float *out) { out[threadIdx.x] = 1.0f; }
+__global__ void k_deep_stack(float *out) {
+    volatile char local[256 * 1024]; // 4x the default fiber stack
+    for (int i = 0; i < (int)sizeof local; i += 4096) local[i] = (char)i;
+    out[threadIdx.x] = local[4096];
+}
 #endif
 
 __global__ void k_barrier_rounds(int rounds, int *out) {
@@ -386,6 +392,8 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 2: BN_LAUNCH(k_half_warp_shuffle, 1, 64, 0, 0, dout.p); break;
     case 3: BN_LAUNCH(k_big_static, 1, 64, 0, 0, dout.p); break;
     case 4: BN_LAUNCH(k_dyn_only, 1, 64, 100 * 1024, 0, dout.p); break;
+    case 6: BN_LAUNCH(k_null_write, 1, 32, 0, 0, (float *)nullptr); break;
+    case 7: BN_LAUNCH(k_deep_stack, 1, 32, 0, 0, dout.p); break;
     default: BN_LAUNCH(k_dyn_only, 1, 2048, 0, 0, dout.p); break;
     }
     TRY_LAUNCH();
