@@ -16,27 +16,27 @@ static int32_t bench_bos(const bn_model *m) {
 }
 
 // bench_prompt: one batched forward of n random tokens (BOS first if any) appended to s.
-static int bench_prompt(const bn_model *m, bn_state *s, int n, char *err, size_t errlen) {
+static int bench_prompt(const bn_model *m, bn_engine_state *s, int n, char *err, size_t errlen) {
     int32_t *tokens = xmalloc(sizeof(int32_t) * (size_t)n);
     int32_t bos = bench_bos(m);
     for (int i = 0; i < n; i++) tokens[i] = i == 0 && bos >= 0 ? bos : rand() % m->cfg.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)m->cfg.n_vocab);
     bn_forward_out out = {.logits = logits};
-    int rc = bn_forward(m, s, tokens, n, &out, err, errlen);
+    int rc = bn_engine_forward(s, tokens, n, &out, err, errlen);
     free(logits);
     free(tokens);
     return rc;
 }
 
 // bench_gen: n one-token forwards (first token BOS if any, then random ids) appended to s.
-static int bench_gen(const bn_model *m, bn_state *s, int n, char *err, size_t errlen) {
+static int bench_gen(const bn_model *m, bn_engine_state *s, int n, char *err, size_t errlen) {
     int32_t bos = bench_bos(m);
     int32_t token = bos >= 0 ? bos : rand() % m->cfg.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)m->cfg.n_vocab);
     bn_forward_out out = {.logits = logits};
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        rc = bn_forward(m, s, &token, 1, &out, err, errlen);
+        rc = bn_engine_forward(s, &token, 1, &out, err, errlen);
         token = rand() % m->cfg.n_vocab;
     }
     free(logits);
@@ -51,6 +51,15 @@ static uint64_t now_ns(void) {
 
 int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int reps, bool warmup,
                  bn_bench_result *r, char *err, size_t errlen) {
+    bn_engine *e = bn_engine_cpu_new(m, n_threads);
+    int rc = bn_bench_run_engine(e, n_prompt, n_gen, reps, warmup, r, err, errlen);
+    bn_engine_free(e);
+    return rc;
+}
+
+int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, bool warmup, bn_bench_result *r,
+                        char *err, size_t errlen) {
+    const bn_model *m = e->m;
     if (reps < 1 || reps > BN_BENCH_MAX_REPS) return bn_err(err, errlen, "repetitions must be 1..%d", BN_BENCH_MAX_REPS);
     if (n_prompt < 0 || n_gen < 0 || n_prompt + n_gen == 0) return bn_err(err, errlen, "empty test");
     memset(r, 0, sizeof *r);
@@ -60,26 +69,29 @@ int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int 
     r->model_n_params = bn_model_n_params(m);
     r->n_prompt = n_prompt;
     r->n_gen = n_gen;
-    r->n_threads = n_threads;
+    r->n_threads = e->n_threads;
+    snprintf(r->backend, sizeof r->backend, "%s", bn_engine_name(e));
+    r->n_gpu_layers = e->n_gpu_layers;
     r->reps = reps;
     time_t t0 = time(NULL);
     strftime(r->test_time, sizeof r->test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t0));
 
-    bn_state *s = bn_state_new(m, n_prompt + n_gen, n_threads);
+    bn_engine_state *s = bn_engine_state_new(e, n_prompt + n_gen, err, errlen);
+    if (!s) return -1;
     int rc = 0;
     if (warmup) {
         if (n_prompt > 0) rc = bench_prompt(m, s, n_prompt, err, errlen);
-        bn_state_reset(s);
+        bn_engine_state_reset(s);
         if (rc == 0 && n_gen > 0) rc = bench_gen(m, s, 1, err, errlen);
     }
     for (int i = 0; i < reps && rc == 0; i++) {
-        bn_state_reset(s);
+        bn_engine_state_reset(s);
         uint64_t t_start = now_ns();
         if (n_prompt > 0) rc = bench_prompt(m, s, n_prompt, err, errlen);
         if (rc == 0 && n_gen > 0) rc = bench_gen(m, s, n_gen, err, errlen);
         r->samples_ns[i] = now_ns() - t_start;
     }
-    bn_state_free(s);
+    bn_engine_state_free(s);
     return rc;
 }
 
@@ -137,7 +149,7 @@ void bn_bench_print_md_row(FILE *f, const bn_bench_result *r) {
     snprintf(threads, sizeof threads, "%d", r->n_threads);
     bn_bench_test_name(r, test, sizeof test);
     snprintf(ts, sizeof ts, "%.2f \xc2\xb1 %.2f", bn_bench_avg_ts(r), bn_bench_stdev_ts(r));
-    const char *cells[MD_COLS] = {r->model_type, size, params, "CPU", threads, test, ts};
+    const char *cells[MD_COLS] = {r->model_type, size, params, r->backend[0] ? r->backend : "CPU", threads, test, ts};
     fputc('|', f);
     for (int c = 0; c < MD_COLS; c++) {
         int w = md_widths[c] + (c == MD_COLS - 1 ? 1 : 0); // "±" is 2 bytes (llama-bench's same hack)
@@ -174,16 +186,16 @@ void bn_bench_print_json(FILE *f, const bn_bench_result *r, int n, const char *c
         fputs("  {\n    \"build_commit\": ", f);
         json_str(f, commit);
         fprintf(f, ",\n    \"build_number\": %d,\n    \"cpu_info\": \"\",\n    \"gpu_info\": \"\",\n"
-                   "    \"backends\": \"CPU\",\n    \"model_filename\": ", number);
+                   "    \"backends\": \"%s\",\n    \"model_filename\": ", number, t->backend[0] ? t->backend : "CPU");
         json_str(f, t->model_filename);
         fputs(",\n    \"model_type\": ", f);
         json_str(f, t->model_type);
         fprintf(f, ",\n    \"model_size\": %llu,\n    \"model_n_params\": %lld,\n", (unsigned long long)t->model_size,
                 (long long)t->model_n_params);
         fprintf(f, "    \"n_batch\": 2048,\n    \"n_ubatch\": 512,\n    \"n_threads\": %d,\n"
-                   "    \"type_k\": \"f32\",\n    \"type_v\": \"f32\",\n    \"n_gpu_layers\": 0,\n"
+                   "    \"type_k\": \"%s\",\n    \"type_v\": \"%s\",\n    \"n_gpu_layers\": %d,\n"
                    "    \"flash_attn\": false,\n    \"use_mmap\": true,\n    \"embeddings\": false,\n",
-                t->n_threads);
+                t->n_threads, t->n_gpu_layers > 0 ? "f16" : "f32", t->n_gpu_layers > 0 ? "f16" : "f32", t->n_gpu_layers);
         fprintf(f, "    \"n_prompt\": %d,\n    \"n_gen\": %d,\n    \"n_depth\": %d,\n    \"test_time\": \"%s\",\n",
                 t->n_prompt, t->n_gen, t->n_depth, t->test_time);
         fprintf(f, "    \"avg_ns\": %llu,\n    \"stddev_ns\": %llu,\n    \"avg_ts\": %.6f,\n    \"stddev_ts\": %.6f,\n",

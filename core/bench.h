@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include "core/engine.h"
 #include "core/model.h"
 
 #define BN_BENCH_MAX_REPS 100
@@ -20,6 +21,8 @@ typedef struct {
     // test
     int n_prompt, n_gen, n_depth;
     int n_threads;
+    char backend[16];   // "CPU" or "CUDA" (the engine's name; "" reads as CPU)
+    int n_gpu_layers;   // -ngl of the engine
     int reps;
     uint64_t samples_ns[BN_BENCH_MAX_REPS];
     char test_time[32]; // ISO 8601 UTC start time
@@ -29,6 +32,9 @@ typedef struct {
 // with n_threads threads; fills r. Returns 0, or -1 with err filled.
 int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int reps, bool warmup,
                  bn_bench_result *r, char *err, size_t errlen);
+// bn_bench_run_engine: the same on any engine (core/engine.h: CPU or CUDA); returns 0 or -1.
+int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, bool warmup, bn_bench_result *r,
+                        char *err, size_t errlen);
 
 // bn_bench_avg_ts / bn_bench_stdev_ts: mean / sample stddev (0 for one rep) of tokens per second.
 double bn_bench_avg_ts(const bn_bench_result *r);
@@ -39,7 +45,7 @@ const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n);
 // Markdown table exactly as llama-bench -o md prints it (CPU backend: threads column).
 // bn_bench_print_md_header: writes the header and alignment rows to f.
 void bn_bench_print_md_header(FILE *f);
-// bn_bench_print_md_row: writes one result row (model, size, params, CPU, threads, test, mean ± sd) to f.
+// bn_bench_print_md_row: writes one result row (model, size, params, backend, threads, test, mean ± sd) to f.
 void bn_bench_print_md_row(FILE *f, const bn_bench_result *r);
 // bn_bench_print_md_footer: blank line then "build: <commit> (<number>)".
 void bn_bench_print_md_footer(FILE *f, const char *commit, int number);

@@ -210,7 +210,8 @@ struct bn_cuda_state {
     float *att_scratch;   // bn_cu_attention_scratch_floats
     void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
-    cudaGraphExec_t graph; // the captured decode step (NULL until first use)
+    cudaGraphExec_t graph_greedy; // captured decode step + argmax (NULL until first use)
+    cudaGraphExec_t graph_logits; // captured decode step + logits into `logits` (NULL until first use)
 };
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -346,7 +347,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
 
 void bn_cuda_state_free(bn_cuda_state *s) {
     if (!s) return;
-    if (s->graph) cudaGraphExecDestroy(s->graph);
+    if (s->graph_greedy) cudaGraphExecDestroy(s->graph_greedy);
+    if (s->graph_logits) cudaGraphExecDestroy(s->graph_logits);
     if (s->blas) cublasDestroy(s->blas);
     if (s->stream) cudaStreamDestroy(s->stream);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -557,6 +559,8 @@ static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) 
     return bn_err(err, errlen, "CUDA error: %s in %s (the state is undefined; reset it)", cudaGetErrorString(e), what);
 }
 
+static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *out, char *err, size_t errlen);
+
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
     const bn_config *c = &s->cm->cfg;
     if (n < 0) return bn_err(err, errlen, "bn_cuda_forward: negative token count %d", n);
@@ -581,6 +585,8 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
             if (!out->snaps[t] || out->snaps[t]->n != s->n_recurrent)
                 return bn_err(err, errlen, "snaps[%d] is missing or belongs to another model", t);
 
+    // one token with at most the logits wanted: the captured step graph (no per-kernel launch cost)
+    if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden))) return forward_one_graph(s, tokens[0], out, err, errlen);
     // with snapshots, one token per chunk so the recurrent state can be copied after each
     const int chunk = out && out->snaps ? 1 : s->n_batch;
     for (int t0 = 0; t0 < n; t0 += chunk) {
@@ -600,26 +606,48 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
     return 0;
 }
 
-// ---- greedy decode through a CUDA graph -----------------------------------------------------------
-// decode_step: one token from d_tokens[0] at d_pos, its logits and argmax into d_tokens[0].
-static cudaError_t decode_step(bn_cuda_state *s) {
+// ---- one-token steps through CUDA graphs ---------------------------------------------------------
+// decode_step: one token from d_tokens[0] at d_pos and its logits into s->logits; with greedy, the
+// argmax of the logits into d_tokens[0].
+static cudaError_t decode_step(bn_cuda_state *s, bool greedy) {
     TRY(run_layers(s, 1, tap_dst{NULL, 0}));
     TRY(head_norm(s, 0, 1));
     TRY(mm(s, &s->cm->output, s->xn, s->logits, 1));
-    return bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream);
+    return greedy ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
 }
 
-// capture_decode: records decode_step on s->stream into s->graph.
-static cudaError_t capture_decode(bn_cuda_state *s) {
+// capture_step: records decode_step on s->stream into *exec.
+static cudaError_t capture_step(bn_cuda_state *s, bool greedy, cudaGraphExec_t *exec) {
     TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-    cudaError_t e = decode_step(s);
+    cudaError_t e = decode_step(s, greedy);
     cudaGraph_t graph = NULL;
     cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
     if (e == cudaSuccess) e = e_end;
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&s->graph, graph, 0);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
-    if (e != cudaSuccess) s->graph = NULL;
+    if (e != cudaSuccess) *exec = NULL;
     return e;
+}
+
+// run_step_graph: uploads token, replays (capturing on first use) the step graph; async on s->stream.
+static cudaError_t run_step_graph(bn_cuda_state *s, int32_t token, bool greedy) {
+    cudaGraphExec_t *exec = greedy ? &s->graph_greedy : &s->graph_logits;
+    s->h_io[0] = token;
+    TRY(cudaMemcpyAsync(s->d_tokens, &s->h_io[0], sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
+    if (!*exec) TRY(capture_step(s, greedy, exec));
+    return cudaGraphLaunch(*exec, s->stream);
+}
+
+// forward_one_graph: bn_cuda_forward of one token with only logits (or nothing) wanted.
+static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *out, char *err, size_t errlen) {
+    cudaError_t e = run_step_graph(s, token, false);
+    if (e == cudaSuccess && out && out->logits)
+        e = cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab, cudaMemcpyDeviceToHost,
+                            s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward", err, errlen);
+    s->pos += 1;
+    return 0;
 }
 
 int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *err, size_t errlen) {
@@ -627,10 +655,7 @@ int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *
         return bn_err(err, errlen, "context overflow: position %d + 1 token exceeds n_ctx %d", s->pos, s->n_ctx);
     if (token < 0 || token >= s->cm->cfg.n_vocab)
         return bn_err(err, errlen, "bad token id %d (vocabulary has %d tokens)", token, s->cm->cfg.n_vocab);
-    s->h_io[0] = token;
-    cudaError_t e = cudaMemcpyAsync(s->d_tokens, &s->h_io[0], sizeof(int32_t), cudaMemcpyHostToDevice, s->stream);
-    if (e == cudaSuccess && !s->graph) e = capture_decode(s);
-    if (e == cudaSuccess) e = cudaGraphLaunch(s->graph, s->stream);
+    cudaError_t e = run_step_graph(s, token, true);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(&s->h_io[1], s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);

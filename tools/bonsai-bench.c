@@ -1,11 +1,12 @@
-// tools/bonsai-bench.c — llama-bench for our CPU engine (SERVER.md §12):
+// tools/bonsai-bench.c — llama-bench for our engine (SERVER.md §12), CPU or CUDA (-ngl N > 0):
 //   bonsai-bench -m MODEL.gguf [-m ...] [-p 512[,N...]] [-n 128[,N...]] [-pg P,G] [-t THREADS[,T...]] [-r 5]
-//                [-o md|json] [--no-warmup]
+//                [-ngl N[,N...]] [-o md|json] [--no-warmup]
 // Prints llama-bench's markdown table (or JSON). The build line uses $BONSAI_BUILD_COMMIT if set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/bench.h"
+#include "core/engine.h"
 #include "core/model.h"
 #include "core/util.h"
 
@@ -14,8 +15,9 @@
 static void usage(void) {
     fprintf(stderr,
             "usage: bonsai-bench -m MODEL.gguf [-m MODEL2 ...] [-p N[,N...]] [-n N[,N...]] [-pg P,G] [-t T[,T...]]\n"
-            "                    [-r REPS] [-o md|json] [--no-warmup]\n"
-            "  defaults: -p 512 -n 128 -r 5 -t <cpus> -o md (0 in -p/-n drops that test)\n");
+            "                    [-r REPS] [-ngl N[,N...]] [-o md|json] [--no-warmup]\n"
+            "  defaults: -p 512 -n 128 -r 5 -t <cpus> -ngl 0 -o md (0 in -p/-n drops that test)\n"
+            "  -ngl N: N > 0 runs the whole model on the GPU (CUDA builds; -t is then ignored), 0 on the CPU\n");
     exit(1);
 }
 
@@ -40,6 +42,7 @@ int main(int argc, char **argv) {
     const char *models[MAX_LIST];
     int n_models = 0, prompts[MAX_LIST] = {512}, n_prompts = 1, gens[MAX_LIST] = {128}, n_gens = 1;
     int threads[MAX_LIST] = {bn_n_threads_default()}, n_threads = 1, reps = 5, pg[2] = {0, 0};
+    int ngls[MAX_LIST] = {0}, n_ngls = 1;
     bool warmup = true, json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -50,6 +53,7 @@ int main(int argc, char **argv) {
         } else if ((!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) && has) n_prompts = parse_list(argv[++i], prompts);
         else if ((!strcmp(a, "-n") || !strcmp(a, "--n-gen")) && has) n_gens = parse_list(argv[++i], gens);
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = parse_list(argv[++i], threads);
+        else if ((!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) && has) n_ngls = parse_list(argv[++i], ngls);
         else if (!strcmp(a, "-pg") && has) {
             if (parse_list(argv[++i], pg) != 2) usage();
         } else if ((!strcmp(a, "-r") || !strcmp(a, "--repetitions")) && has) reps = atoi(argv[++i]);
@@ -64,7 +68,7 @@ int main(int argc, char **argv) {
     if (reps < 1 || reps > BN_BENCH_MAX_REPS) { fprintf(stderr, "bonsai-bench: -r must be 1..%d\n", BN_BENCH_MAX_REPS); return 1; }
     const char *commit = getenv("BONSAI_BUILD_COMMIT") ? getenv("BONSAI_BUILD_COMMIT") : "unknown";
 
-    int max_results = n_models * n_threads * (n_prompts + n_gens + 1);
+    int max_results = n_models * n_ngls * n_threads * (n_prompts + n_gens + 1);
     bn_bench_result *results = xcalloc((size_t)max_results, sizeof *results);
     int n_results = 0;
     if (!json) bn_bench_print_md_header(stdout);
@@ -73,7 +77,11 @@ int main(int argc, char **argv) {
     for (int mi = 0; mi < n_models; mi++) {
         bn_model *m = bn_model_load(models[mi], err, sizeof err);
         if (!m) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
+        for (int gi = 0; gi < n_ngls; gi++)
         for (int ti = 0; ti < n_threads; ti++) {
+            if (ngls[gi] > 0 && ti > 0) break; // threads do not matter on the GPU
+            bn_engine *eng = bn_engine_open(m, ngls[gi], threads[ti], err, sizeof err);
+            if (!eng) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
             // llama-bench order: every -p test, then every -n test, then -pg.
             int tests[MAX_LIST * 2 + 1][2], n_tests = 0;
             for (int k = 0; k < n_prompts; k++) if (prompts[k] > 0) { tests[n_tests][0] = prompts[k]; tests[n_tests++][1] = 0; }
@@ -81,13 +89,14 @@ int main(int argc, char **argv) {
             if (pg[0] > 0 || pg[1] > 0) { tests[n_tests][0] = pg[0]; tests[n_tests++][1] = pg[1]; }
             for (int k = 0; k < n_tests; k++) {
                 bn_bench_result *r = &results[n_results];
-                if (bn_bench_run(m, tests[k][0], tests[k][1], threads[ti], reps, warmup, r, err, sizeof err) != 0) {
+                if (bn_bench_run_engine(eng, tests[k][0], tests[k][1], reps, warmup, r, err, sizeof err) != 0) {
                     fprintf(stderr, "bonsai-bench: %s\n", err);
                     return 1;
                 }
                 n_results++;
                 if (!json) { bn_bench_print_md_row(stdout, r); fflush(stdout); }
             }
+            bn_engine_free(eng);
         }
         bn_model_free(m);
     }

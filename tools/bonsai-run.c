@@ -1,6 +1,6 @@
-// tools/bonsai-run.c — generate text with our CPU engine:
+// tools/bonsai-run.c — generate text with our engine (CPU, or CUDA with -ngl N > 0):
 //   bonsai-run -m MODEL.gguf -p PROMPT [-n 128] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
-//              [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos]
+//              [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]
 // Streams the generated text to stdout as it decodes (pieces cut to whole UTF-8 characters) and
 // prints prompt and decode speed to stderr at the end. --chat wraps the prompt in ChatML (thinking
 // off unless --think).
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/chat.h"
-#include "core/forward.h"
+#include "core/engine.h"
 #include "core/model.h"
 #include "core/sampler.h"
 #include "core/tokenizer.h"
@@ -16,7 +16,8 @@
 
 static void usage(void) {
     fprintf(stderr, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
-                    "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos]\n");
+                    "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]\n"
+                    "  -ngl N: N > 0 runs the model on the GPU (CUDA builds), 0 (default) on the CPU\n");
     exit(1);
 }
 
@@ -43,7 +44,7 @@ static void stream_put(utf8_stream *st, const char *piece, int n) {
 
 int main(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
-    int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0;
+    int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0, n_gpu_layers = 0;
     bool chat = false, think = false, ignore_eos = false;
     bn_sampler_params sp = bn_sampler_params_default();
     for (int i = 1; i < argc; i++) {
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
         else if (!strcmp(a, "-c") && has) n_ctx = atoi(argv[++i]);
+        else if ((!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) && has) n_gpu_layers = atoi(argv[++i]);
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--think")) think = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
@@ -88,14 +90,17 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    bn_state *st = bn_state_new(m, n_ctx, n_threads);
+    bn_engine *eng = bn_engine_open(m, n_gpu_layers, n_threads, err, sizeof err);
+    if (!eng) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
+    bn_engine_state *st = bn_engine_state_new(eng, n_ctx, err, sizeof err);
+    if (!st) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_sampler *smp = bn_sampler_new(&sp);
     int n_vocab = m->cfg.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)n_vocab);
     bn_forward_out out = {.logits = logits};
 
     double t0 = bn_time_ms();
-    if (bn_forward(m, st, ids, n_prompt, &out, err, sizeof err) != 0) {
+    if (bn_engine_forward(st, ids, n_prompt, &out, err, sizeof err) != 0) {
         fprintf(stderr, "bonsai-run: %s\n", err);
         return 1;
     }
@@ -110,7 +115,7 @@ int main(int argc, char **argv) {
         if (!ignore_eos && bn_token_is_eog(tok, id)) break;
         int len = bn_token_to_piece(tok, id, piece, sizeof piece, false);
         if (len > 0) stream_put(&stream, piece, len);
-        if (n_done + 1 < n_gen && bn_forward(m, st, &id, 1, &out, err, sizeof err) != 0) {
+        if (n_done + 1 < n_gen && bn_engine_forward(st, &id, 1, &out, err, sizeof err) != 0) {
             fprintf(stderr, "\nbonsai-run: %s\n", err);
             return 1;
         }
@@ -119,15 +124,16 @@ int main(int argc, char **argv) {
     fwrite(stream.buf, 1, stream.len, stdout);
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "bonsai-run: prompt %d tokens in %.1f ms (%.2f tok/s), decode %d tokens in %.1f ms (%.2f tok/s)\n",
-            n_prompt, t_prompt, n_prompt * 1000.0 / (t_prompt > 0 ? t_prompt : 1e-9), n_done, t_decode,
+    fprintf(stderr, "bonsai-run: %s: prompt %d tokens in %.1f ms (%.2f tok/s), decode %d tokens in %.1f ms (%.2f tok/s)\n",
+            bn_engine_name(eng), n_prompt, t_prompt, n_prompt * 1000.0 / (t_prompt > 0 ? t_prompt : 1e-9), n_done, t_decode,
             n_done * 1000.0 / (t_decode > 0 ? t_decode : 1e-9));
 
     free(logits);
     free(ids);
     free(text);
     bn_sampler_free(smp);
-    bn_state_free(st);
+    bn_engine_state_free(st);
+    bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     return 0;
