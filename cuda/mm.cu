@@ -32,7 +32,7 @@ size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
     if (nb <= BN_CU_MMVQ_MAX_NB) {
         if (!bn_cu_is_quantized(w->type)) return 0;
         int64_t units = ne0 / 32 * nb;
-        return align256((size_t)ne0 * nb) + 2 * align256((size_t)units * 4);
+        return align256((size_t)ne0 * nb) + align256((size_t)units * sizeof(bn_q8_ds));
     }
     if (w->type == BN_CU_F32) return 0;
     size_t x16 = align256((size_t)ne0 * nb * 2);
@@ -84,15 +84,13 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
     if (!bn_cu_type_supported(w->type) || nb < 1 || w->ne0 % bn_cu_blck(w->type) != 0) return cudaErrorInvalidValue;
     if (w->ne1 == 0) return cudaSuccess;
     if (nb > BN_CU_MMVQ_MAX_NB) return matmul_gemm(w, x, y, nb, scratch, blas, s);
-    bn_q8_act act = {nullptr, nullptr, nullptr};
+    bn_q8_act act = {nullptr, nullptr};
     if (bn_cu_is_quantized(w->type)) {
-        int64_t units = w->ne0 / 32 * nb;
         int8_t *qs = (int8_t *)scratch;
-        float *d = (float *)((char *)scratch + align256((size_t)w->ne0 * nb));
-        int *sum = (int *)((char *)d + align256((size_t)units * 4));
-        cudaError_t e = bn_cu_quantize_act(w->type, x, w->ne0, nb, qs, d, sum, s);
+        bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)w->ne0 * nb));
+        cudaError_t e = bn_cu_quantize_act(w->type, x, w->ne0, nb, qs, ds, s);
         if (e != cudaSuccess) return e;
-        act = {qs, d, sum};
+        act = {qs, ds};
     }
     return bn_cu_mmvq(w, &act, x, y, nb, s);
 }

@@ -132,14 +132,22 @@ __device__ __forceinline__ float bn_deq_elem(const uint8_t *row, int64_t k) {
 
 // ---- Q8 activations (mmvq) -----------------------------------------------------------------------
 // Activations of one matmul in the mmvq path, per column c (nb columns) and 32-element unit u:
-//   qs[c*ne0 + 32u ..] int8 q = roundf(x/d) with d = amax/127 (ggml-cuda's rule), stored in the
-//   element order the weight type's decode produces (bn_act_order), so a unit is 8 ints for dp4a;
-//   d[c*nunits + u] = fp16-rounded d (what ggml-cuda's half2 ds holds); sum[c*nunits + u] = Σq.
-struct bn_q8_act {
-    const int8_t *qs; // {ne0, nb}
-    const float *d;   // {nunits, nb}
-    const int *sum;   // {nunits, nb}
+//   qs: int8 q = roundf(x/d) with d = amax/127 (ggml-cuda's rule), in the element order the weight
+//   type's decode produces (bn_act_order); byte p (0..31) of unit u of column c sits at
+//   c*ne0 + (p / 16)*(ne0 / 2) + 16u + p % 16 (two planes of 16-byte halves, so that a warp's loads
+//   of one half are contiguous);
+//   ds[c*nunits + u] = {fp16-rounded d (what ggml-cuda's half2 holds), Σq}.
+struct bn_q8_ds {
+    float d;
+    int sum;
 };
+struct bn_q8_act {
+    const int8_t *qs;   // {ne0, nb}
+    const bn_q8_ds *ds; // {nunits, nb}
+};
+BN_HOST_DEVICE inline int64_t bn_act_byte(int64_t ne0, int64_t u, int p) {
+    return (p >> 4) * (ne0 / 2) + 16 * u + (p & 15);
+}
 
 // Element order of a unit's 32 activation bytes: byte position of element e (0..31).
 //   natural (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): e;
@@ -354,9 +362,9 @@ struct events {
 };
 
 // ---- internal launchers (enqueued on s; return the launch error) ----------------------------
-// bn_cu_quantize_act: Q8 activations of x {ne0, nb} for weight type `type` into act (buffers of
-// nb*ne0 bytes, nb*ne0/32 floats, nb*ne0/32 ints).
-cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, float *d, int *sum,
+// bn_cu_quantize_act: Q8 activations of x {ne0, nb} for weight type `type` (buffers of nb*ne0 bytes
+// and nb*ne0/32 bn_q8_ds).
+cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, bn_q8_ds *ds,
                                cudaStream_t s);
 // bn_cu_mmvq: y {ne1, nb} = W · x for nb <= BN_CU_MMVQ_MAX_NB; act from bn_cu_quantize_act (quantized
 // types) or x itself (F32/F16/BF16).

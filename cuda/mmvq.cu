@@ -3,17 +3,17 @@
 // (ggml-cuda's rule) in the weight type's element order, exact integer dp4a dots per 32 elements,
 // scales in fp32. F32/F16/BF16 weights: fp32 FMAs on the fp32 activations.
 //
-// Layout: a block of MMVQ_THREADS threads owns R consecutive rows; its threads stride over the row's
-// 32-element units (the activation unit of each column is loaded once and reused for the R rows), then
-// the R×nb partial sums are reduced over the warp (shuffles) and the block (shared memory).
+// Layout: a block of 32·W threads (W = mmvq_warps(), 1..MMVQ_MAX_WARPS, chosen so the row's units split
+// evenly) owns R consecutive rows; its threads stride over the row's 32-element units (the activation
+// unit of each column is loaded once and reused for the R rows), then the R×nb partial sums are
+// reduced over the warp (shuffles) and the block (shared memory).
 #include "cuda/mm_impl.cuh"
 
-#define MMVQ_THREADS 128
-#define MMVQ_WARPS (MMVQ_THREADS / 32)
+#define MMVQ_MAX_WARPS 8
 
 // quantize_act: one warp per (column, 32-element unit); lane e holds element e.
 __global__ void quantize_act(const float *__restrict__ x, int64_t ne0, int nb, int order, int8_t *__restrict__ qs,
-                             float *__restrict__ dout, int *__restrict__ sout) {
+                             bn_q8_ds *__restrict__ ds) {
     int64_t nunits = ne0 / 32;
     int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (gw >= nunits * nb) return; // the whole warp leaves together
@@ -28,20 +28,17 @@ __global__ void quantize_act(const float *__restrict__ x, int64_t ne0, int nb, i
     int sum = q;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    qs[c * ne0 + 32 * u + bn_act_pos(order, lane)] = (int8_t)q;
-    if (lane == 0) {
-        dout[gw] = bn_h2f(bn_f2h(d)); // the scale the dot uses is ggml-cuda's half
-        sout[gw] = sum;
-    }
+    qs[c * ne0 + bn_act_byte(ne0, u, bn_act_pos(order, lane))] = (int8_t)q;
+    if (lane == 0) ds[gw] = bn_q8_ds{bn_h2f(bn_f2h(d)), sum}; // the scale ggml-cuda's half holds
 }
 
-cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, float *d, int *sum,
+cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, bn_q8_ds *ds,
                                cudaStream_t s) {
     int64_t warps = ne0 / 32 * nb;
     const int per_block = 8;
     if (warps == 0) return cudaSuccess;
     BN_LAUNCH(quantize_act, dim3((unsigned)((warps + per_block - 1) / per_block)), dim3(32 * per_block), 0, s, x, ne0,
-              nb, bn_act_order(type), qs, d, sum);
+              nb, bn_act_order(type), qs, ds);
     return cudaGetLastError();
 }
 
@@ -61,12 +58,11 @@ __device__ __forceinline__ void reduce_store(float (&acc)[R][NB], float *red, fl
         }
     }
     __syncthreads();
-    int t = threadIdx.x;
+    int t = threadIdx.x, nwarps = blockDim.x / 32;
     if (t < R * NB) {
         int r = t / NB, c = t % NB;
         float v = 0.0f;
-#pragma unroll
-        for (int wi = 0; wi < MMVQ_WARPS; wi++) v += red[wi * R * NB + t];
+        for (int wi = 0; wi < nwarps; wi++) v += red[wi * R * NB + t];
         if (c < nb && row0 + r < ne1) y[(int64_t)c * ne1 + row0 + r] = v;
     }
 }
@@ -74,9 +70,9 @@ __device__ __forceinline__ void reduce_store(float (&acc)[R][NB], float *red, fl
 // mmvq_q: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
 template <int T, int NB, int R>
 __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne1, int64_t ne0,
-                       const int8_t *__restrict__ aqs, const float *__restrict__ ad, const int *__restrict__ asum,
-                       float *__restrict__ y, int nb) {
-    BN_SHARED(float, red, MMVQ_WARPS * R * NB);
+                       const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads, float *__restrict__ y,
+                       int nb) {
+    BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     int64_t row0 = (int64_t)blockIdx.x * R;
     int nunits = (int)(ne0 / 32);
     float acc[R][NB];
@@ -84,21 +80,22 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < NB; c++) acc[r][c] = 0.0f;
-    for (int u = threadIdx.x; u < nunits; u += MMVQ_THREADS) {
-        int a[NB][8], sq[NB] = {};
-        float dx[NB] = {};
+    for (int u = threadIdx.x; u < nunits; u += blockDim.x) {
+        int a[NB][8];
+        bn_q8_ds ds[NB];
 #pragma unroll
         for (int c = 0; c < NB; c++) {
             if (c < nb) {
-                const int4 *p = (const int4 *)(aqs + (int64_t)c * ne0 + 32 * (int64_t)u);
-                int4 lo = __ldg(p), hi = __ldg(p + 1);
+                const int8_t *col = aqs + (int64_t)c * ne0;
+                int4 lo = __ldg((const int4 *)(col + bn_act_byte(ne0, u, 0)));
+                int4 hi = __ldg((const int4 *)(col + bn_act_byte(ne0, u, 16)));
                 a[c][0] = lo.x, a[c][1] = lo.y, a[c][2] = lo.z, a[c][3] = lo.w;
                 a[c][4] = hi.x, a[c][5] = hi.y, a[c][6] = hi.z, a[c][7] = hi.w;
-                dx[c] = __ldg(ad + (int64_t)c * nunits + u);
-                sq[c] = __ldg(asum + (int64_t)c * nunits + u);
+                ds[c] = ads[(int64_t)c * nunits + u];
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++) a[c][i] = 0;
+                ds[c] = bn_q8_ds{0.0f, 0};
             }
         }
 #pragma unroll
@@ -108,7 +105,7 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
                 wu.load(w + (row0 + r) * row_bytes, u);
 #pragma unroll
                 for (int c = 0; c < NB; c++)
-                    if (c < nb) acc[r][c] += wu.dot(a[c], sq[c], dx[c]);
+                    if (c < nb) acc[r][c] += wu.dot(a[c], ds[c].sum, ds[c].d);
             }
         }
     }
@@ -119,14 +116,14 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
 template <int T, int NB, int R>
 __global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne1, int64_t ne0,
                       const float *__restrict__ x, float *__restrict__ y, int nb) {
-    BN_SHARED(float, red, MMVQ_WARPS * R * NB);
+    BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     int64_t row0 = (int64_t)blockIdx.x * R;
     float acc[R][NB];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int c = 0; c < NB; c++) acc[r][c] = 0.0f;
-    for (int64_t k = threadIdx.x; k < ne0; k += MMVQ_THREADS) {
+    for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) {
         float xv[NB];
 #pragma unroll
         for (int c = 0; c < NB; c++) xv[c] = c < nb ? __ldg(x + (int64_t)c * ne0 + k) : 0.0f;
@@ -142,16 +139,27 @@ __global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n
     reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
 }
 
+// mmvq_warps: warps per block for n work items per row (32-element units, or elements for float
+// weights): the most warps (<= MMVQ_MAX_WARPS) whose last pass over the row leaves <= 1/8 of the threads idle.
+static int mmvq_warps(int64_t n) {
+    for (int w = MMVQ_MAX_WARPS; w > 1; w--) {
+        int64_t per_pass = 32 * w, passes = (n + per_pass - 1) / per_pass;
+        if ((passes * per_pass - n) * 8 <= n) return w;
+    }
+    return 1;
+}
+
 template <int T, int NB>
 static cudaError_t launch_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
                                cudaStream_t s) {
     constexpr int R = NB <= 2 ? 4 : 2; // rows per block: more activation reuse where registers allow
-    dim3 grid((unsigned)((w->ne1 + R - 1) / R)), block(MMVQ_THREADS);
+    constexpr bool quantized = bn_cu_blck(T) >= 32;
+    dim3 grid((unsigned)((w->ne1 + R - 1) / R)), block(32 * mmvq_warps(quantized ? w->ne0 / 32 : w->ne0));
     const uint8_t *wd = (const uint8_t *)w->data;
-    if constexpr (bn_cu_blck(T) >= 32) {
-        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const int8_t *, const float *, const int *, float *,
-                  int) = mmvq_q<T, NB, R>;
-        BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, act->qs, act->d, act->sum, y, nb);
+    if constexpr (quantized) {
+        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const int8_t *, const bn_q8_ds *, float *, int) =
+            mmvq_q<T, NB, R>;
+        BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, act->qs, act->ds, y, nb);
     } else {
         void (*k)(const uint8_t *, size_t, int64_t, int64_t, const float *, float *, int) = mmv_f<T, NB, R>;
         BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, x, y, nb);

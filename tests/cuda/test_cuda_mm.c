@@ -192,6 +192,8 @@ int main(void) {
             else worst_gemm = fmax(worst_gemm, e);
         }
         worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1));
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1)); // 160 units: 5-warp blocks
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5));  // 192 units: 6-warp blocks, NB 8 kernel
         worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12));
         check_get_rows(types[t], 512, 37);
         printf("%-5s max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(types[t]), worst_vq,
