@@ -1,12 +1,13 @@
 // tests/train/test_tool.c — bonsai-ftpo-train end to end as a program on the tiny qwen35: train
 // (adapter, checkpoint, JSONL log written; exit 0), --eval (table with base and adapter rows),
-// --merge (merged GGUF loads), and clear exit-1 errors (missing pairs file, bad flag, bad line).
+// --merge (merged GGUF loads), --ste-type + --merge-type q1_0, and clear exit-1 errors (missing pairs file, bad flag, bad line).
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/util.h"
+#include "quant/quant.h"
 
 static char dir[] = "/tmp/bonsai_test_ftpo_tool_XXXXXX";
 static char exe[600];
@@ -69,6 +70,21 @@ int main(void) {
     bn_model *mm = bn_model_load(path, err, sizeof err);
     CHECK(mm != NULL, "merged model loads: %s", err);
     bn_model_free(mm);
+
+    // STE: --ste-type Q1_0 training, then --merge-type q1_0 gives a Q1_0 model; a bad STE type is an error
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/s.gguf' --rank 4 --epochs 1 --batch 2 --grad-accum 1 --lr 1e-2 "
+             "--early-stop 0 --ste-type Q1_0 -t 2", model, pairs, dir);
+    CHECK(run(args) == 0 && out_has("STE through Q1_0"), "--ste-type Q1_0 training");
+    snprintf(args, sizeof args, "-m '%s' --merge '%s/s.gguf' -o '%s/merged_q1.gguf' --merge-type q1_0", model, dir, dir);
+    CHECK(run(args) == 0 && out_has("q1_0"), "--merge-type q1_0");
+    snprintf(path, sizeof path, "%s/merged_q1.gguf", dir);
+    mm = bn_model_load(path, err, sizeof err);
+    CHECK(mm && mm->w.layers[0].ffn_up.type == BN_Q1_0 && mm->w.token_embd.type == BN_Q1_0, "merged Q1_0 model: %s", err);
+    bn_model_free(mm);
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/s.gguf' --ste-type Q9_9 --epochs 1", model, pairs, dir);
+    CHECK(run(args) == 1 && out_has("Q9_9"), "unknown --ste-type: exit 1 naming it");
+    snprintf(args, sizeof args, "-m '%s' --merge '%s/s.gguf' -o '%s/m2.gguf' --merge-type q9", model, dir, dir);
+    CHECK(run(args) == 1 && out_has("--merge-type"), "unknown --merge-type: exit 1");
 
     snprintf(args, sizeof args, "-m '%s' -p '%s/missing.jsonl' -o '%s/b.gguf'", model, dir, dir);
     CHECK(run(args) == 1 && out_has("bonsai-ftpo-train: ") && out_has("missing.jsonl"), "missing pairs file: exit 1 with the path");
