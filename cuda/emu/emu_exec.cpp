@@ -123,7 +123,7 @@ void release(Fiber **waiters, int n) {
 }
 
 // park: the running fiber stops (its state is set); runs the next ready fiber, else the scheduler.
-void park(Fiber *self) {
+inline __attribute__((always_inline)) void park(Fiber *self) {
     Fiber *next = q_pop();
     if (next == self) return;
     switch_count++;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #if defined(__x86_64__)
-extern "C" void bn_emu_ctx_switch(void **save_sp, void *to_sp);
 extern "C" void bn_emu_ctx_start(void);
 asm(".text\n"
     ".globl bn_emu_ctx_switch\n"
@@ -50,7 +49,6 @@ void ctx_init(Ctx *c, char *lo, size_t size, void (*entry)(void)) {
     sp[7] = nullptr;
     c->sp = sp;
 }
-void ctx_switch(Ctx *from, Ctx *to) { bn_emu_ctx_switch(&from->sp, to->sp); }
 } // namespace bn_emu
 #else
 namespace bn_emu {

@@ -17,7 +17,15 @@ struct Ctx {
 };
 // ctx_init: prepares c to start entry() on the stack [lo, lo + size) at its first ctx_switch.
 void ctx_init(Ctx *c, char *lo, size_t size, void (*entry)(void));
+#if defined(__x86_64__)
+} // namespace bn_emu
+extern "C" void bn_emu_ctx_switch(void **save_sp, void *to_sp);
+namespace bn_emu {
+// ctx_switch: saves the running context into from and resumes to; returns when from is resumed.
+static inline void ctx_switch(Ctx *from, Ctx *to) { bn_emu_ctx_switch(&from->sp, to->sp); }
+#else
 // ctx_switch: saves the running context into from and resumes to; returns when from is resumed.
 void ctx_switch(Ctx *from, Ctx *to);
+#endif
 } // namespace bn_emu
 #endif
