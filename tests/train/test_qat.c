@@ -8,7 +8,7 @@
 //  3. a step updates the master and refreshes the forward copy (deq(Q(new W)), bit-exact);
 //  4. QAT beats plain training + quantization: 40 steps each (same seed, lr 3e-3, a 64-token
 //     sequence repeated) — the Q1_0 model's loss after QAT is below 0.5× the loss of the plain-trained
-//     model quantized to Q1_0 (measured: see the printed numbers);
+//     model quantized to Q1_0 (measured: 0.083 vs 5.06; the plain model is at 0.10 in F32);
 //  5. write-back: the file is Q1_0 where QAT ran (dequantized = the forward copies, bit-exact), F32
 //     elsewhere, and `bonsai-quantize F16` then `bonsai-quantize Q1_0` reproduce it byte for byte;
 //     with --qat-skip token_embd it is F16 there and `Q1_0 --tensor-type token_embd=f16` reproduces it;
@@ -21,6 +21,7 @@
 #include "core/model.h"
 #include "core/gguf.h"
 #include "core/util.h"
+#include "core/rng.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
 #include "train/sft.h"
@@ -290,14 +291,11 @@ int main(void) {
     bn_model *m = bn_model_load(path, err, sizeof err);
     CHECK(m != NULL, "load: %s", err);
     if (!m) return test_done("train_qat");
-    // a fixed random 64-token sequence repeated 10 times
-    uint32_t seq[64], tok[640];
-    uint64_t rs = 2024;
-    for (int i = 0; i < 64; i++) {
-        rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
-        seq[i] = (uint32_t)((rs >> 33) % 256);
-    }
-    for (int i = 0; i < 640; i++) tok[i] = seq[i % 64];
+    // the data: one random 64-token sequence (ids < 256, seed 2024), 10 times over
+    uint32_t tok[640];
+    bn_rng rng;
+    bn_rng_seed(&rng, 2024);
+    for (int i = 0; i < 640; i++) tok[i] = i < 64 ? (uint32_t)bn_rng_below(&rng, 256) : tok[i - 64];
     CHECK(bn_write_file_atomic(tokpath, tok, sizeof tok, err, sizeof err) == 0, "write tokens: %s", err);
     bn_sft_data d;
     CHECK(bn_sft_data_load(&d, tokpath, m->cfg.n_vocab, 0.0, err, sizeof err) == 0, "load tokens: %s", err);
