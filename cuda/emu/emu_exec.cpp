@@ -25,6 +25,7 @@ enum FiberState : uint8_t { F_READY, F_BLOCK, F_WARP, F_DONE };
 struct Fiber : Thread {
     Ctx ctx;
     FiberState state;
+    bool started;           // has a stack and a context (fresh threads may run on a finished one's stack)
     const char *waiting_at; // the warp operation a F_WARP fiber waits in
 };
 struct Warp {
@@ -122,12 +123,23 @@ void release(Fiber **waiters, int n) {
     }
 }
 
+void fiber_main();
+
+// start: gives a fresh fiber its own stack and a context that enters fiber_main.
+inline void start(Fiber *f) {
+    size_t color = (size_t)(f->lin % 64) * 64; // stagger the stack tops: 1024 fibers do not share one L1 set
+    ctx_init(&f->ctx, stack_region + stack_stride * f->lin + (stack_stride - stack_size), stack_size - color,
+             fiber_main);
+    f->started = true;
+}
+
 // park: the running fiber stops (its state is set); runs the next ready fiber, else the scheduler.
 inline __attribute__((always_inline)) void park(Fiber *self) {
     Fiber *next = q_pop();
     if (next == self) return;
     switch_count++;
     if (next) {
+        if (!next->started) start(next);
         cur = next;
         ctx_switch(&self->ctx, &next->ctx);
     } else {
@@ -136,20 +148,30 @@ inline __attribute__((always_inline)) void park(Fiber *self) {
     cur = self;
 }
 
+// fiber_main: runs CUDA threads until one has to wait for another fiber. When a thread finishes and
+// the next ready thread has not started, it runs on this stack directly (no switch): a kernel without
+// barriers runs all its threads in a loop on one stack.
 void fiber_main() {
-    Fiber *self = (Fiber *)cur;
-    (*X.body)();
-    self->state = F_DONE;
-    X.ndone++;
-    Fiber *next = q_pop();
-    switch_count++;
-    if (next) {
-        cur = next;
-        ctx_switch(&self->ctx, &next->ctx);
-    } else {
-        ctx_switch(&self->ctx, &X.sched);
+    for (;;) {
+        Fiber *self = (Fiber *)cur;
+        (*X.body)();
+        self->state = F_DONE;
+        X.ndone++;
+        Fiber *next = q_pop();
+        if (next && !next->started) {
+            next->started = true;
+            cur = next;
+            continue;
+        }
+        switch_count++;
+        if (next) {
+            cur = next;
+            ctx_switch(&self->ctx, &next->ctx);
+        } else {
+            ctx_switch(&self->ctx, &X.sched);
+        }
+        abort(); // a finished fiber is never resumed
     }
-    abort(); // a finished fiber is never resumed
 }
 
 const char *where() {
@@ -192,10 +214,7 @@ void run_block(uint3 bidx) {
     for (int i = 0; i < n; i++) {
         Fiber *f = &X.fibers[i];
         f->state = F_READY;
-        // stagger the stack tops by cache lines so 1024 fibers do not share one L1 set
-        size_t color = (size_t)(i % 64) * 64;
-        ctx_init(&f->ctx, stack_region + stack_stride * i + (stack_stride - stack_size), stack_size - color,
-                 fiber_main);
+        f->started = false;
         X.queue[i] = f;
     }
     if (X.shuffle) shuffle_in_place(X.queue, n);
@@ -209,6 +228,7 @@ void run_block(uint3 bidx) {
         X.warps[w].nlanes = std::min(32, n - 32 * w);
     }
     Fiber *first = q_pop();
+    start(first);
     cur = first;
     switch_count++;
     ctx_switch(&X.sched, &first->ctx);

@@ -175,6 +175,9 @@ __global__ void k_barrier_rounds(int rounds, int *out) {
     }
     if (threadIdx.x == 0) out[0] = acc;
 }
+__global__ void k_no_barrier(int *out) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = (int)gridDim.x;
+}
 __global__ void k_shuffle_rounds(int rounds, int *out) {
     int acc = threadIdx.x;
     for (int r = 0; r < rounds; r++) acc = __shfl_xor_sync(0xffffffffu, acc, 1) + 1;
@@ -402,10 +405,11 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
 #endif
 }
 
-extern "C" int ek_switch_bench(int threads, int rounds, int shuffles, char *err, size_t errlen) {
+extern "C" int ek_switch_bench(int threads, int rounds, int mode, char *err, size_t errlen) {
     DevBuf<int> dout;
     TRY(cudaMalloc(&dout.p, sizeof(int)));
-    if (shuffles) BN_LAUNCH(k_shuffle_rounds, 1, threads, 0, 0, rounds, dout.p);
+    if (mode == 2) BN_LAUNCH(k_no_barrier, rounds, threads, 0, 0, dout.p);
+    else if (mode == 1) BN_LAUNCH(k_shuffle_rounds, 1, threads, 0, 0, rounds, dout.p);
     else BN_LAUNCH(k_barrier_rounds, 1, threads, 0, 0, rounds, dout.p);
     TRY_LAUNCH();
     TRY(cudaDeviceSynchronize());

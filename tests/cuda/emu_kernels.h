@@ -49,9 +49,10 @@ int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen);
 // 2 shuffle reached by 16 lanes, 3 64 KiB static shared memory, 4 100 KiB dynamic shared memory
 // without opt-in, 5 block of 2048 threads, 6 store through a null pointer, 7 256 KiB of locals (stack overflow).
 int ek_bad(int which, char *err, size_t errlen);
-// ek_switch_bench: one block of `threads` threads passing `rounds` __syncthreads (or warp shuffles when
-// shuffles != 0); returns 0. For the emulator's switch cost.
-int ek_switch_bench(int threads, int rounds, int shuffles, char *err, size_t errlen);
+// ek_switch_bench: mode 0: one block of `threads` threads passing `rounds` __syncthreads; mode 1: the
+// same with warp shuffles; mode 2: `rounds` blocks of `threads` threads without barriers. Returns 0.
+// For the emulator's switch cost.
+int ek_switch_bench(int threads, int rounds, int mode, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -305,19 +305,24 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// switch_cost: prints ns per fiber switch of a barrier- or shuffle-bound kernel (not a check).
-static void switch_cost(int shuffles) {
+// switch_cost: prints ns per fiber switch of a barrier- or shuffle-bound kernel (mode 0/1), or ns per
+// thread of a kernel without barriers (mode 2). Not a check.
+static void switch_cost(int mode) {
     bn_cuda_emu_stats a, b;
     bn_cuda_emu_get_stats(&a);
     double t0 = now_s();
-    int rc = ek_switch_bench(1024, 200, shuffles, err, sizeof err);
+    int rc = ek_switch_bench(mode == 2 ? 256 : 1024, mode == 2 ? 4096 : 200, mode, err, sizeof err);
     double t1 = now_s();
     bn_cuda_emu_get_stats(&b);
     CHECK(rc == 0, "%s", err);
-    uint64_t sw = b.switches - a.switches;
-    printf("switch cost (%s, 1024 threads x 200 rounds): %llu switches in %.1f ms = %.1f ns/switch\n",
-           shuffles ? "warp shuffles" : "__syncthreads", (unsigned long long)sw, (t1 - t0) * 1e3,
-           (t1 - t0) * 1e9 / (double)(sw ? sw : 1));
+    uint64_t sw = b.switches - a.switches, th = b.threads - a.threads;
+    if (mode == 2)
+        printf("no barriers (4096 blocks x 256 threads): %.1f ms = %.1f ns/thread, %llu switches\n", (t1 - t0) * 1e3,
+               (t1 - t0) * 1e9 / (double)th, (unsigned long long)sw);
+    else
+        printf("switch cost (%s, 1024 threads x 200 rounds): %llu switches in %.1f ms = %.1f ns/switch\n",
+               mode ? "warp shuffles" : "__syncthreads", (unsigned long long)sw, (t1 - t0) * 1e3,
+               (t1 - t0) * 1e9 / (double)(sw ? sw : 1));
 }
 #endif
 
@@ -349,6 +354,7 @@ int main(void) {
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
     switch_cost(0);
     switch_cost(1);
+    switch_cost(2);
 #endif
     return test_done("test_emu_runtime");
 }
