@@ -228,8 +228,13 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     *p = nullptr;
     cudaError_t e = sync_allowed("cudaMalloc");
     if (e) return set_error(e);
-    void *m = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-    if (!m) return set_error(cudaErrorMemoryAllocation);
+#if defined(__SANITIZE_ADDRESS__)
+    size_t bytes = n ? n : 1; // exact size: ASan reports any out-of-bounds access of device code
+#else
+    size_t bytes = (n + 255) / 256 * 256 + 256; // slack like the GPU's allocation granularity
+#endif
+    void *m = nullptr;
+    if (posix_memalign(&m, 256, bytes) != 0) return set_error(cudaErrorMemoryAllocation);
     memset(m, 0xff, n); // device memory is not zeroed: make reads of unwritten memory visible (NaN)
     device_allocs[(uintptr_t)m] = n;
     *p = m;

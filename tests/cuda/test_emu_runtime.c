@@ -350,8 +350,10 @@ int main(void) {
     run_bad(3, SIGABRT, "k_big_static", "shared-memory overflow");
     run_bad(4, SIGABRT, "k_dyn_only", "shared-memory overflow");
     run_bad(5, SIGABRT, "k_dyn_only", "invalid block size");
+#ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself
     run_bad(6, SIGSEGV, "k_null_write", "segmentation fault");
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
+#endif
     switch_cost(0);
     switch_cost(1);
     switch_cost(2);
