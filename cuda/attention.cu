@@ -9,13 +9,13 @@
 #define ACC_REGS (BN_CU_MAX_HEAD_DIM / ATT_THREADS)
 
 // KV element loads (fp32 or fp16 cache)
-__device__ __forceinline__ float kv_load(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float kv_load(const bn_half *p, size_t i) { return bn_h2f(p[i]); }
-__device__ __forceinline__ void kv_store(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void kv_store(bn_half *p, size_t i, float v) { p[i] = bn_f2h(v); }
+static __device__ __forceinline__ float kv_load(const float *p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float kv_load(const bn_half *p, size_t i) { return bn_h2f(p[i]); }
+static __device__ __forceinline__ void kv_store(float *p, size_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void kv_store(bn_half *p, size_t i, float v) { p[i] = bn_f2h(v); }
 
 template <typename KV>
-__global__ void kv_append_kernel(KV *k_cache, KV *v_cache, const float *k, const float *v, int kv_dim,
+static __global__ void kv_append_kernel(KV *k_cache, KV *v_cache, const float *k, const float *v, int kv_dim,
                                  const int *d_pos) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (e >= kv_dim) return;
@@ -44,7 +44,7 @@ size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits) {
 
 // attn_split_kernel: block (query head h, token t, split sp): online softmax over the split's keys.
 template <typename KV>
-__global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
+static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
                                   const KV *V, int nh, int group, int hd, int kv_dim, float scale, int nb,
                                   const int *d_pos, int n_splits) {
     BN_SHARED(float, sc, ATT_TILE);
@@ -107,7 +107,7 @@ __global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride,
 }
 
 // attn_merge_kernel: block (head h, token t): merges the splits, normalises, applies the gate.
-__global__ void attn_merge_kernel(float *out, const float *scratch, const float *qg, int q_stride, int head_stride,
+static __global__ void attn_merge_kernel(float *out, const float *scratch, const float *qg, int q_stride, int head_stride,
                                   bool gated, int nh, int hd, int nb, int n_splits) {
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t r0 = ((size_t)t * nh + h) * n_splits;

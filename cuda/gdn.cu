@@ -10,7 +10,7 @@
 #define REC_REGS (BN_CU_MAX_HEAD_DIM / 32)
 
 // conv_kernel: one thread per channel, tokens in order; the channel's window lives in registers.
-__global__ void conv_kernel(float *mix, float *window, const float *w, int C, int K, int nb) {
+static __global__ void conv_kernel(float *mix, float *window, const float *w, int C, int K, int nb) {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
     const int km1 = K - 1;
@@ -36,7 +36,7 @@ cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int
 }
 
 // qk_norm_kernel: block (head j of the 2*Hk q/k heads, token t).
-__global__ void qk_norm_kernel(float *mix, int Hk, int dk, int conv_dim, float eps, float q_scale) {
+static __global__ void qk_norm_kernel(float *mix, int Hk, int dk, int conv_dim, float eps, float q_scale) {
     BN_SHARED(float, red, 32);
     const int j = blockIdx.x;
     float *x = mix + (size_t)blockIdx.y * conv_dim + (size_t)j * dk;
@@ -62,7 +62,7 @@ cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, 
 // j = blockIdx.y*REC_WARPS + w of S_h (dk floats, lane l holding elements l, l+32, ...) in registers
 // for all nb tokens. Rows are independent given q, k, v, α, β: decay, u_j = row·k, δ_j = β(v_j − u_j),
 // row += δ_j k, o_j = row·q.
-__global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+static __global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                   const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk, int Hv,
                                   int conv_dim, int nb) {
     const int h = blockIdx.x, lane = threadIdx.x % 32;

@@ -11,7 +11,7 @@
 static int grid_1d(int64_t count) { return (int)((count + ELT_THREADS - 1) / ELT_THREADS); }
 
 // rmsnorm_kernel: one block per row.
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
+static __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
     BN_SHARED(float, red, 32);
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -27,7 +27,7 @@ cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int n
     return cudaGetLastError();
 }
 
-__global__ void add_kernel(float *y, const float *x, int64_t count) {
+static __global__ void add_kernel(float *y, const float *x, int64_t count) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += x[i];
 }
@@ -37,7 +37,7 @@ cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s) {
     return cudaGetLastError();
 }
 
-__global__ void add_bias_kernel(float *y, const float *b, int n, int64_t count) {
+static __global__ void add_bias_kernel(float *y, const float *b, int n, int64_t count) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += b[i % n];
 }
@@ -48,7 +48,7 @@ cudaError_t bn_cu_add_bias(float *y, const float *b, int n, int nb, cudaStream_t
     return cudaGetLastError();
 }
 
-__global__ void swiglu_kernel(float *y, const float *gate, const float *up, int64_t count) {
+static __global__ void swiglu_kernel(float *y, const float *gate, const float *up, int64_t count) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] = bn_cu_silu(gate[i]) * up[i];
 }
@@ -60,7 +60,7 @@ cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t c
 
 // norm_rope_kernel: block (head, token); the head is normed into shared memory, then each thread
 // rotates its pairs. theta_i = pos·theta_scale^i by repeated multiplication, as core/ops.c does.
-__global__ void norm_rope_kernel(float *x, int head_stride, int row_stride, const float *norm_w, float eps, int hd,
+static __global__ void norm_rope_kernel(float *x, int head_stride, int row_stride, const float *norm_w, float eps, int hd,
                                  int n_rot, float theta_scale, bool neox, const int *d_pos) {
     BN_SHARED(float, red, 32);
     BN_DYN_SHARED(float, v);
@@ -100,7 +100,7 @@ cudaError_t bn_cu_norm_rope(float *x, int n_heads, int head_stride, int row_stri
 }
 
 // gated_rmsnorm_kernel: one block per row.
-__global__ void gated_rmsnorm_kernel(float *y, const float *o, const float *z, const float *w, int n, float eps) {
+static __global__ void gated_rmsnorm_kernel(float *y, const float *o, const float *z, const float *w, int n, float eps) {
     BN_SHARED(float, red, 32);
     const size_t off = (size_t)blockIdx.x * n;
     float sum_sq = 0.0f;
@@ -119,7 +119,7 @@ cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const 
     return cudaGetLastError();
 }
 
-__global__ void advance_pos_kernel(int *d_pos, int n) {
+static __global__ void advance_pos_kernel(int *d_pos, int n) {
     if (threadIdx.x == 0) d_pos[0] += n;
 }
 
