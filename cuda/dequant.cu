@@ -13,7 +13,7 @@ __global__ void get_rows_k(const uint8_t *__restrict__ w, size_t row_bytes, int6
     int64_t i = blockIdx.x;
     if (k >= ne0) return;
     const uint8_t *row = w + (int64_t)ids[i] * row_bytes;
-    out[i * ne0 + k] = bn_deq_elem<T>(row, k);
+    out[i * ne0 + k] = bn_deq_elem<T>(row, k, ne0);
 }
 
 // dequant_f16_k: out[r*ne0 + k] = fp16(W[r0 + r][k]); grid (nr, ceil(ne0 / DEQ_THREADS)).
@@ -23,30 +23,12 @@ __global__ void dequant_f16_k(const uint8_t *__restrict__ w, size_t row_bytes, i
     int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
     int64_t r = blockIdx.x;
     if (k >= ne0) return;
-    out[r * ne0 + k] = bn_f2h(bn_deq_elem<T>(w + (r0 + r) * row_bytes, k));
+    out[r * ne0 + k] = bn_f2h(bn_deq_elem<T>(w + (r0 + r) * row_bytes, k, ne0));
 }
 
 __global__ void f32_to_f16_k(const float *__restrict__ x, int64_t n, bn_half *__restrict__ out) {
     int64_t i = (int64_t)blockIdx.x * DEQ_THREADS + threadIdx.x;
     if (i < n) out[i] = bn_f2h(x[i]);
-}
-
-// by_type: calls f.template operator()<T>() for the weight type (cudaErrorInvalidValue if unsupported).
-template <class F> static cudaError_t by_type(int type, F &&f) {
-    switch (type) {
-    case BN_CU_Q1_0: return f.template operator()<BN_CU_Q1_0>();
-    case BN_CU_Q2_0: return f.template operator()<BN_CU_Q2_0>();
-    case BN_CU_PQ2_0: return f.template operator()<BN_CU_PQ2_0>();
-    case BN_CU_Q8_0: return f.template operator()<BN_CU_Q8_0>();
-    case BN_CU_Q4_0: return f.template operator()<BN_CU_Q4_0>();
-    case BN_CU_Q4_1: return f.template operator()<BN_CU_Q4_1>();
-    case BN_CU_Q4_K: return f.template operator()<BN_CU_Q4_K>();
-    case BN_CU_Q6_K: return f.template operator()<BN_CU_Q6_K>();
-    case BN_CU_F32: return f.template operator()<BN_CU_F32>();
-    case BN_CU_F16: return f.template operator()<BN_CU_F16>();
-    case BN_CU_BF16: return f.template operator()<BN_CU_BF16>();
-    default: return cudaErrorInvalidValue;
-    }
 }
 
 struct get_rows_launch {
@@ -78,12 +60,12 @@ struct dequant_f16_launch {
 
 cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out, int n, cudaStream_t s) {
     if (n <= 0 || w->ne0 == 0) return cudaSuccess;
-    return by_type(w->type, get_rows_launch{w, ids, out, n, s});
+    return bn_cu_by_type(w->type, get_rows_launch{w, ids, out, n, s});
 }
 
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s) {
     if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
-    return by_type(w->type, dequant_f16_launch{w, r0, nr, out, s});
+    return bn_cu_by_type(w->type, dequant_f16_launch{w, r0, nr, out, s});
 }
 
 cudaError_t bn_cu_f32_to_f16(const float *x, int64_t n, bn_half *out, cudaStream_t s) {

@@ -21,13 +21,13 @@ extern "C" const char *bn_cuda_device_name(char *buf, size_t n) {
 
 extern "C" int bn_cuda_matvec(int type, const void *w, int64_t ncols, int64_t nrows, const float *x, float *y,
                               char *err, size_t errlen) {
-    return bn_cuda_mm_host(type, w, ncols, nrows, x, 1, y, err, errlen);
+    return bn_cuda_mm_host(type, w, ncols, nrows, x, 1, y, 0, err, errlen);
 }
 
 extern "C" double bn_cuda_matvec_bench(int type, const void *w, int64_t ncols, int64_t nrows, int iters, char *err,
                                        size_t errlen) {
     (void)w; // the benchmark generates its weights on the device (the values do not change the speed)
-    return bn_cuda_mm_bench(type, ncols, nrows, 1, iters, err, errlen);
+    return bn_cuda_mm_bench(type, ncols, nrows, 1, iters, 0, err, errlen);
 }
 
 extern "C" double bn_cuda_copy_bandwidth(size_t bytes, char *err, size_t errlen) {

@@ -94,3 +94,33 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
     }
     return bn_cu_mmvq(w, &act, x, y, nb, s);
 }
+
+// repack_k: one block per row, in place through shared memory: blocks → [payloads][scales].
+__global__ void repack_k(uint8_t *w, size_t row_bytes, int nblk, int bytes) {
+    BN_DYN_SHARED(uint8_t, smem);
+    uint8_t *row = w + (int64_t)blockIdx.x * row_bytes;
+    int n = nblk * bytes, pb = bytes - 2, payload = nblk * pb;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) smem[i] = row[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int src = i < payload ? (i / pb) * bytes + 2 + i % pb : ((i - payload) >> 1) * bytes + ((i - payload) & 1);
+        row[i] = smem[src];
+    }
+}
+
+bool bn_cu_weight_repackable(const bn_cu_weight *w) {
+    int t = w->type;
+    if (t != BN_CU_Q1_0 && t != BN_CU_Q2_0 && t != BN_CU_PQ2_0 && t != BN_CU_Q8_0) return false;
+    size_t n = (size_t)(w->ne0 / bn_cu_blck(t)) * bn_cu_block_bytes(t);
+    return w->ne1 > 0 && w->row_bytes % 16 == 0 && (uintptr_t)w->data % 16 == 0 && n <= 48 * 1024;
+}
+
+cudaError_t bn_cu_weight_repack(bn_cu_weight *w, cudaStream_t s) {
+    if (!bn_cu_weight_repackable(w)) return cudaSuccess;
+    int t = w->type, nblk = (int)(w->ne0 / bn_cu_blck(t)), bytes = bn_cu_block_bytes(t);
+    size_t n = (size_t)nblk * bytes;
+    BN_LAUNCH(repack_k, dim3((unsigned)w->ne1), dim3(256), n, s, (uint8_t *)w->data, w->row_bytes, nblk, bytes);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) w->type = BN_CU_PLANAR + t;
+    return e;
+}

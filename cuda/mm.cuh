@@ -4,7 +4,8 @@
 // (get_rows, dequantize to F16), cuda/topk.cu (argmax/top-k).
 //
 // Types (bn_type ids of quant/quant.h): Q1_0, Q2_0 (g64), PQ2_0 (g128), Q8_0, Q4_0, Q4_1, Q6_K,
-// Q4_K (quantized) and F16, BF16, F32 (float).
+// Q4_K (quantized) and F16, BF16, F32 (float); plus the planar Q1_0/Q2_0/PQ2_0/Q8_0 layouts of
+// bn_cu_weight_repack (wide aligned loads in the decode kernels).
 //
 // Precision:
 //  - nb <= BN_CU_MMVQ_MAX_NB (decode, DSpark verify): quantized weights use int8 activations exactly
@@ -45,6 +46,17 @@ size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb);
 // A scratch sized for nb also serves every smaller nb.
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
                          cublasHandle_t blas, cudaStream_t s);
+
+// bn_cu_weight_repack: rewrites W in place (enqueued on s) into the decode-friendly planar layout —
+// per row, the quantized payload of every block, then every block's fp16 scale; same bytes — for
+// Q1_0, Q2_0, PQ2_0 and Q8_0 whose rows are 16-byte aligned (row_bytes % 16 == 0: ne0 % 1024 for Q1_0
+// and PQ2_0, % 512 for Q2_0, % 256 for Q8_0) and at most 48 KiB; sets w->type to the internal planar id
+// (every function here accepts it; bn_cu_type_supported is true). Other weights are left as they are.
+// Call once after upload; weights sharing device data (tied embedding/head) share the new type.
+// Returns cudaSuccess or the launch error.
+cudaError_t bn_cu_weight_repack(bn_cu_weight *w, cudaStream_t s);
+// bn_cu_weight_repackable: true when bn_cu_weight_repack would change W's layout.
+bool bn_cu_weight_repackable(const bn_cu_weight *w);
 
 // bn_cu_get_rows: out {ne0, n} = rows ids[0..n) of W dequantized to fp32 (embedding lookup; ids device
 // int32, each in [0, ne1)). Returns cudaSuccess or the launch error.

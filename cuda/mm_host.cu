@@ -17,8 +17,15 @@ static int check_shape(int type, int64_t ne0, char *err, size_t errlen) {
     return 0;
 }
 
+extern "C" int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1) {
+    if (!bn_cu_type_supported(type) || ne0 % bn_cu_blck(type) != 0) return 0;
+    size_t wb = weight_bytes(type, ne0, ne1);
+    bn_cu_weight cw = {nullptr, type, ne0, ne1, wb / (ne1 > 0 ? ne1 : 1)};
+    return bn_cu_weight_repackable(&cw);
+}
+
 extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y,
-                               char *err, size_t errlen) {
+                               int flags, char *err, size_t errlen) {
     if (check_shape(type, ne0, err, errlen) < 0) return -1;
     size_t wb = weight_bytes(type, ne0, ne1);
     bn_cu_weight cw = {nullptr, type, ne0, ne1, wb / (ne1 > 0 ? ne1 : 1)};
@@ -35,6 +42,7 @@ extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1
     BN_CUDA_TRY(cudaMemcpy(dx, x, sizeof(float) * ne0 * nb, cudaMemcpyHostToDevice), err, errlen);
     BN_CUDA_TRY(cudaMemset(dy, 0xff, sizeof(float) * ne1 * nb), err, errlen); // NaN poison: unwritten outputs show
     cw.data = dw;
+    if (flags & BN_CUDA_MM_REPACK) BN_CUDA_TRY(bn_cu_weight_repack(&cw, 0), err, errlen);
     BN_CUDA_TRY(bn_cu_matmul(&cw, dx, dy, nb, scratch, blas.h, 0), err, errlen);
     BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(y, dy, sizeof(float) * ne1 * nb, cudaMemcpyDeviceToHost), err, errlen);
@@ -42,7 +50,7 @@ extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1
 }
 
 extern "C" int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64_t ne1, const int32_t *ids, int n,
-                                     float *out, char *err, size_t errlen) {
+                                     float *out, int flags, char *err, size_t errlen) {
     if (check_shape(type, ne0, err, errlen) < 0) return -1;
     size_t wb = weight_bytes(type, ne0, ne1);
     dev_bufs b;
@@ -56,6 +64,7 @@ extern "C" int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64
     BN_CUDA_TRY(cudaMemcpy(did, ids, sizeof(int32_t) * n, cudaMemcpyHostToDevice), err, errlen);
     BN_CUDA_TRY(cudaMemset(dout, 0xff, sizeof(float) * ne0 * n), err, errlen);
     bn_cu_weight cw = {dw, type, ne0, ne1, wb / (ne1 > 0 ? ne1 : 1)};
+    if (flags & BN_CUDA_MM_REPACK) BN_CUDA_TRY(bn_cu_weight_repack(&cw, 0), err, errlen);
     BN_CUDA_TRY(bn_cu_get_rows(&cw, did, dout, n, 0), err, errlen);
     BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(out, dout, sizeof(float) * ne0 * n, cudaMemcpyDeviceToHost), err, errlen);
@@ -105,7 +114,7 @@ __global__ void fill_bench_k(uint16_t *p, int64_t n, uint32_t seed) {
     p[i] = (uint16_t)((h & 0x83ffu) | 0x2c00u);
 }
 
-extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, int iters, char *err,
+extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, int iters, int flags, char *err,
                                    size_t errlen) {
     if (check_shape(type, ne0, err, errlen) < 0) return -1;
     if (iters < 1) iters = 1;
@@ -132,6 +141,13 @@ extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, i
     BN_CUDA_TRY(cudaGetLastError(), err, errlen);
     BN_CUDA_TRY(cudaEventCreate(&ev.t0), err, errlen);
     BN_CUDA_TRY(cudaEventCreate(&ev.t1), err, errlen);
+    if (flags & BN_CUDA_MM_REPACK) // every copy (their values do not matter, the layout id must be right)
+        for (int i = 0; i < copies; i++) {
+            bn_cu_weight ci = cw;
+            ci.data = dw + stride * i;
+            BN_CUDA_TRY(bn_cu_weight_repack(&ci, 0), err, errlen);
+            cw.type = ci.type;
+        }
     cw.data = dw;
     BN_CUDA_TRY(bn_cu_matmul(&cw, dx, dy, nb, scratch, blas.h, 0), err, errlen); // warm-up
     BN_CUDA_TRY(cudaEventRecord(ev.t0, 0), err, errlen);

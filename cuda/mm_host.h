@@ -10,13 +10,20 @@
 extern "C" {
 #endif
 
+// flags: BN_CUDA_MM_REPACK = run bn_cu_weight_repack on the uploaded weights first.
+#define BN_CUDA_MM_REPACK 1
+
+// bn_cuda_mm_repackable: 1 when BN_CUDA_MM_REPACK changes the layout of such weights (16-byte aligned
+// data), else 0.
+int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1);
+
 // bn_cuda_mm_host: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} through bn_cu_matmul (mmvq for nb <= 8,
 // fp16 cuBLAS GEMM above); returns 0 or −1.
-int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y, char *err,
-                    size_t errlen);
+int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y, int flags,
+                    char *err, size_t errlen);
 // bn_cuda_get_rows_host: out {ne0, n} = rows ids[0..n) of W dequantized; returns 0 or −1.
 int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64_t ne1, const int32_t *ids, int n, float *out,
-                          char *err, size_t errlen);
+                          int flags, char *err, size_t errlen);
 // bn_cuda_argmax_host: *out = bn_cu_argmax of x[0..n); returns 0 or −1.
 int bn_cuda_argmax_host(const float *x, int n, int32_t *out, char *err, size_t errlen);
 // bn_cuda_topk_host: vals/idx (k each) = bn_cu_topk of x[0..n); returns 0 or −1.
@@ -24,7 +31,7 @@ int bn_cuda_topk_host(const float *x, int n, int k, float *vals, int32_t *idx, c
 // bn_cuda_mm_bench: mean microseconds of one bn_cu_matmul (activation quantization or fp16 conversion
 // included) over `iters` launches on device-generated weights of the given shape, rotating through
 // enough weight copies (>= 256 MiB) that L2 does not hold them; negative on error (err filled).
-double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, int iters, char *err, size_t errlen);
+double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, int iters, int flags, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -8,10 +8,16 @@
 #include "cuda/mm.cuh"
 #include <string.h>
 
-// Weight type ids: bn_type of quant/quant.h (that C header's bn_half clashes with the CUDA one).
+// Weight type ids: bn_type of quant/quant.h (that C header's bn_half clashes with the CUDA one), plus
+// the planar layouts bn_cu_weight_repack makes (BN_CU_PLANAR + type): per row, the quantized payload
+// of every block (bits / codes / int8s, in block order) and then every block's fp16 scale; same
+// bytes per row; rows 16-byte aligned.
 enum {
     BN_CU_F32 = 0, BN_CU_F16 = 1, BN_CU_Q4_0 = 2, BN_CU_Q4_1 = 3, BN_CU_Q8_0 = 8, BN_CU_Q4_K = 12, BN_CU_Q6_K = 14,
     BN_CU_BF16 = 30, BN_CU_Q1_0 = 41, BN_CU_Q2_0 = 42, BN_CU_PQ2_0 = 142,
+    BN_CU_PLANAR = 1000,
+    BN_CU_Q8_0_P = BN_CU_PLANAR + BN_CU_Q8_0, BN_CU_Q1_0_P = BN_CU_PLANAR + BN_CU_Q1_0,
+    BN_CU_Q2_0_P = BN_CU_PLANAR + BN_CU_Q2_0, BN_CU_PQ2_0_P = BN_CU_PLANAR + BN_CU_PQ2_0,
 };
 
 #ifndef BN_HOST_DEVICE
@@ -25,6 +31,8 @@ enum {
 // ---- type table (host and device) -----------------------------------------------------------
 // Elements and bytes per weight block; 0 for unsupported types.
 BN_HOST_DEVICE constexpr int bn_cu_blck(int type) {
+    if (type == BN_CU_Q8_0_P || type == BN_CU_Q1_0_P || type == BN_CU_Q2_0_P || type == BN_CU_PQ2_0_P)
+        type -= BN_CU_PLANAR;
     switch (type) {
     case BN_CU_F32: case BN_CU_F16: case BN_CU_BF16: return 1;
     case BN_CU_Q8_0: case BN_CU_Q4_0: case BN_CU_Q4_1: return 32;
@@ -35,6 +43,8 @@ BN_HOST_DEVICE constexpr int bn_cu_blck(int type) {
     }
 }
 BN_HOST_DEVICE constexpr int bn_cu_block_bytes(int type) {
+    if (type == BN_CU_Q8_0_P || type == BN_CU_Q1_0_P || type == BN_CU_Q2_0_P || type == BN_CU_PQ2_0_P)
+        type -= BN_CU_PLANAR;
     switch (type) {
     case BN_CU_F32: return 4;
     case BN_CU_F16: case BN_CU_BF16: return 2;
@@ -51,6 +61,31 @@ BN_HOST_DEVICE constexpr int bn_cu_block_bytes(int type) {
 }
 // True for types whose mmvq path uses Q8 activations (all but F32/F16/BF16).
 BN_HOST_DEVICE inline bool bn_cu_is_quantized(int type) { return bn_cu_blck(type) >= 32; }
+// The stored type of a planar id (the id itself otherwise).
+BN_HOST_DEVICE constexpr int bn_cu_base_type(int type) { return type > BN_CU_PLANAR ? type - BN_CU_PLANAR : type; }
+
+// bn_cu_by_type: f.template operator()<T>() for a supported weight type id (planar ones included);
+// cudaErrorInvalidValue otherwise.
+template <class F> static cudaError_t bn_cu_by_type(int type, F &&f) {
+    switch (type) {
+    case BN_CU_Q1_0: return f.template operator()<BN_CU_Q1_0>();
+    case BN_CU_Q2_0: return f.template operator()<BN_CU_Q2_0>();
+    case BN_CU_PQ2_0: return f.template operator()<BN_CU_PQ2_0>();
+    case BN_CU_Q8_0: return f.template operator()<BN_CU_Q8_0>();
+    case BN_CU_Q1_0_P: return f.template operator()<BN_CU_Q1_0_P>();
+    case BN_CU_Q2_0_P: return f.template operator()<BN_CU_Q2_0_P>();
+    case BN_CU_PQ2_0_P: return f.template operator()<BN_CU_PQ2_0_P>();
+    case BN_CU_Q8_0_P: return f.template operator()<BN_CU_Q8_0_P>();
+    case BN_CU_Q4_0: return f.template operator()<BN_CU_Q4_0>();
+    case BN_CU_Q4_1: return f.template operator()<BN_CU_Q4_1>();
+    case BN_CU_Q4_K: return f.template operator()<BN_CU_Q4_K>();
+    case BN_CU_Q6_K: return f.template operator()<BN_CU_Q6_K>();
+    case BN_CU_F32: return f.template operator()<BN_CU_F32>();
+    case BN_CU_F16: return f.template operator()<BN_CU_F16>();
+    case BN_CU_BF16: return f.template operator()<BN_CU_BF16>();
+    default: return cudaErrorInvalidValue;
+    }
+}
 
 // ---- loads --------------------------------------------------------------------------------------
 // 16/32-bit little-endian loads from 2-byte aligned addresses (GGUF blocks are only 2-aligned).
@@ -82,9 +117,18 @@ __device__ __forceinline__ void bn_q4k_scale_min(const uint8_t *s, int j, int *s
 }
 
 // ---- per-element dequantization ----------------------------------------------------------------
-// bn_deq_elem: element k of a weight row in type T as fp32, bit-identical to bn_dequantize.
+// bn_deq_elem: element k of a weight row (ne0 elements) in type T as fp32, bit-identical to bn_dequantize.
 template <int T>
-__device__ __forceinline__ float bn_deq_elem(const uint8_t *row, int64_t k) {
+__device__ __forceinline__ float bn_deq_elem(const uint8_t *row, int64_t k, int64_t ne0) {
+    if (T == BN_CU_Q1_0_P) {
+        float d = bn_ldh(row + ne0 / 8 + 2 * (k / 128));
+        return ((row[k >> 3] >> (k & 7)) & 1) ? d : -d;
+    }
+    if (T == BN_CU_Q2_0_P || T == BN_CU_PQ2_0_P) {
+        int code = (row[k >> 2] >> (2 * (k & 3))) & 3;
+        return (float)(code - 1) * bn_ldh(row + ne0 / 4 + 2 * (k / bn_cu_blck(T)));
+    }
+    if (T == BN_CU_Q8_0_P) return (float)(int8_t)row[k] * bn_ldh(row + ne0 + 2 * (k / 32));
     if (T == BN_CU_F32) return ((const float *)row)[k];
     if (T == BN_CU_F16) return bn_h2f(bn_half_bits(((const uint16_t *)row)[k]));
     if (T == BN_CU_BF16) {
@@ -155,6 +199,7 @@ BN_HOST_DEVICE inline int64_t bn_act_byte(int64_t ne0, int64_t u, int p) {
 //   slice4 (Q2_0/PQ2_0, 2-bit codes, 16 per word → (w >> 2s) & 0x03030303): int 4h+s = 16h+{s,4+s,8+s,12+s}.
 enum { BN_ORDER_NATURAL = 0, BN_ORDER_SLICE8 = 1, BN_ORDER_SLICE4 = 2 };
 BN_HOST_DEVICE inline int bn_act_order(int type) {
+    type = bn_cu_base_type(type);
     return type == BN_CU_Q1_0 ? BN_ORDER_SLICE8 : (type == BN_CU_Q2_0 || type == BN_CU_PQ2_0) ? BN_ORDER_SLICE4
                                                                                      : BN_ORDER_NATURAL;
 }
@@ -173,7 +218,7 @@ template <int T> struct bn_wunit;
 template <> struct bn_wunit<BN_CU_Q1_0> {
     int q[8];
     float d;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + (u >> 2) * 18;
         d = bn_ldh(b);
         uint32_t w = bn_ld32_a2(b + 2 + 4 * (u & 3));
@@ -192,7 +237,7 @@ template <> struct bn_wunit<BN_CU_Q1_0> {
 template <int BLCK, int BYTES> struct bn_wunit_q2 {
     int q[8];
     float d;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const int per = BLCK / 32;
         const uint8_t *b = row + (u / per) * BYTES;
         d = bn_ldh(b);
@@ -217,7 +262,7 @@ template <> struct bn_wunit<BN_CU_PQ2_0> : bn_wunit_q2<128, 34> {};
 template <> struct bn_wunit<BN_CU_Q8_0> {
     int q[8];
     float d;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + u * 34;
         d = bn_ldh(b);
 #pragma unroll
@@ -234,7 +279,7 @@ template <> struct bn_wunit<BN_CU_Q8_0> {
 template <> struct bn_wunit<BN_CU_Q4_0> {
     int q[8];
     float d;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + u * 18;
         d = bn_ldh(b);
 #pragma unroll
@@ -255,7 +300,7 @@ template <> struct bn_wunit<BN_CU_Q4_0> {
 template <> struct bn_wunit<BN_CU_Q4_1> {
     int q[8];
     float d, m;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + u * 20;
         d = bn_ldh(b);
         m = bn_ldh(b + 2);
@@ -278,7 +323,7 @@ template <> struct bn_wunit<BN_CU_Q4_1> {
 template <> struct bn_wunit<BN_CU_Q4_K> {
     int q[8];
     float d, m;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + (u >> 3) * 144;
         int j = u & 7, sc, mn;
         bn_q4k_scale_min(b + 4, j, &sc, &mn);
@@ -302,7 +347,7 @@ template <> struct bn_wunit<BN_CU_Q6_K> {
     int q[8];
     int sc0, sc1;
     float d;
-    __device__ __forceinline__ void load(const uint8_t *row, int u) {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + (u >> 3) * 210;
         int h = (u >> 2) & 1, p = u & 3;
         const uint8_t *ql = b + 64 * h + 32 * (p & 1), *qh = b + 128 + 32 * h;
@@ -326,6 +371,37 @@ template <> struct bn_wunit<BN_CU_Q6_K> {
             s1 = __dp4a(q[4 + i], a[4 + i], s1);
         }
         return (d * dx) * (float)(sc0 * s0 + sc1 * s1);
+    }
+};
+
+// Planar layouts (bn_cu_weight_repack): aligned 4/8/16-byte payload loads, scales from the row's tail.
+template <> struct bn_wunit<BN_CU_Q1_0_P> : bn_wunit<BN_CU_Q1_0> {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
+        d = bn_ldh(row + ne0 / 8 + 2 * (u >> 2));
+        uint32_t w = __ldg((const uint32_t *)row + u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (int)((w >> i) & 0x01010101u);
+    }
+};
+template <int BLCK, int BYTES> struct bn_wunit_q2p : bn_wunit_q2<BLCK, BYTES> {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
+        this->d = bn_ldh(row + ne0 / 4 + 2 * (u / (BLCK / 32)));
+        uint2 c = __ldg((const uint2 *)row + u);
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            this->q[s] = (int)((c.x >> (2 * s)) & 0x03030303u);
+            this->q[4 + s] = (int)((c.y >> (2 * s)) & 0x03030303u);
+        }
+    }
+};
+template <> struct bn_wunit<BN_CU_Q2_0_P> : bn_wunit_q2p<64, 18> {};
+template <> struct bn_wunit<BN_CU_PQ2_0_P> : bn_wunit_q2p<128, 34> {};
+template <> struct bn_wunit<BN_CU_Q8_0_P> : bn_wunit<BN_CU_Q8_0> {
+    __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
+        d = bn_ldh(row + ne0 + 2 * u);
+        int4 lo = __ldg((const int4 *)row + 2 * u), hi = __ldg((const int4 *)row + 2 * u + 1);
+        q[0] = lo.x, q[1] = lo.y, q[2] = lo.z, q[3] = lo.w;
+        q[4] = hi.x, q[5] = hi.y, q[6] = hi.z, q[7] = hi.w;
     }
 };
 

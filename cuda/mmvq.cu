@@ -102,7 +102,7 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
         for (int r = 0; r < R; r++) {
             if (row0 + r < ne1) {
                 bn_wunit<T> wu;
-                wu.load(w + (row0 + r) * row_bytes, u);
+                wu.load(w + (row0 + r) * row_bytes, u, ne0);
 #pragma unroll
                 for (int c = 0; c < NB; c++)
                     if (c < nb) acc[r][c] += wu.dot(a[c], ds[c].sum, ds[c].d);
@@ -130,7 +130,7 @@ __global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (row0 + r < ne1) {
-                float wv = bn_deq_elem<T>(w + (row0 + r) * row_bytes, k);
+                float wv = bn_deq_elem<T>(w + (row0 + r) * row_bytes, k, ne0);
 #pragma unroll
                 for (int c = 0; c < NB; c++) acc[r][c] += wv * xv[c];
             }
@@ -167,31 +167,24 @@ static cudaError_t launch_mmvq(const bn_cu_weight *w, const bn_q8_act *act, cons
     return cudaGetLastError();
 }
 
-template <int T>
-static cudaError_t launch_type(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
-                               cudaStream_t s) {
-    if (nb <= 1) return launch_mmvq<T, 1>(w, act, x, y, nb, s);
-    if (nb <= 2) return launch_mmvq<T, 2>(w, act, x, y, nb, s);
-    if (nb <= 4) return launch_mmvq<T, 4>(w, act, x, y, nb, s);
-    return launch_mmvq<T, 8>(w, act, x, y, nb, s);
-}
+struct mmvq_launch {
+    const bn_cu_weight *w;
+    const bn_q8_act *act;
+    const float *x;
+    float *y;
+    int nb;
+    cudaStream_t s;
+    template <int T> cudaError_t operator()() const {
+        if (nb <= 1) return launch_mmvq<T, 1>(w, act, x, y, nb, s);
+        if (nb <= 2) return launch_mmvq<T, 2>(w, act, x, y, nb, s);
+        if (nb <= 4) return launch_mmvq<T, 4>(w, act, x, y, nb, s);
+        return launch_mmvq<T, 8>(w, act, x, y, nb, s);
+    }
+};
 
 cudaError_t bn_cu_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
                        cudaStream_t s) {
     if (nb < 1 || nb > BN_CU_MMVQ_MAX_NB) return cudaErrorInvalidValue;
     if (w->ne1 == 0) return cudaSuccess;
-    switch (w->type) {
-    case BN_CU_Q1_0: return launch_type<BN_CU_Q1_0>(w, act, x, y, nb, s);
-    case BN_CU_Q2_0: return launch_type<BN_CU_Q2_0>(w, act, x, y, nb, s);
-    case BN_CU_PQ2_0: return launch_type<BN_CU_PQ2_0>(w, act, x, y, nb, s);
-    case BN_CU_Q8_0: return launch_type<BN_CU_Q8_0>(w, act, x, y, nb, s);
-    case BN_CU_Q4_0: return launch_type<BN_CU_Q4_0>(w, act, x, y, nb, s);
-    case BN_CU_Q4_1: return launch_type<BN_CU_Q4_1>(w, act, x, y, nb, s);
-    case BN_CU_Q4_K: return launch_type<BN_CU_Q4_K>(w, act, x, y, nb, s);
-    case BN_CU_Q6_K: return launch_type<BN_CU_Q6_K>(w, act, x, y, nb, s);
-    case BN_CU_F32: return launch_type<BN_CU_F32>(w, act, x, y, nb, s);
-    case BN_CU_F16: return launch_type<BN_CU_F16>(w, act, x, y, nb, s);
-    case BN_CU_BF16: return launch_type<BN_CU_BF16>(w, act, x, y, nb, s);
-    default: return cudaErrorInvalidValue;
-    }
+    return bn_cu_by_type(w->type, mmvq_launch{w, act, x, y, nb, s});
 }

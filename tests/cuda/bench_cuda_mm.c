@@ -1,7 +1,8 @@
 // tests/cuda/bench_cuda_mm.c — speed of the CUDA matrix kernels on the real 27B shapes (MODEL.md):
 // decode matvec (nb = 1) and DSpark verify (nb = 8) in GB/s of weight bytes and % of the measured
 // device copy bandwidth; prefill GEMM (nb = 512, fp16 cuBLAS after dequantization) in TFLOP/s.
-// Weights are device-generated (values do not change the speed), rotated through >= 256 MiB of copies.
+// Weights are device-generated (values do not change the speed), rotated through >= 256 MiB of copies;
+// each low-bit shape is timed in the GGUF block layout and in bn_cu_weight_repack's planar layout.
 //
 // Run on the GPU machine (not a test; needs a device):
 //   meson setup build -Dcuda=enabled && ninja -C build tests/cuda/bench_cuda_mm && build/tests/cuda/bench_cuda_mm
@@ -44,7 +45,8 @@ int main(int argc, char **argv) {
     };
     int nshapes = quick ? 3 : (int)(sizeof shapes / sizeof shapes[0]);
     int iters = quick ? 20 : 100;
-    printf("\n%-6s %-12s %6s %7s %4s %9s %8s %6s\n", "type", "tensor", "ne0", "ne1", "nb", "us", "GB/s", "%copy");
+    printf("\n%-6s %-7s %-12s %6s %7s %4s %9s %8s %6s\n", "type", "layout", "tensor", "ne0", "ne1", "nb", "us", "GB/s",
+           "%copy");
     char list[256];
     snprintf(list, sizeof list, "%s", types_arg);
     for (char *save = NULL, *tn = strtok_r(list, ",", &save); tn; tn = strtok_r(NULL, ",", &save)) {
@@ -55,17 +57,22 @@ int main(int argc, char **argv) {
         }
         for (int s = 0; s < nshapes; s++) {
             const int nbs[] = {1, 8};
-            for (int j = 0; j < 2; j++) {
-                int nb = nbs[j];
-                double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters, err, sizeof err);
-                if (us < 0) {
-                    fprintf(stderr, "bench_cuda_mm: %s %s: %s\n", tn, shapes[s].name, err);
-                    return 1;
+            for (int planar = 0; planar < 2; planar++) {
+                if (planar && !bn_cuda_mm_repackable(type, shapes[s].ne0, shapes[s].ne1)) continue;
+                for (int j = 0; j < 2; j++) {
+                    int nb = nbs[j];
+                    double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters,
+                                                 planar ? BN_CUDA_MM_REPACK : 0, err, sizeof err);
+                    if (us < 0) {
+                        fprintf(stderr, "bench_cuda_mm: %s %s: %s\n", tn, shapes[s].name, err);
+                        return 1;
+                    }
+                    double bytes = (double)bn_row_size(type, shapes[s].ne0) * shapes[s].ne1;
+                    double gbs = bytes / (us * 1e-6) / 1e9;
+                    printf("%-6s %-7s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%%\n", bn_type_name(type),
+                           planar ? "planar" : "gguf", shapes[s].name, shapes[s].ne0, shapes[s].ne1, nb, us, gbs,
+                           100.0 * gbs / copy_gbs);
                 }
-                double bytes = (double)bn_row_size(type, shapes[s].ne0) * shapes[s].ne1;
-                double gbs = bytes / (us * 1e-6) / 1e9;
-                printf("%-6s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%%\n", bn_type_name(type), shapes[s].name,
-                       shapes[s].ne0, shapes[s].ne1, nb, us, gbs, 100.0 * gbs / copy_gbs);
             }
         }
     }
@@ -74,7 +81,7 @@ int main(int argc, char **argv) {
     for (int t = 0; t < 3; t++) {
         for (int s = 0; s < 2; s++) {
             int nb = 512;
-            double us = bn_cuda_mm_bench(gemm_types[t], shapes[s].ne0, shapes[s].ne1, nb, quick ? 5 : 20, err,
+            double us = bn_cuda_mm_bench(gemm_types[t], shapes[s].ne0, shapes[s].ne1, nb, quick ? 5 : 20, 0, err,
                                          sizeof err);
             if (us < 0) {
                 fprintf(stderr, "bench_cuda_mm: gemm %s: %s\n", shapes[s].name, err);

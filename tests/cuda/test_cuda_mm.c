@@ -61,7 +61,7 @@ static void act_ref(int type, int nb, const float *x, int64_t n, float *out) {
 }
 
 // check_matmul: one random W {ne0, ne1} × x {ne0, nb}; returns the max relative error.
-static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb) {
+static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags) {
     float *wd;
     uint8_t *wq = make_weights(type, ne0, ne1, &wd);
     float *x = xmalloc(sizeof(float) * ne0 * nb), *xr = xmalloc(sizeof(float) * ne0 * nb);
@@ -72,7 +72,7 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb) {
     if (nb > 8 && type != BN_F32) // the GEMM sees fp16 weights
         for (int64_t i = 0; i < ne0 * ne1; i++) wd[i] = bn_fp16_to_fp32(bn_fp32_to_fp16(wd[i]));
     char err[256] = "";
-    int rc = bn_cuda_mm_host(type, wq, ne0, ne1, x, nb, y, err, sizeof err);
+    int rc = bn_cuda_mm_host(type, wq, ne0, ne1, x, nb, y, flags, err, sizeof err);
     CHECK(rc == 0, "%s nb %d: %s", bn_type_name(type), nb, err);
     double worst = 0;
     for (int c = 0; c < nb && rc == 0; c++) {
@@ -88,20 +88,20 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb) {
         }
     }
     double tol = nb > 8 ? 1e-4 : 1e-5;
-    CHECK(worst <= tol, "%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type), (long long)ne1,
-          (long long)ne0, nb, worst, tol);
+    CHECK(worst <= tol, "%s%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type),
+          flags ? " (planar)" : "", (long long)ne1, (long long)ne0, nb, worst, tol);
     free(wq); free(wd); free(x); free(xr); free(y);
     return worst;
 }
 
-static void check_get_rows(int type, int64_t ne0, int64_t ne1) {
+static void check_get_rows(int type, int64_t ne0, int64_t ne1, int flags) {
     float *wd;
     uint8_t *wq = make_weights(type, ne0, ne1, &wd);
     int32_t ids[] = {5, 0, (int32_t)ne1 - 1, 5, 17};
     int n = 5;
     float *out = xmalloc(sizeof(float) * ne0 * n);
     char err[256] = "";
-    int rc = bn_cuda_get_rows_host(type, wq, ne0, ne1, ids, n, out, err, sizeof err);
+    int rc = bn_cuda_get_rows_host(type, wq, ne0, ne1, ids, n, out, flags, err, sizeof err);
     CHECK(rc == 0, "get_rows %s: %s", bn_type_name(type), err);
     int bad = 0;
     for (int i = 0; i < n && rc == 0; i++) bad += memcmp(out + i * ne0, wd + ids[i] * ne0, sizeof(float) * ne0) != 0;
@@ -187,16 +187,33 @@ int main(void) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         double worst_vq = 0, worst_gemm = 0;
         for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
-            double e = check_matmul(types[t], 512, 37, nbs[j]);
+            double e = check_matmul(types[t], 512, 37, nbs[j], 0);
             if (nbs[j] <= 8) worst_vq = fmax(worst_vq, e);
             else worst_gemm = fmax(worst_gemm, e);
         }
-        worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1));
-        worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1)); // 160 units: 5-warp blocks
-        worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5));  // 192 units: 6-warp blocks, NB 8 kernel
-        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12));
-        check_get_rows(types[t], 512, 37);
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1, 0));
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1, 0)); // 160 units: 5-warp blocks
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
+        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12, 0));
+        check_get_rows(types[t], 512, 37, 0);
         printf("%-5s max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(types[t]), worst_vq,
+               worst_gemm);
+    }
+    // the planar layouts of bn_cu_weight_repack (rows must be 16-byte aligned: these shapes are)
+    const int planar[] = {BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0};
+    for (size_t t = 0; t < sizeof planar / sizeof planar[0]; t++) {
+        int type = planar[t];
+        CHECK(bn_cuda_mm_repackable(type, 1024, 45) && bn_cuda_mm_repackable(type, 5120, 19),
+              "%s: test shapes not repackable", bn_type_name(type));
+        double worst_vq = 0, worst_gemm = 0;
+        for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
+            double e = check_matmul(type, 1024, 45, nbs[j], BN_CUDA_MM_REPACK);
+            if (nbs[j] <= 8) worst_vq = fmax(worst_vq, e);
+            else worst_gemm = fmax(worst_gemm, e);
+        }
+        worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 1, BN_CUDA_MM_REPACK));
+        check_get_rows(type, 1024, 45, BN_CUDA_MM_REPACK);
+        printf("%-5s planar max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(type), worst_vq,
                worst_gemm);
     }
     check_argmax();
