@@ -267,17 +267,13 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     if (out->logits) matmul(s, &m->w.output, s->xn, out->logits + (size_t)out_row * c->n_vocab, n_rows);
 }
 
-int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
-               size_t errlen) {
-    const bn_config *c = &m->cfg;
-    if (s->m != m) return bn_err(err, errlen, "bn_forward: state was created for a different model");
+int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent, const int32_t *tokens, int n,
+                     const bn_forward_out *out, char *err, size_t errlen) {
     if (n < 0) return bn_err(err, errlen, "bn_forward: negative token count %d", n);
-    if (n == 0) {
-        if (out && (out->logits || out->hidden)) return bn_err(err, errlen, "bn_forward: no tokens to produce output for");
-        return 0;
-    }
-    if ((int64_t)s->pos + n > s->n_ctx)
-        return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", s->pos, n, s->n_ctx);
+    if (n == 0 && out && (out->logits || out->hidden))
+        return bn_err(err, errlen, "bn_forward: no tokens to produce output for");
+    if ((int64_t)pos + n > n_ctx)
+        return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", pos, n, n_ctx);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return bn_err(err, errlen, "bad token id %d at index %d (vocabulary has %d tokens)", tokens[t], t, c->n_vocab);
@@ -286,11 +282,18 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
             if (!out->tap_layers || out->tap_layers[k] < 0 || out->tap_layers[k] >= c->n_layer)
                 return bn_err(err, errlen, "bad tap layer %d (model has %d layers)",
                               out->tap_layers ? out->tap_layers[k] : -1, c->n_layer);
-
     if (out && out->snaps)
         for (int t = 0; t < n; t++)
-            if (!out->snaps[t] || out->snaps[t]->n != s->n_recurrent)
+            if (!out->snaps[t] || out->snaps[t]->n != n_recurrent)
                 return bn_err(err, errlen, "snaps[%d] is missing or belongs to another model (use bn_snapshot_new)", t);
+    return 0;
+}
+
+int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
+               size_t errlen) {
+    if (s->m != m) return bn_err(err, errlen, "bn_forward: state was created for a different model");
+    if (bn_forward_check(&m->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (n == 0) return 0;
 
     for (int t0 = 0; t0 < n; t0 += s->n_batch) {
         const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;

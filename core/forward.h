@@ -69,6 +69,12 @@ typedef struct {
                            // one after the last accepted token instead of re-running it
 } bn_forward_out;
 
+// bn_forward_check: bn_forward's input checks for a state at position pos with capacity n_ctx and
+// n_recurrent floats of recurrent state (token count, context overflow, token ids, tap layers,
+// snapshot sizes); returns 0 or -1 with err filled. Shared by the CPU and CUDA engines.
+int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent, const int32_t *tokens, int n,
+                     const bn_forward_out *out, char *err, size_t errlen);
+
 // bn_forward: appends n tokens at the state's position and runs the model over them (n > 1 is a
 // batched prefill: matmuls over all tokens at once; recurrences token by token). Returns 0, or -1
 // with err filled (context overflow, bad token id, bad tap layer); on error the state is unchanged.

@@ -562,28 +562,8 @@ static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) 
 static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *out, char *err, size_t errlen);
 
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
-    const bn_config *c = &s->cm->cfg;
-    if (n < 0) return bn_err(err, errlen, "bn_cuda_forward: negative token count %d", n);
-    if (n == 0) {
-        if (out && (out->logits || out->hidden))
-            return bn_err(err, errlen, "bn_cuda_forward: no tokens to produce output for");
-        return 0;
-    }
-    if ((int64_t)s->pos + n > s->n_ctx)
-        return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", s->pos, n, s->n_ctx);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
-            return bn_err(err, errlen, "bad token id %d at index %d (vocabulary has %d tokens)", tokens[t], t,
-                          c->n_vocab);
-    if (out && out->taps)
-        for (int k = 0; k < out->n_taps; k++)
-            if (!out->tap_layers || out->tap_layers[k] < 0 || out->tap_layers[k] >= c->n_layer)
-                return bn_err(err, errlen, "bad tap layer %d (model has %d layers)",
-                              out->tap_layers ? out->tap_layers[k] : -1, c->n_layer);
-    if (out && out->snaps)
-        for (int t = 0; t < n; t++)
-            if (!out->snaps[t] || out->snaps[t]->n != s->n_recurrent)
-                return bn_err(err, errlen, "snaps[%d] is missing or belongs to another model", t);
+    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (n == 0) return 0;
 
     // one token with at most the logits wanted: the captured step graph (no per-kernel launch cost)
     if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden))) return forward_one_graph(s, tokens[0], out, err, errlen);

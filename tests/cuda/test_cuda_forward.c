@@ -115,6 +115,33 @@ static const char *make_dequantized(const char *quant_path, char *deq_path, size
     return deq_path;
 }
 
+// open_model: makes (make_model), loads and uploads preset/type; *cm_out = the device model.
+// Returns the host model, or NULL (failure recorded) with nothing left open.
+static bn_model *open_model(const char *preset, const char *type, char *path, size_t n, bn_cuda_model **cm_out) {
+    char err[512];
+    *cm_out = NULL;
+    if (!make_model(preset, type, path, n)) {
+        CHECK(0, "cannot make model %s %s", preset, type);
+        return NULL;
+    }
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    CHECK(m != NULL, "load %s: %s", path, err);
+    if (!m) return NULL;
+    *cm_out = bn_cuda_model_upload(m, err, sizeof err);
+    CHECK(*cm_out != NULL, "upload %s %s: %s", preset, type, err);
+    if (!*cm_out) {
+        bn_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+// close_model: frees what open_model returned.
+static void close_model(bn_model *m, bn_cuda_model *cm) {
+    bn_cuda_model_free(cm);
+    bn_model_free(m);
+}
+
 // Bounds on max |Δ logprob| (CUDA vs CPU) and why. Three paths are compared separately:
 //  step:    tokens one at a time (bn_cu_matmul's nb = 1 kernels) vs the CPU on the same model. Float
 //           weights: fp32 math both sides, only the summation order differs (measured ~2e-5).
@@ -139,20 +166,10 @@ typedef struct {
 // run_case: the prefill + decode comparison, greedy identity (float types), snapshots, bad inputs.
 static void run_case(const case_t *cs) {
     char path[320], err[512];
-    if (!make_model(cs->preset, cs->type, path, sizeof path)) {
-        CHECK(0, "cannot make model %s %s", cs->preset, cs->type);
-        return;
-    }
-    bn_model *m = bn_model_load(path, err, sizeof err);
-    CHECK(m != NULL, "load %s: %s", path, err);
+    bn_cuda_model *cm;
+    bn_model *m = open_model(cs->preset, cs->type, path, sizeof path, &cm);
     if (!m) return;
     const int V = m->cfg.n_vocab;
-    bn_cuda_model *cm = bn_cuda_model_upload(m, err, sizeof err);
-    CHECK(cm != NULL, "upload %s %s: %s", cs->preset, cs->type, err);
-    if (!cm) {
-        bn_model_free(m);
-        return;
-    }
     bn_state *cs_cpu = bn_state_new(m, N_CTX, 2);
     bn_cuda_state *gs = bn_cuda_state_new(cm, N_CTX, BN_F32, err, sizeof err);
     CHECK(gs != NULL, "cuda state: %s", err);
@@ -233,24 +250,15 @@ static void run_case(const case_t *cs) {
 done:
     bn_cuda_state_free(gs);
     bn_state_free(cs_cpu);
-    bn_cuda_model_free(cm);
-    bn_model_free(m);
+    close_model(m, cm);
 }
 
 // greedy_case: 64 greedy steps, CPU bn_forward vs bn_cuda_decode_greedy (graph), from a prefill.
 static void greedy_case(const char *preset, const char *type) {
     char path[320], err[512];
-    if (!make_model(preset, type, path, sizeof path)) {
-        CHECK(0, "cannot make model");
-        return;
-    }
-    bn_model *m = bn_model_load(path, err, sizeof err);
-    bn_cuda_model *cm = m ? bn_cuda_model_upload(m, err, sizeof err) : NULL;
-    CHECK(cm != NULL, "upload: %s", err);
-    if (!cm) {
-        bn_model_free(m);
-        return;
-    }
+    bn_cuda_model *cm;
+    bn_model *m = open_model(preset, type, path, sizeof path, &cm);
+    if (!m) return;
     const int V = m->cfg.n_vocab;
     bn_state *sc = bn_state_new(m, N_CTX, 2);
     bn_cuda_state *sg = bn_cuda_state_new(cm, N_CTX, BN_F32, err, sizeof err);
@@ -281,22 +289,16 @@ static void greedy_case(const char *preset, const char *type) {
     free(lc), free(lg);
     bn_cuda_state_free(sg);
     bn_state_free(sc);
-    bn_cuda_model_free(cm);
-    bn_model_free(m);
+    close_model(m, cm);
 }
 
 // snaps_and_kv16: host snapshots from bn_cuda_forward vs the CPU's, and an fp16 KV cache vs the
 // CPU's fp16 cache (bound 1e-3: fp16 rounding identical, fp32 sums in another order).
 static void snaps_and_kv16(void) {
     char path[320], err[512];
-    if (!make_model("tiny", "F32", path, sizeof path)) return;
-    bn_model *m = bn_model_load(path, err, sizeof err);
-    bn_cuda_model *cm = bn_cuda_model_upload(m, err, sizeof err);
-    if (!cm) {
-        CHECK(0, "upload: %s", err);
-        bn_model_free(m);
-        return;
-    }
+    bn_cuda_model *cm;
+    bn_model *m = open_model("tiny", "F32", path, sizeof path, &cm);
+    if (!m) return;
     const int V = m->cfg.n_vocab, n = 5;
     int32_t tokens[5] = {1, 100, 200, 300, 400};
     bn_state *sc = bn_state_new_kv(m, 32, 2, BN_F16);
@@ -322,8 +324,7 @@ static void snaps_and_kv16(void) {
     for (int i = 0; i < n; i++) bn_snapshot_free(snc[i]), bn_snapshot_free(sng[i]);
     bn_cuda_state_free(sg);
     bn_state_free(sc);
-    bn_cuda_model_free(cm);
-    bn_model_free(m);
+    close_model(m, cm);
 }
 
 // engine_case: bn_engine_open with -ngl 0 and 99 gives the same logits through one interface.
