@@ -89,10 +89,10 @@ template <class F> static cudaError_t bn_cu_by_type(int type, F &&f) {
 
 // ---- loads --------------------------------------------------------------------------------------
 // 16/32-bit little-endian loads from 2-byte aligned addresses (GGUF blocks are only 2-aligned).
-__device__ __forceinline__ uint32_t bn_ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+__device__ __forceinline__ uint32_t bn_ld16(const uint8_t *p) { return __ldg((const uint16_t *)p); }
 __device__ __forceinline__ uint32_t bn_ld32_a2(const uint8_t *p) {
     const uint16_t *h = (const uint16_t *)p;
-    return (uint32_t)h[0] | (uint32_t)h[1] << 16;
+    return (uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16;
 }
 __device__ __forceinline__ float bn_ldh(const uint8_t *p) { return bn_h2f(bn_half_bits((uint16_t)bn_ld16(p))); }
 
@@ -181,7 +181,7 @@ __device__ __forceinline__ float bn_deq_elem(const uint8_t *row, int64_t k, int6
 //   c*ne0 + (p / 16)*(ne0 / 2) + 16u + p % 16 (two planes of 16-byte halves, so that a warp's loads
 //   of one half are contiguous);
 //   ds[c*nunits + u] = {fp16-rounded d (what ggml-cuda's half2 holds), Σq}.
-struct bn_q8_ds {
+struct __align__(8) bn_q8_ds {
     float d;
     int sum;
 };

@@ -85,7 +85,7 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
         bn_q8_ds ds[NB];
 #pragma unroll
         for (int c = 0; c < NB; c++) {
-            if (c < nb) {
+            if (NB == 1 || c < nb) {
                 const int8_t *col = aqs + (int64_t)c * ne0;
                 int4 lo = __ldg((const int4 *)(col + bn_act_byte(ne0, u, 0)));
                 int4 hi = __ldg((const int4 *)(col + bn_act_byte(ne0, u, 16)));
@@ -98,16 +98,15 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
                 ds[c] = bn_q8_ds{0.0f, 0};
             }
         }
+        // all R rows' loads first (the tail block re-reads its last row; only valid rows are stored),
+        // then the dots (unused columns have zero activations and add 0)
+        bn_wunit<T> wu[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (row0 + r < ne1) {
-                bn_wunit<T> wu;
-                wu.load(w + (row0 + r) * row_bytes, u, ne0);
+        for (int r = 0; r < R; r++) wu[r].load(w + (row0 + r < ne1 ? row0 + r : ne1 - 1) * row_bytes, u, ne0);
 #pragma unroll
-                for (int c = 0; c < NB; c++)
-                    if (c < nb) acc[r][c] += wu.dot(a[c], ds[c].sum, ds[c].d);
-            }
-        }
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < NB; c++) acc[r][c] += wu[r].dot(a[c], ds[c].sum, ds[c].d);
     }
     reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
 }
@@ -126,15 +125,14 @@ __global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n
     for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) {
         float xv[NB];
 #pragma unroll
-        for (int c = 0; c < NB; c++) xv[c] = c < nb ? __ldg(x + (int64_t)c * ne0 + k) : 0.0f;
+        for (int c = 0; c < NB; c++) xv[c] = NB == 1 || c < nb ? __ldg(x + (int64_t)c * ne0 + k) : 0.0f;
+        float wv[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (row0 + r < ne1) {
-                float wv = bn_deq_elem<T>(w + (row0 + r) * row_bytes, k, ne0);
+        for (int r = 0; r < R; r++) wv[r] = bn_deq_elem<T>(w + (row0 + r < ne1 ? row0 + r : ne1 - 1) * row_bytes, k, ne0);
 #pragma unroll
-                for (int c = 0; c < NB; c++) acc[r][c] += wv * xv[c];
-            }
-        }
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < NB; c++) acc[r][c] += wv[r] * xv[c];
     }
     reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
 }
