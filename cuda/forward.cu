@@ -35,6 +35,11 @@ struct cu_layer {
     bn_cu_weight attn_qkv, attn_gate;          // {H, conv_dim}, {H, Hv*dv}
     bn_cu_weight ssm_beta, ssm_alpha, ssm_out; // {H, Hv} x2, {Hv*dv, H}
     float *conv1d;                             // {K, conv_dim}
+    // row-concatenated groups (one matmul in decode); data NULL when the parts differ in type/ne0.
+    // The single matrices above are views into them then.
+    bn_cu_weight gdn_in;  // {H, conv_dim + Hv*dv + 2*Hv}: attn_qkv | attn_gate | ssm_beta | ssm_alpha
+    bn_cu_weight attn_in; // {H, q rows + 2*nkv*hd}: attn_q | attn_k | attn_v
+    bn_cu_weight ffn_in;  // {H, 2*F}: ffn_gate | ffn_up
     float *ssm_dt, *ssm_a, *ssm_norm;          // {Hv}, {Hv}, {dv}
 };
 
@@ -81,6 +86,44 @@ static int upload_matrix(bn_cuda_model *cm, const bn_weight *w, bn_cu_weight *ou
     if (dev_alloc(cm, &d, bytes, err, errlen) != 0) return -1;
     BN_CUDA_TRY(cudaMemcpy(d, w->data, bytes, cudaMemcpyHostToDevice), err, errlen);
     out->data = d;
+    BN_CUDA_TRY(bn_cu_weight_repack(out, 0), err, errlen); // decode-friendly layout where it applies
+    return 0;
+}
+
+// upload_group: the n matrices ws as one device matrix (rows concatenated, repacked once) with
+// outs[i] as views into it, when all are present with one type and ne0; else each on its own and
+// group->data = NULL. 0 or -1.
+static int upload_group(bn_cuda_model *cm, const bn_weight *const *ws, bn_cu_weight *const *outs, int n,
+                        bn_cu_weight *group, char *err, size_t errlen) {
+    memset(group, 0, sizeof *group);
+    bool same = true;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        same = same && ws[i]->data && ws[i]->type == ws[0]->type && ws[i]->ne[0] == ws[0]->ne[0] &&
+               ws[i]->ne[2] * ws[i]->ne[3] == 1;
+        rows += ws[i]->ne[1];
+    }
+    if (!same || !bn_cu_type_supported(ws[0]->type)) {
+        for (int i = 0; i < n; i++)
+            if (upload_matrix(cm, ws[i], outs[i], err, errlen) != 0) return -1;
+        return 0;
+    }
+    const size_t row_bytes = bn_row_size(ws[0]->type, ws[0]->ne[0]);
+    void *d = NULL;
+    if (dev_alloc(cm, &d, row_bytes * (size_t)rows, err, errlen) != 0) return -1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = row_bytes * (size_t)ws[i]->ne[1];
+        BN_CUDA_TRY(cudaMemcpy((char *)d + off, ws[i]->data, bytes, cudaMemcpyHostToDevice), err, errlen);
+        off += bytes;
+    }
+    *group = bn_cu_weight{d, ws[0]->type, ws[0]->ne[0], rows, row_bytes};
+    BN_CUDA_TRY(bn_cu_weight_repack(group, 0), err, errlen);
+    off = 0;
+    for (int i = 0; i < n; i++) {
+        *outs[i] = bn_cu_weight{(const char *)d + off, group->type, ws[i]->ne[0], ws[i]->ne[1], row_bytes};
+        off += row_bytes * (size_t)ws[i]->ne[1];
+    }
     return 0;
 }
 
@@ -122,13 +165,20 @@ static int check_shapes(const bn_config *c, char *err, size_t errlen) {
 static int upload_layer(bn_cuda_model *cm, int il, char *err, size_t errlen) {
     const bn_layer_weights *lw = &cm->m->w.layers[il];
     cu_layer *L = &cm->layers[il];
+    const bn_weight *gdn_w[] = {&lw->attn_qkv, &lw->attn_gate, &lw->ssm_beta, &lw->ssm_alpha};
+    bn_cu_weight *const gdn_o[] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
+    const bn_weight *attn_w[] = {&lw->attn_q, &lw->attn_k, &lw->attn_v};
+    bn_cu_weight *const attn_o[] = {&L->attn_q, &L->attn_k, &L->attn_v};
+    const bn_weight *ffn_w[] = {&lw->ffn_gate, &lw->ffn_up};
+    bn_cu_weight *const ffn_o[] = {&L->ffn_gate, &L->ffn_up};
+    if (upload_group(cm, gdn_w, gdn_o, 4, &L->gdn_in, err, errlen) != 0 ||
+        upload_group(cm, attn_w, attn_o, 3, &L->attn_in, err, errlen) != 0 ||
+        upload_group(cm, ffn_w, ffn_o, 2, &L->ffn_in, err, errlen) != 0)
+        return -1;
     const struct {
         const bn_weight *w;
         bn_cu_weight *out;
-    } mats[] = {{&lw->ffn_gate, &L->ffn_gate},   {&lw->ffn_up, &L->ffn_up},         {&lw->ffn_down, &L->ffn_down},
-                {&lw->attn_q, &L->attn_q},       {&lw->attn_k, &L->attn_k},         {&lw->attn_v, &L->attn_v},
-                {&lw->attn_output, &L->attn_output}, {&lw->attn_qkv, &L->attn_qkv}, {&lw->attn_gate, &L->attn_gate},
-                {&lw->ssm_beta, &L->ssm_beta},   {&lw->ssm_alpha, &L->ssm_alpha},   {&lw->ssm_out, &L->ssm_out}};
+    } mats[] = {{&lw->ffn_down, &L->ffn_down}, {&lw->attn_output, &L->attn_output}, {&lw->ssm_out, &L->ssm_out}};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         if (upload_matrix(cm, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
     const struct {
@@ -157,6 +207,8 @@ bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen)
     else if (rc == 0) rc = upload_matrix(cm, &m->w.output, &cm->output, err, errlen);
     if (rc == 0) rc = upload_vector(cm, &m->w.output_norm, &cm->output_norm, err, errlen);
     for (int il = 0; rc == 0 && il < m->cfg.n_layer; il++) rc = upload_layer(cm, il, err, errlen);
+    if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
+        rc = bn_err(err, errlen, "CUDA error: %s after the upload", cudaGetErrorString(cudaGetLastError()));
     if (rc != 0) {
         bn_cuda_model_free(cm);
         return NULL;
@@ -207,6 +259,7 @@ struct bn_cuda_state {
     float *bb, *ab;       // {Hv, B}
     float *gate, *up;     // {F, B}
     float *logits;        // {V, logit_rows}
+    float *fused;         // {max group rows}: one-token output of a row-concatenated group (gdn_in, ...)
     float *att_scratch;   // bn_cu_attention_scratch_floats
     void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
@@ -233,9 +286,9 @@ static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
     size_t bytes = bn_cu_matmul_scratch_bytes(&cm->output, head_rows);
     for (int il = 0; il < cm->cfg.n_layer; il++) {
         const cu_layer *L = &cm->layers[il];
-        const bn_cu_weight *ws[] = {&L->ffn_gate, &L->ffn_up,     &L->ffn_down,  &L->attn_q,   &L->attn_k,
-                                    &L->attn_v,   &L->attn_output, &L->attn_qkv, &L->attn_gate, &L->ssm_beta,
-                                    &L->ssm_alpha, &L->ssm_out};
+        const bn_cu_weight *ws[] = {&L->ffn_gate,  &L->ffn_up,    &L->ffn_down, &L->attn_q,    &L->attn_k,
+                                    &L->attn_v,    &L->attn_output, &L->attn_qkv, &L->attn_gate, &L->ssm_beta,
+                                    &L->ssm_alpha, &L->ssm_out,   &L->gdn_in,   &L->attn_in,   &L->ffn_in};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i]->data) bytes = max_sz(bytes, max_sz(bn_cu_matmul_scratch_bytes(ws[i], nb),
                                                           bn_cu_matmul_scratch_bytes(ws[i], 1)));
@@ -290,6 +343,8 @@ static size_t layout(carver *c, bn_cuda_state *s) {
     float *bb = (float *)carve(c, B * Hv * 4), *ab = (float *)carve(c, B * Hv * 4);
     float *gate = (float *)carve(c, B * F * 4), *up = (float *)carve(c, B * F * 4);
     float *logits = (float *)carve(c, (size_t)s->logit_rows * cf->n_vocab * 4);
+    const size_t fused_rows = max_sz(conv_dim + value_dim + 2 * Hv, max_sz(q_rows + 2 * kv_dim, 2 * F));
+    float *fused = (float *)carve(c, fused_rows * 4);
     const size_t att_floats =
         max_sz(bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, (int)B, 1),
                bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, BN_CU_MMVQ_MAX_NB, s->n_splits));
@@ -298,6 +353,7 @@ static size_t layout(carver *c, bn_cuda_state *s) {
     if (c->base) {
         s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
         s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->logits = logits, s->att_scratch = att_scratch;
+        s->fused = fused;
         s->mm_scratch = mm_scratch;
     }
     return c->off;
@@ -444,20 +500,26 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
     const bool gated = c->arch == BN_ARCH_QWEN35, neox = c->arch != BN_ARCH_LLAMA;
     const int head_stride = gated ? 2 * hd : hd, q_stride = nh * head_stride;
     const float theta_scale = powf(c->rope_base, -2.0f / (float)c->n_rot);
-    TRY(mm(s, &L->attn_q, s->xn, s->qg, nb)); // per head: query [, gate]
-    TRY(mm(s, &L->attn_k, s->xn, s->kb, nb));
-    TRY(mm(s, &L->attn_v, s->xn, s->vb, nb));
-    if (L->q_bias) TRY(bn_cu_add_bias(s->qg, L->q_bias, q_stride, nb, s->stream));
-    if (L->k_bias) TRY(bn_cu_add_bias(s->kb, L->k_bias, kv_dim, nb, s->stream));
-    if (L->v_bias) TRY(bn_cu_add_bias(s->vb, L->v_bias, kv_dim, nb, s->stream));
-    TRY(bn_cu_norm_rope(s->qg, nh, head_stride, q_stride, nb, L->q_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox,
+    float *qg = s->qg, *kb = s->kb, *vb = s->vb;
+    if (nb == 1 && L->attn_in.data) { // one matmul, outputs as contiguous slices
+        TRY(mm(s, &L->attn_in, s->xn, s->fused, 1));
+        qg = s->fused, kb = qg + q_stride, vb = kb + kv_dim;
+    } else {
+        TRY(mm(s, &L->attn_q, s->xn, qg, nb)); // per head: query [, gate]
+        TRY(mm(s, &L->attn_k, s->xn, kb, nb));
+        TRY(mm(s, &L->attn_v, s->xn, vb, nb));
+    }
+    if (L->q_bias) TRY(bn_cu_add_bias(qg, L->q_bias, q_stride, nb, s->stream));
+    if (L->k_bias) TRY(bn_cu_add_bias(kb, L->k_bias, kv_dim, nb, s->stream));
+    if (L->v_bias) TRY(bn_cu_add_bias(vb, L->v_bias, kv_dim, nb, s->stream));
+    TRY(bn_cu_norm_rope(qg, nh, head_stride, q_stride, nb, L->q_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox,
                         s->d_pos, s->stream));
-    TRY(bn_cu_norm_rope(s->kb, nkv, hd, kv_dim, nb, L->k_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox, s->d_pos,
+    TRY(bn_cu_norm_rope(kb, nkv, hd, kv_dim, nb, L->k_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox, s->d_pos,
                         s->stream));
     const bool f16 = s->kv_type == T_F16;
-    TRY(bn_cu_kv_append(s->k_cache[il], s->v_cache[il], f16, s->kb, s->vb, kv_dim, nb, s->d_pos, s->stream));
+    TRY(bn_cu_kv_append(s->k_cache[il], s->v_cache[il], f16, kb, vb, kv_dim, nb, s->d_pos, s->stream));
     const int n_splits = nb <= BN_CU_MMVQ_MAX_NB ? s->n_splits : 1;
-    TRY(bn_cu_attention(s->att, s->qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
+    TRY(bn_cu_attention(s->att, qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
                         1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream));
     return mm(s, &L->attn_output, s->att, s->mo, nb);
 }
@@ -468,25 +530,38 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb) {
     const cu_layer *L = &s->cm->layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
     const int conv_dim = 2 * Hk * dk + Hv * dk;
-    TRY(mm(s, &L->attn_qkv, s->xn, s->qg, nb));  // mix {conv_dim, nb}
-    TRY(mm(s, &L->attn_gate, s->xn, s->z, nb));  // z   {Hv*dv, nb}
-    TRY(mm(s, &L->ssm_beta, s->xn, s->bb, nb));  // b   {Hv, nb}
-    TRY(mm(s, &L->ssm_alpha, s->xn, s->ab, nb)); // a   {Hv, nb}
-    TRY(bn_cu_gdn_conv(s->qg, s->conv[il], L->conv1d, conv_dim, c->ssm_conv_kernel, nb, s->stream));
-    TRY(bn_cu_gdn_qk_norm(s->qg, Hk, dk, conv_dim, nb, c->norm_eps, 1.0f / sqrtf((float)dk), s->stream));
-    TRY(bn_cu_gdn_recurrence(s->ssm[il], s->qg, s->bb, s->ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb,
+    float *mix = s->qg, *z = s->z, *bb = s->bb, *ab = s->ab;
+    if (nb == 1 && L->gdn_in.data) { // one matmul, outputs as contiguous slices
+        TRY(mm(s, &L->gdn_in, s->xn, s->fused, 1));
+        mix = s->fused, z = mix + conv_dim, bb = z + (size_t)Hv * dk, ab = bb + Hv;
+    } else {
+        TRY(mm(s, &L->attn_qkv, s->xn, mix, nb));  // mix {conv_dim, nb}
+        TRY(mm(s, &L->attn_gate, s->xn, z, nb));   // z   {Hv*dv, nb}
+        TRY(mm(s, &L->ssm_beta, s->xn, bb, nb));   // b   {Hv, nb}
+        TRY(mm(s, &L->ssm_alpha, s->xn, ab, nb));  // a   {Hv, nb}
+    }
+    TRY(bn_cu_gdn_conv(mix, s->conv[il], L->conv1d, conv_dim, c->ssm_conv_kernel, nb, s->stream));
+    TRY(bn_cu_gdn_qk_norm(mix, Hk, dk, conv_dim, nb, c->norm_eps, 1.0f / sqrtf((float)dk), s->stream));
+    TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb,
                              s->stream));
-    TRY(bn_cu_gated_rmsnorm(s->att, s->att, s->z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));
+    TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));
     return mm(s, &L->ssm_out, s->att, s->mo, nb);
 }
 
 // ffn: s->mo = ffn_down · (SiLU(ffn_gate · xn) ⊙ (ffn_up · xn)).
 static cudaError_t ffn(bn_cuda_state *s, int il, int nb) {
     const cu_layer *L = &s->cm->layers[il];
-    TRY(mm(s, &L->ffn_gate, s->xn, s->gate, nb));
-    TRY(mm(s, &L->ffn_up, s->xn, s->up, nb));
-    TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)nb * s->cm->cfg.n_ff, s->stream));
-    return mm(s, &L->ffn_down, s->gate, s->mo, nb);
+    const int F = s->cm->cfg.n_ff;
+    float *gate = s->gate, *up = s->up;
+    if (nb == 1 && L->ffn_in.data) { // one matmul, outputs as contiguous slices
+        TRY(mm(s, &L->ffn_in, s->xn, s->fused, 1));
+        gate = s->fused, up = gate + F;
+    } else {
+        TRY(mm(s, &L->ffn_gate, s->xn, gate, nb));
+        TRY(mm(s, &L->ffn_up, s->xn, up, nb));
+    }
+    TRY(bn_cu_swiglu(gate, gate, up, (int64_t)nb * F, s->stream));
+    return mm(s, &L->ffn_down, gate, s->mo, nb);
 }
 
 // Where one chunk's residual stream goes after each tap layer (host, bn_forward_out.taps layout).
@@ -501,15 +576,18 @@ struct tap_dst {
 static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     const bn_config *c = &s->cm->cfg;
     const int H = c->n_embd;
+    const cu_layer *layers = s->cm->layers;
     TRY(bn_cu_get_rows(&s->cm->token_embd, s->d_tokens, s->x, nb, s->stream));
+    TRY(bn_cu_rmsnorm(s->xn, s->x, layers[0].attn_norm, H, nb, c->norm_eps, s->stream));
     for (int il = 0; il < c->n_layer; il++) {
-        const cu_layer *L = &s->cm->layers[il];
-        TRY(bn_cu_rmsnorm(s->xn, s->x, L->attn_norm, H, nb, c->norm_eps, s->stream));
+        // x += mixer(xn); xn = norm(x); x += ffn(xn); xn = next layer's attn_norm(x)
         TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb) : attention_layer(s, il, nb));
-        TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
-        TRY(bn_cu_rmsnorm(s->xn, s->x, L->post_norm, H, nb, c->norm_eps, s->stream));
+        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il].post_norm, H, nb, c->norm_eps, s->stream));
         TRY(ffn(s, il, nb));
-        TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
+        if (il + 1 < c->n_layer)
+            TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il + 1].attn_norm, H, nb, c->norm_eps, s->stream));
+        else
+            TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
         const bn_forward_out *out = taps.out;
         for (int k = 0; out && out->taps && k < out->n_taps; k++) {
             if (out->tap_layers[k] != il) continue;

@@ -38,6 +38,9 @@ __device__ __forceinline__ float bn_cu_softplus(float x) { return x > 20.0f ? x 
 // ---- ops.cu ------------------------------------------------------------------------------------
 // y[t] = RMSNorm(x[t]; w) for nb rows of n (w NULL = ones); y may alias x.
 cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s);
+// x[t] += r[t], then y[t] = RMSNorm(x[t]; w) for nb rows of n (residual add fused with the next norm).
+cudaError_t bn_cu_add_rmsnorm(float *x, const float *r, float *y, const float *w, int n, int nb, float eps,
+                              cudaStream_t s);
 // y[i] += x[i] for i < count.
 cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s);
 // y[t] += b for nb rows of n.

@@ -27,6 +27,29 @@ cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int n
     return cudaGetLastError();
 }
 
+// add_rmsnorm_kernel: one block per row; each thread adds and then normalises its own elements.
+static __global__ void add_rmsnorm_kernel(float *x, const float *r, float *y, const float *w, int n, float eps) {
+    BN_SHARED(float, red, 32);
+    float *xr = x + (size_t)blockIdx.x * n;
+    const float *rr = r + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] + rr[i];
+        xr[i] = v;
+        sum_sq += v * v;
+    }
+    sum_sq = bn_block_sum(sum_sq, red);
+    const float scale = 1.0f / sqrtf(sum_sq / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? w[i] * (xr[i] * scale) : xr[i] * scale;
+}
+
+cudaError_t bn_cu_add_rmsnorm(float *x, const float *r, float *y, const float *w, int n, int nb, float eps,
+                              cudaStream_t s) {
+    BN_LAUNCH(add_rmsnorm_kernel, nb, NORM_THREADS, 0, s, x, r, y, w, n, eps);
+    return cudaGetLastError();
+}
+
 static __global__ void add_kernel(float *y, const float *x, int64_t count) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += x[i];
