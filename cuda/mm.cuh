@@ -9,14 +9,14 @@
 //
 // Precision:
 //  - nb <= BN_CU_MMVQ_MAX_NB (decode, DSpark verify): quantized weights use int8 activations exactly
-//    like ggml-cuda: x is quantized per 32 to Q8_1 (d = amax/127, q = roundf(x/d), s = d·Σq kept in
-//    fp32 where the format needs it), the per-32 dot is an exact integer (dp4a), scales are applied in
-//    fp32. F16/BF16/F32 weights: fp32 math on fp32 activations.
+//    like ggml-cuda: x is quantized per 32 (d = amax/127 stored as fp16, q = roundf(x/d), Σq kept as an
+//    integer for the formats with an offset or min), the per-32 dot is an exact integer (dp4a), the
+//    scales are applied in fp32. F16/BF16/F32 weights: fp32 math on fp32 activations.
 //  - nb > BN_CU_MMVQ_MAX_NB (prefill): the weight is dequantized to F16 in scratch (a tile of rows at
 //    a time) and x converted to F16; cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F). So prefill
-//    results equal an fp32 GEMM of fp16(W)·fp16(x): the quantized weight values are exact in fp16
-//    (where the scale product fits), the activation loses ~2^-11 relative. F32 weights use
-//    cublasSgemm (exact fp32 inputs).
+//    results equal an fp32 GEMM of fp16(W)·fp16(x): Q1_0/Q2_0/PQ2_0 weights (−d, 0, d, 2d) are exact in
+//    fp16, multi-bit types round d·q to fp16 (~2^-11 relative), as does x (|x| >= 65520 would become
+//    inf: fine for normed inputs, watch ffn_down inputs). F32 weights use cublasSgemm (fp32 inputs).
 #ifndef BONSAI_CUDA_MM_CUH
 #define BONSAI_CUDA_MM_CUH
 #include <stddef.h>

@@ -122,7 +122,7 @@ extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, i
     const size_t rotate_bytes = (size_t)256 << 20;
     size_t stride = (wb + 255) & ~(size_t)255;
     int copies = (int)((rotate_bytes + stride - 1) / (stride ? stride : 1));
-    copies = copies < 1 ? 1 : copies > 64 ? 64 : copies;
+    copies = copies < 1 ? 1 : copies > 1024 ? 1024 : copies;
     bn_cu_weight cw = {nullptr, type, ne0, ne1, wb / (ne1 > 0 ? ne1 : 1)};
     dev_bufs b;
     blas_handle blas;
