@@ -210,6 +210,23 @@ BN_HOST_DEVICE inline int bn_act_pos(int order, int e) {
 }
 
 // ---- per-unit weight decode + integer dot (mmvq) -----------------------------------------------
+// bn_dot8: Σ over 32 int8 pairs packed in 8 ints (exact).
+__device__ __forceinline__ int bn_dot8(const int *q, const int *a) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+    return s;
+}
+// bn_nibbles32: the 32 4-bit codes of 16 bytes (low nibbles = elements 0..15, high = 16..31) as 8 ints.
+__device__ __forceinline__ void bn_nibbles32(const uint8_t *qs, int *q) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t w = bn_ld32_a2(qs + 4 * i);
+        q[i] = (int)(w & 0x0F0F0F0Fu);
+        q[4 + i] = (int)((w >> 4) & 0x0F0F0F0Fu);
+    }
+}
+
 // bn_wunit<T>: one 32-element unit of a weight row decoded once (q: 8 ints of 4 signed bytes in the
 // type's activation order) plus its scales; dot() returns its fp32 contribution against one column's
 // unit (a: 8 ints, sumq = Σq, dx = activation scale). Integer sums are exact; scales in fp32.
@@ -226,9 +243,7 @@ template <> struct bn_wunit<BN_CU_Q1_0> {
         for (int i = 0; i < 8; i++) q[i] = (int)((w >> i) & 0x01010101u); // 0/1 bytes (bit set = +1)
     }
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        int s = bn_dot8(q, a);
         return (d * dx) * (float)(2 * s - sumq); // Σ ±q = 2·Σ_{bit=1} q − Σq
     }
 };
@@ -250,9 +265,7 @@ template <int BLCK, int BYTES> struct bn_wunit_q2 {
         }
     }
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        int s = bn_dot8(q, a);
         return (d * dx) * (float)(s - sumq);
     }
 };
@@ -269,9 +282,7 @@ template <> struct bn_wunit<BN_CU_Q8_0> {
         for (int i = 0; i < 8; i++) q[i] = (int)bn_ld32_a2(b + 2 + 4 * i);
     }
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        int s = bn_dot8(q, a);
         return (d * dx) * (float)s;
     }
 };
@@ -282,17 +293,10 @@ template <> struct bn_wunit<BN_CU_Q4_0> {
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + u * 18;
         d = bn_ldh(b);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t w = bn_ld32_a2(b + 2 + 4 * i);
-            q[i] = (int)(w & 0x0F0F0F0Fu);
-            q[4 + i] = (int)((w >> 4) & 0x0F0F0F0Fu);
-        }
+        bn_nibbles32(b + 2, q);
     }
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        int s = bn_dot8(q, a);
         return (d * dx) * (float)(s - 8 * sumq);
     }
 };
@@ -304,17 +308,10 @@ template <> struct bn_wunit<BN_CU_Q4_1> {
         const uint8_t *b = row + u * 20;
         d = bn_ldh(b);
         m = bn_ldh(b + 2);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t w = bn_ld32_a2(b + 4 + 4 * i);
-            q[i] = (int)(w & 0x0F0F0F0Fu);
-            q[4 + i] = (int)((w >> 4) & 0x0F0F0F0Fu);
-        }
+        bn_nibbles32(b + 4, q);
     }
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        int s = bn_dot8(q, a);
         return (d * dx) * (float)s + (m * dx) * (float)sumq;
     }
 };
@@ -335,9 +332,7 @@ template <> struct bn_wunit<BN_CU_Q4_K> {
         for (int i = 0; i < 8; i++) q[i] = (int)((bn_ld32_a2(qs + 4 * i) >> shift) & 0x0F0F0F0Fu);
     }
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], a[i], s);
+        int s = bn_dot8(q, a);
         return (d * dx) * (float)s - (m * dx) * (float)sumq;
     }
 };

@@ -75,11 +75,7 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     int64_t row0 = (int64_t)blockIdx.x * R;
     int nunits = (int)(ne0 / 32);
-    float acc[R][NB];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < NB; c++) acc[r][c] = 0.0f;
+    float acc[R][NB] = {};
     for (int u = threadIdx.x; u < nunits; u += blockDim.x) {
         int a[NB][8];
         bn_q8_ds ds[NB];
@@ -117,11 +113,7 @@ __global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n
                       const float *__restrict__ x, float *__restrict__ y, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     int64_t row0 = (int64_t)blockIdx.x * R;
-    float acc[R][NB];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < NB; c++) acc[r][c] = 0.0f;
+    float acc[R][NB] = {};
     for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) {
         float xv[NB];
 #pragma unroll
