@@ -75,7 +75,8 @@ extern "C" int bn_cuda_argmax_host(const float *x, int n, int32_t *out, char *er
     dev_bufs b;
     float *dx;
     int32_t *dout;
-    BN_CUDA_TRY(b.alloc((void **)&dx, sizeof(float) * n), err, errlen);
+    BN_CUDA_TRY(b.alloc((void **)&dx, sizeof(float) * (n + 1)), err, errlen);
+    dx += n % 2; // odd n: a device copy that is not 16-byte aligned (the kernel's scalar path)
     BN_CUDA_TRY(b.alloc((void **)&dout, sizeof(int32_t)), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(dx, x, sizeof(float) * n, cudaMemcpyHostToDevice), err, errlen);
     BN_CUDA_TRY(bn_cu_argmax(dx, n, dout, 0), err, errlen);

@@ -24,7 +24,8 @@ int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const flo
 // bn_cuda_get_rows_host: out {ne0, n} = rows ids[0..n) of W dequantized; returns 0 or −1.
 int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64_t ne1, const int32_t *ids, int n, float *out,
                           int flags, char *err, size_t errlen);
-// bn_cuda_argmax_host: *out = bn_cu_argmax of x[0..n); returns 0 or −1.
+// bn_cuda_argmax_host: *out = bn_cu_argmax of x[0..n) (for odd n the device copy starts 4 bytes into
+// its buffer, so tests reach the unaligned path); returns 0 or −1.
 int bn_cuda_argmax_host(const float *x, int n, int32_t *out, char *err, size_t errlen);
 // bn_cuda_topk_host: vals/idx (k each) = bn_cu_topk of x[0..n); returns 0 or −1.
 int bn_cuda_topk_host(const float *x, int n, int k, float *vals, int32_t *idx, char *err, size_t errlen);

@@ -40,12 +40,23 @@ __device__ __forceinline__ void block_best(float *v, int *i, float *redv, int *r
     }
 }
 
+// argmax_k: one block; 16-byte loads when x is 16-byte aligned, then the scalar tail.
 __global__ void argmax_k(const float *__restrict__ x, int n, int32_t *__restrict__ out) {
     BN_SHARED(float, redv, 32);
     BN_SHARED(int, redi, 32);
     float bv = 0.0f;
     int bi = -1;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    int nvec = (uintptr_t)x % 16 == 0 ? n / 4 : 0;
+    const float4 *x4 = (const float4 *)x;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
+        float4 v = __ldg(x4 + j);
+        if (ranks_above(v.x, 4 * j, bv, bi)) bv = v.x, bi = 4 * j;
+        if (ranks_above(v.y, 4 * j + 1, bv, bi)) bv = v.y, bi = 4 * j + 1;
+        if (ranks_above(v.z, 4 * j + 2, bv, bi)) bv = v.z, bi = 4 * j + 2;
+        if (ranks_above(v.w, 4 * j + 3, bv, bi)) bv = v.w, bi = 4 * j + 3;
+    }
+    for (int j = 4 * nvec + threadIdx.x; j < n; j += blockDim.x) {
         float v = x[j];
         if (ranks_above(v, j, bv, bi)) bv = v, bi = j;
     }

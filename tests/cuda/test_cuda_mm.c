@@ -149,6 +149,11 @@ static void check_argmax(void) {
     CHECK(bn_cuda_argmax_host(x, n, &got, err, sizeof err) == 0 && got == 0, "argmax all -inf: %d, want 0", got);
     for (int i = 0; i < n; i++) x[i] = NAN;
     CHECK(bn_cuda_argmax_host(x, n, &got, err, sizeof err) == 0 && got == -1, "argmax all NaN: %d, want -1", got);
+    for (int i = 0; i < n; i++) x[i] = (float)(i % 97);
+    x[4997] = 500.0f; // n 4998: 16-byte loads, the maximum in the 2-element scalar tail
+    CHECK(bn_cuda_argmax_host(x, 4998, &got, err, sizeof err) == 0 && got == 4997, "argmax tail: %d", got);
+    x[2001] = 600.0f; // odd n: unaligned device copy, scalar loads only
+    CHECK(bn_cuda_argmax_host(x, 4999, &got, err, sizeof err) == 0 && got == 2001, "argmax unaligned: %d", got);
     float one = 2.5f;
     CHECK(bn_cuda_argmax_host(&one, 1, &got, err, sizeof err) == 0 && got == 0, "argmax n=1: %d", got);
     free(x);
