@@ -9,6 +9,7 @@
 //   BN_DEVICE                  __device__ __forceinline__
 //   bn_half, bn_h2f, bn_f2h    16-bit float storage and RNE conversions, identical in both builds
 //   bn_half_bits(u16), bn_half_raw(h)   reinterpretation from/to the raw fp16 bits (GGUF data)
+//   bn_warp_reduce_sum(float|int), bn_warp_reduce_max(float)   xor-butterfly warp reductions
 //   BN_CUDA_TRY(call, err, errlen), BN_CUBLAS_TRY(call, err, errlen)   return -1 with err filled
 #ifndef BONSAI_CUDA_COMMON_CUH
 #define BONSAI_CUDA_COMMON_CUH
@@ -41,6 +42,27 @@ static __host__ __device__ __forceinline__ uint16_t bn_half_raw(bn_half h) { ret
 #endif
 
 #define BN_DEVICE __device__ __forceinline__
+
+#if !defined(BONSAI_CUDA_EMU)
+// bn_warp_reduce_sum / bn_warp_reduce_max: v combined over the 32 lanes of the warp by the xor
+// butterfly `v = op(v, __shfl_xor_sync(0xffffffff, v, o))`, o = 16, 8, 4, 2, 1 (every lane gets the
+// same bits). The emulator computes the identical result with one warp exchange instead of five.
+BN_DEVICE float bn_warp_reduce_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+BN_DEVICE int bn_warp_reduce_sum(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+BN_DEVICE float bn_warp_reduce_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+#endif
 
 // bn_cuda_fail: fills err with "CUDA error: <what> (<call>) at file:line"; returns -1.
 static inline int bn_cuda_fail(char *err, size_t errlen, const char *what, const char *call, const char *file,

@@ -167,6 +167,34 @@ static inline int __reduce_max_sync(unsigned mask, int v) {
     return m;
 }
 
+namespace bn_emu {
+// butterfly: what lane `lane` holds after `v = op(v, __shfl_xor_sync(~0u, v, o))` for o = 16, 8, 4, 2, 1,
+// computed from the 32 published values (31 ops: the lanes this lane's result depends on).
+template <class T, class Op> inline T butterfly(const uint64_t *slot, unsigned lane, Op op) {
+    T s[32];
+    for (unsigned j = 0; j < 16; j++) {
+        unsigned x = lane ^ j;
+        s[x] = op(bn_emu_from_bits<T>(slot[x]), bn_emu_from_bits<T>(slot[x ^ 16]));
+    }
+    for (unsigned o = 8; o > 0; o >>= 1)
+        for (unsigned j = 0; j < o; j++) s[lane ^ j] = op(s[lane ^ j], s[lane ^ j ^ o]);
+    return s[lane];
+}
+} // namespace bn_emu
+// bn_warp_reduce_{sum,max} (see cuda/common.cuh): one warp exchange instead of five in the emulator.
+static inline float bn_warp_reduce_sum(float v) {
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_sum");
+    return bn_emu::butterfly<float>(slot, bn_emu::cur->lane, [](float a, float b) { return a + b; });
+}
+static inline int bn_warp_reduce_sum(int v) {
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_sum");
+    return bn_emu::butterfly<int>(slot, bn_emu::cur->lane, [](int a, int b) { return (int)((unsigned)a + (unsigned)b); });
+}
+static inline float bn_warp_reduce_max(float v) {
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_max");
+    return bn_emu::butterfly<float>(slot, bn_emu::cur->lane, [](float a, float b) { return fmaxf(a, b); });
+}
+
 // ---- shared memory ----------------------------------------------------------------------------------
 #define BN_SHARED(T, name, N)                                                                          \
     static bn_emu::SharedKey bn_shkey_##name;                                                          \

@@ -55,6 +55,23 @@ __global__ void k_warp_ops(const int *x, int *out) {
     out[10 * nt + t] = __shfl_down_sync(0xffffffffu, v, 4, 16);
 }
 
+__global__ void k_warp_reduce(const float *x, const int *xi, float *out, int *outi) {
+    int t = threadIdx.x, nt = blockDim.x;
+    float v = x[t], s = v, m = v;
+    int vi = xi[t], si = vi;
+    for (int o = 16; o > 0; o >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        si += __shfl_xor_sync(0xffffffffu, si, o);
+    }
+    out[0 * nt + t] = s;
+    out[1 * nt + t] = bn_warp_reduce_sum(v);
+    out[2 * nt + t] = m;
+    out[3 * nt + t] = bn_warp_reduce_max(v);
+    outi[0 * nt + t] = si;
+    outi[1 * nt + t] = bn_warp_reduce_sum(vi);
+}
+
 // ---- dynamic shared memory --------------------------------------------------------------------------
 __global__ void k_dyn_reverse(const float *x, int n, int extra, float *out) {
     BN_DYN_SHARED(float, buf);
@@ -205,6 +222,22 @@ extern "C" int ek_warp_ops(const int *x, int *out, char *err, size_t errlen) {
     BN_LAUNCH(k_warp_ops, 1, 64, 0, 0, dx.p, dout.p);
     TRY_LAUNCH();
     TRY(cudaMemcpy(out, dout.p, sizeof(int) * 64 * EK_WARP_OPS, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_warp_reduce(const float *x, const int *xi, float *out, int *outi, char *err, size_t errlen) {
+    DevBuf<float> dx, dout;
+    DevBuf<int> dxi, douti;
+    TRY(cudaMalloc(&dx.p, sizeof(float) * EK_REDUCE_THREADS));
+    TRY(cudaMalloc(&dxi.p, sizeof(int) * EK_REDUCE_THREADS));
+    TRY(cudaMalloc(&dout.p, sizeof(float) * 4 * EK_REDUCE_THREADS));
+    TRY(cudaMalloc(&douti.p, sizeof(int) * 2 * EK_REDUCE_THREADS));
+    TRY(cudaMemcpy(dx.p, x, sizeof(float) * EK_REDUCE_THREADS, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(dxi.p, xi, sizeof(int) * EK_REDUCE_THREADS, cudaMemcpyHostToDevice));
+    BN_LAUNCH(k_warp_reduce, 1, EK_REDUCE_THREADS, 0, 0, dx.p, dxi.p, dout.p, douti.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(float) * 4 * EK_REDUCE_THREADS, cudaMemcpyDeviceToHost));
+    TRY(cudaMemcpy(outi, douti.p, sizeof(int) * 2 * EK_REDUCE_THREADS, cudaMemcpyDeviceToHost));
     return 0;
 }
 

@@ -19,6 +19,11 @@ int ek_block_sum(const float *x, int n, float *out, char *err, size_t errlen);
 // 10 down by 4 with width 16 (own value past the segment).
 #define EK_WARP_OPS 11
 int ek_warp_ops(const int *x, int *out, char *err, size_t errlen);
+// ek_warp_reduce: N = EK_REDUCE_THREADS threads (8 warps): out[0..N) xor-butterfly float sum by shuffles,
+// out[N..2N) bn_warp_reduce_sum, out[2N..3N) butterfly fmaxf by shuffles, out[3N..4N) bn_warp_reduce_max;
+// outi[0..N) int butterfly sum by shuffles, outi[N..2N) bn_warp_reduce_sum(int).
+#define EK_REDUCE_THREADS 256
+int ek_warp_reduce(const float *x, const int *xi, float *out, int *outi, char *err, size_t errlen);
 // ek_dyn_reverse: reverses each block of `block` floats through dynamic shared memory of block floats
 // (block up to 1024; smem > 48 KiB uses the opt-in attribute) and also sums it with a 2nd static array.
 int ek_dyn_reverse(const float *x, int n, int block, int extra_floats, float *out, char *err, size_t errlen);

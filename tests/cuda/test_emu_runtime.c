@@ -25,6 +25,12 @@
 
 static char err[512];
 
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
 static void check_block_sum(void) {
     enum { N = 1000 };
     float x[N], out[4];
@@ -66,6 +72,43 @@ static void check_warp_ops(void) {
                 fprintf(stderr, "warp op %d thread %d: %d, want %d\n", k, t, out[k * 64 + t], want[k]);
     }
     for (int k = 0; k < EK_WARP_OPS; k++) CHECK(bad[k] == 0, "warp op %d: %d wrong threads", k, bad[k]);
+}
+
+// check_warp_reduce: bn_warp_reduce_* give the same bits as the shuffle butterflies (order-sensitive
+// inputs spanning 2^0..2^30: a sequential sum differs from the butterfly in ~70% of warps), and the
+// sum is within 1e-6 of sum |x| of the exact one.
+static void check_warp_reduce(void) {
+    enum { N = EK_REDUCE_THREADS };
+    float x[N], out[4 * N];
+    int xi[N], outi[2 * N];
+    bn_rng r;
+    bn_rng_seed(&r, 31);
+    for (int t = 0; t < N; t++) {
+        x[t] = ldexpf(bn_rng_uniform_f24(&r) * 2 - 1, (int)bn_rng_below(&r, 31));
+        xi[t] = (int)bn_rng_next(&r); // wraps around
+    }
+    int rc = ek_warp_reduce(x, xi, out, outi, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    int bad_sum = 0, bad_max = 0, bad_int = 0, bad_ref = 0;
+    for (int t = 0; t < N; t++) {
+        int w0 = t - t % 32;
+        double ref = 0, mag = 0;
+        float mx = x[w0];
+        for (int l = 0; l < 32; l++) {
+            ref += x[w0 + l];
+            mag += fabs(x[w0 + l]);
+            mx = fmaxf(mx, x[w0 + l]);
+        }
+        bad_sum += float_bits(out[t]) != float_bits(out[N + t]);
+        bad_max += float_bits(out[2 * N + t]) != float_bits(out[3 * N + t]) || out[3 * N + t] != mx;
+        bad_int += outi[t] != outi[N + t];
+        bad_ref += fabs(out[N + t] - ref) > 1e-6 * mag;
+    }
+    CHECK(bad_sum == 0, "bn_warp_reduce_sum(float) differs from the shuffle butterfly in %d lanes", bad_sum);
+    CHECK(bad_max == 0, "bn_warp_reduce_max differs in %d lanes", bad_max);
+    CHECK(bad_int == 0, "bn_warp_reduce_sum(int) differs in %d lanes", bad_int);
+    CHECK(bad_ref == 0, "warp sum off the exact sum in %d lanes", bad_ref);
 }
 
 static void check_dyn_shared(int n, int block, int extra) {
@@ -128,12 +171,6 @@ static void check_dp4a(void) {
         if (out[i] != dp4a_ref(a[i], b[i], c[i]) && bad++ < 3)
             fprintf(stderr, "dp4a(%08x, %08x, %d) = %d, want %d\n", a[i], b[i], c[i], out[i], dp4a_ref(a[i], b[i], c[i]));
     CHECK(bad == 0, "dp4a: %d of %d wrong", bad, N);
-}
-
-static uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
 }
 
 static void check_half(void) {
@@ -332,6 +369,7 @@ int main(void) {
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     check_block_sum();
     check_warp_ops();
+    check_warp_reduce();
     check_dyn_shared(1000, 256, 0);
     check_dyn_shared(3000, 1024, 15360); // 64 KiB: needs the opt-in attribute
     check_atomics();
