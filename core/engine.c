@@ -17,6 +17,23 @@ static int cpu_forward(void *st, const int32_t *tokens, int n, bn_forward_out *o
     return bn_forward(s->m, s, tokens, n, out, err, errlen);
 }
 
+static int cpu_state_n_ctx(const void *st) { return bn_state_n_ctx(st); }
+static void *cpu_snapshot_new(const void *st, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    return bn_snapshot_new(st);
+}
+static int cpu_snapshot_into(const void *st, void *snap, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    bn_state_snapshot_into(st, snap);
+    return 0;
+}
+static int cpu_restore(void *st, const void *snap, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    bn_state_restore(st, snap);
+    return 0;
+}
+static void cpu_snapshot_free(void *snap) { bn_snapshot_free(snap); }
+
 static const bn_engine_ops cpu_ops = {
     .name = "CPU",
     .state_new = cpu_state_new,
@@ -25,6 +42,11 @@ static const bn_engine_ops cpu_ops = {
     .state_pos = cpu_state_pos,
     .forward = cpu_forward,
     .impl_free = NULL,
+    .state_n_ctx = cpu_state_n_ctx,
+    .snapshot_new = cpu_snapshot_new,
+    .snapshot_into = cpu_snapshot_into,
+    .restore = cpu_restore,
+    .snapshot_free = cpu_snapshot_free,
 };
 
 bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m) {
@@ -71,4 +93,33 @@ int bn_engine_state_pos(const bn_engine_state *s) { return s->e->ops->state_pos(
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen) {
     return s->e->ops->forward(s->st, tokens, n, out, err, errlen);
+}
+
+int bn_engine_state_n_ctx(const bn_engine_state *s) { return s->e->ops->state_n_ctx(s->st); }
+
+bn_state *bn_engine_state_cpu(bn_engine_state *s) { return s->e->ops == &cpu_ops ? s->st : NULL; }
+
+bn_engine_snapshot *bn_engine_snapshot_new(const bn_engine_state *s, char *err, size_t errlen) {
+    void *snap = s->e->ops->snapshot_new(s->st, err, errlen);
+    if (!snap) return NULL;
+    bn_engine_snapshot *es = xcalloc(1, sizeof *es);
+    es->e = s->e;
+    es->snap = snap;
+    return es;
+}
+
+int bn_engine_snapshot_into(const bn_engine_state *s, bn_engine_snapshot *snap, char *err, size_t errlen) {
+    if (snap->e != s->e) return bn_err(err, errlen, "snapshot belongs to another engine");
+    return s->e->ops->snapshot_into(s->st, snap->snap, err, errlen);
+}
+
+int bn_engine_restore(bn_engine_state *s, const bn_engine_snapshot *snap, char *err, size_t errlen) {
+    if (snap->e != s->e) return bn_err(err, errlen, "snapshot belongs to another engine");
+    return s->e->ops->restore(s->st, snap->snap, err, errlen);
+}
+
+void bn_engine_snapshot_free(bn_engine_snapshot *snap) {
+    if (!snap) return;
+    snap->e->ops->snapshot_free(snap->snap);
+    free(snap);
 }

@@ -21,6 +21,11 @@ typedef struct bn_engine_ops {
     int (*state_pos)(const void *st);
     int (*forward)(void *st, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
     void (*impl_free)(void *impl);
+    int (*state_n_ctx)(const void *st);
+    void *(*snapshot_new)(const void *st, char *err, size_t errlen);
+    int (*snapshot_into)(const void *st, void *snap, char *err, size_t errlen);
+    int (*restore)(void *st, const void *snap, char *err, size_t errlen);
+    void (*snapshot_free)(void *snap);
 } bn_engine_ops;
 
 typedef struct bn_engine {
@@ -31,11 +36,16 @@ typedef struct bn_engine {
     int n_gpu_layers; // the -ngl value it was opened with
 } bn_engine;
 
-// A sequence state of some engine.
+// A sequence state of some engine, and a snapshot of one (recurrent state + position; the rules of
+// core/forward.h: the KV cache is not copied).
 typedef struct bn_engine_state {
     const bn_engine *e;
     void *st;
 } bn_engine_state;
+typedef struct bn_engine_snapshot {
+    const bn_engine *e;
+    void *snap;
+} bn_engine_snapshot;
 
 // bn_engine_new: wraps a backend (used by the backends' constructors); returns it (dies on OOM).
 bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m);
@@ -54,9 +64,22 @@ void bn_engine_state_free(bn_engine_state *s);
 void bn_engine_state_reset(bn_engine_state *s);
 // bn_engine_state_pos: tokens consumed so far.
 int bn_engine_state_pos(const bn_engine_state *s);
+// bn_engine_state_n_ctx: the state's capacity.
+int bn_engine_state_n_ctx(const bn_engine_state *s);
+// bn_engine_state_cpu: the CPU engine's bn_state behind s (for CPU-only code such as DSpark), or NULL
+// for another backend.
+bn_state *bn_engine_state_cpu(bn_engine_state *s);
 // bn_engine_forward: bn_forward's contract on the engine's backend; 0 or -1 with err filled.
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen);
+// bn_engine_snapshot_new: an empty snapshot for s's model; NULL with err filled on failure.
+bn_engine_snapshot *bn_engine_snapshot_new(const bn_engine_state *s, char *err, size_t errlen);
+// bn_engine_snapshot_into: copies s's recurrent state + position into snap; 0 or -1.
+int bn_engine_snapshot_into(const bn_engine_state *s, bn_engine_snapshot *snap, char *err, size_t errlen);
+// bn_engine_restore: puts snap back into s; 0 or -1.
+int bn_engine_restore(bn_engine_state *s, const bn_engine_snapshot *snap, char *err, size_t errlen);
+// bn_engine_snapshot_free: frees a snapshot (NULL is fine).
+void bn_engine_snapshot_free(bn_engine_snapshot *snap);
 
 #ifdef BONSAI_CUDA
 // bn_cuda_engine_new: the CUDA engine (uploads m's weights); NULL with err filled (cuda/engine.cu).

@@ -348,6 +348,19 @@ static void engine_case(void) {
         const double d = max_dlogprob(la, lb, 1, V);
         // the CUDA engine keeps an fp16 KV cache, the CPU engine fp32 (measured 8e-4)
         CHECK(d <= 2e-3, "engine CPU vs CUDA max|dlogprob| %g", d);
+        // snapshots through the engine: restore + the same token = the same logits, both backends
+        bn_engine_state *st[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            bn_engine_snapshot *snap = bn_engine_snapshot_new(st[k], err, sizeof err);
+            CHECK(snap && bn_engine_snapshot_into(st[k], snap, err, sizeof err) == 0, "engine snapshot: %s", err);
+            CHECK(bn_engine_forward(st[k], &t[0], 1, &oa, err, sizeof err) == 0, "engine step: %s", err);
+            CHECK(bn_engine_restore(st[k], snap, err, sizeof err) == 0 && bn_engine_state_pos(st[k]) == 3, "restore: %s", err);
+            CHECK(bn_engine_forward(st[k], &t[0], 1, &ob, err, sizeof err) == 0, "engine step: %s", err);
+            CHECK(memcmp(la, lb, sizeof(float) * V) == 0, "%s engine snapshot continuation differs", k ? "CUDA" : "CPU");
+            CHECK(bn_engine_state_n_ctx(st[k]) == 8, "engine n_ctx");
+            bn_engine_snapshot_free(snap);
+        }
+        CHECK(bn_engine_state_cpu(a) != NULL && bn_engine_state_cpu(b) == NULL, "bn_engine_state_cpu");
         bn_engine_state_reset(b);
         CHECK(bn_engine_state_pos(b) == 0, "engine reset");
         free(la), free(lb);
