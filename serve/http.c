@@ -212,7 +212,8 @@ int bn_server_run(const bn_server_params *params) {
         }
     }
     bn_slots_params sp = {.model = srv.model, .tok = srv.tok, .n_slots = srv.p.n_slots, .n_ctx = srv.p.n_ctx,
-                          .n_threads = srv.p.n_threads, .queue_max = srv.p.queue_max, .drafter = srv.drafter,
+                          .n_threads = srv.p.n_threads, .n_gpu_layers = srv.p.n_gpu_layers,
+                          .queue_max = srv.p.queue_max, .drafter = srv.drafter,
                           .spec = srv.p.spec};
     srv.slots = bn_slots_start(&sp, err, sizeof err);
     if (!srv.slots) {

@@ -18,6 +18,7 @@ typedef struct {
     int n_ctx;                  // per slot; 0 = from the model (capped)
     int n_slots;                // -np
     int n_threads;
+    int n_gpu_layers;           // -ngl: > 0 decodes with the CUDA engine (CUDA builds), 0 on the CPU
     int queue_max;              // waiting requests beyond the slots
     size_t max_body;            // bytes; larger bodies get 413
     const char *api_keys[BN_SERVE_MAX_KEYS];

@@ -73,6 +73,7 @@ typedef struct {
     int n_slots;
     int n_ctx;             // per slot
     int n_threads;
+    int n_gpu_layers;      // -ngl: > 0 runs the slots on the CUDA engine (core/engine.h), 0 on the CPU
     int queue_max;         // waiting tasks beyond the slots (bounded queue)
     const bn_drafter *drafter;  // speculative decoding (NULL = off); shared read-only by all slots
     bn_spec_params spec;        // type, n_max, adaptive ... (used when drafter or type ORACLE)

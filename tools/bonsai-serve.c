@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "  --api-key KEY           require 'Authorization: Bearer KEY' (repeatable)\n"
             "  --metrics               enable GET /metrics (Prometheus)\n"
             "  --no-slots              disable GET /slots\n"
-            "  -ngl, --gpu-layers N    accepted for llama-server compatibility; this build decodes on the CPU\n"
+            "  -ngl, --gpu-layers N    N > 0: decode on the GPU (CUDA builds; no speculative decoding), 0: CPU (default)\n"
             "  -fa, --flash-attn on|off|auto  accepted (attention is computed exactly either way)\n"
             "  --ready-file FILE       write \"host:port\" there once listening (for scripts/tests)\n"
             "Speculative decoding (DSpark, DSPARK.md):\n"
@@ -82,9 +82,7 @@ int main(int argc, char **argv) {
             }
             p.api_keys[p.n_api_keys++] = need(argc, argv, &i);
         } else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
-            const char *v = need(argc, argv, &i);
-            if (strcmp(v, "0") != 0)
-                fprintf(stderr, "bonsai-serve: warning: -ngl %s: the CUDA forward is not implemented yet; decoding on the CPU\n", v);
+            p.n_gpu_layers = to_int(a, need(argc, argv, &i));
         } else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
             const char *v = need(argc, argv, &i);
             if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
