@@ -27,9 +27,11 @@ static int64_t gemm_tile_rows(const bn_cu_weight *w) {
     return rows < w->ne1 ? rows : w->ne1;
 }
 
+bool bn_cu_matmul_uses_mmvq(int type, int nb) { return nb <= BN_CU_MMVQ_MAX_NB; }
+
 size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
     int64_t ne0 = w->ne0;
-    if (nb <= BN_CU_MMVQ_MAX_NB) {
+    if (bn_cu_matmul_uses_mmvq(w->type, nb)) {
         if (!bn_cu_is_quantized(w->type)) return 0;
         int64_t units = ne0 / 32 * nb;
         return align256((size_t)ne0 * nb) + align256((size_t)units * sizeof(bn_q8_ds));
@@ -45,7 +47,7 @@ static cudaError_t blas_error(cublasStatus_t st) {
     return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
 }
 
-// matmul_gemm: the prefill path (nb > BN_CU_MMVQ_MAX_NB).
+// matmul_gemm: the prefill path (nb beyond the mmvq range).
 static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
                                cublasHandle_t blas, cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
@@ -83,12 +85,13 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
                          cublasHandle_t blas, cudaStream_t s) {
     if (!bn_cu_type_supported(w->type) || nb < 1 || w->ne0 % bn_cu_blck(w->type) != 0) return cudaErrorInvalidValue;
     if (w->ne1 == 0) return cudaSuccess;
-    if (nb > BN_CU_MMVQ_MAX_NB) return matmul_gemm(w, x, y, nb, scratch, blas, s);
+    if (!bn_cu_matmul_uses_mmvq(w->type, nb)) return matmul_gemm(w, x, y, nb, scratch, blas, s);
+    int64_t ne0 = w->ne0;
     bn_q8_act act = {nullptr, nullptr};
     if (bn_cu_is_quantized(w->type)) {
         int8_t *qs = (int8_t *)scratch;
-        bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)w->ne0 * nb));
-        cudaError_t e = bn_cu_quantize_act(w->type, x, w->ne0, nb, qs, ds, s);
+        bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
+        cudaError_t e = bn_cu_quantize_act(w->type, x, ne0, nb, qs, ds, s);
         if (e != cudaSuccess) return e;
         act = {qs, ds};
     }

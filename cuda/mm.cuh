@@ -8,11 +8,11 @@
 // bn_cu_weight_repack (wide aligned loads in the decode kernels).
 //
 // Precision:
-//  - nb <= BN_CU_MMVQ_MAX_NB (decode, DSpark verify): quantized weights use int8 activations exactly
+//  - mmvq path (nb <= BN_CU_MMVQ_MAX_NB: decode, DSpark verify): quantized weights use int8 activations exactly
 //    like ggml-cuda: x is quantized per 32 (d = amax/127 stored as fp16, q = roundf(x/d), Σq kept as an
 //    integer for the formats with an offset or min), the per-32 dot is an exact integer (dp4a), the
 //    scales are applied in fp32. F16/BF16/F32 weights: fp32 math on fp32 activations.
-//  - nb > BN_CU_MMVQ_MAX_NB (prefill): the weight is dequantized to F16 in scratch (a tile of rows at
+//  - GEMM path (nb > BN_CU_MMVQ_MAX_NB, prefill): the weight is dequantized to F16 in scratch (a tile of rows at
 //    a time) and x converted to F16; cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F). So prefill
 //    results equal an fp32 GEMM of fp16(W)·fp16(x): Q1_0/Q2_0/PQ2_0 weights (−d, 0, d, 2d) are exact in
 //    fp16, multi-bit types round d·q to fp16 (~2^-11 relative), as does x (|x| >= 65520 would become
@@ -24,6 +24,9 @@
 
 // nb up to this uses the mmvq (matvec) kernels; above it dequantize + cuBLAS GEMM.
 #define BN_CU_MMVQ_MAX_NB 8
+
+// bn_cu_matmul_uses_mmvq: true when bn_cu_matmul takes the mmvq path (Q8 activations) for this nb.
+bool bn_cu_matmul_uses_mmvq(int type, int nb);
 
 // A weight matrix in device memory: ne1 rows of ne0 elements, rows contiguous row_bytes apart
 // (row_bytes >= bn_row_size(type, ne0)).
@@ -41,8 +44,8 @@ bool bn_cu_type_supported(int type);
 size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb);
 
 // bn_cu_matmul: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} (x, y, scratch device fp32; column j of x is
-// x + j*ne0, of y is y + j*ne1); enqueued on s (blas is used only when nb > BN_CU_MMVQ_MAX_NB, and
-// set to stream s). Returns cudaSuccess or the first error (a cuBLAS failure reads as cudaErrorLaunchFailure).
+// x + j*ne0, of y is y + j*ne1); enqueued on s (blas is used, and set to stream s, only on the GEMM
+// path). Returns cudaSuccess or the first error (a cuBLAS failure reads as cudaErrorLaunchFailure).
 // A scratch sized for nb also serves every smaller nb.
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
                          cublasHandle_t blas, cudaStream_t s);

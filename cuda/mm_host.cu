@@ -24,6 +24,8 @@ extern "C" int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1) {
     return bn_cu_weight_repackable(&cw);
 }
 
+extern "C" int bn_cuda_mm_uses_mmvq(int type, int nb) { return bn_cu_matmul_uses_mmvq(type, nb); }
+
 extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y,
                                int flags, char *err, size_t errlen) {
     if (check_shape(type, ne0, err, errlen) < 0) return -1;

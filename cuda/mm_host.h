@@ -17,6 +17,10 @@ extern "C" {
 // data), else 0.
 int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1);
 
+// bn_cuda_mm_uses_mmvq: 1 when bn_cu_matmul takes the mmvq path (Q8 activations) for type and nb, 0 when
+// it takes the fp16 GEMM path.
+int bn_cuda_mm_uses_mmvq(int type, int nb);
+
 // bn_cuda_mm_host: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} through bn_cu_matmul (mmvq for nb <= 8,
 // fp16 cuBLAS GEMM above); returns 0 or −1.
 int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y, int flags,

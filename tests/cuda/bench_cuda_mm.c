@@ -1,5 +1,5 @@
 // tests/cuda/bench_cuda_mm.c — speed of the CUDA matrix kernels on the real 27B shapes (MODEL.md):
-// decode matvec (nb = 1) and DSpark verify (nb = 8) in GB/s of weight bytes and % of the measured
+// decode matvec (nb = 1), DSpark verify (nb = 8) and nb = 16 in GB/s of weight bytes and % of the measured
 // device copy bandwidth; prefill GEMM (nb = 512, fp16 cuBLAS after dequantization) in TFLOP/s.
 // Weights are device-generated (values do not change the speed), rotated through >= 256 MiB of copies;
 // each low-bit shape is timed in the GGUF block layout and in bn_cu_weight_repack's planar layout.
@@ -56,10 +56,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int s = 0; s < nshapes; s++) {
-            const int nbs[] = {1, 8};
+            const int nbs[] = {1, 8, 16}; // decode, DSpark verify (block 4 + 1 fits 8), 16: the GEMM path
             for (int planar = 0; planar < 2; planar++) {
                 if (planar && !bn_cuda_mm_repackable(type, shapes[s].ne0, shapes[s].ne1)) continue;
-                for (int j = 0; j < 2; j++) {
+                for (int j = 0; j < 3; j++) {
                     int nb = nbs[j];
                     double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters,
                                                  planar ? BN_CUDA_MM_REPACK : 0, err, sizeof err);

@@ -3,12 +3,12 @@
 // device), `cuda_mm_emu` links the CPU emulator and always runs.
 //
 // matmul: y = W·x with W from bn_quantize_ref + bn_dequantize (exact), reference in double:
-//  - nb <= 8 (mmvq), quantized W: x rounded per 32 with the CUDA rule (d = amax/127, q = roundf(x/d),
+//  - mmvq path (nb <= 8), quantized W: x rounded per 32 with the CUDA rule (d = amax/127, q = roundf(x/d),
 //    value q·fp16(d)); the kernel sums exact integers, so the error is fp32 rounding of the per-block
 //    scale products and their sum: tolerance 1e-5 relative to Σ|w·x| (F32/F16/BF16 W: plain x, same).
-//  - nb > 8 (fp16 GEMM): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
+//  - GEMM path (larger nb, fp16): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
 //    w·x through sgemm); only the fp32 accumulation differs: tolerance 1e-4 relative to Σ|w·x|.
-// The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row cases take 5 tiles.
+// The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row case takes 5 tiles.
 // get_rows: bit-identical to bn_dequantize. argmax/top-k: exact, against a sort with the same order
 // (value descending, ties → lower index, NaN last).
 #include "tests/test.h"
@@ -41,10 +41,10 @@ static uint8_t *make_weights(int type, int64_t ne0, int64_t ne1, float **deq) {
     return wq;
 }
 
-// act_ref: x as the kernel sees it: CUDA-rule Q8 rounding (quantized W, nb <= 8), fp16 (GEMM), or x.
+// act_ref: x as the kernel sees it: CUDA-rule Q8 rounding (quantized W, mmvq), fp16 (GEMM), or x.
 static void act_ref(int type, int nb, const float *x, int64_t n, float *out) {
     bool quantized = bn_type_traits_of(type)->is_quantized;
-    if (nb > 8) {
+    if (!bn_cuda_mm_uses_mmvq(type, nb)) {
         for (int64_t i = 0; i < n; i++) out[i] = type == BN_F32 ? x[i] : bn_fp16_to_fp32(bn_fp32_to_fp16(x[i]));
         return;
     }
@@ -69,7 +69,8 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
     for (int64_t i = 0; i < ne0 * nb; i++) x[i] = frand(3.0f);
     memset(x + (nb - 1) * ne0, 0, 32 * sizeof(float)); // an all-zero activation block (d = 0)
     for (int c = 0; c < nb; c++) act_ref(type, nb, x + c * ne0, ne0, xr + c * ne0);
-    if (nb > 8 && type != BN_F32) // the GEMM sees fp16 weights
+    bool gemm = !bn_cuda_mm_uses_mmvq(type, nb);
+    if (gemm && type != BN_F32) // the GEMM sees fp16 weights
         for (int64_t i = 0; i < ne0 * ne1; i++) wd[i] = bn_fp16_to_fp32(bn_fp32_to_fp16(wd[i]));
     char err[256] = "";
     int rc = bn_cuda_mm_host(type, wq, ne0, ne1, x, nb, y, flags, err, sizeof err);
@@ -87,7 +88,7 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
             if (!(rel <= worst)) worst = rel; // NaN (an unwritten output) sticks
         }
     }
-    double tol = nb > 8 ? 1e-4 : 1e-5;
+    double tol = gemm ? 1e-4 : 1e-5;
     CHECK(worst <= tol, "%s%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type),
           flags ? " (planar)" : "", (long long)ne1, (long long)ne0, nb, worst, tol);
     free(wq); free(wd); free(x); free(xr); free(y);
@@ -193,13 +194,13 @@ int main(void) {
         double worst_vq = 0, worst_gemm = 0;
         for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
             double e = check_matmul(types[t], 512, 37, nbs[j], 0);
-            if (nbs[j] <= 8) worst_vq = fmax(worst_vq, e);
+            if (bn_cuda_mm_uses_mmvq(types[t], nbs[j])) worst_vq = fmax(worst_vq, e);
             else worst_gemm = fmax(worst_gemm, e);
         }
         worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1, 0));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1, 0)); // 160 units: 5-warp blocks
         worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
-        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12, 0));
+        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12, 0)); // 5 fp16 tiles
         check_get_rows(types[t], 512, 37, 0);
         printf("%-5s max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(types[t]), worst_vq,
                worst_gemm);
@@ -213,7 +214,7 @@ int main(void) {
         double worst_vq = 0, worst_gemm = 0;
         for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
             double e = check_matmul(type, 1024, 45, nbs[j], BN_CUDA_MM_REPACK);
-            if (nbs[j] <= 8) worst_vq = fmax(worst_vq, e);
+            if (bn_cuda_mm_uses_mmvq(type, nbs[j])) worst_vq = fmax(worst_vq, e);
             else worst_gemm = fmax(worst_gemm, e);
         }
         worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 1, BN_CUDA_MM_REPACK));
