@@ -65,6 +65,15 @@ void bn_cuda_snapshot_free(bn_cuda_snapshot *snap);
 // is unchanged.
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
 
+// bn_cuda_forward_snaps: bn_cuda_forward (out->snaps must be NULL) that also copies the recurrent
+// state + position after each token t into the device snapshot snaps[t], inside one batched pass
+// (n <= 64): DSpark verification restores the one after the last accepted token. Returns 0 or -1.
+int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
+                          bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
+// bn_cuda_snapshot_to_host: copies a device snapshot into a host one (bn_cuda_host_snapshot_new or
+// bn_snapshot_new of a CPU state of the same model); 0 or -1.
+int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, char *err, size_t errlen);
+
 // bn_cuda_host_snapshot_new: a host snapshot (core/forward.h type, same layout as the CPU engine's)
 // for out->snaps of bn_cuda_forward; free with bn_snapshot_free.
 bn_snapshot *bn_cuda_host_snapshot_new(const bn_cuda_state *s);

@@ -23,6 +23,7 @@ enum { T_F32 = 0, T_F16 = 1 }; // bn_type ids of quant/quant.h
 #define MAX_PREFILL_BATCH 512 // tokens per chunk (scratch rows)
 #define MAX_LOGIT_ROWS 16     // rows of logits computed per head matmul
 #define MAX_SPLITS 16         // flash-decoding key splits
+#define MAX_SNAPS 64          // tokens of one bn_cuda_forward_snaps call
 
 // ---- the device model ---------------------------------------------------------------------------
 struct cu_layer {
@@ -263,6 +264,8 @@ struct bn_cuda_state {
     float *att_scratch;   // bn_cu_attention_scratch_floats
     void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
+    float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
+    float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
     cudaGraphExec_t graph_greedy; // captured decode step + argmax (NULL until first use)
     cudaGraphExec_t graph_logits; // captured decode step + logits into `logits` (NULL until first use)
 };
@@ -311,12 +314,14 @@ static size_t layout(carver *c, bn_cuda_state *s) {
 
     int *d_pos = (int *)carve(c, 4 * sizeof(int));
     int32_t *d_tokens = (int32_t *)carve(c, B * sizeof(int32_t));
+    float **d_snap_ptrs = (float **)carve(c, MAX_SNAPS * sizeof(float *));
     size_t n_rec = 0;
     for (size_t il = 0; il < L; il++)
         if (cf->is_recurrent[il]) n_rec += conv_floats + ssm_floats;
     float *rec = (float *)carve(c, n_rec * sizeof(float));
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
+        s->d_snap_ptrs = d_snap_ptrs;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
             s->conv[il] = s->ssm[il] = NULL;
@@ -385,7 +390,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
         carver fill = {(char *)s->block, 0};
         layout(&fill, s);
     }
-    if (rc == 0 && cudaMallocHost((void **)&s->h_io, 4 * sizeof(int32_t)) != cudaSuccess)
+    if (rc == 0 && (cudaMallocHost((void **)&s->h_io, 4 * sizeof(int32_t)) != cudaSuccess ||
+                    cudaMallocHost((void **)&s->h_snap_ptrs, MAX_SNAPS * sizeof(float *)) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
     if (rc == 0 && cudaStreamCreate(&s->stream) != cudaSuccess)
         rc = bn_err(err, errlen, "CUDA: cannot create a stream");
@@ -408,6 +414,7 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     if (s->blas) cublasDestroy(s->blas);
     if (s->stream) cudaStreamDestroy(s->stream);
     if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
     if (s->block) cudaFree(s->block);
     free(s->k_cache);
     free(s->v_cache);
@@ -524,8 +531,9 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
     return mm(s, &L->attn_output, s->att, s->mo, nb);
 }
 
-// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S.
-static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb) {
+// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S (copied
+// after each token t to snaps[t] when snaps, a device pointer table, is not NULL).
+static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *snaps) {
     const bn_config *c = &s->cm->cfg;
     const cu_layer *L = &s->cm->layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
@@ -540,10 +548,11 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb) {
         TRY(mm(s, &L->ssm_beta, s->xn, bb, nb));   // b   {Hv, nb}
         TRY(mm(s, &L->ssm_alpha, s->xn, ab, nb));  // a   {Hv, nb}
     }
-    TRY(bn_cu_gdn_conv(mix, s->conv[il], L->conv1d, conv_dim, c->ssm_conv_kernel, nb, s->stream));
+    const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
+    TRY(bn_cu_gdn_conv(mix, s->conv[il], L->conv1d, conv_dim, c->ssm_conv_kernel, nb, snaps, conv_off, s->stream));
     TRY(bn_cu_gdn_qk_norm(mix, Hk, dk, conv_dim, nb, c->norm_eps, 1.0f / sqrtf((float)dk), s->stream));
-    TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb,
-                             s->stream));
+    TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb, snaps,
+                             ssm_off, s->stream));
     TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));
     return mm(s, &L->ssm_out, s->att, s->mo, nb);
 }
@@ -564,10 +573,12 @@ static cudaError_t ffn(bn_cuda_state *s, int il, int nb) {
     return mm(s, &L->ffn_down, gate, s->mo, nb);
 }
 
-// Where one chunk's residual stream goes after each tap layer (host, bn_forward_out.taps layout).
+// Where one chunk's residual stream goes after each tap layer (host, bn_forward_out.taps layout),
+// and whether the recurrent state after each token goes to the snapshots in s->d_snap_ptrs.
 struct tap_dst {
     const bn_forward_out *out; // NULL or no taps: none
     int t_off;                 // index of the chunk's first token in the call
+    bool dev_snaps;            // per-token device snapshots (bn_cuda_forward_snaps)
 };
 
 // run_layers: embeds s->d_tokens[0..nb) and runs every layer at d_pos, then advances d_pos by nb;
@@ -581,7 +592,8 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     TRY(bn_cu_rmsnorm(s->xn, s->x, layers[0].attn_norm, H, nb, c->norm_eps, s->stream));
     for (int il = 0; il < c->n_layer; il++) {
         // x += mixer(xn); xn = norm(x); x += ffn(xn); xn = next layer's attn_norm(x)
-        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb) : attention_layer(s, il, nb));
+        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb, taps.dev_snaps ? s->d_snap_ptrs : NULL)
+                                : attention_layer(s, il, nb));
         TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il].post_norm, H, nb, c->norm_eps, s->stream));
         TRY(ffn(s, il, nb));
         if (il + 1 < c->n_layer)
@@ -651,7 +663,7 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
         const int nb = n - t0 < chunk ? n - t0 : chunk;
         cudaError_t e = cudaMemcpyAsync(s->d_tokens, tokens + t0, sizeof(int32_t) * nb, cudaMemcpyHostToDevice,
                                         s->stream);
-        if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0});
+        if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0, false});
         if (e == cudaSuccess) e = chunk_outputs(s, nb, t0, n, out);
         if (e == cudaSuccess && out && out->snaps)
             e = cudaMemcpyAsync(out->snaps[t0]->data, s->recurrent, s->n_recurrent * sizeof(float),
@@ -664,11 +676,43 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
     return 0;
 }
 
+int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
+                          bn_cuda_snapshot *const *snaps, char *err, size_t errlen) {
+    if (out && out->snaps) return bn_err(err, errlen, "bn_cuda_forward_snaps: give device snapshots only (out->snaps set)");
+    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (n > MAX_SNAPS || n > s->n_batch)
+        return bn_err(err, errlen, "bn_cuda_forward_snaps: %d tokens (at most %d per call)", n,
+                      MAX_SNAPS < s->n_batch ? MAX_SNAPS : s->n_batch);
+    for (int t = 0; t < n; t++)
+        if (!snaps || !snaps[t] || snaps[t]->n != s->n_recurrent)
+            return bn_err(err, errlen, "snaps[%d] is missing or belongs to another model", t);
+    if (n == 0) return 0;
+    for (int t = 0; t < n; t++) s->h_snap_ptrs[t] = snaps[t]->data;
+    cudaError_t e = cudaMemcpyAsync(s->d_snap_ptrs, s->h_snap_ptrs, sizeof(float *) * n, cudaMemcpyHostToDevice,
+                                    s->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(s->d_tokens, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true});
+    if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward_snaps", err, errlen);
+    for (int t = 0; t < n; t++) snaps[t]->pos = s->pos + t + 1;
+    s->pos += n;
+    return 0;
+}
+
+int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, char *err, size_t errlen) {
+    if (dst->n != snap->n) return bn_err(err, errlen, "host snapshot of another model");
+    BN_CUDA_TRY(cudaMemcpy(dst->data, snap->data, snap->n * sizeof(float), cudaMemcpyDeviceToHost), err, errlen);
+    dst->pos = snap->pos;
+    return 0;
+}
+
 // ---- one-token steps through CUDA graphs ---------------------------------------------------------
 // decode_step: one token from d_tokens[0] at d_pos and its logits into s->logits; with greedy, the
 // argmax of the logits into d_tokens[0].
 static cudaError_t decode_step(bn_cuda_state *s, bool greedy) {
-    TRY(run_layers(s, 1, tap_dst{NULL, 0}));
+    TRY(run_layers(s, 1, tap_dst{NULL, 0, false}));
     TRY(head_norm(s, 0, 1));
     TRY(mm(s, &s->cm->output, s->xn, s->logits, 1));
     return greedy ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;

@@ -60,9 +60,12 @@ cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const 
 cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
 
 // ---- gdn.cu ------------------------------------------------------------------------------------
+// Per-token snapshots inside a chunk: snaps (device array of nb device pointers, or NULL) receive the
+// window / S after token t at snaps[t] + snap_off (the layer's offset in the recurrent region).
 // Causal depthwise conv + SiLU over C channels for nb tokens in order, in place on mix {C, nb};
 // window {K-1, C} (ops.h layout) advanced; w {K, C}.
-cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, cudaStream_t s);
+cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, float *const *snaps,
+                           size_t snap_off, cudaStream_t s);
 // L2-normalises the Hk q heads and Hk k heads (dk each) at the start of every mix row {conv_dim, nb};
 // q heads are then multiplied by q_scale.
 cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, float eps, float q_scale,
@@ -71,7 +74,7 @@ cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, 
 // layout) updated in place; y {Hv*dv, nb} = Sᵀq per token. beta_logit/alpha_logit {Hv, nb}.
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                  const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
-                                 int Hv, int conv_dim, int nb, cudaStream_t s);
+                                 int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s);
 
 // ---- attention.cu ------------------------------------------------------------------------------
 // Writes k, v {kv_dim, nb} into the caches {kv_dim, n_ctx} (fp32, or fp16 when kv_f16) at

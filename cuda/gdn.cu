@@ -10,7 +10,8 @@
 #define REC_REGS (BN_CU_MAX_HEAD_DIM / 32)
 
 // conv_kernel: one thread per channel, tokens in order; the channel's window lives in registers.
-static __global__ void conv_kernel(float *mix, float *window, const float *w, int C, int K, int nb) {
+static __global__ void conv_kernel(float *mix, float *window, const float *w, int C, int K, int nb,
+                                   float *const *snaps, size_t snap_off) {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
     const int km1 = K - 1;
@@ -26,12 +27,16 @@ static __global__ void conv_kernel(float *mix, float *window, const float *w, in
         for (int i = 0; i + 1 < km1; i++) win[i] = win[i + 1];
         if (km1 > 0) win[km1 - 1] = x_now;
         *xt = bn_cu_silu(acc);
+        if (snaps)
+            for (int i = 0; i < km1; i++) snaps[t][snap_off + (size_t)ch * km1 + i] = win[i];
     }
     for (int i = 0; i < km1; i++) wd[i] = win[i];
 }
 
-cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, cudaStream_t s) {
-    BN_LAUNCH(conv_kernel, (C + CONV_THREADS - 1) / CONV_THREADS, CONV_THREADS, 0, s, mix, window, w, C, K, nb);
+cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, float *const *snaps,
+                           size_t snap_off, cudaStream_t s) {
+    BN_LAUNCH(conv_kernel, (C + CONV_THREADS - 1) / CONV_THREADS, CONV_THREADS, 0, s, mix, window, w, C, K, nb, snaps,
+              snap_off);
     return cudaGetLastError();
 }
 
@@ -64,7 +69,7 @@ cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, 
 // row += δ_j k, o_j = row·q.
 static __global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                   const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk, int Hv,
-                                  int conv_dim, int nb) {
+                                  int conv_dim, int nb, float *const *snaps, size_t snap_off) {
     const int h = blockIdx.x, lane = threadIdx.x % 32;
     const int j = blockIdx.y * REC_WARPS + threadIdx.x / 32;
     if (j >= dv) return; // whole warp leaves together
@@ -102,6 +107,14 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
         }
         o = bn_warp_sum(o);
         if (lane == 0) y[(size_t)t * Hv * dv + (size_t)h * dv + j] = o;
+        if (snaps) { // S row j of head h after token t
+            float *dst = snaps[t] + snap_off + ((size_t)h * dv + j) * dk;
+#pragma unroll
+            for (int m = 0; m < REC_REGS; m++) {
+                const int i = lane + 32 * m;
+                if (i < dk) dst[i] = r[m];
+            }
+        }
     }
 #pragma unroll
     for (int m = 0; m < REC_REGS; m++) {
@@ -112,9 +125,9 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
 
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                  const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
-                                 int Hv, int conv_dim, int nb, cudaStream_t s) {
+                                 int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s) {
     dim3 grid(Hv, (dv + REC_WARPS - 1) / REC_WARPS);
     BN_LAUNCH(recurrence_kernel, grid, REC_WARPS * 32, 0, s, S, mix, beta_logit, alpha_logit, dt_bias, ssm_a, y, dk,
-              dv, Hk, Hv, conv_dim, nb);
+              dv, Hk, Hv, conv_dim, nb, snaps, snap_off);
     return cudaGetLastError();
 }

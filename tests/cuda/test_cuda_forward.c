@@ -320,6 +320,36 @@ static void snaps_and_kv16(void) {
     printf("tiny F32 fp16-KV prefill max|dlogprob| %.3g; host snapshots max|d| %.3g\n", d, ds);
     CHECK(d <= 1e-3, "fp16 KV max|dlogprob| %g > 1e-3", d);
     CHECK(ds <= 1e-4, "snapshot state max|d| %g > 1e-4", ds);
+
+    // device snapshots inside one batched pass (bn_cuda_forward_snaps) = the token-by-token host ones
+    // (bound 1e-5: the 5-token pass runs the same kernels with nb = 5); then DSpark-style rollback:
+    // restore the snapshot after token 2 and re-run tokens 3, 4 = the batched pass's last logits
+    bn_cuda_state *sd = bn_cuda_state_new(cm, 32, BN_F16, err, sizeof err);
+    bn_cuda_snapshot *dsn[5];
+    for (int i = 0; i < n; i++) dsn[i] = bn_cuda_snapshot_new(sd, err, sizeof err);
+    float *ld = xmalloc(sizeof(float) * V * n), *lr = xmalloc(sizeof(float) * V);
+    bn_forward_out od = {.logits = ld, .all_logits = true};
+    CHECK(bn_cuda_forward_snaps(sd, tokens, n, &od, dsn, err, sizeof err) == 0, "forward_snaps: %s", err);
+    double dd = 0;
+    bn_snapshot *tmp = bn_cuda_host_snapshot_new(sd);
+    for (int i = 0; i < n; i++) {
+        CHECK(bn_cuda_snapshot_to_host(dsn[i], tmp, err, sizeof err) == 0, "to host: %s", err);
+        CHECK(tmp->pos == i + 1 && bn_cuda_snapshot_pos(dsn[i]) == i + 1, "device snap %d pos %d", i, tmp->pos);
+        for (size_t j = 0; j < tmp->n; j++) dd = fmax(dd, fabs(tmp->data[j] - sng[i]->data[j]));
+    }
+    CHECK(bn_cuda_state_restore(sd, dsn[2], err, sizeof err) == 0 && bn_cuda_state_pos(sd) == 3, "restore: %s", err);
+    bn_forward_out orr = {.logits = lr};
+    CHECK(bn_cuda_forward(sd, tokens + 3, 2, &orr, err, sizeof err) == 0, "after rollback: %s", err);
+    const double dr = max_dlogprob(ld + (size_t)4 * V, lr, 1, V);
+    printf("device snapshots vs host ones max|d| %.3g; rollback continuation max|dlogprob| %.3g\n", dd, dr);
+    CHECK(dd <= 1e-5, "device snapshots differ from host ones by %g", dd);
+    CHECK(dr <= 1e-5, "rollback continuation differs by %g", dr);
+    bn_forward_out obad = {.logits = ld, .snaps = sng};
+    CHECK(bn_cuda_forward_snaps(sd, tokens, 1, &obad, dsn, err, sizeof err) == -1, "host + device snaps refused");
+    bn_snapshot_free(tmp);
+    for (int i = 0; i < n; i++) bn_cuda_snapshot_free(dsn[i]);
+    free(ld), free(lr);
+    bn_cuda_state_free(sd);
     free(lc), free(lg);
     for (int i = 0; i < n; i++) bn_snapshot_free(snc[i]), bn_snapshot_free(sng[i]);
     bn_cuda_state_free(sg);
