@@ -7,6 +7,12 @@
 // Run on the GPU machine (not a test; needs a device):
 //   meson setup build -Dcuda=enabled && ninja -C build tests/cuda/bench_cuda_mm && build/tests/cuda/bench_cuda_mm
 // Options: --quick (fewer shapes/iterations), --types q1_0,q8_0 (subset).
+//
+// Not yet measured (no GPU in the session that wrote it). Floors and predictions to check against:
+// ffn_up Q1_0 is 12.5 MB, so at ~4 TB/s one matvec is >= ~3 us; an L1-wavefront count (weights as 2-byte
+// loads in the GGUF layout vs 4-16-byte loads in the planar one) predicts ~60-75% of copy bandwidth for
+// the GGUF layout and ~80-90% planar on the large shapes, less on attn_k/v (737 KB: launch-bound).
+// nb 8 is dp4a-bound for Q1_0 (8 dots per weight unit): expect ~25-35% of copy bandwidth there.
 #include "cuda/cuda_backend.h"
 #include "cuda/mm_host.h"
 #include "quant/quant.h"

@@ -202,6 +202,11 @@ int main(void) {
         worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
         worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12, 0)); // 5 fp16 tiles
         check_get_rows(types[t], 512, 37, 0);
+        if (!bn_type_traits_of(types[t])->is_quantized) { // float weights take any ne0
+            worst_vq = fmax(worst_vq, check_matmul(types[t], 100, 13, 3, 0));
+            worst_gemm = fmax(worst_gemm, check_matmul(types[t], 100, 13, 9, 0));
+            check_get_rows(types[t], 100, 37, 0);
+        }
         printf("%-5s max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(types[t]), worst_vq,
                worst_gemm);
     }
