@@ -71,7 +71,9 @@ static float top2_gap(const float *x, int n) {
 static const char *make_model(const char *preset, const char *type, char *path, size_t n) {
     char err[512], f32[300];
     bn_mkmodel_params p;
-    bn_mkmodel_defaults(&p, preset);
+    const bool wide = !strcmp(preset, "wide"); // tiny with H = F = 1024: weights cudamm repacks
+    bn_mkmodel_defaults(&p, wide ? "tiny" : preset);
+    if (wide) p.n_embd = 1024, p.n_ff = 1024;
     p.seed = 7;
     const bool plain = !strcmp(type, "F32") || !strcmp(type, "F16");
     p.type = !strcmp(type, "F16") ? BN_F16 : BN_F32;
@@ -292,6 +294,50 @@ static void greedy_case(const char *preset, const char *type) {
     close_model(m, cm);
 }
 
+// planar_case: a Q1_0 model with H = F = 1024, whose H-wide weights (the q|k|v, GDN-input and
+// gate|up groups) are repacked to the planar layout at upload: 6 one-token steps vs the CPU (step
+// bound) and a 9-token batch (nb > 8: the GEMM path dequantizes the planar rows) vs the CPU on the
+// dequantized copy (prefill bound), as in run_case.
+static void planar_case(void) {
+    char path[320], deq[400], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model("wide", "Q1_0", path, sizeof path, &cm);
+    if (!m) return;
+    bn_model *md = make_dequantized(path, deq, sizeof deq) ? bn_model_load(deq, err, sizeof err) : NULL;
+    CHECK(md != NULL, "dequantized wide model: %s", err);
+    const int V = m->cfg.n_vocab, n = 9;
+    int32_t tokens[9];
+    for (int i = 0; i < n; i++) tokens[i] = (int32_t)((i * 97 + 5) % V);
+    float *lc = xmalloc(sizeof(float) * V * n), *lg = xmalloc(sizeof(float) * V * n);
+    bn_state *sc = bn_state_new(m, 16, 2);
+    bn_cuda_state *sg = bn_cuda_state_new(cm, 16, BN_F32, err, sizeof err);
+    double d_step = 0, d_batch = 1e9;
+    bn_forward_out oc = {.logits = lc}, og = {.logits = lg};
+    for (int t = 0; t < 6; t++) {
+        CHECK(bn_forward(m, sc, &tokens[t], 1, &oc, err, sizeof err) == 0, "cpu: %s", err);
+        CHECK(bn_cuda_forward(sg, &tokens[t], 1, &og, err, sizeof err) == 0, "cuda: %s", err);
+        d_step = fmax(d_step, max_dlogprob(lc, lg, 1, V));
+    }
+    if (md) {
+        bn_state *sr = bn_state_new(md, 16, 2);
+        bn_cuda_state_reset(sg);
+        bn_forward_out oa = {.logits = lc, .all_logits = true}, ob = {.logits = lg, .all_logits = true};
+        CHECK(bn_forward(md, sr, tokens, n, &oa, err, sizeof err) == 0, "cpu deq: %s", err);
+        CHECK(bn_cuda_forward(sg, tokens, n, &ob, err, sizeof err) == 0, "cuda batch: %s", err);
+        d_batch = max_dlogprob(lc, lg, n, V);
+        bn_state_free(sr);
+        bn_model_free(md);
+    }
+    printf("wide       Q1_0  (planar) max|dlogprob|: step %.3g (bound 1e-2), 9-token batch %.3g (0.2)\n", d_step,
+           d_batch);
+    CHECK(d_step <= 1e-2, "planar step max|dlogprob| %g", d_step);
+    CHECK(d_batch <= 0.2, "planar batch max|dlogprob| %g", d_batch);
+    free(lc), free(lg);
+    bn_cuda_state_free(sg);
+    bn_state_free(sc);
+    close_model(m, cm);
+}
+
 // snaps_and_kv16: host snapshots from bn_cuda_forward vs the CPU's, and an fp16 KV cache vs the
 // CPU's fp16 cache (bound 1e-3: fp16 rounding identical, fp32 sums in another order).
 static void snaps_and_kv16(void) {
@@ -403,7 +449,7 @@ static void engine_case(void) {
 }
 
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
-// greedy, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0 cases, F16 greedy), "quick" (F32 case +
+// greedy, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0 cases, F16 greedy, planar Q1_0), "quick" (F32 case +
 // greedy; for the shuffled emulator run); no argument runs everything (GPU).
 int main(int argc, char **argv) {
     char err[256];
@@ -429,6 +475,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; qnt && i < sizeof quant_cases / sizeof quant_cases[0]; i++) run_case(&quant_cases[i]);
     if (flt || quick) greedy_case("tiny", "F32");
     if (qnt) greedy_case("tiny", "F16");
+    if (qnt) planar_case();
     if (flt) {
         snaps_and_kv16();
         engine_case();
