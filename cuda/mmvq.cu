@@ -120,7 +120,10 @@ __global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t n
         for (int c = 0; c < NB; c++) xv[c] = NB == 1 || c < nb ? __ldg(x + (int64_t)c * ne0 + k) : 0.0f;
         float wv[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) wv[r] = bn_deq_elem<T>(w + (row0 + r < ne1 ? row0 + r : ne1 - 1) * row_bytes, k, ne0);
+        for (int r = 0; r < R; r++) {
+            int64_t row = row0 + r < ne1 ? row0 + r : ne1 - 1; // the tail block re-reads its last row
+            wv[r] = bn_deq_elem<T>(w + row * row_bytes, k, ne0);
+        }
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
