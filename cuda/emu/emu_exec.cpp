@@ -236,41 +236,35 @@ void run_block(uint3 bidx) {
     if (X.ndone != n) report_deadlock();
 }
 
-// on_fault: a SIGSEGV/SIGBUS inside a kernel names the kernel, block and thread (and says when the
-// address is a fiber stack's guard page), then lets the default action end the process.
+// on_fault: a SIGSEGV/SIGBUS inside a kernel names the kernel, block and thread (a fiber stack's guard
+// page: stack overflow; past a device allocation: out of bounds); outside kernels, an access to device
+// memory by host code is named. Then the default action ends the process.
 void on_fault(int sig, siginfo_t *si, void *) {
+    char msg[640], what[256] = "";
+    const void *base = nullptr;
+    size_t bytes = 0;
+    bool in_alloc = device_alloc_of(si->si_addr, &base, &bytes);
+    if (in_alloc)
+        snprintf(what, sizeof what, "%s a cudaMalloc of %zu bytes at %p",
+                 (uintptr_t)si->si_addr >= (uintptr_t)base + bytes ? "past the end of" : "inside", bytes, base);
+    const char *sig_name = sig == SIGSEGV ? "segmentation fault" : "bus error";
+    int len = 0;
     if (cur && X.name) {
         uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)stack_region;
         bool guard = a >= lo && a < lo + stack_stride * pool_threads && (a - lo) % stack_stride < stack_stride - stack_size;
-        char msg[512];
-        int len = snprintf(msg, sizeof msg,
-                           "bonsai-emu: %s at %p in %s, thread %u (%u,%u,%u): %s\n",
-                           sig == SIGSEGV ? "segmentation fault" : "bus error", si->si_addr, where(), cur->lin,
-                           cur->tid.x, cur->tid.y, cur->tid.z,
-                           guard ? "fiber stack overflow (raise BONSAI_EMU_STACK_KB, default 64)"
-                                 : "out-of-bounds or host-pointer access in device code?");
-        if (len > 0) (void)!write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+        len = snprintf(msg, sizeof msg, "bonsai-emu: %s at %p in %s, thread %u (%u,%u,%u): %s%s\n", sig_name,
+                       si->si_addr, where(), cur->lin, cur->tid.x, cur->tid.y, cur->tid.z,
+                       guard ? "fiber stack overflow (raise BONSAI_EMU_STACK_KB, default 64)"
+                       : in_alloc ? "out-of-bounds access, " : "out-of-bounds or host-pointer access in device code?",
+                       guard ? "" : what);
+    } else if (in_alloc) {
+        len = snprintf(msg, sizeof msg,
+                       "bonsai-emu: %s at %p: host code accessed device memory (%s); only kernels, cudaMemcpy/"
+                       "cudaMemset and cuBLAS may touch it (BONSAI_EMU_PROTECT=0 disables this check)\n",
+                       sig_name, si->si_addr, what);
     }
+    if (len > 0) (void)!write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
     signal(sig, SIG_DFL); // returning re-executes the access under the default action
-}
-
-// install_fault_handler: once per host thread (the alternate stack), if nobody else handles SIGSEGV.
-void install_fault_handler() {
-    static thread_local bool done;
-    if (done) return;
-    done = true;
-    struct sigaction old;
-    if (sigaction(SIGSEGV, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
-    stack_t ss = {};
-    ss.ss_size = 64 * 1024;
-    ss.ss_sp = malloc(ss.ss_size); // one per host thread that launches; kept for the thread's life
-    sigaltstack(&ss, nullptr);
-    struct sigaction sa = {};
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, nullptr);
-    sigaction(SIGBUS, &sa, nullptr);
 }
 
 // execute: runs every block of a launch (argument checks were done at launch/capture time).
@@ -318,6 +312,25 @@ void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_l
     }
 }
 } // namespace
+
+// install_fault_handler: once per host thread (the alternate stack), if nobody else handles SIGSEGV.
+void install_fault_handler() {
+    static thread_local bool done;
+    if (done) return;
+    done = true;
+    struct sigaction old;
+    if (sigaction(SIGSEGV, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+    stack_t ss = {};
+    ss.ss_size = 64 * 1024;
+    ss.ss_sp = malloc(ss.ss_size); // one per host thread that launches; kept for the thread's life
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa = {};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+}
 
 void syncthreads() {
     Fiber *self = (Fiber *)cur;

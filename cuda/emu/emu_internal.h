@@ -35,6 +35,10 @@ bn_emu_stream *resolve(cudaStream_t s);
 cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work);
 // sync_allowed: cudaSuccess, or the error (and invalidated captures) for a synchronising call now.
 cudaError_t sync_allowed(const char *what);
+// device_alloc_of: whether p lies in a cudaMalloc range or the inaccessible page after it; its start and size.
+bool device_alloc_of(const void *p, const void **base, size_t *bytes);
+// install_fault_handler: SIGSEGV/SIGBUS reports naming the kernel or the device allocation (once per thread).
+void install_fault_handler();
 // die: prints "bonsai-emu: <message>" to stderr and aborts.
 [[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 } // namespace bn_emu

@@ -7,13 +7,54 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <map>
 
 namespace bn_emu {
 namespace {
 thread_local cudaError_t last_error = cudaSuccess;
 bn_emu_stream legacy_stream = {0, false, false, cudaStreamCaptureModeGlobal, nullptr};
-std::map<uintptr_t, size_t> device_allocs; // start -> bytes
+std::map<uintptr_t, size_t> device_allocs; // start -> bytes asked for
+
+// Device memory protection: outside device work (kernels, copies, memsets, cuBLAS: everything run
+// through submit) every cudaMalloc range is PROT_NONE, so host code that dereferences a device
+// pointer faults at once, as on a GPU. Each range is its own mapping with an inaccessible page after
+// it (kernels that run past an allocation's last page fault too). BONSAI_EMU_PROTECT=0 turns it off;
+// ASan builds use the heap instead (exact sizes, ASan's checks).
+#if defined(__SANITIZE_ADDRESS__)
+const bool use_mappings = false;
+#else
+const bool use_mappings = true;
+#endif
+int protect_state = -1; // -1 not read yet, 0 off, 1 on
+int device_depth;       // nesting of device work
+size_t page_bytes;
+
+bool protecting() {
+    if (protect_state < 0) {
+        const char *e = getenv("BONSAI_EMU_PROTECT");
+        protect_state = use_mappings && !(e && strcmp(e, "0") == 0);
+        page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+    }
+    return protect_state == 1;
+}
+
+size_t mapped_bytes(size_t n) { return (n + page_bytes - 1) / page_bytes * page_bytes; }
+
+void set_device_access(bool on) {
+    for (auto &a : device_allocs)
+        if (a.second) mprotect((void *)a.first, mapped_bytes(a.second), on ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+// DeviceAccess: device memory is accessible for the lifetime of one (outermost) piece of device work.
+struct DeviceAccess {
+    DeviceAccess() {
+        if (protecting() && device_depth++ == 0) set_device_access(true);
+    }
+    ~DeviceAccess() {
+        if (protecting() && --device_depth == 0) set_device_access(false);
+    }
+};
 int strict_captures;                       // active captures in Global/ThreadLocal mode
 std::vector<bn_emu_stream *> capturing;    // streams capturing now
 
@@ -90,8 +131,21 @@ cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work)
         invalidate_captures();
         return cudaErrorStreamCaptureImplicit;
     }
+    DeviceAccess access;
     work();
     return cudaSuccess;
+}
+
+bool device_alloc_of(const void *p, const void **base, size_t *bytes) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = device_allocs.upper_bound(a);
+    if (it == device_allocs.begin()) return false;
+    --it;
+    size_t span = use_mappings ? mapped_bytes(it->second) + page_bytes : it->second;
+    if (a >= it->first + span) return false;
+    *base = (const void *)it->first;
+    *bytes = it->second;
+    return true;
 }
 
 cudaError_t memcpy_symbol(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s, bool async) {
@@ -228,14 +282,22 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     *p = nullptr;
     cudaError_t e = sync_allowed("cudaMalloc");
     if (e) return set_error(e);
-#if defined(__SANITIZE_ADDRESS__)
-    size_t bytes = n ? n : 1; // exact size: ASan reports any out-of-bounds access of device code
-#else
-    size_t bytes = (n + 255) / 256 * 256 + 256; // slack like the GPU's allocation granularity
-#endif
+    install_fault_handler();
+    bool protect = protecting();
     void *m = nullptr;
-    if (posix_memalign(&m, 256, bytes) != 0) return set_error(cudaErrorMemoryAllocation);
+    if (use_mappings) { // pages + one inaccessible page after them
+        void *r = mmap(nullptr, mapped_bytes(n) + page_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
+        if (n && mprotect(r, mapped_bytes(n), PROT_READ | PROT_WRITE) != 0) {
+            munmap(r, mapped_bytes(n) + page_bytes);
+            return set_error(cudaErrorMemoryAllocation);
+        }
+        m = r;
+    } else if (posix_memalign(&m, 256, n ? n : 1) != 0) { // exact size: ASan reports out-of-bounds accesses
+        return set_error(cudaErrorMemoryAllocation);
+    }
     memset(m, 0xff, n); // device memory is not zeroed: make reads of unwritten memory visible (NaN)
+    if (protect && device_depth == 0 && n) mprotect(m, mapped_bytes(n), PROT_NONE);
     device_allocs[(uintptr_t)m] = n;
     *p = m;
     return cudaSuccess;
@@ -248,8 +310,10 @@ cudaError_t cudaFree(void *p) {
     if (e) return set_error(e);
     auto it = device_allocs.find((uintptr_t)p);
     if (it == device_allocs.end()) return set_error(cudaErrorInvalidValue);
+    size_t n = it->second;
     device_allocs.erase(it);
-    free(p);
+    if (use_mappings) munmap(p, mapped_bytes(n) + page_bytes);
+    else free(p);
     return cudaSuccess;
 }
 

@@ -177,6 +177,7 @@ __global__ void k_dyn_only(float *out) {
     out[threadIdx.x] = buf[threadIdx.x];
 }
 __global__ void k_null_write(float *out) { out[threadIdx.x] = 1.0f; }
+__global__ void k_past_end(float *buf, int n) { buf[n + threadIdx.x] = 1.0f; } // one page past a 4 KiB buffer
 __global__ void k_deep_stack(float *out) {
     volatile char local[256 * 1024]; // 4x the default fiber stack
     for (int i = 0; i < (int)sizeof local; i += 4096) local[i] = (char)i;
@@ -430,6 +431,13 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 4: BN_LAUNCH(k_dyn_only, 1, 64, 100 * 1024, 0, dout.p); break;
     case 6: BN_LAUNCH(k_null_write, 1, 32, 0, 0, (float *)nullptr); break;
     case 7: BN_LAUNCH(k_deep_stack, 1, 32, 0, 0, dout.p); break;
+    case 8: return (int)*(volatile float *)dout.p; // host code reading device memory
+    case 9: {
+        DevBuf<float> small;
+        TRY(cudaMalloc(&small.p, 4096));
+        BN_LAUNCH(k_past_end, 1, 32, 0, 0, small.p, 1024);
+        break;
+    }
     default: BN_LAUNCH(k_dyn_only, 1, 2048, 0, 0, dout.p); break;
     }
     TRY_LAUNCH();

@@ -52,7 +52,8 @@ int ek_gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const 
 int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen);
 // ek_bad: runs a broken kernel (emulator only: it aborts with a report): 1 deadlock at __syncthreads,
 // 2 shuffle reached by 16 lanes, 3 64 KiB static shared memory, 4 100 KiB dynamic shared memory
-// without opt-in, 5 block of 2048 threads, 6 store through a null pointer, 7 256 KiB of locals (stack overflow).
+// without opt-in, 5 block of 2048 threads, 6 store through a null pointer, 7 256 KiB of locals (stack overflow),
+// 8 host code reading device memory, 9 a kernel storing one page past a 4 KiB allocation.
 int ek_bad(int which, char *err, size_t errlen);
 // ek_switch_bench: mode 0: one block of `threads` threads passing `rounds` __syncthreads; mode 1: the
 // same with warp shuffles; mode 2: `rounds` blocks of `threads` threads without barriers. Returns 0.

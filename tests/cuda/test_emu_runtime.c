@@ -5,8 +5,8 @@
 // cuBLAS Sgemm/GemmEx against a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU)
 // and for a GPU (skips without one). Emulator only: a kernel missing a barrier is caught by the
 // shuffled order, broken kernels (deadlock, half-warp shuffle, shared-memory overflow, 2048-thread
-// block, null store, stack overflow) are reported (run in forked children), and the fiber switch cost
-// is printed.
+// block, null store, stack overflow, host code reading device memory, a store past an allocation)
+// are reported (run in forked children), and the fiber switch cost is printed.
 #include "tests/test.h"
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/cuda_backend.h"
@@ -391,6 +391,8 @@ int main(void) {
 #ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself
     run_bad(6, SIGSEGV, "k_null_write", "segmentation fault");
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
+    run_bad(8, SIGSEGV, "host code accessed device memory", "inside a cudaMalloc of 16384 bytes");
+    run_bad(9, SIGSEGV, "k_past_end", "past the end of a cudaMalloc of 4096 bytes");
 #endif
     switch_cost(0);
     switch_cost(1);
