@@ -95,14 +95,15 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
             }
         }
         // all R rows' loads first (the tail block re-reads its last row; only valid rows are stored),
-        // then the dots (unused columns have zero activations and add 0)
+        // then the dots of the nb used columns (a block-uniform branch: nb 5 in the NB 8 kernel skips 3)
         bn_wunit<T> wu[R];
 #pragma unroll
         for (int r = 0; r < R; r++) wu[r].load(w + (row0 + r < ne1 ? row0 + r : ne1 - 1) * row_bytes, u, ne0);
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int c = 0; c < NB; c++) acc[r][c] += wu[r].dot(a[c], ds[c].sum, ds[c].d);
+            for (int c = 0; c < NB; c++)
+                if (NB == 1 || c < nb) acc[r][c] += wu[r].dot(a[c], ds[c].sum, ds[c].d);
     }
     reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
 }
