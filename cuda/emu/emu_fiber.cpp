@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(BONSAI_EMU_UCONTEXT)
 extern "C" void bn_emu_ctx_start(void);
 asm(".text\n"
     ".globl bn_emu_ctx_switch\n"
