@@ -79,6 +79,8 @@ void *shared_static(SharedKey *key, size_t bytes, size_t align);
 void *shared_dynamic();
 // syncthreads: block barrier; aborts on deadlock (threads exited or waiting elsewhere).
 void syncthreads();
+// syncthreads_count: block barrier; returns how many threads passed a nonzero pred.
+int syncthreads_count(int pred);
 // warp_exchange: warp barrier publishing v; returns the 32 published values of this exchange.
 const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what);
 // launch: runs (or, on a capturing stream, records) body for every thread of grid x block.
@@ -104,6 +106,11 @@ inline void bn_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 blo
 
 // ---- barriers, shuffles, votes ----------------------------------------------------------------------
 static inline void __syncthreads() { bn_emu::syncthreads(); }
+static inline int __syncthreads_count(int pred) { return bn_emu::syncthreads_count(pred); }
+static inline int __syncthreads_and(int pred) {
+    return bn_emu::syncthreads_count(pred) == (int)(blockDim.x * blockDim.y * blockDim.z);
+}
+static inline int __syncthreads_or(int pred) { return bn_emu::syncthreads_count(pred) != 0; }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { bn_emu::warp_exchange(mask, 0, "__syncwarp"); }
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}

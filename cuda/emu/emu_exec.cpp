@@ -50,6 +50,8 @@ struct Exec {
     int qhead, qlen;
     Fiber **bar_wait;            // arrival order at __syncthreads [nthreads]
     int bar_count;
+    int bar_parity;              // __syncthreads_count sums, double-buffered like the warp slots
+    int bar_sum[2];
     Warp *warps;                 // [nthreads / 32 rounded up]
     Ctx sched;                   // the host thread's context
     size_t smem_dyn, smem_cursor, smem_limit;
@@ -221,6 +223,8 @@ void run_block(uint3 bidx) {
     X.qhead = 0;
     X.qlen = n;
     X.bar_count = 0;
+    X.bar_parity = 0;
+    X.bar_sum[0] = X.bar_sum[1] = 0;
     X.ndone = 0;
     for (int w = 0; w < (n + 31) / 32; w++) {
         X.warps[w].count = 0;
@@ -332,16 +336,23 @@ void install_fault_handler() {
     sigaction(SIGBUS, &sa, nullptr);
 }
 
-void syncthreads() {
+int syncthreads_count(int pred) {
     Fiber *self = (Fiber *)cur;
+    int par = X.bar_parity;
+    X.bar_sum[par] += pred != 0;
     X.bar_wait[X.bar_count++] = self;
     self->state = F_BLOCK;
     if (X.bar_count == X.nthreads) {
+        X.bar_parity ^= 1;
+        X.bar_sum[X.bar_parity] = 0; // the next barrier's sum (everyone has read the one before)
         release(X.bar_wait, X.bar_count);
         X.bar_count = 0;
     }
     park(self);
+    return X.bar_sum[par];
 }
+
+void syncthreads() { syncthreads_count(0); }
 
 const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what) {
     Fiber *self = (Fiber *)cur;

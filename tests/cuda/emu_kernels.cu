@@ -26,6 +26,15 @@ __global__ void k_block_sum(const float *x, int n, float *out) {
     if (t == 0) out[blockIdx.x] = part[0];
 }
 
+__global__ void k_sync_votes(int *out) {
+    int t = threadIdx.x;
+    out[5 * t + 0] = __syncthreads_count(t % 3 == 0);
+    out[5 * t + 1] = __syncthreads_and(t < 1000);
+    out[5 * t + 2] = __syncthreads_or(t == 77);
+    out[5 * t + 3] = __syncthreads_and(t != 200);
+    out[5 * t + 4] = __syncthreads_or(t > 1000);
+}
+
 // ---- warp operations ------------------------------------------------------------------------------
 __global__ void k_warp_ops(const int *x, int *out) {
     int t = threadIdx.x, lane = t % 32, v = x[t], nt = blockDim.x;
@@ -212,6 +221,15 @@ extern "C" int ek_block_sum(const float *x, int n, float *out, char *err, size_t
     BN_LAUNCH(k_block_sum, nb, 256, 0, 0, dx.p, n, dout.p);
     TRY_LAUNCH();
     TRY(cudaMemcpy(out, dout.p, sizeof(float) * nb, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_sync_votes(int *out, char *err, size_t errlen) {
+    DevBuf<int> dout;
+    TRY(cudaMalloc(&dout.p, sizeof(int) * 5 * 256));
+    BN_LAUNCH(k_sync_votes, 1, 256, 0, 0, dout.p);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(out, dout.p, sizeof(int) * 5 * 256, cudaMemcpyDeviceToHost));
     return 0;
 }
 

@@ -12,6 +12,9 @@ extern "C" {
 
 // ek_block_sum: out[b] = sum of x[256 b .. 256 b + 255] (zero past n) by a shared-memory tree.
 int ek_block_sum(const float *x, int n, float *out, char *err, size_t errlen);
+// ek_sync_votes: 256 threads; out[5 t + k] = __syncthreads_count(t % 3 == 0), _and(t < 1000), _or(t == 77),
+// _and(t != 200), _or(t > 1000) for k = 0..4.
+int ek_sync_votes(int *out, char *err, size_t errlen);
 // ek_warp_ops: for 64 threads (2 warps) of x: out[k * 64 + t] = result k of thread t, k < EK_WARP_OPS:
 // 0 xor-butterfly sum, 1 down-reduction (lane 0 has the sum), 2 inclusive scan with __shfl_up_sync,
 // 3 broadcast of lane 5 (__shfl_sync), 4 rotation src = lane + 3 (__shfl_sync), 5 xor sum with width 8,

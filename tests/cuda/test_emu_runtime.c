@@ -1,12 +1,13 @@
 // tests/cuda/test_emu_runtime.c — the cuda/common.cuh contract, kernel by kernel (tests/cuda/emu_kernels.cu):
-// block reduction, every warp shuffle/vote kind, dynamic shared memory (also > 48 KiB opt-in), atomics
-// from many blocks, __dp4a edge values, all 65536 half codes and RNE ties, a 3-D grid, graph capture
-// (a live device counter vs an argument baked at capture; an illegal call invalidating a capture) and
-// cuBLAS Sgemm/GemmEx against a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU)
-// and for a GPU (skips without one). Emulator only: a kernel missing a barrier is caught by the
-// shuffled order, broken kernels (deadlock, half-warp shuffle, shared-memory overflow, 2048-thread
-// block, null store, stack overflow, host code reading device memory, a store past an allocation)
-// are reported (run in forked children), and the fiber switch cost is printed.
+// block reduction, __syncthreads_count/and/or, every warp shuffle/vote kind, bn_warp_reduce_* (bit-identical
+// to the shuffle butterflies), dynamic shared memory (also > 48 KiB opt-in), atomics from many blocks,
+// __dp4a edge values, all 65536 half codes and RNE ties, a 3-D grid, graph capture (a live device counter
+// vs an argument baked at capture; an illegal call invalidating a capture) and cuBLAS Sgemm/GemmEx against
+// a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU) and for a GPU (skips without one).
+// Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
+// half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
+// reading device memory, a store past an allocation) are reported (run in forked children), and the fiber
+// switch cost is printed.
 #include "tests/test.h"
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/cuda_backend.h"
@@ -42,6 +43,15 @@ static void check_block_sum(void) {
         for (int i = 256 * b; i < 256 * b + 256 && i < N; i++) want += x[i];
         CHECK(out[b] == want, "block %d: sum %g, want %g", b, out[b], want);
     }
+}
+
+static void check_sync_votes(void) {
+    int out[5 * 256];
+    int rc = ek_sync_votes(out, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    int want[5] = {86, 1, 1, 0, 0}, bad = 0;
+    for (int i = 0; i < 5 * 256 && rc == 0; i++) bad += out[i] != want[i % 5];
+    CHECK(bad == 0, "__syncthreads_count/and/or: %d wrong results", bad);
 }
 
 static void check_warp_ops(void) {
@@ -368,6 +378,7 @@ int main(void) {
     char name[256];
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     check_block_sum();
+    check_sync_votes();
     check_warp_ops();
     check_warp_reduce();
     check_dyn_shared(1000, 256, 0);
