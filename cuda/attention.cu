@@ -1,5 +1,6 @@
 // cuda/attention.cu — KV-cache append and causal attention (flash-decoding: the keys of each query are
-// split into ranges processed by separate blocks with an online softmax, then merged) for the CUDA
+// split into ranges processed by separate blocks with an online softmax, then merged; the query heads
+// of one KV head share a block so each K/V row is read once per group) for the CUDA
 // forward; MODEL.md §4.2 / §7, same math as core/ops.c bn_attention_head. Contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
@@ -7,6 +8,7 @@
 #define ATT_THREADS 128
 #define ATT_TILE 128 // keys scored per pass (shared scores)
 #define ACC_REGS (BN_CU_MAX_HEAD_DIM / ATT_THREADS)
+#define ATT_MAX_G 8  // query heads per block sharing one KV head (larger GQA groups: one head per block)
 
 // KV element loads (fp32 or fp16 cache)
 static __device__ __forceinline__ float kv_load(const float *p, size_t i) { return p[i]; }
@@ -42,67 +44,103 @@ size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits) {
     return (size_t)nb * nh * n_splits * (hd + 2);
 }
 
-// attn_split_kernel: block (query head h, token t, split sp): online softmax over the split's keys.
+// attn_split_kernel: block (G query heads h0.. sharing one KV head, token t, split sp): online
+// softmax over the split's keys; each K/V row is read once for the G heads (GQA).
 template <typename KV>
 static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
-                                  const KV *V, int nh, int group, int hd, int kv_dim, float scale, int nb,
-                                  const int *d_pos, int n_splits) {
-    BN_SHARED(float, sc, ATT_TILE);
-    BN_DYN_SHARED(float, qs);
-    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+                                         const KV *V, int nh, int group, int G, int hd, int kv_dim, float scale, int nb,
+                                         const int *d_pos, int n_splits) {
+    BN_SHARED(float, sc, ATT_MAX_G * ATT_TILE); // scores, then probabilities: [g][key]
+    BN_DYN_SHARED(float, qs);                   // {hd, G}
+    const int h0 = blockIdx.x * G, t = blockIdx.y, sp = blockIdx.z;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
     const int n_kv = d_pos[0] + t + 1;
     const int per = (n_kv + n_splits - 1) / n_splits;
     const int k0 = sp * per, k1 = min(n_kv, k0 + per);
-    const size_t kv_off = (size_t)(h / group) * hd;
-    const float *q = qg + (size_t)t * q_stride + (size_t)h * head_stride;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[d];
+    const size_t kv_off = (size_t)(h0 / group) * hd;
+    const float *q = qg + (size_t)t * q_stride + (size_t)h0 * head_stride;
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[(size_t)(i / hd) * head_stride + i % hd];
     __syncthreads();
 
-    float m = -INFINITY, l = 0.0f, acc[ACC_REGS];
+    float m[ATT_MAX_G], l[ATT_MAX_G], acc[ATT_MAX_G][ACC_REGS];
 #pragma unroll
-    for (int a = 0; a < ACC_REGS; a++) acc[a] = 0.0f;
+    for (int g = 0; g < ATT_MAX_G; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int a = 0; a < ACC_REGS; a++) acc[g][a] = 0.0f;
+    }
     for (int tau0 = k0; tau0 < k1; tau0 += ATT_TILE) {
         const int nt = min(ATT_TILE, k1 - tau0);
         for (int kk = warp; kk < nt; kk += n_warps) { // one warp per key, lanes over dims
             const KV *krow = K + (size_t)(tau0 + kk) * kv_dim + kv_off;
-            float dot = 0.0f;
-            for (int d = lane; d < hd; d += 32) dot += qs[d] * kv_load(krow, d);
-            dot = bn_warp_sum(dot);
-            if (lane == 0) sc[kk] = scale * dot;
+            float dot[ATT_MAX_G];
+#pragma unroll
+            for (int g = 0; g < ATT_MAX_G; g++) dot[g] = 0.0f;
+            for (int d = lane; d < hd; d += 32) {
+                const float kd = kv_load(krow, d);
+#pragma unroll
+                for (int g = 0; g < ATT_MAX_G; g++)
+                    if (g < G) dot[g] += qs[g * hd + d] * kd;
+            }
+#pragma unroll
+            for (int g = 0; g < ATT_MAX_G; g++) {
+                if (g >= G) break; // G is uniform over the block
+                const float sum = bn_warp_sum(dot[g]);
+                if (lane == 0) sc[g * ATT_TILE + kk] = scale * sum;
+            }
         }
         __syncthreads();
-        float tile_max = -INFINITY;
-        for (int kk = 0; kk < nt; kk++) tile_max = fmaxf(tile_max, sc[kk]);
-        const float m_new = fmaxf(m, tile_max);
-        const float corr = expf(m - m_new); // 0 on the first tile (m = -inf)
-        l *= corr;
 #pragma unroll
-        for (int a = 0; a < ACC_REGS; a++) acc[a] *= corr;
+        for (int g = 0; g < ATT_MAX_G; g++) {
+            if (g >= G) break;
+            float tile_max = -INFINITY;
+            for (int kk = 0; kk < nt; kk++) tile_max = fmaxf(tile_max, sc[g * ATT_TILE + kk]);
+            const float m_new = fmaxf(m[g], tile_max);
+            const float corr = expf(m[g] - m_new); // 0 on the first tile (m = -inf)
+            l[g] *= corr;
+#pragma unroll
+            for (int a = 0; a < ACC_REGS; a++) acc[g][a] *= corr;
+            m[g] = m_new;
+        }
+        __syncthreads(); // every thread has its maxima before the scores become probabilities
+        for (int i = threadIdx.x; i < G * ATT_TILE; i += blockDim.x) {
+            const int g = i / ATT_TILE, kk = i % ATT_TILE;
+            if (kk < nt) sc[i] = expf(sc[i] - m[g]);
+        }
+        __syncthreads();
         for (int kk = 0; kk < nt; kk++) {
-            const float p = expf(sc[kk] - m_new);
-            l += p;
             const KV *vrow = V + (size_t)(tau0 + kk) * kv_dim + kv_off;
 #pragma unroll
             for (int a = 0; a < ACC_REGS; a++) {
                 const int d = threadIdx.x + a * ATT_THREADS;
-                if (d < hd) acc[a] += p * kv_load(vrow, d);
+                if (d >= hd) continue;
+                const float vd = kv_load(vrow, d);
+#pragma unroll
+                for (int g = 0; g < ATT_MAX_G; g++)
+                    if (g < G) acc[g][a] += sc[g * ATT_TILE + kk] * vd;
             }
         }
-        m = m_new;
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++)
+            if (g < G)
+                for (int kk = 0; kk < nt; kk++) l[g] += sc[g * ATT_TILE + kk];
         __syncthreads(); // sc is rewritten by the next tile
     }
-    const size_t r = ((size_t)t * nh + h) * n_splits + sp;
-    float *out = scratch + r * hd;
 #pragma unroll
-    for (int a = 0; a < ACC_REGS; a++) {
-        const int d = threadIdx.x + a * ATT_THREADS;
-        if (d < hd) out[d] = acc[a];
-    }
-    if (threadIdx.x == 0) {
-        float *ml = scratch + (size_t)nb * nh * n_splits * hd + 2 * r;
-        ml[0] = m;
-        ml[1] = l;
+    for (int g = 0; g < ATT_MAX_G; g++) {
+        if (g >= G) break;
+        const size_t r = ((size_t)t * nh + h0 + g) * n_splits + sp;
+        float *out = scratch + r * hd;
+#pragma unroll
+        for (int a = 0; a < ACC_REGS; a++) {
+            const int d = threadIdx.x + a * ATT_THREADS;
+            if (d < hd) out[d] = acc[g][a];
+        }
+        if (threadIdx.x == 0) {
+            float *ml = scratch + (size_t)nb * nh * n_splits * hd + 2 * r;
+            ml[0] = m[g];
+            ml[1] = l[g];
+        }
     }
 }
 
@@ -132,14 +170,15 @@ cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
                             const int *d_pos, int n_splits, float *scratch, cudaStream_t s) {
     const int group = nh / nkv, kv_dim = nkv * hd;
-    dim3 grid(nh, nb, n_splits);
-    const size_t smem = sizeof(float) * hd;
+    const int G = group <= ATT_MAX_G ? group : 1; // query heads per block
+    dim3 grid(nh / G, nb, n_splits);
+    const size_t smem = sizeof(float) * hd * G;
     if (kv_f16)
         BN_LAUNCH(attn_split_kernel<bn_half>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
-                  (const bn_half *)K, (const bn_half *)V, nh, group, hd, kv_dim, scale, nb, d_pos, n_splits);
+                  (const bn_half *)K, (const bn_half *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits);
     else
         BN_LAUNCH(attn_split_kernel<float>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
-                  (const float *)K, (const float *)V, nh, group, hd, kv_dim, scale, nb, d_pos, n_splits);
+                  (const float *)K, (const float *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dim3 grid2(nh, nb);
