@@ -11,6 +11,7 @@
 // restore round trip (bit-identical continuation), host snapshots vs the CPU's, fp16 KV cache, and
 // bad inputs (context overflow, bad token) leaving the state unchanged.
 #include "tests/test.h"
+#include "tests/model/tiny.h"
 #include "core/engine.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
@@ -70,6 +71,17 @@ static float top2_gap(const float *x, int n) {
 // --pure) to tmpdir/name.gguf; returns the path (static buffer per call site) or NULL.
 static const char *make_model(const char *preset, const char *type, char *path, size_t n) {
     char err[512], f32[300];
+    if (!strcmp(preset, "llama") || !strcmp(preset, "qwen2")) { // dense archs mkmodel does not write: tiny.h
+        snprintf(path, n, "%s/%s-F32.gguf", tmpdir, preset);
+        tiny_model *tm = xcalloc(1, sizeof *tm);
+        tiny_defaults(tm, preset);
+        tiny_build(tm);
+        const int rc = access(path, F_OK) == 0 ? 0 : tiny_write(tm, path, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "tiny %s: %s\n", preset, err);
+        tiny_free(tm);
+        free(tm);
+        return rc == 0 ? path : NULL;
+    }
     bn_mkmodel_params p;
     const bool wide = !strcmp(preset, "wide"); // tiny with H = F = 1024: weights cudamm repacks
     bn_mkmodel_defaults(&p, wide ? "tiny" : preset);
@@ -464,6 +476,8 @@ int main(int argc, char **argv) {
         {"tiny", "F32", 1e-4, 1e-4, 1e-4},
         {"tiny", "F16", 1e-4, 0.03, 0.05},
         {"qwen3-tiny", "F32", 1e-4, 1e-4, 1e-4},
+        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs
+        {"qwen2", "F32", 1e-4, 1e-4, 1e-4}, // q/k/v biases
     };
     const case_t quant_cases[] = {
         {"tiny", "Q8_0", 1e-2, 0.2, 2.0},
