@@ -81,21 +81,42 @@ static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, float *y, 
     return cudaSuccess;
 }
 
+cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                               void *scratch, cublasHandle_t blas, cudaStream_t s) {
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || nb < 1) return cudaErrorInvalidValue;
+    int64_t ne0 = w[0]->ne0;
+    for (int i = 0; i < n; i++)
+        if (!bn_cu_type_supported(w[i]->type) || w[i]->ne0 != ne0 || ne0 % bn_cu_blck(w[i]->type) != 0)
+            return cudaErrorInvalidValue;
+    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) {
+        for (int i = 0; i < n; i++) {
+            cudaError_t e = w[i]->ne1 ? matmul_gemm(w[i], x, y[i], nb, scratch, blas, s) : cudaSuccess;
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    int8_t *qs = (int8_t *)scratch;
+    bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
+    const bn_q8_act act = {qs, ds};
+    int order = -1; // element order of the activations now in scratch
+    for (int i = 0; i < n;) {
+        int j = i + 1; // weights i..j-1 share a type: one launch
+        while (j < n && w[j]->type == w[i]->type) j++;
+        if (bn_cu_is_quantized(w[i]->type) && bn_act_order(w[i]->type) != order) {
+            cudaError_t e = bn_cu_quantize_act(w[i]->type, x, ne0, nb, qs, ds, s);
+            if (e != cudaSuccess) return e;
+            order = bn_act_order(w[i]->type);
+        }
+        cudaError_t e = bn_cu_mmvq(w + i, y + i, j - i, &act, x, nb, s);
+        if (e != cudaSuccess) return e;
+        i = j;
+    }
+    return cudaSuccess;
+}
+
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
                          cublasHandle_t blas, cudaStream_t s) {
-    if (!bn_cu_type_supported(w->type) || nb < 1 || w->ne0 % bn_cu_blck(w->type) != 0) return cudaErrorInvalidValue;
-    if (w->ne1 == 0) return cudaSuccess;
-    if (!bn_cu_matmul_uses_mmvq(w->type, nb)) return matmul_gemm(w, x, y, nb, scratch, blas, s);
-    int64_t ne0 = w->ne0;
-    bn_q8_act act = {nullptr, nullptr};
-    if (bn_cu_is_quantized(w->type)) {
-        int8_t *qs = (int8_t *)scratch;
-        bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
-        cudaError_t e = bn_cu_quantize_act(w->type, x, ne0, nb, qs, ds, s);
-        if (e != cudaSuccess) return e;
-        act = {qs, ds};
-    }
-    return bn_cu_mmvq(w, &act, x, y, nb, s);
+    return bn_cu_matmul_multi(&w, 1, x, &y, nb, scratch, blas, s);
 }
 
 // repack_k: one block per row, in place through shared memory: blocks → [payloads][scales].

@@ -50,6 +50,15 @@ size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb);
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
                          cublasHandle_t blas, cudaStream_t s);
 
+// bn_cu_matmul_multi: y[i] {ne1_i, nb} = W[i] · x for i < n (1 <= n <= BN_CU_MATMUL_MULTI_MAX) weights with
+// the same ne0 (e.g. q/k/v or gate/up of one input): on the mmvq path x is quantized once per element
+// order and consecutive weights of one type share one launch (2 launches instead of 2n); on the GEMM
+// path as n bn_cu_matmul calls. Results are bit-identical to separate bn_cu_matmul calls. scratch: the
+// largest bn_cu_matmul_scratch_bytes of the W[i]. Returns cudaSuccess or the first error.
+#define BN_CU_MATMUL_MULTI_MAX 4
+cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                               void *scratch, cublasHandle_t blas, cudaStream_t s);
+
 // bn_cu_weight_repack: rewrites W in place (enqueued on s) into the decode-friendly planar layout —
 // per row, the quantized payload of every block, then every block's fp16 scale; same bytes — for
 // Q1_0, Q2_0, PQ2_0 and Q8_0 whose rows are 16-byte aligned (row_bytes % 16 == 0: ne0 % 1024 for Q1_0

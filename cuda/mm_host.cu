@@ -51,6 +51,43 @@ extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1
     return 0;
 }
 
+extern "C" int bn_cuda_mm_multi_host(int n, const int *types, const void *const *w, int64_t ne0, const int64_t *ne1,
+                                     const float *x, int nb, float *const *y, int flags, char *err, size_t errlen) {
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX) return bn_cuda_fail(err, errlen, "bad weight count", "", __FILE__, __LINE__);
+    for (int i = 0; i < n; i++)
+        if (check_shape(types[i], ne0, err, errlen) < 0) return -1;
+    dev_bufs b;
+    blas_handle blas;
+    bn_cu_weight cw[BN_CU_MATMUL_MULTI_MAX];
+    const bn_cu_weight *cwp[BN_CU_MATMUL_MULTI_MAX];
+    float *dy[BN_CU_MATMUL_MULTI_MAX], *dx;
+    void *scratch;
+    size_t sb = 0;
+    BN_CUBLAS_TRY(cublasCreate(&blas.h), err, errlen);
+    for (int i = 0; i < n; i++) {
+        size_t wb = weight_bytes(types[i], ne0, ne1[i]);
+        void *dw;
+        cw[i] = {nullptr, types[i], ne0, ne1[i], wb / (ne1[i] > 0 ? ne1[i] : 1)};
+        BN_CUDA_TRY(b.alloc(&dw, wb), err, errlen);
+        BN_CUDA_TRY(b.alloc((void **)&dy[i], sizeof(float) * ne1[i] * nb), err, errlen);
+        BN_CUDA_TRY(cudaMemcpy(dw, w[i], wb, cudaMemcpyHostToDevice), err, errlen);
+        BN_CUDA_TRY(cudaMemset(dy[i], 0xff, sizeof(float) * ne1[i] * nb), err, errlen);
+        cw[i].data = dw;
+        if (flags & BN_CUDA_MM_REPACK) BN_CUDA_TRY(bn_cu_weight_repack(&cw[i], 0), err, errlen);
+        size_t si = bn_cu_matmul_scratch_bytes(&cw[i], nb);
+        sb = si > sb ? si : sb;
+        cwp[i] = &cw[i];
+    }
+    BN_CUDA_TRY(b.alloc((void **)&dx, sizeof(float) * ne0 * nb), err, errlen);
+    BN_CUDA_TRY(b.alloc(&scratch, sb), err, errlen);
+    BN_CUDA_TRY(cudaMemcpy(dx, x, sizeof(float) * ne0 * nb, cudaMemcpyHostToDevice), err, errlen);
+    BN_CUDA_TRY(bn_cu_matmul_multi(cwp, n, dx, dy, nb, scratch, blas.h, 0), err, errlen);
+    BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
+    for (int i = 0; i < n; i++)
+        BN_CUDA_TRY(cudaMemcpy(y[i], dy[i], sizeof(float) * ne1[i] * nb, cudaMemcpyDeviceToHost), err, errlen);
+    return 0;
+}
+
 extern "C" int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64_t ne1, const int32_t *ids, int n,
                                      float *out, int flags, char *err, size_t errlen) {
     if (check_shape(type, ne0, err, errlen) < 0) return -1;

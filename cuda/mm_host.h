@@ -25,6 +25,10 @@ int bn_cuda_mm_uses_mmvq(int type, int nb);
 // fp16 cuBLAS GEMM above); returns 0 or −1.
 int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y, int flags,
                     char *err, size_t errlen);
+// bn_cuda_mm_multi_host: y[i] {ne1[i], nb} = W[i] · x for i < n weights (types[i], all ne0 wide) through
+// one bn_cu_matmul_multi call; returns 0 or −1.
+int bn_cuda_mm_multi_host(int n, const int *types, const void *const *w, int64_t ne0, const int64_t *ne1,
+                          const float *x, int nb, float *const *y, int flags, char *err, size_t errlen);
 // bn_cuda_get_rows_host: out {ne0, n} = rows ids[0..n) of W dequantized; returns 0 or −1.
 int bn_cuda_get_rows_host(int type, const void *w, int64_t ne0, int64_t ne1, const int32_t *ids, int n, float *out,
                           int flags, char *err, size_t errlen);

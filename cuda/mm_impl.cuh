@@ -401,11 +401,12 @@ template <> struct bn_wunit<BN_CU_Q8_0_P> : bn_wunit<BN_CU_Q8_0> {
 };
 
 // ---- host-side RAII helpers (so BN_CUDA_TRY can return early without leaks) ----------------------
-// dev_bufs: device allocations of one call, freed when it returns (so BN_CUDA_TRY can return early).
+// dev_bufs: up to 16 device allocations of one call, freed when it returns.
 struct dev_bufs {
-    void *p[8] = {};
+    void *p[16] = {};
     int n = 0;
     cudaError_t alloc(void **out, size_t bytes) {
+        if (n == 16) return cudaErrorMemoryAllocation;
         cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
         if (e == cudaSuccess) p[n++] = *out;
         return e;
@@ -437,10 +438,11 @@ struct events {
 // and nb*ne0/32 bn_q8_ds).
 cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, bn_q8_ds *ds,
                                cudaStream_t s);
-// bn_cu_mmvq: y {ne1, nb} = W · x for nb <= BN_CU_MMVQ_MAX_NB; act from bn_cu_quantize_act (quantized
-// types) or x itself (F32/F16/BF16).
-cudaError_t bn_cu_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
-                       cudaStream_t s);
+// bn_cu_mmvq: y[i] {ne1_i, nb} = W[i] · x for i < n (n <= BN_CU_MATMUL_MULTI_MAX weights of one type and
+// ne0) in one launch, nb <= BN_CU_MMVQ_MAX_NB; act from bn_cu_quantize_act (quantized types) or x itself
+// (F32/F16/BF16).
+cudaError_t bn_cu_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, const float *x,
+                       int nb, cudaStream_t s);
 // bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
 // bn_cu_f32_to_f16: n floats to fp16 (round to nearest even).

@@ -67,13 +67,41 @@ __device__ __forceinline__ void reduce_store(float (&acc)[R][NB], float *red, fl
     }
 }
 
+// bn_mmvq_targets: the weights of one mmvq launch (same type and ne0): block b works on weight i with
+// first_block[i] <= b < first_block[i + 1], rows (b − first_block[i])·R ...
+struct bn_mmvq_targets {
+    const uint8_t *w[BN_CU_MATMUL_MULTI_MAX];
+    float *y[BN_CU_MATMUL_MULTI_MAX];
+    int64_t ne1[BN_CU_MATMUL_MULTI_MAX];
+    size_t row_bytes[BN_CU_MATMUL_MULTI_MAX];
+    unsigned first_block[BN_CU_MATMUL_MULTI_MAX + 1];
+    int n;
+};
+
+// bn_mmvq_target: this block's weight, row count, row stride, output and first row (constant indices
+// only, so the parameter arrays stay out of local memory).
+template <int R>
+__device__ __forceinline__ void bn_mmvq_target(const bn_mmvq_targets &t, const uint8_t **w, float **y, int64_t *ne1,
+                                               size_t *row_bytes, int64_t *row0) {
+    unsigned b = blockIdx.x, first = t.first_block[0];
+    *w = t.w[0], *y = t.y[0], *ne1 = t.ne1[0], *row_bytes = t.row_bytes[0];
+#pragma unroll
+    for (int j = 1; j < BN_CU_MATMUL_MULTI_MAX; j++)
+        if (j < t.n && b >= t.first_block[j])
+            *w = t.w[j], *y = t.y[j], *ne1 = t.ne1[j], *row_bytes = t.row_bytes[j], first = t.first_block[j];
+    *row0 = (int64_t)(b - first) * R;
+}
+
 // mmvq_q: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
 template <int T, int NB, int R>
-__global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne1, int64_t ne0,
-                       const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads, float *__restrict__ y,
-                       int nb) {
+__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs,
+                       const bn_q8_ds *__restrict__ ads, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
-    int64_t row0 = (int64_t)blockIdx.x * R;
+    const uint8_t *w;
+    float *y;
+    int64_t ne1, row0;
+    size_t row_bytes;
+    bn_mmvq_target<R>(t, &w, &y, &ne1, &row_bytes, &row0);
     int nunits = (int)(ne0 / 32);
     float acc[R][NB] = {};
     for (int u = threadIdx.x; u < nunits; u += blockDim.x) {
@@ -110,10 +138,13 @@ __global__ void mmvq_q(const uint8_t *__restrict__ w, size_t row_bytes, int64_t 
 
 // mmv_f: F32/F16/BF16 weights × fp32 activations; threads stride over single elements (coalesced).
 template <int T, int NB, int R>
-__global__ void mmv_f(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne1, int64_t ne0,
-                      const float *__restrict__ x, float *__restrict__ y, int nb) {
+__global__ void mmv_f(bn_mmvq_targets t, int64_t ne0, const float *__restrict__ x, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
-    int64_t row0 = (int64_t)blockIdx.x * R;
+    const uint8_t *w;
+    float *y;
+    int64_t ne1, row0;
+    size_t row_bytes;
+    bn_mmvq_target<R>(t, &w, &y, &ne1, &row_bytes, &row0);
     float acc[R][NB] = {};
     for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) {
         float xv[NB];
@@ -144,41 +175,47 @@ static int mmvq_warps(int64_t n) {
 }
 
 template <int T, int NB>
-static cudaError_t launch_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
-                               cudaStream_t s) {
+static cudaError_t launch_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act,
+                               const float *x, int nb, cudaStream_t s) {
     constexpr int R = NB <= 2 ? 4 : 2; // rows per block: more activation reuse where registers allow
     constexpr bool quantized = bn_cu_blck(T) >= 32;
-    dim3 grid((unsigned)((w->ne1 + R - 1) / R)), block(32 * mmvq_warps(quantized ? w->ne0 / 32 : w->ne0));
-    const uint8_t *wd = (const uint8_t *)w->data;
+    bn_mmvq_targets t = {};
+    t.n = n;
+    for (int i = 0; i < n; i++) {
+        t.w[i] = (const uint8_t *)w[i]->data, t.y[i] = y[i], t.ne1[i] = w[i]->ne1, t.row_bytes[i] = w[i]->row_bytes;
+        t.first_block[i + 1] = t.first_block[i] + (unsigned)((w[i]->ne1 + R - 1) / R);
+    }
+    if (t.first_block[n] == 0) return cudaSuccess;
+    int64_t ne0 = w[0]->ne0;
+    dim3 grid(t.first_block[n]), block(32 * mmvq_warps(quantized ? ne0 / 32 : ne0));
     if constexpr (quantized) {
-        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const int8_t *, const bn_q8_ds *, float *, int) =
-            mmvq_q<T, NB, R>;
-        BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, act->qs, act->ds, y, nb);
+        void (*k)(bn_mmvq_targets, int64_t, const int8_t *, const bn_q8_ds *, int) = mmvq_q<T, NB, R>;
+        BN_LAUNCH(k, grid, block, 0, s, t, ne0, act->qs, act->ds, nb);
     } else {
-        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const float *, float *, int) = mmv_f<T, NB, R>;
-        BN_LAUNCH(k, grid, block, 0, s, wd, w->row_bytes, w->ne1, w->ne0, x, y, nb);
+        void (*k)(bn_mmvq_targets, int64_t, const float *, int) = mmv_f<T, NB, R>;
+        BN_LAUNCH(k, grid, block, 0, s, t, ne0, x, nb);
     }
     return cudaGetLastError();
 }
 
 struct mmvq_launch {
-    const bn_cu_weight *w;
+    const bn_cu_weight *const *w;
+    float *const *y;
+    int n;
     const bn_q8_act *act;
     const float *x;
-    float *y;
     int nb;
     cudaStream_t s;
     template <int T> cudaError_t operator()() const {
-        if (nb <= 1) return launch_mmvq<T, 1>(w, act, x, y, nb, s);
-        if (nb <= 2) return launch_mmvq<T, 2>(w, act, x, y, nb, s);
-        if (nb <= 4) return launch_mmvq<T, 4>(w, act, x, y, nb, s);
-        return launch_mmvq<T, 8>(w, act, x, y, nb, s);
+        if (nb <= 1) return launch_mmvq<T, 1>(w, y, n, act, x, nb, s);
+        if (nb <= 2) return launch_mmvq<T, 2>(w, y, n, act, x, nb, s);
+        if (nb <= 4) return launch_mmvq<T, 4>(w, y, n, act, x, nb, s);
+        return launch_mmvq<T, 8>(w, y, n, act, x, nb, s);
     }
 };
 
-cudaError_t bn_cu_mmvq(const bn_cu_weight *w, const bn_q8_act *act, const float *x, float *y, int nb,
-                       cudaStream_t s) {
-    if (nb < 1 || nb > BN_CU_MMVQ_MAX_NB) return cudaErrorInvalidValue;
-    if (w->ne1 == 0) return cudaSuccess;
-    return bn_cu_by_type(w->type, mmvq_launch{w, act, x, y, nb, s});
+cudaError_t bn_cu_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, const float *x,
+                       int nb, cudaStream_t s) {
+    if (nb < 1 || nb > BN_CU_MMVQ_MAX_NB || n < 1 || n > BN_CU_MATMUL_MULTI_MAX) return cudaErrorInvalidValue;
+    return bn_cu_by_type(w[0]->type, mmvq_launch{w, y, n, act, x, nb, s});
 }

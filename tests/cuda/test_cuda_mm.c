@@ -181,6 +181,27 @@ static void check_topk(int n, int k) {
     free(x); free(order);
 }
 
+// check_multi: bn_cu_matmul_multi on n weights equals n bn_cu_matmul calls bit for bit.
+static void check_multi(int n, const int *types, const int64_t *ne1, int64_t ne0, int nb, int flags) {
+    uint8_t *wq[4];
+    float *wd[4], *y[4], *ys = xmalloc(sizeof(float) * 4096 * nb), *x = xmalloc(sizeof(float) * ne0 * nb);
+    for (int64_t i = 0; i < ne0 * nb; i++) x[i] = frand(2.0f);
+    for (int i = 0; i < n; i++) {
+        wq[i] = make_weights(types[i], ne0, ne1[i], &wd[i]);
+        y[i] = xmalloc(sizeof(float) * ne1[i] * nb);
+    }
+    char err[256] = "";
+    int rc = bn_cuda_mm_multi_host(n, types, (const void *const *)wq, ne0, ne1, x, nb, y, flags, err, sizeof err);
+    CHECK(rc == 0, "multi: %s", err);
+    for (int i = 0; i < n && rc == 0; i++) {
+        CHECK(bn_cuda_mm_host(types[i], wq[i], ne0, ne1[i], x, nb, ys, flags, err, sizeof err) == 0, "%s", err);
+        CHECK(memcmp(ys, y[i], sizeof(float) * ne1[i] * nb) == 0, "multi weight %d (%s, nb %d, flags %d) differs from "
+              "a single bn_cu_matmul", i, bn_type_name(types[i]), nb, flags);
+    }
+    for (int i = 0; i < n; i++) free(wq[i]), free(wd[i]), free(y[i]);
+    free(ys); free(x);
+}
+
 int main(void) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
@@ -226,6 +247,19 @@ int main(void) {
         check_get_rows(type, 1024, 45, BN_CUDA_MM_REPACK);
         printf("%-5s planar max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(type), worst_vq,
                worst_gemm);
+    }
+    { // bn_cu_matmul_multi: one type (one launch), mixed types (re-quantized only when the order changes), GEMM
+        const int t3[] = {BN_Q1_0, BN_Q1_0, BN_Q1_0}, mix[] = {BN_Q1_0, BN_Q1_0, BN_F32, BN_Q8_0};
+        const int q2[] = {BN_Q2_0, BN_PQ2_0}, gemm[] = {BN_Q2_0, BN_Q4_K};
+        const int64_t r3[] = {37, 5, 130}, r4[] = {37, 5, 130, 9};
+        for (int nb = 1; nb <= 5; nb += 4) {
+            check_multi(3, t3, r3, 1024, nb, 0);
+            check_multi(3, t3, r3, 1024, nb, BN_CUDA_MM_REPACK);
+            check_multi(4, mix, r4, 1024, nb, 0);
+            check_multi(2, q2, r3, 1024, nb, 0);
+        }
+        check_multi(2, gemm, r3, 1024, 12, 0);
+        printf("matmul_multi: bit-identical to single calls\n");
     }
     check_argmax();
     const int tk[][2] = {{1, 1}, {100, 7}, {5000, 40}, {70000, 64}, {3000, 64}, {64, 64}};
