@@ -78,18 +78,24 @@ struct bn_mmvq_targets {
     int n;
 };
 
-// bn_mmvq_target: this block's weight, row count, row stride, output and first row (constant indices
-// only, so the parameter arrays stay out of local memory).
-template <int R>
-__device__ __forceinline__ void bn_mmvq_target(const bn_mmvq_targets &t, const uint8_t **w, float **y, int64_t *ne1,
-                                               size_t *row_bytes, int64_t *row0) {
+// bn_mmvq_job: what one block works on.
+struct bn_mmvq_job {
+    const uint8_t *w; // the weight's rows
+    float *y;         // its output {ne1, nb}
+    int64_t ne1, row0;
+    size_t row_bytes;
+};
+
+// bn_mmvq_target: this block's job (constant indices only, so the parameter arrays stay out of local memory).
+template <int R> __device__ __forceinline__ bn_mmvq_job bn_mmvq_target(const bn_mmvq_targets &t) {
     unsigned b = blockIdx.x, first = t.first_block[0];
-    *w = t.w[0], *y = t.y[0], *ne1 = t.ne1[0], *row_bytes = t.row_bytes[0];
+    bn_mmvq_job j = {t.w[0], t.y[0], t.ne1[0], 0, t.row_bytes[0]};
 #pragma unroll
-    for (int j = 1; j < BN_CU_MATMUL_MULTI_MAX; j++)
-        if (j < t.n && b >= t.first_block[j])
-            *w = t.w[j], *y = t.y[j], *ne1 = t.ne1[j], *row_bytes = t.row_bytes[j], first = t.first_block[j];
-    *row0 = (int64_t)(b - first) * R;
+    for (int i = 1; i < BN_CU_MATMUL_MULTI_MAX; i++)
+        if (i < t.n && b >= t.first_block[i])
+            j = {t.w[i], t.y[i], t.ne1[i], 0, t.row_bytes[i]}, first = t.first_block[i];
+    j.row0 = (int64_t)(b - first) * R;
+    return j;
 }
 
 // mmvq_q: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
@@ -97,11 +103,7 @@ template <int T, int NB, int R>
 __global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs,
                        const bn_q8_ds *__restrict__ ads, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
-    const uint8_t *w;
-    float *y;
-    int64_t ne1, row0;
-    size_t row_bytes;
-    bn_mmvq_target<R>(t, &w, &y, &ne1, &row_bytes, &row0);
+    const bn_mmvq_job j = bn_mmvq_target<R>(t);
     int nunits = (int)(ne0 / 32);
     float acc[R][NB] = {};
     for (int u = threadIdx.x; u < nunits; u += blockDim.x) {
@@ -126,25 +128,21 @@ __global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict_
         // then the dots of the nb used columns (a block-uniform branch: nb 5 in the NB 8 kernel skips 3)
         bn_wunit<T> wu[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) wu[r].load(w + (row0 + r < ne1 ? row0 + r : ne1 - 1) * row_bytes, u, ne0);
+        for (int r = 0; r < R; r++) wu[r].load(j.w + (j.row0 + r < j.ne1 ? j.row0 + r : j.ne1 - 1) * j.row_bytes, u, ne0);
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int c = 0; c < NB; c++)
                 if (NB == 1 || c < nb) acc[r][c] += wu[r].dot(a[c], ds[c].sum, ds[c].d);
     }
-    reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
+    reduce_store<R, NB>(acc, red, j.y, j.ne1, j.row0, nb);
 }
 
 // mmv_f: F32/F16/BF16 weights × fp32 activations; threads stride over single elements (coalesced).
 template <int T, int NB, int R>
 __global__ void mmv_f(bn_mmvq_targets t, int64_t ne0, const float *__restrict__ x, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
-    const uint8_t *w;
-    float *y;
-    int64_t ne1, row0;
-    size_t row_bytes;
-    bn_mmvq_target<R>(t, &w, &y, &ne1, &row_bytes, &row0);
+    const bn_mmvq_job j = bn_mmvq_target<R>(t);
     float acc[R][NB] = {};
     for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) {
         float xv[NB];
@@ -153,15 +151,15 @@ __global__ void mmv_f(bn_mmvq_targets t, int64_t ne0, const float *__restrict__ 
         float wv[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            int64_t row = row0 + r < ne1 ? row0 + r : ne1 - 1; // the tail block re-reads its last row
-            wv[r] = bn_deq_elem<T>(w + row * row_bytes, k, ne0);
+            int64_t row = j.row0 + r < j.ne1 ? j.row0 + r : j.ne1 - 1; // the tail block re-reads its last row
+            wv[r] = bn_deq_elem<T>(j.w + row * j.row_bytes, k, ne0);
         }
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int c = 0; c < NB; c++) acc[r][c] += wv[r] * xv[c];
     }
-    reduce_store<R, NB>(acc, red, y, ne1, row0, nb);
+    reduce_store<R, NB>(acc, red, j.y, j.ne1, j.row0, nb);
 }
 
 // mmvq_warps: warps per block for n work items per row (32-element units, or elements for float
