@@ -128,7 +128,10 @@ __global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict_
         // then the dots of the nb used columns (a block-uniform branch: nb 5 in the NB 8 kernel skips 3)
         bn_wunit<T> wu[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) wu[r].load(j.w + (j.row0 + r < j.ne1 ? j.row0 + r : j.ne1 - 1) * j.row_bytes, u, ne0);
+        for (int r = 0; r < R; r++) {
+            int64_t row = j.row0 + r < j.ne1 ? j.row0 + r : j.ne1 - 1;
+            wu[r].load(j.w + row * j.row_bytes, u, ne0);
+        }
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
