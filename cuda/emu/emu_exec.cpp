@@ -37,7 +37,13 @@ struct Warp {
 const size_t SMEM_STATIC_MAX = 48 * 1024;   // static __shared__ per block (sm_90)
 const size_t SMEM_DEFAULT_MAX = 48 * 1024;  // static + dynamic without the opt-in attribute
 const size_t SMEM_OPTIN_MAX = 232448;       // sharedMemPerBlockOptin of sm_90 (227 KiB)
-alignas(256) char smem_arena[SMEM_OPTIN_MAX + 256];
+// static shared memory (BN_SHARED) of the running block
+alignas(256) char smem_static[SMEM_STATIC_MAX];
+// dynamic shared memory: the region ends at an inaccessible page, so an access past smem_bytes (or any
+// access with smem_bytes = 0) faults and is reported
+char *dyn_arena;      // SMEM_OPTIN_MAX bytes (rounded to pages), then the guard page
+char *dyn_guard;
+char *dyn_base;       // the running launch's region: dyn_guard - smem rounded up to 16
 
 // Exec: the launch and block being executed.
 struct Exec {
@@ -54,7 +60,7 @@ struct Exec {
     int bar_sum[2];
     Warp *warps;                 // [nthreads / 32 rounded up]
     Ctx sched;                   // the host thread's context
-    size_t smem_dyn, smem_cursor, smem_limit;
+    size_t smem_dyn, smem_cursor, smem_limit; // smem_cursor: bytes of static shared memory placed
     uint64_t gen;                // block generation: BN_SHARED placements are per generation
     bool shuffle;
     bn_rng rng;
@@ -210,8 +216,8 @@ const char *where() {
 void run_block(uint3 bidx) {
     block_idx = bidx;
     X.gen++;
-    X.smem_cursor = (X.smem_dyn + 15) & ~(size_t)15;
-    memset(smem_arena, 0xff, X.smem_dyn); // uninitialised shared memory reads as NaN / -1
+    X.smem_cursor = 0;
+    memset(dyn_base, 0xff, X.smem_dyn); // uninitialised shared memory reads as NaN / -1
     int n = X.nthreads;
     for (int i = 0; i < n; i++) {
         Fiber *f = &X.fibers[i];
@@ -253,7 +259,14 @@ void on_fault(int sig, siginfo_t *si, void *) {
                  (uintptr_t)si->si_addr >= (uintptr_t)base + bytes ? "past the end of" : "inside", bytes, base);
     const char *sig_name = sig == SIGSEGV ? "segmentation fault" : "bus error";
     int len = 0;
-    if (cur && X.name) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (cur && X.name && dyn_guard && (uintptr_t)si->si_addr - (uintptr_t)dyn_guard < page) {
+        len = snprintf(msg, sizeof msg,
+                       "bonsai-emu: %s at %p in %s, thread %u (%u,%u,%u): dynamic shared memory overflow: access at "
+                       "byte %zu of BN_DYN_SHARED, the launch gave smem_bytes = %zu\n",
+                       sig_name, si->si_addr, where(), cur->lin, cur->tid.x, cur->tid.y, cur->tid.z,
+                       (size_t)((char *)si->si_addr - dyn_base), X.smem_dyn);
+    } else if (cur && X.name) {
         uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)stack_region;
         bool guard = a >= lo && a < lo + stack_stride * pool_threads && (a - lo) % stack_stride < stack_stride - stack_size;
         len = snprintf(msg, sizeof msg, "bonsai-emu: %s at %p in %s, thread %u (%u,%u,%u): %s%s\n", sig_name,
@@ -290,6 +303,15 @@ void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_l
     X.warps = warp_pool.data();
     X.smem_dyn = smem;
     X.smem_limit = smem_limit;
+    if (!dyn_arena) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (SMEM_OPTIN_MAX + page - 1) / page * page;
+        void *r = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (r == MAP_FAILED) die("cannot map the shared-memory arena");
+        dyn_arena = (char *)r;
+        dyn_guard = dyn_arena + bytes;
+        mprotect(dyn_guard, page, PROT_NONE);
+    }
+    dyn_base = dyn_guard - ((smem + 15) & ~(size_t)15);
     X.shuffle = order_seed != 0;
     launch_count++;
     thread_count += (uint64_t)n * grid.x * grid.y * grid.z;
@@ -378,23 +400,23 @@ void *shared_static(SharedKey *key, size_t bytes, size_t align) {
     if (key->gen != X.gen) {
         if (align < 16) align = 16;
         size_t off = (X.smem_cursor + align - 1) & ~(align - 1);
-        size_t static_bytes = off + bytes - ((X.smem_dyn + 15) & ~(size_t)15);
+        size_t static_bytes = off + bytes;
         if (static_bytes > SMEM_STATIC_MAX)
             die("%s: shared-memory overflow: %zu bytes of static shared memory (sm_90 allows %zu per block)", where(),
                 static_bytes, SMEM_STATIC_MAX);
-        if (off + bytes > X.smem_limit)
+        if (static_bytes + X.smem_dyn > X.smem_limit)
             die("%s: shared-memory overflow: %zu dynamic + %zu static bytes > %zu bytes allowed for this launch%s",
                 where(), X.smem_dyn, static_bytes, X.smem_limit,
                 X.smem_limit == SMEM_DEFAULT_MAX ? " (opt in with cudaFuncSetAttribute MaxDynamicSharedMemorySize)" : "");
-        memset(smem_arena + off, 0xff, bytes);
+        memset(smem_static + off, 0xff, bytes);
         key->off = off;
         key->gen = X.gen;
         X.smem_cursor = off + bytes;
     }
-    return smem_arena + key->off;
+    return smem_static + key->off;
 }
 
-void *shared_dynamic() { return smem_arena; }
+void *shared_dynamic() { return dyn_base; }
 
 cudaError_t func_set_attribute(const void *fn, cudaFuncAttribute attr, int value) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());

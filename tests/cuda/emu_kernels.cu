@@ -186,6 +186,11 @@ __global__ void k_dyn_only(float *out) {
     out[threadIdx.x] = buf[threadIdx.x];
 }
 __global__ void k_null_write(float *out) { out[threadIdx.x] = 1.0f; }
+__global__ void k_dyn_past_end(int n, float *out) {
+    BN_DYN_SHARED(float, buf);
+    buf[threadIdx.x] = 1.0f; // threads >= n write past the launch's smem_bytes = n floats
+    out[threadIdx.x] = buf[threadIdx.x];
+}
 __global__ void k_past_end(float *buf, int n) { buf[n + threadIdx.x] = 1.0f; } // one page past a 4 KiB buffer
 __global__ void k_deep_stack(float *out) {
     volatile char local[256 * 1024]; // 4x the default fiber stack
@@ -450,6 +455,8 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 6: BN_LAUNCH(k_null_write, 1, 32, 0, 0, (float *)nullptr); break;
     case 7: BN_LAUNCH(k_deep_stack, 1, 32, 0, 0, dout.p); break;
     case 8: return (int)*(volatile float *)dout.p; // host code reading device memory
+    case 10: BN_LAUNCH(k_dyn_past_end, 1, 64, 32 * sizeof(float), 0, 32, dout.p); break;
+    case 11: BN_LAUNCH(k_dyn_past_end, 1, 32, 0, 0, 0, dout.p); break;
     case 9: {
         DevBuf<float> small;
         TRY(cudaMalloc(&small.p, 4096));
