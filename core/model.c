@@ -343,3 +343,15 @@ const char *bn_model_describe(const bn_model *m, char *buf, size_t n) {
     }
     return buf;
 }
+
+bn_dims bn_config_dims(const bn_config *c) {
+    bn_dims d;
+    const size_t dk = (size_t)c->ssm_d_state, Hk = (size_t)c->ssm_n_group, Hv = (size_t)c->ssm_dt_rank;
+    d.kv_dim = (size_t)c->n_head_kv * c->head_dim;
+    d.q_rows = (size_t)c->n_head * c->head_dim * (c->arch == BN_ARCH_QWEN35 ? 2 : 1);
+    d.conv_dim = 2 * Hk * dk + Hv * dk;
+    d.value_dim = Hv * dk;
+    d.conv_floats = (c->ssm_conv_kernel > 0 ? (size_t)c->ssm_conv_kernel - 1 : 0) * d.conv_dim;
+    d.ssm_floats = Hv * dk * dk;
+    return d;
+}

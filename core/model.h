@@ -79,6 +79,18 @@ typedef struct bn_model {
     int ftype; // general.file_type or -1
 } bn_model;
 
+// Sizes derived from a config that every engine's state layout uses (floats per token or per layer).
+typedef struct {
+    size_t kv_dim;      // n_head_kv * hd: K or V floats per token per attention layer
+    size_t q_rows;      // attn_q outputs: nh*hd, doubled (query + gate) for qwen35
+    size_t conv_dim;    // GDN conv channels: 2*Hk*dk + Hv*dv
+    size_t value_dim;   // Hv*dv
+    size_t conv_floats; // conv window per GDN layer: (K-1) * conv_dim
+    size_t ssm_floats;  // S per GDN layer: Hv * dk * dv
+} bn_dims;
+// bn_config_dims: the sizes above for config c; returns them.
+bn_dims bn_config_dims(const bn_config *c);
+
 // bn_model_load: opens and checks a GGUF (every expected tensor present with the right shape and
 // a supported type); returns NULL with a message naming the first wrong tensor/key.
 bn_model *bn_model_load(const char *path, char *err, size_t errlen);

@@ -43,12 +43,9 @@ static size_t work_size_for(const bn_model *m, int B) {
 static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B, int n_threads, int kv_type) {
     const bn_config *cf = &m->cfg;
     const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer;
-    const size_t kv_dim = (size_t)cf->n_head_kv * cf->head_dim;
-    const size_t q_rows = (size_t)cf->n_head * cf->head_dim * (cf->arch == BN_ARCH_QWEN35 ? 2 : 1);
-    const size_t dk = cf->ssm_d_state, Hk = cf->ssm_n_group, Hv = cf->ssm_dt_rank;
-    const size_t conv_dim = 2 * Hk * dk + Hv * dk, value_dim = Hv * dk;
-    const size_t conv_floats = (cf->ssm_conv_kernel > 0 ? (size_t)cf->ssm_conv_kernel - 1 : 0) * conv_dim;
-    const size_t ssm_floats = Hv * dk * dk;
+    const bn_dims dm = bn_config_dims(cf);
+    const size_t kv_dim = dm.kv_dim, q_rows = dm.q_rows, conv_dim = dm.conv_dim, value_dim = dm.value_dim;
+    const size_t conv_floats = dm.conv_floats, ssm_floats = dm.ssm_floats, Hv = cf->ssm_dt_rank;
 
     bn_state *hdr = carve(c, sizeof(bn_state));
     (void)hdr;

@@ -67,6 +67,21 @@ static float top2_gap(const float *x, int n) {
     return x[a] - second;
 }
 
+// quantize_to: src requantized to type with --pure (every 2-D weight) into dst; returns dst or NULL.
+static const char *quantize_to(const char *src, const char *dst, const char *type) {
+    char err[512];
+    bn_quantize_params qp = bn_quantize_params_default();
+    qp.type = type;
+    qp.pure = true;
+    qp.n_threads = 2;
+    qp.log = NULL;
+    if (bn_quantize_file(&qp, src, dst, err, sizeof err) != 0) {
+        fprintf(stderr, "quantize %s to %s: %s\n", src, type, err);
+        return NULL;
+    }
+    return dst;
+}
+
 // make_model: writes preset (type for 2-D weights; quantized types via the quantize driver with
 // --pure) to tmpdir/name.gguf; returns the path (static buffer per call site) or NULL.
 static const char *make_model(const char *preset, const char *type, char *path, size_t n) {
@@ -100,33 +115,14 @@ static const char *make_model(const char *preset, const char *type, char *path, 
     }
     snprintf(path, n, "%s/%s-%s.gguf", tmpdir, preset, type);
     if (access(path, F_OK) == 0) return path;
-    bn_quantize_params qp = bn_quantize_params_default();
-    qp.type = type;
-    qp.pure = true;
-    qp.n_threads = 2;
-    qp.log = NULL;
-    if (bn_quantize_file(&qp, f32, path, err, sizeof err) != 0) {
-        fprintf(stderr, "quantize %s: %s\n", type, err);
-        return NULL;
-    }
-    return path;
+    return quantize_to(f32, path, type);
 }
 
 // make_dequantized: the quantized model of make_model written back as F32 (weights deq(Q(W)), exact
 // in fp32) to deq_path; returns deq_path or NULL.
 static const char *make_dequantized(const char *quant_path, char *deq_path, size_t n) {
-    char err[512];
     snprintf(deq_path, n, "%s.f32.gguf", quant_path);
-    bn_quantize_params qp = bn_quantize_params_default();
-    qp.type = "F32";
-    qp.pure = true;
-    qp.n_threads = 2;
-    qp.log = NULL;
-    if (bn_quantize_file(&qp, quant_path, deq_path, err, sizeof err) != 0) {
-        fprintf(stderr, "dequantize %s: %s\n", quant_path, err);
-        return NULL;
-    }
-    return deq_path;
+    return quantize_to(quant_path, deq_path, "F32");
 }
 
 // open_model: makes (make_model), loads and uploads preset/type; *cm_out = the device model.
@@ -461,7 +457,8 @@ static void engine_case(void) {
 }
 
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
-// greedy, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0 cases, F16 greedy, planar Q1_0), "quick" (F32 case +
+// greedy, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
+// Q1_0), "quick" (F32 case +
 // greedy; for the shuffled emulator run); no argument runs everything (GPU).
 int main(int argc, char **argv) {
     char err[256];
@@ -476,13 +473,13 @@ int main(int argc, char **argv) {
         {"tiny", "F32", 1e-4, 1e-4, 1e-4},
         {"tiny", "F16", 1e-4, 0.03, 0.05},
         {"qwen3-tiny", "F32", 1e-4, 1e-4, 1e-4},
-        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs
-        {"qwen2", "F32", 1e-4, 1e-4, 1e-4}, // q/k/v biases
     };
     const case_t quant_cases[] = {
         {"tiny", "Q8_0", 1e-2, 0.2, 2.0},
         {"tiny", "Q1_0", 1e-2, 0.2, 2.0},
         {"tiny", "Q2_0", 1e-2, 0.2, 2.0},
+        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs (tests/model/tiny.h)
+        {"qwen2", "F32", 1e-4, 1e-4, 1e-4}, // q/k/v biases
     };
     for (size_t i = 0; i < sizeof float_cases / sizeof float_cases[0]; i++)
         if (flt || (quick && i == 0)) run_case(&float_cases[i]);
