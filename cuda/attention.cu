@@ -16,24 +16,48 @@ static __device__ __forceinline__ float kv_load(const bn_half *p, size_t i) { re
 static __device__ __forceinline__ void kv_store(float *p, size_t i, float v) { p[i] = v; }
 static __device__ __forceinline__ void kv_store(bn_half *p, size_t i, float v) { p[i] = bn_f2h(v); }
 
+// attn_prep_kernel: block (head, token): heads [0, nh) are queries (normed + rotated in place),
+// [nh, nh + nkv) keys (normed + rotated into the cache, with the matching v row).
 template <typename KV>
-static __global__ void kv_append_kernel(KV *k_cache, KV *v_cache, const float *k, const float *v, int kv_dim,
-                                 const int *d_pos) {
-    const int e = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
-    if (e >= kv_dim) return;
-    const size_t dst = (size_t)(d_pos[0] + t) * kv_dim + e, src = (size_t)t * kv_dim + e;
-    kv_store(k_cache, dst, k[src]);
-    kv_store(v_cache, dst, v[src]);
+static __global__ void attn_prep_kernel(float *qg, int q_stride, int head_stride, const float *kb, const float *vb,
+                                        KV *k_cache, KV *v_cache, int nh, int hd, int kv_dim, const float *q_norm,
+                                        const float *k_norm, float eps, int n_rot, float theta_scale, bool neox,
+                                        const int *d_pos) {
+    BN_SHARED(float, red, 32);
+    BN_DYN_SHARED(float, v);
+    const int h = blockIdx.x, t = blockIdx.y, pos = d_pos[0] + t;
+    const bool is_q = h < nh;
+    const int j = h - nh; // key head
+    float *q = qg + (size_t)t * q_stride + (size_t)h * head_stride;
+    const float *src = is_q ? q : kb + (size_t)t * kv_dim + (size_t)j * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) v[d] = src[d];
+    __syncthreads();
+    bn_head_norm_rope(v, is_q ? q_norm : k_norm, eps, hd, n_rot, theta_scale, neox, pos, red);
+    if (is_q) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) q[d] = v[d];
+        return;
+    }
+    const size_t dst = (size_t)pos * kv_dim + (size_t)j * hd, vsrc = (size_t)t * kv_dim + (size_t)j * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        kv_store(k_cache, dst + d, v[d]);
+        kv_store(v_cache, dst + d, vb[vsrc + d]);
+    }
 }
 
-cudaError_t bn_cu_kv_append(void *k_cache, void *v_cache, bool kv_f16, const float *k, const float *v, int kv_dim,
-                            int nb, const int *d_pos, cudaStream_t s) {
-    dim3 grid((kv_dim + ATT_THREADS - 1) / ATT_THREADS, nb);
+cudaError_t bn_cu_attn_prep(float *qg, int q_stride, int head_stride, const float *kb, const float *vb, void *k_cache,
+                            void *v_cache, bool kv_f16, int nh, int nkv, int hd, const float *q_norm,
+                            const float *k_norm, float eps, int n_rot, float theta_scale, bool neox, int nb,
+                            const int *d_pos, cudaStream_t s) {
+    dim3 grid(nh + nkv, nb);
+    const size_t smem = sizeof(float) * hd;
+    const int kv_dim = nkv * hd;
     if (kv_f16)
-        BN_LAUNCH(kv_append_kernel<bn_half>, grid, ATT_THREADS, 0, s, (bn_half *)k_cache, (bn_half *)v_cache, k, v,
-                  kv_dim, d_pos);
+        BN_LAUNCH(attn_prep_kernel<bn_half>, grid, ATT_THREADS, smem, s, qg, q_stride, head_stride, kb, vb,
+                  (bn_half *)k_cache, (bn_half *)v_cache, nh, hd, kv_dim, q_norm, k_norm, eps, n_rot, theta_scale, neox,
+                  d_pos);
     else
-        BN_LAUNCH(kv_append_kernel<float>, grid, ATT_THREADS, 0, s, (float *)k_cache, (float *)v_cache, k, v, kv_dim,
+        BN_LAUNCH(attn_prep_kernel<float>, grid, ATT_THREADS, smem, s, qg, q_stride, head_stride, kb, vb,
+                  (float *)k_cache, (float *)v_cache, nh, hd, kv_dim, q_norm, k_norm, eps, n_rot, theta_scale, neox,
                   d_pos);
     return cudaGetLastError();
 }

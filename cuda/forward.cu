@@ -516,12 +516,9 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
     if (L->q_bias) TRY(bn_cu_add_bias(qg, L->q_bias, q_stride, nb, s->stream));
     if (L->k_bias) TRY(bn_cu_add_bias(kb, L->k_bias, kv_dim, nb, s->stream));
     if (L->v_bias) TRY(bn_cu_add_bias(vb, L->v_bias, kv_dim, nb, s->stream));
-    TRY(bn_cu_norm_rope(qg, nh, head_stride, q_stride, nb, L->q_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox,
-                        s->d_pos, s->stream));
-    TRY(bn_cu_norm_rope(kb, nkv, hd, kv_dim, nb, L->k_norm, c->norm_eps, hd, c->n_rot, theta_scale, neox, s->d_pos,
-                        s->stream));
     const bool f16 = s->kv_type == T_F16;
-    TRY(bn_cu_kv_append(s->k_cache[il], s->v_cache[il], f16, kb, vb, kv_dim, nb, s->d_pos, s->stream));
+    TRY(bn_cu_attn_prep(qg, q_stride, head_stride, kb, vb, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd, L->q_norm,
+                        L->k_norm, c->norm_eps, c->n_rot, theta_scale, neox, nb, s->d_pos, s->stream));
     const int n_splits = nb <= BN_CU_MMVQ_MAX_NB ? s->n_splits : 1;
     TRY(bn_cu_attention(s->att, qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
                         1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream));
@@ -546,8 +543,8 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *sna
         TRY(mm(s, &L->ssm_alpha, s->xn, ab, nb));  // a   {Hv, nb}
     }
     const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
-    TRY(bn_cu_gdn_conv(mix, s->conv[il], L->conv1d, conv_dim, c->ssm_conv_kernel, nb, snaps, conv_off, s->stream));
-    TRY(bn_cu_gdn_qk_norm(mix, Hk, dk, conv_dim, nb, c->norm_eps, 1.0f / sqrtf((float)dk), s->stream));
+    TRY(bn_cu_gdn_conv_norm(mix, s->conv[il], L->conv1d, Hk, Hv, dk, c->ssm_conv_kernel, nb, c->norm_eps,
+                            1.0f / sqrtf((float)dk), snaps, conv_off, s->stream));
     TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb, snaps,
                              ssm_off, s->stream));
     TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));

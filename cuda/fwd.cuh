@@ -35,6 +35,33 @@ __device__ __forceinline__ float bn_cu_sigmoid(float x) { return 1.0f / (1.0f + 
 __device__ __forceinline__ float bn_cu_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float bn_cu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// bn_head_norm_rope: v (hd floats in shared memory, loaded and synced by the caller) ← RoPE at pos of
+// RMSNorm(v; w) (w NULL: no norm) over the first n_rot dims (neox: rotate-half pairs, else adjacent
+// pairs); theta_i = pos·theta_scale^i by repeated multiplication, as core/ops.c. Every thread of the
+// block must call; v is complete when it returns. red: 32 shared floats.
+__device__ __forceinline__ void bn_head_norm_rope(float *v, const float *w, float eps, int hd, int n_rot,
+                                                  float theta_scale, bool neox, int pos, float *red) {
+    if (w) {
+        float sum_sq = 0.0f;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) sum_sq += v[i] * v[i];
+        sum_sq = bn_block_sum(sum_sq, red);
+        const float scale = 1.0f / sqrtf(sum_sq / (float)hd + eps);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = w[i] * (v[i] * scale);
+        __syncthreads();
+    }
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float theta = (float)pos;
+        for (int k = 0; k < i; k++) theta *= theta_scale;
+        const float c = cosf(theta), sn = sinf(theta);
+        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        const float a = v[ia], b = v[ib];
+        v[ia] = a * c - b * sn;
+        v[ib] = b * c + a * sn;
+    }
+    __syncthreads();
+}
+
 // ---- ops.cu ------------------------------------------------------------------------------------
 // y[t] = RMSNorm(x[t]; w) for nb rows of n (w NULL = ones); y may alias x.
 cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s);
@@ -47,12 +74,6 @@ cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s);
 cudaError_t bn_cu_add_bias(float *y, const float *b, int n, int nb, cudaStream_t s);
 // y = SiLU(gate) ⊙ up over count (y may alias gate).
 cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t count, cudaStream_t s);
-// Per head of nb tokens: optional RMSNorm (norm_w {hd}, NULL = none) then RoPE at position
-// d_pos[0] + t (neox: rotate-half pairs, else adjacent pairs) over the first n_rot dims, in place.
-// Head h of token t starts at x + t*row_stride + h*head_stride. theta_scale = base^(-2/n_rot).
-cudaError_t bn_cu_norm_rope(float *x, int n_heads, int head_stride, int row_stride, int nb, const float *norm_w,
-                            float eps, int hd, int n_rot, float theta_scale, bool neox, const int *d_pos,
-                            cudaStream_t s);
 // y[r] = RMSNorm(o[r]; w) ⊙ SiLU(z[r]) for n_rows rows of n (GDN output gate); y may alias o.
 cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int n, int n_rows,
                                 float eps, cudaStream_t s);
@@ -60,16 +81,13 @@ cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const 
 cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
 
 // ---- gdn.cu ------------------------------------------------------------------------------------
-// Per-token snapshots inside a chunk: snaps (device array of nb device pointers, or NULL) receive the
-// window / S after token t at snaps[t] + snap_off (the layer's offset in the recurrent region).
-// Causal depthwise conv + SiLU over C channels for nb tokens in order, in place on mix {C, nb};
-// window {K-1, C} (ops.h layout) advanced; w {K, C}.
-cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, float *const *snaps,
-                           size_t snap_off, cudaStream_t s);
-// L2-normalises the Hk q heads and Hk k heads (dk each) at the start of every mix row {conv_dim, nb};
-// q heads are then multiplied by q_scale.
-cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, float eps, float q_scale,
-                              cudaStream_t s);
+// Causal depthwise conv + SiLU over the C = (2*Hk + Hv)*dk channels for nb tokens in order, in place on
+// mix {C, nb}, window {K-1, C} (ops.h layout) advanced, w {K, C}; then the Hk q heads and Hk k heads
+// (the first 2*Hk*dk channels) L2-normalised per token, q heads times q_scale. Per-token snapshots:
+// snaps (device array of nb device pointers, or NULL) receive the window after token t at
+// snaps[t] + snap_off (the layer's offset in the recurrent region); the same for S below.
+cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
+                                float eps, float q_scale, float *const *snaps, size_t snap_off, cudaStream_t s);
 // The gated delta rule over nb tokens for all Hv value heads: S {dk, dv, Hv} (ops.h bn_gdn_step
 // layout) updated in place; y {Hv*dv, nb} = Sᵀq per token. beta_logit/alpha_logit {Hv, nb}.
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
@@ -77,10 +95,14 @@ cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_l
                                  int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s);
 
 // ---- attention.cu ------------------------------------------------------------------------------
-// Writes k, v {kv_dim, nb} into the caches {kv_dim, n_ctx} (fp32, or fp16 when kv_f16) at
-// positions d_pos[0] + t.
-cudaError_t bn_cu_kv_append(void *k_cache, void *v_cache, bool kv_f16, const float *k, const float *v, int kv_dim,
-                            int nb, const int *d_pos, cudaStream_t s);
+// Per token t at position d_pos[0] + t: the nh query heads (qg + t*q_stride + h*head_stride, in place)
+// and the nkv key heads (kb {nkv*hd, nb}) get RMSNorm (q_norm / k_norm {hd}; NULL = none) then RoPE
+// (theta_scale = base^(-2/n_rot)); the keys and v (vb {nkv*hd, nb}) are written into the caches
+// {nkv*hd, n_ctx} (fp32, or fp16 when kv_f16).
+cudaError_t bn_cu_attn_prep(float *qg, int q_stride, int head_stride, const float *kb, const float *vb, void *k_cache,
+                            void *v_cache, bool kv_f16, int nh, int nkv, int hd, const float *q_norm,
+                            const float *k_norm, float eps, int n_rot, float theta_scale, bool neox, int nb,
+                            const int *d_pos, cudaStream_t s);
 // Scratch floats bn_cu_attention needs for nh heads of hd, nb tokens, n_splits key splits.
 size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
 // Causal attention of nb query tokens at positions d_pos[0] + t over cache rows [0, pos + 1):

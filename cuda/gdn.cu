@@ -1,65 +1,54 @@
-// cuda/gdn.cu — Gated DeltaNet kernels of the CUDA forward: causal conv1d + SiLU step, q/k L2 norms,
-// and the delta-rule recurrence (MODEL.md §4.3; same math as core/ops.c bn_conv1d_silu_step /
+// cuda/gdn.cu — Gated DeltaNet kernels of the CUDA forward: causal conv1d + SiLU step fused with the
+// q/k L2 norms, and the delta-rule recurrence (MODEL.md §4.3; same math as core/ops.c bn_conv1d_silu_step /
 // bn_gdn_step). Shapes and contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 
-#define CONV_THREADS 256
-#define NORM_THREADS 128
 #define REC_WARPS 4 // value rows per block (one warp each)
 #define REC_REGS (BN_CU_MAX_HEAD_DIM / 32)
 
-// conv_kernel: one thread per channel, tokens in order; the channel's window lives in registers.
-static __global__ void conv_kernel(float *mix, float *window, const float *w, int C, int K, int nb,
-                                   float *const *snaps, size_t snap_off) {
-    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch >= C) return;
-    const int km1 = K - 1;
+// conv_norm_kernel: block = one head's dk channels (thread i: channel head*dk + i, its window in
+// registers), tokens in order; q/k heads (head < 2*Hk) are L2-normalised per token across the block.
+static __global__ void conv_norm_kernel(float *mix, float *window, const float *w, int C, int K, int nb, int Hk, int dk,
+                                        float eps, float q_scale, float *const *snaps, size_t snap_off) {
+    BN_SHARED(float, red, 32);
+    const int head = blockIdx.x, i = threadIdx.x, km1 = K - 1;
+    const bool active = i < dk, normed = head < 2 * Hk; // normed is uniform over the block
+    const int ch = head * dk + i;
     float win[BN_CU_MAX_CONV_K];
     float *wd = window + (size_t)ch * km1;
     const float *wc = w + (size_t)ch * K;
-    for (int i = 0; i < km1; i++) win[i] = wd[i];
+    for (int k = 0; active && k < km1; k++) win[k] = wd[k];
     for (int t = 0; t < nb; t++) {
         float *xt = mix + (size_t)t * C + ch;
-        const float x_now = *xt;
-        float acc = wc[km1] * x_now;
-        for (int i = 0; i < km1; i++) acc += wc[i] * win[i];
-        for (int i = 0; i + 1 < km1; i++) win[i] = win[i + 1];
-        if (km1 > 0) win[km1 - 1] = x_now;
-        *xt = bn_cu_silu(acc);
-        if (snaps)
-            for (int i = 0; i < km1; i++) snaps[t][snap_off + (size_t)ch * km1 + i] = win[i];
+        float out = 0.0f;
+        if (active) {
+            const float x_now = *xt;
+            float acc = wc[km1] * x_now;
+            for (int k = 0; k < km1; k++) acc += wc[k] * win[k];
+            for (int k = 0; k + 1 < km1; k++) win[k] = win[k + 1];
+            if (km1 > 0) win[km1 - 1] = x_now;
+            out = bn_cu_silu(acc);
+        }
+        if (normed) {
+            const float sum_sq = bn_block_sum(out * out, red);
+            out = out * (1.0f / sqrtf(sum_sq + eps));
+            if (head < Hk) out *= q_scale;
+        }
+        if (active) {
+            *xt = out;
+            if (snaps)
+                for (int k = 0; k < km1; k++) snaps[t][snap_off + (size_t)ch * km1 + k] = win[k];
+        }
     }
-    for (int i = 0; i < km1; i++) wd[i] = win[i];
+    for (int k = 0; active && k < km1; k++) wd[k] = win[k];
 }
 
-cudaError_t bn_cu_gdn_conv(float *mix, float *window, const float *w, int C, int K, int nb, float *const *snaps,
-                           size_t snap_off, cudaStream_t s) {
-    BN_LAUNCH(conv_kernel, (C + CONV_THREADS - 1) / CONV_THREADS, CONV_THREADS, 0, s, mix, window, w, C, K, nb, snaps,
+cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
+                                float eps, float q_scale, float *const *snaps, size_t snap_off, cudaStream_t s) {
+    const int C = (2 * Hk + Hv) * dk, threads = (dk + 31) / 32 * 32;
+    BN_LAUNCH(conv_norm_kernel, 2 * Hk + Hv, threads, 0, s, mix, window, w, C, K, nb, Hk, dk, eps, q_scale, snaps,
               snap_off);
-    return cudaGetLastError();
-}
-
-// qk_norm_kernel: block (head j of the 2*Hk q/k heads, token t).
-static __global__ void qk_norm_kernel(float *mix, int Hk, int dk, int conv_dim, float eps, float q_scale) {
-    BN_SHARED(float, red, 32);
-    const int j = blockIdx.x;
-    float *x = mix + (size_t)blockIdx.y * conv_dim + (size_t)j * dk;
-    float sum_sq = 0.0f;
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) sum_sq += x[i] * x[i];
-    sum_sq = bn_block_sum(sum_sq, red);
-    const float scale = 1.0f / sqrtf(sum_sq + eps);
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        float v = x[i] * scale;
-        if (j < Hk) v *= q_scale;
-        x[i] = v;
-    }
-}
-
-cudaError_t bn_cu_gdn_qk_norm(float *mix, int Hk, int dk, int conv_dim, int nb, float eps, float q_scale,
-                              cudaStream_t s) {
-    dim3 grid(2 * Hk, nb);
-    BN_LAUNCH(qk_norm_kernel, grid, NORM_THREADS, 0, s, mix, Hk, dk, conv_dim, eps, q_scale);
     return cudaGetLastError();
 }
 

@@ -81,47 +81,6 @@ cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t c
     return cudaGetLastError();
 }
 
-// norm_rope_kernel: block (head, token); the head is normed into shared memory, then each thread
-// rotates its pairs. theta_i = pos·theta_scale^i by repeated multiplication, as core/ops.c does.
-static __global__ void norm_rope_kernel(float *x, int head_stride, int row_stride, const float *norm_w, float eps, int hd,
-                                 int n_rot, float theta_scale, bool neox, const int *d_pos) {
-    BN_SHARED(float, red, 32);
-    BN_DYN_SHARED(float, v);
-    float *head = x + (size_t)blockIdx.y * row_stride + (size_t)blockIdx.x * head_stride;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = head[i];
-    if (norm_w) {
-        float sum_sq = 0.0f;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) sum_sq += v[i] * v[i];
-        sum_sq = bn_block_sum(sum_sq, red);
-        const float scale = 1.0f / sqrtf(sum_sq / (float)hd + eps);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = norm_w[i] * (v[i] * scale);
-    }
-    __syncthreads();
-    const int pos = d_pos[0] + (int)blockIdx.y, half = n_rot / 2;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        if (i >= half) {
-            if (i >= n_rot) head[i] = v[i]; // unrotated tail
-            continue;
-        }
-        float theta = (float)pos;
-        for (int k = 0; k < i; k++) theta *= theta_scale;
-        const float c = cosf(theta), sn = sinf(theta);
-        const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        const float a = v[ia], b = v[ib];
-        head[ia] = a * c - b * sn;
-        head[ib] = b * c + a * sn;
-    }
-}
-
-cudaError_t bn_cu_norm_rope(float *x, int n_heads, int head_stride, int row_stride, int nb, const float *norm_w,
-                            float eps, int hd, int n_rot, float theta_scale, bool neox, const int *d_pos,
-                            cudaStream_t s) {
-    dim3 grid(n_heads, nb);
-    BN_LAUNCH(norm_rope_kernel, grid, HEAD_THREADS, sizeof(float) * hd, s, x, head_stride, row_stride, norm_w, eps,
-              hd, n_rot, theta_scale, neox, d_pos);
-    return cudaGetLastError();
-}
-
 // gated_rmsnorm_kernel: one block per row.
 static __global__ void gated_rmsnorm_kernel(float *y, const float *o, const float *z, const float *w, int n, float eps) {
     BN_SHARED(float, red, 32);
