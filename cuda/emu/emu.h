@@ -71,7 +71,8 @@ extern dim3 block_dim, grid_dim;
 // SharedKey: one per BN_SHARED declaration site; remembers the block generation it was placed in.
 struct SharedKey {
     uint64_t gen;
-    size_t off;
+    size_t off, bytes;
+    const char *name;
 };
 // shared_static: the block's copy of a static shared array (same address for every thread of a block).
 void *shared_static(SharedKey *key, size_t bytes, size_t align);
@@ -204,7 +205,7 @@ static inline float bn_warp_reduce_max(float v) {
 
 // ---- shared memory ----------------------------------------------------------------------------------
 #define BN_SHARED(T, name, N)                                                                          \
-    static bn_emu::SharedKey bn_shkey_##name;                                                          \
+    static bn_emu::SharedKey bn_shkey_##name = {0, 0, 0, #name};                                       \
     T *const name = (T *)bn_emu::shared_static(&bn_shkey_##name, sizeof(T) * (size_t)(N), alignof(T))
 #define BN_DYN_SHARED(T, name) T *const name = (T *)bn_emu::shared_dynamic()
 

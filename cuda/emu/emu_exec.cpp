@@ -37,8 +37,12 @@ struct Warp {
 const size_t SMEM_STATIC_MAX = 48 * 1024;   // static __shared__ per block (sm_90)
 const size_t SMEM_DEFAULT_MAX = 48 * 1024;  // static + dynamic without the opt-in attribute
 const size_t SMEM_OPTIN_MAX = 232448;       // sharedMemPerBlockOptin of sm_90 (227 KiB)
-// static shared memory (BN_SHARED) of the running block
-alignas(256) char smem_static[SMEM_STATIC_MAX];
+// static shared memory (BN_SHARED) of the running block; each array is followed by a 16-byte redzone
+// checked when the block ends (a write past an array is reported with its name)
+const size_t REDZONE = 16;
+const uint8_t REDZONE_BYTE = 0xa5;
+alignas(256) char smem_static[SMEM_STATIC_MAX + 64 * 1024];
+std::vector<SharedKey *> static_arrays; // placed in the running block
 // dynamic shared memory: the region ends at an inaccessible page, so an access past smem_bytes (or any
 // access with smem_bytes = 0) faults and is reported
 char *dyn_arena;      // SMEM_OPTIN_MAX bytes (rounded to pages), then the guard page
@@ -60,7 +64,8 @@ struct Exec {
     int bar_sum[2];
     Warp *warps;                 // [nthreads / 32 rounded up]
     Ctx sched;                   // the host thread's context
-    size_t smem_dyn, smem_cursor, smem_limit; // smem_cursor: bytes of static shared memory placed
+    size_t smem_dyn, smem_limit;
+    size_t smem_cursor, smem_static_bytes; // arena bytes used (with redzones); static bytes as on the GPU
     uint64_t gen;                // block generation: BN_SHARED placements are per generation
     bool shuffle;
     bn_rng rng;
@@ -213,10 +218,21 @@ const char *where() {
         where(), detail);
 }
 
+// check_redzones: aborts naming the BN_SHARED array whose redzone a thread of the block overwrote.
+void check_redzones() {
+    for (const SharedKey *k : static_arrays)
+        for (size_t i = 0; i < REDZONE; i++)
+            if ((uint8_t)smem_static[k->off + k->bytes + i] != REDZONE_BYTE)
+                die("%s: a thread wrote past the end of BN_SHARED array '%s' (%zu bytes): byte %zu after it changed",
+                    where(), k->name, k->bytes, i);
+}
+
 void run_block(uint3 bidx) {
     block_idx = bidx;
     X.gen++;
     X.smem_cursor = 0;
+    X.smem_static_bytes = 0;
+    static_arrays.clear();
     memset(dyn_base, 0xff, X.smem_dyn); // uninitialised shared memory reads as NaN / -1
     int n = X.nthreads;
     for (int i = 0; i < n; i++) {
@@ -244,6 +260,7 @@ void run_block(uint3 bidx) {
     ctx_switch(&X.sched, &first->ctx);
     cur = nullptr;
     if (X.ndone != n) report_deadlock();
+    check_redzones();
 }
 
 // on_fault: a SIGSEGV/SIGBUS inside a kernel names the kernel, block and thread (a fiber stack's guard
@@ -400,7 +417,7 @@ void *shared_static(SharedKey *key, size_t bytes, size_t align) {
     if (key->gen != X.gen) {
         if (align < 16) align = 16;
         size_t off = (X.smem_cursor + align - 1) & ~(align - 1);
-        size_t static_bytes = off + bytes;
+        size_t static_bytes = (X.smem_static_bytes + align - 1) / align * align + bytes;
         if (static_bytes > SMEM_STATIC_MAX)
             die("%s: shared-memory overflow: %zu bytes of static shared memory (sm_90 allows %zu per block)", where(),
                 static_bytes, SMEM_STATIC_MAX);
@@ -408,10 +425,15 @@ void *shared_static(SharedKey *key, size_t bytes, size_t align) {
             die("%s: shared-memory overflow: %zu dynamic + %zu static bytes > %zu bytes allowed for this launch%s",
                 where(), X.smem_dyn, static_bytes, X.smem_limit,
                 X.smem_limit == SMEM_DEFAULT_MAX ? " (opt in with cudaFuncSetAttribute MaxDynamicSharedMemorySize)" : "");
+        if (off + bytes + REDZONE > sizeof smem_static) die("%s: too many BN_SHARED arrays", where());
         memset(smem_static + off, 0xff, bytes);
+        memset(smem_static + off + bytes, REDZONE_BYTE, REDZONE);
         key->off = off;
+        key->bytes = bytes;
         key->gen = X.gen;
-        X.smem_cursor = off + bytes;
+        X.smem_cursor = off + bytes + REDZONE;
+        X.smem_static_bytes = static_bytes;
+        static_arrays.push_back(key);
     }
     return smem_static + key->off;
 }

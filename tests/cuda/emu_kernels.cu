@@ -185,6 +185,14 @@ __global__ void k_dyn_only(float *out) {
     buf[threadIdx.x] = 2.0f;
     out[threadIdx.x] = buf[threadIdx.x];
 }
+__global__ void k_static_past_end(float *out) {
+    BN_SHARED(float, first, 8);
+    BN_SHARED(float, tile, 64);
+    tile[threadIdx.x] = 1.0f; // 65 threads: one writes past tile[63]
+    first[0] = 2.0f;
+    __syncthreads();
+    out[threadIdx.x] = tile[threadIdx.x % 64] + first[0];
+}
 __global__ void k_null_write(float *out) { out[threadIdx.x] = 1.0f; }
 __global__ void k_dyn_past_end(int n, float *out) {
     BN_DYN_SHARED(float, buf);
@@ -457,6 +465,7 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 8: return (int)*(volatile float *)dout.p; // host code reading device memory
     case 10: BN_LAUNCH(k_dyn_past_end, 1, 64, 32 * sizeof(float), 0, 32, dout.p); break;
     case 11: BN_LAUNCH(k_dyn_past_end, 1, 32, 0, 0, 0, dout.p); break;
+    case 12: BN_LAUNCH(k_static_past_end, 1, 96, 0, 0, dout.p); break;
     case 9: {
         DevBuf<float> small;
         TRY(cudaMalloc(&small.p, 4096));

@@ -6,8 +6,8 @@
 // a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU) and for a GPU (skips without one).
 // Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
 // half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
-// reading device memory, stores past an allocation or the dynamic shared memory) are reported (run in
-// forked children), and the fiber switch cost is printed.
+// reading device memory, stores past an allocation, the dynamic shared memory or a BN_SHARED array) are
+// reported (run in forked children), and the fiber switch cost is printed.
 #include "tests/test.h"
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/cuda_backend.h"
@@ -406,6 +406,7 @@ int main(void) {
     run_bad(9, SIGSEGV, "k_past_end", "past the end of a cudaMalloc of 4096 bytes");
     run_bad(10, SIGSEGV, "dynamic shared memory overflow", "the launch gave smem_bytes = 128");
     run_bad(11, SIGSEGV, "k_dyn_past_end", "smem_bytes = 0");
+    run_bad(12, SIGABRT, "k_static_past_end", "past the end of BN_SHARED array 'tile' (256 bytes)");
 #endif
     switch_cost(0);
     switch_cost(1);
