@@ -12,7 +12,10 @@
 #include <unistd.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <time.h>
 #include <algorithm>
+#include <map>
+#include <string>
 #include <unordered_map>
 
 namespace bn_emu {
@@ -84,9 +87,43 @@ bool order_seed_read;
 uint64_t launch_count, switch_count, thread_count;
 std::unordered_map<const void *, int> max_dyn_smem; // cudaFuncSetAttribute
 
+// profile (BONSAI_EMU_PROFILE=1): per kernel name, printed to stderr at exit
+struct KernelStat {
+    uint64_t launches, threads, switches;
+    double cpu_s;
+};
+bool profile_on;
+std::map<std::string, KernelStat> *profile;
+
+double thread_cpu_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void print_profile() {
+    std::vector<std::pair<std::string, KernelStat>> rows(profile->begin(), profile->end());
+    std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.cpu_s > b.second.cpu_s; });
+    double total = 0;
+    for (const auto &r : rows) total += r.second.cpu_s;
+    fprintf(stderr, "bonsai-emu profile (CPU time in kernels %.3f s):\n%-40s %9s %12s %12s %9s %6s\n", total, "kernel",
+            "launches", "threads", "switches", "cpu ms", "share");
+    for (const auto &r : rows)
+        fprintf(stderr, "%-40.40s %9llu %12llu %12llu %9.1f %5.1f%%\n", r.first.c_str(),
+                (unsigned long long)r.second.launches, (unsigned long long)r.second.threads,
+                (unsigned long long)r.second.switches, r.second.cpu_s * 1e3,
+                total > 0 ? 100.0 * r.second.cpu_s / total : 0.0);
+}
+
 void read_env() {
     if (order_seed_read) return;
     order_seed_read = true;
+    const char *prof = getenv("BONSAI_EMU_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0) {
+        profile_on = true;
+        profile = new std::map<std::string, KernelStat>();
+        atexit(print_profile);
+    }
     const char *s = getenv("BONSAI_EMU_SHUFFLE");
     if (s && *s) order_seed = strtoull(s, nullptr, 0);
     const char *kb = getenv("BONSAI_EMU_STACK_KB");
@@ -349,9 +386,18 @@ void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_l
         for (uint64_t b = 0; b < nblocks; b++) order[b] = b;
         for (uint64_t i = nblocks - 1; i > 0; i--) std::swap(order[i], order[bn_rng_below(&X.rng, i + 1)]);
     }
+    double t0 = profile_on ? thread_cpu_s() : 0;
+    uint64_t switches0 = switch_count;
     for (uint64_t b = 0; b < nblocks; b++) {
         uint64_t lin = order.empty() ? b : order[b];
         run_block(uint3{(unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / grid.x / grid.y)});
+    }
+    if (profile_on) {
+        KernelStat &st = (*profile)[name];
+        st.launches++;
+        st.threads += (uint64_t)n * nblocks;
+        st.switches += switch_count - switches0;
+        st.cpu_s += thread_cpu_s() - t0;
     }
 }
 } // namespace
