@@ -408,11 +408,14 @@ void install_fault_handler() {
     if (done) return;
     done = true;
     struct sigaction old;
-    if (sigaction(SIGSEGV, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+    if (sigaction(SIGSEGV, nullptr, &old) != 0) return;
+    bool ours = (old.sa_flags & SA_SIGINFO) && old.sa_sigaction == on_fault;
+    if (!ours && old.sa_handler != SIG_DFL) return; // someone else's (ASan, the program's)
     stack_t ss = {};
     ss.ss_size = 64 * 1024;
     ss.ss_sp = malloc(ss.ss_size); // one per host thread that launches; kept for the thread's life
     sigaltstack(&ss, nullptr);
+    if (ours) return;
     struct sigaction sa = {};
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <pthread.h>
 #ifdef BONSAI_CUDA_EMU
 #include "cuda/emu/emu_api.h"
 #include <signal.h>
@@ -42,6 +43,34 @@ static void check_block_sum(void) {
         float want = 0;
         for (int i = 256 * b; i < 256 * b + 256 && i < N; i++) want += x[i];
         CHECK(out[b] == want, "block %d: sum %g, want %g", b, out[b], want);
+    }
+}
+
+// check_host_threads: two host threads launching kernels at once get the same sums as one alone
+// (the emulator serialises launches; CUDA's runtime is thread-safe).
+struct sum_job {
+    const float *x;
+    float out[4];
+    int rc;
+    char err[256];
+};
+static void *sum_worker(void *arg) {
+    struct sum_job *j = arg;
+    for (int r = 0; r < 20 && j->rc == 0; r++) j->rc = ek_block_sum(j->x, 1000, j->out, j->err, sizeof j->err);
+    return NULL;
+}
+static void check_host_threads(void) {
+    float x[1000], want[4];
+    for (int i = 0; i < 1000; i++) x[i] = (float)(i % 13 - 6);
+    int rc = ek_block_sum(x, 1000, want, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    struct sum_job jobs[2] = {{x, {0}, 0, ""}, {x, {0}, 0, ""}};
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, sum_worker, &jobs[t]);
+    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < 2; t++) {
+        CHECK(jobs[t].rc == 0, "host thread %d: %s", t, jobs[t].err);
+        CHECK(memcmp(jobs[t].out, want, sizeof want) == 0, "host thread %d: sums differ", t);
     }
 }
 
@@ -379,6 +408,7 @@ int main(void) {
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     check_block_sum();
     check_sync_votes();
+    check_host_threads();
     check_warp_ops();
     check_warp_reduce();
     check_dyn_shared(1000, 256, 0);
