@@ -18,6 +18,10 @@ typedef struct {
 // bn_cuda_emu_set_order: order of threads (and blocks) in later launches: 0 = index order, otherwise
 // a random order per block drawn from seed (same as env BONSAI_EMU_SHUFFLE=seed); returns the previous seed.
 uint64_t bn_cuda_emu_set_order(uint64_t seed);
+// bn_cuda_emu_set_racecheck: 1 = run every later launch twice from the same device memory, in index order
+// and in a shuffled order, and abort naming the kernel if the results differ (same as env
+// BONSAI_EMU_RACECHECK=1); returns the previous setting. Slow: copies all device memory 3x per launch.
+int bn_cuda_emu_set_racecheck(int on);
 // bn_cuda_emu_get_stats: fills *s with the counters.
 void bn_cuda_emu_get_stats(bn_cuda_emu_stats *s);
 

@@ -84,6 +84,7 @@ std::vector<Warp> warp_pool;
 
 uint64_t order_seed;           // 0: index order
 bool order_seed_read;
+bool racecheck;                // BONSAI_EMU_RACECHECK: every launch twice, index vs shuffled order
 uint64_t launch_count, switch_count, thread_count;
 std::unordered_map<const void *, int> max_dyn_smem; // cudaFuncSetAttribute
 
@@ -118,6 +119,8 @@ void print_profile() {
 void read_env() {
     if (order_seed_read) return;
     order_seed_read = true;
+    const char *rc = getenv("BONSAI_EMU_RACECHECK");
+    racecheck = rc && *rc && strcmp(rc, "0") != 0;
     const char *prof = getenv("BONSAI_EMU_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0) {
         profile_on = true;
@@ -338,6 +341,24 @@ void on_fault(int sig, siginfo_t *si, void *) {
     signal(sig, SIG_DFL); // returning re-executes the access under the default action
 }
 
+// run_grid: runs the blocks of the launch set up in X: index order (seed 0) or a random order of threads
+// and blocks drawn from seed.
+void run_grid(uint64_t nblocks, uint64_t seed) {
+    X.shuffle = seed != 0;
+    if (X.shuffle) bn_rng_seed(&X.rng, seed * 0x9e3779b97f4a7c15ull + launch_count);
+    std::vector<uint64_t> order;
+    if (X.shuffle && nblocks <= (1u << 26)) {
+        order.resize(nblocks);
+        for (uint64_t b = 0; b < nblocks; b++) order[b] = b;
+        for (uint64_t i = nblocks - 1; i > 0; i--) std::swap(order[i], order[bn_rng_below(&X.rng, i + 1)]);
+    }
+    const dim3 grid = X.grid;
+    for (uint64_t b = 0; b < nblocks; b++) {
+        uint64_t lin = order.empty() ? b : order[b];
+        run_block(uint3{(unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / grid.x / grid.y)});
+    }
+}
+
 // execute: runs every block of a launch (argument checks were done at launch/capture time).
 void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_limit,
              const std::function<void()> &body) {
@@ -366,10 +387,8 @@ void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_l
         mprotect(dyn_guard, page, PROT_NONE);
     }
     dyn_base = dyn_guard - ((smem + 15) & ~(size_t)15);
-    X.shuffle = order_seed != 0;
     launch_count++;
     thread_count += (uint64_t)n * grid.x * grid.y * grid.z;
-    if (X.shuffle) bn_rng_seed(&X.rng, order_seed * 0x9e3779b97f4a7c15ull + launch_count);
     block_dim = block;
     grid_dim = grid;
     for (int i = 0; i < n; i++) {
@@ -380,17 +399,23 @@ void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_l
         f->warp = (unsigned)i / 32;
     }
     uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
-    std::vector<uint64_t> order;
-    if (X.shuffle && nblocks <= (1u << 26)) {
-        order.resize(nblocks);
-        for (uint64_t b = 0; b < nblocks; b++) order[b] = b;
-        for (uint64_t i = nblocks - 1; i > 0; i--) std::swap(order[i], order[bn_rng_below(&X.rng, i + 1)]);
-    }
     double t0 = profile_on ? thread_cpu_s() : 0;
     uint64_t switches0 = switch_count;
-    for (uint64_t b = 0; b < nblocks; b++) {
-        uint64_t lin = order.empty() ? b : order[b];
-        run_block(uint3{(unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / grid.x / grid.y)});
+    if (!racecheck) {
+        run_grid(nblocks, order_seed);
+    } else { // index order, then a shuffled order from the same memory: the results must be identical
+        std::vector<char> before, first;
+        device_snapshot(before);
+        run_grid(nblocks, 0);
+        device_snapshot(first);
+        device_restore(before);
+        run_grid(nblocks, order_seed ? order_seed : 0x5eed);
+        char where_diff[256];
+        if (device_diff(first, where_diff, sizeof where_diff))
+            die("kernel '%s' (grid (%u,%u,%u) x block (%u,%u,%u)): race: device memory after the kernel depends on "
+                "the thread/block order (first difference: %s; index order vs shuffled). A missing __syncthreads, "
+                "blocks sharing data, or float atomics?",
+                name, grid.x, grid.y, grid.z, block.x, block.y, block.z, where_diff);
     }
     if (profile_on) {
         KernelStat &st = (*profile)[name];
@@ -529,6 +554,14 @@ extern "C" uint64_t bn_cuda_emu_set_order(uint64_t seed) {
     bn_emu::read_env();
     uint64_t old = bn_emu::order_seed;
     bn_emu::order_seed = seed;
+    return old;
+}
+
+extern "C" int bn_cuda_emu_set_racecheck(int on) {
+    std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
+    bn_emu::read_env();
+    int old = bn_emu::racecheck;
+    bn_emu::racecheck = on != 0;
     return old;
 }
 

@@ -39,6 +39,11 @@ cudaError_t sync_allowed(const char *what);
 bool device_alloc_of(const void *p, const void **base, size_t *bytes);
 // install_fault_handler: SIGSEGV/SIGBUS reports naming the kernel or the device allocation (once per thread).
 void install_fault_handler();
+// device_snapshot / device_restore: all device memory into / from one buffer (BONSAI_EMU_RACECHECK).
+void device_snapshot(std::vector<char> &out);
+void device_restore(const std::vector<char> &in);
+// device_diff: how many allocations differ from the snapshot ref; the first difference described in where.
+int device_diff(const std::vector<char> &ref, char *where, size_t n);
 // die: prints "bonsai-emu: <message>" to stderr and aborts.
 [[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 } // namespace bn_emu

@@ -148,6 +148,49 @@ bool device_alloc_of(const void *p, const void **base, size_t *bytes) {
     return true;
 }
 
+void device_snapshot(std::vector<char> &out) {
+    size_t total = 0;
+    for (auto &a : device_allocs) total += a.second;
+    out.resize(total);
+    size_t at = 0;
+    for (auto &a : device_allocs) {
+        memcpy(out.data() + at, (const void *)a.first, a.second);
+        at += a.second;
+    }
+}
+
+void device_restore(const std::vector<char> &in) {
+    size_t at = 0;
+    for (auto &a : device_allocs) {
+        memcpy((void *)a.first, in.data() + at, a.second);
+        at += a.second;
+    }
+}
+
+int device_diff(const std::vector<char> &ref, char *where, size_t n) {
+    size_t at = 0;
+    int differ = 0;
+    for (auto &a : device_allocs) {
+        const char *now = (const char *)a.first, *was = ref.data() + at;
+        if (memcmp(now, was, a.second) != 0) {
+            size_t i = 0;
+            while (now[i] == was[i]) i++;
+            if (differ++ == 0) {
+                uint32_t w0 = 0, w1 = 0;
+                size_t word = i & ~(size_t)3;
+                if (word + 4 <= a.second) {
+                    memcpy(&w0, was + word, 4);
+                    memcpy(&w1, now + word, 4);
+                }
+                snprintf(where, n, "byte %zu of the cudaMalloc of %zu bytes at %p (32-bit word 0x%08x vs 0x%08x)", i,
+                         a.second, now, w0, w1);
+            }
+        }
+        at += a.second;
+    }
+    return differ;
+}
+
 cudaError_t memcpy_symbol(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s, bool async) {
     if (!async) {
         cudaError_t e = sync_allowed("cudaMemcpyToSymbol");

@@ -2,6 +2,9 @@
 // cuda/common.cuh contract so nvcc (GPU) and g++ (emulator) both build them.
 #include "cuda/common.cuh"
 #include "tests/cuda/emu_kernels.h"
+#ifdef BONSAI_CUDA_EMU
+#include "cuda/emu/emu_api.h"
+#endif
 
 namespace {
 // DevBuf: a device allocation freed at scope exit.
@@ -466,6 +469,11 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 10: BN_LAUNCH(k_dyn_past_end, 1, 64, 32 * sizeof(float), 0, 32, dout.p); break;
     case 11: BN_LAUNCH(k_dyn_past_end, 1, 32, 0, 0, 0, dout.p); break;
     case 12: BN_LAUNCH(k_static_past_end, 1, 96, 0, 0, dout.p); break;
+    case 13: // the shift without its barrier, under the race check
+        TRY(cudaMemset(dout.p, 0, sizeof(float) * 256));
+        bn_cuda_emu_set_racecheck(1);
+        BN_LAUNCH(k_shift, 1, 256, 0, 0, dout.p, dout.p + 256, 0);
+        break;
     case 9: {
         DevBuf<float> small;
         TRY(cudaMalloc(&small.p, 4096));

@@ -58,7 +58,7 @@ int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen);
 // without opt-in, 5 block of 2048 threads, 6 store through a null pointer, 7 256 KiB of locals (stack overflow),
 // 8 host code reading device memory, 9 a kernel storing one page past a 4 KiB allocation, 10 a store past
 // the launch's dynamic shared memory, 11 dynamic shared memory used with smem_bytes = 0, 12 a store past
-// a BN_SHARED array.
+// a BN_SHARED array, 13 the shift without its barrier under the race check (bn_cuda_emu_set_racecheck).
 int ek_bad(int which, char *err, size_t errlen);
 // ek_switch_bench: mode 0: one block of `threads` threads passing `rounds` __syncthreads; mode 1: the
 // same with warp shuffles; mode 2: `rounds` blocks of `threads` threads without barriers. Returns 0.

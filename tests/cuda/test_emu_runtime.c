@@ -339,6 +339,12 @@ static int count_shift_errors(uint64_t seed, int barrier) {
 }
 
 static void check_race_detection(void) {
+    int old = bn_cuda_emu_set_racecheck(1); // correct kernels pass the race check
+    float x[1000], sums[4], out[256];
+    for (int i = 0; i < 1000; i++) x[i] = (float)(i % 7);
+    CHECK(ek_block_sum(x, 1000, sums, err, sizeof err) == 0, "%s", err);
+    CHECK(ek_shift(x, out, 1, err, sizeof err) == 0, "%s", err);
+    bn_cuda_emu_set_racecheck(old);
     int idx_nobar = count_shift_errors(0, 0), idx_bar = count_shift_errors(0, 1);
     int shuf_nobar = count_shift_errors(12345, 0), shuf_bar = count_shift_errors(12345, 1);
     printf("missing barrier: %d wrong in index order, %d wrong in shuffled order (256 threads)\n", idx_nobar, shuf_nobar);
@@ -437,6 +443,7 @@ int main(void) {
     run_bad(10, SIGSEGV, "dynamic shared memory overflow", "the launch gave smem_bytes = 128");
     run_bad(11, SIGSEGV, "k_dyn_past_end", "smem_bytes = 0");
     run_bad(12, SIGABRT, "k_static_past_end", "past the end of BN_SHARED array 'tile' (256 bytes)");
+    run_bad(13, SIGABRT, "k_shift", "race: device memory after the kernel depends on the thread/block order");
 #endif
     switch_cost(0);
     switch_cost(1);
