@@ -346,6 +346,40 @@ static void planar_case(void) {
     close_model(m, cm);
 }
 
+// long_case: a 150-token prefill (one key split of 150 keys: two ATT_TILE = 128 tiles, so the online
+// softmax rescales across tiles) and 3 decode steps (5 splits of 30 keys) vs the CPU, F32 bound 1e-4.
+static void long_case(void) {
+    char path[320], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model("tiny", "F32", path, sizeof path, &cm);
+    if (!m) return;
+    enum { N_LONG = 150, N_CTX_LONG = 160 };
+    const int V = m->cfg.n_vocab;
+    int32_t tokens[N_LONG + 3];
+    for (int i = 0; i < N_LONG + 3; i++) tokens[i] = (int32_t)((i * 53 + 3) % V);
+    float *lc = xmalloc(sizeof(float) * V * N_LONG), *lg = xmalloc(sizeof(float) * V * N_LONG);
+    bn_state *sc = bn_state_new(m, N_CTX_LONG, 2);
+    bn_cuda_state *sg = bn_cuda_state_new(cm, N_CTX_LONG, BN_F32, err, sizeof err);
+    bn_forward_out oc = {.logits = lc, .all_logits = true}, og = {.logits = lg, .all_logits = true};
+    CHECK(bn_forward(m, sc, tokens, N_LONG, &oc, err, sizeof err) == 0, "cpu: %s", err);
+    CHECK(bn_cuda_forward(sg, tokens, N_LONG, &og, err, sizeof err) == 0, "cuda: %s", err);
+    const double d_prefill = max_dlogprob(lc, lg, N_LONG, V);
+    double d_decode = 0;
+    oc.all_logits = og.all_logits = false;
+    for (int t = N_LONG; t < N_LONG + 3; t++) {
+        CHECK(bn_forward(m, sc, &tokens[t], 1, &oc, err, sizeof err) == 0, "cpu: %s", err);
+        CHECK(bn_cuda_forward(sg, &tokens[t], 1, &og, err, sizeof err) == 0, "cuda: %s", err);
+        d_decode = fmax(d_decode, max_dlogprob(lc, lg, 1, V));
+    }
+    printf("tiny       F32   %d-token prefill max|dlogprob| %.3g, then decode %.3g (bound 1e-4)\n", N_LONG, d_prefill,
+           d_decode);
+    CHECK(d_prefill <= 1e-4 && d_decode <= 1e-4, "long context max|dlogprob| %g / %g", d_prefill, d_decode);
+    free(lc), free(lg);
+    bn_cuda_state_free(sg);
+    bn_state_free(sc);
+    close_model(m, cm);
+}
+
 // snaps_and_kv16: host snapshots from bn_cuda_forward vs the CPU's, and an fp16 KV cache vs the
 // CPU's fp16 cache (bound 1e-3: fp16 rounding identical, fp32 sums in another order).
 static void snaps_and_kv16(void) {
@@ -457,7 +491,7 @@ static void engine_case(void) {
 }
 
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
-// greedy, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
+// greedy, 150-token context, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
 // Q1_0), "quick" (F32 case +
 // greedy; for the shuffled emulator run); no argument runs everything (GPU).
 int main(int argc, char **argv) {
@@ -488,6 +522,7 @@ int main(int argc, char **argv) {
     if (qnt) greedy_case("tiny", "F16");
     if (qnt) planar_case();
     if (flt) {
+        long_case();
         snaps_and_kv16();
         engine_case();
     }
