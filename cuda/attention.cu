@@ -109,7 +109,7 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
 #pragma unroll
             for (int g = 0; g < ATT_MAX_G; g++) {
                 if (g >= G) break; // G is uniform over the block
-                const float sum = bn_warp_sum(dot[g]);
+                const float sum = bn_warp_reduce_sum(dot[g]);
                 if (lane == 0) sc[g * ATT_TILE + kk] = scale * sum;
             }
         }

@@ -36,11 +36,6 @@ struct cu_layer {
     bn_cu_weight attn_qkv, attn_gate;          // {H, conv_dim}, {H, Hv*dv}
     bn_cu_weight ssm_beta, ssm_alpha, ssm_out; // {H, Hv} x2, {Hv*dv, H}
     float *conv1d;                             // {K, conv_dim}
-    // row-concatenated groups (one matmul in decode); data NULL when the parts differ in type/ne0.
-    // The single matrices above are views into them then.
-    bn_cu_weight gdn_in;  // {H, conv_dim + Hv*dv + 2*Hv}: attn_qkv | attn_gate | ssm_beta | ssm_alpha
-    bn_cu_weight attn_in; // {H, q rows + 2*nkv*hd}: attn_q | attn_k | attn_v
-    bn_cu_weight ffn_in;  // {H, 2*F}: ffn_gate | ffn_up
     float *ssm_dt, *ssm_a, *ssm_norm;          // {Hv}, {Hv}, {dv}
 };
 
@@ -91,43 +86,6 @@ static int upload_matrix(bn_cuda_model *cm, const bn_weight *w, bn_cu_weight *ou
     return 0;
 }
 
-// upload_group: the n matrices ws as one device matrix (rows concatenated, repacked once) with
-// outs[i] as views into it, when all are present with one type and ne0; else each on its own and
-// group->data = NULL. 0 or -1.
-static int upload_group(bn_cuda_model *cm, const bn_weight *const *ws, bn_cu_weight *const *outs, int n,
-                        bn_cu_weight *group, char *err, size_t errlen) {
-    memset(group, 0, sizeof *group);
-    bool same = true;
-    int64_t rows = 0;
-    for (int i = 0; i < n; i++) {
-        same = same && ws[i]->data && ws[i]->type == ws[0]->type && ws[i]->ne[0] == ws[0]->ne[0] &&
-               ws[i]->ne[2] * ws[i]->ne[3] == 1;
-        rows += ws[i]->ne[1];
-    }
-    if (!same || !bn_cu_type_supported(ws[0]->type)) {
-        for (int i = 0; i < n; i++)
-            if (upload_matrix(cm, ws[i], outs[i], err, errlen) != 0) return -1;
-        return 0;
-    }
-    const size_t row_bytes = bn_row_size(ws[0]->type, ws[0]->ne[0]);
-    void *d = NULL;
-    if (dev_alloc(cm, &d, row_bytes * (size_t)rows, err, errlen) != 0) return -1;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t bytes = row_bytes * (size_t)ws[i]->ne[1];
-        BN_CUDA_TRY(cudaMemcpy((char *)d + off, ws[i]->data, bytes, cudaMemcpyHostToDevice), err, errlen);
-        off += bytes;
-    }
-    *group = bn_cu_weight{d, ws[0]->type, ws[0]->ne[0], rows, row_bytes};
-    BN_CUDA_TRY(bn_cu_weight_repack(group, 0), err, errlen);
-    off = 0;
-    for (int i = 0; i < n; i++) {
-        *outs[i] = bn_cu_weight{(const char *)d + off, group->type, ws[i]->ne[0], ws[i]->ne[1], row_bytes};
-        off += row_bytes * (size_t)ws[i]->ne[1];
-    }
-    return 0;
-}
-
 // upload_vector: a 1-/2-D parameter converted to fp32 on the device; *out NULL when absent.
 static int upload_vector(bn_cuda_model *cm, const bn_weight *w, float **out, char *err, size_t errlen) {
     *out = NULL;
@@ -166,20 +124,13 @@ static int check_shapes(const bn_config *c, char *err, size_t errlen) {
 static int upload_layer(bn_cuda_model *cm, int il, char *err, size_t errlen) {
     const bn_layer_weights *lw = &cm->m->w.layers[il];
     cu_layer *L = &cm->layers[il];
-    const bn_weight *gdn_w[] = {&lw->attn_qkv, &lw->attn_gate, &lw->ssm_beta, &lw->ssm_alpha};
-    bn_cu_weight *const gdn_o[] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
-    const bn_weight *attn_w[] = {&lw->attn_q, &lw->attn_k, &lw->attn_v};
-    bn_cu_weight *const attn_o[] = {&L->attn_q, &L->attn_k, &L->attn_v};
-    const bn_weight *ffn_w[] = {&lw->ffn_gate, &lw->ffn_up};
-    bn_cu_weight *const ffn_o[] = {&L->ffn_gate, &L->ffn_up};
-    if (upload_group(cm, gdn_w, gdn_o, 4, &L->gdn_in, err, errlen) != 0 ||
-        upload_group(cm, attn_w, attn_o, 3, &L->attn_in, err, errlen) != 0 ||
-        upload_group(cm, ffn_w, ffn_o, 2, &L->ffn_in, err, errlen) != 0)
-        return -1;
     const struct {
         const bn_weight *w;
         bn_cu_weight *out;
-    } mats[] = {{&lw->ffn_down, &L->ffn_down}, {&lw->attn_output, &L->attn_output}, {&lw->ssm_out, &L->ssm_out}};
+    } mats[] = {{&lw->ffn_gate, &L->ffn_gate},   {&lw->ffn_up, &L->ffn_up},         {&lw->ffn_down, &L->ffn_down},
+                {&lw->attn_q, &L->attn_q},       {&lw->attn_k, &L->attn_k},         {&lw->attn_v, &L->attn_v},
+                {&lw->attn_output, &L->attn_output}, {&lw->attn_qkv, &L->attn_qkv}, {&lw->attn_gate, &L->attn_gate},
+                {&lw->ssm_beta, &L->ssm_beta},   {&lw->ssm_alpha, &L->ssm_alpha},   {&lw->ssm_out, &L->ssm_out}};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         if (upload_matrix(cm, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
     const struct {
@@ -260,7 +211,6 @@ struct bn_cuda_state {
     float *bb, *ab;       // {Hv, B}
     float *gate, *up;     // {F, B}
     float *logits;        // {V, logit_rows}
-    float *fused;         // {max group rows}: one-token output of a row-concatenated group (gdn_in, ...)
     float *att_scratch;   // bn_cu_attention_scratch_floats
     void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
@@ -291,7 +241,7 @@ static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
         const cu_layer *L = &cm->layers[il];
         const bn_cu_weight *ws[] = {&L->ffn_gate,  &L->ffn_up,    &L->ffn_down, &L->attn_q,    &L->attn_k,
                                     &L->attn_v,    &L->attn_output, &L->attn_qkv, &L->attn_gate, &L->ssm_beta,
-                                    &L->ssm_alpha, &L->ssm_out,   &L->gdn_in,   &L->attn_in,   &L->ffn_in};
+                                    &L->ssm_alpha, &L->ssm_out};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i]->data) bytes = max_sz(bytes, max_sz(bn_cu_matmul_scratch_bytes(ws[i], nb),
                                                           bn_cu_matmul_scratch_bytes(ws[i], 1)));
@@ -345,8 +295,6 @@ static size_t layout(carver *c, bn_cuda_state *s) {
     float *bb = (float *)carve(c, B * Hv * 4), *ab = (float *)carve(c, B * Hv * 4);
     float *gate = (float *)carve(c, B * F * 4), *up = (float *)carve(c, B * F * 4);
     float *logits = (float *)carve(c, (size_t)s->logit_rows * cf->n_vocab * 4);
-    const size_t fused_rows = max_sz(conv_dim + value_dim + 2 * Hv, max_sz(q_rows + 2 * kv_dim, 2 * F));
-    float *fused = (float *)carve(c, fused_rows * 4);
     const size_t att_floats =
         max_sz(bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, (int)B, 1),
                bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, BN_CU_MMVQ_MAX_NB, s->n_splits));
@@ -355,7 +303,6 @@ static size_t layout(carver *c, bn_cuda_state *s) {
     if (c->base) {
         s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
         s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->logits = logits, s->att_scratch = att_scratch;
-        s->fused = fused;
         s->mm_scratch = mm_scratch;
     }
     return c->off;
@@ -496,6 +443,12 @@ static cudaError_t mm(bn_cuda_state *s, const bn_cu_weight *w, const float *x, f
     return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
 }
 
+// mm_multi: y[i] = W[i]·xn for n weights of the same input (one activation quantization, one launch
+// per run of equal types on the decode path).
+static cudaError_t mm_multi(bn_cuda_state *s, const bn_cu_weight *const *w, int n, float *const *y, int nb) {
+    return bn_cu_matmul_multi(w, n, s->xn, y, nb, s->mm_scratch, s->blas, s->stream);
+}
+
 // attention_layer: s->mo = attention(s->xn) for nb tokens at d_pos.., appending to the KV cache.
 static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
     const bn_config *c = &s->cm->cfg;
@@ -504,15 +457,10 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
     const bool gated = c->arch == BN_ARCH_QWEN35, neox = c->arch != BN_ARCH_LLAMA;
     const int head_stride = gated ? 2 * hd : hd, q_stride = nh * head_stride;
     const float theta_scale = powf(c->rope_base, -2.0f / (float)c->n_rot);
-    float *qg = s->qg, *kb = s->kb, *vb = s->vb;
-    if (nb == 1 && L->attn_in.data) { // one matmul, outputs as contiguous slices
-        TRY(mm(s, &L->attn_in, s->xn, s->fused, 1));
-        qg = s->fused, kb = qg + q_stride, vb = kb + kv_dim;
-    } else {
-        TRY(mm(s, &L->attn_q, s->xn, qg, nb)); // per head: query [, gate]
-        TRY(mm(s, &L->attn_k, s->xn, kb, nb));
-        TRY(mm(s, &L->attn_v, s->xn, vb, nb));
-    }
+    float *qg = s->qg, *kb = s->kb, *vb = s->vb; // qg per head: query [, gate]
+    const bn_cu_weight *ws[] = {&L->attn_q, &L->attn_k, &L->attn_v};
+    float *const ys[] = {qg, kb, vb};
+    TRY(mm_multi(s, ws, 3, ys, nb));
     if (L->q_bias) TRY(bn_cu_add_bias(qg, L->q_bias, q_stride, nb, s->stream));
     if (L->k_bias) TRY(bn_cu_add_bias(kb, L->k_bias, kv_dim, nb, s->stream));
     if (L->v_bias) TRY(bn_cu_add_bias(vb, L->v_bias, kv_dim, nb, s->stream));
@@ -532,16 +480,11 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *sna
     const cu_layer *L = &s->cm->layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
     const int conv_dim = 2 * Hk * dk + Hv * dk;
+    // mix {conv_dim, nb}, z {Hv*dv, nb}, beta and alpha logits {Hv, nb}
     float *mix = s->qg, *z = s->z, *bb = s->bb, *ab = s->ab;
-    if (nb == 1 && L->gdn_in.data) { // one matmul, outputs as contiguous slices
-        TRY(mm(s, &L->gdn_in, s->xn, s->fused, 1));
-        mix = s->fused, z = mix + conv_dim, bb = z + (size_t)Hv * dk, ab = bb + Hv;
-    } else {
-        TRY(mm(s, &L->attn_qkv, s->xn, mix, nb));  // mix {conv_dim, nb}
-        TRY(mm(s, &L->attn_gate, s->xn, z, nb));   // z   {Hv*dv, nb}
-        TRY(mm(s, &L->ssm_beta, s->xn, bb, nb));   // b   {Hv, nb}
-        TRY(mm(s, &L->ssm_alpha, s->xn, ab, nb));  // a   {Hv, nb}
-    }
+    const bn_cu_weight *ws[] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
+    float *const ys[] = {mix, z, bb, ab};
+    TRY(mm_multi(s, ws, 4, ys, nb));
     const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
     TRY(bn_cu_gdn_conv_norm(mix, s->conv[il], L->conv1d, Hk, Hv, dk, c->ssm_conv_kernel, nb, c->norm_eps,
                             1.0f / sqrtf((float)dk), snaps, conv_off, s->stream));
@@ -556,13 +499,9 @@ static cudaError_t ffn(bn_cuda_state *s, int il, int nb) {
     const cu_layer *L = &s->cm->layers[il];
     const int F = s->cm->cfg.n_ff;
     float *gate = s->gate, *up = s->up;
-    if (nb == 1 && L->ffn_in.data) { // one matmul, outputs as contiguous slices
-        TRY(mm(s, &L->ffn_in, s->xn, s->fused, 1));
-        gate = s->fused, up = gate + F;
-    } else {
-        TRY(mm(s, &L->ffn_gate, s->xn, gate, nb));
-        TRY(mm(s, &L->ffn_up, s->xn, up, nb));
-    }
+    const bn_cu_weight *ws[] = {&L->ffn_gate, &L->ffn_up};
+    float *const ys[] = {gate, up};
+    TRY(mm_multi(s, ws, 2, ys, nb));
     TRY(bn_cu_swiglu(gate, gate, up, (int64_t)nb * F, s->stream));
     return mm(s, &L->ffn_down, gate, s->mo, nb);
 }

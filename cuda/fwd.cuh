@@ -1,6 +1,6 @@
 // cuda/fwd.cuh — internal to the CUDA forward (C++/CUDA only; include after "cuda/common.cuh"): the
-// launchers of the non-matmul kernels (ops.cu: norms, rope, elementwise; gdn.cu: conv + recurrence;
-// attention.cu: KV append + flash attention) and the warp/block reductions they share. Every
+// launchers of the non-matmul kernels (ops.cu: norms, elementwise; gdn.cu: conv + recurrence;
+// attention.cu: q/k norm + RoPE + KV append, flash attention) and the device helpers they share. Every
 // launcher enqueues on stream s and returns cudaSuccess or the launch error. Activations are fp32,
 // token-major: row t of an {n, nb} buffer is buf + t*n. Positions are read from device memory
 // (d_pos = position of the chunk's first token) so a captured graph can be replayed unchanged.
@@ -13,22 +13,17 @@
 #define BN_CU_MAX_HEAD_DIM 256
 #define BN_CU_MAX_CONV_K 8
 
-// ---- reductions (blockDim.x a multiple of 32; every thread of the block must call) ------------
-// bn_warp_sum: sum of v over the 32 lanes (every lane gets it).
-__device__ __forceinline__ float bn_warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
+// ---- reductions (blockDim.x a multiple of 32; every thread of the block must call; warp sums are
+// common.cuh's bn_warp_reduce_sum) ---------------------------------------------------------------
 // bn_block_sum: sum of v over the block (every thread gets it); red: 32 shared floats.
 __device__ __forceinline__ float bn_block_sum(float v, float *red) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-    v = bn_warp_sum(v);
+    v = bn_warp_reduce_sum(v);
     __syncthreads(); // red may still be read by a previous call
     if (lane == 0) red[warp] = v;
     __syncthreads();
     float total = lane < n_warps ? red[lane] : 0.0f;
-    return bn_warp_sum(total);
+    return bn_warp_reduce_sum(total);
 }
 // ggml's scalar activations (same formulas as core/ops.c)
 __device__ __forceinline__ float bn_cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -83,7 +83,7 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
             r[m] *= alpha;
             if (i < dk) u += r[m] * k[i];
         }
-        u = bn_warp_sum(u);
+        u = bn_warp_reduce_sum(u);
         const float delta = beta * (v_j - u);
         float o = 0.0f;
 #pragma unroll
@@ -94,7 +94,7 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
                 o += r[m] * q[i];
             }
         }
-        o = bn_warp_sum(o);
+        o = bn_warp_reduce_sum(o);
         if (lane == 0) y[(size_t)t * Hv * dv + (size_t)h * dv + j] = o;
         if (snaps) { // S row j of head h after token t
             float *dst = snaps[t] + snap_off + ((size_t)h * dv + j) * dk;

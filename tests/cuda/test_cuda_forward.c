@@ -302,8 +302,8 @@ static void greedy_case(const char *preset, const char *type) {
     close_model(m, cm);
 }
 
-// planar_case: a Q1_0 model with H = F = 1024, whose H-wide weights (the q|k|v, GDN-input and
-// gate|up groups) are repacked to the planar layout at upload: 6 one-token steps vs the CPU (step
+// planar_case: a Q1_0 model with H = F = 1024, whose H-wide weights (q/k/v, the GDN inputs, gate/up:
+// the bn_cu_matmul_multi groups) are repacked to the planar layout at upload: 6 one-token steps vs the CPU (step
 // bound) and a 9-token batch (nb > 8: the GEMM path dequantizes the planar rows) vs the CPU on the
 // dequantized copy (prefill bound), as in run_case.
 static void planar_case(void) {
