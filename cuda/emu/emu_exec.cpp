@@ -155,6 +155,11 @@ inline void q_push(Fiber *f) {
     int slot = X.qhead + X.qlen++;
     X.queue[slot >= X.nthreads ? slot - X.nthreads : slot] = f;
 }
+inline void q_push_front(Fiber *f) {
+    X.qhead = X.qhead == 0 ? X.nthreads - 1 : X.qhead - 1;
+    X.queue[X.qhead] = f;
+    X.qlen++;
+}
 inline Fiber *q_pop() {
     if (X.qlen == 0) return nullptr;
     Fiber *f = X.queue[X.qhead];
@@ -173,6 +178,20 @@ void release(Fiber **waiters, int n) {
     for (int i = 0; i < n; i++) {
         waiters[i]->state = F_READY;
         q_push(waiters[i]);
+    }
+}
+
+// release_warp: the lanes of a warp become ready at the front of the queue, so a warp runs on through
+// its shuffles while its stacks are in cache (shuffle mode: front or back at random).
+void release_warp(Fiber **waiters, int n) {
+    if (X.shuffle && (bn_rng_next(&X.rng) & 1)) {
+        release(waiters, n);
+        return;
+    }
+    if (X.shuffle) shuffle_in_place(waiters, n);
+    for (int i = n - 1; i >= 0; i--) {
+        waiters[i]->state = F_READY;
+        q_push_front(waiters[i]);
     }
 }
 
@@ -480,7 +499,7 @@ const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what) {
     self->waiting_at = what;
     if (w.count == w.nlanes) {
         w.parity ^= 1;
-        release(w.waiting, w.count);
+        release_warp(w.waiting, w.count);
         w.count = 0;
     }
     park(self);
