@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
 # scripts/demo.sh [BUILD_DIR] — the end-to-end antidoom demo run by `./bonsai.sh demo` (issue #8).
-# On the shipped small looping model data/bonsai-loop-f16.gguf (scripts/make-model.sh):
+# On the shipped looping model — data/bonsai-loop-1bit.gguf (natively 1-bit, weights stored as Q1_0 like
+# the real Bonsai models) when present, else data/bonsai-loop-f16.gguf (scripts/make-model.sh):
 #   1. loop rate of the base model (greedy, held-out prompts);
 #   2. bonsai-mine-pairs on the train prompts, primed (ANTIDOOM.md §3) and sampled (antidoom),
 #      regularised; the same on the held-out prompts for held-out pairs (split "heldout");
 #   3. bonsai-ftpo-train: LoRA with FTPO, early stop on the running chosen_win;
-#   4. merge into FP16; bonsai-quantize to Q1_0 and Q2_0;
+#   4. merge into FP16 and bonsai-quantize to Q1_0 / Q2_0 (variant a: "antidoom-Q1_0"); the same LoRA
+#      trained through the quantizer, --ste-type Q1_0 / Q2_0, merged with --merge-type (variant b:
+#      "antidoom-Q1_0-ste"); a LoRA trained on the quantized base and merged keep (variant c:
+#      "antidoom-Q1_0-qbase"; DEMO_QBASE=0 skips it);
 #   5. evaluation of base and antidoom models: greedy loop rate on the held-out prompts, chosen_win on
-#      the held-out pairs, held-out perplexity, mean/median completion length — one table;
+#      the held-out pairs, held-out perplexity, mean/median completion length — one table, then the
+#      requantization goals per quantized row (chosen_win vs FP16, loop-rate reduction and perplexity
+#      drift vs the same-type base);
 #   6. the bonsai-serve command.
-# Deterministic (fixed seeds). Knobs (environment): BONSAI_DEMO_DIR (out/demo), DEMO_THREADS (2),
-# DEMO_TRAIN_PROMPTS (all), DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP.
+# Deterministic (fixed seeds). Knobs (environment): BONSAI_DEMO_DIR (out/demo), DEMO_MODEL, DEMO_THREADS (2),
+# DEMO_TRAIN_PROMPTS (all), DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP,
+# DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
+# DEMO_QTYPES ("Q1_0 Q2_0"), DEMO_QBASE (1).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-build}
 T="$B/tools"
 out=${BONSAI_DEMO_DIR:-out/demo}
-model=${DEMO_MODEL:-$root/data/bonsai-loop-f16.gguf}
+model=${DEMO_MODEL:-}
+if [ -z "$model" ]; then
+    model=$root/data/bonsai-loop-1bit.gguf
+    [ -f "$model" ] || model=$root/data/bonsai-loop-f16.gguf
+fi
 ptrain=$root/data/prompts/train.jsonl
 pheld=$root/data/prompts/heldout.jsonl
 heldtxt=$root/data/heldout.txt
@@ -27,6 +39,10 @@ npred=${DEMO_NPREDICT:-256}
 epochs=${DEMO_EPOCHS:-12}
 lr=${DEMO_LR:-1e-3}
 stop=${DEMO_STOP:-0.4}
+ste_stop=${DEMO_STE_STOP:-0.8}
+ste_targets=${DEMO_STE_TARGETS:-lm_head}
+qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
+qbase=${DEMO_QBASE:-1}
 export OPENBLAS_NUM_THREADS=$th
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.json
@@ -45,7 +61,10 @@ evaluate() {  # evaluate LABEL MODEL: loop rate JSON + perplexity
 }
 
 step "1/6 base model: $(basename "$model") — greedy loop rate on held-out prompts"
-evaluate base-f16 "$model"
+# its FP16 (for a 1-bit model the lossless unpack, as the real Bonsai "FP16" files) and quantized bases
+"$T/bonsai-quantize" "$model" "$out/base-f16.gguf" F16 --threads "$th" > /dev/null
+for q in $qtypes; do "$T/bonsai-quantize" "$out/base-f16.gguf" "$out/base-$q.gguf" "$q" --threads "$th" > /dev/null; done
+evaluate base-f16 "$out/base-f16.gguf"
 
 step "2/6 mine pairs: primed + sampled contexts on the train prompts, then the held-out prompts"
 mine=(-m "$model" "${gen[@]}" --n-predict "$npred" --n-probs 20 --chosen-require-alnum)
@@ -65,46 +84,82 @@ cat "$out/pairs-train.jsonl" "$out/pairs-heldout.jsonl" > "$out/pairs-all.jsonl"
 echo "pairs: $(wc -l < "$out/pairs-train.jsonl") train, $(wc -l < "$out/pairs-heldout.jsonl") held out"
 
 step "3/6 FTPO LoRA training (early stop at running chosen_win >= $stop)"
-"$T/bonsai-ftpo-train" -m "$model" -p "$out/pairs-all.jsonl" -o "$out/adapter.gguf" --rank 16 --alpha 16 \
-    --targets all --epochs "$epochs" --lr "$lr" --batch 4 --grad-accum 1 --early-stop "$stop" --seed 3407 \
-    -t "$th" --log "$out/ftpo-log.jsonl" 2>&1 | grep -vE '^step ' | tail -20
+ftpo=(-p "$out/pairs-all.jsonl" --rank 16 --alpha 16 --targets all --epochs "$epochs" --lr "$lr" --batch 4 --grad-accum 1
+      --seed 3407 -t "$th")
+"$T/bonsai-ftpo-train" -m "$model" "${ftpo[@]}" -o "$out/adapter.gguf" --early-stop "$stop" --log "$out/ftpo-log.jsonl" 2>&1 |
+    grep -vE '^step ' | tail -20
 
-step "4/6 merge into FP16, re-quantize to Q1_0 and Q2_0 (the base model too, for reference)"
-"$T/bonsai-ftpo-train" -m "$model" --merge "$out/adapter.gguf" -o "$out/antidoom-f16.gguf" --merge-type f16 | tail -3
-for q in Q1_0 Q2_0; do
-    echo "antidoom $q: $("$T/bonsai-quantize" "$out/antidoom-f16.gguf" "$out/antidoom-$q.gguf" "$q" --threads "$th" | tail -1)"
-    echo "base $q:     $("$T/bonsai-quantize" "$model" "$out/base-$q.gguf" "$q" --threads "$th" | tail -1)"
+step "4/6 merge into FP16, re-quantize to $qtypes (a); train through the quantizer, STE (b); train on the quantized base (c)"
+# merges go into the FP16 base (for a 1-bit model its unpack: same values, and every tensor F16 afterwards)
+"$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter.gguf" -o "$out/antidoom-f16.gguf" --merge-type f16 |
+    tail -3
+labels="base-f16 antidoom-f16"
+for q in $qtypes; do
+    lq=$(echo "$q" | tr 'A-Z' 'a-z')
+    echo "(a) antidoom $q: $("$T/bonsai-quantize" "$out/antidoom-f16.gguf" "$out/antidoom-$q.gguf" "$q" --threads "$th" | tail -1)"
+    echo "(b) STE through $q, targets $ste_targets (early stop at running chosen_win >= $ste_stop on the $q model):"
+    "$T/bonsai-ftpo-train" -m "$model" "${ftpo[@]}" -o "$out/adapter-$q-ste.gguf" --early-stop "$ste_stop" --ste-type "$q" \
+        --targets "$ste_targets" \
+        --log "$out/ftpo-log-$q-ste.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|early stop)' | tail -2
+    "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter-$q-ste.gguf" -o "$out/antidoom-$q-ste.gguf" \
+        --merge-type "$lq" > /dev/null
+    labels="$labels antidoom-$q antidoom-$q-ste"
+    if [ "$qbase" = 1 ]; then
+        echo "(c) LoRA on the $q base, merged keep:"
+        "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" "${ftpo[@]}" -o "$out/adapter-$q-qbase.gguf" --early-stop "$stop" \
+            --log "$out/ftpo-log-$q-qbase.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|early stop)' | tail -2
+        "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" --merge "$out/adapter-$q-qbase.gguf" -o "$out/antidoom-$q-qbase.gguf" \
+            --merge-type keep > /dev/null
+        labels="$labels antidoom-$q-qbase"
+    fi
 done
+for q in $qtypes; do labels="$labels base-$q"; done
 
 step "5/6 evaluate (greedy loop rate, held-out chosen_win, perplexity)"
-for label in antidoom-f16 antidoom-Q1_0 antidoom-Q2_0 base-Q1_0 base-Q2_0; do evaluate "$label" "$out/$label.gguf"; done
+for label in $labels; do [ -f "$out/eval-$label.json" ] || evaluate "$label" "$out/$label.gguf"; done
 # chosen_win on the held-out pairs: the "base" row of --eval with each model as -m
 cw() {
     "$T/bonsai-ftpo-train" -m "$1" -p "$out/pairs-heldout.jsonl" --eval "$out/adapter.gguf" -t "$th" 2>/dev/null |
         awk '$1 == "base" && $2 == "heldout" { print $4 }'
 }
-for label in base-f16 antidoom-f16 antidoom-Q1_0 antidoom-Q2_0 base-Q1_0 base-Q2_0; do
-    m=$out/$label.gguf; [ "$label" = base-f16 ] && m=$model
-    echo "${label} $(cw "$m")" >> "$out/chosen_win.txt.tmp"
-done
+for label in $labels; do echo "${label} $(cw "$out/$label.gguf")" >> "$out/chosen_win.txt.tmp"; done
 mv "$out/chosen_win.txt.tmp" "$out/chosen_win.txt"
 
-step "6/6 results ($(( $(date +%s) - t0 )) s)"
+step "6/6 results on $(basename "$model") ($(( $(date +%s) - t0 )) s)"
+ppl_of() { sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$out/ppl-$1.txt"; }
+cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
 {
     echo "| model | loop rate (greedy, held-out) | chosen_win (held-out pairs) | perplexity (held-out) | mean len | median len |"
     echo "|---|---|---|---|---|---|"
-    for label in base-f16 antidoom-f16 antidoom-Q1_0 antidoom-Q2_0 base-Q1_0 base-Q2_0; do
+    for label in $labels; do
         row=$(jq -r '"\(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)) | \(.mean_length * 10 | round / 10) | \(.median_length)"' \
               "$out/eval-$label.json")
-        ppl=$(sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$out/ppl-$label.txt")
-        cwin=$(awk -v l="$label" '$1 == l { print $2 }' "$out/chosen_win.txt")
+        ppl=$(ppl_of "$label")
+        cwin=$(cw_of "$label")
         IFS='|' read -r lr mean med <<< "$row"
         echo "| $label | ${lr% } | ${cwin:-n/a} | ${ppl:-n/a} | ${mean// /} | ${med// /} |"
     done
+    echo
+    echo "requantization goals (issue #8): chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
+    echo "perplexity drift <= 2% vs the base of the same type (antidoom-f16 vs base-f16 for reference)"
+    echo
+    echo "| model | chosen_win / FP16 antidoom | loop-rate reduction vs same-type base | perplexity drift vs same-type base |"
+    echo "|---|---|---|---|"
+    cf=$(cw_of antidoom-f16)
+    for label in $labels; do
+        case $label in antidoom-*) ;; *) continue ;; esac
+        ty=${label#antidoom-}; ty=${ty%%-*}
+        lb=$(jq -r .loop_rate "$out/eval-base-$ty.json") la=$(jq -r .loop_rate "$out/eval-$label.json")
+        awk -v l="$label" -v c="$(cw_of "$label")" -v cf="$cf" -v lb="$lb" -v la="$la" -v pb="$(ppl_of "base-$ty")" \
+            -v pa="$(ppl_of "$label")" 'BEGIN {
+                share = (cf > 0) ? 100 * c / cf : 0
+                red = (lb > 0) ? sprintf("%.1f%% (%.1f%% -> %.1f%%)", 100 * (lb - la) / lb, 100 * lb, 100 * la) : "n/a (base 0%)"
+                printf "| %s | %.1f%% | %s | %+.2f%% |\n", l, share, red, 100 * (pa - pb) / pb }'
+    done
 } | tee "$out/table.md"
-
 echo
-echo "serve the antidoom model (llama-server compatible; Q2_0 — at 3M parameters Q1_0 costs ~4x perplexity):"
-echo "  $T/bonsai-serve -m $out/antidoom-Q2_0.gguf --port 8080 -c 2048 -np 2"
+serve_q=$(for q in $qtypes; do echo "$q"; done | head -1)
+echo "serve the antidoom model (llama-server compatible), trained through the $serve_q quantizer:"
+echo "  $T/bonsai-serve -m $out/antidoom-$serve_q-ste.gguf --port 8080 -c 2048 -np 2"
 echo "  (or the unquantized result: $T/bonsai-serve -m $out/antidoom-f16.gguf --port 8080 -c 2048 -np 2)"
 echo "  curl -s localhost:8080/completion -d '{\"prompt\":\"<|im_start|>user\\nA day for firm<|im_end|>\\n<|im_start|>assistant\\n\",\"n_predict\":64}'"

@@ -5,7 +5,12 @@
 #   - the loop rate goes down by at least 25% relative (and the base model does loop: >= 25%);
 #   - chosen_win on the held-out pairs goes up by at least 0.05;
 #   - held-out perplexity stays within +10% of the base model's.
-# Q1_0 / Q2_0 numbers are printed, not asserted (re-quantisation dilutes the LoRA: ANTIDOOM.md §12).
+# and after Q1_0 requantization (the STE LoRA, bonsai-ftpo-train --ste-type Q1_0, merged with --merge-type q1_0):
+#   - its held-out chosen_win is >= 90% of the FP16 antidoom value and >= 0.3 above the plain LoRA's merged
+#     then requantized (which loses the effect);
+#   - its held-out perplexity is within 2% of the Q1_0 base's.
+# Loop rates after requantization are printed, not asserted: this F16 model's Q1_0 version is a different
+# (ppl ~4x) model whose loops are mostly whitespace runs that pair mining skips (notes/e2e-results.md).
 set -euo pipefail
 src=${BONSAI_SOURCE_ROOT:?}
 bld=${BONSAI_BUILD_ROOT:?}
@@ -14,9 +19,10 @@ command -v jq >/dev/null || { echo "SKIP: jq missing (installed by ./bonsai.sh d
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export BONSAI_DEMO_DIR=$dir DEMO_TRAIN_PROMPTS=${E2E_TRAIN_PROMPTS:-120} DEMO_HELD_PROMPTS=${E2E_HELD_PROMPTS:-40}
-export DEMO_NPREDICT=${E2E_NPREDICT:-160} DEMO_THREADS=2
+export DEMO_NPREDICT=${E2E_NPREDICT:-160} DEMO_THREADS=2 DEMO_MODEL=$src/data/bonsai-loop-f16.gguf DEMO_QTYPES=Q1_0
+export DEMO_QBASE=0 DEMO_STE_TARGETS=all
 "$src/scripts/demo.sh" "$bld" > "$dir/demo.log" 2>&1 || { tail -40 "$dir/demo.log"; echo "FAIL: demo.sh failed"; exit 1; }
-tail -12 "$dir/demo.log"
+tail -16 "$dir/demo.log"
 # the numbers: loop rates from eval-*.json, chosen_win from chosen_win.txt, perplexity from ppl-*.txt
 lr() { jq -r .loop_rate "$dir/eval-$1.json"; }
 cw() { awk -v l="$1" '$1 == l { print $2 }' "$dir/chosen_win.txt"; }
@@ -30,4 +36,8 @@ check "$lb >= 0.25" "base loop rate $lb >= 0.25"
 check "$la <= 0.75 * $lb" "antidoom loop rate $la <= 0.75 x base $lb"
 check "$ca >= $cb + 0.05" "held-out chosen_win $cb -> $ca (+0.05)"
 check "$pa <= 1.10 * $pb" "held-out perplexity $pb -> $pa (<= +10%)"
+cq=$(cw antidoom-Q1_0) cs=$(cw antidoom-Q1_0-ste) pq=$(ppl base-Q1_0) ps=$(ppl antidoom-Q1_0-ste)
+check "$cs >= 0.9 * $ca" "Q1_0 STE held-out chosen_win $cs >= 90% of FP16 antidoom $ca"
+check "$cs >= $cq + 0.3" "Q1_0 STE chosen_win $cs >= plain LoRA requantized $cq + 0.3"
+check "$ps <= 1.02 * $pq" "Q1_0 STE perplexity $ps within +2% of the Q1_0 base $pq"
 [ "$fails" = 0 ]
