@@ -1,5 +1,6 @@
 // tests/cuda/test_cuda_matvec.c — CUDA low-bit matvec kernels vs the CPU reference.
-// Runs only where a CUDA device exists (skipped with a message elsewhere, e.g. CI).
+// Built twice: `cuda_matvec` links the GPU library (skipped with a message without a device, e.g. CI);
+// `cuda_matvec_emu` links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Reference: weights dequantized on the CPU (exact), activations quantized to Q8_1 with the CUDA
 // rule (d = amax/127, q = roundf(x/d)), dot in double. Tolerance: 1e-4 relative to sum |terms|
 // (the kernel sums the same integers; only float accumulation order differs).
