@@ -6,8 +6,8 @@
 // a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU) and for a GPU (skips without one).
 // Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
 // half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
-// reading device memory, stores past an allocation, the dynamic shared memory or a BN_SHARED array) are
-// reported (run in forked children), and the fiber switch cost is printed.
+// reading device memory, stores past an allocation, the dynamic shared memory or a BN_SHARED array, a race
+// under the race check) are reported (run in forked children). Speed: tests/cuda/bench_emu.c.
 #include "tests/test.h"
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/cuda_backend.h"
@@ -21,7 +21,6 @@
 #include "cuda/emu/emu_api.h"
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #endif
 
@@ -381,31 +380,6 @@ static void run_bad(int which, int sig, const char *needle1, const char *needle2
     printf("broken kernel %d reported: %.*s", which, (int)strcspn(msg, "\n") + 1, msg);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); // CPU time: the machine is shared
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// switch_cost: prints ns per fiber switch of a barrier- or shuffle-bound kernel (mode 0/1), or ns per
-// thread of a kernel without barriers (mode 2). Not a check.
-static void switch_cost(int mode) {
-    bn_cuda_emu_stats a, b;
-    bn_cuda_emu_get_stats(&a);
-    double t0 = now_s();
-    int rc = ek_switch_bench(mode == 2 ? 256 : 1024, mode == 2 ? 4096 : 200, mode, err, sizeof err);
-    double t1 = now_s();
-    bn_cuda_emu_get_stats(&b);
-    CHECK(rc == 0, "%s", err);
-    uint64_t sw = b.switches - a.switches, th = b.threads - a.threads;
-    if (mode == 2)
-        printf("no barriers (4096 blocks x 256 threads): %.1f ms = %.1f ns/thread, %llu switches\n", (t1 - t0) * 1e3,
-               (t1 - t0) * 1e9 / (double)th, (unsigned long long)sw);
-    else
-        printf("switch cost (%s, 1024 threads x 200 rounds): %llu switches in %.1f ms = %.1f ns/switch\n",
-               mode ? "warp shuffles" : "__syncthreads", (unsigned long long)sw, (t1 - t0) * 1e3,
-               (t1 - t0) * 1e9 / (double)(sw ? sw : 1));
-}
 #endif
 
 int main(void) {
@@ -445,9 +419,6 @@ int main(void) {
     run_bad(12, SIGABRT, "k_static_past_end", "past the end of BN_SHARED array 'tile' (256 bytes)");
     run_bad(13, SIGABRT, "k_shift", "race: device memory after the kernel depends on the thread/block order");
 #endif
-    switch_cost(0);
-    switch_cost(1);
-    switch_cost(2);
 #endif
     return test_done("test_emu_runtime");
 }
