@@ -409,15 +409,15 @@ int main(void) {
     run_bad(3, SIGABRT, "k_big_static", "shared-memory overflow");
     run_bad(4, SIGABRT, "k_dyn_only", "shared-memory overflow");
     run_bad(5, SIGABRT, "k_dyn_only", "invalid block size");
-#ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself
+    run_bad(12, SIGABRT, "k_static_past_end", "past the end of BN_SHARED array 'tile' (256 bytes)");
+    run_bad(13, SIGABRT, "k_shift", "race: device memory after the kernel depends on the thread/block order");
+#ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself (and device memory is its heap there)
     run_bad(6, SIGSEGV, "k_null_write", "segmentation fault");
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
     run_bad(8, SIGSEGV, "host code accessed device memory", "inside a cudaMalloc of 16384 bytes");
     run_bad(9, SIGSEGV, "k_past_end", "past the end of a cudaMalloc of 4096 bytes");
     run_bad(10, SIGSEGV, "dynamic shared memory overflow", "the launch gave smem_bytes = 128");
     run_bad(11, SIGSEGV, "k_dyn_past_end", "smem_bytes = 0");
-    run_bad(12, SIGABRT, "k_static_past_end", "past the end of BN_SHARED array 'tile' (256 bytes)");
-    run_bad(13, SIGABRT, "k_shift", "race: device memory after the kernel depends on the thread/block order");
 #endif
 #endif
     return test_done("test_emu_runtime");
