@@ -17,6 +17,11 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 namespace bn_emu {
 Thread *cur;
@@ -94,7 +99,44 @@ struct KernelStat {
     double cpu_s;
 };
 bool profile_on;
-std::map<std::string, KernelStat> *profile;
+std::map<std::pair<std::string, const void *>, KernelStat> *profile; // (name in BN_LAUNCH, kernel)
+
+// symbol_name: the demangled name of the function at fn from the executable's symbol table (kernels
+// launched through a pointer variable show that variable's name in BN_LAUNCH); "" if not found.
+std::string symbol_name(const void *fn) {
+    Dl_info info;
+    if (!dladdr(fn, &info) || !info.dli_fname) return "";
+    int fd = open(info.dli_fname[0] ? info.dli_fname : "/proc/self/exe", O_RDONLY);
+    if (fd < 0) fd = open("/proc/self/exe", O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return "";
+    void *map = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return "";
+    std::string found;
+    const char *base = (const char *)map;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+    uintptr_t rel = (uintptr_t)fn - (eh->e_type == ET_DYN ? (uintptr_t)info.dli_fbase : 0);
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(base + eh->e_shoff);
+    for (int i = 0; i < eh->e_shnum && found.empty(); i++) {
+        if (sh[i].sh_type != SHT_SYMTAB) continue;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(base + sh[i].sh_offset);
+        const char *names = base + sh[sh[i].sh_link].sh_offset;
+        for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); k++)
+            if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_value == rel) {
+                int status = 0;
+                char *dem = abi::__cxa_demangle(names + sym[k].st_name, nullptr, nullptr, &status);
+                found = status == 0 && dem ? dem : names + sym[k].st_name;
+                free(dem);
+                break;
+            }
+    }
+    munmap(map, (size_t)st.st_size);
+    size_t paren = found.find('(');
+    if (paren != std::string::npos) found.resize(paren); // without the parameter list
+    if (found.compare(0, 5, "void ") == 0) found.erase(0, 5); // nor a template's return type
+    return found;
+}
 
 double thread_cpu_s() {
     struct timespec ts;
@@ -103,14 +145,18 @@ double thread_cpu_s() {
 }
 
 void print_profile() {
-    std::vector<std::pair<std::string, KernelStat>> rows(profile->begin(), profile->end());
+    std::vector<std::pair<std::string, KernelStat>> rows;
+    for (const auto &e : *profile) {
+        std::string sym = symbol_name(e.first.second);
+        rows.push_back({sym.empty() || sym == e.first.first ? e.first.first : e.first.first + " = " + sym, e.second});
+    }
     std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.cpu_s > b.second.cpu_s; });
     double total = 0;
     for (const auto &r : rows) total += r.second.cpu_s;
-    fprintf(stderr, "bonsai-emu profile (CPU time in kernels %.3f s):\n%-40s %9s %12s %12s %9s %6s\n", total, "kernel",
+    fprintf(stderr, "bonsai-emu profile (CPU time in kernels %.3f s):\n%-60s %9s %12s %12s %9s %6s\n", total, "kernel",
             "launches", "threads", "switches", "cpu ms", "share");
     for (const auto &r : rows)
-        fprintf(stderr, "%-40.40s %9llu %12llu %12llu %9.1f %5.1f%%\n", r.first.c_str(),
+        fprintf(stderr, "%-60.60s %9llu %12llu %12llu %9.1f %5.1f%%\n", r.first.c_str(),
                 (unsigned long long)r.second.launches, (unsigned long long)r.second.threads,
                 (unsigned long long)r.second.switches, r.second.cpu_s * 1e3,
                 total > 0 ? 100.0 * r.second.cpu_s / total : 0.0);
@@ -124,7 +170,7 @@ void read_env() {
     const char *prof = getenv("BONSAI_EMU_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0) {
         profile_on = true;
-        profile = new std::map<std::string, KernelStat>();
+        profile = new std::map<std::pair<std::string, const void *>, KernelStat>();
         atexit(print_profile);
     }
     const char *s = getenv("BONSAI_EMU_SHUFFLE");
@@ -379,7 +425,7 @@ void run_grid(uint64_t nblocks, uint64_t seed) {
 }
 
 // execute: runs every block of a launch (argument checks were done at launch/capture time).
-void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_limit,
+void execute(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, size_t smem_limit,
              const std::function<void()> &body) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
     read_env();
@@ -437,7 +483,7 @@ void execute(const char *name, dim3 grid, dim3 block, size_t smem, size_t smem_l
                 name, grid.x, grid.y, grid.z, block.x, block.y, block.z, where_diff);
     }
     if (profile_on) {
-        KernelStat &st = (*profile)[name];
+        KernelStat &st = (*profile)[{name, fn}];
         st.launches++;
         st.threads += (uint64_t)n * nblocks;
         st.switches += switch_count - switches0;
@@ -561,8 +607,8 @@ void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem
                 optin ? "" : " (opt in with cudaFuncSetAttribute MaxDynamicSharedMemorySize, up to 232448)");
         limit = optin ? SMEM_OPTIN_MAX : SMEM_DEFAULT_MAX;
     }
-    cudaError_t e = submit(stream, name, [name, grid, block, smem, limit, body]() {
-        execute(name, grid, block, smem, limit, body);
+    cudaError_t e = submit(stream, name, [name, fn, grid, block, smem, limit, body]() {
+        execute(name, fn, grid, block, smem, limit, body);
     });
     set_error(e);
 }
