@@ -1,5 +1,5 @@
-// core/dspark.h — DSpark block drafter (DSPARK.md §2–4) and the speculative decoding loop on the
-// CPU engine (DSPARK.md §5–7).
+// core/dspark.h — DSpark block drafter (DSPARK.md §2–4) and the speculative decoding loop over an
+// engine of core/engine.h (CPU or CUDA target; the drafter always runs on the CPU) (DSPARK.md §5–7).
 //
 // Drafter: both file conventions (legacy `dspark`, `dflash`) load into one bn_drafter; the tap
 // layers are kept in LEGACY numbering (tap = residual stream AFTER target layer L = bn_forward's
@@ -10,10 +10,12 @@
 // head; Markov chain (argmax skipping MASK, ties → lowest id); confidence head with p_min.
 //
 // Speculative loop (bn_spec): prefill with taps, draft, verify [id_last, d0..d_{k−1}] in ONE
-// bn_forward (all_logits + taps), accept by sample-and-compare, commit by restoring the target's
-// pre-verify snapshot and re-running the accepted prefix when a draft was rejected (forward.h
-// snapshot contract), drafter KV truncation, §7 counters, and an online cost model that shortens
-// or switches off drafting when it does not pay.
+// engine forward (all_logits + taps), accept by sample-and-compare, commit when a draft was
+// rejected by restoring the target's pre-verify snapshot and re-running the accepted prefix (CPU
+// engine) or by restoring the per-token snapshot after the last accepted token that the verify
+// pass kept in device memory (CUDA engine, bn_engine_forward_snaps; forward.h snapshot contract),
+// drafter KV truncation, §7 counters, and an online cost model that shortens or switches off
+// drafting when it does not pay.
 #ifndef BONSAI_DSPARK_H
 #define BONSAI_DSPARK_H
 #include <stdint.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include "core/model.h"
 #include "core/forward.h"
+#include "core/engine.h"
 #include "core/sampler.h"
 #include "core/mkdrafter.h"
 
@@ -125,7 +128,7 @@ int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_p
 
 // ---- speculative decoding ------------------------------------------------------------------
 // Server use (per slot; the drafter is read-only after load and may be shared by all slots):
-//   sp = bn_spec_new(target, slot_state, drafter, &params, err, n);      once per slot
+//   sp = bn_spec_new_engine(slot_state, drafter, &params, err, n);       once per slot (any engine)
 //   bn_spec_prefill(sp, prompt, n_prompt, err, n);                         per request (resets the
 //       slot state and re-prefills the whole prompt: the drafter needs taps of every position, so
 //       no prompt-cache reuse, DSPARK.md §8)
@@ -169,9 +172,14 @@ typedef struct {
 
 typedef struct bn_spec bn_spec;
 
-// bn_spec_new: a speculative decoder over the target state ts (owned by the caller, which must
-// stay at position 0 until bn_spec_prefill); d is the drafter for BN_SPEC_DSPARK (NULL
-// otherwise). Returns NULL with err on a bad combination.
+// bn_spec_new_engine: a speculative decoder over the target engine state ts (CPU or CUDA; owned by
+// the caller, which must not use it between bn_spec_prefill and the last step); d is the drafter
+// for BN_SPEC_DSPARK (NULL otherwise). The oracle's second target state lives on ts's engine. Returns
+// NULL with err on a bad combination or a failed (device) allocation.
+bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
+                            size_t errlen);
+// bn_spec_new: bn_spec_new_engine over a CPU bn_state of target (the caller's; the oracle's state
+// uses p->n_threads threads). Returns NULL with err on a bad combination.
 bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
                      size_t errlen);
 void bn_spec_free(bn_spec *sp);

@@ -1,7 +1,13 @@
-// core/dspark_spec.c — the speculative decoding loop (DSPARK.md §5.1, §6, §7) over the CPU
-// engine, with the DSpark drafter, the oracle measurement aid, and an online cost model.
+// core/dspark_spec.c — the speculative decoding loop (DSPARK.md §5.1, §6, §7) over any engine
+// (core/engine.h: CPU or CUDA target), with the DSpark drafter (always on the CPU), the oracle
+// measurement aid, and an online cost model.
+// Rollback: on the CPU engine, snapshot before the verify, restore and re-run the accepted prefix
+// (the behaviour and cost this loop was tuned with); on other engines (CUDA) the verify pass keeps a
+// device snapshot after every token (bn_engine_forward_snaps) and the one after the last accepted
+// token is restored: no re-run and no host copies of the recurrent state.
 #include "core/dspark.h"
-#include "core/forward_impl.h" // the target state's thread pool, shared with the drafter
+#include "core/engine.h"
+#include "core/forward_impl.h" // the CPU target state's thread pool, shared with the drafter
 #include "core/util.h"
 #include <math.h>
 #include <string.h>
@@ -13,10 +19,15 @@
 
 struct bn_spec {
     const bn_model *m;
-    bn_state *ts;           // target state (caller's)
+    bn_engine_state *ts;    // target state (caller's)
+    bn_engine *own_e;       // bn_spec_new only: the CPU engine around the caller's bn_state,
+    bn_engine_state *own_ts;//   and the wrapper (freed with free(): the bn_state stays the caller's)
     const bn_drafter *d;    // DSPARK only
     bn_dstate *ds;          // DSPARK only
-    bn_state *os;           // ORACLE only: second target state that proposes the greedy continuation
+    bn_engine_state *os;    // ORACLE only: second target state that proposes the greedy continuation
+    bn_engine_snapshot *osnap;     // ORACLE only: the oracle state before its drafting
+    bn_engine_snapshot *pre;       // target before the verify (CPU rollback: restore + re-run)
+    bn_engine_snapshot **vsnaps;   // [n_max+1] after each verified token (other engines); NULL on the CPU
     bn_spec_params p;
     int n_taps;
     int tap_layers[BN_DRAFTER_MAX_TAPS];
@@ -44,8 +55,9 @@ int bn_spec_type_from_name(const char *name) {
     return -1;
 }
 
-bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
-                     size_t errlen) {
+bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
+                            size_t errlen) {
+    const bn_model *target = ts->e->m;
     if (p->type == BN_SPEC_DSPARK && !d) return bn_err(err, errlen, "spec: draft-dspark needs a drafter"), NULL;
     if (p->type < BN_SPEC_NONE || p->type > BN_SPEC_ORACLE) return bn_err(err, errlen, "spec: unknown type"), NULL;
     if (d && (d->cfg.n_embd != target->cfg.n_embd || d->cfg.n_vocab != target->cfg.n_vocab))
@@ -60,14 +72,28 @@ bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, 
     if (p->type == BN_SPEC_DSPARK && n_max > d->cfg.block_size) n_max = d->cfg.block_size;
     if (p->type == BN_SPEC_NONE) n_max = 0;
     sp->p.n_max = n_max;
-    const int n_ctx = bn_state_n_ctx(ts);
+    const int n_ctx = bn_engine_state_n_ctx(ts);
+    bn_state *cpu_ts = bn_engine_state_cpu(ts);
     if (p->type == BN_SPEC_DSPARK) {
         sp->d = d;
-        sp->ds = bn_dstate_new_pool(d, n_ctx, ts->pool);
+        // the drafter runs on the CPU; with a CPU target it borrows the target's workers
+        sp->ds = cpu_ts ? bn_dstate_new_pool(d, n_ctx, cpu_ts->pool) : bn_dstate_new(d, n_ctx, p->n_threads);
         sp->n_taps = d->cfg.n_taps;
         memcpy(sp->tap_layers, d->cfg.tap_layers, sizeof sp->tap_layers);
     }
-    if (p->type == BN_SPEC_ORACLE) sp->os = bn_state_new(target, n_ctx, p->n_threads);
+    bool ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
+    if (ok && p->type == BN_SPEC_ORACLE) {
+        ok = (sp->os = bn_engine_state_new(ts->e, n_ctx, err, errlen)) != NULL;
+        ok = ok && (sp->osnap = bn_engine_snapshot_new(sp->os, err, errlen)) != NULL;
+    }
+    if (ok && !cpu_ts) {
+        sp->vsnaps = xcalloc((size_t)n_max + 1, sizeof *sp->vsnaps);
+        for (int i = 0; ok && i <= n_max; i++) ok = (sp->vsnaps[i] = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
+    }
+    if (!ok) {
+        bn_spec_free(sp);
+        return NULL;
+    }
     const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
     int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
@@ -80,10 +106,33 @@ bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, 
     return sp;
 }
 
+bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
+                     size_t errlen) {
+    bn_engine *e = bn_engine_cpu_new(target, p->n_threads); // n_threads: the oracle state's
+    bn_engine_state *es = xcalloc(1, sizeof *es);
+    es->e = e;
+    es->st = ts;
+    bn_spec *sp = bn_spec_new_engine(es, d, p, err, errlen);
+    if (!sp) {
+        free(es);
+        bn_engine_free(e);
+        return NULL;
+    }
+    sp->own_e = e;
+    sp->own_ts = es;
+    return sp;
+}
+
 void bn_spec_free(bn_spec *sp) {
     if (!sp) return;
     bn_dstate_free(sp->ds);
-    bn_state_free(sp->os);
+    bn_engine_snapshot_free(sp->osnap);
+    bn_engine_state_free(sp->os);
+    bn_engine_snapshot_free(sp->pre);
+    for (int i = 0; sp->vsnaps && i <= sp->p.n_max; i++) bn_engine_snapshot_free(sp->vsnaps[i]);
+    free(sp->vsnaps);
+    free(sp->own_ts);
+    bn_engine_free(sp->own_e);
     free(sp->logits);
     free(sp->taps);
     free(sp);
@@ -100,18 +149,21 @@ const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
 static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
 
 // target_forward: runs tokens through the target (taps when drafting with DSpark) and feeds the
-// taps to the drafter at the committed positions. logits may be NULL.
+// taps to the drafter at the committed positions. logits may be NULL; snaps (NULL = none): the
+// state after each token (bn_engine_forward_snaps).
 static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits, bool all_logits, bool feed_drafter,
-                          char *err, size_t errlen) {
+                          bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
     bn_forward_out out = {.logits = logits, .all_logits = all_logits};
     if (sp->n_taps) {
         out.tap_layers = sp->tap_layers;
         out.n_taps = sp->n_taps;
         out.taps = sp->taps;
     }
-    const int pos0 = bn_state_pos(sp->ts);
+    const int pos0 = bn_engine_state_pos(sp->ts);
     double t0 = bn_time_ms();
-    if (bn_forward(sp->m, sp->ts, tok, n, &out, err, errlen) != 0) return -1;
+    int rc = snaps ? bn_engine_forward_snaps(sp->ts, tok, n, &out, snaps, err, errlen)
+                   : bn_engine_forward(sp->ts, tok, n, &out, err, errlen);
+    if (rc != 0) return -1;
     if (n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], bn_time_ms() - t0);
     if (feed_drafter && sp->ds) {
         double t1 = bn_time_ms();
@@ -124,15 +176,15 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
 
 int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen) {
     if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
-    bn_state_reset(sp->ts);
+    bn_engine_state_reset(sp->ts);
     if (sp->ds) bn_dstate_truncate(sp->ds, 0);
-    if (sp->os) bn_state_reset(sp->os);
+    if (sp->os) bn_engine_state_reset(sp->os);
     for (int i = 0; i < n - 1; i += 64) { // prompt[0..n−2] in chunks (taps buffer holds 64 rows)
         int nb = n - 1 - i < 64 ? n - 1 - i : 64;
-        if (target_forward(sp, prompt + i, nb, NULL, false, true, err, errlen) != 0) return -1;
+        if (target_forward(sp, prompt + i, nb, NULL, false, true, NULL, err, errlen) != 0) return -1;
         if (sp->os) {
             bn_forward_out none = {0};
-            if (bn_forward(sp->m, sp->os, prompt + i, nb, &none, err, errlen) != 0) return -1;
+            if (bn_engine_forward(sp->os, prompt + i, nb, &none, err, errlen) != 0) return -1;
         }
     }
     sp->id_last = prompt[n - 1];
@@ -143,7 +195,7 @@ int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t
 
 // ---- cost model ------------------------------------------------------------------------------
 // With k drafts a round costs  T(k) = draft(k) + fwd(k+1) + P(reject)·fwd(E[j]+1)  (the re-run
-// of the accepted prefix after a rollback) and emits  1 + Σ_{i<k} Π_{m<=i} q_m  tokens on
+// of the accepted prefix after a rollback on the CPU; 0 with per-token snapshots) and emits  1 + Σ_{i<k} Π_{m<=i} q_m  tokens on
 // average (q_m = online acceptance rate of draft m given the ones before were accepted).
 // Drafting k = 0 is plain decoding: 1 token per fwd(1). The loop picks the k with the most
 // tokens per millisecond; unmeasured costs are extrapolated linearly from fwd(1).
@@ -173,7 +225,7 @@ static int choose_k(bn_spec *sp) {
         double p_all = surv;              // no rollback when every draft is accepted
         exp_j = exp_acc;
         double tv = fwd_ms(sp, k + 1), td = sp->ms_draft[k] >= 0 ? sp->ms_draft[k] : 0.0;
-        double trr = fwd_ms(sp, (int)lround(exp_j) + 1);
+        double trr = sp->vsnaps ? 0.0 : fwd_ms(sp, (int)lround(exp_j) + 1); // a restore costs ~nothing
         if (tv < 0 || trr < 0) return n_max;
         double t_round = td + tv + (1.0 - p_all) * trr;
         double rate = (1.0 + exp_acc) / t_round;
@@ -206,13 +258,13 @@ static int32_t argmax_lowest(const float *l, int n) {
 // oracle_draft: the target's own greedy continuation of id_last from the oracle state (which is
 // at n_past); the oracle state is returned to n_past afterwards. MEASUREMENT AID, not a drafter.
 static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t errlen) {
-    bn_snapshot *snap = bn_state_snapshot(sp->os);
+    if (bn_engine_snapshot_into(sp->os, sp->osnap, err, errlen) != 0) return -1;
     const int V = sp->m->cfg.n_vocab;
     int32_t tok = sp->id_last;
     int n = 0;
     for (; n < k; n++) {
         bn_forward_out out = {.logits = sp->logits};
-        if (bn_forward(sp->m, sp->os, &tok, 1, &out, err, errlen) != 0) break;
+        if (bn_engine_forward(sp->os, &tok, 1, &out, err, errlen) != 0) break;
         tok = drafts[n] = argmax_lowest(sp->logits, V);
         int every = sp->p.oracle_miss_every;
         if (every > 0 && ++sp->n_oracle_proposed % every == 0) { // deliberate miss; the chain stays wrong after it
@@ -220,15 +272,14 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
             tok = drafts[n];
         }
     }
-    bn_state_restore(sp->os, snap);
-    bn_snapshot_free(snap);
+    if (bn_engine_restore(sp->os, sp->osnap, err, errlen) != 0) return -1;
     return n;
 }
 
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->last_n = 0;
-    const int V = sp->m->cfg.n_vocab, n_ctx = bn_state_n_ctx(sp->ts);
+    const int V = sp->m->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->ts);
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
     if (k > n_ctx - sp->n_past - 1) k = n_ctx - sp->n_past - 1;
@@ -251,13 +302,12 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
         ema(&sp->ms_draft[k], sp->os ? 0.0 : ms);
         if (nd < sp->p.n_min) nd = 0; // too short: not verified, not counted (§7)
     }
-    // verify [id_last, d0..d_{nd−1}] in one batched forward; snapshot first for the rollback
-    bn_snapshot *snap = nd > 0 ? bn_state_snapshot(sp->ts) : NULL;
+    // verify [id_last, d0..d_{nd−1}] in one batched forward; for the rollback a snapshot before it
+    // (CPU) or one after every token (other engines)
+    bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
+    if (nd > 0 && !vsnaps && bn_engine_snapshot_into(sp->ts, sp->pre, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
-    if (target_forward(sp, tok, nd + 1, sp->logits, true, false, err, errlen) != 0) {
-        bn_snapshot_free(snap);
-        return -1;
-    }
+    if (target_forward(sp, tok, nd + 1, sp->logits, true, false, vsnaps, err, errlen) != 0) return -1;
     sp->st.ms_verify += bn_time_ms() - t0;
     // accept by sample-and-compare: t_j = sample(row j); accept d_j while it equals t_j
     int j = 0;
@@ -268,28 +318,28 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)
     const int n_keep = j + 1;
-    if (j < nd) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
+    if (j < nd && !vsnaps) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
         double t1 = bn_time_ms();
-        bn_state_restore(sp->ts, snap);
-        if (target_forward(sp, tok, n_keep, NULL, false, true, err, errlen) != 0) {
-            bn_snapshot_free(snap);
-            return -1;
-        }
+        if (bn_engine_restore(sp->ts, sp->pre, err, errlen) != 0) return -1;
+        if (target_forward(sp, tok, n_keep, NULL, false, true, NULL, err, errlen) != 0) return -1;
         sp->st.ms_rerun += bn_time_ms() - t1;
         sp->st.n_rerun++;
-    } else if (sp->ds) { // all accepted: the verify taps are the committed rows
-        double t1 = bn_time_ms();
-        bn_dstate_truncate(sp->ds, sp->n_past);
-        if (bn_drafter_process(sp->d, sp->ds, sp->taps, n_keep, sp->n_past, err, errlen) != 0) {
-            bn_snapshot_free(snap);
-            return -1;
+    } else {
+        if (j < nd) { // rejected tail: back to the state after the last accepted token (no re-run)
+            double t1 = bn_time_ms();
+            if (bn_engine_restore(sp->ts, vsnaps[j], err, errlen) != 0) return -1;
+            sp->st.ms_rerun += bn_time_ms() - t1;
         }
-        sp->st.ms_process += bn_time_ms() - t1;
+        if (sp->ds) { // the verify taps of the kept rows are the committed rows
+            double t1 = bn_time_ms();
+            bn_dstate_truncate(sp->ds, sp->n_past);
+            if (bn_drafter_process(sp->d, sp->ds, sp->taps, n_keep, sp->n_past, err, errlen) != 0) return -1;
+            sp->st.ms_process += bn_time_ms() - t1;
+        }
     }
-    bn_snapshot_free(snap);
     if (sp->os) {
         bn_forward_out none = {0};
-        if (bn_forward(sp->m, sp->os, tok, n_keep, &none, err, errlen) != 0) return -1;
+        if (bn_engine_forward(sp->os, tok, n_keep, &none, err, errlen) != 0) return -1;
     }
     for (int i = 0; i < j; i++) out[i] = tok[1 + i];
     out[j] = t;

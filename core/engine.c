@@ -33,6 +33,13 @@ static int cpu_restore(void *st, const void *snap, char *err, size_t errlen) {
     return 0;
 }
 static void cpu_snapshot_free(void *snap) { bn_snapshot_free(snap); }
+static int cpu_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps,
+                             char *err, size_t errlen) {
+    bn_state *s = st;
+    bn_forward_out with_snaps = *out;
+    with_snaps.snaps = (bn_snapshot **)snaps;
+    return bn_forward(s->m, s, tokens, n, &with_snaps, err, errlen);
+}
 
 static const bn_engine_ops cpu_ops = {
     .name = "CPU",
@@ -47,6 +54,7 @@ static const bn_engine_ops cpu_ops = {
     .snapshot_into = cpu_snapshot_into,
     .restore = cpu_restore,
     .snapshot_free = cpu_snapshot_free,
+    .forward_snaps = cpu_forward_snaps,
 };
 
 bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m) {
@@ -98,6 +106,19 @@ int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forwa
 int bn_engine_state_n_ctx(const bn_engine_state *s) { return s->e->ops->state_n_ctx(s->st); }
 
 bn_state *bn_engine_state_cpu(bn_engine_state *s) { return s->e->ops == &cpu_ops ? s->st : NULL; }
+
+int bn_engine_forward_snaps(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out,
+                            bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
+    if (out->snaps) return bn_err(err, errlen, "bn_engine_forward_snaps: out->snaps must be NULL");
+    if (n < 0 || n > BN_ENGINE_MAX_SNAPS)
+        return bn_err(err, errlen, "bn_engine_forward_snaps: %d tokens (at most %d per call)", n, BN_ENGINE_MAX_SNAPS);
+    void *backend_snaps[BN_ENGINE_MAX_SNAPS];
+    for (int t = 0; t < n; t++) {
+        if (!snaps[t] || snaps[t]->e != s->e) return bn_err(err, errlen, "snaps[%d] is missing or of another engine", t);
+        backend_snaps[t] = snaps[t]->snap;
+    }
+    return s->e->ops->forward_snaps(s->st, tokens, n, out, backend_snaps, err, errlen);
+}
 
 bn_engine_snapshot *bn_engine_snapshot_new(const bn_engine_state *s, char *err, size_t errlen) {
     void *snap = s->e->ops->snapshot_new(s->st, err, errlen);

@@ -26,6 +26,9 @@ typedef struct bn_engine_ops {
     int (*snapshot_into)(const void *st, void *snap, char *err, size_t errlen);
     int (*restore)(void *st, const void *snap, char *err, size_t errlen);
     void (*snapshot_free)(void *snap);
+    // forward + the state after each token t into snaps[t] (the backend's snapshot objects)
+    int (*forward_snaps)(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps, char *err,
+                         size_t errlen);
 } bn_engine_ops;
 
 typedef struct bn_engine {
@@ -72,6 +75,14 @@ bn_state *bn_engine_state_cpu(bn_engine_state *s);
 // bn_engine_forward: bn_forward's contract on the engine's backend; 0 or -1 with err filled.
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen);
+// bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
+// state + position after each token t in snaps[t] (from bn_engine_snapshot_new of s's engine), in one
+// batched pass of n <= BN_ENGINE_MAX_SNAPS tokens: the CPU fills them through bn_forward_out.snaps,
+// CUDA keeps them in device memory (bn_cuda_forward_snaps; no host copies). Speculative
+// verification restores the one after the last accepted token. Returns 0 or -1 with err filled.
+#define BN_ENGINE_MAX_SNAPS 64
+int bn_engine_forward_snaps(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out,
+                            bn_engine_snapshot *const *snaps, char *err, size_t errlen);
 // bn_engine_snapshot_new: an empty snapshot for s's model; NULL with err filled on failure.
 bn_engine_snapshot *bn_engine_snapshot_new(const bn_engine_state *s, char *err, size_t errlen);
 // bn_engine_snapshot_into: copies s's recurrent state + position into snap; 0 or -1.

@@ -28,10 +28,15 @@ static int cu_restore(void *st, const void *snap, char *err, size_t errlen) {
     return bn_cuda_state_restore((bn_cuda_state *)st, (const bn_cuda_snapshot *)snap, err, errlen);
 }
 static void cu_snapshot_free(void *snap) { bn_cuda_snapshot_free((bn_cuda_snapshot *)snap); }
+static int cu_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps, char *err,
+                            size_t errlen) {
+    return bn_cuda_forward_snaps((bn_cuda_state *)st, tokens, n, out, (bn_cuda_snapshot *const *)snaps, err, errlen);
+}
 
 static const bn_engine_ops cuda_ops = {"CUDA",         cu_state_new,   cu_state_free,    cu_state_reset,
                                        cu_state_pos,   cu_forward,     cu_impl_free,     cu_state_n_ctx,
-                                       cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free};
+                                       cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free,
+                                       cu_forward_snaps};
 
 extern "C" bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen) {
     bn_cuda_model *cm = bn_cuda_model_upload(m, err, errlen);

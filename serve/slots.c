@@ -405,9 +405,7 @@ bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen) {
         sl->cache_logits = xmalloc(sizeof(float) * S->n_vocab);
         bool ok = sl->state != NULL;
         if (ok && (p->drafter || p->spec.type == BN_SPEC_ORACLE)) {
-            bn_state *cpu_state = bn_engine_state_cpu(sl->state); // DSpark runs on the CPU engine
-            if (!cpu_state) bn_err(err, errlen, "speculative decoding runs on the CPU engine only (use -ngl 0)");
-            sl->spec = cpu_state ? bn_spec_new(p->model, cpu_state, p->drafter, &p->spec, err, errlen) : NULL;
+            sl->spec = bn_spec_new_engine(sl->state, p->drafter, &p->spec, err, errlen); // target on any engine
             ok = sl->spec != NULL;
         }
         if (!ok) { // startup failure: free what exists (no thread runs yet)

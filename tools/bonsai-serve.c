@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "  --api-key KEY           require 'Authorization: Bearer KEY' (repeatable)\n"
             "  --metrics               enable GET /metrics (Prometheus)\n"
             "  --no-slots              disable GET /slots\n"
-            "  -ngl, --gpu-layers N    N > 0: decode on the GPU (CUDA builds; no speculative decoding), 0: CPU (default)\n"
+            "  -ngl, --gpu-layers N    N > 0: decode on the GPU (CUDA builds; also the speculative target), 0: CPU (default)\n"
             "  -fa, --flash-attn on|off|auto  accepted (attention is computed exactly either way)\n"
             "  --ready-file FILE       write \"host:port\" there once listening (for scripts/tests)\n"
             "Speculative decoding (DSpark, DSPARK.md):\n"

@@ -1,7 +1,8 @@
-// tools/bonsai-speculative.c — speculative decoding on the CPU engine, output like
-// llama-speculative-simple (SERVER.md §13; loop DSPARK.md §5.1).
+// tools/bonsai-speculative.c — speculative decoding with the target on the CPU or (-ngl N > 0) the
+// CUDA engine, the drafter on the CPU; output like llama-speculative-simple (SERVER.md §13; loop
+// DSPARK.md §5.1).
 #include "core/dspark.h"
-#include "core/forward.h"
+#include "core/engine.h"
 #include "core/model.h"
 #include "core/sampler.h"
 #include "core/tokenizer.h"
@@ -22,7 +23,9 @@ static void usage(FILE *f) {
             "                           drafting off when it does not pay)\n"
             "  -n N                     tokens to predict (default 64)   -c N  context (default 4096)\n"
             "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
-            "  -e                       process escapes (\\n, \\t) in the prompt\n");
+            "  -e                       process escapes (\\n, \\t) in the prompt\n"
+            "  -ngl N                   N > 0: the target on the GPU (CUDA builds), 0: CPU (default); the\n"
+            "                           drafter always runs on the CPU\n");
 }
 
 static void unescape(char *s) {
@@ -38,7 +41,7 @@ static void unescape(char *s) {
 
 int main(int argc, char **argv) {
     const char *mpath = NULL, *dpath = NULL, *prompt = NULL, *stype = NULL;
-    int n_predict_max = 64, n_ctx = 4096, n_threads = 0, escapes = 0;
+    int n_predict_max = 64, n_ctx = 4096, n_threads = 0, escapes = 0, n_gpu_layers = 0;
     bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true};
     bn_sampler_params smp = bn_sampler_params_default();
     smp.temperature = 0;
@@ -58,6 +61,7 @@ int main(int argc, char **argv) {
         else if (OPT("-n") || OPT("--n-predict")) n_predict_max = atoi(v);
         else if (OPT("-c") || OPT("--ctx-size")) n_ctx = atoi(v);
         else if (OPT("-t") || OPT("--threads")) n_threads = atoi(v);
+        else if (OPT("-ngl") || OPT("--gpu-layers") || OPT("--n-gpu-layers")) n_gpu_layers = atoi(v);
         else if (OPT("--temp")) smp.temperature = (float)atof(v);
         else if (OPT("--top-k")) smp.top_k = atoi(v);
         else if (OPT("--top-p")) smp.top_p = (float)atof(v);
@@ -115,8 +119,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bonsai-speculative: the prompt has no tokens\n");
         return 1;
     }
-    bn_state *ts = bn_state_new(m, n_ctx, n_threads);
-    bn_spec *s = bn_spec_new(m, ts, d, &sp, err, sizeof err);
+    bn_engine *eng = bn_engine_open(m, n_gpu_layers, n_threads, err, sizeof err);
+    bn_engine_state *ts = eng ? bn_engine_state_new(eng, n_ctx, err, sizeof err) : NULL;
+    bn_spec *s = ts ? bn_spec_new_engine(ts, d, &sp, err, sizeof err) : NULL;
     if (!s) {
         fprintf(stderr, "bonsai-speculative: %s\n", err);
         return 1;
@@ -164,7 +169,8 @@ int main(int argc, char **argv) {
     bn_spec_print_stats(s, stdout);
     bn_sampler_free(sampler);
     bn_spec_free(s);
-    bn_state_free(ts);
+    bn_engine_state_free(ts);
+    bn_engine_free(eng);
     bn_drafter_free(d);
     bn_tokenizer_free(tok);
     bn_model_free(m);

@@ -1,0 +1,197 @@
+// tests/cuda/test_cuda_spec.c — DSpark speculative decoding (core/dspark.h) with the target on the
+// CUDA engine (core/engine.h, -ngl 99) next to the CPU engine, on the tiny F32 qwen35 target and a
+// random drafter of tests/dspark/fixture.h. Per engine: greedy speculative output token-identical
+// to the same engine's plain greedy decoding (random DSpark drafter n_max 4: rejections restore
+// the per-token device snapshot of the verify pass on CUDA; oracle drafter n_max 4; oracle with
+// every 3rd proposal wrong: partial acceptance). Across engines: the oracle runs' counters
+// (steps, drafted, accepted, acc_pos) are identical, and CUDA's plain greedy tokens equal the
+// CPU's (F32 weights: logits agree to ~2e-5, notes/cuda.md). First, bn_engine_forward_snaps itself:
+// taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot. Linked twice: `cuda_spec` on a real
+// GPU (skips without a device) and `cuda_spec_emu` through the CPU emulator (always runs).
+#include "tests/test.h"
+#include "tests/dspark/fixture.h"
+#include "core/engine.h"
+#include "core/sampler.h"
+#include "cuda/cuda_engine.h"
+
+#define N_GEN 16
+#define N_CTX 128
+
+static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
+#define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
+
+// engine_greedy: plain decoding on e (prompt in one batch, then one token per forward, argmax with
+// ties → lowest id); writes n_gen tokens to out.
+static void engine_greedy(bn_engine *e, int n_gen, int32_t *out) {
+    char err[256];
+    bn_engine_state *s = bn_engine_state_new(e, N_CTX, err, sizeof err);
+    if (!s) bn_die("state: %s", err);
+    const int V = e->m->cfg.n_vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)V);
+    bn_forward_out o = {.logits = logits};
+    if (bn_engine_forward(s, prompt, N_PROMPT, &o, err, sizeof err) != 0) bn_die("%s", err);
+    for (int i = 0; i < n_gen; i++) {
+        int32_t best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        out[i] = best;
+        if (i + 1 < n_gen && bn_engine_forward(s, &best, 1, &o, err, sizeof err) != 0) bn_die("%s", err);
+    }
+    free(logits);
+    bn_engine_state_free(s);
+}
+
+// run_spec: greedy speculative generation of >= N_GEN tokens on e; fills gen and *st.
+static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every, int32_t *gen, bn_spec_stats *st) {
+    char err[256];
+    bn_engine_state *ts = bn_engine_state_new(e, N_CTX, err, sizeof err);
+    if (!ts) bn_die("state: %s", err);
+    bn_spec_params p = {.type = type, .n_max = 4, .n_threads = 2, .oracle_miss_every = miss_every};
+    bn_spec *sp = bn_spec_new_engine(ts, d, &p, err, sizeof err);
+    if (!sp) bn_die("spec_new: %s", err);
+    bn_sampler_params sparams = bn_sampler_params_default();
+    sparams.temperature = 0;
+    bn_sampler *smp = bn_sampler_new(&sparams);
+    if (bn_spec_prefill(sp, prompt, N_PROMPT, err, sizeof err) != 0) bn_die("prefill: %s", err);
+    int n = 0;
+    int32_t out[8];
+    while (n < N_GEN) {
+        int k = bn_spec_generate_step(sp, smp, out, 8, err, sizeof err);
+        if (k < 1) bn_die("step: %s", err);
+        for (int i = 0; i < k; i++) gen[n++] = out[i];
+    }
+    CHECK(bn_spec_n_past(sp) == bn_engine_state_pos(ts), "%s: spec n_past %d != target position %d",
+          bn_engine_name(e), bn_spec_n_past(sp), bn_engine_state_pos(ts));
+    *st = *bn_spec_stats_get(sp);
+    bn_sampler_free(smp);
+    bn_spec_free(sp);
+    bn_engine_state_free(ts);
+}
+
+// snaps_taps_check: one verify-shaped pass (5 tokens after the prompt) through
+// bn_engine_forward_snaps on both engines: taps and logits of every row agree between CPU and CUDA
+// (F32: logits bound 2e-3, observed 4.6e-4; taps bound 1e-4, observed 4.5e-6), and restoring the
+// snapshot after token 2 then decoding token 3 again reproduces that row's logits on each engine
+// (bound 1e-4; CPU 8.6e-6 from the batched vs one-token sum order, CUDA 0).
+static void snaps_taps_check(bn_engine *const eng[2], const bn_drafter *d) {
+    enum { N = 5 };
+    const int32_t T[N] = {17, 400, 3, 222, 81};
+    const int V = eng[0]->m->cfg.n_vocab, E = eng[0]->m->cfg.n_embd, C = d->cfg.n_taps;
+    float *logits[2], *taps[2], *again = xmalloc(sizeof(float) * (size_t)V);
+    char err[256];
+    for (int e = 0; e < 2; e++) {
+        logits[e] = xmalloc(sizeof(float) * (size_t)V * N);
+        taps[e] = xmalloc(sizeof(float) * (size_t)E * (size_t)C * N);
+        bn_engine_state *s = bn_engine_state_new(eng[e], N_CTX, err, sizeof err);
+        bn_engine_snapshot *snaps[N];
+        for (int t = 0; t < N; t++) snaps[t] = bn_engine_snapshot_new(s, err, sizeof err);
+        bn_forward_out none = {0};
+        bn_forward_out out = {.logits = logits[e], .all_logits = true, .tap_layers = d->cfg.tap_layers, .n_taps = C,
+                              .taps = taps[e]};
+        int rc = bn_engine_forward(s, prompt, N_PROMPT, &none, err, sizeof err);
+        if (rc == 0) rc = bn_engine_forward_snaps(s, T, N, &out, snaps, err, sizeof err);
+        bn_forward_out one = {.logits = again};
+        if (rc == 0) rc = bn_engine_restore(s, snaps[2], err, sizeof err);
+        CHECK(rc == 0 && bn_engine_state_pos(s) == N_PROMPT + 3, "%s: forward_snaps/restore: %s", bn_engine_name(eng[e]),
+              err);
+        if (rc == 0) rc = bn_engine_forward(s, &T[3], 1, &one, err, sizeof err);
+        double worst = 0;
+        for (int v = 0; rc == 0 && v < V; v++) worst = fmax(worst, fabs(again[v] - logits[e][(size_t)3 * V + v]));
+        printf("%s: restore snaps[2] + token 3: max |Δ logit| %.2e\n", bn_engine_name(eng[e]), worst);
+        CHECK(rc == 0 && worst < 1e-4, "%s: restored continuation differs by %.2e (bound 1e-4)", bn_engine_name(eng[e]),
+              worst);
+        for (int t = 0; t < N; t++) bn_engine_snapshot_free(snaps[t]);
+        bn_engine_state_free(s);
+    }
+    double dl = 0, dt = 0;
+    for (size_t i = 0; i < (size_t)V * N; i++) dl = fmax(dl, fabs(logits[0][i] - logits[1][i]));
+    for (size_t i = 0; i < (size_t)E * C * N; i++) dt = fmax(dt, fabs(taps[0][i] - taps[1][i]));
+    printf("forward_snaps CPU vs CUDA: max |Δ logit| %.2e, max |Δ tap| %.2e\n", dl, dt);
+    CHECK(dl < 2e-3 && dt < 1e-4, "forward_snaps CPU vs CUDA: logits %.2e (bound 2e-3) taps %.2e (bound 1e-4)", dl, dt);
+    for (int e = 0; e < 2; e++) free(logits[e]), free(taps[e]);
+    free(again);
+}
+
+static int first_diff(const int32_t *a, const int32_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return -1;
+}
+
+static bool same_counters(const bn_spec_stats *a, const bn_spec_stats *b) {
+    return a->n_steps == b->n_steps && a->n_rounds_spec == b->n_rounds_spec && a->n_drafted == b->n_drafted &&
+           a->n_accept == b->n_accept && memcmp(a->acc_pos, b->acc_pos, sizeof a->acc_pos) == 0;
+}
+
+static void print_stats(const char *what, const char *engine, const bn_spec_stats *s) {
+    printf("%-22s %-4s: steps %3lld drafted %3lld accepted %3lld reruns %2lld acc/pos %lld %lld %lld %lld\n", what,
+           engine, (long long)s->n_steps, (long long)s->n_drafted, (long long)s->n_accept, (long long)s->n_rerun,
+           (long long)s->acc_pos[0], (long long)s->acc_pos[1], (long long)s->acc_pos[2], (long long)s->acc_pos[3]);
+}
+
+int main(void) {
+    char err[512];
+    if (!bn_cuda_available(err, sizeof err)) {
+        printf("SKIP: %s\n", err);
+        return 77;
+    }
+    char tpath[512], dpath[512];
+    fx_target(fx_path(tpath, sizeof tpath, "cuda-spec-target.gguf"));
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    fx_drafter(&dp, fx_path(dpath, sizeof dpath, "cuda-spec-drafter.gguf"));
+    bn_model *m = bn_model_load(tpath, err, sizeof err);
+    bn_drafter *d = m ? bn_drafter_load(dpath, m, err, sizeof err) : NULL;
+    if (!m || !d) bn_die("load: %s", err);
+    bn_engine *eng[2] = {bn_engine_open(m, 0, 2, err, sizeof err), bn_engine_open(m, 99, 2, err, sizeof err)};
+    if (!eng[0] || !eng[1]) bn_die("engine: %s", err);
+
+    snaps_taps_check(eng, d);
+
+    int32_t ref[2][N_GEN], gen[N_GEN + 8];
+    for (int e = 0; e < 2; e++) engine_greedy(eng[e], N_GEN, ref[e]);
+    int diff = first_diff(ref[0], ref[1], N_GEN);
+    CHECK(diff < 0, "plain greedy: CUDA differs from CPU at token %d", diff);
+
+    struct {
+        const char *what;
+        int type, miss_every;
+        bool cross_engine; // counters must match between engines
+    } runs[] = {
+        {"dspark (random) n_max 4", BN_SPEC_DSPARK, 0, false},
+        {"oracle n_max 4", BN_SPEC_ORACLE, 0, true},
+        {"oracle miss 1/3", BN_SPEC_ORACLE, 3, true},
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        bn_spec_stats st[2];
+        for (int e = 0; e < 2; e++) {
+            const char *en = bn_engine_name(eng[e]);
+            run_spec(eng[e], runs[r].type == BN_SPEC_DSPARK ? d : NULL, runs[r].type, runs[r].miss_every, gen, &st[e]);
+            print_stats(runs[r].what, en, &st[e]);
+            diff = first_diff(ref[e], gen, N_GEN);
+            CHECK(diff < 0, "%s on %s: first difference from plain greedy at token %d", runs[r].what, en, diff);
+            CHECK(st[e].n_emitted == st[e].n_accept + st[e].n_steps && st[e].n_accept <= st[e].n_drafted,
+                  "%s on %s: counter relations", runs[r].what, en);
+            // CPU rolls back by re-running the accepted prefix, CUDA by restoring a per-token snapshot
+            bool rejected = st[e].n_accept < st[e].n_drafted;
+            if (e == 1) CHECK(st[e].n_rerun == 0, "%s on CUDA: %lld re-runs (must restore)", runs[r].what,
+                              (long long)st[e].n_rerun);
+            if (e == 0 && rejected) CHECK(st[e].n_rerun > 0, "%s on CPU: rejections without a re-run", runs[r].what);
+        }
+        if (runs[r].type == BN_SPEC_DSPARK)
+            CHECK(st[1].n_accept < st[1].n_drafted, "a random drafter must be rejected sometimes (restore exercised)");
+        if (runs[r].miss_every)
+            CHECK(st[1].n_accept > 0 && st[1].acc_pos[1] > 0 && st[1].n_accept < st[1].n_drafted,
+                  "partial acceptance exercised on CUDA");
+        if (runs[r].cross_engine)
+            CHECK(same_counters(&st[0], &st[1]), "%s: CPU and CUDA acceptance counters differ", runs[r].what);
+    }
+
+    bn_engine_free(eng[0]);
+    bn_engine_free(eng[1]);
+    bn_drafter_free(d);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done("cuda_spec");
+}
