@@ -11,7 +11,6 @@
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/engine.h"
-#include "core/sampler.h"
 #include "cuda/cuda_engine.h"
 
 #define N_GEN 16
@@ -19,27 +18,6 @@
 
 static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
 #define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
-
-// engine_greedy: plain decoding on e (prompt in one batch, then one token per forward, argmax with
-// ties → lowest id); writes n_gen tokens to out.
-static void engine_greedy(bn_engine *e, int n_gen, int32_t *out) {
-    char err[256];
-    bn_engine_state *s = bn_engine_state_new(e, N_CTX, err, sizeof err);
-    if (!s) bn_die("state: %s", err);
-    const int V = e->m->cfg.n_vocab;
-    float *logits = xmalloc(sizeof(float) * (size_t)V);
-    bn_forward_out o = {.logits = logits};
-    if (bn_engine_forward(s, prompt, N_PROMPT, &o, err, sizeof err) != 0) bn_die("%s", err);
-    for (int i = 0; i < n_gen; i++) {
-        int32_t best = 0;
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[best]) best = v;
-        out[i] = best;
-        if (i + 1 < n_gen && bn_engine_forward(s, &best, 1, &o, err, sizeof err) != 0) bn_die("%s", err);
-    }
-    free(logits);
-    bn_engine_state_free(s);
-}
 
 // run_spec: greedy speculative generation of >= N_GEN tokens on e; fills gen and *st.
 static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every, int32_t *gen, bn_spec_stats *st) {
@@ -49,21 +27,10 @@ static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every
     bn_spec_params p = {.type = type, .n_max = 4, .n_threads = 2, .oracle_miss_every = miss_every};
     bn_spec *sp = bn_spec_new_engine(ts, d, &p, err, sizeof err);
     if (!sp) bn_die("spec_new: %s", err);
-    bn_sampler_params sparams = bn_sampler_params_default();
-    sparams.temperature = 0;
-    bn_sampler *smp = bn_sampler_new(&sparams);
-    if (bn_spec_prefill(sp, prompt, N_PROMPT, err, sizeof err) != 0) bn_die("prefill: %s", err);
-    int n = 0;
-    int32_t out[8];
-    while (n < N_GEN) {
-        int k = bn_spec_generate_step(sp, smp, out, 8, err, sizeof err);
-        if (k < 1) bn_die("step: %s", err);
-        for (int i = 0; i < k; i++) gen[n++] = out[i];
-    }
+    fx_spec_greedy(sp, prompt, N_PROMPT, N_GEN, gen);
     CHECK(bn_spec_n_past(sp) == bn_engine_state_pos(ts), "%s: spec n_past %d != target position %d",
           bn_engine_name(e), bn_spec_n_past(sp), bn_engine_state_pos(ts));
     *st = *bn_spec_stats_get(sp);
-    bn_sampler_free(smp);
     bn_spec_free(sp);
     bn_engine_state_free(ts);
 }
@@ -148,8 +115,8 @@ int main(void) {
 
     snaps_taps_check(eng, d);
 
-    int32_t ref[2][N_GEN], gen[N_GEN + 8];
-    for (int e = 0; e < 2; e++) engine_greedy(eng[e], N_GEN, ref[e]);
+    int32_t ref[2][N_GEN], gen[N_GEN + 64];
+    for (int e = 0; e < 2; e++) fx_engine_greedy(eng[e], prompt, N_PROMPT, N_GEN, ref[e]);
     int diff = first_diff(ref[0], ref[1], N_GEN);
     CHECK(diff < 0, "plain greedy: CUDA differs from CPU at token %d", diff);
 

@@ -1,8 +1,11 @@
 // tests/dspark/fixture.h — shared setup for the DSpark tests: a tiny random qwen35 target
-// (core/mkmodel.h preset "tiny", F32) and random drafters written to a temp directory.
+// (core/mkmodel.h preset "tiny", F32) and random drafters written to a temp directory; plain and
+// speculative greedy decoding (also used by tests/cuda/test_cuda_spec.c on the CUDA engine).
 #ifndef BONSAI_TEST_DSPARK_FIXTURE_H
 #define BONSAI_TEST_DSPARK_FIXTURE_H
 #include "core/dspark.h"
+#include "core/engine.h"
+#include "core/sampler.h"
 #include "core/mkdrafter.h"
 #include "core/mkmodel.h"
 #include "core/util.h"
@@ -38,24 +41,52 @@ static inline void fx_drafter(const bn_mkdrafter_params *p, const char *path) {
     }
 }
 
-// fx_plain_greedy: plain decoding (prompt in one batch, then one token per forward, argmax with
-// ties → lowest id); writes n_gen tokens to out. Returns 0.
-static inline int fx_plain_greedy(const bn_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out) {
-    bn_state *s = bn_state_new(m, 1024, 0);
-    const int V = m->cfg.n_vocab;
-    float *logits = xmalloc(sizeof(float) * (size_t)V);
+// fx_engine_greedy: plain decoding on engine e (prompt in one batch, then one token per forward,
+// argmax with ties → lowest id); writes n_gen tokens to out. Returns 0.
+static inline int fx_engine_greedy(bn_engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out) {
     char err[256];
+    bn_engine_state *s = bn_engine_state_new(e, 1024, err, sizeof err);
+    if (!s) bn_die("state: %s", err);
+    const int V = e->m->cfg.n_vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)V);
     bn_forward_out o = {.logits = logits};
-    if (bn_forward(m, s, prompt, n_prompt, &o, err, sizeof err) != 0) bn_die("%s", err);
+    if (bn_engine_forward(s, prompt, n_prompt, &o, err, sizeof err) != 0) bn_die("%s", err);
     for (int i = 0; i < n_gen; i++) {
         int32_t best = 0;
         for (int v = 1; v < V; v++)
             if (logits[v] > logits[best]) best = v;
         out[i] = best;
-        if (i + 1 < n_gen && bn_forward(m, s, &best, 1, &o, err, sizeof err) != 0) bn_die("%s", err);
+        if (i + 1 < n_gen && bn_engine_forward(s, &best, 1, &o, err, sizeof err) != 0) bn_die("%s", err);
     }
     free(logits);
-    bn_state_free(s);
+    bn_engine_state_free(s);
     return 0;
+}
+
+// fx_plain_greedy: fx_engine_greedy on the CPU engine (all threads). Returns 0.
+static inline int fx_plain_greedy(const bn_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out) {
+    bn_engine *e = bn_engine_cpu_new(m, 0);
+    fx_engine_greedy(e, prompt, n_prompt, n_gen, out);
+    bn_engine_free(e);
+    return 0;
+}
+
+// fx_spec_greedy: prefills sp with prompt and generates greedily (temperature 0) until at least
+// n_gen tokens; writes them to gen (room for n_gen + 64). Returns the count; dies on an error.
+static inline int fx_spec_greedy(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen) {
+    bn_sampler_params sparams = bn_sampler_params_default();
+    sparams.temperature = 0;
+    bn_sampler *smp = bn_sampler_new(&sparams);
+    char err[256];
+    if (bn_spec_prefill(sp, prompt, n_prompt, err, sizeof err) != 0) bn_die("prefill: %s", err);
+    int n = 0;
+    int32_t out[64];
+    while (n < n_gen) {
+        int k = bn_spec_generate_step(sp, smp, out, 64, err, sizeof err);
+        if (k < 1) bn_die("step: %s", err);
+        for (int i = 0; i < k; i++) gen[n++] = out[i];
+    }
+    bn_sampler_free(smp);
+    return n;
 }
 #endif

@@ -21,18 +21,7 @@ static bn_spec *run_spec(const bn_model *m, bn_state *ts, const bn_drafter *d, i
     char err[256];
     bn_spec *sp = bn_spec_new(m, ts, d, &p, err, sizeof err);
     if (!sp) bn_die("spec_new: %s", err);
-    bn_sampler_params sparams = bn_sampler_params_default();
-    sparams.temperature = 0;
-    bn_sampler *smp = bn_sampler_new(&sparams);
-    if (bn_spec_prefill(sp, prompt, N_PROMPT, err, sizeof err) != 0) bn_die("prefill: %s", err);
-    int n = 0;
-    int32_t out[64];
-    while (n < N_GEN) {
-        int k = bn_spec_generate_step(sp, smp, out, 64, err, sizeof err);
-        if (k < 1) bn_die("step: %s", err);
-        for (int i = 0; i < k && n < N_GEN + 64; i++) gen[n++] = out[i];
-    }
-    bn_sampler_free(smp);
+    fx_spec_greedy(sp, prompt, N_PROMPT, N_GEN, gen);
     return sp;
 }
 
