@@ -56,6 +56,17 @@ int bn_model_weight_slots(bn_model *m, bn_weight **out, int cap) {
     return n;
 }
 
+// find_weight: the present weight of m named name, or NULL.
+static bn_weight *find_weight(bn_model *m, const char *name) {
+    int n = bn_model_weight_slots(m, NULL, 0);
+    bn_weight **slots = xmalloc(sizeof(bn_weight *) * (size_t)n), *found = NULL;
+    bn_model_weight_slots(m, slots, n);
+    for (int i = 0; i < n && !found; i++)
+        if (slots[i]->data && slots[i]->name && !strcmp(slots[i]->name, name)) found = slots[i];
+    free(slots);
+    return found;
+}
+
 // A requantized model copy and the buffers it owns (q is first: the bn_model * handed out).
 typedef struct {
     bn_model q;
@@ -101,13 +112,7 @@ fail:
 
 int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *err, size_t errlen) {
     requant_model *rm = (requant_model *)q;
-    int n = bn_model_weight_slots(q, NULL, 0);
-    bn_weight **slots = xmalloc(sizeof(bn_weight *) * (size_t)n);
-    bn_model_weight_slots(q, slots, n);
-    bn_weight *wt = NULL;
-    for (int i = 0; i < n && !wt; i++)
-        if (slots[i]->data && slots[i]->name && !strcmp(slots[i]->name, name)) wt = slots[i];
-    free(slots);
+    bn_weight *wt = find_weight(q, name);
     if (!wt) return bn_err(err, errlen, "requantized model has no weight %s", name);
     int64_t nrows = 1;
     for (int d = 1; d < 4; d++) nrows *= wt->ne[d] > 0 ? wt->ne[d] : 1;
@@ -126,15 +131,10 @@ int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *er
 }
 
 int bn_requant_model_apply_lora(bn_model *q, const bn_model *m, const bn_lora *l, char *err, size_t errlen) {
-    int n = bn_model_weight_slots((bn_model *)m, NULL, 0);
-    bn_weight **slots = xmalloc(sizeof(bn_weight *) * (size_t)n);
-    bn_model_weight_slots((bn_model *)m, slots, n);
     int rc = 0;
     for (int i = 0; i < l->n_tensors && rc == 0; i++) {
         const bn_lora_tensor *t = &l->t[i];
-        const bn_weight *w0 = NULL;
-        for (int k = 0; k < n && !w0; k++)
-            if (slots[k]->data && slots[k]->name && !strcmp(slots[k]->name, t->name)) w0 = slots[k];
+        const bn_weight *w0 = find_weight((bn_model *)m, t->name);
         if (!w0 || w0->ne[0] != t->n_in || w0->ne[1] != t->n_out) {
             rc = bn_err(err, errlen, "STE: adapter tensor %s is missing or mis-shaped in the model", t->name);
             break;
@@ -146,7 +146,6 @@ int bn_requant_model_apply_lora(bn_model *q, const bn_model *m, const bn_lora *l
             rc = bn_requant_model_set(q, t->name, buf, err, errlen);
         free(buf);
     }
-    free(slots);
     return rc;
 }
 
