@@ -103,13 +103,9 @@ int main(void) {
         return 77;
     }
     char tpath[512], dpath[512];
-    fx_target(fx_path(tpath, sizeof tpath, "cuda-spec-target.gguf"));
-    bn_mkdrafter_params dp;
-    bn_mkdrafter_defaults(&dp);
-    fx_drafter(&dp, fx_path(dpath, sizeof dpath, "cuda-spec-drafter.gguf"));
-    bn_model *m = bn_model_load(tpath, err, sizeof err);
-    bn_drafter *d = m ? bn_drafter_load(dpath, m, err, sizeof err) : NULL;
-    if (!m || !d) bn_die("load: %s", err);
+    bn_model *m;
+    bn_drafter *d;
+    fx_load_pair("cuda-spec-", tpath, dpath, &m, &d);
     bn_engine *eng[2] = {bn_engine_open(m, 0, 2, err, sizeof err), bn_engine_open(m, 99, 2, err, sizeof err)};
     if (!eng[0] || !eng[1]) bn_die("engine: %s", err);
 

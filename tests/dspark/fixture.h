@@ -41,6 +41,25 @@ static inline void fx_drafter(const bn_mkdrafter_params *p, const char *path) {
     }
 }
 
+// fx_load_pair: writes the tiny target and a default random drafter to "<tmp>/...-<tag>target.gguf"
+// / "...-<tag>drafter.gguf" (paths into tpath / dpath, 512 bytes each; unlink them when done) and
+// loads both into *m, *d; exits on failure.
+static inline void fx_load_pair(const char *tag, char *tpath, char *dpath, bn_model **m, bn_drafter **d) {
+    char name[128], err[512];
+    snprintf(name, sizeof name, "%starget.gguf", tag);
+    fx_target(fx_path(tpath, 512, name));
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    snprintf(name, sizeof name, "%sdrafter.gguf", tag);
+    fx_drafter(&dp, fx_path(dpath, 512, name));
+    *m = bn_model_load(tpath, err, sizeof err);
+    *d = *m ? bn_drafter_load(dpath, *m, err, sizeof err) : NULL;
+    if (!*m || !*d) {
+        fprintf(stderr, "load: %s\n", err);
+        exit(1);
+    }
+}
+
 // fx_engine_greedy: plain decoding on engine e (prompt in one batch, then one token per forward,
 // argmax with ties → lowest id); writes n_gen tokens to out. Returns 0.
 static inline int fx_engine_greedy(bn_engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out) {

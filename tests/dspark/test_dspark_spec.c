@@ -90,16 +90,9 @@ static void rollback_check(const bn_model *m) {
 
 int main(void) {
     char tpath[512], dpath[512], err[512];
-    fx_target(fx_path(tpath, sizeof tpath, "target.gguf"));
-    bn_mkdrafter_params dp;
-    bn_mkdrafter_defaults(&dp);
-    fx_drafter(&dp, fx_path(dpath, sizeof dpath, "drafter.gguf"));
-    bn_model *m = bn_model_load(tpath, err, sizeof err);
-    bn_drafter *d = m ? bn_drafter_load(dpath, m, err, sizeof err) : NULL;
-    if (!m || !d) {
-        fprintf(stderr, "load: %s\n", err);
-        return 1;
-    }
+    bn_model *m;
+    bn_drafter *d;
+    fx_load_pair("", tpath, dpath, &m, &d);
     int32_t ref[N_GEN], gen[N_GEN + 64];
     fx_plain_greedy(m, prompt, N_PROMPT, N_GEN, ref);
     bn_state *ts = bn_state_new(m, 1024, 2);
