@@ -64,7 +64,10 @@ int main(int argc, char **argv) {
     int32_t *tok = xmalloc(sizeof(int32_t) * (size_t)(n_ctx_fill + n_max));
     for (int i = 0; i < n_ctx_fill + n_max; i++) tok[i] = (int32_t)bn_rng_below(&rng, (uint64_t)V);
     bn_forward_out none = {0};
-    if (bn_forward(m, s, tok, n_ctx_fill, &none, err, sizeof err) != 0) { fprintf(stderr, "bench_verify: %s\n", err); return 1; }
+    if (bn_forward(m, s, tok, n_ctx_fill, &none, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_verify: %s\n", err);
+        return 1;
+    }
     bn_snapshot *snap = bn_state_snapshot(s);
     float *logits = xmalloc(sizeof(float) * (size_t)V * (size_t)n_max);
     static double ms[MAX_N][MAX_REPS];

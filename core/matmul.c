@@ -4,12 +4,15 @@
 //   quantized (any n): activations quantized once to vec_dot_type with llama.cpp's CPU rounding
 //       (bn_quantize_activations_cpu: 127/amax, ties to even); threads split the output rows;
 //       n == 1: bn_vec_dot_rows (mat-vec); n > 1: bn_vec_dot_rows_batch (mat-mat: each weight row
-//       is read from memory once per call and expanded once per few activation rows).
+//       is read from memory once per call; from 4 rows on, expanded once per 8 activation rows).
 //   F32, n == 1: float dot per row (bn_vec_dot_rows with the F32 activation as is).
 //   F32, n > 1: one OpenBLAS sgemm straight on the mmapped weight.
 //   F16/BF16, n == 1: float dot of the converted weight row with the f32 activation (F16C/AVX2
 //       kernel here; the activation is NOT rounded to f16 as ggml does, so decode == prefill).
-//   F16/BF16, n > 1: the weight is dequantized to f32 in panels of rows (about PANEL_FLOATS floats,
+//   F16/BF16, 1 < n <= SMALL_BATCH (DSpark's verify): each weight row is converted once per activation
+//       row by the n == 1 kernel while it sits in L1 (read from memory once; each row's results equal
+//       the decode path's bits).
+//   F16/BF16, n > SMALL_BATCH: the weight is dequantized to f32 in panels of rows (about PANEL_FLOATS floats,
 //       in the work buffer; nothing is cached between calls — a whole-model f32 copy would triple
 //       memory) and each panel goes through sgemm. The dequantization is amortised over n tokens.
 #include "core/matmul.h"
@@ -23,6 +26,7 @@
 #define ROW_BLOCK 16
 #define PANEL_FLOATS (1 << 21) // 8 MiB of f32 per panel
 #define MIN_PARALLEL_MACS (1 << 15) // smaller products run on the calling thread (sync costs more)
+#define SMALL_BATCH 8 // F16/BF16: up to this many activation rows go through the row kernel, not sgemm
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -39,7 +43,8 @@ static int64_t panel_rows(int64_t ne0, int64_t ne1) {
 size_t bn_matmul_work_size(const bn_weight *w, int n) {
     const int64_t ne0 = w->ne[0], ne1 = w->ne[1];
     if (w->type == BN_F32) return 64;
-    if (is_float_type(w->type)) return n > 1 ? align64((size_t)panel_rows(ne0, ne1) * (size_t)ne0 * sizeof(float)) : 64;
+    if (is_float_type(w->type))
+        return n > SMALL_BATCH ? align64((size_t)panel_rows(ne0, ne1) * (size_t)ne0 * sizeof(float)) : 64;
     const bn_type_traits *tr = bn_type_traits_of(w->type);
     if (!tr) return 64;
     return align64((size_t)n * bn_row_size(tr->vec_dot_type, ne0)) + 64;
@@ -99,16 +104,19 @@ static float dot_half_f32(int type, const uint16_t *w, const float *x, int n) {
 
 typedef struct {
     const bn_weight *w;
-    const float *x;
-    float *y;
+    const float *x; // [n][ne0]
+    float *y;       // [n][ne1]
+    int n;
 } half_job;
 
 static void half_rows_task(void *ctx, int64_t j0, int64_t j1, int tid) {
     (void)tid;
     const half_job *job = ctx;
-    const int ne0 = (int)job->w->ne[0];
+    const int64_t ne0 = job->w->ne[0], ne1 = job->w->ne[1];
     const uint16_t *wdata = job->w->data;
-    for (int64_t j = j0; j < j1; j++) job->y[j] = dot_half_f32(job->w->type, wdata + (size_t)j * ne0, job->x, ne0);
+    for (int64_t j = j0; j < j1; j++)
+        for (int t = 0; t < job->n; t++)
+            job->y[t * ne1 + j] = dot_half_f32(job->w->type, wdata + (size_t)j * ne0, job->x + t * ne0, (int)ne0);
 }
 
 // ---- quantized / per-row dot path -----------------------------------------------------------
@@ -207,10 +215,10 @@ void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, 
     if (w->type == BN_F32 && n > 1) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)ne1, (int)ne0, 1.0f, x, (int)ne0, w->data,
                     (int)ne0, 0.0f, y, (int)ne1);
-    } else if (is_float_type(w->type) && n > 1) {
+    } else if (is_float_type(w->type) && n > SMALL_BATCH) {
         matmul_panels(w, x, y, n, work, pool);
     } else if (is_float_type(w->type)) {
-        half_job job = {.w = w, .x = x, .y = y};
+        half_job job = {.w = w, .x = x, .y = y, .n = n};
         bn_parallel_for(pool, ne1, half_rows_task, &job);
     } else {
         matmul_dot(w, x, y, n, work, pool);

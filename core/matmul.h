@@ -1,7 +1,7 @@
 // core/matmul.h — y = W·x for a weight in its stored type, over one or many activation vectors.
 // Decode (n == 1): the activation is quantized once to the weight's vec_dot_type, then rows are
-// dotted in parallel. Prefill (n > 1): F32 weights use OpenBLAS sgemm; F16/BF16 are dequantized
-// in row panels into the work buffer and fed to sgemm; quantized weights use int8 dots in row
+// dotted in parallel. Prefill (n > 1): F32 weights use OpenBLAS sgemm; F16/BF16 rows are dotted
+// per activation (n <= 8) or dequantized in row panels and fed to sgemm; quantized weights use int8 dots in row
 // blocks × all activations (each weight block is read once per activation block from cache).
 #ifndef BONSAI_MATMUL_H
 #define BONSAI_MATMUL_H

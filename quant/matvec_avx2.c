@@ -106,72 +106,6 @@ static float name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *
     return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                                   \
 }
 
-// Four activation rows at once: the weight expansion (shift + mask) is shared by the four dots.
-#define DEFINE_ROWS4_Q1_0(name, ISUM)                                                                      \
-static void name(int nb, const bn_block_q1_0 *x, const prepared_q8 *const P[4], float out[4]) {             \
-    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
-    float corr[4] = {0, 0, 0, 0};                                                                           \
-    for (int i = 0; i < nb / 4; i++) {                                                                      \
-        float dx = h2f(x[i].d);                                                                             \
-        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
-        for (int k = 0; k < 4; k++) {                                                                       \
-            uint32_t bits;                                                                                  \
-            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
-            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
-            int kb = 4 * i + k;                                                                             \
-            for (int j = 0; j < 4; j++) {                                                                   \
-                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
-                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
-            }                                                                                               \
-        }                                                                                                   \
-        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
-        for (int j = 0; j < 4; j++) {                                                                       \
-            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
-            corr[j] += dx * P[j]->t[i];                                                                     \
-        }                                                                                                   \
-    }                                                                                                       \
-    for (int j = 0; j < 4; j++) out[j] = 2.0f * hsum_ps(acc[j]) - corr[j];                                 \
-}
-
-#define DEFINE_ROWS4_Q2(name, ISUM)                                                                        \
-static void name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *const P[4], float out[4]) {  \
-    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), three = _mm256_set1_epi8(3);                    \
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
-    float corr[4] = {0, 0, 0, 0};                                                                           \
-    for (int i = 0; i < nb / per; i++) {                                                                    \
-        const uint8_t *blk = x + (size_t)i * bs;                                                            \
-        bn_half hd;                                                                                         \
-        memcpy(&hd, blk, 2);                                                                                \
-        float dx = h2f(hd);                                                                                 \
-        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
-        for (int k = 0; k < per; k++) {                                                                     \
-            int64_t codes;                                                                                  \
-            memcpy(&codes, blk + 2 + 8 * k, 8);                                                             \
-            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);     \
-            int kb = per * i + k;                                                                           \
-            for (int j = 0; j < 4; j++) {                                                                   \
-                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
-                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(c, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
-            }                                                                                               \
-        }                                                                                                   \
-        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
-        for (int j = 0; j < 4; j++) {                                                                       \
-            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
-            corr[j] += dx * P[j]->t[i];                                                                     \
-        }                                                                                                   \
-    }                                                                                                       \
-    for (int j = 0; j < 4; j++) out[j] = hsum_ps(acc[j]) - corr[j];                                        \
-}
-
-DEFINE_ROWS4_Q1_0(rows4_q1_0_avx2, ISUM_AVX2)
-DEFINE_ROWS4_Q2(rows4_q2_avx2, ISUM_AVX2)
-#pragma GCC push_options
-#pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
-DEFINE_ROWS4_Q1_0(rows4_q1_0_vnni, ISUM_VNNI)
-DEFINE_ROWS4_Q2(rows4_q2_vnni, ISUM_VNNI)
-#pragma GCC pop_options
-
 DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
 DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
 #pragma GCC push_options
@@ -235,46 +169,171 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
     return 1;
 }
 
-// Batched mat-mat for Q1_0/Q2_0/PQ2_0: every activation row is prepared once; rows are walked in blocks of
-// 16 (kept in cache) against groups of 4 activation rows. Returns 0 for other types or on allocation failure.
+// ---- mat-mat for small batches (bn_vec_dot_rows_batch) ------------------------------------------------
+// Activation rows are taken 8 at a time and interleaved: for Q8_0 block k and dword g, vector A[k][g] holds
+// in int32 lane j the 4 bytes of dword g of activation row j (in the order of the weight expansion below).
+// A weight sub-block (32 elements) is expanded once to 32 unsigned bytes u (Q1_0: bits 0/1, Q2_0: codes
+// 0..3, Q8_0: x + 128); dword g of u is broadcast and dotted with A[k][g], so after 8 dots lane j holds
+// sum(u * q_j) for activation row j — 8 dots for 8 rows, no horizontal sums. Exact integer corrections:
+// Q1_0 sum((2b-1)q) = 2 sum(bq) - sum(q); Q2_0 sum((c-1)q) = sum(cq) - sum(q); Q8_0 sum(xq) = sum(uq) - 128 sum(q).
+// Per weight block the fp32 sum is sum_k d_k * t_k (fmadd), then scaled by the weight's d: the scalar
+// reference's order, with fused multiply-adds (so within fp32 rounding of it, not bit-identical).
+typedef struct {
+    __m256i *a;    // {8 dwords, nb}: interleaved codes, lane j = activation row j
+    __m256i *corr; // {nb}: lane j = c * sum(q_j) over the block (c = 1 for Q1_0/Q2_0, 128 for Q8_0)
+    __m256 *d;     // {nb}: lane j = activation scale of row j (0 for padding rows)
+} batch8;
+
+// transpose8_epi32: r[j] dword g -> r[g] dword j (8x8 int32 transpose).
+static inline void transpose8_epi32(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+// prepare_batch8: interleaves up to 8 Q8_0 activation rows (ny of them, y_stride bytes apart; the others
+// are zero) for a weight type whose expansion has the given byte order.
+static void prepare_batch8(const void *y, size_t y_stride, int ny, int nb, int order, int corr_mul, batch8 *B) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int k = 0; k < nb; k++) {
+        __m256i r[8];
+        float d[8];
+        for (int j = 0; j < 8; j++) {
+            if (j >= ny) {
+                r[j] = _mm256_setzero_si256();
+                d[j] = 0.0f;
+                continue;
+            }
+            const bn_block_q8_0 *blk = (const bn_block_q8_0 *)((const char *)y + y_stride * j) + k;
+            __m256i q = _mm256_loadu_si256((const __m256i *)blk->qs);
+            r[j] = order == ORDER_Q1 ? permute_q1(q) : order == ORDER_Q2 ? permute_q2(q) : q;
+            d[j] = h2f(blk->d);
+        }
+        transpose8_epi32(r);
+        __m256i sum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            _mm256_store_si256(&B->a[8 * k + g], r[g]);
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, r[g]), ones16));
+        }
+        _mm256_store_si256(&B->corr[k], _mm256_mullo_epi32(sum, _mm256_set1_epi32(corr_mul)));
+        _mm256_store_ps((float *)&B->d[k], _mm256_loadu_ps(d));
+    }
+}
+
+// Expansion of Q8_0 sub-block k of weight block blk: the 8 dwords of its 32 unsigned bytes (in the order
+// prepare_batch8 gives the activations), computed in general registers and broadcast from there.
+static inline void expand_q1(const uint8_t *blk, int k, uint32_t u[8]) {
+    uint32_t bits;
+    memcpy(&bits, blk + 2 + 4 * k, 4);
+    for (int g = 0; g < 8; g++) u[g] = (bits >> g) & 0x01010101u;
+}
+static inline void expand_q2(const uint8_t *blk, int k, uint32_t u[8]) {
+    uint32_t codes[2];
+    memcpy(codes, blk + 2 + 8 * k, 8);
+    for (int g = 0; g < 8; g++) u[g] = (codes[g & 1] >> (2 * (g >> 1))) & 0x03030303u;
+}
+static inline void expand_q8(const uint8_t *blk, int k, uint32_t u[8]) {
+    (void)k;
+    memcpy(u, blk + 2, 32);
+    for (int g = 0; g < 8; g++) u[g] ^= 0x80808080u;
+}
+
+#define ISUM_ACC_AVX2(acc, u, q) \
+    _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1)))
+#define ISUM_ACC_VNNI(acc, u, q) _mm256_dpbusd_epi32((acc), (u), (q))
+
+// One weight row against 8 interleaved activation rows: out[j] = dot(row, activation j). nbw weight blocks
+// of bs bytes, per Q8_0 sub-blocks each; shift = 1 doubles the integer sum (Q1_0).
+#define DEFINE_ROW_BATCH8(name, EXPAND, ISUM_ACC)                                                           \
+static void name(int nbw, const uint8_t *x, int bs, int per, int shift, const batch8 *B, float out[8]) {  \
+    __m256 acc = _mm256_setzero_ps();                                                                       \
+    for (int i = 0; i < nbw; i++) {                                                                         \
+        const uint8_t *blk = x + (size_t)i * bs;                                                            \
+        bn_half hd;                                                                                         \
+        memcpy(&hd, blk, 2);                                                                                \
+        __m256 block = _mm256_setzero_ps();                                                                 \
+        for (int k = 0; k < per; k++) {                                                                     \
+            const int kb = per * i + k;                                                                     \
+            uint32_t u[8];                                                                                  \
+            EXPAND(blk, k, u);                                                                              \
+            const __m256i *a = &B->a[8 * kb];                                                               \
+            __m256i part[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),        \
+                               _mm256_setzero_si256()};  /* four dependency chains */                      \
+            for (int g = 0; g < 8; g++) part[g & 3] = ISUM_ACC(part[g & 3], _mm256_set1_epi32((int)u[g]), a[g]); \
+            __m256i isum = _mm256_add_epi32(_mm256_add_epi32(part[0], part[1]), _mm256_add_epi32(part[2], part[3])); \
+            __m256i t = _mm256_sub_epi32(_mm256_sll_epi32(isum, _mm_cvtsi32_si128(shift)), B->corr[kb]);    \
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), B->d[kb], block);                               \
+        }                                                                                                   \
+        acc = _mm256_fmadd_ps(block, _mm256_set1_ps(h2f(hd)), acc);                                         \
+    }                                                                                                       \
+    _mm256_storeu_ps(out, acc);                                                                             \
+}
+
+DEFINE_ROW_BATCH8(row8_q1_avx2, expand_q1, ISUM_ACC_AVX2)
+DEFINE_ROW_BATCH8(row8_q2_avx2, expand_q2, ISUM_ACC_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
+DEFINE_ROW_BATCH8(row8_q1_vnni, expand_q1, ISUM_ACC_VNNI)
+DEFINE_ROW_BATCH8(row8_q2_vnni, expand_q2, ISUM_ACC_VNNI)
+DEFINE_ROW_BATCH8(row8_q8_vnni, expand_q8, ISUM_ACC_VNNI)
+#pragma GCC pop_options
+
+typedef void (*row_batch8_fn)(int nbw, const uint8_t *x, int bs, int per, int shift, const batch8 *B, float out[8]);
+
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only: u = x + 128 overflows maddubs):
+// activation rows in groups of 8 (each prepared once), weight rows in blocks of 16 (kept in cache while
+// every group passes). Returns 0 for other types or on allocation failure.
 int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                                size_t w_stride, const void *y, size_t y_stride) {
-    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
-    int nb = n / 32, per = type == BN_Q2_0 ? 2 : 4, bs = bn_type_size(type);
-    size_t one = (size_t)nb * 32 + (size_t)nb * 4 + (size_t)(nb / per) * 4;
-    one = (one + 31) & ~(size_t)31;
-    char *heap = aligned_alloc(32, one * ny);
-    prepared_q8 *P = malloc(sizeof *P * ny);
-    if (!heap || !P) { free(heap); free(P); return 0; }
-    for (int t = 0; t < ny; t++) {
-        char *base = heap + one * t;
-        P[t].q = (int8_t *)base;
-        P[t].d = (float *)(base + (size_t)nb * 32);
-        P[t].t = P[t].d + nb;
-        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, per,
-                   type == BN_Q1_0 ? ORDER_Q1 : ORDER_Q2, &P[t]);
+    row_batch8_fn row8;
+    int per, order, corr_mul = 1, shift = 0;
+    switch (type) {
+    case BN_Q1_0: row8 = bn_have_vnni ? row8_q1_vnni : row8_q1_avx2; per = 4; order = ORDER_Q1; shift = 1; break;
+    case BN_Q2_0: row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2; per = 2; order = ORDER_Q2; break;
+    case BN_PQ2_0: row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2; per = 4; order = ORDER_Q2; break;
+    case BN_Q8_0:
+        if (!bn_have_vnni) return 0;
+        row8 = row8_q8_vnni; per = 1; order = ORDER_NATURAL; corr_mul = 128;
+        break;
+    default: return 0;
+    }
+    const int nb = n / 32, bs = bn_type_size(type), n_groups = (ny + 7) / 8;
+    const size_t group_bytes = (size_t)nb * (8 * 32 + 32 + 32);
+    char *heap = aligned_alloc(32, group_bytes * (size_t)n_groups);
+    if (!heap) return 0;
+    batch8 B[n_groups];
+    for (int gi = 0; gi < n_groups; gi++) {
+        char *base = heap + group_bytes * (size_t)gi;
+        B[gi].a = (__m256i *)base;
+        B[gi].corr = (__m256i *)(base + (size_t)nb * 256);
+        B[gi].d = (__m256 *)(base + (size_t)nb * 288);
+        int rows = ny - 8 * gi < 8 ? ny - 8 * gi : 8;
+        prepare_batch8((const char *)y + y_stride * (size_t)(8 * gi), y_stride, rows, nb, order, corr_mul, &B[gi]);
     }
     enum { ROW_BLOCK = 16 };
     for (int r0 = 0; r0 < nrows; r0 += ROW_BLOCK) {
         int r1 = r0 + ROW_BLOCK < nrows ? r0 + ROW_BLOCK : nrows;
-        for (int t0 = 0; t0 < ny; t0 += 4) {
-            const prepared_q8 *group[4];
-            for (int j = 0; j < 4; j++) group[j] = &P[t0 + j < ny ? t0 + j : ny - 1];   // pad with the last row
+        for (int gi = 0; gi < n_groups; gi++) {
+            int rows = ny - 8 * gi < 8 ? ny - 8 * gi : 8;
             for (int r = r0; r < r1; r++) {
-                const char *row = (const char *)w + w_stride * r;
-                float out[4];
-                if (type == BN_Q1_0) {
-                    if (bn_have_vnni) rows4_q1_0_vnni(nb, (const bn_block_q1_0 *)row, group, out);
-                    else rows4_q1_0_avx2(nb, (const bn_block_q1_0 *)row, group, out);
-                } else {
-                    if (bn_have_vnni) rows4_q2_vnni(nb, (const uint8_t *)row, bs, per, group, out);
-                    else rows4_q2_avx2(nb, (const uint8_t *)row, bs, per, group, out);
-                }
-                for (int j = 0; j < 4 && t0 + j < ny; j++) s[s_stride * (t0 + j) + r] = out[j];
+                float out[8];
+                row8(nb / per, (const uint8_t *)w + w_stride * (size_t)r, bs, per, shift, &B[gi], out);
+                for (int j = 0; j < rows; j++) s[s_stride * (size_t)(8 * gi + j) + r] = out[j];
             }
         }
     }
     free(heap);
-    free(P);
     return 1;
 }
