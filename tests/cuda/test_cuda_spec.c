@@ -6,12 +6,15 @@
 // every 3rd proposal wrong: partial acceptance). Across engines: the oracle runs' counters
 // (steps, drafted, accepted, acc_pos) are identical, and CUDA's plain greedy tokens equal the
 // CPU's (F32 weights: logits agree to ~2e-5, notes/cuda.md). First, bn_engine_forward_snaps itself:
-// taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot. Linked twice: `cuda_spec` on a real
+// taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot. With the
+// arguments `tool BIN` (BIN relative to BONSAI_BUILD_ROOT, a CUDA-linked bonsai-speculative): BIN -ngl 99
+// prints the same greedy text and draft counters as tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec` on a real
 // GPU (skips without a device) and `cuda_spec_emu` through the CPU emulator (always runs).
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/engine.h"
 #include "cuda/cuda_engine.h"
+#include <sys/wait.h>
 
 #define N_GEN 16
 #define N_CTX 128
@@ -96,12 +99,60 @@ static void print_stats(const char *what, const char *engine, const bn_spec_stat
            (long long)s->acc_pos[0], (long long)s->acc_pos[1], (long long)s->acc_pos[2], (long long)s->acc_pos[3]);
 }
 
-int main(void) {
+// run_tool: runs cmd (stdout + stderr) into out (cap bytes); returns the exit status.
+static int run_tool(const char *cmd, char *out, size_t cap) {
+    char full[2100]; // cmd (< 2048) + " 2>&1"
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *f = popen(full, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// tool_check: `bin -ngl 99` vs tools/bonsai-speculative (CPU) for draft-dspark and draft-oracle:
+// identical output up to the timing lines (text, n_predict, n_drafted, n_accept, accept %).
+static int tool_check(const char *bin) {
+    const char *br = getenv("BONSAI_BUILD_ROOT");
+    if (!br) return test_skip("BONSAI_BUILD_ROOT not set (run through meson test)");
+    char tpath[512], dpath[512], cmd[2048];
+    bn_model *m;
+    bn_drafter *d;
+    fx_load_pair("cuda-spec-tool-", tpath, dpath, &m, &d);
+    static char out[2][1 << 15];
+    const char *types[] = {"draft-dspark", "draft-oracle"};
+    for (int ti = 0; ti < 2; ti++) {
+        for (int e = 0; e < 2; e++) {
+            snprintf(cmd, sizeof cmd, "%s/%s -ngl %d -m %s -md %s --spec-type %s -p 'the cat sat' -n 12 -t 2 "
+                     "--spec-draft-n-max 3 --no-adaptive", br, e ? bin : "tools/bonsai-speculative", e ? 99 : 0,
+                     tpath, dpath, types[ti]);
+            CHECK(run_tool(cmd, out[e], sizeof out[e]) == 0, "%s: %s", cmd, out[e]);
+        }
+        // compare everything before the timing lines, then the counter lines after them
+        const char *enc[2] = {strstr(out[0], "encoded "), strstr(out[1], "encoded ")};
+        const char *cnt[2] = {strstr(out[0], "n_draft "), strstr(out[1], "n_draft ")};
+        const char *end[2] = {strstr(out[0], "\n\nspec:"), strstr(out[1], "\n\nspec:")};
+        bool ok = enc[0] && enc[1] && cnt[0] && cnt[1] && end[0] && end[1] && enc[0] - out[0] == enc[1] - out[1] &&
+                  memcmp(out[0], out[1], (size_t)(enc[0] - out[0])) == 0 && end[0] - cnt[0] == end[1] - cnt[1] &&
+                  memcmp(cnt[0], cnt[1], (size_t)(end[0] - cnt[0])) == 0;
+        CHECK(ok, "%s: CUDA tool output differs from the CPU's:\n%s\n---\n%s", types[ti], out[0], out[1]);
+        if (cnt[1] && end[1]) printf("%s -ngl 99: %.*s\n", types[ti], (int)(end[1] - cnt[1]), cnt[1]);
+    }
+    bn_drafter_free(d);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done("cuda_spec tool");
+}
+
+int main(int argc, char **argv) {
     char err[512];
     if (!bn_cuda_available(err, sizeof err)) {
         printf("SKIP: %s\n", err);
         return 77;
     }
+    if (argc == 3 && strcmp(argv[1], "tool") == 0) return tool_check(argv[2]);
     char tpath[512], dpath[512];
     bn_model *m;
     bn_drafter *d;
