@@ -1,0 +1,98 @@
+// tests/quant/test_dot_batch.c — bn_vec_dot_rows_batch (the mat-mat of prefill and DSpark's verify) for
+// every weight type, ny = 1..9 activation rows, odd weight-row counts and padded strides:
+//   1. every result is within the tolerance of the scalar reference dot of that weight row and activation
+//      row: |a - b| <= 1e-5 * sum|x_i*y_i| + 1e-6 (integer parts are exact; fp32 sums in another order);
+//   2. results do not depend on how the rows are split into calls at multiples of 16 (bit-identical; the
+//      engine's threads split the rows that way, so results do not depend on the thread count);
+//   3. ny < 4 gives bit for bit what bn_vec_dot_rows (the decode mat-vec) gives for each activation row;
+//   4. for ny >= 4 the result of activation row t does not depend on ny (bit-identical to ny = 9): a
+//      verify of 5 tokens and one of 8 agree on their common tokens.
+// Runs with BONSAI_SIMD unset (VNNI where present), =avx2 and =scalar (tests/quant/meson.build).
+#include "quant/quant.h"
+#include "tests/test.h"
+#include <string.h>
+
+static uint64_t rng = 0x243F6A8885A308D3ULL;
+static float uniform(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)(rng >> 40) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static const int weight_types[] = {BN_F32, BN_F16, BN_BF16, BN_Q4_0, BN_Q4_1, BN_Q8_0, BN_Q4_K, BN_Q6_K,
+                                   BN_TQ1_0, BN_TQ2_0, BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_PTQ1_0};
+enum { NE0 = 512, NROWS = 301, NY_MAX = 9, S_STRIDE = NROWS + 3 };
+
+static double tolerance(const float *a, const float *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += fabs((double)a[i] * b[i]);
+    return 1e-5 * s + 1e-6;
+}
+
+// batch_split: bn_vec_dot_rows_batch over rows [0, nrows) in calls that start at the given row offsets.
+static void batch_split(int type, int nrows, int ny, float *s, const uint8_t *w, size_t w_stride, const uint8_t *y,
+                        size_t y_stride, const int *cuts, int n_cuts) {
+    for (int c = 0; c < n_cuts; c++) {
+        int r0 = cuts[c], r1 = c + 1 < n_cuts ? cuts[c + 1] : nrows;
+        bn_vec_dot_rows_batch(type, NE0, r1 - r0, ny, s + r0, S_STRIDE, w + w_stride * r0, w_stride, y, y_stride);
+    }
+}
+
+static void check_type(int type) {
+    const bn_type_traits *tr = bn_type_traits_of(type);
+    const int vt = tr->vec_dot_type;
+    const size_t w_stride = bn_row_size(type, NE0) + 64, y_stride = bn_row_size(vt, NE0) + 96;
+    uint8_t *w = calloc(NROWS, w_stride), *y = calloc(NY_MAX, y_stride);
+    float *wdeq = malloc(sizeof(float) * NE0 * NROWS), *ydeq = malloc(sizeof(float) * NE0 * NY_MAX);
+    float *tmp = malloc(sizeof(float) * NE0);
+    for (int r = 0; r < NROWS; r++) {
+        for (int i = 0; i < NE0; i++) tmp[i] = uniform() * (float)(1 + r % 5);
+        bn_quantize_ref(type, tmp, w + w_stride * r, NE0);
+        bn_dequantize(type, w + w_stride * r, wdeq + (size_t)NE0 * r, NE0);
+    }
+    for (int t = 0; t < NY_MAX; t++) {
+        for (int i = 0; i < NE0; i++) tmp[i] = uniform() * (float)(t + 1);
+        if (t == 2) tmp[7] = -60.0f; // an outlier: large activation scale in one block
+        bn_quantize_activations_cpu(vt, tmp, y + y_stride * t, NE0);
+        bn_dequantize(vt, y + y_stride * t, ydeq + (size_t)NE0 * t, NE0);
+    }
+    float *ref = malloc(sizeof(float) * NROWS * NY_MAX);
+    for (int t = 0; t < NY_MAX; t++)
+        for (int r = 0; r < NROWS; r++) bn_vec_dot_ref(type)(NE0, &ref[t * NROWS + r], w + w_stride * r, y + y_stride * t);
+    float *s = malloc(sizeof(float) * S_STRIDE * NY_MAX), *s2 = malloc(sizeof(float) * S_STRIDE * NY_MAX);
+    float *s9 = malloc(sizeof(float) * S_STRIDE * NY_MAX), *mv = malloc(sizeof(float) * NROWS);
+    const int whole[] = {0}, cuts[] = {0, 16, 48, 160, 272};
+    batch_split(type, NROWS, NY_MAX, s9, w, w_stride, y, y_stride, whole, 1);
+    double worst = 0; // largest |error| / tolerance over all ny
+    for (int ny = 1; ny <= NY_MAX; ny++) {
+        for (int i = 0; i < S_STRIDE * NY_MAX; i++) s[i] = s2[i] = NAN;
+        batch_split(type, NROWS, ny, s, w, w_stride, y, y_stride, whole, 1);
+        batch_split(type, NROWS, ny, s2, w, w_stride, y, y_stride, cuts, 5);
+        int bad_ref = 0, bad_split = 0, bad_mv = 0, bad_ny = 0;
+        for (int t = 0; t < ny; t++) {
+            if (ny < 4) bn_vec_dot_rows(type, NE0, NROWS, mv, w, w_stride, y + y_stride * t);
+            for (int r = 0; r < NROWS; r++) {
+                float got = s[t * S_STRIDE + r];
+                double tol = tolerance(wdeq + (size_t)NE0 * r, ydeq + (size_t)NE0 * t, NE0);
+                double e = fabs((double)got - ref[t * NROWS + r]) / tol;
+                if (!(e <= 1.0)) bad_ref++;
+                if (e > worst) worst = e;
+                if (memcmp(&got, &s2[t * S_STRIDE + r], sizeof got) != 0) bad_split++;
+                if (ny < 4 && memcmp(&got, &mv[r], sizeof got) != 0) bad_mv++;
+                if (ny >= 4 && memcmp(&got, &s9[t * S_STRIDE + r], sizeof got) != 0) bad_ny++;
+            }
+        }
+        CHECK(bad_ref == 0, "%s ny=%d: %d of %d results off the reference", tr->name, ny, bad_ref, ny * NROWS);
+        CHECK(bad_split == 0, "%s ny=%d: %d results change when the rows are split at multiples of 16", tr->name,
+              ny, bad_split);
+        CHECK(bad_mv == 0, "%s ny=%d: %d results differ from bn_vec_dot_rows", tr->name, ny, bad_mv);
+        CHECK(bad_ny == 0, "%s ny=%d: %d results differ from the same rows in a batch of 9", tr->name, ny, bad_ny);
+    }
+    printf("  %-6s ny 1..9 x %d rows: worst |error| = %.3f x tolerance\n", tr->name, NROWS, worst);
+    free(w); free(y); free(wdeq); free(ydeq); free(tmp); free(ref); free(s); free(s2); free(s9); free(mv);
+}
+
+int main(void) {
+    printf("dispatch: %s\n", bn_simd_name());
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) check_type(weight_types[k]);
+    return test_done("test_dot_batch");
+}
