@@ -195,8 +195,9 @@ int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t
 
 // ---- cost model ------------------------------------------------------------------------------
 // With k drafts a round costs  T(k) = draft(k) + fwd(k+1) + P(reject)·fwd(E[j]+1)  (the re-run
-// of the accepted prefix after a rollback on the CPU; 0 with per-token snapshots) and emits  1 + Σ_{i<k} Π_{m<=i} q_m  tokens on
-// average (q_m = online acceptance rate of draft m given the ones before were accepted).
+// of the accepted prefix after a rollback on the CPU; 0 with per-token snapshots) and emits
+// 1 + Σ_{i<k} Π_{m<=i} q_m  tokens on average (q_m = online acceptance rate of draft m given the
+// ones before were accepted).
 // Drafting k = 0 is plain decoding: 1 token per fwd(1). The loop picks the k with the most
 // tokens per millisecond; unmeasured costs are extrapolated linearly from fwd(1).
 

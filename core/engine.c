@@ -114,7 +114,8 @@ int bn_engine_forward_snaps(bn_engine_state *s, const int32_t *tokens, int n, bn
         return bn_err(err, errlen, "bn_engine_forward_snaps: %d tokens (at most %d per call)", n, BN_ENGINE_MAX_SNAPS);
     void *backend_snaps[BN_ENGINE_MAX_SNAPS];
     for (int t = 0; t < n; t++) {
-        if (!snaps[t] || snaps[t]->e != s->e) return bn_err(err, errlen, "snaps[%d] is missing or of another engine", t);
+        if (!snaps[t] || snaps[t]->e != s->e)
+            return bn_err(err, errlen, "snaps[%d] is missing or of another engine", t);
         backend_snaps[t] = snaps[t]->snap;
     }
     return s->e->ops->forward_snaps(s->st, tokens, n, out, backend_snaps, err, errlen);

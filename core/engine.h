@@ -69,7 +69,7 @@ void bn_engine_state_reset(bn_engine_state *s);
 int bn_engine_state_pos(const bn_engine_state *s);
 // bn_engine_state_n_ctx: the state's capacity.
 int bn_engine_state_n_ctx(const bn_engine_state *s);
-// bn_engine_state_cpu: the CPU engine's bn_state behind s (for CPU-only code such as DSpark), or NULL
+// bn_engine_state_cpu: the CPU engine's bn_state behind s (for CPU-only code, e.g. sharing its thread pool), or NULL
 // for another backend.
 bn_state *bn_engine_state_cpu(bn_engine_state *s);
 // bn_engine_forward: bn_forward's contract on the engine's backend; 0 or -1 with err filled.

@@ -5,11 +5,12 @@
 // the per-token device snapshot of the verify pass on CUDA; oracle drafter n_max 4; oracle with
 // every 3rd proposal wrong: partial acceptance). Across engines: the oracle runs' counters
 // (steps, drafted, accepted, acc_pos) are identical, and CUDA's plain greedy tokens equal the
-// CPU's (F32 weights: logits agree to ~2e-5, notes/cuda.md). First, bn_engine_forward_snaps itself:
-// taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot. With the
-// arguments `tool BIN` (BIN relative to BONSAI_BUILD_ROOT, a CUDA-linked bonsai-speculative): BIN -ngl 99
-// prints the same greedy text and draft counters as tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec` on a real
-// GPU (skips without a device) and `cuda_spec_emu` through the CPU emulator (always runs).
+// CPU's (F32 weights: logits agree to ~2e-5, notes/cuda.md). First, bn_engine_forward_snaps
+// itself: taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot.
+// With the arguments `tool BIN` (BIN relative to BONSAI_BUILD_ROOT, a CUDA-linked
+// bonsai-speculative): BIN -ngl 99 prints the same greedy text and draft counters as
+// tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec`/`cuda_spec_tool` on a real GPU
+// (skip without a device) and `cuda_spec_emu`/`cuda_spec_tool_emu` through the CPU emulator.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/engine.h"
@@ -62,8 +63,8 @@ static void snaps_taps_check(bn_engine *const eng[2], const bn_drafter *d) {
         if (rc == 0) rc = bn_engine_forward_snaps(s, T, N, &out, snaps, err, sizeof err);
         bn_forward_out one = {.logits = again};
         if (rc == 0) rc = bn_engine_restore(s, snaps[2], err, sizeof err);
-        CHECK(rc == 0 && bn_engine_state_pos(s) == N_PROMPT + 3, "%s: forward_snaps/restore: %s", bn_engine_name(eng[e]),
-              err);
+        CHECK(rc == 0 && bn_engine_state_pos(s) == N_PROMPT + 3, "%s: forward_snaps/restore: %s",
+              bn_engine_name(eng[e]), err);
         if (rc == 0) rc = bn_engine_forward(s, &T[3], 1, &one, err, sizeof err);
         double worst = 0;
         for (int v = 0; rc == 0 && v < V; v++) worst = fmax(worst, fabs(again[v] - logits[e][(size_t)3 * V + v]));
