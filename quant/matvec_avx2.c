@@ -232,22 +232,22 @@ static void prepare_batch8(const void *y, size_t y_stride, int ny, int nb, int o
     }
 }
 
-// Expansion of Q8_0 sub-block k of weight block blk: the 8 dwords of its 32 unsigned bytes (in the order
-// prepare_batch8 gives the activations), computed in general registers and broadcast from there.
-static inline void expand_q1(const uint8_t *blk, int k, uint32_t u[8]) {
+// Expansion of Q8_0 sub-block k of weight block blk into 32 unsigned bytes (order as prepare_batch8's).
+static inline __m256i expand_q1(const uint8_t *blk, int k) {
     uint32_t bits;
     memcpy(&bits, blk + 2 + 4 * k, 4);
-    for (int g = 0; g < 8; g++) u[g] = (bits >> g) & 0x01010101u;
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                            _mm256_set1_epi8(1));
 }
-static inline void expand_q2(const uint8_t *blk, int k, uint32_t u[8]) {
-    uint32_t codes[2];
-    memcpy(codes, blk + 2 + 8 * k, 8);
-    for (int g = 0; g < 8; g++) u[g] = (codes[g & 1] >> (2 * (g >> 1))) & 0x03030303u;
+static inline __m256i expand_q2(const uint8_t *blk, int k) {
+    int64_t codes;
+    memcpy(&codes, blk + 2 + 8 * k, 8);
+    return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), _mm256_setr_epi64x(0, 2, 4, 6)),
+                            _mm256_set1_epi8(3));
 }
-static inline void expand_q8(const uint8_t *blk, int k, uint32_t u[8]) {
+static inline __m256i expand_q8(const uint8_t *blk, int k) {
     (void)k;
-    memcpy(u, blk + 2, 32);
-    for (int g = 0; g < 8; g++) u[g] ^= 0x80808080u;
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
 }
 
 #define ISUM_ACC_AVX2(acc, u, q) \
@@ -266,12 +266,18 @@ static void name(int nbw, const uint8_t *x, int bs, int per, int shift, const ba
         __m256 block = _mm256_setzero_ps();                                                                 \
         for (int k = 0; k < per; k++) {                                                                     \
             const int kb = per * i + k;                                                                     \
-            uint32_t u[8];                                                                                  \
-            EXPAND(blk, k, u);                                                                              \
+            const __m256i e = EXPAND(blk, k);                                                               \
+            const __m256i lo = _mm256_permute4x64_epi64(e, 0x44), hi = _mm256_permute4x64_epi64(e, 0xEE);   \
             const __m256i *a = &B->a[8 * kb];                                                               \
-            __m256i part[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),        \
-                               _mm256_setzero_si256()};  /* four dependency chains */                      \
-            for (int g = 0; g < 8; g++) part[g & 3] = ISUM_ACC(part[g & 3], _mm256_set1_epi32((int)u[g]), a[g]); \
+            __m256i part[4];  /* four dependency chains; dword g broadcast by an in-lane shuffle */        \
+            part[0] = ISUM_ACC(_mm256_setzero_si256(), _mm256_shuffle_epi32(lo, 0x00), a[0]);               \
+            part[1] = ISUM_ACC(_mm256_setzero_si256(), _mm256_shuffle_epi32(lo, 0x55), a[1]);               \
+            part[2] = ISUM_ACC(_mm256_setzero_si256(), _mm256_shuffle_epi32(lo, 0xAA), a[2]);               \
+            part[3] = ISUM_ACC(_mm256_setzero_si256(), _mm256_shuffle_epi32(lo, 0xFF), a[3]);               \
+            part[0] = ISUM_ACC(part[0], _mm256_shuffle_epi32(hi, 0x00), a[4]);                              \
+            part[1] = ISUM_ACC(part[1], _mm256_shuffle_epi32(hi, 0x55), a[5]);                              \
+            part[2] = ISUM_ACC(part[2], _mm256_shuffle_epi32(hi, 0xAA), a[6]);                              \
+            part[3] = ISUM_ACC(part[3], _mm256_shuffle_epi32(hi, 0xFF), a[7]);                              \
             __m256i isum = _mm256_add_epi32(_mm256_add_epi32(part[0], part[1]), _mm256_add_epi32(part[2], part[3])); \
             __m256i t = _mm256_sub_epi32(_mm256_sll_epi32(isum, _mm_cvtsi32_si128(shift)), B->corr[kb]);    \
             block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), B->d[kb], block);                               \
