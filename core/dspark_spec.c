@@ -81,12 +81,13 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
         sp->n_taps = d->cfg.n_taps;
         memcpy(sp->tap_layers, d->cfg.tap_layers, sizeof sp->tap_layers);
     }
-    bool ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
+    bool ok = true;
+    if (cpu_ts && n_max > 0) ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     if (ok && p->type == BN_SPEC_ORACLE) {
         ok = (sp->os = bn_engine_state_new(ts->e, n_ctx, err, errlen)) != NULL;
         ok = ok && (sp->osnap = bn_engine_snapshot_new(sp->os, err, errlen)) != NULL;
     }
-    if (ok && !cpu_ts) {
+    if (ok && !cpu_ts && n_max > 0) {
         sp->vsnaps = xcalloc((size_t)n_max + 1, sizeof *sp->vsnaps);
         for (int i = 0; ok && i <= n_max; i++) ok = (sp->vsnaps[i] = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     }
