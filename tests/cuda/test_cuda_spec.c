@@ -15,7 +15,6 @@
 #include "tests/dspark/fixture.h"
 #include "core/engine.h"
 #include "cuda/cuda_engine.h"
-#include <sys/wait.h>
 
 #define N_GEN 16
 #define N_CTX 128
@@ -100,18 +99,6 @@ static void print_stats(const char *what, const char *engine, const bn_spec_stat
            (long long)s->acc_pos[0], (long long)s->acc_pos[1], (long long)s->acc_pos[2], (long long)s->acc_pos[3]);
 }
 
-// run_tool: runs cmd (stdout + stderr) into out (cap bytes); returns the exit status.
-static int run_tool(const char *cmd, char *out, size_t cap) {
-    char full[2100]; // cmd (< 2048) + " 2>&1"
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *f = popen(full, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 // tool_check: `bin -ngl 99` vs tools/bonsai-speculative (CPU) for draft-dspark and draft-oracle:
 // identical output up to the timing lines (text, n_predict, n_drafted, n_accept, accept %).
 static int tool_check(const char *bin) {
@@ -128,7 +115,7 @@ static int tool_check(const char *bin) {
             snprintf(cmd, sizeof cmd, "%s/%s -ngl %d -m %s -md %s --spec-type %s -p 'the cat sat' -n 12 -t 2 "
                      "--spec-draft-n-max 3 --no-adaptive", br, e ? bin : "tools/bonsai-speculative", e ? 99 : 0,
                      tpath, dpath, types[ti]);
-            CHECK(run_tool(cmd, out[e], sizeof out[e]) == 0, "%s: %s", cmd, out[e]);
+            CHECK(fx_run(cmd, out[e], sizeof out[e]) == 0, "%s: %s", cmd, out[e]);
         }
         // compare everything before the timing lines, then the counter lines after them
         const char *enc[2] = {strstr(out[0], "encoded "), strstr(out[1], "encoded ")};

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 // fx_path: "<tmp>/bonsai-dspark-<pid>-<name>" into buf; returns buf.
@@ -19,6 +20,19 @@ static inline const char *fx_path(char *buf, size_t n, const char *name) {
     const char *tmp = getenv("TMPDIR");
     snprintf(buf, n, "%s/bonsai-dspark-%d-%s", tmp && *tmp ? tmp : "/tmp", (int)getpid(), name);
     return buf;
+}
+
+// fx_run: runs the shell command cmd (< 2048 bytes) with stderr into stdout, captured into out (cap
+// bytes, NUL-terminated); returns its exit status (-1 when it did not exit normally).
+static inline int fx_run(const char *cmd, char *out, size_t cap) {
+    char full[2100];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *f = popen(full, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 // fx_target: writes the tiny F32 qwen35 target; exits on failure.

@@ -5,21 +5,8 @@
 // exit 1 with a clear message on bad usage.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
-#include <sys/wait.h>
 
 static char build[512];
-
-// run: runs cmd, captures stdout+stderr into out (cap bytes); returns the exit status.
-static int run(const char *cmd, char *out, size_t cap) {
-    char full[2048];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *f = popen(full, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 // same_prefix: the shorter text is a prefix of the longer one (a speculative run may overshoot -n
 // by up to n_max tokens, as llama-speculative-simple does).
@@ -52,15 +39,15 @@ int main(void) {
     fx_target(fx_path(tpath, sizeof tpath, "tool-target.gguf"));
     fx_path(dpath, sizeof dpath, "tool-drafter.gguf");
     snprintf(cmd, sizeof cmd, "%s/bonsai-mkdrafter %s --convention dflash --n-layer 2 --seed 3", build, dpath);
-    CHECK(run(cmd, out, sizeof out) == 0, "mkdrafter: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "mkdrafter: %s", out);
 
     const char *common = "-p 'the cat sat' -n 48 --temp 0 -t 2 --spec-draft-n-max 4";
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type none %s", build, tpath, common);
-    CHECK(run(cmd, out, sizeof out) == 0, "none: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "none: %s", out);
     text_of(out, t1, sizeof t1);
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -md %s --spec-type draft-dspark --no-adaptive %s", build,
              tpath, dpath, common);
-    CHECK(run(cmd, out, sizeof out) == 0, "dspark: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "dspark: %s", out);
     text_of(out, t2, sizeof t2);
     CHECK(same_prefix(t1, t2) && strlen(t2) >= strlen("the cat sat") + 1, "greedy text differs:\n%s\nvs\n%s", t1, t2);
     const char *lines[] = {"encoded ", "decoded ", "n_draft   = ", "n_predict = ", "n_drafted = ", "n_accept  = ",
@@ -75,18 +62,18 @@ int main(void) {
 
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type draft-oracle --no-adaptive %s", build, tpath,
              common);
-    CHECK(run(cmd, out, sizeof out) == 0, "oracle: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "oracle: %s", out);
     text_of(out, t2, sizeof t2);
     CHECK(same_prefix(t1, t2), "oracle greedy text differs from plain decoding:\n%s\nvs\n%s", t1, t2);
     CHECK(strstr(out, "accept    = 100.000%") != NULL, "oracle acceptance 100%%:\n%s", out);
     CHECK(strstr(out, "MEASUREMENT AID") != NULL, "oracle is labelled as a measurement aid");
 
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type draft-dspark -p x", build, tpath);
-    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "needs -md"), "missing -md: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 1 && strstr(out, "needs -md"), "missing -md: %s", out);
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -p x", build, tpath);
-    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "--spec-type is required"), "missing --spec-type: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 1 && strstr(out, "--spec-type is required"), "missing --spec-type: %s", out);
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -md %s --spec-type draft-dspark -p x", build, dpath, dpath);
-    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "bonsai-speculative: "), "drafter as target: %s", out);
+    CHECK(fx_run(cmd, out, sizeof out) == 1 && strstr(out, "bonsai-speculative: "), "drafter as target: %s", out);
     unlink(tpath);
     unlink(dpath);
     return test_done("dspark_tool");
