@@ -106,10 +106,42 @@ static float name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *
     return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                                   \
 }
 
+// Q1_0, four activation rows at once (verify of 4 tokens): the weight expansion is shared by the four dots;
+// for Q1_0 this costs ~15% less than the batch-of-8 kernel with half its lanes empty.
+#define DEFINE_ROWS4_Q1_0(name, ISUM)                                                                      \
+static void name(int nb, const bn_block_q1_0 *x, const prepared_q8 *const P[4], float out[4]) {             \
+    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
+    float corr[4] = {0, 0, 0, 0};                                                                           \
+    for (int i = 0; i < nb / 4; i++) {                                                                      \
+        float dx = h2f(x[i].d);                                                                             \
+        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        for (int k = 0; k < 4; k++) {                                                                       \
+            uint32_t bits;                                                                                  \
+            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
+            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
+            int kb = 4 * i + k;                                                                             \
+            for (int j = 0; j < 4; j++) {                                                                   \
+                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
+                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
+            }                                                                                               \
+        }                                                                                                   \
+        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
+        for (int j = 0; j < 4; j++) {                                                                       \
+            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
+            corr[j] += dx * P[j]->t[i];                                                                     \
+        }                                                                                                   \
+    }                                                                                                       \
+    for (int j = 0; j < 4; j++) out[j] = 2.0f * hsum_ps(acc[j]) - corr[j];                                 \
+}
+
+
+DEFINE_ROWS4_Q1_0(rows4_q1_0_avx2, ISUM_AVX2)
 DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
 DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
+DEFINE_ROWS4_Q1_0(rows4_q1_0_vnni, ISUM_VNNI)
 DEFINE_ROWS_Q2(rows_q2_vnni, ISUM_VNNI)
 
 // Q1_0 with AVX512BW masks: the 32 weight bits of a Q8_0 block are the byte mask (element j = bit j, the
@@ -296,13 +328,43 @@ DEFINE_ROW_BATCH8(row8_q2_vnni, expand_q2, ISUM_ACC_VNNI)
 DEFINE_ROW_BATCH8(row8_q8_vnni, expand_q8, ISUM_ACC_VNNI)
 #pragma GCC pop_options
 
+// batch4_q1_0: Q1_0 against exactly 4 activation rows (each prepared once), weight rows in blocks of 16.
+// Returns 0 on allocation failure.
+static int batch4_q1_0(int n, int nrows, float *s, size_t s_stride, const void *w, size_t w_stride, const void *y,
+                       size_t y_stride) {
+    const int nb = n / 32;
+    size_t one = ((size_t)nb * 32 + (size_t)nb * 4 + (size_t)(nb / 4) * 4 + 31) & ~(size_t)31;
+    char *heap = aligned_alloc(32, one * 4);
+    if (!heap) return 0;
+    prepared_q8 P[4];
+    const prepared_q8 *group[4];
+    for (int t = 0; t < 4; t++) {
+        P[t].q = (int8_t *)(heap + one * t);
+        P[t].d = (float *)(heap + one * t + (size_t)nb * 32);
+        P[t].t = P[t].d + nb;
+        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, 4, ORDER_Q1, &P[t]);
+        group[t] = &P[t];
+    }
+    for (int r = 0; r < nrows; r++) {
+        const bn_block_q1_0 *row = (const bn_block_q1_0 *)((const char *)w + w_stride * r);
+        float out[4];
+        if (bn_have_vnni) rows4_q1_0_vnni(nb, row, group, out);
+        else rows4_q1_0_avx2(nb, row, group, out);
+        for (int t = 0; t < 4; t++) s[s_stride * t + r] = out[t];
+    }
+    free(heap);
+    return 1;
+}
+
 typedef void (*row_batch8_fn)(int nbw, const uint8_t *x, int bs, int per, int shift, const batch8 *B, float out[8]);
 
-// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only: u = x + 128 overflows maddubs):
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only: u = x + 128 overflows maddubs;
+// Q1_0 with exactly 4 rows: batch4_q1_0):
 // activation rows in groups of 8 (each prepared once), weight rows in blocks of 16 (kept in cache while
 // every group passes). Returns 0 for other types or on allocation failure.
 int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                                size_t w_stride, const void *y, size_t y_stride) {
+    if (type == BN_Q1_0 && ny == 4) return batch4_q1_0(n, nrows, s, s_stride, w, w_stride, y, y_stride);
     row_batch8_fn row8;
     int per, order, corr_mul = 1, shift = 0;
     switch (type) {
