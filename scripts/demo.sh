@@ -18,6 +18,7 @@
 # Deterministic (fixed seeds). Knobs (environment): BONSAI_DEMO_DIR (out/demo), DEMO_MODEL, DEMO_THREADS (2),
 # DEMO_TRAIN_PROMPTS (all), DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP,
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
+# DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
 # DEMO_QTYPES ("Q1_0 Q2_0"), DEMO_QBASE (1).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,6 +42,7 @@ lr=${DEMO_LR:-1e-3}
 stop=${DEMO_STOP:-0.4}
 ste_stop=${DEMO_STE_STOP:-0.8}
 ste_targets=${DEMO_STE_TARGETS:-lm_head}
+ste_nt=${DEMO_STE_LAMBDA_NT:-1}
 qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
 qbase=${DEMO_QBASE:-1}
 export OPENBLAS_NUM_THREADS=$th
@@ -99,7 +101,7 @@ for q in $qtypes; do
     echo "(a) antidoom $q: $("$T/bonsai-quantize" "$out/antidoom-f16.gguf" "$out/antidoom-$q.gguf" "$q" --threads "$th" | tail -1)"
     echo "(b) STE through $q, targets $ste_targets (early stop at running chosen_win >= $ste_stop on the $q model):"
     "$T/bonsai-ftpo-train" -m "$model" "${ftpo[@]}" -o "$out/adapter-$q-ste.gguf" --early-stop "$ste_stop" --ste-type "$q" \
-        --targets "$ste_targets" \
+        --targets "$ste_targets" --lambda-nt "$ste_nt" \
         --log "$out/ftpo-log-$q-ste.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|early stop)' | tail -2
     "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter-$q-ste.gguf" -o "$out/antidoom-$q-ste.gguf" \
         --merge-type "$lq" > /dev/null
