@@ -91,6 +91,27 @@ __attribute__((target("avx2,fma,f16c"))) static float dot_bf16_f32_avx2(const ui
     for (; i < n; i++) sum += bn_bf16_to_fp32(w[i]) * x[i];
     return sum;
 }
+// dot_f16_f32_avx2_x4: dot_f16_f32_avx2 of one F16 weight row with up to 4 activation rows (x + t * ldx), each
+// weight chunk converted once; every result is bit-identical to dot_f16_f32_avx2 (same operations per row).
+__attribute__((target("avx2,fma,f16c"))) static void dot_f16_f32_avx2_x4(const uint16_t *w, const float *x,
+                                                                         int64_t ldx, int nx, int n, float *out) {
+    __m256 acc0[4], acc1[4];
+    for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i)));
+        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8)));
+        for (int t = 0; t < nx; t++) {
+            acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + i), acc0[t]);
+            acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * ldx + i + 8), acc1[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++) {
+        float sum = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+        for (int k = i; k < n; k++) sum += bn_fp16_to_fp32(w[k]) * x[t * ldx + k];
+        out[t] = sum;
+    }
+}
 static int have_f16c(void) { return bn_cpu_has_avx2(); }
 #endif
 
@@ -114,9 +135,22 @@ static void half_rows_task(void *ctx, int64_t j0, int64_t j1, int tid) {
     const half_job *job = ctx;
     const int64_t ne0 = job->w->ne[0], ne1 = job->w->ne[1];
     const uint16_t *wdata = job->w->data;
-    for (int64_t j = j0; j < j1; j++)
+    for (int64_t j = j0; j < j1; j++) {
+        const uint16_t *row = wdata + (size_t)j * ne0;
+#if defined(__x86_64__)
+        if (job->w->type == BN_F16 && have_f16c()) { // the weight chunk converted once per 4 activation rows
+            for (int t0 = 0; t0 < job->n; t0 += 4) {
+                float out[4];
+                const int nx = job->n - t0 < 4 ? job->n - t0 : 4;
+                dot_f16_f32_avx2_x4(row, job->x + t0 * ne0, ne0, nx, (int)ne0, out);
+                for (int t = 0; t < nx; t++) job->y[(t0 + t) * ne1 + j] = out[t];
+            }
+            continue;
+        }
+#endif
         for (int t = 0; t < job->n; t++)
-            job->y[t * ne1 + j] = dot_half_f32(job->w->type, wdata + (size_t)j * ne0, job->x + t * ne0, (int)ne0);
+            job->y[t * ne1 + j] = dot_half_f32(job->w->type, row, job->x + t * ne0, (int)ne0);
+    }
 }
 
 // ---- quantized / per-row dot path -----------------------------------------------------------

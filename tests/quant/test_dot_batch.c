@@ -7,8 +7,12 @@
 //   3. ny < 4 gives bit for bit what bn_vec_dot_rows (the decode mat-vec) gives for each activation row;
 //   4. for ny >= 5 the result of activation row t does not depend on ny (bit-identical to ny = 9): a
 //      verify of 5 tokens and one of 8 agree on their common tokens (ny = 4 has its own Q1_0 kernel).
+//   5. bn_matmul with F16/BF16 weights and n = 2..8 activation rows (the small-batch row path) gives bit for
+//      bit the n = 1 results of each row; n = 9 (dequantized panels + sgemm) within 1e-5 relative.
 // Runs with BONSAI_SIMD unset (VNNI where present), =avx2 and =scalar (tests/quant/meson.build).
 #include "quant/quant.h"
+#include "core/matmul.h"
+#include "core/util.h"
 #include "tests/test.h"
 #include <string.h>
 
@@ -92,8 +96,36 @@ static void check_type(int type) {
     free(w); free(y); free(wdeq); free(ydeq); free(tmp); free(ref); free(s); free(s2); free(s9); free(mv);
 }
 
+// check_matmul_half: property 5 for a F16/BF16 weight of {72, 37} (72 = 4 chunks of 16 + a tail of 8).
+static void check_matmul_half(int type) {
+    enum { E = 72, R = 37, N_MAX = 9 };
+    uint16_t *wd = malloc(sizeof(uint16_t) * E * R);
+    float *x = malloc(sizeof(float) * E * N_MAX), *y = malloc(sizeof(float) * R * N_MAX), y1[R];
+    for (int i = 0; i < E * R; i++) wd[i] = type == BN_F16 ? bn_fp32_to_fp16(uniform()) : bn_fp32_to_bf16(uniform());
+    for (int i = 0; i < E * N_MAX; i++) x[i] = uniform();
+    bn_weight w = {.data = wd, .type = type, .ne = {E, R, 1, 1}, .name = "w"};
+    void *work = bn_aligned_alloc(bn_matmul_work_size(&w, N_MAX));
+    for (int n = 2; n <= N_MAX; n++) {
+        bn_matmul(&w, x, y, n, work, NULL);
+        int bad = 0;
+        for (int t = 0; t < n; t++) {
+            bn_matmul(&w, x + t * E, y1, 1, work, NULL);
+            for (int r = 0; r < R; r++) {
+                float got = y[t * R + r];
+                bool same = n <= 8 ? memcmp(&got, &y1[r], sizeof got) == 0
+                                   : fabsf(got - y1[r]) <= 1e-5f * (1 + fabsf(y1[r]));
+                if (!same) bad++;
+            }
+        }
+        CHECK(bad == 0, "%s bn_matmul n=%d: %d results differ from n = 1", bn_type_name(type), n, bad);
+    }
+    free(wd); free(x); free(y); free(work);
+}
+
 int main(void) {
     printf("dispatch: %s\n", bn_simd_name());
     for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) check_type(weight_types[k]);
+    check_matmul_half(BN_F16);
+    check_matmul_half(BN_BF16);
     return test_done("test_dot_batch");
 }
