@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/train/sft_fixture.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/gguf.h"
@@ -28,16 +29,6 @@
 #include "train/fakequant.h"
 
 static char DIR_[] = "/tmp/bonsai_test_qat_XXXXXX";
-
-static bn_sft_cfg cfg_for(int64_t steps) {
-    bn_sft_cfg c = bn_sft_cfg_default();
-    c.ctx = 32;
-    c.batch = 2;
-    c.total_steps = steps;
-    c.lr = 3e-3f;
-    c.warmup_ratio = 0.0f;
-    return c;
-}
 
 // q1_blocks_ok: every 128-element block of x holds one magnitude (Q1_0 values ±d).
 static bool q1_blocks_ok(const float *x, int64_t n) {
@@ -113,7 +104,7 @@ static void test_ste_gradient(const bn_model *m, const bn_sft_data *d) {
     float *w0 = xmalloc(nb), *fq0 = xmalloc(nb), *fq_want = xmalloc(nb);
     memcpy(w0, p->params, nb);
     memcpy(fq0, p->fq, nb);
-    bn_sft_cfg cfg = cfg_for(1);
+    bn_sft_cfg cfg = sft_fx_cfg(1);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = 1};
     bn_rng_seed(&pos.rng, 3);
@@ -143,7 +134,7 @@ static void test_ste_gradient(const bn_model *m, const bn_sft_data *d) {
 // train: n steps (seed 7) of p; returns the last loss.
 static double train(bn_sft_params *p, const bn_sft_data *d, int n) {
     char err[256];
-    bn_sft_cfg cfg = cfg_for(n);
+    bn_sft_cfg cfg = sft_fx_cfg(n);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = n};
     bn_rng_seed(&pos.rng, 7);
@@ -255,7 +246,7 @@ static void test_checkpoint(const bn_model *m, const bn_sft_data *d) {
     snprintf(ck, sizeof ck, "%s/qat.ckpt", DIR_);
     bn_sft_params *p = qat_params(m, NULL);
     if (!p) return;
-    bn_sft_cfg cfg = cfg_for(2);
+    bn_sft_cfg cfg = sft_fx_cfg(2);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = 2};
     bn_rng_seed(&pos.rng, 5);
@@ -283,13 +274,8 @@ static void test_checkpoint(const bn_model *m, const bn_sft_data *d) {
 int main(void) {
     if (!mkdtemp(DIR_)) return test_skip("mkdtemp failed");
     char path[700], tokpath[700], err[256];
-    snprintf(path, sizeof path, "%s/tiny.gguf", DIR_);
     snprintf(tokpath, sizeof tokpath, "%s/tokens.bin", DIR_);
-    bn_mkmodel_params mp;
-    bn_mkmodel_defaults(&mp, "tiny");
-    if (bn_mkmodel_write(&mp, path, err, sizeof err)) { CHECK(0, "mkmodel: %s", err); return test_done("train_qat"); }
-    bn_model *m = bn_model_load(path, err, sizeof err);
-    CHECK(m != NULL, "load: %s", err);
+    bn_model *m = sft_fx_tiny_model(DIR_, path, sizeof path);
     if (!m) return test_done("train_qat");
     // the data: one random 64-token sequence (ids < 256, seed 2024), 10 times over
     uint32_t tok[640];
