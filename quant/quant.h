@@ -17,6 +17,8 @@ enum bn_type {
     BN_F16 = 1,
     BN_Q4_0 = 2,
     BN_Q4_1 = 3,
+    BN_Q5_0 = 6,
+    BN_Q5_1 = 7,
     BN_Q8_0 = 8,
     BN_Q8_1 = 9,   // activations only
     BN_Q4_K = 12,
@@ -42,6 +44,8 @@ typedef struct { bn_half d; uint8_t qs[32]; } bn_block_pq2_0;                   
 typedef struct { uint8_t qs[24]; uint8_t qh[2]; bn_half d; } bn_block_ptq1_0;     // 128 elems, base-3
 typedef struct { bn_half d; uint8_t qs[16]; } bn_block_q4_0;                      // 32 elems
 typedef struct { bn_half d, m; uint8_t qs[16]; } bn_block_q4_1;                   // 32 elems
+typedef struct { bn_half d; uint8_t qh[4]; uint8_t qs[16]; } bn_block_q5_0;        // 32 elems, 5th bits in qh
+typedef struct { bn_half d, m; uint8_t qh[4]; uint8_t qs[16]; } bn_block_q5_1;     // 32 elems
 typedef struct { bn_half d; int8_t qs[32]; } bn_block_q8_0;                       // 32 elems
 typedef struct { bn_half d, s; int8_t qs[32]; } bn_block_q8_1;                    // 32 elems, s = d*sum(qs)
 typedef struct { bn_half d, dmin; uint8_t scales[12]; uint8_t qs[128]; } bn_block_q4_K;   // 256 elems
@@ -151,5 +155,16 @@ int bn_dequantize(int type, const void *src, float *dst, int64_t n);
 // bn_quantize_ref: quantize n floats (n % blck == 0) with the reference quantizer; returns bytes
 // written or 0 if the type has no quantizer (F32/F16/BF16 are plain conversions).
 size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
+
+// ---- Q5_0 / Q5_1 (quant/q5_0.c, q5_1.c): the format functions the type table points at ----------
+// bn_q5_{0,1}_to_float: dequantize n elements (n % 32 == 0), bit-exact with ggml's dequantize_row_q5_*.
+void bn_q5_0_to_float(const void *src, float *dst, int64_t n);
+void bn_q5_1_to_float(const void *src, float *dst, int64_t n);
+// bn_q5_{0,1}_from_float_ref: quantize n floats, byte-identical to ggml's quantize_row_q5_*_ref.
+void bn_q5_0_from_float_ref(const float *src, void *dst, int64_t n);
+void bn_q5_1_from_float_ref(const float *src, void *dst, int64_t n);
+// bn_dot_q5_0_ref (· Q8_0) / bn_dot_q5_1_ref (· Q8_1): scalar dots in ggml's generic summation order.
+void bn_dot_q5_0_ref(int n, float *s, const void *x, const void *y);
+void bn_dot_q5_1_ref(int n, float *s, const void *x, const void *y);
 
 #endif
