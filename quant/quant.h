@@ -22,6 +22,7 @@ enum bn_type {
     BN_Q8_0 = 8,
     BN_Q8_1 = 9,   // activations only
     BN_Q4_K = 12,
+    BN_Q5_K = 13,
     BN_Q6_K = 14,
     BN_Q8_K = 15,  // activations only
     BN_I32 = 26,

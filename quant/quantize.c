@@ -186,8 +186,21 @@ static int build_rules(const bn_quantize_params *p, bn_quant_rules *r, char *err
     return 0;
 }
 
+// scan_model: tied-output flag and llama-quantize's mixture counters (tensor names, block count).
+static void scan_model(bn_quant_rules *r, const gguf_file *f) {
+    const char **names = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(char *));
+    for (size_t i = 0; i < f->n_tensors; i++) names[i] = f->tensors[i].name;
+    const char *arch = gguf_get_str(f, "general.architecture");
+    char key[128];
+    snprintf(key, sizeof key, "%s.block_count", arch ? arch : "");
+    int64_t n_layer = 0;
+    if (!gguf_get_int(f, key, &n_layer)) n_layer = 0;
+    bn_quant_rules_scan(r, names, f->n_tensors, (int)n_layer);
+    free(names);
+}
+
 // plan: chooses every tensor's type (output order); returns 0 or -1.
-static int plan(const bn_quantize_params *p, const bn_quant_rules *r, const gguf_file *f, plan_row *rows, int *order,
+static int plan(const bn_quantize_params *p, bn_quant_rules *r, const gguf_file *f, plan_row *rows, int *order,
                 char *err, size_t errlen) {
     for (size_t k = 0; k < f->n_tensors; k++) {
         const gguf_tensor *t = &f->tensors[order[k]];
@@ -244,7 +257,7 @@ int bn_quantize_file_stats(const bn_quantize_params *p, const char *in, const ch
         bn_quant_rules_free(&rules);
         return -1;
     }
-    rules.tied = gguf_find_tensor(f, "output.weight") == NULL;
+    scan_model(&rules, f);
     int rc = -1;
     int *order = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(int));
     plan_row *rows = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(plan_row));

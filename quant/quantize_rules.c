@@ -29,8 +29,11 @@ static const ftype_row ftype_rows[] = {
     {"Q4_1", BN_FTYPE_Q4_1, BN_Q4_1, "Q4_1"},
     {"Q8_0", BN_FTYPE_Q8_0, BN_Q8_0, "Q8_0"},
     {"Q6_K", BN_FTYPE_Q6_K, BN_Q6_K, "Q6_K"},
-    {"Q4_K", BN_FTYPE_Q4_K_M, BN_Q4_K, "Q4_K - Medium"},
+    {"Q5_0", BN_FTYPE_Q5_0, BN_Q5_0, "Q5_0"},
+    {"Q5_1", BN_FTYPE_Q5_1, BN_Q5_1, "Q5_1"},
     {"Q4_K_M", BN_FTYPE_Q4_K_M, BN_Q4_K, "Q4_K - Medium"},
+    {"Q4_K", BN_FTYPE_Q4_K_M, BN_Q4_K, "Q4_K - Medium"},   // llama-quantize's alias of Q4_K_M
+    {"Q4_K_S", BN_FTYPE_Q4_K_S, BN_Q4_K, "Q4_K - Small"},
     {"TQ1_0", BN_FTYPE_TQ1_0, BN_TQ1_0, "TQ1_0 - 1.69 bpw ternary"},
     {"TQ2_0", BN_FTYPE_TQ2_0, BN_TQ2_0, "TQ2_0 - 2.06 bpw ternary"},
     {"F16", BN_FTYPE_F16, BN_F16, "F16"},
@@ -66,7 +69,6 @@ const char *bn_ftype_name(int ftype) {
         if (ftype_rows[i].ftype == ftype) return ftype_rows[i].display;
     switch (ftype) { // display only: types this build reads but does not produce
     case 10: return "Q2_K - Medium";
-    case 14: return "Q4_K - Small";
     default: return "?";
     }
 }
@@ -116,6 +118,23 @@ int bn_quant_rules_add_override(bn_quant_rules *r, const char *spec, char *err, 
     o->type = type;
     o->code = code;
     return 0;
+}
+
+// is_attn_v_like: llama.cpp's category_is_attn_v (ATTENTION_V / QKV / KV_B by substring).
+static bool is_attn_v_like(const char *name) {
+    return strstr(name, "attn_qkv.weight") || strstr(name, "attn_kv_b.weight") || strstr(name, "attn_v.weight");
+}
+
+void bn_quant_rules_scan(bn_quant_rules *r, const char *const *names, size_t n_names, int n_layer) {
+    r->tied = true;
+    r->mix.n_layer = n_layer;
+    r->mix.n_attention_wv = r->mix.i_attention_wv = r->mix.i_ffn_down = 0;
+    for (size_t i = 0; i < n_names; i++) {
+        if (strcmp(names[i], "output.weight") == 0) r->tied = false;
+        else if (strcmp(names[i], "token_embd.weight") && strcmp(names[i], "per_layer_token_embd.weight") &&
+                 is_attn_v_like(names[i]))
+            r->mix.n_attention_wv++;
+    }
 }
 
 void bn_quant_rules_free(bn_quant_rules *r) {
@@ -180,8 +199,36 @@ static bool is_quantized_type(int type) {
     return t && t->is_quantized;
 }
 
-// mixture_type: §5.3 for the ftypes bonsai supports (the K-quant/IQ layer bumps do not apply to them).
-static int mixture_type(const bn_quant_rules *r, const char *name, const int64_t *ne, int type) {
+// use_more_bits: llama.cpp's layer pattern (first and last eighth, every third layer between).
+static bool use_more_bits(int i_layer, int n_layers) {
+    return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
+}
+
+// layer_mixture_type: the attn_v-like and ffn_down rules of llama-quantize for the ftypes bonsai
+// produces (Q4_K_M / Q4_K_S bumps; MoE, 70B and falcon special cases are not modelled); advances
+// the counters for every ftype, as llama.cpp does.
+static int layer_mixture_type(bn_quant_rules *r, const char *name, int type) {
+    bool scanned = r->mix.n_layer > 0;
+    if (is_attn_v_like(name)) {
+        int i = r->mix.i_attention_wv++;
+        if (!scanned) return type;
+        if (r->ftype == BN_FTYPE_Q4_K_M && use_more_bits(i, r->mix.n_attention_wv)) return BN_Q6_K;
+        if (r->ftype == BN_FTYPE_Q4_K_S && i < 4) return BN_Q5_K;
+        return type;
+    }
+    if (strstr(name, "attn_k.weight") || strstr(name, "attn_q.weight") || strstr(name, "attn_output.weight"))
+        return type;   // categories checked before ffn_down in llama.cpp: no rule for these ftypes
+    if (!strstr(name, "ffn_up") && !strstr(name, "ffn_gate") && strstr(name, "ffn_down")) {
+        int i_layer = r->mix.i_ffn_down++, n_layer = r->mix.n_layer;
+        if (!scanned) return type;
+        if (r->ftype == BN_FTYPE_Q4_K_M && use_more_bits(i_layer, n_layer)) return BN_Q6_K;
+        if (r->ftype == BN_FTYPE_Q4_K_S && i_layer < n_layer / 8) return BN_Q5_K;
+    }
+    return type;
+}
+
+// mixture_type: §5.3 for the ftypes bonsai supports.
+static int mixture_type(bn_quant_rules *r, const char *name, const int64_t *ne, int type) {
     bool llama_rules = r->llama_mix || !is_compact_ftype(r->ftype);
     if (is_output(name) || (r->tied && is_token_embd(name))) {
         if (r->output_type >= 0) return r->output_type;
@@ -194,13 +241,16 @@ static int mixture_type(const bn_quant_rules *r, const char *name, const int64_t
         bool q4k_embd = r->ftype == BN_FTYPE_TQ1_0 || r->ftype == BN_FTYPE_TQ2_0 || r->ftype == BN_FTYPE_Q2_0 ||
                         r->ftype == BN_FTYPE_PQ2_0 || r->ftype == BN_FTYPE_PTQ1_0;
         if (llama_rules && q4k_embd) return BN_Q4_K;
+        return type;
     }
-    return type;
+    return layer_mixture_type(r, name, type);
 }
 
 // fallback_type: §5.4; returns the type to use, or -1 with err filled.
 static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_choice *out, char *err, size_t errlen) {
     int blck = bn_type_blck(type);
+    if (blck == 0)
+        return bn_err(err, errlen, "%s: the mixture asks for type %d, which this build does not implement", name, type);
     if (ncols % blck == 0) return type;
     int ret;
     switch (type) {
@@ -210,9 +260,8 @@ static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_ch
     case BN_TQ1_0:
     case BN_TQ2_0: ret = BN_Q4_0; break;
     case BN_Q6_K: ret = BN_Q8_0; break;
-    case BN_Q4_K:
-        return bn_err(err, errlen, "%s: ncols %lld not divisible by 256 (required for q4_K); llama-quantize falls back "
-                      "to q5_0, which bonsai does not implement", name, (long long)ncols);
+    case BN_Q4_K: ret = BN_Q5_0; break;
+    case BN_Q5_K: ret = BN_Q5_1; break;
     default:
         if (blck <= 32) {
             ret = type;
@@ -232,7 +281,7 @@ static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_ch
     return ret;
 }
 
-int bn_tensor_choose_type(const bn_quant_rules *r, const char *name, int n_dims, const int64_t *ne, int src_type,
+int bn_tensor_choose_type(bn_quant_rules *r, const char *name, int n_dims, const int64_t *ne, int src_type,
                           bn_tensor_choice *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->type = src_type;

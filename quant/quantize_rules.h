@@ -15,6 +15,9 @@ enum bn_ftype {
     BN_FTYPE_Q4_0 = 2,
     BN_FTYPE_Q4_1 = 3,
     BN_FTYPE_Q8_0 = 7,
+    BN_FTYPE_Q5_0 = 8,
+    BN_FTYPE_Q5_1 = 9,
+    BN_FTYPE_Q4_K_S = 14,
     BN_FTYPE_Q4_K_M = 15,
     BN_FTYPE_Q6_K = 18,
     BN_FTYPE_BF16 = 32,
@@ -49,6 +52,14 @@ typedef struct {
     int token_embd_type;  // --token-embedding-type, or -1
     int n_overrides;
     bn_tensor_override overrides[BN_QUANT_MAX_OVERRIDES];
+    // llama-quantize's mixture counters (quantize_state_impl): set by bn_quant_rules_scan, advanced by
+    // bn_tensor_choose_type in output order. While n_layer == 0 (no scan) the per-layer bumps are off.
+    struct {
+        int n_layer;         // <arch>.block_count (llama.cpp's n_layer_all)
+        int n_attention_wv;  // tensors whose name holds attn_v / attn_qkv / attn_kv_b ".weight"
+        int i_attention_wv;  // attn_v-like tensors seen so far
+        int i_ffn_down;      // ffn_down tensors seen so far (the layer index of dense models)
+    } mix;
 } bn_quant_rules;
 
 // bn_parse_ftype: parses a TYPE argument (name like "Q1_0", "pq2_0", "q4_k", "F16", or a numeric
@@ -65,6 +76,9 @@ void bn_quant_rules_init(bn_quant_rules *r, int ftype, int default_type, bool q2
 // bn_quant_rules_add_override: parses "REGEX=TYPE" (PCRE2, substring search; the regex is
 // lower-cased like llama-quantize); returns 0 or -1 (err: malformed, bad regex, bad type, too many).
 int bn_quant_rules_add_override(bn_quant_rules *r, const char *spec, char *err, size_t errlen);
+// bn_quant_rules_scan: sets r->tied and the mixture counters from the model's tensor names (all of
+// them, in any order) and block count, as llama-quantize does before choosing types.
+void bn_quant_rules_scan(bn_quant_rules *r, const char *const *names, size_t n_names, int n_layer);
 // bn_quant_rules_free: releases the compiled overrides.
 void bn_quant_rules_free(bn_quant_rules *r);
 
@@ -84,7 +98,10 @@ typedef struct {
 // bn_tensor_choose_type: FORMATS §5.2 order for tensor `name` of shape ne (n_dims after dropping
 // trailing 1s) stored as src_type; fills *out and returns 0, or -1 with err filled when no type
 // can hold the shape ("no tensor type fallback is defined for type q1_0", or an unsupported fallback).
-int bn_tensor_choose_type(const bn_quant_rules *r, const char *name, int n_dims, const int64_t *ne, int src_type,
+// Call it once per tensor in output order (§5.5): the Q4_K_M / Q4_K_S layer rules advance r->mix
+// (attn_v-like: Q4_K_M use_more_bits -> q6_K, Q4_K_S first 4 -> q5_K; ffn_down: Q4_K_M
+// use_more_bits -> q6_K, Q4_K_S first n_layer/8 -> q5_K).
+int bn_tensor_choose_type(bn_quant_rules *r, const char *name, int n_dims, const int64_t *ne, int src_type,
                           bn_tensor_choice *out, char *err, size_t errlen);
 
 // bn_tensor_order_cmp: llama-quantize's output order (§5.5): layer number of "blk.%d." (-1 if

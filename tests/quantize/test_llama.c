@@ -202,6 +202,15 @@ static void test_llama_quantize(void) {
         {"f16-tied.gguf", "Q2_0", false, true, NULL, ""},
         {"f16-tied.gguf", "Q4_0", false, false, NULL, ""},
         {"f16-src.gguf", "Q2_0", false, true, "ATTN_.*=q8_0", "--tensor-type 'ATTN_.*=q8_0'"},
+        // K-quant mixtures (use_more_bits attn_v/attn_qkv/ffn_down -> q6_K) and the Q5 formats
+        {"f16-src.gguf", "Q4_K_M", false, false, NULL, ""},
+        {"f16-tied.gguf", "Q4_K", false, false, NULL, ""},
+        {"f16-src.gguf", "Q4_K", true, false, NULL, "--pure"},
+        {"f16-src.gguf", "Q5_0", false, false, NULL, ""},
+        {"f16-tied.gguf", "Q5_1", false, false, NULL, ""},
+        // qwen3, 8 layers, n_ff 320: ffn_down rows fall back (q4_K -> q5_0, q6_K -> q8_0)
+        {"f16-qwen3.gguf", "Q4_K_M", false, false, NULL, ""},
+        {"f16-qwen3.gguf", "Q5_1", false, false, NULL, ""},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char ours[64], theirs[64], cmd[1600];
@@ -259,6 +268,18 @@ int main(void) {
     mp.tied = true;
     if (bn_mkmodel_write(&mp, path_of("f16-tied.gguf"), err, sizeof err) != 0) {
         CHECK(0, "mkmodel tied: %s", err);
+        return test_done("quantize_llama");
+    }
+    bn_mkmodel_params q3;
+    bn_mkmodel_defaults(&q3, "tiny");
+    q3.arch = "qwen3";
+    q3.n_layer = 8;
+    q3.n_embd = 256;
+    q3.n_ff = 320;
+    q3.head_dim = 64;
+    q3.type = BN_F16;
+    if (bn_mkmodel_write(&q3, path_of("f16-qwen3.gguf"), err, sizeof err) != 0) {
+        CHECK(0, "mkmodel qwen3: %s", err);
         return test_done("quantize_llama");
     }
     test_load();

@@ -13,7 +13,7 @@ static const int64_t SH_NORM[4] = {5120, 1, 1, 1};
 static const int64_t SH_CONV[4] = {4, 10240, 1, 1};
 
 // choose: type chosen for a 2-D tensor (or a given shape); -1 on error (err printed by caller).
-static int choose(const bn_quant_rules *r, const char *name, const int64_t *ne, int src, bn_tensor_choice *c) {
+static int choose(bn_quant_rules *r, const char *name, const int64_t *ne, int src, bn_tensor_choice *c) {
     char err[256] = "";
     int n_dims = ne[1] > 1 ? 2 : 1;
     bn_tensor_choice tmp;
@@ -128,7 +128,8 @@ static void test_explicit_types(void) {
     char err[256];
     CHECK(bn_parse_tensor_type_name("q2_0", true, err, sizeof err) == BN_PQ2_0, "q2_0 with g128 layout");
     CHECK(bn_parse_tensor_type_name("Q6_K", false, err, sizeof err) == BN_Q6_K, "q6_K");
-    CHECK(bn_parse_tensor_type_name("q5_0", false, err, sizeof err) < 0, "q5_0 unknown here");
+    CHECK(bn_parse_tensor_type_name("q5_0", false, err, sizeof err) == BN_Q5_0, "q5_0");
+    CHECK(bn_parse_tensor_type_name("q3_K", false, err, sizeof err) < 0, "q3_K unknown here");
 }
 
 static void test_overrides(void) {
@@ -181,7 +182,7 @@ static void test_fallbacks(void) {
     bn_tensor_choose_type(&r, "blk.0.ffn_up.weight", 2, ne192, BN_F32, &c, err, sizeof err);
     CHECK(strstr(err, "no tensor type fallback") != NULL, "%s", err);
     rules_for(&r, "Q4_K", false);
-    CHECK(choose(&r, "blk.0.ffn_up.weight", ne160, BN_F32, NULL) == -1, "Q4_K → Q5_0 fallback unsupported: error");
+    CHECK(choose(&r, "blk.0.ffn_up.weight", ne160, BN_F32, &c) == BN_Q5_0 && c.fallback, "Q4_K ncols 160 → Q5_0");
     // norms are never touched even if their shape does not fit
     CHECK(choose(&r, "blk.0.attn_norm.weight", ne80, BN_F32, &c) == BN_F32 && !c.fallback, "norm with odd shape");
 }
@@ -192,7 +193,8 @@ static void test_ftype_parse(void) {
     struct { const char *s; int ftype, type; } ok[] = {
         {"q1_0", 40, BN_Q1_0}, {"Q2_0", 41, BN_Q2_0}, {"41", 41, BN_Q2_0}, {"pq2_0", 141, BN_PQ2_0},
         {"141", 141, BN_PQ2_0}, {"Q4_0", 2, BN_Q4_0}, {"Q4_1", 3, BN_Q4_1}, {"q8_0", 7, BN_Q8_0}, {"7", 7, BN_Q8_0},
-        {"Q6_K", 18, BN_Q6_K}, {"Q4_K", 15, BN_Q4_K}, {"TQ1_0", 36, BN_TQ1_0}, {"TQ2_0", 37, BN_TQ2_0},
+        {"Q6_K", 18, BN_Q6_K}, {"Q4_K", 15, BN_Q4_K}, {"Q4_K_M", 15, BN_Q4_K}, {"q4_k_s", 14, BN_Q4_K},
+        {"Q5_0", 8, BN_Q5_0}, {"9", 9, BN_Q5_1}, {"TQ1_0", 36, BN_TQ1_0}, {"TQ2_0", 37, BN_TQ2_0},
         {"F16", 1, BN_F16}, {"bf16", 32, BN_BF16}, {"F32", 0, BN_F32}, {"0", 0, BN_F32}, {"40", 40, BN_Q1_0},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
