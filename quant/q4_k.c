@@ -1,9 +1,9 @@
 // quant/q4_k.c — Q4_K (id 12): 256 elements = 8 sub-blocks of 32 with 6-bit scales/mins under fp16
 // super-scales d, dmin (FORMATS.md §3.4). Reference quantizer without imatrix, bit-exact with ggml.
 #include "quant/quant_impl.h"
+#include "quant/kquant.h"
 
-// Unpacks the 6-bit scale and min of sub-block j (0..7).
-static void q4k_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *mn) {
+void bn_k_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *mn) {
     if (j < 4) {
         *sc = scales[j] & 63;
         *mn = scales[j + 4] & 63;
@@ -21,9 +21,9 @@ void bn_q4_K_to_float(const void *src, float *dst, int64_t n) {
         float *y = dst + i * 256;
         for (int c = 0; c < 4; c++) {
             uint8_t sc, mn;
-            q4k_scale_min(2 * c, b[i].scales, &sc, &mn);
+            bn_k_scale_min(2 * c, b[i].scales, &sc, &mn);
             float d1 = d * sc, m1 = dmin * mn;
-            q4k_scale_min(2 * c + 1, b[i].scales, &sc, &mn);
+            bn_k_scale_min(2 * c + 1, b[i].scales, &sc, &mn);
             float d2 = d * sc, m2 = dmin * mn;
             for (int l = 0; l < 32; l++) y[64 * c + l] = d1 * (q[32 * c + l] & 0xf) - m1;
             for (int l = 0; l < 32; l++) y[64 * c + 32 + l] = d2 * (q[32 * c + l] >> 4) - m2;
@@ -95,51 +95,56 @@ static float make_qkx2(int n, int nmax, const float *x, const float *w, uint8_t 
     return scale;
 }
 
+void bn_k_quantize_block(const float *x, int nmax, float rmin, int nstep, uint8_t scales[12], bn_half *d_out,
+                         bn_half *dmin_out, uint8_t L[256]) {
+    float weights[32], mins[8], sub_scales[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
+        sub_scales[j] = make_qkx2(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
+        if (sub_scales[j] > max_scale) max_scale = sub_scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)bn_nearest_int(inv_scale * sub_scales[j]);   // uint8 wrap as in ggml
+        uint8_t lm = (uint8_t)bn_nearest_int(inv_min * mins[j]);
+        if (ls > 63) ls = 63;
+        if (lm > 63) lm = 63;
+        if (j < 4) {
+            scales[j] = ls;
+            scales[j + 4] = lm;
+        } else {
+            scales[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
+            scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            scales[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = bn_fp32_to_fp16(max_scale / 63.0f);
+    *dmin_out = bn_fp32_to_fp16(max_min / 63.0f);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        bn_k_scale_min(j, scales, &sc, &mn);
+        float d = bn_h2f(*d_out) * sc;
+        if (!d) continue;
+        float dm = bn_h2f(*dmin_out) * mn;
+        for (int l = 0; l < 32; l++) {
+            int q = bn_nearest_int((x[32 * j + l] + dm) / d);
+            L[32 * j + l] = (uint8_t)(q < 0 ? 0 : q > nmax ? nmax : q);
+        }
+    }
+}
+
 void bn_q4_K_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_q4_K *b = dst;
     for (int64_t i = 0; i < n / 256; i++) {
-        const float *x = src + i * 256;
         uint8_t L[256];
-        float weights[32], mins[8], scales[8];
-        float max_scale = 0, max_min = 0;
-        for (int j = 0; j < 8; j++) {
-            float sum_x2 = 0;
-            for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
-            float av_x = sqrtf(sum_x2 / 32);
-            for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-            scales[j] = make_qkx2(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], -1.0f, 0.1f, 20);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-        float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
-        for (int j = 0; j < 8; j++) {
-            uint8_t ls = (uint8_t)bn_nearest_int(inv_scale * scales[j]);   // uint8 wrap as in ggml
-            uint8_t lm = (uint8_t)bn_nearest_int(inv_min * mins[j]);
-            if (ls > 63) ls = 63;
-            if (lm > 63) lm = 63;
-            if (j < 4) {
-                b[i].scales[j] = ls;
-                b[i].scales[j + 4] = lm;
-            } else {
-                b[i].scales[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
-                b[i].scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                b[i].scales[j] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        b[i].d = bn_fp32_to_fp16(max_scale / 63.0f);
-        b[i].dmin = bn_fp32_to_fp16(max_min / 63.0f);
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, mn;
-            q4k_scale_min(j, b[i].scales, &sc, &mn);
-            float d = bn_h2f(b[i].d) * sc;
-            if (!d) continue;
-            float dm = bn_h2f(b[i].dmin) * mn;
-            for (int l = 0; l < 32; l++) {
-                int q = bn_nearest_int((x[32 * j + l] + dm) / d);
-                L[32 * j + l] = (uint8_t)(q < 0 ? 0 : q > 15 ? 15 : q);
-            }
-        }
+        memset(b[i].scales, 0, sizeof b[i].scales);
+        bn_k_quantize_block(src + i * 256, 15, -1.0f, 20, b[i].scales, &b[i].d, &b[i].dmin, L);
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++)
                 b[i].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
@@ -155,7 +160,7 @@ void bn_dot_q4_K_ref(int n, float *s, const void *vx, const void *vy) {
         int sum_q = 0, sum_m = 0;
         for (int j = 0; j < 8; j++) {
             uint8_t sc, mn;
-            q4k_scale_min(j, x[i].scales, &sc, &mn);
+            bn_k_scale_min(j, x[i].scales, &sc, &mn);
             int c = j / 2, hi = j & 1;
             int isum = 0;
             for (int l = 0; l < 32; l++) {

@@ -50,6 +50,7 @@ typedef struct { bn_half d, m; uint8_t qh[4]; uint8_t qs[16]; } bn_block_q5_1;  
 typedef struct { bn_half d; int8_t qs[32]; } bn_block_q8_0;                       // 32 elems
 typedef struct { bn_half d, s; int8_t qs[32]; } bn_block_q8_1;                    // 32 elems, s = d*sum(qs)
 typedef struct { bn_half d, dmin; uint8_t scales[12]; uint8_t qs[128]; } bn_block_q4_K;   // 256 elems
+typedef struct { bn_half d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } bn_block_q5_K; // 256 elems
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; bn_half d; } bn_block_q6_K; // 256
 typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } bn_block_q8_K;     // 256 elems, fp32 d
 typedef struct { uint8_t qs[48]; uint8_t qh[4]; bn_half d; } bn_block_tq1_0;      // 256 elems, base-3
@@ -167,5 +168,9 @@ void bn_q5_1_from_float_ref(const float *src, void *dst, int64_t n);
 // bn_dot_q5_0_ref (· Q8_0) / bn_dot_q5_1_ref (· Q8_1): scalar dots in ggml's generic summation order.
 void bn_dot_q5_0_ref(int n, float *s, const void *x, const void *y);
 void bn_dot_q5_1_ref(int n, float *s, const void *x, const void *y);
+// Q5_K (quant/q5_k.c): dequantize / reference quantize (n % 256 == 0, bit-exact with ggml), scalar · Q8_K.
+void bn_q5_K_to_float(const void *src, float *dst, int64_t n);
+void bn_q5_K_from_float_ref(const float *src, void *dst, int64_t n);
+void bn_dot_q5_K_ref(int n, float *s, const void *x, const void *y);
 
 #endif

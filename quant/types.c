@@ -33,6 +33,7 @@ static const bn_type_traits traits[BN_TYPE_MAX] = {
     [BN_Q8_0] = {"q8_0", 32, 34, true, FMT(q8_0), BN_Q8_0, dot_q8_0},
     [BN_Q8_1] = {"q8_1", 32, 36, true, FMT(q8_1), BN_Q8_1, 0},
     [BN_Q4_K] = {"q4_K", 256, 144, true, FMT(q4_K), BN_Q8_K, dot_q4_K},
+    [BN_Q5_K] = {"q5_K", 256, 176, true, FMT(q5_K), BN_Q8_K, bn_dot_q5_K_ref}, // scalar only
     [BN_Q6_K] = {"q6_K", 256, 210, true, FMT(q6_K), BN_Q8_K, dot_q6_K},
     [BN_Q8_K] = {"q8_K", 256, 292, true, FMT(q8_K), BN_Q8_K, 0},
     [BN_I32] = {"i32", 1, 4, false, 0, 0, BN_I32, 0},

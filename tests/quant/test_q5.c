@@ -1,4 +1,4 @@
-// tests/quant/test_q5.c — Q5_0 / Q5_1 against ggml (libggml-base.so): quantize byte-identical and
+// tests/quant/test_q5.c — Q5_0 / Q5_1 / Q5_K against ggml (libggml-base.so): quantize byte-identical and
 // dequantize bit-identical on cos, uniform and edge data (zeros, ties, huge, tiny, spikes, random
 // codes); the scalar vec_dot against the dequantized fp64 dot and ggml's CPU vec_dot (errors relative to sum |w*a|:
 // 1e-5, Q5_1 vs fp64 2e-3 because Q8_1's s is fp16).
@@ -51,9 +51,9 @@ static void check_format(int type, const char *gname, const float *sets[N_SETS])
         gq(sets[s], theirs, N);
         CHECK(memcmp(ours, theirs, bytes) == 0, "%s set %d: quantized bytes differ from ggml", gname, s);
         for (int pass = 0; pass < 2; pass++) {
-            if (pass == 1)   // random codes and fifth bits; scale fields (first 2 or 4 bytes) kept finite
+            if (pass == 1)   // random codes and fifth bits (and Q5_K sub-scales); fp16 fields kept finite
                 for (size_t off = 0; off < bytes; off += bn_type_size(type))
-                    for (int k = type == BN_Q5_0 ? 2 : 4; k < bn_type_size(type); k++) ours[off + k] = (uint8_t)next_u32();
+                    for (int k = type == BN_Q5_0 ? 2 : type == BN_Q5_1 ? 4 : 16; k < bn_type_size(type); k++) ours[off + k] = (uint8_t)next_u32();
             bn_dequantize(type, ours, d_ours, N);
             gd(ours, d_theirs, N);
             CHECK(memcmp(d_ours, d_theirs, N * sizeof(float)) == 0, "%s set %d pass %d: dequantized values differ",
@@ -66,7 +66,7 @@ static void check_format(int type, const char *gname, const float *sets[N_SETS])
 // check_dot: traits vec_dot vs the fp32 dot of both dequantized rows, and vs ggml's CPU vec_dot if loadable.
 static void check_dot(int type, const float *w, const float *a) {
     const bn_type_traits *tr = bn_type_traits_of(type);
-    CHECK(tr && tr->vec_dot && tr->vec_dot_type == (type == BN_Q5_0 ? BN_Q8_0 : BN_Q8_1), "%s: traits", bn_type_name(type));
+    CHECK(tr && tr->vec_dot && tr->vec_dot_type == (type == BN_Q5_0 ? BN_Q8_0 : type == BN_Q5_1 ? BN_Q8_1 : BN_Q8_K), "%s: traits", bn_type_name(type));
     if (!tr || !tr->vec_dot) return;
     uint8_t *qw = malloc(bn_row_size(type, N)), *qa = malloc(bn_row_size(tr->vec_dot_type, N));
     float *fw = malloc(N * sizeof(float)), *fa = malloc(N * sizeof(float));
@@ -83,7 +83,7 @@ static void check_dot(int type, const float *w, const float *a) {
     tr->vec_dot(N, &got, qw, qa);
     double scale = abs_sum > 1 ? abs_sum : 1;
     // Q5_1 uses s = fp16(d*sum(q)) for the m term, so the fp32 reference differs by fp16 rounding of s.
-    double tol = type == BN_Q5_0 ? 1e-5 : 2e-3;
+    double tol = type == BN_Q5_1 ? 2e-3 : 1e-5;
     CHECK(fabs(got - want) / scale < tol, "%s vec_dot %.6f vs dequantized dot %.6f (tol %g)", bn_type_name(type), got,
           want, tol);
     const ggml_cpu_traits *gt = ggml_cpu_traits_of(type);
@@ -102,16 +102,20 @@ int main(void) {
     for (int s = 0; s < N_SETS; s++) { make_set(s, data[s]); sets[s] = data[s]; }
     CHECK(bn_type_from_name("Q5_0") == BN_Q5_0 && bn_type_from_name("q5_1") == BN_Q5_1, "names parse");
     CHECK(bn_row_size(BN_Q5_0, 64) == 44 && bn_row_size(BN_Q5_1, 64) == 48, "row sizes 22 / 24 B per 32");
+    CHECK(sizeof(bn_block_q5_K) == 176 && bn_row_size(BN_Q5_K, 512) == 352, "q5_K: 176 B per 256");
     char why[1200];
     if (ggml_base_open(why, sizeof why) != 0) {
         check_dot(BN_Q5_0, sets[0], sets[2]);
         check_dot(BN_Q5_1, sets[1], sets[2]);
+        check_dot(BN_Q5_K, sets[0], sets[2]);
         int rc = test_done("test_q5");
         return rc ? rc : test_skip(why);
     }
     check_format(BN_Q5_0, "q5_0", sets);
     check_format(BN_Q5_1, "q5_1", sets);
+    check_format(BN_Q5_K, "q5_K", sets);
     check_dot(BN_Q5_0, sets[0], sets[2]);
     check_dot(BN_Q5_1, sets[1], sets[2]);
+    check_dot(BN_Q5_K, sets[0], sets[2]);
     return test_done("test_q5");
 }

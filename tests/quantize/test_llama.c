@@ -211,6 +211,8 @@ static void test_llama_quantize(void) {
         // qwen3, 8 layers, n_ff 320: ffn_down rows fall back (q4_K -> q5_0, q6_K -> q8_0)
         {"f16-qwen3.gguf", "Q4_K_M", false, false, NULL, ""},
         {"f16-qwen3.gguf", "Q5_1", false, false, NULL, ""},
+        {"f16-src.gguf", "Q4_K_S", false, false, NULL, ""},   // q5_K attn_v-like (first 4) and ffn_down
+        {"f16-qwen3.gguf", "Q4_K_S", false, false, NULL, ""}, // q5_K -> q5_1 fallback on ffn_down
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char ours[64], theirs[64], cmd[1600];
