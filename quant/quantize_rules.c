@@ -34,6 +34,9 @@ static const ftype_row ftype_rows[] = {
     {"Q4_K_M", BN_FTYPE_Q4_K_M, BN_Q4_K, "Q4_K - Medium"},
     {"Q4_K", BN_FTYPE_Q4_K_M, BN_Q4_K, "Q4_K - Medium"},   // llama-quantize's alias of Q4_K_M
     {"Q4_K_S", BN_FTYPE_Q4_K_S, BN_Q4_K, "Q4_K - Small"},
+    {"Q5_K_M", BN_FTYPE_Q5_K_M, BN_Q5_K, "Q5_K - Medium"},
+    {"Q5_K", BN_FTYPE_Q5_K_M, BN_Q5_K, "Q5_K - Medium"},   // llama-quantize's alias of Q5_K_M
+    {"Q5_K_S", BN_FTYPE_Q5_K_S, BN_Q5_K, "Q5_K - Small"},
     {"TQ1_0", BN_FTYPE_TQ1_0, BN_TQ1_0, "TQ1_0 - 1.69 bpw ternary"},
     {"TQ2_0", BN_FTYPE_TQ2_0, BN_TQ2_0, "TQ2_0 - 2.06 bpw ternary"},
     {"F16", BN_FTYPE_F16, BN_F16, "F16"},
@@ -205,14 +208,15 @@ static bool use_more_bits(int i_layer, int n_layers) {
 }
 
 // layer_mixture_type: the attn_v-like and ffn_down rules of llama-quantize for the ftypes bonsai
-// produces (Q4_K_M / Q4_K_S bumps; MoE, 70B and falcon special cases are not modelled); advances
+// produces (Q4_K_M / Q5_K_M / Q4_K_S bumps; MoE, 70B and falcon special cases are not modelled); advances
 // the counters for every ftype, as llama.cpp does.
 static int layer_mixture_type(bn_quant_rules *r, const char *name, int type) {
     bool scanned = r->mix.n_layer > 0;
     if (is_attn_v_like(name)) {
         int i = r->mix.i_attention_wv++;
         if (!scanned) return type;
-        if (r->ftype == BN_FTYPE_Q4_K_M && use_more_bits(i, r->mix.n_attention_wv)) return BN_Q6_K;
+        bool km = r->ftype == BN_FTYPE_Q4_K_M || r->ftype == BN_FTYPE_Q5_K_M;
+        if (km && use_more_bits(i, r->mix.n_attention_wv)) return BN_Q6_K;
         if (r->ftype == BN_FTYPE_Q4_K_S && i < 4) return BN_Q5_K;
         return type;
     }
@@ -221,7 +225,8 @@ static int layer_mixture_type(bn_quant_rules *r, const char *name, int type) {
     if (!strstr(name, "ffn_up") && !strstr(name, "ffn_gate") && strstr(name, "ffn_down")) {
         int i_layer = r->mix.i_ffn_down++, n_layer = r->mix.n_layer;
         if (!scanned) return type;
-        if (r->ftype == BN_FTYPE_Q4_K_M && use_more_bits(i_layer, n_layer)) return BN_Q6_K;
+        bool km = r->ftype == BN_FTYPE_Q4_K_M || r->ftype == BN_FTYPE_Q5_K_M;
+        if (km && use_more_bits(i_layer, n_layer)) return BN_Q6_K;
         if (r->ftype == BN_FTYPE_Q4_K_S && i_layer < n_layer / 8) return BN_Q5_K;
     }
     return type;

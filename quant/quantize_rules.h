@@ -19,6 +19,8 @@ enum bn_ftype {
     BN_FTYPE_Q5_1 = 9,
     BN_FTYPE_Q4_K_S = 14,
     BN_FTYPE_Q4_K_M = 15,
+    BN_FTYPE_Q5_K_S = 16,
+    BN_FTYPE_Q5_K_M = 17,
     BN_FTYPE_Q6_K = 18,
     BN_FTYPE_BF16 = 32,
     BN_FTYPE_TQ1_0 = 36,
@@ -99,8 +101,8 @@ typedef struct {
 // trailing 1s) stored as src_type; fills *out and returns 0, or -1 with err filled when no type
 // can hold the shape ("no tensor type fallback is defined for type q1_0", or an unsupported fallback).
 // Call it once per tensor in output order (§5.5): the Q4_K_M / Q4_K_S layer rules advance r->mix
-// (attn_v-like: Q4_K_M use_more_bits -> q6_K, Q4_K_S first 4 -> q5_K; ffn_down: Q4_K_M
-// use_more_bits -> q6_K, Q4_K_S first n_layer/8 -> q5_K).
+// (attn_v-like: Q4_K_M / Q5_K_M use_more_bits -> q6_K, Q4_K_S first 4 -> q5_K; ffn_down: Q4_K_M /
+// Q5_K_M use_more_bits -> q6_K, Q4_K_S first n_layer/8 -> q5_K).
 int bn_tensor_choose_type(bn_quant_rules *r, const char *name, int n_dims, const int64_t *ne, int src_type,
                           bn_tensor_choice *out, char *err, size_t errlen);
 

@@ -213,6 +213,8 @@ static void test_llama_quantize(void) {
         {"f16-qwen3.gguf", "Q5_1", false, false, NULL, ""},
         {"f16-src.gguf", "Q4_K_S", false, false, NULL, ""},   // q5_K attn_v-like (first 4) and ffn_down
         {"f16-qwen3.gguf", "Q4_K_S", false, false, NULL, ""}, // q5_K -> q5_1 fallback on ffn_down
+        {"f16-src.gguf", "Q5_K_M", false, false, NULL, ""},
+        {"f16-qwen3.gguf", "Q5_K_S", false, false, NULL, ""},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char ours[64], theirs[64], cmd[1600];
