@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "tests/quantize/tiny256.h"
 
 static char dir[256];
 static const char *path_of(const char *name) {
@@ -252,19 +253,10 @@ int main(void) {
         snprintf(msg, sizeof msg, "llama.cpp reference unavailable: %s", err);
         return test_skip(msg);
     }
-    snprintf(dir, sizeof dir, "/tmp/bonsai-quantize-llama.%d", (int)getpid());
+    if (scratch_dir(dir, sizeof dir, "bonsai-quantize-llama") != 0) return test_skip("cannot create a temp dir");
     char cmd[300];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return test_skip("cannot create a temp dir");
-    // tiny qwen35 with every quantized ne0 a multiple of 256 (so Q6_K/Q4_K/TQ apply without fallback)
     bn_mkmodel_params mp;
-    bn_mkmodel_defaults(&mp, "tiny");
-    mp.n_embd = 256;
-    mp.n_ff = 512;
-    mp.head_dim = 64;
-    mp.n_rot = 16;
-    mp.ssm_d_state = 64;
-    mp.type = BN_F16;
+    tiny256_params(&mp);
     if (bn_mkmodel_write(&mp, path_of("f16-src.gguf"), err, sizeof err) != 0) {
         CHECK(0, "mkmodel: %s", err);
         return test_done("quantize_llama");

@@ -10,6 +10,7 @@
 #include "quant/quant.h"
 #include "quant/quantize.h"
 #include "tests/test.h"
+#include "tests/quantize/tiny256.h"
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -90,19 +91,10 @@ int main(void) {
                      bn_type_name(types[i]));
             return test_skip(why);
         }
-    char dir[128], err[512];
-    snprintf(dir, sizeof dir, "/tmp/bonsai-q5-engine.%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) return test_skip("cannot create a temp dir");
+    char dir[128], err[512], cmd[300];
+    if (scratch_dir(dir, sizeof dir, "bonsai-q5-engine") != 0) return test_skip("cannot create a temp dir");
     bn_mkmodel_params mp;
-    bn_mkmodel_defaults(&mp, "tiny");
-    mp.n_embd = 256;
-    mp.n_ff = 512;
-    mp.head_dim = 64;
-    mp.n_rot = 16;
-    mp.ssm_d_state = 64;
-    mp.type = BN_F16;
+    tiny256_params(&mp);
     char src[300];
     snprintf(src, sizeof src, "%s/f16.gguf", dir);
     if (bn_mkmodel_write(&mp, src, err, sizeof err) != 0) {
