@@ -36,6 +36,7 @@ static bn_vec_dot_fn ref_dots[BN_TYPE_MAX] = {
     [BN_Q1_0] = bn_dot_q1_0_ref,   [BN_Q2_0] = bn_dot_q2_0_ref,   [BN_PQ2_0] = bn_dot_pq2_0_ref,
     [BN_PTQ1_0] = bn_dot_ptq1_0_ref, [BN_Q4_0] = bn_dot_q4_0_ref, [BN_Q4_1] = bn_dot_q4_1_ref,
     [BN_Q8_0] = bn_dot_q8_0_ref,   [BN_Q4_K] = bn_dot_q4_K_ref,   [BN_Q6_K] = bn_dot_q6_K_ref,
+    [BN_Q5_0] = bn_dot_q5_0_ref,   [BN_Q5_1] = bn_dot_q5_1_ref,   [BN_Q5_K] = bn_dot_q5_K_ref,
     [BN_TQ1_0] = bn_dot_tq1_0_ref, [BN_TQ2_0] = bn_dot_tq2_0_ref,
 };
 
