@@ -16,10 +16,7 @@ void bn_q4_0_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_q4_0 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + i * 32;
-        float amax = 0.0f, max = 0.0f;   // max: the signed element of largest |x|, first wins ties
-        for (int j = 0; j < 32; j++) {
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
-        }
+        const float max = bn_signed_max_ref(x, 32);
         float d = max / -8;
         float id = d ? 1.0f / d : 0.0f;
         b[i].d = bn_fp32_to_fp16(d);

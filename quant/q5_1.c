@@ -17,11 +17,8 @@ void bn_q5_1_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_q5_1 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + i * 32;
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < 32; j++) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        bn_minmax_ref(x, 32, &min, &max);
         float d = (max - min) / 31;
         float id = d ? 1.0f / d : 0.0f;
         b[i].d = bn_fp32_to_fp16(d);

@@ -3,6 +3,7 @@
 #ifndef BONSAI_QUANT_IMPL_H
 #define BONSAI_QUANT_IMPL_H
 #include "quant/quant.h"
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -124,6 +125,24 @@ static inline float bn_amax_ref(const float *x, int n) {
     float amax = 0.0f;
     for (int j = 0; j < n; j++) amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
     return amax;
+}
+
+// bn_signed_max_ref: the element of largest |x[j]| with its sign (first one on ties; 0 if all are 0),
+// as the reference quantizers q4_0 and q5_0 pick their scale.
+static inline float bn_signed_max_ref(const float *x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++)
+        if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+    return max;
+}
+
+// bn_minmax_ref: smallest and largest of n values (the q4_1 / q5_1 reference quantizers' scan).
+static inline void bn_minmax_ref(const float *x, int n, float *min, float *max) {
+    *min = FLT_MAX, *max = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < *min) *min = x[j];
+        if (x[j] > *max) *max = x[j];
+    }
 }
 
 #endif
