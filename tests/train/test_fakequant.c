@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/train/fixture.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/util.h"
@@ -78,12 +79,8 @@ static void test_rows(void) {
 
 int main(void) {
     if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
-    char base[512], err[256];
-    bn_mkmodel_params p;
-    bn_mkmodel_defaults(&p, "tiny");
-    p.type = BN_F16;
-    snprintf(base, sizeof base, "%s/tiny.gguf", dir);
-    if (bn_mkmodel_write(&p, base, err, sizeof err)) { CHECK(0, "mkmodel: %s", err); return test_done("train_fakequant"); }
+    char base[512];
+    if (fx_write_tiny(dir, BN_F16, base, sizeof base) != 0) return test_done("train_fakequant");
     test_rows();
     test_model(base, "Q1_0");
     test_model(base, "Q2_0");

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "tests/train/sft_fixture.h"
+#include "tests/train/fixture.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/gguf.h"
@@ -104,7 +104,7 @@ static void test_ste_gradient(const bn_model *m, const bn_sft_data *d) {
     float *w0 = xmalloc(nb), *fq0 = xmalloc(nb), *fq_want = xmalloc(nb);
     memcpy(w0, p->params, nb);
     memcpy(fq0, p->fq, nb);
-    bn_sft_cfg cfg = sft_fx_cfg(1);
+    bn_sft_cfg cfg = fx_sft_cfg(1);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = 1};
     bn_rng_seed(&pos.rng, 3);
@@ -134,7 +134,7 @@ static void test_ste_gradient(const bn_model *m, const bn_sft_data *d) {
 // train: n steps (seed 7) of p; returns the last loss.
 static double train(bn_sft_params *p, const bn_sft_data *d, int n) {
     char err[256];
-    bn_sft_cfg cfg = sft_fx_cfg(n);
+    bn_sft_cfg cfg = fx_sft_cfg(n);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = n};
     bn_rng_seed(&pos.rng, 7);
@@ -246,7 +246,7 @@ static void test_checkpoint(const bn_model *m, const bn_sft_data *d) {
     snprintf(ck, sizeof ck, "%s/qat.ckpt", DIR_);
     bn_sft_params *p = qat_params(m, NULL);
     if (!p) return;
-    bn_sft_cfg cfg = sft_fx_cfg(2);
+    bn_sft_cfg cfg = fx_sft_cfg(2);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = 2};
     bn_rng_seed(&pos.rng, 5);
@@ -275,7 +275,7 @@ int main(void) {
     if (!mkdtemp(DIR_)) return test_skip("mkdtemp failed");
     char path[700], tokpath[700], err[256];
     snprintf(tokpath, sizeof tokpath, "%s/tokens.bin", DIR_);
-    bn_model *m = sft_fx_tiny_model(DIR_, path, sizeof path);
+    bn_model *m = fx_tiny_model(DIR_, BN_F32, path, sizeof path);
     if (!m) return test_done("train_qat");
     // the data: one random 64-token sequence (ids < 256, seed 2024), 10 times over
     uint32_t tok[640];

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "tests/train/sft_fixture.h"
+#include "tests/train/fixture.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
@@ -34,7 +34,7 @@ static void test_memorise(const bn_model *m, const bn_sft_data *d) {
     bn_sft_params *p = bn_sft_params_new(m, err, sizeof err);
     CHECK(p != NULL, "params: %s", err);
     if (!p) return;
-    bn_sft_cfg cfg = sft_fx_cfg(40);
+    bn_sft_cfg cfg = fx_sft_cfg(40);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = cfg.total_steps};
     bn_rng_seed(&pos.rng, 7);
@@ -63,7 +63,7 @@ static void run_steps(bn_sft_params *p, bn_adamw *o, bn_sft_pos *pos, const bn_s
 static void test_resume(const bn_model *m, const bn_sft_data *d) {
     char err[256], ck[600];
     snprintf(ck, sizeof ck, "%s/sft.ckpt", DIR_);
-    bn_sft_cfg cfg = sft_fx_cfg(6);
+    bn_sft_cfg cfg = fx_sft_cfg(6);
     cfg.warmup_ratio = 0.2f;
     double a[6], b[6];
     // one run of 6 steps
@@ -116,7 +116,7 @@ static void test_write_back(const bn_model *m, const bn_sft_data *d) {
     char err[256], out[600];
     snprintf(out, sizeof out, "%s/trained.gguf", DIR_);
     bn_sft_params *p = bn_sft_params_new(m, err, sizeof err);
-    bn_sft_cfg cfg = sft_fx_cfg(3);
+    bn_sft_cfg cfg = fx_sft_cfg(3);
     bn_adamw *o = bn_adamw_new(p->n_params);
     bn_sft_pos pos = {.total_steps = 3};
     bn_rng_seed(&pos.rng, 5);
@@ -198,7 +198,7 @@ static void test_decay(const bn_model *m, const bn_sft_data *d) {
     bn_sft_params *a = bn_sft_params_new(m, err, sizeof err), *b = bn_sft_params_new(m, err, sizeof err);
     float *theta0 = xmalloc(sizeof(float) * (size_t)a->n_params);
     memcpy(theta0, a->params, sizeof(float) * (size_t)a->n_params);
-    bn_sft_cfg ca = sft_fx_cfg(1), cb = sft_fx_cfg(1);
+    bn_sft_cfg ca = fx_sft_cfg(1), cb = fx_sft_cfg(1);
     ca.adam.weight_decay = 0.5f;
     cb.adam.weight_decay = 0.0f;
     bn_adamw *oa = bn_adamw_new(a->n_params), *ob = bn_adamw_new(b->n_params);
@@ -276,7 +276,7 @@ int main(void) {
     if (!mkdtemp(DIR_)) return test_skip("mkdtemp failed");
     char path[600], tokpath[600], err[256];
     snprintf(tokpath, sizeof tokpath, "%s/tokens.bin", DIR_);
-    bn_model *m = sft_fx_tiny_model(DIR_, path, sizeof path);
+    bn_model *m = fx_tiny_model(DIR_, BN_F32, path, sizeof path);
     if (!m) return test_done("train_sft_train");
     // a fixed random 64-token sequence repeated 10 times
     uint32_t seq[64], tok[640];

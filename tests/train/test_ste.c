@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/train/fixture.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
@@ -266,14 +267,9 @@ static void test_ftpo(const bn_model *m, const char *base) {
 
 int main(void) {
     if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
-    char base[512], err[256];
-    bn_mkmodel_params p;
-    bn_mkmodel_defaults(&p, "tiny");
-    p.type = BN_F16;
-    snprintf(base, sizeof base, "%s/tiny.gguf", dir);
-    if (bn_mkmodel_write(&p, base, err, sizeof err)) { CHECK(0, "mkmodel: %s", err); return test_done("train_ste"); }
-    bn_model *m = bn_model_load(base, err, sizeof err);
-    if (!m) { CHECK(0, "load: %s", err); return test_done("train_ste"); }
+    char base[512];
+    bn_model *m = fx_tiny_model(dir, BN_F16, base, sizeof base);
+    if (!m) return test_done("train_ste");
     test_definition(m);
     test_merge(m, base);
     test_ftpo(m, base);
