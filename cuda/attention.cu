@@ -127,9 +127,10 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
             m[g] = m_new;
         }
         __syncthreads(); // every thread has its maxima before the scores become probabilities
-        for (int i = threadIdx.x; i < G * ATT_TILE; i += blockDim.x) {
-            const int g = i / ATT_TILE, kk = i % ATT_TILE;
-            if (kk < nt) sc[i] = expf(sc[i] - m[g]);
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++) { // g constant after unrolling: m[] stays in registers
+            if (g >= G) break;
+            for (int kk = threadIdx.x; kk < nt; kk += blockDim.x) sc[g * ATT_TILE + kk] = expf(sc[g * ATT_TILE + kk] - m[g]);
         }
         __syncthreads();
         for (int kk = 0; kk < nt; kk++) {

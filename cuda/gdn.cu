@@ -15,19 +15,26 @@ static __global__ void conv_norm_kernel(float *mix, float *window, const float *
     const int head = blockIdx.x, i = threadIdx.x, km1 = K - 1;
     const bool active = i < dk, normed = head < 2 * Hk; // normed is uniform over the block
     const int ch = head * dk + i;
-    float win[BN_CU_MAX_CONV_K];
+    // the window in registers: every loop over it is unrolled to BN_CU_MAX_CONV_K with k < km1 guards, so
+    // its indices are constants (a run-time index would move it to local memory)
+    float win[BN_CU_MAX_CONV_K] = {};
     float *wd = window + (size_t)ch * km1;
     const float *wc = w + (size_t)ch * K;
-    for (int k = 0; active && k < km1; k++) win[k] = wd[k];
+#pragma unroll
+    for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
+        if (active && k < km1) win[k] = wd[k];
     for (int t = 0; t < nb; t++) {
         float *xt = mix + (size_t)t * C + ch;
         float out = 0.0f;
         if (active) {
             const float x_now = *xt;
             float acc = wc[km1] * x_now;
-            for (int k = 0; k < km1; k++) acc += wc[k] * win[k];
-            for (int k = 0; k + 1 < km1; k++) win[k] = win[k + 1];
-            if (km1 > 0) win[km1 - 1] = x_now;
+#pragma unroll
+            for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
+                if (k < km1) acc += wc[k] * win[k];
+#pragma unroll
+            for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
+                if (k < km1) win[k] = k + 1 < km1 ? win[(k + 1) % BN_CU_MAX_CONV_K] : x_now;
             out = bn_cu_silu(acc);
         }
         if (normed) {
@@ -38,10 +45,14 @@ static __global__ void conv_norm_kernel(float *mix, float *window, const float *
         if (active) {
             *xt = out;
             if (snaps)
-                for (int k = 0; k < km1; k++) snaps[t][snap_off + (size_t)ch * km1 + k] = win[k];
+#pragma unroll
+                for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
+                    if (k < km1) snaps[t][snap_off + (size_t)ch * km1 + k] = win[k];
         }
     }
-    for (int k = 0; active && k < km1; k++) wd[k] = win[k];
+#pragma unroll
+    for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
+        if (active && k < km1) wd[k] = win[k];
 }
 
 cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,

@@ -99,8 +99,9 @@ template <int R> __device__ __forceinline__ bn_mmvq_job bn_mmvq_target(const bn_
 }
 
 // mmvq_q: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
+// __launch_bounds__(256, 2): at most 128 registers, so 2 blocks of 256 fit per SM (NB 8 needed ~140).
 template <int T, int NB, int R>
-__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs,
+__global__ void __launch_bounds__(32 * MMVQ_MAX_WARPS, 2) mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs,
                        const bn_q8_ds *__restrict__ ads, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     const bn_mmvq_job j = bn_mmvq_target<R>(t);
@@ -178,7 +179,7 @@ static int mmvq_warps(int64_t n) {
 template <int T, int NB>
 static cudaError_t launch_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act,
                                const float *x, int nb, cudaStream_t s) {
-    constexpr int R = NB <= 2 ? 4 : 2; // rows per block: more activation reuse where registers allow
+    constexpr int R = NB <= 2 ? 4 : NB <= 4 ? 2 : 1; // rows per block: activation reuse where registers allow
     constexpr bool quantized = bn_cu_blck(T) >= 32;
     bn_mmvq_targets t = {};
     t.n = n;
