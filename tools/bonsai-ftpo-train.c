@@ -43,6 +43,13 @@ static void usage(int code) {
         "  --preset NAME        antidoom (default: per-row mean, λ_nt 0.4, λ_t 0.05, τ_t 0.5) |\n"
         "                       antislop (weighted mean + fallback, τ_t 1, λ_agg 0.1, τ_agg 2)\n"
         "  --eps X  --lambda-nt X  --lambda-t X  --tau-t X  --lambda-agg X  --tau-agg X  --weighted-mean\n"
+        "plain-text tether (off by default):\n"
+        "  --tether-text FILE   plain UTF-8 text (e.g. the model's training corpus; never the text perplexity is\n"
+        "                       measured on): each step adds λ·mean KL(p_ref ‖ p_θ) over every position of\n"
+        "                       --tether-batch windows of --tether-ctx tokens (p_ref = the base the policy starts\n"
+        "                       from: the quantized base with --ste-type); windows in a seeded order, reference\n"
+        "                       log-probs cached per window\n"
+        "  --lambda-tether X    (0 = off)     --tether-ctx N (64)   --tether-batch N (2)\n"
         "files:\n"
         "  --checkpoint FILE    write a checkpoint at epoch ends / --save-every steps / the end\n"
         "  --save-every N       (0)           --resume FILE      continue from a checkpoint\n"
@@ -118,6 +125,7 @@ static int eval_main(const bn_model *m, const bn_train_rows *rows, const char *a
 }
 
 int main(int argc, char **argv) {
+    const char *tether_path = NULL;
     const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL, *eval_adapter = NULL, *merge_adapter = NULL, *merge_type = "keep";
     float lora_scale = 1.0f;
     bn_ftpo_train_opts o = bn_ftpo_train_defaults();
@@ -157,6 +165,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--lambda-agg") && has) lagg = (float)atof(argv[++i]);
         else if (!strcmp(a, "--tau-agg") && has) tagg = (float)atof(argv[++i]);
         else if (!strcmp(a, "--weighted-mean")) weighted = true;
+        else if (!strcmp(a, "--tether-text") && has) tether_path = argv[++i];
+        else if (!strcmp(a, "--lambda-tether") && has) o.lambda_tether = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--tether-ctx") && has) o.tether_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--tether-batch") && has) o.tether_batch = atoi(argv[++i]);
         else if (!strcmp(a, "--checkpoint") && has) o.ckpt_path = argv[++i];
         else if (!strcmp(a, "--save-every") && has) o.save_every = atoi(argv[++i]);
         else if (!strcmp(a, "--resume") && has) o.resume_path = argv[++i];
@@ -194,8 +206,13 @@ int main(int argc, char **argv) {
     if (!isnan(tagg)) o.loss.tau_agg = tagg;
     if (weighted) o.loss.reduction = BN_FTPO_WEIGHTED;
     if (o.rank <= 0 || o.epochs <= 0 || o.batch <= 0 || o.grad_accum <= 0 || o.lr < 0 || o.dropout < 0 || o.dropout >= 1 ||
-        o.loss.eps <= 0) {
-        fprintf(stderr, "bonsai-ftpo-train: rank/epochs/batch/grad-accum must be > 0, lr >= 0, 0 <= dropout < 1, eps > 0\n");
+        o.loss.eps <= 0 || o.lambda_tether < 0 || o.tether_ctx < 2 || o.tether_batch < 1) {
+        fprintf(stderr, "bonsai-ftpo-train: rank/epochs/batch/grad-accum must be > 0, lr >= 0, 0 <= dropout < 1, eps > 0, "
+                "lambda-tether >= 0, tether-ctx >= 2, tether-batch >= 1\n");
+        return 1;
+    }
+    if ((o.lambda_tether > 0) != (tether_path != NULL)) {
+        fprintf(stderr, "bonsai-ftpo-train: --tether-text and --lambda-tether > 0 go together\n");
         return 1;
     }
 
@@ -207,6 +224,22 @@ int main(int argc, char **argv) {
     if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     fprintf(stderr, "ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n",
             rows->n_rows, pairs_path, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
+    int32_t *tether_tok = NULL;
+    if (tether_path && !eval_adapter) {
+        size_t n_text;
+        char *text = bn_read_file(tether_path, &n_text, err, sizeof err);
+        if (!text) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+        int n_tok = tok ? bn_tokenize(tok, text, n_text, false, false, &tether_tok) : -1;
+        free(text);
+        if (n_tok < 0) {
+            fprintf(stderr, "bonsai-ftpo-train: %s: %s\n", tether_path,
+                    tok ? "cannot tokenize" : "the model has no tokenizer to tokenize it");
+            return 1;
+        }
+        o.tether_tokens = tether_tok;
+        o.n_tether_tokens = n_tok;
+        fprintf(stderr, "ftpo-train: tether text %s: %d tokens\n", tether_path, n_tok);
+    }
     if (eval_adapter) {
         int erc = eval_main(m, rows, eval_adapter, &o.loss);
         bn_train_rows_free(rows);
@@ -227,6 +260,8 @@ int main(int argc, char **argv) {
             (long long)res.steps, (long long)res.total_steps,
             res.early_stopped ? " (early stop)" : res.interrupted ? " (interrupted)" : "",
             res.first_chosen_win, res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss, o.out_adapter);
+    if (tether_tok) fprintf(stderr, "ftpo-train: tether KL %.5g -> %.5g\n", res.first_tether, res.last_tether);
+    free(tether_tok);
     bn_train_rows_free(rows);
     bn_tokenizer_free(tok);
     bn_model_free(m);

@@ -603,43 +603,61 @@ int bn_train_backward(bn_train_graph *g, const float *dlogits, char *err, size_t
 
 // ---- full-parameter mode (train/sft.h) -----------------------------------------------------------
 
-bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, int n, float *logits,
-                                     char *err, size_t errlen) {
+// forward_all: every position's logits {n_vocab, n} of m with adapter l (NULL = none; no dropout).
+static bn_train_graph *forward_all(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, float *logits,
+                                   char *err, size_t errlen) {
     const bn_config *cf = &m->cfg;
     const int H = cf->n_embd;
-    bn_train_graph *g = forward_layers(m, NULL, tokens, n, NULL, true, err, errlen);
+    bn_train_graph *g = forward_layers(m, l, tokens, n, NULL, true, err, errlen);
     if (!g) return NULL;
-    ctx_t c = {.m = m, .T = n, .err = err, .errlen = errlen};
+    ctx_t c = {.m = m, .l = l, .T = n, .err = err, .errlen = errlen};
     float *xf = fzeros((size_t)H * n);
     for (int t = 0; t < n; t++)
         bn_rmsnorm(xf + (size_t)t * H, g->x_final + (size_t)t * H, F(&m->w.output_norm), H, cf->norm_eps);
-    int rc = lin_fwd(&c, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, NULL, false);
+    int rc = lin_fwd(&c, -1, BN_LORA_HEAD, &m->w.output, NULL, xf, logits, &g->head, false);
     ffree(xf);
     if (rc) { bn_train_graph_free(g); return NULL; }
     return g;
 }
 
-int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_weights *grads, char *err, size_t errlen) {
+bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, int n, float *logits,
+                                     char *err, size_t errlen) {
+    return forward_all(m, NULL, tokens, n, logits, err, errlen);
+}
+
+bn_train_graph *bn_train_forward_all_lora(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, float *logits,
+                                          char *err, size_t errlen) {
+    return forward_all(m, l, tokens, n, logits, err, errlen);
+}
+
+// backward_all: dlogits {n_vocab, T} of a forward_all graph; grads != NULL: ∂L/∂W into grads (full-parameter
+// mode, no adapter); grads == NULL: ∂L/∂A, ∂L/∂B into the graph's adapter. Returns 0 or -1 (err).
+static int backward_all(bn_train_graph *g, const float *dlogits, const bn_weights *grads, char *err, size_t errlen) {
     const bn_model *m = g->m;
     const bn_config *cf = &m->cfg;
     const int H = cf->n_embd, L = cf->n_layer, T = g->T;
-    if (!g->x_final) return bn_err(err, errlen, "training: bn_train_backward_full needs bn_train_forward_all");
-    ctx_t c = {.m = m, .T = T, .err = err, .errlen = errlen, .gw = grads};
+    if (!g->x_final) return bn_err(err, errlen, "training: an all-positions backward needs bn_train_forward_all(_lora)");
+    if (!grads && !g->l) return bn_err(err, errlen, "training: no adapter to take the gradients");
+    ctx_t c = {.m = m, .l = grads ? NULL : g->l, .T = T, .err = err, .errlen = errlen, .gw = grads};
     // head over all positions: dxf = outputᵀ dlogits, d(output) += dlogits xfᵀ, then the final norm
     float *xf = fzeros((size_t)H * T), *dxf = fzeros((size_t)H * T);
     for (int t = 0; t < T; t++)
         bn_rmsnorm(xf + (size_t)t * H, g->x_final + (size_t)t * H, F(&m->w.output_norm), H, cf->norm_eps);
-    int rc = lin_bwd(&c, -1, BN_LORA_HEAD, &m->w.output, xf, NULL, dlogits, dxf);
+    int rc = lin_bwd(&c, -1, BN_LORA_HEAD, &m->w.output, xf, &g->head, dlogits, dxf);
     float *dx = fzeros((size_t)H * T), *dx_prev = fzeros((size_t)H * T);
     if (rc == 0) {
         bn_rmsnorm_bwd(g->x_final, F(&m->w.output_norm), H, T, cf->norm_eps, dxf, dx);
-        if (grads->output_norm.data)
+        if (grads && grads->output_norm.data)
             bn_rmsnorm_wgrad(g->x_final, H, T, cf->norm_eps, dxf, (float *)grads->output_norm.data);
     }
     ffree(xf);
     ffree(dxf);
     for (int il = L - 1; il >= 0 && rc == 0; il--) {
         acts_t a = {0};
+        bn_layer_weights lw_f32; // adapter mode: one dequantization for recompute + backward (grad_of needs m's own)
+        bool have_f32 = !grads && layer_f32_make(m, il, &lw_f32);
+        c.lw_f32 = have_f32 ? &lw_f32 : NULL;
+        c.lw_f32_il = il;
         float *x_out = fzeros((size_t)H * T);
         rc = layer_fwd(&c, il, g->x_in[il], x_out, &a); // recompute
         ffree(x_out);
@@ -648,12 +666,14 @@ int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_wei
             rc = layer_bwd(&c, il, g->x_in[il], &a, dx, dx_prev);
         }
         acts_free(&a);
+        if (have_f32) layer_f32_free(m, il, &lw_f32);
+        c.lw_f32 = NULL;
         float *tmp = dx;
         dx = dx_prev;
         dx_prev = tmp;
     }
     // embedding rows: d(token_embd)[tok_t] += dx_t
-    float *demb = (float *)grads->token_embd.data;
+    float *demb = grads ? (float *)grads->token_embd.data : NULL;
     if (rc == 0 && demb)
         for (int t = 0; t < T; t++) {
             float *row = demb + (size_t)g->tokens[t] * H;
@@ -662,6 +682,15 @@ int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_wei
     ffree(dx);
     ffree(dx_prev);
     return rc;
+}
+
+int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_weights *grads, char *err, size_t errlen) {
+    if (!grads) return bn_err(err, errlen, "training: bn_train_backward_full needs gradient buffers");
+    return backward_all(g, dlogits, grads, err, errlen);
+}
+
+int bn_train_backward_all_lora(bn_train_graph *g, const float *dlogits, char *err, size_t errlen) {
+    return backward_all(g, dlogits, NULL, err, errlen);
 }
 
 void bn_train_graph_free(bn_train_graph *g) {

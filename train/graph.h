@@ -35,6 +35,14 @@ bn_train_graph *bn_train_forward_all(const bn_model *m, const int32_t *tokens, i
 // like m->w whose .data point to F32 gradient buffers (NULL = not trained; a tied head's output
 // should point at token_embd's buffer). Returns 0 or -1 (err).
 int bn_train_backward_full(bn_train_graph *g, const float *dlogits, const bn_weights *grads, char *err, size_t errlen);
+// ---- adapter over every position (the plain-text tether of train/trainer.h) ----------------------
+// bn_train_forward_all_lora: as bn_train_forward_all but with adapter l (no dropout; l->ste as in
+// bn_train_forward): every position's logits {n_vocab, n}; returns the graph or NULL (err).
+bn_train_graph *bn_train_forward_all_lora(const bn_model *m, bn_lora *l, const int32_t *tokens, int n, float *logits,
+                                          char *err, size_t errlen);
+// bn_train_backward_all_lora: given dlogits {n_vocab, n} of a bn_train_forward_all_lora graph, ADDS ∂L/∂A and
+// ∂L/∂B into l->grads. Returns 0 or -1 (err).
+int bn_train_backward_all_lora(bn_train_graph *g, const float *dlogits, char *err, size_t errlen);
 // bn_train_graph_free: frees the saved activations (NULL is fine).
 void bn_train_graph_free(bn_train_graph *g);
 
