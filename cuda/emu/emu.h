@@ -78,12 +78,18 @@ struct SharedKey {
 void *shared_static(SharedKey *key, size_t bytes, size_t align);
 // shared_dynamic: the dynamic shared region of the running launch (smem_bytes of BN_LAUNCH).
 void *shared_dynamic();
-// syncthreads: block barrier; aborts on deadlock (threads exited or waiting elsewhere).
-void syncthreads();
+// syncthreads: block barrier at source position site; aborts on deadlock (threads exited or waiting
+// elsewhere) and when threads of one barrier arrive from different sites (divergent __syncthreads).
+void syncthreads(const char *site);
 // syncthreads_count: block barrier; returns how many threads passed a nonzero pred.
-int syncthreads_count(int pred);
-// warp_exchange: warp barrier publishing v; returns the 32 published values of this exchange.
-const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what);
+int syncthreads_count(int pred, const char *site);
+// warp_exchange: warp barrier publishing v; returns the 32 published values of this exchange. Aborts
+// when the mask names a lane that has exited or does not exist, or when lanes arrive from different
+// warp operations or sites (divergence; __syncwarp may be called from different sites).
+const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what, const char *site);
+// misaligned: aborts naming the running thread: a vector load at p not aligned to `align` bytes (the GPU
+// raises cudaErrorMisalignedAddress).
+[[noreturn]] void misaligned(const char *what, const void *p, size_t align);
 // launch: runs (or, on a capturing stream, records) body for every thread of grid x block.
 void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             std::function<void()> body);
@@ -106,13 +112,32 @@ inline void bn_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 blo
 }
 
 // ---- barriers, shuffles, votes ----------------------------------------------------------------------
-static inline void __syncthreads() { bn_emu::syncthreads(); }
-static inline int __syncthreads_count(int pred) { return bn_emu::syncthreads_count(pred); }
-static inline int __syncthreads_and(int pred) {
-    return bn_emu::syncthreads_count(pred) == (int)(blockDim.x * blockDim.y * blockDim.z);
+// Each is a macro passing its source position (BN_EMU_SITE) so that divergent barriers are reported.
+#define BN_EMU_STR2(x) #x
+#define BN_EMU_STR(x) BN_EMU_STR2(x)
+#define BN_EMU_SITE __FILE__ ":" BN_EMU_STR(__LINE__)
+#define __syncthreads() bn_emu::syncthreads(BN_EMU_SITE)
+#define __syncthreads_count(pred) bn_emu::syncthreads_count((pred), BN_EMU_SITE)
+#define __syncthreads_and(pred) bn_emu_syncthreads_and((pred), BN_EMU_SITE)
+#define __syncthreads_or(pred) (bn_emu::syncthreads_count((pred), BN_EMU_SITE) != 0)
+#define __syncwarp(...) bn_emu_syncwarp(BN_EMU_SITE, ##__VA_ARGS__)
+#define __shfl_sync(...) bn_emu_shfl_sync(BN_EMU_SITE, __VA_ARGS__)
+#define __shfl_xor_sync(...) bn_emu_shfl_xor_sync(BN_EMU_SITE, __VA_ARGS__)
+#define __shfl_down_sync(...) bn_emu_shfl_down_sync(BN_EMU_SITE, __VA_ARGS__)
+#define __shfl_up_sync(...) bn_emu_shfl_up_sync(BN_EMU_SITE, __VA_ARGS__)
+#define __ballot_sync(mask, pred) bn_emu_ballot_sync(BN_EMU_SITE, (mask), (pred))
+#define __any_sync(mask, pred) (bn_emu_ballot_sync(BN_EMU_SITE, (mask), (pred)) != 0)
+#define __all_sync(mask, pred) (bn_emu_ballot_sync(BN_EMU_SITE, (mask), (pred)) == 0xffffffffu)
+#define __reduce_add_sync(mask, v) bn_emu_reduce_add_sync(BN_EMU_SITE, (mask), (v))
+#define __reduce_max_sync(mask, v) bn_emu_reduce_max_sync(BN_EMU_SITE, (mask), (v))
+#define bn_warp_reduce_sum(v) bn_emu_warp_reduce_sum(BN_EMU_SITE, (v))
+#define bn_warp_reduce_max(v) bn_emu_warp_reduce_max(BN_EMU_SITE, (v))
+static inline int bn_emu_syncthreads_and(int pred, const char *site) {
+    return bn_emu::syncthreads_count(pred, site) == (int)(blockDim.x * blockDim.y * blockDim.z);
 }
-static inline int __syncthreads_or(int pred) { return bn_emu::syncthreads_count(pred) != 0; }
-static inline void __syncwarp(unsigned mask = 0xffffffffu) { bn_emu::warp_exchange(mask, 0, "__syncwarp"); }
+static inline void bn_emu_syncwarp(const char *site, unsigned mask = 0xffffffffu) {
+    bn_emu::warp_exchange(mask, 0, "__syncwarp", site);
+}
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}
 static inline unsigned __activemask() { return 0xffffffffu; }
@@ -128,48 +153,48 @@ template <class T> inline T bn_emu_from_bits(uint64_t b) {
     memcpy(&v, &b, sizeof(T));
     return v;
 }
-template <class T> inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_sync");
+template <class T> inline T bn_emu_shfl_sync(const char *site, unsigned mask, T var, int src_lane, int width = 32) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_sync", site);
     int lane = (int)bn_emu::cur->lane;
     int src = (lane & ~(width - 1)) + (src_lane & (width - 1));
     return bn_emu_from_bits<T>(slot[src]);
 }
-template <class T> inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_xor_sync");
+template <class T> inline T bn_emu_shfl_xor_sync(const char *site, unsigned mask, T var, int lane_mask, int width = 32) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_xor_sync", site);
     int lane = (int)bn_emu::cur->lane;
     int src = lane ^ lane_mask;
     if (src >= (lane & ~(width - 1)) + width) src = lane; // later groups are not visible
     return bn_emu_from_bits<T>(slot[src]);
 }
-template <class T> inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_down_sync");
+template <class T> inline T bn_emu_shfl_down_sync(const char *site, unsigned mask, T var, unsigned delta, int width = 32) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_down_sync", site);
     int lane = (int)bn_emu::cur->lane;
     int src = (lane & (width - 1)) + (int)delta >= width ? lane : lane + (int)delta;
     return bn_emu_from_bits<T>(slot[src]);
 }
-template <class T> inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_up_sync");
+template <class T> inline T bn_emu_shfl_up_sync(const char *site, unsigned mask, T var, unsigned delta, int width = 32) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, bn_emu_bits(var), "__shfl_up_sync", site);
     int lane = (int)bn_emu::cur->lane;
     int src = (lane & (width - 1)) - (int)delta < 0 ? lane : lane - (int)delta;
     return bn_emu_from_bits<T>(slot[src]);
 }
-static inline unsigned __ballot_sync(unsigned mask, int pred) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, pred != 0, "__ballot_sync");
+static inline unsigned bn_emu_ballot_sync(const char *site, unsigned mask, int pred) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, pred != 0, "__ballot_sync", site);
     unsigned bits = 0;
     for (int l = 0; l < 32; l++) bits |= (unsigned)(slot[l] != 0) << l;
     return bits;
 }
-static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
-static inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == 0xffffffffu; }
-static inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, v, "__reduce_add_sync");
+static inline unsigned bn_emu_reduce_add_sync(const char *site, unsigned mask, unsigned v) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, v, "__reduce_add_sync", site);
     unsigned s = 0;
     for (int l = 0; l < 32; l++) s += (unsigned)slot[l];
     return s;
 }
-static inline int __reduce_add_sync(unsigned mask, int v) { return (int)__reduce_add_sync(mask, (unsigned)v); }
-static inline int __reduce_max_sync(unsigned mask, int v) {
-    const uint64_t *slot = bn_emu::warp_exchange(mask, (uint32_t)v, "__reduce_max_sync");
+static inline int bn_emu_reduce_add_sync(const char *site, unsigned mask, int v) {
+    return (int)bn_emu_reduce_add_sync(site, mask, (unsigned)v);
+}
+static inline int bn_emu_reduce_max_sync(const char *site, unsigned mask, int v) {
+    const uint64_t *slot = bn_emu::warp_exchange(mask, (uint32_t)v, "__reduce_max_sync", site);
     int m = (int)(uint32_t)slot[0];
     for (int l = 1; l < 32; l++) m = (int)(uint32_t)slot[l] > m ? (int)(uint32_t)slot[l] : m;
     return m;
@@ -190,16 +215,16 @@ template <class T, class Op> inline T butterfly(const uint64_t *slot, unsigned l
 }
 } // namespace bn_emu
 // bn_warp_reduce_{sum,max} (see cuda/common.cuh): one warp exchange instead of five in the emulator.
-static inline float bn_warp_reduce_sum(float v) {
-    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_sum");
+static inline float bn_emu_warp_reduce_sum(const char *site, float v) {
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_sum", site);
     return bn_emu::butterfly<float>(slot, bn_emu::cur->lane, [](float a, float b) { return a + b; });
 }
-static inline int bn_warp_reduce_sum(int v) {
-    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_sum");
+static inline int bn_emu_warp_reduce_sum(const char *site, int v) {
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_sum", site);
     return bn_emu::butterfly<int>(slot, bn_emu::cur->lane, [](int a, int b) { return (int)((unsigned)a + (unsigned)b); });
 }
-static inline float bn_warp_reduce_max(float v) {
-    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_max");
+static inline float bn_emu_warp_reduce_max(const char *site, float v) {
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, bn_emu_bits(v), "bn_warp_reduce_max", site);
     return bn_emu::butterfly<float>(slot, bn_emu::cur->lane, [](float a, float b) { return fmaxf(a, b); });
 }
 
@@ -258,7 +283,11 @@ static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 255u) << (8 * i);
     return r;
 }
-template <class T> inline T __ldg(const T *p) { return *p; }
+// __ldg: the load; a vector type (int4, float2, ...) must sit at its alignment, as on the GPU.
+template <class T> inline T __ldg(const T *p) {
+    if (alignof(T) > 1 && (uintptr_t)p % alignof(T) != 0) bn_emu::misaligned("__ldg", p, alignof(T));
+    return *p;
+}
 
 // ---- float intrinsics ----------------------------------------------------------------------------
 #ifndef __GLIBC__ // glibc's math.h already declares these (same functions as expf, ...)

@@ -39,6 +39,9 @@ struct Fiber : Thread {
 struct Warp {
     uint64_t slot[2][32]; // double-buffered exchange slots (a lane cannot be two exchanges ahead)
     int parity, count, nlanes;
+    int ndone;            // lanes that have exited
+    const char *what;     // the exchange the waiting lanes are in, and its source position
+    const char *site;
     Fiber *waiting[32];
 };
 
@@ -68,6 +71,7 @@ struct Exec {
     int qhead, qlen;
     Fiber **bar_wait;            // arrival order at __syncthreads [nthreads]
     int bar_count;
+    const char *bar_site;        // source position of the barrier the waiting threads are in
     int bar_parity;              // __syncthreads_count sums, double-buffered like the warp slots
     int bar_sum[2];
     Warp *warps;                 // [nthreads / 32 rounded up]
@@ -242,6 +246,7 @@ void release_warp(Fiber **waiters, int n) {
 }
 
 void fiber_main();
+const char *where();
 
 // start: gives a fresh fiber its own stack and a context that enters fiber_main.
 inline void start(Fiber *f) {
@@ -275,6 +280,12 @@ void fiber_main() {
         (*X.body)();
         self->state = F_DONE;
         X.ndone++;
+        Warp &w = X.warps[self->warp];
+        w.ndone++;
+        if (w.count > 0) // on a GPU the waiting lanes hang or read undefined values
+            die("%s: thread %u (lane %u) exited while %d lane(s) of its warp wait at %s (%s): the full mask names "
+                "a lane that has exited",
+                where(), self->lin, self->lane, w.count, w.what, w.site);
         Fiber *next = q_pop();
         if (next && !next->started) {
             next->started = true;
@@ -350,11 +361,13 @@ void run_block(uint3 bidx) {
     X.qhead = 0;
     X.qlen = n;
     X.bar_count = 0;
+    X.bar_site = nullptr;
     X.bar_parity = 0;
     X.bar_sum[0] = X.bar_sum[1] = 0;
     X.ndone = 0;
     for (int w = 0; w < (n + 31) / 32; w++) {
         X.warps[w].count = 0;
+        X.warps[w].ndone = 0;
         X.warps[w].parity = 0;
         X.warps[w].nlanes = std::min(32, n - 32 * w);
     }
@@ -514,8 +527,16 @@ void install_fault_handler() {
     sigaction(SIGBUS, &sa, nullptr);
 }
 
-int syncthreads_count(int pred) {
+// same_site: two source positions are the same (string literals may or may not be merged).
+inline bool same_site(const char *a, const char *b) { return a == b || strcmp(a, b) == 0; }
+
+int syncthreads_count(int pred, const char *site) {
     Fiber *self = (Fiber *)cur;
+    if (X.bar_count == 0) X.bar_site = site;
+    else if (!same_site(site, X.bar_site))
+        die("%s: divergent __syncthreads: thread %u arrived at the barrier at %s while %d thread(s) wait at the one "
+            "at %s (every thread must reach the same __syncthreads; undefined on a GPU)",
+            where(), self->lin, site, X.bar_count, X.bar_site);
     int par = X.bar_parity;
     X.bar_sum[par] += pred != 0;
     X.bar_wait[X.bar_count++] = self;
@@ -530,14 +551,35 @@ int syncthreads_count(int pred) {
     return X.bar_sum[par];
 }
 
-void syncthreads() { syncthreads_count(0); }
+void syncthreads(const char *site) { syncthreads_count(0, site); }
 
-const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what) {
+const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what, const char *site) {
     Fiber *self = (Fiber *)cur;
-    if (mask != 0xffffffffu)
-        die("%s: thread %u: %s with mask 0x%08x: the emulator supports only full-warp masks (0xffffffff)", where(),
-            self->lin, what, mask);
     Warp &w = X.warps[self->warp];
+    const unsigned live = w.nlanes == 32 ? 0xffffffffu : (1u << w.nlanes) - 1; // the lanes the warp has
+    if (mask == 0xffffffffu && live != mask)
+        die("%s: thread %u: %s (%s) with mask 0xffffffff names lanes %d..31, which do not exist (the block has %u "
+            "threads: its last warp has %d lanes; use mask 0x%08x)",
+            where(), self->lin, what, site, w.nlanes, X.nthreads, w.nlanes, live);
+    if (mask != live)
+        die("%s: thread %u: %s (%s) with mask 0x%08x: the emulator supports only masks of every lane of the warp "
+            "(0x%08x)", where(), self->lin, what, site, mask, live);
+    if (w.ndone > 0) {
+        unsigned gone = 0;
+        for (int l = 0; l < w.nlanes; l++)
+            if (X.fibers[self->warp * 32 + l].state == F_DONE) { gone = (unsigned)l; break; }
+        die("%s: thread %u: %s (%s): its mask names lane %u, which has exited (undefined on a GPU: a hang or "
+            "garbage)", where(), self->lin, what, site, gone);
+    }
+    if (w.count == 0) {
+        w.what = what;
+        w.site = site;
+    } else if (!(what == w.what || strcmp(what, w.what) == 0) ||
+               (strcmp(what, "__syncwarp") != 0 && !same_site(site, w.site))) { // __syncwarp: any sites
+        die("%s: warp divergence: thread %u (lane %u) arrived at %s (%s) while %d lane(s) of its warp wait at %s "
+            "(%s): all lanes of the mask must execute the same warp operation",
+            where(), self->lin, self->lane, what, site, w.count, w.what, w.site);
+    }
     int par = w.parity;
     w.slot[par][self->lane] = v;
     w.waiting[w.count++] = self;
@@ -578,6 +620,13 @@ void *shared_static(SharedKey *key, size_t bytes, size_t align) {
 }
 
 void *shared_dynamic() { return dyn_base; }
+
+void misaligned(const char *what, const void *p, size_t align) {
+    const Fiber *self = (const Fiber *)cur;
+    die("%s: thread %u: misaligned address: %s of a %zu-byte-aligned type at %p (%zu bytes past alignment); the "
+        "GPU raises cudaErrorMisalignedAddress",
+        where(), self ? self->lin : 0u, what, align, p, (size_t)((uintptr_t)p % align));
+}
 
 cudaError_t func_set_attribute(const void *fn, cudaFuncAttribute attr, int value) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());

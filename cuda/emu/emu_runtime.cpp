@@ -15,6 +15,7 @@ namespace {
 thread_local cudaError_t last_error = cudaSuccess;
 bn_emu_stream legacy_stream = {0, false, false, cudaStreamCaptureModeGlobal, nullptr};
 std::map<uintptr_t, size_t> device_allocs; // start -> bytes asked for
+std::map<uintptr_t, size_t> pinned_allocs; // cudaMallocHost / cudaHostAlloc: start -> bytes
 
 // Device memory protection: outside device work (kernels, copies, memsets, cuBLAS: everything run
 // through submit) every cudaMalloc range is PROT_NONE, so host code that dereferences a device
@@ -64,14 +65,17 @@ double now_ms() {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-// is_device: [p, p + n) lies inside one cudaMalloc allocation.
-bool is_device(const void *p, size_t n) {
+// in_range: [p, p + n) lies inside one allocation of the map.
+bool in_range(const std::map<uintptr_t, size_t> &allocs, const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
-    auto it = device_allocs.upper_bound(a);
-    if (it == device_allocs.begin()) return false;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return false;
     --it;
     return a >= it->first && a + n <= it->first + it->second;
 }
+
+// is_device: [p, p + n) lies inside one cudaMalloc allocation.
+bool is_device(const void *p, size_t n) { return in_range(device_allocs, p, n); }
 
 cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
     if (n == 0) return cudaSuccess;
@@ -361,11 +365,16 @@ cudaError_t cudaFree(void *p) {
 }
 
 cudaError_t cudaMallocHost(void **p, size_t n) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
     *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-    return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
+    if (!*p) return set_error(cudaErrorMemoryAllocation);
+    pinned_allocs[(uintptr_t)*p] = n;
+    return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { return cudaMallocHost(p, n); }
 cudaError_t cudaFreeHost(void *p) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    pinned_allocs.erase((uintptr_t)p);
     free(p);
     return cudaSuccess;
 }
@@ -374,6 +383,18 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
     cudaError_t e = check_copy(dst, src, n, kind);
     if (e) return set_error(e);
+    if (n && resolve(s)->capturing) { // a captured copy's host side must be pinned (staging is not capturable)
+        const void *host_side[2] = {kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ? nullptr : src,
+                                    kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ? nullptr : dst};
+        for (const void *h : host_side)
+            if (h && !is_device(h, n) && !in_range(pinned_allocs, h, n)) {
+                fprintf(stderr, "bonsai-emu: cudaMemcpyAsync of %zu bytes %s pageable host memory %p during a stream "
+                        "capture: not capturable on a GPU (use cudaMallocHost memory); the capture is invalidated\n",
+                        n, h == src ? "from" : "to", h);
+                invalidate_captures();
+                return set_error(cudaErrorStreamCaptureUnsupported);
+            }
+    }
     return set_error(submit(s, "cudaMemcpyAsync", [dst, src, n]() { memmove(dst, src, n); }));
 }
 

@@ -2,6 +2,7 @@
 // cuda/common.cuh contract so nvcc (GPU) and g++ (emulator) both build them.
 #include "cuda/common.cuh"
 #include "tests/cuda/emu_kernels.h"
+#include <stdlib.h>
 #ifdef BONSAI_CUDA_EMU
 #include "cuda/emu/emu_api.h"
 #endif
@@ -203,6 +204,31 @@ __global__ void k_dyn_past_end(int n, float *out) {
     out[threadIdx.x] = buf[threadIdx.x];
 }
 __global__ void k_past_end(float *buf, int n) { buf[n + threadIdx.x] = 1.0f; } // one page past a 4 KiB buffer
+__global__ void k_shfl_exited(float *out) {
+    if (threadIdx.x == 5) return; // lane 5 leaves; the full mask below still names it
+    float v = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
+    out[threadIdx.x] = v;
+}
+__global__ void k_shfl_partial_warp(float *out) { // 48 threads: the second warp has lanes 0..15 only
+    out[threadIdx.x] = bn_warp_reduce_sum((float)threadIdx.x);
+}
+__global__ void k_shfl_diverged(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x % 2) v = __shfl_xor_sync(0xffffffffu, v, 2); // odd lanes here,
+    else v = __shfl_xor_sync(0xffffffffu, v, 2) + 1.0f;          // even lanes at another shuffle
+    out[threadIdx.x] = v;
+}
+__global__ void k_sync_diverged(float *out) {
+    BN_SHARED(float, s, 64);
+    s[threadIdx.x] = (float)threadIdx.x;
+    if (threadIdx.x < 32) __syncthreads(); // two different barriers: undefined on a GPU
+    else __syncthreads();
+    out[threadIdx.x] = s[63 - threadIdx.x];
+}
+__global__ void k_misaligned(const float *x, float *out) {
+    float4 v = __ldg((const float4 *)(x + 1 + 4 * threadIdx.x)); // 4 bytes past 16-byte alignment
+    out[threadIdx.x] = v.x;
+}
 __global__ void k_deep_stack(float *out) {
     volatile char local[256 * 1024]; // 4x the default fiber stack
     for (int i = 0; i < (int)sizeof local; i += 4096) local[i] = (char)i;
@@ -399,6 +425,31 @@ extern "C" int ek_graph(int *live_log, int *baked_log, int *counter_after_captur
     return 0;
 }
 
+extern "C" int ek_capture_pageable(int *pinned_rc, int *pageable_rc, int *end_rc, char *err, size_t errlen) {
+    DevBuf<int> d;
+    TRY(cudaMalloc(&d.p, 64 * sizeof(int)));
+    int *pinned = nullptr;
+    TRY(cudaMallocHost(&pinned, 64 * sizeof(int)));
+    int *pageable = (int *)malloc(64 * sizeof(int));
+    for (int i = 0; i < 64; i++) pinned[i] = pageable[i] = i;
+    cudaStream_t s;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaGraph_t g = nullptr;
+    if (e == cudaSuccess) e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        *pinned_rc = (int)cudaMemcpyAsync(d.p, pinned, 64 * sizeof(int), cudaMemcpyHostToDevice, s);
+        *pageable_rc = (int)cudaMemcpyAsync(d.p, pageable, 64 * sizeof(int), cudaMemcpyHostToDevice, s);
+        *end_rc = (int)cudaStreamEndCapture(s, &g);
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError(); // clear the expected error
+        cudaStreamDestroy(s);
+    }
+    free(pageable);
+    cudaFreeHost(pinned);
+    TRY(e);
+    return 0;
+}
+
 extern "C" int ek_gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C,
                        int ldc, int half_in, int half_out, char *err, size_t errlen) {
     size_t na = (size_t)lda * (ta ? m : k), nbb = (size_t)ldb * (tb ? k : n), nc = (size_t)ldc * n;
@@ -474,6 +525,13 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
         bn_cuda_emu_set_racecheck(1);
         BN_LAUNCH(k_shift, 1, 256, 0, 0, dout.p, dout.p + 256, 0);
         break;
+    case 14: BN_LAUNCH(k_shfl_exited, 1, 32, 0, 0, dout.p); break;
+    case 15: BN_LAUNCH(k_shfl_partial_warp, 1, 48, 0, 0, dout.p); break;
+    case 16: BN_LAUNCH(k_shfl_diverged, 1, 32, 0, 0, dout.p); break;
+    case 17: BN_LAUNCH(k_sync_diverged, 1, 64, 0, 0, dout.p); break;
+    case 18: BN_LAUNCH(k_misaligned, 1, 32, 0, 0, dout.p, dout.p + 1024); break;
+    case 19: BN_LAUNCH(k_null_write, dim3(1, 65536), 32, 0, 0, dout.p); break; // grid y > 65535
+    case 20: BN_LAUNCH(k_null_write, 1, dim3(1, 1, 65), 0, 0, dout.p); break;  // block z > 64
     case 9: {
         DevBuf<float> small;
         TRY(cudaMalloc(&small.p, 4096));

@@ -58,8 +58,15 @@ int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen);
 // without opt-in, 5 block of 2048 threads, 6 store through a null pointer, 7 256 KiB of locals (stack overflow),
 // 8 host code reading device memory, 9 a kernel storing one page past a 4 KiB allocation, 10 a store past
 // the launch's dynamic shared memory, 11 dynamic shared memory used with smem_bytes = 0, 12 a store past
-// a BN_SHARED array, 13 the shift without its barrier under the race check (bn_cuda_emu_set_racecheck).
+// a BN_SHARED array, 13 the shift without its barrier under the race check (bn_cuda_emu_set_racecheck),
+// 14 a full-mask shuffle after lane 5 returned, 15 a full-mask warp reduction in a 48-thread block (lanes
+// that do not exist), 16 odd and even lanes at two different shuffles, 17 two halves of a block at two
+// different __syncthreads, 18 a float4 __ldg 4 bytes past alignment, 19 grid y 65536, 20 block z 65.
 int ek_bad(int which, char *err, size_t errlen);
+// ek_capture_pageable: in a capture, cudaMemcpyAsync from pinned (cudaMallocHost) memory, then from
+// pageable (malloc) memory: *pinned_rc, *pageable_rc their errors and *end_rc that of ending the capture
+// (CUDA: success, cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated).
+int ek_capture_pageable(int *pinned_rc, int *pageable_rc, int *end_rc, char *err, size_t errlen);
 // ek_switch_bench: mode 0: one block of `threads` threads passing `rounds` __syncthreads; mode 1: the
 // same with warp shuffles; mode 2: `rounds` blocks of `threads` threads without barriers. Returns 0.
 // For the emulator's switch cost.

@@ -7,7 +7,9 @@
 // Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
 // half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
 // reading device memory, stores past an allocation, the dynamic shared memory or a BN_SHARED array, a race
-// under the race check) are reported (run in forked children). Speed: tests/cuda/bench_emu.c.
+// under the race check, a shuffle naming an exited or nonexistent lane, lanes at different shuffles, threads
+// at different __syncthreads, a misaligned float4 __ldg, grid y / block z over sm_90's limits) are reported
+// (run in forked children); a pageable-memory copy inside a graph capture is refused (also on a GPU). Speed: tests/cuda/bench_emu.c.
 #include "tests/test.h"
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/cuda_backend.h"
@@ -286,6 +288,22 @@ static void check_graph(void) {
     CHECK(bad_end != 0, "capture after an illegal call was not invalidated");
 }
 
+// check_capture_pageable: in a capture, a copy from pinned memory is recorded; one from pageable memory
+// is refused (cudaErrorStreamCaptureUnsupported) and invalidates the capture, as on a GPU.
+enum { CUDA_SUCCESS_ = 0, CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901 }; // cudaError_t values
+static void check_capture_pageable(void) {
+    int pinned_rc = -1, pageable_rc = -1, end_rc = -1;
+    int rc = ek_capture_pageable(&pinned_rc, &pageable_rc, &end_rc, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    printf("capture: pinned copy -> %d, pageable copy -> %d, end capture -> %d\n", pinned_rc, pageable_rc, end_rc);
+    CHECK(pinned_rc == CUDA_SUCCESS_, "pinned cudaMemcpyAsync in a capture: error %d", pinned_rc);
+    CHECK(pageable_rc == CAPTURE_UNSUPPORTED, "pageable cudaMemcpyAsync in a capture: error %d, want %d",
+          pageable_rc, (int)CAPTURE_UNSUPPORTED);
+    CHECK(end_rc == CAPTURE_INVALIDATED, "end of the capture after it: error %d, want %d", end_rc,
+          (int)CAPTURE_INVALIDATED);
+}
+
 static void check_gemm(int ta, int tb, int half_in, int half_out) {
     int m = 37, n = 29, k = 45;
     int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 1, ldc = m + 2;
@@ -398,6 +416,7 @@ int main(void) {
     check_half();
     check_grid3d();
     check_graph();
+    check_capture_pageable();
     for (int t = 0; t < 4; t++) check_gemm(t >> 1, t & 1, 0, 0);
     for (int t = 0; t < 4; t++) check_gemm(t >> 1, t & 1, 1, 0);
     check_gemm(0, 1, 1, 1);
@@ -411,6 +430,13 @@ int main(void) {
     run_bad(5, SIGABRT, "k_dyn_only", "invalid block size");
     run_bad(12, SIGABRT, "k_static_past_end", "past the end of BN_SHARED array 'tile' (256 bytes)");
     run_bad(13, SIGABRT, "k_shift", "race: device memory after the kernel depends on the thread/block order");
+    run_bad(14, SIGABRT, "k_shfl_exited", "has exited");
+    run_bad(15, SIGABRT, "k_shfl_partial_warp", "names lanes 16..31, which do not exist");
+    run_bad(16, SIGABRT, "k_shfl_diverged", "warp divergence");
+    run_bad(17, SIGABRT, "k_sync_diverged", "divergent __syncthreads");
+    run_bad(18, SIGABRT, "k_misaligned", "misaligned address: __ldg of a 16-byte-aligned type");
+    run_bad(19, SIGABRT, "k_null_write", "invalid grid size (1,65536,1)");
+    run_bad(20, SIGABRT, "k_null_write", "invalid block size (1,1,65)");
 #ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself (and device memory is its heap there)
     run_bad(6, SIGSEGV, "k_null_write", "segmentation fault");
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
