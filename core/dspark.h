@@ -1,5 +1,6 @@
 // core/dspark.h — DSpark block drafter (DSPARK.md §2–4) and the speculative decoding loop over an
-// engine of core/engine.h (CPU or CUDA target; the drafter always runs on the CPU) (DSPARK.md §5–7).
+// engine of core/engine.h (CPU or CUDA target; the drafter runs on the target's device when its backend
+// registered one, bn_dev_drafter_register, else on the CPU) (DSPARK.md §5–7).
 //
 // Drafter: both file conventions (legacy `dspark`, `dflash`) load into one bn_drafter; the tap
 // layers are kept in LEGACY numbering (tap = residual stream AFTER target layer L = bn_forward's
@@ -126,6 +127,25 @@ int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, cons
 int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_max, float p_min,
                      int32_t *drafts, char *err, size_t errlen);
 
+// ---- the drafter on a target engine's device ------------------------------------------------
+// A backend with its own drafter implementation (CUDA: cuda/dspark.cu, registered by
+// bn_cuda_engine_new) registers these ops for its engine ops table; bn_spec on a target state of that
+// engine then drafts on the device (same contracts as bn_dstate_* / bn_drafter_process / _draft).
+typedef struct bn_dev_drafter_ops {
+    const char *name; // e.g. "CUDA"
+    void *(*state_new)(const bn_drafter *d, int n_ctx, char *err, size_t errlen); // uploads d + a state
+    void (*state_free)(void *ds);
+    int (*truncate)(void *ds, int n);
+    int (*process)(void *ds, const float *taps, int n, int pos0, char *err, size_t errlen); // host taps
+    int (*draft)(void *ds, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts, char *err,
+                 size_t errlen);
+} bn_dev_drafter_ops;
+// bn_dev_drafter_register: makes ops the drafter of targets on engines with ops table engine_ops
+// (NULL ops removes it). At most 4 backends.
+void bn_dev_drafter_register(const bn_engine_ops *engine_ops, const bn_dev_drafter_ops *ops);
+// bn_dev_drafter_for: the registered device drafter of e's backend, or NULL (CPU, or not registered).
+const bn_dev_drafter_ops *bn_dev_drafter_for(const bn_engine *e);
+
 // ---- speculative decoding ------------------------------------------------------------------
 // Server use (per slot; the drafter is read-only after load and may be shared by all slots):
 //   sp = bn_spec_new_engine(slot_state, drafter, &params, err, n);       once per slot (any engine)
@@ -142,6 +162,9 @@ enum bn_spec_type {
     BN_SPEC_DSPARK = 1, // the DSpark drafter
     BN_SPEC_ORACLE = 2, // MEASUREMENT AID ONLY: proposes the target's own greedy continuation,
                         // computed by a second target state, to force acceptance in speed tests
+    BN_SPEC_REPLAY = 3, // MEASUREMENT AID ONLY: runs the real DSpark drafter every round (its full
+                        // cost) but proposes tokens of a recorded greedy continuation (params.replay)
+                        // instead of its drafts: DSpark speed at forced acceptance, drafter included
 };
 
 typedef struct {
@@ -153,6 +176,10 @@ typedef struct {
     int n_threads;      // for the drafter / oracle state (<= 0: all CPUs)
     int oracle_miss_every; // ORACLE only: replace every Nth proposed token by a wrong one (0 = never),
                            // to measure speed at a controlled acceptance rate (and test partial accepts)
+    bool cpu_drafter;   // DSPARK/REPLAY: keep the drafter on the CPU even when the target's engine has a
+                        // device drafter (default: the device drafter, bn_dev_drafter_for)
+    const int32_t *replay; // REPLAY only: the continuation after the prompt (token i = i-th generated),
+    int n_replay;          //   the caller's, valid until bn_spec_free; proposals past its end are not made
 } bn_spec_params;
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;
@@ -201,7 +228,10 @@ int bn_spec_n_past(const bn_spec *sp);
 const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp);
 // bn_spec_print_stats: common_speculative_print_stats-style lines to f.
 void bn_spec_print_stats(const bn_spec *sp, FILE *f);
-// bn_spec_type_from_name: "draft-dspark" / "draft-oracle" / "none" → enum, or -1.
+// bn_spec_drafter_device: "CPU" or the device drafter's backend name ("CUDA") for DSPARK/REPLAY; NULL
+// for the other types.
+const char *bn_spec_drafter_device(const bn_spec *sp);
+// bn_spec_type_from_name: "draft-dspark" / "draft-oracle" / "draft-replay" / "none" → enum, or -1.
 int bn_spec_type_from_name(const char *name);
 
 #endif

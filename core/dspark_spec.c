@@ -1,6 +1,7 @@
 // core/dspark_spec.c — the speculative decoding loop (DSPARK.md §5.1, §6, §7) over any engine
-// (core/engine.h: CPU or CUDA target), with the DSpark drafter (always on the CPU), the oracle
-// measurement aid, and an online cost model.
+// (core/engine.h: CPU or CUDA target), with the DSpark drafter (on the target's device when its
+// backend registered a device drafter, else on the CPU), the oracle and replay measurement aids, and
+// an online cost model.
 // Rollback: on the CPU engine, snapshot before the verify, restore and re-run the accepted prefix
 // (the behaviour and cost this loop was tuned with); on other engines (CUDA) the verify pass keeps a
 // device snapshot after every token (bn_engine_forward_snaps) and the one after the last accepted
@@ -22,8 +23,11 @@ struct bn_spec {
     bn_engine_state *ts;    // target state (caller's)
     bn_engine *own_e;       // bn_spec_new only: the CPU engine around the caller's bn_state,
     bn_engine_state *own_ts;//   and the wrapper (freed with free(): the bn_state stays the caller's)
-    const bn_drafter *d;    // DSPARK only
-    bn_dstate *ds;          // DSPARK only
+    const bn_drafter *d;    // DSPARK / REPLAY
+    bn_dstate *ds;          // DSPARK / REPLAY with the drafter on the CPU
+    const bn_dev_drafter_ops *dops; // DSPARK / REPLAY with the drafter on the target's device:
+    void *dds;                      //   its ops and state
+    int n_past0;            // REPLAY: n_past after the prefill (replay token i is proposed at n_past0 + i)
     bn_engine_state *os;    // ORACLE only: second target state that proposes the greedy continuation
     bn_engine_snapshot *osnap;     // ORACLE only: the oracle state before its drafting
     bn_engine_snapshot *pre;       // target before the verify (CPU rollback: restore + re-run)
@@ -51,38 +55,88 @@ int bn_spec_type_from_name(const char *name) {
     if (!name) return -1;
     if (strcmp(name, "draft-dspark") == 0 || strcmp(name, "dspark") == 0) return BN_SPEC_DSPARK;
     if (strcmp(name, "draft-oracle") == 0 || strcmp(name, "oracle") == 0) return BN_SPEC_ORACLE;
+    if (strcmp(name, "draft-replay") == 0 || strcmp(name, "replay") == 0) return BN_SPEC_REPLAY;
     if (strcmp(name, "none") == 0) return BN_SPEC_NONE;
     return -1;
+}
+
+// ---- device drafters ------------------------------------------------------------------------
+static struct {
+    const bn_engine_ops *engine;
+    const bn_dev_drafter_ops *ops;
+} dev_drafters[4];
+
+void bn_dev_drafter_register(const bn_engine_ops *engine_ops, const bn_dev_drafter_ops *ops) {
+    int free_slot = -1;
+    for (int i = 0; i < 4; i++) {
+        if (dev_drafters[i].engine == engine_ops) {
+            dev_drafters[i].ops = ops;
+            return;
+        }
+        if (!dev_drafters[i].engine && free_slot < 0) free_slot = i;
+    }
+    if (free_slot >= 0 && ops) dev_drafters[free_slot].engine = engine_ops, dev_drafters[free_slot].ops = ops;
+}
+
+const bn_dev_drafter_ops *bn_dev_drafter_for(const bn_engine *e) {
+    for (int i = 0; e && i < 4; i++)
+        if (dev_drafters[i].engine == e->ops) return dev_drafters[i].ops;
+    return NULL;
+}
+
+// drafter_truncate / drafter_process / drafter_draft: the drafter calls on its device or the CPU.
+static void drafter_truncate(bn_spec *sp, int n) {
+    if (sp->dds) sp->dops->truncate(sp->dds, n);
+    else bn_dstate_truncate(sp->ds, n);
+}
+static int drafter_process(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
+    if (sp->dds) return sp->dops->process(sp->dds, sp->taps, n, pos0, err, errlen);
+    return bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen);
+}
+static int drafter_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t errlen) {
+    if (sp->dds) return sp->dops->draft(sp->dds, sp->id_last, sp->n_past, k, sp->p.p_min, drafts, err, errlen);
+    return bn_drafter_draft(sp->d, sp->ds, sp->id_last, sp->n_past, k, sp->p.p_min, drafts, err, errlen);
+}
+
+const char *bn_spec_drafter_device(const bn_spec *sp) {
+    if (!sp->d) return NULL;
+    return sp->dds ? sp->dops->name : "CPU";
 }
 
 bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
                             size_t errlen) {
     const bn_model *target = ts->e->m;
-    if (p->type == BN_SPEC_DSPARK && !d) return bn_err(err, errlen, "spec: draft-dspark needs a drafter"), NULL;
-    if (p->type < BN_SPEC_NONE || p->type > BN_SPEC_ORACLE) return bn_err(err, errlen, "spec: unknown type"), NULL;
+    const bool drafts = p->type == BN_SPEC_DSPARK || p->type == BN_SPEC_REPLAY; // runs the DSpark drafter
+    if (drafts && !d) return bn_err(err, errlen, "spec: draft-dspark / draft-replay need a drafter"), NULL;
+    if (p->type < BN_SPEC_NONE || p->type > BN_SPEC_REPLAY) return bn_err(err, errlen, "spec: unknown type"), NULL;
+    if (p->type == BN_SPEC_REPLAY && (!p->replay || p->n_replay < 1))
+        return bn_err(err, errlen, "spec: draft-replay needs the recorded continuation (params.replay)"), NULL;
     if (d && (d->cfg.n_embd != target->cfg.n_embd || d->cfg.n_vocab != target->cfg.n_vocab))
         return bn_err(err, errlen, "spec: drafter does not match the target (E or V)"), NULL;
-    if (p->type == BN_SPEC_DSPARK && p->p_min > 0 && !d->cfg.has_conf)
+    if (drafts && p->p_min > 0 && !d->cfg.has_conf)
         return bn_err(err, errlen, "spec: the drafter has no confidence head; please set --spec-draft-p-min 0"), NULL;
     bn_spec *sp = xcalloc(1, sizeof *sp);
     sp->m = target;
     sp->ts = ts;
     sp->p = *p;
     int n_max = p->n_max < 0 ? 0 : p->n_max > SPEC_MAX_N ? SPEC_MAX_N : p->n_max;
-    if (p->type == BN_SPEC_DSPARK && n_max > d->cfg.block_size) n_max = d->cfg.block_size;
+    if (drafts && n_max > d->cfg.block_size) n_max = d->cfg.block_size;
     if (p->type == BN_SPEC_NONE) n_max = 0;
     sp->p.n_max = n_max;
     const int n_ctx = bn_engine_state_n_ctx(ts);
     bn_state *cpu_ts = bn_engine_state_cpu(ts);
-    if (p->type == BN_SPEC_DSPARK) {
+    bool ok = true;
+    if (drafts) {
         sp->d = d;
-        // the drafter runs on the CPU; with a CPU target it borrows the target's workers
-        sp->ds = cpu_ts ? bn_dstate_new_pool(d, n_ctx, cpu_ts->pool) : bn_dstate_new(d, n_ctx, p->n_threads);
+        // the drafter runs on the target's device when its backend has one (unless p->cpu_drafter), else
+        // on the CPU; with a CPU target it borrows the target's workers
+        sp->dops = p->cpu_drafter ? NULL : bn_dev_drafter_for(ts->e);
+        if (sp->dops) ok = (sp->dds = sp->dops->state_new(d, n_ctx, err, errlen)) != NULL;
+        else sp->ds = cpu_ts ? bn_dstate_new_pool(d, n_ctx, cpu_ts->pool) : bn_dstate_new(d, n_ctx, p->n_threads);
         sp->n_taps = d->cfg.n_taps;
         memcpy(sp->tap_layers, d->cfg.tap_layers, sizeof sp->tap_layers);
     }
-    bool ok = true;
-    if (cpu_ts && n_max > 0) ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
+    if (ok && cpu_ts && n_max > 0) ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     if (ok && p->type == BN_SPEC_ORACLE) {
         ok = (sp->os = bn_engine_state_new(ts->e, n_ctx, err, errlen)) != NULL;
         ok = ok && (sp->osnap = bn_engine_snapshot_new(sp->os, err, errlen)) != NULL;
@@ -127,6 +181,7 @@ bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, 
 void bn_spec_free(bn_spec *sp) {
     if (!sp) return;
     bn_dstate_free(sp->ds);
+    if (sp->dds) sp->dops->state_free(sp->dds);
     bn_engine_snapshot_free(sp->osnap);
     bn_engine_state_free(sp->os);
     bn_engine_snapshot_free(sp->pre);
@@ -166,10 +221,10 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
                    : bn_engine_forward(sp->ts, tok, n, &out, err, errlen);
     if (rc != 0) return -1;
     if (n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], bn_time_ms() - t0);
-    if (feed_drafter && sp->ds) {
+    if (feed_drafter && sp->d) {
         double t1 = bn_time_ms();
-        bn_dstate_truncate(sp->ds, pos0);
-        if (bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen) != 0) return -1;
+        drafter_truncate(sp, pos0);
+        if (drafter_process(sp, n, pos0, err, errlen) != 0) return -1;
         sp->st.ms_process += bn_time_ms() - t1;
     }
     return 0;
@@ -178,7 +233,7 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
 int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen) {
     if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
     bn_engine_state_reset(sp->ts);
-    if (sp->ds) bn_dstate_truncate(sp->ds, 0);
+    if (sp->d) drafter_truncate(sp, 0);
     if (sp->os) bn_engine_state_reset(sp->os);
     for (int i = 0; i < n - 1; i += 64) { // prompt[0..n−2] in chunks (taps buffer holds 64 rows)
         int nb = n - 1 - i < 64 ? n - 1 - i : 64;
@@ -190,6 +245,7 @@ int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t
     }
     sp->id_last = prompt[n - 1];
     sp->n_past = n - 1;
+    sp->n_past0 = n - 1;
     sp->ready = true;
     return 0;
 }
@@ -294,9 +350,14 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     int nd = 0;
     if (k > 0) {
         double t0 = bn_time_ms();
-        if (sp->ds) nd = bn_drafter_draft(sp->d, sp->ds, sp->id_last, sp->n_past, k, sp->p.p_min, tok + 1, err, errlen);
+        if (sp->d) nd = drafter_draft(sp, k, tok + 1, err, errlen);
         else if (sp->os) nd = oracle_draft(sp, k, tok + 1, err, errlen);
         if (nd < 0) return -1;
+        if (sp->p.type == BN_SPEC_REPLAY) { // the drafter did its work; propose the recorded tokens instead
+            const int at = sp->n_past - sp->n_past0, left = sp->p.n_replay - at;
+            if (nd > left) nd = left > 0 ? left : 0;
+            for (int i = 0; i < nd; i++) tok[1 + i] = sp->p.replay[at + i];
+        }
         double ms = bn_time_ms() - t0;
         sp->st.ms_draft += ms;
         // the oracle stands in for a drafter of negligible cost: its (target-sized) drafting
@@ -332,10 +393,10 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
             if (bn_engine_restore(sp->ts, vsnaps[j], err, errlen) != 0) return -1;
             sp->st.ms_rerun += bn_time_ms() - t1;
         }
-        if (sp->ds) { // the verify taps of the kept rows are the committed rows
+        if (sp->d) { // the verify taps of the kept rows are the committed rows
             double t1 = bn_time_ms();
-            bn_dstate_truncate(sp->ds, sp->n_past);
-            if (bn_drafter_process(sp->d, sp->ds, sp->taps, n_keep, sp->n_past, err, errlen) != 0) return -1;
+            drafter_truncate(sp, sp->n_past);
+            if (drafter_process(sp, n_keep, sp->n_past, err, errlen) != 0) return -1;
             sp->st.ms_process += bn_time_ms() - t1;
         }
     }

@@ -1,6 +1,7 @@
 // cuda/engine.cu — the CUDA backend of core/engine.h (bn_cuda_engine_new), over cuda/cuda_engine.h.
 #include "cuda/common.cuh"
 #include "cuda/cuda_engine.h"
+#include "cuda/cuda_dspark.h"
 extern "C" {
 #include "core/engine.h"
 }
@@ -38,8 +39,43 @@ static const bn_engine_ops cuda_ops = {"CUDA",         cu_state_new,   cu_state_
                                        cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free,
                                        cu_forward_snaps};
 
+// The device drafter behind bn_spec on a CUDA target (core/dspark.h bn_dev_drafter_ops): the
+// drafter's weights are uploaded per speculative decoder (one copy per server slot).
+struct cu_drafter {
+    bn_cuda_drafter *w;
+    bn_cuda_dstate *s;
+};
+static void cd_state_free(void *p) {
+    cu_drafter *cd = (cu_drafter *)p;
+    if (!cd) return;
+    bn_cuda_dstate_free(cd->s);
+    bn_cuda_drafter_free(cd->w);
+    free(cd);
+}
+static void *cd_state_new(const bn_drafter *d, int n_ctx, char *err, size_t errlen) {
+    cu_drafter *cd = (cu_drafter *)xcalloc(1, sizeof *cd);
+    cd->w = bn_cuda_drafter_upload(d, err, errlen);
+    if (cd->w) cd->s = bn_cuda_dstate_new(cd->w, n_ctx, err, errlen);
+    if (!cd->s) {
+        cd_state_free(cd);
+        return NULL;
+    }
+    return cd;
+}
+static int cd_truncate(void *p, int n) { return bn_cuda_dstate_truncate(((cu_drafter *)p)->s, n); }
+static int cd_process(void *p, const float *taps, int n, int pos0, char *err, size_t errlen) {
+    return bn_cuda_drafter_process(((cu_drafter *)p)->s, taps, n, pos0, err, errlen);
+}
+static int cd_draft(void *p, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts, char *err,
+                    size_t errlen) {
+    return bn_cuda_drafter_draft(((cu_drafter *)p)->s, id_last, n_past, n_max, p_min, drafts, NULL, err, errlen);
+}
+static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA", cd_state_new, cd_state_free, cd_truncate, cd_process,
+                                                    cd_draft};
+
 extern "C" bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen) {
     bn_cuda_model *cm = bn_cuda_model_upload(m, err, errlen);
     if (!cm) return NULL;
+    bn_dev_drafter_register(&cuda_ops, &cuda_drafter_ops); // bn_spec drafts on the device for CUDA targets
     return bn_engine_new(&cuda_ops, cm, m);
 }

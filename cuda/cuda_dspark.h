@@ -1,0 +1,61 @@
+// cuda/cuda_dspark.h — the DSpark drafter on the CUDA device (C API; implemented in cuda/dspark.cu,
+// linked from bonsai_cuda or bonsai_cuda_emu). Same math and order of ops as core/dspark.c (the
+// reference, DSPARK.md §4): encoder g = RMSNorm(fc·taps; hidden_norm), K/V injection into every
+// layer's device KV cache, the non-causal block pass over [id_last, MASK × (n−1)] with the log-SNR
+// embedding (computed once at load by core/dspark.c), output norm + LM head, then the Markov chain
+// (prev on the device, argmax skipping MASK, ties → lowest id) and the confidence head; a draft
+// returns only n int32 ids and n confidences to the host.
+// Numerics: quantized weights use int8 (Q8_1) activations on the mmvq path (rows <= 8) and fp16
+// GEMMs above (cuda/mm.cuh), so values differ from the CPU drafter by the same few 1e-2 as the target.
+// Not thread-safe: one call at a time per state.
+#ifndef BONSAI_CUDA_DSPARK_H
+#define BONSAI_CUDA_DSPARK_H
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "core/dspark.h"
+
+typedef struct bn_cuda_drafter bn_cuda_drafter;
+typedef struct bn_cuda_dstate bn_cuda_dstate;
+
+// bn_cuda_drafter_upload: copies d's weights to the device (matrices in their stored type, repacked
+// like the target's; norms and the confidence head as fp32). d must outlive the result. Returns it,
+// or NULL with err filled (no device, a type the kernels do not handle, out of device memory).
+bn_cuda_drafter *bn_cuda_drafter_upload(const bn_drafter *d, char *err, size_t errlen);
+// bn_cuda_drafter_free: frees the device weights (NULL is fine; free its states first).
+void bn_cuda_drafter_free(bn_cuda_drafter *cd);
+// bn_cuda_drafter_bytes: device bytes held by the uploaded weights.
+size_t bn_cuda_drafter_bytes(const bn_cuda_drafter *cd);
+
+// bn_cuda_dstate_new: a device drafter state for n_ctx target positions (+ the block rows): the KV
+// cache of every layer and the scratch in one device allocation, its own stream. NULL with err.
+bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, size_t errlen);
+// bn_cuda_dstate_free: frees the state (NULL is fine).
+void bn_cuda_dstate_free(bn_cuda_dstate *s);
+// bn_cuda_dstate_n_cache: context rows in the device KV cache.
+int bn_cuda_dstate_n_cache(const bn_cuda_dstate *s);
+// bn_cuda_dstate_truncate: drops context rows at positions >= n (KV truncation); returns the new count.
+int bn_cuda_dstate_truncate(bn_cuda_dstate *s, int n);
+
+// bn_cuda_drafter_encode: g [n][E] (host) = the encoder of n host tap rows [n][C][E] (for tests;
+// n <= 64). Returns 0 or -1 with err.
+int bn_cuda_drafter_encode(bn_cuda_dstate *s, const float *taps, int n, float *g, char *err, size_t errlen);
+// bn_cuda_drafter_process: bn_drafter_process's contract on the device; taps [n][C][E] in host
+// memory (copied up in chunks of 64 rows). Returns 0 or -1 with err.
+int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos0, char *err, size_t errlen);
+// bn_cuda_drafter_block: bn_drafter_block's contract on the device, h [n_rows][E] and base
+// [n_rows][V] copied to the host when not NULL (for tests). Returns 0 or -1 with err.
+int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_rows, float *h, float *base,
+                          char *err, size_t errlen);
+// bn_cuda_drafter_draft: bn_drafter_draft on the device (block pass + Markov chain + confidence
+// head); conf (may be NULL) gets c_i of the returned drafts. Returns the count (>= 0) or -1 with err.
+int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
+                          float *conf, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,590 @@
+// cuda/dspark.cu — the DSpark drafter on the device (cuda/cuda_dspark.h): weight upload, one device
+// allocation per drafter state (KV cache of every layer + scratch), encoder + K/V injection, the
+// non-causal block pass, LM head, Markov chain and confidence head. The math is core/dspark.c's
+// (DSPARK.md §4), in the same order; matrix products, norms, RoPE + cache append, SwiGLU and argmax
+// reuse the forward's kernels (cuda/mm.cuh, cuda/fwd.cuh); the non-causal block attention, the
+// log-SNR add, the Markov logits and the confidence head are the small kernels below.
+#include "cuda/common.cuh"
+#include "cuda/mm.cuh"
+#include "cuda/fwd.cuh"
+#include "cuda/cuda_dspark.h"
+extern "C" {
+#include "core/util.h"
+// from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
+size_t bn_row_size(int type, int64_t ne0);
+const char *bn_type_name(int type);
+}
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DS_CHUNK 64       // context rows per encoder / K-V injection chunk (core/dspark.c's BN_DSPARK_CHUNK)
+#define DS_ATT_THREADS 128
+#define DS_ATT_TILE 128   // keys scored per pass of the block attention
+#define DS_ACC (BN_CU_MAX_HEAD_DIM / DS_ATT_THREADS)
+
+#define TRY(call)                                                                                                   \
+    do {                                                                                                            \
+        cudaError_t e_ = (call);                                                                                    \
+        if (e_ != cudaSuccess) return e_;                                                                           \
+    } while (0)
+
+// ---- device weights -------------------------------------------------------------------------------
+struct ds_layer {
+    float *attn_norm, *ffn_norm;              // {E}
+    float *q_norm, *k_norm;                   // {hd}
+    bn_cu_weight attn_q, attn_k, attn_v;      // {E, nh*hd}, {E, nkv*hd} x2
+    bn_cu_weight attn_output;                 // {nh*hd, E}
+    bn_cu_weight ffn_gate, ffn_up, ffn_down;  // {E, F} x2, {F, E}
+};
+
+struct bn_cuda_drafter {
+    const bn_drafter *d;
+    bn_drafter_config cfg;
+    bn_cu_weight token_embd, output;  // {E, V} (shared device data when the file ties them)
+    bn_cu_weight fc;                  // {C*E, E}
+    bn_cu_weight markov_a, markov_b;  // {R, V}
+    float *hidden_norm, *output_norm; // {E}
+    float *conf_w;                    // {conf_in} or NULL
+    float conf_b;
+    float *snr_emb;                   // {E, 2}: anchor row, mask row (NULL without log-SNR)
+    ds_layer *layers;                 // [n_layer]
+    void **allocs;
+    int n_allocs;
+    size_t bytes;
+};
+
+// dev_alloc: a tracked device allocation; 0 or -1 with err.
+static int dev_alloc(bn_cuda_drafter *cd, void **p, size_t bytes, char *err, size_t errlen) {
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return bn_err(err, errlen, "CUDA: out of device memory for the drafter (%zu bytes more, %zu held)", bytes,
+                      cd->bytes);
+    }
+    cd->allocs = (void **)xrealloc(cd->allocs, sizeof(void *) * (size_t)(cd->n_allocs + 1));
+    cd->allocs[cd->n_allocs++] = *p;
+    cd->bytes += bytes;
+    return 0;
+}
+
+// up_matrix: a 2-D weight in its stored type, repacked to the decode layout where it applies.
+static int up_matrix(bn_cuda_drafter *cd, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!bn_cu_type_supported(w->type))
+        return bn_err(err, errlen, "CUDA: drafter weight %s has type %s, which the CUDA kernels do not handle",
+                      w->name ? w->name : "?", bn_type_name(w->type));
+    out->type = w->type;
+    out->ne0 = w->ne[0];
+    out->ne1 = w->ne[1] * w->ne[2] * w->ne[3];
+    out->row_bytes = bn_row_size(w->type, w->ne[0]);
+    const size_t bytes = out->row_bytes * (size_t)out->ne1;
+    void *p = NULL;
+    if (dev_alloc(cd, &p, bytes, err, errlen) != 0) return -1;
+    BN_CUDA_TRY(cudaMemcpy(p, w->data, bytes, cudaMemcpyHostToDevice), err, errlen);
+    out->data = p;
+    BN_CUDA_TRY(bn_cu_weight_repack(out, 0), err, errlen);
+    return 0;
+}
+
+// up_floats: n host floats to the device.
+static int up_floats(bn_cuda_drafter *cd, const float *host, size_t n, float **out, char *err, size_t errlen) {
+    void *p = NULL;
+    if (dev_alloc(cd, &p, sizeof(float) * n, err, errlen) != 0) return -1;
+    BN_CUDA_TRY(cudaMemcpy(p, host, sizeof(float) * n, cudaMemcpyHostToDevice), err, errlen);
+    *out = (float *)p;
+    return 0;
+}
+
+static int upload_all(bn_cuda_drafter *cd, char *err, size_t errlen) {
+    const bn_drafter *d = cd->d;
+    const bn_drafter_config *c = &cd->cfg;
+    const size_t E = (size_t)c->n_embd, hd = (size_t)c->head_dim;
+    if (up_matrix(cd, &d->token_embd, &cd->token_embd, err, errlen) != 0) return -1;
+    if (d->output.data == d->token_embd.data) cd->output = cd->token_embd;
+    else if (up_matrix(cd, &d->output, &cd->output, err, errlen) != 0) return -1;
+    if (up_matrix(cd, &d->fc, &cd->fc, err, errlen) != 0 || up_matrix(cd, &d->markov_a, &cd->markov_a, err, errlen) ||
+        up_matrix(cd, &d->markov_b, &cd->markov_b, err, errlen) != 0)
+        return -1;
+    if (up_floats(cd, (const float *)d->hidden_norm.data, E, &cd->hidden_norm, err, errlen) != 0 ||
+        up_floats(cd, (const float *)d->output_norm.data, E, &cd->output_norm, err, errlen) != 0)
+        return -1;
+    if (c->has_conf) {
+        if (up_floats(cd, d->conf_wf, (size_t)c->conf_in, &cd->conf_w, err, errlen) != 0) return -1;
+        cd->conf_b = ((const float *)d->conf_b.data)[0];
+    }
+    if (c->log_snr && up_floats(cd, d->snr_emb, 2 * E, &cd->snr_emb, err, errlen) != 0) return -1;
+    for (int il = 0; il < c->n_layer; il++) {
+        const bn_drafter_layer *ly = &d->layers[il];
+        ds_layer *L = &cd->layers[il];
+        const struct {
+            const bn_weight *w;
+            bn_cu_weight *out;
+        } mats[] = {{&ly->attn_q, &L->attn_q},     {&ly->attn_k, &L->attn_k},     {&ly->attn_v, &L->attn_v},
+                    {&ly->attn_output, &L->attn_output}, {&ly->ffn_gate, &L->ffn_gate}, {&ly->ffn_up, &L->ffn_up},
+                    {&ly->ffn_down, &L->ffn_down}};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (up_matrix(cd, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
+        if (up_floats(cd, (const float *)ly->attn_norm.data, E, &L->attn_norm, err, errlen) != 0 ||
+            up_floats(cd, (const float *)ly->ffn_norm.data, E, &L->ffn_norm, err, errlen) != 0 ||
+            up_floats(cd, (const float *)ly->attn_q_norm.data, hd, &L->q_norm, err, errlen) != 0 ||
+            up_floats(cd, (const float *)ly->attn_k_norm.data, hd, &L->k_norm, err, errlen) != 0)
+            return -1;
+    }
+    BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
+    return 0;
+}
+
+bn_cuda_drafter *bn_cuda_drafter_upload(const bn_drafter *d, char *err, size_t errlen) {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
+        cudaGetLastError();
+        bn_err(err, errlen, "no CUDA device");
+        return NULL;
+    }
+    if (d->cfg.head_dim > BN_CU_MAX_HEAD_DIM) {
+        bn_err(err, errlen, "CUDA: drafter head_dim %d exceeds the kernels' limit %d", d->cfg.head_dim,
+               BN_CU_MAX_HEAD_DIM);
+        return NULL;
+    }
+    bn_cuda_drafter *cd = (bn_cuda_drafter *)xcalloc(1, sizeof *cd);
+    cd->d = d;
+    cd->cfg = d->cfg;
+    cd->layers = (ds_layer *)xcalloc((size_t)d->cfg.n_layer, sizeof(ds_layer));
+    if (upload_all(cd, err, errlen) != 0) {
+        cudaGetLastError();
+        bn_cuda_drafter_free(cd);
+        return NULL;
+    }
+    return cd;
+}
+
+void bn_cuda_drafter_free(bn_cuda_drafter *cd) {
+    if (!cd) return;
+    for (int i = 0; i < cd->n_allocs; i++) cudaFree(cd->allocs[i]);
+    free(cd->allocs);
+    free(cd->layers);
+    free(cd);
+}
+
+size_t bn_cuda_drafter_bytes(const bn_cuda_drafter *cd) { return cd->bytes; }
+
+// ---- the device state ------------------------------------------------------------------------------
+struct bn_cuda_dstate {
+    bn_cuda_drafter *cd;
+    int n_ctx;             // positions (context + block rows)
+    int n_cache;           // context rows present
+    int rows;              // scratch rows: max(DS_CHUNK, B)
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *block;           // one device allocation holding everything below
+    float **k_cache, **v_cache; // [n_layer] -> {nkv*hd, n_ctx} fp32: K after k_norm + RoPE
+    float *taps;           // {C*E, rows}
+    float *x, *xn, *mo;    // {E, rows} (xn holds g while processing)
+    float *q, *att;        // {nh*hd, rows}
+    float *kb, *vb;        // {nkv*hd, rows}
+    float *gate, *up;      // {F, rows}
+    float *base;           // {V, B} base logits of the block rows
+    float *bias, *logit;   // {V}
+    float *w1;             // {R, B}: W1[prev_i] per chain step
+    float *conf;           // {B}
+    int32_t *ids;          // {B} block tokens [id_last, MASK...]
+    int32_t *chain;        // {B + 1}: prev_0 = id_last, then the drafts
+    int *d_pos;            // first position of the current chunk / block
+    void *mm_scratch;
+    int32_t *h_io;         // pinned: [0, B) ids in, [B, 2B+1) chain out, then the position
+    float *h_conf;         // pinned {B}
+};
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+struct ds_carver {
+    char *base;
+    size_t off;
+};
+static void *carve(ds_carver *c, size_t bytes) {
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += align256(bytes);
+    return p;
+}
+
+static size_t scratch_bytes(const bn_cuda_drafter *cd, int rows) {
+    const int B = cd->cfg.block_size;
+    size_t m = bn_cu_matmul_scratch_bytes(&cd->fc, rows);
+    const size_t head = bn_cu_matmul_scratch_bytes(&cd->output, B), mk = bn_cu_matmul_scratch_bytes(&cd->markov_b, 1);
+    m = m > head ? m : head;
+    m = m > mk ? m : mk;
+    for (int il = 0; il < cd->cfg.n_layer; il++) {
+        const ds_layer *L = &cd->layers[il];
+        const bn_cu_weight *ws[] = {&L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output,
+                                    &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            const size_t a = bn_cu_matmul_scratch_bytes(ws[i], rows), b = bn_cu_matmul_scratch_bytes(ws[i], 1);
+            m = m > a ? m : a;
+            m = m > b ? m : b;
+        }
+    }
+    return m;
+}
+
+// ds_layout: assigns s's device pointers (when c->base != NULL); returns the total bytes.
+static size_t ds_layout(ds_carver *c, bn_cuda_dstate *s) {
+    const bn_drafter_config *f = &s->cd->cfg;
+    const size_t E = f->n_embd, R = s->rows, B = f->block_size, V = f->n_vocab;
+    const size_t qw = (size_t)f->n_head * f->head_dim, kvw = (size_t)f->n_head_kv * f->head_dim;
+    for (int il = 0; il < f->n_layer; il++) {
+        float *k = (float *)carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
+        float *v = (float *)carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
+        if (c->base) s->k_cache[il] = k, s->v_cache[il] = v;
+    }
+#define PIECE(field, T, n) do { T *p_ = (T *)carve(c, sizeof(T) * (n)); if (c->base) s->field = p_; } while (0)
+    PIECE(taps, float, (size_t)f->n_taps * E * R);
+    PIECE(x, float, E * R);
+    PIECE(xn, float, E * R);
+    PIECE(mo, float, E * R);
+    PIECE(q, float, qw * R);
+    PIECE(att, float, qw * R);
+    PIECE(kb, float, kvw * R);
+    PIECE(vb, float, kvw * R);
+    PIECE(gate, float, (size_t)f->n_ff * R);
+    PIECE(up, float, (size_t)f->n_ff * R);
+    PIECE(base, float, V * B);
+    PIECE(bias, float, V);
+    PIECE(logit, float, V);
+    PIECE(w1, float, (size_t)f->markov_rank * B);
+    PIECE(conf, float, B);
+    PIECE(ids, int32_t, B);
+    PIECE(chain, int32_t, B + 1);
+    PIECE(d_pos, int, 4);
+#undef PIECE
+    void *scr = carve(c, scratch_bytes(s->cd, s->rows));
+    if (c->base) s->mm_scratch = scr;
+    return c->off;
+}
+
+bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, size_t errlen) {
+    const bn_drafter_config *f = &cd->cfg;
+    bn_cuda_dstate *s = (bn_cuda_dstate *)xcalloc(1, sizeof *s);
+    s->cd = cd;
+    s->n_ctx = (n_ctx < 1 ? 1 : n_ctx) + f->block_size;
+    s->rows = f->block_size > DS_CHUNK ? f->block_size : DS_CHUNK;
+    s->k_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
+    s->v_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
+    ds_carver count = {NULL, 0};
+    const size_t total = ds_layout(&count, s);
+    int rc = 0;
+    if (cudaMalloc(&s->block, total) != cudaSuccess) {
+        s->block = NULL;
+        rc = bn_err(err, errlen, "CUDA: out of device memory for a %d-position drafter state (%zu bytes)", n_ctx,
+                    total);
+    }
+    if (rc == 0) {
+        ds_carver fill = {(char *)s->block, 0};
+        ds_layout(&fill, s);
+    }
+    if (rc == 0 && (cudaMallocHost((void **)&s->h_io, sizeof(int32_t) * (size_t)(2 * f->block_size + 4)) !=
+                        cudaSuccess ||
+                    cudaMallocHost((void **)&s->h_conf, sizeof(float) * (size_t)f->block_size) != cudaSuccess))
+        rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
+    if (rc == 0 && cudaStreamCreate(&s->stream) != cudaSuccess) rc = bn_err(err, errlen, "CUDA: cannot create a stream");
+    if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
+    if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
+        rc = bn_err(err, errlen, "cuBLAS: cannot set the stream");
+    if (rc != 0) {
+        cudaGetLastError();
+        bn_cuda_dstate_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void bn_cuda_dstate_free(bn_cuda_dstate *s) {
+    if (!s) return;
+    if (s->blas) cublasDestroy(s->blas);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->h_conf) cudaFreeHost(s->h_conf);
+    if (s->block) cudaFree(s->block);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s);
+}
+
+int bn_cuda_dstate_n_cache(const bn_cuda_dstate *s) { return s->n_cache; }
+
+int bn_cuda_dstate_truncate(bn_cuda_dstate *s, int n) {
+    if (n < s->n_cache) s->n_cache = n < 0 ? 0 : n;
+    return s->n_cache;
+}
+
+// ---- kernels ---------------------------------------------------------------------------------------
+// ds_add_snr_kernel: block i: x[i] += snr[row 0 for the anchor, row 1 for every mask row].
+static __global__ void ds_add_snr_kernel(float *x, const float *snr, int E) {
+    const int i = blockIdx.x;
+    const float *e = snr + (size_t)(i == 0 ? 0 : 1) * E;
+    for (int j = threadIdx.x; j < E; j += blockDim.x) x[(size_t)i * E + j] += e[j];
+}
+
+// ds_block_attn_kernel: block (head h, row t): softmax(scale·q·K) V over ALL n_kv = d_pos[0] + n_rows
+// cache rows (non-causal: context rows and every block row), online over tiles of keys; a warp
+// scores one key at a time. out/q {nh*hd, n_rows}, K/V {kvw, n_ctx}; head h reads KV head h / group.
+static __global__ void __launch_bounds__(DS_ATT_THREADS)
+ds_block_attn_kernel(float *out, const float *q, const float *K, const float *V, int group, int hd, int qw, int kvw,
+                     float scale, const int *d_pos, int n_rows) {
+    BN_SHARED(float, sc, DS_ATT_TILE);
+    BN_DYN_SHARED(float, qs); // {hd}
+    const int h = blockIdx.x, t = blockIdx.y, kvh = h / group;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    const int n_kv = d_pos[0] + n_rows;
+    const float *qh = q + (size_t)t * qw + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qh[d];
+    float acc[DS_ACC];
+    for (int r = 0; r < DS_ACC; r++) acc[r] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    __syncthreads();
+    for (int j0 = 0; j0 < n_kv; j0 += DS_ATT_TILE) {
+        const int nt = n_kv - j0 < DS_ATT_TILE ? n_kv - j0 : DS_ATT_TILE;
+        for (int jj = warp; jj < nt; jj += n_warps) {
+            const float *k = K + (size_t)(j0 + jj) * kvw + (size_t)kvh * hd;
+            float dot = 0.0f;
+            for (int d = lane; d < hd; d += 32) dot += qs[d] * k[d];
+            dot = bn_warp_reduce_sum(dot);
+            if (lane == 0) sc[jj] = scale * dot;
+        }
+        __syncthreads();
+        float m_tile = -INFINITY;
+        for (int jj = 0; jj < nt; jj++) m_tile = fmaxf(m_tile, sc[jj]);
+        const float m_new = fmaxf(m, m_tile), rescale = expf(m - m_new);
+        __syncthreads(); // every thread has read the scores before they turn into probabilities
+        for (int jj = threadIdx.x; jj < nt; jj += blockDim.x) sc[jj] = expf(sc[jj] - m_new);
+        __syncthreads();
+        l *= rescale;
+        for (int jj = 0; jj < nt; jj++) l += sc[jj];
+        for (int r = 0; r < DS_ACC; r++) {
+            const int d = threadIdx.x + r * DS_ATT_THREADS;
+            if (d >= hd) break;
+            float a = acc[r] * rescale;
+            for (int jj = 0; jj < nt; jj++) a += sc[jj] * V[(size_t)(j0 + jj) * kvw + (size_t)kvh * hd + d];
+            acc[r] = a;
+        }
+        m = m_new;
+        __syncthreads(); // the tile's probabilities are read before the next tile's scores
+    }
+    float *oh = out + (size_t)t * qw + (size_t)h * hd;
+    for (int r = 0; r < DS_ACC; r++) {
+        const int d = threadIdx.x + r * DS_ATT_THREADS;
+        if (d < hd) oh[d] = acc[r] / l;
+    }
+}
+
+// ds_markov_logits_kernel: l[v] = base[v] + scale·bias[v]; l[mask] = −inf (the argmax skips MASK).
+static __global__ void ds_markov_logits_kernel(float *l, const float *base, const float *bias, float scale, int V,
+                                               int mask) {
+    const int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v < V) l[v] = v == mask ? -INFINITY : base[v] + scale * bias[v];
+}
+
+// ds_conf_kernel: *conf = σ(w · [h ; w1] + b) (the W1 part only when conf_in > E); one block.
+static __global__ void ds_conf_kernel(float *conf, const float *h, const float *w1, const float *w, float b, int E,
+                                      int conf_in) {
+    BN_SHARED(float, red, 32);
+    float z = 0.0f;
+    for (int i = threadIdx.x; i < conf_in; i += blockDim.x) z += w[i] * (i < E ? h[i] : w1[i - E]);
+    z = bn_block_sum(z, red);
+    if (threadIdx.x == 0) *conf = 1.0f / (1.0f + expf(-(z + b)));
+}
+
+// ---- math ----------------------------------------------------------------------------------------
+static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, float *y, int nb) {
+    return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
+}
+
+static cudaError_t set_pos(bn_cuda_dstate *s, int pos) {
+    s->h_io[2 * s->cd->cfg.block_size + 2] = pos;
+    return cudaMemcpyAsync(s->d_pos, &s->h_io[2 * s->cd->cfg.block_size + 2], sizeof(int), cudaMemcpyHostToDevice,
+                           s->stream);
+}
+
+static float theta_scale(const bn_drafter_config *c) { return powf(c->rope_base, -2.0f / (float)c->n_rot); }
+
+// encode_chunk: s->xn = RMSNorm(fc · taps; hidden_norm) for nb <= rows host tap rows.
+static cudaError_t encode_chunk(bn_cuda_dstate *s, const float *taps, int nb) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    const size_t row = (size_t)c->n_taps * c->n_embd;
+    TRY(cudaMemcpyAsync(s->taps, taps, sizeof(float) * row * (size_t)nb, cudaMemcpyHostToDevice, s->stream));
+    TRY(mm(s, &s->cd->fc, s->taps, s->xn, nb));
+    return bn_cu_rmsnorm(s->xn, s->xn, s->cd->hidden_norm, c->n_embd, nb, c->norm_eps, s->stream);
+}
+
+// inject_chunk: K = RoPE(k_norm(W_k g)), V = W_v g of nb rows (g in s->xn) into every layer's cache at
+// positions pos.. (DSPARK.md §4.3: no attn_norm, Q, FFN or residual).
+static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    TRY(set_pos(s, pos));
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds_layer *L = &s->cd->layers[il];
+        const bn_cu_weight *ws[] = {&L->attn_k, &L->attn_v};
+        float *const ys[] = {s->kb, s->vb};
+        TRY(bn_cu_matmul_multi(ws, 2, s->xn, ys, nb, s->mm_scratch, s->blas, s->stream));
+        TRY(bn_cu_attn_prep(s->kb, 0, 0, s->kb, s->vb, s->k_cache[il], s->v_cache[il], false, 0, c->n_head_kv,
+                            c->head_dim, NULL, L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, nb, s->d_pos,
+                            s->stream));
+    }
+    return cudaSuccess;
+}
+
+// block_pass: the block rows' final hidden (after output_norm) into s->xn and base logits into
+// s->base for the n_rows tokens in s->ids at positions n_past.. (DSPARK.md §4.4).
+static cudaError_t block_pass(bn_cuda_dstate *s, int n_past, int n_rows) {
+    const bn_cuda_drafter *cd = s->cd;
+    const bn_drafter_config *c = &cd->cfg;
+    const int E = c->n_embd, hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd;
+    TRY(set_pos(s, n_past));
+    TRY(bn_cu_get_rows(&cd->token_embd, s->ids, s->x, n_rows, s->stream));
+    if (c->log_snr) {
+        BN_LAUNCH(ds_add_snr_kernel, n_rows, 256, 0, s->stream, s->x, cd->snr_emb, E);
+        TRY(cudaGetLastError());
+    }
+    TRY(bn_cu_rmsnorm(s->xn, s->x, cd->layers[0].attn_norm, E, n_rows, c->norm_eps, s->stream));
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds_layer *L = &cd->layers[il];
+        const bn_cu_weight *qkv[] = {&L->attn_q, &L->attn_k, &L->attn_v};
+        float *const ys[] = {s->q, s->kb, s->vb};
+        TRY(bn_cu_matmul_multi(qkv, 3, s->xn, ys, n_rows, s->mm_scratch, s->blas, s->stream));
+        // q/k norm + RoPE; the block rows' K/V go after the context rows (temporary: n_cache stays)
+        TRY(bn_cu_attn_prep(s->q, qw, hd, s->kb, s->vb, s->k_cache[il], s->v_cache[il], false, c->n_head,
+                            c->n_head_kv, hd, L->q_norm, L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, n_rows,
+                            s->d_pos, s->stream));
+        BN_LAUNCH(ds_block_attn_kernel, dim3(c->n_head, n_rows), DS_ATT_THREADS, sizeof(float) * hd, s->stream, s->att,
+                  s->q, s->k_cache[il], s->v_cache[il], c->n_head / c->n_head_kv, hd, qw, kvw,
+                  1.0f / sqrtf((float)hd), s->d_pos, n_rows);
+        TRY(cudaGetLastError());
+        TRY(mm(s, &L->attn_output, s->att, s->mo, n_rows));
+        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, L->ffn_norm, E, n_rows, c->norm_eps, s->stream));
+        const bn_cu_weight *gu[] = {&L->ffn_gate, &L->ffn_up};
+        float *const gy[] = {s->gate, s->up};
+        TRY(bn_cu_matmul_multi(gu, 2, s->xn, gy, n_rows, s->mm_scratch, s->blas, s->stream));
+        TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)c->n_ff * n_rows, s->stream));
+        TRY(mm(s, &L->ffn_down, s->gate, s->mo, n_rows));
+        const float *next_norm = il + 1 < c->n_layer ? cd->layers[il + 1].attn_norm : cd->output_norm;
+        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, next_norm, E, n_rows, c->norm_eps, s->stream));
+    }
+    return mm(s, &cd->output, s->xn, s->base, n_rows);
+}
+
+// markov_chain: prev_0 = chain[0]; for i < n: W1[prev_i] → w1_i, l_i = base_i + scale·W2·w1_i,
+// chain[i+1] = argmax l_i (MASK skipped, ties → lowest id), conf[i] = σ(w·[h_i; w1_i] + b)
+// (DSPARK.md §4.5–4.6); prev stays on the device.
+static cudaError_t markov_chain(bn_cuda_dstate *s, int n) {
+    const bn_cuda_drafter *cd = s->cd;
+    const bn_drafter_config *c = &cd->cfg;
+    const int V = c->n_vocab, R = c->markov_rank, E = c->n_embd;
+    for (int i = 0; i < n; i++) {
+        float *w1 = s->w1 + (size_t)i * R;
+        TRY(bn_cu_get_rows(&cd->markov_a, s->chain + i, w1, 1, s->stream));
+        TRY(mm(s, &cd->markov_b, w1, s->bias, 1));
+        BN_LAUNCH(ds_markov_logits_kernel, (V + 255) / 256, 256, 0, s->stream, s->logit, s->base + (size_t)i * V,
+                  s->bias, cd->d->markov_b_scale, V, c->mask_token_id);
+        TRY(cudaGetLastError());
+        TRY(bn_cu_argmax(s->logit, V, s->chain + i + 1, s->stream));
+        if (c->has_conf) {
+            BN_LAUNCH(ds_conf_kernel, 1, 256, 0, s->stream, s->conf + i, s->xn + (size_t)i * E, w1, cd->conf_w,
+                      cd->conf_b, E, c->conf_in);
+            TRY(cudaGetLastError());
+        }
+    }
+    return cudaSuccess;
+}
+
+// ---- API ---------------------------------------------------------------------------------------------
+static int fail(cudaError_t e, const char *what, char *err, size_t errlen) {
+    cudaGetLastError();
+    return bn_err(err, errlen, "CUDA error: %s in %s", cudaGetErrorString(e), what);
+}
+
+int bn_cuda_drafter_encode(bn_cuda_dstate *s, const float *taps, int n, float *g, char *err, size_t errlen) {
+    const int E = s->cd->cfg.n_embd;
+    if (n < 0 || n > s->rows) return bn_err(err, errlen, "drafter encode: %d rows (at most %d)", n, s->rows);
+    cudaError_t e = encode_chunk(s, taps, n);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(g, s->xn, sizeof(float) * (size_t)E * n, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? 0 : fail(e, "bn_cuda_drafter_encode", err, errlen);
+}
+
+int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos0, char *err, size_t errlen) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    if (pos0 != s->n_cache)
+        return bn_err(err, errlen, "drafter: process at position %d but the cache holds %d rows", pos0, s->n_cache);
+    if (pos0 + n + c->block_size > s->n_ctx)
+        return bn_err(err, errlen, "drafter: context full (%d + %d rows)", pos0, n);
+    const size_t row = (size_t)c->n_taps * c->n_embd;
+    cudaError_t e = cudaSuccess;
+    for (int t0 = 0; t0 < n && e == cudaSuccess; t0 += DS_CHUNK) {
+        const int nb = n - t0 < DS_CHUNK ? n - t0 : DS_CHUNK;
+        e = encode_chunk(s, taps + (size_t)t0 * row, nb);
+        if (e == cudaSuccess) e = inject_chunk(s, pos0 + t0, nb);
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream); // the host tap buffer is reused after return
+    if (e != cudaSuccess) return fail(e, "bn_cuda_drafter_process", err, errlen);
+    s->n_cache = pos0 + n;
+    return 0;
+}
+
+// start_block: checks the arguments and uploads [id_last, MASK × (n_rows−1)] (and prev_0 = id_last).
+static int start_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_rows, char *err, size_t errlen) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    if (n_past != s->n_cache)
+        return bn_err(err, errlen, "drafter: block at position %d but the cache holds %d context rows", n_past,
+                      s->n_cache);
+    if (n_rows < 1 || n_rows > c->block_size) return bn_err(err, errlen, "drafter: block of %d rows (block size %d)",
+                                                            n_rows, c->block_size);
+    if (n_past + n_rows > s->n_ctx) return bn_err(err, errlen, "drafter: context full");
+    if (id_last < 0 || id_last >= c->n_vocab) return bn_err(err, errlen, "drafter: token %d out of range", id_last);
+    for (int i = 0; i < n_rows; i++) s->h_io[i] = i == 0 ? id_last : c->mask_token_id;
+    cudaError_t e = cudaMemcpyAsync(s->ids, s->h_io, sizeof(int32_t) * n_rows, cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(s->chain, s->h_io, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream);
+    return e == cudaSuccess ? 0 : fail(e, "drafter block upload", err, errlen);
+}
+
+int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_rows, float *h, float *base,
+                          char *err, size_t errlen) {
+    if (start_block(s, id_last, n_past, n_rows, err, errlen) != 0) return -1;
+    const bn_drafter_config *c = &s->cd->cfg;
+    cudaError_t e = block_pass(s, n_past, n_rows);
+    if (e == cudaSuccess && h)
+        e = cudaMemcpyAsync(h, s->xn, sizeof(float) * (size_t)c->n_embd * n_rows, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess && base)
+        e = cudaMemcpyAsync(base, s->base, sizeof(float) * (size_t)c->n_vocab * n_rows, cudaMemcpyDeviceToHost,
+                            s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? 0 : fail(e, "bn_cuda_drafter_block", err, errlen);
+}
+
+int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
+                          float *conf, char *err, size_t errlen) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    if (n_max > c->block_size) n_max = c->block_size;
+    if (n_max <= 0 || id_last == c->mask_token_id) return 0;
+    if (start_block(s, id_last, n_past, n_max, err, errlen) != 0) return -1;
+    const int B = c->block_size;
+    int32_t *h_chain = s->h_io + B;
+    cudaError_t e = block_pass(s, n_past, n_max);
+    if (e == cudaSuccess) e = markov_chain(s, n_max);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(h_chain, s->chain, sizeof(int32_t) * (size_t)(n_max + 1), cudaMemcpyDeviceToHost,
+                            s->stream);
+    if (e == cudaSuccess && c->has_conf)
+        e = cudaMemcpyAsync(s->h_conf, s->conf, sizeof(float) * n_max, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) return fail(e, "bn_cuda_drafter_draft", err, errlen);
+    // core/dspark.c's truncation rules: stop at an invalid prev or the first c_i < p_min
+    int n = 0;
+    for (; n < n_max; n++) {
+        const int32_t prev = h_chain[n], next = h_chain[n + 1];
+        if (prev == c->mask_token_id || prev < 0 || prev >= c->n_vocab || next < 0) break;
+        const float ci = c->has_conf ? s->h_conf[n] : 1.0f;
+        if (conf) conf[n] = ci;
+        if (p_min > 0 && ci < p_min) break;
+        drafts[n] = next;
+    }
+    return n;
+}

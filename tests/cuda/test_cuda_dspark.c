@@ -1,0 +1,239 @@
+// tests/cuda/test_cuda_dspark.c — the DSpark drafter on the CUDA device (cuda/cuda_dspark.h) against
+// the CPU drafter (core/dspark.h, the reference) on random drafters over the tiny qwen35 target of
+// tests/dspark/fixture.h, and bn_spec on a CUDA target drafting on the device.
+//   part "drafter" (F32 and Q8_0 drafters): encoder g of 20 random tap rows, then process 20 rows,
+//     the block pass's h and base logits at n_past 20, drafts (n_max 4) and, after truncating to 13
+//     rows and re-processing, drafts again; with p_min the truncation rule.
+//   part "spec": greedy speculative decoding (n_max 3) on the CUDA engine with a Q8_0 device drafter ==
+//     plain greedy on the CUDA engine over 64 tokens, rollbacks by snapshot restore (no re-runs);
+//   part "counters": the same over 24 tokens, and its §7 counters == those of the run with the drafter
+//     forced onto the CPU (params.cpu_drafter);
+//   part "replay": BN_SPEC_REPLAY (the real drafter runs on the device, the recorded greedy
+//     continuation is proposed): the same 64 tokens, every draft accepted.
+// Linked twice: `cuda_dspark` on a GPU (skips without a device) and `cuda_dspark_emu` in the emulator.
+#include "tests/test.h"
+#include "tests/dspark/fixture.h"
+#include "core/engine.h"
+#include "cuda/cuda_engine.h"
+#include "cuda/cuda_dspark.h"
+#include "core/rng.h"
+#include "quant/quant.h"
+#include <math.h>
+
+#define N_CTX 160
+#define N_ROWS 20
+#define N_GEN 64
+
+static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
+#define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - (double)b[i]));
+    return w;
+}
+static double max_abs(const float *a, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i]));
+    return w;
+}
+
+// drafter_check: device vs CPU drafter for one drafter file. tol_g / tol_h: max |Δ| of g and h (both
+// unit-RMS rows); tol_l: max |Δ| of base logits relative to their max |value|.
+static void drafter_check(const char *what, const bn_model *m, const char *dpath, double tol_g, double tol_h,
+                          double tol_l) {
+    char err[512];
+    bn_drafter *d = bn_drafter_load(dpath, m, err, sizeof err);
+    if (!d) bn_die("%s: %s", what, err);
+    const int E = d->cfg.n_embd, C = d->cfg.n_taps, V = d->cfg.n_vocab, B = d->cfg.block_size;
+    bn_cuda_drafter *cd = bn_cuda_drafter_upload(d, err, sizeof err);
+    bn_cuda_dstate *gs = cd ? bn_cuda_dstate_new(cd, N_CTX, err, sizeof err) : NULL;
+    if (!gs) bn_die("%s: device drafter: %s", what, err);
+    bn_dstate *cs = bn_dstate_new(d, N_CTX, 2);
+    const size_t nt = (size_t)N_ROWS * C * E;
+    float *taps = xmalloc(sizeof(float) * nt);
+    bn_rng rng;
+    bn_rng_seed(&rng, 42);
+    for (size_t i = 0; i < nt; i++) taps[i] = 2.0f * bn_rng_uniform(&rng) - 1.0f;
+    float *g[2], *h[2], *base[2];
+    for (int e = 0; e < 2; e++) {
+        g[e] = xmalloc(sizeof(float) * (size_t)N_ROWS * E);
+        h[e] = xmalloc(sizeof(float) * (size_t)B * E);
+        base[e] = xmalloc(sizeof(float) * (size_t)B * V);
+    }
+    // encoder
+    bn_drafter_encode(d, cs, taps, N_ROWS, g[0]);
+    CHECK(bn_cuda_drafter_encode(gs, taps, N_ROWS, g[1], err, sizeof err) == 0, "%s: encode: %s", what, err);
+    const double dg = max_abs_diff(g[0], g[1], (size_t)N_ROWS * E);
+    // process + block pass
+    int rc = bn_drafter_process(d, cs, taps, N_ROWS, 0, err, sizeof err);
+    if (rc == 0) rc = bn_cuda_drafter_process(gs, taps, N_ROWS, 0, err, sizeof err);
+    CHECK(rc == 0 && bn_cuda_dstate_n_cache(gs) == N_ROWS, "%s: process: %s", what, err);
+    const int32_t id_last = 77;
+    rc = bn_drafter_block(d, cs, id_last, N_ROWS, B, h[0], base[0], err, sizeof err);
+    if (rc == 0) rc = bn_cuda_drafter_block(gs, id_last, N_ROWS, B, h[1], base[1], err, sizeof err);
+    CHECK(rc == 0, "%s: block: %s", what, err);
+    const double dh = max_abs_diff(h[0], h[1], (size_t)B * E);
+    const double dl = max_abs_diff(base[0], base[1], (size_t)B * V) / max_abs(base[0], (size_t)B * V);
+    printf("%s: max |Δ g| %.2e (bound %.0e), |Δ h| %.2e (bound %.0e), |Δ base logit| / max %.2e (bound %.0e)\n",
+           what, dg, tol_g, dh, tol_h, dl, tol_l);
+    CHECK(dg < tol_g && dh < tol_h && dl < tol_l, "%s: device drafter outside the bounds", what);
+    // drafts: identical ids, before and after a truncation + re-process (the rollback path)
+    int32_t dr[2][16];
+    float conf[16];
+    for (int round = 0; round < 2; round++) {
+        const int n_past = round == 0 ? N_ROWS : 13;
+        if (round == 1) {
+            bn_dstate_truncate(cs, 7);
+            bn_cuda_dstate_truncate(gs, 7);
+            rc = bn_drafter_process(d, cs, taps + (size_t)7 * C * E, 6, 7, err, sizeof err);
+            if (rc == 0) rc = bn_cuda_drafter_process(gs, taps + (size_t)7 * C * E, 6, 7, err, sizeof err);
+            CHECK(rc == 0, "%s: re-process: %s", what, err);
+        }
+        for (int tok = 0; tok < 3; tok++) {
+            const int32_t last = (int32_t)(tok * 131 + 5) % V;
+            int n0 = bn_drafter_draft(d, cs, last, n_past, B, 0, dr[0], err, sizeof err);
+            int n1 = bn_cuda_drafter_draft(gs, last, n_past, B, 0, dr[1], conf, err, sizeof err);
+            CHECK(n0 == B && n1 == B && memcmp(dr[0], dr[1], sizeof(int32_t) * B) == 0,
+                  "%s: drafts after %d at n_past %d differ: CPU %d [%d %d %d %d] device %d [%d %d %d %d]", what, last,
+                  n_past, n0, dr[0][0], dr[0][1], dr[0][2], dr[0][3], n1, dr[1][0], dr[1][1], dr[1][2], dr[1][3]);
+            // p_min between two confidences: both stop at the same row
+            float p_min = 0.5f * (conf[0] + conf[1]);
+            n0 = bn_drafter_draft(d, cs, last, n_past, B, p_min, dr[0], err, sizeof err);
+            n1 = bn_cuda_drafter_draft(gs, last, n_past, B, p_min, dr[1], NULL, err, sizeof err);
+            CHECK(n0 == n1 && n0 < B, "%s: p_min %.3f: CPU %d drafts, device %d", what, p_min, n0, n1);
+        }
+    }
+    printf("%s: drafts identical (2 rounds x 3 anchors, n_max %d), p_min truncation identical\n", what, B);
+    for (int e = 0; e < 2; e++) free(g[e]), free(h[e]), free(base[e]);
+    free(taps);
+    bn_dstate_free(cs);
+    bn_cuda_dstate_free(gs);
+    bn_cuda_drafter_free(cd);
+    bn_drafter_free(d);
+}
+
+static int part_drafter(void) {
+    char tpath[512], dpath[512], qpath[512], err[512];
+    bn_model *m;
+    bn_drafter *d0;
+    fx_load_pair("cuda-dspark-", tpath, dpath, &m, &d0);
+    bn_drafter_free(d0);
+    // F32: fp32 math on both sides, only the summation order differs
+    drafter_check("F32 drafter", m, dpath, 1e-5, 1e-5, 1e-5);
+    // Q8_0: CPU rounds activations to Q8_0, the device to Q8_1 (cuda/mm.cuh): a few 1e-2
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    dp.type = BN_Q8_0;
+    if (bn_mkdrafter_write(&dp, fx_path(qpath, sizeof qpath, "cuda-dspark-q8.gguf"), err, sizeof err) != 0)
+        bn_die("%s", err);
+    drafter_check("Q8_0 drafter", m, qpath, 0.1, 0.1, 0.05);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    unlink(qpath);
+    return test_done("cuda_dspark drafter");
+}
+
+static bool same_counters(const bn_spec_stats *a, const bn_spec_stats *b) {
+    return a->n_steps == b->n_steps && a->n_rounds_spec == b->n_rounds_spec && a->n_drafted == b->n_drafted &&
+           a->n_accept == b->n_accept && memcmp(a->acc_pos, b->acc_pos, sizeof a->acc_pos) == 0;
+}
+
+// run: greedy speculative generation of n_gen tokens on the CUDA engine; returns the drafter's device.
+static const char *run(bn_engine *e, const bn_drafter *d, bn_spec_params p, int n_gen, int32_t *gen,
+                       bn_spec_stats *st) {
+    char err[256];
+    bn_engine_state *ts = bn_engine_state_new(e, N_CTX, err, sizeof err);
+    if (!ts) bn_die("state: %s", err);
+    bn_spec *sp = bn_spec_new_engine(ts, d, &p, err, sizeof err);
+    if (!sp) bn_die("spec_new: %s", err);
+    const char *dev = bn_spec_drafter_device(sp);
+    double t0 = bn_time_ms();
+    fx_spec_greedy(sp, prompt, N_PROMPT, n_gen, gen);
+    *st = *bn_spec_stats_get(sp);
+    printf("(%.0f ms) ", bn_time_ms() - t0);
+    printf("%-28s drafter on %-4s: steps %3lld drafted %3lld accepted %3lld reruns %lld acc/pos %lld %lld %lld %lld\n",
+           p.type == BN_SPEC_REPLAY ? "replay" : "dspark", dev, (long long)st->n_steps, (long long)st->n_drafted,
+           (long long)st->n_accept, (long long)st->n_rerun, (long long)st->acc_pos[0], (long long)st->acc_pos[1],
+           (long long)st->acc_pos[2], (long long)st->acc_pos[3]);
+    bn_spec_free(sp);
+    bn_engine_state_free(ts);
+    return dev;
+}
+
+static int first_diff(const int32_t *a, const int32_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return -1;
+}
+
+// part_spec: what = "spec" (device drafter == plain greedy over N_GEN tokens), "counters" (device vs
+// CPU drafter over N_GEN_COUNTERS tokens: same tokens, same §7 counters) or "replay" (forced acceptance).
+// n_max 3: the emulator's F32 matvec for 4 columns costs half that of 5 (the test stays < 60 s).
+#define N_GEN_COUNTERS 24
+static int part_spec(const char *what) {
+    char tpath[512], dpath[512], err[512];
+    bn_model *m;
+    bn_drafter *d;
+    fx_load_pair("cuda-dspark-spec-", tpath, dpath, &m, &d);
+    if (strcmp(what, "spec") == 0) { // a Q8_0 drafter here: the quantized device path in the loop (and
+        bn_drafter_free(d);          // in the emulator its mmvq kernels cost less than the F32 ones)
+        bn_mkdrafter_params dp;
+        bn_mkdrafter_defaults(&dp);
+        dp.type = BN_Q8_0;
+        fx_drafter(&dp, dpath);
+        if (!(d = bn_drafter_load(dpath, m, err, sizeof err))) bn_die("%s", err);
+    }
+    bn_engine *e = bn_engine_open(m, 99, 2, err, sizeof err);
+    if (!e) bn_die("engine: %s", err);
+    int32_t ref[N_GEN], gen[N_GEN + 64];
+    const bool counters = strcmp(what, "counters") == 0;
+    const int n_gen = counters ? N_GEN_COUNTERS : N_GEN;
+    fx_engine_greedy(e, prompt, N_PROMPT, n_gen, ref);
+    bn_spec_params p = {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2};
+    bn_spec_stats st[2];
+    if (strcmp(what, "replay") == 0) { // forced acceptance with the drafter's work done
+        bn_spec_params r = {.type = BN_SPEC_REPLAY, .n_max = 3, .n_threads = 2, .replay = ref, .n_replay = n_gen};
+        const char *dev = run(e, d, r, n_gen, gen, &st[0]);
+        CHECK(dev && strcmp(dev, "CUDA") == 0, "replay: drafter on %s, not CUDA", dev ? dev : "-");
+        int diff = first_diff(ref, gen, n_gen);
+        CHECK(diff < 0, "replay: output differs from plain greedy at token %d", diff);
+        CHECK(st[0].n_drafted > 0 && st[0].n_accept == st[0].n_drafted && st[0].ms_draft > 0,
+              "replay: %lld of %lld drafts accepted (must be all), draft ms %.2f", (long long)st[0].n_accept,
+              (long long)st[0].n_drafted, st[0].ms_draft);
+    } else {
+        const char *dev = run(e, d, p, n_gen, gen, &st[0]);
+        CHECK(dev && strcmp(dev, "CUDA") == 0, "the drafter of a CUDA target runs on %s, not CUDA", dev ? dev : "-");
+        int diff = first_diff(ref, gen, n_gen);
+        CHECK(diff < 0, "device drafter: speculative output differs from plain greedy at token %d", diff);
+        CHECK(st[0].n_rerun == 0 && st[0].n_accept < st[0].n_drafted, "device drafter: restores only, drafts rejected");
+    }
+    if (counters) {
+        p.cpu_drafter = true;
+        const char *dev = run(e, d, p, n_gen, gen, &st[1]);
+        CHECK(dev && strcmp(dev, "CPU") == 0, "cpu_drafter: drafter on %s", dev ? dev : "-");
+        CHECK(first_diff(ref, gen, n_gen) < 0, "CPU drafter on a CUDA target: output differs from plain greedy");
+        CHECK(same_counters(&st[0], &st[1]), "device and CPU drafter runs: different §7 counters");
+    }
+    bn_engine_free(e);
+    bn_drafter_free(d);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done(what);
+}
+
+int main(int argc, char **argv) {
+    char err[512];
+    if (!bn_cuda_available(err, sizeof err)) {
+        printf("SKIP: %s\n", err);
+        return 77;
+    }
+    if (argc == 2 && strcmp(argv[1], "drafter") == 0) return part_drafter();
+    if (argc == 2 && (strcmp(argv[1], "spec") == 0 || strcmp(argv[1], "counters") == 0 ||
+                      strcmp(argv[1], "replay") == 0))
+        return part_spec(argv[1]);
+    fprintf(stderr, "usage: %s drafter|spec|counters|replay\n", argv[0]);
+    return 1;
+}
