@@ -337,7 +337,9 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     if (rc == 0 && (cudaMallocHost((void **)&s->h_io, 4 * sizeof(int32_t)) != cudaSuccess ||
                     cudaMallocHost((void **)&s->h_snap_ptrs, MAX_SNAPS * sizeof(float *)) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
-    if (rc == 0 && cudaStreamCreate(&s->stream) != cudaSuccess)
+    // non-blocking: no implicit sync with the legacy stream, so another thread's cudaMemcpy (legacy stream)
+    // cannot invalidate this stream's graph capture (cudaErrorStreamCaptureImplicit) or wait on its work
+    if (rc == 0 && cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = bn_err(err, errlen, "CUDA: cannot create a stream");
     if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
     if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
@@ -368,9 +370,11 @@ void bn_cuda_state_free(bn_cuda_state *s) {
 }
 
 void bn_cuda_state_reset(bn_cuda_state *s) {
-    cudaMemsetAsync(s->recurrent, 0, s->n_recurrent * sizeof(float), s->stream);
-    cudaMemsetAsync(s->d_pos, 0, sizeof(int), s->stream);
-    cudaStreamSynchronize(s->stream);
+    cudaError_t e = cudaMemsetAsync(s->recurrent, 0, s->n_recurrent * sizeof(float), s->stream);
+    if (e == cudaSuccess) e = cudaMemsetAsync(s->d_pos, 0, sizeof(int), s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) // void API: say so (the next forward reports the sticky error, if any)
+        fprintf(stderr, "bn_cuda_state_reset: CUDA error: %s\n", cudaGetErrorString(e));
     s->pos = 0;
 }
 
@@ -393,7 +397,16 @@ bn_cuda_snapshot *bn_cuda_snapshot_new(const bn_cuda_state *s, char *err, size_t
         bn_err(err, errlen, "CUDA: out of device memory for a snapshot");
         return NULL;
     }
-    cudaMemset(snap->data, 0, max_sz(snap->n, 1) * sizeof(float));
+    // on the state's stream (non-blocking: a legacy-stream cudaMemset would not be ordered before its copies)
+    cudaError_t e = cudaMemsetAsync(snap->data, 0, max_sz(snap->n, 1) * sizeof(float), s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(snap->data);
+        free(snap);
+        bn_err(err, errlen, "CUDA error: %s clearing a snapshot", cudaGetErrorString(e));
+        return NULL;
+    }
     return snap;
 }
 

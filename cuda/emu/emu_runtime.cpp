@@ -87,6 +87,14 @@ cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     return cudaSuccess;
 }
 
+// blocking_capture: a stream created without cudaStreamNonBlocking is capturing (legacy-stream work would
+// make it wait on that stream: cudaErrorStreamCaptureImplicit; non-blocking streams do not sync with it).
+bool blocking_capture() {
+    for (const bn_emu_stream *s : capturing)
+        if (!(s->flags & cudaStreamNonBlocking)) return true;
+    return false;
+}
+
 // invalidate_captures: an illegal call during capture poisons every strict capture, as in CUDA.
 void invalidate_captures() {
     for (bn_emu_stream *s : capturing)
@@ -131,7 +139,7 @@ cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work)
         st->graph->nodes.push_back({what, std::move(work)});
         return cudaSuccess;
     }
-    if (st == &legacy_stream && strict_captures > 0) { // implicit synchronisation with the capture
+    if (st == &legacy_stream && blocking_capture()) { // implicit synchronisation with a blocking capturing stream
         invalidate_captures();
         return cudaErrorStreamCaptureImplicit;
     }
