@@ -440,6 +440,10 @@ void bn_spec_print_stats(const bn_spec *sp, FILE *f) {
                 (long long)s->drafted_pos[i]);
     fprintf(f, "spec: ms draft %.1f, verify %.1f, rerun %.1f, drafter process %.1f; n_max now %d\n", s->ms_draft,
             s->ms_verify, s->ms_rerun, s->ms_process, s->n_max_now);
+    if (sp->d)
+        fprintf(f, "spec: drafter on %s, draft ms/round = %.3f, process ms/step = %.3f, verify ms/step = %.3f\n",
+                bn_spec_drafter_device(sp), s->n_rounds_spec ? s->ms_draft / (double)s->n_rounds_spec : 0.0,
+                s->n_steps ? s->ms_process / (double)s->n_steps : 0.0, s->n_steps ? s->ms_verify / (double)s->n_steps : 0.0);
     double ms_target = s->ms_verify + s->ms_rerun;
     if (ms_target > 0)
         fprintf(f, "spec: target-side speed (verify + rerun only, drafting excluded) = %.3f t/s\n",

@@ -1,6 +1,8 @@
 // tools/bonsai-speculative.c — speculative decoding with the target on the CPU or (-ngl N > 0) the
-// CUDA engine, the drafter on the CPU; output like llama-speculative-simple (SERVER.md §13; loop
-// DSPARK.md §5.1).
+// CUDA engine (the drafter then on the device too); output like llama-speculative-simple (SERVER.md §13;
+// loop DSPARK.md §5.1). --spec-type draft-replay (measurement aid): decode natively first (greedy,
+// timed: the "native" line), then run DSpark with the drafter's full work every round but the recorded
+// tokens proposed — DSpark speed at forced acceptance, drafter cost included.
 #include "core/dspark.h"
 #include "core/engine.h"
 #include "core/model.h"
@@ -15,7 +17,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: bonsai-speculative -m TARGET.gguf [-md DRAFT.gguf] --spec-type T -p PROMPT [options]\n"
             "  --spec-type T            draft-dspark (needs -md) | draft-oracle (MEASUREMENT AID: the target's own\n"
-            "                           greedy continuation from a second target state; forces acceptance) | none\n"
+            "                           greedy continuation from a second target state; forces acceptance) |\n"
+            "                           draft-replay (MEASUREMENT AID, needs -md and --temp 0: decodes natively\n"
+            "                           first, then runs the drafter every round but proposes the recorded\n"
+            "                           tokens; forces acceptance with the drafter's cost included) | none\n"
             "  --spec-draft-n-max N     drafts per round (default 3; clamped to the drafter's block size)\n"
             "  --spec-draft-n-min N     shorter drafts are not verified (default 0)\n"
             "  --spec-draft-p-min P     confidence-head truncation (default 0 = off)\n"
@@ -25,7 +30,8 @@ static void usage(FILE *f) {
             "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
             "  -e                       process escapes (\\n, \\t) in the prompt\n"
             "  -ngl N                   N > 0: the target on the GPU (CUDA builds), 0: CPU (default); the\n"
-            "                           drafter always runs on the CPU\n");
+            "                           drafter runs on the GPU too\n"
+            "  --cpu-drafter            keep the drafter on the CPU with -ngl N > 0\n");
 }
 
 static void unescape(char *s) {
@@ -37,6 +43,33 @@ static void unescape(char *s) {
         } else *o++ = *p;
     }
     *o = 0;
+}
+
+// record_greedy: plain greedy decoding of n tokens after the prompt on ts (through bn_spec with no
+// drafts), into out; prints the native speed line. Returns 0 or -1 with err.
+static int record_greedy(bn_engine_state *ts, const int32_t *prompt, int n_prompt, int32_t *out, int n, char *err,
+                         size_t errlen) {
+    bn_spec_params none = {.type = BN_SPEC_NONE};
+    bn_spec *s = bn_spec_new_engine(ts, NULL, &none, err, errlen);
+    if (!s) return -1;
+    bn_sampler_params gp = bn_sampler_params_default();
+    gp.temperature = 0;
+    bn_sampler *g = bn_sampler_new(&gp);
+    int rc = bn_spec_prefill(s, prompt, n_prompt, err, errlen), got = 0;
+    double t0 = bn_time_ms();
+    while (rc == 0 && got < n) {
+        int32_t tok[2];
+        int k = bn_spec_generate_step(s, g, tok, 2, err, errlen);
+        if (k < 0) rc = -1;
+        for (int i = 0; i < k && got < n; i++) out[got++] = tok[i];
+    }
+    double ms = bn_time_ms() - t0;
+    if (rc == 0)
+        printf("native (recorded for replay): decoded %4d tokens in %8.3f seconds, speed: %8.3f t/s\n", got, ms / 1e3,
+               got / (ms / 1e3 + 1e-9));
+    bn_sampler_free(g);
+    bn_spec_free(s);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -68,6 +101,7 @@ int main(int argc, char **argv) {
         else if (OPT("--min-p")) smp.min_p = (float)atof(v);
         else if (OPT("--seed") || OPT("-s")) smp.seed = strtoull(v, NULL, 0);
         else if (strcmp(a, "--no-adaptive") == 0) sp.adaptive = false;
+        else if (strcmp(a, "--cpu-drafter") == 0) sp.cpu_drafter = true;
         else if (strcmp(a, "-e") == 0 || strcmp(a, "--escape") == 0) escapes = 1;
         else {
             fprintf(stderr, "bonsai-speculative: unknown or incomplete option '%s' (see --help)\n", a);
@@ -88,10 +122,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bonsai-speculative: unknown --spec-type '%s'\n", stype);
         return 1;
     }
-    if (sp.type == BN_SPEC_DSPARK && !dpath) {
-        fprintf(stderr, "bonsai-speculative: --spec-type draft-dspark needs -md DRAFT.gguf\n");
+    const bool drafter = sp.type == BN_SPEC_DSPARK || sp.type == BN_SPEC_REPLAY;
+    if (drafter && !dpath) {
+        fprintf(stderr, "bonsai-speculative: --spec-type %s needs -md DRAFT.gguf\n", stype);
         return 1;
     }
+    if (sp.type == BN_SPEC_REPLAY && smp.temperature != 0) {
+        fprintf(stderr, "bonsai-speculative: draft-replay replays a greedy run: use --temp 0\n");
+        return 1;
+    }
+    if (sp.type == BN_SPEC_REPLAY)
+        fprintf(stderr, "bonsai-speculative: draft-replay is a MEASUREMENT AID (the drafter runs, the recorded greedy "
+                        "tokens are proposed)\n");
     if (sp.type == BN_SPEC_ORACLE)
         fprintf(stderr, "bonsai-speculative: draft-oracle is a MEASUREMENT AID (the target drafts for itself)\n");
     sp.n_threads = n_threads;
@@ -107,7 +149,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     bn_drafter *d = NULL;
-    if (sp.type == BN_SPEC_DSPARK && !(d = bn_drafter_load(dpath, m, err, sizeof err))) {
+    if (drafter && !(d = bn_drafter_load(dpath, m, err, sizeof err))) {
         fprintf(stderr, "bonsai-speculative: %s\n", err);
         return 1;
     }
@@ -121,6 +163,16 @@ int main(int argc, char **argv) {
     }
     bn_engine *eng = bn_engine_open(m, n_gpu_layers, n_threads, err, sizeof err);
     bn_engine_state *ts = eng ? bn_engine_state_new(eng, n_ctx, err, sizeof err) : NULL;
+    int32_t *replay = NULL;
+    if (ts && sp.type == BN_SPEC_REPLAY) {
+        sp.n_replay = n_predict_max + (sp.n_max > 0 ? sp.n_max : 0) + 2; // the loop below overshoots by < a round
+        replay = xmalloc(sizeof(int32_t) * (size_t)sp.n_replay);
+        if (record_greedy(ts, ids, n_prompt, replay, sp.n_replay, err, sizeof err) != 0) {
+            fprintf(stderr, "bonsai-speculative: native run: %s\n", err);
+            return 1;
+        }
+        sp.replay = replay;
+    }
     bn_spec *s = ts ? bn_spec_new_engine(ts, d, &sp, err, sizeof err) : NULL;
     if (!s) {
         fprintf(stderr, "bonsai-speculative: %s\n", err);
@@ -172,6 +224,7 @@ int main(int argc, char **argv) {
     bn_engine_state_free(ts);
     bn_engine_free(eng);
     bn_drafter_free(d);
+    free(replay);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     free(ids);
