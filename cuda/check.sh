@@ -1,27 +1,130 @@
 #!/usr/bin/env bash
-# cuda/check.sh — the one prepared script for a GPU machine (one device call, < 8 minutes):
-#   1. builds for sm_90 (meson -Dcuda=enabled, release) in BUILD_DIR (default build-cuda);
-#   2. runs the CUDA tests on the GPU (`meson test --suite cuda`, the non-emulator ones);
-#   3. generates synthetic models of the real Qwen3.5-27B shape (bonsai-mkmodel --preset 27b, F16,
-#      then bonsai-quantize --pure to Q1_0 and Q2_0) with 4 and 8 layers instead of 64 — the full
-#      model would take ~54 GB of F16 and minutes to write — and scales the measured times linearly
-#      per layer: t(64) = t(4) + 15·(t(8) − t(4)) (the head, embedding and per-layer costs separate);
-#   4. runs bonsai-bench -ngl 99 (pp512, tg128) on them, bench_cuda_mm --quick and the copy bandwidth;
-#   5. prints ONE markdown table (tok/s, decode GB/s, % of copy bandwidth) plus the date.
-# Usage: cuda/check.sh [--emu | --tiny] [BUILD_DIR]
-#   --emu: the same steps against the CPU emulator (tiny preset, 4/8 → 16 layers, pp16/tg8, no build
-#   and no GPU tests; BUILD_DIR must be built already). This is how the script itself is tested
+# cuda/check.sh — the one prepared script for a GPU machine (one device call, planned < 8 minutes):
+#   env     nvidia-smi, nvcc and driver versions;
+#   deps    only where pkg-config lacks the build's libraries: unpacks the carried .debs of
+#           cuda/gpu-deps.sh (build-gpudeps/) into build-gpudeps/root and points pkg-config there;
+#   setup   meson -Dcuda=enabled, release, in BUILD_DIR (default build-cuda);
+#   build   only what the steps below run (the GPU tests, the tools, the benches);
+#   tests   the CUDA tests on the GPU (`meson test --suite cuda`, the non-emulator ones);
+#   models  synthetic models of the real Qwen3.5-27B shape (bonsai-mkmodel --preset 27b, F16, then
+#           bonsai-quantize --pure to Q1_0 and Q2_0) with 4 and 8 layers instead of 64 — the full model
+#           would take ~54 GB of F16 and minutes to write — scaled linearly per layer:
+#           t(64) = t(4) + 15·(t(8) − t(4)) (the head, embedding and per-layer costs separate);
+#   copybw  the measured device copy bandwidth; mm: bench_cuda_mm --quick;
+#   bench   bonsai-bench -ngl 99 (pp512, tg128) per type and layer count;
+#   dspark  the DSpark rows (cudadraft's section below);
+# then ONE markdown table (tok/s, decode GB/s, % of copy bandwidth) and the per-step status table.
+# Every step runs under `timeout` with the limit printed in the plan; a step that fails or times out
+# logs its tail and the script goes on; cells that depend on it read FAIL / TIMEOUT / SKIP. Exit
+# status: 0 when every step passed, 1 otherwise (the tables always print).
+# Results: $OUT if set (the device tool returns files under it; at most 8 files: check-table.md,
+# check.log with every step's full log, tests.log), else BUILD_DIR/cuda-check/.
+# Usage: cuda/check.sh [--emu | --tiny] [--quick] [BUILD_DIR]
+#   --emu: the same steps against the CPU emulator (tiny preset, 4/8 → 16 layers, pp16/tg8, no setup,
+#   build or GPU tests; BUILD_DIR must be built already). This is how the script itself is tested
 #   without a GPU (test cuda_check_script_emu). Numbers from --emu are emulator speed, meaningless.
-#   --tiny: GPU mode with the tiny shapes (a quick smoke run when device time is short).
-set -euo pipefail
+#   --tiny: GPU mode with the tiny shapes (a smoke run).
+#   --quick: fewer tests (emu_runtime, cuda_mm, cuda_forward), Q1_0 only, one repetition (~5 min plan).
+# BONSAI_CHECK_INJECT="STEP=fail STEP=hang ..." replaces steps by a failing / hanging command (2 s limit):
+# how cuda_check_script_emu_faults checks that the tables still print.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-EMU=0 TINY=0
-if [ "${1:-}" = "--emu" ]; then EMU=1; shift; elif [ "${1:-}" = "--tiny" ]; then TINY=1; shift; fi
+EMU=0 TINY=0 QUICK=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --emu) EMU=1; shift ;;
+    --tiny) TINY=1; shift ;;
+    --quick) QUICK=1; shift ;;
+    *) break ;;
+    esac
+done
 B=${1:-build-cuda}
 NPROC=$(nproc)
 T_START=$(date +%s)
-step() { echo "== [$(( $(date +%s) - T_START )) s] $*"; }
+RES=${OUT:-$B/cuda-check}
+mkdir -p "$RES"
+W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+: >"$RES/check.log"
 
+# ---- the plan: seconds per step (the sum is printed; keep it under 480) ---------------------------
+TYPES="Q1_0 Q2_0"
+if [ "$EMU" = 1 ]; then
+    declare -A LIMIT=([env]=5 [deps]=5 [setup]=5 [build]=5 [tests]=5 [models]=60 [copybw]=20 [mm]=5 [bench]=60
+                      [dspark]=60)
+elif [ "$QUICK" = 1 ]; then
+    TYPES="Q1_0"
+    declare -A LIMIT=([env]=10 [deps]=20 [setup]=40 [build]=130 [tests]=60 [models]=45 [copybw]=15 [mm]=0
+                      [bench]=20 [dspark]=30)
+else
+    declare -A LIMIT=([env]=10 [deps]=20 [setup]=40 [build]=130 [tests]=90 [models]=60 [copybw]=15 [mm]=25
+                      [bench]=15 [dspark]=40)
+fi
+# bench: the limit is per bonsai-bench run (one per type and layer count)
+N_TYPES=$(echo $TYPES | wc -w)
+PLAN=0
+for k in env deps setup build tests models copybw mm dspark; do PLAN=$((PLAN + LIMIT[$k])); done
+PLAN=$((PLAN + 2 * N_TYPES * LIMIT[bench]))
+
+declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
+ORDER=()
+elapsed() { echo $(( $(date +%s) - T_START )); }
+say() { echo "$*" | tee -a "$RES/check.log"; }
+
+# run_step NAME LIMIT CMD...: runs CMD under timeout, its output in $W/NAME.log (appended to check.log);
+# sets ST[NAME] and SECS[NAME]; on failure prints the log's tail. Returns CMD's status.
+run_step() {
+    local name=$1 limit=$2 rc t0
+    shift 2
+    ORDER+=("$name")
+    if [ "$limit" -le 0 ]; then
+        ST[$name]=SKIP SECS[$name]=0
+        say "== [$(elapsed) s] $name: skipped in this mode"
+        return 0
+    fi
+    case " ${BONSAI_CHECK_INJECT:-} " in # the script's own test: a step made to fail or to hang
+    *" $name=fail "*) set -- false ;;
+    *" $name=hang "*) limit=2 && set -- sleep 30 ;;
+    esac
+    say "== [$(elapsed) s] $name (limit ${limit} s): $*"
+    t0=$(date +%s)
+    timeout -k 5 "$limit" "$@" >"$W/$name.log" 2>&1
+    rc=$?
+    SECS[$name]=$(( $(date +%s) - t0 ))
+    case $rc in
+    0) ST[$name]=OK ;;
+    124 | 137) ST[$name]=TIMEOUT ;;
+    *) ST[$name]=FAIL ;;
+    esac
+    { echo "---- $name: ${ST[$name]} (exit $rc) after ${SECS[$name]} s; full log:"; cat "$W/$name.log"; } >>"$RES/check.log"
+    if [ "$rc" != 0 ]; then
+        echo "-- $name: ${ST[$name]} (exit $rc) after ${SECS[$name]} s; last lines:"
+        tail -n 15 "$W/$name.log" | sed 's/^/   | /'
+    fi
+    return $rc
+}
+skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
+
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests models copybw mm bench dspark; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench per run)"
+
+# ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
+env_info() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv || true
+    nvcc --version | tail -2 || true
+    echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-<unset: lazy>}; $(nproc) CPUs; $(uname -r)"
+}
+# gpu_targets: the ninja targets the GPU tests and the steps below need (from meson introspect).
+gpu_targets() {
+    meson introspect "$B" --tests | python3 -c '
+import json, os, sys
+b = os.path.realpath(sys.argv[1]); out = set()
+for t in json.load(sys.stdin):
+    if "cuda" not in t["suite"] or t["name"].endswith(("_emu", "_emu_shuffled")) or not t["cmd"][0].startswith(b):
+        continue
+    out.add(os.path.relpath(t["cmd"][0], b))
+    out.update(a for a in t["cmd"][1:] if a.startswith("tools/"))
+print("\n".join(sorted(out)))' "$B"
+}
 if [ "$EMU" = 1 ]; then
     BENCH="$B/tests/cuda/bonsai-bench-emu"
     COPYBW=("$B/tests/cuda/cuda_copy_bw_emu" 16)
@@ -30,95 +133,169 @@ if [ "$EMU" = 1 ]; then
         [ -x "$f" ] || { echo "check.sh --emu: $f missing (build $B first)"; exit 1; }
     done
     DEVICE="CPU emulator"
+    for s in env deps setup build tests; do skip_step "$s" "--emu"; done
     TESTS="not run (--emu)"
 else
     PRESET=27b L1=4 L2=8 LFULL=64 PP=512 TG=128 REPS=3 V=248320 H=5120
+    [ "$QUICK" = 1 ] && REPS=1
     [ "$TINY" = 1 ] && PRESET=tiny LFULL=16 PP=64 TG=32 V=512 H=128
-    DEVICE=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "unknown GPU")
-    echo "device: $DEVICE"
-    step "build ($B, sm_90, release)"
-    [ -f "$B/build.ninja" ] || meson setup "$B" -Dcuda=enabled --buildtype=release >/dev/null
-    ninja -C "$B" -j"$NPROC" | tail -1
     BENCH="$B/tools/bonsai-bench"
     COPYBW=("$B/tests/cuda/cuda_copy_bw" 1024)
-    step "CUDA tests on the GPU"
-    mapfile -t GPU_TESTS < <(meson test -C "$B" --list 2>/dev/null | sed -n 's|^bonsai:cuda / ||p' | grep -v '_emu')
-    if [ "${#GPU_TESTS[@]}" = 0 ]; then
-        TESTS="none found (was $B configured with -Dcuda=enabled?)"
+    run_step env "${LIMIT[env]}" bash -c "$(declare -f env_info); env_info"
+    cat "$W/env.log"
+    DEVICE=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "unknown GPU")
+    if pkg-config --exists openblas jansson libpcre2-8 libmicrohttpd zlib 2>/dev/null; then
+        skip_step deps "pkg-config finds every library"
+    elif [ -x cuda/gpu-deps.sh ] && ls build-gpudeps/*.deb >/dev/null 2>&1; then
+        run_step deps "${LIMIT[deps]}" cuda/gpu-deps.sh unpack build-gpudeps && source build-gpudeps/env.sh
     else
-        rc=0
-        meson test -C "$B" --print-errorlogs "${GPU_TESTS[@]}" >"$B/cuda-tests.log" 2>&1 || rc=$?
-        SUMMARY=$(grep -E "^(Ok|Fail|Skipped|Timeout):" "$B/cuda-tests.log" | tr -s ' ' | tr '\n' ' ')
-        [ "$rc" = 0 ] && TESTS="${GPU_TESTS[*]}: $SUMMARY" || TESTS="FAILED ($SUMMARY; see $B/cuda-tests.log)"
-        grep -E "^ *[0-9]+/[0-9]+ " "$B/cuda-tests.log" || true
+        skip_step deps "libraries missing and no build-gpudeps/*.deb carried: setup will fail"
+    fi
+    if [ -f "$B/build.ninja" ]; then
+        skip_step setup "$B already configured"
+    else
+        run_step setup "${LIMIT[setup]}" meson setup "$B" -Dcuda=enabled --buildtype=release
+    fi
+    GPU_TARGETS=$(gpu_targets 2>/dev/null | tr '\n' ' ')
+    EXTRA="tools/bonsai-bench tools/bonsai-mkmodel tools/bonsai-quantize tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm"
+    # shellcheck disable=SC2086
+    run_step build "${LIMIT[build]}" ninja -C "$B" -j"$NPROC" $GPU_TARGETS $EXTRA
+    mapfile -t GPU_TESTS < <(meson test -C "$B" --list --no-rebuild 2>/dev/null | sed -n 's|^bonsai:cuda / ||p' | grep -v '_emu')
+    [ "$QUICK" = 1 ] && mapfile -t GPU_TESTS < <(printf '%s\n' "${GPU_TESTS[@]}" | grep -xE 'emu_runtime|cuda_mm|cuda_forward')
+    if [ "${#GPU_TESTS[@]}" = 0 ]; then
+        skip_step tests "no GPU tests found (was $B configured with -Dcuda=enabled?)"
+        TESTS="none found"
+    else
+        # meson's own per-test timeouts (x0.4: cuda_forward 120 s) stop a hung test inside the step's limit
+        run_step tests "${LIMIT[tests]}" meson test -C "$B" --no-rebuild --print-errorlogs --num-processes 4 \
+            --timeout-multiplier 0.4 "${GPU_TESTS[@]}"
+        cp "$B/meson-logs/testlog.txt" "$RES/tests.log" 2>/dev/null || true
+        grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" || true
+        TESTS=$(grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" | awk '{printf "%s%s %s", NR > 1 ? ", " : "", $4, $5}')
+        [ -z "$TESTS" ] && TESTS="${ST[tests]} (no results; see tests.log)"
     fi
 fi
 
-W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
-trap 'rm -rf "$W"' EXIT
-step "generate $PRESET-shape models with $L1 and $L2 layers (F16 → Q1_0, Q2_0)"
-gen() { # gen N_LAYER: writes $W/l<N>-Q1_0.gguf and $W/l<N>-Q2_0.gguf
-    local L=$1
-    "$B/tools/bonsai-mkmodel" "$W/l$L-f16.gguf" --preset "$PRESET" --n-layer "$L" --type f16 >"$W/mk$L.log" 2>&1
-    for q in Q1_0 Q2_0; do
+# ---- models, copy bandwidth, bench_cuda_mm ----------------------------------------------------------
+gen() { # gen N_LAYER TYPES...: writes $W/l<N>-<type>.gguf
+    local L=$1 q
+    shift
+    "$B/tools/bonsai-mkmodel" "$W/l$L-f16.gguf" --preset "$PRESET" --n-layer "$L" --type f16 || return 1
+    for q in "$@"; do
         "$B/tools/bonsai-quantize" "$W/l$L-f16.gguf" "$W/l$L-$q.gguf" "$q" --pure --threads $(( NPROC / 2 > 0 ? NPROC / 2 : 1 )) \
-            >"$W/q$L-$q.log" 2>&1
+            || return 1
     done
     rm -f "$W/l$L-f16.gguf"
 }
-gen "$L1" & P1=$!
-gen "$L2" & P2=$!
-wait "$P1" && wait "$P2" || { echo "model generation failed:"; tail -3 "$W"/*.log; exit 1; }
-
-step "copy bandwidth"
-COPY_GBS=$("${COPYBW[@]}")
-echo "copy bandwidth: $COPY_GBS GB/s (read + write)"
-if [ "$EMU" = 0 ]; then
-    step "bench_cuda_mm --quick"
-    "$B/tests/cuda/bench_cuda_mm" --quick || echo "bench_cuda_mm failed"
+gen_both() { # both layer counts in parallel
+    gen "$L1" $TYPES >"$W/gen$L1.log" 2>&1 & local p1=$!
+    gen "$L2" $TYPES >"$W/gen$L2.log" 2>&1 & local p2=$!
+    local r1=0 r2=0
+    wait "$p1" || r1=$?
+    wait "$p2" || r2=$?
+    tail -n 3 "$W/gen$L1.log" "$W/gen$L2.log"
+    [ "$r1" = 0 ] && [ "$r2" = 0 ]
+}
+export -f gen gen_both
+export B W PRESET L1 L2 TYPES NPROC
+if [ -x "$B/tools/bonsai-mkmodel" ] && [ -x "$B/tools/bonsai-quantize" ]; then
+    run_step models "${LIMIT[models]}" bash -c gen_both
+else
+    skip_step models "bonsai-mkmodel / bonsai-quantize not built"
 fi
 
-step "bonsai-bench -ngl 99 -p $PP -n $TG -r $REPS"
-for q in Q1_0 Q2_0; do
+COPY_GBS=""
+if [ -x "${COPYBW[0]}" ]; then
+    run_step copybw "${LIMIT[copybw]}" "${COPYBW[@]}" && COPY_GBS=$(tail -n 1 "$W/copybw.log")
+    say "copy bandwidth: ${COPY_GBS:-${ST[copybw]}} GB/s (read + write)"
+else
+    skip_step copybw "${COPYBW[0]} not built"
+fi
+if [ "$EMU" = 1 ]; then
+    skip_step mm "--emu"
+elif [ -x "$B/tests/cuda/bench_cuda_mm" ]; then
+    run_step mm "${LIMIT[mm]}" "$B/tests/cuda/bench_cuda_mm" --quick && cat "$W/mm.log"
+else
+    skip_step mm "bench_cuda_mm not built"
+fi
+
+# ---- bonsai-bench -ngl 99 ----------------------------------------------------------------------------
+for q in $TYPES; do
     for L in "$L1" "$L2"; do
-        "$BENCH" -m "$W/l$L-$q.gguf" -ngl 99 -p "$PP" -n "$TG" -r "$REPS" -o json >"$W/b-$q-$L.json"
+        if [ ! -f "$W/l$L-$q.gguf" ]; then
+            skip_step "bench-$q-$L" "no model"
+        elif [ ! -x "$BENCH" ]; then
+            skip_step "bench-$q-$L" "$BENCH not built"
+        else
+            run_step "bench-$q-$L" "${LIMIT[bench]}" "$BENCH" -m "$W/l$L-$q.gguf" -ngl 99 -p "$PP" -n "$TG" -r "$REPS" -o json
+        fi
     done
 done
 
-# field F of the I-th result (1-based) of a bonsai-bench JSON file
-jfield() { grep -o "\"$2\": [0-9.]*" "$1" | sed -n "$3p" | awk '{print $2}'; }
+# ==== DSpark (cudadraft) ==============================================================================
+# DSpark benchmark steps go here: run them with `run_step dspark-<what> <seconds> CMD...` inside the
+# ${LIMIT[dspark]} seconds the plan reserves, and print their rows in dspark_rows below (called after
+# the main table; a row must say FAIL / TIMEOUT / SKIP when its step did not pass: see cell()).
+dspark_rows() { :; }
+# ==== end of DSpark ===================================================================================
 
-step "done"
-echo
-echo "## CUDA check — $(date -u +%Y-%m-%dT%H:%MZ) — $DEVICE"
-echo
-echo "Model: synthetic $PRESET shape (bonsai-mkmodel, --pure: every 2-D weight incl. head and embedding in the"
-echo "type), measured with $L1 and $L2 layers and scaled linearly to $LFULL layers. Decode GB/s = weight bytes"
-echo "read per token (all but token_embd) × tg tok/s; copy bandwidth $COPY_GBS GB/s. GPU tests: $TESTS."
-echo
-echo "| type | layers | size (MiB) | pp$PP t/s | tg$TG t/s | decode GB/s | % of copy BW |"
-echo "| ---- | -----: | ---------: | --------: | --------: | ----------: | -----------: |"
-for q in Q1_0 Q2_0; do
-    f1="$W/b-$q-$L1.json" f2="$W/b-$q-$L2.json"
-    bpw=$([ "$q" = Q1_0 ] && echo 1.125 || echo 2.25)
-    awk -v q="$q" -v L1="$L1" -v L2="$L2" -v LF="$LFULL" -v PP="$PP" -v TG="$TG" -v V="$V" -v H="$H" -v bpw="$bpw" \
-        -v copy="$COPY_GBS" -v s1="$(jfield "$f1" model_size 1)" -v s2="$(jfield "$f2" model_size 1)" \
-        -v p1="$(jfield "$f1" avg_ns 1)" -v p2="$(jfield "$f2" avg_ns 1)" \
-        -v g1="$(jfield "$f1" avg_ns 2)" -v g2="$(jfield "$f2" avg_ns 2)" 'BEGIN {
-        if (s1 == "" || s2 == "" || p1 == "" || p2 == "" || g1 == "" || g2 == "") {
-            print "check.sh: missing bonsai-bench results for " q > "/dev/stderr"; exit 1
-        }
-        embd = V * H * bpw / 8; k = (LF - L1) / (L2 - L1)
-        n = split(L1 " " L2 " " LF, Ls, " ")
-        S[1] = s1; S[2] = s2; S[3] = s1 + k * (s2 - s1)
-        P[1] = p1; P[2] = p2; P[3] = p1 + k * (p2 - p1)
-        G[1] = g1; G[2] = g2; G[3] = g1 + k * (g2 - g1)
-        for (i = 1; i <= 3; i++) {
-            pp = PP * 1e9 / P[i]; tg = TG * 1e9 / G[i]; gbs = (S[i] - embd) * tg / 1e9
-            printf("| %s | %d%s | %.1f | %.1f | %.1f | %.2f | %.1f%% |\n", q, Ls[i], i == 3 ? " (scaled)" : "",
-                   S[i] / 1048576, pp, tg, gbs, 100 * gbs / copy)
-        }
-    }'
+# ---- the tables -----------------------------------------------------------------------------------
+# field F of the I-th result (1-based) of a bonsai-bench JSON log (the step's output)
+jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{print $2}'; }
+# cell STEP: "" when the step passed, else its status (what a dependent cell shows)
+cell() { [ "${ST[$1]:-SKIP}" = OK ] && echo "" || echo "${ST[$1]:-SKIP}"; }
+
+table() {
+    echo
+    echo "## CUDA check — $(date -u +%Y-%m-%dT%H:%MZ) — $DEVICE"
+    echo
+    echo "Model: synthetic $PRESET shape (bonsai-mkmodel, --pure: every 2-D weight incl. head and embedding in the"
+    echo "type), measured with $L1 and $L2 layers and scaled linearly to $LFULL layers. Decode GB/s = weight bytes"
+    echo "read per token (all but token_embd) × tg tok/s; copy bandwidth ${COPY_GBS:-${ST[copybw]}} GB/s. GPU tests: $TESTS."
+    echo
+    echo "| type | layers | size (MiB) | pp$PP t/s | tg$TG t/s | decode GB/s | % of copy BW |"
+    echo "| ---- | -----: | ---------: | --------: | --------: | ----------: | -----------: |"
+    local q f1 f2 bpw bad
+    for q in $TYPES; do
+        f1="$W/bench-$q-$L1.log" f2="$W/bench-$q-$L2.log"
+        bpw=$([ "$q" = Q1_0 ] && echo 1.125 || echo 2.25)
+        awk -v q="$q" -v L1="$L1" -v L2="$L2" -v LF="$LFULL" -v PP="$PP" -v TG="$TG" -v V="$V" -v H="$H" -v bpw="$bpw" \
+            -v copy="$COPY_GBS" -v c1="$(cell "bench-$q-$L1")" -v c2="$(cell "bench-$q-$L2")" \
+            -v s1="$(jfield "$f1" model_size 1)" -v s2="$(jfield "$f2" model_size 1)" \
+            -v p1="$(jfield "$f1" avg_ns 1)" -v p2="$(jfield "$f2" avg_ns 1)" \
+            -v g1="$(jfield "$f1" avg_ns 2)" -v g2="$(jfield "$f2" avg_ns 2)" 'BEGIN {
+            if (c1 == "" && (s1 == "" || p1 == "" || g1 == "")) c1 = "FAIL"
+            if (c2 == "" && (s2 == "" || p2 == "" || g2 == "")) c2 = "FAIL"
+            C[1] = c1; C[2] = c2; C[3] = c1 != "" ? c1 : c2
+            embd = V * H * bpw / 8; k = (LF - L1) / (L2 - L1)
+            split(L1 " " L2 " " LF, Ls, " ")
+            S[1] = s1; S[2] = s2; S[3] = s1 + k * (s2 - s1)
+            P[1] = p1; P[2] = p2; P[3] = p1 + k * (p2 - p1)
+            G[1] = g1; G[2] = g2; G[3] = g1 + k * (g2 - g1)
+            for (i = 1; i <= 3; i++) {
+                lay = Ls[i] (i == 3 ? " (scaled)" : "")
+                if (C[i] != "") { printf("| %s | %s | %s | %s | %s | %s | %s |\n", q, lay, C[i], C[i], C[i], C[i], C[i]); continue }
+                pp = PP * 1e9 / P[i]; tg = TG * 1e9 / G[i]; gbs = (S[i] - embd) * tg / 1e9
+                pct = copy > 0 ? sprintf("%.1f%%", 100 * gbs / copy) : "n/a"
+                printf("| %s | %s | %.1f | %.1f | %.1f | %.2f | %s |\n", q, lay, S[i] / 1048576, pp, tg, gbs, pct)
+            }
+        }'
+    done
+    dspark_rows
+    echo
+    echo "| step | status | seconds | limit |"
+    echo "| ---- | ------ | ------: | ----: |"
+    local s lim
+    for s in "${ORDER[@]}"; do
+        lim=${LIMIT[$s]:-${LIMIT[${s%%-*}]:-}}
+        printf '| %s | %s | %s | %s |\n' "$s" "${ST[$s]}" "${SECS[$s]}" "$lim"
+    done
+    echo
+    echo "date: $(date -u +%Y-%m-%dT%H:%MZ), total $(elapsed) s of a ${PLAN} s plan"
+}
+say "== [$(elapsed) s] done"
+table | tee "$RES/check-table.md"
+for s in "${ORDER[@]}"; do
+    case ${ST[$s]} in FAIL | TIMEOUT) exit 1 ;; esac
 done
-echo
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ), total $(( $(date +%s) - T_START )) s"
+exit 0
