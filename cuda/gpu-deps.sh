@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# cuda/gpu-deps.sh — the build's system libraries for a GPU machine that lacks them (its image has
+# CUDA, meson and ninja but no registry: openblas, jansson, pcre2, libmicrohttpd and zlib headers may be
+# missing, and then `meson setup` fails before any GPU work).
+#   cuda/gpu-deps.sh fetch [DIR]    here: apt-get download the -dev packages and the libraries their
+#                                   .so links point to into DIR (default build-gpudeps, git-ignored);
+#                                   the device tool's `run` must then carry DIR (carry: ["build-gpudeps"]).
+#   cuda/gpu-deps.sh unpack [DIR]   there (cuda/check.sh's deps step does it): dpkg -x every .deb into
+#                                   DIR/root (never into /), copies their .pc files into DIR/pkgconfig with
+#                                   the paths moved under DIR/root, writes DIR/env.sh (PKG_CONFIG_PATH,
+#                                   LD_LIBRARY_PATH, C/LIBRARY paths; pkg-config itself if the machine has none).
+# The packages are Debian's (this machine); their libraries need only glibc (plus libgfortran, carried).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CMD=${1:-}
+DIR=${2:-build-gpudeps}
+PKGS="libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0 libjansson-dev libjansson4
+      libpcre2-dev libpcre2-8-0 libmicrohttpd-dev libmicrohttpd12 zlib1g-dev zlib1g pkgconf pkgconf-bin libpkgconf3"
+case "$CMD" in
+fetch)
+    mkdir -p "$DIR"
+    # shellcheck disable=SC2086
+    (cd "$DIR" && apt-get download $PKGS)
+    ls -la "$DIR"/*.deb
+    du -sh "$DIR"
+    ;;
+unpack)
+    ROOT=$(realpath "$DIR")/root
+    rm -rf "$ROOT" "$DIR/pkgconfig"
+    mkdir -p "$ROOT" "$DIR/pkgconfig"
+    for f in "$DIR"/*.deb; do dpkg -x "$f" "$ROOT"; done
+    # .pc files with every /usr path moved under ROOT (openblas's lives in its openblas-pthread folder),
+    # without Requires.private (static linking only; libmicrohttpd's names gnutls, which is not carried)
+    find "$ROOT" -name '*.pc' | while read -r pc; do
+        sed -e "s|=/usr|=$ROOT/usr|g" -e "s| /usr/| $ROOT/usr/|g" -e '/^Requires.private:/d' "$pc" \
+            >"$DIR/pkgconfig/$(basename "$pc")"
+    done
+    LIBS="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/usr/lib/x86_64-linux-gnu/openblas-pthread:$ROOT/lib/x86_64-linux-gnu"
+    {
+        echo "# written by cuda/gpu-deps.sh unpack: source it before meson setup"
+        echo "export PKG_CONFIG_PATH=$(realpath "$DIR")/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+        echo "export LD_LIBRARY_PATH=$LIBS\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+        echo "export LIBRARY_PATH=$LIBS\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
+        echo "export C_INCLUDE_PATH=$ROOT/usr/include\${C_INCLUDE_PATH:+:\$C_INCLUDE_PATH}"
+        if ! command -v pkg-config >/dev/null; then
+            echo "export PATH=$ROOT/usr/bin:\$PATH"
+            echo "export PKG_CONFIG=$ROOT/usr/bin/pkgconf"
+        fi
+    } >"$DIR/env.sh"
+    # shellcheck disable=SC1091
+    . "$DIR/env.sh"
+    for p in openblas jansson libpcre2-8 libmicrohttpd zlib; do
+        printf '%s: %s\n' "$p" "$(${PKG_CONFIG:-pkg-config} --modversion "$p" 2>&1)"
+    done
+    ;;
+*)
+    echo "usage: cuda/gpu-deps.sh fetch|unpack [DIR]" >&2
+    exit 2
+    ;;
+esac
