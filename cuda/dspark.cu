@@ -191,8 +191,9 @@ struct bn_cuda_dstate {
     int32_t *chain;        // {B + 1}: prev_0 = id_last, then the drafts
     int *d_pos;            // first position of the current chunk / block
     void *mm_scratch;
-    int32_t *h_io;         // pinned: [0, B) ids in, [B, 2B+1) chain out, then the position
+    int32_t *h_io;         // pinned: [0, B) ids in, [B, 2B+1) chain out
     float *h_conf;         // pinned {B}
+    cudaGraphExec_t *graphs; // [B + 1]: the captured draft (block pass + chain) per row count, NULL until used
 };
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -268,6 +269,7 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
     s->rows = f->block_size > DS_CHUNK ? f->block_size : DS_CHUNK;
     s->k_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->v_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
+    s->graphs = (cudaGraphExec_t *)xcalloc((size_t)f->block_size + 1, sizeof(cudaGraphExec_t));
     ds_carver count = {NULL, 0};
     const size_t total = ds_layout(&count, s);
     int rc = 0;
@@ -284,7 +286,9 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
                         cudaSuccess ||
                     cudaMallocHost((void **)&s->h_conf, sizeof(float) * (size_t)f->block_size) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
-    if (rc == 0 && cudaStreamCreate(&s->stream) != cudaSuccess) rc = bn_err(err, errlen, "CUDA: cannot create a stream");
+    // non-blocking (as the target state's): another thread's legacy-stream work does not serialize with it
+    if (rc == 0 && cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess)
+        rc = bn_err(err, errlen, "CUDA: cannot create a stream");
     if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
     if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
         rc = bn_err(err, errlen, "cuBLAS: cannot set the stream");
@@ -298,6 +302,9 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
 
 void bn_cuda_dstate_free(bn_cuda_dstate *s) {
     if (!s) return;
+    for (int i = 0; i <= s->cd->cfg.block_size; i++)
+        if (s->graphs[i]) cudaGraphExecDestroy(s->graphs[i]);
+    free(s->graphs);
     if (s->blas) cublasDestroy(s->blas);
     if (s->stream) cudaStreamDestroy(s->stream);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -397,10 +404,11 @@ static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, 
     return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
 }
 
+// set_pos: d_pos = pos, enqueued. From pageable memory on purpose: such a host-to-device copy is staged
+// before cudaMemcpyAsync returns, so the chunks of one bn_cuda_drafter_process can each set their own.
 static cudaError_t set_pos(bn_cuda_dstate *s, int pos) {
-    s->h_io[2 * s->cd->cfg.block_size + 2] = pos;
-    return cudaMemcpyAsync(s->d_pos, &s->h_io[2 * s->cd->cfg.block_size + 2], sizeof(int), cudaMemcpyHostToDevice,
-                           s->stream);
+    const int host_pos = pos;
+    return cudaMemcpyAsync(s->d_pos, &host_pos, sizeof(int), cudaMemcpyHostToDevice, s->stream);
 }
 
 static float theta_scale(const bn_drafter_config *c) { return powf(c->rope_base, -2.0f / (float)c->n_rot); }
@@ -432,12 +440,12 @@ static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb) {
 }
 
 // block_pass: the block rows' final hidden (after output_norm) into s->xn and base logits into
-// s->base for the n_rows tokens in s->ids at positions n_past.. (DSPARK.md §4.4).
-static cudaError_t block_pass(bn_cuda_dstate *s, int n_past, int n_rows) {
+// s->base for the n_rows tokens in s->ids at positions d_pos.. (DSPARK.md §4.4). Kernels only
+// (graph-capturable; on the mmvq path, n_rows <= BN_CU_MMVQ_MAX_NB, without cuBLAS).
+static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
     const bn_cuda_drafter *cd = s->cd;
     const bn_drafter_config *c = &cd->cfg;
     const int E = c->n_embd, hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd;
-    TRY(set_pos(s, n_past));
     TRY(bn_cu_get_rows(&cd->token_embd, s->ids, s->x, n_rows, s->stream));
     if (c->log_snr) {
         BN_LAUNCH(ds_add_snr_kernel, n_rows, 256, 0, s->stream, s->x, cd->snr_emb, E);
@@ -492,6 +500,44 @@ static cudaError_t markov_chain(bn_cuda_dstate *s, int n) {
         }
     }
     return cudaSuccess;
+}
+
+// all_mmvq: true when every product of a draft of n rows takes the mmvq path (no cuBLAS: capturable).
+static bool all_mmvq(const bn_cuda_drafter *cd, int n) {
+    bool ok = bn_cu_matmul_uses_mmvq(cd->output.type, n) && bn_cu_matmul_uses_mmvq(cd->markov_b.type, 1);
+    for (int il = 0; ok && il < cd->cfg.n_layer; il++) {
+        const ds_layer *L = &cd->layers[il];
+        const bn_cu_weight *ws[] = {&L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output,
+                                    &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; ok && i < sizeof ws / sizeof ws[0]; i++) ok = bn_cu_matmul_uses_mmvq(ws[i]->type, n);
+    }
+    return ok;
+}
+
+// draft_kernels: block pass + Markov chain of n rows, replayed from a CUDA graph captured on first use
+// for this n when it avoids cuBLAS (ids, chain[0] and d_pos live in device memory: the graph is
+// replayed unchanged); launched one by one otherwise.
+static cudaError_t draft_kernels(bn_cuda_dstate *s, int n) {
+    if (!all_mmvq(s->cd, n)) {
+        TRY(block_pass(s, n));
+        return markov_chain(s, n);
+    }
+    cudaGraphExec_t *exec = &s->graphs[n];
+    if (!*exec) {
+        TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        cudaError_t e = block_pass(s, n);
+        if (e == cudaSuccess) e = markov_chain(s, n);
+        cudaGraph_t graph = NULL;
+        cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
+        if (e == cudaSuccess) e = e_end;
+        if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            *exec = NULL;
+            return e;
+        }
+    }
+    return cudaGraphLaunch(*exec, s->stream);
 }
 
 // ---- API ---------------------------------------------------------------------------------------------
@@ -549,7 +595,8 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
                           char *err, size_t errlen) {
     if (start_block(s, id_last, n_past, n_rows, err, errlen) != 0) return -1;
     const bn_drafter_config *c = &s->cd->cfg;
-    cudaError_t e = block_pass(s, n_past, n_rows);
+    cudaError_t e = set_pos(s, n_past);
+    if (e == cudaSuccess) e = block_pass(s, n_rows);
     if (e == cudaSuccess && h)
         e = cudaMemcpyAsync(h, s->xn, sizeof(float) * (size_t)c->n_embd * n_rows, cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess && base)
@@ -567,8 +614,8 @@ int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
     if (start_block(s, id_last, n_past, n_max, err, errlen) != 0) return -1;
     const int B = c->block_size;
     int32_t *h_chain = s->h_io + B;
-    cudaError_t e = block_pass(s, n_past, n_max);
-    if (e == cudaSuccess) e = markov_chain(s, n_max);
+    cudaError_t e = set_pos(s, n_past);
+    if (e == cudaSuccess) e = draft_kernels(s, n_max);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(h_chain, s->chain, sizeof(int32_t) * (size_t)(n_max + 1), cudaMemcpyDeviceToHost,
                             s->stream);
