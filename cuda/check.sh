@@ -25,16 +25,19 @@
 #   without a GPU (test cuda_check_script_emu). Numbers from --emu are emulator speed, meaningless.
 #   --tiny: GPU mode with the tiny shapes (a smoke run).
 #   --quick: fewer tests (emu_runtime, cuda_mm, cuda_forward), Q1_0 only, one repetition (~5 min plan).
+#   --sanitize: adds a step (60 s) running test_emu_runtime and test_cuda_mm under compute-sanitizer
+#   memcheck, then cuda_mm under racecheck (out-of-bounds accesses and shared-memory races on the GPU).
 # BONSAI_CHECK_INJECT="STEP=fail STEP=hang ..." replaces steps by a failing / hanging command (2 s limit):
 # how cuda_check_script_emu_faults checks that the tables still print.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-EMU=0 TINY=0 QUICK=0
+EMU=0 TINY=0 QUICK=0 SANITIZE=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --emu) EMU=1; shift ;;
     --tiny) TINY=1; shift ;;
     --quick) QUICK=1; shift ;;
+    --sanitize) SANITIZE=1; shift ;;
     *) break ;;
     esac
 done
@@ -61,9 +64,10 @@ else
                       [bench]=15 [dspark]=40)
 fi
 # bench: the limit is per bonsai-bench run (one per type and layer count)
+LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
-for k in env deps setup build tests models copybw mm dspark; do PLAN=$((PLAN + LIMIT[$k])); done
+for k in env deps setup build tests sanitize models copybw mm dspark; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + 2 * N_TYPES * LIMIT[bench]))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
@@ -105,7 +109,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests models copybw mm bench dspark; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench dspark; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -171,8 +175,22 @@ else
             --timeout-multiplier 0.4 "${GPU_TESTS[@]}"
         cp "$B/meson-logs/testlog.txt" "$RES/tests.log" 2>/dev/null || true
         grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" || true
-        TESTS=$(grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" | awk '{printf "%s%s %s", NR > 1 ? ", " : "", $4, $5}')
+        TESTS=$(grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $4, $5}')
         [ -z "$TESTS" ] && TESTS="${ST[tests]} (no results; see tests.log)"
+    fi
+    sanitize() { # memcheck on two test programs, racecheck on one (shared-memory hazards)
+        local rc=0 t
+        set -o pipefail
+        for t in test_emu_runtime test_cuda_mm; do
+            compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/cuda/$t" | tail -n 5 || rc=1
+        done
+        compute-sanitizer --tool racecheck --error-exitcode 3 "$B/tests/cuda/test_cuda_mm" | tail -n 5 || rc=1
+        return $rc
+    }
+    if command -v compute-sanitizer >/dev/null; then
+        run_step sanitize "${LIMIT[sanitize]}" bash -c "$(declare -f sanitize); B=$B sanitize"
+    else
+        skip_step sanitize "no compute-sanitizer"
     fi
 fi
 
