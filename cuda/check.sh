@@ -251,10 +251,85 @@ for q in $TYPES; do
 done
 
 # ==== DSpark (cudadraft) ==============================================================================
-# DSpark benchmark steps go here: run them with `run_step dspark-<what> <seconds> CMD...` inside the
-# ${LIMIT[dspark]} seconds the plan reserves, and print their rows in dspark_rows below (called after
-# the main table; a row must say FAIL / TIMEOUT / SKIP when its step did not pass: see cell()).
-dspark_rows() { :; }
+# A $DS_PRESET-shape drafter (bonsai-mkdrafter: 27b = the Bonsai-27B drafter's shapes; Q4_1 matrices like
+# the real file; --shared: token_embd/output borrowed from the target, as a converted
+# --drop-shared-tensors file; block 16; taps moved below L2) over the L2-layer Q1_0 target, through
+# bonsai-speculative -ngl 99 --temp 0 (drafter on the device): "draft-replay" decodes natively first (the
+# native row) and then replays that greedy run with the drafter's full work every round (forced
+# acceptance, MEASUREMENT AID); "draft-dspark" runs the random drafter with the adaptive cost model.
+# LFULL-layer rows scale the target's share (verify ms/step) by the bonsai-bench tg ratio
+# t(LFULL)/t(L2) of Q1_0; drafter and host time stay unscaled (the drafter does not depend on the target).
+DS_B=16 DS_PROMPT="Write a function that sorts a list of numbers"
+if [ "$EMU" = 1 ]; then
+    DS_SPEC="$B/tests/cuda/bonsai-speculative-emu" DS_PRESET=tiny DS_N=8 DS_TAPS=1,3 DS_B=4 # emulator: small
+else
+    DS_SPEC="$B/tools/bonsai-speculative" DS_PRESET=27b DS_N=128 DS_TAPS=1,2,3,5,7
+    [ "$TINY" = 1 ] && DS_PRESET=tiny DS_N=32 DS_TAPS=1,3
+fi
+dspark_gen() { # builds the two tools if the build step did not, then writes $W/drafter.gguf
+    [ -x "$B/tools/bonsai-mkdrafter" ] && [ -x "$DS_SPEC" ] || ninja -C "$B" tools/bonsai-mkdrafter "${DS_SPEC#$B/}" || return 1
+    "$B/tools/bonsai-mkdrafter" "$W/drafter.gguf" --preset "$DS_PRESET" --shared --type q4_1 --block-size "$DS_B" \
+        --target-layers "$DS_TAPS"
+}
+export -f dspark_gen
+export DS_SPEC DS_PRESET DS_B DS_TAPS
+DS_T=${LIMIT[dspark]} # split: 50% drafter (+ building the tools), 25% replay (native + replay runs), 25% adaptive
+if [ "$DS_T" -le 0 ]; then
+    for s in dspark-gen dspark-replay dspark-adaptive; do skip_step "$s" "not in this plan"; done
+elif [ ! -f "$W/l$L2-Q1_0.gguf" ]; then
+    for s in dspark-gen dspark-replay dspark-adaptive; do skip_step "$s" "no $L2-layer Q1_0 model"; done
+else
+    run_step dspark-gen $(( DS_T / 2 )) bash -c dspark_gen
+    for run in replay adaptive; do
+        if [ "${ST[dspark-gen]}" != OK ]; then skip_step "dspark-$run" "no drafter"; continue; fi
+        [ "$run" = replay ] && args=(--spec-type draft-replay --no-adaptive) lim=$(( DS_T / 4 )) \
+            || args=(--spec-type draft-dspark) lim=$(( DS_T / 4 ))
+        run_step "dspark-$run" "$lim" "$DS_SPEC" -m "$W/l$L2-Q1_0.gguf" -md "$W/drafter.gguf" -ngl 99 --temp 0 \
+            -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
+    done
+fi
+# dsf LOG PATTERN FIELD: the FIELD-th whitespace field (commas dropped) of LOG's first line matching PATTERN
+dsf() { grep -m1 -E "$2" "$1" 2>/dev/null | awk -v f="$3" '{ gsub(/,/, ""); print $f }'; }
+dspark_rows() {
+    local R="$W/dspark-replay.log" A="$W/dspark-adaptive.log" f1="$W/bench-Q1_0-$L1.log" f2="$W/bench-Q1_0-$L2.log"
+    echo
+    echo "### DSpark on CUDA: $DS_PRESET-shape drafter on the device (Q4_1, block $DS_B), $L2-layer Q1_0 target"
+    echo
+    echo "$DS_N greedy tokens (bonsai-speculative -ngl 99). replay = forced acceptance (MEASUREMENT AID: the real"
+    echo "drafter runs every round, the recorded greedy tokens are proposed). $LFULL-layer rows: verify ms/step"
+    echo "scaled by the bonsai-bench tg ratio t($LFULL)/t($L2) (Q1_0), drafter and host time as measured."
+    echo
+    echo "| run | layers | tok/s | tokens / target pass | draft ms/round | verify ms/step |"
+    echo "| --- | -----: | ----: | -------------------: | -------------: | -------------: |"
+    awk -v L1="$L1" -v L2="$L2" -v LF="$LFULL" -v B="$DS_B" -v cr="$(cell dspark-replay)" -v ca="$(cell dspark-adaptive)" \
+        -v cb="$(cell "bench-Q1_0-$L1")$(cell "bench-Q1_0-$L2")" \
+        -v g1="$(jfield "$f1" avg_ns 2)" -v g2="$(jfield "$f2" avg_ns 2)" -v nat="$(dsf "$R" '^native' 12)" \
+        -v rs="$(dsf "$R" '^decoded' 8)" -v rtp="$(dsf "$R" 'tokens per target pass' 12)" \
+        -v rd="$(dsf "$R" 'draft ms/round' 8)" -v rv="$(dsf "$R" 'draft ms/round' 16)" \
+        -v as="$(dsf "$A" '^decoded' 8)" -v atp="$(dsf "$A" 'tokens per target pass' 12)" \
+        -v ad="$(dsf "$A" 'draft ms/round' 8)" -v av="$(dsf "$A" 'draft ms/round' 16)" 'BEGIN {
+        if (cr == "" && (nat == "" || rs == "" || rtp == "" || rv == "")) cr = "FAIL"
+        if (ca == "" && (as == "" || atp == "" || av == "")) ca = "FAIL"
+        if (cb == "" && (g1 == "" || g2 == "")) cb = "FAIL"
+        r = cb == "" ? (g1 + (LF - L1) / (L2 - L1) * (g2 - g1)) / g2 : 0 # target time per token, LFULL vs L2
+        split("native tg|DSpark replay (forced acceptance, B=" B ")|DSpark random drafter (adaptive)", name, "|")
+        C[1] = cr; S[1] = nat; T[1] = 1; D[1] = "-"; Vv[1] = nat > 0 ? 1000 / nat : 0
+        C[2] = cr; S[2] = rs; T[2] = rtp; D[2] = sprintf("%.2f", rd); Vv[2] = rv
+        C[3] = ca; S[3] = as; T[3] = atp; D[3] = sprintf("%.2f", ad); Vv[3] = av
+        for (i = 1; i <= 3; i++) {
+            if (C[i] != "") {
+                printf("| %s | %d | %s | %s | %s | %s |\n", name[i], L2, C[i], C[i], C[i], C[i])
+                printf("| %s | %d (scaled) | %s | %s | %s | %s |\n", name[i], LF, C[i], C[i], C[i], C[i])
+                continue
+            }
+            printf("| %s | %d | %.1f | %.2f | %s | %.2f |\n", name[i], L2, S[i], T[i], D[i], Vv[i])
+            if (cb != "") { printf("| %s | %d (scaled) | %s | %s | %s | %s |\n", name[i], LF, cb, cb, cb, cb); continue }
+            step_ms = 1000 * T[i] / S[i] # per target pass: drafter + host + verify
+            printf("| %s | %d (scaled) | %.1f | %.2f | %s | %.2f |\n", name[i], LF, T[i] * 1000 / (step_ms + Vv[i] * (r - 1)),
+                   T[i], D[i], Vv[i] * r)
+        }
+    }'
+}
 # ==== end of DSpark ===================================================================================
 
 # ---- the tables -----------------------------------------------------------------------------------
