@@ -2,6 +2,7 @@
 #include "cuda/common.cuh"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_dspark.h"
+#include <mutex>
 extern "C" {
 #include "core/engine.h"
 }
@@ -39,22 +40,55 @@ static const bn_engine_ops cuda_ops = {"CUDA",         cu_state_new,   cu_state_
                                        cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free,
                                        cu_forward_snaps};
 
-// The device drafter behind bn_spec on a CUDA target (core/dspark.h bn_dev_drafter_ops): the
-// drafter's weights are uploaded per speculative decoder (one copy per server slot).
+// The device drafter behind bn_spec on a CUDA target (core/dspark.h bn_dev_drafter_ops). The uploaded
+// weights are shared by every state of one bn_drafter (e.g. all server slots), refcounted.
 struct cu_drafter {
+    const bn_drafter *d;
     bn_cuda_drafter *w;
     bn_cuda_dstate *s;
 };
+static std::mutex uploads_mu;
+static struct {
+    const bn_drafter *d;
+    bn_cuda_drafter *w;
+    int refs;
+} uploads[8];
+
+// drafter_weights: the device copy of d (uploaded on first use, then shared); NULL with err.
+static bn_cuda_drafter *drafter_weights(const bn_drafter *d, char *err, size_t errlen) {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    int free_slot = -1;
+    for (int i = 0; i < 8; i++) {
+        if (uploads[i].d == d && uploads[i].refs > 0) {
+            uploads[i].refs++;
+            return uploads[i].w;
+        }
+        if (uploads[i].refs == 0 && free_slot < 0) free_slot = i;
+    }
+    bn_cuda_drafter *w = bn_cuda_drafter_upload(d, err, errlen);
+    if (w && free_slot >= 0) uploads[free_slot].d = d, uploads[free_slot].w = w, uploads[free_slot].refs = 1;
+    return w; // with all 8 slots taken: a private copy, freed by its state
+}
+static void drafter_weights_release(const bn_drafter *d, bn_cuda_drafter *w) {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    for (int i = 0; i < 8; i++)
+        if (uploads[i].w == w && uploads[i].d == d && uploads[i].refs > 0) {
+            if (--uploads[i].refs == 0) bn_cuda_drafter_free(w), uploads[i].d = NULL, uploads[i].w = NULL;
+            return;
+        }
+    bn_cuda_drafter_free(w);
+}
 static void cd_state_free(void *p) {
     cu_drafter *cd = (cu_drafter *)p;
     if (!cd) return;
     bn_cuda_dstate_free(cd->s);
-    bn_cuda_drafter_free(cd->w);
+    if (cd->w) drafter_weights_release(cd->d, cd->w);
     free(cd);
 }
 static void *cd_state_new(const bn_drafter *d, int n_ctx, char *err, size_t errlen) {
     cu_drafter *cd = (cu_drafter *)xcalloc(1, sizeof *cd);
-    cd->w = bn_cuda_drafter_upload(d, err, errlen);
+    cd->d = d;
+    cd->w = drafter_weights(d, err, errlen);
     if (cd->w) cd->s = bn_cuda_dstate_new(cd->w, n_ctx, err, errlen);
     if (!cd->s) {
         cd_state_free(cd);
