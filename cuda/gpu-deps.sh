@@ -6,9 +6,10 @@
 #                                   .so links point to into DIR (default build-gpudeps, git-ignored);
 #                                   the device tool's `run` must then carry DIR (carry: ["build-gpudeps"]).
 #   cuda/gpu-deps.sh unpack [DIR]   there (cuda/check.sh's deps step does it): dpkg -x every .deb into
-#                                   DIR/root (never into /), copies their .pc files into DIR/pkgconfig with
-#                                   the paths moved under DIR/root, writes DIR/env.sh (PKG_CONFIG_PATH,
-#                                   LD_LIBRARY_PATH, C/LIBRARY paths; pkg-config itself if the machine has none).
+#                                   DIR-root/root (never into /; DIR itself stays only .debs, ~15 MB to
+#                                   carry), copies their .pc files into DIR-root/pkgconfig with the paths
+#                                   moved under it, writes DIR-root/env.sh (PKG_CONFIG_PATH, LD_LIBRARY_PATH,
+#                                   C/LIBRARY paths; pkg-config itself if the machine has none).
 # The packages are Debian's (this machine); their libraries need only glibc (plus libgfortran, carried).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,20 +26,21 @@ fetch)
     du -sh "$DIR"
     ;;
 unpack)
-    ROOT=$(realpath "$DIR")/root
-    rm -rf "$ROOT" "$DIR/pkgconfig"
-    mkdir -p "$ROOT" "$DIR/pkgconfig"
+    U=$(realpath -m "$DIR-root")
+    ROOT=$U/root
+    rm -rf "$U"
+    mkdir -p "$ROOT" "$U/pkgconfig"
     for f in "$DIR"/*.deb; do dpkg -x "$f" "$ROOT"; done
     # .pc files with every /usr path moved under ROOT (openblas's lives in its openblas-pthread folder),
     # without Requires.private (static linking only; libmicrohttpd's names gnutls, which is not carried)
     find "$ROOT" -name '*.pc' | while read -r pc; do
         sed -e "s|=/usr|=$ROOT/usr|g" -e "s| /usr/| $ROOT/usr/|g" -e '/^Requires.private:/d' "$pc" \
-            >"$DIR/pkgconfig/$(basename "$pc")"
+            >"$U/pkgconfig/$(basename "$pc")"
     done
     LIBS="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/usr/lib/x86_64-linux-gnu/openblas-pthread:$ROOT/lib/x86_64-linux-gnu"
     {
         echo "# written by cuda/gpu-deps.sh unpack: source it before meson setup"
-        echo "export PKG_CONFIG_PATH=$(realpath "$DIR")/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
+        echo "export PKG_CONFIG_PATH=$U/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
         echo "export LD_LIBRARY_PATH=$LIBS\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
         echo "export LIBRARY_PATH=$LIBS\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
         echo "export C_INCLUDE_PATH=$ROOT/usr/include\${C_INCLUDE_PATH:+:\$C_INCLUDE_PATH}"
@@ -46,9 +48,9 @@ unpack)
             echo "export PATH=$ROOT/usr/bin:\$PATH"
             echo "export PKG_CONFIG=$ROOT/usr/bin/pkgconf"
         fi
-    } >"$DIR/env.sh"
+    } >"$U/env.sh"
     # shellcheck disable=SC1091
-    . "$DIR/env.sh"
+    . "$U/env.sh"
     for p in openblas jansson libpcre2-8 libmicrohttpd zlib; do
         printf '%s: %s\n' "$p" "$(${PKG_CONFIG:-pkg-config} --modversion "$p" 2>&1)"
     done
