@@ -2,7 +2,7 @@
 # cuda/check.sh — the one prepared script for a GPU machine (one device call, planned < 8 minutes):
 #   env     nvidia-smi, nvcc and driver versions;
 #   deps    only where pkg-config lacks the build's libraries: unpacks the carried .debs of
-#           cuda/gpu-deps.sh (build-gpudeps/) into build-gpudeps/root and points pkg-config there;
+#           cuda/gpu-deps.sh (build-gpudeps/) into build-gpudeps-root/ and points pkg-config there;
 #   setup   meson -Dcuda=enabled, release, in BUILD_DIR (default build-cuda);
 #   build   only what the steps below run (the GPU tests, the tools, the benches);
 #   tests   the CUDA tests on the GPU (`meson test --suite cuda`, the non-emulator ones);
@@ -123,7 +123,7 @@ gpu_targets() {
 import json, os, sys
 b = os.path.realpath(sys.argv[1]); out = set()
 for t in json.load(sys.stdin):
-    if "cuda" not in t["suite"] or t["name"].endswith(("_emu", "_emu_shuffled")) or not t["cmd"][0].startswith(b):
+    if not any(s.endswith("cuda") for s in t["suite"]) or t["cmd"][0].endswith("_emu") or not t["cmd"][0].startswith(b):
         continue
     out.add(os.path.relpath(t["cmd"][0], b))
     out.update(a for a in t["cmd"][1:] if a.startswith("tools/"))
@@ -151,7 +151,7 @@ else
     if pkg-config --exists openblas jansson libpcre2-8 libmicrohttpd zlib 2>/dev/null; then
         skip_step deps "pkg-config finds every library"
     elif [ -x cuda/gpu-deps.sh ] && ls build-gpudeps/*.deb >/dev/null 2>&1; then
-        run_step deps "${LIMIT[deps]}" cuda/gpu-deps.sh unpack build-gpudeps && source build-gpudeps/env.sh
+        run_step deps "${LIMIT[deps]}" cuda/gpu-deps.sh unpack build-gpudeps && source build-gpudeps-root/env.sh
     else
         skip_step deps "libraries missing and no build-gpudeps/*.deb carried: setup will fail"
     fi
