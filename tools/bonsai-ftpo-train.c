@@ -53,6 +53,8 @@ static void usage(int code) {
         "files:\n"
         "  --checkpoint FILE    write a checkpoint at epoch ends / --save-every steps / the end\n"
         "  --save-every N       (0)           --resume FILE      continue from a checkpoint\n"
+        "  --init-adapter FILE  start from this adapter (same targets/rank) instead of the PEFT init; fresh\n"
+        "                       optimizer and schedule (e.g. a second round on new pairs)\n"
         "  --log FILE           per-step JSON lines\n"
         "  --no-eval            skip the per-epoch no-grad evaluation\n"
         "  -t N                 threads for attention / DeltaNet (all CPUs; matmuls use OpenBLAS threads)\n"
@@ -172,6 +174,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--checkpoint") && has) o.ckpt_path = argv[++i];
         else if (!strcmp(a, "--save-every") && has) o.save_every = atoi(argv[++i]);
         else if (!strcmp(a, "--resume") && has) o.resume_path = argv[++i];
+        else if (!strcmp(a, "--init-adapter") && has) o.init_adapter = argv[++i];
         else if (!strcmp(a, "--log") && has) o.log_jsonl = argv[++i];
         else if (!strcmp(a, "--no-eval")) o.eval_each_epoch = false;
         else if (!strcmp(a, "-q")) o.quiet = true;

@@ -231,6 +231,14 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
         l->dropout = o->dropout;
     } else {
         bn_lora_init_peft(l, o->seed);
+        if (o->init_adapter) {
+            bn_lora *li = bn_lora_load_gguf(o->init_adapter, err, errlen);
+            bool same = li && bn_lora_same_layout(l, li) && li->alpha == l->alpha;
+            if (same) memcpy(l->params, li->params, sizeof(float) * (size_t)l->n_params);
+            else if (li) bn_err(err, errlen, "%s: adapter does not match this run (targets/rank/alpha/model)", o->init_adapter);
+            bn_lora_free(li);
+            if (!same) { bn_lora_free(l); free(train_idx); return -1; }
+        }
         opt = bn_adamw_new(l->n_params);
     }
     if (!o->quiet)

@@ -37,6 +37,8 @@ typedef struct {
     const char *out_adapter; // adapter GGUF written at the end (NULL = none)
     const char *ckpt_path;   // checkpoint file (NULL = none)
     const char *resume_path; // checkpoint to resume from (NULL = fresh)
+    const char *init_adapter; // fresh run starting from this adapter's A, B (same targets/rank) instead of the PEFT
+                              // init (NULL = PEFT init); fresh optimizer state and schedule (e.g. a second round)
     const char *log_jsonl;   // per-step JSON lines (NULL = none)
     const char *ste_type;    // train through requantization (NULL = off): the policy forward uses every weight
                              // as `bonsai-quantize --type ste_type` stores it, adapted ones as deq(Q(W0 + s·B·A))

@@ -11,7 +11,9 @@
 //     window of the tether text after training is at most 0.5× with the tether (measured 0.10×: 0.0082 vs 0.082),
 //     while the last step's chosen_win is still > 0.5 (1.0); λ 0 equals a run without tether text bit for bit;
 //  4. resume: 3 steps + checkpoint + --resume 3 steps gives the same adapter as 6 steps in one run (bit for bit;
-//     the windows are a function of the seed and the step, nothing extra in the checkpoint).
+//     the windows are a function of the seed and the step, nothing extra in the checkpoint);
+//  5. --init-adapter (bn_ftpo_train_opts.init_adapter): lr 0 from a trained adapter writes it back byte for byte;
+//     an adapter of another rank is refused.
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -219,6 +221,20 @@ static void test_train(const bn_model *m) {
     o.resume_path = ckpt;
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0 && res.steps == 6, "resume 3 steps: %s", err);
     CHECK(same_file(a6, a33), "6 steps == 3 + resume 3 with the tether (byte-identical adapters)");
+    // part 5: --init-adapter (the demo's second round): lr 0 from a trained adapter writes it back unchanged;
+    // another rank is refused
+    char ai[600];
+    snprintf(ai, sizeof ai, "%s/init.gguf", dir);
+    o.resume_path = NULL;
+    o.ckpt_path = NULL;
+    o.init_adapter = a1;
+    o.lr = 0;
+    o.out_adapter = ai;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "init from an adapter: %s", err);
+    CHECK(same_file(a1, ai), "lr 0 from --init-adapter keeps the adapter (byte-identical)");
+    o.rank = 8;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == -1 && strstr(err, "does not match"),
+          "init adapter of another rank refused: %s", err);
     bn_train_rows_free(rows);
 }
 
