@@ -50,17 +50,19 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (the sum is printed; keep it under 480) ---------------------------
+# ---- the plan: seconds per step (the sum is printed: 460 s full, 355 s --quick; keep it under 480) ---
+# Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
+# 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
 TYPES="Q1_0 Q2_0"
 if [ "$EMU" = 1 ]; then
     declare -A LIMIT=([env]=5 [deps]=5 [setup]=5 [build]=5 [tests]=5 [models]=60 [copybw]=20 [mm]=5 [bench]=60
                       [dspark]=60)
 elif [ "$QUICK" = 1 ]; then
     TYPES="Q1_0"
-    declare -A LIMIT=([env]=10 [deps]=20 [setup]=40 [build]=130 [tests]=60 [models]=45 [copybw]=15 [mm]=0
-                      [bench]=20 [dspark]=30)
+    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=50 [models]=60 [copybw]=10 [mm]=0
+                      [bench]=15 [dspark]=30)
 else
-    declare -A LIMIT=([env]=10 [deps]=20 [setup]=40 [build]=130 [tests]=90 [models]=60 [copybw]=15 [mm]=25
+    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=80 [models]=75 [copybw]=10 [mm]=20
                       [bench]=15 [dspark]=40)
 fi
 # bench: the limit is per bonsai-bench run (one per type and layer count)

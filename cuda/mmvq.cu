@@ -98,11 +98,10 @@ template <int R> __device__ __forceinline__ bn_mmvq_job bn_mmvq_target(const bn_
     return j;
 }
 
-// mmvq_q: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
-// __launch_bounds__(256, 2): at most 128 registers, so 2 blocks of 256 fit per SM (NB 8 needed ~140).
+// mmvq_q_body: quantized weights × Q8 activations; R rows per block, NB >= nb columns.
 template <int T, int NB, int R>
-__global__ void __launch_bounds__(32 * MMVQ_MAX_WARPS, 2) mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs,
-                       const bn_q8_ds *__restrict__ ads, int nb) {
+__device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne0, const int8_t *__restrict__ aqs,
+                                            const bn_q8_ds *__restrict__ ads, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     const bn_mmvq_job j = bn_mmvq_target<R>(t);
     int nunits = (int)(ne0 / 32);
@@ -140,6 +139,22 @@ __global__ void __launch_bounds__(32 * MMVQ_MAX_WARPS, 2) mmvq_q(bn_mmvq_targets
                 if (NB == 1 || c < nb) acc[r][c] += wu[r].dot(a[c], ds[c].sum, ds[c].d);
     }
     reduce_store<R, NB>(acc, red, j.y, j.ne1, j.row0, nb);
+}
+
+// mmvq_q: the decode kernel (NB 1), register count left to the compiler (48-64: 4-5 blocks of 256 per SM;
+// a __launch_bounds__ makes ptxas use more, or spill at 5 blocks).
+template <int T, int NB, int R>
+__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
+                       int nb) {
+    mmvq_q_body<T, NB, R>(t, ne0, aqs, ads, nb);
+}
+// mmvq_q_multi: NB 2..8 (DSpark verify, small batches) under __launch_bounds__(256, 2): <= 128 registers, so
+// 2 blocks of 256 fit per SM (NB 8 used 130-154 unbounded: 1 block).
+template <int T, int NB, int R>
+__global__ void __launch_bounds__(32 * MMVQ_MAX_WARPS, 2)
+    mmvq_q_multi(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
+                 int nb) {
+    mmvq_q_body<T, NB, R>(t, ne0, aqs, ads, nb);
 }
 
 // mmv_f: F32/F16/BF16 weights × fp32 activations; threads stride over single elements (coalesced).
@@ -191,7 +206,9 @@ static cudaError_t launch_mmvq(const bn_cu_weight *const *w, float *const *y, in
     int64_t ne0 = w[0]->ne0;
     dim3 grid(t.first_block[n]), block(32 * mmvq_warps(quantized ? ne0 / 32 : ne0));
     if constexpr (quantized) {
-        void (*k)(bn_mmvq_targets, int64_t, const int8_t *, const bn_q8_ds *, int) = mmvq_q<T, NB, R>;
+        void (*k)(bn_mmvq_targets, int64_t, const int8_t *, const bn_q8_ds *, int);
+        if constexpr (NB == 1) k = mmvq_q<T, NB, R>;
+        else k = mmvq_q_multi<T, NB, R>;
         BN_LAUNCH(k, grid, block, 0, s, t, ne0, act->qs, act->ds, nb);
     } else {
         void (*k)(bn_mmvq_targets, int64_t, const float *, int) = mmv_f<T, NB, R>;
