@@ -443,7 +443,8 @@ void bn_spec_print_stats(const bn_spec *sp, FILE *f) {
     if (sp->d)
         fprintf(f, "spec: drafter on %s, draft ms/round = %.3f, process ms/step = %.3f, verify ms/step = %.3f\n",
                 bn_spec_drafter_device(sp), s->n_rounds_spec ? s->ms_draft / (double)s->n_rounds_spec : 0.0,
-                s->n_steps ? s->ms_process / (double)s->n_steps : 0.0, s->n_steps ? s->ms_verify / (double)s->n_steps : 0.0);
+                s->n_steps ? s->ms_process / (double)s->n_steps : 0.0,
+                s->n_steps ? s->ms_verify / (double)s->n_steps : 0.0);
     double ms_target = s->ms_verify + s->ms_rerun;
     if (ms_target > 0)
         fprintf(f, "spec: target-side speed (verify + rerun only, drafting excluded) = %.3f t/s\n",

@@ -7,12 +7,11 @@
 #include "cuda/common.cuh"
 #include "cuda/mm.cuh"
 #include "cuda/fwd.cuh"
+#include "cuda/upload.cuh"
 #include "cuda/cuda_dspark.h"
+#include "cuda/cuda_engine.h"
 extern "C" {
 #include "core/util.h"
-// from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
-size_t bn_row_size(int type, int64_t ne0);
-const char *bn_type_name(int type);
 }
 #include <math.h>
 #include <stdlib.h>
@@ -49,98 +48,46 @@ struct bn_cuda_drafter {
     float conf_b;
     float *snr_emb;                   // {E, 2}: anchor row, mask row (NULL without log-SNR)
     ds_layer *layers;                 // [n_layer]
-    void **allocs;
-    int n_allocs;
-    size_t bytes;
+    bn_cu_allocs allocs;              // every device allocation of the weights
 };
 
-// dev_alloc: a tracked device allocation; 0 or -1 with err.
-static int dev_alloc(bn_cuda_drafter *cd, void **p, size_t bytes, char *err, size_t errlen) {
-    if (cudaMalloc(p, bytes) != cudaSuccess) {
-        cudaGetLastError();
-        return bn_err(err, errlen, "CUDA: out of device memory for the drafter (%zu bytes more, %zu held)", bytes,
-                      cd->bytes);
-    }
-    cd->allocs = (void **)xrealloc(cd->allocs, sizeof(void *) * (size_t)(cd->n_allocs + 1));
-    cd->allocs[cd->n_allocs++] = *p;
-    cd->bytes += bytes;
-    return 0;
-}
-
-// up_matrix: a 2-D weight in its stored type, repacked to the decode layout where it applies.
-static int up_matrix(bn_cuda_drafter *cd, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    if (!bn_cu_type_supported(w->type))
-        return bn_err(err, errlen, "CUDA: drafter weight %s has type %s, which the CUDA kernels do not handle",
-                      w->name ? w->name : "?", bn_type_name(w->type));
-    out->type = w->type;
-    out->ne0 = w->ne[0];
-    out->ne1 = w->ne[1] * w->ne[2] * w->ne[3];
-    out->row_bytes = bn_row_size(w->type, w->ne[0]);
-    const size_t bytes = out->row_bytes * (size_t)out->ne1;
-    void *p = NULL;
-    if (dev_alloc(cd, &p, bytes, err, errlen) != 0) return -1;
-    BN_CUDA_TRY(cudaMemcpy(p, w->data, bytes, cudaMemcpyHostToDevice), err, errlen);
-    out->data = p;
-    BN_CUDA_TRY(bn_cu_weight_repack(out, 0), err, errlen);
-    return 0;
-}
-
-// up_floats: n host floats to the device.
-static int up_floats(bn_cuda_drafter *cd, const float *host, size_t n, float **out, char *err, size_t errlen) {
-    void *p = NULL;
-    if (dev_alloc(cd, &p, sizeof(float) * n, err, errlen) != 0) return -1;
-    BN_CUDA_TRY(cudaMemcpy(p, host, sizeof(float) * n, cudaMemcpyHostToDevice), err, errlen);
-    *out = (float *)p;
-    return 0;
-}
-
+// upload_all: every weight of cd->d (matrices in their stored type, norms and heads as fp32); 0 or -1.
 static int upload_all(bn_cuda_drafter *cd, char *err, size_t errlen) {
     const bn_drafter *d = cd->d;
     const bn_drafter_config *c = &cd->cfg;
     const size_t E = (size_t)c->n_embd, hd = (size_t)c->head_dim;
-    if (up_matrix(cd, &d->token_embd, &cd->token_embd, err, errlen) != 0) return -1;
-    if (d->output.data == d->token_embd.data) cd->output = cd->token_embd;
-    else if (up_matrix(cd, &d->output, &cd->output, err, errlen) != 0) return -1;
-    if (up_matrix(cd, &d->fc, &cd->fc, err, errlen) != 0 || up_matrix(cd, &d->markov_a, &cd->markov_a, err, errlen) ||
-        up_matrix(cd, &d->markov_b, &cd->markov_b, err, errlen) != 0)
-        return -1;
-    if (up_floats(cd, (const float *)d->hidden_norm.data, E, &cd->hidden_norm, err, errlen) != 0 ||
-        up_floats(cd, (const float *)d->output_norm.data, E, &cd->output_norm, err, errlen) != 0)
-        return -1;
+    bn_cu_allocs *A = &cd->allocs;
+#define MAT(w, out) (bn_cu_upload_weight(A, (w), (out), err, errlen) != 0)
+#define VEC(host, n, out) (bn_cu_upload_floats(A, (const float *)(host), (n), (out), err, errlen) != 0)
+    if (MAT(&d->token_embd, &cd->token_embd)) return -1;
+    if (d->output.data == d->token_embd.data) cd->output = cd->token_embd; // tied: one device copy
+    else if (MAT(&d->output, &cd->output)) return -1;
+    if (MAT(&d->fc, &cd->fc) || MAT(&d->markov_a, &cd->markov_a) || MAT(&d->markov_b, &cd->markov_b)) return -1;
+    if (VEC(d->hidden_norm.data, E, &cd->hidden_norm) || VEC(d->output_norm.data, E, &cd->output_norm)) return -1;
     if (c->has_conf) {
-        if (up_floats(cd, d->conf_wf, (size_t)c->conf_in, &cd->conf_w, err, errlen) != 0) return -1;
+        if (VEC(d->conf_wf, (size_t)c->conf_in, &cd->conf_w)) return -1;
         cd->conf_b = ((const float *)d->conf_b.data)[0];
     }
-    if (c->log_snr && up_floats(cd, d->snr_emb, 2 * E, &cd->snr_emb, err, errlen) != 0) return -1;
+    if (c->log_snr && VEC(d->snr_emb, 2 * E, &cd->snr_emb)) return -1;
     for (int il = 0; il < c->n_layer; il++) {
         const bn_drafter_layer *ly = &d->layers[il];
         ds_layer *L = &cd->layers[il];
-        const struct {
-            const bn_weight *w;
-            bn_cu_weight *out;
-        } mats[] = {{&ly->attn_q, &L->attn_q},     {&ly->attn_k, &L->attn_k},     {&ly->attn_v, &L->attn_v},
-                    {&ly->attn_output, &L->attn_output}, {&ly->ffn_gate, &L->ffn_gate}, {&ly->ffn_up, &L->ffn_up},
-                    {&ly->ffn_down, &L->ffn_down}};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            if (up_matrix(cd, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
-        if (up_floats(cd, (const float *)ly->attn_norm.data, E, &L->attn_norm, err, errlen) != 0 ||
-            up_floats(cd, (const float *)ly->ffn_norm.data, E, &L->ffn_norm, err, errlen) != 0 ||
-            up_floats(cd, (const float *)ly->attn_q_norm.data, hd, &L->q_norm, err, errlen) != 0 ||
-            up_floats(cd, (const float *)ly->attn_k_norm.data, hd, &L->k_norm, err, errlen) != 0)
+        if (MAT(&ly->attn_q, &L->attn_q) || MAT(&ly->attn_k, &L->attn_k) || MAT(&ly->attn_v, &L->attn_v) ||
+            MAT(&ly->attn_output, &L->attn_output) || MAT(&ly->ffn_gate, &L->ffn_gate) ||
+            MAT(&ly->ffn_up, &L->ffn_up) || MAT(&ly->ffn_down, &L->ffn_down))
+            return -1;
+        if (VEC(ly->attn_norm.data, E, &L->attn_norm) || VEC(ly->ffn_norm.data, E, &L->ffn_norm) ||
+            VEC(ly->attn_q_norm.data, hd, &L->q_norm) || VEC(ly->attn_k_norm.data, hd, &L->k_norm))
             return -1;
     }
+#undef MAT
+#undef VEC
     BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
     return 0;
 }
 
 bn_cuda_drafter *bn_cuda_drafter_upload(const bn_drafter *d, char *err, size_t errlen) {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
-        cudaGetLastError();
-        bn_err(err, errlen, "no CUDA device");
-        return NULL;
-    }
+    if (!bn_cuda_available(err, errlen)) return NULL;
     if (d->cfg.head_dim > BN_CU_MAX_HEAD_DIM) {
         bn_err(err, errlen, "CUDA: drafter head_dim %d exceeds the kernels' limit %d", d->cfg.head_dim,
                BN_CU_MAX_HEAD_DIM);
@@ -160,13 +107,12 @@ bn_cuda_drafter *bn_cuda_drafter_upload(const bn_drafter *d, char *err, size_t e
 
 void bn_cuda_drafter_free(bn_cuda_drafter *cd) {
     if (!cd) return;
-    for (int i = 0; i < cd->n_allocs; i++) cudaFree(cd->allocs[i]);
-    free(cd->allocs);
+    bn_cu_allocs_free(&cd->allocs);
     free(cd->layers);
     free(cd);
 }
 
-size_t bn_cuda_drafter_bytes(const bn_cuda_drafter *cd) { return cd->bytes; }
+size_t bn_cuda_drafter_bytes(const bn_cuda_drafter *cd) { return cd->allocs.bytes; }
 
 // ---- the device state ------------------------------------------------------------------------------
 struct bn_cuda_dstate {
@@ -289,7 +235,8 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
     // non-blocking (as the target state's): another thread's legacy-stream work does not serialize with it
     if (rc == 0 && cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess)
         rc = bn_err(err, errlen, "CUDA: cannot create a stream");
-    if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
+    if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS)
+        rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
     if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
         rc = bn_err(err, errlen, "cuBLAS: cannot set the stream");
     if (rc != 0) {

@@ -1,0 +1,32 @@
+// cuda/upload.cuh — device weight uploads for the CUDA engines (C++/CUDA only; include after
+// "cuda/common.cuh" and "cuda/mm.cuh"): a set of tracked device allocations freed together, a weight
+// matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), and
+// host floats. Used by cuda/dspark.cu; cuda/forward.cu has the same three helpers privately (to be moved
+// onto these).
+#ifndef BONSAI_CUDA_UPLOAD_CUH
+#define BONSAI_CUDA_UPLOAD_CUH
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include "core/model.h"
+}
+
+// Every device allocation of one uploaded model.
+struct bn_cu_allocs {
+    void **ptrs;
+    int n, cap;
+    size_t bytes; // total held
+};
+
+// bn_cu_alloc: a device allocation of bytes tracked in a; 0 or -1 with err ("out of device memory").
+int bn_cu_alloc(bn_cu_allocs *a, void **p, size_t bytes, char *err, size_t errlen);
+// bn_cu_allocs_free: frees every allocation of a (a itself is the caller's).
+void bn_cu_allocs_free(bn_cu_allocs *a);
+// bn_cu_upload_weight: w (host, 2-D or more, ne0 = row length) to the device in its type, repacked where
+// bn_cu_weight_repack applies (enqueued on stream 0); absent weights (data NULL) give out->data NULL.
+// Returns 0, or -1 with err (a type the kernels do not handle, out of memory, a CUDA error).
+int bn_cu_upload_weight(bn_cu_allocs *a, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen);
+// bn_cu_upload_floats: n host floats to a new device buffer *out; 0 or -1 with err.
+int bn_cu_upload_floats(bn_cu_allocs *a, const float *host, size_t n, float **out, char *err, size_t errlen);
+
+#endif
