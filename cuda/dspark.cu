@@ -142,17 +142,6 @@ struct bn_cuda_dstate {
     cudaGraphExec_t *graphs; // [B + 1]: the captured draft (block pass + chain) per row count, NULL until used
 };
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
-struct ds_carver {
-    char *base;
-    size_t off;
-};
-static void *carve(ds_carver *c, size_t bytes) {
-    void *p = c->base ? c->base + c->off : NULL;
-    c->off += align256(bytes);
-    return p;
-}
-
 static size_t scratch_bytes(const bn_cuda_drafter *cd, int rows) {
     const int B = cd->cfg.block_size;
     size_t m = bn_cu_matmul_scratch_bytes(&cd->fc, rows);
@@ -173,16 +162,16 @@ static size_t scratch_bytes(const bn_cuda_drafter *cd, int rows) {
 }
 
 // ds_layout: assigns s's device pointers (when c->base != NULL); returns the total bytes.
-static size_t ds_layout(ds_carver *c, bn_cuda_dstate *s) {
+static size_t ds_layout(bn_cu_carver *c, bn_cuda_dstate *s) {
     const bn_drafter_config *f = &s->cd->cfg;
     const size_t E = f->n_embd, R = s->rows, B = f->block_size, V = f->n_vocab;
     const size_t qw = (size_t)f->n_head * f->head_dim, kvw = (size_t)f->n_head_kv * f->head_dim;
     for (int il = 0; il < f->n_layer; il++) {
-        float *k = (float *)carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
-        float *v = (float *)carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
+        float *k = (float *)bn_cu_carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
+        float *v = (float *)bn_cu_carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
         if (c->base) s->k_cache[il] = k, s->v_cache[il] = v;
     }
-#define PIECE(field, T, n) do { T *p_ = (T *)carve(c, sizeof(T) * (n)); if (c->base) s->field = p_; } while (0)
+#define PIECE(field, T, n) do { T *p_ = (T *)bn_cu_carve(c, sizeof(T) * (n)); if (c->base) s->field = p_; } while (0)
     PIECE(taps, float, (size_t)f->n_taps * E * R);
     PIECE(x, float, E * R);
     PIECE(xn, float, E * R);
@@ -202,7 +191,7 @@ static size_t ds_layout(ds_carver *c, bn_cuda_dstate *s) {
     PIECE(chain, int32_t, B + 1);
     PIECE(d_pos, int, 4);
 #undef PIECE
-    void *scr = carve(c, scratch_bytes(s->cd, s->rows));
+    void *scr = bn_cu_carve(c, scratch_bytes(s->cd, s->rows));
     if (c->base) s->mm_scratch = scr;
     return c->off;
 }
@@ -216,7 +205,7 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
     s->k_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->v_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->graphs = (cudaGraphExec_t *)xcalloc((size_t)f->block_size + 1, sizeof(cudaGraphExec_t));
-    ds_carver count = {NULL, 0};
+    bn_cu_carver count = {NULL, 0};
     const size_t total = ds_layout(&count, s);
     int rc = 0;
     if (cudaMalloc(&s->block, total) != cudaSuccess) {
@@ -225,7 +214,7 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
                     total);
     }
     if (rc == 0) {
-        ds_carver fill = {(char *)s->block, 0};
+        bn_cu_carver fill = {(char *)s->block, 0};
         ds_layout(&fill, s);
     }
     if (rc == 0 && (cudaMallocHost((void **)&s->h_io, sizeof(int32_t) * (size_t)(2 * f->block_size + 4)) !=

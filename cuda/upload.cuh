@@ -1,8 +1,8 @@
-// cuda/upload.cuh — device weight uploads for the CUDA engines (C++/CUDA only; include after
+// cuda/upload.cuh — device memory helpers for the CUDA engines (C++/CUDA only; include after
 // "cuda/common.cuh" and "cuda/mm.cuh"): a set of tracked device allocations freed together, a weight
-// matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), and
-// host floats. Used by cuda/dspark.cu; cuda/forward.cu has the same three helpers privately (to be moved
-// onto these).
+// matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), host
+// floats, and the carver that lays a state's buffers out in one allocation. Used by cuda/dspark.cu;
+// cuda/forward.cu has the same helpers privately (to be moved onto these).
 #ifndef BONSAI_CUDA_UPLOAD_CUH
 #define BONSAI_CUDA_UPLOAD_CUH
 #include <stddef.h>
@@ -28,5 +28,18 @@ void bn_cu_allocs_free(bn_cu_allocs *a);
 int bn_cu_upload_weight(bn_cu_allocs *a, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen);
 // bn_cu_upload_floats: n host floats to a new device buffer *out; 0 or -1 with err.
 int bn_cu_upload_floats(bn_cu_allocs *a, const float *host, size_t n, float **out, char *err, size_t errlen);
+
+// Carves 256-byte aligned pieces out of one block: a first pass with base == NULL only counts the bytes
+// (off), a second one with the allocation assigns the pointers.
+struct bn_cu_carver {
+    char *base;
+    size_t off;
+};
+// bn_cu_carve: the next piece of bytes (NULL in the counting pass).
+static inline void *bn_cu_carve(bn_cu_carver *c, size_t bytes) {
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += (bytes + 255) & ~(size_t)255;
+    return p;
+}
 
 #endif
