@@ -139,6 +139,8 @@ typedef struct bn_dev_drafter_ops {
     int (*process)(void *ds, const float *taps, int n, int pos0, char *err, size_t errlen); // host taps
     int (*draft)(void *ds, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts, char *err,
                  size_t errlen);
+    void *(*host_alloc)(size_t bytes); // page-locked host memory for the taps (DMA both ways); NULL on failure
+    void (*host_free)(void *p);
 } bn_dev_drafter_ops;
 // bn_dev_drafter_register: makes ops the drafter of targets on engines with ops table engine_ops
 // (NULL ops removes it). At most 4 backends.

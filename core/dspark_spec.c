@@ -40,6 +40,7 @@ struct bn_spec {
     bool ready;             // prefill done
     float *logits;          // [(n_max+1)][V]
     float *taps;            // [max(n_max+1, 64)][C][E]
+    bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
     bn_spec_stats st;
     // cost model (all EMAs; -1 = not measured yet)
     double ms_fwd[SPEC_MAX_N + 2];  // target forward of n tokens (index n)
@@ -152,7 +153,9 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
     int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
-    if (sp->n_taps) sp->taps = xmalloc(sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows);
+    const size_t tap_bytes = sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows;
+    if (sp->n_taps && sp->dds) sp->taps_pinned = (sp->taps = sp->dops->host_alloc(tap_bytes)) != NULL;
+    if (sp->n_taps && !sp->taps) sp->taps = xmalloc(tap_bytes);
     for (int i = 0; i < SPEC_MAX_N + 2; i++) sp->ms_fwd[i] = -1;
     for (int i = 0; i < SPEC_MAX_N + 1; i++) sp->ms_draft[i] = -1;
     for (int i = 0; i < SPEC_MAX_N; i++) sp->q_acc[i] = 0.8; // optimistic start: speculation gets tried
@@ -190,7 +193,8 @@ void bn_spec_free(bn_spec *sp) {
     free(sp->own_ts);
     bn_engine_free(sp->own_e);
     free(sp->logits);
-    free(sp->taps);
+    if (sp->taps_pinned) sp->dops->host_free(sp->taps);
+    else free(sp->taps);
     free(sp);
 }
 

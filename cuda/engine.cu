@@ -104,8 +104,17 @@ static int cd_draft(void *p, int32_t id_last, int n_past, int n_max, float p_min
                     size_t errlen) {
     return bn_cuda_drafter_draft(((cu_drafter *)p)->s, id_last, n_past, n_max, p_min, drafts, NULL, err, errlen);
 }
-static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA", cd_state_new, cd_state_free, cd_truncate, cd_process,
-                                                    cd_draft};
+static void *cd_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void cd_host_free(void *p) { cudaFreeHost(p); }
+static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA",   cd_state_new, cd_state_free, cd_truncate,
+                                                    cd_process, cd_draft,   cd_host_alloc, cd_host_free};
 
 extern "C" bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen) {
     bn_cuda_model *cm = bn_cuda_model_upload(m, err, errlen);
