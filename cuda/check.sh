@@ -73,6 +73,8 @@ for k in env deps setup build tests sanitize models copybw mm dspark; do PLAN=$(
 PLAN=$((PLAN + 2 * N_TYPES * LIMIT[bench]))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
+STDBUF=()
+command -v stdbuf >/dev/null && STDBUF=(stdbuf -oL -eL)
 ORDER=()
 elapsed() { echo $(( $(date +%s) - T_START )); }
 say() { echo "$*" | tee -a "$RES/check.log"; }
@@ -94,7 +96,8 @@ run_step() {
     esac
     say "== [$(elapsed) s] $name (limit ${limit} s): $*"
     t0=$(date +%s)
-    timeout -k 5 "$limit" "$@" >"$W/$name.log" 2>&1
+    # line-buffered (stdbuf): a program killed at its limit keeps what it printed so far in the log
+    timeout -k 5 "$limit" ${STDBUF[@]+"${STDBUF[@]}"} "$@" >"$W/$name.log" 2>&1
     rc=$?
     SECS[$name]=$(( $(date +%s) - t0 ))
     case $rc in
