@@ -342,6 +342,24 @@ static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, 
 
 // set_pos: d_pos = pos, enqueued. From pageable memory on purpose: such a host-to-device copy is staged
 // before cudaMemcpyAsync returns, so the chunks of one bn_cuda_drafter_process can each set their own.
+// mm_block: y[i] = W[i]·x for the n_rows columns of a block pass, in chunks of at most
+// BN_CU_MMVQ_MAX_NB columns: the mmvq kernels then read each weight once per chunk, where one call
+// above 8 columns would take the GEMM path (every weight dequantized to fp16 per call, and cuBLAS, which
+// the draft graph leaves out). Results per column are those of bn_cu_matmul(_multi) at the chunk's size.
+static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
+                            int n_rows) {
+    for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) {
+        const int nb = n_rows - c0 < BN_CU_MMVQ_MAX_NB ? n_rows - c0 : BN_CU_MMVQ_MAX_NB;
+        float *yc[BN_CU_MATMUL_MULTI_MAX];
+        for (int i = 0; i < n; i++) yc[i] = y[i] + (size_t)c0 * w[i]->ne1;
+        TRY(bn_cu_matmul_multi(w, n, x + (size_t)c0 * w[0]->ne0, yc, nb, s->mm_scratch, s->blas, s->stream));
+    }
+    return cudaSuccess;
+}
+static cudaError_t mm_block1(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, float *y, int n_rows) {
+    return mm_block(s, &w, 1, x, &y, n_rows);
+}
+
 static cudaError_t set_pos(bn_cuda_dstate *s, int pos) {
     const int host_pos = pos;
     return cudaMemcpyAsync(s->d_pos, &host_pos, sizeof(int), cudaMemcpyHostToDevice, s->stream);
@@ -376,8 +394,8 @@ static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb) {
 }
 
 // block_pass: the block rows' final hidden (after output_norm) into s->xn and base logits into
-// s->base for the n_rows tokens in s->ids at positions d_pos.. (DSPARK.md §4.4). Kernels only
-// (graph-capturable; on the mmvq path, n_rows <= BN_CU_MMVQ_MAX_NB, without cuBLAS).
+// s->base for the n_rows tokens in s->ids at positions d_pos.. (DSPARK.md §4.4). Kernels only, products
+// in chunks of <= 8 columns (mm_block): graph-capturable.
 static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
     const bn_cuda_drafter *cd = s->cd;
     const bn_drafter_config *c = &cd->cfg;
@@ -392,7 +410,7 @@ static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
         const ds_layer *L = &cd->layers[il];
         const bn_cu_weight *qkv[] = {&L->attn_q, &L->attn_k, &L->attn_v};
         float *const ys[] = {s->q, s->kb, s->vb};
-        TRY(bn_cu_matmul_multi(qkv, 3, s->xn, ys, n_rows, s->mm_scratch, s->blas, s->stream));
+        TRY(mm_block(s, qkv, 3, s->xn, ys, n_rows));
         // q/k norm + RoPE; the block rows' K/V go after the context rows (temporary: n_cache stays)
         TRY(bn_cu_attn_prep(s->q, qw, hd, s->kb, s->vb, s->k_cache[il], s->v_cache[il], false, c->n_head,
                             c->n_head_kv, hd, L->q_norm, L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, n_rows,
@@ -401,17 +419,17 @@ static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
                   s->q, s->k_cache[il], s->v_cache[il], c->n_head / c->n_head_kv, hd, qw, kvw,
                   1.0f / sqrtf((float)hd), s->d_pos, n_rows);
         TRY(cudaGetLastError());
-        TRY(mm(s, &L->attn_output, s->att, s->mo, n_rows));
+        TRY(mm_block1(s, &L->attn_output, s->att, s->mo, n_rows));
         TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, L->ffn_norm, E, n_rows, c->norm_eps, s->stream));
         const bn_cu_weight *gu[] = {&L->ffn_gate, &L->ffn_up};
         float *const gy[] = {s->gate, s->up};
-        TRY(bn_cu_matmul_multi(gu, 2, s->xn, gy, n_rows, s->mm_scratch, s->blas, s->stream));
+        TRY(mm_block(s, gu, 2, s->xn, gy, n_rows));
         TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)c->n_ff * n_rows, s->stream));
-        TRY(mm(s, &L->ffn_down, s->gate, s->mo, n_rows));
+        TRY(mm_block1(s, &L->ffn_down, s->gate, s->mo, n_rows));
         const float *next_norm = il + 1 < c->n_layer ? cd->layers[il + 1].attn_norm : cd->output_norm;
         TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, next_norm, E, n_rows, c->norm_eps, s->stream));
     }
-    return mm(s, &cd->output, s->xn, s->base, n_rows);
+    return mm_block1(s, &cd->output, s->xn, s->base, n_rows);
 }
 
 // markov_chain: prev_0 = chain[0]; for i < n: W1[prev_i] → w1_i, l_i = base_i + scale·W2·w1_i,
@@ -438,26 +456,9 @@ static cudaError_t markov_chain(bn_cuda_dstate *s, int n) {
     return cudaSuccess;
 }
 
-// all_mmvq: true when every product of a draft of n rows takes the mmvq path (no cuBLAS: capturable).
-static bool all_mmvq(const bn_cuda_drafter *cd, int n) {
-    bool ok = bn_cu_matmul_uses_mmvq(cd->output.type, n) && bn_cu_matmul_uses_mmvq(cd->markov_b.type, 1);
-    for (int il = 0; ok && il < cd->cfg.n_layer; il++) {
-        const ds_layer *L = &cd->layers[il];
-        const bn_cu_weight *ws[] = {&L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output,
-                                    &L->ffn_gate, &L->ffn_up, &L->ffn_down};
-        for (size_t i = 0; ok && i < sizeof ws / sizeof ws[0]; i++) ok = bn_cu_matmul_uses_mmvq(ws[i]->type, n);
-    }
-    return ok;
-}
-
 // draft_kernels: block pass + Markov chain of n rows, replayed from a CUDA graph captured on first use
-// for this n when it avoids cuBLAS (ids, chain[0] and d_pos live in device memory: the graph is
-// replayed unchanged); launched one by one otherwise.
+// for this n (ids, chain[0] and d_pos live in device memory: the graph is replayed unchanged).
 static cudaError_t draft_kernels(bn_cuda_dstate *s, int n) {
-    if (!all_mmvq(s->cd, n)) {
-        TRY(block_pass(s, n));
-        return markov_chain(s, n);
-    }
     cudaGraphExec_t *exec = &s->graphs[n];
     if (!*exec) {
         TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));

@@ -1,8 +1,8 @@
 // tests/cuda/test_cuda_dspark.c — the DSpark drafter on the CUDA device (cuda/cuda_dspark.h) against
 // the CPU drafter (core/dspark.h, the reference) on random drafters over the tiny qwen35 target of
 // tests/dspark/fixture.h, and bn_spec on a CUDA target drafting on the device.
-//   part "drafter" (F32 and Q8_0 drafters): encoder g of 20 random tap rows, then process 20 rows,
-//     the block pass's h and base logits at n_past 20, drafts (n_max 4) and, after truncating to 13
+//   part "drafter" (F32, Q8_0, Q8_0 block 16): encoder g of 20 random tap rows, then process 20 rows,
+//     the block pass's h and base logits at n_past 20, drafts (n_max = B) and, after truncating to 13
 //     rows and re-processing, drafts again; with p_min the truncation rule.
 //   part "spec": greedy speculative decoding (n_max 3) on the CUDA engine with a Q8_0 device drafter ==
 //     plain greedy on the CUDA engine over 64 tokens, rollbacks by snapshot restore (no re-runs);
@@ -128,6 +128,10 @@ static int part_drafter(void) {
     if (bn_mkdrafter_write(&dp, fx_path(qpath, sizeof qpath, "cuda-dspark-q8.gguf"), err, sizeof err) != 0)
         bn_die("%s", err);
     drafter_check("Q8_0 drafter", m, qpath, 0.1, 0.1, 0.05);
+    // block 16: the device block pass runs its products in two chunks of 8 columns (mm_block)
+    dp.block_size = 16;
+    if (bn_mkdrafter_write(&dp, qpath, err, sizeof err) != 0) bn_die("%s", err);
+    drafter_check("Q8_0 drafter, block 16", m, qpath, 0.1, 0.1, 0.05);
     bn_model_free(m);
     unlink(tpath);
     unlink(dpath);
