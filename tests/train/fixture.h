@@ -1,5 +1,6 @@
 // tests/train/fixture.h — set-up shared by the training tests (test_sft_train, test_qat, test_ste,
-// test_fakequant): the "tiny" bonsai-mkmodel model in a temp directory and the small SFT config.
+// test_fakequant, test_tether): the "tiny" bonsai-mkmodel model in a temp directory, the small SFT config and
+// a small set of FTPO rows.
 #ifndef BONSAI_TEST_TRAIN_FIXTURE_H
 #define BONSAI_TEST_TRAIN_FIXTURE_H
 #include <stdio.h>
@@ -7,6 +8,10 @@
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "train/sft.h"
+#include "train/graph.h"
+#include "train/pairs_in.h"
+#include "core/rng.h"
+#include "core/util.h"
 
 // fx_sft_cfg: context 32, batch 2, lr 3e-3 without warm-up, for `steps` optimizer steps.
 static inline bn_sft_cfg fx_sft_cfg(int64_t steps) {
@@ -41,5 +46,33 @@ static inline bn_model *fx_tiny_model(const char *dir, int type, char *path, siz
     bn_model *m = bn_model_load(path, err, sizeof err);
     CHECK(m != NULL, "load: %s", err);
     return m;
+}
+// fx_ftpo_rows: 12 FTPO rows of random contexts (6–9 ids < 250, seed 77) for model m: rejected = m's argmax at
+// the last position, chosen = 3 other ids; free with bn_train_rows_free.
+static inline bn_train_rows *fx_ftpo_rows(const bn_model *m) {
+    int V = m->cfg.n_vocab;
+    bn_train_rows *rs = xcalloc(1, sizeof *rs);
+    rs->n_rows = 12;
+    rs->rows = xcalloc(12, sizeof(bn_train_row));
+    float *z = xmalloc(sizeof(float) * V);
+    bn_rng rng;
+    bn_rng_seed(&rng, 77);
+    char err[256];
+    for (int r = 0; r < rs->n_rows; r++) {
+        bn_train_row *row = &rs->rows[r];
+        row->n_ctx = 6 + r % 4;
+        row->ctx = xmalloc(sizeof(int32_t) * row->n_ctx);
+        for (int i = 0; i < row->n_ctx; i++) row->ctx[i] = (int32_t)bn_rng_below(&rng, 250);
+        bn_train_graph_free(bn_train_forward(m, NULL, row->ctx, row->n_ctx, NULL, z, err, sizeof err));
+        int rej = 0;
+        for (int j = 1; j < V; j++) if (z[j] > z[rej]) rej = j;
+        row->rejected = rej;
+        row->n_chosen = 3;
+        row->chosen = xmalloc(sizeof(int32_t) * 3);
+        for (int k = 0; k < 3; k++) row->chosen[k] = (rej + 1 + 17 * k) % V;
+        row->line = r + 1;
+    }
+    free(z);
+    return rs;
 }
 #endif

@@ -160,34 +160,6 @@ static void test_merge(const bn_model *m, const char *base) {
     bn_lora_free(l);
 }
 
-// make_rows: 12 rows of random contexts; rejected = the Q1_0 model's argmax, chosen = 3 other ids.
-static bn_train_rows *make_rows(const bn_model *mq) {
-    int V = mq->cfg.n_vocab;
-    bn_train_rows *rs = xcalloc(1, sizeof *rs);
-    rs->n_rows = 12;
-    rs->rows = xcalloc(12, sizeof(bn_train_row));
-    float *z = xmalloc(sizeof(float) * V);
-    bn_rng rng;
-    bn_rng_seed(&rng, 77);
-    char err[256];
-    for (int r = 0; r < rs->n_rows; r++) {
-        bn_train_row *row = &rs->rows[r];
-        row->n_ctx = 6 + r % 4;
-        row->ctx = xmalloc(sizeof(int32_t) * row->n_ctx);
-        for (int i = 0; i < row->n_ctx; i++) row->ctx[i] = (int32_t)bn_rng_below(&rng, 250);
-        bn_train_graph_free(bn_train_forward(mq, NULL, row->ctx, row->n_ctx, NULL, z, err, sizeof err));
-        int rej = 0;
-        for (int j = 1; j < V; j++) if (z[j] > z[rej]) rej = j;
-        row->rejected = rej;
-        row->n_chosen = 3;
-        row->chosen = xmalloc(sizeof(int32_t) * 3);
-        for (int k = 0; k < 3; k++) row->chosen[k] = (rej + 1 + 17 * k) % V;
-        row->line = r + 1;
-    }
-    free(z);
-    return rs;
-}
-
 // merged_win: chosen_win over all rows of base + adapter merged and requantized to Q1_0.
 static double merged_win(const char *base, const char *adapter, const bn_train_rows *rows, const char *tag) {
     char err[256], out[600];
@@ -212,7 +184,7 @@ static void test_ftpo(const bn_model *m, const char *base) {
     char err[256], a_plain[600], a_ste[600], ckpt[600];
     bn_model *mq = bn_requant_model(m, "Q1_0", err, sizeof err);
     if (!mq) { CHECK(0, "requant: %s", err); return; }
-    bn_train_rows *rows = make_rows(mq);
+    bn_train_rows *rows = fx_ftpo_rows(mq);
     bn_ftpo_eval_result r0;
     bn_ftpo_cfg cfg = bn_ftpo_cfg_antidoom();
     CHECK(bn_ftpo_eval(mq, rows, NULL, &cfg, -1, &r0, err, sizeof err) == 0 && r0.chosen_win == 0,

@@ -96,34 +96,6 @@ static void test_step0(void) {
     CHECK(gmax <= 1e-6, "tether gradient at B = 0: %g (tol 1e-6)", gmax);
 }
 
-// make_rows: 12 rows of random contexts; rejected = the model's argmax, chosen = 3 other ids (as test_ste).
-static bn_train_rows *make_rows(const bn_model *m) {
-    int V = m->cfg.n_vocab;
-    bn_train_rows *rs = xcalloc(1, sizeof *rs);
-    rs->n_rows = 12;
-    rs->rows = xcalloc(12, sizeof(bn_train_row));
-    float *z = xmalloc(sizeof(float) * V);
-    bn_rng rng;
-    bn_rng_seed(&rng, 77);
-    char err[256];
-    for (int r = 0; r < rs->n_rows; r++) {
-        bn_train_row *row = &rs->rows[r];
-        row->n_ctx = 6 + r % 4;
-        row->ctx = xmalloc(sizeof(int32_t) * row->n_ctx);
-        for (int i = 0; i < row->n_ctx; i++) row->ctx[i] = (int32_t)bn_rng_below(&rng, 250);
-        bn_train_graph_free(bn_train_forward(m, NULL, row->ctx, row->n_ctx, NULL, z, err, sizeof err));
-        int rej = 0;
-        for (int j = 1; j < V; j++) if (z[j] > z[rej]) rej = j;
-        row->rejected = rej;
-        row->n_chosen = 3;
-        row->chosen = xmalloc(sizeof(int32_t) * 3);
-        for (int k = 0; k < 3; k++) row->chosen[k] = (rej + 1 + 17 * k) % V;
-        row->line = r + 1;
-    }
-    free(z);
-    return rs;
-}
-
 // text_kl: mean KL(base ‖ base + adapter) over every NT-token window of TEXT.
 static double text_kl(const bn_model *m, const char *adapter) {
     char err[256];
@@ -154,7 +126,7 @@ static bool same_file(const char *a, const char *b) {
 // test_train: parts 2 (through the trainer, STE), 3 and 4.
 static void test_train(const bn_model *m) {
     char err[256], a0[600], aoff[600], a1[600], a6[600], a33[600], ckpt[600];
-    bn_train_rows *rows = make_rows(m);
+    bn_train_rows *rows = fx_ftpo_rows(m);
     bn_ftpo_train_opts o = bn_ftpo_train_defaults();
     o.rank = 4;
     o.alpha = 4;
