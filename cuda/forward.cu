@@ -212,6 +212,7 @@ struct bn_cuda_state {
     float *gate, *up;     // {F, B}
     float *logits;        // {V, logit_rows}
     float *att_scratch;   // bn_cu_attention_scratch_floats
+    float *conv_scratch;  // bn_cu_gdn_conv_scratch_floats (token-parallel prefill conv; NULL without GDN layers)
     void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
@@ -299,10 +300,14 @@ static size_t layout(carver *c, bn_cuda_state *s) {
         max_sz(bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, (int)B, 1),
                bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, BN_CU_MMVQ_MAX_NB, s->n_splits));
     float *att_scratch = (float *)carve(c, att_floats * 4);
+    const bool any_gdn = n_rec > 0;
+    float *conv_scratch =
+        any_gdn ? (float *)carve(c, bn_cu_gdn_conv_scratch_floats((int)conv_dim, cf->ssm_conv_kernel, (int)B) * 4) : NULL;
     void *mm_scratch = carve(c, mm_scratch_for(cm, (int)B, s->logit_rows));
     if (c->base) {
         s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
         s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->logits = logits, s->att_scratch = att_scratch;
+        s->conv_scratch = conv_scratch;
         s->mm_scratch = mm_scratch;
     }
     return c->off;
@@ -500,7 +505,7 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *sna
     TRY(mm_multi(s, ws, 4, ys, nb));
     const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
     TRY(bn_cu_gdn_conv_norm(mix, s->conv[il], L->conv1d, Hk, Hv, dk, c->ssm_conv_kernel, nb, c->norm_eps,
-                            1.0f / sqrtf((float)dk), snaps, conv_off, s->stream));
+                            1.0f / sqrtf((float)dk), snaps, conv_off, s->conv_scratch, s->stream));
     TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb, snaps,
                              ssm_off, s->stream));
     TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));

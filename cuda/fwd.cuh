@@ -81,8 +81,13 @@ cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
 // (the first 2*Hk*dk channels) L2-normalised per token, q heads times q_scale. Per-token snapshots:
 // snaps (device array of nb device pointers, or NULL) receive the window after token t at
 // snaps[t] + snap_off (the layer's offset in the recurrent region); the same for S below.
+// From BN_CU_CONV_PARALLEL_NB tokens without snaps, with scratch (bn_cu_gdn_conv_scratch_floats floats),
+// the tokens run in parallel (two launches; same results); else one block per head walks the tokens.
+#define BN_CU_CONV_PARALLEL_NB 16
+size_t bn_cu_gdn_conv_scratch_floats(int conv_dim, int K, int n_batch);
 cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
-                                float eps, float q_scale, float *const *snaps, size_t snap_off, cudaStream_t s);
+                                float eps, float q_scale, float *const *snaps, size_t snap_off, float *scratch,
+                                cudaStream_t s);
 // The gated delta rule over nb tokens for all Hv value heads: S {dk, dv, Hv} (ops.h bn_gdn_step
 // layout) updated in place; y {Hv*dv, nb} = Sᵀq per token. beta_logit/alpha_logit {Hv, nb}.
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,

@@ -5,6 +5,7 @@
 #include "cuda/fwd.cuh"
 
 #define REC_WARPS 4 // value rows per block (one warp each)
+#define CONV_THREADS 256
 #define REC_REGS (BN_CU_MAX_HEAD_DIM / 32)
 
 // conv_norm_kernel: block = one head's dk channels (thread i: channel head*dk + i, its window in
@@ -55,9 +56,66 @@ static __global__ void conv_norm_kernel(float *mix, float *window, const float *
         if (active && k < km1) wd[k] = win[k];
 }
 
+// conv_tokens_kernel: the token-parallel conv + SiLU of a prefill chunk; thread (channel ch, token t) of grid
+// (ceil(C / CONV_THREADS), nb). Token t's window entry k is the input at time t - (K-1) + k: a row of mix
+// (not yet overwritten: the results go to out {C, nb}) or, before the chunk, window[ch][t + k]. Same
+// products in the same order as conv_norm_kernel. Token nb-1 also leaves the next window in new_win {K-1, C}.
+static __global__ void conv_tokens_kernel(const float *mix, const float *window, const float *w, int C, int K, int nb,
+                                          float *out, float *new_win) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y, km1 = K - 1;
+    if (ch >= C) return;
+    const float *wc = w + (size_t)ch * K, *wd = window + (size_t)ch * km1;
+    float acc = wc[km1] * mix[(size_t)t * C + ch];
+    for (int k = 0; k < km1; k++) {
+        const int src = t - km1 + k;
+        acc += wc[k] * (src >= 0 ? mix[(size_t)src * C + ch] : wd[t + k]);
+    }
+    out[(size_t)t * C + ch] = bn_cu_silu(acc);
+    if (t == nb - 1)
+        for (int k = 0; k < km1; k++) {
+            const int src = nb - km1 + k;
+            new_win[(size_t)ch * km1 + k] = src >= 0 ? mix[(size_t)src * C + ch] : wd[nb + k];
+        }
+}
+
+// norm_tokens_kernel: block (head, token): mix = conv output, q/k heads L2-normalised as in conv_norm_kernel
+// (same block size, same reduction); the last token's blocks install the new window.
+static __global__ void norm_tokens_kernel(float *mix, const float *out, float *window, const float *new_win, int C,
+                                          int K, int nb, int Hk, int dk, float eps, float q_scale) {
+    BN_SHARED(float, red, 32);
+    const int head = blockIdx.x, t = blockIdx.y, i = threadIdx.x, km1 = K - 1;
+    const bool active = i < dk, normed = head < 2 * Hk; // normed is uniform over the block
+    const int ch = head * dk + i;
+    float v = active ? out[(size_t)t * C + ch] : 0.0f;
+    if (normed) {
+        const float sum_sq = bn_block_sum(v * v, red);
+        v = v * (1.0f / sqrtf(sum_sq + eps));
+        if (head < Hk) v *= q_scale;
+    }
+    if (!active) return;
+    mix[(size_t)t * C + ch] = v;
+    if (t == nb - 1)
+        for (int k = 0; k < km1; k++) window[(size_t)ch * km1 + k] = new_win[(size_t)ch * km1 + k];
+}
+
+size_t bn_cu_gdn_conv_scratch_floats(int conv_dim, int K, int n_batch) {
+    return (size_t)conv_dim * n_batch + (size_t)conv_dim * (K > 1 ? K - 1 : 0);
+}
+
 cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
-                                float eps, float q_scale, float *const *snaps, size_t snap_off, cudaStream_t s) {
+                                float eps, float q_scale, float *const *snaps, size_t snap_off, float *scratch,
+                                cudaStream_t s) {
     const int C = (2 * Hk + Hv) * dk, threads = (dk + 31) / 32 * 32;
+    if (nb >= BN_CU_CONV_PARALLEL_NB && !snaps && scratch) { // prefill: every token at once, two launches
+        float *out = scratch, *new_win = scratch + (size_t)C * nb;
+        BN_LAUNCH(conv_tokens_kernel, dim3((C + CONV_THREADS - 1) / CONV_THREADS, nb), CONV_THREADS, 0, s, mix, window,
+                  w, C, K, nb, out, new_win);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        BN_LAUNCH(norm_tokens_kernel, dim3(2 * Hk + Hv, nb), threads, 0, s, mix, out, window, new_win, C, K, nb, Hk, dk,
+                  eps, q_scale);
+        return cudaGetLastError();
+    }
     BN_LAUNCH(conv_norm_kernel, 2 * Hk + Hv, threads, 0, s, mix, window, w, C, K, nb, Hk, dk, eps, q_scale, snaps,
               snap_off);
     return cudaGetLastError();
