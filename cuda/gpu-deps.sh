@@ -31,18 +31,24 @@ unpack)
     rm -rf "$U"
     mkdir -p "$ROOT" "$U/pkgconfig"
     for f in "$DIR"/*.deb; do dpkg -x "$f" "$ROOT"; done
+    # absolute links (zlib1g-dev's libz.so -> /lib/...) point into ROOT instead
+    find "$ROOT" -type l | while read -r l; do
+        t=$(readlink "$l")
+        case $t in /*) ln -sfn "$ROOT$t" "$l" ;; esac
+    done
     # .pc files with every /usr path moved under ROOT (openblas's lives in its openblas-pthread folder),
     # without Requires.private (static linking only; libmicrohttpd's names gnutls, which is not carried)
     find "$ROOT" -name '*.pc' | while read -r pc; do
         sed -e "s|=/usr|=$ROOT/usr|g" -e "s| /usr/| $ROOT/usr/|g" -e '/^Requires.private:/d' "$pc" \
             >"$U/pkgconfig/$(basename "$pc")"
     done
-    LIBS="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/usr/lib/x86_64-linux-gnu/openblas-pthread:$ROOT/lib/x86_64-linux-gnu"
+    LIBS="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/usr/lib/x86_64-linux-gnu/openblas-pthread"
+    # at run time the system's libz.so.1 (every image has one) is kept: ROOT/lib only for linking
     {
         echo "# written by cuda/gpu-deps.sh unpack: source it before meson setup"
         echo "export PKG_CONFIG_PATH=$U/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
         echo "export LD_LIBRARY_PATH=$LIBS\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-        echo "export LIBRARY_PATH=$LIBS\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
+        echo "export LIBRARY_PATH=$LIBS:$ROOT/lib/x86_64-linux-gnu\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
         echo "export C_INCLUDE_PATH=$ROOT/usr/include\${C_INCLUDE_PATH:+:\$C_INCLUDE_PATH}"
         if ! command -v pkg-config >/dev/null; then
             echo "export PATH=$ROOT/usr/bin:\$PATH"
