@@ -127,7 +127,7 @@ inline void bn_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 blo
 #define __shfl_up_sync(...) bn_emu_shfl_up_sync(BN_EMU_SITE, __VA_ARGS__)
 #define __ballot_sync(mask, pred) bn_emu_ballot_sync(BN_EMU_SITE, (mask), (pred))
 #define __any_sync(mask, pred) (bn_emu_ballot_sync(BN_EMU_SITE, (mask), (pred)) != 0)
-#define __all_sync(mask, pred) (bn_emu_ballot_sync(BN_EMU_SITE, (mask), (pred)) == 0xffffffffu)
+#define __all_sync(mask, pred) bn_emu_all_sync(BN_EMU_SITE, (mask), (pred))
 #define __reduce_add_sync(mask, v) bn_emu_reduce_add_sync(BN_EMU_SITE, (mask), (v))
 #define __reduce_max_sync(mask, v) bn_emu_reduce_max_sync(BN_EMU_SITE, (mask), (v))
 #define bn_warp_reduce_sum(v) bn_emu_warp_reduce_sum(BN_EMU_SITE, (v))
@@ -182,12 +182,16 @@ static inline unsigned bn_emu_ballot_sync(const char *site, unsigned mask, int p
     const uint64_t *slot = bn_emu::warp_exchange(mask, pred != 0, "__ballot_sync", site);
     unsigned bits = 0;
     for (int l = 0; l < 32; l++) bits |= (unsigned)(slot[l] != 0) << l;
-    return bits;
+    return bits & mask; // a partial last warp's mask names only its lanes
+}
+static inline int bn_emu_all_sync(const char *site, unsigned mask, int pred) {
+    return bn_emu_ballot_sync(site, mask, pred) == mask;
 }
 static inline unsigned bn_emu_reduce_add_sync(const char *site, unsigned mask, unsigned v) {
     const uint64_t *slot = bn_emu::warp_exchange(mask, v, "__reduce_add_sync", site);
     unsigned s = 0;
-    for (int l = 0; l < 32; l++) s += (unsigned)slot[l];
+    for (int l = 0; l < 32; l++)
+        if (mask >> l & 1) s += (unsigned)slot[l];
     return s;
 }
 static inline int bn_emu_reduce_add_sync(const char *site, unsigned mask, int v) {
@@ -195,8 +199,9 @@ static inline int bn_emu_reduce_add_sync(const char *site, unsigned mask, int v)
 }
 static inline int bn_emu_reduce_max_sync(const char *site, unsigned mask, int v) {
     const uint64_t *slot = bn_emu::warp_exchange(mask, (uint32_t)v, "__reduce_max_sync", site);
-    int m = (int)(uint32_t)slot[0];
-    for (int l = 1; l < 32; l++) m = (int)(uint32_t)slot[l] > m ? (int)(uint32_t)slot[l] : m;
+    int m = (int)(uint32_t)slot[0]; // lane 0 is in every accepted mask
+    for (int l = 1; l < 32; l++)
+        if (mask >> l & 1) m = (int)(uint32_t)slot[l] > m ? (int)(uint32_t)slot[l] : m;
     return m;
 }
 
