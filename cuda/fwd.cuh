@@ -84,6 +84,7 @@ cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
 // From BN_CU_CONV_PARALLEL_NB tokens without snaps, with scratch (bn_cu_gdn_conv_scratch_floats floats),
 // the tokens run in parallel (two launches; same results); else one block per head walks the tokens.
 #define BN_CU_CONV_PARALLEL_NB 16
+// Floats of scratch the token-parallel conv needs: conv outputs {conv_dim, n_batch} + the next window.
 size_t bn_cu_gdn_conv_scratch_floats(int conv_dim, int K, int n_batch);
 cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
                                 float eps, float q_scale, float *const *snaps, size_t snap_off, float *scratch,
