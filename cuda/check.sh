@@ -176,7 +176,8 @@ else
         TESTS="none found"
     else
         # meson's own per-test timeouts (x0.4: cuda_forward 120 s) stop a hung test inside the step's limit
-        run_step tests "${LIMIT[tests]}" meson test -C "$B" --no-rebuild --print-errorlogs --num-processes 4 \
+        # (PYTHONUNBUFFERED: meson's per-test lines survive the step's own limit)
+        PYTHONUNBUFFERED=1 run_step tests "${LIMIT[tests]}" meson test -C "$B" --no-rebuild --print-errorlogs --num-processes 4 \
             --timeout-multiplier 0.4 "${GPU_TESTS[@]}"
         cp "$B/meson-logs/testlog.txt" "$RES/tests.log" 2>/dev/null || true
         grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" || true
