@@ -141,6 +141,13 @@ typedef struct bn_dev_drafter_ops {
                  size_t errlen);
     void *(*host_alloc)(size_t bytes); // page-locked host memory for the taps (DMA both ways); NULL on failure
     void (*host_free)(void *p);
+    // Device tap hand-over (both optional; NULL: host taps through `process`). target_taps: a device
+    // buffer of the target state ts (its engine is the one these ops are registered for) for rows tap
+    // rows [rows][n_taps][E] that ts's forward accepts as bn_forward_out.taps, writing the taps there
+    // without a host copy; owned by ts, valid while ts lives. NULL with err when it cannot be had.
+    float *(*target_taps)(bn_engine_state *ts, int n_taps, int rows, char *err, size_t errlen);
+    // process_dev: `process` with the taps in that device buffer (rows 0..n−1), read in place.
+    int (*process_dev)(void *ds, const float *dev_taps, int n, int pos0, char *err, size_t errlen);
 } bn_dev_drafter_ops;
 // bn_dev_drafter_register: makes ops the drafter of targets on engines with ops table engine_ops
 // (NULL ops removes it). At most 4 backends.
@@ -180,6 +187,8 @@ typedef struct {
                            // to measure speed at a controlled acceptance rate (and test partial accepts)
     bool cpu_drafter;   // DSPARK/REPLAY: keep the drafter on the CPU even when the target's engine has a
                         // device drafter (default: the device drafter, bn_dev_drafter_for)
+    bool host_taps;     // with a device drafter: hand the taps over through host memory (target → host →
+                        // drafter) instead of the target's device tap buffer (default; for tests/measurement)
     const int32_t *replay; // REPLAY only: the continuation after the prompt (token i = i-th generated),
     int n_replay;          //   the caller's, valid until bn_spec_free; proposals past its end are not made
 } bn_spec_params;

@@ -39,8 +39,10 @@ struct bn_spec {
     int n_past;
     bool ready;             // prefill done
     float *logits;          // [(n_max+1)][V]
-    float *taps;            // [max(n_max+1, 64)][C][E]
+    float *taps;            // [max(n_max+1, 64)][C][E] host taps (NULL with dev_taps)
     bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
+    float *dev_taps;        // device drafter: the target's device tap buffer (dops->target_taps), the same
+                            //   layout; the target writes its taps there and the drafter reads them in place
     bn_spec_stats st;
     // cost model (all EMAs; -1 = not measured yet)
     double ms_fwd[SPEC_MAX_N + 2];  // target forward of n tokens (index n)
@@ -91,6 +93,7 @@ static void drafter_truncate(bn_spec *sp, int n) {
     else bn_dstate_truncate(sp->ds, n);
 }
 static int drafter_process(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
+    if (sp->dev_taps) return sp->dops->process_dev(sp->dds, sp->dev_taps, n, pos0, err, errlen);
     if (sp->dds) return sp->dops->process(sp->dds, sp->taps, n, pos0, err, errlen);
     return bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen);
 }
@@ -154,8 +157,15 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
     int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
     const size_t tap_bytes = sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows;
-    if (sp->n_taps && sp->dds) sp->taps_pinned = (sp->taps = sp->dops->host_alloc(tap_bytes)) != NULL;
-    if (sp->n_taps && !sp->taps) sp->taps = xmalloc(tap_bytes);
+    // a device drafter reads the target's taps in its device memory unless p->host_taps; without that
+    // hand-over (no ops, no device memory) the taps go through page-locked host memory
+    if (sp->n_taps && sp->dds && !p->host_taps && sp->dops->target_taps && sp->dops->process_dev) {
+        char dev_err[256];
+        sp->dev_taps = sp->dops->target_taps(ts, sp->n_taps, tap_rows, dev_err, sizeof dev_err);
+    }
+    if (sp->n_taps && sp->dds && !sp->dev_taps)
+        sp->taps_pinned = (sp->taps = sp->dops->host_alloc(tap_bytes)) != NULL;
+    if (sp->n_taps && !sp->dev_taps && !sp->taps) sp->taps = xmalloc(tap_bytes);
     for (int i = 0; i < SPEC_MAX_N + 2; i++) sp->ms_fwd[i] = -1;
     for (int i = 0; i < SPEC_MAX_N + 1; i++) sp->ms_draft[i] = -1;
     for (int i = 0; i < SPEC_MAX_N; i++) sp->q_acc[i] = 0.8; // optimistic start: speculation gets tried
@@ -217,7 +227,7 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
     if (sp->n_taps) {
         out.tap_layers = sp->tap_layers;
         out.n_taps = sp->n_taps;
-        out.taps = sp->taps;
+        out.taps = sp->dev_taps ? sp->dev_taps : sp->taps;
     }
     const int pos0 = bn_engine_state_pos(sp->ts);
     double t0 = bn_time_ms();
@@ -449,6 +459,9 @@ void bn_spec_print_stats(const bn_spec *sp, FILE *f) {
                 bn_spec_drafter_device(sp), s->n_rounds_spec ? s->ms_draft / (double)s->n_rounds_spec : 0.0,
                 s->n_steps ? s->ms_process / (double)s->n_steps : 0.0,
                 s->n_steps ? s->ms_verify / (double)s->n_steps : 0.0);
+    if (sp->d && sp->dds)
+        fprintf(f, "spec: taps %s\n", sp->dev_taps ? "stay on the device (the drafter reads the target's buffer)"
+                                                   : "go through host memory");
     double ms_target = s->ms_verify + s->ms_rerun;
     if (ms_target > 0)
         fprintf(f, "spec: target-side speed (verify + rerun only, drafting excluded) = %.3f t/s\n",

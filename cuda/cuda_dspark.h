@@ -46,6 +46,10 @@ int bn_cuda_drafter_encode(bn_cuda_dstate *s, const float *taps, int n, float *g
 // bn_cuda_drafter_process: bn_drafter_process's contract on the device; taps [n][C][E] in host
 // memory (copied up in chunks of 64 rows). Returns 0 or -1 with err.
 int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos0, char *err, size_t errlen);
+// bn_cuda_drafter_process_dev: the same with the taps [n][C][E] in device memory (e.g. the target's
+// bn_cuda_state_tap_buffer after a forward that wrote its taps there): read in place, nothing crosses
+// PCIe. Returns 0 or -1 with err.
+int bn_cuda_drafter_process_dev(bn_cuda_dstate *s, const float *dev_taps, int n, int pos0, char *err, size_t errlen);
 // bn_cuda_drafter_block: bn_drafter_block's contract on the device, h [n_rows][E] and base
 // [n_rows][V] copied to the host when not NULL (for tests). Returns 0 or -1 with err.
 int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_rows, float *h, float *base,

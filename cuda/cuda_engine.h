@@ -56,9 +56,19 @@ int bn_cuda_snapshot_pos(const bn_cuda_snapshot *snap);
 // bn_cuda_snapshot_free: frees a snapshot (NULL is fine).
 void bn_cuda_snapshot_free(bn_cuda_snapshot *snap);
 
+// bn_cuda_state_tap_buffer: the state's device tap buffer for up to rows tokens of n_taps taps
+// ([rows][n_taps][n_embd] floats, allocated on first use, grown when asked for more; growing frees the
+// previous one). A forward whose out->taps is exactly this pointer writes its taps there on the device
+// (no host copy; rows 0..n-1 of the call), for a device consumer such as bn_cuda_drafter_process_dev.
+// Freed with the state. Returns it, or NULL with err (out of device memory).
+float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *err, size_t errlen);
+// bn_cuda_host_tap_bytes: bytes of taps copied between host and device so far in this process (target
+// taps to host out->taps, host taps up in bn_cuda_drafter_process); device-buffer taps do not count.
+size_t bn_cuda_host_tap_bytes(void);
+
 // bn_cuda_forward: appends n tokens at the state's position and runs the model (n > 1: batched
 // prefill, recurrences token by token inside the kernels). out as in bn_forward (host buffers:
-// logits, hidden, taps); out->snaps (host bn_snapshot) are filled by copying the device recurrent
+// logits, hidden, taps; taps may also be the state's device tap buffer, bn_cuda_state_tap_buffer); out->snaps (host bn_snapshot) are filled by copying the device recurrent
 // state down after every token (slow; for tests and CPU-side rollback). One token with at most the
 // logits wanted replays a captured CUDA graph of the step (as bn_cuda_decode_greedy does). Returns 0, or -1 with err
 // filled (context overflow, bad token id, bad tap layer, CUDA error); on a input error the state

@@ -367,12 +367,17 @@ static cudaError_t set_pos(bn_cuda_dstate *s, int pos) {
 
 static float theta_scale(const bn_drafter_config *c) { return powf(c->rope_base, -2.0f / (float)c->n_rot); }
 
-// encode_chunk: s->xn = RMSNorm(fc · taps; hidden_norm) for nb <= rows host tap rows.
-static cudaError_t encode_chunk(bn_cuda_dstate *s, const float *taps, int nb) {
+// upload_taps: nb host tap rows into s->taps (counted in bn_cuda_host_tap_bytes).
+static cudaError_t upload_taps(bn_cuda_dstate *s, const float *taps, int nb) {
+    const size_t bytes = sizeof(float) * (size_t)s->cd->cfg.n_taps * s->cd->cfg.n_embd * (size_t)nb;
+    bn_cu_count_host_tap_bytes(bytes);
+    return cudaMemcpyAsync(s->taps, taps, bytes, cudaMemcpyHostToDevice, s->stream);
+}
+
+// encode_chunk: s->xn = RMSNorm(fc · taps; hidden_norm) for nb <= rows tap rows in device memory.
+static cudaError_t encode_chunk(bn_cuda_dstate *s, const float *d_taps, int nb) {
     const bn_drafter_config *c = &s->cd->cfg;
-    const size_t row = (size_t)c->n_taps * c->n_embd;
-    TRY(cudaMemcpyAsync(s->taps, taps, sizeof(float) * row * (size_t)nb, cudaMemcpyHostToDevice, s->stream));
-    TRY(mm(s, &s->cd->fc, s->taps, s->xn, nb));
+    TRY(mm(s, &s->cd->fc, d_taps, s->xn, nb));
     return bn_cu_rmsnorm(s->xn, s->xn, s->cd->hidden_norm, c->n_embd, nb, c->norm_eps, s->stream);
 }
 
@@ -486,14 +491,18 @@ static int fail(cudaError_t e, const char *what, char *err, size_t errlen) {
 int bn_cuda_drafter_encode(bn_cuda_dstate *s, const float *taps, int n, float *g, char *err, size_t errlen) {
     const int E = s->cd->cfg.n_embd;
     if (n < 0 || n > s->rows) return bn_err(err, errlen, "drafter encode: %d rows (at most %d)", n, s->rows);
-    cudaError_t e = encode_chunk(s, taps, n);
+    cudaError_t e = upload_taps(s, taps, n);
+    if (e == cudaSuccess) e = encode_chunk(s, s->taps, n);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(g, s->xn, sizeof(float) * (size_t)E * n, cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     return e == cudaSuccess ? 0 : fail(e, "bn_cuda_drafter_encode", err, errlen);
 }
 
-int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos0, char *err, size_t errlen) {
+// process_rows: encoder + K/V injection of n tap rows at pos0.., in chunks of DS_CHUNK rows; taps in
+// device memory (on_device) or host memory (each chunk copied up into s->taps first). Returns 0 or -1.
+static int process_rows(bn_cuda_dstate *s, const float *taps, bool on_device, int n, int pos0, char *err,
+                        size_t errlen) {
     const bn_drafter_config *c = &s->cd->cfg;
     if (pos0 != s->n_cache)
         return bn_err(err, errlen, "drafter: process at position %d but the cache holds %d rows", pos0, s->n_cache);
@@ -503,13 +512,27 @@ int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos
     cudaError_t e = cudaSuccess;
     for (int t0 = 0; t0 < n && e == cudaSuccess; t0 += DS_CHUNK) {
         const int nb = n - t0 < DS_CHUNK ? n - t0 : DS_CHUNK;
-        e = encode_chunk(s, taps + (size_t)t0 * row, nb);
+        const float *src = taps + (size_t)t0 * row;
+        if (!on_device) {
+            e = upload_taps(s, src, nb);
+            src = s->taps;
+        }
+        if (e == cudaSuccess) e = encode_chunk(s, src, nb);
         if (e == cudaSuccess) e = inject_chunk(s, pos0 + t0, nb);
     }
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream); // the host tap buffer is reused after return
+    // the tap buffer (the caller's host one, or the target's device one) is rewritten after return
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return fail(e, "bn_cuda_drafter_process", err, errlen);
     s->n_cache = pos0 + n;
     return 0;
+}
+
+int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos0, char *err, size_t errlen) {
+    return process_rows(s, taps, false, n, pos0, err, errlen);
+}
+
+int bn_cuda_drafter_process_dev(bn_cuda_dstate *s, const float *dev_taps, int n, int pos0, char *err, size_t errlen) {
+    return process_rows(s, dev_taps, true, n, pos0, err, errlen);
 }
 
 // start_block: checks the arguments and uploads [id_last, MASK × (n_rows−1)] (and prev_0 = id_last).

@@ -113,8 +113,15 @@ static void *cd_host_alloc(size_t bytes) {
     return p;
 }
 static void cd_host_free(void *p) { cudaFreeHost(p); }
-static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA",   cd_state_new, cd_state_free, cd_truncate,
-                                                    cd_process, cd_draft,   cd_host_alloc, cd_host_free};
+static float *cd_target_taps(bn_engine_state *ts, int n_taps, int rows, char *err, size_t errlen) {
+    return bn_cuda_state_tap_buffer((bn_cuda_state *)ts->st, n_taps, rows, err, errlen);
+}
+static int cd_process_dev(void *p, const float *dev_taps, int n, int pos0, char *err, size_t errlen) {
+    return bn_cuda_drafter_process_dev(((cu_drafter *)p)->s, dev_taps, n, pos0, err, errlen);
+}
+static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA",        cd_state_new,  cd_state_free,  cd_truncate,
+                                                    cd_process,    cd_draft,      cd_host_alloc,  cd_host_free,
+                                                    cd_target_taps, cd_process_dev};
 
 extern "C" bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen) {
     bn_cuda_model *cm = bn_cuda_model_upload(m, err, errlen);

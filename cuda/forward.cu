@@ -5,18 +5,19 @@
 #include "cuda/common.cuh"
 #include "cuda/mm.cuh"
 #include "cuda/fwd.cuh"
+#include "cuda/upload.cuh"
 #include "cuda/cuda_engine.h"
 extern "C" {
 #include "core/forward_impl.h" // bn_snapshot's layout (host snapshots share the CPU engine's)
 #include "core/util.h"
 // from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
-size_t bn_row_size(int type, int64_t ne0);
 int bn_dequantize(int type, const void *src, float *dst, int64_t n);
 const char *bn_type_name(int type);
 }
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <atomic>
 
 enum { T_F32 = 0, T_F16 = 1 }; // bn_type ids of quant/quant.h
 
@@ -46,45 +47,8 @@ struct bn_cuda_model {
     bn_cu_weight output;     // {H, V} (same device data as token_embd when tied)
     float *output_norm;      // {H}
     cu_layer *layers;        // [n_layer]
-    void **allocs;           // every device allocation, freed together
-    int n_allocs, cap_allocs;
-    size_t bytes;
+    bn_cu_allocs allocs;     // every device allocation, freed together
 };
-
-// dev_alloc: a tracked device allocation of bytes; 0 or -1 with err filled.
-static int dev_alloc(bn_cuda_model *cm, void **p, size_t bytes, char *err, size_t errlen) {
-    if (cudaMalloc(p, bytes) != cudaSuccess) {
-        cudaGetLastError();
-        return bn_err(err, errlen, "CUDA: out of device memory (%zu bytes more, %zu held)", bytes, cm->bytes);
-    }
-    if (cm->n_allocs == cm->cap_allocs) {
-        cm->cap_allocs = cm->cap_allocs ? 2 * cm->cap_allocs : 64;
-        cm->allocs = (void **)xrealloc(cm->allocs, sizeof(void *) * cm->cap_allocs);
-    }
-    cm->allocs[cm->n_allocs++] = *p;
-    cm->bytes += bytes;
-    return 0;
-}
-
-// upload_matrix: a 2-D weight in its stored type (absent weights give data NULL); 0 or -1.
-static int upload_matrix(bn_cuda_model *cm, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    if (!w->data) return 0;
-    if (!bn_cu_type_supported(w->type))
-        return bn_err(err, errlen, "CUDA: weight %s has type %s, which the CUDA kernels do not handle", w->name,
-                      bn_type_name(w->type));
-    out->type = w->type;
-    out->ne0 = w->ne[0];
-    out->ne1 = w->ne[1] * w->ne[2] * w->ne[3];
-    out->row_bytes = bn_row_size(w->type, w->ne[0]);
-    void *d = NULL;
-    const size_t bytes = out->row_bytes * (size_t)out->ne1;
-    if (dev_alloc(cm, &d, bytes, err, errlen) != 0) return -1;
-    BN_CUDA_TRY(cudaMemcpy(d, w->data, bytes, cudaMemcpyHostToDevice), err, errlen);
-    out->data = d;
-    BN_CUDA_TRY(bn_cu_weight_repack(out, 0), err, errlen); // decode-friendly layout where it applies
-    return 0;
-}
 
 // upload_vector: a 1-/2-D parameter converted to fp32 on the device; *out NULL when absent.
 static int upload_vector(bn_cuda_model *cm, const bn_weight *w, float **out, char *err, size_t errlen) {
@@ -92,17 +56,11 @@ static int upload_vector(bn_cuda_model *cm, const bn_weight *w, float **out, cha
     if (!w->data) return 0;
     const int64_t n = w->ne[0] * w->ne[1] * w->ne[2] * w->ne[3];
     float *host = (float *)xmalloc(sizeof(float) * (size_t)n);
-    if (bn_dequantize(w->type, w->data, host, n) != 0) {
-        free(host);
-        return bn_err(err, errlen, "CUDA: parameter %s has type %s, which cannot be converted to fp32", w->name,
-                      bn_type_name(w->type));
-    }
-    void *d = NULL;
-    int rc = dev_alloc(cm, &d, sizeof(float) * (size_t)n, err, errlen);
-    if (rc == 0 && cudaMemcpy(d, host, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
-        rc = bn_err(err, errlen, "CUDA error: %s uploading %s", cudaGetErrorString(cudaGetLastError()), w->name);
+    int rc = bn_dequantize(w->type, w->data, host, n) != 0
+                 ? bn_err(err, errlen, "CUDA: parameter %s has type %s, which cannot be converted to fp32", w->name,
+                          bn_type_name(w->type))
+                 : bn_cu_upload_floats(&cm->allocs, host, (size_t)n, out, err, errlen);
     free(host);
-    *out = (float *)d;
     return rc;
 }
 
@@ -132,7 +90,7 @@ static int upload_layer(bn_cuda_model *cm, int il, char *err, size_t errlen) {
                 {&lw->attn_output, &L->attn_output}, {&lw->attn_qkv, &L->attn_qkv}, {&lw->attn_gate, &L->attn_gate},
                 {&lw->ssm_beta, &L->ssm_beta},   {&lw->ssm_alpha, &L->ssm_alpha},   {&lw->ssm_out, &L->ssm_out}};
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-        if (upload_matrix(cm, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
+        if (bn_cu_upload_weight(&cm->allocs, mats[i].w, mats[i].out, err, errlen) != 0) return -1;
     const struct {
         const bn_weight *w;
         float **out;
@@ -154,9 +112,9 @@ bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen)
     cm->m = m;
     cm->cfg = m->cfg;
     cm->layers = (cu_layer *)xcalloc((size_t)m->cfg.n_layer, sizeof(cu_layer));
-    int rc = upload_matrix(cm, &m->w.token_embd, &cm->token_embd, err, errlen);
+    int rc = bn_cu_upload_weight(&cm->allocs, &m->w.token_embd, &cm->token_embd, err, errlen);
     if (rc == 0 && m->w.output.data == m->w.token_embd.data) cm->output = cm->token_embd; // tied head
-    else if (rc == 0) rc = upload_matrix(cm, &m->w.output, &cm->output, err, errlen);
+    else if (rc == 0) rc = bn_cu_upload_weight(&cm->allocs, &m->w.output, &cm->output, err, errlen);
     if (rc == 0) rc = upload_vector(cm, &m->w.output_norm, &cm->output_norm, err, errlen);
     for (int il = 0; rc == 0 && il < m->cfg.n_layer; il++) rc = upload_layer(cm, il, err, errlen);
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
@@ -170,13 +128,12 @@ bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen)
 
 void bn_cuda_model_free(bn_cuda_model *cm) {
     if (!cm) return;
-    for (int i = 0; i < cm->n_allocs; i++) cudaFree(cm->allocs[i]);
-    free(cm->allocs);
+    bn_cu_allocs_free(&cm->allocs);
     free(cm->layers);
     free(cm);
 }
 
-size_t bn_cuda_model_bytes(const bn_cuda_model *cm) { return cm->bytes; }
+size_t bn_cuda_model_bytes(const bn_cuda_model *cm) { return cm->allocs.bytes; }
 
 int bn_cuda_available(char *err, size_t errlen) {
     int n = 0;
@@ -217,23 +174,13 @@ struct bn_cuda_state {
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
+    float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} device taps (own allocation; NULL until asked for)
+    size_t dev_tap_floats; // its capacity
     cudaGraphExec_t graph_greedy; // captured decode step + argmax (NULL until first use)
     cudaGraphExec_t graph_logits; // captured decode step + logits into `logits` (NULL until first use)
 };
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
-
-// Carves aligned pieces out of one block: a first pass with base == NULL only counts.
-struct carver {
-    char *base;
-    size_t off;
-};
-static void *carve(carver *c, size_t bytes) {
-    void *p = c->base ? c->base + c->off : NULL;
-    c->off += align256(bytes);
-    return p;
-}
 
 // mm_scratch_for: largest bn_cu_matmul scratch any weight of the model needs for nb columns.
 static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
@@ -251,7 +198,7 @@ static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
 }
 
 // layout: assigns every device pointer of s (when c->base != NULL); returns the total bytes.
-static size_t layout(carver *c, bn_cuda_state *s) {
+static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     const bn_cuda_model *cm = s->cm;
     const bn_config *cf = &cm->cfg;
     const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer, B = s->n_batch;
@@ -260,13 +207,13 @@ static size_t layout(carver *c, bn_cuda_state *s) {
     const size_t conv_floats = dm.conv_floats, ssm_floats = dm.ssm_floats, Hv = cf->ssm_dt_rank;
     const size_t kv_elt = s->kv_type == T_F16 ? 2 : 4;
 
-    int *d_pos = (int *)carve(c, 4 * sizeof(int));
-    int32_t *d_tokens = (int32_t *)carve(c, B * sizeof(int32_t));
-    float **d_snap_ptrs = (float **)carve(c, MAX_SNAPS * sizeof(float *));
+    int *d_pos = (int *)bn_cu_carve(c, 4 * sizeof(int));
+    int32_t *d_tokens = (int32_t *)bn_cu_carve(c, B * sizeof(int32_t));
+    float **d_snap_ptrs = (float **)bn_cu_carve(c, MAX_SNAPS * sizeof(float *));
     size_t n_rec = 0;
     for (size_t il = 0; il < L; il++)
         if (cf->is_recurrent[il]) n_rec += conv_floats + ssm_floats;
-    float *rec = (float *)carve(c, n_rec * sizeof(float));
+    float *rec = (float *)bn_cu_carve(c, n_rec * sizeof(float));
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
         s->d_snap_ptrs = d_snap_ptrs;
@@ -283,27 +230,27 @@ static size_t layout(carver *c, bn_cuda_state *s) {
     for (size_t il = 0; il < L; il++) {
         void *kc = NULL, *vc = NULL;
         if (!cf->is_recurrent[il]) {
-            kc = carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
-            vc = carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
+            kc = bn_cu_carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
+            vc = bn_cu_carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
         }
         if (c->base) s->k_cache[il] = kc, s->v_cache[il] = vc;
     }
-    float *x = (float *)carve(c, B * H * 4), *xn = (float *)carve(c, B * H * 4), *mo = (float *)carve(c, B * H * 4);
-    float *qg = (float *)carve(c, B * max_sz(q_rows, conv_dim) * 4);
-    float *kb = (float *)carve(c, B * kv_dim * 4), *vb = (float *)carve(c, B * kv_dim * 4);
-    float *z = (float *)carve(c, B * value_dim * 4);
-    float *att = (float *)carve(c, B * max_sz((size_t)cf->n_head * cf->head_dim, value_dim) * 4);
-    float *bb = (float *)carve(c, B * Hv * 4), *ab = (float *)carve(c, B * Hv * 4);
-    float *gate = (float *)carve(c, B * F * 4), *up = (float *)carve(c, B * F * 4);
-    float *logits = (float *)carve(c, (size_t)s->logit_rows * cf->n_vocab * 4);
+    float *x = (float *)bn_cu_carve(c, B * H * 4), *xn = (float *)bn_cu_carve(c, B * H * 4), *mo = (float *)bn_cu_carve(c, B * H * 4);
+    float *qg = (float *)bn_cu_carve(c, B * max_sz(q_rows, conv_dim) * 4);
+    float *kb = (float *)bn_cu_carve(c, B * kv_dim * 4), *vb = (float *)bn_cu_carve(c, B * kv_dim * 4);
+    float *z = (float *)bn_cu_carve(c, B * value_dim * 4);
+    float *att = (float *)bn_cu_carve(c, B * max_sz((size_t)cf->n_head * cf->head_dim, value_dim) * 4);
+    float *bb = (float *)bn_cu_carve(c, B * Hv * 4), *ab = (float *)bn_cu_carve(c, B * Hv * 4);
+    float *gate = (float *)bn_cu_carve(c, B * F * 4), *up = (float *)bn_cu_carve(c, B * F * 4);
+    float *logits = (float *)bn_cu_carve(c, (size_t)s->logit_rows * cf->n_vocab * 4);
     const size_t att_floats =
         max_sz(bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, (int)B, 1),
                bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, BN_CU_MMVQ_MAX_NB, s->n_splits));
-    float *att_scratch = (float *)carve(c, att_floats * 4);
+    float *att_scratch = (float *)bn_cu_carve(c, att_floats * 4);
     const bool any_gdn = n_rec > 0;
     float *conv_scratch =
-        any_gdn ? (float *)carve(c, bn_cu_gdn_conv_scratch_floats((int)conv_dim, cf->ssm_conv_kernel, (int)B) * 4) : NULL;
-    void *mm_scratch = carve(c, mm_scratch_for(cm, (int)B, s->logit_rows));
+        any_gdn ? (float *)bn_cu_carve(c, bn_cu_gdn_conv_scratch_floats((int)conv_dim, cf->ssm_conv_kernel, (int)B) * 4) : NULL;
+    void *mm_scratch = bn_cu_carve(c, mm_scratch_for(cm, (int)B, s->logit_rows));
     if (c->base) {
         s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
         s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->logits = logits, s->att_scratch = att_scratch;
@@ -327,7 +274,7 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
     s->ssm = (float **)xcalloc((size_t)L, sizeof(float *));
-    carver count = {NULL, 0};
+    bn_cu_carver count = {NULL, 0};
     const size_t total = layout(&count, s);
     int rc = 0;
     if (cudaMalloc(&s->block, total) != cudaSuccess) {
@@ -336,7 +283,7 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
         rc = bn_err(err, errlen, "CUDA: out of device memory for a %d-position state (%zu bytes)", n_ctx, total);
     }
     if (rc == 0) {
-        carver fill = {(char *)s->block, 0};
+        bn_cu_carver fill = {(char *)s->block, 0};
         layout(&fill, s);
     }
     if (rc == 0 && (cudaMallocHost((void **)&s->h_io, 4 * sizeof(int32_t)) != cudaSuccess ||
@@ -367,6 +314,7 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
     if (s->block) cudaFree(s->block);
+    if (s->dev_taps) cudaFree(s->dev_taps);
     free(s->k_cache);
     free(s->v_cache);
     free(s->conv);
@@ -385,6 +333,26 @@ void bn_cuda_state_reset(bn_cuda_state *s) {
 
 int bn_cuda_state_pos(const bn_cuda_state *s) { return s->pos; }
 int bn_cuda_state_n_ctx(const bn_cuda_state *s) { return s->n_ctx; }
+
+float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *err, size_t errlen) {
+    if (n_taps < 1 || rows < 1) return bn_err(err, errlen, "tap buffer of %d taps x %d rows", n_taps, rows), nullptr;
+    const size_t floats = (size_t)n_taps * (size_t)rows * (size_t)s->cm->cfg.n_embd;
+    if (floats <= s->dev_tap_floats) return s->dev_taps;
+    if (s->dev_taps) cudaFree(s->dev_taps);
+    s->dev_taps = NULL, s->dev_tap_floats = 0;
+    if (cudaMalloc((void **)&s->dev_taps, floats * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        s->dev_taps = NULL;
+        return bn_err(err, errlen, "CUDA: out of device memory for a %d-row tap buffer", rows), nullptr;
+    }
+    s->dev_tap_floats = floats;
+    return s->dev_taps;
+}
+
+// Tap bytes that crossed PCIe (target taps copied down here, drafter taps copied up in dspark.cu).
+static std::atomic<size_t> host_tap_bytes{0};
+void bn_cu_count_host_tap_bytes(size_t bytes) { host_tap_bytes += bytes; }
+size_t bn_cuda_host_tap_bytes(void) { return host_tap_bytes.load(); }
 
 // ---- snapshots ----------------------------------------------------------------------------------
 struct bn_cuda_snapshot {
@@ -524,16 +492,42 @@ static cudaError_t ffn(bn_cuda_state *s, int il, int nb) {
     return mm(s, &L->ffn_down, gate, s->mo, nb);
 }
 
-// Where one chunk's residual stream goes after each tap layer (host, bn_forward_out.taps layout),
-// and whether the recurrent state after each token goes to the snapshots in s->d_snap_ptrs.
+// Where one chunk's residual stream goes after each tap layer (bn_forward_out.taps layout: host memory,
+// or the state's device tap buffer), and whether the recurrent state after each token goes to the
+// snapshots in s->d_snap_ptrs.
 struct tap_dst {
     const bn_forward_out *out; // NULL or no taps: none
     int t_off;                 // index of the chunk's first token in the call
     bool dev_snaps;            // per-token device snapshots (bn_cuda_forward_snaps)
 };
 
+// tap_rows_kernel: block t: dst[t·dst_stride + i] = src[t·n + i] for i < n (one tap layer's rows into
+// the [n][n_taps][E] device tap layout).
+static __global__ void tap_rows_kernel(float *dst, size_t dst_stride, const float *src, int n) {
+    const int t = blockIdx.x;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[(size_t)t * dst_stride + i] = src[(size_t)t * n + i];
+}
+
+// copy_taps: the residual rows of tap layer slot k of this chunk into out->taps: one kernel when it is the
+// state's device tap buffer, else one device-to-host copy per token (counted in bn_cuda_host_tap_bytes).
+static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int nb) {
+    const bn_forward_out *out = taps.out;
+    const int H = s->cm->cfg.n_embd;
+    const size_t row_stride = (size_t)out->n_taps * H;
+    float *dst = out->taps + (size_t)taps.t_off * row_stride + (size_t)k * H;
+    if (out->taps == s->dev_taps) {
+        BN_LAUNCH(tap_rows_kernel, nb, 256, 0, s->stream, dst, row_stride, s->x, H);
+        return cudaGetLastError();
+    }
+    for (int t = 0; t < nb; t++)
+        TRY(cudaMemcpyAsync(dst + (size_t)t * row_stride, s->x + (size_t)t * H, sizeof(float) * H,
+                            cudaMemcpyDeviceToHost, s->stream));
+    bn_cu_count_host_tap_bytes(sizeof(float) * H * (size_t)nb);
+    return cudaSuccess;
+}
+
 // run_layers: embeds s->d_tokens[0..nb) and runs every layer at d_pos, then advances d_pos by nb;
-// taps copied down as they are produced. Everything is enqueued on s->stream (graph-capturable
+// taps written as they are produced. Everything is enqueued on s->stream (graph-capturable
 // when taps are absent).
 static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     const bn_config *c = &s->cm->cfg;
@@ -552,12 +546,8 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
         else
             TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
         const bn_forward_out *out = taps.out;
-        for (int k = 0; out && out->taps && k < out->n_taps; k++) {
-            if (out->tap_layers[k] != il) continue;
-            for (int t = 0; t < nb; t++)
-                TRY(cudaMemcpyAsync(out->taps + ((size_t)(taps.t_off + t) * out->n_taps + k) * H, s->x + (size_t)t * H,
-                                    sizeof(float) * H, cudaMemcpyDeviceToHost, s->stream));
-        }
+        for (int k = 0; out && out->taps && k < out->n_taps; k++)
+            if (out->tap_layers[k] == il) TRY(copy_taps(s, taps, k, nb));
     }
     return bn_cu_advance_pos(s->d_pos, nb, s->stream);
 }
@@ -602,8 +592,19 @@ static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) 
 
 static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *out, char *err, size_t errlen);
 
+// check_dev_taps: n token rows of out's taps fit the state's device tap buffer (when out->taps is it); 0 or -1.
+static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *out, char *err, size_t errlen) {
+    if (!out || !out->taps || out->taps != s->dev_taps) return 0;
+    const size_t need = (size_t)n * (size_t)out->n_taps * (size_t)s->cm->cfg.n_embd;
+    if (need > s->dev_tap_floats)
+        return bn_err(err, errlen, "bn_cuda_forward: %d tokens x %d taps exceed the device tap buffer (%zu floats)", n,
+                      out->n_taps, s->dev_tap_floats);
+    return 0;
+}
+
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
     if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
     if (n == 0) return 0;
 
     // one token with at most the logits wanted: the captured step graph (no per-kernel launch cost)
@@ -631,6 +632,7 @@ int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_for
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen) {
     if (out && out->snaps) return bn_err(err, errlen, "bn_cuda_forward_snaps: give device snapshots only (out->snaps set)");
     if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
     if (n > MAX_SNAPS || n > s->n_batch)
         return bn_err(err, errlen, "bn_cuda_forward_snaps: %d tokens (at most %d per call)", n,
                       MAX_SNAPS < s->n_batch ? MAX_SNAPS : s->n_batch);

@@ -57,6 +57,10 @@ __device__ __forceinline__ void bn_head_norm_rope(float *v, const float *w, floa
     __syncthreads();
 }
 
+// bn_cu_count_host_tap_bytes: adds bytes of DSpark taps copied between host and device (forward.cu's
+// counter behind bn_cuda_host_tap_bytes; the target's tap copies down and the drafter's uploads count).
+void bn_cu_count_host_tap_bytes(size_t bytes);
+
 // ---- ops.cu ------------------------------------------------------------------------------------
 // y[t] = RMSNorm(x[t]; w) for nb rows of n (w NULL = ones); y may alias x.
 cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s);

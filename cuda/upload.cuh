@@ -1,8 +1,8 @@
 // cuda/upload.cuh — device memory helpers for the CUDA engines (C++/CUDA only; include after
 // "cuda/common.cuh" and "cuda/mm.cuh"): a set of tracked device allocations freed together, a weight
 // matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), host
-// floats, and the carver that lays a state's buffers out in one allocation. Used by cuda/dspark.cu;
-// cuda/forward.cu has the same helpers privately (to be moved onto these).
+// floats, and the carver that lays a state's buffers out in one allocation. Used by cuda/forward.cu (the
+// target) and cuda/dspark.cu (the drafter).
 #ifndef BONSAI_CUDA_UPLOAD_CUH
 #define BONSAI_CUDA_UPLOAD_CUH
 #include <stddef.h>
