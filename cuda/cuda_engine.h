@@ -68,11 +68,12 @@ size_t bn_cuda_host_tap_bytes(void);
 
 // bn_cuda_forward: appends n tokens at the state's position and runs the model (n > 1: batched
 // prefill, recurrences token by token inside the kernels). out as in bn_forward (host buffers:
-// logits, hidden, taps; taps may also be the state's device tap buffer, bn_cuda_state_tap_buffer); out->snaps (host bn_snapshot) are filled by copying the device recurrent
-// state down after every token (slow; for tests and CPU-side rollback). One token with at most the
-// logits wanted replays a captured CUDA graph of the step (as bn_cuda_decode_greedy does). Returns 0, or -1 with err
-// filled (context overflow, bad token id, bad tap layer, CUDA error); on a input error the state
-// is unchanged.
+// logits, hidden, taps; taps may also be the state's device tap buffer, bn_cuda_state_tap_buffer);
+// out->snaps (host bn_snapshot) are filled by copying the device recurrent state down after every
+// token (slow; for tests and CPU-side rollback). One token with at most the logits wanted replays a
+// captured CUDA graph of the step (as bn_cuda_decode_greedy does). Returns 0, or -1 with err filled
+// (context overflow, bad token id, bad tap layer, more tap rows than the device tap buffer holds, CUDA
+// error); on an input error the state is unchanged.
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
 
 // bn_cuda_forward_snaps: bn_cuda_forward (out->snaps must be NULL) that also copies the recurrent

@@ -221,13 +221,7 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
                         cudaSuccess ||
                     cudaMallocHost((void **)&s->h_conf, sizeof(float) * (size_t)f->block_size) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
-    // non-blocking (as the target state's): another thread's legacy-stream work does not serialize with it
-    if (rc == 0 && cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess)
-        rc = bn_err(err, errlen, "CUDA: cannot create a stream");
-    if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS)
-        rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
-    if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
-        rc = bn_err(err, errlen, "cuBLAS: cannot set the stream");
+    if (rc == 0) rc = bn_cu_stream_blas_new(&s->stream, &s->blas, err, errlen);
     if (rc != 0) {
         cudaGetLastError();
         bn_cuda_dstate_free(s);
@@ -241,8 +235,7 @@ void bn_cuda_dstate_free(bn_cuda_dstate *s) {
     for (int i = 0; i <= s->cd->cfg.block_size; i++)
         if (s->graphs[i]) cudaGraphExecDestroy(s->graphs[i]);
     free(s->graphs);
-    if (s->blas) cublasDestroy(s->blas);
-    if (s->stream) cudaStreamDestroy(s->stream);
+    bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_conf) cudaFreeHost(s->h_conf);
     if (s->block) cudaFree(s->block);

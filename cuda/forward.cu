@@ -174,7 +174,7 @@ struct bn_cuda_state {
     int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
-    float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} device taps (own allocation; NULL until asked for)
+    float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
     size_t dev_tap_floats; // its capacity
     cudaGraphExec_t graph_greedy; // captured decode step + argmax (NULL until first use)
     cudaGraphExec_t graph_logits; // captured decode step + logits into `logits` (NULL until first use)
@@ -235,7 +235,8 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
         }
         if (c->base) s->k_cache[il] = kc, s->v_cache[il] = vc;
     }
-    float *x = (float *)bn_cu_carve(c, B * H * 4), *xn = (float *)bn_cu_carve(c, B * H * 4), *mo = (float *)bn_cu_carve(c, B * H * 4);
+    float *x = (float *)bn_cu_carve(c, B * H * 4), *xn = (float *)bn_cu_carve(c, B * H * 4);
+    float *mo = (float *)bn_cu_carve(c, B * H * 4);
     float *qg = (float *)bn_cu_carve(c, B * max_sz(q_rows, conv_dim) * 4);
     float *kb = (float *)bn_cu_carve(c, B * kv_dim * 4), *vb = (float *)bn_cu_carve(c, B * kv_dim * 4);
     float *z = (float *)bn_cu_carve(c, B * value_dim * 4);
@@ -248,8 +249,8 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
                bn_cu_attention_scratch_floats(cf->n_head, cf->head_dim, BN_CU_MMVQ_MAX_NB, s->n_splits));
     float *att_scratch = (float *)bn_cu_carve(c, att_floats * 4);
     const bool any_gdn = n_rec > 0;
-    float *conv_scratch =
-        any_gdn ? (float *)bn_cu_carve(c, bn_cu_gdn_conv_scratch_floats((int)conv_dim, cf->ssm_conv_kernel, (int)B) * 4) : NULL;
+    const size_t conv_scratch_floats = bn_cu_gdn_conv_scratch_floats((int)conv_dim, cf->ssm_conv_kernel, (int)B);
+    float *conv_scratch = any_gdn ? (float *)bn_cu_carve(c, conv_scratch_floats * 4) : NULL;
     void *mm_scratch = bn_cu_carve(c, mm_scratch_for(cm, (int)B, s->logit_rows));
     if (c->base) {
         s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
@@ -289,13 +290,7 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     if (rc == 0 && (cudaMallocHost((void **)&s->h_io, 4 * sizeof(int32_t)) != cudaSuccess ||
                     cudaMallocHost((void **)&s->h_snap_ptrs, MAX_SNAPS * sizeof(float *)) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
-    // non-blocking: no implicit sync with the legacy stream, so another thread's cudaMemcpy (legacy stream)
-    // cannot invalidate this stream's graph capture (cudaErrorStreamCaptureImplicit) or wait on its work
-    if (rc == 0 && cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess)
-        rc = bn_err(err, errlen, "CUDA: cannot create a stream");
-    if (rc == 0 && cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) rc = bn_err(err, errlen, "cuBLAS: cannot create a handle");
-    if (rc == 0 && cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
-        rc = bn_err(err, errlen, "cuBLAS: cannot set the stream");
+    if (rc == 0) rc = bn_cu_stream_blas_new(&s->stream, &s->blas, err, errlen);
     if (rc != 0) {
         cudaGetLastError();
         bn_cuda_state_free(s);
@@ -309,8 +304,7 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     if (!s) return;
     if (s->graph_greedy) cudaGraphExecDestroy(s->graph_greedy);
     if (s->graph_logits) cudaGraphExecDestroy(s->graph_logits);
-    if (s->blas) cublasDestroy(s->blas);
-    if (s->stream) cudaStreamDestroy(s->stream);
+    bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
     if (s->block) cudaFree(s->block);

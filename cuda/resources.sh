@@ -40,6 +40,8 @@ declare -A BLOCK=(
     [gated_rmsnorm_kernel]=128 [advance_pos_kernel]=32 [conv_norm_kernel]=256 [recurrence_kernel]=128
     [conv_tokens_kernel]=256 [norm_tokens_kernel]=256
     [attn_prep_kernel]=128 [attn_split_kernel]=128 [attn_merge_kernel]=128
+    [tap_rows_kernel]=256
+    [ds_add_snr_kernel]=256 [ds_block_attn_kernel]=128 [ds_markov_logits_kernel]=256 [ds_conf_kernel]=256
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")

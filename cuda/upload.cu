@@ -1,4 +1,4 @@
-// cuda/upload.cu — tracked device allocations and weight uploads (cuda/upload.cuh).
+// cuda/upload.cu — tracked device allocations, weight uploads and a state's stream + cuBLAS handle (cuda/upload.cuh).
 #include "cuda/common.cuh"
 #include "cuda/mm.cuh"
 #include "cuda/upload.cuh"
@@ -56,4 +56,20 @@ int bn_cu_upload_floats(bn_cu_allocs *a, const float *host, size_t n, float **ou
     BN_CUDA_TRY(cudaMemcpy(d, host, sizeof(float) * n, cudaMemcpyHostToDevice), err, errlen);
     *out = (float *)d;
     return 0;
+}
+
+int bn_cu_stream_blas_new(cudaStream_t *stream, cublasHandle_t *blas, char *err, size_t errlen) {
+    if (cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaGetLastError();
+        return bn_err(err, errlen, "CUDA: cannot create a stream");
+    }
+    if (cublasCreate(blas) != CUBLAS_STATUS_SUCCESS) return bn_err(err, errlen, "cuBLAS: cannot create a handle");
+    if (cublasSetStream(*blas, *stream) != CUBLAS_STATUS_SUCCESS)
+        return bn_err(err, errlen, "cuBLAS: cannot set the stream");
+    return 0;
+}
+
+void bn_cu_stream_blas_free(cudaStream_t stream, cublasHandle_t blas) {
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
 }

@@ -1,8 +1,8 @@
 // cuda/upload.cuh — device memory helpers for the CUDA engines (C++/CUDA only; include after
 // "cuda/common.cuh" and "cuda/mm.cuh"): a set of tracked device allocations freed together, a weight
 // matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), host
-// floats, and the carver that lays a state's buffers out in one allocation. Used by cuda/forward.cu (the
-// target) and cuda/dspark.cu (the drafter).
+// floats, the carver that lays a state's buffers out in one allocation, and a state's stream + cuBLAS
+// handle. Used by cuda/forward.cu (the target) and cuda/dspark.cu (the drafter).
 #ifndef BONSAI_CUDA_UPLOAD_CUH
 #define BONSAI_CUDA_UPLOAD_CUH
 #include <stddef.h>
@@ -28,6 +28,13 @@ void bn_cu_allocs_free(bn_cu_allocs *a);
 int bn_cu_upload_weight(bn_cu_allocs *a, const bn_weight *w, bn_cu_weight *out, char *err, size_t errlen);
 // bn_cu_upload_floats: n host floats to a new device buffer *out; 0 or -1 with err.
 int bn_cu_upload_floats(bn_cu_allocs *a, const float *host, size_t n, float **out, char *err, size_t errlen);
+
+// bn_cu_stream_blas_new: a state's own stream, non-blocking (no implicit sync with the legacy stream, so
+// another thread's cudaMemcpy cannot invalidate its graph captures, cudaErrorStreamCaptureImplicit, or wait
+// on its work), and a cuBLAS handle set to it. 0, or -1 with err (what is made stays set for the free).
+int bn_cu_stream_blas_new(cudaStream_t *stream, cublasHandle_t *blas, char *err, size_t errlen);
+// bn_cu_stream_blas_free: destroys what bn_cu_stream_blas_new made (NULL members are skipped).
+void bn_cu_stream_blas_free(cudaStream_t stream, cublasHandle_t blas);
 
 // Carves 256-byte aligned pieces out of one block: a first pass with base == NULL only counts the bytes
 // (off), a second one with the allocation assigns the pointers.

@@ -7,7 +7,13 @@
 //   part "spec": greedy speculative decoding (n_max 3) on the CUDA engine with a Q8_0 device drafter ==
 //     plain greedy on the CUDA engine over 64 tokens, rollbacks by snapshot restore (no re-runs);
 //   part "counters": the same over 24 tokens, and its §7 counters == those of the run with the drafter
-//     forced onto the CPU (params.cpu_drafter);
+//     forced onto the CPU (params.cpu_drafter) and of the device drafter fed through host taps
+//     (params.host_taps); the default run moves 0 tap bytes over PCIe (bn_cuda_host_tap_bytes);
+//   part "taps": the device tap hand-over at the API level: a target state writing its taps into its
+//     device tap buffer (bn_cuda_state_tap_buffer) + bn_cuda_drafter_process_dev vs a second pair going
+//     through host taps (bn_cuda_forward host taps + bn_cuda_drafter_process), over a prefill and
+//     verify-sized passes (bn_cuda_forward_snaps): drafts, block h and base logits bit-identical, 0 host
+//     tap bytes on the device path and exactly 2 × rows × C × E × 4 on the host path;
 //   part "replay": BN_SPEC_REPLAY (the real drafter runs on the device, the recorded greedy
 //     continuation is proposed): the same 64 tokens, every draft accepted.
 // Linked twice: `cuda_dspark` on a GPU (skips without a device) and `cuda_dspark_emu` in the emulator.
@@ -207,15 +213,29 @@ static int part_spec(const char *what) {
               "replay: %lld of %lld drafts accepted (must be all), draft ms %.2f", (long long)st[0].n_accept,
               (long long)st[0].n_drafted, st[0].ms_draft);
     } else {
+        const size_t bytes0 = bn_cuda_host_tap_bytes();
         const char *dev = run(e, d, p, n_gen, gen, &st[0]);
+        const size_t dev_bytes = bn_cuda_host_tap_bytes() - bytes0;
+        printf("device drafter, device taps: %zu tap bytes over PCIe\n", dev_bytes);
+        CHECK(dev_bytes == 0, "device taps: %zu tap bytes crossed between host and device (must be 0)", dev_bytes);
         CHECK(dev && strcmp(dev, "CUDA") == 0, "the drafter of a CUDA target runs on %s, not CUDA", dev ? dev : "-");
         int diff = first_diff(ref, gen, n_gen);
         CHECK(diff < 0, "device drafter: speculative output differs from plain greedy at token %d", diff);
         CHECK(st[0].n_rerun == 0 && st[0].n_accept < st[0].n_drafted, "device drafter: restores only, drafts rejected");
     }
     if (counters) {
-        p.cpu_drafter = true;
+        p.host_taps = true; // the device drafter fed through host memory (the path before device taps)
+        size_t bytes0 = bn_cuda_host_tap_bytes();
         const char *dev = run(e, d, p, n_gen, gen, &st[1]);
+        const size_t host_bytes = bn_cuda_host_tap_bytes() - bytes0;
+        printf("device drafter, host taps: %zu tap bytes over PCIe\n", host_bytes);
+        CHECK(dev && strcmp(dev, "CUDA") == 0, "host_taps: drafter on %s", dev ? dev : "-");
+        CHECK(first_diff(ref, gen, n_gen) < 0, "device drafter, host taps: output differs from plain greedy");
+        CHECK(same_counters(&st[0], &st[1]), "device drafter, device vs host taps: different §7 counters");
+        CHECK(host_bytes > 0, "host_taps: no tap bytes counted (the counter does not see the host path)");
+        p.host_taps = false;
+        p.cpu_drafter = true;
+        dev = run(e, d, p, n_gen, gen, &st[1]);
         CHECK(dev && strcmp(dev, "CPU") == 0, "cpu_drafter: drafter on %s", dev ? dev : "-");
         CHECK(first_diff(ref, gen, n_gen) < 0, "CPU drafter on a CUDA target: output differs from plain greedy");
         CHECK(same_counters(&st[0], &st[1]), "device and CPU drafter runs: different §7 counters");
@@ -228,6 +248,117 @@ static int part_spec(const char *what) {
     return test_done(what);
 }
 
+// tap_pair: a target state and a device drafter state fed either through the target's device tap
+// buffer (dev_taps != NULL) or through the host buffer host_taps.
+typedef struct {
+    bn_cuda_state *t;
+    bn_cuda_dstate *g;
+    float *dev_taps, *host_taps;
+    size_t tap_bytes; // bn_cuda_host_tap_bytes moved by this pair's calls
+} tap_pair;
+
+// tap_pair_forward: n tokens through the pair's target (with per-token device snapshots when snaps) and
+// their taps through the pair's drafter at the target's old position.
+static void tap_pair_forward(tap_pair *tp, const bn_drafter *d, const int32_t *tok, int n,
+                             bn_cuda_snapshot *const *snaps) {
+    char err[256];
+    const int pos0 = bn_cuda_state_pos(tp->t);
+    const size_t bytes0 = bn_cuda_host_tap_bytes();
+    bn_forward_out out = {.tap_layers = d->cfg.tap_layers, .n_taps = d->cfg.n_taps,
+                          .taps = tp->dev_taps ? tp->dev_taps : tp->host_taps};
+    int rc = snaps ? bn_cuda_forward_snaps(tp->t, tok, n, &out, snaps, err, sizeof err)
+                   : bn_cuda_forward(tp->t, tok, n, &out, err, sizeof err);
+    if (rc == 0) rc = tp->dev_taps ? bn_cuda_drafter_process_dev(tp->g, tp->dev_taps, n, pos0, err, sizeof err)
+                                   : bn_cuda_drafter_process(tp->g, tp->host_taps, n, pos0, err, sizeof err);
+    if (rc != 0) bn_die("tap pair (%s taps): %s", tp->dev_taps ? "device" : "host", err);
+    tp->tap_bytes += bn_cuda_host_tap_bytes() - bytes0;
+}
+
+static int part_taps(void) {
+    char tpath[512], dpath[512], err[512];
+    bn_model *m;
+    bn_drafter *d;
+    fx_load_pair("cuda-dspark-taps-", tpath, dpath, &m, &d);
+    const int E = d->cfg.n_embd, C = d->cfg.n_taps, V = d->cfg.n_vocab, B = d->cfg.block_size;
+    const int ROWS = 64; // bn_spec's tap rows
+    bn_cuda_model *cm = bn_cuda_model_upload(m, err, sizeof err);
+    bn_cuda_drafter *cd = cm ? bn_cuda_drafter_upload(d, err, sizeof err) : NULL;
+    if (!cd) bn_die("upload: %s", err);
+    tap_pair tp[2]; // 0: device taps, 1: host taps
+    bn_cuda_snapshot *snaps[2][8];
+    for (int i = 0; i < 2; i++) {
+        memset(&tp[i], 0, sizeof tp[i]);
+        tp[i].t = bn_cuda_state_new(cm, N_CTX, BN_F16, err, sizeof err);
+        tp[i].g = tp[i].t ? bn_cuda_dstate_new(cd, N_CTX, err, sizeof err) : NULL;
+        if (!tp[i].g) bn_die("states: %s", err);
+        for (int k = 0; k < B + 1; k++)
+            if (!(snaps[i][k] = bn_cuda_snapshot_new(tp[i].t, err, sizeof err))) bn_die("snapshot: %s", err);
+    }
+    tp[0].dev_taps = bn_cuda_state_tap_buffer(tp[0].t, C, ROWS, err, sizeof err);
+    CHECK(tp[0].dev_taps != NULL, "tap buffer: %s", err);
+    CHECK(bn_cuda_state_tap_buffer(tp[0].t, C, 8, err, sizeof err) == tp[0].dev_taps,
+          "a smaller request must return the same buffer");
+    tp[1].host_taps = xmalloc(sizeof(float) * (size_t)ROWS * C * E);
+    // too many rows for the device buffer: refused before anything runs
+    int32_t many[65];
+    for (int i = 0; i < 65; i++) many[i] = (i * 37 + 3) % V;
+    bn_forward_out big = {.tap_layers = d->cfg.tap_layers, .n_taps = C, .taps = tp[0].dev_taps};
+    CHECK(bn_cuda_forward(tp[0].t, many, 65, &big, err, sizeof err) != 0 && bn_cuda_state_pos(tp[0].t) == 0,
+          "65 rows into a 64-row device tap buffer must fail and leave the state at 0");
+    for (int i = 0; i < 2; i++) tap_pair_forward(&tp[i], d, prompt, N_PROMPT - 1, NULL);
+    float *h[2], *base[2];
+    for (int i = 0; i < 2; i++) {
+        h[i] = xmalloc(sizeof(float) * (size_t)B * E);
+        base[i] = xmalloc(sizeof(float) * (size_t)B * V);
+    }
+    int32_t id_last = prompt[N_PROMPT - 1];
+    int rows = N_PROMPT - 1, n_same = 0;
+    for (int round = 0; round < 4; round++) {
+        int32_t dr[2][16];
+        int nd[2];
+        const int n_past = bn_cuda_state_pos(tp[0].t);
+        for (int i = 0; i < 2; i++) {
+            int rc = bn_cuda_drafter_block(tp[i].g, id_last, n_past, B, h[i], base[i], err, sizeof err);
+            nd[i] = rc == 0 ? bn_cuda_drafter_draft(tp[i].g, id_last, n_past, B, 0, dr[i], NULL, err, sizeof err) : -1;
+            if (nd[i] < 0) bn_die("draft: %s", err);
+        }
+        const bool same = nd[0] == nd[1] && memcmp(dr[0], dr[1], sizeof(int32_t) * (size_t)nd[0]) == 0 &&
+                          memcmp(h[0], h[1], sizeof(float) * (size_t)B * E) == 0 &&
+                          memcmp(base[0], base[1], sizeof(float) * (size_t)B * V) == 0;
+        CHECK(same, "round %d: device-tap and host-tap drafters differ (drafts %d/%d, h or base logits)", round,
+              nd[0], nd[1]);
+        n_same += same;
+        // verify-sized pass [id_last, drafts...] with per-token device snapshots, all rows committed
+        int32_t tok[17];
+        tok[0] = id_last;
+        memcpy(tok + 1, dr[0], sizeof(int32_t) * (size_t)nd[0]);
+        for (int i = 0; i < 2; i++) tap_pair_forward(&tp[i], d, tok, nd[0] + 1, snaps[i]);
+        rows += nd[0] + 1;
+        id_last = (int32_t)((dr[0][nd[0] - 1] * 7 + round) % V);
+        if (id_last == d->cfg.mask_token_id) id_last = (id_last + 1) % V; // MASK as anchor drafts nothing
+    }
+    const size_t expect = 2 * (size_t)rows * C * E * sizeof(float); // down from the target, up to the drafter
+    printf("taps: %d rows (prefill %d + 4 verify passes), drafts/h/base identical in %d of 4 rounds; host tap bytes: "
+           "device path %zu, host path %zu (expected %zu)\n",
+           rows, N_PROMPT - 1, n_same, tp[0].tap_bytes, tp[1].tap_bytes, expect);
+    CHECK(tp[0].tap_bytes == 0, "device taps: %zu bytes crossed PCIe", tp[0].tap_bytes);
+    CHECK(tp[1].tap_bytes == expect, "host taps: %zu bytes counted, expected %zu", tp[1].tap_bytes, expect);
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < B + 1; k++) bn_cuda_snapshot_free(snaps[i][k]);
+        bn_cuda_dstate_free(tp[i].g);
+        bn_cuda_state_free(tp[i].t);
+        free(h[i]), free(base[i]);
+    }
+    free(tp[1].host_taps);
+    bn_cuda_drafter_free(cd);
+    bn_cuda_model_free(cm);
+    bn_drafter_free(d);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done("taps");
+}
+
 int main(int argc, char **argv) {
     char err[512];
     if (!bn_cuda_available(err, sizeof err)) {
@@ -235,9 +366,10 @@ int main(int argc, char **argv) {
         return 77;
     }
     if (argc == 2 && strcmp(argv[1], "drafter") == 0) return part_drafter();
+    if (argc == 2 && strcmp(argv[1], "taps") == 0) return part_taps();
     if (argc == 2 && (strcmp(argv[1], "spec") == 0 || strcmp(argv[1], "counters") == 0 ||
                       strcmp(argv[1], "replay") == 0))
         return part_spec(argv[1]);
-    fprintf(stderr, "usage: %s drafter|spec|counters|replay\n", argv[0]);
+    fprintf(stderr, "usage: %s drafter|taps|spec|counters|replay\n", argv[0]);
     return 1;
 }
