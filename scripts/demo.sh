@@ -9,17 +9,23 @@
 #   4. merge into FP16 and bonsai-quantize to Q1_0 / Q2_0 (variant a: "antidoom-Q1_0"); the same LoRA
 #      trained through the quantizer, --ste-type Q1_0 / Q2_0, merged with --merge-type (variant b:
 #      "antidoom-Q1_0-ste"); a LoRA trained on the quantized base and merged keep (variant c:
-#      "antidoom-Q1_0-qbase"; DEMO_QBASE=0 skips it);
+#      "antidoom-Q1_0-qbase"; only with DEMO_QBASE=1); the STE runs hold plain text with a KL tether to the
+#      quantized base (--tether-text: the corpus without its held-out tail); for Q1_0 an on-policy second round
+#      (variant b2: "antidoom-Q1_0-ste2"): pairs mined with antidoom-Q1_0-ste itself on the train and held-out
+#      prompts, the STE adapter retrained from the base on both rounds' train pairs (DEMO_STE_ROUND2=0 skips it);
 #   5. evaluation of base and antidoom models: greedy loop rate on the held-out prompts, chosen_win on
 #      the held-out pairs, held-out perplexity, mean/median completion length — one table, then the
 #      requantization goals per quantized row (chosen_win vs FP16, loop-rate reduction and perplexity
 #      drift vs the same-type base);
 #   6. the bonsai-serve command.
 # Deterministic (fixed seeds). Knobs (environment): BONSAI_DEMO_DIR (out/demo), DEMO_MODEL, DEMO_THREADS (2),
+# DEMO_SEED (LoRA init / shuffle / tether windows of every FTPO run, 3407),
 # DEMO_TRAIN_PROMPTS (all), DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP,
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
-# DEMO_QTYPES ("Q1_0 Q2_0"), DEMO_QBASE (1).
+# DEMO_STE_TETHER (λ of the STE runs' plain-text KL tether, 1; 0 = off), DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2),
+# DEMO_STE_ROUND2 (1), DEMO_R2_R1_COPIES (round 1's train pairs repeated in round 2, 3), DEMO_QTYPES ("Q1_0 Q2_0"),
+# DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-build}
@@ -43,8 +49,14 @@ stop=${DEMO_STOP:-0.4}
 ste_stop=${DEMO_STE_STOP:-0.8}
 ste_targets=${DEMO_STE_TARGETS:-lm_head}
 ste_nt=${DEMO_STE_LAMBDA_NT:-1}
+ste_tether=${DEMO_STE_TETHER:-1}
+tether_ctx=${DEMO_TETHER_CTX:-64}
+tether_batch=${DEMO_TETHER_BATCH:-2}
+ste_round2=${DEMO_STE_ROUND2:-1}
+r2_copies=${DEMO_R2_R1_COPIES:-3}
+seed=${DEMO_SEED:-3407}
 qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
-qbase=${DEMO_QBASE:-1}
+qbase=${DEMO_QBASE:-0}
 export OPENBLAS_NUM_THREADS=$th
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.json
@@ -69,26 +81,38 @@ for q in $qtypes; do "$T/bonsai-quantize" "$out/base-f16.gguf" "$out/base-$q.ggu
 evaluate base-f16 "$out/base-f16.gguf"
 
 step "2/6 mine pairs: primed + sampled contexts on the train prompts, then the held-out prompts"
-mine=(-m "$model" "${gen[@]}" --n-predict "$npred" --n-probs 20 --chosen-require-alnum)
-"$T/bonsai-mine-pairs" "${mine[@]}" -p "$ptrain" $(maxp "$ntrain") -o "$out/pairs-prime.jsonl" --split train \
-    --mode prime --phrase-from-prefix --prime-repeats 3 --prime-prefix-tokens 24 --temp 0.1 --seed 1 | tail -2
-"$T/bonsai-mine-pairs" "${mine[@]}" -p "$ptrain" $(maxp "$ntrain") -o "$out/pairs-sample.jsonl" --split train \
-    --mode sample --temps 0.1,0.5,0.8 --seed 1001 | tail -2
-cat "$out/pairs-prime.jsonl" "$out/pairs-sample.jsonl" > "$out/pairs-train-raw.jsonl"
+# mine_pairs MODEL PROMPTS N SPLIT SEED_PRIME SEED_SAMPLE OUT_PRIME OUT_SAMPLE OUT: primed (ANTIDOOM.md §3) and
+# sampled pairs of MODEL on the first N prompts (0 = all), both written, then concatenated into OUT
+mine_pairs() {
+    local a=(-m "$1" "${gen[@]}" --n-predict "$npred" --n-probs 20 --chosen-require-alnum -p "$2" $(maxp "$3")
+             --split "$4")
+    "$T/bonsai-mine-pairs" "${a[@]}" -o "$7" --mode prime --phrase-from-prefix --prime-repeats 3 --prime-prefix-tokens 24 \
+        --temp 0.1 --seed "$5" | tail -1
+    "$T/bonsai-mine-pairs" "${a[@]}" -o "$8" --mode sample --temps 0.1,0.5,0.8 --seed "$6" | tail -1
+    cat "$7" "$8" > "$9"
+}
+mine_pairs "$model" "$ptrain" "$ntrain" train 1 1001 "$out/pairs-prime.jsonl" "$out/pairs-sample.jsonl" \
+    "$out/pairs-train-raw.jsonl"
 "$T/bonsai-mine-pairs" --regularise "$out/pairs-train-raw.jsonl" -o "$out/pairs-train.jsonl" --headroom 1 --top 5 |
     tail -6
-"$T/bonsai-mine-pairs" "${mine[@]}" -p "$pheld" $(maxp "$nheld") -o "$out/pairs-heldout-prime.jsonl" --split heldout \
-    --mode prime --phrase-from-prefix --prime-repeats 3 --prime-prefix-tokens 24 --temp 0.1 --seed 2 | tail -1
-"$T/bonsai-mine-pairs" "${mine[@]}" -p "$pheld" $(maxp "$nheld") -o "$out/pairs-heldout-sample.jsonl" --split heldout \
-    --mode sample --temps 0.1,0.5,0.8 --seed 2001 | tail -1
-cat "$out/pairs-heldout-prime.jsonl" "$out/pairs-heldout-sample.jsonl" > "$out/pairs-heldout.jsonl"
+mine_pairs "$model" "$pheld" "$nheld" heldout 2 2001 "$out/pairs-heldout-prime.jsonl" "$out/pairs-heldout-sample.jsonl" \
+    "$out/pairs-heldout.jsonl"
 cat "$out/pairs-train.jsonl" "$out/pairs-heldout.jsonl" > "$out/pairs-all.jsonl"
 echo "pairs: $(wc -l < "$out/pairs-train.jsonl") train, $(wc -l < "$out/pairs-heldout.jsonl") held out"
+# the STE runs' plain-text tether: the model's training text = the corpus without its held-out tail (that tail
+# is data/heldout.txt, which measures perplexity and must never be trained on)
+corpus=$root/data/corpus/fortunes.txt
+held_line=$(grep -nxF -- "$(head -1 "$heldtxt")" "$corpus" | head -1 | cut -d: -f1)
+[ -n "$held_line" ] || { echo "demo: the held-out text's first line is not in $corpus" >&2; exit 1; }
+head -n $((held_line - 1)) "$corpus" > "$out/tether.txt"
+tether=()
+awk -v x="$ste_tether" 'BEGIN { exit !(x > 0) }' &&
+    tether=(--tether-text "$out/tether.txt" --lambda-tether "$ste_tether" --tether-ctx "$tether_ctx" --tether-batch "$tether_batch")
 
 step "3/6 FTPO LoRA training (early stop at running chosen_win >= $stop)"
-ftpo=(-p "$out/pairs-all.jsonl" --rank 16 --alpha 16 --targets all --epochs "$epochs" --lr "$lr" --batch 4 --grad-accum 1
-      --seed 3407 -t "$th")
-"$T/bonsai-ftpo-train" -m "$model" "${ftpo[@]}" -o "$out/adapter.gguf" --early-stop "$stop" --log "$out/ftpo-log.jsonl" 2>&1 |
+ftpo=(--rank 16 --alpha 16 --targets all --epochs "$epochs" --lr "$lr" --batch 4 --grad-accum 1
+      --seed "$seed" -t "$th")
+"$T/bonsai-ftpo-train" -m "$model" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter.gguf" --early-stop "$stop" --log "$out/ftpo-log.jsonl" 2>&1 |
     grep -vE '^step ' | tail -20
 
 step "4/6 merge into FP16, re-quantize to $qtypes (a); train through the quantizer, STE (b); train on the quantized base (c)"
@@ -100,15 +124,41 @@ for q in $qtypes; do
     lq=$(echo "$q" | tr 'A-Z' 'a-z')
     echo "(a) antidoom $q: $("$T/bonsai-quantize" "$out/antidoom-f16.gguf" "$out/antidoom-$q.gguf" "$q" --threads "$th" | tail -1)"
     echo "(b) STE through $q, targets $ste_targets (early stop at running chosen_win >= $ste_stop on the $q model):"
-    "$T/bonsai-ftpo-train" -m "$model" "${ftpo[@]}" -o "$out/adapter-$q-ste.gguf" --early-stop "$ste_stop" --ste-type "$q" \
-        --targets "$ste_targets" --lambda-nt "$ste_nt" \
-        --log "$out/ftpo-log-$q-ste.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|early stop)' | tail -2
+    "$T/bonsai-ftpo-train" -m "$model" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-ste.gguf" --early-stop "$ste_stop" --ste-type "$q" \
+        --targets "$ste_targets" --lambda-nt "$ste_nt" "${tether[@]}" \
+        --log "$out/ftpo-log-$q-ste.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|ftpo-train: tether KL|early stop)' | tail -3
     "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter-$q-ste.gguf" -o "$out/antidoom-$q-ste.gguf" \
         --merge-type "$lq" > /dev/null
     labels="$labels antidoom-$q antidoom-$q-ste"
+    if [ "$ste_round2" = 1 ] && [ "$q" = Q1_0 ]; then
+        # on-policy second round: mine new pairs (train and held-out prompts) with the round-1 STE model itself,
+        # then retrain the STE adapter from the base on round 1's and round 2's train pairs
+        echo "(b2) second STE round: pairs mined on antidoom-$q-ste, retrained from the base on both rounds' pairs:"
+        mine_pairs "$out/antidoom-$q-ste.gguf" "$ptrain" "$ntrain" train 11 1011 "$out/r2-pairs-prime.jsonl" \
+            "$out/r2-pairs-sample.jsonl" "$out/r2-pairs-train-raw.jsonl"
+        if [ -s "$out/r2-pairs-train-raw.jsonl" ]; then
+            "$T/bonsai-mine-pairs" --regularise "$out/r2-pairs-train-raw.jsonl" -o "$out/r2-pairs-train.jsonl" --headroom 1 \
+                --top 5 | tail -1
+        else
+            : > "$out/r2-pairs-train.jsonl" # the round-1 model gave no new loops on the train prompts
+        fi
+        mine_pairs "$out/antidoom-$q-ste.gguf" "$pheld" "$nheld" heldout 12 2011 "$out/r2-pairs-heldout-prime.jsonl" \
+            "$out/r2-pairs-heldout-sample.jsonl" "$out/r2-pairs-heldout.jsonl"
+        # round 1's train pairs weighted by repetition (DEMO_R2_R1_COPIES), so the adapter keeps round 1's tokens
+        for _ in $(seq "$r2_copies"); do cat "$out/pairs-train.jsonl"; done > "$out/r2-pairs-all.jsonl"
+        cat "$out/r2-pairs-train.jsonl" "$out/pairs-heldout.jsonl" >> "$out/r2-pairs-all.jsonl"
+        echo "round-2 pairs: $(wc -l < "$out/r2-pairs-train.jsonl") train + round 1's $(wc -l < "$out/pairs-train.jsonl") x $r2_copies," \
+             "$(wc -l < "$out/r2-pairs-heldout.jsonl") held out"
+        "$T/bonsai-ftpo-train" -m "$model" -p "$out/r2-pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-ste2.gguf" \
+            --early-stop "$ste_stop" --ste-type "$q" --targets "$ste_targets" --lambda-nt "$ste_nt" "${tether[@]}" \
+            --log "$out/ftpo-log-$q-ste2.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|ftpo-train: tether KL|early stop)' | tail -3
+        "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter-$q-ste2.gguf" -o "$out/antidoom-$q-ste2.gguf" \
+            --merge-type "$lq" > /dev/null
+        labels="$labels antidoom-$q-ste2"
+    fi
     if [ "$qbase" = 1 ]; then
         echo "(c) LoRA on the $q base, merged keep:"
-        "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" "${ftpo[@]}" -o "$out/adapter-$q-qbase.gguf" --early-stop "$stop" \
+        "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-qbase.gguf" --early-stop "$stop" \
             --log "$out/ftpo-log-$q-qbase.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|early stop)' | tail -2
         "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" --merge "$out/adapter-$q-qbase.gguf" -o "$out/antidoom-$q-qbase.gguf" \
             --merge-type keep > /dev/null
@@ -120,8 +170,8 @@ for q in $qtypes; do labels="$labels base-$q"; done
 step "5/6 evaluate (greedy loop rate, held-out chosen_win, perplexity)"
 for label in $labels; do [ -f "$out/eval-$label.json" ] || evaluate "$label" "$out/$label.gguf"; done
 # chosen_win on the held-out pairs: the "base" row of --eval with each model as -m
-cw() {
-    "$T/bonsai-ftpo-train" -m "$1" -p "$out/pairs-heldout.jsonl" --eval "$out/adapter.gguf" -t "$th" 2>/dev/null |
+cw() {  # cw MODEL [PAIRS]
+    "$T/bonsai-ftpo-train" -m "$1" -p "${2:-$out/pairs-heldout.jsonl}" --eval "$out/adapter.gguf" -t "$th" 2>/dev/null |
         awk '$1 == "base" && $2 == "heldout" { print $4 }'
 }
 for label in $labels; do echo "${label} $(cw "$out/$label.gguf")" >> "$out/chosen_win.txt.tmp"; done
@@ -156,8 +206,19 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
             -v pa="$(ppl_of "$label")" 'BEGIN {
                 share = (cf > 0) ? 100 * c / cf : 0
                 red = (lb > 0) ? sprintf("%.1f%% (%.1f%% -> %.1f%%)", 100 * (lb - la) / lb, 100 * lb, 100 * la) : "n/a (base 0%)"
-                printf "| %s | %.1f%% | %s | %+.2f%% |\n", l, share, red, 100 * (pa - pb) / pb }'
+                drift = 100 * (pa - pb) / pb
+                ok1 = share >= 90 ? "✓" : "✗"; ok2 = (lb > 0 && 100 * (lb - la) / lb >= 90) ? "✓" : "✗"
+                ok3 = drift <= 2 ? "✓" : "✗"
+                printf "| %s | %.1f%% %s | %s %s | %+.2f%% %s |\n", l, share, ok1, red, ok2, drift, ok3 }'
     done
+    if [ -s "$out/r2-pairs-heldout.jsonl" ]; then
+        echo
+        echo "second held-out pair set (mined on antidoom-Q1_0-ste, the round-1 STE model; $(wc -l < "$out/r2-pairs-heldout.jsonl") rows):"
+        echo
+        echo "| model | chosen_win (round-2 held-out pairs) |"
+        echo "|---|---|"
+        for label in $labels; do echo "| $label | $(cw "$out/$label.gguf" "$out/r2-pairs-heldout.jsonl") |"; done
+    fi
 } | tee "$out/table.md"
 echo
 serve_q=$(for q in $qtypes; do echo "$q"; done | head -1)
