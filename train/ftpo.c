@@ -193,50 +193,6 @@ double bn_ftpo_loss(const bn_ftpo_cfg *cfg, const bn_ftpo_row *rows, int B, int 
     return loss;
 }
 
-// ---- plain-text tether ----------------------------------------------------------------------
-
-// log_sum_exp: log Σ_i exp(z_i) over V logits, in double.
-static double log_sum_exp(const float *z, int V) {
-    double mx = z[0];
-    for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
-    double se = 0;
-    for (int i = 0; i < V; i++) se += exp((double)z[i] - mx);
-    return mx + log(se);
-}
-
-void bn_log_softmax(const float *z, int T, int V, float *out) {
-    for (int t = 0; t < T; t++) {
-        const float *zt = z + (size_t)t * V;
-        float *ot = out + (size_t)t * V;
-        double lse = log_sum_exp(zt, V);
-        for (int i = 0; i < V; i++) ot[i] = (float)((double)zt[i] - lse);
-    }
-}
-
-double bn_tether_kl(const float *z, const float *logp_ref, int T, int V, float scale, float *dz) {
-    if (T <= 0) return 0;
-    double kl = 0;
-    double *lp = xmalloc(sizeof(double) * (size_t)V); // log p_θ of one position
-    for (int t = 0; t < T; t++) {
-        const float *zt = z + (size_t)t * V, *lr = logp_ref + (size_t)t * V;
-        double lse = log_sum_exp(zt, V);
-        double kt = 0;
-        for (int i = 0; i < V; i++) {
-            lp[i] = (double)zt[i] - lse;
-            double pr = exp((double)lr[i]);
-            kt += pr * ((double)lr[i] - lp[i]);
-        }
-        kl += kt;
-        if (dz) {
-            float *g = dz + (size_t)t * V;
-            double k = (double)scale / T;
-            for (int i = 0; i < V; i++) g[i] = (float)(k * (exp(lp[i]) - exp((double)lr[i])));
-        }
-    }
-    free(lp);
-    return kl / T;
-}
-
 // ---- reference cache ------------------------------------------------------------------------
 
 bn_ftpo_refcache *bn_ftpo_refcache_new(int n_rows, int V) {

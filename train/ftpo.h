@@ -52,14 +52,6 @@ typedef struct {
 double bn_ftpo_loss(const bn_ftpo_cfg *cfg, const bn_ftpo_row *rows, int B, int V, float *const *dz,
                     bn_ftpo_metrics *metrics);
 
-// ---- plain-text tether (bonsai-ftpo-train --tether-text) ----------------------------------------
-// bn_log_softmax: out {V, T} = log softmax of each column of z {V, T} (out may equal z).
-void bn_log_softmax(const float *z, int T, int V, float *out);
-// bn_tether_kl: mean over the T positions of KL(p_ref ‖ p_θ), p_ref = exp(logp_ref {V, T}), p_θ = softmax(z
-// {V, T}); if dz is non-NULL it is OVERWRITTEN with scale·∂(mean KL)/∂z = scale·(p_θ − p_ref)/T. Returns the
-// mean KL (nats, ≥ 0).
-double bn_tether_kl(const float *z, const float *logp_ref, int T, int V, float scale, float *dz);
-
 // ---- reference-logit cache ------------------------------------------------------------------
 // Reference logits (adapter disabled) of row i, computed once and kept in memory (V floats per
 // row, allocated when the row is first stored: 0.99 MB per row at Qwen3.5's V).

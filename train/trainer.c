@@ -11,6 +11,7 @@
 #include "train/lora.h"
 #include "train/checkpoint.h"
 #include "train/fakequant.h"
+#include "train/tether.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -47,99 +48,6 @@ static const float *ref_logits(data_t *d, int i, char *err, size_t errlen) {
     z = bn_ftpo_refcache_put(d->ref, i, buf);
     free(buf);
     return z;
-}
-
-// ---- plain-text tether --------------------------------------------------------------------------
-
-int bn_tether_loss(const bn_model *m_pol, bn_lora *l, const int32_t *tokens, int n, const float *logp_ref,
-                   float scale, bool backward, double *kl, char *err, size_t errlen) {
-    const int V = m_pol->cfg.n_vocab;
-    float *z = xmalloc(sizeof(float) * (size_t)V * n);
-    bn_train_graph *g = bn_train_forward_all_lora(m_pol, l, tokens, n, z, err, errlen);
-    if (!g) { free(z); return -1; }
-    float *dz = backward ? xmalloc(sizeof(float) * (size_t)V * n) : NULL;
-    *kl = bn_tether_kl(z, logp_ref, n, V, scale, dz);
-    int rc = backward ? bn_train_backward_all_lora(g, dz, err, errlen) : 0;
-    bn_train_graph_free(g);
-    free(dz);
-    free(z);
-    return rc;
-}
-
-int bn_tether_ref(const bn_model *m, const int32_t *tokens, int n, float *logp, char *err, size_t errlen) {
-    bn_train_graph *g = bn_train_forward_all(m, tokens, n, logp, err, errlen);
-    if (!g) return -1;
-    bn_train_graph_free(g);
-    bn_log_softmax(logp, n, m->cfg.n_vocab, logp);
-    return 0;
-}
-
-typedef struct {
-    int n_win, ctx, batch;
-    int *order;          // [n_win]: seeded shuffled window order
-    float **logp;        // [n_win]: cached reference log-probabilities {V, ctx} or NULL
-    size_t cached, cap;  // bytes cached / allowed
-} tether_t;
-
-// tether_new: the window order of the opts' text; NULL when the tether is off or (err) when it cannot run.
-static tether_t *tether_new(const bn_ftpo_train_opts *o, int *rc, char *err, size_t errlen) {
-    *rc = 0;
-    if (o->lambda_tether <= 0 || !o->tether_tokens || o->n_tether_tokens <= 0) return NULL;
-    int ctx = o->tether_ctx > 0 ? o->tether_ctx : 64, batch = o->tether_batch > 0 ? o->tether_batch : 2;
-    if (ctx < 2 || o->n_tether_tokens < ctx) {
-        *rc = bn_err(err, errlen, "tether: %lld tokens of text, need at least one window of %d (>= 2)",
-                     (long long)o->n_tether_tokens, ctx);
-        return NULL;
-    }
-    tether_t *t = xcalloc(1, sizeof *t);
-    t->ctx = ctx;
-    t->batch = batch;
-    t->n_win = (int)(o->n_tether_tokens / ctx);
-    t->order = xmalloc(sizeof(int) * t->n_win);
-    t->logp = xcalloc((size_t)t->n_win, sizeof(float *));
-    t->cap = (size_t)(o->tether_cache_mb > 0 ? o->tether_cache_mb : 512) << 20;
-    bn_rng rng;
-    bn_rng_seed(&rng, o->seed ^ 0x7e7e7e7e7e7e7e7eULL);
-    for (int i = 0; i < t->n_win; i++) t->order[i] = i;
-    for (int i = t->n_win - 1; i > 0; i--) {
-        int j = (int)bn_rng_below(&rng, (uint64_t)i + 1);
-        int x = t->order[i]; t->order[i] = t->order[j]; t->order[j] = x;
-    }
-    return t;
-}
-
-static void tether_free(tether_t *t) {
-    if (!t) return;
-    for (int i = 0; i < t->n_win; i++) free(t->logp[i]);
-    free(t->logp);
-    free(t->order);
-    free(t);
-}
-
-// tether_step: the tether term of optimizer step `step` (0-based): adds λ·∂(mean KL)/∂(A, B) over the step's
-// windows into l->grads and their mean KL into *kl_mean; returns 0 or -1 (err).
-static int tether_step(tether_t *t, const bn_ftpo_train_opts *o, const bn_model *m_ref, const bn_model *m_pol,
-                       bn_lora *l, int64_t step, double *kl_mean, char *err, size_t errlen) {
-    const int V = m_ref->cfg.n_vocab;
-    const size_t bytes = sizeof(float) * (size_t)V * t->ctx;
-    double kl_sum = 0;
-    for (int j = 0; j < t->batch; j++) {
-        int w = t->order[(step * t->batch + j) % t->n_win];
-        const int32_t *tok = o->tether_tokens + (int64_t)w * t->ctx;
-        float *logp = t->logp[w], *tmp = NULL;
-        if (!logp) {
-            logp = tmp = xmalloc(bytes);
-            if (bn_tether_ref(m_ref, tok, t->ctx, logp, err, errlen)) { free(tmp); return -1; }
-            if (t->cached + bytes <= t->cap) { t->logp[w] = tmp; tmp = NULL; t->cached += bytes; }
-        }
-        double kl = 0;
-        int rc = bn_tether_loss(m_pol, l, tok, t->ctx, logp, o->lambda_tether / t->batch, true, &kl, err, errlen);
-        free(tmp);
-        if (rc) return -1;
-        kl_sum += kl;
-    }
-    *kl_mean = kl_sum / t->batch;
-    return 0;
 }
 
 // epoch_order: the training row indices of epoch e in a seeded shuffled order (same on resume).
@@ -262,17 +170,21 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     }
     const bn_model *m_pol = m_ste ? m_ste : m;
     int trc;
-    tether_t *teth = tether_new(o, &trc, err, errlen);
+    bn_tether *teth = bn_tether_new(o->tether_tokens, o->n_tether_tokens, o->lambda_tether, o->tether_ctx,
+                                     o->tether_batch, o->tether_cache_mb, o->seed, &trc, err, errlen);
     if (trc) goto fail;
-    if (teth && !o->quiet)
+    if (teth && !o->quiet) {
+        int tb, tc, tn;
+        bn_tether_windows(teth, &tb, &tc, &tn);
         fprintf(stderr, "ftpo-train: tether λ %g: KL(reference ‖ policy) over %d windows of %d tokens per step "
-                "(%d windows of plain text)\n", o->lambda_tether, teth->batch, teth->ctx, teth->n_win);
+                "(%d windows of plain text)\n", o->lambda_tether, tb, tc, tn);
+    }
     data_t d = {.m = m_q ? m_q : m, .m_pol = m_pol, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, V), .V = V};
     FILE *logf = NULL;
     if (o->log_jsonl && !(logf = fopen(o->log_jsonl, pos.step > 0 ? "a" : "w"))) {
         bn_err(err, errlen, "cannot open log %s", o->log_jsonl);
         bn_ftpo_refcache_free(d.ref);
-        tether_free(teth);
+        bn_tether_free(teth);
         goto fail;
     }
     int *order = xmalloc(sizeof(int) * n_train);
@@ -322,7 +234,7 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
             // mean of the micro-batch losses' gradients (HF scales each micro-batch loss by 1/GA)
             bn_grad_scale(l->grads, l->n_params, 1.0f / (float)n_micro);
             double tkl = 0;
-            if (teth && tether_step(teth, o, d.m, m_pol, l, pos.step, &tkl, err, errlen)) goto fail_loop;
+            if (teth && bn_tether_step(teth, d.m, m_pol, l, pos.step, &tkl, err, errlen)) goto fail_loop;
             double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
             double lr_k = bn_sched_lr(o->lr, pos.step, S, W);
             bn_adamw_step(opt, &o->adam, (float)lr_k, l->params, l->grads);
@@ -398,7 +310,7 @@ fail_loop:
     free(graphs); free(z); free(dz); free(frows); free(order);
     if (logf) fclose(logf);
     bn_ftpo_refcache_free(d.ref);
-    tether_free(teth);
+    bn_tether_free(teth);
     bn_requant_model_free(m_q);
     bn_requant_model_free(m_ste);
     bn_lora_free(l);

@@ -45,14 +45,10 @@ typedef struct {
                              // recomputed after each step, with the straight-through backward; the reference
                              // and the evaluations are the quantized base / quantized adapted model. Needs
                              // dropout 0; part of the checkpoint (resume refuses a different type).
-    // plain-text tether (off when lambda_tether <= 0 or there are no tokens): every optimizer step adds
-    // lambda_tether · mean_t KL(p_ref(·|t) ‖ p_θ(·|t)) over tether_batch windows of tether_ctx tokens of
-    // tether_tokens (every position of a window; p_ref = the reference model, i.e. the quantized base under STE).
-    // Windows: the text cut into consecutive tether_ctx-token windows, visited in one seeded shuffled order
-    // (from seed), step k (0-based) taking entries k·tether_batch … k·tether_batch + tether_batch − 1 (cyclic):
-    // a function of seed and step alone, so --resume continues with the same windows (nothing to checkpoint).
-    // The reference log-probabilities of each window are computed once and cached (full {V, ctx} floats per
-    // window, up to tether_cache_mb; windows beyond that are recomputed each time).
+    // plain-text tether (train/tether.h; off when lambda_tether <= 0 or there are no tokens): every optimizer step
+    // adds lambda_tether · mean_t KL(p_ref(·|t) ‖ p_θ(·|t)) over tether_batch windows of tether_ctx tokens of
+    // tether_tokens, p_ref = the reference model (the quantized base under STE); the windows are a function of seed
+    // and step, so --resume continues with the same ones (nothing extra in the checkpoint).
     const int32_t *tether_tokens;
     int64_t n_tether_tokens;
     float lambda_tether;     // 0
@@ -85,15 +81,6 @@ typedef struct {
 // heldout == which (0 train, 1 held out, -1 all); returns 0 or -1 (err).
 int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const bn_ftpo_cfg *cfg, int which,
                  bn_ftpo_eval_result *res, char *err, size_t errlen);
-
-// bn_tether_loss: *kl = mean over the n positions of tokens of KL(p_ref ‖ p_θ), p_θ = m_pol with adapter l (the
-// STE model when l->ste), logp_ref {V, n} the reference log-probabilities; with backward, ADDS
-// scale·∂KL/∂A, ∂B into l->grads. Returns 0 or -1 (err).
-int bn_tether_loss(const bn_model *m_pol, bn_lora *l, const int32_t *tokens, int n, const float *logp_ref,
-                   float scale, bool backward, double *kl, char *err, size_t errlen);
-// bn_tether_ref: logp {V, n} = log softmax of the reference model m's logits (no adapter) over tokens;
-// returns 0 or -1 (err).
-int bn_tether_ref(const bn_model *m, const int32_t *tokens, int n, float *logp, char *err, size_t errlen);
 
 // bn_ftpo_train_request_stop: async-signal-safe; the running bn_ftpo_train finishes its current
 // step, writes its checkpoint (and adapter) and returns 0 with result.interrupted set.

@@ -1,5 +1,5 @@
 // tests/train/test_tether.c — the plain-text tether of bonsai-ftpo-train (--tether-text, --lambda-tether;
-// train/trainer.h bn_tether_loss, train/graph.h bn_train_forward_all_lora / bn_train_backward_all_lora) on the
+// train/tether.h bn_tether_loss, train/graph.h bn_train_forward_all_lora / bn_train_backward_all_lora) on the
 // tiny qwen35 (F16 weights):
 //  1. gradient: ∂ mean KL(p_ref ‖ p_θ) / ∂(A, B) of an adapter on every projection incl. the LM head (random B)
 //     vs central finite differences of the fp32 forward (h = 1e-3; |analytic − fd| <= 2e-2·max|fd| + 1e-5:
@@ -25,6 +25,7 @@
 #include "train/lora.h"
 #include "train/ftpo.h"
 #include "train/trainer.h"
+#include "train/tether.h"
 #include "train/fakequant.h"
 #include "quant/quant.h"
 
