@@ -19,6 +19,7 @@ static void usage(void) {
             "  perplexity text.\n"
             "  --cw-drop X   train-pair chosen_win may fall at most X below MODEL's (0)\n"
             "  --mu X        KL nats per unit of mean train-pair margin (chosen - rejected logit) lost (0.01)\n"
+            "  --objective kl|nll  what a revert must lower on the text: KL to the base (kl) or the next-token loss\n"
             "  --ctx N       text window (128); --max-text N: text tokens used (8192; 0 = all)\n");
 }
 
@@ -38,7 +39,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--cw-drop")) cfg.cw_drop = bn_arg_float(T, a, v);
         else if (!strcmp(a, "--mu")) cfg.mu = bn_arg_float(T, a, v);
-        else if (!strcmp(a, "--ctx")) cfg.text_ctx = (int)bn_arg_int(T, a, v);
+        else if (!strcmp(a, "--objective")) {
+            if (!strcmp(v, "kl")) cfg.objective = BN_PRUNE_KL;
+            else if (!strcmp(v, "nll")) cfg.objective = BN_PRUNE_NLL;
+            else { fprintf(stderr, "%s: --objective is kl or nll\n", T); return 1; }
+        } else if (!strcmp(a, "--ctx")) cfg.text_ctx = (int)bn_arg_int(T, a, v);
         else if (!strcmp(a, "--max-text")) cfg.max_text = bn_arg_int(T, a, v);
         else if (!strcmp(a, "-t")) cfg.n_threads = (int)bn_arg_int(T, a, v);
         else { fprintf(stderr, "%s: unknown option %s\n", T, a); usage(); return 1; }
@@ -73,6 +78,8 @@ int main(int argc, char **argv) {
     printf("prune-flips: text KL to the base %.5f -> %.5f nats (%lld positions); train chosen_win %.4f -> %.4f, "
            "mean margin %.4f -> %.4f\n", st.kl_before, st.kl_after, (long long)st.n_text, st.cw_before, st.cw_after,
            st.margin_before, st.margin_after);
+    printf("prune-flips: text next-token loss %.5f (base %.5f) -> %.5f nats\n", st.nll_before, st.nll_base,
+           st.nll_after);
     printf("prune-flips: wrote %s\n", out);
     return 0;
 }

@@ -9,7 +9,7 @@
 #include "quant/quant.h"
 
 bn_prune_cfg bn_prune_cfg_default(void) {
-    bn_prune_cfg c = {.cw_drop = 0, .mu = 0.01, .text_ctx = 128, .max_text = 0, .n_threads = 0};
+    bn_prune_cfg c = {.cw_drop = 0, .mu = 0.01, .objective = BN_PRUNE_KL, .text_ctx = 128, .max_text = 0, .n_threads = 0};
     return c;
 }
 
@@ -105,6 +105,19 @@ static void pair_shift(pair_state *ps, int n, int r, const float *d, float sign)
 }
 
 // text_kl: mean over t of KL(p_ref ‖ p) = lse(t) − lse0(t) − Σ_changed rows p_ref_r(t)·D_r(t).
+// text_nll: mean over the positions with a target (y[t] >= 0) of lse(t) − z_y(t); z0y base logit of the target,
+// ys slot of the target's row among the changed rows (−1: unchanged), D NULL for the base.
+static double text_nll(const float *lse, const float *z0y, const int32_t *y, const int *ys, const float *D, int64_t T) {
+    double s = 0;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (y[t] < 0) continue;
+        s += (double)lse[t] - z0y[t] - (D && ys[t] >= 0 ? D[(size_t)ys[t] * T + t] : 0.0f);
+        n++;
+    }
+    return n ? s / n : 0;
+}
+
 static double text_kl(const float *lse, const float *lse0, const float *pref, const float *D, int n_rows, int64_t T) {
     double s = 0;
     for (int64_t t = 0; t < T; t++) {
@@ -121,10 +134,11 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     int rc = -1;
     bn_model *m0 = NULL, *m1 = NULL;
     float *W0 = NULL, *W1 = NULL, *hq_text = NULL, *hq_pair = NULL, *lse0 = NULL, *lse = NULL, *pref = NULL;
-    float *z0r = NULL, *D = NULL, *dtext = NULL, *dpair = NULL, *zrow = NULL, *dtmp = NULL, *zc_all = NULL;
+    float *z0r = NULL, *z0y = NULL, *D = NULL, *dtext = NULL, *dpair = NULL, *zrow = NULL, *dtmp = NULL, *zc_all = NULL;
     chg_block *cb = NULL;
     pair_state *ps = NULL;
-    int *slot_row = NULL, *row_slot = NULL;
+    int *slot_row = NULL, *row_slot = NULL, *ys = NULL;
+    int32_t *y = NULL;
     uint8_t *file = NULL;
     void *scratch = NULL;
     bn_prune_stats s = {0};
@@ -216,6 +230,13 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     dtext = xmalloc(sizeof(float) * ((size_t)NB * T + 1)); // {T, NB}: (w_model − w_base)·h over the block
     dpair = xmalloc(sizeof(float) * ((size_t)NB * NP + 1)); // {NP, NB}
     zrow = xmalloc(sizeof(float) * V);
+    z0y = xmalloc(sizeof(float) * T);
+    y = xmalloc(sizeof(int32_t) * T); // next token within the window, or −1
+    ys = xmalloc(sizeof(int) * T);
+    for (int64_t t = 0; t < T; t++) {
+        y[t] = (t + 1) % ctx != 0 && t + 1 < T ? text[t + 1] : -1;
+        ys[t] = y[t] >= 0 ? row_slot[y[t]] : -1;
+    }
     dtmp = xmalloc(sizeof(float) * blck);
     for (int64_t t = 0; t < T; t++) {
         const float *h = hq_text + t * H;
@@ -227,6 +248,7 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         double se = 0;
         for (int v = 0; v < V; v++) se += exp((double)zrow[v] - mx);
         lse0[t] = (float)(mx + log(se));
+        z0y[t] = y[t] >= 0 ? zrow[y[t]] : 0.0f;
         for (int j = 0; j < NR; j++) {
             z0r[(size_t)j * T + t] = zrow[slot_row[j]];
             pref[(size_t)j * T + t] = (float)exp((double)zrow[slot_row[j]] - lse0[t]);
@@ -252,6 +274,12 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         lse[t] = (float)(lse0[t] + log(se));
     }
     s.kl_before = text_kl(lse, lse0, pref, D, NR, T);
+    s.nll_base = text_nll(lse0, z0y, y, ys, NULL, T);
+    s.nll_before = text_nll(lse, z0y, y, ys, D, T);
+    int64_t n_y = 0;
+    for (int64_t t = 0; t < T; t++) n_y += y[t] >= 0;
+    bool nll_obj = cfg->objective == BN_PRUNE_NLL;
+    if (nll_obj && n_y == 0) { bn_err(err, errlen, "the NLL objective needs windows of at least 2 tokens"); goto done; }
     pair_score(ps, NP, &s.cw_before, &s.margin_before);
 
     // greedy: revert the block with the best KL gain − μ·margin loss while that is > 0 and cw stays ≥ cw_before − cw_drop
@@ -263,12 +291,15 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
             if (cb[b].reverted) continue;
             const float *d = dtext + (size_t)b * T, *Dr = D + (size_t)cb[b].slot * T, *z0 = z0r + (size_t)cb[b].slot * T;
             const float *pr = pref + (size_t)cb[b].slot * T;
-            double dkl = 0; // Σ_t ΔKL(t) of z_r → z_r − d: log1p(p_r·expm1(−d)) + p_ref_r·d
+            // Σ_t of the change of z_r → z_r − d: Δlse = log1p(p_r·expm1(−d)); ΔKL = Δlse + p_ref_r·d,
+            // ΔNLL = Δlse + d·[y_t = r]
+            double dobj = 0;
             for (int64_t t = 0; t < T; t++) {
-                double p = exp((double)z0[t] + Dr[t] - lse[t]);
-                dkl += log1p(p * expm1(-(double)d[t])) + (double)pr[t] * d[t];
+                double p = exp((double)z0[t] + Dr[t] - lse[t]), dl = log1p(p * expm1(-(double)d[t]));
+                if (!nll_obj) dobj += dl + (double)pr[t] * d[t];
+                else if (y[t] >= 0) dobj += dl + (y[t] == cb[b].r ? (double)d[t] : 0.0);
             }
-            double gain = -dkl / T, cw_b, mg_b;
+            double gain = -dobj / (nll_obj ? (double)n_y : (double)T), cw_b, mg_b;
             pair_shift(ps, NP, cb[b].r, dpair + (size_t)b * NP, -1.0f);
             pair_score(ps, NP, &cw_b, &mg_b);
             pair_shift(ps, NP, cb[b].r, dpair + (size_t)b * NP, +1.0f);
@@ -291,6 +322,7 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         s.n_reverted++;
     }
     s.kl_after = text_kl(lse, lse0, pref, D, NR, T);
+    s.nll_after = text_nll(lse, z0y, y, ys, D, T);
     pair_score(ps, NP, &s.cw_after, &s.margin_after);
     {
         bool *row_left = xcalloc((size_t)V, 1);
@@ -312,7 +344,7 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     rc = 0;
 done:
     if (st) *st = s;
-    free(W0); free(W1); free(hq_text); free(hq_pair); free(lse0); free(lse); free(pref); free(z0r); free(D);
+    free(W0); free(W1); free(hq_text); free(hq_pair); free(lse0); free(lse); free(pref); free(z0r); free(z0y); free(y); free(ys); free(D);
     free(dtext); free(dpair); free(zrow); free(dtmp); free(zc_all); free(cb); free(ps); free(slot_row); free(row_slot);
     free(file); free(scratch);
     bn_model_free(m0);
