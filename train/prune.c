@@ -128,6 +128,39 @@ static double text_kl(const float *lse, const float *lse0, const float *pref, co
     return T ? s / T : 0;
 }
 
+// The state the greedy scores candidates on (pointers into bn_prune_flips' arrays).
+typedef struct {
+    int64_t T, n_y;
+    int NP;
+    bool nll_obj;
+    double mu, cw_min;
+    const float *dtext, *dpair, *D, *z0r, *pref, *lse; // {T, NB}, {NP, NB}, {T, NR} x3, {T}
+    const int32_t *y;                                  // {T}
+    pair_state *ps;                                    // {NP} (shifted and restored)
+} prune_state;
+
+// revert_score: text gain − μ·margin loss of reverting block c (index b) on the current state, or −inf when the
+// train-pair chosen_win would fall below cw_min.
+static double revert_score(const prune_state *g, const chg_block *c, int b) {
+    int64_t T = g->T;
+    const float *d = g->dtext + (size_t)b * T, *Dr = g->D + (size_t)c->slot * T, *z0 = g->z0r + (size_t)c->slot * T;
+    const float *pr = g->pref + (size_t)c->slot * T;
+    // Σ_t of the change of z_r → z_r − d: Δlse = log1p(p_r·expm1(−d)); ΔKL = Δlse + p_ref_r·d, ΔNLL = Δlse + d·[y_t = r]
+    double dobj = 0;
+    for (int64_t t = 0; t < T; t++) {
+        double p = exp((double)z0[t] + Dr[t] - g->lse[t]), dl = log1p(p * expm1(-(double)d[t]));
+        if (!g->nll_obj) dobj += dl + (double)pr[t] * d[t];
+        else if (g->y[t] >= 0) dobj += dl + (g->y[t] == c->r ? (double)d[t] : 0.0);
+    }
+    double gain = -dobj / (g->nll_obj ? (double)g->n_y : (double)T), cw_now, mg_now, cw_b, mg_b;
+    pair_score(g->ps, g->NP, &cw_now, &mg_now);
+    pair_shift(g->ps, g->NP, c->r, g->dpair + (size_t)b * g->NP, -1.0f);
+    pair_score(g->ps, g->NP, &cw_b, &mg_b);
+    pair_shift(g->ps, g->NP, c->r, g->dpair + (size_t)b * g->NP, +1.0f);
+    if (cw_b < g->cw_min - 1e-12) return -INFINITY;
+    return gain - g->mu * (mg_now - mg_b);
+}
+
 int bn_prune_flips(const char *base_path, const char *model_path, const bn_train_rows *rows, const int32_t *text,
                    int64_t n_text, const bn_prune_cfg *cfg, const char *out_path, bn_prune_stats *st, char *err,
                    size_t errlen) {
@@ -282,32 +315,24 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     if (nll_obj && n_y == 0) { bn_err(err, errlen, "the NLL objective needs windows of at least 2 tokens"); goto done; }
     pair_score(ps, NP, &s.cw_before, &s.margin_before);
 
-    // greedy: revert the block with the best KL gain − μ·margin loss while that is > 0 and cw stays ≥ cw_before − cw_drop
+    // lazy greedy: revert the block with the best gain − μ·margin loss while that is > 0 and cw stays ≥ cw_before −
+    // cw_drop. Only the leading candidate is re-scored on the current state; it is taken when its fresh score is still
+    // ≥ every other (older) score, else it is put back with the fresh one (a block once over the cw bound stays out).
+    prune_state ctxs = {.T = T, .NP = NP, .n_y = n_y, .nll_obj = nll_obj, .mu = cfg->mu,
+                        .cw_min = s.cw_before - cfg->cw_drop, .dtext = dtext, .dpair = dpair, .D = D, .z0r = z0r,
+                        .pref = pref, .lse = lse, .y = y, .ps = ps};
+    double *score = xmalloc(sizeof(double) * (NB ? NB : 1));
+    for (int b = 0; b < NB; b++) score[b] = revert_score(&ctxs, &cb[b], b);
     for (;;) {
         int best = -1;
-        double best_score = 0, cw_now, mg_now;
-        pair_score(ps, NP, &cw_now, &mg_now);
-        for (int b = 0; b < NB; b++) {
-            if (cb[b].reverted) continue;
-            const float *d = dtext + (size_t)b * T, *Dr = D + (size_t)cb[b].slot * T, *z0 = z0r + (size_t)cb[b].slot * T;
-            const float *pr = pref + (size_t)cb[b].slot * T;
-            // Σ_t of the change of z_r → z_r − d: Δlse = log1p(p_r·expm1(−d)); ΔKL = Δlse + p_ref_r·d,
-            // ΔNLL = Δlse + d·[y_t = r]
-            double dobj = 0;
-            for (int64_t t = 0; t < T; t++) {
-                double p = exp((double)z0[t] + Dr[t] - lse[t]), dl = log1p(p * expm1(-(double)d[t]));
-                if (!nll_obj) dobj += dl + (double)pr[t] * d[t];
-                else if (y[t] >= 0) dobj += dl + (y[t] == cb[b].r ? (double)d[t] : 0.0);
-            }
-            double gain = -dobj / (nll_obj ? (double)n_y : (double)T), cw_b, mg_b;
-            pair_shift(ps, NP, cb[b].r, dpair + (size_t)b * NP, -1.0f);
-            pair_score(ps, NP, &cw_b, &mg_b);
-            pair_shift(ps, NP, cb[b].r, dpair + (size_t)b * NP, +1.0f);
-            if (cw_b < s.cw_before - cfg->cw_drop - 1e-12) continue;
-            double score = gain - cfg->mu * (mg_now - mg_b);
-            if (score > best_score) { best = b; best_score = score; }
-        }
+        for (int b = 0; b < NB; b++)
+            if (!cb[b].reverted && score[b] > 0 && (best < 0 || score[b] > score[best])) best = b;
         if (best < 0) break;
+        double fresh = revert_score(&ctxs, &cb[best], best), second = 0;
+        for (int b = 0; b < NB; b++)
+            if (b != best && !cb[b].reverted && score[b] > second) second = score[b];
+        score[best] = fresh;
+        if (fresh <= 0 || fresh < second) continue;
         chg_block *c = &cb[best];
         const float *d = dtext + (size_t)best * T;
         float *Dr = D + (size_t)c->slot * T;
@@ -321,6 +346,7 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         c->reverted = true;
         s.n_reverted++;
     }
+    free(score);
     s.kl_after = text_kl(lse, lse0, pref, D, NR, T);
     s.nll_after = text_nll(lse, z0y, y, ys, D, T);
     pair_score(ps, NP, &s.cw_after, &s.margin_after);
