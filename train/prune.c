@@ -9,7 +9,8 @@
 #include "quant/quant.h"
 
 bn_prune_cfg bn_prune_cfg_default(void) {
-    bn_prune_cfg c = {.cw_drop = 0, .mu = 0.01, .objective = BN_PRUNE_KL, .text_ctx = 128, .max_text = 0, .n_threads = 0};
+    bn_prune_cfg c = {.cw_drop = 0, .mu = 0.01, .objective = BN_PRUNE_KL, .text_ctx = 128, .max_text = 0,
+                      .n_threads = 0};
     return c;
 }
 
@@ -145,7 +146,8 @@ static double revert_score(const prune_state *g, const chg_block *c, int b) {
     int64_t T = g->T;
     const float *d = g->dtext + (size_t)b * T, *Dr = g->D + (size_t)c->slot * T, *z0 = g->z0r + (size_t)c->slot * T;
     const float *pr = g->pref + (size_t)c->slot * T;
-    // Σ_t of the change of z_r → z_r − d: Δlse = log1p(p_r·expm1(−d)); ΔKL = Δlse + p_ref_r·d, ΔNLL = Δlse + d·[y_t = r]
+    // Σ_t of the change of z_r → z_r − d: Δlse = log1p(p_r·expm1(−d)); ΔKL = Δlse + p_ref_r·d,
+    // ΔNLL = Δlse + d·[y_t = r]
     double dobj = 0;
     for (int64_t t = 0; t < T; t++) {
         double p = exp((double)z0[t] + Dr[t] - g->lse[t]), dl = log1p(p * expm1(-(double)d[t]));
@@ -182,7 +184,8 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         goto done;
     }
     if (same_but_head(m0->gguf, m1->gguf, err, errlen)) goto done;
-    const gguf_tensor *t0 = gguf_find_tensor(m0->gguf, "output.weight"), *t1 = gguf_find_tensor(m1->gguf, "output.weight");
+    const gguf_tensor *t0 = gguf_find_tensor(m0->gguf, "output.weight");
+    const gguf_tensor *t1 = gguf_find_tensor(m1->gguf, "output.weight");
     const bn_type_traits *tr = bn_type_traits_of(t0->type);
     int H = m0->cfg.n_embd, V = m0->cfg.n_vocab;
     if (!tr || !tr->is_quantized || !tr->to_float || H % tr->blck) {
@@ -202,7 +205,8 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     slot_row = xmalloc(sizeof(int) * V);
     for (int r = 0; r < V; r++) row_slot[r] = -1;
     for (int b = 0; b < s.n_blocks; b++) {
-        const uint8_t *p0 = (const uint8_t *)t0->data + (size_t)b * bs, *p1 = (const uint8_t *)t1->data + (size_t)b * bs;
+        const uint8_t *p0 = (const uint8_t *)t0->data + (size_t)b * bs;
+        const uint8_t *p1 = (const uint8_t *)t1->data + (size_t)b * bs;
         if (memcmp(p0, p1, bs) == 0) continue;
         int r = b / bpr;
         if (row_slot[r] < 0) slot_row[row_slot[r] = s.n_rows_changed++] = r;
@@ -315,9 +319,10 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     if (nll_obj && n_y == 0) { bn_err(err, errlen, "the NLL objective needs windows of at least 2 tokens"); goto done; }
     pair_score(ps, NP, &s.cw_before, &s.margin_before);
 
-    // lazy greedy: revert the block with the best gain − μ·margin loss while that is > 0 and cw stays ≥ cw_before −
-    // cw_drop. Only the leading candidate is re-scored on the current state; it is taken when its fresh score is still
-    // ≥ every other (older) score, else it is put back with the fresh one (a block once over the cw bound stays out).
+    // lazy greedy: revert the block with the best gain − μ·margin loss while that is > 0 and cw stays ≥
+    // cw_before − cw_drop. Only the leading candidate is re-scored on the current state; it is taken when its
+    // fresh score is still ≥ every other (older) score, else it is put back with the fresh one (a block once over
+    // the cw bound stays out).
     prune_state ctxs = {.T = T, .NP = NP, .n_y = n_y, .nll_obj = nll_obj, .mu = cfg->mu,
                         .cw_min = s.cw_before - cfg->cw_drop, .dtext = dtext, .dpair = dpair, .D = D, .z0r = z0r,
                         .pref = pref, .lse = lse, .y = y, .ps = ps};
@@ -370,7 +375,8 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     rc = 0;
 done:
     if (st) *st = s;
-    free(W0); free(W1); free(hq_text); free(hq_pair); free(lse0); free(lse); free(pref); free(z0r); free(z0y); free(y); free(ys); free(D);
+    free(W0); free(W1); free(hq_text); free(hq_pair); free(lse0); free(lse); free(pref); free(z0r); free(z0y);
+    free(y); free(ys); free(D);
     free(dtext); free(dpair); free(zrow); free(dtmp); free(zc_all); free(cb); free(ps); free(slot_row); free(row_slot);
     free(file); free(scratch);
     bn_model_free(m0);

@@ -1,7 +1,8 @@
 // train/prune.h — post-hoc flip pruning of a requantized head-only antidoom model (issue #8): the model differs
 // from its quantized base only in blocks of output.weight (flipped signs / changed scales of the rows of some
-// tokens). Greedily (lazy evaluation: only the leading candidate is re-scored) revert single blocks to the base's bytes while that lowers the plain-text KL(p_base ‖ p_model)
-// more than μ × the mean train-pair margin it costs, and never let the train-pair chosen_win fall below a bound.
+// tokens). Greedily (lazy evaluation: only the leading candidate is re-scored) revert single blocks to the base's
+// bytes while that lowers a plain-text objective (KL(p_base ‖ p_model), or the next-token loss) more than μ × the
+// mean train-pair margin it costs, and never let the train-pair chosen_win fall below a bound.
 // Only the LM head changes, so the body's final hidden states are computed once (base model) and every revert is
 // exact: it moves one logit per position by δ_t = (w_base − w_model)·h_t over the block's 128 inputs.
 // Logits are computed as the engine does: h quantized to the head's activation type (ggml-CPU Q8_0 rounding),

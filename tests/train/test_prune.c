@@ -98,7 +98,8 @@ static int make_model(const char *base, const bn_train_rows *rows, const char *p
 static void check_only_reverts(const char *base, const char *model, const char *out, int *n_rev) {
     char err[256];
     size_t nb, nm, no;
-    uint8_t *b = (uint8_t *)bn_read_file(base, &nb, err, sizeof err), *m = (uint8_t *)bn_read_file(model, &nm, err, sizeof err);
+    uint8_t *b = (uint8_t *)bn_read_file(base, &nb, err, sizeof err);
+    uint8_t *m = (uint8_t *)bn_read_file(model, &nm, err, sizeof err);
     uint8_t *o = (uint8_t *)bn_read_file(out, &no, err, sizeof err);
     gguf_file *g = gguf_open(model, err, sizeof err);
     CHECK(b && m && o && g && nm == no && nb == nm, "read the three files");
@@ -109,7 +110,8 @@ static void check_only_reverts(const char *base, const char *model, const char *
     int bad = 0;
     *n_rev = 0;
     for (size_t p = h0; p < h1; p += sizeof(bn_block_q1_0)) {
-        bool is_m = memcmp(o + p, m + p, sizeof(bn_block_q1_0)) == 0, is_b = memcmp(o + p, b + p, sizeof(bn_block_q1_0)) == 0;
+        bool is_m = memcmp(o + p, m + p, sizeof(bn_block_q1_0)) == 0;
+        bool is_b = memcmp(o + p, b + p, sizeof(bn_block_q1_0)) == 0;
         bad += !is_m && !is_b;
         *n_rev += !is_m && is_b;
     }
@@ -150,11 +152,13 @@ int main(void) {
         CHECK(bn_prune_flips(base, model, rows, text, NT, &cfg, out1, &st, err, sizeof err) == 0, "prune: %s", err);
         CHECK(bn_prune_flips(base, model, rows, text, NT, &cfg, out2, &st2, err, sizeof err) == 0, "prune: %s", err);
         printf("%s, cw_drop %.2f: %d of %d blocks changed (%d rows), %d reverted (%d rows left); KL %.5f -> %.5f; "
-               "NLL %.5f -> %.5f (base %.5f); train cw %.4f -> %.4f; margin %.4f -> %.4f\n", k == 2 ? "NLL" : "KL", drops[k], st.n_changed, st.n_blocks, st.n_rows_changed,
-               st.n_reverted, st.n_rows_after, st.kl_before, st.kl_after, st.nll_before, st.nll_after, st.nll_base, st.cw_before, st.cw_after, st.margin_before,
+               "NLL %.5f -> %.5f (base %.5f); train cw %.4f -> %.4f; margin %.4f -> %.4f\n", k == 2 ? "NLL" : "KL",
+               drops[k], st.n_changed, st.n_blocks, st.n_rows_changed, st.n_reverted, st.n_rows_after, st.kl_before,
+               st.kl_after, st.nll_before, st.nll_after, st.nll_base, st.cw_before, st.cw_after, st.margin_before,
                st.margin_after);
         CHECK(st.cw_before > 0.5, "the negated rejected rows make the pairs win (cw %.4f > 0.5)", st.cw_before);
-        CHECK(st.cw_after >= st.cw_before - drops[k] - 1e-9, "cw %.4f >= bound %.4f", st.cw_after, st.cw_before - drops[k]);
+        CHECK(st.cw_after >= st.cw_before - drops[k] - 1e-9, "cw %.4f >= bound %.4f", st.cw_after,
+              st.cw_before - drops[k]);
         if (k < 2)
             CHECK(st.n_reverted > 0 && st.kl_after <= 0.8 * st.kl_before, "KL %.5f -> %.5f (at least 20 %% lower)",
                   st.kl_before, st.kl_after);
@@ -168,8 +172,8 @@ int main(void) {
         printf("engine KL %.5f -> %.5f, NLL %.5f -> %.5f (base %.5f)\n", e_before, e_after, n_before, n_after, n_base);
         CHECK(fabs(n_before - st.nll_before) <= 1e-3 * n_before && fabs(n_after - st.nll_after) <= 1e-3 * n_after &&
               fabs(n_base - st.nll_base) <= 1e-3 * n_base, "NLL: tool vs engine within 0.1 %%");
-        CHECK(fabs(e_before - st.kl_before) <= 0.02 * e_before + 1e-4, "KL before: tool %.5f vs engine %.5f (2 %% + 1e-4)",
-              st.kl_before, e_before);
+        CHECK(fabs(e_before - st.kl_before) <= 0.02 * e_before + 1e-4,
+              "KL before: tool %.5f vs engine %.5f (2 %% + 1e-4)", st.kl_before, e_before);
         CHECK(fabs(e_after - st.kl_after) <= 0.02 * e_after + 1e-4, "KL after: tool %.5f vs engine %.5f (2 %% + 1e-4)",
               st.kl_after, e_after);
         int n_rev = 0;
