@@ -20,14 +20,13 @@ static void usage(void) {
             "  --cw-drop X   train-pair chosen_win may fall at most X below MODEL's (0)\n"
             "  --mu X        KL nats per unit of mean train-pair margin (chosen - rejected logit) lost (0.01)\n"
             "  --objective kl|nll  what a revert must lower on the text: KL to the base (kl) or the next-token loss\n"
-            "  --ctx N       text window (128); --max-text N: text tokens used (8192; 0 = all)\n");
+            "  --ctx N       text window (128); --max-text N: text tokens used (0 = all)\n");
 }
 
 int main(int argc, char **argv) {
     const char *T = "bonsai-prune-flips";
     const char *base = NULL, *model = NULL, *pairs = NULL, *text_path = NULL, *out = NULL;
     bn_prune_cfg cfg = bn_prune_cfg_default();
-    cfg.max_text = 8192;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
