@@ -222,7 +222,13 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
 } | tee "$out/table.md"
 echo
 serve_q=$(for q in $qtypes; do echo "$q"; done | head -1)
-echo "serve the antidoom model (llama-server compatible), trained through the $serve_q quantizer:"
-echo "  $T/bonsai-serve -m $out/antidoom-$serve_q-ste.gguf --port 8080 -c 2048 -np 2"
+serve_file="$out/antidoom-$serve_q-ste.gguf"
+serve_what="trained through the $serve_q quantizer"
+if [ -f "$out/antidoom-$serve_q-ste2.gguf" ]; then
+    serve_file="$out/antidoom-$serve_q-ste2.gguf"
+    serve_what="$serve_what, second on-policy round"
+fi
+echo "serve the antidoom model (llama-server compatible), $serve_what:"
+echo "  $T/bonsai-serve -m $serve_file --port 8080 -c 2048 -np 2"
 echo "  (or the unquantized result: $T/bonsai-serve -m $out/antidoom-f16.gguf --port 8080 -c 2048 -np 2)"
 echo "  curl -s localhost:8080/completion -d '{\"prompt\":\"<|im_start|>user\\nA day for firm<|im_end|>\\n<|im_start|>assistant\\n\",\"n_predict\":64}'"
