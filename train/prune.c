@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include "core/forward.h"
 #include "core/model.h"
+#include "core/ops.h"
 #include "core/util.h"
 #include "quant/quant.h"
 
@@ -27,18 +28,6 @@ typedef struct {
     float zr;
     float *zc; // {n_c}
 } pair_state;
-
-// dot: Σ a[i]·b[i] in 8 float lanes (the same order every call).
-static float dot(const float *a, const float *b, int n) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    float s = 0;
-    for (; i < n; i++) s += a[i] * b[i];
-    for (int j = 0; j < 8; j++) s += acc[j];
-    return s;
-}
 
 // engine_input: h {H} rounded as the head's matmul sees it (quantized to vec_dot_type and back), in place.
 static void engine_input(int vdt, float *h, int H, void *scratch) {
@@ -244,8 +233,8 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
             float *h = hq_pair + (size_t)j * H;
             engine_input(vdt, h, H, scratch);
             ps[j] = (pair_state){.rej = row->rejected, .n_c = row->n_chosen, .chosen = row->chosen, .zc = zc_all + off};
-            ps[j].zr = dot(W1 + (size_t)row->rejected * H, h, H);
-            for (int k = 0; k < row->n_chosen; k++) ps[j].zc[k] = dot(W1 + (size_t)row->chosen[k] * H, h, H);
+            ps[j].zr = bn_dot_f32(W1 + (size_t)row->rejected * H, h, H);
+            for (int k = 0; k < row->n_chosen; k++) ps[j].zc[k] = bn_dot_f32(W1 + (size_t)row->chosen[k] * H, h, H);
             off += row->n_chosen;
             j++;
         }
@@ -279,7 +268,7 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         const float *h = hq_text + t * H;
         float mx = -INFINITY;
         for (int v = 0; v < V; v++) {
-            zrow[v] = dot(W0 + (size_t)v * H, h, H);
+            zrow[v] = bn_dot_f32(W0 + (size_t)v * H, h, H);
             if (zrow[v] > mx) mx = zrow[v];
         }
         double se = 0;
@@ -296,11 +285,12 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
         float *dw = dtmp; // {blck}
         for (int k = 0; k < blck; k++) dw[k] = w1[k] - w0[k];
         for (int64_t t = 0; t < T; t++) {
-            float d = dot(dw, hq_text + t * H + cb[b].k0, blck);
+            float d = bn_dot_f32(dw, hq_text + t * H + cb[b].k0, blck);
             dtext[(size_t)b * T + t] = d;
             D[(size_t)cb[b].slot * T + t] += d;
         }
-        for (int i = 0; i < NP; i++) dpair[(size_t)b * NP + i] = dot(dw, hq_pair + (size_t)i * H + cb[b].k0, blck);
+        for (int i = 0; i < NP; i++)
+            dpair[(size_t)b * NP + i] = bn_dot_f32(dw, hq_pair + (size_t)i * H + cb[b].k0, blck);
     }
     for (int64_t t = 0; t < T; t++) { // lse of the model: base lse shifted by the changed rows
         double se = 1.0;
