@@ -135,6 +135,14 @@ void bn_sigmoid_gate(float *y, const float *x, const float *g, int n) {
     for (int i = 0; i < n; i++) y[i] = x[i] * bn_sigmoid(g[i]);
 }
 
+double bn_log_sum_exp(const float *x, int n) {
+    float max_v = x[0];
+    for (int i = 1; i < n; i++) max_v = x[i] > max_v ? x[i] : max_v;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - max_v);
+    return max_v + log(sum);
+}
+
 void bn_softmax_inplace(float *x, int n) {
     float max_v = -INFINITY;
     for (int i = 0; i < n; i++) max_v = x[i] > max_v ? x[i] : max_v;

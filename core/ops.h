@@ -33,6 +33,8 @@ void bn_rope_norm(float *x, int head_dim, int n_rot, int pos, float base);
 void bn_swiglu(float *y, const float *gate, const float *up, int n);
 // bn_sigmoid_gate: y = x ⊙ σ(g) over n (gated attention output). y may alias x.
 void bn_sigmoid_gate(float *y, const float *x, const float *g, int n);
+// bn_log_sum_exp: log Σ_i exp(x_i) over n >= 1 values (max-subtracted, summed in double).
+double bn_log_sum_exp(const float *x, int n);
 // bn_softmax_inplace: x = softmax(x) over n (max-subtracted, fp32).
 void bn_softmax_inplace(float *x, int n);
 // bn_dot_f32: Σ a_i b_i (fp32, SIMD where available).

@@ -266,14 +266,8 @@ int bn_prune_flips(const char *base_path, const char *model_path, const bn_train
     dtmp = xmalloc(sizeof(float) * blck);
     for (int64_t t = 0; t < T; t++) {
         const float *h = hq_text + t * H;
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++) {
-            zrow[v] = bn_dot_f32(W0 + (size_t)v * H, h, H);
-            if (zrow[v] > mx) mx = zrow[v];
-        }
-        double se = 0;
-        for (int v = 0; v < V; v++) se += exp((double)zrow[v] - mx);
-        lse0[t] = (float)(mx + log(se));
+        for (int v = 0; v < V; v++) zrow[v] = bn_dot_f32(W0 + (size_t)v * H, h, H);
+        lse0[t] = (float)bn_log_sum_exp(zrow, V);
         z0y[t] = y[t] >= 0 ? zrow[y[t]] : 0.0f;
         for (int j = 0; j < NR; j++) {
             z0r[(size_t)j * T + t] = zrow[slot_row[j]];

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include "core/util.h"
 #include "core/gguf.h"
+#include "core/ops.h"
 #include "quant/quant.h"
 #include "train/graph.h"
 
@@ -162,11 +163,7 @@ double bn_sft_ce(const float *logits, const int32_t *targets, int T, int V, floa
     for (int t = 0; t < T; t++) {
         if (targets[t] < 0) continue;
         const float *z = logits + (size_t)t * V;
-        float mx = z[0];
-        for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
-        double se = 0;
-        for (int i = 0; i < V; i++) se += exp((double)z[i] - mx);
-        double lse = mx + log(se);
+        double lse = bn_log_sum_exp(z, V);
         sum += lse - z[targets[t]];
         if (dlogits) {
             float *dz = dlogits + (size_t)t * V;

@@ -5,22 +5,14 @@
 #include <stdlib.h>
 #include "core/util.h"
 #include "core/rng.h"
+#include "core/ops.h"
 #include "train/graph.h"
-
-// log_sum_exp: log Σ_i exp(z_i) over V logits, in double.
-static double log_sum_exp(const float *z, int V) {
-    double mx = z[0];
-    for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
-    double se = 0;
-    for (int i = 0; i < V; i++) se += exp((double)z[i] - mx);
-    return mx + log(se);
-}
 
 void bn_log_softmax(const float *z, int T, int V, float *out) {
     for (int t = 0; t < T; t++) {
         const float *zt = z + (size_t)t * V;
         float *ot = out + (size_t)t * V;
-        double lse = log_sum_exp(zt, V);
+        double lse = bn_log_sum_exp(zt, V);
         for (int i = 0; i < V; i++) ot[i] = (float)((double)zt[i] - lse);
     }
 }
@@ -31,7 +23,7 @@ double bn_tether_kl(const float *z, const float *logp_ref, int T, int V, float s
     double *lp = xmalloc(sizeof(double) * (size_t)V); // log p_θ of one position
     for (int t = 0; t < T; t++) {
         const float *zt = z + (size_t)t * V, *lr = logp_ref + (size_t)t * V;
-        double lse = log_sum_exp(zt, V);
+        double lse = bn_log_sum_exp(zt, V);
         double kt = 0;
         for (int i = 0; i < V; i++) {
             lp[i] = (double)zt[i] - lse;
