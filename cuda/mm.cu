@@ -1,6 +1,7 @@
 // cuda/mm.cu — bn_cu_matmul: picks the decode kernels (mmvq.cu, nb <= BN_CU_MMVQ_MAX_NB) or the prefill
-// path (weights dequantized to fp16 a tile of rows at a time + activations to fp16, cublasGemmEx with
-// fp32 compute; F32 weights through cublasSgemm), and sizes the scratch both need.
+// path (activations to fp16 with a power-of-two scale per column, weights dequantized to fp16 a tile of rows at a
+// time, cublasGemmEx with fp32 compute, output columns scaled back; F32 weights through cublasSgemm), and sizes
+// the scratch both need.
 #include "cuda/mm_impl.cuh"
 #include <stdlib.h>
 
@@ -29,6 +30,71 @@ static int64_t gemm_tile_rows(const bn_cu_weight *w) {
 
 bool bn_cu_matmul_uses_mmvq(int type, int nb) { return nb <= BN_CU_MMVQ_MAX_NB; }
 
+// ---- prefill activations: fp16 with a power-of-two scale per column ----------------------------------------
+// fp16 holds |x| < 65520 (above: inf, then NaN logits; SwiGLU products entering ffn_down can get there) and
+// keeps 11 significant bits only down to 2^-14 (below: subnormals, then 0). So each column t (token) of x is
+// converted as fp16(x·2^-k_t) and the GEMM's output column multiplied by 2^k_t afterwards; powers of two make
+// both steps exact (up to the fp16 rounding itself). k_t = 0 (bit-identical to a plain conversion) for every
+// column whose max |x| m lies in [2^-10, 2^15): its elements within 2^-8 of m are normal fp16, and the absolute
+// error of the subnormal rest (<= 2^-25) stays below 1/16 of the largest element's own rounding error (2^-11·m).
+// Outside that range, and for m > 0 finite, m·2^-k_t lands in [2^14, 2^15) (k_t >= -126, so 2^±k_t are floats).
+// A column holding an inf or NaN keeps k_t = 0, so its outputs stay non-finite.
+#define X16_THREADS 256
+
+// gemm_act_bytes: scratch for the fp16 activations {ne0, nb} and the per-column scales {nb}.
+static size_t gemm_act_bytes(int64_t ne0, int nb) {
+    return align256((size_t)ne0 * nb * 2) + align256((size_t)nb * sizeof(float));
+}
+
+// x16_exponent: k_t for a column with max |x| = m (inf for a column holding an inf or NaN).
+static __device__ __forceinline__ int x16_exponent(float m) {
+    if (m == INFINITY || m == 0.0f || (m >= 0x1p-10f && m < 0x1p15f)) return 0;
+    int e;
+    frexpf(m, &e); // m in [2^(e-1), 2^e)
+    return e - 15 < -126 ? -126 : e - 15;
+}
+
+// x16_scaled_k: one block per column t of x {ne0, nb}: out[:, t] = fp16(x[:, t]·2^-k_t), scale[t] = 2^k_t.
+static __global__ void x16_scaled_k(const float *__restrict__ x, int64_t ne0, bn_half *__restrict__ out,
+                                    float *__restrict__ scale) {
+    BN_SHARED(float, red, 32);
+    const float *xc = x + (int64_t)blockIdx.x * ne0;
+    bn_half *oc = out + (int64_t)blockIdx.x * ne0;
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < ne0; i += X16_THREADS) {
+        float a = fabsf(xc[i]);
+        m = fmaxf(m, a == a ? a : INFINITY); // a NaN counts as inf (fmaxf would drop it)
+    }
+    m = bn_warp_reduce_max(m);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = m;
+    __syncthreads();
+    m = bn_warp_reduce_max(threadIdx.x % 32 < X16_THREADS / 32 ? red[threadIdx.x % 32] : 0.0f);
+    const int k = x16_exponent(m);
+    const float down = ldexpf(1.0f, -k); // 1.0f for k = 0: x·1 is x exactly
+    for (int64_t i = threadIdx.x; i < ne0; i += X16_THREADS) oc[i] = bn_f2h(xc[i] * down);
+    if (threadIdx.x == 0) scale[blockIdx.x] = ldexpf(1.0f, k);
+}
+
+// unscale_cols_k: y[:, t] *= scale[t] where scale[t] != 1; grid (ceil(ne1 / X16_THREADS), nb).
+static __global__ void unscale_cols_k(float *__restrict__ y, int64_t ne1, const float *__restrict__ scale) {
+    const float sc = scale[blockIdx.y];
+    const int64_t r = (int64_t)blockIdx.x * X16_THREADS + threadIdx.x;
+    if (sc != 1.0f && r < ne1) y[(int64_t)blockIdx.y * ne1 + r] *= sc;
+}
+
+// x16_scaled: launches x16_scaled_k (x16 {ne0, nb}, scale {nb} in scratch).
+static cudaError_t x16_scaled(const float *x, int64_t ne0, int nb, bn_half *x16, float *scale, cudaStream_t s) {
+    BN_LAUNCH(x16_scaled_k, dim3((unsigned)nb), dim3(X16_THREADS), 0, s, x, ne0, x16, scale);
+    return cudaGetLastError();
+}
+
+// unscale_cols: launches unscale_cols_k on y {ne1, nb}.
+static cudaError_t unscale_cols(float *y, int64_t ne1, int nb, const float *scale, cudaStream_t s) {
+    dim3 grid((unsigned)((ne1 + X16_THREADS - 1) / X16_THREADS), (unsigned)nb);
+    BN_LAUNCH(unscale_cols_k, grid, dim3(X16_THREADS), 0, s, y, ne1, scale);
+    return cudaGetLastError();
+}
+
 size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
     int64_t ne0 = w->ne0;
     if (bn_cu_matmul_uses_mmvq(w->type, nb)) {
@@ -37,9 +103,9 @@ size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
         return align256((size_t)ne0 * nb) + align256((size_t)units * sizeof(bn_q8_ds));
     }
     if (w->type == BN_CU_F32) return 0;
-    size_t x16 = align256((size_t)ne0 * nb * 2);
-    if (w->type == BN_CU_F16) return x16;
-    return x16 + align256((size_t)gemm_tile_rows(w) * ne0 * 2);
+    size_t act = gemm_act_bytes(ne0, nb);
+    if (w->type == BN_CU_F16) return act;
+    return act + align256((size_t)gemm_tile_rows(w) * ne0 * 2);
 }
 
 // blas_error: cuBLAS failures are reported as cudaErrorLaunchFailure (cudaError_t has no cuBLAS codes).
@@ -47,9 +113,10 @@ static cudaError_t blas_error(cublasStatus_t st) {
     return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
 }
 
-// matmul_gemm: the prefill path (nb beyond the mmvq range).
-static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,
-                               cublasHandle_t blas, cudaStream_t s) {
+// matmul_gemm: the prefill path (nb beyond the mmvq range) for one weight; x16 and scale from x16_scaled (unused
+// for F32 weights), the weight's fp16 tiles after them in scratch.
+static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, const bn_half *x16, const float *scale,
+                               float *y, int nb, void *scratch, cublasHandle_t blas, cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
     int ne0 = (int)w->ne0;
     cudaError_t e;
@@ -60,15 +127,14 @@ static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, float *y, 
                          (int)(w->row_bytes / 4), x, ne0, &zero, y, (int)w->ne1);
         return blas_error(st);
     }
-    bn_half *x16 = (bn_half *)scratch;
-    if ((e = bn_cu_f32_to_f16(x, (int64_t)ne0 * nb, x16, s)) != cudaSuccess) return e;
     if (w->type == BN_CU_F16) {
         st = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, nb, ne0, &one, w->data, CUDA_R_16F,
                           (int)(w->row_bytes / 2), x16, CUDA_R_16F, ne0, &zero, y, CUDA_R_32F, (int)w->ne1,
                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        return blas_error(st);
+        if (st != CUBLAS_STATUS_SUCCESS) return blas_error(st);
+        return unscale_cols(y, w->ne1, nb, scale, s);
     }
-    bn_half *w16 = (bn_half *)((char *)scratch + align256((size_t)ne0 * nb * 2));
+    bn_half *w16 = (bn_half *)((char *)scratch + gemm_act_bytes(ne0, nb));
     int64_t tile = gemm_tile_rows(w);
     for (int64_t r0 = 0; r0 < w->ne1; r0 += tile) {
         int64_t nr = w->ne1 - r0 < tile ? w->ne1 - r0 : tile;
@@ -77,6 +143,25 @@ static cudaError_t matmul_gemm(const bn_cu_weight *w, const float *x, float *y, 
                           CUDA_R_16F, ne0, &zero, y + r0, CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) return blas_error(st);
+    }
+    return unscale_cols(y, w->ne1, nb, scale, s); // once, after every row tile
+}
+
+// matmuls_gemm: the prefill path for n weights of one x: x converted once (when a weight is not F32).
+static cudaError_t matmuls_gemm(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                void *scratch, cublasHandle_t blas, cudaStream_t s) {
+    int64_t ne0 = w[0]->ne0;
+    bn_half *x16 = (bn_half *)scratch;
+    float *scale = (float *)((char *)scratch + align256((size_t)ne0 * nb * 2));
+    bool converted = false;
+    for (int i = 0; i < n; i++) {
+        if (w[i]->ne1 == 0) continue;
+        cudaError_t e;
+        if (w[i]->type != BN_CU_F32 && !converted) {
+            if ((e = x16_scaled(x, ne0, nb, x16, scale, s)) != cudaSuccess) return e;
+            converted = true;
+        }
+        if ((e = matmul_gemm(w[i], x, x16, scale, y[i], nb, scratch, blas, s)) != cudaSuccess) return e;
     }
     return cudaSuccess;
 }
@@ -88,13 +173,7 @@ cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float 
     for (int i = 0; i < n; i++)
         if (!bn_cu_type_supported(w[i]->type) || w[i]->ne0 != ne0 || ne0 % bn_cu_blck(w[i]->type) != 0)
             return cudaErrorInvalidValue;
-    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) {
-        for (int i = 0; i < n; i++) {
-            cudaError_t e = w[i]->ne1 ? matmul_gemm(w[i], x, y[i], nb, scratch, blas, s) : cudaSuccess;
-            if (e != cudaSuccess) return e;
-        }
-        return cudaSuccess;
-    }
+    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
     int8_t *qs = (int8_t *)scratch;
     bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
     const bn_q8_act act = {qs, ds};

@@ -13,10 +13,13 @@
 //    integer for the formats with an offset or min), the per-32 dot is an exact integer (dp4a), the
 //    scales are applied in fp32. F16/BF16/F32 weights: fp32 math on fp32 activations.
 //  - GEMM path (nb > BN_CU_MMVQ_MAX_NB, prefill): the weight is dequantized to F16 in scratch (a tile of rows at
-//    a time) and x converted to F16; cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F). So prefill
-//    results equal an fp32 GEMM of fp16(W)·fp16(x): Q1_0/Q2_0/PQ2_0 weights (−d, 0, d, 2d) are exact in
-//    fp16, multi-bit types round d·q to fp16 (~2^-11 relative), as does x (|x| >= 65520 would become
-//    inf: fine for normed inputs, watch ffn_down inputs). F32 weights use cublasSgemm (fp32 inputs).
+//    a time) and x converted to F16 with a power-of-two scale per column t: fp16(x[:, t]·2^-k_t); cublasGemmEx
+//    with fp32 compute (CUBLAS_COMPUTE_32F), then y[:, t] *= 2^k_t. So prefill results equal an fp32 GEMM of
+//    fp16(W)·fp16(x) with x's fp16 range moved per column: Q1_0/Q2_0/PQ2_0 weights (−d, 0, d, 2d) are exact in
+//    fp16, multi-bit types round d·q to fp16 (~2^-11 relative), as does x. k_t = 0 (a plain conversion) when
+//    max|x[:, t]| is in [2^-10, 2^15) or the column holds an inf/NaN (outputs stay non-finite); otherwise
+//    the column's max lands in [2^14, 2^15): no inf from |x| >= 65520 (large SwiGLU products entering
+//    ffn_down), no subnormal loss for tiny columns (cuda/mm.cu). F32 weights use cublasSgemm (fp32 inputs).
 #ifndef BONSAI_CUDA_MM_CUH
 #define BONSAI_CUDA_MM_CUH
 #include <stddef.h>
@@ -53,7 +56,7 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
 // bn_cu_matmul_multi: y[i] {ne1_i, nb} = W[i] · x for i < n (1 <= n <= BN_CU_MATMUL_MULTI_MAX) weights with
 // the same ne0 (e.g. q/k/v or gate/up of one input): on the mmvq path x is quantized once per element
 // order and consecutive weights of one type share one launch (2 launches instead of 2n); on the GEMM
-// path as n bn_cu_matmul calls. Results are bit-identical to separate bn_cu_matmul calls. scratch: the
+// path x is converted to fp16 once, then one GEMM per weight. Results are bit-identical to separate bn_cu_matmul calls. scratch: the
 // largest bn_cu_matmul_scratch_bytes of the W[i]. Returns cudaSuccess or the first error.
 #define BN_CU_MATMUL_MULTI_MAX 4
 cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,

@@ -9,6 +9,11 @@
 //  - GEMM path (larger nb, fp16): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
 //    w·x through sgemm); only the fp32 accumulation differs: tolerance 1e-4 relative to Σ|w·x|.
 // The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row case takes 5 tiles.
+// GEMM activation range (per-column power-of-two scale, cuda/mm.cu): columns reaching 1e6 (plain fp16: inf)
+// and 1e-6 (plain fp16: mostly subnormal or 0) against an F64 reference of fp16(w)·x, tolerance 6e-4 relative
+// to Σ|w·x| (every scaled element is a normal fp16: 2^-11 relative, plus fp32 accumulation <= 256·2^-24);
+// ordinary columns bit-identical to a run without the extreme columns; an inf or NaN column gives non-finite
+// outputs only in that column.
 // get_rows: bit-identical to bn_dequantize. argmax/top-k: exact, against a sort with the same order
 // (value descending, ties → lower index, NaN last).
 #include "tests/test.h"
@@ -93,6 +98,94 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
           flags ? " (planar)" : "", (long long)ne1, (long long)ne0, nb, worst, tol);
     free(wq); free(wd); free(x); free(xr); free(y);
     return worst;
+}
+
+// range_errors: max relative errors (to Σ|w·x|) over rows of column c of y against Σ wd·x in F64 (*err_new)
+// and of the plain-fp16 product Σ wd·fp16(x) (*err_plain: what the unscaled conversion computes, before fp32
+// accumulation); *ref_max = max |Σ wd·x|.
+static void range_errors(const float *wd, const float *x, const float *y, int64_t ne0, int64_t ne1, int c,
+                         double *err_new, double *err_plain, double *ref_max) {
+    *err_new = *err_plain = *ref_max = 0;
+    for (int64_t r = 0; r < ne1; r++) {
+        double ref = 0, plain = 0, mag = 0;
+        for (int64_t i = 0; i < ne0; i++) {
+            double w = wd[r * ne0 + i], xi = x[c * ne0 + i];
+            ref += w * xi;
+            plain += w * bn_fp16_to_fp32(bn_fp32_to_fp16((float)xi));
+            mag += fabs(w * xi);
+        }
+        double e_new = fabs(y[c * ne1 + r] - ref) / mag, e_plain = fabs(plain - ref) / mag;
+        if (!(e_new <= *err_new)) *err_new = e_new; // NaN sticks
+        if (!(e_plain <= *err_plain)) *err_plain = e_plain;
+        *ref_max = fmax(*ref_max, fabs(ref));
+    }
+}
+
+// fill_log_uniform: n values of random sign, |v| log-uniform in [lo, hi], the first one = hi.
+static void fill_log_uniform(float *v, int64_t n, double lo, double hi) {
+    for (int64_t i = 0; i < n; i++) {
+        double mag = i == 0 ? hi : lo * pow(hi / lo, bn_rng_uniform_f24(&rng));
+        v[i] = (float)(frand(1.0f) < 0 ? -mag : mag);
+    }
+}
+
+// check_gemm_range: the prefill GEMM's per-column scaling (cuda/mm.cu) for one weight type; ne0 256, 300 rows
+// (2 fp16 tiles for quantized W at the test's tile size), nb 12: column 3 reaches 1e6, column 7 1e-6.
+static void check_gemm_range(int type) {
+    const int64_t ne0 = 256, ne1 = 300;
+    const int nb = 12, big = 3, tiny = 7, inf_col = 9, nan_col = 10;
+    const double tol = 6e-4;
+    float *wd, *x = xmalloc(sizeof(float) * ne0 * nb), *y[3];
+    uint8_t *wq = make_weights(type, ne0, ne1, &wd);
+    for (int64_t i = 0; i < ne0 * ne1; i++) wd[i] = bn_fp16_to_fp32(bn_fp32_to_fp16(wd[i])); // the GEMM's fp16 W
+    for (int64_t i = 0; i < ne0 * nb; i++) x[i] = frand(3.0f);
+    char err[256] = "";
+    int rc = 0;
+    for (int run = 0; run < 3; run++) { // 0: ordinary columns; 1: + the extreme columns; 2: + inf and NaN
+        if (run == 1) {
+            fill_log_uniform(x + big * ne0, ne0, 1e3, 1e6);
+            fill_log_uniform(x + tiny * ne0, ne0, 1e-9, 1e-6);
+        }
+        if (run == 2) x[inf_col * ne0 + 17] = INFINITY, x[nan_col * ne0 + 33] = NAN;
+        y[run] = xmalloc(sizeof(float) * ne1 * nb);
+        rc |= bn_cuda_mm_host(type, wq, ne0, ne1, x, nb, y[run], 0, err, sizeof err);
+        CHECK(rc == 0, "%s range run %d: %s", bn_type_name(type), run, err);
+    }
+    if (rc == 0) {
+        int differ01 = 0, differ12 = 0, finite = 0;
+        for (int c = 0; c < nb; c++) {
+            size_t col = sizeof(float) * ne1;
+            if (c != big && c != tiny) differ01 += memcmp(y[0] + c * ne1, y[1] + c * ne1, col) != 0;
+            if (c != inf_col && c != nan_col) differ12 += memcmp(y[1] + c * ne1, y[2] + c * ne1, col) != 0;
+            else
+                for (int64_t r = 0; r < ne1; r++) finite += isfinite(y[2][c * ne1 + r]);
+        }
+        CHECK(differ01 == 0, "%s: %d ordinary columns changed when other columns became extreme", bn_type_name(type),
+              differ01);
+        CHECK(differ12 == 0, "%s: %d columns changed when another column got an inf/NaN", bn_type_name(type), differ12);
+        CHECK(finite == 0, "%s: %d finite outputs in the inf/NaN columns", bn_type_name(type), finite);
+        double e_big, p_big, m_big, e_tiny, p_tiny, m_tiny, e_ord = 0, p_ord, m_ord;
+        range_errors(wd, x, y[1], ne0, ne1, big, &e_big, &p_big, &m_big);
+        range_errors(wd, x, y[1], ne0, ne1, tiny, &e_tiny, &p_tiny, &m_tiny);
+        for (int c = 0; c < nb; c++) {
+            if (c == big || c == tiny || c == inf_col || c == nan_col) continue;
+            double e;
+            range_errors(wd, x, y[1], ne0, ne1, c, &e, &p_ord, &m_ord);
+            if (!(e <= e_ord)) e_ord = e;
+        }
+        // the unscaled conversion would have failed: 1e6 is inf in fp16, the tiny column's plain-fp16 error
+        CHECK((bn_fp32_to_fp16(x[big * ne0]) & 0x7fff) == 0x7c00 && isfinite(m_big) && m_big > 65504,
+              "%s: column %d does not exercise fp16 overflow (max |ref| %g)", bn_type_name(type), big, m_big);
+        CHECK(p_tiny > 4 * tol, "%s: tiny column's plain-fp16 error %.3g not above 4x the tolerance", bn_type_name(type),
+              p_tiny);
+        CHECK(e_big <= tol && e_tiny <= tol && e_ord <= tol, "%s: max relative error big %.3g, tiny %.3g, "
+              "ordinary %.3g > %g", bn_type_name(type), e_big, e_tiny, e_ord, tol);
+        printf("%-5s gemm range: max rel err 1e6 column %.2g (max |y| %.3g), 1e-6 column %.2g (plain fp16 %.2g), "
+               "ordinary %.2g; ordinary columns bit-identical, inf/NaN columns non-finite\n", bn_type_name(type),
+               e_big, m_big, e_tiny, p_tiny, e_ord);
+    }
+    for (int run = 0; run < 3; run++) free(y[run]);
+    free(wq); free(wd); free(x);
 }
 
 static void check_get_rows(int type, int64_t ne0, int64_t ne1, int flags) {
@@ -231,6 +324,8 @@ int main(void) {
         printf("%-5s max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(types[t]), worst_vq,
                worst_gemm);
     }
+    const int range_types[] = {BN_F16, BN_Q8_0, BN_Q1_0};
+    for (size_t t = 0; t < sizeof range_types / sizeof range_types[0]; t++) check_gemm_range(range_types[t]);
     // the planar layouts of bn_cu_weight_repack (rows must be 16-byte aligned: these shapes are)
     const int planar[] = {BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0};
     for (size_t t = 0; t < sizeof planar / sizeof planar[0]; t++) {
@@ -259,6 +354,7 @@ int main(void) {
             check_multi(2, q2, r3, 1024, nb, 0);
         }
         check_multi(2, gemm, r3, 1024, 12, 0);
+        check_multi(4, mix, r4, 1024, 12, 0); // GEMM path with an F32 weight (sgemm, no fp16 x) among them
         printf("matmul_multi: bit-identical to single calls\n");
     }
     check_argmax();
