@@ -35,8 +35,9 @@ bool bn_cu_matmul_uses_mmvq(int type, int nb) { return nb <= BN_CU_MMVQ_MAX_NB; 
 // keeps 11 significant bits only down to 2^-14 (below: subnormals, then 0). So each column t (token) of x is
 // converted as fp16(x·2^-k_t) and the GEMM's output column multiplied by 2^k_t afterwards; powers of two make
 // both steps exact (up to the fp16 rounding itself). k_t = 0 (bit-identical to a plain conversion) for every
-// column whose max |x| m lies in [2^-10, 2^15): its elements within 2^-8 of m are normal fp16, and the absolute
-// error of the subnormal rest (<= 2^-25) stays below 1/16 of the largest element's own rounding error (2^-11·m).
+// column whose max |x| m lies in [2^-10, 2^15): its elements down to m/16 (>= 2^-14) are normal fp16, and the
+// absolute error of the subnormal rest (<= 2^-25) stays below 1/16 of the largest element's own rounding error
+// (2^-11·m); nothing comes near 65520.
 // Outside that range, and for m > 0 finite, m·2^-k_t lands in [2^14, 2^15) (k_t >= -126, so 2^±k_t are floats).
 // A column holding an inf or NaN keeps k_t = 0, so its outputs stay non-finite.
 #define X16_THREADS 256
