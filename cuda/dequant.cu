@@ -1,5 +1,5 @@
 // cuda/dequant.cu — whole-row dequantization: embedding lookup (bn_cu_get_rows, fp32, bit-identical
-// to bn_dequantize), weight tiles to fp16 for the prefill GEMM, and fp32 → fp16 activations.
+// to bn_dequantize), weight tiles to fp16 for the prefill GEMM (the activations' scaled fp16 conversion is in cuda/mm.cu).
 // One thread per output element (coalesced writes; the threads of a block share a weight block).
 #include "cuda/mm_impl.cuh"
 
@@ -24,11 +24,6 @@ __global__ void dequant_f16_k(const uint8_t *__restrict__ w, size_t row_bytes, i
     int64_t r = blockIdx.x;
     if (k >= ne0) return;
     out[r * ne0 + k] = bn_f2h(bn_deq_elem<T>(w + (r0 + r) * row_bytes, k, ne0));
-}
-
-__global__ void f32_to_f16_k(const float *__restrict__ x, int64_t n, bn_half *__restrict__ out) {
-    int64_t i = (int64_t)blockIdx.x * DEQ_THREADS + threadIdx.x;
-    if (i < n) out[i] = bn_f2h(x[i]);
 }
 
 struct get_rows_launch {
@@ -66,11 +61,4 @@ cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s) {
     if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
     return bn_cu_by_type(w->type, dequant_f16_launch{w, r0, nr, out, s});
-}
-
-cudaError_t bn_cu_f32_to_f16(const float *x, int64_t n, bn_half *out, cudaStream_t s) {
-    if (n <= 0) return cudaSuccess;
-    BN_LAUNCH(f32_to_f16_k, dim3((unsigned)((n + DEQ_THREADS - 1) / DEQ_THREADS)), dim3(DEQ_THREADS), 0, s, x, n,
-              out);
-    return cudaGetLastError();
 }

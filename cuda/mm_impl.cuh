@@ -445,7 +445,5 @@ cudaError_t bn_cu_mmvq(const bn_cu_weight *const *w, float *const *y, int n, con
                        int nb, cudaStream_t s);
 // bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
-// bn_cu_f32_to_f16: n floats to fp16 (round to nearest even).
-cudaError_t bn_cu_f32_to_f16(const float *x, int64_t n, bn_half *out, cudaStream_t s);
 
 #endif
