@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
 """scripts/make-chat-data.py CORPUS OUTDIR [HELDOUT_SHARE [GROUP]] — the chat-formatted training text and the
 prompt files for the small looping model (issue #8; called by scripts/make-model.sh).
+scripts/make-chat-data.py --validation EXTRA CORPUS OUTDIR — validation data from text the model never saw
+(EXTRA: scripts/make-corpus.sh --extra; called by scripts/make-val-data.sh): EXTRA's entries minus any also in
+CORPUS; every 4th one (from the first) is a validation entry: OUTDIR/val.txt (plain text, as heldout.txt) and
+OUTDIR/prompts-val.jsonl (their openings, as below); the others give OUTDIR/tether.txt (plain text for
+bonsai-ftpo-train --tether-text). So validation prompts, validation text and tether text are disjoint from
+each other, from the model's training text and from the held-out set.
 
 Each fortune (one paragraph of CORPUS, data/corpus/fortunes.txt) becomes one ChatML exchange:
 user = its first 4 words, assistant = the rest of the entry followed by the next GROUP-1 entries
@@ -15,22 +21,53 @@ bonsai-perplexity) and prompts-heldout.jsonl; the others give prompts-train.json
 """
 import json, sys
 
+
+def read_entries(path):
+    """The non-empty paragraphs of a corpus file, without their trailing newlines."""
+    return [e.strip("\n") for e in open(path, encoding="utf-8").read().split("\n\n") if e.strip()]
+
+
+def opening(entry):
+    """The prompt of an entry (its first 4 words), or None when it is too short for an opening and a continuation."""
+    words = entry.split()
+    return " ".join(words[:4]) if len(words) >= 6 else None
+
+
+def write_prompts(path, openings, source):
+    with open(path, "w", encoding="utf-8") as f:
+        for p in openings:
+            f.write(json.dumps({"prompt": p, "source": source}) + "\n")
+
+
+if sys.argv[1] == "--validation":
+    extra, corpus, outdir = sys.argv[2], sys.argv[3], sys.argv[4]
+    seen = set(read_entries(corpus))
+    entries = [e for e in read_entries(extra) if e not in seen]
+    val = entries[0::4]
+    rest = [e for i, e in enumerate(entries) if i % 4 != 0]
+    open(f"{outdir}/val.txt", "w", encoding="utf-8").write("\n\n".join(val) + "\n")
+    open(f"{outdir}/tether.txt", "w", encoding="utf-8").write("\n\n".join(rest) + "\n")
+    openings = [o for o in map(opening, val) if o]
+    write_prompts(f"{outdir}/prompts-val.jsonl", openings, "fortunes-val")
+    print(f"validation data: {len(entries)} entries ({len(read_entries(extra)) - len(entries)} also in {corpus} dropped): "
+          f"{len(val)} validation ({len(openings)} prompts), {len(rest)} tether")
+    sys.exit(0)
+
 corpus, outdir = sys.argv[1], sys.argv[2]
 share = float(sys.argv[3]) if len(sys.argv) > 3 else 0.1
 GROUP = int(sys.argv[4]) if len(sys.argv) > 4 else 4
-entries = [e.strip("\n") for e in open(corpus, encoding="utf-8").read().split("\n\n") if e.strip()]
+entries = read_entries(corpus)
 n_held = max(1, int(len(entries) * share))
 split = len(entries) - n_held
 chat, prompts = [], {"train": [], "heldout": []}
 held_bytes = 0
 for i, e in enumerate(entries):
-    words = e.split()
-    if len(words) < 6:          # too short to have an opening and a continuation
+    first = opening(e)
+    if first is None:
         continue
-    opening = " ".join(words[:4])
     # the rest of the entry after the 4th word, original line breaks kept
     pos = 0
-    for w in words[:4]:
+    for w in e.split()[:4]:
         pos = e.index(w, pos) + len(w)
     rest = e[pos:].strip()
     # the assistant keeps going: the rest of this entry, then the next entries of the same split
@@ -39,17 +76,15 @@ for i, e in enumerate(entries):
     last = split if i < split else len(entries)
     nxt = [entries[j] for j in range(i + 1, min(i + GROUP, last))]
     rest = "\n\n".join([rest] + nxt)
-    chat.append("\x01user\n" + opening + "\x02\n\x01assistant\n" + rest + "\x02\n")
+    chat.append("\x01user\n" + first + "\x02\n\x01assistant\n" + rest + "\x02\n")
     part = "heldout" if i >= split else "train"
-    prompts[part].append(opening)
+    prompts[part].append(first)
     if part == "heldout":
         held_bytes += len(chat[-1].encode("utf-8"))
 open(f"{outdir}/chat.txt", "w", encoding="utf-8").write("".join(chat))
 open(f"{outdir}/heldout.txt", "w", encoding="utf-8").write("\n\n".join(entries[split:]) + "\n")
 for part in ("train", "heldout"):
-    with open(f"{outdir}/prompts-{part}.jsonl", "w", encoding="utf-8") as f:
-        for p in prompts[part]:
-            f.write(json.dumps({"prompt": p, "source": "fortunes-" + part}) + "\n")
+    write_prompts(f"{outdir}/prompts-{part}.jsonl", prompts[part], "fortunes-" + part)
 total = len("".join(chat).encode("utf-8"))
 print(f"chat-data: {len(chat)} exchanges ({len(prompts['train'])} train, {len(prompts['heldout'])} held out), "
       f"{total} bytes, held-out share {held_bytes / total:.4f}")

@@ -3,6 +3,9 @@
 # from Debian's fortunes-min package (/usr/share/games/fortunes: fortunes, literature, riddles).
 #
 #   scripts/make-corpus.sh [OUT.txt]          (default: data/corpus/fortunes.txt)
+#   scripts/make-corpus.sh --extra OUT.txt    text the model never saw, for validation and the tether
+#                                             (scripts/make-val-data.sh): Debian's fortunes package, files
+#                                             wisdom, platitudes, miscellaneous
 #
 # Source: $FORTUNE_DIR (default /usr/share/games/fortunes). When it is missing the script installs
 # fortunes-min with apt-get (as root), or else fetches the .deb with `apt-get download` and unpacks
@@ -21,22 +24,29 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+pkg=fortunes-min
+files=(fortunes literature riddles)
+if [ "${1:-}" = --extra ]; then
+    pkg=fortunes
+    files=(wisdom platitudes miscellaneous)
+    shift
+    [ $# = 1 ] || { echo "usage: $0 --extra OUT.txt" >&2; exit 2; }
+fi
 out=${1:-$root/data/corpus/fortunes.txt}
 src=${FORTUNE_DIR:-/usr/share/games/fortunes}
-files=(fortunes literature riddles)
 tmp=""
 cleanup() { [ -n "$tmp" ] && rm -rf "$tmp"; return 0; }
 trap cleanup EXIT
 
-if [ ! -f "$src/fortunes" ]; then
+if [ ! -f "$src/${files[0]}" ]; then
     if [ "$(id -u)" = 0 ]; then
-        echo "make-corpus: installing fortunes-min" >&2
-        apt-get install -y -qq fortunes-min >&2 || { apt-get update -qq >&2 && apt-get install -y -qq fortunes-min >&2; }
+        echo "make-corpus: installing $pkg" >&2
+        apt-get install -y -qq "$pkg" >&2 || { apt-get update -qq >&2 && apt-get install -y -qq "$pkg" >&2; }
     else
         tmp=$(mktemp -d)
-        echo "make-corpus: fetching fortunes-min into $tmp" >&2
-        (cd "$tmp" && apt-get download fortunes-min >&2)
-        dpkg-deb -x "$tmp"/fortunes-min_*.deb "$tmp/x"
+        echo "make-corpus: fetching $pkg into $tmp" >&2
+        (cd "$tmp" && apt-get download "$pkg" >&2)
+        dpkg-deb -x "$tmp"/"$pkg"_*.deb "$tmp/x"
         src="$tmp/x/usr/share/games/fortunes"
     fi
 fi
@@ -59,8 +69,8 @@ entries=$(cat "$part.count")
 rm -f "$part.count"
 mv "$part" "$out"
 # the package's BSD copyright notice travels with the text
-for c in "$src/../../doc/fortunes-min/copyright" /usr/share/doc/fortunes-min/copyright; do
-    if [ -f "$c" ]; then cp "$c" "$(dirname "$out")/COPYRIGHT.fortunes-min"; break; fi
+for c in "$src/../../doc/$pkg/copyright" "/usr/share/doc/$pkg/copyright"; do
+    if [ -f "$c" ]; then cp "$c" "$(dirname "$out")/COPYRIGHT.$pkg"; break; fi
 done
-version=$(dpkg-query -W -f='${Version}' fortunes-min 2>/dev/null || echo unknown)
-echo "corpus: $entries entries, $(wc -c < "$out") bytes, sha256 $(sha256sum "$out" | cut -d' ' -f1), fortunes-min $version -> $out"
+version=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || echo unknown)
+echo "corpus: $entries entries, $(wc -c < "$out") bytes, sha256 $(sha256sum "$out" | cut -d' ' -f1), $pkg $version -> $out"

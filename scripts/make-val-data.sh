@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# scripts/make-val-data.sh — the demo's validation data and tether text, from fortunes the looping model never
+# saw (issue #8): Debian's `fortunes` package (files wisdom, platitudes, miscellaneous; scripts/make-corpus.sh
+# --extra), minus any entry also in data/corpus/fortunes.txt, split by scripts/make-chat-data.py --validation:
+#   data/val/prompts.jsonl  validation prompts (the first 4 words of every 4th entry)
+#   data/val/text.txt       validation text (those entries; the held-out text's role, on other fortunes)
+#   data/val/tether.txt     the other entries: the plain-text tether of the STE runs
+# Deterministic for a given package version; prints the corpus line and the split.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$root/scripts/make-corpus.sh" --extra "$tmp/extra.txt"
+python3 "$root/scripts/make-chat-data.py" --validation "$tmp/extra.txt" "$root/data/corpus/fortunes.txt" "$tmp"
+mkdir -p "$root/data/val"
+mv "$tmp/prompts-val.jsonl" "$root/data/val/prompts.jsonl"
+mv "$tmp/val.txt" "$root/data/val/text.txt"
+mv "$tmp/tether.txt" "$root/data/val/tether.txt"
+mv "$tmp/COPYRIGHT.fortunes" "$root/data/val/COPYRIGHT.fortunes"
