@@ -6,13 +6,14 @@
 #   2. bonsai-mine-pairs on the train prompts, primed (ANTIDOOM.md §3) and sampled (antidoom),
 #      regularised; the same on the held-out prompts for held-out pairs (split "heldout");
 #   3. bonsai-ftpo-train: LoRA with FTPO, early stop on the running chosen_win;
-#   4. merge into FP16 and bonsai-quantize to Q1_0 / Q2_0 (variant a: "antidoom-Q1_0"); the same LoRA
-#      trained through the quantizer, --ste-type Q1_0 / Q2_0, merged with --merge-type (variant b:
-#      "antidoom-Q1_0-ste"); a LoRA trained on the quantized base and merged keep (variant c:
-#      "antidoom-Q1_0-qbase"; only with DEMO_QBASE=1); the STE runs hold plain text with a KL tether to the
-#      quantized base (--tether-text: the corpus without its held-out tail); for Q1_0 an on-policy second round
-#      (variant b2: "antidoom-Q1_0-ste2"): pairs mined with antidoom-Q1_0-ste itself on the train and held-out
-#      prompts, the STE adapter retrained from the base on both rounds' train pairs (DEMO_STE_ROUND2=0 skips it);
+#   4. merge into FP16 and bonsai-quantize to Q1_0 / Q2_0 (variant a: "antidoom-Q1_0"); the LoRA trained through
+#      the quantizer, --ste-type Q1_0 / Q2_0, merged with --merge-type (variant b: "antidoom-Q1_0-ste"), holding
+#      plain text with a KL tether to the quantized base (--tether-text data/val/tether.txt: fortunes the
+#      model never saw, apart from the validation and held-out ones); for Q1_0 in on-policy rounds (scripts/demo-rounds.sh: pairs mined with the previous
+#      round's model, the adapter retrained from the base on all rounds' pairs, one candidate per seed, every
+#      choice made on validation prompts/text/pairs; rounds 2.. are "antidoom-Q1_0-ste2" …, the final pick is
+#      printed); a LoRA trained on the quantized base and merged keep (variant c: "antidoom-Q1_0-qbase"; only
+#      with DEMO_QBASE=1);
 #   5. evaluation of base and antidoom models: greedy loop rate on the held-out prompts, chosen_win on
 #      the held-out pairs, held-out perplexity, mean/median completion length — one table, then the
 #      requantization goals per quantized row (chosen_win vs FP16, loop-rate reduction and perplexity
@@ -23,11 +24,14 @@
 # DEMO_TRAIN_PROMPTS (all), DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP,
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
-# DEMO_STE_TETHER (λ of the STE runs' plain-text KL tether, 1; 0 = off), DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2),
-# DEMO_STE_ROUND2 (1), DEMO_R2_R1_COPIES (round 1's train pairs repeated in round 2, 3), DEMO_QTYPES ("Q1_0 Q2_0"),
+# DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2) (windows of the STE runs' plain-text KL tether),
+# DEMO_STE_ROUNDS (most Q1_0 STE rounds, 2), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one Q1_0 STE candidate per seed ×
+# λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; Q2_0: one round, the first seed only), DEMO_VAL_PROMPTS (validation prompts
+# used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
 # DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/demo-rounds.sh"
 B=${1:-build}
 T="$B/tools"
 out=${BONSAI_DEMO_DIR:-out/demo}
@@ -49,17 +53,22 @@ stop=${DEMO_STOP:-0.4}
 ste_stop=${DEMO_STE_STOP:-0.8}
 ste_targets=${DEMO_STE_TARGETS:-lm_head}
 ste_nt=${DEMO_STE_LAMBDA_NT:-1}
-ste_tether=${DEMO_STE_TETHER:-1}
 tether_ctx=${DEMO_TETHER_CTX:-64}
 tether_batch=${DEMO_TETHER_BATCH:-2}
-ste_round2=${DEMO_STE_ROUND2:-1}
-r2_copies=${DEMO_R2_R1_COPIES:-3}
 seed=${DEMO_SEED:-3407}
+ste_rounds=${DEMO_STE_ROUNDS:-2}
+ste_seeds=${DEMO_STE_SEEDS:-$seed $((seed + 1))}
+ste_lambdas=${DEMO_STE_TETHERS:-3 10 30}
+nval=${DEMO_VAL_PROMPTS:-0}
 qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
 qbase=${DEMO_QBASE:-0}
 export OPENBLAS_NUM_THREADS=$th
 mkdir -p "$out"
-rm -f "$out"/*.jsonl "$out"/*.json
+rm -f "$out"/*.jsonl "$out"/*.json "$out"/*.tsv
+# validation data (scripts/make-val-data.sh): fortunes the model never saw, apart from the held-out set
+pval=$out/prompts-val.jsonl
+awk -v n="$nval" 'n == 0 || NR <= n' "$root/data/val/prompts.jsonl" > "$pval"
+valtxt=$root/data/val/text.txt
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 maxp() { [ "$1" -gt 0 ] && echo "--max-prompts $1" || true; }
 t0=$(date +%s)
@@ -97,17 +106,12 @@ mine_pairs "$model" "$ptrain" "$ntrain" train 1 1001 "$out/pairs-prime.jsonl" "$
     tail -6
 mine_pairs "$model" "$pheld" "$nheld" heldout 2 2001 "$out/pairs-heldout-prime.jsonl" "$out/pairs-heldout-sample.jsonl" \
     "$out/pairs-heldout.jsonl"
-cat "$out/pairs-train.jsonl" "$out/pairs-heldout.jsonl" > "$out/pairs-all.jsonl"
-echo "pairs: $(wc -l < "$out/pairs-train.jsonl") train, $(wc -l < "$out/pairs-heldout.jsonl") held out"
-# the STE runs' plain-text tether: the model's training text = the corpus without its held-out tail (that tail
-# is data/heldout.txt, which measures perplexity and must never be trained on)
-corpus=$root/data/corpus/fortunes.txt
-held_line=$(grep -nxF -- "$(head -1 "$heldtxt")" "$corpus" | head -1 | cut -d: -f1)
-[ -n "$held_line" ] || { echo "demo: the held-out text's first line is not in $corpus" >&2; exit 1; }
-head -n $((held_line - 1)) "$corpus" > "$out/tether.txt"
-tether=()
-awk -v x="$ste_tether" 'BEGIN { exit !(x > 0) }' &&
-    tether=(--tether-text "$out/tether.txt" --lambda-tether "$ste_tether" --tether-ctx "$tether_ctx" --tether-batch "$tether_batch")
+# validation pairs (held-out split: evaluated by the trainer, never trained on)
+mine_pairs "$model" "$pval" 0 heldout 3 3001 "$out/pairs-val-prime.jsonl" "$out/pairs-val-sample.jsonl" \
+    "$out/pairs-val.jsonl"
+cat "$out/pairs-train.jsonl" "$out/pairs-val.jsonl" > "$out/pairs-all.jsonl"
+echo "pairs: $(wc -l < "$out/pairs-train.jsonl") train, $(wc -l < "$out/pairs-val.jsonl") validation," \
+     "$(wc -l < "$out/pairs-heldout.jsonl") held out"
 
 step "3/6 FTPO LoRA training (early stop at running chosen_win >= $stop)"
 ftpo=(--rank 16 --alpha 16 --targets all --epochs "$epochs" --lr "$lr" --batch 4 --grad-accum 1
@@ -123,39 +127,9 @@ labels="base-f16 antidoom-f16"
 for q in $qtypes; do
     lq=$(echo "$q" | tr 'A-Z' 'a-z')
     echo "(a) antidoom $q: $("$T/bonsai-quantize" "$out/antidoom-f16.gguf" "$out/antidoom-$q.gguf" "$q" --threads "$th" | tail -1)"
+    labels="$labels antidoom-$q"
     echo "(b) STE through $q, targets $ste_targets (early stop at running chosen_win >= $ste_stop on the $q model):"
-    "$T/bonsai-ftpo-train" -m "$model" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-ste.gguf" --early-stop "$ste_stop" --ste-type "$q" \
-        --targets "$ste_targets" --lambda-nt "$ste_nt" "${tether[@]}" \
-        --log "$out/ftpo-log-$q-ste.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|ftpo-train: tether KL|early stop)' | tail -3
-    "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter-$q-ste.gguf" -o "$out/antidoom-$q-ste.gguf" \
-        --merge-type "$lq" > /dev/null
-    labels="$labels antidoom-$q antidoom-$q-ste"
-    if [ "$ste_round2" = 1 ] && [ "$q" = Q1_0 ]; then
-        # on-policy second round: mine new pairs (train and held-out prompts) with the round-1 STE model itself,
-        # then retrain the STE adapter from the base on round 1's and round 2's train pairs
-        echo "(b2) second STE round: pairs mined on antidoom-$q-ste, retrained from the base on both rounds' pairs:"
-        mine_pairs "$out/antidoom-$q-ste.gguf" "$ptrain" "$ntrain" train 11 1011 "$out/r2-pairs-prime.jsonl" \
-            "$out/r2-pairs-sample.jsonl" "$out/r2-pairs-train-raw.jsonl"
-        if [ -s "$out/r2-pairs-train-raw.jsonl" ]; then
-            "$T/bonsai-mine-pairs" --regularise "$out/r2-pairs-train-raw.jsonl" -o "$out/r2-pairs-train.jsonl" --headroom 1 \
-                --top 5 | tail -1
-        else
-            : > "$out/r2-pairs-train.jsonl" # the round-1 model gave no new loops on the train prompts
-        fi
-        mine_pairs "$out/antidoom-$q-ste.gguf" "$pheld" "$nheld" heldout 12 2011 "$out/r2-pairs-heldout-prime.jsonl" \
-            "$out/r2-pairs-heldout-sample.jsonl" "$out/r2-pairs-heldout.jsonl"
-        # round 1's train pairs weighted by repetition (DEMO_R2_R1_COPIES), so the adapter keeps round 1's tokens
-        for _ in $(seq "$r2_copies"); do cat "$out/pairs-train.jsonl"; done > "$out/r2-pairs-all.jsonl"
-        cat "$out/r2-pairs-train.jsonl" "$out/pairs-heldout.jsonl" >> "$out/r2-pairs-all.jsonl"
-        echo "round-2 pairs: $(wc -l < "$out/r2-pairs-train.jsonl") train + round 1's $(wc -l < "$out/pairs-train.jsonl") x $r2_copies," \
-             "$(wc -l < "$out/r2-pairs-heldout.jsonl") held out"
-        "$T/bonsai-ftpo-train" -m "$model" -p "$out/r2-pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-ste2.gguf" \
-            --early-stop "$ste_stop" --ste-type "$q" --targets "$ste_targets" --lambda-nt "$ste_nt" "${tether[@]}" \
-            --log "$out/ftpo-log-$q-ste2.jsonl" 2>&1 | grep -E '^(ftpo-train: [0-9]+/|ftpo-train: tether KL|early stop)' | tail -3
-        "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$out/adapter-$q-ste2.gguf" -o "$out/antidoom-$q-ste2.gguf" \
-            --merge-type "$lq" > /dev/null
-        labels="$labels antidoom-$q-ste2"
-    fi
+    if [ "$q" = Q1_0 ]; then ste_rounds "$q" "$ste_rounds" "$ste_seeds"; else ste_rounds "$q" 1 "${ste_seeds%% *}"; fi
     if [ "$qbase" = 1 ]; then
         echo "(c) LoRA on the $q base, merged keep:"
         "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-qbase.gguf" --early-stop "$stop" \
@@ -169,12 +143,8 @@ for q in $qtypes; do labels="$labels base-$q"; done
 
 step "5/6 evaluate (greedy loop rate, held-out chosen_win, perplexity)"
 for label in $labels; do [ -f "$out/eval-$label.json" ] || evaluate "$label" "$out/$label.gguf"; done
-# chosen_win on the held-out pairs: the "base" row of --eval with each model as -m
-cw() {  # cw MODEL [PAIRS]
-    "$T/bonsai-ftpo-train" -m "$1" -p "${2:-$out/pairs-heldout.jsonl}" --eval "$out/adapter.gguf" -t "$th" 2>/dev/null |
-        awk '$1 == "base" && $2 == "heldout" { print $4 }'
-}
-for label in $labels; do echo "${label} $(cw "$out/$label.gguf")" >> "$out/chosen_win.txt.tmp"; done
+# chosen_win on the held-out pairs (scripts/demo-rounds.sh's pair_cw)
+for label in $labels; do echo "${label} $(pair_cw "$out/$label.gguf" "$out/pairs-heldout.jsonl")" >> "$out/chosen_win.txt.tmp"; done
 mv "$out/chosen_win.txt.tmp" "$out/chosen_win.txt"
 
 step "6/6 results on $(basename "$model") ($(( $(date +%s) - t0 )) s)"
@@ -202,7 +172,9 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
         case $label in antidoom-*) ;; *) continue ;; esac
         ty=${label#antidoom-}; ty=${ty%%-*}
         lb=$(jq -r .loop_rate "$out/eval-base-$ty.json") la=$(jq -r .loop_rate "$out/eval-$label.json")
-        awk -v l="$label" -v c="$(cw_of "$label")" -v cf="$cf" -v lb="$lb" -v la="$la" -v pb="$(ppl_of "base-$ty")" \
+        sel=$label
+        cat "$out"/selected-*.txt 2>/dev/null | grep -qxF "$label" && sel="**$label** (selected on validation)"
+        awk -v l="$sel" -v c="$(cw_of "$label")" -v cf="$cf" -v lb="$lb" -v la="$la" -v pb="$(ppl_of "base-$ty")" \
             -v pa="$(ppl_of "$label")" 'BEGIN {
                 share = (cf > 0) ? 100 * c / cf : 0
                 red = (lb > 0) ? sprintf("%.1f%% (%.1f%% -> %.1f%%)", 100 * (lb - la) / lb, 100 * lb, 100 * la) : "n/a (base 0%)"
@@ -211,23 +183,21 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
                 ok3 = drift <= 2 ? "✓" : "✗"
                 printf "| %s | %.1f%% %s | %s %s | %+.2f%% %s |\n", l, share, ok1, red, ok2, drift, ok3 }'
     done
-    if [ -s "$out/r2-pairs-heldout.jsonl" ]; then
+    for q in $qtypes; do
+        [ -s "$out/rounds-$q.tsv" ] || continue
         echo
-        echo "second held-out pair set (mined on antidoom-Q1_0-ste, the round-1 STE model; $(wc -l < "$out/r2-pairs-heldout.jsonl") rows):"
+        echo "$q STE candidates on validation (prompts/text/pairs never in the held-out set; score 0 = every goal met;"
+        echo "selected: $(cat "$out/selected-$q.txt")):"
         echo
-        echo "| model | chosen_win (round-2 held-out pairs) |"
-        echo "|---|---|"
-        for label in $labels; do echo "| $label | $(cw "$out/$label.gguf" "$out/r2-pairs-heldout.jsonl") |"; done
-    fi
+        head -1 "$out/rounds-$q.tsv" | sed 's/\t/ | /g; s/^/| /; s/$/ |/'
+        head -1 "$out/rounds-$q.tsv" | awk -F'\t' '{ s = "|"; for (i = 1; i <= NF; i++) s = s "---|"; print s }'
+        tail -n +2 "$out/rounds-$q.tsv" | sed 's/\t/ | /g; s/^/| /; s/$/ |/'
+    done
 } | tee "$out/table.md"
 echo
 serve_q=$(for q in $qtypes; do echo "$q"; done | head -1)
-serve_file="$out/antidoom-$serve_q-ste.gguf"
-serve_what="trained through the $serve_q quantizer"
-if [ -f "$out/antidoom-$serve_q-ste2.gguf" ]; then
-    serve_file="$out/antidoom-$serve_q-ste2.gguf"
-    serve_what="$serve_what, second on-policy round"
-fi
+serve_file="$out/$(cat "$out/selected-$serve_q.txt").gguf"
+serve_what="trained through the $serve_q quantizer, picked on validation"
 echo "serve the antidoom model (llama-server compatible), $serve_what:"
 echo "  $T/bonsai-serve -m $serve_file --port 8080 -c 2048 -np 2"
 echo "  (or the unquantized result: $T/bonsai-serve -m $out/antidoom-f16.gguf --port 8080 -c 2048 -np 2)"

@@ -21,7 +21,7 @@ trap 'rm -rf "$dir"' EXIT
 export BONSAI_DEMO_DIR=$dir DEMO_TRAIN_PROMPTS=${E2E_TRAIN_PROMPTS:-120} DEMO_HELD_PROMPTS=${E2E_HELD_PROMPTS:-40}
 export DEMO_NPREDICT=${E2E_NPREDICT:-160} DEMO_THREADS=2 DEMO_MODEL=$src/data/bonsai-loop-f16.gguf DEMO_QTYPES=Q1_0
 # no on-policy second STE round here (it doubles the mining; the full demo runs it on the 1-bit model)
-export DEMO_QBASE=0 DEMO_STE_TARGETS=all DEMO_STE_ROUND2=0
+export DEMO_QBASE=0 DEMO_STE_TARGETS=all DEMO_STE_ROUNDS=1 DEMO_STE_SEEDS=3407 DEMO_STE_TETHERS=1 DEMO_VAL_PROMPTS=${E2E_VAL_PROMPTS:-40}
 "$src/scripts/demo.sh" "$bld" > "$dir/demo.log" 2>&1 || { tail -40 "$dir/demo.log"; echo "FAIL: demo.sh failed"; exit 1; }
 tail -16 "$dir/demo.log"
 # the numbers: loop rates from eval-*.json, chosen_win from chosen_win.txt, perplexity from ppl-*.txt
