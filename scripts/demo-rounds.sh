@@ -6,7 +6,7 @@
 # and 4). So several candidates are trained and every choice is made on validation data that the held-out
 # evaluation never sees:
 #   round r: the train pairs of every round so far (round 1: the base's pairs, mined by demo.sh; round r > 1:
-#            mined with round r−1's pick; each round repeated to about the largest round's size, at most 3×);
+#            mined with round r−1's pick; mining prompts: demo.sh's $ptrain; each round repeated to about the largest round's size, at most 3×);
 #            one candidate per seed × λ_tether (in $ste_lambdas), each trained from the base;
 #            the round's pick = the best candidate by the order below;
 #   stop when the pick meets the validation loop and chosen_win goals, when mining finds no new pair, or after
@@ -112,11 +112,11 @@ ste_rounds() {
     cp "$out/pairs-train.jsonl" "$out/round1-pairs-train.jsonl"
     for r in $(seq "$nrounds"); do
         if [ "$r" -gt 1 ]; then
-            echo "round $r: mining with the round-$((r - 1)) pick on the train prompts"
+            echo "round $r: mining with the round-$((r - 1)) pick on the mining prompts"
             mine_pairs "$prev" "$ptrain" "$ntrain" train $((10 * r + 1)) $((1000 + 10 * r + 1)) "$out/round$r-pairs-prime.jsonl" \
                 "$out/round$r-pairs-sample.jsonl" "$out/round$r-pairs-raw.jsonl"
             if [ ! -s "$out/round$r-pairs-raw.jsonl" ]; then
-                echo "round $r: no new loops on the train prompts; stopping"
+                echo "round $r: no new loops on the mining prompts; stopping"
                 break
             fi
             "$T/bonsai-mine-pairs" --regularise "$out/round$r-pairs-raw.jsonl" -o "$out/round$r-pairs-train.jsonl" \

@@ -3,8 +3,10 @@
 # On the shipped looping model — data/bonsai-loop-1bit.gguf (natively 1-bit, weights stored as Q1_0 like
 # the real Bonsai models) when present, else data/bonsai-loop-f16.gguf (scripts/make-model.sh):
 #   1. loop rate of the base model (greedy, held-out prompts);
-#   2. bonsai-mine-pairs on the train prompts, primed (ANTIDOOM.md §3) and sampled (antidoom),
-#      regularised; the same on the held-out prompts for held-out pairs (split "heldout");
+#   2. bonsai-mine-pairs on the mining prompts (the train prompts, then data/val/tether-prompts.jsonl: openings of
+#      fortunes the model never saw, where it loops more), primed (ANTIDOOM.md §3) and sampled (antidoom),
+#      regularised; the same on the held-out prompts for held-out pairs and on the validation prompts for
+#      validation pairs (split "heldout");
 #   3. bonsai-ftpo-train: LoRA with FTPO, early stop on the running chosen_win;
 #   4. merge into FP16 and bonsai-quantize to Q1_0 / Q2_0 (variant a: "antidoom-Q1_0"); the LoRA trained through
 #      the quantizer, --ste-type Q1_0 / Q2_0, merged with --merge-type (variant b: "antidoom-Q1_0-ste"), holding
@@ -21,7 +23,8 @@
 #   6. the bonsai-serve command.
 # Deterministic (fixed seeds). Knobs (environment): BONSAI_DEMO_DIR (out/demo), DEMO_MODEL, DEMO_THREADS (2),
 # DEMO_SEED (LoRA init / shuffle / tether windows of every FTPO run, 3407),
-# DEMO_TRAIN_PROMPTS (all), DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP,
+# DEMO_TRAIN_PROMPTS (mining prompts used, all), DEMO_MINE_UNSEEN (1: also mine on data/val/tether-prompts.jsonl),
+# DEMO_HELD_PROMPTS (all), DEMO_NPREDICT (256), DEMO_EPOCHS, DEMO_LR, DEMO_STOP,
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
 # DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2) (windows of the STE runs' plain-text KL tether),
@@ -40,7 +43,7 @@ if [ -z "$model" ]; then
     model=$root/data/bonsai-loop-1bit.gguf
     [ -f "$model" ] || model=$root/data/bonsai-loop-f16.gguf
 fi
-ptrain=$root/data/prompts/train.jsonl
+ptrain=$out/prompts-mine.jsonl
 pheld=$root/data/prompts/heldout.jsonl
 heldtxt=$root/data/heldout.txt
 th=${DEMO_THREADS:-2}
@@ -65,6 +68,9 @@ qbase=${DEMO_QBASE:-0}
 export OPENBLAS_NUM_THREADS=$th
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.json "$out"/*.tsv
+# mining prompts: the train prompts, then the openings of the tether text's fortunes (DEMO_MINE_UNSEEN=0: train only)
+cat "$root/data/prompts/train.jsonl" > "$ptrain"
+[ "${DEMO_MINE_UNSEEN:-1}" = 1 ] && cat "$root/data/val/tether-prompts.jsonl" >> "$ptrain"
 # validation data (scripts/make-val-data.sh): fortunes the model never saw, apart from the held-out set
 pval=$out/prompts-val.jsonl
 awk -v n="$nval" 'n == 0 || NR <= n' "$root/data/val/prompts.jsonl" > "$pval"
@@ -89,7 +95,7 @@ step "1/6 base model: $(basename "$model") — greedy loop rate on held-out prom
 for q in $qtypes; do "$T/bonsai-quantize" "$out/base-f16.gguf" "$out/base-$q.gguf" "$q" --threads "$th" > /dev/null; done
 evaluate base-f16 "$out/base-f16.gguf"
 
-step "2/6 mine pairs: primed + sampled contexts on the train prompts, then the held-out prompts"
+step "2/6 mine pairs: primed + sampled contexts on the mining prompts, then the held-out and validation prompts"
 # mine_pairs MODEL PROMPTS N SPLIT SEED_PRIME SEED_SAMPLE OUT_PRIME OUT_SAMPLE OUT: primed (ANTIDOOM.md §3) and
 # sampled pairs of MODEL on the first N prompts (0 = all), both written, then concatenated into OUT
 mine_pairs() {

@@ -5,7 +5,7 @@ scripts/make-chat-data.py --validation EXTRA CORPUS OUTDIR — validation data f
 (EXTRA: scripts/make-corpus.sh --extra; called by scripts/make-val-data.sh): EXTRA's entries minus any also in
 CORPUS; every 4th one (from the first) is a validation entry: OUTDIR/val.txt (plain text, as heldout.txt) and
 OUTDIR/prompts-val.jsonl (their openings, as below); the others give OUTDIR/tether.txt (plain text for
-bonsai-ftpo-train --tether-text). So validation prompts, validation text and tether text are disjoint from
+bonsai-ftpo-train --tether-text) and OUTDIR/prompts-tether.jsonl (their openings: prompts to mine pairs on). So validation prompts, validation text and tether text are disjoint from
 each other, from the model's training text and from the held-out set.
 
 Each fortune (one paragraph of CORPUS, data/corpus/fortunes.txt) becomes one ChatML exchange:
@@ -49,8 +49,10 @@ if sys.argv[1] == "--validation":
     open(f"{outdir}/tether.txt", "w", encoding="utf-8").write("\n\n".join(rest) + "\n")
     openings = [o for o in map(opening, val) if o]
     write_prompts(f"{outdir}/prompts-val.jsonl", openings, "fortunes-val")
+    tether_openings = [o for o in map(opening, rest) if o]
+    write_prompts(f"{outdir}/prompts-tether.jsonl", tether_openings, "fortunes-tether")
     print(f"validation data: {len(entries)} entries ({len(read_entries(extra)) - len(entries)} also in {corpus} dropped): "
-          f"{len(val)} validation ({len(openings)} prompts), {len(rest)} tether")
+          f"{len(val)} validation ({len(openings)} prompts), {len(rest)} tether ({len(tether_openings)} prompts)")
     sys.exit(0)
 
 corpus, outdir = sys.argv[1], sys.argv[2]

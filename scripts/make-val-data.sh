@@ -5,6 +5,7 @@
 #   data/val/prompts.jsonl  validation prompts (the first 4 words of every 4th entry)
 #   data/val/text.txt       validation text (those entries; the held-out text's role, on other fortunes)
 #   data/val/tether.txt     the other entries: the plain-text tether of the STE runs
+#   data/val/tether-prompts.jsonl  their openings: extra prompts to mine pairs on (unseen, like the held-out ones)
 # Deterministic for a given package version; prints the corpus line and the split.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,4 +17,5 @@ mkdir -p "$root/data/val"
 mv "$tmp/prompts-val.jsonl" "$root/data/val/prompts.jsonl"
 mv "$tmp/val.txt" "$root/data/val/text.txt"
 mv "$tmp/tether.txt" "$root/data/val/tether.txt"
+mv "$tmp/prompts-tether.jsonl" "$root/data/val/tether-prompts.jsonl"
 mv "$tmp/COPYRIGHT.fortunes" "$root/data/val/COPYRIGHT.fortunes"
