@@ -28,9 +28,9 @@
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
 # DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2) (windows of the STE runs' plain-text KL tether),
-# DEMO_STE_ROUNDS (most Q1_0 STE rounds, 2), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one Q1_0 STE candidate per seed ×
-# λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; Q2_0: one round, the first seed only), DEMO_VAL_PROMPTS (validation prompts
-# used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
+# DEMO_STE_ROUNDS (most Q1_0 STE rounds, 2), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one Q1_0 STE candidate per
+# seed × λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; Q2_0: one round, the first seed only),
+# DEMO_VAL_PROMPTS (validation prompts used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
 # DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -192,8 +192,8 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
     for q in $qtypes; do
         [ -s "$out/rounds-$q.tsv" ] || continue
         echo
-        echo "$q STE candidates on validation (prompts/text/pairs never in the held-out set; score 0 = every goal met;"
-        echo "selected: $(cat "$out/selected-$q.txt")):"
+        echo "$q STE candidates on validation (data/val: prompts/text never in the held-out set; shortfall 0 = the loop and"
+        echo "chosen_win goals met there, then the lowest drift is picked; selected: $(cat "$out/selected-$q.txt")):"
         echo
         head -1 "$out/rounds-$q.tsv" | sed 's/\t/ | /g; s/^/| /; s/$/ |/'
         head -1 "$out/rounds-$q.tsv" | awk -F'\t' '{ s = "|"; for (i = 1; i <= NF; i++) s = s "---|"; print s }'
