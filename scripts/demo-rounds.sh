@@ -6,8 +6,9 @@
 # and 4). So several candidates are trained and every choice is made on validation data that the held-out
 # evaluation never sees:
 #   round r: the train pairs of every round so far (round 1: the base's pairs, mined by demo.sh; round r > 1:
-#            mined with round r−1's pick; mining prompts: demo.sh's $ptrain; each round repeated to about the largest round's size, at most 3×);
-#            one candidate per seed × λ_tether (in $ste_lambdas), each trained from the base;
+#            mined with round r−1's pick on demo.sh's mining prompts $ptrain; each round repeated to about the
+#            largest round's size, at most 3×); one candidate per seed × λ_tether (in $ste_lambdas), each trained
+#            from the base;
 #            the round's pick = the best candidate by the order below;
 #   stop when the pick meets the validation loop and chosen_win goals, when mining finds no new pair, or after
 #   N rounds; the final model = the best pick of all rounds by the same order.
