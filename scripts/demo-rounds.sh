@@ -6,9 +6,8 @@
 # and 4). So several candidates are trained and every choice is made on validation data that the held-out
 # evaluation never sees:
 #   round r: the train pairs of every round so far (round 1: the base's pairs, mined by demo.sh; round r > 1:
-#            mined with round r−1's pick on demo.sh's mining prompts $ptrain; each round repeated to about the
-#            largest round's size, at most 3×); one candidate per seed × λ_tether (in $ste_lambdas), each trained
-#            from the base;
+#            mined with round r−1's pick on demo.sh's mining prompts $ptrain; rounds balanced, see round_pairs);
+#            one candidate per seed × λ_tether (in $ste_lambdas), each trained from the base;
 #            the round's pick = the best candidate by the order below;
 #   stop when the pick meets the validation loop and chosen_win goals, when mining finds no new pair, or after
 #   N rounds; the final model = the best pick of all rounds by the same order.
@@ -55,19 +54,29 @@ better() {
     [ -z "$3" ] || awk -v s="$1" -v d="$2" -v bs="$3" -v bd="$4" 'BEGIN { exit !(s < bs || (s == bs && d < bd)) }'
 }
 
-# round_pairs R: every round's train pairs up to R, each repeated to about the largest round's size, then the
-# validation pairs (held-out split: evaluated, never trained on) -> $out/rounds-pairs-R.jsonl
+# round_pairs R: every round's train pairs up to R, balanced around round 1 (the base's own loops): T = the largest
+# round's size but at most 3× round 1's; a round larger than T is thinned to T evenly spaced rows (so a big later
+# round cannot crowd out round 1's tokens), a smaller one repeated to about T (at most 3×); then the validation
+# pairs (held-out split: evaluated, never trained on) -> $out/rounds-pairs-R.jsonl
 round_pairs() {
-    local r=$1 i nmax=1 n f=$out/rounds-pairs-$1.jsonl
+    local r=$1 i nmax=0 n t f=$out/rounds-pairs-$1.jsonl
     for i in $(seq "$r"); do n=$(wc -l < "$out/round$i-pairs-train.jsonl"); [ "$n" -gt "$nmax" ] && nmax=$n; done
+    n=$(wc -l < "$out/round1-pairs-train.jsonl")
+    [ "$n" -gt 0 ] || n=$nmax
+    t=$(( nmax < 3 * n ? nmax : 3 * n ))
     : > "$f.tmp"
     for i in $(seq "$r"); do
         n=$(wc -l < "$out/round$i-pairs-train.jsonl")
         [ "$n" -gt 0 ] || continue
-        local copies=$(( (nmax + n / 2) / n ))
-        [ "$copies" -le 3 ] || copies=3
-        for _ in $(seq "$copies"); do cat "$out/round$i-pairs-train.jsonl"; done >> "$f.tmp"
-        echo "  round $i: $n train pairs x $copies" >&2
+        if [ "$n" -gt "$t" ]; then
+            awk -v n="$n" -v t="$t" 'int(NR * t / n) > int((NR - 1) * t / n)' "$out/round$i-pairs-train.jsonl" >> "$f.tmp"
+            echo "  round $i: $n train pairs, thinned to $t" >&2
+        else
+            local copies=$(( (t + n / 2) / n ))
+            [ "$copies" -le 3 ] || copies=3
+            for _ in $(seq "$copies"); do cat "$out/round$i-pairs-train.jsonl"; done >> "$f.tmp"
+            echo "  round $i: $n train pairs x $copies" >&2
+        fi
     done
     cat "$out/pairs-val.jsonl" >> "$f.tmp"
     mv "$f.tmp" "$f"
