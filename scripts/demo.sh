@@ -67,7 +67,7 @@ qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
 qbase=${DEMO_QBASE:-0}
 export OPENBLAS_NUM_THREADS=$th
 mkdir -p "$out"
-rm -f "$out"/*.jsonl "$out"/*.json "$out"/*.tsv
+rm -f "$out"/*.jsonl "$out"/*.json "$out"/*.tsv "$out"/selected-*.txt
 # mining prompts: the train prompts, then the openings of the tether text's fortunes (DEMO_MINE_UNSEEN=0: train only)
 cat "$root/data/prompts/train.jsonl" > "$ptrain"
 [ "${DEMO_MINE_UNSEEN:-1}" = 1 ] && cat "$root/data/val/tether-prompts.jsonl" >> "$ptrain"
