@@ -16,6 +16,16 @@ size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n) {
     return bn_row_size(type, n);
 }
 
+size_t bn_quantize_keep_scales(int type, const float *src, const void *scales_from, void *dst, int64_t n) {
+    void (*f)(const float *, const void *, void *, int64_t) =
+        type == BN_Q1_0 ? bn_q1_0_from_float_keep_scales
+        : type == BN_Q2_0 ? bn_q2_0_from_float_keep_scales
+        : type == BN_PQ2_0 ? bn_pq2_0_from_float_keep_scales : NULL;
+    if (!f || n % bn_type_blck(type) != 0) return 0;
+    f(src, scales_from, dst, n);
+    return bn_row_size(type, n);
+}
+
 size_t bn_quantize_activations(int vec_dot_type, const float *x, void *y, int64_t n) {
     switch (vec_dot_type) {
     case BN_Q8_0: bn_quantize_row_q8_0(x, y, n); break;

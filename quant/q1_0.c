@@ -13,6 +13,13 @@ void bn_q1_0_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+// q1_signs: the sign bits of one block (1 = x >= 0).
+static void q1_signs(const float *x, uint8_t qs[16]) {
+    memset(qs, 0, 16);
+    for (int j = 0; j < 128; j++)
+        if (x[j] >= 0.0f) qs[j >> 3] |= (uint8_t)(1u << (j & 7));
+}
+
 void bn_q1_0_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_q1_0 *b = dst;
     for (int64_t i = 0; i < n / 128; i++) {
@@ -20,9 +27,16 @@ void bn_q1_0_from_float_ref(const float *src, void *dst, int64_t n) {
         float sum_abs = 0.0f;                     // fp32, in element order (bit-exact with ggml)
         for (int j = 0; j < 128; j++) sum_abs += fabsf(x[j]);
         b[i].d = bn_fp32_to_fp16(sum_abs / 128);
-        memset(b[i].qs, 0, sizeof b[i].qs);
-        for (int j = 0; j < 128; j++)
-            if (x[j] >= 0.0f) b[i].qs[j >> 3] |= (uint8_t)(1u << (j & 7));
+        q1_signs(x, b[i].qs);
+    }
+}
+
+void bn_q1_0_from_float_keep_scales(const float *src, const void *scales_from, void *dst, int64_t n) {
+    const bn_block_q1_0 *s = scales_from;
+    bn_block_q1_0 *b = dst;
+    for (int64_t i = 0; i < n / 128; i++) {
+        b[i].d = s[i].d;
+        q1_signs(src + i * 128, b[i].qs);
     }
 }
 

@@ -11,22 +11,26 @@ static void q2_dequant_group(bn_half hd, const uint8_t *qs, int qk, float *y) {
     }
 }
 
+// q2_codes_group: the codes of one group at scale d (fp32), clamped to [0, max_code].
+static void q2_codes_group(const float *x, int qk, float d, int max_code, uint8_t *qs) {
+    float id = d > 0.0f ? 1.0f / d : 0.0f;
+    memset(qs, 0, (size_t)qk / 4);
+    for (int j = 0; j < qk; j++) {
+        int code = (int)roundf(x[j] * id) + 1;   // ties away from zero; multiply by fp32 id
+        if (code < 0) code = 0;
+        if (code > max_code) code = max_code;
+        qs[j >> 2] |= (uint8_t)(code << (2 * (j & 3)));
+    }
+}
+
 static void q2_quant_group(const float *x, int qk, bn_half *hd, uint8_t *qs) {
     float amax = 0.0f;
     for (int j = 0; j < qk; j++) {
         float a = fabsf(x[j]);
         if (a > amax) amax = a;
     }
-    float d = amax;
-    float id = d > 0.0f ? 1.0f / d : 0.0f;
-    *hd = bn_fp32_to_fp16(d);
-    memset(qs, 0, (size_t)qk / 4);
-    for (int j = 0; j < qk; j++) {
-        int code = (int)roundf(x[j] * id) + 1;   // ties away from zero; multiply by fp32 id
-        if (code < 0) code = 0;
-        if (code > 3) code = 3;
-        qs[j >> 2] |= (uint8_t)(code << (2 * (j & 3)));
-    }
+    *hd = bn_fp32_to_fp16(amax);
+    q2_codes_group(x, qk, amax, 3, qs);
 }
 
 void bn_q2_0_to_float(const void *src, float *dst, int64_t n) {
@@ -39,6 +43,16 @@ void bn_q2_0_from_float_ref(const float *src, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / 64; i++) q2_quant_group(src + i * 64, 64, &b[i].d, b[i].qs);
 }
 
+void bn_q2_0_from_float_keep_scales(const float *src, const void *scales_from, void *dst, int64_t n) {
+    const bn_block_q2_0 *s = scales_from;
+    bn_block_q2_0 *b = dst;
+    for (int64_t i = 0; i < n / 64; i++) {
+        bn_half d = s[i].d; // read before writing: dst may be scales_from
+        b[i].d = d;
+        q2_codes_group(src + i * 64, 64, bn_h2f(d), 2, b[i].qs);
+    }
+}
+
 void bn_pq2_0_to_float(const void *src, float *dst, int64_t n) {
     const bn_block_pq2_0 *b = src;
     for (int64_t i = 0; i < n / 128; i++) q2_dequant_group(b[i].d, b[i].qs, 128, dst + i * 128);
@@ -47,6 +61,16 @@ void bn_pq2_0_to_float(const void *src, float *dst, int64_t n) {
 void bn_pq2_0_from_float_ref(const float *src, void *dst, int64_t n) {
     bn_block_pq2_0 *b = dst;
     for (int64_t i = 0; i < n / 128; i++) q2_quant_group(src + i * 128, 128, &b[i].d, b[i].qs);
+}
+
+void bn_pq2_0_from_float_keep_scales(const float *src, const void *scales_from, void *dst, int64_t n) {
+    const bn_block_pq2_0 *s = scales_from;
+    bn_block_pq2_0 *b = dst;
+    for (int64_t i = 0; i < n / 128; i++) {
+        bn_half d = s[i].d;
+        b[i].d = d;
+        q2_codes_group(src + i * 128, 128, bn_h2f(d), 2, b[i].qs);
+    }
 }
 
 // Dot of one group (qk/32 Q8_0 blocks): integer sum per Q8_0 block times its d, then times the group d.

@@ -157,6 +157,12 @@ int bn_dequantize(int type, const void *src, float *dst, int64_t n);
 // bn_quantize_ref: quantize n floats (n % blck == 0) with the reference quantizer; returns bytes
 // written or 0 if the type has no quantizer (F32/F16/BF16 are plain conversions).
 size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
+// bn_quantize_keep_scales: quantize n floats into type's blocks whose scales d are copied from scales_from
+// (n elements of the same type, e.g. the reference quantization of the weights before a LoRA merge) and
+// whose codes are the reference rounding of src at that d: Q1_0 the sign bits, Q2_0 / PQ2_0
+// clamp(round(x/d) + 1, 0, 2) (ternary; values beyond ±1.5·d saturate at ±d). A LoRA delta then changes
+// codes, never a block's scale. dst may equal scales_from. Returns bytes written, or 0 for another type.
+size_t bn_quantize_keep_scales(int type, const float *src, const void *scales_from, void *dst, int64_t n);
 
 // ---- Q5_0 / Q5_1 (quant/q5_0.c, q5_1.c): the format functions the type table points at ----------
 // bn_q5_{0,1}_to_float: dequantize n elements (n % 32 == 0), bit-exact with ggml's dequantize_row_q5_*.

@@ -73,6 +73,11 @@ BN_DECLARE_FORMAT(q8_K)
 BN_DECLARE_FORMAT(tq1_0)
 BN_DECLARE_FORMAT(tq2_0)
 
+// Keep-scales quantizers (bn_quantize_keep_scales): d of each block from scales_from, codes from src.
+void bn_q1_0_from_float_keep_scales(const float *src, const void *scales_from, void *dst, int64_t n);
+void bn_q2_0_from_float_keep_scales(const float *src, const void *scales_from, void *dst, int64_t n);
+void bn_pq2_0_from_float_keep_scales(const float *src, const void *scales_from, void *dst, int64_t n);
+
 // Scalar reference dots (dot.c and the format files), one per weight type.
 void bn_dot_f32_ref(int n, float *s, const void *x, const void *y);
 void bn_dot_f16_ref(int n, float *s, const void *x, const void *y);

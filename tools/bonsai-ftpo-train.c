@@ -30,6 +30,10 @@ static void usage(int code) {
         "                       bonsai-quantize --type TYPE stores it, adapted weights as deq(Q(W + s·B·A)) after each\n"
         "                       step, straight-through gradients; reference/eval = the quantized model. Ship with\n"
         "                       --merge ... --merge-type TYPE (needs --dropout 0)\n"
+        "  --keep-scales        with --ste-type Q1_0|Q2_0|PQ2_0 and with --merge-type of that type: adapted weights\n"
+        "                       keep the quantized base's block scales, the adapter changes only codes (signs,\n"
+        "                       ternary codes; a Q2_0 block's scale is its max |w|, so without this one large\n"
+        "                       element rescales its whole block). Merge with the flag it was trained with\n"
         "  --seed N             init / shuffle / dropout seed (3407)\n"
         "optimisation:\n"
         "  --epochs N           (12)          --lr X             (3e-5)\n"
@@ -79,18 +83,23 @@ static void on_signal(int sig) {
 }
 
 // merge_main: base + adapter → merged GGUF with per-tensor diagnostics; exit code.
-static int merge_main(const char *base, const char *adapter, const char *type, float scale, const char *out) {
+static int merge_main(const char *base, const char *adapter, const char *type, bool keep_scales, float scale,
+                      const char *out) {
     char err[512];
     int mode = !strcmp(type, "keep") ? BN_MERGE_KEEP : !strcmp(type, "f16") ? BN_MERGE_F16 : !strcmp(type, "f32") ? BN_MERGE_F32 : -1;
     if (mode < 0 && bn_type_from_name(type) < 0) {
         fprintf(stderr, "bonsai-ftpo-train: --merge-type must be keep, f16, f32 or a quantization type (q1_0, q2_0, ...)\n");
         return 1;
     }
+    if (keep_scales && mode >= 0) {
+        fprintf(stderr, "bonsai-ftpo-train: --keep-scales needs --merge-type q1_0, q2_0 or pq2_0\n");
+        return 1;
+    }
     bn_lora *l = bn_lora_load_gguf(adapter, err, sizeof err);
     if (!l) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
     int rc = mode >= 0 ? bn_lora_merge_gguf(base, l, scale, mode, out, st, err, sizeof err)
-                       : bn_lora_merge_requant(base, l, scale, type, out, st, err, sizeof err);
+                       : bn_lora_merge_requant(base, l, scale, type, keep_scales, out, st, err, sizeof err);
     if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
     else {
         printf("%-32s %-10s %12s %10s %10s\n", "tensor", "type", "|dW|/|W|", "kept", "sign_flips");
@@ -147,6 +156,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--dropout") && has) o.dropout = (float)atof(argv[++i]);
         else if (!strcmp(a, "--targets") && has) targets = argv[++i];
         else if (!strcmp(a, "--ste-type") && has) o.ste_type = argv[++i];
+        else if (!strcmp(a, "--keep-scales")) o.ste_keep_scales = true;
         else if (!strcmp(a, "--seed") && has) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--epochs") && has) o.epochs = atoi(argv[++i]);
         else if (!strcmp(a, "--lr") && has) o.lr = (float)atof(argv[++i]);
@@ -187,7 +197,7 @@ int main(int argc, char **argv) {
     }
     if (merge_adapter) {
         if (!model_path || !o.out_adapter) usage(1);
-        return merge_main(model_path, merge_adapter, merge_type, lora_scale, o.out_adapter);
+        return merge_main(model_path, merge_adapter, merge_type, o.ste_keep_scales, lora_scale, o.out_adapter);
     }
     if (!model_path || !pairs_path || (!o.out_adapter && !eval_adapter)) usage(1);
     char err[512];

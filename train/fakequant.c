@@ -71,7 +71,10 @@ static bn_weight *find_weight(bn_model *m, const char *name) {
 typedef struct {
     bn_model q;
     int n_owned;
-    void **owned; // [n_owned] quantized weight buffers
+    void **owned;         // [n_owned] quantized weight buffers
+    int n_keep;           // bn_requant_model_keep_scales: weights whose scales are kept (0 = reference quantizer)
+    bn_weight **keep_w;   // [n_keep] the weights of q
+    const void **keep_of; // [n_keep] their quantized bytes when keep-scales was turned on (never written again)
 } requant_model;
 
 bn_model *bn_requant_model(const bn_model *m, const char *target, char *err, size_t errlen) {
@@ -110,21 +113,43 @@ fail:
     return NULL;
 }
 
+void bn_requant_model_keep_scales(bn_model *q) {
+    requant_model *rm = (requant_model *)q;
+    int n = bn_model_weight_slots(q, NULL, 0);
+    rm->keep_w = xrealloc(rm->keep_w, sizeof(bn_weight *) * (size_t)n);
+    rm->keep_of = xrealloc(rm->keep_of, sizeof(void *) * (size_t)n);
+    bn_model_weight_slots(q, rm->keep_w, n);
+    for (int i = 0; i < n; i++) rm->keep_of[i] = rm->keep_w[i]->data;
+    rm->n_keep = n;
+}
+
+// keep_scales_of: the bytes whose scales weight wt keeps, or NULL when keep-scales is off.
+static const void *keep_scales_of(const requant_model *rm, const bn_weight *wt) {
+    for (int i = 0; i < rm->n_keep; i++)
+        if (rm->keep_w[i] == wt) return rm->keep_of[i];
+    return NULL;
+}
+
 int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *err, size_t errlen) {
     requant_model *rm = (requant_model *)q;
     bn_weight *wt = find_weight(q, name);
     if (!wt) return bn_err(err, errlen, "requantized model has no weight %s", name);
     int64_t nrows = 1;
     for (int d = 1; d < 4; d++) nrows *= wt->ne[d] > 0 ? wt->ne[d] : 1;
+    const void *scales = keep_scales_of(rm, wt);
     bool owned = false;
     for (int i = 0; i < rm->n_owned && !owned; i++) owned = rm->owned[i] == wt->data;
     void *dst = (void *)wt->data;
-    if (!owned) { // first write to a weight shared with the source model: give it its own buffer
+    if (!owned || dst == scales) { // first write (shared with m, or the kept scales): its own buffer
         dst = xmalloc(bn_row_size(wt->type, wt->ne[0]) * (size_t)nrows);
         rm->owned = xrealloc(rm->owned, sizeof(void *) * (size_t)(rm->n_owned + 1));
         rm->owned[rm->n_owned++] = dst;
     }
-    if (bn_quantize_rows(BN_F32, w, wt->type, dst, nrows, wt->ne[0], 0, err, errlen) != 0) return -1;
+    if (scales) {
+        if (!bn_quantize_keep_scales(wt->type, w, scales, dst, wt->ne[0] * nrows))
+            return bn_err(err, errlen, "keep-scales: %s is %s (Q1_0, Q2_0 and PQ2_0 only)", name, bn_type_name(wt->type));
+    } else if (bn_quantize_rows(BN_F32, w, wt->type, dst, nrows, wt->ne[0], 0, err, errlen) != 0)
+        return -1;
     wt->data = dst;
     if (q->cfg.tied_output && wt == &q->w.token_embd) q->w.output = q->w.token_embd;
     return 0;
@@ -154,6 +179,8 @@ void bn_requant_model_free(bn_model *q) {
     requant_model *rm = (requant_model *)q;
     for (int i = 0; i < rm->n_owned; i++) free(rm->owned[i]);
     free(rm->owned);
+    free(rm->keep_w);
+    free(rm->keep_of);
     free(rm->q.w.layers);
     free(rm);
 }

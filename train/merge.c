@@ -7,6 +7,7 @@
 #include "core/util.h"
 #include "quant/quant.h"
 #include "quant/quantize.h"
+#include "train/fakequant.h"
 #include <unistd.h>
 
 typedef struct {
@@ -15,6 +16,7 @@ typedef struct {
     float user_scale;      // × α/r
     int *lora_of;          // [n_tensors]: adapter tensor index or -1
     int *out_type;         // [n_tensors]
+    bool keep_scales;      // adapted tensors: bn_quantize_keep_scales with the scales of Q(W) in out_type
     bn_merge_stat *stats;  // [l->n_tensors] or NULL
 } merge_ctx;
 
@@ -52,7 +54,12 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     }
     int ty = c->out_type[idx];
     if (ty == BN_F32) memcpy(dst, Wm, sizeof(float) * n);
-    else if (bn_quantize_ref(ty, Wm, dst, n) != nbytes) { bn_err(err, errlen, "merge: cannot quantize %s to %s", t->name, bn_type_name(ty)); goto out; }
+    else if (c->keep_scales) { // the base's scales: Q(W) into dst, then the merged codes at those scales
+        if (bn_quantize_ref(ty, W, dst, n) != nbytes || bn_quantize_keep_scales(ty, Wm, dst, dst, n) != nbytes) {
+            bn_err(err, errlen, "merge: keep-scales: %s would be %s (Q1_0, Q2_0 and PQ2_0 only)", t->name, bn_type_name(ty));
+            goto out;
+        }
+    } else if (bn_quantize_ref(ty, Wm, dst, n) != nbytes) { bn_err(err, errlen, "merge: cannot quantize %s to %s", t->name, bn_type_name(ty)); goto out; }
     if (c->stats) {
         if (bn_dequantize(ty, dst, back, n)) { bn_err(err, errlen, "merge: cannot read back %s", t->name); goto out; }
         merge_stat(t->name, ty, W, Wm, back, n, &c->stats[li]);
@@ -63,11 +70,14 @@ out:
     return rc;
 }
 
-int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale, int mode, const char *out_path,
-                       bn_merge_stat *stats, char *err, size_t errlen) {
+// merge_write: bn_lora_merge_gguf, or with ks_target the adapted tensors in the type `bonsai-quantize --type
+// ks_target` gives them, quantized with keep-scales (everything else copied); 0 or -1 (err).
+static int merge_write(const char *base_path, const bn_lora *l, float user_scale, int mode, const char *ks_target,
+                       const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
     gguf_file *g = gguf_open(base_path, err, errlen);
     if (!g) return -1;
-    merge_ctx c = {.g = g, .l = l, .user_scale = user_scale, .stats = stats};
+    merge_ctx c = {.g = g, .l = l, .user_scale = user_scale, .keep_scales = ks_target != NULL, .stats = stats};
+    bool tied = gguf_find_tensor(g, "output.weight") == NULL;
     c.lora_of = xmalloc(sizeof(int) * (g->n_tensors + 1));
     c.out_type = xmalloc(sizeof(int) * (g->n_tensors + 1));
     gguf_writer *w = gguf_writer_new();
@@ -84,7 +94,10 @@ int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale
                    (long long)t->ne[0], (long long)t->ne[1], (long long)l->t[li].n_in, (long long)l->t[li].n_out);
             goto out;
         }
-        if (mode == BN_MERGE_F16) c.out_type[i] = BN_F16;
+        if (ks_target) {
+            int64_t ne[4] = {t->ne[0], t->ne[1], 1, 1};
+            if ((c.out_type[i] = bn_requant_type(ks_target, t->name, ne, t->type, tied, err, errlen)) < 0) goto out;
+        } else if (mode == BN_MERGE_F16) c.out_type[i] = BN_F16;
         else if (mode == BN_MERGE_F32) c.out_type[i] = BN_F32;
         const bn_type_traits *tr = bn_type_traits_of(c.out_type[i]);
         if (c.out_type[i] != BN_F32 && (!tr || !tr->from_float_ref)) {
@@ -113,6 +126,11 @@ out:
     return rc;
 }
 
+int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale, int mode, const char *out_path,
+                       bn_merge_stat *stats, char *err, size_t errlen) {
+    return merge_write(base_path, l, user_scale, mode, NULL, out_path, stats, err, errlen);
+}
+
 // requant_stats: stats of every adapted tensor of out_path (quantized) against base_path; 0 or -1.
 static int requant_stats(const char *base_path, const char *out_path, const bn_lora *l, float user_scale,
                          bn_merge_stat *stats, char *err, size_t errlen) {
@@ -135,13 +153,14 @@ static int requant_stats(const char *base_path, const char *out_path, const bn_l
 }
 
 int bn_lora_merge_requant(const char *base_path, const bn_lora *l, float user_scale, const char *target,
-                          const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
-    // the fp32 merge in a temporary file, then the requantize driver on it: every tensor gets exactly the type
-    // and bytes `bonsai-quantize --type target` would give, adapted ones from their fp32 values
+                          bool keep_scales, const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
+    // the fp32 merge in a temporary file (keep_scales: the adapted tensors already in their target type), then
+    // the requantize driver on it: every tensor gets exactly the type and bytes `bonsai-quantize --type target`
+    // would give, adapted ones from their fp32 values (keep_scales: copied, as their type no longer changes)
     size_t n = strlen(out_path) + 32;
     char *tmp = xmalloc(n);
     snprintf(tmp, n, "%s.merge-f32.tmp", out_path);
-    int rc = bn_lora_merge_gguf(base_path, l, user_scale, BN_MERGE_F32, tmp, NULL, err, errlen);
+    int rc = merge_write(base_path, l, user_scale, BN_MERGE_F32, keep_scales ? target : NULL, tmp, NULL, err, errlen);
     if (rc == 0) {
         bn_quantize_params p = bn_quantize_params_default();
         p.type = target;

@@ -5,6 +5,7 @@
 // survived the re-quantization.
 #ifndef BONSAI_TRAIN_MERGE_H
 #define BONSAI_TRAIN_MERGE_H
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include "train/lora.h"
@@ -31,9 +32,10 @@ int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale
 
 // bn_lora_merge_requant: base + adapter, then every tensor as `bonsai-quantize --type target` writes it; the
 // adapted tensors are quantized straight from the fp32 merge (no F16 step), so their dequantized values equal
-// the STE forward weights of bonsai-ftpo-train --ste-type target (train/fakequant.h). stats as above (kept and
-// sign flips measured on the written, quantized tensors). Returns 0 or -1 (err).
+// the STE forward weights of bonsai-ftpo-train --ste-type target (train/fakequant.h); keep_scales: with the
+// block scales of the quantized base (bn_quantize_keep_scales; the STE forward of --keep-scales). stats as
+// above (kept and sign flips measured on the written, quantized tensors). Returns 0 or -1 (err).
 int bn_lora_merge_requant(const char *base_path, const bn_lora *l, float user_scale, const char *target,
-                          const char *out_path, bn_merge_stat *stats, char *err, size_t errlen);
+                          bool keep_scales, const char *out_path, bn_merge_stat *stats, char *err, size_t errlen);
 
 #endif

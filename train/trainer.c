@@ -118,6 +118,9 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     if (!l) { free(train_idx); return -1; }
     bn_adamw *opt = NULL;
     bn_train_pos pos = {.step = 0, .total_steps = S}; // win[] zeroed
+    char ste_tag[sizeof pos.ste]; // what the checkpoint records of --ste-type: "", "Q1_0", "Q2_0+keep" ...
+    if (o->ste_keep_scales && !o->ste_type) { bn_lora_free(l); free(train_idx); return bn_err(err, errlen, "keep-scales needs --ste-type"); }
+    snprintf(ste_tag, sizeof ste_tag, "%s%s", o->ste_type ? o->ste_type : "", o->ste_keep_scales ? "+keep" : "");
     bn_rng_seed(&pos.rng, o->seed + 1);
     if (o->resume_path) {
         bn_lora *lr;
@@ -128,9 +131,9 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
             bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
             return -1;
         }
-        if (strcasecmp(pos.ste, o->ste_type ? o->ste_type : "") != 0) {
+        if (strcasecmp(pos.ste, ste_tag) != 0) {
             bn_err(err, errlen, "%s: checkpoint was trained with --ste-type '%s', this run uses '%s'", o->resume_path,
-                   pos.ste, o->ste_type ? o->ste_type : "");
+                   pos.ste, ste_tag);
             bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
             return -1;
         }
@@ -155,16 +158,17 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
                 (long long)l->n_params, l->r, l->alpha, (long long)S, (long long)W, o->batch, o->grad_accum,
                 o->resume_path ? ", resumed" : "");
     if (!o->quiet && o->ste_type)
-        fprintf(stderr, "ftpo-train: STE through %s: forward on deq(Q(W0 + s·B·A)), reference = the %s base\n",
-                o->ste_type, o->ste_type);
+        fprintf(stderr, "ftpo-train: STE through %s: forward on deq(Q(W0 + s·B·A))%s, reference = the %s base\n",
+                o->ste_type, o->ste_keep_scales ? " with the base's block scales" : "", o->ste_type);
 
-    snprintf(pos.ste, sizeof pos.ste, "%s", o->ste_type ? o->ste_type : "");
+    snprintf(pos.ste, sizeof pos.ste, "%s", ste_tag);
     // STE: reference = the quantized base; policy = the quantized model with W_eff for the adapted weights
     bn_model *m_q = NULL, *m_ste = NULL;
     if (o->ste_type) {
         if (o->dropout > 0) { bn_err(err, errlen, "--ste-type needs LoRA dropout 0"); goto fail; }
         if (!(m_q = bn_requant_model(m, o->ste_type, err, errlen)) || !(m_ste = bn_requant_model(m, o->ste_type, err, errlen)))
             goto fail;
+        if (o->ste_keep_scales) bn_requant_model_keep_scales(m_ste);
         l->ste = true;
         if (bn_requant_model_apply_lora(m_ste, m, l, err, errlen)) goto fail;
     }

@@ -9,7 +9,12 @@
 //     engine-vs-trainer tolerance of tests/train (NMSE <= 2e-2: the engine quantizes activations to Q8_0);
 //  3. a fixed-seed FTPO run (12 steps, lr 1e-2) with --ste-type Q1_0 raises the merged-and-requantized
 //     model's chosen_win above 0.5, while the same plain LoRA run merged then requantized stays below 0.25;
-//  4. the STE type is part of the checkpoint: resuming without it (or with another type) is refused.
+//  4. the STE type is part of the checkpoint: resuming without it (or with another type, or without
+//     --keep-scales) is refused;
+//  5. keep-scales (bn_quantize_keep_scales, --keep-scales) for Q1_0, Q2_0, PQ2_0: re-quantizing deq(Q(x)) gives
+//     Q(x) byte for byte; an element pushed to 3·d keeps its block's scale (saturates at +d) where the
+//     reference quantizer rescales the block; an element moved to 0.1·d gives code 0 (Q2_0); other types are
+//     refused; part 2 also holds for Q2_0 with keep-scales, and every adapted block keeps the base's scale.
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
@@ -114,16 +119,40 @@ static void test_definition(const bn_model *m) {
     bn_lora_free(l);
 }
 
-// test_merge: part 2.
-static void test_merge(const bn_model *m, const char *base) {
+// scales_kept: 1 when every block scale of the quantized weight w (type Q1_0 / Q2_0 / PQ2_0: d first in each
+// block) equals the one in q0 (same type and shape).
+static int scales_kept(const bn_weight *w, const bn_weight *q0) {
+    int64_t nb = w->ne[0] * (w->ne[1] > 0 ? w->ne[1] : 1) / bn_type_blck(w->type);
+    size_t bs = (size_t)bn_type_size(w->type);
+    for (int64_t i = 0; i < nb; i++)
+        if (memcmp((const uint8_t *)w->data + i * bs, (const uint8_t *)q0->data + i * bs, 2)) return 0;
+    return 1;
+}
+
+// test_merge: part 2 (type "q1_0" or "q2_0"; keep: keep-scales, part 5).
+static void test_merge(const bn_model *m, const char *base, const char *type, bool keep) {
     char err[256], out[600];
     int V = m->cfg.n_vocab;
     bn_lora *l = make_lora(m);
-    bn_model *q = bn_requant_model(m, "Q1_0", err, sizeof err);
-    if (!q || bn_requant_model_apply_lora(q, m, l, err, sizeof err)) { CHECK(0, "STE model: %s", err); return; }
-    snprintf(out, sizeof out, "%s/merged_q1.gguf", dir);
+    bn_model *q = bn_requant_model(m, type, err, sizeof err), *q0 = bn_requant_model(m, type, err, sizeof err);
+    if (!q || !q0) { CHECK(0, "requant: %s", err); return; }
+    if (keep) bn_requant_model_keep_scales(q);
+    if (bn_requant_model_apply_lora(q, m, l, err, sizeof err)) { CHECK(0, "STE model: %s", err); return; }
+    if (keep) {
+        int n_kept = 0;
+        for (int i = 0; i < l->n_tensors; i++) {
+            bn_weight *w[256], *w0[256];
+            int n = bn_model_weight_slots(q, w, 256);
+            bn_model_weight_slots(q0, w0, 256);
+            for (int k = 0; k < n; k++)
+                if (w[k]->data && w[k]->name && !strcmp(w[k]->name, l->t[i].name)) n_kept += scales_kept(w[k], w0[k]);
+        }
+        CHECK(n_kept == l->n_tensors, "%s keep-scales: adapted weights keep the base's block scales (%d of %d)", type,
+              n_kept, l->n_tensors);
+    }
+    snprintf(out, sizeof out, "%s/merged_%s%s.gguf", dir, type, keep ? "_keep" : "");
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
-    CHECK(bn_lora_merge_requant(base, l, 1.0f, "q1_0", out, st, err, sizeof err) == 0, "merge requant: %s", err);
+    CHECK(bn_lora_merge_requant(base, l, 1.0f, type, keep, out, st, err, sizeof err) == 0, "merge requant: %s", err);
     bn_model *mm = bn_model_load(out, err, sizeof err);
     CHECK(mm != NULL, "merged loads: %s", err);
     if (mm) {
@@ -136,8 +165,10 @@ static void test_merge(const bn_model *m, const char *base) {
             n_w++;
             n_same += a[i]->type == b[i]->type && memcmp(a[i]->data, b[i]->data, bytes) == 0;
         }
-        CHECK(n_same == n_w, "merged file == STE weights byte for byte (%d of %d)", n_same, n_w);
-        CHECK(st[0].type == BN_Q1_0 && st[0].kept != 0, "stats on the quantized tensors (kept %g)", st[0].kept);
+        CHECK(n_same == n_w, "%s%s: merged file == STE weights byte for byte (%d of %d)", type, keep ? " keep" : "", n_same,
+              n_w);
+        CHECK(st[0].type == bn_type_from_name(type) && st[0].kept != 0, "stats on the quantized tensors (kept %g)",
+              st[0].kept);
         float *z_ste = xmalloc(sizeof(float) * V), *z_m = xmalloc(sizeof(float) * V), *z_e = xmalloc(sizeof(float) * V);
         l->ste = true;
         bn_train_graph_free(bn_train_forward(q, l, TOK, NT, NULL, z_ste, err, sizeof err));
@@ -149,15 +180,48 @@ static void test_merge(const bn_model *m, const char *base) {
         CHECK(bn_forward(mm, s, TOK, NT, &fo, err, sizeof err) == 0, "engine: %s", err);
         double num = 0, den = 0;
         for (int j = 0; j < V; j++) { num += ((double)z_e[j] - z_ste[j]) * ((double)z_e[j] - z_ste[j]); den += (double)z_e[j] * z_e[j]; }
-        printf("merged Q1_0: trainer vs STE rel L2 %.3g; engine vs STE logits NMSE %.3g\n", d, num / den);
-        CHECK(num <= 2e-2 * den, "engine on the merged Q1_0 file vs STE logits: NMSE %g (tol 2e-2)", num / den);
+        printf("merged %s%s: trainer vs STE rel L2 %.3g; engine vs STE logits NMSE %.3g\n", type, keep ? " keep-scales" : "",
+               d, num / den);
+        CHECK(num <= 2e-2 * den, "engine on the merged %s file vs STE logits: NMSE %g (tol 2e-2)", type, num / den);
         bn_state_free(s);
         free(z_ste); free(z_m); free(z_e);
         bn_model_free(mm);
     }
     free(st);
     bn_requant_model_free(q);
+    bn_requant_model_free(q0);
     bn_lora_free(l);
+}
+
+// test_keep_scales_codec: part 5 on the codec, for one type.
+static void test_keep_scales_codec(int type) {
+    enum { N = 1024 };
+    int blck = bn_type_blck(type);
+    size_t bytes = bn_row_size(type, N);
+    float *x = xmalloc(sizeof(float) * N), *y = xmalloc(sizeof(float) * N), *back = xmalloc(sizeof(float) * N);
+    uint8_t *q0 = xmalloc(bytes), *q1 = xmalloc(bytes), *qr = xmalloc(bytes);
+    bn_rng rng;
+    bn_rng_seed(&rng, 99);
+    for (int i = 0; i < N; i++) x[i] = (float)(bn_rng_uniform(&rng) - 0.5);
+    bn_quantize_ref(type, x, q0, N);
+    bn_dequantize(type, q0, y, N);
+    CHECK(bn_quantize_keep_scales(type, y, q0, q1, N) == bytes && !memcmp(q0, q1, bytes),
+          "%s: keep-scales of deq(Q(x)) == Q(x)", bn_type_name(type));
+    // block 1: element 5 pushed to 3·d (d = |deq| of element 5 for Q1_0; the block's max for Q2_0)
+    float d = fabsf(y[blck + 5]);
+    for (int j = 0; j < blck; j++) d = type == BN_Q1_0 ? d : fmaxf(d, fabsf(y[blck + j]));
+    y[blck + 5] = 3 * d;
+    y[blck + 6] = 0.1f * d;
+    bn_quantize_keep_scales(type, y, q0, q1, N);
+    bn_quantize_ref(type, y, qr, N);
+    bn_dequantize(type, q1, back, N);
+    size_t bs = (size_t)bn_type_size(type);
+    CHECK(!memcmp(q1 + bs, q0 + bs, 2) && memcmp(qr + bs, q0 + bs, 2), "%s: 3·d keeps the scale (reference: rescales)",
+          bn_type_name(type));
+    CHECK(back[blck + 5] == d, "%s: 3·d saturates at +d (%g vs %g)", bn_type_name(type), back[blck + 5], d);
+    if (type != BN_Q1_0) CHECK(back[blck + 6] == 0, "%s: 0.1·d -> code 0 (%g)", bn_type_name(type), back[blck + 6]);
+    CHECK(bn_quantize_keep_scales(BN_Q8_0, x, q0, q1, N) == 0, "keep-scales refuses Q8_0");
+    free(x); free(y); free(back); free(q0); free(q1); free(qr);
 }
 
 // merged_win: chosen_win over all rows of base + adapter merged and requantized to Q1_0.
@@ -168,7 +232,7 @@ static double merged_win(const char *base, const char *adapter, const bn_train_r
     snprintf(out, sizeof out, "%s/merged_%s.gguf", dir, tag);
     double win = -1;
     bn_ftpo_cfg cfg = bn_ftpo_cfg_antidoom();
-    if (bn_lora_merge_requant(base, l, 1.0f, "Q1_0", out, NULL, err, sizeof err) == 0) {
+    if (bn_lora_merge_requant(base, l, 1.0f, "Q1_0", false, out, NULL, err, sizeof err) == 0) {
         bn_model *mm = bn_model_load(out, err, sizeof err);
         bn_ftpo_eval_result r;
         if (mm && bn_ftpo_eval(mm, rows, NULL, &cfg, -1, &r, err, sizeof err) == 0) win = r.chosen_win;
@@ -228,6 +292,9 @@ static void test_ftpo(const bn_model *m, const char *base) {
     o.ste_type = "Q2_0";
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == -1, "resume with another STE type refused");
     o.ste_type = "Q1_0";
+    o.ste_keep_scales = true;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == -1, "resume with --keep-scales added refused");
+    o.ste_keep_scales = false;
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0 && res.steps == 2, "resume with the same type: %s", err);
     o.resume_path = NULL;
     o.ckpt_path = NULL;
@@ -243,7 +310,11 @@ int main(void) {
     bn_model *m = fx_tiny_model(dir, BN_F16, base, sizeof base);
     if (!m) return test_done("train_ste");
     test_definition(m);
-    test_merge(m, base);
+    test_merge(m, base, "q1_0", false);
+    test_keep_scales_codec(BN_Q1_0);
+    test_keep_scales_codec(BN_Q2_0);
+    test_keep_scales_codec(BN_PQ2_0);
+    test_merge(m, base, "q2_0", true);
     test_ftpo(m, base);
     bn_model_free(m);
     char cmd[600];
