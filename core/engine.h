@@ -1,9 +1,17 @@
 // core/engine.h — one interface over the forward backends so tools pick one at run time with
 // llama.cpp's -ngl: the CPU engine (core/forward.h) or the CUDA engine (cuda/cuda_engine.h, linked
 // only into binaries built with cuda_dep / cuda_emu_dep, which define BONSAI_CUDA=1).
-// -ngl N: N > 0 runs the whole model on the GPU (layers are not split between backends), N = 0 the
-// CPU; the default is 0 (as llama.cpp's CPU builds). The CUDA engine keeps its KV cache in fp16
-// (llama.cpp's default), the CPU engine in fp32.
+// -ngl N (llama.cpp's meaning; the default is 0, as llama.cpp's CPU builds), model of n_layer layers:
+//   N = 0             the CPU engine: everything on the CPU.
+//   N >= n_layer      the CUDA engine: everything on the GPU (token embedding, every layer, head).
+//   0 < N < n_layer   the CPU+CUDA engine (partial offload, cuda/engine_split.cu): token embedding and
+//                     layers [0, n_layer − N) on the CPU, layers [n_layer − N, n_layer) and the output
+//                     head (final norm + lm_head) on the GPU, which holds only those weights; the
+//                     residual rows {n_embd, n_tokens} cross once per forward. Difference from
+//                     llama.cpp: there the head goes to the GPU only with N > n_layer (N == n_layer
+//                     leaves it on the CPU); here it is on the GPU for every N > 0.
+// The CUDA and CPU+CUDA engines keep their KV cache in fp16 (llama.cpp's default), the CPU engine in
+// fp32.
 #ifndef BONSAI_ENGINE_H
 #define BONSAI_ENGINE_H
 #include <stdint.h>
@@ -14,7 +22,7 @@
 
 // A backend's functions; impl is the backend's model object (e.g. bn_cuda_model), st its state.
 typedef struct bn_engine_ops {
-    const char *name; // "CPU" | "CUDA" (llama-bench's backend column)
+    const char *name; // "CPU" | "CUDA" | "CPU+CUDA" (llama-bench's backend column)
     void *(*state_new)(void *impl, int n_ctx, char *err, size_t errlen);
     void (*state_free)(void *st);
     void (*state_reset)(void *st);
@@ -35,7 +43,7 @@ typedef struct bn_engine {
     const bn_engine_ops *ops;
     void *impl;
     const bn_model *m;
-    int n_threads;    // CPU threads (CPU engine)
+    int n_threads;    // CPU threads (CPU and CPU+CUDA engines)
     int n_gpu_layers; // the -ngl value it was opened with
 } bn_engine;
 
@@ -56,7 +64,7 @@ bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m
 bn_engine *bn_engine_cpu_new(const bn_model *m, int n_threads);
 // bn_engine_free: frees the engine and its backend model (NULL is fine; free its states first).
 void bn_engine_free(bn_engine *e);
-// bn_engine_name: "CPU" or "CUDA".
+// bn_engine_name: "CPU", "CUDA" or "CPU+CUDA".
 const char *bn_engine_name(const bn_engine *e);
 
 // bn_engine_state_new: a state for n_ctx positions; NULL with err filled on failure.
@@ -78,7 +86,8 @@ int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forwa
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
 // state + position after each token t in snaps[t] (from bn_engine_snapshot_new of s's engine), in one
 // batched pass of n <= BN_ENGINE_MAX_SNAPS tokens: the CPU fills them through bn_forward_out.snaps,
-// CUDA keeps them in device memory (bn_cuda_forward_snaps; no host copies). Speculative
+// CUDA keeps them in device memory (bn_cuda_forward_snaps; no host copies), CPU+CUDA both (host for
+// the CPU layers, device for the rest). Speculative
 // verification restores the one after the last accepted token. Returns 0 or -1 with err filled.
 #define BN_ENGINE_MAX_SNAPS 64
 int bn_engine_forward_snaps(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out,
@@ -95,11 +104,15 @@ void bn_engine_snapshot_free(bn_engine_snapshot *snap);
 #ifdef BONSAI_CUDA
 // bn_cuda_engine_new: the CUDA engine (uploads m's weights); NULL with err filled (cuda/engine.cu).
 bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen);
+// bn_cuda_split_engine_new: the CPU+CUDA engine for 0 < n_gpu_layers < n_layer (uploads the last
+// n_gpu_layers layers and the head; the CPU half runs with n_threads); NULL with err filled
+// (cuda/engine_split.cu).
+bn_engine *bn_cuda_split_engine_new(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
 #endif
 
-// bn_engine_open: the engine for -ngl n_gpu_layers (> 0: CUDA, 0: CPU with n_threads); NULL with
-// err filled ("built without CUDA", "no CUDA device", upload errors). Inline so that it sees
-// BONSAI_CUDA of the binary that calls it.
+// bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads,
+// >= n_layer CUDA, in between CPU+CUDA); NULL with err filled ("built without CUDA", "no CUDA device",
+// upload errors). Inline so that it sees BONSAI_CUDA of the binary that calls it.
 static inline bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
                                         size_t errlen) {
     if (n_gpu_layers < 0) {
@@ -108,7 +121,8 @@ static inline bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int
     }
     if (n_gpu_layers == 0) return bn_engine_cpu_new(m, n_threads);
 #ifdef BONSAI_CUDA
-    bn_engine *e = bn_cuda_engine_new(m, err, errlen);
+    bn_engine *e = n_gpu_layers >= m->cfg.n_layer ? bn_cuda_engine_new(m, err, errlen)
+                                                  : bn_cuda_split_engine_new(m, n_gpu_layers, n_threads, err, errlen);
     if (e) e->n_gpu_layers = n_gpu_layers;
     return e;
 #else

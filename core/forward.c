@@ -218,16 +218,17 @@ static void ffn(const bn_model *m, bn_state *s, int il, int nb) {
 }
 
 // ---- chunk ----------------------------------------------------------------------------------
-// forward_chunk: runs nb tokens (global indices t_off.., of n_total in this call) at s->pos.
+// forward_chunk: runs nb tokens (global indices t_off.., of n_total in this call) at s->pos through the
+// state's layers; then the head, or with x_out the residual rows into x_out + t_off rows.
 static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens, int nb, int t_off, int n_total,
-                          bn_forward_out *out) {
+                          const bn_forward_out *out, float *x_out) {
     const bn_config *c = &m->cfg;
     const int H = c->n_embd;
     const int p0 = s->pos;
     for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
     bn_snapshot **snaps = out && out->snaps ? out->snaps + t_off : NULL;
 
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = 0; il < s->n_layers; il++) {
         const bn_layer_weights *lw = &m->w.layers[il];
         rmsnorm_rows(s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
         if (c->is_recurrent[il])
@@ -251,6 +252,10 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     s->pos = p0 + nb;
     if (snaps)
         for (int t = 0; t < nb; t++) snaps[t]->pos = p0 + t + 1;
+    if (x_out) {
+        memcpy(x_out + (size_t)t_off * H, s->x, sizeof(float) * H * (size_t)nb);
+        return;
+    }
 
     if (!out || (!out->logits && !out->hidden)) return;
     // rows of this chunk that produce output: all of them, or only the very last token
@@ -274,7 +279,7 @@ int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent,
         return bn_err(err, errlen, "bn_forward: no tokens to produce output for");
     if ((int64_t)pos + n > n_ctx)
         return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", pos, n, n_ctx);
-    for (int t = 0; t < n; t++)
+    for (int t = 0; tokens && t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return bn_err(err, errlen, "bad token id %d at index %d (vocabulary has %d tokens)", tokens[t], t, c->n_vocab);
     if (out && out->taps)
@@ -292,12 +297,28 @@ int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent,
 int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                size_t errlen) {
     if (s->m != m) return bn_err(err, errlen, "bn_forward: state was created for a different model");
+    if (s->n_layers != m->cfg.n_layer)
+        return bn_err(err, errlen, "bn_forward: the state holds layers [0, %d) only (use bn_forward_front)", s->n_layers);
     if (bn_forward_check(&m->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
     if (n == 0) return 0;
 
     for (int t0 = 0; t0 < n; t0 += s->n_batch) {
         const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;
-        forward_chunk(m, s, tokens + t0, nb, t0, n, out);
+        forward_chunk(m, s, tokens + t0, nb, t0, n, out, NULL);
+    }
+    return 0;
+}
+
+int bn_forward_front(const bn_model *m, bn_state *s, const int32_t *tokens, int n, float *x_out,
+                     const bn_forward_out *out, char *err, size_t errlen) {
+    if (s->m != m) return bn_err(err, errlen, "bn_forward_front: state was created for a different model");
+    if (!x_out) return bn_err(err, errlen, "bn_forward_front: no x_out");
+    if (out && (out->logits || out->hidden))
+        return bn_err(err, errlen, "bn_forward_front: logits / hidden come from the last layers' backend");
+    if (bn_forward_check(&m->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    for (int t0 = 0; t0 < n; t0 += s->n_batch) {
+        const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;
+        forward_chunk(m, s, tokens + t0, nb, t0, n, out, x_out);
     }
     return 0;
 }

@@ -25,6 +25,10 @@ bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads);
 // or BN_F16 (half the memory and attention bandwidth, like llama.cpp's default; logits move by
 // ~1e-3 relative). Returns the state (dies on OOM).
 bn_state *bn_state_new_kv(const bn_model *m, int n_ctx, int n_threads, int kv_type);
+// bn_state_new_front: like bn_state_new_kv for the first n_layers layers only (KV cache and recurrent
+// state of those; snapshots cover them only): the CPU half of a split CPU+GPU engine (core/engine.h),
+// run with bn_forward_front. n_layers outside 0..n_layer means all. Returns the state (dies on OOM).
+bn_state *bn_state_new_front(const bn_model *m, int n_ctx, int n_threads, int kv_type, int n_layers);
 // bn_state_free: frees the state (NULL is fine).
 void bn_state_free(bn_state *s);
 // bn_state_reset: back to position 0 with zero conv windows and recurrent matrices.
@@ -71,7 +75,8 @@ typedef struct {
 
 // bn_forward_check: bn_forward's input checks for a state at position pos with capacity n_ctx and
 // n_recurrent floats of recurrent state (token count, context overflow, token ids, tap layers,
-// snapshot sizes); returns 0 or -1 with err filled. Shared by the CPU and CUDA engines.
+// snapshot sizes); returns 0 or -1 with err filled. Shared by the CPU and CUDA engines. tokens may be
+// NULL (hidden-row input: no id checks).
 int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent, const int32_t *tokens, int n,
                      const bn_forward_out *out, char *err, size_t errlen);
 
@@ -80,5 +85,14 @@ int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent,
 // with err filled (context overflow, bad token id, bad tap layer); on error the state is unchanged.
 int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                char *err, size_t errlen);
+
+// bn_forward_front: bn_forward over the state's layers only (a bn_state_new_front state): token
+// embedding and layers [0, n_layers) for n tokens at the state's position, then the residual stream
+// after the last of them into x_out {n_embd, n} (the input of layer n_layers on another backend).
+// out (optional): taps of layers < n_layers (other tap slots untouched) and snaps (bn_snapshot_new
+// of this state); logits and hidden must be NULL. Returns 0, or -1 with err filled (as bn_forward;
+// the state is unchanged on error).
+int bn_forward_front(const bn_model *m, bn_state *s, const int32_t *tokens, int n, float *x_out,
+                     const bn_forward_out *out, char *err, size_t errlen);
 
 #endif

@@ -14,9 +14,10 @@ struct bn_state {
     int pos;              // tokens consumed
     int n_batch;          // rows in the scratch buffers (min(n_ctx, BN_MAX_BATCH))
     int n_threads;
+    int n_layers;         // layers this state runs and holds caches for: [0, n_layers) (bn_state_new_front)
     bn_pool *pool;
     int kv_type;          // BN_F32 or BN_F16: element type of the KV cache
-    // per layer views (NULL where the layer has no such state)
+    // per layer views [n_layer] (NULL where the layer has no such state, and for il >= n_layers)
     void **k_cache;       // [n_layer] -> {n_head_kv*hd, n_ctx} of kv_type: k after q/k-norm and RoPE
     void **v_cache;       // [n_layer] -> {n_head_kv*hd, n_ctx} of kv_type
     float **conv;         // [n_layer] -> {K-1, conv_dim}: previous raw conv inputs (ops.h layout)

@@ -39,10 +39,12 @@ static size_t work_size_for(const bn_model *m, int B) {
     return ws;
 }
 
-// layout: assigns every pointer of s (when c->base != NULL) and returns the total size.
-static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B, int n_threads, int kv_type) {
+// layout: assigns every pointer of s (when c->base != NULL) and returns the total size; KV cache and
+// recurrent state only for layers [0, n_layers).
+static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B, int n_threads, int kv_type,
+                     int n_layers) {
     const bn_config *cf = &m->cfg;
-    const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer;
+    const size_t H = cf->n_embd, F = cf->n_ff, L = cf->n_layer, L_run = (size_t)n_layers;
     const bn_dims dm = bn_config_dims(cf);
     const size_t kv_dim = dm.kv_dim, q_rows = dm.q_rows, conv_dim = dm.conv_dim, value_dim = dm.value_dim;
     const size_t conv_floats = dm.conv_floats, ssm_floats = dm.ssm_floats, Hv = cf->ssm_dt_rank;
@@ -56,7 +58,7 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
     // recurrent region: contiguous floats (conv and S sizes are multiples of 16 floats in practice;
     // no alignment padding inside so one memcpy covers it)
     size_t n_rec = 0;
-    for (size_t il = 0; il < L; il++)
+    for (size_t il = 0; il < L_run; il++)
         if (cf->is_recurrent[il]) n_rec += conv_floats + ssm_floats;
     float *rec = carve(c, n_rec * sizeof(float));
     if (c->base) {
@@ -70,14 +72,14 @@ static size_t layout(carver *c, bn_state *s, const bn_model *m, int n_ctx, int B
         for (size_t il = 0; il < L; il++) {
             k_cache[il] = v_cache[il] = NULL;
             conv[il] = ssm[il] = NULL;
-            if (!cf->is_recurrent[il]) continue;
+            if (!cf->is_recurrent[il] || il >= L_run) continue;
             conv[il] = p;
             p += conv_floats;
             ssm[il] = p;
             p += ssm_floats;
         }
     }
-    for (size_t il = 0; il < L; il++) {
+    for (size_t il = 0; il < L_run; il++) {
         if (cf->is_recurrent[il]) continue;
         const size_t kv_elt = kv_type == BN_F16 ? 2 : 4;
         void *kc = carve(c, (size_t)n_ctx * kv_dim * kv_elt);
@@ -112,25 +114,31 @@ bn_state *bn_state_new(const bn_model *m, int n_ctx, int n_threads) {
 }
 
 bn_state *bn_state_new_kv(const bn_model *m, int n_ctx, int n_threads, int kv_type) {
+    return bn_state_new_front(m, n_ctx, n_threads, kv_type, m->cfg.n_layer);
+}
+
+bn_state *bn_state_new_front(const bn_model *m, int n_ctx, int n_threads, int kv_type, int n_layers) {
+    if (n_layers < 0 || n_layers > m->cfg.n_layer) n_layers = m->cfg.n_layer;
     if (kv_type != BN_F16) kv_type = BN_F32;
     if (n_threads <= 0) n_threads = bn_n_threads_default();
     if (n_ctx < 1) n_ctx = 1;
     const int B = n_ctx < BN_MAX_BATCH ? n_ctx : BN_MAX_BATCH;
     carver count = {0};
-    const size_t total = layout(&count, NULL, m, n_ctx, B, n_threads, kv_type);
+    const size_t total = layout(&count, NULL, m, n_ctx, B, n_threads, kv_type, n_layers);
     // One anonymous mapping: zero-filled and page-aligned without touching it, so KV-cache pages
     // are only committed when positions are actually used.
     uint8_t *block = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (block == MAP_FAILED) bn_die("out of memory allocating a %zu-byte inference state", total);
     bn_state *s = (bn_state *)block;
     carver fill = {.base = block};
-    layout(&fill, s, m, n_ctx, B, n_threads, kv_type);
+    layout(&fill, s, m, n_ctx, B, n_threads, kv_type, n_layers);
     s->kv_type = kv_type;
     s->m = m;
     s->alloc_bytes = total;
     s->n_ctx = n_ctx;
     s->n_batch = B;
     s->n_threads = n_threads;
+    s->n_layers = n_layers;
     s->pool = bn_pool_new(n_threads);
     openblas_set_num_threads(n_threads);
     s->pos = 0;

@@ -19,6 +19,12 @@ extern "C" {
 #include "core/dspark.h"
 
 typedef struct bn_cuda_drafter bn_cuda_drafter;
+
+// bn_cuda_drafter_register: makes this device drafter bn_spec's drafter for targets on engines with ops
+// table engine_ops (cuda/engine.cu; bn_dev_drafter_register). device_taps: the target state's forward
+// writes its taps into its device tap buffer (the CUDA engine); false: taps come through host memory (the
+// CPU+CUDA engine, whose first layers run on the CPU).
+void bn_cuda_drafter_register(const bn_engine_ops *engine_ops, bool device_taps);
 typedef struct bn_cuda_dstate bn_cuda_dstate;
 
 // bn_cuda_drafter_upload: copies d's weights to the device (matrices in their stored type, repacked

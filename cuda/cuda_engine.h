@@ -26,6 +26,11 @@ typedef struct bn_cuda_snapshot bn_cuda_snapshot;
 // norms / ssm parameters / biases as fp32). m must outlive the result. Returns the device model, or
 // NULL with err filled (no device, a weight type the kernels do not handle, out of device memory).
 bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen);
+// bn_cuda_model_upload_from: bn_cuda_model_upload of layers [first_layer, n_layer) and the output head
+// (final norm + lm_head) only; no token embedding unless first_layer is 0. The device half of the split
+// CPU+CUDA engine (core/engine.h, 0 < -ngl < n_layer): its states hold caches for those layers only and
+// take residual rows as input (bn_cuda_forward_hidden). Returns the device model, or NULL with err filled.
+bn_cuda_model *bn_cuda_model_upload_from(const bn_model *m, int first_layer, char *err, size_t errlen);
 // bn_cuda_model_free: frees the device weights (NULL is fine; free its states first).
 void bn_cuda_model_free(bn_cuda_model *cm);
 // bn_cuda_model_bytes: device bytes held by the uploaded weights.
@@ -43,7 +48,7 @@ int bn_cuda_state_pos(const bn_cuda_state *s);
 // bn_cuda_state_n_ctx: the capacity given to bn_cuda_state_new.
 int bn_cuda_state_n_ctx(const bn_cuda_state *s);
 
-// Snapshots: the recurrent state (conv windows + S of every DeltaNet layer) and the position, kept
+// Snapshots: the recurrent state (conv windows + S of every DeltaNet layer on the device) and the position, kept
 // in device memory; same validity rules as core/forward.h (the KV cache is not copied).
 // bn_cuda_snapshot_new: an empty snapshot for s's model (position 0); NULL with err filled on OOM.
 bn_cuda_snapshot *bn_cuda_snapshot_new(const bn_cuda_state *s, char *err, size_t errlen);
@@ -72,8 +77,8 @@ size_t bn_cuda_host_tap_bytes(void);
 // out->snaps (host bn_snapshot) are filled by copying the device recurrent state down after every
 // token (slow; for tests and CPU-side rollback). One token with at most the logits wanted replays a
 // captured CUDA graph of the step (as bn_cuda_decode_greedy does). Returns 0, or -1 with err filled
-// (context overflow, bad token id, bad tap layer, more tap rows than the device tap buffer holds, CUDA
-// error); on an input error the state is unchanged.
+// (context overflow, bad token id, bad tap layer, more tap rows than the device tap buffer holds, a model
+// uploaded from a later layer, CUDA error); on an input error the state is unchanged.
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
 
 // bn_cuda_forward_snaps: bn_cuda_forward (out->snaps must be NULL) that also copies the recurrent
@@ -81,6 +86,13 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
 // (n <= 64): DSpark verification restores the one after the last accepted token. Returns 0 or -1.
 int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
+// bn_cuda_forward_hidden: for a state of a model uploaded from layer l0 > 0 (bn_cuda_model_upload_from):
+// x {n_embd, n} (host; page-locked is faster) is the residual stream entering layer l0 for n tokens
+// appended at the state's position; runs layers [l0, n_layer) and the head. snaps NULL: bn_cuda_forward's
+// contract (taps of layers >= l0 only, other tap slots untouched; host out->snaps of this state's
+// recurrent layout); device snaps: bn_cuda_forward_snaps's. Returns 0 or -1 with err filled.
+int bn_cuda_forward_hidden(bn_cuda_state *s, const float *x, int n, bn_forward_out *out,
+                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
 // bn_cuda_snapshot_to_host: copies a device snapshot into a host one (bn_cuda_host_snapshot_new or
 // bn_snapshot_new of a CPU state of the same model); 0 or -1.
 int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, char *err, size_t errlen);

@@ -122,10 +122,18 @@ static int cd_process_dev(void *p, const float *dev_taps, int n, int pos0, char 
 static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA",        cd_state_new,  cd_state_free,  cd_truncate,
                                                     cd_process,    cd_draft,      cd_host_alloc,  cd_host_free,
                                                     cd_target_taps, cd_process_dev};
+// the same without the device tap hand-over: taps reach the drafter through host memory
+static const bn_dev_drafter_ops cuda_drafter_host_taps_ops = {"CUDA",        cd_state_new, cd_state_free, cd_truncate,
+                                                              cd_process,    cd_draft,     cd_host_alloc, cd_host_free,
+                                                              NULL,          NULL};
+
+extern "C" void bn_cuda_drafter_register(const bn_engine_ops *engine_ops, bool device_taps) {
+    bn_dev_drafter_register(engine_ops, device_taps ? &cuda_drafter_ops : &cuda_drafter_host_taps_ops);
+}
 
 extern "C" bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen) {
     bn_cuda_model *cm = bn_cuda_model_upload(m, err, errlen);
     if (!cm) return NULL;
-    bn_dev_drafter_register(&cuda_ops, &cuda_drafter_ops); // bn_spec drafts on the device for CUDA targets
+    bn_cuda_drafter_register(&cuda_ops, true); // bn_spec drafts on the device for CUDA targets
     return bn_engine_new(&cuda_ops, cm, m);
 }

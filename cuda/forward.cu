@@ -43,10 +43,11 @@ struct cu_layer {
 struct bn_cuda_model {
     const bn_model *m;
     bn_config cfg;
-    bn_cu_weight token_embd; // {H, V}
+    int first_layer;         // layers [first_layer, n_layer) are on the device (0: the whole model)
+    bn_cu_weight token_embd; // {H, V} (first_layer 0 only)
     bn_cu_weight output;     // {H, V} (same device data as token_embd when tied)
     float *output_norm;      // {H}
-    cu_layer *layers;        // [n_layer]
+    cu_layer *layers;        // [n_layer] (zero below first_layer)
     bn_cu_allocs allocs;     // every device allocation, freed together
 };
 
@@ -106,17 +107,25 @@ static int upload_layer(bn_cuda_model *cm, int il, char *err, size_t errlen) {
 }
 
 bn_cuda_model *bn_cuda_model_upload(const bn_model *m, char *err, size_t errlen) {
+    return bn_cuda_model_upload_from(m, 0, err, errlen);
+}
+
+bn_cuda_model *bn_cuda_model_upload_from(const bn_model *m, int first_layer, char *err, size_t errlen) {
+    if (first_layer < 0 || first_layer >= m->cfg.n_layer)
+        return bn_err(err, errlen, "CUDA: first layer %d outside 0..%d", first_layer, m->cfg.n_layer - 1), nullptr;
     if (!bn_cuda_available(err, errlen)) return NULL;
     if (check_shapes(&m->cfg, err, errlen) != 0) return NULL;
     bn_cuda_model *cm = (bn_cuda_model *)xcalloc(1, sizeof *cm);
     cm->m = m;
     cm->cfg = m->cfg;
+    cm->first_layer = first_layer;
     cm->layers = (cu_layer *)xcalloc((size_t)m->cfg.n_layer, sizeof(cu_layer));
-    int rc = bn_cu_upload_weight(&cm->allocs, &m->w.token_embd, &cm->token_embd, err, errlen);
-    if (rc == 0 && m->w.output.data == m->w.token_embd.data) cm->output = cm->token_embd; // tied head
+    const bool embed = first_layer == 0; // the token embedding runs where layer 0 does
+    int rc = embed ? bn_cu_upload_weight(&cm->allocs, &m->w.token_embd, &cm->token_embd, err, errlen) : 0;
+    if (rc == 0 && embed && m->w.output.data == m->w.token_embd.data) cm->output = cm->token_embd; // tied head
     else if (rc == 0) rc = bn_cu_upload_weight(&cm->allocs, &m->w.output, &cm->output, err, errlen);
     if (rc == 0) rc = upload_vector(cm, &m->w.output_norm, &cm->output_norm, err, errlen);
-    for (int il = 0; rc == 0 && il < m->cfg.n_layer; il++) rc = upload_layer(cm, il, err, errlen);
+    for (int il = first_layer; rc == 0 && il < m->cfg.n_layer; il++) rc = upload_layer(cm, il, err, errlen);
     if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
         rc = bn_err(err, errlen, "CUDA error: %s after the upload", cudaGetErrorString(cudaGetLastError()));
     if (rc != 0) {
@@ -210,8 +219,9 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     int *d_pos = (int *)bn_cu_carve(c, 4 * sizeof(int));
     int32_t *d_tokens = (int32_t *)bn_cu_carve(c, B * sizeof(int32_t));
     float **d_snap_ptrs = (float **)bn_cu_carve(c, MAX_SNAPS * sizeof(float *));
+    const size_t L0 = (size_t)cm->first_layer; // caches only for the device's layers [L0, L)
     size_t n_rec = 0;
-    for (size_t il = 0; il < L; il++)
+    for (size_t il = L0; il < L; il++)
         if (cf->is_recurrent[il]) n_rec += conv_floats + ssm_floats;
     float *rec = (float *)bn_cu_carve(c, n_rec * sizeof(float));
     if (c->base) {
@@ -220,7 +230,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
             s->conv[il] = s->ssm[il] = NULL;
-            if (!cf->is_recurrent[il]) continue;
+            if (!cf->is_recurrent[il] || il < L0) continue;
             s->conv[il] = p;
             p += conv_floats;
             s->ssm[il] = p;
@@ -229,7 +239,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     }
     for (size_t il = 0; il < L; il++) {
         void *kc = NULL, *vc = NULL;
-        if (!cf->is_recurrent[il]) {
+        if (!cf->is_recurrent[il] && il >= L0) {
             kc = bn_cu_carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
             vc = bn_cu_carve(c, (size_t)s->n_ctx * kv_dim * kv_elt);
         }
@@ -520,16 +530,16 @@ static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int n
     return cudaSuccess;
 }
 
-// run_layers: embeds s->d_tokens[0..nb) and runs every layer at d_pos, then advances d_pos by nb;
-// taps written as they are produced. Everything is enqueued on s->stream (graph-capturable
-// when taps are absent).
+// run_layers: embeds s->d_tokens[0..nb) (or, on a model uploaded from a later layer, takes the residual
+// rows already in s->x) and runs the device's layers at d_pos, then advances d_pos by nb; taps written as
+// they are produced. Everything is enqueued on s->stream (graph-capturable when taps are absent).
 static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     const bn_config *c = &s->cm->cfg;
-    const int H = c->n_embd;
+    const int H = c->n_embd, l0 = s->cm->first_layer;
     const cu_layer *layers = s->cm->layers;
-    TRY(bn_cu_get_rows(&s->cm->token_embd, s->d_tokens, s->x, nb, s->stream));
-    TRY(bn_cu_rmsnorm(s->xn, s->x, layers[0].attn_norm, H, nb, c->norm_eps, s->stream));
-    for (int il = 0; il < c->n_layer; il++) {
+    if (l0 == 0) TRY(bn_cu_get_rows(&s->cm->token_embd, s->d_tokens, s->x, nb, s->stream));
+    TRY(bn_cu_rmsnorm(s->xn, s->x, layers[l0].attn_norm, H, nb, c->norm_eps, s->stream));
+    for (int il = l0; il < c->n_layer; il++) {
         // x += mixer(xn); xn = norm(x); x += ffn(xn); xn = next layer's attn_norm(x)
         TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb, taps.dev_snaps ? s->d_snap_ptrs : NULL)
                                 : attention_layer(s, il, nb));
@@ -584,7 +594,22 @@ static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen) 
     return bn_err(err, errlen, "CUDA error: %s in %s (the state is undefined; reset it)", cudaGetErrorString(e), what);
 }
 
-static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *out, char *err, size_t errlen);
+// The rows entering the device's first layer: token ids (a whole-model upload embeds them on the device) or
+// host residual rows {n_embd, n} (a model uploaded from a later layer, bn_cuda_forward_hidden).
+struct rows_in {
+    const int32_t *tokens;
+    const float *x;
+};
+
+// upload_rows: rows [t0, t0 + nb) of in into s->d_tokens or s->x, on s->stream.
+static cudaError_t upload_rows(bn_cuda_state *s, rows_in in, int t0, int nb) {
+    const size_t H = (size_t)s->cm->cfg.n_embd;
+    if (in.x)
+        return cudaMemcpyAsync(s->x, in.x + (size_t)t0 * H, sizeof(float) * H * nb, cudaMemcpyHostToDevice, s->stream);
+    return cudaMemcpyAsync(s->d_tokens, in.tokens + t0, sizeof(int32_t) * nb, cudaMemcpyHostToDevice, s->stream);
+}
+
+static int forward_one_graph(bn_cuda_state *s, rows_in in, bn_forward_out *out, char *err, size_t errlen);
 
 // check_dev_taps: n token rows of out's taps fit the state's device tap buffer (when out->taps is it); 0 or -1.
 static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *out, char *err, size_t errlen) {
@@ -596,19 +621,16 @@ static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *o
     return 0;
 }
 
-int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
-    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
-    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
+// forward_rows: bn_cuda_forward after its checks, for token or residual-row input.
+static int forward_rows(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out, char *err, size_t errlen) {
     if (n == 0) return 0;
-
     // one token with at most the logits wanted: the captured step graph (no per-kernel launch cost)
-    if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden))) return forward_one_graph(s, tokens[0], out, err, errlen);
+    if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden))) return forward_one_graph(s, in, out, err, errlen);
     // with snapshots, one token per chunk so the recurrent state can be copied after each
     const int chunk = out && out->snaps ? 1 : s->n_batch;
     for (int t0 = 0; t0 < n; t0 += chunk) {
         const int nb = n - t0 < chunk ? n - t0 : chunk;
-        cudaError_t e = cudaMemcpyAsync(s->d_tokens, tokens + t0, sizeof(int32_t) * nb, cudaMemcpyHostToDevice,
-                                        s->stream);
+        cudaError_t e = upload_rows(s, in, t0, nb);
         if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0, false});
         if (e == cudaSuccess) e = chunk_outputs(s, nb, t0, n, out);
         if (e == cudaSuccess && out && out->snaps)
@@ -622,11 +644,10 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
     return 0;
 }
 
-int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
-                          bn_cuda_snapshot *const *snaps, char *err, size_t errlen) {
+// forward_rows_snaps: bn_cuda_forward_snaps after the common checks, for token or residual-row input.
+static int forward_rows_snaps(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out, bn_cuda_snapshot *const *snaps,
+                              char *err, size_t errlen) {
     if (out && out->snaps) return bn_err(err, errlen, "bn_cuda_forward_snaps: give device snapshots only (out->snaps set)");
-    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
-    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
     if (n > MAX_SNAPS || n > s->n_batch)
         return bn_err(err, errlen, "bn_cuda_forward_snaps: %d tokens (at most %d per call)", n,
                       MAX_SNAPS < s->n_batch ? MAX_SNAPS : s->n_batch);
@@ -637,8 +658,7 @@ int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_for
     for (int t = 0; t < n; t++) s->h_snap_ptrs[t] = snaps[t]->data;
     cudaError_t e = cudaMemcpyAsync(s->d_snap_ptrs, s->h_snap_ptrs, sizeof(float *) * n, cudaMemcpyHostToDevice,
                                     s->stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(s->d_tokens, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess) e = upload_rows(s, in, 0, n);
     if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true});
     if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
@@ -646,6 +666,41 @@ int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_for
     for (int t = 0; t < n; t++) snaps[t]->pos = s->pos + t + 1;
     s->pos += n;
     return 0;
+}
+
+// check_input: the state takes token ids (want_tokens) or residual rows; 0 or -1.
+static int check_input(const bn_cuda_state *s, bool want_tokens, const char *fn, char *err, size_t errlen) {
+    const int l0 = s->cm->first_layer;
+    if (want_tokens && l0 > 0)
+        return bn_err(err, errlen, "%s: the state's model starts at layer %d (use bn_cuda_forward_hidden)", fn, l0);
+    if (!want_tokens && l0 == 0)
+        return bn_err(err, errlen, "%s: the state's model starts at layer 0 (use bn_cuda_forward)", fn);
+    return 0;
+}
+
+int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen) {
+    if (check_input(s, true, "bn_cuda_forward", err, errlen) != 0) return -1;
+    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
+    return forward_rows(s, rows_in{tokens, NULL}, n, out, err, errlen);
+}
+
+int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
+                          bn_cuda_snapshot *const *snaps, char *err, size_t errlen) {
+    if (check_input(s, true, "bn_cuda_forward_snaps", err, errlen) != 0) return -1;
+    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
+    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
+    return forward_rows_snaps(s, rows_in{tokens, NULL}, n, out, snaps, err, errlen);
+}
+
+int bn_cuda_forward_hidden(bn_cuda_state *s, const float *x, int n, bn_forward_out *out, bn_cuda_snapshot *const *snaps,
+                           char *err, size_t errlen) {
+    if (check_input(s, false, "bn_cuda_forward_hidden", err, errlen) != 0) return -1;
+    if (!x && n > 0) return bn_err(err, errlen, "bn_cuda_forward_hidden: no input rows");
+    if (bn_forward_check(&s->cm->cfg, s->pos, s->n_ctx, s->n_recurrent, NULL, n, out, err, errlen) != 0) return -1;
+    if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
+    const rows_in in = {NULL, x};
+    return snaps ? forward_rows_snaps(s, in, n, out, snaps, err, errlen) : forward_rows(s, in, n, out, err, errlen);
 }
 
 int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, char *err, size_t errlen) {
@@ -678,18 +733,19 @@ static cudaError_t capture_step(bn_cuda_state *s, bool greedy, cudaGraphExec_t *
     return e;
 }
 
-// run_step_graph: uploads token, replays (capturing on first use) the step graph; async on s->stream.
-static cudaError_t run_step_graph(bn_cuda_state *s, int32_t token, bool greedy) {
+// run_step_graph: uploads the token (through pinned h_io) or the residual row, replays (capturing on first
+// use) the step graph; async on s->stream.
+static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, bool greedy) {
     cudaGraphExec_t *exec = greedy ? &s->graph_greedy : &s->graph_logits;
-    s->h_io[0] = token;
-    TRY(cudaMemcpyAsync(s->d_tokens, &s->h_io[0], sizeof(int32_t), cudaMemcpyHostToDevice, s->stream));
+    if (in.tokens) s->h_io[0] = in.tokens[0];
+    TRY(upload_rows(s, in.tokens ? rows_in{&s->h_io[0], NULL} : in, 0, 1));
     if (!*exec) TRY(capture_step(s, greedy, exec));
     return cudaGraphLaunch(*exec, s->stream);
 }
 
 // forward_one_graph: bn_cuda_forward of one token with only logits (or nothing) wanted.
-static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *out, char *err, size_t errlen) {
-    cudaError_t e = run_step_graph(s, token, false);
+static int forward_one_graph(bn_cuda_state *s, rows_in in, bn_forward_out *out, char *err, size_t errlen) {
+    cudaError_t e = run_step_graph(s, in, false);
     if (e == cudaSuccess && out && out->logits)
         e = cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab, cudaMemcpyDeviceToHost,
                             s->stream);
@@ -700,11 +756,12 @@ static int forward_one_graph(bn_cuda_state *s, int32_t token, bn_forward_out *ou
 }
 
 int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *err, size_t errlen) {
+    if (check_input(s, true, "bn_cuda_decode_greedy", err, errlen) != 0) return -1;
     if (s->pos + 1 > s->n_ctx)
         return bn_err(err, errlen, "context overflow: position %d + 1 token exceeds n_ctx %d", s->pos, s->n_ctx);
     if (token < 0 || token >= s->cm->cfg.n_vocab)
         return bn_err(err, errlen, "bad token id %d (vocabulary has %d tokens)", token, s->cm->cfg.n_vocab);
-    cudaError_t e = run_step_graph(s, token, true);
+    cudaError_t e = run_step_graph(s, rows_in{&token, NULL}, true);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(&s->h_io[1], s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
