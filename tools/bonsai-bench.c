@@ -1,4 +1,5 @@
-// tools/bonsai-bench.c — llama-bench for our engine (SERVER.md §12), CPU or CUDA (-ngl N > 0):
+// tools/bonsai-bench.c — llama-bench for our engine (SERVER.md §12), CPU, CUDA (-ngl >= n_layer) or CPU+CUDA
+// (0 < -ngl < n_layer):
 //   bonsai-bench -m MODEL.gguf [-m ...] [-p 512[,N...]] [-n 128[,N...]] [-pg P,G] [-t THREADS[,T...]] [-r 5]
 //                [-ngl N[,N...]] [-o md|json] [--no-warmup]
 // Prints llama-bench's markdown table (or JSON). The build line uses $BONSAI_BUILD_COMMIT if set.
@@ -17,7 +18,9 @@ static void usage(void) {
             "usage: bonsai-bench -m MODEL.gguf [-m MODEL2 ...] [-p N[,N...]] [-n N[,N...]] [-pg P,G] [-t T[,T...]]\n"
             "                    [-r REPS] [-ngl N[,N...]] [-o md|json] [--no-warmup]\n"
             "  defaults: -p 512 -n 128 -r 5 -t <cpus> -ngl 0 -o md (0 in -p/-n drops that test)\n"
-            "  -ngl N: N > 0 runs the whole model on the GPU (CUDA builds; -t is then ignored), 0 on the CPU\n");
+            "  -ngl N: layers on the GPU (CUDA builds): 0 all on the CPU, >= the model's layer count all on the GPU\n"
+            "          (-t is then ignored; backend CUDA), in between the last N layers + head on the GPU and the\n"
+            "          first layers on the CPU with -t threads (backend CPU+CUDA)\n");
     exit(1);
 }
 
@@ -79,7 +82,7 @@ int main(int argc, char **argv) {
         if (!m) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
         for (int gi = 0; gi < n_ngls; gi++)
         for (int ti = 0; ti < n_threads; ti++) {
-            if (ngls[gi] > 0 && ti > 0) break; // threads do not matter on the GPU
+            if (ngls[gi] >= m->cfg.n_layer && ti > 0) break; // threads do not matter with every layer on the GPU
             bn_engine *eng = bn_engine_open(m, ngls[gi], threads[ti], err, sizeof err);
             if (!eng) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
             // llama-bench order: every -p test, then every -n test, then -pg.

@@ -1,4 +1,5 @@
-// tools/bonsai-run.c — generate text with our engine (CPU, or CUDA with -ngl N > 0):
+// tools/bonsai-run.c — generate text with our engine (CPU, or CUDA with -ngl N > 0; partial offload below the
+// layer count):
 //   bonsai-run -m MODEL.gguf -p PROMPT [-n 128] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
 //              [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]
 // Streams the generated text to stdout as it decodes (pieces cut to whole UTF-8 characters) and
@@ -17,7 +18,9 @@
 static void usage(void) {
     fprintf(stderr, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
                     "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]\n"
-                    "  -ngl N: N > 0 runs the model on the GPU (CUDA builds), 0 (default) on the CPU\n");
+                    "  -ngl N: layers on the GPU (CUDA builds; llama.cpp's -ngl): 0 (default) all on the CPU, >= the\n"
+                    "          model's layer count all on the GPU, in between the last N layers + the output head on the\n"
+                    "          GPU and the embedding + first layers on the CPU (-t threads)\n");
     exit(1);
 }
 

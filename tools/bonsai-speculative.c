@@ -29,8 +29,10 @@ static void usage(FILE *f) {
             "  -n N                     tokens to predict (default 64)   -c N  context (default 4096)\n"
             "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
             "  -e                       process escapes (\\n, \\t) in the prompt\n"
-            "  -ngl N                   N > 0: the target on the GPU (CUDA builds), 0: CPU (default); the\n"
-            "                           drafter runs on the GPU too\n"
+            "  -ngl N                   target layers on the GPU (CUDA builds): 0 all on the CPU (default), >= its\n"
+            "                           layer count all on the GPU, in between the last N layers + the output head\n"
+            "                           on the GPU and the first layers on the CPU; with N > 0 the drafter runs on\n"
+            "                           the GPU too\n"
             "  --cpu-drafter            keep the drafter on the CPU with -ngl N > 0\n");
 }
 

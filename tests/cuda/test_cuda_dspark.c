@@ -19,6 +19,7 @@
 // Linked twice: `cuda_dspark` on a GPU (skips without a device) and `cuda_dspark_emu` in the emulator.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
+#include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_dspark.h"
@@ -33,11 +34,6 @@
 static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
 #define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
 
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double w = 0;
-    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - (double)b[i]));
-    return w;
-}
 static double max_abs(const float *a, size_t n) {
     double w = 0;
     for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i]));

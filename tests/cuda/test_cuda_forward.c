@@ -12,6 +12,7 @@
 // bad inputs (context overflow, bad token) leaving the state unchanged.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
+#include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
@@ -30,42 +31,6 @@
 #define N_CTX 96
 
 static char tmpdir[256];
-
-// log_softmax of n logits into lp.
-static void log_softmax(const float *x, double *lp, int n) {
-    double mx = -INFINITY, sum = 0;
-    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    for (int i = 0; i < n; i++) sum += exp(x[i] - mx);
-    for (int i = 0; i < n; i++) lp[i] = x[i] - mx - log(sum);
-}
-
-// max_dlogprob: max |Δ log-softmax| over rows of n_vocab.
-static double max_dlogprob(const float *a, const float *b, int rows, int n_vocab) {
-    double *la = xmalloc(sizeof(double) * n_vocab), *lb = xmalloc(sizeof(double) * n_vocab), worst = 0;
-    for (int r = 0; r < rows; r++) {
-        log_softmax(a + (size_t)r * n_vocab, la, n_vocab);
-        log_softmax(b + (size_t)r * n_vocab, lb, n_vocab);
-        for (int i = 0; i < n_vocab; i++) worst = fmax(worst, fabs(la[i] - lb[i]));
-    }
-    free(la), free(lb);
-    return worst;
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-// top2_gap: largest minus second largest logit.
-static float top2_gap(const float *x, int n) {
-    int a = argmax(x, n);
-    float second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != a && x[i] > second) second = x[i];
-    return x[a] - second;
-}
 
 // quantize_to: src requantized to type with --pure (every 2-D weight) into dst; returns dst or NULL.
 static const char *quantize_to(const char *src, const char *dst, const char *type) {

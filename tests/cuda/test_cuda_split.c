@@ -8,9 +8,10 @@
 //     snapshot/restore and per-token snapshots (bn_engine_forward_snaps) rolled back give the same logits
 //     as a fresh run; bad input leaves the state unchanged. Once: whole-model host snapshots through
 //     bn_forward_out.snaps vs a CPU state with an fp16 KV cache, the device bytes uploaded per first layer.
-//   part "spec" (the DSpark fixture's tiny target: GDN 0-2, attention 3): DSpark speculative decoding (random drafter, n_max 4; device drafter with host taps, and
-//     the CPU drafter) on the split engine == plain greedy on the same engine over 64 tokens, rollbacks by
-//     restoring the verify pass's per-token snapshots (no re-runs).
+//   part "spec" (the DSpark fixture's tiny target: GDN 0-2, attention 3; -ngl 2): DSpark speculative decoding
+//     (random drafter, n_max 4; on the device with host taps, and on the CPU) and the oracle drafter with
+//     every 3rd proposal wrong (partial acceptance) on the split engine == plain greedy on the same engine
+//     over 32 tokens, rollbacks by restoring the verify pass's per-token snapshots (no re-runs).
 // Tolerances: the split and CUDA engines keep an fp16 KV cache, the CPU engine fp32. test_cuda_forward.c's
 // engine bound, 2e-3 max |Δ logprob| CUDA vs CPU engine, was set on the 1-attention-layer tiny model; this
 // one has two attention layers and the CUDA engine itself (N >= n_layer) measures 2.45e-3 vs the CPU
@@ -20,6 +21,7 @@
 // Linked twice: `cuda_split*` on a GPU (skip without a device) and `cuda_split*_emu` in the emulator.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
+#include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "core/forward.h"
 #include "core/forward_impl.h" // bn_snapshot fields
@@ -34,42 +36,6 @@
 #define TOL_TAP 2e-3     // max |Δ| of the residual stream at a tap vs the CPU engine (|x| ~ 1..10)
 #define TOL_KV16 1e-3    // max |Δ logprob| vs a CPU state with an fp16 KV cache (sum order only)
 #define TOL_KV16_TAP 1e-4 // max |Δ tap| vs that state
-
-// max_dlogprob: max |Δ log-softmax| over rows of V.
-static double max_dlogprob(const float *a, const float *b, int rows, int V) {
-    double worst = 0;
-    for (int r = 0; r < rows; r++) {
-        const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
-        double mx = -INFINITY, my = -INFINITY, sx = 0, sy = 0;
-        for (int i = 0; i < V; i++) mx = fmax(mx, x[i]), my = fmax(my, y[i]);
-        for (int i = 0; i < V; i++) sx += exp(x[i] - mx), sy += exp(y[i] - my);
-        const double lx = mx + log(sx), ly = my + log(sy);
-        for (int i = 0; i < V; i++) worst = fmax(worst, fabs((x[i] - lx) - (y[i] - ly)));
-    }
-    return worst;
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double w = 0;
-    for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - (double)b[i]));
-    return w;
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-// top2_gap: largest minus second largest logit.
-static float top2_gap(const float *x, int n) {
-    const int a = argmax(x, n);
-    float second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != a && x[i] > second) second = x[i];
-    return x[a] - second;
-}
 
 // state: a new state of e; dies on failure.
 static bn_engine_state *state(const bn_engine *e) {
@@ -319,10 +285,11 @@ static int part_engine(const bn_model *m) {
     return 0;
 }
 
-// part_spec: DSpark on the split engine (-ngl 2: layers 0-1 on the CPU, 2-3 + head on the device) ==
-// plain greedy on it; device drafter (host taps) and CPU drafter.
+// part_spec: speculative decoding on the split engine (-ngl 2: layers 0-1 on the CPU, 2-3 + head on the
+// device) == plain greedy on it: DSpark with the device drafter (host taps) and the CPU drafter (a random
+// drafter: rejections), the oracle with every 3rd proposal wrong (partial acceptance: mid-pass restores).
 static int part_spec(const bn_model *m, const bn_drafter *d) {
-    enum { N_GEN = 64 };
+    enum { N_GEN = 32 };
     static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
     const int n_prompt = (int)(sizeof prompt / sizeof prompt[0]);
     char err[256];
@@ -330,23 +297,32 @@ static int part_spec(const bn_model *m, const bn_drafter *d) {
     if (!e) bn_die("-ngl 2: %s", err);
     int32_t ref[N_GEN], gen[N_GEN + 64];
     fx_engine_greedy(e, prompt, n_prompt, N_GEN, ref);
-    for (int cpu_drafter = 0; cpu_drafter < 2; cpu_drafter++) {
+    const struct {
+        int type, cpu_drafter, miss_every;
+        const char *drafter_on; // bn_spec_drafter_device
+    } runs[] = {{BN_SPEC_DSPARK, 0, 0, "CUDA"}, {BN_SPEC_DSPARK, 1, 0, "CPU"}, {BN_SPEC_ORACLE, 0, 3, NULL}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         bn_engine_state *ts = state(e);
-        bn_spec_params p = {.type = BN_SPEC_DSPARK, .n_max = 4, .n_threads = 2, .cpu_drafter = cpu_drafter};
-        bn_spec *sp = bn_spec_new_engine(ts, d, &p, err, sizeof err);
+        const bool dspark = runs[r].type == BN_SPEC_DSPARK;
+        bn_spec_params p = {.type = runs[r].type, .n_max = 4, .n_threads = 2, .cpu_drafter = runs[r].cpu_drafter,
+                            .oracle_miss_every = runs[r].miss_every};
+        bn_spec *sp = bn_spec_new_engine(ts, dspark ? d : NULL, &p, err, sizeof err);
         if (!sp) bn_die("spec_new: %s", err);
         const char *where = bn_spec_drafter_device(sp);
+        char what[64];
+        snprintf(what, sizeof what, dspark ? "DSpark, drafter on %s" : "oracle, every 3rd wrong%s", dspark ? where : "");
         fx_spec_greedy(sp, prompt, n_prompt, N_GEN, gen);
         const bn_spec_stats *st = bn_spec_stats_get(sp);
         int diff = -1;
         for (int i = 0; i < N_GEN && diff < 0; i++)
             if (gen[i] != ref[i]) diff = i;
-        printf("-ngl 2 DSpark, drafter on %s: %s; steps %lld drafted %lld accepted %lld re-runs %lld\n", where,
-               diff < 0 ? "64/64 tokens = greedy" : "DIFFERS", (long long)st->n_steps, (long long)st->n_drafted,
+        printf("-ngl 2 %s: %s greedy over %d tokens; steps %lld drafted %lld accepted %lld re-runs %lld\n", what,
+               diff < 0 ? "=" : "DIFFERS from", N_GEN, (long long)st->n_steps, (long long)st->n_drafted,
                (long long)st->n_accept, (long long)st->n_rerun);
-        CHECK(diff < 0, "DSpark on CPU+CUDA (drafter on %s): first difference from greedy at token %d", where, diff);
-        CHECK(!strcmp(where, cpu_drafter ? "CPU" : "CUDA"), "drafter on %s", where);
-        CHECK(st->n_accept < st->n_drafted && st->n_rerun == 0, "rejections restored by snapshot (no re-runs)");
+        CHECK(diff < 0, "%s on CPU+CUDA: first difference from greedy at token %d", what, diff);
+        if (dspark) CHECK(where && !strcmp(where, runs[r].drafter_on), "drafter on %s", where ? where : "(none)");
+        CHECK(st->n_accept < st->n_drafted && st->n_rerun == 0, "%s: rejections restored by snapshot (no re-runs)", what);
+        if (!dspark) CHECK(st->n_accept > 0 && st->acc_pos[1] > 0, "%s: partial acceptance exercised", what);
         CHECK(bn_spec_n_past(sp) == bn_engine_state_pos(ts), "spec n_past %d != target position %d", bn_spec_n_past(sp),
               bn_engine_state_pos(ts));
         bn_spec_free(sp);
