@@ -8,6 +8,7 @@
 //     snapshot/restore and per-token snapshots (bn_engine_forward_snaps) rolled back give the same logits
 //     as a fresh run; bad input leaves the state unchanged. Once: whole-model host snapshots through
 //     bn_forward_out.snaps vs a CPU state with an fp16 KV cache, the device bytes uploaded per first layer.
+//     Then the same per-N checks on the dense qwen3-tiny (2 layers, tied head).
 //   part "spec" (the DSpark fixture's tiny target: GDN 0-2, attention 3; -ngl 2): DSpark speculative decoding
 //     (random drafter, n_max 4; on the device with host taps, and on the CPU) and the oracle drafter with
 //     every 3rd proposal wrong (partial acceptance) on the split engine == plain greedy on the same engine
@@ -15,7 +16,8 @@
 // Tolerances: the split and CUDA engines keep an fp16 KV cache, the CPU engine fp32. test_cuda_forward.c's
 // engine bound, 2e-3 max |Δ logprob| CUDA vs CPU engine, was set on the 1-attention-layer tiny model; this
 // one has two attention layers and the CUDA engine itself (N >= n_layer) measures 2.45e-3 vs the CPU
-// engine here, so the bound vs the CPU engine is 4e-3 (taps 2e-3). The sharp check is against a CPU state
+// engine here, so the bound vs the CPU engine is 4e-3 (taps 2e-3); on qwen3-tiny (every layer attention) the
+// CUDA engine measures 5.8e-3: bound 1e-2. The sharp check is against a CPU state
 // with an fp16 KV cache (only summation order differs): test_cuda_forward.c's fp16-KV bound, 1e-3 on the
 // logprobs, and 1e-4 on the taps.
 // Linked twice: `cuda_split*` on a GPU (skip without a device) and `cuda_split*_emu` in the emulator.
@@ -32,7 +34,6 @@
 #define N_CTX 128
 #define N_PROMPT 17
 #define N_GREEDY 64
-#define TOL_ENGINE 4e-3  // max |Δ logprob| split/CUDA vs CPU engine (fp16 vs fp32 KV, 2 attention layers)
 #define TOL_TAP 2e-3     // max |Δ| of the residual stream at a tap vs the CPU engine (|x| ~ 1..10)
 #define TOL_KV16 1e-3    // max |Δ logprob| vs a CPU state with an fp16 KV cache (sum order only)
 #define TOL_KV16_TAP 1e-4 // max |Δ tap| vs that state
@@ -60,7 +61,8 @@ static void tap_diffs(const float *a, const float *b, const int *tap_layers, int
 
 // prefill_check: 17 tokens with all logits and taps of every layer on e vs the CPU engine (cpu) and vs a
 // CPU state with an fp16 KV cache (ref16).
-static void prefill_check(bn_engine *e, bn_engine *cpu, bn_state *ref16, const int32_t *prompt, int N) {
+static void prefill_check(bn_engine *e, bn_engine *cpu, bn_state *ref16, const int32_t *prompt, int N,
+                          double tol_engine) {
     const bn_model *m = e->m;
     const int V = m->cfg.n_vocab, E = m->cfg.n_embd, L = m->cfg.n_layer, n_cpu = L - N;
     int tap_layers[16];
@@ -87,10 +89,10 @@ static void prefill_check(bn_engine *e, bn_engine *cpu, bn_state *ref16, const i
     tap_diffs(tp[0], tp[1], tap_layers, L, E, n_cpu, &dt_cpu, &dt_gpu);
     tap_diffs(tp[2], tp[1], tap_layers, L, E, n_cpu, &dt16_cpu, &dt16_gpu);
     printf("-ngl %d (%s) prefill vs CPU engine: max|dlogprob| %.3g (bound %g), taps max|d| CPU-side layers %.3g, "
-           "GPU-side %.3g (bound %g)\n", N, bn_engine_name(e), dl, TOL_ENGINE, dt_cpu, dt_gpu, TOL_TAP);
+           "GPU-side %.3g (bound %g)\n", N, bn_engine_name(e), dl, tol_engine, dt_cpu, dt_gpu, TOL_TAP);
     printf("-ngl %d (%s) prefill vs CPU fp16-KV: max|dlogprob| %.3g (bound %g), taps CPU-side %.3g, GPU-side %.3g "
            "(bound %g)\n", N, bn_engine_name(e), dl16, TOL_KV16, dt16_cpu, dt16_gpu, TOL_KV16_TAP);
-    CHECK(dl <= TOL_ENGINE, "-ngl %d prefill max|dlogprob| %g", N, dl);
+    CHECK(dl <= tol_engine, "-ngl %d prefill max|dlogprob| %g", N, dl);
     CHECK(dt_cpu <= TOL_TAP && dt_gpu <= TOL_TAP, "-ngl %d taps %g / %g", N, dt_cpu, dt_gpu);
     CHECK(dl16 <= TOL_KV16 && dt16_cpu <= TOL_KV16_TAP && dt16_gpu <= TOL_KV16_TAP, "-ngl %d vs fp16 KV: %g, taps %g / %g", N,
           dl16, dt16_cpu, dt16_gpu);
@@ -260,7 +262,9 @@ static void upload_bytes_check(const bn_model *m) {
     CHECK(bn_cuda_model_upload_from(m, m->cfg.n_layer, err, sizeof err) == NULL, "upload from n_layer accepted");
 }
 
-static int part_engine(const bn_model *m) {
+// part_engine: every check above for N = 1 .. n_layer + 1 on m (tol_engine: max |Δ logprob| vs the CPU
+// engine); with all, also the host snapshots (N = 2) and the upload sizes.
+static int part_engine(const bn_model *m, bool all, double tol_engine) {
     char err[256];
     const int L = m->cfg.n_layer, V = m->cfg.n_vocab;
     int32_t prompt[N_PROMPT];
@@ -273,13 +277,13 @@ static int part_engine(const bn_model *m) {
         if (!e) continue;
         const char *want = N < L ? "CPU+CUDA" : "CUDA";
         CHECK(!strcmp(bn_engine_name(e), want) && e->n_gpu_layers == N, "-ngl %d: engine %s", N, bn_engine_name(e));
-        prefill_check(e, cpu, ref16, prompt, N);
+        prefill_check(e, cpu, ref16, prompt, N, tol_engine);
         greedy_check(e, cpu, prompt, N);
         rollback_check(e, prompt, N);
-        if (N == 2) host_snaps_check(e, m, N);
+        if (all && N == 2) host_snaps_check(e, m, N);
         bn_engine_free(e);
     }
-    upload_bytes_check(m);
+    if (all) upload_bytes_check(m);
     bn_state_free(ref16);
     bn_engine_free(cpu);
     return 0;
@@ -342,18 +346,23 @@ int main(int argc, char **argv) {
     fx_load_pair("cuda-split-", tpath, dpath, &m, &d);
     if (!strcmp(part, "spec")) {
         part_spec(m, d);
-    } else { // the same tiny model with attention every 2nd layer
-        char apath[512];
-        bn_mkmodel_params p;
-        bn_mkmodel_defaults(&p, "tiny");
-        p.full_attn_interval = 2;
-        if (bn_mkmodel_write(&p, fx_path(apath, sizeof apath, "cuda-split-alt.gguf"), err, sizeof err) != 0)
-            bn_die("mkmodel: %s", err);
-        bn_model *ma = bn_model_load(apath, err, sizeof err);
-        if (!ma) bn_die("load: %s", err);
-        part_engine(ma);
-        bn_model_free(ma);
-        unlink(apath);
+    } else { // the tiny model with attention every 2nd layer, then the dense qwen3-tiny (2 layers, tied head:
+             // no recurrent state on either side, the device gets the head without the embedding)
+        const char *presets[2] = {"tiny", "qwen3-tiny"};
+        for (int k = 0; k < 2; k++) {
+            char apath[512];
+            bn_mkmodel_params p;
+            bn_mkmodel_defaults(&p, presets[k]);
+            if (k == 0) p.full_attn_interval = 2;
+            if (bn_mkmodel_write(&p, fx_path(apath, sizeof apath, "cuda-split-alt.gguf"), err, sizeof err) != 0)
+                bn_die("mkmodel: %s", err);
+            bn_model *ma = bn_model_load(apath, err, sizeof err);
+            if (!ma) bn_die("load: %s", err);
+            printf("---- %s%s\n", presets[k], k == 0 ? " (attention every 2nd layer)" : "");
+            part_engine(ma, k == 0, k == 0 ? 4e-3 : 1e-2);
+            bn_model_free(ma);
+            unlink(apath);
+        }
     }
     printf("elapsed %.1f s\n", (bn_time_ms() - t0) / 1000.0);
     bn_drafter_free(d);
