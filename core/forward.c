@@ -298,7 +298,8 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
                size_t errlen) {
     if (s->m != m) return bn_err(err, errlen, "bn_forward: state was created for a different model");
     if (s->n_layers != m->cfg.n_layer)
-        return bn_err(err, errlen, "bn_forward: the state holds layers [0, %d) only (use bn_forward_front)", s->n_layers);
+        return bn_err(err, errlen, "bn_forward: the state holds layers [0, %d) only (use bn_forward_front)",
+                      s->n_layers);
     if (bn_forward_check(&m->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
     if (n == 0) return 0;
 

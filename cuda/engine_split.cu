@@ -112,8 +112,9 @@ static int split_forward(split_state *ss, const int32_t *tokens, int n, bn_forwa
                          err, errlen) != 0)
         return -1;
     const bool host_snaps = out && out->snaps;
-    if (snaps && (host_snaps || n > ss->rows))
-        return bn_err(err, errlen, "CPU+CUDA forward_snaps: %d tokens%s", n, host_snaps ? " with out->snaps" : " too many");
+    if (snaps && host_snaps) return bn_err(err, errlen, "CPU+CUDA forward_snaps: out->snaps must be NULL");
+    if (snaps && n > ss->rows)
+        return bn_err(err, errlen, "CPU+CUDA forward_snaps: %d tokens exceed the %d staging rows", n, ss->rows);
     bn_snapshot *cpu_snaps[BN_ENGINE_MAX_SNAPS];
     bn_cuda_snapshot *gpu_snaps[BN_ENGINE_MAX_SNAPS];
     for (int t = 0; snaps && t < n; t++) cpu_snaps[t] = snaps[t]->cpu, gpu_snaps[t] = snaps[t]->gpu;

@@ -625,7 +625,8 @@ static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *o
 static int forward_rows(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out, char *err, size_t errlen) {
     if (n == 0) return 0;
     // one token with at most the logits wanted: the captured step graph (no per-kernel launch cost)
-    if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden))) return forward_one_graph(s, in, out, err, errlen);
+    if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden)))
+        return forward_one_graph(s, in, out, err, errlen);
     // with snapshots, one token per chunk so the recurrent state can be copied after each
     const int chunk = out && out->snaps ? 1 : s->n_batch;
     for (int t0 = 0; t0 < n; t0 += chunk) {

@@ -1,26 +1,27 @@
 // tests/cuda/test_cuda_split.c — partial offload: the CPU+CUDA engine (core/engine.h, 0 < -ngl N < n_layer;
-// cuda/engine_split.cu) against the CPU engine on tiny random qwen35 models (core/mkmodel.h "tiny", F32, 4 layers).
-//   part "engine" (full attention every 2nd layer: GDN 0, attention 1, GDN 2, attention 3, so -ngl 1 and 2
-//     have both kinds of layer on both sides), for every N in 1 .. n_layer + 1 (N >= n_layer: the CUDA
-//     engine, the same checks): a 17-token prefill with all logits and taps of every layer (both sides of
-//     the split and the boundary) vs the CPU engine and vs a CPU state with an fp16 KV cache (the split
-//     engine's cache type, so only summation order differs); 64 greedy steps token-identical to the CPU engine's;
-//     snapshot/restore and per-token snapshots (bn_engine_forward_snaps) rolled back give the same logits
-//     as a fresh run; bad input leaves the state unchanged. Once: whole-model host snapshots through
-//     bn_forward_out.snaps vs a CPU state with an fp16 KV cache, the device bytes uploaded per first layer.
-//     Then the same per-N checks on the dense qwen3-tiny (2 layers, tied head).
-//   part "spec" (the DSpark fixture's tiny target: GDN 0-2, attention 3; -ngl 2): DSpark speculative decoding
-//     (random drafter, n_max 4; on the device with host taps, and on the CPU) and the oracle drafter with
-//     every 3rd proposal wrong (partial acceptance) on the split engine == plain greedy on the same engine
-//     over 32 tokens, rollbacks by restoring the verify pass's per-token snapshots (no re-runs).
+// cuda/engine_split.cu) against the CPU engine on tiny random models (core/mkmodel.h, F32).
+//   part "engine": qwen35 "tiny" with full attention every 2nd layer (GDN 0, attention 1, GDN 2, attention 3,
+//     so -ngl 1 and 2 have both kinds of layer on both sides), for every N in 1 .. n_layer + 1 (N >= n_layer:
+//     the CUDA engine, the same checks): a 17-token prefill with all logits and taps of every layer (both
+//     sides of the split and the boundary) vs the CPU engine and vs a CPU state with an fp16 KV cache (the
+//     split engine's cache type, so only summation order differs); 64 greedy steps token-identical to the
+//     CPU engine's; snapshot/restore and per-token snapshots (bn_engine_forward_snaps) rolled back give the
+//     same logits as a fresh run; bad input leaves the state unchanged. Once: whole-model host snapshots
+//     through bn_forward_out.snaps vs a CPU state with an fp16 KV cache, the device bytes per first layer.
+//   part "dense": the same per-N checks on qwen3-tiny (2 attention layers, tied head).
+//   parts "spec-device" / "spec-cpu" (the DSpark fixture's tiny target: GDN 0-2, attention 3; -ngl 2):
+//     DSpark speculative decoding (random drafter, n_max 4) with the drafter on the device (host taps) /
+//     on the CPU, and (spec-cpu) the oracle drafter with every 3rd proposal wrong (partial acceptance), on
+//     the split engine == plain greedy on the same engine over 32 tokens, rollbacks by restoring the verify
+//     pass's per-token snapshots (no re-runs).
 // Tolerances: the split and CUDA engines keep an fp16 KV cache, the CPU engine fp32. test_cuda_forward.c's
-// engine bound, 2e-3 max |Δ logprob| CUDA vs CPU engine, was set on the 1-attention-layer tiny model; this
-// one has two attention layers and the CUDA engine itself (N >= n_layer) measures 2.45e-3 vs the CPU
-// engine here, so the bound vs the CPU engine is 4e-3 (taps 2e-3); on qwen3-tiny (every layer attention) the
-// CUDA engine measures 5.8e-3: bound 1e-2. The sharp check is against a CPU state
-// with an fp16 KV cache (only summation order differs): test_cuda_forward.c's fp16-KV bound, 1e-3 on the
-// logprobs, and 1e-4 on the taps.
-// Linked twice: `cuda_split*` on a GPU (skip without a device) and `cuda_split*_emu` in the emulator.
+// engine bound, 2e-3 max |Δ logprob| CUDA vs CPU engine, was set on the 1-attention-layer tiny model; the
+// "engine" model has two attention layers and the CUDA engine itself (N >= n_layer) measures 2.45e-3 vs the
+// CPU engine there, so the bound vs the CPU engine is 4e-3 (taps 2e-3); on qwen3-tiny the CUDA engine
+// measures 5.8e-3: bound 1e-2. The sharp check is against a CPU state with an fp16 KV cache (only summation
+// order differs): test_cuda_forward.c's fp16-KV bound, 1e-3 on the logprobs, and 1e-4 on the taps.
+// Linked twice: `cuda_split` on a GPU (all parts; skips without a device) and `cuda_split*_emu` in the
+// emulator (one test per part).
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "tests/cuda/compare.h"
@@ -94,8 +95,8 @@ static void prefill_check(bn_engine *e, bn_engine *cpu, bn_state *ref16, const i
            "(bound %g)\n", N, bn_engine_name(e), dl16, TOL_KV16, dt16_cpu, dt16_gpu, TOL_KV16_TAP);
     CHECK(dl <= tol_engine, "-ngl %d prefill max|dlogprob| %g", N, dl);
     CHECK(dt_cpu <= TOL_TAP && dt_gpu <= TOL_TAP, "-ngl %d taps %g / %g", N, dt_cpu, dt_gpu);
-    CHECK(dl16 <= TOL_KV16 && dt16_cpu <= TOL_KV16_TAP && dt16_gpu <= TOL_KV16_TAP, "-ngl %d vs fp16 KV: %g, taps %g / %g", N,
-          dl16, dt16_cpu, dt16_gpu);
+    CHECK(dl16 <= TOL_KV16 && dt16_cpu <= TOL_KV16_TAP && dt16_gpu <= TOL_KV16_TAP,
+          "-ngl %d vs fp16 KV: %g, taps %g / %g", N, dl16, dt16_cpu, dt16_gpu);
     for (int k = 0; k < 3; k++) free(lg[k]), free(tp[k]);
 }
 
@@ -216,7 +217,8 @@ static void host_snaps_check(bn_engine *e, const bn_model *m, int N) {
     bn_snapshot *sr[n], *ss[n];
     for (int t = 0; t < n; t++) sr[t] = bn_snapshot_new(ref), ss[t] = bn_snapshot_new(ref);
     float *lr = xmalloc(sizeof(float) * V * n), *ls = xmalloc(sizeof(float) * V * n);
-    bn_forward_out orf = {.logits = lr, .all_logits = true, .snaps = sr}, osp = {.logits = ls, .all_logits = true, .snaps = ss};
+    bn_forward_out orf = {.logits = lr, .all_logits = true, .snaps = sr};
+    bn_forward_out osp = {.logits = ls, .all_logits = true, .snaps = ss};
     CHECK(bn_forward(m, ref, T, n, &orf, err, sizeof err) == 0, "cpu fp16-KV: %s", err);
     CHECK(bn_engine_forward(s, T, n, &osp, err, sizeof err) == 0, "split host snaps: %s", err);
     double ds = 0;
@@ -292,7 +294,8 @@ static int part_engine(const bn_model *m, bool all, double tol_engine) {
 // part_spec: speculative decoding on the split engine (-ngl 2: layers 0-1 on the CPU, 2-3 + head on the
 // device) == plain greedy on it: DSpark with the device drafter (host taps) and the CPU drafter (a random
 // drafter: rejections), the oracle with every 3rd proposal wrong (partial acceptance: mid-pass restores).
-static int part_spec(const bn_model *m, const bn_drafter *d) {
+// on_device: 1 = the DSpark run with the device drafter, 0 = the CPU-drafter and oracle runs.
+static int part_spec(const bn_model *m, const bn_drafter *d, int on_device) {
     enum { N_GEN = 32 };
     static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
     const int n_prompt = (int)(sizeof prompt / sizeof prompt[0]);
@@ -306,6 +309,7 @@ static int part_spec(const bn_model *m, const bn_drafter *d) {
         const char *drafter_on; // bn_spec_drafter_device
     } runs[] = {{BN_SPEC_DSPARK, 0, 0, "CUDA"}, {BN_SPEC_DSPARK, 1, 0, "CPU"}, {BN_SPEC_ORACLE, 0, 3, NULL}};
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        if ((r == 0) != (on_device == 1)) continue;
         bn_engine_state *ts = state(e);
         const bool dspark = runs[r].type == BN_SPEC_DSPARK;
         bn_spec_params p = {.type = runs[r].type, .n_max = 4, .n_threads = 2, .cpu_drafter = runs[r].cpu_drafter,
@@ -314,18 +318,22 @@ static int part_spec(const bn_model *m, const bn_drafter *d) {
         if (!sp) bn_die("spec_new: %s", err);
         const char *where = bn_spec_drafter_device(sp);
         char what[64];
-        snprintf(what, sizeof what, dspark ? "DSpark, drafter on %s" : "oracle, every 3rd wrong%s", dspark ? where : "");
+        snprintf(what, sizeof what, dspark ? "DSpark, drafter on %s" : "oracle, every 3rd wrong%s",
+                 dspark ? where : "");
+        const double t0 = bn_time_ms();
         fx_spec_greedy(sp, prompt, n_prompt, N_GEN, gen);
+        const double secs = (bn_time_ms() - t0) / 1000.0;
         const bn_spec_stats *st = bn_spec_stats_get(sp);
         int diff = -1;
         for (int i = 0; i < N_GEN && diff < 0; i++)
             if (gen[i] != ref[i]) diff = i;
-        printf("-ngl 2 %s: %s greedy over %d tokens; steps %lld drafted %lld accepted %lld re-runs %lld\n", what,
-               diff < 0 ? "=" : "DIFFERS from", N_GEN, (long long)st->n_steps, (long long)st->n_drafted,
-               (long long)st->n_accept, (long long)st->n_rerun);
+        printf("-ngl 2 %s: %s greedy over %d tokens; steps %lld drafted %lld accepted %lld re-runs %lld (%.1f s)\n",
+               what, diff < 0 ? "=" : "DIFFERS from", N_GEN, (long long)st->n_steps, (long long)st->n_drafted,
+               (long long)st->n_accept, (long long)st->n_rerun, secs);
         CHECK(diff < 0, "%s on CPU+CUDA: first difference from greedy at token %d", what, diff);
         if (dspark) CHECK(where && !strcmp(where, runs[r].drafter_on), "drafter on %s", where ? where : "(none)");
-        CHECK(st->n_accept < st->n_drafted && st->n_rerun == 0, "%s: rejections restored by snapshot (no re-runs)", what);
+        CHECK(st->n_accept < st->n_drafted && st->n_rerun == 0, "%s: rejections restored by snapshot (no re-runs)",
+              what);
         if (!dspark) CHECK(st->n_accept > 0 && st->acc_pos[1] > 0, "%s: partial acceptance exercised", what);
         CHECK(bn_spec_n_past(sp) == bn_engine_state_pos(ts), "spec n_past %d != target position %d", bn_spec_n_past(sp),
               bn_engine_state_pos(ts));
@@ -336,38 +344,48 @@ static int part_spec(const bn_model *m, const bn_drafter *d) {
     return 0;
 }
 
+// engine_part: part_engine on the tiny model with attention every 2nd layer (dense = 0) or on the dense
+// qwen3-tiny (2 layers, tied head: no recurrent state on either side, the device gets the head without the
+// embedding).
+static void engine_part(int dense) {
+    char path[512], err[512];
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, dense ? "qwen3-tiny" : "tiny");
+    if (!dense) p.full_attn_interval = 2;
+    if (bn_mkmodel_write(&p, fx_path(path, sizeof path, "cuda-split-engine.gguf"), err, sizeof err) != 0)
+        bn_die("mkmodel: %s", err);
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    if (!m) bn_die("load: %s", err);
+    printf("---- %s\n", dense ? "qwen3-tiny" : "tiny, attention every 2nd layer");
+    part_engine(m, !dense, dense ? 1e-2 : 4e-3);
+    bn_model_free(m);
+    unlink(path);
+}
+
+// main: argv[1] selects a part (each < 60 s in the emulator on 2 busy cores): "engine", "dense",
+// "spec-device", "spec-cpu"; none runs them all (GPU).
 int main(int argc, char **argv) {
-    char err[512], tpath[512], dpath[512];
+    char err[512];
     if (!bn_cuda_available(err, sizeof err)) return test_skip(err);
-    const char *part = argc > 1 ? argv[1] : "engine";
+    const char *part = argc > 1 ? argv[1] : "all";
+    const bool all = !strcmp(part, "all");
     const double t0 = bn_time_ms();
-    bn_model *m;
-    bn_drafter *d;
-    fx_load_pair("cuda-split-", tpath, dpath, &m, &d);
-    if (!strcmp(part, "spec")) {
-        part_spec(m, d);
-    } else { // the tiny model with attention every 2nd layer, then the dense qwen3-tiny (2 layers, tied head:
-             // no recurrent state on either side, the device gets the head without the embedding)
-        const char *presets[2] = {"tiny", "qwen3-tiny"};
-        for (int k = 0; k < 2; k++) {
-            char apath[512];
-            bn_mkmodel_params p;
-            bn_mkmodel_defaults(&p, presets[k]);
-            if (k == 0) p.full_attn_interval = 2;
-            if (bn_mkmodel_write(&p, fx_path(apath, sizeof apath, "cuda-split-alt.gguf"), err, sizeof err) != 0)
-                bn_die("mkmodel: %s", err);
-            bn_model *ma = bn_model_load(apath, err, sizeof err);
-            if (!ma) bn_die("load: %s", err);
-            printf("---- %s%s\n", presets[k], k == 0 ? " (attention every 2nd layer)" : "");
-            part_engine(ma, k == 0, k == 0 ? 4e-3 : 1e-2);
-            bn_model_free(ma);
-            unlink(apath);
-        }
+    if (all || !strcmp(part, "engine")) engine_part(0);
+    if (all || !strcmp(part, "dense")) engine_part(1);
+    for (int on_device = 1; on_device >= 0; on_device--) {
+        if (!all && strcmp(part, on_device ? "spec-device" : "spec-cpu")) continue;
+        char tpath[512], dpath[512];
+        bn_model *m;
+        bn_drafter *d;
+        fx_load_pair("cuda-split-", tpath, dpath, &m, &d);
+        part_spec(m, d, on_device);
+        bn_drafter_free(d);
+        bn_model_free(m);
+        unlink(tpath);
+        unlink(dpath);
     }
     printf("elapsed %.1f s\n", (bn_time_ms() - t0) / 1000.0);
-    bn_drafter_free(d);
-    bn_model_free(m);
-    unlink(tpath);
-    unlink(dpath);
-    return test_done(!strcmp(part, "spec") ? "cuda_split spec" : "cuda_split engine");
+    char name[64];
+    snprintf(name, sizeof name, "cuda_split %s", part);
+    return test_done(name);
 }
