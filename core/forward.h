@@ -82,7 +82,8 @@ int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent,
 
 // bn_forward: appends n tokens at the state's position and runs the model over them (n > 1 is a
 // batched prefill: matmuls over all tokens at once; recurrences token by token). Returns 0, or -1
-// with err filled (context overflow, bad token id, bad tap layer); on error the state is unchanged.
+// with err filled (context overflow, bad token id, bad tap layer, a bn_state_new_front state of fewer
+// layers); on error the state is unchanged.
 int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                char *err, size_t errlen);
 
