@@ -7,7 +7,7 @@
 # evaluation never sees:
 #   round r: the train pairs of every round so far (round 1: the base's pairs, mined by demo.sh; round r > 1:
 #            mined with round r−1's pick on demo.sh's mining prompts $ptrain; rounds balanced, see round_pairs);
-#            one candidate per seed × λ_tether (in $ste_lambdas), each trained from the base;
+#            one candidate per seed × λ_tether (ste_rounds' LAMBDAS), each trained from the base;
 #            the round's pick = the best candidate by the order below;
 #   stop when the pick meets the validation loop and chosen_win goals, when mining finds no new pair, or after
 #   N rounds; the final model = the best pick of all rounds by the same order.
@@ -20,7 +20,7 @@
 # from the tether text): the greedy loop rate on $pval, perplexity on $valtxt, chosen_win on $out/pairs-val.jsonl
 # (pairs the base model gives on $pval) against antidoom-f16's there.
 # Uses demo.sh's variables and functions: root T out model th gen npred ntrain ptrain pval valtxt ftpo ste_stop
-# ste_targets ste_nt ste_lambdas tether_ctx tether_batch labels mine_pairs maxp.
+# ste_targets ste_nt keep_scales tether_ctx tether_batch labels mine_pairs maxp.
 
 # val_loop MODEL LABEL: the greedy loop rate of MODEL on the validation prompts (also kept in val-LABEL.json)
 val_loop() {
@@ -54,27 +54,27 @@ better() {
     [ -z "$3" ] || awk -v s="$1" -v d="$2" -v bs="$3" -v bd="$4" 'BEGIN { exit !(s < bs || (s == bs && d < bd)) }'
 }
 
-# round_pairs R: every round's train pairs up to R, balanced around round 1 (the base's own loops): T = the largest
+# round_pairs Q R: every round's train pairs up to R, balanced around round 1 (the base's own loops): T = the largest
 # round's size but at most 3× round 1's; a round larger than T is thinned to T evenly spaced rows (so a big later
 # round cannot crowd out round 1's tokens), a smaller one repeated to about T (at most 3×); then the validation
-# pairs (held-out split: evaluated, never trained on) -> $out/rounds-pairs-R.jsonl
+# pairs (held-out split: evaluated, never trained on) -> $out/Q-rounds-pairs-R.jsonl
 round_pairs() {
-    local r=$1 i nmax=0 n t f=$out/rounds-pairs-$1.jsonl
-    for i in $(seq "$r"); do n=$(wc -l < "$out/round$i-pairs-train.jsonl"); [ "$n" -gt "$nmax" ] && nmax=$n; done
-    n=$(wc -l < "$out/round1-pairs-train.jsonl")
+    local q=$1 r=$2 i nmax=0 n t f=$out/$1-rounds-pairs-$2.jsonl
+    for i in $(seq "$r"); do n=$(wc -l < "$out/$q-round$i-pairs-train.jsonl"); [ "$n" -gt "$nmax" ] && nmax=$n; done
+    n=$(wc -l < "$out/$q-round1-pairs-train.jsonl")
     [ "$n" -gt 0 ] || n=$nmax
     t=$(( nmax < 3 * n ? nmax : 3 * n ))
     : > "$f.tmp"
     for i in $(seq "$r"); do
-        n=$(wc -l < "$out/round$i-pairs-train.jsonl")
+        n=$(wc -l < "$out/$q-round$i-pairs-train.jsonl")
         [ "$n" -gt 0 ] || continue
         if [ "$n" -gt "$t" ]; then
-            awk -v n="$n" -v t="$t" 'int(NR * t / n) > int((NR - 1) * t / n)' "$out/round$i-pairs-train.jsonl" >> "$f.tmp"
+            awk -v n="$n" -v t="$t" 'int(NR * t / n) > int((NR - 1) * t / n)' "$out/$q-round$i-pairs-train.jsonl" >> "$f.tmp"
             echo "  round $i: $n train pairs, thinned to $t" >&2
         else
             local copies=$(( (t + n / 2) / n ))
             [ "$copies" -le 3 ] || copies=3
-            for _ in $(seq "$copies"); do cat "$out/round$i-pairs-train.jsonl"; done >> "$f.tmp"
+            for _ in $(seq "$copies"); do cat "$out/$q-round$i-pairs-train.jsonl"; done >> "$f.tmp"
             echo "  round $i: $n train pairs x $copies" >&2
         fi
     done
@@ -85,18 +85,19 @@ round_pairs() {
 # train_candidate Q R SEED LAMBDA: one STE candidate of round R (adapter, merged model, validation numbers); appends its
 # row to $out/rounds-Q.tsv and prints "SCORE DRIFT LABEL"
 train_candidate() {
-    local q=$1 r=$2 s=$3 lam=$4 lq label c steps vl vp vc sc drift
+    local q=$1 r=$2 s=$3 lam=$4 lq label c steps vl vp vc sc drift ks=()
     lq=$(echo "$q" | tr 'A-Z' 'a-z')
+    case " $keep_scales " in *" $q "*) ks=(--keep-scales) ;; esac
     label=cand-$q-r$r-s$s-t$lam
     c=$out/$label
     local tether_args=()
     awk -v x="$lam" 'BEGIN { exit !(x > 0) }' &&
         tether_args=(--tether-text "$root/data/val/tether.txt" --lambda-tether "$lam" --tether-ctx "$tether_ctx"
                      --tether-batch "$tether_batch")
-    "$T/bonsai-ftpo-train" -m "$model" -p "$out/rounds-pairs-$r.jsonl" "${ftpo[@]}" --seed "$s" -o "$c.adapter.gguf" \
-        --early-stop "$ste_stop" --ste-type "$q" --targets "$ste_targets" --lambda-nt "$ste_nt" "${tether_args[@]}" \
+    "$T/bonsai-ftpo-train" -m "$model" -p "$out/$q-rounds-pairs-$r.jsonl" "${ftpo[@]}" --seed "$s" -o "$c.adapter.gguf" \
+        --early-stop "$ste_stop" --ste-type "$q" "${ks[@]}" --targets "$ste_targets" --lambda-nt "$ste_nt" "${tether_args[@]}" \
         --log "$c.log.jsonl" > "$c.train.txt" 2>&1 || { tail -5 "$c.train.txt" >&2; return 1; }
-    "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$c.adapter.gguf" -o "$c.gguf" --merge-type "$lq" > /dev/null
+    "$T/bonsai-ftpo-train" -m "$out/base-f16.gguf" --merge "$c.adapter.gguf" -o "$c.gguf" --merge-type "$lq" "${ks[@]}" > /dev/null
     steps=$(grep -oE '^ftpo-train: [0-9]+/' "$c.train.txt" | grep -oE '[0-9]+' | tail -1)
     vl=$(val_loop "$c.gguf" "$label") vp=$(val_ppl "$c.gguf") vc=$(pair_cw "$c.gguf" "$out/pairs-val.jsonl")
     read -r sc drift <<< "$(val_score "$vl" "$vp" "$vc")"
@@ -107,34 +108,34 @@ train_candidate() {
     echo "$sc $drift $label"
 }
 
-# ste_rounds Q N SEEDS: the rounds above for quant type Q, at most N, one candidate per seed in SEEDS × λ in
-# $ste_lambdas; writes antidoom-Q-ste.gguf (round 1's pick),
+# ste_rounds Q N SEEDS LAMBDAS: the rounds above for quant type Q, at most N, one candidate per seed in SEEDS × λ in
+# LAMBDAS; writes antidoom-Q-ste.gguf (round 1's pick),
 # antidoom-Q-steR.gguf (round R's pick), $out/rounds-Q.tsv (every candidate's validation numbers) and
 # $out/selected-Q.txt (the final label); appends the picks' labels to $labels
 ste_rounds() {
-    local q=$1 nrounds=$2 seeds=$3 r s lam prev=$model best_label="" best_score="" best_drift=""
+    local q=$1 nrounds=$2 seeds=$3 lambdas=$4 r s lam prev=$model best_label="" best_score="" best_drift=""
     val_base_loop=$(val_loop "$out/base-$q.gguf" "base-$q")
     val_base_ppl=$(val_ppl "$out/base-$q.gguf")
     val_cwf=$(pair_cw "$out/antidoom-f16.gguf" "$out/pairs-val.jsonl")
     echo "validation: base-$q loop rate $val_base_loop, perplexity $val_base_ppl; antidoom-f16 chosen_win $val_cwf"
     printf 'round\tseed\tlambda_tether\tsteps\tval_loop_rate\tval_ppl\tval_drift_pct\tval_chosen_win\tshortfall\tlabel\n' \
         > "$out/rounds-$q.tsv"
-    cp "$out/pairs-train.jsonl" "$out/round1-pairs-train.jsonl"
+    cp "$out/pairs-train.jsonl" "$out/$q-round1-pairs-train.jsonl"
     for r in $(seq "$nrounds"); do
         if [ "$r" -gt 1 ]; then
             echo "round $r: mining with the round-$((r - 1)) pick on the mining prompts"
-            mine_pairs "$prev" "$ptrain" "$ntrain" train $((10 * r + 1)) $((1000 + 10 * r + 1)) "$out/round$r-pairs-prime.jsonl" \
-                "$out/round$r-pairs-sample.jsonl" "$out/round$r-pairs-raw.jsonl"
-            if [ ! -s "$out/round$r-pairs-raw.jsonl" ]; then
+            mine_pairs "$prev" "$ptrain" "$ntrain" train $((10 * r + 1)) $((1000 + 10 * r + 1)) "$out/$q-round$r-pairs-prime.jsonl" \
+                "$out/$q-round$r-pairs-sample.jsonl" "$out/$q-round$r-pairs-raw.jsonl"
+            if [ ! -s "$out/$q-round$r-pairs-raw.jsonl" ]; then
                 echo "round $r: no new loops on the mining prompts; stopping"
                 break
             fi
-            "$T/bonsai-mine-pairs" --regularise "$out/round$r-pairs-raw.jsonl" -o "$out/round$r-pairs-train.jsonl" \
+            "$T/bonsai-mine-pairs" --regularise "$out/$q-round$r-pairs-raw.jsonl" -o "$out/$q-round$r-pairs-train.jsonl" \
                 --headroom 1 --top 5 | tail -1
         fi
-        round_pairs "$r"
+        round_pairs "$q" "$r"
         local r_label="" r_score="" r_drift="" sc drift label
-        for lam in $ste_lambdas; do
+        for lam in $lambdas; do
             for s in $seeds; do
                 read -r sc drift label <<< "$(train_candidate "$q" "$r" "$s" "$lam")"
                 if better "$sc" "$drift" "$r_score" "$r_drift"; then r_score=$sc r_drift=$drift r_label=$label; fi

@@ -28,8 +28,11 @@
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
 # DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2) (windows of the STE runs' plain-text KL tether),
-# DEMO_STE_ROUNDS (most Q1_0 STE rounds, 2), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one Q1_0 STE candidate per
-# seed × λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; Q2_0: one round, the first seed only),
+# DEMO_STE_ROUNDS (most STE rounds, 2), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one STE candidate per seed ×
+# λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; DEMO_STE_TETHERS_Q2_0 for Q2_0: "1 3"),
+# DEMO_KEEP_SCALES (quant types whose STE candidates train and merge with --keep-scales: the base's block scales
+# kept, the adapter changes codes only; "Q2_0": its block scale is the block's max |w|, so without it one large
+# element rescales the whole block and the perplexity drifts +14–28 %, notes/e2e-results.md session 5),
 # DEMO_VAL_PROMPTS (validation prompts used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
 # DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md).
 set -euo pipefail
@@ -62,6 +65,8 @@ seed=${DEMO_SEED:-3407}
 ste_rounds=${DEMO_STE_ROUNDS:-2}
 ste_seeds=${DEMO_STE_SEEDS:-$seed $((seed + 1))}
 ste_lambdas=${DEMO_STE_TETHERS:-3 10 30}
+ste_lambdas_q2=${DEMO_STE_TETHERS_Q2_0:-1 3}
+keep_scales=${DEMO_KEEP_SCALES-Q2_0}
 nval=${DEMO_VAL_PROMPTS:-0}
 qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
 qbase=${DEMO_QBASE:-0}
@@ -135,7 +140,7 @@ for q in $qtypes; do
     echo "(a) antidoom $q: $("$T/bonsai-quantize" "$out/antidoom-f16.gguf" "$out/antidoom-$q.gguf" "$q" --threads "$th" | tail -1)"
     labels="$labels antidoom-$q"
     echo "(b) STE through $q, targets $ste_targets (early stop at running chosen_win >= $ste_stop on the $q model):"
-    if [ "$q" = Q1_0 ]; then ste_rounds "$q" "$ste_rounds" "$ste_seeds"; else ste_rounds "$q" 1 "${ste_seeds%% *}"; fi
+    ste_rounds "$q" "$ste_rounds" "$ste_seeds" "$([ "$q" = Q2_0 ] && echo "$ste_lambdas_q2" || echo "$ste_lambdas")"
     if [ "$qbase" = 1 ]; then
         echo "(c) LoRA on the $q base, merged keep:"
         "$T/bonsai-ftpo-train" -m "$out/base-$q.gguf" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter-$q-qbase.gguf" --early-stop "$stop" \
