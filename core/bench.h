@@ -21,7 +21,7 @@ typedef struct {
     // test
     int n_prompt, n_gen, n_depth;
     int n_threads;
-    char backend[16];   // "CPU" or "CUDA" (the engine's name; "" reads as CPU)
+    char backend[16];   // "CPU", "CUDA" or "CPU+CUDA" (the engine's name; "" reads as CPU)
     int n_gpu_layers;   // -ngl of the engine
     int reps;
     uint64_t samples_ns[BN_BENCH_MAX_REPS];
