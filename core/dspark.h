@@ -99,7 +99,8 @@ bn_dstate *bn_dstate_new_pool(const bn_drafter *d, int n_ctx, struct bn_pool *po
 void bn_dstate_free(bn_dstate *s);
 // bn_dstate_n_cache: number of context rows in the drafter KV cache (= target positions processed).
 int bn_dstate_n_cache(const bn_dstate *s);
-// bn_dstate_truncate: drops context rows at positions >= n (KV truncation); returns the new count.
+// bn_dstate_truncate: drops context rows at positions >= n (KV truncation: only the count drops, rows < n stay
+// intact, which the prompt cache relies on); returns the new count.
 int bn_dstate_truncate(bn_dstate *s, int n);
 
 // bn_drafter_encode: g[t] = RMSNorm(fc · taps[t]; hidden_norm) for t < n; taps: [n][C][E]
@@ -135,7 +136,7 @@ typedef struct bn_dev_drafter_ops {
     const char *name; // e.g. "CUDA"
     void *(*state_new)(const bn_drafter *d, int n_ctx, char *err, size_t errlen); // uploads d + a state
     void (*state_free)(void *ds);
-    int (*truncate)(void *ds, int n);
+    int (*truncate)(void *ds, int n); // as bn_dstate_truncate: rows < n must stay intact (prompt cache)
     int (*process)(void *ds, const float *taps, int n, int pos0, char *err, size_t errlen); // host taps
     int (*draft)(void *ds, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts, char *err,
                  size_t errlen);
@@ -159,8 +160,10 @@ const bn_dev_drafter_ops *bn_dev_drafter_for(const bn_engine *e);
 // Server use (per slot; the drafter is read-only after load and may be shared by all slots):
 //   sp = bn_spec_new_engine(slot_state, drafter, &params, err, n);       once per slot (any engine)
 //   bn_spec_prefill(sp, prompt, n_prompt, err, n);                         per request (resets the
-//       slot state and re-prefills the whole prompt: the drafter needs taps of every position, so
-//       no prompt-cache reuse, DSPARK.md §8)
+//       slot state and prefills the whole prompt), or with the prompt cache:
+//   r = bn_spec_prefill_cached(sp, prompt, n_prompt, snap, err, n);        r positions reused (0: full
+//       prefill), then bn_engine_snapshot_into(slot_state, snap) right after it: the cache entry for
+//       the next request (position n_prompt − 1; the slot's tokens prompt[0..n_prompt−1))
 //   loop: k = bn_spec_generate_step(sp, sampler, out, cap, err, n);       emits out[0..k), k >= 1
 //       the caller stops at EOG / n_predict / stop strings and discards the rest of out[] of that
 //       step; bn_spec_step_logits(sp, i) gives token i's target logits (log-probs).
@@ -224,6 +227,27 @@ void bn_spec_free(bn_spec *sp);
 // bn_spec_prefill: resets the target (and drafter) and decodes prompt[0..n−2] with taps;
 // prompt[n−1] becomes id_last. n >= 1. Returns 0 or -1 with err.
 int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen);
+// Prompt cache with speculation (the fork cannot: DSPARK.md §8). What a restored prefix of n_reuse
+// positions needs, and why nothing more is saved:
+//   - the target: recurrent state + position from an engine snapshot (the caller's, bn_engine_snapshot_into
+//     of ts after an earlier prefill); its KV rows < n_reuse are still in ts's cache (core/forward.h rule);
+//   - the drafter: only its context K/V rows < n_reuse. A row depends on the target's taps at that one
+//     position (DSPARK.md §4.2–4.3), i.e. on the tokens 0..p alone, and bn_dstate_truncate (CPU and device)
+//     only lowers the row count while block passes write at >= n_cache, so rows < n_reuse written by an
+//     earlier request for the same tokens are still there and exact: no copy. The drafter keeps no other
+//     state between rounds (no last hidden or taps; id_last and n_past are the spec's and come from the
+//     prompt). bn_spec records the token committed at every position (target KV rows and drafter rows are
+//     written only together through it) and reuses a snapshot only when those tokens are a prefix of the
+//     new prompt, so a stale cache (rows rewritten by a request that diverged earlier) falls back to a
+//     full prefill instead of drafting from wrong rows;
+//   - the oracle measurement aid keeps a second target state without a snapshot: it always re-prefills.
+// bn_spec_prefill_cached: bn_spec_prefill that continues from snap, a snapshot of sp's target state taken
+// by the caller after an earlier bn_spec_prefill[_cached] of sp (no target pass outside sp since): restores
+// it (position n_reuse) and, when 1 <= n_reuse <= n − 1 and the tokens sp committed at positions < n_reuse
+// equal prompt[0..n_reuse), decodes only prompt[n_reuse..n−2]. Otherwise (snap NULL, not a prefix, rows
+// rewritten since, ORACLE) a full bn_spec_prefill. Returns n_reuse, 0 after a full prefill, or -1 with err.
+int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_engine_snapshot *snap, char *err,
+                           size_t errlen);
 // bn_spec_generate_step: one round (draft, verify, accept, commit). Writes the emitted tokens
 // (accepted drafts then the target's own sample; at least 1) to out (room for n_max + 1) and
 // returns their count, or -1 with err (e.g. context full). smp samples every target row
@@ -233,6 +257,9 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
 // the last bn_spec_generate_step returned), for log-probs (n_probs); [n_vocab] floats, valid until
 // the next step. NULL for a bad i.
 const float *bn_spec_step_logits(const bn_spec *sp, int i);
+// bn_spec_step_drafts: the drafts the last bn_spec_generate_step verified (count in *n, 0 when it did not
+// draft), for tests and traces; valid until the next step.
+const int32_t *bn_spec_step_drafts(const bn_spec *sp, int *n);
 // bn_spec_n_past: committed target positions (the target state's position).
 int bn_spec_n_past(const bn_spec *sp);
 // bn_spec_stats_get: the counters so far.

@@ -38,6 +38,8 @@ struct bn_spec {
     int32_t id_last;
     int n_past;
     bool ready;             // prefill done
+    int32_t *hist;          // [n_ctx] the token committed at each target position p < n_hist: the target's KV
+    int n_hist;             //   rows and the drafter's context rows there belong to hist[0..p] (prompt cache)
     float *logits;          // [(n_max+1)][V]
     float *taps;            // [max(n_max+1, 64)][C][E] host taps (NULL with dev_taps)
     bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
@@ -52,6 +54,8 @@ struct bn_spec {
     int probe_every;                // current probe interval (PROBE_FIRST..PROBE_MAX)
     int64_t n_oracle_proposed;      // ORACLE: tokens proposed so far (for oracle_miss_every)
     int last_n;                     // tokens emitted by the last step (rows of logits valid)
+    int32_t drafts[SPEC_MAX_N];     // the drafts the last step verified,
+    int last_nd;                    //   and their count
 };
 
 int bn_spec_type_from_name(const char *name) {
@@ -155,6 +159,7 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     }
     const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
+    sp->hist = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
     int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
     const size_t tap_bytes = sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows;
     // a device drafter reads the target's taps in its device memory unless p->host_taps; without that
@@ -203,6 +208,7 @@ void bn_spec_free(bn_spec *sp) {
     free(sp->own_ts);
     bn_engine_free(sp->own_e);
     free(sp->logits);
+    free(sp->hist);
     if (sp->taps_pinned) sp->dops->host_free(sp->taps);
     else free(sp->taps);
     free(sp);
@@ -216,7 +222,29 @@ const float *bn_spec_step_logits(const bn_spec *sp, int i) {
 }
 const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
 
+const int32_t *bn_spec_step_drafts(const bn_spec *sp, int *n) {
+    *n = sp->last_nd;
+    return sp->drafts;
+}
+
 static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
+
+// commit_rows: target positions pos0..pos0+n−1 now hold tok for good: the drafter gets their taps (the
+// last target pass's rows 0..n−1) as context rows, and the tokens are recorded. Returns 0 or -1 with err.
+static int commit_rows(bn_spec *sp, const int32_t *tok, int n, int pos0, char *err, size_t errlen) {
+    if (sp->n_hist > pos0) sp->n_hist = pos0;
+    if (sp->d) {
+        double t1 = bn_time_ms();
+        drafter_truncate(sp, pos0);
+        if (drafter_process(sp, n, pos0, err, errlen) != 0) return -1;
+        sp->st.ms_process += bn_time_ms() - t1;
+    }
+    if (sp->n_hist == pos0) { // contiguous from 0: the rows stay reusable
+        memcpy(sp->hist + pos0, tok, sizeof(int32_t) * (size_t)n);
+        sp->n_hist = pos0 + n;
+    }
+    return 0;
+}
 
 // target_forward: runs tokens through the target (taps when drafting with DSpark) and feeds the
 // taps to the drafter at the committed positions. logits may be NULL; snaps (NULL = none): the
@@ -230,26 +258,19 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
         out.taps = sp->dev_taps ? sp->dev_taps : sp->taps;
     }
     const int pos0 = bn_engine_state_pos(sp->ts);
+    if (sp->n_hist > pos0) sp->n_hist = pos0; // rows from pos0 on are rewritten (uncommitted until fed)
     double t0 = bn_time_ms();
     int rc = snaps ? bn_engine_forward_snaps(sp->ts, tok, n, &out, snaps, err, errlen)
                    : bn_engine_forward(sp->ts, tok, n, &out, err, errlen);
     if (rc != 0) return -1;
     if (n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], bn_time_ms() - t0);
-    if (feed_drafter && sp->d) {
-        double t1 = bn_time_ms();
-        drafter_truncate(sp, pos0);
-        if (drafter_process(sp, n, pos0, err, errlen) != 0) return -1;
-        sp->st.ms_process += bn_time_ms() - t1;
-    }
-    return 0;
+    return feed_drafter ? commit_rows(sp, tok, n, pos0, err, errlen) : 0;
 }
 
-int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen) {
-    if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
-    bn_engine_state_reset(sp->ts);
-    if (sp->d) drafter_truncate(sp, 0);
-    if (sp->os) bn_engine_state_reset(sp->os);
-    for (int i = 0; i < n - 1; i += 64) { // prompt[0..n−2] in chunks (taps buffer holds 64 rows)
+// prefill_from: decodes prompt[from..n−2] with taps onto a target (and drafter) that hold positions
+// 0..from−1 of prompt; prompt[n−1] becomes id_last. Returns 0 or -1 with err.
+static int prefill_from(bn_spec *sp, const int32_t *prompt, int n, int from, char *err, size_t errlen) {
+    for (int i = from; i < n - 1; i += 64) { // prompt[from..n−2] in chunks (taps buffer holds 64 rows)
         int nb = n - 1 - i < 64 ? n - 1 - i : 64;
         if (target_forward(sp, prompt + i, nb, NULL, false, true, NULL, err, errlen) != 0) return -1;
         if (sp->os) {
@@ -262,6 +283,34 @@ int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t
     sp->n_past0 = n - 1;
     sp->ready = true;
     return 0;
+}
+
+int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen) {
+    if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
+    sp->ready = false;
+    bn_engine_state_reset(sp->ts);
+    sp->n_hist = 0;
+    if (sp->d) drafter_truncate(sp, 0);
+    if (sp->os) bn_engine_state_reset(sp->os);
+    return prefill_from(sp, prompt, n, 0, err, errlen);
+}
+
+int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_engine_snapshot *snap, char *err,
+                           size_t errlen) {
+    if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
+    // the oracle's second state has no snapshot of its own: it (a measurement aid) always re-prefills
+    if (!snap || sp->os) return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
+    sp->ready = false;
+    if (bn_engine_restore(sp->ts, snap, err, errlen) != 0) return -1;
+    const int n_reuse = bn_engine_state_pos(sp->ts);
+    // usable when it leaves id_last to decode and every reused position holds this prompt's token (target KV
+    // and drafter rows alike: hist records what was committed there since the rows were last rewritten)
+    bool usable = n_reuse >= 1 && n_reuse <= n - 1 && n_reuse <= sp->n_hist &&
+                  memcmp(sp->hist, prompt, sizeof(int32_t) * (size_t)n_reuse) == 0;
+    if (!usable) return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
+    sp->n_hist = n_reuse;
+    if (sp->d) drafter_truncate(sp, n_reuse); // rows < n_reuse stay: truncation only lowers the count
+    return prefill_from(sp, prompt, n, n_reuse, err, errlen) == 0 ? n_reuse : -1;
 }
 
 // ---- cost model ------------------------------------------------------------------------------
@@ -351,6 +400,7 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->last_n = 0;
+    sp->last_nd = 0;
     const int V = sp->m->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->ts);
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
@@ -379,6 +429,8 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
         ema(&sp->ms_draft[k], sp->os ? 0.0 : ms);
         if (nd < sp->p.n_min) nd = 0; // too short: not verified, not counted (§7)
     }
+    memcpy(sp->drafts, tok + 1, sizeof(int32_t) * (size_t)nd);
+    sp->last_nd = nd;
     // verify [id_last, d0..d_{nd−1}] in one batched forward; for the rollback a snapshot before it
     // (CPU) or one after every token (other engines)
     bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
@@ -407,12 +459,8 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
             if (bn_engine_restore(sp->ts, vsnaps[j], err, errlen) != 0) return -1;
             sp->st.ms_rerun += bn_time_ms() - t1;
         }
-        if (sp->d) { // the verify taps of the kept rows are the committed rows
-            double t1 = bn_time_ms();
-            drafter_truncate(sp, sp->n_past);
-            if (drafter_process(sp, n_keep, sp->n_past, err, errlen) != 0) return -1;
-            sp->st.ms_process += bn_time_ms() - t1;
-        }
+        // the verify taps of the kept rows are the committed rows
+        if (commit_rows(sp, tok, n_keep, sp->n_past, err, errlen) != 0) return -1;
     }
     if (sp->os) {
         bn_forward_out none = {0};

@@ -11,11 +11,12 @@ typedef struct {
     pthread_t thread;
     bn_engine_state *state;   // on S->eng
     float *logits;            // [n_vocab] logits of the last evaluated token
-    // prompt cache: the snapshot at the end of the previous prompt
+    // prompt cache: the snapshot at the end of the previous prompt (with speculation: before its last
+    // token, which bn_spec keeps as id_last), of the cache_len tokens cache_tokens
     int32_t *cache_tokens;
     int cache_len;
     bn_engine_snapshot *cache_snap;
-    float *cache_logits;      // [n_vocab] logits after the cached prompt
+    float *cache_logits;      // [n_vocab] logits after the cached prompt (without speculation)
     bn_task *task;            // running task or NULL
     int n_prompt, n_decoded;
     bn_spec *spec;            // speculative decoder over `state` (NULL = plain decoding)
@@ -140,12 +141,11 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     const bn_task_params *p = &t->p;
     char err[256];
     double t0 = bn_time_ms();
-    // prompt cache: reuse the snapshot if the cached prompt is a prefix of this one (not with
-    // speculative decoding: the drafter needs the taps of every position, DSPARK.md §8)
-    int reuse = 0;
-    if (!sl->spec && p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
-        memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0)
-        reuse = sl->cache_len;
+    // prompt cache: reuse the snapshot if the cached prompt is a prefix of this one (with speculation
+    // bn_spec_prefill_cached restores it and keeps the drafter's context rows of the prefix)
+    const bool prefix = p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
+                        memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0;
+    int reuse = prefix && !sl->spec ? sl->cache_len : 0;
     if (reuse && bn_engine_restore(sl->state, sl->cache_snap, err, sizeof err) != 0) {
         task_finish(t, 500, err);
         return;
@@ -154,19 +154,20 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         memcpy(sl->logits, sl->cache_logits, sizeof(float) * S->n_vocab);
     else
         bn_engine_state_reset(sl->state);
-    t->n_cached = reuse;
     sl->n_prompt = p->n_prompt;
     sl->n_decoded = 0;
     const int chunk = 256;
     if (sl->spec) {
         pthread_mutex_lock(&S->engine);
-        int rc = bn_spec_prefill(sl->spec, p->prompt, p->n_prompt, err, sizeof err);
+        reuse = bn_spec_prefill_cached(sl->spec, p->prompt, p->n_prompt, prefix ? sl->cache_snap : NULL, err,
+                                       sizeof err);
         pthread_mutex_unlock(&S->engine);
-        if (rc != 0) {
+        if (reuse < 0) {
             task_finish(t, 500, err);
             return;
         }
     }
+    t->n_cached = reuse;
     for (int i = reuse; !sl->spec && i < p->n_prompt; i += chunk) {
         int n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
         if (eval(S, sl, p->prompt + i, n, err, sizeof err) != 0) {
@@ -178,8 +179,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             return;
         }
     }
-    // new cache entry = this prompt
-    if (sl->spec) goto cached;
+    // new cache entry = this prompt (with speculation all but its last token: the state's position)
     if (!sl->cache_snap) sl->cache_snap = bn_engine_snapshot_new(sl->state, err, sizeof err);
     if (!sl->cache_snap || bn_engine_snapshot_into(sl->state, sl->cache_snap, err, sizeof err) != 0) {
         task_finish(t, 500, err);
@@ -188,9 +188,8 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     free(sl->cache_tokens);
     sl->cache_tokens = xmalloc(sizeof(int32_t) * (p->n_prompt ? p->n_prompt : 1));
     memcpy(sl->cache_tokens, p->prompt, sizeof(int32_t) * p->n_prompt);
-    sl->cache_len = p->n_prompt;
-    memcpy(sl->cache_logits, sl->logits, sizeof(float) * S->n_vocab);
-cached:;
+    sl->cache_len = bn_engine_state_pos(sl->state);
+    if (!sl->spec) memcpy(sl->cache_logits, sl->logits, sizeof(float) * S->n_vocab);
     double t1 = bn_time_ms();
     bn_spec_stats st0 = {0};
     if (sl->spec) st0 = *bn_spec_stats_get(sl->spec);

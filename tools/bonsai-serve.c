@@ -33,8 +33,7 @@ static void usage(FILE *f) {
             "  --spec-draft-n-min N    shorter drafts are not verified (default 0)\n"
             "  --spec-draft-p-min P    confidence-head truncation (default 0 = off)\n"
             "  --no-spec-adaptive      keep drafting even when the online cost model says it does not pay\n"
-            "  -ngld N                 accepted; the drafter runs on the CPU\n"
-            "  With speculation the prompt cache is not reused (the drafter needs every position's taps).\n"
+            "  -ngld N                 accepted; the drafter runs on the target's device (the GPU with -ngl > 0)\n"
             "Not implemented (refused): --lora, --props, other llama-server options.\n");
 }
 
@@ -110,7 +109,8 @@ int main(int argc, char **argv) {
             p.spec.adaptive = false;
         } else if (!strcmp(a, "-ngld") || !strcmp(a, "--spec-draft-ngl") || !strcmp(a, "--gpu-layers-draft")) {
             const char *v = need(argc, argv, &i);
-            if (strcmp(v, "0") != 0) fprintf(stderr, "bonsai-serve: warning: -ngld %s: the drafter runs on the CPU\n", v);
+            if (strcmp(v, "0") != 0)
+                fprintf(stderr, "bonsai-serve: warning: -ngld %s: the drafter runs on the target's device (-ngl)\n", v);
         } else {
             fprintf(stderr, "bonsai-serve: unknown or unsupported option '%s' (see --help)\n", a);
             return 1;

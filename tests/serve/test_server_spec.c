@@ -1,7 +1,9 @@
 // tests/serve/test_server_spec.c — bonsai-serve with DSpark speculative decoding (-md, a random
 // tiny drafter) and with the oracle drafter (a measurement aid that drafts the target's own greedy
 // continuation): greedy output token-identical to the plain server, draft counters in timings,
-// /metrics and /slots.
+// /metrics and /slots. Prompt cache with speculation: two requests on slot 0 whose prompts share a
+// 12-token prefix (cache_prompt); the second reuses the cache (timings.cache_n > 0, tokens_cached =
+// cache_n + tokens_predicted) with -md as without, and both texts equal the plain server's.
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
@@ -12,13 +14,46 @@
 static server_fixture F;
 static const char *REQ = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,\"temperature\":0,\"n_probs\":3}";
 
-static json_t *complete(void) {
+// two requests with a shared prefix (token ids of the tiny vocabulary), greedy, on one slot
+static const char *REQ_P1 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18],\"n_predict\":24,"
+                            "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true}";
+static const char *REQ_P2 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18,77,401,9,260,31],\"n_predict\":24,"
+                            "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true}";
+
+static json_t *post(const char *body) {
     http_resp r;
-    if (http_request(F.port, "POST", "/completion", REQ, strlen(REQ), NULL, &r) != 0) return NULL;
+    if (http_request(F.port, "POST", "/completion", body, strlen(body), NULL, &r) != 0) return NULL;
     json_t *j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
     if (!j) fprintf(stderr, "status %d: %s\n", r.status, r.body);
     http_resp_free(&r);
     return j;
+}
+
+static json_t *complete(void) { return post(REQ); }
+
+// timing: timings.<key> of a completion.
+static long timing(json_t *j, const char *key) {
+    return (long)json_integer_value(json_object_get(json_object_get(j, "timings"), key));
+}
+
+static const char *content(json_t *j) {
+    const char *c = json_string_value(json_object_get(j, "content"));
+    return c ? c : "(none)";
+}
+
+// shared_prefix: runs REQ_P1 then REQ_P2 on the running server into pair[0..1]; checks the second reused
+// the cache and reports it in tokens_cached.
+static void shared_prefix(json_t *pair[2], const char *what) {
+    pair[0] = post(REQ_P1);
+    pair[1] = post(REQ_P2);
+    CHECK(pair[0] && pair[1], "%s: shared-prefix requests", what);
+    if (!pair[0] || !pair[1]) return;
+    long cached = timing(pair[1], "cache_n");
+    long tokens_cached = (long)json_integer_value(json_object_get(pair[1], "tokens_cached"));
+    long predicted = (long)json_integer_value(json_object_get(pair[1], "tokens_predicted"));
+    printf("%s: second request cache_n %ld, tokens_cached %ld, tokens_predicted %ld\n", what, cached, tokens_cached,
+           predicted);
+    CHECK(cached > 0 && tokens_cached == cached + predicted, "%s: the second request reused the prompt cache", what);
 }
 
 static bool same_tokens(json_t *a, json_t *b) {
@@ -43,6 +78,8 @@ int main(void) {
     CHECK(fixture_start(&F, plain_args) == 0, "plain server");
     json_t *plain = complete();
     CHECK(plain != NULL, "plain completion");
+    json_t *plain_pair[2];
+    shared_prefix(plain_pair, "plain");
     fixture_stop(&F);
 
     const char *spec_args[] = {"-c", "256", "-md", drafter, "--spec-type", "draft-dspark", "--spec-draft-n-max", "4",
@@ -50,6 +87,15 @@ int main(void) {
     CHECK(fixture_start(&F, spec_args) == 0, "dspark server");
     json_t *spec = complete();
     CHECK(spec && same_tokens(plain, spec), "DSpark greedy output == plain greedy output");
+    json_t *spec_pair[2];
+    shared_prefix(spec_pair, "dspark");
+    for (int i = 0; i < 2; i++) {
+        CHECK(plain_pair[i] && spec_pair[i] && strcmp(content(plain_pair[i]), content(spec_pair[i])) == 0,
+              "shared-prefix request %d: DSpark text \"%s\" != plain text \"%s\"", i + 1,
+              spec_pair[i] ? content(spec_pair[i]) : "", plain_pair[i] ? content(plain_pair[i]) : "");
+        CHECK(spec_pair[i] && timing(spec_pair[i], "draft_n") > 0, "shared-prefix request %d drafted", i + 1);
+    }
+    for (int i = 0; i < 2; i++) json_decref(plain_pair[i]), json_decref(spec_pair[i]);
     json_t *tm = json_object_get(spec, "timings");
     CHECK(json_integer_value(json_object_get(tm, "draft_n")) > 0, "timings.draft_n present");
     http_resp r;
