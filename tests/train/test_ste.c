@@ -9,6 +9,7 @@
 //     engine-vs-trainer tolerance of tests/train (NMSE <= 2e-2: the engine quantizes activations to Q8_0);
 //  3. a fixed-seed FTPO run (12 steps, lr 1e-2) with --ste-type Q1_0 raises the merged-and-requantized
 //     model's chosen_win above 0.5, while the same plain LoRA run merged then requantized stays below 0.25;
+//     so does the run through Q2_0 with keep-scales, merged with keep-scales;
 //  4. the STE type is part of the checkpoint: resuming without it (or with another type, or without
 //     --keep-scales) is refused;
 //  5. keep-scales (bn_quantize_keep_scales, --keep-scales) for Q1_0, Q2_0, PQ2_0: re-quantizing deq(Q(x)) gives
@@ -224,15 +225,16 @@ static void test_keep_scales_codec(int type) {
     free(x); free(y); free(back); free(q0); free(q1); free(qr);
 }
 
-// merged_win: chosen_win over all rows of base + adapter merged and requantized to Q1_0.
-static double merged_win(const char *base, const char *adapter, const bn_train_rows *rows, const char *tag) {
+// merged_win: chosen_win over all rows of base + adapter merged and requantized to type (keep: keep-scales).
+static double merged_win(const char *base, const char *adapter, const bn_train_rows *rows, const char *tag,
+                         const char *type, bool keep) {
     char err[256], out[600];
     bn_lora *l = bn_lora_load_gguf(adapter, err, sizeof err);
     if (!l) { CHECK(0, "adapter: %s", err); return -1; }
     snprintf(out, sizeof out, "%s/merged_%s.gguf", dir, tag);
     double win = -1;
     bn_ftpo_cfg cfg = bn_ftpo_cfg_antidoom();
-    if (bn_lora_merge_requant(base, l, 1.0f, "Q1_0", false, out, NULL, err, sizeof err) == 0) {
+    if (bn_lora_merge_requant(base, l, 1.0f, type, keep, out, NULL, err, sizeof err) == 0) {
         bn_model *mm = bn_model_load(out, err, sizeof err);
         bn_ftpo_eval_result r;
         if (mm && bn_ftpo_eval(mm, rows, NULL, &cfg, -1, &r, err, sizeof err) == 0) win = r.chosen_win;
@@ -275,11 +277,26 @@ static void test_ftpo(const bn_model *m, const char *base) {
     o.ste_type = "Q1_0";
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "STE train: %s", err);
     double w_ste_train = res.last_chosen_win;
-    double w_plain = merged_win(base, a_plain, rows, "plain"), w_ste = merged_win(base, a_ste, rows, "ste");
+    double w_plain = merged_win(base, a_plain, rows, "plain", "Q1_0", false);
+    double w_ste = merged_win(base, a_ste, rows, "ste", "Q1_0", false);
     printf("FTPO %lld steps: plain LoRA chosen_win %.3f in training -> %.3f merged+Q1_0; STE Q1_0 %.3f in training -> %.3f "
            "merged+Q1_0\n", (long long)res.steps, w_plain_f, w_plain, w_ste_train, w_ste);
     CHECK(w_ste > 0.5, "STE: merged Q1_0 chosen_win %g (expected > 0.5)", w_ste);
     CHECK(w_plain < 0.25, "plain LoRA: merged Q1_0 chosen_win %g (expected < 0.25: lost in requantization)", w_plain);
+    // the same run through Q2_0 with keep-scales (part 5): the codes alone carry the preference
+    char a_ks[600];
+    snprintf(a_ks, sizeof a_ks, "%s/ste_q2_keep.gguf", dir);
+    o.out_adapter = a_ks;
+    o.ste_type = "Q2_0";
+    o.ste_keep_scales = true;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "STE Q2_0 keep-scales train: %s", err);
+    double w_ks = merged_win(base, a_ks, rows, "ste_q2_keep", "Q2_0", true);
+    printf("FTPO STE Q2_0 keep-scales: chosen_win %.3f in training -> %.3f merged+Q2_0 (keep-scales)\n",
+           res.last_chosen_win, w_ks);
+    CHECK(w_ks > 0.5, "STE Q2_0 keep-scales: merged chosen_win %g (expected > 0.5)", w_ks);
+    o.ste_type = "Q1_0";
+    o.ste_keep_scales = false;
+    o.out_adapter = a_ste;
     // checkpoint carries the STE type
     snprintf(ckpt, sizeof ckpt, "%s/ckpt.bin", dir);
     o.ckpt_path = ckpt;
