@@ -2,8 +2,8 @@
 // any engine, shared by tests/dspark/test_dspark_cache.c (CPU) and tests/cuda/test_cuda_spec_cache.c (CUDA
 // and CPU+CUDA through the emulator). Include after tests/test.h. On the tiny qwen35 target (hybrid GDN +
 // attention) with a random drafter, greedy, DSpark n_max 4:
-//   request 1: P1 (12 tokens) from an empty cache (nothing reused), snapshot, generate 24 tokens;
-//   request 2: P2 = P1 + 16 of those tokens + 5 new ones with P1's cache entry: reuses 11 positions, and
+//   request 1: P1 (12 tokens) from an empty cache (nothing reused), snapshot, generate n_gen (<= 24) tokens;
+//   request 2: P2 = P1 + min(16, n_gen) of those tokens + 5 new ones with P1's entry: reuses 11 positions, and
 //     its tokens, target logits, per-step drafts and §7 counters equal a fresh speculative prefill of P2
 //     (the drafts prove the drafter's context rows of the reused prefix are the right ones), and its
 //     tokens and logits equal plain greedy decoding of P2 without speculation;
@@ -21,6 +21,7 @@
 #define CC_N_MAX 4
 
 typedef struct {
+    int n;                              // tokens generated and compared (<= CC_N_GEN)
     int32_t tok[CC_N_GEN];
     float *logits;                      // [CC_N_GEN][V] the target row that produced each token
     int n_steps;
@@ -29,7 +30,7 @@ typedef struct {
     bn_spec_stats st;                   // counters of this request alone
 } cc_run;
 
-// cc_generate: greedy speculative steps after a prefill until CC_N_GEN tokens; fills r.
+// cc_generate: greedy speculative steps after a prefill until r->n tokens; fills r.
 static void cc_generate(bn_spec *sp, int V, cc_run *r) {
     bn_sampler_params sparams = bn_sampler_params_default();
     sparams.temperature = 0;
@@ -38,7 +39,7 @@ static void cc_generate(bn_spec *sp, int V, cc_run *r) {
     char err[256];
     int32_t out[64];
     r->n_steps = 0;
-    for (int n = 0; n < CC_N_GEN;) {
+    for (int n = 0; n < r->n;) {
         int k = bn_spec_generate_step(sp, smp, out, 64, err, sizeof err);
         if (k < 1) bn_die("step: %s", err);
         int nd;
@@ -46,7 +47,7 @@ static void cc_generate(bn_spec *sp, int V, cc_run *r) {
         r->nd[r->n_steps] = nd;
         memcpy(r->drafts[r->n_steps], dr, sizeof(int32_t) * (size_t)nd);
         r->n_steps++;
-        for (int i = 0; i < k && n < CC_N_GEN; i++, n++) {
+        for (int i = 0; i < k && n < r->n; i++, n++) {
             r->tok[n] = out[i];
             memcpy(r->logits + (size_t)n * V, bn_spec_step_logits(sp, i), sizeof(float) * (size_t)V);
         }
@@ -62,13 +63,13 @@ static void cc_generate(bn_spec *sp, int V, cc_run *r) {
     bn_sampler_free(smp);
 }
 
-// cc_plain: plain greedy decoding of prompt on e (no speculation), CC_N_GEN tokens and their logits into r.
+// cc_plain: plain greedy decoding of prompt on e (no speculation), r->n tokens and their logits into r.
 static void cc_plain(bn_engine *e, const int32_t *prompt, int n, cc_run *r) {
     char err[256];
     bn_engine_state *s = bn_engine_state_new(e, CC_N_CTX, err, sizeof err);
     if (!s) bn_die("state: %s", err);
     const int V = e->m->cfg.n_vocab;
-    for (int i = 0; i < CC_N_GEN; i++) {
+    for (int i = 0; i < r->n; i++) {
         float *row = r->logits + (size_t)i * V;
         bn_forward_out o = {.logits = row};
         if (bn_engine_forward(s, i ? &r->tok[i - 1] : prompt, i ? 1 : n, &o, err, sizeof err) != 0) bn_die("%s", err);
@@ -83,10 +84,10 @@ static void cc_plain(bn_engine *e, const int32_t *prompt, int n, cc_run *r) {
 // cc_same_output: tokens identical and logits within tol; prints the largest logit difference.
 static void cc_same_output(const cc_run *a, const cc_run *b, int V, double tol, const char *what) {
     int diff = -1;
-    for (int i = 0; i < CC_N_GEN && diff < 0; i++)
+    for (int i = 0; i < a->n && diff < 0; i++)
         if (a->tok[i] != b->tok[i]) diff = i;
     double worst = 0;
-    for (size_t i = 0; i < (size_t)CC_N_GEN * V; i++) worst = fmax(worst, fabs(a->logits[i] - b->logits[i]));
+    for (size_t i = 0; i < (size_t)a->n * V; i++) worst = fmax(worst, fabs(a->logits[i] - b->logits[i]));
     printf("  %s: tokens %s, max |Δ logit| %.2e\n", what, diff < 0 ? "identical" : "DIFFER", worst);
     CHECK(diff < 0, "%s: first token difference at %d", what, diff);
     CHECK(worst <= tol, "%s: logits differ by %.2e (tolerance %.1e)", what, worst, tol);
@@ -117,17 +118,22 @@ static bn_spec *cc_spec_new(bn_engine *e, const bn_drafter *d, bn_engine_state *
     return sp;
 }
 
-// cache_check: the four requests of the top comment on engine e; tol bounds |Δ logit| between the cached
-// run and a fresh prefill or plain decoding on the same engine.
-static void cache_check(bn_engine *e, const bn_drafter *d, double tol) {
+// cache_check: the four requests of the top comment on engine e, n_gen (<= CC_N_GEN) tokens each; tol bounds
+// |Δ logit| between the cached run and a fresh prefill or plain decoding on the same engine.
+static void cache_check(bn_engine *e, const bn_drafter *d, double tol, int n_gen) {
     static const int32_t p1[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
     static const int32_t extra[] = {77, 401, 9, 260, 31};
-    enum { N1 = 12, N_KEEP = 16, N2 = N1 + N_KEEP + 5 };
+    enum { N1 = 12, N_EXTRA = 5 };
+    if (n_gen > CC_N_GEN) n_gen = CC_N_GEN;
+    const int n_keep = n_gen < 16 ? n_gen : 16, n2 = N1 + n_keep + N_EXTRA;
     const char *en = bn_engine_name(e);
     const int V = e->m->cfg.n_vocab;
     char err[256];
     cc_run run[6]; // first, cached, fresh, plain P2, not-a-prefix, plain P3 (stale reuses "first")
-    for (int i = 0; i < 6; i++) run[i].logits = xmalloc(sizeof(float) * (size_t)V * CC_N_GEN);
+    for (int i = 0; i < 6; i++) {
+        run[i].n = n_gen;
+        run[i].logits = xmalloc(sizeof(float) * (size_t)V * CC_N_GEN);
+    }
     cc_run *first = &run[0], *cached = &run[1], *fresh = &run[2], *plain2 = &run[3], *other = &run[4],
            *plain3 = &run[5];
     printf("%s engine:\n", en);
@@ -142,21 +148,21 @@ static void cache_check(bn_engine *e, const bn_drafter *d, double tol) {
     if (bn_engine_snapshot_into(ts, snap, err, sizeof err) != 0) bn_die("snapshot: %s", err);
     cc_generate(sp, V, first);
     // request 2: P1 + generated + more, with P1's entry
-    int32_t p2[N2], p3[N2];
+    int32_t p2[N1 + 16 + N_EXTRA], p3[N1 + 16 + N_EXTRA];
     memcpy(p2, p1, sizeof p1);
-    memcpy(p2 + N1, first->tok, sizeof(int32_t) * N_KEEP);
-    memcpy(p2 + N1 + N_KEEP, extra, sizeof extra);
-    r = bn_spec_prefill_cached(sp, p2, N2, snap, err, sizeof err);
+    memcpy(p2 + N1, first->tok, sizeof(int32_t) * (size_t)n_keep);
+    memcpy(p2 + N1 + n_keep, extra, sizeof extra);
+    r = bn_spec_prefill_cached(sp, p2, n2, snap, err, sizeof err);
     CHECK(r == N1 - 1, "%s: request 2 reused %d positions (want %d) %s", en, r, N1 - 1, r < 0 ? err : "");
-    CHECK(bn_spec_n_past(sp) == N2 - 1 && bn_engine_state_pos(ts) == N2 - 1, "%s: position after the cached prefill",
+    CHECK(bn_spec_n_past(sp) == n2 - 1 && bn_engine_state_pos(ts) == n2 - 1, "%s: position after the cached prefill",
           en);
     if (bn_engine_snapshot_into(ts, snap, err, sizeof err) != 0) bn_die("snapshot: %s", err);
     cc_generate(sp, V, cached);
     // the same request on a fresh state and spec, and without speculation
     bn_spec *sp2 = cc_spec_new(e, d, &ts2);
-    if (bn_spec_prefill(sp2, p2, N2, err, sizeof err) != 0) bn_die("prefill: %s", err);
+    if (bn_spec_prefill(sp2, p2, n2, err, sizeof err) != 0) bn_die("prefill: %s", err);
     cc_generate(sp2, V, fresh);
-    cc_plain(e, p2, N2, plain2);
+    cc_plain(e, p2, n2, plain2);
     cc_same_output(cached, fresh, V, tol, "cached vs fresh speculative prefill");
     cc_same_output(cached, plain2, V, tol, "cached vs plain greedy");
     bool same_drafts = cached->n_steps == fresh->n_steps;
@@ -173,15 +179,15 @@ static void cache_check(bn_engine *e, const bn_drafter *d, double tol) {
     cc_sane(a, "cached request");
     cc_sane(&first->st, "first request");
     // request 3: not a prefix of the cached tokens → full prefill
-    memcpy(p3, p2, sizeof p2);
+    memcpy(p3, p2, sizeof(int32_t) * (size_t)n2);
     p3[3] = (p3[3] + 1) % V;
-    r = bn_spec_prefill_cached(sp, p3, N2, snap, err, sizeof err);
+    r = bn_spec_prefill_cached(sp, p3, n2, snap, err, sizeof err);
     CHECK(r == 0, "%s: a cache that is not a prefix was used (%d positions)", en, r);
     cc_generate(sp, V, other);
-    cc_plain(e, p3, N2, plain3);
+    cc_plain(e, p3, n2, plain3);
     cc_same_output(other, plain3, V, tol, "not a prefix (full prefill) vs plain greedy");
     // request 4: P2's entry again, but its positions >= 3 were rewritten by request 3 → stale, not used
-    r = bn_spec_prefill_cached(sp, p2, N2, snap, err, sizeof err);
+    r = bn_spec_prefill_cached(sp, p2, n2, snap, err, sizeof err);
     CHECK(r == 0, "%s: a stale cache entry was used (%d positions)", en, r);
     cc_generate(sp, V, first);
     cc_same_output(first, plain2, V, tol, "stale entry (full prefill) vs plain greedy");
