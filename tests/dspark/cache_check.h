@@ -63,24 +63,6 @@ static void cc_generate(bn_spec *sp, int V, cc_run *r) {
     bn_sampler_free(smp);
 }
 
-// cc_plain: plain greedy decoding of prompt on e (no speculation), r->n tokens and their logits into r.
-static void cc_plain(bn_engine *e, const int32_t *prompt, int n, cc_run *r) {
-    char err[256];
-    bn_engine_state *s = bn_engine_state_new(e, CC_N_CTX, err, sizeof err);
-    if (!s) bn_die("state: %s", err);
-    const int V = e->m->cfg.n_vocab;
-    for (int i = 0; i < r->n; i++) {
-        float *row = r->logits + (size_t)i * V;
-        bn_forward_out o = {.logits = row};
-        if (bn_engine_forward(s, i ? &r->tok[i - 1] : prompt, i ? 1 : n, &o, err, sizeof err) != 0) bn_die("%s", err);
-        int32_t best = 0;
-        for (int v = 1; v < V; v++)
-            if (row[v] > row[best]) best = v;
-        r->tok[i] = best;
-    }
-    bn_engine_state_free(s);
-}
-
 // cc_same_output: tokens identical and logits within tol; prints the largest logit difference.
 static void cc_same_output(const cc_run *a, const cc_run *b, int V, double tol, const char *what) {
     int diff = -1;
@@ -162,7 +144,7 @@ static void cache_check(bn_engine *e, const bn_drafter *d, double tol, int n_gen
     bn_spec *sp2 = cc_spec_new(e, d, &ts2);
     if (bn_spec_prefill(sp2, p2, n2, err, sizeof err) != 0) bn_die("prefill: %s", err);
     cc_generate(sp2, V, fresh);
-    cc_plain(e, p2, n2, plain2);
+    fx_engine_greedy_logits(e, p2, n2, n_gen, plain2->tok, plain2->logits);
     cc_same_output(cached, fresh, V, tol, "cached vs fresh speculative prefill");
     cc_same_output(cached, plain2, V, tol, "cached vs plain greedy");
     bool same_drafts = cached->n_steps == fresh->n_steps;
@@ -184,7 +166,7 @@ static void cache_check(bn_engine *e, const bn_drafter *d, double tol, int n_gen
     r = bn_spec_prefill_cached(sp, p3, n2, snap, err, sizeof err);
     CHECK(r == 0, "%s: a cache that is not a prefix was used (%d positions)", en, r);
     cc_generate(sp, V, other);
-    cc_plain(e, p3, n2, plain3);
+    fx_engine_greedy_logits(e, p3, n2, n_gen, plain3->tok, plain3->logits);
     cc_same_output(other, plain3, V, tol, "not a prefix (full prefill) vs plain greedy");
     // request 4: P2's entry again, but its positions >= 3 were rewritten by request 3 → stale, not used
     r = bn_spec_prefill_cached(sp, p2, n2, snap, err, sizeof err);

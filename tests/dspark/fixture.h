@@ -74,9 +74,11 @@ static inline void fx_load_pair(const char *tag, char *tpath, char *dpath, bn_mo
     }
 }
 
-// fx_engine_greedy: plain decoding on engine e (prompt in one batch, then one token per forward,
-// argmax with ties → lowest id); writes n_gen tokens to out. Returns 0.
-static inline int fx_engine_greedy(bn_engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out) {
+// fx_engine_greedy_logits: plain decoding on engine e (prompt in one batch, then one token per forward,
+// argmax with ties → lowest id); writes n_gen tokens to out and, when all_logits is not NULL, the logits
+// row that produced each token to all_logits [n_gen][V]. Returns 0.
+static inline int fx_engine_greedy_logits(bn_engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
+                                          float *all_logits) {
     char err[256];
     bn_engine_state *s = bn_engine_state_new(e, 1024, err, sizeof err);
     if (!s) bn_die("state: %s", err);
@@ -89,11 +91,17 @@ static inline int fx_engine_greedy(bn_engine *e, const int32_t *prompt, int n_pr
         for (int v = 1; v < V; v++)
             if (logits[v] > logits[best]) best = v;
         out[i] = best;
+        if (all_logits) memcpy(all_logits + (size_t)i * V, logits, sizeof(float) * (size_t)V);
         if (i + 1 < n_gen && bn_engine_forward(s, &best, 1, &o, err, sizeof err) != 0) bn_die("%s", err);
     }
     free(logits);
     bn_engine_state_free(s);
     return 0;
+}
+
+// fx_engine_greedy: fx_engine_greedy_logits without the logits. Returns 0.
+static inline int fx_engine_greedy(bn_engine *e, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out) {
+    return fx_engine_greedy_logits(e, prompt, n_prompt, n_gen, out, NULL);
 }
 
 // fx_plain_greedy: fx_engine_greedy on the CPU engine (all threads). Returns 0.
