@@ -145,29 +145,25 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     // bn_spec_prefill_cached restores it and keeps the drafter's context rows of the prefix)
     const bool prefix = p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
                         memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0;
-    int reuse = prefix && !sl->spec ? sl->cache_len : 0;
-    if (reuse && bn_engine_restore(sl->state, sl->cache_snap, err, sizeof err) != 0) {
-        task_finish(t, 500, err);
-        return;
-    }
-    if (reuse)
-        memcpy(sl->logits, sl->cache_logits, sizeof(float) * S->n_vocab);
-    else
-        bn_engine_state_reset(sl->state);
-    sl->n_prompt = p->n_prompt;
-    sl->n_decoded = 0;
-    const int chunk = 256;
-    if (sl->spec) {
+    int reuse = 0;
+    if (sl->spec) { // prefills the whole prompt but for its last token (id_last)
         pthread_mutex_lock(&S->engine);
         reuse = bn_spec_prefill_cached(sl->spec, p->prompt, p->n_prompt, prefix ? sl->cache_snap : NULL, err,
                                        sizeof err);
         pthread_mutex_unlock(&S->engine);
-        if (reuse < 0) {
-            task_finish(t, 500, err);
-            return;
-        }
+    } else if (prefix) {
+        reuse = bn_engine_restore(sl->state, sl->cache_snap, err, sizeof err) == 0 ? sl->cache_len : -1;
+        if (reuse > 0) memcpy(sl->logits, sl->cache_logits, sizeof(float) * S->n_vocab);
+    } else
+        bn_engine_state_reset(sl->state);
+    if (reuse < 0) {
+        task_finish(t, 500, err);
+        return;
     }
     t->n_cached = reuse;
+    sl->n_prompt = p->n_prompt;
+    sl->n_decoded = 0;
+    const int chunk = 256;
     for (int i = reuse; !sl->spec && i < p->n_prompt; i += chunk) {
         int n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
         if (eval(S, sl, p->prompt + i, n, err, sizeof err) != 0) {
