@@ -72,7 +72,8 @@ static void usage(int code) {
         "                       W' = W + scale·(α/r)·B·A in fp32 for each adapted tensor, re-quantized to its type\n"
         "                       (keep, default) or written F16/F32; everything else copied byte for byte.\n"
         "                       TYPE (q1_0, q2_0, q8_0, ...): the whole model as bonsai-quantize --type TYPE writes\n"
-        "                       it, adapted tensors quantized straight from fp32 (what --ste-type TYPE trained)\n");
+        "                       it, adapted tensors quantized straight from fp32 (what --ste-type TYPE trained;\n"
+        "                       add --keep-scales if it was trained with it)\n");
     exit(code);
 }
 
