@@ -11,10 +11,11 @@
 #   4. merge into FP16 and bonsai-quantize to Q1_0 / Q2_0 (variant a: "antidoom-Q1_0"); the LoRA trained through
 #      the quantizer, --ste-type Q1_0 / Q2_0, merged with --merge-type (variant b: "antidoom-Q1_0-ste"), holding
 #      plain text with a KL tether to the quantized base (--tether-text data/val/tether.txt: fortunes the
-#      model never saw, apart from the validation and held-out ones): one candidate per seed × λ_tether, the
-#      pick made on validation prompts/text/pairs (scripts/demo-rounds.sh); for Q1_0 in up to DEMO_STE_ROUNDS
-#      on-policy rounds (pairs mined with the previous round's pick, the adapter retrained from the base on all
-#      rounds' pairs; rounds 2.. are "antidoom-Q1_0-ste2" …, the final pick is printed); a LoRA trained on the quantized base and merged keep (variant c: "antidoom-Q1_0-qbase"; only
+#      model never saw, apart from the validation and held-out ones; Q2_0 also --keep-scales): one candidate per
+#      seed × λ_tether, the pick made on validation prompts/text/pairs (scripts/demo-rounds.sh), in up to
+#      DEMO_STE_ROUNDS on-policy rounds (pairs mined with the previous round's pick, the adapter retrained from
+#      the base on all rounds' pairs; rounds 2.. are "antidoom-Q1_0-ste2" …, the final pick is printed); a LoRA
+#      trained on the quantized base and merged keep (variant c: "antidoom-Q1_0-qbase"; only
 #      with DEMO_QBASE=1);
 #   5. evaluation of base and antidoom models: greedy loop rate on the held-out prompts, chosen_win on
 #      the held-out pairs, held-out perplexity, mean/median completion length — one table, then the
