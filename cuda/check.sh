@@ -66,11 +66,13 @@ else
                       [bench]=15 [dspark]=40)
 fi
 # bench: the limit is per bonsai-bench run (one per type and layer count)
+LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
+[ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
 for k in env deps setup build tests sanitize models copybw mm dspark; do PLAN=$((PLAN + LIMIT[$k])); done
-PLAN=$((PLAN + 2 * N_TYPES * LIMIT[bench]))
+PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer])))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -114,7 +116,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench dspark; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -256,6 +258,33 @@ for q in $TYPES; do
     done
 done
 
+# ---- peer: llama.cpp's llama-bench on the same files (only where a peer binary is given) ------------
+# BONSAI_PEER_BENCH=PATH, else build-peer/llama-bench.xz (scripts/build-llamacpp-cuda.sh: llama.cpp from the
+# npm bundle built here for sm_90, xz-compressed to travel; the device tool's `run` carries build-peer).
+# Same arguments as our bench (-ngl 99, llama.cpp's defaults otherwise); the table gets ratio columns.
+PEER=${BONSAI_PEER_BENCH:-}
+unxz_to() { # unxz_to SRC DST: xz -dc, or Python's lzma where the machine has no xz
+    if command -v xz >/dev/null; then xz -dc "$1" >"$2"; else python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as f, open(sys.argv[2], "wb") as o: shutil.copyfileobj(f, o)' "$1" "$2"; fi
+}
+if [ -z "$PEER" ] && [ "$EMU" = 0 ] && [ -f build-peer/llama-bench.xz ]; then
+    unxz_to build-peer/llama-bench.xz "$W/llama-bench" && chmod +x "$W/llama-bench" && PEER="$W/llama-bench"
+    cat build-peer/llama-bench.txt 2>/dev/null | tee -a "$RES/check.log" || true
+fi
+PEER_NAME=$(head -n 1 build-peer/llama-bench.txt 2>/dev/null)
+[ -n "${BONSAI_PEER_BENCH:-}" ] || [ -z "$PEER_NAME" ] && PEER_NAME=${PEER:+$(basename "$PEER")}
+for q in $TYPES; do
+    for L in "$L1" "$L2"; do
+        if [ -z "$PEER" ] || [ "${LIMIT[peer]}" -le 0 ]; then
+            skip_step "peer-$q-$L" "no peer llama-bench"
+        elif [ ! -f "$W/l$L-$q.gguf" ]; then
+            skip_step "peer-$q-$L" "no model"
+        else
+            run_step "peer-$q-$L" "${LIMIT[peer]}" "$PEER" -m "$W/l$L-$q.gguf" -ngl 99 -p "$PP" -n "$TG" -r "$REPS" -o json
+        fi
+    done
+done
+
 # ==== DSpark (cudadraft) ==============================================================================
 # A $DS_PRESET-shape drafter (bonsai-mkdrafter: 27b = the Bonsai-27B drafter's shapes; Q4_1 matrices like
 # the real file; --shared: token_embd/output borrowed from the target, as a converted
@@ -338,6 +367,44 @@ dspark_rows() {
 }
 # ==== end of DSpark ===================================================================================
 
+# peer_rows: ours against the peer llama-bench, per type and layer count (+ the scaled row), as ratios
+peer_rows() {
+    [ "${LIMIT[peer]}" -le 0 ] && return 0
+    echo
+    echo "### Against llama.cpp: the same files through ${PEER_NAME:-the peer llama-bench} (-ngl 99)"
+    echo
+    echo "ratio = ours / llama.cpp (above 1: ours is faster). $LFULL-layer rows scaled linearly as above for both."
+    echo
+    echo "| type | layers | pp$PP ours | pp$PP llama.cpp | pp ratio | tg$TG ours | tg$TG llama.cpp | tg ratio |"
+    echo "| ---- | -----: | ---------: | --------------: | -------: | ---------: | --------------: | -------: |"
+    local q b1 b2 p1 p2
+    for q in $TYPES; do
+        b1="$W/bench-$q-$L1.log" b2="$W/bench-$q-$L2.log" p1="$W/peer-$q-$L1.log" p2="$W/peer-$q-$L2.log"
+        awk -v q="$q" -v L1="$L1" -v L2="$L2" -v LF="$LFULL" -v PP="$PP" -v TG="$TG" \
+            -v c1="$(cell "bench-$q-$L1")$(cell "peer-$q-$L1")" -v c2="$(cell "bench-$q-$L2")$(cell "peer-$q-$L2")" \
+            -v op1="$(jfield "$b1" avg_ns 1)" -v op2="$(jfield "$b2" avg_ns 1)" \
+            -v og1="$(jfield "$b1" avg_ns 2)" -v og2="$(jfield "$b2" avg_ns 2)" \
+            -v lp1="$(jfield "$p1" avg_ns 1)" -v lp2="$(jfield "$p2" avg_ns 1)" \
+            -v lg1="$(jfield "$p1" avg_ns 2)" -v lg2="$(jfield "$p2" avg_ns 2)" 'BEGIN {
+            if (c1 == "" && (op1 == "" || og1 == "" || lp1 == "" || lg1 == "")) c1 = "FAIL"
+            if (c2 == "" && (op2 == "" || og2 == "" || lp2 == "" || lg2 == "")) c2 = "FAIL"
+            C[1] = c1; C[2] = c2; C[3] = c1 != "" ? c1 : c2
+            k = (LF - L1) / (L2 - L1)
+            split(L1 " " L2 " " LF, Ls, " ")
+            OP[1] = op1; OP[2] = op2; OP[3] = op1 + k * (op2 - op1)
+            OG[1] = og1; OG[2] = og2; OG[3] = og1 + k * (og2 - og1)
+            LP[1] = lp1; LP[2] = lp2; LP[3] = lp1 + k * (lp2 - lp1)
+            LG[1] = lg1; LG[2] = lg2; LG[3] = lg1 + k * (lg2 - lg1)
+            for (i = 1; i <= 3; i++) {
+                lay = Ls[i] (i == 3 ? " (scaled)" : "")
+                if (C[i] != "") { printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", q, lay, C[i], C[i], C[i], C[i], C[i], C[i]); continue }
+                a = PP * 1e9 / OP[i]; b = PP * 1e9 / LP[i]; c = TG * 1e9 / OG[i]; d = TG * 1e9 / LG[i]
+                printf("| %s | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f |\n", q, lay, a, b, a / b, c, d, c / d)
+            }
+        }'
+    done
+}
+
 # ---- the tables -----------------------------------------------------------------------------------
 # field F of the I-th result (1-based) of a bonsai-bench JSON log (the step's output)
 jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{print $2}'; }
@@ -380,6 +447,7 @@ table() {
             }
         }'
     done
+    peer_rows
     dspark_rows
     echo
     echo "| step | status | seconds | limit |"
