@@ -558,6 +558,14 @@ static int32_t argmax_skip(const float *l, int n, int skip) {
     return best;
 }
 
+void bn_drafter_step_logits(const bn_drafter *d, bn_dstate *s, const float *base_row, int32_t prev, float *logits) {
+    const int V = d->cfg.n_vocab;
+    // bias[v] = scale · Σ_r W1[prev][r] · W2[v][r]
+    bn_weight_row_f32(&d->markov_a, prev, s->w1);
+    mm(s, &d->markov_b, s->w1, s->bias, 1);
+    for (int v = 0; v < V; v++) logits[v] = base_row[v] + d->markov_b_scale * s->bias[v];
+}
+
 int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, const float *h, int n, int32_t id_last,
                       float p_min, int32_t *drafts, float *conf) {
     const bn_drafter_config *c = &d->cfg;
@@ -565,11 +573,7 @@ int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, cons
     int32_t prev = id_last;
     for (int i = 0; i < n; i++) {
         if (prev == c->mask_token_id || prev < 0 || prev >= V) return i; // never evaluate with prev = MASK
-        // bias[v] = scale · Σ_r W1[prev][r] · W2[v][r]
-        bn_weight_row_f32(&d->markov_a, prev, s->w1);
-        mm(s, &d->markov_b, s->w1, s->bias, 1);
-        const float *bi = base + (size_t)i * V;
-        for (int v = 0; v < V; v++) s->logit[v] = bi[v] + d->markov_b_scale * s->bias[v];
+        bn_drafter_step_logits(d, s, base + (size_t)i * V, prev, s->logit); // leaves W1[prev] in s->w1
         float ci = 1.0f;
         if (c->has_conf) { // c_i = σ(w · [h_i ; W1[prev_i]] + b)
             float z = bn_dot_f32(d->conf_wf, h + (size_t)i * E, E);

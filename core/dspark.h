@@ -123,6 +123,9 @@ int bn_drafter_block(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_p
 // early at the first i with c_i < p_min when p_min > 0. Returns the number of drafts written.
 int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, const float *h, int n, int32_t id_last,
                       float p_min, int32_t *drafts, float *conf);
+// bn_drafter_step_logits: one Markov step's logits [V] = base_row [V] + scale · W2·W1[prev] (prev a valid
+// non-MASK id), the vector bn_drafter_markov takes its argmax of (tests use it to tell near-ties).
+void bn_drafter_step_logits(const bn_drafter *d, bn_dstate *s, const float *base_row, int32_t prev, float *logits);
 // bn_drafter_draft: block pass + Markov chain: up to n_max (<= B) drafts after id_last at n_past.
 // Returns the count (>= 0) or -1 with err.
 int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_max, float p_min,

@@ -124,17 +124,20 @@ env_info() {
     nvcc --version | tail -2 || true
     echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-<unset: lazy>}; $(nproc) CPUs; $(uname -r)"
 }
-# gpu_targets: the ninja targets the GPU tests and the steps below need (from meson introspect).
-gpu_targets() {
+# gpu_tests WHAT: the GPU tests of the cuda suite (programs of this build not named *_emu), from meson introspect
+# (its JSON is the same in every meson version; `meson test --list` is not): WHAT=names prints the test names,
+# WHAT=targets the ninja targets they and the steps below need.
+gpu_tests() {
     meson introspect "$B" --tests | python3 -c '
 import json, os, sys
-b = os.path.realpath(sys.argv[1]); out = set()
+b = os.path.realpath(sys.argv[1]); names = set(); targets = set()
 for t in json.load(sys.stdin):
     if not any(s.endswith("cuda") for s in t["suite"]) or t["cmd"][0].endswith("_emu") or not t["cmd"][0].startswith(b):
         continue
-    out.add(os.path.relpath(t["cmd"][0], b))
-    out.update(a for a in t["cmd"][1:] if a.startswith("tools/"))
-print("\n".join(sorted(out)))' "$B"
+    names.add(t["name"])
+    targets.add(os.path.relpath(t["cmd"][0], b))
+    targets.update(a for a in t["cmd"][1:] if a.startswith("tools/"))
+print("\n".join(sorted(names if sys.argv[2] == "names" else targets)))' "$B" "$1"
 }
 if [ "$EMU" = 1 ]; then
     BENCH="$B/tests/cuda/bonsai-bench-emu"
@@ -167,11 +170,11 @@ else
     else
         run_step setup "${LIMIT[setup]}" meson setup "$B" -Dcuda=enabled --buildtype=release
     fi
-    GPU_TARGETS=$(gpu_targets 2>/dev/null | tr '\n' ' ')
+    GPU_TARGETS=$(gpu_tests targets 2>/dev/null | tr '\n' ' ')
     EXTRA="tools/bonsai-bench tools/bonsai-mkmodel tools/bonsai-quantize tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm"
     # shellcheck disable=SC2086
     run_step build "${LIMIT[build]}" ninja -C "$B" -j"$NPROC" $GPU_TARGETS $EXTRA
-    mapfile -t GPU_TESTS < <(meson test -C "$B" --list --no-rebuild 2>/dev/null | sed -n 's|^bonsai:cuda / ||p' | grep -v '_emu')
+    mapfile -t GPU_TESTS < <(gpu_tests names 2>/dev/null)
     [ "$QUICK" = 1 ] && mapfile -t GPU_TESTS < <(printf '%s\n' "${GPU_TESTS[@]}" | grep -xE 'emu_runtime|cuda_mm|cuda_forward')
     if [ "${#GPU_TESTS[@]}" = 0 ]; then
         skip_step tests "no GPU tests found (was $B configured with -Dcuda=enabled?)"
@@ -186,13 +189,16 @@ else
         TESTS=$(grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $4, $5}')
         [ -z "$TESTS" ] && TESTS="${ST[tests]} (no results; see tests.log)"
     fi
-    sanitize() { # memcheck on two test programs, racecheck on one (shared-memory hazards)
+    sanitize() { # memcheck on two test programs, racecheck on one (shared-memory hazards); API errors are not
+        # reported (the tests make failing calls on purpose); the sanitizer's own lines are kept whole
         local rc=0 t
         set -o pipefail
         for t in test_emu_runtime test_cuda_mm; do
-            compute-sanitizer --tool memcheck --error-exitcode 3 "$B/tests/cuda/$t" | tail -n 5 || rc=1
+            compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$B/tests/cuda/$t" 2>&1 \
+                | grep -E '^=========|checks' | head -n 40 || rc=1
         done
-        compute-sanitizer --tool racecheck --error-exitcode 3 "$B/tests/cuda/test_cuda_mm" | tail -n 5 || rc=1
+        compute-sanitizer --tool racecheck --error-exitcode 3 "$B/tests/cuda/test_cuda_mm" 2>&1 \
+            | grep -E '^=========|checks' | head -n 40 || rc=1
         return $rc
     }
     if command -v compute-sanitizer >/dev/null; then

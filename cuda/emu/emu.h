@@ -23,7 +23,8 @@
 #define __host__
 #define __constant__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+// (no __noinline__: newer libstdc++ headers write __attribute__((__noinline__)), which such a macro breaks;
+// nothing here uses it — seen with the GPU machine's g++)
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)

@@ -80,9 +80,16 @@ static void drafter_check(const char *what, const bn_model *m, const char *dpath
     printf("%s: max |Δ g| %.2e (bound %.0e), |Δ h| %.2e (bound %.0e), |Δ base logit| / max %.2e (bound %.0e)\n",
            what, dg, tol_g, dh, tol_h, dl, tol_l);
     CHECK(dg < tol_g && dh < tol_h && dl < tol_l, "%s: device drafter outside the bounds", what);
-    // drafts: identical ids, before and after a truncation + re-process (the rollback path)
+    // drafts: identical ids, before and after a truncation + re-process (the rollback path). A chain may
+    // part only at a near-tie: where the device's pick differs, the CPU's own step logits must hold the two
+    // picks within tie_tol (twice the base-logit bound: each side's logit may be off by it); the rest of
+    // that chain follows a different token and is not compared. (In the emulator every chain is identical;
+    // on the H200 2 of 6 Q8_0 chains parted, at gaps the Q8_1-vs-Q8_0 activation rounding explains.)
     int32_t dr[2][16];
     float conf[16];
+    float *step = xmalloc(sizeof(float) * (size_t)V), *cbase = xmalloc(sizeof(float) * (size_t)B * V);
+    const double tie_tol = 2.0 * tol_l * max_abs(base[0], (size_t)B * V);
+    int n_ties = 0, n_chains = 0;
     for (int round = 0; round < 2; round++) {
         const int n_past = round == 0 ? N_ROWS : 13;
         if (round == 1) {
@@ -96,9 +103,22 @@ static void drafter_check(const char *what, const bn_model *m, const char *dpath
             const int32_t last = (int32_t)(tok * 131 + 5) % V;
             int n0 = bn_drafter_draft(d, cs, last, n_past, B, 0, dr[0], err, sizeof err);
             int n1 = bn_cuda_drafter_draft(gs, last, n_past, B, 0, dr[1], conf, err, sizeof err);
-            CHECK(n0 == B && n1 == B && memcmp(dr[0], dr[1], sizeof(int32_t) * B) == 0,
-                  "%s: drafts after %d at n_past %d differ: CPU %d [%d %d %d %d] device %d [%d %d %d %d]", what, last,
-                  n_past, n0, dr[0][0], dr[0][1], dr[0][2], dr[0][3], n1, dr[1][0], dr[1][1], dr[1][2], dr[1][3]);
+            CHECK(n0 == B && n1 == B, "%s: drafts after %d at n_past %d: CPU %d, device %d (want %d)", what, last,
+                  n_past, n0, n1, B);
+            int i = 0;
+            while (i < B && dr[0][i] == dr[1][i]) i++;
+            n_chains++;
+            if (i < B) { // parted at row i: a near-tie in the CPU's own logits of that step?
+                CHECK(bn_drafter_block(d, cs, last, n_past, B, NULL, cbase, err, sizeof err) == 0, "%s: %s", what, err);
+                bn_drafter_step_logits(d, cs, cbase + (size_t)i * V, i == 0 ? last : dr[0][i - 1], step);
+                const double gap = (double)step[dr[0][i]] - step[dr[1][i]];
+                printf("%s: drafts after %d at n_past %d part at row %d: CPU %d, device %d, CPU logit gap %.3g "
+                       "(tie bound %.3g)\n", what, last, n_past, i, dr[0][i], dr[1][i], gap, tie_tol);
+                CHECK(gap >= 0 && gap <= tie_tol, "%s: drafts after %d at n_past %d differ at row %d beyond a tie", what,
+                      last, n_past, i);
+                n_ties++;
+                if (i < 2) continue; // the p_min check below needs rows 0 and 1 to agree
+            }
             // p_min between two confidences: both stop at the same row
             float p_min = 0.5f * (conf[0] + conf[1]);
             n0 = bn_drafter_draft(d, cs, last, n_past, B, p_min, dr[0], err, sizeof err);
@@ -106,7 +126,12 @@ static void drafter_check(const char *what, const bn_model *m, const char *dpath
             CHECK(n0 == n1 && n0 < B, "%s: p_min %.3f: CPU %d drafts, device %d", what, p_min, n0, n1);
         }
     }
-    printf("%s: drafts identical (2 rounds x 3 anchors, n_max %d), p_min truncation identical\n", what, B);
+    printf("%s: drafts identical in %d of %d chains (2 rounds x 3 anchors, n_max %d; the rest parted at near-ties), "
+           "p_min truncation identical\n", what, n_chains - n_ties, n_chains, B);
+    CHECK(2 * n_ties <= n_chains, "%s: %d of %d chains parted (near-ties should be rare)", what, n_ties, n_chains);
+    if (tol_l <= 1e-5) CHECK(n_ties == 0, "%s: fp32 drafters must draft identically", what);
+    free(step);
+    free(cbase);
     for (int e = 0; e < 2; e++) free(g[e]), free(h[e]), free(base[e]);
     free(taps);
     bn_dstate_free(cs);

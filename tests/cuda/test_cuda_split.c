@@ -37,7 +37,15 @@
 #define N_GREEDY 64
 #define TOL_TAP 2e-3     // max |Δ| of the residual stream at a tap vs the CPU engine (|x| ~ 1..10)
 #define TOL_KV16 1e-3    // max |Δ logprob| vs a CPU state with an fp16 KV cache (sum order only)
-#define TOL_KV16_TAP 1e-4 // max |Δ tap| vs that state
+// max |Δ tap| vs that state. The emulator runs the kernels with the CPU's libm, so only the summation order
+// differs: 2.2e-5 measured, bound 1e-4. On a GPU, CUDA's expf/sinf differ from libm by an ulp, which now and
+// then flips one fp16 rounding of a K/V element (an fp16 ulp is 2^-11 relative): the H200 measured 2.2e-4
+// (-ngl >= n_layer), so the GPU bound is 1e-3, still half the bound vs the CPU engine.
+#ifdef BONSAI_CUDA_EMU
+#define TOL_KV16_TAP 1e-4
+#else
+#define TOL_KV16_TAP 1e-3
+#endif
 
 // state: a new state of e; dies on failure.
 static bn_engine_state *state(const bn_engine *e) {
