@@ -27,17 +27,20 @@
 #   --quick: fewer tests (emu_runtime, cuda_mm, cuda_forward), Q1_0 only, one repetition (~5 min plan).
 #   --sanitize: adds a step (60 s) running test_emu_runtime and test_cuda_mm under compute-sanitizer
 #   memcheck, then cuda_mm under racecheck (out-of-bounds accesses and shared-memory races on the GPU).
+#   --profile: adds a step (60 s): Nsight Compute (ncu, kernel durations only, graph nodes one by one) over 16
+#   decode tokens of the L1-layer Q1_0 model; prints the kernels by total time per decoded token.
 # BONSAI_CHECK_INJECT="STEP=fail STEP=hang ..." replaces steps by a failing / hanging command (2 s limit):
 # how cuda_check_script_emu_faults checks that the tables still print.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-EMU=0 TINY=0 QUICK=0 SANITIZE=0
+EMU=0 TINY=0 QUICK=0 SANITIZE=0 PROFILE=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --emu) EMU=1; shift ;;
     --tiny) TINY=1; shift ;;
     --quick) QUICK=1; shift ;;
     --sanitize) SANITIZE=1; shift ;;
+    --profile) PROFILE=1; shift ;;
     *) break ;;
     esac
 done
@@ -68,10 +71,11 @@ fi
 # bench: the limit is per bonsai-bench run (one per type and layer count)
 LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
+LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
-for k in env deps setup build tests sanitize models copybw mm dspark; do PLAN=$((PLAN + LIMIT[$k])); done
+for k in env deps setup build tests sanitize models copybw mm dspark profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer])))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
@@ -116,7 +120,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -329,6 +333,43 @@ else
             -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
     done
 fi
+# ---- profile (--profile): ncu kernel durations of a short decode ---------------------------------------
+# profile_run: ncu over bonsai-bench's tg16 (+ its warm-up) on the L1-layer Q1_0 model; the CSV goes to
+# $W/profile.csv, then a table: kernel, launches, total us, us per decoded token (17 tokens: warm-up + 16).
+profile_run() {
+    ncu --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv --print-units base \
+        "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p 0 -n 16 -r 1 -o json >"$W/profile.csv" 2>"$W/profile.err" || {
+        tail -n 20 "$W/profile.err"; return 1; }
+    python3 - "$W/profile.csv" <<'PYEOF'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: sys.exit("no ncu rows")
+h = rows[0]; k, v = h.index("Kernel Name"), h.index("Metric Value")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows[1:]:
+    try: ns = float(r[v].replace(",", ""))
+    except ValueError: continue
+    name = r[k].split("(")[0].replace("void ", "")[:50]; tot[name] += ns; cnt[name] += 1
+all_ns = sum(tot.values())
+print("| kernel | launches | total us | us / token | share |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for name, ns in sorted(tot.items(), key=lambda x: -x[1])[:25]:
+    print(f"| {name} | {cnt[name]} | {ns/1e3:.1f} | {ns/1e3/17:.2f} | {100*ns/all_ns:.1f}% |")
+print(f"| all ({sum(cnt.values())} launches) | | {all_ns/1e3:.1f} | {all_ns/1e3/17:.2f} | |")
+PYEOF
+}
+export -f profile_run
+export BENCH
+if [ "${LIMIT[profile]}" -le 0 ]; then
+    skip_step profile "not in this plan (--profile)"
+elif ! command -v ncu >/dev/null; then
+    skip_step profile "no ncu"
+elif [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
+    skip_step profile "no model"
+else
+    run_step profile "${LIMIT[profile]}" bash -c profile_run && cat "$W/profile.log"
+fi
+
 # dsf LOG PATTERN FIELD: the FIELD-th whitespace field (commas dropped) of LOG's first line matching PATTERN
 dsf() { grep -m1 -E "$2" "$1" 2>/dev/null | awk -v f="$3" '{ gsub(/,/, ""); print $f }'; }
 dspark_rows() {
@@ -455,6 +496,12 @@ table() {
     done
     peer_rows
     dspark_rows
+    if [ "${ST[profile]:-SKIP}" = OK ]; then
+        echo
+        echo "### Kernel time per decoded token (ncu, $L1-layer Q1_0, tg16 + warm-up; launches include the upload)"
+        echo
+        cat "$W/profile.log"
+    fi
     echo
     echo "| step | status | seconds | limit |"
     echo "| ---- | ------ | ------: | ----: |"
