@@ -96,13 +96,15 @@ static cudaError_t unscale_cols(float *y, int64_t ne1, int nb, const float *scal
     return cudaGetLastError();
 }
 
+size_t bn_cu_mmvq_scratch_bytes(const bn_cu_weight *w, int nb) {
+    if (!bn_cu_is_quantized(w->type)) return 0;
+    int64_t ne0 = w->ne0, units = ne0 / 32 * nb;
+    return align256((size_t)ne0 * nb) + align256((size_t)units * sizeof(bn_q8_ds));
+}
+
 size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
     int64_t ne0 = w->ne0;
-    if (bn_cu_matmul_uses_mmvq(w->type, nb)) {
-        if (!bn_cu_is_quantized(w->type)) return 0;
-        int64_t units = ne0 / 32 * nb;
-        return align256((size_t)ne0 * nb) + align256((size_t)units * sizeof(bn_q8_ds));
-    }
+    if (bn_cu_matmul_uses_mmvq(w->type, nb)) return bn_cu_mmvq_scratch_bytes(w, nb);
     if (w->type == BN_CU_F32) return 0;
     size_t act = gemm_act_bytes(ne0, nb);
     if (w->type == BN_CU_F16) return act;
@@ -167,14 +169,20 @@ static cudaError_t matmuls_gemm(const bn_cu_weight *const *w, int n, const float
     return cudaSuccess;
 }
 
-cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
-                               void *scratch, cublasHandle_t blas, cudaStream_t s) {
-    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || nb < 1) return cudaErrorInvalidValue;
-    int64_t ne0 = w[0]->ne0;
+// valid_multi: the checks every bn_cu_matmul_multi variant makes (weight count, types, a common ne0).
+static bool valid_multi(const bn_cu_weight *const *w, int n, int nb) {
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || nb < 1) return false;
     for (int i = 0; i < n; i++)
-        if (!bn_cu_type_supported(w[i]->type) || w[i]->ne0 != ne0 || ne0 % bn_cu_blck(w[i]->type) != 0)
-            return cudaErrorInvalidValue;
-    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
+        if (!bn_cu_type_supported(w[i]->type) || w[i]->ne0 != w[0]->ne0 || w[0]->ne0 % bn_cu_blck(w[i]->type) != 0)
+            return false;
+    return true;
+}
+
+// matmuls_mmvq: the mmvq path for n weights of one x: x quantized once per element order, one launch per run of
+// equal types.
+static cudaError_t matmuls_mmvq(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                void *scratch, cudaStream_t s) {
+    int64_t ne0 = w[0]->ne0;
     int8_t *qs = (int8_t *)scratch;
     bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
     const bn_q8_act act = {qs, ds};
@@ -192,6 +200,19 @@ cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float 
         i = j;
     }
     return cudaSuccess;
+}
+
+cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                               void *scratch, cublasHandle_t blas, cudaStream_t s) {
+    if (!valid_multi(w, n, nb)) return cudaErrorInvalidValue;
+    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
+    return matmuls_mmvq(w, n, x, y, nb, scratch, s);
+}
+
+cudaError_t bn_cu_matmul_multi_mmvq(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                    void *scratch, cudaStream_t s) {
+    if (!valid_multi(w, n, nb) || nb > BN_CU_MMVQ_KERNEL_MAX_NB) return cudaErrorInvalidValue;
+    return matmuls_mmvq(w, n, x, y, nb, scratch, s);
 }
 
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,

@@ -25,8 +25,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// nb up to this uses the mmvq (matvec) kernels; above it dequantize + cuBLAS GEMM.
+// nb up to this uses the mmvq (matvec) kernels in bn_cu_matmul(_multi); above it dequantize + cuBLAS GEMM.
 #define BN_CU_MMVQ_MAX_NB 8
+// The mmvq kernels themselves handle nb up to this (nb > 8 as column groups: cuda/mmvq.cu), reached through
+// bn_cu_matmul_multi_mmvq. An mmvq call costs ~nb dp4a dots per weight element, the GEMM path a fixed
+// dequantize-to-fp16 pass (Q1_0 ffn_up: 285 us at nb 16 on an H200), so for the low-bit types mmvq is ahead
+// up to 32 and beyond; routing nb 9..32 there changes their activation precision from the GEMM's fp16 to
+// Q8 (what nb <= 8 and the CPU engine use): notes/cuda-mm.md, "Routing nb 9..32".
+#define BN_CU_MMVQ_KERNEL_MAX_NB 32
 
 // bn_cu_matmul_uses_mmvq: true when bn_cu_matmul takes the mmvq path (Q8 activations) for this nb.
 bool bn_cu_matmul_uses_mmvq(int type, int nb);
@@ -61,6 +67,15 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
 #define BN_CU_MATMUL_MULTI_MAX 4
 cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                void *scratch, cublasHandle_t blas, cudaStream_t s);
+
+// bn_cu_matmul_multi_mmvq: bn_cu_matmul_multi on the mmvq path whatever nb (1 <= nb <=
+// BN_CU_MMVQ_KERNEL_MAX_NB): Q8 activations for quantized weights, fp32 for float ones; bit-identical to
+// bn_cu_matmul_multi where that takes the mmvq path. scratch: the largest bn_cu_mmvq_scratch_bytes of the W[i].
+// Returns cudaSuccess or the first error.
+cudaError_t bn_cu_matmul_multi_mmvq(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                    void *scratch, cudaStream_t s);
+// bn_cu_mmvq_scratch_bytes: device scratch bytes of the mmvq path for this weight and nb.
+size_t bn_cu_mmvq_scratch_bytes(const bn_cu_weight *w, int nb);
 
 // bn_cu_weight_repack: rewrites W in place (enqueued on s) into the decode-friendly planar layout —
 // per row, the quantized payload of every block, then every block's fp16 scale; same bytes — for

@@ -26,6 +26,20 @@ extern "C" int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1) {
 
 extern "C" int bn_cuda_mm_uses_mmvq(int type, int nb) { return bn_cu_matmul_uses_mmvq(type, nb); }
 
+static_assert(BN_CUDA_MM_MMVQ_MAX_NB == BN_CU_MMVQ_KERNEL_MAX_NB, "mm_host.h's copy of the mmvq kernels' limit");
+
+// scratch_for: bytes of scratch the path `flags` picks needs for W and nb.
+static size_t scratch_for(const bn_cu_weight *w, int nb, int flags) {
+    return flags & BN_CUDA_MM_MMVQ ? bn_cu_mmvq_scratch_bytes(w, nb) : bn_cu_matmul_scratch_bytes(w, nb);
+}
+
+// matmul_flags: bn_cu_matmul_multi, or its mmvq-only variant with BN_CUDA_MM_MMVQ.
+static cudaError_t matmul_flags(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                void *scratch, cublasHandle_t blas, int flags) {
+    if (flags & BN_CUDA_MM_MMVQ) return bn_cu_matmul_multi_mmvq(w, n, x, y, nb, scratch, 0);
+    return bn_cu_matmul_multi(w, n, x, y, nb, scratch, blas, 0);
+}
+
 extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y,
                                int flags, char *err, size_t errlen) {
     if (check_shape(type, ne0, err, errlen) < 0) return -1;
@@ -39,13 +53,14 @@ extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1
     BN_CUDA_TRY(b.alloc(&dw, wb), err, errlen);
     BN_CUDA_TRY(b.alloc((void **)&dx, sizeof(float) * ne0 * nb), err, errlen);
     BN_CUDA_TRY(b.alloc((void **)&dy, sizeof(float) * ne1 * nb), err, errlen);
-    BN_CUDA_TRY(b.alloc(&scratch, bn_cu_matmul_scratch_bytes(&cw, nb)), err, errlen);
+    BN_CUDA_TRY(b.alloc(&scratch, scratch_for(&cw, nb, flags)), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(dx, x, sizeof(float) * ne0 * nb, cudaMemcpyHostToDevice), err, errlen);
     BN_CUDA_TRY(cudaMemset(dy, 0xff, sizeof(float) * ne1 * nb), err, errlen); // NaN poison: unwritten outputs show
     cw.data = dw;
     if (flags & BN_CUDA_MM_REPACK) BN_CUDA_TRY(bn_cu_weight_repack(&cw, 0), err, errlen);
-    BN_CUDA_TRY(bn_cu_matmul(&cw, dx, dy, nb, scratch, blas.h, 0), err, errlen);
+    const bn_cu_weight *cwp = &cw;
+    BN_CUDA_TRY(matmul_flags(&cwp, 1, dx, &dy, nb, scratch, blas.h, flags), err, errlen);
     BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(y, dy, sizeof(float) * ne1 * nb, cudaMemcpyDeviceToHost), err, errlen);
     return 0;
@@ -75,14 +90,14 @@ extern "C" int bn_cuda_mm_multi_host(int n, const int *types, const void *const 
         BN_CUDA_TRY(cudaMemset(dy[i], 0xff, sizeof(float) * ne1[i] * nb), err, errlen);
         cw[i].data = dw;
         if (flags & BN_CUDA_MM_REPACK) BN_CUDA_TRY(bn_cu_weight_repack(&cw[i], 0), err, errlen);
-        size_t si = bn_cu_matmul_scratch_bytes(&cw[i], nb);
+        size_t si = scratch_for(&cw[i], nb, flags);
         sb = si > sb ? si : sb;
         cwp[i] = &cw[i];
     }
     BN_CUDA_TRY(b.alloc((void **)&dx, sizeof(float) * ne0 * nb), err, errlen);
     BN_CUDA_TRY(b.alloc(&scratch, sb), err, errlen);
     BN_CUDA_TRY(cudaMemcpy(dx, x, sizeof(float) * ne0 * nb, cudaMemcpyHostToDevice), err, errlen);
-    BN_CUDA_TRY(bn_cu_matmul_multi(cwp, n, dx, dy, nb, scratch, blas.h, 0), err, errlen);
+    BN_CUDA_TRY(matmul_flags(cwp, n, dx, dy, nb, scratch, blas.h, flags), err, errlen);
     BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
     for (int i = 0; i < n; i++)
         BN_CUDA_TRY(cudaMemcpy(y[i], dy[i], sizeof(float) * ne1[i] * nb, cudaMemcpyDeviceToHost), err, errlen);
@@ -175,7 +190,7 @@ extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, i
     BN_CUDA_TRY(b.alloc((void **)&dw, stride * copies), err, errlen);
     BN_CUDA_TRY(b.alloc((void **)&dx, sizeof(float) * ne0 * nb), err, errlen);
     BN_CUDA_TRY(b.alloc((void **)&dy, sizeof(float) * ne1 * nb), err, errlen);
-    BN_CUDA_TRY(b.alloc(&scratch, bn_cu_matmul_scratch_bytes(&cw, nb)), err, errlen);
+    BN_CUDA_TRY(b.alloc(&scratch, scratch_for(&cw, nb, flags)), err, errlen);
     int64_t nw = (int64_t)(stride * copies / 2), nx = ne0 * nb * 2;
     BN_LAUNCH(fill_bench_k, dim3((unsigned)((nw + 255) / 256)), dim3(256), 0, 0, (uint16_t *)dw, nw, 1u);
     BN_LAUNCH(fill_bench_k, dim3((unsigned)((nx + 255) / 256)), dim3(256), 0, 0, (uint16_t *)dx, nx, 2u);
@@ -190,11 +205,12 @@ extern "C" double bn_cuda_mm_bench(int type, int64_t ne0, int64_t ne1, int nb, i
             cw.type = ci.type;
         }
     cw.data = dw;
-    BN_CUDA_TRY(bn_cu_matmul(&cw, dx, dy, nb, scratch, blas.h, 0), err, errlen); // warm-up
+    const bn_cu_weight *cwp = &cw;
+    BN_CUDA_TRY(matmul_flags(&cwp, 1, dx, &dy, nb, scratch, blas.h, flags), err, errlen); // warm-up
     BN_CUDA_TRY(cudaEventRecord(ev.t0, 0), err, errlen);
     for (int i = 0; i < iters; i++) {
         cw.data = dw + stride * (i % copies);
-        BN_CUDA_TRY(bn_cu_matmul(&cw, dx, dy, nb, scratch, blas.h, 0), err, errlen);
+        BN_CUDA_TRY(matmul_flags(&cwp, 1, dx, &dy, nb, scratch, blas.h, flags), err, errlen);
     }
     BN_CUDA_TRY(cudaEventRecord(ev.t1, 0), err, errlen);
     BN_CUDA_TRY(cudaEventSynchronize(ev.t1), err, errlen);

@@ -210,6 +210,12 @@ BN_HOST_DEVICE inline int bn_act_pos(int order, int e) {
 }
 
 // ---- per-unit weight decode + integer dot (mmvq) -----------------------------------------------
+// Exact int → float in two full-rate operations (an integer add, usually folded into a dp4a chain's
+// initial value, and a float subtract) where a plain conversion runs at a quarter of that rate on
+// sm_80/sm_90 and would be paid per (row, column, 32-element unit) in the mmvq kernels: v + BN_I2F_BIAS read
+// as a float is 1.5·2^23 + v exactly for |v| < 2^22. bn_unbias_f: the float of v from v + BN_I2F_BIAS.
+#define BN_I2F_BIAS 0x4B400000
+__device__ __forceinline__ float bn_unbias_f(int biased) { return __int_as_float(biased) - 12582912.0f; }
 // bn_dot8: Σ over 32 int8 pairs packed in 8 ints (exact).
 __device__ __forceinline__ int bn_dot8(const int *q, const int *a) {
     int s = 0;
@@ -232,41 +238,69 @@ __device__ __forceinline__ void bn_nibbles32(const uint8_t *qs, int *q) {
 // unit (a: 8 ints, sumq = Σq, dx = activation scale). Integer sums are exact; scales in fp32.
 template <int T> struct bn_wunit;
 
+// Q1_0: one 32-bit word of sign bits per unit, bit i of byte b = element 8b + i (the slice8 activation order).
+// Decoded with one shift per two ints: q[k] = (w >> k) & 0x01010101 (bit k of each byte as 0/1) and
+// q[4 + k] = (w >> k) & 0x10101010 (bit k + 4 as 0/16), so dot() sums Σ_{bit=1} q as lo + (hi >> 4), exact
+// (hi is 16 times an integer): 3 shifts + 8 ANDs per unit instead of 7 + 8.
 template <> struct bn_wunit<BN_CU_Q1_0> {
     int q[8];
     float d;
+    __device__ __forceinline__ void decode(uint32_t w) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t t = w >> k;
+            q[k] = (int)(t & 0x01010101u), q[4 + k] = (int)(t & 0x10101010u);
+        }
+    }
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const uint8_t *b = row + (u >> 2) * 18;
         d = bn_ldh(b);
-        uint32_t w = bn_ld32_a2(b + 2 + 4 * (u & 3));
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = (int)((w >> i) & 0x01010101u); // 0/1 bytes (bit set = +1)
+        decode(bn_ld32_a2(b + 2 + 4 * (u & 3)));
     }
+    // Σ ±q = 2·Σ_{bit=1} q − Σq (|·| <= 32·127): lo starts at BN_I2F_BIAS / 2, hi at −8·Σq (shared by the rows
+    // of one column), so 2·lo + (hi >> 3) = BN_I2F_BIAS + 2·Σ_{bit=1} q − Σq without further adds.
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = bn_dot8(q, a);
-        return (d * dx) * (float)(2 * s - sumq); // Σ ±q = 2·Σ_{bit=1} q − Σq
+        int lo = BN_I2F_BIAS / 2, hi = -8 * sumq;
+#pragma unroll
+        for (int k = 0; k < 4; k++) lo = __dp4a(q[k], a[k], lo), hi = __dp4a(q[4 + k], a[4 + k], hi);
+        return (d * dx) * bn_unbias_f(2 * lo + (hi >> 3));
     }
 };
 
-// Q2_0 (g64) and PQ2_0 (g128): codes 0..3 mean code − 1.
+// Q2_0 (g64) and PQ2_0 (g128): codes 0..3 mean code − 1; a unit is two words of 16 codes, code s of byte b of
+// word h = element 16h + 4b + s (the slice4 order). Decoded like Q1_0: q[4h + s] = (w >> 2s) & 0x03030303 and
+// q[4h + 2 + s] = (w >> 2s) & 0x30303030 (codes s + 2 as 16·code) for s = 0, 1; dot() sums lo + (hi >> 4).
 template <int BLCK, int BYTES> struct bn_wunit_q2 {
     int q[8];
     float d;
+    __device__ __forceinline__ void decode(uint32_t w0, uint32_t w1) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t w = h ? w1 : w0;
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const uint32_t t = w >> (2 * s);
+                q[4 * h + s] = (int)(t & 0x03030303u), q[4 * h + 2 + s] = (int)(t & 0x30303030u);
+            }
+        }
+    }
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         const int per = BLCK / 32;
         const uint8_t *b = row + (u / per) * BYTES;
         d = bn_ldh(b);
         const uint8_t *qs = b + 2 + 8 * (u % per);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t w = bn_ld32_a2(qs + 4 * h);
-#pragma unroll
-            for (int s = 0; s < 4; s++) q[4 * h + s] = (int)((w >> (2 * s)) & 0x03030303u);
-        }
+        decode(bn_ld32_a2(qs), bn_ld32_a2(qs + 4));
     }
+    // Σ (code − 1)·q = Σ code·q − Σq (|·| <= 32·2·127): lo starts at BN_I2F_BIAS − Σq (shared by the rows of one
+    // column), so lo + (hi >> 4) is the biased sum.
     __device__ __forceinline__ float dot(const int *a, int sumq, float dx) const {
-        int s = bn_dot8(q, a);
-        return (d * dx) * (float)(s - sumq);
+        int lo = BN_I2F_BIAS - sumq, hi = 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int s = 0; s < 2; s++)
+                lo = __dp4a(q[4 * h + s], a[4 * h + s], lo), hi = __dp4a(q[4 * h + 2 + s], a[4 * h + 2 + s], hi);
+        return (d * dx) * bn_unbias_f(lo + (hi >> 4));
     }
 };
 template <> struct bn_wunit<BN_CU_Q2_0> : bn_wunit_q2<64, 18> {};
@@ -373,20 +407,14 @@ template <> struct bn_wunit<BN_CU_Q6_K> {
 template <> struct bn_wunit<BN_CU_Q1_0_P> : bn_wunit<BN_CU_Q1_0> {
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         d = bn_ldh(row + ne0 / 8 + 2 * (u >> 2));
-        uint32_t w = __ldg((const uint32_t *)row + u);
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = (int)((w >> i) & 0x01010101u);
+        decode(__ldg((const uint32_t *)row + u));
     }
 };
 template <int BLCK, int BYTES> struct bn_wunit_q2p : bn_wunit_q2<BLCK, BYTES> {
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         this->d = bn_ldh(row + ne0 / 4 + 2 * (u / (BLCK / 32)));
         uint2 c = __ldg((const uint2 *)row + u);
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            this->q[s] = (int)((c.x >> (2 * s)) & 0x03030303u);
-            this->q[4 + s] = (int)((c.y >> (2 * s)) & 0x03030303u);
-        }
+        this->decode(c.x, c.y);
     }
 };
 template <> struct bn_wunit<BN_CU_Q2_0_P> : bn_wunit_q2p<64, 18> {};
@@ -439,7 +467,7 @@ struct events {
 cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, bn_q8_ds *ds,
                                cudaStream_t s);
 // bn_cu_mmvq: y[i] {ne1_i, nb} = W[i] · x for i < n (n <= BN_CU_MATMUL_MULTI_MAX weights of one type and
-// ne0) in one launch, nb <= BN_CU_MMVQ_MAX_NB; act from bn_cu_quantize_act (quantized types) or x itself
+// ne0) in one launch, nb <= BN_CU_MMVQ_KERNEL_MAX_NB; act from bn_cu_quantize_act (quantized types) or x itself
 // (F32/F16/BF16).
 cudaError_t bn_cu_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, const float *x,
                        int nb, cudaStream_t s);

@@ -1,18 +1,22 @@
 // tests/cuda/bench_cuda_mm.c — speed of the CUDA matrix kernels on the real 27B shapes (MODEL.md):
-// decode matvec (nb = 1), DSpark verify (nb = 8) and nb = 16 in GB/s of weight bytes and % of the measured
-// device copy bandwidth; prefill GEMM (nb = 512, fp16 cuBLAS after dequantization) in TFLOP/s.
+// decode matvec (nb = 1), small batches and DSpark verify (nb 2..32 on the mmvq kernels, which bn_cu_matmul
+// routes nb <= 8 to; 9..32 also as routed, i.e. the GEMM path; 17 = block 16 + 1) in GB/s of weight bytes,
+// % of the measured device copy bandwidth and the time relative to nb = 1 of the same row; prefill GEMM
+// (nb = 512, fp16 cuBLAS after dequantization) in TFLOP/s.
 // Weights are device-generated (values do not change the speed), rotated through >= 256 MiB of copies;
 // each low-bit shape is timed in the GGUF block layout and in bn_cu_weight_repack's planar layout.
 //
 // Run on the GPU machine (not a test; needs a device):
 //   meson setup build -Dcuda=enabled && ninja -C build tests/cuda/bench_cuda_mm && build/tests/cuda/bench_cuda_mm
-// Options: --quick (fewer shapes/iterations), --types q1_0,q8_0 (subset).
+// Options: --quick (3 shapes, 20 iterations; planar low-bit types at nb 1, 2, 4, 8, 16, 17, 32 on mmvq and nb 17
+// on the GEMM path, their GGUF layouts at nb 1, the other types at nb 1 and 17 (both paths); ~110 timings, run
+// by cuda/check.sh), --types q1_0,q8_0 (subset).
 //
-// Not yet measured (no GPU in the session that wrote it). Floors and predictions to check against:
-// ffn_up Q1_0 is 12.5 MB, so at ~4 TB/s one matvec is >= ~3 us; an L1-wavefront count (weights as 2-byte
-// loads in the GGUF layout vs 4-16-byte loads in the planar one) predicts ~60-75% of copy bandwidth for
-// the GGUF layout and ~80-90% planar on the large shapes, less on attn_k/v (737 KB: launch-bound).
-// nb 8 is dp4a-bound for Q1_0 (8 dots per weight unit): expect ~25-35% of copy bandwidth there.
+// Expected figures (the arithmetic is in notes/cuda-mm.md, "Expected figures"): Q1_0 planar nb 1 is
+// integer-ALU-bound near the copy bandwidth (~23 int-pipe ops per 32-element unit and row at 64 per clock per
+// SM): ffn_up ~4.5-6 us (50-65%), output ~60-70 us; Q2_0 planar nb 1 memory-bound, 75-85%; on mmvq nb 2, 4, 8,
+// 16, 17, 32 cost ~1.5, 2.5, 4.5, 9, 10, 18 times nb 1 for Q1_0 (dp4a-bound: 8 dots per unit, row and column;
+// lower ratios for Q2_0), e.g. ffn_up nb 17 ~40 us where the GEMM path takes ~285 us.
 #include "cuda/cuda_backend.h"
 #include "cuda/mm_host.h"
 #include "quant/quant.h"
@@ -51,8 +55,8 @@ int main(int argc, char **argv) {
     };
     int nshapes = quick ? 3 : (int)(sizeof shapes / sizeof shapes[0]);
     int iters = quick ? 20 : 100;
-    printf("\n%-6s %-7s %-12s %6s %7s %4s %9s %8s %6s\n", "type", "layout", "tensor", "ne0", "ne1", "nb", "us", "GB/s",
-           "%copy");
+    printf("\n%-6s %-7s %-12s %6s %7s %4s %9s %8s %6s %6s %s\n", "type", "layout", "tensor", "ne0", "ne1", "nb", "us",
+           "GB/s", "%copy", "x nb1", "path");
     char list[256];
     snprintf(list, sizeof list, "%s", types_arg);
     for (char *save = NULL, *tn = strtok_r(list, ",", &save); tn; tn = strtok_r(NULL, ",", &save)) {
@@ -61,23 +65,37 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_cuda_mm: unknown type %s\n", tn);
             return 1;
         }
+        const bool low_bit = type == BN_Q1_0 || type == BN_Q2_0 || type == BN_PQ2_0;
         for (int s = 0; s < nshapes; s++) {
-            const int nbs[] = {1, 8, 16}; // decode, DSpark verify (block 4 + 1 fits 8), 16: the GEMM path
             for (int planar = 0; planar < 2; planar++) {
                 if (planar && !bn_cuda_mm_repackable(type, shapes[s].ne0, shapes[s].ne1)) continue;
-                for (int j = 0; j < 3; j++) {
-                    int nb = nbs[j];
-                    double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters,
-                                                 planar ? BN_CUDA_MM_REPACK : 0, err, sizeof err);
-                    if (us < 0) {
-                        fprintf(stderr, "bench_cuda_mm: %s %s: %s\n", tn, shapes[s].name, err);
-                        return 1;
+                // quick: the planar low-bit layouts (the model's) at every mmvq width, the rest at nb 1 and 17.
+                // Widths 9..32 run twice: on the mmvq kernels (BN_CUDA_MM_MMVQ) and as bn_cu_matmul routes them.
+                const int all_nbs[] = {1, 2, 4, 8, 16, 17, 32, 33}, few_nbs[] = {1, 17};
+                const bool all = !quick || (low_bit && planar);
+                const int *nbs = all ? all_nbs : few_nbs;
+                int n_nbs = all ? 8 : low_bit ? 1 : 2; // quick: the low-bit GGUF layouts at nb 1 only
+                double us1 = 0;
+                for (int j = 0; j < n_nbs; j++) {
+                    for (int force = 0; force < 2; force++) {
+                        int nb = nbs[j];
+                        bool routed_mmvq = bn_cuda_mm_uses_mmvq(type, nb);
+                        if (force && (routed_mmvq || nb > BN_CUDA_MM_MMVQ_MAX_NB)) continue;
+                        if (!force && quick && !routed_mmvq && nb != 17) continue; // the GEMM path once per row
+                        int flags = (planar ? BN_CUDA_MM_REPACK : 0) | (force ? BN_CUDA_MM_MMVQ : 0);
+                        double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters, flags, err,
+                                                     sizeof err);
+                        if (us < 0) {
+                            fprintf(stderr, "bench_cuda_mm: %s %s: %s\n", tn, shapes[s].name, err);
+                            return 1;
+                        }
+                        if (nb == 1) us1 = us;
+                        double bytes = (double)bn_row_size(type, shapes[s].ne0) * shapes[s].ne1;
+                        double gbs = bytes / (us * 1e-6) / 1e9;
+                        printf("%-6s %-7s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%% %6.1f %s\n", bn_type_name(type),
+                               planar ? "planar" : "gguf", shapes[s].name, shapes[s].ne0, shapes[s].ne1, nb, us, gbs,
+                               100.0 * gbs / copy_gbs, us / us1, force || routed_mmvq ? "mmvq" : "gemm");
                     }
-                    double bytes = (double)bn_row_size(type, shapes[s].ne0) * shapes[s].ne1;
-                    double gbs = bytes / (us * 1e-6) / 1e9;
-                    printf("%-6s %-7s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%%\n", bn_type_name(type),
-                           planar ? "planar" : "gguf", shapes[s].name, shapes[s].ne0, shapes[s].ne1, nb, us, gbs,
-                           100.0 * gbs / copy_gbs);
                 }
             }
         }

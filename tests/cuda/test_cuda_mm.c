@@ -3,12 +3,16 @@
 // device), `cuda_mm_emu` links the CPU emulator and always runs.
 //
 // matmul: y = W·x with W from bn_quantize_ref + bn_dequantize (exact), reference in double:
-//  - mmvq path (nb <= 8), quantized W: x rounded per 32 with the CUDA rule (d = amax/127, q = roundf(x/d),
+//  - mmvq path (nb <= 8, and up to 32 with BN_CUDA_MM_MMVQ), quantized W: x rounded per 32 with the CUDA rule (d = amax/127, q = roundf(x/d),
 //    value q·fp16(d)); the kernel sums exact integers, so the error is fp32 rounding of the per-block
 //    scale products and their sum: tolerance 1e-5 relative to Σ|w·x| (F32/F16/BF16 W: plain x, same).
 //  - GEMM path (larger nb, fp16): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
 //    w·x through sgemm); only the fp32 accumulation differs: tolerance 1e-4 relative to Σ|w·x|.
 // The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row case takes 5 tiles.
+// mmvq kernel variants covered (cuda/mmvq.cu): NB 1/2/4/8 templates (nb 1, 2, 3, 5, 8), the column groups of the
+// NB 8 kernel (nb 9, 13, 17, 32 through BN_CUDA_MM_MMVQ: 2-4 groups of unequal size), R 8/4 rows per block for the low-bit types and
+// 4/2/1 for the others with ne1 tails (37, 45, 7, 3 rows: a block with fewer rows than R), 1-8 warp blocks
+// (ne0 512 .. 6144), GGUF and planar layouts, and multi-weight launches (matmul_multi, bit-identical).
 // GEMM activation range (per-column power-of-two scale, cuda/mm.cu): columns reaching 1e6 (plain fp16: inf)
 // and 1e-6 (plain fp16: mostly subnormal or 0) against an F64 reference of fp16(w)·x, tolerance 6e-4 relative
 // to Σ|w·x| (every scaled element is a normal fp16: 2^-11 relative, plus fp32 accumulation <= 256·2^-24);
@@ -46,10 +50,13 @@ static uint8_t *make_weights(int type, int64_t ne0, int64_t ne1, float **deq) {
     return wq;
 }
 
+// takes_mmvq: true when bn_cuda_mm_host runs the mmvq kernels for these arguments.
+static bool takes_mmvq(int type, int nb, int flags) { return (flags & BN_CUDA_MM_MMVQ) || bn_cuda_mm_uses_mmvq(type, nb); }
+
 // act_ref: x as the kernel sees it: CUDA-rule Q8 rounding (quantized W, mmvq), fp16 (GEMM), or x.
-static void act_ref(int type, int nb, const float *x, int64_t n, float *out) {
+static void act_ref(int type, bool mmvq, const float *x, int64_t n, float *out) {
     bool quantized = bn_type_traits_of(type)->is_quantized;
-    if (!bn_cuda_mm_uses_mmvq(type, nb)) {
+    if (!mmvq) {
         for (int64_t i = 0; i < n; i++) out[i] = type == BN_F32 ? x[i] : bn_fp16_to_fp32(bn_fp32_to_fp16(x[i]));
         return;
     }
@@ -73,8 +80,8 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
     float *y = xmalloc(sizeof(float) * ne1 * nb);
     for (int64_t i = 0; i < ne0 * nb; i++) x[i] = frand(3.0f);
     memset(x + (nb - 1) * ne0, 0, 32 * sizeof(float)); // an all-zero activation block (d = 0)
-    for (int c = 0; c < nb; c++) act_ref(type, nb, x + c * ne0, ne0, xr + c * ne0);
-    bool gemm = !bn_cuda_mm_uses_mmvq(type, nb);
+    bool gemm = !takes_mmvq(type, nb, flags);
+    for (int c = 0; c < nb; c++) act_ref(type, !gemm, x + c * ne0, ne0, xr + c * ne0);
     if (gemm && type != BN_F32) // the GEMM sees fp16 weights
         for (int64_t i = 0; i < ne0 * ne1; i++) wd[i] = bn_fp16_to_fp32(bn_fp32_to_fp16(wd[i]));
     char err[256] = "";
@@ -94,8 +101,9 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
         }
     }
     double tol = gemm ? 1e-4 : 1e-5;
-    CHECK(worst <= tol, "%s%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type),
-          flags ? " (planar)" : "", (long long)ne1, (long long)ne0, nb, worst, tol);
+    CHECK(worst <= tol, "%s%s%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type),
+          flags & BN_CUDA_MM_REPACK ? " (planar)" : "", flags & BN_CUDA_MM_MMVQ ? " (mmvq)" : "", (long long)ne1,
+          (long long)ne0, nb, worst, tol);
     free(wq); free(wd); free(x); free(xr); free(y);
     return worst;
 }
@@ -130,10 +138,11 @@ static void fill_log_uniform(float *v, int64_t n, double lo, double hi) {
 }
 
 // check_gemm_range: the prefill GEMM's per-column scaling (cuda/mm.cu) for one weight type; ne0 256, 300 rows
-// (2 fp16 tiles for quantized W at the test's tile size), nb 12: column 3 reaches 1e6, column 7 1e-6.
+// (2 fp16 tiles for quantized W at the test's tile size), nb 40 (> BN_CU_MMVQ_MAX_NB: the GEMM path): column 3
+// reaches 1e6, column 7 1e-6.
 static void check_gemm_range(int type) {
     const int64_t ne0 = 256, ne1 = 300;
-    const int nb = 12, big = 3, tiny = 7, inf_col = 9, nan_col = 10;
+    const int nb = 40, big = 3, tiny = 7, inf_col = 9, nan_col = 10;
     const double tol = 6e-4;
     float *wd, *x = xmalloc(sizeof(float) * ne0 * nb), *y[3];
     uint8_t *wq = make_weights(type, ne0, ne1, &wd);
@@ -304,6 +313,8 @@ int main(void) {
     const int types[] = {BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0, BN_Q4_0, BN_Q4_1,
                          BN_Q6_K, BN_Q4_K, BN_F16,  BN_BF16, BN_F32};
     const int nbs[] = {1, 2, 3, 8, 9, 33};
+    const int wide_nbs[] = {9, 13, 17, 32}; // the mmvq kernels' column groups (BN_CUDA_MM_MMVQ)
+    const int MM = BN_CUDA_MM_MMVQ, RP = BN_CUDA_MM_REPACK;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         double worst_vq = 0, worst_gemm = 0;
         for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
@@ -311,10 +322,14 @@ int main(void) {
             if (bn_cuda_mm_uses_mmvq(types[t], nbs[j])) worst_vq = fmax(worst_vq, e);
             else worst_gemm = fmax(worst_gemm, e);
         }
+        for (size_t j = 0; j < sizeof wide_nbs / sizeof wide_nbs[0]; j++)
+            worst_vq = fmax(worst_vq, check_matmul(types[t], 512, 37, wide_nbs[j], MM));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1, 0));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1, 0)); // 160 units: 5-warp blocks
         worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
-        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 12, 0)); // 5 fp16 tiles
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 17, MM)); // 6-warp blocks, 3 column groups
+        worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 3, 2, 0));  // one block, fewer rows than R
+        worst_gemm = fmax(worst_gemm, check_matmul(types[t], 1024, 300, 40, 0)); // 5 fp16 tiles
         check_get_rows(types[t], 512, 37, 0);
         if (!bn_type_traits_of(types[t])->is_quantized) { // float weights take any ne0
             worst_vq = fmax(worst_vq, check_matmul(types[t], 100, 13, 3, 0));
@@ -338,7 +353,11 @@ int main(void) {
             if (bn_cuda_mm_uses_mmvq(type, nbs[j])) worst_vq = fmax(worst_vq, e);
             else worst_gemm = fmax(worst_gemm, e);
         }
+        for (size_t j = 0; j < sizeof wide_nbs / sizeof wide_nbs[0]; j++)
+            worst_vq = fmax(worst_vq, check_matmul(type, 1024, 45, wide_nbs[j], RP | MM));
         worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 1, BN_CUDA_MM_REPACK));
+        worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 17, RP | MM)); // DSpark verify width
+        worst_vq = fmax(worst_vq, check_matmul(type, 1024, 3, 1, BN_CUDA_MM_REPACK));
         check_get_rows(type, 1024, 45, BN_CUDA_MM_REPACK);
         printf("%-5s planar max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(type), worst_vq,
                worst_gemm);
@@ -347,14 +366,17 @@ int main(void) {
         const int t3[] = {BN_Q1_0, BN_Q1_0, BN_Q1_0}, mix[] = {BN_Q1_0, BN_Q1_0, BN_F32, BN_Q8_0};
         const int q2[] = {BN_Q2_0, BN_PQ2_0}, gemm[] = {BN_Q2_0, BN_Q4_K};
         const int64_t r3[] = {37, 5, 130}, r4[] = {37, 5, 130, 9};
-        for (int nb = 1; nb <= 5; nb += 4) {
-            check_multi(3, t3, r3, 1024, nb, 0);
-            check_multi(3, t3, r3, 1024, nb, BN_CUDA_MM_REPACK);
-            check_multi(4, mix, r4, 1024, nb, 0);
-            check_multi(2, q2, r3, 1024, nb, 0);
+        const int multi_nbs[] = {1, 2, 5, 9, 17, 32}; // every NB template; 2-4 column groups (forced mmvq)
+        for (size_t j = 0; j < sizeof multi_nbs / sizeof multi_nbs[0]; j++) {
+            int nb = multi_nbs[j], mm = nb > 8 ? MM : 0;
+            check_multi(3, t3, r3, 1024, nb, mm);
+            check_multi(3, t3, r3, 1024, nb, mm | RP);
+            check_multi(4, mix, r4, 1024, nb, mm);
+            check_multi(2, q2, r3, 1024, nb, mm);
+            check_multi(2, q2, r3, 1024, nb, mm | RP);
         }
-        check_multi(2, gemm, r3, 1024, 12, 0);
-        check_multi(4, mix, r4, 1024, 12, 0); // GEMM path with an F32 weight (sgemm, no fp16 x) among them
+        check_multi(2, gemm, r3, 1024, 40, 0);
+        check_multi(4, mix, r4, 1024, 40, 0); // GEMM path with an F32 weight (sgemm, no fp16 x) among them
         printf("matmul_multi: bit-identical to single calls\n");
     }
     check_argmax();
