@@ -26,13 +26,18 @@
 #include <stdint.h>
 
 // nb up to this uses the mmvq (matvec) kernels in bn_cu_matmul(_multi); above it dequantize + cuBLAS GEMM.
+// Overridable at build time (-DBN_CU_MMVQ_MAX_NB=32, at most BN_CU_MMVQ_KERNEL_MAX_NB) for the experiment in
+// notes/cuda-mm.md, "Routing nb 9..32".
+#ifndef BN_CU_MMVQ_MAX_NB
 #define BN_CU_MMVQ_MAX_NB 8
+#endif
 // The mmvq kernels themselves handle nb up to this (nb > 8 as column groups: cuda/mmvq.cu), reached through
 // bn_cu_matmul_multi_mmvq. An mmvq call costs ~nb dp4a dots per weight element, the GEMM path a fixed
 // dequantize-to-fp16 pass (Q1_0 ffn_up: 285 us at nb 16 on an H200), so for the low-bit types mmvq is ahead
 // up to 32 and beyond; routing nb 9..32 there changes their activation precision from the GEMM's fp16 to
 // Q8 (what nb <= 8 and the CPU engine use): notes/cuda-mm.md, "Routing nb 9..32".
 #define BN_CU_MMVQ_KERNEL_MAX_NB 32
+static_assert(BN_CU_MMVQ_MAX_NB >= 1 && BN_CU_MMVQ_MAX_NB <= BN_CU_MMVQ_KERNEL_MAX_NB, "mmvq routing limit");
 
 // bn_cu_matmul_uses_mmvq: true when bn_cu_matmul takes the mmvq path (Q8 activations) for this nb.
 bool bn_cu_matmul_uses_mmvq(int type, int nb);

@@ -229,11 +229,13 @@ static int mmvq_warps(int64_t n) {
 template <int T, int NB>
 static cudaError_t launch_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act,
                                const float *x, int nb, cudaStream_t s) {
-    // rows per block: activation reuse where registers allow; the low-bit types (4-8 weight bytes per unit) more
+    constexpr bool quantized = bn_cu_blck(T) >= 32;
+    // rows per block: activation reuse where registers allow (each activation load serves R rows): most for the
+    // low-bit types (4-8 weight bytes per unit against 40 activation bytes); at NB 8, R 4 made ptxas keep the
+    // 32-value reduction of Q4_K/Q6_K/float weights on the stack, so those use R 2 / 1 there.
     constexpr int base = bn_cu_base_type(T);
     constexpr bool low_bit = base == BN_CU_Q1_0 || base == BN_CU_Q2_0 || base == BN_CU_PQ2_0;
-    constexpr int R = low_bit ? (NB <= 2 ? 8 : 4) : NB <= 2 ? 4 : NB <= 4 ? 2 : 1;
-    constexpr bool quantized = bn_cu_blck(T) >= 32;
+    constexpr int R = low_bit ? (NB <= 2 ? 8 : 4) : quantized ? (NB <= 4 ? 4 : 2) : NB <= 2 ? 4 : NB <= 4 ? 2 : 1;
     bn_mmvq_targets t = {};
     t.n = n;
     for (int i = 0; i < n; i++) {
