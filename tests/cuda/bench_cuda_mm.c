@@ -9,8 +9,8 @@
 // Run on the GPU machine (not a test; needs a device):
 //   meson setup build -Dcuda=enabled && ninja -C build tests/cuda/bench_cuda_mm && build/tests/cuda/bench_cuda_mm
 // Options: --quick (3 shapes, 20 iterations; planar low-bit types at nb 1, 2, 4, 8, 16, 17, 32 on mmvq and nb 17
-// on the GEMM path, their GGUF layouts at nb 1, the other types at nb 1 and 17 (both paths); ~110 timings, run
-// by cuda/check.sh), --types q1_0,q8_0 (subset).
+// on the GEMM path, the GGUF layouts and the other types at nb 1; 90 timings as before, run by cuda/check.sh),
+// --types q1_0,q8_0 (subset).
 //
 // Expected figures (the arithmetic is in notes/cuda-mm.md, "Expected figures"): Q1_0 planar nb 1 is
 // integer-ALU-bound near the copy bandwidth (~23 int-pipe ops per 32-element unit and row at 64 per clock per
@@ -69,12 +69,11 @@ int main(int argc, char **argv) {
         for (int s = 0; s < nshapes; s++) {
             for (int planar = 0; planar < 2; planar++) {
                 if (planar && !bn_cuda_mm_repackable(type, shapes[s].ne0, shapes[s].ne1)) continue;
-                // quick: the planar low-bit layouts (the model's) at every mmvq width, the rest at nb 1 and 17.
+                // quick: the planar low-bit layouts (the model's) at every mmvq width, the rest at nb 1.
                 // Widths 9..32 run twice: on the mmvq kernels (BN_CUDA_MM_MMVQ) and as bn_cu_matmul routes them.
-                const int all_nbs[] = {1, 2, 4, 8, 16, 17, 32, 33}, few_nbs[] = {1, 17};
+                const int nbs[] = {1, 2, 4, 8, 16, 17, 32, 33};
                 const bool all = !quick || (low_bit && planar);
-                const int *nbs = all ? all_nbs : few_nbs;
-                int n_nbs = all ? 8 : low_bit ? 1 : 2; // quick: the low-bit GGUF layouts at nb 1 only
+                int n_nbs = all ? 8 : 1; // quick: the GGUF layouts and the other types at nb 1 only
                 double us1 = 0;
                 for (int j = 0; j < n_nbs; j++) {
                     for (int force = 0; force < 2; force++) {
