@@ -3,16 +3,18 @@
 // device), `cuda_mm_emu` links the CPU emulator and always runs.
 //
 // matmul: y = W·x with W from bn_quantize_ref + bn_dequantize (exact), reference in double:
-//  - mmvq path (nb <= 8, and up to 32 with BN_CUDA_MM_MMVQ), quantized W: x rounded per 32 with the CUDA rule (d = amax/127, q = roundf(x/d),
+//  - mmvq path (nb <= 8, and up to 32 with BN_CUDA_MM_MMVQ), quantized W: x rounded per 32 with the CUDA rule
+//    (d = amax/127, q = roundf(x/d),
 //    value q·fp16(d)); the kernel sums exact integers, so the error is fp32 rounding of the per-block
 //    scale products and their sum: tolerance 1e-5 relative to Σ|w·x| (F32/F16/BF16 W: plain x, same).
 //  - GEMM path (larger nb, fp16): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
 //    w·x through sgemm); only the fp32 accumulation differs: tolerance 1e-4 relative to Σ|w·x|.
 // The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row case takes 5 tiles.
-// mmvq kernel variants covered (cuda/mmvq.cu): NB 1/2/4/8 templates (nb 1, 2, 3, 5, 8), the column groups of the
-// NB 8 kernel (nb 9, 13, 17, 32 through BN_CUDA_MM_MMVQ: 2-4 groups of unequal size), R 8/4 rows per block for the low-bit types and
-// 4/2/1 for the others with ne1 tails (37, 45, 7, 3 rows: a block with fewer rows than R), 1-8 warp blocks
-// (ne0 512 .. 6144), GGUF and planar layouts, and multi-weight launches (matmul_multi, bit-identical).
+// mmvq kernel variants covered (cuda/mmvq.cu): NB 1/2/4/8 templates (nb 1, 2, 3, 5, 8), the column groups of
+// the NB 8 kernel (nb 9, 13, 17, 32 through BN_CUDA_MM_MMVQ: 2-4 groups of unequal size), R 8/4 rows per block
+// for the low-bit types, 4/2 for the other quantized ones and 4/2/1 for float weights, with ne1 tails (37, 45,
+// 7, 3 rows: a block with fewer rows than R), 1-8 warp blocks (ne0 512 .. 6144), GGUF and planar layouts, and
+// multi-weight launches (matmul_multi, bit-identical).
 // GEMM activation range (per-column power-of-two scale, cuda/mm.cu): columns reaching 1e6 (plain fp16: inf)
 // and 1e-6 (plain fp16: mostly subnormal or 0) against an F64 reference of fp16(w)·x, tolerance 6e-4 relative
 // to Σ|w·x| (every scaled element is a normal fp16: 2^-11 relative, plus fp32 accumulation <= 256·2^-24);
@@ -51,7 +53,9 @@ static uint8_t *make_weights(int type, int64_t ne0, int64_t ne1, float **deq) {
 }
 
 // takes_mmvq: true when bn_cuda_mm_host runs the mmvq kernels for these arguments.
-static bool takes_mmvq(int type, int nb, int flags) { return (flags & BN_CUDA_MM_MMVQ) || bn_cuda_mm_uses_mmvq(type, nb); }
+static bool takes_mmvq(int type, int nb, int flags) {
+    return (flags & BN_CUDA_MM_MMVQ) || bn_cuda_mm_uses_mmvq(type, nb);
+}
 
 // act_ref: x as the kernel sees it: CUDA-rule Q8 rounding (quantized W, mmvq), fp16 (GEMM), or x.
 static void act_ref(int type, bool mmvq, const float *x, int64_t n, float *out) {
