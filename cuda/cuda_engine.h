@@ -67,6 +67,9 @@ void bn_cuda_snapshot_free(bn_cuda_snapshot *snap);
 // (no host copy; rows 0..n-1 of the call), for a device consumer such as bn_cuda_drafter_process_dev.
 // Freed with the state. Returns it, or NULL with err (out of device memory).
 float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *err, size_t errlen);
+// bn_cuda_state_tap_buffer_read: copies the first n_floats of the state's device tap buffer into dst
+// (host); 0, or -1 with err (more than the buffer holds, CUDA error). For tests and debugging.
+int bn_cuda_state_tap_buffer_read(bn_cuda_state *s, float *dst, size_t n_floats, char *err, size_t errlen);
 // bn_cuda_host_tap_bytes: bytes of taps copied between host and device so far in this process (target
 // taps to host out->taps, host taps up in bn_cuda_drafter_process); device-buffer taps do not count.
 size_t bn_cuda_host_tap_bytes(void);
@@ -75,8 +78,9 @@ size_t bn_cuda_host_tap_bytes(void);
 // prefill, recurrences token by token inside the kernels). out as in bn_forward (host buffers:
 // logits, hidden, taps; taps may also be the state's device tap buffer, bn_cuda_state_tap_buffer);
 // out->snaps (host bn_snapshot) are filled by copying the device recurrent state down after every
-// token (slow; for tests and CPU-side rollback). One token with at most the logits wanted replays a
-// captured CUDA graph of the step (as bn_cuda_decode_greedy does). Returns 0, or -1 with err filled
+// token (slow; for tests and CPU-side rollback). One token with logits and/or taps into the device tap
+// buffer (nothing else) replays a captured CUDA graph of the step (as bn_cuda_decode_greedy does; one
+// graph per tap configuration, captured again when it changes). Returns 0, or -1 with err filled
 // (context overflow, bad token id, bad tap layer, more tap rows than the device tap buffer holds, a model
 // uploaded from a later layer, CUDA error); on an input error the state is unchanged.
 int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err, size_t errlen);
@@ -106,6 +110,15 @@ bn_snapshot *bn_cuda_host_snapshot_new(const bn_cuda_state *s);
 // and position live in device memory, the graph is replayed unchanged). Returns 0, or -1 with err
 // filled (context full, bad token, CUDA error).
 int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *err, size_t errlen);
+
+// bn_cuda_state_graph_counts: one-token steps of s that replayed a captured graph (*replays) and graphs
+// captured (*captures) since the state was made (either pointer may be NULL). A one-token step with
+// logits and/or taps into the state's device tap buffer replays; hidden rows, host snaps or host taps do not.
+void bn_cuda_state_graph_counts(const bn_cuda_state *s, int64_t *replays, int64_t *captures);
+// bn_cuda_state_use_graphs: on = 0 makes one-token bn_cuda_forward steps launch their kernels one by one
+// (the same kernels, so the same results: for tests and timing); 1 (the default) replays captured graphs.
+// bn_cuda_decode_greedy always replays.
+void bn_cuda_state_use_graphs(bn_cuda_state *s, int on);
 
 // bn_cuda_available: 1 if a CUDA device (or the emulator) can run the engine, else 0 with the
 // reason in err ("no CUDA device").

@@ -155,6 +155,20 @@ int bn_cuda_available(char *err, size_t errlen) {
 }
 
 // ---- the device state ---------------------------------------------------------------------------
+// What a captured one-token step bakes in besides the kernels of the layer loop: the device argmax of
+// the logits (STEP_GREEDY, bn_cuda_decode_greedy), or the logits only, without or with taps written into
+// the state's device tap buffer (row 0 of the [rows][n_taps][E] layout: a fixed offset).
+enum step_kind { STEP_GREEDY, STEP_LOGITS, STEP_TAPS, N_STEP_GRAPHS };
+#define MAX_GRAPH_TAPS 16 // tap slots a captured step can write (more: the launch-by-launch path)
+
+// A captured step and the configuration it was captured for (a different tap set or buffer re-captures).
+struct step_graph {
+    cudaGraphExec_t exec;
+    const float *taps;                 // STEP_TAPS: the device tap buffer written (else NULL)
+    int n_taps;                        //   its slots per row,
+    int tap_layers[MAX_GRAPH_TAPS];    //   the layer of each slot
+};
+
 struct bn_cuda_state {
     bn_cuda_model *cm;
     int n_ctx, n_batch, kv_type, pos;
@@ -185,8 +199,9 @@ struct bn_cuda_state {
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
     float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
     size_t dev_tap_floats; // its capacity
-    cudaGraphExec_t graph_greedy; // captured decode step + argmax (NULL until first use)
-    cudaGraphExec_t graph_logits; // captured decode step + logits into `logits` (NULL until first use)
+    step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
+    bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): one-token bn_cuda_forward launches kernel by kernel
+    int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -312,8 +327,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
 
 void bn_cuda_state_free(bn_cuda_state *s) {
     if (!s) return;
-    if (s->graph_greedy) cudaGraphExecDestroy(s->graph_greedy);
-    if (s->graph_logits) cudaGraphExecDestroy(s->graph_logits);
+    for (int i = 0; i < N_STEP_GRAPHS; i++)
+        if (s->graphs[i].exec) cudaGraphExecDestroy(s->graphs[i].exec);
     bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
@@ -338,10 +353,35 @@ void bn_cuda_state_reset(bn_cuda_state *s) {
 int bn_cuda_state_pos(const bn_cuda_state *s) { return s->pos; }
 int bn_cuda_state_n_ctx(const bn_cuda_state *s) { return s->n_ctx; }
 
+// drop_graph: destroys the captured step of this kind (captured again on its next use).
+static void drop_graph(bn_cuda_state *s, step_kind kind) {
+    step_graph *g = &s->graphs[kind];
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    memset(g, 0, sizeof *g);
+}
+
+void bn_cuda_state_use_graphs(bn_cuda_state *s, int on) { s->no_graphs = !on; }
+
+void bn_cuda_state_graph_counts(const bn_cuda_state *s, int64_t *replays, int64_t *captures) {
+    if (replays) *replays = s->n_replays;
+    if (captures) *captures = s->n_captures;
+}
+
+int bn_cuda_state_tap_buffer_read(bn_cuda_state *s, float *dst, size_t n_floats, char *err, size_t errlen) {
+    if (n_floats > s->dev_tap_floats)
+        return bn_err(err, errlen, "tap buffer read of %zu floats (it holds %zu)", n_floats, s->dev_tap_floats);
+    if (n_floats == 0) return 0;
+    BN_CUDA_TRY(cudaMemcpyAsync(dst, s->dev_taps, n_floats * sizeof(float), cudaMemcpyDeviceToHost, s->stream), err,
+                errlen);
+    BN_CUDA_TRY(cudaStreamSynchronize(s->stream), err, errlen);
+    return 0;
+}
+
 float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *err, size_t errlen) {
     if (n_taps < 1 || rows < 1) return bn_err(err, errlen, "tap buffer of %d taps x %d rows", n_taps, rows), nullptr;
     const size_t floats = (size_t)n_taps * (size_t)rows * (size_t)s->cm->cfg.n_embd;
     if (floats <= s->dev_tap_floats) return s->dev_taps;
+    drop_graph(s, STEP_TAPS); // it writes into the buffer freed here
     if (s->dev_taps) cudaFree(s->dev_taps);
     s->dev_taps = NULL, s->dev_tap_floats = 0;
     if (cudaMalloc((void **)&s->dev_taps, floats * sizeof(float)) != cudaSuccess) {
@@ -609,7 +649,9 @@ static cudaError_t upload_rows(bn_cuda_state *s, rows_in in, int t0, int nb) {
     return cudaMemcpyAsync(s->d_tokens, in.tokens + t0, sizeof(int32_t) * nb, cudaMemcpyHostToDevice, s->stream);
 }
 
-static int forward_one_graph(bn_cuda_state *s, rows_in in, bn_forward_out *out, char *err, size_t errlen);
+static int step_kind_for(const bn_cuda_state *s, const bn_forward_out *out);
+static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
+                             size_t errlen);
 
 // check_dev_taps: n token rows of out's taps fit the state's device tap buffer (when out->taps is it); 0 or -1.
 static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *out, char *err, size_t errlen) {
@@ -624,9 +666,9 @@ static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *o
 // forward_rows: bn_cuda_forward after its checks, for token or residual-row input.
 static int forward_rows(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out, char *err, size_t errlen) {
     if (n == 0) return 0;
-    // one token with at most the logits wanted: the captured step graph (no per-kernel launch cost)
-    if (n == 1 && (!out || (!out->taps && !out->snaps && !out->hidden)))
-        return forward_one_graph(s, in, out, err, errlen);
+    // one token with logits and/or device-buffer taps: the captured step graph (no per-kernel launch cost)
+    const int kind = n == 1 ? step_kind_for(s, out) : -1;
+    if (kind >= 0) return forward_one_graph(s, in, (step_kind)kind, out, err, errlen);
     // with snapshots, one token per chunk so the recurrent state can be copied after each
     const int chunk = out && out->snaps ? 1 : s->n_batch;
     for (int t0 = 0; t0 < n; t0 += chunk) {
@@ -712,19 +754,51 @@ int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, cha
 }
 
 // ---- one-token steps through CUDA graphs ---------------------------------------------------------
-// decode_step: one token from d_tokens[0] at d_pos and its logits into s->logits; with greedy, the
-// argmax of the logits into d_tokens[0].
-static cudaError_t decode_step(bn_cuda_state *s, bool greedy) {
-    TRY(run_layers(s, 1, tap_dst{NULL, 0, false}));
+// step_kind_for: the captured step serving a one-token bn_cuda_forward with out, or -1 when it runs
+// kernel by kernel (hidden rows or host snapshots wanted, taps into host memory, more tap slots than a
+// captured step records, graphs switched off).
+static int step_kind_for(const bn_cuda_state *s, const bn_forward_out *out) {
+    if (s->no_graphs) return -1;
+    if (!out || (!out->taps && !out->snaps && !out->hidden)) return STEP_LOGITS;
+    if (out->snaps || out->hidden || out->taps != s->dev_taps || out->n_taps > MAX_GRAPH_TAPS) return -1;
+    return STEP_TAPS;
+}
+
+// step_key: the configuration a step of this kind for out is captured with (taps only for STEP_TAPS).
+static step_graph step_key(step_kind kind, const bn_forward_out *out) {
+    step_graph key;
+    memset(&key, 0, sizeof key);
+    if (kind != STEP_TAPS) return key;
+    key.taps = out->taps;
+    key.n_taps = out->n_taps;
+    memcpy(key.tap_layers, out->tap_layers, sizeof(int) * (size_t)out->n_taps);
+    return key;
+}
+
+// same_key: a and b bake in the same tap buffer and slots.
+static bool same_key(const step_graph *a, const step_graph *b) {
+    return a->taps == b->taps && a->n_taps == b->n_taps &&
+           memcmp(a->tap_layers, b->tap_layers, sizeof(int) * (size_t)a->n_taps) == 0;
+}
+
+// decode_step: one token from d_tokens[0] at d_pos, its taps into key's buffer (STEP_TAPS) and its logits
+// into s->logits; STEP_GREEDY: the argmax of the logits into d_tokens[0].
+static cudaError_t decode_step(bn_cuda_state *s, step_kind kind, const step_graph *key) {
+    bn_forward_out taps_out;
+    memset(&taps_out, 0, sizeof taps_out);
+    taps_out.taps = (float *)key->taps;
+    taps_out.n_taps = key->n_taps;
+    taps_out.tap_layers = key->tap_layers;
+    TRY(run_layers(s, 1, tap_dst{kind == STEP_TAPS ? &taps_out : NULL, 0, false}));
     TRY(head_norm(s, 0, 1));
     TRY(mm(s, &s->cm->output, s->xn, s->logits, 1));
-    return greedy ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
+    return kind == STEP_GREEDY ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
 }
 
 // capture_step: records decode_step on s->stream into *exec.
-static cudaError_t capture_step(bn_cuda_state *s, bool greedy, cudaGraphExec_t *exec) {
+static cudaError_t capture_step(bn_cuda_state *s, step_kind kind, const step_graph *key, cudaGraphExec_t *exec) {
     TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-    cudaError_t e = decode_step(s, greedy);
+    cudaError_t e = decode_step(s, kind, key);
     cudaGraph_t graph = NULL;
     cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
     if (e == cudaSuccess) e = e_end;
@@ -734,19 +808,32 @@ static cudaError_t capture_step(bn_cuda_state *s, bool greedy, cudaGraphExec_t *
     return e;
 }
 
-// run_step_graph: uploads the token (through pinned h_io) or the residual row, replays (capturing on first
-// use) the step graph; async on s->stream.
-static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, bool greedy) {
-    cudaGraphExec_t *exec = greedy ? &s->graph_greedy : &s->graph_logits;
+// run_step_graph: uploads the token (through pinned h_io) or the residual row, replays the step graph of
+// this kind (captured on first use, and again when key differs from the one it was captured with); async
+// on s->stream.
+static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, const step_graph *key) {
+    step_graph *g = &s->graphs[kind];
+    if (g->exec && !same_key(g, key)) drop_graph(s, kind);
     if (in.tokens) s->h_io[0] = in.tokens[0];
     TRY(upload_rows(s, in.tokens ? rows_in{&s->h_io[0], NULL} : in, 0, 1));
-    if (!*exec) TRY(capture_step(s, greedy, exec));
-    return cudaGraphLaunch(*exec, s->stream);
+    if (!g->exec) {
+        cudaGraphExec_t exec = NULL;
+        TRY(capture_step(s, kind, key, &exec));
+        *g = *key;
+        g->exec = exec;
+        s->n_captures++;
+    }
+    TRY(cudaGraphLaunch(g->exec, s->stream));
+    s->n_replays++;
+    return cudaSuccess;
 }
 
-// forward_one_graph: bn_cuda_forward of one token with only logits (or nothing) wanted.
-static int forward_one_graph(bn_cuda_state *s, rows_in in, bn_forward_out *out, char *err, size_t errlen) {
-    cudaError_t e = run_step_graph(s, in, false);
+// forward_one_graph: bn_cuda_forward of one token through the captured step of this kind (logits, if
+// wanted, copied down after it).
+static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
+                             size_t errlen) {
+    const step_graph key = step_key(kind, out);
+    cudaError_t e = run_step_graph(s, in, kind, &key);
     if (e == cudaSuccess && out && out->logits)
         e = cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab, cudaMemcpyDeviceToHost,
                             s->stream);
@@ -762,7 +849,8 @@ int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *
         return bn_err(err, errlen, "context overflow: position %d + 1 token exceeds n_ctx %d", s->pos, s->n_ctx);
     if (token < 0 || token >= s->cm->cfg.n_vocab)
         return bn_err(err, errlen, "bad token id %d (vocabulary has %d tokens)", token, s->cm->cfg.n_vocab);
-    cudaError_t e = run_step_graph(s, rows_in{&token, NULL}, true);
+    const step_graph no_taps = step_key(STEP_GREEDY, NULL);
+    cudaError_t e = run_step_graph(s, rows_in{&token, NULL}, STEP_GREEDY, &no_taps);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(&s->h_io[1], s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);

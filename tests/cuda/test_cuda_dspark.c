@@ -14,6 +14,9 @@
 //     through host taps (bn_cuda_forward host taps + bn_cuda_drafter_process), over a prefill and
 //     verify-sized passes (bn_cuda_forward_snaps): drafts, block h and base logits bit-identical, 0 host
 //     tap bytes on the device path and exactly 2 × rows × C × E × 4 on the host path;
+//   part "graph": the k = 0 step stays on plain decoding's graph path: DSpark with n_max 0 and adaptive
+//     DSpark with the random drafter (switched off) replay the target's captured one-token graph on every
+//     step without drafts (bn_cuda_state_graph_counts), output == plain greedy over 64 tokens;
 //   part "replay": BN_SPEC_REPLAY (the real drafter runs on the device, the recorded greedy
 //     continuation is proposed): the same 64 tokens, every draft accepted.
 // Linked twice: `cuda_dspark` on a GPU (skips without a device) and `cuda_dspark_emu` in the emulator.
@@ -172,8 +175,9 @@ static bool same_counters(const bn_spec_stats *a, const bn_spec_stats *b) {
 }
 
 // run: greedy speculative generation of n_gen tokens on the CUDA engine; returns the drafter's device.
+// replays (NULL: not wanted): the target state's one-token graph replays (bn_cuda_state_graph_counts).
 static const char *run(bn_engine *e, const bn_drafter *d, bn_spec_params p, int n_gen, int32_t *gen,
-                       bn_spec_stats *st) {
+                       bn_spec_stats *st, int64_t *replays) {
     char err[256];
     bn_engine_state *ts = bn_engine_state_new(e, N_CTX, err, sizeof err);
     if (!ts) bn_die("state: %s", err);
@@ -188,6 +192,7 @@ static const char *run(bn_engine *e, const bn_drafter *d, bn_spec_params p, int 
            p.type == BN_SPEC_REPLAY ? "replay" : "dspark", dev, (long long)st->n_steps, (long long)st->n_drafted,
            (long long)st->n_accept, (long long)st->n_rerun, (long long)st->acc_pos[0], (long long)st->acc_pos[1],
            (long long)st->acc_pos[2], (long long)st->acc_pos[3]);
+    if (replays) bn_cuda_state_graph_counts((const bn_cuda_state *)ts->st, replays, NULL);
     bn_spec_free(sp);
     bn_engine_state_free(ts);
     return dev;
@@ -226,7 +231,7 @@ static int part_spec(const char *what) {
     bn_spec_stats st[2];
     if (strcmp(what, "replay") == 0) { // forced acceptance with the drafter's work done
         bn_spec_params r = {.type = BN_SPEC_REPLAY, .n_max = 3, .n_threads = 2, .replay = ref, .n_replay = n_gen};
-        const char *dev = run(e, d, r, n_gen, gen, &st[0]);
+        const char *dev = run(e, d, r, n_gen, gen, &st[0], NULL);
         CHECK(dev && strcmp(dev, "CUDA") == 0, "replay: drafter on %s, not CUDA", dev ? dev : "-");
         int diff = first_diff(ref, gen, n_gen);
         CHECK(diff < 0, "replay: output differs from plain greedy at token %d", diff);
@@ -235,7 +240,7 @@ static int part_spec(const char *what) {
               (long long)st[0].n_drafted, st[0].ms_draft);
     } else {
         const size_t bytes0 = bn_cuda_host_tap_bytes();
-        const char *dev = run(e, d, p, n_gen, gen, &st[0]);
+        const char *dev = run(e, d, p, n_gen, gen, &st[0], NULL);
         const size_t dev_bytes = bn_cuda_host_tap_bytes() - bytes0;
         printf("device drafter, device taps: %zu tap bytes over PCIe\n", dev_bytes);
         CHECK(dev_bytes == 0, "device taps: %zu tap bytes crossed between host and device (must be 0)", dev_bytes);
@@ -247,7 +252,7 @@ static int part_spec(const char *what) {
     if (counters) {
         p.host_taps = true; // the device drafter fed through host memory (the path before device taps)
         size_t bytes0 = bn_cuda_host_tap_bytes();
-        const char *dev = run(e, d, p, n_gen, gen, &st[1]);
+        const char *dev = run(e, d, p, n_gen, gen, &st[1], NULL);
         const size_t host_bytes = bn_cuda_host_tap_bytes() - bytes0;
         printf("device drafter, host taps: %zu tap bytes over PCIe\n", host_bytes);
         CHECK(dev && strcmp(dev, "CUDA") == 0, "host_taps: drafter on %s", dev ? dev : "-");
@@ -256,7 +261,7 @@ static int part_spec(const char *what) {
         CHECK(host_bytes > 0, "host_taps: no tap bytes counted (the counter does not see the host path)");
         p.host_taps = false;
         p.cpu_drafter = true;
-        dev = run(e, d, p, n_gen, gen, &st[1]);
+        dev = run(e, d, p, n_gen, gen, &st[1], NULL);
         CHECK(dev && strcmp(dev, "CPU") == 0, "cpu_drafter: drafter on %s", dev ? dev : "-");
         CHECK(first_diff(ref, gen, n_gen) < 0, "CPU drafter on a CUDA target: output differs from plain greedy");
         CHECK(same_counters(&st[0], &st[1]), "device and CPU drafter runs: different §7 counters");
@@ -267,6 +272,43 @@ static int part_spec(const char *what) {
     unlink(tpath);
     unlink(dpath);
     return test_done(what);
+}
+
+// part_graph: the k = 0 step (DSpark with drafting off) stays on the captured-graph path of plain decoding:
+// with n_max 0 every step, and adaptive (n_max 3) with the random drafter every step that drafted nothing,
+// replays the target's one-token graph (taps into the device tap buffer); both outputs == plain greedy.
+static int part_graph(void) {
+    char tpath[512], dpath[512], err[512];
+    bn_model *m;
+    bn_drafter *d;
+    fx_load_pair("cuda-dspark-graph-", tpath, dpath, &m, &d);
+    bn_engine *e = bn_engine_open(m, 99, 2, err, sizeof err);
+    if (!e) bn_die("engine: %s", err);
+    int32_t ref[N_GEN], gen[N_GEN + 64];
+    fx_engine_greedy(e, prompt, N_PROMPT, N_GEN, ref);
+    const bn_spec_params ps[2] = {{.type = BN_SPEC_DSPARK, .n_max = 0, .n_threads = 2},
+                                  {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true}};
+    for (int i = 0; i < 2; i++) {
+        bn_spec_stats st;
+        int64_t replays = -1;
+        run(e, d, ps[i], N_GEN, gen, &st, &replays);
+        const long long k0 = (long long)(st.n_steps - st.n_rounds_spec); // steps that verified no draft
+        printf("%s: %lld steps, %lld without drafts, %lld graph replays (n_max now %d)\n",
+               i ? "adaptive n_max 3" : "n_max 0", (long long)st.n_steps, k0, (long long)replays, st.n_max_now);
+        int diff = first_diff(ref, gen, N_GEN);
+        CHECK(diff < 0, "%s: output differs from plain greedy at token %d", i ? "adaptive" : "n_max 0", diff);
+        CHECK(replays == k0, "%s: %lld graph replays for %lld steps without drafts (every k = 0 step must replay)",
+              i ? "adaptive" : "n_max 0", (long long)replays, k0);
+        // the random drafter is rejected: adaptive drafting switches off, leaving most steps at k = 0
+        CHECK(i == 0 ? k0 == st.n_steps : 2 * k0 > st.n_steps, "%s: only %lld of %lld steps at k = 0",
+              i ? "adaptive" : "n_max 0", k0, (long long)st.n_steps);
+    }
+    bn_engine_free(e);
+    bn_drafter_free(d);
+    bn_model_free(m);
+    unlink(tpath);
+    unlink(dpath);
+    return test_done("graph");
 }
 
 // tap_pair: a target state and a device drafter state fed either through the target's device tap
@@ -388,9 +430,10 @@ int main(int argc, char **argv) {
     }
     if (argc == 2 && strcmp(argv[1], "drafter") == 0) return part_drafter();
     if (argc == 2 && strcmp(argv[1], "taps") == 0) return part_taps();
+    if (argc == 2 && strcmp(argv[1], "graph") == 0) return part_graph();
     if (argc == 2 && (strcmp(argv[1], "spec") == 0 || strcmp(argv[1], "counters") == 0 ||
                       strcmp(argv[1], "replay") == 0))
         return part_spec(argv[1]);
-    fprintf(stderr, "usage: %s drafter|taps|spec|counters|replay\n", argv[0]);
+    fprintf(stderr, "usage: %s drafter|taps|spec|counters|replay|graph\n", argv[0]);
     return 1;
 }

@@ -8,8 +8,9 @@
 // log-softmax (max |Δ logprob| over all rows and vocab entries), bounds per type below. Then: greedy
 // identity over 64 steps (bn_cuda_decode_greedy through the captured graph vs CPU greedy; a step
 // where the CPU's top-2 logits are within 1e-3 counts as a tie and ends the comparison), snapshot /
-// restore round trip (bit-identical continuation), host snapshots vs the CPU's, fp16 KV cache, and
-// bad inputs (context overflow, bad token) leaving the state unchanged.
+// restore round trip (bit-identical continuation), host snapshots vs the CPU's, fp16 KV cache,
+// one-token steps with device-buffer taps through the captured graph == launch by launch (bit-identical,
+// graph counters), and bad inputs (context overflow, bad token) leaving the state unchanged.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "tests/cuda/compare.h"
@@ -410,6 +411,115 @@ static void snaps_and_kv16(void) {
     close_model(m, cm);
 }
 
+// tap_step: one token through s with all logits and taps of `layers` (2 slots) into its device tap buffer
+// buf; the logits into lg and row 0 of the taps (2 x H floats) into taps. Returns 0 or -1 (CHECKed).
+static int tap_step(bn_cuda_state *s, float *buf, const int *layers, int32_t tok, float *lg, float *taps, int H) {
+    char err[512];
+    bn_forward_out o = {.logits = lg, .all_logits = true, .tap_layers = layers, .n_taps = 2, .taps = buf};
+    int rc = bn_cuda_forward(s, &tok, 1, &o, err, sizeof err);
+    if (rc == 0) rc = bn_cuda_state_tap_buffer_read(s, taps, (size_t)2 * H, err, sizeof err);
+    CHECK(rc == 0, "tap step: %s", err);
+    return rc;
+}
+
+// graph_taps_case: one-token steps with logits + taps into the device tap buffer (DSpark's k = 0 step)
+// replay a captured graph (state 0) and give bit-identical logits and taps to the launch-by-launch path
+// (state 1, bn_cuda_state_use_graphs 0): 4 steps tapping layers {0, 3}, a snapshot, 3 steps tapping
+// {1, 2} (a new tap set: captured again), a restore and the same 3 steps again (== their first run).
+// The graph counters say which path ran: state 0 replays every step (2 captures), state 1 none.
+static void graph_taps_case(void) {
+    char path[320], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model("tiny", "F32", path, sizeof path, &cm);
+    if (!m) return;
+    const int V = m->cfg.n_vocab, H = m->cfg.n_embd;
+    const int layers_a[2] = {0, 3}, layers_b[2] = {1, 2};
+    bn_cuda_state *st[2];
+    bn_cuda_snapshot *snap[2];
+    float *buf[2], *lg[2], *taps[2];
+    for (int i = 0; i < 2; i++) {
+        st[i] = bn_cuda_state_new(cm, N_CTX, BN_F16, err, sizeof err);
+        buf[i] = st[i] ? bn_cuda_state_tap_buffer(st[i], 2, 16, err, sizeof err) : NULL;
+        snap[i] = buf[i] ? bn_cuda_snapshot_new(st[i], err, sizeof err) : NULL;
+        if (!snap[i]) bn_die("graph taps: %s", err);
+        lg[i] = xmalloc(sizeof(float) * V);
+        taps[i] = xmalloc(sizeof(float) * 2 * H);
+    }
+    bn_cuda_state_use_graphs(st[1], 0);
+    int32_t prompt[9];
+    for (int i = 0; i < 9; i++) prompt[i] = (int32_t)((i * 53 + 3) % V);
+    for (int i = 0; i < 2; i++) {
+        bn_forward_out o = {.logits = lg[i], .tap_layers = layers_a, .n_taps = 2, .taps = buf[i]};
+        CHECK(bn_cuda_forward(st[i], prompt, 9, &o, err, sizeof err) == 0, "prefill: %s", err);
+    }
+    float *first_run = xmalloc(sizeof(float) * 3 * (V + 2 * H)); // the 3 steps after the snapshot (state 0)
+    int32_t tok = argmax(lg[0], V), tok_snap = 0;
+    int n_steps = 0, n_same = 0, n_rerun_same = 0;
+    for (int step = 0; step < 10; step++) {
+        if (step == 4) {
+            for (int i = 0; i < 2; i++)
+                CHECK(bn_cuda_state_snapshot_into(st[i], snap[i], err, sizeof err) == 0, "snapshot: %s", err);
+            tok_snap = tok;
+        }
+        if (step == 7) {
+            for (int i = 0; i < 2; i++)
+                CHECK(bn_cuda_state_restore(st[i], snap[i], err, sizeof err) == 0, "restore: %s", err);
+            tok = tok_snap;
+        }
+        const int *layers = step < 4 ? layers_a : layers_b;
+        int rc = 0;
+        for (int i = 0; i < 2; i++) rc |= tap_step(st[i], buf[i], layers, tok, lg[i], taps[i], H);
+        if (rc != 0) break;
+        n_steps++;
+        const bool same = memcmp(lg[0], lg[1], sizeof(float) * V) == 0 &&
+                          memcmp(taps[0], taps[1], sizeof(float) * 2 * H) == 0;
+        CHECK(same, "step %d: graph vs launch-by-launch logits |d| %.3g, taps |d| %.3g (must be bit-identical)", step,
+              max_abs_diff(lg[0], lg[1], V), max_abs_diff(taps[0], taps[1], (size_t)2 * H));
+        n_same += same;
+        float *keep = step >= 4 ? first_run + (size_t)((step - 4) % 3) * (V + 2 * H) : NULL;
+        if (step >= 4 && step < 7) {
+            memcpy(keep, lg[0], sizeof(float) * V);
+            memcpy(keep + V, taps[0], sizeof(float) * 2 * H);
+        } else if (step >= 7) {
+            const bool again = memcmp(keep, lg[0], sizeof(float) * V) == 0 &&
+                               memcmp(keep + V, taps[0], sizeof(float) * 2 * H) == 0;
+            CHECK(again, "step %d after the restore differs from its first run", step);
+            n_rerun_same += again;
+        }
+        tok = argmax(lg[0], V);
+    }
+    int64_t replays[2], captures[2];
+    for (int i = 0; i < 2; i++) bn_cuda_state_graph_counts(st[i], &replays[i], &captures[i]);
+    printf("graph taps: %d of %d one-token tap steps bit-identical to the launch-by-launch path (logits + taps), "
+           "%d of 3 identical after a restore; replays/captures %lld/%lld (graph state), %lld/%lld (graphs off)\n",
+           n_same, n_steps, n_rerun_same, (long long)replays[0], (long long)captures[0], (long long)replays[1],
+           (long long)captures[1]);
+    CHECK(n_steps == 10 && n_same == 10 && n_rerun_same == 3, "graph taps: %d/%d steps", n_same, n_steps);
+    CHECK(replays[0] == 10 && captures[0] == 2, "graph state: %lld replays, %lld captures (want 10, 2: one per tap set)",
+          (long long)replays[0], (long long)captures[0]);
+    CHECK(replays[1] == 0 && captures[1] == 0, "graphs off: %lld replays, %lld captures", (long long)replays[1],
+          (long long)captures[1]);
+    // host taps keep the launch-by-launch path; a logits-only step replays its own graph
+    float *host_taps = xmalloc(sizeof(float) * 2 * H);
+    bn_forward_out oh = {.logits = lg[0], .tap_layers = layers_b, .n_taps = 2, .taps = host_taps};
+    CHECK(bn_cuda_forward(st[0], &tok, 1, &oh, err, sizeof err) == 0, "host taps: %s", err);
+    int64_t r_host, c_host;
+    bn_cuda_state_graph_counts(st[0], &r_host, &c_host);
+    CHECK(r_host == replays[0] && c_host == captures[0], "a host-tap step replayed a graph");
+    bn_forward_out ol = {.logits = lg[0]};
+    CHECK(bn_cuda_forward(st[0], &tok, 1, &ol, err, sizeof err) == 0, "logits step: %s", err);
+    bn_cuda_state_graph_counts(st[0], &r_host, &c_host);
+    CHECK(r_host == replays[0] + 1 && c_host == captures[0] + 1, "a logits-only step did not replay its graph");
+    free(host_taps);
+    free(first_run);
+    for (int i = 0; i < 2; i++) {
+        bn_cuda_snapshot_free(snap[i]);
+        bn_cuda_state_free(st[i]);
+        free(lg[i]), free(taps[i]);
+    }
+    close_model(m, cm);
+}
+
 // engine_case: bn_engine_open with -ngl 0 and 99 gives the same logits through one interface.
 static void engine_case(void) {
     char path[320], err[512];
@@ -456,7 +566,7 @@ static void engine_case(void) {
 }
 
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
-// greedy, 150-token context, snapshots, fp16 KV, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
+// greedy, 150-token context, snapshots, fp16 KV, graph taps, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
 // Q1_0), "quick" (F32 case +
 // greedy; for the shuffled emulator run); no argument runs everything (GPU).
 int main(int argc, char **argv) {
@@ -489,6 +599,7 @@ int main(int argc, char **argv) {
     if (flt) {
         long_case();
         snaps_and_kv16();
+        graph_taps_case();
         engine_case();
     }
     printf("elapsed %.1f s\n", (bn_time_ms() - t0) / 1000.0);
