@@ -290,7 +290,9 @@ for q in $TYPES; do
         elif [ ! -f "$W/l$L-$q.gguf" ]; then
             skip_step "peer-$q-$L" "no model"
         else
-            run_step "peer-$q-$L" "${LIMIT[peer]}" "$PEER" -m "$W/l$L-$q.gguf" -ngl 99 -p "$PP" -n "$TG" -r "$REPS" -o json
+            # build-peer/lib: a fallback libgomp (llama.cpp's CPU backend links it) where the image has none
+            run_step "peer-$q-$L" "${LIMIT[peer]}" env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build-peer/lib" \
+                "$PEER" -m "$W/l$L-$q.gguf" -ngl 99 -p "$PP" -n "$TG" -r "$REPS" -o json
         fi
     done
 done
