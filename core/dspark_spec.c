@@ -45,6 +45,10 @@ struct bn_spec {
     bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
     float *dev_taps;        // device drafter: the target's device tap buffer (dops->target_taps), the same
                             //   layout; the target writes its taps there and the drafter reads them in place
+    int tap_rows;           // rows of the tap buffer
+    int n_pending;          // rows committed on the target but not yet given to the drafter (deferred while
+    int pending_pos0;       //   steps draft nothing): taps in tap rows 0..n_pending−1, target positions from
+                            //   pending_pos0; a target pass writes its taps behind them
     bn_spec_stats st;
     // cost model (all EMAs; -1 = not measured yet)
     double ms_fwd[SPEC_MAX_N + 2];  // target forward of n tokens (index n)
@@ -160,7 +164,8 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
     sp->hist = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
-    int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
+    const int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
+    sp->tap_rows = tap_rows;
     const size_t tap_bytes = sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows;
     // a device drafter reads the target's taps in its device memory unless p->host_taps; without that
     // hand-over (no ops, no device memory) the taps go through page-locked host memory
@@ -229,42 +234,68 @@ const int32_t *bn_spec_step_drafts(const bn_spec *sp, int *n) {
 
 static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
 
-// commit_rows: target positions pos0..pos0+n−1 now hold tok for good: the drafter gets their taps (the
-// last target pass's rows 0..n−1) as context rows, and the tokens are recorded. Returns 0 or -1 with err.
-static int commit_rows(bn_spec *sp, const int32_t *tok, int n, int pos0, char *err, size_t errlen) {
+// flush_rows: the drafter gets the pending rows (tap rows 0..n_pending−1) as context rows at their target
+// positions. Returns 0 or -1 with err.
+static int flush_rows(bn_spec *sp, char *err, size_t errlen) {
+    if (!sp->d || sp->n_pending == 0) return 0;
+    double t1 = bn_time_ms();
+    drafter_truncate(sp, sp->pending_pos0);
+    int rc = drafter_process(sp, sp->n_pending, sp->pending_pos0, err, errlen);
+    sp->st.ms_process += bn_time_ms() - t1;
+    sp->n_pending = 0;
+    return rc;
+}
+
+// commit_rows: target positions pos0..pos0+n−1 now hold tok for good: their taps (the last target pass's
+// rows, behind the pending ones) join the drafter's pending context rows, given to it before it drafts next
+// (a step drafting nothing costs no drafter work), and the tokens are recorded.
+static void commit_rows(bn_spec *sp, const int32_t *tok, int n, int pos0) {
     if (sp->n_hist > pos0) sp->n_hist = pos0;
     if (sp->d) {
-        double t1 = bn_time_ms();
-        drafter_truncate(sp, pos0);
-        if (drafter_process(sp, n, pos0, err, errlen) != 0) return -1;
-        sp->st.ms_process += bn_time_ms() - t1;
+        if (sp->n_pending == 0) sp->pending_pos0 = pos0;
+        sp->n_pending += n; // contiguous: target_forward made room at pos0 (pending_pos0 + n_pending == pos0)
     }
     if (sp->n_hist == pos0) { // contiguous from 0: the rows stay reusable
         memcpy(sp->hist + pos0, tok, sizeof(int32_t) * (size_t)n);
         sp->n_hist = pos0 + n;
     }
-    return 0;
 }
 
-// target_forward: runs tokens through the target (taps when drafting with DSpark) and feeds the
-// taps to the drafter at the committed positions. logits may be NULL; snaps (NULL = none): the
-// state after each token (bn_engine_forward_snaps).
+// make_room: before a target pass of n rows at pos0: pending rows from pos0 on are dropped (the target is
+// back there), and the rest go to the drafter now when the pass's taps would not fit behind them. Returns
+// the tap row where the pass writes, or -1 with err.
+static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
+    if (!sp->d || sp->n_pending == 0) return 0;
+    if (sp->pending_pos0 + sp->n_pending > pos0) sp->n_pending = pos0 > sp->pending_pos0 ? pos0 - sp->pending_pos0 : 0;
+    if (sp->n_pending > 0 && sp->pending_pos0 + sp->n_pending < pos0)
+        return bn_err(err, errlen, "spec: target at %d, pending drafter rows end at %d", pos0,
+                      sp->pending_pos0 + sp->n_pending);
+    if (sp->n_pending + n > sp->tap_rows && flush_rows(sp, err, errlen) != 0) return -1;
+    return sp->n_pending;
+}
+
+// target_forward: runs tokens through the target (taps when drafting with DSpark, behind the pending rows)
+// and, with feed_drafter, commits the rows. logits may be NULL; snaps (NULL = none): the state after each
+// token (bn_engine_forward_snaps).
 static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits, bool all_logits, bool feed_drafter,
                           bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
     bn_forward_out out = {.logits = logits, .all_logits = all_logits};
+    const int pos0 = bn_engine_state_pos(sp->ts);
+    const int row = make_room(sp, n, pos0, err, errlen);
+    if (row < 0) return -1;
     if (sp->n_taps) {
         out.tap_layers = sp->tap_layers;
         out.n_taps = sp->n_taps;
-        out.taps = sp->dev_taps ? sp->dev_taps : sp->taps;
+        out.taps = (sp->dev_taps ? sp->dev_taps : sp->taps) + (size_t)row * sp->n_taps * sp->m->cfg.n_embd;
     }
-    const int pos0 = bn_engine_state_pos(sp->ts);
     if (sp->n_hist > pos0) sp->n_hist = pos0; // rows from pos0 on are rewritten (uncommitted until fed)
     double t0 = bn_time_ms();
     int rc = snaps ? bn_engine_forward_snaps(sp->ts, tok, n, &out, snaps, err, errlen)
                    : bn_engine_forward(sp->ts, tok, n, &out, err, errlen);
     if (rc != 0) return -1;
     if (n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], bn_time_ms() - t0);
-    return feed_drafter ? commit_rows(sp, tok, n, pos0, err, errlen) : 0;
+    if (feed_drafter) commit_rows(sp, tok, n, pos0);
+    return 0;
 }
 
 // prefill_from: decodes prompt[from..n−2] with taps onto a target (and drafter) that hold positions
@@ -290,6 +321,7 @@ int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t
     sp->ready = false;
     bn_engine_state_reset(sp->ts);
     sp->n_hist = 0;
+    sp->n_pending = 0;
     if (sp->d) drafter_truncate(sp, 0);
     if (sp->os) bn_engine_state_reset(sp->os);
     return prefill_from(sp, prompt, n, 0, err, errlen);
@@ -300,6 +332,8 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
     if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
     // the oracle's second state has no snapshot of its own: it (a measurement aid) always re-prefills
     if (!snap || sp->os) return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
+    // the last request's pending rows reach the drafter first: its context rows of the prefix may be reused
+    if (flush_rows(sp, err, errlen) != 0) return -1;
     sp->ready = false;
     if (bn_engine_restore(sp->ts, snap, err, errlen) != 0) return -1;
     const int n_reuse = bn_engine_state_pos(sp->ts);
@@ -413,6 +447,7 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     tok[0] = sp->id_last;
     int nd = 0;
     if (k > 0) {
+        if (flush_rows(sp, err, errlen) != 0) return -1; // the drafter drafts from every committed row
         double t0 = bn_time_ms();
         if (sp->d) nd = drafter_draft(sp, k, tok + 1, err, errlen);
         else if (sp->os) nd = oracle_draft(sp, k, tok + 1, err, errlen);
@@ -459,8 +494,7 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
             if (bn_engine_restore(sp->ts, vsnaps[j], err, errlen) != 0) return -1;
             sp->st.ms_rerun += bn_time_ms() - t1;
         }
-        // the verify taps of the kept rows are the committed rows
-        if (commit_rows(sp, tok, n_keep, sp->n_past, err, errlen) != 0) return -1;
+        commit_rows(sp, tok, n_keep, sp->n_past); // the verify taps of the kept rows are the committed rows
     }
     if (sp->os) {
         bn_forward_out none = {0};

@@ -178,7 +178,7 @@ struct bn_cuda_state {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *block;          // one device allocation holding every buffer below
-    int *d_pos;           // position of the next chunk's first token
+    int *d_pos;           // [0] position of the next chunk's first token, [1] device tap buffer row of its taps
     int32_t *d_tokens;    // {n_batch} token ids of the chunk (the decode graph's argmax writes [0])
     void **k_cache, **v_cache; // [n_layer] -> {n_head_kv*hd, n_ctx} fp32/fp16 (NULL on GDN layers)
     float **conv, **ssm;  // [n_layer] -> {K-1, conv_dim}, {dk, dv, Hv} inside `recurrent`
@@ -194,7 +194,8 @@ struct bn_cuda_state {
     float *att_scratch;   // bn_cu_attention_scratch_floats
     float *conv_scratch;  // bn_cu_gdn_conv_scratch_floats (token-parallel prefill conv; NULL without GDN layers)
     void *mm_scratch;     // bn_cu_matmul scratch (max over the model's weights)
-    int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position
+    int32_t *h_io;        // pinned host ints: [0] token in, [1] next token out, [2] position, [3] tap row
+    int tap_row;          // the row in d_pos[1] (-1: not set yet)
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
     float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
@@ -296,6 +297,7 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->n_batch = n_ctx < MAX_PREFILL_BATCH ? n_ctx : MAX_PREFILL_BATCH;
     s->logit_rows = s->n_batch < MAX_LOGIT_ROWS ? s->n_batch : MAX_LOGIT_ROWS;
     s->n_splits = n_ctx / 32 < 1 ? 1 : n_ctx / 32 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 32;
+    s->tap_row = -1;
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
@@ -545,24 +547,47 @@ struct tap_dst {
     bool dev_snaps;            // per-token device snapshots (bn_cuda_forward_snaps)
 };
 
-// tap_rows_kernel: block t: dst[t·dst_stride + i] = src[t·n + i] for i < n (one tap layer's rows into
-// the [n][n_taps][E] device tap layout).
-static __global__ void tap_rows_kernel(float *dst, size_t dst_stride, const float *src, int n) {
+// tap_rows_kernel: block t: dst[(*d_row + t)·dst_stride + i] = src[t·n + i] for i < n (one tap layer's rows
+// into the [rows][n_taps][E] device tap layout, from the row in device memory: a graph replays unchanged).
+static __global__ void tap_rows_kernel(float *dst, const int *d_row, size_t dst_stride, const float *src, int n) {
     const int t = blockIdx.x;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[(size_t)t * dst_stride + i] = src[(size_t)t * n + i];
+    float *row = dst + (size_t)(*d_row + t) * dst_stride;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = src[(size_t)t * n + i];
 }
 
-// copy_taps: the residual rows of tap layer slot k of this chunk into out->taps: one kernel when it is the
-// state's device tap buffer, else one device-to-host copy per token (counted in bn_cuda_host_tap_bytes).
+// dev_tap_row: the row of the state's device tap buffer that out->taps points at (the buffer itself: 0),
+// -1 when out has no taps or they go to host memory, -2 when they point inside the buffer off a row start.
+static long dev_tap_row(const bn_cuda_state *s, const bn_forward_out *out) {
+    if (!out || !out->taps || !s->dev_taps) return -1;
+    if (out->taps == s->dev_taps) return 0;
+    const uintptr_t p = (uintptr_t)out->taps, base = (uintptr_t)s->dev_taps;
+    if (p < base || p >= base + s->dev_tap_floats * sizeof(float)) return -1;
+    const size_t off = (size_t)(out->taps - s->dev_taps), row_floats = (size_t)out->n_taps * s->cm->cfg.n_embd;
+    return row_floats && off % row_floats == 0 ? (long)(off / row_floats) : -2;
+}
+
+// set_tap_row: d_pos[1] = row (the first device tap buffer row of the next pass), copied only when it changes.
+static cudaError_t set_tap_row(bn_cuda_state *s, int row) {
+    if (row == s->tap_row) return cudaSuccess;
+    s->h_io[3] = row;
+    TRY(cudaMemcpyAsync(s->d_pos + 1, &s->h_io[3], sizeof(int), cudaMemcpyHostToDevice, s->stream));
+    s->tap_row = row;
+    return cudaSuccess;
+}
+
+// copy_taps: the residual rows of tap layer slot k of this chunk into out->taps: one kernel when they go to
+// the state's device tap buffer (from the row in d_pos[1]), else one device-to-host copy per token (counted
+// in bn_cuda_host_tap_bytes).
 static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int nb) {
     const bn_forward_out *out = taps.out;
     const int H = s->cm->cfg.n_embd;
     const size_t row_stride = (size_t)out->n_taps * H;
-    float *dst = out->taps + (size_t)taps.t_off * row_stride + (size_t)k * H;
-    if (out->taps == s->dev_taps) {
-        BN_LAUNCH(tap_rows_kernel, nb, 256, 0, s->stream, dst, row_stride, s->x, H);
+    if (dev_tap_row(s, out) >= 0) {
+        float *dst = s->dev_taps + (size_t)taps.t_off * row_stride + (size_t)k * H;
+        BN_LAUNCH(tap_rows_kernel, nb, 256, 0, s->stream, dst, s->d_pos + 1, row_stride, s->x, H);
         return cudaGetLastError();
     }
+    float *dst = out->taps + (size_t)taps.t_off * row_stride + (size_t)k * H;
     for (int t = 0; t < nb; t++)
         TRY(cudaMemcpyAsync(dst + (size_t)t * row_stride, s->x + (size_t)t * H, sizeof(float) * H,
                             cudaMemcpyDeviceToHost, s->stream));
@@ -653,14 +678,23 @@ static int step_kind_for(const bn_cuda_state *s, const bn_forward_out *out);
 static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
                              size_t errlen);
 
-// check_dev_taps: n token rows of out's taps fit the state's device tap buffer (when out->taps is it); 0 or -1.
+// check_dev_taps: when out's taps go to the state's device tap buffer, they start at a row and n token rows
+// fit from there; 0 or -1.
 static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *out, char *err, size_t errlen) {
-    if (!out || !out->taps || out->taps != s->dev_taps) return 0;
-    const size_t need = (size_t)n * (size_t)out->n_taps * (size_t)s->cm->cfg.n_embd;
+    const long row = dev_tap_row(s, out);
+    if (row == -1) return 0;
+    if (row < 0) return bn_err(err, errlen, "bn_cuda_forward: taps point inside the device tap buffer, off a row start");
+    const size_t need = ((size_t)row + (size_t)n) * (size_t)out->n_taps * (size_t)s->cm->cfg.n_embd;
     if (need > s->dev_tap_floats)
-        return bn_err(err, errlen, "bn_cuda_forward: %d tokens x %d taps exceed the device tap buffer (%zu floats)", n,
-                      out->n_taps, s->dev_tap_floats);
+        return bn_err(err, errlen, "bn_cuda_forward: %d tokens x %d taps from row %ld exceed the device tap buffer "
+                      "(%zu floats)", n, out->n_taps, row, s->dev_tap_floats);
     return 0;
+}
+
+// start_taps: with taps into the device tap buffer, its row for this pass into d_pos[1] (async on s->stream).
+static cudaError_t start_taps(bn_cuda_state *s, const bn_forward_out *out) {
+    const long row = dev_tap_row(s, out);
+    return row >= 0 ? set_tap_row(s, (int)row) : cudaSuccess;
 }
 
 // forward_rows: bn_cuda_forward after its checks, for token or residual-row input.
@@ -673,7 +707,8 @@ static int forward_rows(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out
     const int chunk = out && out->snaps ? 1 : s->n_batch;
     for (int t0 = 0; t0 < n; t0 += chunk) {
         const int nb = n - t0 < chunk ? n - t0 : chunk;
-        cudaError_t e = upload_rows(s, in, t0, nb);
+        cudaError_t e = t0 == 0 ? start_taps(s, out) : cudaSuccess;
+        if (e == cudaSuccess) e = upload_rows(s, in, t0, nb);
         if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0, false});
         if (e == cudaSuccess) e = chunk_outputs(s, nb, t0, n, out);
         if (e == cudaSuccess && out && out->snaps)
@@ -701,6 +736,7 @@ static int forward_rows_snaps(bn_cuda_state *s, rows_in in, int n, bn_forward_ou
     for (int t = 0; t < n; t++) s->h_snap_ptrs[t] = snaps[t]->data;
     cudaError_t e = cudaMemcpyAsync(s->d_snap_ptrs, s->h_snap_ptrs, sizeof(float *) * n, cudaMemcpyHostToDevice,
                                     s->stream);
+    if (e == cudaSuccess) e = start_taps(s, out);
     if (e == cudaSuccess) e = upload_rows(s, in, 0, n);
     if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true});
     if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
@@ -760,16 +796,17 @@ int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, cha
 static int step_kind_for(const bn_cuda_state *s, const bn_forward_out *out) {
     if (s->no_graphs) return -1;
     if (!out || (!out->taps && !out->snaps && !out->hidden)) return STEP_LOGITS;
-    if (out->snaps || out->hidden || out->taps != s->dev_taps || out->n_taps > MAX_GRAPH_TAPS) return -1;
+    if (out->snaps || out->hidden || dev_tap_row(s, out) < 0 || out->n_taps > MAX_GRAPH_TAPS) return -1;
     return STEP_TAPS;
 }
 
-// step_key: the configuration a step of this kind for out is captured with (taps only for STEP_TAPS).
-static step_graph step_key(step_kind kind, const bn_forward_out *out) {
+// step_key: the configuration a step of this kind for out is captured with (taps only for STEP_TAPS: the
+// buffer and its slots; the row comes from d_pos[1]).
+static step_graph step_key(const bn_cuda_state *s, step_kind kind, const bn_forward_out *out) {
     step_graph key;
     memset(&key, 0, sizeof key);
     if (kind != STEP_TAPS) return key;
-    key.taps = out->taps;
+    key.taps = s->dev_taps;
     key.n_taps = out->n_taps;
     memcpy(key.tap_layers, out->tap_layers, sizeof(int) * (size_t)out->n_taps);
     return key;
@@ -832,8 +869,9 @@ static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, 
 // wanted, copied down after it).
 static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
                              size_t errlen) {
-    const step_graph key = step_key(kind, out);
-    cudaError_t e = run_step_graph(s, in, kind, &key);
+    const step_graph key = step_key(s, kind, out);
+    cudaError_t e = start_taps(s, out);
+    if (e == cudaSuccess) e = run_step_graph(s, in, kind, &key);
     if (e == cudaSuccess && out && out->logits)
         e = cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab, cudaMemcpyDeviceToHost,
                             s->stream);
@@ -849,7 +887,7 @@ int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *
         return bn_err(err, errlen, "context overflow: position %d + 1 token exceeds n_ctx %d", s->pos, s->n_ctx);
     if (token < 0 || token >= s->cm->cfg.n_vocab)
         return bn_err(err, errlen, "bad token id %d (vocabulary has %d tokens)", token, s->cm->cfg.n_vocab);
-    const step_graph no_taps = step_key(STEP_GREEDY, NULL);
+    const step_graph no_taps = step_key(s, STEP_GREEDY, NULL);
     cudaError_t e = run_step_graph(s, rows_in{&token, NULL}, STEP_GREEDY, &no_taps);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(&s->h_io[1], s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);

@@ -411,13 +411,16 @@ static void snaps_and_kv16(void) {
     close_model(m, cm);
 }
 
-// tap_step: one token through s with all logits and taps of `layers` (2 slots) into its device tap buffer
-// buf; the logits into lg and row 0 of the taps (2 x H floats) into taps. Returns 0 or -1 (CHECKed).
-static int tap_step(bn_cuda_state *s, float *buf, const int *layers, int32_t tok, float *lg, float *taps, int H) {
+// tap_step: one token through s with all logits and taps of `layers` (2 slots) into row `row` of its device
+// tap buffer buf; the logits into lg and rows 0..row of the buffer (2 x H floats each) into taps. Returns 0 or
+// -1 (CHECKed).
+static int tap_step(bn_cuda_state *s, float *buf, const int *layers, int row, int32_t tok, float *lg, float *taps,
+                    int H) {
     char err[512];
-    bn_forward_out o = {.logits = lg, .all_logits = true, .tap_layers = layers, .n_taps = 2, .taps = buf};
+    bn_forward_out o = {.logits = lg, .all_logits = true, .tap_layers = layers, .n_taps = 2,
+                        .taps = buf + (size_t)row * 2 * H};
     int rc = bn_cuda_forward(s, &tok, 1, &o, err, sizeof err);
-    if (rc == 0) rc = bn_cuda_state_tap_buffer_read(s, taps, (size_t)2 * H, err, sizeof err);
+    if (rc == 0) rc = bn_cuda_state_tap_buffer_read(s, taps, (size_t)(row + 1) * 2 * H, err, sizeof err);
     CHECK(rc == 0, "tap step: %s", err);
     return rc;
 }
@@ -425,7 +428,8 @@ static int tap_step(bn_cuda_state *s, float *buf, const int *layers, int32_t tok
 // graph_taps_case: one-token steps with logits + taps into the device tap buffer (DSpark's k = 0 step)
 // replay a captured graph (state 0) and give bit-identical logits and taps to the launch-by-launch path
 // (state 1, bn_cuda_state_use_graphs 0): 4 steps tapping layers {0, 3}, a snapshot, 3 steps tapping
-// {1, 2} (a new tap set: captured again), a restore and the same 3 steps again (== their first run).
+// {1, 2} (a new tap set: captured again), a restore and the same 3 steps again (== their first run). Step i
+// writes row i % 4 of the buffer (the row is read from device memory by the same graph).
 // The graph counters say which path ran: state 0 replays every step (2 captures), state 1 none.
 static void graph_taps_case(void) {
     char path[320], err[512];
@@ -443,7 +447,7 @@ static void graph_taps_case(void) {
         snap[i] = buf[i] ? bn_cuda_snapshot_new(st[i], err, sizeof err) : NULL;
         if (!snap[i]) bn_die("graph taps: %s", err);
         lg[i] = xmalloc(sizeof(float) * V);
-        taps[i] = xmalloc(sizeof(float) * 2 * H);
+        taps[i] = xmalloc(sizeof(float) * 4 * 2 * H);
     }
     bn_cuda_state_use_graphs(st[1], 0);
     int32_t prompt[9];
@@ -467,22 +471,24 @@ static void graph_taps_case(void) {
             tok = tok_snap;
         }
         const int *layers = step < 4 ? layers_a : layers_b;
+        const int row = step % 4;
         int rc = 0;
-        for (int i = 0; i < 2; i++) rc |= tap_step(st[i], buf[i], layers, tok, lg[i], taps[i], H);
+        for (int i = 0; i < 2; i++) rc |= tap_step(st[i], buf[i], layers, row, tok, lg[i], taps[i], H);
         if (rc != 0) break;
         n_steps++;
+        const float *row_taps[2] = {taps[0] + (size_t)row * 2 * H, taps[1] + (size_t)row * 2 * H};
         const bool same = memcmp(lg[0], lg[1], sizeof(float) * V) == 0 &&
-                          memcmp(taps[0], taps[1], sizeof(float) * 2 * H) == 0;
+                          memcmp(taps[0], taps[1], sizeof(float) * (size_t)(row + 1) * 2 * H) == 0; // rows 0..row
         CHECK(same, "step %d: graph vs launch-by-launch logits |d| %.3g, taps |d| %.3g (must be bit-identical)", step,
-              max_abs_diff(lg[0], lg[1], V), max_abs_diff(taps[0], taps[1], (size_t)2 * H));
+              max_abs_diff(lg[0], lg[1], V), max_abs_diff(row_taps[0], row_taps[1], (size_t)2 * H));
         n_same += same;
         float *keep = step >= 4 ? first_run + (size_t)((step - 4) % 3) * (V + 2 * H) : NULL;
         if (step >= 4 && step < 7) {
             memcpy(keep, lg[0], sizeof(float) * V);
-            memcpy(keep + V, taps[0], sizeof(float) * 2 * H);
+            memcpy(keep + V, row_taps[0], sizeof(float) * 2 * H);
         } else if (step >= 7) {
             const bool again = memcmp(keep, lg[0], sizeof(float) * V) == 0 &&
-                               memcmp(keep + V, taps[0], sizeof(float) * 2 * H) == 0;
+                               memcmp(keep + V, row_taps[0], sizeof(float) * 2 * H) == 0;
             CHECK(again, "step %d after the restore differs from its first run", step);
             n_rerun_same += again;
         }
