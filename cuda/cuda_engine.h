@@ -63,8 +63,9 @@ void bn_cuda_snapshot_free(bn_cuda_snapshot *snap);
 
 // bn_cuda_state_tap_buffer: the state's device tap buffer for up to rows tokens of n_taps taps
 // ([rows][n_taps][n_embd] floats, allocated on first use, grown when asked for more; growing frees the
-// previous one). A forward whose out->taps is exactly this pointer writes its taps there on the device
-// (no host copy; rows 0..n-1 of the call), for a device consumer such as bn_cuda_drafter_process_dev.
+// previous one). A forward whose out->taps is this pointer, or row r of it (+ r·n_taps·n_embd), writes its
+// taps there on the device (no host copy; rows r..r+n-1), for a device consumer such as
+// bn_cuda_drafter_process_dev.
 // Freed with the state. Returns it, or NULL with err (out of device memory).
 float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *err, size_t errlen);
 // bn_cuda_state_tap_buffer_read: copies the first n_floats of the state's device tap buffer into dst
@@ -87,7 +88,9 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
 
 // bn_cuda_forward_snaps: bn_cuda_forward (out->snaps must be NULL) that also copies the recurrent
 // state + position after each token t into the device snapshot snaps[t], inside one batched pass
-// (n <= 64): DSpark verification restores the one after the last accepted token. Returns 0 or -1.
+// (n <= 64): DSpark verification restores the one after the last accepted token. Up to BN_CU_MMVQ_MAX_NB
+// (8) tokens without out->hidden and with taps (if any) into the device tap buffer replay a captured graph
+// per size (captured again when the tap set or all_logits changes). Returns 0 or -1.
 int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
 // bn_cuda_forward_hidden: for a state of a model uploaded from layer l0 > 0 (bn_cuda_model_upload_from):
@@ -111,12 +114,14 @@ bn_snapshot *bn_cuda_host_snapshot_new(const bn_cuda_state *s);
 // filled (context full, bad token, CUDA error).
 int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *err, size_t errlen);
 
-// bn_cuda_state_graph_counts: one-token steps of s that replayed a captured graph (*replays) and graphs
-// captured (*captures) since the state was made (either pointer may be NULL). A one-token step with
-// logits and/or taps into the state's device tap buffer replays; hidden rows, host snaps or host taps do not.
+// bn_cuda_state_graph_counts: passes of s that replayed a captured graph (*replays) and graphs captured
+// (*captures) since the state was made (either pointer may be NULL): one-token steps with logits and/or
+// taps into the state's device tap buffer, bn_cuda_decode_greedy, and small bn_cuda_forward_snaps passes;
+// hidden rows, host snaps or host taps run launch by launch.
 void bn_cuda_state_graph_counts(const bn_cuda_state *s, int64_t *replays, int64_t *captures);
-// bn_cuda_state_use_graphs: on = 0 makes one-token bn_cuda_forward steps launch their kernels one by one
-// (the same kernels, so the same results: for tests and timing); 1 (the default) replays captured graphs.
+// bn_cuda_state_use_graphs: on = 0 makes one-token bn_cuda_forward steps and bn_cuda_forward_snaps passes
+// launch their kernels one by one (the same kernels, so the same results: for tests and timing); 1 (the
+// default) replays captured graphs.
 // bn_cuda_decode_greedy always replays.
 void bn_cuda_state_use_graphs(bn_cuda_state *s, int on);
 

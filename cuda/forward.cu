@@ -155,16 +155,21 @@ int bn_cuda_available(char *err, size_t errlen) {
 }
 
 // ---- the device state ---------------------------------------------------------------------------
-// What a captured one-token step bakes in besides the kernels of the layer loop: the device argmax of
-// the logits (STEP_GREEDY, bn_cuda_decode_greedy), or the logits only, without or with taps written into
-// the state's device tap buffer (row 0 of the [rows][n_taps][E] layout: a fixed offset).
-enum step_kind { STEP_GREEDY, STEP_LOGITS, STEP_TAPS, N_STEP_GRAPHS };
-#define MAX_GRAPH_TAPS 16 // tap slots a captured step can write (more: the launch-by-launch path)
+// What a captured pass bakes in besides the kernels of the layer loop. One-token steps: the device argmax
+// of the logits (STEP_GREEDY, bn_cuda_decode_greedy), or the logits only, without or with taps written into
+// the state's device tap buffer (STEP_LOGITS, STEP_TAPS). STEP_VERIFY: a bn_cuda_forward_snaps pass of n
+// <= BN_CU_MMVQ_MAX_NB tokens (no cuBLAS inside) with per-token device snapshots (their pointers are read
+// from d_snap_ptrs), optional device taps and the logits of every row or the last. The tap buffer row comes
+// from device memory (d_pos[1]), so the row can change between replays.
+enum step_kind { STEP_GREEDY, STEP_LOGITS, STEP_TAPS, N_STEP_GRAPHS, STEP_VERIFY = N_STEP_GRAPHS };
+#define MAX_GRAPH_TAPS 16 // tap slots a captured pass can write (more: the launch-by-launch path)
 
-// A captured step and the configuration it was captured for (a different tap set or buffer re-captures).
+// A captured pass and the configuration it was captured for (a different configuration re-captures).
 struct step_graph {
     cudaGraphExec_t exec;
-    const float *taps;                 // STEP_TAPS: the device tap buffer written (else NULL)
+    int n;                             // tokens
+    bool all_logits;                   // STEP_VERIFY: logits of every row (else the last)
+    const float *taps;                 // the device tap buffer written (NULL: no taps)
     int n_taps;                        //   its slots per row,
     int tap_layers[MAX_GRAPH_TAPS];    //   the layer of each slot
 };
@@ -201,11 +206,18 @@ struct bn_cuda_state {
     float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
     size_t dev_tap_floats; // its capacity
     step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
+    step_graph verify[BN_CU_MMVQ_MAX_NB + 1]; // captured STEP_VERIFY passes, by token count
     bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): one-token bn_cuda_forward launches kernel by kernel
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+// drop_graph: destroys a captured pass (captured again on its next use).
+static void drop_graph(step_graph *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    memset(g, 0, sizeof *g);
+}
 
 // mm_scratch_for: largest bn_cu_matmul scratch any weight of the model needs for nb columns.
 static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
@@ -329,8 +341,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
 
 void bn_cuda_state_free(bn_cuda_state *s) {
     if (!s) return;
-    for (int i = 0; i < N_STEP_GRAPHS; i++)
-        if (s->graphs[i].exec) cudaGraphExecDestroy(s->graphs[i].exec);
+    for (int i = 0; i < N_STEP_GRAPHS; i++) drop_graph(&s->graphs[i]);
+    for (int n = 0; n <= BN_CU_MMVQ_MAX_NB; n++) drop_graph(&s->verify[n]);
     bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
@@ -355,12 +367,6 @@ void bn_cuda_state_reset(bn_cuda_state *s) {
 int bn_cuda_state_pos(const bn_cuda_state *s) { return s->pos; }
 int bn_cuda_state_n_ctx(const bn_cuda_state *s) { return s->n_ctx; }
 
-// drop_graph: destroys the captured step of this kind (captured again on its next use).
-static void drop_graph(bn_cuda_state *s, step_kind kind) {
-    step_graph *g = &s->graphs[kind];
-    if (g->exec) cudaGraphExecDestroy(g->exec);
-    memset(g, 0, sizeof *g);
-}
 
 void bn_cuda_state_use_graphs(bn_cuda_state *s, int on) { s->no_graphs = !on; }
 
@@ -383,7 +389,8 @@ float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *er
     if (n_taps < 1 || rows < 1) return bn_err(err, errlen, "tap buffer of %d taps x %d rows", n_taps, rows), nullptr;
     const size_t floats = (size_t)n_taps * (size_t)rows * (size_t)s->cm->cfg.n_embd;
     if (floats <= s->dev_tap_floats) return s->dev_taps;
-    drop_graph(s, STEP_TAPS); // it writes into the buffer freed here
+    drop_graph(&s->graphs[STEP_TAPS]); // they write into the buffer freed here
+    for (int n = 0; n <= BN_CU_MMVQ_MAX_NB; n++) drop_graph(&s->verify[n]);
     if (s->dev_taps) cudaFree(s->dev_taps);
     s->dev_taps = NULL, s->dev_tap_floats = 0;
     if (cudaMalloc((void **)&s->dev_taps, floats * sizeof(float)) != cudaSuccess) {
@@ -675,6 +682,8 @@ static cudaError_t upload_rows(bn_cuda_state *s, rows_in in, int t0, int nb) {
 }
 
 static int step_kind_for(const bn_cuda_state *s, const bn_forward_out *out);
+static bool verify_graph_ok(const bn_cuda_state *s, int n, const bn_forward_out *out);
+static cudaError_t run_verify_graph(bn_cuda_state *s, int n, const bn_forward_out *out);
 static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
                              size_t errlen);
 
@@ -738,8 +747,12 @@ static int forward_rows_snaps(bn_cuda_state *s, rows_in in, int n, bn_forward_ou
                                     s->stream);
     if (e == cudaSuccess) e = start_taps(s, out);
     if (e == cudaSuccess) e = upload_rows(s, in, 0, n);
-    if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true});
-    if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
+    if (e == cudaSuccess && verify_graph_ok(s, n, out)) { // the captured pass of this size (no launch cost)
+        e = run_verify_graph(s, n, out);
+    } else {
+        if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true});
+        if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
+    }
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward_snaps", err, errlen);
     for (int t = 0; t < n; t++) snaps[t]->pos = s->pos + t + 1;
@@ -789,53 +802,69 @@ int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, cha
     return 0;
 }
 
-// ---- one-token steps through CUDA graphs ---------------------------------------------------------
+// ---- one-token steps and verify passes through CUDA graphs ----------------------------------------
+// taps_graphable: out's taps (if any) can be written by a captured pass: into the device tap buffer, at most
+// MAX_GRAPH_TAPS slots.
+static bool taps_graphable(const bn_cuda_state *s, const bn_forward_out *out) {
+    return !out || !out->taps || (dev_tap_row(s, out) >= 0 && out->n_taps <= MAX_GRAPH_TAPS);
+}
+
 // step_kind_for: the captured step serving a one-token bn_cuda_forward with out, or -1 when it runs
 // kernel by kernel (hidden rows or host snapshots wanted, taps into host memory, more tap slots than a
 // captured step records, graphs switched off).
 static int step_kind_for(const bn_cuda_state *s, const bn_forward_out *out) {
-    if (s->no_graphs) return -1;
-    if (!out || (!out->taps && !out->snaps && !out->hidden)) return STEP_LOGITS;
-    if (out->snaps || out->hidden || dev_tap_row(s, out) < 0 || out->n_taps > MAX_GRAPH_TAPS) return -1;
-    return STEP_TAPS;
+    if (s->no_graphs || !taps_graphable(s, out) || (out && (out->snaps || out->hidden))) return -1;
+    return out && out->taps ? STEP_TAPS : STEP_LOGITS;
 }
 
-// step_key: the configuration a step of this kind for out is captured with (taps only for STEP_TAPS: the
-// buffer and its slots; the row comes from d_pos[1]).
-static step_graph step_key(const bn_cuda_state *s, step_kind kind, const bn_forward_out *out) {
+// verify_graph_ok: a bn_cuda_forward_snaps pass of n tokens with out can replay a captured STEP_VERIFY pass
+// (mmvq-sized, its logits fit s->logits, no hidden rows, graphable taps, graphs on).
+static bool verify_graph_ok(const bn_cuda_state *s, int n, const bn_forward_out *out) {
+    return !s->no_graphs && n >= 1 && n <= BN_CU_MMVQ_MAX_NB && n <= s->logit_rows && (!out || !out->hidden) &&
+           taps_graphable(s, out);
+}
+
+// graph_key: the configuration a pass of this kind and n tokens for out is captured with (the tap buffer
+// and slots; the row comes from d_pos[1]).
+static step_graph graph_key(const bn_cuda_state *s, step_kind kind, int n, const bn_forward_out *out) {
     step_graph key;
     memset(&key, 0, sizeof key);
-    if (kind != STEP_TAPS) return key;
+    key.n = n;
+    key.all_logits = kind == STEP_VERIFY && out && out->all_logits;
+    if (!out || !out->taps) return key;
     key.taps = s->dev_taps;
     key.n_taps = out->n_taps;
     memcpy(key.tap_layers, out->tap_layers, sizeof(int) * (size_t)out->n_taps);
     return key;
 }
 
-// same_key: a and b bake in the same tap buffer and slots.
+// same_key: a and b bake in the same pass.
 static bool same_key(const step_graph *a, const step_graph *b) {
-    return a->taps == b->taps && a->n_taps == b->n_taps &&
+    return a->n == b->n && a->all_logits == b->all_logits && a->taps == b->taps && a->n_taps == b->n_taps &&
            memcmp(a->tap_layers, b->tap_layers, sizeof(int) * (size_t)a->n_taps) == 0;
 }
 
-// decode_step: one token from d_tokens[0] at d_pos, its taps into key's buffer (STEP_TAPS) and its logits
-// into s->logits; STEP_GREEDY: the argmax of the logits into d_tokens[0].
-static cudaError_t decode_step(bn_cuda_state *s, step_kind kind, const step_graph *key) {
+// graph_body: key->n tokens from d_tokens (or the residual rows in s->x) at d_pos, their taps into key's
+// buffer and the logits of every row (all_logits) or the last into s->logits; STEP_VERIFY: the per-token
+// snapshots of d_snap_ptrs; STEP_GREEDY: the argmax of the logits into d_tokens[0]. The same launches as
+// the launch-by-launch path (run_layers + chunk_outputs), so the same results.
+static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph *key) {
     bn_forward_out taps_out;
     memset(&taps_out, 0, sizeof taps_out);
     taps_out.taps = (float *)key->taps;
     taps_out.n_taps = key->n_taps;
     taps_out.tap_layers = key->tap_layers;
-    TRY(run_layers(s, 1, tap_dst{kind == STEP_TAPS ? &taps_out : NULL, 0, false}));
-    TRY(head_norm(s, 0, 1));
-    TRY(mm(s, &s->cm->output, s->xn, s->logits, 1));
+    const int n = key->n, first = key->all_logits ? 0 : n - 1, rows = key->all_logits ? n : 1;
+    TRY(run_layers(s, n, tap_dst{key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY}));
+    TRY(head_norm(s, first, rows));
+    TRY(mm(s, &s->cm->output, s->xn, s->logits, rows));
     return kind == STEP_GREEDY ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
 }
 
-// capture_step: records decode_step on s->stream into *exec.
-static cudaError_t capture_step(bn_cuda_state *s, step_kind kind, const step_graph *key, cudaGraphExec_t *exec) {
+// capture: records graph_body on s->stream into *exec.
+static cudaError_t capture(bn_cuda_state *s, step_kind kind, const step_graph *key, cudaGraphExec_t *exec) {
     TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-    cudaError_t e = decode_step(s, kind, key);
+    cudaError_t e = graph_body(s, kind, key);
     cudaGraph_t graph = NULL;
     cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
     if (e == cudaSuccess) e = e_end;
@@ -845,17 +874,14 @@ static cudaError_t capture_step(bn_cuda_state *s, step_kind kind, const step_gra
     return e;
 }
 
-// run_step_graph: uploads the token (through pinned h_io) or the residual row, replays the step graph of
-// this kind (captured on first use, and again when key differs from the one it was captured with); async
-// on s->stream.
-static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, const step_graph *key) {
-    step_graph *g = &s->graphs[kind];
-    if (g->exec && !same_key(g, key)) drop_graph(s, kind);
-    if (in.tokens) s->h_io[0] = in.tokens[0];
-    TRY(upload_rows(s, in.tokens ? rows_in{&s->h_io[0], NULL} : in, 0, 1));
+// replay: launches the captured pass of this kind and key (captured on first use, and again when its slot
+// holds another configuration); async on s->stream, inputs already uploaded.
+static cudaError_t replay(bn_cuda_state *s, step_kind kind, const step_graph *key) {
+    step_graph *g = kind == STEP_VERIFY ? &s->verify[key->n] : &s->graphs[kind];
+    if (g->exec && !same_key(g, key)) drop_graph(g);
     if (!g->exec) {
         cudaGraphExec_t exec = NULL;
-        TRY(capture_step(s, kind, key, &exec));
+        TRY(capture(s, kind, key, &exec));
         *g = *key;
         g->exec = exec;
         s->n_captures++;
@@ -865,13 +891,32 @@ static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, 
     return cudaSuccess;
 }
 
+// run_step_graph: uploads the token (through pinned h_io) or the residual row and replays the one-token
+// step of this kind for out; async on s->stream.
+static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, const bn_forward_out *out) {
+    const step_graph key = graph_key(s, kind, 1, out);
+    if (in.tokens) s->h_io[0] = in.tokens[0];
+    TRY(upload_rows(s, in.tokens ? rows_in{&s->h_io[0], NULL} : in, 0, 1));
+    return replay(s, kind, &key);
+}
+
+// run_verify_graph: replays the STEP_VERIFY pass of n tokens for out (inputs, snapshot pointers and tap row
+// uploaded) and copies its logits down; async on s->stream.
+static cudaError_t run_verify_graph(bn_cuda_state *s, int n, const bn_forward_out *out) {
+    const step_graph key = graph_key(s, STEP_VERIFY, n, out);
+    TRY(replay(s, STEP_VERIFY, &key));
+    if (!out || !out->logits) return cudaSuccess;
+    const size_t rows = key.all_logits ? (size_t)n : 1;
+    return cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab * rows, cudaMemcpyDeviceToHost,
+                           s->stream);
+}
+
 // forward_one_graph: bn_cuda_forward of one token through the captured step of this kind (logits, if
 // wanted, copied down after it).
 static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
                              size_t errlen) {
-    const step_graph key = step_key(s, kind, out);
     cudaError_t e = start_taps(s, out);
-    if (e == cudaSuccess) e = run_step_graph(s, in, kind, &key);
+    if (e == cudaSuccess) e = run_step_graph(s, in, kind, out);
     if (e == cudaSuccess && out && out->logits)
         e = cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab, cudaMemcpyDeviceToHost,
                             s->stream);
@@ -887,8 +932,7 @@ int bn_cuda_decode_greedy(bn_cuda_state *s, int32_t token, int32_t *next, char *
         return bn_err(err, errlen, "context overflow: position %d + 1 token exceeds n_ctx %d", s->pos, s->n_ctx);
     if (token < 0 || token >= s->cm->cfg.n_vocab)
         return bn_err(err, errlen, "bad token id %d (vocabulary has %d tokens)", token, s->cm->cfg.n_vocab);
-    const step_graph no_taps = step_key(s, STEP_GREEDY, NULL);
-    cudaError_t e = run_step_graph(s, rows_in{&token, NULL}, STEP_GREEDY, &no_taps);
+    cudaError_t e = run_step_graph(s, rows_in{&token, NULL}, STEP_GREEDY, NULL);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(&s->h_io[1], s->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);

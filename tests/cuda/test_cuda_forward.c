@@ -9,8 +9,8 @@
 // identity over 64 steps (bn_cuda_decode_greedy through the captured graph vs CPU greedy; a step
 // where the CPU's top-2 logits are within 1e-3 counts as a tie and ends the comparison), snapshot /
 // restore round trip (bit-identical continuation), host snapshots vs the CPU's, fp16 KV cache,
-// one-token steps with device-buffer taps through the captured graph == launch by launch (bit-identical,
-// graph counters), and bad inputs (context overflow, bad token) leaving the state unchanged.
+// one-token steps with device-buffer taps and DSpark verify passes through captured graphs == launch by
+// launch (bit-identical, graph counters), and bad inputs (context overflow, bad token) leaving the state unchanged.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "tests/cuda/compare.h"
@@ -526,6 +526,93 @@ static void graph_taps_case(void) {
     close_model(m, cm);
 }
 
+// graph_verify_case: DSpark verify passes (bn_cuda_forward_snaps of n <= 8 tokens: all logits, taps into the
+// device tap buffer, per-token device snapshots) replay a captured graph per size (state 0) with results
+// bit-identical to the launch-by-launch path (state 1): logits, taps and snapshots of 5 passes of 4, 2, 4, 3
+// and 4 tokens (the snapshot targets rotated every pass), each followed by a rollback (restore of the snapshot
+// after token n / 2). Counters: state 0
+// replays all 5 passes with 3 captures (sizes 4, 2, 3), state 1 none.
+static void graph_verify_case(void) {
+    char path[320], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model("tiny", "F32", path, sizeof path, &cm);
+    if (!m) return;
+    const int V = m->cfg.n_vocab, H = m->cfg.n_embd, N_MAX = 4;
+    const int layers[2] = {0, 3};
+    bn_cuda_state *st[2];
+    bn_cuda_snapshot *snaps[2][4];
+    float *buf[2], *lg[2], *taps[2];
+    bn_snapshot *host[2];
+    for (int i = 0; i < 2; i++) {
+        st[i] = bn_cuda_state_new(cm, N_CTX, BN_F16, err, sizeof err);
+        buf[i] = st[i] ? bn_cuda_state_tap_buffer(st[i], 2, 16, err, sizeof err) : NULL;
+        if (!buf[i]) bn_die("graph verify: %s", err);
+        for (int k = 0; k < N_MAX; k++)
+            if (!(snaps[i][k] = bn_cuda_snapshot_new(st[i], err, sizeof err))) bn_die("snapshot: %s", err);
+        lg[i] = xmalloc(sizeof(float) * V * N_MAX);
+        taps[i] = xmalloc(sizeof(float) * 16 * 2 * H);
+        host[i] = bn_cuda_host_snapshot_new(st[i]);
+    }
+    bn_cuda_state_use_graphs(st[1], 0);
+    int32_t prompt[9];
+    for (int i = 0; i < 9; i++) prompt[i] = (int32_t)((i * 71 + 5) % V);
+    for (int i = 0; i < 2; i++) {
+        bn_forward_out o = {.logits = lg[i]};
+        CHECK(bn_cuda_forward(st[i], prompt, 9, &o, err, sizeof err) == 0, "prefill: %s", err);
+    }
+    const int sizes[5] = {4, 2, 4, 3, 4};
+    int n_same = 0;
+    int32_t id_last = argmax(lg[0], V);
+    for (int round = 0; round < 5; round++) {
+        const int n = sizes[round], row = round % 2; // taps from row 0 or 1 of the buffer
+        int32_t tok[4] = {id_last, (id_last * 3 + 1) % V, (id_last * 5 + 2) % V, (id_last * 7 + 3) % V};
+        bn_cuda_snapshot *order[2][4]; // the snapshots in another order every round (pointers read on the device)
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < N_MAX; k++) order[i][k] = snaps[i][(k + round) % N_MAX];
+        for (int i = 0; i < 2; i++) {
+            bn_forward_out o = {.logits = lg[i], .all_logits = true, .tap_layers = layers, .n_taps = 2,
+                                .taps = buf[i] + (size_t)row * 2 * H};
+            CHECK(bn_cuda_forward_snaps(st[i], tok, n, &o, order[i], err, sizeof err) == 0, "verify: %s", err);
+            CHECK(bn_cuda_state_tap_buffer_read(st[i], taps[i], (size_t)(row + n) * 2 * H, err, sizeof err) == 0,
+                  "taps: %s", err);
+        }
+        bool same = memcmp(lg[0], lg[1], sizeof(float) * V * n) == 0 &&
+                    memcmp(taps[0], taps[1], sizeof(float) * (size_t)(row + n) * 2 * H) == 0;
+        for (int k = 0; k < n; k++) {
+            for (int i = 0; i < 2; i++)
+                CHECK(bn_cuda_snapshot_to_host(order[i][k], host[i], err, sizeof err) == 0, "to host: %s", err);
+            same = same && host[0]->pos == host[1]->pos &&
+                   memcmp(host[0]->data, host[1]->data, sizeof(float) * host[0]->n) == 0;
+        }
+        CHECK(same, "verify pass %d (%d tokens): graph vs launch-by-launch logits |d| %.3g (must be bit-identical, "
+              "also taps and snapshots)", round, n, max_abs_diff(lg[0], lg[1], (size_t)V * n));
+        n_same += same;
+        const int keep = n / 2; // rollback to the state after token keep (DSpark's rejected tail)
+        for (int i = 0; i < 2; i++)
+            CHECK(bn_cuda_state_restore(st[i], order[i][keep], err, sizeof err) == 0, "restore: %s", err);
+        CHECK(bn_cuda_state_pos(st[0]) == bn_cuda_state_pos(st[1]) && bn_cuda_snapshot_pos(order[0][keep]) ==
+              bn_cuda_state_pos(st[0]), "positions after the rollback");
+        id_last = argmax(lg[0] + (size_t)keep * V, V);
+    }
+    int64_t replays[2], captures[2];
+    for (int i = 0; i < 2; i++) bn_cuda_state_graph_counts(st[i], &replays[i], &captures[i]);
+    printf("graph verify: %d of 5 passes (4, 2, 4, 3, 4 tokens) bit-identical to the launch-by-launch path (logits, "
+           "taps, snapshots); replays/captures %lld/%lld (graph state), %lld/%lld (graphs off)\n", n_same,
+           (long long)replays[0], (long long)captures[0], (long long)replays[1], (long long)captures[1]);
+    CHECK(n_same == 5, "graph verify: %d of 5 passes identical", n_same);
+    CHECK(replays[0] == 5 && captures[0] == 3, "graph state: %lld replays, %lld captures (want 5, 3: one per size)",
+          (long long)replays[0], (long long)captures[0]);
+    CHECK(replays[1] == 0 && captures[1] == 0, "graphs off: %lld replays, %lld captures", (long long)replays[1],
+          (long long)captures[1]);
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < N_MAX; k++) bn_cuda_snapshot_free(snaps[i][k]);
+        bn_snapshot_free(host[i]);
+        bn_cuda_state_free(st[i]);
+        free(lg[i]), free(taps[i]);
+    }
+    close_model(m, cm);
+}
+
 // engine_case: bn_engine_open with -ngl 0 and 99 gives the same logits through one interface.
 static void engine_case(void) {
     char path[320], err[512];
@@ -606,6 +693,7 @@ int main(int argc, char **argv) {
         long_case();
         snaps_and_kv16();
         graph_taps_case();
+        graph_verify_case();
         engine_case();
     }
     printf("elapsed %.1f s\n", (bn_time_ms() - t0) / 1000.0);
