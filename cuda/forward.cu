@@ -207,7 +207,7 @@ struct bn_cuda_state {
     size_t dev_tap_floats; // its capacity
     step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
     step_graph verify[BN_CU_MMVQ_MAX_NB + 1]; // captured STEP_VERIFY passes, by token count
-    bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): one-token bn_cuda_forward launches kernel by kernel
+    bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): steps and verify passes launch kernel by kernel
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
 };
 
@@ -366,7 +366,6 @@ void bn_cuda_state_reset(bn_cuda_state *s) {
 
 int bn_cuda_state_pos(const bn_cuda_state *s) { return s->pos; }
 int bn_cuda_state_n_ctx(const bn_cuda_state *s) { return s->n_ctx; }
-
 
 void bn_cuda_state_use_graphs(bn_cuda_state *s, int on) { s->no_graphs = !on; }
 
@@ -692,7 +691,8 @@ static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_fo
 static int check_dev_taps(const bn_cuda_state *s, int n, const bn_forward_out *out, char *err, size_t errlen) {
     const long row = dev_tap_row(s, out);
     if (row == -1) return 0;
-    if (row < 0) return bn_err(err, errlen, "bn_cuda_forward: taps point inside the device tap buffer, off a row start");
+    if (row < 0)
+        return bn_err(err, errlen, "bn_cuda_forward: taps point inside the device tap buffer, off a row start");
     const size_t need = ((size_t)row + (size_t)n) * (size_t)out->n_taps * (size_t)s->cm->cfg.n_embd;
     if (need > s->dev_tap_floats)
         return bn_err(err, errlen, "bn_cuda_forward: %d tokens x %d taps from row %ld exceed the device tap buffer "

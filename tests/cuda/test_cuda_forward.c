@@ -425,6 +425,23 @@ static int tap_step(bn_cuda_state *s, float *buf, const int *layers, int row, in
     return rc;
 }
 
+// graph_pair: two states of cm with 2-slot, 16-row device tap buffers (buf), state 1 with graphs off, both
+// after the same 9-token prefill (taps of `layers` into row 0 unless NULL; the last logits into lg[i]).
+static void graph_pair(bn_cuda_model *cm, int V, const int *layers, bn_cuda_state **st, float **buf, float **lg) {
+    char err[512];
+    int32_t prompt[9];
+    for (int i = 0; i < 9; i++) prompt[i] = (int32_t)((i * 53 + 3) % V);
+    for (int i = 0; i < 2; i++) {
+        st[i] = bn_cuda_state_new(cm, N_CTX, BN_F16, err, sizeof err);
+        buf[i] = st[i] ? bn_cuda_state_tap_buffer(st[i], 2, 16, err, sizeof err) : NULL;
+        if (!buf[i]) bn_die("graph pair: %s", err);
+        bn_forward_out o = {.logits = lg[i], .tap_layers = layers, .n_taps = layers ? 2 : 0,
+                            .taps = layers ? buf[i] : NULL};
+        CHECK(bn_cuda_forward(st[i], prompt, 9, &o, err, sizeof err) == 0, "prefill: %s", err);
+    }
+    bn_cuda_state_use_graphs(st[1], 0);
+}
+
 // graph_taps_case: one-token steps with logits + taps into the device tap buffer (DSpark's k = 0 step)
 // replay a captured graph (state 0) and give bit-identical logits and taps to the launch-by-launch path
 // (state 1, bn_cuda_state_use_graphs 0): 4 steps tapping layers {0, 3}, a snapshot, 3 steps tapping
@@ -441,21 +458,10 @@ static void graph_taps_case(void) {
     bn_cuda_state *st[2];
     bn_cuda_snapshot *snap[2];
     float *buf[2], *lg[2], *taps[2];
-    for (int i = 0; i < 2; i++) {
-        st[i] = bn_cuda_state_new(cm, N_CTX, BN_F16, err, sizeof err);
-        buf[i] = st[i] ? bn_cuda_state_tap_buffer(st[i], 2, 16, err, sizeof err) : NULL;
-        snap[i] = buf[i] ? bn_cuda_snapshot_new(st[i], err, sizeof err) : NULL;
-        if (!snap[i]) bn_die("graph taps: %s", err);
-        lg[i] = xmalloc(sizeof(float) * V);
-        taps[i] = xmalloc(sizeof(float) * 4 * 2 * H);
-    }
-    bn_cuda_state_use_graphs(st[1], 0);
-    int32_t prompt[9];
-    for (int i = 0; i < 9; i++) prompt[i] = (int32_t)((i * 53 + 3) % V);
-    for (int i = 0; i < 2; i++) {
-        bn_forward_out o = {.logits = lg[i], .tap_layers = layers_a, .n_taps = 2, .taps = buf[i]};
-        CHECK(bn_cuda_forward(st[i], prompt, 9, &o, err, sizeof err) == 0, "prefill: %s", err);
-    }
+    for (int i = 0; i < 2; i++) lg[i] = xmalloc(sizeof(float) * V), taps[i] = xmalloc(sizeof(float) * 4 * 2 * H);
+    graph_pair(cm, V, layers_a, st, buf, lg);
+    for (int i = 0; i < 2; i++)
+        if (!(snap[i] = bn_cuda_snapshot_new(st[i], err, sizeof err))) bn_die("graph taps: %s", err);
     float *first_run = xmalloc(sizeof(float) * 3 * (V + 2 * H)); // the 3 steps after the snapshot (state 0)
     int32_t tok = argmax(lg[0], V), tok_snap = 0;
     int n_steps = 0, n_same = 0, n_rerun_same = 0;
@@ -501,8 +507,9 @@ static void graph_taps_case(void) {
            n_same, n_steps, n_rerun_same, (long long)replays[0], (long long)captures[0], (long long)replays[1],
            (long long)captures[1]);
     CHECK(n_steps == 10 && n_same == 10 && n_rerun_same == 3, "graph taps: %d/%d steps", n_same, n_steps);
-    CHECK(replays[0] == 10 && captures[0] == 2, "graph state: %lld replays, %lld captures (want 10, 2: one per tap set)",
-          (long long)replays[0], (long long)captures[0]);
+    CHECK(replays[0] == 10 && captures[0] == 2,
+          "graph state: %lld replays, %lld captures (want 10, 2: one per tap set)", (long long)replays[0],
+          (long long)captures[0]);
     CHECK(replays[1] == 0 && captures[1] == 0, "graphs off: %lld replays, %lld captures", (long long)replays[1],
           (long long)captures[1]);
     // host taps keep the launch-by-launch path; a logits-only step replays its own graph
@@ -544,21 +551,14 @@ static void graph_verify_case(void) {
     float *buf[2], *lg[2], *taps[2];
     bn_snapshot *host[2];
     for (int i = 0; i < 2; i++) {
-        st[i] = bn_cuda_state_new(cm, N_CTX, BN_F16, err, sizeof err);
-        buf[i] = st[i] ? bn_cuda_state_tap_buffer(st[i], 2, 16, err, sizeof err) : NULL;
-        if (!buf[i]) bn_die("graph verify: %s", err);
-        for (int k = 0; k < N_MAX; k++)
-            if (!(snaps[i][k] = bn_cuda_snapshot_new(st[i], err, sizeof err))) bn_die("snapshot: %s", err);
         lg[i] = xmalloc(sizeof(float) * V * N_MAX);
         taps[i] = xmalloc(sizeof(float) * 16 * 2 * H);
-        host[i] = bn_cuda_host_snapshot_new(st[i]);
     }
-    bn_cuda_state_use_graphs(st[1], 0);
-    int32_t prompt[9];
-    for (int i = 0; i < 9; i++) prompt[i] = (int32_t)((i * 71 + 5) % V);
+    graph_pair(cm, V, NULL, st, buf, lg);
     for (int i = 0; i < 2; i++) {
-        bn_forward_out o = {.logits = lg[i]};
-        CHECK(bn_cuda_forward(st[i], prompt, 9, &o, err, sizeof err) == 0, "prefill: %s", err);
+        for (int k = 0; k < N_MAX; k++)
+            if (!(snaps[i][k] = bn_cuda_snapshot_new(st[i], err, sizeof err))) bn_die("snapshot: %s", err);
+        host[i] = bn_cuda_host_snapshot_new(st[i]);
     }
     const int sizes[5] = {4, 2, 4, 3, 4};
     int n_same = 0;
