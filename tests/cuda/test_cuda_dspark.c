@@ -17,6 +17,7 @@
 //   part "graph": the k = 0 step stays on plain decoding's graph path: DSpark with n_max 0 and adaptive
 //     DSpark with the random drafter (switched off) replay a captured graph of the target on every step,
 //     k = 0 steps and verify passes alike (bn_cuda_state_graph_counts), output == plain greedy over 64 tokens;
+//     with n_max 0 the tap buffer's 64 rows hold the taps of the last 64 committed positions (deferred rows);
 //   part "replay": BN_SPEC_REPLAY (the real drafter runs on the device, the recorded greedy
 //     continuation is proposed): the same 64 tokens, every draft accepted.
 // Linked twice: `cuda_dspark` on a GPU (skips without a device) and `cuda_dspark_emu` in the emulator.
@@ -174,10 +175,16 @@ static bool same_counters(const bn_spec_stats *a, const bn_spec_stats *b) {
            a->n_accept == b->n_accept && memcmp(a->acc_pos, b->acc_pos, sizeof a->acc_pos) == 0;
 }
 
+// What run() reads from the target state before freeing it (part "graph").
+typedef struct {
+    int64_t replays; // graph replays (bn_cuda_state_graph_counts)
+    float *taps;     // [64][C][E]: its device tap buffer (bn_spec's 64 rows)
+} run_probe;
+
 // run: greedy speculative generation of n_gen tokens on the CUDA engine; returns the drafter's device.
-// replays (NULL: not wanted): the target state's one-token graph replays (bn_cuda_state_graph_counts).
+// probe (NULL: not wanted): filled from the target state at the end.
 static const char *run(bn_engine *e, const bn_drafter *d, bn_spec_params p, int n_gen, int32_t *gen,
-                       bn_spec_stats *st, int64_t *replays) {
+                       bn_spec_stats *st, run_probe *probe) {
     char err[256];
     bn_engine_state *ts = bn_engine_state_new(e, N_CTX, err, sizeof err);
     if (!ts) bn_die("state: %s", err);
@@ -192,7 +199,12 @@ static const char *run(bn_engine *e, const bn_drafter *d, bn_spec_params p, int 
            p.type == BN_SPEC_REPLAY ? "replay" : "dspark", dev, (long long)st->n_steps, (long long)st->n_drafted,
            (long long)st->n_accept, (long long)st->n_rerun, (long long)st->acc_pos[0], (long long)st->acc_pos[1],
            (long long)st->acc_pos[2], (long long)st->acc_pos[3]);
-    if (replays) bn_cuda_state_graph_counts((const bn_cuda_state *)ts->st, replays, NULL);
+    if (probe) {
+        bn_cuda_state *cs = (bn_cuda_state *)ts->st;
+        bn_cuda_state_graph_counts(cs, &probe->replays, NULL);
+        const size_t n = (size_t)64 * d->cfg.n_taps * d->cfg.n_embd;
+        if (bn_cuda_state_tap_buffer_read(cs, probe->taps, n, err, sizeof err) != 0) bn_die("tap buffer: %s", err);
+    }
     bn_spec_free(sp);
     bn_engine_state_free(ts);
     return dev;
@@ -274,10 +286,49 @@ static int part_spec(const char *what) {
     return test_done(what);
 }
 
+// check_tap_rows: after n_max 0 generation, the target's device tap buffer (64 rows) holds the taps of the last
+// 64 committed positions, one per row: every k = 0 step wrote its own row (behind the pending ones). Against
+// a fresh batched pass over the committed tokens (host taps; bound 1e-3: the batched and one-token matmuls
+// sum in other orders, a wrong row differs by O(1)).
+static void check_tap_rows(bn_engine *e, const bn_drafter *d, const int32_t *gen, const float *buf) {
+    char err[256];
+    const int C = d->cfg.n_taps, E = d->cfg.n_embd, n_pos = N_PROMPT + N_GEN - 1; // prompt + gen[0..N_GEN-2]
+    const size_t row = (size_t)C * E;
+    int32_t tok[N_PROMPT + N_GEN];
+    memcpy(tok, prompt, sizeof prompt);
+    memcpy(tok + N_PROMPT, gen, sizeof(int32_t) * (N_GEN - 1));
+    float *ref = xmalloc(sizeof(float) * row * n_pos);
+    bn_engine_state *rs = bn_engine_state_new(e, N_CTX, err, sizeof err);
+    bn_forward_out o = {.tap_layers = d->cfg.tap_layers, .n_taps = C, .taps = ref};
+    if (!rs || bn_engine_forward(rs, tok, n_pos, &o, err, sizeof err) != 0) bn_die("reference taps: %s", err);
+    bool seen[N_PROMPT + N_GEN] = {false};
+    double worst = 0;
+    int n_ok = 0;
+    for (int r = 0; r < 64; r++) { // the position each row holds: the closest reference row
+        int best = -1;
+        double best_d = INFINITY;
+        for (int p = 0; p < n_pos; p++) {
+            const double dd = max_abs_diff(buf + (size_t)r * row, ref + (size_t)p * row, row);
+            if (dd < best_d) best_d = dd, best = p;
+        }
+        const bool ok = best_d <= 1e-3 && best >= n_pos - 64 && !seen[best];
+        CHECK(ok, "tap buffer row %d: closest committed position %d (|d| %.3g), want a new one of the last 64", r, best,
+              best_d);
+        seen[best] = true;
+        worst = fmax(worst, best_d);
+        n_ok += ok;
+    }
+    printf("n_max 0: the 64 tap buffer rows hold the taps of the last 64 committed positions (%d of 64 rows), max "
+           "|d| %.2e vs a batched pass (bound 1e-3)\n", n_ok, worst);
+    bn_engine_state_free(rs);
+    free(ref);
+}
+
 // part_graph: the k = 0 step (DSpark with drafting off) stays on the captured-graph path of plain decoding,
 // and so do the verify passes (<= 4 tokens): with n_max 0 and adaptive (n_max 3, the random drafter switches
 // itself off) every step replays a captured graph of the target (taps into the device tap buffer, per-token
-// device snapshots); both outputs == plain greedy.
+// device snapshots); both outputs == plain greedy. With n_max 0 the taps of the k = 0 steps (deferred for
+// the drafter) sit in their own rows of the tap buffer (check_tap_rows).
 static int part_graph(void) {
     char tpath[512], dpath[512], err[512];
     bn_model *m;
@@ -289,21 +340,24 @@ static int part_graph(void) {
     fx_engine_greedy(e, prompt, N_PROMPT, N_GEN, ref);
     const bn_spec_params ps[2] = {{.type = BN_SPEC_DSPARK, .n_max = 0, .n_threads = 2},
                                   {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true}};
+    run_probe probe = {.taps = xmalloc(sizeof(float) * 64 * d->cfg.n_taps * d->cfg.n_embd)};
     for (int i = 0; i < 2; i++) {
         bn_spec_stats st;
-        int64_t replays = -1;
-        run(e, d, ps[i], N_GEN, gen, &st, &replays);
+        probe.replays = -1;
+        run(e, d, ps[i], N_GEN, gen, &st, &probe);
         const long long k0 = (long long)(st.n_steps - st.n_rounds_spec); // steps that verified no draft
         printf("%s: %lld steps, %lld without drafts, %lld graph replays (n_max now %d)\n",
-               i ? "adaptive n_max 3" : "n_max 0", (long long)st.n_steps, k0, (long long)replays, st.n_max_now);
+               i ? "adaptive n_max 3" : "n_max 0", (long long)st.n_steps, k0, (long long)probe.replays, st.n_max_now);
         int diff = first_diff(ref, gen, N_GEN);
         CHECK(diff < 0, "%s: output differs from plain greedy at token %d", i ? "adaptive" : "n_max 0", diff);
-        CHECK(replays == st.n_steps, "%s: %lld graph replays for %lld steps (%lld without drafts): every step must "
-              "replay", i ? "adaptive" : "n_max 0", (long long)replays, (long long)st.n_steps, k0);
+        CHECK(probe.replays == st.n_steps, "%s: %lld graph replays for %lld steps (%lld without drafts): every step "
+              "must replay", i ? "adaptive" : "n_max 0", (long long)probe.replays, (long long)st.n_steps, k0);
         // the random drafter is rejected: adaptive drafting switches off, leaving most steps at k = 0
         CHECK(i == 0 ? k0 == st.n_steps : 2 * k0 > st.n_steps, "%s: only %lld of %lld steps at k = 0",
               i ? "adaptive" : "n_max 0", k0, (long long)st.n_steps);
+        if (i == 0 && st.n_steps == N_GEN) check_tap_rows(e, d, gen, probe.taps);
     }
+    free(probe.taps);
     bn_engine_free(e);
     bn_drafter_free(d);
     bn_model_free(m);
