@@ -537,8 +537,7 @@ static void graph_taps_case(void) {
 // device tap buffer, per-token device snapshots) replay a captured graph per size (state 0) with results
 // bit-identical to the launch-by-launch path (state 1): logits, taps and snapshots of 5 passes of 4, 2, 4, 3
 // and 4 tokens (the snapshot targets rotated every pass), each followed by a rollback (restore of the snapshot
-// after token n / 2). Counters: state 0
-// replays all 5 passes with 3 captures (sizes 4, 2, 3), state 1 none.
+// after token n / 2). Counters: state 0 replays all 5 passes with 3 captures (sizes 4, 2, 3), state 1 none.
 static void graph_verify_case(void) {
     char path[320], err[512];
     bn_cuda_model *cm;
