@@ -336,9 +336,10 @@ static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, 
 // set_pos: d_pos = pos, enqueued. From pageable memory on purpose: such a host-to-device copy is staged
 // before cudaMemcpyAsync returns, so the chunks of one bn_cuda_drafter_process can each set their own.
 // mm_block: y[i] = W[i]·x for the n_rows columns of a block pass, in chunks of at most
-// BN_CU_MMVQ_MAX_NB columns: the mmvq kernels then read each weight once per chunk, where one call
-// above 8 columns would take the GEMM path (every weight dequantized to fp16 per call, and cuBLAS, which
-// the draft graph leaves out). Results per column are those of bn_cu_matmul(_multi) at the chunk's size.
+// BN_CU_MMVQ_MAX_NB columns (32: one chunk for a block of 16): the mmvq kernels then read each weight once
+// per chunk, where a call beyond that limit would take the GEMM path (every weight dequantized to fp16 per
+// call, and cuBLAS, which the draft graph leaves out). Results per column are those of bn_cu_matmul(_multi)
+// at the chunk's size.
 static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
                             int n_rows) {
     for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) {
@@ -393,7 +394,7 @@ static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb) {
 
 // block_pass: the block rows' final hidden (after output_norm) into s->xn and base logits into
 // s->base for the n_rows tokens in s->ids at positions d_pos.. (DSPARK.md §4.4). Kernels only, products
-// in chunks of <= 8 columns (mm_block): graph-capturable.
+// in chunks of <= BN_CU_MMVQ_MAX_NB columns (mm_block): graph-capturable.
 static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
     const bn_cuda_drafter *cd = s->cd;
     const bn_drafter_config *c = &cd->cfg;

@@ -102,13 +102,16 @@ size_t bn_cu_mmvq_scratch_bytes(const bn_cu_weight *w, int nb) {
     return align256((size_t)ne0 * nb) + align256((size_t)units * sizeof(bn_q8_ds));
 }
 
-size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
+size_t bn_cu_gemm_scratch_bytes(const bn_cu_weight *w, int nb) {
     int64_t ne0 = w->ne0;
-    if (bn_cu_matmul_uses_mmvq(w->type, nb)) return bn_cu_mmvq_scratch_bytes(w, nb);
     if (w->type == BN_CU_F32) return 0;
     size_t act = gemm_act_bytes(ne0, nb);
     if (w->type == BN_CU_F16) return act;
     return act + align256((size_t)gemm_tile_rows(w) * ne0 * 2);
+}
+
+size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
+    return bn_cu_matmul_uses_mmvq(w->type, nb) ? bn_cu_mmvq_scratch_bytes(w, nb) : bn_cu_gemm_scratch_bytes(w, nb);
 }
 
 // blas_error: cuBLAS failures are reported as cudaErrorLaunchFailure (cudaError_t has no cuBLAS codes).
@@ -213,6 +216,12 @@ cudaError_t bn_cu_matmul_multi_mmvq(const bn_cu_weight *const *w, int n, const f
                                     void *scratch, cudaStream_t s) {
     if (!valid_multi(w, n, nb) || nb > BN_CU_MMVQ_KERNEL_MAX_NB) return cudaErrorInvalidValue;
     return matmuls_mmvq(w, n, x, y, nb, scratch, s);
+}
+
+cudaError_t bn_cu_matmul_multi_gemm(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                    void *scratch, cublasHandle_t blas, cudaStream_t s) {
+    if (!valid_multi(w, n, nb)) return cudaErrorInvalidValue;
+    return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
 }
 
 cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb, void *scratch,

@@ -26,15 +26,17 @@
 #include <stdint.h>
 
 // nb up to this uses the mmvq (matvec) kernels in bn_cu_matmul(_multi); above it dequantize + cuBLAS GEMM.
-// Overridable at build time (-DBN_CU_MMVQ_MAX_NB=32, at most BN_CU_MMVQ_KERNEL_MAX_NB) for the experiment in
-// notes/cuda-mm.md, "Routing nb 9..32".
+// 32 since session 6 (was 8): DSpark's 17-token verify and the drafter's 16-row block passes stay on the int8
+// kernels (Q8 activations, as decode and the CPU engine), not the fp16 GEMM that cost 20x a decode step on the
+// H200; notes/cuda-mm.md, "Routing nb 9..32". Overridable at build time (-DBN_CU_MMVQ_MAX_NB=8, at most
+// BN_CU_MMVQ_KERNEL_MAX_NB).
 #ifndef BN_CU_MMVQ_MAX_NB
-#define BN_CU_MMVQ_MAX_NB 8
+#define BN_CU_MMVQ_MAX_NB 32
 #endif
 // The mmvq kernels themselves handle nb up to this (nb > 8 as column groups: cuda/mmvq.cu), reached through
 // bn_cu_matmul_multi_mmvq. An mmvq call costs ~nb dp4a dots per weight element, the GEMM path a fixed
 // dequantize-to-fp16 pass (Q1_0 ffn_up: 285 us at nb 16 on an H200), so for the low-bit types mmvq is ahead
-// up to 32 and beyond; routing nb 9..32 there changes their activation precision from the GEMM's fp16 to
+// up to 32 and beyond; routing nb 9..32 there changed their activation precision from the GEMM's fp16 to
 // Q8 (what nb <= 8 and the CPU engine use): notes/cuda-mm.md, "Routing nb 9..32".
 #define BN_CU_MMVQ_KERNEL_MAX_NB 32
 static_assert(BN_CU_MMVQ_MAX_NB >= 1 && BN_CU_MMVQ_MAX_NB <= BN_CU_MMVQ_KERNEL_MAX_NB, "mmvq routing limit");
@@ -81,6 +83,12 @@ cudaError_t bn_cu_matmul_multi_mmvq(const bn_cu_weight *const *w, int n, const f
                                     void *scratch, cudaStream_t s);
 // bn_cu_mmvq_scratch_bytes: device scratch bytes of the mmvq path for this weight and nb.
 size_t bn_cu_mmvq_scratch_bytes(const bn_cu_weight *w, int nb);
+// bn_cu_matmul_multi_gemm: bn_cu_matmul_multi on the prefill (fp16 GEMM) path whatever nb (benchmarks compare
+// the two paths at the same nb). scratch: the largest bn_cu_gemm_scratch_bytes. Returns cudaSuccess or an error.
+cudaError_t bn_cu_matmul_multi_gemm(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                    void *scratch, cublasHandle_t blas, cudaStream_t s);
+// bn_cu_gemm_scratch_bytes: device scratch bytes of the GEMM path for this weight and nb.
+size_t bn_cu_gemm_scratch_bytes(const bn_cu_weight *w, int nb);
 
 // bn_cu_weight_repack: rewrites W in place (enqueued on s) into the decode-friendly planar layout —
 // per row, the quantized payload of every block, then every block's fp16 scale; same bytes — for

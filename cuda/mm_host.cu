@@ -30,13 +30,16 @@ static_assert(BN_CUDA_MM_MMVQ_MAX_NB == BN_CU_MMVQ_KERNEL_MAX_NB, "mm_host.h's c
 
 // scratch_for: bytes of scratch the path `flags` picks needs for W and nb.
 static size_t scratch_for(const bn_cu_weight *w, int nb, int flags) {
-    return flags & BN_CUDA_MM_MMVQ ? bn_cu_mmvq_scratch_bytes(w, nb) : bn_cu_matmul_scratch_bytes(w, nb);
+    return flags & BN_CUDA_MM_MMVQ   ? bn_cu_mmvq_scratch_bytes(w, nb)
+           : flags & BN_CUDA_MM_GEMM ? bn_cu_gemm_scratch_bytes(w, nb)
+                                     : bn_cu_matmul_scratch_bytes(w, nb);
 }
 
-// matmul_flags: bn_cu_matmul_multi, or its mmvq-only variant with BN_CUDA_MM_MMVQ.
+// matmul_flags: bn_cu_matmul_multi, or its mmvq-only / GEMM-only variant with BN_CUDA_MM_MMVQ / BN_CUDA_MM_GEMM.
 static cudaError_t matmul_flags(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                 void *scratch, cublasHandle_t blas, int flags) {
     if (flags & BN_CUDA_MM_MMVQ) return bn_cu_matmul_multi_mmvq(w, n, x, y, nb, scratch, 0);
+    if (flags & BN_CUDA_MM_GEMM) return bn_cu_matmul_multi_gemm(w, n, x, y, nb, scratch, blas, 0);
     return bn_cu_matmul_multi(w, n, x, y, nb, scratch, blas, 0);
 }
 

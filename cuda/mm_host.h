@@ -14,6 +14,7 @@ extern "C" {
 // mmvq path whatever nb (bn_cu_matmul_multi_mmvq, nb <= BN_CUDA_MM_MMVQ_MAX_NB).
 #define BN_CUDA_MM_REPACK 1
 #define BN_CUDA_MM_MMVQ 2
+#define BN_CUDA_MM_GEMM 4 // take the fp16 GEMM path whatever nb (bn_cu_matmul_multi_gemm)
 #define BN_CUDA_MM_MMVQ_MAX_NB 32 // = BN_CU_MMVQ_KERNEL_MAX_NB (cuda/mm.cuh)
 
 // bn_cuda_mm_repackable: 1 when BN_CUDA_MM_REPACK changes the layout of such weights (16-byte aligned
@@ -24,8 +25,9 @@ int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1);
 // it takes the fp16 GEMM path.
 int bn_cuda_mm_uses_mmvq(int type, int nb);
 
-// bn_cuda_mm_host: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} through bn_cu_matmul (mmvq for nb <= 8,
-// fp16 cuBLAS GEMM above; flags BN_CUDA_MM_MMVQ: mmvq up to 32); returns 0 or −1.
+// bn_cuda_mm_host: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} through bn_cu_matmul (mmvq for nb <=
+// BN_CU_MMVQ_MAX_NB, fp16 cuBLAS GEMM above; flags BN_CUDA_MM_MMVQ: mmvq up to 32, BN_CUDA_MM_GEMM: the GEMM
+// whatever nb); returns 0 or −1.
 int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1, const float *x, int nb, float *y, int flags,
                     char *err, size_t errlen);
 // bn_cuda_mm_multi_host: y[i] {ne1[i], nb} = W[i] · x for i < n weights (types[i], all ne0 wide) through

@@ -1,6 +1,6 @@
 // tests/cuda/bench_cuda_mm.c — speed of the CUDA matrix kernels on the real 27B shapes (MODEL.md):
-// decode matvec (nb = 1), small batches and DSpark verify (nb 2..32 on the mmvq kernels, which bn_cu_matmul
-// routes nb <= 8 to; 9..32 also as routed, i.e. the GEMM path; 17 = block 16 + 1) in GB/s of weight bytes,
+// decode matvec (nb = 1), small batches and DSpark verify (nb 2..32 on the mmvq kernels, where bn_cu_matmul
+// routes them; 9..32 also on the GEMM path for comparison; 17 = block 16 + 1) in GB/s of weight bytes,
 // % of the measured device copy bandwidth and the time relative to nb = 1 of the same row; prefill GEMM
 // (nb = 512, fp16 cuBLAS after dequantization) in TFLOP/s.
 // Weights are device-generated (values do not change the speed), rotated through >= 256 MiB of copies;
@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
             for (int planar = 0; planar < 2; planar++) {
                 if (planar && !bn_cuda_mm_repackable(type, shapes[s].ne0, shapes[s].ne1)) continue;
                 // quick: the planar low-bit layouts (the model's) at every mmvq width, the rest at nb 1.
-                // Widths 9..32 run twice: on the mmvq kernels (BN_CUDA_MM_MMVQ) and as bn_cu_matmul routes them.
+                // Widths 9..32 run twice: as bn_cu_matmul routes them and on the other path (forced mmvq where
+                // the routing takes the GEMM, the GEMM where it takes mmvq; quick: the GEMM at 17 only).
                 const int nbs[] = {1, 2, 4, 8, 16, 17, 32, 33};
                 const bool all = !quick || (low_bit && planar);
                 int n_nbs = all ? 8 : 1; // quick: the GGUF layouts and the other types at nb 1 only
@@ -79,9 +80,12 @@ int main(int argc, char **argv) {
                     for (int force = 0; force < 2; force++) {
                         int nb = nbs[j];
                         bool routed_mmvq = bn_cuda_mm_uses_mmvq(type, nb);
-                        if (force && (routed_mmvq || nb > BN_CUDA_MM_MMVQ_MAX_NB)) continue;
-                        if (!force && quick && !routed_mmvq && nb != 17) continue; // the GEMM path once per row
-                        int flags = (planar ? BN_CUDA_MM_REPACK : 0) | (force ? BN_CUDA_MM_MMVQ : 0);
+                        if (force && (nb <= 8 || nb > BN_CUDA_MM_MMVQ_MAX_NB)) continue;
+                        if (force && routed_mmvq && quick && nb != 17) continue; // the GEMM path once per row
+                        if (!force && quick && !routed_mmvq && nb != 17) continue;
+                        bool on_mmvq = force ? !routed_mmvq : routed_mmvq;
+                        int flags = (planar ? BN_CUDA_MM_REPACK : 0) |
+                                    (force ? (on_mmvq ? BN_CUDA_MM_MMVQ : BN_CUDA_MM_GEMM) : 0);
                         double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters, flags, err,
                                                      sizeof err);
                         if (us < 0) {
@@ -93,7 +97,7 @@ int main(int argc, char **argv) {
                         double gbs = bytes / (us * 1e-6) / 1e9;
                         printf("%-6s %-7s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%% %6.1f %s\n", bn_type_name(type),
                                planar ? "planar" : "gguf", shapes[s].name, shapes[s].ne0, shapes[s].ne1, nb, us, gbs,
-                               100.0 * gbs / copy_gbs, us / us1, force || routed_mmvq ? "mmvq" : "gemm");
+                               100.0 * gbs / copy_gbs, us / us1, on_mmvq ? "mmvq" : "gemm");
                     }
                 }
             }

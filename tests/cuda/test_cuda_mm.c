@@ -3,11 +3,11 @@
 // device), `cuda_mm_emu` links the CPU emulator and always runs.
 //
 // matmul: y = W·x with W from bn_quantize_ref + bn_dequantize (exact), reference in double:
-//  - mmvq path (nb <= 8, and up to 32 with BN_CUDA_MM_MMVQ), quantized W: x rounded per 32 with the CUDA rule
+//  - mmvq path (nb <= BN_CU_MMVQ_MAX_NB = 32, BN_CUDA_MM_MMVQ forces it), quantized W: x rounded per 32 with the CUDA rule
 //    (d = amax/127, q = roundf(x/d),
 //    value q·fp16(d)); the kernel sums exact integers, so the error is fp32 rounding of the per-block
 //    scale products and their sum: tolerance 1e-5 relative to Σ|w·x| (F32/F16/BF16 W: plain x, same).
-//  - GEMM path (larger nb, fp16): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
+//  - GEMM path (nb above the routing limit: the tests use 40; fp16): reference Σ fp16(w)·fp16(x) (the documented precision choice; F32 W: plain
 //    w·x through sgemm); only the fp32 accumulation differs: tolerance 1e-4 relative to Σ|w·x|.
 // The GEMM's fp16 weight tile is shrunk (BONSAI_CUDA_GEMM_TILE_ELEMS) so that the 300-row case takes 5 tiles.
 // mmvq kernel variants covered (cuda/mmvq.cu): NB 1/2/4/8 templates (nb 1, 2, 3, 5, 8), the column groups of
