@@ -234,6 +234,41 @@ static inline float bn_emu_warp_reduce_max(const char *site, float v) {
     return bn_emu::butterfly<float>(slot, bn_emu::cur->lane, [](float a, float b) { return fmaxf(a, b); });
 }
 
+// ---- int8 tensor-core MMA (cuda/mma.cuh) ---------------------------------------------------------------
+// bn_mma_s8_16x8x32(d, a, b, c): the warp-collective mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32. Every lane
+// publishes a copy of its fragments (first exchange), builds the warp's A (16×32) and B (32×8) from all 32 copies
+// with cuda/mma.cuh's layout formulas and computes its 4 D values in 32-bit wrap-around; the second exchange keeps
+// the copies alive until every lane has read them (d may alias c).
+#include "cuda/mma.cuh"
+#define bn_mma_s8_16x8x32(d, a, b, c) bn_emu_mma_s8_16x8x32(BN_EMU_SITE, (d), (a), (b), (c))
+struct bn_emu_mma_frags {
+    int a[4], b[2], c[4];
+};
+static inline void bn_emu_mma_s8_16x8x32(const char *site, int (&d)[4], const int (&a)[4], const int (&b)[2],
+                                         const int (&c)[4]) {
+    bn_emu_mma_frags mine;
+    memcpy(mine.a, a, sizeof mine.a), memcpy(mine.b, b, sizeof mine.b), memcpy(mine.c, c, sizeof mine.c);
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, (uint64_t)(uintptr_t)&mine, "mma.sync m16n8k32", site);
+    int8_t A[16][32], B[32][8];
+    for (int l = 0; l < 32; l++) {
+        const bn_emu_mma_frags *f = (const bn_emu_mma_frags *)(uintptr_t)slot[l];
+        for (int j = 0; j < 4; j++) {
+            for (int r = 0; r < 4; r++) A[bn_mma_a_row(l, r)][bn_mma_a_k(l, r, j)] = (int8_t)(f->a[r] >> (8 * j));
+            for (int r = 0; r < 2; r++) B[bn_mma_b_k(l, r, j)][bn_mma_b_col(l)] = (int8_t)(f->b[r] >> (8 * j));
+        }
+    }
+    const int lane = (int)bn_emu::cur->lane;
+    int out[4];
+    for (int r = 0; r < 4; r++) {
+        const int row = bn_mma_c_row(lane, r), col = bn_mma_c_col(lane, r);
+        uint32_t acc = (uint32_t)mine.c[r]; // 32-bit wrap-around
+        for (int k = 0; k < 32; k++) acc += (uint32_t)((int)A[row][k] * (int)B[k][col]);
+        out[r] = (int)acc;
+    }
+    bn_emu::warp_exchange(0xffffffffu, 0, "mma.sync m16n8k32 (end)", site);
+    memcpy(d, out, sizeof out);
+}
+
 // ---- shared memory ----------------------------------------------------------------------------------
 #define BN_SHARED(T, name, N)                                                                          \
     static bn_emu::SharedKey bn_shkey_##name = {0, 0, 0, #name};                                       \

@@ -2,6 +2,7 @@
 // cuda/common.cuh contract so nvcc (GPU) and g++ (emulator) both build them.
 #include "cuda/common.cuh"
 #include "tests/cuda/emu_kernels.h"
+#include "cuda/mma.cuh"
 #include <stdlib.h>
 #ifdef BONSAI_CUDA_EMU
 #include "cuda/emu/emu_api.h"
@@ -117,6 +118,29 @@ __global__ void k_atomics(int *counts, float *fsum) {
 __global__ void k_dp4a(const int *a, const int *b, const int *c, int *out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __dp4a(a[i], b[i], c[i]);
+}
+
+// k_mma: warp w of block b works on tile 2b + w (whole warps leave together past n).
+__global__ void k_mma(const int8_t *a, const int8_t *b, const int32_t *c, int32_t *d, int32_t *d2, int n) {
+    const int tile = 2 * blockIdx.x + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (tile >= n) return;
+    const int8_t *at = a + 512 * tile, *bt = b + 256 * tile;
+    int fa[4], fb[2], fc[4], fd[4];
+    for (int r = 0; r < 4; r++) {
+        uint32_t v = 0;
+        for (int j = 0; j < 4; j++) v |= (uint32_t)(uint8_t)at[32 * bn_mma_a_row(lane, r) + bn_mma_a_k(lane, r, j)] << 8 * j;
+        fa[r] = (int)v;
+        fc[r] = c[128 * tile + 8 * bn_mma_c_row(lane, r) + bn_mma_c_col(lane, r)];
+    }
+    for (int r = 0; r < 2; r++) {
+        uint32_t v = 0;
+        for (int j = 0; j < 4; j++) v |= (uint32_t)(uint8_t)bt[32 * bn_mma_b_col(lane) + bn_mma_b_k(lane, r, j)] << 8 * j;
+        fb[r] = (int)v;
+    }
+    bn_mma_s8_16x8x32(fd, fa, fb, fc);
+    for (int r = 0; r < 4; r++) d[128 * tile + 8 * bn_mma_c_row(lane, r) + bn_mma_c_col(lane, r)] = fd[r];
+    bn_mma_s8_16x8x32(fd, fa, fb, fd); // d aliasing c: A·B added twice
+    for (int r = 0; r < 4; r++) d2[128 * tile + 8 * bn_mma_c_row(lane, r) + bn_mma_c_col(lane, r)] = fd[r];
 }
 
 __global__ void k_half(float *f, uint16_t *back, const float *x, uint16_t *rn, int n) {
@@ -342,6 +366,25 @@ extern "C" int ek_dp4a(const int *a, const int *b, const int *c, int *out, int n
     BN_LAUNCH(k_dp4a, (n + 127) / 128, 128, 0, 0, da.p, db.p, dc.p, dout.p, n);
     TRY_LAUNCH();
     TRY(cudaMemcpy(out, dout.p, sizeof(int) * n, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+extern "C" int ek_mma(const int8_t *a, const int8_t *b, const int32_t *c, int32_t *d, int32_t *d2, int n, char *err,
+                      size_t errlen) {
+    DevBuf<int8_t> da, db;
+    DevBuf<int32_t> dc, dd, dd2;
+    TRY(cudaMalloc(&da.p, (size_t)512 * n));
+    TRY(cudaMalloc(&db.p, (size_t)256 * n));
+    TRY(cudaMalloc(&dc.p, sizeof(int32_t) * 128 * n));
+    TRY(cudaMalloc(&dd.p, sizeof(int32_t) * 128 * n));
+    TRY(cudaMalloc(&dd2.p, sizeof(int32_t) * 128 * n));
+    TRY(cudaMemcpy(da.p, a, (size_t)512 * n, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(db.p, b, (size_t)256 * n, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(dc.p, c, sizeof(int32_t) * 128 * n, cudaMemcpyHostToDevice));
+    BN_LAUNCH(k_mma, (n + 1) / 2, 64, 0, 0, da.p, db.p, dc.p, dd.p, dd2.p, n);
+    TRY_LAUNCH();
+    TRY(cudaMemcpy(d, dd.p, sizeof(int32_t) * 128 * n, cudaMemcpyDeviceToHost));
+    TRY(cudaMemcpy(d2, dd2.p, sizeof(int32_t) * 128 * n, cudaMemcpyDeviceToHost));
     return 0;
 }
 

@@ -33,6 +33,12 @@ int ek_dyn_reverse(const float *x, int n, int block, int extra_floats, float *ou
 // ek_atomics: 64 blocks x 256 threads: counts[0] += 1 (int), counts[1] = max(global thread id),
 // counts[2] += 1 via an atomicCAS loop, *fsum += 1.0f per thread.
 int ek_atomics(int *counts, float *fsum, char *err, size_t errlen);
+// ek_mma: for n tiles (two warps per block, a warp per tile): D[t] = A[t]·B[t] + C[t] and D2[t] = A[t]·B[t] + D[t]
+// (the second call with d aliasing c) through bn_mma_s8_16x8x32 (cuda/mma.cuh), fragments loaded from memory by
+// the PTX layout formulas. A: {32, 16} int8 row major (a[t*512 + 32 row + k]), B: column major
+// (b[t*256 + 32 col + k]), C, D, D2: {8, 16} int32 row major (c[t*128 + 8 row + col]).
+int ek_mma(const int8_t *a, const int8_t *b, const int32_t *c, int32_t *d, int32_t *d2, int n, char *err,
+           size_t errlen);
 // ek_dp4a: out[i] = __dp4a(a[i], b[i], c[i]) on the device.
 int ek_dp4a(const int *a, const int *b, const int *c, int *out, int n, char *err, size_t errlen);
 // ek_half: f[h] = bn_h2f(h) and back[h] = bn_f2h(f[h]) for all 65536 codes; rn[i] = bn_f2h(x[i]).

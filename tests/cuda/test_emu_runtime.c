@@ -1,7 +1,8 @@
 // tests/cuda/test_emu_runtime.c — the cuda/common.cuh contract, kernel by kernel (tests/cuda/emu_kernels.cu):
 // block reduction, __syncthreads_count/and/or, every warp shuffle/vote kind, bn_warp_reduce_* (bit-identical
 // to the shuffle butterflies), dynamic shared memory (also > 48 KiB opt-in), atomics from many blocks,
-// __dp4a edge values, all 65536 half codes and RNE ties, a 3-D grid, graph capture (a live device counter
+// __dp4a edge values, the int8 tensor-core MMA bn_mma_s8_16x8x32 (cuda/mma.cuh: 40 random 16x32·32x8 tiles,
+// exact, with C and chained; on a GPU the proof of the fragment layout), all 65536 half codes and RNE ties, a 3-D grid, graph capture (a live device counter
 // vs an argument baked at capture; an illegal call invalidating a capture) and cuBLAS Sgemm/GemmEx against
 // a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU) and for a GPU (skips without one).
 // Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
@@ -184,6 +185,50 @@ static int dp4a_ref(int a, int b, int c) {
     uint32_t acc = (uint32_t)c; // 32-bit wrap-around as on the GPU
     for (int i = 0; i < 4; i++) acc += (uint32_t)((int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i));
     return (int)acc;
+}
+
+// check_mma: bn_mma_s8_16x8x32 on 40 tiles (tile 0: all -128 · -128, 1: -128 · 127, 2: 127 · 127 with C = 0; 3:
+// one nonzero A byte per row and one B byte per column (a wrong fragment layout moves single products); the rest
+// random bytes, a quarter of them -128/127, C random in ±2^30) against an integer loop, exactly; then the chained
+// call D2 = A·B + D. On a GPU this is the check of cuda/mma.cuh's fragment layout.
+static void check_mma(void) {
+    enum { NT = 40 };
+    static int8_t a[NT * 512], b[NT * 256];
+    static int32_t c[NT * 128], d[NT * 128], d2[NT * 128];
+    bn_rng r;
+    bn_rng_seed(&r, 11);
+    for (int t = 0; t < NT; t++) {
+        for (int i = 0; i < 512; i++) {
+            uint64_t x = bn_rng_next(&r);
+            int8_t v = (x & 3) == 0 ? ((x >> 2 & 1) ? 127 : -128) : (int8_t)(x >> 8);
+            a[t * 512 + i] = t == 0 || t == 1 ? -128 : t == 2 ? 127 : t == 3 ? (i % 32 == (i / 32 * 7 + 3) % 32 ? (int8_t)(i / 32 + 1) : 0) : v;
+        }
+        for (int i = 0; i < 256; i++) {
+            uint64_t x = bn_rng_next(&r);
+            int8_t v = (x & 3) == 0 ? ((x >> 2 & 1) ? 127 : -128) : (int8_t)(x >> 8);
+            b[t * 256 + i] = t == 0 ? -128 : t == 1 || t == 2 ? 127 : t == 3 ? (int8_t)(i / 32 * 3 + i % 32 - 64) : v;
+        }
+        for (int i = 0; i < 128; i++)
+            c[t * 128 + i] = t < 3 ? 0 : (int32_t)((int64_t)bn_rng_below(&r, (uint64_t)1 << 31) - ((int64_t)1 << 30));
+    }
+    int rc = ek_mma(a, b, c, d, d2, NT, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    CHECK(d[0] == 32 * 16384 && d[128] == -32 * 16256 && d[256] == 32 * 16129, "extremes: %d %d %d", d[0], d[128],
+          d[256]);
+    int bad = 0;
+    for (int t = 0; t < NT; t++)
+        for (int row = 0; row < 16; row++)
+            for (int col = 0; col < 8; col++) {
+                int64_t ab = 0;
+                for (int k = 0; k < 32; k++) ab += (int64_t)a[t * 512 + 32 * row + k] * b[t * 256 + 32 * col + k];
+                const int i = t * 128 + 8 * row + col;
+                const int64_t want = c[i] + ab, want2 = c[i] + 2 * ab;
+                if ((d[i] != want || d2[i] != want2) && bad++ < 4)
+                    fprintf(stderr, "mma tile %d row %d col %d: %d / %d, want %lld / %lld\n", t, row, col, d[i], d2[i],
+                            (long long)want, (long long)want2);
+            }
+    CHECK(bad == 0, "mma m16n8k32: %d of %d values wrong", bad, NT * 128);
 }
 
 static void check_dp4a(void) {
@@ -423,6 +468,7 @@ int main(void) {
     check_dyn_shared(3000, 1024, 15360); // 64 KiB: needs the opt-in attribute
     check_atomics();
     check_dp4a();
+    check_mma();
     check_half();
     check_grid3d();
     check_graph();
