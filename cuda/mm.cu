@@ -182,7 +182,7 @@ static bool valid_multi(const bn_cu_weight *const *w, int n, int nb) {
 }
 
 // matmuls_mmvq: the mmvq path for n weights of one x: x quantized once per element order, one launch per run of
-// equal types.
+// equal types (the tensor-core kernels for the low-bit types at nb >= BN_CU_MMA_MIN_NB, the dp4a ones otherwise).
 static cudaError_t matmuls_mmvq(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                 void *scratch, cudaStream_t s) {
     int64_t ne0 = w[0]->ne0;
@@ -198,7 +198,8 @@ static cudaError_t matmuls_mmvq(const bn_cu_weight *const *w, int n, const float
             if (e != cudaSuccess) return e;
             order = bn_act_order(w[i]->type);
         }
-        cudaError_t e = bn_cu_mmvq(w + i, y + i, j - i, &act, x, nb, s);
+        cudaError_t e = bn_cu_mmq_tc_supports(w[i]->type, nb) ? bn_cu_mmq_tc(w + i, y + i, j - i, &act, nb, s)
+                                                                : bn_cu_mmvq(w + i, y + i, j - i, &act, x, nb, s);
         if (e != cudaSuccess) return e;
         i = j;
     }

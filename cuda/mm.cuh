@@ -39,6 +39,16 @@
 // up to 32 and beyond; routing nb 9..32 there changed their activation precision from the GEMM's fp16 to
 // Q8 (what nb <= 8 and the CPU engine use): notes/cuda-mm.md, "Routing nb 9..32".
 #define BN_CU_MMVQ_KERNEL_MAX_NB 32
+// The mmvq path's low-bit weights (Q1_0, Q2_0, PQ2_0, both layouts) at nb BN_CU_MMA_MIN_NB..BN_CU_MMVQ_KERNEL_MAX_NB
+// run on int8 tensor cores (cuda/mmq_tc.cu: mma.sync m16n8k32, sm_80+) instead of the dp4a kernels: the same
+// Q8 activations and exact per-unit integers, only the fp32 summation order differs. -DBN_CU_MMA=0 keeps the
+// dp4a kernels for every nb (to compare the two on a GPU); notes/cuda-mm.md, "Tensor cores".
+#ifndef BN_CU_MMA
+#define BN_CU_MMA 1
+#endif
+#ifndef BN_CU_MMA_MIN_NB
+#define BN_CU_MMA_MIN_NB 8
+#endif
 static_assert(BN_CU_MMVQ_MAX_NB >= 1 && BN_CU_MMVQ_MAX_NB <= BN_CU_MMVQ_KERNEL_MAX_NB, "mmvq routing limit");
 
 // bn_cu_matmul_uses_mmvq: true when bn_cu_matmul takes the mmvq path (Q8 activations) for this nb.

@@ -428,6 +428,49 @@ template <> struct bn_wunit<BN_CU_Q8_0_P> : bn_wunit<BN_CU_Q8_0> {
     }
 };
 
+// ---- the weights of one mmvq / MMA launch ----------------------------------------------------------------
+// bn_mmvq_targets: the weights of one mmvq (or mmq_tc) launch (same type and ne0): block b works on weight i with
+// first_block[i] <= b < first_block[i + 1], rows (b − first_block[i])·R ...
+struct bn_mmvq_targets {
+    const uint8_t *w[BN_CU_MATMUL_MULTI_MAX];
+    float *y[BN_CU_MATMUL_MULTI_MAX];
+    int64_t ne1[BN_CU_MATMUL_MULTI_MAX];
+    size_t row_bytes[BN_CU_MATMUL_MULTI_MAX];
+    unsigned first_block[BN_CU_MATMUL_MULTI_MAX + 1];
+    int n;
+};
+
+// bn_mmvq_job: what one block works on.
+struct bn_mmvq_job {
+    const uint8_t *w; // the weight's rows
+    float *y;         // its output {ne1, nb}
+    int64_t ne1, row0;
+    size_t row_bytes;
+};
+
+// bn_mmvq_target: this block's job (constant indices only, so the parameter arrays stay out of local memory).
+template <int R> __device__ __forceinline__ bn_mmvq_job bn_mmvq_target(const bn_mmvq_targets &t) {
+    unsigned b = blockIdx.x, first = t.first_block[0];
+    bn_mmvq_job j = {t.w[0], t.y[0], t.ne1[0], 0, t.row_bytes[0]};
+#pragma unroll
+    for (int i = 1; i < BN_CU_MATMUL_MULTI_MAX; i++)
+        if (i < t.n && b >= t.first_block[i])
+            j = {t.w[i], t.y[i], t.ne1[i], 0, t.row_bytes[i]}, first = t.first_block[i];
+    j.row0 = (int64_t)(b - first) * R;
+    return j;
+}
+
+// bn_mmvq_make_targets: the launch description of n weights (one type and ne0) at R rows per block.
+static inline bn_mmvq_targets bn_mmvq_make_targets(const bn_cu_weight *const *w, float *const *y, int n, int R) {
+    bn_mmvq_targets t = {};
+    t.n = n;
+    for (int i = 0; i < n; i++) {
+        t.w[i] = (const uint8_t *)w[i]->data, t.y[i] = y[i], t.ne1[i] = w[i]->ne1, t.row_bytes[i] = w[i]->row_bytes;
+        t.first_block[i + 1] = t.first_block[i] + (unsigned)((w[i]->ne1 + R - 1) / R);
+    }
+    return t;
+}
+
 // ---- host-side RAII helpers (so BN_CUDA_TRY can return early without leaks) ----------------------
 // dev_bufs: up to 16 device allocations of one call, freed when it returns.
 struct dev_bufs {
@@ -471,6 +514,13 @@ cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, in
 // (F32/F16/BF16).
 cudaError_t bn_cu_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, const float *x,
                        int nb, cudaStream_t s);
+// bn_cu_mmq_tc_supports: true when bn_cu_mmq_tc takes this weight type at nb (low-bit types, BN_CU_MMA on,
+// BN_CU_MMA_MIN_NB <= nb <= BN_CU_MMVQ_KERNEL_MAX_NB).
+bool bn_cu_mmq_tc_supports(int type, int nb);
+// bn_cu_mmq_tc: bn_cu_mmvq on int8 tensor cores for the types bn_cu_mmq_tc_supports (act from bn_cu_quantize_act);
+// cudaErrorInvalidValue for others.
+cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                         cudaStream_t s);
 // bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
 

@@ -101,37 +101,6 @@ __device__ __forceinline__ int column_groups(int nb, int NB, int *per) {
     return groups;
 }
 
-// bn_mmvq_targets: the weights of one mmvq launch (same type and ne0): block b works on weight i with
-// first_block[i] <= b < first_block[i + 1], rows (b − first_block[i])·R ...
-struct bn_mmvq_targets {
-    const uint8_t *w[BN_CU_MATMUL_MULTI_MAX];
-    float *y[BN_CU_MATMUL_MULTI_MAX];
-    int64_t ne1[BN_CU_MATMUL_MULTI_MAX];
-    size_t row_bytes[BN_CU_MATMUL_MULTI_MAX];
-    unsigned first_block[BN_CU_MATMUL_MULTI_MAX + 1];
-    int n;
-};
-
-// bn_mmvq_job: what one block works on.
-struct bn_mmvq_job {
-    const uint8_t *w; // the weight's rows
-    float *y;         // its output {ne1, nb}
-    int64_t ne1, row0;
-    size_t row_bytes;
-};
-
-// bn_mmvq_target: this block's job (constant indices only, so the parameter arrays stay out of local memory).
-template <int R> __device__ __forceinline__ bn_mmvq_job bn_mmvq_target(const bn_mmvq_targets &t) {
-    unsigned b = blockIdx.x, first = t.first_block[0];
-    bn_mmvq_job j = {t.w[0], t.y[0], t.ne1[0], 0, t.row_bytes[0]};
-#pragma unroll
-    for (int i = 1; i < BN_CU_MATMUL_MULTI_MAX; i++)
-        if (i < t.n && b >= t.first_block[i])
-            j = {t.w[i], t.y[i], t.ne1[i], 0, t.row_bytes[i]}, first = t.first_block[i];
-    j.row0 = (int64_t)(b - first) * R;
-    return j;
-}
-
 // mmvq_q_body: quantized weights × Q8 activations; R rows per block, column groups of at most NB columns.
 template <int T, int NB, int R>
 __device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne0, const int8_t *__restrict__ aqs,
@@ -236,12 +205,7 @@ static cudaError_t launch_mmvq(const bn_cu_weight *const *w, float *const *y, in
     constexpr int base = bn_cu_base_type(T);
     constexpr bool low_bit = base == BN_CU_Q1_0 || base == BN_CU_Q2_0 || base == BN_CU_PQ2_0;
     constexpr int R = low_bit ? (NB <= 2 ? 8 : 4) : quantized ? (NB <= 4 ? 4 : 2) : NB <= 2 ? 4 : NB <= 4 ? 2 : 1;
-    bn_mmvq_targets t = {};
-    t.n = n;
-    for (int i = 0; i < n; i++) {
-        t.w[i] = (const uint8_t *)w[i]->data, t.y[i] = y[i], t.ne1[i] = w[i]->ne1, t.row_bytes[i] = w[i]->row_bytes;
-        t.first_block[i + 1] = t.first_block[i] + (unsigned)((w[i]->ne1 + R - 1) / R);
-    }
+    const bn_mmvq_targets t = bn_mmvq_make_targets(w, y, n, R);
     if (t.first_block[n] == 0) return cudaSuccess;
     int64_t ne0 = w[0]->ne0;
     dim3 grid(t.first_block[n]), block(32 * mmvq_warps(quantized ? ne0 / 32 : ne0));

@@ -35,6 +35,7 @@ FILES=("$@")
 # before the template arguments. Kernels not listed are assumed to run 256 threads (marked '*').
 declare -A BLOCK=(
     [quantize_act]=256 [mmvq_q]=256 [mmvq_q_multi]=256 [mmv_f]=256 [repack_k]=256 [fill_bench_k]=256
+    [mmq_tc]=128
     [get_rows_k]=256 [dequant_f16_k]=256 [argmax_k]=1024 [topk_k]=256
     [rmsnorm_kernel]=256 [add_rmsnorm_kernel]=256 [add_kernel]=256 [add_bias_kernel]=256 [swiglu_kernel]=256
     [gated_rmsnorm_kernel]=128 [advance_pos_kernel]=32 [conv_norm_kernel]=256 [recurrence_kernel]=128

@@ -17,6 +17,14 @@
 // SM): ffn_up ~4.5-6 us (50-65%), output ~60-70 us; Q2_0 planar nb 1 memory-bound, 75-85%; on mmvq nb 2, 4, 8,
 // 16, 17, 32 cost ~1.5, 2.5, 4.5, 9, 10, 18 times nb 1 for Q1_0 (dp4a-bound: 8 dots per unit, row and column;
 // lower ratios for Q2_0), e.g. ffn_up nb 17 ~40 us where the GEMM path takes ~285 us.
+// Tensor cores (cuda/mmq_tc.cu): Q1_0/Q2_0/PQ2_0 at nb 8..32 run on int8 MMA (path "mma"; expected nb 8 ~2x,
+// nb 17 ~3-3.5x, nb 32 ~4-5x nb 1 for Q1_0 ffn_up, notes/cuda-mm.md "Tensor cores"). The dp4a rows for the same
+// widths come from a second build with the MMA switched off in every language (the label follows BN_CU_MMA):
+//   meson setup build-dp4a -Dcuda=enabled --buildtype=release -Dc_args=-DBN_CU_MMA=0 -Dcpp_args=-DBN_CU_MMA=0 \
+//       -Dcuda_args=-DBN_CU_MMA=0
+#ifndef BN_CU_MMA
+#define BN_CU_MMA 1 // = cuda/mm.cuh's default
+#endif
 #include "cuda/cuda_backend.h"
 #include "cuda/mm_host.h"
 #include "quant/quant.h"
@@ -84,6 +92,7 @@ int main(int argc, char **argv) {
                         if (force && routed_mmvq && quick && nb != 17) continue; // the GEMM path once per row
                         if (!force && quick && !routed_mmvq && nb != 17) continue;
                         bool on_mmvq = force ? !routed_mmvq : routed_mmvq;
+                        bool tensor_cores = BN_CU_MMA && low_bit && nb >= 8 && nb <= BN_CUDA_MM_MMVQ_MAX_NB;
                         int flags = (planar ? BN_CUDA_MM_REPACK : 0) |
                                     (force ? (on_mmvq ? BN_CUDA_MM_MMVQ : BN_CUDA_MM_GEMM) : 0);
                         double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters, flags, err,
@@ -97,7 +106,7 @@ int main(int argc, char **argv) {
                         double gbs = bytes / (us * 1e-6) / 1e9;
                         printf("%-6s %-7s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%% %6.1f %s\n", bn_type_name(type),
                                planar ? "planar" : "gguf", shapes[s].name, shapes[s].ne0, shapes[s].ne1, nb, us, gbs,
-                               100.0 * gbs / copy_gbs, us / us1, on_mmvq ? "mmvq" : "gemm");
+                               100.0 * gbs / copy_gbs, us / us1, !on_mmvq ? "gemm" : tensor_cores ? "mma" : "mmvq");
                     }
                 }
             }

@@ -128,13 +128,15 @@ __global__ void k_mma(const int8_t *a, const int8_t *b, const int32_t *c, int32_
     int fa[4], fb[2], fc[4], fd[4];
     for (int r = 0; r < 4; r++) {
         uint32_t v = 0;
-        for (int j = 0; j < 4; j++) v |= (uint32_t)(uint8_t)at[32 * bn_mma_a_row(lane, r) + bn_mma_a_k(lane, r, j)] << 8 * j;
+        for (int j = 0; j < 4; j++)
+            v |= (uint32_t)(uint8_t)at[32 * bn_mma_a_row(lane, r) + bn_mma_a_k(lane, r, j)] << 8 * j;
         fa[r] = (int)v;
         fc[r] = c[128 * tile + 8 * bn_mma_c_row(lane, r) + bn_mma_c_col(lane, r)];
     }
     for (int r = 0; r < 2; r++) {
         uint32_t v = 0;
-        for (int j = 0; j < 4; j++) v |= (uint32_t)(uint8_t)bt[32 * bn_mma_b_col(lane) + bn_mma_b_k(lane, r, j)] << 8 * j;
+        for (int j = 0; j < 4; j++)
+            v |= (uint32_t)(uint8_t)bt[32 * bn_mma_b_col(lane) + bn_mma_b_k(lane, r, j)] << 8 * j;
         fb[r] = (int)v;
     }
     bn_mma_s8_16x8x32(fd, fa, fb, fc);

@@ -15,6 +15,11 @@
 // for the low-bit types, 4/2 for the other quantized ones and 4/2/1 for float weights, with ne1 tails (37, 45,
 // 7, 3 rows: a block with fewer rows than R), 1-8 warp blocks (ne0 512 .. 6144), GGUF and planar layouts, and
 // multi-weight launches (matmul_multi, bit-identical).
+// Tensor-core kernels (cuda/mmq_tc.cu: Q1_0, Q2_0, PQ2_0 at nb 8..32, GGUF and planar): nb 8, 9, 13, 16, 17, 32
+// (1-4 column groups of 8, the unused columns of the last group), ne1 tails of the 32-row blocks (300, 77, 45,
+// 37, 33, 19, 7 rows), split-K over 4 warps with 1..48 units each (ne0 512..6144), multi-weight launches of
+// 1-3 weights at nb 9, 17, 32; same Q8 reference and tolerance as the dp4a path (the per-unit integers are the
+// same exact ones, only the fp32 summation order differs).
 // GEMM activation range (per-column power-of-two scale, cuda/mm.cu): columns reaching 1e6 (plain fp16: inf)
 // and 1e-6 (plain fp16: mostly subnormal or 0) against an F64 reference of fp16(w)·x, tolerance 6e-4 relative
 // to Σ|w·x| (every scaled element is a normal fp16: 2^-11 relative, plus fp32 accumulation <= 256·2^-24);
@@ -51,6 +56,9 @@ static uint8_t *make_weights(int type, int64_t ne0, int64_t ne1, float **deq) {
     free(wf);
     return wq;
 }
+
+// low_bit: the types the tensor-core kernels take at nb >= 8 (cuda/mmq_tc.cu; built with BN_CU_MMA=0: dp4a).
+static bool low_bit(int type) { return type == BN_Q1_0 || type == BN_Q2_0 || type == BN_PQ2_0; }
 
 // takes_mmvq: true when bn_cuda_mm_host runs the mmvq kernels for these arguments.
 static bool takes_mmvq(int type, int nb, int flags) {
@@ -317,8 +325,9 @@ int main(void) {
     const int types[] = {BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0, BN_Q4_0, BN_Q4_1,
                          BN_Q6_K, BN_Q4_K, BN_F16,  BN_BF16, BN_F32};
     const int nbs[] = {1, 2, 3, 8, 9, 33};
-    const int wide_nbs[] = {9, 13, 17, 32}; // the mmvq kernels' column groups (BN_CUDA_MM_MMVQ)
+    const int wide_nbs[] = {9, 13, 16, 17, 32}; // the mmvq kernels' column groups (BN_CUDA_MM_MMVQ), MMA groups 2-4
     const int MM = BN_CUDA_MM_MMVQ, RP = BN_CUDA_MM_REPACK;
+    const int tc_nbs[] = {8, 9, 13, 16, 17, 32}; // the low-bit types' tensor-core range (cuda/mmq_tc.cu)
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         double worst_vq = 0, worst_gemm = 0;
         for (size_t j = 0; j < sizeof nbs / sizeof nbs[0]; j++) {
@@ -328,6 +337,9 @@ int main(void) {
         }
         for (size_t j = 0; j < sizeof wide_nbs / sizeof wide_nbs[0]; j++)
             worst_vq = fmax(worst_vq, check_matmul(types[t], 512, 37, wide_nbs[j], MM));
+        if (low_bit(types[t])) // tensor cores (nb >= 8): 300 rows = 9 blocks of 32 + 12, ne0 6144: 48 units per warp
+            for (size_t j = 0; j < sizeof tc_nbs / sizeof tc_nbs[0]; j++)
+                worst_vq = fmax(worst_vq, check_matmul(types[t], j % 2 ? 6144 : 1024, j % 2 ? 19 : 300, tc_nbs[j], MM));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1, 0));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1, 0)); // 160 units: 5-warp blocks
         worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
@@ -361,6 +373,9 @@ int main(void) {
             worst_vq = fmax(worst_vq, check_matmul(type, 1024, 45, wide_nbs[j], RP | MM));
         worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 1, BN_CUDA_MM_REPACK));
         worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 17, RP | MM)); // DSpark verify width
+        if (low_bit(type))
+            for (size_t j = 0; j < sizeof tc_nbs / sizeof tc_nbs[0]; j++)
+                worst_vq = fmax(worst_vq, check_matmul(type, j % 2 ? 2048 : 1024, j % 2 ? 77 : 33, tc_nbs[j], RP | MM));
         worst_vq = fmax(worst_vq, check_matmul(type, 1024, 3, 1, BN_CUDA_MM_REPACK));
         check_get_rows(type, 1024, 45, BN_CUDA_MM_REPACK);
         printf("%-5s planar max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(type), worst_vq,

@@ -2,9 +2,10 @@
 // block reduction, __syncthreads_count/and/or, every warp shuffle/vote kind, bn_warp_reduce_* (bit-identical
 // to the shuffle butterflies), dynamic shared memory (also > 48 KiB opt-in), atomics from many blocks,
 // __dp4a edge values, the int8 tensor-core MMA bn_mma_s8_16x8x32 (cuda/mma.cuh: 40 random 16x32·32x8 tiles,
-// exact, with C and chained; on a GPU the proof of the fragment layout), all 65536 half codes and RNE ties, a 3-D grid, graph capture (a live device counter
-// vs an argument baked at capture; an illegal call invalidating a capture) and cuBLAS Sgemm/GemmEx against
-// a naive loop. Built twice: with the emulator (always; BONSAI_CUDA_EMU) and for a GPU (skips without one).
+// exact, with C and chained; on a GPU the proof of the fragment layout), all 65536 half codes and RNE ties, a
+// 3-D grid, graph capture (a live device counter vs an argument baked at capture; an illegal call invalidating
+// a capture) and cuBLAS Sgemm/GemmEx against a naive loop. Built twice: with the emulator (always;
+// BONSAI_CUDA_EMU) and for a GPU (skips without one).
 // Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
 // half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
 // reading device memory, stores past an allocation, the dynamic shared memory or a BN_SHARED array, a race
@@ -201,7 +202,9 @@ static void check_mma(void) {
         for (int i = 0; i < 512; i++) {
             uint64_t x = bn_rng_next(&r);
             int8_t v = (x & 3) == 0 ? ((x >> 2 & 1) ? 127 : -128) : (int8_t)(x >> 8);
-            a[t * 512 + i] = t == 0 || t == 1 ? -128 : t == 2 ? 127 : t == 3 ? (i % 32 == (i / 32 * 7 + 3) % 32 ? (int8_t)(i / 32 + 1) : 0) : v;
+            const int row = i / 32, k = i % 32;
+            const int8_t one = k == (7 * row + 3) % 32 ? (int8_t)(row + 1) : 0; // tile 3: one byte per row
+            a[t * 512 + i] = t == 0 || t == 1 ? -128 : t == 2 ? 127 : t == 3 ? one : v;
         }
         for (int i = 0; i < 256; i++) {
             uint64_t x = bn_rng_next(&r);

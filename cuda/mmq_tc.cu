@@ -1,0 +1,199 @@
+// cuda/mmq_tc.cu — the low-bit weights (Q1_0, Q2_0, PQ2_0; GGUF and planar layouts) × Q8 activations on int8
+// tensor cores, for nb BN_CU_MMA_MIN_NB..BN_CU_MMVQ_KERNEL_MAX_NB columns (DSpark verify, the drafter's block,
+// small prefill chunks): the mmvq path's arithmetic (cuda/mmvq.cu: the same Q8 activations, the same exact
+// integer per (row, column, 32-element unit), scales in fp32) with the integer dots done by
+// mma.sync m16n8k32 (cuda/mma.cuh) instead of 8 dp4a per (row, column, unit).
+//
+// Layout: a block of MMA_WARPS warps owns MT·16 consecutive rows; warp w takes a contiguous range of the row's
+// units (split-K) and, per unit, decodes the A fragments of its MT 16-row tiles once (each lane: rows g and
+// g + 8 of each tile, ints t and 4 + t of the unit in the activation order, g = lane / 4, t = lane % 4) and
+// reuses them for G column groups of 8: per group one B fragment (column g of the group: the same two ints of
+// the column's Q8 unit) and MT MMAs. The MMA's C operand is the float-bias constant (BN_I2F_BIAS, cuda/mm_impl.cuh)
+// so that the per-unit integer turns into a float with one add:
+//   Q1_0: A holds the sign bits as 0/1, C = BIAS/2: 2·D − Σq = BIAS + Σ ±q  (the dp4a path's 2·lo + (hi >> 3))
+//   Q2_0 / PQ2_0: A holds the codes 0..3, C = BIAS: D − Σq = BIAS + Σ (code − 1)·q
+// then acc += (d_w · d_x) · unbias(...), as the dp4a path does; the warps' partial sums are added in shared
+// memory in warp order. So the results equal the dp4a kernels' up to the fp32 summation order.
+#include "cuda/mm_impl.cuh"
+#include "cuda/mma.cuh"
+
+// Overridable at build time for the GPU comparison (notes/cuda-mm.md): warps per block (split-K over the row's
+// units) and 16-row tiles per warp (MMA_MT 2: 32 rows per block share each B fragment and activation scale load).
+#ifndef MMA_WARPS
+#define MMA_WARPS 4
+#endif
+#ifndef MMA_MT
+#define MMA_MT 2
+#endif
+
+// tc_wunit<T>: the two A-fragment ints of one row and unit for lane position t (ints t and 4 + t of the unit in
+// the type's activation order, cuda/mm_impl.cuh bn_act_order) and the row's fp16 scale; C_INIT the MMA's C;
+// biased(D, Σq) the float-biased exact integer dot.
+template <int T> struct tc_wunit;
+
+// Q1_0: int i of the slice8 order is (w >> i) & 0x01010101 (bit i of each byte).
+struct tc_q1 {
+    static constexpr int C_INIT = BN_I2F_BIAS / 2;
+    static __device__ __forceinline__ int biased(int d, int sumq) { return 2 * d - sumq; }
+    static __device__ __forceinline__ void decode(uint32_t w, int t, int (&q)[2]) {
+        q[0] = (int)((w >> t) & 0x01010101u), q[1] = (int)((w >> (t + 4)) & 0x01010101u);
+    }
+};
+template <> struct tc_wunit<BN_CU_Q1_0> : tc_q1 {
+    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
+        const uint8_t *b = row + (u >> 2) * 18;
+        decode(bn_ld32_a2(b + 2 + 4 * (u & 3)), t, q);
+        return bn_ldh(b);
+    }
+};
+template <> struct tc_wunit<BN_CU_Q1_0_P> : tc_q1 {
+    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
+        decode(__ldg((const uint32_t *)row + u), t, q);
+        return bn_ldh(row + ne0 / 8 + 2 * (u >> 2));
+    }
+};
+
+// Q2_0 / PQ2_0: int 4h + j of the slice4 order is (w_h >> 2j) & 0x03030303 (code j of each byte of word h).
+struct tc_q2 {
+    static constexpr int C_INIT = BN_I2F_BIAS;
+    static __device__ __forceinline__ int biased(int d, int sumq) { return d - sumq; }
+    static __device__ __forceinline__ void decode(uint32_t w0, uint32_t w1, int t, int (&q)[2]) {
+        q[0] = (int)((w0 >> 2 * t) & 0x03030303u), q[1] = (int)((w1 >> 2 * t) & 0x03030303u);
+    }
+};
+template <int BLCK, int BYTES> struct tc_q2_gguf : tc_q2 {
+    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
+        const int per = BLCK / 32;
+        const uint8_t *b = row + (u / per) * BYTES, *qs = b + 2 + 8 * (u % per);
+        decode(bn_ld32_a2(qs), bn_ld32_a2(qs + 4), t, q);
+        return bn_ldh(b);
+    }
+};
+template <int BLCK> struct tc_q2_planar : tc_q2 {
+    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
+        const uint2 c = __ldg((const uint2 *)row + u);
+        decode(c.x, c.y, t, q);
+        return bn_ldh(row + ne0 / 4 + 2 * (u / (BLCK / 32)));
+    }
+};
+template <> struct tc_wunit<BN_CU_Q2_0> : tc_q2_gguf<64, 18> {};
+template <> struct tc_wunit<BN_CU_PQ2_0> : tc_q2_gguf<128, 34> {};
+template <> struct tc_wunit<BN_CU_Q2_0_P> : tc_q2_planar<64> {};
+template <> struct tc_wunit<BN_CU_PQ2_0_P> : tc_q2_planar<128> {};
+
+// mmq_tc: G column groups of 8 (nb <= 8·G), MT 16-row tiles per warp, MMA_WARPS warps per block splitting the
+// units; output column c of weight row r: y[c·ne1 + r]. __launch_bounds__(128, 3): <= 170 registers (ptxas put
+// the Q2_0 G 4 variants at 128 with spills without the minimum; sm_90: 56-162 registers, no spills).
+template <int T, int G, int MT>
+static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
+    mmq_tc(bn_mmvq_targets tg, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
+           int nb) {
+    constexpr int ROWS = 16 * MT, COLS = 8 * G;
+    BN_SHARED(float, red, MMA_WARPS * ROWS * COLS);
+    const bn_mmvq_job j = bn_mmvq_target<ROWS>(tg);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    const int nunits = (int)(ne0 / 32);
+    const int u_begin = warp * nunits / MMA_WARPS, u_end = (warp + 1) * nunits / MMA_WARPS;
+    const uint8_t *rows[MT][2]; // this lane's rows g and g + 8 of each tile (a tail block re-reads the last row)
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t r = j.row0 + 16 * m + 8 * h + g;
+            rows[m][h] = j.w + (r < j.ne1 ? r : j.ne1 - 1) * j.row_bytes;
+        }
+    float acc[G][MT][4] = {};
+    const int c_init[4] = {tc_wunit<T>::C_INIT, tc_wunit<T>::C_INIT, tc_wunit<T>::C_INIT, tc_wunit<T>::C_INIT};
+    for (int u = u_begin; u < u_end; u++) {
+        int a[MT][4];
+        float dw[MT][2];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int q[2];
+                dw[m][h] = tc_wunit<T>::load(rows[m][h], u, ne0, t, q);
+                a[m][h] = q[0], a[m][2 + h] = q[1]; // a0/a2: row g, k 4t.. / 16 + 4t..; a1/a3: row g + 8
+            }
+#pragma unroll
+        for (int gr = 0; gr < G; gr++) {
+            const int cb = 8 * gr + g; // the B column of this lane
+            int b[2] = {0, 0};
+            if (cb < nb) {
+                const int8_t *col = aqs + (int64_t)cb * ne0;
+                b[0] = __ldg((const int *)(col + bn_act_byte(ne0, u, 4 * t)));
+                b[1] = __ldg((const int *)(col + bn_act_byte(ne0, u, 16 + 4 * t)));
+            }
+            bn_q8_ds dx[2]; // the D columns of this lane: 8·gr + 2t + i
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int c = 8 * gr + 2 * t + i;
+                dx[i] = c < nb ? ads[(int64_t)c * nunits + u] : bn_q8_ds{0.0f, 0};
+            }
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                int d[4];
+                bn_mma_s8_16x8x32(d, a[m], b, c_init);
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    acc[gr][m][r] +=
+                        (dw[m][r >> 1] * dx[r & 1].d) * bn_unbias_f(tc_wunit<T>::biased(d[r], dx[r & 1].sum));
+            }
+        }
+    }
+    // block reduction: every warp's partial sums in shared memory, added in warp order
+    float *mine = red + warp * ROWS * COLS;
+#pragma unroll
+    for (int gr = 0; gr < G; gr++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                mine[(16 * m + bn_mma_c_row(lane, r)) * COLS + 8 * gr + bn_mma_c_col(lane, r)] = acc[gr][m][r];
+    __syncthreads();
+    for (int i = threadIdx.x; i < ROWS * COLS; i += 32 * MMA_WARPS) {
+        const int r = i / COLS, c = i % COLS;
+        float sum = 0.0f;
+        for (int w = 0; w < MMA_WARPS; w++) sum += red[w * ROWS * COLS + i];
+        if (c < nb && j.row0 + r < j.ne1) j.y[(int64_t)c * j.ne1 + j.row0 + r] = sum;
+    }
+}
+
+template <int T, int G>
+static cudaError_t launch_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                      cudaStream_t s) {
+    const bn_mmvq_targets tg = bn_mmvq_make_targets(w, y, n, 16 * MMA_MT);
+    if (tg.first_block[n] == 0) return cudaSuccess;
+    BN_LAUNCH((mmq_tc<T, G, MMA_MT>), dim3(tg.first_block[n]), dim3(32 * MMA_WARPS), 0, s, tg, w[0]->ne0, act->qs,
+              act->ds, nb);
+    return cudaGetLastError();
+}
+
+template <int T>
+static cudaError_t launch_tc_nb(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                                cudaStream_t s) {
+    if (nb <= 8) return launch_tc<T, 1>(w, y, n, act, nb, s);
+    if (nb <= 16) return launch_tc<T, 2>(w, y, n, act, nb, s);
+    if (nb <= 24) return launch_tc<T, 3>(w, y, n, act, nb, s);
+    return launch_tc<T, 4>(w, y, n, act, nb, s);
+}
+
+bool bn_cu_mmq_tc_supports(int type, int nb) {
+    const int base = bn_cu_base_type(type);
+    const bool low_bit = base == BN_CU_Q1_0 || base == BN_CU_Q2_0 || base == BN_CU_PQ2_0;
+    return BN_CU_MMA && low_bit && nb >= BN_CU_MMA_MIN_NB && nb <= BN_CU_MMVQ_KERNEL_MAX_NB;
+}
+
+cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                         cudaStream_t s) {
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || !bn_cu_mmq_tc_supports(w[0]->type, nb)) return cudaErrorInvalidValue;
+    switch (w[0]->type) {
+    case BN_CU_Q1_0: return launch_tc_nb<BN_CU_Q1_0>(w, y, n, act, nb, s);
+    case BN_CU_Q2_0: return launch_tc_nb<BN_CU_Q2_0>(w, y, n, act, nb, s);
+    case BN_CU_PQ2_0: return launch_tc_nb<BN_CU_PQ2_0>(w, y, n, act, nb, s);
+    case BN_CU_Q1_0_P: return launch_tc_nb<BN_CU_Q1_0_P>(w, y, n, act, nb, s);
+    case BN_CU_Q2_0_P: return launch_tc_nb<BN_CU_Q2_0_P>(w, y, n, act, nb, s);
+    case BN_CU_PQ2_0_P: return launch_tc_nb<BN_CU_PQ2_0_P>(w, y, n, act, nb, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
