@@ -4,12 +4,14 @@
 // integer per (row, column, 32-element unit), scales in fp32) with the integer dots done by
 // mma.sync m16n8k32 (cuda/mma.cuh) instead of 8 dp4a per (row, column, unit).
 //
-// Layout: a block of MMA_WARPS warps owns MT·16 consecutive rows; warp w takes a contiguous range of the row's
-// units (split-K) and, per unit, decodes the A fragments of its MT 16-row tiles once (each lane: rows g and
-// g + 8 of each tile, ints t and 4 + t of the unit in the activation order, g = lane / 4, t = lane % 4) and
-// reuses them for G column groups of 8: per group one B fragment (column g of the group: the same two ints of
-// the column's Q8 unit) and MT MMAs. The MMA's C operand is the float-bias constant (BN_I2F_BIAS, cuda/mm_impl.cuh)
-// so that the per-unit integer turns into a float with one add:
+// Layout: a block of MMA_WARPS warps owns MT·16 consecutive rows (MT 2, 1 at G 4); warp w takes a contiguous
+// range of the row's chunks (split-K; a chunk = 16 payload bytes of a row with one scale: 4 Q1_0 units, 2 Q2_0 /
+// PQ2_0 units), each lane loading its rows' chunks with one 16-byte load each (rows g and g + 8 of each tile,
+// g = lane / 4, t = lane % 4). Per unit of the chunk it decodes the A fragments of its MT 16-row tiles once (ints
+// t and 4 + t of the unit in the activation order) and reuses them for G column groups of 8: per group one B
+// fragment (column g of the group: the same two ints of the column's Q8 unit) and MT MMAs. The MMA's C operand
+// is the float-bias constant (BN_I2F_BIAS, cuda/mm_impl.cuh) so that the per-unit integer turns into a float with
+// one add:
 //   Q1_0: A holds the sign bits as 0/1, C = BIAS/2: 2·D − Σq = BIAS + Σ ±q  (the dp4a path's 2·lo + (hi >> 3))
 //   Q2_0 / PQ2_0: A holds the codes 0..3, C = BIAS: D − Σq = BIAS + Σ (code − 1)·q
 // then acc += (d_w · d_x) · unbias(...), as the dp4a path does; the warps' partial sums are added in shared
@@ -26,60 +28,62 @@
 #define MMA_MT 2
 #endif
 
-// tc_wunit<T>: the two A-fragment ints of one row and unit for lane position t (ints t and 4 + t of the unit in
-// the type's activation order, cuda/mm_impl.cuh bn_act_order) and the row's fp16 scale; C_INIT the MMA's C;
-// biased(D, Σq) the float-biased exact integer dot.
+// tc_wunit<T>: a row's weights a chunk of U consecutive units at a time: load() reads the chunk's 16 payload bytes
+// (4 words: one 16-byte load in the planar layouts; lanes of one group read the same bytes) and returns its one
+// fp16 scale (U is chosen so that a chunk has one); frag() gives the two A-fragment ints of unit k of the chunk for
+// lane position t (ints t and 4 + t of the unit in the type's activation order, cuda/mm_impl.cuh bn_act_order);
+// C_INIT is the MMA's C, biased(D, Σq) the float-biased exact integer dot of a unit.
 template <int T> struct tc_wunit;
 
-// Q1_0: int i of the slice8 order is (w >> i) & 0x01010101 (bit i of each byte).
-struct tc_q1 {
-    static constexpr int C_INIT = BN_I2F_BIAS / 2;
-    static __device__ __forceinline__ int biased(int d, int sumq) { return 2 * d - sumq; }
-    static __device__ __forceinline__ void decode(uint32_t w, int t, int (&q)[2]) {
-        q[0] = (int)((w >> t) & 0x01010101u), q[1] = (int)((w >> (t + 4)) & 0x01010101u);
+// tc_chunk16: the 4 words at p (16-byte aligned: one load) or at a 2-byte aligned GGUF address.
+template <bool ALIGNED> __device__ __forceinline__ void tc_chunk16(const uint8_t *p, uint32_t (&w)[4]) {
+    if (ALIGNED) {
+        const uint4 v = __ldg((const uint4 *)p);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = bn_ld32_a2(p + 4 * i);
     }
-};
-template <> struct tc_wunit<BN_CU_Q1_0> : tc_q1 {
-    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
-        const uint8_t *b = row + (u >> 2) * 18;
-        decode(bn_ld32_a2(b + 2 + 4 * (u & 3)), t, q);
-        return bn_ldh(b);
-    }
-};
-template <> struct tc_wunit<BN_CU_Q1_0_P> : tc_q1 {
-    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
-        decode(__ldg((const uint32_t *)row + u), t, q);
-        return bn_ldh(row + ne0 / 8 + 2 * (u >> 2));
-    }
-};
+}
 
-// Q2_0 / PQ2_0: int 4h + j of the slice4 order is (w_h >> 2j) & 0x03030303 (code j of each byte of word h).
-struct tc_q2 {
-    static constexpr int C_INIT = BN_I2F_BIAS;
+// Q1_0: a unit is one word, int i of the slice8 order is (w >> i) & 0x01010101 (bit i of each byte); a chunk is
+// one block of 128 (4 units, 16 bytes; GGUF: after the block's scale, planar: word 4c.. and scale c of the tail).
+template <bool PLANAR> struct tc_q1 {
+    static constexpr int U = 4, C_INIT = BN_I2F_BIAS / 2;
+    static __device__ __forceinline__ int biased(int d, int sumq) { return 2 * d - sumq; }
+    static __device__ __forceinline__ float load(const uint8_t *row, int c, int64_t ne0, uint32_t (&w)[4]) {
+        const uint8_t *b = PLANAR ? row + 16 * c : row + 18 * c + 2, *d = PLANAR ? row + ne0 / 8 + 2 * c : b - 2;
+        tc_chunk16<PLANAR>(b, w);
+        return bn_ldh(d);
+    }
+    static __device__ __forceinline__ void frag(const uint32_t (&w)[4], int k, int t, int (&q)[2]) {
+        q[0] = (int)((w[k] >> t) & 0x01010101u), q[1] = (int)((w[k] >> (t + 4)) & 0x01010101u);
+    }
+};
+template <> struct tc_wunit<BN_CU_Q1_0> : tc_q1<false> {};
+template <> struct tc_wunit<BN_CU_Q1_0_P> : tc_q1<true> {};
+
+// Q2_0 (g64) / PQ2_0 (g128): a unit is two words (h = 0, 1), int 4h + j of the slice4 order is (w_h >> 2j) &
+// 0x03030303 (code j of each byte); a chunk is 2 units (16 bytes: one Q2_0 block, half a PQ2_0 block).
+template <int BLCK, int BYTES, bool PLANAR> struct tc_q2 {
+    static constexpr int U = 2, C_INIT = BN_I2F_BIAS;
     static __device__ __forceinline__ int biased(int d, int sumq) { return d - sumq; }
-    static __device__ __forceinline__ void decode(uint32_t w0, uint32_t w1, int t, int (&q)[2]) {
-        q[0] = (int)((w0 >> 2 * t) & 0x03030303u), q[1] = (int)((w1 >> 2 * t) & 0x03030303u);
+    static __device__ __forceinline__ float load(const uint8_t *row, int c, int64_t ne0, uint32_t (&w)[4]) {
+        constexpr int per = BLCK / 64; // chunks per block
+        const uint8_t *blk = row + (c / per) * BYTES;
+        const uint8_t *b = PLANAR ? row + 16 * c : blk + 2 + 16 * (c % per);
+        const uint8_t *d = PLANAR ? row + ne0 / 4 + 2 * (c / per) : blk;
+        tc_chunk16<PLANAR>(b, w);
+        return bn_ldh(d);
+    }
+    static __device__ __forceinline__ void frag(const uint32_t (&w)[4], int k, int t, int (&q)[2]) {
+        q[0] = (int)((w[2 * k] >> 2 * t) & 0x03030303u), q[1] = (int)((w[2 * k + 1] >> 2 * t) & 0x03030303u);
     }
 };
-template <int BLCK, int BYTES> struct tc_q2_gguf : tc_q2 {
-    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
-        const int per = BLCK / 32;
-        const uint8_t *b = row + (u / per) * BYTES, *qs = b + 2 + 8 * (u % per);
-        decode(bn_ld32_a2(qs), bn_ld32_a2(qs + 4), t, q);
-        return bn_ldh(b);
-    }
-};
-template <int BLCK> struct tc_q2_planar : tc_q2 {
-    static __device__ __forceinline__ float load(const uint8_t *row, int u, int64_t ne0, int t, int (&q)[2]) {
-        const uint2 c = __ldg((const uint2 *)row + u);
-        decode(c.x, c.y, t, q);
-        return bn_ldh(row + ne0 / 4 + 2 * (u / (BLCK / 32)));
-    }
-};
-template <> struct tc_wunit<BN_CU_Q2_0> : tc_q2_gguf<64, 18> {};
-template <> struct tc_wunit<BN_CU_PQ2_0> : tc_q2_gguf<128, 34> {};
-template <> struct tc_wunit<BN_CU_Q2_0_P> : tc_q2_planar<64> {};
-template <> struct tc_wunit<BN_CU_PQ2_0_P> : tc_q2_planar<128> {};
+template <> struct tc_wunit<BN_CU_Q2_0> : tc_q2<64, 18, false> {};
+template <> struct tc_wunit<BN_CU_PQ2_0> : tc_q2<128, 34, false> {};
+template <> struct tc_wunit<BN_CU_Q2_0_P> : tc_q2<64, 18, true> {};
+template <> struct tc_wunit<BN_CU_PQ2_0_P> : tc_q2<128, 34, true> {};
 
 // mmq_tc: G column groups of 8 (nb <= 8·G), MT 16-row tiles per warp, MMA_WARPS warps per block splitting the
 // units; output column c of weight row r: y[c·ne1 + r]. __launch_bounds__(128, 3): <= 170 registers (ptxas put
@@ -92,8 +96,9 @@ static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
     BN_SHARED(float, red, MMA_WARPS * ROWS * COLS);
     const bn_mmvq_job j = bn_mmvq_target<ROWS>(tg);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    const int nunits = (int)(ne0 / 32);
-    const int u_begin = warp * nunits / MMA_WARPS, u_end = (warp + 1) * nunits / MMA_WARPS;
+    using W = tc_wunit<T>;
+    const int nunits = (int)(ne0 / 32), nchunks = nunits / W::U; // ne0 is a multiple of the block: no partial chunk
+    const int c_begin = warp * nchunks / MMA_WARPS, c_end = (warp + 1) * nchunks / MMA_WARPS;
     const uint8_t *rows[MT][2]; // this lane's rows g and g + 8 of each tile (a tail block re-reads the last row)
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -103,41 +108,49 @@ static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
             rows[m][h] = j.w + (r < j.ne1 ? r : j.ne1 - 1) * j.row_bytes;
         }
     float acc[G][MT][4] = {};
-    const int c_init[4] = {tc_wunit<T>::C_INIT, tc_wunit<T>::C_INIT, tc_wunit<T>::C_INIT, tc_wunit<T>::C_INIT};
-    for (int u = u_begin; u < u_end; u++) {
-        int a[MT][4];
+    const int c_init[4] = {W::C_INIT, W::C_INIT, W::C_INIT, W::C_INIT};
+    for (int ch = c_begin; ch < c_end; ch++) {
+        uint32_t raw[MT][2][4];
         float dw[MT][2];
 #pragma unroll
         for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int q[2];
-                dw[m][h] = tc_wunit<T>::load(rows[m][h], u, ne0, t, q);
-                a[m][h] = q[0], a[m][2 + h] = q[1]; // a0/a2: row g, k 4t.. / 16 + 4t..; a1/a3: row g + 8
-            }
+            for (int h = 0; h < 2; h++) dw[m][h] = W::load(rows[m][h], ch, ne0, raw[m][h]);
 #pragma unroll
-        for (int gr = 0; gr < G; gr++) {
-            const int cb = 8 * gr + g; // the B column of this lane
-            int b[2] = {0, 0};
-            if (cb < nb) {
-                const int8_t *col = aqs + (int64_t)cb * ne0;
-                b[0] = __ldg((const int *)(col + bn_act_byte(ne0, u, 4 * t)));
-                b[1] = __ldg((const int *)(col + bn_act_byte(ne0, u, 16 + 4 * t)));
-            }
-            bn_q8_ds dx[2]; // the D columns of this lane: 8·gr + 2t + i
+        for (int k = 0; k < W::U; k++) {
+            const int u = ch * W::U + k;
+            int a[MT][4];
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const int c = 8 * gr + 2 * t + i;
-                dx[i] = c < nb ? ads[(int64_t)c * nunits + u] : bn_q8_ds{0.0f, 0};
-            }
+            for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int m = 0; m < MT; m++) {
-                int d[4];
-                bn_mma_s8_16x8x32(d, a[m], b, c_init);
+                for (int h = 0; h < 2; h++) {
+                    int q[2];
+                    W::frag(raw[m][h], k, t, q);
+                    a[m][h] = q[0], a[m][2 + h] = q[1]; // a0/a2: row g, k 4t.. / 16 + 4t..; a1/a3: row g + 8
+                }
 #pragma unroll
-                for (int r = 0; r < 4; r++)
-                    acc[gr][m][r] +=
-                        (dw[m][r >> 1] * dx[r & 1].d) * bn_unbias_f(tc_wunit<T>::biased(d[r], dx[r & 1].sum));
+            for (int gr = 0; gr < G; gr++) {
+                const int cb = 8 * gr + g; // the B column of this lane
+                int b[2] = {0, 0};
+                if (cb < nb) {
+                    const int8_t *col = aqs + (int64_t)cb * ne0;
+                    b[0] = __ldg((const int *)(col + bn_act_byte(ne0, u, 4 * t)));
+                    b[1] = __ldg((const int *)(col + bn_act_byte(ne0, u, 16 + 4 * t)));
+                }
+                bn_q8_ds dx[2]; // the D columns of this lane: 8·gr + 2t + i
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int c = 8 * gr + 2 * t + i;
+                    dx[i] = c < nb ? ads[(int64_t)c * nunits + u] : bn_q8_ds{0.0f, 0};
+                }
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    int d[4];
+                    bn_mma_s8_16x8x32(d, a[m], b, c_init);
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        acc[gr][m][r] += (dw[m][r >> 1] * dx[r & 1].d) * bn_unbias_f(W::biased(d[r], dx[r & 1].sum));
+                }
             }
         }
     }
@@ -162,10 +175,11 @@ static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
 template <int T, int G>
 static cudaError_t launch_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
                       cudaStream_t s) {
-    const bn_mmvq_targets tg = bn_mmvq_make_targets(w, y, n, 16 * MMA_MT);
+    constexpr int MT = G >= 4 ? 1 : MMA_MT; // G 4 at MT 2: Q1_0 spilled under the 170-register bound
+    const bn_mmvq_targets tg = bn_mmvq_make_targets(w, y, n, 16 * MT);
     if (tg.first_block[n] == 0) return cudaSuccess;
-    BN_LAUNCH((mmq_tc<T, G, MMA_MT>), dim3(tg.first_block[n]), dim3(32 * MMA_WARPS), 0, s, tg, w[0]->ne0, act->qs,
-              act->ds, nb);
+    BN_LAUNCH((mmq_tc<T, G, MT>), dim3(tg.first_block[n]), dim3(32 * MMA_WARPS), 0, s, tg, w[0]->ne0, act->qs, act->ds,
+              nb);
     return cudaGetLastError();
 }
 

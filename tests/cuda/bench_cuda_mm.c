@@ -20,8 +20,8 @@
 // Tensor cores (cuda/mmq_tc.cu): Q1_0/Q2_0/PQ2_0 at nb 8..32 run on int8 MMA (path "mma"; expected nb 8 ~2x,
 // nb 17 ~3-3.5x, nb 32 ~4-5x nb 1 for Q1_0 ffn_up, notes/cuda-mm.md "Tensor cores"). The dp4a rows for the same
 // widths come from a second build with the MMA switched off in every language (the label follows BN_CU_MMA):
-//   meson setup build-dp4a -Dcuda=enabled --buildtype=release -Dc_args=-DBN_CU_MMA=0 -Dcpp_args=-DBN_CU_MMA=0 \
-//       -Dcuda_args=-DBN_CU_MMA=0
+//   meson setup build-dp4a -Dcuda=enabled --buildtype=release -Dc_args=-DBN_CU_MMA=0
+//       -Dcpp_args=-DBN_CU_MMA=0 -Dcuda_args=-DBN_CU_MMA=0   (one command line)
 #ifndef BN_CU_MMA
 #define BN_CU_MMA 1 // = cuda/mm.cuh's default
 #endif
