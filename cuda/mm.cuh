@@ -10,8 +10,9 @@
 // Precision:
 //  - mmvq path (nb <= BN_CU_MMVQ_MAX_NB: decode, DSpark verify): quantized weights use int8 activations exactly
 //    like ggml-cuda: x is quantized per 32 (d = amax/127 stored as fp16, q = roundf(x/d), Σq kept as an
-//    integer for the formats with an offset or min), the per-32 dot is an exact integer (dp4a), the
-//    scales are applied in fp32. F16/BF16/F32 weights: fp32 math on fp32 activations.
+//    integer for the formats with an offset or min), the per-32 dot is an exact integer (dp4a; int8 MMA for
+//    Q1_0/Q2_0/PQ2_0 at nb >= BN_CU_MMA_MIN_NB, the same integers), the scales are applied in fp32.
+//    F16/BF16/F32 weights: fp32 math on fp32 activations.
 //  - GEMM path (nb > BN_CU_MMVQ_MAX_NB, prefill): the weight is dequantized to F16 in scratch (a tile of rows at
 //    a time) and x converted to F16 with a power-of-two scale per column t: fp16(x[:, t]·2^-k_t); cublasGemmEx
 //    with fp32 compute (CUBLAS_COMPUTE_32F), then y[:, t] *= 2^k_t. So prefill results equal an fp32 GEMM of
