@@ -244,6 +244,12 @@ __global__ void k_shfl_diverged(float *out) {
     else v = __shfl_xor_sync(0xffffffffu, v, 2) + 1.0f;          // even lanes at another shuffle
     out[threadIdx.x] = v;
 }
+__global__ void k_mma_diverged(float *out) { // odd lanes at the MMA, even lanes at a shuffle
+    int d[4], a[4] = {1, 2, 3, 4}, b[2] = {5, 6}, c[4] = {0, 0, 0, 0};
+    if (threadIdx.x % 2) bn_mma_s8_16x8x32(d, a, b, c);
+    else d[0] = __shfl_xor_sync(0xffffffffu, 1, 2);
+    out[threadIdx.x] = (float)d[0];
+}
 __global__ void k_sync_diverged(float *out) {
     BN_SHARED(float, s, 64);
     s[threadIdx.x] = (float)threadIdx.x;
@@ -577,6 +583,7 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 18: BN_LAUNCH(k_misaligned, 1, 32, 0, 0, dout.p, dout.p + 1024); break;
     case 19: BN_LAUNCH(k_null_write, dim3(1, 65536), 32, 0, 0, dout.p); break; // grid y > 65535
     case 20: BN_LAUNCH(k_null_write, 1, dim3(1, 1, 65), 0, 0, dout.p); break;  // block z > 64
+    case 21: BN_LAUNCH(k_mma_diverged, 1, 32, 0, 0, dout.p); break;
     case 9: {
         DevBuf<float> small;
         TRY(cudaMalloc(&small.p, 4096));

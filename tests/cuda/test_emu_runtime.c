@@ -10,7 +10,8 @@
 // half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
 // reading device memory, stores past an allocation, the dynamic shared memory or a BN_SHARED array, a race
 // under the race check, a shuffle naming an exited or nonexistent lane, lanes at different shuffles, threads
-// at different __syncthreads, a misaligned float4 __ldg, grid y / block z over sm_90's limits) are reported
+// at different __syncthreads, a misaligned float4 __ldg, grid y / block z over sm_90's limits, half a warp at
+// an MMA) are reported
 // (run in forked children); a pageable-memory copy inside a graph capture is refused (also on a GPU). Speed: tests/cuda/bench_emu.c.
 #include "tests/test.h"
 #include "tests/cuda/emu_kernels.h"
@@ -496,6 +497,7 @@ int main(void) {
     run_bad(18, SIGABRT, "k_misaligned", "misaligned address: __ldg of a 16-byte-aligned type");
     run_bad(19, SIGABRT, "k_null_write", "invalid grid size (1,65536,1)");
     run_bad(20, SIGABRT, "k_null_write", "invalid block size (1,1,65)");
+    run_bad(21, SIGABRT, "warp divergence", "mma.sync m16n8k32");
 #ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself (and device memory is its heap there)
     run_bad(6, SIGSEGV, "k_null_write", "segmentation fault");
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
