@@ -19,23 +19,15 @@
 #ifndef BONSAI_CUDA_MMA_CUH
 #define BONSAI_CUDA_MMA_CUH
 
-#ifndef BN_HOST_DEVICE
-#ifdef __CUDACC__
-#define BN_HOST_DEVICE __host__ __device__
-#else
-#define BN_HOST_DEVICE
-#endif
-#endif
-
 // bn_mma_a_row / bn_mma_a_k: the row and k of byte j of A register r (0..3) held by lane `lane`.
-BN_HOST_DEVICE constexpr int bn_mma_a_row(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
-BN_HOST_DEVICE constexpr int bn_mma_a_k(int lane, int r, int j) { return 4 * (lane & 3) + j + 16 * (r >> 1); }
+__host__ __device__ constexpr int bn_mma_a_row(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+__host__ __device__ constexpr int bn_mma_a_k(int lane, int r, int j) { return 4 * (lane & 3) + j + 16 * (r >> 1); }
 // bn_mma_b_k / bn_mma_b_col: the k of byte j of B register r (0..1) and the column of lane `lane`.
-BN_HOST_DEVICE constexpr int bn_mma_b_k(int lane, int r, int j) { return 4 * (lane & 3) + j + 16 * r; }
-BN_HOST_DEVICE constexpr int bn_mma_b_col(int lane) { return lane >> 2; }
+__host__ __device__ constexpr int bn_mma_b_k(int lane, int r, int j) { return 4 * (lane & 3) + j + 16 * r; }
+__host__ __device__ constexpr int bn_mma_b_col(int lane) { return lane >> 2; }
 // bn_mma_c_row / bn_mma_c_col: the row and column of C/D register r (0..3) of lane `lane`.
-BN_HOST_DEVICE constexpr int bn_mma_c_row(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
-BN_HOST_DEVICE constexpr int bn_mma_c_col(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+__host__ __device__ constexpr int bn_mma_c_row(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
+__host__ __device__ constexpr int bn_mma_c_col(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
 
 #ifndef BONSAI_CUDA_EMU
 // bn_mma_s8_16x8x32: d = A·B + c for the warp's fragments (layout above); every lane of the warp must call it
