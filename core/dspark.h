@@ -197,6 +197,9 @@ typedef struct {
                         // drafter) instead of the target's device tap buffer (default; for tests/measurement)
     const int32_t *replay; // REPLAY only: the continuation after the prompt (token i = i-th generated),
     int n_replay;          //   the caller's, valid until bn_spec_free; proposals past its end are not made
+    bool argmax_only;      // the caller needs no step logits: steps with a greedy sampler (bn_sampler_is_greedy)
+                           // take each verified row's argmax from the engine (no logits copied to the host;
+                           // bn_spec_step_logits then returns NULL). Default false: logits kept (n_probs)
 } bn_spec_params;
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;
@@ -257,7 +260,8 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
 // (sample-and-compare). The last emitted token is the new id_last (not yet decoded by the target).
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen);
 // bn_spec_step_logits: the target's logits row that produced emitted token i (0 <= i < the count
-// the last bn_spec_generate_step returned), for log-probs (n_probs); [n_vocab] floats, valid until
+// the last bn_spec_generate_step returned; NULL when that step ran argmax-only, params.argmax_only),
+// for log-probs (n_probs); [n_vocab] floats, valid until
 // the next step. NULL for a bad i.
 const float *bn_spec_step_logits(const bn_spec *sp, int i);
 // bn_spec_step_drafts: the drafts the last bn_spec_generate_step verified (count in *n, 0 when it did not

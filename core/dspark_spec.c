@@ -41,6 +41,8 @@ struct bn_spec {
     int32_t *hist;          // [n_ctx] the token committed at each target position p < n_hist: the target's KV
     int n_hist;             //   rows and the drafter's context rows there belong to hist[0..p] (prompt cache)
     float *logits;          // [(n_max+1)][V]
+    int32_t *argmax;        // [n_max+1] each verified row's argmax (argmax-only steps)
+    bool last_argmax;       // the last step ran argmax-only: its logits rows are not valid
     float *taps;            // [max(n_max+1, 64)][C][E] host taps (NULL with dev_taps)
     bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
     float *dev_taps;        // device drafter: the target's device tap buffer (dops->target_taps), the same
@@ -163,6 +165,7 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     }
     const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
+    sp->argmax = xmalloc(sizeof(int32_t) * (size_t)(n_max + 1));
     sp->hist = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
     const int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
     sp->tap_rows = tap_rows;
@@ -213,6 +216,7 @@ void bn_spec_free(bn_spec *sp) {
     free(sp->own_ts);
     bn_engine_free(sp->own_e);
     free(sp->logits);
+    free(sp->argmax);
     free(sp->hist);
     if (sp->taps_pinned) sp->dops->host_free(sp->taps);
     else free(sp->taps);
@@ -222,7 +226,7 @@ void bn_spec_free(bn_spec *sp) {
 int bn_spec_n_past(const bn_spec *sp) { return sp->n_past; }
 
 const float *bn_spec_step_logits(const bn_spec *sp, int i) {
-    if (i < 0 || i >= sp->last_n) return NULL;
+    if (i < 0 || i >= sp->last_n || sp->last_argmax) return NULL;
     return sp->logits + (size_t)i * (size_t)sp->m->cfg.n_vocab;
 }
 const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
@@ -275,11 +279,11 @@ static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
 }
 
 // target_forward: runs tokens through the target (taps when drafting with DSpark, behind the pending rows)
-// and, with feed_drafter, commits the rows. logits may be NULL; snaps (NULL = none): the state after each
-// token (bn_engine_forward_snaps).
-static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits, bool all_logits, bool feed_drafter,
-                          bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
-    bn_forward_out out = {.logits = logits, .all_logits = all_logits};
+// and, with feed_drafter, commits the rows. logits and argmax (the rows' argmax) may be NULL; snaps (NULL =
+// none): the state after each token (bn_engine_forward_snaps).
+static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits, int32_t *argmax, bool all_logits,
+                          bool feed_drafter, bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
+    bn_forward_out out = {.logits = logits, .argmax = argmax, .all_logits = all_logits};
     const int pos0 = bn_engine_state_pos(sp->ts);
     const int row = make_room(sp, n, pos0, err, errlen);
     if (row < 0) return -1;
@@ -303,7 +307,7 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
 static int prefill_from(bn_spec *sp, const int32_t *prompt, int n, int from, char *err, size_t errlen) {
     for (int i = from; i < n - 1; i += 64) { // prompt[from..n−2] in chunks (taps buffer holds 64 rows)
         int nb = n - 1 - i < 64 ? n - 1 - i : 64;
-        if (target_forward(sp, prompt + i, nb, NULL, false, true, NULL, err, errlen) != 0) return -1;
+        if (target_forward(sp, prompt + i, nb, NULL, NULL, false, true, NULL, err, errlen) != 0) return -1;
         if (sp->os) {
             bn_forward_out none = {0};
             if (bn_engine_forward(sp->os, prompt + i, nb, &none, err, errlen) != 0) return -1;
@@ -403,13 +407,6 @@ static int choose_k(bn_spec *sp) {
 
 // ---- one round -------------------------------------------------------------------------------
 
-static int32_t argmax_lowest(const float *l, int n) {
-    int32_t b = 0;
-    for (int v = 1; v < n; v++)
-        if (l[v] > l[b]) b = v;
-    return b;
-}
-
 // oracle_draft: the target's own greedy continuation of id_last from the oracle state (which is
 // at n_past); the oracle state is returned to n_past afterwards. MEASUREMENT AID, not a drafter.
 static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t errlen) {
@@ -418,9 +415,9 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
     int32_t tok = sp->id_last;
     int n = 0;
     for (; n < k; n++) {
-        bn_forward_out out = {.logits = sp->logits};
+        bn_forward_out out = {.argmax = &drafts[n]}; // greedy: the engine's argmax (no logits to the host)
         if (bn_engine_forward(sp->os, &tok, 1, &out, err, errlen) != 0) break;
-        tok = drafts[n] = argmax_lowest(sp->logits, V);
+        tok = drafts[n];
         int every = sp->p.oracle_miss_every;
         if (every > 0 && ++sp->n_oracle_proposed % every == 0) { // deliberate miss; the chain stays wrong after it
             drafts[n] = (tok + 1) % V;
@@ -435,6 +432,9 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->last_n = 0;
     sp->last_nd = 0;
+    // greedy and no step logits wanted: the verify pass returns each row's argmax only
+    const bool argmax_only = sp->p.argmax_only && bn_sampler_is_greedy(smp);
+    sp->last_argmax = argmax_only;
     const int V = sp->m->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->ts);
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
@@ -471,21 +471,24 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
     if (nd > 0 && !vsnaps && bn_engine_snapshot_into(sp->ts, sp->pre, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
-    if (target_forward(sp, tok, nd + 1, sp->logits, true, false, vsnaps, err, errlen) != 0) return -1;
+    float *logits = argmax_only ? NULL : sp->logits;
+    int32_t *argmax = argmax_only ? sp->argmax : NULL;
+    if (target_forward(sp, tok, nd + 1, logits, argmax, true, false, vsnaps, err, errlen) != 0) return -1;
     sp->st.ms_verify += bn_time_ms() - t0;
-    // accept by sample-and-compare: t_j = sample(row j); accept d_j while it equals t_j
+    // accept by sample-and-compare: t_j = sample(row j) (argmax-only: the row's argmax, which is what the
+    // greedy sampler picks); accept d_j while it equals t_j
     int j = 0;
-    int32_t t = bn_sampler_sample(smp, sp->logits, V);
+    int32_t t = argmax_only ? argmax[0] : bn_sampler_sample(smp, logits, V);
     while (j < nd && t == tok[1 + j]) {
         j++;
-        t = bn_sampler_sample(smp, sp->logits + (size_t)j * V, V);
+        t = argmax_only ? argmax[j] : bn_sampler_sample(smp, logits + (size_t)j * V, V);
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)
     const int n_keep = j + 1;
     if (j < nd && !vsnaps) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
         double t1 = bn_time_ms();
         if (bn_engine_restore(sp->ts, sp->pre, err, errlen) != 0) return -1;
-        if (target_forward(sp, tok, n_keep, NULL, false, true, NULL, err, errlen) != 0) return -1;
+        if (target_forward(sp, tok, n_keep, NULL, NULL, false, true, NULL, err, errlen) != 0) return -1;
         sp->st.ms_rerun += bn_time_ms() - t1;
         sp->st.n_rerun++;
     } else {

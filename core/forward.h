@@ -63,7 +63,10 @@ void bn_snapshot_free(bn_snapshot *snap);
 // What bn_forward writes. Every pointer is optional (NULL = not wanted); the caller owns memory.
 typedef struct {
     float *logits;         // [n_out][n_vocab], n_out = all_logits ? n : 1 (the last token)
-    bool all_logits;       // also selects n_out for `hidden`
+    int32_t *argmax;       // [n_out]: each output row's argmax (ties -> lowest id); the engine computes the
+                           // logits for it even when `logits` is NULL (then they stay inside the engine:
+                           // the CUDA engines copy only these n_out ints to the host)
+    bool all_logits;       // also selects n_out for `hidden` and `argmax`
     const int *tap_layers; // [n_taps] layer indices (0-based)
     int n_taps;
     float *taps;           // [n][n_taps][n_embd]: residual stream AFTER each tap layer (every token)
@@ -72,6 +75,10 @@ typedef struct {
                            // position after each token: speculative verification restores the
                            // one after the last accepted token instead of re-running it
 } bn_forward_out;
+
+// bn_logits_argmax: the index of the largest of l[0..n) (the first on ties; n >= 1), the rule of
+// bn_forward_out.argmax and of greedy sampling.
+int32_t bn_logits_argmax(const float *l, int n);
 
 // bn_forward_check: bn_forward's input checks for a state at position pos with capacity n_ctx and
 // n_recurrent floats of recurrent state (token count, context overflow, token ids, tap layers,
@@ -91,7 +98,7 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
 // embedding and layers [0, n_layers) for n tokens at the state's position, then the residual stream
 // after the last of them into x_out {n_embd, n} (the input of layer n_layers on another backend).
 // out (optional): taps of layers < n_layers (other tap slots untouched) and snaps (bn_snapshot_new
-// of this state); logits and hidden must be NULL. Returns 0, or -1 with err filled (as bn_forward;
+// of this state); logits, argmax and hidden must be NULL. Returns 0, or -1 with err filled (as bn_forward;
 // the state is unchanged on error).
 int bn_forward_front(const bn_model *m, bn_state *s, const int32_t *tokens, int n, float *x_out,
                      const bn_forward_out *out, char *err, size_t errlen);

@@ -190,6 +190,8 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
     return c[pick].id;
 }
 
+bool bn_sampler_is_greedy(const bn_sampler *s) { return s->par.temperature <= 0.0f; }
+
 int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const float **probs) {
     *ids = s->out_ids;
     *probs = s->out_p;

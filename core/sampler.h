@@ -26,6 +26,10 @@ bn_sampler *bn_sampler_new(const bn_sampler_params *p);
 void bn_sampler_free(bn_sampler *s);
 // bn_sampler_reseed: restarts the RNG from seed.
 void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
+// bn_sampler_is_greedy: true when every bn_sampler_sample call returns the raw logits' argmax (ties →
+// lowest id, bn_logits_argmax): temperature <= 0 (top_k/top_p/min_p always keep the best candidate, so
+// they do not change the pick; only the candidate list for post_sampling_probs differs).
+bool bn_sampler_is_greedy(const bn_sampler *s);
 // bn_sampler_sample: one token id drawn from logits[0..n_vocab) (logits are not modified).
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
 

@@ -74,10 +74,15 @@ int bn_cuda_state_tap_buffer_read(bn_cuda_state *s, float *dst, size_t n_floats,
 // bn_cuda_host_tap_bytes: bytes of taps copied between host and device so far in this process (target
 // taps to host out->taps, host taps up in bn_cuda_drafter_process); device-buffer taps do not count.
 size_t bn_cuda_host_tap_bytes(void);
+// bn_cuda_host_logit_bytes: bytes of logits copied to the host (out->logits) so far in this process; a pass
+// asking for out->argmax only copies none.
+size_t bn_cuda_host_logit_bytes(void);
 
 // bn_cuda_forward: appends n tokens at the state's position and runs the model (n > 1: batched
 // prefill, recurrences token by token inside the kernels). out as in bn_forward (host buffers:
 // logits, hidden, taps; taps may also be the state's device tap buffer, bn_cuda_state_tap_buffer);
+// out->argmax: each output row's argmax computed on the device (bn_cu_argmax_rows; only those ints
+// cross, also inside the captured passes below).
 // out->snaps (host bn_snapshot) are filled by copying the device recurrent state down after every
 // token (slow; for tests and CPU-side rollback). One token with logits and/or taps into the device tap
 // buffer (nothing else) replays a captured CUDA graph of the step (as bn_cuda_decode_greedy does; one

@@ -4,6 +4,7 @@
 // the matrix kernels of cuda/mm.cuh.
 #include "cuda/common.cuh"
 #include "cuda/mm.cuh"
+#include "cuda/topk.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/upload.cuh"
 #include "cuda/cuda_engine.h"
@@ -169,6 +170,8 @@ struct step_graph {
     cudaGraphExec_t exec;
     int n;                             // tokens
     bool all_logits;                   // STEP_VERIFY: logits of every row (else the last)
+    bool argmax;                       // the argmax of each logits row into d_argmax (a pass captured with it
+                                       //   also serves requests without it)
     const float *taps;                 // the device tap buffer written (NULL: no taps)
     int n_taps;                        //   its slots per row,
     int tap_layers[MAX_GRAPH_TAPS];    //   the layer of each slot
@@ -185,6 +188,7 @@ struct bn_cuda_state {
     void *block;          // one device allocation holding every buffer below
     int *d_pos;           // [0] position of the next chunk's first token, [1] device tap buffer row of its taps
     int32_t *d_tokens;    // {n_batch} token ids of the chunk (the decode graph's argmax writes [0])
+    int32_t *d_argmax;    // {logit_rows} argmax of each row of `logits` (bn_forward_out.argmax)
     void **k_cache, **v_cache; // [n_layer] -> {n_head_kv*hd, n_ctx} fp32/fp16 (NULL on GDN layers)
     float **conv, **ssm;  // [n_layer] -> {K-1, conv_dim}, {dk, dv, Hv} inside `recurrent`
     float *recurrent;     // all conv windows and S matrices, contiguous
@@ -247,6 +251,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     int *d_pos = (int *)bn_cu_carve(c, 4 * sizeof(int));
     int32_t *d_tokens = (int32_t *)bn_cu_carve(c, B * sizeof(int32_t));
     float **d_snap_ptrs = (float **)bn_cu_carve(c, MAX_SNAPS * sizeof(float *));
+    int32_t *d_argmax = (int32_t *)bn_cu_carve(c, (size_t)s->logit_rows * sizeof(int32_t));
     const size_t L0 = (size_t)cm->first_layer; // caches only for the device's layers [L0, L)
     size_t n_rec = 0;
     for (size_t il = L0; il < L; il++)
@@ -254,7 +259,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     float *rec = (float *)bn_cu_carve(c, n_rec * sizeof(float));
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
-        s->d_snap_ptrs = d_snap_ptrs;
+        s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
             s->conv[il] = s->ssm[il] = NULL;
@@ -405,6 +410,21 @@ float *bn_cuda_state_tap_buffer(bn_cuda_state *s, int n_taps, int rows, char *er
 static std::atomic<size_t> host_tap_bytes{0};
 void bn_cu_count_host_tap_bytes(size_t bytes) { host_tap_bytes += bytes; }
 size_t bn_cuda_host_tap_bytes(void) { return host_tap_bytes.load(); }
+// Logits bytes copied to the host (out->logits of every CUDA pass).
+static std::atomic<size_t> host_logit_bytes{0};
+size_t bn_cuda_host_logit_bytes(void) { return host_logit_bytes.load(); }
+
+// copy_logits_down: rows of s->logits into host dst (counted in bn_cuda_host_logit_bytes), async.
+static cudaError_t copy_logits_down(bn_cuda_state *s, float *dst, int rows) {
+    const size_t bytes = sizeof(float) * (size_t)s->cm->cfg.n_vocab * (size_t)rows;
+    host_logit_bytes += bytes;
+    return cudaMemcpyAsync(dst, s->logits, bytes, cudaMemcpyDeviceToHost, s->stream);
+}
+
+// copy_argmax_down: d_argmax[0..rows) into host dst, async.
+static cudaError_t copy_argmax_down(bn_cuda_state *s, int32_t *dst, int rows) {
+    return cudaMemcpyAsync(dst, s->d_argmax, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost, s->stream);
+}
 
 // ---- snapshots ----------------------------------------------------------------------------------
 struct bn_cuda_snapshot {
@@ -634,11 +654,11 @@ static cudaError_t head_norm(bn_cuda_state *s, int first, int n_rows) {
                          s->stream);
 }
 
-// chunk_outputs: hidden / logits of this chunk's output rows copied to the host (see forward.c).
+// chunk_outputs: hidden / logits / their argmax of this chunk's output rows copied to the host (see forward.c).
 static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_total, const bn_forward_out *out) {
     const bn_config *c = &s->cm->cfg;
     const int H = c->n_embd, V = c->n_vocab;
-    if (!out || (!out->logits && !out->hidden)) return cudaSuccess;
+    if (!out || (!out->logits && !out->hidden && !out->argmax)) return cudaSuccess;
     int first, n_rows, out_row;
     if (out->all_logits) {
         first = 0, n_rows = nb, out_row = t_off;
@@ -650,11 +670,14 @@ static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_tota
     if (out->hidden)
         TRY(cudaMemcpyAsync(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows,
                             cudaMemcpyDeviceToHost, s->stream));
-    for (int r0 = 0; out->logits && r0 < n_rows; r0 += s->logit_rows) {
+    for (int r0 = 0; (out->logits || out->argmax) && r0 < n_rows; r0 += s->logit_rows) {
         const int rows = n_rows - r0 < s->logit_rows ? n_rows - r0 : s->logit_rows;
         TRY(mm(s, &s->cm->output, s->xn + (size_t)r0 * H, s->logits, rows));
-        TRY(cudaMemcpyAsync(out->logits + (size_t)(out_row + r0) * V, s->logits, sizeof(float) * V * rows,
-                            cudaMemcpyDeviceToHost, s->stream));
+        if (out->argmax) {
+            TRY(bn_cu_argmax_rows(s->logits, V, rows, s->d_argmax, s->stream));
+            TRY(copy_argmax_down(s, out->argmax + out_row + r0, rows));
+        }
+        if (out->logits) TRY(copy_logits_down(s, out->logits + (size_t)(out_row + r0) * V, rows));
     }
     return cudaSuccess;
 }
@@ -831,6 +854,7 @@ static step_graph graph_key(const bn_cuda_state *s, step_kind kind, int n, const
     memset(&key, 0, sizeof key);
     key.n = n;
     key.all_logits = kind == STEP_VERIFY && out && out->all_logits;
+    key.argmax = out && out->argmax;
     if (!out || !out->taps) return key;
     key.taps = s->dev_taps;
     key.n_taps = out->n_taps;
@@ -838,15 +862,17 @@ static step_graph graph_key(const bn_cuda_state *s, step_kind kind, int n, const
     return key;
 }
 
-// same_key: a and b bake in the same pass.
-static bool same_key(const step_graph *a, const step_graph *b) {
-    return a->n == b->n && a->all_logits == b->all_logits && a->taps == b->taps && a->n_taps == b->n_taps &&
-           memcmp(a->tap_layers, b->tap_layers, sizeof(int) * (size_t)a->n_taps) == 0;
+// serves_key: the captured pass g does what key asks for (the same pass, or that pass plus the argmax).
+static bool serves_key(const step_graph *g, const step_graph *key) {
+    return g->n == key->n && g->all_logits == key->all_logits && (g->argmax || !key->argmax) &&
+           g->taps == key->taps && g->n_taps == key->n_taps &&
+           memcmp(g->tap_layers, key->tap_layers, sizeof(int) * (size_t)g->n_taps) == 0;
 }
 
 // graph_body: key->n tokens from d_tokens (or the residual rows in s->x) at d_pos, their taps into key's
 // buffer and the logits of every row (all_logits) or the last into s->logits; STEP_VERIFY: the per-token
-// snapshots of d_snap_ptrs; STEP_GREEDY: the argmax of the logits into d_tokens[0]. The same launches as
+// snapshots of d_snap_ptrs; with key->argmax the argmax of each logits row into d_argmax; STEP_GREEDY: the
+// argmax of the logits into d_tokens[0]. The same launches as
 // the launch-by-launch path (run_layers + chunk_outputs), so the same results.
 static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph *key) {
     bn_forward_out taps_out;
@@ -858,6 +884,7 @@ static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph
     TRY(run_layers(s, n, tap_dst{key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY}));
     TRY(head_norm(s, first, rows));
     TRY(mm(s, &s->cm->output, s->xn, s->logits, rows));
+    if (key->argmax) TRY(bn_cu_argmax_rows(s->logits, s->cm->cfg.n_vocab, rows, s->d_argmax, s->stream));
     return kind == STEP_GREEDY ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
 }
 
@@ -874,11 +901,11 @@ static cudaError_t capture(bn_cuda_state *s, step_kind kind, const step_graph *k
     return e;
 }
 
-// replay: launches the captured pass of this kind and key (captured on first use, and again when its slot
-// holds another configuration); async on s->stream, inputs already uploaded.
+// replay: launches the captured pass of this kind serving key (captured on first use, and again when its
+// slot holds a pass that does not serve key); async on s->stream, inputs already uploaded.
 static cudaError_t replay(bn_cuda_state *s, step_kind kind, const step_graph *key) {
     step_graph *g = kind == STEP_VERIFY ? &s->verify[key->n] : &s->graphs[kind];
-    if (g->exec && !same_key(g, key)) drop_graph(g);
+    if (g->exec && !serves_key(g, key)) drop_graph(g);
     if (!g->exec) {
         cudaGraphExec_t exec = NULL;
         TRY(capture(s, kind, key, &exec));
@@ -901,25 +928,23 @@ static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, 
 }
 
 // run_verify_graph: replays the STEP_VERIFY pass of n tokens for out (inputs, snapshot pointers and tap row
-// uploaded) and copies its logits down; async on s->stream.
+// uploaded) and copies its logits and/or their argmax down; async on s->stream.
 static cudaError_t run_verify_graph(bn_cuda_state *s, int n, const bn_forward_out *out) {
     const step_graph key = graph_key(s, STEP_VERIFY, n, out);
     TRY(replay(s, STEP_VERIFY, &key));
-    if (!out || !out->logits) return cudaSuccess;
-    const size_t rows = key.all_logits ? (size_t)n : 1;
-    return cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab * rows, cudaMemcpyDeviceToHost,
-                           s->stream);
+    const int rows = key.all_logits ? n : 1;
+    if (out && out->argmax) TRY(copy_argmax_down(s, out->argmax, rows));
+    return out && out->logits ? copy_logits_down(s, out->logits, rows) : cudaSuccess;
 }
 
-// forward_one_graph: bn_cuda_forward of one token through the captured step of this kind (logits, if
-// wanted, copied down after it).
+// forward_one_graph: bn_cuda_forward of one token through the captured step of this kind (logits and/or
+// their argmax, if wanted, copied down after it).
 static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_forward_out *out, char *err,
                              size_t errlen) {
     cudaError_t e = start_taps(s, out);
     if (e == cudaSuccess) e = run_step_graph(s, in, kind, out);
-    if (e == cudaSuccess && out && out->logits)
-        e = cudaMemcpyAsync(out->logits, s->logits, sizeof(float) * s->cm->cfg.n_vocab, cudaMemcpyDeviceToHost,
-                            s->stream);
+    if (e == cudaSuccess && out && out->argmax) e = copy_argmax_down(s, out->argmax, 1);
+    if (e == cudaSuccess && out && out->logits) e = copy_logits_down(s, out->logits, 1);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward", err, errlen);
     s->pos += 1;

@@ -4,6 +4,7 @@
 // of TOPK_CHUNK candidates (k selection rounds over the chunk in shared memory); the block winners
 // are reduced the same way until one block remains.
 #include "cuda/mm_impl.cuh"
+#include "cuda/topk.cuh"
 
 #define ARGMAX_THREADS 1024
 #define TOPK_THREADS 256
@@ -40,8 +41,11 @@ __device__ __forceinline__ void block_best(float *v, int *i, float *redv, int *r
     }
 }
 
-// argmax_k: one block; 16-byte loads when x is 16-byte aligned, then the scalar tail.
+// argmax_k: block b scans row b of x (rows of n floats, contiguous) into out[b]; 16-byte loads when the row
+// is 16-byte aligned, then the scalar tail.
 __global__ void argmax_k(const float *__restrict__ x, int n, int32_t *__restrict__ out) {
+    x += (size_t)blockIdx.x * (size_t)n;
+    out += blockIdx.x;
     BN_SHARED(float, redv, 32);
     BN_SHARED(int, redi, 32);
     float bv = 0.0f;
@@ -107,6 +111,12 @@ __global__ void topk_k(const float *__restrict__ vals, const int32_t *__restrict
 cudaError_t bn_cu_argmax(const float *x, int n, int32_t *out, cudaStream_t s) {
     if (n <= 0) return cudaErrorInvalidValue;
     BN_LAUNCH(argmax_k, dim3(1), dim3(ARGMAX_THREADS), 0, s, x, n, out);
+    return cudaGetLastError();
+}
+
+cudaError_t bn_cu_argmax_rows(const float *x, int n, int rows, int32_t *out, cudaStream_t s) {
+    if (n <= 0 || rows <= 0) return cudaErrorInvalidValue;
+    BN_LAUNCH(argmax_k, dim3(rows), dim3(ARGMAX_THREADS), 0, s, x, n, out);
     return cudaGetLastError();
 }
 

@@ -48,10 +48,11 @@ static void unescape(char *s) {
 }
 
 // record_greedy: plain greedy decoding of n tokens after the prompt on ts (through bn_spec with no
-// drafts), into out; prints the native speed line. Returns 0 or -1 with err.
+// drafts, argmax-only steps: no logits cross to the host), into out; prints the native speed line.
+// Returns 0 or -1 with err.
 static int record_greedy(bn_engine_state *ts, const int32_t *prompt, int n_prompt, int32_t *out, int n, char *err,
                          size_t errlen) {
-    bn_spec_params none = {.type = BN_SPEC_NONE};
+    bn_spec_params none = {.type = BN_SPEC_NONE, .argmax_only = true};
     bn_spec *s = bn_spec_new_engine(ts, NULL, &none, err, errlen);
     if (!s) return -1;
     bn_sampler_params gp = bn_sampler_params_default();
@@ -77,7 +78,8 @@ static int record_greedy(bn_engine_state *ts, const int32_t *prompt, int n_promp
 int main(int argc, char **argv) {
     const char *mpath = NULL, *dpath = NULL, *prompt = NULL, *stype = NULL;
     int n_predict_max = 64, n_ctx = 4096, n_threads = 0, escapes = 0, n_gpu_layers = 0;
-    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true};
+    // argmax_only: this tool prints tokens only, so greedy steps (--temp 0) take the engine's argmax per row
+    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .argmax_only = true};
     bn_sampler_params smp = bn_sampler_params_default();
     smp.temperature = 0;
     for (int i = 1; i < argc; i++) {

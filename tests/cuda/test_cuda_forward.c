@@ -10,7 +10,8 @@
 // where the CPU's top-2 logits are within 1e-3 counts as a tie and ends the comparison), snapshot /
 // restore round trip (bit-identical continuation), host snapshots vs the CPU's, fp16 KV cache,
 // one-token steps with device-buffer taps and DSpark verify passes through captured graphs == launch by
-// launch (bit-identical, graph counters), and bad inputs (context overflow, bad token) leaving the state unchanged.
+// launch (bit-identical, graph counters), bad inputs (context overflow, bad token) leaving the state unchanged,
+// and argmax-only outputs (bn_forward_out.argmax) on every engine, with exact ties, no host logits copied.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "tests/cuda/compare.h"
@@ -671,6 +672,124 @@ static void engine_case(void) {
     bn_model_free(m);
 }
 
+// Argmax-only outputs (bn_forward_out.argmax). Per engine two states run the same passes: state a asks
+// for logits + argmax, state b for the argmax only (logits NULL: the CUDA engines copy only the ints).
+typedef struct {
+    int rows, rows_tied;    // output rows checked, and those whose max logit is an exact tie
+    int bad_a, bad_b;       // rows where a's argmax != argmax of a's logits (ties -> lowest), b's != a's
+    size_t bytes_a, bytes_b; // host logits bytes counted while a / b ran (bn_cuda_host_logit_bytes)
+} argmax_tally;
+
+// argmax_pass: n tokens through a (logits + argmax) and b (argmax only), all rows or the last, with per-token
+// snapshots when snaps (2 x n engine snapshots) is given; tallies the rows. Returns 0 or -1 (CHECKed).
+static int argmax_pass(bn_engine_state *a, bn_engine_state *b, const int32_t *tok, int n, bool all,
+                       bn_engine_snapshot *const *snaps, float *lg, int32_t *am_a, int32_t *am_b, argmax_tally *t) {
+    char err[512];
+    const int V = a->e->m->cfg.n_vocab, rows = all ? n : 1;
+    bn_forward_out oa = {.logits = lg, .argmax = am_a, .all_logits = all}, ob = {.argmax = am_b, .all_logits = all};
+    size_t b0 = bn_cuda_host_logit_bytes();
+    int rc = snaps ? bn_engine_forward_snaps(a, tok, n, &oa, snaps, err, sizeof err)
+                   : bn_engine_forward(a, tok, n, &oa, err, sizeof err);
+    size_t b1 = bn_cuda_host_logit_bytes();
+    if (rc == 0)
+        rc = snaps ? bn_engine_forward_snaps(b, tok, n, &ob, snaps + n, err, sizeof err)
+                   : bn_engine_forward(b, tok, n, &ob, err, sizeof err);
+    t->bytes_a += b1 - b0, t->bytes_b += bn_cuda_host_logit_bytes() - b1;
+    CHECK(rc == 0, "%s argmax pass of %d: %s", bn_engine_name(a->e), n, err);
+    for (int r = 0; rc == 0 && r < rows; r++) {
+        const float *row = lg + (size_t)r * V;
+        const int32_t want = bn_logits_argmax(row, V);
+        t->rows++;
+        t->rows_tied += want + 1 < V && row[want + 1] == row[want];
+        t->bad_a += am_a[r] != want;
+        t->bad_b += am_b[r] != am_a[r];
+    }
+    return rc;
+}
+
+// argmax_engine: prefill of 9 tokens (all rows), 3 tokens (last row), 4 one-token steps (captured graphs on
+// CUDA) and 2 verify passes of 4 tokens with snapshots (captured verify graphs), each followed by a rollback;
+// graphs off (CUDA engine only) runs the same launch by launch.
+static void argmax_engine(bn_engine *e, bool graphs_off, argmax_tally *t) {
+    char err[512];
+    const int V = e->m->cfg.n_vocab;
+    bn_engine_state *a = bn_engine_state_new(e, N_CTX, err, sizeof err), *b = bn_engine_state_new(e, N_CTX, err, sizeof err);
+    if (!a || !b) bn_die("argmax states: %s", err);
+    if (graphs_off) bn_cuda_state_use_graphs((bn_cuda_state *)a->st, 0), bn_cuda_state_use_graphs((bn_cuda_state *)b->st, 0);
+    float *lg = xmalloc(sizeof(float) * V * 9);
+    int32_t am_a[9], am_b[9], tok[9];
+    bn_engine_snapshot *snaps[8];
+    for (int i = 0; i < 8; i++)
+        if (!(snaps[i] = bn_engine_snapshot_new(i < 4 ? a : b, err, sizeof err))) bn_die("argmax snapshot: %s", err);
+    for (int i = 0; i < 9; i++) tok[i] = (int32_t)((i * 71 + 5) % V);
+    int rc = argmax_pass(a, b, tok, 9, true, NULL, lg, am_a, am_b, t);
+    if (rc == 0) rc = argmax_pass(a, b, tok, 3, false, NULL, lg, am_a, am_b, t);
+    for (int i = 0; rc == 0 && i < 4; i++) {
+        int32_t next = am_a[0];
+        rc = argmax_pass(a, b, &next, 1, i % 2 == 0, NULL, lg, am_a, am_b, t);
+    }
+    for (int round = 0; rc == 0 && round < 2; round++) {
+        int32_t v[4] = {am_a[0], (am_a[0] * 3 + 1) % V, (am_a[0] * 5 + 2) % V, (am_a[0] * 7 + 3) % V};
+        rc = argmax_pass(a, b, v, 4, true, snaps, lg, am_a, am_b, t);
+        if (rc == 0) rc = bn_engine_restore(a, snaps[1], err, sizeof err) | bn_engine_restore(b, snaps[5], err, sizeof err);
+        CHECK(rc == 0, "argmax rollback: %s", err);
+        am_a[0] = am_a[1];
+    }
+    if (!strcmp(bn_engine_name(e), "CUDA")) { // which path ran: 4 one-token steps + 2 verify passes per state
+        int64_t replays[2];
+        bn_cuda_state_graph_counts((bn_cuda_state *)a->st, &replays[0], NULL);
+        bn_cuda_state_graph_counts((bn_cuda_state *)b->st, &replays[1], NULL);
+        const int64_t want = graphs_off ? 0 : 6;
+        CHECK(replays[0] == want && replays[1] == want, "argmax states replayed %lld / %lld graphs (want %lld)",
+              (long long)replays[0], (long long)replays[1], (long long)want);
+    }
+    for (int i = 0; i < 8; i++) bn_engine_snapshot_free(snaps[i]);
+    bn_engine_state_free(a);
+    bn_engine_state_free(b);
+    free(lg);
+}
+
+// argmax_case: bn_forward_out.argmax on the CPU, CUDA (graphs on and off) and CPU+CUDA engines of the tiny
+// F32 model whose output head has every odd row a copy of the even row before it, so every logits row's max
+// is an exact tie (ids 2k and 2k + 1) wherever the engine computes both rows alike (counted, must happen):
+// the argmax must be the lower id, equal to bn_logits_argmax of the logits (0 rows may differ), the
+// argmax-only state must agree with it, and on the CUDA engines no logits bytes reach the host for it.
+static void argmax_case(void) {
+    char path[320], err[512];
+    if (!make_model("tiny", "F32", path, sizeof path)) return;
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    CHECK(m && m->w.output.type == BN_F32, "argmax model: %s", m ? "head is not F32" : err);
+    if (!m || m->w.output.type != BN_F32) return;
+    const int V = m->cfg.n_vocab, H = m->cfg.n_embd;
+    float *head = xmalloc(sizeof(float) * (size_t)V * H);
+    memcpy(head, m->w.output.data, sizeof(float) * (size_t)V * H);
+    for (int v = 1; v < V; v += 2) memcpy(head + (size_t)v * H, head + (size_t)(v - 1) * H, sizeof(float) * H);
+    m->w.output.data = head; // a private copy (no longer tied to token_embd)
+    const int ngl[3] = {0, 99, m->cfg.n_layer / 2};
+    for (int k = 0; k < 3; k++) {
+        bn_engine *e = bn_engine_open(m, ngl[k], 2, err, sizeof err);
+        CHECK(e != NULL, "argmax engine -ngl %d: %s", ngl[k], err);
+        if (!e) continue;
+        for (int off = 0; off < (k == 1 ? 2 : 1); off++) {
+            argmax_tally t = {0};
+            argmax_engine(e, off == 1, &t);
+            printf("argmax %-8s%s: %d rows (%d with an exact tie at the max), %d argmax != argmax(logits), %d "
+                   "argmax-only != logits mode; host logits bytes %zu (logits mode), %zu (argmax only)\n",
+                   bn_engine_name(e), off ? " graphs off" : "", t.rows, t.rows_tied, t.bad_a, t.bad_b, t.bytes_a,
+                   t.bytes_b);
+            CHECK(t.rows == 22 && t.bad_a == 0 && t.bad_b == 0, "%s argmax: %d/%d rows wrong", bn_engine_name(e),
+                  t.bad_a + t.bad_b, t.rows);
+            CHECK(t.rows_tied > 0, "%s argmax: no exact tie exercised", bn_engine_name(e));
+            if (k > 0) CHECK(t.bytes_b == 0 && t.bytes_a == (size_t)t.rows * V * sizeof(float),
+                             "%s: host logits bytes %zu in argmax-only passes (want 0), %zu with logits (want %zu)",
+                             bn_engine_name(e), t.bytes_b, t.bytes_a, (size_t)t.rows * V * sizeof(float));
+        }
+        bn_engine_free(e);
+    }
+    bn_model_free(m);
+    free(head);
+}
+
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
 // greedy, 150-token context, snapshots, fp16 KV, graph taps, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
 // Q1_0), "quick" (F32 case +
@@ -708,6 +827,7 @@ int main(int argc, char **argv) {
         graph_taps_case();
         graph_verify_case();
         engine_case();
+        argmax_case();
     }
     printf("elapsed %.1f s\n", (bn_time_ms() - t0) / 1000.0);
     char cmd[300];

@@ -6,7 +6,9 @@
 // every 3rd proposal wrong: partial acceptance). Across engines: the oracle runs' counters
 // (steps, drafted, accepted, acc_pos) are identical, and CUDA's plain greedy tokens equal the
 // CPU's (F32 weights: logits agree to ~2e-5, notes/cuda.md). First, bn_engine_forward_snaps
-// itself: taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot.
+// itself: taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot. Every run
+// again with params.argmax_only (verify passes return each row's argmax only): the same tokens and
+// counters (re-runs included), no step logits, and on CUDA no logits bytes copied to the host.
 // With the arguments `tool BIN` (BIN relative to BONSAI_BUILD_ROOT, a CUDA-linked
 // bonsai-speculative): BIN -ngl 99 prints the same greedy text and draft counters as
 // tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec`/`cuda_spec_tool` on a real GPU
@@ -22,15 +24,24 @@
 static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
 #define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
 
-// run_spec: greedy speculative generation of >= N_GEN tokens on e; fills gen and *st.
-static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every, int32_t *gen, bn_spec_stats *st) {
+// run_spec: greedy speculative generation of >= N_GEN tokens on e (argmax_only: params.argmax_only); fills
+// gen and *st; *logit_bytes = host logits bytes of the CUDA engine during the run; CHECKs that every step
+// had step logits (logits mode) or none (argmax only).
+static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every, bool argmax_only, int32_t *gen,
+                     bn_spec_stats *st, size_t *logit_bytes) {
     char err[256];
     bn_engine_state *ts = bn_engine_state_new(e, N_CTX, err, sizeof err);
     if (!ts) bn_die("state: %s", err);
-    bn_spec_params p = {.type = type, .n_max = 4, .n_threads = 2, .oracle_miss_every = miss_every};
+    bn_spec_params p = {.type = type, .n_max = 4, .n_threads = 2, .oracle_miss_every = miss_every,
+                        .argmax_only = argmax_only};
     bn_spec *sp = bn_spec_new_engine(ts, d, &p, err, sizeof err);
     if (!sp) bn_die("spec_new: %s", err);
-    fx_spec_greedy(sp, prompt, N_PROMPT, N_GEN, gen);
+    const size_t bytes0 = bn_cuda_host_logit_bytes();
+    int n_steps = 0, n_rows = 0;
+    fx_spec_greedy_rows(sp, prompt, N_PROMPT, N_GEN, gen, &n_steps, &n_rows);
+    *logit_bytes = bn_cuda_host_logit_bytes() - bytes0;
+    CHECK(n_rows == (argmax_only ? 0 : n_steps), "%s %s: step logits after %d of %d steps", bn_engine_name(e),
+          argmax_only ? "argmax-only" : "logits mode", n_rows, n_steps);
     CHECK(bn_spec_n_past(sp) == bn_engine_state_pos(ts), "%s: spec n_past %d != target position %d",
           bn_engine_name(e), bn_spec_n_past(sp), bn_engine_state_pos(ts));
     *st = *bn_spec_stats_get(sp);
@@ -88,6 +99,7 @@ static int first_diff(const int32_t *a, const int32_t *b, int n) {
     return -1;
 }
 
+// same_counters: the acceptance counters agree (re-runs are engine-specific: CPU only).
 static bool same_counters(const bn_spec_stats *a, const bn_spec_stats *b) {
     return a->n_steps == b->n_steps && a->n_rounds_spec == b->n_rounds_spec && a->n_drafted == b->n_drafted &&
            a->n_accept == b->n_accept && memcmp(a->acc_pos, b->acc_pos, sizeof a->acc_pos) == 0;
@@ -168,10 +180,24 @@ int main(int argc, char **argv) {
         bn_spec_stats st[2];
         for (int e = 0; e < 2; e++) {
             const char *en = bn_engine_name(eng[e]);
-            run_spec(eng[e], runs[r].type == BN_SPEC_DSPARK ? d : NULL, runs[r].type, runs[r].miss_every, gen, &st[e]);
+            const bn_drafter *dr = runs[r].type == BN_SPEC_DSPARK ? d : NULL;
+            size_t bytes, bytes_am;
+            run_spec(eng[e], dr, runs[r].type, runs[r].miss_every, false, gen, &st[e], &bytes);
             print_stats(runs[r].what, en, &st[e]);
             diff = first_diff(ref[e], gen, N_GEN);
             CHECK(diff < 0, "%s on %s: first difference from plain greedy at token %d", runs[r].what, en, diff);
+            bn_spec_stats st_am;
+            run_spec(eng[e], dr, runs[r].type, runs[r].miss_every, true, gen, &st_am, &bytes_am);
+            printf("%-22s %-4s: argmax-only %s counters, host logits bytes %zu (logits mode %zu)\n", runs[r].what, en,
+                   same_counters(&st[e], &st_am) && st[e].n_rerun == st_am.n_rerun ? "same" : "DIFFERENT", bytes_am,
+                   bytes);
+            diff = first_diff(ref[e], gen, N_GEN);
+            CHECK(diff < 0, "%s on %s argmax-only: first difference from plain greedy at token %d", runs[r].what, en,
+                  diff);
+            CHECK(same_counters(&st[e], &st_am) && st[e].n_rerun == st_am.n_rerun,
+                  "%s on %s: argmax-only counters differ from the logits mode", runs[r].what, en);
+            if (e == 1) CHECK(bytes_am == 0 && bytes > 0, "%s on CUDA: %zu host logits bytes in argmax-only mode (want 0; "
+                              "logits mode %zu)", runs[r].what, bytes_am, bytes);
             CHECK(st[e].n_emitted == st[e].n_accept + st[e].n_steps && st[e].n_accept <= st[e].n_drafted,
                   "%s on %s: counter relations", runs[r].what, en);
             // CPU rolls back by re-running the accepted prefix, CUDA by restoring a per-token snapshot

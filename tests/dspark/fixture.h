@@ -112,22 +112,36 @@ static inline int fx_plain_greedy(const bn_model *m, const int32_t *prompt, int 
     return 0;
 }
 
-// fx_spec_greedy: prefills sp with prompt and generates greedily (temperature 0) until at least
-// n_gen tokens; writes them to gen (room for n_gen + 64). Returns the count; dies on an error.
-static inline int fx_spec_greedy(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen) {
+// fx_spec_greedy_rows: prefills sp with prompt and generates greedily (temperature 0) until at least
+// n_gen tokens; writes them to gen (room for n_gen + 64); *n_steps (may be NULL) = steps made,
+// *n_rows (may be NULL) = steps after which bn_spec_step_logits gave every emitted token's logits row
+// (0 in argmax-only mode). Returns the token count; dies on an error.
+static inline int fx_spec_greedy_rows(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen,
+                                      int *n_steps, int *n_rows) {
     bn_sampler_params sparams = bn_sampler_params_default();
     sparams.temperature = 0;
     bn_sampler *smp = bn_sampler_new(&sparams);
     char err[256];
     if (bn_spec_prefill(sp, prompt, n_prompt, err, sizeof err) != 0) bn_die("prefill: %s", err);
-    int n = 0;
+    int n = 0, steps = 0, rows = 0;
     int32_t out[64];
     while (n < n_gen) {
         int k = bn_spec_generate_step(sp, smp, out, 64, err, sizeof err);
         if (k < 1) bn_die("step: %s", err);
+        steps++;
+        bool all_rows = true;
+        for (int i = 0; i < k; i++) all_rows = all_rows && bn_spec_step_logits(sp, i) != NULL;
+        rows += all_rows;
         for (int i = 0; i < k; i++) gen[n++] = out[i];
     }
     bn_sampler_free(smp);
+    if (n_steps) *n_steps = steps;
+    if (n_rows) *n_rows = rows;
     return n;
+}
+
+// fx_spec_greedy: fx_spec_greedy_rows without the step counts.
+static inline int fx_spec_greedy(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen) {
+    return fx_spec_greedy_rows(sp, prompt, n_prompt, n_gen, gen, NULL, NULL);
 }
 #endif

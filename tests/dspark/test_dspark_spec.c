@@ -2,7 +2,9 @@
 // qwen35 target (F32): greedy speculative output token-identical to plain decoding for 80 tokens
 // with a random DSpark drafter (fixed and adaptive draft length) and with the oracle drafter
 // (acceptance ≥ 95% there); rollback (snapshot, longer verify batch, restore, re-run) leaves a
-// bit-identical recurrent state and KV cache; §7 counter relations.
+// bit-identical recurrent state and KV cache; §7 counter relations; argmax-only verification
+// (params.argmax_only with a greedy sampler) gives the same tokens and counters as the logits mode and no
+// step logits.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/forward_impl.h"
@@ -194,6 +196,42 @@ int main(void) {
         bn_spec_free(sp);
     }
     CHECK(same(g1, g2, N_GEN) < 0, "temperature sampling with one seed must repeat");
+
+    // 6. argmax-only steps (the engine's per-row argmax, no step logits) vs the logits mode: the same
+    //    tokens and the same counters (random drafter: rejections + re-runs; oracle with misses: partial
+    //    acceptance), bn_spec_step_logits NULL after every argmax-only step and set after every logits step
+    const struct {
+        const char *what;
+        int type, miss_every;
+    } am_runs[] = {{"dspark n_max 4", BN_SPEC_DSPARK, 0}, {"oracle miss 1/3", BN_SPEC_ORACLE, 3}};
+    for (int r = 0; r < 2; r++) {
+        bn_spec_stats sts[2];
+        int32_t gens[2][N_GEN + 64];
+        for (int mode = 0; mode < 2; mode++) { // 0: logits, 1: argmax only
+            bn_spec_params p = {.type = am_runs[r].type, .n_max = 4, .n_threads = 2,
+                                .oracle_miss_every = am_runs[r].miss_every, .argmax_only = mode == 1};
+            sp = bn_spec_new(m, ts, am_runs[r].type == BN_SPEC_DSPARK ? d : NULL, &p, err, sizeof err);
+            if (!sp) bn_die("spec_new: %s", err);
+            int n_steps = 0, n_rows = 0;
+            fx_spec_greedy_rows(sp, prompt, N_PROMPT, N_GEN, gens[mode], &n_steps, &n_rows);
+            sts[mode] = *bn_spec_stats_get(sp);
+            CHECK(n_rows == (mode ? 0 : n_steps), "%s %s: step logits after %d of %d steps", am_runs[r].what,
+                  mode ? "argmax-only" : "logits", n_rows, n_steps);
+            bn_spec_free(sp);
+        }
+        diff = same(ref, gens[1], N_GEN);
+        CHECK(diff < 0, "%s argmax-only: first difference from plain greedy at token %d", am_runs[r].what, diff);
+        const bn_spec_stats *a = &sts[0], *b = &sts[1];
+        const bool same_st = a->n_steps == b->n_steps && a->n_drafted == b->n_drafted && a->n_accept == b->n_accept &&
+                             a->n_rerun == b->n_rerun && memcmp(a->acc_pos, b->acc_pos, sizeof a->acc_pos) == 0;
+        printf("%s argmax-only: steps %lld drafted %lld accepted %lld reruns %lld (logits mode: %lld %lld %lld %lld)\n",
+               am_runs[r].what, (long long)b->n_steps, (long long)b->n_drafted, (long long)b->n_accept,
+               (long long)b->n_rerun, (long long)a->n_steps, (long long)a->n_drafted, (long long)a->n_accept,
+               (long long)a->n_rerun);
+        CHECK(same_st, "%s: argmax-only counters differ from the logits mode", am_runs[r].what);
+        CHECK(b->n_accept > 0 || am_runs[r].type == BN_SPEC_DSPARK, "oracle accepted nothing");
+        CHECK(b->n_rerun > 0, "%s: rejections exercised", am_runs[r].what);
+    }
 
     rollback_check(m);
 
