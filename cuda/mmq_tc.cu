@@ -86,8 +86,8 @@ template <> struct tc_wunit<BN_CU_Q2_0_P> : tc_q2<64, 18, true> {};
 template <> struct tc_wunit<BN_CU_PQ2_0_P> : tc_q2<128, 34, true> {};
 
 // mmq_tc: G column groups of 8 (nb <= 8·G), MT 16-row tiles per warp, MMA_WARPS warps per block splitting the
-// units; output column c of weight row r: y[c·ne1 + r]. __launch_bounds__(128, 3): <= 170 registers (ptxas put
-// the Q2_0 G 4 variants at 128 with spills without the minimum; sm_90: 56-162 registers, no spills).
+// units; output column c of weight row r: y[c·ne1 + r]. __launch_bounds__(128, 3): <= 170 registers (without the
+// minimum ptxas put some G 4 variants at 128 with spills; sm_90 now: 94-168 registers, no spills, cuda/resources.sh).
 template <int T, int G, int MT>
 static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
     mmq_tc(bn_mmvq_targets tg, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
@@ -174,7 +174,7 @@ static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
 
 template <int T, int G>
 static cudaError_t launch_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
-                      cudaStream_t s) {
+                             cudaStream_t s) {
     constexpr int MT = G >= 4 ? 1 : MMA_MT; // G 4 at MT 2: Q1_0 spilled under the 170-register bound
     const bn_mmvq_targets tg = bn_mmvq_make_targets(w, y, n, 16 * MT);
     if (tg.first_block[n] == 0) return cudaSuccess;
