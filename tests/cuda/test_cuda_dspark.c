@@ -328,7 +328,9 @@ static void check_tap_rows(bn_engine *e, const bn_drafter *d, const int32_t *gen
 // and so do the verify passes (<= 4 tokens): with n_max 0 and adaptive (n_max 3, the random drafter switches
 // itself off) every step replays a captured graph of the target (taps into the device tap buffer, per-token
 // device snapshots); both outputs == plain greedy. With n_max 0 the taps of the k = 0 steps (deferred for
-// the drafter) sit in their own rows of the tap buffer (check_tap_rows).
+// the drafter) sit in their own rows of the tap buffer (check_tap_rows). Adaptive again with argmax-only
+// verification (params.argmax_only: the argmax inside the captured passes): every step replays, the same
+// tokens, and no logits bytes reach the host (bn_cuda_host_logit_bytes).
 static int part_graph(void) {
     char tpath[512], dpath[512], err[512];
     bn_model *m;
@@ -338,16 +340,22 @@ static int part_graph(void) {
     if (!e) bn_die("engine: %s", err);
     int32_t ref[N_GEN], gen[N_GEN + 64];
     fx_engine_greedy(e, prompt, N_PROMPT, N_GEN, ref);
-    const bn_spec_params ps[2] = {{.type = BN_SPEC_DSPARK, .n_max = 0, .n_threads = 2},
-                                  {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true}};
+    const bn_spec_params ps[3] = {{.type = BN_SPEC_DSPARK, .n_max = 0, .n_threads = 2},
+                                  {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true},
+                                  {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true,
+                                   .argmax_only = true}};
     run_probe probe = {.taps = xmalloc(sizeof(float) * 64 * d->cfg.n_taps * d->cfg.n_embd)};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         bn_spec_stats st;
         probe.replays = -1;
+        const size_t bytes0 = bn_cuda_host_logit_bytes();
         run(e, d, ps[i], N_GEN, gen, &st, &probe);
+        const size_t logit_bytes = bn_cuda_host_logit_bytes() - bytes0;
         const long long k0 = (long long)(st.n_steps - st.n_rounds_spec); // steps that verified no draft
-        printf("%s: %lld steps, %lld without drafts, %lld graph replays (n_max now %d)\n",
-               i ? "adaptive n_max 3" : "n_max 0", (long long)st.n_steps, k0, (long long)probe.replays, st.n_max_now);
+        printf("%s: %lld steps, %lld without drafts, %lld graph replays (n_max now %d), host logits bytes %zu\n",
+               i == 2 ? "adaptive argmax-only" : i ? "adaptive n_max 3" : "n_max 0", (long long)st.n_steps, k0,
+               (long long)probe.replays, st.n_max_now, logit_bytes);
+        CHECK(i == 2 ? logit_bytes == 0 : logit_bytes > 0, "run %d: %zu host logits bytes", i, logit_bytes);
         int diff = first_diff(ref, gen, N_GEN);
         CHECK(diff < 0, "%s: output differs from plain greedy at token %d", i ? "adaptive" : "n_max 0", diff);
         CHECK(probe.replays == st.n_steps, "%s: %lld graph replays for %lld steps (%lld without drafts): every step "
