@@ -168,10 +168,11 @@ int main(void) {
     bn_spec_free(sp);
 
     // 5. temperature 0.8 (sample-and-compare): same seed → same tokens; counters consistent;
-    //    every emitted token's logits row is available
+    //    every emitted token's logits row is available (also in the second run, which sets argmax_only:
+    //    a sampling sampler is not greedy, so it keeps the logits mode)
     int32_t g1[N_GEN + 64], g2[N_GEN + 64];
     for (int rep = 0; rep < 2; rep++) {
-        bn_spec_params p = {.type = BN_SPEC_ORACLE, .n_max = 4, .n_threads = 2};
+        bn_spec_params p = {.type = BN_SPEC_ORACLE, .n_max = 4, .n_threads = 2, .argmax_only = rep == 1};
         sp = bn_spec_new(m, ts, NULL, &p, err, sizeof err);
         bn_sampler_params sparams = bn_sampler_params_default();
         sparams.temperature = 0.8f;
