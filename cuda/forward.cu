@@ -212,6 +212,7 @@ struct bn_cuda_state {
     step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
     step_graph verify[BN_CU_MMVQ_MAX_NB + 1]; // captured STEP_VERIFY passes, by token count
     bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): steps and verify passes launch kernel by kernel
+    bool no_fuse;         // env BONSAI_CUDA_FUSE=0 at creation: every matmul group quantizes its own input (fused_q8)
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
 };
 
@@ -315,6 +316,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->logit_rows = s->n_batch < MAX_LOGIT_ROWS ? s->n_batch : MAX_LOGIT_ROWS;
     s->n_splits = n_ctx / 32 < 1 ? 1 : n_ctx / 32 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 32;
     s->tap_row = -1;
+    const char *fuse = getenv("BONSAI_CUDA_FUSE");
+    s->no_fuse = fuse && !strcmp(fuse, "0");
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
@@ -501,14 +504,50 @@ static cudaError_t mm(bn_cuda_state *s, const bn_cu_weight *w, const float *x, f
     return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
 }
 
-// mm_multi: y[i] = W[i]·xn for n weights of the same input (one activation quantization, one launch
-// per run of equal types on the decode path).
-static cudaError_t mm_multi(bn_cuda_state *s, const bn_cu_weight *const *w, int n, float *const *y, int nb) {
-    return bn_cu_matmul_multi(w, n, s->xn, y, nb, s->mm_scratch, s->blas, s->stream);
+// fused_q8: where the producer of the input of W[0..n) writes its Q8 activations (*q, in the state's matmul
+// scratch) so that the group skips its quantize launch; returns q, or NULL when the group quantizes (or converts)
+// its own input: fusion off (BONSAI_CUDA_FUSE=0), nb on the GEMM path, a float first weight (a later weight of
+// another element order quantizes the producer's fp32 output itself).
+static const bn_q8_out *fused_q8(bn_cuda_state *s, const bn_cu_weight *const *w, int n, int nb, bn_q8_out *q) {
+    return !s->no_fuse && bn_cu_q8_fusable(w, n, nb, s->mm_scratch, q) ? q : NULL;
 }
 
-// attention_layer: s->mo = attention(s->xn) for nb tokens at d_pos.., appending to the KV cache.
-static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
+// mm_from: y[i] = W[i]·x for the n weights of one input: from the Q8 activations its producer left in the scratch
+// when q8 (fused_q8 of the same group), else from x.
+static cudaError_t mm_from(bn_cuda_state *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
+                           int nb, const bn_q8_out *q8) {
+    if (q8) return bn_cu_matmul_multi_q8(w, n, x, y, nb, s->mm_scratch, s->stream);
+    return bn_cu_matmul_multi(w, n, x, y, nb, s->mm_scratch, s->blas, s->stream);
+}
+
+// mixer_inputs: the weights layer il's mixer multiplies xn by, into ws (4 slots); returns their count.
+static int mixer_inputs(const bn_cuda_state *s, int il, const bn_cu_weight **ws) {
+    const cu_layer *L = &s->cm->layers[il];
+    if (s->cm->cfg.is_recurrent[il]) {
+        ws[0] = &L->attn_qkv, ws[1] = &L->attn_gate, ws[2] = &L->ssm_beta, ws[3] = &L->ssm_alpha;
+        return 4;
+    }
+    ws[0] = &L->attn_q, ws[1] = &L->attn_k, ws[2] = &L->attn_v;
+    return 3;
+}
+
+// mixer_q8: fused_q8 for the input of layer il's mixer (the norm before it writes the Q8 activations).
+static const bn_q8_out *mixer_q8(bn_cuda_state *s, int il, int nb, bn_q8_out *q) {
+    const bn_cu_weight *ws[4];
+    const int n = mixer_inputs(s, il, ws);
+    return fused_q8(s, ws, n, nb, q);
+}
+
+// ffn_q8: fused_q8 for ffn gate|up of layer il.
+static const bn_q8_out *ffn_q8(bn_cuda_state *s, int il, int nb, bn_q8_out *q) {
+    const cu_layer *L = &s->cm->layers[il];
+    const bn_cu_weight *ws[] = {&L->ffn_gate, &L->ffn_up};
+    return fused_q8(s, ws, 2, nb, q);
+}
+
+// attention_layer: s->mo = attention(s->xn) for nb tokens at d_pos.., appending to the KV cache; xq8: xn's Q8
+// activations are already in the scratch (mixer_q8).
+static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8_out *xq8) {
     const bn_config *c = &s->cm->cfg;
     const cu_layer *L = &s->cm->layers[il];
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, kv_dim = nkv * hd;
@@ -516,9 +555,10 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
     const int head_stride = gated ? 2 * hd : hd, q_stride = nh * head_stride;
     const float theta_scale = powf(c->rope_base, -2.0f / (float)c->n_rot);
     float *qg = s->qg, *kb = s->kb, *vb = s->vb; // qg per head: query [, gate]
-    const bn_cu_weight *ws[] = {&L->attn_q, &L->attn_k, &L->attn_v};
+    const bn_cu_weight *ws[4];
+    const int n_in = mixer_inputs(s, il, ws);
     float *const ys[] = {qg, kb, vb};
-    TRY(mm_multi(s, ws, 3, ys, nb));
+    TRY(mm_from(s, ws, n_in, s->xn, ys, nb, xq8));
     if (L->q_bias) TRY(bn_cu_add_bias(qg, L->q_bias, q_stride, nb, s->stream));
     if (L->k_bias) TRY(bn_cu_add_bias(kb, L->k_bias, kv_dim, nb, s->stream));
     if (L->v_bias) TRY(bn_cu_add_bias(vb, L->v_bias, kv_dim, nb, s->stream));
@@ -532,36 +572,45 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb) {
 }
 
 // gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S (copied
-// after each token t to snaps[t] when snaps, a device pointer table, is not NULL).
-static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *snaps) {
+// after each token t to snaps[t] when snaps, a device pointer table, is not NULL); xq8 as attention_layer.
+// The gated norm writes ssm_out's Q8 activations when that fuses (dk a multiple of 32).
+static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *snaps, const bn_q8_out *xq8) {
     const bn_config *c = &s->cm->cfg;
     const cu_layer *L = &s->cm->layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
     const int conv_dim = 2 * Hk * dk + Hv * dk;
     // mix {conv_dim, nb}, z {Hv*dv, nb}, beta and alpha logits {Hv, nb}
     float *mix = s->qg, *z = s->z, *bb = s->bb, *ab = s->ab;
-    const bn_cu_weight *ws[] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
+    const bn_cu_weight *ws[4];
+    const int n_in = mixer_inputs(s, il, ws);
     float *const ys[] = {mix, z, bb, ab};
-    TRY(mm_multi(s, ws, 4, ys, nb));
+    TRY(mm_from(s, ws, n_in, s->xn, ys, nb, xq8));
     const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
     TRY(bn_cu_gdn_conv_norm(mix, s->conv[il], L->conv1d, Hk, Hv, dk, c->ssm_conv_kernel, nb, c->norm_eps,
                             1.0f / sqrtf((float)dk), snaps, conv_off, s->conv_scratch, s->stream));
     TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb, snaps,
                              ssm_off, s->stream));
-    TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream));
-    return mm(s, &L->ssm_out, s->att, s->mo, nb);
+    const bn_cu_weight *out_w[] = {&L->ssm_out};
+    bn_q8_out oq;
+    const bn_q8_out *out_q8 = dk % 32 == 0 ? fused_q8(s, out_w, 1, nb, &oq) : NULL;
+    TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream, out_q8));
+    return mm_from(s, out_w, 1, s->att, &s->mo, nb, out_q8);
 }
 
-// ffn: s->mo = ffn_down · (SiLU(ffn_gate · xn) ⊙ (ffn_up · xn)).
-static cudaError_t ffn(bn_cuda_state *s, int il, int nb) {
+// ffn: s->mo = ffn_down · (SiLU(ffn_gate · xn) ⊙ (ffn_up · xn)); xq8: xn's Q8 activations are already in the
+// scratch (ffn_q8). SwiGLU writes ffn_down's Q8 activations when that fuses.
+static cudaError_t ffn(bn_cuda_state *s, int il, int nb, const bn_q8_out *xq8) {
     const cu_layer *L = &s->cm->layers[il];
     const int F = s->cm->cfg.n_ff;
     float *gate = s->gate, *up = s->up;
     const bn_cu_weight *ws[] = {&L->ffn_gate, &L->ffn_up};
     float *const ys[] = {gate, up};
-    TRY(mm_multi(s, ws, 2, ys, nb));
-    TRY(bn_cu_swiglu(gate, gate, up, (int64_t)nb * F, s->stream));
-    return mm(s, &L->ffn_down, gate, s->mo, nb);
+    TRY(mm_from(s, ws, 2, s->xn, ys, nb, xq8));
+    const bn_cu_weight *down[] = {&L->ffn_down};
+    bn_q8_out dq;
+    const bn_q8_out *down_q8 = fused_q8(s, down, 1, nb, &dq);
+    TRY(bn_cu_swiglu(gate, gate, up, (int64_t)nb * F, s->stream, down_q8));
+    return mm_from(s, down, 1, gate, &s->mo, nb, down_q8);
 }
 
 // Where one chunk's residual stream goes after each tap layer (bn_forward_out.taps layout: host memory,
@@ -629,15 +678,19 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     const int H = c->n_embd, l0 = s->cm->first_layer;
     const cu_layer *layers = s->cm->layers;
     if (l0 == 0) TRY(bn_cu_get_rows(&s->cm->token_embd, s->d_tokens, s->x, nb, s->stream));
-    TRY(bn_cu_rmsnorm(s->xn, s->x, layers[l0].attn_norm, H, nb, c->norm_eps, s->stream));
+    bn_q8_out xq; // where the norm before each matmul group writes its Q8 activations (fused_q8)
+    const bn_q8_out *xq8 = mixer_q8(s, l0, nb, &xq);
+    TRY(bn_cu_rmsnorm(s->xn, s->x, layers[l0].attn_norm, H, nb, c->norm_eps, s->stream, xq8));
     for (int il = l0; il < c->n_layer; il++) {
         // x += mixer(xn); xn = norm(x); x += ffn(xn); xn = next layer's attn_norm(x)
-        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb, taps.dev_snaps ? s->d_snap_ptrs : NULL)
-                                : attention_layer(s, il, nb));
-        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il].post_norm, H, nb, c->norm_eps, s->stream));
-        TRY(ffn(s, il, nb));
+        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb, taps.dev_snaps ? s->d_snap_ptrs : NULL, xq8)
+                                : attention_layer(s, il, nb, xq8));
+        xq8 = ffn_q8(s, il, nb, &xq);
+        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il].post_norm, H, nb, c->norm_eps, s->stream, xq8));
+        TRY(ffn(s, il, nb, xq8));
+        xq8 = il + 1 < c->n_layer ? mixer_q8(s, il + 1, nb, &xq) : NULL;
         if (il + 1 < c->n_layer)
-            TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il + 1].attn_norm, H, nb, c->norm_eps, s->stream));
+            TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il + 1].attn_norm, H, nb, c->norm_eps, s->stream, xq8));
         else
             TRY(bn_cu_add(s->x, s->mo, (int64_t)nb * H, s->stream));
         const bn_forward_out *out = taps.out;

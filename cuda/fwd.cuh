@@ -62,20 +62,28 @@ __device__ __forceinline__ void bn_head_norm_rope(float *v, const float *w, floa
 void bn_cu_count_host_tap_bytes(size_t bytes);
 
 // ---- ops.cu ------------------------------------------------------------------------------------
+// The producers of matmul inputs (the norms and SwiGLU) also write the Q8 activations of their output for the
+// mmvq path when q8 is not NULL (from bn_cu_q8_fusable, cuda/mm.cuh; q8->ne0 must divide into their rows:
+// n % 32 == 0 and, for the gated norm, q8->ne0 % n == 0), with the bytes quantize_act would make from y: the
+// matmul group then runs through bn_cu_matmul_multi_q8 without its quantize launch.
+struct bn_q8_out;
 // y[t] = RMSNorm(x[t]; w) for nb rows of n (w NULL = ones); y may alias x.
-cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s);
+cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int nb, float eps, cudaStream_t s,
+                          const bn_q8_out *q8 = nullptr);
 // x[t] += r[t], then y[t] = RMSNorm(x[t]; w) for nb rows of n (residual add fused with the next norm).
 cudaError_t bn_cu_add_rmsnorm(float *x, const float *r, float *y, const float *w, int n, int nb, float eps,
-                              cudaStream_t s);
+                              cudaStream_t s, const bn_q8_out *q8 = nullptr);
 // y[i] += x[i] for i < count.
 cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s);
 // y[t] += b for nb rows of n.
 cudaError_t bn_cu_add_bias(float *y, const float *b, int n, int nb, cudaStream_t s);
 // y = SiLU(gate) ⊙ up over count (y may alias gate).
-cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t count, cudaStream_t s);
+// With q8: count % 32 == 0.
+cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t count, cudaStream_t s,
+                         const bn_q8_out *q8 = nullptr);
 // y[r] = RMSNorm(o[r]; w) ⊙ SiLU(z[r]) for n_rows rows of n (GDN output gate); y may alias o.
 cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int n, int n_rows,
-                                float eps, cudaStream_t s);
+                                float eps, cudaStream_t s, const bn_q8_out *q8 = nullptr);
 // *d_pos += n (after a chunk; inside the decode graph).
 cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
 

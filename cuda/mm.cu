@@ -181,20 +181,26 @@ static bool valid_multi(const bn_cu_weight *const *w, int n, int nb) {
     return true;
 }
 
+// q8_act_in: where the mmvq path keeps the Q8 activations of {ne0, nb} in scratch.
+static bn_q8_out q8_act_in(void *scratch, int64_t ne0, int nb, int order) {
+    bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
+    return bn_q8_out{(int8_t *)scratch, ds, order, ne0};
+}
+
 // matmuls_mmvq: the mmvq path for n weights of one x: x quantized once per element order, one launch per run of
 // equal types (the tensor-core kernels for the low-bit types at nb >= BN_CU_MMA_MIN_NB, the dp4a ones otherwise).
+// ready: the element order of Q8 activations a producer already left in scratch (-1: none; x is quantized).
 static cudaError_t matmuls_mmvq(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
-                                void *scratch, cudaStream_t s) {
+                                void *scratch, int ready, cudaStream_t s) {
     int64_t ne0 = w[0]->ne0;
-    int8_t *qs = (int8_t *)scratch;
-    bn_q8_ds *ds = (bn_q8_ds *)((char *)scratch + align256((size_t)ne0 * nb));
-    const bn_q8_act act = {qs, ds};
-    int order = -1; // element order of the activations now in scratch
+    const bn_q8_out q = q8_act_in(scratch, ne0, nb, ready);
+    const bn_q8_act act = {q.qs, q.ds};
+    int order = ready; // element order of the activations now in scratch
     for (int i = 0; i < n;) {
         int j = i + 1; // weights i..j-1 share a type: one launch
         while (j < n && w[j]->type == w[i]->type) j++;
         if (bn_cu_is_quantized(w[i]->type) && bn_act_order(w[i]->type) != order) {
-            cudaError_t e = bn_cu_quantize_act(w[i]->type, x, ne0, nb, qs, ds, s);
+            cudaError_t e = bn_cu_quantize_act(w[i]->type, x, ne0, nb, q.qs, q.ds, s);
             if (e != cudaSuccess) return e;
             order = bn_act_order(w[i]->type);
         }
@@ -206,17 +212,32 @@ static cudaError_t matmuls_mmvq(const bn_cu_weight *const *w, int n, const float
     return cudaSuccess;
 }
 
+bool bn_cu_q8_fusable(const bn_cu_weight *const *w, int n, int nb, void *scratch, bn_q8_out *out) {
+    if (!valid_multi(w, n, nb) || !bn_cu_matmul_uses_mmvq(w[0]->type, nb) || nb > BN_CU_MMVQ_KERNEL_MAX_NB ||
+        !bn_cu_is_quantized(w[0]->type))
+        return false;
+    *out = q8_act_in(scratch, w[0]->ne0, nb, bn_act_order(w[0]->type));
+    return true;
+}
+
+cudaError_t bn_cu_matmul_multi_q8(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                  void *scratch, cudaStream_t s) {
+    bn_q8_out q;
+    if (!bn_cu_q8_fusable(w, n, nb, scratch, &q)) return cudaErrorInvalidValue;
+    return matmuls_mmvq(w, n, x, y, nb, scratch, q.order, s);
+}
+
 cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                void *scratch, cublasHandle_t blas, cudaStream_t s) {
     if (!valid_multi(w, n, nb)) return cudaErrorInvalidValue;
     if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
-    return matmuls_mmvq(w, n, x, y, nb, scratch, s);
+    return matmuls_mmvq(w, n, x, y, nb, scratch, -1, s);
 }
 
 cudaError_t bn_cu_matmul_multi_mmvq(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                     void *scratch, cudaStream_t s) {
     if (!valid_multi(w, n, nb) || nb > BN_CU_MMVQ_KERNEL_MAX_NB) return cudaErrorInvalidValue;
-    return matmuls_mmvq(w, n, x, y, nb, scratch, s);
+    return matmuls_mmvq(w, n, x, y, nb, scratch, -1, s);
 }
 
 cudaError_t bn_cu_matmul_multi_gemm(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,

@@ -64,6 +64,25 @@ struct bn_cu_weight {
     size_t row_bytes;
 };
 
+// Q8 activations of the mmvq path (layout in cuda/mm_impl.cuh, "Q8 activations"): int8 qs {ne0, nb} in the weight
+// type's element order and per 32-element unit {fp16-rounded d, Σq}.
+struct __align__(8) bn_q8_ds {
+    float d;
+    int sum;
+};
+struct bn_q8_act {
+    const int8_t *qs;   // {ne0, nb}
+    const bn_q8_ds *ds; // {ne0 / 32, nb}
+};
+// Where a producer kernel (cuda/fwd.cuh launchers with a q8 argument) writes the Q8 activations of its output for
+// the matmul group that reads them: bn_cu_q8_fusable fills it with the group's scratch and element order.
+struct bn_q8_out {
+    int8_t *qs;   // {ne0, nb}
+    bn_q8_ds *ds; // {ne0 / 32, nb}
+    int order;    // element order (bn_act_order of the group's weights)
+    int64_t ne0;  // elements per column
+};
+
 // bn_cu_type_supported: true for the weight types bn_cu_matmul / bn_cu_get_rows handle.
 bool bn_cu_type_supported(int type);
 
@@ -85,6 +104,17 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
 #define BN_CU_MATMUL_MULTI_MAX 4
 cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                void *scratch, cublasHandle_t blas, cudaStream_t s);
+
+// bn_cu_q8_fusable: true when bn_cu_matmul_multi would run W[0..n) at nb on the mmvq path with W[0] quantized:
+// then *out says where in scratch (the group's bn_cu_matmul scratch) and in which element order (W[0]'s) a producer
+// writes the Q8 activations of x for bn_cu_matmul_multi_q8.
+bool bn_cu_q8_fusable(const bn_cu_weight *const *w, int n, int nb, void *scratch, bn_q8_out *out);
+// bn_cu_matmul_multi_q8: bn_cu_matmul_multi with the Q8 activations of x in W[0]'s order already written where
+// bn_cu_q8_fusable said (same scratch): no quantize launch for them; a later weight of another element order
+// quantizes x itself, a float weight reads x, as in bn_cu_matmul_multi. Bit-identical results.
+// cudaErrorInvalidValue when W is not fusable.
+cudaError_t bn_cu_matmul_multi_q8(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
+                                  void *scratch, cudaStream_t s);
 
 // bn_cu_matmul_multi_mmvq: bn_cu_matmul_multi on the mmvq path whatever nb (1 <= nb <=
 // BN_CU_MMVQ_KERNEL_MAX_NB): Q8 activations for quantized weights, fp32 for float ones; bit-identical to

@@ -181,14 +181,7 @@ __device__ __forceinline__ float bn_deq_elem(const uint8_t *row, int64_t k, int6
 //   c*ne0 + (p / 16)*(ne0 / 2) + 16u + p % 16 (two planes of 16-byte halves, so that a warp's loads
 //   of one half are contiguous);
 //   ds[c*nunits + u] = {fp16-rounded d (what ggml-cuda's half2 holds), Σq}.
-struct __align__(8) bn_q8_ds {
-    float d;
-    int sum;
-};
-struct bn_q8_act {
-    const int8_t *qs;   // {ne0, nb}
-    const bn_q8_ds *ds; // {nunits, nb}
-};
+// (bn_q8_ds, bn_q8_act and bn_q8_out are declared in cuda/mm.cuh.)
 BN_HOST_DEVICE inline int64_t bn_act_byte(int64_t ne0, int64_t u, int p) {
     return (p >> 4) * (ne0 / 2) + 16 * u + (p & 15);
 }
@@ -207,6 +200,26 @@ BN_HOST_DEVICE inline int bn_act_pos(int order, int e) {
     if (order == BN_ORDER_SLICE8) return 4 * (e & 7) + (e >> 3);
     if (order == BN_ORDER_SLICE4) return 16 * (e >> 4) + 4 * (e & 3) + ((e & 15) >> 2);
     return e;
+}
+
+// bn_q8_store: the Q8 quantization of one 32-element unit (ggml-cuda's rule: d = amax/127, q = roundf(x/d),
+// Σq; d kept fp16-rounded) by a whole warp whose lane l holds element e = 32k + l of the {q.ne0, nb}
+// activations (every lane calls, 32 consecutive elements of one unit): writes q and, lane 0, the unit's
+// {d, Σq} into q. The one implementation behind quantize_act and the producers that write Q8 activations
+// (cuda/ops.cu), so both give the same bytes.
+__device__ __forceinline__ void bn_q8_store(float v, int64_t e, const bn_q8_out &q) {
+    const int lane = threadIdx.x % 32;
+    const int64_t c = e / q.ne0, u = e % q.ne0 / 32;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const int qv = amax == 0.0f ? 0 : (int)roundf(v / d);
+    int sum = qv;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    q.qs[c * q.ne0 + bn_act_byte(q.ne0, u, bn_act_pos(q.order, lane))] = (int8_t)qv;
+    if (lane == 0) q.ds[c * (q.ne0 / 32) + u] = bn_q8_ds{bn_h2f(bn_f2h(d)), sum}; // the scale ggml-cuda's half holds
 }
 
 // ---- per-unit weight decode + integer dot (mmvq) -----------------------------------------------

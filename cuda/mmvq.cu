@@ -17,25 +17,14 @@
 
 #define MMVQ_MAX_WARPS 8
 
-// quantize_act: one warp per (column, 32-element unit); lane e holds element e.
+// quantize_act: one warp per (column, 32-element unit); lane e holds element e (bn_q8_store).
 __global__ void quantize_act(const float *__restrict__ x, int64_t ne0, int nb, int order, int8_t *__restrict__ qs,
                              bn_q8_ds *__restrict__ ds) {
     int64_t nunits = ne0 / 32;
     int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (gw >= nunits * nb) return; // the whole warp leaves together
-    int lane = threadIdx.x % 32;
-    int64_t c = gw / nunits, u = gw % nunits;
-    float v = x[c * ne0 + 32 * u + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float d = amax / 127.0f;
-    int q = amax == 0.0f ? 0 : (int)roundf(v / d);
-    int sum = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    qs[c * ne0 + bn_act_byte(ne0, u, bn_act_pos(order, lane))] = (int8_t)q;
-    if (lane == 0) ds[gw] = bn_q8_ds{bn_h2f(bn_f2h(d)), sum}; // the scale ggml-cuda's half holds
+    const int64_t e = 32 * gw + threadIdx.x % 32; // column gw / nunits, unit gw % nunits
+    bn_q8_store(x[e], e, bn_q8_out{qs, ds, order, ne0});
 }
 
 cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, int8_t *qs, bn_q8_ds *ds,

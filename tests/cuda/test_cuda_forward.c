@@ -11,7 +11,9 @@
 // restore round trip (bit-identical continuation), host snapshots vs the CPU's, fp16 KV cache,
 // one-token steps with device-buffer taps and DSpark verify passes through captured graphs == launch by
 // launch (bit-identical, graph counters), bad inputs (context overflow, bad token) leaving the state unchanged,
-// and argmax-only outputs (bn_forward_out.argmax) on every engine, with exact ties, no host logits copied.
+// and argmax-only outputs (bn_forward_out.argmax) on every engine, with exact ties, no host logits copied;
+// the fused Q8 producers (norms / SwiGLU / gated norm writing the next matmul's int8 activations) == the unfused
+// path (BONSAI_CUDA_FUSE=0) bit for bit, with the launches per decode step counted in the emulator.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "tests/cuda/compare.h"
@@ -27,6 +29,9 @@
 #include "quant/quantize.h"
 #include <string.h>
 #include <unistd.h>
+#ifdef BONSAI_CUDA_EMU
+#include "cuda/emu/emu_api.h"
+#endif
 
 #define N_PROMPT 17
 #define N_DECODE 24
@@ -35,11 +40,20 @@
 
 static char tmpdir[256];
 
-// quantize_to: src requantized to type with --pure (every 2-D weight) into dst; returns dst or NULL.
+// Per-tensor types of the "mixed" model (Q1_0 otherwise): matmul groups whose weights need two element orders
+// (GDN inputs: beta Q8_0; ffn: up Q2_0), a float weight inside a group (attn_k F16), a float first weight (attn_q
+// F16) and float / natural-order single weights (ffn_down F16, ssm_out Q8_0).
+static const char *const mixed_rules[] = {"ssm_beta=Q8_0", "ffn_up=Q2_0", "attn_k\\.weight=F16", "attn_q\\.weight=F16",
+                                          "ffn_down=F16", "ssm_out=Q8_0"};
+
+// quantize_to: src requantized to type with --pure (every 2-D weight) into dst; returns dst or NULL. Type "mixed":
+// Q1_0 with mixed_rules.
 static const char *quantize_to(const char *src, const char *dst, const char *type) {
     char err[512];
     bn_quantize_params qp = bn_quantize_params_default();
-    qp.type = type;
+    const bool mixed = !strcmp(type, "mixed");
+    qp.type = mixed ? "Q1_0" : type;
+    if (mixed) qp.tensor_types = mixed_rules, qp.n_tensor_types = (int)(sizeof mixed_rules / sizeof mixed_rules[0]);
     qp.pure = true;
     qp.n_threads = 2;
     qp.log = NULL;
@@ -790,9 +804,102 @@ static void argmax_case(void) {
     free(head);
 }
 
+// state_bits: the recurrent state and position of s copied to the host (a snapshot; free with bn_snapshot_free).
+static bn_snapshot *state_bits(bn_cuda_state *s) {
+    char err[512];
+    bn_snapshot *h = bn_cuda_host_snapshot_new(s);
+    bn_cuda_snapshot *d = bn_cuda_snapshot_new(s, err, sizeof err);
+    if (!d || bn_cuda_state_snapshot_into(s, d, err, sizeof err) != 0 ||
+        bn_cuda_snapshot_to_host(d, h, err, sizeof err) != 0)
+        bn_die("state bits: %s", err);
+    bn_cuda_snapshot_free(d);
+    return h;
+}
+
+// launches_now: kernel launches the emulator has run so far (graph replays count each node); 0 on a GPU.
+static uint64_t launches_now(void) {
+#ifdef BONSAI_CUDA_EMU
+    bn_cuda_emu_stats st;
+    bn_cuda_emu_get_stats(&st);
+    return st.launches;
+#else
+    return 0;
+#endif
+}
+
+// fusion_case: the same model through a state with the fused Q8 producers (default) and one created with
+// BONSAI_CUDA_FUSE=0 (every matmul group quantizes its own input): a 17-token pass (all logits, host taps of the
+// first and last layer; nb 17 takes the mmvq path, the tensor-core kernels for Q1_0/Q2_0), 3 one-token steps
+// through the captured graph, 2 launched kernel by kernel, a greedy graph step: logits, taps, the recurrent state
+// and the greedy token must be BIT-IDENTICAL (the producers run quantize_act's arithmetic, bn_q8_store). The
+// emulator counts the kernels of one graph-replayed step of each (fused must save exactly saved_gdn launches per
+// GDN layer and saved_attn per attention layer: one
+// quantize launch less for the mixer inputs, ffn gate|up, ffn_down and, on GDN layers, ssm_out; on the "mixed"
+// model only for the groups whose first weight is quantized: 3 per GDN layer, 1 per attention layer).
+static void fusion_case(const char *preset, const char *type, int saved_gdn, int saved_attn) {
+    char path[320], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model(preset, type, path, sizeof path, &cm);
+    if (!m) return;
+    const int V = m->cfg.n_vocab, H = m->cfg.n_embd, NL = m->cfg.n_layer, n = N_PROMPT;
+    bn_cuda_state *st[2]; // 0: fused, 1: unfused
+    st[0] = bn_cuda_state_new(cm, N_CTX, BN_F32, err, sizeof err);
+    setenv("BONSAI_CUDA_FUSE", "0", 1);
+    st[1] = st[0] ? bn_cuda_state_new(cm, N_CTX, BN_F32, err, sizeof err) : NULL;
+    unsetenv("BONSAI_CUDA_FUSE");
+    if (!st[1]) bn_die("fusion states: %s", err);
+    int32_t tokens[N_PROMPT + 6];
+    for (int i = 0; i < n + 6; i++) tokens[i] = (int32_t)((i * 71 + 13) % V);
+    const int layers[2] = {0, NL - 1};
+    float *lg[2], *tp[2];
+    for (int i = 0; i < 2; i++) {
+        lg[i] = xmalloc(sizeof(float) * V * n), tp[i] = xmalloc(sizeof(float) * 2 * H * n);
+        bn_forward_out o = {.logits = lg[i], .all_logits = true, .tap_layers = layers, .n_taps = 2, .taps = tp[i]};
+        CHECK(bn_cuda_forward(st[i], tokens, n, &o, err, sizeof err) == 0, "fusion prefill: %s", err);
+    }
+    int diff_prefill = memcmp(lg[0], lg[1], sizeof(float) * V * n) != 0;
+    diff_prefill |= (memcmp(tp[0], tp[1], sizeof(float) * 2 * H * n) != 0) << 1;
+    int diff_steps = 0;
+    uint64_t per_step[2] = {0, 0};
+    for (int k = 0; k < 5; k++) {
+        if (k == 3) bn_cuda_state_use_graphs(st[0], 0), bn_cuda_state_use_graphs(st[1], 0);
+        for (int i = 0; i < 2; i++) {
+            bn_forward_out o = {.logits = lg[i]};
+            const uint64_t l0 = launches_now();
+            CHECK(bn_cuda_forward(st[i], &tokens[n + k], 1, &o, err, sizeof err) == 0, "fusion step: %s", err);
+            if (k == 2) per_step[i] = launches_now() - l0; // a replay of the step graph captured at k = 0
+        }
+        diff_steps += memcmp(lg[0], lg[1], sizeof(float) * V) != 0;
+    }
+    int32_t next[2];
+    for (int i = 0; i < 2; i++) {
+        bn_cuda_state_use_graphs(st[i], 1);
+        CHECK(bn_cuda_decode_greedy(st[i], tokens[n + 5], &next[i], err, sizeof err) == 0, "greedy: %s", err);
+    }
+    bn_snapshot *sb[2] = {state_bits(st[0]), state_bits(st[1])};
+    const bool same_state = sb[0]->n == sb[1]->n && sb[0]->pos == sb[1]->pos &&
+                            !memcmp(sb[0]->data, sb[1]->data, sizeof(float) * sb[0]->n);
+    printf("%-10s %-5s fused == unfused: 17-token logits %s, taps %s, %d of 5 steps differ, greedy %d/%d, state %s;"
+           " launches per graph step: unfused %llu, fused %llu (%d layers)\n", preset, type,
+           diff_prefill & 1 ? "DIFFER" : "same", diff_prefill & 2 ? "DIFFER" : "same", diff_steps, next[0], next[1],
+           same_state ? "same" : "DIFFERS", (unsigned long long)per_step[1], (unsigned long long)per_step[0], NL);
+    CHECK(diff_prefill == 0 && diff_steps == 0 && next[0] == next[1] && same_state,
+          "%s %s: the fused path is not bit-identical to the unfused one", preset, type);
+#ifdef BONSAI_CUDA_EMU
+    int n_gdn = 0;
+    for (int il = 0; il < NL; il++) n_gdn += m->cfg.is_recurrent[il];
+    const uint64_t saved = (uint64_t)(n_gdn * saved_gdn + (NL - n_gdn) * saved_attn);
+    CHECK(per_step[0] > 0 && per_step[0] + saved == per_step[1], "%s %s: fused step launches %llu, unfused %llu, "
+          "expected %llu fewer", preset, type, (unsigned long long)per_step[0], (unsigned long long)per_step[1],
+          (unsigned long long)saved);
+#endif
+    for (int i = 0; i < 2; i++) free(lg[i]), free(tp[i]), bn_snapshot_free(sb[i]), bn_cuda_state_free(st[i]);
+    close_model(m, cm);
+}
+
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
 // greedy, 150-token context, snapshots, fp16 KV, graph taps, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
-// Q1_0), "quick" (F32 case +
+// Q1_0, fused == unfused), "quick" (F32 case +
 // greedy; for the shuffled emulator run); no argument runs everything (GPU).
 int main(int argc, char **argv) {
     char err[256];
@@ -821,6 +928,14 @@ int main(int argc, char **argv) {
     if (flt || quick) greedy_case("tiny", "F32");
     if (qnt) greedy_case("tiny", "F16");
     if (qnt) planar_case();
+    if (qnt) {
+        // launches a fused step saves per GDN / attention layer (see fusion_case)
+        const struct { const char *preset, *type; int gdn, attn; } fm[] = {
+            {"tiny", "Q1_0", 4, 3}, {"tiny", "Q2_0", 4, 3}, {"tiny", "Q8_0", 4, 3}, {"wide", "Q1_0", 4, 3},
+            {"tiny", "mixed", 3, 1}};
+        for (size_t i = 0; i < sizeof fm / sizeof fm[0]; i++)
+            fusion_case(fm[i].preset, fm[i].type, fm[i].gdn, fm[i].attn);
+    }
     if (flt) {
         long_case();
         snaps_and_kv16();
