@@ -700,11 +700,25 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     return bn_cu_advance_pos(s->d_pos, nb, s->stream);
 }
 
-// head_rows: final norm of n_rows residual rows starting at row `first` into s->xn (row 0..).
-static cudaError_t head_norm(bn_cuda_state *s, int first, int n_rows) {
+// head_norm: final norm of n_rows residual rows starting at row `first` into s->xn (row 0..); with hq8 (head_q8)
+// also the head's Q8 activations.
+static cudaError_t head_norm(bn_cuda_state *s, int first, int n_rows, const bn_q8_out *hq8) {
     const bn_config *c = &s->cm->cfg;
     return bn_cu_rmsnorm(s->xn, s->x + (size_t)first * c->n_embd, s->cm->output_norm, c->n_embd, n_rows, c->norm_eps,
-                         s->stream);
+                         s->stream, hq8);
+}
+
+// head_q8: fused_q8 for the head over n_rows rows when they fit one block of logits rows (else NULL).
+static const bn_q8_out *head_q8(bn_cuda_state *s, int n_rows, bn_q8_out *q) {
+    const bn_cu_weight *head[] = {&s->cm->output};
+    return n_rows <= s->logit_rows ? fused_q8(s, head, 1, n_rows, q) : NULL;
+}
+
+// head_logits: s->logits {V, rows} = output · s->xn rows r0.. (from the Q8 activations head_norm wrote when hq8,
+// which covers exactly these rows).
+static cudaError_t head_logits(bn_cuda_state *s, int r0, int rows, const bn_q8_out *hq8) {
+    const bn_cu_weight *head[] = {&s->cm->output};
+    return mm_from(s, head, 1, s->xn + (size_t)r0 * s->cm->cfg.n_embd, &s->logits, rows, hq8);
 }
 
 // chunk_outputs: hidden / logits / their argmax of this chunk's output rows copied to the host (see forward.c).
@@ -719,13 +733,15 @@ static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_tota
         if (t_off + nb != n_total) return cudaSuccess;
         first = nb - 1, n_rows = 1, out_row = 0;
     }
-    TRY(head_norm(s, first, n_rows));
+    bn_q8_out hq;
+    const bn_q8_out *hq8 = out->logits || out->argmax ? head_q8(s, n_rows, &hq) : NULL; // then one block, r0 0
+    TRY(head_norm(s, first, n_rows, hq8));
     if (out->hidden)
         TRY(cudaMemcpyAsync(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows,
                             cudaMemcpyDeviceToHost, s->stream));
     for (int r0 = 0; (out->logits || out->argmax) && r0 < n_rows; r0 += s->logit_rows) {
         const int rows = n_rows - r0 < s->logit_rows ? n_rows - r0 : s->logit_rows;
-        TRY(mm(s, &s->cm->output, s->xn + (size_t)r0 * H, s->logits, rows));
+        TRY(head_logits(s, r0, rows, hq8));
         if (out->argmax) {
             TRY(bn_cu_argmax_rows(s->logits, V, rows, s->d_argmax, s->stream));
             TRY(copy_argmax_down(s, out->argmax + out_row + r0, rows));
@@ -935,8 +951,10 @@ static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph
     taps_out.tap_layers = key->tap_layers;
     const int n = key->n, first = key->all_logits ? 0 : n - 1, rows = key->all_logits ? n : 1;
     TRY(run_layers(s, n, tap_dst{key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY}));
-    TRY(head_norm(s, first, rows));
-    TRY(mm(s, &s->cm->output, s->xn, s->logits, rows));
+    bn_q8_out hq;
+    const bn_q8_out *hq8 = head_q8(s, rows, &hq);
+    TRY(head_norm(s, first, rows, hq8));
+    TRY(head_logits(s, 0, rows, hq8));
     if (key->argmax) TRY(bn_cu_argmax_rows(s->logits, s->cm->cfg.n_vocab, rows, s->d_argmax, s->stream));
     return kind == STEP_GREEDY ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
 }
