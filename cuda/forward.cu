@@ -4,7 +4,6 @@
 // the matrix kernels of cuda/mm.cuh.
 #include "cuda/common.cuh"
 #include "cuda/mm.cuh"
-#include "cuda/topk.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/upload.cuh"
 #include "cuda/cuda_engine.h"
@@ -424,9 +423,16 @@ static cudaError_t copy_logits_down(bn_cuda_state *s, float *dst, int rows) {
     return cudaMemcpyAsync(dst, s->logits, bytes, cudaMemcpyDeviceToHost, s->stream);
 }
 
-// copy_argmax_down: d_argmax[0..rows) into host dst, async.
-static cudaError_t copy_argmax_down(bn_cuda_state *s, int32_t *dst, int rows) {
-    return cudaMemcpyAsync(dst, s->d_argmax, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost, s->stream);
+// copy_head_down: the rows' argmax (d_argmax) and/or logits (s->logits), as out asks, into out's rows
+// out_row.. on the host, async.
+static cudaError_t copy_head_down(bn_cuda_state *s, const bn_forward_out *out, int out_row, int rows) {
+    if (out && out->argmax) {
+        const cudaError_t e = cudaMemcpyAsync(out->argmax + out_row, s->d_argmax, sizeof(int32_t) * (size_t)rows,
+                                              cudaMemcpyDeviceToHost, s->stream);
+        if (e != cudaSuccess) return e;
+    }
+    return out && out->logits ? copy_logits_down(s, out->logits + (size_t)out_row * s->cm->cfg.n_vocab, rows)
+                              : cudaSuccess;
 }
 
 // ---- snapshots ----------------------------------------------------------------------------------
@@ -742,11 +748,8 @@ static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_tota
     for (int r0 = 0; (out->logits || out->argmax) && r0 < n_rows; r0 += s->logit_rows) {
         const int rows = n_rows - r0 < s->logit_rows ? n_rows - r0 : s->logit_rows;
         TRY(head_logits(s, r0, rows, hq8));
-        if (out->argmax) {
-            TRY(bn_cu_argmax_rows(s->logits, V, rows, s->d_argmax, s->stream));
-            TRY(copy_argmax_down(s, out->argmax + out_row + r0, rows));
-        }
-        if (out->logits) TRY(copy_logits_down(s, out->logits + (size_t)(out_row + r0) * V, rows));
+        if (out->argmax) TRY(bn_cu_argmax_rows(s->logits, V, rows, s->d_argmax, s->stream));
+        TRY(copy_head_down(s, out, out_row + r0, rows));
     }
     return cudaSuccess;
 }
@@ -1003,9 +1006,7 @@ static cudaError_t run_step_graph(bn_cuda_state *s, rows_in in, step_kind kind, 
 static cudaError_t run_verify_graph(bn_cuda_state *s, int n, const bn_forward_out *out) {
     const step_graph key = graph_key(s, STEP_VERIFY, n, out);
     TRY(replay(s, STEP_VERIFY, &key));
-    const int rows = key.all_logits ? n : 1;
-    if (out && out->argmax) TRY(copy_argmax_down(s, out->argmax, rows));
-    return out && out->logits ? copy_logits_down(s, out->logits, rows) : cudaSuccess;
+    return copy_head_down(s, out, 0, key.all_logits ? n : 1);
 }
 
 // forward_one_graph: bn_cuda_forward of one token through the captured step of this kind (logits and/or
@@ -1014,8 +1015,7 @@ static int forward_one_graph(bn_cuda_state *s, rows_in in, step_kind kind, bn_fo
                              size_t errlen) {
     cudaError_t e = start_taps(s, out);
     if (e == cudaSuccess) e = run_step_graph(s, in, kind, out);
-    if (e == cudaSuccess && out && out->argmax) e = copy_argmax_down(s, out->argmax, 1);
-    if (e == cudaSuccess && out && out->logits) e = copy_logits_down(s, out->logits, 1);
+    if (e == cudaSuccess) e = copy_head_down(s, out, 0, 1);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward", err, errlen);
     s->pos += 1;

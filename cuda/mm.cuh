@@ -149,6 +149,9 @@ cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out
 // bn_cu_argmax: *out (device int32) = index of the largest x[0..n) (first index on ties; NaN never
 // wins; -1 if every element is NaN). Returns cudaSuccess or the launch error.
 cudaError_t bn_cu_argmax(const float *x, int n, int32_t *out, cudaStream_t s);
+// bn_cu_argmax_rows: out[r] (device int32) = bn_cu_argmax of row r of x (rows contiguous rows of n floats), one
+// block per row. Returns cudaSuccess or the launch error.
+cudaError_t bn_cu_argmax_rows(const float *x, int n, int rows, int32_t *out, cudaStream_t s);
 
 // bn_cu_topk_scratch_bytes: device scratch bytes bn_cu_topk needs for n elements and k.
 size_t bn_cu_topk_scratch_bytes(int n, int k);

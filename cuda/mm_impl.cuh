@@ -63,6 +63,12 @@ BN_HOST_DEVICE constexpr int bn_cu_block_bytes(int type) {
 BN_HOST_DEVICE inline bool bn_cu_is_quantized(int type) { return bn_cu_blck(type) >= 32; }
 // The stored type of a planar id (the id itself otherwise).
 BN_HOST_DEVICE constexpr int bn_cu_base_type(int type) { return type > BN_CU_PLANAR ? type - BN_CU_PLANAR : type; }
+// The low-bit types (4-8 weight bytes per 32-element unit; both layouts): more rows per mmvq block, and the
+// int8 tensor-core kernels (cuda/mmq_tc.cu).
+BN_HOST_DEVICE constexpr bool bn_cu_low_bit(int type) {
+    return bn_cu_base_type(type) == BN_CU_Q1_0 || bn_cu_base_type(type) == BN_CU_Q2_0 ||
+           bn_cu_base_type(type) == BN_CU_PQ2_0;
+}
 
 // bn_cu_by_type: f.template operator()<T>() for a supported weight type id (planar ones included);
 // cudaErrorInvalidValue otherwise.

@@ -193,9 +193,7 @@ static cudaError_t launch_tc_nb(const bn_cu_weight *const *w, float *const *y, i
 }
 
 bool bn_cu_mmq_tc_supports(int type, int nb) {
-    const int base = bn_cu_base_type(type);
-    const bool low_bit = base == BN_CU_Q1_0 || base == BN_CU_Q2_0 || base == BN_CU_PQ2_0;
-    return BN_CU_MMA && low_bit && nb >= BN_CU_MMA_MIN_NB && nb <= BN_CU_MMVQ_KERNEL_MAX_NB;
+    return BN_CU_MMA && bn_cu_low_bit(type) && nb >= BN_CU_MMA_MIN_NB && nb <= BN_CU_MMVQ_KERNEL_MAX_NB;
 }
 
 cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,

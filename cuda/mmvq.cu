@@ -191,8 +191,7 @@ static cudaError_t launch_mmvq(const bn_cu_weight *const *w, float *const *y, in
     // rows per block: activation reuse where registers allow (each activation load serves R rows): most for the
     // low-bit types (4-8 weight bytes per unit against 40 activation bytes); at NB 8, R 4 made ptxas keep the
     // 32-value reduction of Q4_K/Q6_K/float weights on the stack, so those use R 2 / 1 there.
-    constexpr int base = bn_cu_base_type(T);
-    constexpr bool low_bit = base == BN_CU_Q1_0 || base == BN_CU_Q2_0 || base == BN_CU_PQ2_0;
+    constexpr bool low_bit = bn_cu_low_bit(T);
     constexpr int R = low_bit ? (NB <= 2 ? 8 : 4) : quantized ? (NB <= 4 ? 4 : 2) : NB <= 2 ? 4 : NB <= 4 ? 2 : 1;
     const bn_mmvq_targets t = bn_mmvq_make_targets(w, y, n, R);
     if (t.first_block[n] == 0) return cudaSuccess;

@@ -4,7 +4,6 @@
 // of TOPK_CHUNK candidates (k selection rounds over the chunk in shared memory); the block winners
 // are reduced the same way until one block remains.
 #include "cuda/mm_impl.cuh"
-#include "cuda/topk.cuh"
 
 #define ARGMAX_THREADS 1024
 #define TOPK_THREADS 256
@@ -109,9 +108,7 @@ __global__ void topk_k(const float *__restrict__ vals, const int32_t *__restrict
 }
 
 cudaError_t bn_cu_argmax(const float *x, int n, int32_t *out, cudaStream_t s) {
-    if (n <= 0) return cudaErrorInvalidValue;
-    BN_LAUNCH(argmax_k, dim3(1), dim3(ARGMAX_THREADS), 0, s, x, n, out);
-    return cudaGetLastError();
+    return bn_cu_argmax_rows(x, n, 1, out, s);
 }
 
 cudaError_t bn_cu_argmax_rows(const float *x, int n, int rows, int32_t *out, cudaStream_t s) {
