@@ -4,6 +4,7 @@
 // forward; MODEL.md §4.2 / §7, same math as core/ops.c bn_attention_head. Contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
+#include "cuda/mm_impl.cuh" // bn_q8_store: attn_output's Q8 activations written by the merge
 
 #define ATT_THREADS 128
 #define ATT_TILE 128 // keys scored per pass (shared scores)
@@ -169,9 +170,11 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
     }
 }
 
-// attn_merge_kernel: block (head h, token t): merges the splits, normalises, applies the gate.
+// attn_merge_kernel: block (head h, token t): merges the splits, normalises, applies the gate (Q8: also out's Q8
+// activations; hd % 32 == 0, so each warp holds whole 32-element units or no element at all).
+template <bool Q8>
 static __global__ void attn_merge_kernel(float *out, const float *scratch, const float *qg, int q_stride, int head_stride,
-                                  bool gated, int nh, int hd, int nb, int n_splits) {
+                                         bool gated, int nh, int hd, int nb, int n_splits, bn_q8_out q8) {
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t r0 = ((size_t)t * nh + h) * n_splits;
     const float *ml = scratch + (size_t)nb * nh * n_splits * hd + 2 * r0;
@@ -188,12 +191,14 @@ static __global__ void attn_merge_kernel(float *out, const float *scratch, const
         float v = sum * inv;
         if (gated) v *= bn_cu_sigmoid(gate[d]);
         o[d] = v;
+        if (Q8) bn_q8_store(v, (int64_t)t * nh * hd + (int64_t)h * hd + d, q8);
     }
 }
 
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
-                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s) {
+                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8) {
+    if (q8 && hd % 32) return cudaErrorInvalidValue;
     const int group = nh / nkv, kv_dim = nkv * hd;
     const int G = group <= ATT_MAX_G ? group : 1; // query heads per block
     dim3 grid(nh / G, nb, n_splits);
@@ -207,7 +212,11 @@ cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dim3 grid2(nh, nb);
-    BN_LAUNCH(attn_merge_kernel, grid2, ATT_THREADS, 0, s, out, scratch, qg, q_stride, head_stride, gated, nh, hd, nb,
-              n_splits);
+    if (q8)
+        BN_LAUNCH(attn_merge_kernel<true>, grid2, ATT_THREADS, 0, s, out, scratch, qg, q_stride, head_stride, gated, nh,
+                  hd, nb, n_splits, *q8);
+    else
+        BN_LAUNCH(attn_merge_kernel<false>, grid2, ATT_THREADS, 0, s, out, scratch, qg, q_stride, head_stride, gated, nh,
+                  hd, nb, n_splits, bn_q8_out{});
     return cudaGetLastError();
 }

@@ -6,6 +6,7 @@
 // log-SNR add, the Markov logits and the confidence head are the small kernels below.
 #include "cuda/common.cuh"
 #include "cuda/mm.cuh"
+#include "cuda/mm_impl.cuh" // bn_q8_store: the block pass's producers write the next product's Q8 activations
 #include "cuda/fwd.cuh"
 #include "cuda/upload.cuh"
 #include "cuda/cuda_dspark.h"
@@ -140,6 +141,7 @@ struct bn_cuda_dstate {
     int32_t *h_io;         // pinned: [0, B) ids in, [B, 2B+1) chain out
     float *h_conf;         // pinned {B}
     cudaGraphExec_t *graphs; // [B + 1]: the captured draft (block pass + chain) per row count, NULL until used
+    bool no_fuse;          // env BONSAI_CUDA_FUSE=0 at creation: every product of the block pass quantizes its input
 };
 
 static size_t scratch_bytes(const bn_cuda_drafter *cd, int rows) {
@@ -205,6 +207,8 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
     s->k_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->v_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->graphs = (cudaGraphExec_t *)xcalloc((size_t)f->block_size + 1, sizeof(cudaGraphExec_t));
+    const char *fuse = getenv("BONSAI_CUDA_FUSE");
+    s->no_fuse = fuse && !strcmp(fuse, "0");
     bn_cu_carver count = {NULL, 0};
     const size_t total = ds_layout(&count, s);
     int rc = 0;
@@ -262,9 +266,11 @@ static __global__ void ds_add_snr_kernel(float *x, const float *snr, int E) {
 // ds_block_attn_kernel: block (head h, row t): softmax(scale·q·K) V over ALL n_kv = d_pos[0] + n_rows
 // cache rows (non-causal: context rows and every block row), online over tiles of keys; a warp
 // scores one key at a time. out/q {nh*hd, n_rows}, K/V {kvw, n_ctx}; head h reads KV head h / group.
+// Q8: also out's Q8 activations (hd % 32 == 0: each warp holds whole 32-element units or none).
+template <bool Q8>
 static __global__ void __launch_bounds__(DS_ATT_THREADS)
 ds_block_attn_kernel(float *out, const float *q, const float *K, const float *V, int group, int hd, int qw, int kvw,
-                     float scale, const int *d_pos, int n_rows) {
+                     float scale, const int *d_pos, int n_rows, bn_q8_out q8) {
     BN_SHARED(float, sc, DS_ATT_TILE);
     BN_DYN_SHARED(float, qs); // {hd}
     const int h = blockIdx.x, t = blockIdx.y, kvh = h / group;
@@ -307,7 +313,10 @@ ds_block_attn_kernel(float *out, const float *q, const float *K, const float *V,
     float *oh = out + (size_t)t * qw + (size_t)h * hd;
     for (int r = 0; r < DS_ACC; r++) {
         const int d = threadIdx.x + r * DS_ATT_THREADS;
-        if (d < hd) oh[d] = acc[r] / l;
+        if (d >= hd) break;
+        const float v = acc[r] / l;
+        oh[d] = v;
+        if (Q8) bn_q8_store(v, (int64_t)t * qw + (int64_t)h * hd + d, q8);
     }
 }
 
@@ -340,8 +349,10 @@ static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, 
 // per chunk, where a call beyond that limit would take the GEMM path (every weight dequantized to fp16 per
 // call, and cuBLAS, which the draft graph leaves out). Results per column are those of bn_cu_matmul(_multi)
 // at the chunk's size.
+// q8: the Q8 activations of x its producer already wrote (block_q8), or NULL.
 static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
-                            int n_rows) {
+                            int n_rows, const bn_q8_out *q8 = nullptr) {
+    if (q8) return bn_cu_matmul_multi_q8(w, n, x, y, n_rows, s->mm_scratch, s->stream);
     for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) {
         const int nb = n_rows - c0 < BN_CU_MMVQ_MAX_NB ? n_rows - c0 : BN_CU_MMVQ_MAX_NB;
         float *yc[BN_CU_MATMUL_MULTI_MAX];
@@ -350,8 +361,16 @@ static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int
     }
     return cudaSuccess;
 }
-static cudaError_t mm_block1(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, float *y, int n_rows) {
-    return mm_block(s, &w, 1, x, &y, n_rows);
+static cudaError_t mm_block1(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, float *y, int n_rows,
+                             const bn_q8_out *q8 = nullptr) {
+    return mm_block(s, &w, 1, x, &y, n_rows, q8);
+}
+
+// block_q8: where the producer of the input of W[0..n) (a norm or SwiGLU) writes its Q8 activations (*q, in the
+// state's matmul scratch) so that the block pass skips that product's quantize launch; returns q, or NULL: fusion
+// off (BONSAI_CUDA_FUSE=0), more rows than one mm_block chunk, or not bn_cu_q8_fusable (cuda/forward.cu's rule).
+static const bn_q8_out *block_q8(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, int n_rows, bn_q8_out *q) {
+    return !s->no_fuse && n_rows <= BN_CU_MMVQ_MAX_NB && bn_cu_q8_fusable(w, n, n_rows, s->mm_scratch, q) ? q : NULL;
 }
 
 static cudaError_t set_pos(bn_cuda_dstate *s, int pos) {
@@ -394,7 +413,8 @@ static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb) {
 
 // block_pass: the block rows' final hidden (after output_norm) into s->xn and base logits into
 // s->base for the n_rows tokens in s->ids at positions d_pos.. (DSPARK.md §4.4). Kernels only, products
-// in chunks of <= BN_CU_MMVQ_MAX_NB columns (mm_block): graph-capturable.
+// in chunks of <= BN_CU_MMVQ_MAX_NB columns (mm_block): graph-capturable. The norms, the attention and SwiGLU
+// write the next products' Q8 activations where that fuses (block_q8).
 static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
     const bn_cuda_drafter *cd = s->cd;
     const bn_drafter_config *c = &cd->cfg;
@@ -404,31 +424,51 @@ static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
         BN_LAUNCH(ds_add_snr_kernel, n_rows, 256, 0, s->stream, s->x, cd->snr_emb, E);
         TRY(cudaGetLastError());
     }
-    TRY(bn_cu_rmsnorm(s->xn, s->x, cd->layers[0].attn_norm, E, n_rows, c->norm_eps, s->stream));
+    bn_q8_out xq, oq, dq;
+    const ds_layer *L0 = &cd->layers[0];
+    const bn_cu_weight *qkv0[] = {&L0->attn_q, &L0->attn_k, &L0->attn_v};
+    const bn_q8_out *xq8 = block_q8(s, qkv0, 3, n_rows, &xq); // xn's Q8 activations, written by the norm before
+    TRY(bn_cu_rmsnorm(s->xn, s->x, L0->attn_norm, E, n_rows, c->norm_eps, s->stream, xq8));
     for (int il = 0; il < c->n_layer; il++) {
         const ds_layer *L = &cd->layers[il];
         const bn_cu_weight *qkv[] = {&L->attn_q, &L->attn_k, &L->attn_v};
         float *const ys[] = {s->q, s->kb, s->vb};
-        TRY(mm_block(s, qkv, 3, s->xn, ys, n_rows));
+        TRY(mm_block(s, qkv, 3, s->xn, ys, n_rows, xq8));
         // q/k norm + RoPE; the block rows' K/V go after the context rows (temporary: n_cache stays)
         TRY(bn_cu_attn_prep(s->q, qw, hd, s->kb, s->vb, s->k_cache[il], s->v_cache[il], false, c->n_head,
                             c->n_head_kv, hd, L->q_norm, L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, n_rows,
                             s->d_pos, s->stream));
-        BN_LAUNCH(ds_block_attn_kernel, dim3(c->n_head, n_rows), DS_ATT_THREADS, sizeof(float) * hd, s->stream, s->att,
-                  s->q, s->k_cache[il], s->v_cache[il], c->n_head / c->n_head_kv, hd, qw, kvw,
-                  1.0f / sqrtf((float)hd), s->d_pos, n_rows);
+        const bn_cu_weight *ow[] = {&L->attn_output};
+        const bn_q8_out *oq8 = hd % 32 == 0 ? block_q8(s, ow, 1, n_rows, &oq) : NULL;
+        const dim3 grid(c->n_head, n_rows);
+        const int group = c->n_head / c->n_head_kv;
+        const float scale = 1.0f / sqrtf((float)hd);
+        if (oq8)
+            BN_LAUNCH(ds_block_attn_kernel<true>, grid, DS_ATT_THREADS, sizeof(float) * hd, s->stream, s->att, s->q,
+                      s->k_cache[il], s->v_cache[il], group, hd, qw, kvw, scale, s->d_pos, n_rows, *oq8);
+        else
+            BN_LAUNCH(ds_block_attn_kernel<false>, grid, DS_ATT_THREADS, sizeof(float) * hd, s->stream, s->att, s->q,
+                      s->k_cache[il], s->v_cache[il], group, hd, qw, kvw, scale, s->d_pos, n_rows, bn_q8_out{});
         TRY(cudaGetLastError());
-        TRY(mm_block1(s, &L->attn_output, s->att, s->mo, n_rows));
-        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, L->ffn_norm, E, n_rows, c->norm_eps, s->stream));
+        TRY(mm_block1(s, &L->attn_output, s->att, s->mo, n_rows, oq8));
         const bn_cu_weight *gu[] = {&L->ffn_gate, &L->ffn_up};
+        xq8 = block_q8(s, gu, 2, n_rows, &xq);
+        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, L->ffn_norm, E, n_rows, c->norm_eps, s->stream, xq8));
         float *const gy[] = {s->gate, s->up};
-        TRY(mm_block(s, gu, 2, s->xn, gy, n_rows));
-        TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)c->n_ff * n_rows, s->stream));
-        TRY(mm_block1(s, &L->ffn_down, s->gate, s->mo, n_rows));
-        const float *next_norm = il + 1 < c->n_layer ? cd->layers[il + 1].attn_norm : cd->output_norm;
-        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, next_norm, E, n_rows, c->norm_eps, s->stream));
+        TRY(mm_block(s, gu, 2, s->xn, gy, n_rows, xq8));
+        const bn_cu_weight *down[] = {&L->ffn_down};
+        const bn_q8_out *dq8 = block_q8(s, down, 1, n_rows, &dq);
+        TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)c->n_ff * n_rows, s->stream, dq8));
+        TRY(mm_block1(s, &L->ffn_down, s->gate, s->mo, n_rows, dq8));
+        // the next layer's q|k|v, or the head after the last layer
+        const bool last = il + 1 == c->n_layer;
+        const ds_layer *N = last ? L : &cd->layers[il + 1];
+        const bn_cu_weight *next[] = {last ? &cd->output : &N->attn_q, &N->attn_k, &N->attn_v};
+        xq8 = block_q8(s, next, last ? 1 : 3, n_rows, &xq);
+        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, last ? cd->output_norm : N->attn_norm, E, n_rows, c->norm_eps,
+                              s->stream, xq8));
     }
-    return mm_block1(s, &cd->output, s->xn, s->base, n_rows);
+    return mm_block1(s, &cd->output, s->xn, s->base, n_rows, xq8);
 }
 
 // markov_chain: prev_0 = chain[0]; for i < n: W1[prev_i] → w1_i, l_i = base_i + scale·W2·w1_i,

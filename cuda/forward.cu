@@ -552,7 +552,8 @@ static const bn_q8_out *ffn_q8(bn_cuda_state *s, int il, int nb, bn_q8_out *q) {
 }
 
 // attention_layer: s->mo = attention(s->xn) for nb tokens at d_pos.., appending to the KV cache; xq8: xn's Q8
-// activations are already in the scratch (mixer_q8).
+// activations are already in the scratch (mixer_q8). The attention merge writes attn_output's Q8 activations when
+// that fuses (hd a multiple of 32).
 static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8_out *xq8) {
     const bn_config *c = &s->cm->cfg;
     const cu_layer *L = &s->cm->layers[il];
@@ -572,9 +573,12 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8
     TRY(bn_cu_attn_prep(qg, q_stride, head_stride, kb, vb, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd, L->q_norm,
                         L->k_norm, c->norm_eps, c->n_rot, theta_scale, neox, nb, s->d_pos, s->stream));
     const int n_splits = nb <= BN_CU_MMVQ_MAX_NB ? s->n_splits : 1;
+    const bn_cu_weight *out_w[] = {&L->attn_output};
+    bn_q8_out oq;
+    const bn_q8_out *out_q8 = hd % 32 == 0 ? fused_q8(s, out_w, 1, nb, &oq) : NULL;
     TRY(bn_cu_attention(s->att, qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
-                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream));
-    return mm(s, &L->attn_output, s->att, s->mo, nb);
+                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream, out_q8));
+    return mm_from(s, out_w, 1, s->att, &s->mo, nb, out_q8);
 }
 
 // gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S (copied

@@ -122,9 +122,10 @@ size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
 // out {nh*hd, nb}; query head h of token t at qg + t*q_stride + h*head_stride, its gate (gated) at
 // + hd: out = softmax(scale q·K) V (⊙ σ(gate)). GQA: head h reads KV head h / (nh / nkv). The keys
 // are split into n_splits ranges (flash-decoding) merged by a second kernel; scratch from
-// bn_cu_attention_scratch_floats.
+// bn_cu_attention_scratch_floats. q8 (NULL: none; hd % 32 == 0, else cudaErrorInvalidValue): the merge also
+// writes out's Q8 activations there (attn_output's input, bn_cu_q8_fusable).
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
-                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s);
+                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8);
 
 #endif

@@ -1,11 +1,27 @@
 // tests/cuda/compare.h — comparisons shared by the CUDA tests (engine vs engine): max |Δ log-softmax| of
-// logit rows, max |Δ| of float arrays, argmax and the top-2 gap for greedy identity checks.
+// logit rows, max |Δ| of float arrays, argmax and the top-2 gap for greedy identity checks, and the emulator's
+// launch count.
 #ifndef BONSAI_TESTS_CUDA_COMPARE_H
 #define BONSAI_TESTS_CUDA_COMPARE_H
 #include "core/util.h"
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
+#ifdef BONSAI_CUDA_EMU
+#include "cuda/emu/emu_api.h"
+#endif
+
+// launches_now: kernel launches the emulator has run so far (graph replays count each node); 0 on a GPU.
+static inline uint64_t launches_now(void) {
+#ifdef BONSAI_CUDA_EMU
+    bn_cuda_emu_stats st;
+    bn_cuda_emu_get_stats(&st);
+    return st.launches;
+#else
+    return 0;
+#endif
+}
 
 // log_softmax of n logits into lp.
 static inline void log_softmax(const float *x, double *lp, int n) {

@@ -3,7 +3,8 @@
 // tests/dspark/fixture.h, and bn_spec on a CUDA target drafting on the device.
 //   part "drafter" (F32, Q8_0, Q8_0 block 16): encoder g of 20 random tap rows, then process 20 rows,
 //     the block pass's h and base logits at n_past 20, drafts (n_max = B) and, after truncating to 13
-//     rows and re-processing, drafts again; with p_min the truncation rule.
+//     rows and re-processing, drafts again; with p_min the truncation rule; for the Q8_0 drafters the fused
+//     Q8 producers of the block pass bit-identical to BONSAI_CUDA_FUSE=0 (fusion_check);
 //   part "spec": greedy speculative decoding (n_max 3) on the CUDA engine with a Q8_0 device drafter ==
 //     plain greedy on the CUDA engine over 64 tokens, rollbacks by snapshot restore (no re-runs);
 //   part "counters": the same over 24 tokens, and its §7 counters == those of the run with the drafter
@@ -30,6 +31,7 @@
 #include "core/rng.h"
 #include "quant/quant.h"
 #include <math.h>
+#include <string.h>
 
 #define N_CTX 160
 #define N_ROWS 20
@@ -144,6 +146,70 @@ static void drafter_check(const char *what, const bn_model *m, const char *dpath
     bn_drafter_free(d);
 }
 
+// quantized: whether a product with weight w quantizes its input (the block pass fuses only those).
+static int quantized(const bn_weight *w) { return w->type != BN_F32 && w->type != BN_F16 && w->type != BN_BF16; }
+
+// fusion_check: the drafter's block pass with the fused Q8 producers (default) against a state created with
+// BONSAI_CUDA_FUSE=0 (each product quantizes its own input): after processing N_ROWS tap rows, the block pass's
+// h and base logits and two drafts (n_max = B; the second replays the draft graph captured by the first) must be
+// BIT-IDENTICAL (the producers run quantize_act's arithmetic). The emulator counts the launches of the replayed
+// draft: fused must save one per quantized q|k|v group, attn_output, ffn gate|up and ffn_down of every layer, and
+// the head's (head_dim % 32 == 0 in these drafters).
+static void fusion_check(const char *what, const bn_model *m, const char *dpath) {
+    char err[512];
+    bn_drafter *d = bn_drafter_load(dpath, m, err, sizeof err);
+    if (!d) bn_die("%s: %s", what, err);
+    const int E = d->cfg.n_embd, C = d->cfg.n_taps, V = d->cfg.n_vocab, B = d->cfg.block_size;
+    bn_cuda_drafter *cd = bn_cuda_drafter_upload(d, err, sizeof err);
+    if (!cd) bn_die("%s: device drafter: %s", what, err);
+    bn_cuda_dstate *gs[2]; // 0: fused, 1: unfused
+    gs[0] = bn_cuda_dstate_new(cd, N_CTX, err, sizeof err);
+    setenv("BONSAI_CUDA_FUSE", "0", 1);
+    gs[1] = gs[0] ? bn_cuda_dstate_new(cd, N_CTX, err, sizeof err) : NULL;
+    unsetenv("BONSAI_CUDA_FUSE");
+    if (!gs[1]) bn_die("%s: fusion states: %s", what, err);
+    const size_t nt = (size_t)N_ROWS * C * E;
+    float *taps = xmalloc(sizeof(float) * nt);
+    bn_rng rng;
+    bn_rng_seed(&rng, 7);
+    for (size_t i = 0; i < nt; i++) taps[i] = 2.0f * bn_rng_uniform(&rng) - 1.0f;
+    float *h[2], *base[2];
+    int32_t dr[2][2][16] = {{{0}}}; // rows past B stay 0 in both
+    uint64_t per_draft[2] = {0, 0};
+    for (int e = 0; e < 2; e++) {
+        h[e] = xmalloc(sizeof(float) * (size_t)B * E), base[e] = xmalloc(sizeof(float) * (size_t)B * V);
+        int rc = bn_cuda_drafter_process(gs[e], taps, N_ROWS, 0, err, sizeof err);
+        if (rc == 0) rc = bn_cuda_drafter_block(gs[e], 77, N_ROWS, B, h[e], base[e], err, sizeof err);
+        for (int k = 0; rc == 0 && k < 2; k++) {
+            const uint64_t l0 = launches_now();
+            rc = bn_cuda_drafter_draft(gs[e], 5 + 40 * k, N_ROWS, B, 0, dr[e][k], NULL, err, sizeof err) == B ? 0 : -1;
+            if (k == 1) per_draft[e] = launches_now() - l0;
+        }
+        CHECK(rc == 0, "%s: %s state: %s", what, e ? "unfused" : "fused", err);
+    }
+    const bool same_h = !memcmp(h[0], h[1], sizeof(float) * (size_t)B * E);
+    const bool same_base = !memcmp(base[0], base[1], sizeof(float) * (size_t)B * V);
+    const bool same_drafts = !memcmp(dr[0], dr[1], sizeof dr[0]);
+    int saved = quantized(&d->output);
+    for (int il = 0; il < d->cfg.n_layer; il++)
+        saved += quantized(&d->layers[il].attn_q) + quantized(&d->layers[il].attn_output) +
+                 quantized(&d->layers[il].ffn_gate) + quantized(&d->layers[il].ffn_down);
+    printf("%s: fused == unfused: h %s, base logits %s, drafts %s; launches per replayed draft: unfused %llu, "
+           "fused %llu (%d fewer expected in the emulator)\n", what, same_h ? "same" : "DIFFER",
+           same_base ? "same" : "DIFFER", same_drafts ? "same" : "DIFFER", (unsigned long long)per_draft[1],
+           (unsigned long long)per_draft[0], saved);
+    CHECK(same_h && same_base && same_drafts, "%s: the fused block pass is not bit-identical to the unfused one", what);
+#ifdef BONSAI_CUDA_EMU
+    CHECK(saved > 0 && per_draft[0] > 0 && per_draft[0] + (uint64_t)saved == per_draft[1],
+          "%s: fused draft launches %llu, unfused %llu, expected %d fewer", what, (unsigned long long)per_draft[0],
+          (unsigned long long)per_draft[1], saved);
+#endif
+    for (int e = 0; e < 2; e++) free(h[e]), free(base[e]), bn_cuda_dstate_free(gs[e]);
+    free(taps);
+    bn_cuda_drafter_free(cd);
+    bn_drafter_free(d);
+}
+
 static int part_drafter(void) {
     char tpath[512], dpath[512], qpath[512], err[512];
     bn_model *m;
@@ -159,10 +225,12 @@ static int part_drafter(void) {
     if (bn_mkdrafter_write(&dp, fx_path(qpath, sizeof qpath, "cuda-dspark-q8.gguf"), err, sizeof err) != 0)
         bn_die("%s", err);
     drafter_check("Q8_0 drafter", m, qpath, 0.1, 0.1, 0.05);
+    fusion_check("Q8_0 drafter", m, qpath);
     // block 16: the device block pass runs its products in two chunks of 8 columns (mm_block)
     dp.block_size = 16;
     if (bn_mkdrafter_write(&dp, qpath, err, sizeof err) != 0) bn_die("%s", err);
     drafter_check("Q8_0 drafter, block 16", m, qpath, 0.1, 0.1, 0.05);
+    fusion_check("Q8_0 drafter, block 16", m, qpath);
     bn_model_free(m);
     unlink(tpath);
     unlink(dpath);
