@@ -13,6 +13,8 @@
 #   copybw  the measured device copy bandwidth; mm: bench_cuda_mm --quick;
 #   bench   bonsai-bench -ngl 99 (pp512, tg128) per type and layer count;
 #   dspark  the DSpark rows (cudadraft's section below);
+#   cpuref  for reference, the CPU engines on the same L1-layer Q1_0 file: bonsai-bench -ngl 0 and the peer
+#           llama-bench -ngl 0 with the GPU hidden (CUDA_VISIBLE_DEVICES=), all cores, pp64 / tg16;
 # then ONE markdown table (tok/s, decode GB/s, % of copy bandwidth) and the per-step status table.
 # Every step runs under `timeout` with the limit printed in the plan; a step that fails or times out
 # logs its tail and the script goes on; cells that depend on it read FAIL / TIMEOUT / SKIP. Exit
@@ -71,12 +73,13 @@ fi
 # bench: the limit is per bonsai-bench run (one per type and layer count)
 LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
+LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
 for k in env deps setup build tests sanitize models copybw mm dspark profile; do PLAN=$((PLAN + LIMIT[$k])); done
-PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer])))
+PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -120,7 +123,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark cpuref profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -297,6 +300,27 @@ for q in $TYPES; do
     done
 done
 
+# ---- cpuref: the CPU engines on the L1-layer Q1_0 file, for reference ----------------------------------
+# Ours (-ngl 0: the CPU engine, its AVX2 / AVX-512 kernels picked at run time) and the peer's CPU backend
+# (-ngl 0 with CUDA_VISIBLE_DEVICES= so that no op is offloaded; scripts/build-llamacpp-cuda.sh builds its CPU
+# code for AVX2 / FMA / F16C, not for this machine's CPU). pp64 / tg16, one repetition, every core.
+CPU_PP=64 CPU_TG=16
+if [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
+    skip_step cpuref-ours "no $L1-layer Q1_0 model"
+else
+    run_step cpuref-ours "${LIMIT[cpuref]}" "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 0 -t "$NPROC" -p "$CPU_PP" \
+        -n "$CPU_TG" -r 1 -o json
+fi
+if [ -z "$PEER" ] || [ "${LIMIT[peer]}" -le 0 ]; then
+    skip_step cpuref-peer "no peer llama-bench"
+elif [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
+    skip_step cpuref-peer "no model"
+else
+    run_step cpuref-peer "${LIMIT[cpuref]}" env CUDA_VISIBLE_DEVICES= \
+        "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build-peer/lib" \
+        "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 0 -t "$NPROC" -p "$CPU_PP" -n "$CPU_TG" -r 1 -o json
+fi
+
 # ==== DSpark (cudadraft) ==============================================================================
 # A $DS_PRESET-shape drafter (bonsai-mkdrafter: 27b = the Bonsai-27B drafter's shapes; Q4_1 matrices like
 # the real file; --shared: token_embd/output borrowed from the target, as a converted
@@ -454,6 +478,28 @@ peer_rows() {
     done
 }
 
+# cpuref_rows: the CPU engines (cpuref) side by side, with the ratio where the peer ran
+cpuref_rows() {
+    [ "${ST[cpuref-ours]:-SKIP}" = SKIP ] && return 0
+    echo
+    echo "### CPU engines, for reference: $L1-layer Q1_0 file, -ngl 0, $NPROC threads"
+    echo
+    echo "| engine | pp$CPU_PP t/s | tg$CPU_TG t/s |"
+    echo "| ------ | ---------: | --------: |"
+    local o="$W/cpuref-ours.log" p="$W/cpuref-peer.log"
+    awk -v PP="$CPU_PP" -v TG="$CPU_TG" -v co="$(cell cpuref-ours)" -v cp="$(cell cpuref-peer)" \
+        -v peer="${PEER_NAME:-peer llama-bench}" -v op="$(jfield "$o" avg_ns 1)" -v og="$(jfield "$o" avg_ns 2)" \
+        -v lp="$(jfield "$p" avg_ns 1)" -v lg="$(jfield "$p" avg_ns 2)" 'BEGIN {
+        if (co == "" && (op == "" || og == "")) co = "FAIL"
+        if (cp == "" && (lp == "" || lg == "")) cp = "FAIL"
+        if (co != "") printf("| bonsai-bench | %s | %s |\n", co, co)
+        else printf("| bonsai-bench | %.1f | %.1f |\n", PP * 1e9 / op, TG * 1e9 / og)
+        if (cp != "") { printf("| %s | %s | %s |\n", peer, cp, cp); exit }
+        printf("| %s | %.1f | %.1f |\n", peer, PP * 1e9 / lp, TG * 1e9 / lg)
+        if (co == "") printf("| ratio ours / llama.cpp | %.2f | %.2f |\n", lp / op, lg / og)
+    }'
+}
+
 # ---- the tables -----------------------------------------------------------------------------------
 # field F of the I-th result (1-based) of a bonsai-bench JSON log (the step's output)
 jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{print $2}'; }
@@ -498,6 +544,7 @@ table() {
     done
     peer_rows
     dspark_rows
+    cpuref_rows
     if [ "${ST[profile]:-SKIP}" = OK ]; then
         echo
         echo "### Kernel time per decoded token (ncu, $L1-layer Q1_0, tg16 + warm-up; launches include the upload)"
