@@ -259,6 +259,9 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
 // returns their count, or -1 with err (e.g. context full). smp samples every target row
 // (sample-and-compare). The last emitted token is the new id_last (not yet decoded by the target).
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen);
+// bn_spec_set_argmax_only: params.argmax_only for the steps from now on (a server sets it per request: on when
+// the request wants no log-probs).
+void bn_spec_set_argmax_only(bn_spec *sp, bool on);
 // bn_spec_step_logits: the target's logits row that produced emitted token i (0 <= i < the count
 // the last bn_spec_generate_step returned; NULL when that step ran argmax-only, params.argmax_only),
 // for log-probs (n_probs); [n_vocab] floats, valid until

@@ -225,6 +225,8 @@ void bn_spec_free(bn_spec *sp) {
 
 int bn_spec_n_past(const bn_spec *sp) { return sp->n_past; }
 
+void bn_spec_set_argmax_only(bn_spec *sp, bool on) { sp->p.argmax_only = on; }
+
 const float *bn_spec_step_logits(const bn_spec *sp, int i) {
     if (i < 0 || i >= sp->last_n || sp->last_argmax) return NULL;
     return sp->logits + (size_t)i * (size_t)sp->m->cfg.n_vocab;

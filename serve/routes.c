@@ -511,6 +511,7 @@ static int route_props(bn_server *srv, struct MHD_Connection *c) {
                           "audio", 0, "chat_template", tmpl ? tmpl : "chatml", "bos_token", bos, "eos_token", eos,
                           "build_info", SYSTEM_FINGERPRINT, "endpoint_slots", srv->p.slots_endpoint,
                           "endpoint_props", 0, "endpoint_metrics", srv->p.metrics, "is_sleeping", 0);
+    json_object_set_new(o, "backend", json_string(bn_slots_backend(srv->slots))); // ours: the engine (-ngl)
     return bn_send_json(c, 200, o);
 }
 

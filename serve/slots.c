@@ -113,9 +113,11 @@ static void task_finish(bn_task *t, int code, const char *err) {
 
 // ---- generation ---------------------------------------------------------------------------
 
-// eval: runs tokens through the slot's state under the engine lock, keeping the last logits.
-static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, char *err, size_t errlen) {
-    bn_forward_out out = {.logits = sl->logits};
+// eval: runs tokens through the slot's state under the engine lock; returns 0 or -1 with err. Keeps the last
+// token's logits in sl->logits, or with argmax (not NULL) only their argmax in *argmax (no logits row crosses
+// from a device engine; sl->logits is left as it was).
+static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, int32_t *argmax, char *err, size_t errlen) {
+    bn_forward_out out = {.logits = argmax ? NULL : sl->logits, .argmax = argmax};
     pthread_mutex_lock(&S->engine);
     int rc = bn_engine_forward(sl->state, tok, n, &out, err, errlen);
     pthread_mutex_unlock(&S->engine);
@@ -166,7 +168,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     const int chunk = 256;
     for (int i = reuse; !sl->spec && i < p->n_prompt; i += chunk) {
         int n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
-        if (eval(S, sl, p->prompt + i, n, err, sizeof err) != 0) {
+        if (eval(S, sl, p->prompt + i, n, NULL, err, sizeof err) != 0) {
             task_finish(t, 500, err);
             return;
         }
@@ -202,6 +204,11 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     int stop_type = BN_STOP_NONE;
     int32_t *top_ids = p->n_probs > 0 ? xmalloc(sizeof(int32_t) * p->n_probs) : NULL;
     float *top_lp = p->n_probs > 0 ? xmalloc(sizeof(float) * p->n_probs) : NULL;
+    // greedy without log-probs: decode steps ask the engine for the argmax only (bn_sampler_is_greedy: the
+    // sampler would pick it from the logits), so a device engine copies 4 bytes per token instead of a row
+    const bool argmax_steps = p->n_probs == 0 && bn_sampler_is_greedy(smp);
+    int32_t next = -1; // the last step's argmax (argmax_steps); the first token comes from the prompt's logits
+    if (sl->spec) bn_spec_set_argmax_only(sl->spec, p->n_probs == 0);
     while (stop_type == BN_STOP_NONE) {
         if (task_cancelled(t)) break;
         if (p->n_predict >= 0 && sl->n_decoded >= p->n_predict) {
@@ -225,7 +232,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             }
             logits = bn_spec_step_logits(sl->spec, spec_i);
             id = spec_out[spec_i++];
-        } else id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
+        } else id = next >= 0 ? next : bn_sampler_sample(smp, sl->logits, S->n_vocab);
         ev.id = id;
         if (p->n_probs > 0) {
             if (p->post_sampling_probs && !sl->spec) {
@@ -291,7 +298,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             t->truncated = true;
             break;
         }
-        if (eval(S, sl, &id, 1, err, sizeof err) != 0) {
+        if (eval(S, sl, &id, 1, argmax_steps ? &next : NULL, err, sizeof err) != 0) {
             free(text);
             free(top_ids);
             free(top_lp);
@@ -512,6 +519,8 @@ int bn_slots_info(bn_slots *S, bn_slot_info *info, int n) {
     pthread_mutex_unlock(&S->mu);
     return S->p.n_slots;
 }
+
+const char *bn_slots_backend(const bn_slots *S) { return bn_engine_name(S->eng); }
 
 void bn_slots_get_metrics(bn_slots *S, bn_slots_metrics *m) {
     pthread_mutex_lock(&S->mu);

@@ -121,5 +121,7 @@ typedef struct {
 int bn_slots_info(bn_slots *s, bn_slot_info *info, int n);
 // bn_slots_get_metrics: a consistent copy of the counters.
 void bn_slots_get_metrics(bn_slots *s, bn_slots_metrics *m);
+// bn_slots_backend: the engine the slots decode on: "CPU", "CUDA" or "CPU+CUDA" (bn_engine_name).
+const char *bn_slots_backend(const bn_slots *s);
 
 #endif

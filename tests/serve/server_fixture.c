@@ -28,11 +28,16 @@ int fixture_model(server_fixture *f, const char *preset) {
 
 int fixture_start(server_fixture *f, const char *const *extra) {
     char exe[512], ready[320];
-    const char *build = getenv("BONSAI_BUILD_ROOT");
+    const char *build = getenv("BONSAI_BUILD_ROOT"), *exe_env = getenv("BONSAI_SERVE_EXE");
     snprintf(exe, sizeof exe, "%s/tools/bonsai-serve", build ? build : "build");
+    if (exe_env && *exe_env) snprintf(exe, sizeof exe, "%s", exe_env);
     snprintf(ready, sizeof ready, "%s/ready.%d", f->dir, rand());
     const char *argv[64] = {exe, "-m", f->model, "--port", "0", "--ready-file", ready, "-t", "2"};
     int argc = 9;
+    char env_args[256] = ""; // BONSAI_SERVE_ARGS: space-separated arguments for every server (e.g. -ngl 99)
+    snprintf(env_args, sizeof env_args, "%s", getenv("BONSAI_SERVE_ARGS") ? getenv("BONSAI_SERVE_ARGS") : "");
+    char *save = NULL;
+    for (char *a = strtok_r(env_args, " ", &save); a && argc < 40; a = strtok_r(NULL, " ", &save)) argv[argc++] = a;
     for (int i = 0; extra && extra[i] && argc < 62; i++) argv[argc++] = extra[i];
     argv[argc] = NULL;
     f->pid = fork();

@@ -14,8 +14,9 @@ typedef struct {
 
 // fixture_model: writes the tiny generated model into a fresh temp dir; returns 0 or -1.
 int fixture_model(server_fixture *f, const char *preset);
-// fixture_start: execs build/tools/bonsai-serve -m model --port 0 plus extra args (NULL-terminated
-// list) and waits (≤ 60 s) until it listens; returns 0 or -1.
+// fixture_start: execs build/tools/bonsai-serve (env BONSAI_SERVE_EXE: another binary, e.g. the CUDA
+// emulator's bonsai-serve-emu) -m model --port 0, the arguments in env BONSAI_SERVE_ARGS (space-separated,
+// e.g. "-ngl 99"), then extra args (NULL-terminated list), and waits (≤ 60 s) until it listens; returns 0 or -1.
 int fixture_start(server_fixture *f, const char *const *extra_args);
 // fixture_stop: SIGTERM and wait; returns the exit status (or -1 if it had to be killed).
 int fixture_stop(server_fixture *f);

@@ -3,7 +3,10 @@
 // continuation): greedy output token-identical to the plain server, draft counters in timings,
 // /metrics and /slots. Prompt cache with speculation: two requests on slot 0 whose prompts share a
 // 12-token prefix (cache_prompt); the second reuses the cache (timings.cache_n > 0, tokens_cached =
-// cache_n + tokens_predicted) with -md as without, and both texts equal the plain server's.
+// cache_n + tokens_predicted) with -md as without, and both texts equal the plain server's. The first of them,
+// which asks for no log-probs (decode steps take the engine's argmax), gives the same text with n_probs. /props
+// names the engine (BONSAI_SERVE_BACKEND, default CPU): serve_spec_emu runs all of it with -ngl 99 on the CUDA
+// emulator.
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
@@ -17,6 +20,8 @@ static const char *REQ = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,
 // two requests with a shared prefix (token ids of the tiny vocabulary), greedy, on one slot
 static const char *REQ_P1 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18],\"n_predict\":24,"
                             "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true}";
+static const char *REQ_P1_LP = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18],\"n_predict\":24,"
+                               "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true,\"n_probs\":2}";
 static const char *REQ_P2 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18,77,401,9,260,31],\"n_predict\":24,"
                             "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true}";
 
@@ -54,6 +59,14 @@ static void shared_prefix(json_t *pair[2], const char *what) {
     printf("%s: second request cache_n %ld, tokens_cached %ld, tokens_predicted %ld\n", what, cached, tokens_cached,
            predicted);
     CHECK(cached > 0 && tokens_cached == cached + predicted, "%s: the second request reused the prompt cache", what);
+    // REQ_P1 asks for no log-probs: its decode steps took the engine's argmax (serve/slots.c argmax_steps,
+    // bn_spec_set_argmax_only); with n_probs the steps keep their logits rows: the same text
+    json_t *lp = post(REQ_P1_LP);
+    CHECK(lp && strcmp(content(lp), content(pair[0])) == 0 &&
+              json_array_size(json_object_get(lp, "completion_probabilities")) > 0,
+          "%s: greedy text without log-probs (argmax steps) \"%s\" != with n_probs \"%s\"", what, content(pair[0]),
+          lp ? content(lp) : "");
+    json_decref(lp);
 }
 
 static bool same_tokens(json_t *a, json_t *b) {
@@ -66,6 +79,21 @@ static bool same_tokens(json_t *a, json_t *b) {
     return true;
 }
 
+// check_backend: /props names the engine the slots run on: env BONSAI_SERVE_BACKEND (serve_spec_emu: "CUDA"),
+// else "CPU".
+static void check_backend(const char *what) {
+    const char *want = getenv("BONSAI_SERVE_BACKEND") ? getenv("BONSAI_SERVE_BACKEND") : "CPU";
+    http_resp r;
+    json_t *j = NULL;
+    if (http_request(F.port, "GET", "/props", NULL, 0, NULL, &r) == 0) {
+        j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+        http_resp_free(&r);
+    }
+    const char *got = json_string_value(json_object_get(j, "backend"));
+    CHECK(got && !strcmp(got, want), "%s server: /props backend %s, want %s", what, got ? got : "(none)", want);
+    json_decref(j);
+}
+
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
     char drafter[400], err[256];
@@ -76,6 +104,7 @@ int main(void) {
 
     const char *plain_args[] = {"-c", "256", NULL};
     CHECK(fixture_start(&F, plain_args) == 0, "plain server");
+    check_backend("plain");
     json_t *plain = complete();
     CHECK(plain != NULL, "plain completion");
     json_t *plain_pair[2];
@@ -85,6 +114,7 @@ int main(void) {
     const char *spec_args[] = {"-c", "256", "-md", drafter, "--spec-type", "draft-dspark", "--spec-draft-n-max", "4",
                                "--no-spec-adaptive", "--metrics", NULL};
     CHECK(fixture_start(&F, spec_args) == 0, "dspark server");
+    check_backend("dspark");
     json_t *spec = complete();
     CHECK(spec && same_tokens(plain, spec), "DSpark greedy output == plain greedy output");
     json_t *spec_pair[2];
