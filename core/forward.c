@@ -4,6 +4,7 @@
 #include "core/forward_impl.h"
 #include "core/matmul.h"
 #include "core/ops.h"
+#include "core/sampler.h" // bn_logits_topk_values: bn_forward_out.topk
 #include "core/util.h"
 #include "quant/quant.h"
 #include <math.h>
@@ -258,7 +259,7 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
         return;
     }
 
-    if (!out || (!out->logits && !out->hidden && !out->argmax)) return;
+    if (!out || (!bn_forward_wants_head(out) && !out->hidden)) return;
     // rows of this chunk that produce output: all of them, or only the very last token
     int first, n_rows, out_row;
     if (out->all_logits) {
@@ -270,12 +271,15 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     const float *x_sel = s->x + (size_t)first * H;
     rmsnorm_rows(s->xn, x_sel, &m->w.output_norm, n_rows, H, c->norm_eps);
     if (out->hidden) memcpy(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows);
-    if (!out->logits && !out->argmax) return;
-    const size_t V = (size_t)c->n_vocab;
-    // without out->logits the rows go to a scratch copy (argmax only)
+    if (!bn_forward_wants_head(out)) return;
+    const size_t V = (size_t)c->n_vocab, K = out->topk > 0 ? (size_t)out->topk : 0;
+    // without out->logits the rows go to a scratch copy (argmax / top-k only)
     float *logits = out->logits ? out->logits + (size_t)out_row * V : xmalloc(sizeof(float) * V * (size_t)n_rows);
     matmul(s, &m->w.output, s->xn, logits, n_rows);
     for (int r = 0; out->argmax && r < n_rows; r++) out->argmax[out_row + r] = bn_logits_argmax(logits + r * V, (int)V);
+    for (size_t r = 0; r < (K ? (size_t)n_rows : 0); r++)
+        bn_logits_topk_values(logits + r * V, (int)V, (int)K, out->topk_ids + (out_row + r) * K,
+                              out->topk_logits + (out_row + r) * K);
     if (!out->logits) free(logits);
 }
 
@@ -289,8 +293,12 @@ int32_t bn_logits_argmax(const float *l, int n) {
 int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent, const int32_t *tokens, int n,
                      const bn_forward_out *out, char *err, size_t errlen) {
     if (n < 0) return bn_err(err, errlen, "bn_forward: negative token count %d", n);
-    if (n == 0 && out && (out->logits || out->hidden || out->argmax))
+    if (n == 0 && out && (bn_forward_wants_head(out) || out->hidden))
         return bn_err(err, errlen, "bn_forward: no tokens to produce output for");
+    if (out && (out->topk < 0 || out->topk > BN_FORWARD_TOPK_MAX || out->topk > c->n_vocab ||
+                (out->topk > 0 && (!out->topk_ids || !out->topk_logits))))
+        return bn_err(err, errlen, "bn_forward: topk %d must be 0..%d (<= n_vocab %d) with ids and logits", out->topk,
+                      BN_FORWARD_TOPK_MAX, c->n_vocab);
     if ((int64_t)pos + n > n_ctx)
         return bn_err(err, errlen, "context overflow: position %d + %d tokens exceeds n_ctx %d", pos, n, n_ctx);
     for (int t = 0; tokens && t < n; t++)
@@ -328,8 +336,8 @@ int bn_forward_front(const bn_model *m, bn_state *s, const int32_t *tokens, int 
                      const bn_forward_out *out, char *err, size_t errlen) {
     if (s->m != m) return bn_err(err, errlen, "bn_forward_front: state was created for a different model");
     if (!x_out) return bn_err(err, errlen, "bn_forward_front: no x_out");
-    if (out && (out->logits || out->hidden || out->argmax))
-        return bn_err(err, errlen, "bn_forward_front: logits / argmax / hidden come from the last layers' backend");
+    if (out && (bn_forward_wants_head(out) || out->hidden))
+        return bn_err(err, errlen, "bn_forward_front: logits / argmax / top-k / hidden come from the last layers' backend");
     if (bn_forward_check(&m->cfg, s->pos, s->n_ctx, s->n_recurrent, tokens, n, out, err, errlen) != 0) return -1;
     for (int t0 = 0; t0 < n; t0 += s->n_batch) {
         const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;

@@ -66,7 +66,10 @@ typedef struct {
     int32_t *argmax;       // [n_out]: each output row's argmax (ties -> lowest id); the engine computes the
                            // logits for it even when `logits` is NULL (then they stay inside the engine:
                            // the CUDA engines copy only these n_out ints to the host)
-    bool all_logits;       // also selects n_out for `hidden` and `argmax`
+    int topk;              // 0 or 1..BN_FORWARD_TOPK_MAX (<= n_vocab): each output row's topk largest logits
+    int32_t *topk_ids;     // [n_out][topk]: their ids, descending logit, ties -> lower id (bn_logits_topk_values)
+    float *topk_logits;    // [n_out][topk]: those logits (like argmax, the CUDA engines copy only these rows)
+    bool all_logits;       // also selects n_out for `hidden`, `argmax` and `topk`
     const int *tap_layers; // [n_taps] layer indices (0-based)
     int n_taps;
     float *taps;           // [n][n_taps][n_embd]: residual stream AFTER each tap layer (every token)
@@ -75,6 +78,14 @@ typedef struct {
                            // position after each token: speculative verification restores the
                            // one after the last accepted token instead of re-running it
 } bn_forward_out;
+
+// The most values bn_forward_out.topk may ask for (the CUDA top-k kernel's limit).
+#define BN_FORWARD_TOPK_MAX 64
+
+// bn_forward_wants_head: whether out asks for anything the LM head computes (logits, argmax or top-k).
+static inline bool bn_forward_wants_head(const bn_forward_out *out) {
+    return out && (out->logits || out->argmax || out->topk > 0);
+}
 
 // bn_logits_argmax: the index of the largest of l[0..n) (the first on ties; n >= 1), the rule of
 // bn_forward_out.argmax and of greedy sampling.

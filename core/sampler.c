@@ -138,6 +138,43 @@ static int cutoff(const bn_sampler_params *p, const cand *c, int m, float max_l,
     return keep;
 }
 
+// truncate_sorted: top_p / min_p over the m best candidates c[0..m) (sorted), their softmax taken over these m
+// alone (top_k's chain); returns how many are kept.
+static int truncate_sorted(const bn_sampler_params *p, const cand *c, int m, int min_keep) {
+    if (!(p->top_p < 1.0f || p->min_p > 0.0f)) return m;
+    float max_l = c[0].logit, sum = 0.0f, comp = 0.0f;
+    for (int i = 0; i < m; i++) {
+        float y = expf(c[i].logit - max_l) - comp, t = sum + y;
+        comp = (t - sum) - y;
+        sum = t;
+    }
+    bool found;
+    return cutoff(p, c, m, max_l, sum, min_keep, &found);
+}
+
+// choose: the end of the chain over the kept candidates c[0..n) (sorted best first): greedy, or temperature +
+// softmax + one uniform draw; records the candidate list; returns the picked id.
+static int32_t choose(bn_sampler *s, cand *c, int n) {
+    const bn_sampler_params *p = &s->par;
+    int pick = 0;
+    if (p->temperature <= 0.0f) { // llama.cpp's temp <= 0: only the max-logit candidate keeps a probability (1)
+        for (int i = 0; i < n; i++) c[i].p = i == 0 ? 1.0f : 0.0f;
+    } else {
+        for (int i = 0; i < n; i++) c[i].logit /= p->temperature;
+        softmax_sorted(c, n);
+        // dist: walk the cumulative distribution with one uniform draw
+        double r = bn_rng_uniform(&s->rng), cum = 0.0;
+        pick = n - 1;
+        for (int i = 0; i < n; i++) {
+            cum += c[i].p;
+            if (r < cum) { pick = i; break; }
+        }
+    }
+    s->n = n;
+    for (int i = 0; i < n; i++) { s->out_ids[i] = c[i].id; s->out_p[i] = c[i].p; }
+    return c[pick].id;
+}
+
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
     ensure_cap(s, n_vocab);
@@ -162,32 +199,22 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
         // greedy without truncation: every other candidate has p = 0, keep only the first ones
         n = select_topk(logits, n_vocab, GREEDY_MAX_CANDIDATES, c);
     } else {
-        int m = select_topk(logits, n_vocab, k, c);
-        float max_l = c[0].logit, sum = 0.0f, comp = 0.0f;
-        for (int i = 0; truncating && i < m; i++) {
-            float y = expf(c[i].logit - max_l) - comp, t = sum + y;
-            comp = (t - sum) - y;
-            sum = t;
-        }
-        n = truncating ? cutoff(p, c, m, max_l, sum, min_keep, &found) : m;
+        n = truncate_sorted(p, c, select_topk(logits, n_vocab, k, c), min_keep);
     }
-    int pick = 0;
-    if (greedy) { // llama.cpp's temp <= 0: only the max-logit candidate keeps a probability (1)
-        for (int i = 0; i < n; i++) c[i].p = i == 0 ? 1.0f : 0.0f;
-    } else {
-        for (int i = 0; i < n; i++) c[i].logit /= p->temperature;
-        softmax_sorted(c, n);
-        // dist: walk the cumulative distribution with one uniform draw
-        double r = bn_rng_uniform(&s->rng), cum = 0.0;
-        pick = n - 1;
-        for (int i = 0; i < n; i++) {
-            cum += c[i].p;
-            if (r < cum) { pick = i; break; }
-        }
-    }
-    s->n = n;
-    for (int i = 0; i < n; i++) { s->out_ids[i] = c[i].id; s->out_p[i] = c[i].p; }
-    return c[pick].id;
+    return choose(s, c, n);
+}
+
+bool bn_sampler_topk_fits(const bn_sampler *s, int k, int n_vocab) {
+    return s->par.top_k > 0 && s->par.top_k <= k && s->par.top_k < n_vocab;
+}
+
+int32_t bn_sampler_sample_topk(bn_sampler *s, const int32_t *ids, const float *vals, int k, int n_vocab) {
+    const bn_sampler_params *p = &s->par;
+    if (!bn_sampler_topk_fits(s, k, n_vocab)) return -1;
+    ensure_cap(s, p->top_k);
+    const int m = p->top_k; // the chain reads the top_k best only (bn_sampler_sample's last branch)
+    for (int i = 0; i < m; i++) s->c[i] = (cand){ids[i], vals[i], 0};
+    return choose(s, s->c, truncate_sorted(p, s->c, m, p->min_keep > 1 ? p->min_keep : 1));
 }
 
 bool bn_sampler_is_greedy(const bn_sampler *s) { return s->par.temperature <= 0.0f; }
@@ -218,6 +245,16 @@ static float softmax_denominator(const float *logits, int n_vocab, float *max_l)
 static float logprob_of(float logit, float max_l, float sum) {
     float p = expf(logit - max_l) / sum;
     return p > 0.0f ? logf(p) : -FLT_MAX;
+}
+
+int bn_logits_topk_values(const float *logits, int n_vocab, int k, int32_t *ids, float *vals) {
+    if (k > n_vocab) k = n_vocab;
+    if (k <= 0) return 0;
+    cand *c = xmalloc((size_t)((int64_t)k * 8 >= n_vocab ? n_vocab : k) * sizeof *c);
+    k = select_topk(logits, n_vocab, k, c);
+    for (int i = 0; i < k; i++) ids[i] = c[i].id, vals[i] = c[i].logit;
+    free(c);
+    return k;
 }
 
 int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs) {

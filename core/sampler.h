@@ -32,6 +32,13 @@ void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 bool bn_sampler_is_greedy(const bn_sampler *s);
 // bn_sampler_sample: one token id drawn from logits[0..n_vocab) (logits are not modified).
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
+// bn_sampler_topk_fits: true when the k best logits of a row are all the chain reads: 1 <= top_k <= k and
+// top_k < n_vocab (then bn_sampler_sample_topk stands in for bn_sampler_sample).
+bool bn_sampler_topk_fits(const bn_sampler *s, int k, int n_vocab);
+// bn_sampler_sample_topk: bn_sampler_sample from a row's k best logits only (vals descending, ties → lower id
+// first, with their ids: bn_logits_topk_values, bn_forward_out.topk): the same pick, RNG draw and candidate
+// list as bn_sampler_sample over the whole row of finite logits. -1 when not bn_sampler_topk_fits.
+int32_t bn_sampler_sample_topk(bn_sampler *s, const int32_t *ids, const float *vals, int k, int n_vocab);
 
 // The candidate list after the whole chain for the last bn_sampler_sample call (for
 // post_sampling_probs): *ids / *probs point into the sampler (valid until the next call), sorted
@@ -45,6 +52,9 @@ int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const f
 // -FLT_MAX (as llama.cpp), the float sum Kahan-compensated (within 1e-5 of a double softmax).
 // Temperature and the chain play no part (SERVER.md §5). k is clamped to n_vocab; returns the count.
 int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs);
+// bn_logits_topk_values: the k highest logits (descending, ties → lower id first) and their ids; k is clamped to
+// n_vocab; returns the count.
+int bn_logits_topk_values(const float *logits, int n_vocab, int k, int32_t *ids, float *vals);
 // bn_logits_logprob: log p(id) under the full raw softmax (same numerics as bn_logits_topk).
 float bn_logits_logprob(const float *logits, int n_vocab, int32_t id);
 

@@ -82,7 +82,7 @@ static int sp_state_pos(const void *st) { return bn_state_pos(((const split_stat
 static int sp_state_n_ctx(const void *st) { return bn_state_n_ctx(((const split_state *)st)->cpu); }
 
 // chunk_out: the part of out for rows [t0, t0 + nb) of an n-row call, for one half: taps (each half writes
-// the slots of its own layers), and for the device half the logits / argmax / hidden rows it produces.
+// the slots of its own layers), and for the device half the logits / argmax / top-k / hidden rows it produces.
 static bn_forward_out chunk_out(const bn_forward_out *out, const bn_config *c, int t0, int nb, int n, bool head) {
     bn_forward_out o = {};
     if (!out) return o;
@@ -97,6 +97,11 @@ static bn_forward_out chunk_out(const bn_forward_out *out, const bn_config *c, i
     if (out->logits && (out->all_logits || last)) o.logits = out->logits + row * (size_t)c->n_vocab;
     if (out->hidden && (out->all_logits || last)) o.hidden = out->hidden + row * (size_t)c->n_embd;
     if (out->argmax && (out->all_logits || last)) o.argmax = out->argmax + row;
+    if (out->topk > 0 && (out->all_logits || last)) {
+        o.topk = out->topk;
+        o.topk_ids = out->topk_ids + row * (size_t)out->topk;
+        o.topk_logits = out->topk_logits + row * (size_t)out->topk;
+    }
     return o;
 }
 

@@ -188,6 +188,9 @@ struct bn_cuda_state {
     int *d_pos;           // [0] position of the next chunk's first token, [1] device tap buffer row of its taps
     int32_t *d_tokens;    // {n_batch} token ids of the chunk (the decode graph's argmax writes [0])
     int32_t *d_argmax;    // {logit_rows} argmax of each row of `logits` (bn_forward_out.argmax)
+    float *d_topk_vals;   // {BN_FORWARD_TOPK_MAX, logit_rows} top-k logits of each row (bn_forward_out.topk)
+    int32_t *d_topk_ids;  // {BN_FORWARD_TOPK_MAX, logit_rows} their ids
+    void *topk_scratch;   // bn_cu_topk_scratch_bytes(V, BN_FORWARD_TOPK_MAX)
     void **k_cache, **v_cache; // [n_layer] -> {n_head_kv*hd, n_ctx} fp32/fp16 (NULL on GDN layers)
     float **conv, **ssm;  // [n_layer] -> {K-1, conv_dim}, {dk, dv, Hv} inside `recurrent`
     float *recurrent;     // all conv windows and S matrices, contiguous
@@ -252,6 +255,10 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     int32_t *d_tokens = (int32_t *)bn_cu_carve(c, B * sizeof(int32_t));
     float **d_snap_ptrs = (float **)bn_cu_carve(c, MAX_SNAPS * sizeof(float *));
     int32_t *d_argmax = (int32_t *)bn_cu_carve(c, (size_t)s->logit_rows * sizeof(int32_t));
+    const size_t topk_n = (size_t)s->logit_rows * BN_FORWARD_TOPK_MAX;
+    float *d_topk_vals = (float *)bn_cu_carve(c, topk_n * sizeof(float));
+    int32_t *d_topk_ids = (int32_t *)bn_cu_carve(c, topk_n * sizeof(int32_t));
+    void *topk_scratch = bn_cu_carve(c, bn_cu_topk_scratch_bytes(cf->n_vocab, BN_FORWARD_TOPK_MAX));
     const size_t L0 = (size_t)cm->first_layer; // caches only for the device's layers [L0, L)
     size_t n_rec = 0;
     for (size_t il = L0; il < L; il++)
@@ -260,6 +267,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
         s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax;
+        s->d_topk_vals = d_topk_vals, s->d_topk_ids = d_topk_ids, s->topk_scratch = topk_scratch;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
             s->conv[il] = s->ssm[il] = NULL;
@@ -423,12 +431,27 @@ static cudaError_t copy_logits_down(bn_cuda_state *s, float *dst, int rows) {
     return cudaMemcpyAsync(dst, s->logits, bytes, cudaMemcpyDeviceToHost, s->stream);
 }
 
-// copy_head_down: the rows' argmax (d_argmax) and/or logits (s->logits), as out asks, into out's rows
-// out_row.. on the host, async.
+// copy_head_down: the rows' argmax (d_argmax), top-k (computed here from s->logits: bn_cu_topk per row) and/or
+// logits (s->logits), as out asks, into out's rows out_row.. on the host, async.
 static cudaError_t copy_head_down(bn_cuda_state *s, const bn_forward_out *out, int out_row, int rows) {
     if (out && out->argmax) {
         const cudaError_t e = cudaMemcpyAsync(out->argmax + out_row, s->d_argmax, sizeof(int32_t) * (size_t)rows,
                                               cudaMemcpyDeviceToHost, s->stream);
+        if (e != cudaSuccess) return e;
+    }
+    if (out && out->topk > 0) {
+        const int V = s->cm->cfg.n_vocab, k = out->topk;
+        for (int r = 0; r < rows; r++) {
+            const cudaError_t e = bn_cu_topk(s->logits + (size_t)r * V, V, k, s->d_topk_vals + (size_t)r * k,
+                                             s->d_topk_ids + (size_t)r * k, s->topk_scratch, s->stream);
+            if (e != cudaSuccess) return e;
+        }
+        const size_t n = (size_t)rows * k, off = (size_t)out_row * k;
+        cudaError_t e = cudaMemcpyAsync(out->topk_logits + off, s->d_topk_vals, sizeof(float) * n,
+                                        cudaMemcpyDeviceToHost, s->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(out->topk_ids + off, s->d_topk_ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost,
+                                s->stream);
         if (e != cudaSuccess) return e;
     }
     return out && out->logits ? copy_logits_down(s, out->logits + (size_t)out_row * s->cm->cfg.n_vocab, rows)
@@ -504,11 +527,6 @@ bn_snapshot *bn_cuda_host_snapshot_new(const bn_cuda_state *s) {
         cudaError_t e_ = (call);                                                                                    \
         if (e_ != cudaSuccess) return e_;                                                                           \
     } while (0)
-
-// mm: y = W·x over nb columns with the state's scratch, handle and stream.
-static cudaError_t mm(bn_cuda_state *s, const bn_cu_weight *w, const float *x, float *y, int nb) {
-    return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
-}
 
 // fused_q8: where the producer of the input of W[0..n) writes its Q8 activations (*q, in the state's matmul
 // scratch) so that the group skips its quantize launch; returns q, or NULL when the group quantizes (or converts)
@@ -731,11 +749,13 @@ static cudaError_t head_logits(bn_cuda_state *s, int r0, int rows, const bn_q8_o
     return mm_from(s, head, 1, s->xn + (size_t)r0 * s->cm->cfg.n_embd, &s->logits, rows, hq8);
 }
 
-// chunk_outputs: hidden / logits / their argmax of this chunk's output rows copied to the host (see forward.c).
+// chunk_outputs: hidden / logits / their argmax / top-k of this chunk's output rows copied to the host (see
+// forward.c).
 static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_total, const bn_forward_out *out) {
     const bn_config *c = &s->cm->cfg;
     const int H = c->n_embd, V = c->n_vocab;
-    if (!out || (!out->logits && !out->hidden && !out->argmax)) return cudaSuccess;
+    const bool head = bn_forward_wants_head(out);
+    if (!head && (!out || !out->hidden)) return cudaSuccess;
     int first, n_rows, out_row;
     if (out->all_logits) {
         first = 0, n_rows = nb, out_row = t_off;
@@ -744,12 +764,12 @@ static cudaError_t chunk_outputs(bn_cuda_state *s, int nb, int t_off, int n_tota
         first = nb - 1, n_rows = 1, out_row = 0;
     }
     bn_q8_out hq;
-    const bn_q8_out *hq8 = out->logits || out->argmax ? head_q8(s, n_rows, &hq) : NULL; // then one block, r0 0
+    const bn_q8_out *hq8 = head ? head_q8(s, n_rows, &hq) : NULL; // then one block, r0 0
     TRY(head_norm(s, first, n_rows, hq8));
     if (out->hidden)
         TRY(cudaMemcpyAsync(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows,
                             cudaMemcpyDeviceToHost, s->stream));
-    for (int r0 = 0; (out->logits || out->argmax) && r0 < n_rows; r0 += s->logit_rows) {
+    for (int r0 = 0; head && r0 < n_rows; r0 += s->logit_rows) {
         const int rows = n_rows - r0 < s->logit_rows ? n_rows - r0 : s->logit_rows;
         TRY(head_logits(s, r0, rows, hq8));
         if (out->argmax) TRY(bn_cu_argmax_rows(s->logits, V, rows, s->d_argmax, s->stream));

@@ -114,12 +114,12 @@ static void task_finish(bn_task *t, int code, const char *err) {
 // ---- generation ---------------------------------------------------------------------------
 
 // eval: runs tokens through the slot's state under the engine lock; returns 0 or -1 with err. Keeps the last
-// token's logits in sl->logits, or with argmax (not NULL) only their argmax in *argmax (no logits row crosses
-// from a device engine; sl->logits is left as it was).
-static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, int32_t *argmax, char *err, size_t errlen) {
-    bn_forward_out out = {.logits = argmax ? NULL : sl->logits, .argmax = argmax};
+// token's logits in sl->logits, or, with out, what out asks for (a decode step's argmax or top-k: no logits row
+// crosses from a device engine, and sl->logits is left as it was).
+static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, bn_forward_out *out, char *err, size_t errlen) {
+    bn_forward_out logits_only = {.logits = sl->logits};
     pthread_mutex_lock(&S->engine);
-    int rc = bn_engine_forward(sl->state, tok, n, &out, err, errlen);
+    int rc = bn_engine_forward(sl->state, tok, n, out ? out : &logits_only, err, errlen);
     pthread_mutex_unlock(&S->engine);
     return rc;
 }
@@ -204,10 +204,18 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     int stop_type = BN_STOP_NONE;
     int32_t *top_ids = p->n_probs > 0 ? xmalloc(sizeof(int32_t) * p->n_probs) : NULL;
     float *top_lp = p->n_probs > 0 ? xmalloc(sizeof(float) * p->n_probs) : NULL;
-    // greedy without log-probs: decode steps ask the engine for the argmax only (bn_sampler_is_greedy: the
-    // sampler would pick it from the logits), so a device engine copies 4 bytes per token instead of a row
+    // Without log-probs a decode step needs less than its logits row (a device engine then copies 4 bytes or
+    // top_k pairs per token instead of the row): greedy, the argmax (bn_sampler_is_greedy: the sampler would pick
+    // it); sampling with top_k <= BN_FORWARD_TOPK_MAX, the top_k best logits (bn_sampler_sample_topk draws from
+    // them what bn_sampler_sample would from the row). The first token comes from the prompt's logits.
     const bool argmax_steps = p->n_probs == 0 && bn_sampler_is_greedy(smp);
-    int32_t next = -1; // the last step's argmax (argmax_steps); the first token comes from the prompt's logits
+    const int topk_steps = p->n_probs == 0 && !argmax_steps && bn_sampler_topk_fits(smp, BN_FORWARD_TOPK_MAX,
+                                                                                      S->n_vocab) ? sp.top_k : 0;
+    int32_t next = -1, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (set by its eval)
+    float topk_vals[BN_FORWARD_TOPK_MAX];
+    bool have_topk = false;
+    bn_forward_out step_out = {.argmax = argmax_steps ? &next : NULL, .topk = topk_steps, .topk_ids = topk_ids,
+                               .topk_logits = topk_vals};
     if (sl->spec) bn_spec_set_argmax_only(sl->spec, p->n_probs == 0);
     while (stop_type == BN_STOP_NONE) {
         if (task_cancelled(t)) break;
@@ -232,7 +240,9 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             }
             logits = bn_spec_step_logits(sl->spec, spec_i);
             id = spec_out[spec_i++];
-        } else id = next >= 0 ? next : bn_sampler_sample(smp, sl->logits, S->n_vocab);
+        } else if (next >= 0) id = next;
+        else if (have_topk) id = bn_sampler_sample_topk(smp, topk_ids, topk_vals, topk_steps, S->n_vocab);
+        else id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
         ev.id = id;
         if (p->n_probs > 0) {
             if (p->post_sampling_probs && !sl->spec) {
@@ -298,7 +308,8 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             t->truncated = true;
             break;
         }
-        if (eval(S, sl, &id, 1, argmax_steps ? &next : NULL, err, sizeof err) != 0) {
+        have_topk = topk_steps > 0;
+        if (eval(S, sl, &id, 1, argmax_steps || topk_steps ? &step_out : NULL, err, sizeof err) != 0) {
             free(text);
             free(top_ids);
             free(top_lp);

@@ -22,6 +22,7 @@
 #include "core/forward_impl.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
+#include "core/sampler.h"
 #include "core/util.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/mm_host.h"
@@ -683,11 +684,14 @@ static void engine_case(void) {
     bn_model_free(m);
 }
 
-// Argmax-only outputs (bn_forward_out.argmax). Per engine two states run the same passes: state a asks
-// for logits + argmax, state b for the argmax only (logits NULL: the CUDA engines copy only the ints).
+// Argmax-only outputs (bn_forward_out.argmax) and top-k outputs (bn_forward_out.topk). Per engine two states run
+// the same passes: state a asks for logits + argmax, state b for the argmax and the ARGMAX_TOPK best logits only
+// (logits NULL: the CUDA engines copy only those ints and floats).
+#define ARGMAX_TOPK 40
 typedef struct {
     int rows, rows_tied;    // output rows checked, and those whose max logit is an exact tie
     int bad_a, bad_b;       // rows where a's argmax != argmax of a's logits (ties -> lowest), b's != a's
+    int bad_k;              // rows where b's top-k ids or values != bn_logits_topk_values of a's logits row
     size_t bytes_a, bytes_b; // host logits bytes counted while a / b ran (bn_cuda_host_logit_bytes)
 } argmax_tally;
 
@@ -696,8 +700,11 @@ typedef struct {
 static int argmax_pass(bn_engine_state *a, bn_engine_state *b, const int32_t *tok, int n, bool all,
                        bn_engine_snapshot *const *snaps, float *lg, int32_t *am_a, int32_t *am_b, argmax_tally *t) {
     char err[512];
-    const int V = a->e->m->cfg.n_vocab, rows = all ? n : 1;
-    bn_forward_out oa = {.logits = lg, .argmax = am_a, .all_logits = all}, ob = {.argmax = am_b, .all_logits = all};
+    const int V = a->e->m->cfg.n_vocab, rows = all ? n : 1, K = ARGMAX_TOPK;
+    int32_t tk_ids[9 * ARGMAX_TOPK], want_ids[ARGMAX_TOPK];
+    float tk_vals[9 * ARGMAX_TOPK], want_vals[ARGMAX_TOPK];
+    bn_forward_out oa = {.logits = lg, .argmax = am_a, .all_logits = all};
+    bn_forward_out ob = {.argmax = am_b, .topk = K, .topk_ids = tk_ids, .topk_logits = tk_vals, .all_logits = all};
     size_t b0 = bn_cuda_host_logit_bytes();
     int rc = snaps ? bn_engine_forward_snaps(a, tok, n, &oa, snaps, err, sizeof err)
                    : bn_engine_forward(a, tok, n, &oa, err, sizeof err);
@@ -714,6 +721,9 @@ static int argmax_pass(bn_engine_state *a, bn_engine_state *b, const int32_t *to
         t->rows_tied += want + 1 < V && row[want + 1] == row[want];
         t->bad_a += am_a[r] != want;
         t->bad_b += am_b[r] != am_a[r];
+        bn_logits_topk_values(row, V, K, want_ids, want_vals);
+        t->bad_k += memcmp(want_ids, tk_ids + (size_t)r * K, sizeof want_ids) != 0 ||
+                    memcmp(want_vals, tk_vals + (size_t)r * K, sizeof want_vals) != 0;
     }
     return rc;
 }
@@ -764,7 +774,9 @@ static void argmax_engine(bn_engine *e, bool graphs_off, argmax_tally *t) {
 // F32 model whose output head has every odd row a copy of the even row before it, so every logits row's max
 // is an exact tie (ids 2k and 2k + 1) wherever the engine computes both rows alike (counted, must happen):
 // the argmax must be the lower id, equal to bn_logits_argmax of the logits (0 rows may differ), the
-// argmax-only state must agree with it, and on the CUDA engines no logits bytes reach the host for it.
+// argmax-only state must agree with it, its top-40 ids and values must equal bn_logits_topk_values of those
+// logits (ties: lower id first; on CUDA the device top-k kernel), and on the CUDA engines no logits bytes reach
+// the host for them.
 static void argmax_case(void) {
     char path[320], err[512];
     if (!make_model("tiny", "F32", path, sizeof path)) return;
@@ -785,11 +797,11 @@ static void argmax_case(void) {
             argmax_tally t = {0};
             argmax_engine(e, off == 1, &t);
             printf("argmax %-8s%s: %d rows (%d with an exact tie at the max), %d argmax != argmax(logits), %d "
-                   "argmax-only != logits mode; host logits bytes %zu (logits mode), %zu (argmax only)\n",
-                   bn_engine_name(e), off ? " graphs off" : "", t.rows, t.rows_tied, t.bad_a, t.bad_b, t.bytes_a,
-                   t.bytes_b);
-            CHECK(t.rows == 22 && t.bad_a == 0 && t.bad_b == 0, "%s argmax: %d/%d rows wrong", bn_engine_name(e),
-                  t.bad_a + t.bad_b, t.rows);
+                   "argmax-only != logits mode, %d top-%d != the logits' top-%d; host logits bytes %zu (logits mode), "
+                   "%zu (argmax + top-k only)\n", bn_engine_name(e), off ? " graphs off" : "", t.rows, t.rows_tied,
+                   t.bad_a, t.bad_b, t.bad_k, ARGMAX_TOPK, ARGMAX_TOPK, t.bytes_a, t.bytes_b);
+            CHECK(t.rows == 22 && t.bad_a == 0 && t.bad_b == 0 && t.bad_k == 0, "%s argmax / top-k: %d/%d rows wrong",
+                  bn_engine_name(e), t.bad_a + t.bad_b + t.bad_k, t.rows);
             CHECK(t.rows_tied > 0, "%s argmax: no exact tie exercised", bn_engine_name(e));
             if (k > 0) CHECK(t.bytes_b == 0 && t.bytes_a == (size_t)t.rows * V * sizeof(float),
                              "%s: host logits bytes %zu in argmax-only passes (want 0), %zu with logits (want %zu)",

@@ -410,13 +410,20 @@ static void run_model_checks(const char *arch, int wtype, double tol_logit, doub
     bn_state_free(s16);
     free(l16);
 
-    // 5) errors: context overflow and bad token leave the state unchanged
+    // 5) errors: context overflow, bad token and a bad top-k request leave the state unchanged
     const int pos_before = bn_state_pos(s3);
     int32_t many[64] = {0};
     CHECK(bn_forward(m, s3, many, 64, NULL, err, sizeof err) == -1 && strstr(err, "context overflow"),
           "overflow not reported: %s", err);
     int32_t bad = V;
     CHECK(bn_forward(m, s3, &bad, 1, NULL, err, sizeof err) == -1 && strstr(err, "bad token id"), "bad token: %s", err);
+    int32_t one = 1, tk_ids[BN_FORWARD_TOPK_MAX + 1];
+    float tk_vals[BN_FORWARD_TOPK_MAX + 1];
+    bn_forward_out bad_k = {.topk = BN_FORWARD_TOPK_MAX + 1, .topk_ids = tk_ids, .topk_logits = tk_vals};
+    CHECK(bn_forward(m, s3, &one, 1, &bad_k, err, sizeof err) == -1 && strstr(err, "topk"), "topk 65: %s", err);
+    bad_k.topk = 4, bad_k.topk_logits = NULL;
+    CHECK(bn_forward(m, s3, &one, 1, &bad_k, err, sizeof err) == -1 && strstr(err, "topk"), "topk without logits: %s",
+          err);
     CHECK(bn_state_pos(s3) == pos_before, "state moved on error");
 
     free(l3), free(la), free(lb), free(taps), free(pre_logits), free(pre_hidden), free(dec_logits), free(dec_hidden);

@@ -4,7 +4,8 @@
 // /metrics and /slots. Prompt cache with speculation: two requests on slot 0 whose prompts share a
 // 12-token prefix (cache_prompt); the second reuses the cache (timings.cache_n > 0, tokens_cached =
 // cache_n + tokens_predicted) with -md as without, and both texts equal the plain server's. The first of them,
-// which asks for no log-probs (decode steps take the engine's argmax), gives the same text with n_probs. /props
+// which asks for no log-probs (decode steps take the engine's argmax), gives the same text with n_probs, and so
+// does a sampled request (top_k 40, fixed seed: decode steps take the engine's 40 best logits). /props
 // names the engine (BONSAI_SERVE_BACKEND, default CPU): serve_spec_emu runs all of it with -ngl 99 on the CUDA
 // emulator.
 #include "tests/test.h"
@@ -22,6 +23,11 @@ static const char *REQ_P1 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18]
                             "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true}";
 static const char *REQ_P1_LP = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18],\"n_predict\":24,"
                                "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true,\"n_probs\":2}";
+// sampled (llama-server's default chain, fixed seed), without and with log-probs
+static const char *REQ_S = "{\"prompt\":[10,200,33,47,300,5,99],\"n_predict\":24,\"temperature\":0.8,"
+                           "\"top_k\":40,\"seed\":1234,\"id_slot\":0}";
+static const char *REQ_S_LP = "{\"prompt\":[10,200,33,47,300,5,99],\"n_predict\":24,\"temperature\":0.8,"
+                              "\"top_k\":40,\"seed\":1234,\"id_slot\":0,\"n_probs\":1}";
 static const char *REQ_P2 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18,77,401,9,260,31],\"n_predict\":24,"
                             "\"temperature\":0,\"id_slot\":0,\"cache_prompt\":true}";
 
@@ -67,6 +73,13 @@ static void shared_prefix(json_t *pair[2], const char *what) {
           "%s: greedy text without log-probs (argmax steps) \"%s\" != with n_probs \"%s\"", what, content(pair[0]),
           lp ? content(lp) : "");
     json_decref(lp);
+    // sampled: without log-probs the plain server's steps take the top_k best logits only (bn_sampler_sample_topk);
+    // with n_probs they keep the row: the same draws, the same text
+    json_t *sa = post(REQ_S), *sb = post(REQ_S_LP);
+    CHECK(sa && sb && strcmp(content(sa), content(sb)) == 0 && strlen(content(sa)) > 0,
+          "%s: sampled text without log-probs (top-k steps) \"%s\" != with n_probs \"%s\"", what,
+          sa ? content(sa) : "", sb ? content(sb) : "");
+    json_decref(sa), json_decref(sb);
 }
 
 static bool same_tokens(json_t *a, json_t *b) {

@@ -2,7 +2,7 @@
 // greedy == argmax; top_k = 1 == argmax; same seed → same draws; empirical frequencies at
 // temperature 1 match softmax (chi-square, 4 dof, 200k draws, threshold 20 ≈ p 5e-4);
 // exact top_p / min_p truncation sets on hand-made logits; top-k log-probs vs a double-precision
-// softmax on 248,320 random logits (|Δ| <= 1e-5).
+// softmax on 248,320 random logits (|Δ| <= 1e-5); sampling from a row's 64 best logits == from the row.
 #include "core/sampler.h"
 #include "core/util.h"
 #include "tests/test.h"
@@ -276,6 +276,49 @@ static void test_logprobs(float *logits) {
     bn_sampler_free(s);
 }
 
+// test_topk_sampling: bn_sampler_sample_topk from a row's 64 best logits (bn_logits_topk_values; what an engine
+// returns as bn_forward_out.topk) == bn_sampler_sample over the whole row: pick, RNG draws and candidate list,
+// 200 draws for each chain whose top_k fits (1, 5, 40, 64; with top_p / min_p / min_keep / temperatures 0, 0.3,
+// 0.8, 1.5), on logits with ties among the best; chains it cannot serve (top_k 0 or 65) are refused.
+static void test_topk_sampling(float *logits) {
+    for (int i = 0; i < NV; i++) logits[i] = 12.0f * frand();
+    logits[1000] = logits[2000] = logits[3000] = 13.0f; // tied maxima
+    logits[4000] = logits[5000] = 12.5f;
+    enum { K = 64 };
+    int32_t ids[K];
+    float vals[K];
+    CHECK(bn_logits_topk_values(logits, NV, K, ids, vals) == K && ids[0] == 1000 && ids[1] == 2000 && ids[2] == 3000 &&
+              vals[0] == 13.0f && ids[3] == 4000,
+          "top-%d values: descending, ties by id", K);
+    const struct { int top_k; float top_p, min_p, temp; int min_keep; } cs[] = {
+        {1, 1.0f, 0.0f, 0.8f, 0}, {5, 1.0f, 0.0f, 1.0f, 0}, {40, 0.95f, 0.05f, 0.8f, 0}, {40, 0.5f, 0.0f, 1.5f, 3},
+        {64, 1.0f, 0.3f, 0.3f, 0}, {64, 0.9f, 0.0f, 0.0f, 0}, {40, 1.0f, 0.0f, 0.0f, 0}};
+    int n_draws = 0, n_differ = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        bn_sampler_params p = {.temperature = cs[c].temp, .top_k = cs[c].top_k, .top_p = cs[c].top_p,
+                               .min_p = cs[c].min_p, .seed = 99 + c, .min_keep = cs[c].min_keep};
+        bn_sampler *full = bn_sampler_new(&p), *top = bn_sampler_new(&p);
+        CHECK(bn_sampler_topk_fits(top, K, NV), "top_k %d fits %d values", cs[c].top_k, K);
+        for (int d = 0; d < 200; d++) {
+            const int32_t a = bn_sampler_sample(full, logits, NV), b = bn_sampler_sample_topk(top, ids, vals, K, NV);
+            const int32_t *ia, *ib;
+            const float *pa, *pb;
+            const int na = bn_sampler_last_candidates(full, &ia, &pa), nb = bn_sampler_last_candidates(top, &ib, &pb);
+            n_draws++;
+            n_differ += a != b || na != nb || memcmp(ia, ib, sizeof *ia * na) || memcmp(pa, pb, sizeof *pa * na);
+        }
+        bn_sampler_free(full), bn_sampler_free(top);
+    }
+    CHECK(n_differ == 0, "sample_topk == sample: %d of %d draws differ", n_differ, n_draws);
+    bn_sampler_params p0 = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f}, p65 = p0;
+    p65.top_k = 65;
+    bn_sampler *s0 = bn_sampler_new(&p0), *s65 = bn_sampler_new(&p65);
+    CHECK(!bn_sampler_topk_fits(s0, K, NV) && !bn_sampler_topk_fits(s65, K, NV) &&
+              bn_sampler_sample_topk(s65, ids, vals, K, NV) == -1,
+          "top_k 0 (whole vocabulary) and top_k 65 > 64 values are refused");
+    bn_sampler_free(s0), bn_sampler_free(s65);
+}
+
 int main(void) {
     float *logits = xmalloc(NV * sizeof *logits);
     test_greedy(logits);
@@ -284,6 +327,7 @@ int main(void) {
     test_truncation();
     test_no_topk(logits);
     test_logprobs(logits);
+    test_topk_sampling(logits);
     free(logits);
     return test_done("test_sampler");
 }
