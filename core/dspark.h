@@ -197,9 +197,10 @@ typedef struct {
                         // drafter) instead of the target's device tap buffer (default; for tests/measurement)
     const int32_t *replay; // REPLAY only: the continuation after the prompt (token i = i-th generated),
     int n_replay;          //   the caller's, valid until bn_spec_free; proposals past its end are not made
-    bool argmax_only;      // the caller needs no step logits: steps with a greedy sampler (bn_sampler_is_greedy)
-                           // take each verified row's argmax from the engine (no logits copied to the host;
-                           // bn_spec_step_logits then returns NULL). Default false: logits kept (n_probs)
+    bool no_step_logits;   // the caller needs no step logits: a verify pass asks the engine for each row's argmax
+                           // (greedy sampler, bn_sampler_is_greedy) or its top_k best logits (a sampler that reads
+                           // no more, bn_sampler_topk_needed with k <= 64) instead of the row (no logits copied to
+                           // the host; bn_spec_step_logits then returns NULL). Default false: rows kept (n_probs)
 } bn_spec_params;
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;
@@ -259,11 +260,11 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
 // returns their count, or -1 with err (e.g. context full). smp samples every target row
 // (sample-and-compare). The last emitted token is the new id_last (not yet decoded by the target).
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen);
-// bn_spec_set_argmax_only: params.argmax_only for the steps from now on (a server sets it per request: on when
+// bn_spec_set_no_step_logits: params.no_step_logits for the steps from now on (a server sets it per request: on when
 // the request wants no log-probs).
-void bn_spec_set_argmax_only(bn_spec *sp, bool on);
+void bn_spec_set_no_step_logits(bn_spec *sp, bool on);
 // bn_spec_step_logits: the target's logits row that produced emitted token i (0 <= i < the count
-// the last bn_spec_generate_step returned; NULL when that step ran argmax-only, params.argmax_only),
+// the last bn_spec_generate_step returned; NULL when that step kept no rows, params.no_step_logits),
 // for log-probs (n_probs); [n_vocab] floats, valid until
 // the next step. NULL for a bad i.
 const float *bn_spec_step_logits(const bn_spec *sp, int i);

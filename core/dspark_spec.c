@@ -41,8 +41,10 @@ struct bn_spec {
     int32_t *hist;          // [n_ctx] the token committed at each target position p < n_hist: the target's KV
     int n_hist;             //   rows and the drafter's context rows there belong to hist[0..p] (prompt cache)
     float *logits;          // [(n_max+1)][V]
-    int32_t *argmax;        // [n_max+1] each verified row's argmax (argmax-only steps)
-    bool last_argmax;       // the last step ran argmax-only: its logits rows are not valid
+    int32_t *argmax;        // [n_max+1] each verified row's argmax (no_step_logits, greedy)
+    int32_t *topk_ids;      // [n_max+1][BN_FORWARD_TOPK_MAX] each verified row's top_k best ids (no_step_logits,
+    float *topk_vals;       //   a sampler that reads only those) and logits
+    bool last_no_rows;      // the last step kept no logits rows (argmax or top-k verification)
     float *taps;            // [max(n_max+1, 64)][C][E] host taps (NULL with dev_taps)
     bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
     float *dev_taps;        // device drafter: the target's device tap buffer (dops->target_taps), the same
@@ -166,6 +168,8 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
     sp->argmax = xmalloc(sizeof(int32_t) * (size_t)(n_max + 1));
+    sp->topk_ids = xmalloc(sizeof(int32_t) * BN_FORWARD_TOPK_MAX * (size_t)(n_max + 1));
+    sp->topk_vals = xmalloc(sizeof(float) * BN_FORWARD_TOPK_MAX * (size_t)(n_max + 1));
     sp->hist = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
     const int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
     sp->tap_rows = tap_rows;
@@ -217,6 +221,8 @@ void bn_spec_free(bn_spec *sp) {
     bn_engine_free(sp->own_e);
     free(sp->logits);
     free(sp->argmax);
+    free(sp->topk_ids);
+    free(sp->topk_vals);
     free(sp->hist);
     if (sp->taps_pinned) sp->dops->host_free(sp->taps);
     else free(sp->taps);
@@ -225,10 +231,10 @@ void bn_spec_free(bn_spec *sp) {
 
 int bn_spec_n_past(const bn_spec *sp) { return sp->n_past; }
 
-void bn_spec_set_argmax_only(bn_spec *sp, bool on) { sp->p.argmax_only = on; }
+void bn_spec_set_no_step_logits(bn_spec *sp, bool on) { sp->p.no_step_logits = on; }
 
 const float *bn_spec_step_logits(const bn_spec *sp, int i) {
-    if (i < 0 || i >= sp->last_n || sp->last_argmax) return NULL;
+    if (i < 0 || i >= sp->last_n || sp->last_no_rows) return NULL;
     return sp->logits + (size_t)i * (size_t)sp->m->cfg.n_vocab;
 }
 const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
@@ -281,11 +287,12 @@ static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
 }
 
 // target_forward: runs tokens through the target (taps when drafting with DSpark, behind the pending rows)
-// and, with feed_drafter, commits the rows. logits and argmax (the rows' argmax) may be NULL; snaps (NULL =
-// none): the state after each token (bn_engine_forward_snaps).
-static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits, int32_t *argmax, bool all_logits,
-                          bool feed_drafter, bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
-    bn_forward_out out = {.logits = logits, .argmax = argmax, .all_logits = all_logits};
+// and, with feed_drafter, commits the rows. head (NULL: none): the head outputs wanted (logits, argmax, top-k,
+// all_logits); snaps (NULL = none): the state after each token (bn_engine_forward_snaps).
+static int target_forward(bn_spec *sp, const int32_t *tok, int n, const bn_forward_out *head, bool feed_drafter,
+                          bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
+    bn_forward_out out = {0};
+    if (head) out = *head;
     const int pos0 = bn_engine_state_pos(sp->ts);
     const int row = make_room(sp, n, pos0, err, errlen);
     if (row < 0) return -1;
@@ -309,7 +316,7 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, float *logits,
 static int prefill_from(bn_spec *sp, const int32_t *prompt, int n, int from, char *err, size_t errlen) {
     for (int i = from; i < n - 1; i += 64) { // prompt[from..n−2] in chunks (taps buffer holds 64 rows)
         int nb = n - 1 - i < 64 ? n - 1 - i : 64;
-        if (target_forward(sp, prompt + i, nb, NULL, NULL, false, true, NULL, err, errlen) != 0) return -1;
+        if (target_forward(sp, prompt + i, nb, NULL, true, NULL, err, errlen) != 0) return -1;
         if (sp->os) {
             bn_forward_out none = {0};
             if (bn_engine_forward(sp->os, prompt + i, nb, &none, err, errlen) != 0) return -1;
@@ -388,6 +395,7 @@ static int choose_k(bn_spec *sp) {
         double tv = fwd_ms(sp, k + 1), td = sp->ms_draft[k] >= 0 ? sp->ms_draft[k] : 0.0;
         double trr = sp->vsnaps ? 0.0 : fwd_ms(sp, (int)lround(exp_j) + 1); // a restore costs ~nothing
         if (tv < 0 || trr < 0) return n_max;
+        if (tv < t1) tv = t1; // a pass of k + 1 tokens costs at least a one-token step (less is timing noise)
         double t_round = td + tv + (1.0 - p_all) * trr;
         double rate = (1.0 + exp_acc) / t_round;
         if (rate > best_rate) {
@@ -430,14 +438,28 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
     return n;
 }
 
+// row_sample: the sampler's pick for verify row j from what the pass returned (vo): the row's argmax (what a
+// greedy sampler picks), a draw from its top-k (what bn_sampler_sample would draw) or from its logits.
+static int32_t row_sample(bn_sampler *smp, const bn_forward_out *vo, int j, int V) {
+    if (vo->argmax) return vo->argmax[j];
+    const size_t k = (size_t)vo->topk;
+    if (k) return bn_sampler_sample_topk(smp, vo->topk_ids + j * k, vo->topk_logits + j * k, vo->topk, V);
+    return bn_sampler_sample(smp, vo->logits + (size_t)j * V, V);
+}
+
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->last_n = 0;
     sp->last_nd = 0;
-    // greedy and no step logits wanted: the verify pass returns each row's argmax only
-    const bool argmax_only = sp->p.argmax_only && bn_sampler_is_greedy(smp);
-    sp->last_argmax = argmax_only;
     const int V = sp->m->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->ts);
+    // what the verify pass returns per row: without step logits wanted, the argmax (greedy) or the top_k best
+    // logits (a sampler that reads only those); else the logits rows
+    bn_forward_out vo = {.all_logits = true};
+    const int topk = sp->p.no_step_logits ? bn_sampler_topk_needed(smp, BN_FORWARD_TOPK_MAX, V) : 0;
+    if (sp->p.no_step_logits && bn_sampler_is_greedy(smp)) vo.argmax = sp->argmax;
+    else if (topk) vo.topk = topk, vo.topk_ids = sp->topk_ids, vo.topk_logits = sp->topk_vals;
+    else vo.logits = sp->logits;
+    sp->last_no_rows = !vo.logits;
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
     if (k > n_ctx - sp->n_past - 1) k = n_ctx - sp->n_past - 1;
@@ -473,24 +495,21 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
     if (nd > 0 && !vsnaps && bn_engine_snapshot_into(sp->ts, sp->pre, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
-    float *logits = argmax_only ? NULL : sp->logits;
-    int32_t *argmax = argmax_only ? sp->argmax : NULL;
-    if (target_forward(sp, tok, nd + 1, logits, argmax, true, false, vsnaps, err, errlen) != 0) return -1;
+    if (target_forward(sp, tok, nd + 1, &vo, false, vsnaps, err, errlen) != 0) return -1;
     sp->st.ms_verify += bn_time_ms() - t0;
-    // accept by sample-and-compare: t_j = sample(row j) (argmax-only: the row's argmax, which is what the
-    // greedy sampler picks); accept d_j while it equals t_j
+    // accept by sample-and-compare: t_j = sample(row j) (row_sample); accept d_j while it equals t_j
     int j = 0;
-    int32_t t = argmax_only ? argmax[0] : bn_sampler_sample(smp, logits, V);
+    int32_t t = row_sample(smp, &vo, 0, V);
     while (j < nd && t == tok[1 + j]) {
         j++;
-        t = argmax_only ? argmax[j] : bn_sampler_sample(smp, logits + (size_t)j * V, V);
+        t = row_sample(smp, &vo, j, V);
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)
     const int n_keep = j + 1;
     if (j < nd && !vsnaps) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
         double t1 = bn_time_ms();
         if (bn_engine_restore(sp->ts, sp->pre, err, errlen) != 0) return -1;
-        if (target_forward(sp, tok, n_keep, NULL, NULL, false, true, NULL, err, errlen) != 0) return -1;
+        if (target_forward(sp, tok, n_keep, NULL, true, NULL, err, errlen) != 0) return -1;
         sp->st.ms_rerun += bn_time_ms() - t1;
         sp->st.n_rerun++;
     } else {

@@ -204,13 +204,13 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
     return choose(s, c, n);
 }
 
-bool bn_sampler_topk_fits(const bn_sampler *s, int k, int n_vocab) {
-    return s->par.top_k > 0 && s->par.top_k <= k && s->par.top_k < n_vocab;
+int bn_sampler_topk_needed(const bn_sampler *s, int k, int n_vocab) {
+    return s->par.top_k > 0 && s->par.top_k <= k && s->par.top_k < n_vocab ? s->par.top_k : 0;
 }
 
 int32_t bn_sampler_sample_topk(bn_sampler *s, const int32_t *ids, const float *vals, int k, int n_vocab) {
     const bn_sampler_params *p = &s->par;
-    if (!bn_sampler_topk_fits(s, k, n_vocab)) return -1;
+    if (!bn_sampler_topk_needed(s, k, n_vocab)) return -1;
     ensure_cap(s, p->top_k);
     const int m = p->top_k; // the chain reads the top_k best only (bn_sampler_sample's last branch)
     for (int i = 0; i < m; i++) s->c[i] = (cand){ids[i], vals[i], 0};

@@ -32,12 +32,12 @@ void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 bool bn_sampler_is_greedy(const bn_sampler *s);
 // bn_sampler_sample: one token id drawn from logits[0..n_vocab) (logits are not modified).
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
-// bn_sampler_topk_fits: true when the k best logits of a row are all the chain reads: 1 <= top_k <= k and
-// top_k < n_vocab (then bn_sampler_sample_topk stands in for bn_sampler_sample).
-bool bn_sampler_topk_fits(const bn_sampler *s, int k, int n_vocab);
+// bn_sampler_topk_needed: how many best logits of a row the chain reads when that is at most k: top_k, when
+// 1 <= top_k <= k and top_k < n_vocab (then bn_sampler_sample_topk stands in for bn_sampler_sample); else 0.
+int bn_sampler_topk_needed(const bn_sampler *s, int k, int n_vocab);
 // bn_sampler_sample_topk: bn_sampler_sample from a row's k best logits only (vals descending, ties → lower id
 // first, with their ids: bn_logits_topk_values, bn_forward_out.topk): the same pick, RNG draw and candidate
-// list as bn_sampler_sample over the whole row of finite logits. -1 when not bn_sampler_topk_fits.
+// list as bn_sampler_sample over the whole row of finite logits. -1 when bn_sampler_topk_needed(s, k, n_vocab) is 0.
 int32_t bn_sampler_sample_topk(bn_sampler *s, const int32_t *ids, const float *vals, int k, int n_vocab);
 
 // The candidate list after the whole chain for the last bn_sampler_sample call (for

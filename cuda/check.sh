@@ -15,6 +15,8 @@
 #   dspark  the DSpark rows (cudadraft's section below);
 #   cpuref  for reference, the CPU engines on the same L1-layer Q1_0 file: bonsai-bench -ngl 0 and the peer
 #           llama-bench -ngl 0 with the GPU hidden (CUDA_VISIBLE_DEVICES=), all cores, pp64 / tg16;
+#   serve   bonsai-serve -ngl 99 on the L2-layer Q1_0 file: decode tok/s of one stream (timings) for greedy and
+#           sampled requests, each without log-probs (argmax / top-k steps) and with n_probs 1 (logits rows);
 # then ONE markdown table (tok/s, decode GB/s, % of copy bandwidth) and the per-step status table.
 # Every step runs under `timeout` with the limit printed in the plan; a step that fails or times out
 # logs its tail and the script goes on; cells that depend on it read FAIL / TIMEOUT / SKIP. Exit
@@ -74,11 +76,12 @@ fi
 LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
+LIMIT[serve]=$([ "$EMU" = 1 ] && echo 90 || echo 30)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
-for k in env deps setup build tests sanitize models copybw mm dspark profile; do PLAN=$((PLAN + LIMIT[$k])); done
+for k in env deps setup build tests sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
@@ -123,7 +126,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark cpuref profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark cpuref serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -321,6 +324,51 @@ else
         "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 0 -t "$NPROC" -p "$CPU_PP" -n "$CPU_TG" -r 1 -o json
 fi
 
+# ---- serve: bonsai-serve -ngl 99, one stream, what a request asks for ------------------------------------
+# serve_run: starts the server on the L2-layer Q1_0 file and POSTs /completion (SERVE_N tokens, ignore_eos, no
+# prompt cache) per mode, a warm-up and then SERVE_REPS timed ones; prints "| mode | tok/s |" rows
+# (timings.predicted_per_second, the best of the timed ones).
+SERVE_N=128 SERVE_REPS=2 SERVE_BIN="$B/tools/bonsai-serve"
+[ "$EMU" = 1 ] && SERVE_N=8 SERVE_REPS=1 SERVE_BIN="$B/tests/cuda/bonsai-serve-emu"
+serve_run() {
+    [ -x "$SERVE_BIN" ] || ninja -C "$B" "${SERVE_BIN#$B/}" || return 1
+    "$SERVE_BIN" -m "$W/l$L2-Q1_0.gguf" -ngl 99 --port 0 --ready-file "$W/serve.ready" -c 1024 -t 4 \
+        >"$W/serve.out" 2>&1 &
+    local pid=$! rc=0
+    python3 - "$W/serve.ready" "$SERVE_N" "$SERVE_REPS" <<'PYEOF' || rc=1
+import json, os, sys, time, urllib.request
+ready, n, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for _ in range(600):
+    if os.path.exists(ready) and open(ready).read().strip(): break
+    time.sleep(0.1)
+else: sys.exit("bonsai-serve did not start")
+host = open(ready).read().strip()
+modes = [("greedy (argmax steps)", {"temperature": 0}), ("greedy, n_probs 1 (logits rows)", {"temperature": 0, "n_probs": 1}),
+         ("sampled top_k 40 (top-k steps)", {"temperature": 0.8, "top_k": 40, "seed": 1}),
+         ("sampled top_k 40, n_probs 1 (logits rows)", {"temperature": 0.8, "top_k": 40, "seed": 1, "n_probs": 1})]
+print("| request | decode tok/s |")
+print("| ------- | -----------: |")
+for name, extra in modes:
+    best = 0.0
+    for r in range(reps + 1):
+        body = dict(prompt="Once upon a time", n_predict=n, ignore_eos=True, cache_prompt=False, **extra)
+        req = urllib.request.Request(f"http://{host}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
+        t = json.load(urllib.request.urlopen(req, timeout=60))["timings"]["predicted_per_second"]
+        if r > 0: best = max(best, t) # r 0: warm-up (graph capture)
+    print(f"| {name} | {best:.1f} |")
+PYEOF
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return $rc
+}
+export -f serve_run
+export SERVE_N SERVE_REPS SERVE_BIN
+if [ ! -f "$W/l$L2-Q1_0.gguf" ]; then
+    skip_step serve "no $L2-layer Q1_0 model"
+else
+    run_step serve "${LIMIT[serve]}" bash -c serve_run && cat "$W/serve.log"
+fi
+
 # ==== DSpark (cudadraft) ==============================================================================
 # A $DS_PRESET-shape drafter (bonsai-mkdrafter: 27b = the Bonsai-27B drafter's shapes; Q4_1 matrices like
 # the real file; --shared: token_embd/output borrowed from the target, as a converted
@@ -500,6 +548,15 @@ cpuref_rows() {
     }'
 }
 
+# serve_rows: the serve step's table
+serve_rows() {
+    [ "${ST[serve]:-SKIP}" = SKIP ] && return 0
+    echo
+    echo "### bonsai-serve -ngl 99, one stream: $L2-layer Q1_0 file, $SERVE_N tokens per request"
+    echo
+    if [ "${ST[serve]}" = OK ]; then grep '^|' "$W/serve.log"; else echo "serve: ${ST[serve]}"; fi
+}
+
 # ---- the tables -----------------------------------------------------------------------------------
 # field F of the I-th result (1-based) of a bonsai-bench JSON log (the step's output)
 jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{print $2}'; }
@@ -545,6 +602,7 @@ table() {
     peer_rows
     dspark_rows
     cpuref_rows
+    serve_rows
     if [ "${ST[profile]:-SKIP}" = OK ]; then
         echo
         echo "### Kernel time per decoded token (ncu, $L1-layer Q1_0, tg16 + warm-up; launches include the upload)"

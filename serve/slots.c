@@ -209,14 +209,14 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     // it); sampling with top_k <= BN_FORWARD_TOPK_MAX, the top_k best logits (bn_sampler_sample_topk draws from
     // them what bn_sampler_sample would from the row). The first token comes from the prompt's logits.
     const bool argmax_steps = p->n_probs == 0 && bn_sampler_is_greedy(smp);
-    const int topk_steps = p->n_probs == 0 && !argmax_steps && bn_sampler_topk_fits(smp, BN_FORWARD_TOPK_MAX,
-                                                                                      S->n_vocab) ? sp.top_k : 0;
+    const int topk_steps =
+        p->n_probs == 0 && !argmax_steps ? bn_sampler_topk_needed(smp, BN_FORWARD_TOPK_MAX, S->n_vocab) : 0;
     int32_t next = -1, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (set by its eval)
     float topk_vals[BN_FORWARD_TOPK_MAX];
     bool have_topk = false;
     bn_forward_out step_out = {.argmax = argmax_steps ? &next : NULL, .topk = topk_steps, .topk_ids = topk_ids,
                                .topk_logits = topk_vals};
-    if (sl->spec) bn_spec_set_argmax_only(sl->spec, p->n_probs == 0);
+    if (sl->spec) bn_spec_set_no_step_logits(sl->spec, p->n_probs == 0);
     while (stop_type == BN_STOP_NONE) {
         if (task_cancelled(t)) break;
         if (p->n_predict >= 0 && sl->n_decoded >= p->n_predict) {

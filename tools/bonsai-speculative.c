@@ -52,7 +52,7 @@ static void unescape(char *s) {
 // Returns 0 or -1 with err.
 static int record_greedy(bn_engine_state *ts, const int32_t *prompt, int n_prompt, int32_t *out, int n, char *err,
                          size_t errlen) {
-    bn_spec_params none = {.type = BN_SPEC_NONE, .argmax_only = true};
+    bn_spec_params none = {.type = BN_SPEC_NONE, .no_step_logits = true};
     bn_spec *s = bn_spec_new_engine(ts, NULL, &none, err, errlen);
     if (!s) return -1;
     bn_sampler_params gp = bn_sampler_params_default();
@@ -78,8 +78,9 @@ static int record_greedy(bn_engine_state *ts, const int32_t *prompt, int n_promp
 int main(int argc, char **argv) {
     const char *mpath = NULL, *dpath = NULL, *prompt = NULL, *stype = NULL;
     int n_predict_max = 64, n_ctx = 4096, n_threads = 0, escapes = 0, n_gpu_layers = 0;
-    // argmax_only: this tool prints tokens only, so greedy steps (--temp 0) take the engine's argmax per row
-    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .argmax_only = true};
+    // no_step_logits: this tool prints tokens only, so verify passes take the engine's argmax per row (--temp 0) or
+    // its top_k best logits (sampling with --top-k <= 64)
+    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .no_step_logits = true};
     bn_sampler_params smp = bn_sampler_params_default();
     smp.temperature = 0;
     for (int i = 1; i < argc; i++) {

@@ -397,7 +397,7 @@ static void check_tap_rows(bn_engine *e, const bn_drafter *d, const int32_t *gen
 // itself off) every step replays a captured graph of the target (taps into the device tap buffer, per-token
 // device snapshots); both outputs == plain greedy. With n_max 0 the taps of the k = 0 steps (deferred for
 // the drafter) sit in their own rows of the tap buffer (check_tap_rows). Adaptive again with argmax-only
-// verification (params.argmax_only: the argmax inside the captured passes): every step replays, the same
+// verification (params.no_step_logits: the argmax inside the captured passes): every step replays, the same
 // tokens, and no logits bytes reach the host (bn_cuda_host_logit_bytes).
 static int part_graph(void) {
     char tpath[512], dpath[512], err[512];
@@ -411,7 +411,7 @@ static int part_graph(void) {
     const bn_spec_params ps[3] = {{.type = BN_SPEC_DSPARK, .n_max = 0, .n_threads = 2},
                                   {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true},
                                   {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2, .adaptive = true,
-                                   .argmax_only = true}};
+                                   .no_step_logits = true}};
     run_probe probe = {.taps = xmalloc(sizeof(float) * 64 * d->cfg.n_taps * d->cfg.n_embd)};
     for (int i = 0; i < 3; i++) {
         bn_spec_stats st;

@@ -7,8 +7,9 @@
 // (steps, drafted, accepted, acc_pos) are identical, and CUDA's plain greedy tokens equal the
 // CPU's (F32 weights: logits agree to ~2e-5, notes/cuda.md). First, bn_engine_forward_snaps
 // itself: taps/logits of a verify pass on both engines, and restoring a mid-pass snapshot. Every run
-// again with params.argmax_only (verify passes return each row's argmax only): the same tokens and
-// counters (re-runs included), no step logits, and on CUDA no logits bytes copied to the host.
+// again with params.no_step_logits (verify passes return each row's argmax only): the same tokens and
+// counters (re-runs included), no step logits, and on CUDA no logits bytes copied to the host; so does a
+// sampled DSpark run (temperature 0.8, top_k 40: top-k verification).
 // With the arguments `tool BIN` (BIN relative to BONSAI_BUILD_ROOT, a CUDA-linked
 // bonsai-speculative): BIN -ngl 99 prints the same greedy text and draft counters as
 // tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec`/`cuda_spec_tool` on a real GPU
@@ -24,21 +25,22 @@
 static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
 #define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
 
-// run_spec: greedy speculative generation of >= N_GEN tokens on e (argmax_only: params.argmax_only); fills
-// gen and *st; *logit_bytes = host logits bytes of the CUDA engine during the run; CHECKs that every step
-// had step logits (logits mode) or none (argmax only).
-static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every, bool argmax_only, int32_t *gen,
-                     bn_spec_stats *st, size_t *logit_bytes) {
+// run_spec: speculative generation of >= N_GEN tokens on e at temperature temp (0: greedy; else the default chain,
+// top_k 40, seed 7) (argmax_only: params.no_step_logits: argmax or top-k verification); fills gen and *st;
+// *logit_bytes = host logits bytes of the CUDA engine during the run; CHECKs that every step had step logits
+// (logits mode) or none.
+static void run_spec(bn_engine *e, const bn_drafter *d, int type, int miss_every, bool argmax_only, float temp,
+                     int32_t *gen, bn_spec_stats *st, size_t *logit_bytes) {
     char err[256];
     bn_engine_state *ts = bn_engine_state_new(e, N_CTX, err, sizeof err);
     if (!ts) bn_die("state: %s", err);
     bn_spec_params p = {.type = type, .n_max = 4, .n_threads = 2, .oracle_miss_every = miss_every,
-                        .argmax_only = argmax_only};
+                        .no_step_logits = argmax_only};
     bn_spec *sp = bn_spec_new_engine(ts, d, &p, err, sizeof err);
     if (!sp) bn_die("spec_new: %s", err);
     const size_t bytes0 = bn_cuda_host_logit_bytes();
     int n_steps = 0, n_rows = 0;
-    fx_spec_greedy_rows(sp, prompt, N_PROMPT, N_GEN, gen, &n_steps, &n_rows);
+    fx_spec_sample_rows(sp, prompt, N_PROMPT, N_GEN, temp, 7, gen, &n_steps, &n_rows);
     *logit_bytes = bn_cuda_host_logit_bytes() - bytes0;
     CHECK(n_rows == (argmax_only ? 0 : n_steps), "%s %s: step logits after %d of %d steps", bn_engine_name(e),
           argmax_only ? "argmax-only" : "logits mode", n_rows, n_steps);
@@ -182,12 +184,12 @@ int main(int argc, char **argv) {
             const char *en = bn_engine_name(eng[e]);
             const bn_drafter *dr = runs[r].type == BN_SPEC_DSPARK ? d : NULL;
             size_t bytes, bytes_am;
-            run_spec(eng[e], dr, runs[r].type, runs[r].miss_every, false, gen, &st[e], &bytes);
+            run_spec(eng[e], dr, runs[r].type, runs[r].miss_every, false, 0.0f, gen, &st[e], &bytes);
             print_stats(runs[r].what, en, &st[e]);
             diff = first_diff(ref[e], gen, N_GEN);
             CHECK(diff < 0, "%s on %s: first difference from plain greedy at token %d", runs[r].what, en, diff);
             bn_spec_stats st_am;
-            run_spec(eng[e], dr, runs[r].type, runs[r].miss_every, true, gen, &st_am, &bytes_am);
+            run_spec(eng[e], dr, runs[r].type, runs[r].miss_every, true, 0.0f, gen, &st_am, &bytes_am);
             printf("%-22s %-4s: argmax-only %s counters, host logits bytes %zu (logits mode %zu)\n", runs[r].what, en,
                    same_counters(&st[e], &st_am) && st[e].n_rerun == st_am.n_rerun ? "same" : "DIFFERENT", bytes_am,
                    bytes);
@@ -213,6 +215,25 @@ int main(int argc, char **argv) {
                   "partial acceptance exercised on CUDA");
         if (runs[r].cross_engine)
             CHECK(same_counters(&st[0], &st[1]), "%s: CPU and CUDA acceptance counters differ", runs[r].what);
+    }
+
+    // sampled (temperature 0.8, top_k 40, one seed): with params.no_step_logits the verify passes return each
+    // row's 40 best logits only (CUDA: the device top-k, 0 host logits bytes); the same tokens and counters as
+    // the logits mode on each engine
+    for (int e = 0; e < 2; e++) {
+        int32_t gen_top[N_GEN + 64];
+        bn_spec_stats sa, sb;
+        size_t bytes, bytes_top;
+        run_spec(eng[e], d, BN_SPEC_DSPARK, 0, false, 0.8f, gen, &sa, &bytes);
+        run_spec(eng[e], d, BN_SPEC_DSPARK, 0, true, 0.8f, gen_top, &sb, &bytes_top);
+        diff = first_diff(gen, gen_top, N_GEN);
+        printf("%-22s %-4s: top-k verification %s tokens, %s counters, host logits bytes %zu (logits mode %zu)\n",
+               "dspark temp 0.8", bn_engine_name(eng[e]), diff < 0 ? "same" : "DIFFERENT",
+               same_counters(&sa, &sb) ? "same" : "DIFFERENT", bytes_top, bytes);
+        CHECK(diff < 0 && same_counters(&sa, &sb), "%s temp 0.8: top-k verification differs from the logits mode "
+              "(first token at %d)", bn_engine_name(eng[e]), diff);
+        if (e == 1) CHECK(bytes_top == 0 && bytes > 0, "CUDA temp 0.8: %zu host logits bytes with top-k verification",
+                          bytes_top);
     }
 
     bn_engine_free(eng[0]);

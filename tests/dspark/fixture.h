@@ -112,14 +112,15 @@ static inline int fx_plain_greedy(const bn_model *m, const int32_t *prompt, int 
     return 0;
 }
 
-// fx_spec_greedy_rows: prefills sp with prompt and generates greedily (temperature 0) until at least
-// n_gen tokens; writes them to gen (room for n_gen + 64); *n_steps (may be NULL) = steps made,
-// *n_rows (may be NULL) = steps after which bn_spec_step_logits gave every emitted token's logits row
-// (0 in argmax-only mode). Returns the token count; dies on an error.
-static inline int fx_spec_greedy_rows(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen,
-                                      int *n_steps, int *n_rows) {
+// fx_spec_sample_rows: prefills sp with prompt and generates with llama-server's default chain at temperature
+// temp (0: greedy) and seed until at least n_gen tokens; writes them to gen (room for n_gen + 64); *n_steps (may
+// be NULL) = steps made, *n_rows (may be NULL) = steps after which bn_spec_step_logits gave every emitted token's
+// logits row (0 with params.no_step_logits). Returns the token count; dies on an error.
+static inline int fx_spec_sample_rows(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, float temp,
+                                      uint64_t seed, int32_t *gen, int *n_steps, int *n_rows) {
     bn_sampler_params sparams = bn_sampler_params_default();
-    sparams.temperature = 0;
+    sparams.temperature = temp;
+    sparams.seed = seed;
     bn_sampler *smp = bn_sampler_new(&sparams);
     char err[256];
     if (bn_spec_prefill(sp, prompt, n_prompt, err, sizeof err) != 0) bn_die("prefill: %s", err);
@@ -138,6 +139,12 @@ static inline int fx_spec_greedy_rows(bn_spec *sp, const int32_t *prompt, int n_
     if (n_steps) *n_steps = steps;
     if (n_rows) *n_rows = rows;
     return n;
+}
+
+// fx_spec_greedy_rows: fx_spec_sample_rows at temperature 0.
+static inline int fx_spec_greedy_rows(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen,
+                                      int *n_steps, int *n_rows) {
+    return fx_spec_sample_rows(sp, prompt, n_prompt, n_gen, 0.0f, 0, gen, n_steps, n_rows);
 }
 
 // fx_spec_greedy: fx_spec_greedy_rows without the step counts.

@@ -3,8 +3,8 @@
 // with a random DSpark drafter (fixed and adaptive draft length) and with the oracle drafter
 // (acceptance ≥ 95% there); rollback (snapshot, longer verify batch, restore, re-run) leaves a
 // bit-identical recurrent state and KV cache; §7 counter relations; argmax-only verification
-// (params.argmax_only with a greedy sampler) gives the same tokens and counters as the logits mode and no
-// step logits.
+// (params.no_step_logits with a greedy sampler) and top-k verification (the same with temperature 0.8, top_k 40)
+// give the same tokens and counters as the logits mode and no step logits.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/forward_impl.h"
@@ -167,12 +167,13 @@ int main(void) {
     CHECK(bn_spec_stats_get(sp)->n_drafted == 0, "none drafts nothing");
     bn_spec_free(sp);
 
-    // 5. temperature 0.8 (sample-and-compare): same seed → same tokens; counters consistent;
-    //    every emitted token's logits row is available (also in the second run, which sets argmax_only:
-    //    a sampling sampler is not greedy, so it keeps the logits mode)
+    // 5. temperature 0.8, top_k 40 (sample-and-compare): same seed → same tokens; counters consistent; every
+    //    emitted token's logits row is available in the first run; the second sets no_step_logits, so its verify
+    //    passes return each row's 40 best logits only (bn_sampler_sample_topk): the same tokens and counters, no rows
     int32_t g1[N_GEN + 64], g2[N_GEN + 64];
+    bn_spec_stats temp_st[2];
     for (int rep = 0; rep < 2; rep++) {
-        bn_spec_params p = {.type = BN_SPEC_ORACLE, .n_max = 4, .n_threads = 2, .argmax_only = rep == 1};
+        bn_spec_params p = {.type = BN_SPEC_ORACLE, .n_max = 4, .n_threads = 2, .no_step_logits = rep == 1};
         sp = bn_spec_new(m, ts, NULL, &p, err, sizeof err);
         bn_sampler_params sparams = bn_sampler_params_default();
         sparams.temperature = 0.8f;
@@ -185,18 +186,23 @@ int main(void) {
             int k = bn_spec_generate_step(sp, smp, out, 64, err, sizeof err);
             CHECK(k >= 1, "temp step: %s", err);
             if (k < 1) break;
-            CHECK(bn_spec_step_logits(sp, k - 1) != NULL && bn_spec_step_logits(sp, k) == NULL, "step logits rows");
+            CHECK((bn_spec_step_logits(sp, k - 1) != NULL) == (rep == 0) && bn_spec_step_logits(sp, k) == NULL,
+                  "step logits rows (%s)", rep ? "top-k verification: none" : "logits mode");
             for (int i = 0; i < k; i++) (rep ? g2 : g1)[n++] = out[i];
         }
         check_counters(sp, 4, true, "oracle temp 0.8");
         st = bn_spec_stats_get(sp);
+        temp_st[rep] = *st;
         if (rep == 0)
             printf("oracle temp 0.8: steps %lld drafted %lld accepted %lld\n", (long long)st->n_steps,
                    (long long)st->n_drafted, (long long)st->n_accept);
         bn_sampler_free(smp);
         bn_spec_free(sp);
     }
-    CHECK(same(g1, g2, N_GEN) < 0, "temperature sampling with one seed must repeat");
+    CHECK(same(g1, g2, N_GEN) < 0, "temperature sampling with one seed must repeat (top-k verification included)");
+    CHECK(temp_st[0].n_steps == temp_st[1].n_steps && temp_st[0].n_accept == temp_st[1].n_accept &&
+              temp_st[0].n_drafted == temp_st[1].n_drafted,
+          "top-k verification counters == logits mode");
 
     // 6. argmax-only steps (the engine's per-row argmax, no step logits) vs the logits mode: the same
     //    tokens and the same counters (random drafter: rejections + re-runs; oracle with misses: partial
@@ -210,7 +216,7 @@ int main(void) {
         int32_t gens[2][N_GEN + 64];
         for (int mode = 0; mode < 2; mode++) { // 0: logits, 1: argmax only
             bn_spec_params p = {.type = am_runs[r].type, .n_max = 4, .n_threads = 2,
-                                .oracle_miss_every = am_runs[r].miss_every, .argmax_only = mode == 1};
+                                .oracle_miss_every = am_runs[r].miss_every, .no_step_logits = mode == 1};
             sp = bn_spec_new(m, ts, am_runs[r].type == BN_SPEC_DSPARK ? d : NULL, &p, err, sizeof err);
             if (!sp) bn_die("spec_new: %s", err);
             int n_steps = 0, n_rows = 0;

@@ -66,7 +66,7 @@ static void shared_prefix(json_t *pair[2], const char *what) {
            predicted);
     CHECK(cached > 0 && tokens_cached == cached + predicted, "%s: the second request reused the prompt cache", what);
     // REQ_P1 asks for no log-probs: its decode steps took the engine's argmax (serve/slots.c argmax_steps,
-    // bn_spec_set_argmax_only); with n_probs the steps keep their logits rows: the same text
+    // bn_spec_set_no_step_logits); with n_probs the steps keep their logits rows: the same text
     json_t *lp = post(REQ_P1_LP);
     CHECK(lp && strcmp(content(lp), content(pair[0])) == 0 &&
               json_array_size(json_object_get(lp, "completion_probabilities")) > 0,

@@ -298,7 +298,7 @@ static void test_topk_sampling(float *logits) {
         bn_sampler_params p = {.temperature = cs[c].temp, .top_k = cs[c].top_k, .top_p = cs[c].top_p,
                                .min_p = cs[c].min_p, .seed = 99 + c, .min_keep = cs[c].min_keep};
         bn_sampler *full = bn_sampler_new(&p), *top = bn_sampler_new(&p);
-        CHECK(bn_sampler_topk_fits(top, K, NV), "top_k %d fits %d values", cs[c].top_k, K);
+        CHECK(bn_sampler_topk_needed(top, K, NV) == cs[c].top_k, "top_k %d fits %d values", cs[c].top_k, K);
         for (int d = 0; d < 200; d++) {
             const int32_t a = bn_sampler_sample(full, logits, NV), b = bn_sampler_sample_topk(top, ids, vals, K, NV);
             const int32_t *ia, *ib;
@@ -313,7 +313,7 @@ static void test_topk_sampling(float *logits) {
     bn_sampler_params p0 = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f}, p65 = p0;
     p65.top_k = 65;
     bn_sampler *s0 = bn_sampler_new(&p0), *s65 = bn_sampler_new(&p65);
-    CHECK(!bn_sampler_topk_fits(s0, K, NV) && !bn_sampler_topk_fits(s65, K, NV) &&
+    CHECK(!bn_sampler_topk_needed(s0, K, NV) && !bn_sampler_topk_needed(s65, K, NV) &&
               bn_sampler_sample_topk(s65, ids, vals, K, NV) == -1,
           "top_k 0 (whole vocabulary) and top_k 65 > 64 values are refused");
     bn_sampler_free(s0), bn_sampler_free(s65);
