@@ -181,7 +181,8 @@ else
         run_step setup "${LIMIT[setup]}" meson setup "$B" -Dcuda=enabled --buildtype=release
     fi
     GPU_TARGETS=$(gpu_tests targets 2>/dev/null | tr '\n' ' ')
-    EXTRA="tools/bonsai-bench tools/bonsai-mkmodel tools/bonsai-quantize tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm"
+    EXTRA="tools/bonsai-bench tools/bonsai-mkmodel tools/bonsai-quantize tools/bonsai-serve tools/bonsai-mkdrafter
+           tools/bonsai-speculative tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm"
     # shellcheck disable=SC2086
     run_step build "${LIMIT[build]}" ninja -C "$B" -j"$NPROC" $GPU_TARGETS $EXTRA
     mapfile -t GPU_TESTS < <(gpu_tests names 2>/dev/null)
