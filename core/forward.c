@@ -273,10 +273,11 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     if (out->hidden) memcpy(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows);
     if (!bn_forward_wants_head(out)) return;
     const size_t V = (size_t)c->n_vocab, K = out->topk > 0 ? (size_t)out->topk : 0;
-    // without out->logits the rows go to a scratch copy (argmax / top-k only)
+    // without out->logits the rows go to a scratch copy (argmax / top-k / lse only)
     float *logits = out->logits ? out->logits + (size_t)out_row * V : xmalloc(sizeof(float) * V * (size_t)n_rows);
     matmul(s, &m->w.output, s->xn, logits, n_rows);
     for (int r = 0; out->argmax && r < n_rows; r++) out->argmax[out_row + r] = bn_logits_argmax(logits + r * V, (int)V);
+    for (int r = 0; out->lse && r < n_rows; r++) out->lse[out_row + r] = bn_logits_lse(logits + r * V, (int)V);
     for (size_t r = 0; r < (K ? (size_t)n_rows : 0); r++)
         bn_logits_topk_values(logits + r * V, (int)V, (int)K, out->topk_ids + (out_row + r) * K,
                               out->topk_logits + (out_row + r) * K);
@@ -288,6 +289,14 @@ int32_t bn_logits_argmax(const float *l, int n) {
     for (int v = 1; v < n; v++)
         if (l[v] > l[best]) best = v;
     return best;
+}
+
+float bn_logits_lse(const float *l, int n) {
+    float m = l[0];
+    for (int v = 1; v < n; v++) m = l[v] > m ? l[v] : m;
+    double sum = 0.0;
+    for (int v = 0; v < n; v++) sum += exp((double)l[v] - m);
+    return (float)(m + log(sum));
 }
 
 int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent, const int32_t *tokens, int n,

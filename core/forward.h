@@ -69,6 +69,8 @@ typedef struct {
     int topk;              // 0 or 1..BN_FORWARD_TOPK_MAX (<= n_vocab): each output row's topk largest logits
     int32_t *topk_ids;     // [n_out][topk]: their ids, descending logit, ties -> lower id (bn_logits_topk_values)
     float *topk_logits;    // [n_out][topk]: those logits (like argmax, the CUDA engines copy only these rows)
+    float *lse;            // [n_out]: ln Σ_v exp(logit_v) of each output row (raw log-prob of v = logit_v − lse;
+                           // with topk, the raw top-k log-probs without the row)
     bool all_logits;       // also selects n_out for `hidden`, `argmax` and `topk`
     const int *tap_layers; // [n_taps] layer indices (0-based)
     int n_taps;
@@ -82,14 +84,16 @@ typedef struct {
 // The most values bn_forward_out.topk may ask for (the CUDA top-k kernel's limit).
 #define BN_FORWARD_TOPK_MAX 64
 
-// bn_forward_wants_head: whether out asks for anything the LM head computes (logits, argmax or top-k).
+// bn_forward_wants_head: whether out asks for anything the LM head computes (logits, argmax, top-k or lse).
 static inline bool bn_forward_wants_head(const bn_forward_out *out) {
-    return out && (out->logits || out->argmax || out->topk > 0);
+    return out && (out->logits || out->argmax || out->topk > 0 || out->lse);
 }
 
 // bn_logits_argmax: the index of the largest of l[0..n) (the first on ties; n >= 1), the rule of
 // bn_forward_out.argmax and of greedy sampling.
 int32_t bn_logits_argmax(const float *l, int n);
+// bn_logits_lse: ln Σ exp(l[0..n)) (n >= 1; shifted by the max, summed in double): bn_forward_out.lse.
+float bn_logits_lse(const float *l, int n);
 
 // bn_forward_check: bn_forward's input checks for a state at position pos with capacity n_ctx and
 // n_recurrent floats of recurrent state (token count, context overflow, token ids, tap layers,

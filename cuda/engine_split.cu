@@ -97,6 +97,7 @@ static bn_forward_out chunk_out(const bn_forward_out *out, const bn_config *c, i
     if (out->logits && (out->all_logits || last)) o.logits = out->logits + row * (size_t)c->n_vocab;
     if (out->hidden && (out->all_logits || last)) o.hidden = out->hidden + row * (size_t)c->n_embd;
     if (out->argmax && (out->all_logits || last)) o.argmax = out->argmax + row;
+    if (out->lse && (out->all_logits || last)) o.lse = out->lse + row;
     if (out->topk > 0 && (out->all_logits || last)) {
         o.topk = out->topk;
         o.topk_ids = out->topk_ids + row * (size_t)out->topk;

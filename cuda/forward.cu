@@ -191,6 +191,7 @@ struct bn_cuda_state {
     float *d_topk_vals;   // {BN_FORWARD_TOPK_MAX, logit_rows} top-k logits of each row (bn_forward_out.topk)
     int32_t *d_topk_ids;  // {BN_FORWARD_TOPK_MAX, logit_rows} their ids
     void *topk_scratch;   // bn_cu_topk_scratch_bytes(V, BN_FORWARD_TOPK_MAX)
+    float *d_lse;         // {logit_rows} ln Σ exp of each row of `logits` (bn_forward_out.lse)
     void **k_cache, **v_cache; // [n_layer] -> {n_head_kv*hd, n_ctx} fp32/fp16 (NULL on GDN layers)
     float **conv, **ssm;  // [n_layer] -> {K-1, conv_dim}, {dk, dv, Hv} inside `recurrent`
     float *recurrent;     // all conv windows and S matrices, contiguous
@@ -259,6 +260,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     float *d_topk_vals = (float *)bn_cu_carve(c, topk_n * sizeof(float));
     int32_t *d_topk_ids = (int32_t *)bn_cu_carve(c, topk_n * sizeof(int32_t));
     void *topk_scratch = bn_cu_carve(c, bn_cu_topk_scratch_bytes(cf->n_vocab, BN_FORWARD_TOPK_MAX));
+    float *d_lse = (float *)bn_cu_carve(c, (size_t)s->logit_rows * sizeof(float));
     const size_t L0 = (size_t)cm->first_layer; // caches only for the device's layers [L0, L)
     size_t n_rec = 0;
     for (size_t il = L0; il < L; il++)
@@ -267,7 +269,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
         s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax;
-        s->d_topk_vals = d_topk_vals, s->d_topk_ids = d_topk_ids, s->topk_scratch = topk_scratch;
+        s->d_topk_vals = d_topk_vals, s->d_topk_ids = d_topk_ids, s->topk_scratch = topk_scratch, s->d_lse = d_lse;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
             s->conv[il] = s->ssm[il] = NULL;
@@ -431,8 +433,8 @@ static cudaError_t copy_logits_down(bn_cuda_state *s, float *dst, int rows) {
     return cudaMemcpyAsync(dst, s->logits, bytes, cudaMemcpyDeviceToHost, s->stream);
 }
 
-// copy_head_down: the rows' argmax (d_argmax), top-k (computed here from s->logits: bn_cu_topk per row) and/or
-// logits (s->logits), as out asks, into out's rows out_row.. on the host, async.
+// copy_head_down: the rows' argmax (d_argmax), top-k and lse (computed here from s->logits: bn_cu_topk per row,
+// bn_cu_lse_rows) and/or logits (s->logits), as out asks, into out's rows out_row.. on the host, async.
 static cudaError_t copy_head_down(bn_cuda_state *s, const bn_forward_out *out, int out_row, int rows) {
     if (out && out->argmax) {
         const cudaError_t e = cudaMemcpyAsync(out->argmax + out_row, s->d_argmax, sizeof(int32_t) * (size_t)rows,
@@ -451,6 +453,13 @@ static cudaError_t copy_head_down(bn_cuda_state *s, const bn_forward_out *out, i
                                         cudaMemcpyDeviceToHost, s->stream);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(out->topk_ids + off, s->d_topk_ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost,
+                                s->stream);
+        if (e != cudaSuccess) return e;
+    }
+    if (out && out->lse) {
+        cudaError_t e = bn_cu_lse_rows(s->logits, s->cm->cfg.n_vocab, rows, s->d_lse, s->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(out->lse + out_row, s->d_lse, sizeof(float) * (size_t)rows, cudaMemcpyDeviceToHost,
                                 s->stream);
         if (e != cudaSuccess) return e;
     }

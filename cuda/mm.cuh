@@ -152,6 +152,9 @@ cudaError_t bn_cu_argmax(const float *x, int n, int32_t *out, cudaStream_t s);
 // bn_cu_argmax_rows: out[r] (device int32) = bn_cu_argmax of row r of x (rows contiguous rows of n floats), one
 // block per row. Returns cudaSuccess or the launch error.
 cudaError_t bn_cu_argmax_rows(const float *x, int n, int rows, int32_t *out, cudaStream_t s);
+// bn_cu_lse_rows: out[r] (device float) = ln Σ_i exp(x[r·n + i]) for each of rows contiguous rows of n floats
+// (max-shifted; float partial sums per thread, tree-reduced: ~1e-6 relative to the double sum), one block per row.
+cudaError_t bn_cu_lse_rows(const float *x, int n, int rows, float *out, cudaStream_t s);
 
 // bn_cu_topk_scratch_bytes: device scratch bytes bn_cu_topk needs for n elements and k.
 size_t bn_cu_topk_scratch_bytes(int n, int k);

@@ -117,6 +117,33 @@ cudaError_t bn_cu_argmax_rows(const float *x, int n, int rows, int32_t *out, cud
     return cudaGetLastError();
 }
 
+// lse_rows_k: block r: out[r] = max + ln Σ exp(x_i − max) over row r.
+static __global__ void lse_rows_k(const float *x, int n, float *out) {
+    BN_SHARED(float, red, 32);
+    const float *row = x + (size_t)blockIdx.x * n;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+    m = bn_warp_reduce_max(m);
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    m = bn_warp_reduce_max(lane < n_warps ? red[lane] : -INFINITY);
+    __syncthreads(); // every warp has read red before it holds the sums
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += expf(row[i] - m);
+    s = bn_warp_reduce_sum(s);
+    if (lane == 0) red[warp] = s;
+    __syncthreads();
+    s = bn_warp_reduce_sum(lane < n_warps ? red[lane] : 0.0f);
+    if (threadIdx.x == 0) out[blockIdx.x] = m + logf(s);
+}
+
+cudaError_t bn_cu_lse_rows(const float *x, int n, int rows, float *out, cudaStream_t s) {
+    if (n <= 0 || rows <= 0) return cudaErrorInvalidValue;
+    BN_LAUNCH(lse_rows_k, dim3(rows), dim3(ARGMAX_THREADS), 0, s, x, n, out);
+    return cudaGetLastError();
+}
+
 // topk_blocks: blocks of the first round for n candidates.
 static int topk_blocks(int n) { return (n + TOPK_CHUNK - 1) / TOPK_CHUNK; }
 

@@ -11,9 +11,11 @@ bn_mine_opts bn_mine_opts_default(void) {
     return o;
 }
 
-bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                               char *err, size_t errlen) {
+// one_source: the HTTP source with --server, else the in-process one on engine, or on the CPU with o's threads.
+static bn_source *one_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
+                             const struct bn_engine *engine, char *err, size_t errlen) {
     if (o->server_url) return bn_source_http(o->server_url, tok, o->timeout_s, err, errlen);
+    if (engine) return bn_source_engine(engine, tok, o->n_ctx, err, errlen);
     return bn_source_inprocess(m, tok, o->n_ctx, o->n_threads > 0 ? o->n_threads : bn_n_threads_default());
 }
 
@@ -56,14 +58,19 @@ static int load_phrases(bn_mine_opts *o, const char *path, char *err, size_t err
 }
 
 bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                                 char *err, size_t errlen) {
+                                 const struct bn_engine *engine, char *err, size_t errlen) {
     int n = o->n_parallel > 0 ? o->n_parallel : 1;
+    if (engine && !o->server_url && n > 1) {
+        bn_err(err, errlen, "--parallel %d with -ngl: the in-process GPU engine runs one prompt at a time (use --server "
+               "with a bonsai-serve -np %d for concurrent prompts)", n, n);
+        return NULL;
+    }
     bn_source **v = xcalloc((size_t)n, sizeof *v);
     int threads = o->n_threads > 0 ? o->n_threads : bn_n_threads_default();
     bn_mine_opts one = *o;
     one.n_threads = threads / n > 0 ? threads / n : 1;
     for (int k = 0; k < n; k++) {
-        if (!(v[k] = bn_mine_opts_source(&one, m, tok, err, errlen))) {
+        if (!(v[k] = one_source(&one, m, tok, engine, err, errlen))) {
             for (int j = 0; j < k; j++) bn_source_free(v[j]);
             free(v);
             return NULL;
@@ -104,6 +111,8 @@ void bn_mine_opts_help(FILE *f) {
             "  --n-probs K                 raw top-K recorded per position (default 20)\n"
             "  --ctx N                     context size of the in-process engine (default 6000)\n"
             "  -t, --threads N             CPU threads (default: all)\n"
+            "  -ngl, --gpu-layers N        generate in-process on the GPU (CUDA builds): 0 all on the CPU (default),\n"
+            "                              >= the layer count all on the GPU, in between the last N layers\n"
             "  --server URL                generate with a llama-server (http://host:port) /completion; -m still\n"
             "                              gives the tokenizer; the server must run the same model\n"
             "  --parallel N                prompts in flight at once (default 1); with --server match its -np,\n"
@@ -197,6 +206,10 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--ctx")) INT(o->n_ctx);
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(o->n_threads);
     else if (!strcmp(a, "--server")) { VAL(); o->server_url = v; }
+    else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
+        INT(o->n_gpu_layers);
+        if (o->n_gpu_layers < 0) return bn_err(err, errlen, "%s: expected N >= 0", a);
+    }
     else if (!strcmp(a, "--timeout")) INT(o->timeout_s);
     else if (!strcmp(a, "--parallel")) {
         INT(o->n_parallel);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include "detect/mine.h"
 #include "detect/prompts.h"
+struct bn_engine;
 
 typedef struct {
     bn_mine_params mine;
@@ -12,6 +13,8 @@ typedef struct {
     const char *model_path, *prompts_path;
     int n_ctx;       // 0 = prompt + n_predict fits (default 6000)
     int n_threads;   // 0 = all CPUs
+    int n_gpu_layers; // -ngl N: in-process generation on the engine bn_engine_open gives for N (0: the CPU); the
+                      // tool opens it (core/engine.h) and passes it to bn_mine_opts_sources
     const char *server_url; // --server: generate through llama-server's /completion instead of in-process
     int timeout_s;   // per request with --server (1800)
     const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
@@ -27,17 +30,16 @@ bn_mine_opts bn_mine_opts_default(void);
 // bn_mine_opts_flag: consumes argv[*i] (and its value) when it is a shared flag; returns 1 when
 // consumed, 0 when not a shared flag, -1 on a bad value (err filled).
 int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
-// bn_mine_opts_source: the in-process source for m, or the HTTP one with --server; NULL (err) on a bad URL.
-bn_source *bn_mine_opts_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                               char *err, size_t errlen);
 // bn_mine_opts_for_prompt: the mining parameters for prompt i (seed + i, its prime phrase, its
 // temperature when --temps is given).
 bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
 // bn_mine_opts_free: releases what the flags loaded (phrase list).
 void bn_mine_opts_free(bn_mine_opts *o);
-// bn_mine_opts_sources: n_parallel sources (in-process ones split the threads); NULL (err) on a bad URL.
+// bn_mine_opts_sources: n_parallel sources: HTTP ones with --server, else in-process ones on engine (the
+// caller's -ngl engine, which must outlive them; n_parallel 1 only) or, engine NULL, on the CPU splitting the
+// threads. NULL (err) on a bad URL, --parallel with a device engine or no device memory for a state.
 bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                                 char *err, size_t errlen);
+                                 const struct bn_engine *engine, char *err, size_t errlen);
 // bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
 void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
 // bn_mine_opts_help: prints the shared flags with their defaults.

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/engine.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
@@ -160,7 +161,13 @@ int main(int argc, char **argv) {
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
     o.mine.chosen.max_tokens = 0; // no pair rows needed
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, err, sizeof err);
+    // -ngl: the in-process engine on the GPU (opened here, where BONSAI_CUDA of this binary is seen)
+    bn_engine *eng = NULL;
+    if (o.n_gpu_layers > 0 && !o.server_url &&
+        !(eng = bn_engine_open(m, o.n_gpu_layers, o.n_threads > 0 ? o.n_threads : bn_n_threads_default(), err,
+                               sizeof err)))
+        return fail(err);
+    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, err, sizeof err);
     if (!srcs) return fail(err);
     bn_lineout *log = log_path ? bn_lineout_open(log_path, err, sizeof err) : NULL;
     if (log_path && !log) return fail(err);
@@ -181,6 +188,7 @@ int main(int argc, char **argv) {
     if (report(&st, label ? label : o.model_path, json_path, o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled")) rc = 1;
     free(looped); free(limit); free(len);
     bn_mine_opts_sources_free(&o, srcs);
+    bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     bn_mine_opts_free(&o);

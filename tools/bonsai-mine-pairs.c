@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <jansson.h>
+#include "core/engine.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
@@ -209,7 +210,13 @@ int main(int argc, char **argv) {
     o.mine.model_sha256 = sha;
     o.mine.file_type = ftype;
     o.mine.split = split;
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, err, sizeof err);
+    // -ngl: the in-process engine on the GPU (opened here, where BONSAI_CUDA of this binary is seen)
+    bn_engine *eng = NULL;
+    if (o.n_gpu_layers > 0 && !o.server_url &&
+        !(eng = bn_engine_open(m, o.n_gpu_layers, o.n_threads > 0 ? o.n_threads : bn_n_threads_default(), err,
+                               sizeof err)))
+        return fail(err);
+    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, err, sizeof err);
     if (!srcs) return fail(err);
     FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
@@ -226,6 +233,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", n_done, n_pairs,
             n_loops, out_path, gen_log);
     bn_mine_opts_sources_free(&o, srcs);
+    bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     bn_mine_opts_free(&o);

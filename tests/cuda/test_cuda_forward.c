@@ -692,6 +692,7 @@ typedef struct {
     int rows, rows_tied;    // output rows checked, and those whose max logit is an exact tie
     int bad_a, bad_b;       // rows where a's argmax != argmax of a's logits (ties -> lowest), b's != a's
     int bad_k;              // rows where b's top-k ids or values != bn_logits_topk_values of a's logits row
+    double lse_err;         // max |b's lse − bn_logits_lse of a's logits row| / max(1, |lse|)
     size_t bytes_a, bytes_b; // host logits bytes counted while a / b ran (bn_cuda_host_logit_bytes)
 } argmax_tally;
 
@@ -702,9 +703,10 @@ static int argmax_pass(bn_engine_state *a, bn_engine_state *b, const int32_t *to
     char err[512];
     const int V = a->e->m->cfg.n_vocab, rows = all ? n : 1, K = ARGMAX_TOPK;
     int32_t tk_ids[9 * ARGMAX_TOPK], want_ids[ARGMAX_TOPK];
-    float tk_vals[9 * ARGMAX_TOPK], want_vals[ARGMAX_TOPK];
+    float tk_vals[9 * ARGMAX_TOPK], want_vals[ARGMAX_TOPK], lse[9];
     bn_forward_out oa = {.logits = lg, .argmax = am_a, .all_logits = all};
-    bn_forward_out ob = {.argmax = am_b, .topk = K, .topk_ids = tk_ids, .topk_logits = tk_vals, .all_logits = all};
+    bn_forward_out ob = {.argmax = am_b, .topk = K, .topk_ids = tk_ids, .topk_logits = tk_vals, .lse = lse,
+                         .all_logits = all};
     size_t b0 = bn_cuda_host_logit_bytes();
     int rc = snaps ? bn_engine_forward_snaps(a, tok, n, &oa, snaps, err, sizeof err)
                    : bn_engine_forward(a, tok, n, &oa, err, sizeof err);
@@ -724,6 +726,8 @@ static int argmax_pass(bn_engine_state *a, bn_engine_state *b, const int32_t *to
         bn_logits_topk_values(row, V, K, want_ids, want_vals);
         t->bad_k += memcmp(want_ids, tk_ids + (size_t)r * K, sizeof want_ids) != 0 ||
                     memcmp(want_vals, tk_vals + (size_t)r * K, sizeof want_vals) != 0;
+        const double want_lse = bn_logits_lse(row, V);
+        t->lse_err = fmax(t->lse_err, fabs(lse[r] - want_lse) / fmax(1.0, fabs(want_lse)));
     }
     return rc;
 }
@@ -775,8 +779,9 @@ static void argmax_engine(bn_engine *e, bool graphs_off, argmax_tally *t) {
 // is an exact tie (ids 2k and 2k + 1) wherever the engine computes both rows alike (counted, must happen):
 // the argmax must be the lower id, equal to bn_logits_argmax of the logits (0 rows may differ), the
 // argmax-only state must agree with it, its top-40 ids and values must equal bn_logits_topk_values of those
-// logits (ties: lower id first; on CUDA the device top-k kernel), and on the CUDA engines no logits bytes reach
-// the host for them.
+// logits (ties: lower id first; on CUDA the device top-k kernel), its lse bn_logits_lse of them within 1e-6
+// relative (CUDA: float partial sums; the double-sum CPU engine exactly), and on the CUDA engines no logits bytes
+// reach the host for them.
 static void argmax_case(void) {
     char path[320], err[512];
     if (!make_model("tiny", "F32", path, sizeof path)) return;
@@ -797,9 +802,10 @@ static void argmax_case(void) {
             argmax_tally t = {0};
             argmax_engine(e, off == 1, &t);
             printf("argmax %-8s%s: %d rows (%d with an exact tie at the max), %d argmax != argmax(logits), %d "
-                   "argmax-only != logits mode, %d top-%d != the logits' top-%d; host logits bytes %zu (logits mode), "
-                   "%zu (argmax + top-k only)\n", bn_engine_name(e), off ? " graphs off" : "", t.rows, t.rows_tied,
-                   t.bad_a, t.bad_b, t.bad_k, ARGMAX_TOPK, ARGMAX_TOPK, t.bytes_a, t.bytes_b);
+                   "argmax-only != logits mode, %d top-%d != the logits' top-%d, lse rel. err %.1e; host logits bytes %zu "
+                   "(logits mode), %zu (argmax + top-k + lse only)\n", bn_engine_name(e), off ? " graphs off" : "", t.rows,
+                   t.rows_tied, t.bad_a, t.bad_b, t.bad_k, ARGMAX_TOPK, ARGMAX_TOPK, t.lse_err, t.bytes_a, t.bytes_b);
+            CHECK(t.lse_err <= 1e-6, "%s lse: relative error %.2e (bound 1e-6)", bn_engine_name(e), t.lse_err);
             CHECK(t.rows == 22 && t.bad_a == 0 && t.bad_b == 0 && t.bad_k == 0, "%s argmax / top-k: %d/%d rows wrong",
                   bn_engine_name(e), t.bad_a + t.bad_b + t.bad_k, t.rows);
             CHECK(t.rows_tied > 0, "%s argmax: no exact tie exercised", bn_engine_name(e));
