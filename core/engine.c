@@ -41,6 +41,12 @@ static int cpu_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_
     return bn_forward(s->m, s, tokens, n, &with_snaps, err, errlen);
 }
 
+static int cpu_forward_batch(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
+                             size_t errlen) {
+    bn_state *const *seqs = (bn_state *const *)sts;
+    return n > 0 ? bn_forward_batch(seqs[0]->m, seqs, tokens, n, outs, err, errlen) : 0;
+}
+
 static const bn_engine_ops cpu_ops = {
     .name = "CPU",
     .state_new = cpu_state_new,
@@ -55,6 +61,7 @@ static const bn_engine_ops cpu_ops = {
     .restore = cpu_restore,
     .snapshot_free = cpu_snapshot_free,
     .forward_snaps = cpu_forward_snaps,
+    .forward_batch = cpu_forward_batch,
 };
 
 bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m) {
@@ -101,6 +108,24 @@ int bn_engine_state_pos(const bn_engine_state *s) { return s->e->ops->state_pos(
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen) {
     return s->e->ops->forward(s->st, tokens, n, out, err, errlen);
+}
+
+int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                            char *err, size_t errlen) {
+    if (n <= 0) return n == 0 ? 0 : bn_err(err, errlen, "bn_engine_forward_batch: negative sequence count %d", n);
+    const bn_engine *e = states[0]->e;
+    for (int t = 1; t < n; t++)
+        if (states[t]->e != e) return bn_err(err, errlen, "bn_engine_forward_batch: sequence %d on another engine", t);
+    if (!e->ops->forward_batch) {
+        for (int t = 0; t < n; t++)
+            if (bn_engine_forward(states[t], &tokens[t], 1, outs ? outs[t] : NULL, err, errlen) != 0) return -1;
+        return 0;
+    }
+    void **sts = xmalloc(sizeof(void *) * (size_t)n);
+    for (int t = 0; t < n; t++) sts[t] = states[t]->st;
+    const int rc = e->ops->forward_batch(sts, tokens, n, outs, err, errlen);
+    free(sts);
+    return rc;
 }
 
 int bn_engine_state_n_ctx(const bn_engine_state *s) { return s->e->ops->state_n_ctx(s->st); }

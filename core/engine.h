@@ -37,6 +37,9 @@ typedef struct bn_engine_ops {
     // forward + the state after each token t into snaps[t] (the backend's snapshot objects)
     int (*forward_snaps)(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps, char *err,
                          size_t errlen);
+    // one decode token for each of n states at once (NULL: bn_engine_forward_batch runs them one by one)
+    int (*forward_batch)(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
+                         size_t errlen);
 } bn_engine_ops;
 
 typedef struct bn_engine {
@@ -83,6 +86,12 @@ bn_state *bn_engine_state_cpu(bn_engine_state *s);
 // bn_engine_forward: bn_forward's contract on the engine's backend; 0 or -1 with err filled.
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen);
+// bn_engine_forward_batch: one decode step of n sequences: tokens[t] appended to states[t] (distinct states of one
+// engine; outs NULL or outs[t] NULL: no output), bn_forward_batch's contract where the backend batches (the CPU
+// engine: every weight read once for all n), else one bn_engine_forward per sequence (the CUDA engines today; an
+// error there stops the step, the sequences before it have advanced). Returns 0 or -1 with err filled.
+int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                            char *err, size_t errlen);
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
 // state + position after each token t in snaps[t] (from bn_engine_snapshot_new of s's engine), in one
 // batched pass of n <= BN_ENGINE_MAX_SNAPS tokens: the CPU fills them through bn_forward_out.snaps,

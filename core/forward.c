@@ -44,11 +44,24 @@ static void rope(const bn_config *c, float *x, int pos) {
         bn_rope_neox(x, c->head_dim, c->n_rot, pos, c->rope_base);
 }
 
+// The columns of a chunk: nb tokens of one sequence (seqs NULL: column t at position p0 + t of the state that
+// runs the chunk), or one token of each of nb sequences (a batched decode step, bn_forward_batch: column t at
+// seqs[t]->pos, with seqs[t]'s KV cache and recurrent state; the scratch buffers are the running state's).
+typedef struct {
+    bn_state *const *seqs;
+    int p0;
+} cols;
+// col_state: the state whose caches column t reads and writes.
+static bn_state *col_state(bn_state *s, const cols *cl, int t) { return cl->seqs ? cl->seqs[t] : s; }
+// col_pos: the position of column t.
+static int col_pos(const cols *cl, int t) { return cl->seqs ? cl->seqs[t]->pos : cl->p0 + t; }
+
 // ---- attention ------------------------------------------------------------------------------
 typedef struct {
     const bn_config *c;
     bn_state *s;
-    int il, p0, q_stride; // q_stride: floats per token in s->qg
+    cols cl;
+    int il, q_stride;     // q_stride: floats per token in s->qg
     bool gated;
     bool grouped;         // items are (token, KV head) groups instead of (token, query head)
 } attn_job;
@@ -70,16 +83,17 @@ static void attn_task(void *ctx, int64_t i0, int64_t i1, int tid) {
         const int t = (int)(i / per_token), j = (int)(i % per_token);
         const int kvh = job->grouped ? j : j / group;
         const int h0 = job->grouped ? j * group : j, n_q = job->grouped ? group : 1;
-        const int n_kv = job->p0 + t + 1; // causal: positions 0 ..= p0 + t
+        const int n_kv = col_pos(&job->cl, t) + 1; // causal: positions 0 ..= the token's
+        const bn_state *cs = col_state(s, &job->cl, t);
         const float *q = s->qg + (size_t)t * job->q_stride + (size_t)h0 * head_stride;
         float *o = s->att + (size_t)t * c->n_head * hd + (size_t)h0 * hd;
         if (s->kv_type == BN_F16) {
-            const uint16_t *K = (const uint16_t *)s->k_cache[job->il] + (size_t)kvh * hd;
-            const uint16_t *V = (const uint16_t *)s->v_cache[job->il] + (size_t)kvh * hd;
+            const uint16_t *K = (const uint16_t *)cs->k_cache[job->il] + (size_t)kvh * hd;
+            const uint16_t *V = (const uint16_t *)cs->v_cache[job->il] + (size_t)kvh * hd;
             bn_attention_group_f16(o, q, n_q, head_stride, K, V, n_kv, kv_dim, hd, scale, scores);
         } else {
-            const float *K = (const float *)s->k_cache[job->il] + (size_t)kvh * hd;
-            const float *V = (const float *)s->v_cache[job->il] + (size_t)kvh * hd;
+            const float *K = (const float *)cs->k_cache[job->il] + (size_t)kvh * hd;
+            const float *V = (const float *)cs->v_cache[job->il] + (size_t)kvh * hd;
             if (n_q == 1)
                 bn_attention_head(o, q, K, V, n_kv, kv_dim, hd, scale, scores);
             else
@@ -90,8 +104,8 @@ static void attn_task(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-// attention_layer: s->mo = attention(s->xn) for nb tokens at positions p0.., appending to the KV cache.
-static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int p0) {
+// attention_layer: s->mo = attention(s->xn) for the nb columns cl, appending to their KV caches.
+static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, const cols *cl) {
     const bn_config *c = &m->cfg;
     const bn_layer_weights *lw = &m->w.layers[il];
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv;
@@ -105,8 +119,11 @@ static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int 
     add_bias_rows(s->kb, &lw->attn_k_bias, nb, kv_dim);
     add_bias_rows(s->vb, &lw->attn_v_bias, nb, kv_dim);
 
+    int max_pos = 0;
     for (int t = 0; t < nb; t++) {
-        const int pos = p0 + t;
+        const int pos = col_pos(cl, t);
+        bn_state *cs = col_state(s, cl, t);
+        max_pos = pos > max_pos ? pos : max_pos;
         for (int h = 0; h < nh; h++) {
             float *q = s->qg + (size_t)t * q_stride + (size_t)h * (gated ? 2 * hd : hd);
             if (lw->attn_q_norm.data) bn_rmsnorm(q, q, lw->attn_q_norm.data, hd, c->norm_eps);
@@ -120,19 +137,19 @@ static void attention_layer(const bn_model *m, bn_state *s, int il, int nb, int 
         }
         const float *v = s->vb + (size_t)t * kv_dim;
         if (s->kv_type == BN_F16) {
-            bn_fp32_to_fp16_row(k, (uint16_t *)s->k_cache[il] + (size_t)pos * kv_dim, kv_dim);
-            bn_fp32_to_fp16_row(v, (uint16_t *)s->v_cache[il] + (size_t)pos * kv_dim, kv_dim);
+            bn_fp32_to_fp16_row(k, (uint16_t *)cs->k_cache[il] + (size_t)pos * kv_dim, kv_dim);
+            bn_fp32_to_fp16_row(v, (uint16_t *)cs->v_cache[il] + (size_t)pos * kv_dim, kv_dim);
         } else {
-            memcpy((float *)s->k_cache[il] + (size_t)pos * kv_dim, k, sizeof(float) * kv_dim);
-            memcpy((float *)s->v_cache[il] + (size_t)pos * kv_dim, v, sizeof(float) * kv_dim);
+            memcpy((float *)cs->k_cache[il] + (size_t)pos * kv_dim, k, sizeof(float) * kv_dim);
+            memcpy((float *)cs->v_cache[il] + (size_t)pos * kv_dim, v, sizeof(float) * kv_dim);
         }
     }
 
     // Group the query heads of a KV head (K/V read once per group) when that still leaves at
     // least two items per thread; otherwise one item per query head.
     const bool grouped = (int64_t)nb * nkv >= 2 * (int64_t)s->n_threads;
-    attn_job job = {.c = c, .s = s, .il = il, .p0 = p0, .q_stride = q_stride, .gated = gated, .grouped = grouped};
-    const int64_t macs = (int64_t)nb * nh * (p0 + nb) * hd * 2; // scores + weighted sum
+    attn_job job = {.c = c, .s = s, .cl = *cl, .il = il, .q_stride = q_stride, .gated = gated, .grouped = grouped};
+    const int64_t macs = (int64_t)nb * nh * (max_pos + 1) * hd * 2; // scores + weighted sum (an upper bound)
     const int64_t n_items = (int64_t)nb * (grouped ? nkv : nh);
     bn_parallel_for(macs >= MIN_PARALLEL_WORK ? s->pool : NULL, n_items, attn_task, &job);
     matmul(s, &lw->attn_output, s->att, s->mo, nb);
@@ -143,6 +160,7 @@ typedef struct {
     const bn_config *c;
     const bn_layer_weights *lw;
     bn_state *s;
+    cols cl;
     int il, nb, conv_dim;
     bn_snapshot **snaps; // [nb] per-token snapshots to fill, or NULL
 } gdn_job;
@@ -156,9 +174,10 @@ static void gdn_heads_task(void *ctx, int64_t h0, int64_t h1, int tid) {
     const int dk = c->ssm_d_state, dv = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
     const float *dt_bias = job->lw->ssm_dt.data, *ssm_a = job->lw->ssm_a.data, *norm_w = job->lw->ssm_norm.data;
     for (int64_t h = h0; h < h1; h++) {
-        float *S = s->ssm[job->il] + (size_t)h * dk * dv;
         const int kh = (int)(h % Hk); // GGUF tiled layout: value head h pairs with key head h mod Hk
         for (int t = 0; t < job->nb; t++) {
+            bn_state *cs = col_state(s, &job->cl, t);
+            float *S = cs->ssm[job->il] + (size_t)h * dk * dv;
             const float *conv_out = s->qg + (size_t)t * job->conv_dim; // [q | k | v] after conv+SiLU+norms
             const float *q = conv_out + (size_t)kh * dk;
             const float *k = conv_out + (size_t)Hk * dk + (size_t)kh * dk;
@@ -169,15 +188,15 @@ static void gdn_heads_task(void *ctx, int64_t h0, int64_t h1, int tid) {
             float *y = s->att + (size_t)t * Hv * dv + (size_t)h * dv;
             bn_gdn_step(S, q, k, v, alpha, beta, y, dk, dv);
             if (job->snaps) // S of this head after token t
-                memcpy(job->snaps[t]->data + (S - s->recurrent), S, sizeof(float) * dk * dv);
+                memcpy(job->snaps[t]->data + (S - cs->recurrent), S, sizeof(float) * dk * dv);
             bn_gated_rmsnorm(y, y, s->z + (size_t)t * Hv * dv + (size_t)h * dv, norm_w, dv, c->norm_eps);
         }
     }
 }
 
-// gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S
-// (copied into snaps[t] after each token t when snaps is not NULL).
-static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, bn_snapshot **snaps) {
+// gdn_layer: s->mo = GatedDeltaNet(s->xn) for the nb columns cl, advancing their conv windows and S (copied into
+// snaps[t] after each token t when snaps is not NULL: one sequence only).
+static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols *cl, bn_snapshot **snaps) {
     const bn_config *c = &m->cfg;
     const bn_layer_weights *lw = &m->w.layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
@@ -191,7 +210,8 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, bn_snapsho
 
     for (int t = 0; t < nb; t++) {
         float *mix = s->qg + (size_t)t * conv_dim;
-        bn_conv1d_silu_step(mix, s->conv[il], mix, lw->ssm_conv1d.data, conv_dim, c->ssm_conv_kernel);
+        bn_conv1d_silu_step(mix, col_state(s, cl, t)->conv[il], mix, lw->ssm_conv1d.data, conv_dim,
+                            c->ssm_conv_kernel);
         if (snaps) // conv window after token t
             memcpy(snaps[t]->data + (s->conv[il] - s->recurrent), s->conv[il],
                    sizeof(float) * (size_t)(c->ssm_conv_kernel - 1) * conv_dim);
@@ -202,7 +222,7 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, bn_snapsho
             for (int i = 0; i < dk; i++) q[i] *= q_scale;
         }
     }
-    gdn_job job = {.c = c, .lw = lw, .s = s, .il = il, .nb = nb, .conv_dim = conv_dim, .snaps = snaps};
+    gdn_job job = {.c = c, .lw = lw, .s = s, .cl = *cl, .il = il, .nb = nb, .conv_dim = conv_dim, .snaps = snaps};
     const int64_t work = (int64_t)nb * Hv * dk * dk * 4; // decay, read, update, output per state entry
     bn_parallel_for(work >= MIN_PARALLEL_WORK ? s->pool : NULL, Hv, gdn_heads_task, &job);
     matmul(s, &lw->ssm_out, s->att, s->mo, nb);
@@ -220,23 +240,19 @@ static void ffn(const bn_model *m, bn_state *s, int il, int nb) {
 }
 
 // ---- chunk ----------------------------------------------------------------------------------
-// forward_chunk: runs nb tokens (global indices t_off.., of n_total in this call) at s->pos through the
-// state's layers; then the head, or with x_out the residual rows into x_out + t_off rows.
-static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens, int nb, int t_off, int n_total,
-                          const bn_forward_out *out, float *x_out) {
+// run_layers: the state's layers over the nb columns cl whose embeddings are in s->x (taps of column t into row
+// t_off + t of out->taps; snaps: one sequence only).
+static void run_layers(const bn_model *m, bn_state *s, int nb, const cols *cl, const bn_forward_out *out, int t_off,
+                       bn_snapshot **snaps) {
     const bn_config *c = &m->cfg;
     const int H = c->n_embd;
-    const int p0 = s->pos;
-    for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
-    bn_snapshot **snaps = out && out->snaps ? out->snaps + t_off : NULL;
-
     for (int il = 0; il < s->n_layers; il++) {
         const bn_layer_weights *lw = &m->w.layers[il];
         rmsnorm_rows(s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
         if (c->is_recurrent[il])
-            gdn_layer(m, s, il, nb, snaps);
+            gdn_layer(m, s, il, nb, cl, snaps);
         else
-            attention_layer(m, s, il, nb, p0);
+            attention_layer(m, s, il, nb, cl);
         add_rows(s->x, s->mo, (size_t)nb * H);
 
         rmsnorm_rows(s->xn, s->x, &lw->post_attention_norm, nb, H, c->norm_eps);
@@ -251,6 +267,43 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
                            sizeof(float) * H);
             }
     }
+}
+
+// row_reductions: what out asks of one logits row besides the row itself (argmax, lse, top-k) into its row `row`.
+static void row_reductions(const float *logits, int V, const bn_forward_out *out, int row) {
+    if (out->argmax) out->argmax[row] = bn_logits_argmax(logits, V);
+    if (out->lse) out->lse[row] = bn_logits_lse(logits, V);
+    if (out->topk > 0)
+        bn_logits_topk_values(logits, V, out->topk, out->topk_ids + (size_t)row * out->topk,
+                              out->topk_logits + (size_t)row * out->topk);
+}
+
+// head_rows: what out asks of the LM head (hidden, logits, argmax, lse, top-k) for the n_rows residual rows of
+// s->x from row `first`, into out's rows out_row...
+static void head_rows(const bn_model *m, bn_state *s, int first, int n_rows, const bn_forward_out *out, int out_row) {
+    const bn_config *c = &m->cfg;
+    const int H = c->n_embd;
+    rmsnorm_rows(s->xn, s->x + (size_t)first * H, &m->w.output_norm, n_rows, H, c->norm_eps);
+    if (out->hidden) memcpy(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows);
+    if (!bn_forward_wants_head(out)) return;
+    const size_t V = (size_t)c->n_vocab;
+    // without out->logits the rows go to a scratch copy (argmax / top-k / lse only)
+    float *logits = out->logits ? out->logits + (size_t)out_row * V : xmalloc(sizeof(float) * V * (size_t)n_rows);
+    matmul(s, &m->w.output, s->xn, logits, n_rows);
+    for (int r = 0; r < n_rows; r++) row_reductions(logits + r * V, (int)V, out, out_row + r);
+    if (!out->logits) free(logits);
+}
+
+// forward_chunk: runs nb tokens (global indices t_off.., of n_total in this call) at s->pos through the
+// state's layers; then the head, or with x_out the residual rows into x_out + t_off rows.
+static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens, int nb, int t_off, int n_total,
+                          const bn_forward_out *out, float *x_out) {
+    const int H = m->cfg.n_embd;
+    const int p0 = s->pos;
+    for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
+    bn_snapshot **snaps = out && out->snaps ? out->snaps + t_off : NULL;
+    const cols cl = {NULL, p0};
+    run_layers(m, s, nb, &cl, out, t_off, snaps);
     s->pos = p0 + nb;
     if (snaps)
         for (int t = 0; t < nb; t++) snaps[t]->pos = p0 + t + 1;
@@ -258,30 +311,10 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
         memcpy(x_out + (size_t)t_off * H, s->x, sizeof(float) * H * (size_t)nb);
         return;
     }
-
     if (!out || (!bn_forward_wants_head(out) && !out->hidden)) return;
     // rows of this chunk that produce output: all of them, or only the very last token
-    int first, n_rows, out_row;
-    if (out->all_logits) {
-        first = 0, n_rows = nb, out_row = t_off;
-    } else {
-        if (t_off + nb != n_total) return;
-        first = nb - 1, n_rows = 1, out_row = 0;
-    }
-    const float *x_sel = s->x + (size_t)first * H;
-    rmsnorm_rows(s->xn, x_sel, &m->w.output_norm, n_rows, H, c->norm_eps);
-    if (out->hidden) memcpy(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows);
-    if (!bn_forward_wants_head(out)) return;
-    const size_t V = (size_t)c->n_vocab, K = out->topk > 0 ? (size_t)out->topk : 0;
-    // without out->logits the rows go to a scratch copy (argmax / top-k / lse only)
-    float *logits = out->logits ? out->logits + (size_t)out_row * V : xmalloc(sizeof(float) * V * (size_t)n_rows);
-    matmul(s, &m->w.output, s->xn, logits, n_rows);
-    for (int r = 0; out->argmax && r < n_rows; r++) out->argmax[out_row + r] = bn_logits_argmax(logits + r * V, (int)V);
-    for (int r = 0; out->lse && r < n_rows; r++) out->lse[out_row + r] = bn_logits_lse(logits + r * V, (int)V);
-    for (size_t r = 0; r < (K ? (size_t)n_rows : 0); r++)
-        bn_logits_topk_values(logits + r * V, (int)V, (int)K, out->topk_ids + (out_row + r) * K,
-                              out->topk_logits + (out_row + r) * K);
-    if (!out->logits) free(logits);
+    if (out->all_logits) head_rows(m, s, 0, nb, out, t_off);
+    else if (t_off + nb == n_total) head_rows(m, s, nb - 1, 1, out, 0);
 }
 
 int32_t bn_logits_argmax(const float *l, int n) {
@@ -338,6 +371,54 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
         const int nb = n - t0 < s->n_batch ? n - t0 : s->n_batch;
         forward_chunk(m, s, tokens + t0, nb, t0, n, out, NULL);
     }
+    return 0;
+}
+
+int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
+                     bn_forward_out *const *outs, char *err, size_t errlen) {
+    const bn_config *c = &m->cfg;
+    if (n < 0) return bn_err(err, errlen, "bn_forward_batch: negative sequence count %d", n);
+    if (n == 0) return 0;
+    bn_state *s = seqs[0]; // runs the step: its scratch rows, threads and attention scratch
+    if (!s || n > s->n_batch)
+        return bn_err(err, errlen, "bn_forward_batch: %d sequences (the first state holds %d rows)", n, s ? s->n_batch : 0);
+    for (int t = 0; t < n; t++) {
+        const bn_state *q = seqs[t];
+        if (!q || q->m != m || q->n_layers != c->n_layer || q->kv_type != s->kv_type)
+            return bn_err(err, errlen, "bn_forward_batch: sequence %d is missing or not a whole-model state of this "
+                          "model with the first one's KV type", t);
+        for (int u = 0; u < t; u++)
+            if (seqs[u] == q) return bn_err(err, errlen, "bn_forward_batch: sequences %d and %d share a state", u, t);
+        if (q->pos + 1 > s->n_ctx)
+            return bn_err(err, errlen, "bn_forward_batch: sequence %d at %d exceeds the first state's n_ctx %d", t,
+                          q->pos, s->n_ctx);
+        const bn_forward_out *o = outs ? outs[t] : NULL;
+        if (o && (o->taps || o->snaps))
+            return bn_err(err, errlen, "bn_forward_batch: sequence %d: taps and snapshots need bn_forward", t);
+        if (bn_forward_check(c, q->pos, q->n_ctx, q->n_recurrent, &tokens[t], 1, o, err, errlen) != 0) return -1;
+    }
+    const int H = c->n_embd;
+    const size_t V = (size_t)c->n_vocab;
+    for (int t = 0; t < n; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
+    const cols cl = {seqs, 0};
+    run_layers(m, s, n, &cl, NULL, 0, NULL);
+    for (int t = 0; t < n; t++) seqs[t]->pos += 1;
+    bool head = false, hidden = false;
+    for (int t = 0; outs && t < n; t++)
+        head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden;
+    if (!head && !hidden) return 0;
+    // every column through the head at once (its weights read once), then each sequence's row to its out
+    rmsnorm_rows(s->xn, s->x, &m->w.output_norm, n, H, c->norm_eps);
+    float *logits = head ? xmalloc(sizeof(float) * V * (size_t)n) : NULL;
+    if (head) matmul(s, &m->w.output, s->xn, logits, n);
+    for (int t = 0; t < n; t++) {
+        const bn_forward_out *o = outs[t];
+        if (!o) continue;
+        if (o->hidden) memcpy(o->hidden, s->xn + (size_t)t * H, sizeof(float) * H);
+        if (o->logits) memcpy(o->logits, logits + (size_t)t * V, sizeof(float) * V);
+        if (bn_forward_wants_head(o)) row_reductions(logits + (size_t)t * V, (int)V, o, 0);
+    }
+    free(logits);
     return 0;
 }
 

@@ -109,6 +109,17 @@ int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent,
 int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                char *err, size_t errlen);
 
+// bn_forward_batch: one decode step of n sequences at once: token tokens[t] appended to seqs[t] at its own
+// position (n distinct whole-model states of m with one KV type; n <= the first state's batch rows and each
+// position < its n_ctx), the matmuls over all n columns (each weight read once, as a prefill of n tokens),
+// attention and recurrences per sequence on its own caches; the first state's threads and scratch run it.
+// outs (NULL, or outs[t] NULL: nothing) receive each sequence's single row: logits, argmax, lse, top-k, hidden
+// (no taps or snapshots). Each column's results equal a one-token bn_forward of that sequence up to the
+// summation order of the n-column kernels (as a prefill vs decode: ~1e-5 in the tests). Returns 0, or -1 with
+// err and every state unchanged.
+int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
+                     bn_forward_out *const *outs, char *err, size_t errlen);
+
 // bn_forward_front: bn_forward over the state's layers only (a bn_state_new_front state): token
 // embedding and layers [0, n_layers) for n tokens at the state's position, then the residual stream
 // after the last of them into x_out {n_embd, n} (the input of layer n_layers on another backend).

@@ -568,7 +568,7 @@ static int route_metrics(bn_server *srv, struct MHD_Connection *c) {
     METRIC("gauge", "requests_processing", "Number of requests processing.", "%d", busy);
     METRIC("gauge", "requests_deferred", "Number of requests deferred.", "%d", m.requests_deferred);
     METRIC("gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", "%.3f",
-           (double)busy);
+           m.decode_steps ? (double)m.decode_step_seqs / (double)m.decode_steps : (double)busy);
 #undef METRIC
     struct MHD_Response *r = MHD_create_response_from_buffer(k, buf, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
