@@ -23,10 +23,11 @@ template <typename KV>
 static __global__ void attn_prep_kernel(float *qg, int q_stride, int head_stride, const float *kb, const float *vb,
                                         KV *k_cache, KV *v_cache, int nh, int hd, int kv_dim, const float *q_norm,
                                         const float *k_norm, float eps, int n_rot, float theta_scale, bool neox,
-                                        const int *d_pos) {
+                                        const int *d_pos, bn_cu_cols cols) {
     BN_SHARED(float, red, 32);
     BN_DYN_SHARED(float, v);
-    const int h = blockIdx.x, t = blockIdx.y, pos = d_pos[0] + t;
+    const int h = blockIdx.x, t = blockIdx.y, pos = cols.pos ? cols.pos[t] : d_pos[0] + t;
+    if (cols.pos) k_cache = (KV *)cols.k[t], v_cache = (KV *)cols.v[t];
     const bool is_q = h < nh;
     const int j = h - nh; // key head
     float *q = qg + (size_t)t * q_stride + (size_t)h * head_stride;
@@ -48,18 +49,19 @@ static __global__ void attn_prep_kernel(float *qg, int q_stride, int head_stride
 cudaError_t bn_cu_attn_prep(float *qg, int q_stride, int head_stride, const float *kb, const float *vb, void *k_cache,
                             void *v_cache, bool kv_f16, int nh, int nkv, int hd, const float *q_norm,
                             const float *k_norm, float eps, int n_rot, float theta_scale, bool neox, int nb,
-                            const int *d_pos, cudaStream_t s) {
+                            const int *d_pos, cudaStream_t s, const bn_cu_cols *cols) {
+    const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
     dim3 grid(nh + nkv, nb);
     const size_t smem = sizeof(float) * hd;
     const int kv_dim = nkv * hd;
     if (kv_f16)
         BN_LAUNCH(attn_prep_kernel<bn_half>, grid, ATT_THREADS, smem, s, qg, q_stride, head_stride, kb, vb,
                   (bn_half *)k_cache, (bn_half *)v_cache, nh, hd, kv_dim, q_norm, k_norm, eps, n_rot, theta_scale, neox,
-                  d_pos);
+                  d_pos, cl);
     else
         BN_LAUNCH(attn_prep_kernel<float>, grid, ATT_THREADS, smem, s, qg, q_stride, head_stride, kb, vb,
                   (float *)k_cache, (float *)v_cache, nh, hd, kv_dim, q_norm, k_norm, eps, n_rot, theta_scale, neox,
-                  d_pos);
+                  d_pos, cl);
     return cudaGetLastError();
 }
 
@@ -74,12 +76,13 @@ size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits) {
 template <typename KV>
 static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
                                          const KV *V, int nh, int group, int G, int hd, int kv_dim, float scale, int nb,
-                                         const int *d_pos, int n_splits) {
+                                         const int *d_pos, int n_splits, bn_cu_cols cols) {
     BN_SHARED(float, sc, ATT_MAX_G * ATT_TILE); // scores, then probabilities: [g][key]
     BN_DYN_SHARED(float, qs);                   // {hd, G}
     const int h0 = blockIdx.x * G, t = blockIdx.y, sp = blockIdx.z;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-    const int n_kv = d_pos[0] + t + 1;
+    const int n_kv = (cols.pos ? cols.pos[t] : d_pos[0] + t) + 1;
+    if (cols.pos) K = (const KV *)cols.k[t], V = (const KV *)cols.v[t];
     const int per = (n_kv + n_splits - 1) / n_splits;
     const int k0 = sp * per, k1 = min(n_kv, k0 + per);
     const size_t kv_off = (size_t)(h0 / group) * hd;
@@ -197,18 +200,20 @@ static __global__ void attn_merge_kernel(float *out, const float *scratch, const
 
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
-                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8) {
+                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8,
+                            const bn_cu_cols *cols) {
     if (q8 && hd % 32) return cudaErrorInvalidValue;
+    const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
     const int group = nh / nkv, kv_dim = nkv * hd;
     const int G = group <= ATT_MAX_G ? group : 1; // query heads per block
     dim3 grid(nh / G, nb, n_splits);
     const size_t smem = sizeof(float) * hd * G;
     if (kv_f16)
         BN_LAUNCH(attn_split_kernel<bn_half>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
-                  (const bn_half *)K, (const bn_half *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits);
+                  (const bn_half *)K, (const bn_half *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits, cl);
     else
         BN_LAUNCH(attn_split_kernel<float>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
-                  (const float *)K, (const float *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits);
+                  (const float *)K, (const float *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits, cl);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dim3 grid2(nh, nb);

@@ -15,8 +15,9 @@
 #   dspark  the DSpark rows (cudadraft's section below);
 #   cpuref  for reference, the CPU engines on the same L1-layer Q1_0 file: bonsai-bench -ngl 0 and the peer
 #           llama-bench -ngl 0 with the GPU hidden (CUDA_VISIBLE_DEVICES=), all cores, pp64 / tg16;
-#   serve   bonsai-serve -ngl 99 on the L2-layer Q1_0 file: decode tok/s of one stream (timings) for greedy and
-#           sampled requests, each without log-probs (argmax / top-k steps) and with n_probs 1 (logits rows);
+#   serve   bonsai-serve -ngl 99 -np 4 on the L2-layer Q1_0 file: decode tok/s of one stream (timings) for greedy
+#           and sampled requests, each without log-probs (argmax / top-k steps) and with n_probs 1 (logits rows),
+#           and the total of 4 greedy streams at once (their steps batched);
 # then ONE markdown table (tok/s, decode GB/s, % of copy bandwidth) and the per-step status table.
 # Every step runs under `timeout` with the limit printed in the plan; a step that fails or times out
 # logs its tail and the script goes on; cells that depend on it read FAIL / TIMEOUT / SKIP. Exit
@@ -333,11 +334,11 @@ SERVE_N=128 SERVE_REPS=2 SERVE_BIN="$B/tools/bonsai-serve"
 [ "$EMU" = 1 ] && SERVE_N=8 SERVE_REPS=1 SERVE_BIN="$B/tests/cuda/bonsai-serve-emu"
 serve_run() {
     [ -x "$SERVE_BIN" ] || ninja -C "$B" "${SERVE_BIN#$B/}" || return 1
-    "$SERVE_BIN" -m "$W/l$L2-Q1_0.gguf" -ngl 99 --port 0 --ready-file "$W/serve.ready" -c 1024 -t 4 \
+    "$SERVE_BIN" -m "$W/l$L2-Q1_0.gguf" -ngl 99 --port 0 --ready-file "$W/serve.ready" -c 1024 -t 4 -np 4 \
         >"$W/serve.out" 2>&1 &
     local pid=$! rc=0
     python3 - "$W/serve.ready" "$SERVE_N" "$SERVE_REPS" <<'PYEOF' || rc=1
-import json, os, sys, time, urllib.request
+import json, os, sys, threading, time, urllib.request
 ready, n, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for _ in range(600):
     if os.path.exists(ready) and open(ready).read().strip(): break
@@ -357,6 +358,19 @@ for name, extra in modes:
         t = json.load(urllib.request.urlopen(req, timeout=60))["timings"]["predicted_per_second"]
         if r > 0: best = max(best, t) # r 0: warm-up (graph capture)
     print(f"| {name} | {best:.1f} |")
+def post(body, out, i):
+    req = urllib.request.Request(f"http://{host}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["tokens_predicted"]
+best = 0.0 # 4 greedy streams at once: the slots' steps batched (bn_cuda_forward_batch); total tokens / wall time
+for r in range(reps + 1):
+    got = [0] * 4
+    th = [threading.Thread(target=post, args=(dict(prompt=f"Stream {i} once upon a time", n_predict=n, ignore_eos=True,
+          cache_prompt=False, temperature=0), got, i)) for i in range(4)]
+    t0 = time.time()
+    for t in th: t.start()
+    for t in th: t.join()
+    if r > 0: best = max(best, sum(got) / (time.time() - t0))
+print(f"| 4 greedy streams at once, total (batched steps) | {best:.1f} |")
 PYEOF
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
@@ -553,7 +567,7 @@ cpuref_rows() {
 serve_rows() {
     [ "${ST[serve]:-SKIP}" = SKIP ] && return 0
     echo
-    echo "### bonsai-serve -ngl 99, one stream: $L2-layer Q1_0 file, $SERVE_N tokens per request"
+    echo "### bonsai-serve -ngl 99 -np 4: $L2-layer Q1_0 file, $SERVE_N tokens per request (one stream, then 4)"
     echo
     if [ "${ST[serve]}" = OK ]; then grep '^|' "$W/serve.log"; else echo "serve: ${ST[serve]}"; fi
 }

@@ -98,6 +98,14 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
 // per size (captured again when the tap set or all_logits changes). Returns 0 or -1.
 int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
+// bn_cuda_forward_batch: one decode step of n <= 16 sequences (core/forward.h bn_forward_batch's contract):
+// tokens[t] appended to states[t] (distinct whole-model states of one model and KV type), one pass with n
+// columns through every matmul on states[0]'s stream and scratch, attention / conv / recurrence of each
+// column on its own state (a column table of positions and per-layer pointers uploaded per step); outs[t]
+// (may be NULL) gets sequence t's logits / argmax / top-k / lse / hidden. Launched kernel by kernel (no graph).
+// Returns 0, or -1 with err (input errors leave every state unchanged).
+int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                          char *err, size_t errlen);
 // bn_cuda_forward_hidden: for a state of a model uploaded from layer l0 > 0 (bn_cuda_model_upload_from):
 // x {n_embd, n} (host; page-locked is faster) is the residual stream entering layer l0 for n tokens
 // appended at the state's position; runs layers [l0, n_layer) and the head. snaps NULL: bn_cuda_forward's

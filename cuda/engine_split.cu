@@ -191,7 +191,7 @@ static void sp_impl_free(void *impl) {
 static const bn_engine_ops split_ops = {"CPU+CUDA",      sp_state_new,     sp_state_free, sp_state_reset,
                                         sp_state_pos,    sp_forward,       sp_impl_free,  sp_state_n_ctx,
                                         sp_snapshot_new, sp_snapshot_into, sp_restore,    sp_snapshot_free,
-                                        sp_forward_snaps};
+                                        sp_forward_snaps, NULL}; // no batched step: bn_engine_forward_batch loops
 
 extern "C" bn_engine *bn_cuda_split_engine_new(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
                                                size_t errlen) {

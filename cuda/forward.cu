@@ -23,6 +23,7 @@ enum { T_F32 = 0, T_F16 = 1 }; // bn_type ids of quant/quant.h
 
 #define MAX_PREFILL_BATCH 512 // tokens per chunk (scratch rows)
 #define MAX_LOGIT_ROWS 16     // rows of logits computed per head matmul
+#define MAX_BATCH_COLS MAX_LOGIT_ROWS // sequences per bn_cuda_forward_batch (their logits rows fit one head block)
 #define MAX_SPLITS 16         // flash-decoding key splits
 #define MAX_SNAPS 64          // tokens of one bn_cuda_forward_snaps call
 
@@ -210,6 +211,9 @@ struct bn_cuda_state {
     int tap_row;          // the row in d_pos[1] (-1: not set yet)
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
+    int *d_col_pos;       // {MAX_BATCH_COLS} a batched step's column positions (bn_cuda_forward_batch)
+    void **d_col_ptrs;    // {MAX_BATCH_COLS, 4, n_layer}: per layer the columns' k, v caches, conv windows, S
+    void **h_cols;        // host staging of d_col_pos (as ints, first) and d_col_ptrs, one upload per step
     float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
     size_t dev_tap_floats; // its capacity
     step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
@@ -256,6 +260,8 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     int32_t *d_tokens = (int32_t *)bn_cu_carve(c, B * sizeof(int32_t));
     float **d_snap_ptrs = (float **)bn_cu_carve(c, MAX_SNAPS * sizeof(float *));
     int32_t *d_argmax = (int32_t *)bn_cu_carve(c, (size_t)s->logit_rows * sizeof(int32_t));
+    int *d_col_pos = (int *)bn_cu_carve(c, MAX_BATCH_COLS * sizeof(void *)); // pointer-sized slots: one upload
+    void **d_col_ptrs = (void **)bn_cu_carve(c, (size_t)MAX_BATCH_COLS * 4 * cf->n_layer * sizeof(void *));
     const size_t topk_n = (size_t)s->logit_rows * BN_FORWARD_TOPK_MAX;
     float *d_topk_vals = (float *)bn_cu_carve(c, topk_n * sizeof(float));
     int32_t *d_topk_ids = (int32_t *)bn_cu_carve(c, topk_n * sizeof(int32_t));
@@ -268,7 +274,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     float *rec = (float *)bn_cu_carve(c, n_rec * sizeof(float));
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
-        s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax;
+        s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax, s->d_col_pos = d_col_pos, s->d_col_ptrs = d_col_ptrs;
         s->d_topk_vals = d_topk_vals, s->d_topk_ids = d_topk_ids, s->topk_scratch = topk_scratch, s->d_lse = d_lse;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
@@ -331,6 +337,7 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
     s->ssm = (float **)xcalloc((size_t)L, sizeof(float *));
+    s->h_cols = (void **)xcalloc((size_t)MAX_BATCH_COLS * (1 + 4 * (size_t)L), sizeof(void *));
     bn_cu_carver count = {NULL, 0};
     const size_t total = layout(&count, s);
     int rc = 0;
@@ -369,6 +376,7 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     free(s->v_cache);
     free(s->conv);
     free(s->ssm);
+    free(s->h_cols);
     free(s);
 }
 
@@ -426,45 +434,48 @@ size_t bn_cuda_host_tap_bytes(void) { return host_tap_bytes.load(); }
 static std::atomic<size_t> host_logit_bytes{0};
 size_t bn_cuda_host_logit_bytes(void) { return host_logit_bytes.load(); }
 
-// copy_logits_down: rows of s->logits into host dst (counted in bn_cuda_host_logit_bytes), async.
-static cudaError_t copy_logits_down(bn_cuda_state *s, float *dst, int rows) {
-    const size_t bytes = sizeof(float) * (size_t)s->cm->cfg.n_vocab * (size_t)rows;
+// copy_logits_down: rows of s->logits from row dev_row into host dst (counted in bn_cuda_host_logit_bytes), async.
+static cudaError_t copy_logits_down(bn_cuda_state *s, float *dst, int rows, int dev_row) {
+    const size_t V = (size_t)s->cm->cfg.n_vocab, bytes = sizeof(float) * V * (size_t)rows;
     host_logit_bytes += bytes;
-    return cudaMemcpyAsync(dst, s->logits, bytes, cudaMemcpyDeviceToHost, s->stream);
+    return cudaMemcpyAsync(dst, s->logits + (size_t)dev_row * V, bytes, cudaMemcpyDeviceToHost, s->stream);
 }
 
-// copy_head_down: the rows' argmax (d_argmax), top-k and lse (computed here from s->logits: bn_cu_topk per row,
-// bn_cu_lse_rows) and/or logits (s->logits), as out asks, into out's rows out_row.. on the host, async.
-static cudaError_t copy_head_down(bn_cuda_state *s, const bn_forward_out *out, int out_row, int rows) {
+// copy_head_down: the argmax (d_argmax, computed before), top-k and lse (computed here from s->logits: bn_cu_topk
+// per row, bn_cu_lse_rows) and/or logits of the rows dev_row.. of s->logits, as out asks, into out's rows
+// out_row.. on the host, async.
+static cudaError_t copy_head_down(bn_cuda_state *s, const bn_forward_out *out, int out_row, int rows, int dev_row = 0) {
+    const int V = s->cm->cfg.n_vocab;
+    const float *logits = s->logits + (size_t)dev_row * V;
     if (out && out->argmax) {
-        const cudaError_t e = cudaMemcpyAsync(out->argmax + out_row, s->d_argmax, sizeof(int32_t) * (size_t)rows,
-                                              cudaMemcpyDeviceToHost, s->stream);
+        const cudaError_t e = cudaMemcpyAsync(out->argmax + out_row, s->d_argmax + dev_row,
+                                              sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost, s->stream);
         if (e != cudaSuccess) return e;
     }
     if (out && out->topk > 0) {
-        const int V = s->cm->cfg.n_vocab, k = out->topk;
+        const int k = out->topk;
+        float *vals = s->d_topk_vals + (size_t)dev_row * k;
+        int32_t *ids = s->d_topk_ids + (size_t)dev_row * k;
         for (int r = 0; r < rows; r++) {
-            const cudaError_t e = bn_cu_topk(s->logits + (size_t)r * V, V, k, s->d_topk_vals + (size_t)r * k,
-                                             s->d_topk_ids + (size_t)r * k, s->topk_scratch, s->stream);
+            const cudaError_t e = bn_cu_topk(logits + (size_t)r * V, V, k, vals + (size_t)r * k, ids + (size_t)r * k,
+                                             s->topk_scratch, s->stream);
             if (e != cudaSuccess) return e;
         }
         const size_t n = (size_t)rows * k, off = (size_t)out_row * k;
-        cudaError_t e = cudaMemcpyAsync(out->topk_logits + off, s->d_topk_vals, sizeof(float) * n,
-                                        cudaMemcpyDeviceToHost, s->stream);
+        cudaError_t e = cudaMemcpyAsync(out->topk_logits + off, vals, sizeof(float) * n, cudaMemcpyDeviceToHost,
+                                        s->stream);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(out->topk_ids + off, s->d_topk_ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost,
-                                s->stream);
+            e = cudaMemcpyAsync(out->topk_ids + off, ids, sizeof(int32_t) * n, cudaMemcpyDeviceToHost, s->stream);
         if (e != cudaSuccess) return e;
     }
     if (out && out->lse) {
-        cudaError_t e = bn_cu_lse_rows(s->logits, s->cm->cfg.n_vocab, rows, s->d_lse, s->stream);
+        cudaError_t e = bn_cu_lse_rows(logits, V, rows, s->d_lse + dev_row, s->stream);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(out->lse + out_row, s->d_lse, sizeof(float) * (size_t)rows, cudaMemcpyDeviceToHost,
-                                s->stream);
+            e = cudaMemcpyAsync(out->lse + out_row, s->d_lse + dev_row, sizeof(float) * (size_t)rows,
+                                cudaMemcpyDeviceToHost, s->stream);
         if (e != cudaSuccess) return e;
     }
-    return out && out->logits ? copy_logits_down(s, out->logits + (size_t)out_row * s->cm->cfg.n_vocab, rows)
-                              : cudaSuccess;
+    return out && out->logits ? copy_logits_down(s, out->logits + (size_t)out_row * V, rows, dev_row) : cudaSuccess;
 }
 
 // ---- snapshots ----------------------------------------------------------------------------------
@@ -581,7 +592,7 @@ static const bn_q8_out *ffn_q8(bn_cuda_state *s, int il, int nb, bn_q8_out *q) {
 // attention_layer: s->mo = attention(s->xn) for nb tokens at d_pos.., appending to the KV cache; xq8: xn's Q8
 // activations are already in the scratch (mixer_q8). The attention merge writes attn_output's Q8 activations when
 // that fuses (hd a multiple of 32).
-static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8_out *xq8) {
+static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8_out *xq8, const bn_cu_cols *cols) {
     const bn_config *c = &s->cm->cfg;
     const cu_layer *L = &s->cm->layers[il];
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, kv_dim = nkv * hd;
@@ -598,20 +609,21 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8
     if (L->v_bias) TRY(bn_cu_add_bias(vb, L->v_bias, kv_dim, nb, s->stream));
     const bool f16 = s->kv_type == T_F16;
     TRY(bn_cu_attn_prep(qg, q_stride, head_stride, kb, vb, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd, L->q_norm,
-                        L->k_norm, c->norm_eps, c->n_rot, theta_scale, neox, nb, s->d_pos, s->stream));
+                        L->k_norm, c->norm_eps, c->n_rot, theta_scale, neox, nb, s->d_pos, s->stream, cols));
     const int n_splits = nb <= BN_CU_MMVQ_MAX_NB ? s->n_splits : 1;
     const bn_cu_weight *out_w[] = {&L->attn_output};
     bn_q8_out oq;
     const bn_q8_out *out_q8 = hd % 32 == 0 ? fused_q8(s, out_w, 1, nb, &oq) : NULL;
     TRY(bn_cu_attention(s->att, qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
-                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream, out_q8));
+                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream, out_q8, cols));
     return mm_from(s, out_w, 1, s->att, &s->mo, nb, out_q8);
 }
 
 // gdn_layer: s->mo = GatedDeltaNet(s->xn) for nb tokens, advancing the conv window and S (copied
 // after each token t to snaps[t] when snaps, a device pointer table, is not NULL); xq8 as attention_layer.
 // The gated norm writes ssm_out's Q8 activations when that fuses (dk a multiple of 32).
-static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *snaps, const bn_q8_out *xq8) {
+static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *snaps, const bn_q8_out *xq8,
+                             const bn_cu_cols *cols) {
     const bn_config *c = &s->cm->cfg;
     const cu_layer *L = &s->cm->layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
@@ -624,9 +636,9 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *sna
     TRY(mm_from(s, ws, n_in, s->xn, ys, nb, xq8));
     const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
     TRY(bn_cu_gdn_conv_norm(mix, s->conv[il], L->conv1d, Hk, Hv, dk, c->ssm_conv_kernel, nb, c->norm_eps,
-                            1.0f / sqrtf((float)dk), snaps, conv_off, s->conv_scratch, s->stream));
+                            1.0f / sqrtf((float)dk), snaps, conv_off, s->conv_scratch, s->stream, cols));
     TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb, snaps,
-                             ssm_off, s->stream));
+                             ssm_off, s->stream, cols));
     const bn_cu_weight *out_w[] = {&L->ssm_out};
     bn_q8_out oq;
     const bn_q8_out *out_q8 = dk % 32 == 0 ? fused_q8(s, out_w, 1, nb, &oq) : NULL;
@@ -707,10 +719,18 @@ static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int n
     return cudaSuccess;
 }
 
+// layer_cols: the columns of layer il in a batched step (the device column table bn_cuda_forward_batch uploaded).
+static bn_cu_cols layer_cols(const bn_cuda_state *s, int il) {
+    void **base = s->d_col_ptrs + (size_t)il * 4 * MAX_BATCH_COLS;
+    return bn_cu_cols{s->d_col_pos, base, base + MAX_BATCH_COLS, (float *const *)(base + 2 * MAX_BATCH_COLS),
+                      (float *const *)(base + 3 * MAX_BATCH_COLS)};
+}
+
 // run_layers: embeds s->d_tokens[0..nb) (or, on a model uploaded from a later layer, takes the residual
 // rows already in s->x) and runs the device's layers at d_pos, then advances d_pos by nb; taps written as
-// they are produced. Everything is enqueued on s->stream (graph-capturable when taps are absent).
-static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
+// they are produced. Everything is enqueued on s->stream (graph-capturable when taps are absent). batch: the nb
+// rows are the columns of a batched step (layer_cols; each column's own state and position; d_pos untouched).
+static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps, bool batch = false) {
     const bn_config *c = &s->cm->cfg;
     const int H = c->n_embd, l0 = s->cm->first_layer;
     const cu_layer *layers = s->cm->layers;
@@ -720,8 +740,9 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
     TRY(bn_cu_rmsnorm(s->xn, s->x, layers[l0].attn_norm, H, nb, c->norm_eps, s->stream, xq8));
     for (int il = l0; il < c->n_layer; il++) {
         // x += mixer(xn); xn = norm(x); x += ffn(xn); xn = next layer's attn_norm(x)
-        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb, taps.dev_snaps ? s->d_snap_ptrs : NULL, xq8)
-                                : attention_layer(s, il, nb, xq8));
+        const bn_cu_cols cols = batch ? layer_cols(s, il) : bn_cu_cols{};
+        TRY(c->is_recurrent[il] ? gdn_layer(s, il, nb, taps.dev_snaps ? s->d_snap_ptrs : NULL, xq8, &cols)
+                                : attention_layer(s, il, nb, xq8, &cols));
         xq8 = ffn_q8(s, il, nb, &xq);
         TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, layers[il].post_norm, H, nb, c->norm_eps, s->stream, xq8));
         TRY(ffn(s, il, nb, xq8));
@@ -734,7 +755,7 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps) {
         for (int k = 0; out && out->taps && k < out->n_taps; k++)
             if (out->tap_layers[k] == il) TRY(copy_taps(s, taps, k, nb));
     }
-    return bn_cu_advance_pos(s->d_pos, nb, s->stream);
+    return batch ? cudaSuccess : bn_cu_advance_pos(s->d_pos, nb, s->stream);
 }
 
 // head_norm: final norm of n_rows residual rows starting at row `first` into s->xn (row 0..); with hq8 (head_q8)
@@ -921,6 +942,83 @@ int bn_cuda_forward_hidden(bn_cuda_state *s, const float *x, int n, bn_forward_o
     if (check_dev_taps(s, n, out, err, errlen) != 0) return -1;
     const rows_in in = {NULL, x};
     return snaps ? forward_rows_snaps(s, in, n, out, snaps, err, errlen) : forward_rows(s, in, n, out, err, errlen);
+}
+
+// batch_check: bn_cuda_forward_batch's inputs; 0 or -1 with err.
+static int batch_check(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                       char *err, size_t errlen) {
+    bn_cuda_state *s = states[0];
+    if (!s || n > MAX_BATCH_COLS || n > s->n_batch)
+        return bn_err(err, errlen, "bn_cuda_forward_batch: %d sequences (at most %d)", n,
+                      s ? (s->n_batch < MAX_BATCH_COLS ? s->n_batch : MAX_BATCH_COLS) : 0);
+    for (int t = 0; t < n; t++) {
+        const bn_cuda_state *q = states[t];
+        if (!q || q->cm != s->cm || q->kv_type != s->kv_type || q->cm->first_layer != 0)
+            return bn_err(err, errlen, "bn_cuda_forward_batch: sequence %d is missing or not a whole-model state of "
+                          "the first one's model and KV type", t);
+        for (int u = 0; u < t; u++)
+            if (states[u] == q) return bn_err(err, errlen, "bn_cuda_forward_batch: sequences %d and %d share a state", u, t);
+        const bn_forward_out *o = outs ? outs[t] : NULL;
+        if (o && (o->taps || o->snaps))
+            return bn_err(err, errlen, "bn_cuda_forward_batch: sequence %d: taps and snapshots need bn_cuda_forward", t);
+        if (bn_forward_check(&q->cm->cfg, q->pos, q->n_ctx, q->n_recurrent, &tokens[t], 1, o, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+// upload_cols: the column table of states[0..n) (positions, then per layer the k, v, conv, ssm pointers) into
+// states[0]'s d_col_pos / d_col_ptrs, and the tokens into its d_tokens; async on its stream.
+static cudaError_t upload_cols(bn_cuda_state *const *states, const int32_t *tokens, int n) {
+    bn_cuda_state *s = states[0];
+    const int L = s->cm->cfg.n_layer;
+    int *pos = (int *)s->h_cols;
+    void **ptrs = s->h_cols + MAX_BATCH_COLS;
+    for (int t = 0; t < n; t++) {
+        pos[t] = states[t]->pos;
+        for (int il = 0; il < L; il++) {
+            void **row = ptrs + (size_t)il * 4 * MAX_BATCH_COLS;
+            row[t] = states[t]->k_cache[il], row[MAX_BATCH_COLS + t] = states[t]->v_cache[il];
+            row[2 * MAX_BATCH_COLS + t] = states[t]->conv[il], row[3 * MAX_BATCH_COLS + t] = states[t]->ssm[il];
+        }
+    }
+    // pageable host memory: the copies are staged before they return (h_cols may change for the next step)
+    TRY(cudaMemcpyAsync(s->d_col_pos, pos, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice, s->stream));
+    TRY(cudaMemcpyAsync(s->d_col_ptrs, ptrs, sizeof(void *) * (size_t)MAX_BATCH_COLS * 4 * L, cudaMemcpyHostToDevice,
+                        s->stream));
+    return cudaMemcpyAsync(s->d_tokens, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->stream);
+}
+
+int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                          char *err, size_t errlen) {
+    if (n < 0) return bn_err(err, errlen, "bn_cuda_forward_batch: negative sequence count %d", n);
+    if (n == 0) return 0;
+    if (batch_check(states, tokens, n, outs, err, errlen) != 0) return -1;
+    bn_cuda_state *s = states[0]; // its stream, scratch and head rows run the step
+    const bn_config *c = &s->cm->cfg;
+    bool head = false, hidden = false, argmax = false;
+    for (int t = 0; outs && t < n; t++)
+        head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden,
+            argmax |= outs[t] && outs[t]->argmax;
+    cudaError_t e = upload_cols(states, tokens, n);
+    if (e == cudaSuccess) e = run_layers(s, n, tap_dst{NULL, 0, false}, true);
+    bn_q8_out hq;
+    const bn_q8_out *hq8 = head ? head_q8(s, n, &hq) : NULL;
+    if (e == cudaSuccess && (head || hidden)) e = head_norm(s, 0, n, hq8);
+    if (e == cudaSuccess && head) e = head_logits(s, 0, n, hq8);
+    if (e == cudaSuccess && argmax) e = bn_cu_argmax_rows(s->logits, c->n_vocab, n, s->d_argmax, s->stream);
+    for (int t = 0; e == cudaSuccess && outs && t < n; t++) {
+        if (!outs[t]) continue;
+        if (outs[t]->hidden)
+            e = cudaMemcpyAsync(outs[t]->hidden, s->xn + (size_t)t * c->n_embd, sizeof(float) * c->n_embd,
+                                cudaMemcpyDeviceToHost, s->stream);
+        if (e == cudaSuccess && bn_forward_wants_head(outs[t])) e = copy_head_down(s, outs[t], 0, 1, t);
+    }
+    for (int t = 0; e == cudaSuccess && t < n; t++) e = bn_cu_advance_pos(states[t]->d_pos, 1, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward_batch", err, errlen);
+    for (int t = 0; t < n; t++) states[t]->pos += 1;
+    return 0;
 }
 
 int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, char *err, size_t errlen) {

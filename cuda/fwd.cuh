@@ -98,14 +98,28 @@ cudaError_t bn_cu_advance_pos(int *d_pos, int n, cudaStream_t s);
 #define BN_CU_CONV_PARALLEL_NB 16
 // Floats of scratch the token-parallel conv needs: conv outputs {conv_dim, n_batch} + the next window.
 size_t bn_cu_gdn_conv_scratch_floats(int conv_dim, int K, int n_batch);
+struct bn_cu_cols;
 cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
                                 float eps, float q_scale, float *const *snaps, size_t snap_off, float *scratch,
-                                cudaStream_t s);
+                                cudaStream_t s, const bn_cu_cols *cols = nullptr);
 // The gated delta rule over nb tokens for all Hv value heads: S {dk, dv, Hv} (ops.h bn_gdn_step
 // layout) updated in place; y {Hv*dv, nb} = Sᵀq per token. beta_logit/alpha_logit {Hv, nb}.
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                  const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
-                                 int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s);
+                                 int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s,
+                                 const bn_cu_cols *cols = nullptr);
+
+// The columns of a batched decode step (bn_cuda_forward_batch): column t is one token of its own sequence, at
+// position pos[t], with that sequence's state for the current layer (device arrays of nb pointers). The kernels
+// below take it as their last argument: NULL (or pos NULL) runs nb tokens of one sequence at d_pos[0] + t on
+// the state passed as before; with it each column reads and writes its own KV cache / conv window / S.
+struct bn_cu_cols {
+    const int *pos;   // {nb} positions
+    void *const *k;   // {nb} KV caches of the layer (fp32 or fp16, as kv_f16)
+    void *const *v;
+    float *const *conv; // {nb} conv windows {K-1, conv_dim} of the layer
+    float *const *ssm;  // {nb} S {dk, dv, Hv} of the layer
+};
 
 // ---- attention.cu ------------------------------------------------------------------------------
 // Per token t at position d_pos[0] + t: the nh query heads (qg + t*q_stride + h*head_stride, in place)
@@ -115,7 +129,7 @@ cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_l
 cudaError_t bn_cu_attn_prep(float *qg, int q_stride, int head_stride, const float *kb, const float *vb, void *k_cache,
                             void *v_cache, bool kv_f16, int nh, int nkv, int hd, const float *q_norm,
                             const float *k_norm, float eps, int n_rot, float theta_scale, bool neox, int nb,
-                            const int *d_pos, cudaStream_t s);
+                            const int *d_pos, cudaStream_t s, const bn_cu_cols *cols = nullptr);
 // Scratch floats bn_cu_attention needs for nh heads of hd, nb tokens, n_splits key splits.
 size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
 // Causal attention of nb query tokens at positions d_pos[0] + t over cache rows [0, pos + 1):
@@ -126,6 +140,7 @@ size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
 // writes out's Q8 activations there (attn_output's input, bn_cu_q8_fusable).
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
-                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8);
+                            const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8,
+                            const bn_cu_cols *cols = nullptr);
 
 #endif

@@ -10,10 +10,14 @@
 
 // conv_norm_kernel: block = one head's dk channels (thread i: channel head*dk + i, its window in
 // registers), tokens in order; q/k heads (head < 2*Hk) are L2-normalised per token across the block.
+// With cols (pos not NULL): block (head, column t) runs token t alone on column t's window.
 static __global__ void conv_norm_kernel(float *mix, float *window, const float *w, int C, int K, int nb, int Hk, int dk,
-                                        float eps, float q_scale, float *const *snaps, size_t snap_off) {
+                                        float eps, float q_scale, float *const *snaps, size_t snap_off,
+                                        bn_cu_cols cols) {
     BN_SHARED(float, red, 32);
     const int head = blockIdx.x, i = threadIdx.x, km1 = K - 1;
+    const int t0 = cols.pos ? blockIdx.y : 0, t1 = cols.pos ? t0 + 1 : nb;
+    if (cols.pos) window = cols.conv[t0];
     const bool active = i < dk, normed = head < 2 * Hk; // normed is uniform over the block
     const int ch = head * dk + i;
     // the window in registers: every loop over it is unrolled to BN_CU_MAX_CONV_K with k < km1 guards, so
@@ -24,7 +28,7 @@ static __global__ void conv_norm_kernel(float *mix, float *window, const float *
 #pragma unroll
     for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
         if (active && k < km1) win[k] = wd[k];
-    for (int t = 0; t < nb; t++) {
+    for (int t = t0; t < t1; t++) {
         float *xt = mix + (size_t)t * C + ch;
         float out = 0.0f;
         if (active) {
@@ -104,8 +108,14 @@ size_t bn_cu_gdn_conv_scratch_floats(int conv_dim, int K, int n_batch) {
 
 cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int Hk, int Hv, int dk, int K, int nb,
                                 float eps, float q_scale, float *const *snaps, size_t snap_off, float *scratch,
-                                cudaStream_t s) {
+                                cudaStream_t s, const bn_cu_cols *cols) {
     const int C = (2 * Hk + Hv) * dk, threads = (dk + 31) / 32 * 32;
+    const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
+    if (cl.pos) { // a batched decode step: every column one token on its own window
+        BN_LAUNCH(conv_norm_kernel, dim3(2 * Hk + Hv, nb), threads, 0, s, mix, window, w, C, K, nb, Hk, dk, eps,
+                  q_scale, (float *const *)nullptr, (size_t)0, cl);
+        return cudaGetLastError();
+    }
     if (nb >= BN_CU_CONV_PARALLEL_NB && !snaps && scratch) { // prefill: every token at once, two launches
         float *out = scratch, *new_win = scratch + (size_t)C * nb;
         BN_LAUNCH(conv_tokens_kernel, dim3((C + CONV_THREADS - 1) / CONV_THREADS, nb), CONV_THREADS, 0, s, mix, window,
@@ -117,18 +127,20 @@ cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int H
         return cudaGetLastError();
     }
     BN_LAUNCH(conv_norm_kernel, 2 * Hk + Hv, threads, 0, s, mix, window, w, C, K, nb, Hk, dk, eps, q_scale, snaps,
-              snap_off);
+              snap_off, cl);
     return cudaGetLastError();
 }
 
 // recurrence_kernel: block (value head h, group of REC_WARPS value rows); warp w owns row
 // j = blockIdx.y*REC_WARPS + w of S_h (dk floats, lane l holding elements l, l+32, ...) in registers
 // for all nb tokens. Rows are independent given q, k, v, α, β: decay, u_j = row·k, δ_j = β(v_j − u_j),
-// row += δ_j k, o_j = row·q.
+// row += δ_j k, o_j = row·q. With cols (pos not NULL): blockIdx.z = column t, token t alone on column t's S.
 static __global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                   const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk, int Hv,
-                                  int conv_dim, int nb, float *const *snaps, size_t snap_off) {
+                                  int conv_dim, int nb, float *const *snaps, size_t snap_off, bn_cu_cols cols) {
     const int h = blockIdx.x, lane = threadIdx.x % 32;
+    const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + 1 : nb;
+    if (cols.pos) S = cols.ssm[t0];
     const int j = blockIdx.y * REC_WARPS + threadIdx.x / 32;
     if (j >= dv) return; // whole warp leaves together
     const int kh = h % Hk; // GGUF tiled layout: value head h pairs with key head h mod Hk
@@ -139,7 +151,7 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
         const int i = lane + 32 * m;
         r[m] = i < dk ? row[i] : 0.0f;
     }
-    for (int t = 0; t < nb; t++) {
+    for (int t = t0; t < t1; t++) {
         const float *c = mix + (size_t)t * conv_dim;
         const float *q = c + (size_t)kh * dk, *k = c + (size_t)(Hk + kh) * dk;
         const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
@@ -183,9 +195,11 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
 
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                  const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
-                                 int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s) {
-    dim3 grid(Hv, (dv + REC_WARPS - 1) / REC_WARPS);
+                                 int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s,
+                                 const bn_cu_cols *cols) {
+    const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
+    dim3 grid(Hv, (dv + REC_WARPS - 1) / REC_WARPS, cl.pos ? nb : 1);
     BN_LAUNCH(recurrence_kernel, grid, REC_WARPS * 32, 0, s, S, mix, beta_logit, alpha_logit, dt_bias, ssm_a, y, dk,
-              dv, Hk, Hv, conv_dim, nb, snaps, snap_off);
+              dv, Hk, Hv, conv_dim, nb, snaps, snap_off, cl);
     return cudaGetLastError();
 }

@@ -28,7 +28,7 @@ static int64_t gemm_tile_rows(const bn_cu_weight *w) {
     return rows < w->ne1 ? rows : w->ne1;
 }
 
-bool bn_cu_matmul_uses_mmvq(int type, int nb) { return nb <= BN_CU_MMVQ_MAX_NB; }
+bool bn_cu_matmul_uses_mmvq(int type, int nb) { return (void)type, nb <= BN_CU_MMVQ_MAX_NB; }
 
 // ---- prefill activations: fp16 with a power-of-two scale per column ----------------------------------------
 // fp16 holds |x| < 65520 (above: inf, then NaN logits; SwiGLU products entering ffn_down can get there) and

@@ -903,6 +903,89 @@ static void fusion_case(const char *preset, const char *type, int saved_gdn, int
     close_model(m, cm);
 }
 
+// batch_case: bn_engine_forward_batch (4 sequences at once, prompts of 3/7/11/15 tokens so every column has its own
+// position, caches and recurrent state) on the CPU, CUDA (bn_cuda_forward_batch: one pass with 4 columns) and
+// CPU+CUDA (one forward per sequence) engines of the tiny model, 10 steps, against twin states of the same engine
+// decoding one token at a time (captured graphs on CUDA): logits within bound (the 4-column kernels sum in another
+// order: F32 measured ~1e-6, Q1_0 ~1e-6), the same greedy tokens, equal positions; on CUDA the emulator counts the
+// launches of one batched step (fewer than two one-token steps' graphs: the columns share the launches).
+static void batch_case(const char *type, double bound) {
+    char path[320], err[512];
+    if (!make_model("tiny", type, path, sizeof path)) return;
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    if (!m) bn_die("batch model: %s", err);
+    const int V = m->cfg.n_vocab;
+    enum { N = 4, STEPS = 10 };
+    const int ngl[3] = {0, 99, m->cfg.n_layer / 2};
+    for (int k = 0; k < 3; k++) {
+        bn_engine *e = bn_engine_open(m, ngl[k], 2, err, sizeof err);
+        if (!e) bn_die("batch engine: %s", err);
+        bn_engine_state *b[N], *r[N];
+        for (int i = 0; i < N; i++) {
+            b[i] = bn_engine_state_new(e, N_CTX, err, sizeof err), r[i] = bn_engine_state_new(e, N_CTX, err, sizeof err);
+            if (!b[i] || !r[i]) bn_die("batch states: %s", err);
+            int32_t prompt[16];
+            for (int t = 0; t < 3 + 4 * i; t++) prompt[t] = (int32_t)((t * 53 + i * 17 + 3) % V);
+            bn_forward_out none = {0};
+            CHECK(bn_engine_forward(b[i], prompt, 3 + 4 * i, &none, err, sizeof err) == 0 &&
+                      bn_engine_forward(r[i], prompt, 3 + 4 * i, &none, err, sizeof err) == 0,
+                  "batch prefill: %s", err);
+        }
+        float *lb = xmalloc(sizeof(float) * V * N), *lr = xmalloc(sizeof(float) * V);
+        int32_t tok[N], am[N];
+        bn_forward_out ob[N], *outs[N];
+        for (int i = 0; i < N; i++) {
+            ob[i] = (bn_forward_out){.logits = lb + (size_t)i * V, .argmax = &am[i]}, outs[i] = &ob[i];
+            tok[i] = (int32_t)((i * 97 + 11) % V);
+        }
+        double worst = 0;
+        int greedy_diff = 0;
+        uint64_t batch_launches = 0, step_launches = 0;
+        for (int step = 0; step < STEPS; step++) {
+            uint64_t l0 = launches_now();
+            CHECK(bn_engine_forward_batch(b, tok, N, outs, err, sizeof err) == 0, "%s batch step: %s", bn_engine_name(e),
+                  err);
+            if (step == STEPS - 1) batch_launches = launches_now() - l0;
+            for (int i = 0; i < N; i++) {
+                bn_forward_out o = {.logits = lr};
+                l0 = launches_now();
+                CHECK(bn_engine_forward(r[i], &tok[i], 1, &o, err, sizeof err) == 0, "twin step: %s", err);
+                if (step == STEPS - 1 && i == 0) step_launches = launches_now() - l0;
+                for (int v = 0; v < V; v++) worst = fmax(worst, fabs(lb[(size_t)i * V + v] - lr[v]));
+                greedy_diff += argmax(lr, V) != am[i] || argmax(lb + (size_t)i * V, V) != am[i];
+                tok[i] = am[i];
+            }
+        }
+        int pos_ok = 1;
+        for (int i = 0; i < N; i++) pos_ok &= bn_engine_state_pos(b[i]) == bn_engine_state_pos(r[i]);
+        printf("batch %-5s %-8s: %d sequences x %d steps vs one-token steps: max |d logit| %.3g (bound %.0e), greedy "
+               "%d differing; launches per batched step %llu, per one-token step %llu\n", type, bn_engine_name(e), N,
+               STEPS, worst, bound, greedy_diff, (unsigned long long)batch_launches, (unsigned long long)step_launches);
+        CHECK(worst <= bound && greedy_diff == 0 && pos_ok, "%s %s: the batched step differs from one-token steps",
+              type, bn_engine_name(e));
+#ifdef BONSAI_CUDA_EMU
+        if (!strcmp(bn_engine_name(e), "CUDA"))
+            CHECK(batch_launches > 0 && batch_launches < 2 * step_launches, "CUDA batch: %llu launches for %d columns, "
+                  "one-token step %llu", (unsigned long long)batch_launches, N, (unsigned long long)step_launches);
+#endif
+        if (!strcmp(bn_engine_name(e), "CUDA")) { // an input error leaves every state where it was
+            int32_t bad[N] = {1, V, 2, 3};
+            int pos[N];
+            for (int i = 0; i < N; i++) pos[i] = bn_engine_state_pos(b[i]);
+            CHECK(bn_engine_forward_batch(b, bad, N, outs, err, sizeof err) == -1 && strstr(err, "bad token"),
+                  "CUDA batch bad token: %s", err);
+            bn_engine_state *dup[2] = {b[0], b[0]};
+            CHECK(bn_engine_forward_batch(dup, tok, 2, NULL, err, sizeof err) == -1 && strstr(err, "share"),
+                  "CUDA batch shared state: %s", err);
+            for (int i = 0; i < N; i++) CHECK(bn_engine_state_pos(b[i]) == pos[i], "CUDA batch error moved state %d", i);
+        }
+        for (int i = 0; i < N; i++) bn_engine_state_free(b[i]), bn_engine_state_free(r[i]);
+        free(lb), free(lr);
+        bn_engine_free(e);
+    }
+    bn_model_free(m);
+}
+
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
 // greedy, 150-token context, snapshots, fp16 KV, graph taps, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
 // Q1_0, fused == unfused), "quick" (F32 case +
@@ -934,6 +1017,7 @@ int main(int argc, char **argv) {
     if (flt || quick) greedy_case("tiny", "F32");
     if (qnt) greedy_case("tiny", "F16");
     if (qnt) planar_case();
+    if (qnt) batch_case("F32", 1e-4), batch_case("Q1_0", 1e-3);
     if (qnt) {
         // launches a fused step saves per GDN / attention layer (see fusion_case)
         const struct { const char *preset, *type; int gdn, attn; } fm[] = {

@@ -2,7 +2,8 @@
 // steps the slots want at the same time run as one bn_engine_forward_batch) on 4 slots: 4 requests at once
 // (greedy, sampled with a seed, greedy with n_probs, sampled without: argmax, top-k and logits-row steps mixed in
 // one batch) give the same texts as the same requests one at a time, and /metrics reports more than one busy
-// slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched).
+// slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched). Run again as
+// serve_batch_emu against bonsai-serve-emu -ngl 99 (the steps batched by bn_cuda_forward_batch).
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
@@ -14,14 +15,12 @@
 #define N_REQ 4
 
 static server_fixture F;
-static const char *const BODIES[N_REQ] = {
-    "{\"prompt\":\"Once upon a time\",\"n_predict\":120,\"temperature\":0,\"ignore_eos\":true,\"cache_prompt\":false}",
-    "{\"prompt\":\"The cat sat on\",\"n_predict\":120,\"temperature\":0.8,\"top_k\":40,\"seed\":7,\"ignore_eos\":true,"
-    "\"cache_prompt\":false}",
-    "{\"prompt\":\"In the beginning\",\"n_predict\":120,\"temperature\":0,\"n_probs\":2,\"ignore_eos\":true,"
-    "\"cache_prompt\":false}",
-    "{\"prompt\":\"A long road\",\"n_predict\":120,\"temperature\":1.0,\"top_k\":0,\"seed\":3,\"ignore_eos\":true,"
-    "\"cache_prompt\":false}"};
+// the requests' sampling settings (bodies made in main with n_predict tokens each)
+static const char *const KINDS[N_REQ] = {"\"prompt\":\"Once upon a time\",\"temperature\":0",
+                                         "\"prompt\":\"The cat sat on\",\"temperature\":0.8,\"top_k\":40,\"seed\":7",
+                                         "\"prompt\":\"In the beginning\",\"temperature\":0,\"n_probs\":2",
+                                         "\"prompt\":\"A long road\",\"temperature\":1.0,\"top_k\":0,\"seed\":3"};
+static char BODIES[N_REQ][256];
 
 typedef struct {
     int i;
@@ -58,6 +57,12 @@ static double metric(const char *name) {
 
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
+    // env BONSAI_BATCH_TOKENS / BONSAI_BATCH_ROUNDS: a shorter run (the emulator's serve_batch_emu)
+    const int n_predict = getenv("BONSAI_BATCH_TOKENS") ? atoi(getenv("BONSAI_BATCH_TOKENS")) : 120;
+    const int rounds = getenv("BONSAI_BATCH_ROUNDS") ? atoi(getenv("BONSAI_BATCH_ROUNDS")) : 3;
+    for (int i = 0; i < N_REQ; i++)
+        snprintf(BODIES[i], sizeof BODIES[i], "{%s,\"n_predict\":%d,\"ignore_eos\":true,\"cache_prompt\":false}",
+                 KINDS[i], n_predict);
     const char *args[] = {"-np", "4", "-c", "256", "--metrics", NULL};
     CHECK(fixture_start(&F, args) == 0, "server");
     job alone[N_REQ], together[N_REQ];
@@ -67,7 +72,7 @@ int main(void) {
     }
     const double per_decode_alone = metric("n_busy_slots_per_decode");
     pthread_t th[N_REQ];
-    for (int round = 0; round < 3; round++) { // at once: the slots' steps meet in batches
+    for (int round = 0; round < rounds; round++) { // at once: the slots' steps meet in batches
         for (int i = 0; i < N_REQ; i++) together[i].i = i, pthread_create(&th[i], NULL, post_job, &together[i]);
         for (int i = 0; i < N_REQ; i++) pthread_join(th[i], NULL);
         for (int i = 0; i < N_REQ; i++) {
@@ -78,8 +83,8 @@ int main(void) {
         }
     }
     const double per_decode = metric("n_busy_slots_per_decode");
-    printf("busy slots per decode call: %.3f after the requests one at a time, %.3f after 3 rounds of %d at once\n",
-           per_decode_alone, per_decode, N_REQ);
+    printf("busy slots per decode call: %.3f after the requests one at a time, %.3f after %d rounds of %d at once\n",
+           per_decode_alone, per_decode, rounds, N_REQ);
     CHECK(per_decode_alone == 1.0, "one request at a time: %.3f sequences per decode step (want 1)", per_decode_alone);
     CHECK(per_decode > 1.0, "concurrent requests never shared a decode step (%.3f per call)", per_decode);
     for (int i = 0; i < N_REQ; i++) free(alone[i].content);
