@@ -13,9 +13,10 @@ bn_mine_opts bn_mine_opts_default(void) {
 
 // one_source: the HTTP source with --server, else the in-process one on engine, or on the CPU with o's threads.
 static bn_source *one_source(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                             const struct bn_engine *engine, char *err, size_t errlen) {
+                             const struct bn_engine *engine, struct bn_step_batcher *batcher, char *err,
+                             size_t errlen) {
     if (o->server_url) return bn_source_http(o->server_url, tok, o->timeout_s, err, errlen);
-    if (engine) return bn_source_engine(engine, tok, o->n_ctx, err, errlen);
+    if (engine) return bn_source_engine(engine, tok, o->n_ctx, batcher, err, errlen);
     return bn_source_inprocess(m, tok, o->n_ctx, o->n_threads > 0 ? o->n_threads : bn_n_threads_default());
 }
 
@@ -58,11 +59,11 @@ static int load_phrases(bn_mine_opts *o, const char *path, char *err, size_t err
 }
 
 bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                                 const struct bn_engine *engine, char *err, size_t errlen) {
+                                 const struct bn_engine *engine, struct bn_step_batcher *batcher, char *err,
+                                 size_t errlen) {
     int n = o->n_parallel > 0 ? o->n_parallel : 1;
-    if (engine && !o->server_url && n > 1) {
-        bn_err(err, errlen, "--parallel %d with -ngl: the in-process GPU engine runs one prompt at a time (use --server "
-               "with a bonsai-serve -np %d for concurrent prompts)", n, n);
+    if (engine && !o->server_url && n > 1 && !batcher) {
+        bn_err(err, errlen, "--parallel %d on a device engine needs a step batcher", n);
         return NULL;
     }
     bn_source **v = xcalloc((size_t)n, sizeof *v);
@@ -70,7 +71,7 @@ bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m
     bn_mine_opts one = *o;
     one.n_threads = threads / n > 0 ? threads / n : 1;
     for (int k = 0; k < n; k++) {
-        if (!(v[k] = one_source(&one, m, tok, engine, err, errlen))) {
+        if (!(v[k] = one_source(&one, m, tok, engine, n > 1 ? batcher : NULL, err, errlen))) {
             for (int j = 0; j < k; j++) bn_source_free(v[j]);
             free(v);
             return NULL;
@@ -112,7 +113,8 @@ void bn_mine_opts_help(FILE *f) {
             "  --ctx N                     context size of the in-process engine (default 6000)\n"
             "  -t, --threads N             CPU threads (default: all)\n"
             "  -ngl, --gpu-layers N        generate in-process on the GPU (CUDA builds): 0 all on the CPU (default),\n"
-            "                              >= the layer count all on the GPU, in between the last N layers\n"
+            "                              >= the layer count all on the GPU, in between the last N layers;\n"
+            "                              with --parallel N the prompts' decode steps run batched\n"
             "  --server URL                generate with a llama-server (http://host:port) /completion; -m still\n"
             "                              gives the tokenizer; the server must run the same model\n"
             "  --parallel N                prompts in flight at once (default 1); with --server match its -np,\n"

@@ -6,6 +6,7 @@
 #include "detect/mine.h"
 #include "detect/prompts.h"
 struct bn_engine;
+struct bn_step_batcher;
 
 typedef struct {
     bn_mine_params mine;
@@ -36,10 +37,12 @@ bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
 // bn_mine_opts_free: releases what the flags loaded (phrase list).
 void bn_mine_opts_free(bn_mine_opts *o);
 // bn_mine_opts_sources: n_parallel sources: HTTP ones with --server, else in-process ones on engine (the
-// caller's -ngl engine, which must outlive them; n_parallel 1 only) or, engine NULL, on the CPU splitting the
-// threads. NULL (err) on a bad URL, --parallel with a device engine or no device memory for a state.
+// caller's -ngl engine, which must outlive them, with batcher, the caller's too, batching their decode steps
+// when n_parallel > 1) or, engine NULL, on the CPU splitting the threads. NULL (err) on a bad URL, --parallel
+// with a device engine but no batcher, or no device memory for a state.
 bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
-                                 const struct bn_engine *engine, char *err, size_t errlen);
+                                 const struct bn_engine *engine, struct bn_step_batcher *batcher, char *err,
+                                 size_t errlen);
 // bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
 void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
 // bn_mine_opts_help: prints the shared flags with their defaults.

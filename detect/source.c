@@ -5,6 +5,7 @@
 #include "core/forward.h"
 #include "core/model.h"
 #include "core/sampler.h"
+#include "core/step_batch.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
 #include <stdlib.h>
@@ -16,6 +17,7 @@ typedef struct {
     const bn_tokenizer *tok;
     bn_engine *own;          // the CPU engine bn_source_inprocess made (freed with the source), else NULL
     bn_engine_state *state;  // on the source's engine
+    bn_step_batcher *batcher; // NULL, or the decode steps of the sources sharing a device engine, batched
     bool rows_on_host;       // CPU engine: logits rows are host memory anyway (the exact row path below)
     float *logits;           // {n_vocab}
 } inproc;
@@ -89,7 +91,10 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     position_out po;
     position_out_init(&po, s, smp, k);
     bn_engine_state_reset(s->state);
-    if (bn_engine_forward(s->state, prompt, n_prompt, &po.fo, err, errlen) < 0) {
+    if (s->batcher) bn_step_batcher_lock(s->batcher);
+    int rc = bn_engine_forward(s->state, prompt, n_prompt, &po.fo, err, errlen);
+    if (s->batcher) bn_step_batcher_unlock(s->batcher);
+    if (rc < 0) {
         bn_sampler_free(smp);
         return -1;
     }
@@ -100,14 +105,17 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     int32_t *ids = xmalloc(((size_t)k + 1) * sizeof *ids);
     float *lps = xmalloc(((size_t)k + 1) * sizeof *lps);
     out->hit_limit = true;
-    int rc = 0;
+    if (s->batcher) bn_step_batcher_decoding(s->batcher, +1);
     for (int i = 0; i < budget; i++) {
         int32_t id = position_record(s, &po, smp, k, out, ids, lps);
         if (bn_token_is_eog(s->tok, id)) { out->hit_limit = false; break; }
         out->ids[out->n++] = id;
         if (i + 1 == budget) break; // no forward needed for a token nobody will extend
-        if (bn_engine_forward(s->state, &id, 1, &po.fo, err, errlen) < 0) { rc = -1; break; }
+        rc = s->batcher ? bn_step_batcher_step(s->batcher, s->state, id, &po.fo, err, errlen)
+                        : bn_engine_forward(s->state, &id, 1, &po.fo, err, errlen);
+        if (rc < 0) break;
     }
+    if (s->batcher) bn_step_batcher_decoding(s->batcher, -1);
     free(ids);
     free(lps);
     bn_sampler_free(smp);
@@ -123,7 +131,8 @@ static void inproc_destroy(bn_source *base) {
     free(s);
 }
 
-bn_source *bn_source_engine(const bn_engine *e, const bn_tokenizer *tok, int n_ctx, char *err, size_t errlen) {
+bn_source *bn_source_engine(const bn_engine *e, const bn_tokenizer *tok, int n_ctx, bn_step_batcher *batcher, char *err,
+                            size_t errlen) {
     bn_engine_state *st = bn_engine_state_new(e, n_ctx, err, errlen);
     if (!st) return NULL;
     inproc *s = xcalloc(1, sizeof *s);
@@ -133,6 +142,7 @@ bn_source *bn_source_engine(const bn_engine *e, const bn_tokenizer *tok, int n_c
     s->model = e->m;
     s->tok = tok;
     s->state = st;
+    s->batcher = batcher;
     s->rows_on_host = !strcmp(bn_engine_name(e), "CPU");
     s->logits = xmalloc((size_t)e->m->cfg.n_vocab * sizeof *s->logits);
     return &s->base;
@@ -141,7 +151,7 @@ bn_source *bn_source_engine(const bn_engine *e, const bn_tokenizer *tok, int n_c
 bn_source *bn_source_inprocess(const bn_model *m, const bn_tokenizer *tok, int n_ctx, int n_threads) {
     char err[256];
     bn_engine *e = bn_engine_cpu_new(m, n_threads);
-    inproc *s = (inproc *)bn_source_engine(e, tok, n_ctx, err, sizeof err);
+    inproc *s = (inproc *)bn_source_engine(e, tok, n_ctx, NULL, err, sizeof err);
     if (!s) bn_die("in-process source: %s", err); // a CPU state only fails on OOM, which dies anyway
     s->own = e;
     return &s->base;

@@ -13,6 +13,7 @@
 struct bn_model;
 struct bn_tokenizer;
 struct bn_engine;
+struct bn_step_batcher;
 
 typedef struct {
     float temperature;  // <= 0: greedy
@@ -48,13 +49,15 @@ bn_gen_params bn_gen_params_default(void);
 // bn_source_inprocess: a source running model m on n_threads CPU threads with a context of n_ctx
 // tokens (prompt + generation); tok decides end-of-generation. Returns the source (never NULL).
 bn_source *bn_source_inprocess(const struct bn_model *m, const struct bn_tokenizer *tok, int n_ctx, int n_threads);
-// bn_source_engine: a source with its own state of n_ctx tokens on engine e (the caller's, which must outlive it;
-// one source at a time per device engine). On a device engine a position brings back only its top-k logits and
+// bn_source_engine: a source with its own state of n_ctx tokens on engine e (the caller's, which must outlive it).
+// Sources generating at once on one device engine share a batcher (core/step_batch.h, the caller's; NULL: this
+// source alone uses the engine): their decode steps run batched, prefills under its engine lock. On a device
+// engine a position brings back only its top-k logits and
 // ln Σ exp when the chain reads no more than BN_FORWARD_TOPK_MAX values (top_k 1..64) and n_probs <= 64
 // (raw log-probs: logit − lse, summed in float on the device), else the row. Returns NULL with err when the
 // state cannot be made (device memory).
-bn_source *bn_source_engine(const struct bn_engine *e, const struct bn_tokenizer *tok, int n_ctx, char *err,
-                            size_t errlen);
+bn_source *bn_source_engine(const struct bn_engine *e, const struct bn_tokenizer *tok, int n_ctx,
+                            struct bn_step_batcher *batcher, char *err, size_t errlen);
 // bn_source_free: destroys any source (NULL is fine).
 void bn_source_free(bn_source *s);
 // bn_gen_result_free: releases what generate filled.

@@ -1,6 +1,7 @@
 // serve/slots.c — see slots.h.
 #include "serve/slots.h"
 #include "core/engine.h"
+#include "core/step_batch.h"
 #include "core/util.h"
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +23,6 @@ typedef struct {
     bn_spec *spec;            // speculative decoder over `state` (NULL = plain decoding)
 } slot;
 
-// A decode step of one slot waiting to run batched with the other slots' (eval_step).
-typedef struct step_req {
-    bn_engine_state *st;
-    int32_t tok;
-    bn_forward_out *out;
-    int rc;
-    bool done;
-    char err[256];
-    struct step_req *next;
-} step_req;
-
 struct bn_slots {
     bn_slots_params p;
     bn_engine *eng;           // the forward backend of every slot (-ngl)
@@ -40,13 +30,8 @@ struct bn_slots {
     slot *slots;
     pthread_mutex_t mu;       // queue, slot status, metrics
     pthread_cond_t cv;        // queue changed / stopping
-    pthread_mutex_t engine;   // one forward at a time
-    pthread_mutex_t step_mu;  // the decode steps waiting (steps, tail, n_steps), whether a batch runs, n_decoding
-    pthread_cond_t step_cv;   // a step arrived, a slot left its decode loop, a batch finished
-    step_req *steps, **tail;
-    int n_steps;              // steps waiting
-    int n_decoding;           // plain slots inside their decode loop (the steps a batch waits for)
-    bool step_running;
+    bn_step_batcher *steps;   // the engine: the plain slots' decode steps batched, every other forward under its
+                              // lock (bn_step_batcher_lock: one forward at a time, in arrival order)
     bn_task **queue;
     int n_queue;
     bool stopping;
@@ -135,86 +120,14 @@ static void task_finish(bn_task *t, int code, const char *err) {
 // crosses from a device engine, and sl->logits is left as it was).
 static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, bn_forward_out *out, char *err, size_t errlen) {
     bn_forward_out logits_only = {.logits = sl->logits};
-    pthread_mutex_lock(&S->engine);
+    bn_step_batcher_lock(S->steps);
     int rc = bn_engine_forward(sl->state, tok, n, out ? out : &logits_only, err, errlen);
-    pthread_mutex_unlock(&S->engine);
+    bn_step_batcher_unlock(S->steps);
     return rc;
-}
-
-// run_steps: the decode steps of list as one bn_engine_forward_batch under the engine lock (their results and
-// done set, the batch counted in the metrics).
-static void run_steps(bn_slots *S, step_req *list) {
-    enum { MAX_STEPS = 64 };
-    bn_engine_state *st[MAX_STEPS];
-    int32_t tok[MAX_STEPS];
-    bn_forward_out *out[MAX_STEPS];
-    while (list) {
-        int n = 0;
-        step_req *first = list;
-        for (; list && n < MAX_STEPS; list = list->next, n++) st[n] = list->st, tok[n] = list->tok, out[n] = list->out;
-        char err[256] = "";
-        pthread_mutex_lock(&S->engine);
-        const int rc = bn_engine_forward_batch(st, tok, n, out, err, sizeof err);
-        pthread_mutex_unlock(&S->engine);
-        pthread_mutex_lock(&S->mu);
-        S->m.n_decode_total++;
-        S->m.decode_step_seqs += (uint64_t)n;
-        S->m.decode_steps++;
-        pthread_mutex_unlock(&S->mu);
-        for (step_req *r = first; r != list; r = r->next) {
-            r->rc = rc;
-            if (rc) snprintf(r->err, sizeof r->err, "%s", err);
-        }
-    }
-}
-
-// decoding: a plain slot enters (+1) or leaves (-1) its decode loop (eval_step's leader waits for the steps of
-// the slots inside it).
-static void decoding(bn_slots *S, int d) {
-    pthread_mutex_lock(&S->step_mu);
-    S->n_decoding += d;
-    pthread_cond_broadcast(&S->step_cv);
-    pthread_mutex_unlock(&S->step_mu);
 }
 
 // The longest a batch leader waits for the other decoding slots' steps (a slot still sending its last token).
 #define STEP_GATHER_US 2000
-
-// eval_step: one decode token of sl through the engine, batched with the steps the other decoding slots want
-// (group commit: the step joins the waiting list; a thread that finds no batch running becomes the leader, waits
-// until every decoding slot's step is there or STEP_GATHER_US have passed, and runs the list as one
-// bn_engine_forward_batch; steps that arrive meanwhile form the next batch); out as eval's. Returns 0 or -1 with
-// err filled.
-static int eval_step(bn_slots *S, slot *sl, int32_t tok, bn_forward_out *out, char *err, size_t errlen) {
-    step_req r = {.st = sl->state, .tok = tok, .out = out};
-    pthread_mutex_lock(&S->step_mu);
-    *S->tail = &r, S->tail = &r.next;
-    S->n_steps++;
-    pthread_cond_broadcast(&S->step_cv);
-    while (!r.done) {
-        if (S->step_running) {
-            pthread_cond_wait(&S->step_cv, &S->step_mu);
-            continue;
-        }
-        S->step_running = true;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += STEP_GATHER_US * 1000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        while (S->n_steps < S->n_decoding && pthread_cond_timedwait(&S->step_cv, &S->step_mu, &until) == 0) {}
-        step_req *list = S->steps;
-        S->steps = NULL, S->tail = &S->steps, S->n_steps = 0;
-        pthread_mutex_unlock(&S->step_mu);
-        run_steps(S, list);
-        pthread_mutex_lock(&S->step_mu);
-        for (step_req *q = list; q; q = q->next) q->done = true;
-        S->step_running = false;
-        pthread_cond_broadcast(&S->step_cv);
-    }
-    pthread_mutex_unlock(&S->step_mu);
-    if (r.rc) snprintf(err, errlen, "%s", r.err);
-    return r.rc;
-}
 
 // stop_overlap: length of the longest suffix of text that is a proper prefix of some stop string
 // (those bytes are held back while streaming).
@@ -241,10 +154,10 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
                         memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0;
     int reuse = 0;
     if (sl->spec) { // prefills the whole prompt but for its last token (id_last)
-        pthread_mutex_lock(&S->engine);
+        bn_step_batcher_lock(S->steps);
         reuse = bn_spec_prefill_cached(sl->spec, p->prompt, p->n_prompt, prefix ? sl->cache_snap : NULL, err,
                                        sizeof err);
-        pthread_mutex_unlock(&S->engine);
+        bn_step_batcher_unlock(S->steps);
     } else if (prefix) {
         reuse = bn_engine_restore(sl->state, sl->cache_snap, err, sizeof err) == 0 ? sl->cache_len : -1;
         if (reuse > 0) memcpy(sl->logits, sl->cache_logits, sizeof(float) * S->n_vocab);
@@ -309,7 +222,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     bn_forward_out step_out = {.argmax = argmax_steps ? &next : NULL, .topk = topk_steps, .topk_ids = topk_ids,
                                .topk_logits = topk_vals};
     if (sl->spec) bn_spec_set_no_step_logits(sl->spec, p->n_probs == 0);
-    else decoding(S, +1);
+    else bn_step_batcher_decoding(S->steps, +1); // its decode steps are batched with the other slots' (step_batch.h)
     while (stop_type == BN_STOP_NONE) {
         if (task_cancelled(t)) break;
         if (p->n_predict >= 0 && sl->n_decoded >= p->n_predict) {
@@ -321,9 +234,9 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         const float *logits = sl->logits; // the logits row that produced id
         if (sl->spec) { // speculative: a step emits k >= 1 tokens; hand them out one by one
             if (spec_i == spec_k) {
-                pthread_mutex_lock(&S->engine);
+                bn_step_batcher_lock(S->steps);
                 spec_k = bn_spec_generate_step(sl->spec, smp, spec_out, 65, err, sizeof err);
-                pthread_mutex_unlock(&S->engine);
+                bn_step_batcher_unlock(S->steps);
                 spec_i = 0;
                 if (spec_k <= 0) { // context full
                     stop_type = BN_STOP_LIMIT;
@@ -403,17 +316,18 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         }
         have_topk = topk_steps > 0;
         bn_forward_out logits_out = {.logits = sl->logits};
-        if (eval_step(S, sl, id, argmax_steps || topk_steps ? &step_out : &logits_out, err, sizeof err) != 0) {
+        if (bn_step_batcher_step(S->steps, sl->state, id, argmax_steps || topk_steps ? &step_out : &logits_out, err,
+                                 sizeof err) != 0) {
             free(text);
             free(top_ids);
             free(top_lp);
             bn_sampler_free(smp);
-            decoding(S, -1);
+            bn_step_batcher_decoding(S->steps, -1);
             task_finish(t, 500, err);
             return;
         }
     }
-    if (!sl->spec) decoding(S, -1);
+    if (!sl->spec) bn_step_batcher_decoding(S->steps, -1);
     if (sent < len) { // held-back bytes at the end (a cut UTF-8 character becomes U+FFFD)
         bn_tok_event ev = {.id = -1, .text = bn_utf8_sanitize(text + sent, len - sent, NULL)};
         task_push(t, &ev);
@@ -504,11 +418,8 @@ bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen) {
     S->slots = xcalloc((size_t)p->n_slots, sizeof(slot));
     S->queue = xcalloc((size_t)(p->queue_max + p->n_slots + 1), sizeof(bn_task *));
     pthread_mutex_init(&S->mu, NULL);
-    pthread_mutex_init(&S->engine, NULL);
     pthread_cond_init(&S->cv, NULL);
-    pthread_mutex_init(&S->step_mu, NULL);
-    pthread_cond_init(&S->step_cv, NULL);
-    S->tail = &S->steps;
+    S->steps = bn_step_batcher_new(STEP_GATHER_US);
     for (int i = 0; i < p->n_slots; i++) {
         slot *sl = &S->slots[i];
         sl->id = i;
@@ -574,10 +485,8 @@ void bn_slots_stop(bn_slots *S) {
     free(S->queue);
     bn_engine_free(S->eng);
     pthread_mutex_destroy(&S->mu);
-    pthread_mutex_destroy(&S->engine);
     pthread_cond_destroy(&S->cv);
-    pthread_mutex_destroy(&S->step_mu);
-    pthread_cond_destroy(&S->step_cv);
+    bn_step_batcher_free(S->steps);
     free(S);
 }
 
@@ -639,4 +548,6 @@ void bn_slots_get_metrics(bn_slots *S, bn_slots_metrics *m) {
     *m = S->m;
     m->requests_deferred = S->n_queue;
     pthread_mutex_unlock(&S->mu);
+    bn_step_batcher_counts(S->steps, &m->decode_steps, &m->decode_step_seqs);
+    m->n_decode_total += m->decode_steps;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/engine.h"
+#include "core/step_batch.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
@@ -167,7 +168,8 @@ int main(int argc, char **argv) {
         !(eng = bn_engine_open(m, o.n_gpu_layers, o.n_threads > 0 ? o.n_threads : bn_n_threads_default(), err,
                                sizeof err)))
         return fail(err);
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, err, sizeof err);
+    bn_step_batcher *batch = eng && o.n_parallel > 1 ? bn_step_batcher_new(2000) : NULL; // shared steps
+    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, sizeof err);
     if (!srcs) return fail(err);
     bn_lineout *log = log_path ? bn_lineout_open(log_path, err, sizeof err) : NULL;
     if (log_path && !log) return fail(err);
@@ -188,6 +190,7 @@ int main(int argc, char **argv) {
     if (report(&st, label ? label : o.model_path, json_path, o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled")) rc = 1;
     free(looped); free(limit); free(len);
     bn_mine_opts_sources_free(&o, srcs);
+    bn_step_batcher_free(batch);
     bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);

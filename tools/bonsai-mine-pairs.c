@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <jansson.h>
 #include "core/engine.h"
+#include "core/step_batch.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/util.h"
@@ -216,7 +217,8 @@ int main(int argc, char **argv) {
         !(eng = bn_engine_open(m, o.n_gpu_layers, o.n_threads > 0 ? o.n_threads : bn_n_threads_default(), err,
                                sizeof err)))
         return fail(err);
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, err, sizeof err);
+    bn_step_batcher *batch = eng && o.n_parallel > 1 ? bn_step_batcher_new(2000) : NULL; // shared steps
+    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, sizeof err);
     if (!srcs) return fail(err);
     FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
@@ -233,6 +235,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", n_done, n_pairs,
             n_loops, out_path, gen_log);
     bn_mine_opts_sources_free(&o, srcs);
+    bn_step_batcher_free(batch);
     bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);

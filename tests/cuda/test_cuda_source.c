@@ -7,17 +7,101 @@
 //     ids (two neighbours may swap only where the CPU's own log-probs of them are within the bound), raw log-probs
 //     within the bound, and no logits row copied to the host (bn_cuda_host_logit_bytes);
 //   sampled with top_k 0 (the chain reads the whole row): the row path — the same tokens and log-probs, rows
-//     copied.
+//     copied;
+//   3 sources generating at once through one step batcher (bonsai-mine-pairs --parallel -ngl): bit-identical to
+//     one source alone, and steps of several sequences did run.
 // Linked twice: `cuda_source` on a real GPU (skips without a device) and `cuda_source_emu` in the emulator.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/engine.h"
 #include "core/tokenizer.h"
 #include "cuda/cuda_engine.h"
+#include "core/step_batch.h"
 #include "detect/source.h"
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
+
+// A source's generation in a thread (parallel_case).
+typedef struct {
+    bn_source *src;
+    const int32_t *prompt;
+    int n_prompt;
+    bn_gen_params gp;
+    bn_gen_result g;
+    int rc;
+} gen_job;
+
+static void *gen_thread(void *arg) {
+    gen_job *j = arg;
+    char err[256];
+    j->rc = j->src->generate(j->src, j->prompt, j->n_prompt, &j->gp, &j->g, err, sizeof err);
+    if (j->rc) fprintf(stderr, "generate: %s\n", err);
+    return NULL;
+}
+
+// parallel_case: 3 sources on the CUDA engine sharing a step batcher (what bonsai-mine-pairs --parallel 3 -ngl 99
+// makes), each generating in its own thread from its own prompt (greedy, sampled, greedy), against the same
+// generations on one source alone: the same tokens and the same raw log-probs bit for bit (the batched step is
+// bit-identical to one-token steps on CUDA), and the batcher ran steps of more than one sequence.
+static void parallel_case(bn_engine *gpu, const bn_tokenizer *tok) {
+    char err[512];
+    enum { NP = 3 };
+    const char *texts[NP] = {"the cat sat", "once upon a time there", "hello"};
+    int32_t *prompts[NP];
+    int n_prompts[NP];
+    bn_step_batcher *bat = bn_step_batcher_new(2000);
+    gen_job alone[NP], par[NP];
+    bn_source *solo = bn_source_engine(gpu, tok, 256, NULL, err, sizeof err), *src[NP];
+    if (!solo) bn_die("solo source: %s", err);
+    for (int i = 0; i < NP; i++) {
+        n_prompts[i] = bn_tokenize(tok, texts[i], (int)strlen(texts[i]), false, false, &prompts[i]);
+        bn_gen_params gp = bn_gen_params_default();
+        gp.temperature = i == 1 ? 0.8f : 0.0f, gp.seed = 11, gp.n_predict = 32, gp.n_probs = 10;
+        alone[i] = (gen_job){.src = solo, .prompt = prompts[i], .n_prompt = n_prompts[i], .gp = gp};
+        gen_thread(&alone[i]);
+        if (!(src[i] = bn_source_engine(gpu, tok, 256, bat, err, sizeof err))) bn_die("batched source: %s", err);
+        par[i] = (gen_job){.src = src[i], .prompt = prompts[i], .n_prompt = n_prompts[i], .gp = gp};
+    }
+    pthread_t th[NP];
+    for (int i = 0; i < NP; i++) pthread_create(&th[i], NULL, gen_thread, &par[i]);
+    for (int i = 0; i < NP; i++) pthread_join(th[i], NULL);
+    int differ = 0;
+    for (int i = 0; i < NP; i++) {
+        const bn_gen_result *a = &alone[i].g, *b = &par[i].g;
+        bool same = !alone[i].rc && !par[i].rc && a->n == b->n && a->k == b->k &&
+                    !memcmp(a->ids, b->ids, sizeof *a->ids * a->n) &&
+                    !memcmp(a->logprob, b->logprob, sizeof *a->logprob * a->n);
+        for (size_t e = 0; same && e < (size_t)a->n * a->k; e++) // field by field: bn_topk has padding
+            same = a->topk[e].id == b->topk[e].id && a->topk[e].logprob == b->topk[e].logprob;
+        differ += !same;
+    }
+    for (int i = 0; i < NP; i++) { // where a generation parted (diagnostics)
+        const bn_gen_result *a = &alone[i].g, *b = &par[i].g;
+        int at = -1;
+        for (int t = 0; t < (a->n < b->n ? a->n : b->n) && at < 0; t++)
+            if (a->ids[t] != b->ids[t] || a->logprob[t] != b->logprob[t]) at = t;
+        if (at >= 0 || a->n != b->n)
+            printf("  source %d: %d / %d tokens, first difference at %d (ids %d / %d, logprob %.6g / %.6g)\n", i, a->n,
+                   b->n, at, at >= 0 ? a->ids[at] : -1, at >= 0 ? b->ids[at] : -1, at >= 0 ? a->logprob[at] : 0,
+                   at >= 0 ? b->logprob[at] : 0);
+    }
+    uint64_t batches, steps;
+    bn_step_batcher_counts(bat, &batches, &steps);
+    printf("3 sources in parallel on one batcher: %d of %d generations differ from alone; %llu steps in %llu batches\n",
+           differ, NP, (unsigned long long)steps, (unsigned long long)batches);
+    CHECK(differ == 0, "batched parallel sources differ from one source alone (%d of %d)", differ, NP);
+    CHECK(batches > 0 && steps > batches, "the parallel sources never shared a step (%llu in %llu batches)",
+          (unsigned long long)steps, (unsigned long long)batches);
+    for (int i = 0; i < NP; i++) {
+        bn_gen_result_free(&alone[i].g), bn_gen_result_free(&par[i].g);
+        bn_source_free(src[i]);
+        free(prompts[i]);
+    }
+    bn_source_free(solo);
+    bn_step_batcher_free(bat);
+}
 
 int main(void) {
     char err[512], path[512];
@@ -28,7 +112,7 @@ int main(void) {
     if (!tok) bn_die("model: %s", err);
     bn_engine *gpu = bn_engine_open(m, 99, 2, err, sizeof err);
     if (!gpu) bn_die("CUDA engine: %s", err);
-    bn_source *src[2] = {bn_source_inprocess(m, tok, 256, 2), bn_source_engine(gpu, tok, 256, err, sizeof err)};
+    bn_source *src[2] = {bn_source_inprocess(m, tok, 256, 2), bn_source_engine(gpu, tok, 256, NULL, err, sizeof err)};
     if (!src[1]) bn_die("CUDA source: %s", err);
     int32_t *prompt;
     const char *text = "hello world, the cat sat on the";
@@ -88,6 +172,7 @@ int main(void) {
         for (int e = 0; e < 2; e++) bn_gen_result_free(&g[e]);
     }
     free(prompt);
+    parallel_case(gpu, tok);
     for (int e = 0; e < 2; e++) bn_source_free(src[e]);
     bn_engine_free(gpu);
     bn_tokenizer_free(tok);

@@ -1,0 +1,33 @@
+// core/step_batch.h — one-token decode steps from several threads, each on its own sequence state of one engine,
+// run together as bn_engine_forward_batch (group commit). A thread's step joins the waiting list; a thread that
+// finds no batch running becomes the leader, waits until every decoding sequence's step is there (or gather_us
+// have passed: a sequence still busy elsewhere), and runs the list as one batch; the steps that arrive meanwhile
+// form the next one. Used by bonsai-serve's slots and by the mining tools' in-process sources (--parallel -ngl).
+#ifndef BONSAI_STEP_BATCH_H
+#define BONSAI_STEP_BATCH_H
+#include <pthread.h>
+#include <stdint.h>
+#include "core/engine.h"
+
+typedef struct bn_step_batcher bn_step_batcher;
+
+// bn_step_batcher_new: a batcher; gather_us: the longest a leader waits for the other decoding sequences.
+// Returns it (dies on OOM).
+bn_step_batcher *bn_step_batcher_new(int gather_us);
+// bn_step_batcher_free: frees it (NULL is fine; no step may be waiting).
+void bn_step_batcher_free(bn_step_batcher *b);
+// bn_step_batcher_lock / _unlock: exclusive use of the engine around any other forward on it (a prefill, a
+// speculative step), granted in arrival order with the batches (a ticket lock: a prefill waiting behind a
+// stream of batches gets the engine after the one running, not after the stream).
+void bn_step_batcher_lock(bn_step_batcher *b);
+void bn_step_batcher_unlock(bn_step_batcher *b);
+// bn_step_batcher_decoding: a sequence enters (+1) or leaves (-1) its decode loop (a leader waits for the steps
+// of the sequences inside it).
+void bn_step_batcher_decoding(bn_step_batcher *b, int delta);
+// bn_step_batcher_step: token tok appended to st (out as bn_engine_forward's, one row), run in a batch with the
+// other waiting steps; returns 0 or -1 with err filled (the whole batch's error).
+int bn_step_batcher_step(bn_step_batcher *b, bn_engine_state *st, int32_t tok, bn_forward_out *out, char *err,
+                         size_t errlen);
+// bn_step_batcher_counts: batches run so far and the steps they carried.
+void bn_step_batcher_counts(bn_step_batcher *b, uint64_t *batches, uint64_t *steps);
+#endif
