@@ -102,7 +102,8 @@ int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_for
 // tokens[t] appended to states[t] (distinct whole-model states of one model and KV type), one pass with n
 // columns through every matmul on states[0]'s stream and scratch, attention / conv / recurrence of each
 // column on its own state (a column table of positions and per-layer pointers uploaded per step); outs[t]
-// (may be NULL) gets sequence t's logits / argmax / top-k / lse / hidden. Launched kernel by kernel (no graph).
+// (may be NULL) gets sequence t's logits / argmax / top-k / lse / hidden. With any head output wanted and graphs
+// on, the device part replays a graph captured per column count (the table is read from device memory).
 // Returns 0, or -1 with err (input errors leave every state unchanged).
 int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                           char *err, size_t errlen);

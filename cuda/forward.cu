@@ -218,6 +218,7 @@ struct bn_cuda_state {
     size_t dev_tap_floats; // its capacity
     step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
     step_graph verify[BN_CU_MMVQ_MAX_NB + 1]; // captured STEP_VERIFY passes, by token count
+    cudaGraphExec_t batch_graphs[MAX_BATCH_COLS + 1]; // captured batched steps (bn_cuda_forward_batch) by columns
     bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): steps and verify passes launch kernel by kernel
     bool no_fuse;         // env BONSAI_CUDA_FUSE=0 at creation: every matmul group quantizes its own input (fused_q8)
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
@@ -367,6 +368,8 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     if (!s) return;
     for (int i = 0; i < N_STEP_GRAPHS; i++) drop_graph(&s->graphs[i]);
     for (int n = 0; n <= BN_CU_MMVQ_MAX_NB; n++) drop_graph(&s->verify[n]);
+    for (int n = 0; n <= MAX_BATCH_COLS; n++)
+        if (s->batch_graphs[n]) cudaGraphExecDestroy(s->batch_graphs[n]);
     bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
@@ -989,6 +992,41 @@ static cudaError_t upload_cols(bn_cuda_state *const *states, const int32_t *toke
     return cudaMemcpyAsync(s->d_tokens, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->stream);
 }
 
+// batch_body: the device part of a batched step of n columns whose table and tokens are uploaded: the layers, with
+// head the final norm and logits rows (hidden: the norm only), with argmax their argmax into d_argmax.
+static cudaError_t batch_body(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax) {
+    TRY(run_layers(s, n, tap_dst{NULL, 0, false}, true));
+    bn_q8_out hq;
+    const bn_q8_out *hq8 = head ? head_q8(s, n, &hq) : NULL;
+    if (head || hidden) TRY(head_norm(s, 0, n, hq8));
+    if (head) TRY(head_logits(s, 0, n, hq8));
+    return argmax ? bn_cu_argmax_rows(s->logits, s->cm->cfg.n_vocab, n, s->d_argmax, s->stream) : cudaSuccess;
+}
+
+// batch_step: batch_body through a graph captured per column count (with head and argmax: what the serving
+// and mining loops ask of every step) when head is wanted and graphs are on, else launched kernel by kernel.
+static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax) {
+    if (!head || s->no_graphs) return batch_body(s, n, head, hidden, argmax);
+    cudaGraphExec_t *exec = &s->batch_graphs[n];
+    if (!*exec) {
+        TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+        cudaError_t e = batch_body(s, n, true, true, true);
+        cudaGraph_t graph = NULL;
+        cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
+        if (e == cudaSuccess) e = e_end;
+        if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            *exec = NULL;
+            return e;
+        }
+        s->n_captures++;
+    }
+    TRY(cudaGraphLaunch(*exec, s->stream));
+    s->n_replays++;
+    return cudaSuccess;
+}
+
 int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                           char *err, size_t errlen) {
     if (n < 0) return bn_err(err, errlen, "bn_cuda_forward_batch: negative sequence count %d", n);
@@ -1001,12 +1039,7 @@ int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, i
         head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden,
             argmax |= outs[t] && outs[t]->argmax;
     cudaError_t e = upload_cols(states, tokens, n);
-    if (e == cudaSuccess) e = run_layers(s, n, tap_dst{NULL, 0, false}, true);
-    bn_q8_out hq;
-    const bn_q8_out *hq8 = head ? head_q8(s, n, &hq) : NULL;
-    if (e == cudaSuccess && (head || hidden)) e = head_norm(s, 0, n, hq8);
-    if (e == cudaSuccess && head) e = head_logits(s, 0, n, hq8);
-    if (e == cudaSuccess && argmax) e = bn_cu_argmax_rows(s->logits, c->n_vocab, n, s->d_argmax, s->stream);
+    if (e == cudaSuccess) e = batch_step(s, n, head, hidden, argmax);
     for (int t = 0; e == cudaSuccess && outs && t < n; t++) {
         if (!outs[t]) continue;
         if (outs[t]->hidden)

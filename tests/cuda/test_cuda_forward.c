@@ -904,7 +904,8 @@ static void fusion_case(const char *preset, const char *type, int saved_gdn, int
 }
 
 // batch_case: bn_engine_forward_batch (4 sequences at once, prompts of 3/7/11/15 tokens so every column has its own
-// position, caches and recurrent state) on the CPU, CUDA (bn_cuda_forward_batch: one pass with 4 columns) and
+// position, caches and recurrent state) on the CPU, CUDA (bn_cuda_forward_batch: one pass with 4 columns, replayed
+// from a graph captured at the first step) and
 // CPU+CUDA (one forward per sequence) engines of the tiny model, 10 steps, against twin states of the same engine
 // decoding one token at a time (captured graphs on CUDA): logits within bound (the 4-column kernels sum in another
 // order: F32 measured ~1e-6, Q1_0 ~1e-6), the same greedy tokens, equal positions; on CUDA the emulator counts the
@@ -968,6 +969,12 @@ static void batch_case(const char *type, double bound) {
             CHECK(batch_launches > 0 && batch_launches < 2 * step_launches, "CUDA batch: %llu launches for %d columns, "
                   "one-token step %llu", (unsigned long long)batch_launches, N, (unsigned long long)step_launches);
 #endif
+        if (!strcmp(bn_engine_name(e), "CUDA")) { // the first state led every batch: one capture, a replay per step
+            int64_t replays, captures;
+            bn_cuda_state_graph_counts((bn_cuda_state *)b[0]->st, &replays, &captures);
+            CHECK(captures == 1 && replays == STEPS, "CUDA batch graphs: %lld captures, %lld replays (want 1, %d)",
+                  (long long)captures, (long long)replays, STEPS);
+        }
         if (!strcmp(bn_engine_name(e), "CUDA")) { // an input error leaves every state where it was
             int32_t bad[N] = {1, V, 2, 3};
             int pos[N];
