@@ -43,6 +43,25 @@ static int bench_gen(const bn_model *m, bn_engine_state *s, int n, char *err, si
     return rc;
 }
 
+// bench_gen_batch: n steps of the n_seq states at once (first token BOS if any, then random ids).
+static int bench_gen_batch(const bn_model *m, bn_engine_state **s, int n_seq, int n, char *err, size_t errlen) {
+    const int32_t bos = bench_bos(m);
+    int32_t *tokens = xmalloc(sizeof(int32_t) * (size_t)n_seq);
+    float *logits = xmalloc(sizeof(float) * (size_t)m->cfg.n_vocab * (size_t)n_seq);
+    bn_forward_out *o = xcalloc((size_t)n_seq, sizeof *o), **outs = xmalloc(sizeof *outs * (size_t)n_seq);
+    for (int t = 0; t < n_seq; t++) {
+        tokens[t] = bos >= 0 ? bos : rand() % m->cfg.n_vocab;
+        o[t].logits = logits + (size_t)t * m->cfg.n_vocab, outs[t] = &o[t];
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        rc = bn_engine_forward_batch(s, tokens, n_seq, outs, err, errlen);
+        for (int t = 0; t < n_seq; t++) tokens[t] = rand() % m->cfg.n_vocab;
+    }
+    free(tokens), free(logits), free(o), free(outs);
+    return rc;
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -57,11 +76,9 @@ int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int 
     return rc;
 }
 
-int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, bool warmup, bn_bench_result *r,
-                        char *err, size_t errlen) {
+// result_init: r zeroed with the model, engine, test and start-time fields of a run on e.
+static void result_init(bn_bench_result *r, const bn_engine *e, int n_prompt, int n_gen, int reps) {
     const bn_model *m = e->m;
-    if (reps < 1 || reps > BN_BENCH_MAX_REPS) return bn_err(err, errlen, "repetitions must be 1..%d", BN_BENCH_MAX_REPS);
-    if (n_prompt < 0 || n_gen < 0 || n_prompt + n_gen == 0) return bn_err(err, errlen, "empty test");
     memset(r, 0, sizeof *r);
     snprintf(r->model_filename, sizeof r->model_filename, "%s", m->path ? m->path : "");
     bn_model_describe(m, r->model_type, sizeof r->model_type);
@@ -75,7 +92,14 @@ int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, b
     r->reps = reps;
     time_t t0 = time(NULL);
     strftime(r->test_time, sizeof r->test_time, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t0));
+}
 
+int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, bool warmup, bn_bench_result *r,
+                        char *err, size_t errlen) {
+    const bn_model *m = e->m;
+    if (reps < 1 || reps > BN_BENCH_MAX_REPS) return bn_err(err, errlen, "repetitions must be 1..%d", BN_BENCH_MAX_REPS);
+    if (n_prompt < 0 || n_gen < 0 || n_prompt + n_gen == 0) return bn_err(err, errlen, "empty test");
+    result_init(r, e, n_prompt, n_gen, reps);
     bn_engine_state *s = bn_engine_state_new(e, n_prompt + n_gen, err, errlen);
     if (!s) return -1;
     int rc = 0;
@@ -95,9 +119,35 @@ int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, b
     return rc;
 }
 
+// tokens: the tokens one repetition of r processes.
+static double tokens(const bn_bench_result *r) { return r->n_prompt + (double)r->n_gen * (r->n_seq > 1 ? r->n_seq : 1); }
+
+int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int reps, bool warmup, bn_bench_result *r,
+                         char *err, size_t errlen) {
+    if (n_seq < 1 || n_seq > 64) return bn_err(err, errlen, "sequences must be 1..64 (got %d)", n_seq);
+    if (reps < 1 || reps > BN_BENCH_MAX_REPS) return bn_err(err, errlen, "repetitions must be 1..%d", BN_BENCH_MAX_REPS);
+    if (n_gen < 1) return bn_err(err, errlen, "empty test");
+    result_init(r, e, 0, n_gen, reps);
+    r->n_seq = n_seq;
+    bn_engine_state **s = xcalloc((size_t)n_seq, sizeof *s);
+    int rc = 0;
+    for (int t = 0; t < n_seq && rc == 0; t++)
+        if (!(s[t] = bn_engine_state_new(e, n_gen, err, errlen))) rc = -1;
+    if (rc == 0 && warmup) rc = bench_gen_batch(e->m, s, n_seq, 1, err, errlen);
+    for (int i = 0; i < reps && rc == 0; i++) {
+        for (int t = 0; t < n_seq; t++) bn_engine_state_reset(s[t]);
+        const uint64_t t_start = now_ns();
+        rc = bench_gen_batch(e->m, s, n_seq, n_gen, err, errlen);
+        r->samples_ns[i] = now_ns() - t_start;
+    }
+    for (int t = 0; t < n_seq; t++) bn_engine_state_free(s[t]);
+    free(s);
+    return rc;
+}
+
 double bn_bench_avg_ts(const bn_bench_result *r) {
     double sum = 0;
-    for (int i = 0; i < r->reps; i++) sum += 1e9 * (r->n_prompt + r->n_gen) / (double)r->samples_ns[i];
+    for (int i = 0; i < r->reps; i++) sum += 1e9 * tokens(r) / (double)r->samples_ns[i];
     return r->reps ? sum / r->reps : 0;
 }
 
@@ -105,7 +155,7 @@ double bn_bench_stdev_ts(const bn_bench_result *r) {
     if (r->reps < 2) return 0;
     double mean = bn_bench_avg_ts(r), sq = 0;
     for (int i = 0; i < r->reps; i++) {
-        double ts = 1e9 * (r->n_prompt + r->n_gen) / (double)r->samples_ns[i];
+        double ts = 1e9 * tokens(r) / (double)r->samples_ns[i];
         sq += (ts - mean) * (ts - mean);
     }
     return sqrt(sq / (r->reps - 1));
@@ -118,6 +168,10 @@ const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n) {
     if (r->n_depth > 0) {
         size_t len = strlen(buf);
         snprintf(buf + len, n - len, " @ d%d", r->n_depth);
+    }
+    if (r->n_seq > 1) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, " x%d", r->n_seq);
     }
     return buf;
 }
@@ -198,13 +252,14 @@ void bn_bench_print_json(FILE *f, const bn_bench_result *r, int n, const char *c
                 t->n_threads, t->n_gpu_layers > 0 ? "f16" : "f32", t->n_gpu_layers > 0 ? "f16" : "f32", t->n_gpu_layers);
         fprintf(f, "    \"n_prompt\": %d,\n    \"n_gen\": %d,\n    \"n_depth\": %d,\n    \"test_time\": \"%s\",\n",
                 t->n_prompt, t->n_gen, t->n_depth, t->test_time);
+        if (t->n_seq > 1) fprintf(f, "    \"n_seq\": %d,\n", t->n_seq); // ours: sequences decoded at once
         fprintf(f, "    \"avg_ns\": %llu,\n    \"stddev_ns\": %llu,\n    \"avg_ts\": %.6f,\n    \"stddev_ts\": %.6f,\n",
                 (unsigned long long)avg_ns, (unsigned long long)sd_ns, bn_bench_avg_ts(t), bn_bench_stdev_ts(t));
         fputs("    \"samples_ns\": [ ", f);
         for (int i = 0; i < t->reps; i++) fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)t->samples_ns[i]);
         fputs(" ],\n    \"samples_ts\": [ ", f);
         for (int i = 0; i < t->reps; i++)
-            fprintf(f, "%s%.6f", i ? ", " : "", 1e9 * (t->n_prompt + t->n_gen) / (double)t->samples_ns[i]);
+            fprintf(f, "%s%.6f", i ? ", " : "", 1e9 * tokens(t) / (double)t->samples_ns[i]);
         fprintf(f, " ]\n  }%s\n", k + 1 < n ? "," : "");
     }
     fputs("]\n", f);

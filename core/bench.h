@@ -20,6 +20,7 @@ typedef struct {
     int64_t model_n_params;
     // test
     int n_prompt, n_gen, n_depth;
+    int n_seq;          // sequences decoded at once in a tg test (bn_bench_run_batched; 0 or 1: one)
     int n_threads;
     char backend[16];   // "CPU", "CUDA" or "CPU+CUDA" (the engine's name; "" reads as CPU)
     int n_gpu_layers;   // -ngl of the engine
@@ -36,10 +37,16 @@ int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int 
 int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, bool warmup, bn_bench_result *r,
                         char *err, size_t errlen);
 
+// bn_bench_run_batched: tg<n_gen> of n_seq sequences at once (each from a reset state, n_gen steps of
+// bn_engine_forward_batch with every sequence's logits row wanted, as tg's one-token forwards); t/s counts the
+// tokens of all sequences. Returns 0 or -1.
+int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int reps, bool warmup, bn_bench_result *r,
+                         char *err, size_t errlen);
+
 // bn_bench_avg_ts / bn_bench_stdev_ts: mean / sample stddev (0 for one rep) of tokens per second.
 double bn_bench_avg_ts(const bn_bench_result *r);
 double bn_bench_stdev_ts(const bn_bench_result *r);
-// bn_bench_test_name: "pp512", "tg128", "pp512+tg128" into buf; returns buf.
+// bn_bench_test_name: "pp512", "tg128", "pp512+tg128", "tg128 x4" (4 sequences at once) into buf; returns buf.
 const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n);
 
 // Markdown table exactly as llama-bench -o md prints it (CPU backend: threads column).

@@ -1,6 +1,6 @@
 // tests/compat/test_bench_format.c — bonsai-bench's markdown output is byte-identical to llama-bench's
 // (SERVER.md §12 example header, alignment row and a row rebuilt from known samples), plus the
-// t/s statistics (mean and sample stddev of 1e9·(n_prompt + n_gen)/t_ns).
+// t/s statistics (mean and sample stddev of 1e9·(n_prompt + n_gen)/t_ns; a batched tg counts n_seq · n_gen).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +52,12 @@ int main(void) {
     snprintf(r.model_type, sizeof r.model_type, "qwen35 27B Q1_0");
     row = md_text(&r, 0);
     CHECK(strstr(row, "|   3.00 GiB |    27.00 B |") && strstr(row, "|           tg128 |"), "GiB/B/tg row: %s", row);
+    free(row);
+
+    r.n_seq = 4; // tg128 x4: the tokens of all 4 sequences count
+    row = md_text(&r, 0);
+    CHECK(strstr(row, "|        tg128 x4 |") != NULL, "batched tg row: %s", row);
+    CHECK_NEAR(bn_bench_avg_ts(&r), 4 * 128 * 1e9 * (1.0 / 4000000 + 1.0 / 5000000) / 2, 1e-6, "batched avg t/s");
     free(row);
 
     char *foot = md_text(NULL, 0);
