@@ -499,20 +499,10 @@ static cudaError_t markov_chain(bn_cuda_dstate *s, int n) {
 // for this n (ids, chain[0] and d_pos live in device memory: the graph is replayed unchanged).
 static cudaError_t draft_kernels(bn_cuda_dstate *s, int n) {
     cudaGraphExec_t *exec = &s->graphs[n];
-    if (!*exec) {
-        TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-        cudaError_t e = block_pass(s, n);
-        if (e == cudaSuccess) e = markov_chain(s, n);
-        cudaGraph_t graph = NULL;
-        cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
-        if (e == cudaSuccess) e = e_end;
-        if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
-        if (graph) cudaGraphDestroy(graph);
-        if (e != cudaSuccess) {
-            *exec = NULL;
-            return e;
-        }
-    }
+    if (!*exec) TRY(bn_cu_capture(s->stream, exec, [&] {
+        const cudaError_t e = block_pass(s, n);
+        return e == cudaSuccess ? markov_chain(s, n) : e;
+    }));
     return cudaGraphLaunch(*exec, s->stream);
 }
 

@@ -1009,17 +1009,7 @@ static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, b
     if (!head || s->no_graphs) return batch_body(s, n, head, hidden, argmax);
     cudaGraphExec_t *exec = &s->batch_graphs[n];
     if (!*exec) {
-        TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-        cudaError_t e = batch_body(s, n, true, true, true);
-        cudaGraph_t graph = NULL;
-        cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
-        if (e == cudaSuccess) e = e_end;
-        if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
-        if (graph) cudaGraphDestroy(graph);
-        if (e != cudaSuccess) {
-            *exec = NULL;
-            return e;
-        }
+        TRY(bn_cu_capture(s->stream, exec, [&] { return batch_body(s, n, true, true, true); }));
         s->n_captures++;
     }
     TRY(cudaGraphLaunch(*exec, s->stream));
@@ -1128,15 +1118,7 @@ static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph
 
 // capture: records graph_body on s->stream into *exec.
 static cudaError_t capture(bn_cuda_state *s, step_kind kind, const step_graph *key, cudaGraphExec_t *exec) {
-    TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
-    cudaError_t e = graph_body(s, kind, key);
-    cudaGraph_t graph = NULL;
-    cudaError_t e_end = cudaStreamEndCapture(s->stream, &graph);
-    if (e == cudaSuccess) e = e_end;
-    if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
-    if (graph) cudaGraphDestroy(graph);
-    if (e != cudaSuccess) *exec = NULL;
-    return e;
+    return bn_cu_capture(s->stream, exec, [&] { return graph_body(s, kind, key); });
 }
 
 // replay: launches the captured pass of this kind serving key (captured on first use, and again when its

@@ -1,8 +1,8 @@
 // cuda/upload.cuh — device memory helpers for the CUDA engines (C++/CUDA only; include after
 // "cuda/common.cuh" and "cuda/mm.cuh"): a set of tracked device allocations freed together, a weight
 // matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), host
-// floats, the carver that lays a state's buffers out in one allocation, and a state's stream + cuBLAS
-// handle. Used by cuda/forward.cu (the target) and cuda/dspark.cu (the drafter).
+// floats, the carver that lays a state's buffers out in one allocation, a state's stream + cuBLAS
+// handle, and graph capture. Used by cuda/forward.cu (the target) and cuda/dspark.cu (the drafter).
 #ifndef BONSAI_CUDA_UPLOAD_CUH
 #define BONSAI_CUDA_UPLOAD_CUH
 #include <stddef.h>
@@ -35,6 +35,21 @@ int bn_cu_upload_floats(bn_cu_allocs *a, const float *host, size_t n, float **ou
 int bn_cu_stream_blas_new(cudaStream_t *stream, cublasHandle_t *blas, char *err, size_t errlen);
 // bn_cu_stream_blas_free: destroys what bn_cu_stream_blas_new made (NULL members are skipped).
 void bn_cu_stream_blas_free(cudaStream_t stream, cublasHandle_t blas);
+
+// bn_cu_capture: records what body() enqueues on stream into a new executable graph *exec; returns the first
+// error (body's, the capture's or the instantiation's; *exec is NULL then).
+template <typename Body> static inline cudaError_t bn_cu_capture(cudaStream_t stream, cudaGraphExec_t *exec, Body body) {
+    cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return e;
+    e = body();
+    cudaGraph_t graph = NULL;
+    const cudaError_t e_end = cudaStreamEndCapture(stream, &graph);
+    if (e == cudaSuccess) e = e_end;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) *exec = NULL;
+    return e;
+}
 
 // Carves 256-byte aligned pieces out of one block: a first pass with base == NULL only counts the bytes
 // (off), a second one with the allocation assigns the pointers.

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include "detect/mine.h"
 #include "detect/prompts.h"
-struct bn_engine;
-struct bn_step_batcher;
+#include "core/engine.h"
+#include "core/step_batch.h"
 
 typedef struct {
     bn_mine_params mine;
@@ -43,6 +43,19 @@ void bn_mine_opts_free(bn_mine_opts *o);
 bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
                                  const struct bn_engine *engine, struct bn_step_batcher *batcher, char *err,
                                  size_t errlen);
+// bn_mine_opts_engine: for -ngl > 0 without --server, the device engine (*eng) and, with --parallel > 1, the step
+// batcher its sources share (*batch); else both NULL. Inline so that bn_engine_open sees BONSAI_CUDA of the
+// tool that calls it. Returns 0, or -1 with err ("built without CUDA", "no CUDA device", ...). Free the batcher
+// and then the engine after the sources.
+static inline int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engine **eng,
+                                      bn_step_batcher **batch, char *err, size_t errlen) {
+    *eng = NULL, *batch = NULL;
+    if (o->n_gpu_layers <= 0 || o->server_url) return 0;
+    *eng = bn_engine_open(m, o->n_gpu_layers, o->n_threads > 0 ? o->n_threads : bn_n_threads_default(), err, errlen);
+    if (!*eng) return -1;
+    if (o->n_parallel > 1) *batch = bn_step_batcher_new(2000); // the longest a batch waits for its sequences, us
+    return 0;
+}
 // bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
 void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
 // bn_mine_opts_help: prints the shared flags with their defaults.

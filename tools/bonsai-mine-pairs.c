@@ -211,13 +211,9 @@ int main(int argc, char **argv) {
     o.mine.model_sha256 = sha;
     o.mine.file_type = ftype;
     o.mine.split = split;
-    // -ngl: the in-process engine on the GPU (opened here, where BONSAI_CUDA of this binary is seen)
-    bn_engine *eng = NULL;
-    if (o.n_gpu_layers > 0 && !o.server_url &&
-        !(eng = bn_engine_open(m, o.n_gpu_layers, o.n_threads > 0 ? o.n_threads : bn_n_threads_default(), err,
-                               sizeof err)))
-        return fail(err);
-    bn_step_batcher *batch = eng && o.n_parallel > 1 ? bn_step_batcher_new(2000) : NULL; // shared steps
+    bn_engine *eng; // -ngl: the in-process engine on the GPU, and the batcher of its --parallel sources
+    bn_step_batcher *batch;
+    if (bn_mine_opts_engine(&o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
     bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, sizeof err);
     if (!srcs) return fail(err);
     FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
