@@ -51,6 +51,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 B=${1:-build-cuda}
+# BONSAI_CHECK_BUDGET: seconds the whole run may take (GPU mode default 570, under the device tool's 600 s
+# per call): a step gets at most what is left of it less 20 s, later steps are skipped, so the tables always
+# print before an outer timeout could kill the script. 0: no budget (the emulator runs).
+BUDGET=${BONSAI_CHECK_BUDGET:-$([ "$EMU" = 1 ] && echo 0 || echo 570)}
 NPROC=$(nproc)
 T_START=$(date +%s)
 RES=${OUT:-$B/cuda-check}
@@ -103,6 +107,15 @@ run_step() {
         ST[$name]=SKIP SECS[$name]=0
         say "== [$(elapsed) s] $name: skipped in this mode"
         return 0
+    fi
+    if [ "$BUDGET" -gt 0 ]; then # the whole run must end (tables printed) within BUDGET seconds
+        local left=$((BUDGET - $(elapsed) - 20))
+        if [ "$left" -le 0 ]; then
+            ST[$name]=SKIP SECS[$name]=0
+            say "== [$(elapsed) s] $name: skipped (the ${BUDGET} s budget is spent)"
+            return 0
+        fi
+        [ "$left" -lt "$limit" ] && limit=$left
     fi
     case " ${BONSAI_CHECK_INJECT:-} " in # the script's own test: a step made to fail or to hang
     *" $name=fail "*) set -- false ;;
