@@ -387,23 +387,37 @@ static cudaError_t upload_taps(bn_cuda_dstate *s, const float *taps, int nb) {
     return cudaMemcpyAsync(s->taps, taps, bytes, cudaMemcpyHostToDevice, s->stream);
 }
 
-// encode_chunk: s->xn = RMSNorm(fc · taps; hidden_norm) for nb <= rows tap rows in device memory.
-static cudaError_t encode_chunk(bn_cuda_dstate *s, const float *d_taps, int nb) {
+// encode_chunk: s->xn = RMSNorm(fc · taps; hidden_norm) for nb <= rows tap rows in device memory; with q8 the
+// norm also writes xn's Q8 activations there (inject_q8).
+static cudaError_t encode_chunk(bn_cuda_dstate *s, const float *d_taps, int nb, const bn_q8_out *q8 = nullptr) {
     const bn_drafter_config *c = &s->cd->cfg;
     TRY(mm(s, &s->cd->fc, d_taps, s->xn, nb));
-    return bn_cu_rmsnorm(s->xn, s->xn, s->cd->hidden_norm, c->n_embd, nb, c->norm_eps, s->stream);
+    return bn_cu_rmsnorm(s->xn, s->xn, s->cd->hidden_norm, c->n_embd, nb, c->norm_eps, s->stream, q8);
+}
+
+// inject_q8: where the encoder's norm writes the Q8 activations every layer's K/V product reads (the same g for
+// all layers: quantized once instead of once per layer), or NULL: fusion off, more rows than one mmvq chunk, or
+// not every attn_k / attn_v of the same type (a second element order would overwrite the scratch).
+static const bn_q8_out *inject_q8(bn_cuda_dstate *s, int nb, bn_q8_out *q) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    const int type = s->cd->layers[0].attn_k.type;
+    for (int il = 0; il < c->n_layer; il++)
+        if (s->cd->layers[il].attn_k.type != type || s->cd->layers[il].attn_v.type != type) return NULL;
+    const bn_cu_weight *ws[] = {&s->cd->layers[0].attn_k, &s->cd->layers[0].attn_v};
+    return block_q8(s, ws, 2, nb, q);
 }
 
 // inject_chunk: K = RoPE(k_norm(W_k g)), V = W_v g of nb rows (g in s->xn) into every layer's cache at
-// positions pos.. (DSPARK.md §4.3: no attn_norm, Q, FFN or residual).
-static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb) {
+// positions pos.. (DSPARK.md §4.3: no attn_norm, Q, FFN or residual); q8: g's Q8 activations (inject_q8).
+static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb, const bn_q8_out *q8 = nullptr) {
     const bn_drafter_config *c = &s->cd->cfg;
     TRY(set_pos(s, pos));
     for (int il = 0; il < c->n_layer; il++) {
         const ds_layer *L = &s->cd->layers[il];
         const bn_cu_weight *ws[] = {&L->attn_k, &L->attn_v};
         float *const ys[] = {s->kb, s->vb};
-        TRY(bn_cu_matmul_multi(ws, 2, s->xn, ys, nb, s->mm_scratch, s->blas, s->stream));
+        if (q8) TRY(bn_cu_matmul_multi_q8(ws, 2, s->xn, ys, nb, s->mm_scratch, s->stream));
+        else TRY(bn_cu_matmul_multi(ws, 2, s->xn, ys, nb, s->mm_scratch, s->blas, s->stream));
         TRY(bn_cu_attn_prep(s->kb, 0, 0, s->kb, s->vb, s->k_cache[il], s->v_cache[il], false, 0, c->n_head_kv,
                             c->head_dim, NULL, L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, nb, s->d_pos,
                             s->stream));
@@ -541,8 +555,10 @@ static int process_rows(bn_cuda_dstate *s, const float *taps, bool on_device, in
             e = upload_taps(s, src, nb);
             src = s->taps;
         }
-        if (e == cudaSuccess) e = encode_chunk(s, src, nb);
-        if (e == cudaSuccess) e = inject_chunk(s, pos0 + t0, nb);
+        bn_q8_out q;
+        const bn_q8_out *q8 = inject_q8(s, nb, &q);
+        if (e == cudaSuccess) e = encode_chunk(s, src, nb, q8);
+        if (e == cudaSuccess) e = inject_chunk(s, pos0 + t0, nb, q8);
     }
     // the tap buffer (the caller's host one, or the target's device one) is rewritten after return
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);

@@ -152,9 +152,10 @@ static int quantized(const bn_weight *w) { return w->type != BN_F32 && w->type !
 // fusion_check: the drafter's block pass with the fused Q8 producers (default) against a state created with
 // BONSAI_CUDA_FUSE=0 (each product quantizes its own input): after processing N_ROWS tap rows, the block pass's
 // h and base logits and two drafts (n_max = B; the second replays the draft graph captured by the first) must be
-// BIT-IDENTICAL (the producers run quantize_act's arithmetic). The emulator counts the launches of the replayed
-// draft: fused must save one per quantized q|k|v group, attn_output, ffn gate|up and ffn_down of every layer, and
-// the head's (head_dim % 32 == 0 in these drafters).
+// BIT-IDENTICAL (the producers run quantize_act's arithmetic; the K/V the encoder injects are compared through the
+// block pass that attends to them). The emulator counts the launches of the replayed draft: fused must save one per
+// quantized q|k|v group, attn_output, ffn gate|up and ffn_down of every layer, and the head's (head_dim % 32 == 0
+// in these drafters); and of the process call: one per layer (g quantized once for every layer's K/V).
 static void fusion_check(const char *what, const bn_model *m, const char *dpath) {
     char err[512];
     bn_drafter *d = bn_drafter_load(dpath, m, err, sizeof err);
@@ -175,10 +176,12 @@ static void fusion_check(const char *what, const bn_model *m, const char *dpath)
     for (size_t i = 0; i < nt; i++) taps[i] = 2.0f * bn_rng_uniform(&rng) - 1.0f;
     float *h[2], *base[2];
     int32_t dr[2][2][16] = {{{0}}}; // rows past B stay 0 in both
-    uint64_t per_draft[2] = {0, 0};
+    uint64_t per_draft[2] = {0, 0}, per_process[2] = {0, 0};
     for (int e = 0; e < 2; e++) {
         h[e] = xmalloc(sizeof(float) * (size_t)B * E), base[e] = xmalloc(sizeof(float) * (size_t)B * V);
+        const uint64_t p0 = launches_now();
         int rc = bn_cuda_drafter_process(gs[e], taps, N_ROWS, 0, err, sizeof err);
+        per_process[e] = launches_now() - p0;
         if (rc == 0) rc = bn_cuda_drafter_block(gs[e], 77, N_ROWS, B, h[e], base[e], err, sizeof err);
         for (int k = 0; rc == 0 && k < 2; k++) {
             const uint64_t l0 = launches_now();
@@ -195,14 +198,19 @@ static void fusion_check(const char *what, const bn_model *m, const char *dpath)
         saved += quantized(&d->layers[il].attn_q) + quantized(&d->layers[il].attn_output) +
                  quantized(&d->layers[il].ffn_gate) + quantized(&d->layers[il].ffn_down);
     printf("%s: fused == unfused: h %s, base logits %s, drafts %s; launches per replayed draft: unfused %llu, "
-           "fused %llu (%d fewer expected in the emulator)\n", what, same_h ? "same" : "DIFFER",
+           "fused %llu (%d fewer expected in the emulator); per process of %d rows: unfused %llu, fused %llu (%d fewer "
+           "expected: g quantized once for every layer's K/V)\n", what, same_h ? "same" : "DIFFER",
            same_base ? "same" : "DIFFER", same_drafts ? "same" : "DIFFER", (unsigned long long)per_draft[1],
-           (unsigned long long)per_draft[0], saved);
+           (unsigned long long)per_draft[0], saved, N_ROWS, (unsigned long long)per_process[1],
+           (unsigned long long)per_process[0], d->cfg.n_layer);
     CHECK(same_h && same_base && same_drafts, "%s: the fused block pass is not bit-identical to the unfused one", what);
 #ifdef BONSAI_CUDA_EMU
     CHECK(saved > 0 && per_draft[0] > 0 && per_draft[0] + (uint64_t)saved == per_draft[1],
           "%s: fused draft launches %llu, unfused %llu, expected %d fewer", what, (unsigned long long)per_draft[0],
           (unsigned long long)per_draft[1], saved);
+    CHECK(per_process[0] > 0 && per_process[0] + (uint64_t)d->cfg.n_layer == per_process[1],
+          "%s: fused process launches %llu, unfused %llu, expected %d fewer", what, (unsigned long long)per_process[0],
+          (unsigned long long)per_process[1], d->cfg.n_layer);
 #endif
     for (int e = 0; e < 2; e++) free(h[e]), free(base[e]), bn_cuda_dstate_free(gs[e]);
     free(taps);
