@@ -41,10 +41,17 @@ static int cpu_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_
     return bn_forward(s->m, s, tokens, n, &with_snaps, err, errlen);
 }
 
+// cpu_forward_batch: bn_forward_batch in passes of what each pass's first state holds (its batch rows).
 static int cpu_forward_batch(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
                              size_t errlen) {
     bn_state *const *seqs = (bn_state *const *)sts;
-    return n > 0 ? bn_forward_batch(seqs[0]->m, seqs, tokens, n, outs, err, errlen) : 0;
+    for (int t0 = 0; t0 < n;) {
+        const int nb = n - t0 < seqs[t0]->n_batch ? n - t0 : seqs[t0]->n_batch;
+        if (bn_forward_batch(seqs[t0]->m, seqs + t0, tokens + t0, nb, outs ? outs + t0 : NULL, err, errlen) != 0)
+            return -1;
+        t0 += nb;
+    }
+    return 0;
 }
 
 static const bn_engine_ops cpu_ops = {

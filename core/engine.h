@@ -87,9 +87,10 @@ bn_state *bn_engine_state_cpu(bn_engine_state *s);
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen);
 // bn_engine_forward_batch: one decode step of n sequences: tokens[t] appended to states[t] (distinct states of one
-// engine; outs NULL or outs[t] NULL: no output), bn_forward_batch's contract where the backend batches (the CPU
-// engine: every weight read once for all n), else one bn_engine_forward per sequence (the CUDA engines today; an
-// error there stops the step, the sequences before it have advanced). Returns 0 or -1 with err filled.
+// engine; outs NULL or outs[t] NULL: no output), bn_forward_batch's contract where the backend batches (CPU:
+// every weight read once for as many sequences as a state's batch rows hold; CUDA: up to BN_CUDA_BATCH_MAX per
+// pass), else one bn_engine_forward per sequence (CPU+CUDA). When a step takes several passes or forwards, an
+// error stops it there (the sequences before have advanced). Returns 0 or -1 with err filled.
 int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                             char *err, size_t errlen);
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent

@@ -98,7 +98,10 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
 // per size (captured again when the tap set or all_logits changes). Returns 0 or -1.
 int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
-// bn_cuda_forward_batch: one decode step of n <= 16 sequences (core/forward.h bn_forward_batch's contract):
+// The most sequences one pass of bn_cuda_forward_batch carries (more run as several passes).
+#define BN_CUDA_BATCH_MAX 16
+// bn_cuda_forward_batch: one decode step of n sequences (core/forward.h bn_forward_batch's contract), in passes of
+// up to BN_CUDA_BATCH_MAX (and the pass's first state's batch rows) sequences:
 // tokens[t] appended to states[t] (distinct whole-model states of one model and KV type), one pass with n
 // columns through every matmul on states[0]'s stream and scratch, attention / conv / recurrence of each
 // column on its own state (a column table of positions and per-layer pointers uploaded per step); outs[t]

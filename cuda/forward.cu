@@ -23,7 +23,8 @@ enum { T_F32 = 0, T_F16 = 1 }; // bn_type ids of quant/quant.h
 
 #define MAX_PREFILL_BATCH 512 // tokens per chunk (scratch rows)
 #define MAX_LOGIT_ROWS 16     // rows of logits computed per head matmul
-#define MAX_BATCH_COLS MAX_LOGIT_ROWS // sequences per bn_cuda_forward_batch (their logits rows fit one head block)
+#define MAX_BATCH_COLS BN_CUDA_BATCH_MAX // sequences per bn_cuda_forward_batch (their logits rows fit one head block)
+static_assert(MAX_BATCH_COLS <= MAX_LOGIT_ROWS, "a batch's logits rows fit one head block");
 #define MAX_SPLITS 16         // flash-decoding key splits
 #define MAX_SNAPS 64          // tokens of one bn_cuda_forward_snaps call
 
@@ -947,13 +948,11 @@ int bn_cuda_forward_hidden(bn_cuda_state *s, const float *x, int n, bn_forward_o
     return snaps ? forward_rows_snaps(s, in, n, out, snaps, err, errlen) : forward_rows(s, in, n, out, err, errlen);
 }
 
-// batch_check: bn_cuda_forward_batch's inputs; 0 or -1 with err.
+// batch_check: bn_cuda_forward_batch's inputs (every sequence, before any pass runs); 0 or -1 with err.
 static int batch_check(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                        char *err, size_t errlen) {
     bn_cuda_state *s = states[0];
-    if (!s || n > MAX_BATCH_COLS || n > s->n_batch)
-        return bn_err(err, errlen, "bn_cuda_forward_batch: %d sequences (at most %d)", n,
-                      s ? (s->n_batch < MAX_BATCH_COLS ? s->n_batch : MAX_BATCH_COLS) : 0);
+    if (!s) return bn_err(err, errlen, "bn_cuda_forward_batch: sequence 0 is missing");
     for (int t = 0; t < n; t++) {
         const bn_cuda_state *q = states[t];
         if (!q || q->cm != s->cm || q->kv_type != s->kv_type || q->cm->first_layer != 0)
@@ -1017,11 +1016,9 @@ static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, b
     return cudaSuccess;
 }
 
-int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
-                          char *err, size_t errlen) {
-    if (n < 0) return bn_err(err, errlen, "bn_cuda_forward_batch: negative sequence count %d", n);
-    if (n == 0) return 0;
-    if (batch_check(states, tokens, n, outs, err, errlen) != 0) return -1;
+// batch_pass: one pass of bn_cuda_forward_batch: n <= the capacity of states[0], which runs it (checked inputs).
+static int batch_pass(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                      char *err, size_t errlen) {
     bn_cuda_state *s = states[0]; // its stream, scratch and head rows run the step
     const bn_config *c = &s->cm->cfg;
     bool head = false, hidden = false, argmax = false;
@@ -1041,6 +1038,20 @@ int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, i
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward_batch", err, errlen);
     for (int t = 0; t < n; t++) states[t]->pos += 1;
+    return 0;
+}
+
+int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                          char *err, size_t errlen) {
+    if (n < 0) return bn_err(err, errlen, "bn_cuda_forward_batch: negative sequence count %d", n);
+    if (n == 0) return 0;
+    if (batch_check(states, tokens, n, outs, err, errlen) != 0) return -1;
+    for (int t0 = 0; t0 < n;) { // passes of what the pass's first state holds
+        const int cap = states[t0]->n_batch < MAX_BATCH_COLS ? states[t0]->n_batch : MAX_BATCH_COLS;
+        const int nb = n - t0 < cap ? n - t0 : cap;
+        if (batch_pass(states + t0, tokens + t0, nb, outs ? outs + t0 : NULL, err, errlen) != 0) return -1;
+        t0 += nb;
+    }
     return 0;
 }
 

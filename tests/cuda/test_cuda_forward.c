@@ -975,6 +975,26 @@ static void batch_case(const char *type, double bound) {
             CHECK(captures == 1 && replays == STEPS, "CUDA batch graphs: %lld captures, %lld replays (want 1, %d)",
                   (long long)captures, (long long)replays, STEPS);
         }
+        if (!strcmp(bn_engine_name(e), "CUDA")) { // 20 sequences: the engine op runs them in chunks of 16
+            enum { M = 20 };
+            bn_engine_state *w[M];
+            int32_t wt[M], wa[M], one;
+            bn_forward_out wo[M], *wp[M];
+            for (int i = 0; i < M; i++) {
+                if (!(w[i] = bn_engine_state_new(e, 8, err, sizeof err))) bn_die("batch state: %s", err);
+                wt[i] = (int32_t)((i * 29 + 1) % V), wo[i] = (bn_forward_out){.argmax = &wa[i]}, wp[i] = &wo[i];
+            }
+            CHECK(bn_engine_forward_batch(w, wt, M, wp, err, sizeof err) == 0, "CUDA batch of %d: %s", M, err);
+            int bad = 0;
+            for (int i = 0; i < M; i++) { // against one-token steps of fresh states
+                bn_engine_state_reset(w[i]);
+                bn_forward_out o1 = {.argmax = &one};
+                CHECK(bn_engine_forward(w[i], &wt[i], 1, &o1, err, sizeof err) == 0, "one step: %s", err);
+                bad += one != wa[i];
+                bn_engine_state_free(w[i]);
+            }
+            CHECK(bad == 0, "CUDA batch of %d sequences: %d argmax differ from one-token steps", M, bad);
+        }
         if (!strcmp(bn_engine_name(e), "CUDA")) { // an input error leaves every state where it was
             int32_t bad[N] = {1, V, 2, 3};
             int pos[N];
