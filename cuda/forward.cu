@@ -162,8 +162,9 @@ int bn_cuda_available(char *err, size_t errlen) {
 // the state's device tap buffer (STEP_LOGITS, STEP_TAPS). STEP_VERIFY: a bn_cuda_forward_snaps pass of n
 // <= BN_CU_MMVQ_MAX_NB tokens (no cuBLAS inside) with per-token device snapshots (their pointers are read
 // from d_snap_ptrs), optional device taps and the logits of every row or the last. The tap buffer row comes
-// from device memory (d_pos[1]), so the row can change between replays.
-enum step_kind { STEP_GREEDY, STEP_LOGITS, STEP_TAPS, N_STEP_GRAPHS, STEP_VERIFY = N_STEP_GRAPHS };
+// from device memory (d_pos[1]), so the row can change between replays. STEP_BATCH: a bn_cuda_forward_batch pass
+// of n columns (the column table and tokens are read from device memory) with the logits of every column.
+enum step_kind { STEP_GREEDY, STEP_LOGITS, STEP_TAPS, N_STEP_GRAPHS, STEP_VERIFY = N_STEP_GRAPHS, STEP_BATCH };
 #define MAX_GRAPH_TAPS 16 // tap slots a captured pass can write (more: the launch-by-launch path)
 
 // A captured pass and the configuration it was captured for (a different configuration re-captures).
@@ -212,20 +213,24 @@ struct bn_cuda_state {
     int tap_row;          // the row in d_pos[1] (-1: not set yet)
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
-    int *d_col_pos;       // {MAX_BATCH_COLS} a batched step's column positions (bn_cuda_forward_batch)
-    void **d_col_ptrs;    // {MAX_BATCH_COLS, 4, n_layer}: per layer the columns' k, v caches, conv windows, S
-    void **h_cols;        // host staging of d_col_pos (as ints, first) and d_col_ptrs, one upload per step
+    void **d_cols;        // a batched step's column table (bn_cuda_forward_batch): {MAX_BATCH_COLS} pointer-sized
+                          // slots holding the positions (ints), then {MAX_BATCH_COLS, 4, n_layer}: per layer the
+                          // columns' k, v caches, conv windows, S
+    void **h_cols;        // its host staging (the same layout), one upload per step
     float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
     size_t dev_tap_floats; // its capacity
     step_graph graphs[N_STEP_GRAPHS]; // captured one-token steps, one per step_kind (exec NULL until first use)
     step_graph verify[BN_CU_MMVQ_MAX_NB + 1]; // captured STEP_VERIFY passes, by token count
-    cudaGraphExec_t batch_graphs[MAX_BATCH_COLS + 1]; // captured batched steps (bn_cuda_forward_batch) by columns
+    step_graph batch[MAX_BATCH_COLS + 1]; // captured STEP_BATCH passes (bn_cuda_forward_batch), by column count
     bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): steps and verify passes launch kernel by kernel
     bool no_fuse;         // env BONSAI_CUDA_FUSE=0 at creation: every matmul group quantizes its own input (fused_q8)
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+// col_table_slots: pointer-sized slots of a batched step's column table (d_cols / h_cols) for n_layer layers.
+static size_t col_table_slots(int n_layer) { return (size_t)MAX_BATCH_COLS * (1 + 4 * (size_t)n_layer); }
 
 // drop_graph: destroys a captured pass (captured again on its next use).
 static void drop_graph(step_graph *g) {
@@ -262,8 +267,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     int32_t *d_tokens = (int32_t *)bn_cu_carve(c, B * sizeof(int32_t));
     float **d_snap_ptrs = (float **)bn_cu_carve(c, MAX_SNAPS * sizeof(float *));
     int32_t *d_argmax = (int32_t *)bn_cu_carve(c, (size_t)s->logit_rows * sizeof(int32_t));
-    int *d_col_pos = (int *)bn_cu_carve(c, MAX_BATCH_COLS * sizeof(void *)); // pointer-sized slots: one upload
-    void **d_col_ptrs = (void **)bn_cu_carve(c, (size_t)MAX_BATCH_COLS * 4 * cf->n_layer * sizeof(void *));
+    void **d_cols = (void **)bn_cu_carve(c, col_table_slots(cf->n_layer) * sizeof(void *));
     const size_t topk_n = (size_t)s->logit_rows * BN_FORWARD_TOPK_MAX;
     float *d_topk_vals = (float *)bn_cu_carve(c, topk_n * sizeof(float));
     int32_t *d_topk_ids = (int32_t *)bn_cu_carve(c, topk_n * sizeof(int32_t));
@@ -276,7 +280,7 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     float *rec = (float *)bn_cu_carve(c, n_rec * sizeof(float));
     if (c->base) {
         s->d_pos = d_pos, s->d_tokens = d_tokens, s->recurrent = rec, s->n_recurrent = n_rec;
-        s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax, s->d_col_pos = d_col_pos, s->d_col_ptrs = d_col_ptrs;
+        s->d_snap_ptrs = d_snap_ptrs, s->d_argmax = d_argmax, s->d_cols = d_cols;
         s->d_topk_vals = d_topk_vals, s->d_topk_ids = d_topk_ids, s->topk_scratch = topk_scratch, s->d_lse = d_lse;
         float *p = rec;
         for (size_t il = 0; il < L; il++) {
@@ -339,7 +343,7 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
     s->ssm = (float **)xcalloc((size_t)L, sizeof(float *));
-    s->h_cols = (void **)xcalloc((size_t)MAX_BATCH_COLS * (1 + 4 * (size_t)L), sizeof(void *));
+    s->h_cols = (void **)xcalloc(col_table_slots(L), sizeof(void *));
     bn_cu_carver count = {NULL, 0};
     const size_t total = layout(&count, s);
     int rc = 0;
@@ -369,8 +373,7 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     if (!s) return;
     for (int i = 0; i < N_STEP_GRAPHS; i++) drop_graph(&s->graphs[i]);
     for (int n = 0; n <= BN_CU_MMVQ_MAX_NB; n++) drop_graph(&s->verify[n]);
-    for (int n = 0; n <= MAX_BATCH_COLS; n++)
-        if (s->batch_graphs[n]) cudaGraphExecDestroy(s->batch_graphs[n]);
+    for (int n = 0; n <= MAX_BATCH_COLS; n++) drop_graph(&s->batch[n]);
     bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_snap_ptrs) cudaFreeHost(s->h_snap_ptrs);
@@ -725,8 +728,8 @@ static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int n
 
 // layer_cols: the columns of layer il in a batched step (the device column table bn_cuda_forward_batch uploaded).
 static bn_cu_cols layer_cols(const bn_cuda_state *s, int il) {
-    void **base = s->d_col_ptrs + (size_t)il * 4 * MAX_BATCH_COLS;
-    return bn_cu_cols{s->d_col_pos, base, base + MAX_BATCH_COLS, (float *const *)(base + 2 * MAX_BATCH_COLS),
+    void **base = s->d_cols + MAX_BATCH_COLS + (size_t)il * 4 * MAX_BATCH_COLS;
+    return bn_cu_cols{(const int *)s->d_cols, base, base + MAX_BATCH_COLS, (float *const *)(base + 2 * MAX_BATCH_COLS),
                       (float *const *)(base + 3 * MAX_BATCH_COLS)};
 }
 
@@ -970,7 +973,7 @@ static int batch_check(bn_cuda_state *const *states, const int32_t *tokens, int 
 }
 
 // upload_cols: the column table of states[0..n) (positions, then per layer the k, v, conv, ssm pointers) into
-// states[0]'s d_col_pos / d_col_ptrs, and the tokens into its d_tokens; async on its stream.
+// states[0]'s d_cols, and the tokens into its d_tokens; async on its stream.
 static cudaError_t upload_cols(bn_cuda_state *const *states, const int32_t *tokens, int n) {
     bn_cuda_state *s = states[0];
     const int L = s->cm->cfg.n_layer;
@@ -984,10 +987,8 @@ static cudaError_t upload_cols(bn_cuda_state *const *states, const int32_t *toke
             row[2 * MAX_BATCH_COLS + t] = states[t]->conv[il], row[3 * MAX_BATCH_COLS + t] = states[t]->ssm[il];
         }
     }
-    // pageable host memory: the copies are staged before they return (h_cols may change for the next step)
-    TRY(cudaMemcpyAsync(s->d_col_pos, pos, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice, s->stream));
-    TRY(cudaMemcpyAsync(s->d_col_ptrs, ptrs, sizeof(void *) * (size_t)MAX_BATCH_COLS * 4 * L, cudaMemcpyHostToDevice,
-                        s->stream));
+    // pageable host memory: the copy is staged before it returns (h_cols may change for the next step)
+    TRY(cudaMemcpyAsync(s->d_cols, s->h_cols, sizeof(void *) * col_table_slots(L), cudaMemcpyHostToDevice, s->stream));
     return cudaMemcpyAsync(s->d_tokens, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->stream);
 }
 
@@ -1002,18 +1003,16 @@ static cudaError_t batch_body(bn_cuda_state *s, int n, bool head, bool hidden, b
     return argmax ? bn_cu_argmax_rows(s->logits, s->cm->cfg.n_vocab, n, s->d_argmax, s->stream) : cudaSuccess;
 }
 
-// batch_step: batch_body through a graph captured per column count (with head and argmax: what the serving
-// and mining loops ask of every step) when head is wanted and graphs are on, else launched kernel by kernel.
+static cudaError_t replay(bn_cuda_state *s, step_kind kind, const step_graph *key);
+
+// batch_step: batch_body, replaying the STEP_BATCH pass of n columns (replay) when head is wanted and graphs are
+// on, else launched kernel by kernel.
 static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax) {
     if (!head || s->no_graphs) return batch_body(s, n, head, hidden, argmax);
-    cudaGraphExec_t *exec = &s->batch_graphs[n];
-    if (!*exec) {
-        TRY(bn_cu_capture(s->stream, exec, [&] { return batch_body(s, n, true, true, true); }));
-        s->n_captures++;
-    }
-    TRY(cudaGraphLaunch(*exec, s->stream));
-    s->n_replays++;
-    return cudaSuccess;
+    step_graph key;
+    memset(&key, 0, sizeof key);
+    key.n = n, key.all_logits = true, key.argmax = argmax;
+    return replay(s, STEP_BATCH, &key);
 }
 
 // batch_pass: one pass of bn_cuda_forward_batch: n <= the capacity of states[0], which runs it (checked inputs).
@@ -1109,9 +1108,10 @@ static bool serves_key(const step_graph *g, const step_graph *key) {
 // graph_body: key->n tokens from d_tokens (or the residual rows in s->x) at d_pos, their taps into key's
 // buffer and the logits of every row (all_logits) or the last into s->logits; STEP_VERIFY: the per-token
 // snapshots of d_snap_ptrs; with key->argmax the argmax of each logits row into d_argmax; STEP_GREEDY: the
-// argmax of the logits into d_tokens[0]. The same launches as
-// the launch-by-launch path (run_layers + chunk_outputs), so the same results.
+// argmax of the logits into d_tokens[0]; STEP_BATCH: batch_body. The same launches as
+// the launch-by-launch path (run_layers + chunk_outputs, batch_body), so the same results.
 static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph *key) {
+    if (kind == STEP_BATCH) return batch_body(s, key->n, true, true, key->argmax);
     bn_forward_out taps_out;
     memset(&taps_out, 0, sizeof taps_out);
     taps_out.taps = (float *)key->taps;
@@ -1135,7 +1135,7 @@ static cudaError_t capture(bn_cuda_state *s, step_kind kind, const step_graph *k
 // replay: launches the captured pass of this kind serving key (captured on first use, and again when its
 // slot holds a pass that does not serve key); async on s->stream, inputs already uploaded.
 static cudaError_t replay(bn_cuda_state *s, step_kind kind, const step_graph *key) {
-    step_graph *g = kind == STEP_VERIFY ? &s->verify[key->n] : &s->graphs[kind];
+    step_graph *g = kind == STEP_VERIFY ? &s->verify[key->n] : kind == STEP_BATCH ? &s->batch[key->n] : &s->graphs[kind];
     if (g->exec && !serves_key(g, key)) drop_graph(g);
     if (!g->exec) {
         cudaGraphExec_t exec = NULL;
