@@ -216,9 +216,8 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     const bool argmax_steps = p->n_probs == 0 && bn_sampler_is_greedy(smp);
     const int topk_steps =
         p->n_probs == 0 && !argmax_steps ? bn_sampler_topk_needed(smp, BN_FORWARD_TOPK_MAX, S->n_vocab) : 0;
-    int32_t next = -1, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (set by its eval)
+    int32_t next = -1, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (once a token was decoded)
     float topk_vals[BN_FORWARD_TOPK_MAX];
-    bool have_topk = false;
     bn_forward_out step_out = {.argmax = argmax_steps ? &next : NULL, .topk = topk_steps, .topk_ids = topk_ids,
                                .topk_logits = topk_vals};
     if (sl->spec) bn_spec_set_no_step_logits(sl->spec, p->n_probs == 0);
@@ -246,8 +245,9 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             }
             logits = bn_spec_step_logits(sl->spec, spec_i);
             id = spec_out[spec_i++];
-        } else if (next >= 0) id = next;
-        else if (have_topk) id = bn_sampler_sample_topk(smp, topk_ids, topk_vals, topk_steps, S->n_vocab);
+        } else if (sl->n_decoded > 0 && argmax_steps) id = next;
+        else if (sl->n_decoded > 0 && topk_steps)
+            id = bn_sampler_sample_topk(smp, topk_ids, topk_vals, topk_steps, S->n_vocab);
         else id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
         ev.id = id;
         if (p->n_probs > 0) {
@@ -314,7 +314,6 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             t->truncated = true;
             break;
         }
-        have_topk = topk_steps > 0;
         bn_forward_out logits_out = {.logits = sl->logits};
         if (bn_step_batcher_step(S->steps, sl->state, id, argmax_steps || topk_steps ? &step_out : &logits_out, err,
                                  sizeof err) != 0) {
