@@ -438,15 +438,6 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
     return n;
 }
 
-// row_sample: the sampler's pick for verify row j from what the pass returned (vo): the row's argmax (what a
-// greedy sampler picks), a draw from its top-k (what bn_sampler_sample would draw) or from its logits.
-static int32_t row_sample(bn_sampler *smp, const bn_forward_out *vo, int j, int V) {
-    if (vo->argmax) return vo->argmax[j];
-    const size_t k = (size_t)vo->topk;
-    if (k) return bn_sampler_sample_topk(smp, vo->topk_ids + j * k, vo->topk_logits + j * k, vo->topk, V);
-    return bn_sampler_sample(smp, vo->logits + (size_t)j * V, V);
-}
-
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->last_n = 0;
@@ -455,10 +446,8 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     // what the verify pass returns per row: without step logits wanted, the argmax (greedy) or the top_k best
     // logits (a sampler that reads only those); else the logits rows
     bn_forward_out vo = {.all_logits = true};
-    const int topk = sp->p.no_step_logits ? bn_sampler_topk_needed(smp, BN_FORWARD_TOPK_MAX, V) : 0;
-    if (sp->p.no_step_logits && bn_sampler_is_greedy(smp)) vo.argmax = sp->argmax;
-    else if (topk) vo.topk = topk, vo.topk_ids = sp->topk_ids, vo.topk_logits = sp->topk_vals;
-    else vo.logits = sp->logits;
+    if (!sp->p.no_step_logits || !bn_sampler_head_out(smp, V, &vo, sp->argmax, sp->topk_ids, sp->topk_vals))
+        vo.logits = sp->logits;
     sp->last_no_rows = !vo.logits;
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
@@ -497,12 +486,12 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     double t0 = bn_time_ms();
     if (target_forward(sp, tok, nd + 1, &vo, false, vsnaps, err, errlen) != 0) return -1;
     sp->st.ms_verify += bn_time_ms() - t0;
-    // accept by sample-and-compare: t_j = sample(row j) (row_sample); accept d_j while it equals t_j
+    // accept by sample-and-compare: t_j = sample(row j) (bn_sampler_pick); accept d_j while it equals t_j
     int j = 0;
-    int32_t t = row_sample(smp, &vo, 0, V);
+    int32_t t = bn_sampler_pick(smp, &vo, 0, V);
     while (j < nd && t == tok[1 + j]) {
         j++;
-        t = row_sample(smp, &vo, j, V);
+        t = bn_sampler_pick(smp, &vo, j, V);
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)
     const int n_keep = j + 1;

@@ -247,6 +247,25 @@ static float logprob_of(float logit, float max_l, float sum) {
     return p > 0.0f ? logf(p) : -FLT_MAX;
 }
 
+bool bn_sampler_head_out(const bn_sampler *s, int n_vocab, bn_forward_out *out, int32_t *argmax, int32_t *ids,
+                         float *vals) {
+    if (bn_sampler_is_greedy(s)) {
+        out->argmax = argmax;
+        return true;
+    }
+    const int k = bn_sampler_topk_needed(s, BN_FORWARD_TOPK_MAX, n_vocab);
+    if (!k) return false;
+    out->topk = k, out->topk_ids = ids, out->topk_logits = vals;
+    return true;
+}
+
+int32_t bn_sampler_pick(bn_sampler *s, const bn_forward_out *out, int j, int n_vocab) {
+    if (out->argmax) return out->argmax[j];
+    const size_t k = out->topk > 0 ? (size_t)out->topk : 0;
+    if (k) return bn_sampler_sample_topk(s, out->topk_ids + j * k, out->topk_logits + j * k, out->topk, n_vocab);
+    return bn_sampler_sample(s, out->logits + (size_t)j * n_vocab, n_vocab);
+}
+
 int bn_logits_topk_values(const float *logits, int n_vocab, int k, int32_t *ids, float *vals) {
     if (k > n_vocab) k = n_vocab;
     if (k <= 0) return 0;

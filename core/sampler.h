@@ -6,6 +6,7 @@
 #define BONSAI_SAMPLER_H
 #include <stdint.h>
 #include <stdbool.h>
+#include "core/forward.h" // bn_forward_out: bn_sampler_head_out / bn_sampler_pick
 
 typedef struct {
     float temperature; // <= 0: greedy (argmax of the candidates; ties → lowest id)
@@ -52,6 +53,16 @@ int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const f
 // -FLT_MAX (as llama.cpp), the float sum Kahan-compensated (within 1e-5 of a double softmax).
 // Temperature and the chain play no part (SERVER.md §5). k is clamped to n_vocab; returns the count.
 int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs);
+// bn_sampler_head_out: what a forward must return per row for s to pick from it without the logits row, set in
+// *out (its other fields kept): the argmax into argmax[row] when s is greedy, else the top_k best logits into
+// ids / vals [row][top_k] when s reads no more (bn_sampler_topk_needed with k BN_FORWARD_TOPK_MAX); returns false
+// (out untouched) when s needs the whole row.
+bool bn_sampler_head_out(const bn_sampler *s, int n_vocab, bn_forward_out *out, int32_t *argmax, int32_t *ids,
+                         float *vals);
+// bn_sampler_pick: s's token for row j of a pass whose outputs are out: its argmax, a draw from its top-k
+// (bn_sampler_sample_topk) or from its logits row (bn_sampler_sample); the same token in all three cases.
+int32_t bn_sampler_pick(bn_sampler *s, const bn_forward_out *out, int j, int n_vocab);
+
 // bn_logits_topk_values: the k highest logits (descending, ties → lower id first) and their ids; k is clamped to
 // n_vocab; returns the count.
 int bn_logits_topk_values(const float *logits, int n_vocab, int k, int32_t *ids, float *vals);

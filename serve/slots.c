@@ -210,16 +210,14 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     int32_t *top_ids = p->n_probs > 0 ? xmalloc(sizeof(int32_t) * p->n_probs) : NULL;
     float *top_lp = p->n_probs > 0 ? xmalloc(sizeof(float) * p->n_probs) : NULL;
     // Without log-probs a decode step needs less than its logits row (a device engine then copies 4 bytes or
-    // top_k pairs per token instead of the row): greedy, the argmax (bn_sampler_is_greedy: the sampler would pick
-    // it); sampling with top_k <= BN_FORWARD_TOPK_MAX, the top_k best logits (bn_sampler_sample_topk draws from
-    // them what bn_sampler_sample would from the row). The first token comes from the prompt's logits.
-    const bool argmax_steps = p->n_probs == 0 && bn_sampler_is_greedy(smp);
-    const int topk_steps =
-        p->n_probs == 0 && !argmax_steps ? bn_sampler_topk_needed(smp, BN_FORWARD_TOPK_MAX, S->n_vocab) : 0;
-    int32_t next = -1, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (once a token was decoded)
+    // top_k pairs per token instead of the row): what the sampler picks from (bn_sampler_head_out: greedy, the
+    // argmax; sampling with top_k <= BN_FORWARD_TOPK_MAX, the top_k best logits). The first token comes from the
+    // prompt's logits.
+    int32_t next, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (once a token was decoded)
     float topk_vals[BN_FORWARD_TOPK_MAX];
-    bn_forward_out step_out = {.argmax = argmax_steps ? &next : NULL, .topk = topk_steps, .topk_ids = topk_ids,
-                               .topk_logits = topk_vals};
+    bn_forward_out step_out = {0};
+    const bool lean_steps =
+        p->n_probs == 0 && bn_sampler_head_out(smp, S->n_vocab, &step_out, &next, topk_ids, topk_vals);
     if (sl->spec) bn_spec_set_no_step_logits(sl->spec, p->n_probs == 0);
     else bn_step_batcher_decoding(S->steps, +1); // its decode steps are batched with the other slots' (step_batch.h)
     while (stop_type == BN_STOP_NONE) {
@@ -245,9 +243,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             }
             logits = bn_spec_step_logits(sl->spec, spec_i);
             id = spec_out[spec_i++];
-        } else if (sl->n_decoded > 0 && argmax_steps) id = next;
-        else if (sl->n_decoded > 0 && topk_steps)
-            id = bn_sampler_sample_topk(smp, topk_ids, topk_vals, topk_steps, S->n_vocab);
+        } else if (sl->n_decoded > 0 && lean_steps) id = bn_sampler_pick(smp, &step_out, 0, S->n_vocab);
         else id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
         ev.id = id;
         if (p->n_probs > 0) {
@@ -315,7 +311,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
             break;
         }
         bn_forward_out logits_out = {.logits = sl->logits};
-        if (bn_step_batcher_step(S->steps, sl->state, id, argmax_steps || topk_steps ? &step_out : &logits_out, err,
+        if (bn_step_batcher_step(S->steps, sl->state, id, lean_steps ? &step_out : &logits_out, err,
                                  sizeof err) != 0) {
             free(text);
             free(top_ids);
