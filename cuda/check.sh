@@ -623,6 +623,17 @@ jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{pri
 # cell STEP: "" when the step passed, else its status (what a dependent cell shows)
 cell() { [ "${ST[$1]:-SKIP}" = OK ] && echo "" || echo "${ST[$1]:-SKIP}"; }
 
+# mma_note: whether the int8 tensor cores served the runs (cuda/mma_check.cu's decision, from the logs)
+mma_note() {
+    local failed
+    failed=$(grep -h -m1 -o "tensor-core self-check failed: [^;]*" "$W"/*.log 2>/dev/null | head -n 1)
+    if [ -n "$failed" ]; then echo "OFF, ${failed#tensor-core } (the dp4a kernels ran)"
+    elif [ "${BONSAI_CUDA_MMA:-1}" = 0 ]; then echo "off (BONSAI_CUDA_MMA=0)"
+    elif grep -q "tensor cores: on (self-check passed)" "$RES/tests.log" 2>/dev/null; then echo "on (self-check passed)"
+    else echo "on (no self-check failure logged)"
+    fi
+}
+
 table() {
     echo
     echo "## CUDA check — $(date -u +%Y-%m-%dT%H:%MZ) — $DEVICE"
@@ -630,6 +641,7 @@ table() {
     echo "Model: synthetic $PRESET shape (bonsai-mkmodel, --pure: every 2-D weight incl. head and embedding in the"
     echo "type), measured with $L1 and $L2 layers and scaled linearly to $LFULL layers. Decode GB/s = weight bytes"
     echo "read per token (all but token_embd) × tg tok/s; copy bandwidth ${COPY_GBS:-${ST[copybw]}} GB/s. GPU tests: $TESTS."
+    echo "Int8 tensor cores (8-32 column products): $(mma_note)."
     echo
     echo "| type | layers | size (MiB) | pp$PP t/s | tg$TG t/s | decode GB/s | % of copy BW |"
     echo "| ---- | -----: | ---------: | --------: | --------: | ----------: | -----------: |"

@@ -146,6 +146,19 @@ void bn_cuda_state_use_graphs(bn_cuda_state *s, int on);
 // reason in err ("no CUDA device").
 int bn_cuda_available(char *err, size_t errlen);
 
+// bn_cuda_mma_selftest: runs the int8 tensor-core kernels (cuda/mmq_tc.cu) and the dp4a ones on the same random
+// Q1_0, Q2_0 and PQ2_0 weights (GGUF and planar layouts; 8 and 24 columns) and returns 1 when they agree (to
+// 1e-4 of a column's largest |y|: only the fp32 summation order differs), 0 when not (msg says where), -1 when
+// it could not run (msg says why). Changes nothing; on a GPU this proves cuda/mma.cuh's fragment layout.
+int bn_cuda_mma_selftest(char *msg, size_t msglen);
+// bn_cuda_mma_in_use: 1 when products of 8..32 columns of low-bit weights run on the tensor cores, 0 when on the
+// dp4a kernels. The first call decides for the process: off when built with BN_CU_MMA=0, when the environment
+// has BONSAI_CUDA_MMA=0, or when bn_cuda_mma_selftest does not pass (a warning on stderr then); model and drafter
+// uploads call it, so the decision precedes every captured graph.
+int bn_cuda_mma_in_use(void);
+// bn_cuda_mma_status: that decision in words: "on", or "off (<why>)" (decides first, like bn_cuda_mma_in_use).
+const char *bn_cuda_mma_status(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -89,6 +89,7 @@ static int upload_all(bn_cuda_drafter *cd, char *err, size_t errlen) {
 
 bn_cuda_drafter *bn_cuda_drafter_upload(const bn_drafter *d, char *err, size_t errlen) {
     if (!bn_cuda_available(err, errlen)) return NULL;
+    bn_cuda_mma_in_use(); // the tensor-core self-check runs before anything is captured
     if (d->cfg.head_dim > BN_CU_MAX_HEAD_DIM) {
         bn_err(err, errlen, "CUDA: drafter head_dim %d exceeds the kernels' limit %d", d->cfg.head_dim,
                BN_CU_MAX_HEAD_DIM);

@@ -117,6 +117,7 @@ bn_cuda_model *bn_cuda_model_upload_from(const bn_model *m, int first_layer, cha
         return bn_err(err, errlen, "CUDA: first layer %d outside 0..%d", first_layer, m->cfg.n_layer - 1), nullptr;
     if (!bn_cuda_available(err, errlen)) return NULL;
     if (check_shapes(&m->cfg, err, errlen) != 0) return NULL;
+    bn_cuda_mma_in_use(); // the tensor-core self-check runs before anything is captured
     bn_cuda_model *cm = (bn_cuda_model *)xcalloc(1, sizeof *cm);
     cm->m = m;
     cm->cfg = m->cfg;

@@ -533,11 +533,16 @@ cudaError_t bn_cu_quantize_act(int type, const float *x, int64_t ne0, int nb, in
 // (F32/F16/BF16).
 cudaError_t bn_cu_mmvq(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, const float *x,
                        int nb, cudaStream_t s);
-// bn_cu_mmq_tc_supports: true when bn_cu_mmq_tc takes this weight type at nb (low-bit types, BN_CU_MMA on,
-// BN_CU_MMA_MIN_NB <= nb <= BN_CU_MMVQ_KERNEL_MAX_NB).
+// bn_cu_mmq_tc_supports: true when the mmvq path sends this weight type at nb to bn_cu_mmq_tc (low-bit types,
+// BN_CU_MMA on, BN_CU_MMA_MIN_NB <= nb <= BN_CU_MMVQ_KERNEL_MAX_NB, and the tensor cores enabled).
 bool bn_cu_mmq_tc_supports(int type, int nb);
-// bn_cu_mmq_tc: bn_cu_mmvq on int8 tensor cores for the types bn_cu_mmq_tc_supports (act from bn_cu_quantize_act);
-// cudaErrorInvalidValue for others.
+// bn_cu_mmq_tc_enable: routes the mmvq path's tensor-core cases to the tensor cores (true, the default) or to the
+// dp4a kernels (false); set once by cuda/mma_check.cu before any graph capture. bn_cu_mmq_tc_enabled: the setting
+// (false in builds with BN_CU_MMA=0).
+void bn_cu_mmq_tc_enable(bool on);
+bool bn_cu_mmq_tc_enabled(void);
+// bn_cu_mmq_tc: bn_cu_mmvq on int8 tensor cores for the types and nb bn_cu_mmq_tc_supports names, whether or not
+// enabled (the self-check runs it); cudaErrorInvalidValue for others.
 cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
                          cudaStream_t s);
 // bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.

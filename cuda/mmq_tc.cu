@@ -18,6 +18,7 @@
 // memory in warp order. So the results equal the dp4a kernels' up to the fp32 summation order.
 #include "cuda/mm_impl.cuh"
 #include "cuda/mma.cuh"
+#include <atomic>
 
 // Overridable at build time for the GPU comparison (notes/cuda-mm.md): warps per block (split-K over the row's
 // units) and 16-row tiles per warp (MMA_MT 2: 32 rows per block share each B fragment and activation scale load).
@@ -192,13 +193,23 @@ static cudaError_t launch_tc_nb(const bn_cu_weight *const *w, float *const *y, i
     return launch_tc<T, 4>(w, y, n, act, nb, s);
 }
 
-bool bn_cu_mmq_tc_supports(int type, int nb) {
+// Whether bn_cu_mmq_tc_supports routes products to the tensor cores (cleared by cuda/mma_check.cu's decision).
+static std::atomic<bool> g_tc_enabled{true};
+
+void bn_cu_mmq_tc_enable(bool on) { g_tc_enabled.store(on, std::memory_order_relaxed); }
+
+bool bn_cu_mmq_tc_enabled(void) { return BN_CU_MMA && g_tc_enabled.load(std::memory_order_relaxed); }
+
+// tc_takes: true when the tensor-core kernels handle this weight type at nb (whether or not they are enabled).
+static bool tc_takes(int type, int nb) {
     return BN_CU_MMA && bn_cu_low_bit(type) && nb >= BN_CU_MMA_MIN_NB && nb <= BN_CU_MMVQ_KERNEL_MAX_NB;
 }
 
+bool bn_cu_mmq_tc_supports(int type, int nb) { return tc_takes(type, nb) && bn_cu_mmq_tc_enabled(); }
+
 cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
                          cudaStream_t s) {
-    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || !bn_cu_mmq_tc_supports(w[0]->type, nb)) return cudaErrorInvalidValue;
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || !tc_takes(w[0]->type, nb)) return cudaErrorInvalidValue;
     switch (w[0]->type) {
     case BN_CU_Q1_0: return launch_tc_nb<BN_CU_Q1_0>(w, y, n, act, nb, s);
     case BN_CU_Q2_0: return launch_tc_nb<BN_CU_Q2_0>(w, y, n, act, nb, s);

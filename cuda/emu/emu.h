@@ -68,6 +68,7 @@ struct Thread {
 extern Thread *cur;       // the running CUDA thread (set by the scheduler on every switch)
 extern uint3 block_idx;   // blockIdx of the running block
 extern dim3 block_dim, grid_dim;
+extern bool mma_fault;    // BONSAI_EMU_MMA_FAULT / bn_cuda_emu_set_mma_fault: a wrong MMA fragment layout
 
 // SharedKey: one per BN_SHARED declaration site; remembers the block generation it was placed in.
 struct SharedKey {
@@ -238,7 +239,9 @@ static inline float bn_emu_warp_reduce_max(const char *site, float v) {
 // bn_mma_s8_16x8x32(d, a, b, c): the warp-collective mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32. Every lane
 // publishes a copy of its fragments (first exchange), builds the warp's A (16×32) and B (32×8) from all 32 copies
 // with cuda/mma.cuh's layout formulas and computes its 4 D values in 32-bit wrap-around; the second exchange keeps
-// the copies alive until every lane has read them (d may alias c).
+// the copies alive until every lane has read them (d may alias c). With bn_emu::mma_fault the A fragment's
+// registers 1 and 2 trade places (a1 taken as k + 16 of row g, a2 as row g + 8): a plausible layout mistake, for
+// tests of what a wrong layout on a GPU would do (cuda/mma_check.cu must catch it).
 #include "cuda/mma.cuh"
 #define bn_mma_s8_16x8x32(d, a, b, c) bn_emu_mma_s8_16x8x32(BN_EMU_SITE, (d), (a), (b), (c))
 struct bn_emu_mma_frags {
@@ -253,7 +256,10 @@ static inline void bn_emu_mma_s8_16x8x32(const char *site, int (&d)[4], const in
     for (int l = 0; l < 32; l++) {
         const bn_emu_mma_frags *f = (const bn_emu_mma_frags *)(uintptr_t)slot[l];
         for (int j = 0; j < 4; j++) {
-            for (int r = 0; r < 4; r++) A[bn_mma_a_row(l, r)][bn_mma_a_k(l, r, j)] = (int8_t)(f->a[r] >> (8 * j));
+            for (int r = 0; r < 4; r++) {
+                const int rr = bn_emu::mma_fault && (r == 1 || r == 2) ? 3 - r : r;
+                A[bn_mma_a_row(l, rr)][bn_mma_a_k(l, rr, j)] = (int8_t)(f->a[r] >> (8 * j));
+            }
             for (int r = 0; r < 2; r++) B[bn_mma_b_k(l, r, j)][bn_mma_b_col(l)] = (int8_t)(f->b[r] >> (8 * j));
         }
     }

@@ -22,6 +22,10 @@ uint64_t bn_cuda_emu_set_order(uint64_t seed);
 // and in a shuffled order, and abort naming the kernel if the results differ (same as env
 // BONSAI_EMU_RACECHECK=1); returns the previous setting. Slow: copies all device memory 3x per launch.
 int bn_cuda_emu_set_racecheck(int on);
+// bn_cuda_emu_set_mma_fault: 1 = later emulated MMAs (cuda/mma.cuh) read the A fragment in a wrong layout
+// (registers 1 and 2 swapped; same as env BONSAI_EMU_MMA_FAULT=1), to test what a wrong layout on a GPU would
+// do; returns the previous setting.
+int bn_cuda_emu_set_mma_fault(int on);
 // bn_cuda_emu_get_stats: fills *s with the counters.
 void bn_cuda_emu_get_stats(bn_cuda_emu_stats *s);
 

@@ -27,6 +27,7 @@ namespace bn_emu {
 Thread *cur;
 uint3 block_idx;
 dim3 block_dim, grid_dim;
+bool mma_fault; // BONSAI_EMU_MMA_FAULT (read_env): the MMA emulation uses a wrong fragment layout
 
 namespace {
 enum FiberState : uint8_t { F_READY, F_BLOCK, F_WARP, F_DONE };
@@ -177,6 +178,8 @@ void read_env() {
         profile = new std::map<std::pair<std::string, const void *>, KernelStat>();
         atexit(print_profile);
     }
+    const char *mf = getenv("BONSAI_EMU_MMA_FAULT");
+    mma_fault = mf && *mf && strcmp(mf, "0") != 0;
     const char *s = getenv("BONSAI_EMU_SHUFFLE");
     if (s && *s) order_seed = strtoull(s, nullptr, 0);
     const char *kb = getenv("BONSAI_EMU_STACK_KB");
@@ -676,6 +679,14 @@ extern "C" int bn_cuda_emu_set_racecheck(int on) {
     bn_emu::read_env();
     int old = bn_emu::racecheck;
     bn_emu::racecheck = on != 0;
+    return old;
+}
+
+extern "C" int bn_cuda_emu_set_mma_fault(int on) {
+    std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
+    bn_emu::read_env();
+    int old = bn_emu::mma_fault;
+    bn_emu::mma_fault = on != 0;
     return old;
 }
 

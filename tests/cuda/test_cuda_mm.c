@@ -30,6 +30,10 @@
 #include "tests/test.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/mm_host.h"
+#include "cuda/cuda_engine.h"
+#ifdef BONSAI_CUDA_EMU
+#include "cuda/emu/emu_api.h"
+#endif
 #include "quant/quant.h"
 #include "core/util.h"
 #include "core/rng.h"
@@ -84,8 +88,8 @@ static void act_ref(int type, bool mmvq, const float *x, int64_t n, float *out) 
     }
 }
 
-// check_matmul: one random W {ne0, ne1} × x {ne0, nb}; returns the max relative error.
-static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags) {
+// matmul_error: one random W {ne0, ne1} × x {ne0, nb}; returns the max relative error (NaN when the call failed).
+static double matmul_error(int type, int64_t ne0, int64_t ne1, int nb, int flags) {
     float *wd;
     uint8_t *wq = make_weights(type, ne0, ne1, &wd);
     float *x = xmalloc(sizeof(float) * ne0 * nb), *xr = xmalloc(sizeof(float) * ne0 * nb);
@@ -98,8 +102,8 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
         for (int64_t i = 0; i < ne0 * ne1; i++) wd[i] = bn_fp16_to_fp32(bn_fp32_to_fp16(wd[i]));
     char err[256] = "";
     int rc = bn_cuda_mm_host(type, wq, ne0, ne1, x, nb, y, flags, err, sizeof err);
-    CHECK(rc == 0, "%s nb %d: %s", bn_type_name(type), nb, err);
-    double worst = 0;
+    if (rc != 0) fprintf(stderr, "%s nb %d: %s\n", bn_type_name(type), nb, err);
+    double worst = rc == 0 ? 0 : NAN;
     for (int c = 0; c < nb && rc == 0; c++) {
         for (int64_t r = 0; r < ne1; r++) {
             double ref = 0, mag = 0;
@@ -112,12 +116,52 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
             if (!(rel <= worst)) worst = rel; // NaN (an unwritten output) sticks
         }
     }
-    double tol = gemm ? 1e-4 : 1e-5;
+    free(wq); free(wd); free(x); free(xr); free(y);
+    return worst;
+}
+
+// check_matmul: matmul_error within its tolerance (1e-5 on the mmvq path, 1e-4 on the GEMM path); returns it.
+static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags) {
+    const double worst = matmul_error(type, ne0, ne1, nb, flags);
+    const double tol = takes_mmvq(type, nb, flags) ? 1e-5 : 1e-4;
     CHECK(worst <= tol, "%s%s%s %lldx%lld nb %d: max relative error %.3g > %g", bn_type_name(type),
           flags & BN_CUDA_MM_REPACK ? " (planar)" : "", flags & BN_CUDA_MM_MMVQ ? " (mmvq)" : "", (long long)ne1,
           (long long)ne0, nb, worst, tol);
-    free(wq); free(wd); free(x); free(xr); free(y);
     return worst;
+}
+
+// check_mma_selfcheck: cuda/mma_check.cu. bn_cuda_mma_selftest passes (on a GPU: cuda/mma.cuh's fragment layout
+// is right) and the process decides to use the tensor cores (unless built without them or BONSAI_CUDA_MMA=0).
+// With `fault` (the emulator only: a wrong A-fragment layout injected, bn_cuda_emu_set_mma_fault) the tensor-core
+// products go wrong (the fault bites), the self-test fails naming its case, the decision is "off" with that
+// reason, and the same products are right again (the dp4a kernels).
+static void check_mma_selfcheck(bool fault) {
+    char msg[256] = "";
+    if (!fault) {
+        if (!bn_cuda_mma_in_use() && strstr(bn_cuda_mma_status(), "self-check") == NULL) {
+            printf("tensor cores: %s (self-check not run)\n", bn_cuda_mma_status());
+            return;
+        }
+        const int rc = bn_cuda_mma_selftest(msg, sizeof msg);
+        CHECK(rc == 1, "tensor-core self-check: %d (%s)", rc, msg);
+        CHECK(bn_cuda_mma_in_use() == 1 && strcmp(bn_cuda_mma_status(), "on") == 0, "tensor cores: %s",
+              bn_cuda_mma_status());
+        printf("tensor cores: %s (self-check passed)\n", bn_cuda_mma_status());
+        return;
+    }
+#ifdef BONSAI_CUDA_EMU
+    bn_cuda_emu_set_mma_fault(1);
+    const double wrong = matmul_error(BN_Q1_0, 1024, 64, 16, BN_CUDA_MM_MMVQ);
+    CHECK(wrong > 1e-3, "a wrong MMA layout went unnoticed by the Q1_0 nb 16 product (error %.3g)", wrong);
+    const int rc = bn_cuda_mma_selftest(msg, sizeof msg);
+    CHECK(rc == 0 && strstr(msg, "differs from the dp4a kernel"), "self-check under a wrong layout: %d (%s)", rc, msg);
+    CHECK(bn_cuda_mma_in_use() == 0 && strstr(bn_cuda_mma_status(), "off (self-check failed: "),
+          "decision under a wrong layout: %s", bn_cuda_mma_status());
+    check_matmul(BN_Q1_0, 1024, 64, 16, BN_CUDA_MM_MMVQ);
+    check_matmul(BN_PQ2_0, 1024, 64, 24, BN_CUDA_MM_MMVQ | BN_CUDA_MM_REPACK);
+    bn_cuda_emu_set_mma_fault(0);
+    printf("wrong MMA layout: caught (%s); the dp4a kernels took over\n", msg);
+#endif
 }
 
 // range_errors: max relative errors (to Σ|w·x|) over rows of column c of y against Σ wd·x in F64 (*err_new)
@@ -316,11 +360,18 @@ static void check_multi(int n, const int *types, const int64_t *ne1, int64_t ne0
     free(ys); free(x);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     bn_rng_seed(&rng, 20261130);
+    if (argc > 1 && strcmp(argv[1], "mma-fault") == 0) { // the emulator's cuda_mm_emu_mma_fault
+#ifndef BONSAI_CUDA_EMU
+        return test_skip("mma-fault needs the emulator");
+#endif
+        check_mma_selfcheck(true);
+        return test_done("test_cuda_mm mma-fault");
+    }
     setenv("BONSAI_CUDA_GEMM_TILE_ELEMS", "65536", 1); // fp16 tiles of 64 rows at ne0 1024: the 300-row GEMMs tile
     const int types[] = {BN_Q1_0, BN_Q2_0, BN_PQ2_0, BN_Q8_0, BN_Q4_0, BN_Q4_1,
                          BN_Q6_K, BN_Q4_K, BN_F16,  BN_BF16, BN_F32};
@@ -401,5 +452,6 @@ int main(void) {
     check_argmax();
     const int tk[][2] = {{1, 1}, {100, 7}, {5000, 40}, {70000, 64}, {3000, 64}, {64, 64}};
     for (size_t i = 0; i < sizeof tk / sizeof tk[0]; i++) check_topk(tk[i][0], tk[i][1]);
+    check_mma_selfcheck(false);
     return test_done("test_cuda_mm");
 }

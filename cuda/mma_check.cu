@@ -1,0 +1,140 @@
+// cuda/mma_check.cu — the int8 tensor-core self-check (cuda/cuda_engine.h: bn_cuda_mma_selftest, bn_cuda_mma_in_use).
+//
+// cuda/mmq_tc.cu's kernels rest on cuda/mma.cuh's fragment layout of mma.sync m16n8k32, which only a GPU can
+// prove (the emulator computes from the same formulas). A wrong layout would not crash: DSpark verification, the
+// drafter's block pass and batched steps of 8+ sequences would just compute wrong logits. So before the first
+// upload the engine runs the tensor-core kernels and the dp4a ones (cuda/mmvq.cu, plain integer dots) on the same
+// random low-bit weights and Q8 activations, and keeps the tensor cores only when the two agree.
+#include "cuda/mm_impl.cuh"
+#include "cuda/cuda_engine.h"
+#include <math.h>
+#include <mutex>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+extern "C" {
+// from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
+size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
+size_t bn_row_size(int type, int64_t ne0);
+const char *bn_type_name(int type);
+}
+
+// The check's shape: rows of 1024 (every low-bit type repacks to its planar layout at this width), 64 rows (two
+// blocks of MMA_MT·16 rows), column counts 8 and 24 (one and three column groups of the MMA).
+enum { CHECK_NE0 = 1024, CHECK_NE1 = 64, CHECK_NB_MAX = 24 };
+// Agreement: the per-unit integers are exact in both kernels and only the fp32 summation order differs
+// (~1e-6 relative); a wrong fragment layout moves whole products (errors of the order of the outputs).
+static const double CHECK_TOL = 1e-4;
+
+// lcg_unit: the next value of a 64-bit LCG mapped to [-1, 1).
+static float lcg_unit(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) * (1.0 / (1 << 23)) - 1.0);
+}
+
+// check_case: y from bn_cu_mmq_tc vs bn_cu_mmvq for one type, layout and nb on device buffers; returns 1 when
+// they agree, 0 when not (msg: where), -1 on a CUDA error (msg: which).
+static int check_case(int type, bool planar, int nb, const uint8_t *wq, const float *x, char *msg, size_t len) {
+    const size_t rb = bn_row_size(type, CHECK_NE0), wbytes = rb * CHECK_NE1;
+    bn_cu_weight w = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
+    dev_bufs b;
+    void *dw;
+    int8_t *qs;
+    bn_q8_ds *ds;
+    float *dx, *dy_tc, *dy_vq;
+    const size_t ybytes = sizeof(float) * CHECK_NE1 * nb;
+    cudaError_t e = b.alloc(&dw, wbytes);
+    if (e == cudaSuccess) e = b.alloc((void **)&dx, sizeof(float) * CHECK_NE0 * nb);
+    if (e == cudaSuccess) e = b.alloc((void **)&dy_tc, ybytes);
+    if (e == cudaSuccess) e = b.alloc((void **)&dy_vq, ybytes);
+    if (e == cudaSuccess) e = b.alloc((void **)&qs, (size_t)CHECK_NE0 * nb);
+    if (e == cudaSuccess) e = b.alloc((void **)&ds, sizeof(bn_q8_ds) * CHECK_NE0 / 32 * nb);
+    if (e == cudaSuccess) e = cudaMemcpy(dw, wq, wbytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(dx, x, sizeof(float) * CHECK_NE0 * nb, cudaMemcpyHostToDevice);
+    w.data = dw;
+    if (e == cudaSuccess && planar) e = bn_cu_weight_repack(&w, 0);
+    const bn_q8_act act = {qs, ds};
+    const bn_cu_weight *wp = &w;
+    if (e == cudaSuccess) e = bn_cu_quantize_act(w.type, dx, CHECK_NE0, nb, qs, ds, 0);
+    if (e == cudaSuccess) e = bn_cu_mmvq(&wp, &dy_vq, 1, &act, dx, nb, 0);
+    if (e == cudaSuccess) e = bn_cu_mmq_tc(&wp, &dy_tc, 1, &act, nb, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    std::vector<float> tc((size_t)CHECK_NE1 * nb), vq((size_t)CHECK_NE1 * nb);
+    if (e == cudaSuccess) e = cudaMemcpy(tc.data(), dy_tc, ybytes, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) e = cudaMemcpy(vq.data(), dy_vq, ybytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        snprintf(msg, len, "CUDA error %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        return -1;
+    }
+    for (int c = 0; c < nb; c++) {
+        double ymax = 0, dmax = 0;
+        for (int r = 0; r < CHECK_NE1; r++) {
+            const size_t i = (size_t)c * CHECK_NE1 + r;
+            ymax = fmax(ymax, fabs(vq[i]));
+            const double d = fabs((double)tc[i] - vq[i]);
+            if (!(d <= dmax)) dmax = d; // NaN sticks
+        }
+        if (!(dmax <= CHECK_TOL * fmax(ymax, 1.0))) {
+            snprintf(msg, len, "%s%s, %d columns: column %d differs from the dp4a kernel by %.3g (largest |y| %.3g)",
+                     bn_type_name(type), planar ? " planar" : "", nb, c, dmax, ymax);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+extern "C" int bn_cuda_mma_selftest(char *msg, size_t msglen) {
+    char scratch_msg[8];
+    if (!msg || !msglen) msg = scratch_msg, msglen = sizeof scratch_msg;
+    msg[0] = 0;
+    static const int types[] = {BN_CU_Q1_0, BN_CU_Q2_0, BN_CU_PQ2_0};
+    static const int nbs[] = {8, CHECK_NB_MAX};
+    uint64_t seed = 20261130;
+    std::vector<float> wf((size_t)CHECK_NE0 * CHECK_NE1), x((size_t)CHECK_NE0 * CHECK_NB_MAX);
+    for (float &v : wf) v = lcg_unit(&seed);
+    for (float &v : x) v = 3.0f * lcg_unit(&seed);
+    for (int type : types) {
+        const size_t rb = bn_row_size(type, CHECK_NE0);
+        std::vector<uint8_t> wq(rb * CHECK_NE1);
+        for (int r = 0; r < CHECK_NE1; r++)
+            bn_quantize_ref(type, wf.data() + (size_t)r * CHECK_NE0, wq.data() + (size_t)r * rb, CHECK_NE0);
+        for (int planar = 0; planar < 2; planar++)
+            for (int nb : nbs) {
+                const bn_cu_weight probe = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
+                if (planar && !bn_cu_weight_repackable(&probe)) continue;
+                const int rc = check_case(type, planar, nb, wq.data(), x.data(), msg, msglen);
+                if (rc != 1) return rc;
+            }
+    }
+    return 1;
+}
+
+// The process-wide decision of bn_cuda_mma_in_use (made once, before any graph is captured).
+static std::once_flag g_decide_once;
+static char g_status[320] = "on";
+
+// decide: fills g_status and switches the tensor-core kernels off where they must not run.
+static void decide(void) {
+    const char *env = getenv("BONSAI_CUDA_MMA");
+    char why[256] = "";
+    if (!BN_CU_MMA) snprintf(g_status, sizeof g_status, "off (built with BN_CU_MMA=0)");
+    else if (env && strcmp(env, "0") == 0) snprintf(g_status, sizeof g_status, "off (BONSAI_CUDA_MMA=0)");
+    else if (bn_cuda_mma_selftest(why, sizeof why) != 1) {
+        snprintf(g_status, sizeof g_status, "off (self-check failed: %s)", why);
+        fprintf(stderr,
+                "bonsai: CUDA int8 tensor-core self-check failed: %s; products of 8-32 columns use the dp4a kernels\n",
+                why);
+    } else return;
+    bn_cu_mmq_tc_enable(false);
+}
+
+extern "C" int bn_cuda_mma_in_use(void) {
+    std::call_once(g_decide_once, decide);
+    return bn_cu_mmq_tc_enabled();
+}
+
+extern "C" const char *bn_cuda_mma_status(void) {
+    std::call_once(g_decide_once, decide);
+    return g_status;
+}
