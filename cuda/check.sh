@@ -75,7 +75,7 @@ elif [ "$QUICK" = 1 ]; then
     declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=50 [models]=60 [copybw]=10 [mm]=0
                       [bench]=15 [dspark]=30)
 else
-    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=80 [models]=75 [copybw]=10 [mm]=20
+    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=80 [models]=75 [copybw]=10 [mm]=30
                       [bench]=15 [dspark]=40)
 fi
 # bench: the limit is per bonsai-bench run (one per type and layer count)

@@ -35,9 +35,17 @@ static size_t scratch_for(const bn_cu_weight *w, int nb, int flags) {
                                      : bn_cu_matmul_scratch_bytes(w, nb);
 }
 
-// matmul_flags: bn_cu_matmul_multi, or its mmvq-only / GEMM-only variant with BN_CUDA_MM_MMVQ / BN_CUDA_MM_GEMM.
+// matmul_flags: bn_cu_matmul_multi, or its mmvq-only / GEMM-only variant with BN_CUDA_MM_MMVQ / BN_CUDA_MM_GEMM;
+// with BN_CUDA_MM_DP4A the tensor cores are off while the launches are enqueued (where the routing happens).
 static cudaError_t matmul_flags(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                 void *scratch, cublasHandle_t blas, int flags) {
+    if (flags & BN_CUDA_MM_DP4A) {
+        const bool was = bn_cu_mmq_tc_enabled();
+        bn_cu_mmq_tc_enable(false);
+        const cudaError_t e = matmul_flags(w, n, x, y, nb, scratch, blas, flags & ~BN_CUDA_MM_DP4A);
+        bn_cu_mmq_tc_enable(was);
+        return e;
+    }
     if (flags & BN_CUDA_MM_MMVQ) return bn_cu_matmul_multi_mmvq(w, n, x, y, nb, scratch, 0);
     if (flags & BN_CUDA_MM_GEMM) return bn_cu_matmul_multi_gemm(w, n, x, y, nb, scratch, blas, 0);
     return bn_cu_matmul_multi(w, n, x, y, nb, scratch, blas, 0);

@@ -15,6 +15,9 @@ extern "C" {
 #define BN_CUDA_MM_REPACK 1
 #define BN_CUDA_MM_MMVQ 2
 #define BN_CUDA_MM_GEMM 4 // take the fp16 GEMM path whatever nb (bn_cu_matmul_multi_gemm)
+// BN_CUDA_MM_DP4A: the dp4a kernels where the int8 tensor cores would run (low-bit types at nb 8..32): the two
+// compared in one build (bench_cuda_mm; not thread-safe: switches the process-wide routing during the call)
+#define BN_CUDA_MM_DP4A 8
 #define BN_CUDA_MM_MMVQ_MAX_NB 32 // = BN_CU_MMVQ_KERNEL_MAX_NB (cuda/mm.cuh)
 
 // bn_cuda_mm_repackable: 1 when BN_CUDA_MM_REPACK changes the layout of such weights (16-byte aligned

@@ -18,14 +18,11 @@
 // 16, 17, 32 cost ~1.5, 2.5, 4.5, 9, 10, 18 times nb 1 for Q1_0 (dp4a-bound: 8 dots per unit, row and column;
 // lower ratios for Q2_0), e.g. ffn_up nb 17 ~40 us where the GEMM path takes ~285 us.
 // Tensor cores (cuda/mmq_tc.cu): Q1_0/Q2_0/PQ2_0 at nb 8..32 run on int8 MMA (path "mma"; expected nb 8 ~2x,
-// nb 17 ~3-3.5x, nb 32 ~4-5x nb 1 for Q1_0 ffn_up, notes/cuda-mm.md "Tensor cores"). The dp4a rows for the same
-// widths come from a second build with the MMA switched off in every language (the label follows BN_CU_MMA):
-//   meson setup build-dp4a -Dcuda=enabled --buildtype=release -Dc_args=-DBN_CU_MMA=0
-//       -Dcpp_args=-DBN_CU_MMA=0 -Dcuda_args=-DBN_CU_MMA=0   (one command line)
-#ifndef BN_CU_MMA
-#define BN_CU_MMA 1 // = cuda/mm.cuh's default
-#endif
+// nb 17 ~3-3.5x, nb 32 ~4-5x nb 1 for Q1_0 ffn_up, notes/cuda-mm.md "Tensor cores"). Their widths are timed on
+// the dp4a kernels too (path "dp4a", BN_CUDA_MM_DP4A; quick: nb 8, 17, 32), in the same run. The header says whether
+// the tensor cores are on (cuda/mma_check.cu's self-check; off with BONSAI_CUDA_MMA=0 or a BN_CU_MMA=0 build).
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_engine.h"
 #include "cuda/mm_host.h"
 #include "quant/quant.h"
 #include <stdio.h>
@@ -55,7 +52,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cuda_mm: %s\n", err);
         return 1;
     }
-    printf("device: %s; copy bandwidth %.0f GB/s (read + write)\n", bn_cuda_device_name(name, sizeof name), copy_gbs);
+    printf("device: %s; copy bandwidth %.0f GB/s (read + write); int8 tensor cores %s\n",
+           bn_cuda_device_name(name, sizeof name), copy_gbs, bn_cuda_mma_status());
+    const bool mma = bn_cuda_mma_in_use();
     const struct shape shapes[] = {
         {"ffn_up/gate", 5120, 17408}, {"ffn_down", 17408, 5120}, {"output", 5120, 248320},
         {"attn_q", 5120, 12288},      {"attn_k/v", 5120, 1024},  {"attn_qkv", 5120, 10240},
@@ -85,16 +84,19 @@ int main(int argc, char **argv) {
                 int n_nbs = all ? 8 : 1; // quick: the GGUF layouts and the other types at nb 1 only
                 double us1 = 0;
                 for (int j = 0; j < n_nbs; j++) {
-                    for (int force = 0; force < 2; force++) {
+                    for (int force = 0; force < 3; force++) { // as routed, the other path, dp4a for the MMA's
                         int nb = nbs[j];
                         bool routed_mmvq = bn_cuda_mm_uses_mmvq(type, nb);
-                        if (force && (nb <= 8 || nb > BN_CUDA_MM_MMVQ_MAX_NB)) continue;
-                        if (force && routed_mmvq && quick && nb != 17) continue; // the GEMM path once per row
+                        bool tc_width = mma && low_bit && nb >= 8 && nb <= BN_CUDA_MM_MMVQ_MAX_NB;
+                        if (force == 1 && (nb <= 8 || nb > BN_CUDA_MM_MMVQ_MAX_NB)) continue;
+                        if (force == 1 && routed_mmvq && quick && nb != 17) continue; // the GEMM path once per row
+                        if (force == 2 && (!tc_width || (quick && nb == 16))) continue;
                         if (!force && quick && !routed_mmvq && nb != 17) continue;
-                        bool on_mmvq = force ? !routed_mmvq : routed_mmvq;
-                        bool tensor_cores = BN_CU_MMA && low_bit && nb >= 8 && nb <= BN_CUDA_MM_MMVQ_MAX_NB;
-                        int flags = (planar ? BN_CUDA_MM_REPACK : 0) |
-                                    (force ? (on_mmvq ? BN_CUDA_MM_MMVQ : BN_CUDA_MM_GEMM) : 0);
+                        bool on_mmvq = force == 1 ? !routed_mmvq : force == 2 || routed_mmvq;
+                        bool tensor_cores = tc_width && force != 2;
+                        int flags = (planar ? BN_CUDA_MM_REPACK : 0) | (force == 2 ? BN_CUDA_MM_MMVQ | BN_CUDA_MM_DP4A
+                                                                      : force ? (on_mmvq ? BN_CUDA_MM_MMVQ : BN_CUDA_MM_GEMM)
+                                                                              : 0);
                         double us = bn_cuda_mm_bench(type, shapes[s].ne0, shapes[s].ne1, nb, iters, flags, err,
                                                      sizeof err);
                         if (us < 0) {
@@ -106,7 +108,8 @@ int main(int argc, char **argv) {
                         double gbs = bytes / (us * 1e-6) / 1e9;
                         printf("%-6s %-7s %-12s %6lld %7lld %4d %9.1f %8.0f %5.0f%% %6.1f %s\n", bn_type_name(type),
                                planar ? "planar" : "gguf", shapes[s].name, shapes[s].ne0, shapes[s].ne1, nb, us, gbs,
-                               100.0 * gbs / copy_gbs, us / us1, !on_mmvq ? "gemm" : tensor_cores ? "mma" : "mmvq");
+                               100.0 * gbs / copy_gbs, us / us1,
+                               !on_mmvq ? "gemm" : tensor_cores ? "mma" : force == 2 ? "dp4a" : "mmvq");
                     }
                 }
             }

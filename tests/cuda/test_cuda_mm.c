@@ -389,8 +389,11 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < sizeof wide_nbs / sizeof wide_nbs[0]; j++)
             worst_vq = fmax(worst_vq, check_matmul(types[t], 512, 37, wide_nbs[j], MM));
         if (low_bit(types[t])) // tensor cores (nb >= 8): 300 rows = 9 blocks of 32 + 12, ne0 6144: 48 units per warp
-            for (size_t j = 0; j < sizeof tc_nbs / sizeof tc_nbs[0]; j++)
+            for (size_t j = 0; j < sizeof tc_nbs / sizeof tc_nbs[0]; j++) {
                 worst_vq = fmax(worst_vq, check_matmul(types[t], j % 2 ? 6144 : 1024, j % 2 ? 19 : 300, tc_nbs[j], MM));
+                if (j % 3 == 0) // the same widths on the dp4a kernels (BN_CUDA_MM_DP4A, bench_cuda_mm's comparison)
+                    worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 45, tc_nbs[j], MM | BN_CUDA_MM_DP4A));
+            }
         worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1, 0));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1, 0)); // 160 units: 5-warp blocks
         worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
