@@ -33,12 +33,12 @@
 #   --quick: fewer tests (emu_runtime, cuda_mm, cuda_forward), Q1_0 only, one repetition (~5 min plan).
 #   --sanitize: adds a step (60 s) running test_emu_runtime and test_cuda_mm under compute-sanitizer
 #   memcheck, then cuda_mm under racecheck (out-of-bounds accesses and shared-memory races on the GPU).
-#   --profile: adds a step (60 s): Nsight Compute (ncu, kernel durations only, graph nodes one by one) over 16
-#   decode tokens of the L1-layer Q1_0 model; prints the kernels by total time per decoded token.
+#   --profile: adds two steps (60 s + 30 s): Nsight Compute (ncu, kernel durations only, graph nodes one by one) over
+#   16 decode tokens, then over a pp$PP prefill, of the L1-layer Q1_0 model; prints the kernels by total time per token.
 # BONSAI_CHECK_INJECT="STEP=fail STEP=hang ..." replaces steps by a failing / hanging command (2 s limit):
 # how cuda_check_script_emu_faults checks that the tables still print.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 EMU=0 TINY=0 QUICK=0 SANITIZE=0 PROFILE=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -88,6 +88,7 @@ LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
 for k in env deps setup build tests sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
+PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
@@ -437,14 +438,17 @@ else
             -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
     done
 fi
-# ---- profile (--profile): ncu kernel durations of a short decode ---------------------------------------
-# profile_run: ncu over bonsai-bench's tg16 (+ its warm-up) on the L1-layer Q1_0 model; the CSV goes to
-# $W/profile.csv, then a table: kernel, launches, total us, us per decoded token (17 tokens: warm-up + 16).
+# ---- profile (--profile): ncu kernel durations of a short decode and of a prefill ------------------------
+# profile_run [pp]: ncu over bonsai-bench on the L1-layer Q1_0 model; the CSV goes to $W/profile[-pp].csv, then a
+# table: kernel, launches, total us, us per token. Decode: tg16 + its warm-up (17 tokens); pp: one pp$PP run +
+# its warm-up (2·PP tokens; the prefill kernels are launched one by one, not through a graph).
 profile_run() {
+    local tag="" args=(-p 0 -n 16) tokens=17
+    [ "${1:-}" = pp ] && tag=-pp args=(-p "$PP" -n 0) tokens=$((2 * PP))
     ncu --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv --print-units base \
-        "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p 0 -n 16 -r 1 -o json >"$W/profile.csv" 2>"$W/profile.err" || {
-        tail -n 20 "$W/profile.err"; return 1; }
-    python3 - "$W/profile.csv" <<'PYEOF'
+        "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 "${args[@]}" -r 1 -o json >"$W/profile$tag.csv" 2>"$W/profile$tag.err" || {
+        tail -n 20 "$W/profile$tag.err"; return 1; }
+    python3 - "$W/profile$tag.csv" "$tokens" <<'PYEOF'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows: sys.exit("no ncu rows")
@@ -457,13 +461,14 @@ for r in rows[1:]:
 all_ns = sum(tot.values())
 print("| kernel | launches | total us | us / token | share |")
 print("| --- | ---: | ---: | ---: | ---: |")
+tokens = int(sys.argv[2])
 for name, ns in sorted(tot.items(), key=lambda x: -x[1])[:25]:
-    print(f"| {name} | {cnt[name]} | {ns/1e3:.1f} | {ns/1e3/17:.2f} | {100*ns/all_ns:.1f}% |")
-print(f"| all ({sum(cnt.values())} launches) | | {all_ns/1e3:.1f} | {all_ns/1e3/17:.2f} | |")
+    print(f"| {name} | {cnt[name]} | {ns/1e3:.1f} | {ns/1e3/tokens:.2f} | {100*ns/all_ns:.1f}% |")
+print(f"| all ({sum(cnt.values())} launches) | | {all_ns/1e3:.1f} | {all_ns/1e3/tokens:.2f} | |")
 PYEOF
 }
 export -f profile_run
-export BENCH
+export BENCH PP
 if [ "${LIMIT[profile]}" -le 0 ]; then
     skip_step profile "not in this plan (--profile)"
 elif ! command -v ncu >/dev/null; then
@@ -472,6 +477,7 @@ elif [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
     skip_step profile "no model"
 else
     run_step profile "${LIMIT[profile]}" bash -c profile_run && cat "$W/profile.log"
+    run_step profile-pp $((LIMIT[profile] / 2)) bash -c "profile_run pp" && cat "$W/profile-pp.log"
 fi
 
 # dsf LOG PATTERN FIELD: the FIELD-th whitespace field (commas dropped) of LOG's first line matching PATTERN
@@ -645,7 +651,7 @@ table() {
     echo
     echo "| type | layers | size (MiB) | pp$PP t/s | tg$TG t/s | decode GB/s | % of copy BW |"
     echo "| ---- | -----: | ---------: | --------: | --------: | ----------: | -----------: |"
-    local q f1 f2 bpw bad
+    local q f1 f2 bpw
     for q in $TYPES; do
         f1="$W/bench-$q-$L1.log" f2="$W/bench-$q-$L2.log"
         bpw=$([ "$q" = Q1_0 ] && echo 1.125 || echo 2.25)
@@ -681,6 +687,12 @@ table() {
         echo "### Kernel time per decoded token (ncu, $L1-layer Q1_0, tg16 + warm-up; launches include the upload)"
         echo
         cat "$W/profile.log"
+    fi
+    if [ "${ST[profile-pp]:-SKIP}" = OK ]; then
+        echo
+        echo "### Kernel time per prefilled token (ncu, $L1-layer Q1_0, pp$PP + warm-up, launch by launch)"
+        echo
+        cat "$W/profile-pp.log"
     fi
     echo
     echo "| step | status | seconds | limit |"
