@@ -123,11 +123,6 @@ int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *token
     const bn_engine *e = states[0]->e;
     for (int t = 1; t < n; t++)
         if (states[t]->e != e) return bn_err(err, errlen, "bn_engine_forward_batch: sequence %d on another engine", t);
-    if (!e->ops->forward_batch) {
-        for (int t = 0; t < n; t++)
-            if (bn_engine_forward(states[t], &tokens[t], 1, outs ? outs[t] : NULL, err, errlen) != 0) return -1;
-        return 0;
-    }
     void **sts = xmalloc(sizeof(void *) * (size_t)n);
     for (int t = 0; t < n; t++) sts[t] = states[t]->st;
     const int rc = e->ops->forward_batch(sts, tokens, n, outs, err, errlen);

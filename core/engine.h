@@ -37,7 +37,7 @@ typedef struct bn_engine_ops {
     // forward + the state after each token t into snaps[t] (the backend's snapshot objects)
     int (*forward_snaps)(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps, char *err,
                          size_t errlen);
-    // one decode token for each of n states at once (NULL: bn_engine_forward_batch runs them one by one)
+    // one decode token for each of n states at once
     int (*forward_batch)(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
                          size_t errlen);
 } bn_engine_ops;
@@ -89,8 +89,8 @@ int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forwa
 // bn_engine_forward_batch: one decode step of n sequences: tokens[t] appended to states[t] (distinct states of one
 // engine; outs NULL or outs[t] NULL: no output), bn_forward_batch's contract where the backend batches (CPU:
 // every weight read once for as many sequences as a state's batch rows hold; CUDA: up to BN_CUDA_BATCH_MAX per
-// pass), else one bn_engine_forward per sequence (CPU+CUDA). When a step takes several passes or forwards, an
-// error stops it there (the sequences before have advanced). Returns 0 or -1 with err filled.
+// pass; CPU+CUDA: each half batched, the CPU layers' rows handed over in one copy). When a step takes several
+// passes, an error stops it there (the sequences before have advanced). Returns 0 or -1 with err filled.
 int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                             char *err, size_t errlen);
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent

@@ -374,35 +374,55 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
     return 0;
 }
 
+// batch_check: the inputs of a batched step (fn names the caller in errors): n distinct states of m holding the
+// first one's layers (all of them, or with front the first one's n_layers) and KV type, each with room for a token,
+// outs without taps or snapshots and valid for bn_forward_check; 0 or -1 with err.
+static int batch_check(const char *fn, const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
+                       bn_forward_out *const *outs, bool front, char *err, size_t errlen) {
+    const bn_config *c = &m->cfg;
+    bn_state *s = seqs[0];
+    if (!s || n > s->n_batch)
+        return bn_err(err, errlen, "%s: %d sequences (the first state holds %d rows)", fn, n, s ? s->n_batch : 0);
+    const int n_layers = front ? s->n_layers : c->n_layer;
+    for (int t = 0; t < n; t++) {
+        const bn_state *q = seqs[t];
+        if (!q || q->m != m || q->n_layers != n_layers || q->kv_type != s->kv_type)
+            return bn_err(err, errlen, "%s: sequence %d is missing or not a state of this model with the first one's "
+                          "layers and KV type", fn, t);
+        for (int u = 0; u < t; u++)
+            if (seqs[u] == q) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, t);
+        if (q->pos + 1 > s->n_ctx)
+            return bn_err(err, errlen, "%s: sequence %d at %d exceeds the first state's n_ctx %d", fn, t, q->pos,
+                          s->n_ctx);
+        const bn_forward_out *o = outs ? outs[t] : NULL;
+        if (o && (o->taps || o->snaps))
+            return bn_err(err, errlen, "%s: sequence %d: taps and snapshots need bn_forward", fn, t);
+        if (bn_forward_check(c, q->pos, q->n_ctx, q->n_recurrent, &tokens[t], 1, o, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+// batch_layers: the layers of a checked batched step: tokens[t] embedded and run through seqs[t]'s layers (the first
+// state's scratch and threads), every position advanced; the residual rows are left in seqs[0]->x {n_embd, n}.
+static void batch_layers(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n) {
+    bn_state *s = seqs[0];
+    const int H = m->cfg.n_embd;
+    for (int t = 0; t < n; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
+    const cols cl = {seqs, 0};
+    run_layers(m, s, n, &cl, NULL, 0, NULL);
+    for (int t = 0; t < n; t++) seqs[t]->pos += 1;
+}
+
 int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
                      bn_forward_out *const *outs, char *err, size_t errlen) {
     const bn_config *c = &m->cfg;
     if (n < 0) return bn_err(err, errlen, "bn_forward_batch: negative sequence count %d", n);
     if (n == 0) return 0;
+    if (batch_check("bn_forward_batch", m, seqs, tokens, n, outs, false, err, errlen) != 0) return -1;
     bn_state *s = seqs[0]; // runs the step: its scratch rows, threads and attention scratch
-    if (!s || n > s->n_batch)
-        return bn_err(err, errlen, "bn_forward_batch: %d sequences (the first state holds %d rows)", n, s ? s->n_batch : 0);
-    for (int t = 0; t < n; t++) {
-        const bn_state *q = seqs[t];
-        if (!q || q->m != m || q->n_layers != c->n_layer || q->kv_type != s->kv_type)
-            return bn_err(err, errlen, "bn_forward_batch: sequence %d is missing or not a whole-model state of this "
-                          "model with the first one's KV type", t);
-        for (int u = 0; u < t; u++)
-            if (seqs[u] == q) return bn_err(err, errlen, "bn_forward_batch: sequences %d and %d share a state", u, t);
-        if (q->pos + 1 > s->n_ctx)
-            return bn_err(err, errlen, "bn_forward_batch: sequence %d at %d exceeds the first state's n_ctx %d", t,
-                          q->pos, s->n_ctx);
-        const bn_forward_out *o = outs ? outs[t] : NULL;
-        if (o && (o->taps || o->snaps))
-            return bn_err(err, errlen, "bn_forward_batch: sequence %d: taps and snapshots need bn_forward", t);
-        if (bn_forward_check(c, q->pos, q->n_ctx, q->n_recurrent, &tokens[t], 1, o, err, errlen) != 0) return -1;
-    }
     const int H = c->n_embd;
     const size_t V = (size_t)c->n_vocab;
-    for (int t = 0; t < n; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
-    const cols cl = {seqs, 0};
-    run_layers(m, s, n, &cl, NULL, 0, NULL);
-    for (int t = 0; t < n; t++) seqs[t]->pos += 1;
+    batch_layers(m, seqs, tokens, n);
     bool head = false, hidden = false;
     for (int t = 0; outs && t < n; t++)
         head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden;
@@ -419,6 +439,17 @@ int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *to
         if (bn_forward_wants_head(o)) row_reductions(logits + (size_t)t * V, (int)V, o, 0);
     }
     free(logits);
+    return 0;
+}
+
+int bn_forward_batch_front(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n, float *x_out,
+                           char *err, size_t errlen) {
+    if (n < 0) return bn_err(err, errlen, "bn_forward_batch_front: negative sequence count %d", n);
+    if (n == 0) return 0;
+    if (!x_out) return bn_err(err, errlen, "bn_forward_batch_front: no x_out");
+    if (batch_check("bn_forward_batch_front", m, seqs, tokens, n, NULL, true, err, errlen) != 0) return -1;
+    batch_layers(m, seqs, tokens, n);
+    memcpy(x_out, seqs[0]->x, sizeof(float) * (size_t)m->cfg.n_embd * (size_t)n);
     return 0;
 }
 

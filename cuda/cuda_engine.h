@@ -110,6 +110,12 @@ int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_for
 // Returns 0, or -1 with err (input errors leave every state unchanged).
 int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                           char *err, size_t errlen);
+// bn_cuda_forward_batch_hidden: bn_cuda_forward_batch for states of a model uploaded from layer l0 > 0: column t of
+// x {n_embd, n} (host; page-locked is faster) is sequence t's residual row entering layer l0 (bn_forward_batch_front
+// on the CPU layers), appended at states[t]'s position. Returns 0, or -1 with err (input errors leave every state
+// unchanged).
+int bn_cuda_forward_batch_hidden(bn_cuda_state *const *states, const float *x, int n, bn_forward_out *const *outs,
+                                 char *err, size_t errlen);
 // bn_cuda_forward_hidden: for a state of a model uploaded from layer l0 > 0 (bn_cuda_model_upload_from):
 // x {n_embd, n} (host; page-locked is faster) is the residual stream entering layer l0 for n tokens
 // appended at the state's position; runs layers [l0, n_layer) and the head. snaps NULL: bn_cuda_forward's

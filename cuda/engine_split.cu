@@ -6,7 +6,8 @@
 // of up to SPLIT_ROWS tokens) through page-locked host memory. Both halves keep their KV cache in fp16
 // (the CUDA engine's, llama.cpp's default). Snapshots and per-token snapshots hold both halves: a host
 // bn_snapshot of the CPU layers and a device one of the rest. DSpark drafts on the device with host taps
-// (the CPU layers' taps never are on the device).
+// (the CPU layers' taps never are on the device). Batched decode steps (bn_engine_forward_batch) run each half
+// batched: bn_forward_batch_front, then bn_cuda_forward_batch_hidden.
 #include "cuda/common.cuh"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_dspark.h"
@@ -152,6 +153,39 @@ static int sp_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_o
     return split_forward((split_state *)st, tokens, n, out, (split_snap *const *)snaps, err, errlen);
 }
 
+// sp_forward_batch: one decode step of n sequences: the CPU layers of all of them as one bn_forward_batch_front
+// (each CPU weight read once for the n columns), the n residual rows through the staging buffer of the pass's first
+// state, then the device layers and the head as one bn_cuda_forward_batch_hidden; in passes of what that state holds
+// (CPU batch rows, staging rows). Every sequence's inputs, outs included (the CPU half gets none), are checked
+// before anything runs; after that only a CUDA error can stop a pass (the states are then undefined, as on CUDA).
+static int sp_forward_batch(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
+                            size_t errlen) {
+    split_state *const *ss = (split_state *const *)sts;
+    const bn_model *m = ss[0]->sm->m;
+    for (int t = 0; t < n; t++) {
+        const bn_forward_out *o = outs ? outs[t] : NULL;
+        if (o && (o->taps || o->snaps))
+            return bn_err(err, errlen, "CPU+CUDA batched step: sequence %d: taps and snapshots need bn_engine_forward", t);
+        if (bn_forward_check(&m->cfg, bn_state_pos(ss[t]->cpu), bn_state_n_ctx(ss[t]->cpu), 0, &tokens[t], 1, o, err,
+                             errlen) != 0)
+            return -1;
+    }
+    bn_state **cpus = (bn_state **)xmalloc(sizeof(bn_state *) * (size_t)n);
+    bn_cuda_state **gpus = (bn_cuda_state **)xmalloc(sizeof(bn_cuda_state *) * (size_t)n);
+    for (int t = 0; t < n; t++) cpus[t] = ss[t]->cpu, gpus[t] = ss[t]->gpu;
+    int rc = 0;
+    for (int t0 = 0; t0 < n && rc == 0;) {
+        const int cap = ss[t0]->cpu->n_batch < ss[t0]->rows ? ss[t0]->cpu->n_batch : ss[t0]->rows;
+        const int nb = n - t0 < cap ? n - t0 : cap;
+        rc = bn_forward_batch_front(m, cpus + t0, tokens + t0, nb, ss[t0]->x, err, errlen);
+        if (rc == 0) rc = bn_cuda_forward_batch_hidden(gpus + t0, ss[t0]->x, nb, outs ? outs + t0 : NULL, err, errlen);
+        t0 += nb;
+    }
+    free(cpus);
+    free(gpus);
+    return rc;
+}
+
 static void sp_snapshot_free(void *p) {
     split_snap *snap = (split_snap *)p;
     if (!snap) return;
@@ -191,7 +225,7 @@ static void sp_impl_free(void *impl) {
 static const bn_engine_ops split_ops = {"CPU+CUDA",      sp_state_new,     sp_state_free, sp_state_reset,
                                         sp_state_pos,    sp_forward,       sp_impl_free,  sp_state_n_ctx,
                                         sp_snapshot_new, sp_snapshot_into, sp_restore,    sp_snapshot_free,
-                                        sp_forward_snaps, NULL}; // no batched step: bn_engine_forward_batch loops
+                                        sp_forward_snaps, sp_forward_batch};
 
 extern "C" bn_engine *bn_cuda_split_engine_new(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
                                                size_t errlen) {

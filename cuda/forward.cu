@@ -952,30 +952,35 @@ int bn_cuda_forward_hidden(bn_cuda_state *s, const float *x, int n, bn_forward_o
     return snaps ? forward_rows_snaps(s, in, n, out, snaps, err, errlen) : forward_rows(s, in, n, out, err, errlen);
 }
 
-// batch_check: bn_cuda_forward_batch's inputs (every sequence, before any pass runs); 0 or -1 with err.
-static int batch_check(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+// batch_check: the inputs of a batched step (every sequence, before any pass runs): token ids (in.tokens) for
+// whole-model states, residual rows (in.x) for states of a model uploaded from a later layer; fn names the caller
+// in errors; 0 or -1 with err.
+static int batch_check(const char *fn, bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs,
                        char *err, size_t errlen) {
     bn_cuda_state *s = states[0];
-    if (!s) return bn_err(err, errlen, "bn_cuda_forward_batch: sequence 0 is missing");
+    if (!s) return bn_err(err, errlen, "%s: sequence 0 is missing", fn);
+    if (check_input(s, in.tokens != NULL, fn, err, errlen) != 0) return -1;
+    if (!in.tokens && !in.x) return bn_err(err, errlen, "%s: no input rows", fn);
     for (int t = 0; t < n; t++) {
         const bn_cuda_state *q = states[t];
-        if (!q || q->cm != s->cm || q->kv_type != s->kv_type || q->cm->first_layer != 0)
-            return bn_err(err, errlen, "bn_cuda_forward_batch: sequence %d is missing or not a whole-model state of "
-                          "the first one's model and KV type", t);
+        if (!q || q->cm != s->cm || q->kv_type != s->kv_type)
+            return bn_err(err, errlen, "%s: sequence %d is missing or not a state of the first one's model and KV "
+                          "type", fn, t);
         for (int u = 0; u < t; u++)
-            if (states[u] == q) return bn_err(err, errlen, "bn_cuda_forward_batch: sequences %d and %d share a state", u, t);
+            if (states[u] == q) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, t);
         const bn_forward_out *o = outs ? outs[t] : NULL;
         if (o && (o->taps || o->snaps))
-            return bn_err(err, errlen, "bn_cuda_forward_batch: sequence %d: taps and snapshots need bn_cuda_forward", t);
-        if (bn_forward_check(&q->cm->cfg, q->pos, q->n_ctx, q->n_recurrent, &tokens[t], 1, o, err, errlen) != 0)
+            return bn_err(err, errlen, "%s: sequence %d: taps and snapshots need bn_cuda_forward", fn, t);
+        if (bn_forward_check(&q->cm->cfg, q->pos, q->n_ctx, q->n_recurrent, in.tokens ? &in.tokens[t] : NULL, 1, o,
+                             err, errlen) != 0)
             return -1;
     }
     return 0;
 }
 
 // upload_cols: the column table of states[0..n) (positions, then per layer the k, v, conv, ssm pointers) into
-// states[0]'s d_cols, and the tokens into its d_tokens; async on its stream.
-static cudaError_t upload_cols(bn_cuda_state *const *states, const int32_t *tokens, int n) {
+// states[0]'s d_cols, and the input (tokens into its d_tokens, or residual rows into its x); async on its stream.
+static cudaError_t upload_cols(bn_cuda_state *const *states, rows_in in, int n) {
     bn_cuda_state *s = states[0];
     const int L = s->cm->cfg.n_layer;
     int *pos = (int *)s->h_cols;
@@ -990,7 +995,7 @@ static cudaError_t upload_cols(bn_cuda_state *const *states, const int32_t *toke
     }
     // pageable host memory: the copy is staged before it returns (h_cols may change for the next step)
     TRY(cudaMemcpyAsync(s->d_cols, s->h_cols, sizeof(void *) * col_table_slots(L), cudaMemcpyHostToDevice, s->stream));
-    return cudaMemcpyAsync(s->d_tokens, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, s->stream);
+    return upload_rows(s, in, 0, n);
 }
 
 // batch_body: the device part of a batched step of n columns whose table and tokens are uploaded: the layers, with
@@ -1016,16 +1021,16 @@ static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, b
     return replay(s, STEP_BATCH, &key);
 }
 
-// batch_pass: one pass of bn_cuda_forward_batch: n <= the capacity of states[0], which runs it (checked inputs).
-static int batch_pass(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
-                      char *err, size_t errlen) {
+// batch_pass: one pass of a batched step: n <= the capacity of states[0], which runs it (checked inputs).
+static int batch_pass(bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs, char *err,
+                      size_t errlen) {
     bn_cuda_state *s = states[0]; // its stream, scratch and head rows run the step
     const bn_config *c = &s->cm->cfg;
     bool head = false, hidden = false, argmax = false;
     for (int t = 0; outs && t < n; t++)
         head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden,
             argmax |= outs[t] && outs[t]->argmax;
-    cudaError_t e = upload_cols(states, tokens, n);
+    cudaError_t e = upload_cols(states, in, n);
     if (e == cudaSuccess) e = batch_step(s, n, head, hidden, argmax);
     for (int t = 0; e == cudaSuccess && outs && t < n; t++) {
         if (!outs[t]) continue;
@@ -1041,18 +1046,33 @@ static int batch_pass(bn_cuda_state *const *states, const int32_t *tokens, int n
     return 0;
 }
 
-int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
-                          char *err, size_t errlen) {
-    if (n < 0) return bn_err(err, errlen, "bn_cuda_forward_batch: negative sequence count %d", n);
+// forward_batch: bn_cuda_forward_batch(_hidden) for token or residual-row input (fn names the caller).
+static int forward_batch(const char *fn, bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs,
+                         char *err, size_t errlen) {
+    if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
     if (n == 0) return 0;
-    if (batch_check(states, tokens, n, outs, err, errlen) != 0) return -1;
+    if (batch_check(fn, states, in, n, outs, err, errlen) != 0) return -1;
+    const size_t H = (size_t)states[0]->cm->cfg.n_embd;
     for (int t0 = 0; t0 < n;) { // passes of what the pass's first state holds
         const int cap = states[t0]->n_batch < MAX_BATCH_COLS ? states[t0]->n_batch : MAX_BATCH_COLS;
         const int nb = n - t0 < cap ? n - t0 : cap;
-        if (batch_pass(states + t0, tokens + t0, nb, outs ? outs + t0 : NULL, err, errlen) != 0) return -1;
+        const rows_in part = {in.tokens ? in.tokens + t0 : NULL, in.x ? in.x + (size_t)t0 * H : NULL};
+        if (batch_pass(states + t0, part, nb, outs ? outs + t0 : NULL, err, errlen) != 0) return -1;
         t0 += nb;
     }
     return 0;
+}
+
+int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                          char *err, size_t errlen) {
+    if (!tokens && n > 0) return bn_err(err, errlen, "bn_cuda_forward_batch: no tokens");
+    return forward_batch("bn_cuda_forward_batch", states, rows_in{tokens, NULL}, n, outs, err, errlen);
+}
+
+int bn_cuda_forward_batch_hidden(bn_cuda_state *const *states, const float *x, int n, bn_forward_out *const *outs,
+                                 char *err, size_t errlen) {
+    if (!x && n > 0) return bn_err(err, errlen, "bn_cuda_forward_batch_hidden: no input rows");
+    return forward_batch("bn_cuda_forward_batch_hidden", states, rows_in{NULL, x}, n, outs, err, errlen);
 }
 
 int bn_cuda_snapshot_to_host(const bn_cuda_snapshot *snap, bn_snapshot *dst, char *err, size_t errlen) {

@@ -905,11 +905,14 @@ static void fusion_case(const char *preset, const char *type, int saved_gdn, int
 
 // batch_case: bn_engine_forward_batch (4 sequences at once, prompts of 3/7/11/15 tokens so every column has its own
 // position, caches and recurrent state) on the CPU, CUDA (bn_cuda_forward_batch: one pass with 4 columns, replayed
-// from a graph captured at the first step) and
-// CPU+CUDA (one forward per sequence) engines of the tiny model, 10 steps, against twin states of the same engine
+// from a graph captured at the first step) and CPU+CUDA (bn_forward_batch_front on the CPU layers, then
+// bn_cuda_forward_batch_hidden) engines of the tiny model, 10 steps, against twin states of the same engine
 // decoding one token at a time (captured graphs on CUDA): logits within bound (the 4-column kernels sum in another
-// order: F32 measured ~1e-6, Q1_0 ~1e-6), the same greedy tokens, equal positions; on CUDA the emulator counts the
-// launches of one batched step (fewer than two one-token steps' graphs: the columns share the launches).
+// order: F32 measured ~1e-5, Q1_0 ~2e-6; CUDA bit-identical; CPU+CUDA F32 7.5e-5, bound at least 1e-3: its CPU
+// layers keep an fp16 KV cache, where a last-bit difference of the batched kernels can flip one fp16 rounding of a
+// K/V element, 2^-11 relative), the same greedy tokens, equal positions; on both device engines the
+// emulator counts the launches of one batched step (fewer than two one-token steps': the columns share the
+// launches), and an input error leaves every state where it was.
 static void batch_case(const char *type, double bound) {
     char path[320], err[512];
     if (!make_model("tiny", type, path, sizeof path)) return;
@@ -959,15 +962,19 @@ static void batch_case(const char *type, double bound) {
         }
         int pos_ok = 1;
         for (int i = 0; i < N; i++) pos_ok &= bn_engine_state_pos(b[i]) == bn_engine_state_pos(r[i]);
+        const double engine_bound = k == 2 ? fmax(bound, 1e-3) : bound; // CPU+CUDA: fp16 KV on the CPU layers
         printf("batch %-5s %-8s: %d sequences x %d steps vs one-token steps: max |d logit| %.3g (bound %.0e), greedy "
                "%d differing; launches per batched step %llu, per one-token step %llu\n", type, bn_engine_name(e), N,
-               STEPS, worst, bound, greedy_diff, (unsigned long long)batch_launches, (unsigned long long)step_launches);
-        CHECK(worst <= bound && greedy_diff == 0 && pos_ok, "%s %s: the batched step differs from one-token steps",
-              type, bn_engine_name(e));
+               STEPS, worst, engine_bound, greedy_diff, (unsigned long long)batch_launches,
+               (unsigned long long)step_launches);
+        CHECK(worst <= engine_bound && greedy_diff == 0 && pos_ok, "%s %s: the batched step differs from one-token "
+              "steps", type, bn_engine_name(e));
+        const bool device = k > 0;
 #ifdef BONSAI_CUDA_EMU
-        if (!strcmp(bn_engine_name(e), "CUDA"))
-            CHECK(batch_launches > 0 && batch_launches < 2 * step_launches, "CUDA batch: %llu launches for %d columns, "
-                  "one-token step %llu", (unsigned long long)batch_launches, N, (unsigned long long)step_launches);
+        if (device)
+            CHECK(batch_launches > 0 && batch_launches < 2 * step_launches, "%s batch: %llu launches for %d columns, "
+                  "one-token step %llu", bn_engine_name(e), (unsigned long long)batch_launches, N,
+                  (unsigned long long)step_launches);
 #endif
         if (!strcmp(bn_engine_name(e), "CUDA")) { // the first state led every batch: one capture, a replay per step
             int64_t replays, captures;
@@ -995,16 +1002,20 @@ static void batch_case(const char *type, double bound) {
             }
             CHECK(bad == 0, "CUDA batch of %d sequences: %d argmax differ from one-token steps", M, bad);
         }
-        if (!strcmp(bn_engine_name(e), "CUDA")) { // an input error leaves every state where it was
+        if (device) { // an input error leaves every state where it was
             int32_t bad[N] = {1, V, 2, 3};
             int pos[N];
             for (int i = 0; i < N; i++) pos[i] = bn_engine_state_pos(b[i]);
             CHECK(bn_engine_forward_batch(b, bad, N, outs, err, sizeof err) == -1 && strstr(err, "bad token"),
-                  "CUDA batch bad token: %s", err);
+                  "%s batch bad token: %s", bn_engine_name(e), err);
             bn_engine_state *dup[2] = {b[0], b[0]};
             CHECK(bn_engine_forward_batch(dup, tok, 2, NULL, err, sizeof err) == -1 && strstr(err, "share"),
-                  "CUDA batch shared state: %s", err);
-            for (int i = 0; i < N; i++) CHECK(bn_engine_state_pos(b[i]) == pos[i], "CUDA batch error moved state %d", i);
+                  "%s batch shared state: %s", bn_engine_name(e), err);
+            bn_forward_out bad_topk = {.topk = BN_FORWARD_TOPK_MAX + 1}, *bad_outs[N] = {&ob[0], &ob[1], &ob[2], &bad_topk};
+            CHECK(bn_engine_forward_batch(b, tok, N, bad_outs, err, sizeof err) == -1 && strstr(err, "topk"),
+                  "%s batch bad top-k: %s", bn_engine_name(e), err);
+            for (int i = 0; i < N; i++)
+                CHECK(bn_engine_state_pos(b[i]) == pos[i], "%s batch error moved state %d", bn_engine_name(e), i);
         }
         for (int i = 0; i < N; i++) bn_engine_state_free(b[i]), bn_engine_state_free(r[i]);
         free(lb), free(lr);

@@ -7,6 +7,9 @@
 // measured F32 9e-6, fp16 KV 3.6e-5, Q8_0 / Q1_0 4.8e-7), argmax, lse and top-8 of the batched outs agree with
 // the batched logits, greedy tokens identical. Errors (a shared state, more sequences than
 // batch rows, a bad token, taps) leave every state unchanged.
+// bn_forward_batch_front (the CPU half of the CPU+CUDA engine's batched step): front states of n_layer − 1 and of
+// all layers (the attention layer is the last) against bn_forward_front of each sequence: residual rows within
+// 1e-4 over 8 steps; a state of other layers, a bad token and no x_out are refused with every state unchanged.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "core/forward.h"
@@ -105,10 +108,69 @@ static void batch_case(int wtype, int kv_type, double bound) {
     free(tm);
 }
 
+// front_case: the bn_forward_batch_front checks above for front states of n_layers layers (F32 weights, fp16 KV).
+static void front_case(int n_layers) {
+    char err[512], path[256];
+    tiny_model *tm = xcalloc(1, sizeof *tm);
+    tiny_defaults(tm, "qwen35");
+    tiny_build(tm);
+    snprintf(path, sizeof path, "/tmp/bonsai-test-batch-front-%d.gguf", (int)getpid());
+    CHECK(tiny_write(tm, path, err, sizeof err) == 0, "write: %s", err);
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    unlink(path);
+    if (!m) bn_die("load: %s", err);
+    const int V = m->cfg.n_vocab, H = m->cfg.n_embd;
+    bn_state *b[N_SEQ], *r[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        b[i] = bn_state_new_front(m, 64, 2, BN_F16, n_layers), r[i] = bn_state_new_front(m, 64, 1, BN_F16, n_layers);
+        int32_t prompt[16];
+        const int n_prompt = 2 + 3 * i;
+        for (int t = 0; t < n_prompt; t++) prompt[t] = (int32_t)((t * 41 + i * 13 + 1) % V);
+        float *x = xmalloc(sizeof(float) * H * n_prompt);
+        CHECK(bn_forward_front(m, b[i], prompt, n_prompt, x, NULL, err, sizeof err) == 0 &&
+                  bn_forward_front(m, r[i], prompt, n_prompt, x, NULL, err, sizeof err) == 0,
+              "front prefill %d: %s", i, err);
+        free(x);
+    }
+    float xb[N_SEQ * 256], xr[256];
+    CHECK(H <= 256, "tiny n_embd %d", H);
+    double worst = 0;
+    for (int step = 0; step < 8; step++) {
+        int32_t tok[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) tok[i] = (int32_t)((step * 31 + i * 7 + 2) % V);
+        CHECK(bn_forward_batch_front(m, b, tok, N_SEQ, xb, err, sizeof err) == 0, "front batch step %d: %s", step, err);
+        for (int i = 0; i < N_SEQ; i++) {
+            CHECK(bn_forward_front(m, r[i], &tok[i], 1, xr, NULL, err, sizeof err) == 0, "front twin: %s", err);
+            for (int d = 0; d < H; d++) worst = fmax(worst, fabs(xb[(size_t)i * H + d] - xr[d]));
+        }
+    }
+    int pos[N_SEQ], pos_ok = 1;
+    for (int i = 0; i < N_SEQ; i++) pos[i] = bn_state_pos(b[i]), pos_ok &= pos[i] == bn_state_pos(r[i]);
+    printf("front %d of %d layers: %d sequences x 8 steps: max |d x| batched vs one-token %.3g (bound 1e-4)\n",
+           n_layers, m->cfg.n_layer, N_SEQ, worst);
+    CHECK(worst <= 1e-4 && pos_ok, "front batch of %d layers differs from bn_forward_front (%.3g)", n_layers, worst);
+    int32_t tok[N_SEQ] = {1, 2, 3, 4}, bad_tok[N_SEQ] = {1, 2, V, 4};
+    CHECK(bn_forward_batch_front(m, b, bad_tok, N_SEQ, xb, err, sizeof err) == -1 && strstr(err, "bad token"),
+          "front bad token: %s", err);
+    CHECK(bn_forward_batch_front(m, b, tok, N_SEQ, NULL, err, sizeof err) == -1 && strstr(err, "x_out"),
+          "front without x_out: %s", err);
+    bn_state *other = bn_state_new_front(m, 64, 1, BN_F16, n_layers - 1), *mixed[2] = {b[0], other};
+    CHECK(bn_forward_batch_front(m, mixed, tok, 2, xb, err, sizeof err) == -1 && strstr(err, "layers"),
+          "front states of other layers: %s", err);
+    for (int i = 0; i < N_SEQ; i++) CHECK(bn_state_pos(b[i]) == pos[i], "front state %d moved on error", i);
+    bn_state_free(other);
+    for (int i = 0; i < N_SEQ; i++) bn_state_free(b[i]), bn_state_free(r[i]);
+    bn_model_free(m);
+    tiny_free(tm);
+    free(tm);
+}
+
 int main(void) {
     batch_case(BN_F32, BN_F32, 1e-4);
     batch_case(BN_F32, BN_F16, 1e-4);
     batch_case(BN_Q8_0, BN_F32, 1e-4);
     batch_case(BN_Q1_0, BN_F32, 1e-4);
+    front_case(3);
+    front_case(4);
     return test_done("forward_batch");
 }
