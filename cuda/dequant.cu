@@ -5,15 +5,15 @@
 
 #define DEQ_THREADS 256
 
-// get_rows_k: out[i*ne0 + k] = W[ids[i]][k]; grid (n, ceil(ne0 / DEQ_THREADS)).
+// get_rows_k: out[i*ne0 + k] = W[ids[i]][k], zeros for an id outside [0, ne1); grid (n, ceil(ne0 / DEQ_THREADS)).
 template <int T>
-__global__ void get_rows_k(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne0,
+__global__ void get_rows_k(const uint8_t *__restrict__ w, size_t row_bytes, int64_t ne0, int64_t ne1,
                            const int32_t *__restrict__ ids, float *__restrict__ out) {
     int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
     int64_t i = blockIdx.x;
     if (k >= ne0) return;
-    const uint8_t *row = w + (int64_t)ids[i] * row_bytes;
-    out[i * ne0 + k] = bn_deq_elem<T>(row, k, ne0);
+    const int64_t id = ids[i];
+    out[i * ne0 + k] = id >= 0 && id < ne1 ? bn_deq_elem<T>(w + id * row_bytes, k, ne0) : 0.0f;
 }
 
 // dequant_f16_k: out[r*ne0 + k] = fp16(W[r0 + r][k]); grid (nr, ceil(ne0 / DEQ_THREADS)).
@@ -34,8 +34,8 @@ struct get_rows_launch {
     cudaStream_t s;
     template <int T> cudaError_t operator()() const {
         dim3 grid((unsigned)n, (unsigned)((w->ne0 + DEQ_THREADS - 1) / DEQ_THREADS));
-        void (*k)(const uint8_t *, size_t, int64_t, const int32_t *, float *) = get_rows_k<T>;
-        BN_LAUNCH(k, grid, dim3(DEQ_THREADS), 0, s, (const uint8_t *)w->data, w->row_bytes, w->ne0, ids, out);
+        void (*k)(const uint8_t *, size_t, int64_t, int64_t, const int32_t *, float *) = get_rows_k<T>;
+        BN_LAUNCH(k, grid, dim3(DEQ_THREADS), 0, s, (const uint8_t *)w->data, w->row_bytes, w->ne0, w->ne1, ids, out);
         return cudaGetLastError();
     }
 };

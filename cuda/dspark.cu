@@ -522,7 +522,10 @@ static cudaError_t draft_kernels(bn_cuda_dstate *s, int n) {
 }
 
 // ---- API ---------------------------------------------------------------------------------------------
-static int fail(cudaError_t e, const char *what, char *err, size_t errlen) {
+// fail: err for a CUDA error in `what`; first waits for s's stream, so no kernel enqueued before the error still
+// reads the target's taps or the pinned staging rows when the caller moves on.
+static int fail(bn_cuda_dstate *s, cudaError_t e, const char *what, char *err, size_t errlen) {
+    cudaStreamSynchronize(s->stream);
     cudaGetLastError();
     return bn_err(err, errlen, "CUDA error: %s in %s", cudaGetErrorString(e), what);
 }
@@ -535,7 +538,7 @@ int bn_cuda_drafter_encode(bn_cuda_dstate *s, const float *taps, int n, float *g
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(g, s->xn, sizeof(float) * (size_t)E * n, cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    return e == cudaSuccess ? 0 : fail(e, "bn_cuda_drafter_encode", err, errlen);
+    return e == cudaSuccess ? 0 : fail(s, e, "bn_cuda_drafter_encode", err, errlen);
 }
 
 // process_rows: encoder + K/V injection of n tap rows at pos0.., in chunks of DS_CHUNK rows; taps in
@@ -563,7 +566,7 @@ static int process_rows(bn_cuda_dstate *s, const float *taps, bool on_device, in
     }
     // the tap buffer (the caller's host one, or the target's device one) is rewritten after return
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess) return fail(e, "bn_cuda_drafter_process", err, errlen);
+    if (e != cudaSuccess) return fail(s, e, "bn_cuda_drafter_process", err, errlen);
     s->n_cache = pos0 + n;
     return 0;
 }
@@ -589,7 +592,7 @@ static int start_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_row
     for (int i = 0; i < n_rows; i++) s->h_io[i] = i == 0 ? id_last : c->mask_token_id;
     cudaError_t e = cudaMemcpyAsync(s->ids, s->h_io, sizeof(int32_t) * n_rows, cudaMemcpyHostToDevice, s->stream);
     if (e == cudaSuccess) e = cudaMemcpyAsync(s->chain, s->h_io, sizeof(int32_t), cudaMemcpyHostToDevice, s->stream);
-    return e == cudaSuccess ? 0 : fail(e, "drafter block upload", err, errlen);
+    return e == cudaSuccess ? 0 : fail(s, e, "drafter block upload", err, errlen);
 }
 
 int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_rows, float *h, float *base,
@@ -604,7 +607,7 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
         e = cudaMemcpyAsync(base, s->base, sizeof(float) * (size_t)c->n_vocab * n_rows, cudaMemcpyDeviceToHost,
                             s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    return e == cudaSuccess ? 0 : fail(e, "bn_cuda_drafter_block", err, errlen);
+    return e == cudaSuccess ? 0 : fail(s, e, "bn_cuda_drafter_block", err, errlen);
 }
 
 int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
@@ -623,7 +626,7 @@ int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
     if (e == cudaSuccess && c->has_conf)
         e = cudaMemcpyAsync(s->h_conf, s->conf, sizeof(float) * n_max, cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess) return fail(e, "bn_cuda_drafter_draft", err, errlen);
+    if (e != cudaSuccess) return fail(s, e, "bn_cuda_drafter_draft", err, errlen);
     // core/dspark.c's truncation rules: stop at an invalid prev or the first c_i < p_min
     int n = 0;
     for (; n < n_max; n++) {

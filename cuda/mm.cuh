@@ -142,8 +142,10 @@ cudaError_t bn_cu_weight_repack(bn_cu_weight *w, cudaStream_t s);
 // bn_cu_weight_repackable: true when bn_cu_weight_repack would change W's layout.
 bool bn_cu_weight_repackable(const bn_cu_weight *w);
 
-// bn_cu_get_rows: out {ne0, n} = rows ids[0..n) of W dequantized to fp32 (embedding lookup; ids device
-// int32, each in [0, ne1)). Returns cudaSuccess or the launch error.
+// bn_cu_get_rows: out {ne0, n} = rows ids[0..n) of W dequantized to fp32 (embedding lookup; ids device int32).
+// An id outside [0, ne1) gives a row of zeros instead of a read outside W: inside a captured pass an id can come
+// from the device argmax, which is -1 for an all-NaN row (the DSpark chain), and the host refuses it only after the
+// pass. Returns cudaSuccess or the launch error.
 cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out, int n, cudaStream_t s);
 
 // bn_cu_argmax: *out (device int32) = index of the largest x[0..n) (first index on ties; NaN never

@@ -265,6 +265,12 @@ static void check_get_rows(int type, int64_t ne0, int64_t ne1, int flags) {
     int bad = 0;
     for (int i = 0; i < n && rc == 0; i++) bad += memcmp(out + i * ne0, wd + ids[i] * ne0, sizeof(float) * ne0) != 0;
     CHECK(bad == 0, "get_rows %s: %d of %d rows differ from bn_dequantize", bn_type_name(type), bad, n);
+    int32_t odd[] = {-1, (int32_t)ne1, 2}; // ids outside [0, ne1) (the device argmax's -1): zero rows, no stray read
+    rc = bn_cuda_get_rows_host(type, wq, ne0, ne1, odd, 3, out, flags, err, sizeof err);
+    bad = 0;
+    for (int64_t k = 0; k < 2 * ne0 && rc == 0; k++) bad += out[k] != 0.0f;
+    CHECK(rc == 0 && bad == 0 && memcmp(out + 2 * ne0, wd + 2 * ne0, sizeof(float) * ne0) == 0,
+          "get_rows %s with ids -1 and ne1: %s, %d nonzero", bn_type_name(type), err, bad);
     free(wq); free(wd); free(out);
 }
 
