@@ -25,18 +25,27 @@
 #define N_STEPS 12
 #define TOPK 8
 
-// batch_case: the checks above for weights of type wtype and a KV cache of kv_type; bound: max |Δ logit|.
-static void batch_case(int wtype, int kv_type, double bound) {
+// load_tiny: the tiny qwen35 model with weights of type wtype, written to a temporary GGUF and loaded (dies on error).
+static bn_model *load_tiny(int wtype) {
     char err[512], path[256];
     tiny_model *tm = xcalloc(1, sizeof *tm);
     tiny_defaults(tm, "qwen35");
     tm->wtype = wtype;
     tiny_build(tm);
     snprintf(path, sizeof path, "/tmp/bonsai-test-batch-%d.gguf", (int)getpid());
-    CHECK(tiny_write(tm, path, err, sizeof err) == 0, "write: %s", err);
+    if (tiny_write(tm, path, err, sizeof err) != 0) bn_die("write: %s", err);
     bn_model *m = bn_model_load(path, err, sizeof err);
     unlink(path);
     if (!m) bn_die("load: %s", err);
+    tiny_free(tm);
+    free(tm);
+    return m;
+}
+
+// batch_case: the checks above for weights of type wtype and a KV cache of kv_type; bound: max |Δ logit|.
+static void batch_case(int wtype, int kv_type, double bound) {
+    char err[512];
+    bn_model *m = load_tiny(wtype);
     const int V = m->cfg.n_vocab;
     bn_state *b[N_SEQ], *r[N_SEQ]; // batched states, their one-token twins
     for (int i = 0; i < N_SEQ; i++) {
@@ -104,21 +113,12 @@ static void batch_case(int wtype, int kv_type, double bound) {
     for (int i = 0; i < N_SEQ; i++) bn_state_free(b[i]), bn_state_free(r[i]);
     free(lb), free(lr);
     bn_model_free(m);
-    tiny_free(tm);
-    free(tm);
 }
 
 // front_case: the bn_forward_batch_front checks above for front states of n_layers layers (F32 weights, fp16 KV).
 static void front_case(int n_layers) {
-    char err[512], path[256];
-    tiny_model *tm = xcalloc(1, sizeof *tm);
-    tiny_defaults(tm, "qwen35");
-    tiny_build(tm);
-    snprintf(path, sizeof path, "/tmp/bonsai-test-batch-front-%d.gguf", (int)getpid());
-    CHECK(tiny_write(tm, path, err, sizeof err) == 0, "write: %s", err);
-    bn_model *m = bn_model_load(path, err, sizeof err);
-    unlink(path);
-    if (!m) bn_die("load: %s", err);
+    char err[512];
+    bn_model *m = load_tiny(BN_F32);
     const int V = m->cfg.n_vocab, H = m->cfg.n_embd;
     bn_state *b[N_SEQ], *r[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
@@ -161,8 +161,6 @@ static void front_case(int n_layers) {
     bn_state_free(other);
     for (int i = 0; i < N_SEQ; i++) bn_state_free(b[i]), bn_state_free(r[i]);
     bn_model_free(m);
-    tiny_free(tm);
-    free(tm);
 }
 
 int main(void) {
