@@ -83,13 +83,14 @@ LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 whe
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
 LIMIT[serve]=$([ "$EMU" = 1 ] && echo 90 || echo 30)
+LIMIT[longpp]=$([ "$EMU" = 1 ] && echo 60 || echo 30) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
 for k in env deps setup build tests sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
-PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
+PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + (LIMIT[cpuref] + LIMIT[longpp]) * (LIMIT[peer] > 0 ? 2 : 1)))
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -142,7 +143,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark cpuref serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -168,7 +169,7 @@ print("\n".join(sorted(names if sys.argv[2] == "names" else targets)))' "$B" "$1
 if [ "$EMU" = 1 ]; then
     BENCH="$B/tests/cuda/bonsai-bench-emu"
     COPYBW=("$B/tests/cuda/cuda_copy_bw_emu" 16)
-    PRESET=tiny L1=4 L2=8 LFULL=16 PP=16 TG=8 REPS=1 V=512 H=128
+    PRESET=tiny L1=4 L2=8 LFULL=16 PP=16 TG=8 REPS=1 V=512 H=128 LONG_PP=64,256
     for f in "$BENCH" "${COPYBW[0]}" "$B/tools/bonsai-mkmodel" "$B/tools/bonsai-quantize"; do
         [ -x "$f" ] || { echo "check.sh --emu: $f missing (build $B first)"; exit 1; }
     done
@@ -176,9 +177,9 @@ if [ "$EMU" = 1 ]; then
     for s in env deps setup build tests; do skip_step "$s" "--emu"; done
     TESTS="not run (--emu)"
 else
-    PRESET=27b L1=4 L2=8 LFULL=64 PP=512 TG=128 REPS=3 V=248320 H=5120
+    PRESET=27b L1=4 L2=8 LFULL=64 PP=512 TG=128 REPS=3 V=248320 H=5120 LONG_PP=4096,16384
     [ "$QUICK" = 1 ] && REPS=1
-    [ "$TINY" = 1 ] && PRESET=tiny LFULL=16 PP=64 TG=32 V=512 H=128
+    [ "$TINY" = 1 ] && PRESET=tiny LFULL=16 PP=64 TG=32 V=512 H=128 LONG_PP=512,2048
     BENCH="$B/tools/bonsai-bench"
     COPYBW=("$B/tests/cuda/cuda_copy_bw" 1024)
     run_step env "${LIMIT[env]}" bash -c "$(declare -f env_info); env_info"
@@ -341,6 +342,22 @@ else
         "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build-peer/lib" \
         "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 0 -t "$NPROC" -p "$CPU_PP" -n "$CPU_TG" -r 1 -o json
 fi
+
+# ---- longpp: long prompts on the L1-layer Q1_0 file, ours and the peer's (-ngl 99, one repetition) -----------
+# Prefill at LONG_PP tokens: the attention part grows with the square of the prompt, the rest linearly, so this
+# shows how the prefill attention (per query, not tiled: notes/cuda.md) scales against llama.cpp's.
+for who in ours peer; do
+    if [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
+        skip_step "longpp-$who" "no $L1-layer Q1_0 model"
+    elif [ "$who" = ours ]; then
+        run_step longpp-ours "${LIMIT[longpp]}" "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
+    elif [ -z "$PEER" ] || [ "${LIMIT[peer]}" -le 0 ]; then
+        skip_step longpp-peer "no peer llama-bench"
+    else
+        run_step longpp-peer "${LIMIT[longpp]}" env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build-peer/lib" \
+            "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
+    fi
+done
 
 # ---- serve: bonsai-serve -ngl 99, one stream, what a request asks for ------------------------------------
 # serve_run: starts the server on the L2-layer Q1_0 file and POSTs /completion (SERVE_N tokens, ignore_eos, no
@@ -584,6 +601,31 @@ cpuref_rows() {
     }'
 }
 
+# longpp_rows: the longpp steps' prefill t/s per prompt length, ours and the peer's, and their ratio
+longpp_rows() {
+    [ "${ST[longpp-ours]:-SKIP}" = SKIP ] && return 0
+    echo
+    echo "### Long prompts: $L1-layer Q1_0 file, -ngl 99, pp of $LONG_PP tokens (one repetition)"
+    echo
+    echo "| prompt | ours t/s | llama.cpp t/s | ratio ours / llama.cpp |"
+    echo "| -----: | -------: | ---: | ---: |"
+    local i n o p co cp
+    co=$(cell longpp-ours) cp=$(cell longpp-peer)
+    i=0
+    for n in ${LONG_PP//,/ }; do
+        i=$((i + 1))
+        o=$(jfield "$W/longpp-ours.log" avg_ns "$i") p=$(jfield "$W/longpp-peer.log" avg_ns "$i")
+        awk -v n="$n" -v o="$o" -v p="$p" -v co="$co" -v cp="$cp" 'BEGIN {
+            if (co == "" && o == "") co = "FAIL"
+            if (cp == "" && p == "") cp = "FAIL"
+            a = co != "" ? co : sprintf("%.1f", n * 1e9 / o)
+            b = cp != "" ? cp : sprintf("%.1f", n * 1e9 / p)
+            r = co == "" && cp == "" ? sprintf("%.2f", p / o) : "-"
+            printf("| %d | %s | %s | %s |\n", n, a, b, r)
+        }'
+    done
+}
+
 # batch_rows: tg with 4 sequences at once (bonsai-bench -npl 4: bn_cuda_forward_batch) against one sequence
 batch_rows() {
     echo
@@ -681,6 +723,7 @@ table() {
     batch_rows
     dspark_rows
     cpuref_rows
+    longpp_rows
     serve_rows
     if [ "${ST[profile]:-SKIP}" = OK ]; then
         echo
