@@ -1,7 +1,7 @@
 // cuda/cuda_engine.h — the CUDA forward pass (C API, mirrors core/forward.h so callers swap backends
 // 1:1). Math and order of ops: core/forward.c (MODEL.md §4 qwen35, §7 qwen3 / llama / qwen2).
-// Implemented in cuda/forward.cu (+ ops.cu, gdn.cu, attention.cu kernels); linked from bonsai_cuda
-// (nvcc, real GPU) or bonsai_cuda_emu (the CPU emulator). C code includes it under #ifdef BONSAI_CUDA.
+// Implemented in cuda/model.cu, state.cu, forward.cu (+ ops.cu, gdn.cu, attention.cu kernels); linked from
+// bonsai_cuda (nvcc, real GPU) or bonsai_cuda_emu (the CPU emulator). C code includes it under #ifdef BONSAI_CUDA.
 //
 // Numerics: F32/F16/BF16 weights in fp32 math; quantized weights dot int8 activations rounded with
 // the CUDA Q8_1 rule (d = amax/127, q = roundf(x/d); cuda/mm.cuh), so logits differ from the CPU
