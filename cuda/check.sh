@@ -63,7 +63,8 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (the sum is printed: 460 s full, 355 s --quick; keep it under 480) ---
+# ---- the plan: seconds per step (upper bounds; the sum is printed: 680 s full, 830 s with --sanitize --profile;
+# BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones last in the order) ---
 # Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
 # 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
 TYPES="Q1_0 Q2_0"
@@ -343,22 +344,6 @@ else
         "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 0 -t "$NPROC" -p "$CPU_PP" -n "$CPU_TG" -r 1 -o json
 fi
 
-# ---- longpp: long prompts on the L1-layer Q1_0 file, ours and the peer's (-ngl 99, one repetition) -----------
-# Prefill at LONG_PP tokens: the attention part grows with the square of the prompt, the rest linearly, so this
-# shows how the prefill attention (per query, not tiled: notes/cuda.md) scales against llama.cpp's.
-for who in ours peer; do
-    if [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
-        skip_step "longpp-$who" "no $L1-layer Q1_0 model"
-    elif [ "$who" = ours ]; then
-        run_step longpp-ours "${LIMIT[longpp]}" "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
-    elif [ -z "$PEER" ] || [ "${LIMIT[peer]}" -le 0 ]; then
-        skip_step longpp-peer "no peer llama-bench"
-    else
-        run_step longpp-peer "${LIMIT[longpp]}" env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build-peer/lib" \
-            "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
-    fi
-done
-
 # ---- serve: bonsai-serve -ngl 99, one stream, what a request asks for ------------------------------------
 # serve_run: starts the server on the L2-layer Q1_0 file and POSTs /completion (SERVE_N tokens, ignore_eos, no
 # prompt cache) per mode, a warm-up and then SERVE_REPS timed ones; prints "| mode | tok/s |" rows
@@ -455,6 +440,22 @@ else
             -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
     done
 fi
+# ---- longpp: long prompts, ours and the peer's (after DSpark: a spent budget cuts this first) -----------
+# Prefill at LONG_PP tokens: the attention part grows with the square of the prompt, the rest linearly, so this
+# shows how the prefill attention (per query, not tiled: notes/cuda.md) scales against llama.cpp's.
+for who in ours peer; do
+    if [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
+        skip_step "longpp-$who" "no $L1-layer Q1_0 model"
+    elif [ "$who" = ours ]; then
+        run_step longpp-ours "${LIMIT[longpp]}" "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
+    elif [ -z "$PEER" ] || [ "${LIMIT[peer]}" -le 0 ]; then
+        skip_step longpp-peer "no peer llama-bench"
+    else
+        run_step longpp-peer "${LIMIT[longpp]}" env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build-peer/lib" \
+            "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
+    fi
+done
+
 # ---- profile (--profile): ncu kernel durations of a short decode and of a prefill ------------------------
 # profile_run [pp]: ncu over bonsai-bench on the L1-layer Q1_0 model; the CSV goes to $W/profile[-pp].csv, then a
 # table: kernel, launches, total us, us per token. Decode: tg16 + its warm-up (17 tokens); pp: one pp$PP run +
