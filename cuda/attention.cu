@@ -1,7 +1,8 @@
 // cuda/attention.cu — KV-cache append and causal attention (flash-decoding: the keys of each query are
 // split into ranges processed by separate blocks with an online softmax, then merged; the query heads
-// of one KV head share a block so each K/V row is read once per group) for the CUDA
-// forward; MODEL.md §4.2 / §7, same math as core/ops.c bn_attention_head. Contracts in cuda/fwd.cuh.
+// of one KV head share a block so each K/V row is read once per group; for prefill, optionally, query tiles
+// sharing each K/V tile) for the CUDA forward; MODEL.md §4.2 / §7, same math as core/ops.c bn_attention_head.
+// Contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/mm_impl.cuh" // bn_q8_store: attn_output's Q8 activations written by the merge
@@ -173,6 +174,110 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
     }
 }
 
+// ---- prefill: query tiles ------------------------------------------------------------------------------
+// attn_tiled_kernel (bn_cu_attention with tiled, one key split): block (KV head kvh, tile of QT query tokens from
+// t0 = blockIdx.y·QT); its rows r < R = (tokens in the tile)·group are (token t0 + r / group, query head
+// kvh·group + r % group). The keys [0, last row's position] stream through shared memory AT_KT at a time, K
+// then V in the same buffer, each tile read once for all R rows (the per-token kernel above reads it once per
+// token). Scores: thread (row tid / 8, keys 4·(tid % 8)..+3 of the tile), dot over hd with its row of q (read
+// through L1, shared by the row's 8 lanes) and the K tile (rows padded by one float: the 8 key groups of a warp
+// hit 8 banks); causal mask, the online softmax over the row's 8 lanes (xor shuffles). P·V: thread (dim tid %
+// hd, rows tid / hd + i·(AT_THREADS / hd)). Output: the per-token kernel's scratch with one split (unnormalised
+// Σ p·V, max m, sum l), merged by attn_merge_kernel as before. Needs AT_THREADS % hd == 0 and group <= AT_ROWS.
+#define AT_THREADS 256
+#define AT_KT 32   // keys per tile
+#define AT_ROWS 32 // query rows per block (AT_THREADS / 8 score rows)
+static_assert(AT_ROWS * 8 == AT_THREADS && AT_KT == 4 * 8, "score layout: 8 lanes x 4 keys per row");
+
+// bn_cu_attn_tiles: whether attn_tiled_kernel takes this head size and GQA group.
+static bool attn_tiles(int hd, int group) {
+    return hd >= 8 && hd <= BN_CU_MAX_HEAD_DIM && AT_THREADS % hd == 0 && group >= 1 && group <= AT_ROWS;
+}
+
+template <typename KV>
+static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
+                                         const KV *V, int nh, int group, int QT, int hd, int kv_dim, float scale,
+                                         int nb, const int *d_pos) {
+    BN_SHARED(float, kv, AT_KT * (BN_CU_MAX_HEAD_DIM + 1)); // the K tile, then the V tile: [key][hd + 1]
+    BN_SHARED(float, pr, AT_ROWS * AT_KT);                  // probabilities [row][key]
+    BN_SHARED(float, corr, AT_ROWS);                        // each row's rescale of its running output
+    const int kvh = blockIdx.x, t0 = blockIdx.y * QT, tid = threadIdx.x;
+    const int n_tok = min(QT, nb - t0), R = n_tok * group, ld = hd + 1;
+    const int p0 = d_pos[0];
+    const size_t kv_off = (size_t)kvh * hd;
+    // score phase: row sr, keys 4·kg..4·kg+3 of each tile
+    const int sr = tid >> 3, kg = tid & 7;
+    const bool srow = sr < R;
+    const int s_tok = srow ? sr / group : 0, s_pos = p0 + t0 + s_tok;
+    const float *q = qg + (size_t)(t0 + s_tok) * q_stride + (size_t)(kvh * group + (srow ? sr % group : 0)) * head_stride;
+    float m = -INFINITY, l = 0.0f;
+    // P·V phase: dim pd, rows pr0 + i·RS
+    const int RS = AT_THREADS / hd, pd = tid % hd, pr0 = tid / hd;
+    float acc[AT_ROWS];
+#pragma unroll
+    for (int i = 0; i < AT_ROWS; i++) acc[i] = 0.0f;
+    const int kend = p0 + t0 + n_tok; // keys [0, kend): up to the tile's last position
+    for (int k0 = 0; k0 < kend; k0 += AT_KT) {
+        const int nk = min(AT_KT, kend - k0);
+        for (int i = tid; i < nk * hd; i += AT_THREADS)
+            kv[(i / hd) * ld + i % hd] = kv_load(K + (size_t)(k0 + i / hd) * kv_dim + kv_off, i % hd);
+        __syncthreads();
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (srow)
+            for (int d = 0; d < hd; d++) {
+                const float qd = q[d];
+#pragma unroll
+                for (int j = 0; j < 4; j++) a[j] += qd * kv[(4 * kg + j) * ld + d];
+            }
+        float sc[4], tmax = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int kk = 4 * kg + j;
+            sc[j] = srow && kk < nk && k0 + kk <= s_pos ? scale * a[j] : -INFINITY;
+            tmax = fmaxf(tmax, sc[j]);
+        }
+        for (int o = 1; o < 8; o <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+        const float m_new = fmaxf(m, tmax); // finite on real rows: key 0 is in every row's first tile
+        const float c = srow ? expf(m - m_new) : 0.0f;
+        float ps = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float p = srow ? expf(sc[j] - m_new) : 0.0f;
+            pr[sr * AT_KT + 4 * kg + j] = p;
+            ps += p;
+        }
+        for (int o = 1; o < 8; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        if (srow) l = l * c + ps, m = m_new;
+        if (kg == 0) corr[sr] = c;
+        __syncthreads(); // probabilities and rescales written; the K tile is no longer read
+        for (int i = tid; i < nk * hd; i += AT_THREADS)
+            kv[(i / hd) * ld + i % hd] = kv_load(V + (size_t)(k0 + i / hd) * kv_dim + kv_off, i % hd);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < AT_ROWS; i++) {
+            const int row = pr0 + i * RS;
+            if (i * RS >= AT_ROWS || row >= R) continue;
+            float v = acc[i] * corr[row];
+            for (int kk = 0; kk < nk; kk++) v += pr[row * AT_KT + kk] * kv[kk * ld + pd];
+            acc[i] = v;
+        }
+        __syncthreads(); // the next tile overwrites kv, pr and corr
+    }
+    float *ml = scratch + (size_t)nb * nh * hd;
+#pragma unroll
+    for (int i = 0; i < AT_ROWS; i++) {
+        const int row = pr0 + i * RS;
+        if (i * RS >= AT_ROWS || row >= R) continue;
+        const size_t r = (size_t)(t0 + row / group) * nh + (size_t)kvh * group + row % group;
+        scratch[r * hd + pd] = acc[i];
+    }
+    if (srow && kg == 0) {
+        const size_t r = (size_t)(t0 + s_tok) * nh + (size_t)kvh * group + sr % group;
+        ml[2 * r] = m;
+        ml[2 * r + 1] = l;
+    }
+}
+
 // attn_merge_kernel: block (head h, token t): merges the splits, normalises, applies the gate (Q8: also out's Q8
 // activations; hd % 32 == 0, so each warp holds whole 32-element units or no element at all).
 template <bool Q8>
@@ -201,14 +306,23 @@ static __global__ void attn_merge_kernel(float *out, const float *scratch, const
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
                             const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8,
-                            const bn_cu_cols *cols) {
+                            const bn_cu_cols *cols, bool tiled) {
     if (q8 && hd % 32) return cudaErrorInvalidValue;
     const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
     const int group = nh / nkv, kv_dim = nkv * hd;
     const int G = group <= ATT_MAX_G ? group : 1; // query heads per block
     dim3 grid(nh / G, nb, n_splits);
     const size_t smem = sizeof(float) * hd * G;
-    if (kv_f16)
+    if (tiled && n_splits == 1 && nb > 1 && !cl.pos && attn_tiles(hd, group)) {
+        const int QT = AT_ROWS / group; // query tokens per block
+        dim3 tgrid(nkv, (nb + QT - 1) / QT);
+        if (kv_f16)
+            BN_LAUNCH(attn_tiled_kernel<bn_half>, tgrid, AT_THREADS, 0, s, scratch, qg, q_stride, head_stride,
+                      (const bn_half *)K, (const bn_half *)V, nh, group, QT, hd, kv_dim, scale, nb, d_pos);
+        else
+            BN_LAUNCH(attn_tiled_kernel<float>, tgrid, AT_THREADS, 0, s, scratch, qg, q_stride, head_stride,
+                      (const float *)K, (const float *)V, nh, group, QT, hd, kv_dim, scale, nb, d_pos);
+    } else if (kv_f16)
         BN_LAUNCH(attn_split_kernel<bn_half>, grid, ATT_THREADS, smem, s, scratch, qg, q_stride, head_stride,
                   (const bn_half *)K, (const bn_half *)V, nh, group, G, hd, kv_dim, scale, nb, d_pos, n_splits, cl);
     else

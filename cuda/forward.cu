@@ -132,7 +132,8 @@ static cudaError_t attention_layer(bn_cuda_state *s, int il, int nb, const bn_q8
     bn_q8_out oq;
     const bn_q8_out *out_q8 = hd % 32 == 0 ? fused_q8(s, out_w, 1, nb, &oq) : NULL;
     TRY(bn_cu_attention(s->att, qg, q_stride, head_stride, gated, s->k_cache[il], s->v_cache[il], f16, nh, nkv, hd,
-                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream, out_q8, cols));
+                        1.0f / sqrtf((float)hd), nb, s->d_pos, n_splits, s->att_scratch, s->stream, out_q8, cols,
+                        s->attn_tiled));
     return mm_from(s, out_w, 1, s->att, &s->mo, nb, out_q8);
 }
 

@@ -137,10 +137,12 @@ size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
 // + hd: out = softmax(scale q·K) V (⊙ σ(gate)). GQA: head h reads KV head h / (nh / nkv). The keys
 // are split into n_splits ranges (flash-decoding) merged by a second kernel; scratch from
 // bn_cu_attention_scratch_floats. q8 (NULL: none; hd % 32 == 0, else cudaErrorInvalidValue): the merge also
-// writes out's Q8 activations there (attn_output's input, bn_cu_q8_fusable).
+// writes out's Q8 activations there (attn_output's input, bn_cu_q8_fusable). tiled (prefill: one split, nb > 1, no
+// cols; head sizes dividing 256, GQA groups up to 32): query tiles share each K/V tile (attn_tiled_kernel) instead
+// of one block per token; same math, another summation order.
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
                             const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8,
-                            const bn_cu_cols *cols = nullptr);
+                            const bn_cu_cols *cols = nullptr, bool tiled = false);
 
 #endif

@@ -104,6 +104,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->tap_row = -1;
     const char *fuse = getenv("BONSAI_CUDA_FUSE");
     s->no_fuse = fuse && !strcmp(fuse, "0");
+    const char *tiled = getenv("BONSAI_CUDA_ATTN_TILED");
+    s->attn_tiled = tiled && !strcmp(tiled, "1");
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));

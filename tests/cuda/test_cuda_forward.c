@@ -79,8 +79,10 @@ static const char *make_model(const char *preset, const char *type, char *path, 
     }
     bn_mkmodel_params p;
     const bool wide = !strcmp(preset, "wide"); // tiny with H = F = 1024: weights cudamm repacks
-    bn_mkmodel_defaults(&p, wide ? "tiny" : preset);
+    const bool gqa6 = !strcmp(preset, "gqa6"); // tiny with the 27B's attention heads: 6 per KV head, head_dim 256
+    bn_mkmodel_defaults(&p, wide || gqa6 ? "tiny" : preset);
     if (wide) p.n_embd = 1024, p.n_ff = 1024;
+    if (gqa6) p.n_head = 6, p.n_head_kv = 1, p.head_dim = 256, p.n_rot = 64;
     p.seed = 7;
     const bool plain = !strcmp(type, "F32") || !strcmp(type, "F16");
     p.type = !strcmp(type, "F16") ? BN_F16 : BN_F32;
@@ -370,6 +372,55 @@ static void long_case(void) {
     free(lc), free(lg);
     bn_cuda_state_free(sg);
     bn_state_free(sc);
+    close_model(m, cm);
+}
+
+// tiled_case: prefill attention by query tiles (BONSAI_CUDA_ATTN_TILED=1 at state creation, attn_tiled_kernel)
+// against the per-token kernel and the CPU: a 150-token prefill (5 key tiles of 32, several query tiles) and then
+// 40 more tokens from position 150 (the tiles' positions come from d_pos), all logits, fp32 and fp16 KV caches.
+// Bounds: vs the per-token kernel 2e-5 (same math, another summation order: ~5e-6 in the emulator), vs the CPU 1e-4
+// (long_case's), fp16
+// KV vs the CPU's fp16 cache 1e-3 (snaps_and_kv16's). preset tiny: head_dim 32, 2 query heads per KV head (16 query
+// tokens per block); gqa6: head_dim 256, 6 per KV head (5 query tokens per block, the 27B's shape).
+static void tiled_case(const char *preset) {
+    char path[320], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model(preset, "F32", path, sizeof path, &cm);
+    if (!m) return;
+    enum { N1 = 150, N2 = 40, N_ALL = N1 + N2 };
+    const int V = m->cfg.n_vocab;
+    int32_t tokens[N_ALL];
+    for (int i = 0; i < N_ALL; i++) tokens[i] = (int32_t)((i * 61 + 5) % V);
+    float *lc = xmalloc(sizeof(float) * V * N1), *lu = xmalloc(sizeof(float) * V * N1), *lt = xmalloc(sizeof(float) * V * N1);
+    for (int kv = 0; kv < 2; kv++) {
+        const int kv_type = kv ? BN_F16 : BN_F32;
+        bn_state *sc = bn_state_new_kv(m, N_ALL, 2, kv_type);
+        bn_cuda_state *su = bn_cuda_state_new(cm, N_ALL, kv_type, err, sizeof err);
+        setenv("BONSAI_CUDA_ATTN_TILED", "1", 1);
+        bn_cuda_state *st = bn_cuda_state_new(cm, N_ALL, kv_type, err, sizeof err);
+        unsetenv("BONSAI_CUDA_ATTN_TILED");
+        CHECK(su && st, "tiled states: %s", err);
+        if (!su || !st) break;
+        double d_untiled = 0, d_cpu = 0;
+        for (int part = 0; part < 2; part++) {
+            const int t0 = part ? N1 : 0, n = part ? N2 : N1;
+            bn_forward_out oc = {.logits = lc, .all_logits = true}, ou = {.logits = lu, .all_logits = true},
+                           ot = {.logits = lt, .all_logits = true};
+            CHECK(bn_forward(m, sc, tokens + t0, n, &oc, err, sizeof err) == 0, "cpu: %s", err);
+            CHECK(bn_cuda_forward(su, tokens + t0, n, &ou, err, sizeof err) == 0, "cuda: %s", err);
+            CHECK(bn_cuda_forward(st, tokens + t0, n, &ot, err, sizeof err) == 0, "cuda tiled: %s", err);
+            d_untiled = fmax(d_untiled, max_dlogprob(lu, lt, n, V));
+            d_cpu = fmax(d_cpu, max_dlogprob(lc, lt, n, V));
+        }
+        const double b_cpu = kv ? 1e-3 : 1e-4;
+        printf("%-10s F32   tiled prefill attention, %s KV, %d + %d tokens: max|dlogprob| vs per-token kernel %.3g "
+               "(bound 2e-5), vs CPU %.3g (bound %.0e)\n", preset, kv ? "fp16" : "fp32", N1, N2, d_untiled, d_cpu,
+               b_cpu);
+        CHECK(d_untiled <= 2e-5 && d_cpu <= b_cpu, "%s tiled attention (%s KV): %g vs per-token, %g vs CPU", preset,
+              kv ? "fp16" : "fp32", d_untiled, d_cpu);
+        bn_cuda_state_free(su), bn_cuda_state_free(st), bn_state_free(sc);
+    }
+    free(lc), free(lu), free(lt);
     close_model(m, cm);
 }
 
@@ -1066,6 +1117,8 @@ int main(int argc, char **argv) {
     }
     if (flt) {
         long_case();
+        tiled_case("tiny");
+        tiled_case("gqa6");
         snaps_and_kv16();
         graph_taps_case();
         graph_verify_case();
