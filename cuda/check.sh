@@ -735,9 +735,18 @@ table() {
     serve_rows
     if [ "${ST[profile]:-SKIP}" = OK ]; then
         echo
-        echo "### Kernel time per decoded token (ncu, $L1-layer Q1_0, tg16 + warm-up; launches include the upload)"
+        echo "### Kernel time per decoded token (ncu, $L1-layer Q1_0, tg16 + warm-up; launches include the upload and the"
+        echo "tensor-core self-check)"
         echo
         cat "$W/profile.log"
+        # the kernels' share of a decode step: their time per token against bonsai-bench's wall time per token
+        awk -v k="$(awk -F'|' '/^\| all \(/ { gsub(/ /, "", $5); print $5 }' "$W/profile.log")" \
+            -v g="$(jfield "$W/bench-Q1_0-$L1.log" avg_ns 2)" -v TG="$TG" 'BEGIN {
+            if (k == "" || g == "") exit
+            w = g / TG / 1000
+            printf("\nKernels %.1f us per token; bonsai-bench tg%d on the same file %.1f us per token: launch gaps and host "
+                   "work about %.0f%% of a step.\n", k, TG, w, 100 * (w - k) / w)
+        }'
     fi
     if [ "${ST[profile-pp]:-SKIP}" = OK ]; then
         echo
