@@ -63,7 +63,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (upper bounds; the sum is printed: 725 s full, 875 s with --sanitize --profile;
+# ---- the plan: seconds per step (upper bounds; the sum is printed: 740 s full, 890 s with --sanitize --profile;
 # BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones last in the order) ---
 # Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
 # 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
@@ -93,7 +93,7 @@ for k in env deps setup build tests sanitize models copybw mm dspark serve profi
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 3 : 2))) # ours, ours tiled, the peer
-PLAN=$((PLAN + LIMIT[bench])) # fuse-off
+PLAN=$((PLAN + 2 * LIMIT[bench])) # fuse-off, gdn-norm
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -298,12 +298,16 @@ done
 # fuse-off: tg on the L2-layer Q1_0 file with the Q8-producer fusion off (BONSAI_CUDA_FUSE=0): the same kernels'
 # work plus a quantize launch per matmul group, 33 more launches per token at 8 layers (counted in the emulator:
 # 118 against 85), so the difference prices a launch inside the decode graph
-if [ ! -f "$W/l$L2-Q1_0.gguf" ] || [ ! -x "$BENCH" ]; then
-    skip_step fuse-off "no $L2-layer Q1_0 model or no bench"
-else
-    run_step fuse-off "${LIMIT[bench]}" env BONSAI_CUDA_FUSE=0 "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" \
-        -r "$REPS" -o json
-fi
+# gdn-norm: the same with the GDN recurrence and its output norm in one launch (BONSAI_CUDA_GDN_NORM=1, opt-in: one
+# launch fewer per GDN layer, 79 per token at 8 layers)
+for v in fuse-off gdn-norm; do
+    if [ ! -f "$W/l$L2-Q1_0.gguf" ] || [ ! -x "$BENCH" ]; then
+        skip_step "$v" "no $L2-layer Q1_0 model or no bench"
+    else
+        run_step "$v" "${LIMIT[bench]}" env "$([ "$v" = fuse-off ] && echo BONSAI_CUDA_FUSE=0 || echo BONSAI_CUDA_GDN_NORM=1)" \
+            "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" -r "$REPS" -o json
+    fi
+done
 
 # ---- peer: llama.cpp's llama-bench on the same files (only where a peer binary is given) ------------
 # BONSAI_PEER_BENCH=PATH, else build-peer/llama-bench.xz (scripts/build-llamacpp-cuda.sh: llama.cpp from the
@@ -644,24 +648,30 @@ longpp_rows() {
     done
 }
 
-# fuse_rows: tg with and without the Q8-producer fusion, and what one launch in the decode graph costs
+# fuse_rows: tg with the default fusion, without the Q8-producer fusion and with the GDN output norm fused too, and
+# what one launch in the decode graph costs
 fuse_rows() {
-    [ "${ST[fuse-off]:-SKIP}" = SKIP ] && return 0
+    [ "${ST[fuse-off]:-SKIP}" = SKIP ] && [ "${ST[gdn-norm]:-SKIP}" = SKIP ] && return 0
     echo
-    echo "### Launch cost: tg$TG, $L2-layer Q1_0 file, fusion on (85 launches per token) and off (BONSAI_CUDA_FUSE=0, 118)"
+    echo "### Launch cost: tg$TG, $L2-layer Q1_0 file, with fewer and more launches per token"
     echo
-    echo "| fusion | tg$TG t/s | us per token |"
-    echo "| ------ | --------: | -----------: |"
+    echo "| run | launches per token | tg$TG t/s | us per token |"
+    echo "| --- | -----------------: | --------: | -----------: |"
     awk -v TG="$TG" -v on="$(jfield "$W/bench-Q1_0-$L2.log" avg_ns 2)" -v off="$(jfield "$W/fuse-off.log" avg_ns 1)" \
-        -v con="$(cell "bench-Q1_0-$L2")" -v coff="$(cell fuse-off)" 'BEGIN {
+        -v gn="$(jfield "$W/gdn-norm.log" avg_ns 1)" -v con="$(cell "bench-Q1_0-$L2")" -v coff="$(cell fuse-off)" \
+        -v cgn="$(cell gdn-norm)" 'BEGIN {
         if (con == "" && on == "") con = "FAIL"
         if (coff == "" && off == "") coff = "FAIL"
-        if (con != "") printf("| on | %s | %s |\n", con, con)
-        else printf("| on | %.1f | %.1f |\n", TG * 1e9 / on, on / TG / 1000)
-        if (coff != "") { printf("| off | %s | %s |\n", coff, coff); exit }
-        printf("| off | %.1f | %.1f |\n", TG * 1e9 / off, off / TG / 1000)
-        if (con == "") printf("\nPer extra launch: %.2f us (the 33 quantize launches also do their small work).\n",
-                              (off - on) / TG / 1000 / 33)
+        if (cgn == "" && gn == "") cgn = "FAIL"
+        split("default|Q8-producer fusion off (BONSAI_CUDA_FUSE=0)|GDN output norm fused (BONSAI_CUDA_GDN_NORM=1)", name, "|")
+        split("85 118 79", n, " ")
+        C[1] = con; C[2] = coff; C[3] = cgn; T[1] = on; T[2] = off; T[3] = gn
+        for (i = 1; i <= 3; i++)
+            if (C[i] != "") printf("| %s | %d | %s | %s |\n", name[i], n[i], C[i], C[i])
+            else printf("| %s | %d | %.1f | %.1f |\n", name[i], n[i], TG * 1e9 / T[i], T[i] / TG / 1000)
+        if (con == "" && coff == "")
+            printf("\nPer extra launch: %.2f us (the 33 quantize launches also do their small work).\n",
+                   (off - on) / TG / 1000 / 33)
     }'
 }
 

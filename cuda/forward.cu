@@ -155,12 +155,17 @@ static cudaError_t gdn_layer(bn_cuda_state *s, int il, int nb, float *const *sna
     const size_t conv_off = (size_t)(s->conv[il] - s->recurrent), ssm_off = (size_t)(s->ssm[il] - s->recurrent);
     TRY(bn_cu_gdn_conv_norm(mix, s->conv[il], L->conv1d, Hk, Hv, dk, c->ssm_conv_kernel, nb, c->norm_eps,
                             1.0f / sqrtf((float)dk), snaps, conv_off, s->conv_scratch, s->stream, cols));
-    TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb, snaps,
-                             ssm_off, s->stream, cols));
     const bn_cu_weight *out_w[] = {&L->ssm_out};
     bn_q8_out oq;
     const bn_q8_out *out_q8 = dk % 32 == 0 ? fused_q8(s, out_w, 1, nb, &oq) : NULL;
-    TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream, out_q8));
+    if (s->gdn_norm && nb <= BN_CU_MMVQ_MAX_NB && bn_cu_gdn_recurrence_norm_takes(dk, dk)) { // one launch (opt-in)
+        TRY(bn_cu_gdn_recurrence_norm(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, z, L->ssm_norm, c->norm_eps, s->att,
+                                      dk, dk, Hk, Hv, conv_dim, nb, snaps, ssm_off, s->stream, out_q8, cols));
+    } else {
+        TRY(bn_cu_gdn_recurrence(s->ssm[il], mix, bb, ab, L->ssm_dt, L->ssm_a, s->att, dk, dk, Hk, Hv, conv_dim, nb,
+                                 snaps, ssm_off, s->stream, cols));
+        TRY(bn_cu_gated_rmsnorm(s->att, s->att, z, L->ssm_norm, dk, Hv * nb, c->norm_eps, s->stream, out_q8));
+    }
     return mm_from(s, out_w, 1, s->att, &s->mo, nb, out_q8);
 }
 

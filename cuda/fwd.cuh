@@ -108,6 +108,16 @@ cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_l
                                  const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk,
                                  int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off, cudaStream_t s,
                                  const bn_cu_cols *cols = nullptr);
+// bn_cu_gdn_recurrence followed by bn_cu_gated_rmsnorm(y, y, z, norm_w, dv, Hv * nb, eps, q8) in one launch: a block
+// per value head, the norm applied to the head's outputs of each token in shared memory (opt-in,
+// BONSAI_CUDA_GDN_NORM=1: one launch fewer per GDN layer; for decode-sized nb: the tokens run in order in Hv blocks).
+// Needs bn_cu_gdn_recurrence_norm_takes(dk, dv) (dv % 32 == 0, dv <= 128, dk <= 128), else cudaErrorInvalidValue.
+bool bn_cu_gdn_recurrence_norm_takes(int dk, int dv);
+cudaError_t bn_cu_gdn_recurrence_norm(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+                                      const float *dt_bias, const float *ssm_a, const float *z, const float *norm_w,
+                                      float eps, float *y, int dk, int dv, int Hk, int Hv, int conv_dim, int nb,
+                                      float *const *snaps, size_t snap_off, cudaStream_t s, const bn_q8_out *q8,
+                                      const bn_cu_cols *cols = nullptr);
 
 // The columns of a batched decode step (bn_cuda_forward_batch): column t is one token of its own sequence, at
 // position pos[t], with that sequence's state for the current layer (device arrays of nb pointers). The kernels

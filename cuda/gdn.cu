@@ -3,6 +3,7 @@
 // bn_gdn_step). Shapes and contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
+#include "cuda/mm_impl.cuh" // bn_q8_store: ssm_out's Q8 activations written by the fused output norm
 
 #define REC_WARPS 4 // value rows per block (one warp each)
 #define CONV_THREADS 256
@@ -131,6 +132,32 @@ cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int H
     return cudaGetLastError();
 }
 
+// rec_row_step: one token of the delta rule on a row of S held by a warp (lane l: elements l, l + 32, ... of r, REGS
+// of them: dk <= 32·REGS): decay by alpha, u = row·k, row += beta (v − u) k; returns row·q (on every lane).
+template <int REGS>
+static __device__ __forceinline__ float rec_row_step(float (&r)[REGS], const float *k, const float *q, float alpha,
+                                                     float beta, float v, int lane, int dk) {
+    float u = 0.0f;
+#pragma unroll
+    for (int m = 0; m < REGS; m++) {
+        const int i = lane + 32 * m;
+        r[m] *= alpha;
+        if (i < dk) u += r[m] * k[i];
+    }
+    u = bn_warp_reduce_sum(u);
+    const float delta = beta * (v - u);
+    float o = 0.0f;
+#pragma unroll
+    for (int m = 0; m < REGS; m++) {
+        const int i = lane + 32 * m;
+        if (i < dk) {
+            r[m] += delta * k[i];
+            o += r[m] * q[i];
+        }
+    }
+    return bn_warp_reduce_sum(o);
+}
+
 // recurrence_kernel: block (value head h, group of REC_WARPS value rows); warp w owns row
 // j = blockIdx.y*REC_WARPS + w of S_h (dk floats, lane l holding elements l, l+32, ...) in registers
 // for all nb tokens. Rows are independent given q, k, v, α, β: decay, u_j = row·k, δ_j = β(v_j − u_j),
@@ -157,25 +184,7 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
         const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
         const float beta = bn_cu_sigmoid(beta_logit[(size_t)t * Hv + h]);
         const float alpha = expf(bn_cu_softplus(alpha_logit[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h]);
-        float u = 0.0f;
-#pragma unroll
-        for (int m = 0; m < REC_REGS; m++) {
-            const int i = lane + 32 * m;
-            r[m] *= alpha;
-            if (i < dk) u += r[m] * k[i];
-        }
-        u = bn_warp_reduce_sum(u);
-        const float delta = beta * (v_j - u);
-        float o = 0.0f;
-#pragma unroll
-        for (int m = 0; m < REC_REGS; m++) {
-            const int i = lane + 32 * m;
-            if (i < dk) {
-                r[m] += delta * k[i];
-                o += r[m] * q[i];
-            }
-        }
-        o = bn_warp_reduce_sum(o);
+        const float o = rec_row_step(r, k, q, alpha, beta, v_j, lane, dk);
         if (lane == 0) y[(size_t)t * Hv * dv + (size_t)h * dv + j] = o;
         if (snaps) { // S row j of head h after token t
             float *dst = snaps[t] + snap_off + ((size_t)h * dv + j) * dk;
@@ -203,3 +212,103 @@ cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_l
               dv, Hk, Hv, conv_dim, nb, snaps, snap_off, cl);
     return cudaGetLastError();
 }
+
+// ---- the recurrence with the output norm (opt-in: BONSAI_CUDA_GDN_NORM=1) -----------------------------------
+// recurrence_norm_kernel: block = value head h (with cols: blockIdx.z = column t), REC_NORM_WARPS warps, warp w owning
+// rows w, w + REC_NORM_WARPS, ... of S_h (dv / REC_NORM_WARPS each) in registers; per token the rows' outputs go to
+// shared memory and the block applies the gated RMSNorm of the head (gated_rmsnorm_kernel's math: y = w ⊙ o / rms(o)
+// ⊙ SiLU(z), and with Q8 its Q8 activations for ssm_out), so the norm needs no launch of its own. The rows compute
+// exactly as in recurrence_kernel (rec_row_step); the norm's sum runs in another order (last bits).
+#define REC_NORM_WARPS 32
+#define REC_NORM_ROWS 4 // rows per warp: dv <= 128
+#define REC_NORM_REGS 4 // row elements per lane: dk <= 128 (16 state floats per thread: no spills at 1024 threads)
+template <bool Q8>
+static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
+    recurrence_norm_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit, const float *dt_bias, const float *ssm_a,
+                                              const float *z, const float *norm_w, float eps, float *y, int dk, int dv,
+                                              int Hk, int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off,
+                                              bn_cu_cols cols, bn_q8_out q8) {
+    BN_SHARED(float, o_head, REC_NORM_WARPS * REC_NORM_ROWS); // the head's outputs of the current token
+    BN_SHARED(float, red, 32);
+    const int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + 1 : nb;
+    if (cols.pos) S = cols.ssm[t0];
+    const int kh = h % Hk; // GGUF tiled layout: value head h pairs with key head h mod Hk
+    float r[REC_NORM_ROWS][REC_NORM_REGS];
+#pragma unroll
+    for (int a = 0; a < REC_NORM_ROWS; a++) {
+        const int j = warp + a * REC_NORM_WARPS;
+#pragma unroll
+        for (int m = 0; m < REC_NORM_REGS; m++) {
+            const int i = lane + 32 * m;
+            r[a][m] = j < dv && i < dk ? S[((size_t)h * dv + j) * dk + i] : 0.0f;
+        }
+    }
+    for (int t = t0; t < t1; t++) {
+        const float *c = mix + (size_t)t * conv_dim;
+        const float *q = c + (size_t)kh * dk, *k = c + (size_t)(Hk + kh) * dk;
+        const float beta = bn_cu_sigmoid(beta_logit[(size_t)t * Hv + h]);
+        const float alpha = expf(bn_cu_softplus(alpha_logit[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h]);
+#pragma unroll
+        for (int a = 0; a < REC_NORM_ROWS; a++) {
+            const int j = warp + a * REC_NORM_WARPS;
+            if (j >= dv) break; // the same for the whole warp
+            const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
+            const float o = rec_row_step(r[a], k, q, alpha, beta, v_j, lane, dk);
+            if (lane == 0) o_head[j] = o;
+            if (snaps) { // S row j of head h after token t
+                float *dst = snaps[t] + snap_off + ((size_t)h * dv + j) * dk;
+#pragma unroll
+                for (int m = 0; m < REC_NORM_REGS; m++) {
+                    const int i = lane + 32 * m;
+                    if (i < dk) dst[i] = r[a][m];
+                }
+            }
+        }
+        __syncthreads(); // the head's outputs of token t are in o_head
+        float sum_sq = 0.0f;
+        for (int i = threadIdx.x; i < dv; i += blockDim.x) sum_sq += o_head[i] * o_head[i];
+        sum_sq = bn_block_sum(sum_sq, red);
+        const float scale = 1.0f / sqrtf(sum_sq / (float)dv + eps);
+        const size_t off = ((size_t)t * Hv + h) * dv;
+        for (int i = threadIdx.x; i < dv; i += blockDim.x) { // whole warps (dv % 32 == 0): bn_q8_store's units
+            const float normed = norm_w ? norm_w[i] * (o_head[i] * scale) : o_head[i] * scale;
+            const float v = normed * bn_cu_silu(z[off + i]);
+            y[off + i] = v;
+            if (Q8) bn_q8_store(v, (int64_t)(off + i), q8);
+        }
+        __syncthreads(); // o_head is rewritten by the next token
+    }
+#pragma unroll
+    for (int a = 0; a < REC_NORM_ROWS; a++) {
+        const int j = warp + a * REC_NORM_WARPS;
+        if (j >= dv) break;
+#pragma unroll
+        for (int m = 0; m < REC_NORM_REGS; m++) {
+            const int i = lane + 32 * m;
+            if (i < dk) S[((size_t)h * dv + j) * dk + i] = r[a][m];
+        }
+    }
+}
+
+bool bn_cu_gdn_recurrence_norm_takes(int dk, int dv) {
+    return dv % 32 == 0 && dv <= REC_NORM_WARPS * REC_NORM_ROWS && dk <= 32 * REC_NORM_REGS;
+}
+
+cudaError_t bn_cu_gdn_recurrence_norm(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+                                      const float *dt_bias, const float *ssm_a, const float *z, const float *norm_w,
+                                      float eps, float *y, int dk, int dv, int Hk, int Hv, int conv_dim, int nb,
+                                      float *const *snaps, size_t snap_off, cudaStream_t s, const bn_q8_out *q8,
+                                      const bn_cu_cols *cols) {
+    if (!bn_cu_gdn_recurrence_norm_takes(dk, dv)) return cudaErrorInvalidValue;
+    const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
+    dim3 grid(Hv, 1, cl.pos ? nb : 1);
+    if (q8)
+        BN_LAUNCH(recurrence_norm_kernel<true>, grid, REC_NORM_WARPS * 32, 0, s, S, mix, beta_logit, alpha_logit, dt_bias,
+                  ssm_a, z, norm_w, eps, y, dk, dv, Hk, Hv, conv_dim, nb, snaps, snap_off, cl, *q8);
+    else
+        BN_LAUNCH(recurrence_norm_kernel<false>, grid, REC_NORM_WARPS * 32, 0, s, S, mix, beta_logit, alpha_logit,
+                  dt_bias, ssm_a, z, norm_w, eps, y, dk, dv, Hk, Hv, conv_dim, nb, snaps, snap_off, cl, bn_q8_out{});
+    return cudaGetLastError();
+}
+

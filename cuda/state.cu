@@ -106,6 +106,8 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->no_fuse = fuse && !strcmp(fuse, "0");
     const char *tiled = getenv("BONSAI_CUDA_ATTN_TILED");
     s->attn_tiled = tiled && !strcmp(tiled, "1");
+    const char *gdn_norm = getenv("BONSAI_CUDA_GDN_NORM");
+    s->gdn_norm = gdn_norm && !strcmp(gdn_norm, "1");
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
