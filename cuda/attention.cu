@@ -189,7 +189,7 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
 #define AT_ROWS 32 // query rows per block (AT_THREADS / 8 score rows)
 static_assert(AT_ROWS * 8 == AT_THREADS && AT_KT == 4 * 8, "score layout: 8 lanes x 4 keys per row");
 
-// bn_cu_attn_tiles: whether attn_tiled_kernel takes this head size and GQA group.
+// attn_tiles: whether attn_tiled_kernel takes this head size and GQA group.
 static bool attn_tiles(int hd, int group) {
     return hd >= 8 && hd <= BN_CU_MAX_HEAD_DIM && AT_THREADS % hd == 0 && group >= 1 && group <= AT_ROWS;
 }
