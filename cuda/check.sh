@@ -726,7 +726,9 @@ mma_note() {
     failed=$(grep -h -m1 -o "tensor-core self-check failed: [^;]*" "$W"/*.log 2>/dev/null | head -n 1)
     if [ -n "$failed" ]; then echo "OFF, ${failed#tensor-core } (the dp4a kernels ran)"
     elif [ "${BONSAI_CUDA_MMA:-1}" = 0 ]; then echo "off (BONSAI_CUDA_MMA=0)"
-    elif grep -q "tensor cores: on (self-check passed)" "$RES/tests.log" 2>/dev/null; then echo "on (self-check passed)"
+    elif grep -q "tensor cores: on (self-check passed)" "$RES/tests.log" 2>/dev/null ||
+        grep -qh "^bonsai-bench: CUDA int8 tensor cores on$" "$W"/bench-*.log 2>/dev/null; then
+        echo "on (self-check passed)"
     else echo "on (no self-check failure logged)"
     fi
 }

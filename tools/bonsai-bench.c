@@ -10,6 +10,9 @@
 #include "core/engine.h"
 #include "core/model.h"
 #include "core/util.h"
+#ifdef BONSAI_CUDA
+#include "cuda/cuda_engine.h"
+#endif
 
 #define MAX_LIST 16
 
@@ -88,6 +91,11 @@ int main(int argc, char **argv) {
             if (ngls[gi] >= m->cfg.n_layer && ti > 0) break; // threads do not matter with every layer on the GPU
             bn_engine *eng = bn_engine_open(m, ngls[gi], threads[ti], err, sizeof err);
             if (!eng) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
+#ifdef BONSAI_CUDA
+            static bool said_mma = false; // llama-bench prints its device setup; ours: whether the MMA kernels run
+            if (ngls[gi] > 0 && !said_mma) fprintf(stderr, "bonsai-bench: CUDA int8 tensor cores %s\n", bn_cuda_mma_status());
+            said_mma = said_mma || ngls[gi] > 0;
+#endif
             // llama-bench order: every -p test, then every -n test, then -pg.
             int tests[MAX_LIST * 2 + 1][2], n_tests = 0;
             for (int k = 0; k < n_prompts; k++) if (prompts[k] > 0) { tests[n_tests][0] = prompts[k]; tests[n_tests++][1] = 0; }
