@@ -666,29 +666,21 @@ void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem
 }
 } // namespace bn_emu
 
-extern "C" uint64_t bn_cuda_emu_set_order(uint64_t seed) {
+// swap_setting: the API setters' common part: under the API lock, after the environment was read (it must not
+// overwrite the new value later), *setting = value; returns the old value.
+template <class T> static T swap_setting(T *setting, T value) {
     std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
     bn_emu::read_env();
-    uint64_t old = bn_emu::order_seed;
-    bn_emu::order_seed = seed;
+    const T old = *setting;
+    *setting = value;
     return old;
 }
 
-extern "C" int bn_cuda_emu_set_racecheck(int on) {
-    std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
-    bn_emu::read_env();
-    int old = bn_emu::racecheck;
-    bn_emu::racecheck = on != 0;
-    return old;
-}
+extern "C" uint64_t bn_cuda_emu_set_order(uint64_t seed) { return swap_setting(&bn_emu::order_seed, seed); }
 
-extern "C" int bn_cuda_emu_set_mma_fault(int on) {
-    std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
-    bn_emu::read_env();
-    int old = bn_emu::mma_fault;
-    bn_emu::mma_fault = on != 0;
-    return old;
-}
+extern "C" int bn_cuda_emu_set_racecheck(int on) { return swap_setting(&bn_emu::racecheck, on != 0); }
+
+extern "C" int bn_cuda_emu_set_mma_fault(int on) { return swap_setting(&bn_emu::mma_fault, on != 0); }
 
 extern "C" void bn_cuda_emu_get_stats(bn_cuda_emu_stats *s) {
     std::lock_guard<std::recursive_mutex> lock(bn_emu::api_mutex());
