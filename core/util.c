@@ -286,3 +286,8 @@ double bn_arg_float(const char *tool, const char *opt, const char *s) {
     }
     return v;
 }
+
+bool bn_env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}

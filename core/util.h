@@ -82,5 +82,7 @@ double bn_arg_float(const char *tool, const char *opt, const char *s);
 int bn_n_threads_default(void);
 // bn_format_bytes: "1.23 MiB" style into buf; returns buf.
 const char *bn_format_bytes(char *buf, size_t n, double bytes);
+// bn_env_is: true when the environment variable name is set to exactly value (the BONSAI_CUDA_* switches).
+bool bn_env_is(const char *name, const char *value);
 
 #endif

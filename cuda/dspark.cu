@@ -208,8 +208,7 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
     s->k_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->v_cache = (float **)xcalloc((size_t)f->n_layer, sizeof(float *));
     s->graphs = (cudaGraphExec_t *)xcalloc((size_t)f->block_size + 1, sizeof(cudaGraphExec_t));
-    const char *fuse = getenv("BONSAI_CUDA_FUSE");
-    s->no_fuse = fuse && !strcmp(fuse, "0");
+    s->no_fuse = bn_env_is("BONSAI_CUDA_FUSE", "0");
     bn_cu_carver count = {NULL, 0};
     const size_t total = ds_layout(&count, s);
     int rc = 0;

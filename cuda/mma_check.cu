@@ -13,6 +13,7 @@
 #include <string.h>
 #include <vector>
 extern "C" {
+#include "core/util.h"
 // from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
 size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
 size_t bn_row_size(int type, int64_t ne0);
@@ -116,10 +117,9 @@ static char g_status[320] = "on";
 
 // decide: fills g_status and switches the tensor-core kernels off where they must not run.
 static void decide(void) {
-    const char *env = getenv("BONSAI_CUDA_MMA");
     char why[256] = "";
     if (!BN_CU_MMA) snprintf(g_status, sizeof g_status, "off (built with BN_CU_MMA=0)");
-    else if (env && strcmp(env, "0") == 0) snprintf(g_status, sizeof g_status, "off (BONSAI_CUDA_MMA=0)");
+    else if (bn_env_is("BONSAI_CUDA_MMA", "0")) snprintf(g_status, sizeof g_status, "off (BONSAI_CUDA_MMA=0)");
     else if (bn_cuda_mma_selftest(why, sizeof why) != 1) {
         snprintf(g_status, sizeof g_status, "off (self-check failed: %s)", why);
         fprintf(stderr,

@@ -102,12 +102,9 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->logit_rows = s->n_batch < MAX_LOGIT_ROWS ? s->n_batch : MAX_LOGIT_ROWS;
     s->n_splits = n_ctx / 32 < 1 ? 1 : n_ctx / 32 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 32;
     s->tap_row = -1;
-    const char *fuse = getenv("BONSAI_CUDA_FUSE");
-    s->no_fuse = fuse && !strcmp(fuse, "0");
-    const char *tiled = getenv("BONSAI_CUDA_ATTN_TILED");
-    s->attn_tiled = tiled && !strcmp(tiled, "1");
-    const char *gdn_norm = getenv("BONSAI_CUDA_GDN_NORM");
-    s->gdn_norm = gdn_norm && !strcmp(gdn_norm, "1");
+    s->no_fuse = bn_env_is("BONSAI_CUDA_FUSE", "0");
+    s->attn_tiled = bn_env_is("BONSAI_CUDA_ATTN_TILED", "1");
+    s->gdn_norm = bn_env_is("BONSAI_CUDA_GDN_NORM", "1");
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));
