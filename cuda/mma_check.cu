@@ -33,41 +33,9 @@ static float lcg_unit(uint64_t *s) {
     return (float)((*s >> 40) * (1.0 / (1 << 23)) - 1.0);
 }
 
-// check_case: y from bn_cu_mmq_tc vs bn_cu_mmvq for one type, layout and nb on device buffers; returns 1 when
-// they agree, 0 when not (msg: where), -1 on a CUDA error (msg: which).
-static int check_case(int type, bool planar, int nb, const uint8_t *wq, const float *x, char *msg, size_t len) {
-    const size_t rb = bn_row_size(type, CHECK_NE0), wbytes = rb * CHECK_NE1;
-    bn_cu_weight w = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
-    dev_bufs b;
-    void *dw;
-    int8_t *qs;
-    bn_q8_ds *ds;
-    float *dx, *dy_tc, *dy_vq;
-    const size_t ybytes = sizeof(float) * CHECK_NE1 * nb;
-    cudaError_t e = b.alloc(&dw, wbytes);
-    if (e == cudaSuccess) e = b.alloc((void **)&dx, sizeof(float) * CHECK_NE0 * nb);
-    if (e == cudaSuccess) e = b.alloc((void **)&dy_tc, ybytes);
-    if (e == cudaSuccess) e = b.alloc((void **)&dy_vq, ybytes);
-    if (e == cudaSuccess) e = b.alloc((void **)&qs, (size_t)CHECK_NE0 * nb);
-    if (e == cudaSuccess) e = b.alloc((void **)&ds, sizeof(bn_q8_ds) * CHECK_NE0 / 32 * nb);
-    if (e == cudaSuccess) e = cudaMemcpy(dw, wq, wbytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(dx, x, sizeof(float) * CHECK_NE0 * nb, cudaMemcpyHostToDevice);
-    w.data = dw;
-    if (e == cudaSuccess && planar) e = bn_cu_weight_repack(&w, 0);
-    const bn_q8_act act = {qs, ds};
-    const bn_cu_weight *wp = &w;
-    if (e == cudaSuccess) e = bn_cu_quantize_act(w.type, dx, CHECK_NE0, nb, qs, ds, 0);
-    if (e == cudaSuccess) e = bn_cu_mmvq(&wp, &dy_vq, 1, &act, dx, nb, 0);
-    if (e == cudaSuccess) e = bn_cu_mmq_tc(&wp, &dy_tc, 1, &act, nb, 0);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    std::vector<float> tc((size_t)CHECK_NE1 * nb), vq((size_t)CHECK_NE1 * nb);
-    if (e == cudaSuccess) e = cudaMemcpy(tc.data(), dy_tc, ybytes, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess) e = cudaMemcpy(vq.data(), dy_vq, ybytes, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) {
-        snprintf(msg, len, "CUDA error %s", cudaGetErrorString(e));
-        cudaGetLastError();
-        return -1;
-    }
+// column_gap: 1 when the nb columns of tc (tensor cores) and vq (dp4a), {CHECK_NE1, nb} each, agree; else 0 with
+// msg naming the type, layout, nb and column.
+static int column_gap(const float *tc, const float *vq, int nb, int type, bool planar, char *msg, size_t len) {
     for (int c = 0; c < nb; c++) {
         double ymax = 0, dmax = 0;
         for (int r = 0; r < CHECK_NE1; r++) {
@@ -85,6 +53,51 @@ static int check_case(int type, bool planar, int nb, const uint8_t *wq, const fl
     return 1;
 }
 
+// check_layout: y from bn_cu_mmq_tc vs bn_cu_mmvq for one type and layout, the weight and x uploaded once, at every
+// nb of nbs (<= CHECK_NB_MAX: the first nb columns of x); returns 1 when they agree, 0 when not (msg: where), -1 on a
+// CUDA error (msg: which).
+static int check_layout(int type, bool planar, const int *nbs, int n_nbs, const uint8_t *wq, const float *x,
+                        char *msg, size_t len) {
+    const size_t rb = bn_row_size(type, CHECK_NE0), wbytes = rb * CHECK_NE1;
+    const size_t ybytes = sizeof(float) * CHECK_NE1 * CHECK_NB_MAX;
+    bn_cu_weight w = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
+    dev_bufs b;
+    void *dw;
+    int8_t *qs;
+    bn_q8_ds *ds;
+    float *dx, *dy_tc, *dy_vq;
+    cudaError_t e = b.alloc(&dw, wbytes);
+    if (e == cudaSuccess) e = b.alloc((void **)&dx, sizeof(float) * CHECK_NE0 * CHECK_NB_MAX);
+    if (e == cudaSuccess) e = b.alloc((void **)&dy_tc, ybytes);
+    if (e == cudaSuccess) e = b.alloc((void **)&dy_vq, ybytes);
+    if (e == cudaSuccess) e = b.alloc((void **)&qs, (size_t)CHECK_NE0 * CHECK_NB_MAX);
+    if (e == cudaSuccess) e = b.alloc((void **)&ds, sizeof(bn_q8_ds) * CHECK_NE0 / 32 * CHECK_NB_MAX);
+    if (e == cudaSuccess) e = cudaMemcpy(dw, wq, wbytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(dx, x, sizeof(float) * CHECK_NE0 * CHECK_NB_MAX, cudaMemcpyHostToDevice);
+    w.data = dw;
+    if (e == cudaSuccess && planar) e = bn_cu_weight_repack(&w, 0);
+    const bn_q8_act act = {qs, ds};
+    const bn_cu_weight *wp = &w;
+    std::vector<float> tc((size_t)CHECK_NE1 * CHECK_NB_MAX), vq((size_t)CHECK_NE1 * CHECK_NB_MAX);
+    int rc = 1;
+    for (int k = 0; k < n_nbs && e == cudaSuccess && rc == 1; k++) {
+        const int nb = nbs[k];
+        e = bn_cu_quantize_act(w.type, dx, CHECK_NE0, nb, qs, ds, 0);
+        if (e == cudaSuccess) e = bn_cu_mmvq(&wp, &dy_vq, 1, &act, dx, nb, 0);
+        if (e == cudaSuccess) e = bn_cu_mmq_tc(&wp, &dy_tc, 1, &act, nb, 0);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaMemcpy(tc.data(), dy_tc, sizeof(float) * CHECK_NE1 * nb, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess) e = cudaMemcpy(vq.data(), dy_vq, sizeof(float) * CHECK_NE1 * nb, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess) rc = column_gap(tc.data(), vq.data(), nb, type, planar, msg, len);
+    }
+    if (e != cudaSuccess) {
+        snprintf(msg, len, "CUDA error %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        return -1;
+    }
+    return rc;
+}
+
 extern "C" int bn_cuda_mma_selftest(char *msg, size_t msglen) {
     char scratch_msg[8];
     if (!msg || !msglen) msg = scratch_msg, msglen = sizeof scratch_msg;
@@ -100,13 +113,12 @@ extern "C" int bn_cuda_mma_selftest(char *msg, size_t msglen) {
         std::vector<uint8_t> wq(rb * CHECK_NE1);
         for (int r = 0; r < CHECK_NE1; r++)
             bn_quantize_ref(type, wf.data() + (size_t)r * CHECK_NE0, wq.data() + (size_t)r * rb, CHECK_NE0);
-        for (int planar = 0; planar < 2; planar++)
-            for (int nb : nbs) {
-                const bn_cu_weight probe = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
-                if (planar && !bn_cu_weight_repackable(&probe)) continue;
-                const int rc = check_case(type, planar, nb, wq.data(), x.data(), msg, msglen);
-                if (rc != 1) return rc;
-            }
+        for (int planar = 0; planar < 2; planar++) {
+            const bn_cu_weight probe = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
+            if (planar && !bn_cu_weight_repackable(&probe)) continue;
+            const int rc = check_layout(type, planar, nbs, (int)(sizeof nbs / sizeof nbs[0]), wq.data(), x.data(), msg, msglen);
+            if (rc != 1) return rc;
+        }
     }
     return 1;
 }
