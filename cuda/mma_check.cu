@@ -116,7 +116,8 @@ extern "C" int bn_cuda_mma_selftest(char *msg, size_t msglen) {
         for (int planar = 0; planar < 2; planar++) {
             const bn_cu_weight probe = {nullptr, type, CHECK_NE0, CHECK_NE1, rb};
             if (planar && !bn_cu_weight_repackable(&probe)) continue;
-            const int rc = check_layout(type, planar, nbs, (int)(sizeof nbs / sizeof nbs[0]), wq.data(), x.data(), msg, msglen);
+            const int rc =
+                check_layout(type, planar, nbs, (int)(sizeof nbs / sizeof nbs[0]), wq.data(), x.data(), msg, msglen);
             if (rc != 1) return rc;
         }
     }
