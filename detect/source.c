@@ -53,11 +53,10 @@ static void position_out_init(position_out *po, inproc *s, const bn_sampler *smp
 static int32_t position_record(inproc *s, position_out *po, bn_sampler *smp, int k, bn_gen_result *out, int32_t *ids,
                                float *lps) {
     const int n_vocab = s->model->cfg.n_vocab;
-    int32_t id;
+    const int32_t id = bn_sampler_pick(smp, &po->fo, 0, n_vocab); // from the top-k values or from the row
     int got;
     float lp;
     if (po->kk) {
-        id = bn_sampler_sample_topk(smp, po->ids, po->vals, po->kk, n_vocab);
         got = k < po->kk ? k : po->kk;
         lp = -1e30f; // the pick is one of the top_k <= kk values
         for (int j = 0; j < po->kk; j++) {
@@ -65,7 +64,6 @@ static int32_t position_record(inproc *s, position_out *po, bn_sampler *smp, int
             if (po->ids[j] == id) lp = po->vals[j] - po->lse;
         }
     } else {
-        id = bn_sampler_sample(smp, s->logits, n_vocab);
         got = bn_logits_topk(s->logits, n_vocab, k, ids, lps);
         lp = bn_logits_logprob(s->logits, n_vocab, id);
     }
