@@ -475,7 +475,6 @@ static int batch_check(const char *fn, bn_cuda_state *const *states, rows_in in,
     bn_cuda_state *s = states[0];
     if (!s) return bn_err(err, errlen, "%s: sequence 0 is missing", fn);
     if (check_input(s, in.tokens != NULL, fn, err, errlen) != 0) return -1;
-    if (!in.tokens && !in.x) return bn_err(err, errlen, "%s: no input rows", fn);
     for (int t = 0; t < n; t++) {
         const bn_cuda_state *q = states[t];
         if (!q || q->cm != s->cm || q->kv_type != s->kv_type)
