@@ -29,6 +29,12 @@ __device__ __forceinline__ float bn_block_sum(float v, float *red) {
 __device__ __forceinline__ float bn_cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float bn_cu_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float bn_cu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+// bn_cu_gated_norm_elem: element i of the GDN output gate y = RMSNorm(o; w) ⊙ SiLU(z) for o_i, scale = 1/rms(o),
+// w_i (w NULL: 1) and z_i.
+__device__ __forceinline__ float bn_cu_gated_norm_elem(float o_i, float scale, const float *w, int i, float z_i) {
+    const float normed = w ? w[i] * (o_i * scale) : o_i * scale;
+    return normed * bn_cu_silu(z_i);
+}
 
 // bn_head_norm_rope: v (hd floats in shared memory, loaded and synced by the caller) ← RoPE at pos of
 // RMSNorm(v; w) (w NULL: no norm) over the first n_rot dims (neox: rotate-half pairs, else adjacent

@@ -272,8 +272,7 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
         const float scale = 1.0f / sqrtf(sum_sq / (float)dv + eps);
         const size_t off = ((size_t)t * Hv + h) * dv;
         for (int i = threadIdx.x; i < dv; i += blockDim.x) { // whole warps (dv % 32 == 0): bn_q8_store's units
-            const float normed = norm_w ? norm_w[i] * (o_head[i] * scale) : o_head[i] * scale;
-            const float v = normed * bn_cu_silu(z[off + i]);
+            const float v = bn_cu_gated_norm_elem(o_head[i], scale, norm_w, i, z[off + i]);
             y[off + i] = v;
             if (Q8) bn_q8_store(v, (int64_t)(off + i), q8);
         }

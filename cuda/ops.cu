@@ -118,8 +118,7 @@ static __global__ void gated_rmsnorm_kernel(float *y, const float *o, const floa
     sum_sq = bn_block_sum(sum_sq, red);
     const float scale = 1.0f / sqrtf(sum_sq / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float normed = (w ? w[i] * (o[off + i] * scale) : o[off + i] * scale);
-        const float v = normed * bn_cu_silu(z[off + i]);
+        const float v = bn_cu_gated_norm_elem(o[off + i], scale, w, i, z[off + i]);
         y[off + i] = v;
         if (Q8) bn_q8_store(v, (int64_t)off + i, q8);
     }
