@@ -25,6 +25,7 @@ static __global__ void attn_prep_kernel(float *qg, int q_stride, int head_stride
                                         KV *k_cache, KV *v_cache, int nh, int hd, int kv_dim, const float *q_norm,
                                         const float *k_norm, float eps, int n_rot, float theta_scale, bool neox,
                                         const int *d_pos, bn_cu_cols cols) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     BN_DYN_SHARED(float, v);
     const int h = blockIdx.x, t = blockIdx.y, pos = cols.pos ? cols.pos[t] : d_pos[0] + t;
@@ -78,6 +79,7 @@ template <typename KV>
 static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
                                          const KV *V, int nh, int group, int G, int hd, int kv_dim, float scale, int nb,
                                          const int *d_pos, int n_splits, bn_cu_cols cols) {
+    bn_cu_grid_begin();
     BN_SHARED(float, sc, ATT_MAX_G * ATT_TILE); // scores, then probabilities: [g][key]
     BN_DYN_SHARED(float, qs);                   // {hd, G}
     const int h0 = blockIdx.x * G, t = blockIdx.y, sp = blockIdx.z;
@@ -198,6 +200,7 @@ template <typename KV>
 static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K,
                                          const KV *V, int nh, int group, int QT, int hd, int kv_dim, float scale,
                                          int nb, const int *d_pos) {
+    bn_cu_grid_begin();
     BN_SHARED(float, kv, AT_KT * (BN_CU_MAX_HEAD_DIM + 1)); // the K tile, then the V tile: [key][hd + 1]
     BN_SHARED(float, pr, AT_ROWS * AT_KT);                  // probabilities [row][key]
     BN_SHARED(float, corr, AT_ROWS);                        // each row's rescale of its running output
@@ -283,6 +286,7 @@ static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_
 template <bool Q8>
 static __global__ void attn_merge_kernel(float *out, const float *scratch, const float *qg, int q_stride, int head_stride,
                                          bool gated, int nh, int hd, int nb, int n_splits, bn_q8_out q8) {
+    bn_cu_grid_begin();
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t r0 = ((size_t)t * nh + h) * n_splits;
     const float *ml = scratch + (size_t)nb * nh * n_splits * hd + 2 * r0;

@@ -6,6 +6,8 @@
 #   setup   meson -Dcuda=enabled, release, in BUILD_DIR (default build-cuda);
 #   build   only what the steps below run (the GPU tests, the tools, the benches);
 #   tests   the CUDA tests on the GPU (`meson test --suite cuda`, the non-emulator ones);
+#   tests-pdl  cuda_forward, cuda_dspark_graph and cuda_split again with programmatic dependent launch
+#           (BONSAI_CUDA_PDL=1: each kernel may start while the one before it ends; opt-in until measured);
 #   models  synthetic models of the real Qwen3.5-27B shape (bonsai-mkmodel --preset 27b, F16, then
 #           bonsai-quantize --pure to Q1_0 and Q2_0) with 4 and 8 layers instead of 64 — the full model
 #           would take ~54 GB of F16 and minutes to write — scaled linearly per layer:
@@ -87,13 +89,14 @@ LIMIT[serve]=$([ "$EMU" = 1 ] && echo 90 || echo 30)
 LIMIT[longpp]=$([ "$EMU" = 1 ] && echo 60 || echo 30) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
+LIMIT[tests-pdl]=$([ "$EMU" = 1 ] && echo 5 || echo 40)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
-for k in env deps setup build tests sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
+for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 3 : 2))) # ours, ours tiled, the peer
-PLAN=$((PLAN + 2 * LIMIT[bench])) # fuse-off, gdn-norm
+PLAN=$((PLAN + 3 * LIMIT[bench])) # fuse-off, gdn-norm, pdl
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -146,7 +149,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests sanitize models copybw mm bench peer dspark cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests tests-pdl sanitize models copybw mm bench peer dspark cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -177,7 +180,7 @@ if [ "$EMU" = 1 ]; then
         [ -x "$f" ] || { echo "check.sh --emu: $f missing (build $B first)"; exit 1; }
     done
     DEVICE="CPU emulator"
-    for s in env deps setup build tests; do skip_step "$s" "--emu"; done
+    for s in env deps setup build tests tests-pdl; do skip_step "$s" "--emu"; done
     TESTS="not run (--emu)"
 else
     PRESET=27b L1=4 L2=8 LFULL=64 PP=512 TG=128 REPS=3 V=248320 H=5120 LONG_PP=4096,16384
@@ -219,6 +222,18 @@ else
         grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" || true
         TESTS=$(grep -E "^ *[0-9]+/[0-9]+ " "$W/tests.log" | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $4, $5}')
         [ -z "$TESTS" ] && TESTS="${ST[tests]} (no results; see tests.log)"
+        # the same kernels launched with the PDL attribute: logits and 64-step greedy identity against the CPU,
+        # graphs, DSpark taps through graphs, the CPU+CUDA engine
+        mapfile -t PDL_TESTS < <(printf '%s\n' "${GPU_TESTS[@]}" | grep -xE 'cuda_forward|cuda_dspark_graph|cuda_split')
+        if [ "${#PDL_TESTS[@]}" = 0 ]; then
+            skip_step tests-pdl "none of cuda_forward, cuda_dspark_graph, cuda_split in this plan"
+        else
+            PYTHONUNBUFFERED=1 run_step tests-pdl "${LIMIT[tests-pdl]}" env BONSAI_CUDA_PDL=1 meson test -C "$B" \
+                --no-rebuild --print-errorlogs --num-processes 3 --timeout-multiplier 0.4 "${PDL_TESTS[@]}"
+            cp "$B/meson-logs/testlog.txt" "$RES/tests-pdl.log" 2>/dev/null || true
+            TESTS+="; with BONSAI_CUDA_PDL=1: $(grep -E "^ *[0-9]+/[0-9]+ " "$W/tests-pdl.log" |
+                awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $4, $5}')"
+        fi
     fi
     sanitize() { # memcheck on two test programs, racecheck on one (shared-memory hazards); API errors are not
         # reported (the tests make failing calls on purpose); the sanitizer's own lines are kept whole
@@ -300,12 +315,18 @@ done
 # 118 against 85), so the difference prices a launch inside the decode graph
 # gdn-norm: the same with the GDN recurrence and its output norm in one launch (BONSAI_CUDA_GDN_NORM=1, opt-in: one
 # launch fewer per GDN layer, 79 per token at 8 layers)
-for v in fuse-off gdn-norm; do
+# pdl: the default launches with programmatic dependent launch (BONSAI_CUDA_PDL=1, opt-in: each kernel's blocks may
+# be placed while the kernel before it drains; the same 85 launches), so the difference is what PDL saves per launch
+for v in fuse-off gdn-norm pdl; do
+    case $v in
+    fuse-off) venv=BONSAI_CUDA_FUSE=0 ;;
+    gdn-norm) venv=BONSAI_CUDA_GDN_NORM=1 ;;
+    *) venv=BONSAI_CUDA_PDL=1 ;;
+    esac
     if [ ! -f "$W/l$L2-Q1_0.gguf" ] || [ ! -x "$BENCH" ]; then
         skip_step "$v" "no $L2-layer Q1_0 model or no bench"
     else
-        run_step "$v" "${LIMIT[bench]}" env "$([ "$v" = fuse-off ] && echo BONSAI_CUDA_FUSE=0 || echo BONSAI_CUDA_GDN_NORM=1)" \
-            "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" -r "$REPS" -o json
+        run_step "$v" "${LIMIT[bench]}" env "$venv" "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" -r "$REPS" -o json
     fi
 done
 
@@ -651,7 +672,7 @@ longpp_rows() {
 # fuse_rows: tg with the default fusion, without the Q8-producer fusion and with the GDN output norm fused too, and
 # what one launch in the decode graph costs
 fuse_rows() {
-    [ "${ST[fuse-off]:-SKIP}" = SKIP ] && [ "${ST[gdn-norm]:-SKIP}" = SKIP ] && return 0
+    [ "${ST[fuse-off]:-SKIP}" = SKIP ] && [ "${ST[gdn-norm]:-SKIP}" = SKIP ] && [ "${ST[pdl]:-SKIP}" = SKIP ] && return 0
     echo
     echo "### Launch cost: tg$TG, $L2-layer Q1_0 file, with fewer and more launches per token"
     echo
@@ -659,19 +680,24 @@ fuse_rows() {
     echo "| --- | -----------------: | --------: | -----------: |"
     awk -v TG="$TG" -v on="$(jfield "$W/bench-Q1_0-$L2.log" avg_ns 2)" -v off="$(jfield "$W/fuse-off.log" avg_ns 1)" \
         -v gn="$(jfield "$W/gdn-norm.log" avg_ns 1)" -v con="$(cell "bench-Q1_0-$L2")" -v coff="$(cell fuse-off)" \
-        -v cgn="$(cell gdn-norm)" 'BEGIN {
+        -v cgn="$(cell gdn-norm)" -v pdl="$(jfield "$W/pdl.log" avg_ns 1)" -v cpdl="$(cell pdl)" 'BEGIN {
         if (con == "" && on == "") con = "FAIL"
         if (coff == "" && off == "") coff = "FAIL"
         if (cgn == "" && gn == "") cgn = "FAIL"
-        split("default|Q8-producer fusion off (BONSAI_CUDA_FUSE=0)|GDN output norm fused (BONSAI_CUDA_GDN_NORM=1)", name, "|")
-        split("85 118 79", n, " ")
-        C[1] = con; C[2] = coff; C[3] = cgn; T[1] = on; T[2] = off; T[3] = gn
-        for (i = 1; i <= 3; i++)
+        if (cpdl == "" && pdl == "") cpdl = "FAIL"
+        split("default|Q8-producer fusion off (BONSAI_CUDA_FUSE=0)|GDN output norm fused (BONSAI_CUDA_GDN_NORM=1)|" \
+              "programmatic dependent launch (BONSAI_CUDA_PDL=1)", name, "|")
+        split("85 118 79 85", n, " ")
+        C[1] = con; C[2] = coff; C[3] = cgn; C[4] = cpdl; T[1] = on; T[2] = off; T[3] = gn; T[4] = pdl
+        for (i = 1; i <= 4; i++)
             if (C[i] != "") printf("| %s | %d | %s | %s |\n", name[i], n[i], C[i], C[i])
             else printf("| %s | %d | %.1f | %.1f |\n", name[i], n[i], TG * 1e9 / T[i], T[i] / TG / 1000)
         if (con == "" && coff == "")
             printf("\nPer extra launch: %.2f us (the 33 quantize launches also do their small work).\n",
                    (off - on) / TG / 1000 / 33)
+        if (con == "" && cpdl == "")
+            printf("PDL saves %.2f us per launch (%.1f us per token of 85 launches).\n", (on - pdl) / TG / 1000 / 85,
+                   (on - pdl) / TG / 1000)
     }'
 }
 
@@ -727,7 +753,7 @@ mma_note() {
     if [ -n "$failed" ]; then echo "OFF, ${failed#tensor-core } (the dp4a kernels ran)"
     elif [ "${BONSAI_CUDA_MMA:-1}" = 0 ]; then echo "off (BONSAI_CUDA_MMA=0)"
     elif grep -q "tensor cores: on (self-check passed)" "$RES/tests.log" 2>/dev/null ||
-        grep -qh "^bonsai-bench: CUDA int8 tensor cores on$" "$W"/bench-*.log 2>/dev/null; then
+        grep -qh "^bonsai-bench: CUDA int8 tensor cores on;" "$W"/bench-*.log 2>/dev/null; then
         echo "on (self-check passed)"
     else echo "on (no self-check failure logged)"
     fi

@@ -4,6 +4,9 @@
 //
 // Both builds provide:
 //   BN_LAUNCH(kernel, grid, block, smem_bytes, stream, args...)  the only way to launch a kernel
+//   bn_cu_grid_begin()         the first statement of every kernel (programmatic dependent launch, below)
+//   bn_ldg_weight(p)           a weight load through the read-only cache (the only __ldg)
+//   bn_ld_vec(p)               a vector load of activations (alignment-checked by the emulator)
 //   BN_SHARED(T, name, N)      static shared array `name` (a pointer in emu: never take sizeof(name))
 //   BN_DYN_SHARED(T, name)     the dynamic shared region of the launch as T *name
 //   BN_DEVICE                  __device__ __forceinline__
@@ -21,12 +24,20 @@
 #include "cuda/emu/emu.h"
 #define BN_LAUNCH(kernel, grid, block, smem, stream, ...)                                                      \
     bn_emu_launch(#kernel, kernel, dim3(grid), dim3(block), (size_t)(smem), (cudaStream_t)(stream), ##__VA_ARGS__)
+// the emulator runs kernels one after another; it checks that every thread of every kernel calls bn_cu_grid_begin
+#define bn_cu_grid_begin() bn_emu::grid_begin(BN_EMU_SITE)
+template <class T> static inline T bn_ldg_weight(const T *p) { return __ldg(p); }
+template <class T> static inline T bn_ld_vec(const T *p) {
+    if ((uintptr_t)p % alignof(T) != 0) bn_emu::misaligned("vector load", p, alignof(T));
+    return *p;
+}
 #else
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
 typedef __half bn_half;
-#define BN_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define BN_LAUNCH(kernel, grid, block, smem, stream, ...)                                                      \
+    bn_cu_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), (cudaStream_t)(stream), ##__VA_ARGS__)
 #define BN_SHARED(T, name, N) __shared__ T name[N]
 #define BN_DYN_SHARED(T, name)                                                                                   \
     extern __shared__ __align__(16) unsigned char bn_dyn_smem_[];                                              \
@@ -42,6 +53,57 @@ static __host__ __device__ __forceinline__ uint16_t bn_half_raw(bn_half h) { ret
 #endif
 
 #define BN_DEVICE __device__ __forceinline__
+
+// ---- programmatic dependent launch (PDL) ---------------------------------------------------------------
+// With BONSAI_CUDA_PDL=1 every kernel is launched with the programmatic-stream-serialization attribute: the GPU
+// may start it while the kernel before it in the stream still runs (on sm_90; the launch attribute is the
+// only host-side difference). That is safe because of three rules, the first checked by the emulator on every
+// launch and the other two by cuda/resources.sh (test cuda_resources):
+//   1. every kernel calls bn_cu_grid_begin() first, in every thread, before it touches global memory;
+//   2. no __restrict__ in cuda/: const + restrict lets the compiler read through the read-only cache, and
+//      move such a load above the wait;
+//   3. __ldg only through bn_ldg_weight, for weights: nothing a kernel of a pass writes (bn_cu_weight_repack,
+//      the one kernel that writes weights, synchronizes its stream before it returns).
+// bn_cu_pdl_on: the switch, read once per process (env BONSAI_CUDA_PDL=1; off by default until measured).
+bool bn_cu_pdl_on(void);
+
+#if !defined(BONSAI_CUDA_EMU)
+// bn_cu_grid_begin: waits until the kernel before this one in the stream has finished and its writes are
+// visible (griddepcontrol.wait), then lets the next kernel launch (griddepcontrol.launch_dependents: its blocks
+// take the SMs this grid's last blocks free; each waits in its own bn_cu_grid_begin). Both return at once
+// for a kernel launched without the attribute.
+BN_DEVICE void bn_cu_grid_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// bn_ldg_weight: *p through the read-only data cache (rule 3 above: weights only).
+template <class T> BN_DEVICE T bn_ldg_weight(const T *p) { return __ldg(p); }
+// bn_ld_vec: *p, a vector load (int4, float4, ...) of what a kernel wrote; the emulator checks its alignment.
+template <class T> BN_DEVICE T bn_ld_vec(const T *p) { return *p; }
+
+// bn_cu_launch (BN_LAUNCH): kernel<<<grid, block, smem, stream>>>(args), with the PDL attribute when
+// bn_cu_pdl_on(); a launch error is left for cudaGetLastError, as with <<<>>>.
+template <class... P, class... A>
+static inline void bn_cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                A &&...args) {
+    if (!bn_cu_pdl_on()) {
+        kernel<<<grid, block, smem, stream>>>(static_cast<P>(args)...);
+        return;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+}
+#endif
 
 #if !defined(BONSAI_CUDA_EMU)
 // bn_warp_reduce_sum / bn_warp_reduce_max: v combined over the 32 lanes of the warp by the xor

@@ -164,6 +164,9 @@ int bn_cuda_mma_selftest(char *msg, size_t msglen);
 int bn_cuda_mma_in_use(void);
 // bn_cuda_mma_status: that decision in words: "on", or "off (<why>)" (decides first, like bn_cuda_mma_in_use).
 const char *bn_cuda_mma_status(void);
+// bn_cuda_pdl_in_use: 1 when kernels are launched with programmatic dependent launch (env BONSAI_CUDA_PDL=1, read
+// at the first launch: each kernel may start while the one before it ends, and waits in its first statement).
+int bn_cuda_pdl_in_use(void);
 
 #ifdef __cplusplus
 }

@@ -258,6 +258,7 @@ int bn_cuda_dstate_truncate(bn_cuda_dstate *s, int n) {
 // ---- kernels ---------------------------------------------------------------------------------------
 // ds_add_snr_kernel: block i: x[i] += snr[row 0 for the anchor, row 1 for every mask row].
 static __global__ void ds_add_snr_kernel(float *x, const float *snr, int E) {
+    bn_cu_grid_begin();
     const int i = blockIdx.x;
     const float *e = snr + (size_t)(i == 0 ? 0 : 1) * E;
     for (int j = threadIdx.x; j < E; j += blockDim.x) x[(size_t)i * E + j] += e[j];
@@ -271,6 +272,7 @@ template <bool Q8>
 static __global__ void __launch_bounds__(DS_ATT_THREADS)
 ds_block_attn_kernel(float *out, const float *q, const float *K, const float *V, int group, int hd, int qw, int kvw,
                      float scale, const int *d_pos, int n_rows, bn_q8_out q8) {
+    bn_cu_grid_begin();
     BN_SHARED(float, sc, DS_ATT_TILE);
     BN_DYN_SHARED(float, qs); // {hd}
     const int h = blockIdx.x, t = blockIdx.y, kvh = h / group;
@@ -323,6 +325,7 @@ ds_block_attn_kernel(float *out, const float *q, const float *K, const float *V,
 // ds_markov_logits_kernel: l[v] = base[v] + scale·bias[v]; l[mask] = −inf (the argmax skips MASK).
 static __global__ void ds_markov_logits_kernel(float *l, const float *base, const float *bias, float scale, int V,
                                                int mask) {
+    bn_cu_grid_begin();
     const int v = blockIdx.x * blockDim.x + threadIdx.x;
     if (v < V) l[v] = v == mask ? -INFINITY : base[v] + scale * bias[v];
 }
@@ -330,6 +333,7 @@ static __global__ void ds_markov_logits_kernel(float *l, const float *base, cons
 // ds_conf_kernel: *conf = σ(w · [h ; w1] + b) (the W1 part only when conf_in > E); one block.
 static __global__ void ds_conf_kernel(float *conf, const float *h, const float *w1, const float *w, float b, int E,
                                       int conf_in) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     float z = 0.0f;
     for (int i = threadIdx.x; i < conf_in; i += blockDim.x) z += w[i] * (i < E ? h[i] : w1[i - E]);

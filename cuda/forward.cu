@@ -197,6 +197,7 @@ struct tap_dst {
 // tap_rows_kernel: block t: dst[(*d_row + t)·dst_stride + i] = src[t·n + i] for i < n (one tap layer's rows
 // into the [rows][n_taps][E] device tap layout, from the row in device memory: a graph replays unchanged).
 static __global__ void tap_rows_kernel(float *dst, const int *d_row, size_t dst_stride, const float *src, int n) {
+    bn_cu_grid_begin();
     const int t = blockIdx.x;
     float *row = dst + (size_t)(*d_row + t) * dst_stride;
     for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = src[(size_t)t * n + i];

@@ -15,6 +15,7 @@
 static __global__ void conv_norm_kernel(float *mix, float *window, const float *w, int C, int K, int nb, int Hk, int dk,
                                         float eps, float q_scale, float *const *snaps, size_t snap_off,
                                         bn_cu_cols cols) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const int head = blockIdx.x, i = threadIdx.x, km1 = K - 1;
     const int t0 = cols.pos ? blockIdx.y : 0, t1 = cols.pos ? t0 + 1 : nb;
@@ -67,6 +68,7 @@ static __global__ void conv_norm_kernel(float *mix, float *window, const float *
 // products in the same order as conv_norm_kernel. Token nb-1 also leaves the next window in new_win {K-1, C}.
 static __global__ void conv_tokens_kernel(const float *mix, const float *window, const float *w, int C, int K, int nb,
                                           float *out, float *new_win) {
+    bn_cu_grid_begin();
     const int ch = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y, km1 = K - 1;
     if (ch >= C) return;
     const float *wc = w + (size_t)ch * K, *wd = window + (size_t)ch * km1;
@@ -87,6 +89,7 @@ static __global__ void conv_tokens_kernel(const float *mix, const float *window,
 // (same block size, same reduction); the last token's blocks install the new window.
 static __global__ void norm_tokens_kernel(float *mix, const float *out, float *window, const float *new_win, int C,
                                           int K, int nb, int Hk, int dk, float eps, float q_scale) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const int head = blockIdx.x, t = blockIdx.y, i = threadIdx.x, km1 = K - 1;
     const bool active = i < dk, normed = head < 2 * Hk; // normed is uniform over the block
@@ -165,6 +168,7 @@ static __device__ __forceinline__ float rec_row_step(float (&r)[REGS], const flo
 static __global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                   const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk, int Hv,
                                   int conv_dim, int nb, float *const *snaps, size_t snap_off, bn_cu_cols cols) {
+    bn_cu_grid_begin();
     const int h = blockIdx.x, lane = threadIdx.x % 32;
     const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + 1 : nb;
     if (cols.pos) S = cols.ssm[t0];
@@ -228,6 +232,7 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
                                               const float *z, const float *norm_w, float eps, float *y, int dk, int dv,
                                               int Hk, int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off,
                                               bn_cu_cols cols, bn_q8_out q8) {
+    bn_cu_grid_begin();
     BN_SHARED(float, o_head, REC_NORM_WARPS * REC_NORM_ROWS); // the head's outputs of the current token
     BN_SHARED(float, red, 32);
     const int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -56,8 +56,9 @@ static __device__ __forceinline__ int x16_exponent(float m) {
 }
 
 // x16_scaled_k: one block per column t of x {ne0, nb}: out[:, t] = fp16(x[:, t]·2^-k_t), scale[t] = 2^k_t.
-static __global__ void x16_scaled_k(const float *__restrict__ x, int64_t ne0, bn_half *__restrict__ out,
-                                    float *__restrict__ scale) {
+static __global__ void x16_scaled_k(const float *x, int64_t ne0, bn_half *out,
+                                    float *scale) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const float *xc = x + (int64_t)blockIdx.x * ne0;
     bn_half *oc = out + (int64_t)blockIdx.x * ne0;
@@ -77,7 +78,8 @@ static __global__ void x16_scaled_k(const float *__restrict__ x, int64_t ne0, bn
 }
 
 // unscale_cols_k: y[:, t] *= scale[t] where scale[t] != 1; grid (ceil(ne1 / X16_THREADS), nb).
-static __global__ void unscale_cols_k(float *__restrict__ y, int64_t ne1, const float *__restrict__ scale) {
+static __global__ void unscale_cols_k(float *y, int64_t ne1, const float *scale) {
+    bn_cu_grid_begin();
     const float sc = scale[blockIdx.y];
     const int64_t r = (int64_t)blockIdx.x * X16_THREADS + threadIdx.x;
     if (sc != 1.0f && r < ne1) y[(int64_t)blockIdx.y * ne1 + r] *= sc;
@@ -253,6 +255,7 @@ cudaError_t bn_cu_matmul(const bn_cu_weight *w, const float *x, float *y, int nb
 
 // repack_k: one block per row, in place through shared memory: blocks → [payloads][scales].
 __global__ void repack_k(uint8_t *w, size_t row_bytes, int nblk, int bytes) {
+    bn_cu_grid_begin();
     BN_DYN_SHARED(uint8_t, smem);
     uint8_t *row = w + (int64_t)blockIdx.x * row_bytes;
     int n = nblk * bytes, pb = bytes - 2, payload = nblk * pb;
@@ -277,6 +280,9 @@ cudaError_t bn_cu_weight_repack(bn_cu_weight *w, cudaStream_t s) {
     size_t n = (size_t)nblk * bytes;
     BN_LAUNCH(repack_k, dim3((unsigned)w->ne1), dim3(256), n, s, (uint8_t *)w->data, w->row_bytes, nblk, bytes);
     cudaError_t e = cudaGetLastError();
+    // the decode kernels read weights through the read-only cache, which programmatic dependent launch allows
+    // only for memory no kernel before them writes (cuda/common.cuh): the repacked rows are final on return
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e == cudaSuccess) w->type = BN_CU_PLANAR + t;
     return e;
 }

@@ -136,8 +136,8 @@ size_t bn_cu_gemm_scratch_bytes(const bn_cu_weight *w, int nb);
 // Q1_0, Q2_0, PQ2_0 and Q8_0 whose rows are 16-byte aligned (row_bytes % 16 == 0: ne0 % 1024 for Q1_0
 // and PQ2_0, % 512 for Q2_0, % 256 for Q8_0) and at most 48 KiB; sets w->type to the internal planar id
 // (every function here accepts it; bn_cu_type_supported is true). Other weights are left as they are.
-// Call once after upload; weights sharing device data (tied embedding/head) share the new type.
-// Returns cudaSuccess or the launch error.
+// Call once after upload; weights sharing device data (tied embedding/head) share the new type. Waits for s
+// (the rows are final on return). Returns cudaSuccess or the launch error.
 cudaError_t bn_cu_weight_repack(bn_cu_weight *w, cudaStream_t s);
 // bn_cu_weight_repackable: true when bn_cu_weight_repack would change W's layout.
 bool bn_cu_weight_repackable(const bn_cu_weight *w);

@@ -172,6 +172,7 @@ extern "C" int bn_cuda_topk_host(const float *x, int n, int k, float *vals, int3
 // fill_bench_k: deterministic pseudo-random bytes; every 2-byte field becomes a small finite fp16
 // (exponent forced to 2^-4..2^-1) so float weights and block scales stay finite.
 __global__ void fill_bench_k(uint16_t *p, int64_t n, uint32_t seed) {
+    bn_cu_grid_begin();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;

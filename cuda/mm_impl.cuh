@@ -94,11 +94,11 @@ template <class F> static cudaError_t bn_cu_by_type(int type, F &&f) {
 }
 
 // ---- loads --------------------------------------------------------------------------------------
-// 16/32-bit little-endian loads from 2-byte aligned addresses (GGUF blocks are only 2-aligned).
-__device__ __forceinline__ uint32_t bn_ld16(const uint8_t *p) { return __ldg((const uint16_t *)p); }
+// 16/32-bit little-endian weight loads from 2-byte aligned addresses (GGUF blocks are only 2-aligned).
+__device__ __forceinline__ uint32_t bn_ld16(const uint8_t *p) { return bn_ldg_weight((const uint16_t *)p); }
 __device__ __forceinline__ uint32_t bn_ld32_a2(const uint8_t *p) {
     const uint16_t *h = (const uint16_t *)p;
-    return (uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16;
+    return (uint32_t)bn_ldg_weight(h) | (uint32_t)bn_ldg_weight(h + 1) << 16;
 }
 __device__ __forceinline__ float bn_ldh(const uint8_t *p) { return bn_h2f(bn_half_bits((uint16_t)bn_ld16(p))); }
 
@@ -426,13 +426,13 @@ template <> struct bn_wunit<BN_CU_Q6_K> {
 template <> struct bn_wunit<BN_CU_Q1_0_P> : bn_wunit<BN_CU_Q1_0> {
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         d = bn_ldh(row + ne0 / 8 + 2 * (u >> 2));
-        decode(__ldg((const uint32_t *)row + u));
+        decode(bn_ldg_weight((const uint32_t *)row + u));
     }
 };
 template <int BLCK, int BYTES> struct bn_wunit_q2p : bn_wunit_q2<BLCK, BYTES> {
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         this->d = bn_ldh(row + ne0 / 4 + 2 * (u / (BLCK / 32)));
-        uint2 c = __ldg((const uint2 *)row + u);
+        uint2 c = bn_ldg_weight((const uint2 *)row + u);
         this->decode(c.x, c.y);
     }
 };
@@ -441,7 +441,7 @@ template <> struct bn_wunit<BN_CU_PQ2_0_P> : bn_wunit_q2p<128, 34> {};
 template <> struct bn_wunit<BN_CU_Q8_0_P> : bn_wunit<BN_CU_Q8_0> {
     __device__ __forceinline__ void load(const uint8_t *row, int u, int64_t ne0) {
         d = bn_ldh(row + ne0 + 2 * u);
-        int4 lo = __ldg((const int4 *)row + 2 * u), hi = __ldg((const int4 *)row + 2 * u + 1);
+        int4 lo = bn_ldg_weight((const int4 *)row + 2 * u), hi = bn_ldg_weight((const int4 *)row + 2 * u + 1);
         q[0] = lo.x, q[1] = lo.y, q[2] = lo.z, q[3] = lo.w;
         q[4] = hi.x, q[5] = hi.y, q[6] = hi.z, q[7] = hi.w;
     }

@@ -39,7 +39,7 @@ template <int T> struct tc_wunit;
 // tc_chunk16: the 4 words at p (16-byte aligned: one load) or at a 2-byte aligned GGUF address.
 template <bool ALIGNED> __device__ __forceinline__ void tc_chunk16(const uint8_t *p, uint32_t (&w)[4]) {
     if (ALIGNED) {
-        const uint4 v = __ldg((const uint4 *)p);
+        const uint4 v = bn_ldg_weight((const uint4 *)p);
         w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
     } else {
 #pragma unroll
@@ -91,8 +91,9 @@ template <> struct tc_wunit<BN_CU_PQ2_0_P> : tc_q2<128, 34, true> {};
 // minimum ptxas put some G 4 variants at 128 with spills; sm_90 now: 94-168 registers, no spills, cuda/resources.sh).
 template <int T, int G, int MT>
 static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
-    mmq_tc(bn_mmvq_targets tg, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
+    mmq_tc(bn_mmvq_targets tg, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads,
            int nb) {
+    bn_cu_grid_begin();
     constexpr int ROWS = 16 * MT, COLS = 8 * G;
     BN_SHARED(float, red, MMA_WARPS * ROWS * COLS);
     const bn_mmvq_job j = bn_mmvq_target<ROWS>(tg);
@@ -135,8 +136,8 @@ static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
                 int b[2] = {0, 0};
                 if (cb < nb) {
                     const int8_t *col = aqs + (int64_t)cb * ne0;
-                    b[0] = __ldg((const int *)(col + bn_act_byte(ne0, u, 4 * t)));
-                    b[1] = __ldg((const int *)(col + bn_act_byte(ne0, u, 16 + 4 * t)));
+                    b[0] = *(const int *)(col + bn_act_byte(ne0, u, 4 * t));
+                    b[1] = *(const int *)(col + bn_act_byte(ne0, u, 16 + 4 * t));
                 }
                 bn_q8_ds dx[2]; // the D columns of this lane: 8·gr + 2t + i
 #pragma unroll

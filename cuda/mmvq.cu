@@ -18,8 +18,9 @@
 #define MMVQ_MAX_WARPS 8
 
 // quantize_act: one warp per (column, 32-element unit); lane e holds element e (bn_q8_store).
-__global__ void quantize_act(const float *__restrict__ x, int64_t ne0, int nb, int order, int8_t *__restrict__ qs,
-                             bn_q8_ds *__restrict__ ds) {
+__global__ void quantize_act(const float *x, int64_t ne0, int nb, int order, int8_t *qs,
+                             bn_q8_ds *ds) {
+    bn_cu_grid_begin();
     int64_t nunits = ne0 / 32;
     int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (gw >= nunits * nb) return; // the whole warp leaves together
@@ -92,8 +93,8 @@ __device__ __forceinline__ int column_groups(int nb, int NB, int *per) {
 
 // mmvq_q_body: quantized weights × Q8 activations; R rows per block, column groups of at most NB columns.
 template <int T, int NB, int R>
-__device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne0, const int8_t *__restrict__ aqs,
-                                            const bn_q8_ds *__restrict__ ads, int nb) {
+__device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne0, const int8_t *aqs,
+                                            const bn_q8_ds *ads, int nb) {
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     const bn_mmvq_job j = bn_mmvq_target<R>(t);
     const int nunits = (int)(ne0 / 32);
@@ -116,8 +117,8 @@ __device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne
             for (int c = 0; c < NB; c++) {
                 if (NB > 1 && c >= ncols) break;
                 const int8_t *col = qs + (int64_t)c * ne0;
-                int4 lo = __ldg((const int4 *)(col + bn_act_byte(ne0, u, 0)));
-                int4 hi = __ldg((const int4 *)(col + bn_act_byte(ne0, u, 16)));
+                int4 lo = bn_ld_vec((const int4 *)(col + bn_act_byte(ne0, u, 0)));
+                int4 hi = bn_ld_vec((const int4 *)(col + bn_act_byte(ne0, u, 16)));
                 const int a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
                 const bn_q8_ds dc = ds[(int64_t)c * nunits + u];
 #pragma unroll
@@ -131,23 +132,26 @@ __device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne
 // mmvq_q: the decode kernel (NB 1), register count left to the compiler (48-64: 4-5 blocks of 256 per SM;
 // a __launch_bounds__ makes ptxas use more, or spill at 5 blocks).
 template <int T, int NB, int R>
-__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
+__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads,
                        int nb) {
+    bn_cu_grid_begin();
     mmvq_q_body<T, NB, R>(t, ne0, aqs, ads, nb);
 }
 // mmvq_q_multi: NB 2..8 (DSpark verify, small batches; nb 9..BN_CU_MMVQ_KERNEL_MAX_NB as column groups of the NB 8
 // kernel) under __launch_bounds__(256, 2): <= 128 registers, so 2 blocks of 256 fit per SM.
 template <int T, int NB, int R>
 __global__ void __launch_bounds__(32 * MMVQ_MAX_WARPS, 2)
-    mmvq_q_multi(bn_mmvq_targets t, int64_t ne0, const int8_t *__restrict__ aqs, const bn_q8_ds *__restrict__ ads,
+    mmvq_q_multi(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads,
                  int nb) {
+    bn_cu_grid_begin();
     mmvq_q_body<T, NB, R>(t, ne0, aqs, ads, nb);
 }
 
 // mmv_f: F32/F16/BF16 weights × fp32 activations; threads stride over single elements (coalesced); column
 // groups as in mmvq_q_body.
 template <int T, int NB, int R>
-__global__ void mmv_f(bn_mmvq_targets t, int64_t ne0, const float *__restrict__ x, int nb) {
+__global__ void mmv_f(bn_mmvq_targets t, int64_t ne0, const float *x, int nb) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, MMVQ_MAX_WARPS * R * NB);
     const bn_mmvq_job j = bn_mmvq_target<R>(t);
     int per, groups = column_groups(nb, NB, &per);
@@ -158,7 +162,7 @@ __global__ void mmv_f(bn_mmvq_targets t, int64_t ne0, const float *__restrict__ 
         for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) {
             float xv[NB];
 #pragma unroll
-            for (int c = 0; c < NB; c++) xv[c] = NB == 1 || c < ncols ? __ldg(xg + (int64_t)c * ne0 + k) : 0.0f;
+            for (int c = 0; c < NB; c++) xv[c] = NB == 1 || c < ncols ? xg[(int64_t)c * ne0 + k] : 0.0f;
             float wv[R];
 #pragma unroll
             for (int r = 0; r < R; r++) {

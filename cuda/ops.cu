@@ -17,6 +17,7 @@ static int grid_1d(int64_t count) { return (int)((count + ELT_THREADS - 1) / ELT
 // rmsnorm_kernel: one block per row (Q8: also y's Q8 activations, a warp per 32-element unit).
 template <bool Q8> static __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps,
                                                          bn_q8_out q8) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -43,6 +44,7 @@ cudaError_t bn_cu_rmsnorm(float *y, const float *x, const float *w, int n, int n
 template <bool Q8>
 static __global__ void add_rmsnorm_kernel(float *x, const float *r, float *y, const float *w, int n, float eps,
                                           bn_q8_out q8) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     float *xr = x + (size_t)blockIdx.x * n;
     const float *rr = r + (size_t)blockIdx.x * n;
@@ -70,6 +72,7 @@ cudaError_t bn_cu_add_rmsnorm(float *x, const float *r, float *y, const float *w
 }
 
 static __global__ void add_kernel(float *y, const float *x, int64_t count) {
+    bn_cu_grid_begin();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += x[i];
 }
@@ -80,6 +83,7 @@ cudaError_t bn_cu_add(float *y, const float *x, int64_t count, cudaStream_t s) {
 }
 
 static __global__ void add_bias_kernel(float *y, const float *b, int n, int64_t count) {
+    bn_cu_grid_begin();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += b[i % n];
 }
@@ -93,6 +97,7 @@ cudaError_t bn_cu_add_bias(float *y, const float *b, int n, int nb, cudaStream_t
 // swiglu_kernel: one thread per element (Q8: count % 32 == 0, so whole warps hold whole units).
 template <bool Q8>
 static __global__ void swiglu_kernel(float *y, const float *gate, const float *up, int64_t count, bn_q8_out q8) {
+    bn_cu_grid_begin();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     const float v = bn_cu_silu(gate[i]) * up[i];
@@ -111,6 +116,7 @@ cudaError_t bn_cu_swiglu(float *y, const float *gate, const float *up, int64_t c
 template <bool Q8>
 static __global__ void gated_rmsnorm_kernel(float *y, const float *o, const float *z, const float *w, int n, float eps,
                                             bn_q8_out q8) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const size_t off = (size_t)blockIdx.x * n;
     float sum_sq = 0.0f;
@@ -132,6 +138,7 @@ cudaError_t bn_cu_gated_rmsnorm(float *y, const float *o, const float *z, const 
 }
 
 static __global__ void advance_pos_kernel(int *d_pos, int n) {
+    bn_cu_grid_begin();
     if (threadIdx.x == 0) d_pos[0] += n;
 }
 

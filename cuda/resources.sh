@@ -9,6 +9,9 @@
 #   SMEM   static shared memory > 48 KiB (the launch would fail)
 #   REGS   more than 128 registers at a 256-thread (or larger) block: fewer than 2 blocks fit per SM
 #   BLOCK  the kernel's block size exceeds its __launch_bounds__-capped register budget (no fit)
+#   PDL    a source line that breaks programmatic dependent launch's rules (cuda/common.cuh): a kernel whose
+#          first statement is not bn_cu_grid_begin(), a __restrict__, or an __ldg outside bn_ldg_weight
+#          (checked first, without nvcc)
 # Notes (never fail): STACK (a stack frame without spills: a local array indexed at run time).
 # Usage: cuda/resources.sh [--check] [--jobs N] [FILE.cu ...]   (default: every cuda/*.cu)
 # Skips (exit 77) when nvcc is not found. Compiles in a temporary directory; ~20 s on 2 cores.
@@ -22,6 +25,40 @@ while [ $# -gt 0 ]; do
     *) break ;;
     esac
 done
+
+# pdl_rules: prints "PDL file:line: why" for each line of cuda/*.cu, *.cuh that breaks a rule; returns 1 if any
+pdl_rules() {
+    local out
+    out=$({
+        awk '
+            function check(s) {
+                if (s !~ /^[[:space:]]*bn_cu_grid_begin\(\);/)
+                    printf "PDL %s:%d: the kernel'\''s first statement is not bn_cu_grid_begin();\n", FILENAME, FNR
+                want = 0
+            }
+            FNR == 1 { want = 0 }
+            /^[[:space:]]*(\/\/|#)/ { next }
+            /__global__/ { want = 1 }
+            want == 1 && /;/ && !/\{/ { want = 0; next }
+            want == 1 && /\{/ {
+                rest = substr($0, index($0, "{") + 1)
+                if (rest ~ /[^[:space:]]/ && rest !~ /^[[:space:]]*\/\//) check(rest); else want = 2
+                next
+            }
+            want == 2 && /[^[:space:]]/ { check($0) }
+        ' cuda/*.cu cuda/*.cuh
+        grep -n -E '__restrict__|__ldg\(' cuda/*.cu cuda/*.cuh | grep -v -E '^cuda/common\.cuh:|^[^:]*:[0-9]+:[[:space:]]*//' |
+            sed 's/^/PDL /; s/$/   (__restrict__, or __ldg outside bn_ldg_weight)/'
+    })
+    [ -z "$out" ] && return 0
+    echo "$out"
+    return 1
+}
+pdl_ok=1
+pdl_rules || pdl_ok=0
+if [ "$pdl_ok" = 1 ]; then echo "PDL rules (cuda/common.cuh): every kernel begins with bn_cu_grid_begin(); no __restrict__; __ldg only for weights"; fi
+[ "$CHECK" = 1 ] && [ "$pdl_ok" = 0 ] && { echo "cuda/resources.sh: PDL rules broken"; exit 1; }
+
 NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 if [ -z "$NVCC" ]; then
@@ -111,5 +148,6 @@ while read -r file mangled regs stack st ld smem; do
 done <"$W/kernels.txt"
 n=$(wc -l <"$W/kernels.txt")
 echo "$n kernels; $bad flagged (SPILL/SMEM/REGS/BLOCK); * = block size not in the table, 256 assumed"
+[ "$pdl_ok" = 0 ] && echo "PDL rules broken (lines above)"
 if [ "$CHECK" = 1 ] && [ "$bad" -gt 0 ]; then exit 1; fi
 exit 0

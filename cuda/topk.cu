@@ -42,7 +42,8 @@ __device__ __forceinline__ void block_best(float *v, int *i, float *redv, int *r
 
 // argmax_k: block b scans row b of x (rows of n floats, contiguous) into out[b]; 16-byte loads when the row
 // is 16-byte aligned, then the scalar tail.
-__global__ void argmax_k(const float *__restrict__ x, int n, int32_t *__restrict__ out) {
+__global__ void argmax_k(const float *x, int n, int32_t *out) {
+    bn_cu_grid_begin();
     x += (size_t)blockIdx.x * (size_t)n;
     out += blockIdx.x;
     BN_SHARED(float, redv, 32);
@@ -53,7 +54,7 @@ __global__ void argmax_k(const float *__restrict__ x, int n, int32_t *__restrict
     const float4 *x4 = (const float4 *)x;
 #pragma unroll 4
     for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
-        float4 v = __ldg(x4 + j);
+        float4 v = bn_ld_vec(x4 + j);
         if (ranks_above(v.x, 4 * j, bv, bi)) bv = v.x, bi = 4 * j;
         if (ranks_above(v.y, 4 * j + 1, bv, bi)) bv = v.y, bi = 4 * j + 1;
         if (ranks_above(v.z, 4 * j + 2, bv, bi)) bv = v.z, bi = 4 * j + 2;
@@ -69,8 +70,9 @@ __global__ void argmax_k(const float *__restrict__ x, int n, int32_t *__restrict
 
 // topk_k: block b takes candidates [b*TOPK_CHUNK, ...) of (vals, idx) (idx == nullptr: the index is the
 // position) and writes its top k to ov/oi + b*k, padding with (0, −1) when it has fewer than k.
-__global__ void topk_k(const float *__restrict__ vals, const int32_t *__restrict__ idx, int n, int k,
-                       float *__restrict__ ov, int32_t *__restrict__ oi) {
+__global__ void topk_k(const float *vals, const int32_t *idx, int n, int k,
+                       float *ov, int32_t *oi) {
+    bn_cu_grid_begin();
     BN_SHARED(float, cv, TOPK_CHUNK);
     BN_SHARED(int, ci, TOPK_CHUNK);
     BN_SHARED(float, redv, 32);
@@ -119,6 +121,7 @@ cudaError_t bn_cu_argmax_rows(const float *x, int n, int rows, int32_t *out, cud
 
 // lse_rows_k: block r: out[r] = max + ln Σ exp(x_i − max) over row r.
 static __global__ void lse_rows_k(const float *x, int n, float *out) {
+    bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const float *row = x + (size_t)blockIdx.x * n;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;

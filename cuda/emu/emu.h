@@ -92,6 +92,10 @@ const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what, const
 // misaligned: aborts naming the running thread: a vector load at p not aligned to `align` bytes (the GPU
 // raises cudaErrorMisalignedAddress).
 [[noreturn]] void misaligned(const char *what, const void *p, size_t align);
+// grid_begin: bn_cu_grid_begin (programmatic dependent launch's wait) at source position site: the thread may now
+// touch global memory. A thread that ends without it aborts the run (on a GPU with BONSAI_CUDA_PDL=1 it could run
+// while the kernel before it still writes).
+void grid_begin(const char *site);
 // launch: runs (or, on a capturing stream, records) body for every thread of grid x block.
 void launch(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             std::function<void()> body);

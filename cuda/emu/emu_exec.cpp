@@ -36,6 +36,7 @@ struct Fiber : Thread {
     FiberState state;
     bool started;           // has a stack and a context (fresh threads may run on a finished one's stack)
     const char *waiting_at; // the warp operation a F_WARP fiber waits in
+    bool grid_begun;        // has called bn_cu_grid_begin
 };
 struct Warp {
     uint64_t slot[2][32]; // double-buffered exchange slots (a lane cannot be two exchanges ahead)
@@ -281,6 +282,11 @@ void fiber_main() {
     for (;;) {
         Fiber *self = (Fiber *)cur;
         (*X.body)();
+        if (!self->grid_begun)
+            die("%s: thread %u ended without calling bn_cu_grid_begin(): every kernel calls it first (cuda/common.cuh, "
+                "programmatic dependent launch: with BONSAI_CUDA_PDL=1 the GPU may start a kernel while the one before "
+                "it still runs, and only that call waits for it)",
+                where(), self->lin);
         self->state = F_DONE;
         X.ndone++;
         Warp &w = X.warps[self->warp];
@@ -358,6 +364,7 @@ void run_block(uint3 bidx) {
         Fiber *f = &X.fibers[i];
         f->state = F_READY;
         f->started = false;
+        f->grid_begun = false;
         X.queue[i] = f;
     }
     if (X.shuffle) shuffle_in_place(X.queue, n);
@@ -533,8 +540,15 @@ void install_fault_handler() {
 // same_site: two source positions are the same (string literals may or may not be merged).
 inline bool same_site(const char *a, const char *b) { return a == b || strcmp(a, b) == 0; }
 
+// before_grid_begin: aborts: a barrier or warp operation ran before bn_cu_grid_begin (it must come first).
+[[noreturn]] void before_grid_begin(const Fiber *self, const char *what, const char *site) {
+    die("%s: thread %u: %s at %s before bn_cu_grid_begin(): every kernel calls it first (cuda/common.cuh)", where(),
+        self->lin, what, site);
+}
+
 int syncthreads_count(int pred, const char *site) {
     Fiber *self = (Fiber *)cur;
+    if (!self->grid_begun) before_grid_begin(self, "__syncthreads", site);
     if (X.bar_count == 0) X.bar_site = site;
     else if (!same_site(site, X.bar_site))
         die("%s: divergent __syncthreads: thread %u arrived at the barrier at %s while %d thread(s) wait at the one "
@@ -558,6 +572,7 @@ void syncthreads(const char *site) { syncthreads_count(0, site); }
 
 const uint64_t *warp_exchange(unsigned mask, uint64_t v, const char *what, const char *site) {
     Fiber *self = (Fiber *)cur;
+    if (!self->grid_begun) before_grid_begin(self, what, site);
     Warp &w = X.warps[self->warp];
     const unsigned live = w.nlanes == 32 ? 0xffffffffu : (1u << w.nlanes) - 1; // the lanes the warp has
     if (mask == 0xffffffffu && live != mask)
@@ -623,6 +638,12 @@ void *shared_static(SharedKey *key, size_t bytes, size_t align) {
 }
 
 void *shared_dynamic() { return dyn_base; }
+
+void grid_begin(const char *site) {
+    Fiber *self = (Fiber *)cur;
+    if (self->grid_begun) die("%s: thread %u: bn_cu_grid_begin() called twice (%s)", where(), self->lin, site);
+    self->grid_begun = true;
+}
 
 void misaligned(const char *what, const void *p, size_t align) {
     const Fiber *self = (const Fiber *)cur;

@@ -20,6 +20,7 @@ template <class T> struct DevBuf {
 
 // ---- block reduction ------------------------------------------------------------------------------
 __global__ void k_block_sum(const float *x, int n, float *out) {
+    bn_cu_grid_begin();
     BN_SHARED(float, part, 256);
     int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
     part[t] = i < n ? x[i] : 0.0f;
@@ -32,6 +33,7 @@ __global__ void k_block_sum(const float *x, int n, float *out) {
 }
 
 __global__ void k_sync_votes(int *out) {
+    bn_cu_grid_begin();
     int t = threadIdx.x;
     out[5 * t + 0] = __syncthreads_count(t % 3 == 0);
     out[5 * t + 1] = __syncthreads_and(t < 1000);
@@ -42,6 +44,7 @@ __global__ void k_sync_votes(int *out) {
 
 // ---- warp operations ------------------------------------------------------------------------------
 __global__ void k_warp_ops(const int *x, int *out) {
+    bn_cu_grid_begin();
     int t = threadIdx.x, lane = t % 32, v = x[t], nt = blockDim.x;
     int s = v;
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -70,6 +73,7 @@ __global__ void k_warp_ops(const int *x, int *out) {
 }
 
 __global__ void k_warp_reduce(const float *x, const int *xi, float *out, int *outi) {
+    bn_cu_grid_begin();
     int t = threadIdx.x, nt = blockDim.x;
     float v = x[t], s = v, m = v;
     int vi = xi[t], si = vi;
@@ -88,6 +92,7 @@ __global__ void k_warp_reduce(const float *x, const int *xi, float *out, int *ou
 
 // ---- dynamic shared memory --------------------------------------------------------------------------
 __global__ void k_dyn_reverse(const float *x, int n, int extra, float *out) {
+    bn_cu_grid_begin();
     BN_DYN_SHARED(float, buf);
     BN_SHARED(float, total, 1);
     int t = threadIdx.x, base = blockIdx.x * blockDim.x, nb = blockDim.x;
@@ -107,6 +112,7 @@ __global__ void k_dyn_reverse(const float *x, int n, int extra, float *out) {
 
 // ---- atomics -------------------------------------------------------------------------------------------
 __global__ void k_atomics(int *counts, float *fsum) {
+    bn_cu_grid_begin();
     int gid = blockIdx.x * blockDim.x + threadIdx.x;
     atomicAdd(&counts[0], 1);
     atomicMax(&counts[1], gid);
@@ -116,12 +122,14 @@ __global__ void k_atomics(int *counts, float *fsum) {
 }
 
 __global__ void k_dp4a(const int *a, const int *b, const int *c, int *out, int n) {
+    bn_cu_grid_begin();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __dp4a(a[i], b[i], c[i]);
 }
 
 // k_mma: warp w of block b works on tile 2b + w (whole warps leave together past n).
 __global__ void k_mma(const int8_t *a, const int8_t *b, const int32_t *c, int32_t *d, int32_t *d2, int n) {
+    bn_cu_grid_begin();
     const int tile = 2 * blockIdx.x + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (tile >= n) return;
     const int8_t *at = a + 512 * tile, *bt = b + 256 * tile;
@@ -146,6 +154,7 @@ __global__ void k_mma(const int8_t *a, const int8_t *b, const int32_t *c, int32_
 }
 
 __global__ void k_half(float *f, uint16_t *back, const float *x, uint16_t *rn, int n) {
+    bn_cu_grid_begin();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < 65536) {
         float v = bn_h2f(bn_half_bits((uint16_t)i));
@@ -156,6 +165,7 @@ __global__ void k_half(float *f, uint16_t *back, const float *x, uint16_t *rn, i
 }
 
 __global__ void k_grid3d(uint32_t *out) {
+    bn_cu_grid_begin();
     uint32_t block_lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     uint32_t thread_lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     uint32_t nthreads = blockDim.x * blockDim.y * blockDim.z;
@@ -165,6 +175,7 @@ __global__ void k_grid3d(uint32_t *out) {
 
 // ---- graphs ------------------------------------------------------------------------------------------
 __global__ void k_live(int *counter, int *log) {
+    bn_cu_grid_begin();
     if (threadIdx.x == 0) {
         int step = *counter;
         log[step] = step;
@@ -172,21 +183,25 @@ __global__ void k_live(int *counter, int *log) {
     }
 }
 __global__ void k_baked(int step, int *log) {
+    bn_cu_grid_begin();
     if (threadIdx.x == 0) log[step] = step;
 }
 
 // ---- gemm helpers ------------------------------------------------------------------------------------
 __global__ void k_to_half(const float *x, uint16_t *h, int n) {
+    bn_cu_grid_begin();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) h[i] = bn_half_raw(bn_f2h(x[i]));
 }
 __global__ void k_from_half(const uint16_t *h, float *x, int n) {
+    bn_cu_grid_begin();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = bn_h2f(bn_half_bits(h[i]));
 }
 
 // ---- races and broken kernels -------------------------------------------------------------------------
 __global__ void k_shift(const float *x, float *out, int barrier) {
+    bn_cu_grid_begin();
     BN_SHARED(float, s, 256);
     int t = threadIdx.x;
     s[t] = x[t];
@@ -195,27 +210,32 @@ __global__ void k_shift(const float *x, float *out, int barrier) {
 }
 #ifdef BONSAI_CUDA_EMU // broken on purpose: nvcc rejects k_big_static, the others hang or fail on a GPU
 __global__ void k_deadlock(float *out) {
+    bn_cu_grid_begin();
     if (threadIdx.x == 0) return; // thread 0 never reaches the barrier
     __syncthreads();
     out[threadIdx.x] = 1.0f;
 }
 __global__ void k_half_warp_shuffle(float *out) {
+    bn_cu_grid_begin();
     float v = (float)threadIdx.x;
     if (threadIdx.x % 32 < 16) v = __shfl_xor_sync(0xffffffffu, v, 1); // lanes 16..31 never arrive
     out[threadIdx.x] = v;
 }
 __global__ void k_big_static(float *out) {
+    bn_cu_grid_begin();
     BN_SHARED(float, big, 16384); // 64 KiB > 48 KiB of static shared memory
     big[threadIdx.x] = 1.0f;
     __syncthreads();
     out[threadIdx.x] = big[(threadIdx.x + 1) % blockDim.x];
 }
 __global__ void k_dyn_only(float *out) {
+    bn_cu_grid_begin();
     BN_DYN_SHARED(float, buf);
     buf[threadIdx.x] = 2.0f;
     out[threadIdx.x] = buf[threadIdx.x];
 }
 __global__ void k_static_past_end(float *out) {
+    bn_cu_grid_begin();
     BN_SHARED(float, first, 8);
     BN_SHARED(float, tile, 64);
     tile[threadIdx.x] = 1.0f; // 65 threads: one writes past tile[63]
@@ -223,34 +243,43 @@ __global__ void k_static_past_end(float *out) {
     __syncthreads();
     out[threadIdx.x] = tile[threadIdx.x % 64] + first[0];
 }
-__global__ void k_null_write(float *out) { out[threadIdx.x] = 1.0f; }
+__global__ void k_null_write(float *out) { bn_cu_grid_begin(); out[threadIdx.x] = 1.0f; }
 __global__ void k_dyn_past_end(int n, float *out) {
+    bn_cu_grid_begin();
     BN_DYN_SHARED(float, buf);
     buf[threadIdx.x] = 1.0f; // threads >= n write past the launch's smem_bytes = n floats
     out[threadIdx.x] = buf[threadIdx.x];
 }
-__global__ void k_past_end(float *buf, int n) { buf[n + threadIdx.x] = 1.0f; } // one page past a 4 KiB buffer
+__global__ void k_past_end(float *buf, int n) { // one page past a 4 KiB buffer
+    bn_cu_grid_begin();
+    buf[n + threadIdx.x] = 1.0f;
+}
 __global__ void k_shfl_exited(float *out) {
+    bn_cu_grid_begin();
     if (threadIdx.x == 5) return; // lane 5 leaves; the full mask below still names it
     float v = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
     out[threadIdx.x] = v;
 }
 __global__ void k_shfl_partial_warp(float *out) { // 48 threads: the second warp has lanes 0..15 only
+    bn_cu_grid_begin();
     out[threadIdx.x] = bn_warp_reduce_sum((float)threadIdx.x);
 }
 __global__ void k_shfl_diverged(float *out) {
+    bn_cu_grid_begin();
     float v = (float)threadIdx.x;
     if (threadIdx.x % 2) v = __shfl_xor_sync(0xffffffffu, v, 2); // odd lanes here,
     else v = __shfl_xor_sync(0xffffffffu, v, 2) + 1.0f;          // even lanes at another shuffle
     out[threadIdx.x] = v;
 }
 __global__ void k_mma_diverged(float *out) { // odd lanes at the MMA, even lanes at a shuffle
+    bn_cu_grid_begin();
     int d[4], a[4] = {1, 2, 3, 4}, b[2] = {5, 6}, c[4] = {0, 0, 0, 0};
     if (threadIdx.x % 2) bn_mma_s8_16x8x32(d, a, b, c);
     else d[0] = __shfl_xor_sync(0xffffffffu, 1, 2);
     out[threadIdx.x] = (float)d[0];
 }
 __global__ void k_sync_diverged(float *out) {
+    bn_cu_grid_begin();
     BN_SHARED(float, s, 64);
     s[threadIdx.x] = (float)threadIdx.x;
     if (threadIdx.x < 32) __syncthreads(); // two different barriers: undefined on a GPU
@@ -258,10 +287,18 @@ __global__ void k_sync_diverged(float *out) {
     out[threadIdx.x] = s[63 - threadIdx.x];
 }
 __global__ void k_misaligned(const float *x, float *out) {
+    bn_cu_grid_begin();
     float4 v = __ldg((const float4 *)(x + 1 + 4 * threadIdx.x)); // 4 bytes past 16-byte alignment
     out[threadIdx.x] = v.x;
 }
+__global__ void k_no_grid_begin(float *out) { out[threadIdx.x] = 1.0f; } // may run beside the kernel before it
+__global__ void k_sync_before_grid_begin(float *out) {
+    __syncthreads(); // a barrier before the wait: everything before it may overlap the kernel before
+    bn_cu_grid_begin();
+    out[threadIdx.x] = 1.0f;
+}
 __global__ void k_deep_stack(float *out) {
+    bn_cu_grid_begin();
     volatile char local[256 * 1024]; // 4x the default fiber stack
     for (int i = 0; i < (int)sizeof local; i += 4096) local[i] = (char)i;
     out[threadIdx.x] = local[4096];
@@ -269,6 +306,7 @@ __global__ void k_deep_stack(float *out) {
 #endif
 
 __global__ void k_barrier_rounds(int rounds, int *out) {
+    bn_cu_grid_begin();
     int acc = 0;
     for (int r = 0; r < rounds; r++) {
         acc += r;
@@ -277,9 +315,11 @@ __global__ void k_barrier_rounds(int rounds, int *out) {
     if (threadIdx.x == 0) out[0] = acc;
 }
 __global__ void k_no_barrier(int *out) {
+    bn_cu_grid_begin();
     if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = (int)gridDim.x;
 }
 __global__ void k_shuffle_rounds(int rounds, int *out) {
+    bn_cu_grid_begin();
     int acc = threadIdx.x;
     for (int r = 0; r < rounds; r++) acc = __shfl_xor_sync(0xffffffffu, acc, 1) + 1;
     if (threadIdx.x == 0) out[0] = acc;
@@ -584,6 +624,8 @@ extern "C" int ek_bad(int which, char *err, size_t errlen) {
     case 19: BN_LAUNCH(k_null_write, dim3(1, 65536), 32, 0, 0, dout.p); break; // grid y > 65535
     case 20: BN_LAUNCH(k_null_write, 1, dim3(1, 1, 65), 0, 0, dout.p); break;  // block z > 64
     case 21: BN_LAUNCH(k_mma_diverged, 1, 32, 0, 0, dout.p); break;
+    case 22: BN_LAUNCH(k_no_grid_begin, 1, 32, 0, 0, dout.p); break;
+    case 23: BN_LAUNCH(k_sync_before_grid_begin, 1, 32, 0, 0, dout.p); break;
     case 9: {
         DevBuf<float> small;
         TRY(cudaMalloc(&small.p, 4096));

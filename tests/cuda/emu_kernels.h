@@ -68,7 +68,8 @@ int ek_shift(const float *x, float *out, int barrier, char *err, size_t errlen);
 // 14 a full-mask shuffle after lane 5 returned, 15 a full-mask warp reduction in a 48-thread block (lanes
 // that do not exist), 16 odd and even lanes at two different shuffles, 17 two halves of a block at two
 // different __syncthreads, 18 a float4 __ldg 4 bytes past alignment, 19 grid y 65536, 20 block z 65, 21 odd lanes
-// at bn_mma_s8_16x8x32 while even lanes shuffle.
+// at bn_mma_s8_16x8x32 while even lanes shuffle, 22 a kernel that never calls bn_cu_grid_begin, 23 a __syncthreads
+// before it.
 int ek_bad(int which, char *err, size_t errlen);
 // ek_capture_pageable: in a capture, cudaMemcpyAsync from pinned (cudaMallocHost) memory, then from
 // pageable (malloc) memory: *pinned_rc, *pageable_rc their errors and *end_rc that of ending the capture

@@ -498,6 +498,8 @@ int main(void) {
     run_bad(19, SIGABRT, "k_null_write", "invalid grid size (1,65536,1)");
     run_bad(20, SIGABRT, "k_null_write", "invalid block size (1,1,65)");
     run_bad(21, SIGABRT, "warp divergence", "mma.sync m16n8k32");
+    run_bad(22, SIGABRT, "k_no_grid_begin", "ended without calling bn_cu_grid_begin()");
+    run_bad(23, SIGABRT, "k_sync_before_grid_begin", "__syncthreads at");
 #ifndef __SANITIZE_ADDRESS__ // ASan reports these faults itself (and device memory is its heap there)
     run_bad(6, SIGSEGV, "k_null_write", "segmentation fault");
     run_bad(7, SIGSEGV, "k_deep_stack", "fiber stack overflow");
