@@ -6,6 +6,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/mm_impl.cuh" // bn_q8_store: attn_output's Q8 activations written by the merge
+#include "cuda/mma.cuh"     // bn_mma_f16_16x8x16 (attn_mma_kernel)
 
 #define ATT_THREADS 128
 #define ATT_TILE 128 // keys scored per pass (shared scores)
@@ -281,6 +282,179 @@ static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_
     }
 }
 
+// ---- prefill attention on the tensor cores (BONSAI_CUDA_ATTN_TILED=mma) -------------------------------------------
+// attn_mma_kernel: attn_tiled_kernel's blocks, rows and output (one split for attn_merge_kernel), with the two products
+// on mma.sync m16n8k16 (fp16 inputs, fp32 sums; cuda/mma.cuh): per 32-key tile, S = Q·Kᵀ (32 rows × 32 keys over HD)
+// and O += P·V (32 rows × HD over the tile's keys). 4 warps; warp w holds rows 16·(w & 1)..+15. S: warp w the keys
+// 16·(w >> 1)..+15 (two 8-key MMA columns), through shared scores; the online softmax as in the tiled kernel (4 lanes
+// per row, 8 keys each; probabilities rounded to fp16 before they are summed, so l matches what P·V adds); O: warp w
+// the dims (HD/2)·(w >> 1)..+HD/2 in registers (HD/16 accumulator tiles). Q is rounded to fp16 once (llama.cpp's
+// flash attention does the same); K and V tiles are rounded on their way to shared memory (exact for an fp16 cache).
+// Shared: Q [32][HD + 8], the K tile [32][HD + 8] then the V tile transposed [HD][40] in one buffer (the padding puts
+// the 8 rows a fragment load touches on distinct banks), scores [32][33], probabilities [32][40]: 44 KB at HD 256.
+#define AM_THREADS 128
+#define AM_ROWS 32
+#define AM_KT 32
+#define AM_QLD(HD) ((HD) + 8)
+#define AM_VLD 40
+
+// am_word: the two halves at p (p 4-byte aligned) as one fragment register, element 0 in the low bits.
+static __device__ __forceinline__ uint32_t am_word(const bn_half *p) {
+#if defined(BONSAI_CUDA_EMU)
+    uint32_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
+#else
+    return *(const uint32_t *)p;
+#endif
+}
+
+template <typename KV, int HD>
+static __global__ void __launch_bounds__(AM_THREADS)
+    attn_mma_kernel(float *scratch, const float *qg, int q_stride, int head_stride, const KV *K, const KV *V, int nh,
+                    int group, int QT, int kv_dim, float scale, int nb, const int *d_pos) {
+    bn_cu_grid_begin();
+    constexpr int QLD = AM_QLD(HD), KV_HALVES = AM_KT * QLD > HD * AM_VLD ? AM_KT * QLD : HD * AM_VLD, NT = HD / 16;
+    BN_SHARED(bn_half, qs, AM_ROWS * QLD);
+    BN_SHARED(bn_half, kvs, KV_HALVES);
+    BN_SHARED(float, ss, AM_ROWS * (AM_KT + 1));
+    BN_SHARED(bn_half, ps, AM_ROWS * AM_VLD);
+    BN_SHARED(float, corr, AM_ROWS);
+    const int kvh = blockIdx.x, t0 = blockIdx.y * QT, tid = threadIdx.x;
+    const int n_tok = min(QT, nb - t0), R = n_tok * group;
+    const int p0 = d_pos[0];
+    const size_t kv_off = (size_t)kvh * HD;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3, rt = warp & 1, half = warp >> 1;
+    for (int i = tid; i < AM_ROWS * HD; i += AM_THREADS) {
+        const int r = i / HD, d = i % HD;
+        float v = 0.0f;
+        if (r < R)
+            v = qg[(size_t)(t0 + r / group) * q_stride + (size_t)(kvh * group + r % group) * head_stride + d];
+        qs[r * QLD + d] = bn_f2h(v);
+    }
+    // softmax: row sr, keys 8·kg..8·kg+7 of each tile
+    const int sr = tid >> 2, kg = tid & 3;
+    const bool srow = sr < R;
+    const int s_pos = p0 + t0 + (srow ? sr / group : 0);
+    float m = -INFINITY, l = 0.0f;
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    const int kend = p0 + t0 + n_tok; // keys [0, kend)
+    for (int k0 = 0; k0 < kend; k0 += AM_KT) {
+        const int nk = min(AM_KT, kend - k0);
+        for (int i = tid; i < AM_KT * HD; i += AM_THREADS) {
+            const int key = i / HD, d = i % HD;
+            kvs[key * QLD + d] = key < nk ? bn_f2h(kv_load(K + (size_t)(k0 + key) * kv_dim + kv_off, d)) : bn_f2h(0.0f);
+        }
+        __syncthreads(); // Q (first tile) and the K tile are in place
+        {
+            float sc[2][4];
+#pragma unroll
+            for (int c = 0; c < 2; c++) sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.0f;
+            const bn_half *qa = qs + (16 * rt + g) * QLD + 2 * t;
+#pragma unroll 4
+            for (int kk = 0; kk < HD; kk += 16) {
+                const uint32_t a[4] = {am_word(qa + kk), am_word(qa + 8 * QLD + kk), am_word(qa + kk + 8),
+                                       am_word(qa + 8 * QLD + kk + 8)};
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const bn_half *kb = kvs + (16 * half + 8 * c + g) * QLD + 2 * t + kk;
+                    const uint32_t b[2] = {am_word(kb), am_word(kb + 8)};
+                    bn_mma_f16_16x8x16(sc[c], a, b, sc[c]);
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    ss[(16 * rt + bn_mma_c_row(lane, r)) * (AM_KT + 1) + 16 * half + 8 * c + bn_mma_c_col(lane, r)] =
+                        sc[c][r];
+        }
+        __syncthreads(); // scores written; the K tile is no longer read
+        for (int i = tid; i < AM_KT * HD; i += AM_THREADS) { // the V tile, transposed: [dim][key]
+            const int key = i / HD, d = i % HD;
+            kvs[d * AM_VLD + key] = key < nk ? bn_f2h(kv_load(V + (size_t)(k0 + key) * kv_dim + kv_off, d)) : bn_f2h(0.0f);
+        }
+        {
+            float sv[8], tmax = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int kk = 8 * kg + j;
+                sv[j] = srow && kk < nk && k0 + kk <= s_pos ? scale * ss[sr * (AM_KT + 1) + kk] : -INFINITY;
+                tmax = fmaxf(tmax, sv[j]);
+            }
+            for (int x = 1; x < 4; x <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, x));
+            const float m_new = fmaxf(m, tmax); // finite on real rows: key 0 is in every row's first tile
+            const float c = srow ? expf(m - m_new) : 0.0f;
+            float psum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const bn_half ph = bn_f2h(srow ? expf(sv[j] - m_new) : 0.0f);
+                ps[sr * AM_VLD + 8 * kg + j] = ph;
+                psum += bn_h2f(ph);
+            }
+            for (int x = 1; x < 4; x <<= 1) psum += __shfl_xor_sync(0xffffffffu, psum, x);
+            if (srow) l = l * c + psum, m = m_new;
+            if (kg == 0) corr[sr] = c;
+        }
+        __syncthreads(); // probabilities, rescales and the V tile in place
+        {
+            const float c_lo = corr[16 * rt + g], c_hi = corr[16 * rt + g + 8];
+            const bn_half *pa = ps + (16 * rt + g) * AM_VLD + 2 * t;
+#pragma unroll
+            for (int j = 0; j < NT; j++) o[j][0] *= c_lo, o[j][1] *= c_lo, o[j][2] *= c_hi, o[j][3] *= c_hi;
+#pragma unroll
+            for (int kk = 0; kk < AM_KT; kk += 16) {
+                const uint32_t a[4] = {am_word(pa + kk), am_word(pa + 8 * AM_VLD + kk), am_word(pa + kk + 8),
+                                       am_word(pa + 8 * AM_VLD + kk + 8)};
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const bn_half *vb = kvs + ((HD / 2) * half + 8 * j + g) * AM_VLD + 2 * t + kk;
+                    const uint32_t b[2] = {am_word(vb), am_word(vb + 8)};
+                    bn_mma_f16_16x8x16(o[j], a, b, o[j]);
+                }
+            }
+        }
+        __syncthreads(); // the next tile overwrites kvs, ss, ps and corr
+    }
+    float *ml = scratch + (size_t)nb * nh * HD;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int row = 16 * rt + bn_mma_c_row(lane, r), d = (HD / 2) * half + 8 * j + bn_mma_c_col(lane, r);
+            if (row >= R) continue;
+            const size_t ri = (size_t)(t0 + row / group) * nh + (size_t)kvh * group + row % group;
+            scratch[ri * HD + d] = o[j][r];
+        }
+    if (srow && kg == 0) {
+        const size_t ri = (size_t)(t0 + sr / group) * nh + (size_t)kvh * group + sr % group;
+        ml[2 * ri] = m;
+        ml[2 * ri + 1] = l;
+    }
+}
+
+// attn_mma: launches attn_mma_kernel for head size HD; false when HD has no instantiation.
+template <typename KV>
+static bool attn_mma(int hd, dim3 grid, cudaStream_t s, float *scratch, const float *qg, int q_stride, int head_stride,
+                     const KV *K, const KV *V, int nh, int group, int QT, int kv_dim, float scale, int nb,
+                     const int *d_pos) {
+    switch (hd) {
+#define AM_CASE(H)                                                                                                     \
+    case H:                                                                                                            \
+        BN_LAUNCH((attn_mma_kernel<KV, H>), grid, AM_THREADS, 0, s, scratch, qg, q_stride, head_stride, K, V, nh, group, \
+                  QT, kv_dim, scale, nb, d_pos);                                                                       \
+        return true;
+        AM_CASE(32)
+        AM_CASE(64)
+        AM_CASE(128)
+        AM_CASE(256)
+#undef AM_CASE
+    default: return false;
+    }
+}
+
 // attn_merge_kernel: block (head h, token t): merges the splits, normalises, applies the gate (Q8: also out's Q8
 // activations; hd % 32 == 0, so each warp holds whole 32-element units or no element at all).
 template <bool Q8>
@@ -310,16 +484,22 @@ static __global__ void attn_merge_kernel(float *out, const float *scratch, const
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
                             const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8,
-                            const bn_cu_cols *cols, bool tiled) {
+                            const bn_cu_cols *cols, int tiled) {
     if (q8 && hd % 32) return cudaErrorInvalidValue;
     const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
     const int group = nh / nkv, kv_dim = nkv * hd;
     const int G = group <= ATT_MAX_G ? group : 1; // query heads per block
     dim3 grid(nh / G, nb, n_splits);
     const size_t smem = sizeof(float) * hd * G;
-    if (tiled && n_splits == 1 && nb > 1 && !cl.pos && attn_tiles(hd, group)) {
-        const int QT = AT_ROWS / group; // query tokens per block
-        dim3 tgrid(nkv, (nb + QT - 1) / QT);
+    const bool tiles = tiled && n_splits == 1 && nb > 1 && !cl.pos && attn_tiles(hd, group);
+    const int QT = AT_ROWS / group; // query tokens per block (AM_ROWS = AT_ROWS)
+    dim3 tgrid(nkv, (nb + QT - 1) / QT);
+    if (tiles && tiled == BN_CU_ATTN_MMA &&
+        (kv_f16 ? attn_mma(hd, tgrid, s, scratch, qg, q_stride, head_stride, (const bn_half *)K, (const bn_half *)V, nh,
+                           group, QT, kv_dim, scale, nb, d_pos)
+                : attn_mma(hd, tgrid, s, scratch, qg, q_stride, head_stride, (const float *)K, (const float *)V, nh,
+                           group, QT, kv_dim, scale, nb, d_pos))) {
+    } else if (tiles) {
         if (kv_f16)
             BN_LAUNCH(attn_tiled_kernel<bn_half>, tgrid, AT_THREADS, 0, s, scratch, qg, q_stride, head_stride,
                       (const bn_half *)K, (const bn_half *)V, nh, group, QT, hd, kv_dim, scale, nb, d_pos);

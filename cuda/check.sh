@@ -65,7 +65,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (upper bounds; the sum is printed: 740 s full, 890 s with --sanitize --profile;
+# ---- the plan: seconds per step (upper bounds; the sum is printed: 825 s full, 975 s with --sanitize --profile;
 # BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones last in the order) ---
 # Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
 # 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
@@ -95,7 +95,7 @@ PLAN=0
 for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
-PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 3 : 2))) # ours, ours tiled, the peer
+PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 4 : 3))) # ours, ours tiled, ours on tensor cores, the peer
 PLAN=$((PLAN + 3 * LIMIT[bench])) # fuse-off, gdn-norm, pdl
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
@@ -479,12 +479,14 @@ fi
 # ---- longpp: long prompts, ours and the peer's (after DSpark: a spent budget cuts this first) -----------
 # Prefill at LONG_PP tokens: the attention part grows with the square of the prompt, the rest linearly, so this
 # shows how the prefill attention scales against llama.cpp's: ours with the per-token kernel (the default), ours
-# with query tiles (BONSAI_CUDA_ATTN_TILED=1, attn_tiled_kernel: notes/cuda.md), then the peer.
-for who in ours tiled peer; do
+# with query tiles (BONSAI_CUDA_ATTN_TILED=1, attn_tiled_kernel: notes/cuda.md), the same tiles on the fp16 tensor
+# cores (BONSAI_CUDA_ATTN_TILED=mma, attn_mma_kernel), then the peer.
+for who in ours tiled mma peer; do
+    case $who in ours) amode=0 ;; tiled) amode=1 ;; *) amode=mma ;; esac
     if [ ! -f "$W/l$L1-Q1_0.gguf" ]; then
         skip_step "longpp-$who" "no $L1-layer Q1_0 model"
     elif [ "$who" != peer ]; then
-        run_step "longpp-$who" "${LIMIT[longpp]}" env "BONSAI_CUDA_ATTN_TILED=$([ "$who" = tiled ] && echo 1 || echo 0)" \
+        run_step "longpp-$who" "${LIMIT[longpp]}" env "BONSAI_CUDA_ATTN_TILED=$amode" \
             "$BENCH" -m "$W/l$L1-Q1_0.gguf" -ngl 99 -p "$LONG_PP" -n 0 -r 1 -o json
     elif [ -z "$PEER" ] || [ "${LIMIT[peer]}" -le 0 ]; then
         skip_step longpp-peer "no peer llama-bench"
@@ -646,27 +648,37 @@ longpp_rows() {
     echo
     echo "### Long prompts: $L1-layer Q1_0 file, -ngl 99, pp of $LONG_PP tokens (one repetition)"
     echo
-    echo "| prompt | ours t/s | ours, tiled attention t/s | llama.cpp t/s | ours / llama.cpp | tiled / llama.cpp |"
-    echo "| -----: | -------: | ---: | ---: | ---: | ---: |"
-    local i n o t p co ct cp
-    co=$(cell longpp-ours) ct=$(cell longpp-tiled) cp=$(cell longpp-peer)
+    echo "| prompt | ours t/s | ours, tiled attention t/s | ours, tensor-core attention t/s | llama.cpp t/s |" \
+         "ours / llama.cpp | tiled / llama.cpp | tensor-core / llama.cpp |"
+    echo "| -----: | -------: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    local i n o t x p co ct cx cp
+    co=$(cell longpp-ours) ct=$(cell longpp-tiled) cx=$(cell longpp-mma) cp=$(cell longpp-peer)
     i=0
     for n in ${LONG_PP//,/ }; do
         i=$((i + 1))
         o=$(jfield "$W/longpp-ours.log" avg_ns "$i") t=$(jfield "$W/longpp-tiled.log" avg_ns "$i")
-        p=$(jfield "$W/longpp-peer.log" avg_ns "$i")
-        awk -v n="$n" -v o="$o" -v t="$t" -v p="$p" -v co="$co" -v ct="$ct" -v cp="$cp" 'BEGIN {
+        x=$(jfield "$W/longpp-mma.log" avg_ns "$i") p=$(jfield "$W/longpp-peer.log" avg_ns "$i")
+        awk -v n="$n" -v o="$o" -v t="$t" -v x="$x" -v p="$p" -v co="$co" -v ct="$ct" -v cx="$cx" -v cp="$cp" 'BEGIN {
             if (co == "" && o == "") co = "FAIL"
             if (ct == "" && t == "") ct = "FAIL"
+            if (cx == "" && x == "") cx = "FAIL"
             if (cp == "" && p == "") cp = "FAIL"
             a = co != "" ? co : sprintf("%.1f", n * 1e9 / o)
             b = ct != "" ? ct : sprintf("%.1f", n * 1e9 / t)
+            e = cx != "" ? cx : sprintf("%.1f", n * 1e9 / x)
             c = cp != "" ? cp : sprintf("%.1f", n * 1e9 / p)
             r1 = co == "" && cp == "" ? sprintf("%.2f", p / o) : "-"
             r2 = ct == "" && cp == "" ? sprintf("%.2f", p / t) : "-"
-            printf("| %d | %s | %s | %s | %s | %s |\n", n, a, b, c, r1, r2)
+            r3 = cx == "" && cp == "" ? sprintf("%.2f", p / x) : "-"
+            printf("| %d | %s | %s | %s | %s | %s | %s | %s |\n", n, a, b, e, c, r1, r2, r3)
         }'
     done
+    if grep -q "fp16 tensor-core self-check failed" "$W/longpp-mma.log" 2>/dev/null; then
+        echo
+        echo "The fp16 tensor-core self-check FAILED ($(grep -o -m1 "fp16 tensor-core self-check failed: [^;]*" \
+            "$W/longpp-mma.log" | sed 's/^fp16 tensor-core //')):" \
+             "the tensor-core column ran the tiled CUDA-core kernel."
+    fi
 }
 
 # fuse_rows: tg with the default fusion, without the Q8-producer fusion and with the GDN output norm fused too, and

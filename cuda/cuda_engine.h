@@ -164,6 +164,13 @@ int bn_cuda_mma_selftest(char *msg, size_t msglen);
 int bn_cuda_mma_in_use(void);
 // bn_cuda_mma_status: that decision in words: "on", or "off (<why>)" (decides first, like bn_cuda_mma_in_use).
 const char *bn_cuda_mma_status(void);
+// bn_cuda_mma16_selftest: runs one fp16 mma.sync m16n8k16 (random 16×16 · 16×8 + C, fragments loaded by
+// cuda/mma.cuh's formulas) and returns 1 when it matches a double loop (to 1e-4), 0 when not (msg says where), -1
+// when it could not run. On a GPU this proves the fp16 fragment layout that attn_mma_kernel uses.
+int bn_cuda_mma16_selftest(char *msg, size_t msglen);
+// bn_cuda_attn_mma_ok: bn_cuda_mma16_selftest's verdict, taken once per process (a warning on stderr when it fails);
+// a state asked for BONSAI_CUDA_ATTN_TILED=mma uses the tiled CUDA-core kernel instead when it is 0.
+int bn_cuda_attn_mma_ok(void);
 // bn_cuda_pdl_in_use: 1 when kernels are launched with programmatic dependent launch (env BONSAI_CUDA_PDL=1, read
 // at the first launch: each kernel may start while the one before it ends, and waits in its first statement).
 int bn_cuda_pdl_in_use(void);

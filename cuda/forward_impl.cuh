@@ -121,7 +121,7 @@ struct bn_cuda_state {
     step_graph batch[MAX_BATCH_COLS + 1]; // captured STEP_BATCH passes (bn_cuda_forward_batch), by column count
     bool no_graphs;       // bn_cuda_state_use_graphs(s, 0): steps and verify passes launch kernel by kernel
     bool no_fuse;         // env BONSAI_CUDA_FUSE=0 at creation: every matmul group quantizes its own input (fused_q8)
-    bool attn_tiled;      // env BONSAI_CUDA_ATTN_TILED=1 at creation: prefill attention by query tiles (bn_cu_attention)
+    int attn_tiled;       // env BONSAI_CUDA_ATTN_TILED=1|mma at creation: prefill attention by query tiles, BN_CU_ATTN_*
     bool gdn_norm;        // env BONSAI_CUDA_GDN_NORM=1 at creation: GDN recurrence + output norm in one launch (decode)
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
 };

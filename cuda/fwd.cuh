@@ -148,17 +148,20 @@ cudaError_t bn_cu_attn_prep(float *qg, int q_stride, int head_stride, const floa
                             const int *d_pos, cudaStream_t s, const bn_cu_cols *cols = nullptr);
 // Scratch floats bn_cu_attention needs for nh heads of hd, nb tokens, n_splits key splits.
 size_t bn_cu_attention_scratch_floats(int nh, int hd, int nb, int n_splits);
+// prefill attention kernels (env BONSAI_CUDA_ATTN_TILED at state creation: unset, 1, mma)
+enum { BN_CU_ATTN_PER_TOKEN = 0, BN_CU_ATTN_TILED = 1, BN_CU_ATTN_MMA = 2 };
 // Causal attention of nb query tokens at positions d_pos[0] + t over cache rows [0, pos + 1):
 // out {nh*hd, nb}; query head h of token t at qg + t*q_stride + h*head_stride, its gate (gated) at
 // + hd: out = softmax(scale q·K) V (⊙ σ(gate)). GQA: head h reads KV head h / (nh / nkv). The keys
 // are split into n_splits ranges (flash-decoding) merged by a second kernel; scratch from
 // bn_cu_attention_scratch_floats. q8 (NULL: none; hd % 32 == 0, else cudaErrorInvalidValue): the merge also
 // writes out's Q8 activations there (attn_output's input, bn_cu_q8_fusable). tiled (prefill: one split, nb > 1, no
-// cols; head sizes dividing 256, GQA groups up to 32): query tiles share each K/V tile (attn_tiled_kernel) instead
-// of one block per token; same math, another summation order.
+// cols; head sizes dividing 256, GQA groups up to 32), one of the BN_CU_ATTN_* modes: query tiles share each K/V tile
+// (attn_tiled_kernel; BN_CU_ATTN_MMA: attn_mma_kernel, both products on fp16 tensor cores, for head sizes 32, 64,
+// 128 and 256, others tiled) instead of one block per token; same math, another summation order (MMA: fp16 Q and P).
 cudaError_t bn_cu_attention(float *out, const float *qg, int q_stride, int head_stride, bool gated, const void *K,
                             const void *V, bool kv_f16, int nh, int nkv, int hd, float scale, int nb,
                             const int *d_pos, int n_splits, float *scratch, cudaStream_t s, const bn_q8_out *q8,
-                            const bn_cu_cols *cols = nullptr, bool tiled = false);
+                            const bn_cu_cols *cols = nullptr, int tiled = BN_CU_ATTN_PER_TOKEN);
 
 #endif

@@ -16,6 +16,15 @@
 // a0 and a1 (rows 0-7, rows 8-15) with b0 (k 0-15) and a2, a3 with b1: the same split of k and rows. The
 // emulator computes D from these formulas, so tests/cuda/test_emu_runtime's MMA check on a GPU is what proves
 // them (random 16×32 · 32×8 products from row-major memory against an integer loop).
+//
+// The fp16 instruction mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (bn_mma_f16_16x8x16: D 16×8 fp32 = A 16×16
+// fp16 · B 16×8 fp16 + C) has the same C/D layout; its registers hold two halves each (element j = 0 in the low 16
+// bits). PTX ISA section "Matrix Fragments for mma.m16n8k16 with floating point type":
+//   A, registers a0..a3, half j of register r:  row = g for a0 and a2, g + 8 for a1 and a3;  col (k) = 2t + j,
+//     plus 8 for a2 and a3
+//   B, registers b0..b1, half j of register r:  row (k) = 2t + j, plus 8 for b1;  col (n) = g
+// Cross-check: llama.cpp's ggml-cuda/mma.cuh tile<16, 8, half2> (get_i = (l % 2)·8 + lane / 4, get_j = (l / 2)·4 +
+// lane % 4 half2 pairs) and tile<8, 8, half2> for B. Proved on a GPU by test_emu_runtime's fp16 MMA check.
 #ifndef BONSAI_CUDA_MMA_CUH
 #define BONSAI_CUDA_MMA_CUH
 
@@ -29,7 +38,27 @@ __host__ __device__ constexpr int bn_mma_b_col(int lane) { return lane >> 2; }
 __host__ __device__ constexpr int bn_mma_c_row(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
 __host__ __device__ constexpr int bn_mma_c_col(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
 
+// bn_mma16_a_k / bn_mma16_b_k: the k of half j of A register r (0..3) / B register r (0..1) of the fp16 MMA (the rows
+// of A are bn_mma_a_row's, the column of B bn_mma_b_col's, C/D as above).
+__host__ __device__ constexpr int bn_mma16_a_k(int lane, int r, int j) { return 2 * (lane & 3) + j + 8 * (r >> 1); }
+__host__ __device__ constexpr int bn_mma16_b_k(int lane, int r, int j) { return 2 * (lane & 3) + j + 8 * r; }
+
 #ifndef BONSAI_CUDA_EMU
+// bn_mma_f16_16x8x16: d = A·B + c in fp32 for the warp's fp16 fragments (two halves per register, layout above);
+// every lane of the warp calls it together. d may alias c. sm_80 or newer.
+__device__ __forceinline__ void bn_mma_f16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                                   const float (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+#elif defined(__CUDA_ARCH__)
+    __trap();
+#endif
+}
+
 // bn_mma_s8_16x8x32: d = A·B + c for the warp's fragments (layout above); every lane of the warp must call it
 // together (mma.sync.aligned). d may alias c. sm_80 or newer (the build targets sm_90).
 __device__ __forceinline__ void bn_mma_s8_16x8x32(int (&d)[4], const int (&a)[4], const int (&b)[2],

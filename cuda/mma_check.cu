@@ -1,4 +1,5 @@
-// cuda/mma_check.cu — the int8 tensor-core self-check (cuda/cuda_engine.h: bn_cuda_mma_selftest, bn_cuda_mma_in_use).
+// cuda/mma_check.cu — the tensor-core self-checks (cuda/cuda_engine.h): int8 (bn_cuda_mma_selftest, bn_cuda_mma_in_use)
+// and fp16 (bn_cuda_mma16_selftest, bn_cuda_attn_mma_ok; at the end).
 //
 // cuda/mmq_tc.cu's kernels rest on cuda/mma.cuh's fragment layout of mma.sync m16n8k32, which only a GPU can
 // prove (the emulator computes from the same formulas). A wrong layout would not crash: DSpark verification, the
@@ -6,6 +7,7 @@
 // upload the engine runs the tensor-core kernels and the dp4a ones (cuda/mmvq.cu, plain integer dots) on the same
 // random low-bit weights and Q8 activations, and keeps the tensor cores only when the two agree.
 #include "cuda/mm_impl.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/cuda_engine.h"
 #include <math.h>
 #include <mutex>
@@ -150,4 +152,83 @@ extern "C" int bn_cuda_mma_in_use(void) {
 extern "C" const char *bn_cuda_mma_status(void) {
     std::call_once(g_decide_once, decide);
     return g_status;
+}
+
+// ---- the fp16 MMA (prefill attention on the tensor cores, BONSAI_CUDA_ATTN_TILED=mma) ----------------------------
+// mma16_check_k: one warp; d {16, 8} row-major = a {16, 16} row-major · b {16, 8} (stored [n][k]) + c, each lane
+// loading its fragments by cuda/mma.cuh's fp16 layout formulas.
+static __global__ void mma16_check_k(const bn_half *a, const bn_half *b, const float *c, float *d) {
+    bn_cu_grid_begin();
+    const int lane = threadIdx.x;
+    uint32_t af[4], bf[2];
+    float cf[4], df[4];
+    for (int r = 0; r < 4; r++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 2; j++)
+            w |= (uint32_t)bn_half_raw(a[bn_mma_a_row(lane, r) * 16 + bn_mma16_a_k(lane, r, j)]) << (16 * j);
+        af[r] = w;
+        cf[r] = c[bn_mma_c_row(lane, r) * 8 + bn_mma_c_col(lane, r)];
+    }
+    for (int r = 0; r < 2; r++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 2; j++) w |= (uint32_t)bn_half_raw(b[bn_mma_b_col(lane) * 16 + bn_mma16_b_k(lane, r, j)]) << (16 * j);
+        bf[r] = w;
+    }
+    bn_mma_f16_16x8x16(df, af, bf, cf);
+    for (int r = 0; r < 4; r++) d[bn_mma_c_row(lane, r) * 8 + bn_mma_c_col(lane, r)] = df[r];
+}
+
+extern "C" int bn_cuda_mma16_selftest(char *msg, size_t msglen) {
+    enum { NA = 16 * 16, NB = 16 * 8, NC = 16 * 8 };
+    std::vector<bn_half> ha(NA), hb(NB);
+    std::vector<float> fa(NA), fb(NB), hc(NC), hd(NC);
+    uint64_t seed = 0x6d6d613136ull;
+    for (int i = 0; i < NA; i++) ha[i] = bn_f2h(lcg_unit(&seed)), fa[i] = bn_h2f(ha[i]);
+    for (int i = 0; i < NB; i++) hb[i] = bn_f2h(lcg_unit(&seed)), fb[i] = bn_h2f(hb[i]);
+    for (int i = 0; i < NC; i++) hc[i] = lcg_unit(&seed);
+    bn_half *da = nullptr, *db = nullptr;
+    float *dc = nullptr, *dd = nullptr;
+    cudaError_t e = cudaMalloc(&da, sizeof(bn_half) * NA);
+    if (e == cudaSuccess) e = cudaMalloc(&db, sizeof(bn_half) * NB);
+    if (e == cudaSuccess) e = cudaMalloc(&dc, sizeof(float) * NC);
+    if (e == cudaSuccess) e = cudaMalloc(&dd, sizeof(float) * NC);
+    if (e == cudaSuccess) e = cudaMemcpy(da, ha.data(), sizeof(bn_half) * NA, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(db, hb.data(), sizeof(bn_half) * NB, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(dc, hc.data(), sizeof(float) * NC, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        BN_LAUNCH(mma16_check_k, 1, 32, 0, 0, da, db, dc, dd);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(hd.data(), dd, sizeof(float) * NC, cudaMemcpyDeviceToHost);
+    cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+    if (e != cudaSuccess) {
+        snprintf(msg, msglen, "%s", cudaGetErrorString(e));
+        return -1;
+    }
+    // the products of halves are exact in fp32; only the sum's rounding differs (|d| <= 17, so ~1e-6)
+    for (int row = 0; row < 16; row++)
+        for (int col = 0; col < 8; col++) {
+            double want = hc[row * 8 + col];
+            for (int k = 0; k < 16; k++) want += (double)fa[row * 16 + k] * fb[col * 16 + k];
+            const double got = hd[row * 8 + col];
+            if (!(fabs(got - want) <= 1e-4)) {
+                snprintf(msg, msglen, "fp16 m16n8k16: d[%d][%d] = %.6g, want %.6g", row, col, got, want);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+static std::once_flag g_mma16_once;
+static bool g_mma16_ok;
+
+extern "C" int bn_cuda_attn_mma_ok(void) {
+    std::call_once(g_mma16_once, [] {
+        char why[256] = "";
+        g_mma16_ok = bn_cuda_mma16_selftest(why, sizeof why) == 1;
+        if (!g_mma16_ok)
+            fprintf(stderr, "bonsai: CUDA fp16 tensor-core self-check failed: %s; prefill attention by query tiles "
+                            "runs on the CUDA cores (BONSAI_CUDA_ATTN_TILED=1's kernel)\n", why);
+    });
+    return g_mma16_ok ? 1 : 0;
 }

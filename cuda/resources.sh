@@ -72,12 +72,12 @@ FILES=("$@")
 # before the template arguments. Kernels not listed are assumed to run 256 threads (marked '*').
 declare -A BLOCK=(
     [quantize_act]=256 [mmvq_q]=256 [mmvq_q_multi]=256 [mmv_f]=256 [repack_k]=256 [fill_bench_k]=256
-    [mmq_tc]=128
+    [mmq_tc]=128 [mma16_check_k]=32
     [get_rows_k]=256 [dequant_f16_k]=256 [argmax_k]=1024 [topk_k]=256
     [rmsnorm_kernel]=256 [add_rmsnorm_kernel]=256 [add_kernel]=256 [add_bias_kernel]=256 [swiglu_kernel]=256
     [gated_rmsnorm_kernel]=128 [advance_pos_kernel]=32 [conv_norm_kernel]=256 [recurrence_kernel]=128
     [conv_tokens_kernel]=256 [norm_tokens_kernel]=256 [recurrence_norm_kernel]=1024
-    [attn_prep_kernel]=128 [attn_split_kernel]=128 [attn_merge_kernel]=128 [attn_tiled_kernel]=256
+    [attn_prep_kernel]=128 [attn_split_kernel]=128 [attn_merge_kernel]=128 [attn_tiled_kernel]=256 [attn_mma_kernel]=128
     [tap_rows_kernel]=256
     [ds_add_snr_kernel]=256 [ds_block_attn_kernel]=128 [ds_markov_logits_kernel]=256 [ds_conf_kernel]=256
 )

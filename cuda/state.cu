@@ -103,7 +103,9 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->n_splits = n_ctx / 32 < 1 ? 1 : n_ctx / 32 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 32;
     s->tap_row = -1;
     s->no_fuse = bn_env_is("BONSAI_CUDA_FUSE", "0");
-    s->attn_tiled = bn_env_is("BONSAI_CUDA_ATTN_TILED", "1");
+    s->attn_tiled = bn_env_is("BONSAI_CUDA_ATTN_TILED", "1")     ? BN_CU_ATTN_TILED
+                    : bn_env_is("BONSAI_CUDA_ATTN_TILED", "mma") ? (bn_cuda_attn_mma_ok() ? BN_CU_ATTN_MMA : BN_CU_ATTN_TILED)
+                                                                  : BN_CU_ATTN_PER_TOKEN;
     s->gdn_norm = bn_env_is("BONSAI_CUDA_GDN_NORM", "1");
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));

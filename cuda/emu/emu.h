@@ -419,5 +419,43 @@ static inline bn_half bn_f2h(float f) {
 static inline bn_half bn_half_bits(uint16_t u) { return bn_half{u}; }
 static inline uint16_t bn_half_raw(bn_half h) { return h.x; }
 
+// bn_mma_f16_16x8x16(d, a, b, c): the warp-collective mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, emulated
+// like the int8 one above (two exchanges; cuda/mma.cuh's fp16 layout; with bn_emu::mma_fault A's registers 1 and 2
+// trade places). The products of halves are exact; the sum is taken in double and rounded once (the GPU's adder
+// tree rounds differently, within fp32's last bits).
+#define bn_mma_f16_16x8x16(d, a, b, c) bn_emu_mma_f16_16x8x16(BN_EMU_SITE, (d), (a), (b), (c))
+struct bn_emu_mma16_frags {
+    uint32_t a[4], b[2];
+    float c[4];
+};
+static inline void bn_emu_mma_f16_16x8x16(const char *site, float (&d)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[2], const float (&c)[4]) {
+    bn_emu_mma16_frags mine;
+    memcpy(mine.a, a, sizeof mine.a), memcpy(mine.b, b, sizeof mine.b), memcpy(mine.c, c, sizeof mine.c);
+    const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, (uint64_t)(uintptr_t)&mine, "mma.sync m16n8k16", site);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const bn_emu_mma16_frags *f = (const bn_emu_mma16_frags *)(uintptr_t)slot[l];
+        for (int j = 0; j < 2; j++) {
+            for (int r = 0; r < 4; r++) {
+                const int rr = bn_emu::mma_fault && (r == 1 || r == 2) ? 3 - r : r;
+                A[bn_mma_a_row(l, rr)][bn_mma16_a_k(l, rr, j)] = bn_h2f(bn_half_bits((uint16_t)(f->a[r] >> (16 * j))));
+            }
+            for (int r = 0; r < 2; r++)
+                B[bn_mma16_b_k(l, r, j)][bn_mma_b_col(l)] = bn_h2f(bn_half_bits((uint16_t)(f->b[r] >> (16 * j))));
+        }
+    }
+    const int lane = (int)bn_emu::cur->lane;
+    float out[4];
+    for (int r = 0; r < 4; r++) {
+        const int row = bn_mma_c_row(lane, r), col = bn_mma_c_col(lane, r);
+        double acc = mine.c[r];
+        for (int k = 0; k < 16; k++) acc += (double)A[row][k] * (double)B[k][col];
+        out[r] = (float)acc;
+    }
+    bn_emu::warp_exchange(0xffffffffu, 0, "mma.sync m16n8k16 (end)", site);
+    memcpy(d, out, sizeof out);
+}
+
 #include "cuda/emu/emu_cublas.h"
 #endif

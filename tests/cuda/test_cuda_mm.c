@@ -134,10 +134,14 @@ static double check_matmul(int type, int64_t ne0, int64_t ne1, int nb, int flags
 // is right) and the process decides to use the tensor cores (unless built without them or BONSAI_CUDA_MMA=0).
 // With `fault` (the emulator only: a wrong A-fragment layout injected, bn_cuda_emu_set_mma_fault) the tensor-core
 // products go wrong (the fault bites), the self-test fails naming its case, the decision is "off" with that
-// reason, and the same products are right again (the dp4a kernels).
+// reason, and the same products are right again (the dp4a kernels). The fp16 MMA (prefill attention) likewise:
+// bn_cuda_mma16_selftest passes and BONSAI_CUDA_ATTN_TILED=mma may use it, or under the fault it fails and may not.
 static void check_mma_selfcheck(bool fault) {
     char msg[256] = "";
     if (!fault) {
+        const int rc16 = bn_cuda_mma16_selftest(msg, sizeof msg);
+        CHECK(rc16 == 1 && bn_cuda_attn_mma_ok() == 1, "fp16 tensor-core self-check: %d (%s)", rc16, msg);
+        printf("fp16 tensor cores (prefill attention): self-check %s\n", rc16 == 1 ? "passed" : "FAILED");
         if (!bn_cuda_mma_in_use() && strstr(bn_cuda_mma_status(), "self-check") == NULL) {
             printf("tensor cores: %s (self-check not run)\n", bn_cuda_mma_status());
             return;
@@ -151,6 +155,10 @@ static void check_mma_selfcheck(bool fault) {
     }
 #ifdef BONSAI_CUDA_EMU
     bn_cuda_emu_set_mma_fault(1);
+    const int rc16 = bn_cuda_mma16_selftest(msg, sizeof msg);
+    CHECK(rc16 == 0 && strstr(msg, "fp16 m16n8k16: d[") && bn_cuda_attn_mma_ok() == 0,
+          "fp16 self-check under a wrong layout: %d (%s)", rc16, msg);
+    printf("wrong fp16 MMA layout: caught (%s); tensor-core prefill attention refused\n", msg);
     const double wrong = matmul_error(BN_Q1_0, 1024, 64, 16, BN_CUDA_MM_MMVQ);
     CHECK(wrong > 1e-3, "a wrong MMA layout went unnoticed by the Q1_0 nb 16 product (error %.3g)", wrong);
     const int rc = bn_cuda_mma_selftest(msg, sizeof msg);
