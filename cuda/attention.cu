@@ -178,6 +178,26 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
 }
 
 // ---- prefill: query tiles ------------------------------------------------------------------------------
+// tile_softmax: one online-softmax step of a row over a key tile, the row's scores spread over LANES xor-adjacent
+// lanes of J each (sc: scaled, -inf where masked; srow: the row is real). store(j, p) keeps probability j and returns
+// the value P·V will use (p, or its fp16 rounding), which l sums. Updates the row's m and l (every lane the same);
+// returns c = exp(m_old - m_new), the rescale of the row's running output (0 on padding rows).
+template <int J, int LANES, class Store>
+static __device__ __forceinline__ float tile_softmax(const float (&sc)[J], bool srow, float &m, float &l, Store store) {
+    float tmax = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < J; j++) tmax = fmaxf(tmax, sc[j]);
+    for (int o = 1; o < LANES; o <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+    const float m_new = fmaxf(m, tmax); // finite on real rows: key 0 is in every row's first tile
+    const float c = srow ? expf(m - m_new) : 0.0f;
+    float ps = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) ps += store(j, srow ? expf(sc[j] - m_new) : 0.0f);
+    for (int o = 1; o < LANES; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+    if (srow) l = l * c + ps, m = m_new;
+    return c;
+}
+
 // attn_tiled_kernel (bn_cu_attention with tiled, one key split): block (KV head kvh, tile of QT query tokens from
 // t0 = blockIdx.y·QT); its rows r < R = (tokens in the tile)·group are (token t0 + r / group, query head
 // kvh·group + r % group). The keys [0, last row's position] stream through shared memory AT_KT at a time, K
@@ -233,25 +253,16 @@ static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_
 #pragma unroll
                 for (int j = 0; j < 4; j++) a[j] += qd * kv[(4 * kg + j) * ld + d];
             }
-        float sc[4], tmax = -INFINITY;
+        float sc[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int kk = 4 * kg + j;
             sc[j] = srow && kk < nk && k0 + kk <= s_pos ? scale * a[j] : -INFINITY;
-            tmax = fmaxf(tmax, sc[j]);
         }
-        for (int o = 1; o < 8; o <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
-        const float m_new = fmaxf(m, tmax); // finite on real rows: key 0 is in every row's first tile
-        const float c = srow ? expf(m - m_new) : 0.0f;
-        float ps = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float p = srow ? expf(sc[j] - m_new) : 0.0f;
+        const float c = tile_softmax<4, 8>(sc, srow, m, l, [&](int j, float p) {
             pr[sr * AT_KT + 4 * kg + j] = p;
-            ps += p;
-        }
-        for (int o = 1; o < 8; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-        if (srow) l = l * c + ps, m = m_new;
+            return p;
+        });
         if (kg == 0) corr[sr] = c;
         __syncthreads(); // probabilities and rescales written; the K tile is no longer read
         for (int i = tid; i < nk * hd; i += AT_THREADS)
@@ -377,25 +388,17 @@ static __global__ void __launch_bounds__(AM_THREADS)
             kvs[d * AM_VLD + key] = key < nk ? bn_f2h(kv_load(V + (size_t)(k0 + key) * kv_dim + kv_off, d)) : bn_f2h(0.0f);
         }
         {
-            float sv[8], tmax = -INFINITY;
+            float sv[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const int kk = 8 * kg + j;
                 sv[j] = srow && kk < nk && k0 + kk <= s_pos ? scale * ss[sr * (AM_KT + 1) + kk] : -INFINITY;
-                tmax = fmaxf(tmax, sv[j]);
             }
-            for (int x = 1; x < 4; x <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, x));
-            const float m_new = fmaxf(m, tmax); // finite on real rows: key 0 is in every row's first tile
-            const float c = srow ? expf(m - m_new) : 0.0f;
-            float psum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const bn_half ph = bn_f2h(srow ? expf(sv[j] - m_new) : 0.0f);
+            const float c = tile_softmax<8, 4>(sv, srow, m, l, [&](int j, float p) {
+                const bn_half ph = bn_f2h(p);
                 ps[sr * AM_VLD + 8 * kg + j] = ph;
-                psum += bn_h2f(ph);
-            }
-            for (int x = 1; x < 4; x <<= 1) psum += __shfl_xor_sync(0xffffffffu, psum, x);
-            if (srow) l = l * c + psum, m = m_new;
+                return bn_h2f(ph);
+            });
             if (kg == 0) corr[sr] = c;
         }
         __syncthreads(); // probabilities, rescales and the V tile in place

@@ -248,6 +248,23 @@ static inline float bn_emu_warp_reduce_max(const char *site, float v) {
 // tests of what a wrong layout on a GPU would do (cuda/mma_check.cu must catch it).
 #include "cuda/mma.cuh"
 #define bn_mma_s8_16x8x32(d, a, b, c) bn_emu_mma_s8_16x8x32(BN_EMU_SITE, (d), (a), (b), (c))
+// bn_emu_mma_gather: the warp's A (16×K) and B (K×8) from the 32 lanes' published fragments (slot: each lane's
+// Frags *, with a[4] and b[2] registers of E elements each): element j of register r goes where cuda/mma.cuh's
+// layout puts it (rows bn_mma_a_row, a_k / b_k, columns bn_mma_b_col), decoded by elem(register, j). With
+// bn_emu::mma_fault A's registers 1 and 2 trade places.
+template <class Frags, int E, class T, int K, class AK, class BK, class Elem>
+static inline void bn_emu_mma_gather(const uint64_t *slot, T (&A)[16][K], T (&B)[K][8], AK a_k, BK b_k, Elem elem) {
+    for (int l = 0; l < 32; l++) {
+        const Frags *f = (const Frags *)(uintptr_t)slot[l];
+        for (int j = 0; j < E; j++) {
+            for (int r = 0; r < 4; r++) {
+                const int rr = bn_emu::mma_fault && (r == 1 || r == 2) ? 3 - r : r;
+                A[bn_mma_a_row(l, rr)][a_k(l, rr, j)] = elem(f->a[r], j);
+            }
+            for (int r = 0; r < 2; r++) B[b_k(l, r, j)][bn_mma_b_col(l)] = elem(f->b[r], j);
+        }
+    }
+}
 struct bn_emu_mma_frags {
     int a[4], b[2], c[4];
 };
@@ -257,16 +274,8 @@ static inline void bn_emu_mma_s8_16x8x32(const char *site, int (&d)[4], const in
     memcpy(mine.a, a, sizeof mine.a), memcpy(mine.b, b, sizeof mine.b), memcpy(mine.c, c, sizeof mine.c);
     const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, (uint64_t)(uintptr_t)&mine, "mma.sync m16n8k32", site);
     int8_t A[16][32], B[32][8];
-    for (int l = 0; l < 32; l++) {
-        const bn_emu_mma_frags *f = (const bn_emu_mma_frags *)(uintptr_t)slot[l];
-        for (int j = 0; j < 4; j++) {
-            for (int r = 0; r < 4; r++) {
-                const int rr = bn_emu::mma_fault && (r == 1 || r == 2) ? 3 - r : r;
-                A[bn_mma_a_row(l, rr)][bn_mma_a_k(l, rr, j)] = (int8_t)(f->a[r] >> (8 * j));
-            }
-            for (int r = 0; r < 2; r++) B[bn_mma_b_k(l, r, j)][bn_mma_b_col(l)] = (int8_t)(f->b[r] >> (8 * j));
-        }
-    }
+    bn_emu_mma_gather<bn_emu_mma_frags, 4>(slot, A, B, bn_mma_a_k, bn_mma_b_k,
+                                           [](int w, int j) { return (int8_t)(w >> (8 * j)); });
     const int lane = (int)bn_emu::cur->lane;
     int out[4];
     for (int r = 0; r < 4; r++) {
@@ -434,17 +443,9 @@ static inline void bn_emu_mma_f16_16x8x16(const char *site, float (&d)[4], const
     memcpy(mine.a, a, sizeof mine.a), memcpy(mine.b, b, sizeof mine.b), memcpy(mine.c, c, sizeof mine.c);
     const uint64_t *slot = bn_emu::warp_exchange(0xffffffffu, (uint64_t)(uintptr_t)&mine, "mma.sync m16n8k16", site);
     float A[16][16], B[16][8];
-    for (int l = 0; l < 32; l++) {
-        const bn_emu_mma16_frags *f = (const bn_emu_mma16_frags *)(uintptr_t)slot[l];
-        for (int j = 0; j < 2; j++) {
-            for (int r = 0; r < 4; r++) {
-                const int rr = bn_emu::mma_fault && (r == 1 || r == 2) ? 3 - r : r;
-                A[bn_mma_a_row(l, rr)][bn_mma16_a_k(l, rr, j)] = bn_h2f(bn_half_bits((uint16_t)(f->a[r] >> (16 * j))));
-            }
-            for (int r = 0; r < 2; r++)
-                B[bn_mma16_b_k(l, r, j)][bn_mma_b_col(l)] = bn_h2f(bn_half_bits((uint16_t)(f->b[r] >> (16 * j))));
-        }
-    }
+    bn_emu_mma_gather<bn_emu_mma16_frags, 2>(slot, A, B, bn_mma16_a_k, bn_mma16_b_k, [](uint32_t w, int j) {
+        return bn_h2f(bn_half_bits((uint16_t)(w >> (16 * j))));
+    });
     const int lane = (int)bn_emu::cur->lane;
     float out[4];
     for (int r = 0; r < 4; r++) {
