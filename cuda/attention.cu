@@ -312,6 +312,7 @@ static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_
 // am_word: the two halves at p (p 4-byte aligned) as one fragment register, element 0 in the low bits.
 static __device__ __forceinline__ uint32_t am_word(const bn_half *p) {
 #if defined(BONSAI_CUDA_EMU)
+    if ((uintptr_t)p % 4 != 0) bn_emu::misaligned("32-bit load of two halves", p, 4);
     uint32_t w;
     memcpy(&w, p, sizeof w);
     return w;

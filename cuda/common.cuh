@@ -7,7 +7,7 @@
 //   bn_cu_grid_begin()         the first statement of every kernel (programmatic dependent launch, below)
 //   bn_ldg_weight(p)           a weight load through the read-only cache (the only __ldg)
 //   bn_ld_vec(p)               a vector load of activations (alignment-checked by the emulator)
-//   BN_SHARED(T, name, N)      static shared array `name` (a pointer in emu: never take sizeof(name))
+//   BN_SHARED(T, name, N)      static shared array `name`, 16-byte aligned (a pointer in emu: never take sizeof(name))
 //   BN_DYN_SHARED(T, name)     the dynamic shared region of the launch as T *name
 //   BN_DEVICE                  __device__ __forceinline__
 //   bn_half, bn_h2f, bn_f2h    16-bit float storage and RNE conversions, identical in both builds
@@ -38,7 +38,9 @@ template <class T> static inline T bn_ld_vec(const T *p) {
 typedef __half bn_half;
 #define BN_LAUNCH(kernel, grid, block, smem, stream, ...)                                                      \
     bn_cu_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), (cudaStream_t)(stream), ##__VA_ARGS__)
-#define BN_SHARED(T, name, N) __shared__ T name[N]
+// 16-byte aligned, as the emulator places every BN_SHARED array: kernels may read two halves as one 32-bit word or
+// four floats as a float4 (the GPU faults on a misaligned access; __half alone would be 2-byte aligned)
+#define BN_SHARED(T, name, N) __shared__ __align__(16) T name[N]
 #define BN_DYN_SHARED(T, name)                                                                                   \
     extern __shared__ __align__(16) unsigned char bn_dyn_smem_[];                                              \
     T *const name = reinterpret_cast<T *>(bn_dyn_smem_)
