@@ -96,7 +96,7 @@ for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark s
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 4 : 3))) # ours, ours tiled, ours on tensor cores, the peer
-PLAN=$((PLAN + 3 * LIMIT[bench])) # fuse-off, gdn-norm, pdl
+PLAN=$((PLAN + 4 * LIMIT[bench])) # fuse-off, gdn-norm, pdl, opt-ins
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -317,16 +317,19 @@ done
 # launch fewer per GDN layer, 79 per token at 8 layers)
 # pdl: the default launches with programmatic dependent launch (BONSAI_CUDA_PDL=1, opt-in: each kernel's blocks may
 # be placed while the kernel before it drains; the same 85 launches), so the difference is what PDL saves per launch
-for v in fuse-off gdn-norm pdl; do
+# opt-ins: both decode opt-ins at once (PDL and the GDN norm fusion: 79 launches), the best case if both pay
+for v in fuse-off gdn-norm pdl opt-ins; do
     case $v in
-    fuse-off) venv=BONSAI_CUDA_FUSE=0 ;;
-    gdn-norm) venv=BONSAI_CUDA_GDN_NORM=1 ;;
-    *) venv=BONSAI_CUDA_PDL=1 ;;
+    fuse-off) venv=(BONSAI_CUDA_FUSE=0) ;;
+    gdn-norm) venv=(BONSAI_CUDA_GDN_NORM=1) ;;
+    pdl) venv=(BONSAI_CUDA_PDL=1) ;;
+    *) venv=(BONSAI_CUDA_PDL=1 BONSAI_CUDA_GDN_NORM=1) ;;
     esac
     if [ ! -f "$W/l$L2-Q1_0.gguf" ] || [ ! -x "$BENCH" ]; then
         skip_step "$v" "no $L2-layer Q1_0 model or no bench"
     else
-        run_step "$v" "${LIMIT[bench]}" env "$venv" "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" -r "$REPS" -o json
+        run_step "$v" "${LIMIT[bench]}" env "${venv[@]}" "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" -r "$REPS" \
+            -o json
     fi
 done
 
@@ -684,7 +687,8 @@ longpp_rows() {
 # fuse_rows: tg with the default fusion, without the Q8-producer fusion and with the GDN output norm fused too, and
 # what one launch in the decode graph costs
 fuse_rows() {
-    [ "${ST[fuse-off]:-SKIP}" = SKIP ] && [ "${ST[gdn-norm]:-SKIP}" = SKIP ] && [ "${ST[pdl]:-SKIP}" = SKIP ] && return 0
+    [ "${ST[fuse-off]:-SKIP}" = SKIP ] && [ "${ST[gdn-norm]:-SKIP}" = SKIP ] && [ "${ST[pdl]:-SKIP}" = SKIP ] &&
+        [ "${ST[opt-ins]:-SKIP}" = SKIP ] && return 0
     echo
     echo "### Launch cost: tg$TG, $L2-layer Q1_0 file, with fewer and more launches per token"
     echo
@@ -692,16 +696,19 @@ fuse_rows() {
     echo "| --- | -----------------: | --------: | -----------: |"
     awk -v TG="$TG" -v on="$(jfield "$W/bench-Q1_0-$L2.log" avg_ns 2)" -v off="$(jfield "$W/fuse-off.log" avg_ns 1)" \
         -v gn="$(jfield "$W/gdn-norm.log" avg_ns 1)" -v con="$(cell "bench-Q1_0-$L2")" -v coff="$(cell fuse-off)" \
-        -v cgn="$(cell gdn-norm)" -v pdl="$(jfield "$W/pdl.log" avg_ns 1)" -v cpdl="$(cell pdl)" 'BEGIN {
+        -v cgn="$(cell gdn-norm)" -v pdl="$(jfield "$W/pdl.log" avg_ns 1)" -v cpdl="$(cell pdl)" \
+        -v both="$(jfield "$W/opt-ins.log" avg_ns 1)" -v cboth="$(cell opt-ins)" 'BEGIN {
         if (con == "" && on == "") con = "FAIL"
         if (coff == "" && off == "") coff = "FAIL"
         if (cgn == "" && gn == "") cgn = "FAIL"
         if (cpdl == "" && pdl == "") cpdl = "FAIL"
+        if (cboth == "" && both == "") cboth = "FAIL"
         split("default|Q8-producer fusion off (BONSAI_CUDA_FUSE=0)|GDN output norm fused (BONSAI_CUDA_GDN_NORM=1)|" \
-              "programmatic dependent launch (BONSAI_CUDA_PDL=1)", name, "|")
-        split("85 118 79 85", n, " ")
-        C[1] = con; C[2] = coff; C[3] = cgn; C[4] = cpdl; T[1] = on; T[2] = off; T[3] = gn; T[4] = pdl
-        for (i = 1; i <= 4; i++)
+              "programmatic dependent launch (BONSAI_CUDA_PDL=1)|PDL and the GDN norm fusion together", name, "|")
+        split("85 118 79 85 79", n, " ")
+        C[1] = con; C[2] = coff; C[3] = cgn; C[4] = cpdl; C[5] = cboth
+        T[1] = on; T[2] = off; T[3] = gn; T[4] = pdl; T[5] = both
+        for (i = 1; i <= 5; i++)
             if (C[i] != "") printf("| %s | %d | %s | %s |\n", name[i], n[i], C[i], C[i])
             else printf("| %s | %d | %.1f | %.1f |\n", name[i], n[i], TG * 1e9 / T[i], T[i] / TG / 1000)
         if (con == "" && coff == "")
@@ -711,6 +718,46 @@ fuse_rows() {
             printf("PDL saves %.2f us per launch (%.1f us per token of 85 launches).\n", (on - pdl) / TG / 1000 / 85,
                    (on - pdl) / TG / 1000)
     }'
+}
+
+# decide_rows: the opt-in switches this run can settle, each with its figures and what they say: make it the default
+# (faster by more than 2 % and, for PDL, tests-pdl passed) or keep it as it is
+decide_rows() {
+    echo
+    echo "### Opt-ins: what this run says"
+    echo
+    local on tpdl
+    on=$(jfield "$W/bench-Q1_0-$L2.log" avg_ns 2)
+    tpdl=${ST[tests-pdl]:-SKIP}
+    awk -v on="$on" -v tpdl="$tpdl" -v TG="$TG" -v pdl="$(jfield "$W/pdl.log" avg_ns 1)" \
+        -v gn="$(jfield "$W/gdn-norm.log" avg_ns 1)" -v both="$(jfield "$W/opt-ins.log" avg_ns 1)" 'BEGIN {
+        line("BONSAI_CUDA_PDL=1 (tg, tests-pdl " tpdl ")", pdl, tpdl == "OK")
+        line("BONSAI_CUDA_GDN_NORM=1 (tg)", gn, 1)
+        line("both (tg)", both, tpdl == "OK")
+    }
+    function line(what, t, ok) {
+        if (on == "" || t == "") { printf("- %s: not measured\n", what); return }
+        gain = on / t - 1
+        printf("- %s: %.1f against %.1f t/s (%+.1f %%): %s\n", what, TG * 1e9 / t, TG * 1e9 / on, 100 * gain,
+               gain > 0.02 && ok ? "make it the default" : "keep the default")
+    }'
+    local n i=0 best who t name
+    for n in ${LONG_PP//,/ }; do i=$((i + 1)); done
+    [ "$i" = 0 ] && return 0
+    best="" name=""
+    for who in ours tiled mma; do
+        t=$(jfield "$W/longpp-$who.log" avg_ns "$i")
+        [ -z "$t" ] && continue
+        if [ -z "$best" ] || awk -v a="$t" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$t name=$who; fi
+    done
+    case $name in
+    ours) name="the per-token kernel (the default)" ;;
+    tiled) name="BONSAI_CUDA_ATTN_TILED=1" ;;
+    mma) name="BONSAI_CUDA_ATTN_TILED=mma$(grep -q "fp16 tensor-core self-check failed" "$W/longpp-mma.log" 2>/dev/null &&
+        echo " (but its self-check failed: that was the tiled kernel)")" ;;
+    *) name="not measured" ;;
+    esac
+    echo "- prefill attention at pp$n: fastest $name"
 }
 
 # batch_rows: tg with 4 sequences at once (bonsai-bench -npl 4: bn_cuda_forward_batch) against one sequence
@@ -814,6 +861,7 @@ table() {
     dspark_rows
     cpuref_rows
     longpp_rows
+    decide_rows
     serve_rows
     if [ "${ST[profile]:-SKIP}" = OK ]; then
         echo
