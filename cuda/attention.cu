@@ -297,9 +297,9 @@ static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_
 // attn_mma_kernel: attn_tiled_kernel's blocks, rows and output (one split for attn_merge_kernel), with the two products
 // on mma.sync m16n8k16 (fp16 inputs, fp32 sums; cuda/mma.cuh): per 32-key tile, S = Q·Kᵀ (32 rows × 32 keys over HD)
 // and O += P·V (32 rows × HD over the tile's keys). 4 warps; warp w holds rows 16·(w & 1)..+15. S: warp w the keys
-// 16·(w >> 1)..+15 (two 8-key MMA columns), through shared scores; the online softmax as in the tiled kernel (4 lanes
+// 16·wh..+15, wh = w >> 1 (two 8-key MMA columns), through shared scores; the online softmax as in the tiled kernel (4 lanes
 // per row, 8 keys each; probabilities rounded to fp16 before they are summed, so l matches what P·V adds); O: warp w
-// the dims (HD/2)·(w >> 1)..+HD/2 in registers (HD/16 accumulator tiles). Q is rounded to fp16 once (llama.cpp's
+// the dims (HD/2)·wh..+HD/2 in registers (HD/16 accumulator tiles). Q is rounded to fp16 once (llama.cpp's
 // flash attention does the same); K and V tiles are rounded on their way to shared memory (exact for an fp16 cache).
 // Shared: Q [32][HD + 8], the K tile [32][HD + 8] then the V tile transposed [HD][40] in one buffer (the padding puts
 // the 8 rows a fragment load touches on distinct banks), scores [32][33], probabilities [32][40]: 44 KB at HD 256.
@@ -336,7 +336,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
     const int n_tok = min(QT, nb - t0), R = n_tok * group;
     const int p0 = d_pos[0];
     const size_t kv_off = (size_t)kvh * HD;
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3, rt = warp & 1, half = warp >> 1;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3, rt = warp & 1, wh = warp >> 1;
     for (int i = tid; i < AM_ROWS * HD; i += AM_THREADS) {
         const int r = i / HD, d = i % HD;
         float v = 0.0f;
@@ -371,7 +371,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
                                        am_word(qa + 8 * QLD + kk + 8)};
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    const bn_half *kb = kvs + (16 * half + 8 * c + g) * QLD + 2 * t + kk;
+                    const bn_half *kb = kvs + (16 * wh + 8 * c + g) * QLD + 2 * t + kk;
                     const uint32_t b[2] = {am_word(kb), am_word(kb + 8)};
                     bn_mma_f16_16x8x16(sc[c], a, b, sc[c]);
                 }
@@ -380,7 +380,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
             for (int c = 0; c < 2; c++)
 #pragma unroll
                 for (int r = 0; r < 4; r++)
-                    ss[(16 * rt + bn_mma_c_row(lane, r)) * (AM_KT + 1) + 16 * half + 8 * c + bn_mma_c_col(lane, r)] =
+                    ss[(16 * rt + bn_mma_c_row(lane, r)) * (AM_KT + 1) + 16 * wh + 8 * c + bn_mma_c_col(lane, r)] =
                         sc[c][r];
         }
         __syncthreads(); // scores written; the K tile is no longer read
@@ -414,7 +414,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
                                        am_word(pa + 8 * AM_VLD + kk + 8)};
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    const bn_half *vb = kvs + ((HD / 2) * half + 8 * j + g) * AM_VLD + 2 * t + kk;
+                    const bn_half *vb = kvs + ((HD / 2) * wh + 8 * j + g) * AM_VLD + 2 * t + kk;
                     const uint32_t b[2] = {am_word(vb), am_word(vb + 8)};
                     bn_mma_f16_16x8x16(o[j], a, b, o[j]);
                 }
@@ -427,7 +427,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
     for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int row = 16 * rt + bn_mma_c_row(lane, r), d = (HD / 2) * half + 8 * j + bn_mma_c_col(lane, r);
+            const int row = 16 * rt + bn_mma_c_row(lane, r), d = (HD / 2) * wh + 8 * j + bn_mma_c_col(lane, r);
             if (row >= R) continue;
             const size_t ri = (size_t)(t0 + row / group) * nh + (size_t)kvh * group + row % group;
             scratch[ri * HD + d] = o[j][r];

@@ -59,8 +59,9 @@ static __host__ __device__ __forceinline__ uint16_t bn_half_raw(bn_half h) { ret
 // ---- programmatic dependent launch (PDL) ---------------------------------------------------------------
 // With BONSAI_CUDA_PDL=1 every kernel is launched with the programmatic-stream-serialization attribute: the GPU
 // may start it while the kernel before it in the stream still runs (on sm_90; the launch attribute is the
-// only host-side difference). That is safe because of three rules, the first checked by the emulator on every
-// launch and the other two by cuda/resources.sh (test cuda_resources):
+// only host-side difference). That is safe because of three rules, checked by cuda/resources.sh (test cuda_resources:
+// the kernels' first statements, and the sources for the other two) and, for the first, by the emulator on every
+// launch (a thread that ends, or reaches a barrier or warp operation, before the call aborts the run):
 //   1. every kernel calls bn_cu_grid_begin() first, in every thread, before it touches global memory;
 //   2. no __restrict__ in cuda/: const + restrict lets the compiler read through the read-only cache, and
 //      move such a load above the wait;
