@@ -86,12 +86,12 @@ template <class T> BN_DEVICE T bn_ldg_weight(const T *p) { return __ldg(p); }
 template <class T> BN_DEVICE T bn_ld_vec(const T *p) { return *p; }
 
 // bn_cu_launch (BN_LAUNCH): kernel<<<grid, block, smem, stream>>>(args), with the PDL attribute when
-// bn_cu_pdl_on(); a launch error is left for cudaGetLastError, as with <<<>>>.
+// bn_cu_pdl_on(); arguments convert implicitly, as with <<<>>>; a launch error is left for cudaGetLastError.
 template <class... P, class... A>
 static inline void bn_cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                 A &&...args) {
     if (!bn_cu_pdl_on()) {
-        kernel<<<grid, block, smem, stream>>>(static_cast<P>(args)...);
+        kernel<<<grid, block, smem, stream>>>(std::forward<A>(args)...);
         return;
     }
     cudaLaunchAttribute attr[1];
@@ -104,7 +104,7 @@ static inline void bn_cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, siz
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 #endif
 

@@ -109,11 +109,13 @@ constexpr int warpSize = 32;
 
 // BN_LAUNCH (emu): arguments are converted to the kernel's parameter types and copied now (so a
 // captured graph replays the values of capture time, as on a GPU).
+// bn_emu_arg: v as the kernel parameter type T, by implicit conversion only (as a GPU launch converts)
+template <class T> inline T bn_emu_arg(T v) { return v; }
 template <class... P, class... A>
 inline void bn_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                           cudaStream_t stream, A &&...args) {
     static_assert(sizeof...(P) == sizeof...(A), "BN_LAUNCH: wrong number of kernel arguments");
-    std::tuple<std::decay_t<P>...> argv(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
+    std::tuple<std::decay_t<P>...> argv(bn_emu_arg<std::decay_t<P>>(std::forward<A>(args))...);
     bn_emu::launch(name, (const void *)k, grid, block, smem, stream, [k, argv]() { std::apply(k, argv); });
 }
 
