@@ -96,7 +96,7 @@ for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark s
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 4 : 3))) # ours, ours tiled, ours on tensor cores, the peer
-PLAN=$((PLAN + 4 * LIMIT[bench])) # fuse-off, gdn-norm, pdl, opt-ins
+PLAN=$((PLAN + (4 + N_TYPES) * LIMIT[bench])) # fuse-off, gdn-norm, pdl, opt-ins; mmq per type
 
 declare -A ST SECS # step status (OK / FAIL / TIMEOUT / SKIP) and seconds
 STDBUF=()
@@ -330,6 +330,16 @@ for v in fuse-off gdn-norm pdl opt-ins; do
     else
         run_step "$v" "${LIMIT[bench]}" env "${venv[@]}" "$BENCH" -m "$W/l$L2-Q1_0.gguf" -ngl 99 -p 0 -n "$TG" -r "$REPS" \
             -o json
+    fi
+done
+# mmq-TYPE: pp on the L2-layer file with the prefill GEMMs on the int8 tensor cores (BONSAI_CUDA_MMQ_PREFILL=1, opt-in:
+# Q8 activations and column chunks of 32, no fp16 dequantization pass) against the default's pp (bench-TYPE-L2)
+for q in $TYPES; do
+    if [ ! -f "$W/l$L2-$q.gguf" ] || [ ! -x "$BENCH" ]; then
+        skip_step "mmq-$q" "no $L2-layer $q model or no bench"
+    else
+        run_step "mmq-$q" "${LIMIT[bench]}" env BONSAI_CUDA_MMQ_PREFILL=1 "$BENCH" -m "$W/l$L2-$q.gguf" -ngl 99 -p "$PP" \
+            -n 0 -r "$REPS" -o json
     fi
 done
 
@@ -758,6 +768,15 @@ decide_rows() {
     *) name="not measured" ;;
     esac
     echo "- prefill attention at pp$n: fastest $name"
+    for q in $TYPES; do
+        awk -v q="$q" -v PP="$PP" -v d="$(jfield "$W/bench-$q-$L2.log" avg_ns 1)" -v x="$(jfield "$W/mmq-$q.log" avg_ns 1)" \
+            -v mma="$(mma_note)" 'BEGIN {
+            if (d == "" || x == "") { printf("- BONSAI_CUDA_MMQ_PREFILL=1 (pp%d, %s): not measured\n", PP, q); exit }
+            gain = d / x - 1
+            printf("- BONSAI_CUDA_MMQ_PREFILL=1 (pp%d, %s): %.1f against %.1f t/s (%+.1f %%): %s\n", PP, q, PP * 1e9 / x,
+                   PP * 1e9 / d, 100 * gain, gain > 0.02 && mma ~ /^on/ ? "make it the default" : "keep the default")
+        }'
+    done
 }
 
 # batch_rows: tg with 4 sequences at once (bonsai-bench -npl 4: bn_cuda_forward_batch) against one sequence

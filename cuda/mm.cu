@@ -112,6 +112,8 @@ size_t bn_cu_gemm_scratch_bytes(const bn_cu_weight *w, int nb) {
     return act + align256((size_t)gemm_tile_rows(w) * ne0 * 2);
 }
 
+// Beyond the mmvq range either path may run (the tensor-core prefill switch is process-wide and may change): the
+// GEMM's scratch (2·ne0·nb bytes of fp16 activations and more) always holds the Q8 activations (1.25·ne0·nb).
 size_t bn_cu_matmul_scratch_bytes(const bn_cu_weight *w, int nb) {
     return bn_cu_matmul_uses_mmvq(w->type, nb) ? bn_cu_mmvq_scratch_bytes(w, nb) : bn_cu_gemm_scratch_bytes(w, nb);
 }
@@ -206,7 +208,8 @@ static cudaError_t matmuls_mmvq(const bn_cu_weight *const *w, int n, const float
             if (e != cudaSuccess) return e;
             order = bn_act_order(w[i]->type);
         }
-        cudaError_t e = bn_cu_mmq_tc_supports(w[i]->type, nb) ? bn_cu_mmq_tc(w + i, y + i, j - i, &act, nb, s)
+        cudaError_t e = nb > BN_CU_MMVQ_KERNEL_MAX_NB       ? bn_cu_mmq_tc_chunks(w + i, y + i, j - i, &act, nb, s)
+                        : bn_cu_mmq_tc_supports(w[i]->type, nb) ? bn_cu_mmq_tc(w + i, y + i, j - i, &act, nb, s)
                                                                 : bn_cu_mmvq(w + i, y + i, j - i, &act, x, nb, s);
         if (e != cudaSuccess) return e;
         i = j;
@@ -232,7 +235,8 @@ cudaError_t bn_cu_matmul_multi_q8(const bn_cu_weight *const *w, int n, const flo
 cudaError_t bn_cu_matmul_multi(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                void *scratch, cublasHandle_t blas, cudaStream_t s) {
     if (!valid_multi(w, n, nb)) return cudaErrorInvalidValue;
-    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb)) return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
+    if (!bn_cu_matmul_uses_mmvq(w[0]->type, nb) && !bn_cu_mmq_prefill(w, n, nb))
+        return matmuls_gemm(w, n, x, y, nb, scratch, blas, s);
     return matmuls_mmvq(w, n, x, y, nb, scratch, -1, s);
 }
 

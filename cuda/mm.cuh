@@ -21,6 +21,9 @@
 //    max|x[:, t]| is in [2^-10, 2^15) or the column holds an inf/NaN (outputs stay non-finite); otherwise
 //    the column's max lands in [2^14, 2^15): no inf from |x| >= 65520 (large SwiGLU products entering
 //    ffn_down), no subnormal loss for tiny columns (cuda/mm.cu). F32 weights use cublasSgemm (fp32 inputs).
+//  - Opt-in (BONSAI_CUDA_MMQ_PREFILL=1, bn_cu_mmq_prefill_enable): products beyond BN_CU_MMVQ_MAX_NB columns whose
+//    weights are all Q1_0/Q2_0/PQ2_0 stay on the mmvq path's int8 tensor cores (bn_cu_mmq_tc_chunks: column chunks
+//    of <= 32, Q8 activations as in decode; no fp16 dequantization pass), as llama.cpp's MMQ does for prefill.
 #ifndef BONSAI_CUDA_MM_CUH
 #define BONSAI_CUDA_MM_CUH
 #include <stddef.h>

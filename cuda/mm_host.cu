@@ -26,17 +26,24 @@ extern "C" int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1) {
 
 extern "C" int bn_cuda_mm_uses_mmvq(int type, int nb) { return bn_cu_matmul_uses_mmvq(type, nb); }
 
+extern "C" int bn_cuda_mm_set_mmq_prefill(int on) {
+    const bool was = bn_cu_mmq_prefill_enabled();
+    bn_cu_mmq_prefill_enable(on != 0);
+    return was ? 1 : 0;
+}
+
 static_assert(BN_CUDA_MM_MMVQ_MAX_NB == BN_CU_MMVQ_KERNEL_MAX_NB, "mm_host.h's copy of the mmvq kernels' limit");
 
 // scratch_for: bytes of scratch the path `flags` picks needs for W and nb.
 static size_t scratch_for(const bn_cu_weight *w, int nb, int flags) {
-    return flags & BN_CUDA_MM_MMVQ   ? bn_cu_mmvq_scratch_bytes(w, nb)
+    return flags & (BN_CUDA_MM_MMVQ | BN_CUDA_MM_MMQ) ? bn_cu_mmvq_scratch_bytes(w, nb)
            : flags & BN_CUDA_MM_GEMM ? bn_cu_gemm_scratch_bytes(w, nb)
                                      : bn_cu_matmul_scratch_bytes(w, nb);
 }
 
 // matmul_flags: bn_cu_matmul_multi, or its mmvq-only / GEMM-only variant with BN_CUDA_MM_MMVQ / BN_CUDA_MM_GEMM;
-// with BN_CUDA_MM_DP4A the tensor cores are off while the launches are enqueued (where the routing happens).
+// with BN_CUDA_MM_DP4A the tensor cores are off, with BN_CUDA_MM_MMQ the tensor-core prefill path on, while the
+// launches are enqueued (where the routing happens).
 static cudaError_t matmul_flags(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int nb,
                                 void *scratch, cublasHandle_t blas, int flags) {
     if (flags & BN_CUDA_MM_DP4A) {
@@ -44,6 +51,15 @@ static cudaError_t matmul_flags(const bn_cu_weight *const *w, int n, const float
         bn_cu_mmq_tc_enable(false);
         const cudaError_t e = matmul_flags(w, n, x, y, nb, scratch, blas, flags & ~BN_CUDA_MM_DP4A);
         bn_cu_mmq_tc_enable(was);
+        return e;
+    }
+    if (flags & BN_CUDA_MM_MMQ) {
+        const bool was = bn_cu_mmq_prefill_enabled();
+        bn_cu_mmq_prefill_enable(true);
+        const bool takes = bn_cu_mmq_prefill(w, n, nb);
+        const cudaError_t e = takes ? matmul_flags(w, n, x, y, nb, scratch, blas, flags & ~BN_CUDA_MM_MMQ)
+                                    : cudaErrorInvalidValue; // not a low-bit type, nb <= 32 or no tensor cores
+        bn_cu_mmq_prefill_enable(was);
         return e;
     }
     if (flags & BN_CUDA_MM_MMVQ) return bn_cu_matmul_multi_mmvq(w, n, x, y, nb, scratch, 0);

@@ -18,6 +18,9 @@ extern "C" {
 // BN_CUDA_MM_DP4A: the dp4a kernels where the int8 tensor cores would run (low-bit types at nb 8..32): the two
 // compared in one build (bench_cuda_mm; not thread-safe: switches the process-wide routing during the call)
 #define BN_CUDA_MM_DP4A 8
+// BN_CUDA_MM_MMQ: products beyond 32 columns of low-bit weights on the int8 tensor cores in column chunks (the opt-in
+// prefill path, BONSAI_CUDA_MMQ_PREFILL=1) instead of the fp16 GEMM; switches the process-wide routing like DP4A
+#define BN_CUDA_MM_MMQ 16
 #define BN_CUDA_MM_MMVQ_MAX_NB 32 // = BN_CU_MMVQ_KERNEL_MAX_NB (cuda/mm.cuh)
 
 // bn_cuda_mm_repackable: 1 when BN_CUDA_MM_REPACK changes the layout of such weights (16-byte aligned
@@ -27,6 +30,10 @@ int bn_cuda_mm_repackable(int type, int64_t ne0, int64_t ne1);
 // bn_cuda_mm_uses_mmvq: 1 when bn_cu_matmul takes the mmvq path (Q8 activations) for type and nb, 0 when
 // it takes the fp16 GEMM path.
 int bn_cuda_mm_uses_mmvq(int type, int nb);
+// bn_cuda_mm_set_mmq_prefill: the process-wide switch of the tensor-core prefill path (BN_CUDA_MM_MMQ,
+// BONSAI_CUDA_MMQ_PREFILL): 1 on, 0 off; returns the previous setting. For tests and benchmarks (not thread-safe
+// against running products).
+int bn_cuda_mm_set_mmq_prefill(int on);
 
 // bn_cuda_mm_host: y {ne1, nb} = W {ne0, ne1} · x {ne0, nb} through bn_cu_matmul (mmvq for nb <=
 // BN_CU_MMVQ_MAX_NB, fp16 cuBLAS GEMM above; flags BN_CUDA_MM_MMVQ: mmvq up to 32, BN_CUDA_MM_GEMM: the GEMM

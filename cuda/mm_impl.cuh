@@ -545,6 +545,18 @@ bool bn_cu_mmq_tc_enabled(void);
 // enabled (the self-check runs it); cudaErrorInvalidValue for others.
 cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
                          cudaStream_t s);
+// bn_cu_mmq_tc_chunks: bn_cu_mmq_tc for any nb >= 1 (prefill: nb beyond BN_CU_MMVQ_KERNEL_MAX_NB) as balanced column
+// chunks of at most 32, one launch each (the weights stream again per chunk, from L2 where they fit); the act of
+// all nb columns. cudaErrorInvalidValue for types bn_cu_mmq_tc does not take.
+cudaError_t bn_cu_mmq_tc_chunks(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                                cudaStream_t s);
+// bn_cu_mmq_prefill_enable: products of more than BN_CU_MMVQ_MAX_NB columns of low-bit weights on the int8 tensor
+// cores (bn_cu_mmq_tc_chunks) instead of fp16 dequantization + cuBLAS (opt-in: env BONSAI_CUDA_MMQ_PREFILL=1 sets
+// the default at the first query; bn_cu_mmq_prefill_enabled: the switch). bn_cu_mmq_prefill: whether a product of
+// these n weights at nb takes that path (also needs the tensor cores enabled).
+void bn_cu_mmq_prefill_enable(bool on);
+bool bn_cu_mmq_prefill_enabled(void);
+bool bn_cu_mmq_prefill(const bn_cu_weight *const *w, int n, int nb);
 // bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
 

@@ -19,6 +19,9 @@
 #include "cuda/mm_impl.cuh"
 #include "cuda/mma.cuh"
 #include <atomic>
+extern "C" {
+#include "core/util.h"
+}
 
 // Overridable at build time for the GPU comparison (notes/cuda-mm.md): warps per block (split-K over the row's
 // units) and 16-row tiles per warp (MMA_MT 2: 32 rows per block share each B fragment and activation scale load).
@@ -208,9 +211,9 @@ static bool tc_takes(int type, int nb) {
 
 bool bn_cu_mmq_tc_supports(int type, int nb) { return tc_takes(type, nb) && bn_cu_mmq_tc_enabled(); }
 
-cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
-                         cudaStream_t s) {
-    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || !tc_takes(w[0]->type, nb)) return cudaErrorInvalidValue;
+// tc_launch: launch_tc_nb for w[0]'s type (nb 1..BN_CU_MMVQ_KERNEL_MAX_NB); cudaErrorInvalidValue for other types.
+static cudaError_t tc_launch(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                             cudaStream_t s) {
     switch (w[0]->type) {
     case BN_CU_Q1_0: return launch_tc_nb<BN_CU_Q1_0>(w, y, n, act, nb, s);
     case BN_CU_Q2_0: return launch_tc_nb<BN_CU_Q2_0>(w, y, n, act, nb, s);
@@ -220,4 +223,50 @@ cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, c
     case BN_CU_PQ2_0_P: return launch_tc_nb<BN_CU_PQ2_0_P>(w, y, n, act, nb, s);
     default: return cudaErrorInvalidValue;
     }
+}
+
+cudaError_t bn_cu_mmq_tc(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                         cudaStream_t s) {
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || !tc_takes(w[0]->type, nb)) return cudaErrorInvalidValue;
+    return tc_launch(w, y, n, act, nb, s);
+}
+
+cudaError_t bn_cu_mmq_tc_chunks(const bn_cu_weight *const *w, float *const *y, int n, const bn_q8_act *act, int nb,
+                                cudaStream_t s) {
+    if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX || nb < 1 || !tc_takes(w[0]->type, BN_CU_MMVQ_KERNEL_MAX_NB))
+        return cudaErrorInvalidValue;
+    const int64_t ne0 = w[0]->ne0, nunits = ne0 / 32;
+    const int chunks = (nb + BN_CU_MMVQ_KERNEL_MAX_NB - 1) / BN_CU_MMVQ_KERNEL_MAX_NB;
+    for (int k = 0, c0 = 0; k < chunks; k++) { // chunk k: columns [c0, c0 + cols), sizes differing by at most 1
+        const int cols = nb / chunks + (k < nb % chunks ? 1 : 0);
+        const bn_q8_act part = {act->qs + c0 * ne0, act->ds + c0 * nunits};
+        float *yc[BN_CU_MATMUL_MULTI_MAX];
+        for (int i = 0; i < n; i++) yc[i] = y[i] + (int64_t)c0 * w[i]->ne1;
+        const cudaError_t e = tc_launch(w, yc, n, &part, cols, s);
+        if (e != cudaSuccess) return e;
+        c0 += cols;
+    }
+    return cudaSuccess;
+}
+
+// The prefill switch: -1 until the first query reads BONSAI_CUDA_MMQ_PREFILL, then 0 / 1.
+static std::atomic<int> g_mmq_prefill{-1};
+
+void bn_cu_mmq_prefill_enable(bool on) { g_mmq_prefill.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+bool bn_cu_mmq_prefill_enabled(void) {
+    int on = g_mmq_prefill.load(std::memory_order_relaxed);
+    if (on < 0) {
+        int expected = -1;
+        g_mmq_prefill.compare_exchange_strong(expected, bn_env_is("BONSAI_CUDA_MMQ_PREFILL", "1") ? 1 : 0);
+        on = g_mmq_prefill.load(std::memory_order_relaxed);
+    }
+    return on == 1;
+}
+
+bool bn_cu_mmq_prefill(const bn_cu_weight *const *w, int n, int nb) {
+    if (!bn_cu_mmq_prefill_enabled() || nb <= BN_CU_MMVQ_MAX_NB || !bn_cu_mmq_tc_enabled() || n < 1) return false;
+    for (int i = 0; i < n; i++)
+        if (!tc_takes(w[i]->type, BN_CU_MMVQ_KERNEL_MAX_NB)) return false;
+    return true;
 }

@@ -427,6 +427,62 @@ static void tiled_case(const char *preset, const char *mode) {
     close_model(m, cm);
 }
 
+// mmq_prefill_case: a prefill of N tokens (beyond the 32-column mmvq range) with the tensor-core prefill path on
+// (bn_cuda_mm_set_mmq_prefill, = BONSAI_CUDA_MMQ_PREFILL=1: Q8 activations, int8 MMAs in column chunks) against the
+// same N tokens stepped one at a time on the device (the nb = 1 dp4a kernels on the same Q8 activations: the same
+// integers; only the fp32 sums' order differs, in the matmuls and in the prefill's attention and GDN kernels), then
+// 8 decode steps continue on both states. Measured in the emulator: 1.8e-6 (Q1_0) and 2.7e-6 (Q2_0) over the
+// prefill, and 0 in decode but for one step of Q2_0 at 0.096: the states differ in their last bits, and where an
+// activation sits on a Q8 rounding boundary one int8 flips, which this random model amplifies. Bound 0.2 (run_case's
+// prefill bound for quantized types; a wrong chunk or column offset gives errors of order 1-5). Printed: against the
+// default fp16 GEMM path and the CPU engine.
+static void mmq_prefill_case(const char *type) {
+    char path[320], err[512];
+    bn_cuda_model *cm;
+    bn_model *m = open_model("tiny", type, path, sizeof path, &cm);
+    if (!m) return;
+    enum { N = 80, N_DEC = 8 };
+    const int V = m->cfg.n_vocab;
+    int32_t tokens[N + N_DEC];
+    for (int i = 0; i < N + N_DEC; i++) tokens[i] = (int32_t)((i * 89 + 3) % V);
+    float *lc = xmalloc(sizeof(float) * V * N), *lq = xmalloc(sizeof(float) * V * N), *lg = xmalloc(sizeof(float) * V * N);
+    float *ls = xmalloc(sizeof(float) * V);
+    bn_state *sc = bn_state_new(m, N + N_DEC, 2);
+    bn_cuda_state *sg = bn_cuda_state_new(cm, N + N_DEC, BN_F32, err, sizeof err);
+    bn_cuda_state *sq = bn_cuda_state_new(cm, N + N_DEC, BN_F32, err, sizeof err);
+    bn_cuda_state *ss = bn_cuda_state_new(cm, N + N_DEC, BN_F32, err, sizeof err);
+    CHECK(sg && sq && ss, "states: %s", err);
+    if (sg && sq && ss) {
+        bn_forward_out oc = {.logits = lc, .all_logits = true}, oq = {.logits = lq, .all_logits = true},
+                       og = {.logits = lg, .all_logits = true}, os = {.logits = ls};
+        CHECK(bn_forward(m, sc, tokens, N, &oc, err, sizeof err) == 0, "cpu: %s", err);
+        CHECK(bn_cuda_forward(sg, tokens, N, &og, err, sizeof err) == 0, "cuda gemm: %s", err);
+        const int was = bn_cuda_mm_set_mmq_prefill(1);
+        CHECK(bn_cuda_forward(sq, tokens, N, &oq, err, sizeof err) == 0, "cuda mmq: %s", err);
+        bn_cuda_mm_set_mmq_prefill(was);
+        double d_step = 0;
+        for (int t = 0; t < N; t++) {
+            CHECK(bn_cuda_forward(ss, &tokens[t], 1, &os, err, sizeof err) == 0, "cuda step: %s", err);
+            d_step = fmax(d_step, max_dlogprob(lq + (size_t)t * V, ls, 1, V));
+        }
+        const double d_cpu = max_dlogprob(lc, lq, N, V), d_gemm = max_dlogprob(lg, lq, N, V);
+        double d_dec = 0;
+        oq.all_logits = false;
+        for (int t = N; t < N + N_DEC; t++) {
+            CHECK(bn_cuda_forward(ss, &tokens[t], 1, &os, err, sizeof err) == 0, "cuda step decode: %s", err);
+            CHECK(bn_cuda_forward(sq, &tokens[t], 1, &oq, err, sizeof err) == 0, "cuda decode: %s", err);
+            d_dec = fmax(d_dec, max_dlogprob(ls, lq, 1, V));
+        }
+        printf("tiny       %-5s %d-token prefill on the int8 tensor cores: max|dlogprob| vs one-token device steps %.3g "
+               "(bound 0.2), then decode %.3g (0.2); vs the fp16 GEMM path %.3g, vs CPU %.3g\n", type, N, d_step,
+               d_dec, d_gemm, d_cpu);
+        CHECK(d_step <= 0.2 && d_dec <= 0.2, "%s tensor-core prefill: %g vs steps, decode %g", type, d_step, d_dec);
+    }
+    bn_cuda_state_free(sg), bn_cuda_state_free(sq), bn_cuda_state_free(ss), bn_state_free(sc);
+    free(lc), free(lq), free(lg), free(ls);
+    close_model(m, cm);
+}
+
 // gdn_norm_case: the GDN recurrence with its output norm in one launch (BONSAI_CUDA_GDN_NORM=1 at state creation,
 // recurrence_norm_kernel) against the two launches: a 9-token prefill, 10 graph-replayed decode steps (greedy tokens
 // of the two-launch state fed to both), then a 4-token verify pass with device snapshots and a batched step (the
@@ -1199,6 +1255,7 @@ int main(int argc, char **argv) {
     if (qnt) planar_case();
     if (qnt) batch_case("F32", 1e-4), batch_case("Q1_0", 1e-3);
     if (qnt) gdn_norm_case("tiny", "F32", 1e-5), gdn_norm_case("tiny", "Q1_0", 1e-3);
+    if (qnt || attn) mmq_prefill_case("Q1_0"), mmq_prefill_case("Q2_0");
     if (flt) gdn_norm_case("gqa6", "F32", 1e-5);
     if (qnt) {
         // launches a fused step saves per GDN / attention layer (see fusion_case)

@@ -66,7 +66,7 @@ static bool low_bit(int type) { return type == BN_Q1_0 || type == BN_Q2_0 || typ
 
 // takes_mmvq: true when bn_cuda_mm_host runs the mmvq kernels for these arguments.
 static bool takes_mmvq(int type, int nb, int flags) {
-    return (flags & BN_CUDA_MM_MMVQ) || bn_cuda_mm_uses_mmvq(type, nb);
+    return (flags & (BN_CUDA_MM_MMVQ | BN_CUDA_MM_MMQ)) || bn_cuda_mm_uses_mmvq(type, nb);
 }
 
 // act_ref: x as the kernel sees it: CUDA-rule Q8 rounding (quantized W, mmvq), fp16 (GEMM), or x.
@@ -408,6 +408,10 @@ int main(int argc, char **argv) {
                 if (j % 3 == 0) // the same widths on the dp4a kernels (BN_CUDA_MM_DP4A, bench_cuda_mm's comparison)
                     worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 45, tc_nbs[j], MM | BN_CUDA_MM_DP4A));
             }
+        if (low_bit(types[t])) { // the tensor-core prefill path (BN_CUDA_MM_MMQ): 40 = chunks of 20, 100 = 4 of 25
+            worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 40, BN_CUDA_MM_MMQ));
+            worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 19, 100, BN_CUDA_MM_MMQ));
+        }
         worst_vq = fmax(worst_vq, check_matmul(types[t], 1024, 300, 1, 0));
         worst_vq = fmax(worst_vq, check_matmul(types[t], 5120, 19, 1, 0)); // 160 units: 5-warp blocks
         worst_vq = fmax(worst_vq, check_matmul(types[t], 6144, 7, 5, 0));  // 192 units: 6-warp blocks, NB 8 kernel
@@ -441,9 +445,11 @@ int main(int argc, char **argv) {
             worst_vq = fmax(worst_vq, check_matmul(type, 1024, 45, wide_nbs[j], RP | MM));
         worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 1, BN_CUDA_MM_REPACK));
         worst_vq = fmax(worst_vq, check_matmul(type, 5120, 19, 17, RP | MM)); // DSpark verify width
-        if (low_bit(type))
+        if (low_bit(type)) {
             for (size_t j = 0; j < sizeof tc_nbs / sizeof tc_nbs[0]; j++)
                 worst_vq = fmax(worst_vq, check_matmul(type, j % 2 ? 2048 : 1024, j % 2 ? 77 : 33, tc_nbs[j], RP | MM));
+            worst_vq = fmax(worst_vq, check_matmul(type, 1024, 45, 65, RP | BN_CUDA_MM_MMQ)); // 3 chunks of 22/22/21
+        }
         worst_vq = fmax(worst_vq, check_matmul(type, 1024, 3, 1, BN_CUDA_MM_REPACK));
         check_get_rows(type, 1024, 45, BN_CUDA_MM_REPACK);
         printf("%-5s planar max rel err: mmvq %.2g, gemm %.2g; get_rows exact\n", bn_type_name(type), worst_vq,
