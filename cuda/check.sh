@@ -65,7 +65,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (upper bounds; the sum is printed: 855 s full, 1005 s with --sanitize --profile;
+# ---- the plan: seconds per step (upper bounds; the sum is printed: 870 s full, 1020 s with --sanitize --profile;
 # BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones last in the order) ---
 # Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
 # 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
