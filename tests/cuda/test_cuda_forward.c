@@ -1255,7 +1255,6 @@ int main(int argc, char **argv) {
     if (qnt) planar_case();
     if (qnt) batch_case("F32", 1e-4), batch_case("Q1_0", 1e-3);
     if (qnt) gdn_norm_case("tiny", "F32", 1e-5), gdn_norm_case("tiny", "Q1_0", 1e-3);
-    if (qnt || attn) mmq_prefill_case("Q1_0"), mmq_prefill_case("Q2_0");
     if (flt) gdn_norm_case("gqa6", "F32", 1e-5);
     if (qnt) {
         // launches a fused step saves per GDN / attention layer (see fusion_case)
@@ -1268,12 +1267,7 @@ int main(int argc, char **argv) {
     if (flt) {
         long_case();
     }
-    if (flt || attn) {
-        tiled_case("tiny", "1");
-        tiled_case("gqa6", "1");
-        tiled_case("tiny", "mma");
-        tiled_case("gqa6", "mma");
-    }
+    if (flt || attn) tiled_case("tiny", "1"), tiled_case("gqa6", "1");
     if (flt) {
         snaps_and_kv16();
         graph_taps_case();
@@ -1281,6 +1275,10 @@ int main(int argc, char **argv) {
         engine_case();
         argmax_case();
     }
+    // the opt-in tensor-core prefill paths last: on a GPU a fault there (a sticky CUDA error) cannot take the cases
+    // above with it
+    if (flt || attn) tiled_case("tiny", "mma"), tiled_case("gqa6", "mma");
+    if (qnt || attn) mmq_prefill_case("Q1_0"), mmq_prefill_case("Q2_0");
     printf("elapsed %.1f s\n", (bn_time_ms() - t0) / 1000.0);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
