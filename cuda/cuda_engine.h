@@ -174,6 +174,10 @@ int bn_cuda_attn_mma_ok(void);
 // bn_cuda_pdl_in_use: 1 when kernels are launched with programmatic dependent launch (env BONSAI_CUDA_PDL=1, read
 // at the first launch: each kernel may start while the one before it ends, and waits in its first statement).
 int bn_cuda_pdl_in_use(void);
+// bn_cuda_switches: the kernel choices a state created now gets, in words, into buf (returned): the int8 tensor
+// cores' decision, programmatic dependent launch, and the opt-in environment switches (BONSAI_CUDA_FUSE,
+// BONSAI_CUDA_GDN_NORM, BONSAI_CUDA_ATTN_TILED, BONSAI_CUDA_MMQ_PREFILL); for logs and benchmarks.
+const char *bn_cuda_switches(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

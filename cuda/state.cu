@@ -2,6 +2,7 @@
 // state, activations, scratch; pinned host staging; the device tap buffer) and snapshots of its recurrent state.
 // Mirrors core/state.c.
 #include "cuda/forward_impl.cuh"
+#include "cuda/mm_impl.cuh" // bn_cu_mmq_prefill_enabled (bn_cuda_switches)
 
 // mm_scratch_for: largest bn_cu_matmul scratch any weight of the model needs for nb columns.
 static size_t mm_scratch_for(const bn_cuda_model *cm, int nb, int head_rows) {
@@ -91,6 +92,37 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     return c->off;
 }
 
+// state_switches: the opt-in kernel switches a new state takes from the environment (cuda/cuda_engine.h,
+// bn_cuda_switches describes them with the process-wide ones).
+struct state_switches {
+    bool no_fuse;   // BONSAI_CUDA_FUSE=0: every product quantizes its own input
+    int attn_tiled; // BONSAI_CUDA_ATTN_TILED=1 | mma (mma needs the fp16 self-check; else the tiled kernel)
+    bool gdn_norm;  // BONSAI_CUDA_GDN_NORM=1: the GDN recurrence with its output norm in one launch
+};
+
+// switches_now: the switches as the environment sets them now.
+static state_switches switches_now(void) {
+    state_switches sw;
+    sw.no_fuse = bn_env_is("BONSAI_CUDA_FUSE", "0");
+    sw.attn_tiled = bn_env_is("BONSAI_CUDA_ATTN_TILED", "1")     ? BN_CU_ATTN_TILED
+                    : bn_env_is("BONSAI_CUDA_ATTN_TILED", "mma") ? (bn_cuda_attn_mma_ok() ? BN_CU_ATTN_MMA : BN_CU_ATTN_TILED)
+                                                                  : BN_CU_ATTN_PER_TOKEN;
+    sw.gdn_norm = bn_env_is("BONSAI_CUDA_GDN_NORM", "1");
+    return sw;
+}
+
+extern "C" const char *bn_cuda_switches(char *buf, size_t len) {
+    static const char *const attn[] = {"per-token", "tiled", "tensor cores"};
+    const state_switches sw = switches_now();
+    snprintf(buf, len,
+             "int8 tensor cores %s; programmatic dependent launch %s; Q8-producer fusion %s; GDN norm fusion %s; "
+             "prefill attention %s; prefill GEMMs %s",
+             bn_cuda_mma_status(), bn_cuda_pdl_in_use() ? "on" : "off", sw.no_fuse ? "off" : "on",
+             sw.gdn_norm ? "on" : "off", attn[sw.attn_tiled],
+             bn_cu_mmq_prefill_enabled() && bn_cuda_mma_in_use() ? "int8 tensor cores" : "fp16 cuBLAS");
+    return buf;
+}
+
 bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char *err, size_t errlen) {
     if (n_ctx < 1) n_ctx = 1;
     bn_cuda_state *s = (bn_cuda_state *)xcalloc(1, sizeof *s);
@@ -102,11 +134,10 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
     s->logit_rows = s->n_batch < MAX_LOGIT_ROWS ? s->n_batch : MAX_LOGIT_ROWS;
     s->n_splits = n_ctx / 32 < 1 ? 1 : n_ctx / 32 > MAX_SPLITS ? MAX_SPLITS : n_ctx / 32;
     s->tap_row = -1;
-    s->no_fuse = bn_env_is("BONSAI_CUDA_FUSE", "0");
-    s->attn_tiled = bn_env_is("BONSAI_CUDA_ATTN_TILED", "1")     ? BN_CU_ATTN_TILED
-                    : bn_env_is("BONSAI_CUDA_ATTN_TILED", "mma") ? (bn_cuda_attn_mma_ok() ? BN_CU_ATTN_MMA : BN_CU_ATTN_TILED)
-                                                                  : BN_CU_ATTN_PER_TOKEN;
-    s->gdn_norm = bn_env_is("BONSAI_CUDA_GDN_NORM", "1");
+    const state_switches sw = switches_now();
+    s->no_fuse = sw.no_fuse;
+    s->attn_tiled = sw.attn_tiled;
+    s->gdn_norm = sw.gdn_norm;
     s->k_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->v_cache = (void **)xcalloc((size_t)L, sizeof(void *));
     s->conv = (float **)xcalloc((size_t)L, sizeof(float *));

@@ -93,9 +93,8 @@ int main(int argc, char **argv) {
             if (!eng) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
 #ifdef BONSAI_CUDA
             static bool said_mma = false; // llama-bench prints its device setup; ours: whether the MMA kernels run
-            if (ngls[gi] > 0 && !said_mma)
-                fprintf(stderr, "bonsai-bench: CUDA int8 tensor cores %s; programmatic dependent launch %s\n",
-                        bn_cuda_mma_status(), bn_cuda_pdl_in_use() ? "on (BONSAI_CUDA_PDL=1)" : "off");
+            char sw[512];
+            if (ngls[gi] > 0 && !said_mma) fprintf(stderr, "bonsai-bench: CUDA %s\n", bn_cuda_switches(sw, sizeof sw));
             said_mma = said_mma || ngls[gi] > 0;
 #endif
             // llama-bench order: every -p test, then every -n test, then -pg.
