@@ -7,8 +7,8 @@
 
 // get_rows_k: out[i*ne0 + k] = W[ids[i]][k], zeros for an id outside [0, ne1); grid (n, ceil(ne0 / DEQ_THREADS)).
 template <int T>
-__global__ void get_rows_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t ne1,
-                           const int32_t *ids, float *out) {
+__global__ void get_rows_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t ne1, const int32_t *ids,
+                           float *out) {
     bn_cu_grid_begin();
     int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
     int64_t i = blockIdx.x;
@@ -19,8 +19,7 @@ __global__ void get_rows_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int6
 
 // dequant_f16_k: out[r*ne0 + k] = fp16(W[r0 + r][k]); grid (nr, ceil(ne0 / DEQ_THREADS)).
 template <int T>
-__global__ void dequant_f16_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t r0,
-                              bn_half *out) {
+__global__ void dequant_f16_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t r0, bn_half *out) {
     bn_cu_grid_begin();
     int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
     int64_t r = blockIdx.x;

@@ -56,8 +56,7 @@ static __device__ __forceinline__ int x16_exponent(float m) {
 }
 
 // x16_scaled_k: one block per column t of x {ne0, nb}: out[:, t] = fp16(x[:, t]·2^-k_t), scale[t] = 2^k_t.
-static __global__ void x16_scaled_k(const float *x, int64_t ne0, bn_half *out,
-                                    float *scale) {
+static __global__ void x16_scaled_k(const float *x, int64_t ne0, bn_half *out, float *scale) {
     bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const float *xc = x + (int64_t)blockIdx.x * ne0;

@@ -94,8 +94,7 @@ template <> struct tc_wunit<BN_CU_PQ2_0_P> : tc_q2<128, 34, true> {};
 // minimum ptxas put some G 4 variants at 128 with spills; sm_90 now: 94-168 registers, no spills, cuda/resources.sh).
 template <int T, int G, int MT>
 static __global__ void __launch_bounds__(32 * MMA_WARPS, 3)
-    mmq_tc(bn_mmvq_targets tg, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads,
-           int nb) {
+    mmq_tc(bn_mmvq_targets tg, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads, int nb) {
     bn_cu_grid_begin();
     constexpr int ROWS = 16 * MT, COLS = 8 * G;
     BN_SHARED(float, red, MMA_WARPS * ROWS * COLS);

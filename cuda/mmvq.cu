@@ -18,8 +18,7 @@
 #define MMVQ_MAX_WARPS 8
 
 // quantize_act: one warp per (column, 32-element unit); lane e holds element e (bn_q8_store).
-__global__ void quantize_act(const float *x, int64_t ne0, int nb, int order, int8_t *qs,
-                             bn_q8_ds *ds) {
+__global__ void quantize_act(const float *x, int64_t ne0, int nb, int order, int8_t *qs, bn_q8_ds *ds) {
     bn_cu_grid_begin();
     int64_t nunits = ne0 / 32;
     int64_t gw = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -132,8 +131,7 @@ __device__ __forceinline__ void mmvq_q_body(const bn_mmvq_targets &t, int64_t ne
 // mmvq_q: the decode kernel (NB 1), register count left to the compiler (48-64: 4-5 blocks of 256 per SM;
 // a __launch_bounds__ makes ptxas use more, or spill at 5 blocks).
 template <int T, int NB, int R>
-__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads,
-                       int nb) {
+__global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads, int nb) {
     bn_cu_grid_begin();
     mmvq_q_body<T, NB, R>(t, ne0, aqs, ads, nb);
 }
@@ -141,8 +139,7 @@ __global__ void mmvq_q(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const 
 // kernel) under __launch_bounds__(256, 2): <= 128 registers, so 2 blocks of 256 fit per SM.
 template <int T, int NB, int R>
 __global__ void __launch_bounds__(32 * MMVQ_MAX_WARPS, 2)
-    mmvq_q_multi(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads,
-                 int nb) {
+    mmvq_q_multi(bn_mmvq_targets t, int64_t ne0, const int8_t *aqs, const bn_q8_ds *ads, int nb) {
     bn_cu_grid_begin();
     mmvq_q_body<T, NB, R>(t, ne0, aqs, ads, nb);
 }

@@ -70,8 +70,7 @@ __global__ void argmax_k(const float *x, int n, int32_t *out) {
 
 // topk_k: block b takes candidates [b*TOPK_CHUNK, ...) of (vals, idx) (idx == nullptr: the index is the
 // position) and writes its top k to ov/oi + b*k, padding with (0, −1) when it has fewer than k.
-__global__ void topk_k(const float *vals, const int32_t *idx, int n, int k,
-                       float *ov, int32_t *oi) {
+__global__ void topk_k(const float *vals, const int32_t *idx, int n, int k, float *ov, int32_t *oi) {
     bn_cu_grid_begin();
     BN_SHARED(float, cv, TOPK_CHUNK);
     BN_SHARED(int, ci, TOPK_CHUNK);
