@@ -161,6 +161,33 @@ static __device__ __forceinline__ float rec_row_step(float (&r)[REGS], const flo
     return bn_warp_reduce_sum(o);
 }
 
+// rec_row_load: a warp's row registers (rec_row_step's layout) from src {dk}; zeros where src is NULL (no row).
+template <int REGS>
+static __device__ __forceinline__ void rec_row_load(float (&r)[REGS], const float *src, int lane, int dk) {
+#pragma unroll
+    for (int m = 0; m < REGS; m++) {
+        const int i = lane + 32 * m;
+        r[m] = src && i < dk ? src[i] : 0.0f;
+    }
+}
+
+// rec_row_store: the row registers into dst {dk} (S, or a snapshot of it).
+template <int REGS>
+static __device__ __forceinline__ void rec_row_store(float *dst, const float (&r)[REGS], int lane, int dk) {
+#pragma unroll
+    for (int m = 0; m < REGS; m++) {
+        const int i = lane + 32 * m;
+        if (i < dk) dst[i] = r[m];
+    }
+}
+
+// rec_gates: token t's gates of value head h: *beta = σ(beta_logit), *alpha = exp(softplus(alpha_logit + dt_bias)·a).
+static __device__ __forceinline__ void rec_gates(const float *beta_logit, const float *alpha_logit, const float *dt_bias,
+                                                 const float *ssm_a, int t, int h, int Hv, float *alpha, float *beta) {
+    *beta = bn_cu_sigmoid(beta_logit[(size_t)t * Hv + h]);
+    *alpha = expf(bn_cu_softplus(alpha_logit[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h]);
+}
+
 // recurrence_kernel: block (value head h, group of REC_WARPS value rows); warp w owns row
 // j = blockIdx.y*REC_WARPS + w of S_h (dk floats, lane l holding elements l, l+32, ...) in registers
 // for all nb tokens. Rows are independent given q, k, v, α, β: decay, u_j = row·k, δ_j = β(v_j − u_j),
@@ -177,33 +204,18 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
     const int kh = h % Hk; // GGUF tiled layout: value head h pairs with key head h mod Hk
     float *row = S + ((size_t)h * dv + j) * dk;
     float r[REC_REGS];
-#pragma unroll
-    for (int m = 0; m < REC_REGS; m++) {
-        const int i = lane + 32 * m;
-        r[m] = i < dk ? row[i] : 0.0f;
-    }
+    rec_row_load(r, row, lane, dk);
     for (int t = t0; t < t1; t++) {
         const float *c = mix + (size_t)t * conv_dim;
         const float *q = c + (size_t)kh * dk, *k = c + (size_t)(Hk + kh) * dk;
         const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
-        const float beta = bn_cu_sigmoid(beta_logit[(size_t)t * Hv + h]);
-        const float alpha = expf(bn_cu_softplus(alpha_logit[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h]);
+        float alpha, beta;
+        rec_gates(beta_logit, alpha_logit, dt_bias, ssm_a, t, h, Hv, &alpha, &beta);
         const float o = rec_row_step(r, k, q, alpha, beta, v_j, lane, dk);
         if (lane == 0) y[(size_t)t * Hv * dv + (size_t)h * dv + j] = o;
-        if (snaps) { // S row j of head h after token t
-            float *dst = snaps[t] + snap_off + ((size_t)h * dv + j) * dk;
-#pragma unroll
-            for (int m = 0; m < REC_REGS; m++) {
-                const int i = lane + 32 * m;
-                if (i < dk) dst[i] = r[m];
-            }
-        }
+        if (snaps) rec_row_store(snaps[t] + snap_off + ((size_t)h * dv + j) * dk, r, lane, dk); // row j after token t
     }
-#pragma unroll
-    for (int m = 0; m < REC_REGS; m++) {
-        const int i = lane + 32 * m;
-        if (i < dk) row[i] = r[m];
-    }
+    rec_row_store(row, r, lane, dk);
 }
 
 cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
@@ -228,10 +240,10 @@ cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_l
 #define REC_NORM_REGS 4 // row elements per lane: dk <= 128 (16 state floats per thread: no spills at 1024 threads)
 template <bool Q8>
 static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
-    recurrence_norm_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit, const float *dt_bias, const float *ssm_a,
-                                              const float *z, const float *norm_w, float eps, float *y, int dk, int dv,
-                                              int Hk, int Hv, int conv_dim, int nb, float *const *snaps, size_t snap_off,
-                                              bn_cu_cols cols, bn_q8_out q8) {
+    recurrence_norm_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
+                           const float *dt_bias, const float *ssm_a, const float *z, const float *norm_w, float eps,
+                           float *y, int dk, int dv, int Hk, int Hv, int conv_dim, int nb, float *const *snaps,
+                           size_t snap_off, bn_cu_cols cols, bn_q8_out q8) {
     bn_cu_grid_begin();
     BN_SHARED(float, o_head, REC_NORM_WARPS * REC_NORM_ROWS); // the head's outputs of the current token
     BN_SHARED(float, red, 32);
@@ -243,17 +255,13 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
 #pragma unroll
     for (int a = 0; a < REC_NORM_ROWS; a++) {
         const int j = warp + a * REC_NORM_WARPS;
-#pragma unroll
-        for (int m = 0; m < REC_NORM_REGS; m++) {
-            const int i = lane + 32 * m;
-            r[a][m] = j < dv && i < dk ? S[((size_t)h * dv + j) * dk + i] : 0.0f;
-        }
+        rec_row_load(r[a], j < dv ? S + ((size_t)h * dv + j) * dk : nullptr, lane, dk);
     }
     for (int t = t0; t < t1; t++) {
         const float *c = mix + (size_t)t * conv_dim;
         const float *q = c + (size_t)kh * dk, *k = c + (size_t)(Hk + kh) * dk;
-        const float beta = bn_cu_sigmoid(beta_logit[(size_t)t * Hv + h]);
-        const float alpha = expf(bn_cu_softplus(alpha_logit[(size_t)t * Hv + h] + dt_bias[h]) * ssm_a[h]);
+        float alpha, beta;
+        rec_gates(beta_logit, alpha_logit, dt_bias, ssm_a, t, h, Hv, &alpha, &beta);
 #pragma unroll
         for (int a = 0; a < REC_NORM_ROWS; a++) {
             const int j = warp + a * REC_NORM_WARPS;
@@ -261,14 +269,7 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
             const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
             const float o = rec_row_step(r[a], k, q, alpha, beta, v_j, lane, dk);
             if (lane == 0) o_head[j] = o;
-            if (snaps) { // S row j of head h after token t
-                float *dst = snaps[t] + snap_off + ((size_t)h * dv + j) * dk;
-#pragma unroll
-                for (int m = 0; m < REC_NORM_REGS; m++) {
-                    const int i = lane + 32 * m;
-                    if (i < dk) dst[i] = r[a][m];
-                }
-            }
+            if (snaps) rec_row_store(snaps[t] + snap_off + ((size_t)h * dv + j) * dk, r[a], lane, dk); // after token t
         }
         __syncthreads(); // the head's outputs of token t are in o_head
         float sum_sq = 0.0f;
@@ -287,11 +288,7 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
     for (int a = 0; a < REC_NORM_ROWS; a++) {
         const int j = warp + a * REC_NORM_WARPS;
         if (j >= dv) break;
-#pragma unroll
-        for (int m = 0; m < REC_NORM_REGS; m++) {
-            const int i = lane + 32 * m;
-            if (i < dk) S[((size_t)h * dv + j) * dk + i] = r[a][m];
-        }
+        rec_row_store(S + ((size_t)h * dv + j) * dk, r[a], lane, dk);
     }
 }
 
