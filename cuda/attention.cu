@@ -178,6 +178,12 @@ static __global__ void attn_split_kernel(float *scratch, const float *qg, int q_
 }
 
 // ---- prefill: query tiles ------------------------------------------------------------------------------
+// tile_out_row: the output row (token · nh + query head) of row `row` of a query tile from token t0 (rows are
+// (token t0 + row / group, query head kvh·group + row % group)): where the tiled kernels leave its Σ p·V and m, l.
+static __device__ __forceinline__ size_t tile_out_row(int t0, int row, int group, int nh, int kvh) {
+    return (size_t)(t0 + row / group) * nh + (size_t)kvh * group + row % group;
+}
+
 // tile_softmax: one online-softmax step of a row over a key tile, the row's scores spread over LANES xor-adjacent
 // lanes of J each (sc: scaled, -inf where masked; srow: the row is real). store(j, p) keeps probability j and returns
 // the value P·V will use (p, or its fp16 rounding), which l sums. Updates the row's m and l (every lane the same);
@@ -283,11 +289,10 @@ static __global__ void attn_tiled_kernel(float *scratch, const float *qg, int q_
     for (int i = 0; i < AT_ROWS; i++) {
         const int row = pr0 + i * RS;
         if (i * RS >= AT_ROWS || row >= R) continue;
-        const size_t r = (size_t)(t0 + row / group) * nh + (size_t)kvh * group + row % group;
-        scratch[r * hd + pd] = acc[i];
+        scratch[tile_out_row(t0, row, group, nh, kvh) * hd + pd] = acc[i];
     }
     if (srow && kg == 0) {
-        const size_t r = (size_t)(t0 + s_tok) * nh + (size_t)kvh * group + sr % group;
+        const size_t r = tile_out_row(t0, sr, group, nh, kvh);
         ml[2 * r] = m;
         ml[2 * r + 1] = l;
     }
@@ -429,11 +434,10 @@ static __global__ void __launch_bounds__(AM_THREADS)
         for (int r = 0; r < 4; r++) {
             const int row = 16 * rt + bn_mma_c_row(lane, r), d = (HD / 2) * wh + 8 * j + bn_mma_c_col(lane, r);
             if (row >= R) continue;
-            const size_t ri = (size_t)(t0 + row / group) * nh + (size_t)kvh * group + row % group;
-            scratch[ri * HD + d] = o[j][r];
+            scratch[tile_out_row(t0, row, group, nh, kvh) * HD + d] = o[j][r];
         }
     if (srow && kg == 0) {
-        const size_t ri = (size_t)(t0 + sr / group) * nh + (size_t)kvh * group + sr % group;
+        const size_t ri = tile_out_row(t0, sr, group, nh, kvh);
         ml[2 * ri] = m;
         ml[2 * ri + 1] = l;
     }
