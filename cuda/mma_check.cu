@@ -16,6 +16,7 @@
 #include <vector>
 extern "C" {
 #include "core/util.h"
+#include "core/rng.h"
 // from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
 size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
 size_t bn_row_size(int type, int64_t ne0);
@@ -29,11 +30,8 @@ enum { CHECK_NE0 = 1024, CHECK_NE1 = 64, CHECK_NB_MAX = 24 };
 // (~1e-6 relative); a wrong fragment layout moves whole products (errors of the order of the outputs).
 static const double CHECK_TOL = 1e-4;
 
-// lcg_unit: the next value of a 64-bit LCG mapped to [-1, 1).
-static float lcg_unit(uint64_t *s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*s >> 40) * (1.0 / (1 << 23)) - 1.0);
-}
+// rng_unit: the next value of the project's PRNG (core/rng.h) mapped to [-1, 1).
+static float rng_unit(bn_rng *r) { return 2.0f * bn_rng_uniform_f24(r) - 1.0f; }
 
 // column_gap: 1 when the nb columns of tc (tensor cores) and vq (dp4a), {CHECK_NE1, nb} each, agree; else 0 with
 // msg naming the type, layout, nb and column.
@@ -106,10 +104,11 @@ extern "C" int bn_cuda_mma_selftest(char *msg, size_t msglen) {
     msg[0] = 0;
     static const int types[] = {BN_CU_Q1_0, BN_CU_Q2_0, BN_CU_PQ2_0};
     static const int nbs[] = {8, CHECK_NB_MAX};
-    uint64_t seed = 20261130;
+    bn_rng rng;
+    bn_rng_seed(&rng, 20261130);
     std::vector<float> wf((size_t)CHECK_NE0 * CHECK_NE1), x((size_t)CHECK_NE0 * CHECK_NB_MAX);
-    for (float &v : wf) v = lcg_unit(&seed);
-    for (float &v : x) v = 3.0f * lcg_unit(&seed);
+    for (float &v : wf) v = rng_unit(&rng);
+    for (float &v : x) v = 3.0f * rng_unit(&rng);
     for (int type : types) {
         const size_t rb = bn_row_size(type, CHECK_NE0);
         std::vector<uint8_t> wq(rb * CHECK_NE1);
@@ -182,10 +181,11 @@ extern "C" int bn_cuda_mma16_selftest(char *msg, size_t msglen) {
     enum { NA = 16 * 16, NB = 16 * 8, NC = 16 * 8 };
     std::vector<bn_half> ha(NA), hb(NB);
     std::vector<float> fa(NA), fb(NB), hc(NC), hd(NC);
-    uint64_t seed = 0x6d6d613136ull;
-    for (int i = 0; i < NA; i++) ha[i] = bn_f2h(lcg_unit(&seed)), fa[i] = bn_h2f(ha[i]);
-    for (int i = 0; i < NB; i++) hb[i] = bn_f2h(lcg_unit(&seed)), fb[i] = bn_h2f(hb[i]);
-    for (int i = 0; i < NC; i++) hc[i] = lcg_unit(&seed);
+    bn_rng rng;
+    bn_rng_seed(&rng, 0x6d6d613136ull);
+    for (int i = 0; i < NA; i++) ha[i] = bn_f2h(rng_unit(&rng)), fa[i] = bn_h2f(ha[i]);
+    for (int i = 0; i < NB; i++) hb[i] = bn_f2h(rng_unit(&rng)), fb[i] = bn_h2f(hb[i]);
+    for (int i = 0; i < NC; i++) hc[i] = rng_unit(&rng);
     bn_half *da = nullptr, *db = nullptr;
     float *dc = nullptr, *dd = nullptr;
     cudaError_t e = cudaMalloc(&da, sizeof(bn_half) * NA);
