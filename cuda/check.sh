@@ -736,21 +736,23 @@ decide_rows() {
     echo
     echo "### Opt-ins: what this run says"
     echo
-    local on tpdl
+    # verdict WHAT TOKENS BASE_NS NEW_NS OK: one line: the t/s of TOKENS tokens with and without the switch and "make
+    # it the default" when it is more than 2 % faster and OK is 1
+    verdict() {
+        awk -v what="$1" -v n="$2" -v base="$3" -v t="$4" -v ok="$5" 'BEGIN {
+            if (base == "" || t == "") { printf("- %s: not measured\n", what); exit }
+            gain = base / t - 1
+            printf("- %s: %.1f against %.1f t/s (%+.1f %%): %s\n", what, n * 1e9 / t, n * 1e9 / base, 100 * gain,
+                   gain > 0.02 && ok ? "make it the default" : "keep the default")
+        }'
+    }
+    local on tpdl pdl_ok mma_on
     on=$(jfield "$W/bench-Q1_0-$L2.log" avg_ns 2)
     tpdl=${ST[tests-pdl]:-SKIP}
-    awk -v on="$on" -v tpdl="$tpdl" -v TG="$TG" -v pdl="$(jfield "$W/pdl.log" avg_ns 1)" \
-        -v gn="$(jfield "$W/gdn-norm.log" avg_ns 1)" -v both="$(jfield "$W/opt-ins.log" avg_ns 1)" 'BEGIN {
-        line("BONSAI_CUDA_PDL=1 (tg, tests-pdl " tpdl ")", pdl, tpdl == "OK")
-        line("BONSAI_CUDA_GDN_NORM=1 (tg)", gn, 1)
-        line("both (tg)", both, tpdl == "OK")
-    }
-    function line(what, t, ok) {
-        if (on == "" || t == "") { printf("- %s: not measured\n", what); return }
-        gain = on / t - 1
-        printf("- %s: %.1f against %.1f t/s (%+.1f %%): %s\n", what, TG * 1e9 / t, TG * 1e9 / on, 100 * gain,
-               gain > 0.02 && ok ? "make it the default" : "keep the default")
-    }'
+    pdl_ok=$([ "$tpdl" = OK ] && echo 1 || echo 0)
+    verdict "BONSAI_CUDA_PDL=1 (tg, tests-pdl $tpdl)" "$TG" "$on" "$(jfield "$W/pdl.log" avg_ns 1)" "$pdl_ok"
+    verdict "BONSAI_CUDA_GDN_NORM=1 (tg)" "$TG" "$on" "$(jfield "$W/gdn-norm.log" avg_ns 1)" 1
+    verdict "both (tg)" "$TG" "$on" "$(jfield "$W/opt-ins.log" avg_ns 1)" "$pdl_ok"
     local n i=0 best who t name
     for n in ${LONG_PP//,/ }; do i=$((i + 1)); done
     [ "$i" = 0 ] && return 0
@@ -768,14 +770,10 @@ decide_rows() {
     *) name="not measured" ;;
     esac
     echo "- prefill attention at pp$n: fastest $name"
+    mma_on=$(mma_note | grep -q "^on" && echo 1 || echo 0)
     for q in $TYPES; do
-        awk -v q="$q" -v PP="$PP" -v d="$(jfield "$W/bench-$q-$L2.log" avg_ns 1)" -v x="$(jfield "$W/mmq-$q.log" avg_ns 1)" \
-            -v mma="$(mma_note)" 'BEGIN {
-            if (d == "" || x == "") { printf("- BONSAI_CUDA_MMQ_PREFILL=1 (pp%d, %s): not measured\n", PP, q); exit }
-            gain = d / x - 1
-            printf("- BONSAI_CUDA_MMQ_PREFILL=1 (pp%d, %s): %.1f against %.1f t/s (%+.1f %%): %s\n", PP, q, PP * 1e9 / x,
-                   PP * 1e9 / d, 100 * gain, gain > 0.02 && mma ~ /^on/ ? "make it the default" : "keep the default")
-        }'
+        verdict "BONSAI_CUDA_MMQ_PREFILL=1 (pp$PP, $q)" "$PP" "$(jfield "$W/bench-$q-$L2.log" avg_ns 1)" \
+            "$(jfield "$W/mmq-$q.log" avg_ns 1)" "$mma_on"
     done
 }
 
