@@ -694,8 +694,8 @@ longpp_rows() {
     fi
 }
 
-# fuse_rows: tg with the default fusion, without the Q8-producer fusion and with the GDN output norm fused too, and
-# what one launch in the decode graph costs
+# fuse_rows: tg with the defaults, without the Q8-producer fusion, with the GDN output norm fused, with programmatic
+# dependent launch and with both opt-ins; what one launch in the decode graph costs and what PDL saves of it
 fuse_rows() {
     [ "${ST[fuse-off]:-SKIP}" = SKIP ] && [ "${ST[gdn-norm]:-SKIP}" = SKIP ] && [ "${ST[pdl]:-SKIP}" = SKIP ] &&
         [ "${ST[opt-ins]:-SKIP}" = SKIP ] && return 0

@@ -92,10 +92,11 @@ int main(int argc, char **argv) {
             bn_engine *eng = bn_engine_open(m, ngls[gi], threads[ti], err, sizeof err);
             if (!eng) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
 #ifdef BONSAI_CUDA
-            static bool said_mma = false; // llama-bench prints its device setup; ours: whether the MMA kernels run
+            static bool said_switches = false; // llama-bench prints its device setup; ours: which kernels run
             char sw[512];
-            if (ngls[gi] > 0 && !said_mma) fprintf(stderr, "bonsai-bench: CUDA %s\n", bn_cuda_switches(sw, sizeof sw));
-            said_mma = said_mma || ngls[gi] > 0;
+            if (ngls[gi] > 0 && !said_switches)
+                fprintf(stderr, "bonsai-bench: CUDA %s\n", bn_cuda_switches(sw, sizeof sw));
+            said_switches = said_switches || ngls[gi] > 0;
 #endif
             // llama-bench order: every -p test, then every -n test, then -pg.
             int tests[MAX_LIST * 2 + 1][2], n_tests = 0;
