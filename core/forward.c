@@ -44,17 +44,31 @@ static void rope(const bn_config *c, float *x, int pos) {
         bn_rope_neox(x, c->head_dim, c->n_rot, pos, c->rope_base);
 }
 
-// The columns of a chunk: nb tokens of one sequence (seqs NULL: column t at position p0 + t of the state that
-// runs the chunk), or one token of each of nb sequences (a batched decode step, bn_forward_batch: column t at
-// seqs[t]->pos, with seqs[t]'s KV cache and recurrent state; the scratch buffers are the running state's).
+// The columns of a pass: nb tokens of one sequence (seqs NULL: column t at position p0 + t of the state that runs
+// the pass, row t_off + t of out), or a ragged batch (bn_forward_multi: column t of state seqs[t] at pos[t], row
+// rows[t] of outs[t], with seqs[t]'s KV cache and recurrent state; a sequence's columns are consecutive, in token
+// order; the scratch buffers are the running state's).
 typedef struct {
-    bn_state *const *seqs;
-    int p0;
+    bn_state *const *seqs;              // [nb] or NULL (one sequence)
+    const int *pos;                     // [nb] with seqs
+    const bn_forward_out *const *outs;  // [nb] with seqs (entries may be NULL)
+    const int *rows;                    // [nb] with seqs
+    int p0, t_off;                      // without seqs
+    const bn_forward_out *out;          // without seqs (may be NULL)
 } cols;
 // col_state: the state whose caches column t reads and writes.
 static bn_state *col_state(bn_state *s, const cols *cl, int t) { return cl->seqs ? cl->seqs[t] : s; }
 // col_pos: the position of column t.
-static int col_pos(const cols *cl, int t) { return cl->seqs ? cl->seqs[t]->pos : cl->p0 + t; }
+static int col_pos(const cols *cl, int t) { return cl->seqs ? cl->pos[t] : cl->p0 + t; }
+// col_out: the forward_out receiving column t's taps and snapshot (NULL: none).
+static const bn_forward_out *col_out(const cols *cl, int t) { return cl->seqs ? cl->outs[t] : cl->out; }
+// col_row: column t's row in col_out.
+static int col_row(const cols *cl, int t) { return cl->seqs ? cl->rows[t] : cl->t_off + t; }
+// col_snap: the snapshot receiving the recurrent state after column t's token, or NULL.
+static bn_snapshot *col_snap(const cols *cl, int t) {
+    const bn_forward_out *o = col_out(cl, t);
+    return o && o->snaps ? o->snaps[col_row(cl, t)] : NULL;
+}
 
 // ---- attention ------------------------------------------------------------------------------
 typedef struct {
@@ -162,7 +176,6 @@ typedef struct {
     bn_state *s;
     cols cl;
     int il, nb, conv_dim;
-    bn_snapshot **snaps; // [nb] per-token snapshots to fill, or NULL
 } gdn_job;
 
 // gdn_heads_task: value heads [h0, h1), each running the recurrence over the chunk's tokens.
@@ -187,16 +200,17 @@ static void gdn_heads_task(void *ctx, int64_t h0, int64_t h1, int tid) {
             const float alpha = expf(g);
             float *y = s->att + (size_t)t * Hv * dv + (size_t)h * dv;
             bn_gdn_step(S, q, k, v, alpha, beta, y, dk, dv);
-            if (job->snaps) // S of this head after token t
-                memcpy(job->snaps[t]->data + (S - cs->recurrent), S, sizeof(float) * dk * dv);
+            bn_snapshot *snap = col_snap(&job->cl, t);
+            if (snap) // S of this head after token t
+                memcpy(snap->data + (S - cs->recurrent), S, sizeof(float) * dk * dv);
             bn_gated_rmsnorm(y, y, s->z + (size_t)t * Hv * dv + (size_t)h * dv, norm_w, dv, c->norm_eps);
         }
     }
 }
 
 // gdn_layer: s->mo = GatedDeltaNet(s->xn) for the nb columns cl, advancing their conv windows and S (copied into
-// snaps[t] after each token t when snaps is not NULL: one sequence only).
-static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols *cl, bn_snapshot **snaps) {
+// column t's snapshot after its token, where it has one).
+static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols *cl) {
     const bn_config *c = &m->cfg;
     const bn_layer_weights *lw = &m->w.layers[il];
     const int dk = c->ssm_d_state, Hk = c->ssm_n_group, Hv = c->ssm_dt_rank;
@@ -210,10 +224,11 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols
 
     for (int t = 0; t < nb; t++) {
         float *mix = s->qg + (size_t)t * conv_dim;
-        bn_conv1d_silu_step(mix, col_state(s, cl, t)->conv[il], mix, lw->ssm_conv1d.data, conv_dim,
-                            c->ssm_conv_kernel);
-        if (snaps) // conv window after token t
-            memcpy(snaps[t]->data + (s->conv[il] - s->recurrent), s->conv[il],
+        bn_state *cs = col_state(s, cl, t);
+        bn_conv1d_silu_step(mix, cs->conv[il], mix, lw->ssm_conv1d.data, conv_dim, c->ssm_conv_kernel);
+        bn_snapshot *snap = col_snap(cl, t);
+        if (snap) // conv window after token t
+            memcpy(snap->data + (cs->conv[il] - cs->recurrent), cs->conv[il],
                    sizeof(float) * (size_t)(c->ssm_conv_kernel - 1) * conv_dim);
         for (int j = 0; j < Hk; j++) {
             float *q = mix + (size_t)j * dk, *k = mix + (size_t)(Hk + j) * dk;
@@ -222,7 +237,7 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols
             for (int i = 0; i < dk; i++) q[i] *= q_scale;
         }
     }
-    gdn_job job = {.c = c, .lw = lw, .s = s, .cl = *cl, .il = il, .nb = nb, .conv_dim = conv_dim, .snaps = snaps};
+    gdn_job job = {.c = c, .lw = lw, .s = s, .cl = *cl, .il = il, .nb = nb, .conv_dim = conv_dim};
     const int64_t work = (int64_t)nb * Hv * dk * dk * 4; // decay, read, update, output per state entry
     bn_parallel_for(work >= MIN_PARALLEL_WORK ? s->pool : NULL, Hv, gdn_heads_task, &job);
     matmul(s, &lw->ssm_out, s->att, s->mo, nb);
@@ -240,17 +255,16 @@ static void ffn(const bn_model *m, bn_state *s, int il, int nb) {
 }
 
 // ---- chunk ----------------------------------------------------------------------------------
-// run_layers: the state's layers over the nb columns cl whose embeddings are in s->x (taps of column t into row
-// t_off + t of out->taps; snaps: one sequence only).
-static void run_layers(const bn_model *m, bn_state *s, int nb, const cols *cl, const bn_forward_out *out, int t_off,
-                       bn_snapshot **snaps) {
+// run_layers: the state's layers over the nb columns cl whose embeddings are in s->x (taps and snapshots of column
+// t into its row of its out).
+static void run_layers(const bn_model *m, bn_state *s, int nb, const cols *cl) {
     const bn_config *c = &m->cfg;
     const int H = c->n_embd;
     for (int il = 0; il < s->n_layers; il++) {
         const bn_layer_weights *lw = &m->w.layers[il];
         rmsnorm_rows(s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
         if (c->is_recurrent[il])
-            gdn_layer(m, s, il, nb, cl, snaps);
+            gdn_layer(m, s, il, nb, cl);
         else
             attention_layer(m, s, il, nb, cl);
         add_rows(s->x, s->mo, (size_t)nb * H);
@@ -259,13 +273,14 @@ static void run_layers(const bn_model *m, bn_state *s, int nb, const cols *cl, c
         ffn(m, s, il, nb);
         add_rows(s->x, s->mo, (size_t)nb * H);
 
-        if (out && out->taps)
-            for (int k = 0; k < out->n_taps; k++) {
-                if (out->tap_layers[k] != il) continue;
-                for (int t = 0; t < nb; t++)
-                    memcpy(out->taps + ((size_t)(t_off + t) * out->n_taps + k) * H, s->x + (size_t)t * H,
+        for (int t = 0; t < nb; t++) {
+            const bn_forward_out *o = col_out(cl, t);
+            if (!o || !o->taps) continue;
+            for (int k = 0; k < o->n_taps; k++)
+                if (o->tap_layers[k] == il)
+                    memcpy(o->taps + ((size_t)col_row(cl, t) * o->n_taps + k) * H, s->x + (size_t)t * H,
                            sizeof(float) * H);
-            }
+        }
     }
 }
 
@@ -301,12 +316,11 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     const int H = m->cfg.n_embd;
     const int p0 = s->pos;
     for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
-    bn_snapshot **snaps = out && out->snaps ? out->snaps + t_off : NULL;
-    const cols cl = {NULL, p0};
-    run_layers(m, s, nb, &cl, out, t_off, snaps);
+    const cols cl = {.p0 = p0, .t_off = t_off, .out = out};
+    run_layers(m, s, nb, &cl);
     s->pos = p0 + nb;
-    if (snaps)
-        for (int t = 0; t < nb; t++) snaps[t]->pos = p0 + t + 1;
+    if (out && out->snaps)
+        for (int t = 0; t < nb; t++) out->snaps[t_off + t]->pos = p0 + t + 1;
     if (x_out) {
         memcpy(x_out + (size_t)t_off * H, s->x, sizeof(float) * H * (size_t)nb);
         return;
@@ -374,81 +388,140 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
     return 0;
 }
 
-// batch_check: the inputs of a batched step (fn names the caller in errors): n distinct states of m holding the
-// first one's layers (all of them, or with front the first one's n_layers) and KV type, each with room for a token,
-// outs without taps or snapshots and valid for bn_forward_check; 0 or -1 with err.
-static int batch_check(const char *fn, const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
-                       bn_forward_out *const *outs, bool front, char *err, size_t errlen) {
+// multi_check: the inputs of a ragged pass (fn names the caller in errors): n >= 1 distinct states of m holding the
+// first one's layers (all of them, or with front the first one's n_layers) and KV type, n_tok[i] >= 1 tokens each,
+// Σ n_tok within the first state's batch rows (its scratch runs the pass) and each sequence's tokens within its own
+// and the first state's n_ctx (its attention scratch), outs valid for bn_forward_check (front: none); 0 or -1 with
+// err.
+static int multi_check(const char *fn, const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens,
+                       const int *n_tok, int n, bn_forward_out *const *outs, bool front, char *err, size_t errlen) {
     const bn_config *c = &m->cfg;
     bn_state *s = seqs[0];
-    if (!s || n > s->n_batch)
-        return bn_err(err, errlen, "%s: %d sequences (the first state holds %d rows)", fn, n, s ? s->n_batch : 0);
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        if (n_tok[i] < 1 || !tokens[i])
+            return bn_err(err, errlen, "%s: sequence %d has %d tokens (at least 1)", fn, i, tokens[i] ? n_tok[i] : 0);
+        total += n_tok[i];
+    }
+    if (!s || total > s->n_batch)
+        return bn_err(err, errlen, "%s: %d tokens of %d sequences (the first state holds %d rows)", fn, total, n,
+                      s ? s->n_batch : 0);
     const int n_layers = front ? s->n_layers : c->n_layer;
-    for (int t = 0; t < n; t++) {
-        const bn_state *q = seqs[t];
+    for (int i = 0; i < n; i++) {
+        const bn_state *q = seqs[i];
         if (!q || q->m != m || q->n_layers != n_layers || q->kv_type != s->kv_type)
             return bn_err(err, errlen, "%s: sequence %d is missing or not a state of this model with the first one's "
-                          "layers and KV type", fn, t);
-        for (int u = 0; u < t; u++)
-            if (seqs[u] == q) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, t);
-        if (q->pos + 1 > s->n_ctx)
-            return bn_err(err, errlen, "%s: sequence %d at %d exceeds the first state's n_ctx %d", fn, t, q->pos,
-                          s->n_ctx);
-        const bn_forward_out *o = outs ? outs[t] : NULL;
-        if (o && (o->taps || o->snaps))
-            return bn_err(err, errlen, "%s: sequence %d: taps and snapshots need bn_forward", fn, t);
-        if (bn_forward_check(c, q->pos, q->n_ctx, q->n_recurrent, &tokens[t], 1, o, err, errlen) != 0) return -1;
+                          "layers and KV type", fn, i);
+        for (int u = 0; u < i; u++)
+            if (seqs[u] == q) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, i);
+        if (q->pos + n_tok[i] > s->n_ctx)
+            return bn_err(err, errlen, "%s: sequence %d at %d + %d tokens exceeds the first state's n_ctx %d", fn, i,
+                          q->pos, n_tok[i], s->n_ctx);
+        const bn_forward_out *o = outs ? outs[i] : NULL;
+        if (front && o) return bn_err(err, errlen, "%s: front passes take no outs", fn);
+        if (bn_forward_check(c, q->pos, q->n_ctx, q->n_recurrent, tokens[i], n_tok[i], o, err, errlen) != 0) return -1;
     }
     return 0;
 }
 
-// batch_layers: the layers of a checked batched step: tokens[t] embedded and run through seqs[t]'s layers (the first
-// state's scratch and threads), every position advanced; the residual rows are left in seqs[0]->x {n_embd, n}.
-static void batch_layers(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n) {
+// The columns of a ragged pass, one per token (cols' arrays).
+typedef struct {
+    bn_state *seq[BN_MAX_BATCH];
+    int pos[BN_MAX_BATCH], row[BN_MAX_BATCH];
+    const bn_forward_out *out[BN_MAX_BATCH];
+} ragged;
+
+// multi_layers: the layers of a checked ragged pass: sequence i's tokens embedded and run through its layers at its
+// positions (the first state's scratch and threads), its snapshots and position advanced; the residual rows are left
+// in seqs[0]->x {n_embd, Σ n_tok}, described by rg. Returns the column count.
+static int multi_layers(const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens, const int *n_tok,
+                        int n, bn_forward_out *const *outs, ragged *rg) {
     bn_state *s = seqs[0];
     const int H = m->cfg.n_embd;
-    for (int t = 0; t < n; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
-    const cols cl = {seqs, 0};
-    run_layers(m, s, n, &cl, NULL, 0, NULL);
-    for (int t = 0; t < n; t++) seqs[t]->pos += 1;
+    int nb = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n_tok[i]; j++, nb++) {
+            rg->seq[nb] = seqs[i], rg->pos[nb] = seqs[i]->pos + j, rg->row[nb] = j;
+            rg->out[nb] = outs ? outs[i] : NULL;
+            bn_weight_row_f32(&m->w.token_embd, tokens[i][j], s->x + (size_t)nb * H);
+        }
+    const cols cl = {.seqs = rg->seq, .pos = rg->pos, .outs = rg->out, .rows = rg->row};
+    run_layers(m, s, nb, &cl);
+    for (int t = 0; t < nb; t++) {
+        bn_snapshot *snap = col_snap(&cl, t);
+        if (snap) snap->pos = rg->pos[t] + 1;
+    }
+    for (int i = 0; i < n; i++) seqs[i]->pos += n_tok[i];
+    return nb;
 }
 
-int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
+int bn_forward_multi(const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens, const int *n_tok, int n,
                      bn_forward_out *const *outs, char *err, size_t errlen) {
     const bn_config *c = &m->cfg;
-    if (n < 0) return bn_err(err, errlen, "bn_forward_batch: negative sequence count %d", n);
+    if (n < 0) return bn_err(err, errlen, "bn_forward_multi: negative sequence count %d", n);
     if (n == 0) return 0;
-    if (batch_check("bn_forward_batch", m, seqs, tokens, n, outs, false, err, errlen) != 0) return -1;
-    bn_state *s = seqs[0]; // runs the step: its scratch rows, threads and attention scratch
+    if (multi_check("bn_forward_multi", m, seqs, tokens, n_tok, n, outs, false, err, errlen) != 0) return -1;
+    bn_state *s = seqs[0]; // runs the pass: its scratch rows, threads and attention scratch
     const int H = c->n_embd;
     const size_t V = (size_t)c->n_vocab;
-    batch_layers(m, seqs, tokens, n);
-    bool head = false, hidden = false;
-    for (int t = 0; outs && t < n; t++)
-        head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden;
-    if (!head && !hidden) return 0;
-    // every column through the head at once (its weights read once), then each sequence's row to its out
-    rmsnorm_rows(s->xn, s->x, &m->w.output_norm, n, H, c->norm_eps);
-    float *logits = head ? xmalloc(sizeof(float) * V * (size_t)n) : NULL;
-    if (head) matmul(s, &m->w.output, s->xn, logits, n);
-    for (int t = 0; t < n; t++) {
-        const bn_forward_out *o = outs[t];
-        if (!o) continue;
-        if (o->hidden) memcpy(o->hidden, s->xn + (size_t)t * H, sizeof(float) * H);
-        if (o->logits) memcpy(o->logits, logits + (size_t)t * V, sizeof(float) * V);
-        if (bn_forward_wants_head(o)) row_reductions(logits + (size_t)t * V, (int)V, o, 0);
+    ragged rg;
+    const int nb = multi_layers(m, seqs, tokens, n_tok, n, outs, &rg);
+    // the rows that produce output (each sequence's last, or every row with all_logits) through the head at once
+    // (its weights read once), then each row to its out
+    int hr[BN_MAX_BATCH], n_hr = 0;
+    bool head = false;
+    for (int t = 0; t < nb; t++) {
+        const bn_forward_out *o = rg.out[t];
+        if (!o || (!bn_forward_wants_head(o) && !o->hidden)) continue;
+        const bool last = t + 1 == nb || rg.seq[t + 1] != rg.seq[t];
+        if (!o->all_logits && !last) continue;
+        rmsnorm_rows(s->xn + (size_t)n_hr * H, s->x + (size_t)t * H, &m->w.output_norm, 1, H, c->norm_eps);
+        hr[n_hr++] = t;
+        head |= bn_forward_wants_head(o);
+    }
+    float *logits = head ? xmalloc(sizeof(float) * V * (size_t)n_hr) : NULL;
+    if (head) matmul(s, &m->w.output, s->xn, logits, n_hr);
+    for (int r = 0; r < n_hr; r++) {
+        const bn_forward_out *o = rg.out[hr[r]];
+        const int row = o->all_logits ? rg.row[hr[r]] : 0;
+        if (o->hidden) memcpy(o->hidden + (size_t)row * H, s->xn + (size_t)r * H, sizeof(float) * H);
+        if (!bn_forward_wants_head(o)) continue;
+        if (o->logits) memcpy(o->logits + (size_t)row * V, logits + (size_t)r * V, sizeof(float) * V);
+        row_reductions(logits + (size_t)r * V, (int)V, o, row);
     }
     free(logits);
     return 0;
 }
 
+// one_each: tokp[t] = &tokens[t] and ones[t] = 1 for t < n (<= BN_MAX_BATCH): a one-token step as a ragged pass.
+static void one_each(const int32_t *tokens, int n, const int32_t **tokp, int *ones) {
+    for (int t = 0; t < n; t++) tokp[t] = &tokens[t], ones[t] = 1;
+}
+
+int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
+                     bn_forward_out *const *outs, char *err, size_t errlen) {
+    if (n > BN_MAX_BATCH)
+        return bn_err(err, errlen, "bn_forward_batch: %d sequences (the first state holds %d rows)", n,
+                      seqs[0] ? seqs[0]->n_batch : 0);
+    const int32_t *tokp[BN_MAX_BATCH];
+    int ones[BN_MAX_BATCH];
+    one_each(tokens, n, tokp, ones);
+    return bn_forward_multi(m, seqs, tokp, ones, n, outs, err, errlen);
+}
+
 int bn_forward_batch_front(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n, float *x_out,
                            char *err, size_t errlen) {
-    if (n < 0) return bn_err(err, errlen, "bn_forward_batch_front: negative sequence count %d", n);
+    const char *fn = "bn_forward_batch_front";
+    if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
     if (n == 0) return 0;
-    if (!x_out) return bn_err(err, errlen, "bn_forward_batch_front: no x_out");
-    if (batch_check("bn_forward_batch_front", m, seqs, tokens, n, NULL, true, err, errlen) != 0) return -1;
-    batch_layers(m, seqs, tokens, n);
+    if (!x_out) return bn_err(err, errlen, "%s: no x_out", fn);
+    if (n > BN_MAX_BATCH) return bn_err(err, errlen, "%s: %d sequences (more than %d rows)", fn, n, BN_MAX_BATCH);
+    const int32_t *tokp[BN_MAX_BATCH];
+    int ones[BN_MAX_BATCH];
+    one_each(tokens, n, tokp, ones);
+    if (multi_check(fn, m, seqs, tokp, ones, n, NULL, true, err, errlen) != 0) return -1;
+    ragged rg;
+    multi_layers(m, seqs, tokp, ones, n, NULL, &rg);
     memcpy(x_out, seqs[0]->x, sizeof(float) * (size_t)m->cfg.n_embd * (size_t)n);
     return 0;
 }

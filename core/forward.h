@@ -109,14 +109,22 @@ int bn_forward_check(const bn_config *c, int pos, int n_ctx, size_t n_recurrent,
 int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                char *err, size_t errlen);
 
-// bn_forward_batch: one decode step of n sequences at once: token tokens[t] appended to seqs[t] at its own
-// position (n distinct whole-model states of m with one KV type; n <= the first state's batch rows and each
-// position < its n_ctx), the matmuls over all n columns (each weight read once, as a prefill of n tokens),
-// attention and recurrences per sequence on its own caches; the first state's threads and scratch run it.
-// outs (NULL, or outs[t] NULL: nothing) receive each sequence's single row: logits, argmax, lse, top-k, hidden
-// (no taps or snapshots). Each column's results equal a one-token bn_forward of that sequence up to the
-// summation order of the n-column kernels (as a prefill vs decode: ~1e-5 in the tests). Returns 0, or -1 with
-// err and every state unchanged.
+// bn_forward_multi: one pass over n sequences with several tokens each (a ragged batch: the speculative verification
+// of some sequences joined with the decode steps of others): sequence i appends n_tok[i] >= 1 tokens tokens[i] at its
+// own position (n distinct whole-model states of m with one KV type; Σ n_tok <= the first state's batch rows, and
+// each sequence's last position < its own and the first state's n_ctx). The matmuls run over all Σ n_tok columns
+// (each weight read once), attention and recurrences per sequence on its own caches, token by token; the first
+// state's threads and scratch run it. outs[i] (outs NULL, or outs[i] NULL: nothing) takes what bn_forward's out
+// takes for sequence i alone: logits, argmax, lse, top-k and hidden of its last row (every row with all_logits),
+// taps and snaps of every row. Each sequence's results equal bn_forward of its tokens alone up to the summation order
+// of the many-column kernels (~1e-5 in the tests). Returns 0, or -1 with err and every state unchanged.
+int bn_forward_multi(const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens, const int *n_tok, int n,
+                     bn_forward_out *const *outs, char *err, size_t errlen);
+
+// bn_forward_batch: one decode step of n sequences at once, bn_forward_multi with one token each: token tokens[t]
+// appended to seqs[t] at its own position, outs[t] receiving its single row (a one-token bn_forward of that sequence
+// up to the summation order, as a prefill vs decode: ~1e-5 in the tests). Returns 0, or -1 with err and every state
+// unchanged.
 int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n,
                      bn_forward_out *const *outs, char *err, size_t errlen);
 
