@@ -64,6 +64,12 @@ struct bn_spec {
     int last_n;                     // tokens emitted by the last step (rows of logits valid)
     int32_t drafts[SPEC_MAX_N];     // the drafts the last step verified,
     int last_nd;                    //   and their count
+    // the round between bn_spec_round_begin and bn_spec_round_end
+    bool in_round;
+    int32_t vtok[SPEC_MAX_N + 1];   // the verified tokens [id_last, d0..d_{nd−1}]
+    bn_forward_out vhead;           // what the verify pass returns per row (head outputs, all_logits)
+    bn_forward_out vout;            // the pass's out: vhead + the taps row
+    int vpos0;                      // the target's position before the pass
 };
 
 int bn_spec_type_from_name(const char *name) {
@@ -286,27 +292,43 @@ static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
     return sp->n_pending;
 }
 
-// target_forward: runs tokens through the target (taps when drafting with DSpark, behind the pending rows)
-// and, with feed_drafter, commits the rows. head (NULL: none): the head outputs wanted (logits, argmax, top-k,
-// all_logits); snaps (NULL = none): the state after each token (bn_engine_forward_snaps).
-static int target_forward(bn_spec *sp, const int32_t *tok, int n, const bn_forward_out *head, bool feed_drafter,
-                          bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
-    bn_forward_out out = {0};
-    if (head) out = *head;
+// pass_prepare: a target pass of the n tokens tok at the target's position into *pass (taps when drafting with
+// DSpark, behind the pending rows, into *out: a copy of head, NULL: no head outputs; snaps: NULL or the state after
+// each token). Returns 0 or -1 with err.
+static int pass_prepare(bn_spec *sp, const int32_t *tok, int n, const bn_forward_out *head, bn_forward_out *out,
+                        bn_engine_snapshot *const *snaps, bn_engine_seq *pass, char *err, size_t errlen) {
+    *out = head ? *head : (bn_forward_out){0};
     const int pos0 = bn_engine_state_pos(sp->ts);
     const int row = make_room(sp, n, pos0, err, errlen);
     if (row < 0) return -1;
     if (sp->n_taps) {
-        out.tap_layers = sp->tap_layers;
-        out.n_taps = sp->n_taps;
-        out.taps = (sp->dev_taps ? sp->dev_taps : sp->taps) + (size_t)row * sp->n_taps * sp->m->cfg.n_embd;
+        out->tap_layers = sp->tap_layers;
+        out->n_taps = sp->n_taps;
+        out->taps = (sp->dev_taps ? sp->dev_taps : sp->taps) + (size_t)row * sp->n_taps * sp->m->cfg.n_embd;
     }
     if (sp->n_hist > pos0) sp->n_hist = pos0; // rows from pos0 on are rewritten (uncommitted until fed)
+    *pass = (bn_engine_seq){.state = sp->ts, .tokens = tok, .n = n, .out = out, .snaps = snaps};
+    return 0;
+}
+
+// pass_ran: a prepared pass of n tokens took ms (< 0: unmeasured) for the cost model.
+static void pass_ran(bn_spec *sp, int n, double ms) {
+    if (ms >= 0 && n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], ms);
+}
+
+// target_forward: runs tokens through the target alone (pass_prepare's pass) and, with feed_drafter, commits the
+// rows. head, snaps: pass_prepare's. Returns 0 or -1 with err.
+static int target_forward(bn_spec *sp, const int32_t *tok, int n, const bn_forward_out *head, bool feed_drafter,
+                          bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
+    bn_forward_out out;
+    bn_engine_seq pass;
+    const int pos0 = bn_engine_state_pos(sp->ts);
+    if (pass_prepare(sp, tok, n, head, &out, snaps, &pass, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
     int rc = snaps ? bn_engine_forward_snaps(sp->ts, tok, n, &out, snaps, err, errlen)
                    : bn_engine_forward(sp->ts, tok, n, &out, err, errlen);
     if (rc != 0) return -1;
-    if (n <= SPEC_MAX_N + 1) ema(&sp->ms_fwd[n], bn_time_ms() - t0);
+    pass_ran(sp, n, bn_time_ms() - t0);
     if (feed_drafter) commit_rows(sp, tok, n, pos0);
     return 0;
 }
@@ -438,17 +460,19 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
     return n;
 }
 
-int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
+int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq *pass, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
+    sp->in_round = false;
     sp->last_n = 0;
     sp->last_nd = 0;
     const int V = sp->m->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->ts);
     // what the verify pass returns per row: without step logits wanted, the argmax (greedy) or the top_k best
     // logits (a sampler that reads only those); else the logits rows
-    bn_forward_out vo = {.all_logits = true};
-    if (!sp->p.no_step_logits || !bn_sampler_head_out(smp, V, &vo, sp->argmax, sp->topk_ids, sp->topk_vals))
-        vo.logits = sp->logits;
-    sp->last_no_rows = !vo.logits;
+    bn_forward_out *vo = &sp->vhead;
+    *vo = (bn_forward_out){.all_logits = true};
+    if (!sp->p.no_step_logits || !bn_sampler_head_out(smp, V, vo, sp->argmax, sp->topk_ids, sp->topk_vals))
+        vo->logits = sp->logits;
+    sp->last_no_rows = !vo->logits;
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
     int k = choose_k(sp);
     if (k > n_ctx - sp->n_past - 1) k = n_ctx - sp->n_past - 1;
@@ -456,7 +480,7 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     if (k < 0) return bn_err(err, errlen, "spec: no room for output");
     sp->st.n_max_now = k;
     // draft
-    int32_t tok[SPEC_MAX_N + 1];
+    int32_t *tok = sp->vtok;
     tok[0] = sp->id_last;
     int nd = 0;
     if (k > 0) {
@@ -479,19 +503,34 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     }
     memcpy(sp->drafts, tok + 1, sizeof(int32_t) * (size_t)nd);
     sp->last_nd = nd;
-    // verify [id_last, d0..d_{nd−1}] in one batched forward; for the rollback a snapshot before it
-    // (CPU) or one after every token (other engines)
+    // the verify pass [id_last, d0..d_{nd−1}]; for the rollback a snapshot before it (CPU) or one after every token
+    // (other engines)
     bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
     if (nd > 0 && !vsnaps && bn_engine_snapshot_into(sp->ts, sp->pre, err, errlen) != 0) return -1;
-    double t0 = bn_time_ms();
-    if (target_forward(sp, tok, nd + 1, &vo, false, vsnaps, err, errlen) != 0) return -1;
-    sp->st.ms_verify += bn_time_ms() - t0;
+    sp->vpos0 = bn_engine_state_pos(sp->ts);
+    if (pass_prepare(sp, tok, nd + 1, vo, &sp->vout, vsnaps, pass, err, errlen) != 0) return -1;
+    sp->in_round = true;
+    return 0;
+}
+
+int bn_spec_round_end(bn_spec *sp, bn_sampler *smp, double ms, int32_t *out, char *err, size_t errlen) {
+    if (!sp->in_round) return bn_err(err, errlen, "spec: round end without a round begun");
+    sp->in_round = false;
+    const int V = sp->m->cfg.n_vocab, nd = sp->last_nd;
+    const int32_t *tok = sp->vtok;
+    const bn_forward_out *vo = &sp->vout;
+    bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
+    if (bn_engine_state_pos(sp->ts) != sp->vpos0 + nd + 1)
+        return bn_err(err, errlen, "spec: the verify pass did not run (target at %d, expected %d)",
+                      bn_engine_state_pos(sp->ts), sp->vpos0 + nd + 1);
+    pass_ran(sp, nd + 1, ms);
+    if (ms > 0) sp->st.ms_verify += ms;
     // accept by sample-and-compare: t_j = sample(row j) (bn_sampler_pick); accept d_j while it equals t_j
     int j = 0;
-    int32_t t = bn_sampler_pick(smp, &vo, 0, V);
+    int32_t t = bn_sampler_pick(smp, vo, 0, V);
     while (j < nd && t == tok[1 + j]) {
         j++;
-        t = bn_sampler_pick(smp, &vo, j, V);
+        t = bn_sampler_pick(smp, vo, j, V);
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)
     const int n_keep = j + 1;
@@ -533,6 +572,19 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     sp->n_past += n_keep;
     sp->last_n = n_keep;
     return n_keep;
+}
+
+int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen) {
+    bn_engine_seq pass;
+    if (bn_spec_round_begin(sp, smp, out_cap, &pass, err, errlen) != 0) return -1;
+    double t0 = bn_time_ms();
+    int rc = pass.snaps ? bn_engine_forward_snaps(pass.state, pass.tokens, pass.n, pass.out, pass.snaps, err, errlen)
+                        : bn_engine_forward(pass.state, pass.tokens, pass.n, pass.out, err, errlen);
+    if (rc != 0) {
+        sp->in_round = false;
+        return -1;
+    }
+    return bn_spec_round_end(sp, smp, bn_time_ms() - t0, out, err, errlen);
 }
 
 void bn_spec_print_stats(const bn_spec *sp, FILE *f) {

@@ -41,17 +41,32 @@ static int cpu_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_
     return bn_forward(s->m, s, tokens, n, &with_snaps, err, errlen);
 }
 
-// cpu_forward_batch: bn_forward_batch in passes of what each pass's first state holds (its batch rows).
-static int cpu_forward_batch(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
-                             size_t errlen) {
+// cpu_forward_multi: bn_forward_multi in passes of as many whole sequences as each pass's first state holds (its
+// batch rows); a sequence longer than that runs alone (bn_forward's chunks). The snapshots go in through copies of
+// the outs.
+static int cpu_forward_multi(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
+                             bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen) {
     bn_state *const *seqs = (bn_state *const *)sts;
-    for (int t0 = 0; t0 < n;) {
-        const int nb = n - t0 < seqs[t0]->n_batch ? n - t0 : seqs[t0]->n_batch;
-        if (bn_forward_batch(seqs[t0]->m, seqs + t0, tokens + t0, nb, outs ? outs + t0 : NULL, err, errlen) != 0)
-            return -1;
-        t0 += nb;
+    bn_forward_out *o = xcalloc((size_t)n, sizeof *o);
+    bn_forward_out **op = xcalloc((size_t)n, sizeof *op);
+    for (int i = 0; i < n; i++) {
+        if (!outs[i] && !snaps[i]) continue;
+        if (outs[i]) o[i] = *outs[i];
+        o[i].snaps = (bn_snapshot **)snaps[i];
+        op[i] = &o[i];
     }
-    return 0;
+    int rc = 0;
+    for (int i0 = 0; i0 < n && rc == 0;) {
+        int i1 = i0, rows = 0;
+        while (i1 < n && rows + n_tok[i1] <= seqs[i0]->n_batch) rows += n_tok[i1++];
+        if (i1 == i0) // one sequence longer than a pass
+            rc = bn_forward(seqs[i0]->m, seqs[i0], tokens[i0], n_tok[i0], op[i0], err, errlen), i1 = i0 + 1;
+        else
+            rc = bn_forward_multi(seqs[i0]->m, seqs + i0, tokens + i0, n_tok + i0, i1 - i0, op + i0, err, errlen);
+        i0 = i1;
+    }
+    free(o), free(op);
+    return rc;
 }
 
 static const bn_engine_ops cpu_ops = {
@@ -68,7 +83,7 @@ static const bn_engine_ops cpu_ops = {
     .restore = cpu_restore,
     .snapshot_free = cpu_snapshot_free,
     .forward_snaps = cpu_forward_snaps,
-    .forward_batch = cpu_forward_batch,
+    .forward_multi = cpu_forward_multi,
 };
 
 bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m) {
@@ -120,13 +135,75 @@ int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forwa
 int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                             char *err, size_t errlen) {
     if (n <= 0) return n == 0 ? 0 : bn_err(err, errlen, "bn_engine_forward_batch: negative sequence count %d", n);
-    const bn_engine *e = states[0]->e;
-    for (int t = 1; t < n; t++)
-        if (states[t]->e != e) return bn_err(err, errlen, "bn_engine_forward_batch: sequence %d on another engine", t);
-    void **sts = xmalloc(sizeof(void *) * (size_t)n);
-    for (int t = 0; t < n; t++) sts[t] = states[t]->st;
-    const int rc = e->ops->forward_batch(sts, tokens, n, outs, err, errlen);
-    free(sts);
+    bn_engine_seq *seqs = xcalloc((size_t)n, sizeof *seqs);
+    for (int t = 0; t < n; t++) seqs[t] = (bn_engine_seq){states[t], &tokens[t], 1, outs ? outs[t] : NULL, NULL};
+    const int rc = bn_engine_forward_multi(seqs, n, err, errlen);
+    free(seqs);
+    return rc;
+}
+
+// multi_parts: a ragged pass on a backend without forward_multi: the one-token sequences without snapshots or taps
+// as one forward_batch (they stay in order), then every other one alone (forward_snaps or forward). Returns 0 or -1.
+static int multi_parts(const bn_engine_ops *ops, void *const *sts, const int32_t *const *tokens, const int *n_tok,
+                       int n, bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen) {
+    void **bs = xmalloc(sizeof(void *) * (size_t)n);
+    int32_t *bt = xmalloc(sizeof(int32_t) * (size_t)n);
+    bn_forward_out **bo = xmalloc(sizeof(bn_forward_out *) * (size_t)n);
+    bool *alone = xmalloc(sizeof(bool) * (size_t)n);
+    int nb = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        alone[i] = n_tok[i] != 1 || snaps[i] || (outs[i] && outs[i]->taps);
+        if (!alone[i]) bs[nb] = sts[i], bt[nb] = tokens[i][0], bo[nb++] = outs[i];
+    }
+    if (nb) rc = ops->forward_batch(bs, bt, nb, bo, err, errlen);
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!alone[i]) continue;
+        bn_forward_out none = {0}, *o = outs[i] ? outs[i] : &none;
+        rc = snaps[i] ? ops->forward_snaps(sts[i], tokens[i], n_tok[i], o, snaps[i], err, errlen)
+                      : ops->forward(sts[i], tokens[i], n_tok[i], o, err, errlen);
+    }
+    free(bs), free(bt), free(bo), free(alone);
+    return rc;
+}
+
+int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t errlen) {
+    const char *fn = "bn_engine_forward_multi";
+    if (n <= 0) return n == 0 ? 0 : bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
+    const bn_engine *e = seqs[0].state->e;
+    void **sts = xcalloc((size_t)n, sizeof *sts);
+    const int32_t **tokens = xcalloc((size_t)n, sizeof *tokens);
+    int *n_tok = xcalloc((size_t)n, sizeof *n_tok);
+    bn_forward_out **outs = xcalloc((size_t)n, sizeof *outs);
+    void **snap_store = xcalloc((size_t)n * BN_ENGINE_MAX_SNAPS, sizeof *snap_store); // sequence i's from i × MAX
+    void *const **snaps = xcalloc((size_t)n, sizeof *snaps);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const bn_engine_seq *q = &seqs[i];
+        if (q->state->e != e) rc = bn_err(err, errlen, "%s: sequence %d on another engine", fn, i);
+        else if (q->n < 1 || !q->tokens) rc = bn_err(err, errlen, "%s: sequence %d has no tokens", fn, i);
+        else if (q->out && q->out->snaps) rc = bn_err(err, errlen, "%s: sequence %d: out->snaps must be NULL", fn, i);
+        else if (q->snaps && q->n > BN_ENGINE_MAX_SNAPS)
+            rc = bn_err(err, errlen, "%s: sequence %d: %d tokens with snapshots (at most %d)", fn, i, q->n,
+                        BN_ENGINE_MAX_SNAPS);
+        for (int u = 0; u < i && rc == 0; u++)
+            if (seqs[u].state == q->state) rc = bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, i);
+        if (rc) break;
+        sts[i] = q->state->st, tokens[i] = q->tokens, n_tok[i] = q->n, outs[i] = q->out;
+        if (!q->snaps) continue;
+        void **mine = snap_store + (size_t)i * BN_ENGINE_MAX_SNAPS;
+        for (int t = 0; t < q->n && rc == 0; t++) {
+            if (!q->snaps[t] || q->snaps[t]->e != e)
+                rc = bn_err(err, errlen, "%s: sequence %d: snaps[%d] is missing or of another engine", fn, i, t);
+            else
+                mine[t] = q->snaps[t]->snap;
+        }
+        snaps[i] = mine;
+    }
+    if (rc == 0)
+        rc = e->ops->forward_multi
+                 ? e->ops->forward_multi(sts, tokens, n_tok, n, outs, snaps, err, errlen)
+                 : multi_parts(e->ops, sts, tokens, n_tok, n, outs, snaps, err, errlen);
+    free(sts), free(tokens), free(n_tok), free(outs), free(snaps), free(snap_store);
     return rc;
 }
 

@@ -37,9 +37,13 @@ typedef struct bn_engine_ops {
     // forward + the state after each token t into snaps[t] (the backend's snapshot objects)
     int (*forward_snaps)(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps, char *err,
                          size_t errlen);
-    // one decode token for each of n states at once
+    // one decode token for each of n states at once (NULL where forward_multi is given)
     int (*forward_batch)(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
                          size_t errlen);
+    // n_tok[i] tokens for each of n states in one pass, snaps[i] (NULL or [n_tok[i]] backend snapshots) after each
+    // (NULL: bn_engine_forward_multi runs the one-token sequences through forward_batch and each other one alone)
+    int (*forward_multi)(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
+                         bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen);
 } bn_engine_ops;
 
 typedef struct bn_engine {
@@ -93,6 +97,21 @@ int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forwa
 // passes, an error stops it there (the sequences before have advanced). Returns 0 or -1 with err filled.
 int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                             char *err, size_t errlen);
+// A sequence's part of a ragged engine pass (bn_engine_forward_multi).
+typedef struct {
+    bn_engine_state *state;
+    const int32_t *tokens;             // [n]
+    int n;                             // >= 1 (<= BN_ENGINE_MAX_SNAPS with snaps)
+    bn_forward_out *out;               // NULL: nothing wanted; out->snaps must be NULL
+    bn_engine_snapshot *const *snaps;  // NULL, or [n]: the state after each token (bn_engine_forward_snaps)
+} bn_engine_seq;
+// bn_engine_forward_multi: one pass of n sequences with several tokens each (distinct states of one engine): what
+// bn_engine_forward_snaps (or bn_engine_forward without snaps) does for each alone, batched where the backend can
+// (CPU: bn_forward_multi, every weight read once for as many tokens as a state's batch rows hold; CUDA and
+// CPU+CUDA: the one-token sequences without snapshots or taps as one bn_engine_forward_batch, each other sequence
+// alone). When it takes several passes, an error stops it there (the sequences before have advanced). Returns 0 or
+// -1 with err filled.
+int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t errlen);
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
 // state + position after each token t in snaps[t] (from bn_engine_snapshot_new of s's engine), in one
 // batched pass of n <= BN_ENGINE_MAX_SNAPS tokens: the CPU fills them through bn_forward_out.snaps,
