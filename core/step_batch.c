@@ -6,11 +6,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-// A step waiting for its batch (on the stack of the thread that wants it).
+// A pass waiting for its batch (on the stack of the thread that wants it).
 typedef struct step_req {
-    bn_engine_state *st;
-    int32_t tok;
-    bn_forward_out *out;
+    bn_engine_seq seq;
     int rc;
     bool done;
     char err[256];
@@ -78,20 +76,18 @@ void bn_step_batcher_counts(bn_step_batcher *b, uint64_t *batches, uint64_t *ste
     pthread_mutex_unlock(&b->mu);
 }
 
-// run_list: the steps of list as bn_engine_forward_batch calls of up to MAX_STEPS under the engine lock (results
-// into the steps; done is set by the caller).
+// run_list: the passes of list as bn_engine_forward_multi calls of up to MAX_STEPS under the engine lock (results
+// into the passes; done is set by the caller).
 static void run_list(bn_step_batcher *b, step_req *list) {
     enum { MAX_STEPS = 64 };
-    bn_engine_state *st[MAX_STEPS];
-    int32_t tok[MAX_STEPS];
-    bn_forward_out *out[MAX_STEPS];
+    bn_engine_seq seqs[MAX_STEPS];
     while (list) {
         int n = 0;
         step_req *first = list;
-        for (; list && n < MAX_STEPS; list = list->next, n++) st[n] = list->st, tok[n] = list->tok, out[n] = list->out;
+        for (; list && n < MAX_STEPS; list = list->next, n++) seqs[n] = list->seq;
         char err[256] = "";
         bn_step_batcher_lock(b);
-        const int rc = bn_engine_forward_batch(st, tok, n, out, err, sizeof err);
+        const int rc = bn_engine_forward_multi(seqs, n, err, sizeof err);
         bn_step_batcher_unlock(b);
         for (step_req *r = first; r != list; r = r->next) {
             r->rc = rc;
@@ -105,7 +101,12 @@ static void run_list(bn_step_batcher *b, step_req *list) {
 
 int bn_step_batcher_step(bn_step_batcher *b, bn_engine_state *st, int32_t tok, bn_forward_out *out, char *err,
                          size_t errlen) {
-    step_req r = {.st = st, .tok = tok, .out = out};
+    const bn_engine_seq seq = {.state = st, .tokens = &tok, .n = 1, .out = out};
+    return bn_step_batcher_pass(b, &seq, err, errlen);
+}
+
+int bn_step_batcher_pass(bn_step_batcher *b, const bn_engine_seq *seq, char *err, size_t errlen) {
+    step_req r = {.seq = *seq};
     pthread_mutex_lock(&b->mu);
     *b->tail = &r, b->tail = &r.next;
     b->n_steps++;

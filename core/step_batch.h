@@ -1,8 +1,9 @@
-// core/step_batch.h — one-token decode steps from several threads, each on its own sequence state of one engine,
-// run together as bn_engine_forward_batch (group commit). A thread's step joins the waiting list; a thread that
-// finds no batch running becomes the leader, waits until every decoding sequence's step is there (or gather_us
-// have passed: a sequence still busy elsewhere), and runs the list as one batch; the steps that arrive meanwhile
-// form the next one. Used by bonsai-serve's slots and by the mining tools' in-process sources (--parallel -ngl).
+// core/step_batch.h — decode steps (one token) and speculative verify passes (several tokens, per-token snapshots)
+// from several threads, each on its own sequence state of one engine, run together as bn_engine_forward_multi (group
+// commit). A thread's pass joins the waiting list; a thread that finds no batch running becomes the leader, waits
+// until every decoding sequence's pass is there (or gather_us have passed: a sequence still busy elsewhere, e.g.
+// drafting), and runs the list as one batch; the passes that arrive meanwhile form the next one. Used by
+// bonsai-serve's slots and by the mining tools' in-process sources (--parallel -ngl).
 #ifndef BONSAI_STEP_BATCH_H
 #define BONSAI_STEP_BATCH_H
 #include <pthread.h>
@@ -28,6 +29,10 @@ void bn_step_batcher_decoding(bn_step_batcher *b, int delta);
 // other waiting steps; returns 0 or -1 with err filled (the whole batch's error).
 int bn_step_batcher_step(bn_step_batcher *b, bn_engine_state *st, int32_t tok, bn_forward_out *out, char *err,
                          size_t errlen);
-// bn_step_batcher_counts: batches run so far and the steps they carried.
+// bn_step_batcher_pass: the pass seq (bn_engine_forward_multi's sequence: its tokens, out and snapshots, which must
+// stay valid until it returns) run in a batch with the other waiting passes; 0 or -1 with err filled (the whole
+// batch's error).
+int bn_step_batcher_pass(bn_step_batcher *b, const bn_engine_seq *seq, char *err, size_t errlen);
+// bn_step_batcher_counts: batches run so far and the passes they carried.
 void bn_step_batcher_counts(bn_step_batcher *b, uint64_t *batches, uint64_t *steps);
 #endif

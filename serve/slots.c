@@ -126,8 +126,27 @@ static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, bn_forward_out
     return rc;
 }
 
-// The longest a batch leader waits for the other decoding slots' steps (a slot still sending its last token).
+// The longest a batch leader waits for the other decoding slots' steps (a slot still sending its last token, or
+// drafting).
 #define STEP_GATHER_US 2000
+
+// spec_round: one speculative round of the slot: drafting and the acceptance under the engine lock, the verify pass
+// batched with the other slots' steps and passes (bn_step_batcher_pass). Writes the emitted tokens to out (room for
+// cap) and returns their count, or -1 with err.
+static int spec_round(bn_slots *S, slot *sl, bn_sampler *smp, int32_t *out, int cap, char *err, size_t errlen) {
+    bn_engine_seq pass;
+    bn_step_batcher_lock(S->steps);
+    int rc = bn_spec_round_begin(sl->spec, smp, cap, &pass, err, errlen);
+    bn_step_batcher_unlock(S->steps);
+    if (rc != 0) return -1;
+    const double t0 = bn_time_ms();
+    if (bn_step_batcher_pass(S->steps, &pass, err, errlen) != 0) return -1;
+    const double ms = bn_time_ms() - t0;
+    bn_step_batcher_lock(S->steps);
+    rc = bn_spec_round_end(sl->spec, smp, ms, out, err, errlen);
+    bn_step_batcher_unlock(S->steps);
+    return rc;
+}
 
 // stop_overlap: length of the longest suffix of text that is a proper prefix of some stop string
 // (those bytes are held back while streaming).
@@ -219,7 +238,8 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     const bool lean_steps =
         p->n_probs == 0 && bn_sampler_head_out(smp, S->n_vocab, &step_out, &next, topk_ids, topk_vals);
     if (sl->spec) bn_spec_set_no_step_logits(sl->spec, p->n_probs == 0);
-    else bn_step_batcher_decoding(S->steps, +1); // its decode steps are batched with the other slots' (step_batch.h)
+    bn_step_batcher_decoding(S->steps, +1); // its steps / verify passes are batched with the other slots' (step_batch.h)
+    bool failed = false; // a forward failed: err says why
     while (stop_type == BN_STOP_NONE) {
         if (task_cancelled(t)) break;
         if (p->n_predict >= 0 && sl->n_decoded >= p->n_predict) {
@@ -231,10 +251,12 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         const float *logits = sl->logits; // the logits row that produced id
         if (sl->spec) { // speculative: a step emits k >= 1 tokens; hand them out one by one
             if (spec_i == spec_k) {
-                bn_step_batcher_lock(S->steps);
-                spec_k = bn_spec_generate_step(sl->spec, smp, spec_out, 65, err, sizeof err);
-                bn_step_batcher_unlock(S->steps);
+                spec_k = spec_round(S, sl, smp, spec_out, 65, err, sizeof err);
                 spec_i = 0;
+                if (spec_k <= 0 && bn_spec_n_past(sl->spec) + 1 < n_ctx) {
+                    failed = true;
+                    break;
+                }
                 if (spec_k <= 0) { // context full
                     stop_type = BN_STOP_LIMIT;
                     t->truncated = true;
@@ -313,16 +335,19 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
         bn_forward_out logits_out = {.logits = sl->logits};
         if (bn_step_batcher_step(S->steps, sl->state, id, lean_steps ? &step_out : &logits_out, err,
                                  sizeof err) != 0) {
-            free(text);
-            free(top_ids);
-            free(top_lp);
-            bn_sampler_free(smp);
-            bn_step_batcher_decoding(S->steps, -1);
-            task_finish(t, 500, err);
-            return;
+            failed = true;
+            break;
         }
     }
-    if (!sl->spec) bn_step_batcher_decoding(S->steps, -1);
+    bn_step_batcher_decoding(S->steps, -1);
+    if (failed) {
+        free(text);
+        free(top_ids);
+        free(top_lp);
+        bn_sampler_free(smp);
+        task_finish(t, 500, err);
+        return;
+    }
     if (sent < len) { // held-back bytes at the end (a cut UTF-8 character becomes U+FFFD)
         bn_tok_event ev = {.id = -1, .text = bn_utf8_sanitize(text + sent, len - sent, NULL)};
         task_push(t, &ev);
@@ -345,7 +370,9 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     S->m.prompt_seconds_total += t->t_prompt_ms / 1e3;
     S->m.tokens_predicted_total += (uint64_t)sl->n_decoded;
     S->m.predicted_seconds_total += t->t_gen_ms / 1e3;
-    S->m.n_decode_total += sl->spec ? (uint64_t)sl->n_decoded + 1 : 1; // plain decode steps: counted per batch
+    // the prompt's decode call (decode steps and verify passes are counted per batch), with speculation on the CPU
+    // engine also the re-runs of accepted prefixes
+    S->m.n_decode_total += 1 + (sl->spec ? (uint64_t)(st1.n_rerun - st0.n_rerun) : 0);
     if (p->n_prompt + sl->n_decoded > S->m.n_tokens_max) S->m.n_tokens_max = p->n_prompt + sl->n_decoded;
     if (sl->spec) {
         S->m.spec_draft_tokens += (uint64_t)t->draft_n;

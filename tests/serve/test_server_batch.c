@@ -2,11 +2,17 @@
 // steps the slots want at the same time run as one bn_engine_forward_batch) on 4 slots: 4 requests at once
 // (greedy, sampled with a seed, greedy with n_probs, sampled without: argmax, top-k and logits-row steps mixed in
 // one batch) give the same texts as the same requests one at a time, and /metrics reports more than one busy
-// slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched). Run again as
-// serve_batch_emu against bonsai-serve-emu -ngl 99 (the steps batched by bn_cuda_forward_batch).
+// slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched). Then the same with
+// speculative slots (serve/slots.c spec_round: each round's verify pass joins the other slots' passes,
+// bn_step_batcher_pass), once with the oracle drafter (drafts always accepted: passes of up to 5 tokens) and once with
+// a random DSpark drafter that always drafts (--no-spec-adaptive: mostly rejected drafts, taps in every pass): the
+// same texts as the plain server's one at a time, more than one busy slot per decode call, and drafts made (some of
+// the oracle's accepted: all on the greedy requests, the sampled ones reject some). Run again as serve_batch_emu against bonsai-serve-emu -ngl 99 (plain steps batched by
+// bn_cuda_forward_batch, verify passes alone: bn_engine_forward_multi) and serve_batch_split_emu (-ngl 2).
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
+#include "core/mkdrafter.h"
 #include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -55,6 +61,43 @@ static double metric(const char *name) {
     return v;
 }
 
+// run_together: `rounds` rounds of the N_REQ requests at once, each text checked against want (the plain server's,
+// one at a time); what names the server in messages.
+static void run_together(const char *what, int rounds, job *want) {
+    job together[N_REQ];
+    pthread_t th[N_REQ];
+    for (int round = 0; round < rounds; round++) { // at once: the slots' steps meet in batches
+        for (int i = 0; i < N_REQ; i++) together[i].i = i, pthread_create(&th[i], NULL, post_job, &together[i]);
+        for (int i = 0; i < N_REQ; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < N_REQ; i++) {
+            CHECK(want[i].content && together[i].content && strcmp(want[i].content, together[i].content) == 0,
+                  "%s: request %d round %d: batched text \"%s\" != alone \"%s\"", what, i, round,
+                  together[i].content ? together[i].content : "(failed)", want[i].content ? want[i].content : "(failed)");
+            free(together[i].content);
+        }
+    }
+}
+
+// spec_case: a speculative server (extra: its arguments after -np 4 -c 256 --metrics --spec-draft-n-max 4) serving
+// the requests at once: the texts of want, batched steps, drafts made (some accepted with some_accepted).
+static void spec_case(const char *what, const char *const *extra, int rounds, job *want, bool some_accepted) {
+    const char *args[16] = {"-np", "4", "-c", "256", "--metrics", "--spec-draft-n-max", "4"};
+    int n = 7;
+    for (int i = 0; extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    CHECK(fixture_start(&F, args) == 0, "%s server", what);
+    run_together(what, rounds, want);
+    const double per_decode = metric("n_busy_slots_per_decode");
+    const double drafted = metric("spec_decode_num_draft_tokens_total");
+    const double accepted = metric("spec_decode_num_accepted_tokens_total");
+    printf("%s: busy slots per decode call %.3f after %d rounds of %d at once; %.0f drafts, %.0f accepted\n", what,
+           per_decode, rounds, N_REQ, drafted, accepted);
+    CHECK(per_decode > 1.0, "%s: concurrent requests never shared a pass (%.3f per call)", what, per_decode);
+    CHECK(drafted > 0 && (!some_accepted || accepted > 0), "%s: %.0f drafts, %.0f accepted", what, drafted,
+          accepted);
+    CHECK(fixture_stop(&F) == 0, "%s: clean exit", what);
+}
+
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
     // env BONSAI_BATCH_TOKENS / BONSAI_BATCH_ROUNDS: a shorter run (the emulator's serve_batch_emu)
@@ -65,29 +108,31 @@ int main(void) {
                  KINDS[i], n_predict);
     const char *args[] = {"-np", "4", "-c", "256", "--metrics", NULL};
     CHECK(fixture_start(&F, args) == 0, "server");
-    job alone[N_REQ], together[N_REQ];
+    job alone[N_REQ];
     for (int i = 0; i < N_REQ; i++) { // one at a time: every decode step alone
         alone[i].i = i;
         post_job(&alone[i]);
     }
     const double per_decode_alone = metric("n_busy_slots_per_decode");
-    pthread_t th[N_REQ];
-    for (int round = 0; round < rounds; round++) { // at once: the slots' steps meet in batches
-        for (int i = 0; i < N_REQ; i++) together[i].i = i, pthread_create(&th[i], NULL, post_job, &together[i]);
-        for (int i = 0; i < N_REQ; i++) pthread_join(th[i], NULL);
-        for (int i = 0; i < N_REQ; i++) {
-            CHECK(alone[i].content && together[i].content && strcmp(alone[i].content, together[i].content) == 0,
-                  "request %d round %d: batched text \"%s\" != alone \"%s\"", i, round,
-                  together[i].content ? together[i].content : "(failed)", alone[i].content ? alone[i].content : "(failed)");
-            free(together[i].content);
-        }
-    }
+    run_together("plain", rounds, alone);
     const double per_decode = metric("n_busy_slots_per_decode");
     printf("busy slots per decode call: %.3f after the requests one at a time, %.3f after %d rounds of %d at once\n",
            per_decode_alone, per_decode, rounds, N_REQ);
     CHECK(per_decode_alone == 1.0, "one request at a time: %.3f sequences per decode step (want 1)", per_decode_alone);
     CHECK(per_decode > 1.0, "concurrent requests never shared a decode step (%.3f per call)", per_decode);
-    for (int i = 0; i < N_REQ; i++) free(alone[i].content);
     CHECK(fixture_stop(&F) == 0, "clean exit");
+
+    // env BONSAI_BATCH_SPEC: the speculative cases to run (default "oracle,dspark"; the emulator's runs: "oracle")
+    const char *cases = getenv("BONSAI_BATCH_SPEC") ? getenv("BONSAI_BATCH_SPEC") : "oracle,dspark";
+    const char *oracle[] = {"--spec-type", "draft-oracle", NULL};
+    if (strstr(cases, "oracle")) spec_case("oracle", oracle, 1, alone, true);
+    char drafter[400], err[256];
+    snprintf(drafter, sizeof drafter, "%s/drafter.gguf", F.dir);
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    CHECK(bn_mkdrafter_write(&dp, drafter, err, sizeof err) == 0, "drafter: %s", err);
+    const char *dspark[] = {"-md", drafter, "--spec-type", "draft-dspark", "--no-spec-adaptive", NULL};
+    if (strstr(cases, "dspark")) spec_case("dspark", dspark, 1, alone, false);
+    for (int i = 0; i < N_REQ; i++) free(alone[i].content);
     return test_done("test_server_batch");
 }
