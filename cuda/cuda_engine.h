@@ -110,6 +110,18 @@ int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_for
 // Returns 0, or -1 with err (input errors leave every state unchanged).
 int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                           char *err, size_t errlen);
+// bn_cuda_forward_multi: core/forward.h bn_forward_multi's contract on the device (the ragged pass of
+// bn_engine_forward_multi): sequence i appends n_tok[i] tokens tokens[i] (distinct whole-model states of one model
+// and KV type), its device snapshots snaps[i][0..n_tok[i]) (snaps or snaps[i] NULL: none) receiving the recurrent
+// state after each, its outs[i] (may be NULL; no host snapshots) its rows' outputs and taps (host memory or the
+// state's own device tap buffer). Whole sequences go in passes of up to BN_CUDA_BATCH_MAX tokens (and the pass's
+// first state's batch rows): the bn_cuda_forward_batch pass with each sequence's columns consecutive, its conv and
+// recurrence walking them in order; without taps and with head outputs the graph captured per column count serves
+// it. A sequence longer than a pass runs alone (bn_cuda_forward_snaps / bn_cuda_forward). Returns 0, or -1 with err
+// (input errors leave every state unchanged; a CUDA error stops the passes there).
+int bn_cuda_forward_multi(bn_cuda_state *const *states, const int32_t *const *tokens, const int *n_tok, int n,
+                          bn_forward_out *const *outs, bn_cuda_snapshot *const *const *snaps, char *err,
+                          size_t errlen);
 // bn_cuda_forward_batch_hidden: bn_cuda_forward_batch for states of a model uploaded from layer l0 > 0: column t of
 // x {n_embd, n} (host; page-locked is faster) is sequence t's residual row entering layer l0 (bn_forward_batch_front
 // on the CPU layers), appended at states[t]'s position. Returns 0, or -1 with err (input errors leave every state

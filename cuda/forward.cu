@@ -185,13 +185,26 @@ static cudaError_t ffn(bn_cuda_state *s, int il, int nb, const bn_q8_out *xq8) {
     return mm_from(s, down, 1, gate, &s->mo, nb, down_q8);
 }
 
+// The sequences of a batched pass: n states, state i appending n_tok[i] tokens (n_tok NULL: one each) as
+// consecutive columns, with device snapshots snaps[i][0..n_tok[i]) after them (snaps or snaps[i] NULL: none).
+struct seqs_in {
+    bn_cuda_state *const *states;
+    const int *n_tok;
+    bn_cuda_snapshot *const *const *snaps;
+    int n;
+};
+// seq_len: the token count of sequence i of q.
+static int seq_len(const seqs_in &q, int i) { return q.n_tok ? q.n_tok[i] : 1; }
+
 // Where one chunk's residual stream goes after each tap layer (bn_forward_out.taps layout: host memory,
 // or the state's device tap buffer), and whether the recurrent state after each token goes to the
-// snapshots in s->d_snap_ptrs.
+// snapshots in s->d_snap_ptrs. A batched pass instead gives each sequence's out (seqs, outs).
 struct tap_dst {
     const bn_forward_out *out; // NULL or no taps: none
     int t_off;                 // index of the chunk's first token in the call
     bool dev_snaps;            // per-token device snapshots (bn_cuda_forward_snaps)
+    const seqs_in *seqs;       // a batched pass: its sequences (NULL: the fields above)
+    bn_forward_out *const *outs; // with seqs: outs[i] receives sequence i's taps (NULL entries: none)
 };
 
 // tap_rows_kernel: block t: dst[(*d_row + t)·dst_stride + i] = src[t·n + i] for i < n (one tap layer's rows
@@ -243,17 +256,41 @@ static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int n
     return cudaSuccess;
 }
 
-// layer_cols: the columns of layer il in a batched step (the device column table bn_cuda_forward_batch uploaded).
+// copy_seq_taps: the residual rows of a batched pass after layer il into the taps of each sequence's out that
+// taps it: one copy per row (device-to-device into the sequence's own device tap buffer, else down to host memory).
+static cudaError_t copy_seq_taps(bn_cuda_state *s, const tap_dst &taps, int il) {
+    const int H = s->cm->cfg.n_embd;
+    const seqs_in &q = *taps.seqs;
+    for (int i = 0, c0 = 0; i < q.n; c0 += seq_len(q, i), i++) {
+        const bn_forward_out *o = taps.outs ? taps.outs[i] : NULL;
+        if (!o || !o->taps) continue;
+        const bool dev = dev_tap_row(q.states[i], o) >= 0;
+        const size_t row_stride = (size_t)o->n_taps * H;
+        for (int k = 0; k < o->n_taps; k++) {
+            if (o->tap_layers[k] != il) continue;
+            for (int j = 0; j < seq_len(q, i); j++)
+                TRY(cudaMemcpyAsync(o->taps + (size_t)j * row_stride + (size_t)k * H, s->x + (size_t)(c0 + j) * H,
+                                    sizeof(float) * H, dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
+                                    s->stream));
+            if (!dev) bn_cu_count_host_tap_bytes(sizeof(float) * H * (size_t)seq_len(q, i));
+        }
+    }
+    return cudaSuccess;
+}
+
+// layer_cols: the columns of layer il in a batched pass (the device column table upload_cols uploaded).
 static bn_cu_cols layer_cols(const bn_cuda_state *s, int il) {
-    void **base = s->d_cols + MAX_BATCH_COLS + (size_t)il * 4 * MAX_BATCH_COLS;
+    void **base = s->d_cols + 3 * MAX_BATCH_COLS + (size_t)il * 4 * MAX_BATCH_COLS;
     return bn_cu_cols{(const int *)s->d_cols, base, base + MAX_BATCH_COLS, (float *const *)(base + 2 * MAX_BATCH_COLS),
-                      (float *const *)(base + 3 * MAX_BATCH_COLS)};
+                      (float *const *)(base + 3 * MAX_BATCH_COLS), (const int *)(s->d_cols + MAX_BATCH_COLS),
+                      (float *const *)(s->d_cols + 2 * MAX_BATCH_COLS)};
 }
 
 // run_layers: embeds s->d_tokens[0..nb) (or, on a model uploaded from a later layer, takes the residual
 // rows already in s->x) and runs the device's layers at d_pos, then advances d_pos by nb; taps written as
 // they are produced. Everything is enqueued on s->stream (graph-capturable when taps are absent). batch: the nb
-// rows are the columns of a batched step (layer_cols; each column's own state and position; d_pos untouched).
+// rows are the columns of a batched pass (layer_cols; each column's own state and position, snapshots from the
+// table; taps through taps.seqs; d_pos untouched).
 static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps, bool batch = false) {
     const bn_config *c = &s->cm->cfg;
     const int H = c->n_embd, l0 = s->cm->first_layer;
@@ -278,6 +315,7 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps, bool batch
         const bn_forward_out *out = taps.out;
         for (int k = 0; out && out->taps && k < out->n_taps; k++)
             if (out->tap_layers[k] == il) TRY(copy_taps(s, taps, k, nb));
+        if (taps.seqs) TRY(copy_seq_taps(s, taps, il));
     }
     return batch ? cudaSuccess : bn_cu_advance_pos(s->d_pos, nb, s->stream);
 }
@@ -391,7 +429,7 @@ static int forward_rows(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out
         const int nb = n - t0 < chunk ? n - t0 : chunk;
         cudaError_t e = t0 == 0 ? start_taps(s, out) : cudaSuccess;
         if (e == cudaSuccess) e = upload_rows(s, in, t0, nb);
-        if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0, false});
+        if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0, false, NULL, NULL});
         if (e == cudaSuccess) e = chunk_outputs(s, nb, t0, n, out);
         if (e == cudaSuccess && out && out->snaps)
             e = cudaMemcpyAsync(out->snaps[t0]->data, s->recurrent, s->n_recurrent * sizeof(float),
@@ -423,7 +461,7 @@ static int forward_rows_snaps(bn_cuda_state *s, rows_in in, int n, bn_forward_ou
     if (e == cudaSuccess && verify_graph_ok(s, n, out)) { // the captured pass of this size (no launch cost)
         e = run_verify_graph(s, n, out);
     } else {
-        if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true});
+        if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true, NULL, NULL});
         if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
@@ -468,55 +506,73 @@ int bn_cuda_forward_hidden(bn_cuda_state *s, const float *x, int n, bn_forward_o
     return snaps ? forward_rows_snaps(s, in, n, out, snaps, err, errlen) : forward_rows(s, in, n, out, err, errlen);
 }
 
-// batch_check: the inputs of a batched step (every sequence, before any pass runs): token ids (in.tokens) for
-// whole-model states, residual rows (in.x) for states of a model uploaded from a later layer; fn names the caller
-// in errors; 0 or -1 with err.
-static int batch_check(const char *fn, bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs,
-                       char *err, size_t errlen) {
-    bn_cuda_state *s = states[0];
+// batch_check: the inputs of a batched pass (every sequence, before any pass runs): token ids (in.tokens, the
+// sequences' tokens one after another) for whole-model states, residual rows (in.x) for states of a model uploaded
+// from a later layer; each sequence's tokens within its n_ctx, its snapshots of its model, its taps (if any) in host
+// memory or its own device tap buffer; fn names the caller in errors; 0 or -1 with err.
+static int batch_check(const char *fn, const seqs_in &q, rows_in in, bn_forward_out *const *outs, char *err,
+                       size_t errlen) {
+    bn_cuda_state *s = q.states[0];
     if (!s) return bn_err(err, errlen, "%s: sequence 0 is missing", fn);
     if (check_input(s, in.tokens != NULL, fn, err, errlen) != 0) return -1;
-    for (int t = 0; t < n; t++) {
-        const bn_cuda_state *q = states[t];
-        if (!q || q->cm != s->cm || q->kv_type != s->kv_type)
+    for (int i = 0, c0 = 0; i < q.n; c0 += seq_len(q, i), i++) {
+        const bn_cuda_state *st = q.states[i];
+        const int n = seq_len(q, i);
+        if (!st || st->cm != s->cm || st->kv_type != s->kv_type)
             return bn_err(err, errlen, "%s: sequence %d is missing or not a state of the first one's model and KV "
-                          "type", fn, t);
-        for (int u = 0; u < t; u++)
-            if (states[u] == q) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, t);
-        const bn_forward_out *o = outs ? outs[t] : NULL;
-        if (o && (o->taps || o->snaps))
-            return bn_err(err, errlen, "%s: sequence %d: taps and snapshots need bn_cuda_forward", fn, t);
-        if (bn_forward_check(&q->cm->cfg, q->pos, q->n_ctx, q->n_recurrent, in.tokens ? &in.tokens[t] : NULL, 1, o,
-                             err, errlen) != 0)
+                          "type", fn, i);
+        for (int u = 0; u < i; u++)
+            if (q.states[u] == st) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, i);
+        if (n < 1) return bn_err(err, errlen, "%s: sequence %d has %d tokens (at least 1)", fn, i, n);
+        const bn_forward_out *o = outs ? outs[i] : NULL;
+        if (o && o->snaps)
+            return bn_err(err, errlen, "%s: sequence %d: host snapshots need bn_cuda_forward (give device ones)", fn, i);
+        if (bn_forward_check(&st->cm->cfg, st->pos, st->n_ctx, st->n_recurrent, in.tokens ? in.tokens + c0 : NULL, n,
+                             o, err, errlen) != 0)
             return -1;
+        if (check_dev_taps(st, n, o, err, errlen) != 0) return -1;
+        for (int j = 0; q.snaps && q.snaps[i] && j < n; j++)
+            if (!q.snaps[i][j] || q.snaps[i][j]->n != st->n_recurrent)
+                return bn_err(err, errlen, "%s: sequence %d: snaps[%d] is missing or belongs to another model", fn, i,
+                              j);
     }
     return 0;
 }
 
-// upload_cols: the column table of states[0..n) (positions, then per layer the k, v, conv, ssm pointers) into
-// states[0]'s d_cols, and the input (tokens into its d_tokens, or residual rows into its x); async on its stream.
-static cudaError_t upload_cols(bn_cuda_state *const *states, rows_in in, int n) {
-    bn_cuda_state *s = states[0];
+// upload_cols: the column table of q (positions, runs and snapshot pointers, then per layer the k, v, conv, ssm
+// pointers; sequence i's n_tok[i] columns from its position on) into states[0]'s d_cols, and the nb rows of input
+// (tokens into its d_tokens, or residual rows into its x); async on its stream.
+static cudaError_t upload_cols(const seqs_in &q, rows_in in, int nb) {
+    bn_cuda_state *s = q.states[0];
     const int L = s->cm->cfg.n_layer;
-    int *pos = (int *)s->h_cols;
-    void **ptrs = s->h_cols + MAX_BATCH_COLS;
-    for (int t = 0; t < n; t++) {
-        pos[t] = states[t]->pos;
-        for (int il = 0; il < L; il++) {
-            void **row = ptrs + (size_t)il * 4 * MAX_BATCH_COLS;
-            row[t] = states[t]->k_cache[il], row[MAX_BATCH_COLS + t] = states[t]->v_cache[il];
-            row[2 * MAX_BATCH_COLS + t] = states[t]->conv[il], row[3 * MAX_BATCH_COLS + t] = states[t]->ssm[il];
+    int *pos = (int *)s->h_cols, *run = (int *)(s->h_cols + MAX_BATCH_COLS);
+    float **snap = (float **)(s->h_cols + 2 * MAX_BATCH_COLS);
+    void **ptrs = s->h_cols + 3 * MAX_BATCH_COLS;
+    for (int i = 0, t = 0; i < q.n; i++) {
+        const bn_cuda_state *st = q.states[i];
+        const int n = seq_len(q, i);
+        for (int j = 0; j < n; j++, t++) {
+            pos[t] = st->pos + j;
+            run[t] = j == 0 ? n : 0;
+            snap[t] = q.snaps && q.snaps[i] ? q.snaps[i][j]->data : NULL;
+            for (int il = 0; il < L; il++) {
+                void **row = ptrs + (size_t)il * 4 * MAX_BATCH_COLS;
+                row[t] = st->k_cache[il], row[MAX_BATCH_COLS + t] = st->v_cache[il];
+                row[2 * MAX_BATCH_COLS + t] = st->conv[il], row[3 * MAX_BATCH_COLS + t] = st->ssm[il];
+            }
         }
     }
     // pageable host memory: the copy is staged before it returns (h_cols may change for the next step)
     TRY(cudaMemcpyAsync(s->d_cols, s->h_cols, sizeof(void *) * col_table_slots(L), cudaMemcpyHostToDevice, s->stream));
-    return upload_rows(s, in, 0, n);
+    return upload_rows(s, in, 0, nb);
 }
 
-// batch_body: the device part of a batched step of n columns whose table and tokens are uploaded: the layers, with
-// head the final norm and logits rows (hidden: the norm only), with argmax their argmax into d_argmax.
-static cudaError_t batch_body(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax) {
-    TRY(run_layers(s, n, tap_dst{NULL, 0, false}, true));
+// batch_body: the device part of a batched pass of n columns whose table and tokens are uploaded: the layers (taps
+// through taps.seqs), with head the final norm and logits rows (hidden: the norm only), with argmax their argmax
+// into d_argmax.
+static cudaError_t batch_body(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax,
+                              tap_dst taps = tap_dst{}) {
+    TRY(run_layers(s, n, taps, true));
     bn_q8_out hq;
     const bn_q8_out *hq8 = head ? head_q8(s, n, &hq) : NULL;
     if (head || hidden) TRY(head_norm(s, 0, n, hq8));
@@ -526,53 +582,63 @@ static cudaError_t batch_body(bn_cuda_state *s, int n, bool head, bool hidden, b
 
 static cudaError_t replay(bn_cuda_state *s, step_kind kind, const step_graph *key);
 
-// batch_step: batch_body, replaying the STEP_BATCH pass of n columns (replay) when head is wanted and graphs are
-// on, else launched kernel by kernel.
-static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax) {
-    if (!head || s->no_graphs) return batch_body(s, n, head, hidden, argmax);
+// batch_step: batch_body, replaying the STEP_BATCH pass of n columns (replay) when head is wanted, no taps and
+// graphs are on (the table holds the rest), else launched kernel by kernel.
+static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax, tap_dst taps) {
+    if (!head || s->no_graphs || taps.seqs) return batch_body(s, n, head, hidden, argmax, taps);
     step_graph key;
     memset(&key, 0, sizeof key);
     key.n = n, key.all_logits = true, key.argmax = argmax;
     return replay(s, STEP_BATCH, &key);
 }
 
-// batch_pass: one pass of a batched step: n <= the capacity of states[0], which runs it (checked inputs).
-static int batch_pass(bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs, char *err,
-                      size_t errlen) {
-    bn_cuda_state *s = states[0]; // its stream, scratch and head rows run the step
-    const bn_config *c = &s->cm->cfg;
-    bool head = false, hidden = false, argmax = false;
-    for (int t = 0; outs && t < n; t++)
-        head |= bn_forward_wants_head(outs[t]), hidden |= outs[t] && outs[t]->hidden,
-            argmax |= outs[t] && outs[t]->argmax;
-    cudaError_t e = upload_cols(states, in, n);
-    if (e == cudaSuccess) e = batch_step(s, n, head, hidden, argmax);
-    for (int t = 0; e == cudaSuccess && outs && t < n; t++) {
-        if (!outs[t]) continue;
-        if (outs[t]->hidden)
-            e = cudaMemcpyAsync(outs[t]->hidden, s->xn + (size_t)t * c->n_embd, sizeof(float) * c->n_embd,
+// batch_pass: one batched pass of q (checked inputs; nb = its token count <= the capacity of states[0], which runs
+// it): sequence i's outputs of its last column, or of every column with all_logits, into outs[i].
+static int batch_pass(const seqs_in &q, rows_in in, int nb, bn_forward_out *const *outs, char *err, size_t errlen) {
+    bn_cuda_state *s = q.states[0]; // its stream, scratch and head rows run the pass
+    const int H = s->cm->cfg.n_embd;
+    bool head = false, hidden = false, argmax = false, taps = false;
+    for (int i = 0; outs && i < q.n; i++)
+        if (outs[i])
+            head |= bn_forward_wants_head(outs[i]), hidden |= outs[i]->hidden != NULL,
+                argmax |= outs[i]->argmax != NULL, taps |= outs[i]->taps != NULL;
+    cudaError_t e = upload_cols(q, in, nb);
+    if (e == cudaSuccess) e = batch_step(s, nb, head, hidden, argmax, taps ? tap_dst{NULL, 0, false, &q, outs} : tap_dst{});
+    for (int i = 0, c0 = 0; e == cudaSuccess && i < q.n; c0 += seq_len(q, i), i++) {
+        const bn_forward_out *o = outs ? outs[i] : NULL;
+        if (!o) continue;
+        const int n = seq_len(q, i), rows = o->all_logits ? n : 1, first = c0 + n - rows;
+        if (o->hidden)
+            e = cudaMemcpyAsync(o->hidden, s->xn + (size_t)first * H, sizeof(float) * H * (size_t)rows,
                                 cudaMemcpyDeviceToHost, s->stream);
-        if (e == cudaSuccess && bn_forward_wants_head(outs[t])) e = copy_head_down(s, outs[t], 0, 1, t);
+        if (e == cudaSuccess && bn_forward_wants_head(o)) e = copy_head_down(s, o, 0, rows, first);
     }
-    for (int t = 0; e == cudaSuccess && t < n; t++) e = bn_cu_advance_pos(states[t]->d_pos, 1, s->stream);
+    for (int i = 0; e == cudaSuccess && i < q.n; i++) e = bn_cu_advance_pos(q.states[i]->d_pos, seq_len(q, i), s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess) return cuda_fail(e, "bn_cuda_forward_batch", err, errlen);
-    for (int t = 0; t < n; t++) states[t]->pos += 1;
+    if (e != cudaSuccess) return cuda_fail(e, "bn_cuda batched pass", err, errlen);
+    for (int i = 0; i < q.n; i++) {
+        for (int j = 0; q.snaps && q.snaps[i] && j < seq_len(q, i); j++) q.snaps[i][j]->pos = q.states[i]->pos + j + 1;
+        q.states[i]->pos += seq_len(q, i);
+    }
     return 0;
 }
+
+// pass_capacity: the columns a batched pass run by s holds.
+static int pass_capacity(const bn_cuda_state *s) { return s->n_batch < MAX_BATCH_COLS ? s->n_batch : MAX_BATCH_COLS; }
 
 // forward_batch: bn_cuda_forward_batch(_hidden) for token or residual-row input (fn names the caller).
 static int forward_batch(const char *fn, bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs,
                          char *err, size_t errlen) {
     if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
     if (n == 0) return 0;
-    if (batch_check(fn, states, in, n, outs, err, errlen) != 0) return -1;
+    if (batch_check(fn, seqs_in{states, NULL, NULL, n}, in, outs, err, errlen) != 0) return -1;
     const size_t H = (size_t)states[0]->cm->cfg.n_embd;
     for (int t0 = 0; t0 < n;) { // passes of what the pass's first state holds
-        const int cap = states[t0]->n_batch < MAX_BATCH_COLS ? states[t0]->n_batch : MAX_BATCH_COLS;
+        const int cap = pass_capacity(states[t0]);
         const int nb = n - t0 < cap ? n - t0 : cap;
         const rows_in part = {in.tokens ? in.tokens + t0 : NULL, in.x ? in.x + (size_t)t0 * H : NULL};
-        if (batch_pass(states + t0, part, nb, outs ? outs + t0 : NULL, err, errlen) != 0) return -1;
+        if (batch_pass(seqs_in{states + t0, NULL, NULL, nb}, part, nb, outs ? outs + t0 : NULL, err, errlen) != 0)
+            return -1;
         t0 += nb;
     }
     return 0;
@@ -588,6 +654,39 @@ int bn_cuda_forward_batch_hidden(bn_cuda_state *const *states, const float *x, i
                                  char *err, size_t errlen) {
     if (!x && n > 0) return bn_err(err, errlen, "bn_cuda_forward_batch_hidden: no input rows");
     return forward_batch("bn_cuda_forward_batch_hidden", states, rows_in{NULL, x}, n, outs, err, errlen);
+}
+
+int bn_cuda_forward_multi(bn_cuda_state *const *states, const int32_t *const *tokens, const int *n_tok, int n,
+                          bn_forward_out *const *outs, bn_cuda_snapshot *const *const *snaps, char *err,
+                          size_t errlen) {
+    const char *fn = "bn_cuda_forward_multi";
+    if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
+    if (n == 0) return 0;
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        if (n_tok[i] < 1 || !tokens[i]) return bn_err(err, errlen, "%s: sequence %d has no tokens", fn, i);
+        total += n_tok[i];
+    }
+    int32_t *all = (int32_t *)xmalloc(sizeof(int32_t) * (size_t)total); // the tokens one sequence after another
+    for (int i = 0, c0 = 0; i < n; c0 += n_tok[i], i++) memcpy(all + c0, tokens[i], sizeof(int32_t) * (size_t)n_tok[i]);
+    int rc = batch_check(fn, seqs_in{states, n_tok, snaps, n}, rows_in{all, NULL}, outs, err, errlen);
+    for (int i0 = 0, c0 = 0; rc == 0 && i0 < n;) { // passes of whole sequences, as many as the first state holds
+        const int cap = pass_capacity(states[i0]);
+        int i1 = i0, nb = 0;
+        while (i1 < n && nb + n_tok[i1] <= cap) nb += n_tok[i1++];
+        if (i1 == i0) { // one sequence longer than a pass: alone
+            bn_forward_out none = {}, *o = outs && outs[i0] ? outs[i0] : &none;
+            rc = snaps && snaps[i0] ? bn_cuda_forward_snaps(states[i0], tokens[i0], n_tok[i0], o, snaps[i0], err, errlen)
+                                    : bn_cuda_forward(states[i0], tokens[i0], n_tok[i0], o, err, errlen);
+            nb = n_tok[i0], i1 = i0 + 1;
+        } else {
+            const seqs_in q = {states + i0, n_tok + i0, snaps ? snaps + i0 : NULL, i1 - i0};
+            rc = batch_pass(q, rows_in{all + c0, NULL}, nb, outs ? outs + i0 : NULL, err, errlen);
+        }
+        i0 = i1, c0 += nb;
+    }
+    free(all);
+    return rc;
 }
 
 // ---- one-token steps and verify passes through CUDA graphs ----------------------------------------
@@ -647,7 +746,7 @@ static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph
     taps_out.n_taps = key->n_taps;
     taps_out.tap_layers = key->tap_layers;
     const int n = key->n, first = key->all_logits ? 0 : n - 1, rows = key->all_logits ? n : 1;
-    TRY(run_layers(s, n, tap_dst{key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY}));
+    TRY(run_layers(s, n, tap_dst{key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY, NULL, NULL}));
     bn_q8_out hq;
     const bn_q8_out *hq8 = head_q8(s, rows, &hq);
     TRY(head_norm(s, first, rows, hq8));

@@ -125,16 +125,21 @@ cudaError_t bn_cu_gdn_recurrence_norm(float *S, const float *mix, const float *b
                                       float *const *snaps, size_t snap_off, cudaStream_t s, const bn_q8_out *q8,
                                       const bn_cu_cols *cols = nullptr);
 
-// The columns of a batched decode step (bn_cuda_forward_batch): column t is one token of its own sequence, at
-// position pos[t], with that sequence's state for the current layer (device arrays of nb pointers). The kernels
-// below take it as their last argument: NULL (or pos NULL) runs nb tokens of one sequence at d_pos[0] + t on
-// the state passed as before; with it each column reads and writes its own KV cache / conv window / S.
+// The columns of a batched pass (bn_cuda_forward_batch: one token of each sequence; bn_cuda_forward_multi: several
+// tokens of each, a sequence's columns consecutive and in token order): column t is a token at position pos[t], with
+// its sequence's state for the current layer (device arrays of nb pointers). The kernels below take it as their
+// last argument: NULL (or pos NULL) runs nb tokens of one sequence at d_pos[0] + t on the state passed as before;
+// with it each column reads and writes its own sequence's KV cache / conv window / S, the conv and the recurrence
+// running each sequence's columns in order (run), and the recurrent state after column t goes to snaps[t] (+ the
+// layer's snap_off) where that is not NULL (the kernels' own snaps argument is ignored).
 struct bn_cu_cols {
     const int *pos;   // {nb} positions
     void *const *k;   // {nb} KV caches of the layer (fp32 or fp16, as kv_f16)
     void *const *v;
     float *const *conv; // {nb} conv windows {K-1, conv_dim} of the layer
     float *const *ssm;  // {nb} S {dk, dv, Hv} of the layer
+    const int *run;     // {nb} the sequence's column count at its first column, 0 at the others
+    float *const *snaps; // {nb} snapshot data (device) after each column, NULL entries: none
 };
 
 // ---- attention.cu ------------------------------------------------------------------------------

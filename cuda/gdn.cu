@@ -11,15 +11,17 @@
 
 // conv_norm_kernel: block = one head's dk channels (thread i: channel head*dk + i, its window in
 // registers), tokens in order; q/k heads (head < 2*Hk) are L2-normalised per token across the block.
-// With cols (pos not NULL): block (head, column t) runs token t alone on column t's window.
+// With cols (pos not NULL): block (head, column t) runs the columns of t's sequence in order on its window when t is
+// its first column (the others' blocks return).
 static __global__ void conv_norm_kernel(float *mix, float *window, const float *w, int C, int K, int nb, int Hk, int dk,
                                         float eps, float q_scale, float *const *snaps, size_t snap_off,
                                         bn_cu_cols cols) {
     bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const int head = blockIdx.x, i = threadIdx.x, km1 = K - 1;
-    const int t0 = cols.pos ? blockIdx.y : 0, t1 = cols.pos ? t0 + 1 : nb;
-    if (cols.pos) window = cols.conv[t0];
+    const int t0 = cols.pos ? blockIdx.y : 0, t1 = cols.pos ? t0 + cols.run[t0] : nb;
+    if (t1 == t0) return; // not the first column of its sequence (the whole block)
+    if (cols.pos) window = cols.conv[t0], snaps = cols.snaps;
     const bool active = i < dk, normed = head < 2 * Hk; // normed is uniform over the block
     const int ch = head * dk + i;
     // the window in registers: every loop over it is unrolled to BN_CU_MAX_CONV_K with k < km1 guards, so
@@ -51,7 +53,7 @@ static __global__ void conv_norm_kernel(float *mix, float *window, const float *
         }
         if (active) {
             *xt = out;
-            if (snaps)
+            if (snaps && snaps[t])
 #pragma unroll
                 for (int k = 0; k < BN_CU_MAX_CONV_K; k++)
                     if (k < km1) snaps[t][snap_off + (size_t)ch * km1 + k] = win[k];
@@ -115,9 +117,9 @@ cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int H
                                 cudaStream_t s, const bn_cu_cols *cols) {
     const int C = (2 * Hk + Hv) * dk, threads = (dk + 31) / 32 * 32;
     const bn_cu_cols cl = cols ? *cols : bn_cu_cols{};
-    if (cl.pos) { // a batched decode step: every column one token on its own window
+    if (cl.pos) { // a batched pass: each sequence's columns in order on its own window
         BN_LAUNCH(conv_norm_kernel, dim3(2 * Hk + Hv, nb), threads, 0, s, mix, window, w, C, K, nb, Hk, dk, eps,
-                  q_scale, (float *const *)nullptr, (size_t)0, cl);
+                  q_scale, (float *const *)nullptr, snap_off, cl);
         return cudaGetLastError();
     }
     if (nb >= BN_CU_CONV_PARALLEL_NB && !snaps && scratch) { // prefill: every token at once, two launches
@@ -191,14 +193,16 @@ static __device__ __forceinline__ void rec_gates(const float *beta_logit, const 
 // recurrence_kernel: block (value head h, group of REC_WARPS value rows); warp w owns row
 // j = blockIdx.y*REC_WARPS + w of S_h (dk floats, lane l holding elements l, l+32, ...) in registers
 // for all nb tokens. Rows are independent given q, k, v, α, β: decay, u_j = row·k, δ_j = β(v_j − u_j),
-// row += δ_j k, o_j = row·q. With cols (pos not NULL): blockIdx.z = column t, token t alone on column t's S.
+// row += δ_j k, o_j = row·q. With cols (pos not NULL): blockIdx.z = column t, the columns of t's sequence in order on
+// its S when t is its first column (the others' blocks return).
 static __global__ void recurrence_kernel(float *S, const float *mix, const float *beta_logit, const float *alpha_logit,
                                   const float *dt_bias, const float *ssm_a, float *y, int dk, int dv, int Hk, int Hv,
                                   int conv_dim, int nb, float *const *snaps, size_t snap_off, bn_cu_cols cols) {
     bn_cu_grid_begin();
     const int h = blockIdx.x, lane = threadIdx.x % 32;
-    const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + 1 : nb;
-    if (cols.pos) S = cols.ssm[t0];
+    const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + cols.run[t0] : nb;
+    if (t1 == t0) return; // not the first column of its sequence (the whole block)
+    if (cols.pos) S = cols.ssm[t0], snaps = cols.snaps;
     const int j = blockIdx.y * REC_WARPS + threadIdx.x / 32;
     if (j >= dv) return; // whole warp leaves together
     const int kh = h % Hk; // GGUF tiled layout: value head h pairs with key head h mod Hk
@@ -213,7 +217,7 @@ static __global__ void recurrence_kernel(float *S, const float *mix, const float
         rec_gates(beta_logit, alpha_logit, dt_bias, ssm_a, t, h, Hv, &alpha, &beta);
         const float o = rec_row_step(r, k, q, alpha, beta, v_j, lane, dk);
         if (lane == 0) y[(size_t)t * Hv * dv + (size_t)h * dv + j] = o;
-        if (snaps) rec_row_store(snaps[t] + snap_off + ((size_t)h * dv + j) * dk, r, lane, dk); // row j after token t
+        if (snaps && snaps[t]) rec_row_store(snaps[t] + snap_off + ((size_t)h * dv + j) * dk, r, lane, dk); // after t
     }
     rec_row_store(row, r, lane, dk);
 }
@@ -230,10 +234,11 @@ cudaError_t bn_cu_gdn_recurrence(float *S, const float *mix, const float *beta_l
 }
 
 // ---- the recurrence with the output norm (opt-in: BONSAI_CUDA_GDN_NORM=1) -----------------------------------
-// recurrence_norm_kernel: block = value head h (with cols: blockIdx.z = column t), REC_NORM_WARPS warps, warp w owning
-// rows w, w + REC_NORM_WARPS, ... of S_h (dv / REC_NORM_WARPS each) in registers; per token the rows' outputs go to
-// shared memory and the block applies the gated RMSNorm of the head (gated_rmsnorm_kernel's math: y = w ⊙ o / rms(o)
-// ⊙ SiLU(z), and with Q8 its Q8 activations for ssm_out), so the norm needs no launch of its own. The rows compute
+// recurrence_norm_kernel: block = value head h (with cols: blockIdx.z = column t, run as in recurrence_kernel),
+// REC_NORM_WARPS warps, warp w owning rows w, w + REC_NORM_WARPS, ... of S_h (dv / REC_NORM_WARPS each) in registers;
+// per token the rows' outputs go to shared memory and the block applies the gated RMSNorm of the head
+// (gated_rmsnorm_kernel's math: y = w ⊙ o / rms(o) ⊙ SiLU(z), and with Q8 its Q8 activations for ssm_out), so the
+// norm needs no launch of its own. The rows compute
 // exactly as in recurrence_kernel (rec_row_step); the norm's sum runs in another order (last bits).
 #define REC_NORM_WARPS 32
 #define REC_NORM_ROWS 4 // rows per warp: dv <= 128
@@ -248,8 +253,9 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
     BN_SHARED(float, o_head, REC_NORM_WARPS * REC_NORM_ROWS); // the head's outputs of the current token
     BN_SHARED(float, red, 32);
     const int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + 1 : nb;
-    if (cols.pos) S = cols.ssm[t0];
+    const int t0 = cols.pos ? blockIdx.z : 0, t1 = cols.pos ? t0 + cols.run[t0] : nb;
+    if (t1 == t0) return; // not the first column of its sequence (the whole block)
+    if (cols.pos) S = cols.ssm[t0], snaps = cols.snaps;
     const int kh = h % Hk; // GGUF tiled layout: value head h pairs with key head h mod Hk
     float r[REC_NORM_ROWS][REC_NORM_REGS];
 #pragma unroll
@@ -269,7 +275,7 @@ static __global__ void __launch_bounds__(REC_NORM_WARPS * 32)
             const float v_j = c[(size_t)2 * Hk * dk + (size_t)h * dv + j];
             const float o = rec_row_step(r[a], k, q, alpha, beta, v_j, lane, dk);
             if (lane == 0) o_head[j] = o;
-            if (snaps) rec_row_store(snaps[t] + snap_off + ((size_t)h * dv + j) * dk, r[a], lane, dk); // after token t
+            if (snaps && snaps[t]) rec_row_store(snaps[t] + snap_off + ((size_t)h * dv + j) * dk, r[a], lane, dk);
         }
         __syncthreads(); // the head's outputs of token t are in o_head
         float sum_sq = 0.0f;

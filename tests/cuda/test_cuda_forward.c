@@ -1221,10 +1221,105 @@ static void batch_case(const char *type, double bound) {
     bn_model_free(m);
 }
 
+// multi_case: bn_engine_forward_multi (a ragged pass: 3 sequences with 4, 1 and 3 tokens, rotated each round, 6
+// rounds) on the CPU (bn_forward_multi), CUDA (bn_cuda_forward_multi: one batched pass of 8 columns, each sequence's
+// conv and recurrence walking its columns in order) and CPU+CUDA (each sequence alone) engines of the tiny model,
+// against twin states running each sequence alone (bn_engine_forward_snaps): every row's logits within bound (F32:
+// 1e-4, CUDA bit-identical; Q1_0 0.2: the 8-column kernels, the CPU's batched dot and CUDA's int8 MMA from 8 columns,
+// sum in another order than the passes of up to 4 tokens alone, and a last-bit difference that flips a Q8 rounding
+// of the next layer's activations is amplified by this random model, as in mmq_prefill_case), the same argmax, host taps of the first and last layers (odd rounds; even rounds without taps replay
+// the CUDA batch graph) within bound, equal positions; every round one sequence rolls back to its middle snapshot of
+// the pass on both sides, so later rounds check the snapshots too. On CUDA the first state leads every pass: one
+// graph capture, a replay per round without taps.
+static void multi_case(const char *type, double bound) {
+    char path[320], err[512];
+    if (!make_model("tiny", type, path, sizeof path)) return;
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    if (!m) bn_die("multi model: %s", err);
+    const int V = m->cfg.n_vocab, H = m->cfg.n_embd;
+    enum { N = 3, MAXT = 4, ROUNDS = 6 };
+    const int lens[N] = {4, 1, 3}, taps_at[2] = {0, m->cfg.n_layer - 1};
+    const int ngl[3] = {0, 99, m->cfg.n_layer / 2};
+    for (int k = 0; k < 3; k++) {
+        bn_engine *e = bn_engine_open(m, ngl[k], 2, err, sizeof err);
+        if (!e) bn_die("multi engine: %s", err);
+        bn_engine_state *b[N], *r[N];
+        bn_engine_snapshot *sb[N][MAXT], *sr[N][MAXT];
+        for (int i = 0; i < N; i++) {
+            b[i] = bn_engine_state_new(e, N_CTX, err, sizeof err), r[i] = bn_engine_state_new(e, N_CTX, err, sizeof err);
+            if (!b[i] || !r[i]) bn_die("multi states: %s", err);
+            for (int j = 0; j < MAXT; j++)
+                if (!(sb[i][j] = bn_engine_snapshot_new(b[i], err, sizeof err)) ||
+                    !(sr[i][j] = bn_engine_snapshot_new(r[i], err, sizeof err)))
+                    bn_die("multi snapshots: %s", err);
+            int32_t prompt[16];
+            for (int t = 0; t < 2 + 5 * i; t++) prompt[t] = (int32_t)((t * 61 + i * 23 + 9) % V);
+            bn_forward_out none = {0};
+            CHECK(bn_engine_forward(b[i], prompt, 2 + 5 * i, &none, err, sizeof err) == 0 &&
+                      bn_engine_forward(r[i], prompt, 2 + 5 * i, &none, err, sizeof err) == 0,
+                  "multi prefill: %s", err);
+        }
+        float *lb = xmalloc(sizeof(float) * V * N * MAXT), *lr = xmalloc(sizeof(float) * V * MAXT);
+        float *tb = xmalloc(sizeof(float) * 2 * H * N * MAXT), *tr = xmalloc(sizeof(float) * 2 * H * MAXT);
+        int32_t amb[N][MAXT], amr[MAXT];
+        double w_logit = 0, w_tap = 0;
+        int bad = 0;
+        for (int round = 0; round < ROUNDS; round++) {
+            const bool taps = round % 2 == 1;
+            int32_t toks[N][MAXT];
+            bn_forward_out ob[N];
+            bn_engine_seq seqs[N];
+            for (int i = 0; i < N; i++) {
+                const int n = lens[(i + round) % N];
+                for (int j = 0; j < n; j++) toks[i][j] = (int32_t)((round * 71 + i * 37 + j * 13 + 5) % V);
+                ob[i] = (bn_forward_out){.logits = lb + (size_t)i * MAXT * V, .argmax = amb[i], .all_logits = i != 1};
+                if (taps) ob[i].tap_layers = taps_at, ob[i].n_taps = 2, ob[i].taps = tb + (size_t)i * MAXT * 2 * H;
+                seqs[i] = (bn_engine_seq){b[i], toks[i], n, &ob[i], sb[i]};
+            }
+            CHECK(bn_engine_forward_multi(seqs, N, err, sizeof err) == 0, "%s multi round %d: %s", bn_engine_name(e),
+                  round, err);
+            for (int i = 0; i < N; i++) {
+                const int n = seqs[i].n, rows = i != 1 ? n : 1;
+                bn_forward_out o = {.logits = lr, .argmax = amr, .all_logits = i != 1};
+                if (taps) o.tap_layers = taps_at, o.n_taps = 2, o.taps = tr;
+                CHECK(bn_engine_forward_snaps(r[i], toks[i], n, &o, sr[i], err, sizeof err) == 0, "multi twin: %s", err);
+                for (size_t v = 0; v < (size_t)rows * V; v++) w_logit = fmax(w_logit, fabs(lb[(size_t)i * MAXT * V + v] - lr[v]));
+                for (int j = 0; j < rows; j++)
+                    bad += amb[i][j] != amr[j] || argmax(lb + ((size_t)i * MAXT + j) * V, V) != amb[i][j];
+                for (size_t d = 0; taps && d < (size_t)n * 2 * H; d++)
+                    w_tap = fmax(w_tap, fabs(tb[(size_t)i * MAXT * 2 * H + d] - tr[d]));
+                bad += bn_engine_state_pos(b[i]) != bn_engine_state_pos(r[i]);
+            }
+            const int back = round % N, mid = (seqs[back].n - 1) / 2; // a rejected draft tail
+            CHECK(bn_engine_restore(b[back], sb[back][mid], err, sizeof err) == 0 &&
+                      bn_engine_restore(r[back], sr[back][mid], err, sizeof err) == 0, "multi restore: %s", err);
+        }
+        const double engine_bound = k == 2 ? fmax(bound, 1e-3) : bound; // CPU+CUDA: fp16 KV on the CPU layers
+        printf("multi %-5s %-8s: %d sequences of 4/1/3 tokens x %d rounds vs each alone: max |d logit| %.3g, taps "
+               "%.3g (bound %.0e), %d argmax / position mismatches\n", type, bn_engine_name(e), N, ROUNDS, w_logit,
+               w_tap, engine_bound, bad);
+        CHECK(w_logit <= engine_bound && w_tap <= engine_bound && bad == 0, "%s %s: the ragged pass differs from "
+              "each sequence alone", type, bn_engine_name(e));
+        if (!strcmp(bn_engine_name(e), "CUDA")) { // the first state led every pass: one capture, a replay per round
+            int64_t replays, captures;                // without taps
+            bn_cuda_state_graph_counts((bn_cuda_state *)b[0]->st, &replays, &captures);
+            CHECK(captures == 1 && replays == ROUNDS / 2, "CUDA multi graphs: %lld captures, %lld replays (want 1, %d)",
+                  (long long)captures, (long long)replays, ROUNDS / 2);
+        }
+        for (int i = 0; i < N; i++) {
+            for (int j = 0; j < MAXT; j++) bn_engine_snapshot_free(sb[i][j]), bn_engine_snapshot_free(sr[i][j]);
+            bn_engine_state_free(b[i]), bn_engine_state_free(r[i]);
+        }
+        free(lb), free(lr), free(tb), free(tr);
+        bn_engine_free(e);
+    }
+    bn_model_free(m);
+}
+
 // main: argv[1] selects a part (each < 60 s in the emulator): "float" (F32/F16/qwen3 cases, F32
-// greedy, 150-token context, snapshots, fp16 KV, graph taps, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16 greedy, planar
-// Q1_0, fused == unfused), "quick" (F32 case +
-// greedy; for the shuffled emulator run), "attn" (the prefill attention kernels' cases only); no argument runs
+// greedy, 150-token context, snapshots, fp16 KV, graph taps, engine), "quant" (Q8_0/Q1_0/Q2_0, llama, qwen2 cases, F16
+// greedy, planar Q1_0, batched and ragged passes, fused == unfused), "quick" (F32 case + greedy + the F32 ragged pass;
+// for the shuffled emulator run), "attn" (the prefill attention kernels' cases only); no argument runs
 // everything (GPU).
 int main(int argc, char **argv) {
     char err[256];
@@ -1254,6 +1349,9 @@ int main(int argc, char **argv) {
     if (qnt) greedy_case("tiny", "F16");
     if (qnt) planar_case();
     if (qnt) batch_case("F32", 1e-4), batch_case("Q1_0", 1e-3);
+    if (qnt || quick) multi_case("F32", 1e-4); // quick: the shuffled block order of cuda_forward_emu_shuffled is what
+    if (qnt) multi_case("Q1_0", 0.2);           // tells whether a sequence's columns really run in order
+
     if (qnt) gdn_norm_case("tiny", "F32", 1e-5), gdn_norm_case("tiny", "Q1_0", 1e-3);
     if (flt) gdn_norm_case("gqa6", "F32", 1e-5);
     if (qnt) {

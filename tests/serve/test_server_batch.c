@@ -1,14 +1,15 @@
-// tests/serve/test_server_batch.c — bonsai-serve's batched decode steps (serve/slots.c eval_step: the decode
-// steps the slots want at the same time run as one bn_engine_forward_batch) on 4 slots: 4 requests at once
+// tests/serve/test_server_batch.c — bonsai-serve's batched decode steps (serve/slots.c: the decode steps the slots
+// want at the same time run as one bn_engine_forward_multi, core/step_batch.h) on 4 slots: 4 requests at once
 // (greedy, sampled with a seed, greedy with n_probs, sampled without: argmax, top-k and logits-row steps mixed in
 // one batch) give the same texts as the same requests one at a time, and /metrics reports more than one busy
 // slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched). Then the same with
 // speculative slots (serve/slots.c spec_round: each round's verify pass joins the other slots' passes,
-// bn_step_batcher_pass), once with the oracle drafter (drafts always accepted: passes of up to 5 tokens) and once with
-// a random DSpark drafter that always drafts (--no-spec-adaptive: mostly rejected drafts, taps in every pass): the
-// same texts as the plain server's one at a time, more than one busy slot per decode call, and drafts made (some of
-// the oracle's accepted: all on the greedy requests, the sampled ones reject some). Run again as serve_batch_emu against bonsai-serve-emu -ngl 99 (plain steps batched by
-// bn_cuda_forward_batch, verify passes alone: bn_engine_forward_multi) and serve_batch_split_emu (-ngl 2).
+// bn_step_batcher_pass), once with the oracle drafter (the target's own greedy continuation: passes of up to 5
+// tokens) and once with a random DSpark drafter that always drafts (--no-spec-adaptive: mostly rejected drafts, taps
+// in every pass): the same texts as the plain server's one at a time, more than one busy slot per decode call, and
+// drafts made (some of the oracle's accepted: all on the greedy requests, the sampled ones reject some; env
+// BONSAI_BATCH_SPEC picks the cases). Run again as serve_batch_emu against bonsai-serve-emu -ngl 99 (the ragged
+// passes of bn_cuda_forward_multi) and serve_batch_split_emu (-ngl 2: one-token steps batched, verify passes alone).
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
