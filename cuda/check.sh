@@ -20,7 +20,8 @@
 #           llama-bench -ngl 0 with the GPU hidden (CUDA_VISIBLE_DEVICES=), all cores, pp64 / tg16;
 #   serve   bonsai-serve -ngl 99 -np 4 on the L2-layer Q1_0 file: decode tok/s of one stream (timings) for greedy
 #           and sampled requests, each without log-probs (argmax / top-k steps) and with n_probs 1 (logits rows),
-#           and the total of 4 greedy streams at once (their steps batched);
+#           and the total of 4 greedy streams at once (their steps batched); then 4 speculative streams with the
+#           DSpark step's drafter, adaptive and always drafting 3 (their verify passes batched: ragged passes);
 # then ONE markdown table (tok/s, decode GB/s, % of copy bandwidth) and the per-step status table.
 # Every step runs under `timeout` with the limit printed in the plan; a step that fails or times out
 # logs its tail and the script goes on; cells that depend on it read FAIL / TIMEOUT / SKIP. Exit
@@ -65,7 +66,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (upper bounds; the sum is printed: 870 s full, 1020 s with --sanitize --profile;
+# ---- the plan: seconds per step (upper bounds; the sum is printed: 885 s full, 1035 s with --sanitize --profile;
 # BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones last in the order) ---
 # Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
 # 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
@@ -85,7 +86,7 @@ fi
 LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
-LIMIT[serve]=$([ "$EMU" = 1 ] && echo 90 || echo 30)
+LIMIT[serve]=$([ "$EMU" = 1 ] && echo 150 || echo 45)
 LIMIT[longpp]=$([ "$EMU" = 1 ] && echo 60 || echo 30) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
@@ -393,64 +394,6 @@ else
         "$PEER" -m "$W/l$L1-Q1_0.gguf" -ngl 0 -t "$NPROC" -p "$CPU_PP" -n "$CPU_TG" -r 1 -o json
 fi
 
-# ---- serve: bonsai-serve -ngl 99, one stream, what a request asks for ------------------------------------
-# serve_run: starts the server on the L2-layer Q1_0 file and POSTs /completion (SERVE_N tokens, ignore_eos, no
-# prompt cache) per mode, a warm-up and then SERVE_REPS timed ones; prints "| mode | tok/s |" rows
-# (timings.predicted_per_second, the best of the timed ones).
-SERVE_N=128 SERVE_REPS=2 SERVE_BIN="$B/tools/bonsai-serve"
-[ "$EMU" = 1 ] && SERVE_N=8 SERVE_REPS=1 SERVE_BIN="$B/tests/cuda/bonsai-serve-emu"
-serve_run() {
-    [ -x "$SERVE_BIN" ] || ninja -C "$B" "${SERVE_BIN#$B/}" || return 1
-    "$SERVE_BIN" -m "$W/l$L2-Q1_0.gguf" -ngl 99 --port 0 --ready-file "$W/serve.ready" -c 1024 -t 4 -np 4 \
-        >"$W/serve.out" 2>&1 &
-    local pid=$! rc=0
-    python3 - "$W/serve.ready" "$SERVE_N" "$SERVE_REPS" <<'PYEOF' || rc=1
-import json, os, sys, threading, time, urllib.request
-ready, n, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for _ in range(600):
-    if os.path.exists(ready) and open(ready).read().strip(): break
-    time.sleep(0.1)
-else: sys.exit("bonsai-serve did not start")
-host = open(ready).read().strip()
-modes = [("greedy (argmax steps)", {"temperature": 0}), ("greedy, n_probs 1 (logits rows)", {"temperature": 0, "n_probs": 1}),
-         ("sampled top_k 40 (top-k steps)", {"temperature": 0.8, "top_k": 40, "seed": 1}),
-         ("sampled top_k 40, n_probs 1 (logits rows)", {"temperature": 0.8, "top_k": 40, "seed": 1, "n_probs": 1})]
-print("| request | decode tok/s |")
-print("| ------- | -----------: |")
-for name, extra in modes:
-    best = 0.0
-    for r in range(reps + 1):
-        body = dict(prompt="Once upon a time", n_predict=n, ignore_eos=True, cache_prompt=False, **extra)
-        req = urllib.request.Request(f"http://{host}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
-        t = json.load(urllib.request.urlopen(req, timeout=60))["timings"]["predicted_per_second"]
-        if r > 0: best = max(best, t) # r 0: warm-up (graph capture)
-    print(f"| {name} | {best:.1f} |")
-def post(body, out, i):
-    req = urllib.request.Request(f"http://{host}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
-    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["tokens_predicted"]
-best = 0.0 # 4 greedy streams at once: the slots' steps batched (bn_cuda_forward_batch); total tokens / wall time
-for r in range(reps + 1):
-    got = [0] * 4
-    th = [threading.Thread(target=post, args=(dict(prompt=f"Stream {i} once upon a time", n_predict=n, ignore_eos=True,
-          cache_prompt=False, temperature=0), got, i)) for i in range(4)]
-    t0 = time.time()
-    for t in th: t.start()
-    for t in th: t.join()
-    if r > 0: best = max(best, sum(got) / (time.time() - t0))
-print(f"| 4 greedy streams at once, total (batched steps) | {best:.1f} |")
-PYEOF
-    kill "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    return $rc
-}
-export -f serve_run
-export SERVE_N SERVE_REPS SERVE_BIN
-if [ ! -f "$W/l$L2-Q1_0.gguf" ]; then
-    skip_step serve "no $L2-layer Q1_0 model"
-else
-    run_step serve "${LIMIT[serve]}" bash -c serve_run && cat "$W/serve.log"
-fi
-
 # ==== DSpark (cudadraft) ==============================================================================
 # A $DS_PRESET-shape drafter (bonsai-mkdrafter: 27b = the Bonsai-27B drafter's shapes; Q4_1 matrices like
 # the real file; --shared: token_embd/output borrowed from the target, as a converted
@@ -489,7 +432,90 @@ else
             -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
     done
 fi
-# ---- longpp: long prompts, ours and the peer's (after DSpark: a spent budget cuts this first) -----------
+# ---- serve: bonsai-serve -ngl 99 (after DSpark: its drafter serves the speculative streams) ------------------
+# serve_one LABEL MODE [SERVER ARGS...]: starts the server on the L2-layer Q1_0 file (with the extra args) and POSTs
+# /completion (SERVE_N tokens, ignore_eos, no prompt cache), a warm-up and then SERVE_REPS timed ones; prints
+# "| mode | tok/s |" rows: MODE all: one stream per request kind (timings.predicted_per_second, the best of the timed
+# ones), then 4 greedy streams at once (total tokens / wall time); MODE streams: only the 4 streams, named LABEL, with
+# the server's busy slots per decode call (/metrics).
+# SERVE_ADAPTIVE 0 (emulator): no adaptive row (in 8 tokens the cost model never stops drafting: the same run twice).
+SERVE_N=128 SERVE_REPS=2 SERVE_BIN="$B/tools/bonsai-serve" SERVE_ADAPTIVE=1
+[ "$EMU" = 1 ] && SERVE_N=8 SERVE_REPS=1 SERVE_BIN="$B/tests/cuda/bonsai-serve-emu" SERVE_ADAPTIVE=0
+serve_one() {
+    local label=$1 mode=$2
+    shift 2
+    rm -f "$W/serve.ready"
+    "$SERVE_BIN" -m "$W/l$L2-Q1_0.gguf" -ngl 99 --port 0 --ready-file "$W/serve.ready" -c 1024 -t 4 -np 4 --metrics \
+        "$@" >>"$W/serve.out" 2>&1 &
+    local pid=$! rc=0
+    python3 - "$W/serve.ready" "$SERVE_N" "$SERVE_REPS" "$mode" "$label" <<'PYEOF' || rc=1
+import json, os, sys, threading, time, urllib.request
+ready, n, reps, mode, label = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+for _ in range(600):
+    if os.path.exists(ready) and open(ready).read().strip(): break
+    time.sleep(0.1)
+else: sys.exit("bonsai-serve did not start")
+host = open(ready).read().strip()
+modes = [("greedy (argmax steps)", {"temperature": 0}), ("greedy, n_probs 1 (logits rows)", {"temperature": 0, "n_probs": 1}),
+         ("sampled top_k 40 (top-k steps)", {"temperature": 0.8, "top_k": 40, "seed": 1}),
+         ("sampled top_k 40, n_probs 1 (logits rows)", {"temperature": 0.8, "top_k": 40, "seed": 1, "n_probs": 1})]
+if mode == "all":
+    print("| request | decode tok/s |")
+    print("| ------- | -----------: |")
+    for name, extra in modes:
+        best = 0.0
+        for r in range(reps + 1):
+            body = dict(prompt="Once upon a time", n_predict=n, ignore_eos=True, cache_prompt=False, **extra)
+            req = urllib.request.Request(f"http://{host}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
+            t = json.load(urllib.request.urlopen(req, timeout=60))["timings"]["predicted_per_second"]
+            if r > 0: best = max(best, t) # r 0: warm-up (graph capture)
+        print(f"| {name} | {best:.1f} |")
+def post(body, out, i):
+    req = urllib.request.Request(f"http://{host}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["tokens_predicted"]
+best = 0.0 # 4 greedy streams at once: the slots' steps (and verify passes) batched; total tokens / wall time
+for r in range(reps + 1):
+    got = [0] * 4
+    th = [threading.Thread(target=post, args=(dict(prompt=f"Stream {i} once upon a time", n_predict=n, ignore_eos=True,
+          cache_prompt=False, temperature=0), got, i)) for i in range(4)]
+    t0 = time.time()
+    for t in th: t.start()
+    for t in th: t.join()
+    if r > 0: best = max(best, sum(got) / (time.time() - t0))
+if mode == "all":
+    print(f"| 4 greedy streams at once, total (batched steps) | {best:.1f} |")
+else:
+    m = urllib.request.urlopen(f"http://{host}/metrics", timeout=10).read().decode()
+    per = next((l.split()[-1] for l in m.splitlines() if l.startswith("llamacpp:n_busy_slots_per_decode ")), "?")
+    print(f"| 4 greedy streams at once, total: {label}; {per} busy slots per pass | {best:.1f} |")
+PYEOF
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return $rc
+}
+# serve_run: the plain server's rows, then (with the DSpark step's drafter) 4 speculative streams, the random drafter
+# with the adaptive cost model (mostly one-token passes) and always drafting 3 (verify passes of 4 tokens: ragged
+# passes of up to 16 columns, bn_cuda_forward_multi).
+serve_run() {
+    [ -x "$SERVE_BIN" ] || ninja -C "$B" "${SERVE_BIN#$B/}" || return 1
+    : >"$W/serve.out"
+    serve_one "" all || return 1
+    [ -f "$W/drafter.gguf" ] || return 0
+    if [ "$SERVE_ADAPTIVE" = 1 ]; then
+        serve_one "DSpark random drafter, adaptive" streams -md "$W/drafter.gguf" --spec-type draft-dspark || return 1
+    fi
+    serve_one "DSpark random drafter, always 3 drafts" streams -md "$W/drafter.gguf" --spec-type draft-dspark \
+        --spec-draft-n-max 3 --no-spec-adaptive
+}
+export -f serve_one serve_run
+export SERVE_N SERVE_REPS SERVE_BIN SERVE_ADAPTIVE
+if [ ! -f "$W/l$L2-Q1_0.gguf" ]; then
+    skip_step serve "no $L2-layer Q1_0 model"
+else
+    run_step serve "${LIMIT[serve]}" bash -c serve_run && cat "$W/serve.log"
+fi
+
+# ---- longpp: long prompts, ours and the peer's (after DSpark and serve: a spent budget cuts this first) ---
 # Prefill at LONG_PP tokens: the attention part grows with the square of the prompt, the rest linearly, so this
 # shows how the prefill attention scales against llama.cpp's: ours with the per-token kernel (the default), ours
 # with query tiles (BONSAI_CUDA_ATTN_TILED=1, attn_tiled_kernel: notes/cuda.md), the same tiles on the fp16 tensor
