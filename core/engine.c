@@ -142,30 +142,6 @@ int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *token
     return rc;
 }
 
-// multi_parts: a ragged pass on a backend without forward_multi: the one-token sequences without snapshots or taps
-// as one forward_batch (they stay in order), then every other one alone (forward_snaps or forward). Returns 0 or -1.
-static int multi_parts(const bn_engine_ops *ops, void *const *sts, const int32_t *const *tokens, const int *n_tok,
-                       int n, bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen) {
-    void **bs = xmalloc(sizeof(void *) * (size_t)n);
-    int32_t *bt = xmalloc(sizeof(int32_t) * (size_t)n);
-    bn_forward_out **bo = xmalloc(sizeof(bn_forward_out *) * (size_t)n);
-    bool *alone = xmalloc(sizeof(bool) * (size_t)n);
-    int nb = 0, rc = 0;
-    for (int i = 0; i < n; i++) {
-        alone[i] = n_tok[i] != 1 || snaps[i] || (outs[i] && outs[i]->taps);
-        if (!alone[i]) bs[nb] = sts[i], bt[nb] = tokens[i][0], bo[nb++] = outs[i];
-    }
-    if (nb) rc = ops->forward_batch(bs, bt, nb, bo, err, errlen);
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (!alone[i]) continue;
-        bn_forward_out none = {0}, *o = outs[i] ? outs[i] : &none;
-        rc = snaps[i] ? ops->forward_snaps(sts[i], tokens[i], n_tok[i], o, snaps[i], err, errlen)
-                      : ops->forward(sts[i], tokens[i], n_tok[i], o, err, errlen);
-    }
-    free(bs), free(bt), free(bo), free(alone);
-    return rc;
-}
-
 int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t errlen) {
     const char *fn = "bn_engine_forward_multi";
     if (n <= 0) return n == 0 ? 0 : bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
@@ -199,10 +175,7 @@ int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t 
         }
         snaps[i] = mine;
     }
-    if (rc == 0)
-        rc = e->ops->forward_multi
-                 ? e->ops->forward_multi(sts, tokens, n_tok, n, outs, snaps, err, errlen)
-                 : multi_parts(e->ops, sts, tokens, n_tok, n, outs, snaps, err, errlen);
+    if (rc == 0) rc = e->ops->forward_multi(sts, tokens, n_tok, n, outs, snaps, err, errlen);
     free(sts), free(tokens), free(n_tok), free(outs), free(snaps), free(snap_store);
     return rc;
 }

@@ -37,11 +37,8 @@ typedef struct bn_engine_ops {
     // forward + the state after each token t into snaps[t] (the backend's snapshot objects)
     int (*forward_snaps)(void *st, const int32_t *tokens, int n, bn_forward_out *out, void *const *snaps, char *err,
                          size_t errlen);
-    // one decode token for each of n states at once (NULL where forward_multi is given)
-    int (*forward_batch)(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
-                         size_t errlen);
-    // n_tok[i] tokens for each of n states in one pass, snaps[i] (NULL or [n_tok[i]] backend snapshots) after each
-    // (NULL: bn_engine_forward_multi runs the one-token sequences through forward_batch and each other one alone)
+    // n_tok[i] tokens for each of n states in one pass (a decode step: one each), snaps[i] (NULL or [n_tok[i]]
+    // backend snapshots) after each
     int (*forward_multi)(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
                          bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen);
 } bn_engine_ops;
@@ -90,11 +87,9 @@ bn_state *bn_engine_state_cpu(bn_engine_state *s);
 // bn_engine_forward: bn_forward's contract on the engine's backend; 0 or -1 with err filled.
 int bn_engine_forward(bn_engine_state *s, const int32_t *tokens, int n, bn_forward_out *out, char *err,
                       size_t errlen);
-// bn_engine_forward_batch: one decode step of n sequences: tokens[t] appended to states[t] (distinct states of one
-// engine; outs NULL or outs[t] NULL: no output), bn_forward_batch's contract where the backend batches (CPU:
-// every weight read once for as many sequences as a state's batch rows hold; CUDA: up to BN_CUDA_BATCH_MAX per
-// pass; CPU+CUDA: each half batched, the CPU layers' rows handed over in one copy). When a step takes several
-// passes, an error stops it there (the sequences before have advanced). Returns 0 or -1 with err filled.
+// bn_engine_forward_batch: one decode step of n sequences, bn_engine_forward_multi with one token each: tokens[t]
+// appended to states[t] (distinct states of one engine; outs NULL or outs[t] NULL: no output). Returns 0 or -1 with
+// err filled.
 int bn_engine_forward_batch(bn_engine_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
                             char *err, size_t errlen);
 // A sequence's part of a ragged engine pass (bn_engine_forward_multi).
@@ -106,11 +101,11 @@ typedef struct {
     bn_engine_snapshot *const *snaps;  // NULL, or [n]: the state after each token (bn_engine_forward_snaps)
 } bn_engine_seq;
 // bn_engine_forward_multi: one pass of n sequences with several tokens each (distinct states of one engine): what
-// bn_engine_forward_snaps (or bn_engine_forward without snaps) does for each alone, batched where the backend can
-// (CPU: bn_forward_multi, every weight read once for as many tokens as a state's batch rows hold; CUDA and
-// CPU+CUDA: the one-token sequences without snapshots or taps as one bn_engine_forward_batch, each other sequence
-// alone). When it takes several passes, an error stops it there (the sequences before have advanced). Returns 0 or
-// -1 with err filled.
+// bn_engine_forward_snaps (or bn_engine_forward without snaps) does for each alone, batched: every weight read once
+// for as many tokens as a pass holds (CPU: bn_forward_multi, a state's batch rows; CUDA: bn_cuda_forward_multi, up to
+// BN_CUDA_BATCH_MAX; CPU+CUDA: each half batched, the CPU layers' rows handed over in one copy). A sequence longer
+// than a pass runs alone. When it takes several passes, an error stops it there (the sequences before have
+// advanced). Returns 0 or -1 with err filled.
 int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t errlen);
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
 // state + position after each token t in snaps[t] (from bn_engine_snapshot_new of s's engine), in one

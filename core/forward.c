@@ -391,8 +391,8 @@ int bn_forward(const bn_model *m, bn_state *s, const int32_t *tokens, int n, bn_
 // multi_check: the inputs of a ragged pass (fn names the caller in errors): n >= 1 distinct states of m holding the
 // first one's layers (all of them, or with front the first one's n_layers) and KV type, n_tok[i] >= 1 tokens each,
 // Σ n_tok within the first state's batch rows (its scratch runs the pass) and each sequence's tokens within its own
-// and the first state's n_ctx (its attention scratch), outs valid for bn_forward_check (front: none); 0 or -1 with
-// err.
+// and the first state's n_ctx (its attention scratch), outs valid for bn_forward_check (front: taps and snapshots
+// only); 0 or -1 with err.
 static int multi_check(const char *fn, const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens,
                        const int *n_tok, int n, bn_forward_out *const *outs, bool front, char *err, size_t errlen) {
     const bn_config *c = &m->cfg;
@@ -418,7 +418,9 @@ static int multi_check(const char *fn, const bn_model *m, bn_state *const *seqs,
             return bn_err(err, errlen, "%s: sequence %d at %d + %d tokens exceeds the first state's n_ctx %d", fn, i,
                           q->pos, n_tok[i], s->n_ctx);
         const bn_forward_out *o = outs ? outs[i] : NULL;
-        if (front && o) return bn_err(err, errlen, "%s: front passes take no outs", fn);
+        if (front && o && (bn_forward_wants_head(o) || o->hidden))
+            return bn_err(err, errlen, "%s: sequence %d: logits / argmax / top-k / hidden come from the last layers' "
+                          "backend", fn, i);
         if (bn_forward_check(c, q->pos, q->n_ctx, q->n_recurrent, tokens[i], n_tok[i], o, err, errlen) != 0) return -1;
     }
     return 0;
@@ -509,21 +511,22 @@ int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *to
     return bn_forward_multi(m, seqs, tokp, ones, n, outs, err, errlen);
 }
 
-int bn_forward_batch_front(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n, float *x_out,
-                           char *err, size_t errlen) {
-    const char *fn = "bn_forward_batch_front";
+// multi_front: bn_forward_multi_front (fn names the caller in errors).
+static int multi_front(const char *fn, const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens,
+                       const int *n_tok, int n, float *x_out, bn_forward_out *const *outs, char *err, size_t errlen) {
     if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
     if (n == 0) return 0;
     if (!x_out) return bn_err(err, errlen, "%s: no x_out", fn);
-    if (n > BN_MAX_BATCH) return bn_err(err, errlen, "%s: %d sequences (more than %d rows)", fn, n, BN_MAX_BATCH);
-    const int32_t *tokp[BN_MAX_BATCH];
-    int ones[BN_MAX_BATCH];
-    one_each(tokens, n, tokp, ones);
-    if (multi_check(fn, m, seqs, tokp, ones, n, NULL, true, err, errlen) != 0) return -1;
+    if (multi_check(fn, m, seqs, tokens, n_tok, n, outs, true, err, errlen) != 0) return -1;
     ragged rg;
-    multi_layers(m, seqs, tokp, ones, n, NULL, &rg);
-    memcpy(x_out, seqs[0]->x, sizeof(float) * (size_t)m->cfg.n_embd * (size_t)n);
+    const int nb = multi_layers(m, seqs, tokens, n_tok, n, outs, &rg);
+    memcpy(x_out, seqs[0]->x, sizeof(float) * (size_t)m->cfg.n_embd * (size_t)nb);
     return 0;
+}
+
+int bn_forward_multi_front(const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens, const int *n_tok,
+                           int n, float *x_out, bn_forward_out *const *outs, char *err, size_t errlen) {
+    return multi_front("bn_forward_multi_front", m, seqs, tokens, n_tok, n, x_out, outs, err, errlen);
 }
 
 int bn_forward_front(const bn_model *m, bn_state *s, const int32_t *tokens, int n, float *x_out,

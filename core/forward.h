@@ -137,11 +137,12 @@ int bn_forward_batch(const bn_model *m, bn_state *const *seqs, const int32_t *to
 int bn_forward_front(const bn_model *m, bn_state *s, const int32_t *tokens, int n, float *x_out,
                      const bn_forward_out *out, char *err, size_t errlen);
 
-// bn_forward_batch_front: bn_forward_batch over front states (bn_state_new_front, all holding the first one's
-// layers): token tokens[t] embedded and run through seqs[t]'s layers at its own position, then the n residual rows
-// into x_out {n_embd, n} (column t: sequence t), the input of the next layer on another backend (the CPU+CUDA
-// engine's batched step). Returns 0, or -1 with err and every state unchanged (bn_forward_batch's input errors).
-int bn_forward_batch_front(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n, float *x_out,
-                           char *err, size_t errlen);
+// bn_forward_multi_front: bn_forward_multi over front states (bn_state_new_front, all holding the first one's layers):
+// sequence i's tokens embedded and run through its layers at its positions, then the Σ n_tok residual rows into
+// x_out {n_embd, Σ n_tok} (sequence after sequence), the input of the next layer on another backend (the CPU+CUDA
+// engine's ragged pass). outs[i] (NULL: none) takes taps of layers < n_layers (other tap slots untouched) and snaps of
+// the front state; no head outputs. Returns 0, or -1 with err and every state unchanged.
+int bn_forward_multi_front(const bn_model *m, bn_state *const *seqs, const int32_t *const *tokens, const int *n_tok,
+                           int n, float *x_out, bn_forward_out *const *outs, char *err, size_t errlen);
 
 #endif

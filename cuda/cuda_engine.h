@@ -98,36 +98,32 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
 // per size (captured again when the tap set or all_logits changes). Returns 0 or -1.
 int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
-// The most sequences one pass of bn_cuda_forward_batch carries (more run as several passes).
+// The most tokens one batched pass (bn_cuda_forward_multi / _batch) carries (more run as several passes).
 #define BN_CUDA_BATCH_MAX 16
-// bn_cuda_forward_batch: one decode step of n sequences (core/forward.h bn_forward_batch's contract), in passes of
-// up to BN_CUDA_BATCH_MAX (and the pass's first state's batch rows) sequences:
-// tokens[t] appended to states[t] (distinct whole-model states of one model and KV type), one pass with n
-// columns through every matmul on states[0]'s stream and scratch, attention / conv / recurrence of each
-// column on its own state (a column table of positions and per-layer pointers uploaded per step); outs[t]
-// (may be NULL) gets sequence t's logits / argmax / top-k / lse / hidden. With any head output wanted and graphs
-// on, the device part replays a graph captured per column count (the table is read from device memory).
-// Returns 0, or -1 with err (input errors leave every state unchanged).
-int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
-                          char *err, size_t errlen);
 // bn_cuda_forward_multi: core/forward.h bn_forward_multi's contract on the device (the ragged pass of
 // bn_engine_forward_multi): sequence i appends n_tok[i] tokens tokens[i] (distinct whole-model states of one model
 // and KV type), its device snapshots snaps[i][0..n_tok[i]) (snaps or snaps[i] NULL: none) receiving the recurrent
-// state after each, its outs[i] (may be NULL; no host snapshots) its rows' outputs and taps (host memory or the
-// state's own device tap buffer). Whole sequences go in passes of up to BN_CUDA_BATCH_MAX tokens (and the pass's
-// first state's batch rows): the bn_cuda_forward_batch pass with each sequence's columns consecutive, its conv and
-// recurrence walking them in order; without taps and with head outputs the graph captured per column count serves
-// it. A sequence longer than a pass runs alone (bn_cuda_forward_snaps / bn_cuda_forward). Returns 0, or -1 with err
-// (input errors leave every state unchanged; a CUDA error stops the passes there).
+// state after each, its outs[i] (may be NULL; no host snapshots) its rows' logits / argmax / top-k / lse / hidden and
+// taps (host memory or the state's own device tap buffer). Whole sequences go in passes of up to BN_CUDA_BATCH_MAX
+// tokens (and the pass's first state's batch rows): one pass through every matmul on states[0]'s stream and
+// scratch, attention / conv / recurrence of each column on its own sequence's state (a column table of positions,
+// runs, snapshot and per-layer pointers uploaded per pass), each sequence's conv and recurrence walking its columns
+// in order. Without taps and with head outputs the device part replays a graph captured per column count (the table
+// is read from device memory). A sequence longer than a pass runs alone (bn_cuda_forward_snaps / bn_cuda_forward).
+// Returns 0, or -1 with err (input errors leave every state unchanged; a CUDA error stops the passes there).
 int bn_cuda_forward_multi(bn_cuda_state *const *states, const int32_t *const *tokens, const int *n_tok, int n,
                           bn_forward_out *const *outs, bn_cuda_snapshot *const *const *snaps, char *err,
                           size_t errlen);
-// bn_cuda_forward_batch_hidden: bn_cuda_forward_batch for states of a model uploaded from layer l0 > 0: column t of
-// x {n_embd, n} (host; page-locked is faster) is sequence t's residual row entering layer l0 (bn_forward_batch_front
-// on the CPU layers), appended at states[t]'s position. Returns 0, or -1 with err (input errors leave every state
-// unchanged).
-int bn_cuda_forward_batch_hidden(bn_cuda_state *const *states, const float *x, int n, bn_forward_out *const *outs,
-                                 char *err, size_t errlen);
+// bn_cuda_forward_batch: one decode step of n sequences, bn_cuda_forward_multi with one token each (core/forward.h
+// bn_forward_batch's contract). Returns 0, or -1 with err (input errors leave every state unchanged).
+int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                          char *err, size_t errlen);
+// bn_cuda_forward_multi_hidden: bn_cuda_forward_multi for states of a model uploaded from layer l0 > 0: x {n_embd,
+// Σ n_tok} (host) holds the residual rows entering layer l0, sequence after sequence (bn_forward_multi_front on the
+// CPU layers); taps of layers >= l0 only. Returns 0, or -1 with err.
+int bn_cuda_forward_multi_hidden(bn_cuda_state *const *states, const float *x, const int *n_tok, int n,
+                                 bn_forward_out *const *outs, bn_cuda_snapshot *const *const *snaps, char *err,
+                                 size_t errlen);
 // bn_cuda_forward_hidden: for a state of a model uploaded from layer l0 > 0 (bn_cuda_model_upload_from):
 // x {n_embd, n} (host; page-locked is faster) is the residual stream entering layer l0 for n tokens
 // appended at the state's position; runs layers [l0, n_layer) and the head. snaps NULL: bn_cuda_forward's

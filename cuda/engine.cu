@@ -35,11 +35,6 @@ static int cu_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_o
     return bn_cuda_forward_snaps((bn_cuda_state *)st, tokens, n, out, (bn_cuda_snapshot *const *)snaps, err, errlen);
 }
 
-static int cu_forward_batch(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
-                            size_t errlen) {
-    return bn_cuda_forward_batch((bn_cuda_state *const *)sts, tokens, n, outs, err, errlen);
-}
-
 static int cu_forward_multi(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
                             bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen) {
     return bn_cuda_forward_multi((bn_cuda_state *const *)sts, tokens, n_tok, n, outs,
@@ -49,7 +44,7 @@ static int cu_forward_multi(void *const *sts, const int32_t *const *tokens, cons
 static const bn_engine_ops cuda_ops = {"CUDA",         cu_state_new,   cu_state_free,    cu_state_reset,
                                        cu_state_pos,   cu_forward,     cu_impl_free,     cu_state_n_ctx,
                                        cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free,
-                                       cu_forward_snaps, cu_forward_batch, cu_forward_multi};
+                                       cu_forward_snaps, cu_forward_multi};
 
 // The device drafter behind bn_spec on a CUDA target (core/dspark.h bn_dev_drafter_ops). The uploaded
 // weights are shared by every state of one bn_drafter (e.g. all server slots), refcounted.

@@ -6,8 +6,8 @@
 // of up to SPLIT_ROWS tokens) through page-locked host memory. Both halves keep their KV cache in fp16
 // (the CUDA engine's, llama.cpp's default). Snapshots and per-token snapshots hold both halves: a host
 // bn_snapshot of the CPU layers and a device one of the rest. DSpark drafts on the device with host taps
-// (the CPU layers' taps never are on the device). Batched decode steps (bn_engine_forward_batch) run each half
-// batched: bn_forward_batch_front, then bn_cuda_forward_batch_hidden.
+// (the CPU layers' taps never are on the device). Batched passes (bn_engine_forward_multi: decode steps, verify passes
+// of several sequences) run each half batched: bn_forward_multi_front, then bn_cuda_forward_multi_hidden.
 #include "cuda/common.cuh"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_dspark.h"
@@ -153,36 +153,65 @@ static int sp_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_o
     return split_forward((split_state *)st, tokens, n, out, (split_snap *const *)snaps, err, errlen);
 }
 
-// sp_forward_batch: one decode step of n sequences: the CPU layers of all of them as one bn_forward_batch_front
-// (each CPU weight read once for the n columns), the n residual rows through the staging buffer of the pass's first
-// state, then the device layers and the head as one bn_cuda_forward_batch_hidden; in passes of what that state holds
-// (CPU batch rows, staging rows). Every sequence's inputs, outs included (the CPU half gets none), are checked
-// before anything runs; after that only a CUDA error can stop a pass (the states are then undefined, as on CUDA).
-static int sp_forward_batch(void *const *sts, const int32_t *tokens, int n, bn_forward_out *const *outs, char *err,
-                            size_t errlen) {
+// sp_forward_multi: a ragged pass (bn_engine_forward_multi): the CPU layers of all sequences as one
+// bn_forward_multi_front (the CPU layers' taps and the CPU halves of the snapshots), the residual rows through the
+// staging buffer of the pass's first state, then the device layers and the head as one bn_cuda_forward_multi_hidden
+// (the device halves); in passes of whole sequences, as many tokens as that state holds (CPU batch rows, staging
+// rows, BN_CUDA_BATCH_MAX); a longer sequence runs alone (split_forward). Every sequence's inputs are checked before
+// anything runs; after that only a CUDA error can stop a pass (the states are then undefined, as on CUDA).
+static int sp_forward_multi(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
+                            bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen) {
     split_state *const *ss = (split_state *const *)sts;
     const bn_model *m = ss[0]->sm->m;
-    for (int t = 0; t < n; t++) {
-        const bn_forward_out *o = outs ? outs[t] : NULL;
-        if (o && (o->taps || o->snaps))
-            return bn_err(err, errlen, "CPU+CUDA batched step: sequence %d: taps and snapshots need bn_engine_forward", t);
-        if (bn_forward_check(&m->cfg, bn_state_pos(ss[t]->cpu), bn_state_n_ctx(ss[t]->cpu), 0, &tokens[t], 1, o, err,
-                             errlen) != 0)
-            return -1;
+    for (int i = 0; i < n; i++) {
+        const bn_forward_out *o = outs[i];
+        if (o && o->snaps)
+            return bn_err(err, errlen, "CPU+CUDA ragged pass: sequence %d: host snapshots need bn_engine_forward", i);
+        for (int u = 0; u < i; u++)
+            if (ss[u] == ss[i]) return bn_err(err, errlen, "CPU+CUDA ragged pass: sequences %d and %d share a state", u, i);
+        const size_t n_rec = ss[i]->tmp_cpu->n + ss[i]->tmp_gpu->n;
+        if (ss[i]->sm != ss[0]->sm ||
+            bn_forward_check(&m->cfg, bn_state_pos(ss[i]->cpu), bn_state_n_ctx(ss[i]->cpu), n_rec, tokens[i], n_tok[i],
+                             o, err, errlen) != 0)
+            return ss[i]->sm != ss[0]->sm ? bn_err(err, errlen, "CPU+CUDA ragged pass: sequence %d of another model", i)
+                                          : -1;
     }
-    bn_state **cpus = (bn_state **)xmalloc(sizeof(bn_state *) * (size_t)n);
-    bn_cuda_state **gpus = (bn_cuda_state **)xmalloc(sizeof(bn_cuda_state *) * (size_t)n);
-    for (int t = 0; t < n; t++) cpus[t] = ss[t]->cpu, gpus[t] = ss[t]->gpu;
+    // per sequence: the CPU half's out (its taps, the CPU snapshots) and the device snapshots
+    bn_forward_out *oc = (bn_forward_out *)xcalloc((size_t)n, sizeof *oc);
+    bn_forward_out **ocp = (bn_forward_out **)xcalloc((size_t)n, sizeof *ocp);
+    bn_snapshot **cs = (bn_snapshot **)xcalloc((size_t)n * BN_ENGINE_MAX_SNAPS, sizeof *cs);
+    bn_cuda_snapshot **gs = (bn_cuda_snapshot **)xcalloc((size_t)n * BN_ENGINE_MAX_SNAPS, sizeof *gs);
+    bn_cuda_snapshot ***gsv = (bn_cuda_snapshot ***)xcalloc((size_t)n, sizeof *gsv); // [i]: NULL or gs + i × MAX
+    bn_state **cpus = (bn_state **)xcalloc((size_t)n, sizeof *cpus);
+    bn_cuda_state **gpus = (bn_cuda_state **)xcalloc((size_t)n, sizeof *gpus);
+    for (int i = 0; i < n; i++) {
+        split_snap *const *sn = (split_snap *const *)snaps[i];
+        oc[i] = chunk_out(outs[i], &m->cfg, 0, n_tok[i], n_tok[i], false);
+        for (int j = 0; sn && j < n_tok[i]; j++)
+            cs[(size_t)i * BN_ENGINE_MAX_SNAPS + j] = sn[j]->cpu, gs[(size_t)i * BN_ENGINE_MAX_SNAPS + j] = sn[j]->gpu;
+        if (sn) oc[i].snaps = cs + (size_t)i * BN_ENGINE_MAX_SNAPS, gsv[i] = gs + (size_t)i * BN_ENGINE_MAX_SNAPS;
+        ocp[i] = outs[i] || sn ? &oc[i] : NULL;
+        cpus[i] = ss[i]->cpu, gpus[i] = ss[i]->gpu;
+    }
     int rc = 0;
-    for (int t0 = 0; t0 < n && rc == 0;) {
-        const int cap = ss[t0]->cpu->n_batch < ss[t0]->rows ? ss[t0]->cpu->n_batch : ss[t0]->rows;
-        const int nb = n - t0 < cap ? n - t0 : cap;
-        rc = bn_forward_batch_front(m, cpus + t0, tokens + t0, nb, ss[t0]->x, err, errlen);
-        if (rc == 0) rc = bn_cuda_forward_batch_hidden(gpus + t0, ss[t0]->x, nb, outs ? outs + t0 : NULL, err, errlen);
-        t0 += nb;
+    for (int i0 = 0; i0 < n && rc == 0;) {
+        int cap = ss[i0]->cpu->n_batch < ss[i0]->rows ? ss[i0]->cpu->n_batch : ss[i0]->rows;
+        cap = cap < BN_CUDA_BATCH_MAX ? cap : BN_CUDA_BATCH_MAX;
+        int i1 = i0, rows = 0;
+        while (i1 < n && rows + n_tok[i1] <= cap) rows += n_tok[i1++];
+        if (i1 == i0) { // one sequence longer than a pass: alone
+            rc = split_forward(ss[i0], tokens[i0], n_tok[i0], outs[i0], (split_snap *const *)snaps[i0], err, errlen);
+            i1 = i0 + 1;
+        } else {
+            rc = bn_forward_multi_front(m, cpus + i0, tokens + i0, n_tok + i0, i1 - i0, ss[i0]->x, ocp + i0, err,
+                                        errlen);
+            if (rc == 0)
+                rc = bn_cuda_forward_multi_hidden(gpus + i0, ss[i0]->x, n_tok + i0, i1 - i0, outs + i0,
+                                                  (bn_cuda_snapshot *const *const *)(gsv + i0), err, errlen);
+        }
+        i0 = i1;
     }
-    free(cpus);
-    free(gpus);
+    free(oc), free(ocp), free(cs), free(gs), free(gsv), free(cpus), free(gpus);
     return rc;
 }
 
@@ -225,7 +254,7 @@ static void sp_impl_free(void *impl) {
 static const bn_engine_ops split_ops = {"CPU+CUDA",      sp_state_new,     sp_state_free, sp_state_reset,
                                         sp_state_pos,    sp_forward,       sp_impl_free,  sp_state_n_ctx,
                                         sp_snapshot_new, sp_snapshot_into, sp_restore,    sp_snapshot_free,
-                                        sp_forward_snaps, sp_forward_batch};
+                                        sp_forward_snaps, sp_forward_multi};
 
 extern "C" bn_engine *bn_cuda_split_engine_new(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
                                                size_t errlen) {

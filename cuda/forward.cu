@@ -626,34 +626,32 @@ static int batch_pass(const seqs_in &q, rows_in in, int nb, bn_forward_out *cons
 // pass_capacity: the columns a batched pass run by s holds.
 static int pass_capacity(const bn_cuda_state *s) { return s->n_batch < MAX_BATCH_COLS ? s->n_batch : MAX_BATCH_COLS; }
 
-// forward_batch: bn_cuda_forward_batch(_hidden) for token or residual-row input (fn names the caller).
-static int forward_batch(const char *fn, bn_cuda_state *const *states, rows_in in, int n, bn_forward_out *const *outs,
-                         char *err, size_t errlen) {
-    if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
-    if (n == 0) return 0;
-    if (batch_check(fn, seqs_in{states, NULL, NULL, n}, in, outs, err, errlen) != 0) return -1;
+// forward_multi: bn_cuda_forward_multi(_hidden) for token or residual-row input (in: the sequences' rows one after
+// another; fn names the caller).
+static int forward_multi(const char *fn, bn_cuda_state *const *states, rows_in in, const int *n_tok, int n,
+                         bn_forward_out *const *outs, bn_cuda_snapshot *const *const *snaps, char *err, size_t errlen) {
+    if (batch_check(fn, seqs_in{states, n_tok, snaps, n}, in, outs, err, errlen) != 0) return -1;
     const size_t H = (size_t)states[0]->cm->cfg.n_embd;
-    for (int t0 = 0; t0 < n;) { // passes of what the pass's first state holds
-        const int cap = pass_capacity(states[t0]);
-        const int nb = n - t0 < cap ? n - t0 : cap;
-        const rows_in part = {in.tokens ? in.tokens + t0 : NULL, in.x ? in.x + (size_t)t0 * H : NULL};
-        if (batch_pass(seqs_in{states + t0, NULL, NULL, nb}, part, nb, outs ? outs + t0 : NULL, err, errlen) != 0)
-            return -1;
-        t0 += nb;
+    int rc = 0;
+    for (int i0 = 0, c0 = 0; rc == 0 && i0 < n;) { // passes of whole sequences, as many as the first state holds
+        const int cap = pass_capacity(states[i0]);
+        int i1 = i0, nb = 0;
+        while (i1 < n && nb + n_tok[i1] <= cap) nb += n_tok[i1++];
+        const rows_in part = {in.tokens ? in.tokens + c0 : NULL, in.x ? in.x + (size_t)c0 * H : NULL};
+        if (i1 == i0) { // one sequence longer than a pass: alone
+            bn_forward_out none = {}, *o = outs && outs[i0] ? outs[i0] : &none;
+            bn_cuda_snapshot *const *sn = snaps ? snaps[i0] : NULL;
+            rc = in.x ? bn_cuda_forward_hidden(states[i0], part.x, n_tok[i0], o, sn, err, errlen)
+                 : sn ? bn_cuda_forward_snaps(states[i0], part.tokens, n_tok[i0], o, sn, err, errlen)
+                      : bn_cuda_forward(states[i0], part.tokens, n_tok[i0], o, err, errlen);
+            nb = n_tok[i0], i1 = i0 + 1;
+        } else {
+            const seqs_in q = {states + i0, n_tok + i0, snaps ? snaps + i0 : NULL, i1 - i0};
+            rc = batch_pass(q, part, nb, outs ? outs + i0 : NULL, err, errlen);
+        }
+        i0 = i1, c0 += nb;
     }
-    return 0;
-}
-
-int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
-                          char *err, size_t errlen) {
-    if (!tokens && n > 0) return bn_err(err, errlen, "bn_cuda_forward_batch: no tokens");
-    return forward_batch("bn_cuda_forward_batch", states, rows_in{tokens, NULL}, n, outs, err, errlen);
-}
-
-int bn_cuda_forward_batch_hidden(bn_cuda_state *const *states, const float *x, int n, bn_forward_out *const *outs,
-                                 char *err, size_t errlen) {
-    if (!x && n > 0) return bn_err(err, errlen, "bn_cuda_forward_batch_hidden: no input rows");
-    return forward_batch("bn_cuda_forward_batch_hidden", states, rows_in{NULL, x}, n, outs, err, errlen);
+    return rc;
 }
 
 int bn_cuda_forward_multi(bn_cuda_state *const *states, const int32_t *const *tokens, const int *n_tok, int n,
@@ -669,24 +667,31 @@ int bn_cuda_forward_multi(bn_cuda_state *const *states, const int32_t *const *to
     }
     int32_t *all = (int32_t *)xmalloc(sizeof(int32_t) * (size_t)total); // the tokens one sequence after another
     for (int i = 0, c0 = 0; i < n; c0 += n_tok[i], i++) memcpy(all + c0, tokens[i], sizeof(int32_t) * (size_t)n_tok[i]);
-    int rc = batch_check(fn, seqs_in{states, n_tok, snaps, n}, rows_in{all, NULL}, outs, err, errlen);
-    for (int i0 = 0, c0 = 0; rc == 0 && i0 < n;) { // passes of whole sequences, as many as the first state holds
-        const int cap = pass_capacity(states[i0]);
-        int i1 = i0, nb = 0;
-        while (i1 < n && nb + n_tok[i1] <= cap) nb += n_tok[i1++];
-        if (i1 == i0) { // one sequence longer than a pass: alone
-            bn_forward_out none = {}, *o = outs && outs[i0] ? outs[i0] : &none;
-            rc = snaps && snaps[i0] ? bn_cuda_forward_snaps(states[i0], tokens[i0], n_tok[i0], o, snaps[i0], err, errlen)
-                                    : bn_cuda_forward(states[i0], tokens[i0], n_tok[i0], o, err, errlen);
-            nb = n_tok[i0], i1 = i0 + 1;
-        } else {
-            const seqs_in q = {states + i0, n_tok + i0, snaps ? snaps + i0 : NULL, i1 - i0};
-            rc = batch_pass(q, rows_in{all + c0, NULL}, nb, outs ? outs + i0 : NULL, err, errlen);
-        }
-        i0 = i1, c0 += nb;
-    }
+    const int rc = forward_multi(fn, states, rows_in{all, NULL}, n_tok, n, outs, snaps, err, errlen);
     free(all);
     return rc;
+}
+
+int bn_cuda_forward_batch(bn_cuda_state *const *states, const int32_t *tokens, int n, bn_forward_out *const *outs,
+                          char *err, size_t errlen) {
+    if (n <= 0) return n == 0 ? 0 : bn_err(err, errlen, "bn_cuda_forward_batch: negative sequence count %d", n);
+    if (!tokens) return bn_err(err, errlen, "bn_cuda_forward_batch: no tokens");
+    int *ones = (int *)xmalloc(sizeof(int) * (size_t)n);
+    for (int t = 0; t < n; t++) ones[t] = 1;
+    const int rc = forward_multi("bn_cuda_forward_batch", states, rows_in{tokens, NULL}, ones, n, outs, NULL, err,
+                                 errlen);
+    free(ones);
+    return rc;
+}
+
+int bn_cuda_forward_multi_hidden(bn_cuda_state *const *states, const float *x, const int *n_tok, int n,
+                                 bn_forward_out *const *outs, bn_cuda_snapshot *const *const *snaps, char *err,
+                                 size_t errlen) {
+    const char *fn = "bn_cuda_forward_multi_hidden";
+    if (n < 0) return bn_err(err, errlen, "%s: negative sequence count %d", fn, n);
+    if (n == 0) return 0;
+    if (!x) return bn_err(err, errlen, "%s: no input rows", fn);
+    return forward_multi(fn, states, rows_in{NULL, x}, n_tok, n, outs, snaps, err, errlen);
 }
 
 // ---- one-token steps and verify passes through CUDA graphs ----------------------------------------

@@ -1101,9 +1101,9 @@ static void fusion_case(const char *preset, const char *type, int saved_gdn, int
 }
 
 // batch_case: bn_engine_forward_batch (4 sequences at once, prompts of 3/7/11/15 tokens so every column has its own
-// position, caches and recurrent state) on the CPU, CUDA (bn_cuda_forward_batch: one pass with 4 columns, replayed
-// from a graph captured at the first step) and CPU+CUDA (bn_forward_batch_front on the CPU layers, then
-// bn_cuda_forward_batch_hidden) engines of the tiny model, 10 steps, against twin states of the same engine
+// position, caches and recurrent state) on the CPU, CUDA (bn_cuda_forward_multi: one pass with 4 columns, replayed
+// from a graph captured at the first step) and CPU+CUDA (bn_forward_multi_front on the CPU layers, then
+// bn_cuda_forward_multi_hidden) engines of the tiny model, 10 steps, against twin states of the same engine
 // decoding one token at a time (captured graphs on CUDA): logits within bound (the 4-column kernels sum in another
 // order: F32 measured ~1e-5, Q1_0 ~2e-6; CUDA bit-identical; CPU+CUDA F32 7.5e-5, bound at least 1e-3: its CPU
 // layers keep an fp16 KV cache, where a last-bit difference of the batched kernels can flip one fp16 rounding of a
@@ -1223,9 +1223,10 @@ static void batch_case(const char *type, double bound) {
 
 // multi_case: bn_engine_forward_multi (a ragged pass: 3 sequences with 4, 1 and 3 tokens, rotated each round, 6
 // rounds) on the CPU (bn_forward_multi), CUDA (bn_cuda_forward_multi: one batched pass of 8 columns, each sequence's
-// conv and recurrence walking its columns in order) and CPU+CUDA (each sequence alone) engines of the tiny model,
+// conv and recurrence walking its columns in order) and CPU+CUDA (bn_forward_multi_front, then
+// bn_cuda_forward_multi_hidden) engines of the tiny model,
 // against twin states running each sequence alone (bn_engine_forward_snaps): every row's logits within bound (F32:
-// 1e-4, CUDA bit-identical; Q1_0 0.2: the 8-column kernels, the CPU's batched dot and CUDA's int8 MMA from 8 columns,
+// 1e-4, CUDA bit-identical; CPU+CUDA 1e-3 as in batch_case; Q1_0 0.2: the 8-column kernels, the CPU's batched dot and CUDA's int8 MMA from 8 columns,
 // sum in another order than the passes of up to 4 tokens alone, and a last-bit difference that flips a Q8 rounding
 // of the next layer's activations is amplified by this random model, as in mmq_prefill_case), the same argmax, host taps of the first and last layers (odd rounds; even rounds without taps replay
 // the CUDA batch graph) within bound, equal positions; every round one sequence rolls back to its middle snapshot of

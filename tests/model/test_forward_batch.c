@@ -13,8 +13,8 @@
 // with their positions; after each round one sequence is restored to its middle snapshot (twin likewise), so the
 // next round also checks the restore. Errors (0 tokens, more tokens than batch rows, past n_ctx, front outs) leave
 // every state unchanged.
-// bn_forward_batch_front (the CPU half of the CPU+CUDA engine's batched step): front states of n_layer − 1 and of
-// all layers (the attention layer is the last) against bn_forward_front of each sequence: residual rows within
+// bn_forward_multi_front (the CPU half of the CPU+CUDA engine's batched passes), one token each: front states of
+// n_layer − 1 and of all layers (the attention layer is the last) against bn_forward_front of each sequence: residual rows within
 // 1e-4 over 8 steps; a state of other layers, a bad token and no x_out are refused with every state unchanged.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
@@ -117,7 +117,16 @@ static void batch_case(int wtype, int kv_type, double bound) {
     bn_model_free(m);
 }
 
-// front_case: the bn_forward_batch_front checks above for front states of n_layers layers (F32 weights, fp16 KV).
+// batch_front: bn_forward_multi_front with one token of each of n sequences (n <= N_SEQ); its result.
+static int batch_front(const bn_model *m, bn_state *const *seqs, const int32_t *tokens, int n, float *x_out, char *err,
+                       size_t errlen) {
+    const int32_t *tokp[N_SEQ];
+    int ones[N_SEQ];
+    for (int t = 0; t < n; t++) tokp[t] = &tokens[t], ones[t] = 1;
+    return bn_forward_multi_front(m, seqs, tokp, ones, n, x_out, NULL, err, errlen);
+}
+
+// front_case: the bn_forward_multi_front checks above for front states of n_layers layers (F32 weights, fp16 KV).
 static void front_case(int n_layers) {
     char err[512];
     bn_model *m = load_tiny(BN_F32);
@@ -140,7 +149,7 @@ static void front_case(int n_layers) {
     for (int step = 0; step < 8; step++) {
         int32_t tok[N_SEQ];
         for (int i = 0; i < N_SEQ; i++) tok[i] = (int32_t)((step * 31 + i * 7 + 2) % V);
-        CHECK(bn_forward_batch_front(m, b, tok, N_SEQ, xb, err, sizeof err) == 0, "front batch step %d: %s", step, err);
+        CHECK(batch_front(m, b, tok, N_SEQ, xb, err, sizeof err) == 0, "front batch step %d: %s", step, err);
         for (int i = 0; i < N_SEQ; i++) {
             CHECK(bn_forward_front(m, r[i], &tok[i], 1, xr, NULL, err, sizeof err) == 0, "front twin: %s", err);
             for (int d = 0; d < H; d++) worst = fmax(worst, fabs(xb[(size_t)i * H + d] - xr[d]));
@@ -152,12 +161,12 @@ static void front_case(int n_layers) {
            n_layers, m->cfg.n_layer, N_SEQ, worst);
     CHECK(worst <= 1e-4 && pos_ok, "front batch of %d layers differs from bn_forward_front (%.3g)", n_layers, worst);
     int32_t tok[N_SEQ] = {1, 2, 3, 4}, bad_tok[N_SEQ] = {1, 2, V, 4};
-    CHECK(bn_forward_batch_front(m, b, bad_tok, N_SEQ, xb, err, sizeof err) == -1 && strstr(err, "bad token"),
+    CHECK(batch_front(m, b, bad_tok, N_SEQ, xb, err, sizeof err) == -1 && strstr(err, "bad token"),
           "front bad token: %s", err);
-    CHECK(bn_forward_batch_front(m, b, tok, N_SEQ, NULL, err, sizeof err) == -1 && strstr(err, "x_out"),
+    CHECK(batch_front(m, b, tok, N_SEQ, NULL, err, sizeof err) == -1 && strstr(err, "x_out"),
           "front without x_out: %s", err);
     bn_state *other = bn_state_new_front(m, 64, 1, BN_F16, n_layers - 1), *mixed[2] = {b[0], other};
-    CHECK(bn_forward_batch_front(m, mixed, tok, 2, xb, err, sizeof err) == -1 && strstr(err, "layers"),
+    CHECK(batch_front(m, mixed, tok, 2, xb, err, sizeof err) == -1 && strstr(err, "layers"),
           "front states of other layers: %s", err);
     for (int i = 0; i < N_SEQ; i++) CHECK(bn_state_pos(b[i]) == pos[i], "front state %d moved on error", i);
     bn_state_free(other);

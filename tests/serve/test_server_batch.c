@@ -9,7 +9,7 @@
 // in every pass): the same texts as the plain server's one at a time, more than one busy slot per decode call, and
 // drafts made (some of the oracle's accepted: all on the greedy requests, the sampled ones reject some; env
 // BONSAI_BATCH_SPEC picks the cases). Run again as serve_batch_emu against bonsai-serve-emu -ngl 99 (the ragged
-// passes of bn_cuda_forward_multi) and serve_batch_split_emu (-ngl 2: one-token steps batched, verify passes alone).
+// passes of bn_cuda_forward_multi) and serve_batch_split_emu (-ngl 2: the same on the CPU+CUDA engine).
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench/serve-spec.sh [BUILD_DIR [BASE_BUILD_DIR]] — bonsai-serve with speculative slots under load: 4 concurrent
+# greedy streams (-np 4, 128 tokens each, ignore_eos; total generated tokens / wall time, each of 3 rounds) on a
+# plain server, a DSpark server with a random drafter and the adaptive cost model (it soon stops drafting: one-token
+# passes), and the same always drafting 3 (verify passes of 4 tokens, all rejected). With BASE_BUILD_DIR (e.g. a
+# build of an older commit) the same rows for its bonsai-serve, side by side. Env: PRESET (small), TYPE (Q1_0),
+# THREADS (2), NPRED (128).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}
+BASE=${2:-}
+PRESET=${PRESET:-small}
+TYPE=${TYPE:-Q1_0}
+THREADS=${THREADS:-2}
+NPRED=${NPRED:-128}
+command -v curl >/dev/null || { echo "bench/serve-spec.sh needs curl"; exit 1; }
+dir=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
+
+"$B/tools/bonsai-mkmodel" "$dir/f16.gguf" --preset "$PRESET" --type f16 --seed 1 >/dev/null
+"$B/tools/bonsai-quantize" "$dir/f16.gguf" "$dir/m.gguf" "$TYPE" --threads "$THREADS" >/dev/null
+# a drafter of the target's width and vocabulary, tapping layers 1, L/2 and L-2
+read -r E V L < <("$B/tools/bonsai-gguf" show "$dir/m.gguf" | awk '/\.embedding_length /{e=$NF} /\.block_count /{l=$NF}
+    /tokenizer.ggml.tokens /{v=$3; sub(/^\[/, "", v)} END {print e, v, l}')
+"$B/tools/bonsai-mkdrafter" "$dir/d.gguf" --n-embd "$E" --n-vocab "$V" --n-layer 1 --n-ff 1024 --n-head 8 --n-head-kv 2 \
+    --head-dim 64 --n-rot 64 --target-layers "1,$((L / 2)),$((L - 2))" --type q8_0 --seed 3 >/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# streams BUILD ARGS...: starts its bonsai-serve with ARGS, prints the best total tok/s of 3 rounds of 4 streams
+streams() {
+    local bin=$1 port best=0
+    shift
+    port=$(free_port)
+    "$bin/tools/bonsai-serve" -m "$dir/m.gguf" --port "$port" -t "$THREADS" -c 1024 -np 4 "$@" 2>"$dir/serve.log" &
+    pid=$!
+    for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+    for _ in 1 2 3; do
+        local t0 t1 rate
+        t0=$(date +%s.%N)
+        for c in 1 2 3 4; do
+            curl -s "http://127.0.0.1:$port/completion" -d "{\"prompt\":\"Once upon a time $c\",\"n_predict\":$NPRED,\"temperature\":0,\"ignore_eos\":true,\"cache_prompt\":false}" >/dev/null &
+        done
+        wait $(jobs -p | grep -v "^$pid$")
+        t1=$(date +%s.%N)
+        rate=$(echo "4 * $NPRED / ($t1 - $t0)" | bc -l)
+        best=$(echo "if ($rate > $best) $rate else $best" | bc -l)
+    done
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+    printf '%.1f' "$best"
+}
+printf '\nmodel: %s preset, %s, %s threads, 4 streams x %s greedy tokens (best of 3 rounds)\n\n' "$PRESET" "$TYPE" \
+    "$THREADS" "$NPRED"
+if [ -n "$BASE" ]; then
+    printf '| server | %s total tok/s | %s total tok/s | ratio |\n|---|---:|---:|---:|\n' "$B" "$BASE"
+else
+    printf '| server | total tok/s |\n|---|---:|\n'
+fi
+row() { # name ARGS...
+    local name=$1 a b
+    shift
+    a=$(streams "$B" "$@")
+    if [ -n "$BASE" ]; then
+        b=$(streams "$BASE" "$@")
+        printf '| %s | %s | %s | %.2fx |\n' "$name" "$a" "$b" "$(echo "$a / $b" | bc -l)"
+    else
+        printf '| %s | %s |\n' "$name" "$a"
+    fi
+}
+row "plain"
+row "DSpark random drafter, adaptive" -md "$dir/d.gguf" --spec-type draft-dspark
+row "DSpark random drafter, always 3 drafts" -md "$dir/d.gguf" --spec-type draft-dspark --spec-draft-n-max 3 \
+    --no-spec-adaptive
