@@ -43,6 +43,31 @@ static int bench_gen(const bn_model *m, bn_engine_state *s, int n, char *err, si
     return rc;
 }
 
+// bench_gen_verify: n tokens of each of the n_seq states in ragged passes of up to n_verify tokens each (random ids,
+// BOS first if any), the argmax of every row and a snapshot after every token wanted (snaps: [n_seq][n_verify]).
+static int bench_gen_verify(const bn_model *m, bn_engine_state **s, bn_engine_snapshot **snaps, int n_seq,
+                            int n_verify, int n, char *err, size_t errlen) {
+    const int32_t bos = bench_bos(m);
+    int32_t *tokens = xmalloc(sizeof(int32_t) * (size_t)n_seq * n_verify);
+    int32_t *argmax = xmalloc(sizeof(int32_t) * (size_t)n_seq * n_verify);
+    bn_forward_out *o = xcalloc((size_t)n_seq, sizeof *o);
+    bn_engine_seq *seqs = xcalloc((size_t)n_seq, sizeof *seqs);
+    int rc = 0;
+    for (int done = 0; done < n && rc == 0;) {
+        const int k = n - done < n_verify ? n - done : n_verify;
+        for (int t = 0; t < n_seq; t++) {
+            int32_t *tok = tokens + (size_t)t * n_verify;
+            for (int j = 0; j < k; j++) tok[j] = done + j == 0 && bos >= 0 ? bos : rand() % m->cfg.n_vocab;
+            o[t] = (bn_forward_out){.argmax = argmax + (size_t)t * n_verify, .all_logits = true};
+            seqs[t] = (bn_engine_seq){s[t], tok, k, &o[t], snaps + (size_t)t * n_verify};
+        }
+        rc = bn_engine_forward_multi(seqs, n_seq, err, errlen);
+        done += k;
+    }
+    free(tokens), free(argmax), free(o), free(seqs);
+    return rc;
+}
+
 // bench_gen_batch: n steps of the n_seq states at once (first token BOS if any, then random ids).
 static int bench_gen_batch(const bn_model *m, bn_engine_state **s, int n_seq, int n, char *err, size_t errlen) {
     const int32_t bos = bench_bos(m);
@@ -122,26 +147,38 @@ int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, b
 // tokens: the tokens one repetition of r processes.
 static double tokens(const bn_bench_result *r) { return r->n_prompt + (double)r->n_gen * (r->n_seq > 1 ? r->n_seq : 1); }
 
-int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int reps, bool warmup, bn_bench_result *r,
-                         char *err, size_t errlen) {
+int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int n_verify, int reps, bool warmup,
+                         bn_bench_result *r, char *err, size_t errlen) {
     if (n_seq < 1 || n_seq > 64) return bn_err(err, errlen, "sequences must be 1..64 (got %d)", n_seq);
+    if (n_verify > BN_ENGINE_MAX_SNAPS) return bn_err(err, errlen, "tokens per pass must be 1..%d (got %d)",
+                                                      BN_ENGINE_MAX_SNAPS, n_verify);
+    if (n_verify < 1) n_verify = 1;
     if (reps < 1 || reps > BN_BENCH_MAX_REPS) return bn_err(err, errlen, "repetitions must be 1..%d", BN_BENCH_MAX_REPS);
     if (n_gen < 1) return bn_err(err, errlen, "empty test");
     result_init(r, e, 0, n_gen, reps);
     r->n_seq = n_seq;
+    r->n_verify = n_verify;
     bn_engine_state **s = xcalloc((size_t)n_seq, sizeof *s);
+    bn_engine_snapshot **snaps = xcalloc((size_t)n_seq * n_verify, sizeof *snaps); // [n_seq][n_verify]
     int rc = 0;
     for (int t = 0; t < n_seq && rc == 0; t++)
         if (!(s[t] = bn_engine_state_new(e, n_gen, err, errlen))) rc = -1;
-    if (rc == 0 && warmup) rc = bench_gen_batch(e->m, s, n_seq, 1, err, errlen);
+    for (size_t j = 0; n_verify > 1 && j < (size_t)n_seq * n_verify && rc == 0; j++)
+        if (!(snaps[j] = bn_engine_snapshot_new(s[j / n_verify], err, errlen))) rc = -1;
+    // one run: n tokens of every sequence
+#define GEN(n) (n_verify > 1 ? bench_gen_verify(e->m, s, snaps, n_seq, n_verify, (n), err, errlen) \
+                             : bench_gen_batch(e->m, s, n_seq, (n), err, errlen))
+    if (rc == 0 && warmup) rc = GEN(n_verify < n_gen ? n_verify : n_gen);
     for (int i = 0; i < reps && rc == 0; i++) {
         for (int t = 0; t < n_seq; t++) bn_engine_state_reset(s[t]);
         const uint64_t t_start = now_ns();
-        rc = bench_gen_batch(e->m, s, n_seq, n_gen, err, errlen);
+        rc = GEN(n_gen);
         r->samples_ns[i] = now_ns() - t_start;
     }
+#undef GEN
+    for (size_t j = 0; j < (size_t)n_seq * n_verify; j++) bn_engine_snapshot_free(snaps[j]);
     for (int t = 0; t < n_seq; t++) bn_engine_state_free(s[t]);
-    free(s);
+    free(snaps), free(s);
     return rc;
 }
 
@@ -172,6 +209,10 @@ const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n) {
     if (r->n_seq > 1) {
         size_t len = strlen(buf);
         snprintf(buf + len, n - len, " x%d", r->n_seq);
+    }
+    if (r->n_verify > 1) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, " v%d", r->n_verify);
     }
     return buf;
 }
@@ -253,6 +294,7 @@ void bn_bench_print_json(FILE *f, const bn_bench_result *r, int n, const char *c
         fprintf(f, "    \"n_prompt\": %d,\n    \"n_gen\": %d,\n    \"n_depth\": %d,\n    \"test_time\": \"%s\",\n",
                 t->n_prompt, t->n_gen, t->n_depth, t->test_time);
         if (t->n_seq > 1) fprintf(f, "    \"n_seq\": %d,\n", t->n_seq); // ours: sequences decoded at once
+        if (t->n_verify > 1) fprintf(f, "    \"n_verify\": %d,\n", t->n_verify); // ours: tokens per pass
         fprintf(f, "    \"avg_ns\": %llu,\n    \"stddev_ns\": %llu,\n    \"avg_ts\": %.6f,\n    \"stddev_ts\": %.6f,\n",
                 (unsigned long long)avg_ns, (unsigned long long)sd_ns, bn_bench_avg_ts(t), bn_bench_stdev_ts(t));
         fputs("    \"samples_ns\": [ ", f);

@@ -21,6 +21,7 @@ typedef struct {
     // test
     int n_prompt, n_gen, n_depth;
     int n_seq;          // sequences decoded at once in a tg test (bn_bench_run_batched; 0 or 1: one)
+    int n_verify;       // tokens of each sequence per pass in a tg test (bn_bench_run_batched; 0 or 1: one)
     int n_threads;
     char backend[16];   // "CPU", "CUDA" or "CPU+CUDA" (the engine's name; "" reads as CPU)
     int n_gpu_layers;   // -ngl of the engine
@@ -37,16 +38,20 @@ int bn_bench_run(const bn_model *m, int n_prompt, int n_gen, int n_threads, int 
 int bn_bench_run_engine(const bn_engine *e, int n_prompt, int n_gen, int reps, bool warmup, bn_bench_result *r,
                         char *err, size_t errlen);
 
-// bn_bench_run_batched: tg<n_gen> of n_seq sequences at once (each from a reset state, n_gen steps of
-// bn_engine_forward_batch with every sequence's logits row wanted, as tg's one-token forwards); t/s counts the
-// tokens of all sequences. Returns 0 or -1.
-int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int reps, bool warmup, bn_bench_result *r,
-                         char *err, size_t errlen);
+// bn_bench_run_batched: tg<n_gen> of n_seq sequences at once, each from a reset state. n_verify <= 1: n_gen steps of
+// bn_engine_forward_batch with every sequence's logits row wanted, as tg's one-token forwards. n_verify > 1 (<= 64):
+// ragged passes of n_verify tokens of every sequence (bn_engine_forward_multi; the last pass shorter when n_verify
+// does not divide n_gen) as a greedy speculative verify asks for them: the argmax of every row and a snapshot after
+// every token, so t/s is the decode ceiling of speculative slots whose n_verify − 1 drafts are always accepted
+// (drafting not counted). t/s counts the tokens of all sequences. Returns 0 or -1.
+int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int n_verify, int reps, bool warmup,
+                         bn_bench_result *r, char *err, size_t errlen);
 
 // bn_bench_avg_ts / bn_bench_stdev_ts: mean / sample stddev (0 for one rep) of tokens per second.
 double bn_bench_avg_ts(const bn_bench_result *r);
 double bn_bench_stdev_ts(const bn_bench_result *r);
-// bn_bench_test_name: "pp512", "tg128", "pp512+tg128", "tg128 x4" (4 sequences at once) into buf; returns buf.
+// bn_bench_test_name: "pp512", "tg128", "pp512+tg128", "tg128 x4" (4 sequences at once), "tg128 x4 v4" (passes of 4
+// tokens of each) into buf; returns buf.
 const char *bn_bench_test_name(const bn_bench_result *r, char *buf, size_t n);
 
 // Markdown table exactly as llama-bench -o md prints it (CPU backend: threads column).

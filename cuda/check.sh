@@ -13,7 +13,8 @@
 #           would take ~54 GB of F16 and minutes to write — scaled linearly per layer:
 #           t(64) = t(4) + 15·(t(8) − t(4)) (the head, embedding and per-layer costs separate);
 #   copybw  the measured device copy bandwidth; mm: bench_cuda_mm --quick;
-#   bench   bonsai-bench -ngl 99 (pp512, tg128, and tg128 x4: 4 sequences decoded at once) per type and layer
+#   bench   bonsai-bench -ngl 99 (pp512, tg128, tg128 x4: 4 sequences decoded at once, and v4: in passes of 4 tokens
+#           of each, a greedy verify pass's shape at full acceptance) per type and layer
 #           count;
 #   dspark  the DSpark rows (cudadraft's section below);
 #   cpuref  for reference, the CPU engines on the same L1-layer Q1_0 file: bonsai-bench -ngl 0 and the peer
@@ -307,7 +308,7 @@ for q in $TYPES; do
             skip_step "bench-$q-$L" "$BENCH not built"
         else
             run_step "bench-$q-$L" "${LIMIT[bench]}" "$BENCH" -m "$W/l$L-$q.gguf" -ngl 99 -p "$PP" -n "$TG" -npl 1,4 \
-                -r "$REPS" -o json
+                -nv 1,4 -r "$REPS" -o json
         fi
     done
 done
@@ -803,31 +804,38 @@ decide_rows() {
     done
 }
 
-# batch_rows: tg with 4 sequences at once (bonsai-bench -npl 4: bn_cuda_forward_batch) against one sequence
+# batch_rows: tg with 4 sequences at once (bonsai-bench -npl 4: bn_cuda_forward_batch) against one sequence, and
+# both in passes of 4 tokens of each sequence (-nv 4: ragged passes, bn_cuda_forward_multi, as speculative slots'
+# verify passes with 3 drafts always accepted: their decode ceiling, drafting not counted). The JSON results in
+# order: pp, tg, tg v4, tg x4, tg x4 v4.
 batch_rows() {
     echo
-    echo "### Batched decode: tg$TG of 4 sequences at once (bonsai-bench -npl 4), total t/s"
+    echo "### Batched decode: tg$TG of 4 sequences at once (-npl 4), and in passes of 4 tokens each (-nv 4), total t/s"
     echo
-    echo "| type | layers | tg$TG t/s | tg$TG x4 t/s | x4 / x1 |"
-    echo "| ---- | -----: | --------: | -----------: | ------: |"
+    echo "| type | layers | tg$TG t/s | tg$TG x4 t/s | x4 / x1 | tg$TG v4 t/s | tg$TG x4 v4 t/s | x4 v4 / x1 |"
+    echo "| ---- | -----: | --------: | -----------: | ------: | -----------: | --------------: | ---------: |"
     local q f1 f2
     for q in $TYPES; do
         f1="$W/bench-$q-$L1.log" f2="$W/bench-$q-$L2.log"
         awk -v q="$q" -v L1="$L1" -v L2="$L2" -v LF="$LFULL" -v TG="$TG" -v c1="$(cell "bench-$q-$L1")" \
             -v c2="$(cell "bench-$q-$L2")" -v g1="$(jfield "$f1" avg_ns 2)" -v g2="$(jfield "$f2" avg_ns 2)" \
-            -v b1="$(jfield "$f1" avg_ns 3)" -v b2="$(jfield "$f2" avg_ns 3)" 'BEGIN {
-            if (c1 == "" && (g1 == "" || b1 == "")) c1 = "FAIL"
-            if (c2 == "" && (g2 == "" || b2 == "")) c2 = "FAIL"
+            -v v1="$(jfield "$f1" avg_ns 3)" -v v2="$(jfield "$f2" avg_ns 3)" \
+            -v b1="$(jfield "$f1" avg_ns 4)" -v b2="$(jfield "$f2" avg_ns 4)" \
+            -v w1="$(jfield "$f1" avg_ns 5)" -v w2="$(jfield "$f2" avg_ns 5)" 'BEGIN {
+            if (c1 == "" && (g1 == "" || b1 == "" || v1 == "" || w1 == "")) c1 = "FAIL"
+            if (c2 == "" && (g2 == "" || b2 == "" || v2 == "" || w2 == "")) c2 = "FAIL"
             C[1] = c1; C[2] = c2; C[3] = c1 != "" ? c1 : c2
             k = (LF - L1) / (L2 - L1)
             split(L1 " " L2 " " LF, Ls, " ")
             G[1] = g1; G[2] = g2; G[3] = g1 + k * (g2 - g1)
             B[1] = b1; B[2] = b2; B[3] = b1 + k * (b2 - b1)
+            V[1] = v1; V[2] = v2; V[3] = v1 + k * (v2 - v1)
+            W[1] = w1; W[2] = w2; W[3] = w1 + k * (w2 - w1)
             for (i = 1; i <= 3; i++) {
                 lay = Ls[i] (i == 3 ? " (scaled)" : "")
-                if (C[i] != "") { printf("| %s | %s | %s | %s | %s |\n", q, lay, C[i], C[i], C[i]); continue }
-                a = TG * 1e9 / G[i]; b = 4 * TG * 1e9 / B[i]
-                printf("| %s | %s | %.1f | %.1f | %.2f |\n", q, lay, a, b, b / a)
+                if (C[i] != "") { printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", q, lay, C[i], C[i], C[i], C[i], C[i], C[i]); continue }
+                a = TG * 1e9 / G[i]; b = 4 * TG * 1e9 / B[i]; v = TG * 1e9 / V[i]; w = 4 * TG * 1e9 / W[i]
+                printf("| %s | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f |\n", q, lay, a, b, b / a, v, w, w / a)
             }
         }'
     done

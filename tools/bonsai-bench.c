@@ -1,7 +1,7 @@
 // tools/bonsai-bench.c — llama-bench for our engine (SERVER.md §12), CPU, CUDA (-ngl >= n_layer) or CPU+CUDA
 // (0 < -ngl < n_layer):
 //   bonsai-bench -m MODEL.gguf [-m ...] [-p 512[,N...]] [-n 128[,N...]] [-pg P,G] [-t THREADS[,T...]] [-r 5]
-//                [-ngl N[,N...]] [-npl N[,N...]] [-o md|json] [--no-warmup]
+//                [-ngl N[,N...]] [-npl N[,N...]] [-nv N[,N...]] [-o md|json] [--no-warmup]
 // Prints llama-bench's markdown table (or JSON). The build line uses $BONSAI_BUILD_COMMIT if set.
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +19,14 @@
 static void usage(void) {
     fprintf(stderr,
             "usage: bonsai-bench -m MODEL.gguf [-m MODEL2 ...] [-p N[,N...]] [-n N[,N...]] [-pg P,G] [-t T[,T...]]\n"
-            "                    [-r REPS] [-ngl N[,N...]] [-npl N[,N...]] [-o md|json] [--no-warmup]\n"
+            "                    [-r REPS] [-ngl N[,N...]] [-npl N[,N...]] [-nv N[,N...]] [-o md|json] [--no-warmup]\n"
             "  defaults: -p 512 -n 128 -r 5 -t <cpus> -ngl 0 -o md (0 in -p/-n drops that test)\n"
             "  -ngl N: layers on the GPU (CUDA builds): 0 all on the CPU, >= the model's layer count all on the GPU\n"
             "  -npl N: also every tg test with N sequences decoded at once (batched steps; test \"tg128 x4\", t/s of\n"
             "          all sequences together); 1 is the plain tg test\n"
+            "  -nv N:  also every tg test (and -npl test) in passes of N tokens of each sequence, as a greedy speculative\n"
+            "          verify pass asks for them (argmax of every row, a snapshot after every token; test \"tg128 x4 v4\"):\n"
+            "          the decode ceiling when N - 1 drafts are always accepted, drafting not counted; 1: one-token steps\n"
             "          (-t is then ignored; backend CUDA), in between the last N layers + head on the GPU and the\n"
             "          first layers on the CPU with -t threads (backend CPU+CUDA)\n");
     exit(1);
@@ -50,7 +53,7 @@ int main(int argc, char **argv) {
     const char *models[MAX_LIST];
     int n_models = 0, prompts[MAX_LIST] = {512}, n_prompts = 1, gens[MAX_LIST] = {128}, n_gens = 1;
     int threads[MAX_LIST] = {bn_n_threads_default()}, n_threads = 1, reps = 5, pg[2] = {0, 0};
-    int ngls[MAX_LIST] = {0}, n_ngls = 1, npls[MAX_LIST] = {1}, n_npls = 1;
+    int ngls[MAX_LIST] = {0}, n_ngls = 1, npls[MAX_LIST] = {1}, n_npls = 1, nvs[MAX_LIST] = {1}, n_nvs = 1;
     bool warmup = true, json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -63,6 +66,7 @@ int main(int argc, char **argv) {
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = parse_list(argv[++i], threads);
         else if ((!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) && has) n_ngls = parse_list(argv[++i], ngls);
         else if ((!strcmp(a, "-npl") || !strcmp(a, "--n-parallel")) && has) n_npls = parse_list(argv[++i], npls);
+        else if (!strcmp(a, "-nv") && has) n_nvs = parse_list(argv[++i], nvs);
         else if (!strcmp(a, "-pg") && has) {
             if (parse_list(argv[++i], pg) != 2) usage();
         } else if ((!strcmp(a, "-r") || !strcmp(a, "--repetitions")) && has) reps = atoi(argv[++i]);
@@ -77,7 +81,7 @@ int main(int argc, char **argv) {
     if (reps < 1 || reps > BN_BENCH_MAX_REPS) { fprintf(stderr, "bonsai-bench: -r must be 1..%d\n", BN_BENCH_MAX_REPS); return 1; }
     const char *commit = getenv("BONSAI_BUILD_COMMIT") ? getenv("BONSAI_BUILD_COMMIT") : "unknown";
 
-    int max_results = n_models * n_ngls * n_threads * (n_prompts + n_gens * n_npls + 1);
+    int max_results = n_models * n_ngls * n_threads * (n_prompts + n_gens * n_npls * n_nvs + 1);
     bn_bench_result *results = xcalloc((size_t)max_results, sizeof *results);
     int n_results = 0;
     if (!json) bn_bench_print_md_header(stdout);
@@ -112,17 +116,20 @@ int main(int argc, char **argv) {
                 n_results++;
                 if (!json) { bn_bench_print_md_row(stdout, r); fflush(stdout); }
             }
-            for (int k = 0; k < n_gens; k++) // tg with several sequences at once (-npl values > 1)
-                for (int q = 0; q < n_npls && gens[k] > 0; q++) {
-                    if (npls[q] <= 1) continue;
-                    bn_bench_result *r = &results[n_results];
-                    if (bn_bench_run_batched(eng, gens[k], npls[q], reps, warmup, r, err, sizeof err) != 0) {
-                        fprintf(stderr, "bonsai-bench: %s\n", err);
-                        return 1;
+            // tg with several sequences at once (-npl values > 1) and in passes of several tokens (-nv values > 1)
+            for (int k = 0; k < n_gens; k++)
+                for (int q = 0; q < n_npls && gens[k] > 0; q++)
+                    for (int v = 0; v < n_nvs; v++) {
+                        if (npls[q] <= 1 && nvs[v] <= 1) continue; // the plain tg test above
+                        bn_bench_result *r = &results[n_results];
+                        if (bn_bench_run_batched(eng, gens[k], npls[q] > 1 ? npls[q] : 1, nvs[v], reps, warmup, r,
+                                                 err, sizeof err) != 0) {
+                            fprintf(stderr, "bonsai-bench: %s\n", err);
+                            return 1;
+                        }
+                        n_results++;
+                        if (!json) { bn_bench_print_md_row(stdout, r); fflush(stdout); }
                     }
-                    n_results++;
-                    if (!json) { bn_bench_print_md_row(stdout, r); fflush(stdout); }
-                }
             bn_engine_free(eng);
         }
         bn_model_free(m);
