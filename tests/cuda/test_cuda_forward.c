@@ -1231,7 +1231,8 @@ static void batch_case(const char *type, double bound) {
 // of the next layer's activations is amplified by this random model, as in mmq_prefill_case), the same argmax, host taps of the first and last layers (odd rounds; even rounds without taps replay
 // the CUDA batch graph) within bound, equal positions; every round one sequence rolls back to its middle snapshot of
 // the pass on both sides, so later rounds check the snapshots too. On CUDA the first state leads every pass: one
-// graph capture, a replay per round without taps.
+// graph capture, a replay per round without taps. A shared state, a bad token and a sequence without tokens are
+// refused with every state unchanged.
 static void multi_case(const char *type, double bound) {
     char path[320], err[512];
     if (!make_model("tiny", type, path, sizeof path)) return;
@@ -1301,6 +1302,22 @@ static void multi_case(const char *type, double bound) {
                w_tap, engine_bound, bad);
         CHECK(w_logit <= engine_bound && w_tap <= engine_bound && bad == 0, "%s %s: the ragged pass differs from "
               "each sequence alone", type, bn_engine_name(e));
+        { // input errors leave every state where it was
+            int pos[N];
+            for (int i = 0; i < N; i++) pos[i] = bn_engine_state_pos(b[i]);
+            int32_t good[2] = {1, 2}, bad[2] = {3, V};
+            bn_engine_seq dup[2] = {{b[0], good, 2, NULL, NULL}, {b[0], good, 1, NULL, NULL}};
+            CHECK(bn_engine_forward_multi(dup, 2, err, sizeof err) == -1 && strstr(err, "share"),
+                  "%s multi shared state: %s", bn_engine_name(e), err);
+            bn_engine_seq badtok[2] = {{b[0], good, 2, NULL, sb[0]}, {b[1], bad, 2, NULL, NULL}};
+            CHECK(bn_engine_forward_multi(badtok, 2, err, sizeof err) == -1 && strstr(err, "bad token"),
+                  "%s multi bad token: %s", bn_engine_name(e), err);
+            bn_engine_seq none[1] = {{b[2], good, 0, NULL, NULL}};
+            CHECK(bn_engine_forward_multi(none, 1, err, sizeof err) == -1 && strstr(err, "no tokens"),
+                  "%s multi without tokens: %s", bn_engine_name(e), err);
+            for (int i = 0; i < N; i++)
+                CHECK(bn_engine_state_pos(b[i]) == pos[i], "%s multi error moved state %d", bn_engine_name(e), i);
+        }
         if (!strcmp(bn_engine_name(e), "CUDA")) { // the first state led every pass: one capture, a replay per round
             int64_t replays, captures;                // without taps
             bn_cuda_state_graph_counts((bn_cuda_state *)b[0]->st, &replays, &captures);
