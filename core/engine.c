@@ -175,7 +175,14 @@ int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t 
         }
         snaps[i] = mine;
     }
-    if (rc == 0) rc = e->ops->forward_multi(sts, tokens, n_tok, n, outs, snaps, err, errlen);
+    // one sequence alone takes the backend's own single-sequence path (CUDA: the captured step and verify graphs)
+    bn_forward_out none = {0};
+    if (rc == 0 && n == 1)
+        rc = snaps[0] ? e->ops->forward_snaps(sts[0], tokens[0], n_tok[0], outs[0] ? outs[0] : &none, snaps[0], err,
+                                              errlen)
+                      : e->ops->forward(sts[0], tokens[0], n_tok[0], outs[0] ? outs[0] : &none, err, errlen);
+    else if (rc == 0)
+        rc = e->ops->forward_multi(sts, tokens, n_tok, n, outs, snaps, err, errlen);
     free(sts), free(tokens), free(n_tok), free(outs), free(snaps), free(snap_store);
     return rc;
 }

@@ -104,7 +104,8 @@ typedef struct {
 // bn_engine_forward_snaps (or bn_engine_forward without snaps) does for each alone, batched: every weight read once
 // for as many tokens as a pass holds (CPU: bn_forward_multi, a state's batch rows; CUDA: bn_cuda_forward_multi, up to
 // BN_CUDA_BATCH_MAX; CPU+CUDA: each half batched, the CPU layers' rows handed over in one copy). A sequence longer
-// than a pass runs alone. When it takes several passes, an error stops it there (the sequences before have
+// than a pass runs alone, and so does a single sequence (bn_engine_forward_snaps / bn_engine_forward: on CUDA the
+// captured one-token step and verify graphs). When it takes several passes, an error stops it there (the sequences before have
 // advanced). Returns 0 or -1 with err filled.
 int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t errlen);
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
