@@ -198,14 +198,24 @@ static int seq_len(const seqs_in &q, int i) { return q.n_tok ? q.n_tok[i] : 1; }
 
 // Where one chunk's residual stream goes after each tap layer (bn_forward_out.taps layout: host memory,
 // or the state's device tap buffer), and whether the recurrent state after each token goes to the
-// snapshots in s->d_snap_ptrs. A batched pass instead gives each sequence's out (seqs, outs).
+// snapshots in s->d_snap_ptrs. A batched pass instead gives each sequence's out (seqs, outs), or, when every tap
+// goes to its sequence's device tap buffer with one tap layer list, that list (n_col_taps, col_tap_layers): each
+// column's row is then in the column table (graph-capturable).
 struct tap_dst {
     const bn_forward_out *out; // NULL or no taps: none
     int t_off;                 // index of the chunk's first token in the call
     bool dev_snaps;            // per-token device snapshots (bn_cuda_forward_snaps)
-    const seqs_in *seqs;       // a batched pass: its sequences (NULL: the fields above)
+    const seqs_in *seqs;       // a batched pass with per-row copies: its sequences (NULL: none)
     bn_forward_out *const *outs; // with seqs: outs[i] receives sequence i's taps (NULL entries: none)
+    int n_col_taps;            // a batched pass with table taps: the tap slots (0: none),
+    const int *col_tap_layers; //   the layer of each
 };
+// chunk_taps: the tap_dst of a chunk of one sequence (out's taps from row t_off; dev_snaps as above).
+static tap_dst chunk_taps(const bn_forward_out *out, int t_off, bool dev_snaps) {
+    tap_dst td = {};
+    td.out = out, td.t_off = t_off, td.dev_snaps = dev_snaps;
+    return td;
+}
 
 // tap_rows_kernel: block t: dst[(*d_row + t)·dst_stride + i] = src[t·n + i] for i < n (one tap layer's rows
 // into the [rows][n_taps][E] device tap layout, from the row in device memory: a graph replays unchanged).
@@ -278,9 +288,21 @@ static cudaError_t copy_seq_taps(bn_cuda_state *s, const tap_dst &taps, int il) 
     return cudaSuccess;
 }
 
+// tap_cols_kernel: block t: rows[t][k·n + i] = src[t·n + i] for i < n where rows[t] (column t's row in its sequence's
+// device tap buffer, from the column table: a graph replays unchanged) is not NULL: tap slot k of a batched pass.
+static __global__ void tap_cols_kernel(float *const *rows, int k, const float *src, int n) {
+    bn_cu_grid_begin();
+    float *row = rows[blockIdx.x];
+    if (!row) return;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) row[(size_t)k * n + i] = src[(size_t)blockIdx.x * n + i];
+}
+
+// col_tap_rows: the tap-row part of s's column table (device).
+static float *const *col_tap_rows(const bn_cuda_state *s) { return (float *const *)(s->d_cols + 3 * MAX_BATCH_COLS); }
+
 // layer_cols: the columns of layer il in a batched pass (the device column table upload_cols uploaded).
 static bn_cu_cols layer_cols(const bn_cuda_state *s, int il) {
-    void **base = s->d_cols + 3 * MAX_BATCH_COLS + (size_t)il * 4 * MAX_BATCH_COLS;
+    void **base = s->d_cols + 4 * MAX_BATCH_COLS + (size_t)il * 4 * MAX_BATCH_COLS;
     return bn_cu_cols{(const int *)s->d_cols, base, base + MAX_BATCH_COLS, (float *const *)(base + 2 * MAX_BATCH_COLS),
                       (float *const *)(base + 3 * MAX_BATCH_COLS), (const int *)(s->d_cols + MAX_BATCH_COLS),
                       (float *const *)(s->d_cols + 2 * MAX_BATCH_COLS)};
@@ -316,6 +338,11 @@ static cudaError_t run_layers(bn_cuda_state *s, int nb, tap_dst taps, bool batch
         for (int k = 0; out && out->taps && k < out->n_taps; k++)
             if (out->tap_layers[k] == il) TRY(copy_taps(s, taps, k, nb));
         if (taps.seqs) TRY(copy_seq_taps(s, taps, il));
+        for (int k = 0; k < taps.n_col_taps; k++)
+            if (taps.col_tap_layers[k] == il) {
+                BN_LAUNCH(tap_cols_kernel, nb, 256, 0, s->stream, col_tap_rows(s), k, (const float *)s->x, H);
+                TRY(cudaGetLastError());
+            }
     }
     return batch ? cudaSuccess : bn_cu_advance_pos(s->d_pos, nb, s->stream);
 }
@@ -429,7 +456,7 @@ static int forward_rows(bn_cuda_state *s, rows_in in, int n, bn_forward_out *out
         const int nb = n - t0 < chunk ? n - t0 : chunk;
         cudaError_t e = t0 == 0 ? start_taps(s, out) : cudaSuccess;
         if (e == cudaSuccess) e = upload_rows(s, in, t0, nb);
-        if (e == cudaSuccess) e = run_layers(s, nb, tap_dst{out, t0, false, NULL, NULL});
+        if (e == cudaSuccess) e = run_layers(s, nb, chunk_taps(out, t0, false));
         if (e == cudaSuccess) e = chunk_outputs(s, nb, t0, n, out);
         if (e == cudaSuccess && out && out->snaps)
             e = cudaMemcpyAsync(out->snaps[t0]->data, s->recurrent, s->n_recurrent * sizeof(float),
@@ -461,7 +488,7 @@ static int forward_rows_snaps(bn_cuda_state *s, rows_in in, int n, bn_forward_ou
     if (e == cudaSuccess && verify_graph_ok(s, n, out)) { // the captured pass of this size (no launch cost)
         e = run_verify_graph(s, n, out);
     } else {
-        if (e == cudaSuccess) e = run_layers(s, n, tap_dst{out, 0, true, NULL, NULL});
+        if (e == cudaSuccess) e = run_layers(s, n, chunk_taps(out, 0, true));
         if (e == cudaSuccess) e = chunk_outputs(s, n, 0, n, out);
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
@@ -539,15 +566,16 @@ static int batch_check(const char *fn, const seqs_in &q, rows_in in, bn_forward_
     return 0;
 }
 
-// upload_cols: the column table of q (positions, runs and snapshot pointers, then per layer the k, v, conv, ssm
-// pointers; sequence i's n_tok[i] columns from its position on) into states[0]'s d_cols, and the nb rows of input
-// (tokens into its d_tokens, or residual rows into its x); async on its stream.
-static cudaError_t upload_cols(const seqs_in &q, rows_in in, int nb) {
+// upload_cols: the column table of q (positions, runs, snapshot pointers and, with table taps, each column's row of
+// outs[i]->taps, then per layer the k, v, conv, ssm pointers; sequence i's n_tok[i] columns from its position on)
+// into states[0]'s d_cols, and the nb rows of input (tokens into its d_tokens, or residual rows into its x); async on
+// its stream.
+static cudaError_t upload_cols(const seqs_in &q, rows_in in, int nb, bn_forward_out *const *outs, bool table_taps) {
     bn_cuda_state *s = q.states[0];
-    const int L = s->cm->cfg.n_layer;
+    const int L = s->cm->cfg.n_layer, H = s->cm->cfg.n_embd;
     int *pos = (int *)s->h_cols, *run = (int *)(s->h_cols + MAX_BATCH_COLS);
-    float **snap = (float **)(s->h_cols + 2 * MAX_BATCH_COLS);
-    void **ptrs = s->h_cols + 3 * MAX_BATCH_COLS;
+    float **snap = (float **)(s->h_cols + 2 * MAX_BATCH_COLS), **tap = (float **)(s->h_cols + 3 * MAX_BATCH_COLS);
+    void **ptrs = s->h_cols + 4 * MAX_BATCH_COLS;
     for (int i = 0, t = 0; i < q.n; i++) {
         const bn_cuda_state *st = q.states[i];
         const int n = seq_len(q, i);
@@ -555,6 +583,8 @@ static cudaError_t upload_cols(const seqs_in &q, rows_in in, int nb) {
             pos[t] = st->pos + j;
             run[t] = j == 0 ? n : 0;
             snap[t] = q.snaps && q.snaps[i] ? q.snaps[i][j]->data : NULL;
+            const bn_forward_out *o = outs ? outs[i] : NULL;
+            tap[t] = table_taps && o && o->taps ? o->taps + (size_t)j * o->n_taps * H : NULL;
             for (int il = 0; il < L; il++) {
                 void **row = ptrs + (size_t)il * 4 * MAX_BATCH_COLS;
                 row[t] = st->k_cache[il], row[MAX_BATCH_COLS + t] = st->v_cache[il];
@@ -582,14 +612,33 @@ static cudaError_t batch_body(bn_cuda_state *s, int n, bool head, bool hidden, b
 
 static cudaError_t replay(bn_cuda_state *s, step_kind kind, const step_graph *key);
 
-// batch_step: batch_body, replaying the STEP_BATCH pass of n columns (replay) when head is wanted, no taps and
-// graphs are on (the table holds the rest), else launched kernel by kernel.
+// batch_step: batch_body, replaying the STEP_BATCH pass of n columns (replay) when head is wanted, graphs are on
+// and the taps (if any) go through the table (the table holds the rest; the graph is captured per column count and
+// tap layer list), else launched kernel by kernel.
 static cudaError_t batch_step(bn_cuda_state *s, int n, bool head, bool hidden, bool argmax, tap_dst taps) {
     if (!head || s->no_graphs || taps.seqs) return batch_body(s, n, head, hidden, argmax, taps);
     step_graph key;
     memset(&key, 0, sizeof key);
-    key.n = n, key.all_logits = true, key.argmax = argmax;
+    key.n = n, key.all_logits = true, key.argmax = argmax, key.n_taps = taps.n_col_taps;
+    if (taps.n_col_taps) memcpy(key.tap_layers, taps.col_tap_layers, sizeof(int) * (size_t)taps.n_col_taps);
     return replay(s, STEP_BATCH, &key);
+}
+
+// table_taps: whether the taps of a batched pass (outs of q) can go through the column table: every out with taps
+// writes them into its own sequence's device tap buffer, all with one tap layer list of at most MAX_GRAPH_TAPS slots.
+// *first: an out with taps (NULL: none).
+static bool table_taps(const seqs_in &q, bn_forward_out *const *outs, const bn_forward_out **first) {
+    *first = NULL;
+    for (int i = 0; outs && i < q.n; i++) {
+        const bn_forward_out *o = outs[i];
+        if (!o || !o->taps) continue;
+        if (dev_tap_row(q.states[i], o) < 0 || o->n_taps > MAX_GRAPH_TAPS) return false;
+        if (!*first) *first = o;
+        else if (o->n_taps != (*first)->n_taps ||
+                 memcmp(o->tap_layers, (*first)->tap_layers, sizeof(int) * (size_t)o->n_taps) != 0)
+            return false;
+    }
+    return true;
 }
 
 // batch_pass: one batched pass of q (checked inputs; nb = its token count <= the capacity of states[0], which runs
@@ -602,8 +651,13 @@ static int batch_pass(const seqs_in &q, rows_in in, int nb, bn_forward_out *cons
         if (outs[i])
             head |= bn_forward_wants_head(outs[i]), hidden |= outs[i]->hidden != NULL,
                 argmax |= outs[i]->argmax != NULL, taps |= outs[i]->taps != NULL;
-    cudaError_t e = upload_cols(q, in, nb);
-    if (e == cudaSuccess) e = batch_step(s, nb, head, hidden, argmax, taps ? tap_dst{NULL, 0, false, &q, outs} : tap_dst{});
+    const bn_forward_out *tap_out = NULL;
+    const bool by_table = taps && table_taps(q, outs, &tap_out);
+    tap_dst td = {};
+    if (by_table) td.n_col_taps = tap_out->n_taps, td.col_tap_layers = tap_out->tap_layers;
+    else if (taps) td.seqs = &q, td.outs = outs;
+    cudaError_t e = upload_cols(q, in, nb, outs, by_table);
+    if (e == cudaSuccess) e = batch_step(s, nb, head, hidden, argmax, td);
     for (int i = 0, c0 = 0; e == cudaSuccess && i < q.n; c0 += seq_len(q, i), i++) {
         const bn_forward_out *o = outs ? outs[i] : NULL;
         if (!o) continue;
@@ -744,14 +798,18 @@ static bool serves_key(const step_graph *g, const step_graph *key) {
 // argmax of the logits into d_tokens[0]; STEP_BATCH: batch_body. The same launches as
 // the launch-by-launch path (run_layers + chunk_outputs, batch_body), so the same results.
 static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph *key) {
-    if (kind == STEP_BATCH) return batch_body(s, key->n, true, true, key->argmax);
+    if (kind == STEP_BATCH) {
+        tap_dst td = {};
+        td.n_col_taps = key->n_taps, td.col_tap_layers = key->tap_layers;
+        return batch_body(s, key->n, true, true, key->argmax, td);
+    }
     bn_forward_out taps_out;
     memset(&taps_out, 0, sizeof taps_out);
     taps_out.taps = (float *)key->taps;
     taps_out.n_taps = key->n_taps;
     taps_out.tap_layers = key->tap_layers;
     const int n = key->n, first = key->all_logits ? 0 : n - 1, rows = key->all_logits ? n : 1;
-    TRY(run_layers(s, n, tap_dst{key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY, NULL, NULL}));
+    TRY(run_layers(s, n, chunk_taps(key->taps ? &taps_out : NULL, 0, kind == STEP_VERIFY)));
     bn_q8_out hq;
     const bn_q8_out *hq8 = head_q8(s, rows, &hq);
     TRY(head_norm(s, first, rows, hq8));

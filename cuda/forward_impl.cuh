@@ -111,9 +111,10 @@ struct bn_cuda_state {
     float **d_snap_ptrs;  // {MAX_SNAPS} device pointers: per-token snapshot targets of a chunk
     float **h_snap_ptrs;  // pinned host staging of d_snap_ptrs
     void **d_cols;        // a batched pass's column table (bn_cuda_forward_batch / _multi): {MAX_BATCH_COLS}
-                          // pointer-sized slots each for the positions (ints), the runs (ints, bn_cu_cols.run) and
-                          // the snapshot pointers, then {MAX_BATCH_COLS, 4, n_layer}: per layer the columns' k, v
-                          // caches, conv windows, S
+                          // pointer-sized slots each for the positions (ints), the runs (ints, bn_cu_cols.run), the
+                          // snapshot pointers and the tap rows (each column's row in its sequence's device tap
+                          // buffer, or NULL), then {MAX_BATCH_COLS, 4, n_layer}: per layer the columns' k, v caches,
+                          // conv windows, S
     void **h_cols;        // its host staging (the same layout), one upload per step
     float *dev_taps;      // bn_cuda_state_tap_buffer: {E, n_taps, rows} (own allocation; NULL until asked for)
     size_t dev_tap_floats; // its capacity
@@ -138,7 +139,7 @@ struct bn_cuda_snapshot {
 static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 // col_table_slots: pointer-sized slots of a batched step's column table (d_cols / h_cols) for n_layer layers.
-static inline size_t col_table_slots(int n_layer) { return (size_t)MAX_BATCH_COLS * (3 + 4 * (size_t)n_layer); }
+static inline size_t col_table_slots(int n_layer) { return (size_t)MAX_BATCH_COLS * (4 + 4 * (size_t)n_layer); }
 
 // drop_graph: destroys a captured pass (captured again on its next use).
 static inline void drop_graph(step_graph *g) {

@@ -1224,15 +1224,17 @@ static void batch_case(const char *type, double bound) {
 // multi_case: bn_engine_forward_multi (a ragged pass: 3 sequences with 4, 1 and 3 tokens, rotated each round, 6
 // rounds) on the CPU (bn_forward_multi), CUDA (bn_cuda_forward_multi: one batched pass of 8 columns, each sequence's
 // conv and recurrence walking its columns in order) and CPU+CUDA (bn_forward_multi_front, then
-// bn_cuda_forward_multi_hidden) engines of the tiny model,
-// against twin states running each sequence alone (bn_engine_forward_snaps): every row's logits within bound (F32:
-// 1e-4, CUDA bit-identical; CPU+CUDA 1e-3 as in batch_case; Q1_0 0.2: the 8-column kernels, the CPU's batched dot and CUDA's int8 MMA from 8 columns,
-// sum in another order than the passes of up to 4 tokens alone, and a last-bit difference that flips a Q8 rounding
-// of the next layer's activations is amplified by this random model, as in mmq_prefill_case), the same argmax, host taps of the first and last layers (odd rounds; even rounds without taps replay
-// the CUDA batch graph) within bound, equal positions; every round one sequence rolls back to its middle snapshot of
-// the pass on both sides, so later rounds check the snapshots too. On CUDA the first state leads every pass: one
-// graph capture, a replay per round without taps. A shared state, a bad token and a sequence without tokens are
-// refused with every state unchanged.
+// bn_cuda_forward_multi_hidden) engines of the tiny model, against twin states running each sequence alone
+// (bn_engine_forward_snaps): every row's logits within bound (F32: 1e-4, CUDA bit-identical; CPU+CUDA 1e-3 as in
+// batch_case; Q1_0 0.2: the 8-column kernels, the CPU's batched dot and CUDA's int8 MMA from 8 columns, sum in another
+// order than the passes of up to 4 tokens alone, and a last-bit difference that flips a Q8 rounding of the next
+// layer's activations is amplified by this random model, as in mmq_prefill_case), the same argmax, taps of the first
+// and last layers within bound (rounds 0 and 3 without taps, 1 and 4 into host memory, 2 and 5 on CUDA into each
+// state's device tap buffer through the column table), equal positions; every round one sequence rolls back to its
+// middle snapshot of the pass on both sides, so later rounds check the snapshots too. On CUDA the first state leads
+// every pass: the rounds without taps and with device taps replay the 8-column graph (captured again when the tap set
+// changes: 4 captures, 4 replays). A shared state, a bad token and a sequence without tokens are refused with every
+// state unchanged.
 static void multi_case(const char *type, double bound) {
     char path[320], err[512];
     if (!make_model("tiny", type, path, sizeof path)) return;
@@ -1266,8 +1268,15 @@ static void multi_case(const char *type, double bound) {
         int32_t amb[N][MAXT], amr[MAXT];
         double w_logit = 0, w_tap = 0;
         int bad = 0;
+        const bool cuda = !strcmp(bn_engine_name(e), "CUDA");
+        float *dev_b[N], *dev_r[N]; // CUDA: each state's device tap buffer (rounds 2 and 5: the table taps)
+        for (int i = 0; cuda && i < N; i++) {
+            dev_b[i] = bn_cuda_state_tap_buffer((bn_cuda_state *)b[i]->st, 2, MAXT, err, sizeof err);
+            dev_r[i] = bn_cuda_state_tap_buffer((bn_cuda_state *)r[i]->st, 2, MAXT, err, sizeof err);
+            if (!dev_b[i] || !dev_r[i]) bn_die("multi tap buffers: %s", err);
+        }
         for (int round = 0; round < ROUNDS; round++) {
-            const bool taps = round % 2 == 1;
+            const bool taps = round % 3 != 0, dev = cuda && round % 3 == 2;
             int32_t toks[N][MAXT];
             bn_forward_out ob[N];
             bn_engine_seq seqs[N];
@@ -1275,7 +1284,9 @@ static void multi_case(const char *type, double bound) {
                 const int n = lens[(i + round) % N];
                 for (int j = 0; j < n; j++) toks[i][j] = (int32_t)((round * 71 + i * 37 + j * 13 + 5) % V);
                 ob[i] = (bn_forward_out){.logits = lb + (size_t)i * MAXT * V, .argmax = amb[i], .all_logits = i != 1};
-                if (taps) ob[i].tap_layers = taps_at, ob[i].n_taps = 2, ob[i].taps = tb + (size_t)i * MAXT * 2 * H;
+                if (taps)
+                    ob[i].tap_layers = taps_at, ob[i].n_taps = 2,
+                    ob[i].taps = dev ? dev_b[i] : tb + (size_t)i * MAXT * 2 * H;
                 seqs[i] = (bn_engine_seq){b[i], toks[i], n, &ob[i], sb[i]};
             }
             CHECK(bn_engine_forward_multi(seqs, N, err, sizeof err) == 0, "%s multi round %d: %s", bn_engine_name(e),
@@ -1283,8 +1294,14 @@ static void multi_case(const char *type, double bound) {
             for (int i = 0; i < N; i++) {
                 const int n = seqs[i].n, rows = i != 1 ? n : 1;
                 bn_forward_out o = {.logits = lr, .argmax = amr, .all_logits = i != 1};
-                if (taps) o.tap_layers = taps_at, o.n_taps = 2, o.taps = tr;
+                if (taps) o.tap_layers = taps_at, o.n_taps = 2, o.taps = dev ? dev_r[i] : tr;
                 CHECK(bn_engine_forward_snaps(r[i], toks[i], n, &o, sr[i], err, sizeof err) == 0, "multi twin: %s", err);
+                if (dev) // both device buffers down
+                    CHECK(bn_cuda_state_tap_buffer_read((bn_cuda_state *)b[i]->st, tb + (size_t)i * MAXT * 2 * H,
+                                                        (size_t)n * 2 * H, err, sizeof err) == 0 &&
+                              bn_cuda_state_tap_buffer_read((bn_cuda_state *)r[i]->st, tr, (size_t)n * 2 * H, err,
+                                                            sizeof err) == 0,
+                          "multi device taps: %s", err);
                 for (size_t v = 0; v < (size_t)rows * V; v++) w_logit = fmax(w_logit, fabs(lb[(size_t)i * MAXT * V + v] - lr[v]));
                 for (int j = 0; j < rows; j++)
                     bad += amb[i][j] != amr[j] || argmax(lb + ((size_t)i * MAXT + j) * V, V) != amb[i][j];
@@ -1318,11 +1335,11 @@ static void multi_case(const char *type, double bound) {
             for (int i = 0; i < N; i++)
                 CHECK(bn_engine_state_pos(b[i]) == pos[i], "%s multi error moved state %d", bn_engine_name(e), i);
         }
-        if (!strcmp(bn_engine_name(e), "CUDA")) { // the first state led every pass: one capture, a replay per round
-            int64_t replays, captures;                // without taps
+        if (cuda) { // the first state led every pass: rounds without taps and with device taps replay the 8-column
+            int64_t replays, captures; // graph, captured again whenever the tap set changes (4 times); host taps do not
             bn_cuda_state_graph_counts((bn_cuda_state *)b[0]->st, &replays, &captures);
-            CHECK(captures == 1 && replays == ROUNDS / 2, "CUDA multi graphs: %lld captures, %lld replays (want 1, %d)",
-                  (long long)captures, (long long)replays, ROUNDS / 2);
+            CHECK(captures == 4 && replays == 4, "CUDA multi graphs: %lld captures, %lld replays (want 4, 4)",
+                  (long long)captures, (long long)replays);
         }
         for (int i = 0; i < N; i++) {
             for (int j = 0; j < MAXT; j++) bn_engine_snapshot_free(sb[i][j]), bn_engine_snapshot_free(sr[i][j]);
