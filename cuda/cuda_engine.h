@@ -99,7 +99,7 @@ int bn_cuda_forward(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_o
 int bn_cuda_forward_snaps(bn_cuda_state *s, const int32_t *tokens, int n, bn_forward_out *out,
                           bn_cuda_snapshot *const *snaps, char *err, size_t errlen);
 // The most tokens one batched pass (bn_cuda_forward_multi / _batch) carries (more run as several passes).
-#define BN_CUDA_BATCH_MAX 16
+#define BN_CUDA_BATCH_MAX 32
 // bn_cuda_forward_multi: core/forward.h bn_forward_multi's contract on the device (the ragged pass of
 // bn_engine_forward_multi): sequence i appends n_tok[i] tokens tokens[i] (distinct whole-model states of one model
 // and KV type), its device snapshots snaps[i][0..n_tok[i]) (snaps or snaps[i] NULL: none) receiving the recurrent

@@ -22,7 +22,7 @@ const char *bn_type_name(int type);
 enum { T_F32 = 0, T_F16 = 1 }; // bn_type ids of quant/quant.h
 
 #define MAX_PREFILL_BATCH 512 // tokens per chunk (scratch rows)
-#define MAX_LOGIT_ROWS 16     // rows of logits computed per head matmul
+#define MAX_LOGIT_ROWS 32     // rows of logits computed per head matmul (the mmvq range, BN_CU_MMVQ_MAX_NB)
 #define MAX_BATCH_COLS BN_CUDA_BATCH_MAX // sequences per bn_cuda_forward_batch (their logits rows fit one head block)
 static_assert(MAX_BATCH_COLS <= MAX_LOGIT_ROWS, "a batch's logits rows fit one head block");
 #define MAX_SPLITS 16         // flash-decoding key splits

@@ -1179,13 +1179,13 @@ static void batch_case(const char *type, double bound) {
             CHECK(captures == 1 && replays == STEPS, "CUDA batch graphs: %lld captures, %lld replays (want 1, %d)",
                   (long long)captures, (long long)replays, STEPS);
         }
-        if (!strcmp(bn_engine_name(e), "CUDA")) { // 20 sequences: the engine op runs them in chunks of 16
-            enum { M = 20 };
+        if (!strcmp(bn_engine_name(e), "CUDA")) { // 40 sequences: the engine op runs them in passes of 32 and 8
+            enum { M = 40 };
             bn_engine_state *w[M];
             int32_t wt[M], wa[M], one;
             bn_forward_out wo[M], *wp[M];
             for (int i = 0; i < M; i++) {
-                if (!(w[i] = bn_engine_state_new(e, 8, err, sizeof err))) bn_die("batch state: %s", err);
+                if (!(w[i] = bn_engine_state_new(e, BN_CUDA_BATCH_MAX, err, sizeof err))) bn_die("batch state: %s", err);
                 wt[i] = (int32_t)((i * 29 + 1) % V), wo[i] = (bn_forward_out){.argmax = &wa[i]}, wp[i] = &wo[i];
             }
             CHECK(bn_engine_forward_batch(w, wt, M, wp, err, sizeof err) == 0, "CUDA batch of %d: %s", M, err);
