@@ -68,6 +68,16 @@ static int bench_gen_verify(const bn_model *m, bn_engine_state **s, bn_engine_sn
     return rc;
 }
 
+static int bench_gen_batch(const bn_model *m, bn_engine_state **s, int n_seq, int n, char *err, size_t errlen);
+
+// bench_gen_seqs: n tokens of each of the n_seq states: ragged passes of n_verify tokens (bench_gen_verify) or, with
+// n_verify <= 1, one-token steps (bench_gen_batch). Returns 0 or -1.
+static int bench_gen_seqs(const bn_model *m, bn_engine_state **s, bn_engine_snapshot **snaps, int n_seq, int n_verify,
+                          int n, char *err, size_t errlen) {
+    return n_verify > 1 ? bench_gen_verify(m, s, snaps, n_seq, n_verify, n, err, errlen)
+                        : bench_gen_batch(m, s, n_seq, n, err, errlen);
+}
+
 // bench_gen_batch: n steps of the n_seq states at once (first token BOS if any, then random ids).
 static int bench_gen_batch(const bn_model *m, bn_engine_state **s, int n_seq, int n, char *err, size_t errlen) {
     const int32_t bos = bench_bos(m);
@@ -165,17 +175,14 @@ int bn_bench_run_batched(const bn_engine *e, int n_gen, int n_seq, int n_verify,
         if (!(s[t] = bn_engine_state_new(e, n_gen, err, errlen))) rc = -1;
     for (size_t j = 0; n_verify > 1 && j < (size_t)n_seq * n_verify && rc == 0; j++)
         if (!(snaps[j] = bn_engine_snapshot_new(s[j / n_verify], err, errlen))) rc = -1;
-    // one run: n tokens of every sequence
-#define GEN(n) (n_verify > 1 ? bench_gen_verify(e->m, s, snaps, n_seq, n_verify, (n), err, errlen) \
-                             : bench_gen_batch(e->m, s, n_seq, (n), err, errlen))
-    if (rc == 0 && warmup) rc = GEN(n_verify < n_gen ? n_verify : n_gen);
+    if (rc == 0 && warmup)
+        rc = bench_gen_seqs(e->m, s, snaps, n_seq, n_verify, n_verify < n_gen ? n_verify : n_gen, err, errlen);
     for (int i = 0; i < reps && rc == 0; i++) {
         for (int t = 0; t < n_seq; t++) bn_engine_state_reset(s[t]);
         const uint64_t t_start = now_ns();
-        rc = GEN(n_gen);
+        rc = bench_gen_seqs(e->m, s, snaps, n_seq, n_verify, n_gen, err, errlen);
         r->samples_ns[i] = now_ns() - t_start;
     }
-#undef GEN
     for (size_t j = 0; j < (size_t)n_seq * n_verify; j++) bn_engine_snapshot_free(snaps[j]);
     for (int t = 0; t < n_seq; t++) bn_engine_state_free(s[t]);
     free(snaps), free(s);

@@ -325,9 +325,7 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, const bn_forwa
     const int pos0 = bn_engine_state_pos(sp->ts);
     if (pass_prepare(sp, tok, n, head, &out, snaps, &pass, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
-    int rc = snaps ? bn_engine_forward_snaps(sp->ts, tok, n, &out, snaps, err, errlen)
-                   : bn_engine_forward(sp->ts, tok, n, &out, err, errlen);
-    if (rc != 0) return -1;
+    if (bn_engine_forward_multi(&pass, 1, err, errlen) != 0) return -1;
     pass_ran(sp, n, bn_time_ms() - t0);
     if (feed_drafter) commit_rows(sp, tok, n, pos0);
     return 0;
@@ -578,9 +576,7 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
     bn_engine_seq pass;
     if (bn_spec_round_begin(sp, smp, out_cap, &pass, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
-    int rc = pass.snaps ? bn_engine_forward_snaps(pass.state, pass.tokens, pass.n, pass.out, pass.snaps, err, errlen)
-                        : bn_engine_forward(pass.state, pass.tokens, pass.n, pass.out, err, errlen);
-    if (rc != 0) {
+    if (bn_engine_forward_multi(&pass, 1, err, errlen) != 0) {
         sp->in_round = false;
         return -1;
     }

@@ -57,8 +57,7 @@ static int cpu_forward_multi(void *const *sts, const int32_t *const *tokens, con
     }
     int rc = 0;
     for (int i0 = 0; i0 < n && rc == 0;) {
-        int i1 = i0, rows = 0;
-        while (i1 < n && rows + n_tok[i1] <= seqs[i0]->n_batch) rows += n_tok[i1++];
+        int i1 = bn_engine_pass_end(n_tok, n, i0, seqs[i0]->n_batch);
         if (i1 == i0) // one sequence longer than a pass
             rc = bn_forward(seqs[i0]->m, seqs[i0], tokens[i0], n_tok[i0], op[i0], err, errlen), i1 = i0 + 1;
         else

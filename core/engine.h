@@ -108,6 +108,14 @@ typedef struct {
 // captured one-token step and verify graphs). When it takes several passes, an error stops it there (the sequences before have
 // advanced). Returns 0 or -1 with err filled.
 int bn_engine_forward_multi(const bn_engine_seq *seqs, int n, char *err, size_t errlen);
+// bn_engine_pass_end: the backends' grouping of a ragged pass into passes of whole sequences: the end of the run of
+// sequences i0.. whose token counts n_tok sum to at most cap (a pass's capacity), or i0 when sequence i0 alone is
+// longer (it then runs by itself). Sequences [i0, return) form the next pass.
+static inline int bn_engine_pass_end(const int *n_tok, int n, int i0, int cap) {
+    int i1 = i0, rows = 0;
+    while (i1 < n && rows + n_tok[i1] <= cap) rows += n_tok[i1++];
+    return i1;
+}
 // bn_engine_forward_snaps: bn_engine_forward (out->snaps must be NULL) that also stores the recurrent
 // state + position after each token t in snaps[t] (from bn_engine_snapshot_new of s's engine), in one
 // batched pass of n <= BN_ENGINE_MAX_SNAPS tokens: the CPU fills them through bn_forward_out.snaps,

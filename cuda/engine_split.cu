@@ -158,24 +158,16 @@ static int sp_forward_snaps(void *st, const int32_t *tokens, int n, bn_forward_o
 // staging buffer of the pass's first state, then the device layers and the head as one bn_cuda_forward_multi_hidden
 // (the device halves); in passes of whole sequences, as many tokens as that state holds (CPU batch rows, staging
 // rows, BN_CUDA_BATCH_MAX); a longer sequence runs alone (split_forward). Every sequence's inputs are checked before
-// anything runs; after that only a CUDA error can stop a pass (the states are then undefined, as on CUDA).
+// anything runs (bn_engine_forward_multi, the op's caller, has checked the states distinct, of this engine, and
+// without host snapshots); after that only a CUDA error can stop a pass (the states are then undefined, as on CUDA).
 static int sp_forward_multi(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
                             bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen) {
     split_state *const *ss = (split_state *const *)sts;
     const bn_model *m = ss[0]->sm->m;
-    for (int i = 0; i < n; i++) {
-        const bn_forward_out *o = outs[i];
-        if (o && o->snaps)
-            return bn_err(err, errlen, "CPU+CUDA ragged pass: sequence %d: host snapshots need bn_engine_forward", i);
-        for (int u = 0; u < i; u++)
-            if (ss[u] == ss[i]) return bn_err(err, errlen, "CPU+CUDA ragged pass: sequences %d and %d share a state", u, i);
-        const size_t n_rec = ss[i]->tmp_cpu->n + ss[i]->tmp_gpu->n;
-        if (ss[i]->sm != ss[0]->sm ||
-            bn_forward_check(&m->cfg, bn_state_pos(ss[i]->cpu), bn_state_n_ctx(ss[i]->cpu), n_rec, tokens[i], n_tok[i],
-                             o, err, errlen) != 0)
-            return ss[i]->sm != ss[0]->sm ? bn_err(err, errlen, "CPU+CUDA ragged pass: sequence %d of another model", i)
-                                          : -1;
-    }
+    for (int i = 0; i < n; i++)
+        if (bn_forward_check(&m->cfg, bn_state_pos(ss[i]->cpu), bn_state_n_ctx(ss[i]->cpu),
+                             ss[i]->tmp_cpu->n + ss[i]->tmp_gpu->n, tokens[i], n_tok[i], outs[i], err, errlen) != 0)
+            return -1;
     // per sequence: the CPU half's out (its taps, the CPU snapshots) and the device snapshots
     bn_forward_out *oc = (bn_forward_out *)xcalloc((size_t)n, sizeof *oc);
     bn_forward_out **ocp = (bn_forward_out **)xcalloc((size_t)n, sizeof *ocp);
@@ -197,8 +189,7 @@ static int sp_forward_multi(void *const *sts, const int32_t *const *tokens, cons
     for (int i0 = 0; i0 < n && rc == 0;) {
         int cap = ss[i0]->cpu->n_batch < ss[i0]->rows ? ss[i0]->cpu->n_batch : ss[i0]->rows;
         cap = cap < BN_CUDA_BATCH_MAX ? cap : BN_CUDA_BATCH_MAX;
-        int i1 = i0, rows = 0;
-        while (i1 < n && rows + n_tok[i1] <= cap) rows += n_tok[i1++];
+        int i1 = bn_engine_pass_end(n_tok, n, i0, cap);
         if (i1 == i0) { // one sequence longer than a pass: alone
             rc = split_forward(ss[i0], tokens[i0], n_tok[i0], outs[i0], (split_snap *const *)snaps[i0], err, errlen);
             i1 = i0 + 1;

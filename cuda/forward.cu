@@ -4,6 +4,9 @@
 // in cuda/state.cu (shared definitions: cuda/forward_impl.cuh). Kernels: cuda/ops.cu, gdn.cu, attention.cu
 // (cuda/fwd.cuh) and the matrix kernels of cuda/mm.cuh.
 #include "cuda/forward_impl.cuh"
+extern "C" {
+#include "core/engine.h" // bn_engine_pass_end: the passes of a ragged pass
+}
 #include <atomic>
 
 // Tap bytes that crossed PCIe (target taps copied down here, drafter taps copied up in dspark.cu).
@@ -688,9 +691,8 @@ static int forward_multi(const char *fn, bn_cuda_state *const *states, rows_in i
     const size_t H = (size_t)states[0]->cm->cfg.n_embd;
     int rc = 0;
     for (int i0 = 0, c0 = 0; rc == 0 && i0 < n;) { // passes of whole sequences, as many as the first state holds
-        const int cap = pass_capacity(states[i0]);
-        int i1 = i0, nb = 0;
-        while (i1 < n && nb + n_tok[i1] <= cap) nb += n_tok[i1++];
+        int i1 = bn_engine_pass_end(n_tok, n, i0, pass_capacity(states[i0])), nb = 0;
+        for (int i = i0; i < i1; i++) nb += n_tok[i];
         const rows_in part = {in.tokens ? in.tokens + c0 : NULL, in.x ? in.x + (size_t)c0 * H : NULL};
         if (i1 == i0) { // one sequence longer than a pass: alone
             bn_forward_out none = {}, *o = outs && outs[i0] ? outs[i0] : &none;
