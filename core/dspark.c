@@ -32,6 +32,8 @@ struct bn_dstate {
     float *bias;      // {V} Markov bias
     float *logit;     // {V} biased logits
     float *w1;        // {R} W1[prev]
+    struct bn_dstate **row_owner; // [rows] a block pass's rows: the state (KV cache) of each (bn_drafter_draft_multi)
+    int *row_pos, *row_kv;        // [rows] its position and the rows it attends to
     void *work;
     size_t work_size;
 };
@@ -386,6 +388,9 @@ bn_dstate *bn_dstate_new_pool(const bn_drafter *d, int n_ctx, bn_pool *pool) {
     s->bias = bn_aligned_alloc(sizeof(float) * (size_t)c->n_vocab);
     s->logit = bn_aligned_alloc(sizeof(float) * (size_t)c->n_vocab);
     s->w1 = bn_aligned_alloc(sizeof(float) * (size_t)c->markov_rank);
+    s->row_owner = xcalloc(R, sizeof *s->row_owner);
+    s->row_pos = xcalloc(R, sizeof *s->row_pos);
+    s->row_kv = xcalloc(R, sizeof *s->row_kv);
     s->work_size = max_work(d, s->rows);
     s->work = s->work_size ? bn_aligned_alloc(s->work_size) : NULL;
     return s;
@@ -400,7 +405,7 @@ void bn_dstate_free(bn_dstate *s) {
     free(s->k_cache);
     free(s->v_cache);
     void *bufs[] = {s->feat_g, s->x, s->xn, s->mo, s->q, s->att, s->k, s->v, s->gate, s->up, s->scores, s->bias,
-                    s->logit, s->w1, s->work};
+                    s->logit, s->w1, s->work, s->row_owner, s->row_pos, s->row_kv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (s->own_pool) bn_pool_free(s->pool);
     free(s);
@@ -472,30 +477,42 @@ int bn_drafter_process(const bn_drafter *d, bn_dstate *s, const float *taps, int
     return 0;
 }
 
+// A block pass over the rows of several sequences at once: the rows of sequence i are rows row0[i] ..
+// row0[i] + n_rows[i] − 1 of the scratch state's buffers; each attends to its own state's cache.
 typedef struct {
     const bn_drafter_config *c;
-    bn_dstate *s;
-    int il, n_rows, n_kv;
+    bn_dstate *scratch;       // the state whose buffers hold every row (q, att)
+    bn_dstate *const *owner;  // [rows] the state (KV cache) of each row
+    const int *n_kv;          // [rows] context + block rows that row attends to
+    int il;
 } attn_job;
 
-// attn_task: items = (row, head) pairs; non-causal: every block row sees all n_kv rows.
+// attn_task: items = (row, head) pairs; non-causal: every block row sees all n_kv rows of its sequence.
 static void attn_task(void *vctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     attn_job *j = vctx;
     const bn_drafter_config *c = j->c;
     const int hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
-    float *scores = xmalloc(sizeof(float) * (size_t)j->n_kv);
+    float *scores = NULL;
+    int scores_n = 0;
     for (int64_t it = i0; it < i1; it++) {
         int row = (int)(it / c->n_head), h = (int)(it % c->n_head), kvh = h / group;
-        bn_attention_head(j->s->att + (size_t)row * qw + (size_t)h * hd, j->s->q + (size_t)row * qw + (size_t)h * hd,
-                          j->s->k_cache[j->il] + (size_t)kvh * hd, j->s->v_cache[j->il] + (size_t)kvh * hd, j->n_kv,
-                          kvw, hd, 1.0f / sqrtf((float)hd), scores);
+        const bn_dstate *o = j->owner[row];
+        if (j->n_kv[row] > scores_n) {
+            free(scores);
+            scores_n = j->n_kv[row];
+            scores = xmalloc(sizeof(float) * (size_t)scores_n);
+        }
+        bn_attention_head(j->scratch->att + (size_t)row * qw + (size_t)h * hd,
+                          j->scratch->q + (size_t)row * qw + (size_t)h * hd, o->k_cache[j->il] + (size_t)kvh * hd,
+                          o->v_cache[j->il] + (size_t)kvh * hd, j->n_kv[row], kvw, hd, 1.0f / sqrtf((float)hd), scores);
     }
     free(scores);
 }
 
-int bn_drafter_block(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_rows, float *h,
-                     float *base, char *err, size_t errlen) {
+// block_check: the errors of a block pass of n_rows rows for anchor id_last at n_past on s. Returns 0 or -1 with err.
+static int block_check(const bn_drafter *d, const bn_dstate *s, int32_t id_last, int n_past, int n_rows, char *err,
+                       size_t errlen) {
     const bn_drafter_config *c = &d->cfg;
     if (n_past != s->n_cache)
         return bn_err(err, errlen, "drafter: block at position %d but the cache holds %d context rows", n_past,
@@ -504,47 +521,71 @@ int bn_drafter_block(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_p
         return bn_err(err, errlen, "drafter: block of %d rows (block size %d)", n_rows, c->block_size);
     if (n_past + n_rows > s->n_ctx) return bn_err(err, errlen, "drafter: context full");
     if (id_last < 0 || id_last >= c->n_vocab) return bn_err(err, errlen, "drafter: token %d out of range", id_last);
+    return 0;
+}
+
+// block_rows: the block pass of n sequences (checked, total rows <= scratch->rows) in scratch's buffers: sequence i
+// (state ss[i], anchor ids[i] at n_past[i], n_rows[i] rows) in the rows from row0[i] on. Writes h [rows][E] (after
+// output_norm) and base logits [rows][V] of all rows in that order (either may be NULL); the block rows' K/V, written
+// after each sequence's context rows, are dropped (n_cache is not advanced).
+static void block_rows(const bn_drafter *d, bn_dstate *scratch, bn_dstate *const *ss, const int32_t *ids,
+                       const int *n_past, const int *n_rows, int n, float *h, float *base) {
+    const bn_drafter_config *c = &d->cfg;
     const int E = c->n_embd, hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd, F = c->n_ff;
-    // 1–2. embeddings of [id_last, MASK...] + log-SNR embedding (anchor row 0, mask rows after)
-    for (int i = 0; i < n_rows; i++) {
-        float *xi = s->x + (size_t)i * E;
-        bn_weight_row_f32(&d->token_embd, i == 0 ? id_last : c->mask_token_id, xi);
-        if (c->log_snr) bn_axpy_f32(xi, 1.0f, d->snr_emb + (size_t)(i == 0 ? 0 : 1) * E, E);
-    }
+    bn_dstate **owner = scratch->row_owner;
+    int *pos = scratch->row_pos, *n_kv = scratch->row_kv;
+    int rows = 0;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < n_rows[i]; r++, rows++) {
+            owner[rows] = ss[i];
+            pos[rows] = n_past[i] + r;
+            n_kv[rows] = n_past[i] + n_rows[i];
+            // 1–2. embeddings of [id_last, MASK...] + log-SNR embedding (anchor row 0, mask rows after)
+            float *xr = scratch->x + (size_t)rows * E;
+            bn_weight_row_f32(&d->token_embd, r == 0 ? ids[i] : c->mask_token_id, xr);
+            if (c->log_snr) bn_axpy_f32(xr, 1.0f, d->snr_emb + (size_t)(r == 0 ? 0 : 1) * E, E);
+        }
+    bn_dstate *s = scratch;
     // 3. layers
     for (int il = 0; il < c->n_layer; il++) {
         const bn_drafter_layer *ly = &d->layers[il];
-        for (int i = 0; i < n_rows; i++)
+        for (int i = 0; i < rows; i++)
             bn_rmsnorm(s->xn + (size_t)i * E, s->x + (size_t)i * E, ly->attn_norm.data, E, c->norm_eps);
-        mm(s, &ly->attn_q, s->xn, s->q, n_rows);
-        mm(s, &ly->attn_k, s->xn, s->k, n_rows);
-        mm(s, &ly->attn_v, s->xn, s->v, n_rows);
-        for (int i = 0; i < n_rows; i++) {
-            head_norm_rope(c, s->q + (size_t)i * qw, c->n_head, ly->attn_q_norm.data, n_past + i);
-            head_norm_rope(c, s->k + (size_t)i * kvw, c->n_head_kv, ly->attn_k_norm.data, n_past + i);
-            // block rows go after the context rows (temporary: n_cache is not advanced)
-            memcpy(s->k_cache[il] + (size_t)(n_past + i) * kvw, s->k + (size_t)i * kvw, sizeof(float) * (size_t)kvw);
-            memcpy(s->v_cache[il] + (size_t)(n_past + i) * kvw, s->v + (size_t)i * kvw, sizeof(float) * (size_t)kvw);
+        mm(s, &ly->attn_q, s->xn, s->q, rows);
+        mm(s, &ly->attn_k, s->xn, s->k, rows);
+        mm(s, &ly->attn_v, s->xn, s->v, rows);
+        for (int i = 0; i < rows; i++) {
+            head_norm_rope(c, s->q + (size_t)i * qw, c->n_head, ly->attn_q_norm.data, pos[i]);
+            head_norm_rope(c, s->k + (size_t)i * kvw, c->n_head_kv, ly->attn_k_norm.data, pos[i]);
+            // block rows go after their sequence's context rows (temporary: n_cache is not advanced)
+            memcpy(owner[i]->k_cache[il] + (size_t)pos[i] * kvw, s->k + (size_t)i * kvw, sizeof(float) * (size_t)kvw);
+            memcpy(owner[i]->v_cache[il] + (size_t)pos[i] * kvw, s->v + (size_t)i * kvw, sizeof(float) * (size_t)kvw);
         }
-        attn_job job = {.c = c, .s = s, .il = il, .n_rows = n_rows, .n_kv = n_past + n_rows};
-        bn_parallel_for(s->pool, (int64_t)n_rows * c->n_head, attn_task, &job);
-        mm(s, &ly->attn_output, s->att, s->mo, n_rows);
-        for (int i = 0; i < n_rows; i++) {
+        attn_job job = {.c = c, .scratch = s, .owner = owner, .n_kv = n_kv, .il = il};
+        bn_parallel_for(s->pool, (int64_t)rows * c->n_head, attn_task, &job);
+        mm(s, &ly->attn_output, s->att, s->mo, rows);
+        for (int i = 0; i < rows; i++) {
             float *xi = s->x + (size_t)i * E;
             bn_axpy_f32(xi, 1.0f, s->mo + (size_t)i * E, E);
             bn_rmsnorm(s->xn + (size_t)i * E, xi, ly->ffn_norm.data, E, c->norm_eps);
         }
-        mm(s, &ly->ffn_gate, s->xn, s->gate, n_rows);
-        mm(s, &ly->ffn_up, s->xn, s->up, n_rows);
-        bn_swiglu(s->gate, s->gate, s->up, F * n_rows);
-        mm(s, &ly->ffn_down, s->gate, s->mo, n_rows);
-        for (int i = 0; i < n_rows; i++) bn_axpy_f32(s->x + (size_t)i * E, 1.0f, s->mo + (size_t)i * E, E);
+        mm(s, &ly->ffn_gate, s->xn, s->gate, rows);
+        mm(s, &ly->ffn_up, s->xn, s->up, rows);
+        bn_swiglu(s->gate, s->gate, s->up, F * rows);
+        mm(s, &ly->ffn_down, s->gate, s->mo, rows);
+        for (int i = 0; i < rows; i++) bn_axpy_f32(s->x + (size_t)i * E, 1.0f, s->mo + (size_t)i * E, E);
     }
     // 4. output norm + LM head
-    for (int i = 0; i < n_rows; i++)
+    for (int i = 0; i < rows; i++)
         bn_rmsnorm(s->xn + (size_t)i * E, s->x + (size_t)i * E, d->output_norm.data, E, c->norm_eps);
-    if (h) memcpy(h, s->xn, sizeof(float) * (size_t)E * n_rows);
-    if (base) mm(s, &d->output, s->xn, base, n_rows);
+    if (h) memcpy(h, s->xn, sizeof(float) * (size_t)E * rows);
+    if (base) mm(s, &d->output, s->xn, base, rows);
+}
+
+int bn_drafter_block(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_rows, float *h,
+                     float *base, char *err, size_t errlen) {
+    if (block_check(d, s, id_last, n_past, n_rows, err, errlen) != 0) return -1;
+    block_rows(d, s, &s, &id_last, &n_past, &n_rows, 1, h, base);
     return 0;
 }
 
@@ -588,17 +629,54 @@ int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, cons
     return n;
 }
 
-int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_max, float p_min,
-                     int32_t *drafts, char *err, size_t errlen) {
+int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float p_min, char *err, size_t errlen) {
     const bn_drafter_config *c = &d->cfg;
-    if (n_max > c->block_size) n_max = c->block_size;
-    if (n_max <= 0 || id_last == c->mask_token_id) return 0;
     const int E = c->n_embd, V = c->n_vocab;
-    float *h = xmalloc(sizeof(float) * (size_t)E * n_max);
-    float *base = xmalloc(sizeof(float) * (size_t)V * n_max);
-    int rc = bn_drafter_block(d, s, id_last, n_past, n_max, h, base, err, errlen);
-    if (rc == 0) rc = bn_drafter_markov(d, s, base, h, n_max, id_last, p_min, drafts, NULL);
+    int n_active = 0, max_rows = 0;
+    for (int i = 0; i < n; i++) {
+        bn_draft_seq *q = &seqs[i];
+        q->n_drafts = 0;
+        if (q->n_max > c->block_size) q->n_max = c->block_size;
+        if (q->n_max <= 0 || q->id_last == c->mask_token_id) continue; // nothing to draft (never after MASK)
+        for (int j = 0; j < i; j++)
+            if (seqs[j].s == q->s) return bn_err(err, errlen, "drafter: sequences %d and %d share a state", j, i);
+        if (block_check(d, q->s, q->id_last, q->n_past, q->n_max, err, errlen) != 0) return -1;
+        n_active++;
+        if (q->s->rows > max_rows) max_rows = q->s->rows;
+    }
+    if (n_active == 0) return 0;
+    float *h = xmalloc(sizeof(float) * (size_t)E * (size_t)max_rows);
+    float *base = xmalloc(sizeof(float) * (size_t)V * (size_t)max_rows);
+    bn_dstate *ss[BN_DRAFT_MULTI_MAX];
+    int32_t ids[BN_DRAFT_MULTI_MAX];
+    int n_past[BN_DRAFT_MULTI_MAX], n_rows[BN_DRAFT_MULTI_MAX], at[BN_DRAFT_MULTI_MAX];
+    for (int i = 0; i < n;) {
+        // a group: the next sequences whose rows fit in the first one's scratch rows, in one block pass
+        bn_dstate *scratch = NULL;
+        int g = 0, rows = 0;
+        for (; i < n && g < BN_DRAFT_MULTI_MAX; i++) {
+            bn_draft_seq *q = &seqs[i];
+            if (q->n_max <= 0 || q->id_last == c->mask_token_id) continue;
+            if (!scratch) scratch = q->s;
+            if (rows + q->n_max > scratch->rows) break;
+            ss[g] = q->s, ids[g] = q->id_last, n_past[g] = q->n_past, n_rows[g] = q->n_max, at[g] = i;
+            rows += q->n_max, g++;
+        }
+        if (g == 0) continue;
+        block_rows(d, scratch, ss, ids, n_past, n_rows, g, h, base);
+        for (int k = 0, row0 = 0; k < g; row0 += n_rows[k], k++) {
+            bn_draft_seq *q = &seqs[at[k]];
+            q->n_drafts = bn_drafter_markov(d, q->s, base + (size_t)row0 * V, h + (size_t)row0 * E, n_rows[k],
+                                            q->id_last, p_min, q->drafts, NULL);
+        }
+    }
     free(h);
     free(base);
-    return rc;
+    return 0;
+}
+
+int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_max, float p_min,
+                     int32_t *drafts, char *err, size_t errlen) {
+    bn_draft_seq q = {.s = s, .id_last = id_last, .n_past = n_past, .n_max = n_max, .drafts = drafts};
+    return bn_drafter_draft_multi(d, &q, 1, p_min, err, errlen) == 0 ? q.n_drafts : -1;
 }

@@ -131,6 +131,23 @@ void bn_drafter_step_logits(const bn_drafter *d, bn_dstate *s, const float *base
 int bn_drafter_draft(const bn_drafter *d, bn_dstate *s, int32_t id_last, int n_past, int n_max, float p_min,
                      int32_t *drafts, char *err, size_t errlen);
 
+// One sequence of a batched draft (bn_drafter_draft_multi).
+typedef struct {
+    bn_dstate *s;     // its drafter state (one per sequence)
+    int32_t id_last;  // the anchor
+    int n_past;       // its position (== bn_dstate_n_cache(s))
+    int n_max;        // drafts wanted (clamped to B; <= 0: none)
+    int32_t *drafts;  // out: room for n_max
+    int n_drafts;     // out: bn_drafter_draft's count
+} bn_draft_seq;
+#define BN_DRAFT_MULTI_MAX 64 // sequences per block pass (more run in further passes)
+// bn_drafter_draft_multi: bn_drafter_draft for n sequences of d at once: their block rows go through the layers
+// together (one matmul per weight over every sequence's rows, as many as the first state's scratch holds: at least
+// 64 rows, i.e. 4 sequences of B = 16; attention per row on its own sequence's cache), then each sequence's Markov
+// chain. The first state's thread pool runs it. Results equal bn_drafter_draft's per sequence up to the matmuls'
+// summation order over more rows. Returns 0 (counts in seqs[i].n_drafts) or -1 with err (drafts undefined).
+int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float p_min, char *err, size_t errlen);
+
 // ---- the drafter on a target engine's device ------------------------------------------------
 // A backend with its own drafter implementation (CUDA: cuda/dspark.cu, registered by
 // bn_cuda_engine_new) registers these ops for its engine ops table; bn_spec on a target state of that

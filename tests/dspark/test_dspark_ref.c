@@ -7,6 +7,7 @@
 //     comparison would catch a missing injection or a causal mask)
 //   Markov chain: prev chaining vs the reference chain, confidence c_i (tol 1e-5), ties → lowest
 //     id, the mask token never drafted and never used as prev, p_min truncation.
+//   batched drafting (bn_drafter_draft_multi, 24 states in two block passes) == each state drafting alone.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/gguf.h"
@@ -188,6 +189,52 @@ static void ref_markov(const float *base, const float *h, int32_t id_last, int32
     free(cb);
 }
 
+// multi_check: bn_drafter_draft_multi over N_SEQ states (context rows 1..NCTX, anchors, n_max 0..B, a MASK anchor;
+// 24 sequences of <= 4 rows: two block passes of the 64 scratch rows) drafts what bn_drafter_draft drafts for each
+// alone, leaves every cache as it was, and rejects two sequences on one state.
+static void multi_check(const bn_drafter *d, const float *taps) {
+    enum { N_SEQ = 24 };
+    char err[256];
+    bn_dstate *ss[N_SEQ];
+    bn_draft_seq q[N_SEQ];
+    int32_t multi[N_SEQ][B], alone[N_SEQ][B];
+    int n_alone[N_SEQ], rows = 0;
+    for (int i = 0; i < N_SEQ; i++) {
+        ss[i] = bn_dstate_new(d, 64, 1);
+        const int n_ctx = 1 + i % NCTX;
+        CHECK(bn_drafter_process(d, ss[i], taps + (size_t)(NCTX - n_ctx) * C * E, n_ctx, 0, err, sizeof err) == 0,
+              "process: %s", err);
+        const int32_t anchor = i == 7 ? MASK : (int32_t)((3 * i + 1) % MASK);
+        q[i] = (bn_draft_seq){.s = ss[i], .id_last = anchor, .n_past = n_ctx, .n_max = i % 9 == 4 ? 0 : i % 3 == 0 ? 2 : B,
+                              .drafts = multi[i]};
+        rows += q[i].n_max;
+    }
+    CHECK(rows > 64, "the sequences must need two block passes (%d rows)", rows);
+    CHECK(bn_drafter_draft_multi(d, q, N_SEQ, 0.0f, err, sizeof err) == 0, "draft_multi: %s", err);
+    int same = 0;
+    for (int i = 0; i < N_SEQ; i++) {
+        n_alone[i] = bn_drafter_draft(d, ss[i], q[i].id_last, q[i].n_past, q[i].n_max, 0.0f, alone[i], err, sizeof err);
+        CHECK(bn_dstate_n_cache(ss[i]) == q[i].n_past, "seq %d: block rows stayed in the cache", i);
+        const bool eq = n_alone[i] == q[i].n_drafts && memcmp(alone[i], multi[i], sizeof(int32_t) * n_alone[i]) == 0;
+        CHECK(eq, "seq %d: draft_multi %d drafts, alone %d (first %d vs %d)", i, q[i].n_drafts, n_alone[i], multi[i][0],
+              alone[i][0]);
+        same += eq;
+    }
+    CHECK(q[7].n_drafts == 0 && q[4].n_drafts == 0, "a MASK anchor or n_max 0 drafts nothing");
+    printf("draft_multi: %d of %d sequences (%d rows, two block passes) draft what they draft alone\n", same, N_SEQ,
+           rows);
+    // the multi pass wrote block rows into every cache; a second one drafts the same again
+    int32_t again[N_SEQ][B];
+    for (int i = 0; i < N_SEQ; i++) q[i].drafts = again[i];
+    CHECK(bn_drafter_draft_multi(d, q, N_SEQ, 0.0f, err, sizeof err) == 0, "draft_multi: %s", err);
+    for (int i = 0; i < N_SEQ; i++)
+        CHECK(memcmp(again[i], alone[i], sizeof(int32_t) * n_alone[i]) == 0, "seq %d: second draft_multi differs", i);
+    q[1].s = q[0].s;
+    CHECK(bn_drafter_draft_multi(d, q, 2, 0.0f, err, sizeof err) != 0 && strstr(err, "share"),
+          "two sequences on one state must fail (%s)", err);
+    for (int i = 0; i < N_SEQ; i++) bn_dstate_free(ss[i]);
+}
+
 int main(void) {
     char path[512], err[512];
     bn_mkdrafter_params p;
@@ -293,6 +340,7 @@ int main(void) {
     CHECK(n == expect, "p_min %.6f: %d drafts, expected %d", thr, n, expect);
     CHECK(bn_drafter_markov(d, s, base, h, B, anchor, 1.01f, dr, NULL) == 0, "p_min > 1 drafts nothing");
     bn_dstate_free(s);
+    multi_check(d, taps);
     bn_drafter_free(d);
 
     // 4. tie rule: a drafter with a zero Markov head (W2 = 0): ties → lowest id, MASK skipped
