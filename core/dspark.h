@@ -287,6 +287,21 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
 // target state and the drafter: no other forward of the engine may run meanwhile (serve: under the engine lock).
 int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq *pass, char *err, size_t errlen);
 int bn_spec_round_end(bn_spec *sp, bn_sampler *smp, double ms, int32_t *out, char *err, size_t errlen);
+// One decoder's round in a batch of rounds (bn_spec_rounds_begin).
+typedef struct {
+    bn_spec *sp;         // in: the decoder (at most once per batch)
+    bn_sampler *smp;     // in: its sampler
+    int out_cap;         // in: room in its round_end's out
+    bn_engine_seq pass;  // out: its verify pass (bn_spec_round_begin's *pass)
+    int rc;              // out: 0, or -1 with err (no pass: do not run it, no round_end)
+    char err[256];
+} bn_spec_round;
+// bn_spec_rounds_begin: bn_spec_round_begin for n decoders at once (distinct target states on one engine, e.g. a
+// server's slots), each followed as before by its pass and its bn_spec_round_end. The decoders that draft with one
+// DSpark drafter on the CPU draft together in bn_drafter_draft_multi (one block pass for all); device drafters and the
+// oracle draft one after another. A decoder's drafting time for the cost model is the time it waited for its drafts
+// (the shared pass's, in a batch). Returns the number of rounds that failed (their rc -1, err filled).
+int bn_spec_rounds_begin(bn_spec_round *r, int n);
 // bn_spec_set_no_step_logits: params.no_step_logits for the steps from now on (a server sets it per request: on when
 // the request wants no log-probs).
 void bn_spec_set_no_step_logits(bn_spec *sp, bool on);

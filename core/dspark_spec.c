@@ -458,7 +458,9 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
     return n;
 }
 
-int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq *pass, char *err, size_t errlen) {
+// round_plan: the first part of a round: what the verify pass returns per row, the draft length k (the cost model's,
+// within the context and out_cap), the drafter's pending rows flushed when it drafts. Returns k or -1 with err.
+static int round_plan(bn_spec *sp, bn_sampler *smp, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->in_round = false;
     sp->last_n = 0;
@@ -477,22 +479,22 @@ int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq
     if (k > out_cap - 1) k = out_cap - 1;
     if (k < 0) return bn_err(err, errlen, "spec: no room for output");
     sp->st.n_max_now = k;
-    // draft
+    sp->vtok[0] = sp->id_last;
+    if (k > 0 && flush_rows(sp, err, errlen) != 0) return -1; // the drafter drafts from every committed row
+    return k;
+}
+
+// round_pass: the rest of a round after drafting: nd drafts (in vtok[1..]) of the k asked for took ms; the replay
+// aid's substitution, the cost model's draft time, n_min, the rollback snapshot, and the verify pass
+// [id_last, d0..d_{nd−1}] into *pass. Returns 0 or -1 with err.
+static int round_pass(bn_spec *sp, int k, int nd, double ms, bn_engine_seq *pass, char *err, size_t errlen) {
     int32_t *tok = sp->vtok;
-    tok[0] = sp->id_last;
-    int nd = 0;
     if (k > 0) {
-        if (flush_rows(sp, err, errlen) != 0) return -1; // the drafter drafts from every committed row
-        double t0 = bn_time_ms();
-        if (sp->d) nd = drafter_draft(sp, k, tok + 1, err, errlen);
-        else if (sp->os) nd = oracle_draft(sp, k, tok + 1, err, errlen);
-        if (nd < 0) return -1;
         if (sp->p.type == BN_SPEC_REPLAY) { // the drafter did its work; propose the recorded tokens instead
             const int at = sp->n_past - sp->n_past0, left = sp->p.n_replay - at;
             if (nd > left) nd = left > 0 ? left : 0;
             for (int i = 0; i < nd; i++) tok[1 + i] = sp->p.replay[at + i];
         }
-        double ms = bn_time_ms() - t0;
         sp->st.ms_draft += ms;
         // the oracle stands in for a drafter of negligible cost: its (target-sized) drafting
         // time is reported but kept out of the cost model
@@ -506,8 +508,84 @@ int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq
     bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
     if (nd > 0 && !vsnaps && bn_engine_snapshot_into(sp->ts, sp->pre, err, errlen) != 0) return -1;
     sp->vpos0 = bn_engine_state_pos(sp->ts);
-    if (pass_prepare(sp, tok, nd + 1, vo, &sp->vout, vsnaps, pass, err, errlen) != 0) return -1;
+    if (pass_prepare(sp, tok, nd + 1, &sp->vhead, &sp->vout, vsnaps, pass, err, errlen) != 0) return -1;
     sp->in_round = true;
+    return 0;
+}
+
+// round_fail: round r failed (its message in r->err); returns 1 (a failure to count).
+static int round_fail(bn_spec_round *r) {
+    r->rc = -1;
+    return 1;
+}
+
+int bn_spec_rounds_begin(bn_spec_round *r, int n) {
+    int n_failed = 0;
+    int k[BN_DRAFT_MULTI_MAX];
+    bool drafted[BN_DRAFT_MULTI_MAX] = {false};
+    int32_t nd[BN_DRAFT_MULTI_MAX];
+    double ms[BN_DRAFT_MULTI_MAX];
+    if (n > BN_DRAFT_MULTI_MAX) { // more than one batch of drafters: in parts
+        int failed = bn_spec_rounds_begin(r, BN_DRAFT_MULTI_MAX);
+        return failed + bn_spec_rounds_begin(r + BN_DRAFT_MULTI_MAX, n - BN_DRAFT_MULTI_MAX);
+    }
+    for (int i = 0; i < n; i++) {
+        r[i].rc = 0, r[i].err[0] = 0;
+        r[i].pass = (bn_engine_seq){0};
+        bool twice = false;
+        for (int j = 0; j < i; j++) twice = twice || r[j].sp == r[i].sp;
+        k[i] = twice ? bn_err(r[i].err, sizeof r[i].err, "spec: one decoder twice in a batch of rounds")
+                     : round_plan(r[i].sp, r[i].smp, r[i].out_cap, r[i].err, sizeof r[i].err);
+        if (k[i] < 0) n_failed += round_fail(&r[i]);
+        nd[i] = 0, ms[i] = 0;
+        drafted[i] = k[i] <= 0; // nothing to draft
+    }
+    // the DSpark drafters on the CPU: the rounds that share one drafter draft in one bn_drafter_draft_multi
+    for (int i = 0; i < n; i++) {
+        bn_spec *sp = r[i].sp;
+        if (drafted[i] || !sp->ds) continue;
+        bn_draft_seq q[BN_DRAFT_MULTI_MAX];
+        int at[BN_DRAFT_MULTI_MAX], g = 0;
+        for (int j = i; j < n; j++) {
+            bn_spec *o = r[j].sp;
+            if (drafted[j] || !o->ds || o->d != sp->d || o->p.p_min != sp->p.p_min) continue;
+            q[g] = (bn_draft_seq){.s = o->ds, .id_last = o->id_last, .n_past = o->n_past, .n_max = k[j],
+                                  .drafts = o->vtok + 1};
+            at[g++] = j;
+        }
+        char err[256];
+        const double t0 = bn_time_ms();
+        const int rc = bn_drafter_draft_multi(sp->d, q, g, sp->p.p_min, err, sizeof err);
+        const double t = bn_time_ms() - t0;
+        for (int m = 0; m < g; m++) {
+            const int j = at[m];
+            drafted[j] = true;
+            if (rc != 0) n_failed += round_fail(&r[j]), snprintf(r[j].err, sizeof r[j].err, "%s", err);
+            nd[j] = q[m].n_drafts, ms[j] = t; // each waited for the whole pass
+        }
+    }
+    // the others (device drafters, the oracle) one after another
+    for (int i = 0; i < n; i++) {
+        if (drafted[i]) continue;
+        bn_spec *sp = r[i].sp;
+        const double t0 = bn_time_ms();
+        int got = 0;
+        if (sp->d) got = drafter_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
+        else if (sp->os) got = oracle_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
+        ms[i] = bn_time_ms() - t0;
+        if (got < 0) n_failed += round_fail(&r[i]);
+        nd[i] = got;
+    }
+    for (int i = 0; i < n; i++)
+        if (r[i].rc == 0 && round_pass(r[i].sp, k[i], nd[i], ms[i], &r[i].pass, r[i].err, sizeof r[i].err) != 0)
+            n_failed += round_fail(&r[i]);
+    return n_failed;
+}
+
+int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq *pass, char *err, size_t errlen) {
+    bn_spec_round r = {.sp = sp, .smp = smp, .out_cap = out_cap};
+    if (bn_spec_rounds_begin(&r, 1) != 0) return bn_err(err, errlen, "%s", r.err);
+    *pass = r.pass;
     return 0;
 }
 
