@@ -158,8 +158,11 @@ typedef struct bn_dev_drafter_ops {
     void (*state_free)(void *ds);
     int (*truncate)(void *ds, int n); // as bn_dstate_truncate: rows < n must stay intact (prompt cache)
     int (*process)(void *ds, const float *taps, int n, int pos0, char *err, size_t errlen); // host taps
-    int (*draft)(void *ds, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts, char *err,
-                 size_t errlen);
+    // draft (as bn_drafter_draft) in two halves, so that several states draft at once (bn_spec_rounds_begin):
+    // draft_start enqueues the work and returns the rows it drafts (0: nothing to draft) or -1 with err;
+    // draft_finish(ds, that count, ...) waits and returns the draft count or -1 with err
+    int (*draft_start)(void *ds, int32_t id_last, int n_past, int n_max, char *err, size_t errlen);
+    int (*draft_finish)(void *ds, int n, float p_min, int32_t *drafts, char *err, size_t errlen);
     void *(*host_alloc)(size_t bytes); // page-locked host memory for the taps (DMA both ways); NULL on failure
     void (*host_free)(void *p);
     // Device tap hand-over (both optional; NULL: host taps through `process`). target_taps: a device
@@ -299,7 +302,8 @@ typedef struct {
 // bn_spec_rounds_begin: bn_spec_round_begin for n decoders at once (distinct target states on one engine, e.g. a
 // server's slots), each followed as before by its pass and its bn_spec_round_end. The decoders that draft with one
 // DSpark drafter on the CPU draft together in bn_drafter_draft_multi (one block pass for all); device drafters and the
-// oracle draft one after another. A decoder's drafting time for the cost model is the time it waited for its drafts
+// oracle draft one after another, device drafters all started before any is waited for (each on its own
+// stream: they run at once). A decoder's drafting time for the cost model is the time it waited for its drafts
 // (the shared pass's, in a batch). Returns the number of rounds that failed (their rc -1, err filled).
 int bn_spec_rounds_begin(bn_spec_round *r, int n);
 // bn_spec_set_no_step_logits: params.no_step_logits for the steps from now on (a server sets it per request: on when

@@ -105,7 +105,7 @@ const bn_dev_drafter_ops *bn_dev_drafter_for(const bn_engine *e) {
     return NULL;
 }
 
-// drafter_truncate / drafter_process / drafter_draft: the drafter calls on its device or the CPU.
+// drafter_truncate / drafter_process: the drafter calls on its device or the CPU (drafting: bn_spec_rounds_begin).
 static void drafter_truncate(bn_spec *sp, int n) {
     if (sp->dds) sp->dops->truncate(sp->dds, n);
     else bn_dstate_truncate(sp->ds, n);
@@ -115,11 +115,6 @@ static int drafter_process(bn_spec *sp, int n, int pos0, char *err, size_t errle
     if (sp->dds) return sp->dops->process(sp->dds, sp->taps, n, pos0, err, errlen);
     return bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen);
 }
-static int drafter_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t errlen) {
-    if (sp->dds) return sp->dops->draft(sp->dds, sp->id_last, sp->n_past, k, sp->p.p_min, drafts, err, errlen);
-    return bn_drafter_draft(sp->d, sp->ds, sp->id_last, sp->n_past, k, sp->p.p_min, drafts, err, errlen);
-}
-
 const char *bn_spec_drafter_device(const bn_spec *sp) {
     if (!sp->d) return NULL;
     return sp->dds ? sp->dops->name : "CPU";
@@ -564,17 +559,32 @@ int bn_spec_rounds_begin(bn_spec_round *r, int n) {
             nd[j] = q[m].n_drafts, ms[j] = t; // each waited for the whole pass
         }
     }
-    // the others (device drafters, the oracle) one after another
+    // device drafters: all started, then each waited for (they run at once, each on its own stream)
+    const double t_dev = bn_time_ms();
+    int started[BN_DRAFT_MULTI_MAX];
+    for (int i = 0; i < n; i++) {
+        bn_spec *sp = r[i].sp;
+        if (drafted[i] || !sp->dds) continue;
+        started[i] = sp->dops->draft_start(sp->dds, sp->id_last, sp->n_past, k[i], r[i].err, sizeof r[i].err);
+    }
+    for (int i = 0; i < n; i++) {
+        bn_spec *sp = r[i].sp;
+        if (drafted[i] || !sp->dds) continue;
+        drafted[i] = true;
+        nd[i] = started[i] < 0 ? -1
+                               : sp->dops->draft_finish(sp->dds, started[i], sp->p.p_min, sp->vtok + 1, r[i].err,
+                                                        sizeof r[i].err);
+        ms[i] = bn_time_ms() - t_dev; // each waited for all that started before it finished
+        if (nd[i] < 0) n_failed += round_fail(&r[i]);
+    }
+    // the oracle (a measurement aid) one after another
     for (int i = 0; i < n; i++) {
         if (drafted[i]) continue;
         bn_spec *sp = r[i].sp;
         const double t0 = bn_time_ms();
-        int got = 0;
-        if (sp->d) got = drafter_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
-        else if (sp->os) got = oracle_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
+        nd[i] = oracle_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
         ms[i] = bn_time_ms() - t0;
-        if (got < 0) n_failed += round_fail(&r[i]);
-        nd[i] = got;
+        if (nd[i] < 0) n_failed += round_fail(&r[i]);
     }
     for (int i = 0; i < n; i++)
         if (r[i].rc == 0 && round_pass(r[i].sp, k[i], nd[i], ms[i], &r[i].pass, r[i].err, sizeof r[i].err) != 0)

@@ -1,14 +1,16 @@
-// core/step_batch.h — decode steps (one token) and speculative verify passes (several tokens, per-token snapshots)
-// from several threads, each on its own sequence state of one engine, run together as bn_engine_forward_multi (group
-// commit). A thread's pass joins the waiting list; a thread that finds no batch running becomes the leader, waits
-// until every decoding sequence's pass is there (or gather_us have passed: a sequence still busy elsewhere, e.g.
-// drafting), and runs the list as one batch; the passes that arrive meanwhile form the next one. Used by
+// core/step_batch.h — decode steps (one token) and speculative rounds (drafting, then a verify pass of several tokens
+// with per-token snapshots) from several threads, each on its own sequence state of one engine, run together (group
+// commit): the rounds begin together (bn_spec_rounds_begin: one batched drafter pass), then every pass runs in one
+// bn_engine_forward_multi. A thread's request joins the waiting list; a thread that finds no batch running becomes
+// the leader, waits until every decoding sequence's request is there (or gather_us have passed: a sequence still busy
+// elsewhere, e.g. sampling), and runs the list as one batch; the requests that arrive meanwhile form the next one. Used by
 // bonsai-serve's slots and by the mining tools' in-process sources (--parallel -ngl).
 #ifndef BONSAI_STEP_BATCH_H
 #define BONSAI_STEP_BATCH_H
 #include <pthread.h>
 #include <stdint.h>
 #include "core/engine.h"
+#include "core/dspark.h"
 
 typedef struct bn_step_batcher bn_step_batcher;
 
@@ -33,6 +35,13 @@ int bn_step_batcher_step(bn_step_batcher *b, bn_engine_state *st, int32_t tok, b
 // stay valid until it returns) run in a batch with the other waiting passes; 0 or -1 with err filled (the whole
 // batch's error).
 int bn_step_batcher_pass(bn_step_batcher *b, const bn_engine_seq *seq, char *err, size_t errlen);
-// bn_step_batcher_counts: batches run so far and the passes they carried.
-void bn_step_batcher_counts(bn_step_batcher *b, uint64_t *batches, uint64_t *steps);
+// bn_step_batcher_round: a speculative round (core/dspark.h) begun in a batch with the other waiting rounds (their
+// drafting batched: bn_spec_rounds_begin) and its verify pass run with the batch's passes; the caller then ends the
+// round (bn_spec_round_end under bn_step_batcher_lock) with *ms, the time of the forward that ran the pass. Returns 0,
+// or -1 with round->err (the round's error, or the whole batch's when its forward failed; no round_end then).
+int bn_step_batcher_round(bn_step_batcher *b, bn_spec_round *round, double *ms);
+// bn_step_batcher_counts: batches run so far and the passes they carried; batches that began speculative rounds and
+// the rounds they began (rounds / round_batches: the decoders per batched drafting call).
+void bn_step_batcher_counts(bn_step_batcher *b, uint64_t *batches, uint64_t *steps, uint64_t *round_batches,
+                            uint64_t *rounds);
 #endif

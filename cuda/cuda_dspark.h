@@ -64,6 +64,13 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
 // head); conf (may be NULL) gets c_i of the returned drafts. Returns the count (>= 0) or -1 with err.
 int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
                           float *conf, char *err, size_t errlen);
+// bn_cuda_drafter_draft_start / _finish: bn_cuda_drafter_draft in two halves, so that the drafts of several states run
+// at once, each on its own stream. start enqueues the block pass, the chain and their copies to the host and returns
+// the rows it drafts (n_max clamped to B; 0: nothing to draft, nothing enqueued) or -1 with err; finish(s, that
+// count, ...) waits for them and returns bn_cuda_drafter_draft's count or -1 with err. Nothing else may use s between.
+int bn_cuda_drafter_draft_start(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, char *err, size_t errlen);
+int bn_cuda_drafter_draft_finish(bn_cuda_dstate *s, int n_max, float p_min, int32_t *drafts, float *conf, char *err,
+                                 size_t errlen);
 
 #ifdef __cplusplus
 }

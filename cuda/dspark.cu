@@ -613,14 +613,12 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
     return e == cudaSuccess ? 0 : fail(s, e, "bn_cuda_drafter_block", err, errlen);
 }
 
-int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
-                          float *conf, char *err, size_t errlen) {
+int bn_cuda_drafter_draft_start(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, char *err, size_t errlen) {
     const bn_drafter_config *c = &s->cd->cfg;
     if (n_max > c->block_size) n_max = c->block_size;
     if (n_max <= 0 || id_last == c->mask_token_id) return 0;
     if (start_block(s, id_last, n_past, n_max, err, errlen) != 0) return -1;
-    const int B = c->block_size;
-    int32_t *h_chain = s->h_io + B;
+    int32_t *h_chain = s->h_io + c->block_size;
     cudaError_t e = set_pos(s, n_past);
     if (e == cudaSuccess) e = draft_kernels(s, n_max);
     if (e == cudaSuccess)
@@ -628,7 +626,15 @@ int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
                             s->stream);
     if (e == cudaSuccess && c->has_conf)
         e = cudaMemcpyAsync(s->h_conf, s->conf, sizeof(float) * n_max, cudaMemcpyDeviceToHost, s->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? n_max : fail(s, e, "bn_cuda_drafter_draft_start", err, errlen);
+}
+
+int bn_cuda_drafter_draft_finish(bn_cuda_dstate *s, int n_max, float p_min, int32_t *drafts, float *conf, char *err,
+                                 size_t errlen) {
+    const bn_drafter_config *c = &s->cd->cfg;
+    if (n_max <= 0) return 0;
+    const int32_t *h_chain = s->h_io + c->block_size;
+    const cudaError_t e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return fail(s, e, "bn_cuda_drafter_draft", err, errlen);
     // core/dspark.c's truncation rules: stop at an invalid prev or the first c_i < p_min
     int n = 0;
@@ -641,4 +647,10 @@ int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
         drafts[n] = next;
     }
     return n;
+}
+
+int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
+                          float *conf, char *err, size_t errlen) {
+    const int n = bn_cuda_drafter_draft_start(s, id_last, n_past, n_max, err, errlen);
+    return n < 0 ? -1 : bn_cuda_drafter_draft_finish(s, n, p_min, drafts, conf, err, errlen);
 }

@@ -106,9 +106,11 @@ static int cd_truncate(void *p, int n) { return bn_cuda_dstate_truncate(((cu_dra
 static int cd_process(void *p, const float *taps, int n, int pos0, char *err, size_t errlen) {
     return bn_cuda_drafter_process(((cu_drafter *)p)->s, taps, n, pos0, err, errlen);
 }
-static int cd_draft(void *p, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts, char *err,
-                    size_t errlen) {
-    return bn_cuda_drafter_draft(((cu_drafter *)p)->s, id_last, n_past, n_max, p_min, drafts, NULL, err, errlen);
+static int cd_draft_start(void *p, int32_t id_last, int n_past, int n_max, char *err, size_t errlen) {
+    return bn_cuda_drafter_draft_start(((cu_drafter *)p)->s, id_last, n_past, n_max, err, errlen);
+}
+static int cd_draft_finish(void *p, int n, float p_min, int32_t *drafts, char *err, size_t errlen) {
+    return bn_cuda_drafter_draft_finish(((cu_drafter *)p)->s, n, p_min, drafts, NULL, err, errlen);
 }
 static void *cd_host_alloc(size_t bytes) {
     void *p = NULL;
@@ -125,13 +127,13 @@ static float *cd_target_taps(bn_engine_state *ts, int n_taps, int rows, char *er
 static int cd_process_dev(void *p, const float *dev_taps, int n, int pos0, char *err, size_t errlen) {
     return bn_cuda_drafter_process_dev(((cu_drafter *)p)->s, dev_taps, n, pos0, err, errlen);
 }
-static const bn_dev_drafter_ops cuda_drafter_ops = {"CUDA",        cd_state_new,  cd_state_free,  cd_truncate,
-                                                    cd_process,    cd_draft,      cd_host_alloc,  cd_host_free,
-                                                    cd_target_taps, cd_process_dev};
+static const bn_dev_drafter_ops cuda_drafter_ops = {
+    "CUDA",         cd_state_new,  cd_state_free, cd_truncate,    cd_process, cd_draft_start, cd_draft_finish,
+    cd_host_alloc,  cd_host_free,  cd_target_taps, cd_process_dev};
 // the same without the device tap hand-over: taps reach the drafter through host memory
-static const bn_dev_drafter_ops cuda_drafter_host_taps_ops = {"CUDA",        cd_state_new, cd_state_free, cd_truncate,
-                                                              cd_process,    cd_draft,     cd_host_alloc, cd_host_free,
-                                                              NULL,          NULL};
+static const bn_dev_drafter_ops cuda_drafter_host_taps_ops = {
+    "CUDA",         cd_state_new,  cd_state_free, cd_truncate,    cd_process, cd_draft_start, cd_draft_finish,
+    cd_host_alloc,  cd_host_free,  NULL,          NULL};
 
 extern "C" void bn_cuda_drafter_register(const bn_engine_ops *engine_ops, bool device_taps) {
     bn_dev_drafter_register(engine_ops, device_taps ? &cuda_drafter_ops : &cuda_drafter_host_taps_ops);

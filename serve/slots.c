@@ -126,24 +126,19 @@ static int eval(bn_slots *S, slot *sl, const int32_t *tok, int n, bn_forward_out
     return rc;
 }
 
-// The longest a batch leader waits for the other decoding slots' steps (a slot still sending its last token, or
-// drafting).
+// The longest a batch leader waits for the other decoding slots' steps and rounds (a slot still sending its last
+// token, or accepting its last round's drafts).
 #define STEP_GATHER_US 2000
 
-// spec_round: one speculative round of the slot: drafting and the acceptance under the engine lock, the verify pass
-// batched with the other slots' steps and passes (bn_step_batcher_pass). Writes the emitted tokens to out (room for
-// cap) and returns their count, or -1 with err.
+// spec_round: one speculative round of the slot, begun (drafted) with the other slots' rounds and its verify pass
+// batched with their steps and passes (bn_step_batcher_round), the acceptance under the engine lock. Writes the
+// emitted tokens to out (room for cap) and returns their count, or -1 with err.
 static int spec_round(bn_slots *S, slot *sl, bn_sampler *smp, int32_t *out, int cap, char *err, size_t errlen) {
-    bn_engine_seq pass;
+    bn_spec_round r = {.sp = sl->spec, .smp = smp, .out_cap = cap};
+    double ms;
+    if (bn_step_batcher_round(S->steps, &r, &ms) != 0) return bn_err(err, errlen, "%s", r.err);
     bn_step_batcher_lock(S->steps);
-    int rc = bn_spec_round_begin(sl->spec, smp, cap, &pass, err, errlen);
-    bn_step_batcher_unlock(S->steps);
-    if (rc != 0) return -1;
-    const double t0 = bn_time_ms();
-    if (bn_step_batcher_pass(S->steps, &pass, err, errlen) != 0) return -1;
-    const double ms = bn_time_ms() - t0;
-    bn_step_batcher_lock(S->steps);
-    rc = bn_spec_round_end(sl->spec, smp, ms, out, err, errlen);
+    int rc = bn_spec_round_end(sl->spec, smp, ms, out, err, errlen);
     bn_step_batcher_unlock(S->steps);
     return rc;
 }
@@ -570,6 +565,6 @@ void bn_slots_get_metrics(bn_slots *S, bn_slots_metrics *m) {
     *m = S->m;
     m->requests_deferred = S->n_queue;
     pthread_mutex_unlock(&S->mu);
-    bn_step_batcher_counts(S->steps, &m->decode_steps, &m->decode_step_seqs);
+    bn_step_batcher_counts(S->steps, &m->decode_steps, &m->decode_step_seqs, &m->draft_calls, &m->draft_call_seqs);
     m->n_decode_total += m->decode_steps;
 }

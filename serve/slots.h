@@ -117,6 +117,7 @@ typedef struct {
     uint64_t spec_draft_tokens, spec_accepted_tokens, spec_drafts; // speculative counters
     uint64_t spec_accepted_pos[8];                                 // rounds with >= i+1 accepted
     uint64_t decode_steps, decode_step_seqs; // batched decode calls of plain slots, and the sequences they carried
+    uint64_t draft_calls, draft_call_seqs;   // batched beginnings of speculative rounds (drafting), and their slots
 } bn_slots_metrics;
 // bn_slots_info: fills up to n infos; returns the slot count.
 int bn_slots_info(bn_slots *s, bn_slot_info *info, int n);

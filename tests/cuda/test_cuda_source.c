@@ -87,8 +87,8 @@ static void parallel_case(bn_engine *gpu, const bn_tokenizer *tok) {
                    b->n, at, at >= 0 ? a->ids[at] : -1, at >= 0 ? b->ids[at] : -1, at >= 0 ? a->logprob[at] : 0,
                    at >= 0 ? b->logprob[at] : 0);
     }
-    uint64_t batches, steps;
-    bn_step_batcher_counts(bat, &batches, &steps);
+    uint64_t batches, steps, round_batches, rounds;
+    bn_step_batcher_counts(bat, &batches, &steps, &round_batches, &rounds);
     printf("3 sources in parallel on one batcher: %d of %d generations differ from alone; %llu steps in %llu batches\n",
            differ, NP, (unsigned long long)steps, (unsigned long long)batches);
     CHECK(differ == 0, "batched parallel sources differ from one source alone (%d of %d)", differ, NP);

@@ -10,6 +10,8 @@
 // again with params.no_step_logits (verify passes return each row's argmax only): the same tokens and
 // counters (re-runs included), no step logits, and on CUDA no logits bytes copied to the host; so does a
 // sampled DSpark run (temperature 0.8, top_k 40: top-k verification).
+// On the CUDA engine, four decoders stepping together (fx_rounds_lockstep: device drafters started at once, one ragged
+// verify pass) emit and verify what each does alone.
 // With the arguments `tool BIN` (BIN relative to BONSAI_BUILD_ROOT, a CUDA-linked
 // bonsai-speculative): BIN -ngl 99 prints the same greedy text and draft counters as
 // tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec`/`cuda_spec_tool` on a real GPU
@@ -163,6 +165,7 @@ int main(int argc, char **argv) {
     if (!eng[0] || !eng[1]) bn_die("engine: %s", err);
 
     snaps_taps_check(eng, d);
+    fx_rounds_lockstep(eng[1], d, prompt, N_PROMPT, 6); // device drafters started together, one ragged verify pass
 
     int32_t ref[2][N_GEN], gen[N_GEN + 64];
     for (int e = 0; e < 2; e++) fx_engine_greedy(eng[e], prompt, N_PROMPT, N_GEN, ref[e]);

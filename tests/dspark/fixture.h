@@ -1,8 +1,9 @@
 // tests/dspark/fixture.h — shared setup for the DSpark tests: a tiny random qwen35 target
 // (core/mkmodel.h preset "tiny", F32) and random drafters written to a temp directory; plain and
-// speculative greedy decoding (also used by tests/cuda/test_cuda_spec.c on the CUDA engine).
+// speculative greedy decoding, decoders in lockstep (also used by tests/cuda/test_cuda_spec.c on the CUDA engine).
 #ifndef BONSAI_TEST_DSPARK_FIXTURE_H
 #define BONSAI_TEST_DSPARK_FIXTURE_H
+#include "tests/test.h"
 #include "core/dspark.h"
 #include "core/engine.h"
 #include "core/sampler.h"
@@ -151,4 +152,81 @@ static inline int fx_spec_greedy_rows(bn_spec *sp, const int32_t *prompt, int n_
 static inline int fx_spec_greedy(bn_spec *sp, const int32_t *prompt, int n_prompt, int n_gen, int32_t *gen) {
     return fx_spec_greedy_rows(sp, prompt, n_prompt, n_gen, gen, NULL, NULL);
 }
+// fx_rounds_lockstep: four decoders on engine e (DSpark n_max 4, 3 and 2 with drafter d, the oracle with every 3rd
+// proposal wrong; prefixes of prompt[0..n_prompt) of different lengths, n_prompt >= 6) step n_steps (<= 24) rounds in lockstep through
+// bn_spec_rounds_begin, one bn_engine_forward_multi over their verify passes and bn_spec_round_end each; CHECKs
+// (tests/test.h) that every decoder emits greedy's tokens on e, and verifies the same drafts, step by step, as the same
+// decoder stepping alone (bn_spec_generate_step), and that a decoder twice in one batch fails that round only.
+static inline void fx_rounds_lockstep(bn_engine *e, const bn_drafter *d, const int32_t *prompt, int n_prompt_all,
+                                      int n_steps) {
+    enum { N_DEC = 4, MAX_STEPS = 24 };
+    const int types[N_DEC] = {BN_SPEC_DSPARK, BN_SPEC_DSPARK, BN_SPEC_ORACLE, BN_SPEC_DSPARK};
+    const int n_max[N_DEC] = {4, 3, 4, 2};
+    const int n_prompt[N_DEC] = {n_prompt_all, n_prompt_all - 2, n_prompt_all - 5, n_prompt_all - 1};
+    char err[256];
+    bn_engine_state *st[2][N_DEC];
+    bn_spec *sp[2][N_DEC]; // [0] in lockstep, [1] alone
+    bn_sampler_params sparams = bn_sampler_params_default();
+    sparams.temperature = 0;
+    bn_sampler *smp = bn_sampler_new(&sparams);
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < N_DEC; i++) {
+            bn_spec_params p = {.type = types[i], .n_max = n_max[i], .n_threads = 2, .oracle_miss_every = 3};
+            st[w][i] = bn_engine_state_new(e, 256, err, sizeof err);
+            sp[w][i] = st[w][i] ? bn_spec_new_engine(st[w][i], types[i] == BN_SPEC_ORACLE ? NULL : d, &p, err, sizeof err)
+                                : NULL;
+            if (!sp[w][i] || bn_spec_prefill(sp[w][i], prompt, n_prompt[i], err, sizeof err) != 0) bn_die("%s", err);
+        }
+    int32_t gen[N_DEC][MAX_STEPS * 5 + 8];
+    int n_gen[N_DEC] = {0}, steps_same = 0, n_drafted = 0;
+    if (n_steps > MAX_STEPS) n_steps = MAX_STEPS;
+    for (int step = 0; step < n_steps; step++) {
+        bn_spec_round r[N_DEC];
+        bn_engine_seq passes[N_DEC];
+        for (int i = 0; i < N_DEC; i++) r[i] = (bn_spec_round){.sp = sp[0][i], .smp = smp, .out_cap = 8};
+        CHECK(bn_spec_rounds_begin(r, N_DEC) == 0, "rounds_begin: %s", r[0].err);
+        for (int i = 0; i < N_DEC; i++) passes[i] = r[i].pass;
+        CHECK(bn_engine_forward_multi(passes, N_DEC, err, sizeof err) == 0, "forward_multi: %s", err);
+        for (int i = 0; i < N_DEC; i++) {
+            int32_t out[8], out1[8];
+            int nd0, nd1;
+            const int k = bn_spec_round_end(sp[0][i], smp, 1.0, out, err, sizeof err);
+            const int32_t *dr0 = bn_spec_step_drafts(sp[0][i], &nd0);
+            int32_t drafts0[8];
+            memcpy(drafts0, dr0, sizeof(int32_t) * (size_t)nd0);
+            const int k1 = bn_spec_generate_step(sp[1][i], smp, out1, 8, err, sizeof err);
+            const int32_t *dr1 = bn_spec_step_drafts(sp[1][i], &nd1);
+            CHECK(k >= 1 && k1 >= 1, "step %d decoder %d: %s", step, i, err);
+            const bool same_step = k == k1 && memcmp(out, out1, sizeof(int32_t) * (size_t)k) == 0 && nd0 == nd1 &&
+                                   memcmp(drafts0, dr1, sizeof(int32_t) * (size_t)nd0) == 0;
+            CHECK(same_step, "step %d decoder %d: lockstep emitted %d (%d drafts), alone %d (%d drafts)", step, i, k,
+                  nd0, k1, nd1);
+            steps_same += same_step;
+            n_drafted += nd0;
+            for (int t = 0; t < k && k > 0; t++) gen[i][n_gen[i]++] = out[t];
+        }
+    }
+    for (int i = 0; i < N_DEC; i++) {
+        int32_t ref[MAX_STEPS * 5 + 8];
+        fx_engine_greedy(e, prompt, n_prompt[i], n_gen[i], ref);
+        int at = 0;
+        while (at < n_gen[i] && ref[at] == gen[i][at]) at++;
+        CHECK(at == n_gen[i], "decoder %d in lockstep on %s: first difference from plain greedy at %d", i,
+              bn_engine_name(e), at);
+    }
+    printf("%s: rounds in lockstep: %d of %d decoder steps as alone, %d drafts verified; tokens %d %d %d %d == plain greedy\n",
+           bn_engine_name(e), steps_same, N_DEC * n_steps, n_drafted, n_gen[0], n_gen[1], n_gen[2], n_gen[3]);
+    CHECK(n_drafted > n_steps, "the decoders must draft (%d)", n_drafted);
+    // a decoder twice in one batch: that round fails, the other runs
+    bn_spec_round r2[2] = {{.sp = sp[0][0], .smp = smp, .out_cap = 8}, {.sp = sp[0][0], .smp = smp, .out_cap = 8}};
+    CHECK(bn_spec_rounds_begin(r2, 2) == 1 && r2[0].rc == 0 && r2[1].rc == -1 && strstr(r2[1].err, "twice"),
+          "a decoder twice in a batch: %s", r2[1].err);
+    CHECK(bn_engine_forward_multi(&r2[0].pass, 1, err, sizeof err) == 0, "%s", err);
+    int32_t out[8];
+    CHECK(bn_spec_round_end(sp[0][0], smp, 1.0, out, err, sizeof err) >= 1, "%s", err);
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < N_DEC; i++) bn_spec_free(sp[w][i]), bn_engine_state_free(st[w][i]);
+    bn_sampler_free(smp);
+}
+
 #endif

@@ -92,79 +92,6 @@ static void rollback_check(const bn_model *m) {
     }
 }
 
-// rounds_check: four decoders on one CPU engine (DSpark n_max 4, 3 and 2 with one drafter, the oracle with every 3rd
-// proposal wrong; prompts of different lengths) step in lockstep through bn_spec_rounds_begin, one
-// bn_engine_forward_multi over their verify passes and bn_spec_round_end each: every decoder emits plain greedy's
-// tokens, and verifies the same drafts, step by step, as the same decoder stepping alone (bn_spec_generate_step).
-static void rounds_check(const bn_model *m, const bn_drafter *d) {
-    enum { N_DEC = 4, N_STEPS = 24 };
-    const int types[N_DEC] = {BN_SPEC_DSPARK, BN_SPEC_DSPARK, BN_SPEC_ORACLE, BN_SPEC_DSPARK};
-    const int n_max[N_DEC] = {4, 3, 4, 2}, n_prompt[N_DEC] = {N_PROMPT, N_PROMPT - 2, N_PROMPT - 5, N_PROMPT - 1};
-    char err[256];
-    bn_engine *e = bn_engine_cpu_new(m, 2);
-    bn_engine_state *st[2][N_DEC];
-    bn_spec *sp[2][N_DEC]; // [0] in lockstep, [1] alone
-    bn_sampler_params sparams = bn_sampler_params_default();
-    sparams.temperature = 0;
-    bn_sampler *smp = bn_sampler_new(&sparams);
-    for (int w = 0; w < 2; w++)
-        for (int i = 0; i < N_DEC; i++) {
-            bn_spec_params p = {.type = types[i], .n_max = n_max[i], .n_threads = 2, .oracle_miss_every = 3};
-            st[w][i] = bn_engine_state_new(e, 256, err, sizeof err);
-            sp[w][i] = st[w][i] ? bn_spec_new_engine(st[w][i], types[i] == BN_SPEC_ORACLE ? NULL : d, &p, err, sizeof err)
-                                : NULL;
-            if (!sp[w][i] || bn_spec_prefill(sp[w][i], prompt, n_prompt[i], err, sizeof err) != 0) bn_die("%s", err);
-        }
-    int32_t gen[N_DEC][N_STEPS * 5 + 8];
-    int n_gen[N_DEC] = {0}, steps_same = 0, n_drafted = 0;
-    for (int step = 0; step < N_STEPS; step++) {
-        bn_spec_round r[N_DEC];
-        bn_engine_seq passes[N_DEC];
-        for (int i = 0; i < N_DEC; i++) r[i] = (bn_spec_round){.sp = sp[0][i], .smp = smp, .out_cap = 8};
-        CHECK(bn_spec_rounds_begin(r, N_DEC) == 0, "rounds_begin: %s", r[0].err);
-        for (int i = 0; i < N_DEC; i++) passes[i] = r[i].pass;
-        CHECK(bn_engine_forward_multi(passes, N_DEC, err, sizeof err) == 0, "forward_multi: %s", err);
-        for (int i = 0; i < N_DEC; i++) {
-            int32_t out[8], out1[8];
-            int nd0, nd1;
-            const int k = bn_spec_round_end(sp[0][i], smp, 1.0, out, err, sizeof err);
-            const int32_t *dr0 = bn_spec_step_drafts(sp[0][i], &nd0);
-            int32_t drafts0[8];
-            memcpy(drafts0, dr0, sizeof(int32_t) * (size_t)nd0);
-            const int k1 = bn_spec_generate_step(sp[1][i], smp, out1, 8, err, sizeof err);
-            const int32_t *dr1 = bn_spec_step_drafts(sp[1][i], &nd1);
-            CHECK(k >= 1 && k1 >= 1, "step %d decoder %d: %s", step, i, err);
-            const bool same_step = k == k1 && memcmp(out, out1, sizeof(int32_t) * (size_t)k) == 0 && nd0 == nd1 &&
-                                   memcmp(drafts0, dr1, sizeof(int32_t) * (size_t)nd0) == 0;
-            CHECK(same_step, "step %d decoder %d: lockstep emitted %d (%d drafts), alone %d (%d drafts)", step, i, k,
-                  nd0, k1, nd1);
-            steps_same += same_step;
-            n_drafted += nd0;
-            for (int t = 0; t < k && k > 0; t++) gen[i][n_gen[i]++] = out[t];
-        }
-    }
-    for (int i = 0; i < N_DEC; i++) {
-        int32_t ref[N_STEPS * 5 + 8];
-        fx_plain_greedy(m, prompt, n_prompt[i], n_gen[i], ref);
-        CHECK(same(ref, gen[i], n_gen[i]) < 0, "decoder %d in lockstep: first difference from plain greedy at %d", i,
-              same(ref, gen[i], n_gen[i]));
-    }
-    printf("rounds in lockstep: %d of %d decoder steps as alone, %d drafts verified; tokens %d %d %d %d == plain greedy\n",
-           steps_same, N_DEC * N_STEPS, n_drafted, n_gen[0], n_gen[1], n_gen[2], n_gen[3]);
-    CHECK(n_drafted > N_STEPS, "the decoders must draft (%d)", n_drafted);
-    // a decoder twice in one batch: that round fails, the other runs
-    bn_spec_round r2[2] = {{.sp = sp[0][0], .smp = smp, .out_cap = 8}, {.sp = sp[0][0], .smp = smp, .out_cap = 8}};
-    CHECK(bn_spec_rounds_begin(r2, 2) == 1 && r2[0].rc == 0 && r2[1].rc == -1 && strstr(r2[1].err, "twice"),
-          "a decoder twice in a batch: %s", r2[1].err);
-    CHECK(bn_engine_forward_multi(&r2[0].pass, 1, err, sizeof err) == 0, "%s", err);
-    int32_t out[8];
-    CHECK(bn_spec_round_end(sp[0][0], smp, 1.0, out, err, sizeof err) >= 1, "%s", err);
-    for (int w = 0; w < 2; w++)
-        for (int i = 0; i < N_DEC; i++) bn_spec_free(sp[w][i]), bn_engine_state_free(st[w][i]);
-    bn_sampler_free(smp);
-    bn_engine_free(e);
-}
-
 int main(void) {
     char tpath[512], dpath[512], err[512];
     bn_model *m;
@@ -316,7 +243,9 @@ int main(void) {
     }
 
     rollback_check(m);
-    rounds_check(m, d);
+    bn_engine *e = bn_engine_cpu_new(m, 2);
+    fx_rounds_lockstep(e, d, prompt, N_PROMPT, 24);
+    bn_engine_free(e);
 
     bn_state_free(ts);
     bn_drafter_free(d);

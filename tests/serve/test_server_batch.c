@@ -89,11 +89,13 @@ static void spec_case(const char *what, const char *const *extra, int rounds, jo
     CHECK(fixture_start(&F, args) == 0, "%s server", what);
     run_together(what, rounds, want);
     const double per_decode = metric("n_busy_slots_per_decode");
+    const double per_draft = metric("n_busy_slots_per_draft");
     const double drafted = metric("spec_decode_num_draft_tokens_total");
     const double accepted = metric("spec_decode_num_accepted_tokens_total");
-    printf("%s: busy slots per decode call %.3f after %d rounds of %d at once; %.0f drafts, %.0f accepted\n", what,
-           per_decode, rounds, N_REQ, drafted, accepted);
+    printf("%s: busy slots per decode call %.3f, per drafting call %.3f after %d rounds of %d at once; %.0f drafts, "
+           "%.0f accepted\n", what, per_decode, per_draft, rounds, N_REQ, drafted, accepted);
     CHECK(per_decode > 1.0, "%s: concurrent requests never shared a pass (%.3f per call)", what, per_decode);
+    CHECK(per_draft > 1.0, "%s: concurrent requests never drafted together (%.3f per call)", what, per_draft);
     CHECK(drafted > 0 && (!some_accepted || accepted > 0), "%s: %.0f drafts, %.0f accepted", what, drafted,
           accepted);
     CHECK(fixture_stop(&F) == 0, "%s: clean exit", what);
