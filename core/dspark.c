@@ -32,8 +32,9 @@ struct bn_dstate {
     float *bias;      // {V} Markov bias
     float *logit;     // {V} biased logits
     float *w1;        // {R} W1[prev]
-    struct bn_dstate **row_owner; // [rows] a block pass's rows: the state (KV cache) of each (bn_drafter_draft_multi)
-    int *row_pos, *row_kv;        // [rows] its position and the rows it attends to
+    struct bn_dstate **row_owner; // [rows] the rows of a batched pass (bn_drafter_draft_multi / _process_multi): the
+    int *row_pos, *row_kv;        //   state (KV cache) of each, its position and the rows it attends to
+    float *tapbuf;                // {C*E, rows} the taps of a batched K/V injection's rows
     void *work;
     size_t work_size;
 };
@@ -391,6 +392,7 @@ bn_dstate *bn_dstate_new_pool(const bn_drafter *d, int n_ctx, bn_pool *pool) {
     s->row_owner = xcalloc(R, sizeof *s->row_owner);
     s->row_pos = xcalloc(R, sizeof *s->row_pos);
     s->row_kv = xcalloc(R, sizeof *s->row_kv);
+    s->tapbuf = bn_aligned_alloc(sizeof(float) * E * (size_t)c->n_taps * R);
     s->work_size = max_work(d, s->rows);
     s->work = s->work_size ? bn_aligned_alloc(s->work_size) : NULL;
     return s;
@@ -405,7 +407,7 @@ void bn_dstate_free(bn_dstate *s) {
     free(s->k_cache);
     free(s->v_cache);
     void *bufs[] = {s->feat_g, s->x, s->xn, s->mo, s->q, s->att, s->k, s->v, s->gate, s->up, s->scores, s->bias,
-                    s->logit, s->w1, s->work, s->row_owner, s->row_pos, s->row_kv};
+                    s->logit, s->w1, s->work, s->row_owner, s->row_pos, s->row_kv, s->tapbuf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     if (s->own_pool) bn_pool_free(s->pool);
     free(s);
@@ -447,34 +449,68 @@ static void head_norm_rope(const bn_drafter_config *c, float *x, int n_heads, co
     }
 }
 
-int bn_drafter_process(const bn_drafter *d, bn_dstate *s, const float *taps, int n, int pos0, char *err,
-                       size_t errlen) {
+int bn_drafter_process_multi(const bn_drafter *d, const bn_process_seq *seqs, int n, char *err, size_t errlen) {
     const bn_drafter_config *c = &d->cfg;
-    if (pos0 != s->n_cache)
-        return bn_err(err, errlen, "drafter: process at position %d but the cache holds %d rows", pos0, s->n_cache);
-    if (pos0 + n + c->block_size > s->n_ctx)
-        return bn_err(err, errlen, "drafter: context full (%d + %d rows)", pos0, n);
     const int E = c->n_embd, kvw = c->n_head_kv * c->head_dim;
     const size_t row = (size_t)c->n_taps * E;
-    for (int t0 = 0; t0 < n; t0 += s->rows) {
-        int nb = n - t0 < s->rows ? n - t0 : s->rows;
-        bn_drafter_encode(d, s, taps + (size_t)t0 * row, nb, s->feat_g);
+    bn_dstate *s = NULL; // the scratch state: the first with rows to process
+    for (int i = 0; i < n; i++) {
+        const bn_process_seq *q = &seqs[i];
+        if (q->pos0 != q->s->n_cache)
+            return bn_err(err, errlen, "drafter: process at position %d but the cache holds %d rows", q->pos0,
+                          q->s->n_cache);
+        if (q->n < 0 || q->pos0 + q->n + c->block_size > q->s->n_ctx)
+            return bn_err(err, errlen, "drafter: context full (%d + %d rows)", q->pos0, q->n);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].s == q->s) return bn_err(err, errlen, "drafter: sequences %d and %d share a state", j, i);
+        if (!s && q->n > 0) s = q->s;
+    }
+    if (!s) return 0;
+    // the rows of every sequence one after another, in chunks of the scratch rows (each row's K/V depend on its
+    // own taps alone: a chunk may hold the end of one sequence and the start of the next), their taps gathered into
+    // the scratch's tap rows
+    int seq = 0, t = 0; // the next row: row t of sequence seq
+    for (;;) {
+        int nb = 0;
+        while (seq < n && nb < s->rows) {
+            const bn_process_seq *q = &seqs[seq];
+            if (t >= q->n) {
+                seq++, t = 0;
+                continue;
+            }
+            const int take = q->n - t < s->rows - nb ? q->n - t : s->rows - nb;
+            for (int r = 0; r < take; r++) {
+                s->row_owner[nb + r] = q->s;
+                s->row_pos[nb + r] = q->pos0 + t + r;
+            }
+            memcpy(s->tapbuf + (size_t)nb * row, q->taps + (size_t)t * row, sizeof(float) * row * (size_t)take);
+            nb += take, t += take;
+        }
+        if (nb == 0) break;
+        bn_drafter_encode(d, s, s->tapbuf, nb, s->feat_g);
         // context rows: K = RoPE(k_norm(W_k g)), V = W_v g; no attn_norm, Q, FFN or residual (§4.3)
         for (int il = 0; il < c->n_layer; il++) {
             const bn_drafter_layer *ly = &d->layers[il];
             mm(s, &ly->attn_k, s->feat_g, s->k, nb);
             mm(s, &ly->attn_v, s->feat_g, s->v, nb);
-            for (int t = 0; t < nb; t++) {
-                int pos = pos0 + t0 + t;
-                float *kt = s->k + (size_t)t * kvw;
+            for (int r = 0; r < nb; r++) {
+                bn_dstate *o = s->row_owner[r];
+                const int pos = s->row_pos[r];
+                float *kt = s->k + (size_t)r * kvw;
                 head_norm_rope(c, kt, c->n_head_kv, ly->attn_k_norm.data, pos);
-                memcpy(s->k_cache[il] + (size_t)pos * kvw, kt, sizeof(float) * (size_t)kvw);
-                memcpy(s->v_cache[il] + (size_t)pos * kvw, s->v + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
+                memcpy(o->k_cache[il] + (size_t)pos * kvw, kt, sizeof(float) * (size_t)kvw);
+                memcpy(o->v_cache[il] + (size_t)pos * kvw, s->v + (size_t)r * kvw, sizeof(float) * (size_t)kvw);
             }
         }
     }
-    s->n_cache = pos0 + n;
+    for (int i = 0; i < n; i++) seqs[i].s->n_cache = seqs[i].pos0 + seqs[i].n;
     return 0;
+}
+
+int bn_drafter_process(const bn_drafter *d, bn_dstate *s, const float *taps, int n, int pos0, char *err,
+                       size_t errlen) {
+    const bn_process_seq q = {.s = s, .taps = taps, .n = n, .pos0 = pos0};
+    return bn_drafter_process_multi(d, &q, 1, err, errlen);
 }
 
 // A block pass over the rows of several sequences at once: the rows of sequence i are rows row0[i] ..

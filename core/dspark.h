@@ -111,6 +111,17 @@ int bn_drafter_encode(const bn_drafter *d, bn_dstate *s, const float *taps, int 
 // appended in order; truncate first to rewrite). Returns 0 or -1 with err.
 int bn_drafter_process(const bn_drafter *d, bn_dstate *s, const float *taps, int n, int pos0, char *err,
                        size_t errlen);
+// One sequence of a batched K/V injection (bn_drafter_process_multi).
+typedef struct {
+    bn_dstate *s;       // its drafter state (one per sequence)
+    const float *taps;  // [n][C][E] tap rows
+    int n, pos0;        // their count and first target position (== bn_dstate_n_cache(s))
+} bn_process_seq;
+// bn_drafter_process_multi: bn_drafter_process for n sequences of d at once: their rows go through the encoder and
+// the K/V projections together, in chunks of the first state's scratch rows (>= 64), each row's K/V into its own
+// sequence's cache. Results equal bn_drafter_process's up to the matmuls' summation order over more rows. Returns 0 or
+// -1 with err (nothing processed when an argument is wrong).
+int bn_drafter_process_multi(const bn_drafter *d, const bn_process_seq *seqs, int n, char *err, size_t errlen);
 // bn_drafter_block: the non-causal block pass over [id_last, MASK × (n_rows−1)] at positions
 // n_past.. (DSPARK.md §4.4; n_rows <= B, mainline's n_block = n_max); writes h [n_rows][E] (after
 // output_norm) and base logits [n_rows][V] (either may be NULL). The block rows' K/V are dropped

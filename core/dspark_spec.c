@@ -453,8 +453,9 @@ static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t e
     return n;
 }
 
-// round_plan: the first part of a round: what the verify pass returns per row, the draft length k (the cost model's,
-// within the context and out_cap), the drafter's pending rows flushed when it drafts. Returns k or -1 with err.
+// round_plan: the first part of a round: what the verify pass returns per row and the draft length k (the cost model's,
+// within the context and out_cap); the drafter's pending rows are to be flushed before it drafts (rounds_flush).
+// Returns k or -1 with err.
 static int round_plan(bn_spec *sp, bn_sampler *smp, int out_cap, char *err, size_t errlen) {
     if (!sp->ready) return bn_err(err, errlen, "spec: generate before prefill");
     sp->in_round = false;
@@ -475,7 +476,6 @@ static int round_plan(bn_spec *sp, bn_sampler *smp, int out_cap, char *err, size
     if (k < 0) return bn_err(err, errlen, "spec: no room for output");
     sp->st.n_max_now = k;
     sp->vtok[0] = sp->id_last;
-    if (k > 0 && flush_rows(sp, err, errlen) != 0) return -1; // the drafter drafts from every committed row
     return k;
 }
 
@@ -514,39 +514,77 @@ static int round_fail(bn_spec_round *r) {
     return 1;
 }
 
-int bn_spec_rounds_begin(bn_spec_round *r, int n) {
+// cpu_group: the indices j >= i of the rounds r[j] that draft (k[j] > 0, not yet done[j]) with the CPU drafter of
+// r[i] (same drafter and p_min) into at; returns their count.
+static int cpu_group(const bn_spec_round *r, const int *k, const bool *done, int i, int n, int *at) {
+    const bn_spec *sp = r[i].sp;
+    int g = 0;
+    for (int j = i; j < n; j++) {
+        const bn_spec *o = r[j].sp;
+        if (r[j].rc == 0 && k[j] > 0 && !done[j] && o->ds && o->d == sp->d && o->p.p_min == sp->p.p_min) at[g++] = j;
+    }
+    return g;
+}
+
+// rounds_flush: the pending context rows of every round that drafts reach its drafter before it drafts: the CPU
+// drafters' in one bn_drafter_process_multi per drafter, the device drafters' one after another. Returns the number
+// of rounds that failed (r[i].rc, err).
+static int rounds_flush(bn_spec_round *r, const int *k, int n) {
     int n_failed = 0;
-    int k[BN_DRAFT_MULTI_MAX];
-    bool drafted[BN_DRAFT_MULTI_MAX] = {false};
-    int32_t nd[BN_DRAFT_MULTI_MAX];
-    double ms[BN_DRAFT_MULTI_MAX];
-    if (n > BN_DRAFT_MULTI_MAX) { // more than one batch of drafters: in parts
-        int failed = bn_spec_rounds_begin(r, BN_DRAFT_MULTI_MAX);
-        return failed + bn_spec_rounds_begin(r + BN_DRAFT_MULTI_MAX, n - BN_DRAFT_MULTI_MAX);
-    }
-    for (int i = 0; i < n; i++) {
-        r[i].rc = 0, r[i].err[0] = 0;
-        r[i].pass = (bn_engine_seq){0};
-        bool twice = false;
-        for (int j = 0; j < i; j++) twice = twice || r[j].sp == r[i].sp;
-        k[i] = twice ? bn_err(r[i].err, sizeof r[i].err, "spec: one decoder twice in a batch of rounds")
-                     : round_plan(r[i].sp, r[i].smp, r[i].out_cap, r[i].err, sizeof r[i].err);
-        if (k[i] < 0) n_failed += round_fail(&r[i]);
-        nd[i] = 0, ms[i] = 0;
-        drafted[i] = k[i] <= 0; // nothing to draft
-    }
-    // the DSpark drafters on the CPU: the rounds that share one drafter draft in one bn_drafter_draft_multi
+    bool done[BN_DRAFT_MULTI_MAX] = {false};
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
-        if (drafted[i] || !sp->ds) continue;
+        if (r[i].rc != 0 || k[i] <= 0 || done[i]) continue;
+        if (!sp->ds) { // a device drafter (or none: the oracle)
+            done[i] = true;
+            if (flush_rows(sp, r[i].err, sizeof r[i].err) != 0) n_failed += round_fail(&r[i]);
+            continue;
+        }
+        int at[BN_DRAFT_MULTI_MAX], nq = 0;
+        bn_process_seq q[BN_DRAFT_MULTI_MAX];
+        const int g = cpu_group(r, k, done, i, n, at);
+        for (int m = 0; m < g; m++) {
+            bn_spec *o = r[at[m]].sp;
+            done[at[m]] = true;
+            if (o->n_pending == 0) continue;
+            drafter_truncate(o, o->pending_pos0);
+            q[nq++] = (bn_process_seq){.s = o->ds, .taps = o->taps, .n = o->n_pending, .pos0 = o->pending_pos0};
+        }
+        if (nq == 0) continue;
+        char err[256];
+        const double t0 = bn_time_ms();
+        const int rc = bn_drafter_process_multi(sp->d, q, nq, err, sizeof err);
+        const double t = bn_time_ms() - t0;
+        for (int m = 0; m < g; m++) {
+            bn_spec *o = r[at[m]].sp;
+            if (o->n_pending == 0) continue;
+            o->n_pending = 0;
+            o->st.ms_process += t;
+            if (rc != 0) n_failed += round_fail(&r[at[m]]), snprintf(r[at[m]].err, sizeof r[at[m]].err, "%s", err);
+        }
+    }
+    return n_failed;
+}
+
+// rounds_draft: the drafts of every round that drafts into its vtok[1..], their count into nd and the time the round
+// waited for them into ms: the CPU drafters' in one bn_drafter_draft_multi per drafter, device drafters all started
+// before any is waited for (each on its own stream: they run at once), the oracle's one after another. Returns the
+// number of rounds that failed (r[i].rc, err).
+static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *ms) {
+    int n_failed = 0;
+    bool done[BN_DRAFT_MULTI_MAX] = {false};
+    for (int i = 0; i < n; i++) nd[i] = 0, ms[i] = 0;
+    for (int i = 0; i < n; i++) {
+        bn_spec *sp = r[i].sp;
+        if (r[i].rc != 0 || k[i] <= 0 || done[i] || !sp->ds) continue;
         bn_draft_seq q[BN_DRAFT_MULTI_MAX];
-        int at[BN_DRAFT_MULTI_MAX], g = 0;
-        for (int j = i; j < n; j++) {
-            bn_spec *o = r[j].sp;
-            if (drafted[j] || !o->ds || o->d != sp->d || o->p.p_min != sp->p.p_min) continue;
-            q[g] = (bn_draft_seq){.s = o->ds, .id_last = o->id_last, .n_past = o->n_past, .n_max = k[j],
+        int at[BN_DRAFT_MULTI_MAX];
+        const int g = cpu_group(r, k, done, i, n, at);
+        for (int m = 0; m < g; m++) {
+            bn_spec *o = r[at[m]].sp;
+            done[at[m]] = true;
+            q[m] = (bn_draft_seq){.s = o->ds, .id_last = o->id_last, .n_past = o->n_past, .n_max = k[at[m]],
                                   .drafts = o->vtok + 1};
-            at[g++] = j;
         }
         char err[256];
         const double t0 = bn_time_ms();
@@ -554,39 +592,55 @@ int bn_spec_rounds_begin(bn_spec_round *r, int n) {
         const double t = bn_time_ms() - t0;
         for (int m = 0; m < g; m++) {
             const int j = at[m];
-            drafted[j] = true;
             if (rc != 0) n_failed += round_fail(&r[j]), snprintf(r[j].err, sizeof r[j].err, "%s", err);
             nd[j] = q[m].n_drafts, ms[j] = t; // each waited for the whole pass
         }
     }
-    // device drafters: all started, then each waited for (they run at once, each on its own stream)
     const double t_dev = bn_time_ms();
     int started[BN_DRAFT_MULTI_MAX];
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
-        if (drafted[i] || !sp->dds) continue;
+        if (r[i].rc != 0 || k[i] <= 0 || !sp->dds) continue;
         started[i] = sp->dops->draft_start(sp->dds, sp->id_last, sp->n_past, k[i], r[i].err, sizeof r[i].err);
     }
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
-        if (drafted[i] || !sp->dds) continue;
-        drafted[i] = true;
+        if (r[i].rc != 0 || k[i] <= 0 || !sp->dds) continue;
         nd[i] = started[i] < 0 ? -1
                                : sp->dops->draft_finish(sp->dds, started[i], sp->p.p_min, sp->vtok + 1, r[i].err,
                                                         sizeof r[i].err);
         ms[i] = bn_time_ms() - t_dev; // each waited for all that started before it finished
         if (nd[i] < 0) n_failed += round_fail(&r[i]);
     }
-    // the oracle (a measurement aid) one after another
     for (int i = 0; i < n; i++) {
-        if (drafted[i]) continue;
         bn_spec *sp = r[i].sp;
+        if (r[i].rc != 0 || k[i] <= 0 || !sp->os) continue;
         const double t0 = bn_time_ms();
         nd[i] = oracle_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
         ms[i] = bn_time_ms() - t0;
         if (nd[i] < 0) n_failed += round_fail(&r[i]);
     }
-    for (int i = 0; i < n; i++)
+    return n_failed;
+}
+
+int bn_spec_rounds_begin(bn_spec_round *r, int n) {
+    if (n > BN_DRAFT_MULTI_MAX) // more than one batch of drafters: in parts
+        return bn_spec_rounds_begin(r, BN_DRAFT_MULTI_MAX) +
+               bn_spec_rounds_begin(r + BN_DRAFT_MULTI_MAX, n - BN_DRAFT_MULTI_MAX);
+    int n_failed = 0, k[BN_DRAFT_MULTI_MAX], nd[BN_DRAFT_MULTI_MAX];
+    double ms[BN_DRAFT_MULTI_MAX];
+    for (int i = 0; i < n; i++) { // the draft lengths
+        r[i].rc = 0, r[i].err[0] = 0;
+        r[i].pass = (bn_engine_seq){0};
+        bool twice = false;
+        for (int j = 0; j < i; j++) twice = twice || r[j].sp == r[i].sp;
+        k[i] = twice ? bn_err(r[i].err, sizeof r[i].err, "spec: one decoder twice in a batch of rounds")
+                     : round_plan(r[i].sp, r[i].smp, r[i].out_cap, r[i].err, sizeof r[i].err);
+        if (k[i] < 0) n_failed += round_fail(&r[i]);
+    }
+    n_failed += rounds_flush(r, k, n);
+    n_failed += rounds_draft(r, k, n, nd, ms);
+    for (int i = 0; i < n; i++) // the verify passes
         if (r[i].rc == 0 && round_pass(r[i].sp, k[i], nd[i], ms[i], &r[i].pass, r[i].err, sizeof r[i].err) != 0)
             n_failed += round_fail(&r[i]);
     return n_failed;

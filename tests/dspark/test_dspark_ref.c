@@ -7,7 +7,8 @@
 //     comparison would catch a missing injection or a causal mask)
 //   Markov chain: prev chaining vs the reference chain, confidence c_i (tol 1e-5), ties → lowest
 //     id, the mask token never drafted and never used as prev, p_min truncation.
-//   batched drafting (bn_drafter_draft_multi, 24 states in two block passes) == each state drafting alone.
+//   batched K/V injection and drafting (bn_drafter_process_multi, bn_drafter_draft_multi; 24 states in two chunks /
+//   block passes) == each state processing and drafting alone.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/gguf.h"
@@ -189,31 +190,38 @@ static void ref_markov(const float *base, const float *h, int32_t id_last, int32
     free(cb);
 }
 
-// multi_check: bn_drafter_draft_multi over N_SEQ states (context rows 1..NCTX, anchors, n_max 0..B, a MASK anchor;
-// 24 sequences of <= 4 rows: two block passes of the 64 scratch rows) drafts what bn_drafter_draft drafts for each
-// alone, leaves every cache as it was, and rejects two sequences on one state.
+// multi_check: N_SEQ states get their context rows (1..NCTX each, 84 in all: a 64-row chunk ends inside a sequence)
+// from one bn_drafter_process_multi, N_SEQ more from bn_drafter_process one by one; bn_drafter_draft_multi over the
+// first (anchors, n_max 0..B, a MASK anchor; 24 sequences of <= 4 rows: two block passes of the 64 scratch rows)
+// drafts what bn_drafter_draft drafts for each of the others alone, leaves every cache as it was, and both reject two
+// sequences on one state.
 static void multi_check(const bn_drafter *d, const float *taps) {
     enum { N_SEQ = 24 };
     char err[256];
-    bn_dstate *ss[N_SEQ];
+    bn_dstate *ss[N_SEQ], *sa[N_SEQ]; // batched, alone
+    bn_process_seq pq[N_SEQ];
     bn_draft_seq q[N_SEQ];
     int32_t multi[N_SEQ][B], alone[N_SEQ][B];
     int n_alone[N_SEQ], rows = 0;
     for (int i = 0; i < N_SEQ; i++) {
         ss[i] = bn_dstate_new(d, 64, 1);
+        sa[i] = bn_dstate_new(d, 64, 1);
         const int n_ctx = 1 + i % NCTX;
-        CHECK(bn_drafter_process(d, ss[i], taps + (size_t)(NCTX - n_ctx) * C * E, n_ctx, 0, err, sizeof err) == 0,
-              "process: %s", err);
+        pq[i] = (bn_process_seq){.s = ss[i], .taps = taps + (size_t)(NCTX - n_ctx) * C * E, .n = n_ctx};
+        CHECK(bn_drafter_process(d, sa[i], pq[i].taps, n_ctx, 0, err, sizeof err) == 0, "process: %s", err);
         const int32_t anchor = i == 7 ? MASK : (int32_t)((3 * i + 1) % MASK);
         q[i] = (bn_draft_seq){.s = ss[i], .id_last = anchor, .n_past = n_ctx, .n_max = i % 9 == 4 ? 0 : i % 3 == 0 ? 2 : B,
                               .drafts = multi[i]};
         rows += q[i].n_max;
     }
     CHECK(rows > 64, "the sequences must need two block passes (%d rows)", rows);
+    CHECK(bn_drafter_process_multi(d, pq, N_SEQ, err, sizeof err) == 0, "process_multi: %s", err);
+    for (int i = 0; i < N_SEQ; i++)
+        CHECK(bn_dstate_n_cache(ss[i]) == pq[i].n, "seq %d: %d context rows after process_multi", i, bn_dstate_n_cache(ss[i]));
     CHECK(bn_drafter_draft_multi(d, q, N_SEQ, 0.0f, err, sizeof err) == 0, "draft_multi: %s", err);
     int same = 0;
     for (int i = 0; i < N_SEQ; i++) {
-        n_alone[i] = bn_drafter_draft(d, ss[i], q[i].id_last, q[i].n_past, q[i].n_max, 0.0f, alone[i], err, sizeof err);
+        n_alone[i] = bn_drafter_draft(d, sa[i], q[i].id_last, q[i].n_past, q[i].n_max, 0.0f, alone[i], err, sizeof err);
         CHECK(bn_dstate_n_cache(ss[i]) == q[i].n_past, "seq %d: block rows stayed in the cache", i);
         const bool eq = n_alone[i] == q[i].n_drafts && memcmp(alone[i], multi[i], sizeof(int32_t) * n_alone[i]) == 0;
         CHECK(eq, "seq %d: draft_multi %d drafts, alone %d (first %d vs %d)", i, q[i].n_drafts, n_alone[i], multi[i][0],
@@ -232,7 +240,10 @@ static void multi_check(const bn_drafter *d, const float *taps) {
     q[1].s = q[0].s;
     CHECK(bn_drafter_draft_multi(d, q, 2, 0.0f, err, sizeof err) != 0 && strstr(err, "share"),
           "two sequences on one state must fail (%s)", err);
-    for (int i = 0; i < N_SEQ; i++) bn_dstate_free(ss[i]);
+    pq[0].pos0 = pq[1].pos0 = NCTX, pq[0].s = pq[1].s = sa[5]; // sa[5] holds NCTX rows
+    CHECK(bn_drafter_process_multi(d, pq, 2, err, sizeof err) != 0 && strstr(err, "share"),
+          "two sequences on one state must fail (%s)", err);
+    for (int i = 0; i < N_SEQ; i++) bn_dstate_free(ss[i]), bn_dstate_free(sa[i]);
 }
 
 int main(void) {
