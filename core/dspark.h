@@ -171,7 +171,8 @@ typedef struct bn_dev_drafter_ops {
     int (*process)(void *ds, const float *taps, int n, int pos0, char *err, size_t errlen); // host taps
     // draft (as bn_drafter_draft) in two halves, so that several states draft at once (bn_spec_rounds_begin):
     // draft_start enqueues the work and returns the rows it drafts (0: nothing to draft) or -1 with err;
-    // draft_finish(ds, that count, ...) waits and returns the draft count or -1 with err
+    // draft_finish(ds, that count, ...) waits for every enqueued work (also with a count of 0) and returns the draft
+    // count or -1 with err
     int (*draft_start)(void *ds, int32_t id_last, int n_past, int n_max, char *err, size_t errlen);
     int (*draft_finish)(void *ds, int n, float p_min, int32_t *drafts, char *err, size_t errlen);
     void *(*host_alloc)(size_t bytes); // page-locked host memory for the taps (DMA both ways); NULL on failure
@@ -183,6 +184,10 @@ typedef struct bn_dev_drafter_ops {
     float *(*target_taps)(bn_engine_state *ts, int n_taps, int rows, char *err, size_t errlen);
     // process_dev: `process` with the taps in that device buffer (rows 0..n−1), read in place.
     int (*process_dev)(void *ds, const float *dev_taps, int n, int pos0, char *err, size_t errlen);
+    // process_start (optional): `process` (on_device false) or `process_dev` (true) that returns once the work is
+    // enqueued, before a draft_start that reads the rows in order; the taps stay untouched until its draft_finish
+    // (bn_spec_rounds_begin: the slots' injections and drafts all run at once)
+    int (*process_start)(void *ds, const float *taps, bool on_device, int n, int pos0, char *err, size_t errlen);
 } bn_dev_drafter_ops;
 // bn_dev_drafter_register: makes ops the drafter of targets on engines with ops table engine_ops
 // (NULL ops removes it). At most 4 backends.

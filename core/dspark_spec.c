@@ -535,7 +535,19 @@ static int rounds_flush(bn_spec_round *r, const int *k, int n) {
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
         if (r[i].rc != 0 || k[i] <= 0 || done[i]) continue;
-        if (!sp->ds) { // a device drafter (or none: the oracle)
+        if (sp->dds && sp->dops->process_start && sp->n_pending > 0) { // enqueued; rounds_draft waits for it
+            done[i] = true;
+            drafter_truncate(sp, sp->pending_pos0);
+            const double t0 = bn_time_ms();
+            const bool dev = sp->dev_taps != NULL;
+            if (sp->dops->process_start(sp->dds, dev ? sp->dev_taps : sp->taps, dev, sp->n_pending, sp->pending_pos0,
+                                        r[i].err, sizeof r[i].err) != 0)
+                n_failed += round_fail(&r[i]);
+            sp->st.ms_process += bn_time_ms() - t0;
+            sp->n_pending = 0;
+            continue;
+        }
+        if (!sp->ds) { // a device drafter without process_start (or none: the oracle)
             done[i] = true;
             if (flush_rows(sp, r[i].err, sizeof r[i].err) != 0) n_failed += round_fail(&r[i]);
             continue;
@@ -600,17 +612,20 @@ static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *
     int started[BN_DRAFT_MULTI_MAX];
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
+        started[i] = 0;
         if (r[i].rc != 0 || k[i] <= 0 || !sp->dds) continue;
         started[i] = sp->dops->draft_start(sp->dds, sp->id_last, sp->n_past, k[i], r[i].err, sizeof r[i].err);
+        if (started[i] < 0) n_failed += round_fail(&r[i]), started[i] = 0;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { // finish also a failed round: its stream may still run its injection (rounds_flush)
         bn_spec *sp = r[i].sp;
-        if (r[i].rc != 0 || k[i] <= 0 || !sp->dds) continue;
-        nd[i] = started[i] < 0 ? -1
-                               : sp->dops->draft_finish(sp->dds, started[i], sp->p.p_min, sp->vtok + 1, r[i].err,
-                                                        sizeof r[i].err);
-        ms[i] = bn_time_ms() - t_dev; // each waited for all that started before it finished
-        if (nd[i] < 0) n_failed += round_fail(&r[i]);
+        if (k[i] <= 0 || !sp->dds) continue;
+        char err[256];
+        const bool ok = r[i].rc == 0;
+        const int got = sp->dops->draft_finish(sp->dds, started[i], sp->p.p_min, sp->vtok + 1, err, sizeof err);
+        if (!ok) continue;
+        nd[i] = got, ms[i] = bn_time_ms() - t_dev; // each waited for all that started before it finished
+        if (got < 0) n_failed += round_fail(&r[i]), snprintf(r[i].err, sizeof r[i].err, "%s", err);
     }
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;

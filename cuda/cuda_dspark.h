@@ -56,6 +56,11 @@ int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos
 // bn_cuda_state_tap_buffer after a forward that wrote its taps there): read in place, nothing crosses
 // PCIe. Returns 0 or -1 with err.
 int bn_cuda_drafter_process_dev(bn_cuda_dstate *s, const float *dev_taps, int n, int pos0, char *err, size_t errlen);
+// bn_cuda_drafter_process_start: bn_cuda_drafter_process (on_device false) or _process_dev (true) that returns once the
+// work is enqueued on s's stream (the rows count as present at once: a draft after it reads them in stream order);
+// the taps must stay as they are until bn_cuda_drafter_draft_finish (which waits for the stream). Returns 0 or -1.
+int bn_cuda_drafter_process_start(bn_cuda_dstate *s, const float *taps, bool on_device, int n, int pos0, char *err,
+                                  size_t errlen);
 // bn_cuda_drafter_block: bn_drafter_block's contract on the device, h [n_rows][E] and base
 // [n_rows][V] copied to the host when not NULL (for tests). Returns 0 or -1 with err.
 int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_rows, float *h, float *base,
@@ -67,7 +72,8 @@ int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
 // bn_cuda_drafter_draft_start / _finish: bn_cuda_drafter_draft in two halves, so that the drafts of several states run
 // at once, each on its own stream. start enqueues the block pass, the chain and their copies to the host and returns
 // the rows it drafts (n_max clamped to B; 0: nothing to draft, nothing enqueued) or -1 with err; finish(s, that
-// count, ...) waits for them and returns bn_cuda_drafter_draft's count or -1 with err. Nothing else may use s between.
+// count, ...) waits for s's stream (also with a count of 0) and returns bn_cuda_drafter_draft's count or -1 with err.
+// Nothing else may use s between.
 int bn_cuda_drafter_draft_start(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, char *err, size_t errlen);
 int bn_cuda_drafter_draft_finish(bn_cuda_dstate *s, int n_max, float p_min, int32_t *drafts, float *conf, char *err,
                                  size_t errlen);

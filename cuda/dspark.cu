@@ -545,8 +545,9 @@ int bn_cuda_drafter_encode(bn_cuda_dstate *s, const float *taps, int n, float *g
 }
 
 // process_rows: encoder + K/V injection of n tap rows at pos0.., in chunks of DS_CHUNK rows; taps in
-// device memory (on_device) or host memory (each chunk copied up into s->taps first). Returns 0 or -1.
-static int process_rows(bn_cuda_dstate *s, const float *taps, bool on_device, int n, int pos0, char *err,
+// device memory (on_device) or host memory (each chunk copied up into s->taps first); with wait, returns once the
+// stream is done (the taps may be rewritten then), else once the work is enqueued. Returns 0 or -1.
+static int process_rows(bn_cuda_dstate *s, const float *taps, bool on_device, int n, int pos0, bool wait, char *err,
                         size_t errlen) {
     const bn_drafter_config *c = &s->cd->cfg;
     if (pos0 != s->n_cache)
@@ -568,18 +569,23 @@ static int process_rows(bn_cuda_dstate *s, const float *taps, bool on_device, in
         if (e == cudaSuccess) e = inject_chunk(s, pos0 + t0, nb, q8);
     }
     // the tap buffer (the caller's host one, or the target's device one) is rewritten after return
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    if (e == cudaSuccess && wait) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) return fail(s, e, "bn_cuda_drafter_process", err, errlen);
     s->n_cache = pos0 + n;
     return 0;
 }
 
 int bn_cuda_drafter_process(bn_cuda_dstate *s, const float *taps, int n, int pos0, char *err, size_t errlen) {
-    return process_rows(s, taps, false, n, pos0, err, errlen);
+    return process_rows(s, taps, false, n, pos0, true, err, errlen);
 }
 
 int bn_cuda_drafter_process_dev(bn_cuda_dstate *s, const float *dev_taps, int n, int pos0, char *err, size_t errlen) {
-    return process_rows(s, dev_taps, true, n, pos0, err, errlen);
+    return process_rows(s, dev_taps, true, n, pos0, true, err, errlen);
+}
+
+int bn_cuda_drafter_process_start(bn_cuda_dstate *s, const float *taps, bool on_device, int n, int pos0, char *err,
+                                  size_t errlen) {
+    return process_rows(s, taps, on_device, n, pos0, false, err, errlen);
 }
 
 // start_block: checks the arguments and uploads [id_last, MASK × (n_rows−1)] (and prev_0 = id_last).
@@ -632,9 +638,8 @@ int bn_cuda_drafter_draft_start(bn_cuda_dstate *s, int32_t id_last, int n_past, 
 int bn_cuda_drafter_draft_finish(bn_cuda_dstate *s, int n_max, float p_min, int32_t *drafts, float *conf, char *err,
                                  size_t errlen) {
     const bn_drafter_config *c = &s->cd->cfg;
-    if (n_max <= 0) return 0;
     const int32_t *h_chain = s->h_io + c->block_size;
-    const cudaError_t e = cudaStreamSynchronize(s->stream);
+    const cudaError_t e = cudaStreamSynchronize(s->stream); // also for n_max 0: work enqueued before (process_start)
     if (e != cudaSuccess) return fail(s, e, "bn_cuda_drafter_draft", err, errlen);
     // core/dspark.c's truncation rules: stop at an invalid prev or the first c_i < p_min
     int n = 0;

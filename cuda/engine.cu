@@ -106,6 +106,9 @@ static int cd_truncate(void *p, int n) { return bn_cuda_dstate_truncate(((cu_dra
 static int cd_process(void *p, const float *taps, int n, int pos0, char *err, size_t errlen) {
     return bn_cuda_drafter_process(((cu_drafter *)p)->s, taps, n, pos0, err, errlen);
 }
+static int cd_process_start(void *p, const float *taps, bool on_device, int n, int pos0, char *err, size_t errlen) {
+    return bn_cuda_drafter_process_start(((cu_drafter *)p)->s, taps, on_device, n, pos0, err, errlen);
+}
 static int cd_draft_start(void *p, int32_t id_last, int n_past, int n_max, char *err, size_t errlen) {
     return bn_cuda_drafter_draft_start(((cu_drafter *)p)->s, id_last, n_past, n_max, err, errlen);
 }
@@ -129,11 +132,11 @@ static int cd_process_dev(void *p, const float *dev_taps, int n, int pos0, char 
 }
 static const bn_dev_drafter_ops cuda_drafter_ops = {
     "CUDA",         cd_state_new,  cd_state_free, cd_truncate,    cd_process, cd_draft_start, cd_draft_finish,
-    cd_host_alloc,  cd_host_free,  cd_target_taps, cd_process_dev};
+    cd_host_alloc,  cd_host_free,  cd_target_taps, cd_process_dev, cd_process_start};
 // the same without the device tap hand-over: taps reach the drafter through host memory
 static const bn_dev_drafter_ops cuda_drafter_host_taps_ops = {
     "CUDA",         cd_state_new,  cd_state_free, cd_truncate,    cd_process, cd_draft_start, cd_draft_finish,
-    cd_host_alloc,  cd_host_free,  NULL,          NULL};
+    cd_host_alloc,  cd_host_free,  NULL,          NULL,           cd_process_start};
 
 extern "C" void bn_cuda_drafter_register(const bn_engine_ops *engine_ops, bool device_taps) {
     bn_dev_drafter_register(engine_ops, device_taps ? &cuda_drafter_ops : &cuda_drafter_host_taps_ops);
