@@ -438,7 +438,7 @@ fi
 # /completion (SERVE_N tokens, ignore_eos, no prompt cache), a warm-up and then SERVE_REPS timed ones; prints
 # "| mode | tok/s |" rows: MODE all: one stream per request kind (timings.predicted_per_second, the best of the timed
 # ones), then 4 greedy streams at once (total tokens / wall time); MODE streams: only the 4 streams, named LABEL, with
-# the server's busy slots per decode call (/metrics).
+# the server's busy slots per decode call and per batch of rounds begun together (drafting; /metrics).
 # SERVE_ADAPTIVE 0 (emulator): no adaptive row (in 8 tokens the cost model never stops drafting: the same run twice).
 SERVE_N=128 SERVE_REPS=2 SERVE_BIN="$B/tools/bonsai-serve" SERVE_ADAPTIVE=1
 [ "$EMU" = 1 ] && SERVE_N=8 SERVE_REPS=1 SERVE_BIN="$B/tests/cuda/bonsai-serve-emu" SERVE_ADAPTIVE=0
@@ -487,8 +487,9 @@ if mode == "all":
     print(f"| 4 greedy streams at once, total (batched steps) | {best:.1f} |")
 else:
     m = urllib.request.urlopen(f"http://{host}/metrics", timeout=10).read().decode()
-    per = next((l.split()[-1] for l in m.splitlines() if l.startswith("llamacpp:n_busy_slots_per_decode ")), "?")
-    print(f"| 4 greedy streams at once, total: {label}; {per} busy slots per pass | {best:.1f} |")
+    val = lambda key: next((l.split()[-1] for l in m.splitlines() if l.startswith(f"llamacpp:{key} ")), "?")
+    per, per_draft = val("n_busy_slots_per_decode"), val("n_busy_slots_per_draft")
+    print(f"| 4 greedy streams at once, total: {label}; {per} busy slots per pass, {per_draft} per drafting | {best:.1f} |")
 PYEOF
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
