@@ -6,7 +6,7 @@
 // (params.no_step_logits with a greedy sampler) and top-k verification (the same with temperature 0.8, top_k 40)
 // give the same tokens and counters as the logits mode and no step logits.
 // Decoders stepping together (bn_spec_rounds_begin: batched drafting, one ragged verify pass) emit and verify what
-// each emits and verifies alone.
+// each emits and verifies alone; a decoder whose context is full fails its round alone.
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "core/forward_impl.h"
@@ -90,6 +90,55 @@ static void rollback_check(const bn_model *m) {
         bn_state_free(a);
         bn_state_free(b);
     }
+}
+
+// full_check: two DSpark decoders in lockstep on engine e, one with room for only 4 positions after its prompt: once
+// its context is full its round fails alone ("context full", no pass) while the other's rounds go on, and the other
+// still emits plain greedy's tokens.
+static void full_check(bn_engine *e, const bn_drafter *d) {
+    char err[256];
+    bn_engine_state *st[2] = {bn_engine_state_new(e, 256, err, sizeof err),
+                              bn_engine_state_new(e, N_PROMPT + 4, err, sizeof err)};
+    bn_spec_params p = {.type = BN_SPEC_DSPARK, .n_max = 3, .n_threads = 2};
+    bn_spec *sp[2];
+    for (int i = 0; i < 2; i++) {
+        sp[i] = st[i] ? bn_spec_new_engine(st[i], d, &p, err, sizeof err) : NULL;
+        if (!sp[i] || bn_spec_prefill(sp[i], prompt, N_PROMPT, err, sizeof err) != 0) bn_die("%s", err);
+    }
+    bn_sampler_params sparams = bn_sampler_params_default();
+    sparams.temperature = 0;
+    bn_sampler *smp = bn_sampler_new(&sparams);
+    int32_t gen[64], ref[64];
+    int n_gen = 0, full_at = -1;
+    for (int step = 0; step < 12; step++) {
+        bn_spec_round r[2] = {{.sp = sp[0], .smp = smp, .out_cap = 8}, {.sp = sp[1], .smp = smp, .out_cap = 8}};
+        const int n_round = full_at < 0 ? 2 : 1; // the full decoder stops after its failed round
+        const int failed = bn_spec_rounds_begin(r, n_round);
+        if (n_round == 2 && r[1].rc != 0) {
+            full_at = step;
+            CHECK(failed == 1 && strstr(r[1].err, "context full") && r[0].rc == 0, "step %d: %d failed (%s)", step,
+                  failed, r[1].err);
+        } else CHECK(failed == 0, "step %d: %s / %s", step, r[0].err, r[1].err);
+        bn_engine_seq passes[2] = {r[0].pass, r[1].pass};
+        CHECK(bn_engine_forward_multi(passes, r[1].rc == 0 ? n_round : 1, err, sizeof err) == 0, "%s", err);
+        int32_t out[8];
+        for (int i = 0; i < n_round; i++) {
+            if (r[i].rc != 0) continue;
+            const int k = bn_spec_round_end(sp[i], smp, 1.0, out, err, sizeof err);
+            CHECK(k >= 1, "step %d decoder %d: %s", step, i, err);
+            for (int t = 0; i == 0 && t < k && n_gen < 48; t++) gen[n_gen++] = out[t];
+        }
+    }
+    bn_engine *plain = bn_engine_cpu_new(e->m, 2);
+    fx_engine_greedy(plain, prompt, N_PROMPT, n_gen, ref);
+    bn_engine_free(plain);
+    CHECK(full_at >= 1 && same(ref, gen, n_gen) < 0,
+          "context full at step %d; the other decoder's first difference from plain greedy at %d", full_at,
+          same(ref, gen, n_gen));
+    printf("context full: the short decoder's round failed alone at step %d; the other emitted %d greedy tokens\n",
+           full_at, n_gen);
+    for (int i = 0; i < 2; i++) bn_spec_free(sp[i]), bn_engine_state_free(st[i]);
+    bn_sampler_free(smp);
 }
 
 int main(void) {
@@ -245,6 +294,7 @@ int main(void) {
     rollback_check(m);
     bn_engine *e = bn_engine_cpu_new(m, 2);
     fx_rounds_lockstep(e, d, prompt, N_PROMPT, 24);
+    full_check(e, d);
     bn_engine_free(e);
 
     bn_state_free(ts);
