@@ -250,8 +250,8 @@ static cudaError_t set_tap_row(bn_cuda_state *s, int row) {
 }
 
 // copy_taps: the residual rows of tap layer slot k of this chunk into out->taps: one kernel when they go to
-// the state's device tap buffer (from the row in d_pos[1]), else one device-to-host copy per token (counted
-// in bn_cuda_host_tap_bytes).
+// the state's device tap buffer (from the row in d_pos[1]), else one strided device-to-host copy (counted in
+// bn_cuda_host_tap_bytes).
 static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int nb) {
     const bn_forward_out *out = taps.out;
     const int H = s->cm->cfg.n_embd;
@@ -262,15 +262,15 @@ static cudaError_t copy_taps(bn_cuda_state *s, const tap_dst &taps, int k, int n
         return cudaGetLastError();
     }
     float *dst = out->taps + (size_t)taps.t_off * row_stride + (size_t)k * H;
-    for (int t = 0; t < nb; t++)
-        TRY(cudaMemcpyAsync(dst + (size_t)t * row_stride, s->x + (size_t)t * H, sizeof(float) * H,
-                            cudaMemcpyDeviceToHost, s->stream));
+    TRY(cudaMemcpy2DAsync(dst, sizeof(float) * row_stride, s->x, sizeof(float) * H, sizeof(float) * H, nb,
+                          cudaMemcpyDeviceToHost, s->stream));
     bn_cu_count_host_tap_bytes(sizeof(float) * H * (size_t)nb);
     return cudaSuccess;
 }
 
 // copy_seq_taps: the residual rows of a batched pass after layer il into the taps of each sequence's out that
-// taps it: one copy per row (device-to-device into the sequence's own device tap buffer, else down to host memory).
+// taps it: one strided copy per sequence and tap slot (device-to-device into the sequence's own device tap buffer,
+// else down to host memory).
 static cudaError_t copy_seq_taps(bn_cuda_state *s, const tap_dst &taps, int il) {
     const int H = s->cm->cfg.n_embd;
     const seqs_in &q = *taps.seqs;
@@ -281,10 +281,9 @@ static cudaError_t copy_seq_taps(bn_cuda_state *s, const tap_dst &taps, int il) 
         const size_t row_stride = (size_t)o->n_taps * H;
         for (int k = 0; k < o->n_taps; k++) {
             if (o->tap_layers[k] != il) continue;
-            for (int j = 0; j < seq_len(q, i); j++)
-                TRY(cudaMemcpyAsync(o->taps + (size_t)j * row_stride + (size_t)k * H, s->x + (size_t)(c0 + j) * H,
-                                    sizeof(float) * H, dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
-                                    s->stream));
+            TRY(cudaMemcpy2DAsync(o->taps + (size_t)k * H, sizeof(float) * row_stride, s->x + (size_t)c0 * H,
+                                  sizeof(float) * H, sizeof(float) * H, seq_len(q, i),
+                                  dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, s->stream));
             if (!dev) bn_cu_count_host_tap_bytes(sizeof(float) * H * (size_t)seq_len(q, i));
         }
     }

@@ -228,6 +228,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
@@ -253,6 +254,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
@@ -420,6 +422,35 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
         if (e) return e;
     }
     return cudaSuccess;
+}
+
+// cudaMemcpy2DAsync: height rows of width bytes, each checked as cudaMemcpyAsync checks one copy (kinds, bounds, pinned
+// host memory during a capture), run as one stream operation.
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex());
+    if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidPitchValue);
+    for (size_t r = 0; r < height; r++) {
+        char *d = (char *)dst + r * dpitch;
+        const char *h = (const char *)src + r * spitch;
+        cudaError_t e = check_copy(d, h, width, kind);
+        if (e) return set_error(e);
+        if (width && resolve(s)->capturing) {
+            const void *host_side[2] = {kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ? nullptr : h,
+                                        kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ? nullptr : d};
+            for (const void *p : host_side)
+                if (p && !is_device(p, width) && !in_range(pinned_allocs, p, width)) {
+                    fprintf(stderr, "bonsai-emu: cudaMemcpy2DAsync row of %zu bytes %s pageable host memory %p during a "
+                            "stream capture: not capturable on a GPU; the capture is invalidated\n", width,
+                            p == h ? "from" : "to", p);
+                    invalidate_captures();
+                    return set_error(cudaErrorStreamCaptureUnsupported);
+                }
+        }
+    }
+    return set_error(submit(s, "cudaMemcpy2DAsync", [dst, dpitch, src, spitch, width, height]() {
+        for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    }));
 }
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {

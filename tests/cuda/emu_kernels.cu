@@ -541,6 +541,32 @@ extern "C" int ek_capture_pageable(int *pinned_rc, int *pageable_rc, int *end_rc
     return 0;
 }
 
+extern "C" int ek_copy_2d(float *host_rows, float *back, int *bad_pitch_rc, char *err, size_t errlen) {
+    enum { ROWS = 5, W = 7, SRC_PITCH = 9, DST_PITCH = 11 }; // floats
+    DevBuf<float> src, dst;
+    TRY(cudaMalloc(&src.p, sizeof(float) * ROWS * SRC_PITCH));
+    TRY(cudaMalloc(&dst.p, sizeof(float) * ROWS * W));
+    float init[ROWS * SRC_PITCH];
+    for (int i = 0; i < ROWS * SRC_PITCH; i++) init[i] = (float)i;
+    TRY(cudaMemcpy(src.p, init, sizeof init, cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaError_t e = cudaMemcpy2DAsync(host_rows, sizeof(float) * DST_PITCH, src.p, sizeof(float) * SRC_PITCH,
+                                      sizeof(float) * W, ROWS, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+        e = cudaMemcpy2DAsync(dst.p, sizeof(float) * W, src.p, sizeof(float) * SRC_PITCH, sizeof(float) * W, ROWS,
+                              cudaMemcpyDeviceToDevice, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(back, dst.p, sizeof(float) * ROWS * W, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    *bad_pitch_rc = (int)cudaMemcpy2DAsync(back, sizeof(float) * 2, src.p, sizeof(float) * SRC_PITCH,
+                                           sizeof(float) * W, ROWS, cudaMemcpyDeviceToHost, s);
+    cudaGetLastError(); // clear the expected error
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    TRY(e);
+    return 0;
+}
+
 extern "C" int ek_gemm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C,
                        int ldc, int half_in, int half_out, char *err, size_t errlen) {
     size_t na = (size_t)lda * (ta ? m : k), nbb = (size_t)ldb * (tb ? k : n), nc = (size_t)ldc * n;

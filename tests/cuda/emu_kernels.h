@@ -75,6 +75,11 @@ int ek_bad(int which, char *err, size_t errlen);
 // pageable (malloc) memory: *pinned_rc, *pageable_rc their errors and *end_rc that of ending the capture
 // (CUDA: success, cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated).
 int ek_capture_pageable(int *pinned_rc, int *pageable_rc, int *end_rc, char *err, size_t errlen);
+// ek_copy_2d: cudaMemcpy2DAsync of 5 rows × 7 floats from a device buffer of row pitch 9 holding 0, 1, 2, ... into
+// host_rows (row pitch 11: room for 55 floats; the 4 floats after each row are left as they were) and into a device
+// buffer of pitch 7, copied back into back (35 floats); *bad_pitch_rc: the error of a copy whose width exceeds its
+// destination pitch (cudaErrorInvalidPitchValue, 12). Returns 0 or -1 with err.
+int ek_copy_2d(float *host_rows, float *back, int *bad_pitch_rc, char *err, size_t errlen);
 // ek_switch_bench: mode 0: one block of `threads` threads passing `rounds` __syncthreads; mode 1: the
 // same with warp shuffles; mode 2: `rounds` blocks of `threads` threads without barriers. Returns 0.
 // For the emulator's switch cost.

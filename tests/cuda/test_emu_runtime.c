@@ -4,7 +4,7 @@
 // __dp4a edge values, the int8 tensor-core MMA bn_mma_s8_16x8x32 (cuda/mma.cuh: 40 random 16x32·32x8 tiles,
 // exact, with C and chained; on a GPU the proof of the fragment layout), all 65536 half codes and RNE ties, a
 // 3-D grid, graph capture (a live device counter vs an argument baked at capture; an illegal call invalidating
-// a capture) and cuBLAS Sgemm/GemmEx against a naive loop. Built twice: with the emulator (always;
+// a capture), strided copies (cudaMemcpy2DAsync) and cuBLAS Sgemm/GemmEx against a naive loop. Built twice: with the emulator (always;
 // BONSAI_CUDA_EMU) and for a GPU (skips without one).
 // Emulator only: a kernel missing a barrier is caught by the shuffled order, broken kernels (deadlock,
 // half-warp shuffle, shared-memory overflow, 2048-thread block, null store, stack overflow, host code
@@ -363,6 +363,26 @@ static void check_capture_pageable(void) {
 #endif
 }
 
+// check_copy_2d: strided copies (cudaMemcpy2DAsync: host taps of a batched pass) device to host and device to device
+// move exactly the rows' bytes, and a width over the pitch is refused.
+static void check_copy_2d(void) {
+    float host[55], back[35];
+    for (int i = 0; i < 55; i++) host[i] = -1.0f;
+    int bad_rc = 0;
+    int rc = ek_copy_2d(host, back, &bad_rc, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    int wrong = 0;
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 11; c++) {
+            const float want = c < 7 ? (float)(r * 9 + c) : -1.0f;
+            wrong += host[r * 11 + c] != want;
+            if (c < 7) wrong += back[r * 7 + c] != (float)(r * 9 + c);
+        }
+    CHECK(wrong == 0, "cudaMemcpy2DAsync: %d floats wrong", wrong);
+    CHECK(bad_rc == 12, "a width over the destination pitch: error %d, want 12 (invalid pitch)", bad_rc);
+}
+
 static void check_gemm(int ta, int tb, int half_in, int half_out) {
     int m = 37, n = 29, k = 45;
     int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 1, ldc = m + 2;
@@ -477,6 +497,7 @@ int main(void) {
     check_grid3d();
     check_graph();
     check_capture_pageable();
+    check_copy_2d();
     for (int t = 0; t < 4; t++) check_gemm(t >> 1, t & 1, 0, 0);
     for (int t = 0; t < 4; t++) check_gemm(t >> 1, t & 1, 1, 0);
     check_gemm(0, 1, 1, 1);
