@@ -188,6 +188,10 @@ typedef struct bn_dev_drafter_ops {
     // enqueued, before a draft_start that reads the rows in order; the taps stay untouched until its draft_finish
     // (bn_spec_rounds_begin: the slots' injections and drafts all run at once)
     int (*process_start)(void *ds, const float *taps, bool on_device, int n, int pos0, char *err, size_t errlen);
+    // draft_multi (optional): draft (as draft_start + draft_finish) for n states of one drafter at once, in one
+    // batched pass after the work queued on each; drafts[i] (room for n_max[i]), counts[i]; 0 or -1 with err
+    int (*draft_multi)(void *const *dss, const int32_t *id_last, const int *n_past, const int *n_max, int n,
+                       float p_min, int32_t *const *drafts, int *counts, char *err, size_t errlen);
 } bn_dev_drafter_ops;
 // bn_dev_drafter_register: makes ops the drafter of targets on engines with ops table engine_ops
 // (NULL ops removes it). At most 4 backends.

@@ -608,18 +608,45 @@ static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *
             nd[j] = q[m].n_drafts, ms[j] = t; // each waited for the whole pass
         }
     }
+    // device drafters with a batched pass: the rounds that share a drafter (and p_min) draft in one draft_multi
     const double t_dev = bn_time_ms();
+    for (int i = 0; i < n; i++) {
+        bn_spec *sp = r[i].sp;
+        if (r[i].rc != 0 || k[i] <= 0 || done[i] || !sp->dds || !sp->dops->draft_multi) continue;
+        void *dss[BN_DRAFT_MULTI_MAX];
+        int32_t ids[BN_DRAFT_MULTI_MAX], *outs[BN_DRAFT_MULTI_MAX];
+        int at[BN_DRAFT_MULTI_MAX], past[BN_DRAFT_MULTI_MAX], kk[BN_DRAFT_MULTI_MAX], got[BN_DRAFT_MULTI_MAX], g = 0;
+        for (int j = i; j < n; j++) {
+            bn_spec *o = r[j].sp;
+            if (r[j].rc != 0 || k[j] <= 0 || done[j] || !o->dds || o->dops != sp->dops || o->d != sp->d ||
+                o->p.p_min != sp->p.p_min)
+                continue;
+            dss[g] = o->dds, ids[g] = o->id_last, past[g] = o->n_past, kk[g] = k[j], outs[g] = o->vtok + 1, at[g++] = j;
+        }
+        if (g < 2) continue; // alone: its own captured draft (start / finish below)
+        char err[256];
+        const int rc = sp->dops->draft_multi(dss, ids, past, kk, g, sp->p.p_min, outs, got, err, sizeof err);
+        for (int m = 0; m < g; m++) {
+            const int j = at[m];
+            char ignored[64];
+            sp->dops->draft_finish(dss[m], 0, 0.0f, NULL, ignored, sizeof ignored); // its own stream done too
+            done[j] = true;
+            nd[j] = got[m], ms[j] = bn_time_ms() - t_dev;
+            if (rc != 0) n_failed += round_fail(&r[j]), snprintf(r[j].err, sizeof r[j].err, "%s", err);
+        }
+    }
+    // the other device drafters: all started, then each waited for (each on its own stream: they run at once)
     int started[BN_DRAFT_MULTI_MAX];
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
         started[i] = 0;
-        if (r[i].rc != 0 || k[i] <= 0 || !sp->dds) continue;
+        if (r[i].rc != 0 || k[i] <= 0 || !sp->dds || done[i]) continue;
         started[i] = sp->dops->draft_start(sp->dds, sp->id_last, sp->n_past, k[i], r[i].err, sizeof r[i].err);
         if (started[i] < 0) n_failed += round_fail(&r[i]), started[i] = 0;
     }
     for (int i = 0; i < n; i++) { // finish also a failed round: its stream may still run its injection (rounds_flush)
         bn_spec *sp = r[i].sp;
-        if (k[i] <= 0 || !sp->dds) continue;
+        if (k[i] <= 0 || !sp->dds || done[i]) continue;
         char err[256];
         const bool ok = r[i].rc == 0;
         const int got = sp->dops->draft_finish(sp->dds, started[i], sp->p.p_min, sp->vtok + 1, err, sizeof err);

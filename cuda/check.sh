@@ -87,7 +87,7 @@ fi
 LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
-LIMIT[serve]=$([ "$EMU" = 1 ] && echo 150 || echo 45)
+LIMIT[serve]=$([ "$EMU" = 1 ] && echo 150 || echo 60)
 LIMIT[longpp]=$([ "$EMU" = 1 ] && echo 60 || echo 30) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
@@ -497,7 +497,8 @@ PYEOF
 }
 # serve_run: the plain server's rows, then (with the DSpark step's drafter) 4 speculative streams, the random drafter
 # with the adaptive cost model (mostly one-token passes) and always drafting 3 (verify passes of 4 tokens: ragged
-# passes of up to 16 columns, bn_cuda_forward_multi).
+# passes of up to 16 columns, bn_cuda_forward_multi; the slots' drafts in one batched drafter pass,
+# bn_cuda_drafter_draft_multi), and on a GPU the last again with a drafter pass per slot (BONSAI_CUDA_DRAFT_BATCH=0).
 serve_run() {
     [ -x "$SERVE_BIN" ] || ninja -C "$B" "${SERVE_BIN#$B/}" || return 1
     : >"$W/serve.out"
@@ -507,7 +508,10 @@ serve_run() {
         serve_one "DSpark random drafter, adaptive" streams -md "$W/drafter.gguf" --spec-type draft-dspark || return 1
     fi
     serve_one "DSpark random drafter, always 3 drafts" streams -md "$W/drafter.gguf" --spec-type draft-dspark \
-        --spec-draft-n-max 3 --no-spec-adaptive
+        --spec-draft-n-max 3 --no-spec-adaptive || return 1
+    [ "$EMU" = 1 ] && return 0 # the same with each slot's own drafter graph (started together): what batching saves
+    BONSAI_CUDA_DRAFT_BATCH=0 serve_one "DSpark random drafter, always 3 drafts, a drafter pass per slot" streams \
+        -md "$W/drafter.gguf" --spec-type draft-dspark --spec-draft-n-max 3 --no-spec-adaptive
 }
 export -f serve_one serve_run
 export SERVE_N SERVE_REPS SERVE_BIN SERVE_ADAPTIVE

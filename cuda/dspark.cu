@@ -22,6 +22,9 @@ extern "C" {
 #define DS_ATT_THREADS 128
 #define DS_ATT_TILE 128   // keys scored per pass of the block attention
 #define DS_ACC (BN_CU_MAX_HEAD_DIM / DS_ATT_THREADS)
+#define DS_BATCH_ROWS 64  // block rows of one batched draft pass (bn_cuda_drafter_draft_multi): 4 sequences of B = 16
+#define DS_BATCH_SEQS 8   // sequences of one batched draft pass
+#define DS_BATCH_GRAPHS 8 // captured batched passes kept per drafter (keyed by their states and row counts)
 
 #define TRY(call)                                                                                                   \
     do {                                                                                                            \
@@ -50,6 +53,7 @@ struct bn_cuda_drafter {
     float *snr_emb;                   // {E, 2}: anchor row, mask row (NULL without log-SNR)
     ds_layer *layers;                 // [n_layer]
     bn_cu_allocs allocs;              // every device allocation of the weights
+    struct ds_batch *batch;           // the batched draft pass's workspace (bn_cuda_drafter_draft_multi), NULL until used
 };
 
 // upload_all: every weight of cd->d (matrices in their stored type, norms and heads as fp32); 0 or -1.
@@ -107,8 +111,11 @@ bn_cuda_drafter *bn_cuda_drafter_upload(const bn_drafter *d, char *err, size_t e
     return cd;
 }
 
+static void ds_batch_free(struct ds_batch *b);
+
 void bn_cuda_drafter_free(bn_cuda_drafter *cd) {
     if (!cd) return;
+    ds_batch_free(cd->batch);
     bn_cu_allocs_free(&cd->allocs);
     free(cd->layers);
     free(cd);
@@ -143,6 +150,8 @@ struct bn_cuda_dstate {
     float *h_conf;         // pinned {B}
     cudaGraphExec_t *graphs; // [B + 1]: the captured draft (block pass + chain) per row count, NULL until used
     bool no_fuse;          // env BONSAI_CUDA_FUSE=0 at creation: every product of the block pass quantizes its input
+    cudaEvent_t queued;    // recorded after the work enqueued on stream, for a batched draft pass to wait for
+    uint64_t id;           // unique per state ever made (the batched pass's graph keys: addresses get reused)
 };
 
 static size_t scratch_bytes(const bn_cuda_drafter *cd, int rows) {
@@ -226,6 +235,10 @@ bn_cuda_dstate *bn_cuda_dstate_new(bn_cuda_drafter *cd, int n_ctx, char *err, si
                     cudaMallocHost((void **)&s->h_conf, sizeof(float) * (size_t)f->block_size) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
     if (rc == 0) rc = bn_cu_stream_blas_new(&s->stream, &s->blas, err, errlen);
+    if (rc == 0 && cudaEventCreateWithFlags(&s->queued, cudaEventDisableTiming) != cudaSuccess)
+        rc = bn_err(err, errlen, "CUDA: cannot create an event");
+    static uint64_t next_id = 1;
+    s->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     if (rc != 0) {
         cudaGetLastError();
         bn_cuda_dstate_free(s);
@@ -239,6 +252,7 @@ void bn_cuda_dstate_free(bn_cuda_dstate *s) {
     for (int i = 0; i <= s->cd->cfg.block_size; i++)
         if (s->graphs[i]) cudaGraphExecDestroy(s->graphs[i]);
     free(s->graphs);
+    if (s->queued) cudaEventDestroy(s->queued);
     bn_cu_stream_blas_free(s->stream, s->blas);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->h_conf) cudaFreeHost(s->h_conf);
@@ -619,6 +633,23 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
     return e == cudaSuccess ? 0 : fail(s, e, "bn_cuda_drafter_block", err, errlen);
 }
 
+// read_chain: the drafts of a chain read back to the host (h_chain[i * stride]: prev_i, from prev_0 = id_last; its
+// confidences h_conf[i]) under core/dspark.c's truncation rules (stop at an invalid prev or the first c_i < p_min);
+// conf (may be NULL) gets c_i of the returned drafts. Returns their count.
+static int read_chain(const bn_drafter_config *c, const int32_t *h_chain, int stride, const float *h_conf, int n_max,
+                      float p_min, int32_t *drafts, float *conf) {
+    int n = 0;
+    for (; n < n_max; n++) {
+        const int32_t prev = h_chain[(size_t)n * stride], next = h_chain[(size_t)(n + 1) * stride];
+        if (prev == c->mask_token_id || prev < 0 || prev >= c->n_vocab || next < 0) break;
+        const float ci = c->has_conf ? h_conf[n] : 1.0f;
+        if (conf) conf[n] = ci;
+        if (p_min > 0 && ci < p_min) break;
+        drafts[n] = next;
+    }
+    return n;
+}
+
 int bn_cuda_drafter_draft_start(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, char *err, size_t errlen) {
     const bn_drafter_config *c = &s->cd->cfg;
     if (n_max > c->block_size) n_max = c->block_size;
@@ -638,24 +669,309 @@ int bn_cuda_drafter_draft_start(bn_cuda_dstate *s, int32_t id_last, int n_past, 
 int bn_cuda_drafter_draft_finish(bn_cuda_dstate *s, int n_max, float p_min, int32_t *drafts, float *conf, char *err,
                                  size_t errlen) {
     const bn_drafter_config *c = &s->cd->cfg;
-    const int32_t *h_chain = s->h_io + c->block_size;
     const cudaError_t e = cudaStreamSynchronize(s->stream); // also for n_max 0: work enqueued before (process_start)
     if (e != cudaSuccess) return fail(s, e, "bn_cuda_drafter_draft", err, errlen);
-    // core/dspark.c's truncation rules: stop at an invalid prev or the first c_i < p_min
-    int n = 0;
-    for (; n < n_max; n++) {
-        const int32_t prev = h_chain[n], next = h_chain[n + 1];
-        if (prev == c->mask_token_id || prev < 0 || prev >= c->n_vocab || next < 0) break;
-        const float ci = c->has_conf ? s->h_conf[n] : 1.0f;
-        if (conf) conf[n] = ci;
-        if (p_min > 0 && ci < p_min) break;
-        drafts[n] = next;
-    }
-    return n;
+    return read_chain(c, s->h_io + c->block_size, 1, s->h_conf, n_max, p_min, drafts, conf);
 }
 
 int bn_cuda_drafter_draft(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_max, float p_min, int32_t *drafts,
                           float *conf, char *err, size_t errlen) {
     const int n = bn_cuda_drafter_draft_start(s, id_last, n_past, n_max, err, errlen);
     return n < 0 ? -1 : bn_cuda_drafter_draft_finish(s, n, p_min, drafts, conf, err, errlen);
+}
+
+// ---- batched drafting ---------------------------------------------------------------------------------
+// bn_cuda_drafter_draft_multi: the block rows of several states go through one pass on the drafter's batch
+// workspace: every weight is read once per DS_BATCH_ROWS rows (in mmvq chunks of up to 32 columns) instead of once
+// per state, and the Markov chains of all states step together (one W2 product over their columns per step). Per
+// state, only the RoPE + cache append and the block attention (on its own cache) run alone. The pass is captured as
+// a graph per (states, row counts); the states' ids, chain starts and positions are uploaded before each replay.
+
+struct ds_batch_graph {
+    int n;                        // sequences (0: an empty slot)
+    uint64_t ids[DS_BATCH_SEQS];  // their states (bn_cuda_dstate.id)
+    int rows[DS_BATCH_SEQS];      // their block rows
+    cudaGraphExec_t exec;
+    uint64_t used;                // last use (replacement: the least recently used)
+};
+
+struct ds_batch {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *block;                  // one device allocation holding everything below
+    float *x, *xn, *mo;           // {E, DS_BATCH_ROWS}
+    float *q, *att;               // {nh*hd, DS_BATCH_ROWS}
+    float *kb, *vb;               // {nkv*hd, DS_BATCH_ROWS}
+    float *gate, *up;             // {F, DS_BATCH_ROWS}
+    float *base;                  // {V, DS_BATCH_ROWS} base logits of every block row
+    float *bias, *logit;          // {V, DS_BATCH_SEQS}: each sequence's Markov bias and logits of the current step
+    float *w1;                    // {R, DS_BATCH_SEQS}: W1[prev] of each sequence's current step
+    float *conf;                  // {B, DS_BATCH_SEQS}
+    int32_t *ids;                 // {DS_BATCH_ROWS} block tokens, sequence after sequence
+    int32_t *chain;               // {DS_BATCH_SEQS, B + 1}: step-major: chain[i * DS_BATCH_SEQS + q] = prev_i of q
+    void *mm_scratch;
+    int32_t *h_ids, *h_chain;     // pinned copies of ids and chain
+    float *h_conf;                // pinned copy of conf
+    ds_batch_graph graphs[DS_BATCH_GRAPHS];
+    uint64_t uses;
+};
+
+// batch_layout: assigns b's device pointers (when c->base != NULL); returns the total bytes.
+static size_t batch_layout(bn_cu_carver *c, ds_batch *b, const bn_cuda_drafter *cd) {
+    const bn_drafter_config *f = &cd->cfg;
+    const size_t E = f->n_embd, R = DS_BATCH_ROWS, S = DS_BATCH_SEQS, B = f->block_size, V = f->n_vocab;
+    const size_t qw = (size_t)f->n_head * f->head_dim, kvw = (size_t)f->n_head_kv * f->head_dim;
+#define PIECE(field, T, n) do { T *p_ = (T *)bn_cu_carve(c, sizeof(T) * (n)); if (c->base) b->field = p_; } while (0)
+    PIECE(x, float, E * R);
+    PIECE(xn, float, E * R);
+    PIECE(mo, float, E * R);
+    PIECE(q, float, qw * R);
+    PIECE(att, float, qw * R);
+    PIECE(kb, float, kvw * R);
+    PIECE(vb, float, kvw * R);
+    PIECE(gate, float, (size_t)f->n_ff * R);
+    PIECE(up, float, (size_t)f->n_ff * R);
+    PIECE(base, float, V * R);
+    PIECE(bias, float, V * S);
+    PIECE(logit, float, V * S);
+    PIECE(w1, float, (size_t)f->markov_rank * S);
+    PIECE(conf, float, B * S);
+    PIECE(ids, int32_t, R);
+    PIECE(chain, int32_t, (B + 1) * S);
+#undef PIECE
+    size_t m = scratch_bytes(cd, R);
+    const size_t head = bn_cu_matmul_scratch_bytes(&cd->output, R), mk = bn_cu_matmul_scratch_bytes(&cd->markov_b, S);
+    m = m > head ? m : head;
+    m = m > mk ? m : mk;
+    void *scr = bn_cu_carve(c, m);
+    if (c->base) b->mm_scratch = scr;
+    return c->off;
+}
+
+static void ds_batch_free(ds_batch *b) {
+    if (!b) return;
+    for (int i = 0; i < DS_BATCH_GRAPHS; i++)
+        if (b->graphs[i].exec) cudaGraphExecDestroy(b->graphs[i].exec);
+    bn_cu_stream_blas_free(b->stream, b->blas);
+    if (b->h_ids) cudaFreeHost(b->h_ids);
+    if (b->h_chain) cudaFreeHost(b->h_chain);
+    if (b->h_conf) cudaFreeHost(b->h_conf);
+    if (b->block) cudaFree(b->block);
+    free(b);
+}
+
+// batch_get: cd's batch workspace, made on first use; NULL with err.
+static ds_batch *batch_get(bn_cuda_drafter *cd, char *err, size_t errlen) {
+    if (cd->batch) return cd->batch;
+    const bn_drafter_config *f = &cd->cfg;
+    ds_batch *b = (ds_batch *)xcalloc(1, sizeof *b);
+    bn_cu_carver count = {NULL, 0};
+    const size_t total = batch_layout(&count, b, cd);
+    int rc = 0;
+    if (cudaMalloc(&b->block, total) != cudaSuccess)
+        b->block = NULL, rc = bn_err(err, errlen, "CUDA: out of device memory for the batched drafter (%zu bytes)", total);
+    if (rc == 0) {
+        bn_cu_carver fill = {(char *)b->block, 0};
+        batch_layout(&fill, b, cd);
+    }
+    const size_t S = DS_BATCH_SEQS, B = f->block_size;
+    if (rc == 0 && (cudaMallocHost((void **)&b->h_ids, sizeof(int32_t) * DS_BATCH_ROWS) != cudaSuccess ||
+                    cudaMallocHost((void **)&b->h_chain, sizeof(int32_t) * (B + 1) * S) != cudaSuccess ||
+                    cudaMallocHost((void **)&b->h_conf, sizeof(float) * B * S) != cudaSuccess))
+        rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
+    if (rc == 0) rc = bn_cu_stream_blas_new(&b->stream, &b->blas, err, errlen);
+    if (rc != 0) {
+        cudaGetLastError();
+        ds_batch_free(b);
+        return NULL;
+    }
+    return cd->batch = b;
+}
+
+// batch_pass: the block pass + Markov chains of the n sequences ss (rows[q] block rows each, one after another in
+// b's buffers) on b->stream, kernels only (graph-capturable): the tokens in b->ids, each chain's start in
+// b->chain[q], each state's position in its d_pos. Products over all rows; RoPE + cache append and the block
+// attention per sequence on its own cache. No Q8 fusion (bit-identical to it, and its activations are per call).
+static cudaError_t batch_pass(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_dstate *const *ss, const int *rows,
+                              int n) {
+    const bn_drafter_config *c = &cd->cfg;
+    const int E = c->n_embd, hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd, V = c->n_vocab;
+    const int R = c->markov_rank, B = c->block_size, S = DS_BATCH_SEQS;
+    int row0[DS_BATCH_SEQS], n_rows = 0, max_rows = 0;
+    for (int q = 0; q < n; q++) {
+        row0[q] = n_rows, n_rows += rows[q];
+        if (rows[q] > max_rows) max_rows = rows[q];
+    }
+    auto mm_all = [&](const bn_cu_weight *const *w, int nw, const float *x, float *const *y) -> cudaError_t {
+        for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) { // mmvq chunks: each weight read once per chunk
+            const int nb = n_rows - c0 < BN_CU_MMVQ_MAX_NB ? n_rows - c0 : BN_CU_MMVQ_MAX_NB;
+            float *yc[BN_CU_MATMUL_MULTI_MAX];
+            for (int i = 0; i < nw; i++) yc[i] = y[i] + (size_t)c0 * w[i]->ne1;
+            TRY(bn_cu_matmul_multi(w, nw, x + (size_t)c0 * w[0]->ne0, yc, nb, b->mm_scratch, b->blas, b->stream));
+        }
+        return cudaSuccess;
+    };
+    TRY(bn_cu_get_rows(&cd->token_embd, b->ids, b->x, n_rows, b->stream));
+    for (int q = 0; c->log_snr && q < n; q++) { // anchor row, then mask rows, of each sequence
+        BN_LAUNCH(ds_add_snr_kernel, rows[q], 256, 0, b->stream, b->x + (size_t)row0[q] * E, cd->snr_emb, E);
+        TRY(cudaGetLastError());
+    }
+    TRY(bn_cu_rmsnorm(b->xn, b->x, cd->layers[0].attn_norm, E, n_rows, c->norm_eps, b->stream, NULL));
+    for (int il = 0; il < c->n_layer; il++) {
+        const ds_layer *L = &cd->layers[il];
+        const bn_cu_weight *qkv[] = {&L->attn_q, &L->attn_k, &L->attn_v};
+        float *const ys[] = {b->q, b->kb, b->vb};
+        TRY(mm_all(qkv, 3, b->xn, ys));
+        for (int q = 0; q < n; q++) { // q/k norm + RoPE, the block rows' K/V after the state's context rows; attention
+            bn_cuda_dstate *s = ss[q];
+            float *qq = b->q + (size_t)row0[q] * qw, *att = b->att + (size_t)row0[q] * qw;
+            TRY(bn_cu_attn_prep(qq, qw, hd, b->kb + (size_t)row0[q] * kvw, b->vb + (size_t)row0[q] * kvw,
+                                s->k_cache[il], s->v_cache[il], false, c->n_head, c->n_head_kv, hd, L->q_norm,
+                                L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, rows[q], s->d_pos, b->stream));
+            const dim3 grid(c->n_head, rows[q]);
+            BN_LAUNCH(ds_block_attn_kernel<false>, grid, DS_ATT_THREADS, sizeof(float) * hd, b->stream, att, qq,
+                      s->k_cache[il], s->v_cache[il], c->n_head / c->n_head_kv, hd, qw, kvw, 1.0f / sqrtf((float)hd),
+                      s->d_pos, rows[q], bn_q8_out{});
+            TRY(cudaGetLastError());
+        }
+        const bn_cu_weight *ow[] = {&L->attn_output};
+        float *const oy[] = {b->mo};
+        TRY(mm_all(ow, 1, b->att, oy));
+        TRY(bn_cu_add_rmsnorm(b->x, b->mo, b->xn, L->ffn_norm, E, n_rows, c->norm_eps, b->stream, NULL));
+        const bn_cu_weight *gu[] = {&L->ffn_gate, &L->ffn_up};
+        float *const gy[] = {b->gate, b->up};
+        TRY(mm_all(gu, 2, b->xn, gy));
+        TRY(bn_cu_swiglu(b->gate, b->gate, b->up, (int64_t)c->n_ff * n_rows, b->stream, NULL));
+        const bn_cu_weight *down[] = {&L->ffn_down};
+        TRY(mm_all(down, 1, b->gate, oy));
+        const bool last = il + 1 == c->n_layer;
+        TRY(bn_cu_add_rmsnorm(b->x, b->mo, b->xn, last ? cd->output_norm : cd->layers[il + 1].attn_norm, E, n_rows,
+                              c->norm_eps, b->stream, NULL));
+    }
+    const bn_cu_weight *head[] = {&cd->output};
+    float *const hy[] = {b->base};
+    TRY(mm_all(head, 1, b->xn, hy));
+    // the chains, step by step: W1[prev] and W2·W1[prev] of every sequence in one product each (a sequence past its
+    // rows keeps the valid prev it was uploaded with: its later steps are computed and never read)
+    for (int i = 0; i < max_rows; i++) {
+        TRY(bn_cu_get_rows(&cd->markov_a, b->chain + (size_t)i * S, b->w1, n, b->stream));
+        TRY(bn_cu_matmul(&cd->markov_b, b->w1, b->bias, n, b->mm_scratch, b->blas, b->stream));
+        for (int q = 0; q < n; q++) {
+            if (i >= rows[q]) continue;
+            float *l = b->logit + (size_t)q * V;
+            BN_LAUNCH(ds_markov_logits_kernel, (V + 255) / 256, 256, 0, b->stream, l,
+                      b->base + (size_t)(row0[q] + i) * V, b->bias + (size_t)q * V, cd->d->markov_b_scale, V,
+                      c->mask_token_id);
+            TRY(cudaGetLastError());
+            TRY(bn_cu_argmax(l, V, b->chain + (size_t)(i + 1) * S + q, b->stream));
+            if (c->has_conf) {
+                BN_LAUNCH(ds_conf_kernel, 1, 256, 0, b->stream, b->conf + (size_t)q * B + i,
+                          b->xn + (size_t)(row0[q] + i) * E, b->w1 + (size_t)q * R, cd->conf_w, cd->conf_b, E,
+                          c->conf_in);
+                TRY(cudaGetLastError());
+            }
+        }
+    }
+    return cudaSuccess;
+}
+
+// batch_graph: the captured batch_pass of (ss, rows, n), captured now when not kept; NULL exec with the error.
+static cudaError_t batch_graph(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_dstate *const *ss, const int *rows,
+                               int n, cudaGraphExec_t *exec) {
+    ds_batch_graph *slot = &b->graphs[0];
+    for (int g = 0; g < DS_BATCH_GRAPHS; g++) {
+        ds_batch_graph *k = &b->graphs[g];
+        bool same = k->n == n && k->exec;
+        for (int q = 0; same && q < n; q++) same = k->ids[q] == ss[q]->id && k->rows[q] == rows[q];
+        if (same) {
+            k->used = ++b->uses;
+            *exec = k->exec;
+            return cudaSuccess;
+        }
+        if (k->used < slot->used) slot = k; // the least recently used (an empty slot has used 0)
+    }
+    if (slot->exec) cudaGraphExecDestroy(slot->exec);
+    *slot = ds_batch_graph{};
+    TRY(bn_cu_capture(b->stream, &slot->exec, [&] { return batch_pass(b, cd, ss, rows, n); }));
+    slot->n = n;
+    for (int q = 0; q < n; q++) slot->ids[q] = ss[q]->id, slot->rows[q] = rows[q];
+    slot->used = ++b->uses;
+    *exec = slot->exec;
+    return cudaSuccess;
+}
+
+int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_last, const int *n_past, const int *n_max,
+                                int n, float p_min, int32_t *const *drafts, int *counts, char *err, size_t errlen) {
+    if (n <= 0) return 0;
+    bn_cuda_drafter *cd = ss[0]->cd;
+    const bn_drafter_config *c = &cd->cfg;
+    const int B = c->block_size, S = DS_BATCH_SEQS;
+    int rows[64];
+    if (n > 64) return bn_err(err, errlen, "drafter: %d sequences in one batched draft (at most 64)", n);
+    for (int q = 0; q < n; q++) {
+        counts[q] = 0;
+        rows[q] = n_max[q] > B ? B : n_max[q];
+        if (ss[q]->cd != cd) return bn_err(err, errlen, "drafter: sequence %d belongs to another drafter", q);
+        for (int u = 0; u < q; u++)
+            if (ss[u] == ss[q]) return bn_err(err, errlen, "drafter: sequences %d and %d share a state", u, q);
+        if (rows[q] <= 0 || id_last[q] == c->mask_token_id) { // nothing to draft
+            rows[q] = 0;
+            continue;
+        }
+        bn_cuda_dstate *s = ss[q];
+        if (n_past[q] != s->n_cache)
+            return bn_err(err, errlen, "drafter: block at position %d but the cache holds %d context rows", n_past[q],
+                          s->n_cache);
+        if (n_past[q] + rows[q] > s->n_ctx) return bn_err(err, errlen, "drafter: context full");
+        if (id_last[q] < 0 || id_last[q] >= c->n_vocab)
+            return bn_err(err, errlen, "drafter: token %d out of range", id_last[q]);
+    }
+    ds_batch *b = batch_get(cd, err, errlen);
+    if (!b) return -1;
+    for (int q0 = 0; q0 < n;) {
+        // a pass: the next sequences with rows, up to DS_BATCH_SEQS of them and DS_BATCH_ROWS rows
+        bn_cuda_dstate *ps[DS_BATCH_SEQS];
+        int pr[DS_BATCH_SEQS], at[DS_BATCH_SEQS], g = 0, total = 0;
+        for (; q0 < n && g < S; q0++) {
+            if (rows[q0] == 0) continue;
+            if (total + rows[q0] > DS_BATCH_ROWS) break;
+            ps[g] = ss[q0], pr[g] = rows[q0], at[g] = q0, total += rows[q0], g++;
+        }
+        if (g == 0) continue;
+        cudaError_t e = cudaSuccess;
+        for (int k = 0; k < g; k++) { // the batch stream waits for each state's queued work (its K/V injection)
+            if (e == cudaSuccess) e = cudaEventRecord(ps[k]->queued, ps[k]->stream);
+            if (e == cudaSuccess) e = cudaStreamWaitEvent(b->stream, ps[k]->queued, 0);
+        }
+        for (int k = 0, r = 0; k < g; k++) { // tokens [id_last, MASK...] and chain starts; positions
+            const int32_t anchor = id_last[at[k]];
+            for (int i = 0; i < pr[k]; i++) b->h_ids[r++] = i == 0 ? anchor : c->mask_token_id;
+            for (int i = 0; i <= B; i++) b->h_chain[(size_t)i * S + k] = anchor;
+            const int pos = n_past[at[k]];
+            if (e == cudaSuccess) e = cudaMemcpyAsync(ps[k]->d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice, b->stream);
+        }
+        for (int k = g; k < S; k++)
+            for (int i = 0; i <= B; i++) b->h_chain[(size_t)i * S + k] = 0;
+        if (e == cudaSuccess) e = cudaMemcpyAsync(b->ids, b->h_ids, sizeof(int32_t) * total, cudaMemcpyHostToDevice, b->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(b->chain, b->h_chain, sizeof(int32_t) * (size_t)(B + 1) * S, cudaMemcpyHostToDevice,
+                                b->stream);
+        cudaGraphExec_t exec = NULL;
+        if (e == cudaSuccess) e = batch_graph(b, cd, ps, pr, g, &exec);
+        if (e == cudaSuccess) e = cudaGraphLaunch(exec, b->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(b->h_chain, b->chain, sizeof(int32_t) * (size_t)(B + 1) * S, cudaMemcpyDeviceToHost,
+                                b->stream);
+        if (e == cudaSuccess && c->has_conf)
+            e = cudaMemcpyAsync(b->h_conf, b->conf, sizeof(float) * (size_t)B * S, cudaMemcpyDeviceToHost, b->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
+        if (e != cudaSuccess) {
+            cudaStreamSynchronize(b->stream);
+            cudaGetLastError();
+            return bn_err(err, errlen, "CUDA error: %s in bn_cuda_drafter_draft_multi", cudaGetErrorString(e));
+        }
+        for (int k = 0; k < g; k++)
+            counts[at[k]] = read_chain(c, b->h_chain + k, S, b->h_conf + (size_t)k * B, pr[k], p_min, drafts[at[k]], NULL);
+    }
+    return 0;
 }

@@ -5,6 +5,7 @@
 //     the block pass's h and base logits at n_past 20, drafts (n_max = B) and, after truncating to 13
 //     rows and re-processing, drafts again; with p_min the truncation rule; for the Q8_0 drafters the fused
 //     Q8 producers of the block pass bit-identical to BONSAI_CUDA_FUSE=0 (fusion_check);
+//     batched drafting of 10 states (bn_cuda_drafter_draft_multi) == each state drafting alone (batch_check);
 //   part "spec": greedy speculative decoding (n_max 3) on the CUDA engine with a Q8_0 device drafter ==
 //     plain greedy on the CUDA engine over 64 tokens, rollbacks by snapshot restore (no re-runs);
 //   part "counters": the same over 24 tokens, and its §7 counters == those of the run with the drafter
@@ -218,6 +219,65 @@ static void fusion_check(const char *what, const bn_model *m, const char *dpath)
     bn_drafter_free(d);
 }
 
+// batch_check: bn_cuda_drafter_draft_multi over N_BATCH states of one device drafter (context rows 5..14 each, n_max
+// B, 7 or 0, a MASK anchor: more rows than one 64-row pass and more states than one 8-state pass) drafts what
+// bn_cuda_drafter_draft drafts for each state alone, twice (the second time from the kept graphs), and leaves every
+// cache as it was; two entries on one state are refused.
+static void batch_check(const char *what, const bn_model *m, const char *dpath) {
+    enum { N_BATCH = 10 };
+    char err[512];
+    bn_drafter *d = bn_drafter_load(dpath, m, err, sizeof err);
+    if (!d) bn_die("%s: %s", what, err);
+    const int E = d->cfg.n_embd, C = d->cfg.n_taps, B = d->cfg.block_size;
+    bn_cuda_drafter *cd = bn_cuda_drafter_upload(d, err, sizeof err);
+    if (!cd) bn_die("%s: device drafter: %s", what, err);
+    const size_t nt = (size_t)(5 + 2 * N_BATCH) * C * E; // state i: rows i .. i + 4 + i
+    float *taps = xmalloc(sizeof(float) * nt);
+    bn_rng rng;
+    bn_rng_seed(&rng, 11);
+    for (size_t i = 0; i < nt; i++) taps[i] = 2.0f * bn_rng_uniform(&rng) - 1.0f;
+    bn_cuda_dstate *gs[N_BATCH];
+    int32_t ids[N_BATCH], dr_multi[2][N_BATCH][16], dr_alone[N_BATCH][16], *outs[N_BATCH];
+    int past[N_BATCH], n_max[N_BATCH], counts[2][N_BATCH], rows = 0;
+    for (int i = 0; i < N_BATCH; i++) {
+        gs[i] = bn_cuda_dstate_new(cd, N_CTX, err, sizeof err);
+        if (!gs[i]) bn_die("%s: state: %s", what, err);
+        past[i] = 5 + i;
+        CHECK(bn_cuda_drafter_process(gs[i], taps + (size_t)i * C * E, past[i], 0, err, sizeof err) == 0, "%s: %s",
+              what, err);
+        ids[i] = i == 4 ? d->cfg.mask_token_id : (int32_t)(3 + 17 * i);
+        n_max[i] = i == 6 ? 0 : i % 3 == 1 ? 7 : B;
+        rows += i == 4 ? 0 : n_max[i] > B ? B : n_max[i];
+    }
+    int same = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N_BATCH; i++) outs[i] = dr_multi[round][i];
+        CHECK(bn_cuda_drafter_draft_multi(gs, ids, past, n_max, N_BATCH, 0.0f, outs, counts[round], err, sizeof err) == 0,
+              "%s: draft_multi: %s", what, err);
+    }
+    for (int i = 0; i < N_BATCH; i++) {
+        const int n = bn_cuda_drafter_draft(gs[i], ids[i], past[i], n_max[i], 0.0f, dr_alone[i], NULL, err, sizeof err);
+        CHECK(bn_cuda_dstate_n_cache(gs[i]) == past[i], "%s: state %d: block rows stayed in the cache", what, i);
+        bool eq = true;
+        for (int round = 0; round < 2; round++)
+            eq = eq && n == counts[round][i] && memcmp(dr_alone[i], dr_multi[round][i], sizeof(int32_t) * (size_t)n) == 0;
+        CHECK(eq, "%s: state %d: batched %d / %d drafts, alone %d (first %d / %d vs %d)", what, i, counts[0][i],
+              counts[1][i], n, dr_multi[0][i][0], dr_multi[1][i][0], dr_alone[i][0]);
+        same += eq;
+    }
+    CHECK(counts[0][4] == 0 && counts[0][6] == 0 && counts[0][0] == B, "%s: MASK anchor / n_max 0 / full block: %d %d %d",
+          what, counts[0][4], counts[0][6], counts[0][0]);
+    printf("%s: batched drafting of %d states (%d block rows: 64-row passes of up to 8 states) == each alone in %d of %d, "
+           "twice\n", what, N_BATCH, rows, same, N_BATCH);
+    bn_cuda_dstate *two[2] = {gs[0], gs[0]};
+    CHECK(bn_cuda_drafter_draft_multi(two, ids, past, n_max, 2, 0.0f, outs, counts[0], err, sizeof err) != 0 &&
+              strstr(err, "share"), "%s: two entries on one state must fail (%s)", what, err);
+    for (int i = 0; i < N_BATCH; i++) bn_cuda_dstate_free(gs[i]);
+    free(taps);
+    bn_cuda_drafter_free(cd);
+    bn_drafter_free(d);
+}
+
 static int part_drafter(void) {
     char tpath[512], dpath[512], qpath[512], err[512];
     bn_model *m;
@@ -239,6 +299,7 @@ static int part_drafter(void) {
     if (bn_mkdrafter_write(&dp, qpath, err, sizeof err) != 0) bn_die("%s", err);
     drafter_check("Q8_0 drafter, block 16", m, qpath, 0.1, 0.1, 0.05);
     fusion_check("Q8_0 drafter, block 16", m, qpath);
+    batch_check("Q8_0 drafter, block 16", m, qpath);
     bn_model_free(m);
     unlink(tpath);
     unlink(dpath);
