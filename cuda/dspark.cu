@@ -900,6 +900,23 @@ static cudaError_t batch_graph(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_d
     return cudaSuccess;
 }
 
+// draft_separately: bn_cuda_drafter_draft_multi's results from each state's own captured draft, all started before any
+// is waited for (they run at once, each on its own stream). Returns 0 or -1 with err.
+static int draft_separately(bn_cuda_dstate *const *ss, const int32_t *id_last, const int *n_past, const int *n_max,
+                            int n, float p_min, int32_t *const *drafts, int *counts, char *err, size_t errlen) {
+    int rc = 0, started[64];
+    for (int i = 0; i < n; i++) {
+        started[i] = rc == 0 ? bn_cuda_drafter_draft_start(ss[i], id_last[i], n_past[i], n_max[i], err, errlen) : 0;
+        if (started[i] < 0) rc = -1, started[i] = 0;
+    }
+    for (int i = 0; i < n; i++) { // every stream waited for, also after a failure
+        char e2[256];
+        counts[i] = bn_cuda_drafter_draft_finish(ss[i], started[i], p_min, drafts[i], NULL, e2, sizeof e2);
+        if (counts[i] < 0 && rc == 0) rc = bn_err(err, errlen, "%s", e2);
+    }
+    return rc;
+}
+
 int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_last, const int *n_past, const int *n_max,
                                 int n, float p_min, int32_t *const *drafts, int *counts, char *err, size_t errlen) {
     if (n <= 0) return 0;
@@ -926,8 +943,11 @@ int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_las
         if (id_last[q] < 0 || id_last[q] >= c->n_vocab)
             return bn_err(err, errlen, "drafter: token %d out of range", id_last[q]);
     }
-    ds_batch *b = batch_get(cd, err, errlen);
-    if (!b) return -1;
+    // BONSAI_CUDA_DRAFT_BATCH=0 (for comparison), or no device memory for the batch workspace: each state's own draft
+    static const bool separate = bn_env_is("BONSAI_CUDA_DRAFT_BATCH", "0");
+    char batch_err[256];
+    ds_batch *b = separate ? NULL : batch_get(cd, batch_err, sizeof batch_err);
+    if (!b) return draft_separately(ss, id_last, n_past, n_max, n, p_min, drafts, counts, err, errlen);
     for (int q0 = 0; q0 < n;) {
         // a pass: the next sequences with rows, up to DS_BATCH_SEQS of them and DS_BATCH_ROWS rows
         bn_cuda_dstate *ps[DS_BATCH_SEQS];

@@ -109,26 +109,12 @@ static int cd_process(void *p, const float *taps, int n, int pos0, char *err, si
 static int cd_process_start(void *p, const float *taps, bool on_device, int n, int pos0, char *err, size_t errlen) {
     return bn_cuda_drafter_process_start(((cu_drafter *)p)->s, taps, on_device, n, pos0, err, errlen);
 }
-// cd_draft_multi: the states' drafts in one batched pass (bn_cuda_drafter_draft_multi), or with BONSAI_CUDA_DRAFT_BATCH=0
-// (for comparison) each state's own captured draft, all started before any is waited for.
 static int cd_draft_multi(void *const *ps, const int32_t *id_last, const int *n_past, const int *n_max, int n,
                           float p_min, int32_t *const *drafts, int *counts, char *err, size_t errlen) {
     bn_cuda_dstate *ss[64];
     if (n > 64) return bn_err(err, errlen, "drafter: %d states in one batched draft (at most 64)", n);
     for (int i = 0; i < n; i++) ss[i] = ((cu_drafter *)ps[i])->s;
-    static const bool separate = bn_env_is("BONSAI_CUDA_DRAFT_BATCH", "0");
-    if (!separate) return bn_cuda_drafter_draft_multi(ss, id_last, n_past, n_max, n, p_min, drafts, counts, err, errlen);
-    int rc = 0, started[64];
-    for (int i = 0; i < n; i++) {
-        started[i] = rc == 0 ? bn_cuda_drafter_draft_start(ss[i], id_last[i], n_past[i], n_max[i], err, errlen) : 0;
-        if (started[i] < 0) rc = -1, started[i] = 0;
-    }
-    for (int i = 0; i < n; i++) {
-        char e2[256];
-        counts[i] = bn_cuda_drafter_draft_finish(ss[i], started[i], p_min, drafts[i], NULL, e2, sizeof e2);
-        if (counts[i] < 0 && rc == 0) rc = bn_err(err, errlen, "%s", e2);
-    }
-    return rc;
+    return bn_cuda_drafter_draft_multi(ss, id_last, n_past, n_max, n, p_min, drafts, counts, err, errlen);
 }
 static int cd_draft_start(void *p, int32_t id_last, int n_past, int n_max, char *err, size_t errlen) {
     return bn_cuda_drafter_draft_start(((cu_drafter *)p)->s, id_last, n_past, n_max, err, errlen);
