@@ -173,11 +173,23 @@ static size_t scratch_bytes(const bn_cuda_drafter *cd, int rows) {
     return m;
 }
 
+// carve_rows: o's block pass activations for R rows (x, xn, mo {E, R}; q, att {nh*hd, R}; kb, vb {nkv*hd, R}; gate,
+// up {F, R}) out of c: a drafter state's and the batch workspace's.
+template <typename T> static void carve_rows(bn_cu_carver *c, T *o, const bn_drafter_config *f, size_t R) {
+    const size_t E = f->n_embd, qw = (size_t)f->n_head * f->head_dim, kvw = (size_t)f->n_head_kv * f->head_dim;
+    float **fields[] = {&o->x, &o->xn, &o->mo, &o->q, &o->att, &o->kb, &o->vb, &o->gate, &o->up};
+    const size_t widths[] = {E, E, E, qw, qw, kvw, kvw, (size_t)f->n_ff, (size_t)f->n_ff};
+    for (int i = 0; i < 9; i++) {
+        float *p = (float *)bn_cu_carve(c, sizeof(float) * widths[i] * R);
+        if (c->base) *fields[i] = p;
+    }
+}
+
 // ds_layout: assigns s's device pointers (when c->base != NULL); returns the total bytes.
 static size_t ds_layout(bn_cu_carver *c, bn_cuda_dstate *s) {
     const bn_drafter_config *f = &s->cd->cfg;
     const size_t E = f->n_embd, R = s->rows, B = f->block_size, V = f->n_vocab;
-    const size_t qw = (size_t)f->n_head * f->head_dim, kvw = (size_t)f->n_head_kv * f->head_dim;
+    const size_t kvw = (size_t)f->n_head_kv * f->head_dim;
     for (int il = 0; il < f->n_layer; il++) {
         float *k = (float *)bn_cu_carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
         float *v = (float *)bn_cu_carve(c, sizeof(float) * kvw * (size_t)s->n_ctx);
@@ -185,15 +197,7 @@ static size_t ds_layout(bn_cu_carver *c, bn_cuda_dstate *s) {
     }
 #define PIECE(field, T, n) do { T *p_ = (T *)bn_cu_carve(c, sizeof(T) * (n)); if (c->base) s->field = p_; } while (0)
     PIECE(taps, float, (size_t)f->n_taps * E * R);
-    PIECE(x, float, E * R);
-    PIECE(xn, float, E * R);
-    PIECE(mo, float, E * R);
-    PIECE(q, float, qw * R);
-    PIECE(att, float, qw * R);
-    PIECE(kb, float, kvw * R);
-    PIECE(vb, float, kvw * R);
-    PIECE(gate, float, (size_t)f->n_ff * R);
-    PIECE(up, float, (size_t)f->n_ff * R);
+    carve_rows(c, s, f, R);
     PIECE(base, float, V * B);
     PIECE(bias, float, V);
     PIECE(logit, float, V);
@@ -719,18 +723,9 @@ struct ds_batch {
 // batch_layout: assigns b's device pointers (when c->base != NULL); returns the total bytes.
 static size_t batch_layout(bn_cu_carver *c, ds_batch *b, const bn_cuda_drafter *cd) {
     const bn_drafter_config *f = &cd->cfg;
-    const size_t E = f->n_embd, R = DS_BATCH_ROWS, S = DS_BATCH_SEQS, B = f->block_size, V = f->n_vocab;
-    const size_t qw = (size_t)f->n_head * f->head_dim, kvw = (size_t)f->n_head_kv * f->head_dim;
+    const size_t R = DS_BATCH_ROWS, S = DS_BATCH_SEQS, B = f->block_size, V = f->n_vocab;
 #define PIECE(field, T, n) do { T *p_ = (T *)bn_cu_carve(c, sizeof(T) * (n)); if (c->base) b->field = p_; } while (0)
-    PIECE(x, float, E * R);
-    PIECE(xn, float, E * R);
-    PIECE(mo, float, E * R);
-    PIECE(q, float, qw * R);
-    PIECE(att, float, qw * R);
-    PIECE(kb, float, kvw * R);
-    PIECE(vb, float, kvw * R);
-    PIECE(gate, float, (size_t)f->n_ff * R);
-    PIECE(up, float, (size_t)f->n_ff * R);
+    carve_rows(c, b, f, R);
     PIECE(base, float, V * R);
     PIECE(bias, float, V * S);
     PIECE(logit, float, V * S);
