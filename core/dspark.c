@@ -339,7 +339,7 @@ static size_t max_work(const bn_drafter *d, int rows) {
     const bn_weight *ws[] = {&d->fc, &d->output, &d->markov_b};
     size_t m = 0;
     for (int i = 0; i < 3; i++) {
-        size_t z = bn_matmul_work_size(ws[i], i == 2 ? 1 : rows);
+        size_t z = bn_matmul_work_size(ws[i], rows); // markov_b: the chains of up to `rows` sequences
         if (z > m) m = z;
     }
     for (int il = 0; il < d->cfg.n_layer; il++) {
@@ -643,26 +643,76 @@ void bn_drafter_step_logits(const bn_drafter *d, bn_dstate *s, const float *base
     for (int v = 0; v < V; v++) logits[v] = base_row[v] + d->markov_b_scale * s->bias[v];
 }
 
-int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, const float *h, int n, int32_t id_last,
-                      float p_min, int32_t *drafts, float *conf) {
+// One sequence's Markov chain in markov_multi.
+typedef struct {
+    bn_dstate *s;        // its state (logits scratch)
+    const float *base;   // [n][V] base logits of its block rows
+    const float *h;      // [n][E] their hidden rows (confidence head)
+    int n;               // rows
+    int32_t id_last;     // prev_0
+    int32_t *drafts;     // out: room for n
+    float *conf;         // out: c_i (may be NULL)
+    int count;           // out: drafts written
+} chain_seq;
+
+// markov_multi: the Markov chains of g sequences together (DSPARK.md §4.5–4.6): at step i every live chain looks up
+// W1[prev_i], one W2 product (scratch's pool and work) takes all their columns, then each chain's logits
+// base_i + scale·W2·W1[prev_i], confidence c_i = σ(w · [h_i ; W1[prev_i]] + b) and draft argmax (skipping MASK, ties →
+// lowest id). A chain stops at an invalid prev (MASK never evaluated), at the first c_i < p_min (p_min > 0) or after
+// its rows.
+static void markov_multi(const bn_drafter *d, bn_dstate *scratch, chain_seq *q, int g, float p_min) {
     const bn_drafter_config *c = &d->cfg;
     const int V = c->n_vocab, E = c->n_embd, R = c->markov_rank;
-    int32_t prev = id_last;
-    for (int i = 0; i < n; i++) {
-        if (prev == c->mask_token_id || prev < 0 || prev >= V) return i; // never evaluate with prev = MASK
-        bn_drafter_step_logits(d, s, base + (size_t)i * V, prev, s->logit); // leaves W1[prev] in s->w1
-        float ci = 1.0f;
-        if (c->has_conf) { // c_i = σ(w · [h_i ; W1[prev_i]] + b)
-            float z = bn_dot_f32(d->conf_wf, h + (size_t)i * E, E);
-            if (c->conf_in > E) z += bn_dot_f32(d->conf_wf + E, s->w1, R);
-            ci = bn_sigmoid(z + ((const float *)d->conf_b.data)[0]);
-        }
-        if (conf) conf[i] = ci;
-        if (p_min > 0 && ci < p_min) return i;
-        drafts[i] = argmax_skip(s->logit, V, c->mask_token_id);
-        prev = drafts[i];
+    int max_n = 0;
+    for (int k = 0; k < g; k++) {
+        q[k].count = 0;
+        if (q[k].n > max_n) max_n = q[k].n;
     }
-    return n;
+    float *w1 = xmalloc(sizeof(float) * (size_t)R * (size_t)g), *bias = xmalloc(sizeof(float) * (size_t)V * (size_t)g);
+    int live[BN_DRAFT_MULTI_MAX];
+    bool stopped[BN_DRAFT_MULTI_MAX] = {false};
+    for (int i = 0; i < max_n; i++) {
+        int nl = 0;
+        for (int k = 0; k < g; k++) {
+            const int32_t prev = i == 0 ? q[k].id_last : q[k].drafts[i - 1];
+            if (stopped[k] || i >= q[k].n) continue;
+            if (prev == c->mask_token_id || prev < 0 || prev >= V) { // never evaluate with prev = MASK
+                stopped[k] = true;
+                continue;
+            }
+            bn_weight_row_f32(&d->markov_a, prev, w1 + (size_t)nl * R);
+            live[nl++] = k;
+        }
+        if (nl == 0) break;
+        mm(scratch, &d->markov_b, w1, bias, nl); // bias[j][v] = Σ_r W1[prev_j][r] · W2[v][r]
+        for (int j = 0; j < nl; j++) {
+            chain_seq *cq = &q[live[j]];
+            float *logit = cq->s->logit;
+            for (int v = 0; v < V; v++) logit[v] = cq->base[(size_t)i * V + v] + d->markov_b_scale * bias[(size_t)j * V + v];
+            float ci = 1.0f;
+            if (c->has_conf) {
+                float z = bn_dot_f32(d->conf_wf, cq->h + (size_t)i * E, E);
+                if (c->conf_in > E) z += bn_dot_f32(d->conf_wf + E, w1 + (size_t)j * R, R);
+                ci = bn_sigmoid(z + ((const float *)d->conf_b.data)[0]);
+            }
+            if (cq->conf) cq->conf[i] = ci;
+            if (p_min > 0 && ci < p_min) {
+                stopped[live[j]] = true;
+                continue;
+            }
+            cq->drafts[i] = argmax_skip(logit, V, c->mask_token_id);
+            cq->count = i + 1;
+        }
+    }
+    free(w1);
+    free(bias);
+}
+
+int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, const float *h, int n, int32_t id_last,
+                      float p_min, int32_t *drafts, float *conf) {
+    chain_seq q = {.s = s, .base = base, .h = h, .n = n, .id_last = id_last, .drafts = drafts, .conf = conf};
+    markov_multi(d, s, &q, 1, p_min);
+    return q.count;
 }
 
 int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float p_min, char *err, size_t errlen) {
@@ -700,11 +750,14 @@ int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float
         }
         if (g == 0) continue;
         block_rows(d, scratch, ss, ids, n_past, n_rows, g, h, base);
+        chain_seq cs[BN_DRAFT_MULTI_MAX];
         for (int k = 0, row0 = 0; k < g; row0 += n_rows[k], k++) {
             bn_draft_seq *q = &seqs[at[k]];
-            q->n_drafts = bn_drafter_markov(d, q->s, base + (size_t)row0 * V, h + (size_t)row0 * E, n_rows[k],
-                                            q->id_last, p_min, q->drafts, NULL);
+            cs[k] = (chain_seq){.s = q->s, .base = base + (size_t)row0 * V, .h = h + (size_t)row0 * E, .n = n_rows[k],
+                                .id_last = q->id_last, .drafts = q->drafts};
         }
+        markov_multi(d, scratch, cs, g, p_min); // the chains together: W2 read once per step for all
+        for (int k = 0; k < g; k++) seqs[at[k]].n_drafts = cs[k].count;
     }
     free(h);
     free(base);

@@ -88,13 +88,14 @@ LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 whe
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
 LIMIT[serve]=$([ "$EMU" = 1 ] && echo 150 || echo 60)
+LIMIT[draft]=$([ "$EMU" = 1 ] && echo 0 || echo 20) # bench_draft: drafting for 1-8 slots, one pass each vs batched
 LIMIT[longpp]=$([ "$EMU" = 1 ] && echo 60 || echo 30) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[tests-pdl]=$([ "$EMU" = 1 ] && echo 5 || echo 40)
 N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
-for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
+for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark draft serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 4 : 3))) # ours, ours tiled, ours on tensor cores, the peer
@@ -151,7 +152,7 @@ run_step() {
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests tests-pdl sanitize models copybw mm bench peer dspark cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests tests-pdl sanitize models copybw mm bench peer dspark draft cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -207,7 +208,7 @@ else
     fi
     GPU_TARGETS=$(gpu_tests targets 2>/dev/null | tr '\n' ' ')
     EXTRA="tools/bonsai-bench tools/bonsai-mkmodel tools/bonsai-quantize tools/bonsai-serve tools/bonsai-mkdrafter
-           tools/bonsai-speculative tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm"
+           tools/bonsai-speculative tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm bench/bench_draft"
     # shellcheck disable=SC2086
     run_step build "${LIMIT[build]}" ninja -C "$B" -j"$NPROC" $GPU_TARGETS $EXTRA
     mapfile -t GPU_TESTS < <(gpu_tests names 2>/dev/null)
@@ -433,6 +434,13 @@ else
             -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
     done
 fi
+# the drafter alone for 1-8 slots: one drafter pass per slot (serial; all started together) vs one batched pass
+if [ "${ST[dspark-gen]:-SKIP}" != OK ]; then
+    skip_step dspark-draft "no drafter"
+else
+    run_step dspark-draft "${LIMIT[draft]}" "$B/bench/bench_draft" -m "$W/l$L2-Q1_0.gguf" -md "$W/drafter.gguf" \
+        -ngl 99 -s 1,2,4,8 -k "$DS_B" -r 7
+fi
 # ---- serve: bonsai-serve -ngl 99 (after DSpark: its drafter serves the speculative streams) ------------------
 # serve_one LABEL MODE [SERVER ARGS...]: starts the server on the L2-layer Q1_0 file (with the extra args) and POSTs
 # /completion (SERVE_N tokens, ignore_eos, no prompt cache), a warm-up and then SERVE_REPS timed ones; prints
@@ -624,6 +632,14 @@ dspark_rows() {
                    T[i], D[i], Vv[i] * r)
         }
     }'
+}
+# dspark_draft_rows: bench_draft's table (drafting for several slots), when it ran
+dspark_draft_rows() {
+    [ "${ST[dspark-draft]:-SKIP}" = SKIP ] && return 0
+    echo
+    echo "### Drafting for several slots (bench/bench_draft -ngl 99, the drafter above, $DS_B drafts each)"
+    echo
+    if [ "${ST[dspark-draft]}" = OK ]; then grep -E '^(\||drafter on)' "$W/dspark-draft.log"; else echo "dspark-draft: ${ST[dspark-draft]}"; fi
 }
 # ==== end of DSpark ===================================================================================
 
@@ -915,6 +931,7 @@ table() {
     batch_rows
     fuse_rows
     dspark_rows
+    dspark_draft_rows
     cpuref_rows
     longpp_rows
     decide_rows
