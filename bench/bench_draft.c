@@ -94,7 +94,8 @@ static int draft_batched(slots *sl, int n, int32_t out[][32], int *counts, char 
     if (sl->ops) return sl->ops->draft_multi(sl->ds, sl->anchor, past, kk, n, 0.0f, outs, counts, err, errlen);
     bn_draft_seq q[MAX_S];
     for (int i = 0; i < n; i++)
-        q[i] = (bn_draft_seq){.s = sl->cs[i], .id_last = sl->anchor[i], .n_past = CONTEXT, .n_max = sl->k, .drafts = out[i]};
+        q[i] = (bn_draft_seq){.s = sl->cs[i], .id_last = sl->anchor[i], .n_past = CONTEXT, .n_max = sl->k,
+                              .drafts = out[i]};
     if (bn_drafter_draft_multi(sl->d, q, n, 0.0f, err, errlen) != 0) return -1;
     for (int i = 0; i < n; i++) counts[i] = q[i].n_drafts;
     return 0;

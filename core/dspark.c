@@ -657,8 +657,8 @@ typedef struct {
 
 // markov_multi: the Markov chains of g sequences together (DSPARK.md §4.5–4.6): at step i every live chain looks up
 // W1[prev_i], one W2 product (scratch's pool and work) takes all their columns, then each chain's logits
-// base_i + scale·W2·W1[prev_i], confidence c_i = σ(w · [h_i ; W1[prev_i]] + b) and draft argmax (skipping MASK, ties →
-// lowest id). A chain stops at an invalid prev (MASK never evaluated), at the first c_i < p_min (p_min > 0) or after
+// base_i + scale·W2·W1[prev_i], confidence c_i = σ(w · [h_i ; W1[prev_i]] + b) and draft argmax (skipping MASK,
+// ties → lowest id). A chain stops at an invalid prev (MASK never evaluated), at the first c_i < p_min (p_min > 0) or after
 // its rows.
 static void markov_multi(const bn_drafter *d, bn_dstate *scratch, chain_seq *q, int g, float p_min) {
     const bn_drafter_config *c = &d->cfg;
@@ -688,7 +688,8 @@ static void markov_multi(const bn_drafter *d, bn_dstate *scratch, chain_seq *q, 
         for (int j = 0; j < nl; j++) {
             chain_seq *cq = &q[live[j]];
             float *logit = cq->s->logit;
-            for (int v = 0; v < V; v++) logit[v] = cq->base[(size_t)i * V + v] + d->markov_b_scale * bias[(size_t)j * V + v];
+            const float *base_i = cq->base + (size_t)i * V, *bias_j = bias + (size_t)j * V;
+            for (int v = 0; v < V; v++) logit[v] = base_i[v] + d->markov_b_scale * bias_j[v];
             float ci = 1.0f;
             if (c->has_conf) {
                 float z = bn_dot_f32(d->conf_wf, cq->h + (size_t)i * E, E);

@@ -3,8 +3,8 @@
 // commit): the rounds begin together (bn_spec_rounds_begin: one batched drafter pass), then every pass runs in one
 // bn_engine_forward_multi. A thread's request joins the waiting list; a thread that finds no batch running becomes
 // the leader, waits until every decoding sequence's request is there (or gather_us have passed: a sequence still busy
-// elsewhere, e.g. sampling), and runs the list as one batch; the requests that arrive meanwhile form the next one. Used by
-// bonsai-serve's slots and by the mining tools' in-process sources (--parallel -ngl).
+// elsewhere, e.g. sampling), and runs the list as one batch; the requests that arrive meanwhile form the next one.
+// Used by bonsai-serve's slots and by the mining tools' in-process sources (--parallel -ngl).
 #ifndef BONSAI_STEP_BATCH_H
 #define BONSAI_STEP_BATCH_H
 #include <pthread.h>

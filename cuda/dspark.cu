@@ -53,7 +53,7 @@ struct bn_cuda_drafter {
     float *snr_emb;                   // {E, 2}: anchor row, mask row (NULL without log-SNR)
     ds_layer *layers;                 // [n_layer]
     bn_cu_allocs allocs;              // every device allocation of the weights
-    struct ds_batch *batch;           // the batched draft pass's workspace (bn_cuda_drafter_draft_multi), NULL until used
+    struct ds_batch *batch;           // the batched draft's workspace (bn_cuda_drafter_draft_multi), NULL until used
 };
 
 // upload_all: every weight of cd->d (matrices in their stored type, norms and heads as fp32); 0 or -1.
@@ -764,7 +764,8 @@ static ds_batch *batch_get(bn_cuda_drafter *cd, char *err, size_t errlen) {
     const size_t total = batch_layout(&count, b, cd);
     int rc = 0;
     if (cudaMalloc(&b->block, total) != cudaSuccess)
-        b->block = NULL, rc = bn_err(err, errlen, "CUDA: out of device memory for the batched drafter (%zu bytes)", total);
+        b->block = NULL,
+        rc = bn_err(err, errlen, "CUDA: out of device memory for the batched drafter (%zu bytes)", total);
     if (rc == 0) {
         bn_cu_carver fill = {(char *)b->block, 0};
         batch_layout(&fill, b, cd);
@@ -963,11 +964,13 @@ int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_las
             for (int i = 0; i < pr[k]; i++) b->h_ids[r++] = i == 0 ? anchor : c->mask_token_id;
             for (int i = 0; i <= B; i++) b->h_chain[(size_t)i * S + k] = anchor;
             const int pos = n_past[at[k]];
-            if (e == cudaSuccess) e = cudaMemcpyAsync(ps[k]->d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice, b->stream);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(ps[k]->d_pos, &pos, sizeof(int), cudaMemcpyHostToDevice, b->stream);
         }
         for (int k = g; k < S; k++)
             for (int i = 0; i <= B; i++) b->h_chain[(size_t)i * S + k] = 0;
-        if (e == cudaSuccess) e = cudaMemcpyAsync(b->ids, b->h_ids, sizeof(int32_t) * total, cudaMemcpyHostToDevice, b->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(b->ids, b->h_ids, sizeof(int32_t) * total, cudaMemcpyHostToDevice, b->stream);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(b->chain, b->h_chain, sizeof(int32_t) * (size_t)(B + 1) * S, cudaMemcpyHostToDevice,
                                 b->stream);
@@ -986,7 +989,8 @@ int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_las
             return bn_err(err, errlen, "CUDA error: %s in bn_cuda_drafter_draft_multi", cudaGetErrorString(e));
         }
         for (int k = 0; k < g; k++)
-            counts[at[k]] = read_chain(c, b->h_chain + k, S, b->h_conf + (size_t)k * B, pr[k], p_min, drafts[at[k]], NULL);
+            counts[at[k]] =
+                read_chain(c, b->h_chain + k, S, b->h_conf + (size_t)k * B, pr[k], p_min, drafts[at[k]], NULL);
     }
     return 0;
 }

@@ -569,7 +569,8 @@ static int route_metrics(bn_server *srv, struct MHD_Connection *c) {
     METRIC("gauge", "requests_deferred", "Number of requests deferred.", "%d", m.requests_deferred);
     METRIC("gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", "%.3f",
            m.decode_steps ? (double)m.decode_step_seqs / (double)m.decode_steps : (double)busy);
-    METRIC("gauge", "n_busy_slots_per_draft", "Average number of speculative slots per batch of rounds begun together (bonsai; DSpark drafting on the CPU: one pass)",
+    METRIC("gauge", "n_busy_slots_per_draft",
+           "Average number of speculative slots per batch of rounds begun together (bonsai: their drafting in one pass)",
            "%.3f", m.draft_calls ? (double)m.draft_call_seqs / (double)m.draft_calls : 0.0);
 #undef METRIC
     struct MHD_Response *r = MHD_create_response_from_buffer(k, buf, MHD_RESPMEM_MUST_COPY);

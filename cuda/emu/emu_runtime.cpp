@@ -389,22 +389,31 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 
+// check_async_copy: what cudaMemcpyAsync (fn) checks of one copy of n bytes on stream s: its kind and bounds
+// (check_copy) and, during a capture, that its host side is pinned (staging is not capturable: the capture is
+// invalidated). Returns the error (not yet set as the last one).
+static cudaError_t check_async_copy(const char *fn, void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                                    cudaStream_t s) {
+    cudaError_t e = check_copy(dst, src, n, kind);
+    if (e || !n || !resolve(s)->capturing) return e;
+    const bool src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost || kind == cudaMemcpyDefault;
+    const bool dst_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost || kind == cudaMemcpyDefault;
+    const void *host_side[2] = {src_host ? src : nullptr, dst_host ? dst : nullptr};
+    for (const void *h : host_side)
+        if (h && !is_device(h, n) && !in_range(pinned_allocs, h, n)) {
+            fprintf(stderr, "bonsai-emu: %s of %zu bytes %s pageable host memory %p during a stream capture: not "
+                    "capturable on a GPU (use cudaMallocHost memory); the capture is invalidated\n", fn, n,
+                    h == src ? "from" : "to", h);
+            invalidate_captures();
+            return cudaErrorStreamCaptureUnsupported;
+        }
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
-    cudaError_t e = check_copy(dst, src, n, kind);
+    cudaError_t e = check_async_copy("cudaMemcpyAsync", dst, src, n, kind, s);
     if (e) return set_error(e);
-    if (n && resolve(s)->capturing) { // a captured copy's host side must be pinned (staging is not capturable)
-        const void *host_side[2] = {kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ? nullptr : src,
-                                    kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ? nullptr : dst};
-        for (const void *h : host_side)
-            if (h && !is_device(h, n) && !in_range(pinned_allocs, h, n)) {
-                fprintf(stderr, "bonsai-emu: cudaMemcpyAsync of %zu bytes %s pageable host memory %p during a stream "
-                        "capture: not capturable on a GPU (use cudaMallocHost memory); the capture is invalidated\n",
-                        n, h == src ? "from" : "to", h);
-                invalidate_captures();
-                return set_error(cudaErrorStreamCaptureUnsupported);
-            }
-    }
     return set_error(submit(s, "cudaMemcpyAsync", [dst, src, n]() { memmove(dst, src, n); }));
 }
 
@@ -431,22 +440,9 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
     if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidPitchValue);
     for (size_t r = 0; r < height; r++) {
-        char *d = (char *)dst + r * dpitch;
-        const char *h = (const char *)src + r * spitch;
-        cudaError_t e = check_copy(d, h, width, kind);
+        cudaError_t e = check_async_copy("cudaMemcpy2DAsync (a row)", (char *)dst + r * dpitch,
+                                         (const char *)src + r * spitch, width, kind, s);
         if (e) return set_error(e);
-        if (width && resolve(s)->capturing) {
-            const void *host_side[2] = {kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ? nullptr : h,
-                                        kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ? nullptr : d};
-            for (const void *p : host_side)
-                if (p && !is_device(p, width) && !in_range(pinned_allocs, p, width)) {
-                    fprintf(stderr, "bonsai-emu: cudaMemcpy2DAsync row of %zu bytes %s pageable host memory %p during a "
-                            "stream capture: not capturable on a GPU; the capture is invalidated\n", width,
-                            p == h ? "from" : "to", p);
-                    invalidate_captures();
-                    return set_error(cudaErrorStreamCaptureUnsupported);
-                }
-        }
     }
     return set_error(submit(s, "cudaMemcpy2DAsync", [dst, dpitch, src, spitch, width, height]() {
         for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
