@@ -30,23 +30,6 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// parse_sizes: "1,2,4,8" into out (at most MAX_S values in 1..MAX_S); returns the count, 0 on a bad list.
-static int parse_sizes(const char *s, int *out) {
-    int n = 0;
-    char *copy = xstrdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*end || v < 1 || v > MAX_S || n == MAX_S) {
-            n = 0;
-            break;
-        }
-        out[n++] = (int)v;
-    }
-    free(copy);
-    return n;
-}
-
 static void usage(void) {
     fprintf(stderr, "usage: bench_draft -m TARGET.gguf -md DRAFTER.gguf [-ngl N] [-t THREADS] [-s 1,2,4,8] [-k DRAFTS] "
                     "[-r REPS]\n");
@@ -117,7 +100,7 @@ int main(int argc, char **argv) {
         else usage();
     }
     int ns[MAX_S];
-    const int n_sizes = parse_sizes(sizes, ns);
+    const int n_sizes = bn_parse_int_list(sizes, 1, MAX_S, ns, MAX_S);
     if (!mpath || !dpath || n_sizes == 0 || reps < 1 || reps > MAX_REPS || threads < 1) usage();
     char err[512];
     bn_model *m = bn_model_load(mpath, err, sizeof err);

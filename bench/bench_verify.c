@@ -21,20 +21,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// parse_sizes: "1,2,4,8" into out (at most MAX_N values in 1..64); returns the count, 0 on a bad list.
-static int parse_sizes(const char *s, int *out) {
-    int n = 0;
-    char *copy = xstrdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*end || v < 1 || v > 64 || n == MAX_N) { n = 0; break; }
-        out[n++] = (int)v;
-    }
-    free(copy);
-    return n;
-}
-
 static void usage(void) {
     fprintf(stderr, "usage: bench_verify -m MODEL.gguf [-t THREADS] [-c CONTEXT] [-n 1,2,4,8] [-r REPS]\n");
     exit(1);
@@ -50,7 +36,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-c") && has) n_ctx_fill = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && has) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-n") && has) {
-            if (!(n_sizes = parse_sizes(argv[++i], sizes))) usage();
+            if (!(n_sizes = bn_parse_int_list(argv[++i], 1, 64, sizes, MAX_N))) usage();
         } else usage();
     }
     if (!path || threads < 1 || n_ctx_fill < 1 || reps < 1 || reps > MAX_REPS) usage();

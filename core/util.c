@@ -287,6 +287,22 @@ double bn_arg_float(const char *tool, const char *opt, const char *s) {
     return v;
 }
 
+int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max) {
+    int n = 0;
+    char *copy = xstrdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        const long v = strtol(tok, &end, 10);
+        if (end == tok || *end || v < lo || v > hi || n == max) {
+            n = 0;
+            break;
+        }
+        out[n++] = (int)v;
+    }
+    free(copy);
+    return n;
+}
+
 bool bn_env_is(const char *name, const char *value) {
     const char *v = getenv(name);
     return v && strcmp(v, value) == 0;

@@ -32,20 +32,13 @@ static void usage(void) {
     exit(1);
 }
 
-// parse_list: comma-separated non-negative ints into out (at most MAX_LIST); returns the count.
+// parse_list: comma-separated non-negative ints into out (at most MAX_LIST); returns the count (exits on a bad list).
 static int parse_list(const char *s, int *out) {
-    int n = 0;
-    char *copy = xstrdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*end || v < 0 || n == MAX_LIST) {
-            fprintf(stderr, "bonsai-bench: bad list value '%s'\n", tok);
-            exit(1);
-        }
-        out[n++] = (int)v;
+    const int n = bn_parse_int_list(s, 0, 1L << 30, out, MAX_LIST);
+    if (n == 0) {
+        fprintf(stderr, "bonsai-bench: bad list '%s' (at most %d non-negative integers, comma-separated)\n", s, MAX_LIST);
+        exit(1);
     }
-    free(copy);
     return n;
 }
 

@@ -1,11 +1,13 @@
 // tests/compat/test_bench_format.c — bonsai-bench's markdown output is byte-identical to llama-bench's
 // (SERVER.md §12 example header, alignment row and a row rebuilt from known samples), plus the
-// t/s statistics (mean and sample stddev of 1e9·(n_prompt + n_gen)/t_ns; a batched tg counts n_seq · n_gen).
+// t/s statistics (mean and sample stddev of 1e9·(n_prompt + n_gen)/t_ns; a batched tg counts n_seq · n_gen), and
+// the parser of its comma-separated lists (bn_parse_int_list).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tests/test.h"
 #include "core/bench.h"
+#include "core/util.h"
 
 // print_to: runs one printer into a memory buffer; returns the malloc'd text.
 static char *md_text(const bn_bench_result *r, int with_header) {
@@ -63,5 +65,12 @@ int main(void) {
     char *foot = md_text(NULL, 0);
     CHECK(strcmp(foot, "\nbuild: de3ff81 (1)\n") == 0, "footer: %s", foot);
     free(foot);
+    // the -p / -n / -t / -npl lists (bn_parse_int_list, also bench_verify's and bench_draft's -n / -s)
+    int v[4];
+    CHECK(bn_parse_int_list("1,2,4,8", 1, 64, v, 4) == 4 && v[0] == 1 && v[3] == 8, "list 1,2,4,8");
+    CHECK(bn_parse_int_list("0,512", 0, 1 << 20, v, 4) == 2 && v[0] == 0 && v[1] == 512, "list 0,512");
+    const char *bad[] = {"", ",", "1,x", "0", "65", "1.5", "1,2,3,4,5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(bn_parse_int_list(bad[i], 1, 64, v, 4) == 0, "list '%s' must be refused", bad[i]);
     return test_done("bench-format");
 }
