@@ -88,7 +88,7 @@ LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 whe
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
 LIMIT[serve]=$([ "$EMU" = 1 ] && echo 150 || echo 60)
-LIMIT[draft]=$([ "$EMU" = 1 ] && echo 0 || echo 20) # bench_draft: drafting for 1-8 slots, one pass each vs batched
+LIMIT[draft]=$([ "$EMU" = 1 ] && echo 30 || echo 20) # bench_draft: drafting for 1-8 slots, one pass each vs batched
 LIMIT[longpp]=$([ "$EMU" = 1 ] && echo 60 || echo 30) # per run: ours, then the peer's (where one is given)
 LIMIT[profile]=$([ "$PROFILE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
 LIMIT[sanitize]=$([ "$SANITIZE" = 1 ] && [ "$EMU" = 0 ] && echo 60 || echo 0)
@@ -177,6 +177,7 @@ print("\n".join(sorted(names if sys.argv[2] == "names" else targets)))' "$B" "$1
 }
 if [ "$EMU" = 1 ]; then
     BENCH="$B/tests/cuda/bonsai-bench-emu"
+    DRAFT_BENCH=("$B/tests/cuda/bench-draft-emu" -s 1,2 -r 1)
     COPYBW=("$B/tests/cuda/cuda_copy_bw_emu" 16)
     PRESET=tiny L1=4 L2=8 LFULL=16 PP=16 TG=8 REPS=1 V=512 H=128 LONG_PP=64,256
     for f in "$BENCH" "${COPYBW[0]}" "$B/tools/bonsai-mkmodel" "$B/tools/bonsai-quantize"; do
@@ -190,6 +191,7 @@ else
     [ "$QUICK" = 1 ] && REPS=1
     [ "$TINY" = 1 ] && PRESET=tiny LFULL=16 PP=64 TG=32 V=512 H=128 LONG_PP=512,2048
     BENCH="$B/tools/bonsai-bench"
+    DRAFT_BENCH=("$B/bench/bench_draft" -s 1,2,4,8 -r 7)
     COPYBW=("$B/tests/cuda/cuda_copy_bw" 1024)
     run_step env "${LIMIT[env]}" bash -c "$(declare -f env_info); env_info"
     cat "$W/env.log"
@@ -438,8 +440,8 @@ fi
 if [ "${ST[dspark-gen]:-SKIP}" != OK ]; then
     skip_step dspark-draft "no drafter"
 else
-    run_step dspark-draft "${LIMIT[draft]}" "$B/bench/bench_draft" -m "$W/l$L2-Q1_0.gguf" -md "$W/drafter.gguf" \
-        -ngl 99 -s 1,2,4,8 -k "$DS_B" -r 7
+    run_step dspark-draft "${LIMIT[draft]}" "${DRAFT_BENCH[@]}" -m "$W/l$L2-Q1_0.gguf" -md "$W/drafter.gguf" -ngl 99 \
+        -k "$DS_B"
 fi
 # ---- serve: bonsai-serve -ngl 99 (after DSpark: its drafter serves the speculative streams) ------------------
 # serve_one LABEL MODE [SERVER ARGS...]: starts the server on the L2-layer Q1_0 file (with the extra args) and POSTs
@@ -639,7 +641,13 @@ dspark_draft_rows() {
     echo
     echo "### Drafting for several slots (bench/bench_draft -ngl 99, the drafter above, $DS_B drafts each)"
     echo
-    if [ "${ST[dspark-draft]}" = OK ]; then grep -E '^(\||drafter on)' "$W/dspark-draft.log"; else echo "dspark-draft: ${ST[dspark-draft]}"; fi
+    if [ "${ST[dspark-draft]}" = OK ]; then
+        grep '^drafter on' "$W/dspark-draft.log"
+        echo
+        grep '^|' "$W/dspark-draft.log"
+    else
+        echo "dspark-draft: ${ST[dspark-draft]}"
+    fi
 }
 # ==== end of DSpark ===================================================================================
 
