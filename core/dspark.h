@@ -301,8 +301,8 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
 // (sample-and-compare). The last emitted token is the new id_last (not yet decoded by the target).
 int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_cap, char *err, size_t errlen);
 // bn_spec_round_begin / bn_spec_round_end: bn_spec_generate_step in two halves around its target pass, so that the
-// caller can run that pass together with other sequences' (bn_engine_forward_multi; bonsai-serve's slots batch it
-// with the other slots' steps through bn_step_batcher_pass). round_begin chooses the draft length, drafts, and
+// caller can run that pass together with other sequences' (bn_engine_forward_multi; bonsai-serve's slots begin their
+// rounds together, bn_spec_rounds_begin, through bn_step_batcher_round). round_begin chooses the draft length, drafts, and
 // describes the verify pass [id_last, d0..d_{nd−1}] in *pass (pointing into sp, valid until round_end); returns 0
 // or -1 with err. The caller runs exactly that pass, then round_end (ms: the pass's time as the caller saw it, for
 // the cost model; < 0: unmeasured) accepts, commits or rolls back and writes the emitted tokens as

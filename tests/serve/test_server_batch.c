@@ -3,10 +3,11 @@
 // (greedy, sampled with a seed, greedy with n_probs, sampled without: argmax, top-k and logits-row steps mixed in
 // one batch) give the same texts as the same requests one at a time, and /metrics reports more than one busy
 // slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched). Then the same with
-// speculative slots (serve/slots.c spec_round: each round's verify pass joins the other slots' passes,
-// bn_step_batcher_pass), once with the oracle drafter (the target's own greedy continuation: passes of up to 5
-// tokens) and once with a random DSpark drafter that always drafts (--no-spec-adaptive: mostly rejected drafts, taps
-// in every pass): the same texts as the plain server's one at a time, more than one busy slot per decode call, and
+// speculative slots (serve/slots.c spec_round: the rounds begin together and each round's verify pass joins the
+// other slots' passes, bn_step_batcher_round), once with the oracle drafter (the target's own greedy continuation:
+// passes of up to 5 tokens) and once with a random DSpark drafter that always drafts (--no-spec-adaptive: mostly
+// rejected drafts, taps in every pass): the same texts as the plain server's one at a time, more than one busy slot
+// per decode call and per drafting batch (llamacpp:n_busy_slots_per_draft), and
 // drafts made (some of the oracle's accepted: all on the greedy requests, the sampled ones reject some; env
 // BONSAI_BATCH_SPEC picks the cases). Run again as serve_batch_emu against bonsai-serve-emu -ngl 99 (the ragged
 // passes of bn_cuda_forward_multi) and serve_batch_split_emu (-ngl 2: the same on the CPU+CUDA engine).
