@@ -24,7 +24,8 @@ extern "C" {
 #define DS_ACC (BN_CU_MAX_HEAD_DIM / DS_ATT_THREADS)
 #define DS_BATCH_ROWS 64  // block rows of one batched draft pass (bn_cuda_drafter_draft_multi): 4 sequences of B = 16
 #define DS_BATCH_SEQS 8   // sequences of one batched draft pass
-#define DS_BATCH_GRAPHS 8 // captured batched passes kept per drafter (keyed by their states and row counts)
+#define DS_BATCH_GRAPHS 32 // captured batched passes kept per drafter (keyed by their states and row counts: the
+                          // adaptive draft lengths of a few slots make a few dozen combinations)
 
 #define TRY(call)                                                                                                   \
     do {                                                                                                            \
