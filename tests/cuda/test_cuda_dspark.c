@@ -269,6 +269,22 @@ static void batch_check(const char *what, const bn_model *m, const char *dpath) 
           what, counts[0][4], counts[0][6], counts[0][0]);
     printf("%s: batched drafting of %d states (%d block rows: 64-row passes of up to 8 states) == each alone in %d of %d, "
            "twice\n", what, N_BATCH, rows, same, N_BATCH);
+    // 40 row-count pairs of two states: more keys than the 32 kept graphs (replacement), then the first ones again
+    int lru_same = 0;
+    for (int it = 0; it < 48; it++) {
+        const int c = it % 40, nm[2] = {1 + c % 8, 1 + c / 8};
+        int32_t *o2[2] = {dr_multi[0][0], dr_multi[0][1]};
+        int cnt[2];
+        CHECK(bn_cuda_drafter_draft_multi(gs, ids, past, nm, 2, 0.0f, o2, cnt, err, sizeof err) == 0, "%s: %s", what, err);
+        bool eq = true;
+        for (int i = 0; i < 2; i++) {
+            int32_t alone[16];
+            const int n = bn_cuda_drafter_draft(gs[i], ids[i], past[i], nm[i], 0.0f, alone, NULL, err, sizeof err);
+            eq = eq && n == cnt[i] && memcmp(alone, o2[i], sizeof(int32_t) * (size_t)n) == 0;
+        }
+        lru_same += eq;
+    }
+    CHECK(lru_same == 48, "%s: %d of 48 batched drafts over 40 row-count pairs equal the states' own", what, lru_same);
     bn_cuda_dstate *two[2] = {gs[0], gs[0]};
     CHECK(bn_cuda_drafter_draft_multi(two, ids, past, n_max, 2, 0.0f, outs, counts[0], err, sizeof err) != 0 &&
               strstr(err, "share"), "%s: two entries on one state must fail (%s)", what, err);
