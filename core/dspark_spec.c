@@ -579,9 +579,10 @@ static int rounds_flush(bn_spec_round *r, const int *k, int n) {
 }
 
 // rounds_draft: the drafts of every round that drafts into its vtok[1..], their count into nd and the time the round
-// waited for them into ms: the CPU drafters' in one bn_drafter_draft_multi per drafter, device drafters all started
-// before any is waited for (each on its own stream: they run at once), the oracle's one after another. Returns the
-// number of rounds that failed (r[i].rc, err).
+// waited for them into ms: the CPU drafters' in one bn_drafter_draft_multi per drafter; on a device the rounds sharing
+// a drafter in one draft_multi, a lone one with its own draft, all of those started before any is waited for (each on
+// its own stream: they run at once); the oracle's one after another. Returns the number of rounds that failed
+// (r[i].rc, err).
 static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *ms) {
     int n_failed = 0;
     bool done[BN_DRAFT_MULTI_MAX] = {false};
