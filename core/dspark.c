@@ -719,7 +719,7 @@ int bn_drafter_markov(const bn_drafter *d, bn_dstate *s, const float *base, cons
 int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float p_min, char *err, size_t errlen) {
     const bn_drafter_config *c = &d->cfg;
     const int E = c->n_embd, V = c->n_vocab;
-    int n_active = 0, max_rows = 0;
+    int n_active = 0, max_rows = 0, all_rows = 0;
     for (int i = 0; i < n; i++) {
         bn_draft_seq *q = &seqs[i];
         q->n_drafts = 0;
@@ -728,10 +728,11 @@ int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float
         for (int j = 0; j < i; j++)
             if (seqs[j].s == q->s) return bn_err(err, errlen, "drafter: sequences %d and %d share a state", j, i);
         if (block_check(d, q->s, q->id_last, q->n_past, q->n_max, err, errlen) != 0) return -1;
-        n_active++;
+        n_active++, all_rows += q->n_max;
         if (q->s->rows > max_rows) max_rows = q->s->rows;
     }
     if (n_active == 0) return 0;
+    if (max_rows > all_rows) max_rows = all_rows; // the most rows one block pass holds
     float *h = xmalloc(sizeof(float) * (size_t)E * (size_t)max_rows);
     float *base = xmalloc(sizeof(float) * (size_t)V * (size_t)max_rows);
     bn_dstate *ss[BN_DRAFT_MULTI_MAX];

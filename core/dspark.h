@@ -169,7 +169,7 @@ typedef struct bn_dev_drafter_ops {
     void (*state_free)(void *ds);
     int (*truncate)(void *ds, int n); // as bn_dstate_truncate: rows < n must stay intact (prompt cache)
     int (*process)(void *ds, const float *taps, int n, int pos0, char *err, size_t errlen); // host taps
-    // draft (as bn_drafter_draft) in two halves, so that several states draft at once (bn_spec_rounds_begin):
+    // draft (as bn_drafter_draft) in two halves, so that several states can draft at once (bench/bench_draft):
     // draft_start enqueues the work and returns the rows it drafts (0: nothing to draft) or -1 with err;
     // draft_finish(ds, that count, ...) waits for every enqueued work (also with a count of 0) and returns the draft
     // count or -1 with err
@@ -188,8 +188,9 @@ typedef struct bn_dev_drafter_ops {
     // enqueued, before a draft_start that reads the rows in order; the taps stay untouched until its draft_finish
     // (bn_spec_rounds_begin: the slots' injections and drafts all run at once)
     int (*process_start)(void *ds, const float *taps, bool on_device, int n, int pos0, char *err, size_t errlen);
-    // draft_multi (optional): draft (as draft_start + draft_finish) for n states of one drafter at once, in one
-    // batched pass after the work queued on each; drafts[i] (room for n_max[i]), counts[i]; 0 or -1 with err
+    // draft_multi: draft (as draft_start + draft_finish) for n >= 1 states of one drafter at once (bn_spec_rounds_begin:
+    // one call per drafter), after the work queued on each; drafts[i] (room for n_max[i]), counts[i]; 0 or -1 with
+    // err. Every state's queued work is waited for when it returns 0
     int (*draft_multi)(void *const *dss, const int32_t *id_last, const int *n_past, const int *n_max, int n,
                        float p_min, int32_t *const *drafts, int *counts, char *err, size_t errlen);
 } bn_dev_drafter_ops;

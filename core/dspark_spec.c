@@ -110,7 +110,13 @@ static void drafter_truncate(bn_spec *sp, int n) {
     if (sp->dds) sp->dops->truncate(sp->dds, n);
     else bn_dstate_truncate(sp->ds, n);
 }
-static int drafter_process(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
+// drafter_process: with enqueue, a device drafter with process_start returns once the work is enqueued (the draft
+// after it reads the rows in stream order; draft_multi / draft_finish wait for it).
+static int drafter_process(bn_spec *sp, int n, int pos0, bool enqueue, char *err, size_t errlen) {
+    if (sp->dds && enqueue && sp->dops->process_start) {
+        const bool dev = sp->dev_taps != NULL;
+        return sp->dops->process_start(sp->dds, dev ? sp->dev_taps : sp->taps, dev, n, pos0, err, errlen);
+    }
     if (sp->dev_taps) return sp->dops->process_dev(sp->dds, sp->dev_taps, n, pos0, err, errlen);
     if (sp->dds) return sp->dops->process(sp->dds, sp->taps, n, pos0, err, errlen);
     return bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen);
@@ -249,11 +255,11 @@ static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
 
 // flush_rows: the drafter gets the pending rows (tap rows 0..n_pending−1) as context rows at their target
 // positions. Returns 0 or -1 with err.
-static int flush_rows(bn_spec *sp, char *err, size_t errlen) {
+static int flush_rows(bn_spec *sp, bool enqueue, char *err, size_t errlen) {
     if (!sp->d || sp->n_pending == 0) return 0;
     double t1 = bn_time_ms();
     drafter_truncate(sp, sp->pending_pos0);
-    int rc = drafter_process(sp, sp->n_pending, sp->pending_pos0, err, errlen);
+    int rc = drafter_process(sp, sp->n_pending, sp->pending_pos0, enqueue, err, errlen);
     sp->st.ms_process += bn_time_ms() - t1;
     sp->n_pending = 0;
     return rc;
@@ -283,7 +289,7 @@ static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
     if (sp->n_pending > 0 && sp->pending_pos0 + sp->n_pending < pos0)
         return bn_err(err, errlen, "spec: target at %d, pending drafter rows end at %d", pos0,
                       sp->pending_pos0 + sp->n_pending);
-    if (sp->n_pending + n > sp->tap_rows && flush_rows(sp, err, errlen) != 0) return -1;
+    if (sp->n_pending + n > sp->tap_rows && flush_rows(sp, false, err, errlen) != 0) return -1;
     return sp->n_pending;
 }
 
@@ -361,7 +367,7 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
     // the oracle's second state has no snapshot of its own: it (a measurement aid) always re-prefills
     if (!snap || sp->os) return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
     // the last request's pending rows reach the drafter first: its context rows of the prefix may be reused
-    if (flush_rows(sp, err, errlen) != 0) return -1;
+    if (flush_rows(sp, false, err, errlen) != 0) return -1;
     sp->ready = false;
     if (bn_engine_restore(sp->ts, snap, err, errlen) != 0) return -1;
     const int n_reuse = bn_engine_state_pos(sp->ts);
@@ -514,47 +520,37 @@ static int round_fail(bn_spec_round *r) {
     return 1;
 }
 
-// cpu_group: the indices j >= i of the rounds r[j] that draft (k[j] > 0, not yet done[j]) with the CPU drafter of
-// r[i] (same drafter and p_min) into at; returns their count.
-static int cpu_group(const bn_spec_round *r, const int *k, const bool *done, int i, int n, int *at) {
+// drafter_group: the indices j >= i of the rounds r[j] that draft (rc 0, k[j] > 0, not done[j]) with r[i]'s drafter in
+// the same place (the CPU, or one device's ops) and with its p_min, into at; returns their count.
+static int drafter_group(const bn_spec_round *r, const int *k, const bool *done, int i, int n, int *at) {
     const bn_spec *sp = r[i].sp;
     int g = 0;
     for (int j = i; j < n; j++) {
         const bn_spec *o = r[j].sp;
-        if (r[j].rc == 0 && k[j] > 0 && !done[j] && o->ds && o->d == sp->d && o->p.p_min == sp->p.p_min) at[g++] = j;
+        if (r[j].rc == 0 && k[j] > 0 && !done[j] && o->d && o->d == sp->d && o->dops == sp->dops &&
+            o->p.p_min == sp->p.p_min)
+            at[g++] = j;
     }
     return g;
 }
 
 // rounds_flush: the pending context rows of every round that drafts reach its drafter before it drafts: the CPU
-// drafters' in one bn_drafter_process_multi per drafter, the device drafters' one after another. Returns the number
-// of rounds that failed (r[i].rc, err).
+// drafters' in one bn_drafter_process_multi per drafter, each device drafter's enqueued on its stream. Returns the
+// number of rounds that failed (r[i].rc, err).
 static int rounds_flush(bn_spec_round *r, const int *k, int n) {
     int n_failed = 0;
     bool done[BN_DRAFT_MULTI_MAX] = {false};
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
         if (r[i].rc != 0 || k[i] <= 0 || done[i]) continue;
-        if (sp->dds && sp->dops->process_start && sp->n_pending > 0) { // enqueued; rounds_draft waits for it
+        if (!sp->ds) { // a device drafter: enqueued, rounds_draft waits for it (or none: the oracle)
             done[i] = true;
-            drafter_truncate(sp, sp->pending_pos0);
-            const double t0 = bn_time_ms();
-            const bool dev = sp->dev_taps != NULL;
-            if (sp->dops->process_start(sp->dds, dev ? sp->dev_taps : sp->taps, dev, sp->n_pending, sp->pending_pos0,
-                                        r[i].err, sizeof r[i].err) != 0)
-                n_failed += round_fail(&r[i]);
-            sp->st.ms_process += bn_time_ms() - t0;
-            sp->n_pending = 0;
-            continue;
-        }
-        if (!sp->ds) { // a device drafter without process_start (or none: the oracle)
-            done[i] = true;
-            if (flush_rows(sp, r[i].err, sizeof r[i].err) != 0) n_failed += round_fail(&r[i]);
+            if (flush_rows(sp, true, r[i].err, sizeof r[i].err) != 0) n_failed += round_fail(&r[i]);
             continue;
         }
         int at[BN_DRAFT_MULTI_MAX], nq = 0;
         bn_process_seq q[BN_DRAFT_MULTI_MAX];
-        const int g = cpu_group(r, k, done, i, n, at);
+        const int g = drafter_group(r, k, done, i, n, at);
         for (int m = 0; m < g; m++) {
             bn_spec *o = r[at[m]].sp;
             done[at[m]] = true;
@@ -578,82 +574,52 @@ static int rounds_flush(bn_spec_round *r, const int *k, int n) {
     return n_failed;
 }
 
+// cpu_draft_multi: bn_drafter_draft_multi in the device ops' draft_multi form (states: bn_dstate). 0 or -1 with err.
+static int cpu_draft_multi(const bn_drafter *d, void *const *states, const int32_t *ids, const int *past, const int *kk,
+                           int g, float p_min, int32_t *const *outs, int *got, char *err, size_t errlen) {
+    bn_draft_seq q[BN_DRAFT_MULTI_MAX];
+    for (int m = 0; m < g; m++)
+        q[m] = (bn_draft_seq){.s = states[m], .id_last = ids[m], .n_past = past[m], .n_max = kk[m], .drafts = outs[m]};
+    const int rc = bn_drafter_draft_multi(d, q, g, p_min, err, errlen);
+    for (int m = 0; m < g; m++) got[m] = q[m].n_drafts;
+    return rc;
+}
+
 // rounds_draft: the drafts of every round that drafts into its vtok[1..], their count into nd and the time the round
-// waited for them into ms: the CPU drafters' in one bn_drafter_draft_multi per drafter; on a device the rounds sharing
-// a drafter in one draft_multi, a lone one with its own draft, all of those started before any is waited for (each on
-// its own stream: they run at once); the oracle's one after another. Returns the number of rounds that failed
-// (r[i].rc, err).
+// waited for them into ms: the rounds that share a drafter in one batched call (bn_drafter_draft_multi on the CPU,
+// the device ops' draft_multi), the oracle's one after another. Returns the number of rounds that failed (r[i].rc,
+// err).
 static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *ms) {
     int n_failed = 0;
     bool done[BN_DRAFT_MULTI_MAX] = {false};
     for (int i = 0; i < n; i++) nd[i] = 0, ms[i] = 0;
+    const double t0 = bn_time_ms();
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
-        if (r[i].rc != 0 || k[i] <= 0 || done[i] || !sp->ds) continue;
-        bn_draft_seq q[BN_DRAFT_MULTI_MAX];
-        int at[BN_DRAFT_MULTI_MAX];
-        const int g = cpu_group(r, k, done, i, n, at);
+        if (r[i].rc != 0 || k[i] <= 0 || done[i] || !sp->d) continue;
+        void *states[BN_DRAFT_MULTI_MAX];
+        int32_t ids[BN_DRAFT_MULTI_MAX], *outs[BN_DRAFT_MULTI_MAX];
+        int at[BN_DRAFT_MULTI_MAX], past[BN_DRAFT_MULTI_MAX], kk[BN_DRAFT_MULTI_MAX], got[BN_DRAFT_MULTI_MAX];
+        const int g = drafter_group(r, k, done, i, n, at);
         for (int m = 0; m < g; m++) {
             bn_spec *o = r[at[m]].sp;
             done[at[m]] = true;
-            q[m] = (bn_draft_seq){.s = o->ds, .id_last = o->id_last, .n_past = o->n_past, .n_max = k[at[m]],
-                                  .drafts = o->vtok + 1};
+            states[m] = o->ds ? (void *)o->ds : o->dds;
+            ids[m] = o->id_last, past[m] = o->n_past, kk[m] = k[at[m]], outs[m] = o->vtok + 1;
         }
         char err[256];
-        const double t0 = bn_time_ms();
-        const int rc = bn_drafter_draft_multi(sp->d, q, g, sp->p.p_min, err, sizeof err);
-        const double t = bn_time_ms() - t0;
+        const int rc = sp->ds ? cpu_draft_multi(sp->d, states, ids, past, kk, g, sp->p.p_min, outs, got, err, sizeof err)
+                              : sp->dops->draft_multi(states, ids, past, kk, g, sp->p.p_min, outs, got, err, sizeof err);
         for (int m = 0; m < g; m++) {
             const int j = at[m];
-            if (rc != 0) n_failed += round_fail(&r[j]), snprintf(r[j].err, sizeof r[j].err, "%s", err);
-            nd[j] = q[m].n_drafts, ms[j] = t; // each waited for the whole pass
-        }
-    }
-    // device drafters with a batched pass: the rounds that share a drafter (and p_min) draft in one draft_multi
-    const double t_dev = bn_time_ms();
-    for (int i = 0; i < n; i++) {
-        bn_spec *sp = r[i].sp;
-        if (r[i].rc != 0 || k[i] <= 0 || done[i] || !sp->dds || !sp->dops->draft_multi) continue;
-        void *dss[BN_DRAFT_MULTI_MAX];
-        int32_t ids[BN_DRAFT_MULTI_MAX], *outs[BN_DRAFT_MULTI_MAX];
-        int at[BN_DRAFT_MULTI_MAX], past[BN_DRAFT_MULTI_MAX], kk[BN_DRAFT_MULTI_MAX], got[BN_DRAFT_MULTI_MAX], g = 0;
-        for (int j = i; j < n; j++) {
-            bn_spec *o = r[j].sp;
-            if (r[j].rc != 0 || k[j] <= 0 || done[j] || !o->dds || o->dops != sp->dops || o->d != sp->d ||
-                o->p.p_min != sp->p.p_min)
-                continue;
-            dss[g] = o->dds, ids[g] = o->id_last, past[g] = o->n_past, kk[g] = k[j], outs[g] = o->vtok + 1, at[g++] = j;
-        }
-        if (g < 2) continue; // alone: its own captured draft (start / finish below)
-        char err[256];
-        const int rc = sp->dops->draft_multi(dss, ids, past, kk, g, sp->p.p_min, outs, got, err, sizeof err);
-        for (int m = 0; m < g; m++) {
-            const int j = at[m];
-            char ignored[64];
-            sp->dops->draft_finish(dss[m], 0, 0.0f, NULL, ignored, sizeof ignored); // its own stream done too
-            done[j] = true;
-            nd[j] = got[m], ms[j] = bn_time_ms() - t_dev;
+            nd[j] = got[m], ms[j] = bn_time_ms() - t0; // each waited for its group and those drafted before it
             if (rc != 0) n_failed += round_fail(&r[j]), snprintf(r[j].err, sizeof r[j].err, "%s", err);
         }
     }
-    // the other device drafters: all started, then each waited for (each on its own stream: they run at once)
-    int started[BN_DRAFT_MULTI_MAX];
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { // a round failed after its injection was enqueued (rounds_flush): wait for it
         bn_spec *sp = r[i].sp;
-        started[i] = 0;
-        if (r[i].rc != 0 || k[i] <= 0 || !sp->dds || done[i]) continue;
-        started[i] = sp->dops->draft_start(sp->dds, sp->id_last, sp->n_past, k[i], r[i].err, sizeof r[i].err);
-        if (started[i] < 0) n_failed += round_fail(&r[i]), started[i] = 0;
-    }
-    for (int i = 0; i < n; i++) { // finish also a failed round: its stream may still run its injection (rounds_flush)
-        bn_spec *sp = r[i].sp;
-        if (k[i] <= 0 || !sp->dds || done[i]) continue;
-        char err[256];
-        const bool ok = r[i].rc == 0;
-        const int got = sp->dops->draft_finish(sp->dds, started[i], sp->p.p_min, sp->vtok + 1, err, sizeof err);
-        if (!ok) continue;
-        nd[i] = got, ms[i] = bn_time_ms() - t_dev; // each waited for all that started before it finished
-        if (got < 0) n_failed += round_fail(&r[i]), snprintf(r[i].err, sizeof r[i].err, "%s", err);
+        char ignored[64];
+        if (r[i].rc != 0 && k[i] > 0 && sp->dds) sp->dops->draft_finish(sp->dds, 0, 0.0f, NULL, ignored, sizeof ignored);
     }
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;

@@ -82,8 +82,8 @@ int bn_cuda_drafter_draft_finish(bn_cuda_dstate *s, int n_max, float p_min, int3
 // weight read once per 32 rows instead of once per state; RoPE, cache append and block attention per state on its
 // own cache) and their Markov chains step together (one W2 product per step). The pass waits for the work queued on
 // each state's stream (bn_cuda_drafter_process_start) and is replayed from a graph per (states, row counts), 32 of
-// them kept. With BONSAI_CUDA_DRAFT_BATCH=0, or when the workspace cannot be had (device memory), each state drafts
-// with its own graph instead, all started before any is waited for: the same drafts. Per state: drafts[i] (room for
+// them kept. With one state drafting, with BONSAI_CUDA_DRAFT_BATCH=0, or when the workspace cannot be had (device
+// memory), each state drafts with its own graph instead, all started before any is waited for: the same drafts. Per state: drafts[i] (room for
 // n_max[i]) and counts[i] as bn_cuda_drafter_draft's. Not thread-safe per drafter (the batch workspace is shared by
 // its states). Returns 0 or -1 with err.
 int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_last, const int *n_past, const int *n_max,

@@ -373,16 +373,22 @@ static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, 
 // call, and cuBLAS, which the draft graph leaves out). Results per column are those of bn_cu_matmul(_multi)
 // at the chunk's size.
 // q8: the Q8 activations of x its producer already wrote (block_q8), or NULL.
-static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
-                            int n_rows, const bn_q8_out *q8 = nullptr) {
-    if (q8) return bn_cu_matmul_multi_q8(w, n, x, y, n_rows, s->mm_scratch, s->stream);
+// mm_chunks: mm_block's products without Q8 activations, on any scratch, cuBLAS handle and stream (a state's, or the
+// batched draft's workspace).
+static cudaError_t mm_chunks(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int n_rows,
+                             void *scratch, cublasHandle_t blas, cudaStream_t stream) {
     for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) {
         const int nb = n_rows - c0 < BN_CU_MMVQ_MAX_NB ? n_rows - c0 : BN_CU_MMVQ_MAX_NB;
         float *yc[BN_CU_MATMUL_MULTI_MAX];
         for (int i = 0; i < n; i++) yc[i] = y[i] + (size_t)c0 * w[i]->ne1;
-        TRY(bn_cu_matmul_multi(w, n, x + (size_t)c0 * w[0]->ne0, yc, nb, s->mm_scratch, s->blas, s->stream));
+        TRY(bn_cu_matmul_multi(w, n, x + (size_t)c0 * w[0]->ne0, yc, nb, scratch, blas, stream));
     }
     return cudaSuccess;
+}
+static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
+                            int n_rows, const bn_q8_out *q8 = nullptr) {
+    if (q8) return bn_cu_matmul_multi_q8(w, n, x, y, n_rows, s->mm_scratch, s->stream);
+    return mm_chunks(w, n, x, y, n_rows, s->mm_scratch, s->blas, s->stream);
 }
 static cudaError_t mm_block1(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, float *y, int n_rows,
                              const bn_q8_out *q8 = nullptr) {
@@ -799,14 +805,8 @@ static cudaError_t batch_pass(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_ds
         row0[q] = n_rows, n_rows += rows[q];
         if (rows[q] > max_rows) max_rows = rows[q];
     }
-    auto mm_all = [&](const bn_cu_weight *const *w, int nw, const float *x, float *const *y) -> cudaError_t {
-        for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) { // mmvq chunks: each weight read once per chunk
-            const int nb = n_rows - c0 < BN_CU_MMVQ_MAX_NB ? n_rows - c0 : BN_CU_MMVQ_MAX_NB;
-            float *yc[BN_CU_MATMUL_MULTI_MAX];
-            for (int i = 0; i < nw; i++) yc[i] = y[i] + (size_t)c0 * w[i]->ne1;
-            TRY(bn_cu_matmul_multi(w, nw, x + (size_t)c0 * w[0]->ne0, yc, nb, b->mm_scratch, b->blas, b->stream));
-        }
-        return cudaSuccess;
+    auto mm_all = [&](const bn_cu_weight *const *w, int nw, const float *x, float *const *y) { // each weight once per
+        return mm_chunks(w, nw, x, y, n_rows, b->mm_scratch, b->blas, b->stream);               // 32 rows
     };
     TRY(bn_cu_get_rows(&cd->token_embd, b->ids, b->x, n_rows, b->stream));
     for (int q = 0; c->log_snr && q < n; q++) { // anchor row, then mask rows, of each sequence
@@ -940,10 +940,13 @@ int bn_cuda_drafter_draft_multi(bn_cuda_dstate *const *ss, const int32_t *id_las
         if (id_last[q] < 0 || id_last[q] >= c->n_vocab)
             return bn_err(err, errlen, "drafter: token %d out of range", id_last[q]);
     }
-    // BONSAI_CUDA_DRAFT_BATCH=0 (for comparison), or no device memory for the batch workspace: each state's own draft
+    // one state with rows, BONSAI_CUDA_DRAFT_BATCH=0 (for comparison), or no device memory for the batch workspace:
+    // each state's own captured draft
     static const bool separate = bn_env_is("BONSAI_CUDA_DRAFT_BATCH", "0");
+    int n_drafting = 0;
+    for (int q = 0; q < n; q++) n_drafting += rows[q] > 0;
     char batch_err[256];
-    ds_batch *b = separate ? NULL : batch_get(cd, batch_err, sizeof batch_err);
+    ds_batch *b = separate || n_drafting < 2 ? NULL : batch_get(cd, batch_err, sizeof batch_err);
     if (!b) return draft_separately(ss, id_last, n_past, n_max, n, p_min, drafts, counts, err, errlen);
     for (int q0 = 0; q0 < n;) {
         // a pass: the next sequences with rows, up to DS_BATCH_SEQS of them and DS_BATCH_ROWS rows
