@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole suite (meson test) and prints "N passed, N failed[, N skipped]" as its last line.
-# Exits non-zero when any test failed.
+# Exits non-zero when any test failed. Env: BONSAI_TEST_JOBS (default 2), BONSAI_TEST_TIMEOUT_MULT (default 1).
 set -u
 build=${1:-build}
 log=$(mktemp)
-meson test -C "$build" --print-errorlogs --num-processes "${BONSAI_TEST_JOBS:-2}" 2>&1 | tee "$log"
+meson test -C "$build" --print-errorlogs --num-processes "${BONSAI_TEST_JOBS:-2}" -t "${BONSAI_TEST_TIMEOUT_MULT:-1}" 2>&1 |
+    tee "$log"
 ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -1)
 exp=$(sed -n 's/^Expected Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
 fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)

@@ -321,9 +321,10 @@ inline T atomicCAS(T *p, typename bn_emu_same<T>::type cmp, typename bn_emu_same
 }
 
 // ---- integer intrinsics ------------------------------------------------------------------------------
-static inline int __dp4a(int a, int b, int c) {
-    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
-    return c;
+static inline int __dp4a(int a, int b, int c) { // wraps modulo 2^32 as the hardware does (no signed-overflow UB)
+    unsigned r = (unsigned)c;
+    for (int i = 0; i < 4; i++) r += (unsigned)((int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i)));
+    return (int)r;
 }
 static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
     for (int i = 0; i < 4; i++) c += ((a >> (8 * i)) & 255u) * ((b >> (8 * i)) & 255u);

@@ -145,5 +145,6 @@ int main(void) {
         }
     }
     printf("compared with ggml's CPU vec_dot: %d cases\n", ggml_compared);
+    free(B.x); free(B.deq_x); free(B.deq_y); free(B.qx); free(B.qy);
     return test_done("test_dot");
 }
