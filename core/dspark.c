@@ -160,7 +160,15 @@ bn_drafter *bn_drafter_load(const char *path, const bn_model *target, char *err,
                path, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->n_rot);
         goto fail;
     }
+    if (c->n_layer > (int)g->n_tensors) { // every layer has tensors (checked before anything is sized by it)
+        bn_err(err, errlen, "drafter %s: block_count %d exceeds the file's %zu tensors", path, c->n_layer, g->n_tensors);
+        goto fail;
+    }
     c->block_size = gguf_get_u32(g, DKEY("block_size"), &u) ? (int)u : (dflash ? 16 : 4);
+    if (c->block_size < 1 || c->block_size > BN_DRAFTER_MAX_BLOCK) { // rows of V logits are allocated per block row
+        bn_err(err, errlen, "drafter %s: block_size %d not in 1..%d", path, c->block_size, BN_DRAFTER_MAX_BLOCK);
+        goto fail;
+    }
     const char *mask_key = dflash ? "tokenizer.ggml.mask_token_id" : "dspark.dspark.mask_token_id";
     NEED_U32(c->mask_token_id, mask_key);
     const gguf_kv *tl = gguf_get_arr(g, DKEY("target_layers"));

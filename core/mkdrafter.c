@@ -54,7 +54,8 @@ int bn_mkdrafter_check(const bn_mkdrafter_params *p, char *err, size_t errlen) {
     if (p->n_vocab < 2) return bn_err(err, errlen, "mkdrafter: n_vocab %d too small", p->n_vocab);
     int mask = p->mask_token_id < 0 ? p->n_vocab - 1 : p->mask_token_id;
     if (mask >= p->n_vocab) return bn_err(err, errlen, "mkdrafter: mask_token_id %d >= n_vocab %d", mask, p->n_vocab);
-    if (p->block_size < 1) return bn_err(err, errlen, "mkdrafter: block_size must be >= 1");
+    if (p->block_size < 1 || p->block_size > BN_DRAFTER_MAX_BLOCK)
+        return bn_err(err, errlen, "mkdrafter: block_size must be in 1..%d", BN_DRAFTER_MAX_BLOCK);
     if (p->n_taps < 1 || p->n_taps > BN_DRAFTER_MAX_TAPS)
         return bn_err(err, errlen, "mkdrafter: 1..%d taps", BN_DRAFTER_MAX_TAPS);
     for (int i = 0; i < p->n_taps; i++)

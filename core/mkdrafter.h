@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #define BN_DRAFTER_MAX_TAPS 16
+#define BN_DRAFTER_MAX_BLOCK 256 // block_size limit of a loaded drafter (the published ones use 4 and 16)
 
 enum bn_drafter_convention { BN_DRAFTER_LEGACY = 0, BN_DRAFTER_DFLASH = 1 };
 

@@ -6,6 +6,7 @@
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 static const char *arch_names[] = {[BN_ARCH_QWEN35] = "qwen35", [BN_ARCH_QWEN3] = "qwen3",
@@ -18,7 +19,7 @@ static int key_int(const gguf_file *g, const char *arch, const char *suffix, boo
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_get_int(g, key, out)) {
-        if (*out < 0 || *out > (int64_t)1 << 31) return bn_err(err, errlen, "%s: value %lld out of range", key, (long long)*out);
+        if (*out < 0 || *out > INT32_MAX) return bn_err(err, errlen, "%s: value %lld out of range", key, (long long)*out);
         return 0;
     }
     if (gguf_find_key(g, key) >= 0) return bn_err(err, errlen, "%s: expected an integer", key);
@@ -136,6 +137,10 @@ static int read_config(const gguf_file *g, bn_config *c, char *err, size_t errle
     int64_t v, n_layer_all, nextn = 0;
     if (key_int(g, arch, "block_count", true, 0, &n_layer_all, err, errlen)) return -1;
     if (key_int(g, arch, "nextn_predict_layers", false, 0, &nextn, err, errlen)) return -1;
+    // every layer has tensors: a count beyond the file's tensors is a hostile value (before anything is sized by it)
+    if (n_layer_all < 1 || n_layer_all > (int64_t)g->n_tensors)
+        return bn_err(err, errlen, "%s.block_count %lld: not between 1 and the file's %zu tensors", arch,
+                      (long long)n_layer_all, g->n_tensors);
     if (nextn >= n_layer_all) return bn_err(err, errlen, "%s.nextn_predict_layers: %lld >= block_count", arch, (long long)nextn);
     c->n_layer = (int)(n_layer_all - nextn);
     if (key_int(g, arch, "embedding_length", true, 0, &v, err, errlen)) return -1;
@@ -176,7 +181,7 @@ static int read_config(const gguf_file *g, bn_config *c, char *err, size_t errle
         if (c->ssm_conv_kernel < 1 || c->ssm_n_group < 1 || c->ssm_dt_rank % c->ssm_n_group != 0)
             return bn_err(err, errlen, "%s.ssm: conv_kernel %d, group_count %d, time_step_rank %d are inconsistent", arch,
                           c->ssm_conv_kernel, c->ssm_n_group, c->ssm_dt_rank);
-        if (c->ssm_d_inner != c->ssm_dt_rank * c->ssm_d_state)
+        if (c->ssm_d_inner != (int64_t)c->ssm_dt_rank * c->ssm_d_state)
             return bn_err(err, errlen, "%s.ssm.inner_size %d != time_step_rank %d x state_size %d", arch, c->ssm_d_inner,
                           c->ssm_dt_rank, c->ssm_d_state);
     }

@@ -1,0 +1,356 @@
+// tests/model/test_model_hostile.c — well-formed GGUF files with hostile contents: every KV of a generated
+// qwen35 model, a dense qwen3 model and a DSpark drafter set to edge values (0, 1, -1, INT32_MAX, 2^32 − 1,
+// odd and doubled sizes, NaN, inf, empty or other strings), removed, or (arrays) shrunk, emptied or retyped;
+// every tensor removed, given another shape (a dimension + 1, doubled, the dimensions swapped) or another
+// type (its bytes cut or zero-padded to fit). The GGUF layer accepts all of them (test_gguf covers the broken
+// files), so they reach the model and drafter loaders. Each file is loaded in a child process, and when the
+// load succeeds the child tokenizes a prompt, runs a 3-token forward and detokenizes every id the model can
+// produce (the drafter: a context pass and a draft). The child must exit with "refused, with a message" or "ran"; a crash, an abort, a hang (20 s) or a
+// refusal without a message fails the case. Under scripts/sanitize.sh the children run with ASan + UBSan.
+#include "tests/test.h"
+#include "core/gguf.h"
+#include "core/model.h"
+#include "core/engine.h"
+#include "core/tokenizer.h"
+#include "core/mkmodel.h"
+#include "core/mkdrafter.h"
+#include "core/dspark.h"
+#include "quant/quant.h"
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { EXIT_RAN = 10, EXIT_REFUSED = 11, EXIT_NO_MESSAGE = 12, CHILD_SECONDS = 20 };
+
+static char dir[256], target_path[320], case_path[320];
+static int n_cases, n_refused, n_ran;
+
+// ---- the children --------------------------------------------------------------------------
+
+static void refuse(const char *err) { _exit(err[0] ? EXIT_REFUSED : EXIT_NO_MESSAGE); }
+
+// run_model: loads path as a model (tokenizer, CPU engine, 3-token forward); never returns
+static void run_model(const char *path) {
+    char err[512] = "";
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    if (!m) refuse(err);
+    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
+    if (!tok) refuse(err);
+    int32_t *ids = NULL;
+    const char *prompt = "hello world <|im_start|>";
+    int n = bn_tokenize(tok, prompt, strlen(prompt), false, true, &ids);
+    bn_engine *e = bn_engine_cpu_new(m, 1);
+    bn_engine_state *s = e ? bn_engine_state_new(e, 32, err, sizeof err) : NULL;
+    if (!s) refuse(e ? err : "no engine");
+    int32_t toks[3] = {0, n > 1 ? ids[1] : 1, 2};
+    for (int i = 0; i < 3; i++) toks[i] %= m->cfg.n_vocab > 0 ? m->cfg.n_vocab : 1;
+    float *logits = malloc(sizeof(float) * (size_t)m->cfg.n_vocab);
+    bn_forward_out out = {.logits = logits};
+    if (bn_engine_forward(s, toks, 3, &out, err, sizeof err) != 0) refuse(err);
+    // every id the model can produce, as a server prints it (ids past the tokenizer's vocabulary give "")
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)m->cfg.n_vocab);
+    int n_eog = 0;
+    for (int i = 0; i < m->cfg.n_vocab; i++) all[i] = i, n_eog += bn_token_is_eog(tok, i);
+    size_t len = 0;
+    free(bn_detokenize(tok, all, m->cfg.n_vocab, true, &len));
+    char piece[256];
+    bn_token_to_piece(tok, bn_token_eos(tok), piece, sizeof piece, true);
+    _exit(EXIT_RAN);
+}
+
+// run_drafter: loads path as a drafter of the (valid) target, processes 4 context rows and drafts; never returns
+static void run_drafter(const char *path) {
+    char err[512] = "";
+    bn_model *m = bn_model_load(target_path, err, sizeof err);
+    if (!m) _exit(2); // the untouched target must load
+    bn_drafter *d = bn_drafter_load(path, m, err, sizeof err);
+    if (!d) refuse(err);
+    bn_dstate *s = bn_dstate_new(d, 32, 1);
+    if (!s) refuse("no drafter state");
+    const int rows = 4;
+    size_t nt = (size_t)rows * d->cfg.n_taps * d->cfg.n_embd;
+    float *taps = malloc(sizeof(float) * (nt ? nt : 1));
+    for (size_t i = 0; i < nt; i++) taps[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
+    if (bn_drafter_process(d, s, taps, rows, 0, err, sizeof err) != 0) refuse(err);
+    int32_t drafts[64];
+    int n_max = d->cfg.block_size < 64 ? d->cfg.block_size : 64;
+    if (bn_drafter_draft(d, s, 1, rows, n_max, 0.0f, drafts, err, sizeof err) < 0) refuse(err);
+    _exit(EXIT_RAN);
+}
+
+// ---- writing a mutated copy ----------------------------------------------------------------
+
+typedef enum { KV_KEEP, KV_DROP, KV_U32, KV_I32, KV_F32, KV_STR, KV_BOOL, KV_ARR_N, KV_ARR_F32 } kv_change;
+typedef enum { T_KEEP, T_DROP, T_SHAPE, T_TYPE } tensor_change;
+
+typedef struct {
+    const char *key;   // the KV changed (NULL: none)
+    kv_change how;
+    uint64_t u;        // the new integer value / array length
+    float f;
+    const char *s;
+    const char *tensor; // the tensor changed (NULL: none)
+    tensor_change thow;
+    int64_t ne[GGUF_MAX_DIMS];
+    int n_dims, type;
+} mutation;
+
+typedef struct {
+    const gguf_file *g;
+    int map[4096]; // writer index -> source tensor index
+} fill_ctx;
+
+// fill: the source tensor's bytes, cut or zero-padded to the new size
+static int fill(void *ctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    const fill_ctx *c = ctx;
+    const gguf_tensor *t = &c->g->tensors[c->map[idx]];
+    size_t n = t->nbytes < nbytes ? t->nbytes : nbytes;
+    memcpy(dst, t->data, n);
+    memset((char *)dst + n, 0, nbytes - n);
+    return 0;
+}
+
+// set_array_prefix: kv's first n elements (n <= kv->n) as the same kind of array
+static void set_array_prefix(gguf_writer *w, const gguf_kv *kv, uint64_t n) {
+    if (kv->arr_type == GGUF_TYPE_STRING) {
+        gguf_set_arr_str(w, kv->key, n, (const char *const *)kv->strs);
+    } else {
+        gguf_set_arr(w, kv->key, kv->arr_type, n, kv->data);
+    }
+}
+
+// write_mutation: g with one change, to case_path; returns 0 or -1 (the change cannot be written: skipped)
+static int write_mutation(const gguf_file *g, const mutation *mu) {
+    gguf_writer *w = gguf_writer_new();
+    for (size_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        if (!mu->key || strcmp(kv->key, mu->key) != 0) {
+            gguf_set_kv(w, kv);
+            continue;
+        }
+        switch (mu->how) {
+        case KV_KEEP: gguf_set_kv(w, kv); break;
+        case KV_DROP: break;
+        case KV_U32: gguf_set_u32(w, kv->key, (uint32_t)mu->u); break;
+        case KV_I32: gguf_set_i32(w, kv->key, (int32_t)mu->u); break;
+        case KV_F32: gguf_set_f32(w, kv->key, mu->f); break;
+        case KV_STR: gguf_set_str(w, kv->key, mu->s); break;
+        case KV_BOOL: gguf_set_bool(w, kv->key, mu->u != 0); break;
+        case KV_ARR_N: set_array_prefix(w, kv, mu->u); break;
+        case KV_ARR_F32: {
+            float z[8] = {0};
+            gguf_set_arr(w, kv->key, GGUF_TYPE_FLOAT32, kv->n < 8 ? kv->n : 8, z);
+            break;
+        }
+        }
+    }
+    static fill_ctx c;
+    c.g = g;
+    int n = 0, rc = 0;
+    char err[256];
+    for (size_t i = 0; i < g->n_tensors && rc == 0; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        int n_dims = (int)t->n_dims, type = t->type;
+        int64_t ne[GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        if (mu->tensor && !strcmp(t->name, mu->tensor)) {
+            if (mu->thow == T_DROP) continue;
+            if (mu->thow == T_SHAPE) n_dims = mu->n_dims, memcpy(ne, mu->ne, sizeof ne);
+            if (mu->thow == T_TYPE) type = mu->type;
+        }
+        if (n >= 4096) rc = -1;
+        else if (gguf_writer_add_tensor(w, t->name, n_dims, ne, type, (uint32_t)type, NULL, err, sizeof err) < 0) rc = -1;
+        else c.map[n++] = (int)i;
+    }
+    if (rc == 0 && gguf_writer_write(w, case_path, fill, &c, err, sizeof err) != 0) rc = -1;
+    gguf_writer_free(w);
+    return rc;
+}
+
+// ---- running a case ------------------------------------------------------------------------
+
+// run_case: writes the mutation and runs it in a child (model or drafter); counts a failure unless the child
+// refused with a message or ran
+static void run_case(const gguf_file *g, const mutation *mu, bool drafter, const char *what) {
+    if (write_mutation(g, mu) != 0) return; // e.g. a shape the writer refuses: nothing reaches a loader
+    n_cases++;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!getenv("HOSTILE_VERBOSE") && !freopen("/dev/null", "w", stderr)) _exit(3);
+        alarm(CHILD_SECONDS);
+        drafter ? run_drafter(case_path) : run_model(case_path);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (code == EXIT_REFUSED) n_refused++;
+    else if (code == EXIT_RAN) n_ran++, getenv("HOSTILE_VERBOSE") && printf("ran: %s\n", what);
+    CHECK(code == EXIT_REFUSED || code == EXIT_RAN, "%s: child %s %d", what,
+          WIFSIGNALED(st) ? "killed by signal" : code == EXIT_NO_MESSAGE ? "refused without a message, exit" : "exit",
+          WIFSIGNALED(st) ? WTERMSIG(st) : code);
+}
+
+static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
+    static const uint64_t ints[] = {0, 1, 2, 3, 7, 65536, 0x7fffffffu, 0xffffffffu};
+    static const char *const strs[] = {"", "llama", "qwen35", "qwen3", "dspark", "bogus"};
+    const float reals[] = {0.0f, -1.0f, NAN, INFINITY, 1e30f};
+    char what[256];
+    for (size_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        mutation mu = {.key = kv->key, .how = KV_DROP};
+        snprintf(what, sizeof what, "%s: %s removed", file, kv->key);
+        run_case(g, &mu, drafter, what);
+        switch (kv->type) {
+        case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64:
+        case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: {
+            int64_t v = 0;
+            gguf_get_int(g, kv->key, &v);
+            uint64_t more[] = {(uint64_t)v + 1, (uint64_t)v * 2 + 1};
+            for (size_t k = 0; k < sizeof ints / sizeof ints[0] + 2; k++) {
+                uint64_t u = k < sizeof ints / sizeof ints[0] ? ints[k] : more[k - sizeof ints / sizeof ints[0]];
+                mutation m2 = {.key = kv->key, .how = kv->type == GGUF_TYPE_INT32 ? KV_I32 : KV_U32, .u = u};
+                snprintf(what, sizeof what, "%s: %s = %llu", file, kv->key, (unsigned long long)u);
+                run_case(g, &m2, drafter, what);
+            }
+            mutation m3 = {.key = kv->key, .how = KV_STR, .s = "12"};
+            snprintf(what, sizeof what, "%s: %s as a string", file, kv->key);
+            run_case(g, &m3, drafter, what);
+            break;
+        }
+        case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64:
+            for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++) {
+                mutation m2 = {.key = kv->key, .how = KV_F32, .f = reals[k]};
+                snprintf(what, sizeof what, "%s: %s = %g", file, kv->key, (double)reals[k]);
+                run_case(g, &m2, drafter, what);
+            }
+            break;
+        case GGUF_TYPE_BOOL: {
+            bool b = false;
+            gguf_get_bool(g, kv->key, &b);
+            mutation m2 = {.key = kv->key, .how = KV_BOOL, .u = !b};
+            snprintf(what, sizeof what, "%s: %s flipped", file, kv->key);
+            run_case(g, &m2, drafter, what);
+            mutation m3 = {.key = kv->key, .how = KV_U32, .u = 1};
+            snprintf(what, sizeof what, "%s: %s as a u32", file, kv->key);
+            run_case(g, &m3, drafter, what);
+            break;
+        }
+        case GGUF_TYPE_STRING:
+            if (!strcmp(kv->key, "general.name")) break; // read by nothing that matters
+            for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
+                mutation m2 = {.key = kv->key, .how = KV_STR, .s = strs[k]};
+                snprintf(what, sizeof what, "%s: %s = \"%s\"", file, kv->key, strs[k]);
+                run_case(g, &m2, drafter, what);
+            }
+            break;
+        case GGUF_TYPE_ARRAY: {
+            const uint64_t lens[] = {0, 1, kv->n / 2, kv->n > 0 ? kv->n - 1 : 0};
+            for (size_t k = 0; k < 4; k++) {
+                mutation m2 = {.key = kv->key, .how = KV_ARR_N, .u = lens[k]};
+                snprintf(what, sizeof what, "%s: %s cut to %llu of %llu", file, kv->key, (unsigned long long)lens[k],
+                         (unsigned long long)kv->n);
+                run_case(g, &m2, drafter, what);
+            }
+            mutation m3 = {.key = kv->key, .how = KV_ARR_F32};
+            snprintf(what, sizeof what, "%s: %s as a float array", file, kv->key);
+            run_case(g, &m3, drafter, what);
+            mutation m4 = {.key = kv->key, .how = KV_U32, .u = 3};
+            snprintf(what, sizeof what, "%s: %s as a u32", file, kv->key);
+            run_case(g, &m4, drafter, what);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+static void tensor_cases(const gguf_file *g, bool drafter, const char *file) {
+    char what[256];
+    static const int types[] = {BN_F32, BN_F16, BN_Q8_0, BN_Q1_0, BN_Q2_0};
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        mutation mu = {.tensor = t->name, .thow = T_DROP};
+        snprintf(what, sizeof what, "%s: tensor %s removed", file, t->name);
+        run_case(g, &mu, drafter, what);
+        for (int k = 0; k < 4; k++) {
+            mutation m2 = {.tensor = t->name, .thow = T_SHAPE, .n_dims = (int)t->n_dims};
+            memcpy(m2.ne, t->ne, sizeof m2.ne);
+            const char *how = "";
+            if (k == 0) m2.ne[0] += 1, how = "ne0 + 1";
+            if (k == 1) m2.ne[t->n_dims - 1] *= 2, how = "last dimension doubled";
+            if (k == 2) {
+                if (t->n_dims < 2 || t->ne[0] == t->ne[1]) continue;
+                m2.ne[0] = t->ne[1], m2.ne[1] = t->ne[0], how = "dimensions swapped";
+            }
+            if (k == 3) {
+                if (t->n_dims >= GGUF_MAX_DIMS) continue;
+                m2.ne[t->n_dims] = 2, m2.n_dims = (int)t->n_dims + 1, how = "one more dimension";
+            }
+            snprintf(what, sizeof what, "%s: tensor %s %s", file, t->name, how);
+            run_case(g, &m2, drafter, what);
+        }
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            if (types[k] == t->type || t->ne[0] % bn_type_blck(types[k]) != 0) continue;
+            mutation m2 = {.tensor = t->name, .thow = T_TYPE, .type = types[k]};
+            snprintf(what, sizeof what, "%s: tensor %s as %s", file, t->name, bn_type_name(types[k]));
+            run_case(g, &m2, drafter, what);
+        }
+    }
+}
+
+// sweep: every KV and tensor case of the file at path
+static void sweep(const char *path, bool drafter, const char *file) {
+    char err[256];
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    CHECK(g != NULL, "%s: %s", file, err);
+    if (!g) return;
+    int before = n_cases, fails = test_failures;
+    kv_cases(g, drafter, file);
+    tensor_cases(g, drafter, file);
+    printf("%s: %d cases, %d failed\n", file, n_cases - before, test_failures - fails);
+    gguf_close(g);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/bonsai-hostile-XXXXXX");
+    if (!mkdtemp(dir)) return test_skip("cannot make a temp dir");
+    snprintf(case_path, sizeof case_path, "%s/case.gguf", dir);
+    char err[256], dense[320], drafter[320];
+    snprintf(target_path, sizeof target_path, "%s/qwen35.gguf", dir);
+    snprintf(dense, sizeof dense, "%s/qwen3.gguf", dir);
+    snprintf(drafter, sizeof drafter, "%s/drafter.gguf", dir);
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, "tiny");
+    CHECK(bn_mkmodel_write(&p, target_path, err, sizeof err) == 0, "qwen35: %s", err);
+    bn_mkmodel_defaults(&p, "qwen3-tiny");
+    CHECK(bn_mkmodel_write(&p, dense, err, sizeof err) == 0, "qwen3: %s", err);
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    CHECK(bn_mkdrafter_write(&dp, drafter, err, sizeof err) == 0, "drafter: %s", err);
+
+    // the untouched files run (so a refusal below is the change's doing)
+    mutation none = {0};
+    int refused = n_refused;
+    gguf_file *g = gguf_open(target_path, err, sizeof err);
+    if (g) run_case(g, &none, false, "qwen35 untouched");
+    gguf_close(g);
+    g = gguf_open(drafter, err, sizeof err);
+    if (g) run_case(g, &none, true, "drafter untouched");
+    gguf_close(g);
+    CHECK(n_refused == refused && n_ran == 2, "the untouched model and drafter run (%d ran)", n_ran);
+
+    sweep(target_path, false, "qwen35");
+    sweep(dense, false, "qwen3");
+    sweep(drafter, true, "drafter");
+    printf("%d hostile files: %d refused with a message, %d loaded and ran\n", n_cases, n_refused, n_ran);
+    CHECK(n_refused > n_cases / 4, "most shape and type changes are refused (%d of %d)", n_refused, n_cases);
+    unlink(case_path), unlink(target_path), unlink(dense), unlink(drafter), rmdir(dir);
+    return test_done("test_model_hostile");
+}
