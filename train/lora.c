@@ -284,6 +284,8 @@ bn_lora *bn_lora_load_gguf(const char *path, char *err, size_t errlen) {
         const char *nm = g->tensors[i].name;
         size_t len = strlen(nm);
         if (len > 7 && strcmp(nm + len - 7, ".lora_b") == 0) {
+            if (g->tensors[i].ne[0] > 65536) { bn_err(err, errlen, "%s: LoRA rank %lld of %s is out of range", path,
+                                                      (long long)g->tensors[i].ne[0], g->tensors[i].name); goto fail; }
             int r = (int)g->tensors[i].ne[0];
             if (rank >= 0 && r != rank) { bn_err(err, errlen, "%s: mixed LoRA ranks (%d and %d) are not supported", path, rank, r); goto fail; }
             rank = r;
@@ -308,6 +310,11 @@ bn_lora *bn_lora_load_gguf(const char *path, char *err, size_t errlen) {
             continue;
         }
         if (!tb) { bn_err(err, errlen, "%s: %s has no matching .lora_b", path, ta->name); goto fail; }
+        if (ta->ne[2] * ta->ne[3] != 1 || tb->ne[2] * tb->ne[3] != 1) { // read_f32 copies every element
+            bn_err(err, errlen, "%s: %s: LoRA tensors must be 2-D (lora_a %u dims, lora_b %u dims)", path, base,
+                   ta->n_dims, tb->n_dims);
+            goto fail;
+        }
         if (ta->ne[1] != tb->ne[0]) { bn_err(err, errlen, "%s: %s: lora_a tensor is not transposed (ne %lld,%lld vs lora_b %lld,%lld)",
                                              path, base, (long long)ta->ne[0], (long long)ta->ne[1], (long long)tb->ne[0], (long long)tb->ne[1]); goto fail; }
         int layer, target;

@@ -1,12 +1,14 @@
 // tests/model/test_model_hostile.c — well-formed GGUF files with hostile contents: every KV of a generated
-// qwen35 model, a dense qwen3 model and a DSpark drafter set to edge values (0, 1, -1, INT32_MAX, 2^32 − 1,
-// odd and doubled sizes, NaN, inf, empty or other strings), removed, or (arrays) shrunk, emptied or retyped;
-// every tensor removed, given another shape (a dimension + 1, doubled, the dimensions swapped) or another
-// type (its bytes cut or zero-padded to fit). The GGUF layer accepts all of them (test_gguf covers the broken
-// files), so they reach the model and drafter loaders. Each file is loaded in a child process, and when the
-// load succeeds the child tokenizes a prompt, runs a 3-token forward and detokenizes every id the model can
-// produce (the drafter: a context pass and a draft). The child must exit with "refused, with a message" or "ran"; a crash, an abort, a hang (20 s) or a
-// refusal without a message fails the case. Under scripts/sanitize.sh the children run with ASan + UBSan.
+// qwen35 model, a dense qwen3 model, a DSpark drafter and a LoRA adapter set to edge values (0, 1, -1,
+// INT32_MAX, 2^32 − 1, odd and doubled sizes, NaN, inf, empty or other strings), removed, or (arrays) shrunk,
+// emptied or retyped; every tensor removed, given another shape (a dimension + 1, doubled, the dimensions
+// swapped, one more dimension) or another type (its bytes cut or zero-padded to fit). The GGUF layer accepts
+// all of them (test_gguf covers broken files), so they reach the model, drafter and adapter loaders. Each file
+// is loaded in a child process, which then uses what loaded: the model tokenizes a prompt, runs a 3-token
+// forward and detokenizes every id it can produce; the drafter (of the untouched qwen35) takes 4 context rows
+// and drafts; the adapter is merged into the qwen35 model, which then runs. The child must exit with "refused,
+// with a message" or "ran"; a crash, an abort, a hang (20 s) or a refusal without a message fails the case.
+// Under scripts/sanitize.sh the children run with ASan + UBSan.
 #include "tests/test.h"
 #include "core/gguf.h"
 #include "core/model.h"
@@ -16,6 +18,8 @@
 #include "core/mkdrafter.h"
 #include "core/dspark.h"
 #include "quant/quant.h"
+#include "train/lora.h"
+#include "train/merge.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -59,6 +63,25 @@ static void run_model(const char *path) {
     free(bn_detokenize(tok, all, m->cfg.n_vocab, true, &len));
     char piece[256];
     bn_token_to_piece(tok, bn_token_eos(tok), piece, sizeof piece, true);
+    _exit(EXIT_RAN);
+}
+
+// run_adapter: loads path as a LoRA adapter, merges it into the (valid) target and runs the merged model; never
+// returns
+static void run_adapter(const char *path) {
+    char err[512] = "", merged[400];
+    bn_lora *l = bn_lora_load_gguf(path, err, sizeof err);
+    if (!l) refuse(err);
+    snprintf(merged, sizeof merged, "%s/merged-%d.gguf", dir, (int)getpid());
+    if (bn_lora_merge_gguf(target_path, l, 1.0f, BN_MERGE_F32, merged, NULL, err, sizeof err) != 0) refuse(err);
+    bn_model *m = bn_model_load(merged, err, sizeof err);
+    unlink(merged);
+    if (!m) refuse(err);
+    bn_engine *e = bn_engine_cpu_new(m, 1);
+    bn_engine_state *s = bn_engine_state_new(e, 32, err, sizeof err);
+    if (!s) refuse(err);
+    int32_t toks[3] = {0, 1, 2};
+    if (bn_engine_forward(s, toks, 3, &(bn_forward_out){0}, err, sizeof err) != 0) refuse(err);
     _exit(EXIT_RAN);
 }
 
@@ -176,7 +199,7 @@ static int write_mutation(const gguf_file *g, const mutation *mu) {
 
 // run_case: writes the mutation and runs it in a child (model or drafter); counts a failure unless the child
 // refused with a message or ran
-static void run_case(const gguf_file *g, const mutation *mu, bool drafter, const char *what) {
+static void run_case(const gguf_file *g, const mutation *mu, int kind, const char *what) {
     if (write_mutation(g, mu) != 0) return; // e.g. a shape the writer refuses: nothing reaches a loader
     n_cases++;
     fflush(stdout);
@@ -185,7 +208,7 @@ static void run_case(const gguf_file *g, const mutation *mu, bool drafter, const
     if (pid == 0) {
         if (!getenv("HOSTILE_VERBOSE") && !freopen("/dev/null", "w", stderr)) _exit(3);
         alarm(CHILD_SECONDS);
-        drafter ? run_drafter(case_path) : run_model(case_path);
+        kind == 1 ? run_drafter(case_path) : kind == 2 ? run_adapter(case_path) : run_model(case_path);
     }
     int st = 0;
     waitpid(pid, &st, 0);
@@ -197,7 +220,7 @@ static void run_case(const gguf_file *g, const mutation *mu, bool drafter, const
           WIFSIGNALED(st) ? WTERMSIG(st) : code);
 }
 
-static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
+static void kv_cases(const gguf_file *g, int kind, const char *file) {
     static const uint64_t ints[] = {0, 1, 2, 3, 7, 65536, 0x7fffffffu, 0xffffffffu};
     static const char *const strs[] = {"", "llama", "qwen35", "qwen3", "dspark", "bogus"};
     const float reals[] = {0.0f, -1.0f, NAN, INFINITY, 1e30f};
@@ -206,7 +229,7 @@ static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
         const gguf_kv *kv = &g->kv[i];
         mutation mu = {.key = kv->key, .how = KV_DROP};
         snprintf(what, sizeof what, "%s: %s removed", file, kv->key);
-        run_case(g, &mu, drafter, what);
+        run_case(g, &mu, kind, what);
         switch (kv->type) {
         case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64:
         case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: {
@@ -217,18 +240,18 @@ static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
                 uint64_t u = k < sizeof ints / sizeof ints[0] ? ints[k] : more[k - sizeof ints / sizeof ints[0]];
                 mutation m2 = {.key = kv->key, .how = kv->type == GGUF_TYPE_INT32 ? KV_I32 : KV_U32, .u = u};
                 snprintf(what, sizeof what, "%s: %s = %llu", file, kv->key, (unsigned long long)u);
-                run_case(g, &m2, drafter, what);
+                run_case(g, &m2, kind, what);
             }
             mutation m3 = {.key = kv->key, .how = KV_STR, .s = "12"};
             snprintf(what, sizeof what, "%s: %s as a string", file, kv->key);
-            run_case(g, &m3, drafter, what);
+            run_case(g, &m3, kind, what);
             break;
         }
         case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64:
             for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++) {
                 mutation m2 = {.key = kv->key, .how = KV_F32, .f = reals[k]};
                 snprintf(what, sizeof what, "%s: %s = %g", file, kv->key, (double)reals[k]);
-                run_case(g, &m2, drafter, what);
+                run_case(g, &m2, kind, what);
             }
             break;
         case GGUF_TYPE_BOOL: {
@@ -236,10 +259,10 @@ static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
             gguf_get_bool(g, kv->key, &b);
             mutation m2 = {.key = kv->key, .how = KV_BOOL, .u = !b};
             snprintf(what, sizeof what, "%s: %s flipped", file, kv->key);
-            run_case(g, &m2, drafter, what);
+            run_case(g, &m2, kind, what);
             mutation m3 = {.key = kv->key, .how = KV_U32, .u = 1};
             snprintf(what, sizeof what, "%s: %s as a u32", file, kv->key);
-            run_case(g, &m3, drafter, what);
+            run_case(g, &m3, kind, what);
             break;
         }
         case GGUF_TYPE_STRING:
@@ -247,7 +270,7 @@ static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
             for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
                 mutation m2 = {.key = kv->key, .how = KV_STR, .s = strs[k]};
                 snprintf(what, sizeof what, "%s: %s = \"%s\"", file, kv->key, strs[k]);
-                run_case(g, &m2, drafter, what);
+                run_case(g, &m2, kind, what);
             }
             break;
         case GGUF_TYPE_ARRAY: {
@@ -256,14 +279,14 @@ static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
                 mutation m2 = {.key = kv->key, .how = KV_ARR_N, .u = lens[k]};
                 snprintf(what, sizeof what, "%s: %s cut to %llu of %llu", file, kv->key, (unsigned long long)lens[k],
                          (unsigned long long)kv->n);
-                run_case(g, &m2, drafter, what);
+                run_case(g, &m2, kind, what);
             }
             mutation m3 = {.key = kv->key, .how = KV_ARR_F32};
             snprintf(what, sizeof what, "%s: %s as a float array", file, kv->key);
-            run_case(g, &m3, drafter, what);
+            run_case(g, &m3, kind, what);
             mutation m4 = {.key = kv->key, .how = KV_U32, .u = 3};
             snprintf(what, sizeof what, "%s: %s as a u32", file, kv->key);
-            run_case(g, &m4, drafter, what);
+            run_case(g, &m4, kind, what);
             break;
         }
         default: break;
@@ -271,14 +294,14 @@ static void kv_cases(const gguf_file *g, bool drafter, const char *file) {
     }
 }
 
-static void tensor_cases(const gguf_file *g, bool drafter, const char *file) {
+static void tensor_cases(const gguf_file *g, int kind, const char *file) {
     char what[256];
     static const int types[] = {BN_F32, BN_F16, BN_Q8_0, BN_Q1_0, BN_Q2_0};
     for (size_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         mutation mu = {.tensor = t->name, .thow = T_DROP};
         snprintf(what, sizeof what, "%s: tensor %s removed", file, t->name);
-        run_case(g, &mu, drafter, what);
+        run_case(g, &mu, kind, what);
         for (int k = 0; k < 4; k++) {
             mutation m2 = {.tensor = t->name, .thow = T_SHAPE, .n_dims = (int)t->n_dims};
             memcpy(m2.ne, t->ne, sizeof m2.ne);
@@ -294,26 +317,26 @@ static void tensor_cases(const gguf_file *g, bool drafter, const char *file) {
                 m2.ne[t->n_dims] = 2, m2.n_dims = (int)t->n_dims + 1, how = "one more dimension";
             }
             snprintf(what, sizeof what, "%s: tensor %s %s", file, t->name, how);
-            run_case(g, &m2, drafter, what);
+            run_case(g, &m2, kind, what);
         }
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
             if (types[k] == t->type || t->ne[0] % bn_type_blck(types[k]) != 0) continue;
             mutation m2 = {.tensor = t->name, .thow = T_TYPE, .type = types[k]};
             snprintf(what, sizeof what, "%s: tensor %s as %s", file, t->name, bn_type_name(types[k]));
-            run_case(g, &m2, drafter, what);
+            run_case(g, &m2, kind, what);
         }
     }
 }
 
 // sweep: every KV and tensor case of the file at path
-static void sweep(const char *path, bool drafter, const char *file) {
+static void sweep(const char *path, int kind, const char *file) {
     char err[256];
     gguf_file *g = gguf_open(path, err, sizeof err);
     CHECK(g != NULL, "%s: %s", file, err);
     if (!g) return;
     int before = n_cases, fails = test_failures;
-    kv_cases(g, drafter, file);
-    tensor_cases(g, drafter, file);
+    kv_cases(g, kind, file);
+    tensor_cases(g, kind, file);
     printf("%s: %d cases, %d failed\n", file, n_cases - before, test_failures - fails);
     gguf_close(g);
 }
@@ -322,10 +345,11 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/bonsai-hostile-XXXXXX");
     if (!mkdtemp(dir)) return test_skip("cannot make a temp dir");
     snprintf(case_path, sizeof case_path, "%s/case.gguf", dir);
-    char err[256], dense[320], drafter[320];
+    char err[256], dense[320], drafter[320], adapter[320];
     snprintf(target_path, sizeof target_path, "%s/qwen35.gguf", dir);
     snprintf(dense, sizeof dense, "%s/qwen3.gguf", dir);
     snprintf(drafter, sizeof drafter, "%s/drafter.gguf", dir);
+    snprintf(adapter, sizeof adapter, "%s/adapter.gguf", dir);
     bn_mkmodel_params p;
     bn_mkmodel_defaults(&p, "tiny");
     CHECK(bn_mkmodel_write(&p, target_path, err, sizeof err) == 0, "qwen35: %s", err);
@@ -334,23 +358,41 @@ int main(void) {
     bn_mkdrafter_params dp;
     bn_mkdrafter_defaults(&dp);
     CHECK(bn_mkdrafter_write(&dp, drafter, err, sizeof err) == 0, "drafter: %s", err);
+    // a rank-2 adapter on the attention and FFN projections and the GDN input projection of the qwen35 model,
+    // B nonzero so that a merge changes the weights
+    bn_model *m = bn_model_load(target_path, err, sizeof err);
+    bn_lora *l = m ? bn_lora_from_model(m, BN_LORA_Q | BN_LORA_V | BN_LORA_DOWN | BN_LORA_QKV, 2, 4.0f, 0.0f, err,
+                                        sizeof err) : NULL;
+    CHECK(l != NULL, "adapter: %s", err);
+    if (l) {
+        bn_lora_init_peft(l, 5);
+        for (int i = 0; i < l->n_tensors; i++)
+            for (int64_t k = 0; k < l->t[i].n_out * l->r; k++) l->params[l->t[i].off_b + k] = 0.01f * (float)(k % 7 - 3);
+        CHECK(bn_lora_save_gguf(l, adapter, err, sizeof err) == 0, "adapter: %s", err);
+    }
+    bn_lora_free(l);
+    bn_model_free(m);
 
     // the untouched files run (so a refusal below is the change's doing)
     mutation none = {0};
     int refused = n_refused;
     gguf_file *g = gguf_open(target_path, err, sizeof err);
-    if (g) run_case(g, &none, false, "qwen35 untouched");
+    if (g) run_case(g, &none, 0, "qwen35 untouched");
     gguf_close(g);
     g = gguf_open(drafter, err, sizeof err);
-    if (g) run_case(g, &none, true, "drafter untouched");
+    if (g) run_case(g, &none, 1, "drafter untouched");
     gguf_close(g);
-    CHECK(n_refused == refused && n_ran == 2, "the untouched model and drafter run (%d ran)", n_ran);
+    g = gguf_open(adapter, err, sizeof err);
+    if (g) run_case(g, &none, 2, "adapter untouched");
+    gguf_close(g);
+    CHECK(n_refused == refused && n_ran == 3, "the untouched model, drafter and adapter run (%d ran)", n_ran);
 
-    sweep(target_path, false, "qwen35");
-    sweep(dense, false, "qwen3");
-    sweep(drafter, true, "drafter");
+    sweep(target_path, 0, "qwen35");
+    sweep(dense, 0, "qwen3");
+    sweep(drafter, 1, "drafter");
+    sweep(adapter, 2, "adapter");
     printf("%d hostile files: %d refused with a message, %d loaded and ran\n", n_cases, n_refused, n_ran);
     CHECK(n_refused > n_cases / 4, "most shape and type changes are refused (%d of %d)", n_refused, n_cases);
-    unlink(case_path), unlink(target_path), unlink(dense), unlink(drafter), rmdir(dir);
+    unlink(case_path), unlink(target_path), unlink(dense), unlink(drafter), unlink(adapter), rmdir(dir);
     return test_done("test_model_hostile");
 }
