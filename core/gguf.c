@@ -317,7 +317,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
                 goto fail;
             }
             t->ne[d] = (int64_t)v;
-            nel *= (int64_t)v;
+            if (v != 0) nel *= (int64_t)v; // a zero dimension counts as 1: every sub-product must fit too
         }
         at = r.off;
         if (rd_u32(&r, &t->file_type, "tensor type") != 0) goto fail;

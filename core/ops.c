@@ -245,7 +245,11 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, flo
 }
 static int have_f16c(void) {
     static int cached = -1;
+#if defined(__clang__) // clang 14 knows no "f16c" feature string; its builds enable F16C for the whole library
+    if (cached < 0) cached = have_avx2();
+#else
     if (cached < 0) cached = have_avx2() && __builtin_cpu_supports("f16c");
+#endif
     return cached;
 }
 #endif
