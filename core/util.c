@@ -202,6 +202,8 @@ struct bn_lines {
     gzFile gz;
     char *buf;
     size_t cap;
+    char *path;
+    char why[160]; // "" while reading went well
 };
 
 bn_lines *bn_lines_open(const char *path, char *err, size_t errlen) {
@@ -214,7 +216,18 @@ bn_lines *bn_lines_open(const char *path, char *err, size_t errlen) {
     l->gz = gz;
     l->cap = 1 << 16;
     l->buf = xmalloc(l->cap);
+    l->path = xstrdup(path);
     return l;
+}
+
+// read_failed: true (and the reason kept in l->why) when gzgets stopped on an error, not at the end of the file
+static bool read_failed(bn_lines *l) {
+    int errnum = Z_OK;
+    const char *msg = gzerror(l->gz, &errnum);
+    if (errnum == Z_OK) return false;
+    if (errnum == Z_ERRNO) msg = strerror(errno);
+    snprintf(l->why, sizeof l->why, "%s", msg && msg[0] ? msg : "read error");
+    return true;
 }
 
 const char *bn_lines_next(bn_lines *l, size_t *len) {
@@ -222,6 +235,7 @@ const char *bn_lines_next(bn_lines *l, size_t *len) {
     for (;;) {
         if (n + 2 >= l->cap) l->buf = xrealloc(l->buf, l->cap *= 2);
         if (!gzgets(l->gz, l->buf + n, (int)(l->cap - n))) {
+            if (read_failed(l)) return NULL; // a partial last line of a truncated file is not a line
             if (n == 0) return NULL;
             break;
         }
@@ -236,10 +250,17 @@ const char *bn_lines_next(bn_lines *l, size_t *len) {
     return l->buf;
 }
 
+bool bn_lines_failed(const bn_lines *l, char *err, size_t errlen) {
+    if (!l->why[0]) return false;
+    bn_err(err, errlen, "%s: cannot read on (%s): the file is truncated or damaged", l->path, l->why);
+    return true;
+}
+
 void bn_lines_close(bn_lines *l) {
     if (!l) return;
     gzclose(l->gz);
     free(l->buf);
+    free(l->path);
     free(l);
 }
 

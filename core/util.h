@@ -63,8 +63,12 @@ char *bn_read_file(const char *path, size_t *n, char *err, size_t errlen);
 typedef struct bn_lines bn_lines;
 // bn_lines_open: opens a text or .gz file for line reading; NULL on error.
 bn_lines *bn_lines_open(const char *path, char *err, size_t errlen);
-// bn_lines_next: next line without the trailing newline (valid until the next call); NULL at EOF.
+// bn_lines_next: next line without the trailing newline (valid until the next call); NULL at the end of the file
+// or on a read error (truncated or corrupt gzip data, an I/O error): bn_lines_failed tells them apart.
 const char *bn_lines_next(bn_lines *l, size_t *len);
+// bn_lines_failed: true (err filled: the path and zlib's or the system's reason) when reading stopped on an error
+// rather than at the end of the file; the lines before it were read. False otherwise.
+bool bn_lines_failed(const bn_lines *l, char *err, size_t errlen);
 void bn_lines_close(bn_lines *l);
 
 // ---- checksums ----------------------------------------------------------------------------

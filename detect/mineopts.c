@@ -53,7 +53,9 @@ static int load_phrases(bn_mine_opts *o, const char *path, char *err, size_t err
         o->phrases = xrealloc(o->phrases, (size_t)(o->n_phrases + 1) * sizeof *o->phrases);
         o->phrases[o->n_phrases++] = ph;
     }
+    bool failed = bn_lines_failed(l, err, errlen);
     bn_lines_close(l);
+    if (failed) return -1;
     if (o->n_phrases == 0) return bn_err(err, errlen, "%s: no phrases", path);
     return 0;
 }

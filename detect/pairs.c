@@ -487,6 +487,11 @@ int bn_pairs_read(const char *path, bn_pair_row **rows_out, char *err, size_t er
         }
         n++;
     }
+    if (bn_lines_failed(l, err, errlen)) {
+        bn_pairs_free(rows, n);
+        bn_lines_close(l);
+        return -1;
+    }
     bn_lines_close(l);
     *rows_out = rows;
     return n;

@@ -175,6 +175,11 @@ int bn_prompts_read(const char *path, const bn_prompt_opts *o, bn_prompt **out, 
         if (n == cap) { cap = cap ? 2 * cap : 64; v = xrealloc(v, (size_t)cap * sizeof *v); }
         v[n++] = p;
     }
+    if (bn_lines_failed(l, err, errlen)) {
+        bn_prompts_free(v, n);
+        bn_lines_close(l);
+        return -1;
+    }
     bn_lines_close(l);
     *out = v;
     return n;

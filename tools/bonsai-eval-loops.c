@@ -123,6 +123,11 @@ static int from_log(const char *path, const bn_rep_params *rp, const char *label
         n++;
         bn_gen_row_free(&g);
     }
+    if (bn_lines_failed(l, err, sizeof err)) {
+        bn_lines_close(l);
+        free(looped), free(limit), free(len);
+        return fail(err);
+    }
     bn_lines_close(l);
     bn_loop_stats st;
     bn_loop_stats_compute(looped, limit, len, n, &st);

@@ -113,6 +113,7 @@ bn_train_rows *bn_train_rows_load(const char *path, const bn_tokenizer *tok, int
         }
         out->rows[out->n_rows++] = r;
     }
+    if (bn_lines_failed(lines, err, errlen)) goto fail;
     bn_lines_close(lines);
     return out;
 fail:
