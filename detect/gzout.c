@@ -38,14 +38,21 @@ bn_lineout *bn_lineout_open(const char *path, char *err, size_t errlen) {
     return o;
 }
 
+// gz_why: zlib's reason for the last failure on gz (the system's for a file error)
+static const char *gz_why(gzFile gz) {
+    int errnum = Z_OK;
+    const char *msg = gz ? gzerror(gz, &errnum) : NULL;
+    return errnum == Z_ERRNO || !msg || !msg[0] ? strerror(errno) : msg;
+}
+
 int bn_lineout_write(bn_lineout *o, const char *line, size_t len, char *err, size_t errlen) {
     if (o->gz) {
         if ((len && gzwrite(o->gz, line, (unsigned)len) != (int)len) || gzputc(o->gz, '\n') < 0)
-            return bn_err(err, errlen, "write to %s failed", o->tmp_path);
+            return bn_err(err, errlen, "cannot write %s: %s", o->path, gz_why(o->gz));
         return 0;
     }
     if (fwrite(line, 1, len, o->af.f) != len || fputc('\n', o->af.f) == EOF)
-        return bn_err(err, errlen, "write to %s failed: %s", o->af.tmp_path, strerror(errno));
+        return bn_err(err, errlen, "cannot write %s: %s", o->af.path, strerror(errno));
     return 0;
 }
 
@@ -56,7 +63,11 @@ int bn_lineout_commit(bn_lineout *o, char *err, size_t errlen) {
         free(o);
         return rc;
     }
-    if (gzclose(o->gz) != Z_OK) rc = bn_err(err, errlen, "closing %s failed", o->tmp_path);
+    errno = 0;
+    int zrc = gzclose(o->gz); // flushes the compressor's last blocks: a full disk shows here
+    if (zrc != Z_OK)
+        rc = bn_err(err, errlen, "cannot write %s: %s", o->path,
+                    zrc == Z_ERRNO && errno ? strerror(errno) : zrc == Z_BUF_ERROR ? "incomplete data" : "zlib error");
     if (rc == 0) {
         int fd = open(o->tmp_path, O_RDONLY);
         if (fd >= 0) { fsync(fd); close(fd); }

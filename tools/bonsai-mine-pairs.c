@@ -7,6 +7,7 @@
 // headroom) writes the selected rows atomically and prints the top rejected tokens before/after.
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 #include <jansson.h>
@@ -93,6 +94,7 @@ static int put_line(FILE *f, const char *line) {
 // Mining state shared with the in-order result callback.
 typedef struct {
     FILE *fp, *fg;
+    const char *fp_path, *fg_path;
     const bn_prompt *prompts;
     int n_pairs, n_loops, n_done, n_before, target, rc;
     int64_t n_tokens;
@@ -113,15 +115,27 @@ static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *
         json_decref(g.extra);
         bool ok = line && put_line(mn->fg, line) == 0;
         free(line);
-        if (!ok) mn->rc = fail("writing the generation log failed");
+        if (!ok) {
+            snprintf(err, sizeof err, "cannot write %s: %s", mn->fg_path, strerror(errno));
+            mn->rc = fail(err);
+        }
         return ok;
     }
     char *pline = r->has_pair ? bn_pair_row_to_line(&r->pair, err, sizeof err) : NULL;
     char *gline = bn_gen_row_to_line(&r->gen, err, sizeof err);
-    bool ok = gline && (!r->has_pair || (pline && put_line(mn->fp, pline) == 0)) && put_line(mn->fg, gline) == 0;
+    errno = 0;
+    const char *failed = !gline || (r->has_pair && !pline) ? "" // a row that cannot be written as JSON
+                         : r->has_pair && put_line(mn->fp, pline) != 0 ? mn->fp_path
+                         : put_line(mn->fg, gline) != 0 ? mn->fg_path : NULL;
     free(pline);
     free(gline);
-    if (!ok) { mn->rc = fail("writing the outputs failed"); return false; }
+    if (failed) {
+        char msg[1400];
+        if (failed[0]) snprintf(msg, sizeof msg, "cannot write %s: %s (--resume continues)", failed, strerror(errno));
+        else snprintf(msg, sizeof msg, "prompt %d: %s", i, err);
+        mn->rc = fail(msg);
+        return false;
+    }
     mn->n_pairs += r->has_pair;
     mn->n_loops += r->looped;
     mn->n_done++;
@@ -218,7 +232,7 @@ int main(int argc, char **argv) {
     if (!srcs) return fail(err);
     FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
-    miner mn = {.fp = fp, .fg = fg, .prompts = prompts, .n_pairs = rs.n_pairs, .n_loops = rs.n_loops,
+    miner mn = {.fp = fp, .fg = fg, .fp_path = out_path, .fg_path = gen_log, .prompts = prompts, .n_pairs = rs.n_pairs, .n_loops = rs.n_loops,
                 .n_before = rs.n_done, .target = target_pairs, .t0 = bn_time_ms()};
     bn_progress_start(&mn.bar, "mining", n_prompts);
     if (rs.n_done < n_prompts && mn.n_pairs < target_pairs)
