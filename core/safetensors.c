@@ -38,9 +38,21 @@ int64_t bn_st_nelements(const bn_st_tensor *t) {
 }
 
 void bn_st_to_f32(int type, const void *src, float *dst, int64_t n) {
-    if (type == BN_F32) memcpy(dst, src, (size_t)n * 4);
-    else if (type == BN_F16) bn_fp16_to_fp32_row(src, dst, n);
-    else bn_bf16_to_fp32_row(src, dst, n);
+    if (type == BN_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    // safetensors data offsets need not be even (nor the header length a multiple of 8): a misaligned
+    // F16/BF16 run goes through an aligned copy, in chunks (the row converters take uint16_t pointers)
+    uint16_t bounce[2048];
+    const bool aligned = ((uintptr_t)src & 1) == 0;
+    for (int64_t i = 0; i < n;) {
+        const int64_t k = aligned ? n - i : (n - i < 2048 ? n - i : 2048);
+        const uint16_t *x = aligned ? (const uint16_t *)src + i : memcpy(bounce, (const uint8_t *)src + 2 * i, 2 * k);
+        if (type == BN_F16) bn_fp16_to_fp32_row(x, dst + i, k);
+        else bn_bf16_to_fp32_row(x, dst + i, k);
+        i += k;
+    }
 }
 
 void bn_st_from_f32(int type, const float *src, void *dst, int64_t n) {
