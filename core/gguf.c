@@ -317,7 +317,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
                 goto fail;
             }
             t->ne[d] = (int64_t)v;
-            if (v != 0) nel *= (int64_t)v; // a zero dimension counts as 1: every sub-product must fit too
+            nel *= (int64_t)v;
         }
         at = r.off;
         if (rd_u32(&r, &t->file_type, "tensor type") != 0) goto fail;
@@ -365,7 +365,9 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
     gguf_tensor **order = xmalloc(sizeof(gguf_tensor *) * (f->n_tensors ? f->n_tensors : 1));
     for (size_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
-        int64_t rows = t->ne[1] * t->ne[2] * t->ne[3]; // product already checked for overflow
+        // the product of all dimensions was checked for overflow; with ne[0] == 0 (an empty tensor, which ggml accepts
+        // too) the later ones are unconstrained and their product may not fit
+        int64_t rows = t->ne[0] == 0 ? 0 : t->ne[1] * t->ne[2] * t->ne[3];
         // the row size itself can overflow (e.g. F32 with ne[0] = 2^62 would wrap to 0 bytes)
         uint64_t blocks = (uint64_t)(t->ne[0] / bn_type_blck(t->type));
         bool row_overflows = blocks > (SIZE_MAX / 2) / (uint64_t)bn_type_size(t->type);
