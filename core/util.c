@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
 #include <zlib.h>
 
 int bn_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -109,15 +111,71 @@ void bn_progress_finish(bn_progress *p, const char *extra) {
     if (p->enabled) progress_draw(p, extra, true);
 }
 
+// ---- temp files removed on SIGINT / SIGTERM / SIGHUP ----------------------------------------
+#define TMP_SLOTS 32
+static const char *volatile tmp_slots[TMP_SLOTS]; // claimed with compare-and-swap, read by the handler
+static const int tmp_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// on_stop_signal: removes the tracked temp files, then dies of the signal with its default action
+static void on_stop_signal(int sig) {
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        const char *p = tmp_slots[i];
+        if (p) unlink(p); // async-signal-safe
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+// install_once: on_stop_signal for each signal still at its default action
+static void install_once(void) {
+    for (size_t i = 0; i < sizeof tmp_signals / sizeof tmp_signals[0]; i++) {
+        struct sigaction old;
+        if (sigaction(tmp_signals[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+            continue;
+        struct sigaction sa = {0};
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(tmp_signals[i], &sa, NULL);
+    }
+}
+
+// install_stop_handlers: install_once, once per process
+static void install_stop_handlers(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_once);
+}
+
+int bn_tmp_track(const char *path) {
+    install_stop_handlers();
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        const char *expected = NULL;
+        if (__atomic_compare_exchange_n((const char **)&tmp_slots[i], &expected, path, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return 0;
+    }
+    return -1;
+}
+
+void bn_tmp_untrack(const char *path) {
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        const char *expected = path;
+        if (path && __atomic_compare_exchange_n((const char **)&tmp_slots[i], &expected, NULL, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
 int bn_atomic_open(bn_atomic_file *af, const char *path, char *err, size_t errlen) {
     memset(af, 0, sizeof *af);
     size_t n = strlen(path) + 32;
     af->path = xstrdup(path);
     af->tmp_path = xmalloc(n);
     snprintf(af->tmp_path, n, "%s.tmp.%d", path, (int)getpid());
+    bn_tmp_track(af->tmp_path); // before the file exists: a signal in between finds nothing to remove
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) {
         bn_err(err, errlen, "cannot create %s: %s", af->tmp_path, strerror(errno));
+        bn_tmp_untrack(af->tmp_path);
         free(af->path);
         free(af->tmp_path);
         af->path = af->tmp_path = NULL;
@@ -147,6 +205,7 @@ int bn_atomic_commit(bn_atomic_file *af, char *err, size_t errlen) {
         rc = bn_err(err, errlen, "cannot rename %s to %s: %s", af->tmp_path, af->path, strerror(errno));
     if (rc != 0) unlink(af->tmp_path);
     else fsync_dir_of(af->path);
+    bn_tmp_untrack(af->tmp_path);
     free(af->path);
     free(af->tmp_path);
     af->path = af->tmp_path = NULL;
@@ -156,6 +215,7 @@ int bn_atomic_commit(bn_atomic_file *af, char *err, size_t errlen) {
 void bn_atomic_abort(bn_atomic_file *af) {
     if (af->f) fclose(af->f);
     if (af->tmp_path) unlink(af->tmp_path);
+    bn_tmp_untrack(af->tmp_path);
     free(af->path);
     free(af->tmp_path);
     memset(af, 0, sizeof *af);

@@ -43,7 +43,8 @@ void bn_progress_finish(bn_progress *p, const char *extra);
 // ---- atomic output ------------------------------------------------------------------------
 // bn_atomic_file: writes go to "<path>.tmp.<pid>"; commit fsyncs, renames over path and
 // fsyncs the directory; abort removes the temp file. A killed writer never leaves a partial
-// file under the final name.
+// file under the final name; one stopped by SIGINT, SIGTERM or SIGHUP (where the program left
+// that signal's default action) removes its temp files first (bn_tmp_track); SIGKILL leaves them.
 typedef struct {
     FILE *f;
     char *path, *tmp_path;
@@ -56,6 +57,13 @@ int bn_atomic_commit(bn_atomic_file *af, char *err, size_t errlen);
 void bn_atomic_abort(bn_atomic_file *af);
 // bn_write_file_atomic: whole buffer to path atomically; returns 0 or -1.
 int bn_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+// bn_tmp_track: path (kept by the caller until bn_tmp_untrack) is removed if SIGINT, SIGTERM or SIGHUP ends the
+// process before bn_tmp_untrack(path); the handler is installed only for signals still at their default action (a
+// program's own handler, e.g. ftpo-train's "finish the step", is left alone). At most 32 paths at once; returns 0,
+// or -1 when all slots are taken (the file is then not tracked).
+int bn_tmp_track(const char *path);
+// bn_tmp_untrack: stops tracking path (the same pointer); no-op if it is not tracked.
+void bn_tmp_untrack(const char *path);
 // bn_read_file: whole file into a malloc'd NUL-terminated buffer (*n = length); NULL on error.
 char *bn_read_file(const char *path, size_t *n, char *err, size_t errlen);
 

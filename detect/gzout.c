@@ -29,9 +29,11 @@ bn_lineout *bn_lineout_open(const char *path, char *err, size_t errlen) {
     o->path = xstrdup(path);
     o->tmp_path = xmalloc(strlen(path) + 32);
     sprintf(o->tmp_path, "%s.tmp.%ld", path, (long)getpid());
+    bn_tmp_track(o->tmp_path);
     o->gz = gzopen(o->tmp_path, "wb6");
     if (!o->gz) {
         bn_err(err, errlen, "cannot create %s: %s", o->tmp_path, strerror(errno));
+        bn_tmp_untrack(o->tmp_path);
         free(o->path); free(o->tmp_path); free(o);
         return NULL;
     }
@@ -75,6 +77,7 @@ int bn_lineout_commit(bn_lineout *o, char *err, size_t errlen) {
             rc = bn_err(err, errlen, "cannot rename %s to %s: %s", o->tmp_path, o->path, strerror(errno));
     }
     if (rc != 0) unlink(o->tmp_path);
+    bn_tmp_untrack(o->tmp_path);
     free(o->path); free(o->tmp_path); free(o);
     return rc;
 }
@@ -83,6 +86,7 @@ void bn_lineout_abort(bn_lineout *o) {
     if (o->gz) {
         gzclose(o->gz);
         unlink(o->tmp_path);
+        bn_tmp_untrack(o->tmp_path);
         free(o->path); free(o->tmp_path);
     } else {
         bn_atomic_abort(&o->af);

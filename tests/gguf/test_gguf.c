@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
 
 static char tmpdir[256];
 
@@ -285,6 +287,8 @@ static int count_dir_entries(const char *dir, const char *prefix) {
     return n;
 }
 
+static void stop_noop(int sig) { (void)sig; }
+
 static void test_atomic(void) {
     char dir[300], path[400], err[512];
     snprintf(dir, sizeof dir, "%s/atomic", tmpdir);
@@ -319,6 +323,40 @@ static void test_atomic(void) {
     snprintf(bad, sizeof bad, "%s/no/such/dir/x.gguf", dir);
     CHECK(gguf_writer_write(w, bad, fill_fail_at_1, NULL, err, sizeof err) != 0 && err[0], "bad dir: %s", err);
     gguf_writer_free(w);
+    // stopped by a signal mid-write: SIGTERM / SIGINT / SIGHUP (default action) remove the temp file, the old file
+    // stays; a program with its own handler keeps it (that handler decides); SIGKILL leaves it (nothing can run)
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGTERM, SIGKILL};
+    for (int k = 0; k < 5; k++) {
+        const bool own_handler = k == 3;
+        int ready[2];
+        CHECK(pipe(ready) == 0, "pipe");
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (own_handler) signal(SIGTERM, stop_noop);
+            bn_atomic_file af;
+            if (bn_atomic_open(&af, path, err, sizeof err) != 0) _exit(3);
+            fputs("partial", af.f), fflush(af.f);
+            if (write(ready[1], "x", 1) != 1) _exit(4);
+            for (;;) pause(); // mid-write, until the parent's signal
+        }
+        char c;
+        CHECK(read(ready[0], &c, 1) == 1, "child wrote its temp file");
+        kill(pid, sigs[k]);
+        int st = 0;
+        if (own_handler) usleep(200 * 1000), kill(pid, SIGKILL); // its handler returned: end it without cleanup
+        waitpid(pid, &st, 0);
+        close(ready[0]), close(ready[1]);
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == (own_handler ? SIGKILL : sigs[k]), "case %d: killed by its signal", k);
+        int left = count_dir_entries(dir, "model.gguf.tmp.");
+        CHECK(left == (own_handler || sigs[k] == SIGKILL ? 1 : 0), "signal %d%s: %d temp files left", sigs[k],
+              own_handler ? " (own handler)" : "", left);
+        back = bn_read_file(path, &n, err, sizeof err);
+        CHECK(back && n == sizeof old && memcmp(back, old, n) == 0, "signal %d: the old file is intact", sigs[k]);
+        free(back);
+        char tmp[500];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)pid);
+        unlink(tmp);
+    }
     unlink(path);
     rmdir(dir);
 }
