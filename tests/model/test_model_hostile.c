@@ -21,6 +21,7 @@
 #include "train/lora.h"
 #include "train/merge.h"
 #include <math.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +188,8 @@ static int write_mutation(const gguf_file *g, const mutation *mu) {
             if (mu->thow == T_TYPE) type = mu->type;
         }
         if (n >= 4096) rc = -1;
-        else if (gguf_writer_add_tensor(w, t->name, n_dims, ne, type, (uint32_t)type, NULL, err, sizeof err) < 0) rc = -1;
+        else if (gguf_writer_add_tensor(w, t->name, n_dims, ne, type, (uint32_t)type, NULL, err, sizeof err) < 0)
+            rc = -1;
         else c.map[n++] = (int)i;
     }
     if (rc == 0 && gguf_writer_write(w, case_path, fill, &c, err, sizeof err) != 0) rc = -1;
@@ -220,73 +222,65 @@ static void run_case(const gguf_file *g, const mutation *mu, int kind, const cha
           WIFSIGNALED(st) ? WTERMSIG(st) : code);
 }
 
+// try_case: run_case with a printf-formatted description
+static void try_case(const gguf_file *g, mutation mu, int kind, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    run_case(g, &mu, kind, what);
+}
+
 static void kv_cases(const gguf_file *g, int kind, const char *file) {
     static const uint64_t ints[] = {0, 1, 2, 3, 7, 65536, 0x7fffffffu, 0xffffffffu};
     static const char *const strs[] = {"", "llama", "qwen35", "qwen3", "dspark", "bogus"};
     const float reals[] = {0.0f, -1.0f, NAN, INFINITY, 1e30f};
-    char what[256];
+    const int n_ints = (int)(sizeof ints / sizeof ints[0]);
     for (size_t i = 0; i < g->n_kv; i++) {
         const gguf_kv *kv = &g->kv[i];
-        mutation mu = {.key = kv->key, .how = KV_DROP};
-        snprintf(what, sizeof what, "%s: %s removed", file, kv->key);
-        run_case(g, &mu, kind, what);
+        const char *K = kv->key;
+        try_case(g, (mutation){.key = K, .how = KV_DROP}, kind, "%s: %s removed", file, K);
         switch (kv->type) {
         case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64:
         case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: {
             int64_t v = 0;
-            gguf_get_int(g, kv->key, &v);
-            uint64_t more[] = {(uint64_t)v + 1, (uint64_t)v * 2 + 1};
-            for (size_t k = 0; k < sizeof ints / sizeof ints[0] + 2; k++) {
-                uint64_t u = k < sizeof ints / sizeof ints[0] ? ints[k] : more[k - sizeof ints / sizeof ints[0]];
-                mutation m2 = {.key = kv->key, .how = kv->type == GGUF_TYPE_INT32 ? KV_I32 : KV_U32, .u = u};
-                snprintf(what, sizeof what, "%s: %s = %llu", file, kv->key, (unsigned long long)u);
-                run_case(g, &m2, kind, what);
+            gguf_get_int(g, K, &v);
+            const uint64_t more[] = {(uint64_t)v + 1, (uint64_t)v * 2 + 1};
+            const int how = kv->type == GGUF_TYPE_INT32 ? KV_I32 : KV_U32;
+            for (int k = 0; k < n_ints + 2; k++) {
+                uint64_t u = k < n_ints ? ints[k] : more[k - n_ints];
+                try_case(g, (mutation){.key = K, .how = how, .u = u}, kind, "%s: %s = %llu", file, K,
+                         (unsigned long long)u);
             }
-            mutation m3 = {.key = kv->key, .how = KV_STR, .s = "12"};
-            snprintf(what, sizeof what, "%s: %s as a string", file, kv->key);
-            run_case(g, &m3, kind, what);
+            try_case(g, (mutation){.key = K, .how = KV_STR, .s = "12"}, kind, "%s: %s as a string", file, K);
             break;
         }
         case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64:
-            for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++) {
-                mutation m2 = {.key = kv->key, .how = KV_F32, .f = reals[k]};
-                snprintf(what, sizeof what, "%s: %s = %g", file, kv->key, (double)reals[k]);
-                run_case(g, &m2, kind, what);
-            }
+            for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++)
+                try_case(g, (mutation){.key = K, .how = KV_F32, .f = reals[k]}, kind, "%s: %s = %g", file, K,
+                         (double)reals[k]);
             break;
         case GGUF_TYPE_BOOL: {
             bool b = false;
-            gguf_get_bool(g, kv->key, &b);
-            mutation m2 = {.key = kv->key, .how = KV_BOOL, .u = !b};
-            snprintf(what, sizeof what, "%s: %s flipped", file, kv->key);
-            run_case(g, &m2, kind, what);
-            mutation m3 = {.key = kv->key, .how = KV_U32, .u = 1};
-            snprintf(what, sizeof what, "%s: %s as a u32", file, kv->key);
-            run_case(g, &m3, kind, what);
+            gguf_get_bool(g, K, &b);
+            try_case(g, (mutation){.key = K, .how = KV_BOOL, .u = !b}, kind, "%s: %s flipped", file, K);
+            try_case(g, (mutation){.key = K, .how = KV_U32, .u = 1}, kind, "%s: %s as a u32", file, K);
             break;
         }
         case GGUF_TYPE_STRING:
-            if (!strcmp(kv->key, "general.name")) break; // read by nothing that matters
-            for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++) {
-                mutation m2 = {.key = kv->key, .how = KV_STR, .s = strs[k]};
-                snprintf(what, sizeof what, "%s: %s = \"%s\"", file, kv->key, strs[k]);
-                run_case(g, &m2, kind, what);
-            }
+            if (!strcmp(K, "general.name")) break; // read by nothing that matters
+            for (size_t k = 0; k < sizeof strs / sizeof strs[0]; k++)
+                try_case(g, (mutation){.key = K, .how = KV_STR, .s = strs[k]}, kind, "%s: %s = \"%s\"", file, K,
+                         strs[k]);
             break;
         case GGUF_TYPE_ARRAY: {
             const uint64_t lens[] = {0, 1, kv->n / 2, kv->n > 0 ? kv->n - 1 : 0};
-            for (size_t k = 0; k < 4; k++) {
-                mutation m2 = {.key = kv->key, .how = KV_ARR_N, .u = lens[k]};
-                snprintf(what, sizeof what, "%s: %s cut to %llu of %llu", file, kv->key, (unsigned long long)lens[k],
-                         (unsigned long long)kv->n);
-                run_case(g, &m2, kind, what);
-            }
-            mutation m3 = {.key = kv->key, .how = KV_ARR_F32};
-            snprintf(what, sizeof what, "%s: %s as a float array", file, kv->key);
-            run_case(g, &m3, kind, what);
-            mutation m4 = {.key = kv->key, .how = KV_U32, .u = 3};
-            snprintf(what, sizeof what, "%s: %s as a u32", file, kv->key);
-            run_case(g, &m4, kind, what);
+            for (size_t k = 0; k < 4; k++)
+                try_case(g, (mutation){.key = K, .how = KV_ARR_N, .u = lens[k]}, kind, "%s: %s cut to %llu of %llu",
+                         file, K, (unsigned long long)lens[k], (unsigned long long)kv->n);
+            try_case(g, (mutation){.key = K, .how = KV_ARR_F32}, kind, "%s: %s as a float array", file, K);
+            try_case(g, (mutation){.key = K, .how = KV_U32, .u = 3}, kind, "%s: %s as a u32", file, K);
             break;
         }
         default: break;
@@ -295,35 +289,31 @@ static void kv_cases(const gguf_file *g, int kind, const char *file) {
 }
 
 static void tensor_cases(const gguf_file *g, int kind, const char *file) {
-    char what[256];
     static const int types[] = {BN_F32, BN_F16, BN_Q8_0, BN_Q1_0, BN_Q2_0};
+    static const char *const shape_changes[] = {"ne0 + 1", "last dimension doubled", "dimensions swapped",
+                                                "one more dimension"};
     for (size_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
-        mutation mu = {.tensor = t->name, .thow = T_DROP};
-        snprintf(what, sizeof what, "%s: tensor %s removed", file, t->name);
-        run_case(g, &mu, kind, what);
+        try_case(g, (mutation){.tensor = t->name, .thow = T_DROP}, kind, "%s: tensor %s removed", file, t->name);
         for (int k = 0; k < 4; k++) {
-            mutation m2 = {.tensor = t->name, .thow = T_SHAPE, .n_dims = (int)t->n_dims};
-            memcpy(m2.ne, t->ne, sizeof m2.ne);
-            const char *how = "";
-            if (k == 0) m2.ne[0] += 1, how = "ne0 + 1";
-            if (k == 1) m2.ne[t->n_dims - 1] *= 2, how = "last dimension doubled";
+            mutation m = {.tensor = t->name, .thow = T_SHAPE, .n_dims = (int)t->n_dims};
+            memcpy(m.ne, t->ne, sizeof m.ne);
+            if (k == 0) m.ne[0] += 1;
+            if (k == 1) m.ne[t->n_dims - 1] *= 2;
             if (k == 2) {
                 if (t->n_dims < 2 || t->ne[0] == t->ne[1]) continue;
-                m2.ne[0] = t->ne[1], m2.ne[1] = t->ne[0], how = "dimensions swapped";
+                m.ne[0] = t->ne[1], m.ne[1] = t->ne[0];
             }
             if (k == 3) {
                 if (t->n_dims >= GGUF_MAX_DIMS) continue;
-                m2.ne[t->n_dims] = 2, m2.n_dims = (int)t->n_dims + 1, how = "one more dimension";
+                m.ne[t->n_dims] = 2, m.n_dims = (int)t->n_dims + 1;
             }
-            snprintf(what, sizeof what, "%s: tensor %s %s", file, t->name, how);
-            run_case(g, &m2, kind, what);
+            try_case(g, m, kind, "%s: tensor %s %s", file, t->name, shape_changes[k]);
         }
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
             if (types[k] == t->type || t->ne[0] % bn_type_blck(types[k]) != 0) continue;
-            mutation m2 = {.tensor = t->name, .thow = T_TYPE, .type = types[k]};
-            snprintf(what, sizeof what, "%s: tensor %s as %s", file, t->name, bn_type_name(types[k]));
-            run_case(g, &m2, kind, what);
+            try_case(g, (mutation){.tensor = t->name, .thow = T_TYPE, .type = types[k]}, kind, "%s: tensor %s as %s",
+                     file, t->name, bn_type_name(types[k]));
         }
     }
 }
@@ -367,7 +357,8 @@ int main(void) {
     if (l) {
         bn_lora_init_peft(l, 5);
         for (int i = 0; i < l->n_tensors; i++)
-            for (int64_t k = 0; k < l->t[i].n_out * l->r; k++) l->params[l->t[i].off_b + k] = 0.01f * (float)(k % 7 - 3);
+            for (int64_t k = 0; k < l->t[i].n_out * l->r; k++)
+                l->params[l->t[i].off_b + k] = 0.01f * (float)(k % 7 - 3);
         CHECK(bn_lora_save_gguf(l, adapter, err, sizeof err) == 0, "adapter: %s", err);
     }
     bn_lora_free(l);

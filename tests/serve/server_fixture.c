@@ -1,6 +1,7 @@
 // tests/serve/server_fixture.c — see server_fixture.h.
 #include "tests/serve/server_fixture.h"
 #include "core/mkmodel.h"
+#include "core/mkdrafter.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,18 @@ int fixture_model(server_fixture *f, const char *preset) {
     p.seed = 7;
     char err[256];
     if (bn_mkmodel_write(&p, f->model, err, sizeof err) != 0) {
+        fprintf(stderr, "fixture: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+int fixture_drafter(server_fixture *f) {
+    snprintf(f->drafter, sizeof f->drafter, "%s/drafter.gguf", f->dir);
+    bn_mkdrafter_params dp;
+    bn_mkdrafter_defaults(&dp);
+    char err[256];
+    if (bn_mkdrafter_write(&dp, f->drafter, err, sizeof err) != 0) {
         fprintf(stderr, "fixture: %s\n", err);
         return -1;
     }

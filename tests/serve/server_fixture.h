@@ -10,10 +10,14 @@ typedef struct {
     int port;
     char dir[256];      // temp dir holding the model and the ready file
     char model[320];
+    char drafter[320];  // fixture_drafter's file
 } server_fixture;
 
 // fixture_model: writes the tiny generated model into a fresh temp dir; returns 0 or -1.
 int fixture_model(server_fixture *f, const char *preset);
+// fixture_drafter: writes the default tiny DSpark drafter (bn_mkdrafter_defaults) next to the model and its path
+// into f->drafter; returns 0 or -1 (message on stderr).
+int fixture_drafter(server_fixture *f);
 // fixture_start: execs build/tools/bonsai-serve (env BONSAI_SERVE_EXE: another binary, e.g. the CUDA
 // emulator's bonsai-serve-emu) -m model --port 0, the arguments in env BONSAI_SERVE_ARGS (space-separated,
 // e.g. "-ngl 99"), then extra args (NULL-terminated list), and waits (≤ 60 s) until it listens; returns 0 or -1.

@@ -14,7 +14,6 @@
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
-#include "core/mkdrafter.h"
 #include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -130,12 +129,8 @@ int main(void) {
     const char *cases = getenv("BONSAI_BATCH_SPEC") ? getenv("BONSAI_BATCH_SPEC") : "oracle,dspark";
     const char *oracle[] = {"--spec-type", "draft-oracle", NULL};
     if (strstr(cases, "oracle")) spec_case("oracle", oracle, 1, alone, true);
-    char drafter[400], err[256];
-    snprintf(drafter, sizeof drafter, "%s/drafter.gguf", F.dir);
-    bn_mkdrafter_params dp;
-    bn_mkdrafter_defaults(&dp);
-    CHECK(bn_mkdrafter_write(&dp, drafter, err, sizeof err) == 0, "drafter: %s", err);
-    const char *dspark[] = {"-md", drafter, "--spec-type", "draft-dspark", "--no-spec-adaptive", NULL};
+    CHECK(fixture_drafter(&F) == 0, "drafter");
+    const char *dspark[] = {"-md", F.drafter, "--spec-type", "draft-dspark", "--no-spec-adaptive", NULL};
     if (strstr(cases, "dspark")) spec_case("dspark", dspark, 1, alone, false);
     for (int i = 0; i < N_REQ; i++) free(alone[i].content);
     return test_done("test_server_batch");

@@ -9,7 +9,6 @@
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
-#include "core/mkdrafter.h"
 #include "core/rng.h"
 #include <jansson.h>
 #include <stdio.h>
@@ -45,7 +44,8 @@ static json_t *random_text(void) {
         int c = below(4) == 0 ? 0x80 + below(0x2000) : 1 + below(126);
         if (c < 0x80) buf[n++] = (char)c;
         else if (c < 0x800) buf[n++] = (char)(0xc0 | c >> 6), buf[n++] = (char)(0x80 | (c & 63));
-        else buf[n++] = (char)(0xe0 | c >> 12), buf[n++] = (char)(0x80 | (c >> 6 & 63)), buf[n++] = (char)(0x80 | (c & 63));
+        else
+            buf[n++] = (char)(0xe0 | c >> 12), buf[n++] = (char)(0x80 | (c >> 6 & 63)), buf[n++] = (char)(0x80 | (c & 63));
     }
     return json_stringn(buf, (size_t)n);
 }
@@ -81,7 +81,8 @@ static json_t *random_value(int depth) {
         json_t *a = json_array();
         for (int i = below(4); i > 0; i--) {
             json_t *m = json_object();
-            json_object_set_new(m, "role", below(8) ? json_string(roles[below(COUNT(roles))]) : random_value(depth + 1));
+            json_t *role = below(8) ? json_string(roles[below(COUNT(roles))]) : random_value(depth + 1);
+            json_object_set_new(m, "role", role);
             json_object_set_new(m, "content", below(2) ? random_text() : random_value(depth + 1));
             json_array_append_new(a, m);
         }
@@ -144,15 +145,11 @@ static bool alive(void) {
 
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
-    char drafter[400], err[256];
-    snprintf(drafter, sizeof drafter, "%s/drafter.gguf", F.dir);
-    bn_mkdrafter_params dp;
-    bn_mkdrafter_defaults(&dp);
-    if (bn_mkdrafter_write(&dp, drafter, err, sizeof err) != 0) {
-        CHECK(0, "drafter: %s", err);
+    if (fixture_drafter(&F) != 0) {
+        CHECK(0, "drafter");
         return test_done("test_server_fuzz");
     }
-    const char *args[] = {"-c", "256", "-np", "3", "--metrics", "-md", drafter, "--spec-type", "draft-dspark",
+    const char *args[] = {"-c", "256", "-np", "3", "--metrics", "-md", F.drafter, "--spec-type", "draft-dspark",
                           "--spec-draft-n-max", "3", "--no-spec-adaptive", NULL};
     if (fixture_start(&F, args) != 0) {
         CHECK(0, "server did not start");
@@ -170,7 +167,8 @@ int main(void) {
         if (!strcmp(method, "POST") && below(30) == 0) { // a client that leaves mid-stream
             char *t = malloc(len + 32);
             snprintf(t, len + 32, "{\"stream\":true,%.*s", (int)(len > 0 ? len - 1 : 0), len > 0 ? body + 1 : "");
-            if (http_stream_first_then_close(F.port, route, t) != 0) bad++, fprintf(stderr, "request %d: no connection\n", i);
+            if (http_stream_first_then_close(F.port, route, t) != 0)
+                bad++, fprintf(stderr, "request %d: no connection\n", i);
             dropped++;
             free(t);
         } else {

@@ -11,7 +11,6 @@
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
-#include "core/mkdrafter.h"
 #include <jansson.h>
 #include <string.h>
 
@@ -109,11 +108,8 @@ static void check_backend(const char *what) {
 
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
-    char drafter[400], err[256];
-    snprintf(drafter, sizeof drafter, "%s/drafter.gguf", F.dir);
-    bn_mkdrafter_params dp;
-    bn_mkdrafter_defaults(&dp);
-    CHECK(bn_mkdrafter_write(&dp, drafter, err, sizeof err) == 0, "drafter: %s", err);
+    CHECK(fixture_drafter(&F) == 0, "drafter");
+    const char *drafter = F.drafter;
 
     const char *plain_args[] = {"-c", "256", NULL};
     CHECK(fixture_start(&F, plain_args) == 0, "plain server");
