@@ -125,6 +125,7 @@ static void snr_embedding(const bn_drafter *d, float log_snr, float *emb) {
 bn_drafter *bn_drafter_load(const char *path, const bn_model *target, char *err, size_t errlen) {
     gguf_file *g = gguf_open(path, err, errlen);
     if (!g) return NULL;
+    gguf_align_tensors(g); // a file with general.alignment 1 or 2 may hold weights at odd addresses
     bn_drafter *d = xcalloc(1, sizeof *d);
     d->gguf = g;
     bn_drafter_config *c = &d->cfg;

@@ -446,8 +446,36 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     return ok;
 }
 
+// data_align: the alignment a tensor of this type needs for its loads (its float / 16-bit fields)
+static size_t data_align(int type) {
+    if (type == BN_F32 || type == BN_I32) return 4;
+    return bn_type_size(type) % 2 == 0 ? 2 : 1; // fp16 scales, 16-bit elements; I8-like types: none
+}
+
+size_t gguf_align_tensors(gguf_file *f) {
+    size_t bytes = 0, n = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if ((uintptr_t)t->data % data_align(t->type) != 0) bytes += (t->nbytes + 63) / 64 * 64;
+    }
+    if (bytes == 0) return 0;
+    uint8_t *copies = xmalloc(bytes); // malloc's alignment (16) serves every type
+    free(f->realigned);
+    f->realigned = copies;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        if ((uintptr_t)t->data % data_align(t->type) == 0) continue;
+        memcpy(copies, t->data, t->nbytes);
+        t->data = copies;
+        copies += (t->nbytes + 63) / 64 * 64;
+        n++;
+    }
+    return n;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
+    free(f->realigned);
     for (size_t i = 0; i < f->n_kv; i++) kv_free(&f->kv[i]);
     free(f->kv);
     for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);

@@ -67,6 +67,7 @@ typedef struct {
     const uint8_t *base;  // whole file
     size_t size;
     bool mapped;          // base is an mmap (else borrowed memory)
+    void *realigned;      // gguf_align_tensors' copies (one allocation), or NULL
 } gguf_file;
 
 // ---- reading ------------------------------------------------------------------------------
@@ -76,6 +77,10 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen);
 gguf_file *gguf_open_mem(const void *buf, size_t size, char *err, size_t errlen);
 // gguf_close: unmaps and frees everything (NULL is fine).
 void gguf_close(gguf_file *f);
+// gguf_align_tensors: points every tensor whose data is not aligned to its element size (4 bytes for F32/I32, 2 for
+// the fp16-scaled and 16-bit types; an alignment of 1 or 2 allows it) at an aligned copy owned by f, so that
+// kernels may load it as floats; the others stay views of the mapping. Returns the number of tensors copied.
+size_t gguf_align_tensors(gguf_file *f);
 
 // gguf_find_key: index of key or -1.
 int gguf_find_key(const gguf_file *f, const char *key);

@@ -252,6 +252,7 @@ static int load_weights(bn_model *m, char *err, size_t errlen) {
 bn_model *bn_model_from_gguf(gguf_file *g, char *err, size_t errlen) {
     bn_model *m = xcalloc(1, sizeof *m);
     m->gguf = g;
+    gguf_align_tensors(g); // a file with general.alignment 1 or 2 may hold weights at odd addresses
     m->path = xstrdup(g->path ? g->path : "");
     int64_t ftype;
     m->ftype = gguf_get_int(g, "general.file_type", &ftype) ? (int)ftype : -1;

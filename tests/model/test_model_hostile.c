@@ -173,6 +173,7 @@ static int write_mutation(const gguf_file *g, const mutation *mu) {
         }
         }
     }
+    if (mu->key && mu->how == KV_U32 && gguf_find_key(g, mu->key) < 0) gguf_set_u32(w, mu->key, (uint32_t)mu->u); // added
     static fill_ctx c;
     c.g = g;
     int n = 0, rc = 0;
@@ -327,6 +328,10 @@ static void sweep(const char *path, int kind, const char *file) {
     int before = n_cases, fails = test_failures;
     kv_cases(g, kind, file);
     tensor_cases(g, kind, file);
+    // tensor data at any address: ggml accepts an alignment of 1 or 2 (a power of two); 3 is refused when opened
+    for (uint64_t a = 1; a <= 3; a++)
+        try_case(g, (mutation){.key = "general.alignment", .how = KV_U32, .u = a}, kind, "%s: general.alignment %llu",
+                 file, (unsigned long long)a);
     printf("%s: %d cases, %d failed\n", file, n_cases - before, test_failures - fails);
     gguf_close(g);
 }
