@@ -312,7 +312,7 @@ const char *bn_lines_next(bn_lines *l, size_t *len) {
 
 bool bn_lines_failed(const bn_lines *l, char *err, size_t errlen) {
     if (!l->why[0]) return false;
-    bn_err(err, errlen, "%s: cannot read on (%s): the file is truncated or damaged", l->path, l->why);
+    bn_err(err, errlen, "%s: read error (%s): the file is truncated or damaged", l->path, l->why);
     return true;
 }
 
