@@ -2,7 +2,8 @@
 // qwen35 model, a dense qwen3 model, a DSpark drafter and a LoRA adapter set to edge values (0, 1, -1,
 // INT32_MAX, 2^32 − 1, odd and doubled sizes, NaN, inf, empty or other strings), removed, or (arrays) shrunk,
 // emptied or retyped; every tensor removed, given another shape (a dimension + 1, doubled, the dimensions
-// swapped, one more dimension) or another type (its bytes cut or zero-padded to fit). The GGUF layer accepts
+// swapped, one more dimension) or another type (its bytes cut or zero-padded to fit); general.alignment set to 1,
+// 2 or 3 (weights at odd addresses, or a refused alignment). The GGUF layer accepts
 // all of them (test_gguf covers broken files), so they reach the model, drafter and adapter loaders. Each file
 // is loaded in a child process, which then uses what loaded: the model tokenizes a prompt, runs a 3-token
 // forward and detokenizes every id it can produce; the drafter (of the untouched qwen35) takes 4 context rows
