@@ -134,7 +134,7 @@ static bool chain_fits(const gguf_file *f, int g) {
         const gguf_tensor *t = &f->tensors[i];
         int type = t->file_type == BN_Q2_0 ? (g == 128 ? BN_PQ2_0 : BN_Q2_0) : t->type;
         if (t->ne[0] % bn_type_blck(type) != 0 || t->offset != off) return false;
-        int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+        int64_t rows = gguf_tensor_nrows(t);
         uint64_t nb = bn_row_size(type, t->ne[0]) * (uint64_t)rows;
         if (nb > f->size) return false;
         uint64_t end = off + nb;
@@ -365,9 +365,7 @@ static gguf_file *parse(gguf_file *f, char *err, size_t errlen) {
     gguf_tensor **order = xmalloc(sizeof(gguf_tensor *) * (f->n_tensors ? f->n_tensors : 1));
     for (size_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
-        // the product of all dimensions was checked for overflow; with ne[0] == 0 (an empty tensor, which ggml accepts
-        // too) the later ones are unconstrained and their product may not fit
-        int64_t rows = t->ne[0] == 0 ? 0 : t->ne[1] * t->ne[2] * t->ne[3];
+        int64_t rows = gguf_tensor_nrows(t); // an empty tensor (ggml accepts it too) has no rows
         // the row size itself can overflow (e.g. F32 with ne[0] = 2^62 would wrap to 0 bytes)
         uint64_t blocks = (uint64_t)(t->ne[0] / bn_type_blck(t->type));
         bool row_overflows = blocks > (SIZE_MAX / 2) / (uint64_t)bn_type_size(t->type);
@@ -560,6 +558,8 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
 }
 
 int64_t gguf_tensor_nelements(const gguf_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+
+int64_t gguf_tensor_nrows(const gguf_tensor *t) { return t->ne[0] == 0 ? 0 : t->ne[1] * t->ne[2] * t->ne[3]; }
 
 // ---- writer -------------------------------------------------------------------------------
 

@@ -100,6 +100,9 @@ const gguf_kv *gguf_get_arr(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 // gguf_tensor_nelements: product of ne.
 int64_t gguf_tensor_nelements(const gguf_tensor *t);
+// gguf_tensor_nrows: ne[1]·ne[2]·ne[3], or 0 for an empty tensor (ne[0] == 0, whose other dimensions may multiply
+// past int64: the reader checks only the product of all four).
+int64_t gguf_tensor_nrows(const gguf_tensor *t);
 // gguf_type_name: "u32", "string", ... for a gguf_type.
 const char *gguf_type_name(uint32_t type);
 // gguf_type_size: bytes of one scalar of that type (0 for STRING/ARRAY/unknown).

@@ -208,7 +208,7 @@ static int plan(const bn_quantize_params *p, bn_quant_rules *r, const gguf_file 
         row->in = t;
         row->n_dims = (int)t->n_dims;
         while (row->n_dims > 1 && t->ne[row->n_dims - 1] == 1) row->n_dims--;
-        row->nrows = t->ne[1] * t->ne[2] * t->ne[3];
+        row->nrows = gguf_tensor_nrows(t);
         if (bn_tensor_choose_type(r, t->name, row->n_dims, t->ne, t->type, &row->choice, err, errlen) != 0) return -1;
         int to = row->choice.type;
         if (to != t->type) {

@@ -32,7 +32,7 @@ static int file_sane(const gguf_file *f) {
         if (t->offset % f->alignment) return 0;
         const uint8_t *d = t->data;
         if (d < f->base + f->data_offset || t->nbytes > (size_t)(f->base + f->size - d)) return 0;
-        if (t->nbytes != bn_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3])) return 0;
+        if (t->nbytes != bn_row_size(t->type, t->ne[0]) * (size_t)gguf_tensor_nrows(t)) return 0;
     }
     for (size_t i = 0; i < f->n_kv; i++)
         if (!f->kv[i].key || f->kv[i].type >= GGUF_TYPE_COUNT) return 0;

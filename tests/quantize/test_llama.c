@@ -151,7 +151,7 @@ static void test_ggml_chunk(void) {
             const gguf_tensor *t = &f->tensors[i];
             if (t->type != type) continue;
             const gguf_tensor *s = gguf_find_tensor(src, t->name);
-            int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+            int64_t ne0 = t->ne[0], rows = gguf_tensor_nrows(t);
             float *x = xmalloc((size_t)(ne0 * rows) * sizeof(float));
             bn_dequantize(s->type, s->data, x, ne0 * rows);
             uint8_t *want = xmalloc(t->nbytes);
