@@ -280,13 +280,19 @@ bn_lines *bn_lines_open(const char *path, char *err, size_t errlen) {
     return l;
 }
 
+const char *bn_gz_error(gzFile gz, int *errnum) {
+    int e = Z_OK;
+    const char *msg = gzerror(gz, &e);
+    if (errnum) *errnum = e;
+    return e == Z_ERRNO || !msg || !msg[0] ? strerror(errno) : msg;
+}
+
 // read_failed: true (and the reason kept in l->why) when gzgets stopped on an error, not at the end of the file
 static bool read_failed(bn_lines *l) {
-    int errnum = Z_OK;
-    const char *msg = gzerror(l->gz, &errnum);
+    int errnum;
+    const char *why = bn_gz_error(l->gz, &errnum);
     if (errnum == Z_OK) return false;
-    if (errnum == Z_ERRNO) msg = strerror(errno);
-    snprintf(l->why, sizeof l->why, "%s", msg && msg[0] ? msg : "read error");
+    snprintf(l->why, sizeof l->why, "%s", why);
     return true;
 }
 

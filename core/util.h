@@ -74,6 +74,10 @@ bn_lines *bn_lines_open(const char *path, char *err, size_t errlen);
 // bn_lines_next: next line without the trailing newline (valid until the next call); NULL at the end of the file
 // or on a read error (truncated or corrupt gzip data, an I/O error): bn_lines_failed tells them apart.
 const char *bn_lines_next(bn_lines *l, size_t *len);
+// bn_gz_error: the reason for gz's last failure (the system's for a file error, else zlib's message); zlib's code
+// (Z_OK: no failure) in *errnum when errnum is not NULL.
+struct gzFile_s;
+const char *bn_gz_error(struct gzFile_s *gz, int *errnum);
 // bn_lines_failed: true (err filled: the path and zlib's or the system's reason) when reading stopped on an error
 // rather than at the end of the file; the lines before it were read. False otherwise.
 bool bn_lines_failed(const bn_lines *l, char *err, size_t errlen);

@@ -40,17 +40,10 @@ bn_lineout *bn_lineout_open(const char *path, char *err, size_t errlen) {
     return o;
 }
 
-// gz_why: zlib's reason for the last failure on gz (the system's for a file error)
-static const char *gz_why(gzFile gz) {
-    int errnum = Z_OK;
-    const char *msg = gz ? gzerror(gz, &errnum) : NULL;
-    return errnum == Z_ERRNO || !msg || !msg[0] ? strerror(errno) : msg;
-}
-
 int bn_lineout_write(bn_lineout *o, const char *line, size_t len, char *err, size_t errlen) {
     if (o->gz) {
         if ((len && gzwrite(o->gz, line, (unsigned)len) != (int)len) || gzputc(o->gz, '\n') < 0)
-            return bn_err(err, errlen, "cannot write %s: %s", o->path, gz_why(o->gz));
+            return bn_err(err, errlen, "cannot write %s: %s", o->path, bn_gz_error(o->gz, NULL));
         return 0;
     }
     if (fwrite(line, 1, len, o->af.f) != len || fputc('\n', o->af.f) == EOF)

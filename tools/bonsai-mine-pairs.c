@@ -102,6 +102,18 @@ typedef struct {
     bn_progress bar;
 } miner;
 
+// emit: appends line (NULL: it could not be made, why says so) to f, the file at path; returns false, with the error
+// printed and mn->rc set, when it cannot.
+static bool emit(miner *mn, FILE *f, const char *path, const char *line, const char *why) {
+    char msg[1400];
+    errno = 0;
+    if (line && put_line(f, line) == 0) return true;
+    if (line) snprintf(msg, sizeof msg, "cannot write %s: %s (--resume continues)", path, strerror(errno));
+    else snprintf(msg, sizeof msg, "cannot write %s: %s", path, why);
+    mn->rc = fail(msg);
+    return false;
+}
+
 // Writes prompt i's pair (if any) and log line; returns false to stop (target reached or I/O error).
 static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *why) {
     miner *mn = vctx;
@@ -113,29 +125,17 @@ static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *
         g.extra = json_pack("{s:i,s:s}", "prompt_index", i, "error", why);
         char *line = bn_gen_row_to_line(&g, err, sizeof err);
         json_decref(g.extra);
-        bool ok = line && put_line(mn->fg, line) == 0;
+        bool ok = emit(mn, mn->fg, mn->fg_path, line, err);
         free(line);
-        if (!ok) {
-            snprintf(err, sizeof err, "cannot write %s: %s", mn->fg_path, strerror(errno));
-            mn->rc = fail(err);
-        }
         return ok;
     }
     char *pline = r->has_pair ? bn_pair_row_to_line(&r->pair, err, sizeof err) : NULL;
     char *gline = bn_gen_row_to_line(&r->gen, err, sizeof err);
-    errno = 0;
-    const char *failed = !gline || (r->has_pair && !pline) ? "" // a row that cannot be written as JSON
-                         : r->has_pair && put_line(mn->fp, pline) != 0 ? mn->fp_path
-                         : put_line(mn->fg, gline) != 0 ? mn->fg_path : NULL;
+    bool ok = (!r->has_pair || emit(mn, mn->fp, mn->fp_path, pline, err)) &&
+              emit(mn, mn->fg, mn->fg_path, gline, err);
     free(pline);
     free(gline);
-    if (failed) {
-        char msg[1400];
-        if (failed[0]) snprintf(msg, sizeof msg, "cannot write %s: %s (--resume continues)", failed, strerror(errno));
-        else snprintf(msg, sizeof msg, "prompt %d: %s", i, err);
-        mn->rc = fail(msg);
-        return false;
-    }
+    if (!ok) return false;
     mn->n_pairs += r->has_pair;
     mn->n_loops += r->looped;
     mn->n_done++;

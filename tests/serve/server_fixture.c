@@ -2,6 +2,7 @@
 #include "tests/serve/server_fixture.h"
 #include "core/mkmodel.h"
 #include "core/mkdrafter.h"
+#include "tests/serve/http_client.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,14 @@ int fixture_model(server_fixture *f, const char *preset) {
         return -1;
     }
     return 0;
+}
+
+bool fixture_serves(const server_fixture *f) {
+    http_resp r;
+    const char *b = "{\"prompt\":\"ok\",\"n_predict\":2,\"temperature\":0}";
+    bool ok = http_request(f->port, "POST", "/completion", b, strlen(b), NULL, &r) == 0 && r.status == 200;
+    http_resp_free(&r);
+    return ok;
 }
 
 int fixture_drafter(server_fixture *f) {

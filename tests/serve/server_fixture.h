@@ -22,6 +22,8 @@ int fixture_drafter(server_fixture *f);
 // emulator's bonsai-serve-emu) -m model --port 0, the arguments in env BONSAI_SERVE_ARGS (space-separated,
 // e.g. "-ngl 99"), then extra args (NULL-terminated list), and waits (≤ 60 s) until it listens; returns 0 or -1.
 int fixture_start(server_fixture *f, const char *const *extra_args);
+// fixture_serves: true when a short greedy /completion gets a 200 (the server still answers).
+bool fixture_serves(const server_fixture *f);
 // fixture_stop: SIGTERM and wait; returns the exit status (or -1 if it had to be killed).
 int fixture_stop(server_fixture *f);
 // fixture_rss_kb: the server's resident set size in KiB (from /proc), or -1.

@@ -28,13 +28,7 @@ static void expect(const char *path, const char *body, size_t len, const char *h
     http_resp_free(&r);
 }
 
-static void still_alive(const char *after) {
-    http_resp r;
-    const char *b = "{\"prompt\":\"ok\",\"n_predict\":2,\"temperature\":0}";
-    int rc = http_request(F.port, "POST", "/completion", b, strlen(b), NULL, &r);
-    CHECK(rc == 0 && r.status == 200, "server still serves after %s", after);
-    http_resp_free(&r);
-}
+static void still_alive(const char *after) { CHECK(fixture_serves(&F), "server still serves after %s", after); }
 
 #define BAD(path, body, status, type) expect(path, body, strlen(body), NULL, status, type, body)
 

@@ -134,15 +134,6 @@ static char *random_body(size_t *len) {
 
 static bool allowed(int status) { return status == 200 || status == 400 || status == 404 || status == 413; }
 
-static bool alive(void) {
-    http_resp r;
-    const char *b = "{\"prompt\":\"ok\",\"n_predict\":2,\"temperature\":0}";
-    int rc = http_request(F.port, "POST", "/completion", b, strlen(b), NULL, &r);
-    bool ok = rc == 0 && r.status == 200;
-    http_resp_free(&r);
-    return ok;
-}
-
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
     if (fixture_drafter(&F) != 0) {
@@ -184,7 +175,7 @@ int main(void) {
             http_resp_free(&r);
         }
         free(body);
-        if ((i + 1) % ALIVE_EVERY == 0 && !alive()) {
+        if ((i + 1) % ALIVE_EVERY == 0 && !fixture_serves(&F)) {
             bad++;
             fprintf(stderr, "server stopped answering after request %d\n", i);
             break;
