@@ -3,6 +3,8 @@
 // the file is written to a temp path and opened, then every accepted tensor is converted to f32 (so ASan sees any
 // view that leaves the mapping) and its element count must match its byte count.
 //
+// In the suite (any compiler) test convert_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
+// corpus and fixed-seed mutants of it.
 // Build and run (clang with libFuzzer; see tests/detect/fuzz_lines.c for the build directory):
 //   ninja -C build-fuzz tests/convert/fuzz_safetensors
 //   mkdir -p /tmp/st-corpus && ./build-fuzz/tests/convert/fuzz_safetensors -max_total_time=120 /tmp/st-corpus \

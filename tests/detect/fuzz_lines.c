@@ -5,6 +5,8 @@
 // a parsed pair row written back and parsed again gives the same line, and the tokenizer round-trips any bytes
 // (decode(encode(s)) == s, core/tokenizer.h).
 //
+// In the suite (any compiler) test detect_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
+// corpus and fixed-seed mutants of it.
 // Build and run (clang with libFuzzer; the library is instrumented too, so the fuzzer sees its branches):
 //   CC=clang meson setup build-fuzz -Dfuzz=true -Dcuda=disabled -Db_sanitize=address,undefined \
 //       -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link

@@ -2,6 +2,8 @@
 // every accessor over every KV and tensor (reading each tensor's bytes, so ASan sees any view that
 // leaves the buffer).
 //
+// In the suite (any compiler) test gguf_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
+// corpus and fixed-seed mutants of it.
 // Build and run (needs clang with libFuzzer; the whole build uses clang):
 //   CC=clang meson setup build-fuzz -Dfuzz=true
 //   ninja -C build-fuzz tests/gguf/fuzz_gguf
