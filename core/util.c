@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
+#include <dirent.h>
 #include <zlib.h>
 
 int bn_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -165,12 +166,48 @@ void bn_tmp_untrack(const char *path) {
     }
 }
 
+// pid_of_stale_tmp: for a directory entry NAME of the form "<base>.tmp.<pid>" returns that pid, else 0
+static long pid_of_stale_tmp(const char *name, const char *base) {
+    size_t nb = strlen(base);
+    if (strncmp(name, base, nb) != 0 || strncmp(name + nb, ".tmp.", 5) != 0) return 0;
+    const char *d = name + nb + 5;
+    long pid = 0;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9' || pid > 100000000) return 0;
+        pid = pid * 10 + (*d - '0');
+    }
+    return pid;
+}
+
+// remove_stale_tmps: removes the temp files of path ("<path>.tmp.<pid>") whose writer no longer runs on this machine
+// (it was killed by SIGKILL, or the machine went down): an atomic writer's only leftover
+static void remove_stale_tmps(const char *path) {
+    char *dup_dir = xstrdup(path), *dup_base = xstrdup(path);
+    const char *dir = dirname(dup_dir), *base = basename(dup_base);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        long pid = pid_of_stale_tmp(e->d_name, base);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            fprintf(stderr, "bonsai: removed %s/%s, left by process %ld, which no longer runs\n", dir, e->d_name, pid);
+    }
+    if (d) closedir(d);
+    free(dup_dir);
+    free(dup_base);
+}
+
+char *bn_tmp_path_for(const char *path) {
+    remove_stale_tmps(path);
+    size_t n = strlen(path) + 32;
+    char *tmp = xmalloc(n);
+    snprintf(tmp, n, "%s.tmp.%d", path, (int)getpid());
+    return tmp;
+}
+
 int bn_atomic_open(bn_atomic_file *af, const char *path, char *err, size_t errlen) {
     memset(af, 0, sizeof *af);
-    size_t n = strlen(path) + 32;
     af->path = xstrdup(path);
-    af->tmp_path = xmalloc(n);
-    snprintf(af->tmp_path, n, "%s.tmp.%d", path, (int)getpid());
+    af->tmp_path = bn_tmp_path_for(path);
     bn_tmp_track(af->tmp_path); // before the file exists: a signal in between finds nothing to remove
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) {

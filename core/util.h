@@ -44,7 +44,8 @@ void bn_progress_finish(bn_progress *p, const char *extra);
 // bn_atomic_file: writes go to "<path>.tmp.<pid>"; commit fsyncs, renames over path and
 // fsyncs the directory; abort removes the temp file. A killed writer never leaves a partial
 // file under the final name; one stopped by SIGINT, SIGTERM or SIGHUP (where the program left
-// that signal's default action) removes its temp files first (bn_tmp_track); SIGKILL leaves them.
+// that signal's default action) removes its temp files first (bn_tmp_track); SIGKILL leaves them,
+// and the next writer of the same path removes them (bn_tmp_path_for).
 typedef struct {
     FILE *f;
     char *path, *tmp_path;
@@ -57,6 +58,11 @@ int bn_atomic_commit(bn_atomic_file *af, char *err, size_t errlen);
 void bn_atomic_abort(bn_atomic_file *af);
 // bn_write_file_atomic: whole buffer to path atomically; returns 0 or -1.
 int bn_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+// bn_tmp_path_for: returns the malloc'd temp name "<path>.tmp.<pid>" for this process, after removing (with a note on
+// stderr) the temp files of path whose writer's pid no longer runs on this machine: what a SIGKILL or a crash left.
+// A writer on another machine (or in another pid namespace) sharing the directory is not seen: its temp file may be
+// removed too.
+char *bn_tmp_path_for(const char *path);
 // bn_tmp_track: path (kept by the caller until bn_tmp_untrack) is removed if SIGINT, SIGTERM or SIGHUP ends the
 // process before bn_tmp_untrack(path); the handler is installed only for signals still at their default action (a
 // program's own handler, e.g. ftpo-train's "finish the step", is left alone). At most 32 paths at once; returns 0,

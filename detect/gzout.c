@@ -27,8 +27,7 @@ bn_lineout *bn_lineout_open(const char *path, char *err, size_t errlen) {
         return o;
     }
     o->path = xstrdup(path);
-    o->tmp_path = xmalloc(strlen(path) + 32);
-    sprintf(o->tmp_path, "%s.tmp.%ld", path, (long)getpid());
+    o->tmp_path = bn_tmp_path_for(path);
     bn_tmp_track(o->tmp_path);
     o->gz = gzopen(o->tmp_path, "wb6");
     if (!o->gz) {

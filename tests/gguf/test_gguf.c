@@ -353,10 +353,20 @@ static void test_atomic(void) {
         back = bn_read_file(path, &n, err, sizeof err);
         CHECK(back && n == sizeof old && memcmp(back, old, n) == 0, "signal %d: the old file is intact", sigs[k]);
         free(back);
-        char tmp[500];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)pid);
-        unlink(tmp);
+        // the next writer of the path removes what the dead writer left, and says so
+        CHECK(bn_write_file_atomic(path, old, sizeof old, err, sizeof err) == 0, "rewrite: %s", err);
+        CHECK(count_dir_entries(dir, "model.gguf.tmp.") == 0, "signal %d: the next writer removed the leftover",
+              sigs[k]);
     }
+    // a temp file of a process that still runs (pid 1; the parent of this one) or of a name that is not a pid is kept
+    char live[500], odd[500];
+    snprintf(live, sizeof live, "%s.tmp.%d", path, (int)getppid());
+    snprintf(odd, sizeof odd, "%s.tmp.12x", path);
+    CHECK(bn_write_file_atomic(live, "", 0, err, sizeof err) == 0 && bn_write_file_atomic(odd, "", 0, err, sizeof err) == 0,
+          "seed look-alikes: %s", err);
+    CHECK(bn_write_file_atomic(path, old, sizeof old, err, sizeof err) == 0, "rewrite: %s", err);
+    CHECK(access(live, F_OK) == 0 && access(odd, F_OK) == 0, "a live writer's temp file and a non-pid name are kept");
+    unlink(live), unlink(odd);
     unlink(path);
     rmdir(dir);
 }
