@@ -141,7 +141,7 @@ struct bn_cuda_dstate {
     float *gate, *up;      // {F, rows}
     float *base;           // {V, B} base logits of the block rows
     float *bias, *logit;   // {V}
-    float *w1;             // {R, B}: W1[prev_i] per chain step
+    float *w1;             // {R}: W1[prev_i] of the current chain step
     float *conf;           // {B}
     int32_t *ids;          // {B} block tokens [id_last, MASK...]
     int32_t *chain;        // {B + 1}: prev_0 = id_last, then the drafts
@@ -202,7 +202,7 @@ static size_t ds_layout(bn_cu_carver *c, bn_cuda_dstate *s) {
     PIECE(base, float, V * B);
     PIECE(bias, float, V);
     PIECE(logit, float, V);
-    PIECE(w1, float, (size_t)f->markov_rank * B);
+    PIECE(w1, float, (size_t)f->markov_rank);
     PIECE(conf, float, B);
     PIECE(ids, int32_t, B);
     PIECE(chain, int32_t, B + 1);
@@ -365,16 +365,10 @@ static cudaError_t mm(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, 
     return bn_cu_matmul(w, x, y, nb, s->mm_scratch, s->blas, s->stream);
 }
 
-// set_pos: d_pos = pos, enqueued. From pageable memory on purpose: such a host-to-device copy is staged
-// before cudaMemcpyAsync returns, so the chunks of one bn_cuda_drafter_process can each set their own.
-// mm_block: y[i] = W[i]·x for the n_rows columns of a block pass, in chunks of at most
-// BN_CU_MMVQ_MAX_NB columns (32: one chunk for a block of 16): the mmvq kernels then read each weight once
-// per chunk, where a call beyond that limit would take the GEMM path (every weight dequantized to fp16 per
-// call, and cuBLAS, which the draft graph leaves out). Results per column are those of bn_cu_matmul(_multi)
-// at the chunk's size.
-// q8: the Q8 activations of x its producer already wrote (block_q8), or NULL.
-// mm_chunks: mm_block's products without Q8 activations, on any scratch, cuBLAS handle and stream (a state's, or the
-// batched draft's workspace).
+// mm_chunks: y[i] = W[i]·x for the n_rows columns of a block pass, in chunks of at most BN_CU_MMVQ_MAX_NB columns
+// (32: one chunk for a block of 16): the mmvq kernels then read each weight once per chunk, where a call beyond that
+// limit would take the GEMM path (every weight dequantized to fp16 per call, and cuBLAS, which the draft graph leaves
+// out). Results per column are those of bn_cu_matmul(_multi) at the chunk's size.
 static cudaError_t mm_chunks(const bn_cu_weight *const *w, int n, const float *x, float *const *y, int n_rows,
                              void *scratch, cublasHandle_t blas, cudaStream_t stream) {
     for (int c0 = 0; c0 < n_rows; c0 += BN_CU_MMVQ_MAX_NB) {
@@ -385,23 +379,17 @@ static cudaError_t mm_chunks(const bn_cu_weight *const *w, int n, const float *x
     }
     return cudaSuccess;
 }
-static cudaError_t mm_block(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
-                            int n_rows, const bn_q8_out *q8 = nullptr) {
-    if (q8) return bn_cu_matmul_multi_q8(w, n, x, y, n_rows, s->mm_scratch, s->stream);
-    return mm_chunks(w, n, x, y, n_rows, s->mm_scratch, s->blas, s->stream);
-}
-static cudaError_t mm_block1(bn_cuda_dstate *s, const bn_cu_weight *w, const float *x, float *y, int n_rows,
-                             const bn_q8_out *q8 = nullptr) {
-    return mm_block(s, &w, 1, x, &y, n_rows, q8);
+
+// q8_for: where the producer of the input of W[0..n) (a norm or SwiGLU) writes its Q8 activations (*q, in scratch)
+// so that the product skips its quantize launch; returns q, or NULL: fusion off, more rows than one mmvq chunk, or
+// not bn_cu_q8_fusable (cuda/forward.cu's rule).
+static const bn_q8_out *q8_for(bool fuse, void *scratch, const bn_cu_weight *const *w, int n, int n_rows,
+                               bn_q8_out *q) {
+    return fuse && n_rows <= BN_CU_MMVQ_MAX_NB && bn_cu_q8_fusable(w, n, n_rows, scratch, q) ? q : NULL;
 }
 
-// block_q8: where the producer of the input of W[0..n) (a norm or SwiGLU) writes its Q8 activations (*q, in the
-// state's matmul scratch) so that the block pass skips that product's quantize launch; returns q, or NULL: fusion
-// off (BONSAI_CUDA_FUSE=0), more rows than one mm_block chunk, or not bn_cu_q8_fusable (cuda/forward.cu's rule).
-static const bn_q8_out *block_q8(bn_cuda_dstate *s, const bn_cu_weight *const *w, int n, int n_rows, bn_q8_out *q) {
-    return !s->no_fuse && n_rows <= BN_CU_MMVQ_MAX_NB && bn_cu_q8_fusable(w, n, n_rows, s->mm_scratch, q) ? q : NULL;
-}
-
+// set_pos: d_pos = pos, enqueued. From pageable memory on purpose: such a host-to-device copy is staged
+// before cudaMemcpyAsync returns, so the chunks of one bn_cuda_drafter_process can each set their own.
 static cudaError_t set_pos(bn_cuda_dstate *s, int pos) {
     const int host_pos = pos;
     return cudaMemcpyAsync(s->d_pos, &host_pos, sizeof(int), cudaMemcpyHostToDevice, s->stream);
@@ -433,7 +421,7 @@ static const bn_q8_out *inject_q8(bn_cuda_dstate *s, int nb, bn_q8_out *q) {
     for (int il = 0; il < c->n_layer; il++)
         if (s->cd->layers[il].attn_k.type != type || s->cd->layers[il].attn_v.type != type) return NULL;
     const bn_cu_weight *ws[] = {&s->cd->layers[0].attn_k, &s->cd->layers[0].attn_v};
-    return block_q8(s, ws, 2, nb, q);
+    return q8_for(!s->no_fuse, s->mm_scratch, ws, 2, nb, q);
 }
 
 // inject_chunk: K = RoPE(k_norm(W_k g)), V = W_v g of nb rows (g in s->xn) into every layer's cache at
@@ -454,85 +442,134 @@ static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb, const bn_q8_
     return cudaSuccess;
 }
 
-// block_pass: the block rows' final hidden (after output_norm) into s->xn and base logits into
-// s->base for the n_rows tokens in s->ids at positions d_pos.. (DSPARK.md §4.4). Kernels only, products
-// in chunks of <= BN_CU_MMVQ_MAX_NB columns (mm_block): graph-capturable. The norms, the attention and SwiGLU
-// write the next products' Q8 activations where that fuses (block_q8).
-static cudaError_t block_pass(bn_cuda_dstate *s, int n_rows) {
-    const bn_cuda_drafter *cd = s->cd;
+// ---- the block pass and the Markov chains: one drafter state's draft, or several states' in one batched pass ----
+// ds_pass: what a pass reads and writes: a drafter state's own buffers (one sequence) or the batched draft's workspace
+// (several sequences, their block rows one after another). pass_of makes one from either (the same field names).
+struct ds_pass {
+    float *x, *xn, *mo, *q, *att, *kb, *vb, *gate, *up; // {width, rows} (carve_rows)
+    float *base;                  // {V, rows} base logits of every block row
+    float *bias, *logit, *w1;     // per sequence q at q·V, q·V, q·R: the current chain step's
+    float *conf;                  // per sequence q at q·B: its confidences
+    int32_t *ids;                 // {rows} block tokens [id_last, MASK...] of each sequence
+    int32_t *chain;               // chain[i * stride + q] = prev_i of sequence q (prev_0 = its id_last)
+    int stride;                   // 1 (a state's pass) or DS_BATCH_SEQS (the batched pass)
+    void *mm_scratch;
+    cublasHandle_t blas;
+    cudaStream_t stream;
+    bool fuse;                    // the producers write the next products' Q8 activations (a one-sequence pass only)
+};
+template <typename T> static ds_pass pass_of(T *o, int stride, bool fuse) {
+    return ds_pass{o->x, o->xn, o->mo, o->q, o->att, o->kb, o->vb, o->gate, o->up, o->base, o->bias, o->logit, o->w1,
+                   o->conf, o->ids, o->chain, stride, o->mm_scratch, o->blas, o->stream, fuse};
+}
+
+// block_rows: the block pass of the n sequences ss (rows[q] block rows each, tokens in p->ids, each state's first
+// position in its d_pos; DSPARK.md §4.4): the final hidden (after output_norm) into p->xn and the base logits into
+// p->base. Products over all rows (each weight read once per 32 rows, mm_chunks); RoPE + cache append (the block
+// rows' K/V after the state's context rows, temporary: n_cache stays) and the block attention per sequence on its
+// own cache. Kernels only: graph-capturable. With p->fuse (one sequence) the norms, the attention and SwiGLU write
+// the next products' Q8 activations where that fuses (q8_for); the results are bit-identical either way.
+static cudaError_t block_rows(const bn_cuda_drafter *cd, const ds_pass *p, bn_cuda_dstate *const *ss, const int *rows,
+                              int n) {
     const bn_drafter_config *c = &cd->cfg;
     const int E = c->n_embd, hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd;
-    TRY(bn_cu_get_rows(&cd->token_embd, s->ids, s->x, n_rows, s->stream));
-    if (c->log_snr) {
-        BN_LAUNCH(ds_add_snr_kernel, n_rows, 256, 0, s->stream, s->x, cd->snr_emb, E);
+    int row0[DS_BATCH_SEQS], n_rows = 0;
+    for (int q = 0; q < n; q++) row0[q] = n_rows, n_rows += rows[q];
+    const bool fuse = p->fuse && n == 1;
+    auto q8 = [&](const bn_cu_weight *const *w, int nw, bn_q8_out *out) {
+        return q8_for(fuse, p->mm_scratch, w, nw, n_rows, out);
+    };
+    auto prod = [&](const bn_cu_weight *const *w, int nw, const float *x, float *const *y, const bn_q8_out *xq) {
+        return xq ? bn_cu_matmul_multi_q8(w, nw, x, y, n_rows, p->mm_scratch, p->stream)
+                  : mm_chunks(w, nw, x, y, n_rows, p->mm_scratch, p->blas, p->stream);
+    };
+    TRY(bn_cu_get_rows(&cd->token_embd, p->ids, p->x, n_rows, p->stream));
+    for (int q = 0; c->log_snr && q < n; q++) { // anchor row, then mask rows, of each sequence
+        BN_LAUNCH(ds_add_snr_kernel, rows[q], 256, 0, p->stream, p->x + (size_t)row0[q] * E, cd->snr_emb, E);
         TRY(cudaGetLastError());
     }
     bn_q8_out xq, oq, dq;
     const ds_layer *L0 = &cd->layers[0];
     const bn_cu_weight *qkv0[] = {&L0->attn_q, &L0->attn_k, &L0->attn_v};
-    const bn_q8_out *xq8 = block_q8(s, qkv0, 3, n_rows, &xq); // xn's Q8 activations, written by the norm before
-    TRY(bn_cu_rmsnorm(s->xn, s->x, L0->attn_norm, E, n_rows, c->norm_eps, s->stream, xq8));
+    const bn_q8_out *xq8 = q8(qkv0, 3, &xq); // xn's Q8 activations, written by the norm before
+    TRY(bn_cu_rmsnorm(p->xn, p->x, L0->attn_norm, E, n_rows, c->norm_eps, p->stream, xq8));
     for (int il = 0; il < c->n_layer; il++) {
         const ds_layer *L = &cd->layers[il];
         const bn_cu_weight *qkv[] = {&L->attn_q, &L->attn_k, &L->attn_v};
-        float *const ys[] = {s->q, s->kb, s->vb};
-        TRY(mm_block(s, qkv, 3, s->xn, ys, n_rows, xq8));
-        // q/k norm + RoPE; the block rows' K/V go after the context rows (temporary: n_cache stays)
-        TRY(bn_cu_attn_prep(s->q, qw, hd, s->kb, s->vb, s->k_cache[il], s->v_cache[il], false, c->n_head,
-                            c->n_head_kv, hd, L->q_norm, L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, n_rows,
-                            s->d_pos, s->stream));
+        float *const ys[] = {p->q, p->kb, p->vb};
+        TRY(prod(qkv, 3, p->xn, ys, xq8));
         const bn_cu_weight *ow[] = {&L->attn_output};
-        const bn_q8_out *oq8 = hd % 32 == 0 ? block_q8(s, ow, 1, n_rows, &oq) : NULL;
-        const dim3 grid(c->n_head, n_rows);
-        const int group = c->n_head / c->n_head_kv;
-        const float scale = 1.0f / sqrtf((float)hd);
-        if (oq8)
-            BN_LAUNCH(ds_block_attn_kernel<true>, grid, DS_ATT_THREADS, sizeof(float) * hd, s->stream, s->att, s->q,
-                      s->k_cache[il], s->v_cache[il], group, hd, qw, kvw, scale, s->d_pos, n_rows, *oq8);
-        else
-            BN_LAUNCH(ds_block_attn_kernel<false>, grid, DS_ATT_THREADS, sizeof(float) * hd, s->stream, s->att, s->q,
-                      s->k_cache[il], s->v_cache[il], group, hd, qw, kvw, scale, s->d_pos, n_rows, bn_q8_out{});
-        TRY(cudaGetLastError());
-        TRY(mm_block1(s, &L->attn_output, s->att, s->mo, n_rows, oq8));
+        const bn_q8_out *oq8 = hd % 32 == 0 ? q8(ow, 1, &oq) : NULL; // (one sequence: its rows are all the rows)
+        for (int q = 0; q < n; q++) { // q/k norm + RoPE and K/V append, then the attention, on the state's own cache
+            const bn_cuda_dstate *s = ss[q];
+            float *qq = p->q + (size_t)row0[q] * qw, *att = p->att + (size_t)row0[q] * qw;
+            TRY(bn_cu_attn_prep(qq, qw, hd, p->kb + (size_t)row0[q] * kvw, p->vb + (size_t)row0[q] * kvw,
+                                s->k_cache[il], s->v_cache[il], false, c->n_head, c->n_head_kv, hd, L->q_norm,
+                                L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, rows[q], s->d_pos, p->stream));
+            const dim3 grid(c->n_head, rows[q]);
+            const int group = c->n_head / c->n_head_kv;
+            const float scale = 1.0f / sqrtf((float)hd);
+            if (oq8)
+                BN_LAUNCH(ds_block_attn_kernel<true>, grid, DS_ATT_THREADS, sizeof(float) * hd, p->stream, att, qq,
+                          s->k_cache[il], s->v_cache[il], group, hd, qw, kvw, scale, s->d_pos, rows[q], *oq8);
+            else
+                BN_LAUNCH(ds_block_attn_kernel<false>, grid, DS_ATT_THREADS, sizeof(float) * hd, p->stream, att, qq,
+                          s->k_cache[il], s->v_cache[il], group, hd, qw, kvw, scale, s->d_pos, rows[q], bn_q8_out{});
+            TRY(cudaGetLastError());
+        }
+        float *const oy[] = {p->mo};
+        TRY(prod(ow, 1, p->att, oy, oq8));
         const bn_cu_weight *gu[] = {&L->ffn_gate, &L->ffn_up};
-        xq8 = block_q8(s, gu, 2, n_rows, &xq);
-        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, L->ffn_norm, E, n_rows, c->norm_eps, s->stream, xq8));
-        float *const gy[] = {s->gate, s->up};
-        TRY(mm_block(s, gu, 2, s->xn, gy, n_rows, xq8));
+        xq8 = q8(gu, 2, &xq);
+        TRY(bn_cu_add_rmsnorm(p->x, p->mo, p->xn, L->ffn_norm, E, n_rows, c->norm_eps, p->stream, xq8));
+        float *const gy[] = {p->gate, p->up};
+        TRY(prod(gu, 2, p->xn, gy, xq8));
         const bn_cu_weight *down[] = {&L->ffn_down};
-        const bn_q8_out *dq8 = block_q8(s, down, 1, n_rows, &dq);
-        TRY(bn_cu_swiglu(s->gate, s->gate, s->up, (int64_t)c->n_ff * n_rows, s->stream, dq8));
-        TRY(mm_block1(s, &L->ffn_down, s->gate, s->mo, n_rows, dq8));
+        const bn_q8_out *dq8 = q8(down, 1, &dq);
+        TRY(bn_cu_swiglu(p->gate, p->gate, p->up, (int64_t)c->n_ff * n_rows, p->stream, dq8));
+        TRY(prod(down, 1, p->gate, oy, dq8));
         // the next layer's q|k|v, or the head after the last layer
         const bool last = il + 1 == c->n_layer;
         const ds_layer *N = last ? L : &cd->layers[il + 1];
         const bn_cu_weight *next[] = {last ? &cd->output : &N->attn_q, &N->attn_k, &N->attn_v};
-        xq8 = block_q8(s, next, last ? 1 : 3, n_rows, &xq);
-        TRY(bn_cu_add_rmsnorm(s->x, s->mo, s->xn, last ? cd->output_norm : N->attn_norm, E, n_rows, c->norm_eps,
-                              s->stream, xq8));
+        xq8 = q8(next, last ? 1 : 3, &xq);
+        TRY(bn_cu_add_rmsnorm(p->x, p->mo, p->xn, last ? cd->output_norm : N->attn_norm, E, n_rows, c->norm_eps,
+                              p->stream, xq8));
     }
-    return mm_block1(s, &cd->output, s->xn, s->base, n_rows, xq8);
+    const bn_cu_weight *head[] = {&cd->output};
+    float *const hy[] = {p->base};
+    return prod(head, 1, p->xn, hy, xq8);
 }
 
-// markov_chain: prev_0 = chain[0]; for i < n: W1[prev_i] → w1_i, l_i = base_i + scale·W2·w1_i,
-// chain[i+1] = argmax l_i (MASK skipped, ties → lowest id), conf[i] = σ(w·[h_i; w1_i] + b)
-// (DSPARK.md §4.5–4.6); prev stays on the device.
-static cudaError_t markov_chain(bn_cuda_dstate *s, int n) {
-    const bn_cuda_drafter *cd = s->cd;
+// chains: the Markov chains of the n sequences after block_rows (DSPARK.md §4.5–4.6), stepping together: per step
+// i, W1[prev_i] → w1 and W2·w1 → bias of every sequence in one product each, then per sequence
+// l = base_i + scale·bias, chain[i+1] = argmax l (MASK skipped, ties → lowest id), conf[i] = σ(w·[h_i; w1] + b).
+// A sequence past its rows keeps the valid prev it was uploaded with: its later steps are computed and never read.
+static cudaError_t chains(const bn_cuda_drafter *cd, const ds_pass *p, const int *rows, int n) {
     const bn_drafter_config *c = &cd->cfg;
-    const int V = c->n_vocab, R = c->markov_rank, E = c->n_embd;
-    for (int i = 0; i < n; i++) {
-        float *w1 = s->w1 + (size_t)i * R;
-        TRY(bn_cu_get_rows(&cd->markov_a, s->chain + i, w1, 1, s->stream));
-        TRY(mm(s, &cd->markov_b, w1, s->bias, 1));
-        BN_LAUNCH(ds_markov_logits_kernel, (V + 255) / 256, 256, 0, s->stream, s->logit, s->base + (size_t)i * V,
-                  s->bias, cd->d->markov_b_scale, V, c->mask_token_id);
-        TRY(cudaGetLastError());
-        TRY(bn_cu_argmax(s->logit, V, s->chain + i + 1, s->stream));
-        if (c->has_conf) {
-            BN_LAUNCH(ds_conf_kernel, 1, 256, 0, s->stream, s->conf + i, s->xn + (size_t)i * E, w1, cd->conf_w,
-                      cd->conf_b, E, c->conf_in);
+    const int E = c->n_embd, V = c->n_vocab, R = c->markov_rank, B = c->block_size, S = p->stride;
+    int row0[DS_BATCH_SEQS], n_rows = 0, max_rows = 0;
+    for (int q = 0; q < n; q++) {
+        row0[q] = n_rows, n_rows += rows[q];
+        if (rows[q] > max_rows) max_rows = rows[q];
+    }
+    for (int i = 0; i < max_rows; i++) {
+        TRY(bn_cu_get_rows(&cd->markov_a, p->chain + (size_t)i * S, p->w1, n, p->stream));
+        TRY(bn_cu_matmul(&cd->markov_b, p->w1, p->bias, n, p->mm_scratch, p->blas, p->stream));
+        for (int q = 0; q < n; q++) {
+            if (i >= rows[q]) continue;
+            float *l = p->logit + (size_t)q * V;
+            BN_LAUNCH(ds_markov_logits_kernel, (V + 255) / 256, 256, 0, p->stream, l,
+                      p->base + (size_t)(row0[q] + i) * V, p->bias + (size_t)q * V, cd->d->markov_b_scale, V,
+                      c->mask_token_id);
             TRY(cudaGetLastError());
+            TRY(bn_cu_argmax(l, V, p->chain + (size_t)(i + 1) * S + q, p->stream));
+            if (c->has_conf) {
+                BN_LAUNCH(ds_conf_kernel, 1, 256, 0, p->stream, p->conf + (size_t)q * B + i,
+                          p->xn + (size_t)(row0[q] + i) * E, p->w1 + (size_t)q * R, cd->conf_w, cd->conf_b, E,
+                          c->conf_in);
+                TRY(cudaGetLastError());
+            }
         }
     }
     return cudaSuccess;
@@ -543,8 +580,9 @@ static cudaError_t markov_chain(bn_cuda_dstate *s, int n) {
 static cudaError_t draft_kernels(bn_cuda_dstate *s, int n) {
     cudaGraphExec_t *exec = &s->graphs[n];
     if (!*exec) TRY(bn_cu_capture(s->stream, exec, [&] {
-        const cudaError_t e = block_pass(s, n);
-        return e == cudaSuccess ? markov_chain(s, n) : e;
+        const ds_pass p = pass_of(s, 1, !s->no_fuse);
+        const cudaError_t e = block_rows(s->cd, &p, &s, &n, 1);
+        return e == cudaSuccess ? chains(s->cd, &p, &n, 1) : e;
     }));
     return cudaGraphLaunch(*exec, s->stream);
 }
@@ -634,7 +672,8 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
     if (start_block(s, id_last, n_past, n_rows, err, errlen) != 0) return -1;
     const bn_drafter_config *c = &s->cd->cfg;
     cudaError_t e = set_pos(s, n_past);
-    if (e == cudaSuccess) e = block_pass(s, n_rows);
+    const ds_pass p = pass_of(s, 1, !s->no_fuse);
+    if (e == cudaSuccess) e = block_rows(s->cd, &p, &s, &n_rows, 1);
     if (e == cudaSuccess && h)
         e = cudaMemcpyAsync(h, s->xn, sizeof(float) * (size_t)c->n_embd * n_rows, cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess && base)
@@ -791,88 +830,7 @@ static ds_batch *batch_get(bn_cuda_drafter *cd, char *err, size_t errlen) {
     return cd->batch = b;
 }
 
-// batch_pass: the block pass + Markov chains of the n sequences ss (rows[q] block rows each, one after another in
-// b's buffers) on b->stream, kernels only (graph-capturable): the tokens in b->ids, each chain's start in
-// b->chain[q], each state's position in its d_pos. Products over all rows; RoPE + cache append and the block
-// attention per sequence on its own cache. No Q8 fusion (bit-identical to it, and its activations are per call).
-static cudaError_t batch_pass(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_dstate *const *ss, const int *rows,
-                              int n) {
-    const bn_drafter_config *c = &cd->cfg;
-    const int E = c->n_embd, hd = c->head_dim, qw = c->n_head * hd, kvw = c->n_head_kv * hd, V = c->n_vocab;
-    const int R = c->markov_rank, B = c->block_size, S = DS_BATCH_SEQS;
-    int row0[DS_BATCH_SEQS], n_rows = 0, max_rows = 0;
-    for (int q = 0; q < n; q++) {
-        row0[q] = n_rows, n_rows += rows[q];
-        if (rows[q] > max_rows) max_rows = rows[q];
-    }
-    auto mm_all = [&](const bn_cu_weight *const *w, int nw, const float *x, float *const *y) { // each weight once per
-        return mm_chunks(w, nw, x, y, n_rows, b->mm_scratch, b->blas, b->stream);               // 32 rows
-    };
-    TRY(bn_cu_get_rows(&cd->token_embd, b->ids, b->x, n_rows, b->stream));
-    for (int q = 0; c->log_snr && q < n; q++) { // anchor row, then mask rows, of each sequence
-        BN_LAUNCH(ds_add_snr_kernel, rows[q], 256, 0, b->stream, b->x + (size_t)row0[q] * E, cd->snr_emb, E);
-        TRY(cudaGetLastError());
-    }
-    TRY(bn_cu_rmsnorm(b->xn, b->x, cd->layers[0].attn_norm, E, n_rows, c->norm_eps, b->stream, NULL));
-    for (int il = 0; il < c->n_layer; il++) {
-        const ds_layer *L = &cd->layers[il];
-        const bn_cu_weight *qkv[] = {&L->attn_q, &L->attn_k, &L->attn_v};
-        float *const ys[] = {b->q, b->kb, b->vb};
-        TRY(mm_all(qkv, 3, b->xn, ys));
-        for (int q = 0; q < n; q++) { // q/k norm + RoPE, the block rows' K/V after the state's context rows; attention
-            bn_cuda_dstate *s = ss[q];
-            float *qq = b->q + (size_t)row0[q] * qw, *att = b->att + (size_t)row0[q] * qw;
-            TRY(bn_cu_attn_prep(qq, qw, hd, b->kb + (size_t)row0[q] * kvw, b->vb + (size_t)row0[q] * kvw,
-                                s->k_cache[il], s->v_cache[il], false, c->n_head, c->n_head_kv, hd, L->q_norm,
-                                L->k_norm, c->norm_eps, c->n_rot, theta_scale(c), true, rows[q], s->d_pos, b->stream));
-            const dim3 grid(c->n_head, rows[q]);
-            BN_LAUNCH(ds_block_attn_kernel<false>, grid, DS_ATT_THREADS, sizeof(float) * hd, b->stream, att, qq,
-                      s->k_cache[il], s->v_cache[il], c->n_head / c->n_head_kv, hd, qw, kvw, 1.0f / sqrtf((float)hd),
-                      s->d_pos, rows[q], bn_q8_out{});
-            TRY(cudaGetLastError());
-        }
-        const bn_cu_weight *ow[] = {&L->attn_output};
-        float *const oy[] = {b->mo};
-        TRY(mm_all(ow, 1, b->att, oy));
-        TRY(bn_cu_add_rmsnorm(b->x, b->mo, b->xn, L->ffn_norm, E, n_rows, c->norm_eps, b->stream, NULL));
-        const bn_cu_weight *gu[] = {&L->ffn_gate, &L->ffn_up};
-        float *const gy[] = {b->gate, b->up};
-        TRY(mm_all(gu, 2, b->xn, gy));
-        TRY(bn_cu_swiglu(b->gate, b->gate, b->up, (int64_t)c->n_ff * n_rows, b->stream, NULL));
-        const bn_cu_weight *down[] = {&L->ffn_down};
-        TRY(mm_all(down, 1, b->gate, oy));
-        const bool last = il + 1 == c->n_layer;
-        TRY(bn_cu_add_rmsnorm(b->x, b->mo, b->xn, last ? cd->output_norm : cd->layers[il + 1].attn_norm, E, n_rows,
-                              c->norm_eps, b->stream, NULL));
-    }
-    const bn_cu_weight *head[] = {&cd->output};
-    float *const hy[] = {b->base};
-    TRY(mm_all(head, 1, b->xn, hy));
-    // the chains, step by step: W1[prev] and W2·W1[prev] of every sequence in one product each (a sequence past its
-    // rows keeps the valid prev it was uploaded with: its later steps are computed and never read)
-    for (int i = 0; i < max_rows; i++) {
-        TRY(bn_cu_get_rows(&cd->markov_a, b->chain + (size_t)i * S, b->w1, n, b->stream));
-        TRY(bn_cu_matmul(&cd->markov_b, b->w1, b->bias, n, b->mm_scratch, b->blas, b->stream));
-        for (int q = 0; q < n; q++) {
-            if (i >= rows[q]) continue;
-            float *l = b->logit + (size_t)q * V;
-            BN_LAUNCH(ds_markov_logits_kernel, (V + 255) / 256, 256, 0, b->stream, l,
-                      b->base + (size_t)(row0[q] + i) * V, b->bias + (size_t)q * V, cd->d->markov_b_scale, V,
-                      c->mask_token_id);
-            TRY(cudaGetLastError());
-            TRY(bn_cu_argmax(l, V, b->chain + (size_t)(i + 1) * S + q, b->stream));
-            if (c->has_conf) {
-                BN_LAUNCH(ds_conf_kernel, 1, 256, 0, b->stream, b->conf + (size_t)q * B + i,
-                          b->xn + (size_t)(row0[q] + i) * E, b->w1 + (size_t)q * R, cd->conf_w, cd->conf_b, E,
-                          c->conf_in);
-                TRY(cudaGetLastError());
-            }
-        }
-    }
-    return cudaSuccess;
-}
-
-// batch_graph: the captured batch_pass of (ss, rows, n), captured now when not kept; NULL exec with the error.
+// batch_graph: the captured block_rows + chains of (ss, rows, n), captured now when not kept; NULL exec with the error.
 static cudaError_t batch_graph(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_dstate *const *ss, const int *rows,
                                int n, cudaGraphExec_t *exec) {
     ds_batch_graph *slot = &b->graphs[0];
@@ -889,7 +847,11 @@ static cudaError_t batch_graph(ds_batch *b, const bn_cuda_drafter *cd, bn_cuda_d
     }
     if (slot->exec) cudaGraphExecDestroy(slot->exec);
     *slot = ds_batch_graph{};
-    TRY(bn_cu_capture(b->stream, &slot->exec, [&] { return batch_pass(b, cd, ss, rows, n); }));
+    TRY(bn_cu_capture(b->stream, &slot->exec, [&] { // no Q8 fusion: its attention writes per sequence
+        const ds_pass p = pass_of(b, DS_BATCH_SEQS, false);
+        const cudaError_t e = block_rows(cd, &p, ss, rows, n);
+        return e == cudaSuccess ? chains(cd, &p, rows, n) : e;
+    }));
     slot->n = n;
     for (int q = 0; q < n; q++) slot->ids[q] = ss[q]->id, slot->rows[q] = rows[q];
     slot->used = ++b->uses;
