@@ -11,6 +11,7 @@
 // with a message" or "ran"; a crash, an abort, a hang (20 s) or a refusal without a message fails the case.
 // Under scripts/sanitize.sh the children run with ASan + UBSan.
 #include "tests/test.h"
+#include "tests/hostile.h"
 #include "core/gguf.h"
 #include "core/model.h"
 #include "core/engine.h"
@@ -30,62 +31,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { EXIT_RAN = 10, EXIT_REFUSED = 11, EXIT_NO_MESSAGE = 12, CHILD_SECONDS = 20 };
-
 static char dir[256], target_path[320], case_path[320];
-static int n_cases, n_refused, n_ran;
 
 // ---- the children --------------------------------------------------------------------------
-
-static void refuse(const char *err) { _exit(err[0] ? EXIT_REFUSED : EXIT_NO_MESSAGE); }
-
-// run_model: loads path as a model (tokenizer, CPU engine, 3-token forward); never returns
-static void run_model(const char *path) {
-    char err[512] = "";
-    bn_model *m = bn_model_load(path, err, sizeof err);
-    if (!m) refuse(err);
-    bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
-    if (!tok) refuse(err);
-    int32_t *ids = NULL;
-    const char *prompt = "hello world <|im_start|>";
-    int n = bn_tokenize(tok, prompt, strlen(prompt), false, true, &ids);
-    bn_engine *e = bn_engine_cpu_new(m, 1);
-    bn_engine_state *s = e ? bn_engine_state_new(e, 32, err, sizeof err) : NULL;
-    if (!s) refuse(e ? err : "no engine");
-    int32_t toks[3] = {0, n > 1 ? ids[1] : 1, 2};
-    for (int i = 0; i < 3; i++) toks[i] %= m->cfg.n_vocab > 0 ? m->cfg.n_vocab : 1;
-    float *logits = malloc(sizeof(float) * (size_t)m->cfg.n_vocab);
-    bn_forward_out out = {.logits = logits};
-    if (bn_engine_forward(s, toks, 3, &out, err, sizeof err) != 0) refuse(err);
-    // every id the model can produce, as a server prints it (ids past the tokenizer's vocabulary give "")
-    int32_t *all = malloc(sizeof(int32_t) * (size_t)m->cfg.n_vocab);
-    int n_eog = 0;
-    for (int i = 0; i < m->cfg.n_vocab; i++) all[i] = i, n_eog += bn_token_is_eog(tok, i);
-    size_t len = 0;
-    free(bn_detokenize(tok, all, m->cfg.n_vocab, true, &len));
-    char piece[256];
-    bn_token_to_piece(tok, bn_token_eos(tok), piece, sizeof piece, true);
-    _exit(EXIT_RAN);
-}
-
-// run_adapter: loads path as a LoRA adapter, merges it into the (valid) target and runs the merged model; never
-// returns
-static void run_adapter(const char *path) {
-    char err[512] = "", merged[400];
-    bn_lora *l = bn_lora_load_gguf(path, err, sizeof err);
-    if (!l) refuse(err);
-    snprintf(merged, sizeof merged, "%s/merged-%d.gguf", dir, (int)getpid());
-    if (bn_lora_merge_gguf(target_path, l, 1.0f, BN_MERGE_F32, merged, NULL, err, sizeof err) != 0) refuse(err);
-    bn_model *m = bn_model_load(merged, err, sizeof err);
-    unlink(merged);
-    if (!m) refuse(err);
-    bn_engine *e = bn_engine_cpu_new(m, 1);
-    bn_engine_state *s = bn_engine_state_new(e, 32, err, sizeof err);
-    if (!s) refuse(err);
-    int32_t toks[3] = {0, 1, 2};
-    if (bn_engine_forward(s, toks, 3, &(bn_forward_out){0}, err, sizeof err) != 0) refuse(err);
-    _exit(EXIT_RAN);
-}
 
 // run_drafter: loads path as a drafter of the (valid) target, processes 4 context rows and drafts; never returns
 static void run_drafter(const char *path) {
@@ -93,18 +41,18 @@ static void run_drafter(const char *path) {
     bn_model *m = bn_model_load(target_path, err, sizeof err);
     if (!m) _exit(2); // the untouched target must load
     bn_drafter *d = bn_drafter_load(path, m, err, sizeof err);
-    if (!d) refuse(err);
+    if (!d) hostile_refuse(err);
     bn_dstate *s = bn_dstate_new(d, 32, 1);
-    if (!s) refuse("no drafter state");
+    if (!s) hostile_refuse("no drafter state");
     const int rows = 4;
     size_t nt = (size_t)rows * d->cfg.n_taps * d->cfg.n_embd;
     float *taps = malloc(sizeof(float) * (nt ? nt : 1));
     for (size_t i = 0; i < nt; i++) taps[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
-    if (bn_drafter_process(d, s, taps, rows, 0, err, sizeof err) != 0) refuse(err);
+    if (bn_drafter_process(d, s, taps, rows, 0, err, sizeof err) != 0) hostile_refuse(err);
     int32_t drafts[64];
     int n_max = d->cfg.block_size < 64 ? d->cfg.block_size : 64;
-    if (bn_drafter_draft(d, s, 1, rows, n_max, 0.0f, drafts, err, sizeof err) < 0) refuse(err);
-    _exit(EXIT_RAN);
+    if (bn_drafter_draft(d, s, 1, rows, n_max, 0.0f, drafts, err, sizeof err) < 0) hostile_refuse(err);
+    _exit(HOSTILE_RAN);
 }
 
 // ---- writing a mutated copy ----------------------------------------------------------------
@@ -201,27 +149,20 @@ static int write_mutation(const gguf_file *g, const mutation *mu) {
 
 // ---- running a case ------------------------------------------------------------------------
 
-// run_case: writes the mutation and runs it in a child (model or drafter); counts a failure unless the child
-// refused with a message or ran
+// run_case: writes the mutation and runs it in a child (model, drafter or adapter)
+static int case_kind;
+static void case_child(void *ctx) {
+    (void)ctx;
+    char merged[400];
+    snprintf(merged, sizeof merged, "%s/merged-%d.gguf", dir, (int)getpid());
+    if (case_kind == 1) run_drafter(case_path);
+    else if (case_kind == 2) hostile_run_adapter(case_path, target_path, merged);
+    else hostile_run_model(case_path);
+}
 static void run_case(const gguf_file *g, const mutation *mu, int kind, const char *what) {
     if (write_mutation(g, mu) != 0) return; // e.g. a shape the writer refuses: nothing reaches a loader
-    n_cases++;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!getenv("HOSTILE_VERBOSE") && !freopen("/dev/null", "w", stderr)) _exit(3);
-        alarm(CHILD_SECONDS);
-        kind == 1 ? run_drafter(case_path) : kind == 2 ? run_adapter(case_path) : run_model(case_path);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (code == EXIT_REFUSED) n_refused++;
-    else if (code == EXIT_RAN) n_ran++, getenv("HOSTILE_VERBOSE") && printf("ran: %s\n", what);
-    CHECK(code == EXIT_REFUSED || code == EXIT_RAN, "%s: child %s %d", what,
-          WIFSIGNALED(st) ? "killed by signal" : code == EXIT_NO_MESSAGE ? "refused without a message, exit" : "exit",
-          WIFSIGNALED(st) ? WTERMSIG(st) : code);
+    case_kind = kind;
+    hostile_child(what, case_child, NULL);
 }
 
 // try_case: run_case with a printf-formatted description
@@ -326,14 +267,14 @@ static void sweep(const char *path, int kind, const char *file) {
     gguf_file *g = gguf_open(path, err, sizeof err);
     CHECK(g != NULL, "%s: %s", file, err);
     if (!g) return;
-    int before = n_cases, fails = test_failures;
+    int before = hostile_cases, fails = test_failures;
     kv_cases(g, kind, file);
     tensor_cases(g, kind, file);
     // tensor data at any address: ggml accepts an alignment of 1 or 2 (a power of two); 3 is refused when opened
     for (uint64_t a = 1; a <= 3; a++)
         try_case(g, (mutation){.key = "general.alignment", .how = KV_U32, .u = a}, kind, "%s: general.alignment %llu",
                  file, (unsigned long long)a);
-    printf("%s: %d cases, %d failed\n", file, n_cases - before, test_failures - fails);
+    printf("%s: %d cases, %d failed\n", file, hostile_cases - before, test_failures - fails);
     gguf_close(g);
 }
 
@@ -372,7 +313,7 @@ int main(void) {
 
     // the untouched files run (so a refusal below is the change's doing)
     mutation none = {0};
-    int refused = n_refused;
+    int refused = hostile_refused;
     gguf_file *g = gguf_open(target_path, err, sizeof err);
     if (g) run_case(g, &none, 0, "qwen35 untouched");
     gguf_close(g);
@@ -382,14 +323,14 @@ int main(void) {
     g = gguf_open(adapter, err, sizeof err);
     if (g) run_case(g, &none, 2, "adapter untouched");
     gguf_close(g);
-    CHECK(n_refused == refused && n_ran == 3, "the untouched model, drafter and adapter run (%d ran)", n_ran);
+    CHECK(hostile_refused == refused && hostile_ran == 3, "the untouched model, drafter and adapter run (%d ran)", hostile_ran);
 
     sweep(target_path, 0, "qwen35");
     sweep(dense, 0, "qwen3");
     sweep(drafter, 1, "drafter");
     sweep(adapter, 2, "adapter");
-    printf("%d hostile files: %d refused with a message, %d loaded and ran\n", n_cases, n_refused, n_ran);
-    CHECK(n_refused > n_cases / 4, "most shape and type changes are refused (%d of %d)", n_refused, n_cases);
+    printf("%d hostile files: %d refused with a message, %d loaded and ran\n", hostile_cases, hostile_refused, hostile_ran);
+    CHECK(hostile_refused > hostile_cases / 4, "most shape and type changes are refused (%d of %d)", hostile_refused, hostile_cases);
     unlink(case_path), unlink(target_path), unlink(dense), unlink(drafter), unlink(adapter), rmdir(dir);
     return test_done("test_model_hostile");
 }
