@@ -36,6 +36,49 @@ static double jnum(json_t *o, const char *k, double def) {
     return json_is_number(v) ? json_number_value(v) : def;
 }
 
+// Bounds on config.json's numbers: each must fit the GGUF KV it becomes (u32) and the int arithmetic of the shapes
+// and loops built from it; the tensors' shapes are checked against them later. Layers are bounded again by the
+// checkpoint's tensor count (bn_convert_hf_to_gguf).
+enum { MAX_DIM = 1 << 20, MAX_LAYERS = 1 << 16, MAX_CONV_KERNEL = 256 };
+
+// check_int: 0 when key (absent: def) is an integer in lo..hi, else -1 with err
+static int check_int(json_t *t, const char *key, int64_t def, int64_t lo, int64_t hi, char *err, size_t errlen) {
+    const int64_t v = jint(t, key, def);
+    if (v >= lo && v <= hi) return 0;
+    return bn_err(err, errlen, "config.json: %s = %lld (expected %lld..%lld)", key, (long long)v, (long long)lo,
+                  (long long)hi);
+}
+
+// check_gdn: the Gated DeltaNet sizes of a qwen35 config in range; 0 or -1 with err
+static int check_gdn(json_t *t, char *err, size_t errlen) {
+    static const char *const dims[] = {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                       "linear_value_head_dim"};
+    for (int i = 0; i < 4; i++)
+        if (check_int(t, dims[i], 1, 1, MAX_DIM, err, errlen) != 0) return -1;
+    if (check_int(t, "linear_conv_kernel_dim", 4, 1, MAX_CONV_KERNEL, err, errlen) != 0) return -1;
+    return check_int(t, "full_attention_interval", 4, 1, MAX_LAYERS, err, errlen);
+}
+
+// check_ranges: the common sizes and the real-valued hyperparameters of c (read from t) in range; 0 or -1 with err
+static int check_ranges(const hf_config *c, char *err, size_t errlen) {
+    const struct { const char *key; int64_t v, lo, hi; } lim[] = {
+        {"hidden_size", c->H, 1, MAX_DIM},           {"num_hidden_layers", c->L, 1, MAX_LAYERS},
+        {"intermediate_size", c->F, 1, 4 * MAX_DIM}, {"num_attention_heads", c->nh, 1, MAX_DIM},
+        {"num_key_value_heads", c->nkv, 1, MAX_DIM}, {"head_dim", c->hd, 1, MAX_DIM},
+        {"vocab_size", c->V, 0, INT32_MAX},          {"max_position_embeddings", c->ctx, 0, INT32_MAX},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].v < lim[i].lo || lim[i].v > lim[i].hi)
+            return bn_err(err, errlen, "config.json: %s = %lld (expected %lld..%lld)", lim[i].key, (long long)lim[i].v,
+                          (long long)lim[i].lo, (long long)lim[i].hi);
+    if (!(c->eps > 0 && c->eps < 1)) return bn_err(err, errlen, "config.json: rms_norm_eps = %g (expected 0..1)", c->eps);
+    if (!(c->theta > 0 && c->theta <= 1e30))
+        return bn_err(err, errlen, "config.json: rope_theta = %g (expected 0..1e30)", c->theta);
+    if (!(c->partial >= 0 && c->partial <= 1))
+        return bn_err(err, errlen, "config.json: partial_rotary_factor = %g (expected 0..1)", c->partial);
+    return 0;
+}
+
 // read_config: architecture and hyperparameters from config.json (text_config for the VLM class).
 static int read_config(json_t *root, hf_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
@@ -72,6 +115,8 @@ static int read_config(json_t *root, hf_config *c, char *err, size_t errlen) {
     c->tied = json_is_true(tie);
     c->p.arch = c->arch;
     if (c->arch == CV_QWEN35) {
+        // the GDN sizes and kernel as int: bounded first (check_gdn)
+        if (check_gdn(t, err, errlen) != 0) return -1;
         c->p.Hk = (int)jint(t, "linear_num_key_heads", 0);
         c->p.Hv = (int)jint(t, "linear_num_value_heads", 0);
         c->p.dk = (int)jint(t, "linear_key_head_dim", 0);
@@ -88,7 +133,7 @@ static int read_config(json_t *root, hf_config *c, char *err, size_t errlen) {
     }
     if (c->H <= 0 || c->L <= 0 || c->F <= 0 || c->nh <= 0 || c->nkv <= 0 || c->hd <= 0)
         return bn_err(err, errlen, "config.json: missing or bad hidden_size/num_hidden_layers/intermediate_size/heads");
-    return 0;
+    return check_ranges(c, err, errlen);
 }
 
 static void set_metadata(gguf_writer *w, const hf_config *c, const char *name, int ftype) {
@@ -122,7 +167,7 @@ static void set_metadata(gguf_writer *w, const hf_config *c, const char *name, i
         gguf_set_u32(w, KEY("ssm.state_size"), (uint32_t)c->p.dk);
         gguf_set_u32(w, KEY("ssm.group_count"), (uint32_t)c->p.Hk);
         gguf_set_u32(w, KEY("ssm.time_step_rank"), (uint32_t)c->p.Hv);
-        gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(c->p.Hv * c->p.dv));
+        gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)((int64_t)c->p.Hv * c->p.dv));
         if (c->layer_types) {
             size_t n = json_array_size(c->layer_types);
             uint8_t *rec = xcalloc(n ? n : 1, 1);
@@ -162,7 +207,11 @@ static bool looks_special(const char *s) {
     return n >= 8 && strncmp(s, "<unused", 7) == 0 && s[n - 1] == '>';
 }
 
-static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, json_t *config, char *err, size_t errlen) {
+// set_tokenizer: the tokenizer.* KVs from tokenizer.json and tokenizer_config.json (config.json's *_token_id as the
+// fallback) for a model of n_rows embedding rows: the token list has n_rows entries (ids without a token become
+// "[PAD<id>]"), and an id outside 0..n_rows−1 is refused. Returns 0 or -1 with err.
+static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, json_t *config, int64_t n_rows, char *err,
+                         size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_error_t je;
@@ -175,26 +224,34 @@ static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, js
         json_decref(tok);
         return bn_err(err, errlen, "%s: not a BPE tokenizer with model.vocab and model.merges", path);
     }
-    int64_t n = c->V;
+    const int64_t n = n_rows;
     const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v) if (json_integer_value(v) + 1 > n) n = json_integer_value(v) + 1;
     json_t *added = json_object_get(tok, "added_tokens");
     size_t i;
-    json_array_foreach(added, i, v) if (jint(v, "id", -1) + 1 > n) n = jint(v, "id", -1) + 1;
     const char **tokens = xcalloc((size_t)n, sizeof(char *));
     int32_t *types = xcalloc((size_t)n, sizeof(int32_t));
     int rc = 0;
     json_object_foreach(vocab, k, v) {
-        int64_t id = json_integer_value(v);
-        if (id < 0) continue;
+        const int64_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || id >= n) {
+            if (!json_is_integer(v)) rc = bn_err(err, errlen, "%s: token \"%s\": its id is not an integer", path, k);
+            else rc = bn_err(err, errlen, "%s: token \"%s\": id %lld outside 0..%lld (the embedding's rows)", path, k,
+                             (long long)id, (long long)n - 1);
+            break;
+        }
         tokens[id] = k;
         types[id] = 1; // normal
     }
     json_array_foreach(added, i, v) {
-        int64_t id = jint(v, "id", -1);
+        if (rc != 0) break;
+        const int64_t id = jint(v, "id", -1);
         const char *s = json_string_value(json_object_get(v, "content"));
-        if (id < 0 || !s) continue;
+        if (id < 0 || id >= n || !s) {
+            rc = bn_err(err, errlen, "%s: added_tokens[%zu]: %s", path, i,
+                        s ? "id missing or outside the embedding's rows" : "no content string");
+            break;
+        }
         tokens[id] = s;
         types[id] = (json_is_true(json_object_get(v, "special")) || looks_special(s)) ? 3 : 4;
     }
@@ -385,16 +442,24 @@ int bn_convert_hf_to_gguf(const char *hf_dir, const char *out, const bn_convert_
     import_ctx ic = {0};
     ic.maps = xcalloc((size_t)st->n_tensors + 1, sizeof(cv_map));
     ic.jobs = xcalloc((size_t)st->n_tensors + 1, sizeof(cv_job));
-    int rc = set_tokenizer(w, hf_dir, &c, config, err, errlen);
-    const gguf_kv *toks = NULL;
-    (void)toks;
+    int rc = 0;
     int64_t V = 0, n_skipped = 0, total = 0;
-    // vocab rows come from the embedding (llama.cpp sizes the vocab by config/tokenizer; the tensor rules)
+    // vocab rows come from the embedding (llama.cpp sizes the vocab by config/tokenizer; the tensor rules), and
+    // every layer has tensors
     char embname[160];
     snprintf(embname, sizeof embname, "%sembed_tokens.weight", c.prefix);
     const bn_st_tensor *emb = bn_st_find(st, embname);
-    if (rc == 0 && !emb) rc = bn_err(err, errlen, "%s: missing tensor %s", hf_dir, embname);
+    if (!emb) rc = bn_err(err, errlen, "%s: missing tensor %s", hf_dir, embname);
+    else if (emb->n_dims != 2 || emb->shape[0] < 1 || emb->shape[0] > INT32_MAX)
+        rc = bn_err(err, errlen, "%s: %s is not a {vocabulary, hidden} matrix", hf_dir, embname);
+    else if (c.V > 0 && c.V != emb->shape[0])
+        rc = bn_err(err, errlen, "config.json: vocab_size = %lld but %s has %lld rows", (long long)c.V, embname,
+                    (long long)emb->shape[0]);
+    else if (c.L > st->n_tensors)
+        rc = bn_err(err, errlen, "config.json: num_hidden_layers = %lld but the checkpoint has %d tensors",
+                    (long long)c.L, st->n_tensors);
     if (rc == 0) V = emb->shape[0];
+    if (rc == 0) rc = set_tokenizer(w, hf_dir, &c, config, V, err, errlen);
     size_t plen = strlen(c.prefix);
     for (int i = 0; i < st->n_tensors && rc == 0; i++) {
         const bn_st_tensor *t = &st->t[i];
