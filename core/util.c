@@ -389,23 +389,37 @@ const char *bn_format_bytes(char *buf, size_t n, double bytes) {
     return buf;
 }
 
-long long bn_arg_int(const char *tool, const char *opt, const char *s) {
+bool bn_parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 0);
-    if (!*s || *end || errno) {
-        fprintf(stderr, "%s: %s: '%s' is not an integer\n", tool, opt, s);
+    if (!*s || *end || errno || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool bn_parse_float(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) return false; // (NaN fails the range)
+    *out = v;
+    return true;
+}
+
+long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi) {
+    long long v;
+    if (!bn_parse_int(s, lo, hi, &v)) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer in %lld..%lld\n", tool, opt, s, lo, hi);
         exit(1);
     }
     return v;
 }
 
-double bn_arg_float(const char *tool, const char *opt, const char *s) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno) {
-        fprintf(stderr, "%s: %s: '%s' is not a number\n", tool, opt, s);
+double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi) {
+    double v;
+    if (!bn_parse_float(s, lo, hi, &v)) {
+        fprintf(stderr, "%s: %s: '%s' is not a number in %g..%g\n", tool, opt, s, lo, hi);
         exit(1);
     }
     return v;

@@ -94,10 +94,15 @@ void bn_lines_close(bn_lines *l);
 uint32_t bn_crc32(uint32_t crc, const void *data, size_t n);
 
 // ---- command-line values ---------------------------------------------------------------------
-// bn_arg_int / bn_arg_float: the value of option opt, parsed strictly (the whole string); on junk
-// they print "<tool>: <opt>: '<s>' is not an integer|a number" and exit 1.
-long long bn_arg_int(const char *tool, const char *opt, const char *s);
-double bn_arg_float(const char *tool, const char *opt, const char *s);
+// bn_arg_int / bn_arg_float: the value of option opt, parsed strictly (the whole string, a finite number) and in
+// lo..hi; on junk or a value outside the range they print "<tool>: <opt>: '<s>' is not an integer|a number in
+// LO..HI" and exit 1. Every tool parses its numeric options with these.
+long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi);
+double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi);
+// bn_parse_int / bn_parse_float: s parsed strictly (the whole string; a finite number) into *out when it lies in
+// lo..hi; return true, else false (*out untouched). Integers in C syntax (0x.. hex, 0.. octal).
+bool bn_parse_int(const char *s, long long lo, long long hi, long long *out);
+bool bn_parse_float(const char *s, double lo, double hi, double *out);
 
 // ---- misc ---------------------------------------------------------------------------------
 // bn_n_threads_default: number of online CPUs (>= 1).

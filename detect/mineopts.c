@@ -137,19 +137,18 @@ static const char *value(int argc, char **argv, int *i, char *err, size_t errlen
     return argv[++*i];
 }
 
-static int to_int(const char *s, int *out, const char *flag, char *err, size_t errlen) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end) return bn_err(err, errlen, "%s: not an integer: '%s'", flag, s);
-    *out = (int)v;
+// to_int / to_float: v (the value of flag) strictly parsed and in lo..hi into *out; 0, or -1 with err
+static int to_int(const char *v, long long lo, long long hi, int *out, const char *flag, char *err, size_t errlen) {
+    long long x;
+    if (!bn_parse_int(v, lo, hi, &x)) return bn_err(err, errlen, "%s: '%s' is not an integer in %lld..%lld", flag, v, lo, hi);
+    *out = (int)x;
     return 0;
 }
 
-static int to_float(const char *s, float *out, const char *flag, char *err, size_t errlen) {
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end) return bn_err(err, errlen, "%s: not a number: '%s'", flag, s);
-    *out = (float)v;
+static int to_float(const char *v, double lo, double hi, float *out, const char *flag, char *err, size_t errlen) {
+    double x;
+    if (!bn_parse_float(v, lo, hi, &x)) return bn_err(err, errlen, "%s: '%s' is not a number in %g..%g", flag, v, lo, hi);
+    *out = (float)x;
     return 0;
 }
 
@@ -157,11 +156,11 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     const char *a = argv[*i], *v;
     bn_mine_params *mp = &o->mine;
 #define VAL() do { if (!(v = value(argc, argv, i, err, errlen))) return -1; } while (0)
-#define INT(dst) do { VAL(); if (to_int(v, &(dst), a, err, errlen)) return -1; } while (0)
-#define FLT(dst) do { VAL(); if (to_float(v, &(dst), a, err, errlen)) return -1; } while (0)
+#define INT(dst, lo, hi) do { VAL(); if (to_int(v, lo, hi, &(dst), a, err, errlen)) return -1; } while (0)
+#define FLT(dst, lo, hi) do { VAL(); if (to_float(v, lo, hi, &(dst), a, err, errlen)) return -1; } while (0)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_path = v; }
     else if (!strcmp(a, "-p") || !strcmp(a, "--prompts")) { VAL(); o->prompts_path = v; }
-    else if (!strcmp(a, "--max-prompts")) INT(o->prompts.max_prompts);
+    else if (!strcmp(a, "--max-prompts")) INT(o->prompts.max_prompts, 0, INT32_MAX);
     else if (!strcmp(a, "--template")) {
         VAL();
         if (!strcmp(v, "antidoom")) o->prompts.template_ = BN_ANTIDOOM_TEMPLATE;
@@ -170,8 +169,7 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     } else if (!strcmp(a, "--no-skip-agentic")) o->prompts.skip_agentic = false;
     else if (!strcmp(a, "--system")) { VAL(); mp->system = v; }
     else if (!strcmp(a, "--thinking")) {
-        INT(mp->thinking);
-        if (mp->thinking < -1 || mp->thinking > 1) return bn_err(err, errlen, "--thinking: expected 1, 0 or -1");
+        INT(mp->thinking, -1, 1);
     } else if (!strcmp(a, "--mode")) {
         VAL();
         if (!strcmp(v, "sample")) mp->mode = BN_MINE_SAMPLE;
@@ -182,52 +180,54 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
         VAL();
         if (load_phrases(o, v, err, errlen) < 0) return -1;
     } else if (!strcmp(a, "--phrase-from-prefix")) mp->phrase_from_prefix = true;
-    else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats);
-    else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens);
-    else if (!strcmp(a, "--max-prompt-tokens")) INT(mp->max_prompt_tokens);
-    else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature);
+    else if (!strcmp(a, "--prime-repeats")) INT(mp->prime_repeats, 0, 1 << 20);
+    else if (!strcmp(a, "--prime-prefix-tokens")) INT(mp->prime_prefix_tokens, 0, 1 << 20);
+    else if (!strcmp(a, "--max-prompt-tokens")) INT(mp->max_prompt_tokens, 0, INT32_MAX);
+    else if (!strcmp(a, "--temp")) FLT(mp->gen.temperature, -1e6, 1e6);
     else if (!strcmp(a, "--temps")) {
         VAL();
         o->n_temps = 0;
         for (const char *q = v; *q;) {
-            char *end;
-            double t = strtod(q, &end);
-            if (end == q || o->n_temps == 32) return bn_err(err, errlen, "--temps: expected up to 32 comma-separated numbers");
+            char item[64];
+            size_t len = strcspn(q, ",");
+            double t;
+            if (len >= sizeof item || o->n_temps == 32) return bn_err(err, errlen, "--temps: expected up to 32 comma-separated numbers");
+            memcpy(item, q, len), item[len] = 0;
+            if (!bn_parse_float(item, -1e6, 1e6, &t)) return bn_err(err, errlen, "--temps: '%s' is not a number in -1e6..1e6", item);
             o->temps[o->n_temps++] = (float)t;
-            q = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') return bn_err(err, errlen, "--temps: expected comma-separated numbers");
+            q += len + (q[len] == ',');
         }
-        if (o->n_temps == 0) return bn_err(err, errlen, "--temps: empty list");
+        if (o->n_temps == 0) return bn_err(err, errlen, "--temps: '%s' is not a comma-separated list of numbers", v);
     }
-    else if (!strcmp(a, "--top-k")) INT(mp->gen.top_k);
-    else if (!strcmp(a, "--top-p")) FLT(mp->gen.top_p);
-    else if (!strcmp(a, "--min-p")) FLT(mp->gen.min_p);
+    else if (!strcmp(a, "--top-k")) INT(mp->gen.top_k, -1, INT32_MAX);
+    else if (!strcmp(a, "--top-p")) FLT(mp->gen.top_p, 0, 1);
+    else if (!strcmp(a, "--min-p")) FLT(mp->gen.min_p, 0, 1);
     else if (!strcmp(a, "--seed")) {
         VAL();
-        mp->gen.seed = strtoull(v, NULL, 10);
-    } else if (!strcmp(a, "--n-predict")) INT(mp->gen.n_predict);
-    else if (!strcmp(a, "--n-probs")) INT(mp->gen.n_probs);
-    else if (!strcmp(a, "--ctx")) INT(o->n_ctx);
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(o->n_threads);
+        long long seed;
+        if (!bn_parse_int(v, 0, INT64_MAX, &seed)) return bn_err(err, errlen, "--seed: '%s' is not an integer in 0..%lld", v, (long long)INT64_MAX);
+        mp->gen.seed = (uint64_t)seed;
+    } else if (!strcmp(a, "--n-predict")) INT(mp->gen.n_predict, -1, 1 << 30);
+    else if (!strcmp(a, "--n-probs")) INT(mp->gen.n_probs, 0, 65536);
+    else if (!strcmp(a, "--ctx")) INT(o->n_ctx, 0, INT32_MAX);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT(o->n_threads, 0, 4096);
     else if (!strcmp(a, "--server")) { VAL(); o->server_url = v; }
     else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
-        INT(o->n_gpu_layers);
-        if (o->n_gpu_layers < 0) return bn_err(err, errlen, "%s: expected N >= 0", a);
+        INT(o->n_gpu_layers, 0, INT32_MAX);
     }
-    else if (!strcmp(a, "--timeout")) INT(o->timeout_s);
+    else if (!strcmp(a, "--timeout")) INT(o->timeout_s, 0, INT32_MAX);
     else if (!strcmp(a, "--parallel")) {
-        INT(o->n_parallel);
-        if (o->n_parallel < 1 || o->n_parallel > 256) return bn_err(err, errlen, "--parallel: expected 1..256");
+        INT(o->n_parallel, 1, 256);
     }
-    else if (!strcmp(a, "--min-repeats")) INT(mp->rep.min_repeats);
-    else if (!strcmp(a, "--min-total-repeated")) INT(mp->rep.min_total_repeated);
-    else if (!strcmp(a, "--max-period")) INT(mp->rep.max_period);
+    else if (!strcmp(a, "--min-repeats")) INT(mp->rep.min_repeats, 1, 1 << 20);
+    else if (!strcmp(a, "--min-total-repeated")) INT(mp->rep.min_total_repeated, 0, 1 << 30);
+    else if (!strcmp(a, "--max-period")) INT(mp->rep.max_period, 1, 1 << 20);
     else if (!strcmp(a, "--chosen-min-p")) {
         float f;
-        FLT(f);
+        FLT(f, 0, 1);
         mp->chosen.min_p = f;
-    } else if (!strcmp(a, "--chosen-max-tokens")) INT(mp->chosen.max_tokens);
-    else if (!strcmp(a, "--chosen-min-decoded-chars")) INT(mp->chosen.min_decoded_chars);
+    } else if (!strcmp(a, "--chosen-max-tokens")) INT(mp->chosen.max_tokens, 1, 1 << 20);
+    else if (!strcmp(a, "--chosen-min-decoded-chars")) INT(mp->chosen.min_decoded_chars, 0, 1 << 20);
     else if (!strcmp(a, "--chosen-require-alnum")) mp->chosen.require_alnum = true;
     else if (!strcmp(a, "--chosen-skip-raw-substring")) {
         VAL();

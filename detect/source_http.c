@@ -96,7 +96,7 @@ static char *http_post(http_source *s, const char *path, const char *body, int *
             char *data = strstr(stop, "\r\n");
             if (!data || sz == 0) break;
             data += 2;
-            if (data + sz > end) sz = (unsigned long)(end - data);
+            if (sz > (unsigned long)(end - data)) sz = (unsigned long)(end - data);
             memcpy(out + on, data, sz);
             on += sz;
             b = data + sz + 2;

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-nv") && has) n_nvs = parse_list(argv[++i], nvs);
         else if (!strcmp(a, "-pg") && has) {
             if (parse_list(argv[++i], pg) != 2) usage();
-        } else if ((!strcmp(a, "-r") || !strcmp(a, "--repetitions")) && has) reps = atoi(argv[++i]);
+        } else if ((!strcmp(a, "-r") || !strcmp(a, "--repetitions")) && has) reps = (int)bn_arg_int("bonsai-bench", a, argv[++i], 1, BN_BENCH_MAX_REPS);
         else if (!strcmp(a, "-o") && has) {
             const char *o = argv[++i];
             if (!strcmp(o, "json")) json = true;
@@ -71,7 +71,6 @@ int main(int argc, char **argv) {
         else usage();
     }
     if (n_models == 0) usage();
-    if (reps < 1 || reps > BN_BENCH_MAX_REPS) { fprintf(stderr, "bonsai-bench: -r must be 1..%d\n", BN_BENCH_MAX_REPS); return 1; }
     const char *commit = getenv("BONSAI_BUILD_COMMIT") ? getenv("BONSAI_BUILD_COMMIT") : "unknown";
 
     int max_results = n_models * n_ngls * n_threads * (n_prompts + n_gens * n_npls * n_nvs + 1);

@@ -136,6 +136,8 @@ static int eval_main(const bn_model *m, const bn_train_rows *rows, const char *a
     return 0;
 }
 
+static const char *const T = "bonsai-ftpo-train";
+
 int main(int argc, char **argv) {
     const char *tether_path = NULL;
     const char *model_path = NULL, *pairs_path = NULL, *targets = NULL, *preset = NULL, *eval_adapter = NULL, *merge_adapter = NULL, *merge_type = "keep";
@@ -152,48 +154,48 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-m") && has) model_path = argv[++i];
         else if (!strcmp(a, "-p") && has) pairs_path = argv[++i];
         else if (!strcmp(a, "-o") && has) o.out_adapter = argv[++i];
-        else if (!strcmp(a, "--rank") && has) o.rank = atoi(argv[++i]);
-        else if (!strcmp(a, "--alpha") && has) o.alpha = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--dropout") && has) o.dropout = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--rank") && has) o.rank = (int)bn_arg_int(T, a, argv[++i], 1, 65536);
+        else if (!strcmp(a, "--alpha") && has) o.alpha = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
+        else if (!strcmp(a, "--dropout") && has) o.dropout = (float)bn_arg_float(T, a, argv[++i], 0, 0.99);
         else if (!strcmp(a, "--targets") && has) targets = argv[++i];
         else if (!strcmp(a, "--ste-type") && has) o.ste_type = argv[++i];
         else if (!strcmp(a, "--keep-scales")) o.ste_keep_scales = true;
-        else if (!strcmp(a, "--seed") && has) o.seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--epochs") && has) o.epochs = atoi(argv[++i]);
-        else if (!strcmp(a, "--lr") && has) o.lr = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--batch") && has) o.batch = atoi(argv[++i]);
-        else if (!strcmp(a, "--grad-accum") && has) o.grad_accum = atoi(argv[++i]);
-        else if (!strcmp(a, "--warmup-ratio") && has) o.warmup_ratio = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--weight-decay") && has) o.adam.weight_decay = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--max-grad-norm") && has) o.max_grad_norm = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--early-stop") && has) o.early_stop = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--log-window") && has) o.log_window = atoi(argv[++i]);
-        else if (!strcmp(a, "--max-steps") && has) o.max_steps = atoll(argv[++i]);
-        else if (!strcmp(a, "--max-seq") && has) max_seq = atoi(argv[++i]);
+        else if (!strcmp(a, "--seed") && has) o.seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
+        else if (!strcmp(a, "--epochs") && has) o.epochs = (int)bn_arg_int(T, a, argv[++i], 1, 1000000);
+        else if (!strcmp(a, "--lr") && has) o.lr = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
+        else if (!strcmp(a, "--batch") && has) o.batch = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--grad-accum") && has) o.grad_accum = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--warmup-ratio") && has) o.warmup_ratio = (float)bn_arg_float(T, a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--weight-decay") && has) o.adam.weight_decay = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
+        else if (!strcmp(a, "--max-grad-norm") && has) o.max_grad_norm = (float)bn_arg_float(T, a, argv[++i], 0, 1e30);
+        else if (!strcmp(a, "--early-stop") && has) o.early_stop = (float)bn_arg_float(T, a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--log-window") && has) o.log_window = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--max-steps") && has) o.max_steps = bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
+        else if (!strcmp(a, "--max-seq") && has) max_seq = (int)bn_arg_int(T, a, argv[++i], 2, INT32_MAX);
         else if (!strcmp(a, "--preset") && has) preset = argv[++i];
-        else if (!strcmp(a, "--eps") && has) eps = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--lambda-nt") && has) lnt = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--lambda-t") && has) lt = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--tau-t") && has) taut = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--lambda-agg") && has) lagg = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--tau-agg") && has) tagg = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--eps") && has) eps = (float)bn_arg_float(T, a, argv[++i], -1e30, 1e30);
+        else if (!strcmp(a, "--lambda-nt") && has) lnt = (float)bn_arg_float(T, a, argv[++i], -1e30, 1e30);
+        else if (!strcmp(a, "--lambda-t") && has) lt = (float)bn_arg_float(T, a, argv[++i], -1e30, 1e30);
+        else if (!strcmp(a, "--tau-t") && has) taut = (float)bn_arg_float(T, a, argv[++i], -1e30, 1e30);
+        else if (!strcmp(a, "--lambda-agg") && has) lagg = (float)bn_arg_float(T, a, argv[++i], -1e30, 1e30);
+        else if (!strcmp(a, "--tau-agg") && has) tagg = (float)bn_arg_float(T, a, argv[++i], -1e30, 1e30);
         else if (!strcmp(a, "--weighted-mean")) weighted = true;
         else if (!strcmp(a, "--tether-text") && has) tether_path = argv[++i];
-        else if (!strcmp(a, "--lambda-tether") && has) o.lambda_tether = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--tether-ctx") && has) o.tether_ctx = atoi(argv[++i]);
-        else if (!strcmp(a, "--tether-batch") && has) o.tether_batch = atoi(argv[++i]);
+        else if (!strcmp(a, "--lambda-tether") && has) o.lambda_tether = (float)bn_arg_float(T, a, argv[++i], 0, 1e30);
+        else if (!strcmp(a, "--tether-ctx") && has) o.tether_ctx = (int)bn_arg_int(T, a, argv[++i], 2, 1 << 20);
+        else if (!strcmp(a, "--tether-batch") && has) o.tether_batch = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
         else if (!strcmp(a, "--checkpoint") && has) o.ckpt_path = argv[++i];
-        else if (!strcmp(a, "--save-every") && has) o.save_every = atoi(argv[++i]);
+        else if (!strcmp(a, "--save-every") && has) o.save_every = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
         else if (!strcmp(a, "--resume") && has) o.resume_path = argv[++i];
         else if (!strcmp(a, "--init-adapter") && has) o.init_adapter = argv[++i];
         else if (!strcmp(a, "--log") && has) o.log_jsonl = argv[++i];
         else if (!strcmp(a, "--no-eval")) o.eval_each_epoch = false;
         else if (!strcmp(a, "-q")) o.quiet = true;
-        else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "-t") && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
         else if (!strcmp(a, "--eval") && has) eval_adapter = argv[++i];
         else if (!strcmp(a, "--merge") && has) merge_adapter = argv[++i];
         else if (!strcmp(a, "--merge-type") && has) merge_type = argv[++i];
-        else if (!strcmp(a, "--lora-scale") && has) lora_scale = (float)atof(argv[++i]);
+        else if (!strcmp(a, "--lora-scale") && has) lora_scale = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
         else { fprintf(stderr, "bonsai-ftpo-train: unknown or incomplete option '%s'\n", a); usage(1); }
     }
     if (merge_adapter) {

@@ -169,21 +169,21 @@ int main(int argc, char **argv) {
         else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && has) out_path = argv[++i];
         else if (!strcmp(a, "--gen-log") && has) gen_log = argv[++i];
         else if (!strcmp(a, "--resume")) resume = true;
-        else if (!strcmp(a, "--target-pairs") && has) target_pairs = atoi(argv[++i]);
+        else if (!strcmp(a, "--target-pairs") && has) target_pairs = (int)bn_arg_int("bonsai-mine-pairs", a, argv[++i], 1, INT32_MAX);
         else if (!strcmp(a, "--split") && has) split = argv[++i];
         else if (!strcmp(a, "--model-sha256") && has) sha = argv[++i];
         else if (!strcmp(a, "--regularise") && has) reg_in = argv[++i];
-        else if (!strcmp(a, "--max-rows") && has) rp.max_rows = atoi(argv[++i]);
-        else if (!strcmp(a, "--headroom") && has) rp.headroom = atof(argv[++i]);
-        else if (!strcmp(a, "--rejected-strength") && has) rp.rejected_strength = atof(argv[++i]);
-        else if (!strcmp(a, "--chosen-strength") && has) rp.chosen_strength = atof(argv[++i]);
+        else if (!strcmp(a, "--max-rows") && has) rp.max_rows = (int)bn_arg_int("bonsai-mine-pairs", a, argv[++i], 0, INT32_MAX);
+        else if (!strcmp(a, "--headroom") && has) rp.headroom = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1e6);
+        else if (!strcmp(a, "--rejected-strength") && has) rp.rejected_strength = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--chosen-strength") && has) rp.chosen_strength = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
         else if (!strcmp(a, "--balance") && has) {
             if (bn_balance_parse(argv[++i], &rp.balance) < 0) return fail("--balance: expected off, sqrt or equal");
-        } else if (!strcmp(a, "--max-rejected-share") && has) rp.max_rejected_share = atof(argv[++i]);
+        } else if (!strcmp(a, "--max-rejected-share") && has) rp.max_rejected_share = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
         else if (!strcmp(a, "--no-dedupe")) rp.dedupe_contexts = false;
-        else if (!strcmp(a, "--top") && has) top = atoi(argv[++i]);
+        else if (!strcmp(a, "--top") && has) top = (int)bn_arg_int("bonsai-mine-pairs", a, argv[++i], 0, 1 << 20);
         else if (!strcmp(a, "--heldout-out") && has) heldout_out = argv[++i];
-        else if (!strcmp(a, "--heldout-share") && has) heldout_share = atof(argv[++i]);
+        else if (!strcmp(a, "--heldout-share") && has) heldout_share = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
         else {
             fprintf(stderr, "bonsai-mine-pairs: unknown or incomplete option '%s'\n", a);
             usage(stderr);

@@ -4,6 +4,7 @@
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -24,9 +25,16 @@ static void usage(FILE *f) {
             "  --seed N  --logit-scale F  --markov-scale F\n");
 }
 
-// parse_int / parse_float: strict option values (exit 1 with a message on junk).
-static long long parse_int(const char *opt, const char *s) { return bn_arg_int("bonsai-mkdrafter", opt, s); }
-static float parse_float(const char *opt, const char *s) { return (float)bn_arg_float("bonsai-mkdrafter", opt, s); }
+// parse_int / parse_float / parse_seed: strict option values (exit 1 with a message on junk): sizes and ids in
+// -1..INT32_MAX (the generator checks the shapes), reals in ±1e30 (the RoPE base and the norm epsilon positive),
+// seeds in 0..INT64_MAX.
+static int parse_int(const char *opt, const char *s) { return (int)bn_arg_int("bonsai-mkdrafter", opt, s, -1, INT32_MAX); }
+static float parse_float(const char *opt, const char *s) {
+    return (float)bn_arg_float("bonsai-mkdrafter", opt, s, -1e30, 1e30);
+}
+static uint64_t parse_seed(const char *opt, const char *s) {
+    return (uint64_t)bn_arg_int("bonsai-mkdrafter", opt, s, 0, INT64_MAX);
+}
 
 static void preset_27b(bn_mkdrafter_params *p) {
     p->n_embd = 5120;
@@ -69,24 +77,24 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bonsai-mkdrafter: --convention must be legacy or dflash\n");
                 return 1;
             }
-        } else if (OPT("--n-embd")) p.n_embd = (int)parse_int(a, v);
-        else if (OPT("--n-layer")) p.n_layer = (int)parse_int(a, v);
-        else if (OPT("--n-ff")) p.n_ff = (int)parse_int(a, v);
-        else if (OPT("--n-head")) p.n_head = (int)parse_int(a, v);
-        else if (OPT("--n-head-kv")) p.n_head_kv = (int)parse_int(a, v);
-        else if (OPT("--head-dim")) p.head_dim = p.n_rot = (int)parse_int(a, v);
-        else if (OPT("--n-rot")) p.n_rot = (int)parse_int(a, v);
-        else if (OPT("--rope-base")) p.rope_base = parse_float(a, v);
-        else if (OPT("--norm-eps")) p.norm_eps = parse_float(a, v);
-        else if (OPT("--ctx")) p.ctx = (int)parse_int(a, v);
-        else if (OPT("--n-vocab")) p.n_vocab = (int)parse_int(a, v);
-        else if (OPT("--block-size")) p.block_size = (int)parse_int(a, v);
-        else if (OPT("--mask-token")) p.mask_token_id = (int)parse_int(a, v);
-        else if (OPT("--markov-rank")) p.markov_rank = (int)parse_int(a, v);
+        } else if (OPT("--n-embd")) p.n_embd = parse_int(a, v);
+        else if (OPT("--n-layer")) p.n_layer = parse_int(a, v);
+        else if (OPT("--n-ff")) p.n_ff = parse_int(a, v);
+        else if (OPT("--n-head")) p.n_head = parse_int(a, v);
+        else if (OPT("--n-head-kv")) p.n_head_kv = parse_int(a, v);
+        else if (OPT("--head-dim")) p.head_dim = p.n_rot = parse_int(a, v);
+        else if (OPT("--n-rot")) p.n_rot = parse_int(a, v);
+        else if (OPT("--rope-base")) p.rope_base = (float)bn_arg_float("bonsai-mkdrafter", a, v, 1e-30, 1e30);
+        else if (OPT("--norm-eps")) p.norm_eps = (float)bn_arg_float("bonsai-mkdrafter", a, v, 1e-30, 1);
+        else if (OPT("--ctx")) p.ctx = parse_int(a, v);
+        else if (OPT("--n-vocab")) p.n_vocab = parse_int(a, v);
+        else if (OPT("--block-size")) p.block_size = parse_int(a, v);
+        else if (OPT("--mask-token")) p.mask_token_id = parse_int(a, v);
+        else if (OPT("--markov-rank")) p.markov_rank = parse_int(a, v);
         else if (OPT("--min-log-snr")) p.min_log_snr = parse_float(a, v);
         else if (OPT("--max-log-snr")) p.max_log_snr = parse_float(a, v);
-        else if (OPT("--snr-feat")) p.snr_feat = (int)parse_int(a, v);
-        else if (OPT("--seed")) p.seed = (uint64_t)parse_int(a, v);
+        else if (OPT("--snr-feat")) p.snr_feat = parse_int(a, v);
+        else if (OPT("--seed")) p.seed = parse_seed(a, v);
         else if (OPT("--logit-scale")) p.logit_scale = parse_float(a, v);
         else if (OPT("--markov-scale")) p.markov_scale = parse_float(a, v);
         else if (OPT("--target-layers")) {
@@ -97,7 +105,7 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "bonsai-mkdrafter: at most %d target layers\n", BN_DRAFTER_MAX_TAPS);
                     return 1;
                 }
-                p.target_layers[p.n_taps++] = (int)parse_int(a, tk);
+                p.target_layers[p.n_taps++] = parse_int(a, tk);
             }
             free(s);
         } else if (OPT("--type")) {

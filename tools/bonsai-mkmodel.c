@@ -4,6 +4,7 @@
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -28,9 +29,16 @@ static void usage(FILE *f) {
             "  --help\n");
 }
 
-// parse_int / parse_float: strict option values (exit 1 with a message on junk).
-static long long parse_int(const char *opt, const char *s) { return bn_arg_int("bonsai-mkmodel", opt, s); }
-static float parse_float(const char *opt, const char *s) { return (float)bn_arg_float("bonsai-mkmodel", opt, s); }
+// parse_int / parse_float / parse_seed: strict option values (exit 1 with a message on junk): sizes and ids in
+// -1..INT32_MAX (the generator checks the shapes), reals in ±1e30 (the RoPE base and the norm epsilon positive),
+// seeds in 0..INT64_MAX.
+static int parse_int(const char *opt, const char *s) { return (int)bn_arg_int("bonsai-mkmodel", opt, s, -1, INT32_MAX); }
+static float parse_float(const char *opt, const char *s) {
+    return (float)bn_arg_float("bonsai-mkmodel", opt, s, -1e30, 1e30);
+}
+static uint64_t parse_seed(const char *opt, const char *s) {
+    return (uint64_t)bn_arg_int("bonsai-mkmodel", opt, s, 0, INT64_MAX);
+}
 
 int main(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny";
@@ -67,24 +75,24 @@ int main(int argc, char **argv) {
         const char *v = argv[++i];
         if (strcmp(o, "--preset") == 0) continue;
         else if (strcmp(o, "--arch") == 0) p.arch = v;
-        else if (strcmp(o, "--n-embd") == 0) p.n_embd = (int)parse_int(o, v);
-        else if (strcmp(o, "--n-layer") == 0) p.n_layer = (int)parse_int(o, v);
-        else if (strcmp(o, "--n-ff") == 0) p.n_ff = (int)parse_int(o, v);
-        else if (strcmp(o, "--n-head") == 0) p.n_head = (int)parse_int(o, v);
-        else if (strcmp(o, "--n-head-kv") == 0) p.n_head_kv = (int)parse_int(o, v);
-        else if (strcmp(o, "--head-dim") == 0) p.head_dim = (int)parse_int(o, v);
-        else if (strcmp(o, "--n-rot") == 0) p.n_rot = (int)parse_int(o, v);
-        else if (strcmp(o, "--rope-base") == 0) p.rope_base = parse_float(o, v);
-        else if (strcmp(o, "--norm-eps") == 0) p.norm_eps = parse_float(o, v);
-        else if (strcmp(o, "--ctx") == 0) p.ctx = (int)parse_int(o, v);
-        else if (strcmp(o, "--ssm-d-state") == 0) p.ssm_d_state = (int)parse_int(o, v);
-        else if (strcmp(o, "--ssm-n-group") == 0) p.ssm_n_group = (int)parse_int(o, v);
-        else if (strcmp(o, "--ssm-dt-rank") == 0) p.ssm_dt_rank = (int)parse_int(o, v);
-        else if (strcmp(o, "--ssm-conv-kernel") == 0) p.ssm_conv_kernel = (int)parse_int(o, v);
-        else if (strcmp(o, "--full-attn-interval") == 0) p.full_attn_interval = (int)parse_int(o, v);
+        else if (strcmp(o, "--n-embd") == 0) p.n_embd = parse_int(o, v);
+        else if (strcmp(o, "--n-layer") == 0) p.n_layer = parse_int(o, v);
+        else if (strcmp(o, "--n-ff") == 0) p.n_ff = parse_int(o, v);
+        else if (strcmp(o, "--n-head") == 0) p.n_head = parse_int(o, v);
+        else if (strcmp(o, "--n-head-kv") == 0) p.n_head_kv = parse_int(o, v);
+        else if (strcmp(o, "--head-dim") == 0) p.head_dim = parse_int(o, v);
+        else if (strcmp(o, "--n-rot") == 0) p.n_rot = parse_int(o, v);
+        else if (strcmp(o, "--rope-base") == 0) p.rope_base = (float)bn_arg_float("bonsai-mkmodel", o, v, 1e-30, 1e30);
+        else if (strcmp(o, "--norm-eps") == 0) p.norm_eps = (float)bn_arg_float("bonsai-mkmodel", o, v, 1e-30, 1);
+        else if (strcmp(o, "--ctx") == 0) p.ctx = parse_int(o, v);
+        else if (strcmp(o, "--ssm-d-state") == 0) p.ssm_d_state = parse_int(o, v);
+        else if (strcmp(o, "--ssm-n-group") == 0) p.ssm_n_group = parse_int(o, v);
+        else if (strcmp(o, "--ssm-dt-rank") == 0) p.ssm_dt_rank = parse_int(o, v);
+        else if (strcmp(o, "--ssm-conv-kernel") == 0) p.ssm_conv_kernel = parse_int(o, v);
+        else if (strcmp(o, "--full-attn-interval") == 0) p.full_attn_interval = parse_int(o, v);
         else if (strcmp(o, "--vocab") == 0) p.vocab = v;
         else if (strcmp(o, "--n-vocab") == 0) {
-            p.n_vocab_small = (int)parse_int(o, v);
+            p.n_vocab_small = parse_int(o, v);
             vocab_size_set = true;
         } else if (strcmp(o, "--type") == 0) {
             p.type = bn_type_from_name(v);
@@ -92,7 +100,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bonsai-mkmodel: --type must be f32, f16 or bf16 (got '%s'); quantize afterwards\n", v);
                 return 1;
             }
-        } else if (strcmp(o, "--seed") == 0) p.seed = (uint64_t)parse_int(o, v);
+        } else if (strcmp(o, "--seed") == 0) p.seed = parse_seed(o, v);
         else if (strcmp(o, "--logit-scale") == 0) p.logit_scale = parse_float(o, v);
         else if (strcmp(o, "--name") == 0) p.name = v;
         else {

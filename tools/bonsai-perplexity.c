@@ -107,10 +107,10 @@ int main(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(a, "-m") && has) model_path = argv[++i];
         else if (!strcmp(a, "-f") && has) text_path = argv[++i];
-        else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has) n_ctx = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]), ctx_given = true;
-        else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has) n_batch = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]);
-        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]);
-        else if (!strcmp(a, "--chunks") && has) chunks = (int)bn_arg_int("bonsai-perplexity", a, argv[++i]);
+        else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has) n_ctx = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], 4, INT32_MAX), ctx_given = true;
+        else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has) n_batch = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], 1, INT32_MAX);
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], 1, 4096);
+        else if (!strcmp(a, "--chunks") && has) chunks = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], -1, INT32_MAX);
         else if ((!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--save-all-logits")) && has) kld_path = argv[++i];
         else if (!strcmp(a, "--kl-divergence")) kld_mode = true;
         else usage();

@@ -36,15 +36,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-p")) pairs = v;
         else if (!strcmp(a, "--text")) text_path = v;
         else if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--cw-drop")) cfg.cw_drop = bn_arg_float(T, a, v);
-        else if (!strcmp(a, "--mu")) cfg.mu = bn_arg_float(T, a, v);
+        else if (!strcmp(a, "--cw-drop")) cfg.cw_drop = bn_arg_float(T, a, v, 0, 1);
+        else if (!strcmp(a, "--mu")) cfg.mu = bn_arg_float(T, a, v, 0, 1e30);
         else if (!strcmp(a, "--objective")) {
             if (!strcmp(v, "kl")) cfg.objective = BN_PRUNE_KL;
             else if (!strcmp(v, "nll")) cfg.objective = BN_PRUNE_NLL;
             else { fprintf(stderr, "%s: --objective is kl or nll\n", T); return 1; }
-        } else if (!strcmp(a, "--ctx")) cfg.text_ctx = (int)bn_arg_int(T, a, v);
-        else if (!strcmp(a, "--max-text")) cfg.max_text = bn_arg_int(T, a, v);
-        else if (!strcmp(a, "-t")) cfg.n_threads = (int)bn_arg_int(T, a, v);
+        } else if (!strcmp(a, "--ctx")) cfg.text_ctx = (int)bn_arg_int(T, a, v, 2, 1 << 20);
+        else if (!strcmp(a, "--max-text")) cfg.max_text = bn_arg_int(T, a, v, 0, INT64_MAX);
+        else if (!strcmp(a, "-t")) cfg.n_threads = (int)bn_arg_int(T, a, v, 1, 4096);
         else { fprintf(stderr, "%s: unknown option %s\n", T, a); usage(); return 1; }
         i++;
     }

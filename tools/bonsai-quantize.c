@@ -86,11 +86,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--tensor-type")) {
             tensor_types[p.n_tensor_types++] = need_arg(argc, argv, &i);
         } else if (!strcmp(a, "--threads")) {
-            p.n_threads = atoi(need_arg(argc, argv, &i));
-            if (p.n_threads <= 0) {
-                fprintf(stderr, "bonsai-quantize: --threads needs a positive number\n");
-                return 1;
-            }
+            p.n_threads = (int)bn_arg_int("bonsai-quantize", a, need_arg(argc, argv, &i), 1, 4096);
         } else if (!strcmp(a, "--q2-layout")) {
             const char *l = need_arg(argc, argv, &i);
             if (!strcmp(l, "g128")) p.q2_g128 = true;

@@ -45,6 +45,8 @@ static void stream_put(utf8_stream *st, const char *piece, int n) {
     fflush(stdout);
 }
 
+static const char *const T = "bonsai-run";
+
 int main(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
     int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0, n_gpu_layers = 0;
@@ -55,15 +57,15 @@ int main(int argc, char **argv) {
         bool has = i + 1 < argc;
         if (!strcmp(a, "-m") && has) model_path = argv[++i];
         else if (!strcmp(a, "-p") && has) prompt = argv[++i];
-        else if (!strcmp(a, "-n") && has) n_gen = atoi(argv[++i]);
-        else if (!strcmp(a, "--temp") && has) sp.temperature = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--top-k") && has) sp.top_k = atoi(argv[++i]);
-        else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--seed") && has) sp.seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "-t") && has) n_threads = atoi(argv[++i]);
-        else if (!strcmp(a, "-c") && has) n_ctx = atoi(argv[++i]);
-        else if ((!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) && has) n_gpu_layers = atoi(argv[++i]);
+        else if (!strcmp(a, "-n") && has) n_gen = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
+        else if (!strcmp(a, "--temp") && has) sp.temperature = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
+        else if (!strcmp(a, "--top-k") && has) sp.top_k = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
+        else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--seed") && has) sp.seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
+        else if (!strcmp(a, "-t") && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
+        else if (!strcmp(a, "-c") && has) n_ctx = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
+        else if ((!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) && has) n_gpu_layers = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--think")) think = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;

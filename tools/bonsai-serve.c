@@ -45,15 +45,8 @@ static const char *need(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
-// to_int: an integer option value in -1..1e9 (exit 1 with a message otherwise).
-static int to_int(const char *flag, const char *v) {
-    long long x = bn_arg_int("bonsai-serve", flag, v);
-    if (x < -1 || x > 1000000000) {
-        fprintf(stderr, "bonsai-serve: %s: %lld is out of range\n", flag, x);
-        exit(1);
-    }
-    return (int)x;
-}
+// to_int: an integer option value in lo..hi (exit 1 with a message otherwise).
+static int to_int(const char *flag, const char *v, int lo, int hi) { return (int)bn_arg_int("bonsai-serve", flag, v, lo, hi); }
 
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
@@ -67,12 +60,12 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) p.model_path = need(argc, argv, &i);
         else if (!strcmp(a, "-a") || !strcmp(a, "--alias")) p.alias = need(argc, argv, &i);
         else if (!strcmp(a, "--host")) p.host = need(argc, argv, &i);
-        else if (!strcmp(a, "--port")) p.port = to_int(a, need(argc, argv, &i));
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) p.n_ctx = to_int(a, need(argc, argv, &i));
-        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) p.n_slots = to_int(a, need(argc, argv, &i));
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = to_int(a, need(argc, argv, &i));
-        else if (!strcmp(a, "--queue")) p.queue_max = to_int(a, need(argc, argv, &i));
-        else if (!strcmp(a, "--max-body")) p.max_body = (size_t)to_int(a, need(argc, argv, &i));
+        else if (!strcmp(a, "--port")) p.port = to_int(a, need(argc, argv, &i), 0, 65535);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) p.n_ctx = to_int(a, need(argc, argv, &i), 0, INT32_MAX);
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) p.n_slots = to_int(a, need(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) p.n_threads = to_int(a, need(argc, argv, &i), 0, 4096);
+        else if (!strcmp(a, "--queue")) p.queue_max = to_int(a, need(argc, argv, &i), 0, 1000000);
+        else if (!strcmp(a, "--max-body")) p.max_body = (size_t)to_int(a, need(argc, argv, &i), 1, 1 << 30);
         else if (!strcmp(a, "--metrics")) p.metrics = true;
         else if (!strcmp(a, "--no-slots")) p.slots_endpoint = false;
         else if (!strcmp(a, "--ready-file")) p.ready_file = need(argc, argv, &i);
@@ -83,7 +76,7 @@ int main(int argc, char **argv) {
             }
             p.api_keys[p.n_api_keys++] = need(argc, argv, &i);
         } else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
-            p.n_gpu_layers = to_int(a, need(argc, argv, &i));
+            p.n_gpu_layers = to_int(a, need(argc, argv, &i), 0, INT32_MAX);
         } else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
             const char *v = need(argc, argv, &i);
             if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
@@ -100,11 +93,11 @@ int main(int argc, char **argv) {
                 return 1;
             }
         } else if (!strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max")) {
-            p.spec.n_max = to_int(a, need(argc, argv, &i));
+            p.spec.n_max = to_int(a, need(argc, argv, &i), 1, 16);
         } else if (!strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min")) {
-            p.spec.n_min = to_int(a, need(argc, argv, &i));
+            p.spec.n_min = to_int(a, need(argc, argv, &i), 0, 16);
         } else if (!strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min")) {
-            p.spec.p_min = (float)atof(need(argc, argv, &i));
+            p.spec.p_min = (float)bn_arg_float("bonsai-serve", a, need(argc, argv, &i), 0, 1);
         } else if (!strcmp(a, "--no-spec-adaptive")) {
             p.spec.adaptive = false;
         } else if (!strcmp(a, "-ngld") || !strcmp(a, "--spec-draft-ngl") || !strcmp(a, "--gpu-layers-draft")) {
@@ -122,17 +115,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (p.spec.type == BN_SPEC_NONE) p.draft_path = NULL;
-    if (p.spec.n_max < 1 || p.spec.n_max > 16) {
-        fprintf(stderr, "bonsai-serve: --spec-draft-n-max must be in 1..16\n");
-        return 1;
-    }
     p.spec.n_threads = p.n_threads;
     if (!p.model_path) {
         usage(stderr);
-        return 1;
-    }
-    if (p.n_slots < 1 || p.n_slots > 64) {
-        fprintf(stderr, "bonsai-serve: -np must be in 1..64\n");
         return 1;
     }
     return bn_server_run(&p);

@@ -88,6 +88,8 @@ static int tokenize_main(const char *text_path, const char *vocab, const char *o
     return rc ? 1 : 0;
 }
 
+static const char *const T = "bonsai-train-lm";
+
 int main(int argc, char **argv) {
     const char *model_path = NULL, *data_path = NULL, *out_path = NULL, *ckpt_path = NULL, *resume_path = NULL;
     const char *tokenize_path = NULL, *vocab_text = NULL, *qat_type = NULL, *qat_skip = NULL;
@@ -106,23 +108,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--data") && has) data_path = argv[++i];
         else if (!strcmp(a, "-o") && has) out_path = argv[++i];
         else if (!strcmp(a, "--tokenize") && has) tokenize_path = argv[++i];
-        else if (!strcmp(a, "--train-vocab") && i + 2 < argc) { vocab_n = atoi(argv[++i]); vocab_text = argv[++i]; }
-        else if (!strcmp(a, "--steps") && has) cfg.total_steps = atoll(argv[++i]);
-        else if (!strcmp(a, "--ctx") && has) cfg.ctx = atoi(argv[++i]);
-        else if (!strcmp(a, "--batch") && has) cfg.batch = atoi(argv[++i]);
-        else if (!strcmp(a, "--lr") && has) cfg.lr = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--warmup-ratio") && has) cfg.warmup_ratio = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--weight-decay") && has) cfg.adam.weight_decay = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--max-grad-norm") && has) cfg.max_grad_norm = (float)atof(argv[++i]);
-        else if (!strcmp(a, "--seed") && has) seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--val-frac") && has) val_frac = atof(argv[++i]);
-        else if (!strcmp(a, "--eval-every") && has) eval_every = atoi(argv[++i]);
-        else if (!strcmp(a, "--eval-windows") && has) eval_windows = atoi(argv[++i]);
+        else if (!strcmp(a, "--train-vocab") && i + 2 < argc) { vocab_n = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 24); vocab_text = argv[++i]; }
+        else if (!strcmp(a, "--steps") && has) cfg.total_steps = bn_arg_int(T, a, argv[++i], 1, INT64_MAX);
+        else if (!strcmp(a, "--ctx") && has) cfg.ctx = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--batch") && has) cfg.batch = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
+        else if (!strcmp(a, "--lr") && has) cfg.lr = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
+        else if (!strcmp(a, "--warmup-ratio") && has) cfg.warmup_ratio = (float)bn_arg_float(T, a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--weight-decay") && has) cfg.adam.weight_decay = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
+        else if (!strcmp(a, "--max-grad-norm") && has) cfg.max_grad_norm = (float)bn_arg_float(T, a, argv[++i], 0, 1e30);
+        else if (!strcmp(a, "--seed") && has) seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
+        else if (!strcmp(a, "--val-frac") && has) val_frac = bn_arg_float(T, a, argv[++i], 0, 0.999999);
+        else if (!strcmp(a, "--eval-every") && has) eval_every = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
+        else if (!strcmp(a, "--eval-windows") && has) eval_windows = (int)bn_arg_int(T, a, argv[++i], 0, 1 << 24);
         else if (!strcmp(a, "--checkpoint") && has) ckpt_path = argv[++i];
-        else if (!strcmp(a, "--save-every") && has) save_every = atoi(argv[++i]);
+        else if (!strcmp(a, "--save-every") && has) save_every = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
         else if (!strcmp(a, "--resume") && has) resume_path = argv[++i];
-        else if (!strcmp(a, "--max-steps") && has) max_steps = atoll(argv[++i]);
-        else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-steps") && has) max_steps = bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
+        else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
         else if (!strcmp(a, "--qat-type") && has) qat_type = argv[++i];
         else if (!strcmp(a, "--qat-skip") && has) qat_skip = argv[++i];
         else if (!strcmp(a, "-q")) quiet = true;

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# tests/e2e/test_cli_args.sh — every numeric option of every tool refuses junk: a value that is not a number, has
+# trailing junk, is NaN or infinite, or overflows a double must end the tool with exit 1 and a message that names the option
+# and the value ("OPT: 'VALUE' is not an integer in LO..HI"), before any work; never a crash or a silent 0 (atoi).
+# Each option must also appear in the tool's --help text (a renamed option shows up here). bonsai-bench's list
+# options (-p 1,2,...) are checked to refuse junk too.
+B="${BONSAI_BUILD_ROOT:-build}/tools"
+[ -x "$B/bonsai-run" ] || { echo "SKIP: tools not built in $B"; exit 77; }
+T=$(mktemp -d /tmp/bonsai-test-cli-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail=0 checks=0
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+JUNK=("abc" "" "12x" "nan" "1e400")
+MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
+  --top-p --min-p --seed --n-predict --n-probs --ctx -t --timeout --parallel --min-repeats --min-total-repeated
+  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl"
+# tool | arguments before the option | numeric options
+CASES=(
+  "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl"
+  "bonsai-speculative||--spec-draft-n-max --spec-draft-n-min --spec-draft-p-min -n -c -t -ngl --temp --top-k --top-p
+    --min-p --seed"
+  "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min"
+  "bonsai-perplexity||-c -b -t --chunks"
+  "bonsai-bench||-r"
+  "bonsai-quantize|in.gguf out.gguf Q1_0|--threads"
+  "bonsai-mkmodel|$T/x.gguf|--n-embd --n-layer --n-ff --n-head --n-head-kv --head-dim --n-rot --rope-base --norm-eps
+    --ctx --ssm-d-state --ssm-n-group --ssm-dt-rank --ssm-conv-kernel --full-attn-interval --n-vocab --seed
+    --logit-scale"
+  "bonsai-mkdrafter|$T/x.gguf|--n-embd --n-layer --n-ff --n-head --n-head-kv --head-dim --n-rot --rope-base --norm-eps
+    --ctx --n-vocab --block-size --mask-token --markov-rank --min-log-snr --max-log-snr --snr-feat --seed
+    --logit-scale --markov-scale"
+  "bonsai-train-lm||--steps --ctx --batch --lr --warmup-ratio --weight-decay --max-grad-norm --seed --val-frac
+    --eval-every --eval-windows --save-every --max-steps --threads"
+  "bonsai-ftpo-train||--rank --alpha --dropout --seed --epochs --lr --batch --grad-accum --warmup-ratio --weight-decay
+    --max-grad-norm --early-stop --log-window --max-steps --max-seq --eps --lambda-nt --lambda-t --tau-t --lambda-agg
+    --tau-agg --lambda-tether --tether-ctx --tether-batch --save-every -t --lora-scale"
+  "bonsai-mine-pairs||--target-pairs --max-rows --headroom --rejected-strength --chosen-strength --max-rejected-share
+    --top --heldout-share $MINE_OPTS"
+  "bonsai-eval-loops||$MINE_OPTS"
+  "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
+)
+
+for c in "${CASES[@]}"; do
+  IFS='|' read -r tool pre opts <<< "$c"
+  [ -x "$B/$tool" ] || { bad "$tool not built"; continue; }
+  help=$("$B/$tool" --help 2>&1)
+  for opt in $opts; do
+    checks=$((checks + 1))
+    # the option is documented (as a word: "--ctx N", "-t N", "[--seed S]", "--temp,")
+    grep -Eq -- "(^|[[ ,/])$opt([] ,=]|$)" <<< "$help" || bad "$tool: $opt is not in --help"
+    for v in "${JUNK[@]}"; do
+      checks=$((checks + 1))
+      # shellcheck disable=SC2086
+      timeout 20 "$B/$tool" $pre "$opt" "$v" > /dev/null 2> "$T/err"
+      st=$?
+      if [ $st -ne 1 ]; then
+        bad "$tool $opt '$v': exit $st (expected 1: refused)$( [ $st -gt 128 ] && echo ", signal $((st - 128))")"
+      elif ! grep -qF -- "$opt: '$v'" "$T/err"; then
+        bad "$tool $opt '$v': the message does not name the option and the value: $(head -c 200 "$T/err")"
+      fi
+    done
+  done
+done
+# bonsai-bench's lists
+for opt in -p -n -t -ngl -npl -nv; do
+  for v in "abc" "1,x" "1,,2" "99999999999999999999"; do
+    checks=$((checks + 1))
+    timeout 20 "$B/bonsai-bench" "$opt" "$v" > /dev/null 2>&1
+    st=$?
+    [ $st -ne 0 ] && [ $st -lt 128 ] || bad "bonsai-bench $opt '$v': exit $st (expected a refusal)"
+  done
+done
+echo "test_cli_args: $checks checks, $fail failed"
+[ $fail -eq 0 ]
