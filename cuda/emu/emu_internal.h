@@ -5,6 +5,7 @@
 #include "cuda/common.cuh"
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 // bn_emu_graph: the recorded work of a capture, replayed in order (also the instantiated form).
@@ -22,6 +23,7 @@ struct bn_emu_stream {
     bool invalidated;             // an illegal call happened during the capture
     cudaStreamCaptureMode mode;
     bn_emu_graph *graph;          // the capture in progress
+    std::thread::id owner;        // the thread that began the capture (ThreadLocal mode binds only that thread)
 };
 
 namespace bn_emu {

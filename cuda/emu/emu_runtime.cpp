@@ -13,7 +13,7 @@
 namespace bn_emu {
 namespace {
 thread_local cudaError_t last_error = cudaSuccess;
-bn_emu_stream legacy_stream = {0, false, false, cudaStreamCaptureModeGlobal, nullptr};
+bn_emu_stream legacy_stream = {0, false, false, cudaStreamCaptureModeGlobal, nullptr, {}};
 std::map<uintptr_t, size_t> device_allocs; // start -> bytes asked for
 std::map<uintptr_t, size_t> pinned_allocs; // cudaMallocHost / cudaHostAlloc: start -> bytes
 
@@ -56,7 +56,6 @@ struct DeviceAccess {
         if (protecting() && --device_depth == 0) set_device_access(false);
     }
 };
-int strict_captures;                       // active captures in Global/ThreadLocal mode
 std::vector<bn_emu_stream *> capturing;    // streams capturing now
 
 double now_ms() {
@@ -87,18 +86,27 @@ cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     return cudaSuccess;
 }
 
-// blocking_capture: a stream created without cudaStreamNonBlocking is capturing (legacy-stream work would
-// make it wait on that stream: cudaErrorStreamCaptureImplicit; non-blocking streams do not sync with it).
-bool blocking_capture() {
-    for (const bn_emu_stream *s : capturing)
-        if (!(s->flags & cudaStreamNonBlocking)) return true;
-    return false;
+// invalidate_blocking_captures: legacy-stream work waits for every stream created without cudaStreamNonBlocking,
+// which a capturing stream cannot take part in (cudaErrorStreamCaptureImplicit, from any thread): invalidates those
+// captures; returns whether there was one.
+bool invalidate_blocking_captures() {
+    bool any = false;
+    for (bn_emu_stream *s : capturing)
+        if (!(s->flags & cudaStreamNonBlocking)) s->invalidated = true, any = true;
+    return any;
 }
 
-// invalidate_captures: an illegal call during capture poisons every strict capture, as in CUDA.
-void invalidate_captures() {
+// invalidate_for_this_thread: a potentially unsafe call (a synchronous copy, an allocation, a device or event
+// synchronization) from this thread breaks the captures CUDA forbids it during: this thread's own strict captures
+// (Global or ThreadLocal) and any thread's Global capture; a ThreadLocal capture of another thread is not affected.
+// Those captures are invalidated; returns whether there was one (the call then fails).
+bool invalidate_for_this_thread() {
+    bool any = false;
     for (bn_emu_stream *s : capturing)
-        if (s->mode != cudaStreamCaptureModeRelaxed) s->invalidated = true;
+        if (s->mode == cudaStreamCaptureModeGlobal ||
+            (s->mode == cudaStreamCaptureModeThreadLocal && s->owner == std::this_thread::get_id()))
+            s->invalidated = true, any = true;
+    return any;
 }
 } // namespace
 
@@ -126,9 +134,8 @@ void die(const char *fmt, ...) {
 bn_emu_stream *resolve(cudaStream_t s) { return s ? s : &legacy_stream; }
 
 cudaError_t sync_allowed(const char *what) {
-    if (strict_captures == 0) return cudaSuccess;
-    invalidate_captures();
-    return cudaErrorStreamCaptureUnsupported;
+    (void)what;
+    return invalidate_for_this_thread() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
 cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work) {
@@ -139,10 +146,7 @@ cudaError_t submit(cudaStream_t s, const char *what, std::function<void()> work)
         st->graph->nodes.push_back({what, std::move(work)});
         return cudaSuccess;
     }
-    if (st == &legacy_stream && blocking_capture()) { // implicit synchronisation with a blocking capturing stream
-        invalidate_captures();
-        return cudaErrorStreamCaptureImplicit;
-    }
+    if (st == &legacy_stream && invalidate_blocking_captures()) return cudaErrorStreamCaptureImplicit;
     DeviceAccess access;
     work();
     return cudaSuccess;
@@ -404,7 +408,7 @@ static cudaError_t check_async_copy(const char *fn, void *dst, const void *src, 
             fprintf(stderr, "bonsai-emu: %s of %zu bytes %s pageable host memory %p during a stream capture: not "
                     "capturable on a GPU (use cudaMallocHost memory); the capture is invalidated\n", fn, n,
                     h == src ? "from" : "to", h);
-            invalidate_captures();
+            resolve(s)->invalidated = true;
             return cudaErrorStreamCaptureUnsupported;
         }
     return cudaSuccess;
@@ -463,7 +467,7 @@ cudaError_t cudaMemset(void *p, int value, size_t n) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    *s = new bn_emu_stream{flags, false, false, cudaStreamCaptureModeGlobal, nullptr};
+    *s = new bn_emu_stream{flags, false, false, cudaStreamCaptureModeGlobal, nullptr, {}};
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
@@ -479,9 +483,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
     bn_emu_stream *st = resolve(s);
-    if (st->capturing || (st == &legacy_stream && strict_captures > 0)) {
-        invalidate_captures();
+    if (st->capturing) { // waiting for a stream that only records: from any thread
+        st->invalidated = true;
         return set_error(cudaErrorStreamCaptureUnsupported);
+    }
+    if (st == &legacy_stream) { // the legacy stream waits for the blocking streams, and is a synchronization
+        const bool implicit = invalidate_blocking_captures();
+        if (invalidate_for_this_thread() || implicit) return set_error(cudaErrorStreamCaptureUnsupported);
     }
     return cudaSuccess;
 }
@@ -503,9 +511,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
     st->capturing = true;
     st->invalidated = false;
     st->mode = mode;
+    st->owner = std::this_thread::get_id();
     st->graph = new bn_emu_graph();
     capturing.push_back(st);
-    if (mode != cudaStreamCaptureModeRelaxed) strict_captures++;
     return cudaSuccess;
 }
 
@@ -517,7 +525,6 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
     st->capturing = false;
     for (size_t i = 0; i < capturing.size(); i++)
         if (capturing[i] == st) capturing.erase(capturing.begin() + i);
-    if (st->mode != cudaStreamCaptureModeRelaxed) strict_captures--;
     if (st->invalidated) {
         delete st->graph;
         st->graph = nullptr;

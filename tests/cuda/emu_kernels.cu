@@ -4,6 +4,7 @@
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/mma.cuh"
 #include <stdlib.h>
+#include <thread>
 #ifdef BONSAI_CUDA_EMU
 #include "cuda/emu/emu_api.h"
 #endif
@@ -537,6 +538,37 @@ extern "C" int ek_capture_pageable(int *pinned_rc, int *pageable_rc, int *end_rc
     }
     free(pageable);
     cudaFreeHost(pinned);
+    TRY(e);
+    return 0;
+}
+
+extern "C" int ek_capture_threads(int rc[4], char *err, size_t errlen) {
+    DevBuf<int> counter, log;
+    TRY(cudaMalloc(&counter.p, sizeof(int)));
+    TRY(cudaMalloc(&log.p, 4 * sizeof(int)));
+    TRY(cudaMemset(counter.p, 0, sizeof(int)));
+    cudaStream_t s;
+    TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaError_t e = cudaSuccess;
+    for (int global = 0; global < 2 && e == cudaSuccess; global++) {
+        e = cudaStreamBeginCapture(s, global ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal);
+        if (e != cudaSuccess) break;
+        BN_LAUNCH(k_live, 1, 32, 0, s, counter.p, log.p);
+        int other = -1;
+        std::thread t([&] {
+            void *p = nullptr;
+            other = (int)cudaMalloc(&p, 256);
+            if (other == 0) cudaFree(p);
+            cudaGetLastError(); // this thread's error, not the capturing one's
+        });
+        t.join();
+        cudaGraph_t g = nullptr;
+        rc[2 * global] = other;
+        rc[2 * global + 1] = (int)cudaStreamEndCapture(s, &g);
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError(); // clear the expected error
+    }
+    cudaStreamDestroy(s);
     TRY(e);
     return 0;
 }

@@ -75,6 +75,11 @@ int ek_bad(int which, char *err, size_t errlen);
 // pageable (malloc) memory: *pinned_rc, *pageable_rc their errors and *end_rc that of ending the capture
 // (CUDA: success, cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated).
 int ek_capture_pageable(int *pinned_rc, int *pageable_rc, int *end_rc, char *err, size_t errlen);
+// ek_capture_threads: while this thread captures a non-blocking stream, a second thread allocates and frees device
+// memory: rc[0], rc[1] the second thread's cudaMalloc and this thread's cudaStreamEndCapture errors for a ThreadLocal
+// capture (CUDA: both succeed: other threads are not bound), rc[2], rc[3] for a Global one (CUDA: the allocation is
+// refused, cudaErrorStreamCaptureUnsupported, and the capture invalidated).
+int ek_capture_threads(int rc[4], char *err, size_t errlen);
 // ek_copy_2d: cudaMemcpy2DAsync of 5 rows × 7 floats from a device buffer of row pitch 9 holding 0, 1, 2, ... into
 // host_rows (row pitch 11: room for 55 floats; the 4 floats after each row are left as they were) and into a device
 // buffer of pitch 7, copied back into back (35 floats); *bad_pitch_rc: the error of a copy whose width exceeds its

@@ -343,6 +343,27 @@ static void check_graph(void) {
 // keeps the strict rule (our graphs must not depend on the newer behaviour); on a GPU the test accepts either
 // consistent pair: (refused, invalidated) or (recorded, ended normally).
 enum { CUDA_SUCCESS_ = 0, CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901 }; // cudaError_t values
+// check_capture_threads: a ThreadLocal capture binds only its own thread (the engine's captures use that mode while
+// other server threads allocate and synchronize); a Global one binds every thread. Same rule on a GPU.
+static void check_capture_threads(void) {
+    int rc[4] = {-1, -1, -1, -1};
+    int r = ek_capture_threads(rc, err, sizeof err);
+    CHECK(r == 0, "%s", err);
+    if (r) return;
+    printf("capture + another thread's cudaMalloc: thread-local %d / end %d, global %d / end %d\n", rc[0], rc[1], rc[2],
+           rc[3]);
+    CHECK(rc[0] == CUDA_SUCCESS_ && rc[1] == CUDA_SUCCESS_, "thread-local capture: the other thread's cudaMalloc -> %d, "
+          "end -> %d (want both 0)", rc[0], rc[1]);
+#ifdef BONSAI_CUDA_EMU
+    CHECK(rc[2] == CAPTURE_UNSUPPORTED && rc[3] == CAPTURE_INVALIDATED, "global capture: the other thread's cudaMalloc "
+          "-> %d, end -> %d (want %d, %d)", rc[2], rc[3], (int)CAPTURE_UNSUPPORTED, (int)CAPTURE_INVALIDATED);
+#else // the documentation says the call is refused; whether the other thread's capture survives it is not said
+    CHECK(rc[2] == CAPTURE_UNSUPPORTED && (rc[3] == CAPTURE_INVALIDATED || rc[3] == CUDA_SUCCESS_),
+          "global capture: the other thread's cudaMalloc -> %d (want %d), end -> %d", rc[2], (int)CAPTURE_UNSUPPORTED,
+          rc[3]);
+#endif
+}
+
 static void check_capture_pageable(void) {
     int pinned_rc = -1, pageable_rc = -1, end_rc = -1;
     int rc = ek_capture_pageable(&pinned_rc, &pageable_rc, &end_rc, err, sizeof err);
@@ -497,6 +518,7 @@ int main(void) {
     check_grid3d();
     check_graph();
     check_capture_pageable();
+    check_capture_threads();
     check_copy_2d();
     for (int t = 0; t < 4; t++) check_gemm(t >> 1, t & 1, 0, 0);
     for (int t = 0; t < 4; t++) check_gemm(t >> 1, t & 1, 1, 0);
