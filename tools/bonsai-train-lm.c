@@ -185,8 +185,8 @@ int main(int argc, char **argv) {
         }
         // keep the resumed run's schedule and batch shape (the command line's values are ignored)
         cfg.total_steps = pos.total_steps;
-        cfg.ctx = pos.ctx;
-        cfg.batch = pos.batch;
+        if (pos.ctx > 0) cfg.ctx = pos.ctx; // (0: not recorded)
+        if (pos.batch > 0) cfg.batch = pos.batch;
         cfg.lr = pos.lr;
         cfg.warmup_ratio = pos.warmup_ratio;
         cfg.max_grad_norm = pos.max_grad_norm;

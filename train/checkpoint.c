@@ -81,8 +81,13 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
     if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || GET(&rd, pos->epoch) || GET(&rd, pos->data_pos) ||
         get(&rd, pos->rng.s, sizeof pos->rng.s) || get(&rd, pos->win, sizeof pos->win) ||
         (version >= 3u && get(&rd, pos->ste, sizeof pos->ste)) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
-        get(&rd, arch, sizeof arch) || GET(&rd, nt) || r <= 0 || nt < 0) {
+        get(&rd, arch, sizeof arch) || GET(&rd, nt) || r <= 0 || r > 65536 || nt < 0) {
         bn_err(err, errlen, "%s: checkpoint header is malformed", path);
+        goto fail;
+    }
+    if (pos->step < 0 || pos->total_steps < 1 || pos->step > pos->total_steps || pos->epoch < 0 || pos->data_pos < 0) {
+        bn_err(err, errlen, "%s: checkpoint position is malformed (step %lld of %lld, epoch %lld, row %lld)", path,
+               (long long)pos->step, (long long)pos->total_steps, (long long)pos->epoch, (long long)pos->data_pos);
         goto fail;
     }
     arch[sizeof arch - 1] = '\0';
@@ -100,6 +105,11 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
         name[sizeof name - 1] = '\0';
         if (n_in <= 0 || n_out <= 0 || n_in > (1LL << 32) || n_out > (1LL << 32)) {
             bn_err(err, errlen, "%s: checkpoint tensor %s has a bad shape", path, name);
+            goto fail;
+        }
+        // params, Adam m and v: 12 bytes per parameter must still fit the file (before anything is sized by it)
+        if ((l->n_params + (n_in + n_out) * r) > (int64_t)(size / 12)) {
+            bn_err(err, errlen, "%s: checkpoint tensor table does not fit the file (at %s)", path, name);
             goto fail;
         }
         if (bn_lora_add(l, name, layer, target, n_in, n_out, err, errlen) < 0) goto fail;

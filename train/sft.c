@@ -312,6 +312,14 @@ int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn
         GET(&rd, pos->ctx) || GET(&rd, pos->batch) || GET(&rd, pos->lr) || GET(&rd, pos->warmup_ratio) ||
         GET(&rd, pos->max_grad_norm) || GET(&rd, pos->weight_decay))
         goto trunc;
+    if (pos->step < 0 || pos->total_steps < 1 || pos->step > pos->total_steps || pos->ctx < 0 || pos->ctx > (1 << 20) ||
+        pos->batch < 0 || pos->batch > (1 << 20) || !(pos->lr >= 0 && pos->lr <= 1e6) ||
+        !(pos->warmup_ratio >= 0 && pos->warmup_ratio <= 1) || !(pos->max_grad_norm >= 0 && pos->max_grad_norm <= 1e30) ||
+        !(pos->weight_decay >= 0 && pos->weight_decay <= 1e6)) {
+        bn_err(err, errlen, "%s: checkpoint schedule is malformed (step %lld of %lld, ctx %d, batch %d, lr %g)", path,
+               (long long)pos->step, (long long)pos->total_steps, (int)pos->ctx, (int)pos->batch, (double)pos->lr);
+        goto out;
+    }
     char qat_spec[sizeof p->qat_spec] = "";
     if (data[7] != SFT_MAGIC_V2 && get(&rd, qat_spec, sizeof qat_spec)) goto trunc;
     qat_spec[sizeof qat_spec - 1] = '\0';

@@ -125,9 +125,10 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     if (o->resume_path) {
         bn_lora *lr;
         if (bn_checkpoint_load(o->resume_path, &lr, &opt, &pos, err, errlen)) { bn_lora_free(l); free(train_idx); return -1; }
-        if (!bn_lora_same_layout(l, lr) || pos.total_steps != S) {
-            bn_err(err, errlen, "%s: checkpoint does not match this run (targets/rank/model, or %lld vs %lld total steps)",
-                   o->resume_path, (long long)pos.total_steps, (long long)S);
+        if (!bn_lora_same_layout(l, lr) || pos.total_steps != S || pos.data_pos > n_train) {
+            bn_err(err, errlen, "%s: checkpoint does not match this run (targets/rank/model, %lld vs %lld total steps, or "
+                   "row %lld of %d)", o->resume_path, (long long)pos.total_steps, (long long)S, (long long)pos.data_pos,
+                   n_train);
             bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
             return -1;
         }

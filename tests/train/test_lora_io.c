@@ -185,6 +185,31 @@ static void test_checkpoint(void) {
     data[n / 2] ^= 0x10;
     bn_write_file_atomic(bad, data, n - 100, err, sizeof err);
     CHECK(bn_checkpoint_load(bad, &l2, &o2, &p2, err, sizeof err) == -1 && strstr(err, "corrupted or truncated"), "truncation detected: %s", err);
+    // hostile but well-formed: each 4-byte word of the header and tensor table (everything before the parameter
+    // count) set to an edge value, the CRC recomputed: the load refuses with a message or loads; nothing is sized by
+    // a value before it is checked against the file (a crash or an out-of-memory exit ends this test)
+    const size_t header_end = n - 4 - (size_t)(12 * l->n_params + 16);
+    const uint32_t edges[] = {0, 1, 0x7fffffffu, 0x80000000u, 0xffffffffu, 65537};
+    int hostile = 0, hostile_loaded = 0;
+    for (size_t k = 8; k + 4 <= header_end; k += 4)
+        for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {
+            char *h = xmalloc(n);
+            memcpy(h, data, n);
+            memcpy(h + k, &edges[e], 4);
+            uint32_t crc = bn_crc32(0, h, n - 4);
+            memcpy(h + n - 4, &crc, 4);
+            bn_write_file_atomic(bad, h, n, err, sizeof err);
+            free(h);
+            err[0] = 0;
+            hostile++;
+            if (bn_checkpoint_load(bad, &l2, &o2, &p2, err, sizeof err) == 0) {
+                hostile_loaded++;
+                bn_lora_free(l2);
+                bn_adamw_free(o2);
+            } else CHECK(err[0] != 0, "hostile word at %zu = %u: refused without a message", k, edges[e]);
+        }
+    printf("hostile checkpoint headers: %d, %d loaded, the rest refused with a message\n", hostile, hostile_loaded);
+    CHECK(hostile > 100 && hostile_loaded < hostile, "hostile headers exercised (%d)", hostile);
     memcpy(data, "GGUF", 4);
     bn_write_file_atomic(bad, data, n, err, sizeof err);
     CHECK(bn_checkpoint_load(bad, &l2, &o2, &p2, err, sizeof err) == -1 && strstr(err, "magic"), "wrong file type detected: %s", err);
