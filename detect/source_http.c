@@ -4,12 +4,15 @@
 #include "core/util.h"
 #include <jansson.h>
 #include <netdb.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+#define MAX_RESPONSE (256 << 20) // bytes of one /completion response (n_predict × n_probs entries fit many times)
 
 typedef struct {
     bn_source base;
@@ -64,6 +67,12 @@ static char *http_post(http_source *s, const char *path, const char *body, int *
     size_t cap = 1 << 16, n = 0;
     char *resp = xmalloc(cap + 1);
     for (;;) {
+        if (n == cap && cap >= MAX_RESPONSE) {
+            close(fd);
+            free(resp);
+            bn_err(err, errlen, "the response from %s:%s exceeds %d MiB", s->host, s->port, MAX_RESPONSE >> 20);
+            return NULL;
+        }
         if (n == cap) { cap *= 2; resp = xrealloc(resp, cap + 1); }
         ssize_t r = read(fd, resp + n, cap - n);
         if (r < 0) { close(fd); free(resp); bn_err(err, errlen, "reading the response failed (timeout?)"); return NULL; }
@@ -127,20 +136,40 @@ int bn_http_completion_parse(const char *body, size_t len, int n_probs, bn_gen_r
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_is_array(probs) ? json_array_get(probs, i) : NULL;
         json_t *id = e ? json_object_get(e, "id") : json_array_get(toks, i);
-        if (!json_is_integer(id)) { json_decref(o); bn_gen_result_free(out); return bn_err(err, errlen, "token %zu: no id", i); }
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX) {
+            json_decref(o);
+            bn_gen_result_free(out);
+            return bn_err(err, errlen, "token %zu: no id, or not a token id", i);
+        }
         out->ids[i] = (int32_t)json_integer_value(id);
         out->logprob[i] = e ? (float)json_number_value(json_object_get(e, "logprob")) : 0.0f;
         json_t *top = e ? json_object_get(e, "top_logprobs") : NULL;
         for (int j = 0; j < n_probs; j++) {
-            json_t *t = json_array_get(top, (size_t)j);
-            out->topk[i * n_probs + j] = t ? (bn_topk){(int32_t)json_integer_value(json_object_get(t, "id")),
-                                                       json_number_value(json_object_get(t, "logprob"))}
-                                           : (bn_topk){-1, -1e30};
+            json_t *t = json_array_get(top, (size_t)j), *tid = json_object_get(t, "id");
+            const json_int_t v = json_integer_value(tid); // (0 when missing or not an integer)
+            out->topk[i * n_probs + j] = t && v >= 0 && v <= INT32_MAX
+                                             ? (bn_topk){(int32_t)v, json_number_value(json_object_get(t, "logprob"))}
+                                             : (bn_topk){-1, -1e30};
         }
     }
     out->n = (int)n;
     out->hit_limit = stop_type && !strcmp(stop_type, "limit");
     json_decref(o);
+    return 0;
+}
+
+// check_ids: every generated id of g in 0..n_vocab−1 and every top-K id too (or −1: a missing entry); 0, or -1 with
+// err (ids from a server index our tokenizer's tables later)
+static int check_ids(const bn_gen_result *g, int n_vocab, char *err, size_t errlen) {
+    for (int i = 0; i < g->n; i++) {
+        if (g->ids[i] < 0 || g->ids[i] >= n_vocab)
+            return bn_err(err, errlen, "token %d: id %d outside the vocabulary (%d)", i, (int)g->ids[i], n_vocab);
+        for (int j = 0; j < g->k; j++) {
+            const int32_t id = g->topk[(size_t)i * g->k + j].id;
+            if (id < -1 || id >= n_vocab)
+                return bn_err(err, errlen, "token %d: top-%d id %d outside the vocabulary (%d)", i, j + 1, (int)id, n_vocab);
+        }
+    }
     return 0;
 }
 
@@ -167,6 +196,11 @@ static int http_generate(bn_source *base, const int32_t *prompt, int n_prompt, c
     }
     int rc = bn_http_completion_parse(resp, len, p->n_probs, out, err, errlen);
     free(resp);
+    if (rc == 0 && s->tok && check_ids(out, bn_tokenizer_n_vocab(s->tok), err, errlen) != 0) {
+        bn_err(err + strlen(err), errlen - strlen(err), " (from %s: is it serving another model?)", s->endpoint);
+        bn_gen_result_free(out);
+        return -1;
+    }
     while (rc == 0 && s->tok && out->n > 0 && bn_token_is_eog(s->tok, out->ids[out->n - 1])) out->n--;
     return rc;
 }

@@ -46,11 +46,12 @@ static pid_t start_server(const char *serve, const char *model, const char *read
     return -1;
 }
 
+enum { MAX_CONN = 16 };
 typedef struct {
     int listen_fd;
-    const char *responses[3]; // full HTTP responses, one per connection
+    const char *responses[MAX_CONN]; // full HTTP responses, one per connection (NULL: hold it 2 s, answer nothing)
     int n;
-    char request[3][8192];
+    char request[MAX_CONN][8192];
 } fake_server;
 
 static void *serve(void *arg) {
@@ -69,7 +70,8 @@ static void *serve(void *arg) {
             char *cl = strstr(buf, "Content-Length: ");
             if (he && cl && got >= (size_t)(he + 4 - buf) + (size_t)atoi(cl + 16)) break;
         }
-        ssize_t w = write(fd, f->responses[c], strlen(f->responses[c]));
+        if (!f->responses[c]) sleep(2);
+        ssize_t w = f->responses[c] ? write(fd, f->responses[c], strlen(f->responses[c])) : 0;
         (void)w;
         close(fd);
     }
@@ -90,7 +92,7 @@ int main(void) {
     int32_t eog = bn_token_lookup(tok, "<|im_end|>");
     CHECK(eog >= 0 && bn_token_is_eog(tok, eog), "<|im_end|> is EOG");
 
-    fake_server f = {.n = 3};
+    static fake_server f = {.n = 3};
     f.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
     CHECK(bind(f.listen_fd, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(f.listen_fd, 4) == 0, "listen");
@@ -143,6 +145,44 @@ int main(void) {
           g.topk[1].id == 121, "chunked response: %s", err);
     bn_gen_result_free(&g);
     CHECK(src->generate(src, prompt, 3, &gp, &g, err, sizeof err) == -1 && strstr(err, "HTTP 400"), "HTTP error: %s", err);
+    pthread_join(th, NULL);
+    bn_source_free(src);
+    // broken and hostile servers: each answer is an error with a message (and nothing crashes)
+    char big_id[512], big_top[512];
+    snprintf(big_id, sizeof big_id, "HTTP/1.1 200 OK\r\n\r\n{\"tokens\":[1,%d],\"completion_probabilities\":["
+             "{\"id\":1,\"top_logprobs\":[{\"id\":1,\"logprob\":-1},{\"id\":2,\"logprob\":-2}]},"
+             "{\"id\":%d,\"top_logprobs\":[{\"id\":1,\"logprob\":-1},{\"id\":2,\"logprob\":-2}]}]}",
+             bn_tokenizer_n_vocab(tok), bn_tokenizer_n_vocab(tok));
+    snprintf(big_top, sizeof big_top, "HTTP/1.1 200 OK\r\n\r\n{\"completion_probabilities\":["
+             "{\"id\":1,\"top_logprobs\":[{\"id\":1,\"logprob\":-1},{\"id\":%d,\"logprob\":-2}]}]}",
+             bn_tokenizer_n_vocab(tok) + 5);
+    const struct { const char *resp, *want; } broken[] = {
+        {"", "malformed HTTP response"},
+        {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n", "malformed HTTP response"},
+        {"HTTP/1.1 200 OK\r\n\r\nnot json", "not a JSON object"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{\"tok", "not a JSON object"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", "not a JSON object"},
+        {"HTTP/1.1 200 OK\r\n\r\n{\"completion_probabilities\":[{\"id\":-4}]}", "not a token id"},
+        {"HTTP/1.1 200 OK\r\n\r\n{\"completion_probabilities\":[{\"id\":1e3}]}", "not a token id"},
+        {"HTTP/1.1 200 OK\r\n\r\n{\"completion_probabilities\":[{\"id\":99999999999}]}", "not a token id"},
+        {"HTTP/1.1 200 OK\r\n\r\n{\"completion_probabilities\":{}}", "no completion_probabilities"},
+        {big_id, "outside the vocabulary"},
+        {big_top, "outside the vocabulary"},
+        {"HTTP/1.1 503 Service Unavailable\r\n\r\n", "HTTP 503"},
+        {NULL, "reading the response failed"}, // no answer within the 1 s timeout
+    };
+    const int n_broken = (int)(sizeof broken / sizeof broken[0]);
+    f.n = n_broken;
+    for (int i = 0; i < n_broken; i++) f.responses[i] = broken[i].resp;
+    pthread_create(&th, NULL, serve, &f);
+    src = bn_source_http(url, tok, 1, err, sizeof err);
+    for (int i = 0; i < n_broken; i++) {
+        err[0] = 0;
+        int rc = src ? src->generate(src, prompt, 3, &gp, &g, err, sizeof err) : 0;
+        CHECK(rc == -1 && strstr(err, broken[i].want), "broken response %d: rc %d, error '%s' (want '%s')", i, rc, err,
+              broken[i].want);
+        if (rc == 0) bn_gen_result_free(&g);
+    }
     pthread_join(th, NULL);
     close(f.listen_fd);
     bn_source_free(src);
