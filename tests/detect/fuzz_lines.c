@@ -8,11 +8,9 @@
 // In the suite (any compiler) test detect_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
 // corpus and fixed-seed mutants of it.
 // Build and run (clang with libFuzzer; the library is instrumented too, so the fuzzer sees its branches):
-//   CC=clang meson setup build-fuzz -Dfuzz=true -Dcuda=disabled -Db_sanitize=address,undefined \
-//       -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link
+//   CC=clang meson setup build-fuzz -Dfuzz=true -Dcuda=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link
 //   ninja -C build-fuzz tests/detect/fuzz_lines
-//   mkdir -p /tmp/lines-corpus && ./build-fuzz/tests/detect/fuzz_lines -max_total_time=300 -max_len=2048 \
-//       /tmp/lines-corpus tests/detect/corpus
+//   mkdir -p /tmp/lines-corpus && ./build-fuzz/tests/detect/fuzz_lines -max_total_time=300 -max_len=2048 /tmp/lines-corpus tests/detect/corpus
 // The vocabulary: env BONSAI_FUZZ_VOCAB (a GGUF with tokenizer.* keys, e.g. third_party's ggml-vocab-qwen35.gguf),
 // else the tiny generated model's synthetic one.
 #include "detect/pairs.h"
