@@ -58,7 +58,7 @@ static const char *need_arg(int argc, char **argv, int *i) {
 
 int main(int argc, char **argv) {
     bn_quantize_params p = bn_quantize_params_default();
-    const char **tensor_types = xcalloc((size_t)argc, sizeof(char *));
+    const char *tensor_types[argc]; // (at most one --tensor-type per argument; nothing to free on any return)
     const char *pos[3];
     int n_pos = 0;
     bool quiet = false;
@@ -119,6 +119,5 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bonsai-quantize: %s\n", err);
         return 1;
     }
-    free(tensor_types);
     return 0;
 }
