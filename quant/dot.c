@@ -88,8 +88,9 @@ const char *bn_simd_name(void) { return bn_have_vnni ? "avx2+vnni" : bn_have_avx
 void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y) { best_dots[type](n, s, x, y); }
 
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y) {
-    // Enough rows to amortise preparing the activations once: the prepared AVX2 mat-vec kernels.
-    if (bn_have_avx2 && nrows >= 8 && bn_vec_dot_rows_avx2(type, n, nrows, s, w, w_row_stride, y)) return;
+    // Q1_0 / Q2_0 / PQ2_0: the prepared AVX2 mat-vec kernels for any row count (their results are the mat-mat's,
+    // quant/matvec_avx2.c); other types: the dispatched vec_dot per row.
+    if (bn_have_avx2 && bn_vec_dot_rows_avx2(type, n, nrows, s, w, w_row_stride, y)) return;
     bn_vec_dot_fn dot = best_dots[type];
     const char *row = w;
     for (int r = 0; r < nrows; r++) dot(n, &s[r], row + (size_t)r * w_row_stride, y);
@@ -98,7 +99,7 @@ void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t
 void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                            size_t w_row_stride, const void *y, size_t y_row_stride) {
     // From 4 activation rows on, the interleaved batch-of-8 kernel costs less than 4 mat-vecs; below, the
-    // mat-vec kernel per activation row (so a verify of 2-3 tokens gives the decode path's bits).
+    // mat-vec kernel per activation row. For Q1_0 / Q2_0 / PQ2_0 both give the decode path's bits.
     enum { BATCH_MIN = 4 };
     if (ny >= BATCH_MIN && bn_have_avx2 &&
         bn_vec_dot_rows_batch_avx2(type, n, nrows, ny, s, s_stride, w, w_row_stride, y, y_row_stride))

@@ -3,16 +3,44 @@
 #pragma GCC target("avx2,fma,f16c")
 #include "quant/simd_avx2.h"
 
+// ---- one formula for the mat-vec and the mat-mat ---------------------------------------------------------------
+// Both compute dot(weight row, activation row) as
+//     acc = 0;  for each weight block i:  block = 0;  for each Q8_0 sub-block k of it:
+//         t_k = integer sum of (weight code - offset) * q over the sub-block   (exact)
+//         block = fma(t_k, d_act[k], block);                                   (fp32, in k order)
+//     acc = fma(block, d_weight[i], acc)                                       (fp32, in i order)
+// so a row's result does not depend on how many activation rows a call takes (decode, a verify pass, a prefill chunk
+// and the engine's thread split all give the same bits): DSpark's greedy output is the plain decode's. The mat-vec
+// holds 8 weight rows in the 8 lanes (integer sums reduced across lanes per sub-block), the mat-mat 8 activation rows.
+
+// Expansion of Q8_0 sub-block k of weight block blk into 32 unsigned bytes, in the activation order the prepared /
+// interleaved activations use (ORDER_Q1, ORDER_Q2; Q8_0: x + 128, natural order).
+static inline __m256i expand_q1(const uint8_t *blk, int k) {
+    uint32_t bits;
+    memcpy(&bits, blk + 2 + 4 * k, 4);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                            _mm256_set1_epi8(1));
+}
+static inline __m256i expand_q2(const uint8_t *blk, int k) {
+    int64_t codes;
+    memcpy(&codes, blk + 2 + 8 * k, 8);
+    return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), _mm256_setr_epi64x(0, 2, 4, 6)),
+                            _mm256_set1_epi8(3));
+}
+static inline __m256i expand_q8(const uint8_t *blk, int k) {
+    (void)k;
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+}
+
 // ---- mat-vec with prepared activations (bn_vec_dot_rows) -----------------------------------------
-// For Q1_0 / Q2_0 / PQ2_0 the Q8_0 activation row is prepared once per mat-vec so the per-row inner loop
-// is broadcast + variable shift + mask + maddubs: the activation bytes of each 32-block are permuted to
-// the order in which the shifted weight bytes come out, the fp16 scales are converted once, and the
-// activation block sums are pre-multiplied so that sum((2b-1)q) = 2*sum(b*q) - sum(q) (Q1_0) and
-// sum((c-1)q) = sum(c*q) - sum(q) (Q2_0) need no per-element correction.
+// For Q1_0 / Q2_0 / PQ2_0 the Q8_0 activation row is prepared once per mat-vec: the activation bytes of each 32-block
+// are permuted to the order in which the shifted weight bytes come out, the fp16 scales are converted once, and the
+// integer sum of each block's codes is kept for the correction sum((2b-1)q) = 2*sum(b*q) - sum(q) (Q1_0) and
+// sum((c-1)q) = sum(c*q) - sum(q) (Q2_0).
 typedef struct {
     int8_t *q;     // {32, nb} permuted codes, 32-byte aligned
     float *d;      // {nb} activation scales
-    float *t;      // {nb / per_weight_block} sum over the weight block's Q8_0 blocks of d_k * sum(q_k)
+    int32_t *s;    // {nb} sum of each block's codes
 } prepared_q8;
 
 // Permutes one block's 32 activation bytes into the order the weight expansion produces.
@@ -39,163 +67,109 @@ static inline __m256i permute_q2(__m256i q) {
 
 enum { ORDER_NATURAL, ORDER_Q1, ORDER_Q2 };
 
-static void prepare_q8(const bn_block_q8_0 *y, int nb, int per_wblock, int order, prepared_q8 *P) {
+static void prepare_q8(const bn_block_q8_0 *y, int nb, int order, prepared_q8 *P) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int k = 0; k < nb; k++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)y[k].qs);
         __m256i placed = order == ORDER_Q1 ? permute_q1(q) : order == ORDER_Q2 ? permute_q2(q) : q;
         _mm256_store_si256((__m256i *)(P->q + 32 * k), placed);
-        int sum = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+        P->s[k] = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
         P->d[k] = h2f(y[k].d);
-        if (k % per_wblock == 0) P->t[k / per_wblock] = 0.0f;
-        P->t[k / per_wblock] += P->d[k] * (float)sum;
     }
 }
 
-// The row kernels are generated for AVX2 (maddubs + madd) and, except single-row Q1_0 (which uses the
-// AVX512 mask kernel below), for AVX512-VNNI on 256-bit vectors (vpdpbusd does both in one instruction). ISUM(u, q) = 8 int32 lanes of sum(u (unsigned) * q (signed)).
+// reduce8_epi32: lane r = the sum of the 8 lanes of v[r] (integers: exact in any order).
+static inline __m256i reduce8_epi32(const __m256i v[8]) {
+    const __m256i a0 = _mm256_hadd_epi32(v[0], v[1]), a1 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i a2 = _mm256_hadd_epi32(v[4], v[5]), a3 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3); // v0..3 | v4..7, per 128-bit half
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+// scales8: the fp16 scale at byte off of the 8 rows x[r], as 8 floats
+static inline __m256 scales8(const uint8_t *const x[8], size_t off) {
+    uint16_t h[8];
+    for (int r = 0; r < 8; r++) memcpy(&h[r], x[r] + off, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+// The row kernels: out[r] = dot(row x[r], the prepared activation) for 8 weight rows, generated for AVX2 (maddubs +
+// madd) and AVX512-VNNI on 256-bit vectors (vpdpbusd). nbw weight blocks of bs bytes, per Q8_0 sub-blocks each;
+// shift = 1 doubles the integer sum (Q1_0). ISUM(u, q) = 8 int32 lanes of sum(u (unsigned) * q (signed)).
 #define ISUM_AVX2(u, q) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1))
 #define ISUM_VNNI(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
-
-// Q1_0: dword lane s of broadcast bits >> s, & 0x01010101 -> byte 4s+b = bit s of byte b = element 8b+s.
-#define DEFINE_ROWS_Q1_0(name, ISUM)                                                                       \
-static float name(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {                                   \
-    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                             \
-    float corr = 0.0f;                                                                                      \
-    for (int i = 0; i < nb / 4; i++) {                                                                      \
-        float dx = h2f(x[i].d);                                                                             \
-        __m256 block = _mm256_setzero_ps();  /* sum_k d_k * isum_k; out-of-order overlaps the blocks */    \
-        for (int k = 0; k < 4; k++) {                                                                       \
-            uint32_t bits;                                                                                  \
-            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
-            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
-            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * (4 * i + k)));                     \
-            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P->d[4 * i + k]), block); \
-        }                                                                                                   \
-        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);                               \
-        corr += dx * P->t[i];                                                                               \
-    }                                                                                                       \
-    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                            \
+#define DEFINE_ROWS8(name, ISUM_ROW)                                                                              \
+static void name(int nbw, const uint8_t *const x[8], int bs, int per, int shift, const prepared_q8 *P,          \
+                 float out[8]) {                                                                                 \
+    __m256 acc = _mm256_setzero_ps();                                                                            \
+    for (int i = 0; i < nbw; i++) {                                                                              \
+        const size_t off = (size_t)i * bs;                                                                       \
+        __m256 block = _mm256_setzero_ps();                                                                      \
+        for (int k = 0; k < per; k++) {                                                                          \
+            const int kb = per * i + k;                                                                          \
+            const int8_t *q = P->q + 32 * kb;                                                                    \
+            __m256i v[8];                                                                                        \
+            for (int r = 0; r < 8; r++) v[r] = ISUM_ROW(x[r] + off, k, q);                                       \
+            const __m256i t = _mm256_sub_epi32(_mm256_sll_epi32(reduce8_epi32(v), _mm_cvtsi32_si128(shift)),      \
+                                               _mm256_set1_epi32(P->s[kb]));                                     \
+            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(P->d[kb]), block);                     \
+        }                                                                                                        \
+        acc = _mm256_fmadd_ps(block, scales8(x, off), acc);                                                      \
+    }                                                                                                            \
+    _mm256_storeu_ps(out, acc);                                                                                  \
+}
+#define ROW_Q1_AVX2(blk, k, q) ISUM_AVX2(expand_q1((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
+#define ROW_Q2_AVX2(blk, k, q) ISUM_AVX2(expand_q2((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
+#define ROW_Q2_VNNI(blk, k, q) ISUM_VNNI(expand_q2((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
+// Q1_0 with AVX512BW masks: the 32 weight bits of a Q8_0 sub-block are the byte mask (element j = bit j, the natural
+// activation order), a zero-masked load keeps q where the bit is set, and vpdpbusd with ones sums them.
+#define ROW_Q1_MASK(blk, k, q)                                                                                   \
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),                                             \
+                        _mm256_maskz_loadu_epi8((__mmask32)load_u32((blk) + 2 + 4 * (k)), (q)))
+static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-// Q2_0 (both layouts): qword lane s of broadcast codes >> 2s, & 3 -> byte 8s+b = element 4b+s.
-// per = Q8_0 blocks per weight block (2 for g64, 4 for g128); bs = weight block bytes.
-#define DEFINE_ROWS_Q2(name, ISUM)                                                                         \
-static float name(int nb, const uint8_t *x, int bs, int per, const prepared_q8 *P) {                        \
-    const __m256i shifts = _mm256_setr_epi64x(0, 2, 4, 6), three = _mm256_set1_epi8(3);                    \
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                                             \
-    float corr = 0.0f;                                                                                      \
-    for (int i = 0; i < nb / per; i++) {                                                                    \
-        const uint8_t *blk = x + (size_t)i * bs;                                                            \
-        bn_half hd;                                                                                         \
-        memcpy(&hd, blk, 2);                                                                                \
-        float dx = h2f(hd);                                                                                 \
-        __m256 block = _mm256_setzero_ps();                                                                 \
-        for (int k = 0; k < per; k++) {                                                                     \
-            int64_t codes;                                                                                  \
-            memcpy(&codes, blk + 2 + 8 * k, 8);                                                             \
-            __m256i c = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), shifts), three);     \
-            int kb = per * i + k;                                                                           \
-            __m256i q = _mm256_load_si256((const __m256i *)(P->q + 32 * kb));                               \
-            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(c, q)), _mm256_broadcast_ss(&P->d[kb]), block); \
-        }                                                                                                   \
-        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);                               \
-        corr += dx * P->t[i];                                                                               \
-    }                                                                                                       \
-    return hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;                                                   \
-}
-
-// Q1_0, four activation rows at once (verify of 4 tokens): the weight expansion is shared by the four dots;
-// for Q1_0 this costs ~15% less than the batch-of-8 kernel with half its lanes empty.
-#define DEFINE_ROWS4_Q1_0(name, ISUM)                                                                      \
-static void name(int nb, const bn_block_q1_0 *x, const prepared_q8 *const P[4], float out[4]) {             \
-    const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lsb = _mm256_set1_epi8(1);           \
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};   \
-    float corr[4] = {0, 0, 0, 0};                                                                           \
-    for (int i = 0; i < nb / 4; i++) {                                                                      \
-        float dx = h2f(x[i].d);                                                                             \
-        __m256 block[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
-        for (int k = 0; k < 4; k++) {                                                                       \
-            uint32_t bits;                                                                                  \
-            memcpy(&bits, x[i].qs + 4 * k, 4);                                                              \
-            __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), shifts), lsb);    \
-            int kb = 4 * i + k;                                                                             \
-            for (int j = 0; j < 4; j++) {                                                                   \
-                __m256i q = _mm256_load_si256((const __m256i *)(P[j]->q + 32 * kb));                        \
-                block[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(b, q)), _mm256_broadcast_ss(&P[j]->d[kb]), block[j]); \
-            }                                                                                               \
-        }                                                                                                   \
-        __m256 dxv = _mm256_set1_ps(dx);                                                                    \
-        for (int j = 0; j < 4; j++) {                                                                       \
-            acc[j] = _mm256_fmadd_ps(block[j], dxv, acc[j]);                                                \
-            corr[j] += dx * P[j]->t[i];                                                                     \
-        }                                                                                                   \
-    }                                                                                                       \
-    for (int j = 0; j < 4; j++) out[j] = 2.0f * hsum_ps(acc[j]) - corr[j];                                 \
-}
-
-
-DEFINE_ROWS4_Q1_0(rows4_q1_0_avx2, ISUM_AVX2)
-DEFINE_ROWS_Q1_0(rows_q1_0_avx2, ISUM_AVX2)
-DEFINE_ROWS_Q2(rows_q2_avx2, ISUM_AVX2)
+DEFINE_ROWS8(rows8_q1_avx2, ROW_Q1_AVX2)
+DEFINE_ROWS8(rows8_q2_avx2, ROW_Q2_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
-DEFINE_ROWS4_Q1_0(rows4_q1_0_vnni, ISUM_VNNI)
-DEFINE_ROWS_Q2(rows_q2_vnni, ISUM_VNNI)
-
-// Q1_0 with AVX512BW masks: the 32 weight bits of a Q8_0 block are the byte mask (element j = bit j, the
-// natural activation order), a zero-masked load keeps q where the bit is set, and vpdpbusd with ones sums
-// them: sum((2b-1)q) = 2*sum(q where b) - sum(q).
-static float rows_q1_0_mask(int nb, const bn_block_q1_0 *x, const prepared_q8 *P) {
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    float corr = 0.0f;
-    for (int i = 0; i < nb / 4; i++) {
-        float dx = h2f(x[i].d);
-        __m256 block = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            uint32_t bits;
-            memcpy(&bits, x[i].qs + 4 * k, 4);
-            __m256i kept = _mm256_maskz_loadu_epi8((__mmask32)bits, P->q + 32 * (4 * i + k));
-            __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, kept);
-            block = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcast_ss(&P->d[4 * i + k]), block);
-        }
-        acc[i & 1] = _mm256_fmadd_ps(block, _mm256_set1_ps(dx), acc[i & 1]);
-        corr += dx * P->t[i];
-    }
-    return 2.0f * hsum_ps(_mm256_add_ps(acc[0], acc[1])) - corr;
-}
+DEFINE_ROWS8(rows8_q1_mask, ROW_Q1_MASK)
+DEFINE_ROWS8(rows8_q2_vnni, ROW_Q2_VNNI)
 #pragma GCC pop_options
+
+typedef void (*rows8_fn)(int nbw, const uint8_t *const x[8], int bs, int per, int shift, const prepared_q8 *P,
+                         float out[8]);
 
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
     if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
-    int nb = n / 32;
-    int per = type == BN_Q2_0 ? 2 : 4;
+    const int nb = n / 32, per = type == BN_Q2_0 ? 2 : 4, bs = bn_type_size(type);
     enum { STACK_BLOCKS = 256 };   // 8192 elements on the stack, larger rows on the heap
     _Alignas(32) int8_t q_stack[32 * STACK_BLOCKS];
-    float d_stack[STACK_BLOCKS], t_stack[STACK_BLOCKS];
-    prepared_q8 P = {q_stack, d_stack, t_stack};
+    float d_stack[STACK_BLOCKS];
+    int32_t s_stack[STACK_BLOCKS];
+    prepared_q8 P = {q_stack, d_stack, s_stack};
     void *heap = NULL;
     if (nb > STACK_BLOCKS) {
-        heap = aligned_alloc(32, ((size_t)nb * 40 + 64 + 31) & ~(size_t)31);
+        heap = aligned_alloc(32, ((size_t)nb * 40 + 31) & ~(size_t)31);
         if (!heap) return 0;
         P.q = heap;
         P.d = (float *)((char *)heap + (size_t)nb * 32);
-        P.t = P.d + nb;
+        P.s = (int32_t *)(P.d + nb);
     }
-    int order = type != BN_Q1_0 ? ORDER_Q2 : bn_have_vnni ? ORDER_NATURAL : ORDER_Q1;
-    prepare_q8(vy, nb, per, order, &P);
-    const char *row = w;
-    int bs = bn_type_size(type);
-    if (type == BN_Q1_0) {
-        for (int r = 0; r < nrows; r++, row += stride)
-            s[r] = bn_have_vnni ? rows_q1_0_mask(nb, (const bn_block_q1_0 *)row, &P)
-                                : rows_q1_0_avx2(nb, (const bn_block_q1_0 *)row, &P);
-    } else {
-        for (int r = 0; r < nrows; r++, row += stride)
-            s[r] = bn_have_vnni ? rows_q2_vnni(nb, (const uint8_t *)row, bs, per, &P)
-                                : rows_q2_avx2(nb, (const uint8_t *)row, bs, per, &P);
+    const int order = type != BN_Q1_0 ? ORDER_Q2 : bn_have_vnni ? ORDER_NATURAL : ORDER_Q1;
+    prepare_q8(vy, nb, order, &P);
+    const rows8_fn rows8 = type == BN_Q1_0 ? (bn_have_vnni ? rows8_q1_mask : rows8_q1_avx2)
+                                           : (bn_have_vnni ? rows8_q2_vnni : rows8_q2_avx2);
+    for (int r0 = 0; r0 < nrows; r0 += 8) {
+        const int nr = nrows - r0 < 8 ? nrows - r0 : 8;
+        const uint8_t *x[8];
+        for (int r = 0; r < 8; r++) x[r] = (const uint8_t *)w + stride * (size_t)(r0 + (r < nr ? r : nr - 1));
+        float out[8];
+        rows8(nb / per, x, bs, per, type == BN_Q1_0 ? 1 : 0, &P, out);
+        memcpy(s + r0, out, sizeof(float) * (size_t)nr);
     }
     free(heap);
     return 1;
@@ -203,13 +177,13 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
 
 // ---- mat-mat for small batches (bn_vec_dot_rows_batch) ------------------------------------------------
 // Activation rows are taken 8 at a time and interleaved: for Q8_0 block k and dword g, vector A[k][g] holds
-// in int32 lane j the 4 bytes of dword g of activation row j (in the order of the weight expansion below).
+// in int32 lane j the 4 bytes of dword g of activation row j (in the order of the weight expansion above).
 // A weight sub-block (32 elements) is expanded once to 32 unsigned bytes u (Q1_0: bits 0/1, Q2_0: codes
 // 0..3, Q8_0: x + 128); dword g of u is broadcast and dotted with A[k][g], so after 8 dots lane j holds
 // sum(u * q_j) for activation row j — 8 dots for 8 rows, no horizontal sums. Exact integer corrections:
 // Q1_0 sum((2b-1)q) = 2 sum(bq) - sum(q); Q2_0 sum((c-1)q) = sum(cq) - sum(q); Q8_0 sum(xq) = sum(uq) - 128 sum(q).
-// Per weight block the fp32 sum is sum_k d_k * t_k (fmadd), then scaled by the weight's d: the scalar
-// reference's order, with fused multiply-adds (so within fp32 rounding of it, not bit-identical).
+// Per weight block the fp32 sum is sum_k d_k * t_k (fmadd), then scaled by the weight's d: the formula at the top of
+// this file, so for Q1_0 / Q2_0 / PQ2_0 each result equals the mat-vec's bit for bit (Q8_0 has no prepared mat-vec).
 typedef struct {
     __m256i *a;    // {8 dwords, nb}: interleaved codes, lane j = activation row j
     __m256i *corr; // {nb}: lane j = c * sum(q_j) over the block (c = 1 for Q1_0/Q2_0, 128 for Q8_0)
@@ -264,24 +238,6 @@ static void prepare_batch8(const void *y, size_t y_stride, int ny, int nb, int o
     }
 }
 
-// Expansion of Q8_0 sub-block k of weight block blk into 32 unsigned bytes (order as prepare_batch8's).
-static inline __m256i expand_q1(const uint8_t *blk, int k) {
-    uint32_t bits;
-    memcpy(&bits, blk + 2 + 4 * k, 4);
-    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)bits), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                            _mm256_set1_epi8(1));
-}
-static inline __m256i expand_q2(const uint8_t *blk, int k) {
-    int64_t codes;
-    memcpy(&codes, blk + 2 + 8 * k, 8);
-    return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), _mm256_setr_epi64x(0, 2, 4, 6)),
-                            _mm256_set1_epi8(3));
-}
-static inline __m256i expand_q8(const uint8_t *blk, int k) {
-    (void)k;
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-}
-
 #define ISUM_ACC_AVX2(acc, u, q) \
     _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1)))
 #define ISUM_ACC_VNNI(acc, u, q) _mm256_dpbusd_epi32((acc), (u), (q))
@@ -328,43 +284,13 @@ DEFINE_ROW_BATCH8(row8_q2_vnni, expand_q2, ISUM_ACC_VNNI)
 DEFINE_ROW_BATCH8(row8_q8_vnni, expand_q8, ISUM_ACC_VNNI)
 #pragma GCC pop_options
 
-// batch4_q1_0: Q1_0 against exactly 4 activation rows (each prepared once), weight rows in blocks of 16.
-// Returns 0 on allocation failure.
-static int batch4_q1_0(int n, int nrows, float *s, size_t s_stride, const void *w, size_t w_stride, const void *y,
-                       size_t y_stride) {
-    const int nb = n / 32;
-    size_t one = ((size_t)nb * 32 + (size_t)nb * 4 + (size_t)(nb / 4) * 4 + 31) & ~(size_t)31;
-    char *heap = aligned_alloc(32, one * 4);
-    if (!heap) return 0;
-    prepared_q8 P[4];
-    const prepared_q8 *group[4];
-    for (int t = 0; t < 4; t++) {
-        P[t].q = (int8_t *)(heap + one * t);
-        P[t].d = (float *)(heap + one * t + (size_t)nb * 32);
-        P[t].t = P[t].d + nb;
-        prepare_q8((const bn_block_q8_0 *)((const char *)y + y_stride * t), nb, 4, ORDER_Q1, &P[t]);
-        group[t] = &P[t];
-    }
-    for (int r = 0; r < nrows; r++) {
-        const bn_block_q1_0 *row = (const bn_block_q1_0 *)((const char *)w + w_stride * r);
-        float out[4];
-        if (bn_have_vnni) rows4_q1_0_vnni(nb, row, group, out);
-        else rows4_q1_0_avx2(nb, row, group, out);
-        for (int t = 0; t < 4; t++) s[s_stride * t + r] = out[t];
-    }
-    free(heap);
-    return 1;
-}
-
 typedef void (*row_batch8_fn)(int nbw, const uint8_t *x, int bs, int per, int shift, const batch8 *B, float out[8]);
 
-// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only: u = x + 128 overflows maddubs;
-// Q1_0 with exactly 4 rows: batch4_q1_0):
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only: u = x + 128 overflows maddubs):
 // activation rows in groups of 8 (each prepared once), weight rows in blocks of 16 (kept in cache while
 // every group passes). Returns 0 for other types or on allocation failure.
 int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                                size_t w_stride, const void *y, size_t y_stride) {
-    if (type == BN_Q1_0 && ny == 4) return batch4_q1_0(n, nrows, s, s_stride, w, w_stride, y, y_stride);
     row_batch8_fn row8;
     int per, order, corr_mul = 1, shift = 0;
     switch (type) {

@@ -144,8 +144,9 @@ bn_vec_dot_fn bn_vec_dot_best(int type);
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y);
 // bn_vec_dot_rows_batch: mat-mat, s[t * s_stride + r] = dot(row r of w, activation row t) for r < nrows,
 // t < ny; activation rows (of the type's vec_dot_type) are y_row_stride bytes apart. For Q1_0/Q2_0/PQ2_0
-// each activation row is prepared once and each weight row is expanded once per 4 activation rows
-// (the prefill path); other types loop bn_vec_dot_rows over row blocks of 16.
+// (and Q8_0 with VNNI) from 4 activation rows on, each activation row is prepared once and each weight row is
+// expanded once per 8 activation rows (prefill, DSpark's verify); below 4, and for other types, bn_vec_dot_rows per
+// activation row. For Q1_0/Q2_0/PQ2_0 (and every type below 4 rows) each result is bn_vec_dot_rows' bit for bit.
 void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                            size_t w_row_stride, const void *y, size_t y_row_stride);
 // bn_simd_name: "avx2+vnni", "avx2" or "scalar" — what the dispatch picked (BONSAI_SIMD=scalar forces
