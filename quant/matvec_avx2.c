@@ -67,13 +67,15 @@ static inline __m256i permute_q2(__m256i q) {
 
 enum { ORDER_NATURAL, ORDER_Q1, ORDER_Q2 };
 
-static void prepare_q8(const bn_block_q8_0 *y, int nb, int order, prepared_q8 *P) {
+// prepare_q8: the activation row's blocks in the given order, their scales, and corr_mul times their code sums
+// (1 for Q1_0 / Q2_0; 128 for Q8_0, whose expansion is x + 128)
+static void prepare_q8(const bn_block_q8_0 *y, int nb, int order, int corr_mul, prepared_q8 *P) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int k = 0; k < nb; k++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)y[k].qs);
         __m256i placed = order == ORDER_Q1 ? permute_q1(q) : order == ORDER_Q2 ? permute_q2(q) : q;
         _mm256_store_si256((__m256i *)(P->q + 32 * k), placed);
-        P->s[k] = hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+        P->s[k] = corr_mul * hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
         P->d[k] = h2f(y[k].d);
     }
 }
@@ -121,6 +123,7 @@ static void name(int nbw, const uint8_t *const x[8], int bs, int per, int shift,
 #define ROW_Q1_AVX2(blk, k, q) ISUM_AVX2(expand_q1((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 #define ROW_Q2_AVX2(blk, k, q) ISUM_AVX2(expand_q2((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 #define ROW_Q2_VNNI(blk, k, q) ISUM_VNNI(expand_q2((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
+#define ROW_Q8_VNNI(blk, k, q) ISUM_VNNI(expand_q8((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 // Q1_0 with AVX512BW masks: the 32 weight bits of a Q8_0 sub-block are the byte mask (element j = bit j, the natural
 // activation order), a zero-masked load keeps q where the bit is set, and vpdpbusd with ones sums them.
 #define ROW_Q1_MASK(blk, k, q)                                                                                   \
@@ -138,14 +141,16 @@ DEFINE_ROWS8(rows8_q2_avx2, ROW_Q2_AVX2)
 #pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
 DEFINE_ROWS8(rows8_q1_mask, ROW_Q1_MASK)
 DEFINE_ROWS8(rows8_q2_vnni, ROW_Q2_VNNI)
+DEFINE_ROWS8(rows8_q8_vnni, ROW_Q8_VNNI)
 #pragma GCC pop_options
 
 typedef void (*rows8_fn)(int nbw, const uint8_t *const x[8], int bs, int per, int shift, const prepared_q8 *P,
                          float out[8]);
 
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
-    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0) return 0;
-    const int nb = n / 32, per = type == BN_Q2_0 ? 2 : 4, bs = bn_type_size(type);
+    // Q8_0 with VNNI only (x + 128 overflows maddubs), as the mat-mat: both or neither use the shared formula
+    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0 && !(type == BN_Q8_0 && bn_have_vnni)) return 0;
+    const int nb = n / 32, per = type == BN_Q2_0 ? 2 : type == BN_Q8_0 ? 1 : 4, bs = bn_type_size(type);
     enum { STACK_BLOCKS = 256 };   // 8192 elements on the stack, larger rows on the heap
     _Alignas(32) int8_t q_stack[32 * STACK_BLOCKS];
     float d_stack[STACK_BLOCKS];
@@ -159,10 +164,11 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
         P.d = (float *)((char *)heap + (size_t)nb * 32);
         P.s = (int32_t *)(P.d + nb);
     }
-    const int order = type != BN_Q1_0 ? ORDER_Q2 : bn_have_vnni ? ORDER_NATURAL : ORDER_Q1;
-    prepare_q8(vy, nb, order, &P);
-    const rows8_fn rows8 = type == BN_Q1_0 ? (bn_have_vnni ? rows8_q1_mask : rows8_q1_avx2)
-                                           : (bn_have_vnni ? rows8_q2_vnni : rows8_q2_avx2);
+    const int order = type == BN_Q8_0 ? ORDER_NATURAL : type != BN_Q1_0 ? ORDER_Q2 : bn_have_vnni ? ORDER_NATURAL : ORDER_Q1;
+    prepare_q8(vy, nb, order, type == BN_Q8_0 ? 128 : 1, &P);
+    const rows8_fn rows8 = type == BN_Q8_0   ? rows8_q8_vnni
+                           : type == BN_Q1_0 ? (bn_have_vnni ? rows8_q1_mask : rows8_q1_avx2)
+                                             : (bn_have_vnni ? rows8_q2_vnni : rows8_q2_avx2);
     for (int r0 = 0; r0 < nrows; r0 += 8) {
         const int nr = nrows - r0 < 8 ? nrows - r0 : 8;
         const uint8_t *x[8];
@@ -183,7 +189,7 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
 // sum(u * q_j) for activation row j — 8 dots for 8 rows, no horizontal sums. Exact integer corrections:
 // Q1_0 sum((2b-1)q) = 2 sum(bq) - sum(q); Q2_0 sum((c-1)q) = sum(cq) - sum(q); Q8_0 sum(xq) = sum(uq) - 128 sum(q).
 // Per weight block the fp32 sum is sum_k d_k * t_k (fmadd), then scaled by the weight's d: the formula at the top of
-// this file, so for Q1_0 / Q2_0 / PQ2_0 each result equals the mat-vec's bit for bit (Q8_0 has no prepared mat-vec).
+// this file, so each result equals the mat-vec's bit for bit.
 typedef struct {
     __m256i *a;    // {8 dwords, nb}: interleaved codes, lane j = activation row j
     __m256i *corr; // {nb}: lane j = c * sum(q_j) over the block (c = 1 for Q1_0/Q2_0, 128 for Q8_0)
