@@ -41,25 +41,25 @@ static double jnum(json_t *o, const char *k, double def) {
 // checkpoint's tensor count (bn_convert_hf_to_gguf).
 enum { MAX_DIM = 1 << 20, MAX_LAYERS = 1 << 16, MAX_CONV_KERNEL = 256 };
 
-// check_int: 0 when key (absent: def) is an integer in lo..hi, else -1 with err
-static int check_int(json_t *t, const char *key, int64_t def, int64_t lo, int64_t hi, char *err, size_t errlen) {
-    const int64_t v = jint(t, key, def);
+// in_range: 0 when config.json's key has the value v in lo..hi, else -1 with err
+static int in_range(const char *key, int64_t v, int64_t lo, int64_t hi, char *err, size_t errlen) {
     if (v >= lo && v <= hi) return 0;
     return bn_err(err, errlen, "config.json: %s = %lld (expected %lld..%lld)", key, (long long)v, (long long)lo,
                   (long long)hi);
 }
 
-// check_gdn: the Gated DeltaNet sizes of a qwen35 config in range; 0 or -1 with err
+// check_gdn: the Gated DeltaNet sizes of a qwen35 config (read from t) in range; 0 or -1 with err
 static int check_gdn(json_t *t, char *err, size_t errlen) {
     static const char *const dims[] = {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                        "linear_value_head_dim"};
     for (int i = 0; i < 4; i++)
-        if (check_int(t, dims[i], 1, 1, MAX_DIM, err, errlen) != 0) return -1;
-    if (check_int(t, "linear_conv_kernel_dim", 4, 1, MAX_CONV_KERNEL, err, errlen) != 0) return -1;
-    return check_int(t, "full_attention_interval", 4, 1, MAX_LAYERS, err, errlen);
+        if (in_range(dims[i], jint(t, dims[i], 1), 1, MAX_DIM, err, errlen) != 0) return -1;
+    if (in_range("linear_conv_kernel_dim", jint(t, "linear_conv_kernel_dim", 4), 1, MAX_CONV_KERNEL, err, errlen) != 0)
+        return -1;
+    return in_range("full_attention_interval", jint(t, "full_attention_interval", 4), 1, MAX_LAYERS, err, errlen);
 }
 
-// check_ranges: the common sizes and the real-valued hyperparameters of c (read from t) in range; 0 or -1 with err
+// check_ranges: the common sizes and the real-valued hyperparameters of c in range; 0 or -1 with err
 static int check_ranges(const hf_config *c, char *err, size_t errlen) {
     const struct { const char *key; int64_t v, lo, hi; } lim[] = {
         {"hidden_size", c->H, 1, MAX_DIM},           {"num_hidden_layers", c->L, 1, MAX_LAYERS},
@@ -68,9 +68,7 @@ static int check_ranges(const hf_config *c, char *err, size_t errlen) {
         {"vocab_size", c->V, 0, INT32_MAX},          {"max_position_embeddings", c->ctx, 0, INT32_MAX},
     };
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
-        if (lim[i].v < lim[i].lo || lim[i].v > lim[i].hi)
-            return bn_err(err, errlen, "config.json: %s = %lld (expected %lld..%lld)", lim[i].key, (long long)lim[i].v,
-                          (long long)lim[i].lo, (long long)lim[i].hi);
+        if (in_range(lim[i].key, lim[i].v, lim[i].lo, lim[i].hi, err, errlen) != 0) return -1;
     if (!(c->eps > 0 && c->eps < 1)) return bn_err(err, errlen, "config.json: rms_norm_eps = %g (expected 0..1)", c->eps);
     if (!(c->theta > 0 && c->theta <= 1e30))
         return bn_err(err, errlen, "config.json: rope_theta = %g (expected 0..1e30)", c->theta);

@@ -389,28 +389,31 @@ const char *bn_format_bytes(char *buf, size_t n, double bytes) {
     return buf;
 }
 
-bool bn_parse_int(const char *s, long long lo, long long hi, long long *out) {
+int bn_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out, char *err, size_t errlen) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 0);
-    if (!*s || *end || errno || v < lo || v > hi) return false;
+    if (!*s || *end || errno || v < lo || v > hi)
+        return bn_err(err, errlen, "%s: '%s' is not an integer in %lld..%lld", opt, s, lo, hi);
     *out = v;
-    return true;
+    return 0;
 }
 
-bool bn_parse_float(const char *s, double lo, double hi, double *out) {
+int bn_parse_float(const char *opt, const char *s, double lo, double hi, double *out, char *err, size_t errlen) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi)) return false; // (NaN fails the range)
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) // (NaN fails the range)
+        return bn_err(err, errlen, "%s: '%s' is not a number in %g..%g", opt, s, lo, hi);
     *out = v;
-    return true;
+    return 0;
 }
 
 long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi) {
     long long v;
-    if (!bn_parse_int(s, lo, hi, &v)) {
-        fprintf(stderr, "%s: %s: '%s' is not an integer in %lld..%lld\n", tool, opt, s, lo, hi);
+    char err[512];
+    if (bn_parse_int(opt, s, lo, hi, &v, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", tool, err);
         exit(1);
     }
     return v;
@@ -418,8 +421,9 @@ long long bn_arg_int(const char *tool, const char *opt, const char *s, long long
 
 double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi) {
     double v;
-    if (!bn_parse_float(s, lo, hi, &v)) {
-        fprintf(stderr, "%s: %s: '%s' is not a number in %g..%g\n", tool, opt, s, lo, hi);
+    char err[512];
+    if (bn_parse_float(opt, s, lo, hi, &v, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", tool, err);
         exit(1);
     }
     return v;

@@ -99,10 +99,12 @@ uint32_t bn_crc32(uint32_t crc, const void *data, size_t n);
 // LO..HI" and exit 1. Every tool parses its numeric options with these.
 long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi);
 double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi);
-// bn_parse_int / bn_parse_float: s parsed strictly (the whole string; a finite number) into *out when it lies in
-// lo..hi; return true, else false (*out untouched). Integers in C syntax (0x.. hex, 0.. octal).
-bool bn_parse_int(const char *s, long long lo, long long hi, long long *out);
-bool bn_parse_float(const char *s, double lo, double hi, double *out);
+// bn_parse_int / bn_parse_float: the value s of option opt parsed strictly (the whole string; a finite number) into
+// *out when it lies in lo..hi; return 0, else -1 with err "<opt>: '<s>' is not an integer|a number in LO..HI" (*out
+// untouched): what bn_arg_int / bn_arg_float print, for library option parsers that return errors. Integers in C
+// syntax (0x.. hex, 0.. octal).
+int bn_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out, char *err, size_t errlen);
+int bn_parse_float(const char *opt, const char *s, double lo, double hi, double *out, char *err, size_t errlen);
 
 // ---- misc ---------------------------------------------------------------------------------
 // bn_n_threads_default: number of online CPUs (>= 1).

@@ -140,14 +140,14 @@ static const char *value(int argc, char **argv, int *i, char *err, size_t errlen
 // to_int / to_float: v (the value of flag) strictly parsed and in lo..hi into *out; 0, or -1 with err
 static int to_int(const char *v, long long lo, long long hi, int *out, const char *flag, char *err, size_t errlen) {
     long long x;
-    if (!bn_parse_int(v, lo, hi, &x)) return bn_err(err, errlen, "%s: '%s' is not an integer in %lld..%lld", flag, v, lo, hi);
+    if (bn_parse_int(flag, v, lo, hi, &x, err, errlen) != 0) return -1;
     *out = (int)x;
     return 0;
 }
 
 static int to_float(const char *v, double lo, double hi, float *out, const char *flag, char *err, size_t errlen) {
     double x;
-    if (!bn_parse_float(v, lo, hi, &x)) return bn_err(err, errlen, "%s: '%s' is not a number in %g..%g", flag, v, lo, hi);
+    if (bn_parse_float(flag, v, lo, hi, &x, err, errlen) != 0) return -1;
     *out = (float)x;
     return 0;
 }
@@ -193,7 +193,7 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
             double t;
             if (len >= sizeof item || o->n_temps == 32) return bn_err(err, errlen, "--temps: expected up to 32 comma-separated numbers");
             memcpy(item, q, len), item[len] = 0;
-            if (!bn_parse_float(item, -1e6, 1e6, &t)) return bn_err(err, errlen, "--temps: '%s' is not a number in -1e6..1e6", item);
+            if (bn_parse_float(a, item, -1e6, 1e6, &t, err, errlen) != 0) return -1;
             o->temps[o->n_temps++] = (float)t;
             q += len + (q[len] == ',');
         }
@@ -205,7 +205,7 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--seed")) {
         VAL();
         long long seed;
-        if (!bn_parse_int(v, 0, INT64_MAX, &seed)) return bn_err(err, errlen, "--seed: '%s' is not an integer in 0..%lld", v, (long long)INT64_MAX);
+        if (bn_parse_int(a, v, 0, INT64_MAX, &seed, err, errlen) != 0) return -1;
         mp->gen.seed = (uint64_t)seed;
     } else if (!strcmp(a, "--n-predict")) INT(mp->gen.n_predict, -1, 1 << 30);
     else if (!strcmp(a, "--n-probs")) INT(mp->gen.n_probs, 0, 65536);

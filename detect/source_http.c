@@ -158,17 +158,16 @@ int bn_http_completion_parse(const char *body, size_t len, int n_probs, bn_gen_r
     return 0;
 }
 
-// check_ids: every generated id of g in 0..n_vocab−1 and every top-K id too (or −1: a missing entry); 0, or -1 with
-// err (ids from a server index our tokenizer's tables later)
-static int check_ids(const bn_gen_result *g, int n_vocab, char *err, size_t errlen) {
+// check_ids: every generated id of g in 0..n_vocab−1 and every top-K id too (the parser made a missing one −1); 0, or
+// -1 with err naming the server (ids from a server index our tokenizer's tables later)
+static int check_ids(const bn_gen_result *g, int n_vocab, const char *endpoint, char *err, size_t errlen) {
     for (int i = 0; i < g->n; i++) {
-        if (g->ids[i] < 0 || g->ids[i] >= n_vocab)
-            return bn_err(err, errlen, "token %d: id %d outside the vocabulary (%d)", i, (int)g->ids[i], n_vocab);
-        for (int j = 0; j < g->k; j++) {
-            const int32_t id = g->topk[(size_t)i * g->k + j].id;
-            if (id < -1 || id >= n_vocab)
-                return bn_err(err, errlen, "token %d: top-%d id %d outside the vocabulary (%d)", i, j + 1, (int)id, n_vocab);
-        }
+        int32_t bad = g->ids[i] >= n_vocab ? g->ids[i] : -1;
+        for (int j = 0; j < g->k && bad < 0; j++)
+            if (g->topk[(size_t)i * g->k + j].id >= n_vocab) bad = g->topk[(size_t)i * g->k + j].id;
+        if (bad >= 0)
+            return bn_err(err, errlen, "token %d: id %d outside the vocabulary (%d) (from %s: is it serving another "
+                          "model?)", i, (int)bad, n_vocab, endpoint);
     }
     return 0;
 }
@@ -196,8 +195,7 @@ static int http_generate(bn_source *base, const int32_t *prompt, int n_prompt, c
     }
     int rc = bn_http_completion_parse(resp, len, p->n_probs, out, err, errlen);
     free(resp);
-    if (rc == 0 && s->tok && check_ids(out, bn_tokenizer_n_vocab(s->tok), err, errlen) != 0) {
-        bn_err(err + strlen(err), errlen - strlen(err), " (from %s: is it serving another model?)", s->endpoint);
+    if (rc == 0 && s->tok && check_ids(out, bn_tokenizer_n_vocab(s->tok), s->endpoint, err, errlen) != 0) {
         bn_gen_result_free(out);
         return -1;
     }

@@ -10,6 +10,7 @@
 // current directory, says which corpus file and mutant it was, and dies of the same signal; the saved file
 // replays alone (pass it as the only argument, with --mutants 0). The same seed gives the same inputs.
 // Under the sanitizer build (scripts/sanitize.sh) the same runs are checked by ASan and UBSan.
+#include "core/util.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -82,25 +83,6 @@ static uint64_t rng(uint64_t *s) {
 // below: returns a random integer in [0, n) (0 when n is 0)
 static size_t below(uint64_t *s, size_t n) { return n ? (size_t)(rng(s) % n) : 0; }
 
-// read_file: returns the bytes of PATH (malloc'd, *n set), or NULL with a message
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return perror(path), NULL;
-    uint8_t *buf = NULL;
-    size_t cap = 0, len = 0;
-    for (;;) {
-        if (len == cap && !(buf = realloc(buf, cap = cap ? 2 * cap : 4096))) abort();
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) return fprintf(stderr, "%s: read error\n", path), free(buf), NULL;
-    *n = len;
-    return buf;
-}
-
 static int by_path(const void *a, const void *b) {
     return strcmp(((const corpus_file *)a)->path, ((const corpus_file *)b)->path);
 }
@@ -111,7 +93,9 @@ static int add_path(const char *path, corpus_file **files, int *n_files) {
     if (stat(path, &st) != 0) return perror(path), -1;
     if (!S_ISDIR(st.st_mode)) {
         corpus_file cf = {strdup(path), NULL, 0};
-        if (!(cf.data = read_file(path, &cf.n))) return free(cf.path), -1;
+        char err[512];
+        if (!(cf.data = (uint8_t *)bn_read_file(path, &cf.n, err, sizeof err)))
+            return fprintf(stderr, "%s\n", err), free(cf.path), -1;
         *files = realloc(*files, (size_t)(*n_files + 1) * sizeof **files);
         (*files)[(*n_files)++] = cf;
         return 0;
