@@ -5,8 +5,9 @@
 //       (bn_quantize_activations_cpu: 127/amax, ties to even); threads split the output rows;
 //       n == 1: bn_vec_dot_rows (mat-vec); n > 1: bn_vec_dot_rows_batch (mat-mat: each weight row
 //       is read from memory once per call; from 4 rows on, expanded once per 8 activation rows).
-//   F32, n == 1: float dot per row (bn_vec_dot_rows with the F32 activation as is).
-//   F32, n > 1: one OpenBLAS sgemm straight on the mmapped weight.
+//   F32, n <= SMALL_BATCH: float dot per row and activation row (bn_vec_dot_rows with the F32 activation as is;
+//       a verify pass's rows equal the decode path's bits).
+//   F32, n > SMALL_BATCH: one OpenBLAS sgemm straight on the mmapped weight.
 //   F16/BF16, n == 1: float dot of the converted weight row with the f32 activation (F16C/AVX2
 //       kernel here; the activation is NOT rounded to f16 as ggml does, so decode == prefill).
 //   F16/BF16, 1 < n <= SMALL_BATCH (DSpark's verify): each weight row is converted once per activation
@@ -26,7 +27,7 @@
 #define ROW_BLOCK 16
 #define PANEL_FLOATS (1 << 21) // 8 MiB of f32 per panel
 #define MIN_PARALLEL_MACS (1 << 15) // smaller products run on the calling thread (sync costs more)
-#define SMALL_BATCH 8 // F16/BF16: up to this many activation rows go through the row kernel, not sgemm
+#define SMALL_BATCH 8 // float weights: up to this many activation rows go through the row kernel, not sgemm
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -246,7 +247,7 @@ void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, 
     const int64_t ne0 = w->ne[0], ne1 = w->ne[1];
     if (n <= 0) return;
     if (ne0 * ne1 * n < MIN_PARALLEL_MACS) pool = NULL;
-    if (w->type == BN_F32 && n > 1) {
+    if (w->type == BN_F32 && n > SMALL_BATCH) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)ne1, (int)ne0, 1.0f, x, (int)ne0, w->data,
                     (int)ne0, 0.0f, y, (int)ne1);
     } else if (is_float_type(w->type) && n > SMALL_BATCH) {

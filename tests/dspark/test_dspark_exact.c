@@ -1,10 +1,12 @@
 // tests/dspark/test_dspark_exact.c — greedy speculative decoding gives plain greedy decoding's tokens on the Bonsai
 // weight types, where near-ties make the last bit matter: a random "small" qwen35 model (8 layers, vocabulary 4 096,
-// flat logits) quantized to Q1_0, Q2_0, PQ2_0 and Q8_0 (--pure). Plain decoding runs one token per forward (the mat-vec);
-// the oracle drafter proposes those tokens again, so every verify pass of k + 1 tokens (the mat-mat kernels) must
-// reproduce them bit for bit: every draft accepted, the same 96 tokens, for k = 3 and 7 (4- and 8-row verify
-// passes), on 1 and 2 threads. Before the mat-vec and the mat-mat shared one formula (quant/matvec_avx2.c), the
-// Q1_0 run with k = 3 accepted 71 of 75 drafts and its tokens differed from plain decoding's from token 72 on.
+// flat logits) quantized to Q1_0, Q2_0, PQ2_0 and Q8_0 (--pure), and as F16 and F32. Plain decoding runs one token per
+// forward (the mat-vec); the oracle drafter proposes those tokens again, so every verify pass of k + 1 tokens (the
+// mat-mat kernels; float weights: the row kernel up to 8 rows, core/matmul.c) must reproduce them bit for bit: every
+// draft accepted, the same 96 tokens, for k = 3 and 7 (4- and 8-row verify passes), on 1 and 2 threads. Before the
+// mat-vec and the mat-mat shared one formula (quant/matvec_avx2.c), the Q1_0 run with k = 3 accepted 71 of 75 drafts
+// and its tokens differed from plain decoding's from token 72 on. (F32 verify passes went to sgemm before session 14,
+// whose bits differ from the mat-vec's, test_dot_batch; on this model the F32 tokens matched all the same.)
 #include "tests/test.h"
 #include "tests/dspark/fixture.h"
 #include "quant/quant.h"
@@ -24,8 +26,8 @@ int main(void) {
     mp.type = BN_F16;
     mp.seed = 1;
     CHECK(bn_mkmodel_write(&mp, f16, err, sizeof err) == 0, "mkmodel: %s", err);
-    const char *types[] = {"Q1_0", "Q2_0", "PQ2_0", "Q8_0"};
-    for (int ti = 0; ti < 4 && !test_failures; ti++) {
+    const char *types[] = {"Q1_0", "Q2_0", "PQ2_0", "Q8_0", "F16", "F32"};
+    for (int ti = 0; ti < 6 && !test_failures; ti++) {
         bn_quantize_params qp = bn_quantize_params_default();
         qp.type = types[ti];
         qp.pure = true;

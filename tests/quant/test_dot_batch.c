@@ -8,8 +8,8 @@
 //      Q1_0, Q2_0, PQ2_0 and Q8_0 every ny does (so DSpark's verify passes and prefill give decode's bits);
 //   4. for ny >= 5 the result of activation row t does not depend on ny (bit-identical to ny = 9): a
 //      verify of 5 tokens and one of 8 agree on their common tokens.
-//   5. bn_matmul with F16/BF16 weights and n = 2..8 activation rows (the small-batch row path) gives bit for
-//      bit the n = 1 results of each row; n = 9 (dequantized panels + sgemm) within 1e-5 relative.
+//   5. bn_matmul with F32/F16/BF16 weights and n = 2..8 activation rows (the small-batch row path) gives bit
+//      for bit the n = 1 results of each row; n = 9 (sgemm; F16/BF16 on dequantized panels) within 1e-5 relative.
 // Runs with BONSAI_SIMD unset (VNNI where present), =avx2 and =scalar (tests/quant/meson.build).
 #include "quant/quant.h"
 #include "core/matmul.h"
@@ -103,12 +103,15 @@ static void check_type(int type) {
     free(w); free(y); free(wdeq); free(ydeq); free(tmp); free(ref); free(s); free(s2); free(s9); free(mv);
 }
 
-// check_matmul_half: property 5 for a F16/BF16 weight of {72, 37} (72 = 4 chunks of 16 + a tail of 8).
-static void check_matmul_half(int type) {
+// check_matmul_float: property 5 for a F32/F16/BF16 weight of {72, 37} (72 = 4 chunks of 16 + a tail of 8).
+static void check_matmul_float(int type) {
     enum { E = 72, R = 37, N_MAX = 9 };
-    uint16_t *wd = malloc(sizeof(uint16_t) * E * R);
+    void *wd = malloc(sizeof(float) * E * R);
     float *x = malloc(sizeof(float) * E * N_MAX), *y = malloc(sizeof(float) * R * N_MAX), y1[R];
-    for (int i = 0; i < E * R; i++) wd[i] = type == BN_F16 ? bn_fp32_to_fp16(uniform()) : bn_fp32_to_bf16(uniform());
+    for (int i = 0; i < E * R; i++) {
+        if (type == BN_F32) ((float *)wd)[i] = uniform();
+        else ((uint16_t *)wd)[i] = type == BN_F16 ? bn_fp32_to_fp16(uniform()) : bn_fp32_to_bf16(uniform());
+    }
     for (int i = 0; i < E * N_MAX; i++) x[i] = uniform();
     bn_weight w = {.data = wd, .type = type, .ne = {E, R, 1, 1}, .name = "w"};
     void *work = bn_aligned_alloc(bn_matmul_work_size(&w, N_MAX));
@@ -132,7 +135,8 @@ static void check_matmul_half(int type) {
 int main(void) {
     printf("dispatch: %s\n", bn_simd_name());
     for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) check_type(weight_types[k]);
-    check_matmul_half(BN_F16);
-    check_matmul_half(BN_BF16);
+    check_matmul_float(BN_F32);
+    check_matmul_float(BN_F16);
+    check_matmul_float(BN_BF16);
     return test_done("test_dot_batch");
 }
