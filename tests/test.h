@@ -9,6 +9,9 @@
 
 static int test_checks, test_failures;
 
+// test_line_buffered: stdout line by line, so that a test killed by its timeout shows how far it got in meson's log.
+__attribute__((constructor)) static void test_line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
+
 #define CHECK(cond, ...) do { test_checks++; if (!(cond)) { test_failures++; \
     fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); fprintf(stderr, __VA_ARGS__); \
     fputc('\n', stderr); } } while (0)

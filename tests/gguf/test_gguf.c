@@ -330,8 +330,12 @@ static void test_atomic(void) {
         const bool own_handler = k == 3;
         int ready[2];
         CHECK(pipe(ready) == 0, "pipe");
+        fflush(stdout);
         pid_t pid = fork();
+        CHECK(pid >= 0, "fork");
+        if (pid < 0) break; // (never kill(-1, ...))
         if (pid == 0) {
+            close(ready[0]);
             if (own_handler) signal(SIGTERM, stop_noop);
             bn_atomic_file af;
             if (bn_atomic_open(&af, path, err, sizeof err) != 0) _exit(3);
@@ -339,13 +343,14 @@ static void test_atomic(void) {
             if (write(ready[1], "x", 1) != 1) _exit(4);
             for (;;) pause(); // mid-write, until the parent's signal
         }
+        close(ready[1]); // so a child that dies before it is ready gives end-of-file here, not a wait forever
         char c;
-        CHECK(read(ready[0], &c, 1) == 1, "child wrote its temp file");
+        CHECK(read(ready[0], &c, 1) == 1, "case %d: child wrote its temp file", k);
         kill(pid, sigs[k]);
         int st = 0;
         if (own_handler) usleep(200 * 1000), kill(pid, SIGKILL); // its handler returned: end it without cleanup
         waitpid(pid, &st, 0);
-        close(ready[0]), close(ready[1]);
+        close(ready[0]);
         CHECK(WIFSIGNALED(st) && WTERMSIG(st) == (own_handler ? SIGKILL : sigs[k]), "case %d: killed by its signal", k);
         int left = count_dir_entries(dir, "model.gguf.tmp.");
         CHECK(left == (own_handler || sigs[k] == SIGKILL ? 1 : 0), "signal %d%s: %d temp files left", sigs[k],
@@ -827,15 +832,16 @@ int main(int argc, char **argv) {
         rm_tmpdir();
         return rc;
     }
-    test_kv_roundtrip();
+#define SECTION(call) (printf("%s\n", #call), call)
+    SECTION(test_kv_roundtrip());
     static const uint32_t aligns[] = {1, 8, 32, 64, 256, 4096};
-    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) test_tensor_layout(aligns[i]);
-    test_atomic();
-    test_negative();
-    test_q2_0_detection();
-    test_replay();
-    test_many();
-    test_corpus();
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) SECTION(test_tensor_layout(aligns[i]));
+    SECTION(test_atomic());
+    SECTION(test_negative());
+    SECTION(test_q2_0_detection());
+    SECTION(test_replay());
+    SECTION(test_many());
+    SECTION(test_corpus());
     // a missing file and a directory give clean errors
     char err[512];
     CHECK(gguf_open("/nonexistent/x.gguf", err, sizeof err) == NULL && strstr(err, "/nonexistent/x.gguf"),
