@@ -20,7 +20,7 @@
 # from the tether text): the greedy loop rate on $pval, perplexity on $valtxt, chosen_win on $out/pairs-val.jsonl
 # (pairs the base model gives on $pval) against antidoom-f16's there.
 # Uses demo.sh's variables and functions: root T out model th gen npred ntrain ptrain pval valtxt ftpo ste_stop
-# ste_targets ste_nt keep_scales tether_ctx tether_batch labels mine_pairs maxp.
+# ste_targets ste_nt keep_scales tether_ctx tether_batch labels resume mine_pairs maxp reuse.
 
 # val_loop MODEL LABEL: the greedy loop rate of MODEL on the validation prompts (also kept in val-LABEL.json)
 val_loop() {
@@ -83,13 +83,24 @@ round_pairs() {
 }
 
 # train_candidate Q R SEED LAMBDA: one STE candidate of round R (adapter, merged model, validation numbers); appends its
-# row to $out/rounds-Q.tsv and prints "SCORE DRIFT LABEL"
+# row to $out/rounds-Q.tsv and prints "SCORE DRIFT LABEL". Resuming (DEMO_RESUME=1), a candidate whose row an earlier
+# run wrote (rounds-Q.tsv.prev) is taken from there.
 train_candidate() {
-    local q=$1 r=$2 s=$3 lam=$4 lq label c steps vl vp vc sc drift ks=()
+    local q=$1 r=$2 s=$3 lam=$4 lq label c steps vl vp vc sc drift ks=() row=""
     lq=$(echo "$q" | tr 'A-Z' 'a-z')
     case " $keep_scales " in *" $q "*) ks=(--keep-scales) ;; esac
     label=cand-$q-r$r-s$s-t$lam
     c=$out/$label
+    [ "$resume" = 1 ] && [ -f "$c.gguf" ] && [ -f "$out/rounds-$q.tsv.prev" ] &&
+        row=$(awk -F '\t' -v l="$label" '$10 == l' "$out/rounds-$q.tsv.prev" | tail -1)
+    if [ -n "$row" ]; then
+        printf '%s\n' "$row" >> "$out/rounds-$q.tsv"
+        IFS=$'\t' read -r _ _ _ steps vl vp drift vc sc _ <<< "$row"
+        printf '  round %s seed %s λ_tether %-4s %4s steps: validation loop rate %.3f, perplexity %s (%+.2f %%), chosen_win %s -> shortfall %s (reused)\n' \
+            "$r" "$s" "$lam" "$steps" "$vl" "$vp" "$drift" "$vc" "$sc" >&2
+        echo "$sc $drift $label"
+        return
+    fi
     local tether_args=()
     awk -v x="$lam" 'BEGIN { exit !(x > 0) }' &&
         tether_args=(--tether-text "$root/data/val/tether.txt" --lambda-tether "$lam" --tether-ctx "$tether_ctx"
@@ -130,8 +141,9 @@ ste_rounds() {
                 echo "round $r: no new loops on the mining prompts; stopping"
                 break
             fi
-            "$T/bonsai-mine-pairs" --regularise "$out/$q-round$r-pairs-raw.jsonl" -o "$out/$q-round$r-pairs-train.jsonl" \
-                --headroom 1 --top 5 | tail -1
+            reuse "$out/$q-round$r-pairs-train.jsonl" ||
+                "$T/bonsai-mine-pairs" --regularise "$out/$q-round$r-pairs-raw.jsonl" -o "$out/$q-round$r-pairs-train.jsonl" \
+                    --headroom 1 --top 5 | tail -1
         fi
         round_pairs "$q" "$r"
         local r_label="" r_score="" r_drift="" sc drift label

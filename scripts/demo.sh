@@ -35,7 +35,10 @@
 # kept, the adapter changes codes only; "Q2_0": its block scale is the block's max |w|, so without it one large
 # element rescales the whole block and the perplexity drifts +14–28 %, notes/e2e-results.md session 5),
 # DEMO_VAL_PROMPTS (validation prompts used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
-# DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md).
+# DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md),
+# DEMO_RESUME (0; 1: continue a killed or shorter run in the same BONSAI_DEMO_DIR with the same settings — mined pairs,
+# adapters and every evaluated STE candidate are reused, e.g. to add a round with DEMO_STE_ROUNDS; the evaluations of
+# the final models are redone).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/demo-rounds.sh"
@@ -71,9 +74,25 @@ keep_scales=${DEMO_KEEP_SCALES-Q2_0}
 nval=${DEMO_VAL_PROMPTS:-0}
 qtypes=${DEMO_QTYPES:-Q1_0 Q2_0}
 qbase=${DEMO_QBASE:-0}
+resume=${DEMO_RESUME:-0}
 export OPENBLAS_NUM_THREADS=$th
 mkdir -p "$out"
-rm -f "$out"/*.jsonl "$out"/*.json "$out"/*.tsv "$out"/selected-*.txt
+# reuse FILE: true (saying so) when resuming and FILE is there; the tools write their outputs atomically, and so does
+# this script (*.tmp, then mv), so a file that is there is whole
+reuse() {
+    [ "$resume" = 1 ] && [ -f "$1" ] || return 1
+    echo "reusing $1"
+}
+if [ "$resume" = 1 ]; then
+    # the candidates' validation rows go to rounds-Q.tsv.prev, where train_candidate finds them (scripts/demo-rounds.sh)
+    for f in "$out"/rounds-*.tsv; do
+        [ -f "$f" ] || continue
+        if [ -f "$f.prev" ]; then tail -n +2 "$f" >> "$f.prev"; rm "$f"; else mv "$f" "$f.prev"; fi
+    done
+    rm -f "$out"/eval-*.json "$out"/val-*.json "$out"/chosen_win.txt "$out"/selected-*.txt
+else
+    rm -f "$out"/*.jsonl "$out"/*.json "$out"/*.tsv "$out"/*.tsv.prev "$out"/selected-*.txt
+fi
 # mining prompts: the train prompts, then the openings of the tether text's fortunes (DEMO_MINE_UNSEEN=0: train only)
 cat "$root/data/prompts/train.jsonl" > "$ptrain"
 [ "${DEMO_MINE_UNSEEN:-1}" = 1 ] && cat "$root/data/val/tether-prompts.jsonl" >> "$ptrain"
@@ -105,16 +124,19 @@ step "2/6 mine pairs: primed + sampled contexts on the mining prompts, then the 
 # mine_pairs MODEL PROMPTS N SPLIT SEED_PRIME SEED_SAMPLE OUT_PRIME OUT_SAMPLE OUT: primed (ANTIDOOM.md §3) and
 # sampled pairs of MODEL on the first N prompts (0 = all), both written, then concatenated into OUT
 mine_pairs() {
+    reuse "$9" && return
     local a=(-m "$1" "${gen[@]}" --n-predict "$npred" --n-probs 20 --chosen-require-alnum -p "$2" $(maxp "$3")
              --split "$4")
     "$T/bonsai-mine-pairs" "${a[@]}" -o "$7" --mode prime --phrase-from-prefix --prime-repeats 3 --prime-prefix-tokens 24 \
         --temp 0.1 --seed "$5" | tail -1
     "$T/bonsai-mine-pairs" "${a[@]}" -o "$8" --mode sample --temps 0.1,0.5,0.8 --seed "$6" | tail -1
-    cat "$7" "$8" > "$9"
+    cat "$7" "$8" > "$9.tmp"
+    mv "$9.tmp" "$9"
 }
 mine_pairs "$model" "$ptrain" "$ntrain" train 1 1001 "$out/pairs-prime.jsonl" "$out/pairs-sample.jsonl" \
     "$out/pairs-train-raw.jsonl"
-"$T/bonsai-mine-pairs" --regularise "$out/pairs-train-raw.jsonl" -o "$out/pairs-train.jsonl" --headroom 1 --top 5 |
+reuse "$out/pairs-train.jsonl" ||
+    "$T/bonsai-mine-pairs" --regularise "$out/pairs-train-raw.jsonl" -o "$out/pairs-train.jsonl" --headroom 1 --top 5 |
     tail -6
 mine_pairs "$model" "$pheld" "$nheld" heldout 2 2001 "$out/pairs-heldout-prime.jsonl" "$out/pairs-heldout-sample.jsonl" \
     "$out/pairs-heldout.jsonl"
@@ -128,8 +150,9 @@ echo "pairs: $(wc -l < "$out/pairs-train.jsonl") train, $(wc -l < "$out/pairs-va
 step "3/6 FTPO LoRA training (early stop at running chosen_win >= $stop)"
 ftpo=(--rank 16 --alpha 16 --targets all --epochs "$epochs" --lr "$lr" --batch 4 --grad-accum 1
       --seed "$seed" -t "$th")
-"$T/bonsai-ftpo-train" -m "$model" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter.gguf" --early-stop "$stop" --log "$out/ftpo-log.jsonl" 2>&1 |
-    grep -vE '^step ' | tail -20
+reuse "$out/adapter.gguf" ||
+    "$T/bonsai-ftpo-train" -m "$model" -p "$out/pairs-all.jsonl" "${ftpo[@]}" -o "$out/adapter.gguf" --early-stop "$stop" \
+        --log "$out/ftpo-log.jsonl" 2>&1 | grep -vE '^step ' | tail -20
 
 step "4/6 merge into FP16, re-quantize to $qtypes (a); train through the quantizer, STE (b); train on the quantized base (c)"
 # merges go into the FP16 base (for a 1-bit model its unpack: same values, and every tensor F16 afterwards)
