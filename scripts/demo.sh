@@ -29,7 +29,7 @@
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
 # DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2) (windows of the STE runs' plain-text KL tether),
-# DEMO_STE_ROUNDS (most STE rounds, 2), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one STE candidate per seed ×
+# DEMO_STE_ROUNDS (most STE rounds, 3; notes/e2e-results.md session 14), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one STE candidate per seed ×
 # λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; DEMO_STE_TETHERS_Q2_0 for Q2_0: "1 3"),
 # DEMO_KEEP_SCALES (quant types whose STE candidates train and merge with --keep-scales: the base's block scales
 # kept, the adapter changes codes only; "Q2_0": its block scale is the block's max |w|, so without it one large
@@ -66,7 +66,7 @@ ste_nt=${DEMO_STE_LAMBDA_NT:-1}
 tether_ctx=${DEMO_TETHER_CTX:-64}
 tether_batch=${DEMO_TETHER_BATCH:-2}
 seed=${DEMO_SEED:-3407}
-ste_rounds=${DEMO_STE_ROUNDS:-2}
+ste_rounds=${DEMO_STE_ROUNDS:-3}
 ste_seeds=${DEMO_STE_SEEDS:-$seed $((seed + 1))}
 ste_lambdas=${DEMO_STE_TETHERS:-3 10 30}
 ste_lambdas_q2=${DEMO_STE_TETHERS_Q2_0:-1 3}
