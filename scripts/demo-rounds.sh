@@ -82,26 +82,28 @@ round_pairs() {
     mv "$f.tmp" "$f"
 }
 
-# train_candidate Q R SEED LAMBDA: one STE candidate of round R (adapter, merged model, validation numbers); appends its
-# row to $out/rounds-Q.tsv and prints "SCORE DRIFT LABEL". Resuming (DEMO_RESUME=1), a candidate whose row an earlier
-# run wrote (rounds-Q.tsv.prev) is taken from there.
+# train_candidate Q R SEED LAMBDA: one STE candidate of round R (candidate_row; resuming with DEMO_RESUME=1, the row an
+# earlier run wrote to rounds-Q.tsv.prev when its model is there); appends its row to $out/rounds-Q.tsv, says so on
+# stderr and prints "SCORE DRIFT LABEL"
 train_candidate() {
-    local q=$1 r=$2 s=$3 lam=$4 lq label c steps vl vp vc sc drift ks=() row=""
+    local q=$1 r=$2 s=$3 lam=$4 label=cand-$1-r$2-s$3-t$4 row="" reused="" steps vl vp drift vc sc
+    [ "$resume" = 1 ] && [ -f "$out/$label.gguf" ] && [ -f "$out/rounds-$q.tsv.prev" ] &&
+        row=$(awk -F '\t' -v l="$label" '$10 == l' "$out/rounds-$q.tsv.prev" | tail -1) && [ -n "$row" ] &&
+        reused=" (reused)"
+    [ -n "$row" ] || row=$(candidate_row "$q" "$r" "$s" "$lam" "$label") || return 1
+    printf '%s\n' "$row" >> "$out/rounds-$q.tsv"
+    IFS=$'\t' read -r _ _ _ steps vl vp drift vc sc _ <<< "$row"
+    printf '  round %s seed %s λ_tether %-4s %4s steps: validation loop rate %.3f, perplexity %s (%+.2f %%), chosen_win %s -> shortfall %s%s\n' \
+        "$r" "$s" "$lam" "$steps" "$vl" "$vp" "$drift" "$vc" "$sc" "$reused" >&2
+    echo "$sc $drift $label"
+}
+
+# candidate_row Q R SEED LAMBDA LABEL: trains one STE candidate of round R (adapter, merged model $out/LABEL.gguf) and
+# prints its validation row (round seed λ steps loop ppl drift chosen_win shortfall label, tab-separated)
+candidate_row() {
+    local q=$1 r=$2 s=$3 lam=$4 label=$5 lq c=$out/$5 steps vl vp vc sc drift ks=() tether_args=()
     lq=$(echo "$q" | tr 'A-Z' 'a-z')
     case " $keep_scales " in *" $q "*) ks=(--keep-scales) ;; esac
-    label=cand-$q-r$r-s$s-t$lam
-    c=$out/$label
-    [ "$resume" = 1 ] && [ -f "$c.gguf" ] && [ -f "$out/rounds-$q.tsv.prev" ] &&
-        row=$(awk -F '\t' -v l="$label" '$10 == l' "$out/rounds-$q.tsv.prev" | tail -1)
-    if [ -n "$row" ]; then
-        printf '%s\n' "$row" >> "$out/rounds-$q.tsv"
-        IFS=$'\t' read -r _ _ _ steps vl vp drift vc sc _ <<< "$row"
-        printf '  round %s seed %s λ_tether %-4s %4s steps: validation loop rate %.3f, perplexity %s (%+.2f %%), chosen_win %s -> shortfall %s (reused)\n' \
-            "$r" "$s" "$lam" "$steps" "$vl" "$vp" "$drift" "$vc" "$sc" >&2
-        echo "$sc $drift $label"
-        return
-    fi
-    local tether_args=()
     awk -v x="$lam" 'BEGIN { exit !(x > 0) }' &&
         tether_args=(--tether-text "$root/data/val/tether.txt" --lambda-tether "$lam" --tether-ctx "$tether_ctx"
                      --tether-batch "$tether_batch")
@@ -112,11 +114,7 @@ train_candidate() {
     steps=$(grep -oE '^ftpo-train: [0-9]+/' "$c.train.txt" | grep -oE '[0-9]+' | tail -1)
     vl=$(val_loop "$c.gguf" "$label") vp=$(val_ppl "$c.gguf") vc=$(pair_cw "$c.gguf" "$out/pairs-val.jsonl")
     read -r sc drift <<< "$(val_score "$vl" "$vp" "$vc")"
-    printf '%s\t%s\t%s\t%s\t%.4f\t%s\t%s\t%s\t%s\t%s\n' "$r" "$s" "$lam" "$steps" "$vl" "$vp" "$drift" "$vc" "$sc" "$label" \
-        >> "$out/rounds-$q.tsv"
-    printf '  round %s seed %s λ_tether %-4s %4s steps: validation loop rate %.3f, perplexity %s (%+.2f %%), chosen_win %s -> shortfall %s\n' \
-        "$r" "$s" "$lam" "$steps" "$vl" "$vp" "$drift" "$vc" "$sc" >&2
-    echo "$sc $drift $label"
+    printf '%s\t%s\t%s\t%s\t%.4f\t%s\t%s\t%s\t%s\t%s\n' "$r" "$s" "$lam" "$steps" "$vl" "$vp" "$drift" "$vc" "$sc" "$label"
 }
 
 # ste_rounds Q N SEEDS LAMBDAS: the rounds above for quant type Q, at most N, one candidate per seed in SEEDS × λ in
