@@ -330,8 +330,7 @@ static void test_atomic(void) {
         const bool own_handler = k == 3;
         int ready[2];
         CHECK(pipe(ready) == 0, "pipe");
-        fflush(stdout);
-        pid_t pid = fork();
+        pid_t pid = fork(); // (stdout is line-buffered, tests/test.h: nothing pending to be written twice)
         CHECK(pid >= 0, "fork");
         if (pid < 0) break; // (never kill(-1, ...))
         if (pid == 0) {
