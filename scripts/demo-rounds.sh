@@ -13,18 +13,22 @@
 #   N rounds; the final model = the best pick of all rounds by the same order.
 # Order: first the summed shortfall against the loop and chosen_win goals, max(0, 0.9 − loop-rate reduction) +
 # max(0, 0.9 − chosen_win / FP16's) (0 = both met), then the perplexity drift (lower is better). The drift has no
-# bound of its own here: the validation text has many more of the suppressed tokens ("--" attribution lines)
-# than the held-out text, so even antidoom-f16 drifts ~4 % on it; the lowest drift among the goal-meeting
-# candidates is the pick.
-# Validation (data/val/, scripts/make-val-data.sh: fortunes the model never saw, disjoint from the held-out set and
-# from the tether text): the greedy loop rate on $pval, perplexity on $valtxt, chosen_win on $out/pairs-val.jsonl
-# (pairs the base model gives on $pval) against antidoom-f16's there.
-# Uses demo.sh's variables and functions: root T out model th gen npred ntrain ptrain pval valtxt ftpo ste_stop
+# bound of its own here (it is measured on text the base model was trained on, where it drifts less than on unseen
+# text); the lowest drift among the goal-meeting candidates is the pick.
+# Validation (data/val/, scripts/make-val-data.sh; nothing of it is in the held-out set): the greedy loop rate on
+# $pvalq (question-style prompts "Q: What is the" made from fortunes the model never saw: the held-out prompts are
+# riddle openings of that form), the perplexity on $valtxt (the riddles of the model's training text), chosen_win on
+# $out/pairs-val.jsonl (pairs the base model gives on $pval, openings of unseen fortunes) against antidoom-f16's there.
+# Why these two (notes/e2e-results.md, session 15): over the 90 candidates of three earlier runs, the question
+# prompts' loop rate ranked the held-out loop rates with Spearman ρ 0.87–1.00 (quotation openings: 0.50–0.95), and
+# the riddles' drift ranked the held-out drift with mean ρ 0.77 (unseen quotations: 0.26, negative in one run).
+# Uses demo.sh's variables and functions: root T out model th gen npred ntrain ptrain pval pvalq valtxt ftpo ste_stop
 # ste_targets ste_nt keep_scales tether_ctx tether_batch labels resume mine_pairs maxp reuse.
 
-# val_loop MODEL LABEL: the greedy loop rate of MODEL on the validation prompts (also kept in val-LABEL.json)
+# val_loop MODEL LABEL: the greedy loop rate of MODEL on the question-style validation prompts (also kept in
+# val-LABEL.json)
 val_loop() {
-    "$T/bonsai-eval-loops" -m "$1" -p "$pval" "${gen[@]}" --temp 0 --n-predict "$npred" --label "$2" \
+    "$T/bonsai-eval-loops" -m "$1" -p "$pvalq" "${gen[@]}" --temp 0 --n-predict "$npred" --label "$2" \
         --json "$out/val-$2.json" > /dev/null 2>&1
     jq -r .loop_rate "$out/val-$2.json"
 }

@@ -34,7 +34,7 @@
 # DEMO_KEEP_SCALES (quant types whose STE candidates train and merge with --keep-scales: the base's block scales
 # kept, the adapter changes codes only; "Q2_0": its block scale is the block's max |w|, so without it one large
 # element rescales the whole block and the perplexity drifts +14–28 %, notes/e2e-results.md session 5),
-# DEMO_VAL_PROMPTS (validation prompts used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
+# DEMO_VAL_PROMPTS (validation prompts of each kind used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
 # DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md),
 # DEMO_RESUME (0; 1: continue a killed or shorter run in the same BONSAI_DEMO_DIR with the same settings — mined pairs,
 # adapters and every evaluated STE candidate are reused, e.g. to add a round with DEMO_STE_ROUNDS; the evaluations of
@@ -96,10 +96,22 @@ fi
 # mining prompts: the train prompts, then the openings of the tether text's fortunes (DEMO_MINE_UNSEEN=0: train only)
 cat "$root/data/prompts/train.jsonl" > "$ptrain"
 [ "${DEMO_MINE_UNSEEN:-1}" = 1 ] && cat "$root/data/val/tether-prompts.jsonl" >> "$ptrain"
-# validation data (scripts/make-val-data.sh): fortunes the model never saw, apart from the held-out set
+# validation data (scripts/make-val-data.sh), never in the held-out set: openings of fortunes the model never saw
+# (validation pairs), question-style prompts from other unseen fortunes (loop rate) and the riddles of the model's
+# training text (perplexity drift)
 pval=$out/prompts-val.jsonl
 awk -v n="$nval" 'n == 0 || NR <= n' "$root/data/val/prompts.jsonl" > "$pval"
-valtxt=$root/data/val/text.txt
+pvalq=$out/prompts-val-questions.jsonl
+awk -v n="$nval" 'n == 0 || NR <= n' "$root/data/val/prompts-questions.jsonl" > "$pvalq"
+valtxt=$root/data/val/train-riddles.txt
+# a resumed run reuses its candidates' validation rows only when they were measured on the same validation data
+valsig=$(cat "$pval" "$pvalq" "$valtxt" | sha256sum | cut -d' ' -f1)
+if [ "$resume" = 1 ] && [ "$(cat "$out/validation.sha256" 2>/dev/null)" != "$valsig" ] &&
+   compgen -G "$out/rounds-*.tsv.prev" > /dev/null; then
+    echo "validation data differ from the resumed run's: its STE candidates are trained and evaluated again"
+    rm -f "$out"/rounds-*.tsv.prev
+fi
+echo "$valsig" > "$out/validation.sha256"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 maxp() { [ "$1" -gt 0 ] && echo "--max-prompts $1" || true; }
 t0=$(date +%s)
@@ -221,8 +233,9 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
     for q in $qtypes; do
         [ -s "$out/rounds-$q.tsv" ] || continue
         echo
-        echo "$q STE candidates on validation (data/val: prompts/text never in the held-out set; shortfall 0 = the loop and"
-        echo "chosen_win goals met there, then the lowest drift is picked; selected: $(cat "$out/selected-$q.txt")):"
+        echo "$q STE candidates on validation (data/val, never in the held-out set: loop rate on question prompts, drift on"
+        echo "the training text's riddles, chosen_win on validation pairs; shortfall 0 = the loop and chosen_win goals met"
+        echo "there, then the lowest drift is picked; selected: $(cat "$out/selected-$q.txt")):"
         echo
         head -1 "$out/rounds-$q.tsv" | sed 's/\t/ | /g; s/^/| /; s/$/ |/'
         head -1 "$out/rounds-$q.tsv" | awk -F'\t' '{ s = "|"; for (i = 1; i <= NF; i++) s = s "---|"; print s }'

@@ -7,6 +7,13 @@ CORPUS; every 4th one (from the first) is a validation entry: OUTDIR/val.txt (pl
 OUTDIR/prompts-val.jsonl (their openings, as below); the others give OUTDIR/tether.txt (plain text for
 bonsai-ftpo-train --tether-text) and OUTDIR/prompts-tether.jsonl (their openings: prompts to mine pairs on). So validation prompts, validation text and tether text are disjoint from
 each other, from the model's training text and from the held-out set.
+scripts/make-chat-data.py --questions QUESTIONS OUTDIR SEEN... — question-style validation prompts (QUESTIONS:
+scripts/make-corpus.sh --questions; called by scripts/make-val-data.sh): for every entry of QUESTIONS not in any
+SEEN file that opens with a question, "Q: " + the question's first 3 words -> OUTDIR/prompts-questions.jsonl. The
+held-out prompts are riddle openings of that form ("Q: What is purple"); the validation prompts above are openings
+of quotations, which rank candidates' held-out loop rates less well (notes/e2e-results.md, session 15).
+scripts/make-chat-data.py --riddles CORPUS HELDOUT OUT — the riddles ("Q:" entries) of CORPUS that are not in HELDOUT
+(the model's training text, not the held-out set): OUT, plain text for the validation perplexity drift.
 
 Each fortune (one paragraph of CORPUS, data/corpus/fortunes.txt) becomes one ChatML exchange:
 user = its first 4 words, assistant = the rest of the entry followed by the next GROUP-1 entries
@@ -19,7 +26,7 @@ bonsai-train-lm --tokenize does not parse special tokens, so OUTDIR/chat.txt car
 held out: they come last in chat.txt (train-lm --val-frac) and give heldout.txt (plain text for
 bonsai-perplexity) and prompts-heldout.jsonl; the others give prompts-train.jsonl. Deterministic.
 """
-import json, sys
+import json, re, sys
 
 
 def read_entries(path):
@@ -38,6 +45,41 @@ def write_prompts(path, openings, source):
         for p in openings:
             f.write(json.dumps({"prompt": p, "source": source}) + "\n")
 
+
+QUESTION = re.compile(r"(?:Q:\s*)?([A-Z][^.!?\"]*\?)")
+QUESTION_WORDS = ("what", "why", "how", "who", "where", "when", "which", "did", "do", "does", "is", "are", "can", "have",
+                  "has", "if")
+
+
+def question_prompt(entry):
+    """The question-style prompt of an entry ("Q: " + the first 3 words of the question it opens with: a sentence in
+    its first two lines that ends in "?", has at least 4 words and starts with a question word), or None."""
+    m = QUESTION.match(" ".join(entry.split("\n")[:2]).strip())
+    if not m:
+        return None
+    words = m.group(1).split()
+    if len(words) < 4 or not words[0].lower().startswith(QUESTION_WORDS):
+        return None
+    return "Q: " + " ".join(words[:3])
+
+
+if sys.argv[1] == "--questions":
+    questions, outdir, seen_files = sys.argv[2], sys.argv[3], sys.argv[4:]
+    seen = set(e for f in seen_files for e in read_entries(f))
+    entries = [e for e in read_entries(questions) if e not in seen]
+    prompts = [p for p in map(question_prompt, entries) if p]
+    write_prompts(f"{outdir}/prompts-questions.jsonl", prompts, "fortunes-questions")
+    print(f"question prompts: {len(prompts)} of {len(entries)} entries ({len(read_entries(questions)) - len(entries)} "
+          f"also in {' '.join(seen_files)} dropped)")
+    sys.exit(0)
+
+if sys.argv[1] == "--riddles":
+    corpus, heldout, out = sys.argv[2], sys.argv[3], sys.argv[4]
+    held = set(read_entries(heldout))
+    riddles = [e for e in read_entries(corpus) if e.startswith("Q:") and e not in held]
+    open(out, "w", encoding="utf-8").write("\n\n".join(riddles) + "\n")
+    print(f"train riddles: {len(riddles)} Q:/A: entries of {corpus} outside {heldout}")
+    sys.exit(0)
 
 if sys.argv[1] == "--validation":
     extra, corpus, outdir = sys.argv[2], sys.argv[3], sys.argv[4]

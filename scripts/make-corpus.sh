@@ -6,6 +6,8 @@
 #   scripts/make-corpus.sh --extra OUT.txt    text the model never saw, for validation and the tether
 #                                             (scripts/make-val-data.sh): Debian's fortunes package, files
 #                                             wisdom, platitudes, miscellaneous
+#   scripts/make-corpus.sh --questions OUT.txt  the fortunes package's other files (art … zippy), from which
+#                                             scripts/make-val-data.sh draws the question-style validation prompts
 #
 # Source: $FORTUNE_DIR (default /usr/share/games/fortunes). When it is missing the script installs
 # fortunes-min with apt-get (as root), or else fetches the .deb with `apt-get download` and unpacks
@@ -26,11 +28,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pkg=fortunes-min
 files=(fortunes literature riddles)
-if [ "${1:-}" = --extra ]; then
+if [ "${1:-}" = --extra ] || [ "${1:-}" = --questions ]; then
     pkg=fortunes
     files=(wisdom platitudes miscellaneous)
+    # --questions: every other file of the package (the question-style validation prompts are drawn from them)
+    [ "$1" = --questions ] && files=(art ascii-art computers cookie debian definitions disclaimer drugs education ethnic
+        food goedel humorists kids knghtbrd law linux linuxcookie love magic medicine men-women news paradoxum people
+        perl pets politics pratchett science songs-poems sports startrek tao translate-me work zippy)
+    [ $# = 2 ] || { echo "usage: $0 $1 OUT.txt" >&2; exit 2; }
     shift
-    [ $# = 1 ] || { echo "usage: $0 --extra OUT.txt" >&2; exit 2; }
 fi
 out=${1:-$root/data/corpus/fortunes.txt}
 src=${FORTUNE_DIR:-/usr/share/games/fortunes}
