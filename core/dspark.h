@@ -242,7 +242,14 @@ typedef struct {
                            // (greedy sampler, bn_sampler_is_greedy) or its top_k best logits (a sampler that reads
                            // no more, bn_sampler_topk_needed with k <= 64) instead of the row (no logits copied to
                            // the host; bn_spec_step_logits then returns NULL). Default false: rows kept (n_probs)
+    size_t cpu_snap_bytes; // CPU target: keep a snapshot after every verified token (a rejection restores the one
+                           // after the last accepted token, like the CUDA engines) when n_max + 1 of them take at
+                           // most this many bytes; else (default 0) one snapshot before the verify pass, restored
+                           // and the accepted prefix re-run (BN_SPEC_CPU_SNAP_BYTES: the tools' default)
 } bn_spec_params;
+
+// The tools' default bn_spec_params.cpu_snap_bytes: 256 MiB per slot (notes/verify-cost.md, session 15).
+#define BN_SPEC_CPU_SNAP_BYTES ((size_t)256 << 20)
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;
 // acc_pos[i] = rounds with >= i+1 accepted; acc_pos[0] >= acc_pos[1] >= ...; Σ_i acc_pos[i] = n_accept.
@@ -252,7 +259,8 @@ typedef struct {
     int64_t n_drafted;      // Σ draft lengths sent to verify
     int64_t n_accept;       // Σ accepted drafts
     int64_t n_emitted;      // tokens emitted (= n_accept + n_steps)
-    int64_t n_rerun;        // rollbacks that re-ran the accepted prefix
+    int64_t n_rerun;        // rollbacks that re-ran the accepted prefix (0 with per-token snapshots)
+    bool per_token_snaps;   // rollbacks restore a snapshot taken after each verified token (no re-runs)
     int64_t acc_pos[64];    // rounds with >= i+1 drafts accepted
     int64_t drafted_pos[64];// rounds that drafted >= i+1 tokens
     double ms_draft, ms_verify, ms_rerun, ms_process;

@@ -2,10 +2,11 @@
 // (core/engine.h: CPU or CUDA target), with the DSpark drafter (on the target's device when its
 // backend registered a device drafter, else on the CPU), the oracle and replay measurement aids, and
 // an online cost model.
-// Rollback: on the CPU engine, snapshot before the verify, restore and re-run the accepted prefix
-// (the behaviour and cost this loop was tuned with); on other engines (CUDA) the verify pass keeps a
-// device snapshot after every token (bn_engine_forward_snaps) and the one after the last accepted
-// token is restored: no re-run and no host copies of the recurrent state.
+// Rollback: the verify pass keeps a snapshot after every token (bn_engine_forward_snaps) and a rejection
+// restores the one after the last accepted token: no re-run (on CUDA a device snapshot, no host copies of the
+// recurrent state). The CPU engine does so while n_max + 1 snapshots fit params.cpu_snap_bytes; beyond that
+// (the 27B: ~151 MB a snapshot) it takes one snapshot before the verify, restores it and re-runs the
+// accepted prefix.
 #include "core/dspark.h"
 #include "core/engine.h"
 #include "core/forward_impl.h" // the CPU target state's thread pool, shared with the drafter
@@ -159,12 +160,15 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
         sp->n_taps = d->cfg.n_taps;
         memcpy(sp->tap_layers, d->cfg.tap_layers, sizeof sp->tap_layers);
     }
-    if (ok && cpu_ts && n_max > 0) ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
+    // per-token snapshots: always off the CPU; on the CPU when n_max + 1 of them fit the budget
+    const bool per_token = n_max > 0 && (!cpu_ts || (size_t)(n_max + 1) * cpu_ts->n_recurrent * sizeof(float) <=
+                                                        p->cpu_snap_bytes);
+    if (ok && n_max > 0 && !per_token) ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     if (ok && p->type == BN_SPEC_ORACLE) {
         ok = (sp->os = bn_engine_state_new(ts->e, n_ctx, err, errlen)) != NULL;
         ok = ok && (sp->osnap = bn_engine_snapshot_new(sp->os, err, errlen)) != NULL;
     }
-    if (ok && !cpu_ts && n_max > 0) {
+    if (ok && per_token) {
         sp->vsnaps = xcalloc((size_t)n_max + 1, sizeof *sp->vsnaps);
         for (int i = 0; ok && i <= n_max; i++) ok = (sp->vsnaps[i] = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     }
@@ -194,6 +198,7 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     for (int i = 0; i < SPEC_MAX_N + 1; i++) sp->ms_draft[i] = -1;
     for (int i = 0; i < SPEC_MAX_N; i++) sp->q_acc[i] = 0.8; // optimistic start: speculation gets tried
     sp->st.n_max_now = n_max;
+    sp->st.per_token_snaps = sp->vsnaps != NULL;
     sp->probe_every = PROBE_FIRST;
     return sp;
 }
@@ -746,8 +751,9 @@ void bn_spec_print_stats(const bn_spec *sp, FILE *f) {
         fprintf(f, "spec: acc rate/pos[%d] = %.3f (drafted %lld)\n", i,
                 s->n_rounds_spec ? (double)s->acc_pos[i] / (double)s->n_rounds_spec : 0.0,
                 (long long)s->drafted_pos[i]);
-    fprintf(f, "spec: ms draft %.1f, verify %.1f, rerun %.1f, drafter process %.1f; n_max now %d\n", s->ms_draft,
-            s->ms_verify, s->ms_rerun, s->ms_process, s->n_max_now);
+    fprintf(f, "spec: ms draft %.1f, verify %.1f, rerun %.1f, drafter process %.1f; n_max now %d; rollback by %s\n",
+            s->ms_draft, s->ms_verify, s->ms_rerun, s->ms_process, s->n_max_now,
+            s->per_token_snaps ? "per-token snapshots" : "restore + re-run");
     if (sp->d)
         fprintf(f, "spec: drafter on %s, draft ms/round = %.3f, process ms/step = %.3f, verify ms/step = %.3f\n",
                 bn_spec_drafter_device(sp), s->n_rounds_spec ? s->ms_draft / (double)s->n_rounds_spec : 0.0,

@@ -33,6 +33,9 @@ static void usage(FILE *f) {
             "  --spec-draft-n-min N    shorter drafts are not verified (default 0)\n"
             "  --spec-draft-p-min P    confidence-head truncation (default 0 = off)\n"
             "  --no-spec-adaptive      keep drafting even when the online cost model says it does not pay\n"
+            "  --spec-snap-mem MIB     CPU target: roll rejected drafts back to a snapshot kept after every verified\n"
+            "                          token while n-max + 1 snapshots fit in MIB MiB per slot (default 256); beyond,\n"
+            "                          or 0: restore the state before the verify and re-run the accepted tokens\n"
             "  -ngld N                 accepted; the drafter runs on the target's device (the GPU with -ngl > 0)\n"
             "Not implemented (refused): --lora, --props, other llama-server options.\n");
 }
@@ -51,7 +54,7 @@ static int to_int(const char *flag, const char *v, int lo, int hi) { return (int
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
                           .max_body = 4u << 20, .slots_endpoint = true,
-                          .spec = {.type = -1, .n_max = 3, .adaptive = true}};
+                          .spec = {.type = -1, .n_max = 3, .adaptive = true, .cpu_snap_bytes = BN_SPEC_CPU_SNAP_BYTES}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -98,6 +101,8 @@ int main(int argc, char **argv) {
             p.spec.n_min = to_int(a, need(argc, argv, &i), 0, 16);
         } else if (!strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min")) {
             p.spec.p_min = (float)bn_arg_float("bonsai-serve", a, need(argc, argv, &i), 0, 1);
+        } else if (!strcmp(a, "--spec-snap-mem")) {
+            p.spec.cpu_snap_bytes = (size_t)to_int(a, need(argc, argv, &i), 0, 1 << 20) << 20;
         } else if (!strcmp(a, "--no-spec-adaptive")) {
             p.spec.adaptive = false;
         } else if (!strcmp(a, "-ngld") || !strcmp(a, "--spec-draft-ngl") || !strcmp(a, "--gpu-layers-draft")) {

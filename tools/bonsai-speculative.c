@@ -26,6 +26,9 @@ static void usage(FILE *f) {
             "  --spec-draft-p-min P     confidence-head truncation (default 0 = off)\n"
             "  --no-adaptive            always draft n-max (default: an online cost model shortens or switches\n"
             "                           drafting off when it does not pay)\n"
+            "  --spec-snap-mem MIB      CPU target: roll rejected drafts back to a snapshot kept after every verified\n"
+            "                           token while n-max + 1 snapshots fit in MIB MiB (default 256); beyond, or\n"
+            "                           0: restore the state before the verify and re-run the accepted tokens\n"
             "  -n N                     tokens to predict (default 64)   -c N  context (default 4096)\n"
             "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
             "  -e                       process escapes (\\n, \\t) in the prompt\n"
@@ -80,7 +83,8 @@ int main(int argc, char **argv) {
     int n_predict_max = 64, n_ctx = 4096, n_threads = 0, escapes = 0, n_gpu_layers = 0;
     // no_step_logits: this tool prints tokens only, so verify passes take the engine's argmax per row (--temp 0) or
     // its top_k best logits (sampling with --top-k <= 64)
-    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .no_step_logits = true};
+    bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .no_step_logits = true,
+                         .cpu_snap_bytes = BN_SPEC_CPU_SNAP_BYTES};
     bn_sampler_params smp = bn_sampler_params_default();
     smp.temperature = 0;
     for (int i = 1; i < argc; i++) {
@@ -105,6 +109,7 @@ int main(int argc, char **argv) {
         else if (OPT("--top-p")) smp.top_p = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1);
         else if (OPT("--min-p")) smp.min_p = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1);
         else if (OPT("--seed") || OPT("-s")) smp.seed = (uint64_t)bn_arg_int("bonsai-speculative", a, v, 0, INT64_MAX);
+        else if (OPT("--spec-snap-mem")) sp.cpu_snap_bytes = (size_t)bn_arg_int("bonsai-speculative", a, v, 0, 1 << 20) << 20;
         else if (strcmp(a, "--no-adaptive") == 0) sp.adaptive = false;
         else if (strcmp(a, "--cpu-drafter") == 0) sp.cpu_drafter = true;
         else if (strcmp(a, "-e") == 0 || strcmp(a, "--escape") == 0) escapes = 1;

@@ -17,16 +17,23 @@
 static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
 #define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
 
-// run_spec: greedy speculative generation of >= N_GEN tokens; fills gen, returns the spec (caller frees).
-static bn_spec *run_spec(const bn_model *m, bn_state *ts, const bn_drafter *d, int type, int n_max, bool adaptive,
-                         int miss_every, int32_t *gen) {
+// run_spec: greedy speculative generation of >= N_GEN tokens (snap_bytes: bn_spec_params.cpu_snap_bytes, 0 =
+// restore + re-run); fills gen, returns the spec (caller frees).
+static bn_spec *run_spec_snaps(const bn_model *m, bn_state *ts, const bn_drafter *d, int type, int n_max,
+                               bool adaptive, int miss_every, size_t snap_bytes, int32_t *gen) {
     bn_spec_params p = {.type = type, .n_max = n_max, .adaptive = adaptive, .n_threads = 2,
-                        .oracle_miss_every = miss_every};
+                        .oracle_miss_every = miss_every, .cpu_snap_bytes = snap_bytes};
     char err[256];
     bn_spec *sp = bn_spec_new(m, ts, d, &p, err, sizeof err);
     if (!sp) bn_die("spec_new: %s", err);
     fx_spec_greedy(sp, prompt, N_PROMPT, N_GEN, gen);
     return sp;
+}
+
+// run_spec: run_spec_snaps with the CPU's restore + re-run rollback.
+static bn_spec *run_spec(const bn_model *m, bn_state *ts, const bn_drafter *d, int type, int n_max, bool adaptive,
+                         int miss_every, int32_t *gen) {
+    return run_spec_snaps(m, ts, d, type, n_max, adaptive, miss_every, 0, gen);
 }
 
 // n_mask_anchor: rounds whose anchor (id_last) is the mask token: the drafter must not draft there
@@ -199,6 +206,37 @@ int main(void) {
            (long long)st->n_steps, (long long)st->n_drafted, (long long)st->n_accept, (long long)st->n_rerun,
            (long long)st->acc_pos[0], (long long)st->acc_pos[1], (long long)st->acc_pos[2], (long long)st->acc_pos[3]);
     CHECK(st->n_accept > 0 && st->n_rerun > 0 && st->acc_pos[1] > 0, "partial acceptance exercised");
+    CHECK(!st->per_token_snaps, "cpu_snap_bytes 0: restore + re-run");
+    const bn_spec_stats rerun_st = *st;
+    bn_spec_free(sp);
+
+    // 3d. the same with per-token snapshots (a rejection restores the one after the last accepted token): the same
+    // tokens and counters without a re-run; a budget one byte short of n_max + 1 snapshots keeps the re-runs
+    const size_t snaps_bytes = 5 * ts->n_recurrent * sizeof(float);
+    for (int fit = 1; fit >= 0; fit--) {
+        sp = run_spec_snaps(m, ts, NULL, BN_SPEC_ORACLE, 4, false, 3, fit ? snaps_bytes : snaps_bytes - 1, gen);
+        diff = same(ref, gen, N_GEN);
+        CHECK(diff < 0, "oracle miss 1/3, %s: first difference at token %d", fit ? "per-token snapshots" : "re-run",
+              diff);
+        st = bn_spec_stats_get(sp);
+        printf("oracle miss 1/3, budget %zu of %zu bytes: steps %lld accepted %lld reruns %lld, per-token snapshots %d\n",
+               fit ? snaps_bytes : snaps_bytes - 1, snaps_bytes, (long long)st->n_steps, (long long)st->n_accept,
+               (long long)st->n_rerun, st->per_token_snaps);
+        CHECK(st->per_token_snaps == fit && (st->n_rerun == 0) == fit, "budget %s: per-token %d, %lld re-runs",
+              fit ? "fits" : "one byte short", st->per_token_snaps, (long long)st->n_rerun);
+        CHECK(st->n_steps == rerun_st.n_steps && st->n_accept == rerun_st.n_accept &&
+                  memcmp(st->acc_pos, rerun_st.acc_pos, sizeof st->acc_pos) == 0,
+              "per-token snapshots: counters differ from restore + re-run");
+        bn_spec_free(sp);
+    }
+
+    // 3e. the random DSpark drafter with per-token snapshots: plain greedy's tokens
+    sp = run_spec_snaps(m, ts, d, BN_SPEC_DSPARK, 4, false, 0, SIZE_MAX, gen);
+    diff = same(ref, gen, N_GEN);
+    CHECK(diff < 0, "dspark n_max 4, per-token snapshots: first difference at token %d", diff);
+    st = bn_spec_stats_get(sp);
+    CHECK(st->per_token_snaps && st->n_rerun == 0 && st->n_accept < st->n_drafted,
+          "dspark per-token snapshots: rejections restored without re-runs");
     bn_spec_free(sp);
 
     // 3c. adaptive: keeps drafting at ~100% acceptance (oracle, drafting cost kept out of the model)

@@ -18,9 +18,10 @@ MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-
 # tool | arguments before the option | numeric options
 CASES=(
   "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl"
-  "bonsai-speculative||--spec-draft-n-max --spec-draft-n-min --spec-draft-p-min -n -c -t -ngl --temp --top-k --top-p
-    --min-p --seed"
-  "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min"
+  "bonsai-speculative||--spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t -ngl --temp
+    --top-k --top-p --min-p --seed"
+  "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min
+    --spec-snap-mem"
   "bonsai-perplexity||-c -b -t --chunks"
   "bonsai-bench||-r"
   "bonsai-quantize|in.gguf out.gguf Q1_0|--threads"
