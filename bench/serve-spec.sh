@@ -18,13 +18,8 @@ dir=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 
-"$B/tools/bonsai-mkmodel" "$dir/f16.gguf" --preset "$PRESET" --type f16 --seed 1 >/dev/null
-"$B/tools/bonsai-quantize" "$dir/f16.gguf" "$dir/m.gguf" "$TYPE" --threads "$THREADS" >/dev/null
-# a drafter of the target's width and vocabulary, tapping layers 1, L/2 and L-2
-read -r E V L < <("$B/tools/bonsai-gguf" show "$dir/m.gguf" | awk '/\.embedding_length /{e=$NF} /\.block_count /{l=$NF}
-    /tokenizer.ggml.tokens /{v=$3; sub(/^\[/, "", v)} END {print e, v, l}')
-"$B/tools/bonsai-mkdrafter" "$dir/d.gguf" --n-embd "$E" --n-vocab "$V" --n-layer 1 --n-ff 1024 --n-head 8 --n-head-kv 2 \
-    --head-dim 64 --n-rot 64 --target-layers "1,$((L / 2)),$((L - 2))" --type q8_0 --seed 3 >/dev/null
+. bench/spec-fixture.sh
+spec_fixture "$B" "$PRESET" "$TYPE" "$THREADS" "$dir/m.gguf" "$dir/d.gguf"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # streams BUILD ARGS...: starts its bonsai-serve with ARGS, prints the best total tok/s of 3 rounds of 4 streams
