@@ -9,7 +9,9 @@ bonsai-ftpo-train --tether-text) and OUTDIR/prompts-tether.jsonl (their openings
 each other, from the model's training text and from the held-out set.
 scripts/make-chat-data.py --questions QUESTIONS OUTDIR SEEN... — question-style validation prompts (QUESTIONS:
 scripts/make-corpus.sh --questions; called by scripts/make-val-data.sh): for every entry of QUESTIONS not in any
-SEEN file that opens with a question, "Q: " + the question's first 3 words -> OUTDIR/prompts-questions.jsonl. The
+SEEN file that opens with a question, "Q: " + the question's first 3 words -> OUTDIR/prompts-questions.jsonl, except
+prompts equal to the opening of a SEEN entry (the SEEN files hold every train, held-out, validation and tether
+prompt's entry, and a prompt with the same text would give the same completion). The
 held-out prompts are riddle openings of that form ("Q: What is purple"); the validation prompts above are openings
 of quotations, which rank candidates' held-out loop rates less well (notes/e2e-results.md, session 15).
 scripts/make-chat-data.py --riddles CORPUS HELDOUT OUT — the riddles ("Q:" entries) of CORPUS that are not in HELDOUT
@@ -65,12 +67,17 @@ def question_prompt(entry):
 
 if sys.argv[1] == "--questions":
     questions, outdir, seen_files = sys.argv[2], sys.argv[3], sys.argv[4:]
-    seen = set(e for f in seen_files for e in read_entries(f))
+    seen_entries = [e for f in seen_files for e in read_entries(f)]
+    seen, seen_openings = set(seen_entries), set(filter(None, map(opening, seen_entries)))
     entries = [e for e in read_entries(questions) if e not in seen]
-    prompts = [p for p in map(question_prompt, entries) if p]
+    # a prompt is its text: one equal to an opening of a SEEN entry (a train, held-out, validation or tether prompt:
+    # "Q: What is the" is both) would repeat that prompt's greedy completion, so it is dropped
+    candidates = [p for p in map(question_prompt, entries) if p]
+    prompts = [p for p in candidates if p not in seen_openings]
     write_prompts(f"{outdir}/prompts-questions.jsonl", prompts, "fortunes-questions")
     print(f"question prompts: {len(prompts)} of {len(entries)} entries ({len(read_entries(questions)) - len(entries)} "
-          f"also in {' '.join(seen_files)} dropped)")
+          f"entries also in {' '.join(seen_files)} dropped, {len(candidates) - len(prompts)} prompts equal to their "
+          f"openings dropped)")
     sys.exit(0)
 
 if sys.argv[1] == "--riddles":
