@@ -19,7 +19,7 @@
 # $pvalq (question-style prompts "Q: What is the" made from fortunes the model never saw: the held-out prompts are
 # riddle openings of that form), the perplexity on $valtxt (the riddles of the model's training text), chosen_win on
 # $out/pairs-val.jsonl (pairs the base model gives on $pval, openings of unseen fortunes) against antidoom-f16's there.
-# Why these two (notes/e2e-results.md, session 15): over the 90 candidates of three earlier runs, the question
+# Why these two (notes/e2e-results.md, session 15): over the 86 candidates of three earlier runs, the question
 # prompts' loop rate ranked the held-out loop rates with Spearman ρ 0.88–0.97 (quotation openings: 0.50–0.95), and
 # the riddles' drift ranked the held-out drift with mean ρ 0.77 (unseen quotations: 0.26, negative in one run).
 # Uses demo.sh's variables and functions: root T out model th gen npred ntrain ptrain pval pvalq valtxt ftpo ste_stop
