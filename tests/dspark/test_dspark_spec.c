@@ -17,7 +17,7 @@
 static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 18};
 #define N_PROMPT ((int)(sizeof prompt / sizeof prompt[0]))
 
-// run_spec: greedy speculative generation of >= N_GEN tokens (snap_bytes: bn_spec_params.cpu_snap_bytes, 0 =
+// run_spec_snaps: greedy speculative generation of >= N_GEN tokens (snap_bytes: bn_spec_params.cpu_snap_bytes, 0 =
 // restore + re-run); fills gen, returns the spec (caller frees).
 static bn_spec *run_spec_snaps(const bn_model *m, bn_state *ts, const bn_drafter *d, int type, int n_max,
                                bool adaptive, int miss_every, size_t snap_bytes, int32_t *gen) {
