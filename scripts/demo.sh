@@ -104,12 +104,14 @@ awk -v n="$nval" 'n == 0 || NR <= n' "$root/data/val/prompts.jsonl" > "$pval"
 pvalq=$out/prompts-val-questions.jsonl
 awk -v n="$nval" 'n == 0 || NR <= n' "$root/data/val/prompts-questions.jsonl" > "$pvalq"
 valtxt=$root/data/val/train-riddles.txt
-# a resumed run reuses its candidates' validation rows only when they were measured on the same validation data
+# a resumed run reuses its validation pairs and its candidates' validation rows only when they came from the same
+# validation data (the FTPO adapter trains on the train split only, so it stays)
 valsig=$(cat "$pval" "$pvalq" "$valtxt" | sha256sum | cut -d' ' -f1)
 if [ "$resume" = 1 ] && [ "$(cat "$out/validation.sha256" 2>/dev/null)" != "$valsig" ] &&
-   compgen -G "$out/rounds-*.tsv.prev" > /dev/null; then
-    echo "validation data differ from the resumed run's: its STE candidates are trained and evaluated again"
-    rm -f "$out"/rounds-*.tsv.prev
+   { compgen -G "$out/rounds-*.tsv.prev" || compgen -G "$out/pairs-val*.jsonl"; } > /dev/null; then
+    echo "validation data differ from the resumed run's: validation pairs mined again, STE candidates trained and" \
+         "evaluated again"
+    rm -f "$out"/rounds-*.tsv.prev "$out"/pairs-val*.jsonl
 fi
 echo "$valsig" > "$out/validation.sha256"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
