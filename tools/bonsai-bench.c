@@ -22,13 +22,13 @@ static void usage(void) {
             "                    [-r REPS] [-ngl N[,N...]] [-npl N[,N...]] [-nv N[,N...]] [-o md|json] [--no-warmup]\n"
             "  defaults: -p 512 -n 128 -r 5 -t <cpus> -ngl 0 -o md (0 in -p/-n drops that test)\n"
             "  -ngl N: layers on the GPU (CUDA builds): 0 all on the CPU, >= the model's layer count all on the GPU\n"
+            "          (-t is then ignored; backend CUDA), in between the last N layers + head on the GPU and the\n"
+            "          first layers on the CPU with -t threads (backend CPU+CUDA)\n"
             "  -npl N: also every tg test with N sequences decoded at once (batched steps; test \"tg128 x4\", t/s of\n"
             "          all sequences together); 1 is the plain tg test\n"
             "  -nv N:  also every tg test (and -npl test) in passes of N tokens of each sequence, as a greedy speculative\n"
             "          verify pass asks for them (argmax of every row, a snapshot after every token; test \"tg128 x4 v4\"):\n"
-            "          the decode ceiling when N - 1 drafts are always accepted, drafting not counted; 1: one-token steps\n"
-            "          (-t is then ignored; backend CUDA), in between the last N layers + head on the GPU and the\n"
-            "          first layers on the CPU with -t threads (backend CPU+CUDA)\n");
+            "          the decode ceiling when N - 1 drafts are always accepted, drafting not counted; 1: one-token steps\n");
     exit(1);
 }
 
