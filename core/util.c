@@ -429,6 +429,11 @@ double bn_arg_float(const char *tool, const char *opt, const char *s, double lo,
     return v;
 }
 
+void bn_arg_unknown(const char *tool, const char *arg) {
+    fprintf(stderr, "%s: unknown or incomplete option '%s' (see --help)\n", tool, arg);
+    exit(1);
+}
+
 int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max) {
     int n = 0;
     char *copy = xstrdup(s), *save = NULL;

@@ -16,8 +16,9 @@
 
 #define MAX_LIST 16
 
-static void usage(void) {
-    fprintf(stderr,
+// usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: bonsai-bench -m MODEL.gguf [-m MODEL2 ...] [-p N[,N...]] [-n N[,N...]] [-pg P,G] [-t T[,T...]]\n"
             "                    [-r REPS] [-ngl N[,N...]] [-npl N[,N...]] [-nv N[,N...]] [-o md|json] [--no-warmup]\n"
             "  defaults: -p 512 -n 128 -r 5 -t <cpus> -ngl 0 -o md (0 in -p/-n drops that test)\n"
@@ -29,7 +30,7 @@ static void usage(void) {
             "  -nv N:  also every tg test (and -npl test) in passes of N tokens of each sequence, as a greedy speculative\n"
             "          verify pass asks for them (argmax of every row, a snapshot after every token; test \"tg128 x4 v4\"):\n"
             "          the decode ceiling when N - 1 drafts are always accepted, drafting not counted; 1: one-token steps\n");
-    exit(1);
+    exit(f == stdout ? 0 : 1);
 }
 
 // parse_list: comma-separated non-negative ints into out (at most MAX_LIST); returns the count (exits on a bad list).
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
         if (!strcmp(a, "-m") && has) {
-            if (n_models == MAX_LIST) usage();
+            if (n_models == MAX_LIST) { fprintf(stderr, "bonsai-bench: at most %d models\n", MAX_LIST); return 1; }
             models[n_models++] = argv[++i];
         } else if ((!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) && has) n_prompts = parse_list(argv[++i], prompts);
         else if ((!strcmp(a, "-n") || !strcmp(a, "--n-gen")) && has) n_gens = parse_list(argv[++i], gens);
@@ -61,16 +62,17 @@ int main(int argc, char **argv) {
         else if ((!strcmp(a, "-npl") || !strcmp(a, "--n-parallel")) && has) n_npls = parse_list(argv[++i], npls);
         else if (!strcmp(a, "-nv") && has) n_nvs = parse_list(argv[++i], nvs);
         else if (!strcmp(a, "-pg") && has) {
-            if (parse_list(argv[++i], pg) != 2) usage();
+            if (parse_list(argv[++i], pg) != 2) { fprintf(stderr, "bonsai-bench: -pg takes P,G\n"); return 1; }
         } else if ((!strcmp(a, "-r") || !strcmp(a, "--repetitions")) && has) reps = (int)bn_arg_int("bonsai-bench", a, argv[++i], 1, BN_BENCH_MAX_REPS);
         else if (!strcmp(a, "-o") && has) {
             const char *o = argv[++i];
             if (!strcmp(o, "json")) json = true;
             else if (strcmp(o, "md")) { fprintf(stderr, "bonsai-bench: output %s not supported (md, json)\n", o); return 1; }
         } else if (!strcmp(a, "--no-warmup")) warmup = false;
-        else usage();
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(stdout);
+        else bn_arg_unknown("bonsai-bench", a);
     }
-    if (n_models == 0) usage();
+    if (n_models == 0) usage(stderr);
     const char *commit = getenv("BONSAI_BUILD_COMMIT") ? getenv("BONSAI_BUILD_COMMIT") : "unknown";
 
     int max_results = n_models * n_ngls * n_threads * (n_prompts + n_gens * n_npls * n_nvs + 1);

@@ -41,9 +41,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "bonsai-convert: unknown or incomplete option %s\n", a);
-            usage(stderr);
-            return 1;
+            bn_arg_unknown("bonsai-convert", a);
         } else if (npos < 2) pos[npos++] = a;
         else {
             fprintf(stderr, "bonsai-convert: too many arguments\n");

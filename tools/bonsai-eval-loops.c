@@ -151,9 +151,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gen-log") && has) log_path = argv[++i];
         else if (!strcmp(a, "--from-log") && has) from = argv[++i];
         else {
-            fprintf(stderr, "bonsai-eval-loops: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 1;
+            bn_arg_unknown("bonsai-eval-loops", a);
         }
     }
     if (from) return from_log(from, &o.mine.rep, label, json_path);

@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--merge") && has) merge_adapter = argv[++i];
         else if (!strcmp(a, "--merge-type") && has) merge_type = argv[++i];
         else if (!strcmp(a, "--lora-scale") && has) lora_scale = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
-        else { fprintf(stderr, "bonsai-ftpo-train: unknown or incomplete option '%s'\n", a); usage(1); }
+        else bn_arg_unknown(T, a);
     }
     if (merge_adapter) {
         if (!model_path || !o.out_adapter) usage(1);

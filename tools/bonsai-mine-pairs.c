@@ -185,9 +185,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--heldout-out") && has) heldout_out = argv[++i];
         else if (!strcmp(a, "--heldout-share") && has) heldout_share = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
         else {
-            fprintf(stderr, "bonsai-mine-pairs: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 1;
+            bn_arg_unknown("bonsai-mine-pairs", a);
         }
     }
     if (!out_path) { usage(stderr); return fail("-o/--out is required"); }

@@ -120,8 +120,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--shared") == 0) p.shared = true;
         else if (a[0] != '-' && !out) out = a;
         else {
-            fprintf(stderr, "bonsai-mkdrafter: unknown or incomplete option '%s' (see --help)\n", a);
-            return 1;
+            bn_arg_unknown("bonsai-mkdrafter", a);
         }
 #undef OPT
     }

@@ -104,8 +104,7 @@ int main(int argc, char **argv) {
         else if (strcmp(o, "--logit-scale") == 0) p.logit_scale = parse_float(o, v);
         else if (strcmp(o, "--name") == 0) p.name = v;
         else {
-            fprintf(stderr, "bonsai-mkmodel: unknown option %s (see --help)\n", o);
-            return 1;
+            bn_arg_unknown("bonsai-mkmodel", o);
         }
     }
     if (!out) {

@@ -14,15 +14,16 @@
 #include "core/tokenizer.h"
 #include "core/util.h"
 
-static void usage(void) {
-    fprintf(stderr,
+// usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]\n"
             "       bonsai-perplexity -m BASE.gguf -f TEXT --kl-divergence-base FILE   (save log-probabilities)\n"
             "       bonsai-perplexity -m MODEL.gguf --kl-divergence-base FILE --kl-divergence  (KLD vs the saved base)\n"
             "  --kl-divergence-base FILE  llama-perplexity's log-probability file (interchangeable with it);\n"
             "                             also --save-all-logits FILE\n"
             "  --kl-divergence            score MODEL against FILE: KLD, Δp, same top token, PPL(Q)/PPL(base)\n");
-    exit(1);
+    exit(f == stdout ? 0 : 1);
 }
 
 typedef struct {
@@ -113,11 +114,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunks") && has) chunks = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], -1, INT32_MAX);
         else if ((!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--save-all-logits")) && has) kld_path = argv[++i];
         else if (!strcmp(a, "--kl-divergence")) kld_mode = true;
-        else usage();
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(stdout);
+        else bn_arg_unknown("bonsai-perplexity", a);
     }
-    if (!model_path || n_ctx < 4 || n_batch < 1) usage();
+    if (!model_path || n_ctx < 4 || n_batch < 1) usage(stderr);
     if (kld_mode && !kld_path) return fail("--kl-divergence needs --kl-divergence-base FILE (the saved base log-probabilities)");
-    if (!kld_mode && !text_path) usage();
+    if (!kld_mode && !text_path) usage(stderr);
     char err[512];
     bn_model *m = bn_model_load(model_path, err, sizeof err);
     if (!m) return fail(err);

@@ -10,8 +10,9 @@
 #include "train/pairs_in.h"
 #include "train/prune.h"
 
-static void usage(void) {
-    fprintf(stderr,
+// usage: prints the help to f
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: bonsai-prune-flips --base BASE.gguf -m MODEL.gguf -p TRAIN_PAIRS.jsonl --text FILE -o OUT.gguf\n"
             "                          [--cw-drop X] [--mu X] [--ctx N] [--max-text N] [-t N]\n"
             "  BASE and MODEL: the same quantized model, differing only in output.weight (e.g. base-Q1_0 and the\n"
@@ -29,7 +30,7 @@ int main(int argc, char **argv) {
     bn_prune_cfg cfg = bn_prune_cfg_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!v) { fprintf(stderr, "%s: %s needs a value\n", T, a); return 1; }
         if (!strcmp(a, "--base")) base = v;
         else if (!strcmp(a, "-m")) model = v;
@@ -45,10 +46,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--ctx")) cfg.text_ctx = (int)bn_arg_int(T, a, v, 2, 1 << 20);
         else if (!strcmp(a, "--max-text")) cfg.max_text = bn_arg_int(T, a, v, 0, INT64_MAX);
         else if (!strcmp(a, "-t")) cfg.n_threads = (int)bn_arg_int(T, a, v, 1, 4096);
-        else { fprintf(stderr, "%s: unknown option %s\n", T, a); usage(); return 1; }
+        else bn_arg_unknown(T, a);
         i++;
     }
-    if (!base || !model || !pairs || !text_path || !out) { usage(); return 1; }
+    if (!base || !model || !pairs || !text_path || !out) { usage(stderr); return 1; }
 
     char err[512];
     bn_model *m = bn_model_load(base, err, sizeof err);

@@ -96,8 +96,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
         } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "bonsai-quantize: unknown option '%s' (see --help)\n", a);
-            return 1;
+            bn_arg_unknown("bonsai-quantize", a);
         } else if (n_pos < 3) {
             pos[n_pos++] = a;
         } else {

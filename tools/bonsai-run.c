@@ -15,13 +15,14 @@
 #include "core/tokenizer.h"
 #include "core/util.h"
 
-static void usage(void) {
-    fprintf(stderr, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
+// usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
+static void usage(FILE *f) {
+    fprintf(f, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
                     "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]\n"
                     "  -ngl N: layers on the GPU (CUDA builds; llama.cpp's -ngl): 0 (default) all on the CPU, >= the\n"
                     "          model's layer count all on the GPU, in between the last N layers + the output head on the\n"
                     "          GPU and the embedding + first layers on the CPU (-t threads)\n");
-    exit(1);
+    exit(f == stdout ? 0 : 1);
 }
 
 // Bytes of generated pieces not yet printed because they end inside a UTF-8 character.
@@ -69,9 +70,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--think")) think = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else usage();
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(stdout);
+        else bn_arg_unknown(T, a);
     }
-    if (!model_path || !prompt || n_gen < 0) usage();
+    if (!model_path || !prompt || n_gen < 0) usage(stderr);
 
     char err[512];
     bn_model *m = bn_model_load(model_path, err, sizeof err);

@@ -110,8 +110,7 @@ int main(int argc, char **argv) {
             if (strcmp(v, "0") != 0)
                 fprintf(stderr, "bonsai-serve: warning: -ngld %s: the drafter runs on the target's device (-ngl)\n", v);
         } else {
-            fprintf(stderr, "bonsai-serve: unknown or unsupported option '%s' (see --help)\n", a);
-            return 1;
+            bn_arg_unknown("bonsai-serve", a);
         }
     }
     if (p.spec.type < 0) p.spec.type = p.draft_path ? BN_SPEC_DSPARK : BN_SPEC_NONE;

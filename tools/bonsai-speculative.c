@@ -114,8 +114,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--cpu-drafter") == 0) sp.cpu_drafter = true;
         else if (strcmp(a, "-e") == 0 || strcmp(a, "--escape") == 0) escapes = 1;
         else {
-            fprintf(stderr, "bonsai-speculative: unknown or incomplete option '%s' (see --help)\n", a);
-            return 1;
+            bn_arg_unknown("bonsai-speculative", a);
         }
 #undef OPT
     }

@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--qat-type") && has) qat_type = argv[++i];
         else if (!strcmp(a, "--qat-skip") && has) qat_skip = argv[++i];
         else if (!strcmp(a, "-q")) quiet = true;
-        else { fprintf(stderr, "bonsai-train-lm: unknown or incomplete option '%s'\n", a); usage(1); }
+        else bn_arg_unknown(T, a);
     }
     if (vocab_text) {
         if (!out_path) { fprintf(stderr, "bonsai-train-lm: --train-vocab needs -o VOCAB.gguf\n"); return 1; }

@@ -3,7 +3,7 @@
 # trailing junk, is NaN or infinite, or overflows a double must end the tool with exit 1 and a message that names the option
 # and the value ("OPT: 'VALUE' is not an integer in LO..HI"), before any work; never a crash or a silent 0 (atoi).
 # Each option must also appear in the tool's --help text (a renamed option shows up here). bonsai-bench's list
-# options (-p 1,2,...) are checked to refuse junk too.
+# options (-p 1,2,...) are checked to refuse junk too; --help and an unknown option are checked for every tool.
 B="${BONSAI_BUILD_ROOT:-build}/tools"
 [ -x "$B/bonsai-run" ] || { echo "SKIP: tools not built in $B"; exit 77; }
 T=$(mktemp -d /tmp/bonsai-test-cli-XXXXXX)
@@ -62,6 +62,18 @@ for c in "${CASES[@]}"; do
       fi
     done
   done
+done
+# --help: the usage on stdout and exit 0 (as llama.cpp's tools); an unknown option: exit 1 and a message naming it
+for tool in $(for c in "${CASES[@]}"; do echo "${c%%|*}"; done) bonsai-convert bonsai-gguf; do
+  checks=$((checks + 1))
+  "$B/$tool" --help > "$T/out" 2> "$T/err"
+  st=$?
+  [ $st -eq 0 ] && grep -q "usage" "$T/out" || bad "$tool --help: exit $st, $(wc -l < "$T/out") lines on stdout"
+  [ "$tool" = bonsai-gguf ] && continue # subcommands: bonsai-gguf --bogus is a bad subcommand (its usage, exit 1)
+  checks=$((checks + 1))
+  "$B/$tool" --no-such-option 1 > /dev/null 2> "$T/err"
+  st=$?
+  [ $st -eq 1 ] && grep -qF -- "--no-such-option" "$T/err" || bad "$tool --no-such-option: exit $st, $(head -c 200 "$T/err")"
 done
 # bonsai-bench's lists
 for opt in -p -n -t -ngl -npl -nv; do
