@@ -212,7 +212,8 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
     done
     echo
     echo "requantization goals (issue #8): chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
-    echo "perplexity drift <= 2% vs the base of the same type (antidoom-f16 vs base-f16 for reference)"
+    echo "perplexity drift <= 2% vs the base of the same type (antidoom-f16 vs base-f16 for reference); the CI is the"
+    echo "model's loop rate's (Wilson, over the held-out prompts)"
     echo
     echo "| model | chosen_win / FP16 antidoom | loop-rate reduction vs same-type base | perplexity drift vs same-type base |"
     echo "|---|---|---|---|"
@@ -221,12 +222,15 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
         case $label in antidoom-*) ;; *) continue ;; esac
         ty=${label#antidoom-}; ty=${ty%%-*}
         lb=$(jq -r .loop_rate "$out/eval-base-$ty.json") la=$(jq -r .loop_rate "$out/eval-$label.json")
+        read -r clo chi < <(jq -r '.loop_rate_ci95 | "\(.[0]) \(.[1])"' "$out/eval-$label.json")
         sel=$label
         cat "$out"/selected-*.txt 2>/dev/null | grep -qxF "$label" && sel="**$label** (selected on validation)"
         awk -v l="$sel" -v c="$(cw_of "$label")" -v cf="$cf" -v lb="$lb" -v la="$la" -v pb="$(ppl_of "base-$ty")" \
-            -v pa="$(ppl_of "$label")" 'BEGIN {
+            -v pa="$(ppl_of "$label")" -v clo="$clo" -v chi="$chi" 'BEGIN {
                 share = (cf > 0) ? 100 * c / cf : 0
-                red = (lb > 0) ? sprintf("%.1f%% (%.1f%% -> %.1f%%)", 100 * (lb - la) / lb, 100 * lb, 100 * la) : "n/a (base 0%)"
+                red = "n/a (base 0%)"
+                if (lb > 0) red = sprintf("%.1f%% (%.1f%% -> %.1f%%, 95%% CI %.1f-%.1f%%)", 100 * (lb - la) / lb, 100 * lb, 100 * la,
+                                          100 * clo, 100 * chi)
                 drift = 100 * (pa - pb) / pb
                 ok1 = share >= 90 ? "✓" : "✗"; ok2 = (lb > 0 && 100 * (lb - la) / lb >= 90) ? "✓" : "✗"
                 ok3 = drift <= 2 ? "✓" : "✗"
