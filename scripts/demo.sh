@@ -221,8 +221,8 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
     for label in $labels; do
         case $label in antidoom-*) ;; *) continue ;; esac
         ty=${label#antidoom-}; ty=${ty%%-*}
-        lb=$(jq -r .loop_rate "$out/eval-base-$ty.json") la=$(jq -r .loop_rate "$out/eval-$label.json")
-        read -r clo chi < <(jq -r '.loop_rate_ci95 | "\(.[0]) \(.[1])"' "$out/eval-$label.json")
+        lb=$(jq -r .loop_rate "$out/eval-base-$ty.json")
+        read -r la clo chi < <(jq -r '"\(.loop_rate) \(.loop_rate_ci95[0]) \(.loop_rate_ci95[1])"' "$out/eval-$label.json")
         sel=$label
         cat "$out"/selected-*.txt 2>/dev/null | grep -qxF "$label" && sel="**$label** (selected on validation)"
         awk -v l="$sel" -v c="$(cw_of "$label")" -v cf="$cf" -v lb="$lb" -v la="$la" -v pb="$(ppl_of "base-$ty")" \
