@@ -434,6 +434,11 @@ void bn_arg_unknown(const char *tool, const char *arg) {
     exit(1);
 }
 
+const char *bn_arg_next(const char *tool, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) bn_arg_unknown(tool, argv[*i]);
+    return argv[++*i];
+}
+
 int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max) {
     int n = 0;
     char *copy = xstrdup(s), *save = NULL;

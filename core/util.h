@@ -102,6 +102,8 @@ double bn_arg_float(const char *tool, const char *opt, const char *s, double lo,
 // bn_arg_unknown: prints "<tool>: unknown or incomplete option '<arg>' (see --help)" and exits 1 — what every tool
 // says of an argument it does not know or an option given without its value.
 __attribute__((noreturn)) void bn_arg_unknown(const char *tool, const char *arg);
+// bn_arg_next: the value that follows option argv[*i] (and *i moved onto it); without one, bn_arg_unknown.
+const char *bn_arg_next(const char *tool, int argc, char **argv, int *i);
 // bn_parse_int / bn_parse_float: the value s of option opt parsed strictly (the whole string; a finite number) into
 // *out when it lies in lo..hi; return 0, else -1 with err "<opt>: '<s>' is not an integer|a number in LO..HI" (*out
 // untouched): what bn_arg_int / bn_arg_float print, for library option parsers that return errors. Integers in C

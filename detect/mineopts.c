@@ -133,7 +133,7 @@ void bn_mine_opts_help(FILE *f) {
 
 // Value of a flag: argv[*i + 1]; NULL (err) when missing.
 static const char *value(int argc, char **argv, int *i, char *err, size_t errlen) {
-    if (*i + 1 >= argc) { bn_err(err, errlen, "%s needs a value", argv[*i]); return NULL; }
+    if (*i + 1 >= argc) { bn_err(err, errlen, "option '%s' needs a value (see --help)", argv[*i]); return NULL; }
     return argv[++*i];
 }
 

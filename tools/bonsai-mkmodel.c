@@ -68,10 +68,7 @@ int main(int argc, char **argv) {
         }
         if (strcmp(o, "--tied") == 0) { p.tied = true; continue; }
         if (strcmp(o, "--untied") == 0) { p.tied = false; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "bonsai-mkmodel: %s needs a value (see --help)\n", o);
-            return 1;
-        }
+        if (i + 1 >= argc) bn_arg_unknown("bonsai-mkmodel", o);
         const char *v = argv[++i];
         if (strcmp(o, "--preset") == 0) continue;
         else if (strcmp(o, "--arch") == 0) p.arch = v;

@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!v) { fprintf(stderr, "%s: %s needs a value\n", T, a); return 1; }
+        if (!v) bn_arg_unknown(T, a);
         if (!strcmp(a, "--base")) base = v;
         else if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-p")) pairs = v;

@@ -48,13 +48,7 @@ static void usage(FILE *f) {
         "order (layer, then name), alignment 32. The output file is written atomically.\n");
 }
 
-static const char *need_arg(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "bonsai-quantize: %s needs a value\n", argv[*i]);
-        exit(1);
-    }
-    return argv[++*i];
-}
+static const char *need_arg(int argc, char **argv, int *i) { return bn_arg_next("bonsai-quantize", argc, argv, i); }
 
 int main(int argc, char **argv) {
     bn_quantize_params p = bn_quantize_params_default();

@@ -40,13 +40,7 @@ static void usage(FILE *f) {
             "Not implemented (refused): --lora, --props, other llama-server options.\n");
 }
 
-static const char *need(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "bonsai-serve: %s needs a value\n", argv[*i]);
-        exit(1);
-    }
-    return argv[++*i];
-}
+static const char *need(int argc, char **argv, int *i) { return bn_arg_next("bonsai-serve", argc, argv, i); }
 
 // to_int: an integer option value in lo..hi (exit 1 with a message otherwise).
 static int to_int(const char *flag, const char *v, int lo, int hi) { return (int)bn_arg_int("bonsai-serve", flag, v, lo, hi); }

@@ -3,7 +3,8 @@
 # trailing junk, is NaN or infinite, or overflows a double must end the tool with exit 1 and a message that names the option
 # and the value ("OPT: 'VALUE' is not an integer in LO..HI"), before any work; never a crash or a silent 0 (atoi).
 # Each option must also appear in the tool's --help text (a renamed option shows up here). bonsai-bench's list
-# options (-p 1,2,...) are checked to refuse junk too; --help and an unknown option are checked for every tool.
+# options (-p 1,2,...) are checked to refuse junk too; --help and an unknown option are checked for every tool, and
+# every numeric option given last without a value.
 B="${BONSAI_BUILD_ROOT:-build}/tools"
 [ -x "$B/bonsai-run" ] || { echo "SKIP: tools not built in $B"; exit 77; }
 T=$(mktemp -d /tmp/bonsai-test-cli-XXXXXX)
@@ -43,7 +44,7 @@ CASES=(
 )
 
 for c in "${CASES[@]}"; do
-  IFS='|' read -r tool pre opts <<< "$c"
+  IFS='|' read -r -d '' tool pre opts <<< "$c" # -d '': the whole case, not its first line
   [ -x "$B/$tool" ] || { bad "$tool not built"; continue; }
   help=$("$B/$tool" --help 2>&1)
   for opt in $opts; do
@@ -61,6 +62,12 @@ for c in "${CASES[@]}"; do
         bad "$tool $opt '$v': the message does not name the option and the value: $(head -c 200 "$T/err")"
       fi
     done
+    # the option given last, without its value: exit 1 and a message naming it (not a crash, not a default)
+    checks=$((checks + 1))
+    # shellcheck disable=SC2086
+    timeout 20 "$B/$tool" $pre "$opt" > /dev/null 2> "$T/err"
+    st=$?
+    [ $st -eq 1 ] && grep -qF -- "'$opt'" "$T/err" || bad "$tool $opt without a value: exit $st, $(head -c 200 "$T/err")"
   done
 done
 # --help: the usage on stdout and exit 0 (as llama.cpp's tools); an unknown option: exit 1 and a message naming it
@@ -74,6 +81,11 @@ for tool in $(for c in "${CASES[@]}"; do echo "${c%%|*}"; done) bonsai-convert b
   "$B/$tool" --no-such-option 1 > /dev/null 2> "$T/err"
   st=$?
   [ $st -eq 1 ] && grep -qF -- "--no-such-option" "$T/err" || bad "$tool --no-such-option: exit $st, $(head -c 200 "$T/err")"
+  checks=$((checks + 1))
+  "$B/$tool" --no-such-option > /dev/null 2> "$T/err" # last: "unknown", not "needs a value"
+  st=$?
+  [ $st -eq 1 ] && grep -qF -- "unknown or incomplete option '--no-such-option'" "$T/err" ||
+    bad "$tool --no-such-option (last): exit $st, $(head -c 200 "$T/err")"
 done
 # bonsai-bench's lists
 for opt in -p -n -t -ngl -npl -nv; do
