@@ -1,10 +1,12 @@
 // serve/request.c — request JSON → bn_task_params, with llama-server's field names and defaults
 // (SERVER.md §3.1) and strict type checks: any wrong type or out-of-range value is a 400.
 #include "serve/request.h"
+#include "core/chat.h"
 #include "core/util.h"
 #include <string.h>
 #include <stdlib.h>
 #include <float.h>
+#include <math.h>
 
 // num: reads an optional number field; returns 0 (absent or ok) or -1 (wrong type).
 static int num(json_t *o, const char *key, double *out, char *err, size_t errlen) {
@@ -31,6 +33,12 @@ static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errl
     if (!json_is_boolean(v)) return bn_err(err, errlen, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return 0;
+}
+
+void bn_task_params_free(bn_task_params *p) {
+    free(p->prompt);
+    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
 }
 
 int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
@@ -103,6 +111,8 @@ int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, 
     }
     d = p->sp.temperature;
     if (num(body, "temperature", &d, err, errlen) != 0) return -1;
+    // a JSON number past FLT_MAX becomes inf as a float (and then no generation_settings could be written)
+    if (!isfinite((float)d)) return bn_err(err, errlen, "'temperature' must be a number of float range");
     p->sp.temperature = (float)d;
     i = p->sp.top_k;
     if (integer(body, "top_k", &i, err, errlen) != 0) return -1;
@@ -167,6 +177,61 @@ int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, 
         return bn_err(err, errlen, "the prompt is empty");
     }
     return 0;
+}
+
+char *bn_chat_prompt_json(const char *arch, json_t *body, char *err, size_t errlen) {
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        bn_err(err, errlen, "'messages' must be a non-empty array");
+        return NULL;
+    }
+    size_t n = json_array_size(msgs);
+    bn_chat_msg *m = xcalloc(n, sizeof *m);
+    char **owned = xcalloc(n, sizeof(char *));
+    char *out = NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(msgs, i), *role = json_object_get(msg, "role"), *content = json_object_get(msg, "content");
+        if (!json_is_object(msg) || !json_is_string(role)) {
+            bn_err(err, errlen, "messages[%zu] needs a string 'role'", i);
+            goto done;
+        }
+        m[i].role = json_string_value(role);
+        json_t *rc = json_object_get(msg, "reasoning_content");
+        if (json_is_string(rc)) m[i].reasoning = json_string_value(rc);
+        if (json_is_string(content)) m[i].content = json_string_value(content);
+        else if (json_is_array(content)) {
+            size_t cap = 256, len = 0;
+            owned[i] = xcalloc(1, cap);
+            for (size_t k = 0; k < json_array_size(content); k++) {
+                json_t *part = json_array_get(content, k), *txt = json_object_get(part, "text");
+                if (!json_is_string(txt)) {
+                    bn_err(err, errlen, "messages[%zu].content[%zu]: only text parts are supported", i, k);
+                    goto done;
+                }
+                size_t tl = json_string_length(txt);
+                if (len + tl + 1 > cap) owned[i] = xrealloc(owned[i], cap = 2 * (len + tl + 1));
+                memcpy(owned[i] + len, json_string_value(txt), tl + 1);
+                len += tl;
+            }
+            m[i].content = owned[i];
+        } else if (json_is_null(content) || !content) m[i].content = "";
+        else {
+            bn_err(err, errlen, "messages[%zu].content must be a string or an array of text parts", i);
+            goto done;
+        }
+    }
+    // thinking on unless chat_template_kwargs.enable_thinking is false (the templates' default)
+    int thinking = 1;
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    json_t *et = kw ? json_object_get(kw, "enable_thinking") : NULL;
+    if (et && json_is_boolean(et)) thinking = json_is_true(et) ? 1 : 0;
+    out = bn_chat_render_style(bn_chat_style_for_arch(arch), m, (int)n, true, thinking);
+    if (!out) bn_err(err, errlen, "unknown role in 'messages' (use system, user, assistant or tool)");
+done:
+    for (size_t i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+    free(m);
+    return out;
 }
 
 json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx) {

@@ -5,6 +5,8 @@
 #include "core/tokenizer.h"
 #include "serve/slots.h"
 
+// bn_task_params_free: frees a params struct's allocations (for params never submitted) and zeroes it.
+void bn_task_params_free(bn_task_params *p);
 // bn_parse_prompt: a prompt (string, array of ids, mixed array) → malloc'd token ids. Returns 0 or
 // -1 with err (400): unknown element types, out-of-range ids, several prompts.
 int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
@@ -14,6 +16,10 @@ int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, b
 // → params. Returns 0 or -1 with err (400); on error nothing needs freeing.
 int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, bn_task_params *p, char *err,
                          size_t errlen);
+// bn_chat_prompt_json: the ChatML prompt (malloc'd) for the request's "messages" (string content or text parts;
+// reasoning_content; chat_template_kwargs.enable_thinking) in the template of general.architecture arch; NULL with
+// err (400) on bad input.
+char *bn_chat_prompt_json(const char *arch, json_t *body, char *err, size_t errlen);
 // bn_generation_settings_json: the "generation_settings" / slot "params" object for p.
 json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx);
 #endif

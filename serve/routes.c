@@ -3,7 +3,6 @@
 // metrics, models. Bad input of any kind is a JSON 400/404/413, never a 500.
 #include "serve/server.h"
 #include "serve/request.h"
-#include "core/chat.h"
 #include "core/util.h"
 #include <microhttpd.h>
 #include <stdio.h>
@@ -342,61 +341,10 @@ static int route_completion(bn_server *srv, struct MHD_Connection *c, json_t *bo
     return run_completion(srv, c, kind, &p, false);
 }
 
-// chat_prompt: renders messages (string content or text parts) with ChatML; NULL + err on bad input.
+// chat_prompt: the request's messages rendered in the model's chat template (bn_chat_prompt_json); NULL + err.
 static char *chat_prompt(bn_server *srv, json_t *body, char *err, size_t errlen) {
-    json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        bn_err(err, errlen, "'messages' must be a non-empty array");
-        return NULL;
-    }
-    size_t n = json_array_size(msgs);
-    bn_chat_msg *m = xcalloc(n, sizeof *m);
-    char **owned = xcalloc(n, sizeof(char *));
-    char *out = NULL;
-    for (size_t i = 0; i < n; i++) {
-        json_t *msg = json_array_get(msgs, i), *role = json_object_get(msg, "role"), *content = json_object_get(msg, "content");
-        if (!json_is_object(msg) || !json_is_string(role)) {
-            bn_err(err, errlen, "messages[%zu] needs a string 'role'", i);
-            goto done;
-        }
-        m[i].role = json_string_value(role);
-        json_t *rc = json_object_get(msg, "reasoning_content");
-        if (json_is_string(rc)) m[i].reasoning = json_string_value(rc);
-        if (json_is_string(content)) m[i].content = json_string_value(content);
-        else if (json_is_array(content)) {
-            size_t cap = 256, len = 0;
-            owned[i] = xcalloc(1, cap);
-            for (size_t k = 0; k < json_array_size(content); k++) {
-                json_t *part = json_array_get(content, k), *txt = json_object_get(part, "text");
-                if (!json_is_string(txt)) {
-                    bn_err(err, errlen, "messages[%zu].content[%zu]: only text parts are supported", i, k);
-                    goto done;
-                }
-                size_t tl = json_string_length(txt);
-                if (len + tl + 1 > cap) owned[i] = xrealloc(owned[i], cap = 2 * (len + tl + 1));
-                memcpy(owned[i] + len, json_string_value(txt), tl + 1);
-                len += tl;
-            }
-            m[i].content = owned[i];
-        } else if (json_is_null(content) || !content) m[i].content = "";
-        else {
-            bn_err(err, errlen, "messages[%zu].content must be a string or an array of text parts", i);
-            goto done;
-        }
-    }
-    // thinking on unless chat_template_kwargs.enable_thinking is false (the templates' default)
-    int thinking = 1;
-    json_t *kw = json_object_get(body, "chat_template_kwargs");
-    json_t *et = kw ? json_object_get(kw, "enable_thinking") : NULL;
-    if (et && json_is_boolean(et)) thinking = json_is_true(et) ? 1 : 0;
     const char *arch = gguf_get_str(srv->model->gguf, "general.architecture");
-    out = bn_chat_render_style(bn_chat_style_for_arch(arch ? arch : ""), m, (int)n, true, thinking);
-    if (!out) bn_err(err, errlen, "unknown role in 'messages' (use system, user, assistant or tool)");
-done:
-    for (size_t i = 0; i < n; i++) free(owned[i]);
-    free(owned);
-    free(m);
-    return out;
+    return bn_chat_prompt_json(arch ? arch : "", body, err, errlen);
 }
 
 static int route_chat(bn_server *srv, struct MHD_Connection *c, json_t *body) {

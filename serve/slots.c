@@ -1,5 +1,6 @@
 // serve/slots.c — see slots.h.
 #include "serve/slots.h"
+#include "serve/request.h"
 #include "core/engine.h"
 #include "core/step_batch.h"
 #include "core/util.h"
@@ -39,12 +40,6 @@ struct bn_slots {
 };
 
 // ---- tasks --------------------------------------------------------------------------------
-
-void bn_task_params_free(bn_task_params *p) {
-    free(p->prompt);
-    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
-    memset(p, 0, sizeof *p);
-}
 
 static void task_free(bn_task *t) {
     for (int i = 0; i < t->n_ev; i++) {

@@ -99,8 +99,6 @@ void bn_task_wait_done(bn_task *t);
 void bn_task_cancel(bn_task *t);
 // bn_task_release: drops the caller's reference (the task is freed with the last one).
 void bn_task_release(bn_task *t);
-// bn_task_params_free: frees a params struct's allocations (for params never submitted).
-void bn_task_params_free(bn_task_params *p);
 
 // Live numbers for /slots, /metrics, /health.
 typedef struct {
