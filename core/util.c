@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <errno.h>
 #include <time.h>
 #include <fcntl.h>
@@ -441,18 +442,16 @@ const char *bn_arg_next(const char *tool, int argc, char **argv, int *i) {
 
 int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max) {
     int n = 0;
-    char *copy = xstrdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (const char *p = s;; p++) { // one element per pass: digits, then ',' or the end
+        if (!isdigit((unsigned char)*p) && *p != '-') return 0; // an empty element ("1,,2", ",1", "1,"), a sign, a space
         char *end;
-        const long v = strtol(tok, &end, 10);
-        if (end == tok || *end || v < lo || v > hi || n == max) {
-            n = 0;
-            break;
-        }
+        errno = 0;
+        const long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || errno == ERANGE || v < lo || v > hi || n == max) return 0;
         out[n++] = (int)v;
+        if (!*end) return n;
+        p = end;
     }
-    free(copy);
-    return n;
 }
 
 bool bn_env_is(const char *name, const char *value) {

@@ -117,7 +117,8 @@ int bn_n_threads_default(void);
 // bn_format_bytes: "1.23 MiB" style into buf; returns buf.
 const char *bn_format_bytes(char *buf, size_t n, double bytes);
 // bn_parse_int_list: a comma-separated list of integers in [lo, hi] ("1,2,4,8") into out (room for max); returns the
-// count, or 0 for an empty or bad list (a value out of range or not a number, more than max values).
+// count, or 0 for an empty or bad list (a value out of range or not a number, an empty element as in "1,,2", more
+// than max values).
 int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max);
 // bn_env_is: true when the environment variable name is set to exactly value (the BONSAI_CUDA_* switches).
 bool bn_env_is(const char *name, const char *value);

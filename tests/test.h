@@ -24,10 +24,10 @@ __attribute__((constructor)) static void test_line_buffered(void) { setvbuf(stdo
 // test_skip: prints why and returns the meson "skipped" exit code.
 static inline int test_skip(const char *why) { printf("SKIP: %s\n", why); return 77; }
 
-// test_done: prints the summary line and returns the exit code for main.
+// test_done: prints the summary line and returns the exit code for main; a test that checked nothing fails.
 static inline int test_done(const char *name) {
-    printf("%s: %d checks, %d failed\n", name, test_checks, test_failures);
-    return test_failures ? 1 : 0;
+    printf("%s: %d checks, %d failed%s\n", name, test_checks, test_failures, test_checks ? "" : " (no checks ran)");
+    return test_failures || !test_checks ? 1 : 0;
 }
 
 // test_third_party: path under third_party/ (BONSAI_THIRD_PARTY), written into buf; returns buf.

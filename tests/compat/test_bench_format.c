@@ -69,7 +69,8 @@ int main(void) {
     int v[4];
     CHECK(bn_parse_int_list("1,2,4,8", 1, 64, v, 4) == 4 && v[0] == 1 && v[3] == 8, "list 1,2,4,8");
     CHECK(bn_parse_int_list("0,512", 0, 1 << 20, v, 4) == 2 && v[0] == 0 && v[1] == 512, "list 0,512");
-    const char *bad[] = {"", ",", "1,x", "0", "65", "1.5", "1,2,3,4,5"};
+    const char *bad[] = {"", ",", "1,x", "0", "65", "1.5", "1,2,3,4,5", "1,,2", ",1", "1,", " 1", "+1", "1, 2",
+                         "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(bn_parse_int_list(bad[i], 1, 64, v, 4) == 0, "list '%s' must be refused", bad[i]);
     return test_done("bench-format");

@@ -148,15 +148,18 @@ static void close_model(bn_model *m, bn_cuda_model *cm) {
 //           (weights dequantized to fp16, activations rounded to fp16, cuBLAS with fp32 accumulation) and the
 //           quantized reference is the CPU on the dequantized F32 copy (the CPU's int8 activations would
 //           otherwise dominate: ~0.3-1.4 on these tiny random models): measured F16 0.013, quantized
-//           0.09-0.12. The bounds below serve both builds.
+//           0.09-0.12. The table's bounds are for that build; where the prefill takes the mmvq path (the
+//           default), run_case tightens prefill and continuation to MMVQ_TOL (session 17, emulator: Q1_0
+//           prefill 3.2e-3 from int8 flips, everything else <= 3e-6).
 //  continuation: 24 decode steps after that prefill vs the CPU's prefill + decode on the same model.
-//           Float: as step. Quantized: the prefill's fp16 activations vs the CPU's int8 ones carry
-//           over through the KV cache and recurrent state (measured up to 0.9), so this bound only
-//           catches gross errors.
+//           Float: as step. Quantized, fp16 GEMM prefill: the prefill's fp16 activations vs the CPU's int8
+//           ones carry over through the KV cache and recurrent state (measured up to 0.9), so that bound only
+//           catches gross errors; with the mmvq prefill (default) the tight MMVQ_TOL applies.
 typedef struct {
     const char *preset, *type;
     double tol_step, tol_prefill, tol_cont;
 } case_t;
+#define MMVQ_TOL 5e-2 // quantized prefill + continuation bound where the prefill takes the mmvq path
 
 // run_case: the prefill + decode comparison, greedy identity (float types), snapshots, bad inputs.
 static void run_case(const case_t *cs) {
@@ -171,6 +174,9 @@ static void run_case(const case_t *cs) {
     if (!gs) goto done;
 
     const bool quant = strcmp(cs->type, "F32") && strcmp(cs->type, "F16");
+    const bool mmvq_prefill = bn_cuda_mm_uses_mmvq(bn_type_from_name(cs->type), N_PROMPT);
+    const double tol_prefill = quant && mmvq_prefill ? fmin(cs->tol_prefill, MMVQ_TOL) : cs->tol_prefill;
+    const double tol_cont = quant && mmvq_prefill ? fmin(cs->tol_cont, MMVQ_TOL) : cs->tol_cont;
     int32_t tokens[N_PROMPT + N_DECODE];
     for (int i = 0; i < N_PROMPT + N_DECODE; i++) tokens[i] = (int32_t)((i * 131 + 7) % V);
     float *lc = xmalloc(sizeof(float) * V * N_PROMPT), *lg = xmalloc(sizeof(float) * V * N_PROMPT);
@@ -180,7 +186,7 @@ static void run_case(const case_t *cs) {
     double d_prefill = max_dlogprob(lc, lg, N_PROMPT, V);
     // the prefill's reference: the CPU engine on the quantized model where the prefill takes the mmvq path (Q8
     // activations, as the CPU engine), the CPU on the dequantized F32 model where it takes the fp16 GEMM path
-    if (quant && !bn_cuda_mm_uses_mmvq(bn_type_from_name(cs->type), N_PROMPT)) {
+    if (quant && !mmvq_prefill) {
         char deq[400];
         bn_model *md = make_dequantized(path, deq, sizeof deq) ? bn_model_load(deq, err, sizeof err) : NULL;
         CHECK(md != NULL, "dequantized model: %s", err);
@@ -214,10 +220,10 @@ static void run_case(const case_t *cs) {
         d_decode = fmax(d_decode, max_dlogprob(lc, lg, 1, V));
     }
     printf("%-10s %-5s max|dlogprob|: step %.3g (bound %g), prefill %.3g (%g), continuation %.3g (%g)\n", cs->preset,
-           cs->type, d_stepwise, cs->tol_step, d_prefill, cs->tol_prefill, d_decode, cs->tol_cont);
+           cs->type, d_stepwise, cs->tol_step, d_prefill, tol_prefill, d_decode, tol_cont);
     CHECK(d_stepwise <= cs->tol_step, "%s %s step max|dlogprob| %g", cs->preset, cs->type, d_stepwise);
-    CHECK(d_prefill <= cs->tol_prefill, "%s %s prefill max|dlogprob| %g", cs->preset, cs->type, d_prefill);
-    CHECK(d_decode <= cs->tol_cont, "%s %s continuation max|dlogprob| %g", cs->preset, cs->type, d_decode);
+    CHECK(d_prefill <= tol_prefill, "%s %s prefill max|dlogprob| %g", cs->preset, cs->type, d_prefill);
+    CHECK(d_decode <= tol_cont, "%s %s continuation max|dlogprob| %g", cs->preset, cs->type, d_decode);
     CHECK(bn_cuda_state_pos(gs) == N_PROMPT + N_DECODE, "cuda pos %d", bn_cuda_state_pos(gs));
 
     // bad inputs leave the state unchanged: the next step equals a step on a clean copy

@@ -192,7 +192,9 @@ int main(void) {
         char serve[512], ready[256], surl[128];
         snprintf(serve, sizeof serve, "%s/tools/bonsai-serve", build ? build : "build");
         snprintf(ready, sizeof ready, "%s/ready", dir);
-        pid_t pid = access(serve, X_OK) == 0 ? start_server(serve, path, ready, surl, sizeof surl) : -1;
+        const bool built = access(serve, X_OK) == 0; // (not built without libmicrohttpd)
+        pid_t pid = built ? start_server(serve, path, ready, surl, sizeof surl) : -1;
+        if (built) CHECK(pid >= 0, "%s did not start", serve);
         if (pid < 0) {
             printf("bonsai-serve not available or did not start: server comparison skipped\n");
         } else {

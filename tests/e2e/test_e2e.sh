@@ -32,12 +32,18 @@ fails=0
 check() {  # check "AWK CONDITION" "description"
     if awk "BEGIN { exit !($1) }"; then echo "ok   $2"; else echo "FAIL $2"; fails=$((fails + 1)); fi
 }
+# number NAME VALUE: every figure must be a number (an empty one, or jq's null, would read as 0 in awk: "0.98 >= + 0.05")
+number() {
+    [[ $2 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] || { echo "FAIL $1 is not a number: '$2'"; fails=$((fails + 1)); }
+}
 lb=$(lr base-f16) la=$(lr antidoom-f16) cb=$(cw base-f16) ca=$(cw antidoom-f16) pb=$(ppl base-f16) pa=$(ppl antidoom-f16)
+for v in lb la cb ca pb pa; do number "$v" "${!v}"; done
 check "$lb >= 0.25" "base loop rate $lb >= 0.25"
 check "$la <= 0.75 * $lb" "antidoom loop rate $la <= 0.75 x base $lb"
 check "$ca >= $cb + 0.05" "held-out chosen_win $cb -> $ca (+0.05)"
 check "$pa <= 1.10 * $pb" "held-out perplexity $pb -> $pa (<= +10%)"
 cq=$(cw antidoom-Q1_0) cs=$(cw antidoom-Q1_0-ste) pq=$(ppl base-Q1_0) ps=$(ppl antidoom-Q1_0-ste)
+for v in cq cs pq ps; do number "$v" "${!v}"; done
 check "$cs >= 0.9 * $ca" "Q1_0 STE held-out chosen_win $cs >= 90% of FP16 antidoom $ca"
 check "$cs >= $cq + 0.3" "Q1_0 STE chosen_win $cs >= plain LoRA requantized $cq + 0.3"
 check "$ps <= 1.02 * $pq" "Q1_0 STE perplexity $ps within +2% of the Q1_0 base $pq"

@@ -72,7 +72,8 @@ else
         [ "$(wc -l <"$W/log.jsonl")" -lt "$ref_lines" ]
 fi
 "$T/bonsai-mine-pairs" "${common[@]}" -o "$W/pairs.jsonl" --gen-log "$W/log.jsonl" --resume >/dev/null 2>"$W/err"
-check "--resume after the full disk finishes ($(tail -n 1 "$W/err"))" [ $? = 0 ]
+rc=$? # (before the message's $(tail ...), which sets $? itself)
+check "--resume after the full disk finishes ($(tail -n 1 "$W/err"))" [ "$rc" = 0 ]
 check "the resumed log has every prompt ($(wc -l <"$W/log.jsonl") of $ref_lines)" \
     [ "$(wc -l <"$W/log.jsonl")" = "$ref_lines" ]
 check "the resumed pairs equal the uninterrupted run's" cmp -s "$W/pairs.jsonl" "$W/ref-pairs.jsonl"
@@ -110,7 +111,8 @@ if [ -x "$T/bonsai-ftpo-train" ] && [ -s "$W/ref-pairs.jsonl" ]; then
         check "the adapter is untouched" [ "$(sha256sum <"$W/adapter.gguf")" = "$ad_sum" ]
     fi
     "${train[@]}" -o "$W/adapter.gguf" --checkpoint "$W/ck.bin" --resume "$W/ck.bin" >/dev/null 2>"$W/err"
-    check "training resumes after the full disk ($(tail -n 1 "$W/err"))" [ $? = 0 ]
+    rc=$?
+    check "training resumes after the full disk ($(tail -n 1 "$W/err"))" [ "$rc" = 0 ]
     check "the resumed adapter equals the uninterrupted run's" cmp -s "$W/adapter.gguf" "$W/ref-adapter.gguf"
 fi
 

@@ -86,10 +86,8 @@ int main(void) {
     const int types[] = {BN_Q5_0, BN_Q5_1, BN_Q5_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (!bn_vec_dot_best(types[i])) {
-            char why[200];
-            snprintf(why, sizeof why, "quant/dot.c's dispatch has no vec_dot for %s yet (its traits entry has one)",
-                     bn_type_name(types[i]));
-            return test_skip(why);
+            printf("FAIL: quant/dot.c's dispatch has no vec_dot for %s\n", bn_type_name(types[i]));
+            return 1;
         }
     char dir[128], err[512], cmd[300];
     if (scratch_dir(dir, sizeof dir, "bonsai-q5-engine") != 0) return test_skip("cannot create a temp dir");

@@ -102,7 +102,7 @@ static void spec_case(const char *what, const char *const *extra, int rounds, jo
 }
 
 int main(void) {
-    if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
+    if (fixture_model(&F, "tiny") != 0) return printf("FAIL: cannot generate the tiny model\n"), 1; // a bug, not a missing tool
     // env BONSAI_BATCH_TOKENS / BONSAI_BATCH_ROUNDS: a shorter run (the emulator's serve_batch_emu)
     const int n_predict = getenv("BONSAI_BATCH_TOKENS") ? atoi(getenv("BONSAI_BATCH_TOKENS")) : 120;
     const int rounds = getenv("BONSAI_BATCH_ROUNDS") ? atoi(getenv("BONSAI_BATCH_ROUNDS")) : 3;

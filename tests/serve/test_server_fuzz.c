@@ -135,7 +135,7 @@ static char *random_body(size_t *len) {
 static bool allowed(int status) { return status == 200 || status == 400 || status == 404 || status == 413; }
 
 int main(void) {
-    if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
+    if (fixture_model(&F, "tiny") != 0) return printf("FAIL: cannot generate the tiny model\n"), 1; // a bug, not a missing tool
     if (fixture_drafter(&F) != 0) {
         CHECK(0, "drafter");
         return test_done("test_server_fuzz");

@@ -107,7 +107,7 @@ static void check_backend(const char *what) {
 }
 
 int main(void) {
-    if (fixture_model(&F, "tiny") != 0) return test_skip("cannot generate the tiny model");
+    if (fixture_model(&F, "tiny") != 0) return printf("FAIL: cannot generate the tiny model\n"), 1; // a bug, not a missing tool
     CHECK(fixture_drafter(&F) == 0, "drafter");
     const char *drafter = F.drafter;
 
