@@ -1,4 +1,4 @@
-// core/sampler.c — llama.cpp's sampler chain top_k → top_p → min_p → temperature → dist(seed)
+// core/sampler.c — llama.cpp's sampler chain penalties → top_k → top_p → min_p → temperature → dist(seed)
 // (SERVER.md §3.1) with its own RNG (xoshiro256** seeded by splitmix64), and raw-softmax
 // log-probs for n_probs (SERVER.md §5). Top-k selection is a bounded min-heap (O(n log k)),
 // so n_vocab = 248,320 needs no full sort unless top_k <= 0.
@@ -27,6 +27,11 @@ struct bn_sampler {
     int cap, n;  // n = candidates after the last chain
     int32_t *out_ids; // {cap} last candidates (for post_sampling_probs)
     float *out_p;     // {cap}
+    const int32_t *hist; // [n_hist] the caller's history (bn_sampler_set_history)
+    int n_hist;
+    float *pen;       // {pen_cap} the penalized logits row
+    int *count;       // {pen_cap} occurrences per token in the window (all 0 between picks)
+    int pen_cap;
 };
 
 
@@ -35,7 +40,19 @@ void bn_sampler_reseed(bn_sampler *s, uint64_t seed) {
 }
 
 bn_sampler_params bn_sampler_params_default(void) {
-    return (bn_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 0, .min_keep = 0};
+    return (bn_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 0, .min_keep = 0,
+                               .repeat_last_n = 64, .repeat_penalty = 1.0f, .frequency_penalty = 0.0f,
+                               .presence_penalty = 0.0f};
+}
+
+bool bn_sampler_params_penalized(const bn_sampler_params *p) {
+    return p->repeat_last_n != 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+
+void bn_sampler_set_history(bn_sampler *s, const int32_t *tokens, int n) {
+    s->hist = tokens;
+    s->n_hist = tokens && n > 0 ? n : 0;
 }
 
 bn_sampler *bn_sampler_new(const bn_sampler_params *p) {
@@ -50,6 +67,8 @@ void bn_sampler_free(bn_sampler *s) {
     free(s->c);
     free(s->out_ids);
     free(s->out_p);
+    free(s->pen);
+    free(s->count);
     free(s);
 }
 
@@ -175,9 +194,38 @@ static int32_t choose(bn_sampler *s, cand *c, int n) {
     return c[pick].id;
 }
 
+// penalize: logits with the repetition penalties of s over its history's window applied (llama.cpp's penalties
+// sampler), in s->pen; logits itself when s is not penalized or the window is empty.
+static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
+    const bn_sampler_params *p = &s->par;
+    if (!bn_sampler_params_penalized(&s->par) || s->n_hist == 0) return logits;
+    if (s->pen_cap < n_vocab) {
+        free(s->pen);
+        free(s->count);
+        s->pen = xmalloc(sizeof(float) * (size_t)n_vocab);
+        s->count = xcalloc((size_t)n_vocab, sizeof(int));
+        s->pen_cap = n_vocab;
+    }
+    memcpy(s->pen, logits, sizeof(float) * (size_t)n_vocab);
+    const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
+    const int32_t *win = s->hist + (s->n_hist - w);
+    for (int i = 0; i < w; i++)
+        if (win[i] >= 0 && win[i] < n_vocab) s->count[win[i]]++;
+    for (int i = 0; i < w; i++) { // each token once: its count is cleared when it is penalized
+        const int32_t id = win[i];
+        if (id < 0 || id >= n_vocab || s->count[id] == 0) continue;
+        float l = s->pen[id];
+        l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
+        s->pen[id] = l - (float)s->count[id] * p->frequency_penalty - p->presence_penalty;
+        s->count[id] = 0;
+    }
+    return s->pen;
+}
+
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
     ensure_cap(s, n_vocab);
+    logits = penalize(s, logits, n_vocab);
     cand *c = s->c;
     int min_keep = p->min_keep > 1 ? p->min_keep : 1;
     int n;
@@ -205,6 +253,7 @@ int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab) {
 }
 
 int bn_sampler_topk_needed(const bn_sampler *s, int k, int n_vocab) {
+    if (bn_sampler_params_penalized(&s->par)) return 0; // the penalties change logits outside any row's top_k
     return s->par.top_k > 0 && s->par.top_k <= k && s->par.top_k < n_vocab ? s->par.top_k : 0;
 }
 
@@ -217,7 +266,7 @@ int32_t bn_sampler_sample_topk(bn_sampler *s, const int32_t *ids, const float *v
     return choose(s, s->c, truncate_sorted(p, s->c, m, p->min_keep > 1 ? p->min_keep : 1));
 }
 
-bool bn_sampler_is_greedy(const bn_sampler *s) { return s->par.temperature <= 0.0f; }
+bool bn_sampler_is_greedy(const bn_sampler *s) { return s->par.temperature <= 0.0f && !bn_sampler_params_penalized(&s->par); }
 
 int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const float **probs) {
     *ids = s->out_ids;

@@ -1,4 +1,4 @@
-// core/sampler.h — token sampling in llama.cpp's chain order top_k → top_p → min_p → temperature →
+// core/sampler.h — token sampling in llama.cpp's chain order penalties → top_k → top_p → min_p → temperature →
 // dist(seed) (SERVER.md §3.1), plus raw-softmax log-probs for n_probs (SERVER.md §5).
 // RNG: xoshiro256** seeded through splitmix64 from the 64-bit seed; a seed gives one sequence
 // on every machine. Sampling draws one uniform double in [0,1) per token (53 random bits).
@@ -15,11 +15,19 @@ typedef struct {
     float min_p;       // <= 0: off; keep p >= min_p * p_max
     uint64_t seed;     // RNG seed
     int min_keep;      // top_p/min_p keep at least this many (0 → 1)
+    // repetition penalties over the last repeat_last_n tokens of the history (bn_sampler_set_history; -1: all of
+    // it, 0: off), llama.cpp's penalties sampler: a logit l of a token seen c > 0 times there becomes
+    // (l <= 0 ? l * repeat_penalty : l / repeat_penalty) - c * frequency_penalty - presence_penalty
+    int repeat_last_n;       // 64
+    float repeat_penalty;    // 1: off
+    float frequency_penalty; // 0: off
+    float presence_penalty;  // 0: off
 } bn_sampler_params;
 
 typedef struct bn_sampler bn_sampler;
 
-// bn_sampler_params_default: llama-server defaults (temp 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0).
+// bn_sampler_params_default: llama-server defaults (temp 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0; penalties
+// off: repeat_last_n 64, repeat_penalty 1, frequency and presence 0).
 bn_sampler_params bn_sampler_params_default(void);
 // bn_sampler_new: a sampler with its own RNG state and scratch space; never NULL.
 bn_sampler *bn_sampler_new(const bn_sampler_params *p);
@@ -27,14 +35,21 @@ bn_sampler *bn_sampler_new(const bn_sampler_params *p);
 void bn_sampler_free(bn_sampler *s);
 // bn_sampler_reseed: restarts the RNG from seed.
 void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
+// bn_sampler_params_penalized: true when p penalizes repetition (repeat_last_n != 0 and a penalty that is not
+// neutral): then a sampler's every pick needs the whole logits row and the history.
+bool bn_sampler_params_penalized(const bn_sampler_params *p);
+// bn_sampler_set_history: the tokens before the one to be sampled (prompt and generated ones, oldest first; the
+// caller's array, read by the next picks until set again): what the penalties count. Without it they count nothing.
+void bn_sampler_set_history(bn_sampler *s, const int32_t *tokens, int n);
 // bn_sampler_is_greedy: true when every bn_sampler_sample call returns the raw logits' argmax (ties →
-// lowest id, bn_logits_argmax): temperature <= 0 (top_k/top_p/min_p always keep the best candidate, so
-// they do not change the pick; only the candidate list for post_sampling_probs differs).
+// lowest id, bn_logits_argmax): temperature <= 0 without penalties (top_k/top_p/min_p always keep the best
+// candidate, so they do not change the pick; only the candidate list for post_sampling_probs differs).
 bool bn_sampler_is_greedy(const bn_sampler *s);
-// bn_sampler_sample: one token id drawn from logits[0..n_vocab) (logits are not modified).
+// bn_sampler_sample: one token id drawn from logits[0..n_vocab) after the penalties (logits are not modified).
 int32_t bn_sampler_sample(bn_sampler *s, const float *logits, int n_vocab);
 // bn_sampler_topk_needed: how many best logits of a row the chain reads when that is at most k: top_k, when
-// 1 <= top_k <= k and top_k < n_vocab (then bn_sampler_sample_topk stands in for bn_sampler_sample); else 0.
+// 1 <= top_k <= k and top_k < n_vocab and s is not penalized (then bn_sampler_sample_topk stands in for
+// bn_sampler_sample); else 0.
 int bn_sampler_topk_needed(const bn_sampler *s, int k, int n_vocab);
 // bn_sampler_sample_topk: bn_sampler_sample from a row's k best logits only (vals descending, ties → lower id
 // first, with their ids: bn_logits_topk_values, bn_forward_out.topk): the same pick, RNG draw and candidate

@@ -109,6 +109,9 @@ void bn_mine_opts_help(FILE *f) {
             "  --temp T                    temperature (default 0.1; <= 0 greedy)\n"
             "  --temps A,B,...             cycle temperatures over prompts (prompt i uses entry i mod count)\n"
             "  --top-k N / --top-p P / --min-p P   sampler chain (default 50 / 1.0 / 0.01)\n"
+            "  --repeat-penalty X / --frequency-penalty X / --presence-penalty X   llama.cpp's repetition penalties\n"
+            "                              before the chain (default off: 1 / 0 / 0; bonsai-eval-loops only)\n"
+            "  --repeat-last-n N           tokens of prompt + generation they count (default 64, -1 all, 0 off)\n"
             "  --seed N                    base seed; prompt i uses seed + i (default 0)\n"
             "  --n-predict N               max new tokens (default 4000)\n"
             "  --n-probs K                 raw top-K recorded per position (default 20)\n"
@@ -202,6 +205,10 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--top-k")) INT(mp->gen.top_k, -1, INT32_MAX);
     else if (!strcmp(a, "--top-p")) FLT(mp->gen.top_p, 0, 1);
     else if (!strcmp(a, "--min-p")) FLT(mp->gen.min_p, 0, 1);
+    else if (!strcmp(a, "--repeat-last-n")) INT(mp->gen.repeat_last_n, -1, INT32_MAX);
+    else if (!strcmp(a, "--repeat-penalty")) FLT(mp->gen.repeat_penalty, 1e-6, 1e6);
+    else if (!strcmp(a, "--frequency-penalty")) FLT(mp->gen.frequency_penalty, -1e6, 1e6);
+    else if (!strcmp(a, "--presence-penalty")) FLT(mp->gen.presence_penalty, -1e6, 1e6);
     else if (!strcmp(a, "--seed")) {
         VAL();
         long long seed;

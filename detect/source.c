@@ -24,8 +24,14 @@ typedef struct {
 
 bn_gen_params bn_gen_params_default(void) {
     bn_gen_params p = {.temperature = 0.1f, .top_k = 50, .top_p = 1.0f, .min_p = 0.01f, .seed = 0,
-                       .n_predict = 4000, .n_probs = 20};
+                       .n_predict = 4000, .n_probs = 20, .repeat_last_n = 64, .repeat_penalty = 1.0f};
     return p;
+}
+
+bool bn_gen_params_penalized(const bn_gen_params *p) {
+    const bn_sampler_params sp = {.repeat_last_n = p->repeat_last_n, .repeat_penalty = p->repeat_penalty,
+                                  .frequency_penalty = p->frequency_penalty, .presence_penalty = p->presence_penalty};
+    return bn_sampler_params_penalized(&sp);
 }
 
 // A position's head outputs: the logits row (CPU engines, or a chain that reads more than the top
@@ -84,7 +90,9 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     int k = p->n_probs < n_vocab ? p->n_probs : n_vocab;
     if (k < 0) k = 0;
     bn_sampler_params sp = {.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
-                            .min_p = p->min_p, .seed = p->seed, .min_keep = 1};
+                            .min_p = p->min_p, .seed = p->seed, .min_keep = 1, .repeat_last_n = p->repeat_last_n,
+                            .repeat_penalty = p->repeat_penalty, .frequency_penalty = p->frequency_penalty,
+                            .presence_penalty = p->presence_penalty};
     bn_sampler *smp = bn_sampler_new(&sp);
     position_out po;
     position_out_init(&po, s, smp, k);
@@ -102,11 +110,16 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     out->topk = xmalloc(((size_t)budget * (size_t)k + 1) * sizeof *out->topk);
     int32_t *ids = xmalloc(((size_t)k + 1) * sizeof *ids);
     float *lps = xmalloc(((size_t)k + 1) * sizeof *lps);
+    // what the penalties count: the prompt, then each generated token
+    int32_t *hist = bn_sampler_params_penalized(&sp) ? xmalloc(((size_t)n_prompt + budget) * sizeof *hist) : NULL;
+    if (hist) memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
     out->hit_limit = true;
     if (s->batcher) bn_step_batcher_decoding(s->batcher, +1);
     for (int i = 0; i < budget; i++) {
+        if (hist) bn_sampler_set_history(smp, hist, n_prompt + out->n);
         int32_t id = position_record(s, &po, smp, k, out, ids, lps);
         if (bn_token_is_eog(s->tok, id)) { out->hit_limit = false; break; }
+        if (hist) hist[n_prompt + out->n] = id;
         out->ids[out->n++] = id;
         if (i + 1 == budget) break; // no forward needed for a token nobody will extend
         rc = s->batcher ? bn_step_batcher_step(s->batcher, s->state, id, &po.fo, err, errlen)
@@ -114,6 +127,7 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
         if (rc < 0) break;
     }
     if (s->batcher) bn_step_batcher_decoding(s->batcher, -1);
+    free(hist);
     free(ids);
     free(lps);
     bn_sampler_free(smp);

@@ -23,6 +23,10 @@ typedef struct {
     uint64_t seed;
     int n_predict;      // maximum new tokens
     int n_probs;        // K of the recorded top-K (20); 0 = none
+    // repetition penalties over the last repeat_last_n tokens of prompt + generation (core/sampler.h; off by
+    // default: repeat_last_n 64, repeat_penalty 1, frequency and presence 0)
+    int repeat_last_n;
+    float repeat_penalty, frequency_penalty, presence_penalty;
 } bn_gen_params;
 
 typedef struct {
@@ -44,8 +48,10 @@ struct bn_source {
 };
 
 // bn_gen_params_default: antidoom's generation settings (T 0.1, top_k 50, top_p 1, min_p 0.01,
-// seed 0, n_predict 4000, n_probs 20).
+// seed 0, n_predict 4000, n_probs 20, no repetition penalties).
 bn_gen_params bn_gen_params_default(void);
+// bn_gen_params_penalized: true when p asks for repetition penalties (repeat_last_n != 0 and one not neutral).
+bool bn_gen_params_penalized(const bn_gen_params *p);
 // bn_source_inprocess: a source running model m on n_threads CPU threads with a context of n_ctx
 // tokens (prompt + generation); tok decides end-of-generation. Returns the source (never NULL).
 bn_source *bn_source_inprocess(const struct bn_model *m, const struct bn_tokenizer *tok, int n_ctx, int n_threads);

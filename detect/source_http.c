@@ -181,6 +181,13 @@ static int http_generate(bn_source *base, const int32_t *prompt, int n_prompt, c
                             "temperature", (double)p->temperature, "top_k", p->top_k, "top_p", (double)p->top_p, "min_p",
                             (double)p->min_p, "seed", (json_int_t)(p->seed & 0x7fffffff), "n_probs", p->n_probs,
                             "post_sampling_probs", 0, "cache_prompt", 1, "return_tokens", 1, "stream", 0);
+    if (req && bn_gen_params_penalized(p)) { // (llama-server's names)
+        json_t *pen = json_pack("{s:i,s:f,s:f,s:f}", "repeat_last_n", p->repeat_last_n, "repeat_penalty",
+                                (double)p->repeat_penalty, "frequency_penalty", (double)p->frequency_penalty,
+                                "presence_penalty", (double)p->presence_penalty);
+        json_object_update(req, pen);
+        json_decref(pen);
+    }
     char *body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     int status = 0;

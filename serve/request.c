@@ -17,6 +17,15 @@ static int num(json_t *o, const char *key, double *out, char *err, size_t errlen
     return 0;
 }
 
+// num_float: num for a float field: also -1 when the value is past float range (it would become inf).
+static int num_float(json_t *o, const char *key, float *out, char *err, size_t errlen) {
+    double d = *out;
+    if (num(o, key, &d, err, errlen) != 0) return -1;
+    if (!isfinite((float)d)) return bn_err(err, errlen, "'%s' must be a number of float range", key);
+    *out = (float)d;
+    return 0;
+}
+
 static int integer(json_t *o, const char *key, long long *out, char *err, size_t errlen) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
@@ -109,11 +118,7 @@ int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, 
             p->n_predict = i > 0x7fffffff ? 0x7fffffff : (int)i;
         }
     }
-    d = p->sp.temperature;
-    if (num(body, "temperature", &d, err, errlen) != 0) return -1;
-    // a JSON number past FLT_MAX becomes inf as a float (and then no generation_settings could be written)
-    if (!isfinite((float)d)) return bn_err(err, errlen, "'temperature' must be a number of float range");
-    p->sp.temperature = (float)d;
+    if (num_float(body, "temperature", &p->sp.temperature, err, errlen) != 0) return -1;
     i = p->sp.top_k;
     if (integer(body, "top_k", &i, err, errlen) != 0) return -1;
     p->sp.top_k = i > 0x7fffffff ? 0x7fffffff : i < -1 ? -1 : (int)i;
@@ -128,6 +133,16 @@ int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, 
     i = 0;
     if (integer(body, "min_keep", &i, err, errlen) != 0) return -1;
     p->sp.min_keep = i < 0 ? 0 : i > 1000000 ? 1000000 : (int)i;
+    // repetition penalties (llama.cpp's penalties sampler, before the chain)
+    i = p->sp.repeat_last_n;
+    if (integer(body, "repeat_last_n", &i, err, errlen) != 0) return -1;
+    if (i < -1 || i > 0x7fffffff) return bn_err(err, errlen, "'repeat_last_n' must be -1 (all), 0 (off) or a count");
+    p->sp.repeat_last_n = (int)i;
+    if (num_float(body, "repeat_penalty", &p->sp.repeat_penalty, err, errlen) != 0 ||
+        num_float(body, "frequency_penalty", &p->sp.frequency_penalty, err, errlen) != 0 ||
+        num_float(body, "presence_penalty", &p->sp.presence_penalty, err, errlen) != 0)
+        return -1;
+    if (!(p->sp.repeat_penalty > 0)) return bn_err(err, errlen, "'repeat_penalty' must be > 0 (1 = off)");
     i = -1;
     if (integer(body, "seed", &i, err, errlen) != 0) return -1;
     if (i != -1 && i != 0xFFFFFFFFll) {
@@ -240,8 +255,9 @@ json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx) {
     return json_pack("{s:i,s:I,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:o,s:i,s:b,s:i,s:b,s:b,s:i,s:[sssssssss]}",
                      "n_predict", p->n_predict, "seed", (json_int_t)(p->seed_random ? 4294967295u : p->sp.seed),
                      "temperature", (double)p->sp.temperature, "top_k", p->sp.top_k, "top_p", (double)p->sp.top_p,
-                     "min_p", (double)p->sp.min_p, "typical_p", 1.0, "repeat_penalty", 1.0, "presence_penalty", 0.0,
-                     "repeat_last_n", 64, "frequency_penalty", 0.0, "stop", stop, "max_tokens", p->n_predict,
+                     "min_p", (double)p->sp.min_p, "typical_p", 1.0, "repeat_penalty", (double)p->sp.repeat_penalty,
+                     "presence_penalty", (double)p->sp.presence_penalty, "repeat_last_n", p->sp.repeat_last_n,
+                     "frequency_penalty", (double)p->sp.frequency_penalty, "stop", stop, "max_tokens", p->n_predict,
                      "stream", p->stream, "n_probs", p->n_probs, "post_sampling_probs", p->post_sampling_probs,
                      "ignore_eos", p->ignore_eos, "n_ctx", n_ctx, "samplers", "penalties", "dry", "top_n_sigma",
                      "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature");

@@ -11,9 +11,10 @@ void bn_task_params_free(bn_task_params *p);
 // -1 with err (400): unknown element types, out-of-range ids, several prompts.
 int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
                     int *n_out, char *err, size_t errlen);
-// bn_parse_task_params: body fields (n_predict/max_tokens, temperature, top_k, top_p, min_p, seed,
-// stop, n_probs, post_sampling_probs, cache_prompt, ignore_eos, stream, id_slot) and the prompt
-// → params. Returns 0 or -1 with err (400); on error nothing needs freeing.
+// bn_parse_task_params: body fields (n_predict/max_tokens, temperature, top_k, top_p, min_p, seed, repeat_last_n,
+// repeat_penalty, frequency_penalty, presence_penalty, stop, n_probs, post_sampling_probs, cache_prompt, ignore_eos,
+// stream, id_slot) and the prompt → params. Other llama-server fields are ignored (generation_settings shows what
+// was used). Returns 0 or -1 with err (400); on error nothing needs freeing.
 int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, bn_task_params *p, char *err,
                          size_t errlen);
 // bn_chat_prompt_json: the ChatML prompt (malloc'd) for the request's "messages" (string content or text parts;

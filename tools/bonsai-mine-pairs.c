@@ -191,6 +191,9 @@ int main(int argc, char **argv) {
     if (!out_path) { usage(stderr); return fail("-o/--out is required"); }
     if (reg_in) return regularise_main(reg_in, out_path, &rp, top, heldout_share, heldout_out);
     if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
+    if (bn_gen_params_penalized(&o.mine.gen))
+        return fail("repetition penalties are for bonsai-eval-loops (a penalty hides the loops mining looks for, and "
+                    "pair rows do not record it)");
     if (bn_path_is_gz(out_path)) return fail("mining output must be plain .jsonl (it is appended); use --regularise to write .gz");
     char default_log[4096];
     if (!gen_log) {

@@ -19,6 +19,9 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
                     "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]\n"
+                    "                  [--repeat-penalty X] [--repeat-last-n N] [--frequency-penalty X] [--presence-penalty X]\n"
+                    "  --repeat-penalty X (1 = off), --frequency-penalty X, --presence-penalty X (0 = off): llama.cpp's\n"
+                    "          repetition penalties over the last --repeat-last-n tokens of prompt + output (64; -1 all)\n"
                     "  -ngl N: layers on the GPU (CUDA builds; llama.cpp's -ngl): 0 (default) all on the CPU, >= the\n"
                     "          model's layer count all on the GPU, in between the last N layers + the output head on the\n"
                     "          GPU and the embedding + first layers on the CPU (-t threads)\n");
@@ -63,6 +66,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--top-k") && has) sp.top_k = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
         else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
         else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
+        else if (!strcmp(a, "--repeat-penalty") && has) sp.repeat_penalty = (float)bn_arg_float(T, a, argv[++i], 1e-6, 1e6);
+        else if (!strcmp(a, "--repeat-last-n") && has) sp.repeat_last_n = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
+        else if (!strcmp(a, "--frequency-penalty") && has) sp.frequency_penalty = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
+        else if (!strcmp(a, "--presence-penalty") && has) sp.presence_penalty = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
         else if (!strcmp(a, "--seed") && has) sp.seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
         else if (!strcmp(a, "-t") && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
         else if (!strcmp(a, "-c") && has) n_ctx = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
@@ -102,6 +109,7 @@ int main(int argc, char **argv) {
     bn_engine_state *st = bn_engine_state_new(eng, n_ctx, err, sizeof err);
     if (!st) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_sampler *smp = bn_sampler_new(&sp);
+    ids = xrealloc(ids, sizeof(int32_t) * (size_t)(n_prompt + n_gen + 1)); // prompt, then the output: the history
     int n_vocab = m->cfg.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)n_vocab);
     bn_forward_out out = {.logits = logits};
@@ -118,7 +126,9 @@ int main(int argc, char **argv) {
     int n_done = 0;
     double t1 = bn_time_ms();
     for (; n_done < n_gen; n_done++) {
+        bn_sampler_set_history(smp, ids, n_prompt + n_done);
         int32_t id = bn_sampler_sample(smp, logits, n_vocab);
+        ids[n_prompt + n_done] = id;
         if (!ignore_eos && bn_token_is_eog(tok, id)) break;
         int len = bn_token_to_piece(tok, id, piece, sizeof piece, false);
         if (len > 0) stream_put(&stream, piece, len);

@@ -226,6 +226,23 @@ int main(void) {
                 bn_gen_result_free(&a);
             }
             bn_gen_result_free(&b);
+            // repetition penalties (bonsai-eval-loops --presence-penalty ...): the server gets them too (the same
+            // ids both ways), and a presence penalty of 1e6 over the whole history leaves no token seen before
+            q.presence_penalty = 1e6f, q.repeat_last_n = -1, q.repeat_penalty = 1.3f, q.frequency_penalty = 0.5f;
+            q.n_predict = 24;
+            ra = hs ? hs->generate(hs, ids, n, &q, &a, err, sizeof err) : -1;
+            CHECK(ra == 0, "server generate, penalized: %s", err);
+            CHECK(ls->generate(ls, ids, n, &q, &b, err, sizeof err) == 0, "in-process generate, penalized: %s", err);
+            bool fresh = b.n > 0, same = ra == 0 && a.n == b.n;
+            for (int i = 0; i < b.n; i++) {
+                for (int k = 0; k < n; k++) fresh &= b.ids[i] != ids[k];
+                for (int k = 0; k < i; k++) fresh &= b.ids[i] != b.ids[k];
+                same &= ra == 0 && i < a.n && a.ids[i] == b.ids[i];
+            }
+            CHECK(fresh, "presence penalty 1e6: %d generated tokens, none seen before", b.n);
+            CHECK(same, "penalized: server and in-process give the same ids (n %d vs %d)", ra == 0 ? a.n : -1, b.n);
+            if (ra == 0) bn_gen_result_free(&a);
+            bn_gen_result_free(&b);
             free(ids);
             bn_source_free(hs);
             bn_source_free(ls);

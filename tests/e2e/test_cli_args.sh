@@ -15,10 +15,12 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 JUNK=("abc" "" "12x" "nan" "1e400")
 MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
   --top-p --min-p --seed --n-predict --n-probs --ctx -t --timeout --parallel --min-repeats --min-total-repeated
-  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl"
+  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl --repeat-last-n --repeat-penalty
+  --frequency-penalty --presence-penalty"
 # tool | arguments before the option | numeric options
 CASES=(
-  "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl"
+  "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl --repeat-penalty --repeat-last-n
+    --frequency-penalty --presence-penalty"
   "bonsai-speculative||--spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t -ngl --temp
     --top-k --top-p --min-p --seed"
   "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min
@@ -97,5 +99,10 @@ for opt in -p -n -t -ngl -npl -nv; do
     [ $st -eq 1 ] && grep -qF -- "'$v'" "$T/err" || bad "bonsai-bench $opt '$v': exit $st, $(head -c 200 "$T/err")"
   done
 done
+# mining refuses repetition penalties (they are for bonsai-eval-loops) before it reads anything
+checks=$((checks + 1))
+"$B/bonsai-mine-pairs" -m "$T/none.gguf" -p "$T/none.jsonl" -o "$T/p.jsonl" --repeat-penalty 1.1 > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF "bonsai-eval-loops" "$T/err" || bad "bonsai-mine-pairs --repeat-penalty: exit $st, $(head -c 200 "$T/err")"
 echo "test_cli_args: $checks checks, $fail failed"
 [ $fail -eq 0 ]

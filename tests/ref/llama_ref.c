@@ -39,6 +39,10 @@ static struct {
     REF_FN(llama_get_logits_ith);
     REF_FN(llama_tokenize);
     REF_FN(llama_token_to_piece);
+    REF_FN(llama_sampler_init_penalties);
+    REF_FN(llama_sampler_accept);
+    REF_FN(llama_sampler_apply);
+    REF_FN(llama_sampler_free);
 } L;
 
 struct llama_ref {
@@ -120,6 +124,10 @@ static bool ref_init(void) {
     SYM(L.h_llama, llama_get_logits_ith);
     SYM(L.h_llama, llama_tokenize);
     SYM(L.h_llama, llama_token_to_piece);
+    SYM(L.h_llama, llama_sampler_init_penalties);
+    SYM(L.h_llama, llama_sampler_accept);
+    SYM(L.h_llama, llama_sampler_apply);
+    SYM(L.h_llama, llama_sampler_free);
 #undef SYM
     L.llama_log_set(ref_log, NULL);
     // The CPU backend is a separate libggml-cpu-<variant>.so; ggml picks the best one for this CPU.
@@ -137,6 +145,22 @@ bool llama_ref_available(char *err, size_t errlen) {
     if (ref_init()) return true;
     ref_err(err, errlen, "%s", L.why);
     return false;
+}
+
+int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, int n_hist, int last_n, float repeat,
+                        float freq, float present, float *out) {
+    if (!ref_init()) return -1;
+    struct llama_sampler *s = L.llama_sampler_init_penalties(n_vocab, last_n, repeat, freq, present);
+    if (!s) return -1;
+    for (int i = 0; i < n_hist; i++) L.llama_sampler_accept(s, hist[i]);
+    llama_token_data *d = malloc(sizeof *d * (size_t)n_vocab);
+    for (int i = 0; i < n_vocab; i++) d[i] = (llama_token_data){i, logits[i], 0.0f};
+    llama_token_data_array a = {d, (size_t)n_vocab, -1, false};
+    L.llama_sampler_apply(s, &a);
+    for (size_t i = 0; i < a.size; i++) out[a.data[i].id] = a.data[i].logit;
+    free(d);
+    L.llama_sampler_free(s);
+    return 0;
 }
 
 // ref_open: shared part of the two loaders; n_ctx <= 0 means vocabulary only.

@@ -56,4 +56,10 @@ int llama_ref_tokenize(llama_ref *r, const char *text, int len, int32_t *out, in
 // returns its length in bytes or -1.
 int llama_ref_token_to_piece(llama_ref *r, int32_t token, char *buf, int n, bool special);
 
+// llama_ref_penalties: llama.cpp's penalties sampler (llama_sampler_init_penalties(n_vocab, last_n, repeat, freq,
+// present)) after llama_sampler_accept of hist[0..n_hist), applied to logits[0..n_vocab): the penalized logits into
+// out[0..n_vocab). Returns 0, or -1 when the library is not available.
+int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, int n_hist, int last_n, float repeat,
+                        float freq, float present, float *out);
+
 #endif

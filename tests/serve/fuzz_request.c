@@ -5,7 +5,7 @@
 //     as /v1/chat/completions does.
 // Checked beyond "no crash / no sanitizer report", for every accepted request: a non-empty prompt of in-vocabulary
 // ids, at most BN_MAX_STOP non-empty stop strings, n_probs in 0..n_vocab, top_p / min_p in [0, 1], a finite
-// temperature, and a "generation_settings" object that jansson can write (a value it cannot encode used to drop the
+// temperature, finite repetition penalties (repeat_penalty > 0, repeat_last_n >= -1), and a "generation_settings" object that jansson can write (a value it cannot encode used to drop the
 // field from the answer silently); a rendered chat prompt is valid UTF-8 (it becomes a JSON string).
 //
 // In the suite (any compiler) test serve_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
@@ -63,6 +63,9 @@ static void task(json_t *body, json_t *prompt) {
     must(p.n_probs >= 0 && p.n_probs <= n_vocab, "n_probs outside 0..n_vocab");
     must(p.sp.top_p >= 0 && p.sp.top_p <= 1 && p.sp.min_p >= 0 && p.sp.min_p <= 1, "top_p / min_p outside [0, 1]");
     must(isfinite(p.sp.temperature), "a temperature that is not finite");
+    must(p.sp.repeat_penalty > 0 && isfinite(p.sp.repeat_penalty) && isfinite(p.sp.frequency_penalty) &&
+             isfinite(p.sp.presence_penalty) && p.sp.repeat_last_n >= -1,
+         "repetition penalties outside their ranges");
     must(p.n_predict >= -1 && p.id_slot >= -1, "n_predict / id_slot below -1");
     json_t *gs = bn_generation_settings_json(&p, 4096);
     must(gs != NULL, "no generation_settings for an accepted request");

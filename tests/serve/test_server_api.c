@@ -298,6 +298,43 @@ static void test_tokenize(void) {
     json_decref(j);
 }
 
+// test_penalties: repeat_penalty & co. reach the sampler (a presence penalty of 1e6 over the whole history makes
+// greedy output avoid every token of the prompt and of itself), show in generation_settings, and change the output
+static void test_penalties(void) {
+    int st;
+    const char *prompt = "\"Once upon a time the cat sat on the mat and the cat sat on the mat\"";
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"n_predict\":24,\"temperature\":0,\"return_tokens\":true}", prompt);
+    json_t *plain = post_json("/completion", body, &st);
+    CHECK(st == 200 && plain, "plain greedy completion");
+    snprintf(body, sizeof body,
+             "{\"prompt\":%s,\"n_predict\":24,\"temperature\":0,\"presence_penalty\":1e6,\"repeat_last_n\":-1,"
+             "\"repeat_penalty\":1.25,\"frequency_penalty\":0.5}", prompt);
+    json_t *pen = post_json("/completion", body, &st);
+    CHECK(st == 200 && pen, "penalized greedy completion");
+    json_t *tk = json_object_get(pen, "tokens"), *gs = json_object_get(pen, "generation_settings");
+    json_t *tz = post_json("/tokenize", "{\"content\":\"Once upon a time the cat sat on the mat and the cat sat on the mat\"}", &st);
+    json_t *ptoks = json_object_get(tz, "tokens");
+    CHECK(json_array_size(tk) == 24 && json_array_size(ptoks) > 0, "24 tokens, a tokenized prompt");
+    bool fresh = true; // no generated token repeats the prompt or an earlier generated token
+    for (size_t i = 0; i < json_array_size(tk); i++) {
+        json_int_t id = json_integer_value(json_array_get(tk, i));
+        for (size_t k = 0; k < json_array_size(ptoks); k++) fresh &= id != json_integer_value(json_array_get(ptoks, k));
+        for (size_t k = 0; k < i; k++) fresh &= id != json_integer_value(json_array_get(tk, k));
+    }
+    CHECK(fresh, "presence_penalty 1e6 over the whole history: no generated token seen before");
+    CHECK(json_real_value(json_object_get(gs, "presence_penalty")) == 1e6 &&
+              json_real_value(json_object_get(gs, "repeat_penalty")) == 1.25 &&
+              json_real_value(json_object_get(gs, "frequency_penalty")) == 0.5 &&
+              json_integer_value(json_object_get(gs, "repeat_last_n")) == -1,
+          "generation_settings shows the penalties");
+    CHECK(strcmp(json_string_value(json_object_get(plain, "content")), json_string_value(json_object_get(pen, "content"))),
+          "the penalties change the greedy output");
+    json_decref(plain);
+    json_decref(pen);
+    json_decref(tz);
+}
+
 int main(void) {
     if (fixture_model(&F, "tiny") != 0) return printf("FAIL: cannot generate the tiny model\n"), 1; // a bug, not a missing tool
     const char *args[] = {"-np", "2", "-c", "256", "--metrics", NULL};
@@ -309,6 +346,7 @@ int main(void) {
     test_completion_matches_engine();
     test_openai_routes();
     test_tokenize();
+    test_penalties();
     CHECK(fixture_stop(&F) == 0, "SIGTERM → exit 0");
     return test_done("test_server_api");
 }

@@ -50,6 +50,11 @@ int main(void) {
     BAD("/completion", "{\"prompt\": \"x\", \"temperature\": [1]}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"top_p\": 7}", 400, ire);          // out of range
     BAD("/completion", "{\"prompt\": \"x\", \"temperature\": 1e300}", 400, ire); // inf as a float
+    BAD("/completion", "{\"prompt\": \"x\", \"repeat_penalty\": 0}", 400, ire);  // a division by it
+    BAD("/completion", "{\"prompt\": \"x\", \"repeat_penalty\": \"1.1\"}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"repeat_last_n\": -2}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"presence_penalty\": -1e300}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"frequency_penalty\": [1]}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"n_probs\": -3}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"stop\": 5}", 400, ire);
     BAD("/completion", "{\"prompt\": [1, 2, 99999999]}", 400, ire);             // token id out of range

@@ -146,6 +146,16 @@ int main(void) {
     http_request(F.port, "GET", "/slots", NULL, 0, NULL, &r);
     CHECK(r.body && strstr(r.body, "\"speculative\":true"), "/slots speculative");
     http_resp_free(&r);
+    // repetition penalties: refused with speculation (its verify passes pick without a history), neutral ones taken
+    const char *pen = "{\"prompt\":\"Once upon\",\"n_predict\":4,\"temperature\":0,\"repeat_penalty\":1.1}";
+    const char *neutral = "{\"prompt\":\"Once upon\",\"n_predict\":4,\"temperature\":0,\"repeat_penalty\":1,"
+                          "\"presence_penalty\":0,\"frequency_penalty\":0}";
+    http_request(F.port, "POST", "/completion", pen, strlen(pen), NULL, &r);
+    CHECK(r.status == 400 && r.body && strstr(r.body, "speculative"), "repeat_penalty with -md: 400 (%d)", r.status);
+    http_resp_free(&r);
+    http_request(F.port, "POST", "/completion", neutral, strlen(neutral), NULL, &r);
+    CHECK(r.status == 200, "neutral penalties with -md: 200 (%d)", r.status);
+    http_resp_free(&r);
     CHECK(fixture_stop(&F) == 0, "clean exit");
     json_decref(spec);
 

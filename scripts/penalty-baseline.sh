@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# scripts/penalty-baseline.sh — decoding-time repetition penalties as the baseline FTPO has to beat: the greedy loop
+# rate on the held-out prompts of a demo run's base models with llama.cpp's penalties (bonsai-eval-loops
+# --repeat-penalty / --frequency-penalty / --presence-penalty over --repeat-last-n tokens), beside that run's own rows
+# for the base and antidoom models (OUT/eval-*.json). Settings as scripts/demo.sh's evaluate(): greedy, plain ChatML,
+# --ctx 2048, every held-out prompt, --n-predict $DEMO_NPREDICT (256).
+#   scripts/penalty-baseline.sh OUT [BUILD]      OUT: a finished demo's output folder (default build: build)
+#   PENALTIES="repeat=1.1 repeat=1.3,last=-1 ..."  the settings (each: comma-separated repeat= frequency= presence=
+#                                                 last=; default below), PENALTY_THREADS (2)
+# Writes OUT/penalty-baseline.md (the table, atomically), OUT/eval-pen-*.json and their completions
+# (OUT/eval-pen-*.gen.jsonl); prints the table. Takes ~2.5 min on 2 cores for the default settings and 3 models.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: scripts/penalty-baseline.sh OUT [BUILD]}
+T=${2:-$root/build}/tools
+[ -x "$T/bonsai-eval-loops" ] || { echo "penalty-baseline: $T/bonsai-eval-loops not built" >&2; exit 1; }
+command -v jq > /dev/null || { echo "penalty-baseline: jq missing (./bonsai.sh deps)" >&2; exit 1; }
+pheld=$root/data/prompts/heldout.jsonl
+npred=${DEMO_NPREDICT:-256}
+th=${PENALTY_THREADS:-2}
+settings=${PENALTIES:-"repeat=1.1 repeat=1.3 repeat=1.1,last=-1 frequency=0.5 presence=0.5 presence=2"}
+
+# flags SETTING: the eval-loops options of one setting ("repeat=1.1,last=-1" -> --repeat-penalty 1.1 --repeat-last-n -1)
+flags() {
+    local kv
+    IFS=',' read -ra kv <<< "$1"
+    for x in "${kv[@]}"; do
+        case ${x%%=*} in
+            repeat) printf '%s\n' --repeat-penalty "${x#*=}" ;;
+            frequency) printf '%s\n' --frequency-penalty "${x#*=}" ;;
+            presence) printf '%s\n' --presence-penalty "${x#*=}" ;;
+            last) printf '%s\n' --repeat-last-n "${x#*=}" ;;
+            *) echo "penalty-baseline: unknown setting '$x' (repeat= frequency= presence= last=)" >&2; exit 1 ;;
+        esac
+    done
+}
+
+# row LABEL JSON: one table row from an eval-loops JSON
+row() {
+    jq -r --arg l "$1" '"| \($l) | \(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)), CI \(.loop_rate_ci95[0] * 1000 | round / 10)-\(.loop_rate_ci95[1] * 1000 | round / 10)% | \(.mean_length * 10 | round / 10) |"' "$2"
+}
+
+models=()
+for q in f16 Q1_0 Q2_0; do [ -f "$out/base-$q.gguf" ] && models+=("$q"); done
+[ ${#models[@]} -gt 0 ] || { echo "penalty-baseline: no base-*.gguf in $out (run ./bonsai.sh demo first)" >&2; exit 1; }
+table=$(mktemp)
+trap 'rm -f "$table"' EXIT
+{
+    echo "| model | decoding | loop rate (greedy, held-out; 95 % CI) | mean len |"
+    echo "|---|---|---|---|"
+} > "$table"
+for q in "${models[@]}"; do
+    [ -f "$out/eval-base-$q.json" ] && row "base-$q | plain" "$out/eval-base-$q.json" >> "$table"
+    for s in $settings; do
+        mapfile -t f < <(flags "$s")
+        j=$out/eval-pen-$q-${s//[=,]/_}.json
+        "$T/bonsai-eval-loops" -m "$out/base-$q.gguf" -p "$pheld" --thinking -1 -t "$th" --ctx 2048 --temp 0 \
+            --n-predict "$npred" "${f[@]}" --label "base-$q $s" --json "$j" --gen-log "${j%.json}.gen.jsonl" > /dev/null
+        row "base-$q | $s" "$j" >> "$table"
+        echo "base-$q $s: $(jq -r .loop_rate "$j")" >&2
+    done
+    for label in $(cd "$out" && ls eval-antidoom-*.json 2>/dev/null | sed 's/^eval-//; s/\.json$//'); do
+        sel=$([ "$(cat "$out/selected-$q.txt" 2>/dev/null)" = "$label" ] && echo " (selected on validation)" || true)
+        case $label in *-"$q"|*-"$q"-*) row "$label$sel | plain" "$out/eval-$label.json" >> "$table" ;; esac
+    done
+done
+cp "$table" "$out/penalty-baseline.md.tmp" && mv "$out/penalty-baseline.md.tmp" "$out/penalty-baseline.md"
+cat "$out/penalty-baseline.md"
