@@ -2,8 +2,8 @@
 // Compiled against third_party/llama.cpp/include/llama.h for the types; every function is resolved
 // with dlsym so nothing links against the reference at build time.
 #include "tests/ref/llama_ref.h"
+#include "core/util.h"
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,15 +53,6 @@ struct llama_ref {
     int n_past; // tokens in the current state
 };
 
-static int ref_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 const char *llama_ref_lib_dir(char *buf, size_t n) {
     const char *dir = getenv("BONSAI_LLAMA_LIB_DIR");
@@ -143,7 +134,7 @@ static bool ref_init(void) {
 
 bool llama_ref_available(char *err, size_t errlen) {
     if (ref_init()) return true;
-    ref_err(err, errlen, "%s", L.why);
+    bn_err(err, errlen, "%s", L.why);
     return false;
 }
 
@@ -165,15 +156,15 @@ int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, i
 
 // ref_open: shared part of the two loaders; n_ctx <= 0 means vocabulary only.
 static llama_ref *ref_open(const char *gguf, int n_ctx, int n_threads, char *err, size_t errlen) {
-    if (!ref_init()) { ref_err(err, errlen, "%s", L.why); return NULL; }
+    if (!ref_init()) { bn_err(err, errlen, "%s", L.why); return NULL; }
     struct llama_model_params mp = L.llama_model_default_params();
     mp.n_gpu_layers = 0;
     mp.vocab_only = n_ctx <= 0;
     mp.use_extra_bufts = false; // no weight repacking: plain ggml CPU kernels
     struct llama_model *model = L.llama_model_load_from_file(gguf, mp);
-    if (!model) { ref_err(err, errlen, "llama.cpp could not load %s", gguf); return NULL; }
+    if (!model) { bn_err(err, errlen, "llama.cpp could not load %s", gguf); return NULL; }
     llama_ref *r = calloc(1, sizeof *r);
-    if (!r) { L.llama_model_free(model); ref_err(err, errlen, "out of memory"); return NULL; }
+    if (!r) { L.llama_model_free(model); bn_err(err, errlen, "out of memory"); return NULL; }
     r->model = model;
     r->vocab = L.llama_model_get_vocab(model);
     r->n_vocab = L.llama_vocab_n_tokens(r->vocab);
@@ -196,7 +187,7 @@ static llama_ref *ref_open(const char *gguf, int n_ctx, int n_threads, char *err
         if (!r->ctx) {
             L.llama_model_free(model);
             free(r);
-            ref_err(err, errlen, "llama.cpp could not create a context (n_ctx %d) for %s", n_ctx, gguf);
+            bn_err(err, errlen, "llama.cpp could not create a context (n_ctx %d) for %s", n_ctx, gguf);
             return NULL;
         }
         r->n_ctx = n_ctx;
@@ -205,7 +196,7 @@ static llama_ref *ref_open(const char *gguf, int n_ctx, int n_threads, char *err
 }
 
 llama_ref *llama_ref_load(const char *gguf, int n_ctx, int n_threads, char *err, size_t errlen) {
-    if (n_ctx <= 0) { ref_err(err, errlen, "llama_ref_load: n_ctx must be > 0"); return NULL; }
+    if (n_ctx <= 0) { bn_err(err, errlen, "llama_ref_load: n_ctx must be > 0"); return NULL; }
     return ref_open(gguf, n_ctx, n_threads, err, errlen);
 }
 
