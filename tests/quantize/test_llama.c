@@ -3,9 +3,10 @@
 //    finite logits correlated with the F16 model's (bounds below);
 // 2. with --pure, every quantized tensor equals ggml_quantize_chunk (libggml-base) on the same fp32 rows,
 //    for Q1_0, Q2_0, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, TQ1_0, TQ2_0 (where this build has the quantizer);
-// 3. if third_party/llama.cpp/build/bin/llama-quantize exists (scripts/build-llamacpp.sh): our files equal
-//    llama-quantize's byte for byte: --pure Q1_0/Q2_0/Q8_0; default mixes Q4_0/Q4_1/Q6_K/TQ1_0/TQ2_0;
-//    Q1_0/Q2_0 with --llama-mix; a tied model; a --tensor-type regex.
+// 3. our files equal llama-quantize's byte for byte (its engine, llama_model_quantize in the same libllama, with the
+//    tool's defaults: tests/ref's llama_ref_quantize): --pure Q1_0/Q2_0/Q8_0/Q4_K; default mixes Q4_0/Q4_1/Q6_K/
+//    TQ1_0/TQ2_0/Q4_K_M/Q4_K_S/Q5_K_M/Q5_K_S/Q5_0/Q5_1; Q1_0/Q2_0 with --llama-mix; a tied model; a qwen3 model;
+//    a --tensor-type regex.
 // Skips (77) with a message when the llama.cpp reference is missing.
 #include "tests/test.h"
 #include "tests/ref/llama_ref.h"
@@ -182,43 +183,39 @@ static bool files_equal(const char *a, const char *b) {
 
 // Part 3: whole files vs llama-quantize (same rules, KV order, tensor order, padding).
 static void test_llama_quantize(void) {
-    char exe[400];
-    test_third_party(exe, sizeof exe, "llama.cpp/build/bin/llama-quantize");
-    if (access(exe, X_OK) != 0) {
-        printf("note: %s not built (scripts/build-llamacpp.sh); byte comparison with llama-quantize skipped\n", exe);
-        return;
-    }
-    // src: untied or tied model; ours: pure / llama_mix / one --tensor-type rule; theirs: llama-quantize flags
-    struct { const char *src, *type; bool pure, mix; const char *rule, *llama_flags; } cases[] = {
-        {"f16-src.gguf", "Q1_0", true, false, NULL, "--pure"},
-        {"f16-src.gguf", "Q2_0", true, false, NULL, "--pure"},
-        {"f16-src.gguf", "Q8_0", true, false, NULL, "--pure"},
-        {"f16-src.gguf", "Q4_0", false, false, NULL, ""},
-        {"f16-src.gguf", "Q4_1", false, false, NULL, ""},
-        {"f16-src.gguf", "Q6_K", false, false, NULL, ""},
-        {"f16-src.gguf", "TQ1_0", false, false, NULL, ""},
-        {"f16-src.gguf", "TQ2_0", false, false, NULL, ""},
-        {"f16-src.gguf", "Q1_0", false, true, NULL, ""},
-        {"f16-src.gguf", "Q2_0", false, true, NULL, ""},
-        {"f16-tied.gguf", "Q2_0", false, true, NULL, ""},
-        {"f16-tied.gguf", "Q4_0", false, false, NULL, ""},
-        {"f16-src.gguf", "Q2_0", false, true, "ATTN_.*=q8_0", "--tensor-type 'ATTN_.*=q8_0'"},
+    // src: untied or tied model; ours: pure / llama_mix / one --tensor-type rule; theirs: the same type name, --pure
+    // and rule
+    struct { const char *src, *type; bool pure, mix; const char *rule; } cases[] = {
+        {"f16-src.gguf", "Q1_0", true, false, NULL},
+        {"f16-src.gguf", "Q2_0", true, false, NULL},
+        {"f16-src.gguf", "Q8_0", true, false, NULL},
+        {"f16-src.gguf", "Q4_0", false, false, NULL},
+        {"f16-src.gguf", "Q4_1", false, false, NULL},
+        {"f16-src.gguf", "Q6_K", false, false, NULL},
+        {"f16-src.gguf", "TQ1_0", false, false, NULL},
+        {"f16-src.gguf", "TQ2_0", false, false, NULL},
+        {"f16-src.gguf", "Q1_0", false, true, NULL},
+        {"f16-src.gguf", "Q2_0", false, true, NULL},
+        {"f16-tied.gguf", "Q2_0", false, true, NULL},
+        {"f16-tied.gguf", "Q4_0", false, false, NULL},
+        {"f16-src.gguf", "Q2_0", false, true, "ATTN_.*=q8_0"},
         // K-quant mixtures (use_more_bits attn_v/attn_qkv/ffn_down -> q6_K) and the Q5 formats
-        {"f16-src.gguf", "Q4_K_M", false, false, NULL, ""},
-        {"f16-tied.gguf", "Q4_K", false, false, NULL, ""},
-        {"f16-src.gguf", "Q4_K", true, false, NULL, "--pure"},
-        {"f16-src.gguf", "Q5_0", false, false, NULL, ""},
-        {"f16-tied.gguf", "Q5_1", false, false, NULL, ""},
+        {"f16-src.gguf", "Q4_K_M", false, false, NULL},
+        {"f16-tied.gguf", "Q4_K", false, false, NULL},
+        {"f16-src.gguf", "Q4_K", true, false, NULL},
+        {"f16-src.gguf", "Q5_0", false, false, NULL},
+        {"f16-tied.gguf", "Q5_1", false, false, NULL},
         // qwen3, 8 layers, n_ff 320: ffn_down rows fall back (q4_K -> q5_0, q6_K -> q8_0)
-        {"f16-qwen3.gguf", "Q4_K_M", false, false, NULL, ""},
-        {"f16-qwen3.gguf", "Q5_1", false, false, NULL, ""},
-        {"f16-src.gguf", "Q4_K_S", false, false, NULL, ""},   // q5_K attn_v-like (first 4) and ffn_down
-        {"f16-qwen3.gguf", "Q4_K_S", false, false, NULL, ""}, // q5_K -> q5_1 fallback on ffn_down
-        {"f16-src.gguf", "Q5_K_M", false, false, NULL, ""},
-        {"f16-qwen3.gguf", "Q5_K_S", false, false, NULL, ""},
+        {"f16-qwen3.gguf", "Q4_K_M", false, false, NULL},
+        {"f16-qwen3.gguf", "Q5_1", false, false, NULL},
+        {"f16-src.gguf", "Q4_K_S", false, false, NULL},   // q5_K attn_v-like (first 4) and ffn_down
+        {"f16-qwen3.gguf", "Q4_K_S", false, false, NULL}, // q5_K -> q5_1 fallback on ffn_down
+        {"f16-src.gguf", "Q5_K_M", false, false, NULL},
+        {"f16-qwen3.gguf", "Q5_K_S", false, false, NULL},
     };
+    int n_same = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char ours[64], theirs[64], cmd[1600];
+        char ours[64], theirs[64];
         snprintf(ours, sizeof ours, "cmp-ours-%zu.gguf", c);
         snprintf(theirs, sizeof theirs, "cmp-llama-%zu.gguf", c);
         bn_quantize_params p = bn_quantize_params_default();
@@ -233,17 +230,19 @@ static void test_llama_quantize(void) {
         int rc = bn_quantize_file(&p, path_of(cases[c].src), path_of(ours), err, sizeof err);
         CHECK(rc == 0, "quantize %s: %s", cases[c].type, err);
         if (rc != 0) continue;
-        snprintf(cmd, sizeof cmd, "'%s' %s '%s' '%s' %s 2 > '%s' 2>&1", exe, cases[c].llama_flags, path_of(cases[c].src),
-                 path_of(theirs), cases[c].type, path_of("llama-quantize.log"));
-        rc = system(cmd);
-        CHECK(rc == 0, "llama-quantize %s failed (log %s)", cases[c].type, path_of("llama-quantize.log"));
+        rc = llama_ref_quantize(path_of(cases[c].src), path_of(theirs), cases[c].type, cases[c].pure,
+                                cases[c].rule ? "ATTN_.*" : NULL, BN_Q8_0, 2, err, sizeof err);
+        CHECK(rc == 0, "llama-quantize %s: %s", cases[c].type, err);
         if (rc != 0) continue;
         bool eq = files_equal(path_of(ours), path_of(theirs));
-        CHECK(eq, "case %zu: bonsai-quantize %s == llama-quantize %s %s on %s byte for byte", c, cases[c].type,
-              cases[c].llama_flags, cases[c].type, cases[c].src);
-        printf("llama-quantize %-28s %-5s on %-13s: %s\n", cases[c].llama_flags, cases[c].type, cases[c].src,
+        n_same += eq;
+        CHECK(eq, "case %zu: bonsai-quantize %s == llama-quantize %s%s on %s byte for byte", c, cases[c].type,
+              cases[c].pure ? "--pure " : "", cases[c].type, cases[c].src);
+        printf("llama-quantize %-6s %-22s %-6s on %-14s: %s\n", cases[c].pure ? "--pure" : "",
+               cases[c].rule ? "--tensor-type ATTN_.*=q8_0" : "", cases[c].type, cases[c].src,
                eq ? "byte-identical" : "DIFFERENT");
     }
+    printf("llama-quantize: %d of %zu files byte-identical\n", n_same, sizeof cases / sizeof cases[0]);
 }
 
 int main(void) {

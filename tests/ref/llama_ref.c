@@ -3,6 +3,7 @@
 // with dlsym so nothing links against the reference at build time.
 #include "tests/ref/llama_ref.h"
 #include "core/util.h"
+#include <ctype.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,8 @@ static struct {
     REF_FN(llama_sampler_accept);
     REF_FN(llama_sampler_apply);
     REF_FN(llama_sampler_free);
+    REF_FN(llama_model_quantize_default_params);
+    REF_FN(llama_model_quantize);
 } L;
 
 struct llama_ref {
@@ -119,6 +122,8 @@ static bool ref_init(void) {
     SYM(L.h_llama, llama_sampler_accept);
     SYM(L.h_llama, llama_sampler_apply);
     SYM(L.h_llama, llama_sampler_free);
+    SYM(L.h_llama, llama_model_quantize_default_params);
+    SYM(L.h_llama, llama_model_quantize);
 #undef SYM
     L.llama_log_set(ref_log, NULL);
     // The CPU backend is a separate libggml-cpu-<variant>.so; ggml picks the best one for this CPU.
@@ -151,6 +156,40 @@ int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, i
     for (size_t i = 0; i < a.size; i++) out[a.data[i].id] = a.data[i].logit;
     free(d);
     L.llama_sampler_free(s);
+    return 0;
+}
+
+int llama_ref_quantize(const char *in, const char *out, const char *type, bool pure, const char *tt_pattern, int tt_type,
+                       int n_threads, char *err, size_t errlen) {
+    // llama-quantize's names (tools/quantize/quantize.cpp QUANT_OPTIONS; "Q4_K" / "Q5_K" are its aliases of _M)
+    static const struct { const char *name; enum llama_ftype ftype; } names[] = {
+        {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},     {"Q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},     {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
+        {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},     {"Q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},     {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},
+        {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"Q4_K", LLAMA_FTYPE_MOSTLY_Q4_K_M},   {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
+        {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M}, {"Q5_K", LLAMA_FTYPE_MOSTLY_Q5_K_M},   {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},
+        {"TQ1_0", LLAMA_FTYPE_MOSTLY_TQ1_0},   {"TQ2_0", LLAMA_FTYPE_MOSTLY_TQ2_0},   {"Q1_0", LLAMA_FTYPE_MOSTLY_Q1_0},
+        {"Q2_0", LLAMA_FTYPE_MOSTLY_Q2_0},     {"F16", LLAMA_FTYPE_MOSTLY_F16},       {"BF16", LLAMA_FTYPE_MOSTLY_BF16},
+    };
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (!strcmp(names[i].name, type)) k = i;
+    if (k < 0) return bn_err(err, errlen, "llama_ref_quantize: no llama_ftype for '%s'", type);
+    if (!ref_init()) return bn_err(err, errlen, "%s", L.why);
+    llama_model_quantize_params p = L.llama_model_quantize_default_params();
+    p.ftype = names[k].ftype;
+    p.pure = pure;
+    p.nthread = n_threads;
+    // llama-quantize's --tensor-type NAME=TYPE: the name lowercased, a list ended by {NULL, GGML_TYPE_COUNT}
+    char pat[256];
+    struct llama_model_tensor_override tt[2] = {{NULL, GGML_TYPE_COUNT}, {NULL, GGML_TYPE_COUNT}};
+    if (tt_pattern) {
+        size_t i = 0;
+        for (; tt_pattern[i] && i + 1 < sizeof pat; i++) pat[i] = (char)tolower((unsigned char)tt_pattern[i]);
+        pat[i] = 0;
+        tt[0] = (struct llama_model_tensor_override){pat, (enum ggml_type)tt_type};
+        p.tt_overrides = tt;
+    }
+    if (L.llama_model_quantize(in, out, &p) != 0) return bn_err(err, errlen, "llama_model_quantize failed on %s", in);
     return 0;
 }
 

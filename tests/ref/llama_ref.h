@@ -56,6 +56,11 @@ int llama_ref_tokenize(llama_ref *r, const char *text, int len, int32_t *out, in
 // returns its length in bytes or -1.
 int llama_ref_token_to_piece(llama_ref *r, int32_t token, char *buf, int n, bool special);
 
+// llama_ref_quantize: what `llama-quantize [--pure] [--tensor-type PATTERN=TYPE] in out TYPE N_THREADS` does (its
+// engine, llama_model_quantize, with the tool's defaults): type is one of llama-quantize's names (Q1_0, Q2_0, Q4_0,
+// Q4_K_M, "Q4_K", TQ2_0, ...), tt_type a ggml type id, tt_pattern NULL for no --tensor-type. Returns 0, or -1 with err.
+int llama_ref_quantize(const char *in, const char *out, const char *type, bool pure, const char *tt_pattern, int tt_type,
+                       int n_threads, char *err, size_t errlen);
 // llama_ref_penalties: llama.cpp's penalties sampler (llama_sampler_init_penalties(n_vocab, last_n, repeat, freq,
 // present)) after llama_sampler_accept of hist[0..n_hist), applied to logits[0..n_vocab): the penalized logits into
 // out[0..n_vocab). Returns 0, or -1 when the library is not available.
