@@ -679,11 +679,22 @@ int bn_spec_round_end(bn_spec *sp, bn_sampler *smp, double ms, int32_t *out, cha
                       bn_engine_state_pos(sp->ts), sp->vpos0 + nd + 1);
     pass_ran(sp, nd + 1, ms);
     if (ms > 0) sp->st.ms_verify += ms;
+    // repetition penalties (bn_sampler_needs_history) count what precedes row j's pick: the committed tokens
+    // hist[0..n_past), then tok[0..j] (written behind them; commit_rows writes the kept ones there again)
+    const bool with_hist = bn_sampler_needs_history(smp);
+    if (with_hist) {
+        if (sp->n_hist != sp->n_past)
+            return bn_err(err, errlen, "spec: the token history has %d of %d tokens (repetition penalties need all)",
+                          sp->n_hist, sp->n_past);
+        memcpy(sp->hist + sp->n_past, tok, sizeof(int32_t) * (size_t)(nd + 1));
+        bn_sampler_set_history(smp, sp->hist, sp->n_past + 1);
+    }
     // accept by sample-and-compare: t_j = sample(row j) (bn_sampler_pick); accept d_j while it equals t_j
     int j = 0;
     int32_t t = bn_sampler_pick(smp, vo, 0, V);
     while (j < nd && t == tok[1 + j]) {
         j++;
+        if (with_hist) bn_sampler_set_history(smp, sp->hist, sp->n_past + j + 1);
         t = bn_sampler_pick(smp, vo, j, V);
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)

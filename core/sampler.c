@@ -50,6 +50,8 @@ bool bn_sampler_params_penalized(const bn_sampler_params *p) {
            (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
 
+bool bn_sampler_needs_history(const bn_sampler *s) { return bn_sampler_params_penalized(&s->par); }
+
 void bn_sampler_set_history(bn_sampler *s, const int32_t *tokens, int n) {
     s->hist = tokens;
     s->n_hist = tokens && n > 0 ? n : 0;

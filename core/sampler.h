@@ -38,6 +38,8 @@ void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 // bn_sampler_params_penalized: true when p penalizes repetition (repeat_last_n != 0 and a penalty that is not
 // neutral): then a sampler's every pick needs the whole logits row and the history.
 bool bn_sampler_params_penalized(const bn_sampler_params *p);
+// bn_sampler_needs_history: bn_sampler_params_penalized of s's parameters.
+bool bn_sampler_needs_history(const bn_sampler *s);
 // bn_sampler_set_history: the tokens before the one to be sampled (prompt and generated ones, oldest first; the
 // caller's array, read by the next picks until set again): what the penalties count. Without it they count nothing.
 void bn_sampler_set_history(bn_sampler *s, const int32_t *tokens, int n);

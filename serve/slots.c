@@ -212,10 +212,11 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     bn_sampler_params sp = p->sp;
     if (p->seed_random) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)t << 16);
     bn_sampler *smp = bn_sampler_new(&sp);
-    // what the penalties count (bn_sampler_set_history): the prompt, then each generated token
+    // what the penalties count (bn_sampler_set_history): the prompt, then each generated token (a speculative slot's
+    // rounds keep their own: core/dspark_spec.c)
     int32_t *hist = NULL;
     int n_hist = 0, hist_cap = 0;
-    if (bn_sampler_params_penalized(&sp)) {
+    if (bn_sampler_params_penalized(&sp) && !sl->spec) {
         hist_cap = p->n_prompt + 256;
         hist = xmalloc(sizeof(int32_t) * (size_t)hist_cap);
         memcpy(hist, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -525,13 +526,6 @@ bn_task *bn_slots_submit(bn_slots *S, bn_task_params *params, char *err, size_t 
         *code = 400;
         bn_err(err, errlen, "input (%d tokens) is larger than the max context size (%d tokens). skipping",
                params->n_prompt, S->p.n_ctx);
-        bn_task_params_free(params);
-        return NULL;
-    }
-    if (bn_sampler_params_penalized(&params->sp) && (S->p.drafter || S->p.spec.type == BN_SPEC_ORACLE)) { // verify passes pick without a history
-        *code = 400;
-        bn_err(err, errlen, "repeat_penalty / frequency_penalty / presence_penalty are not supported with speculative "
-                            "decoding (-md); send them as 1 / 0 / 0, or run the server without a drafter");
         bn_task_params_free(params);
         return NULL;
     }

@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "                           0: restore the state before the verify and re-run the accepted tokens\n"
             "  -n N                     tokens to predict (default 64)   -c N  context (default 4096)\n"
             "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
+            "  --repeat-penalty F (1 = off)  --frequency-penalty F  --presence-penalty F (0 = off)  --repeat-last-n N\n"
+            "                           llama.cpp's repetition penalties over the last N tokens (64; -1 all)\n"
             "  -e                       process escapes (\\n, \\t) in the prompt\n"
             "  -ngl N                   target layers on the GPU (CUDA builds): 0 all on the CPU (default), >= its\n"
             "                           layer count all on the GPU, in between the last N layers + the output head\n"
@@ -108,6 +110,10 @@ int main(int argc, char **argv) {
         else if (OPT("--top-k")) smp.top_k = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
         else if (OPT("--top-p")) smp.top_p = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1);
         else if (OPT("--min-p")) smp.min_p = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1);
+        else if (OPT("--repeat-penalty")) smp.repeat_penalty = (float)bn_arg_float("bonsai-speculative", a, v, 1e-6, 1e6);
+        else if (OPT("--repeat-last-n")) smp.repeat_last_n = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
+        else if (OPT("--frequency-penalty")) smp.frequency_penalty = (float)bn_arg_float("bonsai-speculative", a, v, -1e6, 1e6);
+        else if (OPT("--presence-penalty")) smp.presence_penalty = (float)bn_arg_float("bonsai-speculative", a, v, -1e6, 1e6);
         else if (OPT("--seed") || OPT("-s")) smp.seed = (uint64_t)bn_arg_int("bonsai-speculative", a, v, 0, INT64_MAX);
         else if (OPT("--spec-snap-mem")) sp.cpu_snap_bytes = (size_t)bn_arg_int("bonsai-speculative", a, v, 0, 1 << 20) << 20;
         else if (strcmp(a, "--no-adaptive") == 0) sp.adaptive = false;

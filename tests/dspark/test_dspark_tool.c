@@ -68,6 +68,20 @@ int main(void) {
     CHECK(strstr(out, "accept    = 100.000%") != NULL, "oracle acceptance 100%%:\n%s", out);
     CHECK(strstr(out, "MEASUREMENT AID") != NULL, "oracle is labelled as a measurement aid");
 
+    // repetition penalties: the verify passes pick with the history, so greedy dspark text == plain text again
+    const char *pen = "-p 'the cat sat' -n 48 --temp 0 -t 2 --spec-draft-n-max 4 --repeat-penalty 1.5 --presence-penalty 3 "
+                      "--repeat-last-n -1";
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type none %s", build, tpath, pen);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "none, penalized: %s", out);
+    char t3[1 << 15];
+    text_of(out, t3, sizeof t3);
+    CHECK(!same_prefix(t1, t3), "the penalties change the greedy text");
+    snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -md %s --spec-type draft-dspark --no-adaptive %s", build,
+             tpath, dpath, pen);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "dspark, penalized: %s", out);
+    text_of(out, t2, sizeof t2);
+    CHECK(same_prefix(t3, t2) && field(out, "n_drafted = ") > 0, "penalized greedy text differs:\n%s\nvs\n%s", t3, t2);
+
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s --spec-type draft-dspark -p x", build, tpath);
     CHECK(fx_run(cmd, out, sizeof out) == 1 && strstr(out, "needs -md"), "missing -md: %s", out);
     snprintf(cmd, sizeof cmd, "%s/bonsai-speculative -m %s -p x", build, tpath);

@@ -21,7 +21,8 @@ MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-
 CASES=(
   "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl --repeat-penalty --repeat-last-n
     --frequency-penalty --presence-penalty"
-  "bonsai-speculative||--spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t -ngl --temp
+  "bonsai-speculative||--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty
+    --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t -ngl --temp
     --top-k --top-p --min-p --seed"
   "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min
     --spec-snap-mem"

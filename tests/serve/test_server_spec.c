@@ -16,6 +16,10 @@
 
 static server_fixture F;
 static const char *REQ = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,\"temperature\":0,\"n_probs\":3}";
+// greedy with repetition penalties: each verified row's pick counts the committed tokens and the drafts before it
+static const char *REQ_PEN = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,\"temperature\":0,\"n_probs\":3,"
+                             "\"repeat_penalty\":1.5,\"presence_penalty\":3,\"frequency_penalty\":0.5,"
+                             "\"repeat_last_n\":-1}";
 
 // two requests with a shared prefix (token ids of the tiny vocabulary), greedy, on one slot
 static const char *REQ_P1 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18],\"n_predict\":24,"
@@ -116,6 +120,8 @@ int main(void) {
     check_backend("plain");
     json_t *plain = complete();
     CHECK(plain != NULL, "plain completion");
+    json_t *plain_pen = post(REQ_PEN);
+    CHECK(plain_pen && !same_tokens(plain, plain_pen), "the penalties change the plain greedy output");
     json_t *plain_pair[2];
     shared_prefix(plain_pair, "plain");
     fixture_stop(&F);
@@ -146,16 +152,10 @@ int main(void) {
     http_request(F.port, "GET", "/slots", NULL, 0, NULL, &r);
     CHECK(r.body && strstr(r.body, "\"speculative\":true"), "/slots speculative");
     http_resp_free(&r);
-    // repetition penalties: refused with speculation (its verify passes pick without a history), neutral ones taken
-    const char *pen = "{\"prompt\":\"Once upon\",\"n_predict\":4,\"temperature\":0,\"repeat_penalty\":1.1}";
-    const char *neutral = "{\"prompt\":\"Once upon\",\"n_predict\":4,\"temperature\":0,\"repeat_penalty\":1,"
-                          "\"presence_penalty\":0,\"frequency_penalty\":0}";
-    http_request(F.port, "POST", "/completion", pen, strlen(pen), NULL, &r);
-    CHECK(r.status == 400 && r.body && strstr(r.body, "speculative"), "repeat_penalty with -md: 400 (%d)", r.status);
-    http_resp_free(&r);
-    http_request(F.port, "POST", "/completion", neutral, strlen(neutral), NULL, &r);
-    CHECK(r.status == 200, "neutral penalties with -md: 200 (%d)", r.status);
-    http_resp_free(&r);
+    json_t *spec_pen = post(REQ_PEN);
+    CHECK(spec_pen && same_tokens(plain_pen, spec_pen) && timing(spec_pen, "draft_n") > 0,
+          "DSpark greedy output with repetition penalties == plain's (drafted %ld)", spec_pen ? timing(spec_pen, "draft_n") : -1);
+    json_decref(spec_pen);
     CHECK(fixture_stop(&F) == 0, "clean exit");
     json_decref(spec);
 
@@ -169,8 +169,15 @@ int main(void) {
          da = (long)json_integer_value(json_object_get(tm, "draft_n_accepted"));
     printf("oracle: draft_n %ld, accepted %ld\n", dn, da);
     CHECK(dn > 0 && da == dn, "the oracle's drafts are all accepted (%ld of %ld)", da, dn);
+    // the oracle drafts the unpenalized greedy continuation: the penalized picks reject some, the output stays
+    json_t *orc_pen = post(REQ_PEN);
+    CHECK(orc_pen && same_tokens(plain_pen, orc_pen), "oracle greedy output with repetition penalties == plain's");
+    printf("oracle, penalized: draft_n %ld, accepted %ld\n", orc_pen ? timing(orc_pen, "draft_n") : -1,
+           orc_pen ? timing(orc_pen, "draft_n_accepted") : -1);
+    json_decref(orc_pen);
     CHECK(fixture_stop(&F) == 0, "clean exit");
     json_decref(orc);
     json_decref(plain);
+    json_decref(plain_pen);
     return test_done("test_server_spec");
 }
