@@ -2,8 +2,10 @@
 # scripts/penalty-baseline.sh — decoding-time repetition penalties as the baseline FTPO has to beat: the greedy loop
 # rate on the held-out prompts of a demo run's base models with llama.cpp's penalties (bonsai-eval-loops
 # --repeat-penalty / --frequency-penalty / --presence-penalty over --repeat-last-n tokens), beside that run's own rows
-# for the base and antidoom models (OUT/eval-*.json). Settings as scripts/demo.sh's evaluate(): greedy, plain ChatML,
-# --ctx 2048, every held-out prompt, --n-predict $DEMO_NPREDICT (256).
+# for the base and antidoom models (re-scored from their completions, OUT/gen-*.jsonl, with bonsai-eval-loops
+# --from-log). Settings as scripts/demo.sh's evaluate(): greedy, plain ChatML, --ctx 2048, every held-out prompt,
+# --n-predict $DEMO_NPREDICT (256). Besides the loop rate (the verbatim detector) each row has seq-rep-4, the mean
+# share of repeated word 4-grams (detect/stats.h), which also counts a phrase that comes back with changes.
 #   scripts/penalty-baseline.sh OUT [BUILD]      OUT: a finished demo's output folder (default build: build)
 #   PENALTIES="repeat=1.1 repeat=1.3,last=-1 ..."  the settings (each: comma-separated repeat= frequency= presence=
 #                                                 last=; default below), PENALTY_THREADS (2)
@@ -37,7 +39,13 @@ flags() {
 
 # row LABEL JSON: one table row from an eval-loops JSON
 row() {
-    jq -r --arg l "$1" '"| \($l) | \(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)), CI \(.loop_rate_ci95[0] * 1000 | round / 10)-\(.loop_rate_ci95[1] * 1000 | round / 10)% | \(.mean_length * 10 | round / 10) |"' "$2"
+    jq -r --arg l "$1" '"| \($l) | \(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)), CI \(.loop_rate_ci95[0] * 1000 | round / 10)-\(.loop_rate_ci95[1] * 1000 | round / 10)% | \(.seq_rep4 * 1000 | round / 1000) | \(.mean_length * 10 | round / 10) |"' "$2"
+}
+
+# demo_row LABEL SHOWN: the demo's model LABEL re-scored from its completions (OUT/gen-LABEL.jsonl)
+demo_row() {
+    "$T/bonsai-eval-loops" --from-log "$out/gen-$1.jsonl" --label "$1" --json "$out/eval-rep-$1.json" > /dev/null 2>&1
+    row "$2" "$out/eval-rep-$1.json"
 }
 
 models=()
@@ -46,11 +54,11 @@ for q in f16 Q1_0 Q2_0; do [ -f "$out/base-$q.gguf" ] && models+=("$q"); done
 table=$(mktemp)
 trap 'rm -f "$table"' EXIT
 {
-    echo "| model | decoding | loop rate (greedy, held-out; 95 % CI) | mean len |"
-    echo "|---|---|---|---|"
+    echo "| model | decoding | loop rate (greedy, held-out; 95 % CI) | seq-rep-4 | mean len |"
+    echo "|---|---|---|---|---|"
 } > "$table"
 for q in "${models[@]}"; do
-    [ -f "$out/eval-base-$q.json" ] && row "base-$q | plain" "$out/eval-base-$q.json" >> "$table"
+    [ -f "$out/gen-base-$q.jsonl" ] && demo_row "base-$q" "base-$q | plain" >> "$table"
     for s in $settings; do
         mapfile -t f < <(flags "$s")
         j=$out/eval-pen-$q-${s//[=,]/_}.json
@@ -59,9 +67,9 @@ for q in "${models[@]}"; do
         row "base-$q | $s" "$j" >> "$table"
         echo "base-$q $s: $(jq -r .loop_rate "$j")" >&2
     done
-    for label in $(cd "$out" && ls eval-antidoom-*.json 2>/dev/null | sed 's/^eval-//; s/\.json$//'); do
+    for label in $(cd "$out" && ls gen-antidoom-*.jsonl 2>/dev/null | sed 's/^gen-//; s/\.jsonl$//'); do
         sel=$([ "$(cat "$out/selected-$q.txt" 2>/dev/null)" = "$label" ] && echo " (selected on validation)" || true)
-        case $label in *-"$q"|*-"$q"-*) row "$label$sel | plain" "$out/eval-$label.json" >> "$table" ;; esac
+        case $label in *-"$q"|*-"$q"-*) demo_row "$label" "$label$sel | plain" >> "$table" ;; esac
     done
 done
 cp "$table" "$out/penalty-baseline.md.tmp" && mv "$out/penalty-baseline.md.tmp" "$out/penalty-baseline.md"

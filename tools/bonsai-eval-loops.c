@@ -44,9 +44,9 @@ static int report(const bn_loop_stats *st, const char *label, const char *json_p
     char *js = bn_loop_stats_json(st, label);
     printf("%s\n", js);
     fprintf(stderr, "%s: loop rate %.2f%% (95%% CI %.2f-%.2f%%) over %lld completions, %.2f%% hit the length limit, "
-                    "length mean %.0f median %.0f\n",
+                    "length mean %.0f median %.0f, seq-rep-4 %.3f\n",
             what, 100 * st->loop_rate, 100 * st->ci_lo, 100 * st->ci_hi, (long long)st->n, 100 * st->length_limit_share,
-            st->mean_len, st->median_len);
+            st->mean_len, st->median_len, st->mean_rep4);
     int rc = 0;
     if (json_path && bn_write_file_atomic(json_path, js, strlen(js), err, sizeof err) < 0) rc = fail(err);
     free(js);
@@ -58,7 +58,7 @@ typedef struct {
     const bn_prompt *prompts;
     bn_lineout *log;
     bool *looped, *limit;
-    double *len;
+    double *len, *rep4; // completion length; seq-rep-4 of its words (detect/stats.h)
     int n_ok, n_loops, rc;
     bn_progress bar;
 } evaluator;
@@ -74,6 +74,7 @@ static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *
     ev->looped[ev->n_ok] = r->looped;
     ev->limit[ev->n_ok] = r->hit_limit;
     ev->len[ev->n_ok] = r->n_generated;
+    ev->rep4[ev->n_ok] = r->gen.completion ? bn_seq_rep_n(r->gen.completion, strlen(r->gen.completion), 4) : -1;
     ev->n_ok++;
     ev->n_loops += r->looped;
     if (ev->log) {
@@ -93,7 +94,7 @@ static int from_log(const char *path, const bn_rep_params *rp, const char *label
     if (!l) return fail(err);
     int cap = 1024, n = 0, line_no = 0;
     bool *looped = xmalloc((size_t)cap), *limit = xmalloc((size_t)cap);
-    double *len = xmalloc((size_t)cap * sizeof *len);
+    double *len = xmalloc((size_t)cap * sizeof *len), *rep4 = xmalloc((size_t)cap * sizeof *rep4);
     const char *line;
     size_t ll;
     while ((line = bn_lines_next(l, &ll))) {
@@ -103,6 +104,7 @@ static int from_log(const char *path, const bn_rep_params *rp, const char *label
         if (bn_gen_row_parse(line, ll, &g, err, sizeof err) < 0) {
             fprintf(stderr, "bonsai-eval-loops: %s:%d: %s\n", path, line_no, err);
             bn_lines_close(l);
+            free(looped), free(limit), free(len), free(rep4);
             return 1;
         }
         if (n == cap) {
@@ -110,11 +112,13 @@ static int from_log(const char *path, const bn_rep_params *rp, const char *label
             looped = xrealloc(looped, (size_t)cap);
             limit = xrealloc(limit, (size_t)cap);
             len = xrealloc(len, (size_t)cap * sizeof *len);
+            rep4 = xrealloc(rep4, (size_t)cap * sizeof *rep4);
         }
         bn_rep_hit hit;
         uint32_t *cp = xmalloc((strlen(g.completion) + 1) * sizeof *cp);
         size_t ncp = bn_utf8_to_cps(g.completion, strlen(g.completion), cp, NULL);
         looped[n] = bn_find_repetition(cp, ncp, rp, &hit) == 1;
+        rep4[n] = bn_seq_rep_n(g.completion, strlen(g.completion), 4);
         free(cp);
         json_t *nt = g.extra ? json_object_get(g.extra, "n_tokens") : NULL;
         json_t *hl = g.extra ? json_object_get(g.extra, "hit_limit") : NULL;
@@ -125,13 +129,13 @@ static int from_log(const char *path, const bn_rep_params *rp, const char *label
     }
     if (bn_lines_failed(l, err, sizeof err)) {
         bn_lines_close(l);
-        free(looped), free(limit), free(len);
+        free(looped), free(limit), free(len), free(rep4);
         return fail(err);
     }
     bn_lines_close(l);
     bn_loop_stats st;
-    bn_loop_stats_compute(looped, limit, len, n, &st);
-    free(looped); free(limit); free(len);
+    bn_loop_stats_compute(looped, limit, len, rep4, n, &st);
+    free(looped); free(limit); free(len); free(rep4);
     return report(&st, label ? label : path, json_path, "log");
 }
 
@@ -176,18 +180,19 @@ int main(int argc, char **argv) {
     ev.looped = xcalloc((size_t)n + 1, sizeof *ev.looped);
     ev.limit = xcalloc((size_t)n + 1, sizeof *ev.limit);
     ev.len = xcalloc((size_t)n + 1, sizeof *ev.len);
+    ev.rep4 = xcalloc((size_t)n + 1, sizeof *ev.rep4);
     bn_progress_start(&ev.bar, "eval", n);
     bn_mine_run(srcs, o.n_parallel, tok, prompts, 0, n, &o, on_result, &ev);
     int rc = ev.rc, n_ok = ev.n_ok;
     bool *looped = ev.looped, *limit = ev.limit;
-    double *len = ev.len;
+    double *len = ev.len, *rep4 = ev.rep4;
     bn_progress bar = ev.bar;
     bn_progress_finish(&bar, NULL);
     if (log && (rc || bn_lineout_commit(log, err, sizeof err) < 0)) return fail(rc ? "writing the log failed" : err);
     bn_loop_stats st;
-    bn_loop_stats_compute(looped, limit, len, n_ok, &st);
+    bn_loop_stats_compute(looped, limit, len, rep4, n_ok, &st);
     if (report(&st, label ? label : o.model_path, json_path, o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled")) rc = 1;
-    free(looped); free(limit); free(len);
+    free(looped); free(limit); free(len); free(rep4);
     bn_mine_opts_sources_free(&o, srcs);
     bn_step_batcher_free(batch);
     bn_engine_free(eng);
