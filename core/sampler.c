@@ -1,4 +1,4 @@
-// core/sampler.c — llama.cpp's sampler chain penalties → top_k → top_p → min_p → temperature → dist(seed)
+// core/sampler.c — llama.cpp's sampler chain penalties → dry → top_k → top_p → min_p → temperature → dist(seed)
 // (SERVER.md §3.1) with its own RNG (xoshiro256** seeded by splitmix64), and raw-softmax
 // log-probs for n_probs (SERVER.md §5). Top-k selection is a bounded min-heap (O(n log k)),
 // so n_vocab = 248,320 needs no full sort unless top_k <= 0.
@@ -42,13 +42,20 @@ void bn_sampler_reseed(bn_sampler *s, uint64_t seed) {
 bn_sampler_params bn_sampler_params_default(void) {
     return (bn_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 0, .min_keep = 0,
                                .repeat_last_n = 64, .repeat_penalty = 1.0f, .frequency_penalty = 0.0f,
-                               .presence_penalty = 0.0f};
+                               .presence_penalty = 0.0f, .dry_multiplier = 0.0f, .dry_base = 1.75f,
+                               .dry_allowed_length = 2, .dry_penalty_last_n = 64, .dry_breakers = NULL};
 }
 
-bool bn_sampler_params_penalized(const bn_sampler_params *p) {
+// repeat_on / dry_on: whether p's repetition penalties / DRY change anything
+static bool repeat_on(const bn_sampler_params *p) {
     return p->repeat_last_n != 0 &&
            (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
+static bool dry_on(const bn_sampler_params *p) {
+    return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+}
+
+bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || dry_on(p); }
 
 bool bn_sampler_needs_history(const bn_sampler *s) { return bn_sampler_params_penalized(&s->par); }
 
@@ -196,8 +203,8 @@ static int32_t choose(bn_sampler *s, cand *c, int n) {
     return c[pick].id;
 }
 
-// penalize: logits with the repetition penalties of s over its history's window applied (llama.cpp's penalties
-// sampler), in s->pen; logits itself when s is not penalized or the window is empty.
+// penalize: logits with the repetition penalties (llama.cpp's penalties sampler) and DRY of s over its history
+// applied, in s->pen; logits itself when s is not penalized or the history is empty.
 static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
     if (!bn_sampler_params_penalized(&s->par) || s->n_hist == 0) return logits;
@@ -209,18 +216,23 @@ static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
         s->pen_cap = n_vocab;
     }
     memcpy(s->pen, logits, sizeof(float) * (size_t)n_vocab);
-    const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
-    const int32_t *win = s->hist + (s->n_hist - w);
-    for (int i = 0; i < w; i++)
-        if (win[i] >= 0 && win[i] < n_vocab) s->count[win[i]]++;
-    for (int i = 0; i < w; i++) { // each token once: its count is cleared when it is penalized
-        const int32_t id = win[i];
-        if (id < 0 || id >= n_vocab || s->count[id] == 0) continue;
-        float l = s->pen[id];
-        l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
-        s->pen[id] = l - (float)s->count[id] * p->frequency_penalty - p->presence_penalty;
-        s->count[id] = 0;
+    if (repeat_on(p)) {
+        const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
+        const int32_t *win = s->hist + (s->n_hist - w);
+        for (int i = 0; i < w; i++)
+            if (win[i] >= 0 && win[i] < n_vocab) s->count[win[i]]++;
+        for (int i = 0; i < w; i++) { // each token once: its count is cleared when it is penalized
+            const int32_t id = win[i];
+            if (id < 0 || id >= n_vocab || s->count[id] == 0) continue;
+            float l = s->pen[id];
+            l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
+            s->pen[id] = l - (float)s->count[id] * p->frequency_penalty - p->presence_penalty;
+            s->count[id] = 0;
+        }
     }
+    if (dry_on(p)) // after the penalties, as in llama-server's default chain
+        bn_dry_apply(p->dry_breakers, p->dry_multiplier, p->dry_base, p->dry_allowed_length, p->dry_penalty_last_n,
+                     s->hist, s->n_hist, s->pen, n_vocab);
     return s->pen;
 }
 

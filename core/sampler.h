@@ -1,4 +1,4 @@
-// core/sampler.h — token sampling in llama.cpp's chain order penalties → top_k → top_p → min_p → temperature →
+// core/sampler.h — token sampling in llama.cpp's chain order penalties → dry → top_k → top_p → min_p → temperature →
 // dist(seed) (SERVER.md §3.1), plus raw-softmax log-probs for n_probs (SERVER.md §5).
 // RNG: xoshiro256** seeded through splitmix64 from the 64-bit seed; a seed gives one sequence
 // on every machine. Sampling draws one uniform double in [0,1) per token (53 random bits).
@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include "core/forward.h" // bn_forward_out: bn_sampler_head_out / bn_sampler_pick
+#include "core/dry.h"
 
 typedef struct {
     float temperature; // <= 0: greedy (argmax of the candidates; ties → lowest id)
@@ -22,12 +23,19 @@ typedef struct {
     float repeat_penalty;    // 1: off
     float frequency_penalty; // 0: off
     float presence_penalty;  // 0: off
+    // DRY over the last dry_penalty_last_n tokens of the history (core/dry.h; -1: all, 0: off)
+    float dry_multiplier;    // 0: off
+    float dry_base;          // 1.75
+    int dry_allowed_length;  // 2
+    int dry_penalty_last_n;  // 64
+    const bn_dry_breakers *dry_breakers; // the caller's (bn_dry_breakers_new); NULL: no sequence breakers
 } bn_sampler_params;
 
 typedef struct bn_sampler bn_sampler;
 
 // bn_sampler_params_default: llama-server defaults (temp 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0; penalties
-// off: repeat_last_n 64, repeat_penalty 1, frequency and presence 0).
+// off: repeat_last_n 64, repeat_penalty 1, frequency and presence 0; DRY off: multiplier 0, base 1.75, allowed
+// length 2, last 64, no breakers).
 bn_sampler_params bn_sampler_params_default(void);
 // bn_sampler_new: a sampler with its own RNG state and scratch space; never NULL.
 bn_sampler *bn_sampler_new(const bn_sampler_params *p);
@@ -36,7 +44,8 @@ void bn_sampler_free(bn_sampler *s);
 // bn_sampler_reseed: restarts the RNG from seed.
 void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 // bn_sampler_params_penalized: true when p penalizes repetition (repeat_last_n != 0 and a penalty that is not
-// neutral): then a sampler's every pick needs the whole logits row and the history.
+// neutral, or DRY on: multiplier != 0, base >= 1, dry_penalty_last_n != 0): then a sampler's every pick needs the
+// whole logits row and the history.
 bool bn_sampler_params_penalized(const bn_sampler_params *p);
 // bn_sampler_needs_history: bn_sampler_params_penalized of s's parameters.
 bool bn_sampler_needs_history(const bn_sampler *s);

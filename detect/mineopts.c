@@ -112,6 +112,9 @@ void bn_mine_opts_help(FILE *f) {
             "  --repeat-penalty X / --frequency-penalty X / --presence-penalty X   llama.cpp's repetition penalties\n"
             "                              before the chain (default off: 1 / 0 / 0; bonsai-eval-loops only)\n"
             "  --repeat-last-n N           tokens of prompt + generation they count (default 64, -1 all, 0 off)\n"
+            "  --dry-multiplier X / --dry-base X / --dry-allowed-length N / --dry-penalty-last-n N   llama.cpp's DRY\n"
+            "                              (default off: 0 / 1.75 / 2 / 64; -1 all; bonsai-eval-loops only)\n"
+            "  --dry-sequence-breaker S    DRY sequence breaker, repeatable, replaces \\n : \" * (\"none\": none)\n"
             "  --seed N                    base seed; prompt i uses seed + i (default 0)\n"
             "  --n-predict N               max new tokens (default 4000)\n"
             "  --n-probs K                 raw top-K recorded per position (default 20)\n"
@@ -209,6 +212,17 @@ int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err,
     else if (!strcmp(a, "--repeat-penalty")) FLT(mp->gen.repeat_penalty, 1e-6, 1e6);
     else if (!strcmp(a, "--frequency-penalty")) FLT(mp->gen.frequency_penalty, -1e6, 1e6);
     else if (!strcmp(a, "--presence-penalty")) FLT(mp->gen.presence_penalty, -1e6, 1e6);
+    else if (!strcmp(a, "--dry-multiplier")) FLT(mp->gen.dry_multiplier, 0, 1e6);
+    else if (!strcmp(a, "--dry-base")) FLT(mp->gen.dry_base, 1, 1e6);
+    else if (!strcmp(a, "--dry-allowed-length")) INT(mp->gen.dry_allowed_length, 0, INT32_MAX);
+    else if (!strcmp(a, "--dry-penalty-last-n")) INT(mp->gen.dry_penalty_last_n, -1, INT32_MAX);
+    else if (!strcmp(a, "--dry-sequence-breaker")) { // llama.cpp's: each one replaces the defaults; "none": none
+        VAL();
+        if (o->n_dry_breakers == 32) return bn_err(err, errlen, "--dry-sequence-breaker: at most 32");
+        if (strcmp(v, "none")) o->dry_breakers[o->n_dry_breakers++] = v;
+        mp->gen.dry_breakers = o->dry_breakers;
+        mp->gen.n_dry_breakers = o->n_dry_breakers;
+    }
     else if (!strcmp(a, "--seed")) {
         VAL();
         long long seed;

@@ -24,6 +24,8 @@ typedef struct {
     int n_parallel;  // --parallel N: N sources working at once (default 1)
     float temps[32]; // --temps a,b,...: prompt i samples at temps[i % n_temps] (antidoom's temperatures list)
     int n_temps;
+    const char *dry_breakers[32]; // --dry-sequence-breaker S (repeatable; "none": no breakers): mine.gen's list
+    int n_dry_breakers;
 } bn_mine_opts;
 
 // bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.

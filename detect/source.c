@@ -24,13 +24,16 @@ typedef struct {
 
 bn_gen_params bn_gen_params_default(void) {
     bn_gen_params p = {.temperature = 0.1f, .top_k = 50, .top_p = 1.0f, .min_p = 0.01f, .seed = 0,
-                       .n_predict = 4000, .n_probs = 20, .repeat_last_n = 64, .repeat_penalty = 1.0f};
+                       .n_predict = 4000, .n_probs = 20, .repeat_last_n = 64, .repeat_penalty = 1.0f,
+                       .dry_base = 1.75f, .dry_allowed_length = 2, .dry_penalty_last_n = 64};
     return p;
 }
 
 bool bn_gen_params_penalized(const bn_gen_params *p) {
     const bn_sampler_params sp = {.repeat_last_n = p->repeat_last_n, .repeat_penalty = p->repeat_penalty,
-                                  .frequency_penalty = p->frequency_penalty, .presence_penalty = p->presence_penalty};
+                                  .frequency_penalty = p->frequency_penalty, .presence_penalty = p->presence_penalty,
+                                  .dry_multiplier = p->dry_multiplier, .dry_base = p->dry_base,
+                                  .dry_penalty_last_n = p->dry_penalty_last_n};
     return bn_sampler_params_penalized(&sp);
 }
 
@@ -92,7 +95,12 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     bn_sampler_params sp = {.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
                             .min_p = p->min_p, .seed = p->seed, .min_keep = 1, .repeat_last_n = p->repeat_last_n,
                             .repeat_penalty = p->repeat_penalty, .frequency_penalty = p->frequency_penalty,
-                            .presence_penalty = p->presence_penalty};
+                            .presence_penalty = p->presence_penalty, .dry_multiplier = p->dry_multiplier,
+                            .dry_base = p->dry_base, .dry_allowed_length = p->dry_allowed_length,
+                            .dry_penalty_last_n = p->dry_penalty_last_n};
+    // DRY's breakers in this vocabulary (one scan of it per completion: small beside generating one)
+    bn_dry_breakers *dry = sp.dry_multiplier != 0.0f ? bn_dry_breakers_new(s->tok, p->dry_breakers, p->n_dry_breakers) : NULL;
+    sp.dry_breakers = dry;
     bn_sampler *smp = bn_sampler_new(&sp);
     position_out po;
     position_out_init(&po, s, smp, k);
@@ -102,6 +110,7 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     if (s->batcher) bn_step_batcher_unlock(s->batcher);
     if (rc < 0) {
         bn_sampler_free(smp);
+        bn_dry_breakers_free(dry);
         return -1;
     }
     out->k = k;
@@ -131,6 +140,7 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     free(ids);
     free(lps);
     bn_sampler_free(smp);
+    bn_dry_breakers_free(dry);
     if (rc) bn_gen_result_free(out);
     return rc;
 }

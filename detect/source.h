@@ -27,6 +27,11 @@ typedef struct {
     // default: repeat_last_n 64, repeat_penalty 1, frequency and presence 0)
     int repeat_last_n;
     float repeat_penalty, frequency_penalty, presence_penalty;
+    // DRY (core/dry.h; off by default: multiplier 0, base 1.75, allowed length 2, last 64 tokens)
+    float dry_multiplier, dry_base;
+    int dry_allowed_length, dry_penalty_last_n;
+    const char *const *dry_breakers; // sequence breaker strings; NULL: the defaults
+    int n_dry_breakers;
 } bn_gen_params;
 
 typedef struct {
@@ -48,9 +53,9 @@ struct bn_source {
 };
 
 // bn_gen_params_default: antidoom's generation settings (T 0.1, top_k 50, top_p 1, min_p 0.01,
-// seed 0, n_predict 4000, n_probs 20, no repetition penalties).
+// seed 0, n_predict 4000, n_probs 20, no repetition penalties, no DRY).
 bn_gen_params bn_gen_params_default(void);
-// bn_gen_params_penalized: true when p asks for repetition penalties (repeat_last_n != 0 and one not neutral).
+// bn_gen_params_penalized: true when p asks for repetition penalties or DRY (bn_sampler_params_penalized).
 bool bn_gen_params_penalized(const bn_gen_params *p);
 // bn_source_inprocess: a source running model m on n_threads CPU threads with a context of n_ctx
 // tokens (prompt + generation); tok decides end-of-generation. Returns the source (never NULL).

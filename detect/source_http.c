@@ -187,6 +187,21 @@ static int http_generate(bn_source *base, const int32_t *prompt, int n_prompt, c
                                 "presence_penalty", (double)p->presence_penalty);
         json_object_update(req, pen);
         json_decref(pen);
+        json_t *dry = json_pack("{s:f,s:f,s:i,s:i}", "dry_multiplier", (double)p->dry_multiplier, "dry_base",
+                                (double)p->dry_base, "dry_allowed_length", p->dry_allowed_length, "dry_penalty_last_n",
+                                p->dry_penalty_last_n);
+        if (dry && p->dry_breakers && p->n_dry_breakers == 0) { // (llama-server refuses an empty list)
+            json_decref(dry);
+            json_decref(req);
+            return bn_err(err, errlen, "DRY without sequence breakers cannot be asked of a server");
+        }
+        if (dry && p->dry_breakers) {
+            json_t *b = json_array();
+            for (int i = 0; i < p->n_dry_breakers; i++) json_array_append_new(b, json_string(p->dry_breakers[i]));
+            json_object_set_new(dry, "dry_sequence_breakers", b);
+        }
+        json_object_update(req, dry);
+        json_decref(dry);
     }
     char *body = json_dumps(req, JSON_COMPACT);
     json_decref(req);

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # scripts/penalty-baseline.sh — decoding-time repetition penalties as the baseline FTPO has to beat: the greedy loop
 # rate on the held-out prompts of a demo run's base models with llama.cpp's penalties (bonsai-eval-loops
-# --repeat-penalty / --frequency-penalty / --presence-penalty over --repeat-last-n tokens), beside that run's own rows
+# --repeat-penalty / --frequency-penalty / --presence-penalty over --repeat-last-n tokens, and DRY), beside that run's own rows
 # for the base and antidoom models (re-scored from their completions, OUT/gen-*.jsonl, with bonsai-eval-loops
 # --from-log). Settings as scripts/demo.sh's evaluate(): greedy, plain ChatML, --ctx 2048, every held-out prompt,
 # --n-predict $DEMO_NPREDICT (256). Besides the loop rate (the verbatim detector) each row has seq-rep-4, the mean
 # share of repeated word 4-grams (detect/stats.h), which also counts a phrase that comes back with changes.
 #   scripts/penalty-baseline.sh OUT [BUILD]      OUT: a finished demo's output folder (default build: build)
 #   PENALTIES="repeat=1.1 repeat=1.3,last=-1 ..."  the settings (each: comma-separated repeat= frequency= presence=
-#                                                 last=; default below), PENALTY_THREADS (2)
+#                                                 last= and DRY's dry= drybase= dryallowed= drylast=; default below),
+#                                                 PENALTY_THREADS (2)
 # Writes OUT/penalty-baseline.md (the table, atomically), OUT/eval-pen-*.json and their completions
 # (OUT/eval-pen-*.gen.jsonl); prints the table. Takes ~2.5 min on 2 cores for the default settings and 3 models.
 set -euo pipefail
@@ -20,7 +21,7 @@ command -v jq > /dev/null || { echo "penalty-baseline: jq missing (./bonsai.sh d
 pheld=$root/data/prompts/heldout.jsonl
 npred=${DEMO_NPREDICT:-256}
 th=${PENALTY_THREADS:-2}
-settings=${PENALTIES:-"repeat=1.1 repeat=1.3 repeat=1.1,last=-1 frequency=0.5 presence=0.5 presence=2"}
+settings=${PENALTIES:-"repeat=1.1 repeat=1.3 repeat=1.1,last=-1 frequency=0.5 presence=0.5 presence=2 dry=0.8 dry=0.8,drylast=-1 dry=2,drylast=-1"}
 
 # flags SETTING: the eval-loops options of one setting ("repeat=1.1,last=-1" -> --repeat-penalty 1.1 --repeat-last-n -1)
 flags() {
@@ -32,7 +33,12 @@ flags() {
             frequency) printf '%s\n' --frequency-penalty "${x#*=}" ;;
             presence) printf '%s\n' --presence-penalty "${x#*=}" ;;
             last) printf '%s\n' --repeat-last-n "${x#*=}" ;;
-            *) echo "penalty-baseline: unknown setting '$x' (repeat= frequency= presence= last=)" >&2; exit 1 ;;
+            dry) printf '%s\n' --dry-multiplier "${x#*=}" ;;
+            drybase) printf '%s\n' --dry-base "${x#*=}" ;;
+            dryallowed) printf '%s\n' --dry-allowed-length "${x#*=}" ;;
+            drylast) printf '%s\n' --dry-penalty-last-n "${x#*=}" ;;
+            *) echo "penalty-baseline: unknown setting '$x' (repeat= frequency= presence= last= dry= drybase= dryallowed= drylast=)" >&2
+               exit 1 ;;
         esac
     done
 }

@@ -223,6 +223,7 @@ int bn_server_run(const bn_server_params *params) {
         bn_model_free(srv.model);
         return 1;
     }
+    srv.dry_default = bn_dry_breakers_new(srv.tok, NULL, 0); // DRY's "\n", ":", "\"", "*" in this vocabulary
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv.p.port)};
     if (inet_pton(AF_INET, srv.p.host, &addr.sin_addr) != 1) {
         fprintf(stderr, "bonsai-serve: --host %s is not an IPv4 address\n", srv.p.host);
@@ -237,6 +238,7 @@ int bn_server_run(const bn_server_params *params) {
     if (!d) {
         fprintf(stderr, "bonsai-serve: cannot listen on %s:%d (port in use?)\n", srv.p.host, srv.p.port);
         bn_slots_stop(srv.slots);
+        bn_dry_breakers_free(srv.dry_default);
         bn_drafter_free(srv.drafter);
         bn_tokenizer_free(srv.tok);
         bn_model_free(srv.model);
@@ -259,6 +261,7 @@ int bn_server_run(const bn_server_params *params) {
     bn_slots_cancel_all(srv.slots); // end queued and in-flight work; streams finish
     MHD_stop_daemon(d);             // waits for the connection threads
     bn_slots_stop(srv.slots);
+    bn_dry_breakers_free(srv.dry_default);
     bn_drafter_free(srv.drafter);
     bn_tokenizer_free(srv.tok);
     bn_model_free(srv.model);

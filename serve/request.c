@@ -47,6 +47,9 @@ static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errl
 void bn_task_params_free(bn_task_params *p) {
     free(p->prompt);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    for (int i = 0; i < p->n_dry_strs; i++) free(p->dry_strs[i]);
+    free(p->dry_strs);
+    bn_dry_breakers_free(p->dry_own);
     memset(p, 0, sizeof *p);
 }
 
@@ -97,8 +100,45 @@ int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, b
     return 0;
 }
 
-int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, bn_task_params *p, char *err,
-                         size_t errlen) {
+// parse_dry: the DRY fields (llama-server's names); the breakers' token sequences when DRY is on: the defaults, or
+// the request's own (built here). Returns 0 or -1 with err (p's allocations then freed by the caller).
+static int parse_dry(const bn_tokenizer *tok, const bn_dry_breakers *dflt, json_t *body, bn_task_params *p, char *err,
+                     size_t errlen) {
+    long long i;
+    if (num_float(body, "dry_multiplier", &p->sp.dry_multiplier, err, errlen) != 0) return -1;
+    float base = p->sp.dry_base;
+    if (num_float(body, "dry_base", &base, err, errlen) != 0) return -1;
+    if (base >= 1.0f) p->sp.dry_base = base; // llama-server: a base below 1 keeps the default
+    i = p->sp.dry_allowed_length;
+    if (integer(body, "dry_allowed_length", &i, err, errlen) != 0) return -1;
+    if (i < 0 || i > 0x7fffffff) return bn_err(err, errlen, "'dry_allowed_length' must be >= 0");
+    p->sp.dry_allowed_length = (int)i;
+    i = p->sp.dry_penalty_last_n;
+    if (integer(body, "dry_penalty_last_n", &i, err, errlen) != 0) return -1;
+    if (i < -1 || i > 0x7fffffff) return bn_err(err, errlen, "'dry_penalty_last_n' must be -1 (all), 0 (off) or a count");
+    p->sp.dry_penalty_last_n = (int)i;
+    json_t *sb = json_object_get(body, "dry_sequence_breakers");
+    if (sb && !json_is_null(sb)) {
+        if (!json_is_array(sb) || json_array_size(sb) == 0 || json_array_size(sb) > 64)
+            return bn_err(err, errlen, "'dry_sequence_breakers' must be a non-empty array of at most 64 strings");
+        p->dry_strs = xcalloc(json_array_size(sb), sizeof(char *));
+        for (size_t k = 0; k < json_array_size(sb); k++) {
+            json_t *s = json_array_get(sb, k);
+            if (!json_is_string(s)) return bn_err(err, errlen, "'dry_sequence_breakers' must be an array of strings");
+            p->dry_strs[p->n_dry_strs++] = xstrdup(json_string_value(s));
+        }
+    }
+    p->sp.dry_breakers = dflt;
+    if (p->dry_strs && bn_sampler_params_penalized(&(bn_sampler_params){.dry_multiplier = p->sp.dry_multiplier,
+                                                                        .dry_base = p->sp.dry_base,
+                                                                        .dry_penalty_last_n = p->sp.dry_penalty_last_n}))
+        p->sp.dry_breakers = p->dry_own = bn_dry_breakers_new(tok, (const char *const *)p->dry_strs, p->n_dry_strs);
+    return 0;
+}
+
+// parse_task: bn_parse_task_params without the cleanup on failure
+static int parse_task(const bn_tokenizer *tok, const bn_dry_breakers *dry_default, json_t *body, json_t *prompt,
+                      bn_task_params *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->sp = bn_sampler_params_default();
     p->n_predict = -1;
@@ -143,6 +183,7 @@ int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, 
         num_float(body, "presence_penalty", &p->sp.presence_penalty, err, errlen) != 0)
         return -1;
     if (!(p->sp.repeat_penalty > 0)) return bn_err(err, errlen, "'repeat_penalty' must be > 0 (1 = off)");
+    if (parse_dry(tok, dry_default, body, p, err, errlen) != 0) return -1;
     i = -1;
     if (integer(body, "seed", &i, err, errlen) != 0) return -1;
     if (i != -1 && i != 0xFFFFFFFFll) {
@@ -171,26 +212,15 @@ int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, 
                 return bn_err(err, errlen, "at most %d stop strings are supported", BN_MAX_STOP);
             for (size_t k = 0; k < json_array_size(stop); k++) {
                 json_t *s = json_array_get(stop, k);
-                if (!json_is_string(s)) {
-                    bn_task_params_free(p);
-                    return bn_err(err, errlen, "'stop' must be a string or an array of strings");
-                }
+                if (!json_is_string(s)) return bn_err(err, errlen, "'stop' must be a string or an array of strings");
                 if (json_string_length(s) > 0) p->stop[p->n_stop++] = xstrdup(json_string_value(s));
             }
         } else return bn_err(err, errlen, "'stop' must be a string or an array of strings");
     }
-    if (!prompt || json_is_null(prompt)) {
-        bn_task_params_free(p);
-        return bn_err(err, errlen, "\"prompt\" is required");
-    }
-    if (bn_parse_prompt(tok, prompt, bn_tokenizer_add_bos(tok), true, &p->prompt, &p->n_prompt, err, errlen) != 0) {
-        bn_task_params_free(p);
+    if (!prompt || json_is_null(prompt)) return bn_err(err, errlen, "\"prompt\" is required");
+    if (bn_parse_prompt(tok, prompt, bn_tokenizer_add_bos(tok), true, &p->prompt, &p->n_prompt, err, errlen) != 0)
         return -1;
-    }
-    if (p->n_prompt == 0) {
-        bn_task_params_free(p);
-        return bn_err(err, errlen, "the prompt is empty");
-    }
+    if (p->n_prompt == 0) return bn_err(err, errlen, "the prompt is empty");
     return 0;
 }
 
@@ -249,10 +279,19 @@ done:
     return out;
 }
 
+int bn_parse_task_params(const bn_tokenizer *tok, const bn_dry_breakers *dry_default, json_t *body, json_t *prompt,
+                         bn_task_params *p, char *err, size_t errlen) {
+    if (parse_task(tok, dry_default, body, prompt, p, err, errlen) == 0) return 0;
+    bn_task_params_free(p); // (what the failing step allocated; freeing twice is harmless: it zeroes p)
+    return -1;
+}
+
 json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx) {
-    json_t *stop = json_array();
+    json_t *stop = json_array(), *breakers = json_array();
     for (int i = 0; i < p->n_stop; i++) json_array_append_new(stop, json_string(p->stop[i]));
-    return json_pack("{s:i,s:I,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:o,s:i,s:b,s:i,s:b,s:b,s:i,s:[sssssssss]}",
+    for (int i = 0; i < (p->dry_strs ? p->n_dry_strs : BN_DRY_N_DEFAULT); i++)
+        json_array_append_new(breakers, json_string(p->dry_strs ? p->dry_strs[i] : bn_dry_default_breakers[i]));
+    json_t *o = json_pack("{s:i,s:I,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:o,s:i,s:b,s:i,s:b,s:b,s:i,s:[sssssssss]}",
                      "n_predict", p->n_predict, "seed", (json_int_t)(p->seed_random ? 4294967295u : p->sp.seed),
                      "temperature", (double)p->sp.temperature, "top_k", p->sp.top_k, "top_p", (double)p->sp.top_p,
                      "min_p", (double)p->sp.min_p, "typical_p", 1.0, "repeat_penalty", (double)p->sp.repeat_penalty,
@@ -261,4 +300,10 @@ json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx) {
                      "stream", p->stream, "n_probs", p->n_probs, "post_sampling_probs", p->post_sampling_probs,
                      "ignore_eos", p->ignore_eos, "n_ctx", n_ctx, "samplers", "penalties", "dry", "top_n_sigma",
                      "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature");
+    json_t *dry = json_pack("{s:f,s:f,s:i,s:i,s:o}", "dry_multiplier", (double)p->sp.dry_multiplier, "dry_base",
+                            (double)p->sp.dry_base, "dry_allowed_length", p->sp.dry_allowed_length, "dry_penalty_last_n",
+                            p->sp.dry_penalty_last_n, "dry_sequence_breakers", breakers);
+    if (o && dry) json_object_update(o, dry);
+    json_decref(dry);
+    return o;
 }

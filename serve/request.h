@@ -12,11 +12,13 @@ void bn_task_params_free(bn_task_params *p);
 int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
                     int *n_out, char *err, size_t errlen);
 // bn_parse_task_params: body fields (n_predict/max_tokens, temperature, top_k, top_p, min_p, seed, repeat_last_n,
-// repeat_penalty, frequency_penalty, presence_penalty, stop, n_probs, post_sampling_probs, cache_prompt, ignore_eos,
-// stream, id_slot) and the prompt → params. Other llama-server fields are ignored (generation_settings shows what
-// was used). Returns 0 or -1 with err (400); on error nothing needs freeing.
-int bn_parse_task_params(const bn_tokenizer *tok, json_t *body, json_t *prompt, bn_task_params *p, char *err,
-                         size_t errlen);
+// repeat_penalty, frequency_penalty, presence_penalty, dry_multiplier, dry_base, dry_allowed_length,
+// dry_penalty_last_n, dry_sequence_breakers, stop, n_probs, post_sampling_probs, cache_prompt, ignore_eos, stream,
+// id_slot) and the prompt → params; DRY uses dry_default (the server's, built once) unless the request names its own
+// breakers. Other llama-server fields are ignored (generation_settings shows what was used). Returns 0 or -1 with
+// err (400); on error nothing needs freeing.
+int bn_parse_task_params(const bn_tokenizer *tok, const bn_dry_breakers *dry_default, json_t *body, json_t *prompt,
+                         bn_task_params *p, char *err, size_t errlen);
 // bn_chat_prompt_json: the ChatML prompt (malloc'd) for the request's "messages" (string content or text parts;
 // reasoning_content; chat_template_kwargs.enable_thinking) in the template of general.architecture arch; NULL with
 // err (400) on bad input.

@@ -336,7 +336,7 @@ static int route_completion(bn_server *srv, struct MHD_Connection *c, json_t *bo
         json_t *lp = json_object_get(body, "logprobs");
         if (json_is_integer(lp)) json_object_set_new(body, "n_probs", json_integer(json_integer_value(lp)));
     }
-    if (bn_parse_task_params(srv->tok, body, json_object_get(body, "prompt"), &p, err, sizeof err) != 0)
+    if (bn_parse_task_params(srv->tok, srv->dry_default, body, json_object_get(body, "prompt"), &p, err, sizeof err) != 0)
         return bn_send_error(c, 400, "invalid_request_error", "%s", err);
     return run_completion(srv, c, kind, &p, false);
 }
@@ -370,7 +370,7 @@ static int route_chat(bn_server *srv, struct MHD_Connection *c, json_t *body) {
     free(prompt);
     if (!pj) return bn_send_error(c, 400, "invalid_request_error", "messages must be valid UTF-8");
     bn_task_params p;
-    int rc = bn_parse_task_params(srv->tok, body, pj, &p, err, sizeof err);
+    int rc = bn_parse_task_params(srv->tok, srv->dry_default, body, pj, &p, err, sizeof err);
     json_decref(pj);
     if (rc != 0) return bn_send_error(c, 400, "invalid_request_error", "%s", err);
     json_t *so = json_object_get(body, "stream_options");

@@ -37,6 +37,7 @@ typedef struct {
     bn_tokenizer *tok;
     bn_slots *slots;
     bn_drafter *drafter;
+    bn_dry_breakers *dry_default; // DRY's default sequence breakers in this vocabulary (core/dry.h)
     char model_name[256];
     char ftype_name[64];
     double t_start;

@@ -29,6 +29,9 @@ typedef struct {
     bool ignore_eos;
     bool stream;
     int id_slot;           // -1 = any
+    char **dry_strs;       // dry_sequence_breakers as asked (owned; NULL: the server's defaults)
+    int n_dry_strs;
+    bn_dry_breakers *dry_own; // their token sequences (owned; sp.dry_breakers points here or to the defaults)
 } bn_task_params;
 
 // One generated token as the HTTP side sees it.

@@ -22,6 +22,8 @@ static void usage(FILE *f) {
                     "                  [--repeat-penalty X] [--repeat-last-n N] [--frequency-penalty X] [--presence-penalty X]\n"
                     "  --repeat-penalty X (1 = off), --frequency-penalty X, --presence-penalty X (0 = off): llama.cpp's\n"
                     "          repetition penalties over the last --repeat-last-n tokens of prompt + output (64; -1 all)\n"
+                    "  --dry-multiplier X (0 = off), --dry-base X (1.75), --dry-allowed-length N (2), --dry-penalty-last-n N\n"
+                    "          (64; -1 all), --dry-sequence-breaker S (repeatable; replaces \\n : \" *; \"none\"): llama.cpp's DRY\n"
                     "  -ngl N: layers on the GPU (CUDA builds; llama.cpp's -ngl): 0 (default) all on the CPU, >= the\n"
                     "          model's layer count all on the GPU, in between the last N layers + the output head on the\n"
                     "          GPU and the embedding + first layers on the CPU (-t threads)\n");
@@ -56,6 +58,9 @@ int main(int argc, char **argv) {
     int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0, n_gpu_layers = 0;
     bool chat = false, think = false, ignore_eos = false;
     bn_sampler_params sp = bn_sampler_params_default();
+    const char *breakers[32];
+    int n_breakers = 0;
+    bool dry_custom = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -70,6 +75,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--repeat-last-n") && has) sp.repeat_last_n = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
         else if (!strcmp(a, "--frequency-penalty") && has) sp.frequency_penalty = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
         else if (!strcmp(a, "--presence-penalty") && has) sp.presence_penalty = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
+        else if (!strcmp(a, "--dry-multiplier") && has) sp.dry_multiplier = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
+        else if (!strcmp(a, "--dry-base") && has) sp.dry_base = (float)bn_arg_float(T, a, argv[++i], 1, 1e6);
+        else if (!strcmp(a, "--dry-allowed-length") && has) sp.dry_allowed_length = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
+        else if (!strcmp(a, "--dry-penalty-last-n") && has) sp.dry_penalty_last_n = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
+        else if (!strcmp(a, "--dry-sequence-breaker") && has) {
+            if (n_breakers == 32) { fprintf(stderr, "bonsai-run: at most 32 --dry-sequence-breaker\n"); return 1; }
+            dry_custom = true;
+            if (strcmp(argv[++i], "none")) breakers[n_breakers++] = argv[i];
+        }
         else if (!strcmp(a, "--seed") && has) sp.seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
         else if (!strcmp(a, "-t") && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
         else if (!strcmp(a, "-c") && has) n_ctx = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
@@ -108,6 +122,8 @@ int main(int argc, char **argv) {
     if (!eng) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_engine_state *st = bn_engine_state_new(eng, n_ctx, err, sizeof err);
     if (!st) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
+    bn_dry_breakers *dry = sp.dry_multiplier != 0.0f ? bn_dry_breakers_new(tok, dry_custom ? breakers : NULL, n_breakers) : NULL;
+    sp.dry_breakers = dry;
     bn_sampler *smp = bn_sampler_new(&sp);
     ids = xrealloc(ids, sizeof(int32_t) * (size_t)(n_prompt + n_gen + 1)); // prompt, then the output: the history
     int n_vocab = m->cfg.n_vocab;
@@ -145,6 +161,7 @@ int main(int argc, char **argv) {
             bn_engine_name(eng), n_prompt, t_prompt, n_prompt * 1000.0 / (t_prompt > 0 ? t_prompt : 1e-9), n_done, t_decode,
             n_done * 1000.0 / (t_decode > 0 ? t_decode : 1e-9));
 
+    bn_dry_breakers_free(dry);
     free(logits);
     free(ids);
     free(text);

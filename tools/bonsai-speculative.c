@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  --temp F (default 0 = greedy)  --top-k N  --top-p F  --min-p F  --seed N   -t N threads\n"
             "  --repeat-penalty F (1 = off)  --frequency-penalty F  --presence-penalty F (0 = off)  --repeat-last-n N\n"
             "                           llama.cpp's repetition penalties over the last N tokens (64; -1 all)\n"
+            "  --dry-multiplier F (0 = off)  --dry-base F (1.75)  --dry-allowed-length N (2)  --dry-penalty-last-n N\n"
+            "                           (64; -1 all)  --dry-sequence-breaker S (repeatable; \"none\"): llama.cpp's DRY\n"
             "  -e                       process escapes (\\n, \\t) in the prompt\n"
             "  -ngl N                   target layers on the GPU (CUDA builds): 0 all on the CPU (default), >= its\n"
             "                           layer count all on the GPU, in between the last N layers + the output head\n"
@@ -87,6 +89,9 @@ int main(int argc, char **argv) {
     // its top_k best logits (sampling with --top-k <= 64)
     bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .no_step_logits = true,
                          .cpu_snap_bytes = BN_SPEC_CPU_SNAP_BYTES};
+    const char *breakers[32];
+    int n_breakers = 0;
+    bool dry_custom = false;
     bn_sampler_params smp = bn_sampler_params_default();
     smp.temperature = 0;
     for (int i = 1; i < argc; i++) {
@@ -114,6 +119,15 @@ int main(int argc, char **argv) {
         else if (OPT("--repeat-last-n")) smp.repeat_last_n = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
         else if (OPT("--frequency-penalty")) smp.frequency_penalty = (float)bn_arg_float("bonsai-speculative", a, v, -1e6, 1e6);
         else if (OPT("--presence-penalty")) smp.presence_penalty = (float)bn_arg_float("bonsai-speculative", a, v, -1e6, 1e6);
+        else if (OPT("--dry-multiplier")) smp.dry_multiplier = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1e6);
+        else if (OPT("--dry-base")) smp.dry_base = (float)bn_arg_float("bonsai-speculative", a, v, 1, 1e6);
+        else if (OPT("--dry-allowed-length")) smp.dry_allowed_length = (int)bn_arg_int("bonsai-speculative", a, v, 0, INT32_MAX);
+        else if (OPT("--dry-penalty-last-n")) smp.dry_penalty_last_n = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
+        else if (OPT("--dry-sequence-breaker")) {
+            if (n_breakers == 32) { fprintf(stderr, "bonsai-speculative: at most 32 --dry-sequence-breaker\n"); return 1; }
+            dry_custom = true;
+            if (strcmp(v, "none")) breakers[n_breakers++] = v;
+        }
         else if (OPT("--seed") || OPT("-s")) smp.seed = (uint64_t)bn_arg_int("bonsai-speculative", a, v, 0, INT64_MAX);
         else if (OPT("--spec-snap-mem")) sp.cpu_snap_bytes = (size_t)bn_arg_int("bonsai-speculative", a, v, 0, 1 << 20) << 20;
         else if (strcmp(a, "--no-adaptive") == 0) sp.adaptive = false;
@@ -193,6 +207,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bonsai-speculative: %s\n", err);
         return 1;
     }
+    bn_dry_breakers *dry = smp.dry_multiplier != 0.0f ? bn_dry_breakers_new(tok, dry_custom ? breakers : NULL, n_breakers)
+                                                      : NULL;
+    smp.dry_breakers = dry;
     bn_sampler *sampler = bn_sampler_new(&smp);
     double t0 = bn_time_ms();
     if (bn_spec_prefill(s, ids, n_prompt, err, sizeof err) != 0) {
@@ -235,6 +252,7 @@ int main(int argc, char **argv) {
     printf("\n");
     bn_spec_print_stats(s, stdout);
     bn_sampler_free(sampler);
+    bn_dry_breakers_free(dry);
     bn_spec_free(s);
     bn_engine_state_free(ts);
     bn_engine_free(eng);

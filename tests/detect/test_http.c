@@ -229,6 +229,7 @@ int main(void) {
             // repetition penalties (bonsai-eval-loops --presence-penalty ...): the server gets them too (the same
             // ids both ways), and a presence penalty of 1e6 over the whole history leaves no token seen before
             q.presence_penalty = 1e6f, q.repeat_last_n = -1, q.repeat_penalty = 1.3f, q.frequency_penalty = 0.5f;
+            q.dry_multiplier = 0.8f, q.dry_penalty_last_n = -1; // (DRY's default breakers both ways)
             q.n_predict = 24;
             ra = hs ? hs->generate(hs, ids, n, &q, &a, err, sizeof err) : -1;
             CHECK(ra == 0, "server generate, penalized: %s", err);

@@ -16,12 +16,13 @@ JUNK=("abc" "" "12x" "nan" "1e400")
 MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
   --top-p --min-p --seed --n-predict --n-probs --ctx -t --timeout --parallel --min-repeats --min-total-repeated
   --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl --repeat-last-n --repeat-penalty
-  --frequency-penalty --presence-penalty"
+  --frequency-penalty --presence-penalty --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n"
 # tool | arguments before the option | numeric options
 CASES=(
   "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl --repeat-penalty --repeat-last-n
-    --frequency-penalty --presence-penalty"
-  "bonsai-speculative||--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty
+    --frequency-penalty --presence-penalty --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n"
+  "bonsai-speculative||--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --dry-multiplier
+    --dry-base --dry-allowed-length --dry-penalty-last-n
     --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t -ngl --temp
     --top-k --top-p --min-p --seed"
   "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min

@@ -46,6 +46,7 @@ static struct {
     REF_FN(llama_sampler_free);
     REF_FN(llama_model_quantize_default_params);
     REF_FN(llama_model_quantize);
+    REF_FN(llama_sampler_init_dry);
 } L;
 
 struct llama_ref {
@@ -124,6 +125,7 @@ static bool ref_init(void) {
     SYM(L.h_llama, llama_sampler_free);
     SYM(L.h_llama, llama_model_quantize_default_params);
     SYM(L.h_llama, llama_model_quantize);
+    SYM(L.h_llama, llama_sampler_init_dry);
 #undef SYM
     L.llama_log_set(ref_log, NULL);
     // The CPU backend is a separate libggml-cpu-<variant>.so; ggml picks the best one for this CPU.
@@ -152,6 +154,22 @@ int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, i
     llama_token_data *d = malloc(sizeof *d * (size_t)n_vocab);
     for (int i = 0; i < n_vocab; i++) d[i] = (llama_token_data){i, logits[i], 0.0f};
     llama_token_data_array a = {d, (size_t)n_vocab, -1, false};
+    L.llama_sampler_apply(s, &a);
+    for (size_t i = 0; i < a.size; i++) out[a.data[i].id] = a.data[i].logit;
+    free(d);
+    L.llama_sampler_free(s);
+    return 0;
+}
+
+int llama_ref_dry(llama_ref *r, const float *logits, const int32_t *hist, int n_hist, float multiplier, float base,
+                  int allowed_length, int last_n, const char *const *breakers, int n_breakers, float *out) {
+    struct llama_sampler *s = L.llama_sampler_init_dry(r->vocab, multiplier, base, allowed_length, last_n,
+                                                       (const char **)breakers, (size_t)n_breakers);
+    if (!s) return -1;
+    for (int i = 0; i < n_hist; i++) L.llama_sampler_accept(s, hist[i]);
+    llama_token_data *d = malloc(sizeof *d * (size_t)r->n_vocab);
+    for (int i = 0; i < r->n_vocab; i++) d[i] = (llama_token_data){i, logits[i], 0.0f};
+    llama_token_data_array a = {d, (size_t)r->n_vocab, -1, false};
     L.llama_sampler_apply(s, &a);
     for (size_t i = 0; i < a.size; i++) out[a.data[i].id] = a.data[i].logit;
     free(d);

@@ -61,6 +61,11 @@ int llama_ref_token_to_piece(llama_ref *r, int32_t token, char *buf, int n, bool
 // Q4_K_M, "Q4_K", TQ2_0, ...), tt_type a ggml type id, tt_pattern NULL for no --tensor-type. Returns 0, or -1 with err.
 int llama_ref_quantize(const char *in, const char *out, const char *type, bool pure, const char *tt_pattern, int tt_type,
                        int n_threads, char *err, size_t errlen);
+// llama_ref_dry: llama.cpp's DRY sampler (llama_sampler_init_dry on r's vocabulary with these settings and
+// breaker strings) after llama_sampler_accept of hist[0..n_hist), applied to logits[0..n_vocab of r): the result into
+// out. Returns 0, or -1.
+int llama_ref_dry(llama_ref *r, const float *logits, const int32_t *hist, int n_hist, float multiplier, float base,
+                  int allowed_length, int last_n, const char *const *breakers, int n_breakers, float *out);
 // llama_ref_penalties: llama.cpp's penalties sampler (llama_sampler_init_penalties(n_vocab, last_n, repeat, freq,
 // present)) after llama_sampler_accept of hist[0..n_hist), applied to logits[0..n_vocab): the penalized logits into
 // out[0..n_vocab). Returns 0, or -1 when the library is not available.

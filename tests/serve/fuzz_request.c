@@ -51,7 +51,7 @@ static void must(bool ok, const char *what) {
 static void task(json_t *body, json_t *prompt) {
     char err[512];
     bn_task_params p;
-    if (bn_parse_task_params(tok, body, prompt, &p, err, sizeof err) != 0) {
+    if (bn_parse_task_params(tok, NULL, body, prompt, &p, err, sizeof err) != 0) {
         must(err[0] != 0, "a refused request without a message");
         return;
     }
@@ -66,6 +66,9 @@ static void task(json_t *body, json_t *prompt) {
     must(p.sp.repeat_penalty > 0 && isfinite(p.sp.repeat_penalty) && isfinite(p.sp.frequency_penalty) &&
              isfinite(p.sp.presence_penalty) && p.sp.repeat_last_n >= -1,
          "repetition penalties outside their ranges");
+    must(isfinite(p.sp.dry_multiplier) && p.sp.dry_base >= 1 && isfinite(p.sp.dry_base) && p.sp.dry_allowed_length >= 0 &&
+             p.sp.dry_penalty_last_n >= -1 && (p.dry_strs == NULL) == (p.n_dry_strs == 0),
+         "DRY settings outside their ranges");
     must(p.n_predict >= -1 && p.id_slot >= -1, "n_predict / id_slot below -1");
     json_t *gs = bn_generation_settings_json(&p, 4096);
     must(gs != NULL, "no generation_settings for an accepted request");

@@ -330,6 +330,21 @@ static void test_penalties(void) {
           "generation_settings shows the penalties");
     CHECK(strcmp(json_string_value(json_object_get(plain, "content")), json_string_value(json_object_get(pen, "content"))),
           "the penalties change the greedy output");
+    // DRY: its settings and breakers in generation_settings; a strong DRY changes the greedy output
+    snprintf(body, sizeof body,
+             "{\"prompt\":%s,\"n_predict\":24,\"temperature\":0,\"dry_multiplier\":8,\"dry_allowed_length\":1,"
+             "\"dry_penalty_last_n\":-1,\"dry_sequence_breakers\":[\"zz\"]}", prompt);
+    json_t *dry = post_json("/completion", body, &st);
+    json_t *dgs = json_object_get(dry, "generation_settings"), *br = json_object_get(dgs, "dry_sequence_breakers");
+    CHECK(st == 200 && json_real_value(json_object_get(dgs, "dry_multiplier")) == 8 &&
+              json_integer_value(json_object_get(dgs, "dry_allowed_length")) == 1 &&
+              json_integer_value(json_object_get(dgs, "dry_penalty_last_n")) == -1 && json_array_size(br) == 1 &&
+              !strcmp(json_string_value(json_array_get(br, 0)), "zz"),
+          "generation_settings shows DRY");
+    CHECK(st == 200 && strcmp(json_string_value(json_object_get(plain, "content")),
+                              json_string_value(json_object_get(dry, "content"))),
+          "DRY changes the greedy output");
+    json_decref(dry);
     json_decref(plain);
     json_decref(pen);
     json_decref(tz);

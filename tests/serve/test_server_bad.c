@@ -55,6 +55,10 @@ int main(void) {
     BAD("/completion", "{\"prompt\": \"x\", \"repeat_last_n\": -2}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"presence_penalty\": -1e300}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"frequency_penalty\": [1]}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"dry_sequence_breakers\": []}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"dry_sequence_breakers\": [\"a\", 1]}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"dry_allowed_length\": -1}", 400, ire);
+    BAD("/completion", "{\"prompt\": \"x\", \"dry_multiplier\": 1e300}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"n_probs\": -3}", 400, ire);
     BAD("/completion", "{\"prompt\": \"x\", \"stop\": 5}", 400, ire);
     BAD("/completion", "{\"prompt\": [1, 2, 99999999]}", 400, ire);             // token id out of range

@@ -16,10 +16,11 @@
 
 static server_fixture F;
 static const char *REQ = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,\"temperature\":0,\"n_probs\":3}";
-// greedy with repetition penalties: each verified row's pick counts the committed tokens and the drafts before it
+// greedy with repetition penalties and DRY: each verified row's pick counts the committed tokens and the drafts before it
 static const char *REQ_PEN = "{\"prompt\":\"Once upon a time the\",\"n_predict\":48,\"temperature\":0,\"n_probs\":3,"
                              "\"repeat_penalty\":1.5,\"presence_penalty\":3,\"frequency_penalty\":0.5,"
-                             "\"repeat_last_n\":-1}";
+                             "\"repeat_last_n\":-1,\"dry_multiplier\":2,\"dry_allowed_length\":1,"
+                             "\"dry_penalty_last_n\":-1}";
 
 // two requests with a shared prefix (token ids of the tiny vocabulary), greedy, on one slot
 static const char *REQ_P1 = "{\"prompt\":[10,200,33,47,300,5,99,123,7,64,250,18],\"n_predict\":24,"
