@@ -36,6 +36,16 @@ static int integer(json_t *o, const char *key, long long *out, char *err, size_t
     return 0;
 }
 
+// int_in: integer for an int field that must lie in lo..hi (else -1: "'key' must be <what>"); absent: *out kept.
+static int int_in(json_t *o, const char *key, long long lo, long long hi, const char *what, int *out, char *err,
+                  size_t errlen) {
+    long long i = *out;
+    if (integer(o, key, &i, err, errlen) != 0) return -1;
+    if (i < lo || i > hi) return bn_err(err, errlen, "'%s' must be %s", key, what);
+    *out = (int)i;
+    return 0;
+}
+
 static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errlen) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
@@ -104,19 +114,14 @@ int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, b
 // the request's own (built here). Returns 0 or -1 with err (p's allocations then freed by the caller).
 static int parse_dry(const bn_tokenizer *tok, const bn_dry_breakers *dflt, json_t *body, bn_task_params *p, char *err,
                      size_t errlen) {
-    long long i;
     if (num_float(body, "dry_multiplier", &p->sp.dry_multiplier, err, errlen) != 0) return -1;
     float base = p->sp.dry_base;
     if (num_float(body, "dry_base", &base, err, errlen) != 0) return -1;
     if (base >= 1.0f) p->sp.dry_base = base; // llama-server: a base below 1 keeps the default
-    i = p->sp.dry_allowed_length;
-    if (integer(body, "dry_allowed_length", &i, err, errlen) != 0) return -1;
-    if (i < 0 || i > 0x7fffffff) return bn_err(err, errlen, "'dry_allowed_length' must be >= 0");
-    p->sp.dry_allowed_length = (int)i;
-    i = p->sp.dry_penalty_last_n;
-    if (integer(body, "dry_penalty_last_n", &i, err, errlen) != 0) return -1;
-    if (i < -1 || i > 0x7fffffff) return bn_err(err, errlen, "'dry_penalty_last_n' must be -1 (all), 0 (off) or a count");
-    p->sp.dry_penalty_last_n = (int)i;
+    if (int_in(body, "dry_allowed_length", 0, INT32_MAX, ">= 0", &p->sp.dry_allowed_length, err, errlen) != 0 ||
+        int_in(body, "dry_penalty_last_n", -1, INT32_MAX, "-1 (all), 0 (off) or a count", &p->sp.dry_penalty_last_n, err,
+               errlen) != 0)
+        return -1;
     json_t *sb = json_object_get(body, "dry_sequence_breakers");
     if (sb && !json_is_null(sb)) {
         if (!json_is_array(sb) || json_array_size(sb) == 0 || json_array_size(sb) > 64)
@@ -174,10 +179,8 @@ static int parse_task(const bn_tokenizer *tok, const bn_dry_breakers *dry_defaul
     if (integer(body, "min_keep", &i, err, errlen) != 0) return -1;
     p->sp.min_keep = i < 0 ? 0 : i > 1000000 ? 1000000 : (int)i;
     // repetition penalties (llama.cpp's penalties sampler, before the chain)
-    i = p->sp.repeat_last_n;
-    if (integer(body, "repeat_last_n", &i, err, errlen) != 0) return -1;
-    if (i < -1 || i > 0x7fffffff) return bn_err(err, errlen, "'repeat_last_n' must be -1 (all), 0 (off) or a count");
-    p->sp.repeat_last_n = (int)i;
+    if (int_in(body, "repeat_last_n", -1, INT32_MAX, "-1 (all), 0 (off) or a count", &p->sp.repeat_last_n, err, errlen))
+        return -1;
     if (num_float(body, "repeat_penalty", &p->sp.repeat_penalty, err, errlen) != 0 ||
         num_float(body, "frequency_penalty", &p->sp.frequency_penalty, err, errlen) != 0 ||
         num_float(body, "presence_penalty", &p->sp.presence_penalty, err, errlen) != 0)
