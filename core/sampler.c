@@ -46,16 +46,54 @@ bn_sampler_params bn_sampler_params_default(void) {
                                .dry_allowed_length = 2, .dry_penalty_last_n = 64, .dry_breakers = NULL};
 }
 
-// repeat_on / dry_on: whether p's repetition penalties / DRY change anything
+// repeat_on: whether p's repetition penalties change anything
 static bool repeat_on(const bn_sampler_params *p) {
     return p->repeat_last_n != 0 &&
            (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
-static bool dry_on(const bn_sampler_params *p) {
+bool bn_sampler_params_dry(const bn_sampler_params *p) {
     return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
 }
 
-bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || dry_on(p); }
+bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || bn_sampler_params_dry(p); }
+
+// set_float / set_int: val parsed strictly into *out when in lo..hi; 1, or -1 with err
+static int set_float(const char *opt, const char *val, double lo, double hi, float *out, char *err, size_t errlen) {
+    double v;
+    if (bn_parse_float(opt, val, lo, hi, &v, err, errlen) != 0) return -1;
+    *out = (float)v;
+    return 1;
+}
+static int set_int(const char *opt, const char *val, long long lo, long long hi, int *out, char *err, size_t errlen) {
+    long long v;
+    if (bn_parse_int(opt, val, lo, hi, &v, err, errlen) != 0) return -1;
+    *out = (int)v;
+    return 1;
+}
+
+int bn_sampler_arg(const char *opt, const char *val, bn_sampler_params *p, bn_sampler_args *a, char *err, size_t errlen) {
+    if (!strcmp(opt, "--repeat-penalty")) return set_float(opt, val, 1e-6, 1e6, &p->repeat_penalty, err, errlen);
+    if (!strcmp(opt, "--repeat-last-n")) return set_int(opt, val, -1, INT32_MAX, &p->repeat_last_n, err, errlen);
+    if (!strcmp(opt, "--frequency-penalty")) return set_float(opt, val, -1e6, 1e6, &p->frequency_penalty, err, errlen);
+    if (!strcmp(opt, "--presence-penalty")) return set_float(opt, val, -1e6, 1e6, &p->presence_penalty, err, errlen);
+    if (!strcmp(opt, "--dry-multiplier")) return set_float(opt, val, 0, 1e6, &p->dry_multiplier, err, errlen);
+    if (!strcmp(opt, "--dry-base")) return set_float(opt, val, 1, 1e6, &p->dry_base, err, errlen);
+    if (!strcmp(opt, "--dry-allowed-length")) return set_int(opt, val, 0, INT32_MAX, &p->dry_allowed_length, err, errlen);
+    if (!strcmp(opt, "--dry-penalty-last-n")) return set_int(opt, val, -1, INT32_MAX, &p->dry_penalty_last_n, err, errlen);
+    if (strcmp(opt, "--dry-sequence-breaker")) return 0;
+    if (a->n_dry_breakers == 32) return bn_err(err, errlen, "%s: at most 32", opt);
+    a->dry_custom = true;
+    if (strcmp(val, "none")) a->dry_breakers[a->n_dry_breakers++] = val;
+    return 1;
+}
+
+bn_dry_breakers *bn_sampler_args_breakers(bn_sampler_params *p, const bn_sampler_args *a, const bn_tokenizer *tok) {
+    bn_dry_breakers *b = bn_sampler_params_dry(p)
+                             ? bn_dry_breakers_new(tok, a->dry_custom ? a->dry_breakers : NULL, a->n_dry_breakers)
+                             : NULL;
+    p->dry_breakers = b;
+    return b;
+}
 
 bool bn_sampler_needs_history(const bn_sampler *s) { return bn_sampler_params_penalized(&s->par); }
 
@@ -230,7 +268,7 @@ static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
             s->count[id] = 0;
         }
     }
-    if (dry_on(p)) // after the penalties, as in llama-server's default chain
+    if (bn_sampler_params_dry(p)) // after the penalties, as in llama-server's default chain
         bn_dry_apply(p->dry_breakers, p->dry_multiplier, p->dry_base, p->dry_allowed_length, p->dry_penalty_last_n,
                      s->hist, s->n_hist, s->pen, n_vocab);
     return s->pen;

@@ -47,6 +47,23 @@ void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 // neutral, or DRY on: multiplier != 0, base >= 1, dry_penalty_last_n != 0): then a sampler's every pick needs the
 // whole logits row and the history.
 bool bn_sampler_params_penalized(const bn_sampler_params *p);
+// bn_sampler_params_dry: true when p's DRY is on (multiplier != 0, base >= 1, dry_penalty_last_n != 0): its
+// breakers are needed (bn_dry_breakers_new).
+bool bn_sampler_params_dry(const bn_sampler_params *p);
+// Command-line options of the repetition penalties and DRY, llama.cpp's names and ranges (--repeat-penalty,
+// --repeat-last-n, --frequency-penalty, --presence-penalty, --dry-multiplier, --dry-base, --dry-allowed-length,
+// --dry-penalty-last-n, --dry-sequence-breaker: repeatable, replaces the defaults, "none" for none).
+typedef struct {
+    const char *dry_breakers[32]; // the --dry-sequence-breaker strings (the caller's argv)
+    int n_dry_breakers;
+    bool dry_custom;              // given at all (then they replace the defaults, even when none)
+} bn_sampler_args;
+// bn_sampler_arg: when opt is one of those options, sets its value val into p or a and returns 1; 0 when it is not;
+// -1 with err ("<opt>: '<val>' is not a number in LO..HI", as bn_parse_float) for a bad value.
+int bn_sampler_arg(const char *opt, const char *val, bn_sampler_params *p, bn_sampler_args *a, char *err, size_t errlen);
+// bn_sampler_args_breakers: DRY's breakers for p in tok's vocabulary (a's strings, else the defaults) into
+// p->dry_breakers; returns them (free with bn_dry_breakers_free), NULL (and p->dry_breakers NULL) when DRY is off.
+bn_dry_breakers *bn_sampler_args_breakers(bn_sampler_params *p, const bn_sampler_args *a, const bn_tokenizer *tok);
 // bn_sampler_needs_history: bn_sampler_params_penalized of s's parameters.
 bool bn_sampler_needs_history(const bn_sampler *s);
 // bn_sampler_set_history: the tokens before the one to be sampled (prompt and generated ones, oldest first; the

@@ -58,12 +58,14 @@ int main(int argc, char **argv) {
     int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0, n_gpu_layers = 0;
     bool chat = false, think = false, ignore_eos = false;
     bn_sampler_params sp = bn_sampler_params_default();
-    const char *breakers[32];
-    int n_breakers = 0;
-    bool dry_custom = false;
+    bn_sampler_args sa = {0};
+    char err[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
+        int r = has ? bn_sampler_arg(a, argv[i + 1], &sp, &sa, err, sizeof err) : 0; // penalties and DRY
+        if (r < 0) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
+        if (r > 0) { i++; continue; }
         if (!strcmp(a, "-m") && has) model_path = argv[++i];
         else if (!strcmp(a, "-p") && has) prompt = argv[++i];
         else if (!strcmp(a, "-n") && has) n_gen = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
@@ -71,19 +73,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--top-k") && has) sp.top_k = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
         else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
         else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--repeat-penalty") && has) sp.repeat_penalty = (float)bn_arg_float(T, a, argv[++i], 1e-6, 1e6);
-        else if (!strcmp(a, "--repeat-last-n") && has) sp.repeat_last_n = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
-        else if (!strcmp(a, "--frequency-penalty") && has) sp.frequency_penalty = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
-        else if (!strcmp(a, "--presence-penalty") && has) sp.presence_penalty = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
-        else if (!strcmp(a, "--dry-multiplier") && has) sp.dry_multiplier = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
-        else if (!strcmp(a, "--dry-base") && has) sp.dry_base = (float)bn_arg_float(T, a, argv[++i], 1, 1e6);
-        else if (!strcmp(a, "--dry-allowed-length") && has) sp.dry_allowed_length = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
-        else if (!strcmp(a, "--dry-penalty-last-n") && has) sp.dry_penalty_last_n = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
-        else if (!strcmp(a, "--dry-sequence-breaker") && has) {
-            if (n_breakers == 32) { fprintf(stderr, "bonsai-run: at most 32 --dry-sequence-breaker\n"); return 1; }
-            dry_custom = true;
-            if (strcmp(argv[++i], "none")) breakers[n_breakers++] = argv[i];
-        }
         else if (!strcmp(a, "--seed") && has) sp.seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
         else if (!strcmp(a, "-t") && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
         else if (!strcmp(a, "-c") && has) n_ctx = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
@@ -96,7 +85,6 @@ int main(int argc, char **argv) {
     }
     if (!model_path || !prompt || n_gen < 0) usage(stderr);
 
-    char err[512];
     bn_model *m = bn_model_load(model_path, err, sizeof err);
     if (!m) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
@@ -122,8 +110,7 @@ int main(int argc, char **argv) {
     if (!eng) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_engine_state *st = bn_engine_state_new(eng, n_ctx, err, sizeof err);
     if (!st) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
-    bn_dry_breakers *dry = sp.dry_multiplier != 0.0f ? bn_dry_breakers_new(tok, dry_custom ? breakers : NULL, n_breakers) : NULL;
-    sp.dry_breakers = dry;
+    bn_dry_breakers *dry = bn_sampler_args_breakers(&sp, &sa, tok);
     bn_sampler *smp = bn_sampler_new(&sp);
     ids = xrealloc(ids, sizeof(int32_t) * (size_t)(n_prompt + n_gen + 1)); // prompt, then the output: the history
     int n_vocab = m->cfg.n_vocab;

@@ -89,13 +89,15 @@ int main(int argc, char **argv) {
     // its top_k best logits (sampling with --top-k <= 64)
     bn_spec_params sp = {.type = -1, .n_max = 3, .n_min = 0, .p_min = 0, .adaptive = true, .no_step_logits = true,
                          .cpu_snap_bytes = BN_SPEC_CPU_SNAP_BYTES};
-    const char *breakers[32];
-    int n_breakers = 0;
-    bool dry_custom = false;
+    bn_sampler_args sa = {0};
     bn_sampler_params smp = bn_sampler_params_default();
     smp.temperature = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char err[512];
+        int r = v ? bn_sampler_arg(a, v, &smp, &sa, err, sizeof err) : 0; // penalties and DRY
+        if (r < 0) { fprintf(stderr, "bonsai-speculative: %s\n", err); return 1; }
+        if (r > 0) { i++; continue; }
 #define OPT(name) (strcmp(a, name) == 0 && v && ++i)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
@@ -115,19 +117,6 @@ int main(int argc, char **argv) {
         else if (OPT("--top-k")) smp.top_k = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
         else if (OPT("--top-p")) smp.top_p = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1);
         else if (OPT("--min-p")) smp.min_p = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1);
-        else if (OPT("--repeat-penalty")) smp.repeat_penalty = (float)bn_arg_float("bonsai-speculative", a, v, 1e-6, 1e6);
-        else if (OPT("--repeat-last-n")) smp.repeat_last_n = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
-        else if (OPT("--frequency-penalty")) smp.frequency_penalty = (float)bn_arg_float("bonsai-speculative", a, v, -1e6, 1e6);
-        else if (OPT("--presence-penalty")) smp.presence_penalty = (float)bn_arg_float("bonsai-speculative", a, v, -1e6, 1e6);
-        else if (OPT("--dry-multiplier")) smp.dry_multiplier = (float)bn_arg_float("bonsai-speculative", a, v, 0, 1e6);
-        else if (OPT("--dry-base")) smp.dry_base = (float)bn_arg_float("bonsai-speculative", a, v, 1, 1e6);
-        else if (OPT("--dry-allowed-length")) smp.dry_allowed_length = (int)bn_arg_int("bonsai-speculative", a, v, 0, INT32_MAX);
-        else if (OPT("--dry-penalty-last-n")) smp.dry_penalty_last_n = (int)bn_arg_int("bonsai-speculative", a, v, -1, INT32_MAX);
-        else if (OPT("--dry-sequence-breaker")) {
-            if (n_breakers == 32) { fprintf(stderr, "bonsai-speculative: at most 32 --dry-sequence-breaker\n"); return 1; }
-            dry_custom = true;
-            if (strcmp(v, "none")) breakers[n_breakers++] = v;
-        }
         else if (OPT("--seed") || OPT("-s")) smp.seed = (uint64_t)bn_arg_int("bonsai-speculative", a, v, 0, INT64_MAX);
         else if (OPT("--spec-snap-mem")) sp.cpu_snap_bytes = (size_t)bn_arg_int("bonsai-speculative", a, v, 0, 1 << 20) << 20;
         else if (strcmp(a, "--no-adaptive") == 0) sp.adaptive = false;
@@ -207,9 +196,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bonsai-speculative: %s\n", err);
         return 1;
     }
-    bn_dry_breakers *dry = smp.dry_multiplier != 0.0f ? bn_dry_breakers_new(tok, dry_custom ? breakers : NULL, n_breakers)
-                                                      : NULL;
-    smp.dry_breakers = dry;
+    bn_dry_breakers *dry = bn_sampler_args_breakers(&smp, &sa, tok);
     bn_sampler *sampler = bn_sampler_new(&smp);
     double t0 = bn_time_ms();
     if (bn_spec_prefill(s, ids, n_prompt, err, sizeof err) != 0) {
