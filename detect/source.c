@@ -29,11 +29,18 @@ bn_gen_params bn_gen_params_default(void) {
     return p;
 }
 
+// sampler_params: the sampler chain of p (DRY's breakers not set)
+static bn_sampler_params sampler_params(const bn_gen_params *p) {
+    return (bn_sampler_params){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+                               .seed = p->seed, .min_keep = 1, .repeat_last_n = p->repeat_last_n,
+                               .repeat_penalty = p->repeat_penalty, .frequency_penalty = p->frequency_penalty,
+                               .presence_penalty = p->presence_penalty, .dry_multiplier = p->dry_multiplier,
+                               .dry_base = p->dry_base, .dry_allowed_length = p->dry_allowed_length,
+                               .dry_penalty_last_n = p->dry_penalty_last_n};
+}
+
 bool bn_gen_params_penalized(const bn_gen_params *p) {
-    const bn_sampler_params sp = {.repeat_last_n = p->repeat_last_n, .repeat_penalty = p->repeat_penalty,
-                                  .frequency_penalty = p->frequency_penalty, .presence_penalty = p->presence_penalty,
-                                  .dry_multiplier = p->dry_multiplier, .dry_base = p->dry_base,
-                                  .dry_penalty_last_n = p->dry_penalty_last_n};
+    const bn_sampler_params sp = sampler_params(p);
     return bn_sampler_params_penalized(&sp);
 }
 
@@ -92,14 +99,9 @@ static int inproc_generate(bn_source *base, const int32_t *prompt, int n_prompt,
     int budget = p->n_predict < n_ctx - n_prompt ? p->n_predict : n_ctx - n_prompt;
     int k = p->n_probs < n_vocab ? p->n_probs : n_vocab;
     if (k < 0) k = 0;
-    bn_sampler_params sp = {.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
-                            .min_p = p->min_p, .seed = p->seed, .min_keep = 1, .repeat_last_n = p->repeat_last_n,
-                            .repeat_penalty = p->repeat_penalty, .frequency_penalty = p->frequency_penalty,
-                            .presence_penalty = p->presence_penalty, .dry_multiplier = p->dry_multiplier,
-                            .dry_base = p->dry_base, .dry_allowed_length = p->dry_allowed_length,
-                            .dry_penalty_last_n = p->dry_penalty_last_n};
+    bn_sampler_params sp = sampler_params(p);
     // DRY's breakers in this vocabulary (one scan of it per completion: small beside generating one)
-    bn_dry_breakers *dry = sp.dry_multiplier != 0.0f ? bn_dry_breakers_new(s->tok, p->dry_breakers, p->n_dry_breakers) : NULL;
+    bn_dry_breakers *dry = bn_sampler_params_dry(&sp) ? bn_dry_breakers_new(s->tok, p->dry_breakers, p->n_dry_breakers) : NULL;
     sp.dry_breakers = dry;
     bn_sampler *smp = bn_sampler_new(&sp);
     position_out po;

@@ -134,9 +134,7 @@ static int parse_dry(const bn_tokenizer *tok, const bn_dry_breakers *dflt, json_
         }
     }
     p->sp.dry_breakers = dflt;
-    if (p->dry_strs && bn_sampler_params_penalized(&(bn_sampler_params){.dry_multiplier = p->sp.dry_multiplier,
-                                                                        .dry_base = p->sp.dry_base,
-                                                                        .dry_penalty_last_n = p->sp.dry_penalty_last_n}))
+    if (p->dry_strs && bn_sampler_params_dry(&p->sp))
         p->sp.dry_breakers = p->dry_own = bn_dry_breakers_new(tok, (const char *const *)p->dry_strs, p->n_dry_strs);
     return 0;
 }
