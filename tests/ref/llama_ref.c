@@ -145,10 +145,10 @@ bool llama_ref_available(char *err, size_t errlen) {
     return false;
 }
 
-int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, int n_hist, int last_n, float repeat,
-                        float freq, float present, float *out) {
-    if (!ref_init()) return -1;
-    struct llama_sampler *s = L.llama_sampler_init_penalties(n_vocab, last_n, repeat, freq, present);
+// run_sampler: sampler s (freed here) fed hist[0..n_hist) with llama_sampler_accept, then applied to logits[0..n_vocab):
+// the resulting logits into out; 0, or -1 when s is NULL
+static int run_sampler(struct llama_sampler *s, const float *logits, int n_vocab, const int32_t *hist, int n_hist,
+                       float *out) {
     if (!s) return -1;
     for (int i = 0; i < n_hist; i++) L.llama_sampler_accept(s, hist[i]);
     llama_token_data *d = malloc(sizeof *d * (size_t)n_vocab);
@@ -161,20 +161,18 @@ int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, i
     return 0;
 }
 
+int llama_ref_penalties(const float *logits, int n_vocab, const int32_t *hist, int n_hist, int last_n, float repeat,
+                        float freq, float present, float *out) {
+    if (!ref_init()) return -1;
+    return run_sampler(L.llama_sampler_init_penalties(n_vocab, last_n, repeat, freq, present), logits, n_vocab, hist,
+                       n_hist, out);
+}
+
 int llama_ref_dry(llama_ref *r, const float *logits, const int32_t *hist, int n_hist, float multiplier, float base,
                   int allowed_length, int last_n, const char *const *breakers, int n_breakers, float *out) {
-    struct llama_sampler *s = L.llama_sampler_init_dry(r->vocab, multiplier, base, allowed_length, last_n,
-                                                       (const char **)breakers, (size_t)n_breakers);
-    if (!s) return -1;
-    for (int i = 0; i < n_hist; i++) L.llama_sampler_accept(s, hist[i]);
-    llama_token_data *d = malloc(sizeof *d * (size_t)r->n_vocab);
-    for (int i = 0; i < r->n_vocab; i++) d[i] = (llama_token_data){i, logits[i], 0.0f};
-    llama_token_data_array a = {d, (size_t)r->n_vocab, -1, false};
-    L.llama_sampler_apply(s, &a);
-    for (size_t i = 0; i < a.size; i++) out[a.data[i].id] = a.data[i].logit;
-    free(d);
-    L.llama_sampler_free(s);
-    return 0;
+    return run_sampler(L.llama_sampler_init_dry(r->vocab, multiplier, base, allowed_length, last_n,
+                                                (const char **)breakers, (size_t)n_breakers),
+                       logits, r->n_vocab, hist, n_hist, out);
 }
 
 int llama_ref_quantize(const char *in, const char *out, const char *type, bool pure, const char *tt_pattern, int tt_type,
