@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/dspark.h"
+#include "spec/dspark.h"
 #include "core/engine.h"
-#include "core/rng.h"
-#include "core/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 #define MAX_S 16
 #define MAX_REPS 200

@@ -1,13 +1,13 @@
 // bench/bench_train.c — LoRA training throughput (forward + backward, tokens/s) on generated qwen35
 // models, and achieved GFLOP/s against OpenBLAS sgemm measured in the same run (issue #6's target:
 // >= 35 % of the sgemm rate). FLOPs are counted as 6·N_mm per token (forward 2N + recompute 2N +
-// backward-data 2N, MODEL.md §10.4; N_mm = weights of the projections, head excluded: FTPO reads
+// backward-data 2N, docs/model.md §10.4; N_mm = weights of the projections, head excluded: FTPO reads
 // the last position only). LoRA: r 32 on q,k,v,o,gate,up,down (the seeds' recipe).
 // Usage: bench_train [preset ...] [--tokens T] [--reps R] [--threads N] [--type f32|f16|bf16]
 //        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own)
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include "train/backward.h"
 #include "train/graph.h"

@@ -9,8 +9,8 @@
 #include <string.h>
 #include "core/forward.h"
 #include "core/model.h"
-#include "core/rng.h"
-#include "core/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "quant/quant.h"
 
 #define MAX_N 16

@@ -1,6 +1,6 @@
 // core/chat.c — ChatML rendering per the Qwen3.5 and Qwen3 chat templates (rules in core/chat.h).
 #include "core/chat.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-// core/chat.h — ChatML prompt rendering for Qwen models (MODEL.md §11.3), following the Qwen3.5
+// core/chat.h — ChatML prompt rendering for Qwen models (docs/model.md §11.3), following the Qwen3.5
 // chat template (llama.cpp models/templates/Qwen3.5-4B.jinja) without tools and vision.
 #ifndef BONSAI_CHAT_H
 #define BONSAI_CHAT_H

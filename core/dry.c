@@ -2,7 +2,7 @@
 // breaker sequences from the vocabulary, the window's longest repeated suffixes by the Z-algorithm, one penalty per
 // token that would extend one.
 #include "core/dry.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 // core/engine.c — the backend-neutral engine wrapper and the CPU backend (see core/engine.h).
 #include "core/engine.h"
 #include "core/forward_impl.h" // bn_state.m
+#include <stdio.h>
 #include <stdlib.h>
 
 // ---- CPU backend: impl is the bn_engine itself (model + threads) -----------------------------
@@ -107,6 +108,33 @@ void bn_engine_free(bn_engine *e) {
 }
 
 const char *bn_engine_name(const bn_engine *e) { return e->ops->name; }
+
+static const bn_engine_device *registered_device;
+
+void bn_engine_device_register(const bn_engine_device *d) { registered_device = d; }
+
+const bn_engine_device *bn_engine_device_get(void) { return registered_device; }
+
+bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen) {
+    if (n_gpu_layers < 0) {
+        bn_err(err, errlen, "-ngl must be >= 0 (got %d)", n_gpu_layers);
+        return NULL;
+    }
+    const bn_engine_device *d = registered_device;
+    if (n_gpu_layers > 0 && (!d || d->device_count() < 1)) {
+        static bool warned = false;
+        if (!warned)
+            fprintf(stderr, "warning: -ngl %d: %s; running on the CPU\n", n_gpu_layers,
+                    d ? "no CUDA device found" : "this program was built without GPU support");
+        warned = true;
+        n_gpu_layers = 0;
+    }
+    if (n_gpu_layers == 0) return bn_engine_cpu_new(m, n_threads);
+    bn_engine *e = n_gpu_layers >= m->cfg.n_layer ? d->full_new(m, err, errlen)
+                                                  : d->split_new(m, n_gpu_layers, n_threads, err, errlen);
+    if (e) e->n_gpu_layers = n_gpu_layers;
+    return e;
+}
 
 bn_engine_state *bn_engine_state_new(const bn_engine *e, int n_ctx, char *err, size_t errlen) {
     void *st = e->ops->state_new(e->impl, n_ctx, err, errlen);

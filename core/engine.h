@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include "core/forward.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 
 // A backend's functions; impl is the backend's model object (e.g. bn_cuda_model), st its state.
 typedef struct bn_engine_ops {
@@ -134,35 +134,28 @@ int bn_engine_restore(bn_engine_state *s, const bn_engine_snapshot *snap, char *
 // bn_engine_snapshot_free: frees a snapshot (NULL is fine).
 void bn_engine_snapshot_free(bn_engine_snapshot *snap);
 
-#ifdef BONSAI_CUDA
-// bn_cuda_engine_new: the CUDA engine (uploads m's weights); NULL with err filled (cuda/engine.cu).
-bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen);
-// bn_cuda_split_engine_new: the CPU+CUDA engine for 0 < n_gpu_layers < n_layer (uploads the last
-// n_gpu_layers layers and the head; the CPU half runs with n_threads); NULL with err filled
-// (cuda/engine_split.cu).
-bn_engine *bn_cuda_split_engine_new(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
-#endif
+// A device backend: the CUDA library registers one at start-up when it is linked into the program (cuda/engine.cu,
+// a constructor); a program without it has none and -ngl > 0 runs on the CPU with a warning.
+typedef struct bn_engine_device {
+    const char *name; // "CUDA"
+    // device_count: how many devices the backend can use now (0: none; bn_engine_open then runs on the CPU)
+    int (*device_count)(void);
+    // full_new: the engine with every layer and the head on the device; NULL with err filled (e.g. no device)
+    bn_engine *(*full_new)(const bn_model *m, char *err, size_t errlen);
+    // split_new: the CPU+CUDA engine, the last n_gpu_layers layers + head on the device; NULL with err filled
+    bn_engine *(*split_new)(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
+    // describe: a one-line account of the device and the kernels it runs into buf; returns buf
+    const char *(*describe)(char *buf, size_t n);
+} bn_engine_device;
+// bn_engine_device_register: makes d the device backend of bn_engine_open (the last registration wins).
+void bn_engine_device_register(const bn_engine_device *d);
+// bn_engine_device_get: the registered device backend, or NULL when the program has none.
+const bn_engine_device *bn_engine_device_get(void);
 
-// bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads,
-// >= n_layer CUDA, in between CPU+CUDA); NULL with err filled ("built without CUDA", "no CUDA device",
-// upload errors). Inline so that it sees BONSAI_CUDA of the binary that calls it.
-static inline bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
-                                        size_t errlen) {
-    if (n_gpu_layers < 0) {
-        bn_err(err, errlen, "-ngl must be >= 0 (got %d)", n_gpu_layers);
-        return NULL;
-    }
-    if (n_gpu_layers == 0) return bn_engine_cpu_new(m, n_threads);
-#ifdef BONSAI_CUDA
-    bn_engine *e = n_gpu_layers >= m->cfg.n_layer ? bn_cuda_engine_new(m, err, errlen)
-                                                  : bn_cuda_split_engine_new(m, n_gpu_layers, n_threads, err, errlen);
-    if (e) e->n_gpu_layers = n_gpu_layers;
-    return e;
-#else
-    bn_err(err, errlen, "-ngl %d: this binary was built without CUDA (rebuild with nvcc: meson -Dcuda=enabled)",
-           n_gpu_layers);
-    return NULL;
-#endif
-}
+// bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads, >= n_layer the
+// device, in between CPU+device). Without a device backend or a device, -ngl > 0 warns once on stderr and opens the CPU
+// engine (llama.cpp's habit); a device that cannot take the model (upload errors) is an error. Returns the engine,
+// or NULL with err filled.
+bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
 
 #endif

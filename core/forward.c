@@ -1,11 +1,11 @@
-// core/forward.c — the CPU forward pass (MODEL.md §4 for qwen35, §7 for qwen3 / llama / qwen2).
+// core/forward.c — the CPU forward pass (docs/model.md §4 for qwen35, §7 for qwen3 / llama / qwen2).
 // Tokens are processed in chunks of at most s->n_batch rows: the matmuls of a chunk run batched,
 // the GDN recurrence and the KV-cache attention run token by token (parallel over heads).
 #include "core/forward_impl.h"
 #include "core/matmul.h"
 #include "core/ops.h"
 #include "core/sampler.h" // bn_logits_topk_values: bn_forward_out.topk
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <math.h>
 #include <stdlib.h>

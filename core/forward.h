@@ -1,6 +1,6 @@
 // core/forward.h — CPU inference: per-sequence state (KV cache, GDN conv window + recurrent
 // matrix, scratch) and the forward pass over a batch of tokens appended at the state's position.
-// Math: MODEL.md §4 (qwen35), §7 (qwen3 / llama / qwen2).
+// Math: docs/model.md §4 (qwen35), §7 (qwen3 / llama / qwen2).
 // Numerics: F32-weight models match a float64 reference to ~1e-5 on the logits. Quantized weights
 // are dotted with Q8_0/Q8_K-rounded activations like ggml (decode: bn_vec_dot_rows; prefill:
 // bn_vec_dot_rows_batch, which may sum in another fp32 order, so a prefill and a token-by-token

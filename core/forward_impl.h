@@ -2,7 +2,7 @@
 #ifndef BONSAI_FORWARD_IMPL_H
 #define BONSAI_FORWARD_IMPL_H
 #include "core/forward.h"
-#include "core/threads.h"
+#include "base/threads.h"
 
 // Tokens per internal prefill chunk: scratch buffers hold this many activation rows.
 #define BN_MAX_BATCH 64

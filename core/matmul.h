@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "core/model.h"
-#include "core/threads.h"
+#include "base/threads.h"
 
 // bn_matmul_work_size: bytes of scratch bn_matmul needs for weight w and n activation vectors.
 size_t bn_matmul_work_size(const bn_weight *w, int n);

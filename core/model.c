@@ -1,8 +1,8 @@
 // core/model.c — bn_model_load: Config from GGUF KVs, weight views into the mmapped file, and a
-// check of every expected tensor's presence, shape and type (MODEL.md §2–3, §7).
+// check of every expected tensor's presence, shape and type (docs/model.md §2–3, §7).
 #include "core/model.h"
-#include "quant/quantize_rules.h"
-#include "core/util.h"
+#include "quantize/rules.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,7 +303,7 @@ static const char *size_label(const bn_config *c) {
     return "?B";
 }
 
-// ftype_name: display name of a llama_ftype (quant/quantize_rules.h), NULL if unknown.
+// ftype_name: display name of a llama_ftype (quantize/rules.h), NULL if unknown.
 static const char *ftype_name(int ftype) {
     const char *s = bn_ftype_name(ftype);
     return strcmp(s, "?") ? s : NULL;

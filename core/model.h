@@ -1,12 +1,12 @@
 // core/model.h — the model description (Config, Weights as views into the mmapped GGUF) and the
 // per-sequence State, for `qwen35` (Gated DeltaNet + gated attention) and dense `qwen3`/`llama`.
-// Facts: MODEL.md §2–4, §7. The forward is in core/forward.h.
+// Facts: docs/model.md §2–4, §7. The forward is in core/forward.h.
 #ifndef BONSAI_MODEL_H
 #define BONSAI_MODEL_H
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 
 enum bn_arch { BN_ARCH_QWEN35 = 0, BN_ARCH_QWEN3 = 1, BN_ARCH_LLAMA = 2, BN_ARCH_QWEN2 = 3 };
 

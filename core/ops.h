@@ -1,4 +1,4 @@
-// core/ops.h — the fp32 math primitives of the forward (MODEL.md §4, §7), written once and shared
+// core/ops.h — the fp32 math primitives of the forward (docs/model.md §4, §7), written once and shared
 // with train/. All functions work on one vector / one head / one token; no allocation.
 // Output pointers may alias the matching input unless a comment says otherwise.
 #ifndef BONSAI_OPS_H
@@ -51,7 +51,7 @@ void bn_axpy_f32(float *y, float a, const float *x, int n);
 //           tap K-1 multiplies the current token x).
 //   out[ch] = SiLU(Σ_{i<K-1} w[ch*K+i]·window[ch*(K-1)+i] + w[ch*K+K-1]·x[ch]). out may alias x.
 void bn_conv1d_silu_step(float *out, float *window, const float *x, const float *w, int C, int K);
-// bn_gdn_step: one token of the gated delta rule for one value head (MODEL.md §4.3 step 6).
+// bn_gdn_step: one token of the gated delta rule for one value head (docs/model.md §4.3 step 6).
 //   S: {dk, dv} in ggml order = dv rows of dk floats, S[j*dk + i] = S_ij (i key dim, j value dim),
 //      i.e. ggml's "stored transposed" layout. Updated in place:
 //      S ← α S;  u = Sᵀk;  δ = β (v − u);  S ← S + k δᵀ;  o = Sᵀ q.

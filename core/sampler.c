@@ -1,10 +1,10 @@
 // core/sampler.c — llama.cpp's sampler chain penalties → dry → top_k → top_p → min_p → temperature → dist(seed)
-// (SERVER.md §3.1) with its own RNG (xoshiro256** seeded by splitmix64), and raw-softmax
-// log-probs for n_probs (SERVER.md §5). Top-k selection is a bounded min-heap (O(n log k)),
+// (docs/server.md §3.1) with its own RNG (xoshiro256** seeded by splitmix64), and raw-softmax
+// log-probs for n_probs (docs/server.md §5). Top-k selection is a bounded min-heap (O(n log k)),
 // so n_vocab = 248,320 needs no full sort unless top_k <= 0.
 #include "core/sampler.h"
-#include "core/rng.h"
-#include "core/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>

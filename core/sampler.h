@@ -1,5 +1,5 @@
 // core/sampler.h — token sampling in llama.cpp's chain order penalties → dry → top_k → top_p → min_p → temperature →
-// dist(seed) (SERVER.md §3.1), plus raw-softmax log-probs for n_probs (SERVER.md §5).
+// dist(seed) (docs/server.md §3.1), plus raw-softmax log-probs for n_probs (docs/server.md §5).
 // RNG: xoshiro256** seeded through splitmix64 from the 64-bit seed; a seed gives one sequence
 // on every machine. Sampling draws one uniform double in [0,1) per token (53 random bits).
 #ifndef BONSAI_SAMPLER_H
@@ -94,7 +94,7 @@ int bn_sampler_last_candidates(const bn_sampler *s, const int32_t **ids, const f
 // bn_logits_topk: the k highest logits' ids (descending logit, ties → lower id first) with their
 // log-probabilities under the full raw softmax: p = expf(l - max) / sum, logprob = logf(p), p == 0 →
 // -FLT_MAX (as llama.cpp), the float sum Kahan-compensated (within 1e-5 of a double softmax).
-// Temperature and the chain play no part (SERVER.md §5). k is clamped to n_vocab; returns the count.
+// Temperature and the chain play no part (docs/server.md §5). k is clamped to n_vocab; returns the count.
 int bn_logits_topk(const float *logits, int n_vocab, int k, int32_t *ids, float *logprobs);
 // bn_sampler_head_out: what a forward must return per row for s to pick from it without the logits row, set in
 // *out (its other fields kept): the argmax into argmax[row] when s is greedy, else the top_k best logits into

@@ -2,7 +2,7 @@
 // recurrent region (conv windows + S), the fp32 KV cache and the scratch buffers; snapshots.
 #include "core/forward_impl.h"
 #include "core/matmul.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <cblas.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
-// core/tokenizer.c — GGUF vocabularies as llama.cpp runs them (MODEL.md §11): loading (tokens, types,
+// core/tokenizer.c — GGUF vocabularies as llama.cpp runs them (docs/model.md §11): loading (tokens, types,
 // merges, pre-tokenizer regexes, flags, EOG set), the special-token partition (longest text first;
 // control/unknown only with parse_special), decoding and the public API. The encoders live in
 // core/tokenizer_encode.c. Strings are interned once: every vocab text and every merge part/result
 // gets a symbol index, so merging compares integers. Pieces for decoding are precomputed per token.
 #include "core/tokenizer_impl.h"
-#include "core/unicode.h"
+#include "base/unicode.h"
 
 // ---- hashing / interning ------------------------------------------------------------------
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -177,7 +177,7 @@ static int32_t find_text(const bn_tokenizer *t, const char *s) {
     return y < 0 ? -1 : t->syms[y].tok;
 }
 
-// setup_eog: MODEL.md §11.1 step 7, llama.cpp's text lists: these EOG texts and the FIM texts are
+// setup_eog: docs/model.md §11.1 step 7, llama.cpp's text lists: these EOG texts and the FIM texts are
 // forced to control type; eos/eot/eom ids from the GGUF and FIM pad/repo/sep are EOG as well.
 static void setup_eog(bn_tokenizer *t, const gguf_file *g) {
     static const char *const eog_texts[] = {

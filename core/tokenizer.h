@@ -1,12 +1,12 @@
 // core/tokenizer.h — the GGUF vocabulary as llama.cpp runs it: byte-level BPE (`gpt2` model with
 // pre types qwen2, qwen35, gpt-2, llama-bpe, and a generic fallback) and SentencePiece-style
-// `llama` vocabularies. Facts: MODEL.md §11, FORMATS.md §8.3.
+// `llama` vocabularies. Facts: docs/model.md §11, docs/formats.md §8.3.
 #ifndef BONSAI_TOKENIZER_H
 #define BONSAI_TOKENIZER_H
 #include <stdint.h>
 #include <stddef.h>
 #include <stdbool.h>
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 
 typedef struct bn_tokenizer bn_tokenizer;
 
@@ -49,7 +49,7 @@ char *bn_detokenize(const bn_tokenizer *t, const int32_t *ids, int n, bool speci
 // bn_token_lookup: id of the exact vocab string text, or -1.
 int32_t bn_token_lookup(const bn_tokenizer *t, const char *text);
 
-// bn_token_is_eog: true for end-of-generation tokens (MODEL.md §11.1 step 7).
+// bn_token_is_eog: true for end-of-generation tokens (docs/model.md §11.1 step 7).
 bool bn_token_is_eog(const bn_tokenizer *t, int32_t id);
 // bn_token_bos / bn_token_eos: ids from the GGUF, or -1 when absent.
 int32_t bn_token_bos(const bn_tokenizer *t);
@@ -60,7 +60,7 @@ bool bn_tokenizer_add_bos(const bn_tokenizer *t);
 const char *bn_tokenizer_pre(const bn_tokenizer *t);
 
 // bn_utf8_valid_prefix: length of the longest prefix of s[0..n) that is complete, valid UTF-8
-// (used to cut pieces back to valid UTF-8, SERVER.md §5).
+// (used to cut pieces back to valid UTF-8, docs/server.md §5).
 // Note: it stops at the FIRST invalid byte; for streaming use bn_utf8_complete_len + bn_utf8_sanitize.
 size_t bn_utf8_valid_prefix(const char *s, size_t n);
 // bn_utf8_complete_len: n minus an incomplete multi-byte sequence at the very end (llama.cpp server's

@@ -4,7 +4,7 @@
 #define BONSAI_TOKENIZER_IMPL_H
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 // cuda/attention.cu — KV-cache append and causal attention (flash-decoding: the keys of each query are
 // split into ranges processed by separate blocks with an online softmax, then merged; the query heads
 // of one KV head share a block so each K/V row is read once per group; for prefill, optionally, query tiles
-// sharing each K/V tile) for the CUDA forward; MODEL.md §4.2 / §7, same math as core/ops.c bn_attention_head.
+// sharing each K/V tile) for the CUDA forward; docs/model.md §4.2 / §7, same math as core/ops.c bn_attention_head.
 // Contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"

@@ -1,10 +1,6 @@
-// cuda/cuda_backend.h — the CUDA backend's C interface (callable from C; implemented in .cu files).
-// Built only when meson finds nvcc (-Dcuda=auto|enabled|disabled); code that must build without
-// CUDA includes this header only under #ifdef BONSAI_CUDA.
-//
-// Status: kernels for the low-bit matvec (Q1_0, Q2_0 g64, PQ2_0 g128, Q8_0 weights against Q8_1
-// activations, dp4a) and the activation quantizer. The full CUDA forward (GDN, attention, graphs)
-// is not written yet.
+// cuda/cuda_backend.h — the CUDA backend's device-level C interface (device count and name, the low-bit mat-vec
+// kernels and the activation quantizer, callable from C; implemented in .cu files). Programs reach the CUDA engine
+// through core/engine.h (bn_engine_open); this header is for the CUDA library itself, its tests and benchmarks.
 #ifndef BONSAI_CUDA_BACKEND_H
 #define BONSAI_CUDA_BACKEND_H
 #include <stdint.h>

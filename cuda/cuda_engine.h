@@ -1,7 +1,8 @@
 // cuda/cuda_engine.h — the CUDA forward pass (C API, mirrors core/forward.h so callers swap backends
-// 1:1). Math and order of ops: core/forward.c (MODEL.md §4 qwen35, §7 qwen3 / llama / qwen2).
+// 1:1). Math and order of ops: core/forward.c (docs/model.md §4 qwen35, §7 qwen3 / llama / qwen2).
 // Implemented in cuda/model.cu, state.cu, forward.cu (+ ops.cu, gdn.cu, attention.cu kernels); linked from
-// bonsai_cuda (nvcc, real GPU) or bonsai_cuda_emu (the CPU emulator). C code includes it under #ifdef BONSAI_CUDA.
+// bonsai_cuda (nvcc, real GPU) or bonsai_cuda_emu (the CPU emulator). Programs reach it through core/engine.h;
+// the CUDA library's tests include it directly.
 //
 // Numerics: F32/F16/BF16 weights in fp32 math; quantized weights dot int8 activations rounded with
 // the CUDA Q8_1 rule (d = amax/127, q = roundf(x/d); cuda/mm.cuh), so logits differ from the CPU
@@ -186,6 +187,14 @@ int bn_cuda_pdl_in_use(void);
 // cores' decision, programmatic dependent launch, and the opt-in environment switches (BONSAI_CUDA_FUSE,
 // BONSAI_CUDA_GDN_NORM, BONSAI_CUDA_ATTN_TILED, BONSAI_CUDA_MMQ_PREFILL); for logs and benchmarks.
 const char *bn_cuda_switches(char *buf, size_t len);
+
+struct bn_engine;
+// bn_cuda_engine_new: the CUDA engine (uploads m's weights); NULL with err filled (cuda/engine.cu).
+struct bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t errlen);
+// bn_cuda_split_engine_new: the CPU+CUDA engine for 0 < n_gpu_layers < n_layer (uploads the last n_gpu_layers layers and
+// the head; the CPU half runs with n_threads); NULL with err filled (cuda/engine_split.cu).
+struct bn_engine *bn_cuda_split_engine_new(const bn_model *m, int n_gpu_layers, int n_threads, char *err,
+                                           size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 // cuda/dspark.cu — the DSpark drafter on the device (cuda/cuda_dspark.h): weight upload, one device
 // allocation per drafter state (KV cache of every layer + scratch), encoder + K/V injection, the
-// non-causal block pass, LM head, Markov chain and confidence head. The math is core/dspark.c's
-// (DSPARK.md §4), in the same order; matrix products, norms, RoPE + cache append, SwiGLU and argmax
+// non-causal block pass, LM head, Markov chain and confidence head. The math is spec/dspark.c's
+// (docs/dspark.md §4), in the same order; matrix products, norms, RoPE + cache append, SwiGLU and argmax
 // reuse the forward's kernels (cuda/mm.cuh, cuda/fwd.cuh); the non-causal block attention, the
 // log-SNR add, the Markov logits and the confidence head are the small kernels below.
 #include "cuda/common.cuh"
@@ -12,13 +12,13 @@
 #include "cuda/cuda_dspark.h"
 #include "cuda/cuda_engine.h"
 extern "C" {
-#include "core/util.h"
+#include "base/util.h"
 }
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DS_CHUNK 64       // context rows per encoder / K-V injection chunk (core/dspark.c's BN_DSPARK_CHUNK)
+#define DS_CHUNK 64       // context rows per encoder / K-V injection chunk (spec/dspark.c's BN_DSPARK_CHUNK)
 #define DS_ATT_THREADS 128
 #define DS_ATT_TILE 128   // keys scored per pass of the block attention
 #define DS_ACC (BN_CU_MAX_HEAD_DIM / DS_ATT_THREADS)
@@ -425,7 +425,7 @@ static const bn_q8_out *inject_q8(bn_cuda_dstate *s, int nb, bn_q8_out *q) {
 }
 
 // inject_chunk: K = RoPE(k_norm(W_k g)), V = W_v g of nb rows (g in s->xn) into every layer's cache at
-// positions pos.. (DSPARK.md §4.3: no attn_norm, Q, FFN or residual); q8: g's Q8 activations (inject_q8).
+// positions pos.. (docs/dspark.md §4.3: no attn_norm, Q, FFN or residual); q8: g's Q8 activations (inject_q8).
 static cudaError_t inject_chunk(bn_cuda_dstate *s, int pos, int nb, const bn_q8_out *q8 = nullptr) {
     const bn_drafter_config *c = &s->cd->cfg;
     TRY(set_pos(s, pos));
@@ -464,7 +464,7 @@ template <typename T> static ds_pass pass_of(T *o, int stride, bool fuse) {
 }
 
 // block_rows: the block pass of the n sequences ss (rows[q] block rows each, tokens in p->ids, each state's first
-// position in its d_pos; DSPARK.md §4.4): the final hidden (after output_norm) into p->xn and the base logits into
+// position in its d_pos; docs/dspark.md §4.4): the final hidden (after output_norm) into p->xn and the base logits into
 // p->base. Products over all rows (each weight read once per 32 rows, mm_chunks); RoPE + cache append (the block
 // rows' K/V after the state's context rows, temporary: n_cache stays) and the block attention per sequence on its
 // own cache. Kernels only: graph-capturable. With p->fuse (one sequence) the norms, the attention and SwiGLU write
@@ -541,7 +541,7 @@ static cudaError_t block_rows(const bn_cuda_drafter *cd, const ds_pass *p, bn_cu
     return prod(head, 1, p->xn, hy, xq8);
 }
 
-// chains: the Markov chains of the n sequences after block_rows (DSPARK.md §4.5–4.6), stepping together: per step
+// chains: the Markov chains of the n sequences after block_rows (docs/dspark.md §4.5–4.6), stepping together: per step
 // i, W1[prev_i] → w1 and W2·w1 → bias of every sequence in one product each, then per sequence
 // l = base_i + scale·bias, chain[i+1] = argmax l (MASK skipped, ties → lowest id), conf[i] = σ(w·[h_i; w1] + b).
 // A sequence past its rows keeps the valid prev it was uploaded with: its later steps are computed and never read.
@@ -684,7 +684,7 @@ int bn_cuda_drafter_block(bn_cuda_dstate *s, int32_t id_last, int n_past, int n_
 }
 
 // read_chain: the drafts of a chain read back to the host (h_chain[i * stride]: prev_i, from prev_0 = id_last; its
-// confidences h_conf[i]) under core/dspark.c's truncation rules (stop at an invalid prev or the first c_i < p_min);
+// confidences h_conf[i]) under spec/dspark.c's truncation rules (stop at an invalid prev or the first c_i < p_min);
 // conf (may be NULL) gets c_i of the returned drafts. Returns their count.
 static int read_chain(const bn_drafter_config *c, const int32_t *h_chain, int stride, const float *h_conf, int n_max,
                       float p_min, int32_t *drafts, float *conf) {

@@ -1,7 +1,9 @@
-// cuda/engine.cu — the CUDA backend of core/engine.h (bn_cuda_engine_new), over cuda/cuda_engine.h.
+// cuda/engine.cu — the CUDA backend of core/engine.h (bn_cuda_engine_new), over cuda/cuda_engine.h; it registers
+// itself as the device backend of bn_engine_open when the program starts.
 #include "cuda/common.cuh"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_dspark.h"
+#include "cuda/cuda_backend.h"
 #include <mutex>
 extern "C" {
 #include "core/engine.h"
@@ -46,7 +48,7 @@ static const bn_engine_ops cuda_ops = {"CUDA",         cu_state_new,   cu_state_
                                        cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free,
                                        cu_forward_snaps, cu_forward_multi};
 
-// The device drafter behind bn_spec on a CUDA target (core/dspark.h bn_dev_drafter_ops). The uploaded
+// The device drafter behind bn_spec on a CUDA target (spec/dspark.h bn_dev_drafter_ops). The uploaded
 // weights are shared by every state of one bn_drafter (e.g. all server slots), refcounted.
 struct cu_drafter {
     const bn_drafter *d;
@@ -155,3 +157,9 @@ extern "C" bn_engine *bn_cuda_engine_new(const bn_model *m, char *err, size_t er
     bn_cuda_drafter_register(&cuda_ops, true); // bn_spec drafts on the device for CUDA targets
     return bn_engine_new(&cuda_ops, cm, m);
 }
+
+// The device backend of bn_engine_open, registered before main (the CUDA library is linked whole, so this object is in
+// every program that links it).
+static const bn_engine_device cuda_device = {"CUDA", bn_cuda_device_count, bn_cuda_engine_new, bn_cuda_split_engine_new,
+                                             bn_cuda_switches};
+__attribute__((constructor)) static void cuda_device_register(void) { bn_engine_device_register(&cuda_device); }

@@ -10,7 +10,7 @@
 #include "cuda/cuda_engine.h"
 extern "C" {
 #include "core/forward_impl.h" // bn_snapshot's layout (host snapshots share the CPU engine's)
-#include "core/util.h"
+#include "base/util.h"
 // from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
 int bn_dequantize(int type, const void *src, float *dst, int64_t n);
 const char *bn_type_name(int type);

@@ -1,5 +1,5 @@
 // cuda/gdn.cu — Gated DeltaNet kernels of the CUDA forward: causal conv1d + SiLU step fused with the
-// q/k L2 norms, and the delta-rule recurrence (MODEL.md §4.3; same math as core/ops.c bn_conv1d_silu_step /
+// q/k L2 norms, and the delta-rule recurrence (docs/model.md §4.3; same math as core/ops.c bn_conv1d_silu_step /
 // bn_gdn_step). Shapes and contracts in cuda/fwd.cuh.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"

@@ -2,7 +2,7 @@
 #include "cuda/common.cuh"
 #include "cuda/cuda_engine.h"
 extern "C" {
-#include "core/util.h"
+#include "base/util.h"
 }
 
 // bn_cu_pdl_on: true when BONSAI_CUDA_PDL=1 was set when the first kernel was launched (read once: graphs

@@ -1,7 +1,7 @@
 // cuda/mm_impl.cuh — device helpers shared by the matrix kernels (mmvq.cu, dequant.cu, mm.cu):
 // the weight type table, unaligned loads, per-element dequantization (get_rows, F16 prefill tiles)
 // and the per-32-element weight decode + integer dot against Q8 activations (mmvq).
-// Block layouts: FORMATS.md §3.4 (read through byte pointers; blocks are only 2-byte aligned).
+// Block layouts: docs/formats.md §3.4 (read through byte pointers; blocks are only 2-byte aligned).
 #ifndef BONSAI_CUDA_MM_IMPL_CUH
 #define BONSAI_CUDA_MM_IMPL_CUH
 #include "cuda/common.cuh"

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <vector>
 extern "C" {
-#include "core/util.h"
-#include "core/rng.h"
+#include "base/util.h"
+#include "base/rng.h"
 // from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
 size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
 size_t bn_row_size(int type, int64_t ne0);
@@ -30,7 +30,7 @@ enum { CHECK_NE0 = 1024, CHECK_NE1 = 64, CHECK_NB_MAX = 24 };
 // (~1e-6 relative); a wrong fragment layout moves whole products (errors of the order of the outputs).
 static const double CHECK_TOL = 1e-4;
 
-// rng_unit: the next value of the project's PRNG (core/rng.h) mapped to [-1, 1).
+// rng_unit: the next value of the project's PRNG (base/rng.h) mapped to [-1, 1).
 static float rng_unit(bn_rng *r) { return 2.0f * bn_rng_uniform_f24(r) - 1.0f; }
 
 // column_gap: 1 when the nb columns of tc (tensor cores) and vq (dp4a), {CHECK_NE1, nb} each, agree; else 0 with

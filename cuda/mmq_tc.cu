@@ -20,7 +20,7 @@
 #include "cuda/mma.cuh"
 #include <atomic>
 extern "C" {
-#include "core/util.h"
+#include "base/util.h"
 }
 
 // Overridable at build time for the GPU comparison (notes/cuda-mm.md): warps per block (split-K over the row's

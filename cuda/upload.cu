@@ -3,7 +3,7 @@
 #include "cuda/mm.cuh"
 #include "cuda/upload.cuh"
 extern "C" {
-#include "core/util.h"
+#include "base/util.h"
 // from quant/quant.h, which cannot be included next to common.cuh (both define bn_half)
 size_t bn_row_size(int type, int64_t ne0);
 const char *bn_type_name(int type);

@@ -1,7 +1,7 @@
-// detect/chosen.c — ANTIDOOM.md §6 steps 1-8.
+// detect/chosen.c — docs/antidoom.md §6 steps 1-8.
 #include "detect/chosen.h"
-#include "detect/utext.h"
-#include "core/util.h"
+#include "base/utext.h"
+#include "base/util.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

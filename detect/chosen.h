@@ -1,4 +1,4 @@
-// detect/chosen.h — chosen-token selection at the rejected position (ANTIDOOM.md §6): temperature
+// detect/chosen.h — chosen-token selection at the rejected position (docs/antidoom.md §6): temperature
 // renormalisation of the recorded top-K, drop the rejected token and its case variants, optional
 // relative min-p, top-k, ascending order, surface filters, cap. Needs no tokenizer: token strings
 // come from callbacks.

@@ -1,4 +1,4 @@
-// detect/localise.c — ANTIDOOM.md §5, steps 1-7.
+// detect/localise.c — docs/antidoom.md §5, steps 1-7.
 //
 // Token classes (on the code points a token owns, see utext.h):
 //   whitespace-only: stripped text is empty (includes tokens owning no code point);
@@ -8,7 +8,7 @@
 // that follows a newline (the documented quirk). Budgets count each skipped token's full
 // surface length in code points; the token that would exceed a budget is not skipped.
 #include "detect/localise.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
 

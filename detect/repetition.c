@@ -1,7 +1,7 @@
-// detect/repetition.c — find_inner_repetition on code-point arrays (ANTIDOOM.md §4.2).
+// detect/repetition.c — find_inner_repetition on code-point arrays (docs/antidoom.md §4.2).
 #include "detect/repetition.h"
-#include "detect/utext.h"
-#include "core/util.h"
+#include "base/utext.h"
+#include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
 

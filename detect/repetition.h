@@ -1,4 +1,4 @@
-// detect/repetition.h — antidoom's doom-loop detector find_inner_repetition (ANTIDOOM.md §4):
+// detect/repetition.h — antidoom's doom-loop detector find_inner_repetition (docs/antidoom.md §4):
 // fingerprint probes every sample_interval characters, a forward then a backward candidate
 // period per probe, verified by counting contiguous copies both ways. Indices are Unicode code
 // points (Python str semantics). The quirks are kept on purpose: effective minimum period is

@@ -1,4 +1,4 @@
-// quant/fp16.c — fp16 / bf16 scalar and row conversions (FORMATS.md §3.1–3.2), bit-exact with ggml.
+// quant/fp16.c — fp16 / bf16 scalar and row conversions (docs/formats.md §3.1–3.2), bit-exact with ggml.
 #include "quant/quant_impl.h"
 
 uint16_t bn_fp32_to_fp16(float f) {

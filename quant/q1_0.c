@@ -1,4 +1,4 @@
-// quant/q1_0.c — Q1_0 (id 41): 128 elements per block, fp16 d + 1 sign bit each (FORMATS.md §3.4).
+// quant/q1_0.c — Q1_0 (id 41): 128 elements per block, fp16 d + 1 sign bit each (docs/formats.md §3.4).
 #include "quant/quant_impl.h"
 
 void bn_q1_0_to_float(const void *src, float *dst, int64_t n) {

@@ -1,4 +1,4 @@
-// quant/q2_0.c — Q2_0 ternary-in-2-bit codec in both layouts (FORMATS.md §3.4, §3.9):
+// quant/q2_0.c — Q2_0 ternary-in-2-bit codec in both layouts (docs/formats.md §3.4, §3.9):
 // BN_Q2_0 = mainline group 64 (18 B), BN_PQ2_0 = legacy fork group 128 (34 B). Codes: y = (code-1)*d.
 #include "quant/quant_impl.h"
 

@@ -1,5 +1,5 @@
 // quant/q4_k.c — Q4_K (id 12): 256 elements = 8 sub-blocks of 32 with 6-bit scales/mins under fp16
-// super-scales d, dmin (FORMATS.md §3.4). Reference quantizer without imatrix, bit-exact with ggml.
+// super-scales d, dmin (docs/formats.md §3.4). Reference quantizer without imatrix, bit-exact with ggml.
 #include "quant/quant_impl.h"
 #include "quant/kquant.h"
 

@@ -1,7 +1,7 @@
 // quant/quant.h — ggml tensor types: ids, block layouts, reference quantize/dequantize and
-// dot products. Bit-exact with llama.cpp's reference quantizers (FORMATS.md §3).
+// dot products. Bit-exact with llama.cpp's reference quantizers (docs/formats.md §3).
 //
-// Type ids are ggml's, with one exception that resolves the id-42 trap (FORMATS.md §3.9):
+// Type ids are ggml's, with one exception that resolves the id-42 trap (docs/formats.md §3.9):
 //   BN_Q2_0   (42)  = mainline Q2_0, group 64, 18 B/block
 //   BN_PQ2_0  (142) = legacy fork Q2_0 / PQ2_0, group 128, 34 B/block
 // A GGUF tensor stored with id 42 is resolved to one of the two by its byte span when read;
@@ -36,7 +36,7 @@ enum bn_type {
     BN_TYPE_MAX = 144,
 };
 
-// ---- block layouts (FORMATS.md §3.4); bn_half = fp16 bits --------------------------------------
+// ---- block layouts (docs/formats.md §3.4); bn_half = fp16 bits --------------------------------------
 typedef uint16_t bn_half;
 #define BN_QK_K 256
 typedef struct { bn_half d; uint8_t qs[16]; } bn_block_q1_0;                      // 128 elems, 1 bit LSB-first
@@ -89,7 +89,7 @@ int bn_type_size(int type);
 // scalar code (decided once at start-up; the one CPU-feature check every SIMD path uses).
 bool bn_cpu_has_avx2(void);
 
-// ---- fp16 / bf16 (FORMATS.md §3.1–3.2), bit-exact ------------------------------------------
+// ---- fp16 / bf16 (docs/formats.md §3.1–3.2), bit-exact ------------------------------------------
 // bn_fp32_to_fp16: fp16 bits of f, round to nearest even (|f| >= 65520 -> inf, NaN -> 0x7E00 | sign).
 uint16_t bn_fp32_to_fp16(float f);
 // bn_fp16_to_fp32: the exact fp32 value of fp16 bits h (NaN made quiet, as ggml and F16C do).
@@ -131,7 +131,7 @@ void bn_fp32_to_bf16_row(const float *x, uint16_t *y, int64_t n);
 
 // ---- dot products ---------------------------------------------------------------------------
 // A vec_dot computes *s = dot(x, y) over n elements, x of the weight type, y of its vec_dot_type
-// (n a multiple of the weight block size). Pairings (FORMATS.md §2.3): Q1_0/Q2_0/PQ2_0/PTQ1_0/Q4_0/
+// (n a multiple of the weight block size). Pairings (docs/formats.md §2.3): Q1_0/Q2_0/PQ2_0/PTQ1_0/Q4_0/
 // Q8_0 · Q8_0, Q4_1 · Q8_1, Q4_K/Q6_K/TQ1_0/TQ2_0 · Q8_K, F32 · F32, F16 · F16 and BF16 · BF16 (both
 // converted to fp32, fp32 accumulation). Integer-exact within a block; block sums in fp32.
 typedef void (*bn_vec_dot_fn)(int n, float *s, const void *x, const void *y);

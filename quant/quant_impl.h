@@ -1,4 +1,4 @@
-// quant/quant_impl.h — internal to quant/: rounding primitives (FORMATS.md §3.3), inline fp16
+// quant/quant_impl.h — internal to quant/: rounding primitives (docs/formats.md §3.3), inline fp16
 // helpers, and the per-format functions the type table (types.c) and the dispatch (dot.c) use.
 #ifndef BONSAI_QUANT_IMPL_H
 #define BONSAI_QUANT_IMPL_H

@@ -1,4 +1,4 @@
-// quant/tq.c — base-3 and 2-bit ternary formats: TQ1_0 (34), TQ2_0 (35), PTQ1_0 (143) (FORMATS.md §3.4).
+// quant/tq.c — base-3 and 2-bit ternary formats: TQ1_0 (34), TQ2_0 (35), PTQ1_0 (143) (docs/formats.md §3.4).
 // TQ1_0/PTQ1_0 pack 5 trits per qs byte and 4 per qh byte as ceil(V*256/243) with the first trit most
 // significant; stage widths 32,16 (TQ1_0) or 16,8 (PTQ1_0). d = amax, trit = lroundf(x/d) + 1.
 #include "quant/quant_impl.h"

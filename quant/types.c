@@ -1,4 +1,4 @@
-// quant/types.c — the type table: names, block sizes, traits (FORMATS.md §2.1).
+// quant/types.c — the type table: names, block sizes, traits (docs/formats.md §2.1).
 #include "quant/quant_impl.h"
 #include <string.h>
 #include <strings.h>

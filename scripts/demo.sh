@@ -4,7 +4,7 @@
 # the real Bonsai models) when present, else data/bonsai-loop-f16.gguf (scripts/make-model.sh):
 #   1. loop rate of the base model (greedy, held-out prompts);
 #   2. bonsai-mine-pairs on the mining prompts (the train prompts, then data/val/tether-prompts.jsonl: openings of
-#      fortunes the model never saw, where it loops more), primed (ANTIDOOM.md §3) and sampled (antidoom),
+#      fortunes the model never saw, where it loops more), primed (docs/antidoom.md §3) and sampled (antidoom),
 #      regularised; the same on the held-out prompts for held-out pairs and on the validation prompts for
 #      validation pairs (split "heldout");
 #   3. bonsai-ftpo-train: LoRA with FTPO, early stop on the running chosen_win;
@@ -135,7 +135,7 @@ for q in $qtypes; do "$T/bonsai-quantize" "$out/base-f16.gguf" "$out/base-$q.ggu
 evaluate base-f16 "$out/base-f16.gguf"
 
 step "2/6 mine pairs: primed + sampled contexts on the mining prompts, then the held-out and validation prompts"
-# mine_pairs MODEL PROMPTS N SPLIT SEED_PRIME SEED_SAMPLE OUT_PRIME OUT_SAMPLE OUT: primed (ANTIDOOM.md §3) and
+# mine_pairs MODEL PROMPTS N SPLIT SEED_PRIME SEED_SAMPLE OUT_PRIME OUT_SAMPLE OUT: primed (docs/antidoom.md §3) and
 # sampled pairs of MODEL on the first N prompts (0 = all), both written, then concatenated into OUT
 mine_pairs() {
     reuse "$9" && return

@@ -5,7 +5,7 @@
 # for the base and antidoom models (re-scored from their completions, OUT/gen-*.jsonl, with bonsai-eval-loops
 # --from-log). Settings as scripts/demo.sh's evaluate(): greedy, plain ChatML, --ctx 2048, every held-out prompt,
 # --n-predict $DEMO_NPREDICT (256). Besides the loop rate (the verbatim detector) each row has seq-rep-4, the mean
-# share of repeated word 4-grams (detect/stats.h), which also counts a phrase that comes back with changes.
+# share of repeated word 4-grams (eval/stats.h), which also counts a phrase that comes back with changes.
 #   scripts/penalty-baseline.sh OUT [BUILD]      OUT: a finished demo's output folder (default build: build)
 #   PENALTIES="repeat=1.1 repeat=1.3,last=-1 ..."  the settings (each: comma-separated repeat= frequency= presence=
 #                                                 last= and DRY's dry= drybase= dryallowed= drylast=; default below),

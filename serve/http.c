@@ -1,7 +1,7 @@
 // serve/http.c — libmicrohttpd glue: daemon, body collection with a size limit, API-key check,
 // reply helpers (JSON, errors, SSE streams), and the run loop with clean SIGINT/SIGTERM shutdown.
 #include "serve/server.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <microhttpd.h>
 #include <signal.h>
 #include <stdarg.h>

@@ -1,8 +1,8 @@
 // serve/request.c — request JSON → bn_task_params, with llama-server's field names and defaults
-// (SERVER.md §3.1) and strict type checks: any wrong type or out-of-range value is a 400.
+// (docs/server.md §3.1) and strict type checks: any wrong type or out-of-range value is a 400.
 #include "serve/request.h"
 #include "core/chat.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <string.h>
 #include <stdlib.h>
 #include <float.h>

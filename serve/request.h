@@ -1,4 +1,4 @@
-// serve/request.h — parsing of completion requests into bn_task_params (SERVER.md §3.1).
+// serve/request.h — parsing of completion requests into bn_task_params (docs/server.md §3.1).
 #ifndef BONSAI_SERVE_REQUEST_H
 #define BONSAI_SERVE_REQUEST_H
 #include <jansson.h>

@@ -1,9 +1,9 @@
-// serve/routes.c — the endpoints (SERVER.md §2–10): native /completion, OpenAI /v1/completions and
+// serve/routes.c — the endpoints (docs/server.md §2–10): native /completion, OpenAI /v1/completions and
 // /v1/chat/completions (both streaming), tokenize/detokenize/apply-template, health, props, slots,
 // metrics, models. Bad input of any kind is a JSON 400/404/413, never a 500.
 #include "serve/server.h"
 #include "serve/request.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 
 enum api_kind { API_NATIVE = 0, API_OAI_CMPL, API_OAI_CHAT };
 
-// ---- token pieces and probabilities (SERVER.md §5) -------------------------------------------
+// ---- token pieces and probabilities (docs/server.md §5) -------------------------------------------
 
 // piece_json: adds "id", "token" (valid UTF-8 prefix) and "bytes" of token id to o.
 static void piece_json(bn_server *srv, json_t *o, int32_t id) {
@@ -64,7 +64,7 @@ static json_t *timings_json(const bn_task *t) {
                      t->t_prompt_ms > 0 ? 1e3 * pn / t->t_prompt_ms : 0.0, "predicted_n", gn, "predicted_ms",
                      t->t_gen_ms, "predicted_per_token_ms", gn ? t->t_gen_ms / gn : 0.0, "predicted_per_second",
                      t->t_gen_ms > 0 ? 1e3 * gn / t->t_gen_ms : 0.0);
-    if (t->draft_n > 0) { // only when speculative decoding produced drafts (SERVER.md §3.2)
+    if (t->draft_n > 0) { // only when speculative decoding produced drafts (docs/server.md §3.2)
         json_object_set_new(o, "draft_n", json_integer(t->draft_n));
         json_object_set_new(o, "draft_n_accepted", json_integer(t->draft_n_accepted));
     }

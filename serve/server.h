@@ -1,4 +1,4 @@
-// serve/server.h — a llama-server-compatible HTTP server on the bonsai engine (SERVER.md).
+// serve/server.h — a llama-server-compatible HTTP server on the bonsai engine (docs/server.md).
 #ifndef BONSAI_SERVE_SERVER_H
 #define BONSAI_SERVE_SERVER_H
 #include <stdbool.h>

@@ -2,8 +2,8 @@
 #include "serve/slots.h"
 #include "serve/request.h"
 #include "core/engine.h"
-#include "core/step_batch.h"
-#include "core/util.h"
+#include "spec/step_batch.h"
+#include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -213,7 +213,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     if (p->seed_random) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)t << 16);
     bn_sampler *smp = bn_sampler_new(&sp);
     // what the penalties count (bn_sampler_set_history): the prompt, then each generated token (a speculative slot's
-    // rounds keep their own: core/dspark_spec.c)
+    // rounds keep their own: spec/dspark_spec.c)
     int32_t *hist = NULL;
     int n_hist = 0, hist_cap = 0;
     if (bn_sampler_params_penalized(&sp) && !sl->spec) {

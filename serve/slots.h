@@ -10,11 +10,11 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/sampler.h"
-#include "core/dspark.h"
+#include "spec/dspark.h"
 
 #define BN_MAX_STOP 8
 
-// What a request asks for (SERVER.md §3.1 fields we implement).
+// What a request asks for (docs/server.md §3.1 fields we implement).
 typedef struct {
     int32_t *prompt;       // token ids (owned)
     int n_prompt;

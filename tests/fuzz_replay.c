@@ -10,7 +10,7 @@
 // current directory, says which corpus file and mutant it was, and dies of the same signal; the saved file
 // replays alone (pass it as the only argument, with --mutants 0). The same seed gives the same inputs.
 // Under the sanitizer build (scripts/sanitize.sh) the same runs are checked by ASan and UBSan.
-#include "core/util.h"
+#include "base/util.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>

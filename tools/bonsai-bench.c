@@ -1,4 +1,4 @@
-// tools/bonsai-bench.c — llama-bench for our engine (SERVER.md §12), CPU, CUDA (-ngl >= n_layer) or CPU+CUDA
+// tools/bonsai-bench.c — llama-bench for our engine (docs/server.md §12), CPU, CUDA (-ngl >= n_layer) or CPU+CUDA
 // (0 < -ngl < n_layer):
 //   bonsai-bench -m MODEL.gguf [-m ...] [-p 512[,N...]] [-n 128[,N...]] [-pg P,G] [-t THREADS[,T...]] [-r 5]
 //                [-ngl N[,N...]] [-npl N[,N...]] [-nv N[,N...]] [-o md|json] [--no-warmup]
@@ -6,13 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/bench.h"
+#include "eval/bench.h"
 #include "core/engine.h"
 #include "core/model.h"
-#include "core/util.h"
-#ifdef BONSAI_CUDA
-#include "cuda/cuda_engine.h"
-#endif
+#include "base/util.h"
 
 #define MAX_LIST 16
 
@@ -89,13 +86,12 @@ int main(int argc, char **argv) {
             if (ngls[gi] >= m->cfg.n_layer && ti > 0) break; // threads do not matter with every layer on the GPU
             bn_engine *eng = bn_engine_open(m, ngls[gi], threads[ti], err, sizeof err);
             if (!eng) { fprintf(stderr, "bonsai-bench: %s\n", err); return 1; }
-#ifdef BONSAI_CUDA
             static bool said_switches = false; // llama-bench prints its device setup; ours: which kernels run
+            const bn_engine_device *dev = bn_engine_device_get();
             char sw[512];
-            if (ngls[gi] > 0 && !said_switches)
-                fprintf(stderr, "bonsai-bench: CUDA %s\n", bn_cuda_switches(sw, sizeof sw));
-            said_switches = said_switches || ngls[gi] > 0;
-#endif
+            if (ngls[gi] > 0 && dev && eng->n_gpu_layers > 0 && !said_switches)
+                fprintf(stderr, "bonsai-bench: %s %s\n", dev->name, dev->describe(sw, sizeof sw));
+            said_switches = said_switches || (ngls[gi] > 0 && eng->n_gpu_layers > 0);
             // llama-bench order: every -p test, then every -n test, then -pg.
             int tests[MAX_LIST * 2 + 1][2], n_tests = 0;
             for (int k = 0; k < n_prompts; k++) if (prompts[k] > 0) { tests[n_tests][0] = prompts[k]; tests[n_tests++][1] = 0; }

@@ -1,7 +1,7 @@
 // tools/bonsai-convert.c — Hugging Face safetensors ↔ GGUF, and PEFT ↔ llama.cpp LoRA adapters
-// (core/convert.h).
-#include "core/convert.h"
-#include "core/util.h"
+// (convert/convert.h).
+#include "convert/convert.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>

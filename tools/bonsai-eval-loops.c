@@ -1,4 +1,4 @@
-// tools/bonsai-eval-loops.c — doom-loop rate of a model (ANTIDOOM.md §13):
+// tools/bonsai-eval-loops.c — doom-loop rate of a model (docs/antidoom.md §13):
 //   bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [--mode sample|prime] [--label NAME]
 //                     [--json OUT.json] [--gen-log LOG.jsonl] [generation flags...]
 //   bonsai-eval-loops --from-log LOG.jsonl[.gz] [--label NAME] [--json OUT.json]
@@ -13,15 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/engine.h"
-#include "core/step_batch.h"
+#include "spec/step_batch.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
-#include "detect/gzout.h"
-#include "detect/mineopts.h"
-#include "detect/runner.h"
-#include "detect/stats.h"
-#include "detect/utext.h"
+#include "base/util.h"
+#include "base/lineout.h"
+#include "mine/options.h"
+#include "mine/runner.h"
+#include "eval/stats.h"
+#include "base/utext.h"
 #include <jansson.h>
 
 static void usage(FILE *f) {
@@ -58,7 +58,7 @@ typedef struct {
     const bn_prompt *prompts;
     bn_lineout *log;
     bool *looped, *limit;
-    double *len, *rep4; // completion length; seq-rep-4 of its words (detect/stats.h)
+    double *len, *rep4; // completion length; seq-rep-4 of its words (eval/stats.h)
     int n_ok, n_loops, rc;
     bn_progress bar;
 } evaluator;

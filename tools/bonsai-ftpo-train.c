@@ -1,5 +1,5 @@
-// tools/bonsai-ftpo-train.c — FTPO LoRA training on doom-loop pairs (ANTIDOOM.md §9–11), plus
-// --eval (no-grad metrics of an adapter) and --merge (adapter into a GGUF, ANTIDOOM.md §12):
+// tools/bonsai-ftpo-train.c — FTPO LoRA training on doom-loop pairs (docs/antidoom.md §9–11), plus
+// --eval (no-grad metrics of an adapter) and --merge (adapter into a GGUF, docs/antidoom.md §12):
 //   bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl[.gz] -o ADAPTER.gguf [options]
 // Defaults = the seeds' recipe: r 32, q,k,v,o,gate,up,down, 12 epochs, lr 3e-5, batch 4 × 4,
 // warmup 0.1 + linear decay, AdamW wd 0.01, clip 2.5, early stop at running chosen_win >= 0.4,
@@ -11,7 +11,7 @@
 #include <math.h>
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/trainer.h"
 #include "train/lora.h"
 #include "train/backward.h"
@@ -43,7 +43,7 @@ static void usage(int code) {
         "  --log-window N       steps in the running mean (5)\n"
         "  --max-steps N        stop after N optimizer steps in this run (0 = no limit)\n"
         "  --max-seq N          drop rows with len(context)+1 > N (6000)\n"
-        "loss (ANTIDOOM.md §9):\n"
+        "loss (docs/antidoom.md §9):\n"
         "  --preset NAME        antidoom (default: per-row mean, λ_nt 0.4, λ_t 0.05, τ_t 0.5) |\n"
         "                       antislop (weighted mean + fallback, τ_t 1, λ_agg 0.1, τ_agg 2)\n"
         "  --eps X  --lambda-nt X  --lambda-t X  --tau-t X  --lambda-agg X  --tau-agg X  --weighted-mean\n"

@@ -1,9 +1,9 @@
 // tools/bonsai-gguf.c — inspect and compare GGUF files.
 //   bonsai-gguf show FILE [--all]   header, KVs (arrays abbreviated unless --all), tensor table, totals
 //   bonsai-gguf diff A B            KV / tensor-list / type / shape / byte differences; exit 0 if identical
-#include "core/gguf.h"
-#include "quant/quantize_rules.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "quantize/rules.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@ static void usage(FILE *f) {
                "         common tensor is byte-identical; exit 0 if identical, 1 if different, 2 on error\n");
 }
 
-// ftype_name: general.file_type display name (FORMATS.md §4) or NULL.
+// ftype_name: general.file_type display name (docs/formats.md §4) or NULL.
 static const char *ftype_name(int64_t v) {
     const char *s = v >= 0 && v <= 1024 ? bn_ftype_name((int)v) : "?";
     return strcmp(s, "?") ? s : NULL;
@@ -112,7 +112,7 @@ static int cmd_show(const char *path, bool all) {
     if (arch) printf("arch:        %s\n", arch);
     if (gguf_get_int(f, "general.file_type", &ft))
         printf("file type:   %" PRId64 " (%s)\n", ft, ftype_name(ft) ? ftype_name(ft) : "unknown");
-    // layout notes: ggml's back-to-back ordering rule (FORMATS.md 1.4) and the type-42 trap (3.9)
+    // layout notes: ggml's back-to-back ordering rule (docs/formats.md 1.4) and the type-42 trap (3.9)
     uint64_t expect = 0;
     size_t n42 = 0, bad_order = f->n_tensors;
     for (size_t i = 0; i < f->n_tensors; i++) {

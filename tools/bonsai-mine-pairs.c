@@ -1,4 +1,4 @@
-// tools/bonsai-mine-pairs.c — mine doom-loop preference pairs (ANTIDOOM.md §2-8):
+// tools/bonsai-mine-pairs.c — mine doom-loop preference pairs (docs/antidoom.md §2-8):
 //   bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [--gen-log LOG.jsonl] [--resume]
 //                     [--mode sample|prime] [--target-pairs N] [generation flags...]
 //   bonsai-mine-pairs --regularise PAIRS.jsonl[.gz] -o TRAIN.jsonl[.gz] [regularisation flags...]
@@ -12,15 +12,15 @@
 #include <unistd.h>
 #include <jansson.h>
 #include "core/engine.h"
-#include "core/step_batch.h"
+#include "spec/step_batch.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
-#include "detect/gzout.h"
-#include "detect/mineopts.h"
-#include "detect/regularise.h"
-#include "detect/resume.h"
-#include "detect/runner.h"
+#include "base/util.h"
+#include "base/lineout.h"
+#include "mine/options.h"
+#include "mine/regularise.h"
+#include "mine/resume.h"
+#include "mine/runner.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [options]\n"

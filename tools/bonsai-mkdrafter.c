@@ -1,6 +1,6 @@
-// tools/bonsai-mkdrafter.c — writes a random-weight DSpark drafter GGUF (see core/mkdrafter.h).
-#include "core/mkdrafter.h"
-#include "core/util.h"
+// tools/bonsai-mkdrafter.c — writes a random-weight DSpark drafter GGUF (see synth/mkdrafter.h).
+#include "synth/mkdrafter.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>

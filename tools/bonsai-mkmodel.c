@@ -1,6 +1,6 @@
-// tools/bonsai-mkmodel.c — writes a random-weight qwen35 / qwen3 GGUF (see core/mkmodel.h).
-#include "core/mkmodel.h"
-#include "core/util.h"
+// tools/bonsai-mkmodel.c — writes a random-weight qwen35 / qwen3 GGUF (see synth/mkmodel.h).
+#include "synth/mkmodel.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,18 +1,18 @@
-// tools/bonsai-perplexity.c — llama-perplexity for our engine (SERVER.md §14):
+// tools/bonsai-perplexity.c — llama-perplexity for our engine (docs/server.md §14):
 //   bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]
 //                     [--kl-divergence-base FILE [--kl-divergence]]
 // Same method and output lines: info lines on stderr, "[i]ppl," progress on stdout, then
 // "Final estimate: PPL = %.4lf +/- %.5lf" (stderr, as llama.cpp's LOG_INF). KL-divergence mode
-// (core/kld.h): --kl-divergence-base FILE saves the model's log-probabilities (llama.cpp's file format);
+// (eval/kld.h): --kl-divergence-base FILE saves the model's log-probabilities (llama.cpp's file format);
 // adding --kl-divergence scores this model against such a file (its tokens; -f not needed).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/model.h"
-#include "core/kld.h"
-#include "core/perplexity.h"
+#include "eval/kld.h"
+#include "eval/perplexity.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 
 // usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
 static void usage(FILE *f) {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/pairs_in.h"
 #include "train/prune.h"
 

@@ -1,6 +1,6 @@
-// tools/bonsai-quantize.c — requantize a GGUF model (llama-quantize's rules, FORMATS.md §5).
-#include "quant/quantize.h"
-#include "core/util.h"
+// tools/bonsai-quantize.c — requantize a GGUF model (llama-quantize's rules, docs/formats.md §5).
+#include "quantize/quantize.h"
+#include "base/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

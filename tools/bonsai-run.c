@@ -13,7 +13,7 @@
 #include "core/model.h"
 #include "core/sampler.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 
 // usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
 static void usage(FILE *f) {

@@ -1,6 +1,6 @@
-// bonsai-serve — llama-server-compatible HTTP server on the bonsai engine (SERVER.md).
+// bonsai-serve — llama-server-compatible HTTP server on the bonsai engine (docs/server.md).
 #include "serve/server.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "                          layers + the output head on the GPU, the first layers on the CPU\n"
             "  -fa, --flash-attn on|off|auto  accepted (attention is computed exactly either way)\n"
             "  --ready-file FILE       write \"host:port\" there once listening (for scripts/tests)\n"
-            "Speculative decoding (DSpark, DSPARK.md):\n"
+            "Speculative decoding (DSpark, docs/dspark.md):\n"
             "  -md, --model-draft FILE DSpark drafter GGUF (legacy `dspark` or `dflash` convention)\n"
             "  --spec-type T           draft-dspark (default with -md) | none | draft-oracle (a measurement\n"
             "                          aid: drafts the target's own greedy continuation; not for real use)\n"

@@ -1,14 +1,14 @@
 // tools/bonsai-speculative.c — speculative decoding with the target on the CPU or (-ngl N > 0) the
-// CUDA engine (the drafter then on the device too); output like llama-speculative-simple (SERVER.md §13;
-// loop DSPARK.md §5.1). --spec-type draft-replay (measurement aid): decode natively first (greedy,
+// CUDA engine (the drafter then on the device too); output like llama-speculative-simple (docs/server.md §13;
+// loop docs/dspark.md §5.1). --spec-type draft-replay (measurement aid): decode natively first (greedy,
 // timed: the "native" line), then run DSpark with the drafter's full work every round but the recorded
 // tokens proposed — DSpark speed at forced acceptance, drafter cost included.
-#include "core/dspark.h"
+#include "spec/dspark.h"
 #include "core/engine.h"
 #include "core/model.h"
 #include "core/sampler.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

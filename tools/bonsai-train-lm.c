@@ -15,9 +15,9 @@
 #include <time.h>
 #include <math.h>
 #include "core/model.h"
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/sft.h"
 #include "train/backward.h"
 #include "train/bpe.h"

@@ -2,7 +2,7 @@
 #include "train/adamw.h"
 #include <math.h>
 #include <stdlib.h>
-#include "core/util.h"
+#include "base/util.h"
 
 bn_adamw_cfg bn_adamw_cfg_default(void) {
     bn_adamw_cfg c = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};

@@ -1,5 +1,5 @@
 // train/adamw.h — AdamW with torch semantics, global-norm gradient clipping, gradient
-// accumulation and the HF linear warmup + decay schedule (ANTIDOOM.md §11).
+// accumulation and the HF linear warmup + decay schedule (docs/antidoom.md §11).
 #ifndef BONSAI_TRAIN_ADAMW_H
 #define BONSAI_TRAIN_ADAMW_H
 #include <stdint.h>

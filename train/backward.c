@@ -1,13 +1,13 @@
-// train/backward.c — fp32 backward of each forward op (MODEL.md §8). See backward.h for layouts.
+// train/backward.c — fp32 backward of each forward op (docs/model.md §8). See backward.h for layouts.
 #include "train/backward.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
 #include <cblas.h>
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include "core/ops.h"
-#include "core/threads.h"
+#include "base/threads.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif

@@ -1,4 +1,4 @@
-// train/backward.h — backward of every op in the qwen35 / dense forward (MODEL.md §8), fp32.
+// train/backward.h — backward of every op in the qwen35 / dense forward (docs/model.md §8), fp32.
 // Conventions:
 //  - Tensors are row-major in ggml order: a {n, T} tensor is T rows of n contiguous floats.
 //  - Every backward ADDS into its gradient outputs (dx += ...): zero them first; residual branches

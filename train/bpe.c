@@ -4,9 +4,9 @@
 #include <stdbool.h>
 #include <string.h>
 #include <stdlib.h>
-#include "core/util.h"
-#include "core/gguf.h"
-#include "core/unicode.h"
+#include "base/util.h"
+#include "gguf/gguf.h"
+#include "base/unicode.h"
 
 enum { CL_SPACE, CL_WS, CL_LETTER, CL_DIGIT, CL_OTHER };
 

@@ -3,11 +3,11 @@
 // u64 rng[4] | f64 win[64] | char ste[16] (v3; v2 files read as "") | i32 r | f32 alpha | f32 dropout | char arch[32] | i32 n_tensors |
 // per tensor: char name[96], i32 layer, i32 target, i64 n_in, i64 n_out | i64 n_params |
 // f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] | u32 crc32(all preceding bytes).
-#include "train/bytebuf.h"
+#include "base/bytebuf.h"
 #include "train/checkpoint.h"
 #include <string.h>
 #include <stdlib.h>
-#include "core/util.h"
+#include "base/util.h"
 
 static const char MAGIC[8] = {'B', 'N', 'C', 'K', 'P', 'T', 0, 1};
 #define CKPT_VERSION 3u

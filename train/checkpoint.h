@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include "train/lora.h"
 #include "train/adamw.h"
-#include "core/rng.h"
+#include "base/rng.h"
 
 #define BN_TRAIN_WIN_MAX 64 // longest running-mean window kept in a checkpoint
 

@@ -2,10 +2,10 @@
 #include "train/fakequant.h"
 #include <stdlib.h>
 #include <string.h>
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
-#include "quant/quantize_rules.h"
+#include "quantize/quantize.h"
+#include "quantize/rules.h"
 
 int bn_fake_quantize(int type, const float *w, float *out, int64_t n_in, int64_t n_out) {
     int blck = bn_type_blck(type);

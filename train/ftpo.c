@@ -1,9 +1,9 @@
-// train/ftpo.c — FTPO loss, gradient and metrics (ANTIDOOM.md §9–10). See ftpo.h.
+// train/ftpo.c — FTPO loss, gradient and metrics (docs/antidoom.md §9–10). See ftpo.h.
 #include "train/ftpo.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
-#include "core/util.h"
+#include "base/util.h"
 
 bn_ftpo_cfg bn_ftpo_cfg_antidoom(void) {
     bn_ftpo_cfg c = {.eps = 2.0f, .tau_h = 1.0f, .lambda_nt = 0.4f, .lambda_t = 0.05f, .tau_t = 0.5f,

@@ -1,4 +1,4 @@
-// train/ftpo.h — the FTPO loss on last-position logits (ANTIDOOM.md §9), its analytic gradient
+// train/ftpo.h — the FTPO loss on last-position logits (docs/antidoom.md §9), its analytic gradient
 // w.r.t. the logits (§9.4), the training metrics (§10), and a per-row cache of reference logits.
 #ifndef BONSAI_TRAIN_FTPO_H
 #define BONSAI_TRAIN_FTPO_H

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <pthread.h>
-#include "core/util.h"
+#include "base/util.h"
 #include "core/ops.h"
 #include "core/matmul.h"
 #include "quant/quant.h"

@@ -1,8 +1,8 @@
 // train/graph.h — the training forward and backward through a whole model with a LoRA adapter
-// (MODEL.md §4, §7 forward; §8 backward), fp32, one sequence from an empty state. Only the last
-// position's logits are produced (FTPO needs nothing else, MODEL.md §12). Memory: the input of
+// (docs/model.md §4, §7 forward; §8 backward), fp32, one sequence from an empty state. Only the last
+// position's logits are produced (FTPO needs nothing else, docs/model.md §12). Memory: the input of
 // every layer is kept ({H, T} per layer); each layer's intermediates are recomputed from it
-// during the backward (MODEL.md §10.4), with the same dropout masks.
+// during the backward (docs/model.md §10.4), with the same dropout masks.
 // Architectures: qwen35 (Gated DeltaNet + gated attention), qwen3, llama, qwen2 (biases frozen).
 #ifndef BONSAI_TRAIN_GRAPH_H
 #define BONSAI_TRAIN_GRAPH_H
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include "core/model.h"
 #include "train/lora.h"
-#include "core/rng.h"
+#include "base/rng.h"
 
 typedef struct bn_train_graph bn_train_graph;
 

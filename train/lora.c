@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <cblas.h>
-#include "core/util.h"
-#include "core/gguf.h"
+#include "base/util.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 
 // ---- targets --------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // train/lora.h — LoRA adapters: targets by name group, PEFT init, parameter/gradient storage,
-// llama.cpp adapter GGUF write/read (FORMATS.md §7.1) and the fp32 merge W' = W + (α/r)·B·A.
+// llama.cpp adapter GGUF write/read (docs/formats.md §7.1) and the fp32 merge W' = W + (α/r)·B·A.
 #ifndef BONSAI_TRAIN_LORA_H
 #define BONSAI_TRAIN_LORA_H
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include "core/model.h"
 #include "train/backward.h"
-#include "core/rng.h"
+#include "base/rng.h"
 
 // One bit per adaptable projection (GGUF name in the comment).
 enum bn_lora_target {

@@ -3,10 +3,10 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "train/fakequant.h"
 #include <unistd.h>
 

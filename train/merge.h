@@ -1,4 +1,4 @@
-// train/merge.h — merging a LoRA adapter into a model GGUF (ANTIDOOM.md §12, FORMATS.md §7.1):
+// train/merge.h — merging a LoRA adapter into a model GGUF (docs/antidoom.md §12, docs/formats.md §7.1):
 // for each adapted tensor W' = W + (α/r)·B·A in fp32 (W dequantized exactly), written either
 // re-quantized to its original type with the reference quantizer, or as F16 / F32; every other
 // tensor and every KV is copied byte for byte. Per-tensor diagnostics say how much of the delta

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <jansson.h>
-#include "core/util.h"
+#include "base/util.h"
 
 // ids_from_array: integer array field → malloc'd ids; -1 on a wrong type or out-of-range id.
 static int ids_from_array(json_t *arr, int n_vocab, int32_t **out, int *n) {

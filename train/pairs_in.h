@@ -1,4 +1,4 @@
-// train/pairs_in.h — reads FTPO training rows from pair-row JSONL (ANTIDOOM.md §7; the same
+// train/pairs_in.h — reads FTPO training rows from pair-row JSONL (docs/antidoom.md §7; the same
 // format detect/ writes, read here with jansson so train/ does not depend on detect/).
 // Ids come from context_ids / rejected_id / chosen_ids; rows without them (plain antidoom rows)
 // are tokenised with the model's tokenizer when one is given (context_before with specials

@@ -6,7 +6,7 @@
 #include "core/forward.h"
 #include "core/model.h"
 #include "core/ops.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 
 bn_prune_cfg bn_prune_cfg_default(void) {

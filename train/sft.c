@@ -1,11 +1,11 @@
 // train/sft.c — full-parameter training state, cross-entropy, token data and write-back. See sft.h.
-#include "train/bytebuf.h"
+#include "base/bytebuf.h"
 #include "train/sft.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
-#include "core/util.h"
-#include "core/gguf.h"
+#include "base/util.h"
+#include "gguf/gguf.h"
 #include "core/ops.h"
 #include "quant/quant.h"
 #include "train/graph.h"

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include "core/model.h"
 #include "train/adamw.h"
-#include "core/rng.h"
+#include "base/rng.h"
 
 typedef struct {
     char name[96];

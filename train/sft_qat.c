@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
-#include "quant/quantize_rules.h"
+#include "quantize/quantize.h"
+#include "quantize/rules.h"
 #include "train/fakequant.h"
 
 enum { MAX_SKIP = 16 };

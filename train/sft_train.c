@@ -1,6 +1,6 @@
 // train/sft_train.c — one full-parameter SFT optimizer step. See sft.h.
 #include "train/sft.h"
-#include "core/util.h"
+#include "base/util.h"
 
 bn_sft_cfg bn_sft_cfg_default(void) {
     bn_sft_cfg c = {.ctx = 128, .batch = 8, .total_steps = 1000, .lr = 1e-3f, .warmup_ratio = 0.05f,

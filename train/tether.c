@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
-#include "core/util.h"
-#include "core/rng.h"
+#include "base/util.h"
+#include "base/rng.h"
 #include "core/ops.h"
 #include "train/graph.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <signal.h>
-#include "core/util.h"
+#include "base/util.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/checkpoint.h"

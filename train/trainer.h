@@ -1,4 +1,4 @@
-// train/trainer.h — the FTPO LoRA training loop (ANTIDOOM.md §9–11): per optimizer step
+// train/trainer.h — the FTPO LoRA training loop (docs/antidoom.md §9–11): per optimizer step
 // batch × grad_accum rows, policy forward + backward per row (train/graph.h), reference logits
 // cached per row, FTPO loss/metrics per micro-batch, gradient averaging over micro-batches,
 // global-norm clipping, HF linear warmup/decay, AdamW; running chosen_win over the last
@@ -89,7 +89,7 @@ int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const
 // step, writes its checkpoint (and adapter) and returns 0 with result.interrupted set.
 void bn_ftpo_train_request_stop(void);
 
-// bn_ftpo_train_defaults: the seed recipe of ANTIDOOM.md §11 (see the field comments).
+// bn_ftpo_train_defaults: the seed recipe of docs/antidoom.md §11 (see the field comments).
 bn_ftpo_train_opts bn_ftpo_train_defaults(void);
 // bn_ftpo_train: trains an adapter on the rows not marked heldout; returns 0 or -1 (err).
 // A step's gradient is the mean over the micro-batches it actually had (the last step of an epoch

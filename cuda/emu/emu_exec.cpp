@@ -6,7 +6,7 @@
 #include "cuda/emu/emu_internal.h"
 #include "cuda/emu/emu_fiber.h"
 #include "cuda/emu/emu_api.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include <sys/mman.h>
 #include <signal.h>
 #include <unistd.h>

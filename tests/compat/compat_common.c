@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/gguf.h"
-#include "core/mkmodel.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "synth/mkmodel.h"
+#include "base/util.h"
 #include "quant/quant.h"
 
 const char *compat_tmpdir(void) {
@@ -41,7 +41,7 @@ int compat_make_model(const char *preset, int type, uint64_t seed, const char *p
     return bn_mkmodel_write(&p, path, err, errlen);
 }
 
-// is_quantizable: FORMATS.md §5.1 for the qwen35/qwen3 tensor set.
+// is_quantizable: docs/formats.md §5.1 for the qwen35/qwen3 tensor set.
 static bool is_quantizable(const gguf_tensor *t) {
     size_t len = strlen(t->name);
     bool ends_weight = len >= 6 && !strcmp(t->name + len - 6, "weight");

@@ -1,5 +1,5 @@
 // tests/compat/compat_common.h — helpers shared by the compat tests: temp dirs, model generation,
-// a "--pure" requantizer (every quantizable tensor of FORMATS.md §5.1 to one type), log-softmax and
+// a "--pure" requantizer (every quantizable tensor of docs/formats.md §5.1 to one type), log-softmax and
 // logit comparisons between our engine and another source of logits.
 #ifndef BONSAI_COMPAT_COMMON_H
 #define BONSAI_COMPAT_COMMON_H

@@ -1,13 +1,13 @@
 // tests/compat/test_bench_format.c — bonsai-bench's markdown output is byte-identical to llama-bench's
-// (SERVER.md §12 example header, alignment row and a row rebuilt from known samples), plus the
+// (docs/server.md §12 example header, alignment row and a row rebuilt from known samples), plus the
 // t/s statistics (mean and sample stddev of 1e9·(n_prompt + n_gen)/t_ns; a batched tg counts n_seq · n_gen), and
 // the parser of its comma-separated lists (bn_parse_int_list).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tests/test.h"
-#include "core/bench.h"
-#include "core/util.h"
+#include "eval/bench.h"
+#include "base/util.h"
 
 // print_to: runs one printer into a memory buffer; returns the malloc'd text.
 static char *md_text(const bn_bench_result *r, int with_header) {

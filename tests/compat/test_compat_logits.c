@@ -28,7 +28,7 @@
 #include <string.h>
 #include "tests/test.h"
 #include "tests/compat/compat_common.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #ifdef HAVE_LLAMA_REF
 #include "tests/ref/llama_ref.h"
@@ -42,7 +42,7 @@
 int main(void) { return test_skip("llama.cpp headers missing in third_party/ (run scripts/fetch-llamacpp.sh)"); }
 #else
 
-// ftype_of: general.file_type for a pure conversion to type (FORMATS.md §4).
+// ftype_of: general.file_type for a pure conversion to type (docs/formats.md §4).
 static int ftype_of(int type) {
     switch (type) {
     case BN_F32: return 0;

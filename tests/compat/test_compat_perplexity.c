@@ -1,4 +1,4 @@
-// tests/compat/test_compat_perplexity.c — bn_perplexity (llama-perplexity's method, SERVER.md §14) on
+// tests/compat/test_compat_perplexity.c — bn_perplexity (llama-perplexity's method, docs/server.md §14) on
 // generated tiny models: (1) equals the same method computed from our engine's full-sequence logits
 // (checks chunking, BOS replacement, second-half scoring, the 32-token logit pieces) to 1e-9 in ln PPL;
 // (2) matches the method applied to llama.cpp's logits of the same chunks: |Δ ln PPL| ≤ 2e-3
@@ -9,8 +9,8 @@
 #include <string.h>
 #include "tests/test.h"
 #include "tests/compat/compat_common.h"
-#include "core/perplexity.h"
-#include "core/util.h"
+#include "eval/perplexity.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #ifdef HAVE_LLAMA_REF
 #include "tests/ref/llama_ref.h"

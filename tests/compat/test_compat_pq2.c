@@ -1,7 +1,7 @@
 // tests/compat/test_compat_pq2.c — PQ2_0 (legacy g128, stored with type id 42) has no llama.cpp
 // mainline reference. Two comparisons:
 //  1. llama.cpp on the Q2_0 g64 "twin": PQ2_0 → dequant → Q2_0 g64 requant is lossless (each g128
-//     block's ±d/0 values re-quantize to the same d per 64-half, FORMATS.md §3.10; checked here value
+//     block's ±d/0 values re-quantize to the same d per 64-half, docs/formats.md §3.10; checked here value
 //     by value), and both layouts dot with Q8_0 activations, so our PQ2_0 model must match llama.cpp
 //     on the twin as tightly as our Q2_0 model does.
 //  2. our engine on the same weights dequantized to F32: differs by the Q8_0 activation rounding only
@@ -12,9 +12,9 @@
 #include <string.h>
 #include "tests/test.h"
 #include "tests/compat/compat_common.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #ifdef HAVE_LLAMA_REF
 #include "tests/ref/llama_ref.h"
 #endif

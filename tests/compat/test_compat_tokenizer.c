@@ -1,5 +1,5 @@
 // tests/compat/test_compat_tokenizer.c — our tokenizer vs llama_tokenize (prebuilt npm libllama) on
-// the qwen35-tagged and qwen2 test vocabularies (MODEL.md §11.4): hand-picked strings (with and
+// the qwen35-tagged and qwen2 test vocabularies (docs/model.md §11.4): hand-picked strings (with and
 // without special-token parsing), every string of the vocab's .inp file, and random valid UTF-8 strings
 // (printable ASCII, mixed scripts/marks/emoji). Token ids must be identical; detokenizing our ids must
 // give back the input. Invalid UTF-8 (lone continuation / truncated lead bytes) is only reported:
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tests/test.h"
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #ifdef HAVE_LLAMA_REF
 #include "tests/ref/llama_ref.h"
 #endif

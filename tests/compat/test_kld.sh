@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/compat/test_kld.sh — bonsai-perplexity's KL-divergence mode (core/kld.h) on the shipped model
+# tests/compat/test_kld.sh — bonsai-perplexity's KL-divergence mode (eval/kld.h) on the shipped model
 # data/bonsai-loop-f16.gguf and data/heldout.txt (4 chunks of 128 tokens = 252 scored positions):
 #   1. a model scored against its own saved log-probabilities: mean KLD ≤ 1e-5 (the 16-bit codes cost
 #      ~1e-7), same top token ≥ 99 %, PPL(Q) = PPL(base) to 1e-3 relative, and PPL(Q) = the plain run's;

@@ -8,7 +8,7 @@
 // Build and run (clang with libFuzzer; see tests/detect/fuzz_lines.c for the build directory):
 //   ninja -C build-fuzz tests/convert/fuzz_safetensors
 //   mkdir -p /tmp/st-corpus && ./build-fuzz/tests/convert/fuzz_safetensors -max_total_time=120 /tmp/st-corpus tests/convert/corpus
-#include "core/safetensors.h"
+#include "convert/safetensors.h"
 #include "quant/quant.h"
 #include <stdint.h>
 #include <stdio.h>

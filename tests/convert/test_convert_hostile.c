@@ -9,10 +9,10 @@
 // The safetensors files are linked, not copied (tests/convert/fuzz_safetensors.c covers their headers).
 #include "tests/test.h"
 #include "tests/hostile.h"
-#include "core/convert.h"
-#include "core/mkmodel.h"
+#include "convert/convert.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/lora.h"
 #include <dirent.h>
 #include <errno.h>

@@ -4,10 +4,10 @@
 // dt_bias rename, KVs and tokenizer; and clear errors (unsupported architecture, missing shard,
 // shape mismatch, corrupt shard).
 #include "tests/test.h"
-#include "core/convert.h"
-#include "core/gguf.h"
-#include "core/safetensors.h"
-#include "core/util.h"
+#include "convert/convert.h"
+#include "gguf/gguf.h"
+#include "convert/safetensors.h"
+#include "base/util.h"
 #include "core/model.h"
 #include "quant/quant.h"
 #include <string.h>

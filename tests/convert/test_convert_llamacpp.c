@@ -7,12 +7,12 @@
 // the reference.
 #include "tests/test.h"
 #include "tests/ref/llama_ref.h"
-#include "core/convert.h"
-#include "core/mkmodel.h"
+#include "convert/convert.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
-#include "core/util.h"
-#include "core/gguf.h"
+#include "base/util.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 #include <jansson.h>
 #include <string.h>

@@ -3,16 +3,16 @@
 // general.quantization_version), and the converted model's logits equal the original's exactly
 // (bn_forward, F32 weights). Then a PEFT round trip of a LoRA adapter on the tiny qwen35.
 #include "tests/test.h"
-#include "core/convert.h"
-#include "core/gguf.h"
-#include "core/mkmodel.h"
+#include "convert/convert.h"
+#include "gguf/gguf.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
-#include "core/safetensors.h"
-#include "core/util.h"
+#include "convert/safetensors.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include "train/lora.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "train/merge.h"
 #include <string.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
 // tests/convert/test_safetensors.c — safetensors writer → reader round trip (values, header layout),
 // and a corrupt corpus that must be refused with a clear message.
 #include "tests/test.h"
-#include "core/safetensors.h"
-#include "core/util.h"
+#include "convert/safetensors.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <string.h>
 #include <stdint.h>

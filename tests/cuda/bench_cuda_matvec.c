@@ -1,8 +1,8 @@
-// tests/cuda/bench_cuda_matvec.c — matvec kernel timings on the 27B shapes (MODEL.md §3) for the
+// tests/cuda/bench_cuda_matvec.c — matvec kernel timings on the 27B shapes (docs/model.md §3) for the
 // low-bit types, with achieved GB/s as a share of the measured device copy bandwidth. Not a test.
 #include "cuda/cuda_backend.h"
 #include "quant/quant.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

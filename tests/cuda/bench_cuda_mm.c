@@ -1,4 +1,4 @@
-// tests/cuda/bench_cuda_mm.c — speed of the CUDA matrix kernels on the real 27B shapes (MODEL.md):
+// tests/cuda/bench_cuda_mm.c — speed of the CUDA matrix kernels on the real 27B shapes (docs/model.md):
 // decode matvec (nb = 1), small batches and DSpark verify (nb 2..32 on the mmvq kernels, where bn_cu_matmul
 // routes them; 9..32 also on the GEMM path for comparison; 17 = block 16 + 1) in GB/s of weight bytes,
 // % of the measured device copy bandwidth and the time relative to nb = 1 of the same row; prefill GEMM

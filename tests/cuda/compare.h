@@ -3,7 +3,7 @@
 // launch count.
 #ifndef BONSAI_TESTS_CUDA_COMPARE_H
 #define BONSAI_TESTS_CUDA_COMPARE_H
-#include "core/util.h"
+#include "base/util.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 // tests/cuda/test_cuda_dspark.c — the DSpark drafter on the CUDA device (cuda/cuda_dspark.h) against
-// the CPU drafter (core/dspark.h, the reference) on random drafters over the tiny qwen35 target of
-// tests/dspark/fixture.h, and bn_spec on a CUDA target drafting on the device.
+// the CPU drafter (spec/dspark.h, the reference) on random drafters over the tiny qwen35 target of
+// tests/spec/fixture.h, and bn_spec on a CUDA target drafting on the device.
 //   part "drafter" (F32, Q8_0, Q8_0 block 16): encoder g of 20 random tap rows, then process 20 rows,
 //     the block pass's h and base logits at n_past 20, drafts (n_max = B) and, after truncating to 13
 //     rows and re-processing, drafts again; with p_min the truncation rule; for the Q8_0 drafters the fused
@@ -24,12 +24,12 @@
 //     continuation is proposed): the same 64 tokens, every draft accepted.
 // Linked twice: `cuda_dspark` on a GPU (skips without a device) and `cuda_dspark_emu` in the emulator.
 #include "tests/test.h"
-#include "tests/dspark/fixture.h"
+#include "tests/spec/fixture.h"
 #include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_dspark.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include "quant/quant.h"
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // tests/cuda/test_cuda_forward.c — the CUDA forward (cuda/cuda_engine.h) against the CPU engine
-// (core/forward.h) on tiny random models made here with core/mkmodel.h: qwen35 (3 GDN + 1 attention
+// (core/forward.h) on tiny random models made here with synth/mkmodel.h: qwen35 (3 GDN + 1 attention
 // layer, H 128) in F32, F16, Q8_0, Q1_0, Q2_0 and a dense qwen3, plus the engine dispatch.
 // Linked twice: `cuda_forward` against the real GPU build (skips without a device) and
 // `cuda_forward_emu` against the CPU emulator (always runs).
@@ -20,14 +20,14 @@
 #include "core/engine.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/sampler.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/mm_host.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include <string.h>
 #include <unistd.h>
 

@@ -7,7 +7,7 @@
 #include "tests/test.h"
 #include "cuda/cuda_backend.h"
 #include "quant/quant.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <string.h>
 #include <stdint.h>
 

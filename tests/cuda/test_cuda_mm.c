@@ -35,8 +35,8 @@
 #include "cuda/emu/emu_api.h"
 #endif
 #include "quant/quant.h"
-#include "core/util.h"
-#include "core/rng.h"
+#include "base/util.h"
+#include "base/rng.h"
 #include <string.h>
 #include <stdint.h>
 

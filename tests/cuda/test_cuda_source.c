@@ -1,4 +1,4 @@
-// tests/cuda/test_cuda_source.c — the in-process completion source of the mining tools (detect/source.h) on the
+// tests/cuda/test_cuda_source.c — the in-process completion source of the mining tools (mine/source.h) on the
 // CUDA engine (bn_source_engine, what bonsai-mine-pairs / bonsai-eval-loops -ngl 99 run) against the CPU source,
 // on the tiny qwen35 model of the DSpark fixture, 48 tokens per case (raw log-probs bound 2e-3: test_cuda_spec's
 // CPU-vs-CUDA logits bound on this model, measured ~4e-4 here):
@@ -12,12 +12,12 @@
 //     one source alone, and steps of several sequences did run.
 // Linked twice: `cuda_source` on a real GPU (skips without a device) and `cuda_source_emu` in the emulator.
 #include "tests/test.h"
-#include "tests/dspark/fixture.h"
+#include "tests/spec/fixture.h"
 #include "core/engine.h"
 #include "core/tokenizer.h"
 #include "cuda/cuda_engine.h"
-#include "core/step_batch.h"
-#include "detect/source.h"
+#include "spec/step_batch.h"
+#include "mine/source.h"
 #include <math.h>
 #include <pthread.h>
 #include <string.h>

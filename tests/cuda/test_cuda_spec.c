@@ -1,6 +1,6 @@
-// tests/cuda/test_cuda_spec.c — DSpark speculative decoding (core/dspark.h) with the target on the
+// tests/cuda/test_cuda_spec.c — DSpark speculative decoding (spec/dspark.h) with the target on the
 // CUDA engine (core/engine.h, -ngl 99) next to the CPU engine, on the tiny F32 qwen35 target and a
-// random drafter of tests/dspark/fixture.h. Per engine: greedy speculative output token-identical
+// random drafter of tests/spec/fixture.h. Per engine: greedy speculative output token-identical
 // to the same engine's plain greedy decoding (random DSpark drafter n_max 4: rejections restore
 // the per-token device snapshot of the verify pass on CUDA; oracle drafter n_max 4; oracle with
 // every 3rd proposal wrong: partial acceptance). Across engines: the oracle runs' counters
@@ -17,7 +17,7 @@
 // tools/bonsai-speculative on the CPU. Linked twice: `cuda_spec`/`cuda_spec_tool` on a real GPU
 // (skip without a device) and `cuda_spec_emu`/`cuda_spec_tool_emu` through the CPU emulator.
 #include "tests/test.h"
-#include "tests/dspark/fixture.h"
+#include "tests/spec/fixture.h"
 #include "core/engine.h"
 #include "cuda/cuda_engine.h"
 

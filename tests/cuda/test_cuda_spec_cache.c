@@ -1,7 +1,7 @@
 // tests/cuda/test_cuda_spec_cache.c — prompt-cache reuse with DSpark speculative decoding
 // (bn_spec_prefill_cached) with the target on the CUDA engine (-ngl 99: the drafter on the device, taps read
 // in place) and on the CPU+CUDA engine (-ngl 2 of the tiny target's 4 layers: device drafter, host taps): the
-// checks of tests/dspark/cache_check.h on each engine (cached request vs a fresh speculative prefill: tokens,
+// checks of tests/spec/cache_check.h on each engine (cached request vs a fresh speculative prefill: tokens,
 // drafts and counters identical; tokens vs plain greedy on the same engine; stale and non-prefix entries
 // not used), 8 tokens per request (the emulator's time). Logit tolerance 5e-4 (fp16 KV cache on the device;
 // the cached run reaches its positions through other batch sizes than a fresh prefill; observed in the
@@ -9,7 +9,7 @@
 // argv[1]: "cuda" or "split" (one part per emulator test, each < 60 s); none runs both (GPU).
 // Linked twice: cuda_spec_cache (skips without a device) and the _emu tests through the CPU emulator.
 #include "tests/test.h"
-#include "tests/dspark/cache_check.h"
+#include "tests/spec/cache_check.h"
 #include "cuda/cuda_engine.h"
 
 int main(int argc, char **argv) {

@@ -1,5 +1,5 @@
 // tests/cuda/test_cuda_split.c — partial offload: the CPU+CUDA engine (core/engine.h, 0 < -ngl N < n_layer;
-// cuda/engine_split.cu) against the CPU engine on tiny random models (core/mkmodel.h, F32).
+// cuda/engine_split.cu) against the CPU engine on tiny random models (synth/mkmodel.h, F32).
 //   part "engine": qwen35 "tiny" with full attention every 2nd layer (GDN 0, attention 1, GDN 2, attention 3,
 //     so -ngl 1 and 2 have both kinds of layer on both sides), for every N in 1 .. n_layer + 1 (N >= n_layer:
 //     the CUDA engine, the same checks): a 17-token prefill with all logits and taps of every layer (both
@@ -23,7 +23,7 @@
 // Linked twice: `cuda_split` on a GPU (all parts; skips without a device) and `cuda_split*_emu` in the
 // emulator (one test per part).
 #include "tests/test.h"
-#include "tests/dspark/fixture.h"
+#include "tests/spec/fixture.h"
 #include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "core/forward.h"

@@ -17,7 +17,7 @@
 #include "tests/cuda/emu_kernels.h"
 #include "cuda/cuda_backend.h"
 #include "quant/quant.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include <stdint.h>
 #include <string.h>
 #include <math.h>

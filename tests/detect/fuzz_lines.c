@@ -13,11 +13,11 @@
 //   mkdir -p /tmp/lines-corpus && ./build-fuzz/tests/detect/fuzz_lines -max_total_time=300 -max_len=2048 /tmp/lines-corpus tests/detect/corpus
 // The vocabulary: env BONSAI_FUZZ_VOCAB (a GGUF with tokenizer.* keys, e.g. third_party's ggml-vocab-qwen35.gguf),
 // else the tiny generated model's synthetic one.
-#include "detect/pairs.h"
-#include "detect/prompts.h"
-#include "detect/source_http.h"
-#include "core/gguf.h"
-#include "core/mkmodel.h"
+#include "records/pairs.h"
+#include "records/prompts.h"
+#include "mine/source_http.h"
+#include "gguf/gguf.h"
+#include "synth/mkmodel.h"
 #include "core/tokenizer.h"
 #include <stdint.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-// tests/detect/test_chosen.c — chosen-token selection (ANTIDOOM.md §6): temperature renorm
+// tests/detect/test_chosen.c — chosen-token selection (docs/antidoom.md §6): temperature renorm
 // (tolerance 1e-12 against a direct softmax), case variants dropped but leading-space variants
 // kept, relative min-p, top-k, ascending order, surface filters, the cap of 20, empty -> no row.
 #include "tests/test.h"

@@ -3,11 +3,11 @@
 // transfer encoding) becomes ids + top-K; a trailing EOG id is dropped; HTTP errors and bad URLs
 // are reported.
 #include "tests/test.h"
-#include "detect/source_http.h"
-#include "core/mkmodel.h"
+#include "mine/source_http.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>

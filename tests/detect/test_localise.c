@@ -1,10 +1,10 @@
-// tests/detect/test_localise.c — token-space localisation (ANTIDOOM.md §5) on hand-built token
+// tests/detect/test_localise.c — token-space localisation (docs/antidoom.md §5) on hand-built token
 // sequences: slide-left with ' let'/'let', fallback when rep <= seed, boundary-skip budgets, the
 // newline quirk, the restart-word move and its negative cases, end of text, and partial UTF-8
 // tokens in the token text. Expected indices are derived in the comments (exact).
 #include "tests/test.h"
 #include "detect/localise.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <string.h>
 
 // Builds t from a NULL-terminated list of surfaces.

@@ -1,14 +1,14 @@
-// tests/detect/test_mine.c — the per-prompt mining pipeline (detect/mine.h) on the tiny mkmodel
+// tests/detect/test_mine.c — the per-prompt mining pipeline (mine/mine.h) on the tiny mkmodel
 // vocabulary with a scripted completion source (deterministic loops), in sample and prime mode,
 // plus a smoke test of the in-process source on the tiny random model (greedy ids equal the
 // recorded top-1, logprobs equal the recorded values exactly, top-K descending).
 #include "tests/test.h"
-#include "detect/mine.h"
-#include "detect/runner.h"
-#include "core/mkmodel.h"
+#include "mine/mine.h"
+#include "mine/runner.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <jansson.h>
 #include <string.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // tests/detect/test_mineopts.c — shared mining flags: values land in the right fields, per-prompt
 // seed/phrase/temperature cycling, and clear errors for bad values.
 #include "tests/test.h"
-#include "detect/mineopts.h"
+#include "mine/options.h"
 #include <string.h>
 #include <unistd.h>
 

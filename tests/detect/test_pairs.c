@@ -2,8 +2,8 @@
 // and .gz, all §7.2 fields, doubles bit-exact), antidoom-only rows, unknown keys preserved,
 // invalid UTF-8 replaced by U+FFFD, and strict errors naming line and field for malformed rows.
 #include "tests/test.h"
-#include "detect/pairs.h"
-#include "core/util.h"
+#include "records/pairs.h"
+#include "base/util.h"
 #include <string.h>
 #include <unistd.h>
 

@@ -2,8 +2,8 @@
 // optional source, agentic-source skipping, the antidoom template, trailing assistant turns,
 // max_prompts, and errors with line numbers.
 #include "tests/test.h"
-#include "detect/prompts.h"
-#include "core/util.h"
+#include "records/prompts.h"
+#include "base/util.h"
 #include <string.h>
 #include <unistd.h>
 

@@ -1,9 +1,9 @@
-// tests/detect/test_regularise.c — regularisation (ANTIDOOM.md §8): exact token counts after
+// tests/detect/test_regularise.c — regularisation (docs/antidoom.md §8): exact token counts after
 // rejected flattening (derived by hand below), chosen flattening counts, headroom, source
 // balancing, the single-token share cap, context de-duplication, determinism for a seed, report.
 #include "tests/test.h"
-#include "detect/regularise.h"
-#include "core/util.h"
+#include "mine/regularise.h"
+#include "base/util.h"
 #include <jansson.h>
 #include <string.h>
 

@@ -1,10 +1,10 @@
 // tests/detect/test_repetition.c — hand-built cases for every branch of find_inner_repetition
-// (ANTIDOOM.md §4), including the quirks of §4.3. Expected values are derived by hand in the
+// (docs/antidoom.md §4), including the quirks of §4.3. Expected values are derived by hand in the
 // comments next to each case (exact integers; no tolerance needed).
 #include "tests/test.h"
 #include "detect/repetition.h"
-#include "detect/utext.h"
-#include "core/util.h"
+#include "base/utext.h"
+#include "base/util.h"
 #include <string.h>
 
 // Code-point text builder.

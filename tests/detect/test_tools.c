@@ -2,10 +2,10 @@
 // smoke runs of bonsai-mine-pairs (refusal without --resume, resume continues where it stopped,
 // --regularise to .gz) and bonsai-eval-loops (JSON result) on the tiny random model (few tokens).
 #include "tests/test.h"
-#include "detect/pairs.h"
-#include "detect/resume.h"
-#include "core/mkmodel.h"
-#include "core/util.h"
+#include "records/pairs.h"
+#include "mine/resume.h"
+#include "synth/mkmodel.h"
+#include "base/util.h"
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>

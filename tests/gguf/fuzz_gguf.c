@@ -11,7 +11,7 @@
 //   ./build-fuzz/tests/gguf/fuzz_gguf -max_total_time=180 -max_len=4096 /tmp/gguf-fuzz-corpus tests/gguf/corpus
 // (the first directory collects new inputs; tests/gguf/corpus is the checked-in seed corpus). A crash
 // leaves crash-<sha1> in the current directory; replay it with ./build-fuzz/tests/gguf/fuzz_gguf crash-<sha1>.
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 #include <stdint.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 // tests/gguf/gguf_build.h — a byte-buffer builder for hand-made (valid or broken) GGUF files,
-// shared by test_gguf.c. Everything little-endian (FORMATS.md §1).
+// shared by test_gguf.c. Everything little-endian (docs/formats.md §1).
 #ifndef BONSAI_TEST_GGUF_BUILD_H
 #define BONSAI_TEST_GGUF_BUILD_H
 #include <stdint.h>

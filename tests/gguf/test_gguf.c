@@ -1,5 +1,5 @@
-// tests/gguf/test_gguf.c — GGUF reader/writer (core/gguf.h): write->read round trips of every KV type,
-// custom alignments, tensor layout/padding/order, atomic writes, FORMATS.md §1.5's negative list on
+// tests/gguf/test_gguf.c — GGUF reader/writer (gguf/gguf.h): write->read round trips of every KV type,
+// custom alignments, tensor layout/padding/order, atomic writes, docs/formats.md §1.5's negative list on
 // hand-built buffers (each must fail with a message naming the field), type-42 g64/g128 detection,
 // and a broken-file replay (every truncation, byte/u64 overwrites of the metadata, the checked-in
 // corpus tests/gguf/corpus/) that must fail cleanly or succeed with in-bounds tensors — never crash.
@@ -8,8 +8,8 @@
 // must fail).
 #include "tests/test.h"
 #include "tests/gguf/gguf_build.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <string.h>
 #include <unistd.h>
@@ -378,7 +378,7 @@ static void test_atomic(void) {
     rmdir(dir);
 }
 
-// ---- hand-built negative cases (FORMATS.md §1.5) --------------------------------------------
+// ---- hand-built negative cases (docs/formats.md §1.5) --------------------------------------------
 
 typedef struct {
     const char *name;   // llama.cpp test-gguf name where one exists

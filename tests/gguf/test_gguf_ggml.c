@@ -2,17 +2,17 @@
 // libggml-base.so, dlopen'ed): files from our writer (every KV type, several tensor types, alignments
 // 1..256) must open there with the same KVs, offsets and data offset; the checked-in corpus must get the
 // same verdict from both readers, except the listed known differences (e.g. the legacy g128 type-42 file,
-// which mainline ggml must reject, FORMATS.md §3.9, and we must accept). Skips (77) when third_party/ is missing.
+// which mainline ggml must reject, docs/formats.md §3.9, and we must accept). Skips (77) when third_party/ is missing.
 #include "tests/test.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <dlfcn.h>
 #include <dirent.h>
 #include <string.h>
 #include <unistd.h>
 
-// ggml's C API, declared here by hand (ggml/include/gguf.h collides with core/gguf.h).
+// ggml's C API, declared here by hand (ggml/include/gguf.h collides with gguf/gguf.h).
 struct ggml_ctx_opaque;
 typedef struct {
     bool no_alloc;
@@ -156,11 +156,11 @@ typedef struct {
     const char *why;
 } known_diff;
 static const known_diff known[] = {
-    {"ok_sample_pq2_42.gguf", true, false, "legacy g128 stored as type 42: mainline ggml reads g64 (FORMATS.md 3.9)"},
+    {"ok_sample_pq2_42.gguf", true, false, "legacy g128 stored as type 42: mainline ggml reads g64 (docs/formats.md 3.9)"},
     {"ok_last_tensor_unpadded.gguf", true, false,
-     "ggml reading the data into a context needs the final padding; mmap loaders do not (FORMATS.md 1.4)"},
-    {"ok_gap_between_tensors.gguf", true, false, "ggml requires tensor data back to back in info order (FORMATS.md 1.4)"},
-    {"bad_kv_bad_bool.gguf", false, true, "ggml does not validate bool values (FORMATS.md 1.2: other values invalid)"},
+     "ggml reading the data into a context needs the final padding; mmap loaders do not (docs/formats.md 1.4)"},
+    {"ok_gap_between_tensors.gguf", true, false, "ggml requires tensor data back to back in info order (docs/formats.md 1.4)"},
+    {"bad_kv_bad_bool.gguf", false, true, "ggml does not validate bool values (docs/formats.md 1.2: other values invalid)"},
     {"bad_tensors_ne_too_big.gguf", false, true,
      "ne {2^32, 2^32}: ggml's element-count guard is skipped because the product wraps to 0"},
 };

@@ -1,9 +1,9 @@
 // tests/gguf/test_mkmodel.c — the random model generator: exact qwen35/qwen3 keys, tensor names, shapes,
 // llama-quantize order, value ranges, reproducibility, synthetic vocab validity, preset parameter counts.
 #include "tests/test.h"
-#include "core/mkmodel.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "synth/mkmodel.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <string.h>
 #include <unistd.h>
@@ -221,7 +221,7 @@ static void check_types(void) {
 static void check_presets(void) {
     bn_mkmodel_params p;
     char err[256];
-    // MODEL.md §3: Qwen3.5-27B has 26,895,998,464 parameters (V 248320, untied)
+    // docs/model.md §3: Qwen3.5-27B has 26,895,998,464 parameters (V 248320, untied)
     CHECK(bn_mkmodel_defaults(&p, "27b") == 0, "27b preset");
     CHECK(bn_mkmodel_check(&p, err, sizeof err) == 0, "27b valid: %s", err);
     CHECK(bn_mkmodel_n_params(&p, 248320) == 26895998464LL, "27b params %lld", (long long)bn_mkmodel_n_params(&p, 248320));

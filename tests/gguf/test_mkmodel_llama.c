@@ -2,7 +2,7 @@
 // the generated tiny qwen35 and qwen3-tiny models, and its tokenizer accepts the synthetic vocab.
 // Skips (77) when third_party/ (the llama.cpp reference) is missing.
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include <string.h>
 #include <unistd.h>
 #ifdef HAVE_LLAMA_REF
@@ -19,7 +19,7 @@ static double max_prob(const float *l, int n) {
 static void check_model(const char *preset, const char *path, const char *vocab) {
     bn_mkmodel_params p;
     CHECK(bn_mkmodel_defaults(&p, preset) == 0, "preset %s", preset);
-    if (vocab) { // the real Qwen2 151936-row vocabulary tagged pre = qwen35 (MODEL.md §11.4)
+    if (vocab) { // the real Qwen2 151936-row vocabulary tagged pre = qwen35 (docs/model.md §11.4)
         p.vocab = vocab;
         p.n_vocab_small = 151936;
         p.tied = true;

@@ -22,7 +22,7 @@
 #include "core/forward_impl.h"
 #include "core/model.h"
 #include "core/sampler.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <math.h>
 #include <string.h>
 #include <unistd.h>

@@ -1,12 +1,12 @@
 // tests/model/test_forward_ref.c — the whole tiny model through bn_forward vs a float64 reference
-// forward written here straight from MODEL.md §4 (qwen35) and §7 (qwen3, llama), teacher-forced.
+// forward written here straight from docs/model.md §4 (qwen35) and §7 (qwen3, llama), teacher-forced.
 // Also: batched prefill == token-by-token decode, snapshot/restore continuation is bit-identical,
 // taps/hidden outputs, thread-count independence, loader error messages, forward errors.
 #include "tests/test.h"
 #include "tests/model/tiny.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include <unistd.h>
 
@@ -469,7 +469,7 @@ static void check_long_prefill(void) {
     free(tm);
 }
 
-// check_mkmodel: a model written by the project's generator (core/mkmodel.h, not tiny.h) through
+// check_mkmodel: a model written by the project's generator (synth/mkmodel.h, not tiny.h) through
 // the engine and through the float64 reference of this file (its F32 tensors mapped as they are).
 static void check_mkmodel(const char *preset) {
     char err[512], path[256], what[96];

@@ -3,8 +3,8 @@
 #include "tests/test.h"
 #include "core/matmul.h"
 #include "core/ops.h"
-#include "core/threads.h"
-#include "core/util.h"
+#include "base/threads.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <stdatomic.h>
 #include <string.h>

@@ -3,7 +3,7 @@
 // pairing is exercised), qwen3 (NEOX rope, q/k norm, tied head) and llama (NORM rope, no q/k norm).
 // Bound: NMSE < 1e-10 over 32 teacher-forced positions with an f32 KV cache (measured 4.4e-13 ..
 // 7.73e-12, qwen35 the largest), < 5e-7 with the fp16 KV cache (measured 2.4e-9 .. 1.57e-7, qwen3 the
-// largest; MODEL.md §12 allows 1e-6), same with BONSAI_SIMD=avx2/scalar; and every argmax agrees.
+// largest; docs/model.md §12 allows 1e-6), same with BONSAI_SIMD=avx2/scalar; and every argmax agrees.
 // Also qwen2 (NEOX rope, q/k/v biases, no q/k norm).
 #include "tests/test.h"
 #include "tests/model/tiny.h"

@@ -1,12 +1,12 @@
 // tests/model/tiny.h — a self-contained tiny-model generator for the engine tests: random fp32
 // weights kept in memory (so a float64 reference can use exactly the same numbers), written to a
-// GGUF with the exact qwen35 / qwen3 / llama keys and tensor names (MODEL.md §2–3, §7).
+// GGUF with the exact qwen35 / qwen3 / llama keys and tensor names (docs/model.md §2–3, §7).
 // Options: store the 2-D weights quantized (the in-memory copy is then the dequantized values),
 // drop one tensor or shrink one tensor's ne1 (to test the loader's error messages).
 #ifndef BONSAI_TESTS_TINY_H
 #define BONSAI_TESTS_TINY_H
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include <math.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
 // 5120 x 17408 weight matrix (one FFN projection of the 27B model): weight GB/s and ms per mat-vec for
 // the dispatched kernels (bn_vec_dot_rows) vs the scalar references. Usage: bench_quant_dot [reps] [types...]
 #include "quant/quant.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

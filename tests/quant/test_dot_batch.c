@@ -13,7 +13,7 @@
 // Runs with BONSAI_SIMD unset (VNNI where present), =avx2 and =scalar (tests/quant/meson.build).
 #include "quant/quant.h"
 #include "core/matmul.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "tests/test.h"
 #include <string.h>
 

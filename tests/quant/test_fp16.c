@@ -1,4 +1,4 @@
-// tests/quant/test_fp16.c — fp16/bf16 conversions (FORMATS.md §3.1–3.2): exhaustive fp16 round trip,
+// tests/quant/test_fp16.c — fp16/bf16 conversions (docs/formats.md §3.1–3.2): exhaustive fp16 round trip,
 // edge cases, F16C row paths vs scalar, and ~1e6 random floats against ggml's conversions.
 #include "quant/quant.h"
 #include "tests/quant/ggml_base.h"

@@ -1,4 +1,4 @@
-// tests/quant/test_lossless.c — FORMATS.md §3.10: dequantize -> fp16 -> fp32 -> reference quantize
+// tests/quant/test_lossless.c — docs/formats.md §3.10: dequantize -> fp16 -> fp32 -> reference quantize
 // reproduces Q1_0 and Q2_0 (g64 and g128/PQ2_0) blocks byte for byte, except d = 0 blocks (Q1_0: all
 // bits 1; Q2_0: all codes 1) and Q2_0 blocks with no nonzero code (come back with d = 0, codes 1).
 // Also shows why bf16 must not be used: an fp16 scale is generally not representable in bf16.

@@ -1,7 +1,7 @@
 // tests/quant/test_quant_ref.c — every block format against ggml's reference (libggml-base.so):
 // quantize bit-exact and dequantize identical on test-quantize-fns vectors and adversarial random data;
 // SIMD activation quantizers bit-identical to the references; PQ2_0 / PTQ1_0 against their per-element
-// definitions (FORMATS.md §3.4); the §6 error metrics against the limits (measured values printed).
+// definitions (docs/formats.md §3.4); the §6 error metrics against the limits (measured values printed).
 #include "quant/quant.h"
 #include "tests/quant/ggml_base.h"
 #include <string.h>
@@ -211,7 +211,7 @@ static void check_error_metrics(const type_case *c, const float *x1, const float
     double abs_err = rmse_over_n(x1, y, N);
     CHECK(abs_err <= c->abs_limit, "%s: absolute quantization error %.6f > limit %.4f", t->name, abs_err, c->abs_limit);
     if (c->abs_table >= 0)
-        CHECK(fabs(abs_err - c->abs_table) <= 1.5e-6, "%s: abs error %.6f vs FORMATS.md §6 %.6f (tol 1.5e-6)",
+        CHECK(fabs(abs_err - c->abs_table) <= 1.5e-6, "%s: abs error %.6f vs docs/formats.md §6 %.6f (tol 1.5e-6)",
               t->name, abs_err, c->abs_table);
     if (t->vec_dot) {
         bn_quantize_activations(t->vec_dot_type, x2, q2, N);
@@ -223,7 +223,7 @@ static void check_error_metrics(const type_case *c, const float *x1, const float
         CHECK(dot_err <= c->dot_limit, "%s: dot error %.6f > limit %.3f", t->name, dot_err, c->dot_limit);
         // The table used ggml's CPU activation quantizer (slightly different rounding): tolerance 5e-4.
         if (c->dot_table >= 0)
-            CHECK(fabs(dot_err - c->dot_table) <= 5e-4, "%s: dot error %.6f vs FORMATS.md §6 %.6f (tol 5e-4)",
+            CHECK(fabs(dot_err - c->dot_table) <= 5e-4, "%s: dot error %.6f vs docs/formats.md §6 %.6f (tol 5e-4)",
                   t->name, dot_err, c->dot_table);
         printf("  %-7s abs error %.6f (limit %.4f, table %.6f)   dot error %.6f (limit %.3f, table %.6f)\n", t->name,
                abs_err, c->abs_limit, c->abs_table, dot_err, c->dot_limit, c->dot_table);
@@ -233,7 +233,7 @@ static void check_error_metrics(const type_case *c, const float *x1, const float
     free(q1); free(q2); free(y);
 }
 
-// Type table (FORMATS.md §2.1): block sizes, names round-trip, row sizes, vec_dot pairing (§2.3).
+// Type table (docs/formats.md §2.1): block sizes, names round-trip, row sizes, vec_dot pairing (§2.3).
 static void check_type_table(void) {
     const struct { int type, blck, size, vec_dot_type; const char *name; } want[] = {
         {BN_F32, 1, 4, BN_F32, "f32"},         {BN_F16, 1, 2, BN_F16, "f16"},        {BN_BF16, 1, 2, BN_BF16, "bf16"},

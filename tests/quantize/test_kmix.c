@@ -3,7 +3,7 @@
 // `llama-quantize --dry-run` on bonsai-mkmodel files of those shapes (llama.cpp de3ff81): every
 // quantizable tensor is q4_K except the listed ones. Also the counters' reset by bn_quant_rules_scan
 // and the shape fallbacks of the mixture types. No files, runs everywhere.
-#include "quant/quantize_rules.h"
+#include "quantize/rules.h"
 #include "quant/quant.h"
 #include "tests/test.h"
 #include <stdlib.h>

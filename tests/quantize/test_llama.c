@@ -10,11 +10,11 @@
 // Skips (77) with a message when the llama.cpp reference is missing.
 #include "tests/test.h"
 #include "tests/ref/llama_ref.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "quant/quant.h"
-#include "core/mkmodel.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "synth/mkmodel.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>

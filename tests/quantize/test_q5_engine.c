@@ -4,11 +4,11 @@
 // 0.9993-0.9996 and 0.09-0.12; the difference is the Q8 activation rounding on a random model).
 // Skips while quant/dot.c's dispatch has no kernel for one of the types.
 #include "core/forward.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "tests/test.h"
 #include "tests/quantize/tiny256.h"
 #include <math.h>

@@ -8,11 +8,11 @@
 //   counted; dry run;
 // - the fused fp16/fp32 → Q1_0/Q2_0/PQ2_0 kernels equal dequantize + reference bit for bit, NaN/Inf included.
 #include "tests/test.h"
-#include "quant/quantize.h"
-#include "quant/quantize_fast.h"
+#include "quantize/quantize.h"
+#include "quantize/fast.h"
 #include "quant/quant.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include <string.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
-// tests/quantize/test_rules.c — llama-quantize type selection (FORMATS.md §5.1–5.5) on qwen35
+// tests/quantize/test_rules.c — llama-quantize type selection (docs/formats.md §5.1–5.5) on qwen35
 // tensor names and shapes: quantizable set, mixture rules, bonsai's compact default, --pure,
 // explicit types, --tensor-type regexes, shape fallbacks and errors, ftype parsing, tensor order.
 #include "tests/test.h"
-#include "quant/quantize_rules.h"
+#include "quantize/rules.h"
 #include "quant/quant.h"
 #include <string.h>
 #include <stdlib.h>

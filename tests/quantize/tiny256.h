@@ -2,7 +2,7 @@
 // the K-quants, Q6_K and TQ apply without shape fallback), and a scratch directory for their files.
 #ifndef BONSAI_TESTS_QUANTIZE_TINY256_H
 #define BONSAI_TESTS_QUANTIZE_TINY256_H
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>

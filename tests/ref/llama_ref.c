@@ -2,7 +2,7 @@
 // Compiled against third_party/llama.cpp/include/llama.h for the types; every function is resolved
 // with dlsym so nothing links against the reference at build time.
 #include "tests/ref/llama_ref.h"
-#include "core/util.h"
+#include "base/util.h"
 #include <ctype.h>
 #include <dlfcn.h>
 #include <stdio.h>

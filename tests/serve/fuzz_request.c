@@ -15,8 +15,8 @@
 //   ninja -C build-fuzz tests/serve/fuzz_request
 //   mkdir -p /tmp/request-corpus && ./build-fuzz/tests/serve/fuzz_request -max_total_time=300 -max_len=4096 /tmp/request-corpus tests/serve/corpus
 #include "serve/request.h"
-#include "core/gguf.h"
-#include "core/mkmodel.h"
+#include "gguf/gguf.h"
+#include "synth/mkmodel.h"
 #include "core/tokenizer.h"
 #include <math.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 // tests/serve/server_fixture.c — see server_fixture.h.
 #include "tests/serve/server_fixture.h"
-#include "core/mkmodel.h"
-#include "core/mkdrafter.h"
+#include "synth/mkmodel.h"
+#include "synth/mkdrafter.h"
 #include "tests/serve/http_client.h"
 #include <signal.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 // tests/serve/test_server_api.c — the real bonsai-serve on loopback with a generated tiny model:
-// every endpoint's shape (SERVER.md §2–10), greedy output equal to the in-process engine's, and
+// every endpoint's shape (docs/server.md §2–10), greedy output equal to the in-process engine's, and
 // n_probs values equal to the engine's raw-softmax logprobs (tolerance 1e-4: same code path, JSON
 // printing rounds to ~1e-7 relative), SSE framing of both families, clean SIGTERM exit.
 #include "tests/test.h"

@@ -1,5 +1,5 @@
 // tests/serve/test_server_batch.c — bonsai-serve's batched decode steps (serve/slots.c: the decode steps the slots
-// want at the same time run as one bn_engine_forward_multi, core/step_batch.h) on 4 slots: 4 requests at once
+// want at the same time run as one bn_engine_forward_multi, spec/step_batch.h) on 4 slots: 4 requests at once
 // (greedy, sampled with a seed, greedy with n_probs, sampled without: argmax, top-k and logits-row steps mixed in
 // one batch) give the same texts as the same requests one at a time, and /metrics reports more than one busy
 // slot per decode call (llamacpp:n_busy_slots_per_decode: the steps did run batched). Then the same with

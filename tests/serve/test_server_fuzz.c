@@ -9,7 +9,7 @@
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 // exact top_p / min_p truncation sets on hand-made logits; top-k log-probs vs a double-precision
 // softmax on 248,320 random logits (|Δ| <= 1e-5); sampling from a row's 64 best logits == from the row.
 #include "core/sampler.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "tests/test.h"
 #include <float.h>
 #include <string.h>

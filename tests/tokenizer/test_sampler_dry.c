@@ -7,10 +7,10 @@
 //     the same logits penalized, and some case penalizing something on each history;
 //   - the sampler applies DRY after the repetition penalties and only with a history.
 #include "core/dry.h"
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #include "core/sampler.h"
-#include "core/rng.h"
-#include "core/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "tests/test.h"
 #ifdef HAVE_LLAMA_REF
 #include "tests/ref/llama_ref.h"

@@ -6,7 +6,7 @@
 //   - greedy with a penalty is not the raw argmax (bn_sampler_is_greedy false, no top-k or argmax shortcut), and
 //     a penalty without a history changes nothing.
 #include "core/sampler.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include "tests/test.h"
 #ifdef HAVE_LLAMA_REF
 #include "tests/ref/llama_ref.h"

@@ -9,8 +9,8 @@
 // Skips (exit 77) when the reference is missing. Invalid UTF-8 is not compared (llama.cpp maps
 // bad bytes to U+FFFD; we keep the bytes so decode(encode(s)) == s).
 #include "core/tokenizer.h"
-#include "core/unicode.h"
-#include "core/util.h"
+#include "base/unicode.h"
+#include "base/util.h"
 #include "tests/test.h"
 #include <string.h>
 #ifdef HAVE_LLAMA_REF

@@ -4,9 +4,9 @@
 // EOG set, round trips on arbitrary bytes (invalid UTF-8 included); then the vocabulary that
 // bn_mkmodel_write puts into the tiny model.
 #include "core/tokenizer.h"
-#include "core/unicode.h"
-#include "core/mkmodel.h"
-#include "core/util.h"
+#include "base/unicode.h"
+#include "synth/mkmodel.h"
+#include "base/util.h"
 #include "tests/test.h"
 #include <string.h>
 #include <unistd.h>
@@ -229,7 +229,7 @@ static void test_mkmodel_vocab(const char *dir) {
     unlink(path);
 }
 
-// test_byte_map: GPT-2 bytes_to_unicode (MODEL.md §11.1 step 3) and its inverse.
+// test_byte_map: GPT-2 bytes_to_unicode (docs/model.md §11.1 step 3) and its inverse.
 static void test_byte_map(void) {
     int k = 0, bad = 0;
     for (int b = 0; b < 256; b++) {

@@ -1,10 +1,10 @@
-// tests/tokenizer/test_tok_vectors.c — llama.cpp's tokenizer test vectors (MODEL.md §11.4):
+// tests/tokenizer/test_tok_vectors.c — llama.cpp's tokenizer test vectors (docs/model.md §11.4):
 // every string of models/ggml-vocab-<name>.gguf.inp must tokenize (add_special = false,
 // parse_special = false) to exactly the ids of the .out line; decode(encode(s)) == s for the
 // byte-level BPE vocabs (SPM: " " + s, the space prefix). Also special-token parsing on/off on
 // the qwen2 vocab, random bytes (invalid UTF-8) round trips, long inputs, and the speed on ~1 MB of text (printed, not asserted).
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "tests/test.h"
 #include <string.h>
 #include <unistd.h>
@@ -125,7 +125,7 @@ static bool ids_equal(const int32_t *a, int na, const int32_t *b, int nb) {
     return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
 }
 
-// check_special: control-token parsing on the qwen2 vocab (MODEL.md §11.2 ids).
+// check_special: control-token parsing on the qwen2 vocab (docs/model.md §11.2 ids).
 static void check_special(const bn_tokenizer *t) {
     const char *s = "<|im_start|>user\nHello<|im_end|>\n<|endoftext|>";
     int32_t *on, *off, *plain;

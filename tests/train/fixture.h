@@ -5,13 +5,13 @@
 #define BONSAI_TEST_TRAIN_FIXTURE_H
 #include <stdio.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "train/sft.h"
 #include "train/graph.h"
 #include "train/pairs_in.h"
-#include "core/rng.h"
-#include "core/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 // fx_sft_cfg: context 32, batch 2, lr 3e-3 without warm-up, for `steps` optimizer steps.
 static inline bn_sft_cfg fx_sft_cfg(int64_t steps) {

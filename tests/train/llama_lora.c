@@ -1,5 +1,5 @@
 // tests/train/llama_lora.c — the llama.cpp side of test_adapter_llamacpp.c, in its own
-// translation unit (llama.h's ggml/gguf headers clash with core/gguf.h): loads a model and an
+// translation unit (llama.h's ggml/gguf headers clash with gguf/gguf.h): loads a model and an
 // adapter in the prebuilt npm libllama (dlopen) and returns last-position logits.
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-// tests/train/test_adamw.c — AdamW (torch semantics, ANTIDOOM.md §11) against a hand-derived first
+// tests/train/test_adamw.c — AdamW (torch semantics, docs/antidoom.md §11) against a hand-derived first
 // step and a float64 transcription of torch.optim.AdamW for 3 steps; HF linear warmup/decay
 // schedule values; global-norm clipping; gradient accumulation scaling.
 #include <string.h>

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "tests/train/llama_lora.h"

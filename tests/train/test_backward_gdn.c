@@ -1,4 +1,4 @@
-// tests/train/test_backward_gdn.c — the gated delta-rule recurrence backward (MODEL.md §8) over
+// tests/train/test_backward_gdn.c — the gated delta-rule recurrence backward (docs/model.md §8) over
 // several steps with a carried-in state S0 and a loss on the final state, Hk = 2 < Hv = 4 (value
 // head h reads key head h mod Hk), against central finite differences of a float64 forward.
 // Also: the forward equals core/ops.h bn_gdn_step, checkpoint spacing does not change the

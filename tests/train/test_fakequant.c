@@ -7,12 +7,12 @@
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
-#include "core/rng.h"
+#include "base/util.h"
+#include "base/rng.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "train/fakequant.h"
 
 static char dir[] = "/tmp/bonsai_test_fakequant_XXXXXX";

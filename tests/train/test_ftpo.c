@@ -1,4 +1,4 @@
-// tests/train/test_ftpo.c — FTPO loss (ANTIDOOM.md §9): values and metrics on hand-made logits,
+// tests/train/test_ftpo.c — FTPO loss (docs/antidoom.md §9): values and metrics on hand-made logits,
 // and the analytic gradient w.r.t. the logits vs central finite differences for both reductions
 // (taper-active region 0 < Δ < ε, Δ >= ε (zero preference gradient), Δ < 0, fallback rows,
 // invalid chosen ids, tethers with the dead zone, the aggregate term).

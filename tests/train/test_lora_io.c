@@ -7,8 +7,8 @@
 #include "tests/test.h"
 #include "train/lora.h"
 #include "train/checkpoint.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
 
 static char tmpdir[256];

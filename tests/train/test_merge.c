@@ -2,18 +2,18 @@
 //  - F32 base: the merged model's base forward equals the base + adapter training forward
 //    (last-position logits, relative L2 <= 1e-5); non-adapted tensors and KVs copied byte for byte;
 //  - Q1_0 base, KEEP mode: adapted tensors stay Q1_0; with a zero adapter (B = 0) the merged file's
-//    tensors are byte-identical to the base (lossless unpack → requant, FORMATS.md §3.10); with a
+//    tensors are byte-identical to the base (lossless unpack → requant, docs/formats.md §3.10); with a
 //    real adapter the diagnostics report the share of the delta that survived;
 //  - F16 mode writes adapted tensors as F16; an adapter tensor missing in the base is an error.
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/gguf.h"
-#include "core/util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/merge.h"
@@ -104,7 +104,7 @@ static void test_q1_0(const char *base_f32) {
     for (int i = 0; g && i < l0->n_tensors; i++) same += same_tensor_bytes(m->gguf, g, l0->t[i].name);
     CHECK(same == l0->n_tensors, "zero adapter: %d of %d adapted Q1_0 tensors byte-identical", same, l0->n_tensors);
     gguf_close(g);
-    // real adapter: type kept, delta partially survives (1-bit dilution, ANTIDOOM.md §12.7)
+    // real adapter: type kept, delta partially survives (1-bit dilution, docs/antidoom.md §12.7)
     bn_lora *l = make_lora(m, 0.4);
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
     snprintf(out, sizeof out, "%s/merged_q1.gguf", dir);

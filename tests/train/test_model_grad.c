@@ -12,10 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/graph.h"
 #include "train/ftpo.h"
 #include "tests/model/tiny.h"

@@ -15,9 +15,9 @@
 #include "tests/test.h"
 #include "tests/train/fixture.h"
 #include "core/forward.h"
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "train/prune.h"
 #include "train/tether.h"
 

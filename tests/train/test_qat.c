@@ -18,13 +18,13 @@
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/gguf.h"
-#include "core/util.h"
-#include "core/rng.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
+#include "base/rng.h"
 #include "quant/quant.h"
-#include "quant/quantize.h"
+#include "quantize/quantize.h"
 #include "train/sft.h"
 #include "train/fakequant.h"
 

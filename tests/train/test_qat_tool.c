@@ -6,10 +6,10 @@
 #include <unistd.h>
 #include <sys/wait.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
-#include "core/gguf.h"
-#include "core/util.h"
-#include "core/rng.h"
+#include "synth/mkmodel.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
+#include "base/rng.h"
 #include "quant/quant.h"
 
 static char DIR_[] = "/tmp/bonsai_test_qat_tool_XXXXXX";

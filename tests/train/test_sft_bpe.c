@@ -9,11 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/gguf.h"
+#include "gguf/gguf.h"
 #include "core/tokenizer.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/bpe.h"
 
 int main(void) {

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/sft.h"
 
 static const int32_t TOK[10] = {5, 17, 200, 42, 99, 7, 250, 11, 64, 17};

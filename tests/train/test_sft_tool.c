@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
-#include "core/gguf.h"
+#include "synth/mkmodel.h"
+#include "gguf/gguf.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 
 static char DIR_[] = "/tmp/bonsai_test_sft_tool_XXXXXX";
 static char EXE[600];

@@ -14,10 +14,10 @@
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/sft.h"
 #include "train/graph.h"
 #include "quant/quant.h"

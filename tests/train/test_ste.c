@@ -20,10 +20,10 @@
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/forward.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 #include "train/fakequant.h"
 #include "train/graph.h"

@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
-#include "core/util.h"
-#include "core/rng.h"
+#include "base/util.h"
+#include "base/rng.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/ftpo.h"

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "quant/quant.h"
 
 static char dir[] = "/tmp/bonsai_test_ftpo_tool_XXXXXX";

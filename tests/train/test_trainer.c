@@ -6,10 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
-#include "core/mkmodel.h"
+#include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "train/trainer.h"
 #include "train/graph.h"
 #include "train/lora.h"

@@ -1,0 +1,37 @@
+// eval/stats.h — loop-rate statistics for evaluation (docs/antidoom.md §13): the share of
+// completions where the detector fired with a 95% Wilson score interval, the share that hit the
+// length limit, mean/median completion length, and the mean share of repeated word 4-grams (seq-rep-4: repetition
+// the verbatim detector does not count, e.g. a phrase that comes back with one word changed); as a struct and JSON.
+#ifndef BONSAI_DETECT_STATS_H
+#define BONSAI_DETECT_STATS_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BN_Z95 1.959963984540054 // two-sided 95% normal quantile
+
+typedef struct {
+    int64_t n;                 // completions
+    int64_t n_loops;           // detector fired
+    int64_t n_length_limit;    // stopped by the length limit
+    double loop_rate, ci_lo, ci_hi;   // n_loops / n and its Wilson interval
+    double length_limit_share;
+    double mean_len, median_len;      // completion length (tokens or chars, as given)
+    int64_t n_rep;                    // completions with a seq-rep-4 (at least 5 words)
+    double mean_rep4;                 // their mean seq-rep-4 (0 when n_rep is 0)
+} bn_loop_stats;
+
+// bn_seq_rep_n: seq-rep-n of text (Welleck et al. 2019): 1 − distinct word n-grams / word n-grams, words split at
+// ASCII whitespace; 0 = no n-gram repeats, near 1 = one n-gram over and over. -1 when text has fewer than n + 1 words.
+double bn_seq_rep_n(const char *text, size_t len, int n);
+
+// bn_wilson: Wilson score interval for k successes in n trials at quantile z into *lo, *hi
+// ([0, 1] when n == 0).
+void bn_wilson(int64_t k, int64_t n, double z, double *lo, double *hi);
+// bn_loop_stats_compute: fills s from per-completion flags, lengths and seq-rep-4 values (< 0: none; any array may
+// be NULL).
+void bn_loop_stats_compute(const bool *loop, const bool *hit_limit, const double *len, const double *rep4, int64_t n,
+                           bn_loop_stats *s);
+// bn_loop_stats_json: returns a malloc'd one-line JSON object (label included when non-NULL).
+char *bn_loop_stats_json(const bn_loop_stats *s, const char *label);
+#endif

@@ -1,0 +1,57 @@
+// mine/options.h — command-line flags shared by bonsai-mine-pairs and bonsai-eval-loops
+// (generation, detector, chosen selection, priming, prompts), with their --help text.
+#ifndef BONSAI_DETECT_MINEOPTS_H
+#define BONSAI_DETECT_MINEOPTS_H
+#include <stdio.h>
+#include "mine/mine.h"
+#include "records/prompts.h"
+#include "core/engine.h"
+#include "spec/step_batch.h"
+
+typedef struct {
+    bn_mine_params mine;
+    bn_prompt_opts prompts;
+    const char *model_path, *prompts_path;
+    int n_ctx;       // 0 = prompt + n_predict fits (default 6000)
+    int n_threads;   // 0 = all CPUs
+    int n_gpu_layers; // -ngl N: in-process generation on the engine bn_engine_open gives for N (0: the CPU); the
+                      // tool opens it (core/engine.h) and passes it to bn_mine_opts_sources
+    const char *server_url; // --server: generate through llama-server's /completion instead of in-process
+    int timeout_s;   // per request with --server (1800)
+    const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
+    char **phrases;  // --prime-phrases FILE: one phrase per line (prompt i uses phrases[i % n]); NULL = none
+    int n_phrases;
+    int n_parallel;  // --parallel N: N sources working at once (default 1)
+    float temps[32]; // --temps a,b,...: prompt i samples at temps[i % n_temps] (antidoom's temperatures list)
+    int n_temps;
+    const char *dry_breakers[32]; // --dry-sequence-breaker S (repeatable; "none": no breakers): mine.gen's list
+    int n_dry_breakers;
+} bn_mine_opts;
+
+// bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.
+bn_mine_opts bn_mine_opts_default(void);
+// bn_mine_opts_flag: consumes argv[*i] (and its value) when it is a shared flag; returns 1 when
+// consumed, 0 when not a shared flag, -1 on a bad value (err filled).
+int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
+// bn_mine_opts_for_prompt: the mining parameters for prompt i (seed + i, its prime phrase, its
+// temperature when --temps is given).
+bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
+// bn_mine_opts_free: releases what the flags loaded (phrase list).
+void bn_mine_opts_free(bn_mine_opts *o);
+// bn_mine_opts_sources: n_parallel sources: HTTP ones with --server, else in-process ones on engine (the
+// caller's -ngl engine, which must outlive them, with batcher, the caller's too, batching their decode steps
+// when n_parallel > 1) or, engine NULL, on the CPU splitting the threads. NULL (err) on a bad URL, --parallel
+// with a device engine but no batcher, or no device memory for a state.
+bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
+                                 const struct bn_engine *engine, struct bn_step_batcher *batcher, char *err,
+                                 size_t errlen);
+// bn_mine_opts_engine: for -ngl > 0 without --server, the device engine (*eng) and, with --parallel > 1, the step
+// batcher its sources share (*batch); else both NULL. Returns 0, or -1 with err (no device memory, ...). Free the
+// batcher and then the engine after the sources.
+int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engine **eng, bn_step_batcher **batch,
+                        char *err, size_t errlen);
+// bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
+void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
+// bn_mine_opts_help: prints the shared flags with their defaults.
+void bn_mine_opts_help(FILE *f);
+#endif

@@ -1,0 +1,550 @@
+// synth/mkmodel.c — random-weight qwen35 / qwen3 GGUF generator. See synth/mkmodel.h.
+// Keys: docs/model.md §2 (qwen35), §7 (qwen3), docs/formats.md §8. Tensors: docs/model.md §3. Tensor order:
+// docs/formats.md §5.5 (layer number, then strcmp of the name).
+#include "synth/mkmodel.h"
+#include "base/rng.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
+#include "quant/quant.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include <strings.h>
+
+// ---- presets ------------------------------------------------------------------------------
+
+int bn_mkmodel_defaults(bn_mkmodel_params *p, const char *preset) {
+    memset(p, 0, sizeof *p);
+    // tiny qwen35 (see the header for why H/F/hd/dk are twice docs/model.md §6.2's tiny model)
+    p->arch = "qwen35";
+    p->n_embd = 128;
+    p->n_layer = 4;
+    p->n_ff = 256;
+    p->n_head = 4;
+    p->n_head_kv = 2;
+    p->head_dim = 32;
+    p->n_rot = 8;
+    p->rope_base = 1e7f;
+    p->norm_eps = 1e-6f;
+    p->ctx = 4096;
+    p->ssm_d_state = 32;
+    p->ssm_n_group = 2;
+    p->ssm_dt_rank = 4;
+    p->ssm_conv_kernel = 4;
+    p->full_attn_interval = 4;
+    p->tied = false;
+    p->vocab = NULL;
+    p->n_vocab_small = 512;
+    p->seed = 42;
+    p->type = BN_F32;
+    p->logit_scale = 4.0f;
+    p->name = NULL;
+    if (!preset || strcasecmp(preset, "tiny") == 0) return 0;
+    if (strcasecmp(preset, "small") == 0) {
+        p->n_embd = 512;
+        p->n_layer = 8;
+        p->n_ff = 1536;
+        p->head_dim = 128;
+        p->n_rot = 32;
+        p->ssm_d_state = 128;
+        p->n_vocab_small = 4096;
+        return 0;
+    }
+    if (strcasecmp(preset, "mid") == 0) { // Qwen3.5-0.8B shapes (docs/model.md §6.2)
+        p->n_embd = 1024;
+        p->n_layer = 24;
+        p->n_ff = 3584;
+        p->n_head = 8;
+        p->n_head_kv = 2;
+        p->head_dim = 256;
+        p->n_rot = 64;
+        p->ssm_d_state = 128;
+        p->ssm_n_group = 16;
+        p->ssm_dt_rank = 16;
+        p->tied = true;
+        p->n_vocab_small = 248320;
+        p->ctx = 262144;
+        p->type = BN_F16;
+        return 0;
+    }
+    if (strcasecmp(preset, "27b") == 0) { // Qwen3.5-27B (docs/model.md §2, §6.1)
+        p->n_embd = 5120;
+        p->n_layer = 64;
+        p->n_ff = 17408;
+        p->n_head = 24;
+        p->n_head_kv = 4;
+        p->head_dim = 256;
+        p->n_rot = 64;
+        p->ssm_d_state = 128;
+        p->ssm_n_group = 16;
+        p->ssm_dt_rank = 48;
+        p->n_vocab_small = 248320;
+        p->ctx = 262144;
+        p->type = BN_F16;
+        return 0;
+    }
+    if (strcasecmp(preset, "qwen3-tiny") == 0) {
+        p->arch = "qwen3";
+        p->n_layer = 2;
+        p->n_rot = 32;
+        p->rope_base = 1e6f;
+        p->tied = true;
+        return 0;
+    }
+    if (strcasecmp(preset, "qwen3-1.7b") == 0) { // docs/model.md §6.3
+        p->arch = "qwen3";
+        p->n_embd = 2048;
+        p->n_layer = 28;
+        p->n_ff = 6144;
+        p->n_head = 16;
+        p->n_head_kv = 8;
+        p->head_dim = 128;
+        p->n_rot = 128;
+        p->rope_base = 1e6f;
+        p->ctx = 40960;
+        p->tied = true;
+        p->n_vocab_small = 151936;
+        p->type = BN_F16;
+        return 0;
+    }
+    return -1;
+}
+
+static bool is_qwen35(const bn_mkmodel_params *p) { return strcmp(p->arch, "qwen35") == 0; }
+
+int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
+    if (!p->arch || (strcmp(p->arch, "qwen35") != 0 && strcmp(p->arch, "qwen3") != 0))
+        return bn_err(err, errlen, "mkmodel: arch must be qwen35 or qwen3");
+    if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_ff <= 0 || p->n_head <= 0 || p->n_head_kv <= 0 || p->head_dim <= 0)
+        return bn_err(err, errlen, "mkmodel: n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim must be > 0");
+    if (p->n_head % p->n_head_kv != 0)
+        return bn_err(err, errlen, "mkmodel: n_head %d is not a multiple of n_head_kv %d", p->n_head, p->n_head_kv);
+    if (p->n_rot <= 0 || p->n_rot > p->head_dim || p->n_rot % 2 != 0)
+        return bn_err(err, errlen, "mkmodel: n_rot %d must be even and in 2..head_dim (%d)", p->n_rot, p->head_dim);
+    if (p->ctx <= 0) return bn_err(err, errlen, "mkmodel: ctx must be > 0");
+    if (p->type != BN_F32 && p->type != BN_F16 && p->type != BN_BF16)
+        return bn_err(err, errlen, "mkmodel: type must be f32, f16 or bf16");
+    if (!p->vocab && p->n_vocab_small < 262)
+        return bn_err(err, errlen, "mkmodel: n_vocab_small %d < 262 (256 bytes + 3 specials + merges)",
+                      p->n_vocab_small);
+    if (is_qwen35(p)) {
+        if (p->ssm_d_state <= 0 || p->ssm_n_group <= 0 || p->ssm_dt_rank <= 0 || p->ssm_conv_kernel <= 0)
+            return bn_err(err, errlen, "mkmodel: ssm sizes must be > 0");
+        if (p->ssm_dt_rank % p->ssm_n_group != 0)
+            return bn_err(err, errlen, "mkmodel: ssm_dt_rank (Hv) %d is not a multiple of ssm_n_group (Hk) %d",
+                          p->ssm_dt_rank, p->ssm_n_group);
+        if (p->full_attn_interval <= 0) return bn_err(err, errlen, "mkmodel: full_attn_interval must be > 0");
+    }
+    return 0;
+}
+
+// ---- synthetic byte-level BPE vocabulary --------------------------------------------------
+
+typedef struct {
+    char **tokens;
+    int32_t *types;
+    char **merges;
+    int n_tokens, n_merges, cap;
+    int eos;
+} vocab;
+
+// byte_to_utf8: the GPT-2 bytes_to_unicode char of byte b, UTF-8 encoded into out (NUL-terminated).
+static void byte_to_utf8(int b, char *out) {
+    int cp;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) cp = b;
+    else {
+        int k = 0; // rank of b among the remapped bytes 0-32, 127-160, 173
+        for (int x = 0; x < b; x++)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
+        cp = 256 + k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+static int vocab_find(const vocab *v, const char *s) {
+    for (int i = 0; i < v->n_tokens; i++)
+        if (strcmp(v->tokens[i], s) == 0) return i;
+    return -1;
+}
+
+static void vocab_push(vocab *v, char *tok, int32_t type) {
+    if (v->n_tokens == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 1024;
+        v->tokens = xrealloc(v->tokens, v->cap * sizeof(char *));
+        v->types = xrealloc(v->types, v->cap * sizeof(int32_t));
+        v->merges = xrealloc(v->merges, v->cap * sizeof(char *));
+    }
+    v->tokens[v->n_tokens] = tok;
+    v->types[v->n_tokens++] = type;
+}
+
+// try_merge: adds merge "a b" and token a+b if both parts exist and a+b is new; returns 1 if added.
+static int try_merge(vocab *v, const char *a, const char *b) {
+    char merged[64];
+    snprintf(merged, sizeof merged, "%s%s", a, b);
+    if (vocab_find(v, a) < 0 || vocab_find(v, b) < 0 || vocab_find(v, merged) >= 0) return 0;
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *m = xmalloc(n);
+    snprintf(m, n, "%s %s", a, b);
+    v->merges[v->n_merges++] = m;
+    vocab_push(v, xstrdup(merged), 1);
+    return 1;
+}
+
+#define G "\xc4\xa0" // 'Ġ' = byte-level space
+
+static void vocab_build(vocab *v, int n_vocab) {
+    memset(v, 0, sizeof *v);
+    for (int b = 0; b < 256; b++) {
+        char s[4];
+        byte_to_utf8(b, s);
+        vocab_push(v, xstrdup(s), 1);
+    }
+    int max_merges = n_vocab - 256 - 3;
+    // ordered so that greedy BPE reaches the word tokens (" the" -> Ġt + he -> Ġthe)
+    static const char *const seed_merges[][2] = {
+        {G, "t"}, {G, "a"}, {G, "s"}, {G, "w"}, {G, "o"}, {G, "i"}, {G, "b"}, {G, "c"}, {G, "f"}, {G, "h"},
+        {"h", "e"}, {"i", "n"}, {"e", "r"}, {"a", "n"}, {"r", "e"}, {"o", "n"}, {"a", "t"}, {"e", "n"}, {"n", "d"},
+        {"o", "r"}, {"e", "s"}, {"i", "s"}, {"o", "u"}, {"i", "t"}, {"e", "d"}, {"n", "g"}, {"s", "t"}, {"t", "h"},
+        {G "t", "he"}, {G "a", "nd"}, {G "o", "f"}, {G "i", "s"}, {G "i", "t"}, {"in", "g"}, {G "t", "o"},
+        {"a", "s"}, {G "w", "as"}, {G, G}, {G "o", "n"}, {G "h", "er"}, {"l", "l"}, {"l", "y"}, {"c", "e"},
+        {".", "\xc4\x8a"}, {",", G},
+    };
+    size_t n_seed = sizeof seed_merges / sizeof seed_merges[0];
+    for (size_t i = 0; i < n_seed && v->n_merges < max_merges; i++) try_merge(v, seed_merges[i][0], seed_merges[i][1]);
+    // "Ġx" for every lower/upper-case letter, then every letter pair, then "Ġx" + letter
+    char a[8], b[8];
+    for (int c = 'a'; c <= 'z' && v->n_merges < max_merges; c++) {
+        snprintf(b, sizeof b, "%c", c);
+        try_merge(v, G, b);
+    }
+    for (int c = 'A'; c <= 'Z' && v->n_merges < max_merges; c++) {
+        snprintf(b, sizeof b, "%c", c);
+        try_merge(v, G, b);
+    }
+    for (int x = 'a'; x <= 'z'; x++)
+        for (int y = 'a'; y <= 'z' && v->n_merges < max_merges; y++) {
+            snprintf(a, sizeof a, "%c", x);
+            snprintf(b, sizeof b, "%c", y);
+            try_merge(v, a, b);
+        }
+    for (int x = 'a'; x <= 'z'; x++)
+        for (int y = 'a'; y <= 'z' && v->n_merges < max_merges; y++) {
+            snprintf(a, sizeof a, G "%c", x);
+            snprintf(b, sizeof b, "%c", y);
+            try_merge(v, a, b);
+        }
+    v->eos = v->n_tokens;
+    vocab_push(v, xstrdup("<|endoftext|>"), 3);
+    vocab_push(v, xstrdup("<|im_start|>"), 3);
+    vocab_push(v, xstrdup("<|im_end|>"), 3);
+    while (v->n_tokens < n_vocab) {
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%d]", v->n_tokens);
+        vocab_push(v, xstrdup(pad), 5);
+    }
+}
+
+static void vocab_free(vocab *v) {
+    for (int i = 0; i < v->n_tokens; i++) free(v->tokens[i]);
+    for (int i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->tokens);
+    free(v->types);
+    free(v->merges);
+}
+
+static const char chatml_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+// set_vocab: writes the tokenizer KVs; returns the vocab size or -1 (err filled).
+static int64_t set_vocab(gguf_writer *w, const bn_mkmodel_params *p, char *err, size_t errlen) {
+    if (p->vocab) {
+        char sub[512];
+        gguf_file *f = gguf_open(p->vocab, sub, sizeof sub);
+        if (!f) return bn_err(err, errlen, "mkmodel: vocab: %s", sub);
+        const gguf_kv *toks = gguf_get_arr(f, "tokenizer.ggml.tokens");
+        if (!toks || toks->arr_type != GGUF_TYPE_STRING || toks->n == 0) {
+            gguf_close(f);
+            return bn_err(err, errlen, "mkmodel: vocab %s has no tokenizer.ggml.tokens string array", p->vocab);
+        }
+        int64_t n = (int64_t)toks->n;
+        for (size_t i = 0; i < f->n_kv; i++)
+            if (strncmp(f->kv[i].key, "tokenizer.", 10) == 0) gguf_set_kv(w, &f->kv[i]);
+        gguf_close(f);
+        return n;
+    }
+    vocab v;
+    vocab_build(&v, p->n_vocab_small);
+    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_set_str(w, "tokenizer.ggml.pre", "qwen35");
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)v.n_tokens, (const char *const *)v.tokens);
+    gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, (uint64_t)v.n_tokens, v.types);
+    gguf_set_arr_str(w, "tokenizer.ggml.merges", (uint64_t)v.n_merges, (const char *const *)v.merges);
+    gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos);
+    gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v.eos);
+    gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.eos);
+    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    gguf_set_str(w, "tokenizer.chat_template", chatml_template);
+    int64_t n = v.n_tokens;
+    vocab_free(&v);
+    return n;
+}
+
+// ---- tensor list --------------------------------------------------------------------------
+
+enum init_kind {
+    INIT_LINEAR,  // uniform, std 1/sqrt(ne0)
+    INIT_EMBD,    // uniform, std 1
+    INIT_OUTPUT,  // uniform, std logit_scale/sqrt(ne0)
+    INIT_NORM,    // 1 + uniform(-0.05, 0.05)
+    INIT_SSM_A,   // -exp(A_log), A in [1, 8]
+    INIT_SSM_DT,  // dt_bias = softplus^-1(dt), dt log-uniform in [0.001, 0.1]
+    INIT_CONV,    // uniform(-0.5, 0.5)
+};
+
+typedef struct {
+    char name[GGUF_MAX_NAME + 1];
+    int n_dims;
+    int64_t ne[2];
+    int type;
+    int kind;
+    int layer; // -1 for global tensors
+} tspec;
+
+typedef struct {
+    tspec *t;
+    int n, cap;
+} tlist;
+
+static void add_t(tlist *l, const bn_mkmodel_params *p, int layer, const char *suffix, int n_dims, int64_t ne0,
+                  int64_t ne1, int kind) {
+    if (l->n == l->cap) l->t = xrealloc(l->t, (l->cap = l->cap ? 2 * l->cap : 64) * sizeof(tspec));
+    tspec *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    else snprintf(t->name, sizeof t->name, "%s", suffix);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->type = n_dims == 2 && kind != INIT_CONV ? p->type : BN_F32;
+    t->kind = kind;
+    t->layer = layer;
+}
+
+static int cmp_tspec(const void *a, const void *b) {
+    const tspec *x = a, *y = b;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+// build_tensors: the full tensor list of the model in llama-quantize order.
+static void build_tensors(tlist *l, const bn_mkmodel_params *p, int64_t n_vocab) {
+    const int64_t H = p->n_embd, F = p->n_ff, hd = p->head_dim;
+    const int64_t q_rows = (int64_t)p->n_head * hd, kv_rows = (int64_t)p->n_head_kv * hd;
+    memset(l, 0, sizeof *l);
+    add_t(l, p, -1, "token_embd.weight", 2, H, n_vocab, p->tied ? INIT_OUTPUT : INIT_EMBD);
+    add_t(l, p, -1, "output_norm.weight", 1, H, 1, INIT_NORM);
+    if (!p->tied) add_t(l, p, -1, "output.weight", 2, H, n_vocab, INIT_OUTPUT);
+    for (int il = 0; il < p->n_layer; il++) {
+        add_t(l, p, il, "attn_norm.weight", 1, H, 1, INIT_NORM);
+        add_t(l, p, il, "ffn_gate.weight", 2, H, F, INIT_LINEAR);
+        add_t(l, p, il, "ffn_up.weight", 2, H, F, INIT_LINEAR);
+        add_t(l, p, il, "ffn_down.weight", 2, F, H, INIT_LINEAR);
+        if (!is_qwen35(p)) { // dense qwen3 (docs/model.md §7)
+            add_t(l, p, il, "ffn_norm.weight", 1, H, 1, INIT_NORM);
+            add_t(l, p, il, "attn_q.weight", 2, H, q_rows, INIT_LINEAR);
+            add_t(l, p, il, "attn_k.weight", 2, H, kv_rows, INIT_LINEAR);
+            add_t(l, p, il, "attn_v.weight", 2, H, kv_rows, INIT_LINEAR);
+            add_t(l, p, il, "attn_output.weight", 2, q_rows, H, INIT_LINEAR);
+            add_t(l, p, il, "attn_q_norm.weight", 1, hd, 1, INIT_NORM);
+            add_t(l, p, il, "attn_k_norm.weight", 1, hd, 1, INIT_NORM);
+            continue;
+        }
+        add_t(l, p, il, "post_attention_norm.weight", 1, H, 1, INIT_NORM);
+        if ((il + 1) % p->full_attn_interval == 0) { // gated attention (docs/model.md §3)
+            add_t(l, p, il, "attn_q.weight", 2, H, 2 * q_rows, INIT_LINEAR);
+            add_t(l, p, il, "attn_k.weight", 2, H, kv_rows, INIT_LINEAR);
+            add_t(l, p, il, "attn_v.weight", 2, H, kv_rows, INIT_LINEAR);
+            add_t(l, p, il, "attn_output.weight", 2, q_rows, H, INIT_LINEAR);
+            add_t(l, p, il, "attn_q_norm.weight", 1, hd, 1, INIT_NORM);
+            add_t(l, p, il, "attn_k_norm.weight", 1, hd, 1, INIT_NORM);
+        } else { // Gated DeltaNet
+            const int64_t dk = p->ssm_d_state, Hk = p->ssm_n_group, Hv = p->ssm_dt_rank;
+            const int64_t conv_dim = 2 * Hk * dk + Hv * dk;
+            add_t(l, p, il, "attn_qkv.weight", 2, H, conv_dim, INIT_LINEAR);
+            add_t(l, p, il, "attn_gate.weight", 2, H, Hv * dk, INIT_LINEAR);
+            add_t(l, p, il, "ssm_beta.weight", 2, H, Hv, INIT_LINEAR);
+            add_t(l, p, il, "ssm_alpha.weight", 2, H, Hv, INIT_LINEAR);
+            add_t(l, p, il, "ssm_conv1d.weight", 2, p->ssm_conv_kernel, conv_dim, INIT_CONV);
+            add_t(l, p, il, "ssm_dt.bias", 1, Hv, 1, INIT_SSM_DT);
+            add_t(l, p, il, "ssm_a", 1, Hv, 1, INIT_SSM_A);
+            add_t(l, p, il, "ssm_norm.weight", 1, dk, 1, INIT_NORM);
+            add_t(l, p, il, "ssm_out.weight", 2, Hv * dk, H, INIT_LINEAR);
+        }
+    }
+    qsort(l->t, l->n, sizeof(tspec), cmp_tspec);
+}
+
+int64_t bn_mkmodel_n_params(const bn_mkmodel_params *p, int64_t n_vocab) {
+    tlist l;
+    build_tensors(&l, p, n_vocab);
+    int64_t n = 0;
+    for (int i = 0; i < l.n; i++) n += l.t[i].ne[0] * l.t[i].ne[1];
+    free(l.t);
+    return n;
+}
+
+// ---- random numbers: splitmix64 seeds a xoshiro256** per tensor ------------------------------
+
+
+// rng_for: the generator of one tensor, from (seed, tensor name) so the order does not matter.
+static void rng_for(bn_rng *r, uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull; // FNV-1a
+    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    bn_rng_seed(r, seed ^ h);
+}
+
+// ---- fill ---------------------------------------------------------------------------------
+
+typedef struct {
+    const bn_mkmodel_params *p;
+    const tlist *l;
+    bn_progress prog;
+    int64_t done;
+    float *row; // {ne0} scratch
+} fill_ctx;
+
+static void gen_row(bn_rng *r, const tspec *t, float logit_scale, float *row) {
+    const int64_t n = t->ne[0];
+    const float sqrt3 = 1.7320508f;
+    switch (t->kind) {
+    case INIT_LINEAR:
+    case INIT_EMBD:
+    case INIT_OUTPUT: {
+        float std = t->kind == INIT_EMBD ? 1.0f : 1.0f / sqrtf((float)n);
+        if (t->kind == INIT_OUTPUT) std *= logit_scale;
+        float amp = sqrt3 * std; // uniform(-amp, amp) has this std
+        for (int64_t i = 0; i < n; i++) row[i] = (2.0f * bn_rng_uniform_f24(r) - 1.0f) * amp;
+        break;
+    }
+    case INIT_NORM:
+        for (int64_t i = 0; i < n; i++) row[i] = 1.0f + (2.0f * bn_rng_uniform_f24(r) - 1.0f) * 0.05f;
+        break;
+    case INIT_SSM_A:
+        for (int64_t i = 0; i < n; i++) row[i] = -(1.0f + 7.0f * bn_rng_uniform_f24(r)); // -exp(log(A)), A in [1, 8]
+        break;
+    case INIT_SSM_DT:
+        for (int64_t i = 0; i < n; i++) {
+            float dt = expf(logf(0.001f) + bn_rng_uniform_f24(r) * (logf(0.1f) - logf(0.001f)));
+            row[i] = dt + logf(-expm1f(-dt)); // inverse softplus
+        }
+        break;
+    case INIT_CONV:
+        for (int64_t i = 0; i < n; i++) row[i] = bn_rng_uniform_f24(r) - 0.5f;
+        break;
+    }
+}
+
+static int fill_tensor(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
+    fill_ctx *c = vctx;
+    const tspec *t = &c->l->t[idx];
+    bn_rng r;
+    rng_for(&r, c->p->seed, t->name);
+    size_t row_bytes = bn_row_size(t->type, t->ne[0]);
+    if (row_bytes * (size_t)t->ne[1] != nbytes)
+        return bn_err(err, errlen, "mkmodel: tensor '%s': size mismatch (%zu vs %zu bytes)", t->name,
+                      row_bytes * (size_t)t->ne[1], nbytes);
+    for (int64_t j = 0; j < t->ne[1]; j++) {
+        uint8_t *out = (uint8_t *)dst + (size_t)j * row_bytes;
+        float *row = t->type == BN_F32 ? (float *)out : c->row;
+        gen_row(&r, t, c->p->logit_scale, row);
+        if (t->type == BN_F16)
+            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_fp16(row[i]);
+        else if (t->type == BN_BF16)
+            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_bf16(row[i]);
+        if ((j & 255) == 255) bn_progress_update(&c->prog, c->done + (int64_t)(j * row_bytes), t->name);
+    }
+    c->done += (int64_t)nbytes;
+    bn_progress_update(&c->prog, c->done, t->name);
+    return 0;
+}
+
+static uint32_t file_type_of(int type) { return type == BN_F32 ? 0 : type == BN_F16 ? 1 : 32; }
+
+// set_rope_sections: MRoPE sections summing to n_rot/2 with the 4th = 0 (27B: 32 -> [11,11,10,0]).
+static void set_rope_sections(gguf_writer *w, const char *key, int n_rot) {
+    int s = n_rot / 2;
+    int32_t sec[4];
+    sec[0] = (s + 2) / 3;
+    sec[1] = (s + 2) / 3 < s - sec[0] ? (s + 2) / 3 : s - sec[0];
+    sec[2] = s - sec[0] - sec[1];
+    sec[3] = 0;
+    gguf_set_arr(w, key, GGUF_TYPE_INT32, 4, sec);
+}
+
+int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, size_t errlen) {
+    if (bn_mkmodel_check(p, err, errlen) != 0) return -1;
+    gguf_writer *w = gguf_writer_new();
+    const char *a = p->arch;
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    gguf_set_str(w, "general.architecture", a);
+    gguf_set_str(w, "general.type", "model");
+    gguf_set_str(w, "general.name", p->name ? p->name : "bonsai-mkmodel");
+    gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
+    gguf_set_u32(w, KEY("context_length"), (uint32_t)p->ctx);
+    gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
+    gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
+    gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
+    gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)p->head_dim);
+    gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)p->head_dim);
+    gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->norm_eps);
+    gguf_set_f32(w, KEY("rope.freq_base"), p->rope_base);
+    if (is_qwen35(p) || p->n_rot != p->head_dim) gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)p->n_rot);
+    if (is_qwen35(p)) {
+        set_rope_sections(w, KEY("rope.dimension_sections"), p->n_rot);
+        gguf_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)p->ssm_conv_kernel);
+        gguf_set_u32(w, KEY("ssm.state_size"), (uint32_t)p->ssm_d_state);
+        gguf_set_u32(w, KEY("ssm.group_count"), (uint32_t)p->ssm_n_group);
+        gguf_set_u32(w, KEY("ssm.time_step_rank"), (uint32_t)p->ssm_dt_rank);
+        gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(p->ssm_dt_rank * p->ssm_d_state));
+        gguf_set_u32(w, KEY("full_attention_interval"), (uint32_t)p->full_attn_interval);
+    }
+#undef KEY
+    gguf_set_u32(w, "general.file_type", file_type_of(p->type));
+    int64_t n_vocab = set_vocab(w, p, err, errlen);
+    if (n_vocab < 0) {
+        gguf_writer_free(w);
+        return -1;
+    }
+    tlist l;
+    build_tensors(&l, p, n_vocab);
+    int64_t total = 0, max_ne0 = 0;
+    for (int i = 0; i < l.n; i++) {
+        const tspec *t = &l.t[i];
+        if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, (uint32_t)t->type, NULL, err, errlen) < 0) {
+            free(l.t);
+            gguf_writer_free(w);
+            return -1;
+        }
+        total += (int64_t)gguf_writer_tensor_nbytes(w, i);
+        if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+    }
+    fill_ctx c = {.p = p, .l = &l, .done = 0, .row = xmalloc(sizeof(float) * (size_t)max_ne0)};
+    bn_progress_start(&c.prog, "mkmodel", total);
+    int rc = gguf_writer_write(w, path, fill_tensor, &c, err, errlen);
+    bn_progress_finish(&c.prog, rc == 0 ? "done" : "failed");
+    free(c.row);
+    free(l.t);
+    gguf_writer_free(w);
+    return rc;
+}
