@@ -1,8 +1,8 @@
 // core/matmul.h — y = W·x for a weight in its stored type, over one or many activation vectors.
-// Decode (n == 1): the activation is quantized once to the weight's vec_dot_type, then rows are
-// dotted in parallel. Prefill (n > 1): F32 weights use OpenBLAS sgemm; F16/BF16 rows are dotted
-// per activation (n <= 8) or dequantized in row panels and fed to sgemm; quantized weights use int8 dots in row
-// blocks × all activations (each weight block is read once per activation block from cache).
+// Quantized weights: the activation is quantized once to the weight's vec_dot_type, then rows are dotted in parallel
+// (int8 dots; n > 1: row blocks × all activations, each weight block read once per activation block from cache).
+// F32/F16/BF16 weights: the f32 activation as is, row kernels for n <= 8 (each row's result the n = 1 bits) and a
+// tiled gemm beyond (OpenBLAS sgemm on CPUs without AVX-512).
 #ifndef BONSAI_MATMUL_H
 #define BONSAI_MATMUL_H
 #include <stdint.h>

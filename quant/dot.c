@@ -1,11 +1,12 @@
 // quant/dot.c — scalar reference dots for the float types, and the runtime dispatch that picks the
 // AVX2/FMA kernels (dot_avx2.c) when the CPU has AVX2+FMA+F16C, and for the Q1_0/Q2_0 mat-vec the
-// AVX512-VNNI variant where present. BONSAI_SIMD=scalar forces scalar, BONSAI_SIMD=avx2 disables VNNI.
+// AVX512-VNNI variant where present (and AVX-512 for the float weights, float_rows.c). BONSAI_SIMD=scalar forces
+// scalar, BONSAI_SIMD=avx2 disables VNNI and AVX-512.
 #include "quant/quant_impl.h"
 #include <stdlib.h>
 #include <cpuid.h>
 
-int bn_have_avx2, bn_have_vnni;
+int bn_have_avx2, bn_have_vnni, bn_have_avx512;
 
 // F32 · F32: fp32 accumulation in element order.
 void bn_dot_f32_ref(int n, float *s, const void *vx, const void *vy) {
@@ -49,6 +50,7 @@ static bool cpu_f16c(void) {
 }
 
 bool bn_cpu_has_avx2(void) { return bn_have_avx2 != 0; }
+bool bn_cpu_has_avx512(void) { return bn_have_avx512 != 0; }
 
 // Chooses the kernels once, before main (the static library pulls this file in via types.c).
 __attribute__((constructor)) static void dot_dispatch_init(void) {
@@ -60,6 +62,9 @@ __attribute__((constructor)) static void dot_dispatch_init(void) {
     bn_have_vnni = bn_have_avx2 && !avx2_only && __builtin_cpu_supports("avx512f") &&
                    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                    __builtin_cpu_supports("avx512vnni");
+    bn_have_avx512 = bn_have_avx2 && !avx2_only && __builtin_cpu_supports("avx512f") &&
+                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                     __builtin_cpu_supports("avx512dq");
     memcpy(best_dots, ref_dots, sizeof best_dots);
     if (bn_have_avx2) {
         best_dots[BN_F32] = bn_dot_f32_avx2;
@@ -83,7 +88,10 @@ bn_vec_dot_fn bn_vec_dot_best(int type) {
     return type >= 0 && type < BN_TYPE_MAX ? best_dots[type] : NULL;
 }
 
-const char *bn_simd_name(void) { return bn_have_vnni ? "avx2+vnni" : bn_have_avx2 ? "avx2" : "scalar"; }
+const char *bn_simd_name(void) {
+    if (bn_have_vnni) return bn_have_avx512 ? "avx2+vnni+avx512" : "avx2+vnni";
+    return bn_have_avx512 ? "avx2+avx512" : bn_have_avx2 ? "avx2" : "scalar";
+}
 
 void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y) { best_dots[type](n, s, x, y); }
 

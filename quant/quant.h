@@ -88,6 +88,8 @@ int bn_type_size(int type);
 // bn_cpu_has_avx2: true when this CPU has AVX2 + FMA + F16C and BONSAI_SIMD does not force the
 // scalar code (decided once at start-up; the one CPU-feature check every SIMD path uses).
 bool bn_cpu_has_avx2(void);
+// bn_cpu_has_avx512: true when the float-weight kernels use AVX-512 (AVX512F/BW/VL/DQ, BONSAI_SIMD unset).
+bool bn_cpu_has_avx512(void);
 
 // ---- fp16 / bf16 (docs/formats.md §3.1–3.2), bit-exact ------------------------------------------
 // bn_fp32_to_fp16: fp16 bits of f, round to nearest even (|f| >= 65520 -> inf, NaN -> 0x7E00 | sign).
@@ -149,9 +151,22 @@ void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t
 // activation row. For Q1_0/Q2_0/PQ2_0 (and every type below 4 rows) each result is bn_vec_dot_rows' bit for bit.
 void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                            size_t w_row_stride, const void *y, size_t y_row_stride);
-// bn_simd_name: "avx2+vnni", "avx2" or "scalar" — what the dispatch picked (BONSAI_SIMD=scalar forces
-// scalar, BONSAI_SIMD=avx2 disables the AVX512-VNNI mat-vec kernels).
+// bn_simd_name: "avx2+vnni+avx512", "avx2+vnni", "avx2+avx512", "avx2" or "scalar" — what the dispatch picked
+// (BONSAI_SIMD=scalar forces scalar, BONSAI_SIMD=avx2 disables the AVX512-VNNI and AVX-512 kernels).
 const char *bn_simd_name(void);
+
+// ---- F32 / F16 / BF16 weights times f32 activations (quant/float_rows.c) ---------------------------------
+// bn_float_rows: s[t * s_stride + r] = dot(row r of w, row t of x) over n elements for r < nrows, t < ny; w is F32,
+// F16 or BF16 (rows w_stride bytes apart), x is f32 (rows x_stride floats apart) and is not rounded to the weight's
+// type. Each result depends only on its two rows (the same bits whatever nrows, ny or the split into calls): the
+// decode mat-vec and a verify pass's rows agree bit for bit.
+void bn_float_rows(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w, size_t w_stride,
+                   const float *x, size_t x_stride);
+// bn_float_gemm: the products of bn_float_rows for a large batch (prefill), each weight block converted once and
+// tiled against all activation rows; each result a sequential fp32 sum in element order (so independent of the
+// split too, but not bn_float_rows' bits). Returns 1, or 0 without AVX-512 (nothing done; use sgemm).
+int bn_float_gemm(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w, size_t w_stride,
+                  const float *x, size_t x_stride);
 
 // bn_dequantize: dequantize n elements of type into dst (F32/F16/BF16 included); returns 0 or -1.
 int bn_dequantize(int type, const void *src, float *dst, int64_t n);

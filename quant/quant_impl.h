@@ -119,10 +119,17 @@ void bn_quantize_row_q8_1_avx2(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
 void bn_fp16_to_fp32_row_f16c(const uint16_t *x, float *y, int64_t n);
 void bn_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n);
+// bn_float_rows_avx512 / bn_float_gemm_avx512: bn_float_rows / bn_float_gemm with AVX-512 (float_avx512.c); only
+// called when bn_have_avx512.
+void bn_float_rows_avx512(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                          size_t w_stride, const float *x, size_t x_stride);
+void bn_float_gemm_avx512(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                          size_t w_stride, const float *x, size_t x_stride);
 
 // bn_have_avx2: true when the dispatch uses the AVX2 kernels (set once at start-up); bn_have_vnni: the
-// mat-vec kernels may also use AVX512-VNNI on 256-bit vectors (AVX512F/BW/VL/VNNI present).
-extern int bn_have_avx2, bn_have_vnni;
+// mat-vec kernels may also use AVX512-VNNI on 256-bit vectors (AVX512F/BW/VL/VNNI present); bn_have_avx512: the
+// float-weight kernels (float_avx512.c) may use 512-bit vectors (AVX512F/BW/VL/DQ present).
+extern int bn_have_avx2, bn_have_vnni, bn_have_avx512;
 
 // bn_amax_ref: max |x[j]| over n values with ggml's MAX(a, b) = a > b ? a : b (a NaN input
 // propagates), as the reference quantizers q8_0, q8_1, tq1_0, tq2_0 and ptq1_0 compute it.
