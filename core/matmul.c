@@ -42,7 +42,8 @@ size_t bn_matmul_work_size(const bn_weight *w, int n) {
     if (is_float_type(w->type)) return align64((size_t)panel_rows(ne0, ne1) * (size_t)ne0 * sizeof(float));
     const bn_type_traits *tr = bn_type_traits_of(w->type);
     if (!tr) return 64;
-    return align64((size_t)n * bn_row_size(tr->vec_dot_type, ne0)) + 64;
+    const size_t prep = bn_vec_dot_batch_prep_size(w->type, (int)ne0, n);
+    return align64((size_t)n * bn_row_size(tr->vec_dot_type, ne0)) + align64(prep) + 64;
 }
 
 // ---- F32/F16/BF16 weights: row kernels (n <= SMALL_BATCH) and the tiled gemm (quant/float_rows.c) ----------
@@ -78,6 +79,7 @@ static void float_gemm_task(void *ctx, int64_t b0, int64_t b1, int tid) {
 typedef struct {
     const bn_weight *w;
     const uint8_t *xq;  // [n] activation rows of xq_row bytes
+    const void *prep;   // the activations prepared for the mat-mat (n > 1), or NULL
     size_t xq_row, w_row;
     float *y;
     int n;
@@ -97,6 +99,11 @@ static void dot_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
         return;
     }
     // prefill: the quant mat-mat kernel (weight rows expanded once per few activation rows)
+    if (job->prep) {
+        bn_vec_dot_rows_prepared(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1,
+                                 wdata + (size_t)j0 * job->w_row, job->w_row, job->prep);
+        return;
+    }
     bn_vec_dot_rows_batch(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1,
                           wdata + (size_t)j0 * job->w_row, job->w_row, job->xq, job->xq_row);
 }
@@ -104,27 +111,33 @@ static void dot_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
 typedef struct {
     const float *x;
     uint8_t *xq;
+    void *prep; // NULL: quantize only
     size_t xq_row;
     int64_t ne0;
-    int vdt;
+    int type, vdt, n;
 } quant_job;
 
-static void quantize_task(void *ctx, int64_t t0, int64_t t1, int tid) {
+// quantize_task: items are groups of 8 activation rows: quantized, then prepared for the mat-mat (with prep).
+static void quantize_task(void *ctx, int64_t g0, int64_t g1, int tid) {
     (void)tid;
     const quant_job *job = ctx;
-    for (int64_t t = t0; t < t1; t++)
+    const int64_t t1 = g1 * 8 < job->n ? g1 * 8 : job->n;
+    for (int64_t t = g0 * 8; t < t1; t++)
         bn_quantize_activations_cpu(job->vdt, job->x + t * job->ne0, job->xq + t * job->xq_row, job->ne0);
+    if (job->prep)
+        bn_vec_dot_batch_prepare(job->type, (int)job->ne0, job->n, (int)g0, (int)g1, job->xq, job->xq_row, job->prep);
 }
 
 static void matmul_dot(const bn_weight *w, const float *x, float *y, int n, void *work, bn_pool *pool) {
     const int64_t ne0 = w->ne[0], ne1 = w->ne[1];
     const bn_type_traits *tr = bn_type_traits_of(w->type);
-    dot_job job = {.w = w, .y = y, .n = n, .w_row = bn_row_size(w->type, ne0)};
-    quant_job qj = {.x = x, .xq = work, .xq_row = bn_row_size(tr->vec_dot_type, ne0), .ne0 = ne0,
-                    .vdt = tr->vec_dot_type};
-    bn_parallel_for(n > 1 ? pool : NULL, n, quantize_task, &qj);
-    job.xq = work;
-    job.xq_row = qj.xq_row;
+    const size_t xq_row = bn_row_size(tr->vec_dot_type, ne0);
+    const bool prepared = n > 1 && bn_vec_dot_batch_prep_size(w->type, (int)ne0, n) > 0;
+    quant_job qj = {.x = x, .xq = work, .xq_row = xq_row, .ne0 = ne0, .type = w->type, .vdt = tr->vec_dot_type,
+                    .n = n, .prep = prepared ? (char *)work + align64((size_t)n * xq_row) : NULL};
+    bn_parallel_for(n > 1 ? pool : NULL, (n + 7) / 8, quantize_task, &qj);
+    dot_job job = {.w = w, .y = y, .n = n, .w_row = bn_row_size(w->type, ne0), .xq = work, .prep = qj.prep,
+                   .xq_row = xq_row};
     bn_parallel_for(pool, (ne1 + ROW_BLOCK - 1) / ROW_BLOCK, dot_rows_task, &job);
 }
 

@@ -104,11 +104,26 @@ void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t
     for (int r = 0; r < nrows; r++) dot(n, &s[r], row + (size_t)r * w_row_stride, y);
 }
 
+// From 4 activation rows on, the interleaved batch-of-8 kernel costs less than 4 mat-vecs; below, the mat-vec kernel
+// per activation row. For Q1_0 / Q2_0 / PQ2_0 both give the decode path's bits.
+enum { BATCH_MIN = 4 };
+
+size_t bn_vec_dot_batch_prep_size(int type, int n, int ny) {
+    return ny >= BATCH_MIN && bn_have_avx2 ? bn_batch_prep_size_avx2(type, n, ny) : 0;
+}
+
+void bn_vec_dot_batch_prepare(int type, int n, int ny, int g0, int g1, const void *y, size_t y_row_stride,
+                              void *prep) {
+    bn_batch_prepare_avx2(type, n, ny, g0, g1, y, y_row_stride, prep);
+}
+
+void bn_vec_dot_rows_prepared(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                              size_t w_row_stride, const void *prep) {
+    bn_batch_rows_avx2(type, n, nrows, ny, s, s_stride, w, w_row_stride, prep);
+}
+
 void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                            size_t w_row_stride, const void *y, size_t y_row_stride) {
-    // From 4 activation rows on, the interleaved batch-of-8 kernel costs less than 4 mat-vecs; below, the
-    // mat-vec kernel per activation row. For Q1_0 / Q2_0 / PQ2_0 both give the decode path's bits.
-    enum { BATCH_MIN = 4 };
     if (ny >= BATCH_MIN && bn_have_avx2 &&
         bn_vec_dot_rows_batch_avx2(type, n, nrows, ny, s, s_stride, w, w_row_stride, y, y_row_stride))
         return;

@@ -292,48 +292,82 @@ DEFINE_ROW_BATCH8(row8_q8_vnni, expand_q8, ISUM_ACC_VNNI)
 
 typedef void (*row_batch8_fn)(int nbw, const uint8_t *x, int bs, int per, int shift, const batch8 *B, float out[8]);
 
-// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only: u = x + 128 overflows maddubs):
-// activation rows in groups of 8 (each prepared once), weight rows in blocks of 16 (kept in cache while
-// every group passes). Returns 0 for other types or on allocation failure.
-int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
-                               size_t w_stride, const void *y, size_t y_stride) {
+// batch_kind: the row kernel and its parameters for a weight type of the batched mat-mat; 0 if it has none (Q8_0
+// needs VNNI: u = x + 128 overflows maddubs).
+typedef struct {
     row_batch8_fn row8;
-    int per, order, corr_mul = 1, shift = 0;
+    int per, order, corr_mul, shift;
+} batch_kind;
+static int batch_kind_of(int type, batch_kind *k) {
+    *k = (batch_kind){.corr_mul = 1};
     switch (type) {
-    case BN_Q1_0: row8 = bn_have_vnni ? row8_q1_vnni : row8_q1_avx2; per = 4; order = ORDER_Q1; shift = 1; break;
-    case BN_Q2_0: row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2; per = 2; order = ORDER_Q2; break;
-    case BN_PQ2_0: row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2; per = 4; order = ORDER_Q2; break;
+    case BN_Q1_0: k->row8 = bn_have_vnni ? row8_q1_vnni : row8_q1_avx2, k->per = 4, k->order = ORDER_Q1, k->shift = 1; break;
+    case BN_Q2_0: k->row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2, k->per = 2, k->order = ORDER_Q2; break;
+    case BN_PQ2_0: k->row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2, k->per = 4, k->order = ORDER_Q2; break;
     case BN_Q8_0:
         if (!bn_have_vnni) return 0;
-        row8 = row8_q8_vnni; per = 1; order = ORDER_NATURAL; corr_mul = 128;
+        k->row8 = row8_q8_vnni, k->per = 1, k->order = ORDER_NATURAL, k->corr_mul = 128;
         break;
     default: return 0;
     }
-    const int nb = n / 32, bs = bn_type_size(type), n_groups = (ny + 7) / 8;
-    const size_t group_bytes = (size_t)nb * (8 * 32 + 32 + 32);
-    char *heap = aligned_alloc(32, group_bytes * (size_t)n_groups);
-    if (!heap) return 0;
-    batch8 B[n_groups];
-    for (int gi = 0; gi < n_groups; gi++) {
-        char *base = heap + group_bytes * (size_t)gi;
-        B[gi].a = (__m256i *)base;
-        B[gi].corr = (__m256i *)(base + (size_t)nb * 256);
-        B[gi].d = (__m256 *)(base + (size_t)nb * 288);
-        int rows = ny - 8 * gi < 8 ? ny - 8 * gi : 8;
-        prepare_batch8((const char *)y + y_stride * (size_t)(8 * gi), y_stride, rows, nb, order, corr_mul, &B[gi]);
+    return 1;
+}
+
+// group_bytes: bytes of one prepared group of 8 activation rows of n elements (a, corr, d).
+static size_t group_bytes(int n) { return (size_t)(n / 32) * (8 * 32 + 32 + 32); }
+
+// group_at: the prepared group gi in prep.
+static batch8 group_at(void *prep, int n, int gi) {
+    char *base = (char *)prep + group_bytes(n) * (size_t)gi;
+    const size_t nb = (size_t)(n / 32);
+    return (batch8){.a = (__m256i *)base, .corr = (__m256i *)(base + nb * 256), .d = (__m256 *)(base + nb * 288)};
+}
+
+size_t bn_batch_prep_size_avx2(int type, int n, int ny) {
+    batch_kind k;
+    return batch_kind_of(type, &k) ? group_bytes(n) * (size_t)((ny + 7) / 8) : 0;
+}
+
+void bn_batch_prepare_avx2(int type, int n, int ny, int g0, int g1, const void *y, size_t y_stride, void *prep) {
+    batch_kind k;
+    if (!batch_kind_of(type, &k)) return;
+    for (int gi = g0; gi < g1; gi++) {
+        batch8 B = group_at(prep, n, gi);
+        const int rows = ny - 8 * gi < 8 ? ny - 8 * gi : 8;
+        prepare_batch8((const char *)y + y_stride * (size_t)(8 * gi), y_stride, rows, n / 32, k.order, k.corr_mul, &B);
     }
-    enum { ROW_BLOCK = 16 };
+}
+
+void bn_batch_rows_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w, size_t w_stride,
+                        const void *prep) {
+    batch_kind k;
+    if (!batch_kind_of(type, &k)) return;
+    const int nb = n / 32, bs = bn_type_size(type), n_groups = (ny + 7) / 8;
+    enum { ROW_BLOCK = 16 };   // weight rows kept in cache while every group passes
     for (int r0 = 0; r0 < nrows; r0 += ROW_BLOCK) {
-        int r1 = r0 + ROW_BLOCK < nrows ? r0 + ROW_BLOCK : nrows;
+        const int r1 = r0 + ROW_BLOCK < nrows ? r0 + ROW_BLOCK : nrows;
         for (int gi = 0; gi < n_groups; gi++) {
-            int rows = ny - 8 * gi < 8 ? ny - 8 * gi : 8;
+            const batch8 B = group_at((void *)prep, n, gi);
+            const int rows = ny - 8 * gi < 8 ? ny - 8 * gi : 8;
             for (int r = r0; r < r1; r++) {
                 float out[8];
-                row8(nb / per, (const uint8_t *)w + w_stride * (size_t)r, bs, per, shift, &B[gi], out);
+                k.row8(nb / k.per, (const uint8_t *)w + w_stride * (size_t)r, bs, k.per, k.shift, &B, out);
                 for (int j = 0; j < rows; j++) s[s_stride * (size_t)(8 * gi + j) + r] = out[j];
             }
         }
     }
-    free(heap);
+}
+
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only): activation rows in groups of 8 (each
+// prepared once), weight rows in blocks of 16 (kept in cache while every group passes). Returns 0 for other types or
+// on allocation failure.
+int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                               size_t w_stride, const void *y, size_t y_stride) {
+    const size_t bytes = bn_batch_prep_size_avx2(type, n, ny);
+    char *prep = bytes ? aligned_alloc(32, bytes) : NULL;
+    if (!prep) return 0;
+    bn_batch_prepare_avx2(type, n, ny, 0, (ny + 7) / 8, y, y_stride, prep);
+    bn_batch_rows_avx2(type, n, nrows, ny, s, s_stride, w, w_stride, prep);
+    free(prep);
     return 1;
 }

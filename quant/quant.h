@@ -151,6 +151,16 @@ void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t
 // activation row. For Q1_0/Q2_0/PQ2_0 (and every type below 4 rows) each result is bn_vec_dot_rows' bit for bit.
 void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                            size_t w_row_stride, const void *y, size_t y_row_stride);
+// The same mat-mat with the activations prepared once for many calls (the engine's threads each take a share of the
+// weight rows): bn_vec_dot_batch_prep_size: bytes of the prepared activations for ny rows of n elements, 0 when the
+// type or row count has no prepared form here (then use bn_vec_dot_rows_batch); bn_vec_dot_batch_prepare: prepares
+// groups [g0, g1) of 8 activation rows ((ny + 7) / 8 groups in all) into prep (32-byte aligned); and
+// bn_vec_dot_rows_prepared: bn_vec_dot_rows_batch's results, bit for bit, from them.
+size_t bn_vec_dot_batch_prep_size(int type, int n, int ny);
+void bn_vec_dot_batch_prepare(int type, int n, int ny, int g0, int g1, const void *y, size_t y_row_stride,
+                              void *prep);
+void bn_vec_dot_rows_prepared(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
+                              size_t w_row_stride, const void *prep);
 // bn_simd_name: "avx2+vnni+avx512", "avx2+vnni", "avx2+avx512", "avx2" or "scalar" — what the dispatch picked
 // (BONSAI_SIMD=scalar forces scalar, BONSAI_SIMD=avx2 disables the AVX512-VNNI and AVX-512 kernels).
 const char *bn_simd_name(void);

@@ -114,6 +114,13 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
 // bn_vec_dot_rows_batch_avx2: bn_vec_dot_rows_batch for Q1_0/Q2_0/PQ2_0; returns 1 if handled, else 0.
 int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                                size_t w_stride, const void *y, size_t y_stride);
+// bn_batch_prep_size_avx2 / bn_batch_prepare_avx2 / bn_batch_rows_avx2: the same mat-mat in steps (dot.c's
+// bn_vec_dot_batch_*): bytes of the prepared activations (0: type not handled), preparing groups [g0, g1) of 8 rows,
+// and the rows against all prepared groups.
+size_t bn_batch_prep_size_avx2(int type, int n, int ny);
+void bn_batch_prepare_avx2(int type, int n, int ny, int g0, int g1, const void *y, size_t y_stride, void *prep);
+void bn_batch_rows_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w, size_t w_stride,
+                        const void *prep);
 void bn_quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_1_avx2(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);

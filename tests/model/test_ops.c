@@ -152,13 +152,14 @@ static void test_conv(void) {
     }
 }
 
-static void test_gdn(void) {
-    enum { DK = 16, DV = 8, T = 6 };
-    float S[DV * DK] = {0}; // {dk, dv}: S[j*dk + i]
-    double R[DK][DV] = {{0}};
+// test_gdn: DK = 16 and 128 (the fused AVX-512 row pass where present: generic and unrolled), 8 value rows.
+static void test_gdn_dims(int DK) {
+    enum { DV = 8, T = 6 };
+    float *S = calloc((size_t)DV * DK, sizeof(float)); // {dk, dv}: S[j*dk + i]
+    double *R = calloc((size_t)DK * DV, sizeof(double)), *N = malloc(sizeof(double) * DK * DV); // R[i*DV + j]
+    float *q = malloc(sizeof(float) * DK), *k = malloc(sizeof(float) * DK), v[DV], o[DV];
     double maxd_o = 0, maxd_s = 0;
     for (int t = 0; t < T; t++) {
-        float q[DK], k[DK], v[DV], o[DV];
         fill(q, DK, 0.3f), fill(k, DK, 1.f), fill(v, DV, 2.f);
         double kn = 0;
         for (int i = 0; i < DK; i++) kn += (double)k[i] * k[i];
@@ -166,23 +167,28 @@ static void test_gdn(void) {
         const float alpha = 0.5f + 0.4f * (frand() + 1) / 2, beta = (frand() + 1) / 2;
         bn_gdn_step(S, q, k, v, alpha, beta, o, DK, DV);
         // matrix form: S_t = α (I − β k kᵀ) S + β k vᵀ ; o = S_tᵀ q
-        double N[DK][DV];
         for (int i = 0; i < DK; i++)
             for (int j = 0; j < DV; j++) {
                 double kS = 0;
-                for (int l = 0; l < DK; l++) kS += k[l] * R[l][j];
-                N[i][j] = alpha * (R[i][j] - beta * k[i] * kS) + beta * k[i] * v[j];
+                for (int l = 0; l < DK; l++) kS += k[l] * R[l * DV + j];
+                N[i * DV + j] = alpha * (R[i * DV + j] - beta * k[i] * kS) + beta * k[i] * v[j];
             }
-        memcpy(R, N, sizeof R);
+        memcpy(R, N, sizeof(double) * DK * DV);
         for (int j = 0; j < DV; j++) {
             double oj = 0;
-            for (int i = 0; i < DK; i++) oj += R[i][j] * q[i];
+            for (int i = 0; i < DK; i++) oj += R[i * DV + j] * q[i];
             maxd_o = fmax(maxd_o, fabs(o[j] - oj));
-            for (int i = 0; i < DK; i++) maxd_s = fmax(maxd_s, fabs(S[j * DK + i] - R[i][j]));
+            for (int i = 0; i < DK; i++) maxd_s = fmax(maxd_s, fabs(S[j * DK + i] - R[i * DV + j]));
         }
     }
     CHECK_NEAR(maxd_o, 0, 1e-5, "gdn output vs matrix form");
     CHECK_NEAR(maxd_s, 0, 1e-5, "gdn state vs matrix form (layout S[j*dk+i])");
+    free(S), free(R), free(N), free(q), free(k);
+}
+
+static void test_gdn(void) {
+    test_gdn_dims(16);
+    test_gdn_dims(128);
 }
 
 static void test_attention(void) {

@@ -9,7 +9,9 @@
 //   4. for ny >= 5 the result of activation row t does not depend on ny (bit-identical to ny = 9): a
 //      verify of 5 tokens and one of 8 agree on their common tokens.
 //   5. bn_matmul with F32/F16/BF16 weights and n = 2..8 activation rows (the small-batch row path) gives bit
-//      for bit the n = 1 results of each row; n = 9 (sgemm; F16/BF16 on dequantized panels) within 1e-5 relative.
+//      for bit the n = 1 results of each row; n = 9 (the gemm: quant/float_avx512.c, or sgemm) within 1e-5 relative.
+//   6. where a type has prepared activations (bn_vec_dot_batch_prep_size > 0), preparing the groups in two calls and
+//      running bn_vec_dot_rows_prepared on the rows split as in 2 gives bn_vec_dot_rows_batch's bits.
 // Runs with BONSAI_SIMD unset (VNNI where present), =avx2 and =scalar (tests/quant/meson.build).
 #include "quant/quant.h"
 #include "core/matmul.h"
@@ -78,7 +80,20 @@ static void check_type(int type) {
         for (int i = 0; i < S_STRIDE * NY_MAX; i++) s[i] = s2[i] = NAN;
         batch_split(type, NROWS, ny, s, w, w_stride, y, y_stride, whole, 1);
         batch_split(type, NROWS, ny, s2, w, w_stride, y, y_stride, cuts, 5);
-        int bad_ref = 0, bad_split = 0, bad_mv = 0, bad_ny = 0;
+        int bad_ref = 0, bad_split = 0, bad_mv = 0, bad_ny = 0, bad_prep = 0;
+        const size_t prep_bytes = bn_vec_dot_batch_prep_size(type, NE0, ny);
+        float *sp = malloc(sizeof(float) * S_STRIDE * NY_MAX);
+        if (prep_bytes) {
+            void *prep = bn_aligned_alloc(prep_bytes);
+            const int n_groups = (ny + 7) / 8;
+            bn_vec_dot_batch_prepare(type, NE0, ny, 0, n_groups / 2, y, y_stride, prep);
+            bn_vec_dot_batch_prepare(type, NE0, ny, n_groups / 2, n_groups, y, y_stride, prep);
+            for (int c = 0; c < 5; c++) {
+                const int r0 = cuts[c], r1 = c + 1 < 5 ? cuts[c + 1] : NROWS;
+                bn_vec_dot_rows_prepared(type, NE0, r1 - r0, ny, sp + r0, S_STRIDE, w + w_stride * r0, w_stride, prep);
+            }
+            free(prep);
+        }
         const bool same_as_mv = ny < 4 || exact_type(type); // results equal to the mat-vec's, bit for bit
         for (int t = 0; t < ny; t++) {
             if (same_as_mv) bn_vec_dot_rows(type, NE0, NROWS, mv, w, w_stride, y + y_stride * t);
@@ -91,6 +106,7 @@ static void check_type(int type) {
                 if (memcmp(&got, &s2[t * S_STRIDE + r], sizeof got) != 0) bad_split++;
                 if (same_as_mv && memcmp(&got, &mv[r], sizeof got) != 0) bad_mv++;
                 if (ny >= 5 && memcmp(&got, &s9[t * S_STRIDE + r], sizeof got) != 0) bad_ny++;
+                if (prep_bytes && memcmp(&got, &sp[t * S_STRIDE + r], sizeof got) != 0) bad_prep++;
             }
         }
         CHECK(bad_ref == 0, "%s ny=%d: %d of %d results off the reference", tr->name, ny, bad_ref, ny * NROWS);
@@ -98,6 +114,8 @@ static void check_type(int type) {
               ny, bad_split);
         CHECK(bad_mv == 0, "%s ny=%d: %d results differ from bn_vec_dot_rows", tr->name, ny, bad_mv);
         CHECK(bad_ny == 0, "%s ny=%d: %d results differ from the same rows in a batch of 9", tr->name, ny, bad_ny);
+        CHECK(bad_prep == 0, "%s ny=%d: %d results differ with activations prepared once", tr->name, ny, bad_prep);
+        free(sp);
     }
     printf("  %-6s ny 1..9 x %d rows: worst |error| = %.3f x tolerance\n", tr->name, NROWS, worst);
     free(w); free(y); free(wdeq); free(ydeq); free(tmp); free(ref); free(s); free(s2); free(s9); free(mv);
