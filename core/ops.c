@@ -73,6 +73,53 @@ void bn_axpy_f32(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+// ---- SiLU over arrays -------------------------------------------------------------------------
+#if defined(__x86_64__)
+#define SILU_TARGET __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+// exp512: e^x in 16 lanes: x = n ln2 + r (|r| <= ln2 / 2, ln2 in two parts), e^r by its Taylor series to r^7
+// (truncation < 6e-9 relative), times 2^n by vscalefps (overflow to inf, gradual underflow); x clamped to
+// [-104, 89], beyond which e^x is 0 or inf in fp32 anyway.
+SILU_TARGET static inline __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x); // ln2 = 0.693145752 + 1.42860677e-6
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+// silu_avx512: y[i] = silu(g[i]) * (u ? u[i] : 1) over n, x / (1 + e^-x) with exp512; the tail in masked lanes, so
+// an element's result does not depend on its position. y may alias g or u.
+SILU_TARGET static void silu_avx512(float *y, const float *g, const float *u, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        __m512 v = _mm512_div_ps(x, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        if (u) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+#endif
+
+// silu_rows: y[i] = silu(g[i]) * (u ? u[i] : 1) over n (AVX-512 where present, else bn_silu per element).
+static void silu_rows(float *y, const float *g, const float *u, int n) {
+#if defined(__x86_64__)
+    if (bn_cpu_has_avx512()) {
+        silu_avx512(y, g, u, n);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++) y[i] = bn_silu(g[i]) * (u ? u[i] : 1.0f);
+}
+
 // ---- norms ----------------------------------------------------------------------------------
 void bn_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double sum_sq = 0.0;
@@ -94,7 +141,7 @@ void bn_l2norm(float *y, const float *x, int n, float eps) {
 
 void bn_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int n, float eps) {
     bn_rmsnorm(y, o, w, n, eps);
-    for (int i = 0; i < n; i++) y[i] *= bn_silu(z[i]);
+    silu_rows(y, z, y, n);
 }
 
 // ---- rope -----------------------------------------------------------------------------------
@@ -128,7 +175,7 @@ void bn_rope_norm(float *x, int head_dim, int n_rot, int pos, float base) {
 
 // ---- elementwise ----------------------------------------------------------------------------
 void bn_swiglu(float *y, const float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) y[i] = bn_silu(gate[i]) * up[i];
+    silu_rows(y, gate, up, n);
 }
 
 void bn_sigmoid_gate(float *y, const float *x, const float *g, int n) {
@@ -166,8 +213,9 @@ void bn_conv1d_silu_step(float *out, float *window, const float *x, const float 
         for (int i = 0; i < km1; i++) acc += wc[i] * win[i];
         for (int i = 0; i + 1 < km1; i++) win[i] = win[i + 1];
         if (km1 > 0) win[km1 - 1] = x_now;
-        out[ch] = bn_silu(acc);
+        out[ch] = acc;
     }
+    silu_rows(out, out, NULL, C);
 }
 
 #if defined(__x86_64__)

@@ -120,6 +120,35 @@ static void test_elementwise(void) {
     }
 }
 
+// test_swiglu_range: bn_swiglu (SiLU by the AVX-512 exp where present) over x in [-110, 110], including the ends
+// where e^-x overflows or underflows, within 4 ulp of the double-precision value (or 1e-35 absolute: below x = -88.7
+// e^-x overflows fp32 and x / (1 + e^-x) is -0 for |true value| < 3e-37); the result of a value does not depend on
+// its position in the array (tails).
+static void test_swiglu_range(void) {
+    enum { N = 4409 };
+    float *x = malloc(sizeof(float) * N), *one = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    float *y2 = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) x[i] = -110.0f + 220.0f * (float)i / (N - 1), one[i] = 1.0f;
+    bn_swiglu(y, x, one, N);
+    double worst = 0;
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const double ref = x[i] / (1 + exp(-(double)x[i]));
+        const double err = fabs(y[i] - ref), tol = fmax(4 * 0x1p-24 * fabs(ref), 1e-35);
+        if (!(err <= tol)) bad++;
+        if (fabs(ref) > 1e-30 && err / fabs(ref) > worst) worst = err / fabs(ref);
+    }
+    CHECK(bad == 0, "%d of %d silu values off by more than 4 ulp (worst relative %.3g)", bad, N, worst);
+    int moved = 0;
+    for (int off = 1; off < 17; off += 5) {
+        bn_swiglu(y2, x + off, one, N - off);
+        for (int i = 0; i < N - off; i++) moved += memcmp(&y2[i], &y[i + off], sizeof(float)) != 0;
+    }
+    CHECK(moved == 0, "%d silu values change with their position in the array", moved);
+    printf("  silu over [-110, 110]: worst relative error %.3g\n", worst);
+    free(x), free(one), free(y), free(y2);
+}
+
 static void test_conv(void) {
     enum { C = 19, K = 4, T = 7 };
     float w[C * K], win[C * (K - 1)], x[T][C], out[C];
@@ -330,6 +359,7 @@ int main(void) {
     test_norms();
     test_rope();
     test_elementwise();
+    test_swiglu_range();
     test_conv();
     test_gdn();
     test_attention();
