@@ -15,9 +15,27 @@
 #define MIN_PARALLEL_WORK (1 << 15)
 
 // ---- small helpers --------------------------------------------------------------------------
-// rmsnorm_rows: y[t] = RMSNorm(x[t]; w) for nb rows of n.
-static void rmsnorm_rows(float *y, const float *x, const bn_weight *w, int nb, int n, float eps) {
-    for (int t = 0; t < nb; t++) bn_rmsnorm(y + (size_t)t * n, x + (size_t)t * n, w->data, n, eps);
+// rows_job / rows_task: RMSNorm (w) or SwiGLU (w NULL: y = SiLU(y) ⊙ x) of rows [t0, t1) of n.
+typedef struct {
+    float *y;
+    const float *x, *w;
+    int n;
+    float eps;
+} rows_job;
+static void rows_task(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const rows_job *job = ctx;
+    for (int64_t t = t0; t < t1; t++) {
+        float *y = job->y + (size_t)t * job->n;
+        const float *x = job->x + (size_t)t * job->n;
+        if (job->w) bn_rmsnorm(y, x, job->w, job->n, job->eps);
+        else bn_swiglu(y, y, x, job->n);
+    }
+}
+// rmsnorm_rows: y[t] = RMSNorm(x[t]; w) for nb rows of n (rows in parallel when there are enough).
+static void rmsnorm_rows(bn_state *s, float *y, const float *x, const bn_weight *w, int nb, int n, float eps) {
+    rows_job job = {.y = y, .x = x, .w = w->data, .n = n, .eps = eps};
+    bn_parallel_for((int64_t)nb * n >= MIN_PARALLEL_WORK ? s->pool : NULL, nb, rows_task, &job);
 }
 
 // add_rows: y += x over nb*n floats.
@@ -208,6 +226,26 @@ static void gdn_heads_task(void *ctx, int64_t h0, int64_t h1, int tid) {
     }
 }
 
+// gdn_conv_task: the causal conv + SiLU of channel blocks [b0, b1) (CONV_BLOCK channels each) over the chunk's
+// tokens in order (each channel's window advances token by token), each column's slice of its window copied into its
+// snapshot after its token, where it has one.
+#define CONV_BLOCK 64
+static void gdn_conv_task(void *ctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const gdn_job *job = ctx;
+    const int K = job->c->ssm_conv_kernel, km1 = K - 1, C = job->conv_dim;
+    const int c0 = (int)b0 * CONV_BLOCK, c1 = (int)b1 * CONV_BLOCK < C ? (int)b1 * CONV_BLOCK : C;
+    const float *w = (const float *)job->lw->ssm_conv1d.data + (size_t)c0 * K;
+    for (int t = 0; t < job->nb; t++) {
+        float *mix = job->s->qg + (size_t)t * C + c0;
+        bn_state *cs = col_state(job->s, &job->cl, t);
+        float *win = cs->conv[job->il] + (size_t)c0 * km1;
+        bn_conv1d_silu_step(mix, win, mix, w, c1 - c0, K);
+        bn_snapshot *snap = col_snap(&job->cl, t);
+        if (snap) memcpy(snap->data + (win - cs->recurrent), win, sizeof(float) * (size_t)km1 * (c1 - c0));
+    }
+}
+
 // gdn_layer: s->mo = GatedDeltaNet(s->xn) for the nb columns cl, advancing their conv windows and S (copied into
 // column t's snapshot after its token, where it has one).
 static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols *cl) {
@@ -222,14 +260,11 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols
     matmul(s, &lw->ssm_beta, s->xn, s->bb, nb);  // b   {Hv, nb}
     matmul(s, &lw->ssm_alpha, s->xn, s->ab, nb); // a   {Hv, nb}
 
+    gdn_job job = {.c = c, .lw = lw, .s = s, .cl = *cl, .il = il, .nb = nb, .conv_dim = conv_dim};
+    bn_pool *pool = (int64_t)nb * conv_dim * c->ssm_conv_kernel >= MIN_PARALLEL_WORK ? s->pool : NULL;
+    bn_parallel_for(pool, (conv_dim + CONV_BLOCK - 1) / CONV_BLOCK, gdn_conv_task, &job);
     for (int t = 0; t < nb; t++) {
         float *mix = s->qg + (size_t)t * conv_dim;
-        bn_state *cs = col_state(s, cl, t);
-        bn_conv1d_silu_step(mix, cs->conv[il], mix, lw->ssm_conv1d.data, conv_dim, c->ssm_conv_kernel);
-        bn_snapshot *snap = col_snap(cl, t);
-        if (snap) // conv window after token t
-            memcpy(snap->data + (cs->conv[il] - cs->recurrent), cs->conv[il],
-                   sizeof(float) * (size_t)(c->ssm_conv_kernel - 1) * conv_dim);
         for (int j = 0; j < Hk; j++) {
             float *q = mix + (size_t)j * dk, *k = mix + (size_t)(Hk + j) * dk;
             bn_l2norm(q, q, dk, c->norm_eps);
@@ -237,7 +272,6 @@ static void gdn_layer(const bn_model *m, bn_state *s, int il, int nb, const cols
             for (int i = 0; i < dk; i++) q[i] *= q_scale;
         }
     }
-    gdn_job job = {.c = c, .lw = lw, .s = s, .cl = *cl, .il = il, .nb = nb, .conv_dim = conv_dim};
     const int64_t work = (int64_t)nb * Hv * dk * dk * 4; // decay, read, update, output per state entry
     bn_parallel_for(work >= MIN_PARALLEL_WORK ? s->pool : NULL, Hv, gdn_heads_task, &job);
     matmul(s, &lw->ssm_out, s->att, s->mo, nb);
@@ -250,7 +284,8 @@ static void ffn(const bn_model *m, bn_state *s, int il, int nb) {
     const int F = m->cfg.n_ff;
     matmul(s, &lw->ffn_gate, s->xn, s->gate, nb);
     matmul(s, &lw->ffn_up, s->xn, s->up, nb);
-    bn_swiglu(s->gate, s->gate, s->up, nb * F);
+    rows_job job = {.y = s->gate, .x = s->up, .n = F}; // gate = SiLU(gate) ⊙ up, rows in parallel
+    bn_parallel_for((int64_t)nb * F >= MIN_PARALLEL_WORK ? s->pool : NULL, nb, rows_task, &job);
     matmul(s, &lw->ffn_down, s->gate, s->mo, nb);
 }
 
@@ -262,14 +297,14 @@ static void run_layers(const bn_model *m, bn_state *s, int nb, const cols *cl) {
     const int H = c->n_embd;
     for (int il = 0; il < s->n_layers; il++) {
         const bn_layer_weights *lw = &m->w.layers[il];
-        rmsnorm_rows(s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
+        rmsnorm_rows(s, s->xn, s->x, &lw->attn_norm, nb, H, c->norm_eps);
         if (c->is_recurrent[il])
             gdn_layer(m, s, il, nb, cl);
         else
             attention_layer(m, s, il, nb, cl);
         add_rows(s->x, s->mo, (size_t)nb * H);
 
-        rmsnorm_rows(s->xn, s->x, &lw->post_attention_norm, nb, H, c->norm_eps);
+        rmsnorm_rows(s, s->xn, s->x, &lw->post_attention_norm, nb, H, c->norm_eps);
         ffn(m, s, il, nb);
         add_rows(s->x, s->mo, (size_t)nb * H);
 
@@ -298,7 +333,7 @@ static void row_reductions(const float *logits, int V, const bn_forward_out *out
 static void head_rows(const bn_model *m, bn_state *s, int first, int n_rows, const bn_forward_out *out, int out_row) {
     const bn_config *c = &m->cfg;
     const int H = c->n_embd;
-    rmsnorm_rows(s->xn, s->x + (size_t)first * H, &m->w.output_norm, n_rows, H, c->norm_eps);
+    rmsnorm_rows(s, s->xn, s->x + (size_t)first * H, &m->w.output_norm, n_rows, H, c->norm_eps);
     if (out->hidden) memcpy(out->hidden + (size_t)out_row * H, s->xn, sizeof(float) * H * n_rows);
     if (!bn_forward_wants_head(out)) return;
     const size_t V = (size_t)c->n_vocab;
@@ -477,7 +512,7 @@ int bn_forward_multi(const bn_model *m, bn_state *const *seqs, const int32_t *co
         if (!o || (!bn_forward_wants_head(o) && !o->hidden)) continue;
         const bool last = t + 1 == nb || rg.seq[t + 1] != rg.seq[t];
         if (!o->all_logits && !last) continue;
-        rmsnorm_rows(s->xn + (size_t)n_hr * H, s->x + (size_t)t * H, &m->w.output_norm, 1, H, c->norm_eps);
+        rmsnorm_rows(s, s->xn + (size_t)n_hr * H, s->x + (size_t)t * H, &m->w.output_norm, 1, H, c->norm_eps);
         hr[n_hr++] = t;
         head |= bn_forward_wants_head(o);
     }
