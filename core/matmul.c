@@ -52,27 +52,23 @@ typedef struct {
     const float *x; // [n][ne0]
     float *y;       // [n][ne1]
     int n;
+    bool gemm;      // bn_float_gemm in blocks of GEMM_BLOCK rows, else bn_float_rows in blocks of ROW_BLOCK
 } float_job;
 
-// float_rows_task / float_gemm_task: items are blocks of ROW_BLOCK / GEMM_BLOCK output rows.
-static void float_rows_task(void *ctx, int64_t b0, int64_t b1, int tid) {
+// float_task: output row blocks [b0, b1) through the row kernels or the gemm.
+static void float_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
     const float_job *job = ctx;
-    const int64_t ne0 = job->w->ne[0], ne1 = job->w->ne[1];
-    const int64_t j0 = b0 * ROW_BLOCK, j1 = b1 * ROW_BLOCK < ne1 ? b1 * ROW_BLOCK : ne1;
+    const int64_t ne0 = job->w->ne[0], ne1 = job->w->ne[1], block = job->gemm ? GEMM_BLOCK : ROW_BLOCK;
+    const int64_t j0 = b0 * block, j1 = b1 * block < ne1 ? b1 * block : ne1;
     const size_t w_row = bn_row_size(job->w->type, ne0);
-    bn_float_rows(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1,
-                  (const char *)job->w->data + (size_t)j0 * w_row, w_row, job->x, (size_t)ne0);
-}
-
-static void float_gemm_task(void *ctx, int64_t b0, int64_t b1, int tid) {
-    (void)tid;
-    const float_job *job = ctx;
-    const int64_t ne0 = job->w->ne[0], ne1 = job->w->ne[1];
-    const int64_t j0 = b0 * GEMM_BLOCK, j1 = b1 * GEMM_BLOCK < ne1 ? b1 * GEMM_BLOCK : ne1;
-    const size_t w_row = bn_row_size(job->w->type, ne0);
-    bn_float_gemm(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1,
-                  (const char *)job->w->data + (size_t)j0 * w_row, w_row, job->x, (size_t)ne0);
+    const char *w = (const char *)job->w->data + (size_t)j0 * w_row;
+    if (job->gemm)
+        bn_float_gemm(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1, w, w_row, job->x,
+                      (size_t)ne0);
+    else
+        bn_float_rows(job->w->type, (int)ne0, (int)(j1 - j0), job->n, job->y + j0, (size_t)ne1, w, w_row, job->x,
+                      (size_t)ne0);
 }
 
 // ---- quantized / per-row dot path -----------------------------------------------------------
@@ -177,9 +173,10 @@ void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, 
     if (ne0 * ne1 * n < MIN_PARALLEL_MACS) pool = NULL;
     float_job job = {.w = w, .x = x, .y = y, .n = n};
     if (is_float_type(w->type) && n <= SMALL_BATCH) {
-        bn_parallel_for(pool, (ne1 + ROW_BLOCK - 1) / ROW_BLOCK, float_rows_task, &job);
+        bn_parallel_for(pool, (ne1 + ROW_BLOCK - 1) / ROW_BLOCK, float_task, &job);
     } else if (is_float_type(w->type) && bn_cpu_has_avx512()) {
-        bn_parallel_for(pool, (ne1 + GEMM_BLOCK - 1) / GEMM_BLOCK, float_gemm_task, &job);
+        job.gemm = true;
+        bn_parallel_for(pool, (ne1 + GEMM_BLOCK - 1) / GEMM_BLOCK, float_task, &job);
     } else if (w->type == BN_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)ne1, (int)ne0, 1.0f, x, (int)ne0, w->data,
                     (int)ne0, 0.0f, y, (int)ne1);

@@ -96,8 +96,8 @@ const char *bn_simd_name(void) {
 void bn_dot_dispatch(int type, int n, float *s, const void *x, const void *y) { best_dots[type](n, s, x, y); }
 
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y) {
-    // Q1_0 / Q2_0 / PQ2_0: the prepared AVX2 mat-vec kernels for any row count (their results are the mat-mat's,
-    // quant/matvec_avx2.c); other types: the dispatched vec_dot per row.
+    // Q1_0 / Q2_0 / PQ2_0 / Q4_0 (Q8_0 with VNNI): the prepared AVX2 mat-vec kernels for any row count (their
+    // results are the mat-mat's, quant/matvec_avx2.c); other types: the dispatched vec_dot per row.
     if (bn_have_avx2 && bn_vec_dot_rows_avx2(type, n, nrows, s, w, w_row_stride, y)) return;
     bn_vec_dot_fn dot = best_dots[type];
     const char *row = w;
@@ -105,7 +105,7 @@ void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t
 }
 
 // From 4 activation rows on, the interleaved batch-of-8 kernel costs less than 4 mat-vecs; below, the mat-vec kernel
-// per activation row. For Q1_0 / Q2_0 / PQ2_0 both give the decode path's bits.
+// per activation row. For Q1_0 / Q2_0 / PQ2_0 / Q4_0 (Q8_0 with VNNI) both give the decode path's bits.
 enum { BATCH_MIN = 4 };
 
 size_t bn_vec_dot_batch_prep_size(int type, int n, int ny) {

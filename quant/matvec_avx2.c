@@ -1,5 +1,6 @@
 // quant/matvec_avx2.c — mat-vec (bn_vec_dot_rows) and mat-mat (bn_vec_dot_rows_batch) kernels for
-// Q1_0 / Q2_0 / PQ2_0 with prepared activations, in AVX2 and AVX512-VNNI (256-bit) variants.
+// Q1_0 / Q2_0 / PQ2_0 / Q4_0 (and Q8_0 with VNNI) with prepared activations, in AVX2 and AVX512-VNNI (256-bit)
+// variants.
 #pragma GCC target("avx2,fma,f16c")
 #include "quant/simd_avx2.h"
 
@@ -14,7 +15,7 @@
 // holds 8 weight rows in the 8 lanes (integer sums reduced across lanes per sub-block), the mat-mat 8 activation rows.
 
 // Expansion of Q8_0 sub-block k of weight block blk into 32 unsigned bytes, in the activation order the prepared /
-// interleaved activations use (ORDER_Q1, ORDER_Q2; Q8_0: x + 128, natural order).
+// interleaved activations use (ORDER_Q1, ORDER_Q2; Q4_0: the nibbles, natural order; Q8_0: x + 128, natural order).
 static inline __m256i expand_q1(const uint8_t *blk, int k) {
     uint32_t bits;
     memcpy(&bits, blk + 2 + 4 * k, 4);
@@ -26,6 +27,11 @@ static inline __m256i expand_q2(const uint8_t *blk, int k) {
     memcpy(&codes, blk + 2 + 8 * k, 8);
     return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(codes), _mm256_setr_epi64x(0, 2, 4, 6)),
                             _mm256_set1_epi8(3));
+}
+static inline __m256i expand_q4(const uint8_t *blk, int k) {
+    (void)k;
+    const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2)); // byte j: element j (low), element j + 16 (high)
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
 }
 static inline __m256i expand_q8(const uint8_t *blk, int k) {
     (void)k;
@@ -68,7 +74,7 @@ static inline __m256i permute_q2(__m256i q) {
 enum { ORDER_NATURAL, ORDER_Q1, ORDER_Q2 };
 
 // prepare_q8: the activation row's blocks in the given order, their scales, and corr_mul times their code sums
-// (1 for Q1_0 / Q2_0; 128 for Q8_0, whose expansion is x + 128)
+// (1 for Q1_0 / Q2_0; 8 for Q4_0, whose codes are x + 8; 128 for Q8_0, whose expansion is x + 128)
 static void prepare_q8(const bn_block_q8_0 *y, int nb, int order, int corr_mul, prepared_q8 *P) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int k = 0; k < nb; k++) {
@@ -123,6 +129,8 @@ static void name(int nbw, const uint8_t *const x[8], int bs, int per, int shift,
 #define ROW_Q1_AVX2(blk, k, q) ISUM_AVX2(expand_q1((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 #define ROW_Q2_AVX2(blk, k, q) ISUM_AVX2(expand_q2((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 #define ROW_Q2_VNNI(blk, k, q) ISUM_VNNI(expand_q2((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
+#define ROW_Q4_AVX2(blk, k, q) ISUM_AVX2(expand_q4((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
+#define ROW_Q4_VNNI(blk, k, q) ISUM_VNNI(expand_q4((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 #define ROW_Q8_VNNI(blk, k, q) ISUM_VNNI(expand_q8((blk), (k)), _mm256_load_si256((const __m256i *)(q)))
 // Q1_0 with AVX512BW masks: the 32 weight bits of a Q8_0 sub-block are the byte mask (element j = bit j, the natural
 // activation order), a zero-masked load keeps q where the bit is set, and vpdpbusd with ones sums them.
@@ -137,20 +145,41 @@ static inline uint32_t load_u32(const uint8_t *p) {
 
 DEFINE_ROWS8(rows8_q1_avx2, ROW_Q1_AVX2)
 DEFINE_ROWS8(rows8_q2_avx2, ROW_Q2_AVX2)
+DEFINE_ROWS8(rows8_q4_avx2, ROW_Q4_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
 DEFINE_ROWS8(rows8_q1_mask, ROW_Q1_MASK)
 DEFINE_ROWS8(rows8_q2_vnni, ROW_Q2_VNNI)
+DEFINE_ROWS8(rows8_q4_vnni, ROW_Q4_VNNI)
 DEFINE_ROWS8(rows8_q8_vnni, ROW_Q8_VNNI)
 #pragma GCC pop_options
 
 typedef void (*rows8_fn)(int nbw, const uint8_t *const x[8], int bs, int per, int shift, const prepared_q8 *P,
                          float out[8]);
 
+// rows_kind_of: the mat-vec kernel of a type with its sub-blocks per weight block, activation order and correction
+// multiplier; 0 if the type has none (Q8_0 needs VNNI: x + 128 overflows maddubs; the mat-mat has the same rule, so
+// both or neither use the shared formula).
+typedef struct {
+    rows8_fn rows8;
+    int per, order, corr_mul;
+} rows_kind;
+static int rows_kind_of(int type, rows_kind *k) {
+    const bool v = bn_have_vnni;
+    switch (type) {
+    case BN_Q1_0: *k = (rows_kind){v ? rows8_q1_mask : rows8_q1_avx2, 4, v ? ORDER_NATURAL : ORDER_Q1, 1}; return 1;
+    case BN_Q2_0: *k = (rows_kind){v ? rows8_q2_vnni : rows8_q2_avx2, 2, ORDER_Q2, 1}; return 1;
+    case BN_PQ2_0: *k = (rows_kind){v ? rows8_q2_vnni : rows8_q2_avx2, 4, ORDER_Q2, 1}; return 1;
+    case BN_Q4_0: *k = (rows_kind){v ? rows8_q4_vnni : rows8_q4_avx2, 1, ORDER_NATURAL, 8}; return 1;
+    case BN_Q8_0: *k = (rows_kind){rows8_q8_vnni, 1, ORDER_NATURAL, 128}; return v;
+    default: return 0;
+    }
+}
+
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *vy) {
-    // Q8_0 with VNNI only (x + 128 overflows maddubs), as the mat-mat: both or neither use the shared formula
-    if (type != BN_Q1_0 && type != BN_Q2_0 && type != BN_PQ2_0 && !(type == BN_Q8_0 && bn_have_vnni)) return 0;
-    const int nb = n / 32, per = type == BN_Q2_0 ? 2 : type == BN_Q8_0 ? 1 : 4, bs = bn_type_size(type);
+    rows_kind kind;
+    if (!rows_kind_of(type, &kind)) return 0;
+    const int nb = n / 32, bs = bn_type_size(type);
     enum { STACK_BLOCKS = 256 };   // 8192 elements on the stack, larger rows on the heap
     _Alignas(32) int8_t q_stack[32 * STACK_BLOCKS];
     float d_stack[STACK_BLOCKS];
@@ -164,17 +193,13 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
         P.d = (float *)((char *)heap + (size_t)nb * 32);
         P.s = (int32_t *)(P.d + nb);
     }
-    const int order = type == BN_Q8_0 ? ORDER_NATURAL : type != BN_Q1_0 ? ORDER_Q2 : bn_have_vnni ? ORDER_NATURAL : ORDER_Q1;
-    prepare_q8(vy, nb, order, type == BN_Q8_0 ? 128 : 1, &P);
-    const rows8_fn rows8 = type == BN_Q8_0   ? rows8_q8_vnni
-                           : type == BN_Q1_0 ? (bn_have_vnni ? rows8_q1_mask : rows8_q1_avx2)
-                                             : (bn_have_vnni ? rows8_q2_vnni : rows8_q2_avx2);
+    prepare_q8(vy, nb, kind.order, kind.corr_mul, &P);
     for (int r0 = 0; r0 < nrows; r0 += 8) {
         const int nr = nrows - r0 < 8 ? nrows - r0 : 8;
         const uint8_t *x[8];
         for (int r = 0; r < 8; r++) x[r] = (const uint8_t *)w + stride * (size_t)(r0 + (r < nr ? r : nr - 1));
         float out[8];
-        rows8(nb / per, x, bs, per, type == BN_Q1_0 ? 1 : 0, &P, out);
+        kind.rows8(nb / kind.per, x, bs, kind.per, type == BN_Q1_0 ? 1 : 0, &P, out);
         memcpy(s + r0, out, sizeof(float) * (size_t)nr);
     }
     free(heap);
@@ -185,14 +210,15 @@ int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, si
 // Activation rows are taken 8 at a time and interleaved: for Q8_0 block k and dword g, vector A[k][g] holds
 // in int32 lane j the 4 bytes of dword g of activation row j (in the order of the weight expansion above).
 // A weight sub-block (32 elements) is expanded once to 32 unsigned bytes u (Q1_0: bits 0/1, Q2_0: codes
-// 0..3, Q8_0: x + 128); dword g of u is broadcast and dotted with A[k][g], so after 8 dots lane j holds
+// 0..3, Q4_0: x + 8, Q8_0: x + 128); dword g of u is broadcast and dotted with A[k][g], so after 8 dots lane j holds
 // sum(u * q_j) for activation row j — 8 dots for 8 rows, no horizontal sums. Exact integer corrections:
-// Q1_0 sum((2b-1)q) = 2 sum(bq) - sum(q); Q2_0 sum((c-1)q) = sum(cq) - sum(q); Q8_0 sum(xq) = sum(uq) - 128 sum(q).
+// Q1_0 sum((2b-1)q) = 2 sum(bq) - sum(q); Q2_0 sum((c-1)q) = sum(cq) - sum(q); Q4_0 sum((c-8)q) = sum(cq) - 8 sum(q);
+// Q8_0 sum(xq) = sum(uq) - 128 sum(q).
 // Per weight block the fp32 sum is sum_k d_k * t_k (fmadd), then scaled by the weight's d: the formula at the top of
 // this file, so each result equals the mat-vec's bit for bit.
 typedef struct {
     __m256i *a;    // {8 dwords, nb}: interleaved codes, lane j = activation row j
-    __m256i *corr; // {nb}: lane j = c * sum(q_j) over the block (c = 1 for Q1_0/Q2_0, 128 for Q8_0)
+    __m256i *corr; // {nb}: lane j = c * sum(q_j) over the block (c = 1 for Q1_0/Q2_0, 8 for Q4_0, 128 for Q8_0)
     __m256 *d;     // {nb}: lane j = activation scale of row j (0 for padding rows)
 } batch8;
 
@@ -283,10 +309,12 @@ static void name(int nbw, const uint8_t *x, int bs, int per, int shift, const ba
 
 DEFINE_ROW_BATCH8(row8_q1_avx2, expand_q1, ISUM_ACC_AVX2)
 DEFINE_ROW_BATCH8(row8_q2_avx2, expand_q2, ISUM_ACC_AVX2)
+DEFINE_ROW_BATCH8(row8_q4_avx2, expand_q4, ISUM_ACC_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx512vnni,avx512vl,avx512bw,avx512f")
 DEFINE_ROW_BATCH8(row8_q1_vnni, expand_q1, ISUM_ACC_VNNI)
 DEFINE_ROW_BATCH8(row8_q2_vnni, expand_q2, ISUM_ACC_VNNI)
+DEFINE_ROW_BATCH8(row8_q4_vnni, expand_q4, ISUM_ACC_VNNI)
 DEFINE_ROW_BATCH8(row8_q8_vnni, expand_q8, ISUM_ACC_VNNI)
 #pragma GCC pop_options
 
@@ -301,9 +329,14 @@ typedef struct {
 static int batch_kind_of(int type, batch_kind *k) {
     *k = (batch_kind){.corr_mul = 1};
     switch (type) {
-    case BN_Q1_0: k->row8 = bn_have_vnni ? row8_q1_vnni : row8_q1_avx2, k->per = 4, k->order = ORDER_Q1, k->shift = 1; break;
+    case BN_Q1_0:
+        k->row8 = bn_have_vnni ? row8_q1_vnni : row8_q1_avx2, k->per = 4, k->order = ORDER_Q1, k->shift = 1;
+        break;
     case BN_Q2_0: k->row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2, k->per = 2, k->order = ORDER_Q2; break;
     case BN_PQ2_0: k->row8 = bn_have_vnni ? row8_q2_vnni : row8_q2_avx2, k->per = 4, k->order = ORDER_Q2; break;
+    case BN_Q4_0:
+        k->row8 = bn_have_vnni ? row8_q4_vnni : row8_q4_avx2, k->per = 1, k->order = ORDER_NATURAL, k->corr_mul = 8;
+        break;
     case BN_Q8_0:
         if (!bn_have_vnni) return 0;
         k->row8 = row8_q8_vnni, k->per = 1, k->order = ORDER_NATURAL, k->corr_mul = 128;
@@ -358,7 +391,7 @@ void bn_batch_rows_avx2(int type, int n, int nrows, int ny, float *s, size_t s_s
     }
 }
 
-// Batched mat-mat for Q1_0/Q2_0/PQ2_0 (AVX2 or VNNI) and Q8_0 (VNNI only): activation rows in groups of 8 (each
+// Batched mat-mat for Q1_0/Q2_0/PQ2_0/Q4_0 (AVX2 or VNNI) and Q8_0 (VNNI only): activation rows in groups of 8 (each
 // prepared once), weight rows in blocks of 16 (kept in cache while every group passes). Returns 0 for other types or
 // on allocation failure.
 int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,

@@ -145,10 +145,10 @@ bn_vec_dot_fn bn_vec_dot_best(int type);
 // row of the type's vec_dot_type. The decode hot path (mat-vec); fastest kernel available.
 void bn_vec_dot_rows(int type, int n, int nrows, float *s, const void *w, size_t w_row_stride, const void *y);
 // bn_vec_dot_rows_batch: mat-mat, s[t * s_stride + r] = dot(row r of w, activation row t) for r < nrows,
-// t < ny; activation rows (of the type's vec_dot_type) are y_row_stride bytes apart. For Q1_0/Q2_0/PQ2_0
+// t < ny; activation rows (of the type's vec_dot_type) are y_row_stride bytes apart. For Q1_0/Q2_0/PQ2_0/Q4_0
 // (and Q8_0 with VNNI) from 4 activation rows on, each activation row is prepared once and each weight row is
 // expanded once per 8 activation rows (prefill, DSpark's verify); below 4, and for other types, bn_vec_dot_rows per
-// activation row. For Q1_0/Q2_0/PQ2_0 (and every type below 4 rows) each result is bn_vec_dot_rows' bit for bit.
+// activation row. For those types (and every type below 4 rows) each result is bn_vec_dot_rows' bit for bit.
 void bn_vec_dot_rows_batch(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                            size_t w_row_stride, const void *y, size_t y_row_stride);
 // The same mat-mat with the activations prepared once for many calls (the engine's threads each take a share of the

@@ -108,10 +108,10 @@ void bn_dot_q8_0_avx2(int n, float *s, const void *x, const void *y);
 void bn_dot_q6_K_avx2(int n, float *s, const void *x, const void *y);
 void bn_dot_q4_K_avx2(int n, float *s, const void *x, const void *y);
 void bn_dot_tq2_0_avx2(int n, float *s, const void *x, const void *y);
-// bn_vec_dot_rows_avx2: mat-vec with prepared activations for Q1_0/Q2_0/PQ2_0; returns 1 if it handled
-// the type, 0 if the caller must use the per-row kernel.
+// bn_vec_dot_rows_avx2: mat-vec with prepared activations for Q1_0/Q2_0/PQ2_0/Q4_0 (Q8_0 with VNNI); returns 1 if
+// it handled the type, 0 if the caller must use the per-row kernel.
 int bn_vec_dot_rows_avx2(int type, int n, int nrows, float *s, const void *w, size_t stride, const void *y);
-// bn_vec_dot_rows_batch_avx2: bn_vec_dot_rows_batch for Q1_0/Q2_0/PQ2_0; returns 1 if handled, else 0.
+// bn_vec_dot_rows_batch_avx2: bn_vec_dot_rows_batch for the same types; returns 1 if handled, else 0.
 int bn_vec_dot_rows_batch_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w,
                                size_t w_stride, const void *y, size_t y_stride);
 // bn_batch_prep_size_avx2 / bn_batch_prepare_avx2 / bn_batch_rows_avx2: the same mat-mat in steps (dot.c's

@@ -5,7 +5,7 @@
 //   2. results do not depend on how the rows are split into calls at multiples of 16 (bit-identical; the
 //      engine's threads split the rows that way, so results do not depend on the thread count);
 //   3. ny < 4 gives bit for bit what bn_vec_dot_rows (the decode mat-vec) gives for each activation row; for
-//      Q1_0, Q2_0, PQ2_0 and Q8_0 every ny does (so DSpark's verify passes and prefill give decode's bits);
+//      Q1_0, Q2_0, PQ2_0, Q4_0 and Q8_0 every ny does (so DSpark's verify passes and prefill give decode's bits);
 //   4. for ny >= 5 the result of activation row t does not depend on ny (bit-identical to ny = 9): a
 //      verify of 5 tokens and one of 8 agree on their common tokens.
 //   5. bn_matmul with F32/F16/BF16 weights and n = 2..8 activation rows (the small-batch row path) gives bit
@@ -30,9 +30,11 @@ static const int weight_types[] = {BN_F32, BN_F16, BN_BF16, BN_Q4_0, BN_Q4_1, BN
 enum { NE0 = 512, NROWS = 301, NY_MAX = 9, S_STRIDE = NROWS + 3 };
 
 // exact_type: the types whose mat-mat gives the mat-vec's bits for every number of activation rows (the Bonsai
-// types and Q8_0: quant/matvec_avx2.c's shared formula, or per-row kernels on both sides); others only below 4 rows
-// (property 3)
-static bool exact_type(int type) { return type == BN_Q1_0 || type == BN_Q2_0 || type == BN_PQ2_0 || type == BN_Q8_0; }
+// types, Q4_0 and Q8_0: quant/matvec_avx2.c's shared formula, or per-row kernels on both sides); others only below 4
+// rows (property 3)
+static bool exact_type(int type) {
+    return type == BN_Q1_0 || type == BN_Q2_0 || type == BN_PQ2_0 || type == BN_Q4_0 || type == BN_Q8_0;
+}
 
 static double tolerance(const float *a, const float *b, int n) {
     double s = 0;

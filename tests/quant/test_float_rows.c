@@ -64,7 +64,8 @@ static void check(int type, int n, const char *w, size_t ws, const float *x, siz
     // whole calls, and calls split at odd rows / activation rows
     bn_float_rows(type, n, NROWS, NY, s, NROWS, w, ws, x, xs);
     for (int r = 0; r < NROWS; r++)
-        for (int t = 0; t < NY; t++) bn_float_rows(type, n, 1, 1, &s1[t * NROWS + r], 1, w + r * ws, ws, x + t * xs, xs);
+        for (int t = 0; t < NY; t++)
+            bn_float_rows(type, n, 1, 1, &s1[t * NROWS + r], 1, w + r * ws, ws, x + t * xs, xs);
     const int have_gemm = bn_float_gemm(type, n, NROWS, NY, g, NROWS, w, ws, x, xs);
     const int rcut[] = {0, 3, 40, NROWS}, tcut[] = {0, 9, 11, NY};
     for (int a = 0; a < 3; a++)
@@ -103,7 +104,8 @@ static void check(int type, int n, const char *w, size_t ws, const float *x, siz
           bad_model);
     CHECK(bad_gemm_ref == 0, "%s n=%d: %d gemm results off the double reference", name, n, bad_gemm_ref);
     CHECK(bad_gemm_model == 0, "%s n=%d: %d gemm results differ from the sequential fmaf", name, n, bad_gemm_model);
-    if (n == NMAX) printf("  %-4s n=%d: rows worst |error| = %.2g x bound%s\n", name, n, worst, have_gemm ? ", gemm on" : "");
+    if (n == NMAX)
+        printf("  %-4s n=%d: rows worst |error| = %.2g x bound%s\n", name, n, worst, have_gemm ? ", gemm on" : "");
 }
 
 int main(void) {
