@@ -2,7 +2,7 @@
 # bench/engine-types.sh — our CPU engine vs llama.cpp's llama-bench for every weight type the project writes
 # (F32 F16 BF16 Q8_0 Q4_0 Q1_0 Q2_0 PQ2_0), one small model with the real Qwen vocabulary, tg and pp.
 #   bench/engine-types.sh [BUILD_DIR]   (default: build)
-#   env: THREADS=2 RUNS=3 REPS=2 PP=128 TG=64 TYPES="..."
+#   env: THREADS=2 RUNS=3 REPS=2 PP=128 TG=64 TYPES="..." RUN_TIMEOUT=240 (seconds per run; a run past it counts as failed)
 #        BEFORE=DIR       a second build of ours (e.g. the one before a change): its column and ratio are added
 #        LLAMA_BENCH=PATH default: scripts/build-llamacpp.sh's llama-bench (GGML_NATIVE). On a CPU with AMX that build
 #                         runs Q8_0 / Q4_0 through ggml's AMX kernels, which crash on this model's 4-row tensors
@@ -26,6 +26,7 @@ RUNS=${RUNS:-3}
 REPS=${REPS:-2}
 PP=${PP:-128}
 TG=${TG:-64}
+RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 TYPES=${TYPES:-"F32 F16 BF16 Q8_0 Q4_0 Q1_0 Q2_0 PQ2_0"}
 BEFORE=${BEFORE:-}
 models=${MODELS:-"$top/build-bench-models"}
@@ -70,7 +71,7 @@ sample() {
   local tool=$1 t=$2 r=$3
   shift 3
   local out="$logs/$tool-$t-$r.out"
-  if ! "$@" -m "$(model_of "$t")" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" >"$out" 2>"$out.err"; then
+  if ! timeout "$RUN_TIMEOUT" "$@" -m "$(model_of "$t")" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" >"$out" 2>"$out.err"; then
     echo "engine-types.sh: $tool $t run $r failed (exit $?)" >&2
     return 0
   fi
@@ -100,7 +101,7 @@ best() { awk -v a="${1%% *}" -v b="${2%% *}" 'BEGIN { m = (a > b ? a : b); if (m
 ratio() { awk -v a="${1%% *}" -v b="${2%% *}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
-        grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512dq|avx512_vnni|avx512_bf16|avx512_fp16|amx_bf16|amx_int8' |
+        grep -xE 'avx2|fma|f16c|avx512(f|bw|vl|dq|_vnni|_bf16|_fp16)|amx_(bf16|int8)' |
         tr '\n' ' ')
 echo
 echo "CPU: $cpu, $(nproc) cpus online, load average $(cut -d' ' -f1-3 /proc/loadavg); flags: $flags"
