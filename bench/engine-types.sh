@@ -2,7 +2,7 @@
 # bench/engine-types.sh — our CPU engine vs llama.cpp's llama-bench for every weight type the project writes
 # (F32 F16 BF16 Q8_0 Q4_0 Q1_0 Q2_0 PQ2_0), one small model with the real Qwen vocabulary, tg and pp.
 #   bench/engine-types.sh [BUILD_DIR]   (default: build)
-#   env: THREADS=2 RUNS=3 REPS=2 PP=128 TG=64 TYPES="..." RUN_TIMEOUT=240 (seconds per run; a run past it counts as failed)
+#   env: THREADS=2 RUNS=3 REPS=2 PP=128 TG=64 TYPES="..." RUN_TIMEOUT=60 (seconds per run; a run past it counts as failed)
 #        BEFORE=DIR       a second build of ours (e.g. the one before a change): its column and ratio are added
 #        LLAMA_BENCH=PATH default: scripts/build-llamacpp.sh's llama-bench (GGML_NATIVE). On a CPU with AMX that build
 #                         runs Q8_0 / Q4_0 through ggml's AMX kernels, which crash on this model's 4-row tensors
@@ -26,7 +26,7 @@ RUNS=${RUNS:-3}
 REPS=${REPS:-2}
 PP=${PP:-128}
 TG=${TG:-64}
-RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 TYPES=${TYPES:-"F32 F16 BF16 Q8_0 Q4_0 Q1_0 Q2_0 PQ2_0"}
 BEFORE=${BEFORE:-}
 models=${MODELS:-"$top/build-bench-models"}
