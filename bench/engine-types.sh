@@ -71,8 +71,11 @@ sample() {
   local tool=$1 t=$2 r=$3
   shift 3
   local out="$logs/$tool-$t-$r.out"
-  if ! timeout "$RUN_TIMEOUT" "$@" -m "$(model_of "$t")" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" >"$out" 2>"$out.err"; then
-    echo "engine-types.sh: $tool $t run $r failed (exit $?)" >&2
+  local rc=0
+  timeout "$RUN_TIMEOUT" "$@" -m "$(model_of "$t")" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" >"$out" 2>"$out.err" ||
+    rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "engine-types.sh: $tool $t run $r failed (exit $rc$([ $rc -eq 124 ] && echo ", over ${RUN_TIMEOUT}s"))" >&2
     return 0
   fi
   ts_of "$out" "pp$PP" >>"$logs/$tool-$t.pp"
