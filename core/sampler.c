@@ -55,7 +55,9 @@ bool bn_sampler_params_dry(const bn_sampler_params *p) {
     return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
 }
 
-bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || bn_sampler_params_dry(p); }
+bool bn_sampler_params_penalized(const bn_sampler_params *p) {
+    return repeat_on(p) || bn_sampler_params_dry(p) || p->n_logit_bias > 0;
+}
 
 // set_float / set_int: val parsed strictly into *out when in lo..hi; 1, or -1 with err
 static int set_float(const char *opt, const char *val, double lo, double hi, float *out, char *err, size_t errlen) {
@@ -241,11 +243,11 @@ static int32_t choose(bn_sampler *s, cand *c, int n) {
     return c[pick].id;
 }
 
-// penalize: logits with the repetition penalties (llama.cpp's penalties sampler) and DRY of s over its history
-// applied, in s->pen; logits itself when s is not penalized or the history is empty.
+// penalize: logits with the logit biases, then the repetition penalties (llama.cpp's penalties sampler) and DRY of s
+// over its history applied, in s->pen; logits itself when s is not penalized, or has no biases and no history.
 static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
-    if (!bn_sampler_params_penalized(&s->par) || s->n_hist == 0) return logits;
+    if (!bn_sampler_params_penalized(&s->par) || (s->n_hist == 0 && p->n_logit_bias == 0)) return logits;
     if (s->pen_cap < n_vocab) {
         free(s->pen);
         free(s->count);
@@ -254,6 +256,8 @@ static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
         s->pen_cap = n_vocab;
     }
     memcpy(s->pen, logits, sizeof(float) * (size_t)n_vocab);
+    for (int i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id >= 0 && p->logit_bias[i].id < n_vocab) s->pen[p->logit_bias[i].id] += p->logit_bias[i].bias;
     if (repeat_on(p)) {
         const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
         const int32_t *win = s->hist + (s->n_hist - w);

@@ -18,6 +18,12 @@ static void usage(FILE *f) {
             "  --queue N               requests that may wait for a slot (default 64; more get 503)\n"
             "  --max-body BYTES        request body limit (default 4194304; larger get 413)\n"
             "  --api-key KEY           require 'Authorization: Bearer KEY' (repeatable)\n"
+            "  --threads-http N        HTTP poll threads (default 4)\n"
+            "  --timeout N             read/write timeout in seconds of a connection with a request (default 600)\n"
+            "  --header-timeout N      seconds a connection may take to send a complete request header (default 10)\n"
+            "  --conn-per-ip N         connections one client address may hold (default 256; 0 = no limit)\n"
+            "  --grace-period N        seconds running requests may finish after SIGTERM/SIGINT (default 20)\n"
+            "  --chat-template NAME    chatml (plain, no <think>), qwen35 or qwen3 (default: the model's own)\n"
             "  --metrics               enable GET /metrics (Prometheus)\n"
             "  --no-slots              disable GET /slots\n"
             "  -ngl, --gpu-layers N    layers on the GPU (CUDA builds; also the speculative target): 0 all on the CPU\n"
@@ -47,7 +53,8 @@ static int to_int(const char *flag, const char *v, int lo, int hi) { return (int
 
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
-                          .max_body = 4u << 20, .slots_endpoint = true,
+                          .max_body = 4u << 20, .slots_endpoint = true, .threads_http = 4, .timeout_s = 600,
+                          .header_timeout_s = 10, .conn_per_ip = 256, .grace_s = 20,
                           .spec = {.type = -1, .n_max = 3, .adaptive = true, .cpu_snap_bytes = BN_SPEC_CPU_SNAP_BYTES}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -66,6 +73,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--metrics")) p.metrics = true;
         else if (!strcmp(a, "--no-slots")) p.slots_endpoint = false;
         else if (!strcmp(a, "--ready-file")) p.ready_file = need(argc, argv, &i);
+        else if (!strcmp(a, "--threads-http")) p.threads_http = to_int(a, need(argc, argv, &i), 1, 256);
+        else if (!strcmp(a, "--timeout") || !strcmp(a, "-to")) p.timeout_s = to_int(a, need(argc, argv, &i), 1, 86400);
+        else if (!strcmp(a, "--header-timeout")) p.header_timeout_s = to_int(a, need(argc, argv, &i), 1, 3600);
+        else if (!strcmp(a, "--conn-per-ip")) p.conn_per_ip = to_int(a, need(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--grace-period")) p.grace_s = to_int(a, need(argc, argv, &i), 0, 86400);
+        else if (!strcmp(a, "--chat-template")) {
+            p.chat_template = need(argc, argv, &i);
+            if (bn_chat_format_parse(p.chat_template) < 0) {
+                fprintf(stderr, "bonsai-serve: --chat-template %s: use chatml, qwen35 or qwen3\n", p.chat_template);
+                return 1;
+            }
+        }
         else if (!strcmp(a, "--api-key")) {
             if (p.n_api_keys == BN_SERVE_MAX_KEYS) {
                 fprintf(stderr, "bonsai-serve: at most %d API keys\n", BN_SERVE_MAX_KEYS);
