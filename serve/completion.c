@@ -300,6 +300,8 @@ static int produce(stream_state *s) {
     if (s->phase == 2) {
         s->phase = 3;
         end_chunks(s);
+        bn_task_release(s->task); // its events are not needed any more (the reply is freed later)
+        s->task = NULL;
         return 1;
     }
     return -1;
@@ -321,8 +323,10 @@ static ssize_t stream_next(void *ctx, char *buf, size_t cap) {
 
 static void stream_done(void *ctx) {
     stream_state *s = ctx;
-    bn_task_cancel(s->task, BN_CANCEL_CLIENT); // nothing if finished; frees the slot at once if the client went away
-    bn_task_release(s->task);
+    if (s->task) { // the stream did not reach its end: the client went away
+        bn_task_cancel(s->task, BN_CANCEL_CLIENT);
+        bn_task_release(s->task);
+    }
     free(s->pend);
     free(s);
 }
@@ -346,7 +350,8 @@ static int send_task_error(struct MHD_Connection *c, const bn_task *t) {
 static int job_ready(void *ctx, bn_http_req *rq, bn_task *t) {
     job *j = ctx;
     struct MHD_Connection *c = bn_http_conn(rq);
-    if (t->cancel == BN_CANCEL_CLIENT) return MHD_NO; // nobody to answer
+    if (t->cancel == BN_CANCEL_CLIENT) // nobody reads it
+        return bn_send_error(c, 503, "unavailable_error", "the request was cancelled: its client went away");
     if (t->p.n_probs > 0 || t->n_predicted > 1024) bn_http_heavy(rq);
     if (t->failed && (!t->p.stream || bn_task_events(t) == 0)) return send_task_error(c, t);
     if (t->p.stream) {

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Replies of at least BIG_REPLY bytes are handed to libmicrohttpd BIG_BLOCK bytes at a time.
+#define BIG_REPLY (256u << 10)
+#define BIG_BLOCK (64u << 10)
+
 struct MHD_Response *bn_reply_headers(struct MHD_Response *r, const char *ctype) {
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
@@ -26,9 +30,42 @@ int bn_send_text(struct MHD_Connection *c, int status, const char *ctype, const 
     return queue(c, status, r ? bn_reply_headers(r, ctype) : NULL);
 }
 
+// A large reply handed out piece by piece and freed with its last piece: libmicrohttpd frees a finished reply only
+// at its poll thread's next wake-up, which may be long after.
+typedef struct {
+    char *buf;
+    size_t len;
+} big_reply;
+
+static ssize_t big_read(void *cls, uint64_t pos, char *out, size_t max) {
+    big_reply *b = cls;
+    if (!b->buf || pos >= b->len) return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t k = b->len - (size_t)pos < max ? b->len - (size_t)pos : max;
+    memcpy(out, b->buf + pos, k);
+    if (pos + k == b->len) {
+        free(b->buf);
+        b->buf = NULL;
+    }
+    return (ssize_t)k;
+}
+
+static void big_free(void *cls) {
+    big_reply *b = cls;
+    free(b->buf);
+    free(b);
+}
+
 int bn_send_buffer(struct MHD_Connection *c, int status, const char *ctype, char *buf, size_t len) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
-    if (!r) free(buf);
+    struct MHD_Response *r;
+    if (len >= BIG_REPLY) {
+        big_reply *b = xmalloc(sizeof *b);
+        *b = (big_reply){buf, len};
+        r = MHD_create_response_from_callback(len, BIG_BLOCK, big_read, b, big_free);
+        if (!r) big_free(b);
+    } else {
+        r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+        if (!r) free(buf);
+    }
     return queue(c, status, r ? bn_reply_headers(r, ctype) : NULL);
 }
 

@@ -172,6 +172,11 @@ static int bias_add(const bn_tokenizer *tok, json_t *key, const char *key_str, f
     return 0;
 }
 
+static int bias_cmp(const void *a, const void *b) {
+    const bn_logit_bias *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 // parse_logit_bias: llama-server's logit_bias: [[token, bias], ...] or {"token": bias, ...}; a token is an id or a
 // string (each of its tokens gets the bias; an object key that is all digits is an id), a bias a number or false
 // (ban). Returns 0 or -1 with err.
@@ -203,6 +208,14 @@ static int parse_logit_bias(const bn_tokenizer *tok, json_t *body, bn_task_param
             if (rc != 0) return -1;
         }
     } else return bn_err(err, errlen, "'logit_bias' must be an array of [token, bias] pairs or an object");
+    // one entry per token, its biases summed (the same logits as adding each): at most n_vocab entries
+    if (p->n_logit_bias > 1) qsort(p->logit_bias, (size_t)p->n_logit_bias, sizeof *p->logit_bias, bias_cmp);
+    int n = 0;
+    for (int k = 0; k < p->n_logit_bias; k++) {
+        if (n > 0 && p->logit_bias[n - 1].id == p->logit_bias[k].id) p->logit_bias[n - 1].bias += p->logit_bias[k].bias;
+        else p->logit_bias[n++] = p->logit_bias[k];
+    }
+    p->n_logit_bias = n;
     p->sp.logit_bias = p->logit_bias;
     p->sp.n_logit_bias = p->n_logit_bias;
     return 0;
