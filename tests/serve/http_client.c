@@ -10,10 +10,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+int http_timeout_s = 120;
+
 static int connect_local(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct timeval tv = {.tv_sec = 120};
+    struct timeval tv = {.tv_sec = http_timeout_s};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);

@@ -13,6 +13,9 @@ typedef struct {
     bool complete;     // the body arrived whole: its chunked terminator, or its Content-Length bytes
 } http_resp;
 
+// http_timeout_s: how long a client waits for bytes of an answer before giving up (default 120).
+extern int http_timeout_s;
+
 // http_request: sends METHOD path with body to 127.0.0.1:port (Connection: close) and reads the
 // whole response. extra_headers: "Name: value\r\n" lines or NULL. Returns 0 or -1 (no connection).
 int http_request(int port, const char *method, const char *path, const char *body, size_t body_len,
