@@ -256,8 +256,10 @@ static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
         s->pen_cap = n_vocab;
     }
     memcpy(s->pen, logits, sizeof(float) * (size_t)n_vocab);
-    for (int i = 0; i < p->n_logit_bias; i++)
-        if (p->logit_bias[i].id >= 0 && p->logit_bias[i].id < n_vocab) s->pen[p->logit_bias[i].id] += p->logit_bias[i].bias;
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const bn_logit_bias *b = &p->logit_bias[i];
+        if (b->id >= 0 && b->id < n_vocab) s->pen[b->id] += b->bias;
+    }
     if (repeat_on(p)) {
         const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
         const int32_t *win = s->hist + (s->n_hist - w);

@@ -214,7 +214,9 @@ typedef struct {
     size_t pend_len, pend_off, pend_cap;
 } stream_state;
 
-static void pend_add(stream_state *s, const char *txt) { bn_text_append(&s->pend, &s->pend_len, &s->pend_cap, txt, strlen(txt)); }
+static void pend_add(stream_state *s, const char *txt) {
+    bn_text_append(&s->pend, &s->pend_len, &s->pend_cap, txt, strlen(txt));
+}
 
 static void pend_json(stream_state *s, json_t *j) {
     pend_add(s, "data: ");
@@ -363,8 +365,8 @@ static int job_ready(void *ctx, bn_http_req *rq, bn_task *t) {
         return bn_send_stream(c, stream_next, stream_done, s);
     }
     size_t len;
-    char *txt = dump_final(j->srv, t, j->kind == API_NATIVE ? native_final(j->srv, t, true) : oai_final(j->srv, t, j->kind),
-                           &len);
+    json_t *fin = j->kind == API_NATIVE ? native_final(j->srv, t, true) : oai_final(j->srv, t, j->kind);
+    char *txt = dump_final(j->srv, t, fin, &len);
     if (!txt) return bn_send_error(c, 500, "server_error", "cannot encode response");
     return bn_send_buffer(c, 200, "application/json; charset=utf-8", txt, len);
 }
@@ -381,8 +383,8 @@ static int check_task(bn_server *srv, struct MHD_Connection *c, bn_task_params *
     if (n_prompt >= n_ctx)
         ret = bn_send_error_with(c, 400, "exceed_context_size_error",
                                  json_pack("{s:i,s:i}", "n_prompt_tokens", n_prompt, "n_ctx", n_ctx),
-                                 "request (%d tokens) exceeds the available context size (%d tokens), try increasing it",
-                                 n_prompt, n_ctx);
+                                 "request (%d tokens) exceeds the available context size (%d tokens), try "
+                                 "increasing it", n_prompt, n_ctx);
     else if (p->id_slot >= srv->p.n_slots)
         ret = bn_send_error(c, 400, "invalid_request_error", "Invalid slot ID: id_slot %d does not exist (%d slots)",
                             p->id_slot, srv->p.n_slots);
@@ -422,16 +424,18 @@ int bn_route_completion(bn_server *srv, bn_http_req *rq, json_t *body, bool oai)
     json_t *lp = json_object_get(body, "logprobs");
     if (oai) {
         json_t *echo = json_object_get(body, "echo");
-        if (echo && json_is_true(echo)) return bn_send_error(c, 400, "invalid_request_error", "Only no echo is supported");
-        if (json_object_get(body, "best_of")) return bn_send_error(c, 400, "invalid_request_error", "Unsupported param: best_of");
-        if (json_object_get(body, "suffix")) return bn_send_error(c, 400, "invalid_request_error", "Unsupported param: suffix");
+        const char *ire = "invalid_request_error";
+        if (echo && json_is_true(echo)) return bn_send_error(c, 400, ire, "Only no echo is supported");
+        if (json_object_get(body, "best_of")) return bn_send_error(c, 400, ire, "Unsupported param: best_of");
+        if (json_object_get(body, "suffix")) return bn_send_error(c, 400, ire, "Unsupported param: suffix");
         if (lp && !json_is_null(lp) && !json_is_boolean(lp) && !json_is_integer(lp))
             return bn_send_error(c, 400, "invalid_request_error", "'logprobs' must be an integer");
     }
     // "logprobs" (an integer) stands for n_probs when that is not given (llama-server)
     if (json_is_integer(lp) && !json_object_get(body, "n_probs"))
         json_object_set_new(body, "n_probs", json_integer(json_integer_value(lp)));
-    if (bn_parse_task_params(srv->tok, srv->dry_default, body, json_object_get(body, "prompt"), &p, err, sizeof err) != 0)
+    json_t *prompt = json_object_get(body, "prompt");
+    if (bn_parse_task_params(srv->tok, srv->dry_default, body, prompt, &p, err, sizeof err) != 0)
         return bn_send_error(c, 400, "invalid_request_error", "%s", err);
     return run_completion(srv, rq, oai ? API_OAI_CMPL : API_NATIVE, &p, false);
 }

@@ -72,8 +72,10 @@ int bn_send_buffer(struct MHD_Connection *c, int status, const char *ctype, char
 int bn_send_json(struct MHD_Connection *c, int status, json_t *j) {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    if (!s) return bn_send_text(c, 500, "application/json; charset=utf-8",
-                                "{\"error\":{\"code\":500,\"message\":\"cannot encode response\",\"type\":\"server_error\"}}");
+    if (!s)
+        return bn_send_text(c, 500, "application/json; charset=utf-8",
+                            "{\"error\":{\"code\":500,\"message\":\"cannot encode response\","
+                            "\"type\":\"server_error\"}}");
     return bn_send_buffer(c, status, "application/json; charset=utf-8", s, strlen(s));
 }
 

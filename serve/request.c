@@ -157,7 +157,8 @@ static int bias_add(const bn_tokenizer *tok, json_t *key, const char *key_str, f
     int n = 0;
     if (key && json_is_integer(key)) {
         long long v = json_integer_value(key);
-        if (v < 0 || v >= n_vocab) return bn_err(err, errlen, "logit_bias: token id %lld is out of range [0, %d)", v, n_vocab);
+        if (v < 0 || v >= n_vocab)
+            return bn_err(err, errlen, "logit_bias: token id %lld is out of range [0, %d)", v, n_vocab);
         ids = xmalloc(sizeof *ids);
         ids[n++] = (int32_t)v;
     } else {

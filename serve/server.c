@@ -104,10 +104,10 @@ int bn_server_run(const bn_server_params *params) {
     srv.t_start = bn_time_ms();
     srv.start_unix = (long)time(NULL);
     const bn_server_params *p = &srv.p;
-    bn_http_params hp = {.host = p->host, .port = p->port, .threads = p->threads_http, .timeout_s = (unsigned)p->timeout_s,
-                         .header_timeout_s = (unsigned)p->header_timeout_s, .conn_per_ip = (unsigned)p->conn_per_ip,
-                         .max_body = p->max_body, .api_keys = p->api_keys, .n_api_keys = p->n_api_keys,
-                         .route = bn_route, .route_ctx = &srv};
+    bn_http_params hp = {.host = p->host, .port = p->port, .threads = p->threads_http,
+                         .timeout_s = (unsigned)p->timeout_s, .header_timeout_s = (unsigned)p->header_timeout_s,
+                         .conn_per_ip = (unsigned)p->conn_per_ip, .max_body = p->max_body, .api_keys = p->api_keys,
+                         .n_api_keys = p->n_api_keys, .route = bn_route, .route_ctx = &srv};
     bn_http *http = bn_http_start(&hp, err, sizeof err);
     if (!http) {
         fprintf(stderr, "bonsai-serve: %s\n", err);

@@ -451,7 +451,7 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     if (sl->spec) st0 = *bn_spec_stats_get(sl->spec);
     gen g;
     gen_init(&g, S, sl, t);
-    bn_step_batcher_decoding(S->steps, +1); // its steps / verify passes are batched with the other slots' (step_batch.h)
+    bn_step_batcher_decoding(S->steps, +1); // its steps and verify passes batched with other slots' (step_batch.h)
     int rc = gen_loop(&g);
     bn_step_batcher_decoding(S->steps, -1);
     gen_free(&g);

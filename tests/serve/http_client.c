@@ -12,7 +12,7 @@
 
 int http_timeout_s = 120;
 
-static int connect_local(int port) {
+int http_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct timeval tv = {.tv_sec = http_timeout_s};
@@ -71,7 +71,7 @@ static size_t dechunk(char *b, size_t n, bool *complete) {
 int http_request(int port, const char *method, const char *path, const char *body, size_t body_len,
                  const char *extra_headers, http_resp *r) {
     memset(r, 0, sizeof *r);
-    int fd = connect_local(port);
+    int fd = http_connect(port);
     if (fd < 0) return -1;
     if (send_head(fd, method, path, body_len, extra_headers) != 0) {
         close(fd);
@@ -109,7 +109,7 @@ int http_request(int port, const char *method, const char *path, const char *bod
 }
 
 int http_stream_first_then_close(int port, const char *path, const char *body, const char *extra_headers) {
-    int fd = connect_local(port);
+    int fd = http_connect(port);
     if (fd < 0) return -1;
     size_t len = strlen(body);
     if (send_head(fd, "POST", path, len, extra_headers) != 0 || send_all(fd, body, len) != 0) {

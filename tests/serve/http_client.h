@@ -16,6 +16,8 @@ typedef struct {
 // http_timeout_s: how long a client waits for bytes of an answer before giving up (default 120).
 extern int http_timeout_s;
 
+// http_connect: a socket connected to 127.0.0.1:port (receive timeout http_timeout_s), or -1.
+int http_connect(int port);
 // http_request: sends METHOD path with body to 127.0.0.1:port (Connection: close) and reads the
 // whole response. extra_headers: "Name: value\r\n" lines or NULL. Returns 0 or -1 (no connection).
 int http_request(int port, const char *method, const char *path, const char *body, size_t body_len,

@@ -84,7 +84,8 @@ static void test_logit_bias(void) {
     snprintf(extra, sizeof extra, ",\"logit_bias\":[[%d,60],[%d,40]]", x, x);
     CHECK(greedy(extra, ids) == 8 && all_are(ids, 8, x), "two biases of one token add up");
     // a string: each of its tokens gets the bias (here a one-token string: the piece of x)
-    json_t *lb = json_pack("{s:[[s,i]]}", "logit_bias", piece, 100), *ob = json_pack("{s:{s:i}}", "logit_bias", piece, 100);
+    json_t *lb = json_pack("{s:[[s,i]]}", "logit_bias", piece, 100);
+    json_t *ob = json_pack("{s:{s:i}}", "logit_bias", piece, 100);
     char *lbs = json_dumps(lb, 0), *obs = json_dumps(ob, 0);
     lbs[strlen(lbs) - 1] = 0, obs[strlen(obs) - 1] = 0; // {"logit_bias": …} → ,"logit_bias": …
     lbs[0] = ',', obs[0] = ',';
@@ -119,7 +120,8 @@ static void test_fields_and_errors(void) {
     CHECK(st == 400, "max_tokens -2 refused (%d)", st);
     json_decref(j);
     j = call("POST", "/completion", "{\"prompt\":\"a\",\"n_predict\":3,\"max_tokens\":9,\"ignore_eos\":true}", &st);
-    CHECK(st == 200 && json_integer_value(json_object_get(j, "tokens_predicted")) == 3, "n_predict wins over max_tokens");
+    CHECK(st == 200 && json_integer_value(json_object_get(j, "tokens_predicted")) == 3,
+          "n_predict wins over max_tokens");
     json_decref(j);
     j = call("POST", "/completion", "{\"prompt\":\"a\",\"id_slot\":7}", &st);
     const char *type = json_string_value(json_object_get(json_object_get(j, "error"), "type"));

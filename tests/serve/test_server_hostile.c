@@ -29,8 +29,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -49,19 +47,6 @@ static double now_ms(void) {
 }
 
 static void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
-
-// sock_open: a connected loopback socket to port, or -1.
-static int sock_open(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
 
 static bool sock_send(int fd, const char *s) { return send(fd, s, strlen(s), MSG_NOSIGNAL) == (ssize_t)strlen(s); }
 
@@ -129,7 +114,8 @@ static void check_after(const char *what) {
     CHECK(serves(&F), "%s: the server still answers", what);
     CHECK(idle_within(&F, 2000), "%s: no slot stays busy", what);
     long hwm = fixture_status_kb(&F, "VmHWM");
-    CHECK(hwm >= 0 && hwm - base_rss < RSS_PEAK_KB, "%s: peak RSS %ld kB over a baseline of %ld kB", what, hwm, base_rss);
+    CHECK(hwm >= 0 && hwm - base_rss < RSS_PEAK_KB, "%s: peak RSS %ld kB over a baseline of %ld kB", what, hwm,
+          base_rss);
     CHECK(rss_back(what), "%s: RSS back within 10 %% of the baseline", what);
 }
 
@@ -151,9 +137,9 @@ static void *slowloris(void *arg) {
 static void test_flood(int n_idle, int n_slow) {
     static int idle[N_IDLE];
     int opened = 0;
-    for (int i = 0; i < n_idle; i++) opened += (idle[i] = sock_open(F.port)) >= 0;
+    for (int i = 0; i < n_idle; i++) opened += (idle[i] = http_connect(F.port)) >= 0;
     for (int i = 0; i < n_slow; i++)
-        if ((slow_fd[i] = sock_open(F.port)) >= 0) sock_send(slow_fd[i], "POST /completion HTTP/1.1\r\nHost: a\r\n");
+        if ((slow_fd[i] = http_connect(F.port)) >= 0) sock_send(slow_fd[i], "POST /completion HTTP/1.1\r\nHost: a\r\n");
     double t_open = now_ms();
     CHECK(opened == n_idle, "flood: %d of %d idle sockets connected", opened, n_idle);
     pthread_t th;
@@ -172,7 +158,8 @@ static void test_flood(int n_idle, int n_slow) {
     }
     printf("flood: %d idle + %d slowloris: /health %.1f ms, 32-token completion %.1f ms (worst of 3)\n", n_idle, n_slow,
            worst_health, worst_cmpl);
-    CHECK(worst_health < 1000 && worst_cmpl < 1000, "flood: answers in < 1 s (%.0f, %.0f ms)", worst_health, worst_cmpl);
+    CHECK(worst_health < 1000 && worst_cmpl < 1000, "flood: answers in < 1 s (%.0f, %.0f ms)", worst_health,
+          worst_cmpl);
     long rss = fixture_rss_kb(&F);
     CHECK(rss - base_rss < RSS_PEAK_KB, "flood: RSS %ld kB over a baseline of %ld kB", rss, base_rss);
     // the idle sockets sent no header: closed after --header-timeout (2 s); the slowloris ones are still open
@@ -212,12 +199,12 @@ static int refused_on_headers(int fd, const char *hdr, long length) {
 static void test_auth(void) {
     enum { N = 100 };
     int fd[N], n401 = 0;
-    for (int i = 0; i < N; i++) fd[i] = sock_open(F.port);
+    for (int i = 0; i < N; i++) fd[i] = http_connect(F.port);
     for (int i = 0; i < N; i++) n401 += fd[i] >= 0 && refused_on_headers(fd[i], "", 4000000) == 401;
     CHECK(n401 == N, "auth: %d of %d unauthenticated 4 MB uploads refused 401 on their headers", n401, N);
     for (int i = 0; i < N; i++)
         if (fd[i] >= 0) close(fd[i]);
-    int big = sock_open(F.port);
+    int big = http_connect(F.port);
     int st = refused_on_headers(big, KEY_HDR, 5L << 20);
     CHECK(st == 413, "auth: a 5 MiB body over --max-body refused on its headers (%d)", st);
     close(big);
@@ -241,24 +228,25 @@ static void test_n_probs(void) {
     if (st) http_resp_free(&r);
     check_after("n_probs bomb");
     // the vocabulary's every token for 400 tokens (~210k entries): allowed, within the bounds
-    st = req(&F, "POST", "/completion", "{\"prompt\":\"a\",\"n_predict\":400,\"n_probs\":1000000000,\"ignore_eos\":true}",
-             &r);
+    st = req(&F, "POST", "/completion",
+             "{\"prompt\":\"a\",\"n_predict\":400,\"n_probs\":1000000000,\"ignore_eos\":true}", &r);
     CHECK(st == 200, "n_probs within the limit: 200 (%d)", st);
     printf("n_probs: 400 tokens x the whole vocabulary: %zu bytes\n", r.body_len);
     if (st) http_resp_free(&r);
     check_after("n_probs within the limit");
     st = req(&F, "POST", "/v1/chat/completions",
-             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":6,\"logprobs\":true,\"n_probs\":100000}",
-             &r);
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":6,\"logprobs\":true,"
+             "\"n_probs\":100000}", &r);
     json_t *j = st == 200 ? json_loadb(r.body, r.body_len, JSON_ALLOW_NUL, NULL) : NULL; // (a byte token may be NUL)
-    json_t *lc = json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content");
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *lc = json_object_get(json_object_get(c0, "logprobs"), "content");
     size_t most = 0;
     for (size_t i = 0; i < json_array_size(lc); i++) {
         size_t k = json_array_size(json_object_get(json_array_get(lc, i), "top_logprobs"));
         most = k > most ? k : most;
     }
-    CHECK(json_array_size(lc) > 0 && most <= 20, "chat logprobs with n_probs 100000: %zu top log-probs (<= 20); %d %.300s",
-          most, st, st ? r.body : "");
+    CHECK(json_array_size(lc) > 0 && most <= 20,
+          "chat logprobs with n_probs 100000: %zu top log-probs (<= 20); %d %.300s", most, st, st ? r.body : "");
     json_decref(j);
     if (st) http_resp_free(&r);
     check_after("chat n_probs");
@@ -312,16 +300,17 @@ static void test_storms(void) {
     for (int stream = 0; stream <= 1; stream++) {
         double before = metric(&F, "tokens_predicted_total");
         for (int i = 0; i < 8; i++) {
-            snprintf(body, sizeof body, "{\"prompt\":\"storm %d %d\",\"n_predict\":-1,\"ignore_eos\":true,\"stream\":%s}",
-                     stream, i, stream ? "true" : "false");
+            snprintf(body, sizeof body,
+                     "{\"prompt\":\"storm %d %d\",\"n_predict\":-1,\"ignore_eos\":true,\"stream\":%s}", stream, i,
+                     stream ? "true" : "false");
             if (stream) {
                 http_stream_first_then_close(F.port, "/completion", body, KEY_HDR);
                 continue;
             }
-            int fd = sock_open(F.port);
+            int fd = http_connect(F.port);
             char head[256];
-            snprintf(head, sizeof head, "POST /completion HTTP/1.1\r\nHost: a\r\n%sContent-Length: %zu\r\n\r\n", KEY_HDR,
-                     strlen(body));
+            snprintf(head, sizeof head, "POST /completion HTTP/1.1\r\nHost: a\r\n%sContent-Length: %zu\r\n\r\n",
+                     KEY_HDR, strlen(body));
             sock_send(fd, head);
             sock_send(fd, body);
             close(fd); // gone before any answer
@@ -330,7 +319,8 @@ static void test_storms(void) {
         double t0 = now_ms();
         bool idle = idle_within(&F, 1000);
         double gen = metric(&F, "tokens_predicted_total") - before;
-        printf("%s: slots free after %.0f ms, %.0f tokens generated for 8 abandoned requests\n", what, now_ms() - t0, gen);
+        printf("%s: slots free after %.0f ms, %.0f tokens generated for 8 abandoned requests\n", what, now_ms() - t0,
+               gen);
         CHECK(idle, "%s: the slots are free within 1 s", what);
         CHECK(gen >= 0 && gen <= 8 * 64, "%s: %.0f tokens generated (<= 8 x 64)", what, gen);
         check_after(what);
@@ -341,7 +331,7 @@ static void test_storms(void) {
 
 static void test_per_ip(server_fixture *f) {
     int fd[40], closed = 0;
-    for (int i = 0; i < 40; i++) fd[i] = sock_open(f->port);
+    for (int i = 0; i < 40; i++) fd[i] = http_connect(f->port);
     sleep_ms(500);
     for (int i = 0; i < 40; i++) closed += fd[i] < 0 || sock_closed(fd[i]);
     CHECK(closed == 8, "per-ip: %d of 40 connections closed at once with --conn-per-ip 32 (8)", closed);
