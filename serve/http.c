@@ -3,7 +3,6 @@
 #include "serve/reply.h"
 #include "base/util.h"
 #include <microhttpd.h>
-#include <malloc.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -25,6 +24,8 @@
 #define FD_RESERVE 64
 // libmicrohttpd's messages (a refused connection each, under a flood) are cut to this many a second.
 #define LOG_PER_SECOND 5
+// Free memory goes back to the system after this many closed connections (their buffers), or one heavy request.
+#define TRIM_AFTER 32
 
 struct bn_http {
     bn_http_params p;
@@ -34,6 +35,7 @@ struct bn_http {
     size_t body_total;        // the bound on buffered body bytes
     atomic_size_t body_bytes; // buffered now
     atomic_int active;        // requests being answered
+    atomic_int freed;         // connections closed and heavy requests ended since the last bn_http_trim_due
 };
 
 struct bn_http_req {
@@ -189,13 +191,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     // the connection waits for its next header now: the short timeout again
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, h->p.header_timeout_s);
-    if (rq->heavy) malloc_trim(0); // big parse trees and replies: their pages back to the system
+    if (rq->heavy) atomic_fetch_add(&h->freed, TRIM_AFTER); // big parse trees and replies
     free(rq);
     *con_cls = NULL;
     atomic_fetch_sub(&h->active, 1);
 }
 
 // ---- the daemon -------------------------------------------------------------------------------------
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code) {
+    (void)c, (void)socket_ctx;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_add(&((bn_http *)cls)->freed, 1);
+}
+
+bool bn_http_trim_due(bn_http *h) {
+    if (atomic_load(&h->freed) < TRIM_AFTER) return false;
+    atomic_store(&h->freed, 0);
+    return true;
+}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
@@ -234,7 +248,7 @@ bn_http *bn_http_start(const bn_http_params *p, char *err, size_t errlen) {
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                            h, MHD_OPTION_CONNECTION_TIMEOUT, p->header_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                            h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_CONNECTION_TIMEOUT, p->header_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                             h->conn_max, MHD_OPTION_PER_IP_CONNECTION_LIMIT, p->conn_per_ip,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(p->threads > 1 ? p->threads : 0), MHD_OPTION_END);
     if (!h->d) {

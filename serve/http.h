@@ -42,6 +42,9 @@ unsigned bn_http_conn_max(const bn_http *h);
 void bn_http_quiesce(bn_http *h);
 // bn_http_active: requests being answered now (header received, reply not yet finished).
 int bn_http_active(bn_http *h);
+// bn_http_trim_due: true (once) when enough memory was let go since the last call (closed connections, a request that
+// allocated much) for malloc_trim to be worth it.
+bool bn_http_trim_due(bn_http *h);
 // bn_http_stop: closes every connection and frees h (no connection may be waiting for a task: all tasks done).
 void bn_http_stop(bn_http *h);
 
@@ -51,7 +54,7 @@ struct MHD_Connection *bn_http_conn(bn_http_req *rq);
 // bn_http_hooks: the task hooks of the request (bn_slots_submit): its connection parks and wakes with the task, and
 // the task learns when the client went away.
 bn_task_hooks bn_http_hooks(bn_http_req *rq);
-// bn_http_heavy: the request allocated much: free memory goes back to the system when it ends.
+// bn_http_heavy: the request allocated much: free memory goes back to the system when it ends (bn_http_trim_due).
 void bn_http_heavy(bn_http_req *rq);
 
 // What a request waiting for a task does once the task reached the point awaited.

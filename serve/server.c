@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+// How often the main thread looks whether free memory should go back to the system (bn_http_trim_due).
+#define TRIM_POLL_MS 200
 // After the grace period, cancelled tasks and unfinished replies get this much longer before the connections close.
 #define STOP_EXTRA_MS 5000.0
 
@@ -124,8 +126,12 @@ int bn_server_run(const bn_server_params *params) {
         snprintf(line, sizeof line, "%s:%d\n", p->host, port);
         bn_write_file_atomic(p->ready_file, line, strlen(line), err, sizeof err);
     }
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig;
+    for (;;) { // memory let go by connections and requests goes back to the system here, off the poll threads
+        struct timespec ts = {0, TRIM_POLL_MS * 1000 * 1000};
+        if ((sig = sigtimedwait(&sigs, NULL, &ts)) > 0) break;
+        if (bn_http_trim_due(http)) malloc_trim(0);
+    }
     fprintf(stderr, "bonsai-serve: %s received, shutting down (running requests may finish within %d s; a second "
             "signal exits at once)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", p->grace_s);
     graceful_stop(&srv, http, &sigs);
