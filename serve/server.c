@@ -100,8 +100,6 @@ int bn_server_run(const bn_server_params *params) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); // every thread inherits this; main waits with sigwait
     signal(SIGPIPE, SIG_IGN);
-    // large blocks (replies, request bodies) straight from and back to the system: a request's memory does not stay
-    mallopt(M_MMAP_THRESHOLD, 256 << 10);
     if (server_load(&srv) != 0) return 1;
     srv.t_start = bn_time_ms();
     srv.start_unix = (long)time(NULL);
