@@ -246,11 +246,12 @@ bn_http *bn_http_start(const bn_http_params *p, char *err, size_t errlen) {
     h->conn_max = nofile > FD_RESERVE + 64 ? (unsigned)(nofile - FD_RESERVE < 65536 ? nofile - FD_RESERVE : 65536) : 64;
     h->body_total = BODY_TOTAL_BODIES * p->max_body > BODY_TOTAL_MIN ? BODY_TOTAL_BODIES * p->max_body : BODY_TOTAL_MIN;
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                            h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_CONNECTION_TIMEOUT, p->header_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                            h->conn_max, MHD_OPTION_PER_IP_CONNECTION_LIMIT, p->conn_per_ip,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(p->threads > 1 ? p->threads : 0), MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, h, MHD_OPTION_CONNECTION_TIMEOUT, p->header_timeout_s, MHD_OPTION_CONNECTION_LIMIT, h->conn_max,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, p->conn_per_ip, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(p->threads > 1 ? p->threads : 0), MHD_OPTION_END);
     if (!h->d) {
         bn_err(err, errlen, "cannot listen on %s:%d (port in use?)", p->host, p->port);
         free(h);

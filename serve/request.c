@@ -55,6 +55,21 @@ static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errl
     return 0;
 }
 
+size_t bn_json_weight(const char *s, size_t n) {
+    size_t w = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') in_str = true;
+        else if (c == '{') w += 4;
+        else if (c == '[' || c == ',') w += 2;
+    }
+    return w;
+}
+
 void bn_task_params_free(bn_task_params *p) {
     free(p->prompt);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);

@@ -11,6 +11,13 @@ void bn_task_params_free(bn_task_params *p);
 // -1 with err (400): unknown element types, out-of-range ids, several prompts.
 int bn_parse_prompt(const bn_tokenizer *tok, json_t *prompt, bool add_special, bool parse_special, int32_t **out,
                     int *n_out, char *err, size_t errlen);
+// A body's JSON weight (bn_json_weight) above this is refused (413) before it is parsed: its tree would take more than
+// about 128 MB (jansson spends ~230 bytes on an object, ~130 on an array, ~50-100 on a member or an element).
+#define BN_SERVE_JSON_WEIGHT_MAX (1 << 21)
+// bn_json_weight: an upper estimate of the values in JSON text s[0..n): 4 per '{', 2 per '[' and per ',' outside
+// strings (valid or not; a scan, not a parse).
+size_t bn_json_weight(const char *s, size_t n);
+
 // n_probs above this is refused (400): the top-n list of every generated token is kept and written out
 #define BN_SERVE_N_PROBS_MAX 1024
 

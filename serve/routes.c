@@ -212,6 +212,9 @@ int bn_route(void *ctx, bn_http_req *rq, const char *method, const char *url, co
     else if (is(url, "/apply-template", NULL)) kind = 3;
     if (kind < 0) return bn_send_error(c, 404, "not_found_error", "File Not Found");
     if (!post) return bn_send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", method, url);
+    if (bn_json_weight(body, body_len) > BN_SERVE_JSON_WEIGHT_MAX)
+        return bn_send_error(c, 413, "invalid_request_error", "request body has too many JSON values (objects, "
+                             "arrays, elements): at most about %d", BN_SERVE_JSON_WEIGHT_MAX / 2);
     json_error_t je;
     json_t *j = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &je);
     if (!j) return bn_send_error(c, 400, "invalid_request_error", "malformed JSON at line %d, column %d: %s", je.line,

@@ -10,7 +10,7 @@
 //              smaller one that fits: answered within the memory bound; chat with logprobs and n_probs 100000: at
 //              most 20 top log-probs per token
 //   bodies     valid JSON bodies of 1 MB (token ids, a long string, many messages, many empty arrays and objects,
-//              /tokenize with pieces): no 5xx, RSS within the bounds
+//              /tokenize with pieces): no 5xx, RSS within the bounds; 4 MB of empty objects: 413 before parsing
 //   storms     8 non-streaming and 8 streaming requests for unlimited tokens whose clients go away: the slots are free
 //              within 1 s and they generated at most 64 tokens each
 //   per-ip     --conn-per-ip 32: of 40 idle sockets 8 are closed at once
@@ -254,12 +254,13 @@ static void test_n_probs(void) {
 
 // ---- valid bodies of 1 MB ------------------------------------------------------------------------------
 
-// body_of: prefix, then item repeated until the body is about 1 MB (items joined by sep), then suffix (malloc'd).
-static char *body_of(const char *prefix, const char *item, const char *sep, const char *suffix) {
-    size_t cap = (1 << 20) + 4096, n = 0;
+// body_of: prefix, then item repeated until the body is about `size` bytes (items joined by sep), then suffix
+// (malloc'd).
+static char *body_of(size_t size, const char *prefix, const char *item, const char *sep, const char *suffix) {
+    size_t cap = size + 4096, n = 0;
     char *b = malloc(cap);
     n += (size_t)snprintf(b, cap, "%s", prefix);
-    for (int i = 0; n + strlen(item) + strlen(sep) + strlen(suffix) + 1 < (1u << 20); i++) {
+    for (int i = 0; n + strlen(item) + strlen(sep) + strlen(suffix) + 1 < size; i++) {
         if (i) n += (size_t)snprintf(b + n, cap - n, "%s", sep);
         n += (size_t)snprintf(b + n, cap - n, "%s", item);
     }
@@ -268,25 +269,29 @@ static char *body_of(const char *prefix, const char *item, const char *sep, cons
 }
 
 static void test_bodies(void) {
-    struct { const char *path, *prefix, *item, *sep, *suffix; } probes[] = {
-        {"/completion", "{\"prompt\":[", "7", ",", "]}"},
-        {"/completion", "{\"prompt\":\"", "ab ", "", "\"}"},
-        {"/v1/chat/completions", "{\"messages\":[", "{\"role\":\"user\",\"content\":\"q\"}", ",", "]}"},
-        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"junk\":[", "[]", ",", "]}"},
-        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"junk\":[", "{}", ",", "]}"},
-        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"logit_bias\":{\"", "xy", "", "\":1}}"},
-        {"/tokenize", "{\"with_pieces\":true,\"content\":\"", "a b", "", "\"}"},
-        {"/apply-template", "{\"messages\":[", "{\"role\":\"user\",\"content\":\"\\u0001\"}", ",", "]}"},
+    struct { const char *path, *prefix, *item, *sep, *suffix; size_t size; } probes[] = {
+        {"/completion", "{\"prompt\":[", "7", ",", "]}", 0},
+        {"/completion", "{\"prompt\":\"", "ab ", "", "\"}", 0},
+        {"/v1/chat/completions", "{\"messages\":[", "{\"role\":\"user\",\"content\":\"q\"}", ",", "]}", 0},
+        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"junk\":[", "[]", ",", "]}", 0},
+        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"junk\":[", "{}", ",", "]}", 0},
+        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"logit_bias\":{\"", "xy", "", "\":1}}", 0},
+        {"/tokenize", "{\"with_pieces\":true,\"content\":\"", "a b", "", "\"}", 0},
+        {"/apply-template", "{\"messages\":[", "{\"role\":\"user\",\"content\":\"\\u0001\"}", ",", "]}", 0},
+        // a body just under --max-body (4 MiB) of 1.4 million empty objects: refused (413) before it is parsed
+        {"/completion", "{\"prompt\":\"a\",\"n_predict\":1,\"junk\":[", "{}", ",", "]}", (4u << 20) - 64},
     };
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-        char *b = body_of(probes[i].prefix, probes[i].item, probes[i].sep, probes[i].suffix);
+        size_t size = probes[i].size ? probes[i].size : 1u << 20;
+        char *b = body_of(size, probes[i].prefix, probes[i].item, probes[i].sep, probes[i].suffix);
         http_resp r;
         double t0 = now_ms();
         int st = req(&F, "POST", probes[i].path, b, &r);
         char what[96];
-        snprintf(what, sizeof what, "1 MB body %zu (%s %.16s…)", i, probes[i].path, probes[i].prefix);
+        snprintf(what, sizeof what, "%zu kB body %zu (%s %.16s…)", size >> 10, i, probes[i].path, probes[i].prefix);
         printf("%s: %d in %.0f ms, %zu bytes back\n", what, st, now_ms() - t0, st ? r.body_len : 0);
-        CHECK(st == 200 || st == 400, "%s: answered 200 or 400 (%d)", what, st);
+        CHECK(probes[i].size ? st == 413 : st == 200 || st == 400, "%s: answered 200 or 400 (413 when large) (%d)",
+              what, st);
         if (st) http_resp_free(&r);
         free(b);
         check_after(what);
