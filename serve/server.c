@@ -5,6 +5,7 @@
 #include "serve/routes.h"
 #include "base/util.h"
 #include <malloc.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 
 // How often the main thread looks whether free memory should go back to the system (bn_http_trim_due).
 #define TRIM_POLL_MS 200
-// After the grace period, cancelled tasks and unfinished replies get this much longer before the connections close.
+// Once every task has ended, unfinished replies get this much longer before the connections close.
 #define STOP_EXTRA_MS 5000.0
 
 static const char *base_name(const char *path) {
@@ -85,9 +86,9 @@ static void graceful_stop(bn_server *srv, bn_http *http, const sigset_t *sigs) {
     int left = wait_while(slots_busy, srv->slots, deadline, sigs);
     if (left > 0) fprintf(stderr, "bonsai-serve: grace period over: cancelling %d running request(s)\n", left);
     bn_slots_cancel_all(srv->slots);
-    deadline = bn_time_ms() + STOP_EXTRA_MS;
-    wait_while(slots_busy, srv->slots, deadline, sigs); // (cancelled tasks end at their next step)
-    wait_while(http_busy, http, deadline, sigs);
+    // cancelled tasks end at their next step (no deadline: no connection may stay set aside for a running task)
+    wait_while(slots_busy, srv->slots, INFINITY, sigs);
+    wait_while(http_busy, http, bn_time_ms() + STOP_EXTRA_MS, sigs);
     bn_http_stop(http);
 }
 
