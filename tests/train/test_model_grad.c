@@ -1,5 +1,5 @@
 // tests/train/test_model_grad.c — whole-model LoRA gradient on the tiny qwen35 (3 GDN + 1 gated
-// attention layer, Hk 2 < Hv 4) and the tiny dense qwen3 from core/mkmodel, and llama, qwen2 and a
+// attention layer, Hk 2 < Hv 4) and the tiny dense qwen3 from synth/mkmodel, and llama, qwen2 and a
 // Q8_0-weight qwen35 from tests/model/tiny.h: FTPO loss on the
 // last-position logits (reference = adapter disabled), backward through every layer
 // (train/graph.h), compared with central finite differences of the fp32 training forward on
