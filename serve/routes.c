@@ -3,6 +3,7 @@
 // metrics, models. Bad input of any kind is a JSON 400/404/413, never a 500.
 #include "serve/server.h"
 #include "serve/request.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <microhttpd.h>
 #include <stdio.h>

@@ -21,7 +21,7 @@
 #include "mine/options.h"
 #include "mine/runner.h"
 #include "eval/stats.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include <jansson.h>
 
 static void usage(FILE *f) {

@@ -13,6 +13,7 @@
 #include "core/model.h"
 #include "core/sampler.h"
 #include "core/tokenizer.h"
+#include "base/unicode.h"
 #include "base/util.h"
 
 // usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise

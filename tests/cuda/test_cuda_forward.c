@@ -15,7 +15,7 @@
 // the fused Q8 producers (norms / SwiGLU / gated norm writing the next matmul's int8 activations) == the unfused
 // path (BONSAI_CUDA_FUSE=0) bit for bit, with the launches per decode step counted in the emulator.
 #include "tests/test.h"
-#include "tests/model/tiny.h"
+#include "tests/core/tiny.h"
 #include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "core/forward.h"
@@ -1380,7 +1380,7 @@ int main(int argc, char **argv) {
         {"tiny", "Q8_0", 1e-2, 0.2, 2.0},
         {"tiny", "Q1_0", 1e-2, 0.2, 2.0},
         {"tiny", "Q2_0", 1e-2, 0.2, 2.0},
-        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs (tests/model/tiny.h)
+        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs (tests/core/tiny.h)
         {"qwen2", "F32", 1e-4, 1e-4, 1e-4}, // q/k/v biases
     };
     for (size_t i = 0; i < sizeof float_cases / sizeof float_cases[0]; i++)

@@ -1,4 +1,4 @@
-// tests/tokenizer/test_sampler_penalties.c — the sampler's repetition penalties (core/sampler.h: repeat_last_n,
+// tests/core/test_sampler_penalties.c — the sampler's repetition penalties (core/sampler.h: repeat_last_n,
 // repeat_penalty, frequency_penalty, presence_penalty over the history set by bn_sampler_set_history):
 //   - the post-chain probabilities (temperature 1, nothing truncated) equal the softmax of the penalized logits
 //     computed here in double from llama.cpp's formula, for windows of 0, 5, 64 and -1 (all) tokens, within 1e-6;

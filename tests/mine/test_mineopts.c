@@ -1,4 +1,4 @@
-// tests/detect/test_mineopts.c — shared mining flags: values land in the right fields, per-prompt
+// tests/mine/test_mineopts.c — shared mining flags: values land in the right fields, per-prompt
 // seed/phrase/temperature cycling, and clear errors for bad values.
 #include "tests/test.h"
 #include "mine/options.h"

@@ -1,9 +1,10 @@
-// tests/tokenizer/test_tok_vectors.c — llama.cpp's tokenizer test vectors (docs/model.md §11.4):
+// tests/core/test_tok_vectors.c — llama.cpp's tokenizer test vectors (docs/model.md §11.4):
 // every string of models/ggml-vocab-<name>.gguf.inp must tokenize (add_special = false,
 // parse_special = false) to exactly the ids of the .out line; decode(encode(s)) == s for the
 // byte-level BPE vocabs (SPM: " " + s, the space prefix). Also special-token parsing on/off on
 // the qwen2 vocab, random bytes (invalid UTF-8) round trips, long inputs, and the speed on ~1 MB of text (printed, not asserted).
 #include "core/tokenizer.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include "tests/test.h"
 #include <string.h>

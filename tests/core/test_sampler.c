@@ -1,4 +1,4 @@
-// tests/tokenizer/test_sampler.c — sampler chain and raw log-probs (core/sampler.h):
+// tests/core/test_sampler.c — sampler chain and raw log-probs (core/sampler.h):
 // greedy == argmax; top_k = 1 == argmax; same seed → same draws; empirical frequencies at
 // temperature 1 match softmax (chi-square, 4 dof, 200k draws, threshold 20 ≈ p 5e-4);
 // exact top_p / min_p truncation sets on hand-made logits; top-k log-probs vs a double-precision

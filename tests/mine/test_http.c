@@ -1,4 +1,4 @@
-// tests/detect/test_http.c — the HTTP completion source against a fake llama-server on loopback:
+// tests/mine/test_http.c — the HTTP completion source against a fake llama-server on loopback:
 // the request carries the prompt ids and raw-logprob settings; the response (plain and chunked
 // transfer encoding) becomes ids + top-K; a trailing EOG id is dropped; HTTP errors and bad URLs
 // are reported.

@@ -1,16 +1,16 @@
-// tests/detect/fuzz_lines.c — libFuzzer target for the text the tools read from files and the network: a pair row
+// tests/records/fuzz_lines.c — libFuzzer target for the text the tools read from files and the network: a pair row
 // (bonsai-ftpo-train's input), a generation-log row, a prompt line (bonsai-mine-pairs' input), a /completion
 // response body (what bn_source_http reads from a remote server) and arbitrary text through the tokenizer. The
 // first input byte picks the parser, the rest is its input. Checked beyond "no crash / no sanitizer report":
 // a parsed pair row written back and parsed again gives the same line, and the tokenizer round-trips any bytes
 // (decode(encode(s)) == s, core/tokenizer.h).
 //
-// In the suite (any compiler) test detect_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
+// In the suite (any compiler) test records_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
 // corpus and fixed-seed mutants of it.
 // Build and run (clang with libFuzzer; the library is instrumented too, so the fuzzer sees its branches):
 //   CC=clang meson setup build-fuzz -Dfuzz=true -Dcuda=disabled -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link
-//   ninja -C build-fuzz tests/detect/fuzz_lines
-//   mkdir -p /tmp/lines-corpus && ./build-fuzz/tests/detect/fuzz_lines -max_total_time=300 -max_len=2048 /tmp/lines-corpus tests/detect/corpus
+//   ninja -C build-fuzz tests/records/fuzz_lines
+//   mkdir -p /tmp/lines-corpus && ./build-fuzz/tests/records/fuzz_lines -max_total_time=300 -max_len=2048 /tmp/lines-corpus tests/records/corpus
 // The vocabulary: env BONSAI_FUZZ_VOCAB (a GGUF with tokenizer.* keys, e.g. third_party's ggml-vocab-qwen35.gguf),
 // else the tiny generated model's synthetic one.
 #include "records/pairs.h"

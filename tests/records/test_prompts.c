@@ -1,4 +1,4 @@
-// tests/detect/test_prompts.c — prompt JSONL formats (plain string, prompt, ShareGPT, OpenAI),
+// tests/records/test_prompts.c — prompt JSONL formats (plain string, prompt, ShareGPT, OpenAI),
 // optional source, agentic-source skipping, the antidoom template, trailing assistant turns,
 // max_prompts, and errors with line numbers.
 #include "tests/test.h"

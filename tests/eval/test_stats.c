@@ -1,4 +1,4 @@
-// tests/detect/test_stats.c — Wilson 95% intervals against published values (tolerance 5e-5:
+// tests/eval/test_stats.c — Wilson 95% intervals against published values (tolerance 5e-5:
 // the references are rounded to 4 decimals), loop statistics and their JSON.
 #include "tests/test.h"
 #include "eval/stats.h"

@@ -1,4 +1,4 @@
-// tests/model/test_model_hostile.c — well-formed GGUF files with hostile contents: every KV of a generated
+// tests/core/test_model_hostile.c — well-formed GGUF files with hostile contents: every KV of a generated
 // qwen35 model, a dense qwen3 model, a DSpark drafter and a LoRA adapter set to edge values (0, 1, -1,
 // INT32_MAX, 2^32 − 1, odd and doubled sizes, NaN, inf, empty or other strings), removed, or (arrays) shrunk,
 // emptied or retyped; every tensor removed, given another shape (a dimension + 1, doubled, the dimensions

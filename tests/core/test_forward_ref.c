@@ -1,9 +1,9 @@
-// tests/model/test_forward_ref.c — the whole tiny model through bn_forward vs a float64 reference
+// tests/core/test_forward_ref.c — the whole tiny model through bn_forward vs a float64 reference
 // forward written here straight from docs/model.md §4 (qwen35) and §7 (qwen3, llama), teacher-forced.
 // Also: batched prefill == token-by-token decode, snapshot/restore continuation is bit-identical,
 // taps/hidden outputs, thread-count independence, loader error messages, forward errors.
 #include "tests/test.h"
-#include "tests/model/tiny.h"
+#include "tests/core/tiny.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
 #include "synth/mkmodel.h"

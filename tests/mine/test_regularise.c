@@ -1,4 +1,4 @@
-// tests/detect/test_regularise.c — regularisation (docs/antidoom.md §8): exact token counts after
+// tests/mine/test_regularise.c — regularisation (docs/antidoom.md §8): exact token counts after
 // rejected flattening (derived by hand below), chosen flattening counts, headroom, source
 // balancing, the single-token share cap, context de-duplication, determinism for a seed, report.
 #include "tests/test.h"

@@ -1,4 +1,4 @@
-// tests/model/test_vs_llama.c — the engine's logits vs llama.cpp (npm libllama via tests/ref) on the
+// tests/core/test_vs_llama.c — the engine's logits vs llama.cpp (npm libllama via tests/ref) on the
 // three tiny architectures of tiny.h with F32 weights: qwen35 (Hk 2 ≠ Hv 4, so the tiled V-head
 // pairing is exercised), qwen3 (NEOX rope, q/k norm, tied head) and llama (NORM rope, no q/k norm).
 // Bound: NMSE < 1e-10 over 32 teacher-forced positions with an f32 KV cache (measured 4.4e-13 ..
@@ -6,7 +6,7 @@
 // largest; docs/model.md §12 allows 1e-6), same with BONSAI_SIMD=avx2/scalar; and every argmax agrees.
 // Also qwen2 (NEOX rope, q/k/v biases, no q/k norm).
 #include "tests/test.h"
-#include "tests/model/tiny.h"
+#include "tests/core/tiny.h"
 #include "core/forward.h"
 #include "core/model.h"
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// tests/detect/test_mine.c — the per-prompt mining pipeline (mine/mine.h) on the tiny mkmodel
+// tests/mine/test_mine.c — the per-prompt mining pipeline (mine/mine.h) on the tiny mkmodel
 // vocabulary with a scripted completion source (deterministic loops), in sample and prime mode,
 // plus a smoke test of the in-process source on the tiny random model (greedy ids equal the
 // recorded top-1, logprobs equal the recorded values exactly, top-K descending).

@@ -1,4 +1,4 @@
-// tests/tokenizer/test_chat.c — ChatML rendering (core/chat.h) against hand-written expected
+// tests/core/test_chat.c — ChatML rendering (core/chat.h) against hand-written expected
 // strings derived from the Qwen3.5 chat template (docs/model.md §11.3); each expected string was
 // cross-checked against a jinja2 rendering of llama.cpp models/templates/Qwen3.5-4B.jinja (and
 // Qwen-Qwen3-0.6B.jinja for the BN_CHAT_QWEN3 cases).

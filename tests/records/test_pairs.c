@@ -1,4 +1,4 @@
-// tests/detect/test_pairs.c — pair rows and generation-log rows <-> JSONL: full round trip (plain
+// tests/records/test_pairs.c — pair rows and generation-log rows <-> JSONL: full round trip (plain
 // and .gz, all §7.2 fields, doubles bit-exact), antidoom-only rows, unknown keys preserved,
 // invalid UTF-8 replaced by U+FFFD, and strict errors naming line and field for malformed rows.
 #include "tests/test.h"

@@ -1,4 +1,4 @@
-// tests/tokenizer/test_sampler_dry.c — DRY (core/dry.h) and its place in the sampler chain:
+// tests/core/test_sampler_dry.c — DRY (core/dry.h) and its place in the sampler chain:
 //   - a hand-worked window "a b c a b c a b" (allowed length 2, base 2): only c is penalized, by 2^(5−2) = 8;
 //   - on the real qwen35 vocabulary (third_party's ggml-vocab-qwen35.gguf), bn_dry_apply against llama.cpp's own dry
 //     sampler (the prebuilt libllama) on histories with repeats and breakers, for the default breakers, none,

@@ -1,4 +1,4 @@
-// tests/tokenizer/test_tok_synth.c — small synthetic byte-level BPE vocabularies (256 byte tokens
+// tests/core/test_tok_synth.c — small synthetic byte-level BPE vocabularies (256 byte tokens
 // + merges + specials), as the model generator writes them: hand-computed merge results, leftmost
 // merge on equal ranks, byte fallback for a merge result missing from the vocab, special tokens,
 // EOG set, round trips on arbitrary bytes (invalid UTF-8 included); then the vocabulary that

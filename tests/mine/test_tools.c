@@ -1,4 +1,4 @@
-// tests/detect/test_tools.c — resume repair (bn_mine_resume) on hand-made damaged outputs, and
+// tests/mine/test_tools.c — resume repair (bn_mine_resume) on hand-made damaged outputs, and
 // smoke runs of bonsai-mine-pairs (refusal without --resume, resume continues where it stopped,
 // --regularise to .gz) and bonsai-eval-loops (JSON result) on the tiny random model (few tokens).
 #include "tests/test.h"

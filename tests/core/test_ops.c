@@ -1,4 +1,4 @@
-// tests/model/test_ops.c — every op of core/ops.h against a float64 reference written here, plus
+// tests/core/test_ops.c — every op of core/ops.h against a float64 reference written here, plus
 // the thread pool and bn_matmul (all paths) against float64 matvecs. Tolerances next to each check.
 #include "tests/test.h"
 #include "core/matmul.h"

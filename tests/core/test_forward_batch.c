@@ -1,4 +1,4 @@
-// tests/model/test_forward_batch.c — bn_forward_batch (one decode step of several sequences at once) against
+// tests/core/test_forward_batch.c — bn_forward_batch (one decode step of several sequences at once) against
 // one-token bn_forward of each sequence, on the tiny qwen35 model (GDN and attention layers) in F32, Q8_0 and
 // Q1_0, with fp32 and fp16 KV caches: 4 sequences prefilled with prompts of different lengths (so different
 // positions and caches), then 12 steps where the batched states and their unbatched twins get the same tokens
@@ -17,7 +17,7 @@
 // n_layer − 1 and of all layers (the attention layer is the last) against bn_forward_front of each sequence: residual rows within
 // 1e-4 over 8 steps; a state of other layers, a bad token and no x_out are refused with every state unchanged.
 #include "tests/test.h"
-#include "tests/model/tiny.h"
+#include "tests/core/tiny.h"
 #include "core/forward.h"
 #include "core/forward_impl.h"
 #include "core/model.h"

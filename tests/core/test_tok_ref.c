@@ -1,4 +1,4 @@
-// tests/tokenizer/test_tok_ref.c — the tokenizer against llama.cpp itself (prebuilt npm libllama
+// tests/core/test_tok_ref.c — the tokenizer against llama.cpp itself (prebuilt npm libllama
 // through tests/ref/llama_ref.h) on five vocabularies (qwen35, qwen2, gpt-2, llama-bpe, llama-spm):
 //   - the piece of EVERY token (special and non-special rendering) is byte-identical,
 //   - the EOG flag of every token and the add-BOS flag agree,

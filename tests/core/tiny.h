@@ -1,4 +1,4 @@
-// tests/model/tiny.h — a self-contained tiny-model generator for the engine tests: random fp32
+// tests/core/tiny.h — a self-contained tiny-model generator for the engine tests: random fp32
 // weights kept in memory (so a float64 reference can use exactly the same numbers), written to a
 // GGUF with the exact qwen35 / qwen3 / llama keys and tensor names (docs/model.md §2–3, §7).
 // Options: store the 2-D weights quantized (the in-memory copy is then the dequantized values),
