@@ -1,5 +1,4 @@
-# scripts/demo-rounds.sh — sourced by scripts/demo.sh: STE candidates picked on validation data, in on-policy rounds
-# (issue #8).
+# scripts/demo-rounds.sh — sourced by scripts/demo.sh: STE candidates picked on validation data, in on-policy rounds.
 #
 # Why: through the 1-bit quantizer the outcome of one STE run is a lottery — which loops remain ("--" → "You" → …)
 # and how far the perplexity drifts depend on the LoRA seed and on λ_tether (notes/e2e-results.md, "Why the recipe is

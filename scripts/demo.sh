@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/demo.sh [BUILD_DIR] — the end-to-end antidoom demo run by `./bonsai.sh demo` (issue #8).
+# scripts/demo.sh [BUILD_DIR] — the end-to-end antidoom demo run by `./bonsai.sh demo`.
 # On the shipped looping model — data/bonsai-loop-1bit.gguf (natively 1-bit, weights stored as Q1_0 like
 # the real Bonsai models) when present, else data/bonsai-loop-f16.gguf (scripts/make-model.sh):
 #   1. loop rate of the base model (greedy, held-out prompts);
@@ -216,7 +216,7 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
     echo "seq-rep-4: the mean share of repeated word 4-grams in a completion (1 - distinct / all; also counts a phrase"
     echo "that comes back with changes, which the loop detector does not)"
     echo
-    echo "requantization goals (issue #8): chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
+    echo "requantization goals: chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
     echo "perplexity drift <= 2% vs the base of the same type (antidoom-f16 vs base-f16 for reference); the CI is the"
     echo "model's loop rate's (Wilson, over the held-out prompts)"
     echo
