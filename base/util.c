@@ -73,46 +73,6 @@ double bn_time_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-void bn_progress_start(bn_progress *p, const char *label, int64_t total) {
-    const char *env = getenv("BONSAI_PROGRESS");
-    p->label = label;
-    p->total = total;
-    p->done = 0;
-    p->t_start = p->t_last = bn_time_ms();
-    p->enabled = env ? atoi(env) != 0 : isatty(fileno(stderr));
-}
-
-static void progress_draw(bn_progress *p, const char *extra, bool final) {
-    double el = (bn_time_ms() - p->t_start) / 1e3;
-    double frac = p->total > 0 ? (double)p->done / p->total : 0;
-    if (frac > 1) frac = 1;
-    int w = 30, fill = (int)(frac * w);
-    char bar[64];
-    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
-    bar[w] = 0;
-    double eta = frac > 0 && !final ? el / frac - el : 0;
-    fprintf(stderr, "\r%-14s [%s] %3.0f%% %lld/%lld %.1fs", p->label, bar, frac * 100,
-            (long long)p->done, (long long)p->total, el);
-    if (eta > 0) fprintf(stderr, " eta %.0fs", eta);
-    if (extra && *extra) fprintf(stderr, " %s", extra);
-    fputs(final ? "\n" : "\033[K", stderr);
-    fflush(stderr);
-}
-
-void bn_progress_update(bn_progress *p, int64_t done, const char *extra) {
-    p->done = done;
-    if (!p->enabled) return;
-    double now = bn_time_ms();
-    if (now - p->t_last < 100 && done < p->total) return;
-    p->t_last = now;
-    progress_draw(p, extra, false);
-}
-
-void bn_progress_finish(bn_progress *p, const char *extra) {
-    if (p->total > p->done) p->done = p->total;
-    if (p->enabled) progress_draw(p, extra, true);
-}
-
 // ---- temp files removed on SIGINT / SIGTERM / SIGHUP ----------------------------------------
 #define TMP_SLOTS 32
 static const char *volatile tmp_slots[TMP_SLOTS]; // claimed with compare-and-swap, read by the handler

@@ -1,11 +1,12 @@
 // base/util.h — small shared helpers: allocation that dies loudly, error buffers, timing,
-// a terminal progress bar, atomic file output, gzip-aware line I/O, CRC32.
+// atomic file output, gzip-aware line I/O, CRC32 (and, through base/progress.h, the progress bar).
 #ifndef BONSAI_UTIL_H
 #define BONSAI_UTIL_H
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include "base/progress.h" // bn_progress (here before it had its own file)
 
 // ---- errors -------------------------------------------------------------------------------
 // Functions that can fail take (char *err, size_t errlen) and fill it with one clear line.
@@ -26,19 +27,6 @@ void *bn_aligned_alloc(size_t n);
 // ---- time ---------------------------------------------------------------------------------
 // bn_time_ms: monotonic milliseconds as a double.
 double bn_time_ms(void);
-
-// ---- progress bar -------------------------------------------------------------------------
-// A one-line bar on stderr, redrawn at most ~10x/s; silent when stderr is not a TTY unless
-// BONSAI_PROGRESS=1. extra is a short free-text suffix (e.g. "12.3 tok/s").
-typedef struct {
-    const char *label;
-    int64_t total, done;
-    double t_start, t_last;
-    bool enabled;
-} bn_progress;
-void bn_progress_start(bn_progress *p, const char *label, int64_t total);
-void bn_progress_update(bn_progress *p, int64_t done, const char *extra);
-void bn_progress_finish(bn_progress *p, const char *extra);
 
 // ---- atomic output ------------------------------------------------------------------------
 // bn_atomic_file: writes go to "<path>.tmp.<pid>"; commit fsyncs, renames over path and
