@@ -46,7 +46,8 @@ static int merge_main(const char *base, const char *adapter, const char *type, b
     if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
     else {
         printf("|dW|/|W|: the adapter's change against the weight; delta_kept: the share of that change the written "
-               "(quantized) tensor keeps, 1 = all; sign_flips: the share of elements whose sign differs from the base's\n");
+               "(quantized) tensor keeps, 1 = all; sign_flips: the share of elements whose sign differs from the "
+               "base's\n");
         printf("%-32s %-10s %12s %12s %10s\n", "tensor", "type", "|dW|/|W|", "delta_kept", "sign_flips");
         for (int i = 0; i < l->n_tensors; i++)
             printf("%-32s %-10s %12.4g %12.4f %10.5f\n", st[i].name, bn_type_name(st[i].type), st[i].rel_delta,
@@ -109,11 +110,11 @@ static const bn_arg ftpo_args[] = {
            "train through requantization (Q1_0, Q2_0, ...): the forward uses the model as bonsai-quantize --type TYPE "
            "stores it, adapted weights as deq(Q(W + s·B·A)) after each step, straight-through gradients; "
            "reference/eval = the quantized model. Ship with --merge ... --merge-type TYPE (needs --dropout 0)"),
-    BN_TRUE("--keep-scales", O(t.ste_keep_scales),
-            "with --ste-type Q1_0|Q2_0|PQ2_0 and with --merge-type of that type: adapted weights keep the quantized "
-            "base's block scales, the adapter changes only codes (signs, ternary codes; a Q2_0 block's scale is its "
-            "max |w|, so without this one large element rescales its whole block). Merge with the flag it was "
-            "trained with"),
+    BN_TRUE(
+        "--keep-scales", O(t.ste_keep_scales),
+        "with --ste-type Q1_0|Q2_0|PQ2_0 and with --merge-type of that type: adapted weights keep the quantized base's "
+        "block scales, the adapter changes only codes (signs, ternary codes; a Q2_0 block's scale is its max |w|, so "
+        "without this one large element rescales its whole block). Merge with the flag it was trained with"),
     BN_SEED("-s, --seed", O(t.seed), "init / shuffle / dropout seed"),
     BN_SECTION("optimisation"),
     BN_INT("--epochs", O(t.epochs), "N", "epochs", 1, 1000000),
@@ -127,7 +128,7 @@ static const bn_arg ftpo_args[] = {
     BN_INT("--log-window", O(t.log_window), "N", "steps in the running mean", 1, 1 << 20),
     BN_I64("--max-steps", O(t.max_steps), "N", "stop after N optimizer steps in this run (0: no limit)", 0, 0x1p63),
     BN_INT("--max-seq", O(max_seq), "N", "drop rows with len(context)+1 > N", 2, INT32_MAX),
-    BN_SECTION("loss (docs/antidoom.md §9)"),
+    BN_SECTION("loss (docs/antidoom.md §9; the values default to the preset's)"),
     BN_STR("--preset", O(preset), "NAME",
            "antidoom (default: per-row mean, λ_nt 0.4, λ_t 0.05, τ_t 0.5) | antislop (weighted mean + fallback, τ_t 1, "
            "λ_agg 0.1, τ_agg 2); the options below override its values"),
@@ -153,8 +154,8 @@ static const bn_arg ftpo_args[] = {
            INT32_MAX),
     BN_STR("--resume", O(t.resume_path), "FILE", "continue from a checkpoint"),
     BN_STR("--init-adapter", O(t.init_adapter), "FILE",
-           "start from this adapter (same targets/rank) instead of the PEFT init; fresh optimizer and schedule (e.g. "
-           "a second round on new pairs)"),
+           "start from this adapter (same targets/rank) instead of the PEFT init; fresh optimizer and schedule (e.g. a "
+           "second round on new pairs)"),
     BN_STR("--log", O(t.log_jsonl), "FILE", "per-step JSON lines"),
     BN_FALSE("--no-eval", O(t.eval_each_epoch), "skip the per-epoch no-grad evaluation"),
     BN_SECTION("evaluation only (no training; -o not needed)"),
@@ -178,8 +179,8 @@ static const bn_args_tool tool = {
              "       bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl --eval ADAPTER.gguf\n"
              "       bonsai-ftpo-train -m MODEL.gguf --merge ADAPTER.gguf -o MERGED.gguf [--merge-type T]\n"
              "FTPO LoRA training on doom-loop pairs (docs/antidoom.md §9-12), on the CPU.\n",
-    .notes = "Per-step lines on stderr carry an ETA (-q or --no-progress: none). SIGINT/SIGTERM: finish the step, write "
-             "the checkpoint and the adapter, exit 0.\n"};
+    .notes = "Per-step lines on stderr carry an ETA (-q or --no-progress: none). SIGINT/SIGTERM: finish the step,\n"
+             "write the checkpoint and the adapter, exit 0.\n"};
 
 // set_loss: the preset, the loss overrides and the targets into o->t; checks the values; exits on a bad one.
 static void set_loss(ftpo_opts *o) {
@@ -260,10 +261,14 @@ static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tra
     }
     if (res.interrupted && t->ckpt_path)
         fprintf(stderr, "ftpo-train: interrupted; continue with --resume %s (same options)\n", t->ckpt_path);
-    fprintf(stderr, "ftpo-train: %lld/%lld steps%s; chosen_win %.3f -> %.3f (running %.3f); loss %.5f -> %.5f; adapter %s\n",
+    fprintf(stderr,
+            "ftpo-train: %lld/%lld steps%s; chosen_win %.3f -> %.3f (running %.3f); loss %.5f -> %.5f; adapter %s\n",
             (long long)res.steps, (long long)res.total_steps,
-            res.early_stopped ? " (early stop)" : res.interrupted ? " (interrupted)" : "",
-            res.first_chosen_win, res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss, t->out_adapter);
+            res.early_stopped ? " (early stop)"
+            : res.interrupted ? " (interrupted)"
+                              : "",
+            res.first_chosen_win, res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss,
+            t->out_adapter);
     if (t->tether_tokens) fprintf(stderr, "ftpo-train: tether KL %.5g -> %.5g\n", res.first_tether, res.last_tether);
     return 0;
 }

@@ -71,7 +71,7 @@ static const bn_args_tool tool = {
     .name = "bonsai-mine-pairs",
     .usage = "usage: bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [options]\n"
              "       bonsai-mine-pairs --regularise PAIRS.jsonl -o TRAIN.jsonl [options]\n",
-    .notes = "-s/--seed also seeds the regularisation's selection (default 3407). Repetition penalties and DRY are "
+    .notes = "-s/--seed also seeds the regularisation's selection (default 3407). Repetition penalties and DRY are\n"
              "bonsai-eval-loops' (a penalty hides the loops mining looks for).\n"};
 
 // parse_args: the options into po (exits on --help, --version or a bad or missing option).

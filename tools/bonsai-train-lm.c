@@ -75,11 +75,13 @@ typedef struct {
 static const bn_arg lm_args[] = {
     BN_STR("-m, --model", O(model), "FILE", "the initial model (with --tokenize: the vocabulary GGUF)"),
     BN_STR("--data", O(data), "FILE", "uint32 token file (--tokenize writes one)"),
-    BN_STR("-o, --output", O(out), "FILE", "the trained model (with --tokenize: tokens.bin; --train-vocab: VOCAB.gguf)"),
+    BN_STR("-o, --output", O(out), "FILE",
+           "the trained model (with --tokenize: tokens.bin; --train-vocab: VOCAB.gguf)"),
     BN_STR("--tokenize", O(tokenize), "TEXT", "tokenize the text file TEXT with -m's tokenizer into -o, then exit"),
     BN_INT("--train-vocab", O(vocab_n), "N",
            "learn an N-token byte-level BPE from the text file given as the argument into -o, then exit (use with "
-           "bonsai-mkmodel --vocab VOCAB.gguf)", 1, 1 << 24),
+           "bonsai-mkmodel --vocab VOCAB.gguf)",
+           1, 1 << 24),
     BN_POS(O(vocab_text), "TEXT", "--train-vocab's text file"),
     BN_SECTION("training"),
     BN_I64("--steps", O(cfg.total_steps), "N", "optimizer steps = schedule length", 1, 0x1p63),
@@ -117,7 +119,7 @@ static const bn_args_tool tool = {
              "       bonsai-train-lm --tokenize TEXT -m VOCAB.gguf -o tokens.bin\n"
              "       bonsai-train-lm --train-vocab N TEXT -o VOCAB.gguf\n"
              "Full-parameter next-token training of a small model in F32, on the CPU.\n",
-    .notes = "Per-step lines on stderr (loss, gradient norm, lr, ms/step, tok/s, ETA; -q or --no-progress: none). "
+    .notes = "Per-step lines on stderr (loss, gradient norm, lr, ms/step, tok/s, ETA; -q or --no-progress: none).\n"
              "SIGINT/SIGTERM: finish the step, checkpoint, write OUT.gguf, exit 0.\n"};
 
 // parse_args: the options into o (exits on --help, --version or a bad or missing option).
@@ -217,11 +219,12 @@ static int run_steps(const lm_opts *o, lm_run *r, char *err, size_t errlen) {
         }
         double ms = now_ms() - t0;
         char eta[48];
-        bn_eta_text(eta, sizeof eta, (now_ms() - t_run) / 1e3, (double)(r->pos.step - first), (double)(run_end - first));
+        bn_eta_text(eta, sizeof eta, (now_ms() - t_run) / 1e3, (double)(r->pos.step - first),
+                    (double)(run_end - first));
         if (!o->quiet)
-            fprintf(stderr, "step %lld/%lld loss %.4f |g| %.3f lr %.3e %.0f ms %.0f tok/s%s%s\n", (long long)r->pos.step,
-                    (long long)cfg->total_steps, loss, gn, lr, ms, (double)cfg->batch * cfg->ctx / (ms / 1e3),
-                    eta[0] ? " " : "", eta);
+            fprintf(stderr, "step %lld/%lld loss %.4f |g| %.3f lr %.3e %.0f ms %.0f tok/s%s%s\n",
+                    (long long)r->pos.step, (long long)cfg->total_steps, loss, gn, lr, ms,
+                    (double)cfg->batch * cfg->ctx / (ms / 1e3), eta[0] ? " " : "", eta);
         if (have_val && o->eval_every > 0 && r->pos.step % o->eval_every == 0 && r->pos.step < cfg->total_steps) {
             double ppl = bn_sft_eval_ppl(r->p, &r->d, cfg->ctx, o->eval_windows, err, errlen);
             fprintf(stderr, "eval step %lld held-out ppl %.4f\n", (long long)r->pos.step, ppl);
@@ -259,10 +262,12 @@ int main(int argc, char **argv) {
                  : 1;
     if (rc) fprintf(stderr, "bonsai-train-lm: %s\n", err);
     if (rc == 0) {
-        if (stop_requested) fprintf(stderr, "train-lm: stopped at step %lld (checkpoint written)\n", (long long)r.pos.step);
+        if (stop_requested)
+            fprintf(stderr, "train-lm: stopped at step %lld (checkpoint written)\n", (long long)r.pos.step);
         if (r.d.n - r.d.n_train >= 2) {
             double ppl = bn_sft_eval_ppl(r.p, &r.d, cfg->ctx, 0, err, sizeof err);
-            printf("final held-out ppl %.4f (step %lld%s)\n", ppl, (long long)r.pos.step, r.p->fq ? ", quantized model" : "");
+            printf("final held-out ppl %.4f (step %lld%s)\n", ppl, (long long)r.pos.step,
+                   r.p->fq ? ", quantized model" : "");
         }
         fprintf(stderr, "train-lm: wrote %s\n", o.out);
     }
