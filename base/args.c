@@ -10,7 +10,7 @@
 
 #define HELP_COL 32    // where the help text starts
 #define HELP_WIDTH 118 // the help is wrapped to this many columns
-#define MAX_SEEN 512   // options remembered for bn_args_given
+#define MAX_SEEN 512   // entries remembered for bn_args_given (more than any table list has)
 
 static const bn_arg builtin_args[] = {
     BN_SECTION("general"),
@@ -51,47 +51,50 @@ static bool takes_value(const bn_arg *a) {
 
 static bool is_int(bn_arg_type t) { return t == BN_ARG_INT || t == BN_ARG_I64 || t == BN_ARG_U64; }
 
-// range_text: "LO..HI" of a number entry, an open end left out ("0.."), into buf; returns buf.
-static const char *range_text(const bn_arg *a, char *buf, size_t n) {
-    char lo[32] = "", hi[32] = "";
-    if (is_int(a->type)) {
-        const double top = a->type == BN_ARG_INT ? 2147483647.0 : 0x1p63;
-        if (a->lo > -top - 1) snprintf(lo, sizeof lo, "%lld", (long long)a->lo);
-        if (a->hi < top) snprintf(hi, sizeof hi, "%lld", (long long)a->hi);
+// range_text: "LO..HI" with an open end left out ("0..", "..1", "any value") into buf; the ends at the type's limits
+// (an int's, int64_t's, ±1e30 for reals) are open. Returns buf.
+static const char *range_text(bool integer, double lo, double hi, char *buf, size_t n) {
+    char l[32] = "", h[32] = "";
+    if (integer) {
+        if (lo > -2147483648.0 && lo > -0x1p63) snprintf(l, sizeof l, "%lld", (long long)lo);
+        if (hi != 2147483647.0 && hi < 0x1p63 - 1024) snprintf(h, sizeof h, "%lld", (long long)hi);
     } else {
-        if (a->lo > -1e30) snprintf(lo, sizeof lo, "%g", a->lo);
-        if (a->hi < 1e30) snprintf(hi, sizeof hi, "%g", a->hi);
+        if (lo > -1e30) snprintf(l, sizeof l, "%g", lo);
+        if (hi < 1e30) snprintf(h, sizeof h, "%g", hi);
     }
-    if (!lo[0] && !hi[0]) snprintf(buf, n, "any value");
-    else snprintf(buf, n, "%s..%s", lo, hi);
+    if (!l[0] && !h[0]) snprintf(buf, n, "any value");
+    else snprintf(buf, n, "%s..%s", l, h);
     return buf;
+}
+
+int bn_args_int(const char *opt, const char *s, long long lo, long long hi, long long *v, char *err, size_t errlen) {
+    char rng[80], *end;
+    range_text(true, (double)lo, (double)hi, rng, sizeof rng);
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || isspace((unsigned char)*s) || *end || errno == ERANGE)
+        return bn_err(err, errlen, "%s: '%s' is not an integer (expected %s)", opt, s, rng);
+    if (x < lo || x > hi) return bn_err(err, errlen, "%s: '%s' is out of range (expected %s)", opt, s, rng);
+    *v = x;
+    return 0;
+}
+
+int bn_args_real(const char *opt, const char *s, double lo, double hi, double *v, char *err, size_t errlen) {
+    char rng[80], *end;
+    range_text(false, lo, hi, rng, sizeof rng);
+    errno = 0;
+    double x = strtod(s, &end);
+    if (!*s || isspace((unsigned char)*s) || *end || errno == ERANGE || !isfinite(x))
+        return bn_err(err, errlen, "%s: '%s' is not a number (expected %s)", opt, s, rng);
+    if (!(x >= lo && x <= hi)) return bn_err(err, errlen, "%s: '%s' is out of range (expected %s)", opt, s, rng);
+    *v = x;
+    return 0;
 }
 
 // read_int: s as a base-10 integer in a's range into *v; 0, or -1 with err naming opt and s.
 static int read_int(const bn_arg *a, const char *opt, const char *s, long long *v, char *err, size_t errlen) {
-    char rng[80], *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (!*s || isspace((unsigned char)*s) || *end || errno == ERANGE)
-        return bn_err(err, errlen, "%s: '%s' is not an integer (expected %s)", opt, s, range_text(a, rng, sizeof rng));
     long long lo = a->lo <= -0x1p63 ? INT64_MIN : (long long)a->lo, hi = a->hi >= 0x1p63 ? INT64_MAX : (long long)a->hi;
-    if (x < lo || x > hi)
-        return bn_err(err, errlen, "%s: '%s' is out of range (expected %s)", opt, s, range_text(a, rng, sizeof rng));
-    *v = x;
-    return 0;
-}
-
-// read_real: s as a finite number in a's range into *v; 0, or -1 with err naming opt and s.
-static int read_real(const bn_arg *a, const char *opt, const char *s, double *v, char *err, size_t errlen) {
-    char rng[80], *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (!*s || isspace((unsigned char)*s) || *end || errno == ERANGE || !isfinite(x))
-        return bn_err(err, errlen, "%s: '%s' is not a number (expected %s)", opt, s, range_text(a, rng, sizeof rng));
-    if (!(x >= a->lo && x <= a->hi))
-        return bn_err(err, errlen, "%s: '%s' is out of range (expected %s)", opt, s, range_text(a, rng, sizeof rng));
-    *v = x;
-    return 0;
+    return bn_args_int(opt, s, lo, hi, v, err, errlen);
 }
 
 // choice_index: the index of s among the '|'-separated words of choices, or -1.
@@ -111,7 +114,8 @@ static int set(const bn_arg *a, void *base, const char *opt, const char *val, ch
     long long i = 0;
     double r = 0;
     if (is_int(a->type) && read_int(a, opt, val, &i, err, errlen) != 0) return -1;
-    if ((a->type == BN_ARG_FLOAT || a->type == BN_ARG_DOUBLE) && read_real(a, opt, val, &r, err, errlen) != 0) return -1;
+    if ((a->type == BN_ARG_FLOAT || a->type == BN_ARG_DOUBLE) && bn_args_real(opt, val, a->lo, a->hi, &r, err, errlen))
+        return -1;
     switch (a->type) {
     case BN_ARG_TRUE: *(bool *)dst = true; break;
     case BN_ARG_FALSE: *(bool *)dst = false; break;
@@ -123,8 +127,17 @@ static int set(const bn_arg *a, void *base, const char *opt, const char *val, ch
     case BN_ARG_STR: *(const char **)dst = val; break;
     case BN_ARG_STRS: {
         int *count = (int *)((char *)base + a->off_n);
-        if (*count >= (int)a->hi) return bn_err(err, errlen, "%s: at most %d values", opt, (int)a->hi);
+        if (*count >= a->cap) return bn_err(err, errlen, "%s: at most %d values", opt, a->cap);
         ((const char **)dst)[(*count)++] = val;
+        break;
+    }
+    case BN_ARG_INTS: {
+        char rng[80];
+        int n = bn_parse_int_list(val, (long)a->lo, (long)a->hi, (int *)dst, a->cap);
+        if (n == 0)
+            return bn_err(err, errlen, "%s: '%s' is not a list of integers in %s (at most %d, comma-separated)", opt,
+                          val, range_text(true, a->lo, a->hi, rng, sizeof rng), a->cap);
+        *(int *)((char *)base + a->off_n) = n;
         break;
     }
     case BN_ARG_CHOICE: {
@@ -136,7 +149,11 @@ static int set(const bn_arg *a, void *base, const char *opt, const char *val, ch
     case BN_ARG_FN: {
         char why[448];
         why[0] = 0;
-        if (a->fn(base, opt, val, why, sizeof why) != 0) return bn_err(err, errlen, "%s: %s", opt, why);
+        if (a->fn(base, opt, val, why, sizeof why) != 0) { // (a message from bn_args_int names opt already)
+            size_t n = strlen(opt);
+            bool named = !strncmp(why, opt, n) && !strncmp(why + n, ": ", 2);
+            return named ? bn_err(err, errlen, "%s", why) : bn_err(err, errlen, "%s: %s", opt, why);
+        }
         break;
     }
     default: break;
@@ -159,7 +176,10 @@ static const bn_arg *next_pos(const bn_arg_table *tables, const bn_arg_table **t
     return NULL;
 }
 
+// seen: remembers that entry a was given (once; for bn_args_given and the positional entries still free).
 static void seen(const bn_arg *a) {
+    for (int k = 0; k < g_n_seen; k++)
+        if (g_seen[k] == a) return;
     if (g_n_seen < MAX_SEEN) g_seen[g_n_seen++] = a;
 }
 
@@ -218,7 +238,7 @@ static void default_text(const bn_arg *a, const void *base, char *buf, size_t n)
         if (!isnan(*(const double *)p)) snprintf(buf, n, "%g", *(const double *)p);
         break;
     case BN_ARG_STR:
-        if (*(const char *const *)p && **(const char *const *)p) snprintf(buf, n, "%s", *(const char *const *)p);
+        if (*(const char *const *)p && **(const char *const *)p) snprintf(buf, n, "\"%s\"", *(const char *const *)p);
         break;
     case BN_ARG_CHOICE: {
         int k = *(const int *)p, i = 0;
@@ -249,7 +269,7 @@ static void print_wrapped(FILE *f, const char *text, int at, int col) {
         size_t w = strcspn(p, " \n");
         if (x > col && x + 1 + (int)w > HELP_WIDTH) fprintf(f, "\n%*s", col, ""), x = col;
         else if (x > col) fputc(' ', f), x++;
-        fwrite(p, 1, w, f);
+        for (size_t k = 0; k < w; k++) fputc(p[k] == '\x01' ? ' ' : p[k], f); // \x01: a space that does not break
         x += (int)w;
         p += w;
     }
@@ -270,7 +290,8 @@ static void print_table(FILE *f, const bn_arg_table *t, char (*defs)[64]) {
         else snprintf(head, sizeof head, "  %s%s%s", a->names, a->meta ? " " : "", a->meta ? a->meta : "");
         if (defs) snprintf(def, sizeof def, "%s", defs[k]);
         else default_text(a, t->base, def, sizeof def);
-        snprintf(text, sizeof text, def[0] ? "%s (default: %s)" : "%s", a->help, def);
+        for (char *c = def; *c; c++) *c = *c == ' ' ? '\x01' : *c; // the default is not broken across lines
+        snprintf(text, sizeof text, def[0] ? "%s (default:\x01%s)" : "%s", a->help, def);
         fputs(head, f);
         print_wrapped(f, text, (int)strlen(head), HELP_COL);
     }

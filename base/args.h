@@ -22,7 +22,8 @@ typedef enum {
     BN_ARG_FLOAT,    // float in lo..hi (finite)
     BN_ARG_DOUBLE,   // double in lo..hi (finite)
     BN_ARG_STR,      // const char *: the argv string itself
-    BN_ARG_STRS,     // repeatable: appended to the const char *[hi] at off, the count in the int at off_n
+    BN_ARG_STRS,     // repeatable: appended to the const char *[cap] at off, the count in the int at off_n
+    BN_ARG_INTS,     // a comma-separated list of integers in lo..hi into the int[cap] at off, the count at off_n
     BN_ARG_CHOICE,   // one of the '|'-separated words of meta; its index goes into the int at off
     BN_ARG_FN,       // fn(base, opt, val) sets it; a flag (val NULL) when meta is NULL
     BN_ARG_POS,      // a positional argument (meta names it), const char * at off; filled in table order
@@ -35,11 +36,12 @@ typedef struct bn_arg {
     const char *meta;  // the value's name in --help ("N", "FILE"; choices "sample|prime"); NULL for flags
     const char *help;  // one line of help (wrapped to the terminal's 118 columns); NULL: accepted, not listed.
                        // "(default: X)" is added from the value before parsing unless the text says "default"
-    double lo, hi;     // the range of a number (integers: hi >= 2^63 means no upper bound); STRS: hi = capacity
+    double lo, hi;     // the range of a number (integers: hi >= 2^63 means no upper bound)
     // BN_ARG_FN: sets the option from val (NULL for a flag); returns 0, or -1 with err filled (the caller prefixes
     // "<tool>: ")
     int (*fn)(void *base, const char *opt, const char *val, char *err, size_t errlen);
-    size_t off_n; // BN_ARG_STRS: offsetof the int count
+    size_t off_n; // BN_ARG_STRS / BN_ARG_INTS: offsetof the int count
+    int cap;      // BN_ARG_STRS / BN_ARG_INTS: room at off
 } bn_arg;
 
 // Table entries: names, the offset of the value, its name in --help, the help line, a number's range. A table ends
@@ -57,7 +59,10 @@ typedef struct bn_arg {
 #define BN_SEED(n_, o_, h_) BN_U64(n_, o_, "N", h_, 0, 0x1p63) // a seed: 0..INT64_MAX
 #define BN_STR(n_, o_, m_, h_) {.names = (n_), .type = BN_ARG_STR, .off = (o_), .meta = (m_), .help = (h_)}
 #define BN_STRS(n_, o_, c_, k_, m_, h_)                                                                            \
-    {.names = (n_), .type = BN_ARG_STRS, .off = (o_), .off_n = (c_), .hi = (k_), .meta = (m_), .help = (h_)}
+    {.names = (n_), .type = BN_ARG_STRS, .off = (o_), .off_n = (c_), .cap = (k_), .meta = (m_), .help = (h_)}
+#define BN_INTS(n_, o_, c_, k_, m_, h_, lo_, hi_)                                                                  \
+    {.names = (n_), .type = BN_ARG_INTS, .off = (o_), .off_n = (c_), .cap = (k_), .meta = (m_), .help = (h_),      \
+     .lo = (lo_), .hi = (hi_)}
 #define BN_CHOICE(n_, o_, m_, h_) {.names = (n_), .type = BN_ARG_CHOICE, .off = (o_), .meta = (m_), .help = (h_)}
 #define BN_FN(n_, f_, m_, h_) {.names = (n_), .type = BN_ARG_FN, .fn = (f_), .meta = (m_), .help = (h_)}
 #define BN_POS(o_, m_, h_) {.type = BN_ARG_POS, .off = (o_), .meta = (m_), .help = (h_)}
@@ -90,6 +95,11 @@ void bn_args_parse(const bn_args_tool *tool, const bn_arg_table *tables, int arg
 // were read, 1 on -h/--help, 2 on --version, or -1 with err ("--top-k: 'abc' is not an integer (expected -1..)",
 // "unknown option '--x' (see --help)", "option '-n' needs a value N (see --help)").
 int bn_args_read(const bn_arg_table *tables, int n, char *const *args, char *err, size_t errlen);
+// bn_args_int / bn_args_real: s, the value of option opt, as a base-10 integer / a finite number in lo..hi into *v
+// (for BN_ARG_FN callbacks); 0, or -1 with err in the words of the tables ("--port: 'x' is not an integer (expected
+// 0..65535)", "--top-p: '2' is out of range (expected 0..1)").
+int bn_args_int(const char *opt, const char *s, long long lo, long long hi, long long *v, char *err, size_t errlen);
+int bn_args_real(const char *opt, const char *s, double lo, double hi, double *v, char *err, size_t errlen);
 // bn_args_given: true when the last bn_args_read / bn_args_parse met the option with this spelling (any of the
 // spellings of its entry), e.g. bn_args_given("-c") after "--ctx-size 512".
 bool bn_args_given(const char *name);

@@ -18,9 +18,10 @@ static int off_fn(void *base, const char *opt, const char *val, char *err, size_
 
 const bn_arg bn_progress_args[] = {
     BN_SECTION("progress"),
-    BN_FN("--no-progress", off_fn, NULL, "no progress on stderr (otherwise a bar with an ETA on a terminal, a plain line every 5 s when stderr is not "
-     "one). The environment: BONSAI_PROGRESS=0 is --no-progress, BONSAI_PROGRESS=1 draws the bar even off a "
-     "terminal, BONSAI_PROGRESS_INTERVAL=S prints the plain line every S seconds"),
+    BN_FN("--no-progress", off_fn, NULL,
+          "no progress on stderr (otherwise a bar with an ETA on a terminal, a plain line every 5s when stderr is not "
+          "one). The environment: BONSAI_PROGRESS=0 is --no-progress, BONSAI_PROGRESS=1 draws the bar even off a "
+          "terminal, BONSAI_PROGRESS_INTERVAL=S prints the plain line every S seconds"),
     {0}};
 
 bn_progress_mode bn_progress_mode_now(void) {
@@ -67,7 +68,8 @@ void bn_progress_start(bn_progress *p, const char *label, int64_t total) {
 static void counts(const bn_progress *p, char *buf, size_t n) {
     if (!strcmp(p->label, "bytes")) {
         char a[32], b[32];
-        snprintf(buf, n, "%s/%s", bn_format_bytes(a, sizeof a, (double)p->done), bn_format_bytes(b, sizeof b, (double)p->total));
+        snprintf(buf, n, "%s/%s", bn_format_bytes(a, sizeof a, (double)p->done),
+                 bn_format_bytes(b, sizeof b, (double)p->total));
     } else {
         snprintf(buf, n, "%lld/%lld %s", (long long)p->done, (long long)p->total, p->label);
     }
@@ -88,12 +90,12 @@ static void draw(bn_progress *p, const char *extra, bool final) {
         int w = 24, fill = (int)(frac * w);
         for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
         bar[w] = 0;
-        fprintf(stderr, "\r%s [%s] %3.0f%% %s %s%s%s%s%s", tool, bar, frac * 100, cnt, took, eta[0] && !final ? " " : "",
-                final ? "" : eta, extra && *extra ? " " : "", extra ? extra : "");
+        fprintf(stderr, "\r%s [%s] %3.0f%% %s %s%s%s%s%s", tool, bar, frac * 100, cnt, took,
+                eta[0] && !final ? " " : "", final ? "" : eta, extra && *extra ? " " : "", extra ? extra : "");
         fputs(final ? "\033[K\n" : "\033[K", stderr);
     } else {
-        fprintf(stderr, "%s: %s, %.0f %%, %s elapsed%s%s%s%s\n", tool, cnt, frac * 100, took, eta[0] && !final ? ", " : "",
-                final ? "" : eta, extra && *extra ? ", " : "", extra ? extra : "");
+        fprintf(stderr, "%s: %s, %.0f %%, %s elapsed%s%s%s%s\n", tool, cnt, frac * 100, took,
+                eta[0] && !final ? ", " : "", final ? "" : eta, extra && *extra ? ", " : "", extra ? extra : "");
     }
     fflush(stderr);
     p->shown = true;
@@ -110,6 +112,5 @@ void bn_progress_update(bn_progress *p, int64_t done, const char *extra) {
 }
 
 void bn_progress_finish(bn_progress *p, const char *extra) {
-    if (p->total > p->done) p->done = p->total;
     if (p->mode == BN_PROGRESS_BAR || (p->mode == BN_PROGRESS_LINES && p->shown)) draw(p, extra, true);
 }

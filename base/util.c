@@ -350,56 +350,6 @@ const char *bn_format_bytes(char *buf, size_t n, double bytes) {
     return buf;
 }
 
-int bn_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out, char *err, size_t errlen) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 0);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return bn_err(err, errlen, "%s: '%s' is not an integer in %lld..%lld", opt, s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-int bn_parse_float(const char *opt, const char *s, double lo, double hi, double *out, char *err, size_t errlen) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi)) // (NaN fails the range)
-        return bn_err(err, errlen, "%s: '%s' is not a number in %g..%g", opt, s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi) {
-    long long v;
-    char err[512];
-    if (bn_parse_int(opt, s, lo, hi, &v, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", tool, err);
-        exit(1);
-    }
-    return v;
-}
-
-double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi) {
-    double v;
-    char err[512];
-    if (bn_parse_float(opt, s, lo, hi, &v, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", tool, err);
-        exit(1);
-    }
-    return v;
-}
-
-void bn_arg_unknown(const char *tool, const char *arg) {
-    fprintf(stderr, "%s: unknown or incomplete option '%s' (see --help)\n", tool, arg);
-    exit(1);
-}
-
-const char *bn_arg_next(const char *tool, int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) bn_arg_unknown(tool, argv[*i]);
-    return argv[++*i];
-}
-
 int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max) {
     int n = 0;
     for (const char *p = s;; p++) { // one element per pass: digits, then ',' or the end

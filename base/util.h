@@ -81,24 +81,6 @@ void bn_lines_close(bn_lines *l);
 // bn_crc32: zlib CRC32 of a buffer, continuing from crc (start with 0).
 uint32_t bn_crc32(uint32_t crc, const void *data, size_t n);
 
-// ---- command-line values ---------------------------------------------------------------------
-// bn_arg_int / bn_arg_float: the value of option opt, parsed strictly (the whole string, a finite number) and in
-// lo..hi; on junk or a value outside the range they print "<tool>: <opt>: '<s>' is not an integer|a number in
-// LO..HI" and exit 1. Every tool parses its numeric options with these.
-long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi);
-double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi);
-// bn_arg_unknown: prints "<tool>: unknown or incomplete option '<arg>' (see --help)" and exits 1 — what every tool
-// says of an argument it does not know or an option given without its value.
-__attribute__((noreturn)) void bn_arg_unknown(const char *tool, const char *arg);
-// bn_arg_next: the value that follows option argv[*i] (and *i moved onto it); without one, bn_arg_unknown.
-const char *bn_arg_next(const char *tool, int argc, char **argv, int *i);
-// bn_parse_int / bn_parse_float: the value s of option opt parsed strictly (the whole string; a finite number) into
-// *out when it lies in lo..hi; return 0, else -1 with err "<opt>: '<s>' is not an integer|a number in LO..HI" (*out
-// untouched): what bn_arg_int / bn_arg_float print, for library option parsers that return errors. Integers in C
-// syntax (0x.. hex, 0.. octal).
-int bn_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out, char *err, size_t errlen);
-int bn_parse_float(const char *opt, const char *s, double lo, double hi, double *out, char *err, size_t errlen);
-
 // ---- misc ---------------------------------------------------------------------------------
 // bn_n_threads_default: number of online CPUs (>= 1).
 int bn_n_threads_default(void);

@@ -164,9 +164,9 @@ typedef struct {
 extern const bn_arg bn_engine_args[];
 
 // bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads (<= 0: all CPUs),
-// >= n_layer the device, in between CPU+device). Without a device backend or a device, -ngl > 0 warns once on stderr and opens the CPU
-// engine (llama.cpp's habit); a device that cannot take the model (upload errors) is an error. Returns the engine,
-// or NULL with err filled.
+// >= n_layer the device, in between CPU+device). Without a device backend or a device, -ngl > 0 warns once on stderr
+// and opens the CPU engine (llama.cpp's habit); a device that cannot take the model (upload errors) is an error.
+// Returns the engine, or NULL with err filled.
 bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
 
 #endif

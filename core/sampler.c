@@ -57,15 +57,11 @@ bool bn_sampler_params_dry(const bn_sampler_params *p) {
 
 bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || bn_sampler_params_dry(p); }
 
-const bn_arg bn_sampler_chain_args[] = {
-    BN_SECTION("sampling"),
-    BN_SAMPLER_CHAIN_ARGS(bn_sampler_params, ),
-    {0}};
+const bn_arg bn_sampler_chain_args[] = {BN_SECTION("sampling"), BN_SAMPLER_CHAIN_ARGS(bn_sampler_params, ), {0}};
 
-const bn_arg bn_sampler_penalty_args[] = {
-    BN_SECTION("repetition penalties and DRY (llama.cpp's; off by default)"),
-    BN_SAMPLER_PENALTY_ARGS(bn_sampler_params, ),
-    {0}};
+const bn_arg bn_sampler_penalty_args[] = {BN_SECTION("repetition penalties and DRY (llama.cpp's; off by default)"),
+                                          BN_SAMPLER_PENALTY_ARGS(bn_sampler_params, ),
+                                          {0}};
 
 // breaker_fn: --dry-sequence-breaker S into the bn_sampler_args at base ("none": no breakers).
 static int breaker_fn(void *base, const char *opt, const char *val, char *err, size_t errlen) {
@@ -77,7 +73,8 @@ static int breaker_fn(void *base, const char *opt, const char *val, char *err, s
 }
 
 const bn_arg bn_sampler_breaker_args[] = {
-    BN_FN("--dry-sequence-breaker", breaker_fn, "S", "DRY sequence breaker, repeatable; replaces the defaults \\n : \" * (\"none\": none)"),
+    BN_FN("--dry-sequence-breaker", breaker_fn, "S",
+          "DRY sequence breaker, repeatable; replaces the defaults \\n : \" * (\"none\": none)"),
     {0}};
 
 bn_dry_breakers *bn_sampler_args_breakers(bn_sampler_params *p, const bn_sampler_args *a, const bn_tokenizer *tok) {

@@ -108,7 +108,8 @@ static int template_fn(void *base, const char *opt, const char *v, char *err, si
 // scan_fn: --scan completion|assistant.
 static int scan_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
     bn_mine_opts *o = base;
-    if (strcmp(v, "completion") && strcmp(v, "assistant")) return bn_err(err, errlen, "'%s' is not one of completion|assistant", v);
+    if (strcmp(v, "completion") && strcmp(v, "assistant"))
+        return bn_err(err, errlen, "'%s' is not one of completion|assistant", v);
     o->mine.scan_assistant = !strcmp(v, "assistant");
     return 0;
 }
@@ -126,9 +127,10 @@ static int temps_fn(void *base, const char *opt, const char *v, char *err, size_
         char item[64], why[256];
         size_t len = strcspn(q, ",");
         double t;
-        if (len >= sizeof item || o->n_temps == 32) return bn_err(err, errlen, "expected up to 32 comma-separated numbers");
+        if (len >= sizeof item || o->n_temps == 32)
+            return bn_err(err, errlen, "expected up to 32 comma-separated numbers");
         memcpy(item, q, len), item[len] = 0;
-        if (bn_parse_float(opt, item, -1e6, 1e6, &t, why, sizeof why) != 0)
+        if (bn_args_real(opt, item, -1e6, 1e6, &t, why, sizeof why) != 0)
             return bn_err(err, errlen, "'%s' is not a comma-separated list of numbers", v);
         o->temps[o->n_temps++] = (float)t;
         q += len + (q[len] == ',');
@@ -160,13 +162,18 @@ static int breaker_fn(void *base, const char *opt, const char *v, char *err, siz
 #define O(f) offsetof(bn_mine_opts, f)
 const bn_arg bn_mine_args[] = {
     BN_SECTION("prompts"),
-    BN_STR("-p, --prompts", O(prompts_path), "PATH", "prompts JSONL (string | {prompt} | ShareGPT | OpenAI messages; optional source) (required)"),
+    BN_STR("-p, --prompts", O(prompts_path), "PATH",
+           "prompts JSONL (string | {prompt} | ShareGPT | OpenAI messages; optional source) (required)"),
     BN_INT("--max-prompts", O(prompts.max_prompts), "N", "stop after N prompts (0: all)", 0, INT32_MAX),
-    BN_FN("--template", template_fn, "antidoom|none", "append antidoom's step-by-step instruction to the user turn (default none)"),
-    BN_FALSE("--no-skip-agentic", O(prompts.skip_agentic), "keep sources containing bfcl/tau/browse/search (skipped by default)"),
-    BN_INT("--max-prompt-tokens", O(mine.max_prompt_tokens), "N", "cut longer prompts' last user turn; rows marked [TRIMMED_SOURCE_PROMPT] (0: off)", 0, INT32_MAX),
+    BN_FN("--template", template_fn, "antidoom|none",
+          "append antidoom's step-by-step instruction to the user turn (default none)"),
+    BN_FALSE("--no-skip-agentic", O(prompts.skip_agentic),
+             "keep sources containing bfcl/tau/browse/search (skipped by default)"),
+    BN_INT("--max-prompt-tokens", O(mine.max_prompt_tokens), "N",
+           "cut longer prompts' last user turn; rows marked [TRIMMED_SOURCE_PROMPT] (0: off)", 0, INT32_MAX),
     BN_STR("--system", O(mine.system), "TEXT", "system message (default none)"),
-    BN_INT("--thinking", O(mine.thinking), "1|0|-1", "chat template: <think> open (1), closed (0), plain ChatML (-1)", -1, 1),
+    BN_INT("--thinking", O(mine.thinking), "1|0|-1", "chat template: <think> open (1), closed (0), plain ChatML (-1)",
+           -1, 1),
     BN_SECTION("generation"),
     BN_CHOICE("--mode", O(mine.mode), "sample|prime", "plain sampling (antidoom) or primed contexts (Bonsai)"),
     BN_SAMPLER_CHAIN_ARGS(bn_mine_opts, mine.gen.),
@@ -177,32 +184,42 @@ const bn_arg bn_mine_args[] = {
     BN_SECTION("priming (--mode prime)"),
     BN_STR("--prime-phrase", O(mine.prime_phrase), "TEXT", "phrase repeated in primed contexts"),
     BN_FN("--prime-phrases", phrases_fn, "FILE", "one phrase per line (\\n = newline); prompt i uses line i mod count"),
-    BN_TRUE("--phrase-from-prefix", O(mine.phrase_from_prefix), "phrase = the greedy prefix's last sentence when it has 20-200 chars"),
+    BN_TRUE("--phrase-from-prefix", O(mine.phrase_from_prefix),
+            "phrase = the greedy prefix's last sentence when it has 20-200 chars"),
     BN_INT("--prime-repeats", O(mine.prime_repeats), "N", "copies of the phrase", 0, 1 << 20),
-    BN_FN("--scan", scan_fn, "completion|assistant", "detector over the completion only (default) or also the primed assistant text (onset there -> first generated "
-     "token)"),
-    BN_INT("--prime-prefix-tokens", O(mine.prime_prefix_tokens), "N", "greedy prefix budget before the phrase", 0, 1 << 20),
+    BN_FN("--scan", scan_fn, "completion|assistant",
+          "detector over the completion only (default) or also the primed assistant text (onset there -> first "
+          "generated token)"),
+    BN_INT("--prime-prefix-tokens", O(mine.prime_prefix_tokens), "N", "greedy prefix budget before the phrase", 0,
+           1 << 20),
     BN_SECTION("where the generation runs (in-process by default; -ngl above)"),
-    BN_STR("--server", O(server_url), "URL", "generate with a llama-server (http://host:port) /completion; -m still gives the tokenizer; the server must run "
-     "the same model"),
-    BN_INT("--parallel", O(n_parallel), "N", "prompts in flight at once; with --server match its -np, in-process each gets its own state and threads/N "
-     "threads (with -ngl their decode steps run batched)", 1, 256),
+    BN_STR("--server", O(server_url), "URL",
+           "generate with a llama-server (http://host:port) /completion; -m still gives the tokenizer; the server must "
+           "run the same model"),
+    BN_INT("--parallel", O(n_parallel), "N",
+           "prompts in flight at once; with --server match its -np, in-process each gets its own state and threads/N "
+           "threads (with -ngl their decode steps run batched)",
+           1, 256),
     BN_INT("--timeout", O(timeout_s), "S", "per-request timeout with --server, seconds", 0, INT32_MAX),
     BN_SECTION("loop detector and chosen tokens"),
     BN_INT("--min-repeats", O(mine.rep.min_repeats), "N", "copies of the repeated unit, the first counted", 1, 1 << 20),
-    BN_INT("--min-total-repeated", O(mine.rep.min_total_repeated), "N", "repeats * period must reach N characters", 0, 1 << 30),
+    BN_INT("--min-total-repeated", O(mine.rep.min_total_repeated), "N", "repeats * period must reach N characters", 0,
+           1 << 30),
     BN_INT("--max-period", O(mine.rep.max_period), "N", "longest repeated unit, characters", 1, 1 << 20),
     BN_DOUBLE("--chosen-min-p", O(mine.chosen.min_p), "P", "relative min-p floor on chosen tokens (0: off)", 0, 1),
     BN_INT("--chosen-max-tokens", O(mine.chosen.max_tokens), "N", "chosen tokens per row at most", 1, 1 << 20),
-    BN_INT("--chosen-min-decoded-chars", O(mine.chosen.min_decoded_chars), "N", "a chosen token's stripped text has at least N characters", 0, 1 << 20),
+    BN_INT("--chosen-min-decoded-chars", O(mine.chosen.min_decoded_chars), "N",
+           "a chosen token's stripped text has at least N characters", 0, 1 << 20),
     BN_TRUE("--chosen-require-alnum", O(mine.chosen.require_alnum), "require an alphanumeric char in chosen surfaces"),
-    BN_FN("--chosen-skip-raw-substring", skip_raw_fn, "S", "skip chosen tokens whose raw string contains S (repeatable)"),
+    BN_FN("--chosen-skip-raw-substring", skip_raw_fn, "S",
+          "skip chosen tokens whose raw string contains S (repeatable)"),
     {0}};
 
 const bn_arg bn_mine_penalty_args[] = {
     BN_SECTION("repetition penalties and DRY (llama.cpp's; off by default)"),
     BN_SAMPLER_PENALTY_ARGS(bn_mine_opts, mine.gen.),
-    BN_FN("--dry-sequence-breaker", breaker_fn, "S", "DRY sequence breaker, repeatable; replaces the defaults \\n : \" * (\"none\": none)"),
+    BN_FN("--dry-sequence-breaker", breaker_fn, "S",
+          "DRY sequence breaker, repeatable; replaces the defaults \\n : \" * (\"none\": none)"),
     {0}};
 #undef O
 
