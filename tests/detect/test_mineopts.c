@@ -60,7 +60,8 @@ int main(void) {
     }
     bn_mine_opts u = bn_mine_opts_default();
     const char *unknown[] = {"--frobnicate", NULL};
-    CHECK(parse(&u, unknown, err, sizeof err) == -1 && strstr(err, "unknown option '--frobnicate'"), "unknown: %s", err);
+    CHECK(parse(&u, unknown, err, sizeof err) == -1 && strstr(err, "unknown option '--frobnicate'"), "unknown: %s",
+          err);
     const char *greedy[] = {"--temps", "0,-1", NULL}, *sampled[] = {"--temp", "0", "--temps", "0,0.5", NULL};
     CHECK(parse(&u, greedy, err, sizeof err) == 0 && bn_mine_opts_greedy(&u), "--temps 0,-1 is greedy");
     CHECK(parse(&u, sampled, err, sizeof err) == 0 && !bn_mine_opts_greedy(&u), "--temps 0,0.5 samples");
