@@ -216,6 +216,12 @@ int bn_args_read(const bn_arg_table *tables, int n, char *const *args, char *err
     return 0;
 }
 
+const char *bn_args_peek(int argc, char **argv, const char *name, const char *dflt) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) dflt = argv[++i];
+    return dflt;
+}
+
 bool bn_args_given(const char *name) {
     for (int k = 0; k < g_n_seen; k++)
         if (g_seen[k]->names && name_is(g_seen[k]->names, name)) return true;

@@ -100,6 +100,9 @@ int bn_args_read(const bn_arg_table *tables, int n, char *const *args, char *err
 // 0..65535)", "--top-p: '2' is out of range (expected 0..1)").
 int bn_args_int(const char *opt, const char *s, long long lo, long long hi, long long *v, char *err, size_t errlen);
 int bn_args_real(const char *opt, const char *s, double lo, double hi, double *v, char *err, size_t errlen);
+// bn_args_peek: the value after the last "name VALUE" pair of argv[1..argc) (read before parsing: an option whose
+// value sets the other options' defaults, such as --preset), or dflt when there is none.
+const char *bn_args_peek(int argc, char **argv, const char *name, const char *dflt);
 // bn_args_given: true when the last bn_args_read / bn_args_parse met the option with this spelling (any of the
 // spellings of its entry), e.g. bn_args_given("-c") after "--ctx-size 512".
 bool bn_args_given(const char *name);

@@ -104,10 +104,9 @@ static const bn_args_tool tool = {
              "Writes a DSpark drafter with random weights (defaults: for bonsai-mkmodel's tiny target).\n"};
 
 int main(int argc, char **argv) {
-    mkdrafter_opts o = {.preset = "tiny"};
+    // the preset first (the defaults --help shows are its values)
+    mkdrafter_opts o = {.preset = bn_args_peek(argc, argv, "--preset", "tiny")};
     bn_mkdrafter_defaults(&o.p);
-    for (int i = 1; i + 1 < argc; i++) // the preset first (the defaults --help shows are its values)
-        if (strcmp(argv[i], "--preset") == 0) o.preset = argv[i + 1];
     if (strcmp(o.preset, "tiny") != 0 && strcmp(o.preset, "27b") != 0) {
         fprintf(stderr, "bonsai-mkdrafter: unknown preset '%s' (tiny, 27b)\n", o.preset);
         return 1;

@@ -63,9 +63,8 @@ static const bn_args_tool tool = {
              "Writes a GGUF with random weights and the exact qwen35 (or qwen3) keys, tensor names and shapes.\n"};
 
 int main(int argc, char **argv) {
-    mkmodel_opts o = {.preset = "tiny"};
-    for (int i = 1; i + 1 < argc; i++) // the preset first (the defaults --help shows are its values)
-        if (strcmp(argv[i], "--preset") == 0) o.preset = argv[i + 1];
+    // the preset first (the defaults --help shows are its values)
+    mkmodel_opts o = {.preset = bn_args_peek(argc, argv, "--preset", "tiny")};
     if (bn_mkmodel_defaults(&o.p, o.preset) != 0) {
         fprintf(stderr, "bonsai-mkmodel: unknown preset '%s' (tiny, small, mid, 27b, qwen3-tiny, qwen3-1.7b)\n",
                 o.preset);

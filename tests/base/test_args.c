@@ -130,6 +130,10 @@ int main(void) {
     }
     unlink(path);
 
+    char *peek[] = {"tool", "--preset", "a", "-n", "1", "--preset", "b", "--preset", NULL};
+    CHECK(!strcmp(bn_args_peek(8, peek, "--preset", "x"), "b") && !strcmp(bn_args_peek(8, peek, "--mode", "x"), "x"),
+          "bn_args_peek: the last pair's value, or the default");
+
     char d[32], e[48];
     CHECK(!strcmp(bn_format_duration(d, sizeof d, 45), "45s") && !strcmp(bn_format_duration(d, sizeof d, 72), "1m12s") &&
           !strcmp(bn_format_duration(d, sizeof d, 7500), "2h05m"), "durations: %s", d);

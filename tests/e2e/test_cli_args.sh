@@ -153,7 +153,7 @@ cmp -s "$T/short" "$T/file" || bad "bonsai-run: -f FILE differs from -p with the
 
 # progress: plain lines when stderr is not a terminal (every update due with BONSAI_PROGRESS_INTERVAL=0), none with
 # --no-progress or BONSAI_PROGRESS=0
-checks=$((checks + 3))
+checks=$((checks + 4))
 BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-mkmodel" "$T/m.gguf" 2> "$T/err" > /dev/null
 grep -Eq "^bonsai-mkmodel: [0-9.]+ [KMG]?i?B/[0-9.]+ [KMG]?i?B, [0-9]+ %, [0-9hms]+ elapsed" "$T/err" ||
   bad "bonsai-mkmodel: no plain progress line on a non-terminal stderr: $(head -c 300 "$T/err")"
@@ -162,5 +162,7 @@ grep -Eq "^bonsai-quantize: [0-9]+/[0-9]+ weights, [0-9]+ %" "$T/err" ||
   bad "bonsai-quantize: no plain progress line: $(head -c 300 "$T/err")"
 BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-quantize" "$T/m.gguf" "$T/q.gguf" Q8_0 -q --no-progress 2> "$T/err" > /dev/null
 grep -q "weights, " "$T/err" && bad "bonsai-quantize --no-progress still prints progress: $(head -c 300 "$T/err")"
+BONSAI_PROGRESS=0 BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-quantize" "$T/m.gguf" "$T/q.gguf" Q8_0 -q 2> "$T/err" > /dev/null
+grep -q "weights, " "$T/err" && bad "bonsai-quantize with BONSAI_PROGRESS=0 still prints progress: $(head -c 300 "$T/err")"
 echo "test_cli_args: $checks checks, $fail failed"
 [ $fail -eq 0 ]
