@@ -99,6 +99,7 @@ static void draw(bn_progress *p, const char *extra, bool final) {
     }
     fflush(stderr);
     p->shown = true;
+    p->done_shown = p->done;
 }
 
 void bn_progress_update(bn_progress *p, int64_t done, const char *extra) {
@@ -112,5 +113,6 @@ void bn_progress_update(bn_progress *p, int64_t done, const char *extra) {
 }
 
 void bn_progress_finish(bn_progress *p, const char *extra) {
-    if (p->mode == BN_PROGRESS_BAR || (p->mode == BN_PROGRESS_LINES && p->shown)) draw(p, extra, true);
+    if (p->mode == BN_PROGRESS_BAR || (p->mode == BN_PROGRESS_LINES && p->shown && p->done_shown != p->done))
+        draw(p, extra, true);
 }

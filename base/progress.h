@@ -16,15 +16,16 @@ typedef struct {
     int64_t total, done;
     double t_start, t_last;
     bn_progress_mode mode;
-    bool shown; // something was printed (a plain run prints its last line only when it printed one before)
+    bool shown;          // something was printed (a plain run prints its last line only when it printed one before)
+    int64_t done_shown;  // the count the last line printed showed
 } bn_progress;
 // bn_progress_start: starts counting total units of label (the mode: bn_progress_mode_now).
 void bn_progress_start(bn_progress *p, const char *label, int64_t total);
 // bn_progress_update: done units so far; redraws the bar (at most ~10x/s) or prints a line when one is due. extra is
 // a short free-text suffix (e.g. "12.3 tok/s"; NULL: none).
 void bn_progress_update(bn_progress *p, int64_t done, const char *extra);
-// bn_progress_finish: the final bar (ends its line), or the final plain line when a line was printed before, with
-// the count of the last update (a run that stopped early shows where).
+// bn_progress_finish: the final bar (ends its line), or the final plain line when a line was printed before and not
+// at this count, with the count of the last update (a run that stopped early shows where).
 void bn_progress_finish(bn_progress *p, const char *extra);
 // bn_progress_mode_now: off after bn_progress_off (--no-progress) or with BONSAI_PROGRESS=0; the bar with
 // BONSAI_PROGRESS=1 or when stderr is a terminal; plain lines otherwise.
