@@ -45,9 +45,8 @@ static int merge_main(const char *base, const char *adapter, const char *type, b
                        : bn_lora_merge_requant(base, l, scale, type, keep_scales, out, st, err, sizeof err);
     if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
     else {
-        printf("|dW|/|W|: the adapter's change against the weight; delta_kept: the share of that change the written "
-               "(quantized) tensor keeps, 1 = all; sign_flips: the share of elements whose sign differs from the "
-               "base's\n");
+        printf("|dW|/|W|: the adapter's change against the weight; delta_kept: the share of that change the written\n"
+               "(quantized) tensor keeps, 1 = all; sign_flips: the share of elements whose sign differs from the base's\n");
         printf("%-32s %-10s %12s %12s %10s\n", "tensor", "type", "|dW|/|W|", "delta_kept", "sign_flips");
         for (int i = 0; i < l->n_tensors; i++)
             printf("%-32s %-10s %12.4g %12.4f %10.5f\n", st[i].name, bn_type_name(st[i].type), st[i].rel_delta,
