@@ -511,8 +511,8 @@ int bn_convert_hf_to_gguf(const char *hf_dir, const char *out, const bn_convert_
         rc = bn_err(err, errlen, "%s: %d text tensors mapped but a %lld-layer %s%s model needs %d (missing tensors?)",
                     hf_dir, ic.n, (long long)c.L, cv_arch_name(c.arch), c.tied ? " tied" : "", expected_count(&c));
     if (rc == 0) {
-        if (o && o->quiet) ic.prog.enabled = false;
-        else bn_progress_start(&ic.prog, "convert", total);
+        if (o && o->quiet) ic.prog.mode = BN_PROGRESS_OFF;
+        else bn_progress_start(&ic.prog, "bytes", total);
         rc = gguf_writer_write(w, out, fill_import, &ic, err, errlen);
         if (!(o && o->quiet)) {
             bn_progress_finish(&ic.prog, rc == 0 ? "done" : "failed");

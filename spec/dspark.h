@@ -19,6 +19,7 @@
 // drafting when it does not pay.
 #ifndef BONSAI_DSPARK_H
 #define BONSAI_DSPARK_H
+#include "base/args.h"
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -357,5 +358,9 @@ void bn_spec_print_stats(const bn_spec *sp, FILE *f);
 const char *bn_spec_drafter_device(const bn_spec *sp);
 // bn_spec_type_from_name: "draft-dspark" / "draft-oracle" / "draft-replay" / "none" → enum, or -1.
 int bn_spec_type_from_name(const char *name);
+// bn_spec_args: the speculative options shared by bonsai-speculative and bonsai-serve (base/args.h) over a
+// bn_spec_params (the table's base): --spec-type, --spec-draft-n-max/-n-min/-p-min, --no-spec-adaptive,
+// --spec-snap-mem (the drafter's path, -md, is the tool's).
+extern const bn_arg bn_spec_args[];
 
 #endif

@@ -201,6 +201,8 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     int win_cap = o->log_window < 1 ? 1 : (o->log_window > BN_TRAIN_WIN_MAX ? BN_TRAIN_WIN_MAX : o->log_window);
     double *win_hist = pos.win; // in the checkpoint, so a resumed run keeps its running mean
     int64_t steps_this_run = 0;
+    const int64_t run_end = o->max_steps > 0 && pos.step + o->max_steps < S ? pos.step + o->max_steps : S;
+    const double t_run = bn_time_ms(); // the ETA of the step lines: this run's pace so far
     bool stop = false;
     int rc = -1;
 
@@ -259,12 +261,15 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
             res->last_chosen_win = step_win;
             res->chosen_win_avg = avg;
             double ms = bn_time_ms() - t0;
+            char eta[48];
+            bn_eta_text(eta, sizeof eta, (bn_time_ms() - t_run) / 1e3, (double)steps_this_run,
+                        (double)(steps_this_run + run_end - pos.step));
             if (!o->quiet)
                 fprintf(stderr, "step %lld/%lld epoch %lld lr %.3g loss %.5f pref %.5f nt %.3g t %.3g chosen_win %.3f "
-                        "(avg%d %.3f) margin_win %.3f mean_delta %.3f tether %.4g grad_norm %.4g rows %d %.1fs\n",
+                        "(avg%d %.3f) margin_win %.3f mean_delta %.3f tether %.4g grad_norm %.4g rows %d %.1fs%s%s\n",
                         (long long)pos.step, (long long)S, (long long)pos.epoch + 1, lr_k, step_loss, pref_sum / n_micro,
                         nt_sum / n_micro, t_sum / n_micro, step_win, n_hist, avg, margin_sum / n_micro, delta_sum / n_micro,
-                        tkl, gnorm, n_rows_step, ms / 1000);
+                        tkl, gnorm, n_rows_step, ms / 1000, eta[0] ? " " : "", eta);
             if (logf) {
                 fprintf(logf, "{\"step\":%lld,\"epoch\":%lld,\"lr\":%.6g,\"loss\":%.6g,\"pref_loss\":%.6g,\"mse_elem\":%.6g,"
                         "\"mse_tgt_tokenwise\":%.6g,\"chosen_win\":%.6g,\"chosen_win_avg\":%.6g,\"margin_win\":%.6g,"

@@ -5,16 +5,14 @@
 #include <string.h>
 #include <unistd.h>
 
-// Parses a NULL-terminated argument list; returns 0, or -1 (err) / 1 (an unknown flag).
+// Parses a NULL-terminated argument list with the mining tables as bonsai-eval-loops reads them; returns 0, or -1 with
+// err (a bad value, an unknown option).
 static int parse(bn_mine_opts *o, const char **args, char *err, size_t errlen) {
     int argc = 0;
     while (args[argc]) argc++;
-    for (int i = 0; i < argc; i++) {
-        int r = bn_mine_opts_flag(o, argc, (char **)args, &i, err, errlen);
-        if (r < 0) return -1;
-        if (r == 0) return 1;
-    }
-    return 0;
+    const bn_arg_table tables[] = {BN_TABLE(bn_mine_args, o), BN_TABLE(bn_engine_args, &o->eng),
+                                   BN_TABLE(bn_mine_penalty_args, o), {0}};
+    return bn_args_read(tables, argc, (char *const *)args, err, errlen);
 }
 
 int main(void) {
@@ -30,9 +28,12 @@ int main(void) {
                           "--n-predict", "256", "--n-probs", "20", "--top-k", "0", "--min-p", "0", "--thinking", "-1",
                           "--template", "antidoom", "--no-skip-agentic", "--prime-phrases", path, "--prime-repeats", "2",
                           "--chosen-min-p", "0.01", "--chosen-skip-raw-substring", "<|", "--max-period", "512",
-                          "--server", "http://127.0.0.1:8080", "--max-prompt-tokens", "100", NULL};
+                          "--server", "http://127.0.0.1:8080", "--max-prompt-tokens", "100", "--scan", "assistant",
+                          "-c", "512", "--repeat-penalty", "1.1", "--dry-sequence-breaker", "none", NULL};
     CHECK(parse(&o, args, err, sizeof err) == 0, "parse: %s", err);
-    CHECK(!strcmp(o.model_path, "model.gguf") && !strcmp(o.prompts_path, "p.jsonl"), "paths");
+    CHECK(!strcmp(o.eng.model, "model.gguf") && !strcmp(o.prompts_path, "p.jsonl"), "paths");
+    CHECK(o.eng.n_ctx == 512 && o.mine.scan_assistant && o.mine.gen.repeat_penalty > 1.09f && o.n_dry_breakers == 0 &&
+          o.mine.gen.dry_breakers, "-c, --scan, --repeat-penalty, --dry-sequence-breaker none");
     CHECK(o.mine.mode == BN_MINE_PRIME && o.mine.gen.n_predict == 256 && o.mine.gen.top_k == 0 && o.mine.gen.min_p == 0 &&
           o.mine.thinking == -1 && o.mine.prime_repeats == 2 && o.mine.rep.max_period == 512 &&
           o.mine.max_prompt_tokens == 100, "generation fields");
@@ -59,7 +60,11 @@ int main(void) {
     }
     bn_mine_opts u = bn_mine_opts_default();
     const char *unknown[] = {"--frobnicate", NULL};
-    CHECK(parse(&u, unknown, err, sizeof err) == 1, "unknown flags are left to the tool");
+    CHECK(parse(&u, unknown, err, sizeof err) == -1 && strstr(err, "unknown option '--frobnicate'"), "unknown: %s",
+          err);
+    const char *greedy[] = {"--temps", "0,-1", NULL}, *sampled[] = {"--temp", "0", "--temps", "0,0.5", NULL};
+    CHECK(parse(&u, greedy, err, sizeof err) == 0 && bn_mine_opts_greedy(&u), "--temps 0,-1 is greedy");
+    CHECK(parse(&u, sampled, err, sizeof err) == 0 && !bn_mine_opts_greedy(&u), "--temps 0,0.5 samples");
     unlink(path);
     return test_done("test_mineopts");
 }
