@@ -1,5 +1,7 @@
-// core/tokenizer_impl.h — internals shared by core/tokenizer.c (vocabulary, interning, special-token
-// partition, public API) and core/tokenizer_encode.c (BPE and SPM encoders). Not a public header.
+// core/tokenizer_impl.h — internals shared by core/tokenizer.c (loading, special-token partition, public API),
+// core/tokenizer_vocab.c (the intern and merge tables) and core/tokenizer_encode.c (BPE and SPM encoders). Calls go
+// one way: tokenizer.c -> tokenizer_encode.c -> tokenizer_vocab.c (and tokenizer.c -> tokenizer_vocab.c while
+// loading). Not a public header.
 #ifndef BONSAI_TOKENIZER_IMPL_H
 #define BONSAI_TOKENIZER_IMPL_H
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -57,10 +59,15 @@ struct bn_tokenizer {
     uint8_t byte_utf8_len[256];
 };
 
+// ---- the intern and merge tables (core/tokenizer_vocab.c) ----
 // bn_tok_find: intern symbol index of the string s[0..n), or -1.
 int64_t bn_tok_find(const bn_tokenizer *t, const char *s, size_t n);
+// bn_tok_intern: intern symbol index of s[0..n), inserting it if new.
+int64_t bn_tok_intern(bn_tokenizer *t, const char *s, size_t n);
 // bn_tok_merge: rank of merging symbols (a, b) (result symbol in *res), or -1.
 int32_t bn_tok_merge(const bn_tokenizer *t, uint32_t a, uint32_t b, int32_t *res);
+// bn_tok_merge_add: records (a, b) → res at rank unless the pair already has a (lower) rank (m_cap slots ready).
+void bn_tok_merge_add(bn_tokenizer *t, uint32_t a, uint32_t b, int32_t res, int32_t rank);
 
 // Growable id list.
 typedef struct {
