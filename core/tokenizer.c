@@ -3,7 +3,7 @@
 // control/unknown only with parse_special), decoding and the public API. The encoders live in
 // core/tokenizer_encode.c; the intern and merge tables that loading fills and the encoders read, in
 // core/tokenizer_vocab.c. Pieces for decoding are precomputed per token.
-#include "core/tokenizer_impl.h"
+#include "core/tokenizer_encode.h"
 #include "base/unicode.h"
 
 // ---- loading ------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // vocab text and every merge part/result gets a symbol index and merging compares integers; the merge table maps a
 // pair of symbols to its rank and result. Built by core/tokenizer.c while loading, read by the encoders
 // (core/tokenizer_encode.c).
-#include "core/tokenizer_impl.h"
+#include "core/tokenizer_vocab.h"
 
 static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
