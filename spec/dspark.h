@@ -161,7 +161,7 @@ typedef struct {
 int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float p_min, char *err, size_t errlen);
 
 // ---- the drafter on a target engine's device ------------------------------------------------
-// A backend with its own drafter implementation (CUDA: cuda/dspark.cu, registered by
+// A backend with its own drafter implementation (CUDA: cuda/dspark*.cu, registered by
 // bn_cuda_engine_new) registers these ops for its engine ops table; bn_spec on a target state of that
 // engine then drafts on the device (same contracts as bn_dstate_* / bn_drafter_process / _draft).
 typedef struct bn_dev_drafter_ops {

@@ -1,7 +1,10 @@
-// core/tokenizer_impl.h — internals shared by core/tokenizer.c (vocabulary, interning, special-token
-// partition, public API) and core/tokenizer_encode.c (BPE and SPM encoders). Not a public header.
-#ifndef BONSAI_TOKENIZER_IMPL_H
-#define BONSAI_TOKENIZER_IMPL_H
+// core/tokenizer_vocab.h — the tokenizer's insides (struct bn_tokenizer) and its string tables
+// (core/tokenizer_vocab.c: the intern table of vocab texts and merge parts, the merge table), shared by the loader and
+// public API (core/tokenizer.c) and the encoders (core/tokenizer_encode.c, core/tokenizer_encode.h). Calls go one
+// way: tokenizer.c -> tokenizer_encode.c -> tokenizer_vocab.c (and tokenizer.c -> tokenizer_vocab.c while loading).
+// Not a public header.
+#ifndef BONSAI_TOKENIZER_VOCAB_H
+#define BONSAI_TOKENIZER_VOCAB_H
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "core/tokenizer.h"
 #include "base/util.h"
@@ -57,40 +60,14 @@ struct bn_tokenizer {
     uint8_t byte_utf8_len[256];
 };
 
+// ---- the intern and merge tables (core/tokenizer_vocab.c) ----
 // bn_tok_find: intern symbol index of the string s[0..n), or -1.
 int64_t bn_tok_find(const bn_tokenizer *t, const char *s, size_t n);
+// bn_tok_intern: intern symbol index of s[0..n), inserting it if new.
+int64_t bn_tok_intern(bn_tokenizer *t, const char *s, size_t n);
 // bn_tok_merge: rank of merging symbols (a, b) (result symbol in *res), or -1.
 int32_t bn_tok_merge(const bn_tokenizer *t, uint32_t a, uint32_t b, int32_t *res);
-
-// Growable id list.
-typedef struct {
-    int32_t *v;
-    size_t n, cap;
-} idvec;
-
-static inline void idvec_push(idvec *o, int32_t id) {
-    if (o->n == o->cap) {
-        o->cap = o->cap ? o->cap * 2 : 256;
-        o->v = xrealloc(o->v, o->cap * sizeof *o->v);
-    }
-    o->v[o->n++] = id;
-}
-
-// Input fragments after the special-token partition.
-typedef struct {
-    size_t off, len;
-    int32_t tok; // -1 = raw text
-} fragment;
-
-typedef struct {
-    fragment *v;
-    size_t n, cap;
-} fragvec;
-
-// bn_tok_encode_bpe: appends the ids of every fragment (raw text through the pre-tokenizer and BPE);
-// returns 0 or -1 (regex engine error).
-int bn_tok_encode_bpe(const bn_tokenizer *t, const char *text, const fragment *frags, size_t n_frags, idvec *out);
-// bn_tok_encode_spm: appends the ids of every fragment (SentencePiece; space prefix after specials).
-void bn_tok_encode_spm(const bn_tokenizer *t, const char *text, const fragment *frags, size_t n_frags, idvec *out);
+// bn_tok_merge_add: records (a, b) → res at rank unless the pair already has a (lower) rank (m_cap slots ready).
+void bn_tok_merge_add(bn_tokenizer *t, uint32_t a, uint32_t b, int32_t res, int32_t rank);
 
 #endif
