@@ -55,7 +55,9 @@ bool bn_sampler_params_dry(const bn_sampler_params *p) {
     return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
 }
 
-bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || bn_sampler_params_dry(p); }
+bool bn_sampler_params_penalized(const bn_sampler_params *p) {
+    return repeat_on(p) || bn_sampler_params_dry(p) || p->n_logit_bias > 0;
+}
 
 const bn_arg bn_sampler_chain_args[] = {BN_SECTION("sampling"), BN_SAMPLER_CHAIN_ARGS(bn_sampler_params, ), {0}};
 
@@ -231,11 +233,11 @@ static int32_t choose(bn_sampler *s, cand *c, int n) {
     return c[pick].id;
 }
 
-// penalize: logits with the repetition penalties (llama.cpp's penalties sampler) and DRY of s over its history
-// applied, in s->pen; logits itself when s is not penalized or the history is empty.
+// penalize: logits with the logit biases, then the repetition penalties (llama.cpp's penalties sampler) and DRY of s
+// over its history applied, in s->pen; logits itself when s is not penalized, or has no biases and no history.
 static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
-    if (!bn_sampler_params_penalized(&s->par) || s->n_hist == 0) return logits;
+    if (!bn_sampler_params_penalized(&s->par) || (s->n_hist == 0 && p->n_logit_bias == 0)) return logits;
     if (s->pen_cap < n_vocab) {
         free(s->pen);
         free(s->count);
@@ -244,6 +246,10 @@ static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
         s->pen_cap = n_vocab;
     }
     memcpy(s->pen, logits, sizeof(float) * (size_t)n_vocab);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const bn_logit_bias *b = &p->logit_bias[i];
+        if (b->id >= 0 && b->id < n_vocab) s->pen[b->id] += b->bias;
+    }
     if (repeat_on(p)) {
         const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
         const int32_t *win = s->hist + (s->n_hist - w);

@@ -10,6 +10,12 @@
 #include "core/dry.h"
 #include "base/args.h"
 
+// One logit bias (llama-server's logit_bias): bias is added to the token's logit before the chain; -INFINITY bans it.
+typedef struct {
+    int32_t id;
+    float bias;
+} bn_logit_bias;
+
 typedef struct {
     float temperature; // <= 0: greedy (argmax of the candidates; ties → lowest id)
     int top_k;         // <= 0: whole vocabulary
@@ -30,6 +36,10 @@ typedef struct {
     int dry_allowed_length;  // 2
     int dry_penalty_last_n;  // 64
     const bn_dry_breakers *dry_breakers; // the caller's (bn_dry_breakers_new); NULL: no sequence breakers
+    // logit biases, added first (before the penalties, as llama.cpp's chain); ids outside the vocabulary are skipped,
+    // an id given twice gets both biases
+    const bn_logit_bias *logit_bias;     // the caller's array (NULL: none)
+    int n_logit_bias;
 } bn_sampler_params;
 
 typedef struct bn_sampler bn_sampler;
@@ -45,8 +55,8 @@ void bn_sampler_free(bn_sampler *s);
 // bn_sampler_reseed: restarts the RNG from seed.
 void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 // bn_sampler_params_penalized: true when p penalizes repetition (repeat_last_n != 0 and a penalty that is not
-// neutral, or DRY on: multiplier != 0, base >= 1, dry_penalty_last_n != 0): then a sampler's every pick needs the
-// whole logits row and the history.
+// neutral, or DRY on: multiplier != 0, base >= 1, dry_penalty_last_n != 0) or biases logits (n_logit_bias > 0): then
+// a sampler's every pick needs the whole logits row (and, for the penalties, the history).
 bool bn_sampler_params_penalized(const bn_sampler_params *p);
 // bn_sampler_params_dry: true when p's DRY is on (multiplier != 0, base >= 1, dry_penalty_last_n != 0): its
 // breakers are needed (bn_dry_breakers_new).

@@ -1,4 +1,5 @@
 // bonsai-serve — llama-server-compatible HTTP server on the bonsai engine (docs/server.md).
+#include "serve/request.h"
 #include "serve/server.h"
 #include "base/util.h"
 #include "base/args.h"
@@ -28,6 +29,13 @@ static int max_body_fn(void *base, const char *opt, const char *v, char *err, si
     return 0;
 }
 
+// chat_template_fn: --chat-template chatml|qwen35|qwen3.
+static int chat_template_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
+    if (bn_chat_format_parse(v) < 0) return bn_err(err, errlen, "'%s' is not one of chatml|qwen35|qwen3", v);
+    ((bn_server_params *)base)->chat_template = v;
+    return 0;
+}
+
 // The server's own options (-m, -t, -c, -ngl: bn_engine_args; the speculative ones: bn_spec_args).
 #define O(f) offsetof(bn_server_params, f)
 static const bn_arg serve_args[] = {
@@ -39,6 +47,15 @@ static const bn_arg serve_args[] = {
     BN_FN("--max-body", max_body_fn, "BYTES", "request body limit (default 4194304; larger get 413)"),
     BN_STRS("--api-key", O(api_keys), O(n_api_keys), BN_SERVE_MAX_KEYS, "KEY",
             "require 'Authorization: Bearer KEY' (repeatable)"),
+    BN_INT("--threads-http", O(threads_http), "N", "HTTP poll threads", 1, 256),
+    BN_INT("-to, --timeout", O(timeout_s), "N", "read/write timeout in seconds of a connection with a request", 1,
+           86400),
+    BN_INT("--header-timeout", O(header_timeout_s), "N",
+           "seconds a connection may take to send a complete request header", 1, 3600),
+    BN_INT("--conn-per-ip", O(conn_per_ip), "N", "connections one client address may hold (0: no limit)", 0, 1 << 20),
+    BN_INT("--grace-period", O(grace_s), "N", "seconds running requests may finish after SIGTERM/SIGINT", 0, 86400),
+    BN_FN("--chat-template", chat_template_fn, "NAME",
+          "chatml (plain, no <think>), qwen35 or qwen3 (default: the model's own template)"),
     BN_TRUE("--metrics", O(metrics), "enable GET /metrics (Prometheus)"),
     BN_FALSE("--no-slots", O(slots_endpoint), "disable GET /slots"),
     BN_FN("-fa, --flash-attn", fa_fn, "on|off|auto", "accepted (attention is computed exactly either way)"),
