@@ -249,7 +249,7 @@ typedef struct {
                            // and the accepted prefix re-run (BN_SPEC_CPU_SNAP_BYTES: the tools' default)
 } bn_spec_params;
 
-// The tools' default bn_spec_params.cpu_snap_bytes: 256 MiB per slot (notes/verify-cost.md, session 15).
+// The tools' default bn_spec_params.cpu_snap_bytes: 256 MiB per slot (notes/verify-cost.md).
 #define BN_SPEC_CPU_SNAP_BYTES ((size_t)256 << 20)
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;

@@ -1,5 +1,5 @@
 // train/sft.h — full-parameter next-token training (SFT / language-model pretraining of small
-// models, issue #8): F32 trainable copies of every model tensor, mean next-token cross-entropy over
+// models, such as the shipped looping model): F32 trainable copies of every model tensor, mean next-token cross-entropy over
 // all positions, a uint32 token-file loader with seeded random windows, held-out perplexity, a
 // checkpoint (params + AdamW state + position, CRC32) and the GGUF write-back. Optional
 // quantization-aware training (train/sft_qat.c): the forward uses deq(Q(W)) of the F32 master W for
