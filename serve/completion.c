@@ -6,6 +6,7 @@
 #include "serve/completion.h"
 #include "serve/reply.h"
 #include "serve/request.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <microhttpd.h>
 #include <limits.h>

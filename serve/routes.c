@@ -4,6 +4,7 @@
 #include "serve/routes.h"
 #include "serve/completion.h"
 #include "serve/reply.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <microhttpd.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
 #include "serve/request.h"
 #include "core/engine.h"
 #include "spec/step_batch.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
