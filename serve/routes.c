@@ -6,6 +6,7 @@
 #include "serve/reply.h"
 #include "base/unicode.h"
 #include "base/util.h"
+#include "base/args.h"
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,9 +97,13 @@ static int route_props(bn_server *srv, struct MHD_Connection *c) {
                           "default_generation_settings", slot_json(srv, &si), "total_slots", srv->p.n_slots,
                           "model_alias", srv->model_name, "model_path", srv->p.model_path, "modalities", "vision", 0,
                           "audio", 0, "chat_template", tmpl ? tmpl : bn_chat_format_name(srv->chat_format),
-                          "bos_token", bos, "eos_token", eos, "build_info", SYSTEM_FINGERPRINT, "endpoint_slots",
+                          "bos_token", bos, "eos_token", eos, "build_info", "", "endpoint_slots",
                           srv->p.slots_endpoint, "endpoint_props", 0, "endpoint_metrics", srv->p.metrics,
                           "is_sleeping", 0);
+    char build[96];
+    snprintf(build, sizeof build, "b%d-%s", bn_build_number(), bn_build_commit());
+    json_object_set_new(o, "build_info", json_string(build)); // llama-server's form: b<build number>-<commit>
+    json_object_set_new(o, "version", json_string(bn_version())); // ours
     json_object_set_new(o, "chat_format", json_string(bn_chat_format_name(srv->chat_format))); // ours
     json_object_set_new(o, "backend", json_string(bn_slots_backend(srv->slots))); // ours: the engine (-ngl)
     return bn_send_json(c, 200, o);

@@ -76,7 +76,8 @@ static const bn_args_tool tool = {
 
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
-                          .max_body = 4u << 20, .slots_endpoint = true,
+                          .max_body = 4u << 20, .slots_endpoint = true, .threads_http = 4, .timeout_s = 600,
+                          .header_timeout_s = 10, .conn_per_ip = 256, .grace_s = 20,
                           .spec = {.type = -1, .n_max = 3, .adaptive = true, .cpu_snap_bytes = BN_SPEC_CPU_SNAP_BYTES}};
     bn_engine_opts eng = {0};
     const bn_arg_table tables[] = {BN_TABLE(serve_args, &p), BN_TABLE(bn_engine_args, &eng),

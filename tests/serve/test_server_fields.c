@@ -4,12 +4,16 @@
 // llama-server's error types and fields (exceed_context_size_error with n_prompt_tokens / n_ctx, a bad id_slot an
 // invalid_request_error), HEAD, and the chat formats: the model's own template (plain ChatML for the tiny model,
 // whose template has no <think>), --chat-template qwen35 with chat_template_kwargs.enable_thinking, /props showing
-// the template in use.
+// the template in use; with the default flags, a connection that sends no header is closed after 10 s.
 #include "tests/test.h"
 #include "tests/serve/http_client.h"
 #include "tests/serve/server_fixture.h"
 #include <jansson.h>
+#include <poll.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
 
 static server_fixture F;
 
@@ -190,9 +194,18 @@ int main(void) {
         CHECK(0, "server did not start");
         return test_done("test_server_fields");
     }
+    int idle = http_connect(F.port); // sends nothing: closed after the default --header-timeout (10 s)
+    time_t t_idle = time(NULL);
     test_logit_bias();
     test_fields_and_errors();
     test_chat_formats(false);
+    struct pollfd pf = {.fd = idle, .events = POLLIN};
+    int left = 13 - (int)(time(NULL) - t_idle);
+    char c;
+    bool closed = poll(&pf, 1, left > 0 ? left * 1000 : 0) == 1 && recv(idle, &c, 1, 0) <= 0;
+    CHECK(idle >= 0 && closed, "an idle connection closed by the default header timeout (after %ld s)",
+          (long)(time(NULL) - t_idle));
+    if (idle >= 0) close(idle);
     CHECK(fixture_stop(&F) == 0, "clean exit");
     const char *args2[] = {"-np", "1", "-c", "256", "--chat-template", "qwen35", NULL};
     if (fixture_start(&F, args2) == 0) {
