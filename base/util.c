@@ -73,46 +73,6 @@ double bn_time_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-void bn_progress_start(bn_progress *p, const char *label, int64_t total) {
-    const char *env = getenv("BONSAI_PROGRESS");
-    p->label = label;
-    p->total = total;
-    p->done = 0;
-    p->t_start = p->t_last = bn_time_ms();
-    p->enabled = env ? atoi(env) != 0 : isatty(fileno(stderr));
-}
-
-static void progress_draw(bn_progress *p, const char *extra, bool final) {
-    double el = (bn_time_ms() - p->t_start) / 1e3;
-    double frac = p->total > 0 ? (double)p->done / p->total : 0;
-    if (frac > 1) frac = 1;
-    int w = 30, fill = (int)(frac * w);
-    char bar[64];
-    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
-    bar[w] = 0;
-    double eta = frac > 0 && !final ? el / frac - el : 0;
-    fprintf(stderr, "\r%-14s [%s] %3.0f%% %lld/%lld %.1fs", p->label, bar, frac * 100,
-            (long long)p->done, (long long)p->total, el);
-    if (eta > 0) fprintf(stderr, " eta %.0fs", eta);
-    if (extra && *extra) fprintf(stderr, " %s", extra);
-    fputs(final ? "\n" : "\033[K", stderr);
-    fflush(stderr);
-}
-
-void bn_progress_update(bn_progress *p, int64_t done, const char *extra) {
-    p->done = done;
-    if (!p->enabled) return;
-    double now = bn_time_ms();
-    if (now - p->t_last < 100 && done < p->total) return;
-    p->t_last = now;
-    progress_draw(p, extra, false);
-}
-
-void bn_progress_finish(bn_progress *p, const char *extra) {
-    if (p->total > p->done) p->done = p->total;
-    if (p->enabled) progress_draw(p, extra, true);
-}
-
 // ---- temp files removed on SIGINT / SIGTERM / SIGHUP ----------------------------------------
 #define TMP_SLOTS 32
 static const char *volatile tmp_slots[TMP_SLOTS]; // claimed with compare-and-swap, read by the handler
@@ -388,56 +348,6 @@ const char *bn_format_bytes(char *buf, size_t n, double bytes) {
     if (bytes < 1024.0 * 1024 * 1024) snprintf(buf, n, "%.2f MiB", bytes / (1024.0 * 1024));
     else snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     return buf;
-}
-
-int bn_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out, char *err, size_t errlen) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 0);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return bn_err(err, errlen, "%s: '%s' is not an integer in %lld..%lld", opt, s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-int bn_parse_float(const char *opt, const char *s, double lo, double hi, double *out, char *err, size_t errlen) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi)) // (NaN fails the range)
-        return bn_err(err, errlen, "%s: '%s' is not a number in %g..%g", opt, s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi) {
-    long long v;
-    char err[512];
-    if (bn_parse_int(opt, s, lo, hi, &v, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", tool, err);
-        exit(1);
-    }
-    return v;
-}
-
-double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi) {
-    double v;
-    char err[512];
-    if (bn_parse_float(opt, s, lo, hi, &v, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", tool, err);
-        exit(1);
-    }
-    return v;
-}
-
-void bn_arg_unknown(const char *tool, const char *arg) {
-    fprintf(stderr, "%s: unknown or incomplete option '%s' (see --help)\n", tool, arg);
-    exit(1);
-}
-
-const char *bn_arg_next(const char *tool, int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) bn_arg_unknown(tool, argv[*i]);
-    return argv[++*i];
 }
 
 int bn_parse_int_list(const char *s, long lo, long hi, int *out, int max) {

@@ -1,11 +1,12 @@
 // base/util.h — small shared helpers: allocation that dies loudly, error buffers, timing,
-// a terminal progress bar, atomic file output, gzip-aware line I/O, CRC32.
+// atomic file output, gzip-aware line I/O, CRC32 (and, through base/progress.h, the progress bar).
 #ifndef BONSAI_UTIL_H
 #define BONSAI_UTIL_H
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include "base/progress.h" // bn_progress (here before it had its own file)
 
 // ---- errors -------------------------------------------------------------------------------
 // Functions that can fail take (char *err, size_t errlen) and fill it with one clear line.
@@ -26,19 +27,6 @@ void *bn_aligned_alloc(size_t n);
 // ---- time ---------------------------------------------------------------------------------
 // bn_time_ms: monotonic milliseconds as a double.
 double bn_time_ms(void);
-
-// ---- progress bar -------------------------------------------------------------------------
-// A one-line bar on stderr, redrawn at most ~10x/s; silent when stderr is not a TTY unless
-// BONSAI_PROGRESS=1. extra is a short free-text suffix (e.g. "12.3 tok/s").
-typedef struct {
-    const char *label;
-    int64_t total, done;
-    double t_start, t_last;
-    bool enabled;
-} bn_progress;
-void bn_progress_start(bn_progress *p, const char *label, int64_t total);
-void bn_progress_update(bn_progress *p, int64_t done, const char *extra);
-void bn_progress_finish(bn_progress *p, const char *extra);
 
 // ---- atomic output ------------------------------------------------------------------------
 // bn_atomic_file: writes go to "<path>.tmp.<pid>"; commit fsyncs, renames over path and
@@ -92,24 +80,6 @@ void bn_lines_close(bn_lines *l);
 // ---- checksums ----------------------------------------------------------------------------
 // bn_crc32: zlib CRC32 of a buffer, continuing from crc (start with 0).
 uint32_t bn_crc32(uint32_t crc, const void *data, size_t n);
-
-// ---- command-line values ---------------------------------------------------------------------
-// bn_arg_int / bn_arg_float: the value of option opt, parsed strictly (the whole string, a finite number) and in
-// lo..hi; on junk or a value outside the range they print "<tool>: <opt>: '<s>' is not an integer|a number in
-// LO..HI" and exit 1. Every tool parses its numeric options with these.
-long long bn_arg_int(const char *tool, const char *opt, const char *s, long long lo, long long hi);
-double bn_arg_float(const char *tool, const char *opt, const char *s, double lo, double hi);
-// bn_arg_unknown: prints "<tool>: unknown or incomplete option '<arg>' (see --help)" and exits 1 — what every tool
-// says of an argument it does not know or an option given without its value.
-__attribute__((noreturn)) void bn_arg_unknown(const char *tool, const char *arg);
-// bn_arg_next: the value that follows option argv[*i] (and *i moved onto it); without one, bn_arg_unknown.
-const char *bn_arg_next(const char *tool, int argc, char **argv, int *i);
-// bn_parse_int / bn_parse_float: the value s of option opt parsed strictly (the whole string; a finite number) into
-// *out when it lies in lo..hi; return 0, else -1 with err "<opt>: '<s>' is not an integer|a number in LO..HI" (*out
-// untouched): what bn_arg_int / bn_arg_float print, for library option parsers that return errors. Integers in C
-// syntax (0x.. hex, 0.. octal).
-int bn_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out, char *err, size_t errlen);
-int bn_parse_float(const char *opt, const char *s, double lo, double hi, double *out, char *err, size_t errlen);
 
 // ---- misc ---------------------------------------------------------------------------------
 // bn_n_threads_default: number of online CPUs (>= 1).

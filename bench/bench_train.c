@@ -1,5 +1,5 @@
 // bench/bench_train.c — LoRA training throughput (forward + backward, tokens/s) on generated qwen35
-// models, and achieved GFLOP/s against OpenBLAS sgemm measured in the same run (issue #6's target:
+// models, and achieved GFLOP/s against OpenBLAS sgemm measured in the same run (the target:
 // >= 35 % of the sgemm rate). FLOPs are counted as 6·N_mm per token (forward 2N + recompute 2N +
 // backward-data 2N, docs/model.md §10.4; N_mm = weights of the projections, head excluded: FTPO reads
 // the last position only). LoRA: r 32 on q,k,v,o,gate,up,down (the seeds' recipe).

@@ -331,7 +331,7 @@ int bn_convert_gguf_to_hf(const char *in, const char *out_dir, const bn_convert_
     if (rc == 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-        if (!(o && o->quiet)) bn_progress_start(&ec.prog, "export", total);
+        if (!(o && o->quiet)) bn_progress_start(&ec.prog, "bytes", total);
         rc = bn_st_writer_write(sw, path, fill_export, &ec, err, errlen);
         if (!(o && o->quiet)) {
             bn_progress_finish(&ec.prog, rc == 0 ? "done" : "failed");

@@ -205,6 +205,132 @@ static bool looks_special(const char *s) {
     return n >= 8 && strncmp(s, "<unused", 7) == 0 && s[n - 1] == '>';
 }
 
+// token_list: tokens[id] and types[id] of the n embedding rows from tokenizer.json's model.vocab and added_tokens (ids
+// without a token become "[PAD<id>]", in pads[id]); 0, or -1 (err) on an id outside 0..n−1 or a malformed entry.
+static int token_list(json_t *tok, json_t *vocab, const char *path, int64_t n, const char **tokens, int32_t *types,
+                      char **pads, char *err, size_t errlen) {
+    const char *k;
+    json_t *v;
+    size_t i;
+    int rc = 0;
+    json_object_foreach(vocab, k, v) {
+        const int64_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || id >= n) {
+            if (!json_is_integer(v)) rc = bn_err(err, errlen, "%s: token \"%s\": its id is not an integer", path, k);
+            else rc = bn_err(err, errlen, "%s: token \"%s\": id %lld outside 0..%lld (the embedding's rows)", path, k,
+                             (long long)id, (long long)n - 1);
+            break;
+        }
+        tokens[id] = k;
+        types[id] = 1; // normal
+    }
+    json_array_foreach(json_object_get(tok, "added_tokens"), i, v) {
+        if (rc != 0) break;
+        const int64_t id = jint(v, "id", -1);
+        const char *s = json_string_value(json_object_get(v, "content"));
+        if (id < 0 || id >= n || !s) {
+            rc = bn_err(err, errlen, "%s: added_tokens[%zu]: %s", path, i,
+                        s ? "id missing or outside the embedding's rows" : "no content string");
+            break;
+        }
+        tokens[id] = s;
+        types[id] = (json_is_true(json_object_get(v, "special")) || looks_special(s)) ? 3 : 4;
+    }
+    for (int64_t t = 0; t < n; t++)
+        if (!tokens[t]) {
+            pads[t] = xmalloc(32);
+            snprintf(pads[t], 32, "[PAD%lld]", (long long)t);
+            tokens[t] = pads[t];
+            types[t] = 5; // unused
+        }
+    return rc;
+}
+
+// merge_list: model.merges as "a b" strings (ms[i], each owned; "" for a malformed one); 0, or -1 (err) when one is
+// neither "a b" nor [a, b].
+static int merge_list(json_t *merges, const char *path, char **ms, char *err, size_t errlen) {
+    size_t i;
+    json_t *v;
+    int rc = 0;
+    json_array_foreach(merges, i, v) {
+        if (json_is_string(v)) ms[i] = xstrdup(json_string_value(v));
+        else if (json_is_array(v) && json_array_size(v) == 2) {
+            const char *l = json_string_value(json_array_get(v, 0)), *r = json_string_value(json_array_get(v, 1));
+            size_t len = strlen(l ?: "") + strlen(r ?: "") + 2;
+            ms[i] = xmalloc(len);
+            snprintf(ms[i], len, "%s %s", l ?: "", r ?: "");
+        } else {
+            rc = bn_err(err, errlen, "%s: merge %zu is neither \"a b\" nor [a, b]", path, i);
+            ms[i] = xstrdup("");
+        }
+    }
+    return rc;
+}
+
+// set_chat_template: tokenizer.chat_template[.NAME] from tokenizer_config.json's chat_template (a string or a list of
+// named templates), else from DIR/chat_template.jinja when there is one.
+static void set_chat_template(gguf_writer *w, const char *dir, json_t *tc) {
+    json_t *tmpl = tc ? json_object_get(tc, "chat_template") : NULL;
+    if (json_is_string(tmpl)) {
+        gguf_set_str(w, "tokenizer.chat_template", json_string_value(tmpl));
+    } else if (json_is_array(tmpl)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(tmpl, i, e) {
+            const char *nm = json_string_value(json_object_get(e, "name"));
+            const char *tx = json_string_value(json_object_get(e, "template"));
+            if (!nm || !tx) continue;
+            char key[256];
+            if (strcmp(nm, "default") == 0) snprintf(key, sizeof key, "tokenizer.chat_template");
+            else snprintf(key, sizeof key, "tokenizer.chat_template.%s", nm);
+            gguf_set_str(w, key, tx);
+        }
+    } else {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        size_t len;
+        char *s = access(path, R_OK) == 0 ? bn_read_file(path, &len, NULL, 0) : NULL;
+        if (s) gguf_set_str(w, "tokenizer.chat_template", s);
+        free(s);
+    }
+}
+
+// set_specials: the special token ids (tokenizer_config.json's *_token contents looked up in tokens, config.json's
+// *_token_id as the fallback, as gguf-py's SpecialVocab), add_bos/add_eos and the chat template.
+static void set_specials(gguf_writer *w, const char *dir, json_t *config, const char *const *tokens, int64_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_error_t je;
+    json_t *tc = json_load_file(path, 0, &je);
+    static const char *const kinds[] = {"bos", "eos", "unk", "sep", "pad"};
+    static const char *const gkeys[] = {"bos_token_id", "eos_token_id", "unknown_token_id", "seperator_token_id",
+                                        "padding_token_id"};
+    for (int s = 0; s < 5; s++) {
+        char tk[32];
+        snprintf(tk, sizeof tk, "%s_token", kinds[s]);
+        const char *content = tc ? special_content(json_object_get(tc, tk)) : NULL;
+        int64_t id = -1;
+        if (content)
+            for (int64_t t = 0; t < n && id < 0; t++)
+                if (strcmp(tokens[t], content) == 0) id = t;
+        if (id < 0) {
+            snprintf(tk, sizeof tk, "%s_token_id", kinds[s]);
+            id = jint(config, tk, -1);
+        }
+        if (id >= 0 && id < n) {
+            char key[64];
+            snprintf(key, sizeof key, "tokenizer.ggml.%s", gkeys[s]);
+            gguf_set_u32(w, key, (uint32_t)id);
+        }
+    }
+    if (tc && json_is_boolean(json_object_get(tc, "add_bos_token")))
+        gguf_set_bool(w, "tokenizer.ggml.add_bos_token", json_is_true(json_object_get(tc, "add_bos_token")));
+    if (tc && json_is_boolean(json_object_get(tc, "add_eos_token")))
+        gguf_set_bool(w, "tokenizer.ggml.add_eos_token", json_is_true(json_object_get(tc, "add_eos_token")));
+    set_chat_template(w, dir, tc);
+    json_decref(tc);
+}
+
 // set_tokenizer: the tokenizer.* KVs from tokenizer.json and tokenizer_config.json (config.json's *_token_id as the
 // fallback) for a model of n_rows embedding rows: the token list has n_rows entries (ids without a token become
 // "[PAD<id>]"), and an id outside 0..n_rows−1 is refused. Returns 0 or -1 with err.
@@ -223,58 +349,13 @@ static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, js
         return bn_err(err, errlen, "%s: not a BPE tokenizer with model.vocab and model.merges", path);
     }
     const int64_t n = n_rows;
-    const char *k;
-    json_t *v;
-    json_t *added = json_object_get(tok, "added_tokens");
-    size_t i;
     const char **tokens = xcalloc((size_t)n, sizeof(char *));
     int32_t *types = xcalloc((size_t)n, sizeof(int32_t));
-    int rc = 0;
-    json_object_foreach(vocab, k, v) {
-        const int64_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-        if (id < 0 || id >= n) {
-            if (!json_is_integer(v)) rc = bn_err(err, errlen, "%s: token \"%s\": its id is not an integer", path, k);
-            else rc = bn_err(err, errlen, "%s: token \"%s\": id %lld outside 0..%lld (the embedding's rows)", path, k,
-                             (long long)id, (long long)n - 1);
-            break;
-        }
-        tokens[id] = k;
-        types[id] = 1; // normal
-    }
-    json_array_foreach(added, i, v) {
-        if (rc != 0) break;
-        const int64_t id = jint(v, "id", -1);
-        const char *s = json_string_value(json_object_get(v, "content"));
-        if (id < 0 || id >= n || !s) {
-            rc = bn_err(err, errlen, "%s: added_tokens[%zu]: %s", path, i,
-                        s ? "id missing or outside the embedding's rows" : "no content string");
-            break;
-        }
-        tokens[id] = s;
-        types[id] = (json_is_true(json_object_get(v, "special")) || looks_special(s)) ? 3 : 4;
-    }
     char **pads = xcalloc((size_t)n, sizeof(char *));
-    for (int64_t t = 0; t < n; t++)
-        if (!tokens[t]) {
-            pads[t] = xmalloc(32);
-            snprintf(pads[t], 32, "[PAD%lld]", (long long)t);
-            tokens[t] = pads[t];
-            types[t] = 5; // unused
-        }
+    int rc = token_list(tok, vocab, path, n, tokens, types, pads, err, errlen);
     size_t nm = json_array_size(merges);
     char **ms = xcalloc(nm ? nm : 1, sizeof(char *));
-    json_array_foreach(merges, i, v) {
-        if (json_is_string(v)) ms[i] = xstrdup(json_string_value(v));
-        else if (json_is_array(v) && json_array_size(v) == 2) {
-            const char *l = json_string_value(json_array_get(v, 0)), *r = json_string_value(json_array_get(v, 1));
-            size_t len = strlen(l ?: "") + strlen(r ?: "") + 2;
-            ms[i] = xmalloc(len);
-            snprintf(ms[i], len, "%s %s", l ?: "", r ?: "");
-        } else {
-            rc = bn_err(err, errlen, "%s: merge %zu is neither \"a b\" nor [a, b]", path, i);
-            ms[i] = xstrdup("");
-        }
-    }
+    if (merge_list(merges, path, ms, err, errlen) != 0) rc = -1; // (its message replaces an earlier one)
     if (rc == 0) {
         gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
         // llama.cpp picks the pre-tokenizer by hashing the tokenizer's output; the qwen35 regex is the
@@ -287,55 +368,7 @@ static int set_tokenizer(gguf_writer *w, const char *dir, const hf_config *c, js
         gguf_set_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)n, tokens);
         gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, (uint64_t)n, types);
         gguf_set_arr_str(w, "tokenizer.ggml.merges", nm, (const char *const *)ms);
-        // special ids: tokenizer_config.json first, config.json *_token_id as the fallback (gguf-py SpecialVocab)
-        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        json_t *tc = json_load_file(path, 0, &je);
-        static const char *const kinds[] = {"bos", "eos", "unk", "sep", "pad"};
-        static const char *const gkeys[] = {"bos_token_id", "eos_token_id", "unknown_token_id", "seperator_token_id",
-                                            "padding_token_id"};
-        for (int s = 0; s < 5; s++) {
-            char tk[32];
-            snprintf(tk, sizeof tk, "%s_token", kinds[s]);
-            const char *content = tc ? special_content(json_object_get(tc, tk)) : NULL;
-            int64_t id = -1;
-            if (content)
-                for (int64_t t = 0; t < n && id < 0; t++)
-                    if (strcmp(tokens[t], content) == 0) id = t;
-            if (id < 0) {
-                snprintf(tk, sizeof tk, "%s_token_id", kinds[s]);
-                id = jint(config, tk, -1);
-            }
-            if (id >= 0 && id < n) {
-                char key[64];
-                snprintf(key, sizeof key, "tokenizer.ggml.%s", gkeys[s]);
-                gguf_set_u32(w, key, (uint32_t)id);
-            }
-        }
-        if (tc && json_is_boolean(json_object_get(tc, "add_bos_token")))
-            gguf_set_bool(w, "tokenizer.ggml.add_bos_token", json_is_true(json_object_get(tc, "add_bos_token")));
-        if (tc && json_is_boolean(json_object_get(tc, "add_eos_token")))
-            gguf_set_bool(w, "tokenizer.ggml.add_eos_token", json_is_true(json_object_get(tc, "add_eos_token")));
-        json_t *tmpl = tc ? json_object_get(tc, "chat_template") : NULL;
-        if (json_is_string(tmpl)) gguf_set_str(w, "tokenizer.chat_template", json_string_value(tmpl));
-        else if (json_is_array(tmpl)) {
-            json_t *e;
-            json_array_foreach(tmpl, i, e) {
-                const char *nm2 = json_string_value(json_object_get(e, "name"));
-                const char *tx = json_string_value(json_object_get(e, "template"));
-                if (!nm2 || !tx) continue;
-                char key[256];
-                if (strcmp(nm2, "default") == 0) snprintf(key, sizeof key, "tokenizer.chat_template");
-                else snprintf(key, sizeof key, "tokenizer.chat_template.%s", nm2);
-                gguf_set_str(w, key, tx);
-            }
-        } else {
-            snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-            size_t len;
-            char *s = access(path, R_OK) == 0 ? bn_read_file(path, &len, NULL, 0) : NULL;
-            if (s) gguf_set_str(w, "tokenizer.chat_template", s);
-            free(s);
-        }
-        json_decref(tc);
+        set_specials(w, dir, config, tokens, n);
     }
     for (size_t m = 0; m < nm; m++) free(ms[m]);
     free(ms);
@@ -511,8 +544,8 @@ int bn_convert_hf_to_gguf(const char *hf_dir, const char *out, const bn_convert_
         rc = bn_err(err, errlen, "%s: %d text tensors mapped but a %lld-layer %s%s model needs %d (missing tensors?)",
                     hf_dir, ic.n, (long long)c.L, cv_arch_name(c.arch), c.tied ? " tied" : "", expected_count(&c));
     if (rc == 0) {
-        if (o && o->quiet) ic.prog.enabled = false;
-        else bn_progress_start(&ic.prog, "convert", total);
+        if (o && o->quiet) ic.prog.mode = BN_PROGRESS_OFF;
+        else bn_progress_start(&ic.prog, "bytes", total);
         rc = gguf_writer_write(w, out, fill_import, &ic, err, errlen);
         if (!(o && o->quiet)) {
             bn_progress_finish(&ic.prog, rc == 0 ? "done" : "failed");

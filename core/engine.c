@@ -115,11 +115,24 @@ void bn_engine_device_register(const bn_engine_device *d) { registered_device = 
 
 const bn_engine_device *bn_engine_device_get(void) { return registered_device; }
 
+const bn_arg bn_engine_args[] = {
+    BN_SECTION("model and engine"),
+    BN_STR("-m, --model", offsetof(bn_engine_opts, model), "FILE", "model GGUF (required)"),
+    BN_INT("-t, --threads", offsetof(bn_engine_opts, n_threads), "N", "CPU threads (0: all CPUs)", 0, 4096),
+    BN_INT("-c, --ctx-size, --ctx", offsetof(bn_engine_opts, n_ctx), "N", "context size in tokens", 0, INT32_MAX),
+    BN_INT("-ngl, --gpu-layers, --n-gpu-layers", offsetof(bn_engine_opts, n_gpu_layers), "N",
+           "layers on the GPU (CUDA builds): 0 all on the CPU, >= the model's layer count all on the GPU, in between "
+           "the last N layers and the output head on the GPU and the first layers on the CPU; without a GPU the model "
+           "runs on the CPU (with a warning)",
+           0, INT32_MAX),
+    {0}};
+
 bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen) {
     if (n_gpu_layers < 0) {
         bn_err(err, errlen, "-ngl must be >= 0 (got %d)", n_gpu_layers);
         return NULL;
     }
+    if (n_threads <= 0) n_threads = bn_n_threads_default();
     const bn_engine_device *d = registered_device;
     if (n_gpu_layers > 0 && (!d || d->device_count() < 1)) {
         static bool warned = false;

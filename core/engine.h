@@ -19,6 +19,7 @@
 #include "core/forward.h"
 #include "core/model.h"
 #include "base/util.h"
+#include "base/args.h"
 
 // A backend's functions; impl is the backend's model object (e.g. bn_cuda_model), st its state.
 typedef struct bn_engine_ops {
@@ -152,10 +153,20 @@ void bn_engine_device_register(const bn_engine_device *d);
 // bn_engine_device_get: the registered device backend, or NULL when the program has none.
 const bn_engine_device *bn_engine_device_get(void);
 
-// bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads, >= n_layer the
-// device, in between CPU+device). Without a device backend or a device, -ngl > 0 warns once on stderr and opens the CPU
-// engine (llama.cpp's habit); a device that cannot take the model (upload errors) is an error. Returns the engine,
-// or NULL with err filled.
+// The model and engine options of the tools that run a model (base/args.h): -m/--model, -t/--threads,
+// -c/--ctx-size and -ngl/--n-gpu-layers, llama.cpp's spellings, read into a bn_engine_opts by bn_engine_args.
+typedef struct {
+    const char *model; // -m: the GGUF
+    int n_threads;     // -t: CPU threads (0: all CPUs)
+    int n_ctx;         // -c: context in tokens (the tool says what 0 means)
+    int n_gpu_layers;  // -ngl: bn_engine_open's n_gpu_layers
+} bn_engine_opts;
+extern const bn_arg bn_engine_args[];
+
+// bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads (<= 0: all CPUs),
+// >= n_layer the device, in between CPU+device). Without a device backend or a device, -ngl > 0 warns once on stderr
+// and opens the CPU engine (llama.cpp's habit); a device that cannot take the model (upload errors) is an error.
+// Returns the engine, or NULL with err filled.
 bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
 
 #endif

@@ -55,37 +55,29 @@ bool bn_sampler_params_dry(const bn_sampler_params *p) {
     return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
 }
 
-bool bn_sampler_params_penalized(const bn_sampler_params *p) { return repeat_on(p) || bn_sampler_params_dry(p); }
-
-// set_float / set_int: val parsed strictly into *out when in lo..hi; 1, or -1 with err
-static int set_float(const char *opt, const char *val, double lo, double hi, float *out, char *err, size_t errlen) {
-    double v;
-    if (bn_parse_float(opt, val, lo, hi, &v, err, errlen) != 0) return -1;
-    *out = (float)v;
-    return 1;
-}
-static int set_int(const char *opt, const char *val, long long lo, long long hi, int *out, char *err, size_t errlen) {
-    long long v;
-    if (bn_parse_int(opt, val, lo, hi, &v, err, errlen) != 0) return -1;
-    *out = (int)v;
-    return 1;
+bool bn_sampler_params_penalized(const bn_sampler_params *p) {
+    return repeat_on(p) || bn_sampler_params_dry(p) || p->n_logit_bias > 0;
 }
 
-int bn_sampler_arg(const char *opt, const char *val, bn_sampler_params *p, bn_sampler_args *a, char *err, size_t errlen) {
-    if (!strcmp(opt, "--repeat-penalty")) return set_float(opt, val, 1e-6, 1e6, &p->repeat_penalty, err, errlen);
-    if (!strcmp(opt, "--repeat-last-n")) return set_int(opt, val, -1, INT32_MAX, &p->repeat_last_n, err, errlen);
-    if (!strcmp(opt, "--frequency-penalty")) return set_float(opt, val, -1e6, 1e6, &p->frequency_penalty, err, errlen);
-    if (!strcmp(opt, "--presence-penalty")) return set_float(opt, val, -1e6, 1e6, &p->presence_penalty, err, errlen);
-    if (!strcmp(opt, "--dry-multiplier")) return set_float(opt, val, 0, 1e6, &p->dry_multiplier, err, errlen);
-    if (!strcmp(opt, "--dry-base")) return set_float(opt, val, 1, 1e6, &p->dry_base, err, errlen);
-    if (!strcmp(opt, "--dry-allowed-length")) return set_int(opt, val, 0, INT32_MAX, &p->dry_allowed_length, err, errlen);
-    if (!strcmp(opt, "--dry-penalty-last-n")) return set_int(opt, val, -1, INT32_MAX, &p->dry_penalty_last_n, err, errlen);
-    if (strcmp(opt, "--dry-sequence-breaker")) return 0;
-    if (a->n_dry_breakers == 32) return bn_err(err, errlen, "%s: at most 32", opt);
+const bn_arg bn_sampler_chain_args[] = {BN_SECTION("sampling"), BN_SAMPLER_CHAIN_ARGS(bn_sampler_params, ), {0}};
+
+const bn_arg bn_sampler_penalty_args[] = {BN_SECTION("repetition penalties and DRY (llama.cpp's; off by default)"),
+                                          BN_SAMPLER_PENALTY_ARGS(bn_sampler_params, ),
+                                          {0}};
+
+// breaker_fn: --dry-sequence-breaker S into the bn_sampler_args at base ("none": no breakers).
+static int breaker_fn(void *base, const char *opt, const char *val, char *err, size_t errlen) {
+    bn_sampler_args *a = base;
+    if (a->n_dry_breakers == 32) return bn_err(err, errlen, "at most 32");
     a->dry_custom = true;
     if (strcmp(val, "none")) a->dry_breakers[a->n_dry_breakers++] = val;
-    return 1;
+    return 0;
 }
+
+const bn_arg bn_sampler_breaker_args[] = {
+    BN_FN("--dry-sequence-breaker", breaker_fn, "S",
+          "DRY sequence breaker, repeatable; replaces the defaults \\n : \" * (\"none\": none)"),
+    {0}};
 
 bn_dry_breakers *bn_sampler_args_breakers(bn_sampler_params *p, const bn_sampler_args *a, const bn_tokenizer *tok) {
     bn_dry_breakers *b = bn_sampler_params_dry(p)
@@ -241,11 +233,11 @@ static int32_t choose(bn_sampler *s, cand *c, int n) {
     return c[pick].id;
 }
 
-// penalize: logits with the repetition penalties (llama.cpp's penalties sampler) and DRY of s over its history
-// applied, in s->pen; logits itself when s is not penalized or the history is empty.
+// penalize: logits with the logit biases, then the repetition penalties (llama.cpp's penalties sampler) and DRY of s
+// over its history applied, in s->pen; logits itself when s is not penalized, or has no biases and no history.
 static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
     const bn_sampler_params *p = &s->par;
-    if (!bn_sampler_params_penalized(&s->par) || s->n_hist == 0) return logits;
+    if (!bn_sampler_params_penalized(&s->par) || (s->n_hist == 0 && p->n_logit_bias == 0)) return logits;
     if (s->pen_cap < n_vocab) {
         free(s->pen);
         free(s->count);
@@ -254,6 +246,10 @@ static const float *penalize(bn_sampler *s, const float *logits, int n_vocab) {
         s->pen_cap = n_vocab;
     }
     memcpy(s->pen, logits, sizeof(float) * (size_t)n_vocab);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const bn_logit_bias *b = &p->logit_bias[i];
+        if (b->id >= 0 && b->id < n_vocab) s->pen[b->id] += b->bias;
+    }
     if (repeat_on(p)) {
         const int w = p->repeat_last_n < 0 || p->repeat_last_n > s->n_hist ? s->n_hist : p->repeat_last_n;
         const int32_t *win = s->hist + (s->n_hist - w);

@@ -8,6 +8,13 @@
 #include <stdbool.h>
 #include "core/forward.h" // bn_forward_out: bn_sampler_head_out / bn_sampler_pick
 #include "core/dry.h"
+#include "base/args.h"
+
+// One logit bias (llama-server's logit_bias): bias is added to the token's logit before the chain; -INFINITY bans it.
+typedef struct {
+    int32_t id;
+    float bias;
+} bn_logit_bias;
 
 typedef struct {
     float temperature; // <= 0: greedy (argmax of the candidates; ties → lowest id)
@@ -29,6 +36,10 @@ typedef struct {
     int dry_allowed_length;  // 2
     int dry_penalty_last_n;  // 64
     const bn_dry_breakers *dry_breakers; // the caller's (bn_dry_breakers_new); NULL: no sequence breakers
+    // logit biases, added first (before the penalties, as llama.cpp's chain); ids outside the vocabulary are skipped,
+    // an id given twice gets both biases
+    const bn_logit_bias *logit_bias;     // the caller's array (NULL: none)
+    int n_logit_bias;
 } bn_sampler_params;
 
 typedef struct bn_sampler bn_sampler;
@@ -44,23 +55,49 @@ void bn_sampler_free(bn_sampler *s);
 // bn_sampler_reseed: restarts the RNG from seed.
 void bn_sampler_reseed(bn_sampler *s, uint64_t seed);
 // bn_sampler_params_penalized: true when p penalizes repetition (repeat_last_n != 0 and a penalty that is not
-// neutral, or DRY on: multiplier != 0, base >= 1, dry_penalty_last_n != 0): then a sampler's every pick needs the
-// whole logits row and the history.
+// neutral, or DRY on: multiplier != 0, base >= 1, dry_penalty_last_n != 0) or biases logits (n_logit_bias > 0): then
+// a sampler's every pick needs the whole logits row (and, for the penalties, the history).
 bool bn_sampler_params_penalized(const bn_sampler_params *p);
 // bn_sampler_params_dry: true when p's DRY is on (multiplier != 0, base >= 1, dry_penalty_last_n != 0): its
 // breakers are needed (bn_dry_breakers_new).
 bool bn_sampler_params_dry(const bn_sampler_params *p);
-// Command-line options of the repetition penalties and DRY, llama.cpp's names and ranges (--repeat-penalty,
-// --repeat-last-n, --frequency-penalty, --presence-penalty, --dry-multiplier, --dry-base, --dry-allowed-length,
-// --dry-penalty-last-n, --dry-sequence-breaker: repeatable, replaces the defaults, "none" for none).
+// Command-line options (base/args.h), llama.cpp's names and ranges. The entries are macros over a struct type T
+// and the path P (with its trailing '.') to the fields named as bn_sampler_params's, so one declaration serves
+// bn_sampler_params (P empty: the tables below) and other structs with those fields (mine/options.c: bn_gen_params).
+// BN_SAMPLER_CHAIN_ARGS: --temp, --top-k, --top-p, --min-p (-s/--seed is the tool's: what it seeds differs).
+#define BN_SAMPLER_CHAIN_ARGS(T, P)                                                                                    \
+    BN_FLOAT("--temp", offsetof(T, P temperature), "T", "temperature (<= 0: greedy)", -1e6, 1e6),               \
+    BN_INT("--top-k", offsetof(T, P top_k), "N", "top-k sampling (<= 0: the whole vocabulary)", -1, INT32_MAX), \
+    BN_FLOAT("--top-p", offsetof(T, P top_p), "P", "top-p sampling (1: off)", 0, 1),                           \
+    BN_FLOAT("--min-p", offsetof(T, P min_p), "P", "min-p sampling (0: off)", 0, 1)
+// BN_SAMPLER_PENALTY_ARGS: the repetition penalties and DRY's numbers (--dry-sequence-breaker is a function of
+// where the strings go: bn_sampler_breaker_args).
+#define BN_SAMPLER_PENALTY_ARGS(T, P)                                                                                  \
+    BN_FLOAT("--repeat-penalty", offsetof(T, P repeat_penalty), "X", \
+     "penalize repeated tokens (1: off; llama.cpp's penalties over the last --repeat-last-n tokens)", 1e-6, 1e6),    \
+    BN_INT("--repeat-last-n", offsetof(T, P repeat_last_n), "N", \
+     "tokens of prompt + output the penalties count (-1: all, 0: off)", -1, INT32_MAX),                              \
+    BN_FLOAT("--frequency-penalty", offsetof(T, P frequency_penalty), "X", \
+     "subtract X times a token's count (0: off)", -1e6, 1e6),                                                        \
+    BN_FLOAT("--presence-penalty", offsetof(T, P presence_penalty), "X", \
+     "subtract X from every token seen (0: off)", -1e6, 1e6),                                                        \
+    BN_FLOAT("--dry-multiplier", offsetof(T, P dry_multiplier), "X", "llama.cpp's DRY (0: off)", 0, 1e6),     \
+    BN_FLOAT("--dry-base", offsetof(T, P dry_base), "X", "DRY's base", 1, 1e6),                                \
+    BN_INT("--dry-allowed-length", offsetof(T, P dry_allowed_length), "N", \
+     "repeats up to N tokens go unpenalized by DRY", 0, INT32_MAX),                                                  \
+    BN_INT("--dry-penalty-last-n", offsetof(T, P dry_penalty_last_n), "N", \
+     "tokens DRY scans (-1: all, 0: off)", -1, INT32_MAX)
+// bn_sampler_chain_args / bn_sampler_penalty_args: those options over a bn_sampler_params (the table's base).
+extern const bn_arg bn_sampler_chain_args[];
+extern const bn_arg bn_sampler_penalty_args[];
+// --dry-sequence-breaker S (repeatable; replaces the defaults \n : " *; "none" for none): the strings are kept here.
 typedef struct {
     const char *dry_breakers[32]; // the --dry-sequence-breaker strings (the caller's argv)
     int n_dry_breakers;
     bool dry_custom;              // given at all (then they replace the defaults, even when none)
 } bn_sampler_args;
-// bn_sampler_arg: when opt is one of those options, sets its value val into p or a and returns 1; 0 when it is not;
-// -1 with err ("<opt>: '<val>' is not a number in LO..HI", as bn_parse_float) for a bad value.
-int bn_sampler_arg(const char *opt, const char *val, bn_sampler_params *p, bn_sampler_args *a, char *err, size_t errlen);
+// bn_sampler_breaker_args: --dry-sequence-breaker over a bn_sampler_args (the table's base).
+extern const bn_arg bn_sampler_breaker_args[];
 // bn_sampler_args_breakers: DRY's breakers for p in tok's vocabulary (a's strings, else the defaults) into
 // p->dry_breakers; returns them (free with bn_dry_breakers_free), NULL (and p->dry_breakers NULL) when DRY is off.
 bn_dry_breakers *bn_sampler_args_breakers(bn_sampler_params *p, const bn_sampler_args *a, const bn_tokenizer *tok);

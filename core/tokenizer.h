@@ -59,16 +59,4 @@ bool bn_tokenizer_add_bos(const bn_tokenizer *t);
 // bn_tokenizer_pre: the pre-tokenizer name in use ("qwen2", "qwen35", "gpt-2", "llama-bpe", "spm", ...).
 const char *bn_tokenizer_pre(const bn_tokenizer *t);
 
-// bn_utf8_valid_prefix: length of the longest prefix of s[0..n) that is complete, valid UTF-8
-// (used to cut pieces back to valid UTF-8, docs/server.md §5).
-// Note: it stops at the FIRST invalid byte; for streaming use bn_utf8_complete_len + bn_utf8_sanitize.
-size_t bn_utf8_valid_prefix(const char *s, size_t n);
-// bn_utf8_complete_len: n minus an incomplete multi-byte sequence at the very end (llama.cpp server's
-// validate_utf8: what can be streamed now; invalid bytes elsewhere are kept).
-size_t bn_utf8_complete_len(const char *s, size_t n);
-// bn_utf8_sanitize: malloc'd NUL-terminated copy of s[0..n) with every byte that is not part of a
-// valid UTF-8 sequence replaced by U+FFFD (as llama-server's JSON dump with error_handler replace);
-// *out_len = its length (may be NULL).
-char *bn_utf8_sanitize(const char *s, size_t n, size_t *out_len);
-
 #endif

@@ -2,7 +2,7 @@
 //   BPE (`gpt2`): PCRE2 pre-tokenizer regex(es) → GPT-2 byte map → merges by rank (binary heap,
 //   leftmost on ties; stale pairs skipped by length) → ids, symbols missing from the vocab → byte tokens;
 //   SPM (`llama`): "▁" for spaces, best-score bigram merges into vocab tokens, byte fallback `<0xXX>`.
-#include "core/tokenizer_impl.h"
+#include "core/tokenizer_encode.h"
 #include "base/unicode.h"
 
 // ---- BPE ----------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // cuda/common.cuh — the first include of every .cu file: one source, two compilers (the contract in
 // cuda/emu/README.md). Under nvcc it includes the CUDA runtime, fp16 and cuBLAS headers; under g++
 // with BONSAI_CUDA_EMU=1 it includes the CPU emulator (cuda/emu/emu.h), which provides the same names.
+// Names: bn_cuda_* = the C API in cuda/*.h (extern "C", called from C code and tests); bn_cu_* = C++ helpers
+// and kernels' host wrappers in .cuh/.cu files, used only by CUDA code.
 //
 // Both builds provide:
 //   BN_LAUNCH(kernel, grid, block, smem_bytes, stream, args...)  the only way to launch a kernel
@@ -129,22 +131,22 @@ BN_DEVICE float bn_warp_reduce_max(float v) {
 }
 #endif
 
-// bn_cuda_fail: fills err with "CUDA error: <what> (<call>) at file:line"; returns -1.
-static inline int bn_cuda_fail(char *err, size_t errlen, const char *what, const char *call, const char *file,
-                               int line) {
+// bn_cu_fail: fills err with "CUDA error: <what> (<call>) at file:line"; returns -1.
+static inline int bn_cu_fail(char *err, size_t errlen, const char *what, const char *call, const char *file,
+                             int line) {
     if (err && errlen) snprintf(err, errlen, "CUDA error: %s (%s) at %s:%d", what, call, file, line);
     return -1;
 }
 #define BN_CUDA_TRY(call, err, errlen)                                                                             \
     do {                                                                                                           \
         cudaError_t bn_e_ = (call);                                                                                \
-        if (bn_e_ != cudaSuccess) return bn_cuda_fail((err), (errlen), cudaGetErrorString(bn_e_), #call, __FILE__, \
-                                                      __LINE__);                                                   \
+        if (bn_e_ != cudaSuccess) return bn_cu_fail((err), (errlen), cudaGetErrorString(bn_e_), #call, __FILE__,   \
+                                                    __LINE__);                                                     \
     } while (0)
 #define BN_CUBLAS_TRY(call, err, errlen)                                                                           \
     do {                                                                                                           \
         cublasStatus_t bn_s_ = (call);                                                                             \
         if (bn_s_ != CUBLAS_STATUS_SUCCESS)                                                                        \
-            return bn_cuda_fail((err), (errlen), cublasGetStatusString(bn_s_), #call, __FILE__, __LINE__);        \
+            return bn_cu_fail((err), (errlen), cublasGetStatusString(bn_s_), #call, __FILE__, __LINE__);           \
     } while (0)
 #endif

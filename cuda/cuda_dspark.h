@@ -1,8 +1,8 @@
-// cuda/cuda_dspark.h — the DSpark drafter on the CUDA device (C API; implemented in cuda/dspark.cu,
+// cuda/cuda_dspark.h — the DSpark drafter on the CUDA device (C API; implemented in cuda/dspark*.cu,
 // linked from bonsai_cuda or bonsai_cuda_emu). Same math and order of ops as spec/dspark.c (the
 // reference, docs/dspark.md §4): encoder g = RMSNorm(fc·taps; hidden_norm), K/V injection into every
 // layer's device KV cache, the non-causal block pass over [id_last, MASK × (n−1)] with the log-SNR
-// embedding (computed once at load by spec/dspark.c), output norm + LM head, then the Markov chain
+// embedding (computed once at load by spec/dspark_load.c), output norm + LM head, then the Markov chain
 // (prev on the device, argmax skipping MASK, ties → lowest id) and the confidence head; a draft
 // returns only n int32 ids and n confidences to the host.
 // Numerics: quantized weights use int8 (Q8_1) activations on the mmvq path (rows <= 8) and fp16

@@ -1,6 +1,7 @@
 // cuda/forward_impl.cuh — what the CUDA forward's files share (C++/CUDA only): the limits, the device model
-// (cuda/model.cu), the device state and snapshots (cuda/state.cu), and small helpers; the layer loop, the API's
-// passes and their graphs are in cuda/forward.cu. Mirrors core/forward_impl.h for the CPU engine.
+// (cuda/model.cu), the device state and snapshots (cuda/state.cu), and small helpers; the layer loop is in
+// cuda/forward.cu, the API's passes in cuda/forward_seq.cu and cuda/forward_batch.cu, their graphs in
+// cuda/forward_graph.cu (cuda/forward_pass.cuh). Mirrors core/forward_impl.h for the CPU engine.
 #ifndef BONSAI_CUDA_FORWARD_IMPL_CUH
 #define BONSAI_CUDA_FORWARD_IMPL_CUH
 #include "cuda/common.cuh"

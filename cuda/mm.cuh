@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 // nb up to this uses the mmvq (matvec) kernels in bn_cu_matmul(_multi); above it dequantize + cuBLAS GEMM.
-// 32 since session 6 (was 8): DSpark's 17-token verify and the drafter's 16-row block passes stay on the int8
+// 32, not 8: DSpark's 17-token verify and the drafter's 16-row block passes stay on the int8
 // kernels (Q8 activations, as decode and the CPU engine), not the fp16 GEMM that cost 20x a decode step on the
 // H200; notes/cuda-mm.md, "Routing nb 9..32". Overridable at build time (-DBN_CU_MMVQ_MAX_NB=8, at most
 // BN_CU_MMVQ_KERNEL_MAX_NB).

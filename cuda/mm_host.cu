@@ -96,7 +96,7 @@ extern "C" int bn_cuda_mm_host(int type, const void *w, int64_t ne0, int64_t ne1
 extern "C" int bn_cuda_mm_multi_host(int n, const int *types, const void *const *w, int64_t ne0, const int64_t *ne1,
                                      const float *x, int nb, float *const *y, int flags, char *err, size_t errlen) {
     if (n < 1 || n > BN_CU_MATMUL_MULTI_MAX)
-        return bn_cuda_fail(err, errlen, "bad weight count", "n", __FILE__, __LINE__);
+        return bn_cu_fail(err, errlen, "bad weight count", "n", __FILE__, __LINE__);
     for (int i = 0; i < n; i++)
         if (check_shape(types[i], ne0, err, errlen) < 0) return -1;
     dev_bufs b;

@@ -2,7 +2,7 @@
 // "cuda/common.cuh" and "cuda/mm.cuh"): a set of tracked device allocations freed together, a weight
 // matrix uploaded in its stored type and repacked to cudamm's decode layout (bn_cu_weight_repack), host
 // floats, the carver that lays a state's buffers out in one allocation, a state's stream + cuBLAS
-// handle, and graph capture. Used by cuda/model.cu, state.cu and forward.cu (the target) and cuda/dspark.cu (the
+// handle, and graph capture. Used by cuda/model.cu, state.cu and forward*.cu (the target) and cuda/dspark*.cu (the
 // drafter).
 #ifndef BONSAI_CUDA_UPLOAD_CUH
 #define BONSAI_CUDA_UPLOAD_CUH

@@ -1,6 +1,6 @@
 // detect/chosen.c — docs/antidoom.md §6 steps 1-8.
 #include "detect/chosen.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <math.h>
 #include <stdlib.h>

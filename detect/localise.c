@@ -1,6 +1,6 @@
 // detect/localise.c — docs/antidoom.md §5, steps 1-7.
 //
-// Token classes (on the code points a token owns, see utext.h):
+// Token classes (on the code points a token owns, see detect/toktext.h):
 //   whitespace-only: stripped text is empty (includes tokens owning no code point);
 //   boundary-only:   stripped text non-empty and without any alnum or '_' character.
 // Step 5 skips boundary-only tokens only (a whitespace token stops it), like the reference's

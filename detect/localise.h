@@ -1,13 +1,13 @@
 // detect/localise.h — token-space localisation of the rejected token (docs/antidoom.md §5): map the
 // detector's hit onto generated tokens, slide the seed left by token period, skip boundary-only
 // tokens, apply the sentence-restart rule (27 RESTART_WORDS) and skip whitespace tokens.
-// Input is a bn_toktext (base/utext.h) built from the decoded surfaces of the generated tokens;
+// Input is a bn_toktext (detect/toktext.h) built from the decoded surfaces of the generated tokens;
 // the hit's char offsets are code points of that same concatenation.
 #ifndef BONSAI_DETECT_LOCALISE_H
 #define BONSAI_DETECT_LOCALISE_H
 #include <stdbool.h>
 #include "detect/repetition.h"
-#include "base/utext.h"
+#include "detect/toktext.h"
 
 #define BN_LOC_SKIP_MAX_TOKENS 4   // step 5 budget: boundary-only tokens skipped
 #define BN_LOC_SKIP_MAX_CHARS 12   // step 5 budget: their surface chars

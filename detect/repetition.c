@@ -1,6 +1,6 @@
 // detect/repetition.c — find_inner_repetition on code-point arrays (docs/antidoom.md §4.2).
 #include "detect/repetition.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/forward.h"
 #include "base/util.h"
 
 // Second-half positions are fed in pieces of this many tokens so the logits buffer stays small
@@ -18,8 +17,8 @@ double bn_ppl_nll_token(const float *logits, int n_vocab, int32_t tok) {
     return -((double)(logits[tok] - max_logit) - log(sum_exp));
 }
 
-int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks, int32_t bos,
-                  int n_threads, const bn_ppl_hooks *hooks, bn_ppl_result *r, char *err, size_t errlen) {
+int bn_perplexity(const bn_engine *e, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks, int32_t bos,
+                  const bn_ppl_hooks *hooks, bn_ppl_result *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     if (n_ctx < 4) return bn_err(err, errlen, "context %d too small", n_ctx);
     if (n_tokens < 2 * n_ctx)
@@ -27,8 +26,9 @@ int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_
                       2 * n_ctx, n_ctx, n_tokens);
     int n_chunk = n_tokens / n_ctx;
     if (max_chunks >= 0 && max_chunks < n_chunk) n_chunk = max_chunks;
-    int n_vocab = m->cfg.n_vocab, first = n_ctx / 2;
-    bn_state *s = bn_state_new(m, n_ctx, n_threads);
+    int n_vocab = e->m->cfg.n_vocab, first = n_ctx / 2;
+    bn_engine_state *s = bn_engine_state_new(e, n_ctx, err, errlen);
+    if (!s) return -1;
     float *logits = xmalloc(sizeof(float) * (size_t)PPL_PIECE * n_vocab);
     int32_t *chunk = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
     int rc = 0;
@@ -36,15 +36,15 @@ int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_
         double t0 = bn_time_ms();
         memcpy(chunk, tokens + (size_t)c * n_ctx, sizeof(int32_t) * (size_t)n_ctx);
         if (bos >= 0) chunk[0] = bos;
-        bn_state_reset(s);
+        bn_engine_state_reset(s);
         // First half: context only (the last-token logits are written and ignored).
         bn_forward_out ctx_out = {.logits = logits};
-        rc = bn_forward(m, s, chunk, first, &ctx_out, err, errlen);
+        rc = bn_engine_forward(s, chunk, first, &ctx_out, err, errlen);
         // Second half: positions first .. n_ctx-2 score tokens first+1 .. n_ctx-1 (the original tokens).
         for (int p = first; p < n_ctx - 1 && rc == 0; p += PPL_PIECE) {
             int k = n_ctx - 1 - p < PPL_PIECE ? n_ctx - 1 - p : PPL_PIECE;
             bn_forward_out out = {.logits = logits, .all_logits = true};
-            rc = bn_forward(m, s, chunk + p, k, &out, err, errlen);
+            rc = bn_engine_forward(s, chunk + p, k, &out, err, errlen);
             for (int i = 0; i < k && rc == 0; i++) {
                 const float *row_logits = logits + (size_t)i * n_vocab;
                 const int32_t next = tokens[(size_t)c * n_ctx + p + i + 1];
@@ -63,7 +63,7 @@ int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_
     }
     free(chunk);
     free(logits);
-    bn_state_free(s);
+    bn_engine_state_free(s);
     if (rc != 0) return -1;
     double mean = r->nll / r->count, mean2 = r->nll2 / r->count;
     r->ppl = exp(mean);

@@ -6,6 +6,7 @@
 #define BONSAI_PERPLEXITY_H
 #include <stdint.h>
 #include <stddef.h>
+#include "core/engine.h"
 #include "core/model.h"
 
 typedef struct {
@@ -28,10 +29,11 @@ typedef struct {
     void *ctx;
 } bn_ppl_hooks;
 
-// bn_perplexity: evaluates min(n_tokens / n_ctx, max_chunks (< 0: all)) chunks of tokens with n_threads;
-// bos >= 0 replaces each chunk's first token. Needs n_tokens >= 2 * n_ctx. Returns 0, or -1 with err.
-int bn_perplexity(const bn_model *m, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks, int32_t bos,
-                  int n_threads, const bn_ppl_hooks *hooks, bn_ppl_result *r, char *err, size_t errlen);
+// bn_perplexity: evaluates min(n_tokens / n_ctx, max_chunks (< 0: all)) chunks of tokens on engine e (the CPU, the
+// GPU or both: bn_engine_open's for -ngl); bos >= 0 replaces each chunk's first token. Needs n_tokens >= 2 * n_ctx.
+// Returns 0, or -1 with err.
+int bn_perplexity(const bn_engine *e, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks, int32_t bos,
+                  const bn_ppl_hooks *hooks, bn_ppl_result *r, char *err, size_t errlen);
 
 // bn_ppl_nll_token: -log softmax(logits)[tok] over n_vocab entries, computed as llama-perplexity does.
 double bn_ppl_nll_token(const float *logits, int n_vocab, int32_t tok);

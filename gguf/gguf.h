@@ -1,27 +1,37 @@
-// gguf/gguf.h — a small GGUF v3 library: read (mmap, zero-copy tensor views, every field
-// validated against the file size and overflow) and write (atomic: temp file + fsync + rename).
-// Facts: docs/formats.md §1. Type ids of tensors are quant/quant.h's bn_type (id 42 resolved to
-// BN_Q2_0 g64 or BN_PQ2_0 g128 by its byte span, docs/formats.md §3.9).
+// gguf/gguf.h — a small GGUF v3 library: read (gguf/read.c: mmap, zero-copy tensor views, every field validated
+// against the file size and overflow) and write (gguf/write.c: atomic, temp file + fsync + rename).
+//
+// The format (docs/formats.md §1 has every detail), all little-endian:
+//   header        "GGUF" magic, u32 version (3; 2 is read too), u64 tensor_count, u64 kv_count
+//   kv_count KVs  string key, u32 value type (enum gguf_type), value: a scalar, a string, or an array
+//                 (u32 element type, u64 count, the elements; arrays of arrays are refused)
+//   tensor infos  string name (1..63 bytes), u32 n_dims (1..4), u64 ne[n_dims], u32 type id, u64 offset
+//                 (relative to the data section, a multiple of the alignment)
+//   padding       zeros up to a multiple of the alignment (general.alignment, a u32 power of two; default 32)
+//   data          each tensor's bytes at its offset, padded to the alignment
+// A string is a u64 byte count and that many bytes (no NUL). Tensor type ids are quant/quant.h's bn_type (id 42
+// resolved to BN_Q2_0 g64 or BN_PQ2_0 g128 by its byte span, docs/formats.md §3.9).
 #ifndef BONSAI_GGUF_H
 #define BONSAI_GGUF_H
 #include <stdint.h>
 #include <stddef.h>
 #include <stdbool.h>
 
+// The value types of a KV (bytes of one value).
 enum gguf_type {
-    GGUF_TYPE_UINT8 = 0,
-    GGUF_TYPE_INT8 = 1,
-    GGUF_TYPE_UINT16 = 2,
-    GGUF_TYPE_INT16 = 3,
-    GGUF_TYPE_UINT32 = 4,
-    GGUF_TYPE_INT32 = 5,
-    GGUF_TYPE_FLOAT32 = 6,
-    GGUF_TYPE_BOOL = 7,
-    GGUF_TYPE_STRING = 8,
-    GGUF_TYPE_ARRAY = 9,
-    GGUF_TYPE_UINT64 = 10,
-    GGUF_TYPE_INT64 = 11,
-    GGUF_TYPE_FLOAT64 = 12,
+    GGUF_TYPE_UINT8 = 0,   // 1
+    GGUF_TYPE_INT8 = 1,    // 1
+    GGUF_TYPE_UINT16 = 2,  // 2
+    GGUF_TYPE_INT16 = 3,   // 2
+    GGUF_TYPE_UINT32 = 4,  // 4
+    GGUF_TYPE_INT32 = 5,   // 4
+    GGUF_TYPE_FLOAT32 = 6, // 4
+    GGUF_TYPE_BOOL = 7,    // 1: only 0 or 1
+    GGUF_TYPE_STRING = 8,  // a string (u64 length + bytes)
+    GGUF_TYPE_ARRAY = 9,   // u32 element type, u64 count, the elements
+    GGUF_TYPE_UINT64 = 10, // 8
+    GGUF_TYPE_INT64 = 11,  // 8
+    GGUF_TYPE_FLOAT64 = 12, // 8
     GGUF_TYPE_COUNT = 13,
 };
 
@@ -44,6 +54,7 @@ typedef struct {
     uint64_t *str_lens;
 } gguf_kv;
 
+// One tensor of an open file.
 typedef struct {
     char *name;
     uint32_t n_dims;
@@ -55,6 +66,7 @@ typedef struct {
     const void *data;          // view into the mapped file
 } gguf_tensor;
 
+// An open file: its KVs and tensors in file order.
 typedef struct {
     char *path;
     uint32_t version;
@@ -70,7 +82,7 @@ typedef struct {
     void *realigned;      // gguf_align_tensors' copies (one allocation), or NULL
 } gguf_file;
 
-// ---- reading ------------------------------------------------------------------------------
+// ---- reading (gguf/read.c) ----------------------------------------------------------------
 // gguf_open: mmaps and validates path; returns NULL with one line in err on any problem.
 gguf_file *gguf_open(const char *path, char *err, size_t errlen);
 // gguf_open_mem: parses a buffer the caller keeps alive (fuzzing, tests); NULL on error.
@@ -108,13 +120,16 @@ const char *gguf_type_name(uint32_t type);
 // gguf_type_size: bytes of one scalar of that type (0 for STRING/ARRAY/unknown).
 size_t gguf_type_size(uint32_t type);
 
-// ---- writing ------------------------------------------------------------------------------
+// ---- writing (gguf/write.c) ----------------------------------------------------------------
+// A file being built: KVs and tensor infos, written by gguf_writer_write.
 typedef struct gguf_writer gguf_writer;
 
 // gguf_writer_new: empty writer (KVs in insertion order, tensors in insertion order).
 gguf_writer *gguf_writer_new(void);
+// gguf_writer_free: frees the writer and its copies of the KVs (NULL is fine); borrowed tensor data stays the caller's.
 void gguf_writer_free(gguf_writer *w);
-// Setters: setting an existing key removes it and appends it at the end (llama.cpp semantics).
+// gguf_set_u8 .. gguf_set_str: a scalar or string KV (the string copied). Setting an existing key removes it and
+// appends it at the end (llama.cpp semantics); so do gguf_set_arr, gguf_set_arr_str and gguf_set_kv.
 void gguf_set_u8(gguf_writer *w, const char *key, uint8_t v);
 void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_set_i32(gguf_writer *w, const char *key, int32_t v);

@@ -1,7 +1,7 @@
 // mine/mine.c — the per-prompt mining pipeline (see mine.h).
 #include "mine/mine.h"
 #include "detect/localise.h"
-#include "base/utext.h"
+#include "detect/toktext.h"
 #include "core/chat.h"
 #include "core/tokenizer.h"
 #include "base/util.h"

@@ -1,5 +1,5 @@
-// mine/options.h — command-line flags shared by bonsai-mine-pairs and bonsai-eval-loops
-// (generation, detector, chosen selection, priming, prompts), with their --help text.
+// mine/options.h — command-line options shared by bonsai-mine-pairs and bonsai-eval-loops (generation, detector,
+// chosen selection, priming, prompts) as base/args.h tables.
 #ifndef BONSAI_DETECT_MINEOPTS_H
 #define BONSAI_DETECT_MINEOPTS_H
 #include <stdio.h>
@@ -11,11 +11,10 @@
 typedef struct {
     bn_mine_params mine;
     bn_prompt_opts prompts;
-    const char *model_path, *prompts_path;
-    int n_ctx;       // 0 = prompt + n_predict fits (default 6000)
-    int n_threads;   // 0 = all CPUs
-    int n_gpu_layers; // -ngl N: in-process generation on the engine bn_engine_open gives for N (0: the CPU); the
-                      // tool opens it (core/engine.h) and passes it to bn_mine_opts_sources
+    bn_engine_opts eng; // -m (the model; with --server its tokenizer), -t (0: all CPUs), -c (6000), -ngl N: in-process
+                        // generation on the engine bn_engine_open gives for N (0: the CPU); the tool opens it
+                        // (bn_mine_opts_engine) and passes it to bn_mine_opts_sources
+    const char *prompts_path;
     const char *server_url; // --server: generate through llama-server's /completion instead of in-process
     int timeout_s;   // per request with --server (1800)
     const char *skip_raw[16]; // --chosen-skip-raw-substring (repeatable)
@@ -30,9 +29,13 @@ typedef struct {
 
 // bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.
 bn_mine_opts bn_mine_opts_default(void);
-// bn_mine_opts_flag: consumes argv[*i] (and its value) when it is a shared flag; returns 1 when
-// consumed, 0 when not a shared flag, -1 on a bad value (err filled).
-int bn_mine_opts_flag(bn_mine_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
+// The shared options (base/args.h) over a bn_mine_opts (the table's base): bn_mine_args, the prompts, generation,
+// priming, server and detector/chosen options (read with bn_engine_args over its .eng for -m, -t, -c, -ngl);
+// bn_mine_penalty_args, the repetition penalties and DRY (bonsai-eval-loops: mining refuses them).
+extern const bn_arg bn_mine_args[];
+extern const bn_arg bn_mine_penalty_args[];
+// bn_mine_opts_greedy: true when every prompt is decoded greedily (temperature <= 0, every --temps entry too).
+bool bn_mine_opts_greedy(const bn_mine_opts *o);
 // bn_mine_opts_for_prompt: the mining parameters for prompt i (seed + i, its prime phrase, its
 // temperature when --temps is given).
 bn_mine_params bn_mine_opts_for_prompt(const bn_mine_opts *o, int i);
@@ -52,6 +55,4 @@ int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engi
                         char *err, size_t errlen);
 // bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
 void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
-// bn_mine_opts_help: prints the shared flags with their defaults.
-void bn_mine_opts_help(FILE *f);
 #endif

@@ -1,7 +1,7 @@
 // mine/regularise.c — docs/antidoom.md §8 (see regularise.h for the exact rules).
 #include "mine/regularise.h"
 #include "base/strmap.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <jansson.h>
 #include <math.h>

@@ -1,26 +1,12 @@
 // mine/resume.c — repair + count for resumable mining (see resume.h).
 #include "mine/resume.h"
+#include "records/pairs.h"
 #include "base/lineout.h"
 #include "base/util.h"
 #include <errno.h>
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-// prompt_index of a JSON line, or -1 when the line is not a complete object with one.
-static int line_index(const char *line, size_t len, bool *looped) {
-    json_t *o = json_loadb(line, len, 0, NULL);
-    if (!json_is_object(o)) { json_decref(o); return -1; }
-    json_t *pi = json_object_get(o, "prompt_index");
-    int idx = json_is_integer(pi) ? (int)json_integer_value(pi) : -1;
-    if (looped) {
-        json_t *st = json_object_get(o, "status");
-        *looped = json_is_string(st) && !strcmp(json_string_value(st), "loop_detected");
-    }
-    json_decref(o);
-    return idx;
-}
 
 int bn_mine_resume(const char *gen_log, const char *pairs, bn_resume_state *st, char *err, size_t errlen) {
     memset(st, 0, sizeof *st);
@@ -33,7 +19,7 @@ int bn_mine_resume(const char *gen_log, const char *pairs, bn_resume_state *st, 
         if (!nl) break; // partial last line
         size_t len = (size_t)(nl - (buf + pos));
         bool looped = false;
-        int idx = line_index(buf + pos, len, &looped);
+        int idx = bn_record_prompt_index(buf + pos, len, &looped);
         if (idx < 0) break;
         if (idx + 1 > st->n_done) st->n_done = idx + 1;
         st->n_loops += looped;
@@ -56,7 +42,7 @@ int bn_mine_resume(const char *gen_log, const char *pairs, bn_resume_state *st, 
         for (size_t pos = 0; pos < n;) {
             char *nl = memchr(buf + pos, '\n', n - pos);
             size_t len = nl ? (size_t)(nl - (buf + pos)) : n - pos;
-            int idx = nl ? line_index(buf + pos, len, NULL) : -1;
+            int idx = nl ? bn_record_prompt_index(buf + pos, len, NULL) : -1;
             if (idx >= 0 && idx < st->n_done) {
                 st->n_pairs++;
                 if (out && bn_lineout_write(out, buf + pos, len, err, errlen) < 0) {

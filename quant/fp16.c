@@ -1,4 +1,5 @@
-// quant/fp16.c — fp16 / bf16 scalar and row conversions (docs/formats.md §3.1–3.2), bit-exact with ggml.
+// quant/fp16.c — fp16 / bf16 scalar conversions and the bf16 rows (docs/formats.md §3.1–3.2), bit-exact with ggml.
+// The fp16 rows (the F16C kernel or this scalar conversion per element) are chosen in quant/rows.c.
 #include "quant/quant_impl.h"
 
 uint16_t bn_fp32_to_fp16(float f) {
@@ -40,16 +41,6 @@ float bn_bf16_to_fp32(uint16_t h) {
     return f;
 }
 
-void bn_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n) {
-    if (bn_have_avx2) { bn_fp16_to_fp32_row_f16c(x, y, n); return; }
-    for (int64_t i = 0; i < n; i++) y[i] = bn_h2f(x[i]);
-}
-
-void bn_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n) {
-    if (bn_have_avx2) { bn_fp32_to_fp16_row_f16c(x, y, n); return; }
-    for (int64_t i = 0; i < n; i++) y[i] = bn_fp32_to_fp16(x[i]);
-}
-
 void bn_bf16_to_fp32_row(const uint16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = bn_bf16_to_fp32(x[i]);
 }
@@ -57,11 +48,3 @@ void bn_bf16_to_fp32_row(const uint16_t *x, float *y, int64_t n) {
 void bn_fp32_to_bf16_row(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = bn_fp32_to_bf16(x[i]);
 }
-
-// ---- F32 / F16 / BF16 as "formats" (block size 1) ---------------------------------------------
-void bn_f32_to_float(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
-void bn_f32_from_float_ref(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
-void bn_f16_to_float(const void *src, float *dst, int64_t n) { bn_fp16_to_fp32_row(src, dst, n); }
-void bn_f16_from_float_ref(const float *src, void *dst, int64_t n) { bn_fp32_to_fp16_row(src, dst, n); }
-void bn_bf16_to_float(const void *src, float *dst, int64_t n) { bn_bf16_to_fp32_row(src, dst, n); }
-void bn_bf16_from_float_ref(const float *src, void *dst, int64_t n) { bn_fp32_to_bf16_row(src, dst, n); }

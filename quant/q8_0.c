@@ -31,9 +31,3 @@ void bn_dot_q8_0_ref(int n, float *s, const void *vx, const void *vy) {
     }
     *s = sumf;
 }
-
-// bn_quantize_row_q8_0: the reference rounding; AVX2 version when available (bit-identical).
-void bn_quantize_row_q8_0(const float *x, void *y, int64_t n) {
-    if (bn_have_avx2) bn_quantize_row_q8_0_avx2(x, y, n);
-    else bn_q8_0_from_float_ref(x, y, n);
-}

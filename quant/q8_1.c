@@ -24,9 +24,3 @@ void bn_q8_1_from_float_ref(const float *src, void *dst, int64_t n) {
         b[i].s = bn_fp32_to_fp16((float)sum * d);
     }
 }
-
-// bn_quantize_row_q8_1: the reference rounding; AVX2 version when available (bit-identical).
-void bn_quantize_row_q8_1(const float *x, void *y, int64_t n) {
-    if (bn_have_avx2) bn_quantize_row_q8_1_avx2(x, y, n);
-    else bn_q8_1_from_float_ref(x, y, n);
-}

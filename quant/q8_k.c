@@ -35,9 +35,3 @@ void bn_q8_K_from_float_ref(const float *src, void *dst, int64_t n) {
         b[i].d = 1 / iscale;
     }
 }
-
-// bn_quantize_row_q8_K: the reference rounding; AVX2 version when available (bit-identical).
-void bn_quantize_row_q8_K(const float *x, void *y, int64_t n) {
-    if (bn_have_avx2) bn_quantize_row_q8_K_avx2(x, y, n);
-    else bn_q8_K_from_float_ref(x, y, n);
-}

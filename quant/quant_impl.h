@@ -121,9 +121,11 @@ size_t bn_batch_prep_size_avx2(int type, int n, int ny);
 void bn_batch_prepare_avx2(int type, int n, int ny, int g0, int g1, const void *y, size_t y_stride, void *prep);
 void bn_batch_rows_avx2(int type, int n, int nrows, int ny, float *s, size_t s_stride, const void *w, size_t w_stride,
                         const void *prep);
+// AVX2 activation quantizers (act_avx2.c), bit-identical to bn_q8_0/q8_1/q8_K_from_float_ref; chosen in rows.c.
 void bn_quantize_row_q8_0_avx2(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_1_avx2(const float *x, void *y, int64_t n);
 void bn_quantize_row_q8_K_avx2(const float *x, void *y, int64_t n);
+// F16C fp16 rows (fp16_f16c.c), identical to the scalar conversions; chosen in rows.c.
 void bn_fp16_to_fp32_row_f16c(const uint16_t *x, float *y, int64_t n);
 void bn_fp32_to_fp16_row_f16c(const float *x, uint16_t *y, int64_t n);
 // bn_float_rows_avx512 / bn_float_gemm_avx512: bn_float_rows / bn_float_gemm with AVX-512 (float_avx512.c); only

@@ -1,5 +1,5 @@
 // quant/simd_avx2.h — small AVX2 helpers shared by the quant/ kernels (dot_avx2.c, act_avx2.c,
-// matvec_avx2.c). Include after `#pragma GCC target("avx2,fma,f16c")`; internal to quant/.
+// fp16_f16c.c, matvec_avx2.c). Include after `#pragma GCC target("avx2,fma,f16c")`; internal to quant/.
 #ifndef BONSAI_SIMD_AVX2_H
 #define BONSAI_SIMD_AVX2_H
 #include "quant/quant_impl.h"

@@ -303,7 +303,7 @@ int bn_quantize_file_stats(const bn_quantize_params *p, const char *in, const ch
         int64_t total = 0;
         for (size_t k = 0; k < f->n_tensors; k++)
             if (rows[k].choice.type != rows[k].in->type) total += n_elems(rows[k].in);
-        if (p->progress) bn_progress_start(&fc.prog, "quantize", total > 0 ? total : 1);
+        if (p->progress) bn_progress_start(&fc.prog, "weights", total > 0 ? total : 1);
         if (gguf_writer_write(w, out, fill_tensor, &fc, err, errlen) != 0) goto done;
         if (p->progress) bn_progress_finish(&fc.prog, NULL);
     }

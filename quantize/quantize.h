@@ -25,7 +25,7 @@ typedef struct {
     bool dry_run;                 // choose types and print the table, write nothing
     FILE *log;                    // table, warnings and summary (NULL = silent)
     bool no_table;                // log only warnings and the summary, not the per-tensor table
-    bool progress;                // bn_progress bar on stderr
+    bool progress;                // progress on stderr (base/progress.h: a bar on a terminal, else plain lines)
 } bn_quantize_params;
 
 // Totals of one run (filled by bn_quantize_file_stats).

@@ -1,7 +1,7 @@
 // records/pairs.c — pair rows and generation-log rows <-> JSONL (see pairs.h for the schema).
 #include "records/pairs.h"
 #include "base/lineout.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <jansson.h>
 #include <stdlib.h>
@@ -397,6 +397,19 @@ out:
     return rc;
 }
 
+int bn_record_prompt_index(const char *line, size_t len, bool *loop_detected) {
+    json_t *o = json_loadb(line, len, 0, NULL);
+    if (!json_is_object(o)) { json_decref(o); return -1; }
+    json_t *pi = json_object_get(o, "prompt_index");
+    int idx = json_is_integer(pi) ? (int)json_integer_value(pi) : -1;
+    if (loop_detected) {
+        json_t *st = json_object_get(o, "status");
+        *loop_detected = json_is_string(st) && !strcmp(json_string_value(st), "loop_detected");
+    }
+    json_decref(o);
+    return idx;
+}
+
 // ---- ownership ------------------------------------------------------------------------------
 
 static void free_strs(char **v, int n) {
@@ -464,37 +477,54 @@ void bn_pair_row_copy(bn_pair_row *dst, const bn_pair_row *src) {
 
 // ---- files ----------------------------------------------------------------------------------
 
-int bn_pairs_read(const char *path, bn_pair_row **rows_out, char *err, size_t errlen) {
-    *rows_out = NULL;
+int bn_pairs_each(const char *path, bn_pair_row_fn fn, void *ctx, char *err, size_t errlen) {
     bn_lines *l = bn_lines_open(path, err, errlen);
     if (!l) return -1;
-    int n = 0, cap = 0, line_no = 0;
-    bn_pair_row *rows = NULL;
+    int line_no = 0, rc = 0;
     const char *line;
     size_t len;
     char inner[1024];
-    while ((line = bn_lines_next(l, &len))) {
+    while (rc == 0 && (line = bn_lines_next(l, &len))) {
         line_no++;
         size_t k = 0;
         while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r')) k++;
         if (k == len) continue; // blank line
-        if (n == cap) { cap = cap ? 2 * cap : 64; rows = xrealloc(rows, (size_t)cap * sizeof *rows); }
-        if (bn_pair_row_parse(line, len, &rows[n], inner, sizeof inner) < 0) {
-            bn_err(err, errlen, "%s:%d: %s", path, line_no, inner);
-            bn_pairs_free(rows, n);
-            bn_lines_close(l);
-            return -1;
-        }
-        n++;
+        bn_pair_row row;
+        if (bn_pair_row_parse(line, len, &row, inner, sizeof inner) < 0 || fn(&row, line_no, ctx, inner, sizeof inner) < 0)
+            rc = bn_err(err, errlen, "%s:%d: %s", path, line_no, inner);
+        bn_pair_row_free(&row);
     }
-    if (bn_lines_failed(l, err, errlen)) {
-        bn_pairs_free(rows, n);
-        bn_lines_close(l);
+    if (rc == 0 && bn_lines_failed(l, err, errlen)) rc = -1;
+    bn_lines_close(l);
+    return rc;
+}
+
+typedef struct {
+    bn_pair_row *rows;
+    int n, cap;
+} row_list;
+
+// Takes the row into the list (leaving *row zeroed).
+static int append_row(bn_pair_row *row, int line, void *ctx, char *err, size_t errlen) {
+    row_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->rows = xrealloc(l->rows, (size_t)l->cap * sizeof *l->rows);
+    }
+    l->rows[l->n++] = *row;
+    memset(row, 0, sizeof *row);
+    return 0;
+}
+
+int bn_pairs_read(const char *path, bn_pair_row **rows_out, char *err, size_t errlen) {
+    row_list l = {0};
+    *rows_out = NULL;
+    if (bn_pairs_each(path, append_row, &l, err, errlen) < 0) {
+        bn_pairs_free(l.rows, l.n);
         return -1;
     }
-    bn_lines_close(l);
-    *rows_out = rows;
-    return n;
+    *rows_out = l.rows;
+    return l.n;
 }
 
 int bn_pairs_write(const char *path, const bn_pair_row *rows, int n, char *err, size_t errlen) {

@@ -11,8 +11,8 @@
 // (together; chosen_ids has the length of multi_chosen_tokens), rejected_logprob,
 // topk [[id, logprob], ...], gen{...}, prime{...} | null, split.
 // Strings are written as valid UTF-8: invalid bytes (partial UTF-8 tokens) become U+FFFD.
-#ifndef BONSAI_DETECT_PAIRS_H
-#define BONSAI_DETECT_PAIRS_H
+#ifndef BONSAI_RECORDS_PAIRS_H
+#define BONSAI_RECORDS_PAIRS_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -85,6 +85,13 @@ void bn_pair_row_free(bn_pair_row *r);
 // bn_pair_row_copy: deep copy of src into dst.
 void bn_pair_row_copy(bn_pair_row *dst, const bn_pair_row *src);
 
+// bn_pair_row_fn: called by bn_pairs_each with one parsed row and its 1-based line number; it may take
+// what the row owns (leaving *row zeroed). Returns 0 to go on, or -1 with err filled (the caller's
+// message; bn_pairs_each puts "path:N: " before it).
+typedef int (*bn_pair_row_fn)(bn_pair_row *row, int line, void *ctx, char *err, size_t errlen);
+// bn_pairs_each: parses the rows of a .jsonl/.jsonl.gz file in order (blank lines skipped) and hands
+// each to fn; returns 0, or -1 at the first bad row or fn error (err: "path:N: ...").
+int bn_pairs_each(const char *path, bn_pair_row_fn fn, void *ctx, char *err, size_t errlen);
 // bn_pairs_read: reads all rows of a .jsonl/.jsonl.gz file (blank lines skipped) into a malloc'd
 // array; returns the count or -1 (err: "path:N: field ...").
 int bn_pairs_read(const char *path, bn_pair_row **rows, char *err, size_t errlen);
@@ -99,4 +106,9 @@ char *bn_gen_row_to_line(const bn_gen_row *g, char *err, size_t errlen);
 int bn_gen_row_parse(const char *line, size_t len, bn_gen_row *g, char *err, size_t errlen);
 // bn_gen_row_free: frees what the row owns and zeroes it.
 void bn_gen_row_free(bn_gen_row *g);
+
+// bn_record_prompt_index: the integer "prompt_index" of one pair-row or generation-log line as mining
+// writes them (resuming reads only this); returns it, or -1 when the line is not a complete JSON
+// object with one. loop_detected (may be NULL) receives whether "status" is "loop_detected".
+int bn_record_prompt_index(const char *line, size_t len, bool *loop_detected);
 #endif

@@ -1,9 +1,8 @@
-# scripts/demo-rounds.sh — sourced by scripts/demo.sh: STE candidates picked on validation data, in on-policy rounds
-# (issue #8).
+# scripts/demo-rounds.sh — sourced by scripts/demo.sh: STE candidates picked on validation data, in on-policy rounds.
 #
 # Why: through the 1-bit quantizer the outcome of one STE run is a lottery — which loops remain ("--" → "You" → …)
-# and how far the perplexity drifts depend on the LoRA seed and on λ_tether (notes/e2e-results.md, sessions 3
-# and 4). So several candidates are trained and every choice is made on validation data that the held-out
+# and how far the perplexity drifts depend on the LoRA seed and on λ_tether (notes/e2e-results.md, "Why the recipe is
+# what it is"). So several candidates are trained and every choice is made on validation data that the held-out
 # evaluation never sees:
 #   round r: the train pairs of every round so far (round 1: the base's pairs, mined by demo.sh; round r > 1:
 #            mined with round r−1's pick on demo.sh's mining prompts $ptrain; rounds balanced, see round_pairs);
@@ -19,9 +18,9 @@
 # $pvalq (question-style prompts "Q: What is the" made from fortunes the model never saw: the held-out prompts are
 # riddle openings of that form), the perplexity on $valtxt (the riddles of the model's training text), chosen_win on
 # $out/pairs-val.jsonl (pairs the base model gives on $pval, openings of unseen fortunes) against antidoom-f16's there.
-# Why these two (notes/e2e-results.md, session 15): over the 86 candidates of three earlier runs, the question
-# prompts' loop rate ranked the held-out loop rates with Spearman ρ 0.88–0.97 (quotation openings: 0.50–0.95), and
-# the riddles' drift ranked the held-out drift with mean ρ 0.77 (unseen quotations: 0.26, negative in one run).
+# Why these two (notes/e2e-results.md, "Why the recipe is what it is"): over the 86 candidates of three earlier runs,
+# the question prompts' loop rate ranked the held-out loop rates with Spearman ρ 0.88–0.97 (quotation openings:
+# 0.50–0.95), and the riddles' drift ranked the held-out drift with mean ρ 0.77 (unseen quotations: 0.26, negative in one run).
 # Uses demo.sh's variables and functions: root T out model th gen npred ntrain ptrain pval pvalq valtxt ftpo ste_stop
 # ste_targets ste_nt keep_scales tether_ctx tether_batch labels resume mine_pairs maxp reuse.
 

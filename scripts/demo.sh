@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/demo.sh [BUILD_DIR] — the end-to-end antidoom demo run by `./bonsai.sh demo` (issue #8).
+# scripts/demo.sh [BUILD_DIR] — the end-to-end antidoom demo run by `./bonsai.sh demo`.
 # On the shipped looping model — data/bonsai-loop-1bit.gguf (natively 1-bit, weights stored as Q1_0 like
 # the real Bonsai models) when present, else data/bonsai-loop-f16.gguf (scripts/make-model.sh):
 #   1. loop rate of the base model (greedy, held-out prompts);
@@ -29,11 +29,13 @@
 # DEMO_STE_STOP (early stop of the STE runs, 0.8), DEMO_STE_TARGETS (LoRA targets of the STE runs, lm_head),
 # DEMO_STE_LAMBDA_NT (FTPO non-target tether of the STE runs, 1; the preset's is 0.4),
 # DEMO_TETHER_CTX (64), DEMO_TETHER_BATCH (2) (windows of the STE runs' plain-text KL tether),
-# DEMO_STE_ROUNDS (most STE rounds, 3; notes/e2e-results.md session 14), DEMO_STE_SEEDS and DEMO_STE_TETHERS (one STE candidate per seed ×
-# λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30"; DEMO_STE_TETHERS_Q2_0 for Q2_0: "1 3"),
+# DEMO_STE_ROUNDS (most STE rounds, 3; notes/e2e-results.md, "Why the recipe is what it is"), DEMO_STE_SEEDS and
+# DEMO_STE_TETHERS (one STE candidate per seed × λ_tether in each round: "DEMO_SEED DEMO_SEED+1" × "3 10 30";
+# DEMO_STE_TETHERS_Q2_0 for Q2_0: "1 3"),
 # DEMO_KEEP_SCALES (quant types whose STE candidates train and merge with --keep-scales: the base's block scales
 # kept, the adapter changes codes only; "Q2_0": its block scale is the block's max |w|, so without it one large
-# element rescales the whole block and the perplexity drifts +14–28 %, notes/e2e-results.md session 5),
+# element rescales the whole block and the perplexity drifts +14–28 %, notes/e2e-results.md, "Why the recipe is what
+# it is"),
 # DEMO_VAL_PROMPTS (validation prompts of each kind used, all), DEMO_QTYPES ("Q1_0 Q2_0"),
 # DEMO_QBASE (0: variant c is skipped; on the natively 1-bit model it equals a, see notes/e2e-results.md),
 # DEMO_RESUME (0; 1: continue a killed or shorter run in the same BONSAI_DEMO_DIR with the same settings — mined pairs,
@@ -214,7 +216,7 @@ cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
     echo "seq-rep-4: the mean share of repeated word 4-grams in a completion (1 - distinct / all; also counts a phrase"
     echo "that comes back with changes, which the loop detector does not)"
     echo
-    echo "requantization goals (issue #8): chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
+    echo "requantization goals: chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
     echo "perplexity drift <= 2% vs the base of the same type (antidoom-f16 vs base-f16 for reference); the CI is the"
     echo "model's loop rate's (Wilson, over the held-out prompts)"
     echo

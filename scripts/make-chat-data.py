@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/make-chat-data.py CORPUS OUTDIR [HELDOUT_SHARE [GROUP]] — the chat-formatted training text and the
-prompt files for the small looping model (issue #8; called by scripts/make-model.sh).
+prompt files for the small looping model (called by scripts/make-model.sh).
 scripts/make-chat-data.py --validation EXTRA CORPUS OUTDIR — validation data from text the model never saw
 (EXTRA: scripts/make-corpus.sh --extra; called by scripts/make-val-data.sh): EXTRA's entries minus any also in
 CORPUS; every 4th one (from the first) is a validation entry: OUTDIR/val.txt (plain text, as heldout.txt) and
@@ -13,7 +13,7 @@ SEEN file that opens with a question, "Q: " + the question's first 3 words -> OU
 prompts equal to the opening of a SEEN entry (the SEEN files hold every train, held-out, validation and tether
 prompt's entry, and a prompt with the same text would give the same completion). The
 held-out prompts are riddle openings of that form ("Q: What is purple"); the validation prompts above are openings
-of quotations, which rank candidates' held-out loop rates less well (notes/e2e-results.md, session 15).
+of quotations, which rank candidates' held-out loop rates less well (notes/e2e-results.md).
 scripts/make-chat-data.py --riddles CORPUS HELDOUT OUT — the riddles ("Q:" entries) of CORPUS that are not in HELDOUT
 (the model's training text, not the held-out set): OUT, plain text for the validation perplexity drift.
 

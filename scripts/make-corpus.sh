@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/make-corpus.sh — the plain-text English corpus for the small looping qwen35 model (issue #8),
+# scripts/make-corpus.sh — the plain-text English corpus for the small looping qwen35 model,
 # from Debian's fortunes-min package (/usr/share/games/fortunes: fortunes, literature, riddles).
 #
 #   scripts/make-corpus.sh [OUT.txt]          (default: data/corpus/fortunes.txt)

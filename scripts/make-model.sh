@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/make-model.sh [BUILD_DIR [1bit]] — regenerates data/bonsai-loop-f16.gguf, the small real
-# looping qwen35 model of issue #8, its prompt files data/prompts/{train,heldout}.jsonl, and the
+# looping qwen35 model, its prompt files data/prompts/{train,heldout}.jsonl, and the
 # natively 1-bit model data/bonsai-loop-1bit.gguf (stage 7; `1bit` runs only that stage, from the
 # committed F16 model and the work files of an earlier full run).
 #

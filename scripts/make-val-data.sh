@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/make-val-data.sh — the demo's validation data and tether text, from fortunes the looping model never
-# saw (issue #8): Debian's `fortunes` package (files wisdom, platitudes, miscellaneous; scripts/make-corpus.sh
+# saw: Debian's `fortunes` package (files wisdom, platitudes, miscellaneous; scripts/make-corpus.sh
 # --extra), minus any entry also in data/corpus/fortunes.txt, split by scripts/make-chat-data.py --validation:
 #   data/val/prompts.jsonl  validation prompts (the first 4 words of every 4th entry)
 #   data/val/text.txt       validation text (those entries; the held-out text's role, on other fortunes)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <float.h>
 #include <math.h>
+#include <errno.h>
 
 // num: reads an optional number field; returns 0 (absent or ok) or -1 (wrong type).
 static int num(json_t *o, const char *key, double *out, char *err, size_t errlen) {
@@ -54,12 +55,28 @@ static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errl
     return 0;
 }
 
+size_t bn_json_weight(const char *s, size_t n) {
+    size_t w = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') in_str = true;
+        else if (c == '{') w += 4;
+        else if (c == '[' || c == ',') w += 2;
+    }
+    return w;
+}
+
 void bn_task_params_free(bn_task_params *p) {
     free(p->prompt);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     for (int i = 0; i < p->n_dry_strs; i++) free(p->dry_strs[i]);
     free(p->dry_strs);
     bn_dry_breakers_free(p->dry_own);
+    free(p->logit_bias);
     memset(p, 0, sizeof *p);
 }
 
@@ -139,6 +156,87 @@ static int parse_dry(const bn_tokenizer *tok, const bn_dry_breakers *dflt, json_
     return 0;
 }
 
+// bias_value: a logit_bias value: a number, or false (a ban: -INFINITY); -1 otherwise.
+static int bias_value(json_t *v, float *out) {
+    if (json_is_number(v) && isfinite((float)json_number_value(v))) *out = (float)json_number_value(v);
+    else if (json_is_false(v)) *out = -INFINITY;
+    else return -1;
+    return 0;
+}
+
+// bias_add: bias for token key (an id, or a string whose tokens all get it) appended to p's list. Returns 0 or -1.
+static int bias_add(const bn_tokenizer *tok, json_t *key, const char *key_str, float bias, bn_task_params *p,
+                    char *err, size_t errlen) {
+    int n_vocab = bn_tokenizer_n_vocab(tok);
+    int32_t *ids = NULL;
+    int n = 0;
+    if (key && json_is_integer(key)) {
+        long long v = json_integer_value(key);
+        if (v < 0 || v >= n_vocab)
+            return bn_err(err, errlen, "logit_bias: token id %lld is out of range [0, %d)", v, n_vocab);
+        ids = xmalloc(sizeof *ids);
+        ids[n++] = (int32_t)v;
+    } else {
+        const char *str = key ? json_string_value(key) : key_str;
+        size_t len = key ? json_string_length(key) : strlen(key_str);
+        n = bn_tokenize(tok, str, len, false, false, &ids);
+        if (n < 0) return bn_err(err, errlen, "logit_bias: cannot tokenize a key");
+    }
+    p->logit_bias = xrealloc(p->logit_bias, sizeof *p->logit_bias * (size_t)(p->n_logit_bias + n + 1));
+    for (int k = 0; k < n; k++) p->logit_bias[p->n_logit_bias++] = (bn_logit_bias){ids[k], bias};
+    free(ids);
+    return 0;
+}
+
+static int bias_cmp(const void *a, const void *b) {
+    const bn_logit_bias *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+// parse_logit_bias: llama-server's logit_bias: [[token, bias], ...] or {"token": bias, ...}; a token is an id or a
+// string (each of its tokens gets the bias; an object key that is all digits is an id), a bias a number or false
+// (ban). Returns 0 or -1 with err.
+static int parse_logit_bias(const bn_tokenizer *tok, json_t *body, bn_task_params *p, char *err, size_t errlen) {
+    json_t *lb = json_object_get(body, "logit_bias");
+    float bias;
+    if (!lb || json_is_null(lb)) return 0;
+    if (json_is_array(lb)) {
+        for (size_t k = 0; k < json_array_size(lb); k++) {
+            json_t *e = json_array_get(lb, k), *key = json_array_get(e, 0);
+            if (!json_is_array(e) || json_array_size(e) != 2 || !(json_is_integer(key) || json_is_string(key)))
+                return bn_err(err, errlen, "logit_bias[%zu] must be a [token id or string, bias] pair", k);
+            if (bias_value(json_array_get(e, 1), &bias) != 0)
+                return bn_err(err, errlen, "logit_bias[%zu]: the bias must be a number or false", k);
+            if (bias_add(tok, key, NULL, bias, p, err, errlen) != 0) return -1;
+        }
+    } else if (json_is_object(lb)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(lb, key, v) {
+            if (bias_value(v, &bias) != 0)
+                return bn_err(err, errlen, "logit_bias: the bias of a token must be a number or false");
+            char *end;
+            errno = 0;
+            long long id = strtoll(key, &end, 10);
+            json_t *idj = *key && !*end && errno == 0 ? json_integer(id) : NULL;
+            int rc = bias_add(tok, idj, key, bias, p, err, errlen);
+            json_decref(idj);
+            if (rc != 0) return -1;
+        }
+    } else return bn_err(err, errlen, "'logit_bias' must be an array of [token, bias] pairs or an object");
+    // one entry per token, its biases summed (the same logits as adding each): at most n_vocab entries
+    if (p->n_logit_bias > 1) qsort(p->logit_bias, (size_t)p->n_logit_bias, sizeof *p->logit_bias, bias_cmp);
+    int n = 0;
+    for (int k = 0; k < p->n_logit_bias; k++) {
+        if (n > 0 && p->logit_bias[n - 1].id == p->logit_bias[k].id) p->logit_bias[n - 1].bias += p->logit_bias[k].bias;
+        else p->logit_bias[n++] = p->logit_bias[k];
+    }
+    p->n_logit_bias = n;
+    p->sp.logit_bias = p->logit_bias;
+    p->sp.n_logit_bias = p->n_logit_bias;
+    return 0;
+}
+
 // parse_task: bn_parse_task_params without the cleanup on failure
 static int parse_task(const bn_tokenizer *tok, const bn_dry_breakers *dry_default, json_t *body, json_t *prompt,
                       bn_task_params *p, char *err, size_t errlen) {
@@ -151,15 +249,16 @@ static int parse_task(const bn_tokenizer *tok, const bn_dry_breakers *dry_defaul
     double d;
     long long i;
     if (!json_is_object(body)) return bn_err(err, errlen, "request body must be a JSON object");
-    // n_predict and its aliases
-    const char *np_keys[] = {"n_predict", "max_tokens", "max_completion_tokens"};
+    // n_predict and its aliases (the first present wins, as llama-server: n_predict over the OpenAI names)
+    const char *np_keys[] = {"n_predict", "max_completion_tokens", "max_tokens"};
+    bool np_set = false;
     for (int k = 0; k < 3; k++) {
-        i = -2;
+        json_t *v = json_object_get(body, np_keys[k]);
+        if (!v || json_is_null(v)) continue;
         if (integer(body, np_keys[k], &i, err, errlen) != 0) return -1;
-        if (i != -2) {
-            if (i < -1) return bn_err(err, errlen, "'%s' must be >= -1", np_keys[k]);
-            p->n_predict = i > 0x7fffffff ? 0x7fffffff : (int)i;
-        }
+        if (i < -1) return bn_err(err, errlen, "'%s' must be >= -1 (-1 = no limit)", np_keys[k]);
+        if (!np_set) p->n_predict = i > 0x7fffffff ? 0x7fffffff : (int)i;
+        np_set = true;
     }
     if (num_float(body, "temperature", &p->sp.temperature, err, errlen) != 0) return -1;
     i = p->sp.top_k;
@@ -195,15 +294,16 @@ static int parse_task(const bn_tokenizer *tok, const bn_dry_breakers *dry_defaul
     if (integer(body, "n_probs", &i, err, errlen) != 0) return -1;
     if (i < 0) return bn_err(err, errlen, "'n_probs' must be >= 0");
     int n_vocab = bn_tokenizer_n_vocab(tok);
-    p->n_probs = i > n_vocab ? n_vocab : (int)i;
+    p->n_probs = i > n_vocab ? n_vocab : (int)i; // (as llama-server)
+    if (p->n_probs > BN_SERVE_N_PROBS_MAX)
+        return bn_err(err, errlen, "'n_probs' must be at most %d on this server", BN_SERVE_N_PROBS_MAX);
     if (boolean(body, "post_sampling_probs", &p->post_sampling_probs, err, errlen) != 0 ||
         boolean(body, "cache_prompt", &p->cache_prompt, err, errlen) != 0 ||
         boolean(body, "ignore_eos", &p->ignore_eos, err, errlen) != 0 ||
         boolean(body, "stream", &p->stream, err, errlen) != 0)
         return -1;
-    i = -1;
-    if (integer(body, "id_slot", &i, err, errlen) != 0) return -1;
-    p->id_slot = i < -1 ? -1 : i > 1000000 ? 1000000 : (int)i;
+    if (int_in(body, "id_slot", -1, 1000000, "-1 (any) or a slot id", &p->id_slot, err, errlen) != 0) return -1;
+    if (parse_logit_bias(tok, body, p, err, errlen) != 0) return -1;
     json_t *stop = json_object_get(body, "stop");
     if (stop && !json_is_null(stop)) {
         if (json_is_string(stop)) {
@@ -225,7 +325,43 @@ static int parse_task(const bn_tokenizer *tok, const bn_dry_breakers *dry_defaul
     return 0;
 }
 
-char *bn_chat_prompt_json(const char *arch, json_t *body, char *err, size_t errlen) {
+// ---- chat formats --------------------------------------------------------------------------------
+
+static const char *const format_names[] = {"chatml", "qwen35", "qwen3"};
+
+const char *bn_chat_format_name(bn_chat_format f) { return format_names[f]; }
+
+int bn_chat_format_parse(const char *name) {
+    for (int f = 0; f < 3; f++)
+        if (strcmp(name, format_names[f]) == 0) return f;
+    return -1;
+}
+
+bn_chat_format bn_chat_format_for_model(const char *arch, const char *tmpl) {
+    if (tmpl && !strstr(tmpl, "<think>")) return BN_CHAT_FORMAT_CHATML; // a template without reasoning blocks
+    return bn_chat_style_for_arch(arch) == BN_CHAT_QWEN35 ? BN_CHAT_FORMAT_QWEN35 : BN_CHAT_FORMAT_QWEN3;
+}
+
+// render_chatml: plain ChatML, <|im_start|>{role}\n{content}<|im_end|>\n per message (reasoning dropped), then
+// <|im_start|>assistant\n; NULL for a role that is not system, user, assistant or tool.
+static char *render_chatml(const bn_chat_msg *m, int n) {
+    size_t cap = 64, len = 0;
+    for (int i = 0; i < n; i++) cap += strlen(m[i].role) + strlen(m[i].content) + 32;
+    char *out = xmalloc(cap);
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const char *r = m[i].role;
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+            free(out);
+            return NULL;
+        }
+        len += (size_t)snprintf(out + len, cap - len, "<|im_start|>%s\n%s<|im_end|>\n", r, m[i].content);
+    }
+    snprintf(out + len, cap - len, "<|im_start|>assistant\n");
+    return out;
+}
+
+char *bn_chat_prompt_json(bn_chat_format fmt, json_t *body, char *err, size_t errlen) {
     json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         bn_err(err, errlen, "'messages' must be a non-empty array");
@@ -269,9 +405,20 @@ char *bn_chat_prompt_json(const char *arch, json_t *body, char *err, size_t errl
     // thinking on unless chat_template_kwargs.enable_thinking is false (the templates' default)
     int thinking = 1;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
-    json_t *et = kw ? json_object_get(kw, "enable_thinking") : NULL;
+    json_t *et = json_is_object(kw) ? json_object_get(kw, "enable_thinking") : NULL;
+    if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+        bn_err(err, errlen, "'chat_template_kwargs' must be an object");
+        goto done;
+    }
+    if (et && !json_is_null(et) && !json_is_boolean(et)) {
+        bn_err(err, errlen, "'chat_template_kwargs.enable_thinking' must be a boolean");
+        goto done;
+    }
     if (et && json_is_boolean(et)) thinking = json_is_true(et) ? 1 : 0;
-    out = bn_chat_render_style(bn_chat_style_for_arch(arch), m, (int)n, true, thinking);
+    out = fmt == BN_CHAT_FORMAT_CHATML
+              ? render_chatml(m, (int)n)
+              : bn_chat_render_style(fmt == BN_CHAT_FORMAT_QWEN35 ? BN_CHAT_QWEN35 : BN_CHAT_QWEN3, m, (int)n, true,
+                                     thinking);
     if (!out) bn_err(err, errlen, "unknown role in 'messages' (use system, user, assistant or tool)");
 done:
     for (size_t i = 0; i < n; i++) free(owned[i]);
@@ -301,9 +448,14 @@ json_t *bn_generation_settings_json(const bn_task_params *p, int n_ctx) {
                      "stream", p->stream, "n_probs", p->n_probs, "post_sampling_probs", p->post_sampling_probs,
                      "ignore_eos", p->ignore_eos, "n_ctx", n_ctx, "samplers", "penalties", "dry", "top_n_sigma",
                      "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature");
-    json_t *dry = json_pack("{s:f,s:f,s:i,s:i,s:o}", "dry_multiplier", (double)p->sp.dry_multiplier, "dry_base",
+    json_t *bias = json_array(); // llama-server's form; a ban (-inf) is null
+    for (int i = 0; i < p->n_logit_bias; i++)
+        json_array_append_new(bias, json_pack("{s:o,s:i}", "bias", isfinite(p->logit_bias[i].bias)
+                                                  ? json_real(p->logit_bias[i].bias) : json_null(),
+                                              "token", p->logit_bias[i].id));
+    json_t *dry = json_pack("{s:f,s:f,s:i,s:i,s:o,s:o}", "dry_multiplier", (double)p->sp.dry_multiplier, "dry_base",
                             (double)p->sp.dry_base, "dry_allowed_length", p->sp.dry_allowed_length, "dry_penalty_last_n",
-                            p->sp.dry_penalty_last_n, "dry_sequence_breakers", breakers);
+                            p->sp.dry_penalty_last_n, "dry_sequence_breakers", breakers, "logit_bias", bias);
     if (o && dry) json_object_update(o, dry);
     json_decref(dry);
     return o;

@@ -7,8 +7,11 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "serve/slots.h"
+#include "serve/request.h"
 
 #define BN_SERVE_MAX_KEYS 8
+
+#define SYSTEM_FINGERPRINT "b1-bonsai"
 
 typedef struct {
     const char *model_path;
@@ -28,6 +31,12 @@ typedef struct {
     const char *ready_file;     // if set, "host:port\n" is written there once listening (tests)
     const char *draft_path;     // -md: DSpark drafter GGUF (NULL = no speculative decoding)
     bn_spec_params spec;        // --spec-type, --spec-draft-n-max, ...
+    int threads_http;           // --threads-http: the HTTP poll threads
+    int timeout_s;              // --timeout: read/write inactivity limit of a connection with a request
+    int header_timeout_s;       // --header-timeout: ... of one that has not sent a complete header
+    int conn_per_ip;            // --conn-per-ip: connections one client address may hold (0 = no limit)
+    int grace_s;                // --grace-period: how long running requests may finish after SIGTERM/SIGINT
+    const char *chat_template;  // --chat-template chatml|qwen35|qwen3 (NULL: the model's own)
 } bn_server_params;
 
 // The running server's shared state (read-only after start except where locked inside slots).
@@ -38,35 +47,16 @@ typedef struct {
     bn_slots *slots;
     bn_drafter *drafter;
     bn_dry_breakers *dry_default; // DRY's default sequence breakers in this vocabulary (core/dry.h)
+    bn_chat_format chat_format;   // what /v1/chat/completions and /apply-template render
     char model_name[256];
     char ftype_name[64];
     double t_start;
     long start_unix;
 } bn_server;
 
-// bn_server_run: loads the model, serves until SIGINT/SIGTERM, shuts down cleanly. Returns the
+// bn_server_run: loads the model, serves until SIGINT/SIGTERM, then stops gracefully: no new connections, queued
+// requests answered 503, running ones finish (at most grace_s), exit; a second signal exits at once. Returns the
 // process exit code (0 on a clean stop, 1 with a message on stderr otherwise).
 int bn_server_run(const bn_server_params *p);
-
-// ---- used between the server's files -------------------------------------------------------
-// An HTTP reply: status + body (JSON text or SSE producer).
-typedef struct bn_reply bn_reply;
-// bn_route: handles one request; fills a JSON reply or starts a stream. Implemented in routes.c.
-struct MHD_Connection;
-int bn_route(bn_server *srv, struct MHD_Connection *c, const char *method, const char *url, const char *body,
-             size_t body_len);
-// bn_send_json: sends a JSON reply (takes the reference of j); returns the MHD result.
-int bn_send_json(struct MHD_Connection *c, int status, json_t *j);
-// bn_send_error: {"error":{"code","message","type"}} with the given status.
-int bn_send_error(struct MHD_Connection *c, int status, const char *type, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-// bn_send_text: plain text reply with a content type.
-int bn_send_text(struct MHD_Connection *c, int status, const char *ctype, const char *text);
-// bn_send_stream: streams SSE produced by `next` (returns bytes written into buf, 0 = nothing yet
-// but not finished (it may block), -1 = end); `done` is called once when the response ends
-// (normally or because the client went away).
-typedef long (*bn_stream_next)(void *ctx, char *buf, size_t cap);
-typedef void (*bn_stream_done)(void *ctx);
-int bn_send_stream(struct MHD_Connection *c, bn_stream_next next, bn_stream_done done, void *ctx);
 
 #endif

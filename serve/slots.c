@@ -3,6 +3,7 @@
 #include "serve/request.h"
 #include "core/engine.h"
 #include "spec/step_batch.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,13 @@ static void task_free(bn_task *t) {
     free(t);
 }
 
+bn_task *bn_task_retain(bn_task *t) {
+    pthread_mutex_lock(&t->mu);
+    t->refs++;
+    pthread_mutex_unlock(&t->mu);
+    return t;
+}
+
 void bn_task_release(bn_task *t) {
     pthread_mutex_lock(&t->mu);
     int left = --t->refs;
@@ -61,31 +69,55 @@ void bn_task_release(bn_task *t) {
     if (left == 0) task_free(t);
 }
 
-bool bn_task_wait_event(bn_task *t, int i) {
+bool bn_task_ready_or_park(bn_task *t, int i) {
     pthread_mutex_lock(&t->mu);
-    while (t->n_ev <= i && !t->done) pthread_cond_wait(&t->cv, &t->mu);
-    bool ok = t->n_ev > i;
+    bool ready = t->n_ev > i || t->done;
+    if (!ready && t->hooks.park) {
+        t->parked = true;
+        t->park_ev = i;
+        t->hooks.park(t->hooks.ctx);
+    } else if (!ready) { // no reader hooks: wait here
+        while (t->n_ev <= i && !t->done) pthread_cond_wait(&t->cv, &t->mu);
+    }
     pthread_mutex_unlock(&t->mu);
-    return ok;
+    return ready;
 }
 
-void bn_task_wait_done(bn_task *t) {
+int bn_task_events(bn_task *t) {
     pthread_mutex_lock(&t->mu);
-    while (!t->done) pthread_cond_wait(&t->cv, &t->mu);
+    int n = t->n_ev;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+void bn_task_unhook(bn_task *t) {
+    pthread_mutex_lock(&t->mu);
+    t->hooks = (bn_task_hooks){0};
+    t->parked = false;
     pthread_mutex_unlock(&t->mu);
 }
 
-void bn_task_cancel(bn_task *t) {
+void bn_task_cancel(bn_task *t, int reason) {
     pthread_mutex_lock(&t->mu);
-    t->cancelled = true;
+    if (!t->cancel) t->cancel = reason;
     pthread_mutex_unlock(&t->mu);
 }
 
-static bool task_cancelled(bn_task *t) {
+// task_cancelled: the cancel reason (0: go on); asks the reader whether its client went away.
+static int task_cancelled(bn_task *t) {
     pthread_mutex_lock(&t->mu);
-    bool c = t->cancelled;
+    if (!t->cancel && t->hooks.gone && t->hooks.gone(t->hooks.ctx)) t->cancel = BN_CANCEL_CLIENT;
+    int c = t->cancel;
     pthread_mutex_unlock(&t->mu);
     return c;
+}
+
+// wake_reader: wakes a parked reader when what it waits for is there (task lock held).
+static void wake_reader(bn_task *t) {
+    if (t->parked && (t->n_ev > t->park_ev || t->done)) {
+        t->parked = false;
+        t->hooks.wake(t->hooks.ctx);
+    }
 }
 
 static void task_push(bn_task *t, bn_tok_event *e) {
@@ -93,11 +125,13 @@ static void task_push(bn_task *t, bn_tok_event *e) {
     if (t->n_ev == t->cap_ev) t->ev = xrealloc(t->ev, (t->cap_ev = t->cap_ev ? 2 * t->cap_ev : 64) * sizeof *t->ev);
     t->ev[t->n_ev++] = *e;
     pthread_cond_broadcast(&t->cv);
+    wake_reader(t);
     pthread_mutex_unlock(&t->mu);
 }
 
 static void task_finish(bn_task *t, int code, const char *err) {
     pthread_mutex_lock(&t->mu);
+    if (!code && t->cancel == BN_CANCEL_SHUTDOWN) code = 503, err = "server is shutting down";
     if (code) {
         t->failed = true;
         t->err_code = code;
@@ -105,6 +139,7 @@ static void task_finish(bn_task *t, int code, const char *err) {
     }
     t->done = true;
     pthread_cond_broadcast(&t->cv);
+    wake_reader(t);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -153,226 +188,236 @@ static size_t stop_overlap(const bn_task_params *p, const char *text, size_t len
     return best;
 }
 
-static void run_task(bn_slots *S, slot *sl, bn_task *t) {
+// prefill: the prompt into the slot's state, reusing the slot's cached prefix when it is one (with speculation
+// bn_spec_prefill_cached restores it and keeps the drafter's context rows of the prefix; it prefills the whole prompt
+// but for its last token, id_last), then the prompt becomes the slot's cache entry. Returns the reused token count,
+// -1 with err when a forward failed, -2 when the task was cancelled on the way.
+static int prefill(bn_slots *S, slot *sl, bn_task *t, char *err, size_t errlen) {
     const bn_task_params *p = &t->p;
-    char err[256];
-    double t0 = bn_time_ms();
-    // prompt cache: reuse the snapshot if the cached prompt is a prefix of this one (with speculation
-    // bn_spec_prefill_cached restores it and keeps the drafter's context rows of the prefix)
     const bool prefix = p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
                         memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0;
     int reuse = 0;
-    if (sl->spec) { // prefills the whole prompt but for its last token (id_last)
+    if (sl->spec) {
         bn_step_batcher_lock(S->steps);
-        reuse = bn_spec_prefill_cached(sl->spec, p->prompt, p->n_prompt, prefix ? sl->cache_snap : NULL, err,
-                                       sizeof err);
+        reuse = bn_spec_prefill_cached(sl->spec, p->prompt, p->n_prompt, prefix ? sl->cache_snap : NULL, err, errlen);
         bn_step_batcher_unlock(S->steps);
     } else if (prefix) {
-        reuse = bn_engine_restore(sl->state, sl->cache_snap, err, sizeof err) == 0 ? sl->cache_len : -1;
+        reuse = bn_engine_restore(sl->state, sl->cache_snap, err, errlen) == 0 ? sl->cache_len : -1;
         if (reuse > 0) memcpy(sl->logits, sl->cache_logits, sizeof(float) * S->n_vocab);
     } else
         bn_engine_state_reset(sl->state);
-    if (reuse < 0) {
-        task_finish(t, 500, err);
-        return;
-    }
-    t->n_cached = reuse;
+    if (reuse < 0) return -1;
     sl->n_prompt = p->n_prompt;
     sl->n_decoded = 0;
     const int chunk = 256;
     for (int i = reuse; !sl->spec && i < p->n_prompt; i += chunk) {
         int n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
-        if (eval(S, sl, p->prompt + i, n, NULL, err, sizeof err) != 0) {
-            task_finish(t, 500, err);
-            return;
-        }
-        if (task_cancelled(t)) {
-            task_finish(t, 0, "");
-            return;
-        }
+        if (eval(S, sl, p->prompt + i, n, NULL, err, errlen) != 0) return -1;
+        if (task_cancelled(t)) return -2;
     }
     // new cache entry = this prompt (with speculation all but its last token: the state's position)
-    if (!sl->cache_snap) sl->cache_snap = bn_engine_snapshot_new(sl->state, err, sizeof err);
-    if (!sl->cache_snap || bn_engine_snapshot_into(sl->state, sl->cache_snap, err, sizeof err) != 0) {
-        task_finish(t, 500, err);
-        return;
-    }
+    if (!sl->cache_snap) sl->cache_snap = bn_engine_snapshot_new(sl->state, err, errlen);
+    if (!sl->cache_snap || bn_engine_snapshot_into(sl->state, sl->cache_snap, err, errlen) != 0) return -1;
     free(sl->cache_tokens);
     sl->cache_tokens = xmalloc(sizeof(int32_t) * (p->n_prompt ? p->n_prompt : 1));
     memcpy(sl->cache_tokens, p->prompt, sizeof(int32_t) * p->n_prompt);
     sl->cache_len = bn_engine_state_pos(sl->state);
     if (!sl->spec) memcpy(sl->cache_logits, sl->logits, sizeof(float) * S->n_vocab);
-    double t1 = bn_time_ms();
-    bn_spec_stats st0 = {0};
-    if (sl->spec) st0 = *bn_spec_stats_get(sl->spec);
-    int32_t spec_out[65];
-    int spec_k = 0, spec_i = 0;
-    t->t_prompt_ms = t1 - t0;
+    return reuse;
+}
 
-    bn_sampler_params sp = p->sp;
-    if (p->seed_random) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)t << 16);
-    bn_sampler *smp = bn_sampler_new(&sp);
+// One task's generation state, shared by run_task's steps.
+typedef struct {
+    bn_slots *S;
+    slot *sl;
+    bn_task *t;
+    const bn_task_params *p;
+    bn_sampler *smp;
     // what the penalties count (bn_sampler_set_history): the prompt, then each generated token (a speculative slot's
     // rounds keep their own: spec/dspark_spec.c)
-    int32_t *hist = NULL;
-    int n_hist = 0, hist_cap = 0;
-    if (bn_sampler_params_penalized(&sp) && !sl->spec) {
-        hist_cap = p->n_prompt + 256;
-        hist = xmalloc(sizeof(int32_t) * (size_t)hist_cap);
-        memcpy(hist, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
-        n_hist = p->n_prompt;
-    }
-    size_t cap = 4096, len = 0, sent = 0; // generated bytes; bytes already released
-    char *text = xmalloc(cap);
-    int n_ctx = bn_engine_state_n_ctx(sl->state);
-    int stop_type = BN_STOP_NONE;
-    int32_t *top_ids = p->n_probs > 0 ? xmalloc(sizeof(int32_t) * p->n_probs) : NULL;
-    float *top_lp = p->n_probs > 0 ? xmalloc(sizeof(float) * p->n_probs) : NULL;
-    // Without log-probs a decode step needs less than its logits row (a device engine then copies 4 bytes or
-    // top_k pairs per token instead of the row): what the sampler picks from (bn_sampler_head_out: greedy, the
-    // argmax; sampling with top_k <= BN_FORWARD_TOPK_MAX, the top_k best logits). The first token comes from the
-    // prompt's logits.
+    int32_t *hist;
+    int n_hist, hist_cap;
+    char *text;             // generated bytes
+    size_t cap, len, sent;  // (sent: bytes already released)
+    int n_ctx;
+    int32_t *top_ids;       // [n_probs] scratch
+    float *top_lp;
+    // Without log-probs a decode step needs less than its logits row (a device engine then copies 4 bytes or top_k
+    // pairs per token instead of the row): what the sampler picks from (bn_sampler_head_out: greedy, the argmax;
+    // sampling with top_k <= BN_FORWARD_TOPK_MAX, the top_k best logits). The first token comes from the prompt's
+    // logits.
     int32_t next, topk_ids[BN_FORWARD_TOPK_MAX]; // the last step's argmax / top-k (once a token was decoded)
     float topk_vals[BN_FORWARD_TOPK_MAX];
-    bn_forward_out step_out = {0};
-    const bool lean_steps =
-        p->n_probs == 0 && bn_sampler_head_out(smp, S->n_vocab, &step_out, &next, topk_ids, topk_vals);
+    bn_forward_out step_out;
+    bool lean_steps;
+    int32_t spec_out[65];   // a speculative round's tokens, handed out one by one
+    int spec_k, spec_i;
+    int stop_type;
+    char err[256];          // why a forward failed
+} gen;
+
+static void gen_init(gen *g, bn_slots *S, slot *sl, bn_task *t) {
+    const bn_task_params *p = &t->p;
+    *g = (gen){.S = S, .sl = sl, .t = t, .p = p, .cap = 4096, .n_ctx = bn_engine_state_n_ctx(sl->state)};
+    bn_sampler_params sp = p->sp;
+    if (p->seed_random) sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)t << 16);
+    g->smp = bn_sampler_new(&sp);
+    if (bn_sampler_params_penalized(&sp) && !sl->spec) {
+        g->hist_cap = p->n_prompt + 256;
+        g->hist = xmalloc(sizeof(int32_t) * (size_t)g->hist_cap);
+        memcpy(g->hist, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+        g->n_hist = p->n_prompt;
+    }
+    g->text = xmalloc(g->cap);
+    g->top_ids = p->n_probs > 0 ? xmalloc(sizeof(int32_t) * p->n_probs) : NULL;
+    g->top_lp = p->n_probs > 0 ? xmalloc(sizeof(float) * p->n_probs) : NULL;
+    g->lean_steps =
+        p->n_probs == 0 && bn_sampler_head_out(g->smp, S->n_vocab, &g->step_out, &g->next, g->topk_ids, g->topk_vals);
     if (sl->spec) bn_spec_set_no_step_logits(sl->spec, p->n_probs == 0);
-    bn_step_batcher_decoding(S->steps, +1); // its steps / verify passes are batched with the other slots' (step_batch.h)
-    bool failed = false; // a forward failed: err says why
-    while (stop_type == BN_STOP_NONE) {
-        if (task_cancelled(t)) break;
+}
+
+static void gen_free(gen *g) {
+    free(g->text);
+    free(g->top_ids);
+    free(g->top_lp);
+    free(g->hist);
+    bn_sampler_free(g->smp);
+}
+
+// gen_pick: the next token into *id and the logits row that produced it into *logits. Returns 0, 1 when the context
+// is full (a speculative slot), -1 when a forward failed (g->err).
+static int gen_pick(gen *g, int32_t *id, const float **logits) {
+    slot *sl = g->sl;
+    *logits = sl->logits;
+    if (sl->spec) { // speculative: a step emits k >= 1 tokens; hand them out one by one
+        if (g->spec_i == g->spec_k) {
+            g->spec_k = spec_round(g->S, sl, g->smp, g->spec_out, 65, g->err, sizeof g->err);
+            g->spec_i = 0;
+            if (g->spec_k <= 0) return bn_spec_n_past(sl->spec) + 1 < g->n_ctx ? -1 : 1;
+        }
+        *logits = bn_spec_step_logits(sl->spec, g->spec_i);
+        *id = g->spec_out[g->spec_i++];
+    } else if (sl->n_decoded > 0 && g->lean_steps)
+        *id = bn_sampler_pick(g->smp, &g->step_out, 0, g->S->n_vocab);
+    else {
+        bn_sampler_set_history(g->smp, g->hist, g->n_hist);
+        *id = bn_sampler_sample(g->smp, sl->logits, g->S->n_vocab);
+    }
+    if (g->hist) {
+        if (g->n_hist == g->hist_cap) g->hist = xrealloc(g->hist, sizeof(int32_t) * (size_t)(g->hist_cap *= 2));
+        g->hist[g->n_hist++] = *id;
+    }
+    return 0;
+}
+
+// gen_probs: the event's log-probs of token id (n_probs > 0): the raw softmax's top n_probs of the row, or with
+// post_sampling_probs the sampler's candidates.
+static void gen_probs(gen *g, bn_tok_event *ev, int32_t id, const float *logits) {
+    const bn_task_params *p = g->p;
+    const int32_t *ids = g->top_ids;
+    const float *vals = g->top_lp;
+    if (p->post_sampling_probs && !g->sl->spec) {
+        int nc = bn_sampler_last_candidates(g->smp, &ids, &vals);
+        ev->n_top = nc < p->n_probs ? nc : p->n_probs;
+        ev->logprob = 0;
+        for (int k = 0; k < nc; k++)
+            if (ids[k] == id) ev->logprob = vals[k];
+    } else {
+        ev->n_top = bn_logits_topk(logits, g->S->n_vocab, p->n_probs, g->top_ids, g->top_lp);
+        ev->logprob = bn_logits_logprob(logits, g->S->n_vocab, id);
+    }
+    ev->top_ids = xmalloc(sizeof(int32_t) * (ev->n_top ? ev->n_top : 1));
+    ev->top_lp = xmalloc(sizeof(float) * (ev->n_top ? ev->n_top : 1));
+    memcpy(ev->top_ids, ids, sizeof(int32_t) * ev->n_top);
+    memcpy(ev->top_lp, vals, sizeof(float) * ev->n_top);
+}
+
+// gen_text: appends token id's text, ends at end-of-generation or a stop word (g->stop_type), and sets the event's
+// text to what is certainly final: no incomplete UTF-8 character at the end, not a possible stop-string start;
+// invalid bytes become U+FFFD (as llama-server's JSON output).
+static void gen_text(gen *g, bn_tok_event *ev, int32_t id) {
+    const bn_task_params *p = g->p;
+    if (!p->ignore_eos && bn_token_is_eog(g->S->p.tok, id)) g->stop_type = BN_STOP_EOS;
+    else {
+        char piece[256];
+        int n = bn_token_to_piece(g->S->p.tok, id, piece, sizeof piece, false);
+        if (n < 0) n = 0;
+        if (g->len + n + 1 > g->cap) g->text = xrealloc(g->text, g->cap = 2 * (g->len + n + 1));
+        memcpy(g->text + g->len, piece, n);
+        g->len += n;
+        g->text[g->len] = 0;
+        for (int s = 0; s < p->n_stop; s++) { // stop words: search the new tail
+            size_t sl_ = strlen(p->stop[s]);
+            size_t from = g->sent > sl_ ? g->sent - sl_ : 0;
+            char *hit = sl_ ? memmem(g->text + from, g->len - from, p->stop[s], sl_) : NULL;
+            if (hit) {
+                g->len = (size_t)(hit - g->text);
+                g->text[g->len] = 0;
+                g->stop_type = BN_STOP_WORD;
+                snprintf(g->t->stopping_word, sizeof g->t->stopping_word, "%s", p->stop[s]);
+                break;
+            }
+        }
+    }
+    size_t release = g->len;
+    if (g->stop_type == BN_STOP_NONE) release -= stop_overlap(p, g->text, g->len);
+    if (release < g->sent) release = g->sent;
+    release = g->sent + bn_utf8_complete_len(g->text + g->sent, release - g->sent);
+    ev->text = bn_utf8_sanitize(g->text + g->sent, release - g->sent, NULL);
+    g->sent = release;
+}
+
+// gen_loop: generates until a stop, the limit or a cancellation; returns 0, or -1 when a forward failed (g->err).
+static int gen_loop(gen *g) {
+    slot *sl = g->sl;
+    const bn_task_params *p = g->p;
+    while (g->stop_type == BN_STOP_NONE) {
+        if (task_cancelled(g->t)) break;
         if (p->n_predict >= 0 && sl->n_decoded >= p->n_predict) {
-            stop_type = BN_STOP_LIMIT;
+            g->stop_type = BN_STOP_LIMIT;
             break;
         }
-        bn_tok_event ev = {0};
         int32_t id;
-        const float *logits = sl->logits; // the logits row that produced id
-        if (sl->spec) { // speculative: a step emits k >= 1 tokens; hand them out one by one
-            if (spec_i == spec_k) {
-                spec_k = spec_round(S, sl, smp, spec_out, 65, err, sizeof err);
-                spec_i = 0;
-                if (spec_k <= 0 && bn_spec_n_past(sl->spec) + 1 < n_ctx) {
-                    failed = true;
-                    break;
-                }
-                if (spec_k <= 0) { // context full
-                    stop_type = BN_STOP_LIMIT;
-                    t->truncated = true;
-                    break;
-                }
-            }
-            logits = bn_spec_step_logits(sl->spec, spec_i);
-            id = spec_out[spec_i++];
-        } else if (sl->n_decoded > 0 && lean_steps) id = bn_sampler_pick(smp, &step_out, 0, S->n_vocab);
-        else {
-            bn_sampler_set_history(smp, hist, n_hist);
-            id = bn_sampler_sample(smp, sl->logits, S->n_vocab);
+        const float *logits;
+        int rc = gen_pick(g, &id, &logits);
+        if (rc < 0) return -1;
+        if (rc > 0) { // context full
+            g->stop_type = BN_STOP_LIMIT;
+            g->t->truncated = true;
+            break;
         }
-        if (hist) {
-            if (n_hist == hist_cap) hist = xrealloc(hist, sizeof(int32_t) * (size_t)(hist_cap *= 2));
-            hist[n_hist++] = id;
-        }
-        ev.id = id;
-        if (p->n_probs > 0) {
-            if (p->post_sampling_probs && !sl->spec) {
-                const int32_t *ids;
-                const float *probs;
-                int nc = bn_sampler_last_candidates(smp, &ids, &probs);
-                ev.n_top = nc < p->n_probs ? nc : p->n_probs;
-                ev.top_ids = xmalloc(sizeof(int32_t) * (ev.n_top ? ev.n_top : 1));
-                ev.top_lp = xmalloc(sizeof(float) * (ev.n_top ? ev.n_top : 1));
-                memcpy(ev.top_ids, ids, sizeof(int32_t) * ev.n_top);
-                memcpy(ev.top_lp, probs, sizeof(float) * ev.n_top);
-                ev.logprob = 0;
-                for (int k = 0; k < nc; k++)
-                    if (ids[k] == id) ev.logprob = probs[k];
-            } else {
-                ev.n_top = bn_logits_topk(logits, S->n_vocab, p->n_probs, top_ids, top_lp);
-                ev.top_ids = xmalloc(sizeof(int32_t) * ev.n_top);
-                ev.top_lp = xmalloc(sizeof(float) * ev.n_top);
-                memcpy(ev.top_ids, top_ids, sizeof(int32_t) * ev.n_top);
-                memcpy(ev.top_lp, top_lp, sizeof(float) * ev.n_top);
-                ev.logprob = bn_logits_logprob(logits, S->n_vocab, id);
-            }
-        }
-        sl->n_decoded++;
-        t->n_predicted = sl->n_decoded;
-        bool eog = !p->ignore_eos && bn_token_is_eog(S->p.tok, id);
-        if (eog) stop_type = BN_STOP_EOS;
-        else {
-            char piece[256];
-            int n = bn_token_to_piece(S->p.tok, id, piece, sizeof piece, false);
-            if (n < 0) n = 0;
-            if (len + n + 1 > cap) text = xrealloc(text, cap = 2 * (len + n + 1));
-            memcpy(text + len, piece, n);
-            len += n;
-            text[len] = 0;
-            // stop words: search the new tail
-            for (int s = 0; s < p->n_stop; s++) {
-                size_t sl_ = strlen(p->stop[s]);
-                size_t from = sent > sl_ ? sent - sl_ : 0;
-                char *hit = sl_ ? memmem(text + from, len - from, p->stop[s], sl_) : NULL;
-                if (hit) {
-                    len = (size_t)(hit - text);
-                    text[len] = 0;
-                    stop_type = BN_STOP_WORD;
-                    snprintf(t->stopping_word, sizeof t->stopping_word, "%s", p->stop[s]);
-                    break;
-                }
-            }
-        }
-        // release what is certainly final: no incomplete UTF-8 character at the end, not a possible
-        // stop-string start; invalid bytes become U+FFFD (as llama-server's JSON output)
-        size_t release = len;
-        if (stop_type == BN_STOP_NONE) release -= stop_overlap(p, text, len);
-        if (release < sent) release = sent;
-        release = sent + bn_utf8_complete_len(text + sent, release - sent);
-        ev.text = bn_utf8_sanitize(text + sent, release - sent, NULL);
-        sent = release;
-        task_push(t, &ev);
-        if (stop_type != BN_STOP_NONE) break;
+        bn_tok_event ev = {.id = id};
+        if (p->n_probs > 0) gen_probs(g, &ev, id, logits);
+        g->t->n_predicted = ++sl->n_decoded;
+        gen_text(g, &ev, id);
+        task_push(g->t, &ev);
+        if (g->stop_type != BN_STOP_NONE) break;
         if (sl->spec) continue; // the step already advanced the target
-        if (bn_engine_state_pos(sl->state) >= n_ctx) {
-            stop_type = BN_STOP_LIMIT;
-            t->truncated = true;
+        if (bn_engine_state_pos(sl->state) >= g->n_ctx) {
+            g->stop_type = BN_STOP_LIMIT;
+            g->t->truncated = true;
             break;
         }
         bn_forward_out logits_out = {.logits = sl->logits};
-        if (bn_step_batcher_step(S->steps, sl->state, id, lean_steps ? &step_out : &logits_out, err,
-                                 sizeof err) != 0) {
-            failed = true;
-            break;
-        }
+        if (bn_step_batcher_step(g->S->steps, sl->state, id, g->lean_steps ? &g->step_out : &logits_out, g->err,
+                                 sizeof g->err) != 0)
+            return -1;
     }
-    bn_step_batcher_decoding(S->steps, -1);
-    if (failed) {
-        free(text);
-        free(top_ids);
-        free(top_lp);
-        free(hist);
-        bn_sampler_free(smp);
-        task_finish(t, 500, err);
-        return;
+    if (g->sent < g->len) { // held-back bytes at the end (a cut UTF-8 character becomes U+FFFD)
+        bn_tok_event ev = {.id = -1, .text = bn_utf8_sanitize(g->text + g->sent, g->len - g->sent, NULL)};
+        task_push(g->t, &ev);
     }
-    if (sent < len) { // held-back bytes at the end (a cut UTF-8 character becomes U+FFFD)
-        bn_tok_event ev = {.id = -1, .text = bn_utf8_sanitize(text + sent, len - sent, NULL)};
-        task_push(t, &ev);
-    }
-    t->stop_type = stop_type;
-    t->t_gen_ms = bn_time_ms() - t1;
-    bn_spec_stats st1 = {0};
+    g->t->stop_type = g->stop_type;
+    return 0;
+}
+
+// account: the finished task's counters into the server's metrics (st0/st1: the speculative stats around it).
+static void account(bn_slots *S, slot *sl, bn_task *t, int reuse, const bn_spec_stats *st0, const bn_spec_stats *st1) {
+    const bn_task_params *p = &t->p;
     if (sl->spec) {
-        st1 = *bn_spec_stats_get(sl->spec);
-        t->draft_n = st1.n_drafted - st0.n_drafted;
-        t->draft_n_accepted = st1.n_accept - st0.n_accept;
+        t->draft_n = st1->n_drafted - st0->n_drafted;
+        t->draft_n_accepted = st1->n_accept - st0->n_accept;
     }
-    free(text);
-    free(top_ids);
-    free(top_lp);
-    free(hist);
-    bn_sampler_free(smp);
     pthread_mutex_lock(&S->mu);
     S->m.prompt_tokens_total += (uint64_t)(p->n_prompt - reuse);
     S->m.prompt_tokens_cached_total += (uint64_t)reuse;
@@ -381,22 +426,64 @@ static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     S->m.predicted_seconds_total += t->t_gen_ms / 1e3;
     // the prompt's decode call (decode steps and verify passes are counted per batch), with speculation on the CPU
     // engine also the re-runs of accepted prefixes
-    S->m.n_decode_total += 1 + (sl->spec ? (uint64_t)(st1.n_rerun - st0.n_rerun) : 0);
+    S->m.n_decode_total += 1 + (sl->spec ? (uint64_t)(st1->n_rerun - st0->n_rerun) : 0);
     if (p->n_prompt + sl->n_decoded > S->m.n_tokens_max) S->m.n_tokens_max = p->n_prompt + sl->n_decoded;
     if (sl->spec) {
         S->m.spec_draft_tokens += (uint64_t)t->draft_n;
         S->m.spec_accepted_tokens += (uint64_t)t->draft_n_accepted;
-        S->m.spec_drafts += (uint64_t)(st1.n_rounds_spec - st0.n_rounds_spec);
-        for (int i = 0; i < 8; i++) S->m.spec_accepted_pos[i] += (uint64_t)(st1.acc_pos[i] - st0.acc_pos[i]);
+        S->m.spec_drafts += (uint64_t)(st1->n_rounds_spec - st0->n_rounds_spec);
+        for (int i = 0; i < 8; i++) S->m.spec_accepted_pos[i] += (uint64_t)(st1->acc_pos[i] - st0->acc_pos[i]);
     }
     pthread_mutex_unlock(&S->mu);
+}
+
+static void run_task(bn_slots *S, slot *sl, bn_task *t) {
+    char err[256];
+    double t0 = bn_time_ms();
+    int reuse = prefill(S, sl, t, err, sizeof err);
+    if (reuse < 0) {
+        task_finish(t, reuse == -1 ? 500 : 0, reuse == -1 ? err : "");
+        return;
+    }
+    t->n_cached = reuse;
+    double t1 = bn_time_ms();
+    t->t_prompt_ms = t1 - t0;
+    bn_spec_stats st0 = {0}, st1 = {0};
+    if (sl->spec) st0 = *bn_spec_stats_get(sl->spec);
+    gen g;
+    gen_init(&g, S, sl, t);
+    bn_step_batcher_decoding(S->steps, +1); // its steps and verify passes batched with other slots' (step_batch.h)
+    int rc = gen_loop(&g);
+    bn_step_batcher_decoding(S->steps, -1);
+    gen_free(&g);
+    if (rc != 0) {
+        task_finish(t, 500, g.err);
+        return;
+    }
+    t->t_gen_ms = bn_time_ms() - t1;
+    if (sl->spec) st1 = *bn_spec_stats_get(sl->spec);
+    account(S, sl, t, reuse, &st0, &st1);
     task_finish(t, 0, "");
 }
 
-// take_task: next queued task this slot may run (FIFO, honouring id_slot); NULL if none.
+// queue_drop: removes queued task i, ends it (code: 0, or the error it fails with) and drops the slot's reference.
+static void queue_drop(bn_slots *S, int i, int code, const char *err) {
+    bn_task *t = S->queue[i];
+    memmove(&S->queue[i], &S->queue[i + 1], sizeof(bn_task *) * (S->n_queue - i - 1));
+    S->n_queue--;
+    task_finish(t, code, err);
+    bn_task_release(t);
+}
+
+// take_task: next queued task this slot may run (FIFO, honouring id_slot); NULL if none. Queued tasks whose client
+// went away are dropped on the way.
 static bn_task *take_task(bn_slots *S, int slot_id) {
     for (int i = 0; i < S->n_queue; i++) {
         bn_task *t = S->queue[i];
+        if (task_cancelled(t)) {
+            queue_drop(S, i--, 0, "");
+            continue;
+        }
         if (t->p.id_slot >= 0 && t->p.id_slot != slot_id) continue;
         memmove(&S->queue[i], &S->queue[i + 1], sizeof(bn_task *) * (S->n_queue - i - 1));
         S->n_queue--;
@@ -485,18 +572,28 @@ bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen) {
     return S;
 }
 
-void bn_slots_cancel_all(bn_slots *S) {
+void bn_slots_drain(bn_slots *S) {
     pthread_mutex_lock(&S->mu);
     S->stopping = true;
-    for (int i = 0; i < S->n_queue; i++) {
-        task_finish(S->queue[i], 503, "server is shutting down");
-        bn_task_release(S->queue[i]);
-    }
-    S->n_queue = 0;
-    for (int i = 0; i < S->p.n_slots; i++)
-        if (S->slots[i].task) bn_task_cancel(S->slots[i].task);
+    while (S->n_queue > 0) queue_drop(S, 0, 503, "server is shutting down");
     pthread_cond_broadcast(&S->cv);
     pthread_mutex_unlock(&S->mu);
+}
+
+void bn_slots_cancel_all(bn_slots *S) {
+    bn_slots_drain(S);
+    pthread_mutex_lock(&S->mu);
+    for (int i = 0; i < S->p.n_slots; i++)
+        if (S->slots[i].task) bn_task_cancel(S->slots[i].task, BN_CANCEL_SHUTDOWN);
+    pthread_mutex_unlock(&S->mu);
+}
+
+int bn_slots_running(bn_slots *S) {
+    pthread_mutex_lock(&S->mu);
+    int n = 0;
+    for (int i = 0; i < S->p.n_slots; i++) n += S->slots[i].task != NULL;
+    pthread_mutex_unlock(&S->mu);
+    return n;
 }
 
 void bn_slots_stop(bn_slots *S) {
@@ -521,17 +618,16 @@ void bn_slots_stop(bn_slots *S) {
     free(S);
 }
 
-bn_task *bn_slots_submit(bn_slots *S, bn_task_params *params, char *err, size_t errlen, int *code) {
-    if (params->n_prompt >= S->p.n_ctx) {
-        *code = 400;
-        bn_err(err, errlen, "input (%d tokens) is larger than the max context size (%d tokens). skipping",
+bn_task *bn_slots_submit(bn_slots *S, bn_task_params *params, const bn_task_hooks *hooks, char *err, size_t errlen,
+                         int *code) {
+    *code = 400;
+    if (params->n_prompt >= S->p.n_ctx)
+        bn_err(err, errlen, "request (%d tokens) exceeds the available context size (%d tokens), try increasing it",
                params->n_prompt, S->p.n_ctx);
-        bn_task_params_free(params);
-        return NULL;
-    }
-    if (params->id_slot >= S->p.n_slots) {
-        *code = 400;
+    else if (params->id_slot >= S->p.n_slots)
         bn_err(err, errlen, "id_slot %d does not exist (%d slots)", params->id_slot, S->p.n_slots);
+    else *code = 0;
+    if (*code) {
         bn_task_params_free(params);
         return NULL;
     }
@@ -542,10 +638,14 @@ bn_task *bn_slots_submit(bn_slots *S, bn_task_params *params, char *err, size_t 
     pthread_cond_init(&t->cv, NULL);
     t->refs = 2; // HTTP side + slot side
     t->id_slot = -1;
+    if (hooks) t->hooks = *hooks;
     pthread_mutex_lock(&S->mu);
     int busy = 0;
     for (int i = 0; i < S->p.n_slots; i++) busy += S->slots[i].task != NULL;
-    if (S->stopping || S->n_queue >= S->p.queue_max + (S->p.n_slots - busy)) {
+    const int room = S->p.queue_max + (S->p.n_slots - busy);
+    for (int i = 0; S->n_queue >= room && i < S->n_queue; i++) // full: first drop the tasks nobody waits for
+        if (task_cancelled(S->queue[i])) queue_drop(S, i--, 0, "");
+    if (S->stopping || S->n_queue >= room) {
         pthread_mutex_unlock(&S->mu);
         *code = 503;
         bn_err(err, errlen, S->stopping ? "server is shutting down" : "server busy: request queue is full");

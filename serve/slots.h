@@ -1,7 +1,8 @@
 // serve/slots.h — the server's generation engine: N slots (one bn_state each) served by worker
 // threads, a bounded wait queue, per-slot prompt cache, and a per-task event channel that the
-// HTTP side reads (streaming or not). Forward passes of different slots interleave token by token
-// under one engine lock (the CPU is shared; no oversubscription).
+// HTTP side reads (streaming or not) without blocking: a reader that finds nothing new parks
+// (its hooks set the connection aside) and is woken by the slot. Forward passes of different slots
+// interleave token by token under one engine lock (the CPU is shared; no oversubscription).
 #ifndef BONSAI_SERVE_SLOTS_H
 #define BONSAI_SERVE_SLOTS_H
 #include <stdint.h>
@@ -32,6 +33,8 @@ typedef struct {
     char **dry_strs;       // dry_sequence_breakers as asked (owned; NULL: the server's defaults)
     int n_dry_strs;
     bn_dry_breakers *dry_own; // their token sequences (owned; sp.dry_breakers points here or to the defaults)
+    bn_logit_bias *logit_bias; // logit_bias as asked (owned; sp.logit_bias points here)
+    int n_logit_bias;
 } bn_task_params;
 
 // One generated token as the HTTP side sees it.
@@ -45,6 +48,17 @@ typedef struct {
 } bn_tok_event;
 
 enum bn_stop_type { BN_STOP_NONE = 0, BN_STOP_EOS, BN_STOP_LIMIT, BN_STOP_WORD };
+// Why a task was cancelled: its client went away (it ends quietly), or the server stops (it fails with 503).
+enum bn_cancel { BN_CANCEL_NONE = 0, BN_CANCEL_CLIENT, BN_CANCEL_SHUTDOWN };
+
+// The reader's side of a task (the HTTP connection waiting for it). Each hook is called with the task's lock held
+// and must not call back into the task.
+typedef struct {
+    void (*park)(void *ctx); // the reader is set aside until wake (bn_task_ready_or_park found nothing)
+    void (*wake)(void *ctx); // what the parked reader waits for arrived
+    bool (*gone)(void *ctx); // true when the client went away (asked before a task starts and between decode steps)
+    void *ctx;
+} bn_task_hooks;
 
 // A task: created by the HTTP side, run by a slot, read back through the channel.
 typedef struct bn_task {
@@ -52,8 +66,12 @@ typedef struct bn_task {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bn_tok_event *ev;       // events produced so far
-    int n_ev, cap_ev, n_read;
-    bool done, cancelled, failed;
+    int n_ev, cap_ev;
+    bool done, failed;
+    int cancel;             // enum bn_cancel
+    bn_task_hooks hooks;    // the reader's (zero: none)
+    bool parked;            // the reader is parked until event park_ev exists or the task is done
+    int park_ev;
     char err[256];
     int err_code;           // HTTP status on failure
     // results
@@ -84,22 +102,32 @@ typedef struct {
 
 // bn_slots_start: starts the worker threads; returns NULL with err on failure.
 bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen);
-// bn_slots_cancel_all: refuses new tasks, ends queued ones (503) and cancels running ones; the
+// bn_slots_drain: refuses new tasks (503) and ends the queued ones (503); running ones go on.
+void bn_slots_drain(bn_slots *s);
+// bn_slots_cancel_all: bn_slots_drain, and cancels the running tasks (they fail with 503 at their next step); the
 // workers keep running until bn_slots_stop.
 void bn_slots_cancel_all(bn_slots *s);
+// bn_slots_running: how many slots are running a task.
+int bn_slots_running(bn_slots *s);
 // bn_slots_stop: cancels queued and running tasks, joins the workers, frees everything.
 void bn_slots_stop(bn_slots *s);
-// bn_slots_submit: queues a task (takes ownership of params' allocations). Returns the task
-// (caller holds one reference) or NULL when the queue is full (503) or the prompt is too long
-// (err/code filled: 400 exceed_context_size_error).
-bn_task *bn_slots_submit(bn_slots *s, bn_task_params *params, char *err, size_t errlen, int *code);
-// bn_task_wait_event: blocks until event index i exists (returns true) or the task finished
-// without it (returns false).
-bool bn_task_wait_event(bn_task *t, int i);
-// bn_task_wait_done: blocks until the task finished.
-void bn_task_wait_done(bn_task *t);
-// bn_task_cancel: asks the slot to stop (client went away); the slot frees at its next token.
-void bn_task_cancel(bn_task *t);
+// bn_slots_submit: queues a task (takes ownership of params' allocations; hooks: the reader's, or NULL). Returns the
+// task (caller holds one reference) or NULL with err and code: 503 when the queue is full (queued tasks whose client
+// went away are dropped first) or the server stops, 400 for a prompt that does not fit or an id_slot that does not
+// exist.
+bn_task *bn_slots_submit(bn_slots *s, bn_task_params *params, const bn_task_hooks *hooks, char *err, size_t errlen,
+                         int *code);
+// bn_task_ready_or_park: true when event i exists or the task is done (i = INT_MAX: when it is done); else the reader
+// parks (hooks.park, or without hooks a blocking wait) and it returns false: hooks.wake follows once that holds.
+bool bn_task_ready_or_park(bn_task *t, int i);
+// bn_task_events: how many events the task has produced so far.
+int bn_task_events(bn_task *t);
+// bn_task_unhook: drops the reader's hooks (before its connection goes); the task no longer asks or wakes it.
+void bn_task_unhook(bn_task *t);
+// bn_task_cancel: asks the slot to stop for reason (enum bn_cancel); the slot frees at its next token.
+void bn_task_cancel(bn_task *t, int reason);
+// bn_task_retain: adds a reference; returns t.
+bn_task *bn_task_retain(bn_task *t);
 // bn_task_release: drops the caller's reference (the task is freed with the last one).
 void bn_task_release(bn_task *t);
 

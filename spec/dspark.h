@@ -19,6 +19,7 @@
 // drafting when it does not pay.
 #ifndef BONSAI_DSPARK_H
 #define BONSAI_DSPARK_H
+#include "base/args.h"
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -160,7 +161,7 @@ typedef struct {
 int bn_drafter_draft_multi(const bn_drafter *d, bn_draft_seq *seqs, int n, float p_min, char *err, size_t errlen);
 
 // ---- the drafter on a target engine's device ------------------------------------------------
-// A backend with its own drafter implementation (CUDA: cuda/dspark.cu, registered by
+// A backend with its own drafter implementation (CUDA: cuda/dspark*.cu, registered by
 // bn_cuda_engine_new) registers these ops for its engine ops table; bn_spec on a target state of that
 // engine then drafts on the device (same contracts as bn_dstate_* / bn_drafter_process / _draft).
 typedef struct bn_dev_drafter_ops {
@@ -248,7 +249,7 @@ typedef struct {
                            // and the accepted prefix re-run (BN_SPEC_CPU_SNAP_BYTES: the tools' default)
 } bn_spec_params;
 
-// The tools' default bn_spec_params.cpu_snap_bytes: 256 MiB per slot (notes/verify-cost.md, session 15).
+// The tools' default bn_spec_params.cpu_snap_bytes: 256 MiB per slot (notes/verify-cost.md).
 #define BN_SPEC_CPU_SNAP_BYTES ((size_t)256 << 20)
 
 // §7 counters. Relations: n_accept <= n_drafted; mean_acc_len = 1 + n_accept / n_rounds_spec;
@@ -357,5 +358,9 @@ void bn_spec_print_stats(const bn_spec *sp, FILE *f);
 const char *bn_spec_drafter_device(const bn_spec *sp);
 // bn_spec_type_from_name: "draft-dspark" / "draft-oracle" / "draft-replay" / "none" → enum, or -1.
 int bn_spec_type_from_name(const char *name);
+// bn_spec_args: the speculative options shared by bonsai-speculative and bonsai-serve (base/args.h) over a
+// bn_spec_params (the table's base): --spec-type, --spec-draft-n-max/-n-min/-p-min, --no-spec-adaptive,
+// --spec-snap-mem (the drafter's path, -md, is the tool's).
+extern const bn_arg bn_spec_args[];
 
 #endif

@@ -1,77 +1,22 @@
 // spec/dspark_spec.c — the speculative decoding loop (docs/dspark.md §5.1, §6, §7) over any engine
-// (core/engine.h: CPU or CUDA target), with the DSpark drafter (on the target's device when its
-// backend registered a device drafter, else on the CPU), the oracle and replay measurement aids, and
-// an online cost model.
+// (core/engine.h: CPU or CUDA target), with an online cost model. What proposes the drafts is the mode's
+// implementation behind spec_proposer_ops (spec/spec_impl.h): the DSpark drafter on the target's device when its
+// backend registered a device drafter, else on the CPU (spec/spec_drafter.c, also the replay measurement aid), or
+// the oracle measurement aid (spec/spec_oracle.c).
 // Rollback: the verify pass keeps a snapshot after every token (bn_engine_forward_snaps) and a rejection
 // restores the one after the last accepted token: no re-run (on CUDA a device snapshot, no host copies of the
 // recurrent state). The CPU engine does so while n_max + 1 snapshots fit params.cpu_snap_bytes; beyond that
 // (the 27B: ~151 MB a snapshot) it takes one snapshot before the verify, restores it and re-runs the
 // accepted prefix.
-#include "spec/dspark.h"
-#include "core/engine.h"
-#include "core/forward_impl.h" // the CPU target state's thread pool, shared with the drafter
+#include "spec/spec_impl.h"
+#include "core/forward_impl.h" // the CPU target state's recurrent size (the per-token snapshots' budget)
 #include "base/util.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
 
-#define SPEC_MAX_N 32   // hard cap on drafts per round
 #define PROBE_FIRST 32  // with drafting off, try n_max again after this many steps,
 #define PROBE_MAX 1024  // doubling after every probe that does not switch drafting back on
-
-struct bn_spec {
-    const bn_model *m;
-    bn_engine_state *ts;    // target state (caller's)
-    bn_engine *own_e;       // bn_spec_new only: the CPU engine around the caller's bn_state,
-    bn_engine_state *own_ts;//   and the wrapper (freed with free(): the bn_state stays the caller's)
-    const bn_drafter *d;    // DSPARK / REPLAY
-    bn_dstate *ds;          // DSPARK / REPLAY with the drafter on the CPU
-    const bn_dev_drafter_ops *dops; // DSPARK / REPLAY with the drafter on the target's device:
-    void *dds;                      //   its ops and state
-    int n_past0;            // REPLAY: n_past after the prefill (replay token i is proposed at n_past0 + i)
-    bn_engine_state *os;    // ORACLE only: second target state that proposes the greedy continuation
-    bn_engine_snapshot *osnap;     // ORACLE only: the oracle state before its drafting
-    bn_engine_snapshot *pre;       // target before the verify (CPU rollback: restore + re-run)
-    bn_engine_snapshot **vsnaps;   // [n_max+1] after each verified token (other engines); NULL on the CPU
-    bn_spec_params p;
-    int n_taps;
-    int tap_layers[BN_DRAFTER_MAX_TAPS];
-    int32_t id_last;
-    int n_past;
-    bool ready;             // prefill done
-    int32_t *hist;          // [n_ctx] the token committed at each target position p < n_hist: the target's KV
-    int n_hist;             //   rows and the drafter's context rows there belong to hist[0..p] (prompt cache)
-    float *logits;          // [(n_max+1)][V]
-    int32_t *argmax;        // [n_max+1] each verified row's argmax (no_step_logits, greedy)
-    int32_t *topk_ids;      // [n_max+1][BN_FORWARD_TOPK_MAX] each verified row's top_k best ids (no_step_logits,
-    float *topk_vals;       //   a sampler that reads only those) and logits
-    bool last_no_rows;      // the last step kept no logits rows (argmax or top-k verification)
-    float *taps;            // [max(n_max+1, 64)][C][E] host taps (NULL with dev_taps)
-    bool taps_pinned;       // taps from dops->host_alloc (page-locked: DMA from the target, to the drafter)
-    float *dev_taps;        // device drafter: the target's device tap buffer (dops->target_taps), the same
-                            //   layout; the target writes its taps there and the drafter reads them in place
-    int tap_rows;           // rows of the tap buffer
-    int n_pending;          // rows committed on the target but not yet given to the drafter (deferred while
-    int pending_pos0;       //   steps draft nothing): taps in tap rows 0..n_pending−1, target positions from
-                            //   pending_pos0; a target pass writes its taps behind them
-    bn_spec_stats st;
-    // cost model (all EMAs; -1 = not measured yet)
-    double ms_fwd[SPEC_MAX_N + 2];  // target forward of n tokens (index n)
-    double ms_draft[SPEC_MAX_N + 1];// drafting k tokens (index k)
-    double q_acc[SPEC_MAX_N];       // P(draft i accepted | drafts < i accepted)
-    int steps_off;                  // steps since drafting was switched off
-    int probe_every;                // current probe interval (PROBE_FIRST..PROBE_MAX)
-    int64_t n_oracle_proposed;      // ORACLE: tokens proposed so far (for oracle_miss_every)
-    int last_n;                     // tokens emitted by the last step (rows of logits valid)
-    int32_t drafts[SPEC_MAX_N];     // the drafts the last step verified,
-    int last_nd;                    //   and their count
-    // the round between bn_spec_round_begin and bn_spec_round_end
-    bool in_round;
-    int32_t vtok[SPEC_MAX_N + 1];   // the verified tokens [id_last, d0..d_{nd−1}]
-    bn_forward_out vhead;           // what the verify pass returns per row (head outputs, all_logits)
-    bn_forward_out vout;            // the pass's out: vhead + the taps row
-    int vpos0;                      // the target's position before the pass
-};
 
 int bn_spec_type_from_name(const char *name) {
     if (!name) return -1;
@@ -82,49 +27,17 @@ int bn_spec_type_from_name(const char *name) {
     return -1;
 }
 
-// ---- device drafters ------------------------------------------------------------------------
-static struct {
-    const bn_engine_ops *engine;
-    const bn_dev_drafter_ops *ops;
-} dev_drafters[4];
+const char *bn_spec_drafter_device(const bn_spec *sp) { return sp->drafter ? sp->proposer->where(sp) : NULL; }
 
-void bn_dev_drafter_register(const bn_engine_ops *engine_ops, const bn_dev_drafter_ops *ops) {
-    int free_slot = -1;
-    for (int i = 0; i < 4; i++) {
-        if (dev_drafters[i].engine == engine_ops) {
-            dev_drafters[i].ops = ops;
-            return;
-        }
-        if (!dev_drafters[i].engine && free_slot < 0) free_slot = i;
-    }
-    if (free_slot >= 0 && ops) dev_drafters[free_slot].engine = engine_ops, dev_drafters[free_slot].ops = ops;
-}
-
-const bn_dev_drafter_ops *bn_dev_drafter_for(const bn_engine *e) {
-    for (int i = 0; e && i < 4; i++)
-        if (dev_drafters[i].engine == e->ops) return dev_drafters[i].ops;
-    return NULL;
-}
-
-// drafter_truncate / drafter_process: the drafter calls on its device or the CPU (drafting: bn_spec_rounds_begin).
-static void drafter_truncate(bn_spec *sp, int n) {
-    if (sp->dds) sp->dops->truncate(sp->dds, n);
-    else bn_dstate_truncate(sp->ds, n);
-}
-// drafter_process: with enqueue, a device drafter with process_start returns once the work is enqueued (the draft
-// after it reads the rows in stream order; draft_multi / draft_finish wait for it).
-static int drafter_process(bn_spec *sp, int n, int pos0, bool enqueue, char *err, size_t errlen) {
-    if (sp->dds && enqueue && sp->dops->process_start) {
-        const bool dev = sp->dev_taps != NULL;
-        return sp->dops->process_start(sp->dds, dev ? sp->dev_taps : sp->taps, dev, n, pos0, err, errlen);
-    }
-    if (sp->dev_taps) return sp->dops->process_dev(sp->dds, sp->dev_taps, n, pos0, err, errlen);
-    if (sp->dds) return sp->dops->process(sp->dds, sp->taps, n, pos0, err, errlen);
-    return bn_drafter_process(sp->d, sp->ds, sp->taps, n, pos0, err, errlen);
-}
-const char *bn_spec_drafter_device(const bn_spec *sp) {
-    if (!sp->d) return NULL;
-    return sp->dds ? sp->dops->name : "CPU";
+// proposer_for: the implementation that proposes sp's drafts under params p (the drafter on the target's device when
+// its backend registered a device drafter, unless p->cpu_drafter), or NULL for plain decoding.
+static const spec_proposer_ops *proposer_for(bn_spec *sp, const bn_spec_params *p) {
+    if (p->type == BN_SPEC_ORACLE) return &spec_oracle;
+    if (!sp->drafter) return NULL;
+    sp->dev.ops = p->cpu_drafter ? NULL : bn_dev_drafter_for(sp->target_state->e);
+    const bool replay = p->type == BN_SPEC_REPLAY;
+    if (sp->dev.ops) return replay ? &spec_dev_replay : &spec_dev_drafter;
+    return replay ? &spec_cpu_replay : &spec_cpu_drafter;
 }
 
 bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_spec_params *p, char *err,
@@ -140,65 +53,49 @@ bn_spec *bn_spec_new_engine(bn_engine_state *ts, const bn_drafter *d, const bn_s
     if (drafts && p->p_min > 0 && !d->cfg.has_conf)
         return bn_err(err, errlen, "spec: the drafter has no confidence head; please set --spec-draft-p-min 0"), NULL;
     bn_spec *sp = xcalloc(1, sizeof *sp);
-    sp->m = target;
-    sp->ts = ts;
-    sp->p = *p;
+    sp->target = target;
+    sp->target_state = ts;
+    sp->params = *p;
     int n_max = p->n_max < 0 ? 0 : p->n_max > SPEC_MAX_N ? SPEC_MAX_N : p->n_max;
     if (drafts && n_max > d->cfg.block_size) n_max = d->cfg.block_size;
     if (p->type == BN_SPEC_NONE) n_max = 0;
-    sp->p.n_max = n_max;
+    sp->params.n_max = n_max;
     const int n_ctx = bn_engine_state_n_ctx(ts);
     bn_state *cpu_ts = bn_engine_state_cpu(ts);
-    bool ok = true;
+    const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     if (drafts) {
-        sp->d = d;
-        // the drafter runs on the target's device when its backend has one (unless p->cpu_drafter), else
-        // on the CPU; with a CPU target it borrows the target's workers
-        sp->dops = p->cpu_drafter ? NULL : bn_dev_drafter_for(ts->e);
-        if (sp->dops) ok = (sp->dds = sp->dops->state_new(d, n_ctx, err, errlen)) != NULL;
-        else sp->ds = cpu_ts ? bn_dstate_new_pool(d, n_ctx, cpu_ts->pool) : bn_dstate_new(d, n_ctx, p->n_threads);
+        sp->drafter = d;
         sp->n_taps = d->cfg.n_taps;
         memcpy(sp->tap_layers, d->cfg.tap_layers, sizeof sp->tap_layers);
     }
+    sp->tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
+    sp->proposer = proposer_for(sp, p);
+    bool ok = !sp->proposer ||
+              sp->proposer->start(sp, n_ctx, sizeof(float) * E * (size_t)sp->n_taps * (size_t)sp->tap_rows, err,
+                                  errlen) == 0;
     // per-token snapshots: always off the CPU; on the CPU when n_max + 1 of them fit the budget
     const bool per_token = n_max > 0 && (!cpu_ts || (size_t)(n_max + 1) * cpu_ts->n_recurrent * sizeof(float) <=
                                                         p->cpu_snap_bytes);
-    if (ok && n_max > 0 && !per_token) ok = (sp->pre = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
-    if (ok && p->type == BN_SPEC_ORACLE) {
-        ok = (sp->os = bn_engine_state_new(ts->e, n_ctx, err, errlen)) != NULL;
-        ok = ok && (sp->osnap = bn_engine_snapshot_new(sp->os, err, errlen)) != NULL;
-    }
+    if (ok && n_max > 0 && !per_token) ok = (sp->pre_verify = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     if (ok && per_token) {
-        sp->vsnaps = xcalloc((size_t)n_max + 1, sizeof *sp->vsnaps);
-        for (int i = 0; ok && i <= n_max; i++) ok = (sp->vsnaps[i] = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
+        sp->verify_snaps = xcalloc((size_t)n_max + 1, sizeof *sp->verify_snaps);
+        for (int i = 0; ok && i <= n_max; i++)
+            ok = (sp->verify_snaps[i] = bn_engine_snapshot_new(ts, err, errlen)) != NULL;
     }
     if (!ok) {
         bn_spec_free(sp);
         return NULL;
     }
-    const size_t V = (size_t)target->cfg.n_vocab, E = (size_t)target->cfg.n_embd;
     sp->logits = xmalloc(sizeof(float) * V * (size_t)(n_max + 1));
     sp->argmax = xmalloc(sizeof(int32_t) * (size_t)(n_max + 1));
     sp->topk_ids = xmalloc(sizeof(int32_t) * BN_FORWARD_TOPK_MAX * (size_t)(n_max + 1));
     sp->topk_vals = xmalloc(sizeof(float) * BN_FORWARD_TOPK_MAX * (size_t)(n_max + 1));
     sp->hist = xmalloc(sizeof(int32_t) * (size_t)n_ctx);
-    const int tap_rows = n_max + 1 > 64 ? n_max + 1 : 64;
-    sp->tap_rows = tap_rows;
-    const size_t tap_bytes = sizeof(float) * E * (size_t)sp->n_taps * (size_t)tap_rows;
-    // a device drafter reads the target's taps in its device memory unless p->host_taps; without that
-    // hand-over (no ops, no device memory) the taps go through page-locked host memory
-    if (sp->n_taps && sp->dds && !p->host_taps && sp->dops->target_taps && sp->dops->process_dev) {
-        char dev_err[256];
-        sp->dev_taps = sp->dops->target_taps(ts, sp->n_taps, tap_rows, dev_err, sizeof dev_err);
-    }
-    if (sp->n_taps && sp->dds && !sp->dev_taps)
-        sp->taps_pinned = (sp->taps = sp->dops->host_alloc(tap_bytes)) != NULL;
-    if (sp->n_taps && !sp->dev_taps && !sp->taps) sp->taps = xmalloc(tap_bytes);
     for (int i = 0; i < SPEC_MAX_N + 2; i++) sp->ms_fwd[i] = -1;
     for (int i = 0; i < SPEC_MAX_N + 1; i++) sp->ms_draft[i] = -1;
     for (int i = 0; i < SPEC_MAX_N; i++) sp->q_acc[i] = 0.8; // optimistic start: speculation gets tried
-    sp->st.n_max_now = n_max;
-    sp->st.per_token_snaps = sp->vsnaps != NULL;
+    sp->stats.n_max_now = n_max;
+    sp->stats.per_token_snaps = sp->verify_snaps != NULL;
     sp->probe_every = PROBE_FIRST;
     return sp;
 }
@@ -215,41 +112,36 @@ bn_spec *bn_spec_new(const bn_model *target, bn_state *ts, const bn_drafter *d, 
         bn_engine_free(e);
         return NULL;
     }
-    sp->own_e = e;
-    sp->own_ts = es;
+    sp->own_engine = e;
+    sp->own_target_state = es;
     return sp;
 }
 
 void bn_spec_free(bn_spec *sp) {
     if (!sp) return;
-    bn_dstate_free(sp->ds);
-    if (sp->dds) sp->dops->state_free(sp->dds);
-    bn_engine_snapshot_free(sp->osnap);
-    bn_engine_state_free(sp->os);
-    bn_engine_snapshot_free(sp->pre);
-    for (int i = 0; sp->vsnaps && i <= sp->p.n_max; i++) bn_engine_snapshot_free(sp->vsnaps[i]);
-    free(sp->vsnaps);
-    free(sp->own_ts);
-    bn_engine_free(sp->own_e);
+    if (sp->proposer) sp->proposer->stop(sp);
+    bn_engine_snapshot_free(sp->pre_verify);
+    for (int i = 0; sp->verify_snaps && i <= sp->params.n_max; i++) bn_engine_snapshot_free(sp->verify_snaps[i]);
+    free(sp->verify_snaps);
+    free(sp->own_target_state);
+    bn_engine_free(sp->own_engine);
     free(sp->logits);
     free(sp->argmax);
     free(sp->topk_ids);
     free(sp->topk_vals);
     free(sp->hist);
-    if (sp->taps_pinned) sp->dops->host_free(sp->taps);
-    else free(sp->taps);
     free(sp);
 }
 
 int bn_spec_n_past(const bn_spec *sp) { return sp->n_past; }
 
-void bn_spec_set_no_step_logits(bn_spec *sp, bool on) { sp->p.no_step_logits = on; }
+void bn_spec_set_no_step_logits(bn_spec *sp, bool on) { sp->params.no_step_logits = on; }
 
 const float *bn_spec_step_logits(const bn_spec *sp, int i) {
     if (i < 0 || i >= sp->last_n || sp->last_no_rows) return NULL;
-    return sp->logits + (size_t)i * (size_t)sp->m->cfg.n_vocab;
+    return sp->logits + (size_t)i * (size_t)sp->target->cfg.n_vocab;
 }
-const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->st; }
+const bn_spec_stats *bn_spec_stats_get(const bn_spec *sp) { return &sp->stats; }
 
 const int32_t *bn_spec_step_drafts(const bn_spec *sp, int *n) {
     *n = sp->last_nd;
@@ -259,13 +151,12 @@ const int32_t *bn_spec_step_drafts(const bn_spec *sp, int *n) {
 static void ema(double *v, double x) { *v = *v < 0 ? x : 0.8 * *v + 0.2 * x; }
 
 // flush_rows: the drafter gets the pending rows (tap rows 0..n_pending−1) as context rows at their target
-// positions. Returns 0 or -1 with err.
+// positions (with enqueue a device drafter may return once the work is enqueued). Returns 0 or -1 with err.
 static int flush_rows(bn_spec *sp, bool enqueue, char *err, size_t errlen) {
-    if (!sp->d || sp->n_pending == 0) return 0;
+    if (!sp->drafter || sp->n_pending == 0) return 0;
     double t1 = bn_time_ms();
-    drafter_truncate(sp, sp->pending_pos0);
-    int rc = drafter_process(sp, sp->n_pending, sp->pending_pos0, enqueue, err, errlen);
-    sp->st.ms_process += bn_time_ms() - t1;
+    int rc = sp->proposer->process(sp, sp->n_pending, sp->pending_pos0, enqueue, err, errlen);
+    sp->stats.ms_process += bn_time_ms() - t1;
     sp->n_pending = 0;
     return rc;
 }
@@ -275,7 +166,7 @@ static int flush_rows(bn_spec *sp, bool enqueue, char *err, size_t errlen) {
 // (a step drafting nothing costs no drafter work), and the tokens are recorded.
 static void commit_rows(bn_spec *sp, const int32_t *tok, int n, int pos0) {
     if (sp->n_hist > pos0) sp->n_hist = pos0;
-    if (sp->d) {
+    if (sp->drafter) {
         if (sp->n_pending == 0) sp->pending_pos0 = pos0;
         sp->n_pending += n; // contiguous: target_forward made room at pos0 (pending_pos0 + n_pending == pos0)
     }
@@ -289,7 +180,7 @@ static void commit_rows(bn_spec *sp, const int32_t *tok, int n, int pos0) {
 // back there), and the rest go to the drafter now when the pass's taps would not fit behind them. Returns
 // the tap row where the pass writes, or -1 with err.
 static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
-    if (!sp->d || sp->n_pending == 0) return 0;
+    if (!sp->drafter || sp->n_pending == 0) return 0;
     if (sp->pending_pos0 + sp->n_pending > pos0) sp->n_pending = pos0 > sp->pending_pos0 ? pos0 - sp->pending_pos0 : 0;
     if (sp->n_pending > 0 && sp->pending_pos0 + sp->n_pending < pos0)
         return bn_err(err, errlen, "spec: target at %d, pending drafter rows end at %d", pos0,
@@ -304,16 +195,16 @@ static int make_room(bn_spec *sp, int n, int pos0, char *err, size_t errlen) {
 static int pass_prepare(bn_spec *sp, const int32_t *tok, int n, const bn_forward_out *head, bn_forward_out *out,
                         bn_engine_snapshot *const *snaps, bn_engine_seq *pass, char *err, size_t errlen) {
     *out = head ? *head : (bn_forward_out){0};
-    const int pos0 = bn_engine_state_pos(sp->ts);
+    const int pos0 = bn_engine_state_pos(sp->target_state);
     const int row = make_room(sp, n, pos0, err, errlen);
     if (row < 0) return -1;
     if (sp->n_taps) {
         out->tap_layers = sp->tap_layers;
         out->n_taps = sp->n_taps;
-        out->taps = (sp->dev_taps ? sp->dev_taps : sp->taps) + (size_t)row * sp->n_taps * sp->m->cfg.n_embd;
+        out->taps = (sp->dev_taps ? sp->dev_taps : sp->taps) + (size_t)row * sp->n_taps * sp->target->cfg.n_embd;
     }
     if (sp->n_hist > pos0) sp->n_hist = pos0; // rows from pos0 on are rewritten (uncommitted until fed)
-    *pass = (bn_engine_seq){.state = sp->ts, .tokens = tok, .n = n, .out = out, .snaps = snaps};
+    *pass = (bn_engine_seq){.state = sp->target_state, .tokens = tok, .n = n, .out = out, .snaps = snaps};
     return 0;
 }
 
@@ -328,7 +219,7 @@ static int target_forward(bn_spec *sp, const int32_t *tok, int n, const bn_forwa
                           bn_engine_snapshot *const *snaps, char *err, size_t errlen) {
     bn_forward_out out;
     bn_engine_seq pass;
-    const int pos0 = bn_engine_state_pos(sp->ts);
+    const int pos0 = bn_engine_state_pos(sp->target_state);
     if (pass_prepare(sp, tok, n, head, &out, snaps, &pass, err, errlen) != 0) return -1;
     double t0 = bn_time_ms();
     if (bn_engine_forward_multi(&pass, 1, err, errlen) != 0) return -1;
@@ -343,14 +234,12 @@ static int prefill_from(bn_spec *sp, const int32_t *prompt, int n, int from, cha
     for (int i = from; i < n - 1; i += 64) { // prompt[from..n−2] in chunks (taps buffer holds 64 rows)
         int nb = n - 1 - i < 64 ? n - 1 - i : 64;
         if (target_forward(sp, prompt + i, nb, NULL, true, NULL, err, errlen) != 0) return -1;
-        if (sp->os) {
-            bn_forward_out none = {0};
-            if (bn_engine_forward(sp->os, prompt + i, nb, &none, err, errlen) != 0) return -1;
-        }
+        if (sp->proposer && sp->proposer->follow && sp->proposer->follow(sp, prompt + i, nb, err, errlen) != 0)
+            return -1;
     }
     sp->id_last = prompt[n - 1];
     sp->n_past = n - 1;
-    sp->n_past0 = n - 1;
+    sp->replay_pos0 = n - 1;
     sp->ready = true;
     return 0;
 }
@@ -358,11 +247,10 @@ static int prefill_from(bn_spec *sp, const int32_t *prompt, int n, int from, cha
 int bn_spec_prefill(bn_spec *sp, const int32_t *prompt, int n, char *err, size_t errlen) {
     if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
     sp->ready = false;
-    bn_engine_state_reset(sp->ts);
+    bn_engine_state_reset(sp->target_state);
     sp->n_hist = 0;
     sp->n_pending = 0;
-    if (sp->d) drafter_truncate(sp, 0);
-    if (sp->os) bn_engine_state_reset(sp->os);
+    if (sp->proposer) sp->proposer->restart(sp, 0);
     return prefill_from(sp, prompt, n, 0, err, errlen);
 }
 
@@ -370,19 +258,21 @@ int bn_spec_prefill_cached(bn_spec *sp, const int32_t *prompt, int n, const bn_e
                            size_t errlen) {
     if (n < 1) return bn_err(err, errlen, "spec: empty prompt");
     // the oracle's second state has no snapshot of its own: it (a measurement aid) always re-prefills
-    if (!snap || sp->os) return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
+    if (!snap || (sp->proposer && sp->proposer->reprefills))
+        return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
     // the last request's pending rows reach the drafter first: its context rows of the prefix may be reused
     if (flush_rows(sp, false, err, errlen) != 0) return -1;
     sp->ready = false;
-    if (bn_engine_restore(sp->ts, snap, err, errlen) != 0) return -1;
-    const int n_reuse = bn_engine_state_pos(sp->ts);
+    if (bn_engine_restore(sp->target_state, snap, err, errlen) != 0) return -1;
+    const int n_reuse = bn_engine_state_pos(sp->target_state);
     // usable when it leaves id_last to decode and every reused position holds this prompt's token (target KV
     // and drafter rows alike: hist records what was committed there since the rows were last rewritten)
     bool usable = n_reuse >= 1 && n_reuse <= n - 1 && n_reuse <= sp->n_hist &&
                   memcmp(sp->hist, prompt, sizeof(int32_t) * (size_t)n_reuse) == 0;
     if (!usable) return bn_spec_prefill(sp, prompt, n, err, errlen) == 0 ? 0 : -1;
     sp->n_hist = n_reuse;
-    if (sp->d) drafter_truncate(sp, n_reuse); // rows < n_reuse stay: truncation only lowers the count
+    // rows < n_reuse stay: truncation only lowers the count
+    if (sp->proposer) sp->proposer->restart(sp, n_reuse);
     return prefill_from(sp, prompt, n, n_reuse, err, errlen) == 0 ? n_reuse : -1;
 }
 
@@ -406,8 +296,8 @@ static double fwd_ms(const bn_spec *sp, int n) {
 }
 
 static int choose_k(bn_spec *sp) {
-    const int n_max = sp->p.n_max;
-    if (!sp->p.adaptive || n_max == 0) return n_max;
+    const int n_max = sp->params.n_max;
+    if (!sp->params.adaptive || n_max == 0) return n_max;
     double t1 = fwd_ms(sp, 1);
     if (t1 < 0) return n_max; // nothing measured yet: explore
     int best_k = 0;
@@ -419,7 +309,7 @@ static int choose_k(bn_spec *sp) {
         double p_all = surv;              // no rollback when every draft is accepted
         exp_j = exp_acc;
         double tv = fwd_ms(sp, k + 1), td = sp->ms_draft[k] >= 0 ? sp->ms_draft[k] : 0.0;
-        double trr = sp->vsnaps ? 0.0 : fwd_ms(sp, (int)lround(exp_j) + 1); // a restore costs ~nothing
+        double trr = sp->verify_snaps ? 0.0 : fwd_ms(sp, (int)lround(exp_j) + 1); // a restore costs ~nothing
         if (tv < 0 || trr < 0) return n_max;
         if (tv < t1) tv = t1; // a pass of k + 1 tokens costs at least a one-token step (less is timing noise)
         double t_round = td + tv + (1.0 - p_all) * trr;
@@ -443,27 +333,6 @@ static int choose_k(bn_spec *sp) {
 
 // ---- one round -------------------------------------------------------------------------------
 
-// oracle_draft: the target's own greedy continuation of id_last from the oracle state (which is
-// at n_past); the oracle state is returned to n_past afterwards. MEASUREMENT AID, not a drafter.
-static int oracle_draft(bn_spec *sp, int k, int32_t *drafts, char *err, size_t errlen) {
-    if (bn_engine_snapshot_into(sp->os, sp->osnap, err, errlen) != 0) return -1;
-    const int V = sp->m->cfg.n_vocab;
-    int32_t tok = sp->id_last;
-    int n = 0;
-    for (; n < k; n++) {
-        bn_forward_out out = {.argmax = &drafts[n]}; // greedy: the engine's argmax (no logits to the host)
-        if (bn_engine_forward(sp->os, &tok, 1, &out, err, errlen) != 0) break;
-        tok = drafts[n];
-        int every = sp->p.oracle_miss_every;
-        if (every > 0 && ++sp->n_oracle_proposed % every == 0) { // deliberate miss; the chain stays wrong after it
-            drafts[n] = (tok + 1) % V;
-            tok = drafts[n];
-        }
-    }
-    if (bn_engine_restore(sp->os, sp->osnap, err, errlen) != 0) return -1;
-    return n;
-}
-
 // round_plan: the first part of a round: what the verify pass returns per row and the draft length k (the cost model's,
 // within the context and out_cap); the drafter's pending rows are to be flushed before it drafts (rounds_flush).
 // Returns k or -1 with err.
@@ -472,12 +341,12 @@ static int round_plan(bn_spec *sp, bn_sampler *smp, int out_cap, char *err, size
     sp->in_round = false;
     sp->last_n = 0;
     sp->last_nd = 0;
-    const int V = sp->m->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->ts);
+    const int V = sp->target->cfg.n_vocab, n_ctx = bn_engine_state_n_ctx(sp->target_state);
     // what the verify pass returns per row: without step logits wanted, the argmax (greedy) or the top_k best
     // logits (a sampler that reads only those); else the logits rows
-    bn_forward_out *vo = &sp->vhead;
+    bn_forward_out *vo = &sp->verify_head;
     *vo = (bn_forward_out){.all_logits = true};
-    if (!sp->p.no_step_logits || !bn_sampler_head_out(smp, V, vo, sp->argmax, sp->topk_ids, sp->topk_vals))
+    if (!sp->params.no_step_logits || !bn_sampler_head_out(smp, V, vo, sp->argmax, sp->topk_ids, sp->topk_vals))
         vo->logits = sp->logits;
     sp->last_no_rows = !vo->logits;
     if (sp->n_past + 1 > n_ctx) return bn_err(err, errlen, "spec: context full (%d positions)", n_ctx);
@@ -485,115 +354,79 @@ static int round_plan(bn_spec *sp, bn_sampler *smp, int out_cap, char *err, size
     if (k > n_ctx - sp->n_past - 1) k = n_ctx - sp->n_past - 1;
     if (k > out_cap - 1) k = out_cap - 1;
     if (k < 0) return bn_err(err, errlen, "spec: no room for output");
-    sp->st.n_max_now = k;
-    sp->vtok[0] = sp->id_last;
+    sp->stats.n_max_now = k;
+    sp->verify_tokens[0] = sp->id_last;
     return k;
 }
 
-// round_pass: the rest of a round after drafting: nd drafts (in vtok[1..]) of the k asked for took ms; the replay
-// aid's substitution, the cost model's draft time, n_min, the rollback snapshot, and the verify pass
-// [id_last, d0..d_{nd−1}] into *pass. Returns 0 or -1 with err.
+// round_pass: the rest of a round after drafting: nd drafts (in verify_tokens[1..]) of the k asked for took ms; the
+// proposer's last word (the replay aid's recorded tokens), the cost model's draft time, n_min, the rollback snapshot,
+// and the verify pass [id_last, d0..d_{nd−1}] into *pass. Returns 0 or -1 with err.
 static int round_pass(bn_spec *sp, int k, int nd, double ms, bn_engine_seq *pass, char *err, size_t errlen) {
-    int32_t *tok = sp->vtok;
+    int32_t *tok = sp->verify_tokens;
     if (k > 0) {
-        if (sp->p.type == BN_SPEC_REPLAY) { // the drafter did its work; propose the recorded tokens instead
-            const int at = sp->n_past - sp->n_past0, left = sp->p.n_replay - at;
-            if (nd > left) nd = left > 0 ? left : 0;
-            for (int i = 0; i < nd; i++) tok[1 + i] = sp->p.replay[at + i];
-        }
-        sp->st.ms_draft += ms;
+        if (sp->proposer->propose) nd = sp->proposer->propose(sp, tok, nd); // the replay aid's recorded tokens
+        sp->stats.ms_draft += ms;
         // the oracle stands in for a drafter of negligible cost: its (target-sized) drafting
         // time is reported but kept out of the cost model
-        ema(&sp->ms_draft[k], sp->os ? 0.0 : ms);
-        if (nd < sp->p.n_min) nd = 0; // too short: not verified, not counted (§7)
+        ema(&sp->ms_draft[k], sp->proposer->free_drafts ? 0.0 : ms);
+        if (nd < sp->params.n_min) nd = 0; // too short: not verified, not counted (§7)
     }
     memcpy(sp->drafts, tok + 1, sizeof(int32_t) * (size_t)nd);
     sp->last_nd = nd;
     // the verify pass [id_last, d0..d_{nd−1}]; for the rollback a snapshot before it (CPU) or one after every token
     // (other engines)
-    bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
-    if (nd > 0 && !vsnaps && bn_engine_snapshot_into(sp->ts, sp->pre, err, errlen) != 0) return -1;
-    sp->vpos0 = bn_engine_state_pos(sp->ts);
-    if (pass_prepare(sp, tok, nd + 1, &sp->vhead, &sp->vout, vsnaps, pass, err, errlen) != 0) return -1;
+    bn_engine_snapshot *const *verify_snaps = nd > 0 ? sp->verify_snaps : NULL;
+    if (nd > 0 && !verify_snaps && bn_engine_snapshot_into(sp->target_state, sp->pre_verify, err, errlen) != 0)
+        return -1;
+    sp->verify_pos0 = bn_engine_state_pos(sp->target_state);
+    if (pass_prepare(sp, tok, nd + 1, &sp->verify_head, &sp->verify_out, verify_snaps, pass, err, errlen) != 0)
+        return -1;
     sp->in_round = true;
     return 0;
 }
 
-// round_fail: round r failed (its message in r->err); returns 1 (a failure to count).
-static int round_fail(bn_spec_round *r) {
-    r->rc = -1;
-    return 1;
-}
-
-// drafter_group: the indices j >= i of the rounds r[j] that draft (rc 0, k[j] > 0, not done[j]) with r[i]'s drafter in
-// the same place (the CPU, or one device's ops) and with its p_min, into at; returns their count.
-static int drafter_group(const bn_spec_round *r, const int *k, const bool *done, int i, int n, int *at) {
+// proposer_group: the indices j >= i of the rounds r[j] that draft (rc 0, k[j] > 0, not done[j]) the way r[i] does:
+// with the same drafting call of its proposer, the same drafter in the same place (the CPU, or one device's ops) and
+// its p_min; into at, returns their count.
+static int proposer_group(const bn_spec_round *r, const int *k, const bool *done, int i, int n, int *at) {
     const bn_spec *sp = r[i].sp;
     int g = 0;
     for (int j = i; j < n; j++) {
         const bn_spec *o = r[j].sp;
-        if (r[j].rc == 0 && k[j] > 0 && !done[j] && o->d && o->d == sp->d && o->dops == sp->dops &&
-            o->p.p_min == sp->p.p_min)
+        if (r[j].rc == 0 && k[j] > 0 && !done[j] && o->proposer->draft_group == sp->proposer->draft_group &&
+            o->drafter == sp->drafter && o->dev.ops == sp->dev.ops && o->params.p_min == sp->params.p_min)
             at[g++] = j;
     }
     return g;
 }
 
-// rounds_flush: the pending context rows of every round that drafts reach its drafter before it drafts: the CPU
-// drafters' in one bn_drafter_process_multi per drafter, each device drafter's enqueued on its stream. Returns the
-// number of rounds that failed (r[i].rc, err).
+// rounds_flush: the pending context rows of every round that drafts reach its drafter before it drafts: a proposer's
+// group in one call when it has flush_group (the CPU drafter: one bn_drafter_process_multi per drafter), else each
+// round's enqueued (a device drafter: on its stream). Returns the number of rounds that failed (r[i].rc, err).
 static int rounds_flush(bn_spec_round *r, const int *k, int n) {
     int n_failed = 0;
     bool done[BN_DRAFT_MULTI_MAX] = {false};
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
         if (r[i].rc != 0 || k[i] <= 0 || done[i]) continue;
-        if (!sp->ds) { // a device drafter: enqueued, rounds_draft waits for it (or none: the oracle)
+        if (!sp->proposer->flush_group) { // rounds_draft waits for enqueued work (or none: the oracle)
             done[i] = true;
-            if (flush_rows(sp, true, r[i].err, sizeof r[i].err) != 0) n_failed += round_fail(&r[i]);
+            if (flush_rows(sp, true, r[i].err, sizeof r[i].err) != 0) n_failed += spec_round_fail(&r[i]);
             continue;
         }
-        int at[BN_DRAFT_MULTI_MAX], nq = 0;
-        bn_process_seq q[BN_DRAFT_MULTI_MAX];
-        const int g = drafter_group(r, k, done, i, n, at);
-        for (int m = 0; m < g; m++) {
-            bn_spec *o = r[at[m]].sp;
-            done[at[m]] = true;
-            if (o->n_pending == 0) continue;
-            drafter_truncate(o, o->pending_pos0);
-            q[nq++] = (bn_process_seq){.s = o->ds, .taps = o->taps, .n = o->n_pending, .pos0 = o->pending_pos0};
-        }
-        if (nq == 0) continue;
-        char err[256];
-        const double t0 = bn_time_ms();
-        const int rc = bn_drafter_process_multi(sp->d, q, nq, err, sizeof err);
-        const double t = bn_time_ms() - t0;
-        for (int m = 0; m < g; m++) {
-            bn_spec *o = r[at[m]].sp;
-            if (o->n_pending == 0) continue;
-            o->n_pending = 0;
-            o->st.ms_process += t;
-            if (rc != 0) n_failed += round_fail(&r[at[m]]), snprintf(r[at[m]].err, sizeof r[at[m]].err, "%s", err);
-        }
+        int at[BN_DRAFT_MULTI_MAX];
+        const int g = proposer_group(r, k, done, i, n, at);
+        for (int m = 0; m < g; m++) done[at[m]] = true;
+        n_failed += sp->proposer->flush_group(r, at, g);
     }
     return n_failed;
 }
 
-// cpu_draft_multi: bn_drafter_draft_multi in the device ops' draft_multi form (states: bn_dstate). 0 or -1 with err.
-static int cpu_draft_multi(const bn_drafter *d, void *const *states, const int32_t *ids, const int *past, const int *kk,
-                           int g, float p_min, int32_t *const *outs, int *got, char *err, size_t errlen) {
-    bn_draft_seq q[BN_DRAFT_MULTI_MAX];
-    for (int m = 0; m < g; m++)
-        q[m] = (bn_draft_seq){.s = states[m], .id_last = ids[m], .n_past = past[m], .n_max = kk[m], .drafts = outs[m]};
-    const int rc = bn_drafter_draft_multi(d, q, g, p_min, err, errlen);
-    for (int m = 0; m < g; m++) got[m] = q[m].n_drafts;
-    return rc;
-}
-
-// rounds_draft: the drafts of every round that drafts into its vtok[1..], their count into nd and the time the round
-// waited for them into ms: the rounds that share a drafter in one batched call (bn_drafter_draft_multi on the CPU,
-// the device ops' draft_multi), the oracle's one after another. Returns the number of rounds that failed (r[i].rc,
-// err).
+// rounds_draft: the drafts of every round that drafts into its verify_tokens[1..], their count into nd and the time
+// the round waited for them into ms: the rounds of a proposer_group in one draft_group call (one batched call per
+// drafter: bn_drafter_draft_multi on the CPU, the device ops' draft_multi; the oracle's one after another). Returns
+// the number of rounds that failed (r[i].rc, err).
 static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *ms) {
     int n_failed = 0;
     bool done[BN_DRAFT_MULTI_MAX] = {false};
@@ -601,38 +434,15 @@ static int rounds_draft(bn_spec_round *r, const int *k, int n, int *nd, double *
     const double t0 = bn_time_ms();
     for (int i = 0; i < n; i++) {
         bn_spec *sp = r[i].sp;
-        if (r[i].rc != 0 || k[i] <= 0 || done[i] || !sp->d) continue;
-        void *states[BN_DRAFT_MULTI_MAX];
-        int32_t ids[BN_DRAFT_MULTI_MAX], *outs[BN_DRAFT_MULTI_MAX];
-        int at[BN_DRAFT_MULTI_MAX], past[BN_DRAFT_MULTI_MAX], kk[BN_DRAFT_MULTI_MAX], got[BN_DRAFT_MULTI_MAX];
-        const int g = drafter_group(r, k, done, i, n, at);
-        for (int m = 0; m < g; m++) {
-            bn_spec *o = r[at[m]].sp;
-            done[at[m]] = true;
-            states[m] = o->ds ? (void *)o->ds : o->dds;
-            ids[m] = o->id_last, past[m] = o->n_past, kk[m] = k[at[m]], outs[m] = o->vtok + 1;
-        }
-        char err[256];
-        const int rc = sp->ds ? cpu_draft_multi(sp->d, states, ids, past, kk, g, sp->p.p_min, outs, got, err, sizeof err)
-                              : sp->dops->draft_multi(states, ids, past, kk, g, sp->p.p_min, outs, got, err, sizeof err);
-        for (int m = 0; m < g; m++) {
-            const int j = at[m];
-            nd[j] = got[m], ms[j] = bn_time_ms() - t0; // each waited for its group and those drafted before it
-            if (rc != 0) n_failed += round_fail(&r[j]), snprintf(r[j].err, sizeof r[j].err, "%s", err);
-        }
+        if (r[i].rc != 0 || k[i] <= 0 || done[i]) continue;
+        int at[BN_DRAFT_MULTI_MAX];
+        const int g = proposer_group(r, k, done, i, n, at);
+        for (int m = 0; m < g; m++) done[at[m]] = true;
+        n_failed += sp->proposer->draft_group(r, at, g, k, nd, ms, t0);
     }
     for (int i = 0; i < n; i++) { // a round failed after its injection was enqueued (rounds_flush): wait for it
         bn_spec *sp = r[i].sp;
-        char ignored[64];
-        if (r[i].rc != 0 && k[i] > 0 && sp->dds) sp->dops->draft_finish(sp->dds, 0, 0.0f, NULL, ignored, sizeof ignored);
-    }
-    for (int i = 0; i < n; i++) {
-        bn_spec *sp = r[i].sp;
-        if (r[i].rc != 0 || k[i] <= 0 || !sp->os) continue;
-        const double t0 = bn_time_ms();
-        nd[i] = oracle_draft(sp, k[i], sp->vtok + 1, r[i].err, sizeof r[i].err);
-        ms[i] = bn_time_ms() - t0;
-        if (nd[i] < 0) n_failed += round_fail(&r[i]);
+        if (r[i].rc != 0 && k[i] > 0 && sp->proposer->settle) sp->proposer->settle(sp);
     }
     return n_failed;
 }
@@ -650,13 +460,13 @@ int bn_spec_rounds_begin(bn_spec_round *r, int n) {
         for (int j = 0; j < i; j++) twice = twice || r[j].sp == r[i].sp;
         k[i] = twice ? bn_err(r[i].err, sizeof r[i].err, "spec: one decoder twice in a batch of rounds")
                      : round_plan(r[i].sp, r[i].smp, r[i].out_cap, r[i].err, sizeof r[i].err);
-        if (k[i] < 0) n_failed += round_fail(&r[i]);
+        if (k[i] < 0) n_failed += spec_round_fail(&r[i]);
     }
     n_failed += rounds_flush(r, k, n);
     n_failed += rounds_draft(r, k, n, nd, ms);
     for (int i = 0; i < n; i++) // the verify passes
         if (r[i].rc == 0 && round_pass(r[i].sp, k[i], nd[i], ms[i], &r[i].pass, r[i].err, sizeof r[i].err) != 0)
-            n_failed += round_fail(&r[i]);
+            n_failed += spec_round_fail(&r[i]);
     return n_failed;
 }
 
@@ -670,15 +480,15 @@ int bn_spec_round_begin(bn_spec *sp, bn_sampler *smp, int out_cap, bn_engine_seq
 int bn_spec_round_end(bn_spec *sp, bn_sampler *smp, double ms, int32_t *out, char *err, size_t errlen) {
     if (!sp->in_round) return bn_err(err, errlen, "spec: round end without a round begun");
     sp->in_round = false;
-    const int V = sp->m->cfg.n_vocab, nd = sp->last_nd;
-    const int32_t *tok = sp->vtok;
-    const bn_forward_out *vo = &sp->vout;
-    bn_engine_snapshot *const *vsnaps = nd > 0 ? sp->vsnaps : NULL;
-    if (bn_engine_state_pos(sp->ts) != sp->vpos0 + nd + 1)
+    const int V = sp->target->cfg.n_vocab, nd = sp->last_nd;
+    const int32_t *tok = sp->verify_tokens;
+    const bn_forward_out *vo = &sp->verify_out;
+    bn_engine_snapshot *const *verify_snaps = nd > 0 ? sp->verify_snaps : NULL;
+    if (bn_engine_state_pos(sp->target_state) != sp->verify_pos0 + nd + 1)
         return bn_err(err, errlen, "spec: the verify pass did not run (target at %d, expected %d)",
-                      bn_engine_state_pos(sp->ts), sp->vpos0 + nd + 1);
+                      bn_engine_state_pos(sp->target_state), sp->verify_pos0 + nd + 1);
     pass_ran(sp, nd + 1, ms);
-    if (ms > 0) sp->st.ms_verify += ms;
+    if (ms > 0) sp->stats.ms_verify += ms;
     // repetition penalties (bn_sampler_needs_history) count what precedes row j's pick: the committed tokens
     // hist[0..n_past), then tok[0..j] (written behind them; commit_rows writes the kept ones there again)
     const bool with_hist = bn_sampler_needs_history(smp);
@@ -699,35 +509,32 @@ int bn_spec_round_end(bn_spec *sp, bn_sampler *smp, double ms, int32_t *out, cha
     }
     // commit: keep positions n_past..n_past+j (id_last + j drafts)
     const int n_keep = j + 1;
-    if (j < nd && !vsnaps) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
+    if (j < nd && !verify_snaps) { // rejected tail: restore the pre-verify state and re-run the accepted prefix
         double t1 = bn_time_ms();
-        if (bn_engine_restore(sp->ts, sp->pre, err, errlen) != 0) return -1;
+        if (bn_engine_restore(sp->target_state, sp->pre_verify, err, errlen) != 0) return -1;
         if (target_forward(sp, tok, n_keep, NULL, true, NULL, err, errlen) != 0) return -1;
-        sp->st.ms_rerun += bn_time_ms() - t1;
-        sp->st.n_rerun++;
+        sp->stats.ms_rerun += bn_time_ms() - t1;
+        sp->stats.n_rerun++;
     } else {
         if (j < nd) { // rejected tail: back to the state after the last accepted token (no re-run)
             double t1 = bn_time_ms();
-            if (bn_engine_restore(sp->ts, vsnaps[j], err, errlen) != 0) return -1;
-            sp->st.ms_rerun += bn_time_ms() - t1;
+            if (bn_engine_restore(sp->target_state, verify_snaps[j], err, errlen) != 0) return -1;
+            sp->stats.ms_rerun += bn_time_ms() - t1;
         }
         commit_rows(sp, tok, n_keep, sp->n_past); // the verify taps of the kept rows are the committed rows
     }
-    if (sp->os) {
-        bn_forward_out none = {0};
-        if (bn_engine_forward(sp->os, tok, n_keep, &none, err, errlen) != 0) return -1;
-    }
+    if (sp->proposer && sp->proposer->follow && sp->proposer->follow(sp, tok, n_keep, err, errlen) != 0) return -1;
     for (int i = 0; i < j; i++) out[i] = tok[1 + i];
     out[j] = t;
     // statistics (§7) and the acceptance model
-    sp->st.n_steps++;
-    sp->st.n_emitted += n_keep;
+    sp->stats.n_steps++;
+    sp->stats.n_emitted += n_keep;
     if (nd > 0) {
-        sp->st.n_rounds_spec++;
-        sp->st.n_drafted += nd;
-        sp->st.n_accept += j;
-        for (int i = 0; i < j && i < 64; i++) sp->st.acc_pos[i]++;
-        for (int i = 0; i < nd && i < 64; i++) sp->st.drafted_pos[i]++;
+        sp->stats.n_rounds_spec++;
+        sp->stats.n_drafted += nd;
+        sp->stats.n_accept += j;
+        for (int i = 0; i < j && i < 64; i++) sp->stats.acc_pos[i]++;
+        for (int i = 0; i < nd && i < 64; i++) sp->stats.drafted_pos[i]++;
         for (int i = 0; i < nd && i <= j; i++) { // position i was reached: accepted iff i < j
             double obs = i < j ? 1.0 : 0.0;
             sp->q_acc[i] = 0.9 * sp->q_acc[i] + 0.1 * obs;
@@ -751,26 +558,26 @@ int bn_spec_generate_step(bn_spec *sp, bn_sampler *smp, int32_t *out, int out_ca
 }
 
 void bn_spec_print_stats(const bn_spec *sp, FILE *f) {
-    const bn_spec_stats *s = &sp->st;
+    const bn_spec_stats *s = &sp->stats;
     double mean_acc = s->n_rounds_spec ? 1.0 + (double)s->n_accept / (double)s->n_rounds_spec : 1.0;
     fprintf(f, "spec: #steps = %lld, #gen drafts = %lld, #gen tokens = %lld, #acc tokens = %lld, #reruns = %lld\n",
             (long long)s->n_steps, (long long)s->n_rounds_spec, (long long)s->n_drafted, (long long)s->n_accept,
             (long long)s->n_rerun);
     fprintf(f, "spec: mean acc len = %.3f, tokens per target pass = %.3f\n", mean_acc,
             s->n_steps ? (double)s->n_emitted / (double)s->n_steps : 0.0);
-    for (int i = 0; i < sp->p.n_max && i < 64; i++)
+    for (int i = 0; i < sp->params.n_max && i < 64; i++)
         fprintf(f, "spec: acc rate/pos[%d] = %.3f (drafted %lld)\n", i,
                 s->n_rounds_spec ? (double)s->acc_pos[i] / (double)s->n_rounds_spec : 0.0,
                 (long long)s->drafted_pos[i]);
     fprintf(f, "spec: ms draft %.1f, verify %.1f, rerun %.1f, drafter process %.1f; n_max now %d; rollback by %s\n",
             s->ms_draft, s->ms_verify, s->ms_rerun, s->ms_process, s->n_max_now,
             s->per_token_snaps ? "per-token snapshots" : "restore + re-run");
-    if (sp->d)
+    if (sp->drafter)
         fprintf(f, "spec: drafter on %s, draft ms/round = %.3f, process ms/step = %.3f, verify ms/step = %.3f\n",
                 bn_spec_drafter_device(sp), s->n_rounds_spec ? s->ms_draft / (double)s->n_rounds_spec : 0.0,
                 s->n_steps ? s->ms_process / (double)s->n_steps : 0.0,
                 s->n_steps ? s->ms_verify / (double)s->n_steps : 0.0);
-    if (sp->d && sp->dds)
+    if (sp->drafter && sp->proposer->on_device)
         fprintf(f, "spec: taps %s\n", sp->dev_taps ? "stay on the device (the drafter reads the target's buffer)"
                                                    : "go through host memory");
     double ms_target = s->ms_verify + s->ms_rerun;

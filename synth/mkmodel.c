@@ -540,7 +540,7 @@ int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, si
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
     }
     fill_ctx c = {.p = p, .l = &l, .done = 0, .row = xmalloc(sizeof(float) * (size_t)max_ne0)};
-    bn_progress_start(&c.prog, "mkmodel", total);
+    bn_progress_start(&c.prog, "bytes", total);
     int rc = gguf_writer_write(w, path, fill_tensor, &c, err, errlen);
     bn_progress_finish(&c.prog, rc == 0 ? "done" : "failed");
     free(c.row);

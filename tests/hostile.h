@@ -1,5 +1,5 @@
 // tests/hostile.h — running a file with hostile contents through a loader in a child process, for the "refuse with
-// a message, or run" tests (tests/model/test_model_hostile.c: GGUF models, drafters and adapters;
+// a message, or run" tests (tests/core/test_model_hostile.c: GGUF models, drafters and adapters;
 // tests/convert/test_convert_hostile.c: Hugging Face and PEFT directories). A child ends with exit code
 // HOSTILE_REFUSED (the loader refused and said why) or HOSTILE_RAN (what loaded also ran); a crash, an abort, a
 // hang (HOSTILE_SECONDS) or a refusal without a message fails the case. Under scripts/sanitize.sh the children run

@@ -17,20 +17,46 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "base/util.h"
+#include "base/args.h"
 #include "base/lineout.h"
 #include "mine/options.h"
 #include "mine/runner.h"
 #include "eval/stats.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include <jansson.h>
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [options]\n"
-               "  --label NAME                label in the JSON result (default: model path)\n"
-               "  --json PATH                 also write the JSON result to PATH (atomically)\n"
-               "  --gen-log PATH              write the generation log (.jsonl or .jsonl.gz)\n"
-               "  --from-log PATH             no generation: detector over the completions of an existing log\n");
-    bn_mine_opts_help(f);
+typedef struct {
+    bn_mine_opts o;
+    const char *label, *json_path, *log_path, *from;
+} eval_opts;
+
+#define O(f) offsetof(eval_opts, f)
+static const bn_arg eval_args[] = {
+    BN_STR("--label", O(label), "NAME", "label in the JSON result (default: the model path)"),
+    BN_STR("--json", O(json_path), "PATH", "also write the JSON result to PATH (atomically)"),
+    BN_STR("--gen-log", O(log_path), "PATH", "write the generation log (.jsonl or .jsonl.gz)"),
+    BN_STR("--from-log", O(from), "PATH", "no generation: the detector over the completions of an existing log"),
+    {0}};
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-eval-loops",
+    .usage = "usage: bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [options]\n"
+             "       bonsai-eval-loops --from-log LOG.jsonl[.gz] [--label NAME] [--json OUT.json]\n"
+             "The doom-loop rate of a model (95% Wilson interval), the share that hit -n, mean/median length.\n",
+    .notes = "Defaults follow antidoom's generation settings; pass --temp 0 for a greedy evaluation.\n"};
+
+// parse_args: the options into eo (exits on --help, --version or a bad or missing option).
+static void parse_args(eval_opts *eo, int argc, char **argv) {
+    *eo = (eval_opts){.o = bn_mine_opts_default()};
+    const bn_arg_table tables[] = {BN_TABLE(eval_args, eo),
+                                   BN_TABLE(bn_engine_args, &eo->o.eng),
+                                   BN_TABLE(bn_mine_args, &eo->o),
+                                   BN_TABLE(bn_mine_penalty_args, &eo->o),
+                                   BN_TABLE(bn_progress_args, NULL),
+                                   {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (!eo->from && (!eo->o.eng.model || !eo->o.prompts_path)) bn_args_fail(&tool, "-m and -p are required");
 }
 
 static int fail(const char *msg) {
@@ -141,64 +167,48 @@ static int from_log(const char *path, const bn_rep_params *rp, const char *label
 
 int main(int argc, char **argv) {
     char err[1024];
-    bn_mine_opts o = bn_mine_opts_default();
-    const char *label = NULL, *json_path = NULL, *log_path = NULL, *from = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = bn_mine_opts_flag(&o, argc, argv, &i, err, sizeof err);
-        if (r < 0) return fail(err);
-        if (r == 1) continue;
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--label") && has) label = argv[++i];
-        else if (!strcmp(a, "--json") && has) json_path = argv[++i];
-        else if (!strcmp(a, "--gen-log") && has) log_path = argv[++i];
-        else if (!strcmp(a, "--from-log") && has) from = argv[++i];
-        else {
-            bn_arg_unknown("bonsai-eval-loops", a);
-        }
-    }
-    if (from) return from_log(from, &o.mine.rep, label, json_path);
-    if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
+    eval_opts eo;
+    parse_args(&eo, argc, argv);
+    bn_mine_opts *o = &eo.o;
+    if (eo.from) return from_log(eo.from, &o->mine.rep, eo.label, eo.json_path);
     bn_prompt *prompts = NULL;
     int n_skipped = 0;
-    int n = bn_prompts_read(o.prompts_path, &o.prompts, &prompts, &n_skipped, err, sizeof err);
+    int n = bn_prompts_read(o->prompts_path, &o->prompts, &prompts, &n_skipped, err, sizeof err);
     if (n < 0) return fail(err);
-    bn_model *m = bn_model_load(o.model_path, err, sizeof err);
+    bn_model *m = bn_model_load(o->eng.model, err, sizeof err);
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
-    o.mine.chosen.max_tokens = 0; // no pair rows needed
+    o->mine.chosen.max_tokens = 0; // no pair rows needed
     bn_engine *eng; // -ngl: the in-process engine on the GPU, and the batcher of its --parallel sources
     bn_step_batcher *batch;
-    if (bn_mine_opts_engine(&o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, sizeof err);
+    if (bn_mine_opts_engine(o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
+    bn_source **srcs = bn_mine_opts_sources(o, m, tok, eng, batch, err, sizeof err);
     if (!srcs) return fail(err);
-    bn_lineout *log = log_path ? bn_lineout_open(log_path, err, sizeof err) : NULL;
-    if (log_path && !log) return fail(err);
+    bn_lineout *log = eo.log_path ? bn_lineout_open(eo.log_path, err, sizeof err) : NULL;
+    if (eo.log_path && !log) return fail(err);
     evaluator ev = {.prompts = prompts, .log = log};
     ev.looped = xcalloc((size_t)n + 1, sizeof *ev.looped);
     ev.limit = xcalloc((size_t)n + 1, sizeof *ev.limit);
     ev.len = xcalloc((size_t)n + 1, sizeof *ev.len);
     ev.rep4 = xcalloc((size_t)n + 1, sizeof *ev.rep4);
-    bn_progress_start(&ev.bar, "eval", n);
-    bn_mine_run(srcs, o.n_parallel, tok, prompts, 0, n, &o, on_result, &ev);
-    int rc = ev.rc, n_ok = ev.n_ok;
-    bool *looped = ev.looped, *limit = ev.limit;
-    double *len = ev.len, *rep4 = ev.rep4;
-    bn_progress bar = ev.bar;
-    bn_progress_finish(&bar, NULL);
+    bn_progress_start(&ev.bar, "prompts", n);
+    bn_mine_run(srcs, o->n_parallel, tok, prompts, 0, n, o, on_result, &ev);
+    int rc = ev.rc;
+    bn_progress_finish(&ev.bar, NULL);
     if (log && (rc || bn_lineout_commit(log, err, sizeof err) < 0)) return fail(rc ? "writing the log failed" : err);
     bn_loop_stats st;
-    bn_loop_stats_compute(looped, limit, len, rep4, n_ok, &st);
-    if (report(&st, label ? label : o.model_path, json_path, o.mine.mode == BN_MINE_PRIME ? "primed" : "sampled")) rc = 1;
-    free(looped); free(limit); free(len); free(rep4);
-    bn_mine_opts_sources_free(&o, srcs);
+    bn_loop_stats_compute(ev.looped, ev.limit, ev.len, ev.rep4, ev.n_ok, &st);
+    // what the rate is of: primed continuations, or greedy / sampled completions
+    const char *what = o->mine.mode == BN_MINE_PRIME ? "primed" : bn_mine_opts_greedy(o) ? "greedy" : "sampled";
+    if (report(&st, eo.label ? eo.label : o->eng.model, eo.json_path, what)) rc = 1;
+    free(ev.looped), free(ev.limit), free(ev.len), free(ev.rep4);
+    bn_mine_opts_sources_free(o, srcs);
     bn_step_batcher_free(batch);
     bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);
-    bn_mine_opts_free(&o);
+    bn_mine_opts_free(o);
     bn_prompts_free(prompts, n);
     return rc;
 }

@@ -4,6 +4,7 @@
 #include "gguf/gguf.h"
 #include "quantize/rules.h"
 #include "base/util.h"
+#include "base/args.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,15 +13,6 @@
 
 #define ABBREV_ELEMS 5   // array elements shown without --all
 #define ABBREV_CHARS 120 // string characters shown without --all
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: bonsai-gguf show FILE [--all]\n"
-               "       bonsai-gguf diff A B\n"
-               "  show   header, key/values (arrays and long strings abbreviated; --all prints them whole),\n"
-               "         tensor table (name, type, ne, offset, bytes), totals per type and bits per weight\n"
-               "  diff   key/value differences, tensors only in one file, type/shape changes, and whether each\n"
-               "         common tensor is byte-identical; exit 0 if identical, 1 if different, 2 on error\n");
-}
 
 // ftype_name: general.file_type display name (docs/formats.md §4) or NULL.
 static const char *ftype_name(int64_t v) {
@@ -327,29 +319,41 @@ static int cmd_diff(const char *pa, const char *pb) {
     return n_diff ? 1 : 0;
 }
 
+typedef struct {
+    const char *cmd, *a, *b;
+    bool all;
+} gguf_opts;
+
+#define O(f) offsetof(gguf_opts, f)
+static const bn_arg gguf_args[] = {
+    BN_POS(O(cmd), "COMMAND",
+           "show FILE: header, key/values (arrays and long strings abbreviated), tensor table (name, type, ne, offset, "
+           "bytes), totals per type and bits per weight; diff A B: key/value differences, tensors only in one file, "
+           "type/shape changes, and whether each common tensor is byte-identical (exit 0 if identical, 1 if different, "
+           "2 on error)"),
+    BN_POS(O(a), "FILE", "the file (show) or A (diff)"),
+    BN_POS(O(b), "B", "diff: the file compared with A"),
+    BN_TRUE("--all", O(all), "show: print arrays and long strings whole"),
+    {0}};
+#undef O
+
 int main(int argc, char **argv) {
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        usage(stdout);
-        return 0;
+    // diff's usage errors exit 2 (1 means "different")
+    bn_args_tool tool = {.name = "bonsai-gguf",
+                         .usage = "usage: bonsai-gguf show FILE [--all]\n"
+                                  "       bonsai-gguf diff A B\n",
+                         .status = argc > 1 && !strcmp(argv[1], "diff") ? 2 : 1};
+    gguf_opts o = {0};
+    const bn_arg_table tables[] = {BN_TABLE(gguf_args, &o), {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (!o.cmd) bn_args_fail(&tool, "a command is required (show or diff)");
+    if (!strcmp(o.cmd, "show")) {
+        if (!o.a || o.b) bn_args_fail(&tool, "show takes one FILE");
+        return cmd_show(o.a, o.all);
     }
-    if (argc >= 3 && strcmp(argv[1], "show") == 0) {
-        bool all = false;
-        const char *path = NULL;
-        for (int i = 2; i < argc; i++) {
-            if (strcmp(argv[i], "--all") == 0) all = true;
-            else if (!path) path = argv[i];
-            else {
-                fprintf(stderr, "bonsai-gguf: show takes one FILE (see --help)\n");
-                return 1;
-            }
-        }
-        if (!path) {
-            usage(stderr);
-            return 1;
-        }
-        return cmd_show(path, all);
+    if (!strcmp(o.cmd, "diff")) {
+        if (!o.a || !o.b || o.all) bn_args_fail(&tool, "diff takes A and B (and no --all)");
+        return cmd_diff(o.a, o.b);
     }
-    if (argc == 4 && strcmp(argv[1], "diff") == 0) return cmd_diff(argv[2], argv[3]);
-    usage(stderr);
-    return argc >= 2 && strcmp(argv[1], "diff") == 0 ? 2 : 1;
+    bn_args_fail(&tool, "unknown command '%s' (show or diff)", o.cmd);
 }

@@ -16,35 +16,83 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "base/util.h"
+#include "base/args.h"
 #include "base/lineout.h"
 #include "mine/options.h"
 #include "mine/regularise.h"
 #include "mine/resume.h"
 #include "mine/runner.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [options]\n"
-               "       bonsai-mine-pairs --regularise PAIRS.jsonl -o TRAIN.jsonl [options]\n\n"
-               "mining:\n"
-               "  -o, --out PATH              pair rows (.jsonl, appended line by line)\n"
-               "  --gen-log PATH              generation log (default <out without .jsonl>.generations.jsonl)\n"
-               "  --resume                    continue an interrupted run (outputs must exist)\n"
-               "  --target-pairs N            stop after N pairs (default 20000)\n"
-               "  --split train|heldout       recorded in every row\n"
-               "  --model-sha256 HEX          recorded in gen{} (not computed)\n");
-    bn_mine_opts_help(f);
-    fprintf(f, "\nregularisation (--regularise IN):\n"
-               "  --max-rows N                max_train_examples (default: no explicit limit)\n"
-               "  --headroom F                N <= floor(F * pool) (default 0.7; 1 = off)\n"
-               "  --rejected-strength S       rejected-token flattening (default 0.3)\n"
-               "  --chosen-strength S         chosen-token flattening (default 0.5; 0 = off)\n"
-               "  --balance off|sqrt|equal    source balancing (default off)\n"
-               "  --max-rejected-share F      cap any rejected token's share (default off; e.g. 0.25)\n"
-               "  --no-dedupe                 keep identical contexts\n"
-               "  --seed N                    selection seed (default 3407)\n"
-               "  --top N                     rejected tokens shown (default 10)\n"
-               "  --heldout-out PATH          hold out whole prime-phrase (or prompt) groups into PATH first\n"
-               "  --heldout-share F           share of groups held out (default 0.2)\n");
+typedef struct {
+    bn_mine_opts o;
+    bn_reg_params rp;
+    const char *out_path, *gen_log, *reg_in, *split, *sha, *heldout_out;
+    double heldout_share;
+    int target_pairs, top;
+    bool resume;
+} pairs_opts;
+
+// balance_fn: --balance off|sqrt|equal.
+static int balance_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
+    pairs_opts *po = base;
+    return bn_balance_parse(v, &po->rp.balance) < 0 ? bn_err(err, errlen, "'%s' is not one of off|sqrt|equal", v) : 0;
+}
+
+#define O(f) offsetof(pairs_opts, f)
+static const bn_arg mining_args[] = {
+    BN_SECTION("mining"),
+    BN_STR("-o, --out", O(out_path), "PATH",
+           "pair rows (.jsonl, appended line by line); with --regularise the selected rows (.jsonl[.gz]) (required)"),
+    BN_STR("--gen-log", O(gen_log), "PATH", "generation log (default <out without .jsonl>.generations.jsonl)"),
+    BN_TRUE("--resume", O(resume), "continue an interrupted run (outputs must exist)"),
+    BN_INT("--target-pairs", O(target_pairs), "N", "stop after N pairs", 1, INT32_MAX),
+    BN_STR("--split", O(split), "train|heldout", "recorded in every row"),
+    BN_STR("--model-sha256", O(sha), "HEX", "recorded in gen{} (not computed)"),
+    {0}};
+
+static const bn_arg reg_args[] = {
+    BN_SECTION("regularisation (--regularise IN -o OUT)"),
+    BN_STR("--regularise", O(reg_in), "IN", "regularise the pair rows of IN (.jsonl[.gz]) into -o instead of mining"),
+    BN_INT("--max-rows", O(rp.max_rows), "N", "max_train_examples (0: no explicit limit)", 0, INT32_MAX),
+    BN_DOUBLE("--headroom", O(rp.headroom), "F", "N <= floor(F * pool) (1: off)", 0, 1e6),
+    BN_DOUBLE("--rejected-strength", O(rp.rejected_strength), "S", "rejected-token flattening", 0, 1),
+    BN_DOUBLE("--chosen-strength", O(rp.chosen_strength), "S", "chosen-token flattening (0: off)", 0, 1),
+    BN_FN("--balance", balance_fn, "off|sqrt|equal", "source balancing (default off)"),
+    BN_DOUBLE("--max-rejected-share", O(rp.max_rejected_share), "F",
+              "cap any rejected token's share (0: off; e.g. 0.25)", 0, 1),
+    BN_FALSE("--no-dedupe", O(rp.dedupe_contexts), "keep identical contexts"),
+    BN_INT("--top", O(top), "N", "rejected tokens shown", 0, 1 << 20),
+    BN_STR("--heldout-out", O(heldout_out), "PATH", "hold out whole prime-phrase (or prompt) groups into PATH first"),
+    BN_DOUBLE("--heldout-share", O(heldout_share), "F", "share of groups held out", 0, 1),
+    {0}};
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-mine-pairs",
+    .usage = "usage: bonsai-mine-pairs -m MODEL.gguf -p PROMPTS.jsonl -o PAIRS.jsonl [options]\n"
+             "       bonsai-mine-pairs --regularise PAIRS.jsonl -o TRAIN.jsonl [options]\n",
+    .notes = "-s/--seed also seeds the regularisation's selection (default 3407). Repetition penalties and DRY are\n"
+             "bonsai-eval-loops' (a penalty hides the loops mining looks for).\n"};
+
+// parse_args: the options into po (exits on --help, --version or a bad or missing option).
+static void parse_args(pairs_opts *po, int argc, char **argv) {
+    *po = (pairs_opts){.o = bn_mine_opts_default(), .rp = bn_reg_params_default(), .heldout_share = 0.2,
+                       .target_pairs = 20000, .top = 10};
+    const bn_arg_table tables[] = {BN_TABLE(mining_args, po),
+                                   BN_TABLE(bn_engine_args, &po->o.eng),
+                                   BN_TABLE(bn_mine_args, &po->o),
+                                   BN_TABLE(reg_args, po),
+                                   BN_TABLE(bn_progress_args, NULL),
+                                   BN_HIDDEN_TABLE(bn_mine_penalty_args, &po->o), // refused below, by name
+                                   {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (bn_args_given("--seed")) po->rp.seed = po->o.mine.gen.seed; // one --seed for both modes
+    if (!po->out_path) bn_args_fail(&tool, "-o/--out is required");
+    if (po->reg_in) return;
+    if (!po->o.eng.model || !po->o.prompts_path) bn_args_fail(&tool, "-m and -p are required");
+    if (bn_gen_params_penalized(&po->o.mine.gen))
+        bn_args_fail(&tool, "repetition penalties are for bonsai-eval-loops (a penalty hides the loops mining looks "
+                            "for, and pair rows do not record it)");
 }
 
 static int fail(const char *msg) {
@@ -148,109 +196,77 @@ static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *
     return mn->n_pairs < mn->target;
 }
 
-int main(int argc, char **argv) {
+// check_outputs: the default generation log name, and the resume state (--resume) or a check that the outputs are
+// new; returns 0 or the exit status.
+static int check_outputs(pairs_opts *po, char *default_log, size_t n, bn_resume_state *rs) {
     char err[1024];
-    bn_mine_opts o = bn_mine_opts_default();
-    bn_reg_params rp = bn_reg_params_default();
-    const char *out_path = NULL, *gen_log = NULL, *reg_in = NULL, *split = NULL, *sha = NULL, *heldout_out = NULL;
-    double heldout_share = 0.2;
-    int target_pairs = 20000, top = 10;
-    bool resume = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = bn_mine_opts_flag(&o, argc, argv, &i, err, sizeof err);
-        if (r < 0) return fail(err);
-        if (r == 1) {
-            if (!strcmp(a, "--seed")) rp.seed = o.mine.gen.seed; // one --seed for both modes
-            continue;
-        }
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && has) out_path = argv[++i];
-        else if (!strcmp(a, "--gen-log") && has) gen_log = argv[++i];
-        else if (!strcmp(a, "--resume")) resume = true;
-        else if (!strcmp(a, "--target-pairs") && has) target_pairs = (int)bn_arg_int("bonsai-mine-pairs", a, argv[++i], 1, INT32_MAX);
-        else if (!strcmp(a, "--split") && has) split = argv[++i];
-        else if (!strcmp(a, "--model-sha256") && has) sha = argv[++i];
-        else if (!strcmp(a, "--regularise") && has) reg_in = argv[++i];
-        else if (!strcmp(a, "--max-rows") && has) rp.max_rows = (int)bn_arg_int("bonsai-mine-pairs", a, argv[++i], 0, INT32_MAX);
-        else if (!strcmp(a, "--headroom") && has) rp.headroom = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1e6);
-        else if (!strcmp(a, "--rejected-strength") && has) rp.rejected_strength = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--chosen-strength") && has) rp.chosen_strength = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--balance") && has) {
-            if (bn_balance_parse(argv[++i], &rp.balance) < 0) return fail("--balance: expected off, sqrt or equal");
-        } else if (!strcmp(a, "--max-rejected-share") && has) rp.max_rejected_share = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--no-dedupe")) rp.dedupe_contexts = false;
-        else if (!strcmp(a, "--top") && has) top = (int)bn_arg_int("bonsai-mine-pairs", a, argv[++i], 0, 1 << 20);
-        else if (!strcmp(a, "--heldout-out") && has) heldout_out = argv[++i];
-        else if (!strcmp(a, "--heldout-share") && has) heldout_share = bn_arg_float("bonsai-mine-pairs", a, argv[++i], 0, 1);
-        else {
-            bn_arg_unknown("bonsai-mine-pairs", a);
-        }
+    if (bn_path_is_gz(po->out_path))
+        return fail("mining output must be plain .jsonl (it is appended); use --regularise to write .gz");
+    if (!po->gen_log) {
+        size_t l = strlen(po->out_path);
+        int stem = l > 6 && !strcmp(po->out_path + l - 6, ".jsonl") ? (int)(l - 6) : (int)l;
+        snprintf(default_log, n, "%.*s.generations.jsonl", stem, po->out_path);
+        po->gen_log = default_log;
     }
-    if (!out_path) { usage(stderr); return fail("-o/--out is required"); }
-    if (reg_in) return regularise_main(reg_in, out_path, &rp, top, heldout_share, heldout_out);
-    if (!o.model_path || !o.prompts_path) { usage(stderr); return fail("-m and -p are required"); }
-    if (bn_gen_params_penalized(&o.mine.gen))
-        return fail("repetition penalties are for bonsai-eval-loops (a penalty hides the loops mining looks for, and "
-                    "pair rows do not record it)");
-    if (bn_path_is_gz(out_path)) return fail("mining output must be plain .jsonl (it is appended); use --regularise to write .gz");
-    char default_log[4096];
-    if (!gen_log) {
-        size_t l = strlen(out_path);
-        int stem = l > 6 && !strcmp(out_path + l - 6, ".jsonl") ? (int)(l - 6) : (int)l;
-        snprintf(default_log, sizeof default_log, "%.*s.generations.jsonl", stem, out_path);
-        gen_log = default_log;
-    }
-    bn_resume_state rs = {0};
-    if (resume) {
-        if (bn_mine_resume(gen_log, out_path, &rs, err, sizeof err) < 0) return fail(err);
-        fprintf(stderr, "resuming: %d prompts done, %d pairs, %d loops\n", rs.n_done, rs.n_pairs, rs.n_loops);
-    } else if (access(out_path, F_OK) == 0 || access(gen_log, F_OK) == 0) {
-        fprintf(stderr, "bonsai-mine-pairs: %s or %s exists: use --resume to continue, or remove them\n", out_path, gen_log);
+    if (po->resume) {
+        if (bn_mine_resume(po->gen_log, po->out_path, rs, err, sizeof err) < 0) return fail(err);
+        fprintf(stderr, "resuming: %d prompts done, %d pairs, %d loops\n", rs->n_done, rs->n_pairs, rs->n_loops);
+    } else if (access(po->out_path, F_OK) == 0 || access(po->gen_log, F_OK) == 0) {
+        fprintf(stderr, "bonsai-mine-pairs: %s or %s exists: use --resume to continue, or remove them\n", po->out_path,
+                po->gen_log);
         return 1;
     }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char err[1024], default_log[4096];
+    pairs_opts po;
+    parse_args(&po, argc, argv);
+    if (po.reg_in) return regularise_main(po.reg_in, po.out_path, &po.rp, po.top, po.heldout_share, po.heldout_out);
+    bn_mine_opts *o = &po.o;
+    bn_resume_state rs = {0};
+    int orc = check_outputs(&po, default_log, sizeof default_log, &rs);
+    if (orc) return orc;
     int n_skipped = 0;
     bn_prompt *prompts = NULL;
-    int n_prompts = bn_prompts_read(o.prompts_path, &o.prompts, &prompts, &n_skipped, err, sizeof err);
+    int n_prompts = bn_prompts_read(o->prompts_path, &o->prompts, &prompts, &n_skipped, err, sizeof err);
     if (n_prompts < 0) return fail(err);
     if (n_skipped) fprintf(stderr, "skipped %d prompts from agentic sources\n", n_skipped);
-    bn_model *m = bn_model_load(o.model_path, err, sizeof err);
+    bn_model *m = bn_model_load(o->eng.model, err, sizeof err);
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
     char desc[256];
     bn_model_describe(m, desc, sizeof desc);
-    const char *ftype = strrchr(desc, ' ') ? strrchr(desc, ' ') + 1 : desc;
-    o.mine.model_file = o.model_path;
-    o.mine.model_sha256 = sha;
-    o.mine.file_type = ftype;
-    o.mine.split = split;
+    o->mine.model_file = o->eng.model;
+    o->mine.model_sha256 = po.sha;
+    o->mine.file_type = strrchr(desc, ' ') ? strrchr(desc, ' ') + 1 : desc;
+    o->mine.split = po.split;
     bn_engine *eng; // -ngl: the in-process engine on the GPU, and the batcher of its --parallel sources
     bn_step_batcher *batch;
-    if (bn_mine_opts_engine(&o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, sizeof err);
+    if (bn_mine_opts_engine(o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
+    bn_source **srcs = bn_mine_opts_sources(o, m, tok, eng, batch, err, sizeof err);
     if (!srcs) return fail(err);
-    FILE *fp = fopen(out_path, "a"), *fg = fopen(gen_log, "a");
+    FILE *fp = fopen(po.out_path, "a"), *fg = fopen(po.gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
-    miner mn = {.fp = fp, .fg = fg, .fp_path = out_path, .fg_path = gen_log, .prompts = prompts, .n_pairs = rs.n_pairs, .n_loops = rs.n_loops,
-                .n_before = rs.n_done, .target = target_pairs, .t0 = bn_time_ms()};
-    bn_progress_start(&mn.bar, "mining", n_prompts);
-    if (rs.n_done < n_prompts && mn.n_pairs < target_pairs)
-        bn_mine_run(srcs, o.n_parallel, tok, prompts, rs.n_done, n_prompts, &o, on_result, &mn);
-    int rc = mn.rc, n_done = mn.n_done, n_pairs = mn.n_pairs, n_loops = mn.n_loops;
-    bn_progress *bar = &mn.bar;
-    bn_progress_finish(bar, NULL);
+    miner mn = {.fp = fp, .fg = fg, .fp_path = po.out_path, .fg_path = po.gen_log, .prompts = prompts,
+                .n_pairs = rs.n_pairs, .n_loops = rs.n_loops, .n_before = rs.n_done, .target = po.target_pairs,
+                .t0 = bn_time_ms()};
+    bn_progress_start(&mn.bar, "prompts", n_prompts);
+    if (rs.n_done < n_prompts && mn.n_pairs < po.target_pairs)
+        bn_mine_run(srcs, o->n_parallel, tok, prompts, rs.n_done, n_prompts, o, on_result, &mn);
+    bn_progress_finish(&mn.bar, NULL);
     fclose(fp);
     fclose(fg);
-    fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", n_done, n_pairs,
-            n_loops, out_path, gen_log);
-    bn_mine_opts_sources_free(&o, srcs);
+    fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", mn.n_done,
+            mn.n_pairs, mn.n_loops, po.out_path, po.gen_log);
+    bn_mine_opts_sources_free(o, srcs);
     bn_step_batcher_free(batch);
     bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);
-    bn_mine_opts_free(&o);
+    bn_mine_opts_free(o);
     bn_prompts_free(prompts, n_prompts);
-    return rc;
+    return mn.rc;
 }

@@ -1,40 +1,12 @@
 // tools/bonsai-mkdrafter.c — writes a random-weight DSpark drafter GGUF (see synth/mkdrafter.h).
 #include "synth/mkdrafter.h"
 #include "base/util.h"
+#include "base/args.h"
 #include "quant/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bonsai-mkdrafter OUT.gguf [options]\n"
-            "Writes a DSpark drafter with random weights (defaults: for bonsai-mkmodel's tiny target).\n"
-            "  --convention C        legacy (arch dspark, dspark.dspark.* keys) | dflash (target_layers += 1)\n"
-            "  --preset P            tiny (default) | 27b (Bonsai-27B drafter shapes: E 5120, 6 layers,\n"
-            "                        40/4 heads, V 248320, taps 1,16,31,46,61, rank 256)\n"
-            "  --n-embd N  --n-layer N  --n-ff N  --n-head N  --n-head-kv N  --head-dim N  --n-rot N\n"
-            "  --rope-base F  --norm-eps F  --ctx N  --n-vocab N (must equal the target's)\n"
-            "  --block-size N  --mask-token N (default n_vocab-1)  --target-layers L1,L2,...  (legacy ids:\n"
-            "                        tap = OUTPUT of that target layer)\n"
-            "  --markov-rank N  --no-confidence  --confidence-no-markov  --no-log-snr\n"
-            "  --min-log-snr F  --max-log-snr F  --snr-feat N\n"
-            "  --shared              omit token_embd/output (borrowed from the target)\n"
-            "  --type T              f32 | f16 | bf16 | q8_0 | q4_1 ... for the matrices\n"
-            "  --seed N  --logit-scale F  --markov-scale F\n");
-}
-
-// parse_int / parse_float / parse_seed: strict option values (exit 1 with a message on junk): sizes and ids in
-// -1..INT32_MAX (the generator checks the shapes), reals in ±1e30 (the RoPE base and the norm epsilon positive),
-// seeds in 0..INT64_MAX.
-static int parse_int(const char *opt, const char *s) { return (int)bn_arg_int("bonsai-mkdrafter", opt, s, -1, INT32_MAX); }
-static float parse_float(const char *opt, const char *s) {
-    return (float)bn_arg_float("bonsai-mkdrafter", opt, s, -1e30, 1e30);
-}
-static uint64_t parse_seed(const char *opt, const char *s) {
-    return (uint64_t)bn_arg_int("bonsai-mkdrafter", opt, s, 0, INT64_MAX);
-}
 
 static void preset_27b(bn_mkdrafter_params *p) {
     p->n_embd = 5120;
@@ -52,89 +24,105 @@ static void preset_27b(bn_mkdrafter_params *p) {
     p->markov_rank = 256;
 }
 
-int main(int argc, char **argv) {
+typedef struct {
     bn_mkdrafter_params p;
-    bn_mkdrafter_defaults(&p);
-    const char *out = NULL;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc && strcmp(argv[i + 1], "27b") == 0) preset_27b(&p);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define OPT(name) (strcmp(a, name) == 0 && v && ++i)
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (OPT("--preset")) {
-            if (strcmp(v, "tiny") != 0 && strcmp(v, "27b") != 0) {
-                fprintf(stderr, "bonsai-mkdrafter: unknown preset '%s'\n", v);
-                return 1;
-            }
-        } else if (OPT("--convention")) {
-            if (strcmp(v, "legacy") == 0 || strcmp(v, "dspark") == 0) p.convention = BN_DRAFTER_LEGACY;
-            else if (strcmp(v, "dflash") == 0) p.convention = BN_DRAFTER_DFLASH;
-            else {
-                fprintf(stderr, "bonsai-mkdrafter: --convention must be legacy or dflash\n");
-                return 1;
-            }
-        } else if (OPT("--n-embd")) p.n_embd = parse_int(a, v);
-        else if (OPT("--n-layer")) p.n_layer = parse_int(a, v);
-        else if (OPT("--n-ff")) p.n_ff = parse_int(a, v);
-        else if (OPT("--n-head")) p.n_head = parse_int(a, v);
-        else if (OPT("--n-head-kv")) p.n_head_kv = parse_int(a, v);
-        else if (OPT("--head-dim")) p.head_dim = p.n_rot = parse_int(a, v);
-        else if (OPT("--n-rot")) p.n_rot = parse_int(a, v);
-        else if (OPT("--rope-base")) p.rope_base = (float)bn_arg_float("bonsai-mkdrafter", a, v, 1e-30, 1e30);
-        else if (OPT("--norm-eps")) p.norm_eps = (float)bn_arg_float("bonsai-mkdrafter", a, v, 1e-30, 1);
-        else if (OPT("--ctx")) p.ctx = parse_int(a, v);
-        else if (OPT("--n-vocab")) p.n_vocab = parse_int(a, v);
-        else if (OPT("--block-size")) p.block_size = parse_int(a, v);
-        else if (OPT("--mask-token")) p.mask_token_id = parse_int(a, v);
-        else if (OPT("--markov-rank")) p.markov_rank = parse_int(a, v);
-        else if (OPT("--min-log-snr")) p.min_log_snr = parse_float(a, v);
-        else if (OPT("--max-log-snr")) p.max_log_snr = parse_float(a, v);
-        else if (OPT("--snr-feat")) p.snr_feat = parse_int(a, v);
-        else if (OPT("--seed")) p.seed = parse_seed(a, v);
-        else if (OPT("--logit-scale")) p.logit_scale = parse_float(a, v);
-        else if (OPT("--markov-scale")) p.markov_scale = parse_float(a, v);
-        else if (OPT("--target-layers")) {
-            p.n_taps = 0;
-            char *s = xstrdup(v);
-            for (char *tk = strtok(s, ","); tk; tk = strtok(NULL, ",")) {
-                if (p.n_taps == BN_DRAFTER_MAX_TAPS) {
-                    fprintf(stderr, "bonsai-mkdrafter: at most %d target layers\n", BN_DRAFTER_MAX_TAPS);
-                    return 1;
-                }
-                p.target_layers[p.n_taps++] = parse_int(a, tk);
-            }
-            free(s);
-        } else if (OPT("--type")) {
-            p.type = bn_type_from_name(v);
-            if (p.type < 0) {
-                fprintf(stderr, "bonsai-mkdrafter: unknown type '%s'\n", v);
-                return 1;
-            }
-        } else if (strcmp(a, "--no-confidence") == 0) p.confidence_head = false;
-        else if (strcmp(a, "--confidence-no-markov") == 0) p.confidence_with_markov = false;
-        else if (strcmp(a, "--no-log-snr") == 0) p.log_snr = false;
-        else if (strcmp(a, "--shared") == 0) p.shared = true;
-        else if (a[0] != '-' && !out) out = a;
-        else {
-            bn_arg_unknown("bonsai-mkdrafter", a);
-        }
-#undef OPT
-    }
-    if (!out) {
-        usage(stderr);
+    const char *out, *preset;
+} mkdrafter_opts;
+
+// convention_fn: --convention legacy|dflash ("dspark" = legacy).
+static int convention_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
+    int *c = &((mkdrafter_opts *)base)->p.convention;
+    if (!strcmp(v, "legacy") || !strcmp(v, "dspark")) *c = BN_DRAFTER_LEGACY;
+    else if (!strcmp(v, "dflash")) *c = BN_DRAFTER_DFLASH;
+    else return bn_err(err, errlen, "'%s' is not one of legacy|dflash", v);
+    return 0;
+}
+
+// head_dim_fn: --head-dim N sets the rotated dimensions too.
+static int head_dim_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
+    long long n;
+    if (bn_args_int(opt, v, -1, INT32_MAX, &n, err, errlen) != 0) return -1;
+    bn_mkdrafter_params *p = &((mkdrafter_opts *)base)->p;
+    p->head_dim = p->n_rot = (int)n;
+    return 0;
+}
+
+// type_fn: --type T (any bn_type name).
+static int type_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
+    int t = bn_type_from_name(v);
+    if (t < 0) return bn_err(err, errlen, "unknown type '%s'", v);
+    ((mkdrafter_opts *)base)->p.type = t;
+    return 0;
+}
+
+// Sizes and ids in -1..INT32_MAX (bn_mkdrafter_check checks the shapes), reals in ±1e30 (the RoPE base and the norm
+// epsilon positive).
+#define O(f) offsetof(mkdrafter_opts, f)
+#define SIZE(names, f, help) BN_INT(names, O(p.f), "N", help, -1, INT32_MAX)
+static const bn_arg mkdrafter_args[] = {
+    BN_POS(O(out), "OUT.gguf", "the file to write"),
+    BN_STR("--preset", O(preset), "P",
+           "tiny (default) | 27b (Bonsai-27B drafter shapes: E 5120, 6 layers, 40/4 heads, V 248320, taps "
+           "1,16,31,46,61, rank 256); applied first, the options below override its fields"),
+    BN_FN("--convention", convention_fn, "C",
+          "legacy (arch dspark, dspark.dspark.* keys) | dflash (target_layers += 1)"),
+    SIZE("--n-embd", n_embd, "embedding width (the target's)"),
+    SIZE("--n-layer", n_layer, "layers"),
+    SIZE("--n-ff", n_ff, "feed-forward width"),
+    SIZE("--n-head", n_head, "attention heads"),
+    SIZE("--n-head-kv", n_head_kv, "key/value heads"),
+    BN_FN("--head-dim", head_dim_fn, "N", "head width (and --n-rot)"),
+    SIZE("--n-rot", n_rot, "rotated dimensions per head"),
+    BN_FLOAT("--rope-base", O(p.rope_base), "F", "RoPE base", 1e-30, 1e30),
+    BN_FLOAT("--norm-eps", O(p.norm_eps), "F", "RMS norm epsilon", 1e-30, 1),
+    SIZE("--ctx", ctx, "context_length written into the file"),
+    SIZE("--n-vocab", n_vocab, "vocabulary size (must equal the target's)"),
+    SIZE("--block-size", block_size, "tokens per drafted block"),
+    SIZE("--mask-token", mask_token_id, "the mask token id (default n_vocab-1)"),
+    BN_INTS("--target-layers", O(p.target_layers), O(p.n_taps), BN_DRAFTER_MAX_TAPS, "L1,L2,...",
+            "tapped target layers (legacy ids: tap = OUTPUT of that target layer)", -1, INT32_MAX),
+    SIZE("--markov-rank", markov_rank, "rank of the Markov bias"),
+    BN_FALSE("--no-confidence", O(p.confidence_head), "no confidence head"),
+    BN_FALSE("--confidence-no-markov", O(p.confidence_with_markov),
+             "the confidence head's input without the Markov rank"),
+    BN_FALSE("--no-log-snr", O(p.log_snr), "no log-SNR feature"),
+    BN_FLOAT("--min-log-snr", O(p.min_log_snr), "F", "log-SNR range, low end", -1e30, 1e30),
+    BN_FLOAT("--max-log-snr", O(p.max_log_snr), "F", "log-SNR range, high end", -1e30, 1e30),
+    SIZE("--snr-feat", snr_feat, "log-SNR feature width (sin half + cos half)"),
+    BN_TRUE("--shared", O(p.shared), "omit token_embd/output (borrowed from the target)"),
+    BN_FN("--type", type_fn, "T", "f32 | f16 | bf16 | q8_0 | q4_1 ... for the matrices"),
+    BN_SEED("-s, --seed", O(p.seed), "RNG seed"),
+    BN_FLOAT("--logit-scale", O(p.logit_scale), "F", "std of the drafter's base logits", -1e30, 1e30),
+    BN_FLOAT("--markov-scale", O(p.markov_scale), "F", "std of the Markov bias", -1e30, 1e30),
+    {0}};
+#undef SIZE
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-mkdrafter",
+    .usage = "usage: bonsai-mkdrafter OUT.gguf [options]\n"
+             "Writes a DSpark drafter with random weights (defaults: for bonsai-mkmodel's tiny target).\n"};
+
+int main(int argc, char **argv) {
+    // the preset first (the defaults --help shows are its values)
+    mkdrafter_opts o = {.preset = bn_args_peek(argc, argv, "--preset", "tiny")};
+    bn_mkdrafter_defaults(&o.p);
+    if (strcmp(o.preset, "tiny") != 0 && strcmp(o.preset, "27b") != 0) {
+        fprintf(stderr, "bonsai-mkdrafter: unknown preset '%s' (tiny, 27b)\n", o.preset);
         return 1;
     }
+    if (strcmp(o.preset, "27b") == 0) preset_27b(&o.p);
+    const bn_arg_table tables[] = {BN_TABLE(mkdrafter_args, &o), {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (!o.out) bn_args_fail(&tool, "OUT.gguf is required");
+    const bn_mkdrafter_params *p = &o.p;
     char err[512];
-    if (bn_mkdrafter_write(&p, out, err, sizeof err) != 0) {
+    if (bn_mkdrafter_write(p, o.out, err, sizeof err) != 0) {
         fprintf(stderr, "bonsai-mkdrafter: %s\n", err);
         return 1;
     }
-    printf("wrote %s (%s convention, E %d, %d layers, V %d, block %d, %d taps)\n", out,
-           p.convention == BN_DRAFTER_DFLASH ? "dflash" : "legacy", p.n_embd, p.n_layer, p.n_vocab, p.block_size,
-           p.n_taps);
+    printf("wrote %s (%s convention, E %d, %d layers, V %d, block %d, %d taps)\n", o.out,
+           p->convention == BN_DRAFTER_DFLASH ? "dflash" : "legacy", p->n_embd, p->n_layer, p->n_vocab, p->block_size,
+           p->n_taps);
     return 0;
 }

@@ -1,5 +1,5 @@
 // tools/bonsai-perplexity.c — llama-perplexity for our engine (docs/server.md §14):
-//   bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]
+//   bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [-ngl N] [--chunks N]
 //                     [--kl-divergence-base FILE [--kl-divergence]]
 // Same method and output lines: info lines on stderr, "[i]ppl," progress on stdout, then
 // "Final estimate: PPL = %.4lf +/- %.5lf" (stderr, as llama.cpp's LOG_INF). KL-divergence mode
@@ -13,18 +13,9 @@
 #include "eval/perplexity.h"
 #include "core/tokenizer.h"
 #include "base/util.h"
-
-// usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [--chunks N]\n"
-            "       bonsai-perplexity -m BASE.gguf -f TEXT --kl-divergence-base FILE   (save log-probabilities)\n"
-            "       bonsai-perplexity -m MODEL.gguf --kl-divergence-base FILE --kl-divergence  (KLD vs the saved base)\n"
-            "  --kl-divergence-base FILE  llama-perplexity's log-probability file (interchangeable with it);\n"
-            "                             also --save-all-logits FILE\n"
-            "  --kl-divergence            score MODEL against FILE: KLD, Δp, same top token, PPL(Q)/PPL(base)\n");
-    exit(f == stdout ? 0 : 1);
-}
+#include "base/args.h"
+#include "core/engine.h"
+#include <unistd.h>
 
 typedef struct {
     const bn_ppl_result *r; // filled while running (sec_first is set before chunk 1 is reported)
@@ -34,6 +25,7 @@ typedef struct {
     bn_kld_base *base;      // --kl-divergence: rows read from here
     uint16_t *rows;         // one row (save) or one chunk of rows (base)
     bn_kld_stats kld;
+    bn_progress bar;        // chunks done, on stderr (started when stdout, which gets "[i]ppl,", is not a terminal)
 } ppl_progress;
 
 // print_eta: llama-perplexity's per-pass timing line (after chunk 1).
@@ -73,14 +65,18 @@ static void print_kld_chunk(void *ctx, int chunk, double ppl) {
     }
     bn_kld_print_chunk(&pp->kld, chunk, stdout);
     fflush(stdout);
+    bn_progress_update(&pp->bar, chunk, NULL);
 }
 
 // print_chunk: llama-perplexity's per-pass timing line (after chunk 1) and "[i]ppl," progress.
 static void print_chunk(void *ctx, int chunk, double ppl) {
-    const ppl_progress *pp = ctx;
+    ppl_progress *pp = ctx;
     if (chunk == 1) print_eta(pp);
     printf("[%d]%.4lf,", chunk, ppl);
     fflush(stdout);
+    char extra[48];
+    snprintf(extra, sizeof extra, "PPL %.4f", ppl);
+    bn_progress_update(&pp->bar, chunk, extra);
 }
 
 // write_header: --kl-divergence-base: magic, n_ctx, n_vocab, n_chunk and the evaluated tokens.
@@ -99,83 +95,118 @@ static int fail(const char *msg) {
     return 1;
 }
 
-int main(int argc, char **argv) {
-    const char *model_path = NULL, *text_path = NULL, *kld_path = NULL;
-    int n_ctx = 512, n_batch = 2048, n_threads = bn_n_threads_default(), chunks = -1;
-    bool kld_mode = false, ctx_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "-m") && has) model_path = argv[++i];
-        else if (!strcmp(a, "-f") && has) text_path = argv[++i];
-        else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has) n_ctx = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], 4, INT32_MAX), ctx_given = true;
-        else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has) n_batch = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], 1, INT32_MAX);
-        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) n_threads = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], 1, 4096);
-        else if (!strcmp(a, "--chunks") && has) chunks = (int)bn_arg_int("bonsai-perplexity", a, argv[++i], -1, INT32_MAX);
-        else if ((!strcmp(a, "--kl-divergence-base") || !strcmp(a, "--save-all-logits")) && has) kld_path = argv[++i];
-        else if (!strcmp(a, "--kl-divergence")) kld_mode = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(stdout);
-        else bn_arg_unknown("bonsai-perplexity", a);
-    }
-    if (!model_path || n_ctx < 4 || n_batch < 1) usage(stderr);
-    if (kld_mode && !kld_path) return fail("--kl-divergence needs --kl-divergence-base FILE (the saved base log-probabilities)");
-    if (!kld_mode && !text_path) usage(stderr);
+typedef struct {
+    bn_engine_opts eng;
+    const char *text, *kld_path;
+    int n_batch, chunks;
+    bool kld_mode;
+} ppl_opts;
+
+#define O(f) offsetof(ppl_opts, f)
+static const bn_arg ppl_args[] = {
+    BN_STR("-f, --file", O(text), "FILE", "the text to evaluate"),
+    BN_INT("-b, --batch-size", O(n_batch), "N", "tokens per batch: n_seq = N / n_ctx chunks per pass", 1, INT32_MAX),
+    BN_INT("--chunks", O(chunks), "N", "evaluate at most N chunks (-1: all)", -1, INT32_MAX),
+    BN_STR("--kl-divergence-base, --save-all-logits", O(kld_path), "FILE",
+           "llama-perplexity's log-probability file (interchangeable with it): saved from this model, or with "
+           "--kl-divergence read"),
+    BN_TRUE("--kl-divergence", O(kld_mode), "score the model against FILE: KLD, Δp, same top token, PPL(Q)/PPL(base)"),
+    {0}};
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-perplexity",
+    .usage = "usage: bonsai-perplexity -m MODEL.gguf -f TEXT [-c 512] [-b 2048] [-t THREADS] [-ngl N] [--chunks N]\n"
+             "       bonsai-perplexity -m BASE.gguf -f TEXT --kl-divergence-base FILE   (save log-probabilities)\n"
+             "       bonsai-perplexity -m MODEL.gguf --kl-divergence-base FILE --kl-divergence  (KLD vs the saved "
+             "base)\n"
+             "llama-perplexity's method and output on the engine -ngl picks.\n",
+    .notes = "-c is the chunk length (at least 4; with --kl-divergence the base file's).\n"};
+
+// parse_args: the options into o (exits on --help, --version or a bad or missing option).
+static void parse_args(ppl_opts *o, int argc, char **argv) {
+    *o = (ppl_opts){.eng = {.n_ctx = 512}, .n_batch = 2048, .chunks = -1};
+    const bn_arg_table tables[] = {BN_TABLE(ppl_args, o), BN_TABLE(bn_engine_args, &o->eng),
+                                   BN_TABLE(bn_progress_args, NULL), {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (!o->eng.model) bn_args_fail(&tool, "-m MODEL.gguf is required");
+    if (o->eng.n_ctx < 4) bn_args_fail(&tool, "-c must be at least 4");
+    if (o->kld_mode && !o->kld_path)
+        bn_args_fail(&tool, "--kl-divergence needs --kl-divergence-base FILE (the saved base log-probabilities)");
+    if (!o->kld_mode && !o->text) bn_args_fail(&tool, "-f TEXT is required");
+}
+
+// load_tokens: the tokens to score into *tokens, *n_tokens: the base file's (--kl-divergence; its context replaces
+// *n_ctx) or the text's; returns 0, or 1 (printed).
+static int load_tokens(const ppl_opts *o, const bn_tokenizer *tok, int n_vocab, bn_kld_base *base, int32_t **tokens,
+                       int *n_tokens, int *n_ctx) {
     char err[512];
-    bn_model *m = bn_model_load(model_path, err, sizeof err);
+    if (o->kld_mode) {
+        if (bn_kld_base_open(base, o->kld_path, err, sizeof err) != 0) return fail(err);
+        if (base->n_vocab != n_vocab) {
+            snprintf(err, sizeof err, "inconsistent vocabulary: %s has %d tokens, the model %d", o->kld_path,
+                     base->n_vocab, n_vocab);
+            return fail(err);
+        }
+        if (bn_args_given("-c") && *n_ctx != (int)base->n_ctx)
+            fprintf(stderr, "perplexity: using the base file's context %u (not -c %d)\n", base->n_ctx, *n_ctx);
+        *n_ctx = (int)base->n_ctx;
+        *tokens = base->tokens;
+        *n_tokens = base->n_chunk * *n_ctx;
+        return 0;
+    }
+    size_t text_len = 0;
+    char *text = bn_read_file(o->text, &text_len, err, sizeof err);
+    if (!text) return fail(err);
+    fprintf(stderr, "perplexity: tokenizing the input ..\n");
+    double t0 = bn_time_ms();
+    *n_tokens = bn_tokenize(tok, text, text_len, true, false, tokens);
+    fprintf(stderr, "perplexity: tokenization took %g ms\n", bn_time_ms() - t0);
+    free(text);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    ppl_opts o;
+    parse_args(&o, argc, argv);
+    char err[512];
+    bn_model *m = bn_model_load(o.eng.model, err, sizeof err);
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
     const int n_vocab = m->cfg.n_vocab;
-
+    int n_ctx = o.eng.n_ctx;
     bn_kld_base base = {0};
     int32_t *tokens = NULL;
-    char *text = NULL;
-    int n_tokens;
-    if (kld_mode) { // the base file's tokens and context
-        if (bn_kld_base_open(&base, kld_path, err, sizeof err) != 0) return fail(err);
-        if (base.n_vocab != n_vocab) {
-            snprintf(err, sizeof err, "inconsistent vocabulary: %s has %d tokens, the model %d", kld_path, base.n_vocab, n_vocab);
-            return fail(err);
-        }
-        if (ctx_given && n_ctx != (int)base.n_ctx)
-            fprintf(stderr, "perplexity: using the base file's context %u (not -c %d)\n", base.n_ctx, n_ctx);
-        n_ctx = (int)base.n_ctx;
-        n_tokens = base.n_chunk * n_ctx;
-        tokens = base.tokens;
-    } else {
-        size_t text_len = 0;
-        text = bn_read_file(text_path, &text_len, err, sizeof err);
-        if (!text) return fail(err);
-        fprintf(stderr, "perplexity: tokenizing the input ..\n");
-        double t0 = bn_time_ms();
-        n_tokens = bn_tokenize(tok, text, text_len, true, false, &tokens);
-        fprintf(stderr, "perplexity: tokenization took %g ms\n", bn_time_ms() - t0);
-    }
+    int n_tokens = 0;
+    if (load_tokens(&o, tok, n_vocab, &base, &tokens, &n_tokens, &n_ctx) != 0) return 1;
     if (n_tokens < 2 * n_ctx) {
         fprintf(stderr, "perplexity: you need at least %d tokens to evaluate perplexity with a context of %d\n",
                 2 * n_ctx, n_ctx);
-        fprintf(stderr, "perplexity: the %s provided tokenizes to only %d tokens\n", kld_mode ? "base file" : "data file",
-                n_tokens < 0 ? 0 : n_tokens);
+        fprintf(stderr, "perplexity: the %s provided tokenizes to only %d tokens\n",
+                o.kld_mode ? "base file" : "data file", n_tokens < 0 ? 0 : n_tokens);
         return 1;
     }
     int n_chunk = n_tokens / n_ctx;
-    if (chunks >= 0 && chunks < n_chunk) n_chunk = chunks;
-    int n_seq = n_batch / n_ctx > 1 ? n_batch / n_ctx : 1;
+    if (o.chunks >= 0 && o.chunks < n_chunk) n_chunk = o.chunks;
+    int n_seq = o.n_batch / n_ctx > 1 ? o.n_batch / n_ctx : 1;
     fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, batch_size=%d, n_seq=%d\n", n_chunk,
-            n_ctx, n_batch, n_seq);
+            n_ctx, o.n_batch, n_seq);
+    bn_engine *eng = bn_engine_open(m, o.eng.n_gpu_layers, o.eng.n_threads, err, sizeof err);
+    if (!eng) return fail(err);
     int32_t bos = bn_tokenizer_add_bos(tok) ? bn_token_bos(tok) : -1;
     bn_ppl_result r;
     ppl_progress progress = {.r = &r, .n_chunk = n_chunk, .n_seq = n_seq, .n_vocab = n_vocab};
     bn_ppl_hooks hooks = {.on_chunk = print_chunk, .ctx = &progress};
     bn_atomic_file save;
-    if (kld_mode) {
+    if (o.kld_mode) {
         progress.base = &base;
         progress.rows = xmalloc(sizeof(uint16_t) * (size_t)(n_ctx - 1 - n_ctx / 2) * base.row_len);
         hooks.on_logits = score_row;
         hooks.on_chunk = print_kld_chunk;
-    } else if (kld_path) {
-        if (bn_atomic_open(&save, kld_path, err, sizeof err) != 0) return fail(err);
-        fprintf(stderr, "perplexity: saving all logits to %s\n", kld_path);
+    } else if (o.kld_path) {
+        if (bn_atomic_open(&save, o.kld_path, err, sizeof err) != 0) return fail(err);
+        fprintf(stderr, "perplexity: saving all logits to %s\n", o.kld_path);
         if (write_header(&save, n_ctx, n_vocab, n_chunk, tokens) != 0) {
             bn_atomic_abort(&save);
             return fail("cannot write the log-probability file header");
@@ -184,14 +215,16 @@ int main(int argc, char **argv) {
         progress.rows = xmalloc(sizeof(uint16_t) * bn_kld_row_len(n_vocab));
         hooks.on_logits = save_row;
     }
-    if (bn_perplexity(m, tokens, n_tokens, n_ctx, n_chunk, bos, n_threads, &hooks, &r, err, sizeof err)) {
+    if (!isatty(STDOUT_FILENO)) bn_progress_start(&progress.bar, "chunks", n_chunk); // (else "[i]ppl," shows it)
+    if (bn_perplexity(eng, tokens, n_tokens, n_ctx, n_chunk, bos, &hooks, &r, err, sizeof err)) {
         if (progress.save) bn_atomic_abort(&save);
         fprintf(stderr, "\n");
         return fail(err);
     }
+    bn_progress_finish(&progress.bar, NULL);
     if (progress.save && bn_atomic_commit(&save, err, sizeof err) != 0) return fail(err);
     printf("\n");
-    if (kld_mode) {
+    if (o.kld_mode) {
         bn_kld_print_summary(&progress.kld, stdout);
         bn_kld_free(&progress.kld);
     }
@@ -199,9 +232,9 @@ int main(int argc, char **argv) {
     if (r.ppl_err > 0) fprintf(stderr, "Final estimate: PPL = %.4lf +/- %.5lf\n", r.ppl, r.ppl_err);
     else fprintf(stderr, "Unexpected negative standard deviation of log(prob)\n");
     free(progress.rows);
-    if (kld_mode) bn_kld_base_close(&base);
+    if (o.kld_mode) bn_kld_base_close(&base);
     else free(tokens);
-    free(text);
+    bn_engine_free(eng);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     return 0;

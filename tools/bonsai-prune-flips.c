@@ -7,69 +7,69 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "base/util.h"
+#include "base/args.h"
 #include "train/pairs_in.h"
 #include "train/prune.h"
 
-// usage: prints the help to f
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bonsai-prune-flips --base BASE.gguf -m MODEL.gguf -p TRAIN_PAIRS.jsonl --text FILE -o OUT.gguf\n"
-            "                          [--cw-drop X] [--mu X] [--ctx N] [--max-text N] [-t N]\n"
-            "  BASE and MODEL: the same quantized model, differing only in output.weight (e.g. base-Q1_0 and the\n"
-            "  merged STE model). Pairs: TRAIN pairs only (never the held-out ones). Text: plain text, never the\n"
-            "  perplexity text.\n"
-            "  --cw-drop X   train-pair chosen_win may fall at most X below MODEL's (0)\n"
-            "  --mu X        KL nats per unit of mean train-pair margin (chosen - rejected logit) lost (0.01)\n"
-            "  --objective kl|nll  what a revert must lower on the text: KL to the base (kl) or the next-token loss\n"
-            "  --ctx N       text window (128); --max-text N: text tokens used (0 = all)\n");
-}
+typedef struct {
+    const char *base, *model, *pairs, *text, *out;
+    bn_prune_cfg cfg;
+} prune_opts;
+
+#define O(f) offsetof(prune_opts, f)
+static const bn_arg prune_args[] = {
+    BN_STR("--base", O(base), "FILE", "the quantized base (required)"),
+    BN_STR("-m, --model", O(model), "FILE", "the same model with a changed output.weight (required)"),
+    BN_STR("-p, --pairs", O(pairs), "FILE", "TRAIN pair rows only, never the held-out ones (required)"),
+    BN_STR("--text", O(text), "FILE", "plain text, never the perplexity text (required)"),
+    BN_STR("-o, --output", O(out), "FILE", "the pruned model (required)"),
+    BN_DOUBLE("--cw-drop", O(cfg.cw_drop), "X", "train-pair chosen_win may fall at most X below MODEL's", 0, 1),
+    BN_DOUBLE("--mu", O(cfg.mu), "X", "KL nats per unit of mean train-pair margin (chosen - rejected logit) lost", 0,
+              1e30),
+    BN_CHOICE("--objective", O(cfg.objective), "kl|nll",
+              "what a revert must lower on the text: KL to the base (kl) or the next-token loss (nll)"),
+    BN_INT("-c, --ctx-size, --ctx", O(cfg.text_ctx), "N", "text window", 2, 1 << 20),
+    BN_I64("--max-text", O(cfg.max_text), "N", "text tokens used (0: all)", 0, 0x1p63),
+    BN_INT("-t, --threads", O(cfg.n_threads), "N", "forward threads (0: all CPUs)", 0, 4096),
+    {0}};
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-prune-flips",
+    .usage = "usage: bonsai-prune-flips --base BASE.gguf -m MODEL.gguf -p TRAIN_PAIRS.jsonl --text FILE -o OUT.gguf\n"
+             "                          [--cw-drop X] [--mu X] [--objective kl|nll] [-c N] [--max-text N] [-t N]\n"
+             "Reverts output.weight blocks of MODEL to BASE's while that lowers the text KL to the base more than it\n"
+             "costs in train-pair margin, keeping the train-pair chosen_win.\n",
+    .notes =
+        "BASE and MODEL: the same quantized model, differing only in output.weight (e.g. base-Q1_0 and the merged\n"
+        "STE model).\n"};
 
 int main(int argc, char **argv) {
     const char *T = "bonsai-prune-flips";
-    const char *base = NULL, *model = NULL, *pairs = NULL, *text_path = NULL, *out = NULL;
-    bn_prune_cfg cfg = bn_prune_cfg_default();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!v) bn_arg_unknown(T, a);
-        if (!strcmp(a, "--base")) base = v;
-        else if (!strcmp(a, "-m")) model = v;
-        else if (!strcmp(a, "-p")) pairs = v;
-        else if (!strcmp(a, "--text")) text_path = v;
-        else if (!strcmp(a, "-o")) out = v;
-        else if (!strcmp(a, "--cw-drop")) cfg.cw_drop = bn_arg_float(T, a, v, 0, 1);
-        else if (!strcmp(a, "--mu")) cfg.mu = bn_arg_float(T, a, v, 0, 1e30);
-        else if (!strcmp(a, "--objective")) {
-            if (!strcmp(v, "kl")) cfg.objective = BN_PRUNE_KL;
-            else if (!strcmp(v, "nll")) cfg.objective = BN_PRUNE_NLL;
-            else { fprintf(stderr, "%s: --objective is kl or nll\n", T); return 1; }
-        } else if (!strcmp(a, "--ctx")) cfg.text_ctx = (int)bn_arg_int(T, a, v, 2, 1 << 20);
-        else if (!strcmp(a, "--max-text")) cfg.max_text = bn_arg_int(T, a, v, 0, INT64_MAX);
-        else if (!strcmp(a, "-t")) cfg.n_threads = (int)bn_arg_int(T, a, v, 1, 4096);
-        else bn_arg_unknown(T, a);
-        i++;
-    }
-    if (!base || !model || !pairs || !text_path || !out) { usage(stderr); return 1; }
-
+    prune_opts o = {.cfg = bn_prune_cfg_default()};
+    const bn_arg_table tables[] = {BN_TABLE(prune_args, &o), {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (!o.base || !o.model || !o.pairs || !o.text || !o.out)
+        bn_args_fail(&tool, "--base, -m, -p, --text and -o are required");
     char err[512];
-    bn_model *m = bn_model_load(base, err, sizeof err);
+    bn_model *m = bn_model_load(o.base, err, sizeof err);
     if (!m) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
-    bn_train_rows *rows = bn_train_rows_load(pairs, tok, m->cfg.n_vocab, 1 << 20, err, sizeof err);
+    bn_train_rows *rows = bn_train_rows_load(o.pairs, tok, m->cfg.n_vocab, 1 << 20, err, sizeof err);
     if (!rows) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
     size_t n_text = 0;
-    char *text = bn_read_file(text_path, &n_text, err, sizeof err);
+    char *text = bn_read_file(o.text, &n_text, err, sizeof err);
     if (!text) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
     int32_t *ids = NULL;
     int n_ids = bn_tokenize(tok, text, n_text, false, false, &ids);
     free(text);
     bn_tokenizer_free(tok);
     bn_model_free(m);
-    if (n_ids <= 0) { fprintf(stderr, "%s: %s: cannot tokenize\n", T, text_path); return 1; }
+    if (n_ids <= 0) { fprintf(stderr, "%s: %s: cannot tokenize\n", T, o.text); return 1; }
 
     bn_prune_stats st;
-    int rc = bn_prune_flips(base, model, rows, ids, n_ids, &cfg, out, &st, err, sizeof err);
+    int rc = bn_prune_flips(o.base, o.model, rows, ids, n_ids, &o.cfg, o.out, &st, err, sizeof err);
     free(ids);
     bn_train_rows_free(rows);
     if (rc) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
@@ -80,6 +80,6 @@ int main(int argc, char **argv) {
            st.margin_before, st.margin_after);
     printf("prune-flips: text next-token loss %.5f (base %.5f) -> %.5f nats\n", st.nll_before, st.nll_base,
            st.nll_after);
-    printf("prune-flips: wrote %s\n", out);
+    printf("prune-flips: wrote %s\n", o.out);
     return 0;
 }

@@ -1,7 +1,7 @@
 // tools/bonsai-run.c — generate text with our engine (CPU, or CUDA with -ngl N > 0; partial offload below the
 // layer count):
-//   bonsai-run -m MODEL.gguf -p PROMPT [-n 128] [--temp T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
-//              [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]
+//   bonsai-run -m MODEL.gguf (-p PROMPT | -f FILE) [-n 128] [--temp T] [--top-k K] [--top-p P] [--min-p M] [-s S]
+//              [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N] [penalties, DRY]
 // Streams the generated text to stdout as it decodes (pieces cut to whole UTF-8 characters) and
 // prints prompt and decode speed to stderr at the end. --chat wraps the prompt in ChatML (thinking
 // off unless --think).
@@ -13,22 +13,9 @@
 #include "core/model.h"
 #include "core/sampler.h"
 #include "core/tokenizer.h"
+#include "base/unicode.h"
 #include "base/util.h"
-
-// usage: prints the help to f; exits 0 for --help (stdout), 1 otherwise
-static void usage(FILE *f) {
-    fprintf(f, "usage: bonsai-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p M]\n"
-                    "                  [--seed S] [-t THREADS] [--chat] [--think] [-c CTX] [--ignore-eos] [-ngl N]\n"
-                    "                  [--repeat-penalty X] [--repeat-last-n N] [--frequency-penalty X] [--presence-penalty X]\n"
-                    "  --repeat-penalty X (1 = off), --frequency-penalty X, --presence-penalty X (0 = off): llama.cpp's\n"
-                    "          repetition penalties over the last --repeat-last-n tokens of prompt + output (64; -1 all)\n"
-                    "  --dry-multiplier X (0 = off), --dry-base X (1.75), --dry-allowed-length N (2), --dry-penalty-last-n N\n"
-                    "          (64; -1 all), --dry-sequence-breaker S (repeatable; replaces \\n : \" *; \"none\"): llama.cpp's DRY\n"
-                    "  -ngl N: layers on the GPU (CUDA builds; llama.cpp's -ngl): 0 (default) all on the CPU, >= the\n"
-                    "          model's layer count all on the GPU, in between the last N layers + the output head on the\n"
-                    "          GPU and the embedding + first layers on the CPU (-t threads)\n");
-    exit(f == stdout ? 0 : 1);
-}
+#include "base/args.h"
 
 // Bytes of generated pieces not yet printed because they end inside a UTF-8 character.
 typedef struct {
@@ -51,52 +38,78 @@ static void stream_put(utf8_stream *st, const char *piece, int n) {
     fflush(stdout);
 }
 
-static const char *const T = "bonsai-run";
+typedef struct {
+    bn_engine_opts eng;
+    const char *prompt, *file;
+    int n_gen;
+    bool chat, think, ignore_eos;
+    bn_sampler_params sp;
+    bn_sampler_args sa;
+} run_opts;
+
+#define O(f) offsetof(run_opts, f)
+static const bn_arg run_args[] = {
+    BN_STR("-p, --prompt", O(prompt), "TEXT", "the prompt (or -f)"),
+    BN_STR("-f, --file", O(file), "FILE", "read the prompt from FILE (one trailing newline dropped)"),
+    BN_INT("-n, --n-predict", O(n_gen), "N", "tokens to generate", 0, INT32_MAX),
+    BN_SEED("-s, --seed", O(sp.seed), "RNG seed"),
+    BN_TRUE("--chat", O(chat), "wrap the prompt in ChatML (thinking off unless --think)"),
+    BN_TRUE("--think", O(think), "with --chat: leave the <think> block open"),
+    BN_TRUE("--ignore-eos", O(ignore_eos), "keep generating after an end-of-generation token"),
+    {0}};
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-run",
+    .usage = "usage: bonsai-run -m MODEL.gguf (-p PROMPT | -f FILE) [options]\n"
+             "Generates text on the engine -ngl picks, streaming it to stdout; prompt and decode speed go to stderr.\n",
+    .notes = "-c 0 (the default) sizes the context to the prompt + -n tokens.\n"};
+
+// parse_args: the options into o (exits on --help, --version or a bad option); the prompt text into *prompt.
+static void parse_args(run_opts *o, int argc, char **argv, char **prompt) {
+    *o = (run_opts){.n_gen = 128, .sp = bn_sampler_params_default()};
+    const bn_arg_table tables[] = {BN_TABLE(run_args, o),
+                                   BN_TABLE(bn_engine_args, &o->eng),
+                                   BN_TABLE(bn_sampler_chain_args, &o->sp),
+                                   BN_TABLE(bn_sampler_penalty_args, &o->sp),
+                                   BN_TABLE(bn_sampler_breaker_args, &o->sa),
+                                   {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (!o->eng.model) bn_args_fail(&tool, "-m MODEL.gguf is required");
+    if (!o->prompt == !o->file) bn_args_fail(&tool, "give the prompt with -p TEXT or -f FILE (one of them)");
+    if (o->prompt) {
+        *prompt = xstrdup(o->prompt);
+        return;
+    }
+    char err[512];
+    size_t n;
+    if (!(*prompt = bn_read_file(o->file, &n, err, sizeof err))) {
+        fprintf(stderr, "bonsai-run: %s\n", err);
+        exit(1);
+    }
+    if (n > 0 && (*prompt)[n - 1] == '\n') (*prompt)[n - 1] = 0; // llama.cpp's -f does the same
+}
 
 int main(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL;
-    int n_gen = 128, n_threads = bn_n_threads_default(), n_ctx = 0, n_gpu_layers = 0;
-    bool chat = false, think = false, ignore_eos = false;
-    bn_sampler_params sp = bn_sampler_params_default();
-    bn_sampler_args sa = {0};
-    char err[512];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        int r = has ? bn_sampler_arg(a, argv[i + 1], &sp, &sa, err, sizeof err) : 0; // penalties and DRY
-        if (r < 0) { fprintf(stderr, "%s: %s\n", T, err); return 1; }
-        if (r > 0) { i++; continue; }
-        if (!strcmp(a, "-m") && has) model_path = argv[++i];
-        else if (!strcmp(a, "-p") && has) prompt = argv[++i];
-        else if (!strcmp(a, "-n") && has) n_gen = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
-        else if (!strcmp(a, "--temp") && has) sp.temperature = (float)bn_arg_float(T, a, argv[++i], -1e6, 1e6);
-        else if (!strcmp(a, "--top-k") && has) sp.top_k = (int)bn_arg_int(T, a, argv[++i], -1, INT32_MAX);
-        else if (!strcmp(a, "--top-p") && has) sp.top_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--min-p") && has) sp.min_p = (float)bn_arg_float(T, a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--seed") && has) sp.seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
-        else if (!strcmp(a, "-t") && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
-        else if (!strcmp(a, "-c") && has) n_ctx = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
-        else if ((!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) && has) n_gpu_layers = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
-        else if (!strcmp(a, "--chat")) chat = true;
-        else if (!strcmp(a, "--think")) think = true;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(stdout);
-        else bn_arg_unknown(T, a);
-    }
-    if (!model_path || !prompt || n_gen < 0) usage(stderr);
+    run_opts o;
+    char *prompt, err[512];
+    parse_args(&o, argc, argv, &prompt);
+    const int n_gen = o.n_gen;
+    int n_ctx = o.eng.n_ctx;
 
-    bn_model *m = bn_model_load(model_path, err, sizeof err);
+    bn_model *m = bn_model_load(o.eng.model, err, sizeof err);
     if (!m) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
 
     char *text = NULL;
-    if (chat) {
+    if (o.chat) {
         bn_chat_msg msg = {.role = "user", .content = prompt};
-        text = bn_chat_render(&msg, 1, true, think ? 1 : 0);
+        text = bn_chat_render(&msg, 1, true, o.think ? 1 : 0);
     } else {
         text = xstrdup(prompt);
     }
+    free(prompt);
     int32_t *ids = NULL;
     int n_prompt = bn_tokenize(tok, text, strlen(text), true, true, &ids);
     if (n_prompt <= 0) { fprintf(stderr, "bonsai-run: the prompt tokenizes to nothing\n"); return 1; }
@@ -106,12 +119,12 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    bn_engine *eng = bn_engine_open(m, n_gpu_layers, n_threads, err, sizeof err);
+    bn_engine *eng = bn_engine_open(m, o.eng.n_gpu_layers, o.eng.n_threads, err, sizeof err);
     if (!eng) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_engine_state *st = bn_engine_state_new(eng, n_ctx, err, sizeof err);
     if (!st) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
-    bn_dry_breakers *dry = bn_sampler_args_breakers(&sp, &sa, tok);
-    bn_sampler *smp = bn_sampler_new(&sp);
+    bn_dry_breakers *dry = bn_sampler_args_breakers(&o.sp, &o.sa, tok);
+    bn_sampler *smp = bn_sampler_new(&o.sp);
     ids = xrealloc(ids, sizeof(int32_t) * (size_t)(n_prompt + n_gen + 1)); // prompt, then the output: the history
     int n_vocab = m->cfg.n_vocab;
     float *logits = xmalloc(sizeof(float) * (size_t)n_vocab);
@@ -132,7 +145,7 @@ int main(int argc, char **argv) {
         bn_sampler_set_history(smp, ids, n_prompt + n_done);
         int32_t id = bn_sampler_sample(smp, logits, n_vocab);
         ids[n_prompt + n_done] = id;
-        if (!ignore_eos && bn_token_is_eog(tok, id)) break;
+        if (!o.ignore_eos && bn_token_is_eog(tok, id)) break;
         int len = bn_token_to_piece(tok, id, piece, sizeof piece, false);
         if (len > 0) stream_put(&stream, piece, len);
         if (n_done + 1 < n_gen && bn_engine_forward(st, &id, 1, &out, err, sizeof err) != 0) {

@@ -18,38 +18,10 @@
 #include "gguf/gguf.h"
 #include "core/tokenizer.h"
 #include "base/util.h"
+#include "base/args.h"
 #include "train/sft.h"
 #include "train/backward.h"
 #include "train/bpe.h"
-
-static void usage(int code) {
-    fprintf(code ? stderr : stdout,
-        "usage: bonsai-train-lm -m INIT.gguf --data tokens.bin -o OUT.gguf [options]\n"
-        "       bonsai-train-lm --tokenize TEXT -m VOCAB.gguf -o tokens.bin\n"
-        "       bonsai-train-lm --train-vocab N TEXT -o VOCAB.gguf   (N-token byte-level BPE learned from TEXT;\n"
-        "                       use with bonsai-mkmodel --vocab VOCAB.gguf)\n"
-        "  --steps N            optimizer steps = schedule length (1000)\n"
-        "  --ctx N              tokens per window (128)      --batch N       windows per step (8)\n"
-        "  --lr X               peak learning rate (1e-3)    --warmup-ratio X (0.05), then linear decay to 0\n"
-        "  --weight-decay X     (0.01)                       --max-grad-norm X (1.0; 0 = off)\n"
-        "  --seed N             window sampling seed (1)\n"
-        "  --val-frac X         last fraction of tokens held out (0.05)\n"
-        "  --eval-every N       held-out perplexity every N steps (0 = only at the end) (100)\n"
-        "  --eval-windows N     at most N held-out windows per evaluation (0 = all) (64)\n"
-        "  --checkpoint FILE    checkpoint every --save-every steps and at the end\n"
-        "  --save-every N       (100)                        --resume FILE   continue from a checkpoint\n"
-        "                       (steps, ctx, batch, lr, warmup, clipping, weight decay come from the checkpoint)\n"
-        "  --max-steps N        stop after N steps in this run (checkpoint + OUT written; 0 = no limit)\n"
-        "  --threads N          threads for attention / DeltaNet (matmuls use OpenBLAS threads) (1)\n"
-        "  --qat-type T         quantization-aware training for bonsai-quantize type T (Q1_0, Q2_0, ...): the\n"
-        "                       forward uses deq(Q(W)) of every tensor bonsai-quantize would store as T,\n"
-        "                       gradients go to the F32 master; OUT.gguf is written quantized (= bonsai-quantize\n"
-        "                       of the master); perplexities are the quantized model's\n"
-        "  --qat-skip LIST      comma-separated tensor-name patterns (as --tensor-type) kept out of QAT and\n"
-        "                       written as F16\n"
-        "  -q                   no per-step lines\n");
-    exit(code);
-}
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { (void)sig; stop_requested = 1; }
@@ -88,165 +60,220 @@ static int tokenize_main(const char *text_path, const char *vocab, const char *o
     return rc ? 1 : 0;
 }
 
-static const char *const T = "bonsai-train-lm";
+typedef struct {
+    const char *model, *data, *out, *ckpt, *resume, *tokenize, *qat_type, *qat_skip, *vocab_text;
+    int vocab_n;
+    bn_sft_cfg cfg;
+    uint64_t seed;
+    double val_frac;
+    int eval_every, eval_windows, save_every, n_threads;
+    int64_t max_steps;
+    bool quiet;
+} lm_opts;
 
-int main(int argc, char **argv) {
-    const char *model_path = NULL, *data_path = NULL, *out_path = NULL, *ckpt_path = NULL, *resume_path = NULL;
-    const char *tokenize_path = NULL, *vocab_text = NULL, *qat_type = NULL, *qat_skip = NULL;
-    int vocab_n = 0;
-    bn_sft_cfg cfg = bn_sft_cfg_default();
-    uint64_t seed = 1;
-    double val_frac = 0.05;
-    int eval_every = 100, eval_windows = 64, save_every = 100, n_threads = 1;
-    int64_t max_steps = 0;
-    bool quiet = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(0);
-        else if (!strcmp(a, "-m") && has) model_path = argv[++i];
-        else if (!strcmp(a, "--data") && has) data_path = argv[++i];
-        else if (!strcmp(a, "-o") && has) out_path = argv[++i];
-        else if (!strcmp(a, "--tokenize") && has) tokenize_path = argv[++i];
-        else if (!strcmp(a, "--train-vocab") && i + 2 < argc) { vocab_n = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 24); vocab_text = argv[++i]; }
-        else if (!strcmp(a, "--steps") && has) cfg.total_steps = bn_arg_int(T, a, argv[++i], 1, INT64_MAX);
-        else if (!strcmp(a, "--ctx") && has) cfg.ctx = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
-        else if (!strcmp(a, "--batch") && has) cfg.batch = (int)bn_arg_int(T, a, argv[++i], 1, 1 << 20);
-        else if (!strcmp(a, "--lr") && has) cfg.lr = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
-        else if (!strcmp(a, "--warmup-ratio") && has) cfg.warmup_ratio = (float)bn_arg_float(T, a, argv[++i], 0, 1);
-        else if (!strcmp(a, "--weight-decay") && has) cfg.adam.weight_decay = (float)bn_arg_float(T, a, argv[++i], 0, 1e6);
-        else if (!strcmp(a, "--max-grad-norm") && has) cfg.max_grad_norm = (float)bn_arg_float(T, a, argv[++i], 0, 1e30);
-        else if (!strcmp(a, "--seed") && has) seed = (uint64_t)bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
-        else if (!strcmp(a, "--val-frac") && has) val_frac = bn_arg_float(T, a, argv[++i], 0, 0.999999);
-        else if (!strcmp(a, "--eval-every") && has) eval_every = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
-        else if (!strcmp(a, "--eval-windows") && has) eval_windows = (int)bn_arg_int(T, a, argv[++i], 0, 1 << 24);
-        else if (!strcmp(a, "--checkpoint") && has) ckpt_path = argv[++i];
-        else if (!strcmp(a, "--save-every") && has) save_every = (int)bn_arg_int(T, a, argv[++i], 0, INT32_MAX);
-        else if (!strcmp(a, "--resume") && has) resume_path = argv[++i];
-        else if (!strcmp(a, "--max-steps") && has) max_steps = bn_arg_int(T, a, argv[++i], 0, INT64_MAX);
-        else if ((!strcmp(a, "--threads") || !strcmp(a, "-t")) && has) n_threads = (int)bn_arg_int(T, a, argv[++i], 1, 4096);
-        else if (!strcmp(a, "--qat-type") && has) qat_type = argv[++i];
-        else if (!strcmp(a, "--qat-skip") && has) qat_skip = argv[++i];
-        else if (!strcmp(a, "-q")) quiet = true;
-        else bn_arg_unknown(T, a);
-    }
-    if (vocab_text) {
-        if (!out_path) { fprintf(stderr, "bonsai-train-lm: --train-vocab needs -o VOCAB.gguf\n"); return 1; }
-        char err[512];
-        size_t len;
-        char *text = bn_read_file(vocab_text, &len, err, sizeof err);
-        if (!text) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
-        int n = bn_bpe_train_vocab(text, len, vocab_n, out_path, err, sizeof err);
-        free(text);
-        if (n < 0) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
-        fprintf(stderr, "train-lm: vocab of %d tokens (%d merges) from %zu bytes -> %s\n", n, n - 259, len, out_path);
-        return 0;
-    }
-    if (tokenize_path) {
-        if (!model_path || !out_path) { fprintf(stderr, "bonsai-train-lm: --tokenize needs -m VOCAB.gguf and -o\n"); return 1; }
-        return tokenize_main(tokenize_path, model_path, out_path);
-    }
-    if (!model_path || !data_path || !out_path) { fprintf(stderr, "bonsai-train-lm: -m, --data and -o are required\n"); usage(1); }
-    if (cfg.total_steps <= 0 || cfg.ctx < 1 || cfg.batch < 1 || cfg.lr < 0 || val_frac < 0 || val_frac >= 1) {
-        fprintf(stderr, "bonsai-train-lm: steps, ctx, batch must be > 0, lr >= 0, 0 <= val-frac < 1\n");
-        return 1;
-    }
+#define O(f) offsetof(lm_opts, f)
+static const bn_arg lm_args[] = {
+    BN_STR("-m, --model", O(model), "FILE", "the initial model (with --tokenize: the vocabulary GGUF)"),
+    BN_STR("--data", O(data), "FILE", "uint32 token file (--tokenize writes one)"),
+    BN_STR("-o, --output", O(out), "FILE",
+           "the trained model (with --tokenize: tokens.bin; --train-vocab: VOCAB.gguf)"),
+    BN_STR("--tokenize", O(tokenize), "TEXT", "tokenize the text file TEXT with -m's tokenizer into -o, then exit"),
+    BN_INT("--train-vocab", O(vocab_n), "N",
+           "learn an N-token byte-level BPE from the text file given as the argument into -o, then exit (use with "
+           "bonsai-mkmodel --vocab VOCAB.gguf)",
+           1, 1 << 24),
+    BN_POS(O(vocab_text), "TEXT", "--train-vocab's text file"),
+    BN_SECTION("training"),
+    BN_I64("--steps", O(cfg.total_steps), "N", "optimizer steps = schedule length", 1, 0x1p63),
+    BN_INT("-c, --ctx-size, --ctx", O(cfg.ctx), "N", "tokens per window", 1, 1 << 20),
+    BN_INT("--batch", O(cfg.batch), "N", "windows per step", 1, 1 << 20),
+    BN_FLOAT("--lr", O(cfg.lr), "X", "peak learning rate", 0, 1e6),
+    BN_FLOAT("--warmup-ratio", O(cfg.warmup_ratio), "X", "warmup share of the steps, then linear decay to 0", 0, 1),
+    BN_FLOAT("--weight-decay", O(cfg.adam.weight_decay), "X", "AdamW weight decay of the matrices", 0, 1e6),
+    BN_FLOAT("--max-grad-norm", O(cfg.max_grad_norm), "X", "gradient clipping (0: off)", 0, 1e30),
+    BN_SEED("-s, --seed", O(seed), "window sampling seed"),
+    BN_DOUBLE("--val-frac", O(val_frac), "X", "last fraction of tokens held out", 0, 0.999999),
+    BN_INT("--eval-every", O(eval_every), "N", "held-out perplexity every N steps (0: only at the end)", 0, INT32_MAX),
+    BN_INT("--eval-windows", O(eval_windows), "N", "at most N held-out windows per evaluation (0: all)", 0, 1 << 24),
+    BN_STR("--checkpoint", O(ckpt), "FILE", "checkpoint every --save-every steps and at the end"),
+    BN_INT("--save-every", O(save_every), "N", "steps between checkpoints", 0, INT32_MAX),
+    BN_STR("--resume", O(resume), "FILE",
+           "continue from a checkpoint (steps, ctx, batch, lr, warmup, clipping, weight decay come from it)"),
+    BN_I64("--max-steps", O(max_steps), "N", "stop after N steps in this run (checkpoint + OUT written; 0: no limit)",
+           0, 0x1p63),
+    BN_INT("-t, --threads", O(n_threads), "N", "threads for attention / DeltaNet (matmuls use OpenBLAS threads)", 1,
+           4096),
+    BN_STR("--qat-type", O(qat_type), "T",
+           "quantization-aware training for bonsai-quantize type T (Q1_0, Q2_0, ...): the forward uses deq(Q(W)) of "
+           "every tensor bonsai-quantize would store as T, gradients go to the F32 master; OUT.gguf is written "
+           "quantized (= bonsai-quantize of the master); perplexities are the quantized model's"),
+    BN_STR("--qat-skip", O(qat_skip), "LIST",
+           "comma-separated tensor-name patterns (as --tensor-type) kept out of QAT and written as F16"),
+    BN_TRUE("-q", O(quiet), "no per-step lines"),
+    {0}};
+#undef O
+
+static const bn_args_tool tool = {
+    .name = "bonsai-train-lm",
+    .usage = "usage: bonsai-train-lm -m INIT.gguf --data tokens.bin -o OUT.gguf [options]\n"
+             "       bonsai-train-lm --tokenize TEXT -m VOCAB.gguf -o tokens.bin\n"
+             "       bonsai-train-lm --train-vocab N TEXT -o VOCAB.gguf\n"
+             "Full-parameter next-token training of a small model in F32, on the CPU.\n",
+    .notes = "Per-step lines on stderr (loss, gradient norm, lr, ms/step, tok/s, ETA; -q or --no-progress: none).\n"
+             "SIGINT/SIGTERM: finish the step, checkpoint, write OUT.gguf, exit 0.\n"};
+
+// parse_args: the options into o (exits on --help, --version or a bad or missing option).
+static void parse_args(lm_opts *o, int argc, char **argv) {
+    *o = (lm_opts){.cfg = bn_sft_cfg_default(), .seed = 1, .val_frac = 0.05, .eval_every = 100, .eval_windows = 64,
+                   .save_every = 100, .n_threads = 1};
+    const bn_arg_table tables[] = {BN_TABLE(lm_args, o), BN_TABLE(bn_progress_args, NULL), {0}};
+    bn_args_parse(&tool, tables, argc, argv);
+    if (bn_progress_mode_now() == BN_PROGRESS_OFF) o->quiet = true; // --no-progress: no step lines either
+    if (!o->vocab_n != !o->vocab_text) bn_args_fail(&tool, "--train-vocab takes N and a TEXT file");
+    if (o->vocab_text && !o->out) bn_args_fail(&tool, "--train-vocab needs -o VOCAB.gguf");
+    if (o->tokenize && (!o->model || !o->out)) bn_args_fail(&tool, "--tokenize needs -m VOCAB.gguf and -o");
+    if (!o->vocab_text && !o->tokenize && (!o->model || !o->data || !o->out))
+        bn_args_fail(&tool, "-m, --data and -o are required");
+    if (o->qat_skip && !o->qat_type) bn_args_fail(&tool, "--qat-skip needs --qat-type");
+}
+
+// vocab_main: --train-vocab; returns the exit status.
+static int vocab_main(const lm_opts *o) {
     char err[512];
-    bn_train_set_threads(n_threads);
-    bn_model *m = bn_model_load(model_path, err, sizeof err);
-    if (!m) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+    size_t len;
+    char *text = bn_read_file(o->vocab_text, &len, err, sizeof err);
+    if (!text) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+    int n = bn_bpe_train_vocab(text, len, o->vocab_n, o->out, err, sizeof err);
+    free(text);
+    if (n < 0) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+    fprintf(stderr, "train-lm: vocab of %d tokens (%d merges) from %zu bytes -> %s\n", n, n - 259, len, o->out);
+    return 0;
+}
+
+// A training run: the model's parameters, data, optimizer and position.
+typedef struct {
+    bn_model *m;
     bn_sft_data d;
-    if (bn_sft_data_load(&d, data_path, m->cfg.n_vocab, val_frac, err, sizeof err)) {
-        fprintf(stderr, "bonsai-train-lm: %s\n", err);
-        return 1;
-    }
-    if (d.n_train < cfg.ctx + 1)
-        fprintf(stderr, "train-lm: warning: only %lld training tokens for windows of %d\n", (long long)d.n_train, cfg.ctx + 1);
-    bn_sft_params *p = bn_sft_params_new(m, err, sizeof err);
-    if (!p) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
-    if (qat_skip && !qat_type) { fprintf(stderr, "bonsai-train-lm: --qat-skip needs --qat-type\n"); return 1; }
-    if (qat_type) {
-        int n_qat = bn_sft_qat_enable(p, qat_type, qat_skip, err, sizeof err);
-        if (n_qat < 0) { fprintf(stderr, "bonsai-train-lm: %s\n", err); return 1; }
+    bn_sft_params *p;
+    bn_adamw *opt;
+    bn_sft_pos pos;
+} lm_run;
+
+// setup: loads the model and data, QAT, the optimizer (fresh or from --resume, whose schedule replaces o->cfg's);
+// returns 0 or -1 with err.
+static int setup(lm_opts *o, lm_run *r, char *err, size_t errlen) {
+    bn_sft_cfg *cfg = &o->cfg;
+    bn_train_set_threads(o->n_threads);
+    if (!(r->m = bn_model_load(o->model, err, errlen))) return -1;
+    if (bn_sft_data_load(&r->d, o->data, r->m->cfg.n_vocab, o->val_frac, err, errlen)) return -1;
+    if (r->d.n_train < cfg->ctx + 1)
+        fprintf(stderr, "train-lm: warning: only %lld training tokens for windows of %d\n", (long long)r->d.n_train,
+                cfg->ctx + 1);
+    bn_sft_params *p = r->p = bn_sft_params_new(r->m, err, errlen);
+    if (!p) return -1;
+    if (o->qat_type) {
+        int n_qat = bn_sft_qat_enable(p, o->qat_type, o->qat_skip, err, errlen);
+        if (n_qat < 0) return -1;
         int64_t n_qat_params = 0;
         for (int i = 0; i < p->n_tensors; i++) n_qat_params += p->t[i].qat ? p->t[i].n : 0;
         fprintf(stderr, "train-lm: QAT %s: %d of %d tensors (%lld of %lld params) fake-quantized in the forward\n",
                 p->qat_spec, n_qat, p->n_tensors, (long long)n_qat_params, (long long)p->n_params);
     }
-    bn_adamw *o = NULL;
-    bn_sft_pos pos = {.step = 0, .total_steps = cfg.total_steps, .ctx = cfg.ctx, .batch = cfg.batch, .lr = cfg.lr,
-                      .warmup_ratio = cfg.warmup_ratio, .max_grad_norm = cfg.max_grad_norm,
-                      .weight_decay = cfg.adam.weight_decay};
-    bn_rng_seed(&pos.rng, seed);
-    if (resume_path) {
-        if (bn_sft_checkpoint_load(resume_path, p, &o, &pos, err, sizeof err)) {
-            fprintf(stderr, "bonsai-train-lm: %s\n", err);
-            return 1;
-        }
-        // keep the resumed run's schedule and batch shape (the command line's values are ignored)
-        cfg.total_steps = pos.total_steps;
-        if (pos.ctx > 0) cfg.ctx = pos.ctx; // (0: not recorded)
-        if (pos.batch > 0) cfg.batch = pos.batch;
-        cfg.lr = pos.lr;
-        cfg.warmup_ratio = pos.warmup_ratio;
-        cfg.max_grad_norm = pos.max_grad_norm;
-        cfg.adam.weight_decay = pos.weight_decay;
-        fprintf(stderr, "train-lm: resumed from %s at step %lld of %lld\n", resume_path, (long long)pos.step,
-                (long long)pos.total_steps);
-    } else {
-        o = bn_adamw_new(p->n_params);
+    r->pos = (bn_sft_pos){.step = 0, .total_steps = cfg->total_steps, .ctx = cfg->ctx, .batch = cfg->batch,
+                          .lr = cfg->lr, .warmup_ratio = cfg->warmup_ratio, .max_grad_norm = cfg->max_grad_norm,
+                          .weight_decay = cfg->adam.weight_decay};
+    bn_rng_seed(&r->pos.rng, o->seed);
+    if (!o->resume) {
+        r->opt = bn_adamw_new(p->n_params);
+        return 0;
     }
+    if (bn_sft_checkpoint_load(o->resume, p, &r->opt, &r->pos, err, errlen)) return -1;
+    // keep the resumed run's schedule and batch shape (the command line's values are ignored)
+    cfg->total_steps = r->pos.total_steps;
+    if (r->pos.ctx > 0) cfg->ctx = r->pos.ctx; // (0: not recorded)
+    if (r->pos.batch > 0) cfg->batch = r->pos.batch;
+    cfg->lr = r->pos.lr;
+    cfg->warmup_ratio = r->pos.warmup_ratio;
+    cfg->max_grad_norm = r->pos.max_grad_norm;
+    cfg->adam.weight_decay = r->pos.weight_decay;
+    fprintf(stderr, "train-lm: resumed from %s at step %lld of %lld\n", o->resume, (long long)r->pos.step,
+            (long long)r->pos.total_steps);
+    return 0;
+}
+
+// run_steps: the optimizer steps of this run (until the schedule's end, --max-steps or a stop signal), with the
+// step lines, held-out evaluations and checkpoints; returns 0 or -1 with err.
+static int run_steps(const lm_opts *o, lm_run *r, char *err, size_t errlen) {
+    const bn_sft_cfg *cfg = &o->cfg;
+    const bool have_val = r->d.n - r->d.n_train >= 2;
+    const int64_t first = r->pos.step;
+    const int64_t run_end = o->max_steps > 0 && first + o->max_steps < cfg->total_steps ? first + o->max_steps
+                                                                                       : cfg->total_steps;
+    const double t_run = now_ms();
+    while (r->pos.step < run_end && !stop_requested) {
+        double t0 = now_ms(), loss, gn, lr;
+        if (bn_sft_step(r->p, r->opt, cfg, &r->d, &r->pos, &loss, &gn, &lr, err, errlen)) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            return bn_err(err, errlen, "step %lld: %s", (long long)r->pos.step + 1, why);
+        }
+        double ms = now_ms() - t0;
+        char eta[48];
+        bn_eta_text(eta, sizeof eta, (now_ms() - t_run) / 1e3, (double)(r->pos.step - first),
+                    (double)(run_end - first));
+        if (!o->quiet)
+            fprintf(stderr, "step %lld/%lld loss %.4f |g| %.3f lr %.3e %.0f ms %.0f tok/s%s%s\n",
+                    (long long)r->pos.step, (long long)cfg->total_steps, loss, gn, lr, ms,
+                    (double)cfg->batch * cfg->ctx / (ms / 1e3), eta[0] ? " " : "", eta);
+        if (have_val && o->eval_every > 0 && r->pos.step % o->eval_every == 0 && r->pos.step < cfg->total_steps) {
+            double ppl = bn_sft_eval_ppl(r->p, &r->d, cfg->ctx, o->eval_windows, err, errlen);
+            fprintf(stderr, "eval step %lld held-out ppl %.4f\n", (long long)r->pos.step, ppl);
+        }
+        if (o->ckpt && o->save_every > 0 && r->pos.step % o->save_every == 0 &&
+            bn_sft_checkpoint_save(o->ckpt, r->p, r->opt, &r->pos, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    lm_opts o;
+    parse_args(&o, argc, argv);
+    if (o.vocab_text) return vocab_main(&o);
+    if (o.tokenize) return tokenize_main(o.tokenize, o.model, o.out);
+    char err[512];
+    lm_run r = {0};
+    if (setup(&o, &r, err, sizeof err) != 0) {
+        fprintf(stderr, "bonsai-train-lm: %s\n", err);
+        return 1;
+    }
+    const bn_sft_cfg *cfg = &o.cfg;
     fprintf(stderr, "train-lm: %lld params in %d tensors, %lld train + %lld held-out tokens, ctx %d, batch %d, "
-            "%lld steps, lr %.3g\n", (long long)p->n_params, p->n_tensors, (long long)d.n_train,
-            (long long)(d.n - d.n_train), cfg.ctx, cfg.batch, (long long)cfg.total_steps, cfg.lr);
+            "%lld steps, lr %.3g\n", (long long)r.p->n_params, r.p->n_tensors, (long long)r.d.n_train,
+            (long long)(r.d.n - r.d.n_train), cfg->ctx, cfg->batch, (long long)cfg->total_steps, cfg->lr);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    const bool have_val = d.n - d.n_train >= 2;
-    int rc = 0;
-    const int64_t run_end = max_steps > 0 && pos.step + max_steps < cfg.total_steps ? pos.step + max_steps : cfg.total_steps;
-    while (pos.step < run_end && !stop_requested) {
-        double t0 = now_ms(), loss, gn, lr;
-        if (bn_sft_step(p, o, &cfg, &d, &pos, &loss, &gn, &lr, err, sizeof err)) {
-            fprintf(stderr, "bonsai-train-lm: step %lld: %s\n", (long long)pos.step + 1, err);
-            rc = 1;
-            break;
-        }
-        double ms = now_ms() - t0;
-        if (!quiet)
-            fprintf(stderr, "step %lld/%lld loss %.4f |g| %.3f lr %.3e %.0f ms %.0f tok/s\n", (long long)pos.step,
-                    (long long)cfg.total_steps, loss, gn, lr, ms, (double)cfg.batch * cfg.ctx / (ms / 1e3));
-        if (have_val && eval_every > 0 && pos.step % eval_every == 0 && pos.step < cfg.total_steps) {
-            double ppl = bn_sft_eval_ppl(p, &d, cfg.ctx, eval_windows, err, sizeof err);
-            fprintf(stderr, "eval step %lld held-out ppl %.4f\n", (long long)pos.step, ppl);
-        }
-        if (ckpt_path && save_every > 0 && pos.step % save_every == 0 &&
-            bn_sft_checkpoint_save(ckpt_path, p, o, &pos, err, sizeof err)) {
-            fprintf(stderr, "bonsai-train-lm: %s\n", err);
-            rc = 1;
-            break;
-        }
-    }
-    if (rc == 0 && ckpt_path && bn_sft_checkpoint_save(ckpt_path, p, o, &pos, err, sizeof err)) {
-        fprintf(stderr, "bonsai-train-lm: %s\n", err);
-        rc = 1;
-    }
-    if (rc == 0 && bn_sft_save_gguf(p, out_path, err, sizeof err)) {
-        fprintf(stderr, "bonsai-train-lm: %s\n", err);
-        rc = 1;
-    }
+    int rc = run_steps(&o, &r, err, sizeof err) == 0 &&
+                     (!o.ckpt || bn_sft_checkpoint_save(o.ckpt, r.p, r.opt, &r.pos, err, sizeof err) == 0) &&
+                     bn_sft_save_gguf(r.p, o.out, err, sizeof err) == 0
+                 ? 0
+                 : 1;
+    if (rc) fprintf(stderr, "bonsai-train-lm: %s\n", err);
     if (rc == 0) {
-        if (stop_requested) fprintf(stderr, "train-lm: stopped at step %lld (checkpoint written)\n", (long long)pos.step);
-        if (have_val) {
-            double ppl = bn_sft_eval_ppl(p, &d, cfg.ctx, 0, err, sizeof err);
-            printf("final held-out ppl %.4f (step %lld%s)\n", ppl, (long long)pos.step, p->fq ? ", quantized model" : "");
+        if (stop_requested)
+            fprintf(stderr, "train-lm: stopped at step %lld (checkpoint written)\n", (long long)r.pos.step);
+        if (r.d.n - r.d.n_train >= 2) {
+            double ppl = bn_sft_eval_ppl(r.p, &r.d, cfg->ctx, 0, err, sizeof err);
+            printf("final held-out ppl %.4f (step %lld%s)\n", ppl, (long long)r.pos.step,
+                   r.p->fq ? ", quantized model" : "");
         }
-        fprintf(stderr, "train-lm: wrote %s\n", out_path);
+        fprintf(stderr, "train-lm: wrote %s\n", o.out);
     }
-    bn_adamw_free(o);
-    bn_sft_params_free(p);
-    bn_sft_data_free(&d);
-    bn_model_free(m);
+    bn_adamw_free(r.opt);
+    bn_sft_params_free(r.p);
+    bn_sft_data_free(&r.d);
+    bn_model_free(r.m);
     return rc;
 }

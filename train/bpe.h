@@ -1,6 +1,6 @@
-// train/bpe.h — a small byte-level BPE trainer for the reduced vocabularies of small models
-// (issue #8): merges learned from a text, written as a vocab-only GGUF in the layout of
-// core/mkmodel's synthetic vocabulary (tokenizer.ggml.model "gpt2", pre "qwen35"; ids 0..255 = the
+// train/bpe.h — a small byte-level BPE trainer for the reduced vocabularies of small models:
+// merges learned from a text, written as a vocab-only GGUF in the layout of
+// synth/mkmodel's synthetic vocabulary (tokenizer.ggml.model "gpt2", pre "qwen35"; ids 0..255 = the
 // 256 byte tokens in byte order as GPT-2 bytes_to_unicode chars, then one token per merge in rank
 // order, then <|endoftext|>, <|im_start|>, <|im_end|> as control tokens; eos = bos = padding =
 // <|endoftext|>). `bonsai-mkmodel OUT.gguf --vocab VOCAB.gguf` copies it into a model.

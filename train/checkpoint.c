@@ -17,31 +17,31 @@ int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, co
                        char *err, size_t errlen) {
     if (o->n != l->n_params) return bn_err(err, errlen, "checkpoint: optimizer has %lld params, adapter %lld",
                                            (long long)o->n, (long long)l->n_params);
-    buf_t b = {0};
+    bn_buf b = {0};
     uint32_t version = CKPT_VERSION;
-    put(&b, MAGIC, sizeof MAGIC);
-    PUT(&b, version);
-    PUT(&b, pos->step); PUT(&b, pos->total_steps); PUT(&b, pos->epoch); PUT(&b, pos->data_pos);
-    put(&b, pos->rng.s, sizeof pos->rng.s);
-    put(&b, pos->win, sizeof pos->win);
-    put(&b, pos->ste, sizeof pos->ste);
+    bn_put(&b, MAGIC, sizeof MAGIC);
+    BN_PUT(&b, version);
+    BN_PUT(&b, pos->step); BN_PUT(&b, pos->total_steps); BN_PUT(&b, pos->epoch); BN_PUT(&b, pos->data_pos);
+    bn_put(&b, pos->rng.s, sizeof pos->rng.s);
+    bn_put(&b, pos->win, sizeof pos->win);
+    bn_put(&b, pos->ste, sizeof pos->ste);
     int32_t r = l->r, nt = l->n_tensors;
-    PUT(&b, r); PUT(&b, l->alpha); PUT(&b, l->dropout);
-    put(&b, l->arch, sizeof l->arch);
-    PUT(&b, nt);
+    BN_PUT(&b, r); BN_PUT(&b, l->alpha); BN_PUT(&b, l->dropout);
+    bn_put(&b, l->arch, sizeof l->arch);
+    BN_PUT(&b, nt);
     for (int i = 0; i < l->n_tensors; i++) {
         const bn_lora_tensor *t = &l->t[i];
         int32_t layer = t->layer, target = t->target;
-        put(&b, t->name, sizeof t->name);
-        PUT(&b, layer); PUT(&b, target); PUT(&b, t->n_in); PUT(&b, t->n_out);
+        bn_put(&b, t->name, sizeof t->name);
+        BN_PUT(&b, layer); BN_PUT(&b, target); BN_PUT(&b, t->n_in); BN_PUT(&b, t->n_out);
     }
-    PUT(&b, l->n_params);
-    put(&b, l->params, (size_t)l->n_params * sizeof(float));
-    PUT(&b, o->t);
-    put(&b, o->m, (size_t)o->n * sizeof(float));
-    put(&b, o->v, (size_t)o->n * sizeof(float));
+    BN_PUT(&b, l->n_params);
+    bn_put(&b, l->params, (size_t)l->n_params * sizeof(float));
+    BN_PUT(&b, o->t);
+    bn_put(&b, o->m, (size_t)o->n * sizeof(float));
+    bn_put(&b, o->v, (size_t)o->n * sizeof(float));
     uint32_t crc = bn_crc32(0, b.p, b.n);
-    PUT(&b, crc);
+    BN_PUT(&b, crc);
     int rc = bn_write_file_atomic(path, b.p, b.n, err, errlen);
     free(b.p);
     return rc;
@@ -56,7 +56,7 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
     if (!data) return -1;
     bn_lora *l = NULL;
     bn_adamw *o = NULL;
-    rd_t rd = {(const uint8_t *)data, size, 0};
+    bn_rbuf rd = {(const uint8_t *)data, size, 0};
     char magic[8];
     uint32_t version = 0, crc_file;
     if (size < sizeof MAGIC + 8 || memcmp(data, MAGIC, sizeof MAGIC) != 0) {
@@ -70,18 +70,19 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
         goto fail;
     }
     rd.n = size - 4;
-    get(&rd, magic, sizeof magic);
-    if (GET(&rd, version) || (version != CKPT_VERSION && version != 2u)) {
+    bn_get(&rd, magic, sizeof magic);
+    if (BN_GET(&rd, version) || (version != CKPT_VERSION && version != 2u)) {
         bn_err(err, errlen, "%s: unsupported checkpoint version %u (expected %u)", path, version, CKPT_VERSION);
         goto fail;
     }
     int32_t r, nt;
     float alpha, dropout;
     char arch[32];
-    if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || GET(&rd, pos->epoch) || GET(&rd, pos->data_pos) ||
-        get(&rd, pos->rng.s, sizeof pos->rng.s) || get(&rd, pos->win, sizeof pos->win) ||
-        (version >= 3u && get(&rd, pos->ste, sizeof pos->ste)) || GET(&rd, r) || GET(&rd, alpha) || GET(&rd, dropout) ||
-        get(&rd, arch, sizeof arch) || GET(&rd, nt) || r <= 0 || r > 65536 || nt < 0) {
+    if (BN_GET(&rd, pos->step) || BN_GET(&rd, pos->total_steps) || BN_GET(&rd, pos->epoch) ||
+        BN_GET(&rd, pos->data_pos) || bn_get(&rd, pos->rng.s, sizeof pos->rng.s) ||
+        bn_get(&rd, pos->win, sizeof pos->win) || (version >= 3u && bn_get(&rd, pos->ste, sizeof pos->ste)) ||
+        BN_GET(&rd, r) || BN_GET(&rd, alpha) || BN_GET(&rd, dropout) || bn_get(&rd, arch, sizeof arch) ||
+        BN_GET(&rd, nt) || r <= 0 || r > 65536 || nt < 0) {
         bn_err(err, errlen, "%s: checkpoint header is malformed", path);
         goto fail;
     }
@@ -98,7 +99,8 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
         char name[96];
         int32_t layer, target;
         int64_t n_in, n_out;
-        if (get(&rd, name, sizeof name) || GET(&rd, layer) || GET(&rd, target) || GET(&rd, n_in) || GET(&rd, n_out)) {
+        if (bn_get(&rd, name, sizeof name) || BN_GET(&rd, layer) || BN_GET(&rd, target) || BN_GET(&rd, n_in) ||
+            BN_GET(&rd, n_out)) {
             bn_err(err, errlen, "%s: checkpoint tensor table is truncated", path);
             goto fail;
         }
@@ -115,13 +117,13 @@ int bn_checkpoint_load(const char *path, bn_lora **lp, bn_adamw **op, bn_train_p
         if (bn_lora_add(l, name, layer, target, n_in, n_out, err, errlen) < 0) goto fail;
     }
     int64_t n_params, adam_t;
-    if (GET(&rd, n_params) || n_params != l->n_params) {
+    if (BN_GET(&rd, n_params) || n_params != l->n_params) {
         bn_err(err, errlen, "%s: checkpoint parameter count does not match its tensor table", path);
         goto fail;
     }
     o = bn_adamw_new(n_params);
     size_t bytes = (size_t)n_params * sizeof(float);
-    if (get(&rd, l->params, bytes) || GET(&rd, adam_t) || get(&rd, o->m, bytes) || get(&rd, o->v, bytes) ||
+    if (bn_get(&rd, l->params, bytes) || BN_GET(&rd, adam_t) || bn_get(&rd, o->m, bytes) || bn_get(&rd, o->v, bytes) ||
         rd.at != rd.n) {
         bn_err(err, errlen, "%s: checkpoint size does not match its header", path);
         goto fail;

@@ -1,5 +1,5 @@
-// train/pairs_in.h — reads FTPO training rows from pair-row JSONL (docs/antidoom.md §7; the same
-// format detect/ writes, read here with jansson so train/ does not depend on detect/).
+// train/pairs_in.h — FTPO training rows from a pair-row file (docs/antidoom.md §7), read through
+// records/pairs.c (strict: every row is a complete pair row; errors name line and field).
 // Ids come from context_ids / rejected_id / chosen_ids; rows without them (plain antidoom rows)
 // are tokenised with the model's tokenizer when one is given (context_before with specials
 // parsed; rejected/chosen raw token strings looked up in the vocab).

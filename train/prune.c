@@ -152,218 +152,296 @@ static double revert_score(const prune_state *g, const chg_block *c, int b) {
     return gain - g->mu * (mg_now - mg_b);
 }
 
-int bn_prune_flips(const char *base_path, const char *model_path, const bn_train_rows *rows, const int32_t *text,
-                   int64_t n_text, const bn_prune_cfg *cfg, const char *out_path, bn_prune_stats *st, char *err,
-                   size_t errlen) {
-    int rc = -1;
-    bn_model *m0 = NULL, *m1 = NULL;
-    float *W0 = NULL, *W1 = NULL, *hq_text = NULL, *hq_pair = NULL, *lse0 = NULL, *lse = NULL, *pref = NULL;
-    float *z0r = NULL, *z0y = NULL, *D = NULL, *dtext = NULL, *dpair = NULL, *zrow = NULL, *dtmp = NULL, *zc_all = NULL;
-    chg_block *cb = NULL;
-    pair_state *ps = NULL;
-    int *slot_row = NULL, *row_slot = NULL, *ys = NULL;
-    int32_t *y = NULL;
-    uint8_t *file = NULL;
-    void *scratch = NULL;
-    bn_prune_stats s = {0};
+// Everything bn_prune_flips builds: the two models' heads, the changed blocks, the train pairs and the plain text at
+// the greedy's state, and the figures it reports.
+typedef struct {
+    const bn_prune_cfg *cfg;
+    bn_model *m0, *m1;                 // base, model
+    const gguf_tensor *t0, *t1;        // their output.weight
+    const bn_type_traits *tr;          // its block type
+    int H, V, blck, bs, bpr;           // hidden size, vocabulary, block elements, block bytes, blocks per row
+    int vdt, threads;                  // the head's vec_dot_type, threads for the forward passes
+    float *W0, *W1;                    // {H, V} the two heads dequantized
+    chg_block *cb;                     // [NB] the changed blocks
+    int *row_slot, *slot_row;          // [V] slot of a row (-1: unchanged), [NR] row of a slot
+    int NB, NR;                        // changed blocks, changed rows
+    int NP;                            // train pairs (rows with chosen ids)
+    float *hq_pair;                    // {H, NP} engine-rounded hidden state at each pair's last context position
+    pair_state *ps;                    // [NP]
+    float *zc_all;                     // the pairs' chosen logits (ps[i].zc point into it)
+    void *scratch;                     // one row of activations quantized to vdt
+    int64_t T, n_y;                    // text positions, those with a next-token target
+    int ctx;                           // text window
+    float *hq_text;                    // {H, T}
+    float *lse0, *lse, *z0y;           // {T} base and current log-partition, base logit of the target
+    int32_t *y;                        // {T} next token within the window, or −1
+    int *ys;                           // {T} slot of the target's row (−1: unchanged)
+    float *pref, *z0r, *D;             // {T, NR} base probabilities and logits of the changed rows, z_r − z0_r now
+    float *dtext, *dpair;              // {T, NB}, {NP, NB}: (w_model − w_base)·h over each block
+    bool nll_obj;
+    bn_prune_stats s;
+} prune_run;
 
-    if (!(m0 = bn_model_load(base_path, err, errlen)) || !(m1 = bn_model_load(model_path, err, errlen))) goto done;
-    if (m0->cfg.tied_output || m1->cfg.tied_output) {
-        bn_err(err, errlen, "the head is tied to token_embd: pruning needs an untied output.weight");
-        goto done;
-    }
-    if (same_but_head(m0->gguf, m1->gguf, err, errlen)) goto done;
-    const gguf_tensor *t0 = gguf_find_tensor(m0->gguf, "output.weight");
-    const gguf_tensor *t1 = gguf_find_tensor(m1->gguf, "output.weight");
-    const bn_type_traits *tr = bn_type_traits_of(t0->type);
-    int H = m0->cfg.n_embd, V = m0->cfg.n_vocab;
-    if (!tr || !tr->is_quantized || !tr->to_float || H % tr->blck) {
-        bn_err(err, errlen, "output.weight type %s is not a block type this can prune", gguf_type_name(t0->file_type));
-        goto done;
-    }
-    int blck = tr->blck, bs = tr->type_size, bpr = H / blck;
-    s.n_blocks = V * bpr;
-    W0 = xmalloc(sizeof(float) * H * V); // {H, V}
-    W1 = xmalloc(sizeof(float) * H * V); // {H, V}
-    tr->to_float(t0->data, W0, (int64_t)H * V);
-    tr->to_float(t1->data, W1, (int64_t)H * V);
+// prune_free: frees what run holds.
+static void prune_free(prune_run *r) {
+    free(r->W0); free(r->W1); free(r->hq_text); free(r->hq_pair); free(r->lse0); free(r->lse); free(r->pref);
+    free(r->z0r); free(r->z0y); free(r->y); free(r->ys); free(r->D); free(r->dtext); free(r->dpair); free(r->zc_all);
+    free(r->cb); free(r->ps); free(r->slot_row); free(r->row_slot); free(r->scratch);
+    bn_model_free(r->m0);
+    bn_model_free(r->m1);
+}
 
-    // the changed blocks and their rows
-    cb = xcalloc((size_t)s.n_blocks, sizeof *cb);
-    row_slot = xmalloc(sizeof(int) * V);
-    slot_row = xmalloc(sizeof(int) * V);
-    for (int r = 0; r < V; r++) row_slot[r] = -1;
-    for (int b = 0; b < s.n_blocks; b++) {
-        const uint8_t *p0 = (const uint8_t *)t0->data + (size_t)b * bs;
-        const uint8_t *p1 = (const uint8_t *)t1->data + (size_t)b * bs;
-        if (memcmp(p0, p1, bs) == 0) continue;
-        int r = b / bpr;
-        if (row_slot[r] < 0) slot_row[row_slot[r] = s.n_rows_changed++] = r;
-        cb[s.n_changed++] = (chg_block){.r = r, .k0 = (b % bpr) * blck, .slot = row_slot[r]};
-    }
-    int NB = s.n_changed, NR = s.n_rows_changed;
+// prune_load: both models, the same but for an untied head of a block type; 0 or -1 (err).
+static int prune_load(prune_run *r, const char *base_path, const char *model_path, char *err, size_t errlen) {
+    if (!(r->m0 = bn_model_load(base_path, err, errlen)) || !(r->m1 = bn_model_load(model_path, err, errlen)))
+        return -1;
+    if (r->m0->cfg.tied_output || r->m1->cfg.tied_output)
+        return bn_err(err, errlen, "the head is tied to token_embd: pruning needs an untied output.weight");
+    if (same_but_head(r->m0->gguf, r->m1->gguf, err, errlen)) return -1;
+    r->t0 = gguf_find_tensor(r->m0->gguf, "output.weight");
+    r->t1 = gguf_find_tensor(r->m1->gguf, "output.weight");
+    r->tr = bn_type_traits_of(r->t0->type);
+    r->H = r->m0->cfg.n_embd, r->V = r->m0->cfg.n_vocab;
+    if (!r->tr || !r->tr->is_quantized || !r->tr->to_float || r->H % r->tr->blck)
+        return bn_err(err, errlen, "output.weight type %s is not a block type this can prune",
+                      gguf_type_name(r->t0->file_type));
+    r->blck = r->tr->blck, r->bs = r->tr->type_size, r->bpr = r->H / r->blck;
+    return 0;
+}
 
-    // train pairs: hidden state at the last context position
+// prune_blocks: the two heads dequantized, the blocks that differ and their rows.
+static void prune_blocks(prune_run *r) {
+    const int H = r->H, V = r->V;
+    r->s.n_blocks = V * r->bpr;
+    r->W0 = xmalloc(sizeof(float) * H * V); // {H, V}
+    r->W1 = xmalloc(sizeof(float) * H * V); // {H, V}
+    r->tr->to_float(r->t0->data, r->W0, (int64_t)H * V);
+    r->tr->to_float(r->t1->data, r->W1, (int64_t)H * V);
+    r->cb = xcalloc((size_t)r->s.n_blocks, sizeof *r->cb);
+    r->row_slot = xmalloc(sizeof(int) * V);
+    r->slot_row = xmalloc(sizeof(int) * V);
+    for (int row = 0; row < V; row++) r->row_slot[row] = -1;
+    for (int b = 0; b < r->s.n_blocks; b++) {
+        const uint8_t *p0 = (const uint8_t *)r->t0->data + (size_t)b * r->bs;
+        const uint8_t *p1 = (const uint8_t *)r->t1->data + (size_t)b * r->bs;
+        if (memcmp(p0, p1, r->bs) == 0) continue;
+        int row = b / r->bpr;
+        if (r->row_slot[row] < 0) r->slot_row[r->row_slot[row] = r->s.n_rows_changed++] = row;
+        r->cb[r->s.n_changed++] = (chg_block){.r = row, .k0 = (b % r->bpr) * r->blck, .slot = r->row_slot[row]};
+    }
+    r->NB = r->s.n_changed, r->NR = r->s.n_rows_changed;
+}
+
+// prune_pairs: the train pairs' hidden states at their last context position and their current logits (rows with no
+// chosen skipped); 0 or -1 (err: a held-out row, a forward error).
+static int prune_pairs(prune_run *r, const bn_train_rows *rows, char *err, size_t errlen) {
+    const int H = r->H;
     for (int i = 0; i < rows->n_rows; i++)
-        if (rows->rows[i].heldout) {
-            bn_err(err, errlen, "pair row %d is held out: prune with train pairs only", rows->rows[i].line);
-            goto done;
-        }
-    int NP = 0, max_ctx = 1, n_zc = 0;
+        if (rows->rows[i].heldout)
+            return bn_err(err, errlen, "pair row %d is held out: prune with train pairs only", rows->rows[i].line);
+    int max_ctx = 1, n_zc = 0;
     for (int i = 0; i < rows->n_rows; i++)
         if (rows->rows[i].n_chosen > 0) {
-            NP++;
+            r->NP++;
             n_zc += rows->rows[i].n_chosen;
             if (rows->rows[i].n_ctx > max_ctx) max_ctx = rows->rows[i].n_ctx;
         }
-    int vdt = tr->vec_dot_type, threads = cfg->n_threads > 0 ? cfg->n_threads : bn_n_threads_default();
-    scratch = xmalloc((size_t)H * 4 + 1024);
-    hq_pair = xmalloc(sizeof(float) * H * (NP ? NP : 1)); // {H, NP}
-    ps = xcalloc((size_t)(NP ? NP : 1), sizeof *ps);
-    zc_all = xmalloc(sizeof(float) * (n_zc ? n_zc : 1));
-    {
-        bn_state *sp = bn_state_new(m0, max_ctx, threads);
-        int j = 0, off = 0;
-        for (int i = 0; i < rows->n_rows; i++) {
-            const bn_train_row *row = &rows->rows[i];
-            if (row->n_chosen <= 0) continue;
-            bn_state_reset(sp);
-            bn_forward_out o = {.hidden = hq_pair + (size_t)j * H};
-            if (bn_forward(m0, sp, row->ctx, row->n_ctx, &o, err, errlen)) { bn_state_free(sp); goto done; }
-            float *h = hq_pair + (size_t)j * H;
-            engine_input(vdt, h, H, scratch);
-            ps[j] = (pair_state){.rej = row->rejected, .n_c = row->n_chosen, .chosen = row->chosen, .zc = zc_all + off};
-            ps[j].zr = bn_dot_f32(W1 + (size_t)row->rejected * H, h, H);
-            for (int k = 0; k < row->n_chosen; k++) ps[j].zc[k] = bn_dot_f32(W1 + (size_t)row->chosen[k] * H, h, H);
-            off += row->n_chosen;
-            j++;
-        }
-        bn_state_free(sp);
+    r->vdt = r->tr->vec_dot_type;
+    r->threads = r->cfg->n_threads > 0 ? r->cfg->n_threads : bn_n_threads_default();
+    r->scratch = xmalloc((size_t)H * 4 + 1024);
+    r->hq_pair = xmalloc(sizeof(float) * H * (r->NP ? r->NP : 1)); // {H, NP}
+    r->ps = xcalloc((size_t)(r->NP ? r->NP : 1), sizeof *r->ps);
+    r->zc_all = xmalloc(sizeof(float) * (n_zc ? n_zc : 1));
+    bn_state *sp = bn_state_new(r->m0, max_ctx, r->threads);
+    int j = 0, off = 0;
+    for (int i = 0; i < rows->n_rows; i++) {
+        const bn_train_row *row = &rows->rows[i];
+        if (row->n_chosen <= 0) continue;
+        bn_state_reset(sp);
+        bn_forward_out o = {.hidden = r->hq_pair + (size_t)j * H};
+        if (bn_forward(r->m0, sp, row->ctx, row->n_ctx, &o, err, errlen)) { bn_state_free(sp); return -1; }
+        float *h = r->hq_pair + (size_t)j * H;
+        engine_input(r->vdt, h, H, r->scratch);
+        pair_state *p = &r->ps[j];
+        *p = (pair_state){.rej = row->rejected, .n_c = row->n_chosen, .chosen = row->chosen, .zc = r->zc_all + off};
+        p->zr = bn_dot_f32(r->W1 + (size_t)row->rejected * H, h, H);
+        for (int k = 0; k < row->n_chosen; k++) p->zc[k] = bn_dot_f32(r->W1 + (size_t)row->chosen[k] * H, h, H);
+        off += row->n_chosen;
+        j++;
     }
+    bn_state_free(sp);
+    return 0;
+}
 
-    // plain text: hidden states, base log-partition, p_ref and base logits of the changed rows, current lse
-    int ctx = cfg->text_ctx > 0 ? cfg->text_ctx : 128;
-    int64_t T = cfg->max_text > 0 && cfg->max_text < n_text ? cfg->max_text : n_text;
-    if (T <= 0) { bn_err(err, errlen, "no plain text to measure the KL on"); goto done; }
-    s.n_text = T;
-    hq_text = xmalloc(sizeof(float) * H * T); // {H, T}
-    if (hidden_states(m0, text, T, ctx, threads, vdt, hq_text, scratch, err, errlen)) goto done;
-    lse0 = xmalloc(sizeof(float) * T);
-    lse = xmalloc(sizeof(float) * T);
-    pref = xmalloc(sizeof(float) * ((size_t)NR * T + 1)); // {T, NR}
-    z0r = xmalloc(sizeof(float) * ((size_t)NR * T + 1));  // {T, NR}
-    D = xcalloc((size_t)NR * T + 1, sizeof(float));       // {T, NR}: z_r − z0_r now
-    dtext = xmalloc(sizeof(float) * ((size_t)NB * T + 1)); // {T, NB}: (w_model − w_base)·h over the block
-    dpair = xmalloc(sizeof(float) * ((size_t)NB * NP + 1)); // {NP, NB}
-    zrow = xmalloc(sizeof(float) * V);
-    z0y = xmalloc(sizeof(float) * T);
-    y = xmalloc(sizeof(int32_t) * T); // next token within the window, or −1
-    ys = xmalloc(sizeof(int) * T);
+// prune_text_base: the plain text's hidden states, next-token targets, the base log-partition, and the base logits
+// and probabilities of the changed rows; 0 or -1 (err).
+static int prune_text_base(prune_run *r, const int32_t *text, int64_t n_text, char *err, size_t errlen) {
+    const bn_prune_cfg *cfg = r->cfg;
+    const int H = r->H, V = r->V, NR = r->NR;
+    r->ctx = cfg->text_ctx > 0 ? cfg->text_ctx : 128;
+    const int64_t T = r->T = cfg->max_text > 0 && cfg->max_text < n_text ? cfg->max_text : n_text;
+    if (T <= 0) return bn_err(err, errlen, "no plain text to measure the KL on");
+    r->s.n_text = T;
+    r->hq_text = xmalloc(sizeof(float) * H * T); // {H, T}
+    if (hidden_states(r->m0, text, T, r->ctx, r->threads, r->vdt, r->hq_text, r->scratch, err, errlen)) return -1;
+    r->lse0 = xmalloc(sizeof(float) * T);
+    r->lse = xmalloc(sizeof(float) * T);
+    r->pref = xmalloc(sizeof(float) * ((size_t)NR * T + 1)); // {T, NR}
+    r->z0r = xmalloc(sizeof(float) * ((size_t)NR * T + 1));  // {T, NR}
+    r->D = xcalloc((size_t)NR * T + 1, sizeof(float));       // {T, NR}: z_r − z0_r now
+    r->dtext = xmalloc(sizeof(float) * ((size_t)r->NB * T + 1)); // {T, NB}: (w_model − w_base)·h over the block
+    r->dpair = xmalloc(sizeof(float) * ((size_t)r->NB * r->NP + 1)); // {NP, NB}
+    r->z0y = xmalloc(sizeof(float) * T);
+    r->y = xmalloc(sizeof(int32_t) * T); // next token within the window, or −1
+    r->ys = xmalloc(sizeof(int) * T);
     for (int64_t t = 0; t < T; t++) {
-        y[t] = (t + 1) % ctx != 0 && t + 1 < T ? text[t + 1] : -1;
-        ys[t] = y[t] >= 0 ? row_slot[y[t]] : -1;
+        r->y[t] = (t + 1) % r->ctx != 0 && t + 1 < T ? text[t + 1] : -1;
+        r->ys[t] = r->y[t] >= 0 ? r->row_slot[r->y[t]] : -1;
     }
-    dtmp = xmalloc(sizeof(float) * blck);
+    float *zrow = xmalloc(sizeof(float) * V);
     for (int64_t t = 0; t < T; t++) {
-        const float *h = hq_text + t * H;
-        for (int v = 0; v < V; v++) zrow[v] = bn_dot_f32(W0 + (size_t)v * H, h, H);
-        lse0[t] = (float)bn_log_sum_exp(zrow, V);
-        z0y[t] = y[t] >= 0 ? zrow[y[t]] : 0.0f;
+        const float *h = r->hq_text + t * H;
+        for (int v = 0; v < V; v++) zrow[v] = bn_dot_f32(r->W0 + (size_t)v * H, h, H);
+        r->lse0[t] = (float)bn_log_sum_exp(zrow, V);
+        r->z0y[t] = r->y[t] >= 0 ? zrow[r->y[t]] : 0.0f;
         for (int j = 0; j < NR; j++) {
-            z0r[(size_t)j * T + t] = zrow[slot_row[j]];
-            pref[(size_t)j * T + t] = (float)exp((double)zrow[slot_row[j]] - lse0[t]);
+            r->z0r[(size_t)j * T + t] = zrow[r->slot_row[j]];
+            r->pref[(size_t)j * T + t] = (float)exp((double)zrow[r->slot_row[j]] - r->lse0[t]);
         }
     }
-    for (int b = 0; b < NB; b++) {
-        const float *w0 = W0 + (size_t)cb[b].r * H + cb[b].k0, *w1 = W1 + (size_t)cb[b].r * H + cb[b].k0;
-        float *dw = dtmp; // {blck}
+    free(zrow);
+    return 0;
+}
+
+// prune_deltas: each changed block's logit change on the text and the pairs, the changed rows' total D, and the
+// model's log-partition (the base's shifted by the changed rows).
+static void prune_deltas(prune_run *r) {
+    const int H = r->H, blck = r->blck, NP = r->NP, NR = r->NR;
+    const int64_t T = r->T;
+    float *dw = xmalloc(sizeof(float) * blck); // {blck}
+    for (int b = 0; b < r->NB; b++) {
+        const chg_block *c = &r->cb[b];
+        const float *w0 = r->W0 + (size_t)c->r * H + c->k0, *w1 = r->W1 + (size_t)c->r * H + c->k0;
         for (int k = 0; k < blck; k++) dw[k] = w1[k] - w0[k];
         for (int64_t t = 0; t < T; t++) {
-            float d = bn_dot_f32(dw, hq_text + t * H + cb[b].k0, blck);
-            dtext[(size_t)b * T + t] = d;
-            D[(size_t)cb[b].slot * T + t] += d;
+            float d = bn_dot_f32(dw, r->hq_text + t * H + c->k0, blck);
+            r->dtext[(size_t)b * T + t] = d;
+            r->D[(size_t)c->slot * T + t] += d;
         }
         for (int i = 0; i < NP; i++)
-            dpair[(size_t)b * NP + i] = bn_dot_f32(dw, hq_pair + (size_t)i * H + cb[b].k0, blck);
+            r->dpair[(size_t)b * NP + i] = bn_dot_f32(dw, r->hq_pair + (size_t)i * H + c->k0, blck);
     }
+    free(dw);
     for (int64_t t = 0; t < T; t++) { // lse of the model: base lse shifted by the changed rows
         double se = 1.0;
         for (int j = 0; j < NR; j++) {
-            double pj = pref[(size_t)j * T + t];
-            se += pj * expm1((double)D[(size_t)j * T + t]);
+            double pj = r->pref[(size_t)j * T + t];
+            se += pj * expm1((double)r->D[(size_t)j * T + t]);
         }
-        lse[t] = (float)(lse0[t] + log(se));
+        r->lse[t] = (float)(r->lse0[t] + log(se));
     }
-    s.kl_before = text_kl(lse, lse0, pref, D, NR, T);
-    s.nll_base = text_nll(lse0, z0y, y, ys, NULL, T);
-    s.nll_before = text_nll(lse, z0y, y, ys, D, T);
-    int64_t n_y = 0;
-    for (int64_t t = 0; t < T; t++) n_y += y[t] >= 0;
-    bool nll_obj = cfg->objective == BN_PRUNE_NLL;
-    if (nll_obj && n_y == 0) { bn_err(err, errlen, "the NLL objective needs windows of at least 2 tokens"); goto done; }
-    pair_score(ps, NP, &s.cw_before, &s.margin_before);
+}
 
-    // lazy greedy: revert the block with the best gain − μ·margin loss while that is > 0 and cw stays ≥
-    // cw_before − cw_drop. Only the leading candidate is re-scored on the current state; it is taken when its
-    // fresh score is still ≥ every other (older) score, else it is put back with the fresh one (a block once over
-    // the cw bound stays out).
-    prune_state ctxs = {.T = T, .NP = NP, .n_y = n_y, .nll_obj = nll_obj, .mu = cfg->mu,
-                        .cw_min = s.cw_before - cfg->cw_drop, .dtext = dtext, .dpair = dpair, .D = D, .z0r = z0r,
-                        .pref = pref, .lse = lse, .y = y, .ps = ps};
+// prune_before: the figures before the greedy; 0 or -1 (err: the NLL objective without targets).
+static int prune_before(prune_run *r, char *err, size_t errlen) {
+    const int64_t T = r->T;
+    r->s.kl_before = text_kl(r->lse, r->lse0, r->pref, r->D, r->NR, T);
+    r->s.nll_base = text_nll(r->lse0, r->z0y, r->y, r->ys, NULL, T);
+    r->s.nll_before = text_nll(r->lse, r->z0y, r->y, r->ys, r->D, T);
+    for (int64_t t = 0; t < T; t++) r->n_y += r->y[t] >= 0;
+    r->nll_obj = r->cfg->objective == BN_PRUNE_NLL;
+    if (r->nll_obj && r->n_y == 0) return bn_err(err, errlen, "the NLL objective needs windows of at least 2 tokens");
+    pair_score(r->ps, r->NP, &r->s.cw_before, &r->s.margin_before);
+    return 0;
+}
+
+// prune_revert: block b reverted on the greedy's state (the text's D and lse, the pairs' logits).
+static void prune_revert(prune_run *r, int b) {
+    const int64_t T = r->T;
+    chg_block *c = &r->cb[b];
+    const float *d = r->dtext + (size_t)b * T;
+    float *Dr = r->D + (size_t)c->slot * T;
+    const float *z0 = r->z0r + (size_t)c->slot * T;
+    for (int64_t t = 0; t < T; t++) {
+        double p = exp((double)z0[t] + Dr[t] - r->lse[t]);
+        r->lse[t] = (float)(r->lse[t] + log1p(p * expm1(-(double)d[t])));
+        Dr[t] -= d[t];
+    }
+    pair_shift(r->ps, r->NP, c->r, r->dpair + (size_t)b * r->NP, -1.0f);
+    c->reverted = true;
+    r->s.n_reverted++;
+}
+
+// prune_greedy: lazy greedy: revert the block with the best gain − μ·margin loss while that is > 0 and cw stays ≥
+// cw_before − cw_drop. Only the leading candidate is re-scored on the current state; it is taken when its fresh score
+// is still ≥ every other (older) score, else it is put back with the fresh one (a block once over the cw bound stays
+// out).
+static void prune_greedy(prune_run *r) {
+    const int NB = r->NB;
+    prune_state g = {.T = r->T, .NP = r->NP, .n_y = r->n_y, .nll_obj = r->nll_obj, .mu = r->cfg->mu,
+                     .cw_min = r->s.cw_before - r->cfg->cw_drop, .dtext = r->dtext, .dpair = r->dpair, .D = r->D,
+                     .z0r = r->z0r, .pref = r->pref, .lse = r->lse, .y = r->y, .ps = r->ps};
     double *score = xmalloc(sizeof(double) * (NB ? NB : 1));
-    for (int b = 0; b < NB; b++) score[b] = revert_score(&ctxs, &cb[b], b);
+    for (int b = 0; b < NB; b++) score[b] = revert_score(&g, &r->cb[b], b);
     for (;;) {
         int best = -1;
         for (int b = 0; b < NB; b++)
-            if (!cb[b].reverted && score[b] > 0 && (best < 0 || score[b] > score[best])) best = b;
+            if (!r->cb[b].reverted && score[b] > 0 && (best < 0 || score[b] > score[best])) best = b;
         if (best < 0) break;
-        double fresh = revert_score(&ctxs, &cb[best], best), second = 0;
+        double fresh = revert_score(&g, &r->cb[best], best), second = 0;
         for (int b = 0; b < NB; b++)
-            if (b != best && !cb[b].reverted && score[b] > second) second = score[b];
+            if (b != best && !r->cb[b].reverted && score[b] > second) second = score[b];
         score[best] = fresh;
         if (fresh <= 0 || fresh < second) continue;
-        chg_block *c = &cb[best];
-        const float *d = dtext + (size_t)best * T;
-        float *Dr = D + (size_t)c->slot * T;
-        const float *z0 = z0r + (size_t)c->slot * T;
-        for (int64_t t = 0; t < T; t++) {
-            double p = exp((double)z0[t] + Dr[t] - lse[t]);
-            lse[t] = (float)(lse[t] + log1p(p * expm1(-(double)d[t])));
-            Dr[t] -= d[t];
-        }
-        pair_shift(ps, NP, c->r, dpair + (size_t)best * NP, -1.0f);
-        c->reverted = true;
-        s.n_reverted++;
+        prune_revert(r, best);
     }
     free(score);
-    s.kl_after = text_kl(lse, lse0, pref, D, NR, T);
-    s.nll_after = text_nll(lse, z0y, y, ys, D, T);
-    pair_score(ps, NP, &s.cw_after, &s.margin_after);
-    {
-        bool *row_left = xcalloc((size_t)V, 1);
-        for (int b = 0; b < NB; b++)
-            if (!cb[b].reverted && !row_left[cb[b].r]) { row_left[cb[b].r] = true; s.n_rows_after++; }
-        free(row_left);
-    }
+}
 
-    // the output: model_path's bytes with the reverted blocks copied from the base
+// prune_after: the figures after the greedy.
+static void prune_after(prune_run *r) {
+    r->s.kl_after = text_kl(r->lse, r->lse0, r->pref, r->D, r->NR, r->T);
+    r->s.nll_after = text_nll(r->lse, r->z0y, r->y, r->ys, r->D, r->T);
+    pair_score(r->ps, r->NP, &r->s.cw_after, &r->s.margin_after);
+    bool *row_left = xcalloc((size_t)r->V, 1);
+    for (int b = 0; b < r->NB; b++)
+        if (!r->cb[b].reverted && !row_left[r->cb[b].r]) { row_left[r->cb[b].r] = true; r->s.n_rows_after++; }
+    free(row_left);
+}
+
+// prune_write: model_path's bytes with the reverted blocks copied from the base, written to out_path; 0 or -1 (err).
+static int prune_write(const prune_run *r, const char *model_path, const char *out_path, char *err, size_t errlen) {
     size_t n_file = 0;
-    if (!(file = (uint8_t *)bn_read_file(model_path, &n_file, err, errlen))) goto done;
-    uint8_t *head = file + m1->gguf->data_offset + t1->offset;
-    for (int b = 0; b < NB; b++) {
-        if (!cb[b].reverted) continue;
-        size_t blk = (size_t)cb[b].r * bpr + (size_t)cb[b].k0 / blck;
-        memcpy(head + blk * bs, (const uint8_t *)t0->data + blk * bs, bs);
+    uint8_t *file = (uint8_t *)bn_read_file(model_path, &n_file, err, errlen);
+    if (!file) return -1;
+    uint8_t *head = file + r->m1->gguf->data_offset + r->t1->offset;
+    for (int b = 0; b < r->NB; b++) {
+        if (!r->cb[b].reverted) continue;
+        size_t blk = (size_t)r->cb[b].r * r->bpr + (size_t)r->cb[b].k0 / r->blck;
+        memcpy(head + blk * r->bs, (const uint8_t *)r->t0->data + blk * r->bs, r->bs);
     }
-    if (bn_write_file_atomic(out_path, file, n_file, err, errlen)) goto done;
-    rc = 0;
-done:
-    if (st) *st = s;
-    free(W0); free(W1); free(hq_text); free(hq_pair); free(lse0); free(lse); free(pref); free(z0r); free(z0y);
-    free(y); free(ys); free(D);
-    free(dtext); free(dpair); free(zrow); free(dtmp); free(zc_all); free(cb); free(ps); free(slot_row); free(row_slot);
-    free(file); free(scratch);
-    bn_model_free(m0);
-    bn_model_free(m1);
+    int rc = bn_write_file_atomic(out_path, file, n_file, err, errlen);
+    free(file);
+    return rc;
+}
+
+int bn_prune_flips(const char *base_path, const char *model_path, const bn_train_rows *rows, const int32_t *text,
+                   int64_t n_text, const bn_prune_cfg *cfg, const char *out_path, bn_prune_stats *st, char *err,
+                   size_t errlen) {
+    prune_run r = {.cfg = cfg};
+    int rc = -1;
+    if (prune_load(&r, base_path, model_path, err, errlen) == 0) {
+        prune_blocks(&r);
+        if (prune_pairs(&r, rows, err, errlen) == 0 && prune_text_base(&r, text, n_text, err, errlen) == 0) {
+            prune_deltas(&r);
+            if (prune_before(&r, err, errlen) == 0) {
+                prune_greedy(&r);
+                prune_after(&r);
+                rc = prune_write(&r, model_path, out_path, err, errlen);
+            }
+        }
+    }
+    if (st) *st = r.s;
+    prune_free(&r);
     return rc;
 }

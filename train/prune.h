@@ -1,4 +1,4 @@
-// train/prune.h — post-hoc flip pruning of a requantized head-only antidoom model (issue #8): the model differs
+// train/prune.h — post-hoc flip pruning of a requantized head-only antidoom model: the model differs
 // from its quantized base only in blocks of output.weight (flipped signs / changed scales of the rows of some
 // tokens). Greedily (lazy evaluation: only the leading candidate is re-scored) revert single blocks to the base's
 // bytes while that lowers a plain-text objective (KL(p_base ‖ p_model), or the next-token loss) more than μ × the

@@ -1,4 +1,4 @@
-// train/sft.c — full-parameter training state, cross-entropy, token data and write-back. See sft.h.
+// train/sft.c — full-parameter training state, cross-entropy, token data and the F32 write-back. See sft.h.
 #include "base/bytebuf.h"
 #include "train/sft.h"
 #include <math.h>
@@ -125,10 +125,6 @@ void bn_sft_params_free(bn_sft_params *p) {
 
 void bn_sft_zero_grad(bn_sft_params *p) { memset(p->grads, 0, sizeof(float) * (size_t)p->n_params); }
 
-int bn_sft_save_gguf(const bn_sft_params *p, const char *path, char *err, size_t errlen) {
-    return p->fq ? bn_sft_qat_save_gguf(p, path, err, errlen) : bn_sft_save_gguf_f32(p, path, err, errlen);
-}
-
 int bn_sft_save_gguf_f32(const bn_sft_params *p, const char *path, char *err, size_t errlen) {
     const gguf_file *f = p->src->gguf;
     gguf_writer *w = gguf_writer_new();
@@ -244,124 +240,4 @@ double bn_sft_eval_ppl(bn_sft_params *p, const bn_sft_data *d, int ctx, int max_
     }
     if (cnt == 0) { bn_err(err, errlen, "sft: no held-out tokens"); return -1; }
     return exp(sum / cnt);
-}
-
-// ---- checkpoint ----------------------------------------------------------------------------------
-// Layout (little-endian): "BNSFTCK\3" | i64 step, total_steps | u64 rng[4] | i32 ctx, batch |
-// f32 lr, warmup_ratio, max_grad_norm, weight_decay | char qat_spec[256] | i32 n_tensors |
-// per tensor: char name[96], i64 n | i64 n_params | f32 params[n] | i64 adam_t | f32 m[n] | f32 v[n] |
-// u32 crc32(all preceding bytes). Version 2 is the same without qat_spec (plain training).
-static const char SFT_MAGIC[8] = {'B', 'N', 'S', 'F', 'T', 'C', 'K', 3};
-enum { SFT_MAGIC_V2 = 2 };
-
-
-int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_adamw *o, const bn_sft_pos *pos,
-                           char *err, size_t errlen) {
-    if (o->n != p->n_params) return bn_err(err, errlen, "sft checkpoint: optimizer/parameter size mismatch");
-    buf_t b = {0};
-    put(&b, SFT_MAGIC, sizeof SFT_MAGIC);
-    PUT(&b, pos->step);
-    PUT(&b, pos->total_steps);
-    put(&b, pos->rng.s, sizeof pos->rng.s);
-    PUT(&b, pos->ctx); PUT(&b, pos->batch);
-    PUT(&b, pos->lr); PUT(&b, pos->warmup_ratio); PUT(&b, pos->max_grad_norm); PUT(&b, pos->weight_decay);
-    put(&b, p->qat_spec, sizeof p->qat_spec);
-    int32_t nt = p->n_tensors;
-    PUT(&b, nt);
-    for (int i = 0; i < p->n_tensors; i++) {
-        put(&b, p->t[i].name, sizeof p->t[i].name);
-        PUT(&b, p->t[i].n);
-    }
-    PUT(&b, p->n_params);
-    put(&b, p->params, sizeof(float) * (size_t)p->n_params);
-    PUT(&b, o->t);
-    put(&b, o->m, sizeof(float) * (size_t)o->n);
-    put(&b, o->v, sizeof(float) * (size_t)o->n);
-    uint32_t crc = bn_crc32(0, b.p, b.n);
-    PUT(&b, crc);
-    int rc = bn_write_file_atomic(path, b.p, b.n, err, errlen);
-    free(b.p);
-    return rc;
-}
-
-
-int bn_sft_checkpoint_load(const char *path, bn_sft_params *p, bn_adamw **op, bn_sft_pos *pos,
-                           char *err, size_t errlen) {
-    *op = NULL;
-    size_t size;
-    char *data = bn_read_file(path, &size, err, errlen);
-    if (!data) return -1;
-    int rc = -1;
-    rd_t rd = {(const uint8_t *)data, size, 0};
-    uint32_t crc_file;
-    if (size < sizeof SFT_MAGIC + 4 || memcmp(data, SFT_MAGIC, sizeof SFT_MAGIC - 1) != 0 ||
-        (data[7] != SFT_MAGIC[7] && data[7] != SFT_MAGIC_V2)) {
-        bn_err(err, errlen, "%s: not a bonsai SFT checkpoint (version 2 or 3)", path);
-        goto out;
-    }
-    memcpy(&crc_file, data + size - 4, 4);
-    if (bn_crc32(0, data, size - 4) != crc_file) {
-        bn_err(err, errlen, "%s: CRC mismatch (truncated or corrupt checkpoint)", path);
-        goto out;
-    }
-    rd.n = size - 4;
-    rd.at = sizeof SFT_MAGIC;
-    int32_t nt = 0;
-    int64_t n_params = 0;
-    if (GET(&rd, pos->step) || GET(&rd, pos->total_steps) || get(&rd, pos->rng.s, sizeof pos->rng.s) ||
-        GET(&rd, pos->ctx) || GET(&rd, pos->batch) || GET(&rd, pos->lr) || GET(&rd, pos->warmup_ratio) ||
-        GET(&rd, pos->max_grad_norm) || GET(&rd, pos->weight_decay))
-        goto trunc;
-    if (pos->step < 0 || pos->total_steps < 1 || pos->step > pos->total_steps || pos->ctx < 0 || pos->ctx > (1 << 20) ||
-        pos->batch < 0 || pos->batch > (1 << 20) || !(pos->lr >= 0 && pos->lr <= 1e6) ||
-        !(pos->warmup_ratio >= 0 && pos->warmup_ratio <= 1) || !(pos->max_grad_norm >= 0 && pos->max_grad_norm <= 1e30) ||
-        !(pos->weight_decay >= 0 && pos->weight_decay <= 1e6)) {
-        bn_err(err, errlen, "%s: checkpoint schedule is malformed (step %lld of %lld, ctx %d, batch %d, lr %g)", path,
-               (long long)pos->step, (long long)pos->total_steps, (int)pos->ctx, (int)pos->batch, (double)pos->lr);
-        goto out;
-    }
-    char qat_spec[sizeof p->qat_spec] = "";
-    if (data[7] != SFT_MAGIC_V2 && get(&rd, qat_spec, sizeof qat_spec)) goto trunc;
-    qat_spec[sizeof qat_spec - 1] = '\0';
-    if (strcmp(qat_spec, p->qat_spec) != 0) {
-        bn_err(err, errlen, "%s: checkpoint was trained with QAT \"%s\", this run has \"%s\"", path,
-               qat_spec[0] ? qat_spec : "none", p->qat_spec[0] ? p->qat_spec : "none");
-        goto out;
-    }
-    if (GET(&rd, nt)) goto trunc;
-    if (nt != p->n_tensors) {
-        bn_err(err, errlen, "%s: %d tensors, the model has %d", path, nt, p->n_tensors);
-        goto out;
-    }
-    for (int i = 0; i < nt; i++) {
-        char name[96];
-        int64_t n;
-        if (get(&rd, name, sizeof name) || GET(&rd, n)) goto trunc;
-        if (strncmp(name, p->t[i].name, sizeof name) != 0 || n != p->t[i].n) {
-            bn_err(err, errlen, "%s: tensor %d is %.96s (%lld), the model has %s (%lld)", path, i, name, (long long)n,
-                   p->t[i].name, (long long)p->t[i].n);
-            goto out;
-        }
-    }
-    if (GET(&rd, n_params) || n_params != p->n_params) goto trunc;
-    if (get(&rd, p->params, sizeof(float) * (size_t)n_params)) goto trunc;
-    bn_adamw *o = bn_adamw_new(n_params);
-    if (GET(&rd, o->t) || get(&rd, o->m, sizeof(float) * (size_t)n_params) ||
-        get(&rd, o->v, sizeof(float) * (size_t)n_params) || rd.at != rd.n) {
-        bn_adamw_free(o);
-        goto trunc;
-    }
-    *op = o;
-    bn_sft_zero_grad(p);
-    rc = bn_sft_qat_sync(p, err, errlen);
-    if (rc) {
-        bn_adamw_free(o);
-        *op = NULL;
-    }
-    goto out;
-trunc:
-    bn_err(err, errlen, "%s: checkpoint layout does not match", path);
-out:
-    free(data);
-    return rc;
 }

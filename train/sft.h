@@ -1,5 +1,5 @@
 // train/sft.h — full-parameter next-token training (SFT / language-model pretraining of small
-// models, issue #8): F32 trainable copies of every model tensor, mean next-token cross-entropy over
+// models, such as the shipped looping model): F32 trainable copies of every model tensor, mean next-token cross-entropy over
 // all positions, a uint32 token-file loader with seeded random windows, held-out perplexity, a
 // checkpoint (params + AdamW state + position, CRC32) and the GGUF write-back. Optional
 // quantization-aware training (train/sft_qat.c): the forward uses deq(Q(W)) of the F32 master W for
@@ -57,7 +57,7 @@ void bn_sft_zero_grad(bn_sft_params *p);
 int bn_sft_save_gguf_f32(const bn_sft_params *p, const char *path, char *err, size_t errlen);
 // bn_sft_save_gguf: without QAT bn_sft_save_gguf_f32; with QAT the file `bonsai-quantize TYPE` (plus
 // --tensor-type NAME=f16 per skipped name) makes of that F32 file: QAT tensors stored as TYPE,
-// quantized from the master. Returns 0 or -1 (err).
+// quantized from the master (train/sft_qat.c). Returns 0 or -1 (err).
 int bn_sft_save_gguf(const bn_sft_params *p, const char *path, char *err, size_t errlen);
 
 // ---- quantization-aware training (train/sft_qat.c) -----------------------------------------------
@@ -102,7 +102,7 @@ int64_t bn_sft_window(const bn_sft_data *d, int len, bn_rng *rng);
 // of the held-out part (at most max_windows; 0 = all); negative on error or no held-out data.
 double bn_sft_eval_ppl(bn_sft_params *p, const bn_sft_data *d, int ctx, int max_windows, char *err, size_t errlen);
 
-// ---- checkpoint ----------------------------------------------------------------------------------
+// ---- checkpoint (train/sft_checkpoint.c) ---------------------------------------------------------
 typedef struct {
     int64_t step;       // optimizer updates done
     int64_t total_steps;

@@ -1,5 +1,6 @@
 // train/sft_qat.c — quantization-aware full-parameter training: which tensors are fake-quantized
-// (bonsai-quantize's own rules), the fake-quantized forward copies, and the quantized write-back.
+// (bonsai-quantize's own rules), the fake-quantized forward copies, and the write-back (bn_sft_save_gguf: the F32
+// file, or the quantized one under QAT).
 // See sft.h. The gradient the graph computes w.r.t. a fake-quantized weight is applied unchanged to
 // its F32 master (straight-through estimator): nothing here touches the backward.
 #include "train/sft.h"
@@ -98,6 +99,10 @@ int bn_sft_qat_sync(bn_sft_params *p, char *err, size_t errlen) {
             return bn_err(err, errlen, "qat: cannot fake-quantize %s to %s", t->name, bn_type_name(p->qat_type));
     }
     return 0;
+}
+
+int bn_sft_save_gguf(const bn_sft_params *p, const char *path, char *err, size_t errlen) {
+    return p->fq ? bn_sft_qat_save_gguf(p, path, err, errlen) : bn_sft_save_gguf_f32(p, path, err, errlen);
 }
 
 int bn_sft_qat_save_gguf(const bn_sft_params *p, const char *path, char *err, size_t errlen) {

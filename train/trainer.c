@@ -101,232 +101,360 @@ int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const
     return rc;
 }
 
-int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
-                  bn_ftpo_train_result *res, char *err, size_t errlen) {
-    memset(res, 0, sizeof *res);
-    int V = m->cfg.n_vocab;
-    int n_train = 0;
-    int *train_idx = xmalloc(sizeof(int) * (rows->n_rows + 1));
-    for (int i = 0; i < rows->n_rows; i++) if (!rows->rows[i].heldout) train_idx[n_train++] = i;
-    if (n_train == 0) { free(train_idx); return bn_err(err, errlen, "no training rows (all rows are held out or filtered)"); }
-    if (o->batch <= 0 || o->grad_accum <= 0 || o->epochs <= 0 || o->rank <= 0)
-        { free(train_idx); return bn_err(err, errlen, "batch, grad_accum, epochs and rank must be positive"); }
-    int64_t S = bn_sched_total_steps(n_train, o->batch, o->grad_accum, o->epochs);
-    int64_t W = bn_sched_warmup_steps(S, o->warmup_ratio);
+// One training run (bn_ftpo_train): its rows, the adapter and optimizer, the models, the per-batch buffers.
+typedef struct {
+    const bn_ftpo_train_opts *o;
+    const bn_model *m;
+    const bn_train_rows *rows;
+    int V, n_train;
+    int *train_idx;         // [n_train] the rows that are not held out
+    int64_t S, W;           // schedule: total and warmup steps
+    bn_lora *l;
+    bn_adamw *opt;
+    bn_train_pos pos;       // step, epoch, data position, RNG, running chosen_win window (the checkpoint's)
+    bn_model *m_q, *m_ste;  // --ste-type: the quantized base (reference) and the quantized model with W_eff (policy)
+    const bn_model *m_pol;  // the policy model: m_ste or m
+    bn_tether *teth;
+    data_t d;
+    FILE *logf;
+    int *order;             // [n_train] this epoch's row order
+    float **z, **dz;        // [batch] -> {V}: policy logits and their gradients
+    bn_train_graph **graphs;// [batch]
+    bn_ftpo_row *frows;     // [batch]
+    int win_cap;            // rows of the running chosen_win window
+    int64_t steps_this_run;
+    int64_t run_end;        // the step this run stops at (--max-steps or the schedule's end)
+    double t_run;           // when this run's steps began, ms (the ETA of the step lines: this run's pace so far)
+} train_run;
 
-    bn_lora *l = bn_lora_from_model(m, o->targets, o->rank, o->alpha > 0 ? o->alpha : (float)o->rank, o->dropout, err, errlen);
-    if (!l) { free(train_idx); return -1; }
-    bn_adamw *opt = NULL;
-    bn_train_pos pos = {.step = 0, .total_steps = S}; // win[] zeroed
-    char ste_tag[sizeof pos.ste]; // what the checkpoint records of --ste-type: "", "Q1_0", "Q2_0+keep" ...
-    if (o->ste_keep_scales && !o->ste_type) { bn_lora_free(l); free(train_idx); return bn_err(err, errlen, "keep-scales needs --ste-type"); }
-    snprintf(ste_tag, sizeof ste_tag, "%s%s", o->ste_type ? o->ste_type : "", o->ste_keep_scales ? "+keep" : "");
-    bn_rng_seed(&pos.rng, o->seed + 1);
-    if (o->resume_path) {
-        bn_lora *lr;
-        if (bn_checkpoint_load(o->resume_path, &lr, &opt, &pos, err, errlen)) { bn_lora_free(l); free(train_idx); return -1; }
-        if (!bn_lora_same_layout(l, lr) || pos.total_steps != S || pos.data_pos > n_train) {
-            bn_err(err, errlen, "%s: checkpoint does not match this run (targets/rank/model, %lld vs %lld total steps, or "
-                   "row %lld of %d)", o->resume_path, (long long)pos.total_steps, (long long)S, (long long)pos.data_pos,
-                   n_train);
-            bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
-            return -1;
-        }
-        if (strcasecmp(pos.ste, ste_tag) != 0) {
-            bn_err(err, errlen, "%s: checkpoint was trained with --ste-type '%s', this run uses '%s'", o->resume_path,
-                   pos.ste, ste_tag);
-            bn_lora_free(lr); bn_lora_free(l); bn_adamw_free(opt); free(train_idx);
-            return -1;
-        }
-        bn_lora_free(l);
-        l = lr;
-        l->dropout = o->dropout;
-    } else {
-        bn_lora_init_peft(l, o->seed);
-        if (o->init_adapter) {
-            bn_lora *li = bn_lora_load_gguf(o->init_adapter, err, errlen);
-            bool same = li && bn_lora_same_layout(l, li) && li->alpha == l->alpha;
-            if (same) memcpy(l->params, li->params, sizeof(float) * (size_t)l->n_params);
-            else if (li) bn_err(err, errlen, "%s: adapter does not match this run (targets/rank/alpha/model)", o->init_adapter);
-            bn_lora_free(li);
-            if (!same) { bn_lora_free(l); free(train_idx); return -1; }
-        }
-        opt = bn_adamw_new(l->n_params);
+// run_free: frees everything run holds (NULL fields are fine).
+static void run_free(train_run *run) {
+    for (int b = 0; run->graphs && b < run->o->batch; b++) {
+        bn_train_graph_free(run->graphs[b]);
+        free(run->z[b]);
+        free(run->dz[b]);
     }
+    free(run->graphs); free(run->z); free(run->dz); free(run->frows); free(run->order);
+    if (run->logf) fclose(run->logf);
+    bn_ftpo_refcache_free(run->d.ref);
+    bn_tether_free(run->teth);
+    bn_requant_model_free(run->m_q);
+    bn_requant_model_free(run->m_ste);
+    bn_lora_free(run->l);
+    bn_adamw_free(run->opt);
+    free(run->train_idx);
+}
+
+// run_rows: the training rows and the schedule (S, W); 0 or -1 (err: no rows, a non-positive size).
+static int run_rows(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    run->train_idx = xmalloc(sizeof(int) * (run->rows->n_rows + 1));
+    for (int i = 0; i < run->rows->n_rows; i++)
+        if (!run->rows->rows[i].heldout) run->train_idx[run->n_train++] = i;
+    if (run->n_train == 0) return bn_err(err, errlen, "no training rows (all rows are held out or filtered)");
+    if (o->batch <= 0 || o->grad_accum <= 0 || o->epochs <= 0 || o->rank <= 0)
+        return bn_err(err, errlen, "batch, grad_accum, epochs and rank must be positive");
+    run->S = bn_sched_total_steps(run->n_train, o->batch, o->grad_accum, o->epochs);
+    run->W = bn_sched_warmup_steps(run->S, o->warmup_ratio);
+    return 0;
+}
+
+// run_resume: the adapter, optimizer and position of o->resume_path's checkpoint in place of the fresh adapter, when
+// they match this run (layout, schedule, row count, --ste-type tag ste_tag); 0 or -1 (err).
+static int run_resume(train_run *run, const char *ste_tag, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    bn_lora *lr;
+    if (bn_checkpoint_load(o->resume_path, &lr, &run->opt, &run->pos, err, errlen)) return -1;
+    const bn_train_pos *pos = &run->pos;
+    if (!bn_lora_same_layout(run->l, lr) || pos->total_steps != run->S || pos->data_pos > run->n_train) {
+        bn_err(err, errlen, "%s: checkpoint does not match this run (targets/rank/model, %lld vs %lld total steps, or "
+               "row %lld of %d)", o->resume_path, (long long)pos->total_steps, (long long)run->S,
+               (long long)pos->data_pos, run->n_train);
+        bn_lora_free(lr);
+        return -1;
+    }
+    if (strcasecmp(pos->ste, ste_tag) != 0) {
+        bn_err(err, errlen, "%s: checkpoint was trained with --ste-type '%s', this run uses '%s'", o->resume_path,
+               pos->ste, ste_tag);
+        bn_lora_free(lr);
+        return -1;
+    }
+    bn_lora_free(run->l);
+    run->l = lr;
+    run->l->dropout = o->dropout;
+    return 0;
+}
+
+// run_fresh: the PEFT initialisation of the adapter (or o->init_adapter's weights) and a new optimizer; 0 or -1 (err).
+static int run_fresh(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    bn_lora *l = run->l;
+    bn_lora_init_peft(l, o->seed);
+    if (o->init_adapter) {
+        bn_lora *li = bn_lora_load_gguf(o->init_adapter, err, errlen);
+        bool same = li && bn_lora_same_layout(l, li) && li->alpha == l->alpha;
+        if (same) memcpy(l->params, li->params, sizeof(float) * (size_t)l->n_params);
+        else if (li)
+            bn_err(err, errlen, "%s: adapter does not match this run (targets/rank/alpha/model)", o->init_adapter);
+        bn_lora_free(li);
+        if (!same) return -1;
+    }
+    run->opt = bn_adamw_new(l->n_params);
+    return 0;
+}
+
+// run_adapter: the adapter, optimizer and position, fresh or resumed, and the run's banner; 0 or -1 (err).
+static int run_adapter(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    run->l = bn_lora_from_model(run->m, o->targets, o->rank, o->alpha > 0 ? o->alpha : (float)o->rank, o->dropout, err,
+                                errlen);
+    if (!run->l) return -1;
+    run->pos = (bn_train_pos){.step = 0, .total_steps = run->S}; // win[] zeroed
+    char ste_tag[sizeof run->pos.ste]; // what the checkpoint records of --ste-type: "", "Q1_0", "Q2_0+keep" ...
+    if (o->ste_keep_scales && !o->ste_type) return bn_err(err, errlen, "keep-scales needs --ste-type");
+    snprintf(ste_tag, sizeof ste_tag, "%s%s", o->ste_type ? o->ste_type : "", o->ste_keep_scales ? "+keep" : "");
+    bn_rng_seed(&run->pos.rng, o->seed + 1);
+    if ((o->resume_path ? run_resume(run, ste_tag, err, errlen) : run_fresh(run, err, errlen)) != 0) return -1;
+    const bn_lora *l = run->l;
     if (!o->quiet)
         fprintf(stderr, "ftpo-train: %d train rows, %d held out, %d LoRA tensors, %lld params (r %d, alpha %g), "
-                "%lld steps (warmup %lld), batch %d x %d%s\n", n_train, rows->n_rows - n_train, l->n_tensors,
-                (long long)l->n_params, l->r, l->alpha, (long long)S, (long long)W, o->batch, o->grad_accum,
-                o->resume_path ? ", resumed" : "");
+                "%lld steps (warmup %lld), batch %d x %d%s\n", run->n_train, run->rows->n_rows - run->n_train,
+                l->n_tensors, (long long)l->n_params, l->r, l->alpha, (long long)run->S, (long long)run->W, o->batch,
+                o->grad_accum, o->resume_path ? ", resumed" : "");
     if (!o->quiet && o->ste_type)
         fprintf(stderr, "ftpo-train: STE through %s: forward on deq(Q(W0 + s·B·A))%s, reference = the %s base\n",
                 o->ste_type, o->ste_keep_scales ? " with the base's block scales" : "", o->ste_type);
+    snprintf(run->pos.ste, sizeof run->pos.ste, "%s", ste_tag);
+    return 0;
+}
 
-    snprintf(pos.ste, sizeof pos.ste, "%s", ste_tag);
-    // STE: reference = the quantized base; policy = the quantized model with W_eff for the adapted weights
-    bn_model *m_q = NULL, *m_ste = NULL;
+// run_models: the STE models (reference = the quantized base; policy = the quantized model with W_eff for the adapted
+// weights), the tether, the reference cache and the log; 0 or -1 (err).
+static int run_models(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    const bn_model *m = run->m;
     if (o->ste_type) {
-        if (o->dropout > 0) { bn_err(err, errlen, "--ste-type needs LoRA dropout 0"); goto fail; }
-        if (!(m_q = bn_requant_model(m, o->ste_type, err, errlen)) || !(m_ste = bn_requant_model(m, o->ste_type, err, errlen)))
-            goto fail;
-        if (o->ste_keep_scales) bn_requant_model_keep_scales(m_ste);
-        l->ste = true;
-        if (bn_requant_model_apply_lora(m_ste, m, l, err, errlen)) goto fail;
+        if (o->dropout > 0) return bn_err(err, errlen, "--ste-type needs LoRA dropout 0");
+        if (!(run->m_q = bn_requant_model(m, o->ste_type, err, errlen)) ||
+            !(run->m_ste = bn_requant_model(m, o->ste_type, err, errlen)))
+            return -1;
+        if (o->ste_keep_scales) bn_requant_model_keep_scales(run->m_ste);
+        run->l->ste = true;
+        if (bn_requant_model_apply_lora(run->m_ste, m, run->l, err, errlen)) return -1;
     }
-    const bn_model *m_pol = m_ste ? m_ste : m;
+    run->m_pol = run->m_ste ? run->m_ste : m;
     int trc;
-    bn_tether *teth = bn_tether_new(o->tether_tokens, o->n_tether_tokens, o->lambda_tether, o->tether_ctx,
-                                     o->tether_batch, o->tether_cache_mb, o->seed, &trc, err, errlen);
-    if (trc) goto fail;
-    if (teth && !o->quiet) {
+    run->teth = bn_tether_new(o->tether_tokens, o->n_tether_tokens, o->lambda_tether, o->tether_ctx, o->tether_batch,
+                              o->tether_cache_mb, o->seed, &trc, err, errlen);
+    if (trc) return -1;
+    if (run->teth && !o->quiet) {
         int tb, tc, tn;
-        bn_tether_windows(teth, &tb, &tc, &tn);
+        bn_tether_windows(run->teth, &tb, &tc, &tn);
         fprintf(stderr, "ftpo-train: tether λ %g: KL(reference ‖ policy) over %d windows of %d tokens per step "
                 "(%d windows of plain text)\n", o->lambda_tether, tb, tc, tn);
     }
-    data_t d = {.m = m_q ? m_q : m, .m_pol = m_pol, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, V), .V = V};
-    FILE *logf = NULL;
-    if (o->log_jsonl && !(logf = fopen(o->log_jsonl, pos.step > 0 ? "a" : "w"))) {
-        bn_err(err, errlen, "cannot open log %s", o->log_jsonl);
-        bn_ftpo_refcache_free(d.ref);
-        bn_tether_free(teth);
-        goto fail;
-    }
-    int *order = xmalloc(sizeof(int) * n_train);
-    float **z = xcalloc((size_t)o->batch, sizeof(float *));
-    float **dz = xcalloc((size_t)o->batch, sizeof(float *));
-    for (int b = 0; b < o->batch; b++) { z[b] = xmalloc(sizeof(float) * V); dz[b] = xmalloc(sizeof(float) * V); }
-    bn_train_graph **graphs = xcalloc((size_t)o->batch, sizeof(bn_train_graph *));
-    bn_ftpo_row *frows = xcalloc((size_t)o->batch, sizeof(bn_ftpo_row));
-    int win_cap = o->log_window < 1 ? 1 : (o->log_window > BN_TRAIN_WIN_MAX ? BN_TRAIN_WIN_MAX : o->log_window);
-    double *win_hist = pos.win; // in the checkpoint, so a resumed run keeps its running mean
-    int64_t steps_this_run = 0;
-    bool stop = false;
-    int rc = -1;
+    run->d = (data_t){.m = run->m_q ? run->m_q : m, .m_pol = run->m_pol, .rows = run->rows,
+                      .ref = bn_ftpo_refcache_new(run->rows->n_rows, run->V), .V = run->V};
+    if (o->log_jsonl && !(run->logf = fopen(o->log_jsonl, run->pos.step > 0 ? "a" : "w")))
+        return bn_err(err, errlen, "cannot open log %s", o->log_jsonl);
+    return 0;
+}
 
-    for (; pos.epoch < o->epochs && !stop; pos.epoch++, pos.data_pos = 0) {
-        epoch_order(train_idx, n_train, o->seed, pos.epoch, order);
-        while (pos.data_pos < n_train && !stop) {
-            double t0 = bn_time_ms();
-            bn_lora_zero_grad(l);
-            double loss_sum = 0, pref_sum = 0, nt_sum = 0, t_sum = 0, win_sum = 0, margin_sum = 0, delta_sum = 0;
-            int n_micro = 0, n_rows_step = 0;
-            for (int micro = 0; micro < o->grad_accum && pos.data_pos < n_train; micro++) {
-                int nb = n_train - (int)pos.data_pos < o->batch ? n_train - (int)pos.data_pos : o->batch;
-                for (int b = 0; b < nb; b++) {
-                    int ri = order[pos.data_pos + b];
-                    const bn_train_row *r = &rows->rows[ri];
-                    const float *zr = ref_logits(&d, ri, err, errlen);
-                    if (!zr) goto fail_loop;
-                    graphs[b] = bn_train_forward(m_pol, l, r->ctx, r->n_ctx, &pos.rng, z[b], err, errlen);
-                    if (!graphs[b]) goto fail_loop;
-                    frows[b] = (bn_ftpo_row){z[b], zr, r->rejected, r->chosen, r->n_chosen};
-                }
-                bn_ftpo_metrics mt;
-                double loss = bn_ftpo_loss(&o->loss, frows, nb, V, dz, &mt);
-                for (int b = 0; b < nb; b++) {
-                    int brc = bn_train_backward(graphs[b], dz[b], err, errlen);
-                    bn_train_graph_free(graphs[b]);
-                    graphs[b] = NULL;
-                    if (brc) goto fail_loop;
-                }
-                loss_sum += loss; pref_sum += mt.pref; nt_sum += mt.nt; t_sum += mt.t;
-                win_sum += mt.chosen_win; margin_sum += mt.margin_win; delta_sum += mt.mean_delta;
-                n_micro++;
-                n_rows_step += nb;
-                pos.data_pos += nb;
-            }
-            // mean of the micro-batch losses' gradients (HF scales each micro-batch loss by 1/GA)
-            bn_grad_scale(l->grads, l->n_params, 1.0f / (float)n_micro);
-            double tkl = 0;
-            if (teth && bn_tether_step(teth, d.m, m_pol, l, pos.step, &tkl, err, errlen)) goto fail_loop;
-            double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
-            double lr_k = bn_sched_lr(o->lr, pos.step, S, W);
-            bn_adamw_step(opt, &o->adam, (float)lr_k, l->params, l->grads);
-            if (m_ste && bn_requant_model_apply_lora(m_ste, m, l, err, errlen)) goto fail_loop;
-            pos.step++;
-            steps_this_run++;
-            double step_win = win_sum / n_micro, step_loss = loss_sum / n_micro;
-            win_hist[(pos.step - 1) % win_cap] = step_win;
-            int n_hist = pos.step < win_cap ? (int)pos.step : win_cap;
-            double avg = 0;
-            for (int i = 0; i < n_hist; i++) avg += win_hist[i];
-            avg /= n_hist;
-            if (res->steps == 0) { res->first_loss = step_loss; res->first_chosen_win = step_win; res->first_tether = tkl; }
-            res->last_tether = tkl;
-            res->steps = pos.step;
-            res->last_loss = step_loss;
-            res->last_chosen_win = step_win;
-            res->chosen_win_avg = avg;
-            double ms = bn_time_ms() - t0;
-            if (!o->quiet)
-                fprintf(stderr, "step %lld/%lld epoch %lld lr %.3g loss %.5f pref %.5f nt %.3g t %.3g chosen_win %.3f "
-                        "(avg%d %.3f) margin_win %.3f mean_delta %.3f tether %.4g grad_norm %.4g rows %d %.1fs\n",
-                        (long long)pos.step, (long long)S, (long long)pos.epoch + 1, lr_k, step_loss, pref_sum / n_micro,
-                        nt_sum / n_micro, t_sum / n_micro, step_win, n_hist, avg, margin_sum / n_micro, delta_sum / n_micro,
-                        tkl, gnorm, n_rows_step, ms / 1000);
-            if (logf) {
-                fprintf(logf, "{\"step\":%lld,\"epoch\":%lld,\"lr\":%.6g,\"loss\":%.6g,\"pref_loss\":%.6g,\"mse_elem\":%.6g,"
-                        "\"mse_tgt_tokenwise\":%.6g,\"chosen_win\":%.6g,\"chosen_win_avg\":%.6g,\"margin_win\":%.6g,"
-                        "\"mean_delta\":%.6g,\"tether_kl\":%.6g,\"grad_norm\":%.6g,\"rows\":%d,\"seconds\":%.3f}\n",
-                        (long long)pos.step, (long long)pos.epoch + 1, lr_k, step_loss, pref_sum / n_micro, nt_sum / n_micro,
-                        t_sum / n_micro, step_win, avg, margin_sum / n_micro, delta_sum / n_micro, tkl, gnorm, n_rows_step,
-                        ms / 1000);
-                fflush(logf);
-            }
-            if (o->early_stop > 0 && n_hist == win_cap && avg >= o->early_stop) { // full window only
-                res->early_stopped = true;
-                stop = true;
-                if (!o->quiet) fprintf(stderr, "early stop: running chosen_win %.3f >= %.3f\n", avg, o->early_stop);
-            }
-            if (o->max_steps > 0 && steps_this_run >= o->max_steps) stop = true;
-            if (g_stop_requested) {
-                g_stop_requested = 0;
-                res->interrupted = true;
-                stop = true;
-                if (!o->quiet) fprintf(stderr, "interrupted after step %lld%s%s\n", (long long)pos.step,
-                                       o->ckpt_path ? ": checkpoint " : "", o->ckpt_path ? o->ckpt_path : "");
-            }
-            bool at_epoch_end = pos.data_pos >= n_train;
-            if (o->ckpt_path && ((o->save_every > 0 && pos.step % o->save_every == 0) || stop || at_epoch_end)) {
-                bn_train_pos save = pos;
-                if (at_epoch_end && !stop) { save.epoch++; save.data_pos = 0; }
-                if (bn_checkpoint_save(o->ckpt_path, l, opt, &save, err, errlen)) goto fail_loop;
-            }
-        }
-        if (o->eval_each_epoch && pos.data_pos >= n_train) {
-            bn_ftpo_eval_result tr, ho;
-            if (eval_set(&d, &o->loss, l, 0, &tr, err, errlen) || eval_set(&d, &o->loss, l, 1, &ho, err, errlen)) goto fail_loop;
-            if (!o->quiet) {
-                fprintf(stderr, "epoch %lld eval: chosen_win train %.3f (%d rows)", (long long)pos.epoch + 1, tr.chosen_win, tr.n_rows);
-                if (ho.n_rows) fprintf(stderr, ", held-out %.3f (%d rows)", ho.chosen_win, ho.n_rows);
-                fputc('\n', stderr);
-            }
-            if (logf) fprintf(logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
-                              (long long)pos.epoch + 1, tr.chosen_win, ho.n_rows ? ho.chosen_win : -1.0);
-        }
+// run_buffers: the per-batch buffers and the running window's length.
+static void run_buffers(train_run *run) {
+    const bn_ftpo_train_opts *o = run->o;
+    run->order = xmalloc(sizeof(int) * run->n_train);
+    run->z = xcalloc((size_t)o->batch, sizeof(float *));
+    run->dz = xcalloc((size_t)o->batch, sizeof(float *));
+    for (int b = 0; b < o->batch; b++) {
+        run->z[b] = xmalloc(sizeof(float) * run->V);
+        run->dz[b] = xmalloc(sizeof(float) * run->V);
+    }
+    run->graphs = xcalloc((size_t)o->batch, sizeof(bn_train_graph *));
+    run->frows = xcalloc((size_t)o->batch, sizeof(bn_ftpo_row));
+    run->win_cap = o->log_window < 1 ? 1 : (o->log_window > BN_TRAIN_WIN_MAX ? BN_TRAIN_WIN_MAX : o->log_window);
+    run->run_end = o->max_steps > 0 && run->pos.step + o->max_steps < run->S ? run->pos.step + o->max_steps : run->S;
+    run->t_run = bn_time_ms();
+}
+
+// The sums over one step's micro-batches.
+typedef struct {
+    double loss, pref, nt, t, win, margin, delta;
+    int n_micro, n_rows;
+} step_sums;
+
+// run_micro: one micro-batch (the next rows of the epoch's order): forward, FTPO loss, backward into the adapter's
+// gradients, its metrics added to sum; 0 or -1 (err).
+static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    bn_train_pos *pos = &run->pos;
+    int nb = run->n_train - (int)pos->data_pos < o->batch ? run->n_train - (int)pos->data_pos : o->batch;
+    for (int b = 0; b < nb; b++) {
+        int ri = run->order[pos->data_pos + b];
+        const bn_train_row *r = &run->rows->rows[ri];
+        const float *zr = ref_logits(&run->d, ri, err, errlen);
+        if (!zr) return -1;
+        run->graphs[b] = bn_train_forward(run->m_pol, run->l, r->ctx, r->n_ctx, &pos->rng, run->z[b], err, errlen);
+        if (!run->graphs[b]) return -1;
+        run->frows[b] = (bn_ftpo_row){run->z[b], zr, r->rejected, r->chosen, r->n_chosen};
+    }
+    bn_ftpo_metrics mt;
+    double loss = bn_ftpo_loss(&o->loss, run->frows, nb, run->V, run->dz, &mt);
+    for (int b = 0; b < nb; b++) {
+        int brc = bn_train_backward(run->graphs[b], run->dz[b], err, errlen);
+        bn_train_graph_free(run->graphs[b]);
+        run->graphs[b] = NULL;
+        if (brc) return -1;
+    }
+    sum->loss += loss; sum->pref += mt.pref; sum->nt += mt.nt; sum->t += mt.t;
+    sum->win += mt.chosen_win; sum->margin += mt.margin_win; sum->delta += mt.mean_delta;
+    sum->n_micro++;
+    sum->n_rows += nb;
+    pos->data_pos += nb;
+    return 0;
+}
+
+// run_report: the step's line on stderr and in the log, the result's running figures; returns the running mean of
+// chosen_win over the window (n_hist steps of it filled).
+static double run_report(train_run *run, const step_sums *sum, double tkl, double gnorm, double lr_k, double ms,
+                         bn_ftpo_train_result *res, int *n_hist_out) {
+    const bn_ftpo_train_opts *o = run->o;
+    const bn_train_pos *pos = &run->pos;
+    const int n_micro = sum->n_micro;
+    double *win_hist = run->pos.win; // in the checkpoint, so a resumed run keeps its running mean
+    double step_win = sum->win / n_micro, step_loss = sum->loss / n_micro;
+    win_hist[(pos->step - 1) % run->win_cap] = step_win;
+    int n_hist = pos->step < run->win_cap ? (int)pos->step : run->win_cap;
+    double avg = 0;
+    for (int i = 0; i < n_hist; i++) avg += win_hist[i];
+    avg /= n_hist;
+    if (res->steps == 0) { res->first_loss = step_loss; res->first_chosen_win = step_win; res->first_tether = tkl; }
+    res->last_tether = tkl;
+    res->steps = pos->step;
+    res->last_loss = step_loss;
+    res->last_chosen_win = step_win;
+    res->chosen_win_avg = avg;
+    char eta[48];
+    bn_eta_text(eta, sizeof eta, (bn_time_ms() - run->t_run) / 1e3, (double)run->steps_this_run,
+                (double)(run->steps_this_run + run->run_end - pos->step));
+    if (!o->quiet)
+        fprintf(stderr, "step %lld/%lld epoch %lld lr %.3g loss %.5f pref %.5f nt %.3g t %.3g chosen_win %.3f "
+                "(avg%d %.3f) margin_win %.3f mean_delta %.3f tether %.4g grad_norm %.4g rows %d %.1fs%s%s\n",
+                (long long)pos->step, (long long)run->S, (long long)pos->epoch + 1, lr_k, step_loss,
+                sum->pref / n_micro, sum->nt / n_micro, sum->t / n_micro, step_win, n_hist, avg, sum->margin / n_micro,
+                sum->delta / n_micro, tkl, gnorm, sum->n_rows, ms / 1000, eta[0] ? " " : "", eta);
+    if (run->logf) {
+        fprintf(run->logf, "{\"step\":%lld,\"epoch\":%lld,\"lr\":%.6g,\"loss\":%.6g,\"pref_loss\":%.6g,"
+                "\"mse_elem\":%.6g,\"mse_tgt_tokenwise\":%.6g,\"chosen_win\":%.6g,\"chosen_win_avg\":%.6g,"
+                "\"margin_win\":%.6g,\"mean_delta\":%.6g,\"tether_kl\":%.6g,\"grad_norm\":%.6g,\"rows\":%d,"
+                "\"seconds\":%.3f}\n", (long long)pos->step, (long long)pos->epoch + 1, lr_k, step_loss,
+                sum->pref / n_micro, sum->nt / n_micro, sum->t / n_micro, step_win, avg, sum->margin / n_micro,
+                sum->delta / n_micro, tkl, gnorm, sum->n_rows, ms / 1000);
+        fflush(run->logf);
+    }
+    *n_hist_out = n_hist;
+    return avg;
+}
+
+// run_stops: whether the run stops after this step (early stop on a full window's running chosen_win avg, max_steps,
+// an interrupt), noted in res.
+static bool run_stops(train_run *run, double avg, int n_hist, bn_ftpo_train_result *res) {
+    const bn_ftpo_train_opts *o = run->o;
+    bool stop = false;
+    if (o->early_stop > 0 && n_hist == run->win_cap && avg >= o->early_stop) { // full window only
+        res->early_stopped = true;
+        stop = true;
+        if (!o->quiet) fprintf(stderr, "early stop: running chosen_win %.3f >= %.3f\n", avg, o->early_stop);
+    }
+    if (o->max_steps > 0 && run->steps_this_run >= o->max_steps) stop = true;
+    if (g_stop_requested) {
+        g_stop_requested = 0;
+        res->interrupted = true;
+        stop = true;
+        if (!o->quiet) fprintf(stderr, "interrupted after step %lld%s%s\n", (long long)run->pos.step,
+                               o->ckpt_path ? ": checkpoint " : "", o->ckpt_path ? o->ckpt_path : "");
+    }
+    return stop;
+}
+
+// run_step: one optimizer step (grad_accum micro-batches, tether, clipping, AdamW, the STE weights), its report and
+// checkpoint; *stop set when the run ends after it. 0 or -1 (err).
+static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    bn_train_pos *pos = &run->pos;
+    bn_lora *l = run->l;
+    double t0 = bn_time_ms();
+    bn_lora_zero_grad(l);
+    step_sums sum = {0};
+    for (int micro = 0; micro < o->grad_accum && pos->data_pos < run->n_train; micro++)
+        if (run_micro(run, &sum, err, errlen)) return -1;
+    // mean of the micro-batch losses' gradients (HF scales each micro-batch loss by 1/GA)
+    bn_grad_scale(l->grads, l->n_params, 1.0f / (float)sum.n_micro);
+    double tkl = 0;
+    if (run->teth && bn_tether_step(run->teth, run->d.m, run->m_pol, l, pos->step, &tkl, err, errlen)) return -1;
+    double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
+    double lr_k = bn_sched_lr(o->lr, pos->step, run->S, run->W);
+    bn_adamw_step(run->opt, &o->adam, (float)lr_k, l->params, l->grads);
+    if (run->m_ste && bn_requant_model_apply_lora(run->m_ste, run->m, l, err, errlen)) return -1;
+    pos->step++;
+    run->steps_this_run++;
+    int n_hist;
+    double avg = run_report(run, &sum, tkl, gnorm, lr_k, bn_time_ms() - t0, res, &n_hist);
+    *stop = run_stops(run, avg, n_hist, res);
+    bool at_epoch_end = pos->data_pos >= run->n_train;
+    if (o->ckpt_path && ((o->save_every > 0 && pos->step % o->save_every == 0) || *stop || at_epoch_end)) {
+        bn_train_pos save = *pos;
+        if (at_epoch_end && !*stop) { save.epoch++; save.data_pos = 0; }
+        if (bn_checkpoint_save(o->ckpt_path, l, run->opt, &save, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+// run_epoch_eval: the end-of-epoch no-grad chosen_win on the train and held-out rows (stderr and the log); 0 or -1.
+static int run_epoch_eval(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    bn_ftpo_eval_result tr, ho;
+    if (eval_set(&run->d, &o->loss, run->l, 0, &tr, err, errlen) ||
+        eval_set(&run->d, &o->loss, run->l, 1, &ho, err, errlen))
+        return -1;
+    long long epoch = (long long)run->pos.epoch + 1;
+    if (!o->quiet) {
+        fprintf(stderr, "epoch %lld eval: chosen_win train %.3f (%d rows)", epoch, tr.chosen_win, tr.n_rows);
+        if (ho.n_rows) fprintf(stderr, ", held-out %.3f (%d rows)", ho.chosen_win, ho.n_rows);
+        fputc('\n', stderr);
+    }
+    if (run->logf) fprintf(run->logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
+                           epoch, tr.chosen_win, ho.n_rows ? ho.chosen_win : -1.0);
+    return 0;
+}
+
+// run_epochs: the epochs from the run's position on, until the schedule ends or a step stops the run; 0 or -1.
+static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    bn_train_pos *pos = &run->pos;
+    bool stop = false;
+    for (; pos->epoch < o->epochs && !stop; pos->epoch++, pos->data_pos = 0) {
+        epoch_order(run->train_idx, run->n_train, o->seed, pos->epoch, run->order);
+        while (pos->data_pos < run->n_train && !stop)
+            if (run_step(run, res, &stop, err, errlen)) return -1;
+        if (o->eval_each_epoch && pos->data_pos >= run->n_train && run_epoch_eval(run, err, errlen)) return -1;
         if (stop) break;
     }
-    res->total_steps = S;
-    if (o->out_adapter && bn_lora_save_gguf(l, o->out_adapter, err, errlen)) goto fail_loop;
-    rc = 0;
-fail_loop:
-    for (int b = 0; b < o->batch; b++) { bn_train_graph_free(graphs[b]); free(z[b]); free(dz[b]); }
-    free(graphs); free(z); free(dz); free(frows); free(order);
-    if (logf) fclose(logf);
-    bn_ftpo_refcache_free(d.ref);
-    bn_tether_free(teth);
-    bn_requant_model_free(m_q);
-    bn_requant_model_free(m_ste);
-    bn_lora_free(l);
-    bn_adamw_free(opt);
-    free(train_idx);
+    return 0;
+}
+
+int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
+                  bn_ftpo_train_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    train_run run = {.o = o, .m = m, .rows = rows, .V = m->cfg.n_vocab};
+    int rc = -1;
+    if (run_rows(&run, err, errlen) == 0 && run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0) {
+        run_buffers(&run);
+        if (run_epochs(&run, res, err, errlen) == 0) {
+            res->total_steps = run.S;
+            rc = o->out_adapter && bn_lora_save_gguf(run.l, o->out_adapter, err, errlen) ? -1 : 0;
+        }
+    }
+    run_free(&run);
     return rc;
-fail:
-    bn_requant_model_free(m_q);
-    bn_requant_model_free(m_ste);
-    bn_lora_free(l);
-    bn_adamw_free(opt);
-    free(train_idx);
-    return -1;
 }

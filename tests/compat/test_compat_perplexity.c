@@ -43,7 +43,8 @@ static void run_preset(const char *preset, const char *dir) {
     int32_t bos = 1; // any id: checks that the first token of every chunk is replaced
 
     bn_ppl_result r;
-    rc = bn_perplexity(m, toks, n_tok, N_CTX, -1, bos, 1, NULL, &r, err, sizeof err);
+    bn_engine *eng = bn_engine_cpu_new(m, 1);
+    rc = bn_perplexity(eng, toks, n_tok, N_CTX, -1, bos, NULL, &r, err, sizeof err);
     CHECK(rc == 0, "bn_perplexity: %s", err);
     CHECK(r.n_chunk == N_CHUNK && r.count == N_CHUNK * (N_CTX / 2 - 1), "chunks %d count %d", r.n_chunk, r.count);
 
@@ -79,12 +80,13 @@ static void run_preset(const char *preset, const char *dir) {
                fabs(ln_ours - ln_ref), TOL_REF);
         CHECK(fabs(ln_ours - ln_ref) <= TOL_REF, "%s: ln PPL %.6f vs llama.cpp logits %.6f", preset, ln_ours, ln_ref);
     }
-    rc = bn_perplexity(m, toks, 2 * N_CTX - 1, N_CTX, -1, -1, 1, NULL, &r, err, sizeof err);
+    rc = bn_perplexity(eng, toks, 2 * N_CTX - 1, N_CTX, -1, -1, NULL, &r, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "at least"), "too few tokens must be refused (rc %d, '%s')", rc, err);
 #ifdef HAVE_LLAMA_REF
     llama_ref_free(ref);
 #endif
     bn_state_free(st);
+    bn_engine_free(eng);
     free(logits);
     free(toks);
     bn_model_free(m);

@@ -5,7 +5,7 @@
 //
 // In the suite (any compiler) test convert_fuzz_replay runs it without libFuzzer: tests/fuzz_replay.c feeds it the seed
 // corpus and fixed-seed mutants of it.
-// Build and run (clang with libFuzzer; see tests/detect/fuzz_lines.c for the build directory):
+// Build and run (clang with libFuzzer; see tests/records/fuzz_lines.c for the build directory):
 //   ninja -C build-fuzz tests/convert/fuzz_safetensors
 //   mkdir -p /tmp/st-corpus && ./build-fuzz/tests/convert/fuzz_safetensors -max_total_time=120 /tmp/st-corpus tests/convert/corpus
 #include "convert/safetensors.h"

@@ -456,7 +456,7 @@ extern "C" int ek_half(float *f, uint16_t *back, const float *x, uint16_t *rn, i
 
 extern "C" int ek_grid3d(uint32_t *out, int n, char *err, size_t errlen) {
     dim3 grid(3, 2, 2), block(32, 2, 2);
-    if (n != 3 * 2 * 2 * 32 * 2 * 2) return bn_cuda_fail(err, errlen, "size", "ek_grid3d n", __FILE__, __LINE__);
+    if (n != 3 * 2 * 2 * 32 * 2 * 2) return bn_cu_fail(err, errlen, "size", "ek_grid3d n", __FILE__, __LINE__);
     DevBuf<uint32_t> dout;
     TRY(cudaMalloc(&dout.p, sizeof(uint32_t) * n));
     BN_LAUNCH(k_grid3d, grid, block, 0, 0, dout.p);
@@ -654,7 +654,7 @@ extern "C" int ek_shift(const float *x, float *out, int barrier, char *err, size
 extern "C" int ek_bad(int which, char *err, size_t errlen) {
 #ifndef BONSAI_CUDA_EMU
     (void)which;
-    return bn_cuda_fail(err, errlen, "broken kernels run only in the emulator", "ek_bad", __FILE__, __LINE__);
+    return bn_cu_fail(err, errlen, "broken kernels run only in the emulator", "ek_bad", __FILE__, __LINE__);
 #else
     DevBuf<float> dout;
     TRY(cudaMalloc(&dout.p, sizeof(float) * 4096));

@@ -15,7 +15,7 @@
 // the fused Q8 producers (norms / SwiGLU / gated norm writing the next matmul's int8 activations) == the unfused
 // path (BONSAI_CUDA_FUSE=0) bit for bit, with the launches per decode step counted in the emulator.
 #include "tests/test.h"
-#include "tests/model/tiny.h"
+#include "tests/core/tiny.h"
 #include "tests/cuda/compare.h"
 #include "core/engine.h"
 #include "core/forward.h"
@@ -141,7 +141,7 @@ static void close_model(bn_model *m, bn_cuda_model *cm) {
 //           Quantized: both round the activations to int8 per 32 (CPU: ggml-cpu's Q8_0 rule, 127/amax
 //           ties-to-even; CUDA: ggml-cuda's Q8_1 rule, roundf(x/(amax/127))), so single int8 flips
 //           remain (measured Q8_0 2e-6, Q2_0 4e-6, Q1_0 3e-3).
-//  prefill: 17 tokens at once. Since session 6 bn_cu_matmul routes nb <= 32 to the mmvq kernels (Q8
+//  prefill: 17 tokens at once. bn_cu_matmul routes nb <= 32 to the mmvq kernels (Q8
 //           activations for quantized weights, fp32 for float ones: the step's precision), so the reference
 //           is the CPU on the same model: measured Q8_0 2.1e-6, Q1_0 1.7e-6, Q2_0 2.1e-6, F32 2.2e-5, F16
 //           2.1e-5. With the routing built back at 8 (-DBN_CU_MMVQ_MAX_NB=8) the prefill takes the fp16 GEMM
@@ -149,7 +149,7 @@ static void close_model(bn_model *m, bn_cuda_model *cm) {
 //           quantized reference is the CPU on the dequantized F32 copy (the CPU's int8 activations would
 //           otherwise dominate: ~0.3-1.4 on these tiny random models): measured F16 0.013, quantized
 //           0.09-0.12. The table's bounds are for that build; where the prefill takes the mmvq path (the
-//           default), run_case tightens prefill and continuation to MMVQ_TOL (session 17, emulator: Q1_0
+//           default), run_case tightens prefill and continuation to MMVQ_TOL (emulator: Q1_0
 //           prefill 3.2e-3 from int8 flips, everything else <= 3e-6).
 //  continuation: 24 decode steps after that prefill vs the CPU's prefill + decode on the same model.
 //           Float: as step. Quantized, fp16 GEMM prefill: the prefill's fp16 activations vs the CPU's int8
@@ -1380,7 +1380,7 @@ int main(int argc, char **argv) {
         {"tiny", "Q8_0", 1e-2, 0.2, 2.0},
         {"tiny", "Q1_0", 1e-2, 0.2, 2.0},
         {"tiny", "Q2_0", 1e-2, 0.2, 2.0},
-        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs (tests/model/tiny.h)
+        {"llama", "F32", 1e-4, 1e-4, 1e-4}, // rope on adjacent pairs (tests/core/tiny.h)
         {"qwen2", "F32", 1e-4, 1e-4, 1e-4}, // q/k/v biases
     };
     for (size_t i = 0; i < sizeof float_cases / sizeof float_cases[0]; i++)

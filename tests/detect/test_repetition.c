@@ -3,7 +3,7 @@
 // comments next to each case (exact integers; no tolerance needed).
 #include "tests/test.h"
 #include "detect/repetition.h"
-#include "base/utext.h"
+#include "base/unicode.h"
 #include "base/util.h"
 #include <string.h>
 

@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
-# tests/e2e/test_cli_args.sh — every numeric option of every tool refuses junk: a value that is not a number, has
-# trailing junk, is NaN or infinite, or overflows a double must end the tool with exit 1 and a message that names the option
-# and the value ("OPT: 'VALUE' is not an integer in LO..HI"), before any work; never a crash or a silent 0 (atoi).
-# Each option must also appear in the tool's --help text (a renamed option shows up here). bonsai-bench's list
-# options (-p 1,2,...) are checked to refuse junk too; --help and an unknown option are checked for every tool, and
-# every numeric option given last without a value.
+# tests/e2e/test_cli_args.sh — the command-line layer of every tool (base/args.h):
+#  - every numeric option refuses junk: a value with trailing junk or NaN ends the tool with exit 1 and a message that
+#    names the option and the value ("OPT: 'VALUE' is not an integer (expected LO..HI)"), before any work; never a
+#    crash or a silent 0 (atoi). (The parser's other refusals, "", "abc", infinities, overflow, a leading space, are
+#    checked once in tests/base/test_args.c: every table entry goes through it.) Each option must appear in the tool's
+#    --help (a renamed option shows up here), and given last without a value it is refused too;
+#  - --help prints the usage on stdout and exits 0, --version prints "bonsai-<tool> version V (COMMIT)", an unknown
+#    option is named; bonsai-bench's list options (-p 1,2,...) refuse junk;
+#  - --help lists only the tool's own options (mining has no penalty options; they are bonsai-eval-loops');
+#  - llama.cpp's habits: -ngl 99 without a GPU runs (on the CPU, with a warning); long and short spellings of an
+#    option give the same output; a long run prints plain progress lines when stderr is not a terminal
+#    (BONSAI_PROGRESS_INTERVAL=0 makes every update due), none with --no-progress.
 B="${BONSAI_BUILD_ROOT:-build}/tools"
+S="${BONSAI_SOURCE_ROOT:-.}"
 [ -x "$B/bonsai-run" ] || { echo "SKIP: tools not built in $B"; exit 77; }
 T=$(mktemp -d /tmp/bonsai-test-cli-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0 checks=0
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
-JUNK=("abc" "" "12x" "nan" "1e400")
+JUNK=("12x" "nan")
 MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
-  --top-p --min-p --seed --n-predict --n-probs --ctx -t --timeout --parallel --min-repeats --min-total-repeated
-  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl --repeat-last-n --repeat-penalty
-  --frequency-penalty --presence-penalty --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n"
+  --top-p --min-p --seed -s --n-predict -n --n-probs --ctx -c -t --timeout --parallel --min-repeats --min-total-repeated
+  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl"
+PENALTY_OPTS="--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --dry-multiplier --dry-base
+  --dry-allowed-length --dry-penalty-last-n"
 # tool | arguments before the option | numeric options
 CASES=(
-  "bonsai-run||-n --temp --top-k --top-p --min-p --seed -t -c -ngl --repeat-penalty --repeat-last-n
-    --frequency-penalty --presence-penalty --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n"
-  "bonsai-speculative||--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --dry-multiplier
-    --dry-base --dry-allowed-length --dry-penalty-last-n
-    --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t -ngl --temp
-    --top-k --top-p --min-p --seed"
+  "bonsai-run||-n --n-predict --temp --top-k --top-p --min-p --seed -s -t -c -ngl $PENALTY_OPTS"
+  "bonsai-speculative||$PENALTY_OPTS --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min --spec-snap-mem -n -c -t
+    -ngl --temp --top-k --top-p --min-p --seed"
   "bonsai-serve||--port -c -np -t --queue --max-body -ngl --spec-draft-n-max --spec-draft-n-min --spec-draft-p-min
     --spec-snap-mem"
-  "bonsai-perplexity||-c -b -t --chunks"
+  "bonsai-perplexity||-c -b -t --chunks -ngl"
   "bonsai-bench||-r"
-  "bonsai-quantize|in.gguf out.gguf Q1_0|--threads"
+  "bonsai-quantize|in.gguf out.gguf Q1_0|--threads -t"
   "bonsai-mkmodel|$T/x.gguf|--n-embd --n-layer --n-ff --n-head --n-head-kv --head-dim --n-rot --rope-base --norm-eps
     --ctx --ssm-d-state --ssm-n-group --ssm-dt-rank --ssm-conv-kernel --full-attn-interval --n-vocab --seed
     --logit-scale"
@@ -37,15 +42,17 @@ CASES=(
     --ctx --n-vocab --block-size --mask-token --markov-rank --min-log-snr --max-log-snr --snr-feat --seed
     --logit-scale --markov-scale"
   "bonsai-train-lm||--steps --ctx --batch --lr --warmup-ratio --weight-decay --max-grad-norm --seed --val-frac
-    --eval-every --eval-windows --save-every --max-steps --threads"
+    --eval-every --eval-windows --save-every --max-steps --threads --train-vocab"
   "bonsai-ftpo-train||--rank --alpha --dropout --seed --epochs --lr --batch --grad-accum --warmup-ratio --weight-decay
     --max-grad-norm --early-stop --log-window --max-steps --max-seq --eps --lambda-nt --lambda-t --tau-t --lambda-agg
-    --tau-agg --lambda-tether --tether-ctx --tether-batch --save-every -t --lora-scale"
+    --tau-agg --lambda-tether --tether-ctx --tether-batch --save-every -t -ngl --lora-scale"
   "bonsai-mine-pairs||--target-pairs --max-rows --headroom --rejected-strength --chosen-strength --max-rejected-share
     --top --heldout-share $MINE_OPTS"
-  "bonsai-eval-loops||$MINE_OPTS"
+  "bonsai-eval-loops||$MINE_OPTS $PENALTY_OPTS"
   "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
 )
+TOOLS="bench convert eval-loops ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips quantize run serve
+  speculative train-lm"
 
 for c in "${CASES[@]}"; do
   IFS='|' read -r -d '' tool pre opts <<< "$c" # -d '': the whole case, not its first line
@@ -53,7 +60,7 @@ for c in "${CASES[@]}"; do
   help=$("$B/$tool" --help 2>&1)
   for opt in $opts; do
     checks=$((checks + 1))
-    # the option is documented (as a word: "--ctx N", "-t N", "[--seed S]", "--temp,")
+    # the option is documented (as a word: "--ctx N", "-t, --threads N", "--temp,")
     grep -Eq -- "(^|[[ ,/])$opt([] ,=]|$)" <<< "$help" || bad "$tool: $opt is not in --help"
     for v in "${JUNK[@]}"; do
       checks=$((checks + 1))
@@ -71,25 +78,26 @@ for c in "${CASES[@]}"; do
     # shellcheck disable=SC2086
     timeout 20 "$B/$tool" $pre "$opt" > /dev/null 2> "$T/err"
     st=$?
-    [ $st -eq 1 ] && grep -qF -- "'$opt'" "$T/err" || bad "$tool $opt without a value: exit $st, $(head -c 200 "$T/err")"
+    [ $st -eq 1 ] && grep -qF -- "'$opt' needs a value" "$T/err" ||
+      bad "$tool $opt without a value: exit $st, $(head -c 200 "$T/err")"
   done
 done
-# --help: the usage on stdout and exit 0 (as llama.cpp's tools); an unknown option: exit 1 and a message naming it
-for tool in $(for c in "${CASES[@]}"; do echo "${c%%|*}"; done) bonsai-convert bonsai-gguf; do
-  checks=$((checks + 1))
+# --help: the usage on stdout and exit 0 (as llama.cpp's tools); --version; an unknown option: exit 1, named
+for t in $TOOLS; do
+  tool=bonsai-$t
+  checks=$((checks + 3))
   "$B/$tool" --help > "$T/out" 2> "$T/err"
   st=$?
-  [ $st -eq 0 ] && grep -q "usage" "$T/out" || bad "$tool --help: exit $st, $(wc -l < "$T/out") lines on stdout"
-  [ "$tool" = bonsai-gguf ] && continue # subcommands: bonsai-gguf --bogus is a bad subcommand (its usage, exit 1)
-  checks=$((checks + 1))
+  [ $st -eq 0 ] && grep -q "^usage: $tool" "$T/out" && grep -q -- "--version" "$T/out" ||
+    bad "$tool --help: exit $st, $(wc -l < "$T/out") lines on stdout"
+  "$B/$tool" --version > "$T/out" 2> "$T/err"
+  st=$?
+  [ $st -eq 0 ] && grep -Eq "^$tool version [0-9]+\.[0-9]+\.[0-9]+ \(([0-9a-f]{7,}|unknown)\)$" "$T/out" ||
+    bad "$tool --version: exit $st, '$(head -c 200 "$T/out")'"
   "$B/$tool" --no-such-option 1 > /dev/null 2> "$T/err"
   st=$?
-  [ $st -eq 1 ] && grep -qF -- "--no-such-option" "$T/err" || bad "$tool --no-such-option: exit $st, $(head -c 200 "$T/err")"
-  checks=$((checks + 1))
-  "$B/$tool" --no-such-option > /dev/null 2> "$T/err" # last: "unknown", not "needs a value"
-  st=$?
-  [ $st -eq 1 ] && grep -qF -- "unknown or incomplete option '--no-such-option'" "$T/err" ||
-    bad "$tool --no-such-option (last): exit $st, $(head -c 200 "$T/err")"
+  [ $st -ge 1 ] && grep -qF -- "unknown option '--no-such-option'" "$T/err" ||
+    bad "$tool --no-such-option: exit $st, $(head -c 200 "$T/err")"
 done
 # bonsai-bench's lists
 for opt in -p -n -t -ngl -npl -nv; do
@@ -98,13 +106,63 @@ for opt in -p -n -t -ngl -npl -nv; do
     timeout 20 "$B/bonsai-bench" "$opt" "$v" > /dev/null 2> "$T/err"
     st=$?
     # refused as a list, not the usage every run without -m ends in
-    [ $st -eq 1 ] && grep -qF -- "'$v'" "$T/err" || bad "bonsai-bench $opt '$v': exit $st, $(head -c 200 "$T/err")"
+    [ $st -eq 1 ] && grep -qF -- "$opt: '$v'" "$T/err" ||
+      bad "bonsai-bench $opt '$v': exit $st, $(head -c 200 "$T/err")"
   done
 done
+# --help lists a tool's own options only: mining's has no penalty options (bonsai-eval-loops'), eval-loops' has them,
+# bonsai-run's has no mining option
+checks=$((checks + 3))
+"$B/bonsai-mine-pairs" --help > "$T/out"
+grep -q -- "--repeat-penalty\|eval-loops only" "$T/out" && bad "bonsai-mine-pairs --help lists penalty options"
+"$B/bonsai-eval-loops" --help > "$T/out"
+grep -q -- "--dry-multiplier" "$T/out" || bad "bonsai-eval-loops --help lacks --dry-multiplier"
+"$B/bonsai-run" --help > "$T/out"
+grep -q -- "--prompts\|--regularise\|--spec-type" "$T/out" && bad "bonsai-run --help lists other tools' options"
 # mining refuses repetition penalties (they are for bonsai-eval-loops) before it reads anything
 checks=$((checks + 1))
 "$B/bonsai-mine-pairs" -m "$T/none.gguf" -p "$T/none.jsonl" -o "$T/p.jsonl" --repeat-penalty 1.1 > /dev/null 2> "$T/err"
 st=$?
 [ $st -eq 1 ] && grep -qF "bonsai-eval-loops" "$T/err" || bad "bonsai-mine-pairs --repeat-penalty: exit $st, $(head -c 200 "$T/err")"
+
+# -ngl 99 on a machine without a GPU: the run goes on, on the CPU (a one-line warning), as llama.cpp's tools do
+M="$S/data/bonsai-loop-1bit.gguf"
+checks=$((checks + 1))
+"$B/bonsai-run" -m "$M" -p "The" -n 4 --temp 0 -ngl 99 > "$T/out" 2> "$T/err"
+st=$?
+[ $st -eq 0 ] && [ -s "$T/out" ] || bad "bonsai-run -ngl 99: exit $st, $(head -c 300 "$T/err")"
+printf 'One two three four five six seven eight nine ten. %.0s' $(seq 40) > "$T/text.txt"
+checks=$((checks + 1))
+"$B/bonsai-perplexity" -m "$M" -f "$T/text.txt" -c 16 --chunks 2 -ngl 99 > "$T/out" 2> "$T/err"
+st=$?
+[ $st -eq 0 ] && grep -q "Final estimate: PPL" "$T/err" ||
+  bad "bonsai-perplexity -ngl 99: exit $st, $(tail -c 300 "$T/err")"
+checks=$((checks + 1))
+"$B/bonsai-ftpo-train" -ngl 99 > /dev/null 2> "$T/err"
+grep -qF "training runs on the CPU" "$T/err" || bad "bonsai-ftpo-train -ngl 99: no warning, $(head -c 200 "$T/err")"
+
+# long and short spellings of an option give the same output
+checks=$((checks + 2))
+"$B/bonsai-run" -m "$M" -p "Once" -n 6 -s 7 --temp 0.9 -t 1 -c 64 > "$T/short" 2> /dev/null
+"$B/bonsai-run" --model "$M" --prompt "Once" --n-predict 6 --seed 7 --temp 0.9 --threads 1 --ctx-size 64 \
+  > "$T/long" 2> /dev/null
+[ -s "$T/short" ] && cmp -s "$T/short" "$T/long" || bad "bonsai-run: short and long spellings differ"
+printf 'Once' > "$T/prompt.txt"
+"$B/bonsai-run" -m "$M" -f "$T/prompt.txt" -n 6 -s 7 --temp 0.9 -t 1 -c 64 > "$T/file" 2> /dev/null
+cmp -s "$T/short" "$T/file" || bad "bonsai-run: -f FILE differs from -p with the same text"
+
+# progress: plain lines when stderr is not a terminal (every update due with BONSAI_PROGRESS_INTERVAL=0), none with
+# --no-progress or BONSAI_PROGRESS=0
+checks=$((checks + 4))
+BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-mkmodel" "$T/m.gguf" 2> "$T/err" > /dev/null
+grep -Eq "^bonsai-mkmodel: [0-9.]+ [KMG]?i?B/[0-9.]+ [KMG]?i?B, [0-9]+ %, [0-9hms]+ elapsed" "$T/err" ||
+  bad "bonsai-mkmodel: no plain progress line on a non-terminal stderr: $(head -c 300 "$T/err")"
+BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-quantize" "$T/m.gguf" "$T/q.gguf" Q8_0 -q 2> "$T/err" > /dev/null
+grep -Eq "^bonsai-quantize: [0-9]+/[0-9]+ weights, [0-9]+ %" "$T/err" ||
+  bad "bonsai-quantize: no plain progress line: $(head -c 300 "$T/err")"
+BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-quantize" "$T/m.gguf" "$T/q.gguf" Q8_0 -q --no-progress 2> "$T/err" > /dev/null
+grep -q "weights, " "$T/err" && bad "bonsai-quantize --no-progress still prints progress: $(head -c 300 "$T/err")"
+BONSAI_PROGRESS=0 BONSAI_PROGRESS_INTERVAL=0 "$B/bonsai-quantize" "$T/m.gguf" "$T/q.gguf" Q8_0 -q 2> "$T/err" > /dev/null
+grep -q "weights, " "$T/err" && bad "bonsai-quantize with BONSAI_PROGRESS=0 still prints progress: $(head -c 300 "$T/err")"
 echo "test_cli_args: $checks checks, $fail failed"
 [ $fail -eq 0 ]

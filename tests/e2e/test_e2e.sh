@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/e2e/test_e2e.sh — the end-to-end antidoom pipeline on the shipped looping model (issue #8),
+# tests/e2e/test_e2e.sh — the end-to-end antidoom pipeline on the shipped looping model,
 # on a reduced budget: scripts/demo.sh with fewer prompts and shorter completions, fixed seeds.
 # Asserts (antidoom FP16 vs base FP16, greedy, held-out prompts):
 #   - the loop rate goes down by at least 25% relative (and the base model does loop: >= 25%);

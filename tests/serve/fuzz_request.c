@@ -1,8 +1,8 @@
 // tests/serve/fuzz_request.c — libFuzzer target for what bonsai-serve makes of a request body (serve/request.c): the
 // body parsed as the server parses it (jansson, duplicate keys refused), then
 //   - bn_parse_task_params on its "prompt" (/completion, /v1/completions), and
-//   - bn_chat_prompt_json on its "messages" in both chat templates (qwen35, qwen3), the rendered prompt then parsed
-//     as /v1/chat/completions does.
+//   - bn_chat_prompt_json on its "messages" in the three chat formats (qwen35, qwen3, chatml), the rendered prompt
+//     then parsed as /v1/chat/completions does.
 // Checked beyond "no crash / no sanitizer report", for every accepted request: a non-empty prompt of in-vocabulary
 // ids, at most BN_MAX_STOP non-empty stop strings, n_probs in 0..n_vocab, top_p / min_p in [0, 1], a finite
 // temperature, finite repetition penalties (repeat_penalty > 0, repeat_last_n >= -1), and a "generation_settings" object that jansson can write (a value it cannot encode used to drop the
@@ -80,9 +80,9 @@ static void task(json_t *body, json_t *prompt) {
 }
 
 // chat: the messages rendered in one template, then parsed as /v1/chat/completions does
-static void chat(json_t *body, const char *arch) {
+static void chat(json_t *body, bn_chat_format fmt) {
     char err[512];
-    char *prompt = bn_chat_prompt_json(arch, body, err, sizeof err);
+    char *prompt = bn_chat_prompt_json(fmt, body, err, sizeof err);
     if (!prompt) {
         must(err[0] != 0, "a refused chat request without a message");
         return;
@@ -100,8 +100,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!body) return 0;
     if (json_is_object(body)) {
         task(body, json_object_get(body, "prompt"));
-        chat(body, "qwen35");
-        chat(body, "qwen3");
+        chat(body, BN_CHAT_FORMAT_QWEN35);
+        chat(body, BN_CHAT_FORMAT_QWEN3);
+        chat(body, BN_CHAT_FORMAT_CHATML);
     } else {
         task(body, NULL); // refused: not an object
     }

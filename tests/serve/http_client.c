@@ -10,10 +10,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-static int connect_local(int port) {
+int http_timeout_s = 120;
+
+int http_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct timeval tv = {.tv_sec = 120};
+    struct timeval tv = {.tv_sec = http_timeout_s};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
@@ -43,17 +45,21 @@ static int send_head(int fd, const char *method, const char *path, size_t body_l
     return send_all(fd, head, (size_t)k);
 }
 
-// dechunk: decodes a chunked body in place; returns the new length.
-static size_t dechunk(char *b, size_t n) {
+// dechunk: decodes a chunked body in place; returns the new length; *complete: the last (empty) chunk was there.
+static size_t dechunk(char *b, size_t n, bool *complete) {
     size_t in = 0, out = 0;
+    *complete = false;
     while (in < n) {
         char *end;
         unsigned long sz = strtoul(b + in, &end, 16);
         char *crlf = strstr(b + in, "\r\n");
-        if (!crlf) break;
+        if (end == b + in || !crlf) break; // no chunk size there
         in = (size_t)(crlf - b) + 2;
-        (void)end;
-        if (sz == 0 || in + sz > n) break;
+        if (sz == 0) {
+            *complete = true;
+            break;
+        }
+        if (in + sz > n) break;
         memmove(b + out, b + in, sz);
         out += sz;
         in += sz + 2;
@@ -65,7 +71,7 @@ static size_t dechunk(char *b, size_t n) {
 int http_request(int port, const char *method, const char *path, const char *body, size_t body_len,
                  const char *extra_headers, http_resp *r) {
     memset(r, 0, sizeof *r);
-    int fd = connect_local(port);
+    int fd = http_connect(port);
     if (fd < 0) return -1;
     if (send_head(fd, method, path, body_len, extra_headers) != 0) {
         close(fd);
@@ -94,18 +100,19 @@ int http_request(int port, const char *method, const char *path, const char *bod
     memcpy(r->body, sep + 4, blen);
     r->body[blen] = 0;
     r->body_len = blen;
-    char te[64];
+    char te[64], cl[32];
     if (http_header(r, "Transfer-Encoding", te, sizeof te) && strcasecmp(te, "chunked") == 0)
-        r->body_len = dechunk(r->body, blen);
+        r->body_len = dechunk(r->body, blen, &r->complete);
+    else r->complete = http_header(r, "Content-Length", cl, sizeof cl) && strtoull(cl, NULL, 10) == blen;
     free(buf);
     return 0;
 }
 
-int http_stream_first_then_close(int port, const char *path, const char *body) {
-    int fd = connect_local(port);
+int http_stream_first_then_close(int port, const char *path, const char *body, const char *extra_headers) {
+    int fd = http_connect(port);
     if (fd < 0) return -1;
     size_t len = strlen(body);
-    if (send_head(fd, "POST", path, len, NULL) != 0 || send_all(fd, body, len) != 0) {
+    if (send_head(fd, "POST", path, len, extra_headers) != 0 || send_all(fd, body, len) != 0) {
         close(fd);
         return -1;
     }

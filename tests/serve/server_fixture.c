@@ -108,14 +108,31 @@ int fixture_stop(server_fixture *f) {
     return -1;
 }
 
-long fixture_rss_kb(const server_fixture *f) {
-    char path[64], line[256];
+long fixture_status_kb(const server_fixture *f, const char *field) {
+    char path[64], line[256], fmt[64];
     snprintf(path, sizeof path, "/proc/%d/status", (int)f->pid);
+    snprintf(fmt, sizeof fmt, "%s: %%ld kB", field);
     FILE *fp = fopen(path, "r");
     if (!fp) return -1;
     long kb = -1;
     while (fgets(line, sizeof line, fp))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+        if (sscanf(line, fmt, &kb) == 1) break;
     fclose(fp);
     return kb;
+}
+
+long fixture_rss_kb(const server_fixture *f) { return fixture_status_kb(f, "VmRSS"); }
+
+int fixture_wait(server_fixture *f, int timeout_ms) {
+    if (f->pid <= 0) return -1;
+    for (int waited = 0;; waited += 10) {
+        int st;
+        if (waitpid(f->pid, &st, WNOHANG) == f->pid) {
+            f->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        if (waited >= timeout_ms) return -1;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }

@@ -28,5 +28,10 @@ bool fixture_serves(const server_fixture *f);
 int fixture_stop(server_fixture *f);
 // fixture_rss_kb: the server's resident set size in KiB (from /proc), or -1.
 long fixture_rss_kb(const server_fixture *f);
+// fixture_status_kb: a KiB field of the server's /proc/PID/status (e.g. "VmHWM", its peak RSS), or -1.
+long fixture_status_kb(const server_fixture *f, const char *field);
+// fixture_wait: waits up to timeout_ms for the server to exit; returns its exit status (128 + signal when a signal
+// ended it), or -1 when it still runs.
+int fixture_wait(server_fixture *f, int timeout_ms);
 
 #endif

@@ -158,7 +158,7 @@ int main(void) {
         if (!strcmp(method, "POST") && below(30) == 0) { // a client that leaves mid-stream
             char *t = malloc(len + 32);
             snprintf(t, len + 32, "{\"stream\":true,%.*s", (int)(len > 0 ? len - 1 : 0), len > 0 ? body + 1 : "");
-            if (http_stream_first_then_close(F.port, route, t) != 0)
+            if (http_stream_first_then_close(F.port, route, t, NULL) != 0)
                 bad++, fprintf(stderr, "request %d: no connection\n", i);
             dropped++;
             free(t);

@@ -26,7 +26,7 @@ static void *client(void *arg) {
         int n = 4 + (id * 7 + i) % 12;
         if (kind == 3) { // disconnect mid-stream
             snprintf(body, sizeof body, "{\"prompt\":\"client %d request %d\",\"n_predict\":64,\"stream\":true}", id, i);
-            int rc = http_stream_first_then_close(F.port, "/completion", body);
+            int rc = http_stream_first_then_close(F.port, "/completion", body, NULL);
             pthread_mutex_lock(&mu);
             if (rc == 0) cancelled++;
             else failures++;

@@ -5,7 +5,7 @@
 // mat-mat kernels; float weights: the row kernel up to 8 rows, core/matmul.c) must reproduce them bit for bit: every
 // draft accepted, the same 96 tokens, for k = 3 and 7 (4- and 8-row verify passes), on 1 and 2 threads. Before the
 // mat-vec and the mat-mat shared one formula (quant/matvec_avx2.c), the Q1_0 run with k = 3 accepted 71 of 75 drafts
-// and its tokens differed from plain decoding's from token 72 on. (F32 verify passes went to sgemm before session 14,
+// and its tokens differed from plain decoding's from token 72 on. (F32 verify passes once went to sgemm,
 // whose bits differ from the mat-vec's, test_dot_batch; on this model the F32 tokens matched all the same.)
 #include "tests/test.h"
 #include "tests/spec/fixture.h"

@@ -1,6 +1,6 @@
 // tests/train/fixture.h — set-up shared by the training tests (test_sft_train, test_qat, test_ste,
-// test_fakequant, test_tether): the "tiny" bonsai-mkmodel model in a temp directory, the small SFT config and
-// a small set of FTPO rows.
+// test_fakequant, test_tether, test_trainer, test_tool): the "tiny" bonsai-mkmodel model in a temp directory,
+// the small SFT config, a small set of FTPO rows and complete pair-row lines to write training files with.
 #ifndef BONSAI_TEST_TRAIN_FIXTURE_H
 #define BONSAI_TEST_TRAIN_FIXTURE_H
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "train/sft.h"
 #include "train/graph.h"
 #include "train/pairs_in.h"
+#include "records/pairs.h"
 #include "base/rng.h"
 #include "base/util.h"
 
@@ -74,5 +75,23 @@ static inline bn_train_rows *fx_ftpo_rows(const bn_model *m) {
     }
     free(z);
     return rs;
+}
+
+// fx_pair_line: writes one complete pair row (records/pairs.h) with ids to f: context ctx[n_ctx], rejected id rej,
+// chosen ids chosen[n_chosen] (<= 16), the given source_prompt and split (NULL = absent); the text fields are
+// placeholders.
+static inline void fx_pair_line(FILE *f, const char *source_prompt, const char *split, const int32_t *ctx, int n_ctx,
+                                int32_t rej, const int32_t *chosen, int n_chosen) {
+    char *strs[16];
+    for (int i = 0; i < n_chosen && i < 16; i++) strs[i] = "c";
+    bn_pair_row r = {.context_before = "ctx", .rejected_token = "r", .rejected_decoded = "r", .n_chosen = n_chosen,
+                     .chosen_tokens = strs, .chosen_decoded = strs, .source = "test", .source_prompt = (char *)source_prompt,
+                     .rep = {.rejected_token_index = 0, .period = 1, .repeats = 1, .snippet = "r"}, .has_ids = true,
+                     .n_context = n_ctx, .context_ids = (int32_t *)ctx, .rejected_id = rej, .chosen_ids = (int32_t *)chosen,
+                     .split = (char *)split};
+    char err[256], *line = bn_pair_row_to_line(&r, err, sizeof err);
+    CHECK(line != NULL, "pair row: %s", err);
+    if (line) fprintf(f, "%s\n", line);
+    free(line);
 }
 #endif

@@ -1,6 +1,6 @@
 // tests/train/test_model_grad.c — whole-model LoRA gradient on the tiny qwen35 (3 GDN + 1 gated
-// attention layer, Hk 2 < Hv 4) and the tiny dense qwen3 from core/mkmodel, and llama, qwen2 and a
-// Q8_0-weight qwen35 from tests/model/tiny.h: FTPO loss on the
+// attention layer, Hk 2 < Hv 4) and the tiny dense qwen3 from synth/mkmodel, and llama, qwen2 and a
+// Q8_0-weight qwen35 from tests/core/tiny.h: FTPO loss on the
 // last-position logits (reference = adapter disabled), backward through every layer
 // (train/graph.h), compared with central finite differences of the fp32 training forward on
 // LoRA parameters of every adapted projection (A and B, incl. the LM head).
@@ -18,7 +18,7 @@
 #include "base/util.h"
 #include "train/graph.h"
 #include "train/ftpo.h"
-#include "tests/model/tiny.h"
+#include "tests/core/tiny.h"
 
 static const bn_model *M;
 static bn_lora *Lr;
@@ -156,7 +156,7 @@ int main(void) {
         if (bn_mkmodel_write(&p, path, err, sizeof err)) { CHECK(0, "mkmodel %s: %s", presets[i], err); continue; }
         run_model(presets[i], path, 1e-8);
     }
-    // tests/model/tiny.h generator: llama (NORM rope, no q/k norm), qwen2 (frozen q/k/v biases),
+    // tests/core/tiny.h generator: llama (NORM rope, no q/k norm), qwen2 (frozen q/k/v biases),
     // qwen35 with Q8_0 base weights (dequantized on the fly)
     static tiny_model tm;
     const char *archs[] = {"llama", "qwen2", "qwen35"};

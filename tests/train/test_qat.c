@@ -1,5 +1,5 @@
 // tests/train/test_qat.c — quantization-aware full-parameter training (train/sft_qat.c) on the
-// tiny qwen35 (core/mkmodel "tiny", F32), target Q1_0:
+// tiny qwen35 (synth/mkmodel "tiny", F32), target Q1_0:
 //  1. selection: the QAT tensors are exactly those bonsai-quantize's rules (bn_requant_type) store
 //     as Q1_0; their forward copies are Q1_0 values (every 128-block is ±d, one |d|);
 //  2. STE definition: loss and gradient of the QAT params (master W, forward on deq(Q(W))) are

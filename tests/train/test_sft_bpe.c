@@ -4,7 +4,7 @@
 //    ids 0..255 = bytes, 3 control tokens at the end), and encodes the corpus at > 2.2 bytes/token
 //    (measured 2.47; the 256-byte floor is 1.0) with an exact decode round trip;
 //  - training is deterministic (two runs, byte-identical files);
-//  - core/mkmodel builds a model with it (--vocab) that bn_model_load accepts with n_vocab 1024;
+//  - synth/mkmodel builds a model with it (--vocab) that bn_model_load accepts with n_vocab 1024;
 //  - n_vocab < 259 is refused.
 #include <string.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // tests/train/test_sft_grad.c — full-parameter gradients (train/sft.h) against central finite
 // differences: the mean next-token cross-entropy of a 10-token sequence through the tiny qwen35
-// (core/mkmodel "tiny", F32: 3 Gated DeltaNet layers + 1 gated attention layer) and the tied
+// (synth/mkmodel "tiny", F32: 3 Gated DeltaNet layers + 1 gated attention layer) and the tied
 // qwen3-tiny, on sampled elements of EVERY parameter tensor (the 2 elements with the largest
 // |analytic gradient| and 2 random ones per tensor). Loss and gradient are fp32 (noise ~1e-6 on a
 // loss of ~11, i.e. ~1e-4 on the FD quotient), so h = 5e-3·max(1, |w|) balances that against the

@@ -1,4 +1,4 @@
-// tests/train/test_sft_tool.c — bonsai-train-lm as a program, on the tiny qwen35 (core/mkmodel):
+// tests/train/test_sft_tool.c — bonsai-train-lm as a program, on the tiny qwen35 (synth/mkmodel):
 //  - --tokenize writes uint32 ids that detokenize back to the exact text;
 //  - 8 steps in one run vs 4 steps (--max-steps 4, checkpoint) + --resume for the rest give a
 //    byte-identical output GGUF (the resumed command passes other --ctx/--lr: the checkpoint's win);

@@ -1,4 +1,4 @@
-// tests/train/test_sft_train.c — the full-parameter SFT loop on the tiny qwen35 (core/mkmodel
+// tests/train/test_sft_train.c — the full-parameter SFT loop on the tiny qwen35 (synth/mkmodel
 // "tiny", F32):
 //  1. memorising a repeated 64-token sequence (random windows of 33 tokens, batch 2, lr 3e-3,
 //     40 steps): the batch loss drops by more than 50% (threshold: last-5-step mean < 0.5 × first);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/train/fixture.h"
 #include "synth/mkmodel.h"
 #include "core/model.h"
 #include "base/util.h"
@@ -45,8 +46,8 @@ int main(void) {
     snprintf(pairs, sizeof pairs, "%s/pairs.jsonl", dir);
     FILE *f = fopen(pairs, "w");
     for (int r = 0; r < 6; r++)
-        fprintf(f, "{\"context_ids\":[%d,%d,%d,%d],\"rejected_id\":%d,\"chosen_ids\":[%d,%d],\"split\":\"%s\"}\n", r, 10 + r, 20, 30 + r,
-                100 + r, 200 + r, 300 + r, r == 5 ? "heldout" : "train");
+        fx_pair_line(f, "p", r == 5 ? "heldout" : "train", (int32_t[]){r, 10 + r, 20, 30 + r}, 4, 100 + r,
+                     (int32_t[]){200 + r, 300 + r}, 2);
     fclose(f);
 
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/a.gguf' --rank 4 --epochs 2 --batch 2 --grad-accum 1 --lr 1e-2 --early-stop 0 "
@@ -91,7 +92,10 @@ int main(void) {
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/b.gguf' --bogus", model, pairs, dir);
     CHECK(run(args) == 1 && out_has("--bogus"), "unknown flag: exit 1");
     f = fopen(pairs, "a");
-    fprintf(f, "{\"context_ids\":[1],\"rejected_id\":\"x\",\"chosen_ids\":[2]}\n");
+    fprintf(f, "{\"context_before\":\"\",\"rejected_token\":\"r\",\"rejected_decoded\":\"r\",\"multi_chosen_tokens\":[\"c\"],"
+               "\"multi_chosen_decoded\":[\"c\"],\"source\":\"test\",\"source_prompt\":\"p\",\"repetition\":{\"start_char\":0,"
+               "\"repeat_start_char\":0,\"rejected_token_index\":0,\"period\":1,\"repeats\":1,\"snippet\":\"r\"},"
+               "\"context_ids\":[1],\"rejected_id\":\"x\",\"chosen_ids\":[2]}\n");
     fclose(f);
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/b.gguf'", model, pairs, dir);
     CHECK(run(args) == 1 && out_has("pairs.jsonl:7: field 'rejected_id'"), "bad row: file:line and field");

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/train/fixture.h"
 #include "synth/mkmodel.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
@@ -33,20 +34,21 @@ static void write_pairs(const bn_model *m, const char *path) {
         bn_train_graph_free(g);
         int rej = 0;
         for (int j = 1; j < V; j++) if (z[j] > z[rej]) rej = j;
-        fprintf(f, "{\"source\":\"test\",\"source_prompt\":\"p\",\"context_ids\":[");
-        for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : "", ctx[i]);
-        fprintf(f, "],\"rejected_id\":%d,\"chosen_ids\":[%d,%d,%d],\"split\":\"%s\"}\n", rej, (rej + 3) % V, (rej + 11) % V, rej,
-                r >= 6 ? "heldout" : "train");
+        int32_t chosen[3] = {(rej + 3) % V, (rej + 11) % V, rej};
+        fx_pair_line(f, "p", r >= 6 ? "heldout" : "train", ctx, n, rej, chosen, 3);
     }
     // filtered: trimmed prompt, no chosen left, too long (max_seq 32 in the test)
-    fprintf(f, "{\"source_prompt\":\"[TRIMMED_SOURCE_PROMPT]x\",\"context_ids\":[1,2],\"rejected_id\":3,\"chosen_ids\":[4]}\n");
-    fprintf(f, "{\"source_prompt\":\"p\",\"context_ids\":[1,2],\"rejected_id\":3,\"chosen_ids\":[3,3]}\n");
-    fprintf(f, "{\"source_prompt\":\"p\",\"context_ids\":[");
-    for (int i = 0; i < 40; i++) fprintf(f, "%s%d", i ? "," : "", i);
-    fprintf(f, "],\"rejected_id\":3,\"chosen_ids\":[4]}\n\n");
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = i;
+    fx_pair_line(f, "[TRIMMED_SOURCE_PROMPT]x", NULL, ids + 1, 2, 3, ids + 4, 1);
+    fx_pair_line(f, "p", NULL, ids + 1, 2, 3, (int32_t[]){3, 3}, 2);
+    fx_pair_line(f, "p", NULL, ids, 40, 3, ids + 4, 1);
+    fprintf(f, "\n");
     // antidoom row without ids: tokenised with the model's (synthetic byte-level) vocab
-    fprintf(f, "{\"source_prompt\":\"p\",\"context_before\":\"hello world\",\"rejected_token\":\"a\","
-               "\"multi_chosen_tokens\":[\"b\",\"c\"],\"split\":\"heldout\"}\n");
+    fprintf(f, "{\"context_before\":\"hello world\",\"rejected_token\":\"a\",\"rejected_decoded\":\"a\","
+               "\"multi_chosen_tokens\":[\"b\",\"c\"],\"multi_chosen_decoded\":[\"b\",\"c\"],\"source\":\"test\","
+               "\"source_prompt\":\"p\",\"repetition\":{\"start_char\":0,\"repeat_start_char\":0,"
+               "\"rejected_token_index\":0,\"period\":1,\"repeats\":1,\"snippet\":\"a\"},\"split\":\"heldout\"}\n");
     fclose(f);
     free(z);
 }
@@ -109,7 +111,8 @@ int main(void) {
     // a bad line names its line number
     snprintf(logp, sizeof logp, "%s/bad.jsonl", dir);
     FILE *bf = fopen(logp, "w");
-    fprintf(bf, "{\"context_ids\":[1],\"rejected_id\":3,\"chosen_ids\":[4]}\n{\"context_ids\":[1],\"rejected_id\":99999,\"chosen_ids\":[4]}\n");
+    fx_pair_line(bf, "p", NULL, (int32_t[]){1}, 1, 3, (int32_t[]){4}, 1);
+    fx_pair_line(bf, "p", NULL, (int32_t[]){1}, 1, 99999, (int32_t[]){4}, 1);
     fclose(bf);
     bn_train_rows *bad = bn_train_rows_load(logp, tok, m->cfg.n_vocab, 32, err, sizeof err);
     CHECK(!bad && strstr(err, ":2:") && strstr(err, "rejected_id"), "bad row reported: %s", err);
