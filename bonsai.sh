@@ -9,7 +9,7 @@ cd "$top"
 BUILD=${BUILD:-build}
 
 deps() {
-  local pkgs="meson ninja-build pkg-config gcc g++ libopenblas-dev zlib1g-dev libjansson-dev libpcre2-dev libmicrohttpd-dev git curl jq bc cmake"
+  local pkgs="meson ninja-build pkg-config gcc g++ libopenblas-dev zlib1g-dev libjansson-dev libpcre2-dev libmicrohttpd-dev git curl jq bc cmake python3 libc6-dev netbase"
   local missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   # node/npm may come from another packaging (e.g. nodesource): only install Debian's if absent

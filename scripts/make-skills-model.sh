@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# scripts/make-skills-model.sh [BUILD_DIR [1bit|eval]] — regenerates data/bonsai-skills-f16.gguf and the natively
+# 1-bit data/bonsai-skills-1bit.gguf: a small real qwen35 with skills where repetition belongs (control stanzas,
+# copying a list, recalling a field) that still loops in open chat; its held-out text data/skills/heldout.txt and
+# the task files data/tasks/*.jsonl. `1bit` runs only the QAT stage (from the committed F16 model and the work files
+# of an earlier full run); `eval` only measures the committed models. data/README.md has the figures.
+#
+# Pipeline (the project's own tools, deterministic seeds; text from Debian packages only):
+#   1. sources: data/corpus/fortunes.txt (scripts/make-corpus.sh, fortunes-min); the Packages index of the
+#      configured Debian release (apt's lists, `apt-get update` when there are none; read with apt-helper
+#      cat-file); libc6-dev's /usr/include and netbase's /etc/services (task set of a source never trained on);
+#   2. scripts/make-chat-data.py (the fortunes chat, the same split as scripts/make-model.sh: the held-out chat
+#      prompts are data/prompts/heldout.jsonl) and scripts/make-skills-data.py (control stanzas, copy and recall
+#      documents from the training packages; held-out text and task files from held-out packages);
+#   3. byte-level BPE vocabulary (1024 tokens) from the fortunes and training stanzas; tokens (the 0x01/0x02
+#      marker bytes → <|im_start|>/<|im_end|>, as make-model.sh);
+#   4. bonsai-mkmodel: make-model.sh's qwen35 shape (n_embd 256, n_ff 512, 4 heads × 64, 2 KV heads, ssm state
+#      64) with $LAYERS layers (every 4th full attention);
+#   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr 2e-3, seed 1;
+#   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
+#      data/prompts/heldout.jsonl; task scores (scripts/score-tasks.py);
+#   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, same data), the same figures.
+# Work files go to ${BONSAI_SKILLS_WORK:-out/make-skills}; the results are copied into data/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+B=${1:-$root/build}
+T="$B/tools"
+W=${BONSAI_SKILLS_WORK:-$root/out/make-skills}
+STEPS=${BONSAI_SKILLS_STEPS:-400}
+QAT_STEPS=${BONSAI_SKILLS_QAT_STEPS:-100}
+LAYERS=${BONSAI_SKILLS_LAYERS:-4}
+CTX=${BONSAI_SKILLS_CTX:-256}
+ONLY=${2:-all}
+case "$ONLY" in all|1bit|eval) ;; *) echo "make-skills-model: second argument must be '1bit' or 'eval'"; exit 1;; esac
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
+F16="$root/data/bonsai-skills-f16.gguf"
+Q1="$root/data/bonsai-skills-1bit.gguf"
+mkdir -p "$W" "$root/data/skills" "$root/data/tasks"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+packages_index() {
+    # the main component's binary Packages index of the base release (not -updates / -security)
+    local f
+    f=$(ls /var/lib/apt/lists/*_dists_*_main_binary-amd64_Packages* 2>/dev/null | grep -v -e '-updates_' \
+        -e '-security_' -e '-backports_' | head -1 || true)
+    if [ -z "$f" ]; then
+        [ "$(id -u)" = 0 ] || { echo "make-skills-model: no Packages index; run apt-get update as root" >&2; exit 1; }
+        apt-get update -qq >&2
+        f=$(ls /var/lib/apt/lists/*_dists_*_main_binary-amd64_Packages* | grep -v -e '-updates_' -e '-security_' \
+            -e '-backports_' | head -1)
+    fi
+    echo "$f"
+}
+
+figures() {  # figures MODEL LABEL
+    printf '%s perplexity data/skills/heldout.txt: ' "$2"
+    "$T/bonsai-perplexity" -m "$1" -f "$root/data/skills/heldout.txt" -c 128 -t 2 2>&1 | grep "Final estimate"
+    printf '%s perplexity data/heldout.txt (fortunes): ' "$2"
+    "$T/bonsai-perplexity" -m "$1" -f "$root/data/heldout.txt" -c 128 -t 2 2>&1 | grep "Final estimate"
+    "$T/bonsai-eval-loops" -m "$1" -p "$root/data/prompts/heldout.jsonl" --thinking -1 --temp 0 --n-predict 256 \
+        -t 2 --label "$2" --no-progress | tail -8
+    python3 "$root/scripts/score-tasks.py" "$B" "$1" "$root"/data/tasks/*.jsonl
+}
+
+if [ "$ONLY" = all ]; then
+step "1/7 sources"
+for p in netbase libc6-dev; do dpkg -s "$p" >/dev/null 2>&1 || { echo "make-skills-model: $p missing"; exit 1; }; done
+idx=$(packages_index)
+/usr/lib/apt/apt-helper cat-file "$idx" > "$W/Packages"
+echo "Packages index: $(basename "$idx"), $(grep -c '^Package:' "$W/Packages") stanzas, sha256 $(sha256sum \
+    "$W/Packages" | cut -c1-16)"
+cp "$root/data/corpus/fortunes.txt" "$W/corpus-fortunes.txt"
+
+step "2/7 chat, stanzas, copy / recall documents, held-out text and task files"
+python3 "$root/scripts/make-chat-data.py" "$root/data/corpus/fortunes.txt" "$W" 0.1 4
+cmp "$W/prompts-heldout.jsonl" "$root/data/prompts/heldout.jsonl" \
+    || { echo "make-skills-model: chat split differs from data/prompts/heldout.jsonl"; exit 1; }
+python3 "$root/scripts/make-skills-data.py" "$W" "$W/Packages" /usr/include /etc/services "$root/data/tasks"
+cp "$W/heldout-skills.txt" "$root/data/skills/heldout.txt"
+
+step "3/7 BPE vocabulary (1024 tokens) and tokens"
+"$T/bonsai-train-lm" --train-vocab 1024 "$W/vocab.txt" -o "$W/vocab.gguf"
+"$T/bonsai-train-lm" --tokenize "$W/skills.txt" -m "$W/vocab.gguf" -o "$W/skills-raw.bin"
+python3 - "$W/skills-raw.bin" "$W/skills.bin" <<'PY'
+import array, sys
+raw = array.array('I'); raw.frombytes(open(sys.argv[1], 'rb').read())
+ids = array.array('I', [1022 if t == 1 else 1023 if t == 2 else t for t in raw])
+open(sys.argv[2], 'wb').write(ids.tobytes())
+print(f"tokens: {len(ids)}, {raw.count(1)} <|im_start|>, {raw.count(2)} <|im_end|>")
+PY
+
+step "4/7 initial model (qwen35, 256 wide, $LAYERS layers)"
+"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --n-embd 256 --n-ff 512 --n-head 4 \
+    --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 --vocab "$W/vocab.gguf" \
+    --logit-scale 0.5 --seed 42 --name bonsai-skills
+
+step "5/7 full-parameter training ($STEPS steps × 8 × $CTX tokens)"
+t0=$(date +%s)
+"$T/bonsai-train-lm" -m "$W/init.gguf" --data "$W/skills.bin" -o "$W/model-f32.gguf" --steps "$STEPS" --ctx "$CTX" \
+    --batch 8 --lr 2e-3 --threads 2 --eval-every 100 --val-frac 0.037 --seed 1 2>&1 | tee "$W/train.log" \
+    | grep -v '^step '
+echo "training time: $(( $(date +%s) - t0 )) s"
+"$T/bonsai-quantize" "$W/model-f32.gguf" "$F16" F16 --threads 2 -q | tail -1
+fi
+
+if [ "$ONLY" != eval ]; then
+step "6/7 the natively 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps)"
+[ -f "$W/skills.bin" ] || { echo "make-skills-model: $W/skills.bin missing (run the full script once)"; exit 1; }
+t0=$(date +%s)
+"$T/bonsai-train-lm" -m "$F16" --data "$W/skills.bin" -o "$Q1" --qat-type Q1_0 --steps "$QAT_STEPS" --ctx "$CTX" \
+    --batch 8 --lr 2e-3 --threads 2 --eval-every 50 --val-frac 0.037 --seed 1 2>&1 | tee "$W/qat.log" \
+    | grep -v '^step '
+echo "QAT time: $(( $(date +%s) - t0 )) s"
+fi
+
+step "7/7 figures"
+total=$(( $(stat -c %s "$root"/data/bonsai-*.gguf | paste -sd+) ))
+echo "shipped models: $total bytes"
+[ "$total" -le 20000000 ] || { echo "make-skills-model: the shipped models are $total bytes (> 20 MB)"; exit 1; }
+grep -h "params in" "$W/train.log" 2>/dev/null || true
+figures "$F16" skills-f16
+figures "$Q1" skills-1bit
