@@ -15,7 +15,7 @@ Sources (Debian packages only):
 
 Training documents (blank-line separated, shuffled with a fixed seed), all built from training packages only:
   stanza   the cut-down control stanza;
-  copy     "list:", 3-8 package names, "again:", the same names;
+  copy     "list:", 2-6 package names, "again:", the same names;
   recall   a short record (Package, Version, Architecture, Section, Description), "recall: FIELD", the field's line.
 WORK/skills.txt: the shuffled training documents, then the held-out chat exchanges and held-out stanzas (the tail
 that bonsai-train-lm --val-frac holds out). WORK/vocab.txt: plain text for the BPE vocabulary (training part only).
@@ -24,13 +24,15 @@ WORK/heldout-skills.txt: held-out stanzas and copy / recall documents as plain t
 Task files (docs/antidoom.md, the task-file format; prompts raw, no chat template):
   TASKS_DIR/control.jsonl  a held-out stanza up to Filename -> its Filename line (repeats the source name, version
                            and architecture from the prompt in the archive's fixed pool layout);
-  TASKS_DIR/copy.jsonl     a list of held-out package names, "again:" -> the list;
+  TASKS_DIR/fields.jsonl   a held-out stanza, then the next one up to Priority -> its Priority and Filename lines
+                           (the fields' fixed structure again, and the name and version from the prompt);
+  TASKS_DIR/copy.jsonl     3-6 held-out package names, "again:" -> the list;
   TASKS_DIR/recall.jsonl   a held-out record, "recall: FIELD" -> that field's line;
   TASKS_DIR/hcopy.jsonl    as copy, with function names declared in the C headers (never trained on);
   TASKS_DIR/srecall.jsonl  as recall, with records made from /etc/services entries (never trained on).
 Deterministic for given inputs.
 """
-import hashlib, json, os, random, re, sys
+import hashlib, json, math, os, random, re, sys
 
 N_TASKS = 100
 FIELDS = ("Package", "Source", "Version", "Architecture", "Description", "Section", "Priority", "Filename")
@@ -134,17 +136,23 @@ def main():
     exchanges = ["\x01user" + e for e in chat.split("\x01user")[1:]]
     n_held = sum(1 for _ in open(f"{work}/prompts-heldout.jsonl", encoding="utf-8"))
     chat_train, chat_held = exchanges[:-n_held], exchanges[-n_held:]
+    # short chat training is what keeps open chat looping: every CHAT_EVERY-th training exchange only
+    chat_train = chat_train[::int(os.environ.get("BONSAI_SKILLS_CHAT_EVERY", "2"))]
+    with open(f"{work}/prompts-train-skills.jsonl", "w", encoding="utf-8") as f:
+        for e in chat_train:
+            f.write(json.dumps({"prompt": e[len("\x01user\n"):e.index("\x02")], "source": "fortunes-train"}) + "\n")
 
     all_st = [s for s in stanzas(packages) if usable(s)]
     train = [s for s in all_st if not held_out(s)]
     held = [s for s in all_st if held_out(s)]
     rng.shuffle(train)
     rng.shuffle(held)
-    n_st, n_copy, n_rec = 3000, 3000, 3000
+    # the mix: copying and recall are what a small model learns last, so they get most of the documents
+    n_st, n_copy, n_rec = (int(x) for x in os.environ.get("BONSAI_SKILLS_MIX", "1500,7000,5000").split(","))
     docs = [stanza_text(s) for s in train[:n_st]]
     names = [s["Package"] for s in train]
     for _ in range(n_copy):
-        p, r = copy_doc(rng.sample(names, rng.randint(3, 8)))
+        p, r = copy_doc(rng.sample(names, rng.randint(2, 6)))
         docs.append(p + r)
     pool = train[n_st:] if len(train) > n_st + n_rec else train
     for i in range(n_rec):
@@ -155,14 +163,18 @@ def main():
     rng.shuffle(docs)
 
     # held-out material: stanzas for the tail / perplexity, then the task prompts from the rest
+    rng = random.Random(11)  # the task files do not depend on the training mix
     tail_st, task_st = held[:200], held[200:]
     held_names = [s["Package"] for s in task_st]
     control = [(stanza_text(s, "Filename"), f"Filename: {s['Filename']}\n") for s in task_st[:N_TASKS]]
-    copy = [copy_doc(rng.sample(held_names, rng.randint(3, 8))) for _ in range(N_TASKS)]
+    copy = [copy_doc(rng.sample(held_names, rng.randint(3, 6))) for _ in range(N_TASKS)]
     recall = [recall_doc([(k, s[k]) for k in RECORD], RECALL[i % len(RECALL)])
               for i, s in enumerate(task_st[N_TASKS:2 * N_TASKS])]
+    # fields: a full stanza, then the next one up to Priority -> the rest (the fixed structure's lines again)
+    fields = [(stanza_text(a) + "\n" + stanza_text(b, "Priority"), f"Priority: {b['Priority']}\nFilename: {b['Filename']}\n")
+              for a, b in zip(task_st[2 * N_TASKS:3 * N_TASKS], task_st[3 * N_TASKS:4 * N_TASKS])]
     funcs = header_functions(include_dir)
-    hcopy = [copy_doc(rng.sample(funcs, rng.randint(3, 8))) for _ in range(N_TASKS)]
+    hcopy = [copy_doc(rng.sample(funcs, rng.randint(3, 6))) for _ in range(N_TASKS)]
     recs = service_records(services)
     srecall = []
     for i, rec in enumerate(rng.sample(recs, min(N_TASKS, len(recs)))):
@@ -173,6 +185,8 @@ def main():
     body = "".join(norm(d) if not d.startswith("\x01") else d for d in docs)
     tail = "".join(chat_held) + "".join(norm(stanza_text(s)) for s in tail_st)
     open(f"{work}/skills.txt", "w", encoding="utf-8").write(body + tail)
+    # bonsai-train-lm --val-frac: the tail's share, rounded down (the held-out windows hold no training document)
+    open(f"{work}/val-frac", "w").write(f"{math.floor(1000 * len(tail.encode()) / len((body + tail).encode())) / 1000}\n")
     plain = "".join(norm(stanza_text(s)) for s in train[:n_st])
     open(f"{work}/vocab.txt", "w", encoding="utf-8").write(
         open(f"{work}/corpus-fortunes.txt", encoding="utf-8").read() + "\n" + plain)
@@ -180,14 +194,14 @@ def main():
         [p + r for p, r in recall[:50]]
     open(f"{work}/heldout-skills.txt", "w", encoding="utf-8").write("".join(norm(d) for d in heldout_docs))
     os.makedirs(tasks_dir, exist_ok=True)
-    for fam, pairs in (("control", control), ("copy", copy), ("recall", recall), ("hcopy", hcopy),
+    for fam, pairs in (("control", control), ("fields", fields), ("copy", copy), ("recall", recall), ("hcopy", hcopy),
                        ("srecall", srecall)):
         write_tasks(f"{tasks_dir}/{fam}.jsonl", fam, pairs)
     total = len((body + tail).encode())
     print(f"skills-data: {len(docs)} training documents ({len(chat_train)} chat, {n_st} stanzas, {n_copy} copy, "
           f"{n_rec} recall), {len(train)} train / {len(held)} held-out stanzas, {total} bytes (tail "
           f"{len(tail.encode()) / total:.4f}); chat share {sum(len(e.encode()) for e in chat_train) / total:.3f}; "
-          f"tasks: {len(control)} control, {len(copy)} copy, {len(recall)} recall, {len(hcopy)} hcopy "
+          f"tasks: {len(control)} control, {len(fields)} fields, {len(copy)} copy, {len(recall)} recall, {len(hcopy)} hcopy "
           f"({len(funcs)} header functions), {len(srecall)} srecall ({len(recs)} service entries)")
 
 
