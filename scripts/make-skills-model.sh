@@ -15,8 +15,8 @@
 #   3. byte-level BPE vocabulary (1024 tokens) from the fortunes and training stanzas; tokens (the 0x01/0x02
 #      marker bytes → <|im_start|>/<|im_end|>, as make-model.sh);
 #   4. bonsai-mkmodel: make-model.sh's qwen35 shape (n_embd 256, n_ff 512, 4 heads × 64, 2 KV heads, ssm state
-#      64) with $LAYERS layers (every 4th full attention);
-#   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr 2e-3, seed 1;
+#      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them);
+#   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
 #      data/prompts/heldout.jsonl; task scores (scripts/score-tasks.py);
 #   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, same data), the same figures.
@@ -26,10 +26,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-$root/build}
 T="$B/tools"
 W=${BONSAI_SKILLS_WORK:-$root/out/make-skills}
-STEPS=${BONSAI_SKILLS_STEPS:-400}
+STEPS=${BONSAI_SKILLS_STEPS:-700}
 QAT_STEPS=${BONSAI_SKILLS_QAT_STEPS:-100}
 LAYERS=${BONSAI_SKILLS_LAYERS:-4}
-CTX=${BONSAI_SKILLS_CTX:-256}
+ATTN=${BONSAI_SKILLS_ATTN:-2}
+CTX=${BONSAI_SKILLS_CTX:-128}
+LR=${BONSAI_SKILLS_LR:-3e-3}
 ONLY=${2:-all}
 case "$ONLY" in all|1bit|eval) ;; *) echo "make-skills-model: second argument must be '1bit' or 'eval'"; exit 1;; esac
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
@@ -77,6 +79,7 @@ cmp "$W/prompts-heldout.jsonl" "$root/data/prompts/heldout.jsonl" \
     || { echo "make-skills-model: chat split differs from data/prompts/heldout.jsonl"; exit 1; }
 python3 "$root/scripts/make-skills-data.py" "$W" "$W/Packages" /usr/include /etc/services "$root/data/tasks"
 cp "$W/heldout-skills.txt" "$root/data/skills/heldout.txt"
+cp "$W/prompts-train-skills.jsonl" "$root/data/skills/prompts-train.jsonl"
 
 step "3/7 BPE vocabulary (1024 tokens) and tokens"
 "$T/bonsai-train-lm" --train-vocab 1024 "$W/vocab.txt" -o "$W/vocab.gguf"
@@ -89,15 +92,15 @@ open(sys.argv[2], 'wb').write(ids.tobytes())
 print(f"tokens: {len(ids)}, {raw.count(1)} <|im_start|>, {raw.count(2)} <|im_end|>")
 PY
 
-step "4/7 initial model (qwen35, 256 wide, $LAYERS layers)"
-"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --n-embd 256 --n-ff 512 --n-head 4 \
+step "4/7 initial model (qwen35, 256 wide, $LAYERS layers, every ${ATTN}-th full attention)"
+"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" --n-embd 256 --n-ff 512 --n-head 4 \
     --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 --vocab "$W/vocab.gguf" \
     --logit-scale 0.5 --seed 42 --name bonsai-skills
 
 step "5/7 full-parameter training ($STEPS steps × 8 × $CTX tokens)"
 t0=$(date +%s)
 "$T/bonsai-train-lm" -m "$W/init.gguf" --data "$W/skills.bin" -o "$W/model-f32.gguf" --steps "$STEPS" --ctx "$CTX" \
-    --batch 8 --lr 2e-3 --threads 2 --eval-every 100 --val-frac 0.037 --seed 1 2>&1 | tee "$W/train.log" \
+    --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac "$(cat "$W/val-frac")" --seed 1 2>&1 | tee "$W/train.log" \
     | grep -v '^step '
 echo "training time: $(( $(date +%s) - t0 )) s"
 "$T/bonsai-quantize" "$W/model-f32.gguf" "$F16" F16 --threads 2 -q | tail -1
@@ -108,7 +111,7 @@ step "6/7 the natively 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS step
 [ -f "$W/skills.bin" ] || { echo "make-skills-model: $W/skills.bin missing (run the full script once)"; exit 1; }
 t0=$(date +%s)
 "$T/bonsai-train-lm" -m "$F16" --data "$W/skills.bin" -o "$Q1" --qat-type Q1_0 --steps "$QAT_STEPS" --ctx "$CTX" \
-    --batch 8 --lr 2e-3 --threads 2 --eval-every 50 --val-frac 0.037 --seed 1 2>&1 | tee "$W/qat.log" \
+    --batch 8 --lr 2e-3 --threads 2 --eval-every 50 --val-frac "$(cat "$W/val-frac")" --seed 1 2>&1 | tee "$W/qat.log" \
     | grep -v '^step '
 echo "QAT time: $(( $(date +%s) - t0 )) s"
 fi
