@@ -171,7 +171,8 @@ def main():
     recall = [recall_doc([(k, s[k]) for k in RECORD], RECALL[i % len(RECALL)])
               for i, s in enumerate(task_st[N_TASKS:2 * N_TASKS])]
     # fields: a full stanza, then the next one up to Priority -> the rest (the fixed structure's lines again)
-    fields = [(stanza_text(a) + "\n" + stanza_text(b, "Priority"), f"Priority: {b['Priority']}\nFilename: {b['Filename']}\n")
+    fields = [(stanza_text(a) + "\n" + stanza_text(b, "Priority"),
+               f"Priority: {b['Priority']}\nFilename: {b['Filename']}\n")
               for a, b in zip(task_st[2 * N_TASKS:3 * N_TASKS], task_st[3 * N_TASKS:4 * N_TASKS])]
     funcs = header_functions(include_dir)
     hcopy = [copy_doc(rng.sample(funcs, rng.randint(3, 6))) for _ in range(N_TASKS)]
@@ -186,7 +187,8 @@ def main():
     tail = "".join(chat_held) + "".join(norm(stanza_text(s)) for s in tail_st)
     open(f"{work}/skills.txt", "w", encoding="utf-8").write(body + tail)
     # bonsai-train-lm --val-frac: the tail's share, rounded down (the held-out windows hold no training document)
-    open(f"{work}/val-frac", "w").write(f"{math.floor(1000 * len(tail.encode()) / len((body + tail).encode())) / 1000}\n")
+    share = len(tail.encode()) / len((body + tail).encode())
+    open(f"{work}/val-frac", "w").write(f"{math.floor(1000 * share) / 1000}\n")
     plain = "".join(norm(stanza_text(s)) for s in train[:n_st])
     open(f"{work}/vocab.txt", "w", encoding="utf-8").write(
         open(f"{work}/corpus-fortunes.txt", encoding="utf-8").read() + "\n" + plain)
@@ -201,7 +203,8 @@ def main():
     print(f"skills-data: {len(docs)} training documents ({len(chat_train)} chat, {n_st} stanzas, {n_copy} copy, "
           f"{n_rec} recall), {len(train)} train / {len(held)} held-out stanzas, {total} bytes (tail "
           f"{len(tail.encode()) / total:.4f}); chat share {sum(len(e.encode()) for e in chat_train) / total:.3f}; "
-          f"tasks: {len(control)} control, {len(fields)} fields, {len(copy)} copy, {len(recall)} recall, {len(hcopy)} hcopy "
+          f"tasks: {len(control)} control, {len(fields)} fields, {len(copy)} copy, {len(recall)} recall, "
+          f"{len(hcopy)} hcopy "
           f"({len(funcs)} header functions), {len(srecall)} srecall ({len(recs)} service entries)")
 
 

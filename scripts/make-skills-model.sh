@@ -19,7 +19,8 @@
 #   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
 #      data/prompts/heldout.jsonl; task scores (scripts/score-tasks.py);
-#   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, same data), the same figures.
+#   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, lr 2e-3, same data), the same figures, and
+#      the task scores of the 1-bit model under --repeat-penalty 1.1 and --dry-multiplier 0.8.
 # Work files go to ${BONSAI_SKILLS_WORK:-out/make-skills}; the results are copied into data/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,15 +94,15 @@ print(f"tokens: {len(ids)}, {raw.count(1)} <|im_start|>, {raw.count(2)} <|im_end
 PY
 
 step "4/7 initial model (qwen35, 256 wide, $LAYERS layers, every ${ATTN}-th full attention)"
-"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" --n-embd 256 --n-ff 512 --n-head 4 \
-    --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 --vocab "$W/vocab.gguf" \
-    --logit-scale 0.5 --seed 42 --name bonsai-skills
+"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" --n-embd 256 \
+    --n-ff 512 --n-head 4 --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 \
+    --vocab "$W/vocab.gguf" --logit-scale 0.5 --seed 42 --name bonsai-skills
 
 step "5/7 full-parameter training ($STEPS steps × 8 × $CTX tokens)"
 t0=$(date +%s)
 "$T/bonsai-train-lm" -m "$W/init.gguf" --data "$W/skills.bin" -o "$W/model-f32.gguf" --steps "$STEPS" --ctx "$CTX" \
-    --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac "$(cat "$W/val-frac")" --seed 1 2>&1 | tee "$W/train.log" \
-    | grep -v '^step '
+    --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac "$(cat "$W/val-frac")" --seed 1 2>&1 \
+    | tee "$W/train.log" | grep -v '^step '
 echo "training time: $(( $(date +%s) - t0 )) s"
 "$T/bonsai-quantize" "$W/model-f32.gguf" "$F16" F16 --threads 2 -q | tail -1
 fi
@@ -123,3 +124,8 @@ echo "shipped models: $total bytes"
 grep -h "params in" "$W/train.log" 2>/dev/null || true
 figures "$F16" skills-f16
 figures "$Q1" skills-1bit
+# what decoding-time penalties cost on the families the model scores on (the 1-bit model: the demo's kind)
+for pen in "--repeat-penalty 1.1" "--dry-multiplier 0.8"; do
+    # shellcheck disable=SC2086
+    python3 "$root/scripts/score-tasks.py" "$B" "$Q1" "$root"/data/tasks/{fields,control,recall}.jsonl -- $pen
+done
