@@ -54,14 +54,7 @@ python3 "$root/scripts/make-chat-data.py" "$root/data/corpus/fortunes.txt" "$W" 
 
 step "3/7 tokens"
 "$T/bonsai-train-lm" --tokenize "$W/chat.txt" -m "$W/vocab.gguf" -o "$W/chat-raw.bin"
-python3 - "$W/chat-raw.bin" "$W/chat.bin" <<'PY'
-import array, sys
-raw = array.array('I'); raw.frombytes(open(sys.argv[1], 'rb').read())
-# byte tokens 0x01 / 0x02 (ids 1, 2) → <|im_start|> (1022) / <|im_end|> (1023)
-ids = array.array('I', [1022 if t == 1 else 1023 if t == 2 else t for t in raw])
-open(sys.argv[2], 'wb').write(ids.tobytes())
-print(f"tokens: {len(ids)}, {raw.count(1)} <|im_start|>, {raw.count(2)} <|im_end|>")
-PY
+python3 "$root/scripts/chat-markers.py" "$W/chat-raw.bin" "$W/chat.bin"
 
 step "4/7 initial model (qwen35, 256 wide, 4 layers)"
 "$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-embd 256 --n-ff 512 --n-head 4 --head-dim 64 --n-head-kv 2 \

@@ -85,13 +85,7 @@ cp "$W/prompts-train-skills.jsonl" "$root/data/skills/prompts-train.jsonl"
 step "3/7 BPE vocabulary (1024 tokens) and tokens"
 "$T/bonsai-train-lm" --train-vocab 1024 "$W/vocab.txt" -o "$W/vocab.gguf"
 "$T/bonsai-train-lm" --tokenize "$W/skills.txt" -m "$W/vocab.gguf" -o "$W/skills-raw.bin"
-python3 - "$W/skills-raw.bin" "$W/skills.bin" <<'PY'
-import array, sys
-raw = array.array('I'); raw.frombytes(open(sys.argv[1], 'rb').read())
-ids = array.array('I', [1022 if t == 1 else 1023 if t == 2 else t for t in raw])
-open(sys.argv[2], 'wb').write(ids.tobytes())
-print(f"tokens: {len(ids)}, {raw.count(1)} <|im_start|>, {raw.count(2)} <|im_end|>")
-PY
+python3 "$root/scripts/chat-markers.py" "$W/skills-raw.bin" "$W/skills.bin"
 
 step "4/7 initial model (qwen35, 256 wide, $LAYERS layers, every ${ATTN}-th full attention)"
 "$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" --n-embd 256 \
