@@ -226,10 +226,11 @@ const bn_arg bn_mine_penalty_args[] = {
 int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engine **eng, bn_step_batcher **batch,
                         char *err, size_t errlen) {
     *eng = NULL, *batch = NULL;
-    if (o->eng.n_gpu_layers <= 0 || o->server_url) return 0;
-    *eng = bn_engine_open(m, o->eng.n_gpu_layers, o->eng.n_threads, err, errlen);
+    if ((o->eng.n_gpu_layers <= 0 && o->eng.n_lora == 0) || o->server_url) return 0;
+    *eng = bn_engine_open_opts(m, &o->eng, err, errlen);
     if (!*eng) return -1;
-    if (!strcmp(bn_engine_name(*eng), "CPU")) { // no device (bn_engine_open warned): the CPU sources
+    // no device (bn_engine_open warned): the CPU sources; with adapters the one CPU engine that applies them
+    if (!strcmp(bn_engine_name(*eng), "CPU") && o->eng.n_lora == 0) {
         bn_engine_free(*eng);
         *eng = NULL;
         return 0;
