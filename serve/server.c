@@ -43,9 +43,16 @@ static int server_load(bn_server *srv) {
     if (srv->p.n_ctx <= 0) srv->p.n_ctx = srv->model->cfg.n_ctx_train > 0 && srv->model->cfg.n_ctx_train < 4096
                                               ? srv->model->cfg.n_ctx_train : 4096;
     if (p->draft_path && !(srv->drafter = bn_drafter_load(p->draft_path, srv->model, err, sizeof err))) goto fail;
+    bn_lora_set *lora = NULL;
+    if (p->n_lora > 0) {
+        const float zeros[BN_LORA_MAX] = {0};
+        lora = bn_lora_set_open(srv->model, p->lora, p->lora_init_without_apply ? zeros : p->lora_scale, p->n_lora,
+                                err, sizeof err);
+        if (!lora) goto fail;
+    }
     bn_slots_params sp = {.model = srv->model, .tok = srv->tok, .n_slots = p->n_slots, .n_ctx = srv->p.n_ctx,
                           .n_threads = p->n_threads, .n_gpu_layers = p->n_gpu_layers, .queue_max = p->queue_max,
-                          .drafter = srv->drafter, .spec = p->spec};
+                          .drafter = srv->drafter, .spec = p->spec, .lora = lora};
     if (!(srv->slots = bn_slots_start(&sp, err, sizeof err))) goto fail;
     srv->dry_default = bn_dry_breakers_new(srv->tok, NULL, 0); // DRY's "\n", ":", "\"", "*" in this vocabulary
     if (p->chat_template) srv->chat_format = (bn_chat_format)bn_chat_format_parse(p->chat_template);
