@@ -131,10 +131,14 @@ const bn_engine_device *bn_engine_device_get(void) { return registered_device; }
 static int lora_add(bn_engine_opts *o, const char *path, size_t len, float scale, char *err, size_t errlen) {
     if (len == 0) return bn_err(err, errlen, "empty adapter file name");
     if (o->n_lora >= BN_LORA_MAX) return bn_err(err, errlen, "at most %d LoRA adapters", BN_LORA_MAX);
-    char *p = xmalloc(len + 1); // lives as long as the options (the tool's run)
-    memcpy(p, path, len);
-    p[len] = 0;
-    o->lora[o->n_lora] = p;
+    if (path[len] == '\0') { // the whole argument: argv outlives the options
+        o->lora[o->n_lora] = path;
+    } else { // a part of a list: a copy that lives as long as the tool's run
+        char *p = xmalloc(len + 1);
+        memcpy(p, path, len);
+        p[len] = 0;
+        o->lora[o->n_lora] = p;
+    }
     o->lora_scale[o->n_lora++] = scale;
     return 0;
 }

@@ -226,6 +226,8 @@ const bn_arg bn_mine_penalty_args[] = {
 int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engine **eng, bn_step_batcher **batch,
                         char *err, size_t errlen) {
     *eng = NULL, *batch = NULL;
+    if (o->server_url && o->eng.n_lora > 0)
+        return bn_err(err, errlen, "--lora applies to in-process generation (a --server applies its own adapters)");
     if ((o->eng.n_gpu_layers <= 0 && o->eng.n_lora == 0) || o->server_url) return 0;
     *eng = bn_engine_open_opts(m, &o->eng, err, errlen);
     if (!*eng) return -1;
