@@ -1,6 +1,8 @@
 // core/adapter_apply.c — the adapters an engine applies and the low-rank path y += s·B·(A·x) (see core/adapter.h).
-// Both products run through bn_float_rows (quant/float_rows.c), whose every result depends only on its two rows: so
-// the delta of an activation row has the same bits whatever the number of rows and the thread split.
+// u = s·A·x runs through bn_float_rows (quant/float_rows.c), whose every result depends only on its two rows; then
+// y[j] += u[k]·B[j][k] for k = 0..r-1 in order, over B transposed (r rows of n_out, made when the set is built), a
+// loop the compiler vectorizes across j. Each output element sees the same operations in the same order whatever the
+// number of activation rows and the thread split, so a row's delta has the same bits in a decode and in a batch.
 #include "core/adapter.h"
 #include "base/util.h"
 #include "quant/quant.h"
@@ -8,12 +10,13 @@
 #include <string.h>
 
 #define MIN_PARALLEL_MACS (1 << 15) // smaller products run on the calling thread
-#define B_BLOCK 64                  // output rows per task of the B product
+#define B_BLOCK 256                 // output rows per task of the B product
 
 // One adapted weight of one adapter.
 typedef struct {
     int adapter;
     const bn_adapter_tensor *t;
+    float *Bt; // B transposed: {n_out, r}, r rows of n_out (in the set's bt storage)
 } lora_ref;
 
 struct bn_lora_set {
@@ -27,6 +30,7 @@ struct bn_lora_set {
     int n_slots;   // n_layer × n_fields + 1 (the output head)
     int *first;    // [n_slots + 1]: slot k's refs are refs[first[k] .. first[k + 1])
     lora_ref *refs;
+    float *bt;     // every ref's Bt
 };
 
 _Static_assert(sizeof(bn_layer_weights) % sizeof(bn_weight) == 0, "bn_layer_weights holds only bn_weight fields");
@@ -67,9 +71,19 @@ bn_lora_set *bn_lora_set_new(const bn_model *m, bn_adapter *const *adapters, con
     for (int k = 0; k < s->n_slots; k++) s->first[k + 1] = s->first[k] + count[k];
     s->refs = xcalloc((size_t)total + 1, sizeof *s->refs);
     memset(count, 0, (size_t)s->n_slots * sizeof *count);
+    size_t n_bt = 0;
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < s->a[i]->n_tensors; j++) n_bt += (size_t)(s->a[i]->t[j].n_out * s->a[i]->t[j].r);
+    s->bt = xmalloc(sizeof(float) * (n_bt + 1));
+    float *bt = s->bt;
     for (int i = 0, k = 0; i < s->n; i++) // adapter order within a slot: the deltas are summed in --lora order
-        for (int j = 0; j < s->a[i]->n_tensors; j++, k++)
-            if (slot[k] >= 0) s->refs[s->first[slot[k]] + count[slot[k]]++] = (lora_ref){i, &s->a[i]->t[j]};
+        for (int j = 0; j < s->a[i]->n_tensors; j++, k++) {
+            const bn_adapter_tensor *t = &s->a[i]->t[j];
+            for (int64_t o = 0; o < t->n_out; o++)
+                for (int q = 0; q < t->r; q++) bt[(size_t)q * t->n_out + o] = t->B[(size_t)o * t->r + q];
+            if (slot[k] >= 0) s->refs[s->first[slot[k]] + count[slot[k]]++] = (lora_ref){i, t, bt};
+            bt += t->n_out * t->r;
+        }
     free(count);
     free(slot);
     return s;
@@ -95,6 +109,7 @@ void bn_lora_set_free(bn_lora_set *s) {
         for (int i = 0; i < s->n; i++) bn_adapter_free(s->a[i]);
     free(s->first);
     free(s->refs);
+    free(s->bt);
     free(s);
 }
 
@@ -111,6 +126,7 @@ bool bn_lora_set_adapts(const bn_lora_set *s, const bn_weight *w) {
 // ---- the low-rank path ----------------------------------------------------------------------
 typedef struct {
     const bn_adapter_tensor *t;
+    const float *Bt;    // {n_out, r}
     const float *x;     // [n][ne0]
     float *y;           // [n][ne1]
     float *u;           // [n][r]: s_t · A·x[t]
@@ -132,21 +148,20 @@ static void a_task(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
-// b_task: y[t][j] += B_j · u[t] for output rows j of blocks [b0, b1) and every row t whose scale is not 0.
+// b_task: y[t][j] += u[t][k]·B[j][k] for k = 0..r-1 in order, for the output elements j of blocks [b0, b1) and every
+// row t whose scale is not 0.
 static void b_task(void *ctx, int64_t b0, int64_t b1, int tid) {
     (void)tid;
     const lora_job *job = ctx;
-    const bn_adapter_tensor *t = job->t;
-    float d[B_BLOCK];
-    for (int64_t b = b0; b < b1; b++) {
-        const int64_t j0 = b * B_BLOCK, nj = t->n_out - j0 < B_BLOCK ? t->n_out - j0 : B_BLOCK;
-        const float *B = t->B + (size_t)j0 * t->r;
-        for (int i = 0; i < job->n; i++) {
-            if (job->s[i] == 0.0f) continue;
-            bn_float_rows(BN_F32, t->r, (int)nj, 1, d, 0, B, (size_t)t->r * sizeof(float),
-                          job->u + (size_t)i * t->r, 0);
-            float *y = job->y + (size_t)i * t->n_out + j0;
-            for (int64_t j = 0; j < nj; j++) y[j] += d[j];
+    const int64_t n_out = job->t->n_out, j0 = b0 * B_BLOCK, j1 = b1 * B_BLOCK < n_out ? b1 * B_BLOCK : n_out;
+    const int r = job->t->r;
+    for (int i = 0; i < job->n; i++) {
+        if (job->s[i] == 0.0f) continue;
+        const float *u = job->u + (size_t)i * r;
+        float *y = job->y + (size_t)i * n_out;
+        for (int k = 0; k < r; k++) {
+            const float uk = u[k], *bt = job->Bt + (size_t)k * n_out;
+            for (int64_t j = j0; j < j1; j++) y[j] += uk * bt[j];
         }
     }
 }
@@ -166,7 +181,7 @@ void bn_lora_apply(const bn_lora_set *s, const bn_weight *w, const float *x, flo
             any |= row_s[i] != 0.0f;
         }
         if (!any) continue;
-        lora_job job = {.t = ref->t, .x = x, .y = y, .u = scratch, .s = row_s, .n = n};
+        lora_job job = {.t = ref->t, .Bt = ref->Bt, .x = x, .y = y, .u = scratch, .s = row_s, .n = n};
         const int64_t macs = (int64_t)n * ref->t->r * (ref->t->n_in > ref->t->n_out ? ref->t->n_in : ref->t->n_out);
         bn_pool *p = macs >= MIN_PARALLEL_MACS ? pool : NULL;
         bn_parallel_for(n > 1 ? p : NULL, n, a_task, &job);
