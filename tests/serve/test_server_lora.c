@@ -24,13 +24,7 @@ static char ad[2][400];
 static const int32_t PROMPT[6] = {40, 7, 300, 12, 99, 5};
 
 static json_t *call(const char *method, const char *path, const char *body, int *status) {
-    http_resp r;
-    *status = 0;
-    if (http_request(F.port, method, path, body, body ? strlen(body) : 0, NULL, &r) != 0) return NULL;
-    *status = r.status;
-    json_t *j = json_loadb(r.body, r.body_len, JSON_ALLOW_NUL, NULL);
-    http_resp_free(&r);
-    return j;
+    return http_json(F.port, method, path, body, status);
 }
 
 // served: the ids of a greedy /completion of N_GEN tokens from PROMPT (past end-of-generation tokens, as the
