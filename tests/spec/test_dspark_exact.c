@@ -14,9 +14,6 @@
 #include "tests/spec/fixture.h"
 #include "quant/quant.h"
 #include "quantize/quantize.h"
-#include "core/adapter.h"
-#include "train/lora.h"
-#include "base/rng.h"
 
 #define N_GEN 96
 
@@ -26,24 +23,10 @@ static const int32_t prompt[] = {10, 200, 33, 47, 300, 5, 99, 123, 7, 64, 250, 1
 // lora_case: the oracle speculative loop on m with a random adapter (written to path) equals plain greedy with it.
 static void lora_case(const bn_model *m, const char *type, const char *path) {
     char err[512];
-    bn_lora *l = bn_lora_from_model(m, BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD, 8, 16.0f, 0, err,
-                                    sizeof err);
-    CHECK(l != NULL, "adapter: %s", err);
-    if (!l) return;
-    bn_lora_init_peft(l, 3);
-    bn_rng rng;
-    bn_rng_seed(&rng, 4);
-    for (int i = 0; i < l->n_tensors; i++)
-        for (int64_t e = 0; e < l->t[i].n_out * l->r; e++)
-            l->params[l->t[i].off_b + e] = (float)(0.05 * (bn_rng_uniform(&rng) - 0.5));
-    CHECK(bn_lora_save_gguf(l, path, err, sizeof err) == 0, "save adapter: %s", err);
-    bn_lora_free(l);
     int32_t base[N_GEN], plain[N_GEN], gen[N_GEN + 64];
     fx_plain_greedy(m, prompt, N_PROMPT, N_GEN, base);
     for (int k = 3; k <= 7; k += 4) {
-        bn_lora_set *set = bn_lora_set_open(m, &path, NULL, 1, err, sizeof err);
-        bn_engine *e = set ? bn_engine_open_lora(m, 0, 2, set, err, sizeof err) : NULL;
-        CHECK(e != NULL, "%s: engine with the adapter: %s", type, err);
+        bn_engine *e = fx_adapter_engine(m, path, 0.05f, 2);
         if (!e) return;
         if (k == 3) {
             fx_engine_greedy(e, prompt, N_PROMPT, N_GEN, plain);
