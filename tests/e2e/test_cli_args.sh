@@ -141,6 +141,31 @@ checks=$((checks + 1))
 "$B/bonsai-ftpo-train" -ngl 99 > /dev/null 2> "$T/err"
 grep -qF "training runs on the CPU" "$T/err" || bad "bonsai-ftpo-train -ngl 99: no warning, $(head -c 200 "$T/err")"
 
+# --lora / --lora-scaled (the engine options): listed by every tool that runs a model; a missing file, a model file
+# given as an adapter, a scale that is not a number and a missing scale are refused, named
+for t in run serve eval-loops mine-pairs perplexity bench speculative; do
+  checks=$((checks + 1))
+  "$B/bonsai-$t" --help > "$T/out" 2>&1
+  grep -q -- "--lora FNAME" "$T/out" && grep -q -- "--lora-scaled FNAME SCALE" "$T/out" ||
+    bad "bonsai-$t --help does not list --lora and --lora-scaled"
+done
+checks=$((checks + 4))
+"$B/bonsai-run" -m "$M" -p "The" -n 2 --lora "$T/missing.gguf" > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF "$T/missing.gguf" "$T/err" || bad "bonsai-run --lora MISSING: exit $st, $(head -c 200 "$T/err")"
+"$B/bonsai-run" -m "$M" -p "The" -n 2 --lora "$M" > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF "general.type is not 'adapter'" "$T/err" ||
+  bad "bonsai-run --lora MODEL: exit $st, $(head -c 200 "$T/err")"
+"$B/bonsai-run" -m "$M" -p "The" --lora-scaled "$T/a.gguf" abc > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF -- "--lora-scaled: 'abc' is not a number" "$T/err" ||
+  bad "bonsai-run --lora-scaled F abc: exit $st, $(head -c 200 "$T/err")"
+"$B/bonsai-run" -m "$M" -p "The" --lora-scaled "$T/a.gguf" > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF -- "--lora-scaled: needs FNAME SCALE" "$T/err" ||
+  bad "bonsai-run --lora-scaled F (no scale): exit $st, $(head -c 200 "$T/err")"
+
 # long and short spellings of an option give the same output
 checks=$((checks + 2))
 "$B/bonsai-run" -m "$M" -p "Once" -n 6 -s 7 --temp 0.9 -t 1 -c 64 > "$T/short" 2> /dev/null
