@@ -177,7 +177,8 @@ static int lora_scaled_arg(void *base, const char *opt, const char *val, const c
 
 #define LORA_ARGS                                                                                                  \
     BN_FN("--lora", lora_arg, "FNAME",                                                                             \
-          "LoRA adapter GGUF applied at run time, unmerged, at scale 1 (repeatable; comma-separated values too)"),  \
+          "LoRA adapter GGUF applied at run time, unmerged, at scale 1 (repeatable; comma-separated values too; "  \
+          "-ngl 0 or every layer on the GPU)"),                                                                    \
     BN_FN2("--lora-scaled", lora_scaled_arg, "FNAME SCALE",                                                        \
            "LoRA adapter applied with a user scale (repeatable; llama.cpp's FNAME:SCALE,... form too)")
 
@@ -196,18 +197,13 @@ const bn_arg bn_engine_args[] = {
 
 const bn_arg bn_lora_args[] = {BN_SECTION("LoRA adapters"), LORA_ARGS, {0}};
 
-// engine_open: the backend for -ngl (the CPU engine, or a device engine when there is a device and no adapter).
-static bn_engine *engine_open(const bn_model *m, int n_gpu_layers, int n_threads, const bn_lora_set *lora, char *err,
-                              size_t errlen) {
+// engine_open: the backend for -ngl (the CPU engine, or a device engine when there is a device).
+static bn_engine *engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen) {
     if (n_gpu_layers < 0) {
         bn_err(err, errlen, "-ngl must be >= 0 (got %d)", n_gpu_layers);
         return NULL;
     }
     if (n_threads <= 0) n_threads = bn_n_threads_default();
-    if (bn_lora_set_count(lora) > 0 && n_gpu_layers > 0) { // checked before the device: the same answer everywhere
-        bn_err(err, errlen, "LoRA adapters run on the CPU engine only for now (use -ngl 0 with --lora)");
-        return NULL;
-    }
     const bn_engine_device *d = registered_device;
     if (n_gpu_layers > 0 && (!d || d->device_count() < 1)) {
         static bool warned = false;
@@ -226,13 +222,22 @@ static bn_engine *engine_open(const bn_model *m, int n_gpu_layers, int n_threads
 
 bn_engine *bn_engine_open_lora(const bn_model *m, int n_gpu_layers, int n_threads, bn_lora_set *lora, char *err,
                                size_t errlen) {
-    bn_engine *e = engine_open(m, n_gpu_layers, n_threads, lora, err, errlen);
+    if (bn_lora_set_count(lora) > 0 && n_gpu_layers > 0 && n_gpu_layers < m->cfg.n_layer) {
+        bn_lora_set_free(lora); // checked before the device: the same answer everywhere
+        bn_err(err, errlen, "LoRA adapters run on the CPU engine (-ngl 0) or with every layer on the GPU, not split");
+        return NULL;
+    }
+    bn_engine *e = engine_open(m, n_gpu_layers, n_threads, err, errlen);
     if (!e) {
         bn_lora_set_free(lora);
         return NULL;
     }
     e->lora = bn_lora_set_count(lora) > 0 ? lora : NULL;
     if (!e->lora) bn_lora_set_free(lora);
+    if (e->lora && e->ops->attach_lora && e->ops->attach_lora(e->impl, e->lora, err, errlen) != 0) {
+        bn_engine_free(e);
+        return NULL;
+    }
     return e;
 }
 

@@ -45,6 +45,8 @@ typedef struct bn_engine_ops {
                          bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen);
     // the state's user scales of the engine's adapters ([n], n = their count); NULL: the backend applies none
     int (*set_lora_scales)(void *st, const float *scales, int n, char *err, size_t errlen);
+    // a device backend: takes the adapters of set (before any state is made; the engine keeps set); NULL: none
+    int (*attach_lora)(void *impl, const bn_lora_set *set, char *err, size_t errlen);
 } bn_engine_ops;
 
 typedef struct bn_engine {
@@ -178,8 +180,8 @@ extern const bn_arg bn_lora_args[];
 // Returns the engine, or NULL with err filled.
 bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
 // bn_engine_open_lora: bn_engine_open whose states apply the adapters of lora (core/adapter.h; ownership passes to
-// the engine, also on failure; NULL: none). The CPU engine applies them; a device engine refuses them. Returns the
-// engine, or NULL with err filled.
+// the engine, also on failure; NULL: none). The CPU and the CUDA engine apply them; the CPU+CUDA split refuses them.
+// Returns the engine, or NULL with err filled.
 bn_engine *bn_engine_open_lora(const bn_model *m, int n_gpu_layers, int n_threads, bn_lora_set *lora, char *err,
                                size_t errlen);
 // bn_engine_open_opts: the engine of a tool's engine options o over m (-ngl, -t, and the --lora / --lora-scaled

@@ -74,8 +74,8 @@ static const bn_args_tool tool = {
     .name = "bonsai-serve",
     .usage = "usage: bonsai-serve -m MODEL.gguf [options]\n",
     .notes = "-c 0 (the default) takes the context from the model, at most 4096; -ngl also places the speculative\n"
-             "target. Adapters (--lora, --lora-scaled) run on the CPU engine (-ngl 0). Not implemented (refused): --props,\n"
-             "other llama-server options.\n"};
+             "target. Adapters (--lora, --lora-scaled) run on the CPU (-ngl 0) or the GPU (every layer), not split.\n"
+             "Not implemented (refused): --props, other llama-server options.\n"};
 
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
