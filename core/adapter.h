@@ -69,7 +69,7 @@ int bn_lora_set_count(const bn_lora_set *s);
 const bn_adapter *bn_lora_set_adapter(const bn_lora_set *s, int i);
 // bn_lora_set_scales: the global user scales ([count]; a state starts with them; the caller may change them).
 float *bn_lora_set_scales(bn_lora_set *s);
-// bn_lora_set_max_rank: the sum over adapters of the largest rank of each (the scratch floats per activation row of
+// bn_lora_set_max_rank: the largest rank of any tensor of any adapter (the scratch floats per activation row of
 // bn_lora_apply), 0 for NULL.
 int bn_lora_set_max_rank(const bn_lora_set *s);
 // bn_lora_set_adapts: whether any adapter of s adapts weight w (a weight of the set's model).
