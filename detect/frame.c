@@ -11,8 +11,8 @@
 #include <string.h>
 
 bn_frame_params bn_frame_params_default(void) {
-    return (bn_frame_params){.anchor_len = 4, .min_repeats = 4, .min_tokens = 16, .max_period = 256,
-                             .min_similarity = 0.5};
+    return (bn_frame_params){.anchor_len = 4, .min_repeats = 6, .min_repeats_verbatim = 4, .min_tokens = 16,
+                             .max_period = 256, .min_similarity = 0.5};
 }
 
 static uint64_t gram_hash(const int32_t *g, int a) {
@@ -99,7 +99,7 @@ static int run_from(frame_scan *fs, int64_t i, int64_t n, bn_frame_hit *hit) {
         prev = cur;
         cur = q;
     }
-    if (count < p->min_repeats || prev < 0) return 0;
+    if (prev < 0 || count < (worst == 1.0 ? p->min_repeats_verbatim : p->min_repeats)) return 0;
     int64_t end = cur + (cur - prev > p->anchor_len ? cur - prev : p->anchor_len); // the last entry's extent
     if (end > n) end = n;
     if (end - i < p->min_tokens) return 0;
@@ -111,7 +111,8 @@ static int run_from(frame_scan *fs, int64_t i, int64_t n, bn_frame_hit *hit) {
 int bn_find_frame_loop(const int32_t *ids, size_t n_, const bn_frame_params *p, bn_frame_hit *hit) {
     int64_t n = (int64_t)n_;
     int a = p->anchor_len;
-    if (a < 1 || p->min_repeats < 2 || p->max_period < 1 || n < a || n < p->min_tokens) return 0;
+    int need = p->min_repeats < p->min_repeats_verbatim ? p->min_repeats : p->min_repeats_verbatim;
+    if (a < 1 || need < 2 || p->max_period < 1 || n < a || n < p->min_tokens) return 0;
     int64_t *next = xmalloc((size_t)n * sizeof *next);
     double *sim = xmalloc((size_t)n * sizeof *sim);
     int *row = xmalloc(((size_t)p->max_period + 2) * sizeof *row);
@@ -120,7 +121,7 @@ int bn_find_frame_loop(const int32_t *ids, size_t n_, const bn_frame_params *p, 
     frame_scan fs = {ids, next, sim, row, p};
     int found = 0;
     for (int64_t i = 0; i + a <= n && !found; i++)
-        if (chain_entries(&fs, i, p->min_repeats) >= p->min_repeats) found = run_from(&fs, i, n, hit);
+        if (chain_entries(&fs, i, need) >= need) found = run_from(&fs, i, n, hit);
     free(next);
     free(sim);
     free(row);

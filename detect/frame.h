@@ -1,9 +1,10 @@
 // detect/frame.h — the frame-loop detector (docs/antidoom.md §16): a completion that keeps re-entering one frame
 // whose slots change ("Why did the chicken cross the road? To get to X. Why did ... To get to Y. ...") is missed by
 // the verbatim detector (detect/repetition.h), which needs exact copies. Over token ids: an anchor (anchor_len
-// consecutive tokens) that comes back at least min_repeats times, each gap at most max_period tokens, where every
-// stretch between two entries (a period) is within min_similarity of the next one in token edit distance
-// (1 - distance / the longer one's length). A verbatim loop of anchor_len tokens or more a period is a frame loop too.
+// consecutive tokens) that comes back, each gap at most max_period tokens, where every stretch between two entries (a
+// period) is within min_similarity of the next one in token edit distance (1 - distance / the longer one's length):
+// min_repeats entries, or min_repeats_verbatim when the periods are all the same (a verbatim loop counts here with
+// the verbatim detector's count; looser copies need more of them).
 #ifndef BONSAI_DETECT_FRAME_H
 #define BONSAI_DETECT_FRAME_H
 #include <stddef.h>
@@ -13,7 +14,8 @@
 
 typedef struct {
     int anchor_len;        // 4: tokens of the n-gram that marks each entry into the frame
-    int min_repeats;       // 4: entries into the frame, counting the first (the verbatim detector's count)
+    int min_repeats;       // 6: entries into the frame, counting the first
+    int min_repeats_verbatim; // 4: the same when every period equals the next (the verbatim detector's count)
     int min_tokens;        // 16: tokens from the first entry to the end of the last period, at least
     int max_period;        // 256: tokens between two entries, at most
     double min_similarity; // 0.5: 1 - edit distance / longer length of every two successive periods, at least
@@ -28,7 +30,7 @@ typedef struct {
     double similarity;     // the lowest similarity of two successive periods (1: verbatim)
 } bn_frame_hit;
 
-// bn_frame_params_default: returns the defaults (4, 4, 16, 256, 0.5).
+// bn_frame_params_default: returns the defaults (anchor 4, entries 6 / verbatim 4, 16 tokens, period 256, 0.5).
 bn_frame_params bn_frame_params_default(void);
 // bn_find_frame_loop: scans n token ids; returns 1 and fills hit (the earliest first entry that qualifies), or 0.
 int bn_find_frame_loop(const int32_t *ids, size_t n, const bn_frame_params *p, bn_frame_hit *hit);

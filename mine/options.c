@@ -211,6 +211,8 @@ const bn_arg bn_mine_args[] = {
               "evaluation reports both rates whatever this says"),
     BN_INT("--frame-min-repeats", O(mine.frame.min_repeats), "N", "frame loops: entries into the frame, the first "
            "counted", 2, 1 << 20),
+    BN_INT("--frame-min-repeats-verbatim", O(mine.frame.min_repeats_verbatim), "N",
+           "frame loops: the same when every period equals the next", 2, 1 << 20),
     BN_DOUBLE("--frame-min-similarity", O(mine.frame.min_similarity), "S",
               "frame loops: 1 - token edit distance / length of every two successive periods, at least", 0, 1),
     BN_INT("--frame-max-period", O(mine.frame.max_period), "N", "frame loops: tokens between two entries, at most", 1,

@@ -1,7 +1,8 @@
 // tests/detect/test_frame.c — the frame-loop detector (detect/frame.h, docs/antidoom.md §16) on constructed cases,
 // over word pieces (bn_frame_units) and over hand-made id sequences: a verbatim loop counts as both; a frame with
-// changing slots as a frame loop only; prose, a code listing with three similar functions, a numbered list that
-// counts up once as neither; the edges of every threshold (entries, similarity, period, length); short inputs.
+// changing slots as a frame loop only; prose, a code listing with five similar functions, a numbered list that
+// counts up once as neither; the edges of every threshold (entries with and without changes, similarity, period,
+// length); short inputs.
 #include "tests/test.h"
 #include "detect/frame.h"
 #include "detect/repetition.h"
@@ -45,18 +46,22 @@ static const char *PROSE =
     "left her stranded on the wrong side of the water. At half past nine the harbour master came out of his hut, "
     "looked at the sea for a long minute, and raised the blue flag.";
 
-static const char *CODE3 =
-    "def area_square(side):\n    return side * side\n\n"
-    "def area_rectangle(width, height):\n    return width * height\n\n"
-    "def area_triangle(base, height):\n    return 0.5 * base * height\n\n"
-    "if __name__ == \"__main__\":\n    print(area_square(3), area_rectangle(2, 5), area_triangle(4, 6))\n";
-
-static const char *CODE4 =
-    "def area_square(side):\n    return side * side\n\n"
-    "def area_rectangle(width, height):\n    return width * height\n\n"
-    "def area_triangle(base, height):\n    return 0.5 * base * height\n\n"
-    "def area_circle(radius):\n    return 3.14159 * radius * radius\n\n"
-    "if __name__ == \"__main__\":\n    print(area_square(3))\n";
+// code(k): a listing of k similar functions and a main (static buffer).
+static const char *code(int k) {
+    static const char *const fn[] = {
+        "def area_square(side):\n    return side * side\n\n",
+        "def area_rectangle(width, height):\n    return width * height\n\n",
+        "def area_triangle(base, height):\n    return 0.5 * base * height\n\n",
+        "def area_circle(radius):\n    return 3.14159 * radius * radius\n\n",
+        "def area_ellipse(a, b):\n    return 3.14159 * a * b\n\n",
+        "def area_rhombus(p, q):\n    return 0.5 * p * q\n\n",
+    };
+    static char buf[2048];
+    buf[0] = 0;
+    for (int i = 0; i < k; i++) strcat(buf, fn[i]);
+    strcat(buf, "if __name__ == \"__main__\":\n    print(area_square(3))\n");
+    return buf;
+}
 
 static const char *LIST =
     "Steps:\n1. Preheat the oven to 180 degrees.\n2. Mix the flour, sugar and butter in a large bowl.\n"
@@ -110,25 +115,29 @@ int main(void) {
         free(s);
         // after a lead-in ("Here", " is", " a", " joke", "."), the first entry is its "." (piece 4): every period
         // ends in "." before " Why" too
-        char *t = xmalloc(strlen(PROSE) + strlen(u[0]) * 8);
+        char *t = xmalloc(strlen(u[4]) * 8);
         strcpy(t, "Here is a joke. ");
-        char *s4 = cat(u, 6, 4);
+        char *s4 = cat(u, 6, 6);
         strcat(t, s4);
-        CHECK(frame(t, &h) == 1 && h.start == 4 && h.repeats == 4, "lead-in: start %lld repeats %lld",
+        CHECK(frame(t, &h) == 1 && h.start == 4 && h.repeats == 6, "lead-in: start %lld repeats %lld",
               (long long)h.start, (long long)h.repeats);
         free(s4);
-        // three entries are not enough (min_repeats 4 counts entries)
-        char *s3 = cat(u, 6, 3);
-        CHECK(frame(s3, &h) == 0, "three entries are no frame loop");
-        free(s3);
+        // five entries with changing slots are not enough (min_repeats 6); four verbatim ones are (4)
+        char *s5 = cat(u, 6, 5);
+        CHECK(frame(s5, &h) == 0, "five entries are no frame loop");
+        free(s5);
+        char *v4 = cat(u, 1, 4), *v3 = cat(u, 1, 3);
+        CHECK(frame(v4, &h) == 1 && h.similarity == 1.0 && frame(v3, &h) == 0, "four verbatim copies, not three");
+        free(v4);
+        free(v3);
         free(t);
     }
     { // things that repeat but belong
         CHECK(frame(PROSE, &h) == 0 && verbatim(PROSE) == 0, "prose");
-        CHECK(frame(CODE3, &h) == 0 && verbatim(CODE3) == 0, "a code listing with three similar functions");
+        CHECK(frame(code(5), &h) == 0 && verbatim(code(5)) == 0, "a code listing with five similar functions");
         CHECK(frame(LIST, &h) == 0 && verbatim(LIST) == 0, "a numbered list that counts up once");
-        // the edge: the same structure a fourth time is a frame (4 entries of "def area_" + similar bodies)
-        CHECK(frame(CODE4, &h) == 1 && h.repeats == 4, "four similar functions count (repeats %lld)",
+        // the edge: the same structure a sixth time is a frame ("):\n    return" entered 6 times, similar bodies)
+        CHECK(frame(code(6), &h) == 1 && h.repeats == 6, "six similar functions count (repeats %lld)",
               (long long)h.repeats);
     }
     int32_t ids[4096];
@@ -139,14 +148,14 @@ int main(void) {
         n = slotted(ids, 5, 6, 0); // 1 - 5/9 < 0.5
         CHECK(bn_find_frame_loop(ids, n, &p, &h) == 0, "k=5 is below the similarity floor");
     }
-    { // entries edge: 4 entries count, 3 do not (a tail of fresh tokens after them)
-        size_t n = slotted(ids, 2, 4, 10);
-        CHECK(bn_find_frame_loop(ids, n, &p, &h) == 1 && h.repeats == 4 && h.start == 0 && h.repeat_start == 6 &&
-                  h.period == 6 && h.end == 24,
+    { // entries edge: 6 entries count, 5 do not (a tail of fresh tokens after them)
+        size_t n = slotted(ids, 2, 6, 10);
+        CHECK(bn_find_frame_loop(ids, n, &p, &h) == 1 && h.repeats == 6 && h.start == 0 && h.repeat_start == 6 &&
+                  h.period == 6 && h.end == 36,
               "4 entries: repeats %lld start %lld re-entry %lld end %lld", (long long)h.repeats, (long long)h.start,
               (long long)h.repeat_start, (long long)h.end);
-        n = slotted(ids, 2, 3, 10);
-        CHECK(bn_find_frame_loop(ids, n, &p, &h) == 0, "3 entries");
+        n = slotted(ids, 2, 5, 10);
+        CHECK(bn_find_frame_loop(ids, n, &p, &h) == 0, "5 entries");
     }
     { // period edge: max_period tokens between entries count, one more does not
         // a verbatim period of exactly 256 and of 257
@@ -167,9 +176,9 @@ int main(void) {
         CHECK(frame("", &h) == 0 && frame("Hello.", &h) == 0, "empty / short text");
     }
     { // the loop at the very end: the last entry cut short still counts; end is clipped to the text
-        size_t n = slotted(ids, 3, 4, 0);
-        n -= 2; // the fourth period loses its last 2 slot tokens
-        CHECK(bn_find_frame_loop(ids, n, &p, &h) == 1 && h.repeats == 4 && h.end == (int64_t)n, "cut last period: "
+        size_t n = slotted(ids, 3, 6, 0);
+        n -= 2; // the sixth period loses its last 2 slot tokens
+        CHECK(bn_find_frame_loop(ids, n, &p, &h) == 1 && h.repeats == 6 && h.end == (int64_t)n, "cut last period: "
               "repeats %lld end %lld of %zu", (long long)h.repeats, (long long)h.end, n);
     }
     { // word pieces: spaces stay with the next piece, other characters stand alone

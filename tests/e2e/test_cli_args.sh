@@ -22,7 +22,7 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 JUNK=("12x" "nan")
 MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
   --top-p --min-p --seed -s --n-predict -n --n-probs --ctx -c -t --timeout --parallel --min-repeats --min-total-repeated
-  --max-period --frame-min-repeats --frame-min-similarity --frame-max-period --chosen-min-p --chosen-max-tokens
+  --max-period --frame-min-repeats --frame-min-repeats-verbatim --frame-min-similarity --frame-max-period --chosen-min-p --chosen-max-tokens
   --chosen-min-decoded-chars -ngl"
 PENALTY_OPTS="--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --dry-multiplier --dry-base
   --dry-allowed-length --dry-penalty-last-n"

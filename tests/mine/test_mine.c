@@ -74,11 +74,11 @@ static const char *LOOP = "Ok!\nWait, let me check the sum. Wait, let me check t
                           "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum. "
                           "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum.";
 
-// Five entries into one frame with a changing slot (no two periods the same).
+// Six entries into one frame with a changing slot (no two periods the same).
 static const char *FRAME = "Ok!\nWhy did the chicken cross the road? To get to the barn. Why did the chicken cross the "
                            "road? To get to a farm. Why did the chicken cross the road? To get to its nest. Why did the "
                            "chicken cross the road? To get to the shop. Why did the chicken cross the road? To get to "
-                           "the other side.";
+                           "the other side. Why did the chicken cross the road? To get to bed.";
 
 int main(void) {
     char err[512];
@@ -201,7 +201,7 @@ int main(void) {
                 const char *rd = r.pair.rejected_decoded;
                 while (*rd == ' ') rd++;
                 CHECK(rd[0] == 'W', "rejected surface '%s'", r.pair.rejected_decoded);
-                CHECK(r.pair.rep.repeats == 5 && r.pair.n_context == s.n_last_prompt + target, "repeats %lld",
+                CHECK(r.pair.rep.repeats == 6 && r.pair.n_context == s.n_last_prompt + target, "repeats %lld",
                       (long long)r.pair.rep.repeats);
                 free(before);
                 free(gen_ids);
