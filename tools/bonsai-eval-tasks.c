@@ -119,14 +119,20 @@ static int run_task(bn_source *src, const bn_tokenizer *tok, const tasks_opts *t
     return 0;
 }
 
+// num: a float option as the number it was given as (7 significant digits: 1.1, not 1.100000023841858).
+static double num(float x) {
+    char b[32];
+    snprintf(b, sizeof b, "%.7g", (double)x);
+    return strtod(b, NULL);
+}
+
 // sampler_json: the generation settings that decide the completions.
 static json_t *sampler_json(const bn_gen_params *p) {
-    json_t *o = json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:i,s:f,s:i}", "temperature", 0.0, "repeat_last_n",
-                          p->repeat_last_n, "repeat_penalty", p->repeat_penalty, "frequency_penalty",
-                          p->frequency_penalty, "presence_penalty", p->presence_penalty, "dry_multiplier",
-                          p->dry_multiplier, "dry_allowed_length", p->dry_allowed_length, "dry_base", p->dry_base,
-                          "dry_penalty_last_n", p->dry_penalty_last_n);
-    return o;
+    return json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:i,s:f,s:i}", "temperature", 0.0, "repeat_last_n", p->repeat_last_n,
+                     "repeat_penalty", num(p->repeat_penalty), "frequency_penalty", num(p->frequency_penalty),
+                     "presence_penalty", num(p->presence_penalty), "dry_multiplier", num(p->dry_multiplier),
+                     "dry_allowed_length", p->dry_allowed_length, "dry_base", num(p->dry_base), "dry_penalty_last_n",
+                     p->dry_penalty_last_n);
 }
 
 // result_json: the whole result as a malloc'd one-line JSON string.
