@@ -10,7 +10,8 @@
 #    reference that ends in "\n" where the model writes "\n\n" as one token); the made-up references never match.
 #  - the same tasks under --repeat-penalty 1.5: the first-line exact rate and the token accuracy must drop below the
 #    unpenalised ones (penalties cost where repetition belongs).
-#  - the JSON has the loop-rate conventions (rates with [lo, hi] intervals), the model and the sampler echoed.
+#  - the JSON has the loop-rate conventions (rates with [lo, hi] intervals), the model and the sampler echoed;
+#  - a bad task file is refused with the file and line named.
 B="${BONSAI_BUILD_ROOT:-build}/tools"
 S="${BONSAI_SOURCE_ROOT:-.}"
 M="$S/data/bonsai-loop-f16.gguf"
@@ -106,5 +107,12 @@ echo "copy tasks: exact $base_exact -> $pen_exact, token accuracy $base_acc -> $
 check 'jq -e ".sampler.repeat_penalty == 1.5" "$T/pen.json" > /dev/null' "penalty echoed"
 check 'jq -e "$pen_exact < $base_exact and $pen_acc < $base_acc" <<< null > /dev/null' \
     "the penalty did not lower the copy scores ($base_exact/$base_acc -> $pen_exact/$pen_acc)"
+# a bad task file ends the tool before any work, naming the file and the line
+printf '%s\n' '{"id": "a", "family": "copy", "prompt": "p", "reference": "r\n"}' \
+    '{"id": "a", "family": "copy", "prompt": "q", "reference": "s\n"}' > "$T/bad.jsonl"
+"$B/bonsai-eval-tasks" -m "$M" --tasks "$T/bad.jsonl" > /dev/null 2> "$T/err"
+st=$?
+check '[ $st -eq 1 ] && grep -qF "bonsai-eval-tasks: $T/bad.jsonl:2: duplicate id \"a\" (first on line 1)" "$T/err"' \
+    "bad task file: exit $st, $(head -c 300 "$T/err")"
 echo "$checks checks, $fail failed"
 [ "$fail" -eq 0 ]
