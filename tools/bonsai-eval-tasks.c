@@ -17,6 +17,7 @@
 #include "mine/options.h"
 #include "records/tasks.h"
 #include <jansson.h>
+#include <pthread.h>
 
 typedef struct {
     bn_mine_opts o; // the engine (-m -t -c -ngl), the generation settings and the penalty options
@@ -34,6 +35,9 @@ static const bn_arg tasks_args[] = {
            "tokens to generate per task (0, the default: the reference's first line plus --n-tokens)", 0, 1 << 30),
     BN_INT("--thinking", O(thinking), "1|0|-1",
            "chat tasks: <think> open (1), closed (0), plain ChatML (-1)", -1, 1),
+    BN_INT("--parallel", O(o.n_parallel), "N",
+           "tasks in flight at once, each with its own state and threads/N threads (with -ngl their decode steps run "
+           "batched)", 1, 256),
     {0}};
 #undef O
 
@@ -182,6 +186,79 @@ static int report(const tasks_opts *to, const bn_task *tasks, const task_out *ou
     return rc;
 }
 
+// The tasks shared by the workers (one per source): the next task to take, the count done, the first error.
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const tasks_opts *to;
+    const bn_task *tasks;
+    const bn_tokenizer *tok;
+    task_out *outs;
+    int n, next, done, failed; // failed: 1 + the index of the first task that failed (0: none)
+    char err[1024];
+} work;
+
+typedef struct {
+    work *w;
+    bn_source *src;
+} worker_arg;
+
+static void *worker(void *va) {
+    worker_arg *wa = va;
+    work *w = wa->w;
+    char err[1024];
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        int i = w->failed || w->next >= w->n ? -1 : w->next++;
+        pthread_mutex_unlock(&w->mu);
+        if (i < 0) break;
+        int rc = run_task(wa->src, w->tok, w->to, &w->tasks[i], &w->outs[i], err, sizeof err);
+        pthread_mutex_lock(&w->mu);
+        w->done++;
+        if (rc < 0 && !w->failed) w->failed = i + 1, snprintf(w->err, sizeof w->err, "%s", err);
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    return NULL;
+}
+
+// run_all: the tasks on n_src sources at once, progress on the calling thread; returns 0, or 1 with the first failure
+// printed.
+static int run_all(const tasks_opts *to, const bn_task *tasks, int n, const bn_tokenizer *tok, bn_source **srcs,
+                   int n_src, task_out *outs) {
+    work w = {.to = to, .tasks = tasks, .tok = tok, .outs = outs, .n = n};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    pthread_t *th = xmalloc((size_t)n_src * sizeof *th);
+    worker_arg *wa = xmalloc((size_t)n_src * sizeof *wa);
+    for (int k = 0; k < n_src; k++) {
+        wa[k] = (worker_arg){&w, srcs[k]};
+        pthread_create(&th[k], NULL, worker, &wa[k]);
+    }
+    bn_progress bar;
+    bn_progress_start(&bar, "tasks", n);
+    pthread_mutex_lock(&w.mu);
+    for (int seen = 0; w.done < n && !w.failed;) {
+        while (w.done == seen && !w.failed) pthread_cond_wait(&w.cv, &w.mu);
+        seen = w.done;
+        pthread_mutex_unlock(&w.mu);
+        bn_progress_update(&bar, seen, NULL);
+        pthread_mutex_lock(&w.mu);
+    }
+    pthread_mutex_unlock(&w.mu);
+    for (int k = 0; k < n_src; k++) pthread_join(th[k], NULL);
+    bn_progress_finish(&bar, NULL);
+    if (w.failed) {
+        const bn_task *t = &tasks[w.failed - 1];
+        fprintf(stderr, "bonsai-eval-tasks: %s:%d (%s): %s\n", to->tasks_path, t->line, t->id, w.err);
+    }
+    free(th);
+    free(wa);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return w.failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     char err[1024];
     tasks_opts to;
@@ -194,27 +271,13 @@ int main(int argc, char **argv) {
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
-    bn_engine *eng;
+    bn_engine *eng; // -ngl: the engine on the device, and the batcher of its --parallel sources
     bn_step_batcher *batch;
     if (bn_mine_opts_engine(o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
     bn_source **srcs = bn_mine_opts_sources(o, m, tok, eng, batch, err, sizeof err);
     if (!srcs) return fail(err);
     task_out *outs = xcalloc((size_t)n, sizeof *outs);
-    bn_progress bar;
-    bn_progress_start(&bar, "tasks", n);
-    int rc = 0, n_exact = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (run_task(srcs[0], tok, &to, &tasks[i], &outs[i], err, sizeof err) < 0) {
-            fprintf(stderr, "\nbonsai-eval-tasks: %s:%d (%s): %s\n", to.tasks_path, tasks[i].line, tasks[i].id, err);
-            rc = 1;
-            break;
-        }
-        n_exact += outs[i].s.exact;
-        char extra[64];
-        snprintf(extra, sizeof extra, "first line exact %d/%d", n_exact, i + 1);
-        bn_progress_update(&bar, i + 1, extra);
-    }
-    bn_progress_finish(&bar, NULL);
+    int rc = run_all(&to, tasks, n, tok, srcs, o->n_parallel > 0 ? o->n_parallel : 1, outs);
     if (rc == 0) rc = report(&to, tasks, outs, n);
     free(outs);
     bn_mine_opts_sources_free(o, srcs);

@@ -50,7 +50,7 @@ CASES=(
   "bonsai-mine-pairs||--target-pairs --max-rows --headroom --rejected-strength --chosen-strength --max-rejected-share
     --top --heldout-share $MINE_OPTS"
   "bonsai-eval-loops||$MINE_OPTS $PENALTY_OPTS"
-  "bonsai-eval-tasks||--n-tokens --n-predict -n --thinking -t -c -ngl $PENALTY_OPTS"
+  "bonsai-eval-tasks||--n-tokens --n-predict -n --thinking --parallel -t -c -ngl $PENALTY_OPTS"
   "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
 )
 TOOLS="bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips quantize run serve

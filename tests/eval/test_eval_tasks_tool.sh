@@ -11,7 +11,7 @@
 #  - the same tasks under --repeat-penalty 1.5: the first-line exact rate and the token accuracy must drop below the
 #    unpenalised ones (penalties cost where repetition belongs).
 #  - the JSON has the loop-rate conventions (rates with [lo, hi] intervals), the model and the sampler echoed;
-#  - a bad task file is refused with the file and line named.
+#  - --parallel 2 gives the same per-task results; a bad task file is refused with the file and line named.
 B="${BONSAI_BUILD_ROOT:-build}/tools"
 S="${BONSAI_SOURCE_ROOT:-.}"
 M="$S/data/bonsai-loop-f16.gguf"
@@ -95,6 +95,12 @@ check 'jq -e "$base_exact == 1" <<< null > /dev/null' "copy tasks score only $ba
 check 'jq -e ".overall.exact_rate_ci95 | length == 2" "$T/base.json" > /dev/null' "overall interval"
 check 'jq -e ".model == \"$M\" and .sampler.repeat_penalty == 1 and .n_tokens == 32" "$T/base.json" > /dev/null' \
     "model and sampler echo"
+# --parallel 2: two states at once give the same completions
+"$B/bonsai-eval-tasks" -m "$M" --tasks "$T/tasks.jsonl" -t 2 --parallel 2 -o "$T/par.json" --no-progress > /dev/null \
+    2> "$T/err"
+st=$?
+check '[ $st -eq 0 ] && [ "$(jq -c .tasks "$T/par.json")" == "$(jq -c .tasks "$T/base.json")" ]' \
+    "--parallel 2 differs from one state (exit $st)"
 # a strong repeat penalty costs exactly where repetition belongs
 "$B/bonsai-eval-tasks" -m "$M" --tasks "$T/tasks.jsonl" -t 1 -o "$T/pen.json" --repeat-penalty 1.5 --no-progress \
     > "$T/pen.txt" 2> "$T/err"
