@@ -22,7 +22,8 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 JUNK=("12x" "nan")
 MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
   --top-p --min-p --seed -s --n-predict -n --n-probs --ctx -c -t --timeout --parallel --min-repeats --min-total-repeated
-  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl"
+  --max-period --frame-min-repeats --frame-min-repeats-verbatim --frame-min-similarity --frame-max-period --chosen-min-p --chosen-max-tokens
+  --chosen-min-decoded-chars -ngl"
 PENALTY_OPTS="--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --dry-multiplier --dry-base
   --dry-allowed-length --dry-penalty-last-n"
 # tool | arguments before the option | numeric options
@@ -49,9 +50,10 @@ CASES=(
   "bonsai-mine-pairs||--target-pairs --max-rows --headroom --rejected-strength --chosen-strength --max-rejected-share
     --top --heldout-share $MINE_OPTS"
   "bonsai-eval-loops||$MINE_OPTS $PENALTY_OPTS"
+  "bonsai-eval-tasks||--n-tokens --n-predict -n --thinking --parallel -t -c -ngl $PENALTY_OPTS"
   "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
 )
-TOOLS="bench convert eval-loops ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips quantize run serve
+TOOLS="bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips quantize run serve
   speculative train-lm"
 
 for c in "${CASES[@]}"; do
