@@ -145,7 +145,7 @@ grep -qF "training runs on the CPU" "$T/err" || bad "bonsai-ftpo-train -ngl 99: 
 
 # --lora / --lora-scaled (the engine options): listed by every tool that runs a model; a missing file, a model file
 # given as an adapter, a scale that is not a number and a missing scale are refused, named
-for t in run serve eval-loops mine-pairs perplexity bench speculative; do
+for t in run serve eval-loops eval-tasks mine-pairs perplexity bench speculative; do
   checks=$((checks + 1))
   "$B/bonsai-$t" --help > "$T/out" 2>&1
   grep -q -- "--lora FNAME" "$T/out" && grep -q -- "--lora-scaled FNAME SCALE" "$T/out" ||
