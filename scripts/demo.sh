@@ -202,19 +202,21 @@ step "6/6 results on $(basename "$model") ($(( $(date +%s) - t0 )) s)"
 ppl_of() { sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$out/ppl-$1.txt"; }
 cw_of() { awk -v l="$1" '$1 == l { print $2 }' "$out/chosen_win.txt"; }
 {
-    echo "| model | loop rate (greedy, held-out) | seq-rep-4 | chosen_win (held-out pairs) | perplexity (held-out) | mean len | median len |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "| model | loop rate (greedy, held-out) | frame-loop rate | seq-rep-4 | chosen_win (held-out pairs) | perplexity (held-out) | mean len | median len |"
+    echo "|---|---|---|---|---|---|---|---|"
     for label in $labels; do
-        row=$(jq -r '"\(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)) | \(.seq_rep4 // "n/a" | if type == "number" then (. * 1000 | round / 1000) else . end) | \(.mean_length * 10 | round / 10) | \(.median_length)"' \
+        row=$(jq -r '"\(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)) | \(if .frame_loop_rate then "\(.frame_loop_rate * 1000 | round / 10)% (\(.frame_loops)/\(.n))" else "n/a" end) | \(.seq_rep4 // "n/a" | if type == "number" then (. * 1000 | round / 1000) else . end) | \(.mean_length * 10 | round / 10) | \(.median_length)"' \
               "$out/eval-$label.json")
         ppl=$(ppl_of "$label")
         cwin=$(cw_of "$label")
-        IFS='|' read -r lr rep mean med <<< "$row"
-        echo "| $label | ${lr% } | ${rep// /} | ${cwin:-n/a} | ${ppl:-n/a} | ${mean// /} | ${med// /} |"
+        IFS='|' read -r lr fr rep mean med <<< "$row"
+        fr=${fr# }
+        echo "| $label | ${lr% } | ${fr% } | ${rep// /} | ${cwin:-n/a} | ${ppl:-n/a} | ${mean// /} | ${med// /} |"
     done
     echo
     echo "seq-rep-4: the mean share of repeated word 4-grams in a completion (1 - distinct / all; also counts a phrase"
-    echo "that comes back with changes, which the loop detector does not)"
+    echo "that comes back with changes, which the loop detector does not); frame-loop rate: completions that re-enter one"
+    echo "frame with changing slots (docs/antidoom.md §16), verbatim loops included"
     echo
     echo "requantization goals: chosen_win >= 90% of antidoom-f16's, loop-rate reduction >= 90% and"
     echo "perplexity drift <= 2% vs the base of the same type (antidoom-f16 vs base-f16 for reference); the CI is the"
