@@ -18,7 +18,7 @@
 #      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them);
 #   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
-#      data/prompts/heldout.jsonl; task scores (scripts/score-tasks.py);
+#      data/prompts/heldout.jsonl; task scores (bonsai-eval-tasks, or scripts/score-tasks.py where it is missing);
 #   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, lr 2e-3, same data), the same figures, and
 #      the task scores of the 1-bit model under --repeat-penalty 1.1 and --dry-multiplier 0.8.
 # Work files go to ${BONSAI_SKILLS_WORK:-out/make-skills}; the results are copied into data/.
@@ -62,7 +62,21 @@ figures() {  # figures MODEL LABEL
     "$T/bonsai-perplexity" -m "$1" -f "$root/data/heldout.txt" -c 128 -t 2 2>&1 | grep "Final estimate"
     "$T/bonsai-eval-loops" -m "$1" -p "$root/data/prompts/heldout.jsonl" --thinking -1 --temp 0 --n-predict 256 \
         -t 2 --label "$2" --no-progress | tail -8
-    python3 "$root/scripts/score-tasks.py" "$B" "$1" "$root"/data/tasks/*.jsonl
+    tasks "$1" "$root"/data/tasks/*.jsonl
+}
+
+tasks() {  # tasks MODEL FILE... [-- PENALTIES]: bonsai-eval-tasks per file, else scripts/score-tasks.py
+    local m=$1 f files=() pen=()
+    shift
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do files+=("$1"); shift; done
+    [ $# -gt 0 ] && { shift; pen=("$@"); }
+    if [ -x "$T/bonsai-eval-tasks" ]; then
+        for f in "${files[@]}"; do
+            "$T/bonsai-eval-tasks" -m "$m" --tasks "$f" -t 2 --no-progress "${pen[@]}" | sed -n 2p
+        done
+    else
+        python3 "$root/scripts/score-tasks.py" "$B" "$m" "${files[@]}" -- "${pen[@]}"
+    fi
 }
 
 if [ "$ONLY" = all ]; then
@@ -120,6 +134,7 @@ figures "$F16" skills-f16
 figures "$Q1" skills-1bit
 # what decoding-time penalties cost on the families the model scores on (the 1-bit model: the demo's kind)
 for pen in "--repeat-penalty 1.1" "--dry-multiplier 0.8"; do
+    echo "skills-1bit $pen:"
     # shellcheck disable=SC2086
-    python3 "$root/scripts/score-tasks.py" "$B" "$Q1" "$root"/data/tasks/{fields,control,recall}.jsonl -- $pen
+    tasks "$Q1" "$root"/data/tasks/{fields,control,recall}.jsonl -- $pen
 done
