@@ -18,7 +18,7 @@
 #      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them);
 #   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
-#      data/prompts/heldout.jsonl; task scores (bonsai-eval-tasks, or scripts/score-tasks.py where it is missing);
+#      data/prompts/heldout.jsonl; task scores (bonsai-eval-tasks);
 #   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, lr 2e-3, same data), the same figures, and
 #      the task scores of the 1-bit model under --repeat-penalty 1.1 and --dry-multiplier 0.8.
 # Work files go to ${BONSAI_SKILLS_WORK:-out/make-skills}; the results are copied into data/.
@@ -65,18 +65,14 @@ figures() {  # figures MODEL LABEL
     tasks "$1" "$root"/data/tasks/*.jsonl
 }
 
-tasks() {  # tasks MODEL FILE... [-- PENALTIES]: bonsai-eval-tasks per file, else scripts/score-tasks.py
+tasks() {  # tasks MODEL FILE... [-- PENALTIES]: bonsai-eval-tasks per file, its summary line
     local m=$1 f files=() pen=()
     shift
     while [ $# -gt 0 ] && [ "$1" != -- ]; do files+=("$1"); shift; done
     [ $# -gt 0 ] && { shift; pen=("$@"); }
-    if [ -x "$T/bonsai-eval-tasks" ]; then
-        for f in "${files[@]}"; do
-            "$T/bonsai-eval-tasks" -m "$m" --tasks "$f" -t 2 --no-progress "${pen[@]}" | sed -n 2p
-        done
-    else
-        python3 "$root/scripts/score-tasks.py" "$B" "$m" "${files[@]}" -- "${pen[@]}"
-    fi
+    for f in "${files[@]}"; do
+        "$T/bonsai-eval-tasks" -m "$m" --tasks "$f" -t 2 --no-progress "${pen[@]}" | sed -n 2p
+    done
 }
 
 if [ "$ONLY" = all ]; then

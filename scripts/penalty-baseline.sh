@@ -24,25 +24,7 @@ npred=${DEMO_NPREDICT:-256}
 th=${PENALTY_THREADS:-2}
 settings=${PENALTIES:-"repeat=1.1 repeat=1.3 repeat=1.1,last=-1 frequency=0.5 presence=0.5 presence=2 dry=0.8 dry=0.8,drylast=-1 dry=2,drylast=-1"}
 
-# flags SETTING: the eval-loops options of one setting ("repeat=1.1,last=-1" -> --repeat-penalty 1.1 --repeat-last-n -1)
-flags() {
-    local kv
-    IFS=',' read -ra kv <<< "$1"
-    for x in "${kv[@]}"; do
-        case ${x%%=*} in
-            repeat) printf '%s\n' --repeat-penalty "${x#*=}" ;;
-            frequency) printf '%s\n' --frequency-penalty "${x#*=}" ;;
-            presence) printf '%s\n' --presence-penalty "${x#*=}" ;;
-            last) printf '%s\n' --repeat-last-n "${x#*=}" ;;
-            dry) printf '%s\n' --dry-multiplier "${x#*=}" ;;
-            drybase) printf '%s\n' --dry-base "${x#*=}" ;;
-            dryallowed) printf '%s\n' --dry-allowed-length "${x#*=}" ;;
-            drylast) printf '%s\n' --dry-penalty-last-n "${x#*=}" ;;
-            *) echo "penalty-baseline: unknown setting '$x' (repeat= frequency= presence= last= dry= drybase= dryallowed= drylast=)" >&2
-               exit 1 ;;
-        esac
-    done
-}
+. "$root/scripts/penalty-flags.sh"
 
 # row LABEL JSON: one table row from an eval-loops JSON
 row() {
@@ -69,7 +51,7 @@ trap 'rm -f "$table"' EXIT
 for q in "${models[@]}"; do
     [ -f "$out/gen-base-$q.jsonl" ] && demo_row "base-$q" "base-$q | plain" >> "$table"
     for s in $settings; do
-        mapfile -t f < <(flags "$s")
+        mapfile -t f < <(penalty_flags "$s")
         j=$out/eval-pen-$q-${s//[=,]/_}.json
         "$T/bonsai-eval-loops" -m "$out/base-$q.gguf" -p "$pheld" --thinking -1 -t "$th" --ctx 2048 --temp 0 \
             --n-predict "$npred" "${f[@]}" --label "base-$q $s" --json "$j" --gen-log "${j%.json}.gen.jsonl" > /dev/null
