@@ -125,6 +125,7 @@ typedef struct {
     int64_t steps_this_run;
     int64_t run_end;        // the step this run stops at (--max-steps or the schedule's end)
     double t_run;           // when this run's steps began, ms (the ETA of the step lines: this run's pace so far)
+    bool stall_checked;     // the chosen_win-has-moved check ran (run_epoch_eval)
 } train_run;
 
 // run_free: frees everything run holds (NULL fields are fine).
@@ -411,7 +412,7 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
 }
 
 // run_epoch_eval: the end-of-epoch no-grad chosen_win on the train and held-out rows (stderr and the log); 0 or -1.
-static int run_epoch_eval(train_run *run, char *err, size_t errlen) {
+static int run_epoch_eval(train_run *run, bn_ftpo_train_result *res, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
     bn_ftpo_eval_result tr, ho;
     if (eval_set(&run->d, &o->loss, run->l, 0, &tr, err, errlen) ||
@@ -422,6 +423,17 @@ static int run_epoch_eval(train_run *run, char *err, size_t errlen) {
         fprintf(stderr, "epoch %lld eval: chosen_win train %.3f (%d rows)", epoch, tr.chosen_win, tr.n_rows);
         if (ho.n_rows) fprintf(stderr, ", held-out %.3f (%d rows)", ho.chosen_win, ho.n_rows);
         fputc('\n', stderr);
+    }
+    // the first epoch end with at least 20 steps behind it: a chosen_win that has not moved by then means the
+    // learning rate is too low for this model (the size presets of bn_ftpo_size_preset avoid it)
+    if (!run->stall_checked && run->pos.step >= 20) {
+        run->stall_checked = true;
+        if (fabs(tr.chosen_win - res->first_chosen_win) < 0.02) {
+            res->stalled = true;
+            fprintf(stderr, "ftpo-train: warning: chosen_win has not moved after epoch %lld, %lld steps (%.3f at the "
+                            "first step, %.3f now): the learning rate (%g) is likely too low for this model\n",
+                    epoch, (long long)run->pos.step, res->first_chosen_win, tr.chosen_win, o->lr);
+        }
     }
     if (run->logf) fprintf(run->logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
                            epoch, tr.chosen_win, ho.n_rows ? ho.chosen_win : -1.0);
@@ -437,7 +449,7 @@ static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size
         epoch_order(run->train_idx, run->n_train, o->seed, pos->epoch, run->order);
         while (pos->data_pos < run->n_train && !stop)
             if (run_step(run, res, &stop, err, errlen)) return -1;
-        if (o->eval_each_epoch && pos->data_pos >= run->n_train && run_epoch_eval(run, err, errlen)) return -1;
+        if (o->eval_each_epoch && pos->data_pos >= run->n_train && run_epoch_eval(run, res, err, errlen)) return -1;
         if (stop) break;
     }
     return 0;
@@ -457,4 +469,11 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     }
     run_free(&run);
     return rc;
+}
+
+void bn_ftpo_size_preset(int64_t n_params, float *lr, int *rank) {
+    if (n_params < 50000000) *lr = 1e-3f, *rank = 16;
+    else if (n_params < 1000000000) *lr = 3e-4f, *rank = 16;
+    else if (n_params < 10000000000LL) *lr = 1e-4f, *rank = 32;
+    else *lr = 3e-5f, *rank = 32;
 }
