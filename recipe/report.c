@@ -71,7 +71,7 @@ static void table(FILE *f, const result_row *rw, int n, bool html) {
     for (int i = 0; i < n; i++) {
         const json_t *o = rw[i].res;
         char cells[9][160], sz[32];
-        snprintf(cells[0], 160, "%s", rw[i].name);
+        snprintf(cells[0], 160, "%.60s", rw[i].name);
         snprintf(cells[1], 160, "%.1f %% (%lld/%lld; %.1f-%.1f %%)", 100 * num(o, "loop_rate"),
                  (long long)num(o, "loops"), (long long)num(o, "n"), 100 * num(o, "ci_lo"), 100 * num(o, "ci_hi"));
         snprintf(cells[2], 160, "%.3f", num(o, "seq_rep4"));
