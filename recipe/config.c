@@ -16,7 +16,7 @@ bn_recipe_cfg bn_recipe_cfg_default(void) {
     bn_recipe_cfg c = {
         .kinds = "q1_0", .threads = 2, .n_ctx = 2048, .seed = 1,
         .mine_prompts = {"data/prompts/train.jsonl", "data/val/tether-prompts.jsonl"}, .n_mine_prompts = 2,
-        .mine_max = 400,
+        .mine_max = 600,
         .heldout_prompts = "data/prompts/heldout.jsonl", .heldout_text = "data/heldout.txt",
         .unseen_prompts = "data/val/prompts-questions-unseen.jsonl",
         .val_pair_prompts = "data/val/prompts.jsonl", .val_loop_prompts = "data/val/prompts-questions-pick.jsonl",

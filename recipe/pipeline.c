@@ -175,7 +175,9 @@ static int plan(const bn_recipe_cfg *c, int kinds) {
     for (int k = 0; k < BN_KIND_COUNT; k++) {
         if (!(kinds & (1 << k))) continue;
         n_kinds++;
-        n += c->rounds * c->seeds * c->n_tethers[k] + (c->rounds - 1) + 1; // candidates, on-policy mining, output
+        if (k != BN_KIND_F16 || !(kinds & (1 << BN_KIND_ADAPTER))) // f16 shares the adapter's candidates
+            n += c->rounds * c->seeds * c->n_tethers[k] + (c->rounds - 1); // candidates, on-policy mining
+        n++; // the output
     }
     return n + 2 * (n_kinds + 1);
 }

@@ -76,6 +76,15 @@ static int run_round(bn_recipe_run *r, bn_recipe_kind k, int round, const char *
 
 int bn_run_kind_rounds(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t errlen) {
     const bn_recipe_cfg *c = r->c;
+    if (k == BN_KIND_F16 && (r->kinds & (1 << BN_KIND_ADAPTER))) {
+        // the f16 output is the adapter merged into the F16 unpack: the adapter kind's candidates (each one's
+        // LABEL.gguf is that merge) and its pick serve both
+        snprintf(r->pick[k], sizeof r->pick[k], "%s", r->pick[BN_KIND_ADAPTER]);
+        r->sig_kind[k] = r->sig_kind[BN_KIND_ADAPTER];
+        r->n_rounds[k] = r->n_rounds[BN_KIND_ADAPTER];
+        snprintf(r->stop_why[k], sizeof r->stop_why[k], "the adapter kind's candidates, merged");
+        return 0;
+    }
     const char *kn = bn_recipe_kind_name(k);
     char buf[512], pairs[BN_PATH], prev[BN_PATH];
     static char files[64][BN_PATH]; // 256 KiB: not on the stack
