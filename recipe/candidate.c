@@ -52,6 +52,7 @@ static bn_ftpo_train_opts train_opts(const bn_recipe_cfg *c, const bn_model *m, 
     t.tether_ctx = c->tether_ctx;
     t.tether_batch = c->tether_batch;
     t.quiet = true;
+    t.progress = true;
     return t;
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <signal.h>
 #include "base/util.h"
+#include "base/progress.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/checkpoint.h"
@@ -126,6 +127,7 @@ typedef struct {
     int64_t run_end;        // the step this run stops at (--max-steps or the schedule's end)
     double t_run;           // when this run's steps began, ms (the ETA of the step lines: this run's pace so far)
     bool stall_checked;     // the chosen_win-has-moved check ran (run_epoch_eval)
+    bn_progress bar;        // o->progress: the steps of this run
 } train_run;
 
 // run_free: frees everything run holds (NULL fields are fine).
@@ -445,13 +447,22 @@ static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size
     const bn_ftpo_train_opts *o = run->o;
     bn_train_pos *pos = &run->pos;
     bool stop = false;
+    int64_t first = pos->step;
+    if (o->progress) bn_progress_start(&run->bar, "steps", run->run_end - first);
     for (; pos->epoch < o->epochs && !stop; pos->epoch++, pos->data_pos = 0) {
         epoch_order(run->train_idx, run->n_train, o->seed, pos->epoch, run->order);
-        while (pos->data_pos < run->n_train && !stop)
+        while (pos->data_pos < run->n_train && !stop) {
             if (run_step(run, res, &stop, err, errlen)) return -1;
+            if (o->progress) {
+                char extra[48];
+                snprintf(extra, sizeof extra, "chosen_win %.3f", res->chosen_win_avg);
+                bn_progress_update(&run->bar, pos->step - first, extra);
+            }
+        }
         if (o->eval_each_epoch && pos->data_pos >= run->n_train && run_epoch_eval(run, res, err, errlen)) return -1;
         if (stop) break;
     }
+    if (o->progress) bn_progress_finish(&run->bar, NULL);
     return 0;
 }
 

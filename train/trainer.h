@@ -59,6 +59,7 @@ typedef struct {
     int tether_batch;        // 2
     int tether_cache_mb;     // 512
     bool quiet;              // no per-step lines on stderr
+    bool progress;           // a progress bar over the steps (base/progress.h; with quiet: the one sign of life)
 } bn_ftpo_train_opts;
 
 typedef struct {
