@@ -14,7 +14,7 @@ const char *bn_recipe_kind_name(bn_recipe_kind k) { return k >= 0 && k < BN_KIND
 
 bn_recipe_cfg bn_recipe_cfg_default(void) {
     bn_recipe_cfg c = {
-        .kinds = "q1_0", .threads = 2, .n_ctx = 2048, .seed = 1,
+        .kinds = "q1_0", .threads = 2, .n_ctx = 2048, .seed = 1, .mine_seed = 1,
         .mine_prompts = {"data/prompts/train.jsonl", "data/val/tether-prompts.jsonl"}, .n_mine_prompts = 2,
         .mine_max = 600,
         .heldout_prompts = "data/prompts/heldout.jsonl", .heldout_text = "data/heldout.txt",
@@ -22,7 +22,7 @@ bn_recipe_cfg bn_recipe_cfg_default(void) {
         .val_pair_prompts = "data/val/prompts.jsonl", .val_loop_prompts = "data/val/prompts-questions-pick.jsonl",
         .val_text = "data/val/train-riddles.txt", .tether_text = "data/val/tether.txt", .val_max = 120,
         .n_predict = 256, .thinking = -2, .prime_repeats = 3, .prime_prefix_tokens = 24, .temps = "0.1,0.5,0.8",
-        .headroom = 1, .seeds = 2, .rounds = 2, .epochs = 12, .early_stop = 0.8, .targets = "lm_head",
+        .headroom = 1, .seeds = 1, .rounds = 2, .epochs = 12, .early_stop = 0.8, .targets = "lm_head",
         .lambda_nt = 1, .tether_ctx = 64, .tether_batch = 2, .goal_cut = 0.9, .goal_drift = 1.0};
     // λ_tether per kind: the adapter is not quantized, so a weaker tether holds it; Q2_0 trains with --keep-scales
     const double t_adapter[] = {3, 10}, t_q1[] = {10, 30}, t_q2[] = {1, 3};
@@ -39,6 +39,7 @@ void bn_recipe_cfg_full(bn_recipe_cfg *c) {
     c->mine_max = 0;
     c->val_max = 0;
     c->rounds = 3;
+    c->seeds = 2;
     const double t_q1[] = {3, 10, 30};
     memcpy(c->tethers[BN_KIND_Q1_0], t_q1, sizeof t_q1);
     c->n_tethers[BN_KIND_Q1_0] = 3;
@@ -63,6 +64,7 @@ static const cfg_key keys[] = {
     {"ctx_size", K_INT, O(n_ctx), 0, 64, 1 << 20},
     {"gpu_layers", K_INT, O(n_gpu_layers), 0, 0, 1 << 20},
     {"seed", K_U64, O(seed), 0, 0, 0x1p63},
+    {"mine_seed", K_U64, O(mine_seed), 0, 0, 0x1p63},
     {"full", K_BOOL, O(full), 0, 0, 0},
     {"mine_prompts", K_STRS, O(mine_prompts), O(n_mine_prompts), 0, BN_RECIPE_MAX_LIST},
     {"mine_max_prompts", K_INT, O(mine_max), 0, 0, 1 << 30},

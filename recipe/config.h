@@ -22,7 +22,8 @@ typedef struct {
     int threads;            // -t (2)
     int n_ctx;              // -c (2048): generation context
     int n_gpu_layers;       // -ngl (0): generation, mining and perplexity on the GPU (training runs on the CPU)
-    uint64_t seed;          // -s: LoRA init / shuffles / tether windows of the first candidate; mining seeds (1)
+    uint64_t seed;          // -s: LoRA init / shuffles / tether windows of the first candidate (then seed+1, ...) (1)
+    uint64_t mine_seed;     // --mine-seed: mining's sampling (1); apart from -s, so runs of several -s share mining
     bool full;              // --full: the demo's budget (all prompts, 3 seeds × tethers)
     // data (paths relative to the working directory)
     const char *mine_prompts[BN_RECIPE_MAX_LIST]; // prompts mined for pairs
@@ -61,7 +62,7 @@ typedef struct {
 
 // bn_recipe_cfg_default: the defaults above (the data paths under root, e.g. "." for a checkout).
 bn_recipe_cfg bn_recipe_cfg_default(void);
-// bn_recipe_cfg_full: turns *c into the --full budget (all prompts, three seeds, the demo's tethers).
+// bn_recipe_cfg_full: turns *c into the --full budget (all prompts, three rounds, two seeds, the demo's Q1_0 tethers).
 void bn_recipe_cfg_full(bn_recipe_cfg *c);
 // bn_recipe_cfg_load_json: reads the JSON object in path into *c (keys as in docs/antidoom.md §16); the parsed
 // document stays referenced by *c's strings, *doc gets it (free with bn_recipe_json_free). Returns 0, or -1 with err

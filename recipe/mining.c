@@ -130,7 +130,7 @@ int bn_recipe_regularise(const bn_recipe_cfg *c, const char *in, const char *out
     if (n < 0) return -1;
     bn_reg_params rp = bn_reg_params_default();
     rp.headroom = c->headroom;
-    rp.seed = c->seed;
+    rp.seed = c->mine_seed;
     bn_reg_stats st;
     int k = bn_regularise(rows, n, &rp, &sel, &st);
     bn_reg_print_stats(stderr, &rp, &st);

@@ -128,8 +128,8 @@ static int stage_mine(bn_recipe_run *r, char *err, size_t errlen) {
     if (!bn_run_stage(r, "mine-r1", r->sig_mine1, "the base's loops on the mining prompts, primed and sampled, "
                                                   "regularised")) {
         bn_mine_counts mc;
-        if (bn_recipe_mine(c, c->model, c->mine_prompts, c->n_mine_prompts, per_file, "train", c->seed,
-                           1000 + c->seed, raw, &mc, err, errlen))
+        if (bn_recipe_mine(c, c->model, c->mine_prompts, c->n_mine_prompts, per_file, "train", c->mine_seed,
+                           1000 + c->mine_seed, raw, &mc, err, errlen))
             return -1;
         fprintf(stderr, "  %d prompts x 2 modes: %d loops, %d pairs\n", mc.n_prompts, mc.n_loops, mc.n_pairs);
         int n = bn_recipe_regularise(c, raw, r->pairs_r1, err, errlen);
@@ -143,7 +143,7 @@ static int stage_mine(bn_recipe_run *r, char *err, size_t errlen) {
     if (!bn_run_stage(r, "mine-val", sig, "validation pairs: the base's loops on data/val prompts (never trained on)")) {
         bn_mine_counts mc;
         const char *files[] = {c->val_pair_prompts};
-        if (bn_recipe_mine(c, c->model, files, 1, c->val_max, "heldout", 2000 + c->seed, 3000 + c->seed,
+        if (bn_recipe_mine(c, c->model, files, 1, c->val_max, "heldout", 2000 + c->mine_seed, 3000 + c->mine_seed,
                            r->pairs_val, &mc, err, errlen))
             return -1;
         snprintf(buf, sizeof buf, "%d", mc.n_pairs);
@@ -160,11 +160,11 @@ static void signatures(bn_recipe_run *r) {
     r->sig_base = bn_sig_file(bn_sig(0, "base"), c->model);
     snprintf(buf, sizeof buf, "gen %d %d %d", c->n_predict, c->thinking, c->n_ctx);
     r->sig_gen = bn_sig(r->sig_base, buf);
-    snprintf(buf, sizeof buf, "val %d %llu", c->val_max, (unsigned long long)c->seed);
+    snprintf(buf, sizeof buf, "val %d %llu", c->val_max, (unsigned long long)c->mine_seed);
     r->sig_val = bn_sig_file(bn_sig_file(bn_sig_file(bn_sig(r->sig_gen, buf), c->val_pair_prompts),
                                          c->val_loop_prompts), c->val_text);
     snprintf(buf, sizeof buf, "mine %d %d %d %s %g %llu", c->mine_max, c->prime_repeats, c->prime_prefix_tokens,
-             c->temps, c->headroom, (unsigned long long)c->seed);
+             c->temps, c->headroom, (unsigned long long)c->mine_seed);
     r->sig_mine1 = bn_sig(r->sig_gen, buf);
     for (int i = 0; i < c->n_mine_prompts; i++) r->sig_mine1 = bn_sig_file(r->sig_mine1, c->mine_prompts[i]);
 }

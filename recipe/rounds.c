@@ -26,8 +26,8 @@ static int mine_round(bn_recipe_run *r, bn_recipe_kind k, int round, const char 
     bn_run_path(r, raw, sizeof raw, "pairs-%s-r%d-raw.jsonl", bn_recipe_kind_name(k), round);
     int per_file = c->mine_max > 0 ? (c->mine_max + c->n_mine_prompts - 1) / c->n_mine_prompts : 0;
     bn_mine_counts mc;
-    if (bn_recipe_mine(c, prev_model, c->mine_prompts, c->n_mine_prompts, per_file, "train", c->seed + 10 * round,
-                       1000 + c->seed + 10 * round, raw, &mc, err, errlen))
+    if (bn_recipe_mine(c, prev_model, c->mine_prompts, c->n_mine_prompts, per_file, "train", c->mine_seed + 10 * round,
+                       1000 + c->mine_seed + 10 * round, raw, &mc, err, errlen))
         return -1;
     fprintf(stderr, "  %d prompts x 2 modes: %d loops, %d pairs\n", mc.n_prompts, mc.n_loops, mc.n_pairs);
     int n = 0;

@@ -72,7 +72,8 @@ typedef struct {
     double first_chosen_win, last_chosen_win;
     double first_tether, last_tether; // tether KL (before the step's update; 0 when off)
     bool stalled;           // at the first epoch end with >= 20 steps run, the train rows' chosen_win was within 0.02
-                            // of the first step's (a warning was printed: the learning rate is likely too low)
+                            // of the first step's and the loss had fallen by less than 10 % (a warning was printed:
+                            // the learning rate is likely too low)
 } bn_ftpo_train_result;
 
 typedef struct {
