@@ -127,6 +127,8 @@ typedef struct {
     int64_t run_end;        // the step this run stops at (--max-steps or the schedule's end)
     double t_run;           // when this run's steps began, ms (the ETA of the step lines: this run's pace so far)
     bool stall_checked;     // the chosen_win-has-moved check ran (run_epoch_eval)
+    bool have_start;        // start holds the train rows' metrics before the first step (a fresh run)
+    bn_ftpo_eval_result start;
     bn_progress bar;        // o->progress: the steps of this run
 } train_run;
 
@@ -426,19 +428,19 @@ static int run_epoch_eval(train_run *run, bn_ftpo_train_result *res, char *err, 
         if (ho.n_rows) fprintf(stderr, ", held-out %.3f (%d rows)", ho.chosen_win, ho.n_rows);
         fputc('\n', stderr);
     }
-    // the first epoch end with at least 20 steps behind it: a chosen_win that has not moved by then while the loss
-    // has not fallen either (by 10 %) means the learning rate is too low for this model (bn_ftpo_size_preset's
-    // presets avoid it). A falling loss under a flat chosen_win is the usual start: FTPO first closes the gap of a
-    // confident rejected token (30-60 steps on the shipped model) before any pair flips.
-    if (!run->stall_checked && run->pos.step >= 20) {
+    // the first epoch end with at least 20 steps behind it: when neither chosen_win nor the mean margin Δ over the
+    // train rows has moved from the start (run_epochs' baseline), the learning rate is too low for this model
+    // (bn_ftpo_size_preset's presets avoid it). A rising Δ under a flat chosen_win is the usual start: FTPO first
+    // closes the gap to a confident rejected token (30-60 steps on the shipped model) before any pair flips.
+    if (!run->stall_checked && run->pos.step >= 20 && run->have_start) {
         run->stall_checked = true;
-        if (fabs(tr.chosen_win - res->first_chosen_win) < 0.02 && res->last_loss > 0.9 * res->first_loss) {
+        if (fabs(tr.chosen_win - run->start.chosen_win) < 0.02 && tr.mean_delta - run->start.mean_delta < 0.5) {
             res->stalled = true;
-            fprintf(stderr, "ftpo-train: warning: chosen_win has not moved after epoch %lld, %lld steps (%.3f at the "
-                            "first step, %.3f now) and the loss hardly fell (%.4g -> %.4g): the learning rate (%g) is "
-                            "likely too low for this model\n",
-                    epoch, (long long)run->pos.step, res->first_chosen_win, tr.chosen_win, res->first_loss,
-                    res->last_loss, o->lr);
+            fprintf(stderr, "ftpo-train: warning: chosen_win has not moved after epoch %lld, %lld steps (train rows "
+                            "%.3f -> %.3f, mean delta %.3f -> %.3f): the learning rate (%g) is likely too low for "
+                            "this model\n",
+                    epoch, (long long)run->pos.step, run->start.chosen_win, tr.chosen_win, run->start.mean_delta,
+                    tr.mean_delta, o->lr);
         }
     }
     if (run->logf) fprintf(run->logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
@@ -452,6 +454,10 @@ static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size
     bn_train_pos *pos = &run->pos;
     bool stop = false;
     int64_t first = pos->step;
+    if (o->eval_each_epoch && first == 0) { // the baseline of the stall check (run_epoch_eval)
+        if (eval_set(&run->d, &o->loss, run->l, 0, &run->start, err, errlen)) return -1;
+        run->have_start = true;
+    }
     if (o->progress) bn_progress_start(&run->bar, "steps", run->run_end - first);
     for (; pos->epoch < o->epochs && !stop; pos->epoch++, pos->data_pos = 0) {
         epoch_order(run->train_idx, run->n_train, o->seed, pos->epoch, run->order);

@@ -72,8 +72,8 @@ typedef struct {
     double first_chosen_win, last_chosen_win;
     double first_tether, last_tether; // tether KL (before the step's update; 0 when off)
     bool stalled;           // at the first epoch end with >= 20 steps run, the train rows' chosen_win was within 0.02
-                            // of the first step's and the loss had fallen by less than 10 % (a warning was printed:
-                            // the learning rate is likely too low)
+                            // of its start and their mean margin had risen by less than 0.5 (a warning was printed:
+                            // the learning rate is likely too low); needs the per-epoch evaluation
 } bn_ftpo_train_result;
 
 typedef struct {
