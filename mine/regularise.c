@@ -435,5 +435,6 @@ void bn_reg_print_stats(FILE *f, const bn_reg_params *p, const bn_reg_stats *st)
     else fprintf(f, "  target N = %d: the whole pool (headroom %g)\n", st->n_target, p->headroom);
     if (st->n_out < st->n_target)
         fprintf(f, "  %d rows short of N: the rejected-token caps (strength %g%s) left too few rows\n",
-                st->n_target - st->n_out, p->rejected_strength, p->max_rejected_share > 0 ? ", --max-rejected-share" : "");
+                st->n_target - st->n_out, p->rejected_strength,
+                p->max_rejected_share > 0 ? ", --max-rejected-share" : "");
 }

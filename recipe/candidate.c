@@ -113,7 +113,8 @@ int bn_candidate_train(const bn_recipe_cfg *c, const char *dir, const char *base
     snprintf(js, sizeof js, "%s/%s.val.json", dir, cd->label);
     // adapter kind: evaluated through its F16 merge (base + adapter as the engine would compute it) until the engine
     // applies --lora adapters itself
-    if (train_one(c, base, pairs, adapter, log, cd, err, errlen) || merge_one(base_f16, adapter, model, cd->kind, err, errlen))
+    if (train_one(c, base, pairs, adapter, log, cd, err, errlen) ||
+        merge_one(base_f16, adapter, model, cd->kind, err, errlen))
         return -1;
     bn_loop_stats st;
     if (bn_measure_loops(model, c->val_loop_prompts, c->val_max, g, "validation prompts", js, NULL, &st, NULL, err,
@@ -140,8 +141,8 @@ int bn_candidate_from_json(const json_t *j, bn_candidate *cd) {
     json_int_t seed = 0, steps = 0;
     int early = 0, stalled = 0;
     memset(cd, 0, sizeof *cd);
-    if (json_unpack((json_t *)j, "{s:s,s:i,s:I,s:F,s:s,s:I,s:b,s:b,s:F,s:F,s:F,s:F,s:F,s:F,s:F}", "kind", &kind, "round",
-                    &cd->round, "seed", &seed, "tether", &cd->tether, "label", &label, "steps", &steps,
+    if (json_unpack((json_t *)j, "{s:s,s:i,s:I,s:F,s:s,s:I,s:b,s:b,s:F,s:F,s:F,s:F,s:F,s:F,s:F}", "kind", &kind,
+                    "round", &cd->round, "seed", &seed, "tether", &cd->tether, "label", &label, "steps", &steps,
                     "early_stopped", &early, "stalled", &stalled, "cw_first", &cd->cw_first, "cw_last", &cd->cw_last,
                     "val_loop", &cd->val_loop, "val_ppl", &cd->val_ppl, "val_drift", &cd->val_drift, "val_cw",
                     &cd->val_cw, "score", &cd->score))

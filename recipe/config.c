@@ -195,7 +195,8 @@ int bn_recipe_parse_reals(const char *s, double *out, int max, char *err, size_t
     while (*p) {
         char *end;
         double x = strtod(p, &end);
-        if (end == p || !isfinite(x) || (*end && *end != ',')) return bn_err(err, errlen, "'%s' is not a list of numbers", s);
+        if (end == p || !isfinite(x) || (*end && *end != ','))
+            return bn_err(err, errlen, "'%s' is not a list of numbers", s);
         if (n == max) return bn_err(err, errlen, "'%s': more than %d numbers", s, max);
         out[n++] = x;
         p = *end ? end + 1 : end;

@@ -28,7 +28,8 @@ bn_manifest *bn_manifest_open(const char *dir, char *err, size_t errlen) {
         json_error_t je;
         m->root = json_load_file(m->path, 0, &je);
         if (!m->root || !json_is_object(json_object_get(m->root, "stages"))) {
-            bn_err(err, errlen, "%s: %s (remove it to start over)", m->path, m->root ? "no \"stages\" object" : je.text);
+            bn_err(err, errlen, "%s: %s (remove it to start over)", m->path,
+                   m->root ? "no \"stages\" object" : je.text);
             json_decref(m->root);
             free(m->dir), free(m->path), free(m);
             return NULL;

@@ -6,7 +6,6 @@
 #include "base/lineout.h"
 #include "base/progress.h"
 #include "base/util.h"
-#include "core/chat.h"
 #include "core/engine.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
@@ -59,8 +58,8 @@ static int run_loops(bn_model *m, const bn_tokenizer *tok, const bn_prompt *prom
     o.mine.gen.temperature = 0;
     o.mine.gen.n_predict = g->n_predict;
     o.mine.chosen.max_tokens = 0; // no pair rows needed
-    o.mine.thinking = g->thinking >= -1 ? g->thinking
-                                        : bn_chat_thinking_for_template(gguf_get_str(m->gguf, "tokenizer.chat_template"));
+    o.mine.thinking = g->thinking;
+    bn_mine_opts_for_model(&o, m); // -2: the model's template decides
     o.eng.n_ctx = g->n_ctx;
     o.eng.n_threads = g->threads;
     o.eng.n_gpu_layers = g->n_gpu_layers;

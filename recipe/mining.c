@@ -145,7 +145,8 @@ int bn_recipe_regularise(const bn_recipe_cfg *c, const char *in, const char *out
     return rc;
 }
 
-int bn_recipe_round_pairs(const char *const *rounds, int n, const char *val, const char *out, char *err, size_t errlen) {
+int bn_recipe_round_pairs(const char *const *rounds, int n, const char *val, const char *out, char *err,
+                          size_t errlen) {
     bn_pair_row **r = xcalloc((size_t)n + 1, sizeof *r), *v = NULL, *all = NULL;
     int *cnt = xcalloc((size_t)n + 1, sizeof *cnt), rc = -1, n_all = 0, n_v = 0, nmax = 0, i;
     for (i = 0; i < n; i++) {

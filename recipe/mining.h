@@ -14,8 +14,8 @@ typedef struct {
     int n_pairs;        // pair rows written
 } bn_mine_counts;
 
-// bn_recipe_mine: pairs of model on max_per_file prompts (0: all), evenly spaced, of each of files[0..n_files), primed with
-// seed_prime and sampled (c->temps) with seed_sample, every row marked split, written to out (atomically). Returns 0
+// bn_recipe_mine: pairs of model on max_per_file prompts (0: all), evenly spaced, of each of files[0..n_files),
+// primed with seed_prime and sampled (c->temps) with seed_sample, every row marked split, written to out (atomically). Returns 0
 // or -1 (err).
 int bn_recipe_mine(const bn_recipe_cfg *c, const char *model, const char *const *files, int n_files, int max_per_file,
                    const char *split, uint64_t seed_prime, uint64_t seed_sample, const char *out, bn_mine_counts *cnt,
@@ -27,5 +27,6 @@ int bn_recipe_regularise(const bn_recipe_cfg *c, const char *in, const char *out
 // largest round's size but at most 3x round 1's; a larger round thinned to T evenly spaced rows, a smaller one
 // repeated to about T, at most 3x), then the validation pairs val (held-out split: evaluated, never trained on),
 // into out. Returns the rows written, or -1 (err).
-int bn_recipe_round_pairs(const char *const *rounds, int n, const char *val, const char *out, char *err, size_t errlen);
+int bn_recipe_round_pairs(const char *const *rounds, int n, const char *val, const char *out, char *err,
+                          size_t errlen);
 #endif

@@ -53,7 +53,7 @@ static double file_size(const char *path) {
 static int stage_base(bn_recipe_run *r, char *err, size_t errlen) {
     char f16[BN_PATH];
     bn_run_path(r, f16, sizeof f16, "base-f16.gguf");
-    snprintf(r->base[BN_KIND_ADAPTER], BN_PATH, "%s", f16); // evaluated through the F16 merge, so its base is the unpack
+    snprintf(r->base[BN_KIND_ADAPTER], BN_PATH, "%s", f16); // evaluated through the F16 merge: its base, the unpack
     snprintf(r->base[BN_KIND_F16], BN_PATH, "%s", f16);
     bn_run_path(r, r->base[BN_KIND_Q1_0], BN_PATH, "base-q1_0.gguf");
     bn_run_path(r, r->base[BN_KIND_Q2_0], BN_PATH, "base-q2_0.gguf");
@@ -140,7 +140,8 @@ static int stage_mine(bn_recipe_run *r, char *err, size_t errlen) {
             return -1;
     }
     uint64_t sig = bn_sig(r->sig_val, "mine-val");
-    if (!bn_run_stage(r, "mine-val", sig, "validation pairs: the base's loops on data/val prompts (never trained on)")) {
+    if (!bn_run_stage(r, "mine-val", sig, "validation pairs: the base's loops on the validation prompts (never trained "
+                                          "on)")) {
         bn_mine_counts mc;
         const char *files[] = {c->val_pair_prompts};
         if (bn_recipe_mine(c, c->model, files, 1, c->val_max, "heldout", 2000 + c->mine_seed, 3000 + c->mine_seed,

@@ -156,9 +156,11 @@ static void header(FILE *f, const bn_recipe_run *r, bool html) {
     fprintf(f, "Model %s; kinds %s; seed %llu; %s budget. Held-out: %s (greedy, %d tokens), perplexity on %s (context "
                "128). Picks use only %s, %s and %s.%s",
             c->model, c->kinds, (unsigned long long)c->seed, c->full ? "full" : "default", c->heldout_prompts,
-            c->n_predict, c->heldout_text, c->val_loop_prompts, c->val_text, c->val_pair_prompts, html ? "</p>\n" : "\n\n");
+            c->n_predict, c->heldout_text, c->val_loop_prompts, c->val_text, c->val_pair_prompts,
+            html ? "</p>\n" : "\n\n");
     if (r->kinds & (1 << BN_KIND_ADAPTER))
-        fprintf(f, "%sThe adapter output is evaluated through its F16 merge (base + adapter as the engine computes it).%s",
+        fprintf(f, "%sThe adapter output is evaluated through its F16 merge (base + adapter as the engine computes "
+                   "it).%s",
                 html ? "<p>" : "", html ? "</p>\n" : "\n\n");
 }
 
@@ -170,7 +172,8 @@ static int write_one(const bn_recipe_run *r, const char *path, bool html, char *
     int n = rows(r, rw);
     if (html)
         fputs("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>bonsai-antidoom report</title><style>"
-              "body{font-family:sans-serif;max-width:1100px;margin:1em auto}table{border-collapse:collapse;margin:.5em 0}"
+              "body{font-family:sans-serif;max-width:1100px;margin:1em auto}"
+              "table{border-collapse:collapse;margin:.5em 0}"
               "td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px}svg{margin:6px;border:1px solid #eee}"
               "</style></head><body>\n",
               af.f);

@@ -47,7 +47,8 @@ static int mine_fn(void *base, const char *opt, const char *v, char *err, size_t
 #define O(f) offsetof(antidoom_opts, f)
 static const bn_arg antidoom_args[] = {
     BN_SECTION("run"),
-    BN_STR("--out", O(c.out_dir), "DIR", "every stage's output, the manifest and the report (required; reused on rerun)"),
+    BN_STR("--out", O(c.out_dir), "DIR",
+           "every stage's output, the manifest and the report (required; reused on rerun)"),
     BN_STR("--config", O(config), "FILE", "settings as a JSON object (keys: docs/antidoom.md §16); flags override it"),
     BN_STR("--kind, --kinds", O(c.kinds), "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list)"),
     BN_TRUE("--full", O(full), "the full budget: all mining and validation prompts, 3 rounds, 2 seeds, 3 Q1_0 tethers"),
@@ -56,8 +57,8 @@ static const bn_arg antidoom_args[] = {
     BN_SECTION("data"),
     BN_FN("--mine-prompts", mine_fn, "FILE", "prompts to mine (repeatable; default the train prompts and the tether "
                                              "prompts)"),
-    BN_INT("--mine-max-prompts", O(c.mine_max), "N", "prompts mined per round, split over the files (0: all)", 0,
-           INT32_MAX),
+    BN_INT("--mine-max-prompts", O(c.mine_max), "N",
+           "prompts mined per round, split over the files, evenly spaced in each (0: all)", 0, INT32_MAX),
     BN_STR("--heldout-prompts", O(c.heldout_prompts), "FILE", "held-out evaluation prompts (no pick sees them)"),
     BN_STR("--heldout-text", O(c.heldout_text), "FILE", "held-out perplexity text"),
     BN_STR("--unseen-prompts", O(c.unseen_prompts), "FILE", "a prompt source no stage touches, evaluated at the end"),

@@ -56,7 +56,8 @@ static void test_config(void) {
         int rc = bn_recipe_cfg_load_json(&c, f, &doc, err, sizeof err);
         CHECK(rc < 0 && strstr(err, bad[i].want) && strstr(err, "bad.json"), "'%s' -> '%s'", bad[i].text, err);
     }
-    CHECK(bn_recipe_parse_kinds("q1_0,ADAPTER", err, sizeof err) == (1 << BN_KIND_Q1_0 | 1 << BN_KIND_ADAPTER), "kinds");
+    CHECK(bn_recipe_parse_kinds("q1_0,ADAPTER", err, sizeof err) == (1 << BN_KIND_Q1_0 | 1 << BN_KIND_ADAPTER),
+          "kinds");
     CHECK(bn_recipe_parse_kinds("q4_0", err, sizeof err) < 0 && strstr(err, "q4_0"), "%s", err);
     double v[4];
     CHECK(bn_recipe_parse_reals("1,2.5", v, 4, err, sizeof err) == 2 && v[1] == 2.5, "reals");
@@ -93,8 +94,12 @@ static void test_manifest(void) {
 static const char *pairs_file(const char *name, int n, int base, const char *split) {
     char *text = xcalloc(1, (size_t)n * 500 + 1), err[256];
     for (int i = 0; i < n; i++)
-        sprintf(text + strlen(text), "{\"context_before\":\"c%d\",\"rejected_token\":\"r\",\"rejected_decoded\":\"r\",\"multi_chosen_tokens\":[\"x\"],\"multi_chosen_decoded\":[\"x\"],"
-                "\"source\":\"s\",\"source_prompt\":\"p\",\"repetition\":{\"start_char\":0,\"repeat_start_char\":4,\"rejected_token_index\":1,\"period\":4,\"repeats\":4,\"snippet\":\"abcd\"},\"split\":\"%s\"}\n", base + i, split);
+        sprintf(text + strlen(text),
+                "{\"context_before\":\"c%d\",\"rejected_token\":\"r\",\"rejected_decoded\":\"r\","
+                "\"multi_chosen_tokens\":[\"x\"],\"multi_chosen_decoded\":[\"x\"],\"source\":\"s\",\"source_prompt\":\"p\","
+                "\"repetition\":{\"start_char\":0,\"repeat_start_char\":4,\"rejected_token_index\":1,\"period\":4,"
+                "\"repeats\":4,\"snippet\":\"abcd\"},\"split\":\"%s\"}\n",
+                base + i, split);
     const char *p = put_file(name, text);
     free(text);
     bn_pair_row *rows;
