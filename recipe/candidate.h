@@ -35,7 +35,7 @@ typedef struct {
 // bn_candidate_label: fills cd->label from its kind, round, seed and tether.
 void bn_candidate_label(bn_candidate *cd);
 // bn_candidate_train: trains cd (kind, round, seed, tether set) on pairs (train rows + held-out validation rows) from
-// base (the model file given to the tool), writes DIR/LABEL.adapter.gguf, the merged DIR/LABEL.gguf (into base_f16:
+// base (the model file given to the tool; val_pairs NULL: no validation pairs, chosen_win -1), writes DIR/LABEL.adapter.gguf, the merged DIR/LABEL.gguf (into base_f16:
 // the F16 unpack for adapter / f16, requantized for q1_0 / q2_0) and DIR/LABEL.log.jsonl, then scores it against vb
 // on the validation data. Returns 0 or -1 (err).
 int bn_candidate_train(const bn_recipe_cfg *c, const char *dir, const char *base, const char *base_f16,

@@ -53,7 +53,7 @@ json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model,
         snprintf(label, sizeof label, "unseen prompts (%s)", name);
         if (bn_measure_loops(model, c->unseen_prompts, 0, &r->g, label, js, NULL, &su, NULL, err, errlen)) return NULL;
     }
-    if (r->pairs_val[0] && (cw = bn_measure_chosen_win(model, r->pairs_val, err, errlen)) < 0) return NULL;
+    if (r->n_val_pairs > 0 && (cw = bn_measure_chosen_win(model, r->pairs_val, err, errlen)) < 0) return NULL;
     fprintf(stderr, "  %s: held-out loop rate %.1f %% (%lld/%lld), seq-rep-4 %.3f, perplexity %.4f%s\n", name,
             100 * st.loop_rate, (long long)st.n_loops, (long long)st.n, st.mean_rep4, ppl, unseen ? "" : "");
     return json_pack("{s:s,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "model", model,

@@ -120,7 +120,7 @@ static int stage_eval_base(bn_recipe_run *r, char *err, size_t errlen) {
 // 0 or -1.
 static int stage_mine(bn_recipe_run *r, char *err, size_t errlen) {
     const bn_recipe_cfg *c = r->c;
-    char raw[BN_PATH], buf[64];
+    char raw[BN_PATH];
     bn_run_path(r, raw, sizeof raw, "pairs-r1-raw.jsonl");
     bn_run_path(r, r->pairs_r1, sizeof r->pairs_r1, "pairs-r1.jsonl");
     bn_run_path(r, r->pairs_val, sizeof r->pairs_val, "pairs-val.jsonl");
@@ -140,17 +140,20 @@ static int stage_mine(bn_recipe_run *r, char *err, size_t errlen) {
             return -1;
     }
     uint64_t sig = bn_sig(r->sig_val, "mine-val");
-    if (!bn_run_stage(r, "mine-val", sig, "validation pairs: the base's loops on the validation prompts (never trained "
-                                          "on)")) {
+    json_t *done = bn_run_stage(r, "mine-val", sig, "validation pairs: the base's loops on the validation prompts "
+                                                   "(never trained on)");
+    if (!done) {
         bn_mine_counts mc;
         const char *files[] = {c->val_pair_prompts};
         if (bn_recipe_mine(c, c->model, files, 1, c->val_max, "heldout", 2000 + c->mine_seed, 3000 + c->mine_seed,
                            r->pairs_val, &mc, err, errlen))
             return -1;
-        snprintf(buf, sizeof buf, "%d", mc.n_pairs);
-        fprintf(stderr, "  %s validation pairs\n", buf);
-        if (!bn_run_stage_done(r, "mine-val", sig, json_pack("{s:i}", "pairs", mc.n_pairs), err, errlen)) return -1;
+        fprintf(stderr, "  %d validation pairs%s\n", mc.n_pairs,
+                mc.n_pairs ? "" : " (chosen_win is not measured: more validation prompts would give some)");
+        if (!(done = bn_run_stage_done(r, "mine-val", sig, json_pack("{s:i}", "pairs", mc.n_pairs), err, errlen)))
+            return -1;
     }
+    r->n_val_pairs = (int)json_integer_value(json_object_get(done, "pairs"));
     return 0;
 }
 

@@ -47,8 +47,8 @@ static int candidate(bn_recipe_run *r, bn_candidate *cd, const char *pairs, uint
     uint64_t sig = bn_sig(chain, cd->label);
     json_t *done = bn_run_stage(r, name, sig, what);
     if (done && bn_candidate_from_json(done, cd) == 0) return 0;
-    if (bn_candidate_train(r->c, r->c->out_dir, r->c->model, r->base[cd->kind], pairs, r->pairs_val, &r->vb[cd->kind],
-                           &r->g, cd, err, errlen))
+    if (bn_candidate_train(r->c, r->c->out_dir, r->c->model, r->base[cd->kind], pairs,
+                           r->n_val_pairs > 0 ? r->pairs_val : NULL, &r->vb[cd->kind], &r->g, cd, err, errlen))
         return -1;
     return bn_run_stage_done(r, name, sig, bn_candidate_json(cd), err, errlen) ? 0 : -1;
 }

@@ -26,6 +26,7 @@ typedef struct {
     char base[BN_KIND_COUNT][BN_PATH]; // the same-type base file per kind (adapter / f16: the F16 unpack)
     bn_val_base vb[BN_KIND_COUNT];  // its validation figures
     char pairs_val[BN_PATH];        // validation pairs (held-out split)
+    int n_val_pairs;                // their count (0: chosen_win is not measured, -1 in the results)
     char pairs_r1[BN_PATH];         // round 1's regularised train pairs (the base's own loops)
     char pick[BN_KIND_COUNT][96];   // the final pick's label per kind ("" when none)
     uint64_t sig_kind[BN_KIND_COUNT]; // the signature chain of a kind's rounds (its output stage starts from it)

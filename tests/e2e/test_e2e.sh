@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/e2e/test_e2e.sh — bonsai-antidoom end to end on the shipped 1-bit model, on a reduced budget (240 mining
-# prompts, 30 validation prompts, 128 tokens, one round, one candidate per kind, up to 30 epochs; kinds adapter and
+# prompts, 90 validation prompts, 128 tokens, one round, one candidate per kind, up to 30 epochs; kinds adapter and
 # q1_0). Asserts:
 #   - the run finishes and writes report.md (a row per output, the goals) and report.html (inline SVG plots);
 #   - the base loops on >= 80 % of the held-out prompts;
@@ -22,7 +22,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$src"
 run=("$bld/tools/bonsai-antidoom" -m data/bonsai-loop-1bit.gguf --out "$dir/run" --kind adapter,q1_0 -t 2 -n 128
-     --mine-max-prompts 240 --val-max-prompts 30 --rounds 1 --seeds 1 --tethers adapter=3 --tethers q1_0=10 --epochs 30
+     --mine-max-prompts 240 --val-max-prompts 90 --rounds 1 --seeds 1 --tethers adapter=3 --tethers q1_0=10 --epochs 30
      --no-progress)
 "${run[@]}" > "$dir/out1.txt" 2> "$dir/log1.txt" || { tail -30 "$dir/log1.txt"; echo "FAIL: bonsai-antidoom failed"; exit 1; }
 tail -25 "$dir/out1.txt"
