@@ -37,12 +37,13 @@ static bool collect(void *vctx, int i, int rc, bn_mine_result *r, const char *wh
     return true;
 }
 
-// read_prompts: max_per_file prompts of each file (0: all), evenly spaced over the file (a file's order often
-// follows its source: the shipped train prompts end with the riddles, the held-out set's form), concatenated; the
-// count, or -1 (err).
+// read_prompts: the first max_per_file prompts of each file (0: all), concatenated; the count, or -1 (err). (Evenly
+// spaced prompts, which reach the riddle openings at the end of the shipped train prompts, measured worse for the
+// adapter kind: notes/antidoom-results.md.)
 static int read_prompts(const char *const *files, int n_files, int max_per_file, bn_prompt **out, char *err,
                         size_t errlen) {
     bn_prompt_opts po = bn_prompt_opts_default();
+    po.max_prompts = max_per_file;
     int n = 0;
     *out = NULL;
     for (int f = 0; f < n_files; f++) {
@@ -52,13 +53,10 @@ static int read_prompts(const char *const *files, int n_files, int max_per_file,
             bn_prompts_free(*out, n);
             return -1;
         }
-        int take = max_per_file > 0 && max_per_file < k ? max_per_file : k;
-        *out = xrealloc(*out, (size_t)(n + take + 1) * sizeof **out);
-        for (int i = 0, j = 0; i < k; i++) // prompt i is taken when it starts a new 1/take-th of the file
-            if (j < take && (int64_t)i * take / k == j) (*out)[n + j++] = p[i];
-            else bn_prompt_free(&p[i]);
+        *out = xrealloc(*out, (size_t)(n + k + 1) * sizeof **out);
+        memcpy(*out + n, p, (size_t)k * sizeof *p);
         free(p);
-        n += take;
+        n += k;
     }
     return n;
 }

@@ -14,8 +14,8 @@ typedef struct {
     int n_pairs;        // pair rows written
 } bn_mine_counts;
 
-// bn_recipe_mine: pairs of model on max_per_file prompts (0: all), evenly spaced, of each of files[0..n_files),
-// primed with seed_prime and sampled (c->temps) with seed_sample, every row marked split, written to out (atomically). Returns 0
+// bn_recipe_mine: pairs of model on the first max_per_file prompts (0: all) of each of files[0..n_files), primed
+// with seed_prime and sampled (c->temps) with seed_sample, every row marked split, written to out (atomically). Returns 0
 // or -1 (err).
 int bn_recipe_mine(const bn_recipe_cfg *c, const char *model, const char *const *files, int n_files, int max_per_file,
                    const char *split, uint64_t seed_prime, uint64_t seed_sample, const char *out, bn_mine_counts *cnt,

@@ -167,8 +167,7 @@ static void signatures(bn_recipe_run *r) {
     snprintf(buf, sizeof buf, "val %d %llu", c->val_max, (unsigned long long)c->mine_seed);
     r->sig_val = bn_sig_file(bn_sig_file(bn_sig_file(bn_sig(r->sig_gen, buf), c->val_pair_prompts),
                                          c->val_loop_prompts), c->val_text);
-    // "spread": mining takes evenly spaced prompts of each file (recipe/mining.c)
-    snprintf(buf, sizeof buf, "mine spread %d %d %d %s %g %llu", c->mine_max, c->prime_repeats, c->prime_prefix_tokens,
+    snprintf(buf, sizeof buf, "mine %d %d %d %s %g %llu", c->mine_max, c->prime_repeats, c->prime_prefix_tokens,
              c->temps, c->headroom, (unsigned long long)c->mine_seed);
     r->sig_mine1 = bn_sig(r->sig_gen, buf);
     for (int i = 0; i < c->n_mine_prompts; i++) r->sig_mine1 = bn_sig_file(r->sig_mine1, c->mine_prompts[i]);

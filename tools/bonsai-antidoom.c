@@ -58,7 +58,7 @@ static const bn_arg antidoom_args[] = {
     BN_FN("--mine-prompts", mine_fn, "FILE", "prompts to mine (repeatable; default the train prompts and the tether "
                                              "prompts)"),
     BN_INT("--mine-max-prompts", O(c.mine_max), "N",
-           "prompts mined per round, split over the files, evenly spaced in each (0: all)", 0, INT32_MAX),
+           "prompts mined per round, split over the files: the first of each (0: all)", 0, INT32_MAX),
     BN_STR("--heldout-prompts", O(c.heldout_prompts), "FILE", "held-out evaluation prompts (no pick sees them)"),
     BN_STR("--heldout-text", O(c.heldout_text), "FILE", "held-out perplexity text"),
     BN_STR("--unseen-prompts", O(c.unseen_prompts), "FILE", "a prompt source no stage touches, evaluated at the end"),
