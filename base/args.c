@@ -161,6 +161,18 @@ static int set(const bn_arg *a, void *base, const char *opt, const char *val, ch
     return 0;
 }
 
+// fn2_set: a BN_ARG_FN2 entry from val and next; the values used (1 or 2), or -1 with err naming opt.
+static int fn2_set(const bn_arg *a, void *base, const char *opt, const char *val, const char *next, char *err,
+                   size_t errlen) {
+    char why[448];
+    why[0] = 0;
+    const int used = a->fn2(base, opt, val, next, why, sizeof why);
+    if (used == 1 || used == 2) return used;
+    size_t n = strlen(opt);
+    bool named = !strncmp(why, opt, n) && !strncmp(why + n, ": ", 2);
+    return named ? bn_err(err, errlen, "%s", why) : bn_err(err, errlen, "%s: %s", opt, why);
+}
+
 // next_pos: the first positional entry not yet given; NULL when all are.
 static const bn_arg *next_pos(const bn_arg_table *tables, const bn_arg_table **tab) {
     for (const bn_arg_table *t = tables; t && t->args; t++)
@@ -205,6 +217,15 @@ int bn_args_read(const bn_arg_table *tables, int n, char *const *args, char *err
         const bn_arg *a = find(tables, s, &t);
         if (!a) return bn_err(err, errlen, "unknown option '%s' (see --help)", s);
         const char *val = NULL;
+        if (a->type == BN_ARG_FN2) {
+            if (i + 1 >= n)
+                return bn_err(err, errlen, "option '%s' needs a value %s (see --help)", s, a->meta ? a->meta : "VALUE");
+            const int used = fn2_set(a, t->base, s, args[i + 1], i + 2 < n ? args[i + 2] : NULL, err, errlen);
+            if (used < 0) return -1;
+            i += used;
+            seen(a);
+            continue;
+        }
         if (takes_value(a)) {
             if (i + 1 >= n)
                 return bn_err(err, errlen, "option '%s' needs a value %s (see --help)", s, a->meta ? a->meta : "VALUE");

@@ -27,6 +27,7 @@ typedef enum {
     BN_ARG_CHOICE,   // one of the '|'-separated words of meta; its index goes into the int at off
     BN_ARG_FN,       // fn(base, opt, val) sets it; a flag (val NULL) when meta is NULL
     BN_ARG_POS,      // a positional argument (meta names it), const char * at off; filled in table order
+    BN_ARG_FN2,      // fn2(base, opt, val, next) takes one or two values (it returns how many it used)
 } bn_arg_type;
 
 typedef struct bn_arg {
@@ -42,6 +43,9 @@ typedef struct bn_arg {
     int (*fn)(void *base, const char *opt, const char *val, char *err, size_t errlen);
     size_t off_n; // BN_ARG_STRS / BN_ARG_INTS: offsetof the int count
     int cap;      // BN_ARG_STRS / BN_ARG_INTS: room at off
+    // BN_ARG_FN2: sets the option from val and, when it needs it, next (the argument after val, NULL at the end);
+    // returns 1 or 2 (the values used), or -1 with err filled
+    int (*fn2)(void *base, const char *opt, const char *val, const char *next, char *err, size_t errlen);
 } bn_arg;
 
 // Table entries: names, the offset of the value, its name in --help, the help line, a number's range. A table ends
@@ -65,6 +69,7 @@ typedef struct bn_arg {
      .lo = (lo_), .hi = (hi_)}
 #define BN_CHOICE(n_, o_, m_, h_) {.names = (n_), .type = BN_ARG_CHOICE, .off = (o_), .meta = (m_), .help = (h_)}
 #define BN_FN(n_, f_, m_, h_) {.names = (n_), .type = BN_ARG_FN, .fn = (f_), .meta = (m_), .help = (h_)}
+#define BN_FN2(n_, f_, m_, h_) {.names = (n_), .type = BN_ARG_FN2, .fn2 = (f_), .meta = (m_), .help = (h_)}
 #define BN_POS(o_, m_, h_) {.type = BN_ARG_POS, .off = (o_), .meta = (m_), .help = (h_)}
 
 // One table and the struct its offsets point into.

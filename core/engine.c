@@ -3,12 +3,21 @@
 #include "core/forward_impl.h" // bn_state.m
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // ---- CPU backend: impl is the bn_engine itself (model + threads) -----------------------------
 static void *cpu_state_new(void *impl, int n_ctx, char *err, size_t errlen) {
     (void)err, (void)errlen;
     const bn_engine *e = impl;
-    return bn_state_new(e->m, n_ctx, e->n_threads);
+    bn_state *s = bn_state_new(e->m, n_ctx, e->n_threads);
+    bn_state_set_lora(s, e->lora);
+    return s;
+}
+static int cpu_set_lora_scales(void *st, const float *scales, int n, char *err, size_t errlen) {
+    if (bn_state_set_lora_scales(st, scales, n) != 0)
+        return bn_err(err, errlen, "%d LoRA scales for the engine's %d adapters", n,
+                      bn_lora_set_count(((bn_state *)st)->lora));
+    return 0;
 }
 static void cpu_state_free(void *st) { bn_state_free(st); }
 static void cpu_state_reset(void *st) { bn_state_reset(st); }
@@ -84,6 +93,7 @@ static const bn_engine_ops cpu_ops = {
     .snapshot_free = cpu_snapshot_free,
     .forward_snaps = cpu_forward_snaps,
     .forward_multi = cpu_forward_multi,
+    .set_lora_scales = cpu_set_lora_scales,
 };
 
 bn_engine *bn_engine_new(const bn_engine_ops *ops, void *impl, const bn_model *m) {
@@ -104,6 +114,7 @@ bn_engine *bn_engine_cpu_new(const bn_model *m, int n_threads) {
 void bn_engine_free(bn_engine *e) {
     if (!e) return;
     if (e->ops->impl_free) e->ops->impl_free(e->impl);
+    bn_lora_set_free(e->lora);
     free(e);
 }
 
@@ -115,6 +126,62 @@ void bn_engine_device_register(const bn_engine_device *d) { registered_device = 
 
 const bn_engine_device *bn_engine_device_get(void) { return registered_device; }
 
+
+// lora_add: appends adapter path at scale to o (--lora / --lora-scaled); 0 or -1 with err.
+static int lora_add(bn_engine_opts *o, const char *path, size_t len, float scale, char *err, size_t errlen) {
+    if (len == 0) return bn_err(err, errlen, "empty adapter file name");
+    if (o->n_lora >= BN_LORA_MAX) return bn_err(err, errlen, "at most %d LoRA adapters", BN_LORA_MAX);
+    if (path[len] == '\0') { // the whole argument: argv outlives the options
+        o->lora[o->n_lora] = path;
+    } else { // a part of a list: a copy that lives as long as the tool's run
+        char *p = xmalloc(len + 1);
+        memcpy(p, path, len);
+        p[len] = 0;
+        o->lora[o->n_lora] = p;
+    }
+    o->lora_scale[o->n_lora++] = scale;
+    return 0;
+}
+
+// lora_arg: --lora FNAME[,FNAME...]: each at scale 1.
+static int lora_arg(void *base, const char *opt, const char *val, char *err, size_t errlen) {
+    (void)opt;
+    for (const char *p = val;; p++) {
+        size_t len = strcspn(p, ",");
+        if (lora_add(base, p, len, 1.0f, err, errlen) != 0) return -1;
+        p += len;
+        if (!*p) return 0;
+    }
+}
+
+// lora_scaled_arg: --lora-scaled FNAME SCALE, or llama.cpp's FNAME:SCALE[,FNAME:SCALE...]; the values used or -1.
+static int lora_scaled_arg(void *base, const char *opt, const char *val, const char *next, char *err, size_t errlen) {
+    double v;
+    if (!strchr(val, ':')) { // FNAME SCALE
+        if (!next) return bn_err(err, errlen, "%s: needs FNAME SCALE (or FNAME:SCALE)", opt);
+        if (bn_args_real(opt, next, -1e6, 1e6, &v, err, errlen) != 0) return -1;
+        return lora_add(base, val, strlen(val), (float)v, err, errlen) == 0 ? 2 : -1;
+    }
+    for (const char *p = val;; p++) {
+        const size_t len = strcspn(p, ",");
+        const char *colon = memrchr(p, ':', len);
+        if (!colon) return bn_err(err, errlen, "%s: '%.*s' is not FNAME:SCALE", opt, (int)len, p);
+        char num[64];
+        snprintf(num, sizeof num, "%.*s", (int)(len - (size_t)(colon + 1 - p)), colon + 1);
+        if (bn_args_real(opt, num, -1e6, 1e6, &v, err, errlen) != 0) return -1;
+        if (lora_add(base, p, (size_t)(colon - p), (float)v, err, errlen) != 0) return -1;
+        p += len;
+        if (!*p) return 1;
+    }
+}
+
+#define LORA_ARGS                                                                                                  \
+    BN_FN("--lora", lora_arg, "FNAME",                                                                             \
+          "LoRA adapter GGUF applied at run time, unmerged, at scale 1 (repeatable; comma-separated values too; "  \
+          "-ngl 0 or every layer on the GPU)"),                                                                    \
+    BN_FN2("--lora-scaled", lora_scaled_arg, "FNAME SCALE",                                                        \
+           "LoRA adapter applied with a user scale (repeatable; llama.cpp's FNAME:SCALE,... form too)")
+
 const bn_arg bn_engine_args[] = {
     BN_SECTION("model and engine"),
     BN_STR("-m, --model", offsetof(bn_engine_opts, model), "FILE", "model GGUF (required)"),
@@ -125,9 +192,13 @@ const bn_arg bn_engine_args[] = {
            "the last N layers and the output head on the GPU and the first layers on the CPU; without a GPU the model "
            "runs on the CPU (with a warning)",
            0, INT32_MAX),
+    LORA_ARGS,
     {0}};
 
-bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen) {
+const bn_arg bn_lora_args[] = {BN_SECTION("LoRA adapters"), LORA_ARGS, {0}};
+
+// engine_open: the backend for -ngl (the CPU engine, or a device engine when there is a device).
+static bn_engine *engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen) {
     if (n_gpu_layers < 0) {
         bn_err(err, errlen, "-ngl must be >= 0 (got %d)", n_gpu_layers);
         return NULL;
@@ -147,6 +218,46 @@ bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, ch
                                                   : d->split_new(m, n_gpu_layers, n_threads, err, errlen);
     if (e) e->n_gpu_layers = n_gpu_layers;
     return e;
+}
+
+bn_engine *bn_engine_open_lora(const bn_model *m, int n_gpu_layers, int n_threads, bn_lora_set *lora, char *err,
+                               size_t errlen) {
+    if (bn_lora_set_count(lora) > 0 && n_gpu_layers > 0 && n_gpu_layers < m->cfg.n_layer) {
+        bn_lora_set_free(lora); // checked before the device: the same answer everywhere
+        bn_err(err, errlen, "LoRA adapters run on the CPU engine (-ngl 0) or with every layer on the GPU, not split");
+        return NULL;
+    }
+    bn_engine *e = engine_open(m, n_gpu_layers, n_threads, err, errlen);
+    if (!e) {
+        bn_lora_set_free(lora);
+        return NULL;
+    }
+    e->lora = bn_lora_set_count(lora) > 0 ? lora : NULL;
+    if (!e->lora) bn_lora_set_free(lora);
+    if (e->lora && e->ops->attach_lora && e->ops->attach_lora(e->impl, e->lora, err, errlen) != 0) {
+        bn_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen) {
+    return bn_engine_open_lora(m, n_gpu_layers, n_threads, NULL, err, errlen);
+}
+
+bn_engine *bn_engine_open_opts(const bn_model *m, const bn_engine_opts *o, char *err, size_t errlen) {
+    bn_lora_set *lora = NULL;
+    if (o->n_lora > 0 && !(lora = bn_lora_set_open(m, o->lora, o->lora_scale, o->n_lora, err, errlen))) return NULL;
+    return bn_engine_open_lora(m, o->n_gpu_layers, o->n_threads, lora, err, errlen);
+}
+
+bn_lora_set *bn_engine_lora(const bn_engine *e) { return e->lora; }
+
+int bn_engine_state_set_lora(bn_engine_state *s, const float *scales, int n, char *err, size_t errlen) {
+    const int have = bn_lora_set_count(s->e->lora);
+    if (n != have) return bn_err(err, errlen, "%d LoRA scales for the engine's %d adapters", n, have);
+    if (n == 0) return 0;
+    return s->e->ops->set_lora_scales(s->st, scales, n, err, errlen);
 }
 
 bn_engine_state *bn_engine_state_new(const bn_engine *e, int n_ctx, char *err, size_t errlen) {

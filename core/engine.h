@@ -20,6 +20,7 @@
 #include "core/model.h"
 #include "base/util.h"
 #include "base/args.h"
+#include "core/adapter.h"
 
 // A backend's functions; impl is the backend's model object (e.g. bn_cuda_model), st its state.
 typedef struct bn_engine_ops {
@@ -42,6 +43,10 @@ typedef struct bn_engine_ops {
     // backend snapshots) after each
     int (*forward_multi)(void *const *sts, const int32_t *const *tokens, const int *n_tok, int n,
                          bn_forward_out *const *outs, void *const *const *snaps, char *err, size_t errlen);
+    // the state's user scales of the engine's adapters ([n], n = their count); NULL: the backend applies none
+    int (*set_lora_scales)(void *st, const float *scales, int n, char *err, size_t errlen);
+    // a device backend: takes the adapters of set (before any state is made; the engine keeps set); NULL: none
+    int (*attach_lora)(void *impl, const bn_lora_set *set, char *err, size_t errlen);
 } bn_engine_ops;
 
 typedef struct bn_engine {
@@ -50,6 +55,7 @@ typedef struct bn_engine {
     const bn_model *m;
     int n_threads;    // CPU threads (CPU and CPU+CUDA engines)
     int n_gpu_layers; // the -ngl value it was opened with
+    bn_lora_set *lora; // the LoRA adapters every state applies (owned; NULL: none), at their global scales
 } bn_engine;
 
 // A sequence state of some engine, and a snapshot of one (recurrent state + position; the rules of
@@ -160,13 +166,31 @@ typedef struct {
     int n_threads;     // -t: CPU threads (0: all CPUs)
     int n_ctx;         // -c: context in tokens (the tool says what 0 means)
     int n_gpu_layers;  // -ngl: bn_engine_open's n_gpu_layers
+    const char *lora[BN_LORA_MAX]; // --lora FNAME / --lora-scaled FNAME SCALE (repeatable): adapters applied unmerged
+    float lora_scale[BN_LORA_MAX]; // their user scales (--lora: 1)
+    int n_lora;
 } bn_engine_opts;
 extern const bn_arg bn_engine_args[];
+// bn_lora_args: --lora and --lora-scaled alone, into a bn_engine_opts (for a tool with its own model options).
+extern const bn_arg bn_lora_args[];
 
 // bn_engine_open: the engine for -ngl n_gpu_layers (see the top of this file: 0 CPU with n_threads (<= 0: all CPUs),
 // >= n_layer the device, in between CPU+device). Without a device backend or a device, -ngl > 0 warns once on stderr
 // and opens the CPU engine (llama.cpp's habit); a device that cannot take the model (upload errors) is an error.
 // Returns the engine, or NULL with err filled.
 bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, char *err, size_t errlen);
+// bn_engine_open_lora: bn_engine_open whose states apply the adapters of lora (core/adapter.h; ownership passes to
+// the engine, also on failure; NULL: none). The CPU and the CUDA engine apply them; the CPU+CUDA split refuses them.
+// Returns the engine, or NULL with err filled.
+bn_engine *bn_engine_open_lora(const bn_model *m, int n_gpu_layers, int n_threads, bn_lora_set *lora, char *err,
+                               size_t errlen);
+// bn_engine_open_opts: the engine of a tool's engine options o over m (-ngl, -t, and the --lora / --lora-scaled
+// adapters loaded and checked against m); returns it, or NULL with err naming the file and the problem.
+bn_engine *bn_engine_open_opts(const bn_model *m, const bn_engine_opts *o, char *err, size_t errlen);
+// bn_engine_lora: the engine's adapters (NULL: none); their global scales are bn_lora_set_scales of it.
+bn_lora_set *bn_engine_lora(const bn_engine *e);
+// bn_engine_state_set_lora: state s's user scales of the engine's adapters (n = bn_lora_set_count of them; a new
+// state starts at the global scales); 0 or -1 with err filled.
+int bn_engine_state_set_lora(bn_engine_state *s, const float *scales, int n, char *err, size_t errlen);
 
 #endif

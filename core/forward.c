@@ -49,9 +49,17 @@ static void add_bias_rows(float *y, const bn_weight *b, int nb, int n) {
     for (int t = 0; t < nb; t++) add_rows(y + (size_t)t * n, b->data, (size_t)n);
 }
 
-// matmul: y[t] = W·x[t] for nb rows with the state's scratch and threads.
+// matmul: y[t] = W·x[t] for nb rows with the state's scratch and threads, plus the LoRA deltas of W at each
+// column's scales (s->lora_cols) when the state has adapters (docs/model.md §4.5).
 static void matmul(bn_state *s, const bn_weight *w, const float *x, float *y, int nb) {
     bn_matmul(w, x, y, nb, s->work, s->pool);
+    if (s->lora) bn_lora_apply(s->lora, w, x, y, nb, s->lora_cols, s->lora_u, s->pool);
+}
+
+// lora_cols_own: every column of a pass over s's own sequence takes s's adapter scales.
+static void lora_cols_own(bn_state *s, int nb) {
+    if (s->lora)
+        for (int t = 0; t < nb; t++) s->lora_cols[t] = s->lora_scale;
 }
 
 // rope: rotary embedding of one head in place (llama: adjacent pairs; qwen*: rotate-half pairs).
@@ -351,6 +359,7 @@ static void forward_chunk(const bn_model *m, bn_state *s, const int32_t *tokens,
     const int H = m->cfg.n_embd;
     const int p0 = s->pos;
     for (int t = 0; t < nb; t++) bn_weight_row_f32(&m->w.token_embd, tokens[t], s->x + (size_t)t * H);
+    lora_cols_own(s, nb);
     const cols cl = {.p0 = p0, .t_off = t_off, .out = out};
     run_layers(m, s, nb, &cl);
     s->pos = p0 + nb;
@@ -444,9 +453,9 @@ static int multi_check(const char *fn, const bn_model *m, bn_state *const *seqs,
     const int n_layers = front ? s->n_layers : c->n_layer;
     for (int i = 0; i < n; i++) {
         const bn_state *q = seqs[i];
-        if (!q || q->m != m || q->n_layers != n_layers || q->kv_type != s->kv_type)
+        if (!q || q->m != m || q->n_layers != n_layers || q->kv_type != s->kv_type || q->lora != s->lora)
             return bn_err(err, errlen, "%s: sequence %d is missing or not a state of this model with the first one's "
-                          "layers and KV type", fn, i);
+                          "layers, KV type and adapters", fn, i);
         for (int u = 0; u < i; u++)
             if (seqs[u] == q) return bn_err(err, errlen, "%s: sequences %d and %d share a state", fn, u, i);
         if (q->pos + n_tok[i] > s->n_ctx)
@@ -481,6 +490,7 @@ static int multi_layers(const bn_model *m, bn_state *const *seqs, const int32_t 
             rg->seq[nb] = seqs[i], rg->pos[nb] = seqs[i]->pos + j, rg->row[nb] = j;
             rg->out[nb] = outs ? outs[i] : NULL;
             bn_weight_row_f32(&m->w.token_embd, tokens[i][j], s->x + (size_t)nb * H);
+            s->lora_cols[nb] = seqs[i]->lora_scale;
         }
     const cols cl = {.seqs = rg->seq, .pos = rg->pos, .outs = rg->out, .rows = rg->row};
     run_layers(m, s, nb, &cl);
@@ -513,6 +523,7 @@ int bn_forward_multi(const bn_model *m, bn_state *const *seqs, const int32_t *co
         const bool last = t + 1 == nb || rg.seq[t + 1] != rg.seq[t];
         if (!o->all_logits && !last) continue;
         rmsnorm_rows(s, s->xn + (size_t)n_hr * H, s->x + (size_t)t * H, &m->w.output_norm, 1, H, c->norm_eps);
+        s->lora_cols[n_hr] = rg.seq[t]->lora_scale;
         hr[n_hr++] = t;
         head |= bn_forward_wants_head(o);
     }

@@ -37,6 +37,13 @@ void bn_state_reset(bn_state *s);
 int bn_state_pos(const bn_state *s);
 // bn_state_n_ctx: the capacity given to bn_state_new.
 int bn_state_n_ctx(const bn_state *s);
+// bn_state_set_lora: the LoRA adapters the forward of s applies (core/adapter.h; set NULL or empty: none), each at
+// the set's global user scale (bn_state_set_lora_scales changes them for this sequence). set must outlive s's use.
+struct bn_lora_set;
+void bn_state_set_lora(bn_state *s, const struct bn_lora_set *set);
+// bn_state_set_lora_scales: this sequence's user scales of the adapters of its set (n = the set's count; 0 turns an
+// adapter off); 0, or -1 when n does not match.
+int bn_state_set_lora_scales(bn_state *s, const float *scales, int n);
 
 // A snapshot: the recurrent state (conv windows + S of every DeltaNet layer) and the position.
 // The KV cache is NOT copied: restoring sets the position back and the KV rows beyond it are

@@ -3,6 +3,7 @@
 #define BONSAI_FORWARD_IMPL_H
 #include "core/forward.h"
 #include "base/threads.h"
+#include "core/adapter.h"
 
 // Tokens per internal prefill chunk: scratch buffers hold this many activation rows.
 #define BN_MAX_BATCH 64
@@ -38,6 +39,11 @@ struct bn_state {
     float *scores;        // {n_ctx, n_head/n_head_kv, n_threads} attention scores per thread
     void *work;           // matmul scratch
     size_t work_size;
+    // LoRA adapters applied unmerged (bn_state_set_lora; NULL: none)
+    const bn_lora_set *lora;
+    float lora_scale[BN_LORA_MAX];           // this sequence's user scale of each adapter of the set
+    float *lora_u;                           // {max rank, n_batch}: the A·x intermediates (heap)
+    const float *lora_cols[BN_MAX_BATCH];    // the pass's column t -> its sequence's lora_scale
 };
 
 // A snapshot: position + a copy of the recurrent region (same layout as bn_state.recurrent).

@@ -12,6 +12,11 @@
 static const char *arch_names[] = {[BN_ARCH_QWEN35] = "qwen35", [BN_ARCH_QWEN3] = "qwen3",
                                    [BN_ARCH_LLAMA] = "llama", [BN_ARCH_QWEN2] = "qwen2"};
 
+const char *bn_model_arch_name(const bn_model *m) {
+    return m->cfg.arch >= 0 && m->cfg.arch < (int)(sizeof arch_names / sizeof arch_names[0]) ? arch_names[m->cfg.arch]
+                                                                                             : "";
+}
+
 // ---- KV helpers -----------------------------------------------------------------------------
 // key_int: "<arch>.<suffix>" as an integer; def when absent and not required. Returns 0/-1.
 static int key_int(const gguf_file *g, const char *arch, const char *suffix, bool required, int64_t def,

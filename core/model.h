@@ -97,6 +97,8 @@ bn_model *bn_model_load(const char *path, char *err, size_t errlen);
 // bn_model_from_gguf: same on an already open file (ownership passes to the model).
 bn_model *bn_model_from_gguf(gguf_file *g, char *err, size_t errlen);
 void bn_model_free(bn_model *m);
+// bn_model_arch_name: the model's general.architecture ("qwen35", "qwen3", "llama", "qwen2").
+const char *bn_model_arch_name(const bn_model *m);
 // bn_model_n_params: number of weight elements.
 int64_t bn_model_n_params(const bn_model *m);
 // bn_model_describe: "<arch> <size label> <ftype name>" like llama.cpp; returns buf.

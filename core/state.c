@@ -147,6 +147,7 @@ bn_state *bn_state_new_front(const bn_model *m, int n_ctx, int n_threads, int kv
 
 void bn_state_free(bn_state *s) {
     if (!s) return;
+    free(s->lora_u);
     bn_pool_free(s->pool);
     munmap(s, s->alloc_bytes);
 }
@@ -157,6 +158,22 @@ void bn_state_reset(bn_state *s) {
 }
 
 int bn_state_pos(const bn_state *s) { return s->pos; }
+
+void bn_state_set_lora(bn_state *s, const bn_lora_set *set) {
+    free(s->lora_u);
+    s->lora_u = NULL;
+    s->lora = bn_lora_set_count(set) > 0 ? set : NULL;
+    memset(s->lora_scale, 0, sizeof s->lora_scale);
+    if (!s->lora) return;
+    s->lora_u = xmalloc(sizeof(float) * (size_t)s->n_batch * (size_t)bn_lora_set_max_rank(set));
+    bn_state_set_lora_scales(s, bn_lora_set_scales((bn_lora_set *)set), bn_lora_set_count(set));
+}
+
+int bn_state_set_lora_scales(bn_state *s, const float *scales, int n) {
+    if (!s->lora || n != bn_lora_set_count(s->lora)) return -1;
+    memcpy(s->lora_scale, scales, sizeof(float) * (size_t)n);
+    return 0;
+}
 int bn_state_n_ctx(const bn_state *s) { return s->n_ctx; }
 
 bn_snapshot *bn_snapshot_new(const bn_state *s) {

@@ -44,6 +44,13 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
 void bn_cuda_state_free(bn_cuda_state *s);
 // bn_cuda_state_reset: back to position 0 with zero conv windows and recurrent matrices.
 void bn_cuda_state_reset(bn_cuda_state *s);
+// bn_cuda_model_set_lora: uploads the LoRA adapters of set (core/adapter.h) for cm, whose states then apply them
+// unmerged (cuda/lora.cu; every layer on the device, before any state of cm is made); 0 or -1 with err.
+struct bn_lora_set;
+int bn_cuda_model_set_lora(bn_cuda_model *cm, const struct bn_lora_set *set, char *err, size_t errlen);
+// bn_cuda_state_set_lora: s's user scales of its model's n adapters (a new state starts at the set's global scales);
+// 0 or -1 with err.
+int bn_cuda_state_set_lora(bn_cuda_state *s, const float *scales, int n, char *err, size_t errlen);
 // bn_cuda_state_pos: number of tokens consumed so far.
 int bn_cuda_state_pos(const bn_cuda_state *s);
 // bn_cuda_state_n_ctx: the capacity given to bn_cuda_state_new.

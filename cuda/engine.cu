@@ -43,10 +43,17 @@ static int cu_forward_multi(void *const *sts, const int32_t *const *tokens, cons
                                  (bn_cuda_snapshot *const *const *)snaps, err, errlen);
 }
 
+static int cu_set_lora_scales(void *st, const float *scales, int n, char *err, size_t errlen) {
+    return bn_cuda_state_set_lora((bn_cuda_state *)st, scales, n, err, errlen);
+}
+static int cu_attach_lora(void *impl, const bn_lora_set *set, char *err, size_t errlen) {
+    return bn_cuda_model_set_lora((bn_cuda_model *)impl, set, err, errlen);
+}
+
 static const bn_engine_ops cuda_ops = {"CUDA",         cu_state_new,   cu_state_free,    cu_state_reset,
                                        cu_state_pos,   cu_forward,     cu_impl_free,     cu_state_n_ctx,
                                        cu_snapshot_new, cu_snapshot_into, cu_restore,    cu_snapshot_free,
-                                       cu_forward_snaps, cu_forward_multi};
+                                       cu_forward_snaps, cu_forward_multi, cu_set_lora_scales, cu_attach_lora};
 
 // The device drafter behind bn_spec on a CUDA target (spec/dspark.h bn_dev_drafter_ops). The uploaded
 // weights are shared by every state of one bn_drafter (e.g. all server slots), refcounted.

@@ -73,8 +73,10 @@ static const bn_q8_out *fused_q8(bn_cuda_state *s, const bn_cu_weight *const *w,
 // when q8 (fused_q8 of the same group), else from x.
 static cudaError_t mm_from(bn_cuda_state *s, const bn_cu_weight *const *w, int n, const float *x, float *const *y,
                            int nb, const bn_q8_out *q8) {
-    if (q8) return bn_cu_matmul_multi_q8(w, n, x, y, nb, s->mm_scratch, s->stream);
-    return bn_cu_matmul_multi(w, n, x, y, nb, s->mm_scratch, s->blas, s->stream);
+    TRY(q8 ? bn_cu_matmul_multi_q8(w, n, x, y, nb, s->mm_scratch, s->stream)
+           : bn_cu_matmul_multi(w, n, x, y, nb, s->mm_scratch, s->blas, s->stream));
+    for (int i = 0; s->cm->lora && i < n; i++) TRY(fw_lora(s, w[i], x, y[i], nb)); // the adapters' deltas
+    return cudaSuccess;
 }
 
 // mixer_inputs: the weights layer il's mixer multiplies xn by, into ws (4 slots); returns their count.
@@ -287,6 +289,7 @@ cudaError_t fw_run_layers(bn_cuda_state *s, int nb, tap_dst taps, bool batch) {
     const bn_config *c = &s->cm->cfg;
     const int H = c->n_embd, l0 = s->cm->first_layer;
     const cu_layer *layers = s->cm->layers;
+    s->lora_cur = batch ? s->d_lora_cols : s->d_lora_own; // the adapters' scales of this pass's columns (and head)
     if (l0 == 0) TRY(bn_cu_get_rows(&s->cm->token_embd, s->d_tokens, s->x, nb, s->stream));
     bn_q8_out xq; // where the norm before each matmul group writes its Q8 activations (fused_q8)
     const bn_q8_out *xq8 = mixer_q8(s, l0, nb, &xq);

@@ -70,6 +70,13 @@ static cudaError_t upload_cols(const seqs_in &q, rows_in in, int nb, bn_forward_
     }
     // pageable host memory: the copy is staged before it returns (h_cols may change for the next step)
     TRY(cudaMemcpyAsync(s->d_cols, s->h_cols, sizeof(void *) * col_table_slots(L), cudaMemcpyHostToDevice, s->stream));
+    if (s->cm->lora) { // each column's adapter scales: its sequence's
+        for (int i = 0, t = 0; i < q.n; i++)
+            for (int j = 0; j < seq_len(q, i); j++, t++)
+                memcpy(s->h_lora_cols + (size_t)t * BN_LORA_MAX, q.states[i]->h_lora, sizeof q.states[i]->h_lora);
+        TRY(cudaMemcpyAsync(s->d_lora_cols, s->h_lora_cols, sizeof(float) * (size_t)nb * BN_LORA_MAX,
+                            cudaMemcpyHostToDevice, s->stream));
+    }
     return fw_upload_rows(s, in, 0, nb);
 }
 

@@ -43,6 +43,21 @@ struct cu_layer {
     float *ssm_dt, *ssm_a, *ssm_norm;          // {Hv}, {Hv}, {dv}
 };
 
+// One adapted weight of one adapter on the device (cuda/lora.cu).
+struct cu_lora_ref {
+    const bn_cu_weight *w;  // the weight it adapts
+    const float *A, *Bt;    // device: A {n_in, r}, B transposed (r rows of n_out)
+    int r, adapter;         // rank; the adapter's index (its column scales)
+    int64_t n_in, n_out;
+    float mult;             // alpha / r (1 when alpha is 0): s = user scale · mult
+};
+// The adapters of a device model: every adapted weight, the global scales new states start with.
+struct cu_lora {
+    int n_adapters, n_refs, max_rank;
+    cu_lora_ref *refs;      // host array of device pointers
+    float scales[BN_LORA_MAX];
+};
+
 struct bn_cuda_model {
     const bn_model *m;
     bn_config cfg;
@@ -52,6 +67,7 @@ struct bn_cuda_model {
     float *output_norm;      // {H}
     cu_layer *layers;        // [n_layer] (zero below first_layer)
     bn_cu_allocs allocs;     // every device allocation, freed together
+    cu_lora *lora;           // LoRA adapters (bn_cuda_model_set_lora; NULL: none)
 };
 
 // ---- the device state ---------------------------------------------------------------------------
@@ -127,7 +143,21 @@ struct bn_cuda_state {
     int attn_tiled;       // env BONSAI_CUDA_ATTN_TILED=1|mma at creation: prefill attention by query tiles, BN_CU_ATTN_*
     bool gdn_norm;        // env BONSAI_CUDA_GDN_NORM=1 at creation: GDN recurrence + output norm in one launch (decode)
     int64_t n_replays, n_captures; // bn_cuda_state_graph_counts
+    // LoRA (cm->lora): per column, BN_LORA_MAX user scales; a single sequence's passes read d_lora_own (every row
+    // this state's scales), a batched pass d_lora_cols (each column its sequence's), through lora_cur
+    float h_lora[BN_LORA_MAX];  // this state's scales
+    float *d_lora_own;          // {BN_LORA_MAX, n_batch}
+    float *d_lora_cols;         // {BN_LORA_MAX, MAX_BATCH_COLS}
+    float *h_lora_cols;         // its host staging
+    const float *lora_cur;      // the scales of the pass being enqueued
+    float *d_lora_u;            // {max rank, max(n_batch, MAX_BATCH_COLS)}: A·x
 };
+
+// ---- LoRA adapters (cuda/lora.cu) ------------------------------------------------------------
+// bn_cuda_lora_free: frees a model's host adapter table (its device buffers go with the model's allocations).
+void bn_cuda_lora_free(cu_lora *L);
+// fw_lora: y[t] += Σ adapters of w s_t·B·(A·x[t]) for nb columns (s->lora_cur scales); async on s->stream.
+cudaError_t fw_lora(bn_cuda_state *s, const bn_cu_weight *w, const float *x, float *y, int nb);
 
 // ---- snapshots ----------------------------------------------------------------------------------
 struct bn_cuda_snapshot {

@@ -91,6 +91,7 @@ bn_cuda_model *bn_cuda_model_upload_from(const bn_model *m, int first_layer, cha
 void bn_cuda_model_free(bn_cuda_model *cm) {
     if (!cm) return;
     bn_cu_allocs_free(&cm->allocs);
+    bn_cuda_lora_free(cm->lora);
     free(cm->layers);
     free(cm);
 }

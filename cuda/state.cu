@@ -83,7 +83,13 @@ static size_t layout(bn_cu_carver *c, bn_cuda_state *s) {
     const size_t conv_scratch_floats = bn_cu_gdn_conv_scratch_floats((int)conv_dim, cf->ssm_conv_kernel, (int)B);
     float *conv_scratch = any_gdn ? (float *)bn_cu_carve(c, conv_scratch_floats * 4) : NULL;
     void *mm_scratch = bn_cu_carve(c, mm_scratch_for(cm, (int)B, s->logit_rows));
+    // LoRA: the column scales and the A·x intermediates
+    const size_t lora_rows = cm->lora ? max_sz(B, MAX_BATCH_COLS) : 0;
+    float *lora_own = cm->lora ? (float *)bn_cu_carve(c, B * BN_LORA_MAX * 4) : NULL;
+    float *lora_cols = cm->lora ? (float *)bn_cu_carve(c, MAX_BATCH_COLS * BN_LORA_MAX * 4) : NULL;
+    float *lora_u = cm->lora ? (float *)bn_cu_carve(c, lora_rows * (size_t)cm->lora->max_rank * 4) : NULL;
     if (c->base) {
+        s->d_lora_own = lora_own, s->d_lora_cols = lora_cols, s->d_lora_u = lora_u, s->lora_cur = lora_own;
         s->x = x, s->xn = xn, s->mo = mo, s->qg = qg, s->kb = kb, s->vb = vb, s->z = z, s->att = att;
         s->bb = bb, s->ab = ab, s->gate = gate, s->up = up, s->logits = logits, s->att_scratch = att_scratch;
         s->conv_scratch = conv_scratch;
@@ -159,6 +165,11 @@ bn_cuda_state *bn_cuda_state_new(bn_cuda_model *cm, int n_ctx, int kv_type, char
                     cudaMallocHost((void **)&s->h_snap_ptrs, MAX_SNAPS * sizeof(float *)) != cudaSuccess))
         rc = bn_err(err, errlen, "CUDA: cannot allocate pinned host memory");
     if (rc == 0) rc = bn_cu_stream_blas_new(&s->stream, &s->blas, err, errlen);
+    if (rc == 0 && cm->lora) { // adapters: the unfused products (each reads its fp32 input), the global scales
+        s->no_fuse = true;
+        s->h_lora_cols = (float *)xcalloc((size_t)MAX_BATCH_COLS * BN_LORA_MAX, sizeof(float));
+        rc = bn_cuda_state_set_lora(s, cm->lora->scales, cm->lora->n_adapters, err, errlen);
+    }
     if (rc != 0) {
         cudaGetLastError();
         bn_cuda_state_free(s);
@@ -183,6 +194,7 @@ void bn_cuda_state_free(bn_cuda_state *s) {
     free(s->conv);
     free(s->ssm);
     free(s->h_cols);
+    free(s->h_lora_cols);
     free(s);
 }
 

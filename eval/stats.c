@@ -72,6 +72,14 @@ void bn_loop_stats_compute(const bool *loop, const bool *hit_limit, const double
     }
 }
 
+void bn_loop_stats_frame(bn_loop_stats *s, const bool *frame, int64_t n) {
+    s->has_frame = true;
+    s->n_frame = 0;
+    for (int64_t i = 0; i < n; i++) s->n_frame += frame[i];
+    s->frame_rate = n ? (double)s->n_frame / n : 0;
+    bn_wilson(s->n_frame, n, BN_Z95, &s->frame_ci_lo, &s->frame_ci_hi);
+}
+
 char *bn_loop_stats_json(const bn_loop_stats *s, const char *label) {
     json_t *o = json_object();
     if (label) json_object_set_new(o, "label", json_string(label));
@@ -79,6 +87,11 @@ char *bn_loop_stats_json(const bn_loop_stats *s, const char *label) {
     json_object_set_new(o, "loops", json_integer(s->n_loops));
     json_object_set_new(o, "loop_rate", json_real(s->loop_rate));
     json_object_set_new(o, "loop_rate_ci95", json_pack("[f,f]", s->ci_lo, s->ci_hi));
+    if (s->has_frame) {
+        json_object_set_new(o, "frame_loops", json_integer(s->n_frame));
+        json_object_set_new(o, "frame_loop_rate", json_real(s->frame_rate));
+        json_object_set_new(o, "frame_loop_rate_ci95", json_pack("[f,f]", s->frame_ci_lo, s->frame_ci_hi));
+    }
     json_object_set_new(o, "length_limit", json_integer(s->n_length_limit));
     json_object_set_new(o, "length_limit_share", json_real(s->length_limit_share));
     json_object_set_new(o, "mean_length", json_real(s->mean_len));

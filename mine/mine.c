@@ -11,6 +11,7 @@
 
 bn_mine_params bn_mine_params_default(void) {
     bn_mine_params p = {.mode = BN_MINE_SAMPLE, .gen = bn_gen_params_default(), .rep = bn_rep_params_default(),
+                        .frame = bn_frame_params_default(),
                         .chosen = bn_chosen_params_default(0.1), .thinking = 1, .system = NULL,
                         .prime_phrase = BN_DEFAULT_PRIME_PHRASE, .prime_repeats = 3, .prime_prefix_tokens = 48,
                         .max_prompt_tokens = 2000};
@@ -258,6 +259,25 @@ static bool make_pair(const bn_tokenizer *tok, const bn_prompt *p, const bn_mine
     return true;
 }
 
+// detect_loops: both detectors over the scanned text tt (its tokens: primed[0..n_primed) then g's ids); fills r's
+// flags, and *hit with the loop that mining localises when r->looped. A loop must reach into the completion: repeats
+// inside the primed text alone do not count.
+static void detect_loops(const bn_toktext *tt, const int32_t *primed, int n_primed, const bn_gen_result *g,
+                         const bn_mine_params *mp, bn_mine_result *r, bn_rep_hit *hit) {
+    size_t primed_chars = tt->off[n_primed];
+    r->loop_verbatim = bn_find_repetition(tt->cp, tt->n_cp, &mp->rep, hit) == 1 && (size_t)hit->end > primed_chars;
+    int n_scan = n_primed + g->n;
+    int32_t *ids = xmalloc(((size_t)n_scan + 1) * sizeof *ids);
+    memcpy(ids, primed, (size_t)n_primed * sizeof *ids);
+    memcpy(ids + n_primed, g->ids, (size_t)g->n * sizeof *ids);
+    bn_frame_hit fh;
+    r->loop_frame = bn_find_frame_loop(ids, (size_t)n_scan, &mp->frame, &fh) == 1 && fh.end > n_primed;
+    free(ids);
+    bool use_frame = mp->detect == BN_DETECT_FRAME || (mp->detect == BN_DETECT_BOTH && !r->loop_verbatim);
+    r->looped = use_frame ? r->loop_frame : r->loop_verbatim;
+    if (r->looped && use_frame) *hit = bn_frame_rep_hit(tt, &fh);
+}
+
 int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int prompt_index,
                 const bn_mine_params *mp_in, bn_mine_result *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
@@ -293,8 +313,7 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
     bn_toktext_build(&tt, (const char *const *)surf, lens, n_scan);
     size_t primed_chars = tt.off[n_primed];
     bn_rep_hit hit;
-    // a loop must reach into the completion: repeats inside the primed text alone do not count
-    r->looped = bn_find_repetition(tt.cp, tt.n_cp, &mp->rep, &hit) == 1 && (size_t)hit.end > primed_chars;
+    detect_loops(&tt, ctx + n_prompt, n_primed, &g, mp, r, &hit);
     r->hit_limit = g.hit_limit;
     r->n_generated = g.n;
     if (r->looped) {
@@ -324,7 +343,8 @@ int bn_mine_one(bn_source *src, const bn_tokenizer *tok, const bn_prompt *p, int
         r->gen.rep = (bn_pair_rep){hit.start, hit.repeat_start, r->has_pair ? r->pair.rep.rejected_token_index : -1,
                                    hit.period, hit.repeats, xstrdup(hit.snippet)};
     }
-    r->gen.extra = json_pack("{s:i,s:i,s:b}", "prompt_index", prompt_index, "n_tokens", g.n, "hit_limit", g.hit_limit);
+    r->gen.extra = json_pack("{s:i,s:i,s:b,s:b}", "prompt_index", prompt_index, "n_tokens", g.n, "hit_limit",
+                             g.hit_limit, "frame_loop", r->loop_frame);
     if (trimmed) json_object_set_new(r->gen.extra, "trimmed_prompt", json_true());
     if (prefix_text) {
         json_object_set_new(r->gen.extra, "prime_prefix", json_string(prefix_text));

@@ -22,11 +22,15 @@
 #include "records/pairs.h"
 #include "records/prompts.h"
 #include "detect/repetition.h"
+#include "detect/frame.h"
 #include "mine/source.h"
 
 struct bn_tokenizer;
 
 typedef enum { BN_MINE_SAMPLE, BN_MINE_PRIME } bn_mine_mode;
+// Which detector's loops are mined (docs/antidoom.md §16.4): the verbatim one (antidoom's, the default), the frame one,
+// or both (the verbatim hit when there is one, else the frame hit). Both detectors always run; the result says each.
+typedef enum { BN_DETECT_VERBATIM, BN_DETECT_FRAME, BN_DETECT_BOTH } bn_detect_mode;
 
 #define BN_DEFAULT_PRIME_PHRASE "Wait, let me re-check the calculation. "
 
@@ -34,6 +38,8 @@ typedef struct {
     bn_mine_mode mode;
     bn_gen_params gen;          // sampling of the completion
     bn_rep_params rep;          // detector thresholds
+    bn_frame_params frame;      // frame-loop detector thresholds
+    bn_detect_mode detect;      // whose loops are localised and mined (BN_DETECT_VERBATIM)
     bn_chosen_params chosen;    // its temperature is replaced by gen.temperature
     int thinking;               // chat template: 1 on (<think>\n), 0 off, -1 plain ChatML
     const char *system;         // system message, NULL/"" = none (antidoom: "")
@@ -51,7 +57,9 @@ typedef struct {
 
 typedef struct {
     bn_gen_row gen;     // the generation-log row (always filled on success)
-    bool looped;        // detector fired
+    bool looped;        // the detector(s) of mp->detect fired (status "loop_detected")
+    bool loop_verbatim; // the verbatim detector fired
+    bool loop_frame;    // the frame-loop detector fired
     bool has_pair;      // a pair row was made
     bn_pair_row pair;
     bool hit_limit;     // the completion stopped at n_predict

@@ -216,6 +216,17 @@ const bn_arg bn_mine_args[] = {
     BN_INT("--min-total-repeated", O(mine.rep.min_total_repeated), "N", "repeats * period must reach N characters", 0,
            1 << 30),
     BN_INT("--max-period", O(mine.rep.max_period), "N", "longest repeated unit, characters", 1, 1 << 20),
+    BN_CHOICE("--detect", O(mine.detect), "verbatim|frame|both",
+              "whose loops are mined: the verbatim detector's, the frame-loop detector's, or both (verbatim first); "
+              "evaluation reports both rates whatever this says"),
+    BN_INT("--frame-min-repeats", O(mine.frame.min_repeats), "N", "frame loops: entries into the frame, the first "
+           "counted", 2, 1 << 20),
+    BN_INT("--frame-min-repeats-verbatim", O(mine.frame.min_repeats_verbatim), "N",
+           "frame loops: the same when every period equals the next", 2, 1 << 20),
+    BN_DOUBLE("--frame-min-similarity", O(mine.frame.min_similarity), "S",
+              "frame loops: 1 - token edit distance / length of every two successive periods, at least", 0, 1),
+    BN_INT("--frame-max-period", O(mine.frame.max_period), "N", "frame loops: tokens between two entries, at most", 1,
+           1 << 16),
     BN_DOUBLE("--chosen-min-p", O(mine.chosen.min_p), "P", "relative min-p floor on chosen tokens (0: off)", 0, 1),
     BN_INT("--chosen-max-tokens", O(mine.chosen.max_tokens), "N", "chosen tokens per row at most", 1, 1 << 20),
     BN_INT("--chosen-min-decoded-chars", O(mine.chosen.min_decoded_chars), "N",
@@ -236,10 +247,13 @@ const bn_arg bn_mine_penalty_args[] = {
 int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engine **eng, bn_step_batcher **batch,
                         char *err, size_t errlen) {
     *eng = NULL, *batch = NULL;
-    if (o->eng.n_gpu_layers <= 0 || o->server_url) return 0;
-    *eng = bn_engine_open(m, o->eng.n_gpu_layers, o->eng.n_threads, err, errlen);
+    if (o->server_url && o->eng.n_lora > 0)
+        return bn_err(err, errlen, "--lora applies to in-process generation (a --server applies its own adapters)");
+    if ((o->eng.n_gpu_layers <= 0 && o->eng.n_lora == 0) || o->server_url) return 0;
+    *eng = bn_engine_open_opts(m, &o->eng, err, errlen);
     if (!*eng) return -1;
-    if (!strcmp(bn_engine_name(*eng), "CPU")) { // no device (bn_engine_open warned): the CPU sources
+    // no device (bn_engine_open warned): the CPU sources; with adapters the one CPU engine that applies them
+    if (!strcmp(bn_engine_name(*eng), "CPU") && o->eng.n_lora == 0) {
         bn_engine_free(*eng);
         *eng = NULL;
         return 0;

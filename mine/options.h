@@ -53,8 +53,8 @@ void bn_mine_opts_free(bn_mine_opts *o);
 bn_source **bn_mine_opts_sources(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok,
                                  const struct bn_engine *engine, struct bn_step_batcher *batcher, char *err,
                                  size_t errlen);
-// bn_mine_opts_engine: for -ngl > 0 without --server, the device engine (*eng) and, with --parallel > 1, the step
-// batcher its sources share (*batch); else both NULL. Returns 0, or -1 with err (no device memory, ...). Free the
+// bn_mine_opts_engine: for -ngl > 0 or --lora without --server, the engine (*eng: a device one, or the CPU one that
+// applies the adapters) and, with --parallel > 1, the step batcher its sources share (*batch); else both NULL. Returns 0, or -1 with err (no device memory, ...). Free the
 // batcher and then the engine after the sources.
 int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engine **eng, bn_step_batcher **batch,
                         char *err, size_t errlen);

@@ -1,7 +1,7 @@
 // recipe/candidate.h — one training candidate of bonsai-antidoom: an FTPO LoRA (plain for the adapter and f16 kinds,
 // through the quantizer for q1_0 / q2_0) trained from the base on a round's pairs with one seed and one tether
 // strength, merged, and scored on validation data only (data/val/: loop rate, perplexity drift, chosen_win) against
-// the goals; the pick orders candidates by that score (docs/antidoom.md §16).
+// the goals; the pick orders candidates by that score (docs/antidoom.md §18).
 #ifndef BONSAI_RECIPE_CANDIDATE_H
 #define BONSAI_RECIPE_CANDIDATE_H
 #include <jansson.h>

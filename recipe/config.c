@@ -160,7 +160,7 @@ int bn_recipe_cfg_load_json(bn_recipe_cfg *c, const char *path, void **doc, char
         const cfg_key *k = keys;
         while (k->name && strcmp(k->name, name)) k++;
         char why[256];
-        if (!k->name) bn_err(why, sizeof why, "unknown key (docs/antidoom.md §16 lists the keys)");
+        if (!k->name) bn_err(why, sizeof why, "unknown key (docs/antidoom.md §18 lists the keys)");
         if (!k->name || set_key(c, k, v, why, sizeof why) < 0) {
             bn_err(err, errlen, "%s: key \"%s\": %s", path, name, why);
             json_decref(root);

@@ -1,4 +1,4 @@
-// recipe/config.h — the settings of bonsai-antidoom (docs/antidoom.md §16): one struct, its defaults, a JSON config
+// recipe/config.h — the settings of bonsai-antidoom (docs/antidoom.md §18): one struct, its defaults, a JSON config
 // file read into it (every key named in one table, with its type; an unknown key or a wrong type is an error naming
 // the key and the file), and the per-stage signatures that decide which finished stages a rerun may reuse.
 #ifndef BONSAI_RECIPE_CONFIG_H
@@ -64,7 +64,7 @@ typedef struct {
 bn_recipe_cfg bn_recipe_cfg_default(void);
 // bn_recipe_cfg_full: turns *c into the --full budget (all prompts, three rounds, two seeds, the demo's Q1_0 tethers).
 void bn_recipe_cfg_full(bn_recipe_cfg *c);
-// bn_recipe_cfg_load_json: reads the JSON object in path into *c (keys as in docs/antidoom.md §16); the parsed
+// bn_recipe_cfg_load_json: reads the JSON object in path into *c (keys as in docs/antidoom.md §18); the parsed
 // document stays referenced by *c's strings, *doc gets it (free with bn_recipe_json_free). Returns 0, or -1 with err
 // naming the file and the key (unknown key, wrong type, value out of range).
 int bn_recipe_cfg_load_json(bn_recipe_cfg *c, const char *path, void **doc, char *err, size_t errlen);

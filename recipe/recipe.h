@@ -1,4 +1,4 @@
-// recipe/recipe.h — bonsai-antidoom's pipeline as one call (docs/antidoom.md §16): evaluate the base → mine (primed
+// recipe/recipe.h — bonsai-antidoom's pipeline as one call (docs/antidoom.md §18): evaluate the base → mine (primed
 // and sampled) → regularise → train candidates per output kind → pick on validation data (data/val/, never the
 // held-out set) → on-policy rounds → output (adapter, merged F16, requantized Q1_0 / Q2_0) → evaluate held-out →
 // report (OUT/report.md, OUT/report.html). Every stage keeps its outputs in OUT and is recorded in OUT/manifest.json,

@@ -1,4 +1,4 @@
-// recipe/rounds.c — the candidates of one output kind in on-policy rounds, and the pick (docs/antidoom.md §16):
+// recipe/rounds.c — the candidates of one output kind in on-policy rounds, and the pick (docs/antidoom.md §18):
 //   round r: the train pairs of every round so far (round 1: the base's; round r > 1: mined with round r-1's pick on
 //            the mining prompts), balanced (recipe/mining.h); one candidate per seed x λ_tether, each from the base;
 //            the round's pick = the first candidate in the order of recipe/candidate.h (validation shortfall, then

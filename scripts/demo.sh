@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/demo.sh [BUILD_DIR] — the end-to-end antidoom demo run by `./bonsai.sh demo`: bonsai-antidoom (the whole
-# recipe in one resumable run, docs/antidoom.md §16) on the shipped looping model, data/bonsai-loop-1bit.gguf
+# recipe in one resumable run, docs/antidoom.md §18) on the shipped looping model, data/bonsai-loop-1bit.gguf
 # (natively 1-bit, stored as Q1_0 like the real Bonsai models). It evaluates the base, mines its loops, trains
 # candidates for each output kind, picks on validation data (data/val/, never the held-out prompts), runs on-policy
 # rounds, writes the outputs, evaluates them on the held-out prompts and prints the report (OUT/report.md; the plots

@@ -4,8 +4,9 @@
 # --repeat-penalty / --frequency-penalty / --presence-penalty over --repeat-last-n tokens, and DRY), beside that run's own rows
 # for the base and antidoom models (re-scored from their completions, OUT/gen-*.jsonl, with bonsai-eval-loops
 # --from-log). Settings as scripts/demo.sh's evaluate(): greedy, plain ChatML, --ctx 2048, every held-out prompt,
-# --n-predict $DEMO_NPREDICT (256). Besides the loop rate (the verbatim detector) each row has seq-rep-4, the mean
-# share of repeated word 4-grams (eval/stats.h), which also counts a phrase that comes back with changes.
+# --n-predict $DEMO_NPREDICT (256). Besides the loop rate (the verbatim detector) each row has the frame-loop rate
+# (docs/antidoom.md §16: one frame re-entered with changing slots) and seq-rep-4, the mean share of repeated word
+# 4-grams (eval/stats.h), which also counts a phrase that comes back with changes.
 #   scripts/penalty-baseline.sh OUT [BUILD]      OUT: a finished demo's output folder (default build: build)
 #   PENALTIES="repeat=1.1 repeat=1.3,last=-1 ..."  the settings (each: comma-separated repeat= frequency= presence=
 #                                                 last= and DRY's dry= drybase= dryallowed= drylast=; default below),
@@ -45,12 +46,14 @@ flags() {
 
 # row LABEL JSON: one table row from an eval-loops JSON
 row() {
-    jq -r --arg l "$1" '"| \($l) | \(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)), CI \(.loop_rate_ci95[0] * 1000 | round / 10)-\(.loop_rate_ci95[1] * 1000 | round / 10)% | \(.seq_rep4 * 1000 | round / 1000) | \(.mean_length * 10 | round / 10) |"' "$2"
+    jq -r --arg l "$1" '"| \($l) | \(.loop_rate * 1000 | round / 10)% (\(.loops)/\(.n)), CI \(.loop_rate_ci95[0] * 1000 | round / 10)-\(.loop_rate_ci95[1] * 1000 | round / 10)% | \(.frame_loop_rate * 1000 | round / 10)% (\(.frame_loops)/\(.n)), CI \(.frame_loop_rate_ci95[0] * 1000 | round / 10)-\(.frame_loop_rate_ci95[1] * 1000 | round / 10)% | \(.seq_rep4 * 1000 | round / 1000) | \(.mean_length * 10 | round / 10) |"' "$2"
 }
 
-# demo_row LABEL SHOWN: the demo's model LABEL re-scored from its completions (OUT/gen-LABEL.jsonl)
+# demo_row LABEL SHOWN: the demo's model LABEL re-scored from its completions (OUT/gen-LABEL.jsonl; frame loops over
+# the tokens of the base model of the loop below, $q)
 demo_row() {
-    "$T/bonsai-eval-loops" --from-log "$out/gen-$1.jsonl" --label "$1" --json "$out/eval-rep-$1.json" > /dev/null 2>&1
+    "$T/bonsai-eval-loops" --from-log "$out/gen-$1.jsonl" -m "$out/base-$q.gguf" --label "$1" \
+        --json "$out/eval-rep-$1.json" > /dev/null 2>&1
     row "$2" "$out/eval-rep-$1.json"
 }
 
@@ -60,8 +63,8 @@ for q in f16 q1_0 q2_0 Q1_0 Q2_0; do [ -f "$out/base-$q.gguf" ] && models+=("$q"
 table=$(mktemp)
 trap 'rm -f "$table"' EXIT
 {
-    echo "| model | decoding | loop rate (greedy, held-out; 95 % CI) | seq-rep-4 | mean len |"
-    echo "|---|---|---|---|---|"
+    echo "| model | decoding | loop rate (greedy, held-out; 95 % CI) | frame-loop rate (95 % CI) | seq-rep-4 | mean len |"
+    echo "|---|---|---|---|---|---|"
 } > "$table"
 for q in "${models[@]}"; do
     [ -f "$out/gen-base-$q.jsonl" ] && demo_row "base-$q" "base-$q | plain" >> "$table"

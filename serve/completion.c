@@ -418,6 +418,18 @@ static int run_completion(bn_server *srv, bn_http_req *rq, int kind, bn_task_par
     return bn_http_await(rq, t, stream ? 0 : INT_MAX, &(bn_http_waiter){job_ready, job_free, j});
 }
 
+// lora_field: the request's "lora" field (per-request adapter scales) into p; 0, or -1 with err (p freed).
+static int lora_field(bn_server *srv, json_t *body, bn_task_params *p, char *err, size_t errlen) {
+    json_t *v = json_object_get(body, "lora");
+    if (!v || json_is_null(v)) return 0;
+    if (bn_parse_lora(v, bn_slots_lora(srv->slots, NULL, 0, NULL), p->lora, err, errlen) != 0) {
+        bn_task_params_free(p);
+        return -1;
+    }
+    p->has_lora = true;
+    return 0;
+}
+
 int bn_route_completion(bn_server *srv, bn_http_req *rq, json_t *body, bool oai) {
     struct MHD_Connection *c = bn_http_conn(rq);
     char err[512];
@@ -436,7 +448,8 @@ int bn_route_completion(bn_server *srv, bn_http_req *rq, json_t *body, bool oai)
     if (json_is_integer(lp) && !json_object_get(body, "n_probs"))
         json_object_set_new(body, "n_probs", json_integer(json_integer_value(lp)));
     json_t *prompt = json_object_get(body, "prompt");
-    if (bn_parse_task_params(srv->tok, srv->dry_default, body, prompt, &p, err, sizeof err) != 0)
+    if (bn_parse_task_params(srv->tok, srv->dry_default, body, prompt, &p, err, sizeof err) != 0 ||
+        lora_field(srv, body, &p, err, sizeof err) != 0)
         return bn_send_error(c, 400, "invalid_request_error", "%s", err);
     return run_completion(srv, rq, oai ? API_OAI_CMPL : API_NATIVE, &p, false);
 }
@@ -470,6 +483,7 @@ int bn_route_chat(bn_server *srv, bn_http_req *rq, json_t *body) {
     if (!pj) return bn_send_error(c, 400, "invalid_request_error", "messages must be valid UTF-8");
     bn_task_params p;
     int rc = bn_parse_task_params(srv->tok, srv->dry_default, body, pj, &p, err, sizeof err);
+    if (rc == 0) rc = lora_field(srv, body, &p, err, sizeof err);
     json_decref(pj);
     if (rc != 0) return bn_send_error(c, 400, "invalid_request_error", "%s", err);
     json_t *so = json_object_get(body, "stream_options");

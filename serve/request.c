@@ -55,6 +55,26 @@ static int boolean(json_t *o, const char *key, bool *out, char *err, size_t errl
     return 0;
 }
 
+int bn_parse_lora(json_t *v, int n, float *scales, char *err, size_t errlen) {
+    if (!json_is_array(v)) return bn_err(err, errlen, "'lora' must be an array of objects with 'id' and 'scale' fields");
+    for (int i = 0; i < n; i++) scales[i] = 0.0f;
+    size_t k;
+    json_t *e;
+    json_array_foreach(v, k, e) {
+        json_t *id = json_object_get(e, "id"), *sc = json_object_get(e, "scale");
+        if (!json_is_object(e) || !json_is_integer(id))
+            return bn_err(err, errlen, "lora[%zu] must be an object with an integer 'id' and a number 'scale'", k);
+        const long long i = json_integer_value(id);
+        if (i < 0 || i >= n)
+            return bn_err(err, errlen, "lora[%zu]: id %lld is not a loaded adapter (%d loaded: ids 0..%d)", k, i, n,
+                          n - 1);
+        if (sc && !json_is_null(sc) && (!json_is_number(sc) || !isfinite((float)json_number_value(sc))))
+            return bn_err(err, errlen, "lora[%zu]: 'scale' must be a number of float range", k);
+        scales[i] = sc && json_is_number(sc) ? (float)json_number_value(sc) : 0.0f;
+    }
+    return 0;
+}
+
 size_t bn_json_weight(const char *s, size_t n) {
     size_t w = 0;
     bool in_str = false;

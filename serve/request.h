@@ -30,6 +30,10 @@ size_t bn_json_weight(const char *s, size_t n);
 int bn_parse_task_params(const bn_tokenizer *tok, const bn_dry_breakers *dry_default, json_t *body, json_t *prompt,
                          bn_task_params *p, char *err, size_t errlen);
 
+// bn_parse_lora: llama-server's list of adapter scales [{"id": 0, "scale": 0.5}, ...] for a server of n adapters into
+// scales[0..n) (an adapter not listed: 0; a missing scale: 0); 0, or -1 with err (400) naming the bad entry.
+int bn_parse_lora(json_t *v, int n, float *scales, char *err, size_t errlen);
+
 // The chat formats the server renders (docs/server.md §7): plain ChatML (no reasoning blocks), or core/chat.h's
 // Qwen3.5 and Qwen3 templates (reasoning blocks, chat_template_kwargs.enable_thinking).
 typedef enum { BN_CHAT_FORMAT_CHATML = 0, BN_CHAT_FORMAT_QWEN35, BN_CHAT_FORMAT_QWEN3 } bn_chat_format;

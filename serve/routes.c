@@ -194,6 +194,32 @@ static int route_models(bn_server *srv, struct MHD_Connection *c) {
     return bn_send_json(c, 200, o);
 }
 
+// route_lora_get: GET /lora-adapters: [{"id", "path", "scale"}] of the adapters loaded at start (global scales).
+static int route_lora_get(bn_server *srv, struct MHD_Connection *c) {
+    float scales[BN_LORA_MAX];
+    const int n = bn_slots_lora(srv->slots, scales, -1, NULL);
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        const char *path = "";
+        bn_slots_lora(srv->slots, NULL, i, &path);
+        json_array_append_new(a, json_pack("{s:i,s:s,s:f}", "id", i, "path", path ? path : "", "scale",
+                                           (double)scales[i]));
+    }
+    return bn_send_json(c, 200, a);
+}
+
+// route_lora_post: POST /lora-adapters [{"id", "scale"}]: new global scales (an adapter not listed: 0).
+static int route_lora_post(bn_server *srv, struct MHD_Connection *c, json_t *body) {
+    char err[256];
+    float scales[BN_LORA_MAX];
+    const int n = bn_slots_lora(srv->slots, NULL, -1, NULL);
+    if (!json_is_array(body)) return bn_send_error(c, 400, "invalid_request_error", "Request body must be an array");
+    if (bn_parse_lora(body, n, scales, err, sizeof err) != 0)
+        return bn_send_error(c, 400, "invalid_request_error", "%s", err);
+    bn_slots_set_lora(srv->slots, scales, n);
+    return bn_send_json(c, 200, json_pack("{s:b}", "success", 1));
+}
+
 // ---- dispatch -----------------------------------------------------------------------------------
 
 static bool is(const char *url, const char *a, const char *b) {
@@ -209,6 +235,7 @@ int bn_route(void *ctx, bn_http_req *rq, const char *method, const char *url, co
     if (get && is(url, "/slots", NULL)) return route_slots(srv, c);
     if (get && is(url, "/metrics", NULL)) return route_metrics(srv, c);
     if (get && is(url, "/v1/models", "/models")) return route_models(srv, c);
+    if (get && is(url, "/lora-adapters", NULL)) return route_lora_get(srv, c);
     int kind = -1;
     if (is(url, "/completion", NULL)) kind = 10;
     else if (is(url, "/v1/completions", "/completions")) kind = 11;
@@ -216,6 +243,7 @@ int bn_route(void *ctx, bn_http_req *rq, const char *method, const char *url, co
     else if (is(url, "/tokenize", NULL)) kind = 1;
     else if (is(url, "/detokenize", NULL)) kind = 2;
     else if (is(url, "/apply-template", NULL)) kind = 3;
+    else if (is(url, "/lora-adapters", NULL)) kind = 4;
     if (kind < 0) return bn_send_error(c, 404, "not_found_error", "File Not Found");
     if (!post) return bn_send_error(c, 405, "invalid_request_error", "method %s not allowed on %s", method, url);
     if (bn_json_weight(body, body_len) > BN_SERVE_JSON_WEIGHT_MAX)
@@ -225,6 +253,11 @@ int bn_route(void *ctx, bn_http_req *rq, const char *method, const char *url, co
     json_t *j = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &je);
     if (!j) return bn_send_error(c, 400, "invalid_request_error", "malformed JSON at line %d, column %d: %s", je.line,
                                  je.column, je.text);
+    if (kind == 4) { // a JSON array
+        const int ret = route_lora_post(srv, c, j);
+        json_decref(j);
+        return ret;
+    }
     if (!json_is_object(j)) {
         json_decref(j);
         return bn_send_error(c, 400, "invalid_request_error", "request body must be a JSON object");

@@ -37,6 +37,10 @@ typedef struct {
     int conn_per_ip;            // --conn-per-ip: connections one client address may hold (0 = no limit)
     int grace_s;                // --grace-period: how long running requests may finish after SIGTERM/SIGINT
     const char *chat_template;  // --chat-template chatml|qwen35|qwen3 (NULL: the model's own)
+    const char *lora[BN_LORA_MAX]; // --lora / --lora-scaled: adapters loaded at start, applied unmerged
+    float lora_scale[BN_LORA_MAX]; // their initial global scales
+    int n_lora;
+    bool lora_init_without_apply;  // --lora-init-without-apply: every global scale starts at 0
 } bn_server_params;
 
 // The running server's shared state (read-only after start except where locked inside slots).

@@ -23,6 +23,8 @@ typedef struct {
     bn_task *task;            // running task or NULL
     int n_prompt, n_decoded;
     bn_spec *spec;            // speculative decoder over `state` (NULL = plain decoding)
+    float lora[BN_LORA_MAX];  // the running task's adapter scales (the state's)
+    float cache_lora[BN_LORA_MAX]; // the scales the cached prompt was computed with
 } slot;
 
 struct bn_slots {
@@ -38,6 +40,8 @@ struct bn_slots {
     int n_queue;
     bool stopping;
     bn_slots_metrics m;
+    int n_lora;               // adapters of the engine
+    float lora[BN_LORA_MAX];  // their global scales (under mu)
 };
 
 // ---- tasks --------------------------------------------------------------------------------
@@ -195,7 +199,8 @@ static size_t stop_overlap(const bn_task_params *p, const char *text, size_t len
 static int prefill(bn_slots *S, slot *sl, bn_task *t, char *err, size_t errlen) {
     const bn_task_params *p = &t->p;
     const bool prefix = p->cache_prompt && sl->cache_snap && sl->cache_len > 0 && sl->cache_len <= p->n_prompt &&
-                        memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0;
+                        memcmp(sl->cache_tokens, p->prompt, sizeof(int32_t) * sl->cache_len) == 0 &&
+                        memcmp(sl->cache_lora, sl->lora, sizeof(float) * (size_t)S->n_lora) == 0;
     int reuse = 0;
     if (sl->spec) {
         bn_step_batcher_lock(S->steps);
@@ -222,6 +227,7 @@ static int prefill(bn_slots *S, slot *sl, bn_task *t, char *err, size_t errlen) 
     sl->cache_tokens = xmalloc(sizeof(int32_t) * (p->n_prompt ? p->n_prompt : 1));
     memcpy(sl->cache_tokens, p->prompt, sizeof(int32_t) * p->n_prompt);
     sl->cache_len = bn_engine_state_pos(sl->state);
+    memcpy(sl->cache_lora, sl->lora, sizeof sl->lora);
     if (!sl->spec) memcpy(sl->cache_logits, sl->logits, sizeof(float) * S->n_vocab);
     return reuse;
 }
@@ -437,10 +443,23 @@ static void account(bn_slots *S, slot *sl, bn_task *t, int reuse, const bn_spec_
     pthread_mutex_unlock(&S->mu);
 }
 
+// set_lora: the task's adapter scales (its "lora" field, else the global ones now) into the slot and its state;
+// 0 or -1 with err.
+static int set_lora(bn_slots *S, slot *sl, const bn_task *t, char *err, size_t errlen) {
+    if (S->n_lora == 0) return 0;
+    pthread_mutex_lock(&S->mu);
+    memcpy(sl->lora, t->p.has_lora ? t->p.lora : S->lora, sizeof sl->lora);
+    pthread_mutex_unlock(&S->mu);
+    bn_step_batcher_lock(S->steps);
+    const int rc = bn_engine_state_set_lora(sl->state, sl->lora, S->n_lora, err, errlen);
+    bn_step_batcher_unlock(S->steps);
+    return rc;
+}
+
 static void run_task(bn_slots *S, slot *sl, bn_task *t) {
     char err[256];
     double t0 = bn_time_ms();
-    int reuse = prefill(S, sl, t, err, sizeof err);
+    int reuse = set_lora(S, sl, t, err, sizeof err) == 0 ? prefill(S, sl, t, err, sizeof err) : -1;
     if (reuse < 0) {
         task_finish(t, reuse == -1 ? 500 : 0, reuse == -1 ? err : "");
         return;
@@ -527,11 +546,14 @@ bn_slots *bn_slots_start(const bn_slots_params *p, char *err, size_t errlen) {
         bn_err(err, errlen, "need at least one slot and a context of at least 8 tokens");
         return NULL;
     }
-    bn_engine *eng = bn_engine_open(p->model, p->n_gpu_layers, p->n_threads, err, errlen);
+    bn_engine *eng = bn_engine_open_lora(p->model, p->n_gpu_layers, p->n_threads, p->lora, err, errlen);
     if (!eng) return NULL;
     bn_slots *S = xcalloc(1, sizeof *S);
     S->p = *p;
+    S->p.lora = NULL; // the engine's now
     S->eng = eng;
+    S->n_lora = bn_lora_set_count(bn_engine_lora(eng));
+    if (S->n_lora) memcpy(S->lora, bn_lora_set_scales(bn_engine_lora(eng)), sizeof(float) * (size_t)S->n_lora);
     S->n_vocab = p->model->cfg.n_vocab;
     S->slots = xcalloc((size_t)p->n_slots, sizeof(slot));
     S->queue = xcalloc((size_t)(p->queue_max + p->n_slots + 1), sizeof(bn_task *));
@@ -673,6 +695,22 @@ int bn_slots_info(bn_slots *S, bn_slot_info *info, int n) {
 }
 
 const char *bn_slots_backend(const bn_slots *S) { return bn_engine_name(S->eng); }
+
+int bn_slots_lora(bn_slots *S, float *scales, int i, const char **path) {
+    pthread_mutex_lock(&S->mu);
+    if (scales) memcpy(scales, S->lora, sizeof(float) * (size_t)S->n_lora);
+    pthread_mutex_unlock(&S->mu);
+    if (path && i >= 0 && i < S->n_lora) *path = bn_lora_set_adapter(bn_engine_lora(S->eng), i)->path;
+    return S->n_lora;
+}
+
+int bn_slots_set_lora(bn_slots *S, const float *scales, int n) {
+    if (n != S->n_lora) return -1;
+    pthread_mutex_lock(&S->mu);
+    memcpy(S->lora, scales, sizeof(float) * (size_t)n);
+    pthread_mutex_unlock(&S->mu);
+    return 0;
+}
 
 void bn_slots_get_metrics(bn_slots *S, bn_slots_metrics *m) {
     pthread_mutex_lock(&S->mu);

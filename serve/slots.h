@@ -12,6 +12,7 @@
 #include "core/tokenizer.h"
 #include "core/sampler.h"
 #include "spec/dspark.h"
+#include "core/adapter.h"
 
 #define BN_MAX_STOP 8
 
@@ -35,6 +36,8 @@ typedef struct {
     bn_dry_breakers *dry_own; // their token sequences (owned; sp.dry_breakers points here or to the defaults)
     bn_logit_bias *logit_bias; // logit_bias as asked (owned; sp.logit_bias points here)
     int n_logit_bias;
+    bool has_lora;             // the request's "lora" field: these user scales for this request only (else the
+    float lora[BN_LORA_MAX];   // server's global scales when the task starts)
 } bn_task_params;
 
 // One generated token as the HTTP side sees it.
@@ -98,6 +101,7 @@ typedef struct {
     int queue_max;         // waiting tasks beyond the slots (bounded queue)
     const bn_drafter *drafter;  // speculative decoding (NULL = off); shared read-only by all slots
     bn_spec_params spec;        // type, n_max, adaptive ... (used when drafter or type ORACLE)
+    bn_lora_set *lora;          // LoRA adapters applied unmerged (NULL: none); bn_slots_start takes ownership
 } bn_slots_params;
 
 // bn_slots_start: starts the worker threads; returns NULL with err on failure.
@@ -154,5 +158,11 @@ int bn_slots_info(bn_slots *s, bn_slot_info *info, int n);
 void bn_slots_get_metrics(bn_slots *s, bn_slots_metrics *m);
 // bn_slots_backend: the engine the slots decode on: "CPU", "CUDA" or "CPU+CUDA" (bn_engine_name).
 const char *bn_slots_backend(const bn_slots *s);
+// bn_slots_lora: the number of LoRA adapters (0: none); with scales, their global scales copied there; with path
+// and i < count, adapter i's file into *path.
+int bn_slots_lora(bn_slots *s, float *scales, int i, const char **path);
+// bn_slots_set_lora: new global scales of the n adapters (the tasks that start from now on take them); 0 or -1 when n
+// is not their count.
+int bn_slots_set_lora(bn_slots *s, const float *scales, int n);
 
 #endif

@@ -54,10 +54,22 @@ static inline void hostile_run_model(const char *path) {
     _exit(HOSTILE_RAN);
 }
 
-// hostile_run_adapter: loads path as a LoRA adapter, merges it into the valid model at target (the merged file at
-// scratch, removed) and runs the merged model; never returns
+// hostile_run_adapter: loads path as a LoRA adapter for the valid model at target and runs it there unmerged (the
+// engine's --lora), then merges it into that model (the merged file at scratch, removed) and runs the merged model;
+// never returns
 static inline void hostile_run_adapter(const char *path, const char *target, const char *scratch) {
     char err[512] = "";
+    bn_model *base = bn_model_load(target, err, sizeof err);
+    bn_lora_set *set = base ? bn_lora_set_open(base, &path, NULL, 1, err, sizeof err) : NULL;
+    if (!set) hostile_refuse(err);
+    bn_engine *eu = bn_engine_open_lora(base, 0, 1, set, err, sizeof err);
+    bn_engine_state *su = eu ? bn_engine_state_new(eu, 32, err, sizeof err) : NULL;
+    if (!su) hostile_refuse(err);
+    float *logits = malloc(sizeof(float) * 3 * (size_t)base->cfg.n_vocab);
+    int32_t tu[3] = {0, 1, 2};
+    if (bn_engine_forward(su, tu, 3, &(bn_forward_out){.logits = logits, .all_logits = true}, err, sizeof err) != 0)
+        hostile_refuse(err);
+    free(logits);
     bn_lora *l = bn_lora_load_gguf(path, err, sizeof err);
     if (!l) hostile_refuse(err);
     if (bn_lora_merge_gguf(target, l, 1.0f, BN_MERGE_F32, scratch, NULL, err, sizeof err) != 0) hostile_refuse(err);

@@ -1,4 +1,4 @@
-// tools/bonsai-antidoom.c — the whole antidoom recipe as one resumable run (recipe/recipe.h, docs/antidoom.md §16):
+// tools/bonsai-antidoom.c — the whole antidoom recipe as one resumable run (recipe/recipe.h, docs/antidoom.md §18):
 //   bonsai-antidoom -m MODEL.gguf --out DIR [--kind adapter,f16,q1_0,q2_0] [--config FILE.json] [options]
 // Settings: the defaults, then the JSON config file, then the flags. Rerunning with the same --out reuses every stage
 // that finished with the same settings and inputs.
@@ -49,7 +49,7 @@ static const bn_arg antidoom_args[] = {
     BN_SECTION("run"),
     BN_STR("--out", O(c.out_dir), "DIR",
            "every stage's output, the manifest and the report (required; reused on rerun)"),
-    BN_STR("--config", O(config), "FILE", "settings as a JSON object (keys: docs/antidoom.md §16); flags override it"),
+    BN_STR("--config", O(config), "FILE", "settings as a JSON object (keys: docs/antidoom.md §18); flags override it"),
     BN_STR("--kind, --kinds", O(c.kinds), "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list)"),
     BN_TRUE("--full", O(full), "the full budget: all mining and validation prompts, 3 rounds, 2 seeds, 3 Q1_0 tethers"),
     BN_SEED("-s, --seed", O(c.seed), "the first candidate's LoRA init, shuffles and tether windows (then seed+1, ...)"),

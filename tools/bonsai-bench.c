@@ -20,6 +20,7 @@ typedef struct {
     int n_models, prompts[MAX_LIST], n_prompts, gens[MAX_LIST], n_gens, threads[MAX_LIST], n_threads, reps, pg[2], n_pg;
     int ngls[MAX_LIST], n_ngls, npls[MAX_LIST], n_npls, nvs[MAX_LIST], n_nvs, output;
     bool warmup;
+    bn_engine_opts eng; // --lora / --lora-scaled only (bn_lora_args)
 } bench_opts;
 
 #define O(f) offsetof(bench_opts, f)
@@ -61,7 +62,11 @@ static int run_model(const bench_opts *o, bn_model *m, bn_bench_result *results,
     for (int gi = 0; gi < o->n_ngls; gi++)
         for (int ti = 0; ti < o->n_threads; ti++) {
             if (o->ngls[gi] >= m->cfg.n_layer && ti > 0) break; // threads do not matter with every layer on the GPU
-            bn_engine *eng = bn_engine_open(m, o->ngls[gi], o->threads[ti], err, errlen);
+            bn_lora_set *lora = NULL;
+            if (o->eng.n_lora > 0 &&
+                !(lora = bn_lora_set_open(m, o->eng.lora, o->eng.lora_scale, o->eng.n_lora, err, errlen)))
+                return -1;
+            bn_engine *eng = bn_engine_open_lora(m, o->ngls[gi], o->threads[ti], lora, err, errlen);
             if (!eng) return -1;
             static bool said_switches = false; // llama-bench prints its device setup; ours: which kernels run
             const bn_engine_device *dev = bn_engine_device_get();
@@ -104,7 +109,7 @@ int main(int argc, char **argv) {
     bench_opts o = {.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1, .threads = {bn_n_threads_default()},
                     .n_threads = 1, .reps = 5, .ngls = {0}, .n_ngls = 1, .npls = {1}, .n_npls = 1, .nvs = {1},
                     .n_nvs = 1, .warmup = true};
-    const bn_arg_table tables[] = {BN_TABLE(bench_args, &o), {0}};
+    const bn_arg_table tables[] = {BN_TABLE(bench_args, &o), BN_TABLE(bn_lora_args, &o.eng), {0}};
     bn_args_parse(&tool, tables, argc, argv);
     if (o.n_models == 0) bn_args_fail(&tool, "-m MODEL.gguf is required");
     if (bn_args_given("-pg") && o.n_pg != 2) bn_args_fail(&tool, "-pg takes P,G");

@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
     int n_seq = o.n_batch / n_ctx > 1 ? o.n_batch / n_ctx : 1;
     fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, batch_size=%d, n_seq=%d\n", n_chunk,
             n_ctx, o.n_batch, n_seq);
-    bn_engine *eng = bn_engine_open(m, o.eng.n_gpu_layers, o.eng.n_threads, err, sizeof err);
+    bn_engine *eng = bn_engine_open_opts(m, &o.eng, err, sizeof err);
     if (!eng) return fail(err);
     int32_t bos = bn_tokenizer_add_bos(tok) ? bn_token_bos(tok) : -1;
     bn_ppl_result r;

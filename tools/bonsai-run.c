@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    bn_engine *eng = bn_engine_open(m, o.eng.n_gpu_layers, o.eng.n_threads, err, sizeof err);
+    bn_engine *eng = bn_engine_open_opts(m, &o.eng, err, sizeof err);
     if (!eng) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }
     bn_engine_state *st = bn_engine_state_new(eng, n_ctx, err, sizeof err);
     if (!st) { fprintf(stderr, "bonsai-run: %s\n", err); return 1; }

@@ -60,6 +60,8 @@ static const bn_arg serve_args[] = {
     BN_FALSE("--no-slots", O(slots_endpoint), "disable GET /slots"),
     BN_FN("-fa, --flash-attn", fa_fn, "on|off|auto", "accepted (attention is computed exactly either way)"),
     BN_STR("--ready-file", O(ready_file), "FILE", "write \"host:port\" there once listening (for scripts/tests)"),
+    BN_TRUE("--lora-init-without-apply", O(lora_init_without_apply),
+            "load the --lora adapters with global scale 0 (set them later with POST /lora-adapters)"),
     BN_STR(
         "-md, --model-draft, --spec-draft-model", O(draft_path), "FILE",
         "DSpark drafter GGUF (legacy `dspark` or `dflash` convention); with it --spec-type defaults to draft-dspark"),
@@ -72,7 +74,8 @@ static const bn_args_tool tool = {
     .name = "bonsai-serve",
     .usage = "usage: bonsai-serve -m MODEL.gguf [options]\n",
     .notes = "-c 0 (the default) takes the context from the model, at most 4096; -ngl also places the speculative\n"
-             "target. Not implemented (refused): --lora, --props, other llama-server options.\n"};
+             "target. Adapters (--lora, --lora-scaled) run on the CPU (-ngl 0) or the GPU (every layer), not split.\n"
+             "Not implemented (refused): --props, other llama-server options.\n"};
 
 int main(int argc, char **argv) {
     bn_server_params p = {.host = "127.0.0.1", .port = 8080, .n_slots = 1, .n_threads = 0, .queue_max = 64,
@@ -87,6 +90,9 @@ int main(int argc, char **argv) {
     p.n_threads = eng.n_threads;
     p.n_ctx = eng.n_ctx;
     p.n_gpu_layers = eng.n_gpu_layers;
+    p.n_lora = eng.n_lora;
+    memcpy(p.lora, eng.lora, sizeof p.lora);
+    memcpy(p.lora_scale, eng.lora_scale, sizeof p.lora_scale);
     if (!p.model_path) bn_args_fail(&tool, "-m MODEL.gguf is required");
     if (p.spec.n_max < 1 || p.spec.n_max > 16)
         bn_args_fail(&tool, "--spec-draft-n-max: %d is not in 1..16", p.spec.n_max);

@@ -138,7 +138,7 @@ static int setup(spec_opts *o, spec_run *r, char *err, size_t errlen) {
     if (o->escapes) unescape(r->ptext);
     r->n_prompt = bn_tokenize(r->tok, r->ptext, strlen(r->ptext), true, true, &r->ids);
     if (r->n_prompt < 1) return bn_err(err, errlen, "the prompt has no tokens");
-    if (!(r->eng = bn_engine_open(r->m, o->eng.n_gpu_layers, o->eng.n_threads, err, errlen))) return -1;
+    if (!(r->eng = bn_engine_open_opts(r->m, &o->eng, err, errlen))) return -1;
     if (!(r->ts = bn_engine_state_new(r->eng, o->eng.n_ctx, err, errlen))) return -1;
     if (o->sp.type == BN_SPEC_REPLAY) {
         o->sp.n_replay = o->n_predict + (o->sp.n_max > 0 ? o->sp.n_max : 0) + 2; // the loop overshoots by < a round

@@ -8,6 +8,7 @@
 #include "base/util.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "core/adapter.h"
 
 // ---- targets --------------------------------------------------------------------------------
 
@@ -138,11 +139,9 @@ static const bn_weight *layer_weight(const bn_layer_weights *lw, int target) {
     }
 }
 
-static const char *ARCH_NAMES[] = {"qwen35", "qwen3", "llama", "qwen2"};
-
 bn_lora *bn_lora_from_model(const bn_model *m, unsigned mask, int r, float alpha, float dropout,
                             char *err, size_t errlen) {
-    const char *arch = m->cfg.arch >= 0 && m->cfg.arch < 4 ? ARCH_NAMES[m->cfg.arch] : "";
+    const char *arch = bn_model_arch_name(m);
     bn_lora *l = bn_lora_new(r, alpha, dropout, arch);
     char name[96];
     for (int il = 0; il < m->cfg.n_layer; il++)
@@ -221,29 +220,22 @@ bool bn_lora_same_layout(const bn_lora *a, const bn_lora *b) {
     return true;
 }
 
-// ---- adapter GGUF ---------------------------------------------------------------------------
+// ---- adapter GGUF (the codec of core/adapter.h) ------------------------------------------------
 
 int bn_lora_save_gguf(const bn_lora *l, const char *path, char *err, size_t errlen) {
-    gguf_writer *w = gguf_writer_new();
-    gguf_set_str(w, "general.type", "adapter");
-    gguf_set_str(w, "general.architecture", l->arch[0] ? l->arch : "qwen35");
-    gguf_set_str(w, "adapter.type", "lora");
-    gguf_set_f32(w, "adapter.lora.alpha", l->alpha);
-    char name[128];
+    bn_adapter a = {.alpha = l->alpha, .n_tensors = l->n_tensors};
+    snprintf(a.arch, sizeof a.arch, "%s", l->arch);
+    a.t = xcalloc((size_t)l->n_tensors + 1, sizeof *a.t);
     for (int i = 0; i < l->n_tensors; i++) {
         const bn_lora_tensor *t = &l->t[i];
-        int64_t ne_a[2] = {t->n_in, l->r}, ne_b[2] = {l->r, t->n_out};
-        snprintf(name, sizeof name, "%s.lora_a", t->name);
-        if (gguf_writer_add_tensor(w, name, 2, ne_a, BN_F32, BN_F32, l->params + t->off_a, err, errlen) < 0) goto fail;
-        snprintf(name, sizeof name, "%s.lora_b", t->name);
-        if (gguf_writer_add_tensor(w, name, 2, ne_b, BN_F32, BN_F32, l->params + t->off_b, err, errlen) < 0) goto fail;
+        bn_adapter_tensor *at = &a.t[i];
+        snprintf(at->name, sizeof at->name, "%s", t->name);
+        at->n_in = t->n_in, at->n_out = t->n_out, at->r = l->r;
+        at->A = l->params + t->off_a, at->B = l->params + t->off_b;
     }
-    if (gguf_writer_write(w, path, NULL, NULL, err, errlen) < 0) goto fail;
-    gguf_writer_free(w);
-    return 0;
-fail:
-    gguf_writer_free(w);
-    return -1;
+    const int rc = bn_adapter_save(&a, path, BN_F32, err, errlen);
+    free(a.t);
+    return rc;
 }
 
 // parse_base_name: layer and target of "blk.N.<stem>.weight" / "output.weight"; false if unknown.
@@ -257,80 +249,34 @@ static bool parse_base_name(const char *base, int *layer, int *target) {
     return *target != 0;
 }
 
-// read_f32: tensor data as fp32 into dst (f32 or f16/bf16); -1 on other types.
-static int read_f32(const gguf_tensor *t, float *dst) {
-    int64_t n = gguf_tensor_nelements(t);
-    if (t->type == BN_F32) { memcpy(dst, t->data, (size_t)n * sizeof(float)); return 0; }
-    const uint16_t *h = t->data;
-    if (t->type == BN_F16) { for (int64_t i = 0; i < n; i++) dst[i] = bn_fp16_to_fp32(h[i]); return 0; }
-    if (t->type == BN_BF16) { for (int64_t i = 0; i < n; i++) dst[i] = bn_bf16_to_fp32(h[i]); return 0; }
-    return -1;
-}
-
 bn_lora *bn_lora_load_gguf(const char *path, char *err, size_t errlen) {
-    gguf_file *g = gguf_open(path, err, errlen);
-    if (!g) return NULL;
+    bn_adapter *a = bn_adapter_load(path, err, errlen);
+    if (!a) return NULL;
     bn_lora *l = NULL;
-    const char *gtype = gguf_get_str(g, "general.type");
-    const char *atype = gguf_get_str(g, "adapter.type");
-    const char *arch = gguf_get_str(g, "general.architecture");
-    if (!gtype || strcmp(gtype, "adapter") != 0) { bn_err(err, errlen, "%s: general.type is not 'adapter'", path); goto fail; }
-    if (!atype || strcmp(atype, "lora") != 0) { bn_err(err, errlen, "%s: adapter.type is not 'lora'", path); goto fail; }
-    float alpha = 0.0f;
-    gguf_get_f32(g, "adapter.lora.alpha", &alpha);
-    // first pass: pairs and rank
-    int rank = -1;
-    for (size_t i = 0; i < g->n_tensors; i++) {
-        const char *nm = g->tensors[i].name;
-        size_t len = strlen(nm);
-        if (len > 7 && strcmp(nm + len - 7, ".lora_b") == 0) {
-            if (g->tensors[i].ne[0] > 65536) { bn_err(err, errlen, "%s: LoRA rank %lld of %s is out of range", path,
-                                                      (long long)g->tensors[i].ne[0], g->tensors[i].name); goto fail; }
-            int r = (int)g->tensors[i].ne[0];
-            if (rank >= 0 && r != rank) { bn_err(err, errlen, "%s: mixed LoRA ranks (%d and %d) are not supported", path, rank, r); goto fail; }
-            rank = r;
-        }
-    }
-    if (rank <= 0) { bn_err(err, errlen, "%s: no .lora_b tensors", path); goto fail; }
-    l = bn_lora_new(rank, alpha, 0.0f, arch);
-    char base[128], other[140];
-    for (size_t i = 0; i < g->n_tensors; i++) {
-        const gguf_tensor *ta = &g->tensors[i];
-        size_t len = strlen(ta->name);
-        bool is_a = len > 7 && strcmp(ta->name + len - 7, ".lora_a") == 0;
-        bool is_b = len > 7 && strcmp(ta->name + len - 7, ".lora_b") == 0;
-        if (!is_a && !is_b) { bn_err(err, errlen, "%s: unexpected tensor %s (only .lora_a/.lora_b)", path, ta->name); goto fail; }
-        snprintf(base, sizeof base, "%.*s", (int)(len - 7), ta->name);
-        if (len - 7 >= 12 && strcmp(base + strlen(base) - 12, "_norm.weight") == 0) continue; // skipped like llama.cpp
-        snprintf(other, sizeof other, "%s.lora_b", base);
-        const gguf_tensor *tb = gguf_find_tensor(g, other);
-        if (is_b) {
-            snprintf(other, sizeof other, "%s.lora_a", base);
-            if (!gguf_find_tensor(g, other)) { bn_err(err, errlen, "%s: %s has no matching .lora_a", path, ta->name); goto fail; }
-            continue;
-        }
-        if (!tb) { bn_err(err, errlen, "%s: %s has no matching .lora_b", path, ta->name); goto fail; }
-        if (ta->ne[2] * ta->ne[3] != 1 || tb->ne[2] * tb->ne[3] != 1) { // read_f32 copies every element
-            bn_err(err, errlen, "%s: %s: LoRA tensors must be 2-D (lora_a %u dims, lora_b %u dims)", path, base,
-                   ta->n_dims, tb->n_dims);
+    const int rank = a->t[0].r;
+    for (int i = 1; i < a->n_tensors; i++)
+        if (a->t[i].r != rank) {
+            bn_err(err, errlen, "%s: mixed LoRA ranks (%d and %d) are not supported", path, rank, a->t[i].r);
             goto fail;
         }
-        if (ta->ne[1] != tb->ne[0]) { bn_err(err, errlen, "%s: %s: lora_a tensor is not transposed (ne %lld,%lld vs lora_b %lld,%lld)",
-                                             path, base, (long long)ta->ne[0], (long long)ta->ne[1], (long long)tb->ne[0], (long long)tb->ne[1]); goto fail; }
+    l = bn_lora_new(rank, a->alpha, 0.0f, a->arch);
+    for (int i = 0; i < a->n_tensors; i++) {
+        const bn_adapter_tensor *at = &a->t[i];
         int layer, target;
-        if (!parse_base_name(base, &layer, &target)) { bn_err(err, errlen, "%s: unsupported adapted tensor %s", path, base); goto fail; }
-        int idx = bn_lora_add(l, base, layer, target, ta->ne[0], tb->ne[1], err, errlen);
-        if (idx < 0) goto fail;
-        if (read_f32(ta, l->params + l->t[idx].off_a) || read_f32(tb, l->params + l->t[idx].off_b)) {
-            bn_err(err, errlen, "%s: %s: tensor type %s not supported (f32, f16, bf16)", path, base, bn_type_name(ta->type));
+        if (!parse_base_name(at->name, &layer, &target)) {
+            bn_err(err, errlen, "%s: unsupported adapted tensor %s", path, at->name);
             goto fail;
         }
+        const int idx = bn_lora_add(l, at->name, layer, target, at->n_in, at->n_out, err, errlen);
+        if (idx < 0) goto fail;
+        memcpy(l->params + l->t[idx].off_a, at->A, sizeof(float) * (size_t)(at->n_in * rank));
+        memcpy(l->params + l->t[idx].off_b, at->B, sizeof(float) * (size_t)(at->n_out * rank));
     }
-    gguf_close(g);
+    bn_adapter_free(a);
     return l;
 fail:
     bn_lora_free(l);
-    gguf_close(g);
+    bn_adapter_free(a);
     return NULL;
 }
 

@@ -22,7 +22,8 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 JUNK=("12x" "nan")
 MINE_OPTS="--max-prompts --thinking --prime-repeats --prime-prefix-tokens --max-prompt-tokens --temp --temps --top-k
   --top-p --min-p --seed -s --n-predict -n --n-probs --ctx -c -t --timeout --parallel --min-repeats --min-total-repeated
-  --max-period --chosen-min-p --chosen-max-tokens --chosen-min-decoded-chars -ngl"
+  --max-period --frame-min-repeats --frame-min-repeats-verbatim --frame-min-similarity --frame-max-period --chosen-min-p --chosen-max-tokens
+  --chosen-min-decoded-chars -ngl"
 PENALTY_OPTS="--repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --dry-multiplier --dry-base
   --dry-allowed-length --dry-penalty-last-n"
 # tool | arguments before the option | numeric options
@@ -49,12 +50,13 @@ CASES=(
   "bonsai-mine-pairs||--target-pairs --max-rows --headroom --rejected-strength --chosen-strength --max-rejected-share
     --top --heldout-share $MINE_OPTS"
   "bonsai-eval-loops||$MINE_OPTS $PENALTY_OPTS"
+  "bonsai-eval-tasks||--n-tokens --n-predict -n --thinking --parallel -t -c -ngl $PENALTY_OPTS"
   "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
   "bonsai-antidoom||--mine-max-prompts --val-max-prompts -n --n-predict --thinking --rounds --seeds --lr --rank --epochs
     --early-stop --lambda-nt --goal-drift -s --seed -t -c -ngl"
 )
-TOOLS="antidoom bench convert eval-loops ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips quantize run
-  serve speculative train-lm"
+TOOLS="antidoom bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips
+  quantize run serve speculative train-lm"
 
 for c in "${CASES[@]}"; do
   IFS='|' read -r -d '' tool pre opts <<< "$c" # -d '': the whole case, not its first line
@@ -142,6 +144,31 @@ st=$?
 checks=$((checks + 1))
 "$B/bonsai-ftpo-train" -ngl 99 > /dev/null 2> "$T/err"
 grep -qF "training runs on the CPU" "$T/err" || bad "bonsai-ftpo-train -ngl 99: no warning, $(head -c 200 "$T/err")"
+
+# --lora / --lora-scaled (the engine options): listed by every tool that runs a model; a missing file, a model file
+# given as an adapter, a scale that is not a number and a missing scale are refused, named
+for t in run serve eval-loops eval-tasks mine-pairs perplexity bench speculative; do
+  checks=$((checks + 1))
+  "$B/bonsai-$t" --help > "$T/out" 2>&1
+  grep -q -- "--lora FNAME" "$T/out" && grep -q -- "--lora-scaled FNAME SCALE" "$T/out" ||
+    bad "bonsai-$t --help does not list --lora and --lora-scaled"
+done
+checks=$((checks + 4))
+"$B/bonsai-run" -m "$M" -p "The" -n 2 --lora "$T/missing.gguf" > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF "$T/missing.gguf" "$T/err" || bad "bonsai-run --lora MISSING: exit $st, $(head -c 200 "$T/err")"
+"$B/bonsai-run" -m "$M" -p "The" -n 2 --lora "$M" > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF "general.type is not 'adapter'" "$T/err" ||
+  bad "bonsai-run --lora MODEL: exit $st, $(head -c 200 "$T/err")"
+"$B/bonsai-run" -m "$M" -p "The" --lora-scaled "$T/a.gguf" abc > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF -- "--lora-scaled: 'abc' is not a number" "$T/err" ||
+  bad "bonsai-run --lora-scaled F abc: exit $st, $(head -c 200 "$T/err")"
+"$B/bonsai-run" -m "$M" -p "The" --lora-scaled "$T/a.gguf" > /dev/null 2> "$T/err"
+st=$?
+[ $st -eq 1 ] && grep -qF -- "--lora-scaled: needs FNAME SCALE" "$T/err" ||
+  bad "bonsai-run --lora-scaled F (no scale): exit $st, $(head -c 200 "$T/err")"
 
 # long and short spellings of an option give the same output
 checks=$((checks + 2))

@@ -39,6 +39,21 @@ int main(void) {
     CHECK(o && json_integer_value(json_object_get(o, "loops")) == 2 &&
           !strcmp(json_string_value(json_object_get(o, "label")), "base") &&
           json_array_size(json_object_get(o, "loop_rate_ci95")) == 2, "json: %s", js);
+    CHECK(!json_object_get(o, "frame_loop_rate"), "no frame-loop fields unless given");
+    json_decref(o);
+    free(js);
+    // the frame-loop rate: 3 of 5 (the two verbatim loops and one frame loop), Wilson 0.2307 .. 0.8824
+    bool frame[5] = {true, true, false, true, false};
+    bn_loop_stats_frame(&s, frame, 5);
+    CHECK(s.n_frame == 3 && fabs(s.frame_rate - 0.6) < 1e-12, "frame loops %lld", (long long)s.n_frame);
+    CHECK_NEAR(s.frame_ci_lo, 0.2307, 5e-5, "3/5 lo");
+    CHECK_NEAR(s.frame_ci_hi, 0.8824, 5e-5, "3/5 hi");
+    js = bn_loop_stats_json(&s, NULL);
+    o = json_loads(js, 0, &je);
+    json_t *ci = o ? json_object_get(o, "frame_loop_rate_ci95") : NULL;
+    CHECK(o && json_integer_value(json_object_get(o, "frame_loops")) == 3 &&
+          fabs(json_real_value(json_object_get(o, "frame_loop_rate")) - 0.6) < 1e-12 && json_array_size(ci) == 2 &&
+          fabs(json_real_value(json_array_get(ci, 0)) - s.frame_ci_lo) < 1e-12, "frame json: %s", js);
     json_decref(o);
     free(js);
     // seq-rep-4 of words: "a b c d a b c d" has 5 4-grams, 4 distinct -> 0.2; any whitespace splits; under 5 words -1

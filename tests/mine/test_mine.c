@@ -74,6 +74,52 @@ static const char *LOOP = "Ok!\nWait, let me check the sum. Wait, let me check t
                           "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum. "
                           "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum.";
 
+// Six entries into one frame with a changing slot (no two periods the same).
+static const char *FRAME = "Ok!\nWhy did the chicken cross the road? To get to the barn. Why did the chicken cross the "
+                           "road? To get to a farm. Why did the chicken cross the road? To get to its nest. Why did the "
+                           "chicken cross the road? To get to the shop. Why did the chicken cross the road? To get to "
+                           "the other side. Why did the chicken cross the road? To get to bed.";
+
+// frame_case: a frame loop (docs/antidoom.md §16) is missed by the verbatim detector; --detect frame (or both) mines it
+// with rejected = the token that re-enters the frame, the " W" of the second "Why".
+static void frame_case(scripted *s, const bn_tokenizer *tok, const bn_prompt *pr, const bn_mine_params *mp) {
+    char err[512];
+    bn_mine_result r;
+    s->script[0] = FRAME;
+    s->calls = 0;
+    CHECK(bn_mine_one(&s->base, tok, pr, 5, mp, &r, err, sizeof err) == 0 && !r.looped && !r.loop_verbatim &&
+          r.loop_frame && !r.has_pair && !strcmp(r.gen.status, "clean") &&
+          json_is_true(json_object_get(r.gen.extra, "frame_loop")), "verbatim mode on a frame loop: %s", err);
+    bn_mine_result_free(&r);
+    for (int mode = BN_DETECT_FRAME; mode <= BN_DETECT_BOTH; mode++) {
+        bn_mine_params mf = *mp;
+        mf.detect = (bn_detect_mode)mode;
+        s->calls = 0;
+        CHECK(bn_mine_one(&s->base, tok, pr, 5, &mf, &r, err, sizeof err) == 0 && r.looped && r.loop_frame &&
+              r.has_pair && !strcmp(r.gen.status, "loop_detected"), "detect %d: looped %d pair %d %s", mode,
+              r.looped, r.has_pair, err);
+        if (r.has_pair) {
+            int32_t *gen_ids;
+            int n_gen = bn_tokenize(tok, FRAME, strlen(FRAME), false, false, &gen_ids);
+            int target = (int)r.pair.rep.rejected_token_index;
+            CHECK(target < n_gen && r.pair.rejected_id == gen_ids[target], "rejected id at %d", target);
+            char *before = bn_detokenize(tok, gen_ids, target, false, NULL);
+            size_t bl = strlen(before);
+            while (bl > 0 && before[bl - 1] == ' ') before[--bl] = 0;
+            CHECK(!strcmp(before, "Ok!\nWhy did the chicken cross the road? To get to the barn."),
+                  "text before the rejected token: '%s'", before);
+            const char *rd = r.pair.rejected_decoded;
+            while (*rd == ' ') rd++;
+            CHECK(rd[0] == 'W', "rejected surface '%s'", r.pair.rejected_decoded);
+            CHECK(r.pair.rep.repeats == 6 && r.pair.n_context == s->n_last_prompt + target, "repeats %lld",
+                  (long long)r.pair.rep.repeats);
+            free(before);
+            free(gen_ids);
+        }
+        bn_mine_result_free(&r);
+    }
+}
+
 int main(void) {
     char err[512];
     char dir[] = "/tmp/bonsai-test-mine-XXXXXX";
@@ -167,6 +213,7 @@ int main(void) {
               !strcmp(r.gen.status, "clean") && !r.gen.has_rep && r.hit_limit == false, "clean: %s", err);
         bn_mine_result_free(&r);
     }
+    frame_case(&s, tok, &pr, &mp);
     { // prime mode: greedy prefix "Sure. The sum is 5. And" is cut after "5.", then " " + phrase x 3
         s.script[0] = "Sure. The sum is 5. And";
         s.script[1] = LOOP;

@@ -26,6 +26,34 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
+// from_log_frames: bonsai-eval-loops --from-log without -m (the frame-loop detector over word pieces): a verbatim loop
+// counts as both, a frame loop with changing slots as a frame loop only, a clean answer as neither.
+static void from_log_frames(const char *eval, const char *dir, const char *js) {
+    char err[512], cmd[4096];
+    size_t len;
+    char flog[256];
+    snprintf(flog, sizeof flog, "%s/frame-log.jsonl", dir);
+    char body[4096] = "";
+    const char *slot[6] = {"the barn", "a farm", "its nest", "the shop", "the other side", "bed"};
+    for (int i = 0; i < 6; i++)
+        sprintf(body + strlen(body), "Why did the chicken cross the road? To get to %s. ", slot[i]);
+    char rows[8192];
+    snprintf(rows, sizeof rows,
+             "{\"source\":\"a\",\"prompt\":\"p\",\"completion\":\"%s\",\"status\":\"clean\",\"repetition\":null}\n"
+             "{\"source\":\"a\",\"prompt\":\"p\",\"completion\":\"%s\",\"status\":\"clean\",\"repetition\":null}\n"
+             "{\"source\":\"a\",\"prompt\":\"p\",\"completion\":\"The answer is 4.\",\"status\":\"clean\","
+             "\"repetition\":null}\n",
+             body, "Wait, let me check the sum. Wait, let me check the sum. Wait, let me check the sum. "
+                   "Wait, let me check the sum. Wait, let me check the sum.");
+    write_file(flog, rows);
+    snprintf(cmd, sizeof cmd, "%s --from-log %s --json %s >/dev/null 2>&1", eval, flog, js);
+    CHECK(system(cmd) == 0, "eval --from-log run");
+    char *t = bn_read_file(js, &len, err, sizeof err);
+    CHECK(t && strstr(t, "\"n\":3,\"loops\":1,") && strstr(t, "\"frame_loops\":2,"), "from-log JSON: %s",
+          t ? t : err);
+    free(t);
+}
+
 int main(void) {
     char err[1024], dir[] = "/tmp/bonsai-test-tools-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -89,8 +117,10 @@ int main(void) {
     CHECK(system(cmd) == 0, "eval run");
     size_t len;
     char *text = bn_read_file(js, &len, err, sizeof err);
-    CHECK(text && strstr(text, "\"n\":3") && strstr(text, "\"loop_rate_ci95\""), "eval JSON: %s", text ? text : err);
+    CHECK(text && strstr(text, "\"n\":3") && strstr(text, "\"loop_rate_ci95\"") && strstr(text, "\"frame_loop_rate_ci95\""),
+          "eval JSON: %s", text ? text : err);
     free(text);
+    from_log_frames(eval, dir, js);
     { // prime mode with a phrase list: prompt i uses phrase i mod 2 (recorded in the log)
         char phrases[256], plog[256], ppairs[256];
         snprintf(phrases, sizeof phrases, "%s/phrases.txt", dir);

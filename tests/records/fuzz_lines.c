@@ -1,6 +1,7 @@
 // tests/records/fuzz_lines.c — libFuzzer target for the text the tools read from files and the network: a pair row
-// (bonsai-ftpo-train's input), a generation-log row, a prompt line (bonsai-mine-pairs' input), a /completion
-// response body (what bn_source_http reads from a remote server) and arbitrary text through the tokenizer. The
+// (bonsai-ftpo-train's input), a generation-log row, a prompt line (bonsai-mine-pairs' input; the same bytes as a task
+// line, bonsai-eval-tasks' input), a /completion response body (what bn_source_http reads from a remote server) and
+// arbitrary text through the tokenizer and the frame-loop detector (its tokens and its word pieces). The
 // first input byte picks the parser, the rest is its input. Checked beyond "no crash / no sanitizer report":
 // a parsed pair row written back and parsed again gives the same line, and the tokenizer round-trips any bytes
 // (decode(encode(s)) == s, core/tokenizer.h).
@@ -15,6 +16,8 @@
 // else the tiny generated model's synthetic one.
 #include "records/pairs.h"
 #include "records/prompts.h"
+#include "records/tasks.h"
+#include "detect/frame.h"
 #include "mine/source_http.h"
 #include "gguf/gguf.h"
 #include "synth/mkmodel.h"
@@ -78,6 +81,20 @@ static void prompt_line(const char *s, size_t n, bool with_template) {
     if (with_template) o.template_ = BN_ANTIDOOM_TEMPLATE;
     bn_prompt p = {0};
     if (bn_prompt_parse_line(s, n, &o, &p, err, sizeof err) == 0) bn_prompt_free(&p);
+    bn_task t;
+    if (bn_task_parse_line(s, n, &t, err, sizeof err) == 0) {
+        if (!t.id[0] || !t.prompt[0] || !t.reference[0]) abort(); // a parsed task has them non-empty
+        bn_task_free(&t);
+    }
+}
+
+// frame: the frame-loop detector over ids; a hit lies inside them
+static void frame(const int32_t *ids, size_t n) {
+    bn_frame_params p = bn_frame_params_default();
+    bn_frame_hit h;
+    if (bn_find_frame_loop(ids, n, &p, &h) == 1 &&
+        !(h.start >= 0 && h.start < h.repeat_start && h.repeat_start < h.end && h.end <= (int64_t)n))
+        abort();
 }
 
 static void completion_body(const char *s, size_t n, int n_probs) {
@@ -95,6 +112,11 @@ static void text(const char *s, size_t n) {
     char *back = bn_detokenize(tok, ids, k, true, &len);
     if (len != n || memcmp(back, s, n) != 0) abort();
     free(back);
+    frame(ids, (size_t)k);
+    free(ids);
+    ids = NULL;
+    size_t nu = bn_frame_units(s, n, &ids);
+    frame(ids, nu);
     free(ids);
     ids = NULL;
     k = bn_tokenize(tok, s, n, true, true, &ids);

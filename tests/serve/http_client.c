@@ -1,5 +1,6 @@
 // tests/serve/http_client.c — see http_client.h.
 #include "tests/serve/http_client.h"
+#include <jansson.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -150,4 +151,14 @@ const char *http_header(const http_resp *r, const char *name, char *buf, size_t 
         }
     }
     return NULL;
+}
+
+json_t *http_json(int port, const char *method, const char *path, const char *body, int *status) {
+    http_resp r;
+    *status = 0;
+    if (http_request(port, method, path, body, body ? strlen(body) : 0, NULL, &r) != 0) return NULL;
+    *status = r.status;
+    json_t *j = json_loadb(r.body, r.body_len, JSON_ALLOW_NUL, NULL);
+    http_resp_free(&r);
+    return j;
 }

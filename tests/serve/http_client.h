@@ -27,6 +27,10 @@ int http_request(int port, const char *method, const char *path, const char *bod
 int http_stream_first_then_close(int port, const char *path, const char *body, const char *extra_headers);
 // http_resp_free: frees the response buffers.
 void http_resp_free(http_resp *r);
+// http_json: http_request without extra headers, the body parsed as JSON (NULL when it is not JSON or there was no
+// answer); *status = the HTTP status (0: no connection). Returns the JSON (the caller json_decrefs it).
+struct json_t;
+struct json_t *http_json(int port, const char *method, const char *path, const char *body, int *status);
 // http_header: value of a response header (case-insensitive name) into buf; returns buf or NULL.
 const char *http_header(const http_resp *r, const char *name, char *buf, size_t n);
 

@@ -18,13 +18,7 @@
 static server_fixture F;
 
 static json_t *call(const char *method, const char *path, const char *body, int *status) {
-    http_resp r;
-    *status = 0;
-    if (http_request(F.port, method, path, body, body ? strlen(body) : 0, NULL, &r) != 0) return NULL;
-    *status = r.status;
-    json_t *j = json_loadb(r.body, r.body_len, JSON_ALLOW_NUL, NULL);
-    http_resp_free(&r);
-    return j;
+    return http_json(F.port, method, path, body, status);
 }
 
 // greedy: the ids of a greedy /completion of 8 tokens with extra fields (",…" or ""), into ids; returns the count.

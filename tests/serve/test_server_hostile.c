@@ -1,7 +1,7 @@
 // tests/serve/test_server_hostile.c — bonsai-serve under hostile clients, on loopback (127.0.0.1) only, bounded in
 // count and time (docs/server.md §1.2). After each probe the server must still answer a normal request, its RSS stay
-// bounded (the peak, VmHWM, less than 256 MiB above the baseline; VmRSS back within 15 % of the baseline, the aim
-// being 10 %), and no slot stay busy (/slots, /metrics):
+// bounded (the peak, VmHWM, less than 256 MiB above the baseline; VmRSS back within 10 % of the baseline), and no
+// slot stay busy (/slots, /metrics):
 //   flood      1000 idle sockets and 200 slowloris senders (a header line a second): /health and a 32-token
 //              completion still answered in < 1 s; the idle sockets are closed after --header-timeout
 //   auth       100 unauthenticated requests announcing a 4 MB body: each refused 401 before a body byte is sent;
@@ -101,13 +101,17 @@ static bool idle_within(const server_fixture *f, int ms) {
     return false;
 }
 
-// rss_back: VmRSS within 15 % of the baseline, waiting up to 1 s for freed memory to go back. The aim is 10 %; after
-// the second 1 MB chat body the server stays about 12 % above its baseline (189.8 against 169.3 MB), so 15 % is the
-// bound this test holds today.
+// rss_back: VmRSS within 10 % of the baseline, waiting up to 1 s for freed memory to go back (the server trims its
+// single malloc arena; with an arena per thread a 1 MB chat body left ~6 MB per poll thread, 12-17 % in all).
+static long worst_after; // the highest RSS seen after a probe, for the log
+static char worst_what[96];
 static bool rss_back(const char *what) {
     long rss = -1;
     for (int i = 0; i < 20; i++, sleep_ms(50))
-        if ((rss = fixture_rss_kb(&F)) >= 0 && rss <= base_rss + base_rss * 15 / 100) return true;
+        if ((rss = fixture_rss_kb(&F)) >= 0 && rss <= base_rss + base_rss / 10) {
+            if (rss > worst_after) worst_after = rss, snprintf(worst_what, sizeof worst_what, "%s", what);
+            return true;
+        }
     fprintf(stderr, "%s: RSS %ld kB, baseline %ld kB\n", what, rss, base_rss);
     return false;
 }
@@ -118,7 +122,7 @@ static void check_after(const char *what) {
     long hwm = fixture_status_kb(&F, "VmHWM");
     CHECK(hwm >= 0 && hwm - base_rss < RSS_PEAK_KB, "%s: peak RSS %ld kB over a baseline of %ld kB", what, hwm,
           base_rss);
-    CHECK(rss_back(what), "%s: RSS back within 15 %% of the baseline", what);
+    CHECK(rss_back(what), "%s: RSS back within 10 %% of the baseline", what);
 }
 
 // ---- flood: idle sockets and slowloris ----------------------------------------------------------------
@@ -472,6 +476,8 @@ int main(int argc, char **argv) {
     if (wanted(argc, argv, "n_probs")) test_n_probs();
     if (wanted(argc, argv, "bodies")) test_bodies();
     if (wanted(argc, argv, "storms")) test_storms();
+    printf("RSS after the probes: at most %ld kB (after %s), baseline %ld kB (+%.1f %%)\n", worst_after, worst_what,
+           base_rss, 100.0 * (worst_after - base_rss) / base_rss);
     CHECK(fixture_stop(&F) == 0, "clean exit");
     server_fixture B = F; // the same model, another server
     const char *args_b[] = {"-np", "4", "-c", "1024", "--queue", "16", "--metrics", "--conn-per-ip", "32",

@@ -10,6 +10,8 @@
 #include "synth/mkdrafter.h"
 #include "synth/mkmodel.h"
 #include "base/util.h"
+#include "base/rng.h"
+#include "train/lora.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +75,30 @@ static inline void fx_load_pair(const char *tag, char *tpath, char *dpath, bn_mo
         fprintf(stderr, "load: %s\n", err);
         exit(1);
     }
+}
+
+// fx_adapter_engine: writes a random LoRA adapter for m to path (rank 8, alpha 16, every projection and the head; A
+// PEFT-initialised, B ~ U(-amp/2, amp/2)) and opens the CPU engine (n_threads) that applies it; NULL with a failed
+// check on error.
+static inline bn_engine *fx_adapter_engine(const bn_model *m, const char *path, float amp, int n_threads) {
+    char err[512];
+    bn_lora *l = bn_lora_from_model(m, BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD, 8, 16.0f, 0, err,
+                                    sizeof err);
+    CHECK(l != NULL, "adapter: %s", err);
+    if (!l) return NULL;
+    bn_lora_init_peft(l, 3);
+    bn_rng rng;
+    bn_rng_seed(&rng, 4);
+    for (int i = 0; i < l->n_tensors; i++)
+        for (int64_t e = 0; e < l->t[i].n_out * l->r; e++)
+            l->params[l->t[i].off_b + e] = amp * (float)(bn_rng_uniform(&rng) - 0.5);
+    const int saved = bn_lora_save_gguf(l, path, err, sizeof err);
+    bn_lora_free(l);
+    CHECK(saved == 0, "save adapter: %s", err);
+    bn_lora_set *set = saved == 0 ? bn_lora_set_open(m, &path, NULL, 1, err, sizeof err) : NULL;
+    bn_engine *e = set ? bn_engine_open_lora(m, 0, n_threads, set, err, sizeof err) : NULL;
+    CHECK(e != NULL, "engine with the adapter: %s", err);
+    return e;
 }
 
 // fx_engine_greedy_logits: plain decoding on engine e (prompt in one batch, then one token per forward,

@@ -6,7 +6,8 @@
 // (params.no_step_logits with a greedy sampler) and top-k verification (the same with temperature 0.8, top_k 40)
 // give the same tokens and counters as the logits mode and no step logits.
 // Decoders stepping together (bn_spec_rounds_begin: batched drafting, one ragged verify pass) emit and verify what
-// each emits and verifies alone; a decoder whose context is full fails its round alone.
+// each emits and verifies alone; a decoder whose context is full fails its round alone. With a LoRA adapter applied
+// unmerged to the target (core/adapter.h), the random drafter still gives plain greedy's tokens with the adapter.
 #include "tests/test.h"
 #include "tests/spec/fixture.h"
 #include "core/forward_impl.h"
@@ -146,6 +147,34 @@ static void full_check(bn_engine *e, const bn_drafter *d) {
            full_at, n_gen);
     for (int i = 0; i < 2; i++) bn_spec_free(sp[i]), bn_engine_state_free(st[i]);
     bn_sampler_free(smp);
+}
+
+// adapter_check: the random DSpark drafter on the target with a LoRA adapter: plain greedy's tokens with the adapter
+// (not ref, the tokens without it), rejections exercised.
+static void adapter_check(const bn_model *m, const bn_drafter *d, const int32_t *ref) {
+    char path[512], err[512];
+    bn_engine *e = fx_adapter_engine(m, fx_path(path, sizeof path, "spec-lora.gguf"), 0.2f, 2);
+    if (!e) return;
+    int32_t plain[N_GEN], gen[N_GEN + 64];
+    fx_engine_greedy(e, prompt, N_PROMPT, N_GEN, plain);
+    CHECK(same(ref, plain, N_GEN) >= 0, "the adapter changes the greedy tokens");
+    bn_engine_state *ts = bn_engine_state_new(e, 1024, err, sizeof err);
+    bn_spec_params p = {.type = BN_SPEC_DSPARK, .n_max = 4, .adaptive = false, .n_threads = 2};
+    bn_spec *sp = ts ? bn_spec_new_engine(ts, d, &p, err, sizeof err) : NULL;
+    CHECK(sp != NULL, "spec with the adapter: %s", err);
+    if (sp) {
+        fx_spec_greedy(sp, prompt, N_PROMPT, N_GEN, gen);
+        const bn_spec_stats *st = bn_spec_stats_get(sp);
+        const int diff = same(plain, gen, N_GEN);
+        printf("dspark + adapter: drafted %lld accepted %lld reruns %lld, first difference %d\n",
+               (long long)st->n_drafted, (long long)st->n_accept, (long long)st->n_rerun, diff);
+        CHECK(diff < 0, "dspark + adapter: first difference from plain greedy with the adapter at token %d", diff);
+        CHECK(st->n_drafted > 0 && st->n_rerun > 0, "dspark + adapter: drafts made and some rejected");
+    }
+    bn_spec_free(sp);
+    bn_engine_state_free(ts);
+    bn_engine_free(e);
+    unlink(path);
 }
 
 int main(void) {
@@ -330,6 +359,7 @@ int main(void) {
     }
 
     rollback_check(m);
+    adapter_check(m, d, ref);
     bn_engine *e = bn_engine_cpu_new(m, 2);
     fx_rounds_lockstep(e, d, prompt, N_PROMPT, 24);
     full_check(e, d);
