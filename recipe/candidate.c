@@ -124,7 +124,7 @@ int bn_candidate_train(const bn_recipe_cfg *c, const char *dir, const char *base
     if ((cd->val_ppl = bn_measure_ppl(model, c->val_text, 128, g, err, errlen)) < 0) return -1;
     cd->val_drift = 100 * (cd->val_ppl - vb->ppl) / vb->ppl;
     cd->val_cw = -1; // no validation pairs: not measured
-    if (val_pairs && (cd->val_cw = bn_measure_chosen_win(model, val_pairs, err, errlen)) < 0) return -1;
+    if (val_pairs && (cd->val_cw = bn_measure_chosen_win(model, NULL, val_pairs, err, errlen)) < 0) return -1;
     cd->score = bn_candidate_score(c, vb, cd->val_loop, cd->val_drift);
     return 0;
 }

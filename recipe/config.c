@@ -68,6 +68,7 @@ static const cfg_key keys[] = {
     {"full", K_BOOL, O(full), 0, 0, 0},
     {"mine_prompts", K_STRS, O(mine_prompts), O(n_mine_prompts), 0, BN_RECIPE_MAX_LIST},
     {"mine_max_prompts", K_INT, O(mine_max), 0, 0, 1 << 30},
+    {"mine_spread", K_BOOL, O(mine_spread), 0, 0, 0},
     {"heldout_prompts", K_STR, O(heldout_prompts), 0, 0, 0},
     {"heldout_text", K_STR, O(heldout_text), 0, 0, 0},
     {"unseen_prompts", K_STR, O(unseen_prompts), 0, 0, 0},

@@ -28,7 +28,8 @@ typedef struct {
     // data (paths relative to the working directory)
     const char *mine_prompts[BN_RECIPE_MAX_LIST]; // prompts mined for pairs
     int n_mine_prompts;
-    int mine_max;           // prompts mined per round (0: all); the first N of each file, interleaved
+    int mine_max;           // prompts mined per round (0: all), split over the files
+    bool mine_spread;       // evenly spaced prompts of each file instead of the first ones (false)
     const char *heldout_prompts, *heldout_text; // the held-out evaluation (never used by a pick)
     const char *unseen_prompts;                 // a prompt source no stage touches, evaluated at the end ("": none)
     const char *val_pair_prompts;               // validation pairs (chosen_win) are mined on these

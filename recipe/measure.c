@@ -6,6 +6,7 @@
 #include "base/lineout.h"
 #include "base/progress.h"
 #include "base/util.h"
+#include "core/adapter.h"
 #include "core/engine.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
@@ -63,6 +64,7 @@ static int run_loops(bn_model *m, const bn_tokenizer *tok, const bn_prompt *prom
     o.eng.n_ctx = g->n_ctx;
     o.eng.n_threads = g->threads;
     o.eng.n_gpu_layers = g->n_gpu_layers;
+    if (g->adapter) o.eng.lora[0] = g->adapter, o.eng.lora_scale[0] = 1, o.eng.n_lora = 1;
     o.n_parallel = 1;
     bn_engine *eng; // -ngl: the device engine; NULL: CPU sources
     bn_step_batcher *batch;
@@ -137,7 +139,9 @@ double bn_measure_ppl(const char *model, const char *text_path, int n_ctx, const
     if (!text) return -1;
     bn_model *m = bn_model_load(model, err, errlen);
     bn_tokenizer *tok = m ? bn_tokenizer_from_gguf(m->gguf, err, errlen) : NULL;
-    bn_engine *eng = tok ? bn_engine_open(m, g->n_gpu_layers, g->threads, err, errlen) : NULL;
+    bn_lora_set *ls = tok && g->adapter ? bn_lora_set_open(m, &g->adapter, NULL, 1, err, errlen) : NULL;
+    bn_engine *eng = tok && (ls || !g->adapter) ? bn_engine_open_lora(m, g->n_gpu_layers, g->threads, ls, err, errlen)
+                                                : NULL;
     double ppl = -1;
     if (eng) {
         int32_t *tokens = NULL;
@@ -159,20 +163,23 @@ double bn_measure_ppl(const char *model, const char *text_path, int n_ctx, const
     return ppl;
 }
 
-double bn_measure_chosen_win(const char *model, const char *pairs_path, char *err, size_t errlen) {
+double bn_measure_chosen_win(const char *model, const char *adapter, const char *pairs_path, char *err,
+                             size_t errlen) {
     bn_model *m = bn_model_load(model, err, errlen);
+    bn_lora *l = m && adapter ? bn_lora_load_gguf(adapter, err, errlen) : NULL;
     bn_tokenizer *tok = m ? bn_tokenizer_from_gguf(m->gguf, err, errlen) : NULL;
-    bn_train_rows *rows = tok ? bn_train_rows_load(pairs_path, tok, m->cfg.n_vocab, 6000, err, errlen) : NULL;
+    bn_train_rows *rows = tok && (l || !adapter) ? bn_train_rows_load(pairs_path, tok, m->cfg.n_vocab, 6000, err, errlen) : NULL;
     double cw = -1;
     if (rows) {
         bn_ftpo_eval_result r;
         bn_ftpo_cfg cfg = bn_ftpo_cfg_antidoom();
-        if (bn_ftpo_eval(m, rows, NULL, &cfg, 1, &r, err, errlen) == 0) {
+        if (bn_ftpo_eval(m, rows, l, &cfg, 1, &r, err, errlen) == 0) {
             if (r.n_rows == 0) bn_err(err, errlen, "%s: no held-out rows", pairs_path);
             else cw = r.chosen_win;
         }
     }
     bn_train_rows_free(rows);
+    bn_lora_free(l);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     return cw;

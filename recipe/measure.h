@@ -13,6 +13,7 @@ typedef struct {
     int n_ctx;       // context
     int threads;
     int n_gpu_layers; // -ngl: 0 the CPU
+    const char *adapter; // a LoRA adapter the engine applies unmerged (core/adapter.h; NULL: none)
 } bn_measure_gen;
 
 // bn_measure_loops: greedy completions of model on the first max_prompts (0: all) prompts of prompts_path: loop
@@ -25,7 +26,8 @@ int bn_measure_loops(const char *model, const char *prompts_path, int max_prompt
 // -ngl); returns it, or a negative value with err.
 double bn_measure_ppl(const char *model, const char *text_path, int n_ctx, const bn_measure_gen *g, char *err,
                       size_t errlen);
-// bn_measure_chosen_win: chosen_win of model itself over the held-out-split rows of pairs_path; returns it (0..1),
-// or a negative value with err (no held-out rows, a bad file).
-double bn_measure_chosen_win(const char *model, const char *pairs_path, char *err, size_t errlen);
+// bn_measure_chosen_win: chosen_win of model (with adapter applied; NULL: none) over the held-out-split rows of
+// pairs_path; returns it (0..1), or a negative value with err (no held-out rows, a bad file).
+double bn_measure_chosen_win(const char *model, const char *adapter, const char *pairs_path, char *err,
+                             size_t errlen);
 #endif

@@ -37,13 +37,13 @@ static bool collect(void *vctx, int i, int rc, bn_mine_result *r, const char *wh
     return true;
 }
 
-// read_prompts: the first max_per_file prompts of each file (0: all), concatenated; the count, or -1 (err). (Evenly
-// spaced prompts, which reach the riddle openings at the end of the shipped train prompts, measured worse for the
-// adapter kind: notes/antidoom-results.md.)
-static int read_prompts(const char *const *files, int n_files, int max_per_file, bn_prompt **out, char *err,
-                        size_t errlen) {
+// read_prompts: max_per_file prompts of each file (0: all), the first ones or (spread) evenly spaced ones,
+// concatenated; the count, or -1 (err). Spread reaches the riddle openings at the end of the shipped train prompts:
+// better for Q1_0, worse for the adapter kind on the one seed measured (notes/antidoom-results.md).
+static int read_prompts(const char *const *files, int n_files, int max_per_file, bool spread, bn_prompt **out,
+                        char *err, size_t errlen) {
     bn_prompt_opts po = bn_prompt_opts_default();
-    po.max_prompts = max_per_file;
+    po.max_prompts = spread ? 0 : max_per_file;
     int n = 0;
     *out = NULL;
     for (int f = 0; f < n_files; f++) {
@@ -53,10 +53,13 @@ static int read_prompts(const char *const *files, int n_files, int max_per_file,
             bn_prompts_free(*out, n);
             return -1;
         }
-        *out = xrealloc(*out, (size_t)(n + k + 1) * sizeof **out);
-        memcpy(*out + n, p, (size_t)k * sizeof *p);
+        int take = max_per_file > 0 && max_per_file < k ? max_per_file : k;
+        *out = xrealloc(*out, (size_t)(n + take + 1) * sizeof **out);
+        for (int i = 0, j = 0; i < k; i++) // spread: prompt i is taken when it starts a new 1/take-th of the file
+            if (j < take && (int64_t)i * take / k == j) (*out)[n + j++] = p[i];
+            else bn_prompt_free(&p[i]);
         free(p);
-        n += k;
+        n += take;
     }
     return n;
 }
@@ -74,7 +77,7 @@ int bn_recipe_mine(const bn_recipe_cfg *c, const char *model, const char *const 
                    const char *split, uint64_t seed_prime, uint64_t seed_sample, const char *out, bn_mine_counts *cnt,
                    char *err, size_t errlen) {
     bn_prompt *prompts = NULL;
-    int n = read_prompts(files, n_files, max_per_file, &prompts, err, errlen);
+    int n = read_prompts(files, n_files, max_per_file, c->mine_spread, &prompts, err, errlen);
     if (n < 0) return -1;
     bn_model *m = bn_model_load(model, err, errlen);
     bn_tokenizer *tok = m ? bn_tokenizer_from_gguf(m->gguf, err, errlen) : NULL;

@@ -89,7 +89,8 @@ static int stage_eval_base(bn_recipe_run *r, char *err, size_t errlen) {
         uint64_t sig = bn_sig(r->sig_val, name);
         sig = bn_sig_file(bn_sig_file(bn_sig_file(sig, c->heldout_prompts), c->heldout_text), c->unseen_prompts);
         if (!bn_run_stage(r, name, sig, what)) {
-            json_t *res = bn_run_eval_model(r, name + strlen("eval-"), r->base[k], file_size(r->base[k]), err, errlen);
+            json_t *res = bn_run_eval_model(r, name + strlen("eval-"), r->base[k], NULL, file_size(r->base[k]), err,
+                                            errlen);
             if (!res || !bn_run_stage_done(r, name, sig, res, err, errlen)) return -1;
         }
         snprintf(name, sizeof name, "val-base-%s", bn_recipe_kind_name(k));
@@ -164,11 +165,12 @@ static void signatures(bn_recipe_run *r) {
     r->sig_base = bn_sig_file(bn_sig(0, "base"), c->model);
     snprintf(buf, sizeof buf, "gen %d %d %d", c->n_predict, c->thinking, c->n_ctx);
     r->sig_gen = bn_sig(r->sig_base, buf);
-    snprintf(buf, sizeof buf, "val %d %llu", c->val_max, (unsigned long long)c->mine_seed);
+    snprintf(buf, sizeof buf, "val %d %llu%s", c->val_max, (unsigned long long)c->mine_seed,
+             c->mine_spread ? " spread" : ""); // the validation pairs are mined the same way
     r->sig_val = bn_sig_file(bn_sig_file(bn_sig_file(bn_sig(r->sig_gen, buf), c->val_pair_prompts),
                                          c->val_loop_prompts), c->val_text);
-    snprintf(buf, sizeof buf, "mine %d %d %d %s %g %llu", c->mine_max, c->prime_repeats, c->prime_prefix_tokens,
-             c->temps, c->headroom, (unsigned long long)c->mine_seed);
+    snprintf(buf, sizeof buf, "mine%s %d %d %d %s %g %llu", c->mine_spread ? " spread" : "", c->mine_max,
+             c->prime_repeats, c->prime_prefix_tokens, c->temps, c->headroom, (unsigned long long)c->mine_seed);
     r->sig_mine1 = bn_sig(r->sig_gen, buf);
     for (int i = 0; i < c->n_mine_prompts; i++) r->sig_mine1 = bn_sig_file(r->sig_mine1, c->mine_prompts[i]);
 }

@@ -159,8 +159,8 @@ static void header(FILE *f, const bn_recipe_run *r, bool html) {
             c->n_predict, c->heldout_text, c->val_loop_prompts, c->val_text, c->val_pair_prompts,
             html ? "</p>\n" : "\n\n");
     if (r->kinds & (1 << BN_KIND_ADAPTER))
-        fprintf(f, "%sThe adapter output is evaluated through its F16 merge (base + adapter as the engine computes "
-                   "it).%s",
+        fprintf(f, "%sThe adapter output is evaluated as the engine applies it (the base file with --lora); its "
+                   "candidates were scored on validation through their F16 merges.%s",
                 html ? "<p>" : "", html ? "</p>\n" : "\n\n");
 }
 

@@ -49,8 +49,9 @@ json_t *bn_run_stage_done(bn_recipe_run *r, const char *name, uint64_t sig, json
 int bn_run_kind_rounds(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t errlen);
 // bn_run_output: kind k's output file(s) from its pick and their held-out evaluation; 0 or -1 (err).
 int bn_run_output(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t errlen);
-// bn_run_eval_model: the held-out figures of one model file (loop rate, perplexity, the unseen prompts, size, speed)
-// as a JSON object, with files DIR/eval-NAME.json and gen-NAME.jsonl; NULL with err.
-json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model, double size_bytes, char *err,
-                          size_t errlen);
+// bn_run_eval_model: the held-out figures of one model file (with adapter applied by the engine; NULL: none): loop
+// rate, perplexity, the unseen prompts, size, speed, as a JSON object, with files DIR/eval-NAME.json and
+// gen-NAME.jsonl; NULL with err.
+json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model, const char *adapter,
+                          double size_bytes, char *err, size_t errlen);
 #endif

@@ -59,6 +59,7 @@ static const bn_arg antidoom_args[] = {
                                              "prompts)"),
     BN_INT("--mine-max-prompts", O(c.mine_max), "N",
            "prompts mined per round, split over the files: the first of each (0: all)", 0, INT32_MAX),
+    BN_TRUE("--mine-spread", O(c.mine_spread), "evenly spaced prompts of each file instead of the first ones"),
     BN_STR("--heldout-prompts", O(c.heldout_prompts), "FILE", "held-out evaluation prompts (no pick sees them)"),
     BN_STR("--heldout-text", O(c.heldout_text), "FILE", "held-out perplexity text"),
     BN_STR("--unseen-prompts", O(c.unseen_prompts), "FILE", "a prompt source no stage touches, evaluated at the end"),
@@ -118,6 +119,8 @@ static void parse(antidoom_opts *a, int argc, char **argv, void **doc) {
     a->c.n_ctx = a->eng.n_ctx;
     a->c.n_gpu_layers = a->eng.n_gpu_layers;
     if (!a->c.model) bn_args_fail(&tool, "-m is required (or \"model\" in --config)");
+    if (a->eng.n_lora > 0)
+        bn_args_fail(&tool, "--lora: bonsai-antidoom trains its own adapter; give the base model alone");
     if (!a->c.out_dir) bn_args_fail(&tool, "--out is required (or \"out\" in --config)");
     if (bn_recipe_parse_kinds(a->c.kinds, err, sizeof err) < 0) bn_args_fail(&tool, "--kind: %s", err);
 }
