@@ -99,6 +99,8 @@ bn_chat_style bn_chat_style_for_arch(const char *arch) {
     return arch && strcmp(arch, "qwen35") == 0 ? BN_CHAT_QWEN35 : BN_CHAT_QWEN3;
 }
 
+int bn_chat_thinking_for_template(const char *tmpl) { return tmpl && strstr(tmpl, "<think>") ? 1 : -1; }
+
 char *bn_chat_render(const bn_chat_msg *msgs, int n, bool add_generation_prompt, int thinking) {
     return bn_chat_render_style(BN_CHAT_QWEN35, msgs, n, add_generation_prompt, thinking);
 }

@@ -25,6 +25,10 @@ typedef struct {
 //                        thinking == 1: <think>\n (thinking on: the Qwen3.5 template's default)
 //                        thinking == -1: nothing (plain ChatML; the model decides)
 char *bn_chat_render(const bn_chat_msg *msgs, int n, bool add_generation_prompt, int thinking);
+// bn_chat_thinking_for_template: the thinking setting a model's own template implies: 1 when tmpl (the GGUF's
+// tokenizer.chat_template) has a thinking block ("<think>"), else -1 (plain ChatML: never given <think>; also when
+// the model has no template).
+int bn_chat_thinking_for_template(const char *tmpl);
 
 // Template variants: Qwen3.5 (qwen35 GGUFs, the rules above) and Qwen3 (dense Bonsai 8B/4B/1.7B,
 // llama.cpp models/templates/Qwen-Qwen3-0.6B.jinja). Qwen3 differs: contents are not trimmed; a

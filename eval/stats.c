@@ -102,3 +102,8 @@ char *bn_loop_stats_json(const bn_loop_stats *s, const char *label) {
     json_decref(o);
     return out;
 }
+
+int bn_eval_n_predict_default(int n_ctx_train) {
+    int n = n_ctx_train / 64;
+    return n < 256 ? 256 : n > 4000 ? 4000 : n;
+}

@@ -36,6 +36,9 @@ void bn_wilson(int64_t k, int64_t n, double z, double *lo, double *hi);
 // be NULL).
 void bn_loop_stats_compute(const bool *loop, const bool *hit_limit, const double *len, const double *rep4, int64_t n,
                            bn_loop_stats *s);
+// bn_eval_n_predict_default: the generation length of a loop evaluation for a model trained on n_ctx_train tokens:
+// n_ctx_train / 64 within 256..4000 (a loop shows within a few hundred tokens; 4000 only for long-context models).
+int bn_eval_n_predict_default(int n_ctx_train);
 // bn_loop_stats_frame: adds the frame-loop rate of n completions (frame[i]: the frame-loop detector fired) to s.
 void bn_loop_stats_frame(bn_loop_stats *s, const bool *frame, int64_t n);
 // bn_loop_stats_json: returns a malloc'd one-line JSON object (label included when non-NULL).

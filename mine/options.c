@@ -2,6 +2,8 @@
 #include "mine/options.h"
 #include "core/sampler.h"
 #include "mine/source_http.h"
+#include "core/chat.h"
+#include "core/model.h"
 #include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +11,13 @@
 bn_mine_opts bn_mine_opts_default(void) {
     bn_mine_opts o = {.mine = bn_mine_params_default(), .prompts = bn_prompt_opts_default(), .eng = {.n_ctx = 6000},
                       .n_parallel = 1, .timeout_s = 1800};
+    o.mine.thinking = BN_THINKING_AUTO;
     return o;
+}
+
+void bn_mine_opts_for_model(bn_mine_opts *o, const struct bn_model *m) {
+    if (o->mine.thinking == BN_THINKING_AUTO)
+        o->mine.thinking = bn_chat_thinking_for_template(gguf_get_str(m->gguf, "tokenizer.chat_template"));
 }
 
 // one_source: the HTTP source with --server, else the in-process one on engine, or on the CPU with o's threads.
@@ -172,7 +180,9 @@ const bn_arg bn_mine_args[] = {
     BN_INT("--max-prompt-tokens", O(mine.max_prompt_tokens), "N",
            "cut longer prompts' last user turn; rows marked [TRIMMED_SOURCE_PROMPT] (0: off)", 0, INT32_MAX),
     BN_STR("--system", O(mine.system), "TEXT", "system message (default none)"),
-    BN_INT("--thinking", O(mine.thinking), "1|0|-1", "chat template: <think> open (1), closed (0), plain ChatML (-1)",
+    BN_INT("--thinking", O(mine.thinking), "1|0|-1",
+           "chat template: <think> open (1), closed (0), plain ChatML (-1); default: what the model's own template "
+           "has (<think> open when it has a thinking block, else plain ChatML)",
            -1, 1),
     BN_SECTION("generation"),
     BN_CHOICE("--mode", O(mine.mode), "sample|prime", "plain sampling (antidoom) or primed contexts (Bonsai)"),

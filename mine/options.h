@@ -27,8 +27,13 @@ typedef struct {
     int n_dry_breakers;
 } bn_mine_opts;
 
-// bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000.
+#define BN_THINKING_AUTO (-2) // bn_mine_opts' thinking until bn_mine_opts_for_model: from the model's template
+
+// bn_mine_opts_default: antidoom defaults (see bn_mine_params_default), ctx 6000, thinking BN_THINKING_AUTO.
 bn_mine_opts bn_mine_opts_default(void);
+// bn_mine_opts_for_model: settles what depends on model m: thinking BN_THINKING_AUTO becomes what m's chat template
+// implies (bn_chat_thinking_for_template).
+void bn_mine_opts_for_model(bn_mine_opts *o, const struct bn_model *m);
 // The shared options (base/args.h) over a bn_mine_opts (the table's base): bn_mine_args, the prompts, generation,
 // priming, server and detector/chosen options (read with bn_engine_args over its .eng for -m, -t, -c, -ngl);
 // bn_mine_penalty_args, the repetition penalties and DRY (bonsai-eval-loops: mining refuses them).

@@ -419,3 +419,22 @@ void bn_reg_print_top(FILE *f, const bn_pair_row *rows, int n, int top, const ch
     free(c);
     bn_strmap_free(&toks);
 }
+
+void bn_reg_print_stats(FILE *f, const bn_reg_params *p, const bn_reg_stats *st) {
+    fprintf(f, "regularise: %d rows in -> %d rows out\n", st->n_in, st->n_out);
+    fprintf(f, "  %d dropped as identical contexts%s; chosen flattening (strength %g) pruned %d chosen entries and "
+               "dropped %d rows left without one; %d rows in the pool\n",
+            st->n_duplicates, p->dedupe_contexts ? "" : " (--no-dedupe)", p->chosen_strength, st->n_chosen_pruned,
+            st->n_rows_no_chosen, st->n_pool);
+    if (p->headroom < 1 && (p->max_rows <= 0 || (int)(p->headroom * st->n_pool) <= p->max_rows))
+        fprintf(f, "  target N = %d = floor(headroom %g x pool %d): the headroom rule keeps %.0f%% of the pool so the "
+                   "rejected-token flattening has room to choose (--headroom 1 keeps all)\n",
+                st->n_target, p->headroom, st->n_pool, 100 * p->headroom);
+    else if (p->max_rows > 0 && p->max_rows < st->n_pool)
+        fprintf(f, "  target N = %d: --max-rows\n", st->n_target);
+    else fprintf(f, "  target N = %d: the whole pool (headroom %g)\n", st->n_target, p->headroom);
+    if (st->n_out < st->n_target)
+        fprintf(f, "  %d rows short of N: the rejected-token caps (strength %g%s) left too few rows\n",
+                st->n_target - st->n_out, p->rejected_strength,
+                p->max_rejected_share > 0 ? ", --max-rejected-share" : "");
+}

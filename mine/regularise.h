@@ -58,6 +58,9 @@ int bn_regularise(const bn_pair_row *rows, int n, const bn_reg_params *p, bn_pai
 // when share > 0 and there are >= 2 groups), chosen by a seeded shuffle, are held out. Returns the
 // number of held-out rows.
 int bn_split_heldout(bn_pair_row *rows, int n, double share, uint64_t seed);
+// bn_reg_print_stats: one paragraph on f saying what regularisation did and why: rows in and out, what each step
+// dropped, and what set the target N (the headroom, --max-rows, or the whole pool).
+void bn_reg_print_stats(FILE *f, const bn_reg_params *p, const bn_reg_stats *st);
 // bn_reg_print_top: prints the `top` most frequent rejected tokens with their shares to f.
 void bn_reg_print_top(FILE *f, const bn_pair_row *rows, int n, int top, const char *title);
 // bn_median: median of n doubles (mean of the two middle values for even n; 0 for n = 0).

@@ -29,3 +29,7 @@ python3 "$root/scripts/make-chat-data.py" --questions "$tmp/questions.txt" "$tmp
 mv "$tmp/prompts-questions.jsonl" "$root/data/val/prompts-questions.jsonl"
 python3 "$root/scripts/make-chat-data.py" --riddles "$root/data/corpus/fortunes.txt" "$root/data/heldout.txt" \
     "$root/data/val/train-riddles.txt"
+# the question prompts split in two (odd / even lines): bonsai-antidoom's validation loop rate reads the first, and
+# the second is a prompt set no stage of it touches, evaluated at the end beside the held-out set
+awk 'NR % 2 == 1' "$root/data/val/prompts-questions.jsonl" > "$root/data/val/prompts-questions-pick.jsonl"
+awk 'NR % 2 == 0' "$root/data/val/prompts-questions.jsonl" > "$root/data/val/prompts-questions-unseen.jsonl"

@@ -40,7 +40,7 @@ demo_row() {
 }
 
 models=()
-for q in f16 Q1_0 Q2_0; do [ -f "$out/base-$q.gguf" ] && models+=("$q"); done
+for q in f16 q1_0 q2_0 Q1_0 Q2_0; do [ -f "$out/base-$q.gguf" ] && models+=("$q"); done # bonsai-antidoom writes lower case
 [ ${#models[@]} -gt 0 ] || { echo "penalty-baseline: no base-*.gguf in $out (run ./bonsai.sh demo first)" >&2; exit 1; }
 table=$(mktemp)
 trap 'rm -f "$table"' EXIT

@@ -47,7 +47,8 @@ static const bn_args_tool tool = {
     .usage = "usage: bonsai-eval-loops -m MODEL.gguf -p PROMPTS.jsonl [options]\n"
              "       bonsai-eval-loops --from-log LOG.jsonl[.gz] [--label NAME] [--json OUT.json]\n"
              "The doom-loop rate of a model (95% Wilson interval), the share that hit -n, mean/median length.\n",
-    .notes = "Defaults follow antidoom's generation settings; pass --temp 0 for a greedy evaluation.\n"};
+    .notes = "Defaults follow antidoom's generation settings (but -n: the model's training context / 64, within\n"
+             "256..4000, and --thinking: the model's own template); pass --temp 0 for a greedy evaluation.\n"};
 
 // parse_args: the options into eo (exits on --help, --version or a bad or missing option).
 static void parse_args(eval_opts *eo, int argc, char **argv) {
@@ -203,6 +204,10 @@ int main(int argc, char **argv) {
     if (n < 0) return fail(err);
     bn_model *m = bn_model_load(o->eng.model, err, sizeof err);
     if (!m) return fail(err);
+    bn_mine_opts_for_model(o, m);
+    if (!bn_args_given("-n")) o->mine.gen.n_predict = bn_eval_n_predict_default(m->cfg.n_ctx_train);
+    fprintf(stderr, "bonsai-eval-loops: %d new tokens per prompt, %s\n", o->mine.gen.n_predict,
+            o->mine.thinking == 1 ? "<think> open" : o->mine.thinking == 0 ? "<think> closed" : "plain ChatML");
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
     o->mine.chosen.max_tokens = 0; // no pair rows needed

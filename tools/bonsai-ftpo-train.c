@@ -100,7 +100,7 @@ static const bn_arg ftpo_args[] = {
            "accepted as llama.cpp's tools take it; training runs on the CPU (a warning when N > 0)", 0, INT32_MAX),
     BN_TRUE("-q", O(t.quiet), "no per-step lines"),
     BN_SECTION("adapter"),
-    BN_INT("--rank", O(t.rank), "N", "LoRA rank", 1, 65536),
+    BN_INT("--rank", O(t.rank), "N", "LoRA rank (default: the model's size preset, see below)", 1, 65536),
     BN_FLOAT("--alpha", O(t.alpha), "X", "LoRA alpha (0: the rank, a scale of 1)", -1e6, 1e6),
     BN_FLOAT("--dropout", O(t.dropout), "P", "LoRA dropout", 0, 0.99),
     BN_STR("--targets", O(targets), "LIST",
@@ -117,7 +117,7 @@ static const bn_arg ftpo_args[] = {
     BN_SEED("-s, --seed", O(t.seed), "init / shuffle / dropout seed"),
     BN_SECTION("optimisation"),
     BN_INT("--epochs", O(t.epochs), "N", "epochs", 1, 1000000),
-    BN_FLOAT("--lr", O(t.lr), "X", "peak learning rate", 0, 1e6),
+    BN_FLOAT("--lr", O(t.lr), "X", "peak learning rate (default: the model's size preset, see below)", 0, 1e6),
     BN_INT("--batch", O(t.batch), "N", "rows per micro-batch", 1, 1 << 20),
     BN_INT("--grad-accum", O(t.grad_accum), "N", "micro-batches per optimizer step", 1, 1 << 20),
     BN_FLOAT("--warmup-ratio", O(t.warmup_ratio), "X", "warmup share of the steps, then linear decay", 0, 1),
@@ -178,7 +178,9 @@ static const bn_args_tool tool = {
              "       bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl --eval ADAPTER.gguf\n"
              "       bonsai-ftpo-train -m MODEL.gguf --merge ADAPTER.gguf -o MERGED.gguf [--merge-type T]\n"
              "FTPO LoRA training on doom-loop pairs (docs/antidoom.md §9-12), on the CPU.\n",
-    .notes = "Per-step lines on stderr carry an ETA (-q or --no-progress: none). SIGINT/SIGTERM: finish the step,\n"
+    .notes = "Size presets of --lr / --rank by the model's weights: under 50 M 1e-3 / 16, under 1 B 3e-4 / 16, under\n"
+             "10 B 1e-4 / 32, larger 3e-5 / 32 (the seed recipe's, for the 27 B models).\n"
+             "Per-step lines on stderr carry an ETA (-q or --no-progress: none). SIGINT/SIGTERM: finish the step,\n"
              "write the checkpoint and the adapter, exit 0.\n"};
 
 // set_loss: the preset, the loss overrides and the targets into o->t; checks the values; exits on a bad one.
@@ -281,6 +283,15 @@ int main(int argc, char **argv) {
     bn_train_set_threads(o.n_threads);
     bn_model *m = bn_model_load(o.model, err, sizeof err);
     if (!m) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+    if (!bn_args_given("--lr") || !bn_args_given("--rank")) {
+        float lr;
+        int rank;
+        bn_ftpo_size_preset(bn_model_n_params(m), &lr, &rank);
+        if (!bn_args_given("--lr")) o.t.lr = lr;
+        if (!bn_args_given("--rank")) o.t.rank = rank;
+        fprintf(stderr, "ftpo-train: lr %g, rank %d (%.1f M weights; the size preset for what --lr / --rank do not set)\n",
+                o.t.lr, o.t.rank, bn_model_n_params(m) / 1e6);
+    }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err); // only for rows without ids
     bn_train_rows *rows = bn_train_rows_load(o.pairs, tok, m->cfg.n_vocab, o.max_seq, err, sizeof err);
     if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }

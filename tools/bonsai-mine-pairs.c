@@ -126,6 +126,7 @@ static int regularise_main(const char *in, const char *out, bn_reg_params *rp, i
     int k = bn_regularise(rows, n, rp, &sel, &st);
     fprintf(stderr, "rows %d, duplicates %d, chosen entries pruned %d, rows without chosen %d, pool %d, target %d, out %d\n",
             st.n_in, st.n_duplicates, st.n_chosen_pruned, st.n_rows_no_chosen, st.n_pool, st.n_target, st.n_out);
+    bn_reg_print_stats(stderr, rp, &st);
     bn_reg_print_top(stderr, sel, k, top, "output");
     int rc = bn_pairs_write(out, sel, k, err, sizeof err) < 0 ? fail(err) : 0;
     bn_pairs_free(rows, n);
@@ -235,6 +236,7 @@ int main(int argc, char **argv) {
     if (n_skipped) fprintf(stderr, "skipped %d prompts from agentic sources\n", n_skipped);
     bn_model *m = bn_model_load(o->eng.model, err, sizeof err);
     if (!m) return fail(err);
+    bn_mine_opts_for_model(o, m);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
     char desc[256];

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <signal.h>
 #include "base/util.h"
+#include "base/progress.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/checkpoint.h"
@@ -125,6 +126,10 @@ typedef struct {
     int64_t steps_this_run;
     int64_t run_end;        // the step this run stops at (--max-steps or the schedule's end)
     double t_run;           // when this run's steps began, ms (the ETA of the step lines: this run's pace so far)
+    bool stall_checked;     // the chosen_win-has-moved check ran (run_epoch_eval)
+    bool have_start;        // start holds the train rows' metrics before the first step (a fresh run)
+    bn_ftpo_eval_result start;
+    bn_progress bar;        // o->progress: the steps of this run
 } train_run;
 
 // run_free: frees everything run holds (NULL fields are fine).
@@ -411,7 +416,7 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
 }
 
 // run_epoch_eval: the end-of-epoch no-grad chosen_win on the train and held-out rows (stderr and the log); 0 or -1.
-static int run_epoch_eval(train_run *run, char *err, size_t errlen) {
+static int run_epoch_eval(train_run *run, bn_ftpo_train_result *res, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
     bn_ftpo_eval_result tr, ho;
     if (eval_set(&run->d, &o->loss, run->l, 0, &tr, err, errlen) ||
@@ -423,6 +428,21 @@ static int run_epoch_eval(train_run *run, char *err, size_t errlen) {
         if (ho.n_rows) fprintf(stderr, ", held-out %.3f (%d rows)", ho.chosen_win, ho.n_rows);
         fputc('\n', stderr);
     }
+    // the first epoch end with at least 20 steps behind it: when neither chosen_win nor the mean margin Δ over the
+    // train rows has moved from the start (run_epochs' baseline), the learning rate is too low for this model
+    // (bn_ftpo_size_preset's presets avoid it). A rising Δ under a flat chosen_win is the usual start: FTPO first
+    // closes the gap to a confident rejected token (30-60 steps on the shipped model) before any pair flips.
+    if (!run->stall_checked && run->pos.step >= 20 && run->have_start) {
+        run->stall_checked = true;
+        if (fabs(tr.chosen_win - run->start.chosen_win) < 0.02 && tr.mean_delta - run->start.mean_delta < 0.5) {
+            res->stalled = true;
+            fprintf(stderr, "ftpo-train: warning: chosen_win has not moved after epoch %lld, %lld steps (train rows "
+                            "%.3f -> %.3f, mean delta %.3f -> %.3f): the learning rate (%g) is likely too low for "
+                            "this model\n",
+                    epoch, (long long)run->pos.step, run->start.chosen_win, tr.chosen_win, run->start.mean_delta,
+                    tr.mean_delta, o->lr);
+        }
+    }
     if (run->logf) fprintf(run->logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
                            epoch, tr.chosen_win, ho.n_rows ? ho.chosen_win : -1.0);
     return 0;
@@ -433,13 +453,26 @@ static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size
     const bn_ftpo_train_opts *o = run->o;
     bn_train_pos *pos = &run->pos;
     bool stop = false;
+    int64_t first = pos->step;
+    if (o->eval_each_epoch && first == 0) { // the baseline of the stall check (run_epoch_eval)
+        if (eval_set(&run->d, &o->loss, run->l, 0, &run->start, err, errlen)) return -1;
+        run->have_start = true;
+    }
+    if (o->progress) bn_progress_start(&run->bar, "steps", run->run_end - first);
     for (; pos->epoch < o->epochs && !stop; pos->epoch++, pos->data_pos = 0) {
         epoch_order(run->train_idx, run->n_train, o->seed, pos->epoch, run->order);
-        while (pos->data_pos < run->n_train && !stop)
+        while (pos->data_pos < run->n_train && !stop) {
             if (run_step(run, res, &stop, err, errlen)) return -1;
-        if (o->eval_each_epoch && pos->data_pos >= run->n_train && run_epoch_eval(run, err, errlen)) return -1;
+            if (o->progress) {
+                char extra[48];
+                snprintf(extra, sizeof extra, "chosen_win %.3f", res->chosen_win_avg);
+                bn_progress_update(&run->bar, pos->step - first, extra);
+            }
+        }
+        if (o->eval_each_epoch && pos->data_pos >= run->n_train && run_epoch_eval(run, res, err, errlen)) return -1;
         if (stop) break;
     }
+    if (o->progress) bn_progress_finish(&run->bar, NULL);
     return 0;
 }
 
@@ -457,4 +490,11 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     }
     run_free(&run);
     return rc;
+}
+
+void bn_ftpo_size_preset(int64_t n_params, float *lr, int *rank) {
+    if (n_params < 50000000) *lr = 1e-3f, *rank = 16;
+    else if (n_params < 1000000000) *lr = 3e-4f, *rank = 16;
+    else if (n_params < 10000000000LL) *lr = 1e-4f, *rank = 32;
+    else *lr = 3e-5f, *rank = 32;
 }

@@ -59,6 +59,7 @@ typedef struct {
     int tether_batch;        // 2
     int tether_cache_mb;     // 512
     bool quiet;              // no per-step lines on stderr
+    bool progress;           // a progress bar over the steps (base/progress.h; with quiet: the one sign of life)
 } bn_ftpo_train_opts;
 
 typedef struct {
@@ -70,6 +71,9 @@ typedef struct {
     double first_loss, last_loss;
     double first_chosen_win, last_chosen_win;
     double first_tether, last_tether; // tether KL (before the step's update; 0 when off)
+    bool stalled;           // at the first epoch end with >= 20 steps run, the train rows' chosen_win was within 0.02
+                            // of its start and their mean margin had risen by less than 0.5 (a warning was printed:
+                            // the learning rate is likely too low); needs the per-epoch evaluation
 } bn_ftpo_train_result;
 
 typedef struct {
@@ -91,6 +95,10 @@ void bn_ftpo_train_request_stop(void);
 
 // bn_ftpo_train_defaults: the seed recipe of docs/antidoom.md §11 (see the field comments).
 bn_ftpo_train_opts bn_ftpo_train_defaults(void);
+// bn_ftpo_size_preset: the learning rate and LoRA rank for a model of n_params weights, one preset per size class:
+// under 50 M 1e-3 / 16 (what the recipe found on the shipped 3 M model), under 1 B 3e-4 / 16, under 10 B 1e-4 / 32,
+// larger 3e-5 / 32 (the seed recipe's, docs/antidoom.md §11, for the 27 B Bonsai models).
+void bn_ftpo_size_preset(int64_t n_params, float *lr, int *rank);
 // bn_ftpo_train: trains an adapter on the rows not marked heldout; returns 0 or -1 (err).
 // A step's gradient is the mean over the micro-batches it actually had (the last step of an epoch
 // may have fewer than grad_accum). The running chosen_win window (<= 64 steps) is checkpointed.

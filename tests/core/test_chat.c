@@ -129,5 +129,9 @@ int main(void) {
     r = bn_chat_render(NULL, 0, true, 0);
     CHECK(r && strcmp(r, "<|im_start|>assistant\n<think>\n\n</think>\n\n") == 0, "no messages");
     free(r);
+    // the thinking a model's own template implies: a thinking block -> <think> open; none, or no template -> plain
+    CHECK(bn_chat_thinking_for_template("{%- if enable_thinking %}<think>\n{%- endif %}") == 1, "template with <think>");
+    CHECK(bn_chat_thinking_for_template("{{- '<|im_start|>' + message.role }}") == -1, "plain ChatML template");
+    CHECK(bn_chat_thinking_for_template(NULL) == -1, "no template: plain ChatML");
     return test_done("test_chat");
 }

@@ -52,9 +52,11 @@ CASES=(
   "bonsai-eval-loops||$MINE_OPTS $PENALTY_OPTS"
   "bonsai-eval-tasks||--n-tokens --n-predict -n --thinking --parallel -t -c -ngl $PENALTY_OPTS"
   "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
+  "bonsai-antidoom||--mine-max-prompts --val-max-prompts -n --n-predict --thinking --rounds --seeds --lr --rank --epochs
+    --early-stop --lambda-nt --goal-drift -s --seed -t -c -ngl"
 )
-TOOLS="bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips quantize run serve
-  speculative train-lm"
+TOOLS="antidoom bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips
+  quantize run serve speculative train-lm"
 
 for c in "${CASES[@]}"; do
   IFS='|' read -r -d '' tool pre opts <<< "$c" # -d '': the whole case, not its first line

@@ -54,8 +54,8 @@ else
 fi
 
 # 3. mining: appended pairs and log, flushed per prompt; the run stops with an error and --resume finishes it
-# (the shipped looping model: about half of its prompts loop and give a pair)
-common=(-m "$top/data/bonsai-loop-1bit.gguf" -p "$top/data/prompts/train.jsonl" --max-prompts 16 --temp 0
+# (the shipped looping model on its held-out prompts, in its own plain ChatML: 6 of 16 loop and give a pair)
+common=(-m "$top/data/bonsai-loop-1bit.gguf" -p "$top/data/prompts/heldout.jsonl" --max-prompts 16 --temp 0
     --n-predict 96 --ctx 512 -t 1)
 "$T/bonsai-mine-pairs" "${common[@]}" -o "$W/ref-pairs.jsonl" --gen-log "$W/ref-log.jsonl" >/dev/null 2>&1 ||
     { echo "FAIL: the reference mining run"; exit 1; }
