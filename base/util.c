@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 int bn_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -217,6 +218,24 @@ void bn_atomic_abort(bn_atomic_file *af) {
     free(af->path);
     free(af->tmp_path);
     memset(af, 0, sizeof *af);
+}
+
+int bn_mkdir_p(const char *dir, char *err, size_t errlen) {
+    char *p = xstrdup(dir);
+    int rc = 0;
+    for (char *s = p + 1;; s++) { // each prefix that ends before a '/', then the whole path
+        if (*s && *s != '/') continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            rc = bn_err(err, errlen, "cannot create %s: %s", p, strerror(errno));
+            break;
+        }
+        *s = c;
+        if (!c) break;
+    }
+    free(p);
+    return rc;
 }
 
 int bn_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {

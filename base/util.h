@@ -58,6 +58,9 @@ char *bn_tmp_path_for(const char *path);
 int bn_tmp_track(const char *path);
 // bn_tmp_untrack: stops tracking path (the same pointer); no-op if it is not tracked.
 void bn_tmp_untrack(const char *path);
+// bn_mkdir_p: creates dir and every missing parent (mkdir -p); returns 0 (also when it exists) or -1 naming the
+// directory that could not be made.
+int bn_mkdir_p(const char *dir, char *err, size_t errlen);
 // bn_read_file: whole file into a malloc'd NUL-terminated buffer (*n = length); NULL on error.
 char *bn_read_file(const char *path, size_t *n, char *err, size_t errlen);
 

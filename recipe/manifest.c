@@ -16,10 +16,7 @@ struct bn_manifest {
 };
 
 bn_manifest *bn_manifest_open(const char *dir, char *err, size_t errlen) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        bn_err(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-        return NULL;
-    }
+    if (bn_mkdir_p(dir, err, errlen) != 0) return NULL;
     bn_manifest *m = xcalloc(1, sizeof *m);
     m->dir = xstrdup(dir);
     m->path = xmalloc(strlen(dir) + 32);
