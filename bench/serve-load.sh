@@ -27,8 +27,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"'
 "$B/tools/bonsai-mkmodel" "$dir/f16.gguf" --preset "$PRESET" --type f16 --seed 1 >/dev/null
 "$B/tools/bonsai-quantize" "$dir/f16.gguf" "$dir/m.gguf" "$TYPE" --threads "$THREADS" >/dev/null
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; return 1; }
+. bench/serve-lib.sh
 
 start() { # name → starts that server on $port with 4 slots
     port=$(free_port)

@@ -21,7 +21,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"'
 . bench/spec-fixture.sh
 spec_fixture "$B" "$PRESET" "$TYPE" "$THREADS" "$dir/m.gguf" "$dir/d.gguf"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/serve-lib.sh
 # streams BUILD ARGS...: starts its bonsai-serve with ARGS, prints the best total tok/s of 3 rounds of 4 streams
 streams() {
     local bin=$1 port best=0

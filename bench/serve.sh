@@ -21,8 +21,7 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; r
 "$B/tools/bonsai-mkmodel" "$dir/f16.gguf" --preset "$PRESET" --type f16 --seed 1 >/dev/null
 "$B/tools/bonsai-quantize" "$dir/f16.gguf" "$dir/m.gguf" "$TYPE" --threads "$THREADS" >/dev/null
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; return 1; }
+. bench/serve-lib.sh
 
 start_servers() { # $1 = slots
   pb=$(free_port); pl=$(free_port)
