@@ -195,12 +195,10 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     return 0;
 }
 
-int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err, size_t errlen) {
-    if (bn_mkdrafter_check(p, err, errlen) != 0) return -1;
+void bn_mkdrafter_write_keys(gguf_writer *w, const bn_mkdrafter_params *p) {
     const bool dflash = p->convention == BN_DRAFTER_DFLASH;
     const char *a = dflash ? "dflash" : "dspark";
     const int mask = p->mask_token_id < 0 ? p->n_vocab - 1 : p->mask_token_id;
-    gguf_writer *w = gguf_writer_new();
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
     // drafter-specific keys: double-prefixed in the legacy file, plain in dflash
@@ -239,6 +237,12 @@ int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err
     }
 #undef KEY
 #undef DKEY
+}
+
+int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err, size_t errlen) {
+    if (bn_mkdrafter_check(p, err, errlen) != 0) return -1;
+    gguf_writer *w = gguf_writer_new();
+    bn_mkdrafter_write_keys(w, p);
     tlist *l = xcalloc(1, sizeof *l);
     build(l, p);
     int64_t max_ne0 = 0;
