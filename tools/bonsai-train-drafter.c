@@ -28,8 +28,10 @@ typedef struct {
     float lr, clip, wd, warmup;
     int layers, ff, heads, heads_kv, head_dim, rank, block, n_taps;
     int taps[BN_DRAFTER_MAX_TAPS];
-    bool f32, no_conf;
+    const char *type;
+    bool no_conf;
     uint64_t seed;
+    int wtype;
 } opts;
 
 #define O(f) offsetof(opts, f)
@@ -57,7 +59,7 @@ static const bn_arg tool_args[] = {
     BN_INTS("--taps", O(taps), O(n_taps), BN_DRAFTER_MAX_TAPS, "L,L,...",
             "fresh drafter: target layers tapped, output of layer L (default: the middle and the last)", 0, 1 << 16),
     BN_TRUE("--no-conf", O(no_conf), "fresh drafter: no confidence head"),
-    BN_TRUE("--f32", O(f32), "write F32 weights (default F16)"),
+    BN_STR("--type", O(type), "T", "trained matrices' type in the file: F16 (default), F32, Q8_0, ..."),
     BN_STR("--checkpoint", O(ckpt), "FILE", "write weights + AdamW state here every --save-every steps and at the end"),
     BN_INT("--save-every", O(save_every), "N", "checkpoint interval in updates (100)", 1, 1 << 30),
     BN_STR("--resume", O(resume), "FILE", "continue from a checkpoint (same drafter options)"),
@@ -82,6 +84,8 @@ static void parse_args(opts *o, int argc, char **argv) {
     if (!o->eng.model || !o->out || !o->prompts) bn_args_fail(&tool, "-m TARGET.gguf, -o FILE and --prompts are required");
     if (o->heads % o->heads_kv) bn_args_fail(&tool, "--draft-heads must be a multiple of --draft-heads-kv");
     o->smp.seed = o->seed;
+    o->wtype = bn_type_from_name(o->type ? o->type : "F16");
+    if (o->wtype < 0) bn_args_fail(&tool, "--type: unknown type");
 }
 
 // A generated sequence: prompt + continuation tokens and the taps of each position.
@@ -318,7 +322,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = train(&o, t, tr, ntr, err, sizeof err) != 0;
     if (!rc) evaluate(t, tr, ntr, "training prompts");
     if (!rc && ho) evaluate(t, ho, nho, "held-out, after");
-    if (!rc) rc = bn_dtrain_write(t, o.out, !o.f32, err, sizeof err) != 0;
+    if (!rc) rc = bn_dtrain_write(t, o.out, o.wtype, err, sizeof err) != 0;
     if (rc) fprintf(stderr, "bonsai-train-drafter: %s\n", err);
     else fprintf(stderr, "bonsai-train-drafter: wrote %s\n", o.out);
     free_seqs(tr, ntr > 0 ? ntr : 0);

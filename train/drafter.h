@@ -71,9 +71,10 @@ typedef struct {
 int bn_dtrain_step(bn_dtrain *t, const bn_dtrain_seq *seq, bool backward, float scale, bn_dtrain_stats *st, char *err,
                    size_t errlen);
 
-// bn_dtrain_write: writes the drafter (dflash convention, trained tensors as F16 or F32 by f16, frozen tensors
-// copied) to path atomically. Returns 0 or -1 with err.
-int bn_dtrain_write(const bn_dtrain *t, const char *path, bool f16, char *err, size_t errlen);
+// bn_dtrain_write: writes the drafter (dflash convention; trained matrices as type: BN_F32, BN_F16 or a quantized
+// type, F16 where rows are not whole blocks of it; norms, biases and the confidence head F32; frozen tensors copied)
+// to path atomically. Returns 0 or -1 with err.
+int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, size_t errlen);
 
 // Training position saved with a checkpoint.
 typedef struct {

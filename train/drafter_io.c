@@ -77,7 +77,7 @@ static int add_frozen(gguf_writer *w, const char *name, const bn_weight *x, char
                : 0;
 }
 
-int bn_dtrain_write(const bn_dtrain *t, const char *path, bool f16, char *err, size_t errlen) {
+int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, size_t errlen) {
     const bn_drafter *d = t->d;
     const bn_drafter_config *c = &t->cfg;
     bn_mkdrafter_params p;
@@ -109,15 +109,22 @@ int bn_dtrain_write(const bn_dtrain *t, const char *path, bool f16, char *err, s
     for (int i = 0; i < t->n_tensors && rc == 0; i++) {
         const bn_dtrain_tensor *x = &t->t[i];
         const float *src = t->params + x->off;
-        const int type = f16 && !x->vec ? BN_F16 : BN_F32;
-        const size_t n = (size_t)(x->ne0 * x->ne1);
-        if (type == BN_F16) {
-            bufs[i] = xmalloc(sizeof(uint16_t) * n);
-            bn_fp32_to_fp16_row(src, bufs[i], (int64_t)n);
+        // vectors stay F32; a matrix whose rows are not whole blocks of a quantized type falls back to F16
+        int ty = x->vec ? BN_F32 : type;
+        if (ty != BN_F32 && ty != BN_F16 && x->ne0 % bn_type_blck(ty)) ty = BN_F16;
+        if (ty == BN_F16) {
+            bufs[i] = xmalloc(sizeof(uint16_t) * (size_t)(x->ne0 * x->ne1));
+            bn_fp32_to_fp16_row(src, bufs[i], x->ne0 * x->ne1);
+        } else if (ty != BN_F32) {
+            const size_t rb = bn_row_size(ty, x->ne0);
+            bufs[i] = xmalloc(rb * (size_t)x->ne1);
+            for (int64_t j = 0; j < x->ne1 && rc == 0; j++)
+                if (bn_quantize_ref(ty, src + j * x->ne0, (uint8_t *)bufs[i] + (size_t)j * rb, x->ne0) != rb)
+                    rc = bn_err(err, errlen, "drafter write: cannot quantize '%s' to %s", x->name, bn_type_name(ty));
         }
         int64_t ne[2] = {x->ne0, x->ne1};
         const int nd = x->ne1 > 1 || !strcmp(x->name, "conf_proj.weight") ? 2 : 1;
-        if (gguf_writer_add_tensor(w, x->name, nd, ne, type, (uint32_t)type, bufs[i] ? bufs[i] : src, err, errlen) < 0)
+        if (rc == 0 && gguf_writer_add_tensor(w, x->name, nd, ne, ty, (uint32_t)ty, bufs[i] ? bufs[i] : src, err, errlen) < 0)
             rc = -1;
     }
     if (rc == 0) rc = gguf_writer_write(w, path, NULL, NULL, err, errlen);
