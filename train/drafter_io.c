@@ -158,14 +158,7 @@ int bn_dtrain_checkpoint_save(const bn_dtrain *t, const bn_adamw *o, const bn_dt
     BN_PUT(&b, pos->step), BN_PUT(&b, pos->total_steps), BN_PUT(&b, pos->epoch), BN_PUT(&b, pos->data_pos);
     bn_put(&b, pos->rng.s, sizeof pos->rng.s);
     bn_put(&b, t->params, sizeof(float) * (size_t)t->n_params);
-    BN_PUT(&b, o->t);
-    bn_put(&b, o->m, sizeof(float) * (size_t)o->n);
-    bn_put(&b, o->v, sizeof(float) * (size_t)o->n);
-    uint32_t crc = bn_crc32(0, b.p, b.n);
-    BN_PUT(&b, crc);
-    int rc = bn_write_file_atomic(path, b.p, b.n, err, errlen);
-    free(b.p);
-    return rc;
+    return bn_adamw_commit(&b, o, path, err, errlen);
 }
 
 int bn_dtrain_checkpoint_load(bn_dtrain *t, bn_adamw *o, bn_dtrain_pos *pos, const char *path, char *err,
