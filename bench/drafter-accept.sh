@@ -41,6 +41,7 @@ python3 - "$dir" "$i" <<'PY'
 import re, sys
 d, n = sys.argv[1], int(sys.argv[2])
 tot = {}
+ms = [0.0, 0.0, 0.0, 0.0]  # draft, verify, rerun, drafter process (bonsai-speculative's "spec: ms" line)
 diff = 0
 for i in range(n):
     text = {}
@@ -53,12 +54,20 @@ for i in range(n):
         a[2] += int(re.search(r"n_drafted = (\d+)", s).group(1))
         a[3] += int(re.search(r"n_accept  = (\d+)", s).group(1))
         a[4] += int(re.search(r"#gen drafts = (\d+)", s).group(1))
-    diff += text["none"] != text["draft-dspark"]
-print(f"{n} prompts, greedy; outputs differing from plain decoding: {diff}")
+        m = re.search(r"ms draft ([\d.]+), verify ([\d.]+), rerun ([\d.]+), drafter process ([\d.]+)", s)
+        if m and t == "draft-dspark":
+            ms = [x + float(y) for x, y in zip(ms, m.groups())]
+    # the speculative loop may overshoot the token budget by up to a round: compare the common length
+    a, b = text["none"], text["draft-dspark"]
+    k = min(len(a), len(b))
+    diff += a[:k] != b[:k]
+print(f"{n} prompts, greedy; outputs differing from plain decoding (over their common length): {diff}")
 for t, (tok, sec, dr, acc, rounds) in tot.items():
     per = acc / rounds if rounds else 0
     print(f"{t:13s} {tok:6d} tokens in {sec:7.3f} s = {tok / sec:8.1f} tok/s; drafted {dr}, accepted {acc}, "
           f"verify rounds {rounds}: {per:.3f} accepted drafts per verify step, {1 + per:.3f} tokens per target pass")
+print(f"draft-dspark time: drafting {ms[0]:.1f} ms, verify passes {ms[1]:.1f} ms, re-runs {ms[2]:.1f} ms, "
+      f"drafter K/V injection {ms[3]:.1f} ms")
 r = tot["draft-dspark"][0] / tot["draft-dspark"][1] / (tot["none"][0] / tot["none"][1])
 print(f"speed ratio draft-dspark / none: {r:.3f}")
 PY

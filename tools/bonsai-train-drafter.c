@@ -307,10 +307,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     bn_dtrain *t = bn_dtrain_new(d);
+    char taps[128] = "";
+    for (int i = 0, at = 0; i < d->cfg.n_taps && at < (int)sizeof taps - 12; i++)
+        at += snprintf(taps + at, sizeof taps - (size_t)at, "%s%d", i ? "," : "", d->cfg.tap_layers[i]);
     fprintf(stderr, "bonsai-train-drafter: drafter E %d, %d layer(s), FFN %d, heads %d/%d x %d, Markov rank %d, "
-                    "block %d, %d tap(s) from layer %d, %lld trained parameters\n",
+                    "block %d, taps after target layers %s, %lld trained parameters\n",
             d->cfg.n_embd, d->cfg.n_layer, d->cfg.n_ff, d->cfg.n_head, d->cfg.n_head_kv, d->cfg.head_dim,
-            d->cfg.markov_rank, d->cfg.block_size, d->cfg.n_taps, d->cfg.tap_layers[0], (long long)t->n_params);
+            d->cfg.markov_rank, d->cfg.block_size, taps, (long long)t->n_params);
     bn_sampler *smp = bn_sampler_new(&o.smp);
     gen_ctx g = {.m = m, .tok = tok, .es = es, .smp = smp, .tap_layers = d->cfg.tap_layers, .n_taps = d->cfg.n_taps,
                  .n_gen = o.n_gen};
