@@ -81,7 +81,8 @@ static void parse_args(opts *o, int argc, char **argv) {
     const bn_arg_table tables[] = {BN_TABLE(tool_args, o), BN_TABLE(bn_engine_args, &o->eng),
                                    BN_TABLE(bn_sampler_chain_args, &o->smp), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
-    if (!o->eng.model || !o->out || !o->prompts) bn_args_fail(&tool, "-m TARGET.gguf, -o FILE and --prompts are required");
+    if (!o->eng.model || !o->out || !o->prompts)
+        bn_args_fail(&tool, "-m TARGET.gguf, -o FILE and --prompts are required");
     if (o->heads % o->heads_kv) bn_args_fail(&tool, "--draft-heads must be a multiple of --draft-heads-kv");
     o->smp.seed = o->seed;
     o->wtype = bn_type_from_name(o->type ? o->type : "F16");
@@ -206,8 +207,8 @@ static void evaluate(bn_dtrain *t, const dseq *ss, int n, const char *label) {
     }
     double acc = 0;
     for (int i = 0; i < t->cfg.block_size; i++) acc += (double)st.n_pos[i] / (na ? na : 1);
-    fprintf(stderr, "bonsai-train-drafter: %s: %lld anchors, cross-entropy %.4f, top-1 %.2f %%, teacher-forced accepted "
-                    "drafts per verify step %.3f (tokens per step %.3f)\n",
+    fprintf(stderr, "bonsai-train-drafter: %s: %lld anchors, cross-entropy %.4f, top-1 %.2f %%, teacher-forced "
+                    "accepted drafts per verify step %.3f (tokens per step %.3f)\n",
             label, (long long)na, st.ce / (st.n_pred ? st.n_pred : 1), 100.0 * st.n_top1 / (st.n_pred ? st.n_pred : 1),
             acc, 1 + acc);
 }
@@ -255,7 +256,8 @@ static int train(const opts *o, bn_dtrain *t, const dseq *ss, int n, char *err, 
             const int nb = n - pos.data_pos < o->batch ? (int)(n - pos.data_pos) : o->batch;
             int64_t preds = 0;
             for (int b = 0; b < nb; b++) {
-                nanc[b] = pick_anchors(&ss[order[pos.data_pos + b]], B, o->anchors, &pos.rng, anc + (size_t)b * (maxn + 1));
+                int *ab = anc + (size_t)b * (maxn + 1);
+                nanc[b] = pick_anchors(&ss[order[pos.data_pos + b]], B, o->anchors, &pos.rng, ab);
                 preds += (int64_t)nanc[b] * B;
             }
             memset(t->grads, 0, sizeof(float) * (size_t)t->n_params);

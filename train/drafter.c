@@ -98,7 +98,8 @@ static void attention(const bn_drafter_config *c, const fwd_ws *w, const layer_a
                 if (!dout) {
                     float *o = la->att + (size_t)r * qw + (size_t)h * hd;
                     memset(o, 0, sizeof(float) * (size_t)hd);
-                    for (int j = 0; j < n; j++) bn_axpy_f32(o, P[j], key_row(la->cv + ko, la->v + ko, p, a * B, j, kvw), hd);
+                    for (int j = 0; j < n; j++)
+                        bn_axpy_f32(o, P[j], key_row(la->cv + ko, la->v + ko, p, a * B, j, kvw), hd);
                     continue;
                 }
                 const float *go = dout + (size_t)r * qw + (size_t)h * hd;
@@ -111,7 +112,8 @@ static void attention(const bn_drafter_config *c, const fwd_ws *w, const layer_a
                     dot += (double)P[j] * Dp[j];
                 }
                 float *gq = dq + (size_t)r * qw + (size_t)h * hd;
-                for (int j = 0; j < n; j++) { // dS_j = P_j (dP_j − Σ P dP); dq += scale Σ dS_j K_j; dK_j += scale dS_j q
+                // dS_j = P_j (dP_j − Σ P dP); dq += scale Σ dS_j K_j; dK_j += scale dS_j q
+                for (int j = 0; j < n; j++) {
                     const float ds = scale * P[j] * (Dp[j] - (float)dot);
                     const float *kj = key_row(la->ck + ko, la->k + ko, p, a * B, j, kvw);
                     float *dkj = j < p ? dck + (size_t)j * kvw + ko : dk + (size_t)(a * B + j - p) * kvw + ko;
@@ -160,13 +162,15 @@ static void forward(const bn_dtrain *t, const bn_dtrain_seq *seq, fwd_ws *w) {
     for (int il = 0; il < c->n_layer; il++) {
         const bn_dtrain_layer *ly = &t->layers[il];
         layer_act *la = &w->L[il];
-        bn_weight wq = wview(t, ly->attn_q, E, qw), wk = wview(t, ly->attn_k, E, kvw), wv = wview(t, ly->attn_v, E, kvw);
+        bn_weight wq = wview(t, ly->attn_q, E, qw), wk = wview(t, ly->attn_k, E, kvw);
+        bn_weight wv = wview(t, ly->attn_v, E, kvw);
         bn_weight wo = wview(t, ly->attn_output, qw, E), wg = wview(t, ly->ffn_gate, E, F);
         bn_weight wu = wview(t, ly->ffn_up, E, F), wd = wview(t, ly->ffn_down, F, E);
         la->ckp = fz((size_t)N * kvw), la->ck = fz((size_t)N * kvw), la->cv = fz((size_t)N * kvw);
         if (N) lin(&wk, w->g, N, la->ckp), lin(&wv, w->g, N, la->cv);
         head_norm_rope_rows(c, la->ck, la->ckp, c->n_head_kv, t->params + ly->k_norm, N, cpos);
-        la->xin = fz((size_t)T * E), la->a = fz((size_t)T * E), la->xmid = fz((size_t)T * E), la->n2 = fz((size_t)T * E);
+        la->xin = fz((size_t)T * E), la->a = fz((size_t)T * E);
+        la->xmid = fz((size_t)T * E), la->n2 = fz((size_t)T * E);
         la->qp = fz((size_t)T * qw), la->q = fz((size_t)T * qw), la->att = fz((size_t)T * qw);
         la->kp = fz((size_t)T * kvw), la->k = fz((size_t)T * kvw), la->v = fz((size_t)T * kvw);
         la->gate = fz((size_t)T * F), la->up = fz((size_t)T * F), la->sw = fz((size_t)T * F);
@@ -277,7 +281,8 @@ static void backward_layers(bn_dtrain *t, const fwd_ws *w, float *dx, float *dg)
     for (int il = c->n_layer - 1; il >= 0; il--) {
         const bn_dtrain_layer *ly = &t->layers[il];
         const layer_act *la = &w->L[il];
-        bn_weight wq = wview(t, ly->attn_q, E, qw), wk = wview(t, ly->attn_k, E, kvw), wv = wview(t, ly->attn_v, E, kvw);
+        bn_weight wq = wview(t, ly->attn_q, E, qw), wk = wview(t, ly->attn_k, E, kvw);
+        bn_weight wv = wview(t, ly->attn_v, E, kvw);
         bn_weight wo = wview(t, ly->attn_output, qw, E), wg = wview(t, ly->ffn_gate, E, F);
         bn_weight wu = wview(t, ly->ffn_up, E, F), wd = wview(t, ly->ffn_down, F, E);
         float *bufs[] = {dsw, dgate, dup, dn2, datt, dq, dk, dv, dqp, dkp, da, dck, dcv, dckp};

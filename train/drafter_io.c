@@ -46,7 +46,8 @@ bn_dtrain *bn_dtrain_new(const bn_drafter *d) {
         const bn_drafter_layer *ly = &d->layers[il];
         bn_dtrain_layer *o = &t->layers[il];
         char n[64];
-#define L(field, sfx, w, ne0, ne1, vec) (snprintf(n, sizeof n, "blk.%d.%s", il, sfx), o->field = add(t, n, w, ne0, ne1, vec, 1))
+#define L(field, sfx, w, ne0, ne1, vec)                                                                                 \
+    (snprintf(n, sizeof n, "blk.%d.%s", il, sfx), o->field = add(t, n, w, ne0, ne1, vec, 1))
         L(attn_norm, "attn_norm.weight", &ly->attn_norm, E, 1, true);
         L(attn_q, "attn_q.weight", &ly->attn_q, E, qw, false);
         L(attn_k, "attn_k.weight", &ly->attn_k, E, kvw, false);
@@ -124,7 +125,8 @@ int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, s
         }
         int64_t ne[2] = {x->ne0, x->ne1};
         const int nd = x->ne1 > 1 || !strcmp(x->name, "conf_proj.weight") ? 2 : 1;
-        if (rc == 0 && gguf_writer_add_tensor(w, x->name, nd, ne, ty, (uint32_t)ty, bufs[i] ? bufs[i] : src, err, errlen) < 0)
+        const void *data = bufs[i] ? bufs[i] : src;
+        if (rc == 0 && gguf_writer_add_tensor(w, x->name, nd, ne, ty, (uint32_t)ty, data, err, errlen) < 0)
             rc = -1;
     }
     if (rc == 0) rc = gguf_writer_write(w, path, NULL, NULL, err, errlen);

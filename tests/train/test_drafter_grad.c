@@ -32,7 +32,8 @@ static void make_seq(seqdata *s, const bn_drafter_config *c) {
     for (int i = 0; i < NTOK; i++) s->tok[i] = (int32_t)(bn_rng_splitmix64(&st) % (uint64_t)(c->n_vocab - 1));
     const int n = NTOK * c->n_taps * c->n_embd;
     s->taps = malloc(sizeof(float) * (size_t)n);
-    for (int i = 0; i < n; i++) s->taps[i] = (float)((double)(bn_rng_splitmix64(&st) >> 11) / 9007199254740992.0 * 4 - 2);
+    for (int i = 0; i < n; i++)
+        s->taps[i] = (float)((double)(bn_rng_splitmix64(&st) >> 11) / 9007199254740992.0 * 4 - 2);
 }
 
 // (1) trainer logits vs the inference code on the written file
