@@ -1,9 +1,10 @@
 // tools/bonsai-train-drafter.c — trains a DSpark drafter for a target by distillation (docs/dspark.md §11):
-//   bonsai-train-drafter -m TARGET.gguf -o DRAFTER.gguf --prompts train.jsonl [options]
+//   bonsai-train-drafter -m TARGET.gguf -o DRAFTER.gguf --prompts train.jsonl [--text FILE] [options]
 // The target continues every prompt (chat template applied as bonsai-eval-loops does; greedy by default, sampled
 // with --temp) in-process, recording its taps at every position; the drafter (a fresh one of the given shape, or
 // --init-drafter FILE) learns to predict the target's next B tokens from each anchor (train/drafter.h), by AdamW with
-// the linear warmup + decay schedule. --heldout FILE reports the teacher-forced acceptance on other prompts.
+// the linear warmup + decay schedule. --text FILE adds plain text the target reads (teacher-forced: the labels are the
+// text's tokens). --heldout FILE reports the teacher-forced acceptance on other prompts.
 #include "train/drafter.h"
 #include "records/prompts.h"
 #include "core/chat.h"
@@ -23,8 +24,8 @@
 typedef struct {
     bn_engine_opts eng;
     bn_sampler_params smp;
-    const char *out, *init, *prompts, *heldout, *ckpt, *resume;
-    int n_gen, max_prompts, epochs, batch, anchors, save_every;
+    const char *out, *init, *prompts, *heldout, *ckpt, *resume, *text;
+    int n_gen, max_prompts, epochs, batch, anchors, save_every, text_ctx;
     float lr, clip, wd, warmup;
     int layers, ff, heads, heads_kv, head_dim, rank, block, n_taps;
     int taps[BN_DRAFTER_MAX_TAPS];
@@ -37,8 +38,10 @@ typedef struct {
 #define O(f) offsetof(opts, f)
 static const bn_arg tool_args[] = {
     BN_STR("-o, --output", O(out), "FILE", "the trained drafter (dflash convention; required)"),
-    BN_STR("--prompts", O(prompts), "FILE", "training prompts (JSONL, records/prompts.h; required)"),
+    BN_STR("--prompts", O(prompts), "FILE", "training prompts (JSONL, records/prompts.h) the target continues"),
     BN_STR("--heldout", O(heldout), "FILE", "held-out prompts: teacher-forced acceptance before and after training"),
+    BN_STR("--text", O(text), "FILE", "also train on plain text read by the target (labels: the text's tokens)"),
+    BN_INT("--text-ctx", O(text_ctx), "N", "--text window in tokens (128)", 8, 1 << 20),
     BN_STR("--init-drafter", O(init), "FILE", "fine-tune this drafter (shape options are then ignored)"),
     BN_INT("--n-gen", O(n_gen), "N", "tokens the target generates per prompt (128)", 1, 1 << 20),
     BN_INT("--max-prompts", O(max_prompts), "N", "use at most N prompts of each file (0: all)", 0, 1 << 30),
@@ -69,20 +72,21 @@ static const bn_arg tool_args[] = {
 
 static const bn_args_tool tool = {
     .name = "bonsai-train-drafter",
-    .usage = "usage: bonsai-train-drafter -m TARGET.gguf -o DRAFTER.gguf --prompts FILE [options]\n"
+    .usage = "usage: bonsai-train-drafter -m TARGET.gguf -o DRAFTER.gguf --prompts FILE [--text FILE] [options]\n"
              "Trains a DSpark drafter on the target's own continuations (docs/dspark.md §11).\n",
     .notes = "Generation is greedy unless --temp > 0. The drafter borrows the target's token_embd and output.\n"};
 
 static void parse_args(opts *o, int argc, char **argv) {
     *o = (opts){.eng = {.n_ctx = 0}, .smp = bn_sampler_params_default(), .n_gen = 128, .epochs = 2, .batch = 4,
                 .anchors = 48, .lr = 2e-3f, .clip = 1, .wd = 0.01f, .warmup = 0.05f, .layers = 1, .ff = 256,
-                .heads = 4, .heads_kv = 2, .head_dim = 64, .rank = 32, .block = 4, .save_every = 100, .seed = 1};
+                .heads = 4, .heads_kv = 2, .head_dim = 64, .rank = 32, .block = 4, .save_every = 100, .seed = 1,
+                .text_ctx = 128};
     o->smp.temperature = 0;
     const bn_arg_table tables[] = {BN_TABLE(tool_args, o), BN_TABLE(bn_engine_args, &o->eng),
                                    BN_TABLE(bn_sampler_chain_args, &o->smp), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
-    if (!o->eng.model || !o->out || !o->prompts)
-        bn_args_fail(&tool, "-m TARGET.gguf, -o FILE and --prompts are required");
+    if (!o->eng.model || !o->out || (!o->prompts && !o->text))
+        bn_args_fail(&tool, "-m TARGET.gguf, -o FILE and --prompts and/or --text are required");
     if (o->heads % o->heads_kv) bn_args_fail(&tool, "--draft-heads must be a multiple of --draft-heads-kv");
     o->smp.seed = o->seed;
     o->wtype = bn_type_from_name(o->type ? o->type : "F16");
@@ -169,6 +173,36 @@ static int gen_file(gen_ctx *g, const char *path, int max_prompts, dseq **out, c
     bn_progress_finish(&bar, extra);
     bn_prompts_free(ps, n);
     return n;
+}
+
+// text_file: plain text read by the target in windows of ctx tokens, appended to *ss (n so far): each window one
+// sequence with its taps, anchors from position 1, labels the text's own tokens. Returns the new count or -1.
+static int text_file(gen_ctx *g, const char *path, int ctx, dseq **ss, int n, char *err, size_t errlen) {
+    size_t len;
+    char *text = bn_read_file(path, &len, err, errlen);
+    if (!text) return -1;
+    int32_t *ids = NULL;
+    const int nt = bn_tokenize(g->tok, text, len, false, false, &ids);
+    free(text);
+    const size_t row = (size_t)g->n_taps * g->m->cfg.n_embd;
+    const int nw = nt > 0 ? (nt + ctx - 1) / ctx : 0;
+    *ss = xrealloc(*ss, sizeof **ss * (size_t)(n + nw + 1));
+    int rc = 0;
+    for (int w = 0; w < nw && rc == 0; w++) {
+        const int k = nt - w * ctx < ctx ? nt - w * ctx : ctx;
+        dseq *s = &(*ss)[n];
+        *s = (dseq){.tok = xmalloc(sizeof(int32_t) * (size_t)k), .taps = xcalloc((size_t)k * row, sizeof(float)),
+                    .n = k, .first = 1};
+        memcpy(s->tok, ids + (size_t)w * ctx, sizeof(int32_t) * (size_t)k);
+        bn_engine_state_reset(g->es);
+        bn_forward_out out = {.tap_layers = g->tap_layers, .n_taps = g->n_taps, .taps = s->taps};
+        rc = bn_engine_forward(g->es, s->tok, k, &out, err, errlen);
+        n++;
+    }
+    free(ids);
+    if (rc == 0)
+        fprintf(stderr, "bonsai-train-drafter: %d text tokens in %d windows from %s\n", nt > 0 ? nt : 0, nw, path);
+    return rc ? -1 : n;
 }
 
 // load_drafter: --init-drafter, or a fresh random drafter of the option's shape (bn_mkdrafter_write to a temporary
@@ -320,7 +354,8 @@ int main(int argc, char **argv) {
     gen_ctx g = {.m = m, .tok = tok, .es = es, .smp = smp, .tap_layers = d->cfg.tap_layers, .n_taps = d->cfg.n_taps,
                  .n_gen = o.n_gen};
     dseq *tr = NULL, *ho = NULL;
-    int ntr = gen_file(&g, o.prompts, o.max_prompts, &tr, err, sizeof err), nho = 0;
+    int ntr = o.prompts ? gen_file(&g, o.prompts, o.max_prompts, &tr, err, sizeof err) : 0, nho = 0;
+    if (ntr >= 0 && o.text) ntr = text_file(&g, o.text, o.text_ctx, &tr, ntr, err, sizeof err);
     if (ntr >= 0 && o.heldout) nho = gen_file(&g, o.heldout, o.max_prompts, &ho, err, sizeof err);
     int rc = ntr < 0 || nho < 0;
     if (!rc && ho) evaluate(t, ho, nho, "held-out, before");

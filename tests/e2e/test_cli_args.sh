@@ -56,7 +56,7 @@ CASES=(
     --early-stop --lambda-nt --goal-drift -s --seed -t -c -ngl"
   "bonsai-train-drafter||--n-gen --max-prompts --epochs -b --batch --anchors --lr --clip --weight-decay --warmup
     --draft-layers --draft-ff --draft-heads --draft-heads-kv --draft-head-dim --markov-rank --block-size --save-every
-    -s --seed -t -c -ngl --temp"
+    -s --seed -t -c -ngl --temp --text-ctx"
 )
 TOOLS="antidoom bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips
   quantize run serve speculative train-drafter train-lm"

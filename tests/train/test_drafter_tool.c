@@ -1,7 +1,7 @@
 // tests/train/test_drafter_tool.c — bonsai-train-drafter as a program on the tiny random target: it trains and writes
 // a drafter that bonsai-speculative loads and drafts with (greedy text equal to plain decoding up to the shorter
-// length), resumes from its checkpoint, fine-tunes its own output with --init-drafter, and refuses an --init-drafter
-// of another width naming both widths.
+// length), resumes from its checkpoint, fine-tunes its own output with --init-drafter, trains on --text, and refuses an
+// --init-drafter of another width naming both widths.
 #include "tests/test.h"
 #include "tests/spec/fixture.h"
 
@@ -49,6 +49,13 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --epochs 1 %s --init-drafter %s",
              br, tpath, d2path, ppath, shape, dpath);
     CHECK(fx_run(cmd, out, sizeof out) == 0, "--init-drafter: %s", out);
+    // plain text instead of prompts
+    f = fopen(ppath, "w");
+    CHECK(f != NULL, "cannot write %s", ppath);
+    if (f) fputs("the cat sat on the mat and the dog ran far away from the cat and the mat\n", f), fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --text %s --text-ctx 16 --epochs 2 %s", br,
+             tpath, d2path, ppath, shape);
+    CHECK(fx_run(cmd, out, sizeof out) == 0 && strstr(out, "windows from"), "--text: %s", out);
     // a drafter of another width is refused, naming both
     fx_path(bad, sizeof bad, "dt-bad.gguf");
     bn_mkdrafter_params p;
