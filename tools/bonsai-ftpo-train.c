@@ -319,6 +319,9 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
         return 1;
     }
     if (o->plan_only) bn_memplan_print(stdout, &s, &c, &p);
+    if (o->plan_only && o->t.ste_type)
+        printf("(--ste-type: the two requantized copies of the model that training through the quantizer holds are "
+               "not counted)\n");
     int64_t limit = 0;
     if (o->mem_limit) bn_parse_bytes(o->mem_limit, &limit);
     if (limit > 0 && p.total > limit) {
