@@ -175,12 +175,15 @@ static void check_parse(void) {
 
 int main(void) {
     check_parse();
-    int64_t q1_b1_16, q1_b1_32, f16_b4_32;
+    int64_t q1_b1_16, q1_b1_32, q1_b4_32, f16_b4_32, f16_b1_32; // the table of docs/antidoom.md §19
     check_27b(BN_Q1_0, 18, 1, 2, &q1_b1_16);  // Q1_0: 18 B per 128 weights
     check_27b(BN_Q1_0, 18, 1, 4, &q1_b1_32);
+    check_27b(BN_Q1_0, 18, 4, 4, &q1_b4_32);
     check_27b(BN_F16, 256, 4, 4, &f16_b4_32); // F16: 256 B per 128 weights
-    printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32); "
-           "F16 batch 4 fp32 %.2f GB\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9, f16_b4_32 / 1e9);
+    check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
+    printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
+           "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
+           q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);
     CHECK(q1_b1_16 < 12000000000LL, "27B Q1_0 with 16-bit activations over 12 GB: %lld", (long long)q1_b1_16);
     CHECK(f16_b4_32 < 141000000000LL, "27B F16 over 141 GB: %lld", (long long)f16_b4_32);
     char dir[] = "/tmp/bonsai-memplan-XXXXXX";
