@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
                 rows->n_rows, o.pairs, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
     }
     int32_t *tether_tok = NULL;
-    int pr = o.eval_adapter && !o.plan_only ? 0 : plan(&o, m, rows), rc;
+    int pr = o.plan_only || (o.mem_limit && !o.eval_adapter) ? plan(&o, m, rows) : 0, rc;
     if (pr) rc = pr == 2 ? 0 : 1; // --plan-only done, or refused
     else if (o.tether_path && !o.eval_adapter && load_tether(&o, tok, &tether_tok) != 0) rc = 1;
     else if (o.eval_adapter) rc = eval_main(m, rows, o.eval_adapter, &o.t.loss);
