@@ -298,7 +298,8 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     char err[512];
     bn_memplan_cfg c = bn_memplan_cfg_default(4096);
     int longest = 0;
-    for (int i = 0; rows && i < rows->n_rows; i++) longest = rows->rows[i].n_ctx > longest ? rows->rows[i].n_ctx : longest;
+    for (int i = 0; rows && i < rows->n_rows; i++)
+        if (rows->rows[i].n_ctx > longest) longest = rows->rows[i].n_ctx;
     c.ctx = o->plan_ctx > 0 ? o->plan_ctx : longest > 0 ? longest : 4096;
     c.targets = o->t.targets;
     c.rank = o->t.rank;

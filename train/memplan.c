@@ -191,7 +191,7 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
 int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     const bn_config *cf = &s->cfg;
-    if (cf->arch != BN_ARCH_QWEN35 && cf->arch != BN_ARCH_QWEN3 && cf->arch != BN_ARCH_LLAMA && cf->arch != BN_ARCH_QWEN2)
+    if (cf->arch < BN_ARCH_QWEN35 || cf->arch > BN_ARCH_QWEN2)
         return bn_err(err, errlen, "memory plan: unsupported architecture %d", cf->arch);
     if (cf->n_layer <= 0 || cf->n_embd <= 0 || cf->n_vocab <= 0 || cf->n_ff <= 0)
         return bn_err(err, errlen, "memory plan: the model's shape is empty");
@@ -247,7 +247,8 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
             cf->tied_output ? "tied" : bn_type_name(s->type_head));
     fprintf(f, "LoRA r %d on %s: %d tensors, %lld parameters; %d tokens per row, batch %d x %d, dropout %g, "
             "activations %s\n", c->rank, targets_str(c->targets, tg, sizeof tg), p->lora_tensors,
-            (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout, c->act_bytes == 4 ? "fp32" : "16-bit");
+            (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout,
+            c->act_bytes == 4 ? "fp32" : "16-bit");
     fprintf(f, "kept per token per layer (elements): %lld with per-layer recomputation; without it %lld per Gated "
             "DeltaNet layer, %lld per attention layer\n", (long long)p->keep_layer_in, (long long)p->keep_gdn_full,
             (long long)p->keep_attn_full);
