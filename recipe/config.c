@@ -14,7 +14,7 @@ const char *bn_recipe_kind_name(bn_recipe_kind k) { return k >= 0 && k < BN_KIND
 
 bn_recipe_cfg bn_recipe_cfg_default(void) {
     bn_recipe_cfg c = {
-        .kinds = "q1_0", .threads = 2, .n_ctx = 2048, .seed = 1, .mine_seed = 1,
+        .kinds = "adapter", .threads = 2, .n_ctx = 2048, .seed = 1, .mine_seed = 1,
         .mine_prompts = {"data/prompts/train.jsonl", "data/val/tether-prompts.jsonl"}, .n_mine_prompts = 2,
         .mine_max = 600,
         .heldout_prompts = "data/prompts/heldout.jsonl", .heldout_text = "data/heldout.txt",

@@ -50,7 +50,7 @@ static const bn_arg antidoom_args[] = {
     BN_STR("--out", O(c.out_dir), "DIR",
            "every stage's output, the manifest and the report (required; reused on rerun)"),
     BN_STR("--config", O(config), "FILE", "settings as a JSON object (keys: docs/antidoom.md §18); flags override it"),
-    BN_STR("--kind, --kinds", O(c.kinds), "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list)"),
+    BN_STR("--kind, --kinds", O(c.kinds), "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list; default adapter)"),
     BN_TRUE("--full", O(full), "the full budget: all mining and validation prompts, 3 rounds, 2 seeds, 3 Q1_0 tethers"),
     BN_SEED("-s, --seed", O(c.seed), "the first candidate's LoRA init, shuffles and tether windows (then seed+1, ...)"),
     BN_SEED("--mine-seed", O(c.mine_seed), "mining's sampling (apart from -s: runs of several -s can share mining)"),
