@@ -9,6 +9,7 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "core/engine.h"
+#include "quantize/rules.h"
 #include "recipe/recipe.h"
 
 typedef struct {
@@ -50,7 +51,7 @@ static const bn_arg antidoom_args[] = {
     BN_STR("--out", O(c.out_dir), "DIR",
            "every stage's output, the manifest and the report (required; reused on rerun)"),
     BN_STR("--config", O(config), "FILE", "settings as a JSON object (keys: docs/antidoom.md §18); flags override it"),
-    BN_STR("--kind, --kinds", O(c.kinds), "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list)"),
+    BN_STR("--kind, --kinds", O(c.kinds), "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list; default adapter)"),
     BN_TRUE("--full", O(full), "the full budget: all mining and validation prompts, 3 rounds, 2 seeds, 3 Q1_0 tethers"),
     BN_SEED("-s, --seed", O(c.seed), "the first candidate's LoRA init, shuffles and tether windows (then seed+1, ...)"),
     BN_SEED("--mine-seed", O(c.mine_seed), "mining's sampling (apart from -s: runs of several -s can share mining)"),
@@ -82,6 +83,9 @@ static const bn_arg antidoom_args[] = {
     BN_INT("--epochs", O(c.epochs), "N", "epochs", 1, 1000000),
     BN_DOUBLE("--early-stop", O(c.early_stop), "X", "stop at this running chosen_win", 0, 1),
     BN_STR("--targets", O(c.targets), "LIST", "LoRA targets"),
+    BN_STR("--output-tensor-type", O(c.output_type), "TYPE",
+           "q1_0 / q2_0 outputs: output.weight's type (default q6_k, llama-quantize's rule for low-bit files, which "
+           "keeps an lm_head adapter's effect; \"\" = low-bit like the rest)"),
     BN_DOUBLE("--lambda-nt", O(c.lambda_nt), "X", "FTPO non-target tether λ_nt", 0, 1e6),
     BN_DOUBLE("--goal-drift", O(c.goal_drift), "PCT", "validation drift the pick allows before a shortfall", 0, 1e6),
     {0}};
@@ -123,6 +127,9 @@ static void parse(antidoom_opts *a, int argc, char **argv, void **doc) {
         bn_args_fail(&tool, "--lora: bonsai-antidoom trains its own adapter; give the base model alone");
     if (!a->c.out_dir) bn_args_fail(&tool, "--out is required (or \"out\" in --config)");
     if (bn_recipe_parse_kinds(a->c.kinds, err, sizeof err) < 0) bn_args_fail(&tool, "--kind: %s", err);
+    const char *head = bn_recipe_output_type(&a->c);
+    if (head && bn_parse_tensor_type_name(head, false, err, sizeof err) < 0)
+        bn_args_fail(&tool, "--output-tensor-type: %s", err);
 }
 
 int main(int argc, char **argv) {
