@@ -186,10 +186,7 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     for (int64_t j = 0; j < t->ne[1]; j++) {
         uint8_t *out = (uint8_t *)dst + (size_t)j * row_bytes;
         gen_row(&st, c->p, t, c->row);
-        if (t->type == BN_F32) memcpy(out, c->row, sizeof(float) * (size_t)t->ne[0]);
-        else if (t->type == BN_F16) bn_fp32_to_fp16_row(c->row, (uint16_t *)out, t->ne[0]);
-        else if (t->type == BN_BF16) bn_fp32_to_bf16_row(c->row, (uint16_t *)out, t->ne[0]);
-        else if (bn_quantize_ref(t->type, c->row, out, t->ne[0]) != row_bytes)
+        if (bn_quantize_ref(t->type, c->row, out, t->ne[0]) != row_bytes) // F32 / F16 / BF16: plain conversions
             return bn_err(err, errlen, "mkdrafter: cannot quantize '%s' to %s", t->name, bn_type_name(t->type));
     }
     return 0;
