@@ -7,7 +7,6 @@
 #include "base/progress.h"
 #include "base/unicode.h"
 #include "base/util.h"
-#include "core/engine.h"
 #include "core/tokenizer.h"
 #include "mine/runner.h"
 
@@ -79,24 +78,15 @@ int bn_loop_eval_run(bn_mine_opts *o, const struct bn_model *m, const struct bn_
                      bn_loop_outcomes *out, char *err, size_t errlen) {
     *out = (bn_loop_outcomes){0};
     o->mine.chosen.max_tokens = 0; // no pair rows needed
-    bn_engine *eng; // -ngl or --lora: the engine; NULL: CPU sources
-    bn_step_batcher *batch;
-    if (bn_mine_opts_engine(o, m, &eng, &batch, err, errlen)) return -1;
-    bn_source **srcs = bn_mine_opts_sources(o, m, tok, eng, batch, err, errlen);
-    if (!srcs) {
-        bn_step_batcher_free(batch);
-        bn_engine_free(eng);
-        return -1;
-    }
+    bn_mine_gen gen;
+    if (bn_mine_gen_open(o, m, tok, &gen, err, errlen)) return -1;
     run_state s = {.prompts = prompts, .who = who, .log = log, .out = out};
     double t0 = bn_time_ms();
     bn_progress_start(&s.bar, label, n);
-    bn_mine_run(srcs, o->n_parallel, tok, prompts, 0, n, o, on_result, &s);
+    bn_mine_run(gen.srcs, o->n_parallel, tok, prompts, 0, n, o, on_result, &s);
     bn_progress_finish(&s.bar, NULL);
     out->seconds = (bn_time_ms() - t0) / 1000;
-    bn_mine_opts_sources_free(o, srcs);
-    bn_step_batcher_free(batch);
-    bn_engine_free(eng);
+    bn_mine_gen_close(o, &gen);
     return s.log_failed ? bn_err(err, errlen, "writing the generation log failed") : 0;
 }
 
