@@ -13,9 +13,13 @@ static const char *kind_names[BN_KIND_COUNT] = {"adapter", "f16", "q1_0", "q2_0"
 
 const char *bn_recipe_kind_name(bn_recipe_kind k) { return k >= 0 && k < BN_KIND_COUNT ? kind_names[k] : "?"; }
 
+const char *bn_recipe_output_type(const bn_recipe_cfg *c) {
+    return c->output_type && c->output_type[0] ? c->output_type : NULL;
+}
+
 bn_recipe_cfg bn_recipe_cfg_default(void) {
     bn_recipe_cfg c = {
-        .kinds = "q1_0", .threads = 2, .n_ctx = 2048, .seed = 1, .mine_seed = 1,
+        .kinds = "adapter", .threads = 2, .n_ctx = 2048, .seed = 1, .mine_seed = 1,
         .mine_prompts = {"data/prompts/train.jsonl", "data/val/tether-prompts.jsonl"}, .n_mine_prompts = 2,
         .mine_max = 600,
         .heldout_prompts = "data/prompts/heldout.jsonl", .heldout_text = "data/heldout.txt",
@@ -24,6 +28,7 @@ bn_recipe_cfg bn_recipe_cfg_default(void) {
         .val_text = "data/val/train-riddles.txt", .tether_text = "data/val/tether.txt", .val_max = 120,
         .n_predict = 256, .thinking = -2, .prime_repeats = 3, .prime_prefix_tokens = 24, .temps = "0.1,0.5,0.8",
         .headroom = 1, .seeds = 1, .rounds = 2, .epochs = 12, .early_stop = 0.8, .targets = "lm_head",
+        .output_type = "q6_k",
         .lambda_nt = 1, .tether_ctx = 64, .tether_batch = 2, .goal_cut = 0.9, .goal_drift = 1.0};
     // λ_tether per kind: the adapter is not quantized, so a weaker tether holds it; Q2_0 trains with --keep-scales
     const double t_adapter[] = {3, 10}, t_q1[] = {10, 30}, t_q2[] = {1, 3};
@@ -101,7 +106,8 @@ static const cfg_key keys[] = {
     {.name = "model", .type = K_STR, .off = O(model), .section = "run"},
     FLAG("out", K_STR, out_dir, 0, 0, "--out", "DIR",
          "every stage's output, the manifest and the report (required; reused on rerun)"),
-    FLAG("kinds", K_STR, kinds, 0, 0, "--kind, --kinds", "LIST", "outputs: adapter, f16, q1_0, q2_0 (comma list)"),
+    FLAG("kinds", K_STR, kinds, 0, 0, "--kind, --kinds", "LIST",
+         "outputs: adapter, f16, q1_0, q2_0 (comma list; default adapter)"),
     KEY("threads", K_INT, threads, 1, 4096),
     KEY("ctx_size", K_INT, n_ctx, 64, 1 << 20),
     KEY("gpu_layers", K_INT, n_gpu_layers, 0, 1 << 20),
@@ -152,6 +158,9 @@ static const cfg_key keys[] = {
     FLAG("epochs", K_INT, epochs, 1, 1000000, "--epochs", "N", "epochs"),
     FLAG("early_stop", K_REAL, early_stop, 0, 1, "--early-stop", "X", "stop at this running chosen_win"),
     FLAG("targets", K_STR, targets, 0, 0, "--targets", "LIST", "LoRA targets"),
+    FLAG("output_tensor_type", K_STR, output_type, 0, 0, "--output-tensor-type", "TYPE",
+         "q1_0 / q2_0 outputs: output.weight's type (default q6_k, llama-quantize's rule for low-bit files, which "
+         "keeps an lm_head adapter's effect; \"\" = low-bit like the rest)"),
     FLAG("lambda_nt", K_REAL, lambda_nt, 0, 1e6, "--lambda-nt", "X", "FTPO non-target tether λ_nt"),
     KEY("tether_ctx", K_INT, tether_ctx, 2, 1 << 20),
     KEY("tether_batch", K_INT, tether_batch, 1, 1 << 20),

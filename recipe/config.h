@@ -57,6 +57,8 @@ typedef struct {
     int epochs;             // 12
     double early_stop;      // 0.8
     const char *targets;    // "lm_head"
+    const char *output_type; // q1_0 / q2_0 kinds: output.weight's type in their bases, STE and merges, as
+                             // bonsai-quantize --output-tensor-type ("q6_k"; "" = bonsai-quantize's rule: low-bit)
     double lambda_nt;       // 1
     int tether_ctx, tether_batch; // 64, 2
     // pick (validation only)
@@ -83,6 +85,9 @@ void bn_recipe_json_free(void *doc);
 int bn_recipe_parse_kinds(const char *s, char *err, size_t errlen);
 // bn_recipe_kind_name: "adapter", "f16", "q1_0", "q2_0".
 const char *bn_recipe_kind_name(bn_recipe_kind k);
+// bn_recipe_output_type: the q1_0 / q2_0 kinds' output.weight type (c->output_type), or NULL for bonsai-quantize's
+// rule (unset or "").
+const char *bn_recipe_output_type(const bn_recipe_cfg *c);
 // bn_recipe_parse_reals: a comma list of numbers into out[0..max); returns the count or -1 (err).
 int bn_recipe_parse_reals(const char *s, double *out, int max, char *err, size_t errlen);
 // bn_recipe_cfg_json: the settings as a malloc'd JSON text (the manifest keeps it; the report prints it).

@@ -9,6 +9,7 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "core/engine.h"
+#include "quantize/rules.h"
 #include "recipe/recipe.h"
 
 typedef struct {
@@ -61,6 +62,9 @@ static void parse(antidoom_opts *a, int argc, char **argv, void **doc) {
         bn_args_fail(&tool, "--lora: bonsai-antidoom trains its own adapter; give the base model alone");
     if (!a->c.out_dir) bn_args_fail(&tool, "--out is required (or \"out\" in --config)");
     if (bn_recipe_parse_kinds(a->c.kinds, err, sizeof err) < 0) bn_args_fail(&tool, "--kind: %s", err);
+    const char *head = bn_recipe_output_type(&a->c);
+    if (head && bn_parse_tensor_type_name(head, false, err, sizeof err) < 0)
+        bn_args_fail(&tool, "--output-tensor-type: %s", err);
 }
 
 int main(int argc, char **argv) {

@@ -26,8 +26,8 @@ static void on_signal(int sig) {
 }
 
 // merge_main: base + adapter → merged GGUF with per-tensor diagnostics; exit code.
-static int merge_main(const char *base, const char *adapter, const char *type, bool keep_scales, float scale,
-                      const char *out) {
+static int merge_main(const char *base, const char *adapter, const char *type, const char *output_type,
+                      bool keep_scales, float scale, const char *out) {
     char err[512];
     int mode = !strcmp(type, "keep") ? BN_MERGE_KEEP : !strcmp(type, "f16") ? BN_MERGE_F16 : !strcmp(type, "f32") ? BN_MERGE_F32 : -1;
     if (mode < 0 && bn_type_from_name(type) < 0) {
@@ -38,11 +38,15 @@ static int merge_main(const char *base, const char *adapter, const char *type, b
         fprintf(stderr, "bonsai-ftpo-train: --keep-scales needs --merge-type q1_0, q2_0 or pq2_0\n");
         return 1;
     }
+    if (output_type && mode >= 0) {
+        fprintf(stderr, "bonsai-ftpo-train: --output-tensor-type needs --merge-type TYPE (a quantization type)\n");
+        return 1;
+    }
     bn_lora *l = bn_lora_load_gguf(adapter, err, sizeof err);
     if (!l) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
     int rc = mode >= 0 ? bn_lora_merge_gguf(base, l, scale, mode, out, st, err, sizeof err)
-                       : bn_lora_merge_requant(base, l, scale, type, keep_scales, out, st, err, sizeof err);
+                       : bn_lora_merge_requant(base, l, scale, type, output_type, keep_scales, out, st, err, sizeof err);
     if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
     else {
         printf("|dW|/|W|: the adapter's change against the weight; delta_kept: the share of that change the written\n"
@@ -114,6 +118,10 @@ static const bn_arg ftpo_args[] = {
         "with --ste-type Q1_0|Q2_0|PQ2_0 and with --merge-type of that type: adapted weights keep the quantized base's "
         "block scales, the adapter changes only codes (signs, ternary codes; a Q2_0 block's scale is its max |w|, so "
         "without this one large element rescales its whole block). Merge with the flag it was trained with"),
+    BN_STR("--output-tensor-type", O(t.ste_output_type), "TYPE",
+           "with --ste-type and with --merge-type TYPE: output.weight's type, as bonsai-quantize --output-tensor-type "
+           "(e.g. q6_k, llama-quantize's rule for low-bit files, keeps more of an lm_head adapter); merge with the "
+           "type it was trained with"),
     BN_SEED("-s, --seed", O(t.seed), "init / shuffle / dropout seed"),
     BN_SECTION("optimisation"),
     BN_INT("--epochs", O(t.epochs), "N", "epochs", 1, 1000000),
@@ -278,7 +286,8 @@ int main(int argc, char **argv) {
     ftpo_opts o;
     parse_args(&o, argc, argv);
     if (o.merge_adapter)
-        return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_keep_scales, o.lora_scale, o.t.out_adapter);
+        return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_output_type, o.t.ste_keep_scales, o.lora_scale,
+                          o.t.out_adapter);
     char err[512];
     bn_train_set_threads(o.n_threads);
     bn_model *m = bn_model_load(o.model, err, sizeof err);
