@@ -35,6 +35,7 @@ typedef struct {
     bool mine_spread;       // evenly spaced prompts of each file instead of the first ones (false)
     const char *heldout_prompts, *heldout_text; // the held-out evaluation (never used by a pick)
     const char *unseen_prompts;                 // a prompt source no stage touches, evaluated at the end ("": none)
+    const char *other_prompts;                  // the same, from other text than the model's (data/val/prompts-other)
     const char *val_pair_prompts;               // validation pairs (chosen_win) are mined on these
     const char *val_loop_prompts;               // validation loop rate
     const char *val_text;                       // validation perplexity (drift)

@@ -91,6 +91,7 @@ static int stage_eval_base(bn_recipe_run *r, char *err, size_t errlen) {
         snprintf(what, sizeof what, "held-out figures of the %s base", bn_recipe_kind_name(k));
         uint64_t sig = bn_sig(r->sig_val, name) ^ head;
         sig = bn_sig_file(bn_sig_file(bn_sig_file(sig, c->heldout_prompts), c->heldout_text), c->unseen_prompts);
+        sig = bn_sig_file(sig, c->other_prompts);
         if (!bn_run_stage(r, name, sig, what)) {
             json_t *res = bn_run_eval_model(r, name + strlen("eval-"), r->base[k], NULL, file_size(r->base[k]), err,
                                             errlen);
