@@ -16,6 +16,8 @@ size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n) {
     return bn_row_size(type, n);
 }
 
+bool bn_type_keeps_scales(int type) { return type == BN_Q1_0 || type == BN_Q2_0 || type == BN_PQ2_0; }
+
 size_t bn_quantize_keep_scales(int type, const float *src, const void *scales_from, void *dst, int64_t n) {
     void (*f)(const float *, const void *, void *, int64_t) =
         type == BN_Q1_0 ? bn_q1_0_from_float_keep_scales

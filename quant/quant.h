@@ -189,6 +189,8 @@ size_t bn_quantize_ref(int type, const float *src, void *dst, int64_t n);
 // clamp(round(x/d) + 1, 0, 2) (ternary; values beyond ±1.5·d saturate at ±d). A LoRA delta then changes
 // codes, never a block's scale. dst may equal scales_from. Returns bytes written, or 0 for another type.
 size_t bn_quantize_keep_scales(int type, const float *src, const void *scales_from, void *dst, int64_t n);
+// bn_type_keeps_scales: true for the types bn_quantize_keep_scales handles (Q1_0, Q2_0, PQ2_0).
+bool bn_type_keeps_scales(int type);
 
 // ---- Q5_0 / Q5_1 (quant/q5_0.c, q5_1.c): the format functions the type table points at ----------
 // bn_q5_{0,1}_to_float: dequantize n elements (n % 32 == 0), bit-exact with ggml's dequantize_row_q5_*.

@@ -34,7 +34,8 @@ bn_model *bn_requant_model(const bn_model *m, const char *target, const char *ou
 int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *err, size_t errlen);
 // bn_requant_model_keep_scales: from now on bn_requant_model_set quantizes each weight with the block scales
 // it holds now (bn_quantize_keep_scales: the codes change, the scales stay those of the quantized base; for
-// Q1_0, Q2_0 and PQ2_0 weights, others make set fail). Call it right after bn_requant_model.
+// Q1_0, Q2_0 and PQ2_0 weights; a weight of another type, such as a q6_k output head, gets the reference quantizer).
+// Call it right after bn_requant_model.
 void bn_requant_model_keep_scales(bn_model *q);
 // bn_requant_model_apply_lora: for every tensor of l, stores W_eff = deq(Q(W0 + s·B·A)) into q (W0 read from
 // m, the model q was made from; the same fp32 merge as train/merge.h, so a merged-and-requantized file holds

@@ -54,7 +54,7 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     }
     int ty = c->out_type[idx];
     if (ty == BN_F32) memcpy(dst, Wm, sizeof(float) * n);
-    else if (c->keep_scales) { // the base's scales: Q(W) into dst, then the merged codes at those scales
+    else if (c->keep_scales && bn_type_keeps_scales(ty)) { // the base's scales: Q(W), then the merged codes at them
         if (bn_quantize_ref(ty, W, dst, n) != nbytes || bn_quantize_keep_scales(ty, Wm, dst, dst, n) != nbytes) {
             bn_err(err, errlen, "merge: keep-scales: %s would be %s (Q1_0, Q2_0 and PQ2_0 only)", t->name, bn_type_name(ty));
             goto out;
