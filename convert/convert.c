@@ -5,12 +5,10 @@
 #include "base/util.h"
 #include "quant/quant.h"
 #include "convert/safetensors.h"
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 int bn_vhead_to_gguf(int h_hf, int Hk, int Hv) {
     if (Hk <= 0 || Hk == Hv || Hv % Hk != 0) return h_hf;
@@ -36,11 +34,6 @@ int cv_arch_from_name(const char *arch) {
 const char *cv_arch_name(int arch) { return arch == CV_QWEN35 ? "qwen35" : arch == CV_QWEN3 ? "qwen3" : "qwen2"; }
 
 size_t cv_dtype_bytes(int type) { return type == BN_F32 ? 4 : 2; }
-
-int cv_mkdir(const char *dir, char *err, size_t errlen) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return bn_err(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-    return 0;
-}
 
 // ---- name table ---------------------------------------------------------------------------
 

@@ -52,8 +52,6 @@ typedef struct {
 
 // cv_transform: writes the converted tensor (n_el elements of dst_type) into dst; 0 or -1 with err.
 int cv_transform(const cv_job *j, void *dst, char *err, size_t errlen);
-// cv_mkdir: creates dir if missing; 0 or -1 with err.
-int cv_mkdir(const char *dir, char *err, size_t errlen);
 // cv_dtype_bytes: bytes of one element of F32/F16/BF16.
 size_t cv_dtype_bytes(int type);
 #endif

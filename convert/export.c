@@ -307,7 +307,7 @@ int bn_convert_gguf_to_hf(const char *in, const char *out_dir, const bn_convert_
     }
     if (rc == 0) {
         qsort(ec.items, (size_t)n, sizeof(export_item), cmp_item);
-        rc = cv_mkdir(out_dir, err, errlen);
+        rc = bn_mkdir_p(out_dir, err, errlen);
     }
     bn_st_writer *sw = bn_st_writer_new();
     int64_t total = 0;

@@ -145,7 +145,7 @@ int bn_convert_lora_to_peft(const char *adapter, const char *base, const char *o
         if (!seen) json_array_append_new(targets, json_string(short_name));
     }
     if (rc == 0 && n == 0) rc = bn_err(err, errlen, "%s: adapter has no tensors", adapter);
-    if (rc == 0) rc = cv_mkdir(out_dir, err, errlen);
+    if (rc == 0) rc = bn_mkdir_p(out_dir, err, errlen);
     if (rc == 0) {
         qsort(pc.items, (size_t)n, sizeof(peft_item), cmp_peft);
         bn_st_writer *sw = bn_st_writer_new();

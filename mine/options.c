@@ -261,3 +261,21 @@ int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engi
     if (o->n_parallel > 1) *batch = bn_step_batcher_new(2000); // the longest a batch waits for its sequences, us
     return 0;
 }
+
+int bn_mine_gen_open(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok, bn_mine_gen *g,
+                     char *err, size_t errlen) {
+    *g = (bn_mine_gen){0};
+    if (bn_mine_opts_engine(o, m, &g->eng, &g->batch, err, errlen)) return -1;
+    if (!(g->srcs = bn_mine_opts_sources(o, m, tok, g->eng, g->batch, err, errlen))) {
+        bn_mine_gen_close(o, g);
+        return -1;
+    }
+    return 0;
+}
+
+void bn_mine_gen_close(const bn_mine_opts *o, bn_mine_gen *g) {
+    bn_mine_opts_sources_free(o, g->srcs);
+    bn_step_batcher_free(g->batch);
+    bn_engine_free(g->eng);
+    *g = (bn_mine_gen){0};
+}

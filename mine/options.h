@@ -60,4 +60,17 @@ int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engi
                         char *err, size_t errlen);
 // bn_mine_opts_sources_free: frees what bn_mine_opts_sources returned.
 void bn_mine_opts_sources_free(const bn_mine_opts *o, bn_source **srcs);
+
+// The completion sources of a run and what they run on (the engine and step batcher of bn_mine_opts_engine).
+typedef struct {
+    bn_engine *eng;         // NULL: CPU or HTTP sources
+    bn_step_batcher *batch; // NULL: none
+    bn_source **srcs;       // n_parallel of them (at least 1)
+} bn_mine_gen;
+// bn_mine_gen_open: bn_mine_opts_engine, then bn_mine_opts_sources on what it opened, into *g; returns 0, or -1 with
+// err and nothing left open. Close with bn_mine_gen_close.
+int bn_mine_gen_open(const bn_mine_opts *o, const struct bn_model *m, const struct bn_tokenizer *tok, bn_mine_gen *g,
+                     char *err, size_t errlen);
+// bn_mine_gen_close: frees g's sources, then its batcher, then its engine (o: the options it was opened with).
+void bn_mine_gen_close(const bn_mine_opts *o, bn_mine_gen *g);
 #endif

@@ -38,14 +38,9 @@ static bool can_encode(int type) {
     return is_plain(type) || (t && t->from_float_ref);
 }
 
-// encode_row: fp32 → dst_type for n elements (reference quantizer or plain conversion).
+// encode_row: fp32 → dst_type for n elements (the type's reference quantizer; F32 / F16 / BF16: plain conversion).
 static void encode_row(int dst_type, const float *x, void *dst, int64_t n) {
-    switch (dst_type) {
-    case BN_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case BN_F16: bn_fp32_to_fp16_row(x, dst, n); break;
-    case BN_BF16: bn_fp32_to_bf16_row(x, dst, n); break;
-    default: bn_type_traits_of(dst_type)->from_float_ref(x, dst, n); break;
-    }
+    bn_type_traits_of(dst_type)->from_float_ref(x, dst, n);
 }
 
 typedef struct {

@@ -48,6 +48,7 @@ static bn_ftpo_train_opts train_opts(const bn_recipe_cfg *c, const bn_model *m, 
     t.loss.lambda_nt = (float)c->lambda_nt;
     t.ste_type = cd->kind == BN_KIND_Q1_0 ? "Q1_0" : cd->kind == BN_KIND_Q2_0 ? "Q2_0" : NULL;
     t.ste_keep_scales = cd->kind == BN_KIND_Q2_0; // a Q2_0 block's scale is its max |w| (docs/antidoom.md §12)
+    t.ste_output_type = t.ste_type ? bn_recipe_output_type(c) : NULL;
     t.lambda_tether = (float)cd->tether;
     t.tether_ctx = c->tether_ctx;
     t.tether_batch = c->tether_batch;
@@ -90,13 +91,13 @@ static int train_one(const bn_recipe_cfg *c, const char *base, const char *pairs
 }
 
 // merge_one: the adapter into base_f16 as cd's kind writes it; 0 or -1 (err).
-static int merge_one(const char *base_f16, const char *adapter, const char *out, bn_recipe_kind kind, char *err,
-                     size_t errlen) {
+static int merge_one(const bn_recipe_cfg *c, const char *base_f16, const char *adapter, const char *out,
+                     bn_recipe_kind kind, char *err, size_t errlen) {
     bn_lora *l = bn_lora_load_gguf(adapter, err, errlen);
     if (!l) return -1;
     int rc = kind == BN_KIND_Q1_0 || kind == BN_KIND_Q2_0
                  ? bn_lora_merge_requant(base_f16, l, 1.0f, kind == BN_KIND_Q1_0 ? "q1_0" : "q2_0",
-                                         kind == BN_KIND_Q2_0, out, NULL, err, errlen)
+                                         bn_recipe_output_type(c), kind == BN_KIND_Q2_0, out, NULL, err, errlen)
                  : bn_lora_merge_gguf(base_f16, l, 1.0f, BN_MERGE_F16, out, NULL, err, errlen);
     bn_lora_free(l);
     return rc;
@@ -114,7 +115,7 @@ int bn_candidate_train(const bn_recipe_cfg *c, const char *dir, const char *base
     // adapter kind: evaluated through its F16 merge (base + adapter as the engine would compute it) until the engine
     // applies --lora adapters itself
     if (train_one(c, base, pairs, adapter, log, cd, err, errlen) ||
-        merge_one(base_f16, adapter, model, cd->kind, err, errlen))
+        merge_one(c, base_f16, adapter, model, cd->kind, err, errlen))
         return -1;
     bn_loop_stats st;
     if (bn_measure_loops(model, c->val_loop_prompts, c->val_max, g, "validation prompts", js, NULL, &st, NULL, err,

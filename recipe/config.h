@@ -1,11 +1,13 @@
 // recipe/config.h — the settings of bonsai-antidoom (docs/antidoom.md §18): one struct, its defaults, a JSON config
-// file read into it (every key named in one table, with its type; an unknown key or a wrong type is an error naming
-// the key and the file), and the per-stage signatures that decide which finished stages a rerun may reuse.
+// file read into it (every key named in one table, with its type, its range and its flag, if any, so the JSON keys
+// and bonsai-antidoom's flags agree; an unknown key or a wrong type is an error naming the key and the file), and the
+// per-stage signatures that decide which finished stages a rerun may reuse.
 #ifndef BONSAI_RECIPE_CONFIG_H
 #define BONSAI_RECIPE_CONFIG_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "base/args.h"
 
 // Output kinds. adapter: the base file untouched + a LoRA adapter (plain LoRA, applied in float at inference);
 // f16: that adapter merged into the F16 unpack; q1_0 / q2_0: trained through the quantizer (STE), merged and
@@ -25,6 +27,7 @@ typedef struct {
     uint64_t seed;          // -s: LoRA init / shuffles / tether windows of the first candidate (then seed+1, ...) (1)
     uint64_t mine_seed;     // --mine-seed: mining's sampling (1); apart from -s, so runs of several -s share mining
     bool full;              // --full: the demo's budget (all prompts, 3 seeds × tethers)
+    int n_mine_flags;       // --mine-prompts flags read so far (the first replaces the list; not a config key)
     // data (paths relative to the working directory)
     const char *mine_prompts[BN_RECIPE_MAX_LIST]; // prompts mined for pairs
     int n_mine_prompts;
@@ -32,6 +35,7 @@ typedef struct {
     bool mine_spread;       // evenly spaced prompts of each file instead of the first ones (false)
     const char *heldout_prompts, *heldout_text; // the held-out evaluation (never used by a pick)
     const char *unseen_prompts;                 // a prompt source no stage touches, evaluated at the end ("": none)
+    const char *other_prompts;                  // the same, from other text than the model's (data/val/prompts-other)
     const char *val_pair_prompts;               // validation pairs (chosen_win) are mined on these
     const char *val_loop_prompts;               // validation loop rate
     const char *val_text;                       // validation perplexity (drift)
@@ -54,6 +58,8 @@ typedef struct {
     int epochs;             // 12
     double early_stop;      // 0.8
     const char *targets;    // "lm_head"
+    const char *output_type; // q1_0 / q2_0 kinds: output.weight's type in their bases, STE and merges, as
+                             // bonsai-quantize --output-tensor-type ("q6_k"; "" = bonsai-quantize's rule: low-bit)
     double lambda_nt;       // 1
     int tether_ctx, tether_batch; // 64, 2
     // pick (validation only)
@@ -69,12 +75,20 @@ void bn_recipe_cfg_full(bn_recipe_cfg *c);
 // document stays referenced by *c's strings, *doc gets it (free with bn_recipe_json_free). Returns 0, or -1 with err
 // naming the file and the key (unknown key, wrong type, value out of range).
 int bn_recipe_cfg_load_json(bn_recipe_cfg *c, const char *path, void **doc, char *err, size_t errlen);
+// bn_recipe_args: the flags of the settings that have one (the same keys, types and ranges as the JSON config) as a
+// base/args.h table over a bn_recipe_cfg into out[0..cap), ended by {0}; returns the entries before the end, or -1
+// when cap is too small (BN_RECIPE_N_ARGS is enough).
+#define BN_RECIPE_N_ARGS 64
+int bn_recipe_args(bn_arg *out, int cap);
 // bn_recipe_json_free: frees what bn_recipe_cfg_load_json left in *doc.
 void bn_recipe_json_free(void *doc);
 // bn_recipe_parse_kinds: the kinds in s (comma list) as a mask of 1 << bn_recipe_kind; -1 (err) for an unknown one.
 int bn_recipe_parse_kinds(const char *s, char *err, size_t errlen);
 // bn_recipe_kind_name: "adapter", "f16", "q1_0", "q2_0".
 const char *bn_recipe_kind_name(bn_recipe_kind k);
+// bn_recipe_output_type: the q1_0 / q2_0 kinds' output.weight type (c->output_type), or NULL for bonsai-quantize's
+// rule (unset or "").
+const char *bn_recipe_output_type(const bn_recipe_cfg *c);
 // bn_recipe_parse_reals: a comma list of numbers into out[0..max); returns the count or -1 (err).
 int bn_recipe_parse_reals(const char *s, double *out, int max, char *err, size_t errlen);
 // bn_recipe_cfg_json: the settings as a malloc'd JSON text (the manifest keeps it; the report prints it).

@@ -11,78 +11,9 @@
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "eval/perplexity.h"
+#include "mine/loop_eval.h"
 #include "mine/options.h"
-#include "mine/runner.h"
-#include "spec/step_batch.h"
 #include "train/trainer.h"
-
-// State of one loop evaluation, filled in prompt order by on_result.
-typedef struct {
-    bool *looped, *limit;
-    double *len, *rep4;
-    int n_ok, n_loops, rc;
-    int64_t n_tokens;
-    double t0;
-    bn_lineout *log;
-    bn_progress bar;
-} loop_eval;
-
-static bool on_result(void *vctx, int i, int rc, bn_mine_result *r, const char *why) {
-    loop_eval *ev = vctx;
-    char err[512];
-    if (rc < 0) {
-        fprintf(stderr, "\nbonsai-antidoom: prompt %d skipped: %s\n", i, why);
-        return true;
-    }
-    ev->looped[ev->n_ok] = r->looped;
-    ev->limit[ev->n_ok] = r->hit_limit;
-    ev->len[ev->n_ok] = r->n_generated;
-    ev->rep4[ev->n_ok] = r->gen.completion ? bn_seq_rep_n(r->gen.completion, strlen(r->gen.completion), 4) : -1;
-    ev->n_loops += r->looped;
-    ev->n_tokens += r->n_generated;
-    ev->n_ok++;
-    if (ev->log) {
-        char *line = bn_gen_row_to_line(&r->gen, err, sizeof err);
-        if (!line || bn_lineout_write(ev->log, line, strlen(line), err, sizeof err) < 0) ev->rc = -1;
-        free(line);
-    }
-    char extra[64];
-    snprintf(extra, sizeof extra, "loops %d/%d", ev->n_loops, ev->n_ok);
-    bn_progress_update(&ev->bar, i + 1, extra);
-    return ev->rc == 0;
-}
-
-// run_loops: the evaluation proper on a loaded model; 0 or -1 (err).
-static int run_loops(bn_model *m, const bn_tokenizer *tok, const bn_prompt *prompts, int n, const bn_measure_gen *g,
-                     const char *label, loop_eval *ev, char *err, size_t errlen) {
-    bn_mine_opts o = bn_mine_opts_default();
-    o.mine.gen.temperature = 0;
-    o.mine.gen.n_predict = g->n_predict;
-    o.mine.chosen.max_tokens = 0; // no pair rows needed
-    o.mine.thinking = g->thinking;
-    bn_mine_opts_for_model(&o, m); // -2: the model's template decides
-    o.eng.n_ctx = g->n_ctx;
-    o.eng.n_threads = g->threads;
-    o.eng.n_gpu_layers = g->n_gpu_layers;
-    if (g->adapter) o.eng.lora[0] = g->adapter, o.eng.lora_scale[0] = 1, o.eng.n_lora = 1;
-    o.n_parallel = 1;
-    bn_engine *eng; // -ngl: the device engine; NULL: CPU sources
-    bn_step_batcher *batch;
-    if (bn_mine_opts_engine(&o, m, &eng, &batch, err, errlen)) return -1;
-    bn_source **srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, errlen);
-    if (!srcs) {
-        bn_engine_free(eng);
-        return -1;
-    }
-    ev->t0 = bn_time_ms();
-    bn_progress_start(&ev->bar, label, n);
-    bn_mine_run(srcs, 1, tok, prompts, 0, n, &o, on_result, ev);
-    bn_progress_finish(&ev->bar, NULL);
-    bn_mine_opts_sources_free(&o, srcs);
-    bn_step_batcher_free(batch);
-    bn_engine_free(eng);
-    return ev->rc ? bn_err(err, errlen, "writing the generation log failed") : 0;
-}
 
 int bn_measure_loops(const char *model, const char *prompts_path, int max_prompts, const bn_measure_gen *g,
                      const char *label, const char *json_out, const char *log_out, bn_loop_stats *st, double *tok_s,
@@ -94,25 +25,31 @@ int bn_measure_loops(const char *model, const char *prompts_path, int max_prompt
     if (n < 0) return -1;
     bn_model *m = bn_model_load(model, err, errlen);
     bn_tokenizer *tok = m ? bn_tokenizer_from_gguf(m->gguf, err, errlen) : NULL;
-    loop_eval ev = {0};
+    bn_lineout *log = NULL;
     int rc = -1;
-    if (tok && (!log_out || (ev.log = bn_lineout_open(log_out, err, errlen)))) {
-        ev.looped = xcalloc((size_t)n + 1, sizeof *ev.looped);
-        ev.limit = xcalloc((size_t)n + 1, sizeof *ev.limit);
-        ev.len = xcalloc((size_t)n + 1, sizeof *ev.len);
-        ev.rep4 = xcalloc((size_t)n + 1, sizeof *ev.rep4);
-        rc = run_loops(m, tok, prompts, n, g, label, &ev, err, errlen);
-        if (rc == 0 && ev.log) rc = bn_lineout_commit(ev.log, err, errlen);
-        else if (ev.log) bn_lineout_abort(ev.log);
+    if (tok && (!log_out || (log = bn_lineout_open(log_out, err, errlen)))) {
+        bn_mine_opts o = bn_mine_opts_default();
+        o.mine.gen.temperature = 0;
+        o.mine.gen.n_predict = g->n_predict;
+        o.mine.thinking = g->thinking;
+        bn_mine_opts_for_model(&o, m); // -2: the model's template decides
+        o.eng.n_ctx = g->n_ctx;
+        o.eng.n_threads = g->threads;
+        o.eng.n_gpu_layers = g->n_gpu_layers;
+        if (g->adapter) o.eng.lora[0] = g->adapter, o.eng.lora_scale[0] = 1, o.eng.n_lora = 1;
+        o.n_parallel = 1;
+        bn_loop_outcomes out;
+        rc = bn_loop_eval_run(&o, m, tok, prompts, n, label, "bonsai-antidoom", log, &out, err, errlen);
+        if (rc == 0 && log) rc = bn_lineout_commit(log, err, errlen);
+        else if (log) bn_lineout_abort(log);
         if (rc == 0) {
-            bn_loop_stats_compute(ev.looped, ev.limit, ev.len, ev.rep4, ev.n_ok, st);
-            double s = (bn_time_ms() - ev.t0) / 1000;
-            if (tok_s) *tok_s = s > 0 ? ev.n_tokens / s : 0;
+            bn_loop_outcomes_stats(&out, false, st);
+            if (tok_s) *tok_s = out.seconds > 0 ? out.n_tokens / out.seconds : 0;
             char *js = bn_loop_stats_json(st, label);
             if (json_out) rc = bn_write_file_atomic(json_out, js, strlen(js), err, errlen);
             free(js);
         }
-        free(ev.looped), free(ev.limit), free(ev.len), free(ev.rep4);
+        bn_loop_outcomes_free(&out);
     }
     bn_tokenizer_free(tok);
     bn_model_free(m);

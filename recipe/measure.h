@@ -1,6 +1,6 @@
 // recipe/measure.h — the figures bonsai-antidoom measures a model by, in-process: the greedy loop rate over a prompt
-// set (eval/stats.h, with the decode speed), the perplexity over a text (eval/perplexity.h) and chosen_win over the
-// held-out rows of a pair file (train/trainer.h's bn_ftpo_eval), each with progress on stderr.
+// set (mine/loop_eval.h and eval/stats.h, with the decode speed), the perplexity over a text (eval/perplexity.h) and
+// chosen_win over the held-out rows of a pair file (train/trainer.h's bn_ftpo_eval), each with progress on stderr.
 #ifndef BONSAI_RECIPE_MEASURE_H
 #define BONSAI_RECIPE_MEASURE_H
 #include <stddef.h>

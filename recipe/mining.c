@@ -92,35 +92,27 @@ int bn_recipe_mine(const bn_recipe_cfg *c, const char *model, const char *const 
     o.mine.chosen.require_alnum = true;
     o.mine.split = split;
     o.mine.model_file = model;
-    bn_source **srcs = NULL;
     collector col = {0};
-    bn_engine *eng = NULL; // -ngl: the device engine; NULL: CPU sources
-    bn_step_batcher *batch = NULL;
-    if (tok) {
-        bn_mine_opts_for_model(&o, m);
-        if (bn_mine_opts_engine(&o, m, &eng, &batch, err, errlen) == 0)
-            srcs = bn_mine_opts_sources(&o, m, tok, eng, batch, err, errlen);
-    }
-    if (srcs) {
+    bn_mine_gen gen; // -ngl: the device engine; else CPU sources
+    if (tok) bn_mine_opts_for_model(&o, m);
+    if (tok && bn_mine_gen_open(&o, m, tok, &gen, err, errlen) == 0) {
         o.mine.mode = BN_MINE_PRIME; // primed contexts (docs/antidoom.md §3)
         o.mine.phrase_from_prefix = true;
         o.mine.prime_repeats = c->prime_repeats;
         o.mine.prime_prefix_tokens = c->prime_prefix_tokens;
         o.mine.gen.temperature = 0.1f;
         o.mine.gen.seed = seed_prime;
-        mine_pass(srcs, tok, prompts, n, &o, "prompts primed", &col);
+        mine_pass(gen.srcs, tok, prompts, n, &o, "prompts primed", &col);
         o.mine.mode = BN_MINE_SAMPLE; // sampled at each temperature in turn
         o.mine.gen.seed = seed_sample;
         double t[32];
         int nt = bn_recipe_parse_reals(c->temps, t, 32, err, errlen);
         for (int i = 0; i < nt; i++) o.temps[i] = (float)t[i];
         o.n_temps = nt > 0 ? nt : 0;
-        if (nt >= 0) mine_pass(srcs, tok, prompts, n, &o, "prompts sampled", &col);
+        if (nt >= 0) mine_pass(gen.srcs, tok, prompts, n, &o, "prompts sampled", &col);
         if (nt >= 0) rc = bn_pairs_write(out, col.rows, col.n, err, errlen);
-        bn_mine_opts_sources_free(&o, srcs);
+        bn_mine_gen_close(&o, &gen);
     }
-    bn_step_batcher_free(batch);
-    bn_engine_free(eng);
     if (cnt) *cnt = (bn_mine_counts){.n_prompts = n, .n_loops = col.n_loops, .n_pairs = col.n};
     bn_pairs_free(col.rows, col.n);
     bn_tokenizer_free(tok);

@@ -36,6 +36,17 @@ static double size_of(const char *path) {
     return stat(path, &st) == 0 ? (double)st.st_size : 0;
 }
 
+// untouched: the loop statistics of model on a prompt file no stage reads before the end (DIR/eval-NAME-WHICH.json);
+// file NULL or "": none (st left zero). 0 or -1 (err).
+static int untouched(bn_recipe_run *r, const char *model, const bn_measure_gen *g, const char *name,
+                     const char *which, const char *file, bn_loop_stats *st, char *err, size_t errlen) {
+    if (!file || !file[0]) return 0;
+    char js[BN_PATH], label[160];
+    bn_run_path(r, js, sizeof js, "eval-%s-%s.json", name, which);
+    snprintf(label, sizeof label, "%s prompts (%s)", which, name);
+    return bn_measure_loops(model, file, 0, g, label, js, NULL, st, NULL, err, errlen);
+}
+
 json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model, const char *adapter,
                           double size_bytes, char *err, size_t errlen) {
     const bn_recipe_cfg *c = r->c;
@@ -44,26 +55,28 @@ json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model,
     char js[BN_PATH], log[BN_PATH], label[160];
     bn_run_path(r, js, sizeof js, "eval-%s.json", name);
     bn_run_path(r, log, sizeof log, "gen-%s.jsonl", name);
-    bn_loop_stats st, su = {0};
+    bn_loop_stats st, su = {0}, so = {0};
     double tok_s = 0, ppl, cw = -1;
     snprintf(label, sizeof label, "held-out prompts (%s)", name);
     if (bn_measure_loops(model, c->heldout_prompts, 0, &g, label, js, log, &st, &tok_s, err, errlen)) return NULL;
     if ((ppl = bn_measure_ppl(model, c->heldout_text, 128, &g, err, errlen)) < 0) return NULL;
-    bool unseen = c->unseen_prompts && c->unseen_prompts[0];
-    if (unseen) {
-        bn_run_path(r, js, sizeof js, "eval-%s-unseen.json", name);
-        snprintf(label, sizeof label, "unseen prompts (%s)", name);
-        if (bn_measure_loops(model, c->unseen_prompts, 0, &g, label, js, NULL, &su, NULL, err, errlen)) return NULL;
-    }
+    if (untouched(r, model, &g, name, "unseen", c->unseen_prompts, &su, err, errlen) ||
+        untouched(r, model, &g, name, "other", c->other_prompts, &so, err, errlen))
+        return NULL;
     if (r->n_val_pairs > 0 && (cw = bn_measure_chosen_win(model, adapter, r->pairs_val, err, errlen)) < 0) return NULL;
-    fprintf(stderr, "  %s: held-out loop rate %.1f %% (%lld/%lld), seq-rep-4 %.3f, perplexity %.4f%s\n", name,
-            100 * st.loop_rate, (long long)st.n_loops, (long long)st.n, st.mean_rep4, ppl, unseen ? "" : "");
-    return json_pack("{s:s,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "model", model,
+    fprintf(stderr, "  %s: held-out loop rate %.1f %% (%lld/%lld), seq-rep-4 %.3f, perplexity %.4f\n", name,
+            100 * st.loop_rate, (long long)st.n_loops, (long long)st.n, st.mean_rep4, ppl);
+    json_t *res = json_pack("{s:s,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "model", model,
                      "loop_rate", st.loop_rate, "ci_lo", st.ci_lo, "ci_hi", st.ci_hi, "loops", (json_int_t)st.n_loops,
                      "n", (json_int_t)st.n, "seq_rep4", st.mean_rep4, "mean_len", st.mean_len, "ppl", ppl,
                      "chosen_win", cw, "size", size_bytes, "tok_s", tok_s, "unseen_loops", (json_int_t)su.n_loops,
                      "unseen_n", (json_int_t)su.n, "unseen_loop_rate", su.loop_rate, "unseen_ci_lo", su.ci_lo,
                      "unseen_ci_hi", su.ci_hi);
+    if (res)
+        json_object_update(res, json_pack("{s:I,s:I,s:f,s:f,s:f}", "other_loops", (json_int_t)so.n_loops, "other_n",
+                                          (json_int_t)so.n, "other_loop_rate", so.loop_rate, "other_ci_lo", so.ci_lo,
+                                          "other_ci_hi", so.ci_hi));
+    return res;
 }
 
 int bn_run_output(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t errlen) {
@@ -73,6 +86,7 @@ int bn_run_output(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t errlen) 
     snprintf(what, sizeof what, "the %s output from %s, evaluated held-out", kn, r->pick[k]);
     uint64_t sig = bn_sig(bn_sig_file(bn_sig_file(bn_sig(r->sig_kind[k], "out lora"), r->c->heldout_prompts),
                                       r->c->heldout_text), r->c->unseen_prompts);
+    sig = bn_sig_file(sig, r->c->other_prompts);
     if (bn_run_stage(r, name, sig, what)) return 0;
     bn_run_path(r, model, sizeof model, "%s.gguf", r->pick[k]);
     double size;

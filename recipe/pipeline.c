@@ -57,7 +57,8 @@ static int stage_base(bn_recipe_run *r, char *err, size_t errlen) {
     snprintf(r->base[BN_KIND_F16], BN_PATH, "%s", f16);
     bn_run_path(r, r->base[BN_KIND_Q1_0], BN_PATH, "base-q1_0.gguf");
     bn_run_path(r, r->base[BN_KIND_Q2_0], BN_PATH, "base-q2_0.gguf");
-    if (bn_run_stage(r, "base", r->sig_base, "the model unpacked to F16 and requantized (Q1_0, Q2_0)")) return 0;
+    uint64_t sig = r->sig_base ^ r->sig_head;
+    if (bn_run_stage(r, "base", sig, "the model unpacked to F16 and requantized (Q1_0, Q2_0)")) return 0;
     bn_quantize_params p = bn_quantize_params_default();
     p.n_threads = r->c->threads;
     p.log = NULL;
@@ -65,11 +66,12 @@ static int stage_base(bn_recipe_run *r, char *err, size_t errlen) {
     p.type = "F16";
     if (bn_quantize_file(&p, r->c->model, f16, err, errlen)) return -1;
     const char *types[] = {"Q1_0", "Q2_0"};
+    p.output_type = bn_recipe_output_type(r->c);
     for (int i = 0; i < 2; i++) {
         p.type = types[i];
         if (bn_quantize_file(&p, f16, r->base[BN_KIND_Q1_0 + i], err, errlen)) return -1;
     }
-    return bn_run_stage_done(r, "base", r->sig_base, json_object(), err, errlen) ? 0 : -1;
+    return bn_run_stage_done(r, "base", sig, json_object(), err, errlen) ? 0 : -1;
 }
 
 // base_needed: true when kind k's same-type base is evaluated (a kind asked uses it).
@@ -84,10 +86,12 @@ static int stage_eval_base(bn_recipe_run *r, char *err, size_t errlen) {
     for (int k = BN_KIND_F16; k < BN_KIND_COUNT; k++) {
         if (!base_needed(r, (bn_recipe_kind)k)) continue;
         char name[64], what[128], js[BN_PATH];
+        uint64_t head = k == BN_KIND_F16 ? 0 : r->sig_head; // a low-bit base's output.weight type
         snprintf(name, sizeof name, "eval-base-%s", bn_recipe_kind_name(k));
         snprintf(what, sizeof what, "held-out figures of the %s base", bn_recipe_kind_name(k));
-        uint64_t sig = bn_sig(r->sig_val, name);
+        uint64_t sig = bn_sig(r->sig_val, name) ^ head;
         sig = bn_sig_file(bn_sig_file(bn_sig_file(sig, c->heldout_prompts), c->heldout_text), c->unseen_prompts);
+        sig = bn_sig_file(sig, c->other_prompts);
         if (!bn_run_stage(r, name, sig, what)) {
             json_t *res = bn_run_eval_model(r, name + strlen("eval-"), r->base[k], NULL, file_size(r->base[k]), err,
                                             errlen);
@@ -95,7 +99,7 @@ static int stage_eval_base(bn_recipe_run *r, char *err, size_t errlen) {
         }
         snprintf(name, sizeof name, "val-base-%s", bn_recipe_kind_name(k));
         snprintf(what, sizeof what, "validation figures of the %s base (data/val)", bn_recipe_kind_name(k));
-        json_t *v = bn_run_stage(r, name, bn_sig(r->sig_val, name), what);
+        json_t *v = bn_run_stage(r, name, bn_sig(r->sig_val, name) ^ head, what);
         if (!v) {
             bn_loop_stats st;
             bn_run_path(r, js, sizeof js, "val-base-%s.json", bn_recipe_kind_name(k));
@@ -104,7 +108,7 @@ static int stage_eval_base(bn_recipe_run *r, char *err, size_t errlen) {
                 return -1;
             double ppl = bn_measure_ppl(r->base[k], c->val_text, 128, &r->g, err, errlen);
             if (ppl < 0) return -1;
-            v = bn_run_stage_done(r, name, bn_sig(r->sig_val, name),
+            v = bn_run_stage_done(r, name, bn_sig(r->sig_val, name) ^ head,
                                   json_pack("{s:f,s:f}", "val_loop", st.loop_rate, "val_ppl", ppl), err, errlen);
             if (!v) return -1;
         }
@@ -163,6 +167,8 @@ static void signatures(bn_recipe_run *r) {
     const bn_recipe_cfg *c = r->c;
     char buf[512];
     r->sig_base = bn_sig_file(bn_sig(0, "base"), c->model);
+    const char *head = bn_recipe_output_type(c);
+    r->sig_head = head ? bn_sig(bn_sig(0, "output.weight"), head) : 0;
     snprintf(buf, sizeof buf, "gen %d %d %d", c->n_predict, c->thinking, c->n_ctx);
     r->sig_gen = bn_sig(r->sig_base, buf);
     snprintf(buf, sizeof buf, "val %d %llu%s", c->val_max, (unsigned long long)c->mine_seed,

@@ -89,7 +89,24 @@ static void table(FILE *f, const result_row *rw, int n, bool html) {
     if (html) fputs("</table>\n", f);
 }
 
-// goals: per output the held-out loop-rate cut and drift against the goals, and the unseen prompts' loop rates.
+// untouched_line: the loop rates on an untouched prompt file (JSON fields WHICH_loop_rate, ...), when one was given.
+static void untouched_line(FILE *f, const char *li, const char *le, const result_row *rw, int n, const char *which,
+                           const char *what, const char *file) {
+    if (!file || !file[0]) return;
+    char k[5][32];
+    const char *suffix[5] = {"loop_rate", "loops", "n", "ci_lo", "ci_hi"};
+    for (int j = 0; j < 5; j++) snprintf(k[j], sizeof k[j], "%s_%s", which, suffix[j]);
+    fprintf(f, "%s%s (%s), greedy loop rate:", li, what, file);
+    for (int i = 0; i < n; i++) {
+        if (!json_object_get(rw[i].res, k[0])) continue; // evaluated before this file was asked for
+        fprintf(f, "%s %s %.1f %% (%lld/%lld; %.1f-%.1f %%)", i ? ";" : "", rw[i].name, 100 * num(rw[i].res, k[0]),
+                (long long)num(rw[i].res, k[1]), (long long)num(rw[i].res, k[2]), 100 * num(rw[i].res, k[3]),
+                100 * num(rw[i].res, k[4]));
+    }
+    fputs(le, f);
+}
+
+// goals: per output the held-out loop-rate cut and drift against the goals, and the untouched prompts' loop rates.
 static void goals(FILE *f, const bn_recipe_run *r, const result_row *rw, int n, bool html) {
     const char *li = html ? "<li>" : "- ", *le = html ? "</li>\n" : "\n";
     fputs(html ? "<h2>Goals</h2>\n<ul>\n" : "\n## Goals\n\n", f);
@@ -106,15 +123,8 @@ static void goals(FILE *f, const bn_recipe_run *r, const result_row *rw, int n, 
                 cut >= 0.9 ? "✓" : "✗", drift, fabs(drift) <= 2 ? "✓" : "✗", ok ? "**goals met**" : "goals missed",
                 le);
     }
-    if (r->c->unseen_prompts && r->c->unseen_prompts[0]) {
-        fprintf(f, "%sprompts from a source no stage touched (%s), greedy loop rate:", li, r->c->unseen_prompts);
-        for (int i = 0; i < n; i++)
-            fprintf(f, "%s %s %.1f %% (%lld/%lld; %.1f-%.1f %%)", i ? ";" : "", rw[i].name,
-                    100 * num(rw[i].res, "unseen_loop_rate"), (long long)num(rw[i].res, "unseen_loops"),
-                    (long long)num(rw[i].res, "unseen_n"), 100 * num(rw[i].res, "unseen_ci_lo"),
-                    100 * num(rw[i].res, "unseen_ci_hi"));
-        fputs(le, f);
-    }
+    untouched_line(f, li, le, rw, n, "unseen", "prompts no stage touched", r->c->unseen_prompts);
+    untouched_line(f, li, le, rw, n, "other", "prompts from other text, which no stage touched", r->c->other_prompts);
     for (int k = 0; k < BN_KIND_COUNT; k++)
         if (r->kinds & (1 << k))
             fprintf(f, "%s%s: %d round(s), stopped: %s%s", li, bn_recipe_kind_name(k), r->n_rounds[k], r->stop_why[k],

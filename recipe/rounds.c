@@ -91,6 +91,7 @@ int bn_run_kind_rounds(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t err
     snprintf(buf, sizeof buf, "train %g %d %d %g %s %g %d %d %g %g %s", c->lr, c->rank, c->epochs, c->early_stop,
              c->targets, c->lambda_nt, c->tether_ctx, c->tether_batch, c->goal_cut, c->goal_drift, kn);
     uint64_t chain = bn_sig_file(bn_sig(r->sig_mine1 ^ r->sig_val, buf), c->tether_text);
+    if (k == BN_KIND_Q1_0 || k == BN_KIND_Q2_0) chain ^= r->sig_head; // their STE and merges use it
     snprintf(files[0], BN_PATH, "%s", r->pairs_r1);
     bn_candidate best = {0};
     bool have = false;

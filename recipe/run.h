@@ -23,6 +23,7 @@ typedef struct {
     double stage_start;             // when the current stage began, ms
     int stages_run;
     uint64_t sig_base, sig_gen, sig_val, sig_mine1; // signature chains (recipe/config.h's bn_sig)
+    uint64_t sig_head; // the q1_0 / q2_0 kinds' output.weight type (0: the rule): in their bases' and rounds' signatures
     char base[BN_KIND_COUNT][BN_PATH]; // the same-type base file per kind (adapter / f16: the F16 unpack)
     bn_val_base vb[BN_KIND_COUNT];  // its validation figures
     char pairs_val[BN_PATH];        // validation pairs (held-out split)

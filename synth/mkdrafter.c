@@ -1,6 +1,7 @@
 // synth/mkdrafter.c — random DSpark drafter GGUFs in the legacy `dspark` or the `dflash`
 // convention. See synth/mkdrafter.h; names and keys: docs/dspark.md §2.1–2.2, §3.1–3.2.
 #include "synth/mkdrafter.h"
+#include "synth/mkmodel.h"
 #include "base/rng.h"
 #include "gguf/gguf.h"
 #include "base/util.h"
@@ -186,37 +187,24 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     for (int64_t j = 0; j < t->ne[1]; j++) {
         uint8_t *out = (uint8_t *)dst + (size_t)j * row_bytes;
         gen_row(&st, c->p, t, c->row);
-        if (t->type == BN_F32) memcpy(out, c->row, sizeof(float) * (size_t)t->ne[0]);
-        else if (t->type == BN_F16) bn_fp32_to_fp16_row(c->row, (uint16_t *)out, t->ne[0]);
-        else if (t->type == BN_BF16) bn_fp32_to_bf16_row(c->row, (uint16_t *)out, t->ne[0]);
-        else if (bn_quantize_ref(t->type, c->row, out, t->ne[0]) != row_bytes)
+        if (bn_quantize_ref(t->type, c->row, out, t->ne[0]) != row_bytes) // F32 / F16 / BF16: plain conversions
             return bn_err(err, errlen, "mkdrafter: cannot quantize '%s' to %s", t->name, bn_type_name(t->type));
     }
     return 0;
 }
 
-int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err, size_t errlen) {
-    if (bn_mkdrafter_check(p, err, errlen) != 0) return -1;
+void bn_mkdrafter_write_keys(gguf_writer *w, const bn_mkdrafter_params *p) {
     const bool dflash = p->convention == BN_DRAFTER_DFLASH;
     const char *a = dflash ? "dflash" : "dspark";
     const int mask = p->mask_token_id < 0 ? p->n_vocab - 1 : p->mask_token_id;
-    gguf_writer *w = gguf_writer_new();
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
     // drafter-specific keys: double-prefixed in the legacy file, plain in dflash
 #define DKEY(suffix) (snprintf(key, sizeof key, dflash ? "dflash.%s" : "dspark.dspark.%s", suffix), key)
     gguf_set_str(w, "general.architecture", a);
     gguf_set_str(w, "general.name", "bonsai-mkdrafter");
-    gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
-    gguf_set_u32(w, KEY("context_length"), (uint32_t)p->ctx);
-    gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
-    gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
-    gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
-    gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
-    gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)p->head_dim);
-    gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)p->head_dim);
-    gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->norm_eps);
-    gguf_set_f32(w, KEY("rope.freq_base"), p->rope_base);
+    bn_synth_set_shape_keys(w, a, &(bn_synth_shape){p->n_layer, p->ctx, p->n_embd, p->n_ff, p->n_head, p->n_head_kv,
+                                                    p->head_dim, p->norm_eps, p->rope_base});
     if (p->n_rot != p->head_dim) gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)p->n_rot);
     gguf_set_u32(w, DKEY("block_size"), (uint32_t)p->block_size);
     int32_t layers[BN_DRAFTER_MAX_TAPS];
@@ -239,6 +227,12 @@ int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err
     }
 #undef KEY
 #undef DKEY
+}
+
+int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err, size_t errlen) {
+    if (bn_mkdrafter_check(p, err, errlen) != 0) return -1;
+    gguf_writer *w = gguf_writer_new();
+    bn_mkdrafter_write_keys(w, p);
     tlist *l = xcalloc(1, sizeof *l);
     build(l, p);
     int64_t max_ne0 = 0;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include "gguf/gguf.h"
 
 #define BN_DRAFTER_MAX_TAPS 16
 #define BN_DRAFTER_MAX_BLOCK 256 // block_size limit of a loaded drafter (the published ones use 4 and 16)
@@ -48,6 +49,9 @@ typedef struct {
 void bn_mkdrafter_defaults(bn_mkdrafter_params *p);
 // bn_mkdrafter_check: validates the parameters; returns 0 or -1 with err filled.
 int bn_mkdrafter_check(const bn_mkdrafter_params *p, char *err, size_t errlen);
+// bn_mkdrafter_write_keys: adds the drafter's metadata keys of p's convention to w (the tensors are the caller's;
+// p checked by bn_mkdrafter_check). Shared by bn_mkdrafter_write and the trainer's writer (train/drafter_io.c).
+void bn_mkdrafter_write_keys(gguf_writer *w, const bn_mkdrafter_params *p);
 // bn_mkdrafter_write: writes the random drafter to path atomically; returns 0 or -1 with err filled.
 int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err, size_t errlen);
 

@@ -490,6 +490,22 @@ static void set_rope_sections(gguf_writer *w, const char *key, int n_rot) {
     gguf_set_arr(w, key, GGUF_TYPE_INT32, 4, sec);
 }
 
+void bn_synth_set_shape_keys(gguf_writer *w, const char *arch, const bn_synth_shape *s) {
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    gguf_set_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
+    gguf_set_u32(w, KEY("context_length"), (uint32_t)s->ctx);
+    gguf_set_u32(w, KEY("embedding_length"), (uint32_t)s->n_embd);
+    gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)s->n_ff);
+    gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
+    gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_head_kv);
+    gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
+    gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
+    gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->norm_eps);
+    gguf_set_f32(w, KEY("rope.freq_base"), s->rope_base);
+#undef KEY
+}
+
 int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, size_t errlen) {
     if (bn_mkmodel_check(p, err, errlen) != 0) return -1;
     gguf_writer *w = gguf_writer_new();
@@ -499,16 +515,8 @@ int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, si
     gguf_set_str(w, "general.architecture", a);
     gguf_set_str(w, "general.type", "model");
     gguf_set_str(w, "general.name", p->name ? p->name : "bonsai-mkmodel");
-    gguf_set_u32(w, KEY("block_count"), (uint32_t)p->n_layer);
-    gguf_set_u32(w, KEY("context_length"), (uint32_t)p->ctx);
-    gguf_set_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd);
-    gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
-    gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head);
-    gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv);
-    gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)p->head_dim);
-    gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)p->head_dim);
-    gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->norm_eps);
-    gguf_set_f32(w, KEY("rope.freq_base"), p->rope_base);
+    bn_synth_set_shape_keys(w, a, &(bn_synth_shape){p->n_layer, p->ctx, p->n_embd, p->n_ff, p->n_head, p->n_head_kv,
+                                                    p->head_dim, p->norm_eps, p->rope_base});
     if (is_qwen35(p) || p->n_rot != p->head_dim) gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)p->n_rot);
     if (is_qwen35(p)) {
         set_rope_sections(w, KEY("rope.dimension_sections"), p->n_rot);

@@ -55,6 +55,15 @@ typedef struct {
 int bn_mkmodel_defaults(bn_mkmodel_params *p, const char *preset);
 // bn_mkmodel_check: validates the shape parameters; returns 0 or -1 with err filled.
 int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen);
+// The transformer shape both generators (this one and synth/mkdrafter.h) write as ARCH.* keys.
+typedef struct {
+    int n_layer, ctx, n_embd, n_ff, n_head, n_head_kv, head_dim;
+    float norm_eps, rope_base;
+} bn_synth_shape;
+struct gguf_writer;
+// bn_synth_set_shape_keys: writes ARCH.block_count, context_length, embedding_length, feed_forward_length, the
+// attention head counts and key/value lengths, its RMS-norm epsilon and rope.freq_base of s to w (in that order).
+void bn_synth_set_shape_keys(struct gguf_writer *w, const char *arch, const bn_synth_shape *s);
 // bn_mkmodel_write: writes the random model to path atomically; returns 0 or -1 with err filled.
 int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, size_t errlen);
 // bn_mkmodel_n_params: number of weight elements the parameters describe (vocab size of a

@@ -271,18 +271,13 @@ int main(int argc, char **argv) {
     if (!m) return fail(err);
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err);
     if (!tok) return fail(err);
-    bn_engine *eng; // -ngl: the engine on the device, and the batcher of its --parallel sources
-    bn_step_batcher *batch;
-    if (bn_mine_opts_engine(o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
-    bn_source **srcs = bn_mine_opts_sources(o, m, tok, eng, batch, err, sizeof err);
-    if (!srcs) return fail(err);
+    bn_mine_gen gen; // -ngl: the engine on the device, and the batcher of its --parallel sources
+    if (bn_mine_gen_open(o, m, tok, &gen, err, sizeof err) != 0) return fail(err);
     task_out *outs = xcalloc((size_t)n, sizeof *outs);
-    int rc = run_all(&to, tasks, n, tok, srcs, o->n_parallel > 0 ? o->n_parallel : 1, outs);
+    int rc = run_all(&to, tasks, n, tok, gen.srcs, o->n_parallel > 0 ? o->n_parallel : 1, outs);
     if (rc == 0) rc = report(&to, tasks, outs, n);
     free(outs);
-    bn_mine_opts_sources_free(o, srcs);
-    bn_step_batcher_free(batch);
-    bn_engine_free(eng);
+    bn_mine_gen_close(o, &gen);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     bn_tasks_free(tasks, n);

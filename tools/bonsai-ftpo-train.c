@@ -17,6 +17,7 @@
 #include "train/lora.h"
 #include "train/backward.h"
 #include "train/merge.h"
+#include "train/memplan.h"
 #include "quant/quant.h"
 
 // on_signal: SIGINT/SIGTERM finish the current step, checkpoint and exit cleanly.
@@ -26,8 +27,8 @@ static void on_signal(int sig) {
 }
 
 // merge_main: base + adapter → merged GGUF with per-tensor diagnostics; exit code.
-static int merge_main(const char *base, const char *adapter, const char *type, bool keep_scales, float scale,
-                      const char *out) {
+static int merge_main(const char *base, const char *adapter, const char *type, const char *output_type,
+                      bool keep_scales, float scale, const char *out) {
     char err[512];
     int mode = !strcmp(type, "keep") ? BN_MERGE_KEEP : !strcmp(type, "f16") ? BN_MERGE_F16 : !strcmp(type, "f32") ? BN_MERGE_F32 : -1;
     if (mode < 0 && bn_type_from_name(type) < 0) {
@@ -38,11 +39,15 @@ static int merge_main(const char *base, const char *adapter, const char *type, b
         fprintf(stderr, "bonsai-ftpo-train: --keep-scales needs --merge-type q1_0, q2_0 or pq2_0\n");
         return 1;
     }
+    if (output_type && mode >= 0) {
+        fprintf(stderr, "bonsai-ftpo-train: --output-tensor-type needs --merge-type TYPE (a quantization type)\n");
+        return 1;
+    }
     bn_lora *l = bn_lora_load_gguf(adapter, err, sizeof err);
     if (!l) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
     int rc = mode >= 0 ? bn_lora_merge_gguf(base, l, scale, mode, out, st, err, sizeof err)
-                       : bn_lora_merge_requant(base, l, scale, type, keep_scales, out, st, err, sizeof err);
+                       : bn_lora_merge_requant(base, l, scale, type, output_type, keep_scales, out, st, err, sizeof err);
     if (rc) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
     else {
         printf("|dW|/|W|: the adapter's change against the weight; delta_kept: the share of that change the written\n"
@@ -83,8 +88,10 @@ static int eval_main(const bn_model *m, const bn_train_rows *rows, const char *a
 typedef struct {
     bn_ftpo_train_opts t;
     const char *model, *pairs, *targets, *preset, *eval_adapter, *merge_adapter, *merge_type, *tether_path;
+    const char *mem_limit; // --mem-limit as given
     float lora_scale;
-    int max_seq, n_threads, n_gpu_layers;
+    int max_seq, n_threads, n_gpu_layers, plan_ctx, plan_act_bytes;
+    bool plan_only;
     float eps, lnt, lt, taut, lagg, tagg; // loss overrides applied after the preset (NAN: the preset's)
     bool weighted;
 } ftpo_opts;
@@ -98,6 +105,16 @@ static const bn_arg ftpo_args[] = {
            4096),
     BN_INT("-ngl, --gpu-layers, --n-gpu-layers", O(n_gpu_layers), "N",
            "accepted as llama.cpp's tools take it; training runs on the CPU (a warning when N > 0)", 0, INT32_MAX),
+    BN_SECTION("memory plan (docs/antidoom.md §19)"),
+    BN_TRUE("--plan-only", O(plan_only),
+            "print the memory plan of this run's settings as a table and exit (no training; -p and -o not needed)"),
+    BN_STR("--mem-limit", O(mem_limit), "BYTES",
+           "refuse a run (or a plan) whose planned total exceeds this: a byte count or 512M, 12G, 141G (K/M/G/T = "
+           "2^10, 2^20, 2^30, 2^40)"),
+    BN_INT("-c, --ctx-size", O(plan_ctx), "N",
+           "tokens per row the plan assumes (default: the longest row of -p, else 4096)", 1, INT32_MAX),
+    BN_INT("--plan-act-bytes", O(plan_act_bytes), "N",
+           "bytes per activation element in the plan: 4 (fp32, what this CPU trainer keeps) or 2 (16-bit)", 2, 4),
     BN_TRUE("-q", O(t.quiet), "no per-step lines"),
     BN_SECTION("adapter"),
     BN_INT("--rank", O(t.rank), "N", "LoRA rank (default: the model's size preset, see below)", 1, 65536),
@@ -114,6 +131,10 @@ static const bn_arg ftpo_args[] = {
         "with --ste-type Q1_0|Q2_0|PQ2_0 and with --merge-type of that type: adapted weights keep the quantized base's "
         "block scales, the adapter changes only codes (signs, ternary codes; a Q2_0 block's scale is its max |w|, so "
         "without this one large element rescales its whole block). Merge with the flag it was trained with"),
+    BN_STR("--output-tensor-type", O(t.ste_output_type), "TYPE",
+           "with --ste-type and with --merge-type TYPE: output.weight's type, as bonsai-quantize --output-tensor-type "
+           "(e.g. q6_k, llama-quantize's rule for low-bit files, keeps more of an lm_head adapter); merge with the "
+           "type it was trained with"),
     BN_SEED("-s, --seed", O(t.seed), "init / shuffle / dropout seed"),
     BN_SECTION("optimisation"),
     BN_INT("--epochs", O(t.epochs), "N", "epochs", 1, 1000000),
@@ -210,18 +231,23 @@ static void set_loss(ftpo_opts *o) {
 // parse_args: the options into o (exits on --help, --version or a bad or missing option).
 static void parse_args(ftpo_opts *o, int argc, char **argv) {
     *o = (ftpo_opts){.t = bn_ftpo_train_defaults(), .merge_type = "keep", .lora_scale = 1.0f, .max_seq = 6000,
-                     .n_threads = bn_n_threads_default(), .eps = NAN, .lnt = NAN, .lt = NAN, .taut = NAN,
-                     .lagg = NAN, .tagg = NAN};
+                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .eps = NAN, .lnt = NAN, .lt = NAN,
+                     .taut = NAN, .lagg = NAN, .tagg = NAN};
     const bn_arg_table tables[] = {BN_TABLE(ftpo_args, o), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
     if (o->n_gpu_layers > 0)
-        fprintf(stderr, "bonsai-ftpo-train: warning: -ngl %d: training runs on the CPU\n", o->n_gpu_layers);
+        fprintf(stderr, "bonsai-ftpo-train: warning: -ngl %d: training runs on the CPU (there is no GPU trainer; "
+                "--plan-only prints the memory a run of these settings holds)\n", o->n_gpu_layers);
+    if (o->plan_act_bytes != 2 && o->plan_act_bytes != 4) bn_args_fail(&tool, "--plan-act-bytes must be 2 or 4");
     if (bn_progress_mode_now() == BN_PROGRESS_OFF) o->t.quiet = true; // --no-progress: no step lines either
     if (o->merge_adapter) {
         if (!o->model || !o->t.out_adapter) bn_args_fail(&tool, "--merge needs -m BASE.gguf and -o MERGED.gguf");
         return;
     }
-    if (!o->model || !o->pairs || (!o->t.out_adapter && !o->eval_adapter))
+    if (o->mem_limit && bn_parse_bytes(o->mem_limit, &(int64_t){0}) != 0)
+        bn_args_fail(&tool, "--mem-limit: '%s' is not a byte count (e.g. 12G, 512M, 141000000000)", o->mem_limit);
+    if (o->plan_only && !o->model) bn_args_fail(&tool, "--plan-only needs -m MODEL.gguf");
+    if (!o->plan_only && (!o->model || !o->pairs || (!o->t.out_adapter && !o->eval_adapter)))
         bn_args_fail(&tool, "-m, -p and -o (or --eval ADAPTER) are required");
     set_loss(o);
 }
@@ -274,11 +300,58 @@ static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tra
     return 0;
 }
 
+// plan: the memory plan of this run (printed with --plan-only, checked against --mem-limit); returns 0 when the run
+// may go on, 1 when it is refused (over the limit, or the plan cannot be made), 2 when --plan-only is done.
+static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows) {
+    char err[512];
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    int longest = 0;
+    for (int i = 0; rows && i < rows->n_rows; i++)
+        if (rows->rows[i].n_ctx > longest) longest = rows->rows[i].n_ctx;
+    c.ctx = o->plan_ctx > 0 ? o->plan_ctx : longest > 0 ? longest : 4096;
+    c.targets = o->t.targets;
+    c.rank = o->t.rank;
+    c.batch = o->t.batch;
+    c.grad_accum = o->t.grad_accum;
+    c.dropout = o->t.dropout;
+    c.act_bytes = o->plan_act_bytes;
+    c.n_rows = rows ? rows->n_rows : 0;
+    if (o->tether_path) {
+        c.tether_ctx = o->t.tether_ctx;
+        c.tether_batch = o->t.tether_batch;
+        c.tether_cache_mb = o->t.tether_cache_mb;
+    }
+    bn_memshape s = bn_memshape_of_model(m);
+    bn_memplan p;
+    if (bn_memplan_compute(&s, &c, &p, err, sizeof err)) {
+        fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
+        return 1;
+    }
+    if (o->plan_only) bn_memplan_print(stdout, &s, &c, &p);
+    if (o->plan_only && o->t.ste_type)
+        printf("(--ste-type: the two requantized copies of the model that training through the quantizer holds are "
+               "not counted)\n");
+    int64_t limit = 0;
+    if (o->mem_limit) bn_parse_bytes(o->mem_limit, &limit);
+    if (limit > 0 && p.total > limit) {
+        if (!o->plan_only) bn_memplan_print(stderr, &s, &c, &p);
+        fprintf(stderr, "bonsai-ftpo-train: refused: the plan needs %lld B (%.2f GiB), over --mem-limit %s = %lld B "
+                "(%.2f GiB)\n", (long long)p.total, p.total / 1073741824.0, o->mem_limit, (long long)limit,
+                limit / 1073741824.0);
+        return 1;
+    }
+    if (limit > 0 && !o->t.quiet)
+        fprintf(stderr, "ftpo-train: memory plan %lld B (%.2f GiB) within --mem-limit %lld B\n", (long long)p.total,
+                p.total / 1073741824.0, (long long)limit);
+    return o->plan_only ? 2 : 0;
+}
+
 int main(int argc, char **argv) {
     ftpo_opts o;
     parse_args(&o, argc, argv);
     if (o.merge_adapter)
-        return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_keep_scales, o.lora_scale, o.t.out_adapter);
+        return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_output_type, o.t.ste_keep_scales, o.lora_scale,
+                          o.t.out_adapter);
     char err[512];
     bn_train_set_threads(o.n_threads);
     bn_model *m = bn_model_load(o.model, err, sizeof err);
@@ -293,13 +366,17 @@ int main(int argc, char **argv) {
                 o.t.lr, o.t.rank, bn_model_n_params(m) / 1e6);
     }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err); // only for rows without ids
-    bn_train_rows *rows = bn_train_rows_load(o.pairs, tok, m->cfg.n_vocab, o.max_seq, err, sizeof err);
-    if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
-    fprintf(stderr, "ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n",
-            rows->n_rows, o.pairs, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
+    bn_train_rows *rows = NULL;
+    if (o.pairs) {
+        rows = bn_train_rows_load(o.pairs, tok, m->cfg.n_vocab, o.max_seq, err, sizeof err);
+        if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
+        fprintf(stderr, "ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n",
+                rows->n_rows, o.pairs, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
+    }
     int32_t *tether_tok = NULL;
-    int rc;
-    if (o.tether_path && !o.eval_adapter && load_tether(&o, tok, &tether_tok) != 0) rc = 1;
+    int pr = o.plan_only || (o.mem_limit && !o.eval_adapter) ? plan(&o, m, rows) : 0, rc;
+    if (pr) rc = pr == 2 ? 0 : 1; // --plan-only done, or refused
+    else if (o.tether_path && !o.eval_adapter && load_tether(&o, tok, &tether_tok) != 0) rc = 1;
     else if (o.eval_adapter) rc = eval_main(m, rows, o.eval_adapter, &o.t.loss);
     else rc = train(m, rows, &o.t);
     free(tether_tok);

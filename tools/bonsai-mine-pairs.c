@@ -245,11 +245,8 @@ int main(int argc, char **argv) {
     o->mine.model_sha256 = po.sha;
     o->mine.file_type = strrchr(desc, ' ') ? strrchr(desc, ' ') + 1 : desc;
     o->mine.split = po.split;
-    bn_engine *eng; // -ngl: the in-process engine on the GPU, and the batcher of its --parallel sources
-    bn_step_batcher *batch;
-    if (bn_mine_opts_engine(o, m, &eng, &batch, err, sizeof err) != 0) return fail(err);
-    bn_source **srcs = bn_mine_opts_sources(o, m, tok, eng, batch, err, sizeof err);
-    if (!srcs) return fail(err);
+    bn_mine_gen gen; // -ngl: the in-process engine on the GPU, and the batcher of its --parallel sources
+    if (bn_mine_gen_open(o, m, tok, &gen, err, sizeof err) != 0) return fail(err);
     FILE *fp = fopen(po.out_path, "a"), *fg = fopen(po.gen_log, "a");
     if (!fp || !fg) return fail("cannot open the outputs for appending");
     miner mn = {.fp = fp, .fg = fg, .fp_path = po.out_path, .fg_path = po.gen_log, .prompts = prompts,
@@ -257,15 +254,13 @@ int main(int argc, char **argv) {
                 .t0 = bn_time_ms()};
     bn_progress_start(&mn.bar, "prompts", n_prompts);
     if (rs.n_done < n_prompts && mn.n_pairs < po.target_pairs)
-        bn_mine_run(srcs, o->n_parallel, tok, prompts, rs.n_done, n_prompts, o, on_result, &mn);
+        bn_mine_run(gen.srcs, o->n_parallel, tok, prompts, rs.n_done, n_prompts, o, on_result, &mn);
     bn_progress_finish(&mn.bar, NULL);
     fclose(fp);
     fclose(fg);
     fprintf(stderr, "done: %d prompts this run, %d pairs, %d loops in total; pairs in %s, log in %s\n", mn.n_done,
             mn.n_pairs, mn.n_loops, po.out_path, po.gen_log);
-    bn_mine_opts_sources_free(o, srcs);
-    bn_step_batcher_free(batch);
-    bn_engine_free(eng);
+    bn_mine_gen_close(o, &gen);
     bn_tokenizer_free(tok);
     bn_model_free(m);
     bn_mine_opts_free(o);

@@ -75,3 +75,15 @@ double bn_sched_lr(double lr, int64_t k, int64_t total, int64_t warmup) {
     double f = (double)(total - k) / (double)(total - warmup);
     return lr * (f > 0 ? f : 0);
 }
+
+int bn_adamw_commit(bn_buf *b, const bn_adamw *o, const char *path, char *err, size_t errlen) {
+    BN_PUT(b, o->t);
+    bn_put(b, o->m, sizeof(float) * (size_t)o->n);
+    bn_put(b, o->v, sizeof(float) * (size_t)o->n);
+    uint32_t crc = bn_crc32(0, b->p, b->n);
+    BN_PUT(b, crc);
+    int rc = bn_write_file_atomic(path, b->p, b->n, err, errlen);
+    free(b->p);
+    b->p = NULL, b->n = b->cap = 0;
+    return rc;
+}

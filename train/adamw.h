@@ -3,6 +3,8 @@
 #ifndef BONSAI_TRAIN_ADAMW_H
 #define BONSAI_TRAIN_ADAMW_H
 #include <stdint.h>
+#include <stddef.h>
+#include "base/bytebuf.h"
 
 typedef struct {
     float beta1, beta2; // 0.9, 0.999
@@ -25,6 +27,10 @@ void bn_adamw_free(bn_adamw *o);
 // bn_adamw_step: one update with learning rate lr: t += 1; m, v moments; θ ← θ(1 − lr·wd);
 // θ ← θ − lr·m̂/(√v̂ + eps). Returns the new t.
 int64_t bn_adamw_step(bn_adamw *o, const bn_adamw_cfg *cfg, float lr, float *params, const float *grads);
+
+// bn_adamw_commit: the end of a checkpoint: appends o's step and moments (i64 t, f32 m[n], f32 v[n]) and the CRC32
+// of everything in b to b, writes b to path atomically and frees b's bytes. Returns 0 or -1 with err.
+int bn_adamw_commit(bn_buf *b, const bn_adamw *o, const char *path, char *err, size_t errlen);
 
 // bn_grad_norm: global L2 norm of n gradients (accumulated in double).
 double bn_grad_norm(const float *g, int64_t n);

@@ -37,14 +37,7 @@ int bn_checkpoint_save(const char *path, const bn_lora *l, const bn_adamw *o, co
     }
     BN_PUT(&b, l->n_params);
     bn_put(&b, l->params, (size_t)l->n_params * sizeof(float));
-    BN_PUT(&b, o->t);
-    bn_put(&b, o->m, (size_t)o->n * sizeof(float));
-    bn_put(&b, o->v, (size_t)o->n * sizeof(float));
-    uint32_t crc = bn_crc32(0, b.p, b.n);
-    BN_PUT(&b, crc);
-    int rc = bn_write_file_atomic(path, b.p, b.n, err, errlen);
-    free(b.p);
-    return rc;
+    return bn_adamw_commit(&b, o, path, err, errlen);
 }
 
 

@@ -24,13 +24,15 @@ int bn_fake_quantize(int type, const float *w, float *out, int64_t n_in, int64_t
     return rc;
 }
 
-int bn_requant_type(const char *target, const char *name, const int64_t ne[4], int src_type, bool tied,
-                    char *err, size_t errlen) {
+int bn_requant_type(const char *target, const char *output_type, const char *name, const int64_t ne[4],
+                    int src_type, bool tied, char *err, size_t errlen) {
     int ftype, def;
     if (bn_parse_ftype(target, false, &ftype, &def, err, errlen) != 0) return -1;
     bn_quant_rules rules;
     bn_quant_rules_init(&rules, ftype, def, false);
     rules.tied = tied;
+    if (output_type && (rules.output_type = bn_parse_tensor_type_name(output_type, false, err, errlen)) < 0)
+        return -1;
     int n_dims = 4;
     while (n_dims > 1 && ne[n_dims - 1] <= 1) n_dims--;
     bn_tensor_choice ch;
@@ -77,7 +79,7 @@ typedef struct {
     const void **keep_of; // [n_keep] their quantized bytes when keep-scales was turned on (never written again)
 } requant_model;
 
-bn_model *bn_requant_model(const bn_model *m, const char *target, char *err, size_t errlen) {
+bn_model *bn_requant_model(const bn_model *m, const char *target, const char *output_type, char *err, size_t errlen) {
     requant_model *rm = xcalloc(1, sizeof *rm);
     rm->q = *m;
     rm->q.w.layers = xmalloc(sizeof(bn_layer_weights) * (size_t)(m->cfg.n_layer > 0 ? m->cfg.n_layer : 1));
@@ -93,7 +95,7 @@ bn_model *bn_requant_model(const bn_model *m, const char *target, char *err, siz
         if (!w->data || !w->name) continue;
         int64_t ne[4];
         for (int d = 0; d < 4; d++) ne[d] = w->ne[d] > 0 ? w->ne[d] : 1;
-        int ty = bn_requant_type(target, w->name, ne, w->type, m->cfg.tied_output, err, errlen);
+        int ty = bn_requant_type(target, output_type, w->name, ne, w->type, m->cfg.tied_output, err, errlen);
         if (ty < 0) goto fail;
         if (ty == w->type) continue; // bonsai-quantize copies it byte for byte
         int64_t nrows = ne[1] * ne[2] * ne[3];

@@ -17,16 +17,17 @@
 int bn_fake_quantize(int type, const float *w, float *out, int64_t n_in, int64_t n_out);
 
 // bn_requant_type: the bn_type `bonsai-quantize --type target` (default rules: not pure, no
-// llama-mix) writes for tensor `name` of shape ne {ne0, ne1, ne2, ne3} stored as src_type; tied =
-// the model has no output.weight. Returns the type, or -1 (err: unknown target, shape no type holds).
-int bn_requant_type(const char *target, const char *name, const int64_t ne[4], int src_type, bool tied,
-                    char *err, size_t errlen);
+// llama-mix; output_type: its --output-tensor-type, NULL for the rule) writes for tensor `name` of shape ne
+// {ne0, ne1, ne2, ne3} stored as src_type; tied = the model has no output.weight. Returns the type, or -1 (err:
+// unknown target or output type, shape no type holds).
+int bn_requant_type(const char *target, const char *output_type, const char *name, const int64_t ne[4],
+                    int src_type, bool tied, char *err, size_t errlen);
 
 // bn_requant_model: a copy of m in memory whose weights are exactly what `bonsai-quantize --type
-// target` would store (quantized bytes; weights whose type does not change are shared with m, as
-// are cfg arrays and the GGUF handle). m must outlive the copy. Free it with bn_requant_model_free
-// (never bn_model_free). Returns NULL with err filled.
-bn_model *bn_requant_model(const bn_model *m, const char *target, char *err, size_t errlen);
+// target [--output-tensor-type output_type]` would store (output_type NULL: the rule; quantized bytes; weights
+// whose type does not change are shared with m, as are cfg arrays and the GGUF handle). m must outlive the copy.
+// Free it with bn_requant_model_free (never bn_model_free). Returns NULL with err filled.
+bn_model *bn_requant_model(const bn_model *m, const char *target, const char *output_type, char *err, size_t errlen);
 // bn_requant_model_set: stores fp32 values w (all elements of weight `name`) into the copy q, quantized to
 // the type q holds for that weight (its own buffer from then on; m is never written). Returns 0 or -1 (err:
 // no such weight in q, no quantizer).

@@ -49,6 +49,7 @@ typedef struct { float *p; size_t n; } buf_ent;
 static pthread_mutex_t g_buf_mu = PTHREAD_MUTEX_INITIALIZER;
 static buf_ent *g_live, *g_cache; // buffers handed out / kept for reuse
 static size_t g_n_live, g_cap_live, g_n_cache, g_cap_cache, g_cache_bytes;
+static size_t g_live_bytes, g_peak_bytes; // bytes handed out now / the most at once (bn_train_mem_peak)
 
 static void buf_push(buf_ent **arr, size_t *len, size_t *cap, float *p, size_t n) {
     if (*len == *cap) {
@@ -75,11 +76,21 @@ static float *fbuf(size_t n, bool zero) {
     if (!p) p = zero ? xcalloc(n, sizeof(float)) : xmalloc(n * sizeof(float));
     pthread_mutex_lock(&g_buf_mu);
     buf_push(&g_live, &g_n_live, &g_cap_live, p, n);
+    g_live_bytes += n * sizeof(float);
+    if (g_live_bytes > g_peak_bytes) g_peak_bytes = g_live_bytes;
     pthread_mutex_unlock(&g_buf_mu);
     return p;
 }
 
 static float *fzeros(size_t n) { return fbuf(n, true); }
+
+size_t bn_train_mem_peak(bool reset) {
+    pthread_mutex_lock(&g_buf_mu);
+    size_t peak = g_peak_bytes;
+    if (reset) g_peak_bytes = g_live_bytes;
+    pthread_mutex_unlock(&g_buf_mu);
+    return peak;
+}
 
 // ffree: releases p (from fbuf: kept for reuse while the cache has room; anything else: free()).
 static void ffree(void *p) {
@@ -90,6 +101,7 @@ static void ffree(void *p) {
         if (g_live[i].p == p) {
             n = g_live[i].n;
             g_live[i] = g_live[--g_n_live];
+            g_live_bytes -= n * sizeof(float);
             break;
         }
     bool keep = n > 0 && g_cache_bytes + n * sizeof(float) <= BUF_CACHE_MAX;

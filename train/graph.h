@@ -8,6 +8,7 @@
 #define BONSAI_TRAIN_GRAPH_H
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include "core/model.h"
 #include "train/lora.h"
 #include "base/rng.h"
@@ -43,6 +44,10 @@ bn_train_graph *bn_train_forward_all_lora(const bn_model *m, bn_lora *l, const i
 // bn_train_backward_all_lora: given dlogits {n_vocab, n} of a bn_train_forward_all_lora graph, ADDS ∂L/∂A and
 // ∂L/∂B into l->grads. Returns 0 or -1 (err).
 int bn_train_backward_all_lora(bn_train_graph *g, const float *dlogits, char *err, size_t errlen);
+// bn_train_mem_peak: the most bytes of this module's activation and working buffers (layer inputs, one layer's
+// intermediates and gradients, dequantized layer copies; not the kernels' own scratch) alive at once since the last
+// reset; reset starts a new count from the bytes alive now. Returns the peak (train/memplan.h plans these bytes).
+size_t bn_train_mem_peak(bool reset);
 // bn_train_graph_free: frees the saved activations (NULL is fine).
 void bn_train_graph_free(bn_train_graph *g);
 

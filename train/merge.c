@@ -71,9 +71,10 @@ out:
 }
 
 // merge_write: bn_lora_merge_gguf, or with ks_target the adapted tensors in the type `bonsai-quantize --type
-// ks_target` gives them, quantized with keep-scales (everything else copied); 0 or -1 (err).
+// ks_target [--output-tensor-type ks_output]` gives them, quantized with keep-scales (everything else copied);
+// 0 or -1 (err).
 static int merge_write(const char *base_path, const bn_lora *l, float user_scale, int mode, const char *ks_target,
-                       const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
+                       const char *ks_output, const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
     gguf_file *g = gguf_open(base_path, err, errlen);
     if (!g) return -1;
     merge_ctx c = {.g = g, .l = l, .user_scale = user_scale, .keep_scales = ks_target != NULL, .stats = stats};
@@ -96,7 +97,8 @@ static int merge_write(const char *base_path, const bn_lora *l, float user_scale
         }
         if (ks_target) {
             int64_t ne[4] = {t->ne[0], t->ne[1], 1, 1};
-            if ((c.out_type[i] = bn_requant_type(ks_target, t->name, ne, t->type, tied, err, errlen)) < 0) goto out;
+            if ((c.out_type[i] = bn_requant_type(ks_target, ks_output, t->name, ne, t->type, tied, err, errlen)) < 0)
+                goto out;
         } else if (mode == BN_MERGE_F16) c.out_type[i] = BN_F16;
         else if (mode == BN_MERGE_F32) c.out_type[i] = BN_F32;
         const bn_type_traits *tr = bn_type_traits_of(c.out_type[i]);
@@ -128,7 +130,7 @@ out:
 
 int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale, int mode, const char *out_path,
                        bn_merge_stat *stats, char *err, size_t errlen) {
-    return merge_write(base_path, l, user_scale, mode, NULL, out_path, stats, err, errlen);
+    return merge_write(base_path, l, user_scale, mode, NULL, NULL, out_path, stats, err, errlen);
 }
 
 // requant_stats: stats of every adapted tensor of out_path (quantized) against base_path; 0 or -1.
@@ -153,17 +155,20 @@ static int requant_stats(const char *base_path, const char *out_path, const bn_l
 }
 
 int bn_lora_merge_requant(const char *base_path, const bn_lora *l, float user_scale, const char *target,
-                          bool keep_scales, const char *out_path, bn_merge_stat *stats, char *err, size_t errlen) {
+                          const char *output_type, bool keep_scales, const char *out_path, bn_merge_stat *stats,
+                          char *err, size_t errlen) {
     // the fp32 merge in a temporary file (keep_scales: the adapted tensors already in their target type), then
     // the requantize driver on it: every tensor gets exactly the type and bytes `bonsai-quantize --type target`
     // would give, adapted ones from their fp32 values (keep_scales: copied, as their type no longer changes)
     size_t n = strlen(out_path) + 32;
     char *tmp = xmalloc(n);
     snprintf(tmp, n, "%s.merge-f32.tmp", out_path);
-    int rc = merge_write(base_path, l, user_scale, BN_MERGE_F32, keep_scales ? target : NULL, tmp, NULL, err, errlen);
+    int rc = merge_write(base_path, l, user_scale, BN_MERGE_F32, keep_scales ? target : NULL, output_type, tmp, NULL,
+                         err, errlen);
     if (rc == 0) {
         bn_quantize_params p = bn_quantize_params_default();
         p.type = target;
+        p.output_type = output_type;
         p.allow_requantize = true;
         p.log = NULL;
         rc = bn_quantize_file(&p, tmp, out_path, err, errlen);

@@ -30,12 +30,14 @@ typedef struct {
 int bn_lora_merge_gguf(const char *base_path, const bn_lora *l, float user_scale, int mode, const char *out_path,
                        bn_merge_stat *stats, char *err, size_t errlen);
 
-// bn_lora_merge_requant: base + adapter, then every tensor as `bonsai-quantize --type target` writes it; the
+// bn_lora_merge_requant: base + adapter, then every tensor as `bonsai-quantize --type target` (with
+// `--output-tensor-type output_type` unless NULL) writes it; the
 // adapted tensors are quantized straight from the fp32 merge (no F16 step), so their dequantized values equal
 // the STE forward weights of bonsai-ftpo-train --ste-type target (train/fakequant.h); keep_scales: with the
 // block scales of the quantized base (bn_quantize_keep_scales; the STE forward of --keep-scales). stats as
 // above (kept and sign flips measured on the written, quantized tensors). Returns 0 or -1 (err).
 int bn_lora_merge_requant(const char *base_path, const bn_lora *l, float user_scale, const char *target,
-                          bool keep_scales, const char *out_path, bn_merge_stat *stats, char *err, size_t errlen);
+                          const char *output_type, bool keep_scales, const char *out_path, bn_merge_stat *stats,
+                          char *err, size_t errlen);
 
 #endif

@@ -34,14 +34,7 @@ int bn_sft_checkpoint_save(const char *path, const bn_sft_params *p, const bn_ad
     }
     BN_PUT(&b, p->n_params);
     bn_put(&b, p->params, sizeof(float) * (size_t)p->n_params);
-    BN_PUT(&b, o->t);
-    bn_put(&b, o->m, sizeof(float) * (size_t)o->n);
-    bn_put(&b, o->v, sizeof(float) * (size_t)o->n);
-    uint32_t crc = bn_crc32(0, b.p, b.n);
-    BN_PUT(&b, crc);
-    int rc = bn_write_file_atomic(path, b.p, b.n, err, errlen);
-    free(b.p);
-    return rc;
+    return bn_adamw_commit(&b, o, path, err, errlen);
 }
 
 

@@ -217,7 +217,11 @@ static int run_adapter(train_run *run, char *err, size_t errlen) {
     run->pos = (bn_train_pos){.step = 0, .total_steps = run->S}; // win[] zeroed
     char ste_tag[sizeof run->pos.ste]; // what the checkpoint records of --ste-type: "", "Q1_0", "Q2_0+keep" ...
     if (o->ste_keep_scales && !o->ste_type) return bn_err(err, errlen, "keep-scales needs --ste-type");
-    snprintf(ste_tag, sizeof ste_tag, "%s%s", o->ste_type ? o->ste_type : "", o->ste_keep_scales ? "+keep" : "");
+    if (o->ste_output_type && !o->ste_type) return bn_err(err, errlen, "an STE output type needs --ste-type");
+    int tag_len = snprintf(ste_tag, sizeof ste_tag, "%s%s%s%s", o->ste_type ? o->ste_type : "",
+                           o->ste_keep_scales ? "+keep" : "", o->ste_output_type ? "/" : "",
+                           o->ste_output_type ? o->ste_output_type : "");
+    if (tag_len >= (int)sizeof ste_tag) return bn_err(err, errlen, "STE type tag '%s' is too long", ste_tag);
     bn_rng_seed(&run->pos.rng, o->seed + 1);
     if ((o->resume_path ? run_resume(run, ste_tag, err, errlen) : run_fresh(run, err, errlen)) != 0) return -1;
     const bn_lora *l = run->l;
@@ -227,8 +231,9 @@ static int run_adapter(train_run *run, char *err, size_t errlen) {
                 l->n_tensors, (long long)l->n_params, l->r, l->alpha, (long long)run->S, (long long)run->W, o->batch,
                 o->grad_accum, o->resume_path ? ", resumed" : "");
     if (!o->quiet && o->ste_type)
-        fprintf(stderr, "ftpo-train: STE through %s: forward on deq(Q(W0 + s·B·A))%s, reference = the %s base\n",
-                o->ste_type, o->ste_keep_scales ? " with the base's block scales" : "", o->ste_type);
+        fprintf(stderr, "ftpo-train: STE through %s%s%s: forward on deq(Q(W0 + s·B·A))%s, reference = the %s base\n",
+                o->ste_type, o->ste_output_type ? ", output.weight " : "", o->ste_output_type ? o->ste_output_type : "",
+                o->ste_keep_scales ? " with the base's block scales" : "", o->ste_type);
     snprintf(run->pos.ste, sizeof run->pos.ste, "%s", ste_tag);
     return 0;
 }
@@ -240,8 +245,8 @@ static int run_models(train_run *run, char *err, size_t errlen) {
     const bn_model *m = run->m;
     if (o->ste_type) {
         if (o->dropout > 0) return bn_err(err, errlen, "--ste-type needs LoRA dropout 0");
-        if (!(run->m_q = bn_requant_model(m, o->ste_type, err, errlen)) ||
-            !(run->m_ste = bn_requant_model(m, o->ste_type, err, errlen)))
+        if (!(run->m_q = bn_requant_model(m, o->ste_type, o->ste_output_type, err, errlen)) ||
+            !(run->m_ste = bn_requant_model(m, o->ste_type, o->ste_output_type, err, errlen)))
             return -1;
         if (o->ste_keep_scales) bn_requant_model_keep_scales(run->m_ste);
         run->l->ste = true;

@@ -48,6 +48,8 @@ typedef struct {
     bool ste_keep_scales;    // with ste_type: adapted weights quantized with the quantized base's block scales
                              // (bn_quantize_keep_scales: Q1_0/Q2_0/PQ2_0; the adapter changes codes, not scales);
                              // part of the checkpoint ("TYPE+keep"). Merge the same way (bn_lora_merge_requant).
+    const char *ste_output_type; // with ste_type: output.weight's type, as bonsai-quantize --output-tensor-type
+                                 // (NULL: the type rules); part of the checkpoint ("TYPE/T")
     // plain-text tether (train/tether.h; off when lambda_tether <= 0 or there are no tokens): every optimizer step
     // adds lambda_tether · mean_t KL(p_ref(·|t) ‖ p_θ(·|t)) over tether_batch windows of tether_ctx tokens of
     // tether_tokens, p_ref = the reference model (the quantized base under STE); the windows are a function of seed

@@ -54,9 +54,12 @@ CASES=(
   "bonsai-prune-flips||--cw-drop --mu --ctx --max-text -t"
   "bonsai-antidoom||--mine-max-prompts --val-max-prompts -n --n-predict --thinking --rounds --seeds --lr --rank --epochs
     --early-stop --lambda-nt --goal-drift -s --seed -t -c -ngl"
+  "bonsai-train-drafter||--n-gen --max-prompts --epochs -b --batch --anchors --lr --clip --weight-decay --warmup
+    --draft-layers --draft-ff --draft-heads --draft-heads-kv --draft-head-dim --markov-rank --block-size --save-every
+    -s --seed -t -c -ngl --temp --text-ctx"
 )
 TOOLS="antidoom bench convert eval-loops eval-tasks ftpo-train gguf mine-pairs mkdrafter mkmodel perplexity prune-flips
-  quantize run serve speculative train-lm"
+  quantize run serve speculative train-drafter train-lm"
 
 for c in "${CASES[@]}"; do
   IFS='|' read -r -d '' tool pre opts <<< "$c" # -d '': the whole case, not its first line

@@ -9,6 +9,7 @@
 #     own chosen_win on its train pairs at least 0.5 (the base's: at most 0.1, its rejected tokens are its argmax),
 #     perplexity within 2 % of the Q1_0 base's (the held-out text);
 #   - a rerun with the same --out runs no stage again and writes the same report.md;
+#   - the outputs are evaluated on the prompts from other text (--other-prompts) and report.md says so;
 #   - a changed input (--unseen-prompts) reruns the stages that read it and says so, and reuses mining and training.
 # Every figure must be a number. Loop rates are not asserted: one round on this budget does not lower them (the
 # model leaves "--" for the next loop, "You"; on-policy rounds are what cut it, notes/antidoom-results.md, where the
@@ -21,9 +22,10 @@ command -v jq > /dev/null || { echo "SKIP: jq missing (installed by ./bonsai.sh 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$src"
+head -20 data/val/prompts-other.jsonl > "$dir/other.jsonl"
 run=("$bld/tools/bonsai-antidoom" -m data/bonsai-loop-1bit.gguf --out "$dir/run" --kind adapter,q1_0 -t 2 -n 128
      --mine-max-prompts 240 --val-max-prompts 90 --rounds 1 --seeds 1 --tethers adapter=3 --tethers q1_0=10 --epochs 30
-     --no-progress)
+     --other-prompts "$dir/other.jsonl" --no-progress)
 "${run[@]}" > "$dir/out1.txt" 2> "$dir/log1.txt" || { tail -30 "$dir/log1.txt"; echo "FAIL: bonsai-antidoom failed"; exit 1; }
 tail -25 "$dir/out1.txt"
 fails=0
@@ -50,6 +52,9 @@ check "$pa <= 1.02 * $pq" "Q1_0 perplexity $pa within +2% of the Q1_0 base $pq"
 grep -q '^| antidoom-adapter ' "$dir/run/report.md" && grep -q '^| antidoom-q1_0 ' "$dir/run/report.md" ||
     { echo "FAIL report.md lacks an output row"; fails=$((fails + 1)); }
 grep -q '<svg' "$dir/run/report.html" || { echo "FAIL report.html has no plot"; fails=$((fails + 1)); }
+no=$(res out-adapter other_n)
+check "$no == 20" "the adapter output was evaluated on the 20 prompts from other text ($no)"
+grep -q '^- prompts from other text' "$dir/run/report.md" || { echo "FAIL report.md lacks the other-text line"; fails=$((fails + 1)); }
 # a rerun: nothing runs again, the same report
 cp "$dir/run/report.md" "$dir/report1.md"
 "${run[@]}" > /dev/null 2> "$dir/log2.txt" || { tail "$dir/log2.txt"; echo "FAIL: the rerun failed"; exit 1; }

@@ -1,6 +1,7 @@
 // tests/recipe/test_recipe.c — bonsai-antidoom's settings and stage bookkeeping, without a model:
 //   - the JSON config: every key read with its type, --full's budget under the file's keys, and an unknown key, a
 //     wrong type or an out-of-range value refused with the file and the key named;
+//   - bonsai-antidoom's flags, made from the same key table: the fields, ranges and list flags they set;
 //   - output kinds and number lists;
 //   - the manifest: a finished stage is reused only with the same signature, survives a reload, and a missing or
 //     malformed manifest is handled;
@@ -65,6 +66,36 @@ static void test_config(void) {
     char *js = bn_recipe_cfg_json(&c);
     CHECK(js && strstr(js, "\"tethers_q2_0\""), "settings as JSON");
     free(js);
+}
+
+// test_flags: bonsai-antidoom's flags come from the config's key table: a flag sets the field its key sets, with the
+// key's range (a value the config refuses, the flag refuses too), and the list flags replace the defaults.
+static void test_flags(void) {
+    char err[512];
+    bn_arg args[BN_RECIPE_N_ARGS];
+    int n = bn_recipe_args(args, BN_RECIPE_N_ARGS);
+    CHECK(n > 20 && bn_recipe_args(args, 8) < 0, "%d flags; a short table is refused", n);
+    bn_recipe_args(args, BN_RECIPE_N_ARGS);
+    bn_recipe_cfg c = bn_recipe_cfg_default();
+    bn_arg_table tables[] = {BN_TABLE(args, &c), {0}};
+    char *ok[] = {"--rounds", "3", "-s", "9", "--lr", "0.5", "--mine-spread", "--kind", "f16", "--mine-prompts",
+                  "x.jsonl", "--tethers", "q2_0=4,5,6", "--goal-drift", "2.5", "--thinking", "0"};
+    int rc = bn_args_read(tables, (int)(sizeof ok / sizeof *ok), ok, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    CHECK(c.rounds == 3 && c.seed == 9 && c.lr == 0.5 && c.mine_spread && !strcmp(c.kinds, "f16") &&
+              c.goal_drift == 2.5 && c.thinking == 0,
+          "values set");
+    CHECK(c.n_mine_prompts == 1 && !strcmp(c.mine_prompts[0], "x.jsonl"), "the first --mine-prompts replaces");
+    CHECK(c.n_tethers[BN_KIND_Q2_0] == 3 && c.tethers[BN_KIND_Q2_0][2] == 6, "--tethers");
+    char *bad[] = {"--rounds", "65"};
+    CHECK(bn_args_read(tables, 2, bad, err, sizeof err) < 0 && strstr(err, "--rounds"), "flag range: %s", err);
+    void *doc;
+    const char *f = put_file("rounds.json", "{\"rounds\": 65}");
+    CHECK(bn_recipe_cfg_load_json(&c, f, &doc, err, sizeof err) < 0 && strstr(err, "\"rounds\""),
+          "the config's range is the flag's: %s", err);
+    char *none[] = {"--headroom", "2"};
+    CHECK(bn_args_read(tables, 2, none, err, sizeof err) < 0 && strstr(err, "unknown option"),
+          "a config-only key has no flag: %s", err);
 }
 
 static void test_manifest(void) {
@@ -159,6 +190,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     if (system(cmd) != 0) return test_skip("cannot make a temporary folder");
     test_config();
+    test_flags();
     test_manifest();
     test_round_pairs();
     test_order_and_svg();

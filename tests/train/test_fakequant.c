@@ -27,7 +27,7 @@ static void test_model(const char *base, const char *type) {
     bn_model *m = bn_model_load(base, err, sizeof err), *mq = bn_model_load(out, err, sizeof err);
     CHECK(m && mq, "load: %s", err);
     if (!m || !mq) { bn_model_free(m); bn_model_free(mq); return; }
-    bn_model *fq = bn_requant_model(m, type, err, sizeof err);
+    bn_model *fq = bn_requant_model(m, type, NULL, err, sizeof err);
     CHECK(fq != NULL, "requant model %s: %s", type, err);
     if (fq) {
         bn_weight *a[256], *b[256];

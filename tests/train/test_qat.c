@@ -54,7 +54,7 @@ static void test_selection(const bn_model *m) {
     int n_qat = 0, n_want = 0, bad_sel = 0, bad_vals = 0;
     for (int i = 0; i < p->n_tensors; i++) {
         const bn_sft_tensor *t = &p->t[i];
-        int ty = bn_requant_type("Q1_0", t->name, t->ne, BN_F32, m->cfg.tied_output, err, sizeof err);
+        int ty = bn_requant_type("Q1_0", NULL, t->name, t->ne, BN_F32, m->cfg.tied_output, err, sizeof err);
         bool want = ty == BN_Q1_0;
         n_want += want;
         n_qat += t->qat;

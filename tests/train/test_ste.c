@@ -15,7 +15,9 @@
 //  5. keep-scales (bn_quantize_keep_scales, --keep-scales) for Q1_0, Q2_0, PQ2_0: re-quantizing deq(Q(x)) gives
 //     Q(x) byte for byte; an element pushed to 3·d keeps its block's scale (saturates at +d) where the
 //     reference quantizer rescales the block; an element moved to 0.1·d gives code 0 (Q2_0); other types are
-//     refused; part 2 also holds for Q2_0 with keep-scales, and every adapted block keeps the base's scale.
+//     refused; part 2 also holds for Q2_0 with keep-scales, and every adapted block keeps the base's scale;
+//  6. with an output type (bonsai-quantize --output-tensor-type q8_0), part 2 holds and the merged file's output
+//     weight has that type (without one: the low-bit type, bonsai-quantize's rule).
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
@@ -70,7 +72,7 @@ static void test_definition(const bn_model *m) {
     char err[256];
     int V = m->cfg.n_vocab;
     bn_lora *l = make_lora(m);
-    bn_model *q = bn_requant_model(m, "Q1_0", err, sizeof err), *ref = bn_requant_model(m, "F32", err, sizeof err);
+    bn_model *q = bn_requant_model(m, "Q1_0", NULL, err, sizeof err), *ref = bn_requant_model(m, "F32", NULL, err, sizeof err);
     CHECK(q && ref, "requant models: %s", err);
     if (!q || !ref) return;
     CHECK(bn_requant_model_apply_lora(q, m, l, err, sizeof err) == 0, "apply lora: %s", err);
@@ -130,12 +132,12 @@ static int scales_kept(const bn_weight *w, const bn_weight *q0) {
     return 1;
 }
 
-// test_merge: part 2 (type "q1_0" or "q2_0"; keep: keep-scales, part 5).
-static void test_merge(const bn_model *m, const char *base, const char *type, bool keep) {
+// test_merge: part 2 (type "q1_0" or "q2_0"; keep: keep-scales, part 5; head: output.weight's type, part 6).
+static void test_merge(const bn_model *m, const char *base, const char *type, bool keep, const char *head) {
     char err[256], out[600];
     int V = m->cfg.n_vocab;
     bn_lora *l = make_lora(m);
-    bn_model *q = bn_requant_model(m, type, err, sizeof err), *q0 = bn_requant_model(m, type, err, sizeof err);
+    bn_model *q = bn_requant_model(m, type, head, err, sizeof err), *q0 = bn_requant_model(m, type, head, err, sizeof err);
     if (!q || !q0) { CHECK(0, "requant: %s", err); return; }
     if (keep) bn_requant_model_keep_scales(q);
     if (bn_requant_model_apply_lora(q, m, l, err, sizeof err)) { CHECK(0, "STE model: %s", err); return; }
@@ -151,9 +153,9 @@ static void test_merge(const bn_model *m, const char *base, const char *type, bo
         CHECK(n_kept == l->n_tensors, "%s keep-scales: adapted weights keep the base's block scales (%d of %d)", type,
               n_kept, l->n_tensors);
     }
-    snprintf(out, sizeof out, "%s/merged_%s%s.gguf", dir, type, keep ? "_keep" : "");
+    snprintf(out, sizeof out, "%s/merged_%s%s%s.gguf", dir, type, keep ? "_keep" : "", head ? "_head" : "");
     bn_merge_stat *st = xcalloc((size_t)l->n_tensors, sizeof *st);
-    CHECK(bn_lora_merge_requant(base, l, 1.0f, type, keep, out, st, err, sizeof err) == 0, "merge requant: %s", err);
+    CHECK(bn_lora_merge_requant(base, l, 1.0f, type, head, keep, out, st, err, sizeof err) == 0, "merge requant: %s", err);
     bn_model *mm = bn_model_load(out, err, sizeof err);
     CHECK(mm != NULL, "merged loads: %s", err);
     if (mm) {
@@ -166,8 +168,12 @@ static void test_merge(const bn_model *m, const char *base, const char *type, bo
             n_w++;
             n_same += a[i]->type == b[i]->type && memcmp(a[i]->data, b[i]->data, bytes) == 0;
         }
-        CHECK(n_same == n_w, "%s%s: merged file == STE weights byte for byte (%d of %d)", type, keep ? " keep" : "", n_same,
-              n_w);
+        CHECK(n_same == n_w, "%s%s%s: merged file == STE weights byte for byte (%d of %d)", type, keep ? " keep" : "",
+              head ? " head" : "", n_same, n_w);
+        const bn_weight *out_w = mm->cfg.tied_output ? &mm->w.token_embd : &mm->w.output;
+        int want = head ? bn_type_from_name(head) : bn_type_from_name(type);
+        CHECK(out_w->type == want, "%s: the output weight is %s (want %s)", type, bn_type_name(out_w->type),
+              bn_type_name(want));
         CHECK(st[0].type == bn_type_from_name(type) && st[0].kept != 0, "stats on the quantized tensors (kept %g)",
               st[0].kept);
         float *z_ste = xmalloc(sizeof(float) * V), *z_m = xmalloc(sizeof(float) * V), *z_e = xmalloc(sizeof(float) * V);
@@ -234,7 +240,7 @@ static double merged_win(const char *base, const char *adapter, const bn_train_r
     snprintf(out, sizeof out, "%s/merged_%s.gguf", dir, tag);
     double win = -1;
     bn_ftpo_cfg cfg = bn_ftpo_cfg_antidoom();
-    if (bn_lora_merge_requant(base, l, 1.0f, type, keep, out, NULL, err, sizeof err) == 0) {
+    if (bn_lora_merge_requant(base, l, 1.0f, type, NULL, keep, out, NULL, err, sizeof err) == 0) {
         bn_model *mm = bn_model_load(out, err, sizeof err);
         bn_ftpo_eval_result r;
         if (mm && bn_ftpo_eval(mm, rows, NULL, &cfg, -1, &r, err, sizeof err) == 0) win = r.chosen_win;
@@ -248,7 +254,7 @@ static double merged_win(const char *base, const char *adapter, const bn_train_r
 // test_ftpo: parts 3 and 4.
 static void test_ftpo(const bn_model *m, const char *base) {
     char err[256], a_plain[600], a_ste[600], ckpt[600];
-    bn_model *mq = bn_requant_model(m, "Q1_0", err, sizeof err);
+    bn_model *mq = bn_requant_model(m, "Q1_0", NULL, err, sizeof err);
     if (!mq) { CHECK(0, "requant: %s", err); return; }
     bn_train_rows *rows = fx_ftpo_rows(mq);
     bn_ftpo_eval_result r0;
@@ -327,11 +333,12 @@ int main(void) {
     bn_model *m = fx_tiny_model(dir, BN_F16, base, sizeof base);
     if (!m) return test_done("train_ste");
     test_definition(m);
-    test_merge(m, base, "q1_0", false);
+    test_merge(m, base, "q1_0", false, NULL);
+    test_merge(m, base, "q1_0", false, "q8_0");
     test_keep_scales_codec(BN_Q1_0);
     test_keep_scales_codec(BN_Q2_0);
     test_keep_scales_codec(BN_PQ2_0);
-    test_merge(m, base, "q2_0", true);
+    test_merge(m, base, "q2_0", true, NULL);
     test_ftpo(m, base);
     bn_model_free(m);
     char cmd[600];

@@ -1,6 +1,7 @@
 // tests/train/test_tool.c — bonsai-ftpo-train end to end as a program on the tiny qwen35: train
 // (adapter, checkpoint, JSONL log written; exit 0), --eval (table with base and adapter rows),
-// --merge (merged GGUF loads), --ste-type + --merge-type q1_0, and clear exit-1 errors (missing pairs file, bad flag, bad line).
+// --merge (merged GGUF loads), --ste-type + --merge-type q1_0, the memory plan (--plan-only, --mem-limit), and clear
+// exit-1 errors (missing pairs file, bad flag, bad line).
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
@@ -51,8 +52,9 @@ int main(void) {
     fclose(f);
 
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/a.gguf' --rank 4 --epochs 2 --batch 2 --grad-accum 1 --lr 1e-2 --early-stop 0 "
-             "--checkpoint '%s/ck.bin' --log '%s/log.jsonl' -t 2", model, pairs, dir, dir, dir);
+             "--checkpoint '%s/ck.bin' --log '%s/log.jsonl' -t 2 --mem-limit 1G", model, pairs, dir, dir, dir);
     CHECK(run(args) == 0, "training exits 0");
+    CHECK(out_has("within --mem-limit 1073741824 B"), "the memory plan checked against --mem-limit");
     CHECK(out_has("step 6/6") && out_has("epoch 2 eval"), "per-step lines and epoch evals");
     char path[700];
     snprintf(path, sizeof path, "%s/a.gguf", dir);
@@ -91,6 +93,21 @@ int main(void) {
     CHECK(run(args) == 1 && out_has("bonsai-ftpo-train: ") && out_has("missing.jsonl"), "missing pairs file: exit 1 with the path");
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/b.gguf' --bogus", model, pairs, dir);
     CHECK(run(args) == 1 && out_has("--bogus"), "unknown flag: exit 1");
+    // the memory plan (docs/antidoom.md §19): without pairs, with pairs (the longest row, 6 rows' reference logits of
+    // 512 floats = 12288 B), and a run over --mem-limit refused with the numbers; -ngl says training is on the CPU
+    snprintf(args, sizeof args, "-m '%s' --plan-only -c 64 --rank 4", model);
+    CHECK(run(args) == 0 && out_has("memory plan: qwen35, 4 layers (3 Gated DeltaNet, 1 attention)") &&
+              out_has("64 tokens per row") && out_has("rows unknown"), "--plan-only without pairs");
+    snprintf(args, sizeof args, "-m '%s' -p '%s' --plan-only --rank 4", model, pairs);
+    CHECK(run(args) == 0 && out_has("4 tokens per row") && out_has("12288"), "--plan-only with pairs");
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/c.gguf' --rank 4 --mem-limit 64K -ngl 3", model, pairs, dir);
+    CHECK(run(args) == 1 && out_has("refused: the plan needs") && out_has("over --mem-limit 64K = 65536 B") &&
+              out_has("-ngl 3: training runs on the CPU"), "over --mem-limit: refused with the numbers");
+    snprintf(path, sizeof path, "%s/c.gguf", dir);
+    CHECK(access(path, R_OK) != 0, "a refused run writes no adapter");
+    snprintf(args, sizeof args, "-m '%s' --plan-only --mem-limit 12Q", model);
+    CHECK(run(args) == 1 && out_has("--mem-limit"), "a malformed --mem-limit: exit 1");
+
     f = fopen(pairs, "a");
     fprintf(f, "{\"context_before\":\"\",\"rejected_token\":\"r\",\"rejected_decoded\":\"r\",\"multi_chosen_tokens\":[\"c\"],"
                "\"multi_chosen_decoded\":[\"c\"],\"source\":\"test\",\"source_prompt\":\"p\",\"repetition\":{\"start_char\":0,"

@@ -1,0 +1,71 @@
+// tests/train/test_drafter_tool.c — bonsai-train-drafter as a program on the tiny random target: it trains and writes
+// a drafter that bonsai-speculative loads and drafts with (greedy text equal to plain decoding up to the shorter
+// length), resumes from its checkpoint, fine-tunes its own output with --init-drafter, trains on --text, and refuses an
+// --init-drafter of another width naming both widths.
+#include "tests/test.h"
+#include "tests/spec/fixture.h"
+
+static const char *text_end(const char *out) { return strstr(out, "\n\nencoded"); }
+
+int main(void) {
+    const char *br = getenv("BONSAI_BUILD_ROOT");
+    if (!br) return test_skip("BONSAI_BUILD_ROOT not set (run through meson test)");
+    char tpath[200], ppath[200], dpath[200], d2path[200], ck[200], bad[200], cmd[2048];
+    static char out[1 << 16], plain[1 << 15];
+    fx_target(fx_path(tpath, sizeof tpath, "dt-target.gguf"));
+    fx_path(ppath, sizeof ppath, "dt-prompts.jsonl");
+    fx_path(dpath, sizeof dpath, "dt-drafter.gguf");
+    fx_path(d2path, sizeof d2path, "dt-drafter2.gguf");
+    fx_path(ck, sizeof ck, "dt.ckpt");
+    FILE *f = fopen(ppath, "w");
+    CHECK(f != NULL, "cannot write %s", ppath);
+    if (!f) return test_done("test_train_drafter_tool");
+    fputs("{\"prompt\": \"the cat sat\"}\n{\"prompt\": \"a dog ran far\"}\n\"one two three\"\n", f);
+    fclose(f);
+    const char *shape = "--n-gen 24 -b 2 --draft-layers 1 --draft-ff 32 --markov-rank 8 -t 1 --no-progress";
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --heldout %s --epochs 3 %s "
+             "--checkpoint %s --save-every 1", br, tpath, dpath, ppath, ppath, shape, ck);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "train: %s", out);
+    CHECK(strstr(out, "held-out, after") && strstr(out, "wrote"), "train output lacks its report: %s", out);
+    CHECK(access(ck, F_OK) == 0, "no checkpoint written");
+    // the drafter drives bonsai-speculative; greedy output equals plain decoding
+    const char *common = "-p 'the cat sat' -n 40 --temp 0 -t 1 --spec-draft-n-max 4 --no-spec-adaptive";
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-speculative -m %s --spec-type none %s", br, tpath, common);
+    CHECK(fx_run(cmd, plain, sizeof plain) == 0, "plain: %s", plain);
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-speculative -m %s -md %s --spec-type draft-dspark %s", br, tpath, dpath,
+             common);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "dspark with the trained drafter: %s", out);
+    const char *e1 = text_end(plain), *e2 = text_end(out);
+    CHECK(e1 && e2, "no generated text");
+    if (e1 && e2) {
+        size_t n = (size_t)(e1 - plain) < (size_t)(e2 - out) ? (size_t)(e1 - plain) : (size_t)(e2 - out);
+        CHECK(strncmp(plain, out, n) == 0, "greedy text differs from plain decoding");
+    }
+    CHECK(strstr(out, "n_drafted = ") && !strstr(out, "n_drafted = 0\n"), "the trained drafter drafted nothing");
+    // resume from the checkpoint (every step done: it only writes the drafter), and fine-tune with --init-drafter
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --epochs 3 %s --resume %s", br,
+             tpath, d2path, ppath, shape, ck);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "resume: %s", out);
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --epochs 1 %s --init-drafter %s",
+             br, tpath, d2path, ppath, shape, dpath);
+    CHECK(fx_run(cmd, out, sizeof out) == 0, "--init-drafter: %s", out);
+    // plain text instead of prompts
+    f = fopen(ppath, "w");
+    CHECK(f != NULL, "cannot write %s", ppath);
+    if (f) fputs("the cat sat on the mat and the dog ran far away from the cat and the mat\n", f), fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --text %s --text-ctx 16 --epochs 2 %s", br,
+             tpath, d2path, ppath, shape);
+    CHECK(fx_run(cmd, out, sizeof out) == 0 && strstr(out, "windows from"), "--text: %s", out);
+    // a drafter of another width is refused, naming both
+    fx_path(bad, sizeof bad, "dt-bad.gguf");
+    bn_mkdrafter_params p;
+    bn_mkdrafter_defaults(&p);
+    p.n_embd = 96;
+    fx_drafter(&p, bad);
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s %s --init-drafter %s", br, tpath,
+             d2path, ppath, shape, bad);
+    CHECK(fx_run(cmd, out, sizeof out) == 1, "a 96-wide drafter was not refused: %s", out);
+    CHECK(strstr(out, "embedding_length 96 != target n_embd"), "the refusal does not name both widths: %s", out);
+    unlink(tpath), unlink(ppath), unlink(dpath), unlink(d2path), unlink(ck), unlink(bad);
+    return test_done("test_train_drafter_tool");
+}
