@@ -5,7 +5,8 @@ KIND names:   copy documents of training package names only ("list:", 2-4 names,
               names), as text for bonsai-train-lm --tokenize; needs PACKAGES (the Packages index make-skills-model.sh
               writes to its work folder) and uses make-skills-data.py's stanza filter and held-out split;
 KIND fixed:   uint32 tokens: blocks of 12 random ids in 300..999, each block three times (a copy at a fixed distance);
-KIND varied:  the same with blocks of 4-24 ids (only matching the content finds the copy).
+KIND varied:  the same with blocks of 4-24 ids (only matching the content finds the copy);
+KIND small:   as varied, with 64 ids (300..363).
 Deterministic.
 """
 import random, struct, sys
@@ -24,10 +25,10 @@ def names_text(packages, out):
             f.write("list:\n" + body + ("again:\n" + body) * 3 + "\n")
 
 
-def blocks(out, lo, hi, seed):
+def blocks(out, lo, hi, seed, n_ids=700):
     rng, toks = random.Random(seed), []
     while len(toks) < 600000:
-        b = [rng.randrange(300, 1000) for _ in range(lo if lo == hi else rng.randint(lo, hi))]
+        b = [rng.randrange(300, 300 + n_ids) for _ in range(lo if lo == hi else rng.randint(lo, hi))]
         toks += b * 3
     open(out, "wb").write(struct.pack(f"<{len(toks)}I", *toks))
 
@@ -35,7 +36,7 @@ def blocks(out, lo, hi, seed):
 kind, out = sys.argv[1], sys.argv[2]
 if kind == "names":
     names_text(sys.argv[3], out)
-elif kind in ("fixed", "varied"):
-    blocks(out, *((12, 12, 1) if kind == "fixed" else (4, 24, 2)))
+elif kind in ("fixed", "varied", "small"):
+    blocks(out, *{"fixed": (12, 12, 1), "varied": (4, 24, 2), "small": (4, 24, 3, 64)}[kind])
 else:
-    sys.exit("copy-probe: KIND must be names, fixed or varied")
+    sys.exit("copy-probe: KIND must be names, fixed, varied or small")
