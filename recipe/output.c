@@ -72,10 +72,11 @@ json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model,
                      "chosen_win", cw, "size", size_bytes, "tok_s", tok_s, "unseen_loops", (json_int_t)su.n_loops,
                      "unseen_n", (json_int_t)su.n, "unseen_loop_rate", su.loop_rate, "unseen_ci_lo", su.ci_lo,
                      "unseen_ci_hi", su.ci_hi);
-    if (res)
-        json_object_update(res, json_pack("{s:I,s:I,s:f,s:f,s:f}", "other_loops", (json_int_t)so.n_loops, "other_n",
-                                          (json_int_t)so.n, "other_loop_rate", so.loop_rate, "other_ci_lo", so.ci_lo,
-                                          "other_ci_hi", so.ci_hi));
+    json_t *other = json_pack("{s:I,s:I,s:f,s:f,s:f}", "other_loops", (json_int_t)so.n_loops, "other_n",
+                              (json_int_t)so.n, "other_loop_rate", so.loop_rate, "other_ci_lo", so.ci_lo, "other_ci_hi",
+                              so.ci_hi);
+    if (res && other) json_object_update(res, other);
+    json_decref(other);
     return res;
 }
 

@@ -97,11 +97,11 @@ static void untouched_line(FILE *f, const char *li, const char *le, const result
     const char *suffix[5] = {"loop_rate", "loops", "n", "ci_lo", "ci_hi"};
     for (int j = 0; j < 5; j++) snprintf(k[j], sizeof k[j], "%s_%s", which, suffix[j]);
     fprintf(f, "%s%s (%s), greedy loop rate:", li, what, file);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, shown = 0; i < n; i++) {
         if (!json_object_get(rw[i].res, k[0])) continue; // evaluated before this file was asked for
-        fprintf(f, "%s %s %.1f %% (%lld/%lld; %.1f-%.1f %%)", i ? ";" : "", rw[i].name, 100 * num(rw[i].res, k[0]),
-                (long long)num(rw[i].res, k[1]), (long long)num(rw[i].res, k[2]), 100 * num(rw[i].res, k[3]),
-                100 * num(rw[i].res, k[4]));
+        fprintf(f, "%s %s %.1f %% (%lld/%lld; %.1f-%.1f %%)", shown++ ? ";" : "", rw[i].name,
+                100 * num(rw[i].res, k[0]), (long long)num(rw[i].res, k[1]), (long long)num(rw[i].res, k[2]),
+                100 * num(rw[i].res, k[3]), 100 * num(rw[i].res, k[4]));
     }
     fputs(le, f);
 }
