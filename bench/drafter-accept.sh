@@ -5,7 +5,8 @@
 # tok/s, the drafted / accepted counts, the mean accepted drafts per verify step and tokens per target pass, and how
 # many outputs differ from plain decoding. Env: MODEL (data/bonsai-loop-1bit.gguf), DRAFTER
 # (data/bonsai-loop-1bit-drafter.gguf), PROMPTS (data/prompts/heldout.jsonl), NMAX (4), NPRED (128), THREADS (1),
-# LIMIT (0: all prompts), ADAPTIVE (0; 1: the online cost model chooses the draft length, §5.1).
+# LIMIT (0: all prompts), ADAPTIVE (0; 1: the online cost model chooses the draft length, §5.1), ARGS (more
+# bonsai-speculative options for both runs, e.g. "--lora out/qs/antidoom-adapter.gguf": a de-looped target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -18,6 +19,7 @@ THREADS=${THREADS:-1}
 LIMIT=${LIMIT:-0}
 ADAPT=(--no-spec-adaptive)
 [ "${ADAPTIVE:-0}" = 1 ] && ADAPT=()
+read -r -a EXTRA <<< "${ARGS:-}"
 command -v python3 >/dev/null || { echo "bench/drafter-accept.sh needs python3"; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -35,7 +37,7 @@ i=0
 while IFS= read -r p; do
     for t in none draft-dspark; do
         "$B/tools/bonsai-speculative" -m "$MODEL" -md "$DRAFTER" --spec-type "$t" --spec-draft-n-max "$NMAX" \
-            "${ADAPT[@]}" -e -p "$p" -n "$NPRED" -t "$THREADS" > "$dir/$i.$t" 2>/dev/null
+            "${ADAPT[@]}" "${EXTRA[@]}" -e -p "$p" -n "$NPRED" -t "$THREADS" > "$dir/$i.$t" 2>/dev/null
     done
     i=$((i + 1))
 done < "$dir/prompts.txt"
