@@ -10,7 +10,9 @@
 # the larger budget (all 1 835 mining prompts, 3 rounds, 2 seeds per tether: several times longer, not timed).
 # Knobs (environment): BONSAI_DEMO_DIR (out/demo; rerunning reuses every finished stage), DEMO_SEED (1),
 # DEMO_KINDS (adapter; with DEMO_FULL=1 adapter,f16,q1_0,q2_0), DEMO_THREADS (2), DEMO_FULL (0),
-# DEMO_ARGS (more bonsai-antidoom options, e.g. "--rounds 3").
+# DEMO_ARGS (more bonsai-antidoom options, e.g. "--rounds 3"), DEMO_DRAFTER (0; 1: then a DSpark drafter for the
+# adapter output, the shipped one re-tuned on the de-looped model's continuations, scripts/make-drafter.sh, ~2 min,
+# and the serve command uses it; on a CPU DSpark is slower than plain decoding, docs/dspark.md §11.4).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-build}
@@ -26,9 +28,16 @@ cd "$root" # the data paths of bonsai-antidoom's defaults are the checkout's dat
     -t "${DEMO_THREADS:-2}" "${full[@]}" ${DEMO_ARGS:-}
 echo
 M=data/bonsai-loop-1bit.gguf
+D=$out/antidoom-adapter-drafter.gguf
+if [ "${DEMO_DRAFTER:-0}" = 1 ] && [ -f "$out/antidoom-adapter.gguf" ]; then
+    ADAPTER=$out/antidoom-adapter.gguf OUT_DRAFTER=$D THREADS=${DEMO_THREADS:-2} scripts/make-drafter.sh "$B"
+    echo
+fi
 if [ -f "$out/antidoom-adapter.gguf" ]; then
+    md=()
+    [ "${DEMO_DRAFTER:-0}" = 1 ] && [ -f "$D" ] && md=(-md "$D")
     echo "serve the untouched Q1_0 file with the adapter, applied unmerged (llama-server compatible):"
-    echo "  $B/tools/bonsai-serve -m $M --lora $out/antidoom-adapter.gguf --port 8080 -c 2048 -np 2"
+    echo "  $B/tools/bonsai-serve -m $M --lora $out/antidoom-adapter.gguf ${md[*]} --port 8080 -c 2048 -np 2"
 elif [ -f "$out/antidoom-q1_0.gguf" ]; then
     echo "serve the Q1_0 output (llama-server compatible):"
     echo "  $B/tools/bonsai-serve -m $out/antidoom-q1_0.gguf --port 8080 -c 2048 -np 2"
