@@ -47,6 +47,19 @@ static int untouched(bn_recipe_run *r, const char *model, const bn_measure_gen *
     return bn_measure_loops(model, file, 0, g, label, js, NULL, st, NULL, err, errlen);
 }
 
+// put_untouched: st as res's fields WHICH_loops, WHICH_n, WHICH_loop_rate, WHICH_ci_lo, WHICH_ci_hi (recipe/report.c
+// reads them by that prefix).
+static void put_untouched(json_t *res, const char *which, const bn_loop_stats *st) {
+    const char *key[5] = {"loops", "n", "loop_rate", "ci_lo", "ci_hi"};
+    json_t *val[5] = {json_integer(st->n_loops), json_integer(st->n), json_real(st->loop_rate), json_real(st->ci_lo),
+                      json_real(st->ci_hi)};
+    char k[48];
+    for (int i = 0; i < 5; i++) {
+        snprintf(k, sizeof k, "%s_%s", which, key[i]);
+        json_object_set_new(res, k, val[i]);
+    }
+}
+
 json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model, const char *adapter,
                           double size_bytes, char *err, size_t errlen) {
     const bn_recipe_cfg *c = r->c;
@@ -66,17 +79,14 @@ json_t *bn_run_eval_model(bn_recipe_run *r, const char *name, const char *model,
     if (r->n_val_pairs > 0 && (cw = bn_measure_chosen_win(model, adapter, r->pairs_val, err, errlen)) < 0) return NULL;
     fprintf(stderr, "  %s: held-out loop rate %.1f %% (%lld/%lld), seq-rep-4 %.3f, perplexity %.4f\n", name,
             100 * st.loop_rate, (long long)st.n_loops, (long long)st.n, st.mean_rep4, ppl);
-    json_t *res = json_pack("{s:s,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f}", "model", model,
-                     "loop_rate", st.loop_rate, "ci_lo", st.ci_lo, "ci_hi", st.ci_hi, "loops", (json_int_t)st.n_loops,
-                     "n", (json_int_t)st.n, "seq_rep4", st.mean_rep4, "mean_len", st.mean_len, "ppl", ppl,
-                     "chosen_win", cw, "size", size_bytes, "tok_s", tok_s, "unseen_loops", (json_int_t)su.n_loops,
-                     "unseen_n", (json_int_t)su.n, "unseen_loop_rate", su.loop_rate, "unseen_ci_lo", su.ci_lo,
-                     "unseen_ci_hi", su.ci_hi);
-    json_t *other = json_pack("{s:I,s:I,s:f,s:f,s:f}", "other_loops", (json_int_t)so.n_loops, "other_n",
-                              (json_int_t)so.n, "other_loop_rate", so.loop_rate, "other_ci_lo", so.ci_lo, "other_ci_hi",
-                              so.ci_hi);
-    if (res && other) json_object_update(res, other);
-    json_decref(other);
+    json_t *res = json_pack("{s:s,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f}", "model", model, "loop_rate",
+                            st.loop_rate, "ci_lo", st.ci_lo, "ci_hi", st.ci_hi, "loops", (json_int_t)st.n_loops, "n",
+                            (json_int_t)st.n, "seq_rep4", st.mean_rep4, "mean_len", st.mean_len, "ppl", ppl,
+                            "chosen_win", cw, "size", size_bytes, "tok_s", tok_s);
+    if (res) {
+        put_untouched(res, "unseen", &su);
+        put_untouched(res, "other", &so);
+    }
     return res;
 }
 
