@@ -28,14 +28,14 @@ cd "$root" # the data paths of bonsai-antidoom's defaults are the checkout's dat
     -t "${DEMO_THREADS:-2}" "${full[@]}" ${DEMO_ARGS:-}
 echo
 M=data/bonsai-loop-1bit.gguf
-D=$out/antidoom-adapter-drafter.gguf
+md=()
 if [ "${DEMO_DRAFTER:-0}" = 1 ] && [ -f "$out/antidoom-adapter.gguf" ]; then
+    D=$out/antidoom-adapter-drafter.gguf
     ADAPTER=$out/antidoom-adapter.gguf OUT_DRAFTER=$D THREADS=${DEMO_THREADS:-2} scripts/make-drafter.sh "$B"
+    md=(-md "$D")
     echo
 fi
 if [ -f "$out/antidoom-adapter.gguf" ]; then
-    md=()
-    [ "${DEMO_DRAFTER:-0}" = 1 ] && [ -f "$D" ] && md=(-md "$D")
     echo "serve the untouched Q1_0 file with the adapter, applied unmerged (llama-server compatible):"
     echo "  $B/tools/bonsai-serve -m $M --lora $out/antidoom-adapter.gguf ${md[*]} --port 8080 -c 2048 -np 2"
 elif [ -f "$out/antidoom-q1_0.gguf" ]; then
