@@ -149,7 +149,7 @@ int bn_requant_model_set(bn_model *q, const char *name, const float *w, char *er
     }
     if (scales && bn_type_keeps_scales(wt->type)) { // other types (a q6_k head): the reference quantizer
         if (!bn_quantize_keep_scales(wt->type, w, scales, dst, wt->ne[0] * nrows))
-            return bn_err(err, errlen, "keep-scales: %s is %s (Q1_0, Q2_0 and PQ2_0 only)", name, bn_type_name(wt->type));
+            return bn_err(err, errlen, "keep-scales: cannot quantize %s as %s", name, bn_type_name(wt->type));
     } else if (bn_quantize_rows(BN_F32, w, wt->type, dst, nrows, wt->ne[0], 0, err, errlen) != 0)
         return -1;
     wt->data = dst;

@@ -56,7 +56,7 @@ static int fill(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t
     if (ty == BN_F32) memcpy(dst, Wm, sizeof(float) * n);
     else if (c->keep_scales && bn_type_keeps_scales(ty)) { // the base's scales: Q(W), then the merged codes at them
         if (bn_quantize_ref(ty, W, dst, n) != nbytes || bn_quantize_keep_scales(ty, Wm, dst, dst, n) != nbytes) {
-            bn_err(err, errlen, "merge: keep-scales: %s would be %s (Q1_0, Q2_0 and PQ2_0 only)", t->name, bn_type_name(ty));
+            bn_err(err, errlen, "merge: keep-scales: cannot quantize %s as %s", t->name, bn_type_name(ty));
             goto out;
         }
     } else if (bn_quantize_ref(ty, Wm, dst, n) != nbytes) { bn_err(err, errlen, "merge: cannot quantize %s to %s", t->name, bn_type_name(ty)); goto out; }
