@@ -95,13 +95,45 @@ typedef struct {
     int n;
 } tlist;
 
-static void add(tlist *l, const bn_mkdrafter_params *p, const char *legacy, const char *dflash, int n_dims, int64_t ne0,
-                int64_t ne1, int kind) {
+// Legacy names of the tensors the dflash convention renames (the rest keep their names): docs/dspark.md §3.3 step 3.
+static const char *const RENAMED[][2] = {
+    {"fc.", "dspark.fc."},
+    {"enc.output_norm.", "dspark.hidden_norm."},
+    {"markov_w1.", "dspark.markov_head_a."},
+    {"markov_w2.", "dspark.markov_head_b."},
+    {"conf_proj.", "dspark.confidence_head."},
+    {"log_snr_fc1.", "dspark.log_snr_fc1."},
+    {"log_snr_fc2.", "dspark.log_snr_fc2."},
+};
+
+const char *bn_drafter_tensor_name(int c, const char *dflash, char *buf, size_t n) {
+    if (c == BN_DRAFTER_LEGACY)
+        for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++) {
+            const size_t k = strlen(RENAMED[i][0]);
+            if (!strncmp(dflash, RENAMED[i][0], k)) {
+                snprintf(buf, n, "%s%s", RENAMED[i][1], dflash + k);
+                return buf;
+            }
+        }
+    snprintf(buf, n, "%s", dflash);
+    return buf;
+}
+
+int bn_drafter_convention_parse(const char *v, int *c, char *err, size_t errlen) {
+    if (!strcmp(v, "legacy") || !strcmp(v, "dspark")) *c = BN_DRAFTER_LEGACY;
+    else if (!strcmp(v, "dflash")) *c = BN_DRAFTER_DFLASH;
+    else return bn_err(err, errlen, "'%s' is not one of legacy|dflash", v);
+    return 0;
+}
+
+// add: appends the tensor named dflash in the dflash convention (its legacy name seeds the weights).
+static void add(tlist *l, const bn_mkdrafter_params *p, const char *dflash, int n_dims, int64_t ne0, int64_t ne1,
+                int kind) {
     if (l->n == (int)(sizeof l->t / sizeof l->t[0])) bn_die("mkdrafter: too many tensors");
     tspec *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
-    snprintf(t->legacy, sizeof t->legacy, "%s", legacy);
-    snprintf(t->name, sizeof t->name, "%s", p->convention == BN_DRAFTER_DFLASH ? dflash : legacy);
+    bn_drafter_tensor_name(BN_DRAFTER_LEGACY, dflash, t->legacy, sizeof t->legacy);
+    bn_drafter_tensor_name(p->convention, dflash, t->name, sizeof t->name);
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
@@ -115,23 +147,22 @@ static void build(tlist *l, const bn_mkdrafter_params *p) {
     const int64_t E = p->n_embd, F = p->n_ff, hd = p->head_dim, V = p->n_vocab, R = p->markov_rank;
     const int64_t q_rows = (int64_t)p->n_head * hd, kv_rows = (int64_t)p->n_head_kv * hd;
     l->n = 0;
-    if (!p->shared) add(l, p, "token_embd.weight", "token_embd.weight", 2, E, V, K_EMBD);
-    if (!p->shared) add(l, p, "output.weight", "output.weight", 2, E, V, K_OUTPUT);
-    add(l, p, "output_norm.weight", "output_norm.weight", 1, E, 1, K_NORM);
-    add(l, p, "dspark.fc.weight", "fc.weight", 2, (int64_t)p->n_taps * E, E, K_LINEAR);
-    add(l, p, "dspark.hidden_norm.weight", "enc.output_norm.weight", 1, E, 1, K_NORM);
-    add(l, p, "dspark.markov_head_a.weight", "markov_w1.weight", 2, R, V, K_MARKOV_A);
-    add(l, p, "dspark.markov_head_b.weight", "markov_w2.weight", 2, R, V, K_MARKOV_B);
+    if (!p->shared) add(l, p, "token_embd.weight", 2, E, V, K_EMBD);
+    if (!p->shared) add(l, p, "output.weight", 2, E, V, K_OUTPUT);
+    add(l, p, "output_norm.weight", 1, E, 1, K_NORM);
+    add(l, p, "fc.weight", 2, (int64_t)p->n_taps * E, E, K_LINEAR);
+    add(l, p, "enc.output_norm.weight", 1, E, 1, K_NORM);
+    add(l, p, "markov_w1.weight", 2, R, V, K_MARKOV_A);
+    add(l, p, "markov_w2.weight", 2, R, V, K_MARKOV_B);
     if (p->confidence_head) {
-        add(l, p, "dspark.confidence_head.weight", "conf_proj.weight", 2, E + (p->confidence_with_markov ? R : 0), 1,
-            K_LINEAR);
-        add(l, p, "dspark.confidence_head.bias", "conf_proj.bias", 1, 1, 1, K_BIAS);
+        add(l, p, "conf_proj.weight", 2, E + (p->confidence_with_markov ? R : 0), 1, K_LINEAR);
+        add(l, p, "conf_proj.bias", 1, 1, 1, K_BIAS);
     }
     if (p->log_snr) {
-        add(l, p, "dspark.log_snr_fc1.weight", "log_snr_fc1.weight", 2, p->snr_feat, E, K_LINEAR);
-        add(l, p, "dspark.log_snr_fc1.bias", "log_snr_fc1.bias", 1, E, 1, K_BIAS);
-        add(l, p, "dspark.log_snr_fc2.weight", "log_snr_fc2.weight", 2, E, E, K_LINEAR);
-        add(l, p, "dspark.log_snr_fc2.bias", "log_snr_fc2.bias", 1, E, 1, K_BIAS);
+        add(l, p, "log_snr_fc1.weight", 2, p->snr_feat, E, K_LINEAR);
+        add(l, p, "log_snr_fc1.bias", 1, E, 1, K_BIAS);
+        add(l, p, "log_snr_fc2.weight", 2, E, E, K_LINEAR);
+        add(l, p, "log_snr_fc2.bias", 1, E, 1, K_BIAS);
     }
     static const char *const sfx[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
                                       "attn_output.weight", "attn_q_norm.weight", "attn_k_norm.weight",
@@ -143,7 +174,7 @@ static void build(tlist *l, const bn_mkdrafter_params *p) {
             char name[GGUF_MAX_NAME + 1];
             snprintf(name, sizeof name, "blk.%d.%s", il, sfx[k]);
             int is_norm = shape[k][1] == 1;
-            add(l, p, name, name, is_norm ? 1 : 2, shape[k][0], shape[k][1], is_norm ? K_NORM : K_LINEAR);
+            add(l, p, name, is_norm ? 1 : 2, shape[k][0], shape[k][1], is_norm ? K_NORM : K_LINEAR);
         }
     }
 }

@@ -52,6 +52,12 @@ int bn_mkdrafter_check(const bn_mkdrafter_params *p, char *err, size_t errlen);
 // bn_mkdrafter_write_keys: adds the drafter's metadata keys of p's convention to w (the tensors are the caller's;
 // p checked by bn_mkdrafter_check). Shared by bn_mkdrafter_write and the trainer's writer (train/drafter_io.c).
 void bn_mkdrafter_write_keys(gguf_writer *w, const bn_mkdrafter_params *p);
+// bn_drafter_tensor_name: the name in convention c of the tensor named dflash in the dflash convention (the
+// legacy file prefixes the drafter's own tensors with "dspark." and names some differently, docs/dspark.md §3.3
+// step 3); returns buf.
+const char *bn_drafter_tensor_name(int c, const char *dflash, char *buf, size_t n);
+// bn_drafter_convention_parse: "legacy" (or "dspark") / "dflash" into *c; returns 0, or -1 with err naming v.
+int bn_drafter_convention_parse(const char *v, int *c, char *err, size_t errlen);
 // bn_mkdrafter_write: writes the random drafter to path atomically; returns 0 or -1 with err filled.
 int bn_mkdrafter_write(const bn_mkdrafter_params *p, const char *path, char *err, size_t errlen);
 

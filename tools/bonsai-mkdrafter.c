@@ -31,11 +31,7 @@ typedef struct {
 
 // convention_fn: --convention legacy|dflash ("dspark" = legacy).
 static int convention_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
-    int *c = &((mkdrafter_opts *)base)->p.convention;
-    if (!strcmp(v, "legacy") || !strcmp(v, "dspark")) *c = BN_DRAFTER_LEGACY;
-    else if (!strcmp(v, "dflash")) *c = BN_DRAFTER_DFLASH;
-    else return bn_err(err, errlen, "'%s' is not one of legacy|dflash", v);
-    return 0;
+    return bn_drafter_convention_parse(v, &((mkdrafter_opts *)base)->p.convention, err, errlen);
 }
 
 // head_dim_fn: --head-dim N sets the rotated dimensions too.

@@ -6,6 +6,7 @@
 // the linear warmup + decay schedule. --text FILE adds plain text the target reads (teacher-forced: the labels are the
 // text's tokens). --heldout FILE reports the teacher-forced acceptance on other prompts.
 #include "train/drafter.h"
+#include "synth/mkdrafter.h"
 #include "records/prompts.h"
 #include "core/chat.h"
 #include "core/tokenizer.h"
@@ -32,12 +33,19 @@ typedef struct {
     const char *type;
     bool no_conf;
     uint64_t seed;
-    int wtype;
+    int wtype, convention;
 } opts;
+
+// convention_fn: --convention legacy|dflash.
+static int convention_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
+    return bn_drafter_convention_parse(v, &((opts *)base)->convention, err, errlen);
+}
 
 #define O(f) offsetof(opts, f)
 static const bn_arg tool_args[] = {
-    BN_STR("-o, --output", O(out), "FILE", "the trained drafter (dflash convention; required)"),
+    BN_STR("-o, --output", O(out), "FILE", "the trained drafter (required)"),
+    BN_FN("--convention", convention_fn, "C",
+          "the file's convention: dflash (default; mainline llama.cpp's names) | legacy (arch dspark, the fork's v5)"),
     BN_STR("--prompts", O(prompts), "FILE", "training prompts (JSONL, records/prompts.h) the target continues"),
     BN_STR("--heldout", O(heldout), "FILE", "held-out prompts: teacher-forced acceptance before and after training"),
     BN_STR("--text", O(text), "FILE", "also train on plain text read by the target (labels: the text's tokens)"),
@@ -80,7 +88,7 @@ static void parse_args(opts *o, int argc, char **argv) {
     *o = (opts){.eng = {.n_ctx = 0}, .smp = bn_sampler_params_default(), .n_gen = 128, .epochs = 2, .batch = 4,
                 .anchors = 48, .lr = 2e-3f, .clip = 1, .wd = 0.01f, .warmup = 0.05f, .layers = 1, .ff = 256,
                 .heads = 4, .heads_kv = 2, .head_dim = 64, .rank = 32, .block = 4, .save_every = 100, .seed = 1,
-                .text_ctx = 128};
+                .text_ctx = 128, .convention = BN_DRAFTER_DFLASH};
     o->smp.temperature = 0;
     const bn_arg_table tables[] = {BN_TABLE(tool_args, o), BN_TABLE(bn_engine_args, &o->eng),
                                    BN_TABLE(bn_sampler_chain_args, &o->smp), BN_TABLE(bn_progress_args, NULL), {0}};
@@ -362,7 +370,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = train(&o, t, tr, ntr, err, sizeof err) != 0;
     if (!rc) evaluate(t, tr, ntr, "training prompts");
     if (!rc && ho) evaluate(t, ho, nho, "held-out, after");
-    if (!rc) rc = bn_dtrain_write(t, o.out, o.wtype, err, sizeof err) != 0;
+    if (!rc) rc = bn_dtrain_write(t, o.out, o.wtype, o.convention, err, sizeof err) != 0;
     if (rc) fprintf(stderr, "bonsai-train-drafter: %s\n", err);
     else fprintf(stderr, "bonsai-train-drafter: wrote %s\n", o.out);
     free_seqs(tr, ntr > 0 ? ntr : 0);

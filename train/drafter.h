@@ -1,7 +1,7 @@
 // train/drafter.h — training a DSpark drafter by distillation from its target (docs/dspark.md §11): the drafter's
 // trainable weights as fp32 tensors in one flat array, a forward that follows spec/dspark.c's math for every anchor of
 // a tapped target sequence at once (encoder, context K/V injection, non-causal block pass, output norm + LM head,
-// Markov head under teacher forcing, confidence head), its backward, the file writer (dflash convention, read by
+// Markov head under teacher forcing, confidence head), its backward, the file writer (either convention, read by
 // spec/dspark_load.c) and a checkpoint of weights + AdamW state.
 // Frozen: token_embd and output (the drafter's own or the target's), the log-SNR MLP (its two embeddings are read
 // from the loaded drafter). Every other tensor is trained.
@@ -71,10 +71,10 @@ typedef struct {
 int bn_dtrain_step(bn_dtrain *t, const bn_dtrain_seq *seq, bool backward, float scale, bn_dtrain_stats *st, char *err,
                    size_t errlen);
 
-// bn_dtrain_write: writes the drafter (dflash convention; trained matrices as type: BN_F32, BN_F16 or a quantized
+// bn_dtrain_write: writes the drafter in convention conv (enum bn_drafter_convention; trained matrices as type: BN_F32, BN_F16 or a quantized
 // type, F16 where rows are not whole blocks of it; norms, biases and the confidence head F32; frozen tensors copied)
 // to path atomically. Returns 0 or -1 with err.
-int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, size_t errlen);
+int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, char *err, size_t errlen);
 
 // Training position saved with a checkpoint.
 typedef struct {

@@ -1,6 +1,7 @@
-// train/drafter_io.c — the trainable drafter's tensors (read from a loaded drafter), its file writer (dflash
-// convention, keys by synth/mkdrafter.c) and its checkpoint. See train/drafter.h.
+// train/drafter_io.c — the trainable drafter's tensors (read from a loaded drafter), its file writer (either
+// convention, keys and names by synth/mkdrafter.c) and its checkpoint. See train/drafter.h.
 #include "train/drafter.h"
+#include "synth/mkdrafter.h"
 #include "core/matmul.h"
 #include "quant/quant.h"
 #include "base/bytebuf.h"
@@ -71,19 +72,21 @@ void bn_dtrain_free(bn_dtrain *t) {
 }
 
 // add_frozen: a frozen tensor copied with its bytes and type (borrowed until the write).
-static int add_frozen(gguf_writer *w, const char *name, const bn_weight *x, char *err, size_t errlen) {
+static int add_frozen(gguf_writer *w, int conv, const char *dflash, const bn_weight *x, char *err, size_t errlen) {
     int64_t ne[2] = {x->ne[0], x->ne[1]};
+    char name[GGUF_MAX_NAME + 1];
+    bn_drafter_tensor_name(conv, dflash, name, sizeof name);
     return gguf_writer_add_tensor(w, name, ne[1] > 1 ? 2 : 1, ne, x->type, (uint32_t)x->type, x->data, err, errlen) < 0
                ? -1
                : 0;
 }
 
-int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, size_t errlen) {
+int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, char *err, size_t errlen) {
     const bn_drafter *d = t->d;
     const bn_drafter_config *c = &t->cfg;
     bn_mkdrafter_params p;
     bn_mkdrafter_defaults(&p);
-    p.convention = BN_DRAFTER_DFLASH;
+    p.convention = conv;
     p.n_embd = c->n_embd, p.n_layer = c->n_layer, p.n_ff = c->n_ff, p.n_head = c->n_head;
     p.n_head_kv = c->n_head_kv, p.head_dim = c->head_dim, p.n_rot = c->n_rot, p.rope_base = c->rope_base;
     p.norm_eps = c->norm_eps, p.n_vocab = c->n_vocab, p.block_size = c->block_size;
@@ -99,13 +102,13 @@ int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, s
     // frozen tensors: the drafter's own embeddings / head (absent: borrowed from the target) and the log-SNR MLP
     const bool own_embd = d->gguf && gguf_find_tensor(d->gguf, "token_embd.weight");
     const bool own_out = d->gguf && gguf_find_tensor(d->gguf, "output.weight");
-    if (own_embd) rc |= add_frozen(w, "token_embd.weight", &d->token_embd, err, errlen);
-    if (own_out && rc == 0) rc |= add_frozen(w, "output.weight", &d->output, err, errlen);
+    if (own_embd) rc |= add_frozen(w, conv, "token_embd.weight", &d->token_embd, err, errlen);
+    if (own_out && rc == 0) rc |= add_frozen(w, conv, "output.weight", &d->output, err, errlen);
     if (c->log_snr && rc == 0) {
-        rc |= add_frozen(w, "log_snr_fc1.weight", &d->snr_fc1_w, err, errlen);
-        rc |= add_frozen(w, "log_snr_fc1.bias", &d->snr_fc1_b, err, errlen);
-        rc |= add_frozen(w, "log_snr_fc2.weight", &d->snr_fc2_w, err, errlen);
-        rc |= add_frozen(w, "log_snr_fc2.bias", &d->snr_fc2_b, err, errlen);
+        rc |= add_frozen(w, conv, "log_snr_fc1.weight", &d->snr_fc1_w, err, errlen);
+        rc |= add_frozen(w, conv, "log_snr_fc1.bias", &d->snr_fc1_b, err, errlen);
+        rc |= add_frozen(w, conv, "log_snr_fc2.weight", &d->snr_fc2_w, err, errlen);
+        rc |= add_frozen(w, conv, "log_snr_fc2.bias", &d->snr_fc2_b, err, errlen);
     }
     for (int i = 0; i < t->n_tensors && rc == 0; i++) {
         const bn_dtrain_tensor *x = &t->t[i];
@@ -126,7 +129,9 @@ int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, char *err, s
         int64_t ne[2] = {x->ne0, x->ne1};
         const int nd = x->ne1 > 1 || !strcmp(x->name, "conf_proj.weight") ? 2 : 1;
         const void *data = bufs[i] ? bufs[i] : src;
-        if (rc == 0 && gguf_writer_add_tensor(w, x->name, nd, ne, ty, (uint32_t)ty, data, err, errlen) < 0)
+        char name[GGUF_MAX_NAME + 1];
+        bn_drafter_tensor_name(conv, x->name, name, sizeof name);
+        if (rc == 0 && gguf_writer_add_tensor(w, name, nd, ne, ty, (uint32_t)ty, data, err, errlen) < 0)
             rc = -1;
     }
     if (rc == 0) rc = gguf_writer_write(w, path, NULL, NULL, err, errlen);

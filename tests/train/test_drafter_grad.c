@@ -1,7 +1,7 @@
 // tests/train/test_drafter_grad.c — the drafter trainer (train/drafter.h, docs/dspark.md §11) on a tiny random
 // drafter: (1) its forward's Markov logits equal spec/dspark.c's (bn_drafter_block + bn_drafter_step_logits) on the
-// file bn_dtrain_write wrote, (2) its backward equals central finite differences of its own loss for sampled
-// elements of every tensor, (3) a checkpoint round-trips, (4) AdamW steps on one sequence lower the loss.
+// file bn_dtrain_write wrote, in each convention, (2) its backward equals central finite differences of its own loss
+// for sampled elements of every tensor, (3) a checkpoint round-trips, (4) AdamW steps on one sequence lower the loss.
 #include "tests/test.h"
 #include "tests/spec/fixture.h"
 #include "train/drafter.h"
@@ -36,18 +36,22 @@ static void make_seq(seqdata *s, const bn_drafter_config *c) {
         s->taps[i] = (float)((double)(bn_rng_splitmix64(&st) >> 11) / 9007199254740992.0 * 4 - 2);
 }
 
-// (1) trainer logits vs the inference code on the written file
-static void test_matches_inference(bn_dtrain *t, const seqdata *s, const char *path) {
+// (1) trainer logits vs the inference code on the file written in convention conv
+static void test_matches_inference(bn_dtrain *t, const seqdata *s, const char *path, int conv) {
     const bn_drafter_config *c = &t->cfg;
     const int B = c->block_size, V = c->n_vocab, E = c->n_embd, na = NTOK - B - FIRST;
     char err[512];
     float *lg = malloc(sizeof(float) * (size_t)na * B * V);
     bn_dtrain_seq seq = {.tokens = s->tok, .taps = s->taps, .n = NTOK, .first = FIRST, .logits = lg};
     CHECK(bn_dtrain_step(t, &seq, false, 1, NULL, err, sizeof err) == 0, "forward: %s", err);
-    CHECK(bn_dtrain_write(t, path, BN_F32, err, sizeof err) == 0, "write: %s", err);
+    CHECK(bn_dtrain_write(t, path, BN_F32, conv, err, sizeof err) == 0, "write: %s", err);
     bn_drafter *d2 = bn_drafter_load(path, NULL, err, sizeof err);
     CHECK(d2 != NULL, "load the written drafter: %s", err);
-    if (!d2) return;
+    if (!d2) {
+        free(lg);
+        return;
+    }
+    CHECK(d2->cfg.convention == conv, "written as convention %d, loads as %d", conv, d2->cfg.convention);
     double worst = 0;
     float *h = malloc(sizeof(float) * (size_t)B * E), *base = malloc(sizeof(float) * (size_t)B * V);
     float *row = malloc(sizeof(float) * (size_t)V);
@@ -65,8 +69,10 @@ static void test_matches_inference(bn_dtrain *t, const seqdata *s, const char *p
         }
         bn_dstate_free(ds);
     }
-    CHECK(worst < 1e-4, "trainer logits differ from spec/dspark.c's by %.3g (tolerance 1e-4)", worst);
-    printf("  trainer vs inference logits: max |diff| %.3g over %d anchors\n", worst, na);
+    const char *cname = conv == BN_DRAFTER_LEGACY ? "legacy" : "dflash";
+    CHECK(worst < 1e-4, "trainer logits differ from spec/dspark.c's on the %s file by %.3g (tolerance 1e-4)", cname,
+          worst);
+    printf("  trainer vs inference logits, %s file: max |diff| %.3g over %d anchors\n", cname, worst, na);
     free(h), free(base), free(row), free(lg);
     bn_drafter_free(d2);
 }
@@ -160,7 +166,8 @@ int main(void) {
     bn_dtrain *t = bn_dtrain_new(d);
     seqdata s;
     make_seq(&s, &t->cfg);
-    test_matches_inference(t, &s, out);
+    test_matches_inference(t, &s, out, BN_DRAFTER_DFLASH);
+    test_matches_inference(t, &s, out, BN_DRAFTER_LEGACY);
     test_grad(t, &s);
     test_ckpt_and_steps(t, &s, ck);
     free(s.taps);

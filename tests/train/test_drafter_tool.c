@@ -1,7 +1,8 @@
 // tests/train/test_drafter_tool.c — bonsai-train-drafter as a program on the tiny random target: it trains and writes
 // a drafter that bonsai-speculative loads and drafts with (greedy text equal to plain decoding up to the shorter
-// length), resumes from its checkpoint, fine-tunes its own output with --init-drafter, trains on --text, and refuses an
-// --init-drafter of another width naming both widths.
+// length), resumes from its checkpoint (writing the legacy convention, which drafts as the dflash file does),
+// fine-tunes its own output with --init-drafter, trains on --text, and refuses an --init-drafter of another width
+// naming both widths.
 #include "tests/test.h"
 #include "tests/spec/fixture.h"
 
@@ -43,9 +44,31 @@ int main(void) {
     }
     CHECK(strstr(out, "n_drafted = ") && !strstr(out, "n_drafted = 0\n"), "the trained drafter drafted nothing");
     // resume from the checkpoint (every step done: it only writes the drafter), and fine-tune with --init-drafter
-    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --epochs 3 %s --resume %s", br,
-             tpath, d2path, ppath, shape, ck);
+    // the resumed run has the same weights: written in the legacy convention it drafts exactly as the dflash file
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --epochs 3 %s --resume %s "
+             "--convention legacy", br, tpath, d2path, ppath, shape, ck);
     CHECK(fx_run(cmd, out, sizeof out) == 0, "resume: %s", out);
+    static char legacy[1 << 16], dflash[1 << 16];
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-speculative -m %s -md %s --spec-type draft-dspark %s", br, tpath, dpath,
+             common);
+    CHECK(fx_run(cmd, dflash, sizeof dflash) == 0, "dspark, dflash file: %s", dflash);
+    snprintf(cmd, sizeof cmd, "%s/tools/bonsai-speculative -m %s -md %s --spec-type draft-dspark %s", br, tpath, d2path,
+             common);
+    CHECK(fx_run(cmd, legacy, sizeof legacy) == 0, "dspark, legacy file: %s", legacy);
+    const char *a1 = strstr(dflash, "n_accept"), *a2 = strstr(legacy, "n_accept");
+    CHECK(a1 && a2 && text_end(dflash) && text_end(legacy), "no acceptance counts: %s", legacy);
+    if (a1 && a2 && text_end(dflash) && text_end(legacy)) {
+        CHECK(strncmp(a1, a2, strcspn(a1, "\n")) == 0, "legacy and dflash files accept differently: %.40s / %.40s", a1, a2);
+        CHECK(text_end(dflash) - dflash == text_end(legacy) - legacy &&
+                  !strncmp(dflash, legacy, (size_t)(text_end(dflash) - dflash)),
+              "legacy and dflash files give different text");
+    }
+    char err[256];
+    gguf_file *gl = gguf_open(d2path, err, sizeof err);
+    const char *arch = gl ? gguf_get_str(gl, "general.architecture") : NULL;
+    CHECK(arch && !strcmp(arch, "dspark") && gguf_find_tensor(gl, "dspark.fc.weight") != NULL,
+          "--convention legacy did not write a legacy file (arch %s)", arch ? arch : err);
+    gguf_close(gl);
     snprintf(cmd, sizeof cmd, "%s/tools/bonsai-train-drafter -m %s -o %s --prompts %s --epochs 1 %s --init-drafter %s",
              br, tpath, d2path, ppath, shape, dpath);
     CHECK(fx_run(cmd, out, sizeof out) == 0, "--init-drafter: %s", out);
