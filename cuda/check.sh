@@ -16,7 +16,7 @@
 #   bench   bonsai-bench -ngl 99 (pp512, tg128, tg128 x4: 4 sequences decoded at once, and v4: in passes of 4 tokens
 #           of each, a greedy verify pass's shape at full acceptance) per type and layer
 #           count;
-#   dspark  the DSpark rows (cudadraft's section below);
+#   dspark  the DSpark rows (cudadraft's section below), then the shipped 1-bit model with its trained drafter;
 #   cpuref  for reference, the CPU engines on the same L1-layer Q1_0 file: bonsai-bench -ngl 0 and the peer
 #           llama-bench -ngl 0 with the GPU hidden (CUDA_VISIBLE_DEVICES=), all cores, pp64 / tg16;
 #   serve   bonsai-serve -ngl 99 -np 4 on the L2-layer Q1_0 file: decode tok/s of one stream (timings) for greedy
@@ -97,6 +97,7 @@ N_TYPES=$(echo $TYPES | wc -w)
 PLAN=0
 for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark draft serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
+PLAN=$((PLAN + LIMIT[dspark] / 4)) # dspark-shipped
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 4 : 3))) # ours, ours tiled, ours on tensor cores, the peer
 PLAN=$((PLAN + (4 + N_TYPES) * LIMIT[bench])) # fuse-off, gdn-norm, pdl, opt-ins; mmq per type
@@ -436,6 +437,23 @@ else
             -n "$DS_N" -c 1024 --spec-draft-n-max "$DS_B" -p "$DS_PROMPT" "${args[@]}"
     done
 fi
+# the shipped 1-bit model with its trained drafter (data/, docs/dspark.md §11.4), both on the device: plain greedy, then
+# DSpark (block 4, always drafting 4), one held-out prompt in the model's ChatML. The 27B-shape rows above have random
+# weights, so no drafter can be trained for them; this row is the trained drafter's acceptance and speed on a GPU.
+DS_SHIP_N=$([ "$EMU" = 1 ] && echo 16 || echo 256)
+dspark_shipped() {
+    local a=(-m data/bonsai-loop-1bit.gguf -md data/bonsai-loop-1bit-drafter.gguf -ngl 99 --temp 0 -n "$DS_SHIP_N"
+        -c 1024 --spec-draft-n-max 4 --no-spec-adaptive -e -p '<|im_start|>user\nQ: How much does<|im_end|>\n<|im_start|>assistant\n')
+    "$DS_SPEC" "${a[@]}" --spec-type none 2>&1 | sed 's/^/plain| /' && "$DS_SPEC" "${a[@]}" --spec-type draft-dspark 2>&1 |
+        sed 's/^/dspark| /'
+}
+export -f dspark_shipped
+export DS_SHIP_N
+if [ "${LIMIT[dspark]}" -le 0 ]; then
+    skip_step dspark-shipped "not in this plan"
+else
+    run_step dspark-shipped $(( LIMIT[dspark] / 4 )) bash -o pipefail -c dspark_shipped
+fi
 # the drafter alone for 1-8 slots: one drafter pass per slot (serial; all started together) vs one batched pass
 if [ "${ST[dspark-gen]:-SKIP}" != OK ]; then
     skip_step dspark-draft "no drafter"
@@ -633,6 +651,25 @@ dspark_rows() {
             printf("| %s | %d (scaled) | %.1f | %.2f | %s | %.2f |\n", name[i], LF, T[i] * 1000 / (step_ms + Vv[i] * (r - 1)),
                    T[i], D[i], Vv[i] * r)
         }
+    }'
+}
+# dspark_shipped_rows: the trained drafter on the shipped model (plain vs DSpark, one run each), when it ran
+dspark_shipped_rows() {
+    [ "${ST[dspark-shipped]:-SKIP}" = SKIP ] && return 0
+    local S="$W/dspark-shipped.log"
+    echo
+    echo "### DSpark with a trained drafter: data/bonsai-loop-1bit.gguf + data/bonsai-loop-1bit-drafter.gguf on the device"
+    echo
+    echo "$DS_SHIP_N greedy tokens, one held-out prompt in ChatML, block 4 (always drafting 4); ratio = DSpark / plain."
+    echo
+    echo "| run | tok/s | accepted drafts / verify | tokens / target pass | ratio |"
+    echo "| --- | ----: | -----------------------: | -------------------: | ----: |"
+    awk -v c="$(cell dspark-shipped)" -v p="$(dsf "$S" '^plain\| decoded' 9)" -v d="$(dsf "$S" '^dspark\| decoded' 9)" \
+        -v acc="$(dsf "$S" '^dspark\| spec: mean acc len' 7)" -v tp="$(dsf "$S" '^dspark\| spec: mean acc len' 13)" 'BEGIN {
+        if (c == "" && (p == "" || d == "" || acc == "")) c = "FAIL"
+        if (c != "") { printf("| plain | %s | - | 1 | - |\n| DSpark, trained drafter | %s | %s | %s | %s |\n", c, c, c, c, c); exit }
+        printf("| plain | %.1f | - | 1 | - |\n", p)
+        printf("| DSpark, trained drafter | %.1f | %.3f | %.3f | %.2f |\n", d, acc - 1, tp, p > 0 ? d / p : 0)
     }'
 }
 # dspark_draft_rows: bench_draft's table (drafting for several slots), when it ran
@@ -939,6 +976,7 @@ table() {
     batch_rows
     fuse_rows
     dspark_rows
+    dspark_shipped_rows
     dspark_draft_rows
     cpuref_rows
     longpp_rows

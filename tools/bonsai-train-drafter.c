@@ -370,7 +370,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = train(&o, t, tr, ntr, err, sizeof err) != 0;
     if (!rc) evaluate(t, tr, ntr, "training prompts");
     if (!rc && ho) evaluate(t, ho, nho, "held-out, after");
-    if (!rc) rc = bn_dtrain_write(t, o.out, o.wtype, o.convention, err, sizeof err) != 0;
+    if (!rc) rc = bn_dtrain_write(t, o.out, o.wtype, o.convention, m->gguf, err, sizeof err) != 0;
     if (rc) fprintf(stderr, "bonsai-train-drafter: %s\n", err);
     else fprintf(stderr, "bonsai-train-drafter: wrote %s\n", o.out);
     free_seqs(tr, ntr > 0 ? ntr : 0);

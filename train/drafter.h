@@ -71,10 +71,13 @@ typedef struct {
 int bn_dtrain_step(bn_dtrain *t, const bn_dtrain_seq *seq, bool backward, float scale, bn_dtrain_stats *st, char *err,
                    size_t errlen);
 
-// bn_dtrain_write: writes the drafter in convention conv (enum bn_drafter_convention; trained matrices as type: BN_F32, BN_F16 or a quantized
-// type, F16 where rows are not whole blocks of it; norms, biases and the confidence head F32; frozen tensors copied)
-// to path atomically. Returns 0 or -1 with err.
-int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, char *err, size_t errlen);
+// bn_dtrain_write: writes the drafter to path atomically in convention conv (enum bn_drafter_convention): trained
+// matrices as type (BN_F32, BN_F16 or a quantized type; F16 where rows are not whole blocks of it), norms, biases and
+// the confidence head F32, frozen tensors copied. A dflash file takes the tokenizer.* keys of target (the target's
+// GGUF; NULL: none), as the fork's converter gives it the donor's vocabulary (llama.cpp loads a drafter's vocabulary
+// from the file itself). Returns 0 or -1 with err.
+int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, const gguf_file *target, char *err,
+                    size_t errlen);
 
 // Training position saved with a checkpoint.
 typedef struct {

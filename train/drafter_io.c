@@ -81,7 +81,16 @@ static int add_frozen(gguf_writer *w, int conv, const char *dflash, const bn_wei
                : 0;
 }
 
-int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, char *err, size_t errlen) {
+// copy_vocab: the target's tokenizer.* keys into w, the drafter's own mask token id kept.
+static void copy_vocab(gguf_writer *w, const gguf_file *target) {
+    for (size_t i = 0; target && i < target->n_kv; i++) {
+        const char *k = target->kv[i].key;
+        if (!strncmp(k, "tokenizer.", 10) && strcmp(k, "tokenizer.ggml.mask_token_id")) gguf_set_kv(w, &target->kv[i]);
+    }
+}
+
+int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, const gguf_file *target, char *err,
+                    size_t errlen) {
     const bn_drafter *d = t->d;
     const bn_drafter_config *c = &t->cfg;
     bn_mkdrafter_params p;
@@ -97,6 +106,7 @@ int bn_dtrain_write(const bn_dtrain *t, const char *path, int type, int conv, ch
     gguf_writer *w = gguf_writer_new();
     bn_mkdrafter_write_keys(w, &p);
     gguf_set_str(w, "general.name", "bonsai-train-drafter");
+    if (conv == BN_DRAFTER_DFLASH) copy_vocab(w, target);
     void **bufs = xcalloc((size_t)t->n_tensors, sizeof(void *));
     int rc = 0;
     // frozen tensors: the drafter's own embeddings / head (absent: borrowed from the target) and the log-SNR MLP

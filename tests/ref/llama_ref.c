@@ -25,6 +25,7 @@ static struct {
     REF_FN(llama_context_default_params);
     REF_FN(llama_model_load_from_file);
     REF_FN(llama_model_free);
+    REF_FN(llama_model_meta_val_str);
     REF_FN(llama_init_from_model);
     REF_FN(llama_free);
     REF_FN(llama_model_get_vocab);
@@ -104,6 +105,7 @@ static bool ref_init(void) {
     SYM(L.h_llama, llama_context_default_params);
     SYM(L.h_llama, llama_model_load_from_file);
     SYM(L.h_llama, llama_model_free);
+    SYM(L.h_llama, llama_model_meta_val_str);
     SYM(L.h_llama, llama_init_from_model);
     SYM(L.h_llama, llama_free);
     SYM(L.h_llama, llama_model_get_vocab);
@@ -209,12 +211,12 @@ int llama_ref_quantize(const char *in, const char *out, const char *type, bool p
     return 0;
 }
 
-// ref_open: shared part of the two loaders; n_ctx <= 0 means vocabulary only.
+// ref_open: shared part of the loaders; n_ctx < 0: vocabulary only, 0: weights without a context.
 static llama_ref *ref_open(const char *gguf, int n_ctx, int n_threads, char *err, size_t errlen) {
     if (!ref_init()) { bn_err(err, errlen, "%s", L.why); return NULL; }
     struct llama_model_params mp = L.llama_model_default_params();
     mp.n_gpu_layers = 0;
-    mp.vocab_only = n_ctx <= 0;
+    mp.vocab_only = n_ctx < 0;
     mp.use_extra_bufts = false; // no weight repacking: plain ggml CPU kernels
     struct llama_model *model = L.llama_model_load_from_file(gguf, mp);
     if (!model) { bn_err(err, errlen, "llama.cpp could not load %s", gguf); return NULL; }
@@ -256,7 +258,15 @@ llama_ref *llama_ref_load(const char *gguf, int n_ctx, int n_threads, char *err,
 }
 
 llama_ref *llama_ref_load_vocab(const char *gguf, char *err, size_t errlen) {
+    return ref_open(gguf, -1, 1, err, errlen);
+}
+
+llama_ref *llama_ref_load_weights(const char *gguf, char *err, size_t errlen) {
     return ref_open(gguf, 0, 1, err, errlen);
+}
+
+int llama_ref_meta(const llama_ref *r, const char *key, char *buf, size_t n) {
+    return L.llama_model_meta_val_str(r->model, key, buf, n);
 }
 
 void llama_ref_free(llama_ref *r) {

@@ -24,6 +24,12 @@ llama_ref *llama_ref_load(const char *gguf, int n_ctx, int n_threads, char *err,
 llama_ref *llama_ref_load_vocab(const char *gguf, char *err, size_t errlen);
 // llama_ref_free: frees the context and model (NULL is fine).
 void llama_ref_free(llama_ref *r);
+// llama_ref_load_weights: the model with its tensors but no context (a file llama.cpp runs only beside another, such
+// as a DSpark drafter); NULL with err when llama.cpp refuses it (its reason is in its log on stderr).
+llama_ref *llama_ref_load_weights(const char *gguf, char *err, size_t errlen);
+// llama_ref_meta: metadata value of key as llama.cpp renders it (llama_model_meta_val_str) into buf; returns its
+// length, or -1 when the key is absent.
+int llama_ref_meta(const llama_ref *r, const char *key, char *buf, size_t n);
 
 // llama_ref_n_vocab: vocabulary size (rows of the logits).
 int llama_ref_n_vocab(const llama_ref *r);

@@ -44,7 +44,7 @@ static void test_matches_inference(bn_dtrain *t, const seqdata *s, const char *p
     float *lg = malloc(sizeof(float) * (size_t)na * B * V);
     bn_dtrain_seq seq = {.tokens = s->tok, .taps = s->taps, .n = NTOK, .first = FIRST, .logits = lg};
     CHECK(bn_dtrain_step(t, &seq, false, 1, NULL, err, sizeof err) == 0, "forward: %s", err);
-    CHECK(bn_dtrain_write(t, path, BN_F32, conv, err, sizeof err) == 0, "write: %s", err);
+    CHECK(bn_dtrain_write(t, path, BN_F32, conv, NULL, err, sizeof err) == 0, "write: %s", err);
     bn_drafter *d2 = bn_drafter_load(path, NULL, err, sizeof err);
     CHECK(d2 != NULL, "load the written drafter: %s", err);
     if (!d2) {

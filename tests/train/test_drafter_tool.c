@@ -1,12 +1,42 @@
 // tests/train/test_drafter_tool.c — bonsai-train-drafter as a program on the tiny random target: it trains and writes
-// a drafter that bonsai-speculative loads and drafts with (greedy text equal to plain decoding up to the shorter
+// a drafter that llama.cpp loads and bonsai-speculative drafts with (greedy text equal to plain decoding up to the shorter
 // length), resumes from its checkpoint (writing the legacy convention, which drafts as the dflash file does),
 // fine-tunes its own output with --init-drafter, trains on --text, and refuses an --init-drafter of another width
 // naming both widths.
 #include "tests/test.h"
 #include "tests/spec/fixture.h"
+#ifdef HAVE_LLAMA_REF
+#include "tests/ref/llama_ref.h"
+#endif
 
 static const char *text_end(const char *out) { return strstr(out, "\n\nencoded"); }
+
+// check_llamacpp_loads: llama.cpp (the npm reference) loads the trained dflash drafter with its weights, as a DSpark
+// drafter (arch dflash, a Markov head, the tap layers in its numbering) with the target's vocabulary.
+static void check_llamacpp_loads(const char *drafter, const char *target) {
+#ifdef HAVE_LLAMA_REF
+    char err[512], arch[32] = "", block[16] = "";
+    if (!llama_ref_available(err, sizeof err)) {
+        printf("  llama.cpp load check skipped: %s\n", err);
+        return;
+    }
+    llama_ref *d = llama_ref_load_weights(drafter, err, sizeof err), *v = llama_ref_load_vocab(target, err, sizeof err);
+    CHECK(d != NULL, "llama.cpp does not load the trained drafter: %s", err);
+    if (d && v) {
+        llama_ref_meta(d, "general.architecture", arch, sizeof arch);
+        llama_ref_meta(d, "dflash.block_size", block, sizeof block);
+        CHECK(!strcmp(arch, "dflash") && !strcmp(block, "4"), "llama.cpp reads arch '%s', block size '%s'", arch, block);
+        CHECK(llama_ref_n_vocab(d) == llama_ref_n_vocab(v), "llama.cpp: drafter vocabulary %d, target's %d",
+              llama_ref_n_vocab(d), llama_ref_n_vocab(v));
+        printf("  llama.cpp loads the trained drafter: arch %s, block size %s, vocabulary %d\n", arch, block,
+               llama_ref_n_vocab(d));
+    }
+    llama_ref_free(d), llama_ref_free(v);
+#else
+    (void)drafter, (void)target;
+    printf("  llama.cpp load check skipped: built without the reference\n");
+#endif
+}
 
 int main(void) {
     const char *br = getenv("BONSAI_BUILD_ROOT");
@@ -29,6 +59,7 @@ int main(void) {
     CHECK(fx_run(cmd, out, sizeof out) == 0, "train: %s", out);
     CHECK(strstr(out, "held-out, after") && strstr(out, "wrote"), "train output lacks its report: %s", out);
     CHECK(access(ck, F_OK) == 0, "no checkpoint written");
+    check_llamacpp_loads(dpath, tpath);
     // the drafter drives bonsai-speculative; greedy output equals plain decoding
     const char *common = "-p 'the cat sat' -n 40 --temp 0 -t 1 --spec-draft-n-max 4 --no-spec-adaptive";
     snprintf(cmd, sizeof cmd, "%s/tools/bonsai-speculative -m %s --spec-type none %s", br, tpath, common);
