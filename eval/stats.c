@@ -1,11 +1,39 @@
-// eval/stats.c — loop rate, Wilson interval, length statistics.
+// eval/stats.c — loop rate, Wilson interval, length statistics, median and percentile.
 #include "eval/stats.h"
-#include "mine/regularise.h"
 #include "base/util.h"
 #include <jansson.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bn_median(const double *v, int n) {
+    if (n <= 0) return 0;
+    double *s = xmalloc((size_t)n * sizeof *s);
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+double bn_percentile(const double *v, int n, double q) {
+    if (n <= 0) return 0;
+    double *s = xmalloc((size_t)n * sizeof *s);
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    double pos = q / 100.0 * (n - 1);
+    int lo = (int)floor(pos);
+    int hi = lo + 1 < n ? lo + 1 : n - 1;
+    double r = s[lo] + (pos - lo) * (s[hi] - s[lo]);
+    free(s);
+    return r;
+}
 
 void bn_wilson(int64_t k, int64_t n, double z, double *lo, double *hi) {
     if (n <= 0) { *lo = 0; *hi = 1; return; }

@@ -29,6 +29,11 @@ typedef struct {
 // ASCII whitespace; 0 = no n-gram repeats, near 1 = one n-gram over and over. -1 when text has fewer than n + 1 words.
 double bn_seq_rep_n(const char *text, size_t len, int n);
 
+// bn_median: median of n doubles (mean of the two middle values for even n; 0 for n = 0).
+double bn_median(const double *v, int n);
+// bn_percentile: q-th percentile (0..100) with linear interpolation (numpy default); 0 for n = 0.
+double bn_percentile(const double *v, int n, double q);
+
 // bn_wilson: Wilson score interval for k successes in n trials at quantile z into *lo, *hi
 // ([0, 1] when n == 0).
 void bn_wilson(int64_t k, int64_t n, double z, double *lo, double *hi);

@@ -1,5 +1,6 @@
 // mine/regularise.c — docs/antidoom.md §8 (see regularise.h for the exact rules).
 #include "mine/regularise.h"
+#include "eval/stats.h"
 #include "base/strmap.h"
 #include "base/unicode.h"
 #include "base/util.h"
@@ -21,36 +22,6 @@ int bn_balance_parse(const char *s, bn_balance_mode *mode) {
     else if (!strcmp(s, "equal")) *mode = BN_BALANCE_EQUAL;
     else return -1;
     return 0;
-}
-
-// ---- small numeric helpers ------------------------------------------------------------------
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double bn_median(const double *v, int n) {
-    if (n <= 0) return 0;
-    double *s = xmalloc((size_t)n * sizeof *s);
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    free(s);
-    return m;
-}
-
-double bn_percentile(const double *v, int n, double q) {
-    if (n <= 0) return 0;
-    double *s = xmalloc((size_t)n * sizeof *s);
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    double pos = q / 100.0 * (n - 1);
-    int lo = (int)floor(pos);
-    int hi = lo + 1 < n ? lo + 1 : n - 1;
-    double r = s[lo] + (pos - lo) * (s[hi] - s[lo]);
-    free(s);
-    return r;
 }
 
 // splitmix64: the seeded generator behind every random choice here.

@@ -63,8 +63,4 @@ int bn_split_heldout(bn_pair_row *rows, int n, double share, uint64_t seed);
 void bn_reg_print_stats(FILE *f, const bn_reg_params *p, const bn_reg_stats *st);
 // bn_reg_print_top: prints the `top` most frequent rejected tokens with their shares to f.
 void bn_reg_print_top(FILE *f, const bn_pair_row *rows, int n, int top, const char *title);
-// bn_median: median of n doubles (mean of the two middle values for even n; 0 for n = 0).
-double bn_median(const double *v, int n);
-// bn_percentile: q-th percentile (0..100) with linear interpolation (numpy default); 0 for n = 0.
-double bn_percentile(const double *v, int n, double q);
 #endif

@@ -3,6 +3,7 @@
 // balancing, the single-token share cap, context de-duplication, determinism for a seed, report.
 #include "tests/test.h"
 #include "mine/regularise.h"
+#include "eval/stats.h"
 #include "base/util.h"
 #include <jansson.h>
 #include <string.h>
