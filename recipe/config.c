@@ -32,7 +32,8 @@ bn_recipe_cfg bn_recipe_cfg_default(void) {
         .output_type = "q6_k",
         .lambda_nt = 1, .tether_ctx = 64, .tether_batch = 2, .goal_cut = 0.9, .goal_drift = 1.0};
     // λ_tether per kind: the adapter is not quantized, so a weaker tether holds it; Q2_0 trains with --keep-scales
-    const double t_adapter[] = {3, 10}, t_q1[] = {10, 30}, t_q2[] = {1, 3};
+    // (its validation picks took the stronger of 1 and 3 on every seed, so its pair is 3 and 10)
+    const double t_adapter[] = {3, 10}, t_q1[] = {10, 30}, t_q2[] = {3, 10};
     memcpy(c.tethers[BN_KIND_ADAPTER], t_adapter, sizeof t_adapter);
     memcpy(c.tethers[BN_KIND_F16], t_adapter, sizeof t_adapter);
     memcpy(c.tethers[BN_KIND_Q1_0], t_q1, sizeof t_q1);
@@ -151,7 +152,7 @@ static const cfg_key keys[] = {
     {.name = "seeds", .type = K_INT, .off = O(seeds), .lo = 1, .hi = 64, .section = "training", .flag = "--seeds",
      .meta = "N", .help = "candidates per tether strength (seeds seed, seed+1, ...)"},
     LIST("tethers_adapter", K_REALS, tethers[BN_KIND_ADAPTER], n_tethers[BN_KIND_ADAPTER], 0, 1e6, "--tethers",
-         tethers_fn, "KIND=A,B", "λ_tether candidates of a kind (default adapter=3,10 f16=3,10 q1_0=10,30 q2_0=1,3)"),
+         tethers_fn, "KIND=A,B", "λ_tether candidates of a kind (default adapter=3,10 f16=3,10 q1_0=10,30 q2_0=3,10)"),
     TETHERS("tethers_f16", BN_KIND_F16),
     TETHERS("tethers_q1_0", BN_KIND_Q1_0),
     TETHERS("tethers_q2_0", BN_KIND_Q2_0),
