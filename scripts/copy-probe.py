@@ -6,7 +6,9 @@ KIND names:   copy documents of training package names only ("list:", 2-4 names,
               writes to its work folder) and uses make-skills-data.py's stanza filter and held-out split;
 KIND fixed:   uint32 tokens: blocks of 12 random ids in 300..999, each block three times (a copy at a fixed distance);
 KIND varied:  the same with blocks of 4-24 ids (only matching the content finds the copy);
-KIND small:   as varied, with 64 ids (300..363).
+KIND small:   as varied, with 64 ids (300..363);
+KIND delimited: uint32 tokens: id 64, a block of 8-16 random ids in 0..63, id 65, the same block once more (an
+              induction task: the copied half is predictable only by finding the block; chance ln 64 per token).
 Deterministic.
 """
 import random, struct, sys
@@ -33,10 +35,20 @@ def blocks(out, lo, hi, seed, n_ids=700):
     open(out, "wb").write(struct.pack(f"<{len(toks)}I", *toks))
 
 
+def delimited(out, seed=1, n=400000):
+    rng, toks = random.Random(seed), []
+    while len(toks) < n:
+        b = [rng.randrange(64) for _ in range(rng.randint(8, 16))]
+        toks += [64] + b + [65] + b
+    open(out, "wb").write(struct.pack(f"<{len(toks)}I", *toks))
+
+
 kind, out = sys.argv[1], sys.argv[2]
 if kind == "names":
     names_text(sys.argv[3], out)
+elif kind == "delimited":
+    delimited(out)
 elif kind in ("fixed", "varied", "small"):
     blocks(out, *{"fixed": (12, 12, 1), "varied": (4, 24, 2), "small": (4, 24, 3, 64)}[kind])
 else:
-    sys.exit("copy-probe: KIND must be names, fixed, varied or small")
+    sys.exit("copy-probe: KIND must be names, fixed, varied, small or delimited")
