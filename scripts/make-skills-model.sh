@@ -15,7 +15,9 @@
 #   3. byte-level BPE vocabulary (1024 tokens) from the fortunes and training stanzas; tokens (the 0x01/0x02
 #      marker bytes → <|im_start|>/<|im_end|>, as make-model.sh);
 #   4. bonsai-mkmodel: make-model.sh's qwen35 shape (n_embd 256, n_ff 512, 4 heads × 64, 2 KV heads, ssm state
-#      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them);
+#      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them), RoPE on
+#      $NROT of the 64 head dimensions at base $ROPE_BASE (the tiny preset's 8 and 1e7; env BONSAI_SKILLS_NROT,
+#      BONSAI_SKILLS_ROPE_BASE);
 #   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
 #      data/prompts/heldout.jsonl; task scores (bonsai-eval-tasks);
@@ -33,6 +35,8 @@ LAYERS=${BONSAI_SKILLS_LAYERS:-4}
 ATTN=${BONSAI_SKILLS_ATTN:-2}
 CTX=${BONSAI_SKILLS_CTX:-128}
 LR=${BONSAI_SKILLS_LR:-3e-3}
+NROT=${BONSAI_SKILLS_NROT:-8}
+ROPE_BASE=${BONSAI_SKILLS_ROPE_BASE:-10000000}
 ONLY=${2:-all}
 case "$ONLY" in all|1bit|eval) ;; *) echo "make-skills-model: second argument must be '1bit' or 'eval'"; exit 1;; esac
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
@@ -100,7 +104,7 @@ python3 "$root/scripts/chat-markers.py" "$W/skills-raw.bin" "$W/skills.bin"
 step "4/7 initial model (qwen35, 256 wide, $LAYERS layers, every ${ATTN}-th full attention)"
 "$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" --n-embd 256 \
     --n-ff 512 --n-head 4 --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 \
-    --vocab "$W/vocab.gguf" --logit-scale 0.5 --seed 42 --name bonsai-skills
+    --vocab "$W/vocab.gguf" --logit-scale 0.5 --seed 42 --name bonsai-skills --n-rot "$NROT" --rope-base "$ROPE_BASE"
 
 step "5/7 full-parameter training ($STEPS steps × 8 × $CTX tokens)"
 t0=$(date +%s)
