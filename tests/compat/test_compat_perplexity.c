@@ -1,6 +1,8 @@
 // tests/compat/test_compat_perplexity.c — bn_perplexity (llama-perplexity's method, docs/server.md §14) on
 // generated tiny models: (1) equals the same method computed from our engine's full-sequence logits
-// (checks chunking, BOS replacement, second-half scoring, the 32-token logit pieces) to 1e-9 in ln PPL;
+// (checks chunking, BOS replacement, second-half scoring, the 32-token logit pieces) to 1e-6 in ln PPL (the two
+// run the chunk in different pieces, and the F32 matrix products round by the piece's shape on some CPUs: under
+// 1e-9 on one machine, 3.1e-7 and 4.6e-7 on an AMD EPYC; a scoring mistake moves ln PPL by far more);
 // (2) matches the method applied to llama.cpp's logits of the same chunks: |Δ ln PPL| ≤ 2e-3
 // (measured: qwen3 1.5e-7, qwen35 3.3e-6); (3) refuses fewer than 2·n_ctx tokens.
 #include <math.h>
@@ -18,7 +20,7 @@
 
 #define N_CTX 64
 #define N_CHUNK 4
-#define TOL_SELF 1e-9
+#define TOL_SELF 1e-6
 #define TOL_REF 2e-3
 
 // method_on_logits: llama-perplexity's sums for one chunk given its [n_ctx][n_vocab] logits.
