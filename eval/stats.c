@@ -12,11 +12,17 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double bn_median(const double *v, int n) {
-    if (n <= 0) return 0;
+// sorted_copy: a sorted copy of v[0..n) (the caller frees it).
+static double *sorted_copy(const double *v, int n) {
     double *s = xmalloc((size_t)n * sizeof *s);
     memcpy(s, v, (size_t)n * sizeof *s);
     qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return s;
+}
+
+double bn_median(const double *v, int n) {
+    if (n <= 0) return 0;
+    double *s = sorted_copy(v, n);
     double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
     free(s);
     return m;
@@ -24,9 +30,7 @@ double bn_median(const double *v, int n) {
 
 double bn_percentile(const double *v, int n, double q) {
     if (n <= 0) return 0;
-    double *s = xmalloc((size_t)n * sizeof *s);
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    double *s = sorted_copy(v, n);
     double pos = q / 100.0 * (n - 1);
     int lo = (int)floor(pos);
     int hi = lo + 1 < n ? lo + 1 : n - 1;

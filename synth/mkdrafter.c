@@ -248,7 +248,8 @@ void bn_mkdrafter_write_keys(gguf_writer *w, const bn_mkdrafter_params *p) {
     if (dflash) {
         gguf_set_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)mask);
         gguf_set_str(w, "dflash.sample_from_anchor", "true");
-        gguf_set_bool(w, "dflash.attention.causal", false); // llama.cpp reads it as a bool (its loader refuses a string)
+        // a bool: llama.cpp's loader refuses the string form
+        gguf_set_bool(w, "dflash.attention.causal", false);
         gguf_set_bool(w, "dflash.has_confidence_head", p->confidence_head);
     } else {
         gguf_set_u32(w, "dspark.dspark.mask_token_id", (uint32_t)mask);

@@ -1,6 +1,6 @@
 // tests/train/test_drafter_tool.c — bonsai-train-drafter as a program on the tiny random target: it trains and writes
-// a drafter that llama.cpp loads and bonsai-speculative drafts with (greedy text equal to plain decoding up to the shorter
-// length), resumes from its checkpoint (writing the legacy convention, which drafts as the dflash file does),
+// a drafter that llama.cpp loads and bonsai-speculative drafts with (greedy text equal to plain decoding up to the
+// shorter length), resumes from its checkpoint (writing the legacy convention, which drafts as the dflash file does),
 // fine-tunes its own output with --init-drafter, trains on --text, and refuses an --init-drafter of another width
 // naming both widths.
 #include "tests/test.h"
@@ -11,8 +11,8 @@
 
 static const char *text_end(const char *out) { return strstr(out, "\n\nencoded"); }
 
-// check_llamacpp_loads: llama.cpp (the npm reference) loads the trained dflash drafter with its weights, as a DSpark
-// drafter (arch dflash, a Markov head, the tap layers in its numbering) with the target's vocabulary.
+// check_llamacpp_loads: llama.cpp (the npm reference) loads the trained dflash drafter with its weights: arch dflash,
+// block size 4, and the target's vocabulary.
 static void check_llamacpp_loads(const char *drafter, const char *target) {
 #ifdef HAVE_LLAMA_REF
     char err[512], arch[32] = "", block[16] = "";
@@ -22,10 +22,12 @@ static void check_llamacpp_loads(const char *drafter, const char *target) {
     }
     llama_ref *d = llama_ref_load_weights(drafter, err, sizeof err), *v = llama_ref_load_vocab(target, err, sizeof err);
     CHECK(d != NULL, "llama.cpp does not load the trained drafter: %s", err);
+    CHECK(v != NULL, "llama.cpp does not load the target's vocabulary: %s", err);
     if (d && v) {
         llama_ref_meta(d, "general.architecture", arch, sizeof arch);
         llama_ref_meta(d, "dflash.block_size", block, sizeof block);
-        CHECK(!strcmp(arch, "dflash") && !strcmp(block, "4"), "llama.cpp reads arch '%s', block size '%s'", arch, block);
+        CHECK(!strcmp(arch, "dflash") && !strcmp(block, "4"), "llama.cpp reads arch '%s', block size '%s'", arch,
+              block);
         CHECK(llama_ref_n_vocab(d) == llama_ref_n_vocab(v), "llama.cpp: drafter vocabulary %d, target's %d",
               llama_ref_n_vocab(d), llama_ref_n_vocab(v));
         printf("  llama.cpp loads the trained drafter: arch %s, block size %s, vocabulary %d\n", arch, block,
@@ -89,7 +91,8 @@ int main(void) {
     const char *a1 = strstr(dflash, "n_accept"), *a2 = strstr(legacy, "n_accept");
     CHECK(a1 && a2 && text_end(dflash) && text_end(legacy), "no acceptance counts: %s", legacy);
     if (a1 && a2 && text_end(dflash) && text_end(legacy)) {
-        CHECK(strncmp(a1, a2, strcspn(a1, "\n")) == 0, "legacy and dflash files accept differently: %.40s / %.40s", a1, a2);
+        CHECK(strncmp(a1, a2, strcspn(a1, "\n")) == 0, "legacy and dflash files accept differently: %.40s / %.40s", a1,
+              a2);
         CHECK(text_end(dflash) - dflash == text_end(legacy) - legacy &&
                   !strncmp(dflash, legacy, (size_t)(text_end(dflash) - dflash)),
               "legacy and dflash files give different text");
