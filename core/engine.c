@@ -1,6 +1,7 @@
 // core/engine.c — the backend-neutral engine wrapper and the CPU backend (see core/engine.h).
 #include "core/engine.h"
 #include "core/forward_impl.h" // bn_state.m
+#include "core/matmul.h"         // --f32-activations
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,10 @@ const bn_arg bn_engine_args[] = {
            "the last N layers and the output head on the GPU and the first layers on the CPU; without a GPU the model "
            "runs on the CPU (with a warning)",
            0, INT32_MAX),
+    BN_TRUE("--f32-activations", offsetof(bn_engine_opts, f32_act),
+            "quantized weights multiply the activations in f32 (dequantized weight panels) instead of rounding them "
+            "to Q8 as llama.cpp does: a slower reference path (CPU engine, -ngl 0), with which a quantized base + "
+            "adapter gives the log-probs of the merge into the base's F16 unpack"),
     LORA_ARGS,
     {0}};
 
@@ -247,6 +252,11 @@ bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, ch
 
 bn_engine *bn_engine_open_opts(const bn_model *m, const bn_engine_opts *o, char *err, size_t errlen) {
     bn_lora_set *lora = NULL;
+    if (o->f32_act && o->n_gpu_layers > 0) {
+        bn_err(err, errlen, "--f32-activations runs on the CPU engine only (got -ngl %d)", o->n_gpu_layers);
+        return NULL;
+    }
+    if (o->f32_act) bn_matmul_set_f32_activations(true);
     if (o->n_lora > 0 && !(lora = bn_lora_set_open(m, o->lora, o->lora_scale, o->n_lora, err, errlen))) return NULL;
     return bn_engine_open_lora(m, o->n_gpu_layers, o->n_threads, lora, err, errlen);
 }

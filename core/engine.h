@@ -169,6 +169,7 @@ typedef struct {
     const char *lora[BN_LORA_MAX]; // --lora FNAME / --lora-scaled FNAME SCALE (repeatable): adapters applied unmerged
     float lora_scale[BN_LORA_MAX]; // their user scales (--lora: 1)
     int n_lora;
+    bool f32_act; // --f32-activations: bn_matmul_set_f32_activations (CPU engine only)
 } bn_engine_opts;
 extern const bn_arg bn_engine_args[];
 // bn_lora_args: --lora and --lora-scaled alone, into a bn_engine_opts (for a tool with its own model options).

@@ -10,6 +10,8 @@
 //       the decode path's.
 //   F32/F16/BF16, n > SMALL_BATCH, with AVX-512: bn_float_gemm, blocks of GEMM_BLOCK weight rows converted once and
 //       tiled against all activation rows, on the engine's threads.
+//   quantized, with bn_matmul_set_f32_activations(true): as F16/BF16 without AVX-512 below (dequantized panels,
+//       sgemm on the f32 activations), whatever n.
 //   Without AVX-512, n > SMALL_BATCH: F32 one OpenBLAS sgemm straight on the mmapped weight; F16/BF16 dequantized
 //       to f32 in panels of rows (about PANEL_FLOATS floats, in the work buffer; nothing cached between calls)
 //       and each panel through sgemm.
@@ -23,6 +25,11 @@
 #define MIN_PARALLEL_MACS (1 << 15) // smaller products run on the calling thread (sync costs more)
 #define SMALL_BATCH 8 // float weights: up to this many activation rows go through the row kernel, not the gemm
 #define GEMM_BLOCK 64 // float weights, n > SMALL_BATCH: weight rows per bn_float_gemm call
+
+static bool f32_activations; // bn_matmul_set_f32_activations
+
+void bn_matmul_set_f32_activations(bool on) { f32_activations = on; }
+bool bn_matmul_f32_activations(void) { return f32_activations; }
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -39,9 +46,11 @@ static int64_t panel_rows(int64_t ne0, int64_t ne1) {
 size_t bn_matmul_work_size(const bn_weight *w, int n) {
     const int64_t ne0 = w->ne[0], ne1 = w->ne[1];
     if (w->type == BN_F32 || (is_float_type(w->type) && (n <= SMALL_BATCH || bn_cpu_has_avx512()))) return 64;
-    if (is_float_type(w->type)) return align64((size_t)panel_rows(ne0, ne1) * (size_t)ne0 * sizeof(float));
+    const size_t panel = align64((size_t)panel_rows(ne0, ne1) * (size_t)ne0 * sizeof(float));
+    if (is_float_type(w->type)) return panel;
     const bn_type_traits *tr = bn_type_traits_of(w->type);
     if (!tr) return 64;
+    if (f32_activations) return panel;
     const size_t prep = bn_vec_dot_batch_prep_size(w->type, (int)ne0, n);
     return align64((size_t)n * bn_row_size(tr->vec_dot_type, ne0)) + align64(prep) + 64;
 }
@@ -180,7 +189,7 @@ void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, 
     } else if (w->type == BN_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)ne1, (int)ne0, 1.0f, x, (int)ne0, w->data,
                     (int)ne0, 0.0f, y, (int)ne1);
-    } else if (is_float_type(w->type)) {
+    } else if (is_float_type(w->type) || f32_activations) {
         matmul_panels(w, x, y, n, work, pool);
     } else {
         matmul_dot(w, x, y, n, work, pool);

@@ -7,6 +7,7 @@
 #define BONSAI_MATMUL_H
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include "core/model.h"
 #include "base/threads.h"
 
@@ -16,6 +17,13 @@ size_t bn_matmul_work_size(const bn_weight *w, int n);
 //   x: [n][ne0] floats, y: [n][ne1] floats (must not alias x); work: bn_matmul_work_size bytes,
 //   64-byte aligned. pool may be NULL (single thread).
 void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, bn_pool *pool);
+// bn_matmul_set_f32_activations: on: quantized weights multiply the f32 activations as they are (weight panels
+// dequantized to f32, then sgemm) instead of the activations rounded to the weight's vec_dot_type (llama.cpp's rule,
+// the default). A slower reference path: with it a quantized base + adapter gives the log-probs of the adapter merged
+// into the base's F16 unpack. Process-wide; set it before any work buffer is sized (bn_matmul_work_size).
+void bn_matmul_set_f32_activations(bool on);
+// bn_matmul_f32_activations: whether the reference path is on.
+bool bn_matmul_f32_activations(void);
 // bn_weight_row_f32: dequantizes row j of w (ne0 floats) into dst (embedding lookup); returns 0/-1.
 int bn_weight_row_f32(const bn_weight *w, int64_t j, float *dst);
 

@@ -60,6 +60,8 @@ static void parse(antidoom_opts *a, int argc, char **argv, void **doc) {
     if (!a->c.model) bn_args_fail(&tool, "-m is required (or \"model\" in --config)");
     if (a->eng.n_lora > 0)
         bn_args_fail(&tool, "--lora: bonsai-antidoom trains its own adapter; give the base model alone");
+    if (a->eng.f32_act)
+        bn_args_fail(&tool, "--f32-activations: bonsai-antidoom measures its outputs as llama.cpp runs them");
     if (!a->c.out_dir) bn_args_fail(&tool, "--out is required (or \"out\" in --config)");
     if (bn_recipe_parse_kinds(a->c.kinds, err, sizeof err) < 0) bn_args_fail(&tool, "--kind: %s", err);
     const char *head = bn_recipe_output_type(&a->c);

@@ -4,7 +4,8 @@
 //      base): teacher-forced log-probs over 24 positions. The F16 unpack + the same adapter unmerged agrees with the
 //      merge within 1e-3 (f32 activations on both sides: only the merge's f16 rounding differs); the Q1_0 engine
 //      rounds its activations to Q8_0 (ggml's rule), so there the bound is the no-adapter gap (Q1_0 vs F16 unpack)
-//      × 1.5 + 1e-3. An F16 adapter (A, B rounded to f16) agrees with the F32 one within 2e-3.
+//      × 1.5 + 1e-3; with the f32-activation reference path (bn_matmul_set_f32_activations) the Q1_0 base + adapter
+//      agrees with the merge within 1e-3. An F16 adapter (A, B rounded to f16) agrees with the F32 one within 2e-3.
 //   2. Bit identity: a verify pass of 6 tokens (all logits) gives the bits of 6 one-token decodes; a ragged batch of
 //      three sequences at scales 1, 0.5 and 0 gives each sequence's bits alone; scale 0 gives the no-adapter bits.
 //   3. Bad input: wrong shapes, a weight the model lacks, another architecture, a truncated file, a non-adapter —
@@ -19,6 +20,7 @@
 #include "core/forward.h"
 #include "core/adapter.h"
 #include "core/engine.h"
+#include "core/matmul.h"
 #include "train/lora.h"
 #include "train/merge.h"
 #include "base/util.h"
@@ -134,13 +136,21 @@ static void merge_case(const char *preset) {
     const double effect = max_diff(lm32, lf0), gap0 = max_diff(lq0, lf0);
     const double d_32 = max_diff(lf, lm32), d_f16 = max_diff(lf, lm), d_q1 = max_diff(lq, lm32);
     const double d_16 = max_diff(lf16, lf);
+    double lqx[NT];
+    bn_matmul_set_f32_activations(true); // the reference path: Q1_0 weights times the f32 activations
+    const int rcx = logprobs(mq, sq, 1.0f, tok, lqx);
+    bn_matmul_set_f32_activations(false);
+    if (rcx) goto out;
+    const double d_q1x = max_diff(lqx, lm32);
     printf("%s: adapter effect %.3g; F16 unpack + adapter vs F32 merge %.3g, vs F16 merge %.3g; Q1_0 + adapter vs "
-           "F32 merge %.3g (no-adapter Q1_0 vs F16 unpack %.3g); F16 adapter vs F32 adapter %.3g (max |Δ log-prob| "
-           "over %d positions)\n", preset, effect, d_32, d_f16, d_q1, gap0, d_16, NT - 1);
+           "F32 merge %.3g (no-adapter Q1_0 vs F16 unpack %.3g), with f32 activations %.3g; F16 adapter vs F32 adapter %.3g (max |Δ log-prob| "
+           "over %d positions)\n", preset, effect, d_32, d_f16, d_q1, gap0, d_q1x, d_16,
+           NT - 1);
     CHECK(effect > 0.05, "%s: the adapter changes the log-probs (%.3g)", preset, effect);
     CHECK(d_32 <= 1e-3, "%s: F16 unpack + adapter vs F32 merge: %.3g (tol 1e-3)", preset, d_32);
     CHECK(d_f16 <= 2e-2, "%s: F16 unpack + adapter vs F16 merge: %.3g (tol 2e-2)", preset, d_f16);
     CHECK(d_q1 <= 1.5 * gap0 + 1e-3, "%s: Q1_0 + adapter vs merge: %.3g (tol 1.5 × %.3g + 1e-3)", preset, d_q1, gap0);
+    CHECK(d_q1x <= 1e-3, "%s: Q1_0 + adapter, f32 activations, vs F32 merge: %.3g (tol 1e-3)", preset, d_q1x);
     CHECK(d_16 <= 2e-3, "%s: F16 adapter vs F32 adapter: %.3g (tol 2e-3)", preset, d_16);
     // scale 0 is the base model, bit for bit
     double lz[NT];
