@@ -18,7 +18,11 @@
 #      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them), RoPE on
 #      $NROT of the 64 head dimensions at base $ROPE_BASE (the tiny preset's 8 and 1e7; env BONSAI_SKILLS_NROT,
 #      BONSAI_SKILLS_ROPE_BASE);
-#   5. bonsai-train-lm: full-parameter training, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
+#   5. bonsai-train-lm: with BONSAI_SKILLS_CURRICULUM_STEPS > 0 (default 0: off) a copy curriculum first ($CUR_STEPS
+#      steps × 8 × $CTX on scripts/copy-curriculum.py's blocks of $CUR_IDS random learned tokens between "list:" and
+#      "again:": only an induction circuit predicts their second half; data/README.md: it did not form one at this
+#      width within the steps tried), then
+#      full-parameter training on the mix, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
 #      data/prompts/heldout.jsonl; task scores (bonsai-eval-tasks);
 #   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, lr 2e-3, same data), the same figures, and
@@ -30,6 +34,8 @@ B=${1:-$root/build}
 T="$B/tools"
 W=${BONSAI_SKILLS_WORK:-$root/out/make-skills}
 STEPS=${BONSAI_SKILLS_STEPS:-700}
+CUR_STEPS=${BONSAI_SKILLS_CURRICULUM_STEPS:-0}
+CUR_IDS=${BONSAI_SKILLS_CURRICULUM_IDS:-64}
 QAT_STEPS=${BONSAI_SKILLS_QAT_STEPS:-100}
 LAYERS=${BONSAI_SKILLS_LAYERS:-4}
 ATTN=${BONSAI_SKILLS_ATTN:-2}
@@ -106,9 +112,21 @@ step "4/7 initial model (qwen35, 256 wide, $LAYERS layers, every ${ATTN}-th full
     --n-ff 512 --n-head 4 --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 \
     --vocab "$W/vocab.gguf" --logit-scale 0.5 --seed 42 --name bonsai-skills --n-rot "$NROT" --rope-base "$ROPE_BASE"
 
-step "5/7 full-parameter training ($STEPS steps × 8 × $CTX tokens)"
+step "5/7 copy curriculum ($CUR_STEPS steps), then full-parameter training ($STEPS steps × 8 × $CTX tokens)"
 t0=$(date +%s)
-"$T/bonsai-train-lm" -m "$W/init.gguf" --data "$W/skills.bin" -o "$W/model-f32.gguf" --steps "$STEPS" --ctx "$CTX" \
+start="$W/init.gguf"
+if [ "$CUR_STEPS" -gt 0 ]; then
+    printf 'list:\n' > "$W/list.txt"
+    printf 'again:\n' > "$W/again.txt"
+    for x in list again; do "$T/bonsai-train-lm" --tokenize "$W/$x.txt" -m "$W/vocab.gguf" -o "$W/$x.bin"; done
+    python3 "$root/scripts/copy-curriculum.py" "$W/copy-curriculum.bin" "$W/list.bin" "$W/again.bin" 1024 "$CUR_IDS"
+    "$T/bonsai-train-lm" -m "$W/init.gguf" --data "$W/copy-curriculum.bin" -o "$W/curriculum-f32.gguf" \
+        --steps "$CUR_STEPS" --ctx "$CTX" --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac 0.01 --seed 1 \
+        2>&1 | tee "$W/curriculum.log" | grep -v '^step '
+    tasks "$W/curriculum-f32.gguf" "$root"/data/tasks/{copy,hcopy}.jsonl
+    start="$W/curriculum-f32.gguf"
+fi
+"$T/bonsai-train-lm" -m "$start" --data "$W/skills.bin" -o "$W/model-f32.gguf" --steps "$STEPS" --ctx "$CTX" \
     --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac "$(cat "$W/val-frac")" --seed 1 2>&1 \
     | tee "$W/train.log" | grep -v '^step '
 echo "training time: $(( $(date +%s) - t0 )) s"
