@@ -17,6 +17,24 @@ static double file_size(const char *path) {
     return stat(path, &st) == 0 ? (double)st.st_size : 0;
 }
 
+// make_lowbit_bases: the requantized Q1_0 / Q2_0 bases of the kinds asked (all of them when fresh, else only the
+// missing ones: a kind added on resume); 0 or -1.
+static int make_lowbit_bases(bn_recipe_run *r, const char *f16, bool fresh, char *err, size_t errlen) {
+    bn_quantize_params p = bn_quantize_params_default();
+    p.n_threads = r->c->threads;
+    p.log = NULL;
+    p.allow_requantize = true;
+    p.output_type = bn_recipe_output_type(r->c);
+    const char *types[] = {"Q1_0", "Q2_0"};
+    for (int i = 0; i < 2; i++) {
+        const char *out = r->base[BN_KIND_Q1_0 + i];
+        if (!(r->kinds & (1 << (BN_KIND_Q1_0 + i))) || (!fresh && file_size(out) > 0)) continue;
+        p.type = types[i];
+        if (bn_quantize_file(&p, f16, out, err, errlen)) return -1;
+    }
+    return 0;
+}
+
 // stage_base: the F16 unpack of the model and its requantized Q1_0 / Q2_0 (for the kinds asked); 0 or -1.
 static int stage_base(bn_recipe_run *r, char *err, size_t errlen) {
     char f16[BN_PATH];
@@ -26,19 +44,14 @@ static int stage_base(bn_recipe_run *r, char *err, size_t errlen) {
     bn_run_path(r, r->base[BN_KIND_Q1_0], BN_PATH, "base-q1_0.gguf");
     bn_run_path(r, r->base[BN_KIND_Q2_0], BN_PATH, "base-q2_0.gguf");
     uint64_t sig = r->sig_base ^ r->sig_head;
-    if (bn_run_stage(r, "base", sig, "the model unpacked to F16 and requantized (Q1_0, Q2_0)")) return 0;
+    if (bn_run_stage(r, "base", sig, "the model unpacked to F16 and requantized (Q1_0, Q2_0)"))
+        return make_lowbit_bases(r, f16, false, err, errlen);
     bn_quantize_params p = bn_quantize_params_default();
     p.n_threads = r->c->threads;
     p.log = NULL;
     p.allow_requantize = true;
     p.type = "F16";
-    if (bn_quantize_file(&p, r->c->model, f16, err, errlen)) return -1;
-    const char *types[] = {"Q1_0", "Q2_0"};
-    p.output_type = bn_recipe_output_type(r->c);
-    for (int i = 0; i < 2; i++) {
-        p.type = types[i];
-        if (bn_quantize_file(&p, f16, r->base[BN_KIND_Q1_0 + i], err, errlen)) return -1;
-    }
+    if (bn_quantize_file(&p, r->c->model, f16, err, errlen) || make_lowbit_bases(r, f16, true, err, errlen)) return -1;
     return bn_run_stage_done(r, "base", sig, json_object(), err, errlen) ? 0 : -1;
 }
 
