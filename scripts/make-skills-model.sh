@@ -14,20 +14,23 @@
 #      documents from the training packages; held-out text and task files from held-out packages);
 #   3. byte-level BPE vocabulary (1024 tokens) from the fortunes and training stanzas; tokens (the 0x01/0x02
 #      marker bytes → <|im_start|>/<|im_end|>, as make-model.sh);
-#   4. bonsai-mkmodel: make-model.sh's qwen35 shape (n_embd 256, n_ff 512, 4 heads × 64, 2 KV heads, ssm state
-#      64) with $LAYERS layers, every $ATTN-th full attention (two attention layers: copying needs them), RoPE on
-#      $NROT of the 64 head dimensions at base $ROPE_BASE (the tiny preset's 8 and 1e7; env BONSAI_SKILLS_NROT,
-#      BONSAI_SKILLS_ROPE_BASE);
-#   5. bonsai-train-lm: with BONSAI_SKILLS_CURRICULUM_STEPS > 0 (default 0: off) a copy curriculum first ($CUR_STEPS
-#      steps × 8 × $CTX on scripts/copy-curriculum.py's blocks of $CUR_IDS random learned tokens between "list:" and
-#      "again:": only an induction circuit predicts their second half; data/README.md: it did not form one at this
-#      width within the steps tried), then
+#   4. bonsai-mkmodel: a qwen35 $EMBD wide (env BONSAI_SKILLS_EMBD; 256, the shipped model: make-model.sh's shape,
+#      n_ff 512, 4 heads × 64, 2 KV heads, ssm state 64; another width E: n_ff 2E, 4 heads × E/4, 4 KV heads, ssm
+#      state E/4, untied head) with $LAYERS layers, every $ATTN-th full attention (DeltaNet, attention, DeltaNet,
+#      attention: the pattern that can form an induction circuit), RoPE on $NROT dimensions of each head at base
+#      $ROPE_BASE (the tiny preset's 8 and 1e7; env BONSAI_SKILLS_NROT, BONSAI_SKILLS_ROPE_BASE);
+#   5. bonsai-train-lm: a copy curriculum (env BONSAI_SKILLS_CURRICULUM_STEPS = C; 0, the default: none), each stage from the
+#      last: 2C steps × 16 × 64 on scripts/copy-curriculum.py's blocks of 64 random learned tokens between
+#      "list:" and "again:" (only an induction circuit predicts the second copy), C steps on blocks of all 761
+#      learned tokens, C steps × 8 × $CTX on copy documents of training package names (scripts/copy-probe.py
+#      names); data/README.md has why each stage. Then
 #      full-parameter training on the mix, $STEPS steps × 8 windows × $CTX tokens, lr $LR, seed 1;
 #   6. F16; perplexity on data/skills/heldout.txt and data/heldout.txt; greedy chat loop rate on
 #      data/prompts/heldout.jsonl; task scores (bonsai-eval-tasks);
 #   7. the 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps, lr 2e-3, same data), the same figures, and
 #      the task scores of the 1-bit model under --repeat-penalty 1.1 and --dry-multiplier 0.8.
-# Work files go to ${BONSAI_SKILLS_WORK:-out/make-skills}; the results are copied into data/.
+#      (skipped, with no 1-bit figures, when $EMBD is not a multiple of 128: Q1_0's block).
+# Work files go to ${BONSAI_SKILLS_WORK:-out/make-skills}; the models to ${BONSAI_SKILLS_OUT:-data}.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-$root/build}
@@ -35,7 +38,7 @@ T="$B/tools"
 W=${BONSAI_SKILLS_WORK:-$root/out/make-skills}
 STEPS=${BONSAI_SKILLS_STEPS:-700}
 CUR_STEPS=${BONSAI_SKILLS_CURRICULUM_STEPS:-0}
-CUR_IDS=${BONSAI_SKILLS_CURRICULUM_IDS:-64}
+EMBD=${BONSAI_SKILLS_EMBD:-256}
 QAT_STEPS=${BONSAI_SKILLS_QAT_STEPS:-100}
 LAYERS=${BONSAI_SKILLS_LAYERS:-4}
 ATTN=${BONSAI_SKILLS_ATTN:-2}
@@ -46,8 +49,12 @@ ROPE_BASE=${BONSAI_SKILLS_ROPE_BASE:-10000000}
 ONLY=${2:-all}
 case "$ONLY" in all|1bit|eval) ;; *) echo "make-skills-model: second argument must be '1bit' or 'eval'"; exit 1;; esac
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
-F16="$root/data/bonsai-skills-f16.gguf"
-Q1="$root/data/bonsai-skills-1bit.gguf"
+OUT=${BONSAI_SKILLS_OUT:-$root/data}
+F16="$OUT/bonsai-skills-f16.gguf"
+Q1="$OUT/bonsai-skills-1bit.gguf"
+mkdir -p "$OUT"
+LOWBIT=1 # Q1_0 holds rows of a multiple of 128 values: a narrower model gets no 1-bit twin
+[ $((EMBD % 128)) = 0 ] || LOWBIT=0
 mkdir -p "$W" "$root/data/skills" "$root/data/tasks"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -107,24 +114,39 @@ step "3/7 BPE vocabulary (1024 tokens) and tokens"
 "$T/bonsai-train-lm" --tokenize "$W/skills.txt" -m "$W/vocab.gguf" -o "$W/skills-raw.bin"
 python3 "$root/scripts/chat-markers.py" "$W/skills-raw.bin" "$W/skills.bin"
 
-step "4/7 initial model (qwen35, 256 wide, $LAYERS layers, every ${ATTN}-th full attention)"
-"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" --n-embd 256 \
-    --n-ff 512 --n-head 4 --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 --ssm-n-group 2 \
+step "4/7 initial model (qwen35, $EMBD wide, $LAYERS layers, every ${ATTN}-th full attention)"
+if [ "$EMBD" = 256 ]; then
+    shape=(--n-embd 256 --n-ff 512 --n-head 4 --head-dim 64 --n-head-kv 2 --ssm-d-state 64 --ssm-dt-rank 4 \
+        --ssm-n-group 2)
+else
+    shape=(--n-embd "$EMBD" --n-ff $((2 * EMBD)) --n-head 4 --head-dim $((EMBD / 4)) --n-head-kv 4 \
+        --ssm-d-state $((EMBD / 4)) --untied)
+fi
+"$T/bonsai-mkmodel" "$W/init.gguf" --preset tiny --n-layer "$LAYERS" --full-attn-interval "$ATTN" "${shape[@]}" \
     --vocab "$W/vocab.gguf" --logit-scale 0.5 --seed 42 --name bonsai-skills --n-rot "$NROT" --rope-base "$ROPE_BASE"
 
-step "5/7 copy curriculum ($CUR_STEPS steps), then full-parameter training ($STEPS steps × 8 × $CTX tokens)"
+# train STAGE INIT DATA STEPS CTX BATCH VAL_FRAC: bonsai-train-lm into $W/STAGE.gguf, its log in $W/STAGE.log
+train() {
+    "$T/bonsai-train-lm" -m "$2" --data "$3" -o "$W/$1.gguf" --steps "$4" --ctx "$5" --batch "$6" --lr "$LR" \
+        --threads 2 --eval-every 250 --val-frac "$7" --seed 1 2>&1 | tee "$W/$1.log" | grep -v '^step '
+}
+
+step "5/7 copy curriculum (2 × $CUR_STEPS + $CUR_STEPS + $CUR_STEPS steps), then the mix ($STEPS steps × 8 × $CTX tokens)"
 t0=$(date +%s)
 start="$W/init.gguf"
 if [ "$CUR_STEPS" -gt 0 ]; then
     printf 'list:\n' > "$W/list.txt"
     printf 'again:\n' > "$W/again.txt"
     for x in list again; do "$T/bonsai-train-lm" --tokenize "$W/$x.txt" -m "$W/vocab.gguf" -o "$W/$x.bin"; done
-    python3 "$root/scripts/copy-curriculum.py" "$W/copy-curriculum.bin" "$W/list.bin" "$W/again.bin" 1024 "$CUR_IDS"
-    "$T/bonsai-train-lm" -m "$W/init.gguf" --data "$W/copy-curriculum.bin" -o "$W/curriculum-f32.gguf" \
-        --steps "$CUR_STEPS" --ctx "$CTX" --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac 0.01 --seed 1 \
-        2>&1 | tee "$W/curriculum.log" | grep -v '^step '
-    tasks "$W/curriculum-f32.gguf" "$root"/data/tasks/{copy,hcopy}.jsonl
-    start="$W/curriculum-f32.gguf"
+    python3 "$root/scripts/copy-curriculum.py" "$W/blocks-64.bin" "$W/list.bin" "$W/again.bin" 1024 64
+    python3 "$root/scripts/copy-curriculum.py" "$W/blocks-all.bin" "$W/list.bin" "$W/again.bin" 1024 0
+    python3 "$root/scripts/copy-probe.py" names "$W/names.txt" "$W/Packages"
+    "$T/bonsai-train-lm" --tokenize "$W/names.txt" -m "$W/vocab.gguf" -o "$W/names.bin"
+    train curriculum-64 "$W/init.gguf" "$W/blocks-64.bin" "$((2 * CUR_STEPS))" 64 16 0.01
+    train curriculum-all "$W/curriculum-64.gguf" "$W/blocks-all.bin" "$CUR_STEPS" 64 16 0.01
+    train curriculum-names "$W/curriculum-all.gguf" "$W/names.bin" "$CUR_STEPS" "$CTX" 8 0.01
+    tasks "$W/curriculum-names.gguf" "$root"/data/tasks/{copy,hcopy}.jsonl
+    start="$W/curriculum-names.gguf"
 fi
 "$T/bonsai-train-lm" -m "$start" --data "$W/skills.bin" -o "$W/model-f32.gguf" --steps "$STEPS" --ctx "$CTX" \
     --batch 8 --lr "$LR" --threads 2 --eval-every 100 --val-frac "$(cat "$W/val-frac")" --seed 1 2>&1 \
@@ -133,7 +155,9 @@ echo "training time: $(( $(date +%s) - t0 )) s"
 "$T/bonsai-quantize" "$W/model-f32.gguf" "$F16" F16 --threads 2 -q | tail -1
 fi
 
-if [ "$ONLY" != eval ]; then
+if [ "$ONLY" != eval ] && [ "$LOWBIT" = 0 ]; then
+    step "6/7 no 1-bit model: Q1_0 needs rows of a multiple of 128 values (the model is $EMBD wide)"
+elif [ "$ONLY" != eval ]; then
 step "6/7 the natively 1-bit model: QAT Q1_0 from the F16 model ($QAT_STEPS steps)"
 [ -f "$W/skills.bin" ] || { echo "make-skills-model: $W/skills.bin missing (run the full script once)"; exit 1; }
 t0=$(date +%s)
@@ -149,10 +173,11 @@ echo "shipped models: $total bytes"
 [ "$total" -le 20000000 ] || { echo "make-skills-model: the shipped models are $total bytes (> 20 MB)"; exit 1; }
 grep -h "params in" "$W/train.log" 2>/dev/null || true
 figures "$F16" skills-f16
-figures "$Q1" skills-1bit
+last=$F16 label=skills-f16
+if [ "$LOWBIT" = 1 ]; then figures "$Q1" skills-1bit; last=$Q1 label=skills-1bit; fi
 # what decoding-time penalties cost on the families the model scores on (the 1-bit model: the demo's kind)
 for pen in "--repeat-penalty 1.1" "--dry-multiplier 0.8"; do
-    echo "skills-1bit $pen:"
+    echo "$label $pen:"
     # shellcheck disable=SC2086
-    tasks "$Q1" "$root"/data/tasks/{fields,control,recall}.jsonl -- $pen
+    tasks "$last" "$root"/data/tasks/{fields,control,recall,copy,hcopy}.jsonl -- $pen
 done
