@@ -250,13 +250,17 @@ bn_engine *bn_engine_open(const bn_model *m, int n_gpu_layers, int n_threads, ch
     return bn_engine_open_lora(m, n_gpu_layers, n_threads, NULL, err, errlen);
 }
 
+int bn_engine_opts_f32_activations(const bn_engine_opts *o, char *err, size_t errlen) {
+    if (!o->f32_act) return 0;
+    if (o->n_gpu_layers > 0)
+        return bn_err(err, errlen, "--f32-activations runs on the CPU engine only (got -ngl %d)", o->n_gpu_layers);
+    bn_matmul_set_f32_activations(true);
+    return 0;
+}
+
 bn_engine *bn_engine_open_opts(const bn_model *m, const bn_engine_opts *o, char *err, size_t errlen) {
     bn_lora_set *lora = NULL;
-    if (o->f32_act && o->n_gpu_layers > 0) {
-        bn_err(err, errlen, "--f32-activations runs on the CPU engine only (got -ngl %d)", o->n_gpu_layers);
-        return NULL;
-    }
-    if (o->f32_act) bn_matmul_set_f32_activations(true);
+    if (bn_engine_opts_f32_activations(o, err, errlen)) return NULL;
     if (o->n_lora > 0 && !(lora = bn_lora_set_open(m, o->lora, o->lora_scale, o->n_lora, err, errlen))) return NULL;
     return bn_engine_open_lora(m, o->n_gpu_layers, o->n_threads, lora, err, errlen);
 }

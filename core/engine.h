@@ -188,6 +188,9 @@ bn_engine *bn_engine_open_lora(const bn_model *m, int n_gpu_layers, int n_thread
 // bn_engine_open_opts: the engine of a tool's engine options o over m (-ngl, -t, and the --lora / --lora-scaled
 // adapters loaded and checked against m); returns it, or NULL with err naming the file and the problem.
 bn_engine *bn_engine_open_opts(const bn_model *m, const bn_engine_opts *o, char *err, size_t errlen);
+// bn_engine_opts_f32_activations: turns on the matmul reference path (core/matmul.h) when o asks for
+// --f32-activations; call it before any state is made. 0, or -1 with err when o also asks for the GPU.
+int bn_engine_opts_f32_activations(const bn_engine_opts *o, char *err, size_t errlen);
 // bn_engine_lora: the engine's adapters (NULL: none); their global scales are bn_lora_set_scales of it.
 bn_lora_set *bn_engine_lora(const bn_engine *e);
 // bn_engine_state_set_lora: state s's user scales of the engine's adapters (n = bn_lora_set_count of them; a new

@@ -29,7 +29,6 @@
 static bool f32_activations; // bn_matmul_set_f32_activations
 
 void bn_matmul_set_f32_activations(bool on) { f32_activations = on; }
-bool bn_matmul_f32_activations(void) { return f32_activations; }
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 

@@ -22,8 +22,6 @@ void bn_matmul(const bn_weight *w, const float *x, float *y, int n, void *work, 
 // the default). A slower reference path: with it a quantized base + adapter gives the log-probs of the adapter merged
 // into the base's F16 unpack. Process-wide; set it before any work buffer is sized (bn_matmul_work_size).
 void bn_matmul_set_f32_activations(bool on);
-// bn_matmul_f32_activations: whether the reference path is on.
-bool bn_matmul_f32_activations(void);
 // bn_weight_row_f32: dequantizes row j of w (ne0 floats) into dst (embedding lookup); returns 0/-1.
 int bn_weight_row_f32(const bn_weight *w, int64_t j, float *dst);
 

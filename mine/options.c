@@ -4,7 +4,6 @@
 #include "mine/source_http.h"
 #include "core/chat.h"
 #include "core/model.h"
-#include "core/matmul.h" // --f32-activations
 #include "base/util.h"
 #include <stdlib.h>
 #include <string.h>
@@ -250,9 +249,9 @@ int bn_mine_opts_engine(const bn_mine_opts *o, const struct bn_model *m, bn_engi
     *eng = NULL, *batch = NULL;
     if (o->server_url && o->eng.n_lora > 0)
         return bn_err(err, errlen, "--lora applies to in-process generation (a --server applies its own adapters)");
-    if (o->eng.f32_act && (o->server_url || o->eng.n_gpu_layers > 0))
-        return bn_err(err, errlen, "--f32-activations runs on the in-process CPU engine only (no --server, -ngl 0)");
-    if (o->eng.f32_act) bn_matmul_set_f32_activations(true); // before any state is made
+    if (o->server_url && o->eng.f32_act)
+        return bn_err(err, errlen, "--f32-activations applies to in-process generation (a --server runs its own)");
+    if (bn_engine_opts_f32_activations(&o->eng, err, errlen)) return -1; // before any state is made
     if ((o->eng.n_gpu_layers <= 0 && o->eng.n_lora == 0) || o->server_url) return 0;
     *eng = bn_engine_open_opts(m, &o->eng, err, errlen);
     if (!*eng) return -1;

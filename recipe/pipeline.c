@@ -17,13 +17,19 @@ static double file_size(const char *path) {
     return stat(path, &st) == 0 ? (double)st.st_size : 0;
 }
 
-// make_lowbit_bases: the requantized Q1_0 / Q2_0 bases of the kinds asked (all of them when fresh, else only the
-// missing ones: a kind added on resume); 0 or -1.
-static int make_lowbit_bases(bn_recipe_run *r, const char *f16, bool fresh, char *err, size_t errlen) {
+// base_quantize_params: bonsai-quantize's settings for the base files (the run's threads, no log, requantizing).
+static bn_quantize_params base_quantize_params(const bn_recipe_run *r) {
     bn_quantize_params p = bn_quantize_params_default();
     p.n_threads = r->c->threads;
     p.log = NULL;
     p.allow_requantize = true;
+    return p;
+}
+
+// make_lowbit_bases: the requantized Q1_0 / Q2_0 bases of the kinds asked (all of them when fresh, else only the
+// missing ones: a kind added on resume); 0 or -1.
+static int make_lowbit_bases(bn_recipe_run *r, const char *f16, bool fresh, char *err, size_t errlen) {
+    bn_quantize_params p = base_quantize_params(r);
     p.output_type = bn_recipe_output_type(r->c);
     const char *types[] = {"Q1_0", "Q2_0"};
     for (int i = 0; i < 2; i++) {
@@ -46,10 +52,7 @@ static int stage_base(bn_recipe_run *r, char *err, size_t errlen) {
     uint64_t sig = r->sig_base ^ r->sig_head;
     if (bn_run_stage(r, "base", sig, "the model unpacked to F16 and requantized (Q1_0, Q2_0)"))
         return make_lowbit_bases(r, f16, false, err, errlen);
-    bn_quantize_params p = bn_quantize_params_default();
-    p.n_threads = r->c->threads;
-    p.log = NULL;
-    p.allow_requantize = true;
+    bn_quantize_params p = base_quantize_params(r);
     p.type = "F16";
     if (bn_quantize_file(&p, r->c->model, f16, err, errlen) || make_lowbit_bases(r, f16, true, err, errlen)) return -1;
     return bn_run_stage_done(r, "base", sig, json_object(), err, errlen) ? 0 : -1;

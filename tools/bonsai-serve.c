@@ -1,7 +1,6 @@
 // bonsai-serve — llama-server-compatible HTTP server on the bonsai engine (docs/server.md).
 #include "serve/request.h"
 #include "serve/server.h"
-#include "core/matmul.h" // --f32-activations
 #include "base/util.h"
 #include "base/args.h"
 #include <stdio.h>
@@ -95,9 +94,8 @@ int main(int argc, char **argv) {
     memcpy(p.lora, eng.lora, sizeof p.lora);
     memcpy(p.lora_scale, eng.lora_scale, sizeof p.lora_scale);
     if (!p.model_path) bn_args_fail(&tool, "-m MODEL.gguf is required");
-    if (eng.f32_act && p.n_gpu_layers > 0)
-        bn_args_fail(&tool, "--f32-activations runs on the CPU engine only (got -ngl %d)", p.n_gpu_layers);
-    if (eng.f32_act) bn_matmul_set_f32_activations(true);
+    char err[256];
+    if (bn_engine_opts_f32_activations(&eng, err, sizeof err)) bn_args_fail(&tool, "%s", err);
     if (p.spec.n_max < 1 || p.spec.n_max > 16)
         bn_args_fail(&tool, "--spec-draft-n-max: %d is not in 1..16", p.spec.n_max);
     if (p.spec.n_min > 16) bn_args_fail(&tool, "--spec-draft-n-min: %d is not in 0..16", p.spec.n_min);
