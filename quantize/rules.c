@@ -251,11 +251,9 @@ static int mixture_type(bn_quant_rules *r, const char *name, const int64_t *ne, 
     return layer_mixture_type(r, name, type);
 }
 
-// fallback_type: §5.4; returns the type to use, or -1 with err filled.
-static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_choice *out, char *err, size_t errlen) {
+int bn_type_shape_fallback(int type, int64_t ncols) {
     int blck = bn_type_blck(type);
-    if (blck == 0)
-        return bn_err(err, errlen, "%s: the mixture asks for type %d, which this build does not implement", name, type);
+    if (blck == 0) return -1;
     if (ncols % blck == 0) return type;
     int ret;
     switch (type) {
@@ -268,18 +266,23 @@ static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_ch
     case BN_Q4_K: ret = BN_Q5_0; break;
     case BN_Q5_K: ret = BN_Q5_1; break;
     default:
-        if (blck <= 32) {
-            ret = type;
-            break;
-        }
+        if (blck > 32) return -1;
+        ret = type;
+    }
+    return ncols % bn_type_blck(ret) == 0 ? ret : BN_F16;
+}
+
+// fallback_type: §5.4; returns the type to use, or -1 with err filled.
+static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_choice *out, char *err, size_t errlen) {
+    int blck = bn_type_blck(type);
+    if (blck == 0)
+        return bn_err(err, errlen, "%s: the mixture asks for type %d, which this build does not implement", name, type);
+    if (ncols % blck == 0) return type;
+    int ret = bn_type_shape_fallback(type, ncols);
+    if (ret < 0)
         return bn_err(err, errlen, "%s: ncols %lld not divisible by %d (required for type %s): no tensor type fallback "
                       "is defined for type %s", name, (long long)ncols, blck, bn_type_name(type), bn_type_name(type));
-    }
-    const char *f16_note = "";
-    if (ncols % bn_type_blck(ret) != 0) {
-        f16_note = "(WARNING: must use F16 due to unusual shape) ";
-        ret = BN_F16;
-    }
+    const char *f16_note = ret == BN_F16 ? "(WARNING: must use F16 due to unusual shape) " : "";
     out->fallback = true;
     snprintf(out->warning, sizeof out->warning, "warning: %-36s - ncols %6lld not divisible by %3d (required for type %7s) "
              "%s-> falling back to %7s", name, (long long)ncols, blck, bn_type_name(type), f16_note, bn_type_name(ret));

@@ -97,6 +97,11 @@ typedef struct {
     char warning[256]; // llama-quantize-style warning line (empty if none)
 } bn_tensor_choice;
 
+// bn_type_shape_fallback: the type llama-quantize stores a row of ncols values in when `type` asks for it (§5.4):
+// type itself when its block divides ncols, else its fallback (q6_K -> q8_0, q4_K -> q5_0, 2-bit/ternary -> q4_0, ...;
+// F16 when that does not divide ncols either); -1 when no fallback is defined (q1_0, the other 128-value types).
+int bn_type_shape_fallback(int type, int64_t ncols);
+
 // bn_tensor_choose_type: FORMATS §5.2 order for tensor `name` of shape ne (n_dims after dropping
 // trailing 1s) stored as src_type; fills *out and returns 0, or -1 with err filled when no type
 // can hold the shape ("no tensor type fallback is defined for type q1_0", or an unsupported fallback).

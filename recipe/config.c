@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include "base/args.h"
 #include "base/util.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "quantize/rules.h"
 
 static const char *kind_names[BN_KIND_COUNT] = {"adapter", "f16", "q1_0", "q2_0"};
 
@@ -15,6 +18,34 @@ const char *bn_recipe_kind_name(bn_recipe_kind k) { return k >= 0 && k < BN_KIND
 
 const char *bn_recipe_output_type(const bn_recipe_cfg *c) {
     return c->output_type && c->output_type[0] ? c->output_type : NULL;
+}
+
+int bn_recipe_fit_output_type(bn_recipe_cfg *c, char *note, size_t notelen, char *err, size_t errlen) {
+    note[0] = 0;
+    const char *head = bn_recipe_output_type(c);
+    int kinds = bn_recipe_parse_kinds(c->kinds, err, errlen);
+    if (kinds < 0) return -1;
+    if (!head || !(kinds & (1 << BN_KIND_Q1_0 | 1 << BN_KIND_Q2_0))) return 0;
+    int type = bn_parse_tensor_type_name(head, false, err, errlen);
+    if (type < 0) return -1;
+    gguf_file *f = gguf_open(c->model, err, errlen);
+    if (!f) return -1;
+    const gguf_tensor *t = gguf_find_tensor(f, "output.weight");
+    if (!t) t = gguf_find_tensor(f, "token_embd.weight"); // a tied head
+    int64_t ncols = t ? t->ne[0] : 0;
+    gguf_close(f);
+    if (!t) return bn_err(err, errlen, "%s: no output.weight or token_embd.weight tensor", c->model);
+    int fit = bn_type_shape_fallback(type, ncols);
+    if (fit == type) return 0;
+    if (fit < 0)
+        return bn_err(err, errlen, "--output-tensor-type %s: the output head's rows of %lld values do not fit its "
+                      "%d-value blocks, and it has no fallback type", head, (long long)ncols, bn_type_blck(type));
+    static char name[16];
+    snprintf(name, sizeof name, "%s", bn_type_name(fit));
+    snprintf(note, notelen, "output.weight: rows of %lld values do not fit %s's %d-value blocks; %s instead "
+             "(llama-quantize's fallback)", (long long)ncols, head, bn_type_blck(type), name);
+    c->output_type = name;
+    return 0;
 }
 
 bn_recipe_cfg bn_recipe_cfg_default(void) {
@@ -164,7 +195,8 @@ static const cfg_key keys[] = {
     FLAG("targets", K_STR, targets, 0, 0, "--targets", "LIST", "LoRA targets"),
     FLAG("output_tensor_type", K_STR, output_type, 0, 0, "--output-tensor-type", "TYPE",
          "q1_0 / q2_0 outputs: output.weight's type (default q6_k, llama-quantize's rule for low-bit files, which "
-         "keeps an lm_head adapter's effect; \"\" = low-bit like the rest)"),
+         "keeps an lm_head adapter's effect; a head too narrow for it: llama-quantize's fallback, q8_0; \"\" = low-bit "
+         "like the rest)"),
     FLAG("lambda_nt", K_REAL, lambda_nt, 0, 1e6, "--lambda-nt", "X", "FTPO non-target tether λ_nt"),
     KEY("tether_ctx", K_INT, tether_ctx, 2, 1 << 20),
     KEY("tether_batch", K_INT, tether_batch, 1, 1 << 20),

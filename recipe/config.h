@@ -89,6 +89,10 @@ const char *bn_recipe_kind_name(bn_recipe_kind k);
 // bn_recipe_output_type: the q1_0 / q2_0 kinds' output.weight type (c->output_type), or NULL for bonsai-quantize's
 // rule (unset or "").
 const char *bn_recipe_output_type(const bn_recipe_cfg *c);
+// bn_recipe_fit_output_type: when the q1_0 / q2_0 kinds are asked and the model's output head rows do not fit the
+// head type's blocks (q6_k on a model 128 wide), sets c->output_type to llama-quantize's fallback for that shape and
+// writes a one-line note (else note = ""); 0, or -1 (err: the model unreadable, or no type fits).
+int bn_recipe_fit_output_type(bn_recipe_cfg *c, char *note, size_t notelen, char *err, size_t errlen);
 // bn_recipe_parse_reals: a comma list of numbers into out[0..max); returns the count or -1 (err).
 int bn_recipe_parse_reals(const char *s, double *out, int max, char *err, size_t errlen);
 // bn_recipe_cfg_json: the settings as a malloc'd JSON text (the manifest keeps it; the report prints it).

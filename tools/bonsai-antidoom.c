@@ -74,7 +74,10 @@ int main(int argc, char **argv) {
     void *doc;
     char err[1024];
     parse(&a, argc, argv, &doc);
-    int rc = bn_recipe_main(&a.c, err, sizeof err);
+    char note[256];
+    int rc = bn_recipe_fit_output_type(&a.c, note, sizeof note, err, sizeof err);
+    if (rc == 0 && note[0]) fprintf(stderr, "bonsai-antidoom: %s\n", note);
+    if (rc == 0) rc = bn_recipe_main(&a.c, err, sizeof err);
     if (rc) fprintf(stderr, "bonsai-antidoom: %s\n", err);
     bn_recipe_json_free(doc);
     return rc ? 1 : 0;

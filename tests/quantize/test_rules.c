@@ -185,6 +185,13 @@ static void test_fallbacks(void) {
     CHECK(choose(&r, "blk.0.ffn_up.weight", ne160, BN_F32, &c) == BN_Q5_0 && c.fallback, "Q4_K ncols 160 → Q5_0");
     // norms are never touched even if their shape does not fit
     CHECK(choose(&r, "blk.0.attn_norm.weight", ne80, BN_F32, &c) == BN_F32 && !c.fallback, "norm with odd shape");
+    // the same table asked directly (bonsai-antidoom fits its head type with it)
+    CHECK(bn_type_shape_fallback(BN_Q6_K, 256) == BN_Q6_K, "q6_K fits 256");
+    CHECK(bn_type_shape_fallback(BN_Q6_K, 128) == BN_Q8_0, "q6_K at 128 → q8_0");
+    CHECK(bn_type_shape_fallback(BN_Q6_K, 48) == BN_F16, "q6_K at 48 → F16");
+    CHECK(bn_type_shape_fallback(BN_Q2_0, 96) == BN_Q4_0, "Q2_0 at 96 → Q4_0");
+    CHECK(bn_type_shape_fallback(BN_Q1_0, 192) == -1, "Q1_0 at 192: none");
+    CHECK(bn_type_shape_fallback(BN_Q8_0, 40) == BN_F16, "q8_0 at 40 → F16");
 }
 
 static void test_ftype_parse(void) {

@@ -6,7 +6,8 @@
 //   - the manifest: a finished stage is reused only with the same signature, survives a reload, and a missing or
 //     malformed manifest is handled;
 //   - round balancing: a larger later round is thinned to 3x round 1, a smaller one repeated, validation rows last;
-//   - the candidate order (shortfall, then |drift|) and the SVG writer's output.
+//   - the candidate order (shortfall, then |drift|) and the SVG writer's output;
+//   - the merged kinds' head type fitted to the model's width (q6_k on a head 128 wide: llama-quantize's q8_0).
 #include <string.h>
 #include <unistd.h>
 #include "recipe/candidate.h"
@@ -16,6 +17,8 @@
 #include "recipe/svg.h"
 #include "records/pairs.h"
 #include "base/util.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
 #include "tests/test.h"
 
 static char dir[256];
@@ -184,6 +187,45 @@ static void test_order_and_svg(void) {
     free(t);
 }
 
+// head_file: a GGUF holding only an F32 output.weight of ncols x 2 values; returns its path (static).
+static const char *head_file(int64_t ncols) {
+    static char path[512];
+    static float zeros[512];
+    char err[256];
+    snprintf(path, sizeof path, "%s/head-%lld.gguf", dir, (long long)ncols);
+    gguf_writer *w = gguf_writer_new();
+    int64_t ne[2] = {ncols, 2};
+    gguf_writer_add_tensor(w, "output.weight", 2, ne, BN_F32, BN_F32, zeros, err, sizeof err);
+    CHECK(gguf_writer_write(w, path, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    gguf_writer_free(w);
+    return path;
+}
+
+static void test_fit_output_type(void) {
+    char note[256], err[512];
+    bn_recipe_cfg c = bn_recipe_cfg_default();
+    c.kinds = "q1_0";
+    c.model = head_file(256);
+    CHECK(bn_recipe_fit_output_type(&c, note, sizeof note, err, sizeof err) == 0 && !note[0], "256 wide: %s", err);
+    CHECK(!strcmp(c.output_type, "q6_k"), "256 wide keeps q6_k: %s", c.output_type);
+    c.model = head_file(128);
+    c.kinds = "adapter";
+    CHECK(bn_recipe_fit_output_type(&c, note, sizeof note, err, sizeof err) == 0 && !note[0], "no merged kind");
+    CHECK(!strcmp(c.output_type, "q6_k"), "the adapter kind leaves the head type: %s", c.output_type);
+    c.kinds = "adapter,q2_0";
+    CHECK(bn_recipe_fit_output_type(&c, note, sizeof note, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(c.output_type, "q8_0") && strstr(note, "rows of 128 values") && strstr(note, "q8_0 instead"),
+          "128 wide: %s / %s", c.output_type, note);
+    c.output_type = "q1_0";
+    c.model = head_file(192);
+    CHECK(bn_recipe_fit_output_type(&c, note, sizeof note, err, sizeof err) == -1 && strstr(err, "192 values"),
+          "q1_0 at 192 refused: %s", err);
+    c.model = "/nonexistent/model.gguf";
+    c.output_type = "q6_k";
+    CHECK(bn_recipe_fit_output_type(&c, note, sizeof note, err, sizeof err) == -1 && strstr(err, "nonexistent"),
+          "missing model named: %s", err);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/bonsai-test-recipe-%d", (int)getpid());
     char cmd[300];
@@ -194,6 +236,7 @@ int main(void) {
     test_manifest();
     test_round_pairs();
     test_order_and_svg();
+    test_fit_output_type();
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
     return test_done("recipe");
