@@ -14,12 +14,13 @@
 #      documents from the training packages; held-out text and task files from held-out packages);
 #   3. byte-level BPE vocabulary (1024 tokens) from the fortunes and training stanzas; tokens (the 0x01/0x02
 #      marker bytes → <|im_start|>/<|im_end|>, as make-model.sh);
-#   4. bonsai-mkmodel: a qwen35 $EMBD wide (env BONSAI_SKILLS_EMBD; 256, the shipped model: make-model.sh's shape,
-#      n_ff 512, 4 heads × 64, 2 KV heads, ssm state 64; another width E: n_ff 2E, 4 heads × E/4, 4 KV heads, ssm
-#      state E/4, untied head) with $LAYERS layers, every $ATTN-th full attention (DeltaNet, attention, DeltaNet,
-#      attention: the pattern that can form an induction circuit), RoPE on $NROT dimensions of each head at base
-#      $ROPE_BASE (the tiny preset's 8 and 1e7; env BONSAI_SKILLS_NROT, BONSAI_SKILLS_ROPE_BASE);
-#   5. bonsai-train-lm: a copy curriculum (env BONSAI_SKILLS_CURRICULUM_STEPS = C; 0, the default: none), each stage from the
+#   4. bonsai-mkmodel: a qwen35 $EMBD wide (env BONSAI_SKILLS_EMBD; 128, the shipped model: n_ff 256, 4 heads × 32,
+#      4 KV heads, ssm state 32, untied head; another width E: n_ff 2E, 4 heads × E/4 and so on; 256: make-model.sh's
+#      shape, n_ff 512, 4 heads × 64, 2 KV heads, ssm state 64) with $LAYERS layers, every $ATTN-th full attention
+#      (DeltaNet, attention, DeltaNet, attention: the pattern that can form an induction circuit), RoPE on $NROT
+#      dimensions of each head at base $ROPE_BASE (32 and 1e4: the whole head; env BONSAI_SKILLS_NROT,
+#      BONSAI_SKILLS_ROPE_BASE);
+#   5. bonsai-train-lm: a copy curriculum (env BONSAI_SKILLS_CURRICULUM_STEPS = C; 1000; 0: none), each stage from the
 #      last: 2C steps × 16 × 64 on scripts/copy-curriculum.py's blocks of 64 random learned tokens between
 #      "list:" and "again:" (only an induction circuit predicts the second copy), C steps on blocks of all 761
 #      learned tokens, C steps × 8 × $CTX on copy documents of training package names (scripts/copy-probe.py
@@ -36,16 +37,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-$root/build}
 T="$B/tools"
 W=${BONSAI_SKILLS_WORK:-$root/out/make-skills}
-STEPS=${BONSAI_SKILLS_STEPS:-700}
-CUR_STEPS=${BONSAI_SKILLS_CURRICULUM_STEPS:-0}
-EMBD=${BONSAI_SKILLS_EMBD:-256}
-QAT_STEPS=${BONSAI_SKILLS_QAT_STEPS:-100}
+STEPS=${BONSAI_SKILLS_STEPS:-300}
+CUR_STEPS=${BONSAI_SKILLS_CURRICULUM_STEPS:-1000}
+EMBD=${BONSAI_SKILLS_EMBD:-128}
+QAT_STEPS=${BONSAI_SKILLS_QAT_STEPS:-1000}
 LAYERS=${BONSAI_SKILLS_LAYERS:-4}
 ATTN=${BONSAI_SKILLS_ATTN:-2}
 CTX=${BONSAI_SKILLS_CTX:-128}
 LR=${BONSAI_SKILLS_LR:-3e-3}
-NROT=${BONSAI_SKILLS_NROT:-8}
-ROPE_BASE=${BONSAI_SKILLS_ROPE_BASE:-10000000}
+NROT=${BONSAI_SKILLS_NROT:-32}
+ROPE_BASE=${BONSAI_SKILLS_ROPE_BASE:-10000}
 ONLY=${2:-all}
 case "$ONLY" in all|1bit|eval) ;; *) echo "make-skills-model: second argument must be '1bit' or 'eval'"; exit 1;; esac
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
