@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # scripts/penalty-comparison.sh [BUILD] — where FTPO has to beat decoding-time penalties (docs/antidoom.md §18), in
-# one run on one model: bonsai-antidoom's outputs (F16 merge, Q1_0 base + adapter, merged Q1_0, merged Q2_0) beside
+# one run on one model: bonsai-antidoom's outputs (base + adapter, F16 merge, merged Q1_0, merged Q2_0) beside
 # the base, each plain and under llama.cpp's penalties (repeat 1.1, frequency 0.5, presence 0.5, DRY 0.8; llama-server's
 # defaults otherwise). Columns: verbatim and frame-loop rate on the held-out chat prompts (greedy, 95 % CI),
 # seq-rep-4, the first-line exact match of every task file (the tasks where repetition belongs, 95 % CI), held-out
 # perplexity (teacher-forced: n/a under a penalty) and decode tok/s.
-#   COMPARE_MODEL (data/bonsai-skills-1bit.gguf)  COMPARE_DIR (out/compare; rerunning reuses every finished file)
-#   COMPARE_SEED (1)  COMPARE_THREADS (2)  COMPARE_KINDS (adapter,f16,q1_0,q2_0)
+#   COMPARE_MODEL (data/bonsai-skills-f16.gguf: it copies and loops)  COMPARE_DIR (out/compare; rerunning reuses
+#   every finished file)  COMPARE_SEED (1)  COMPARE_THREADS (2)
+#   COMPARE_KINDS (adapter,f16; the merged q1_0 / q2_0 kinds requantize the base, which only a QAT-trained file such as
+#   data/bonsai-skills-1bit.gguf survives)
 #   COMPARE_SETTINGS ("plain repeat=1.1 frequency=0.5 presence=0.5 dry=0.8"; keys: scripts/penalty-flags.sh)
 #   COMPARE_TASKS (every data/tasks/*.jsonl)  COMPARE_TEXT (data/skills/heldout.txt)  COMPARE_ARGS (more antidoom flags)
 # Writes COMPARE_DIR/comparison.md (atomically) and prints it.
@@ -16,10 +18,10 @@ B=${1:-$root/build}
 case $B in /*) ;; *) B=$root/$B ;; esac
 T=$B/tools
 cd "$root"
-M=${COMPARE_MODEL:-data/bonsai-skills-1bit.gguf}
+M=${COMPARE_MODEL:-data/bonsai-skills-f16.gguf}
 out=${COMPARE_DIR:-out/compare}
 th=${COMPARE_THREADS:-2}
-kinds=${COMPARE_KINDS:-adapter,f16,q1_0,q2_0}
+kinds=${COMPARE_KINDS:-adapter,f16}
 settings=${COMPARE_SETTINGS:-"plain repeat=1.1 frequency=0.5 presence=0.5 dry=0.8"}
 text=${COMPARE_TEXT:-data/skills/heldout.txt}
 read -ra tasks <<< "${COMPARE_TASKS:-$(echo data/tasks/*.jsonl)}"
@@ -44,7 +46,7 @@ models=("base|$M|")
 IFS=',' read -ra ks <<< "$kinds"
 for k in "${ks[@]}"; do
     case $k in
-        adapter) models+=("q1_0+adapter|$M|$out/antidoom/antidoom-adapter.gguf") ;;
+        adapter) models+=("base+adapter|$M|$out/antidoom/antidoom-adapter.gguf") ;;
         *) models+=("$k|$out/antidoom/antidoom-$k.gguf|") ;;
     esac
 done
