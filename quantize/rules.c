@@ -277,8 +277,8 @@ static int fallback_type(const char *name, int64_t ncols, int type, bn_tensor_ch
     int blck = bn_type_blck(type);
     if (blck == 0)
         return bn_err(err, errlen, "%s: the mixture asks for type %d, which this build does not implement", name, type);
-    if (ncols % blck == 0) return type;
     int ret = bn_type_shape_fallback(type, ncols);
+    if (ret == type) return type;
     if (ret < 0)
         return bn_err(err, errlen, "%s: ncols %lld not divisible by %d (required for type %s): no tensor type fallback "
                       "is defined for type %s", name, (long long)ncols, blck, bn_type_name(type), bn_type_name(type));

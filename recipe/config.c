@@ -40,11 +40,9 @@ int bn_recipe_fit_output_type(bn_recipe_cfg *c, char *note, size_t notelen, char
     if (fit < 0)
         return bn_err(err, errlen, "--output-tensor-type %s: the output head's rows of %lld values do not fit its "
                       "%d-value blocks, and it has no fallback type", head, (long long)ncols, bn_type_blck(type));
-    static char name[16];
-    snprintf(name, sizeof name, "%s", bn_type_name(fit));
+    c->output_type = bn_type_name(fit); // a constant of the type table
     snprintf(note, notelen, "output.weight: rows of %lld values do not fit %s's %d-value blocks; %s instead "
-             "(llama-quantize's fallback)", (long long)ncols, head, bn_type_blck(type), name);
-    c->output_type = name;
+             "(llama-quantize's fallback)", (long long)ncols, head, bn_type_blck(type), c->output_type);
     return 0;
 }
 
