@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/fakequant.h"
 #include "train/tether.h"
+#include "train/dp.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -62,17 +63,17 @@ static void epoch_order(const int *train_idx, int n, uint64_t seed, int64_t epoc
     }
 }
 
-// eval_set: no-grad metrics of adapter l over the rows with heldout == which (-1 = all rows);
-// returns 0 or -1 (err).
-static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn_ftpo_eval_result *res,
+// eval_set: no-grad metrics of adapter l over the rows with heldout == which (-1 = all rows); with several ranks
+// (dp) each rank runs every world-th of those rows and the sums are shared. Returns 0 or -1 (err).
+static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn_dp *dp, bn_ftpo_eval_result *res,
                     char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
-    double win = 0, loss = 0, margin = 0, delta = 0;
-    int n_chosen = 0;
+    double s[6] = {0}; // chosen_win, loss, margin_win and mean_delta (weighted by valid chosen), valid chosen, rows
     float *z = xmalloc(sizeof(float) * d->V);
-    for (int i = 0; i < d->rows->n_rows; i++) {
+    for (int i = 0, k = 0; i < d->rows->n_rows; i++) {
         const bn_train_row *r = &d->rows->rows[i];
         if (which >= 0 && (int)r->heldout != which) continue;
+        if (k++ % bn_dp_world(dp) != bn_dp_rank(dp)) continue;
         const float *zr = ref_logits(d, i, err, errlen);
         if (!zr) { free(z); return -1; }
         bn_train_graph *g = bn_train_forward(d->m_pol, l, r->ctx, r->n_ctx, NULL, z, err, errlen);
@@ -80,16 +81,18 @@ static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn
         bn_train_graph_free(g);
         bn_ftpo_row row = {z, zr, r->rejected, r->chosen, r->n_chosen};
         bn_ftpo_metrics mt;
-        loss += bn_ftpo_loss(cfg, &row, 1, d->V, NULL, &mt);
-        win += mt.chosen_win;
-        margin += mt.margin_win * mt.n_valid;
-        delta += mt.mean_delta * mt.n_valid;
-        n_chosen += mt.n_valid;
-        res->n_rows++;
+        s[1] += bn_ftpo_loss(cfg, &row, 1, d->V, NULL, &mt);
+        s[0] += mt.chosen_win;
+        s[2] += mt.margin_win * mt.n_valid;
+        s[3] += mt.mean_delta * mt.n_valid;
+        s[4] += mt.n_valid;
+        s[5]++;
     }
     free(z);
-    if (res->n_rows) { res->chosen_win = win / res->n_rows; res->loss = loss / res->n_rows; }
-    if (n_chosen) { res->margin_win = margin / n_chosen; res->mean_delta = delta / n_chosen; }
+    if (bn_dp_sum_f64(dp, s, 6, err, errlen)) return -1;
+    res->n_rows = (int)s[5];
+    if (s[5] > 0) { res->chosen_win = s[0] / s[5]; res->loss = s[1] / s[5]; }
+    if (s[4] > 0) { res->margin_win = s[2] / s[4]; res->mean_delta = s[3] / s[4]; }
     return 0;
 }
 
@@ -97,7 +100,7 @@ int bn_ftpo_eval(const bn_model *m, const bn_train_rows *rows, bn_lora *l, const
                  bn_ftpo_eval_result *res, char *err, size_t errlen) {
     data_t d = {.m = m, .m_pol = m, .rows = rows, .ref = bn_ftpo_refcache_new(rows->n_rows, m->cfg.n_vocab),
                 .V = m->cfg.n_vocab};
-    int rc = eval_set(&d, cfg, l, which, res, err, errlen);
+    int rc = eval_set(&d, cfg, l, which, NULL, res, err, errlen);
     bn_ftpo_refcache_free(d.ref);
     return rc;
 }
@@ -159,7 +162,7 @@ static int run_rows(train_run *run, char *err, size_t errlen) {
     if (run->n_train == 0) return bn_err(err, errlen, "no training rows (all rows are held out or filtered)");
     if (o->batch <= 0 || o->grad_accum <= 0 || o->epochs <= 0 || o->rank <= 0)
         return bn_err(err, errlen, "batch, grad_accum, epochs and rank must be positive");
-    run->S = bn_sched_total_steps(run->n_train, o->batch, o->grad_accum, o->epochs);
+    run->S = bn_sched_total_steps(run->n_train, o->batch * bn_dp_world(o->dp), o->grad_accum, o->epochs);
     run->W = bn_sched_warmup_steps(run->S, o->warmup_ratio);
     return 0;
 }
@@ -208,6 +211,14 @@ static int run_fresh(train_run *run, char *err, size_t errlen) {
     return 0;
 }
 
+// ranks_note: " x N ranks" for a data-parallel run, "" otherwise (a static buffer).
+static const char *ranks_note(const bn_dp *dp) {
+    static char note[32];
+    note[0] = 0;
+    if (bn_dp_world(dp) > 1) snprintf(note, sizeof note, " x %d ranks", bn_dp_world(dp));
+    return note;
+}
+
 // run_adapter: the adapter, optimizer and position, fresh or resumed, and the run's banner; 0 or -1 (err).
 static int run_adapter(train_run *run, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
@@ -224,12 +235,15 @@ static int run_adapter(train_run *run, char *err, size_t errlen) {
     if (tag_len >= (int)sizeof ste_tag) return bn_err(err, errlen, "STE type tag '%s' is too long", ste_tag);
     bn_rng_seed(&run->pos.rng, o->seed + 1);
     if ((o->resume_path ? run_resume(run, ste_tag, err, errlen) : run_fresh(run, err, errlen)) != 0) return -1;
+    if (bn_dp_rank(o->dp) > 0) // the other ranks' dropout masks: their own streams (rank 0's is the checkpoint's)
+        bn_rng_seed(&run->pos.rng, (o->seed + 1) ^ (0x9e3779b97f4a7c15ULL * (uint64_t)bn_dp_rank(o->dp)) ^
+                                       (uint64_t)run->pos.step);
     const bn_lora *l = run->l;
     if (!o->quiet)
         fprintf(stderr, "ftpo-train: %d train rows, %d held out, %d LoRA tensors, %lld params (r %d, alpha %g), "
-                "%lld steps (warmup %lld), batch %d x %d%s\n", run->n_train, run->rows->n_rows - run->n_train,
+                "%lld steps (warmup %lld), batch %d x %d%s%s\n", run->n_train, run->rows->n_rows - run->n_train,
                 l->n_tensors, (long long)l->n_params, l->r, l->alpha, (long long)run->S, (long long)run->W, o->batch,
-                o->grad_accum, o->resume_path ? ", resumed" : "");
+                o->grad_accum, ranks_note(o->dp), o->resume_path ? ", resumed" : "");
     if (!o->quiet && o->ste_type)
         fprintf(stderr, "ftpo-train: STE through %s%s%s: forward on deq(Q(W0 + s·B·A))%s, reference = the %s base\n",
                 o->ste_type, o->ste_output_type ? ", output.weight " : "", o->ste_output_type ? o->ste_output_type : "",
@@ -253,9 +267,10 @@ static int run_models(train_run *run, char *err, size_t errlen) {
         if (bn_requant_model_apply_lora(run->m_ste, m, run->l, err, errlen)) return -1;
     }
     run->m_pol = run->m_ste ? run->m_ste : m;
-    int trc;
-    run->teth = bn_tether_new(o->tether_tokens, o->n_tether_tokens, o->lambda_tether, o->tether_ctx, o->tether_batch,
-                              o->tether_cache_mb, o->seed, &trc, err, errlen);
+    int trc = 0; // the tether runs on rank 0 alone: its gradient joins the sum of the ranks' (run_step)
+    if (bn_dp_rank(o->dp) == 0)
+        run->teth = bn_tether_new(o->tether_tokens, o->n_tether_tokens, o->lambda_tether, o->tether_ctx,
+                                  o->tether_batch, o->tether_cache_mb, o->seed, &trc, err, errlen);
     if (trc) return -1;
     if (run->teth && !o->quiet) {
         int tb, tc, tn;
@@ -293,14 +308,17 @@ typedef struct {
     int n_micro, n_rows;
 } step_sums;
 
-// run_micro: one micro-batch (the next rows of the epoch's order): forward, FTPO loss, backward into the adapter's
-// gradients, its metrics added to sum; 0 or -1 (err).
+// run_micro: one micro-batch (the next batch × ranks rows of the epoch's order; this rank's share of them): forward,
+// FTPO loss, backward into the adapter's gradients, its metrics added to sum; 0 or -1 (err). A share's loss is the
+// mean over its rows, weighted by its part of the micro-batch, so the ranks' gradients sum to the whole micro-batch's.
 static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
     bn_train_pos *pos = &run->pos;
-    int nb = run->n_train - (int)pos->data_pos < o->batch ? run->n_train - (int)pos->data_pos : o->batch;
+    const int world = bn_dp_world(o->dp), rank = bn_dp_rank(o->dp), left = run->n_train - (int)pos->data_pos;
+    const int nb_all = left < o->batch * world ? left : o->batch * world;
+    const int lo = (int)((int64_t)nb_all * rank / world), nb = (int)((int64_t)nb_all * (rank + 1) / world) - lo;
     for (int b = 0; b < nb; b++) {
-        int ri = run->order[pos->data_pos + b];
+        int ri = run->order[pos->data_pos + lo + b];
         const bn_train_row *r = &run->rows->rows[ri];
         const float *zr = ref_logits(&run->d, ri, err, errlen);
         if (!zr) return -1;
@@ -308,19 +326,36 @@ static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
         if (!run->graphs[b]) return -1;
         run->frows[b] = (bn_ftpo_row){run->z[b], zr, r->rejected, r->chosen, r->n_chosen};
     }
-    bn_ftpo_metrics mt;
-    double loss = bn_ftpo_loss(&o->loss, run->frows, nb, run->V, run->dz, &mt);
+    bn_ftpo_metrics mt = {0};
+    double loss = nb > 0 ? bn_ftpo_loss(&o->loss, run->frows, nb, run->V, run->dz, &mt) : 0;
+    const float share = (float)nb / (float)nb_all;
     for (int b = 0; b < nb; b++) {
+        if (nb != nb_all) bn_grad_scale(run->dz[b], run->V, share);
         int brc = bn_train_backward(run->graphs[b], run->dz[b], err, errlen);
         bn_train_graph_free(run->graphs[b]);
         run->graphs[b] = NULL;
         if (brc) return -1;
     }
-    sum->loss += loss; sum->pref += mt.pref; sum->nt += mt.nt; sum->t += mt.t;
-    sum->win += mt.chosen_win; sum->margin += mt.margin_win; sum->delta += mt.mean_delta;
+    sum->loss += share * loss; sum->pref += share * mt.pref; sum->nt += share * mt.nt; sum->t += share * mt.t;
+    sum->win += share * mt.chosen_win; sum->margin += share * mt.margin_win; sum->delta += share * mt.mean_delta;
     sum->n_micro++;
-    sum->n_rows += nb;
-    pos->data_pos += nb;
+    sum->n_rows += nb_all;
+    pos->data_pos += nb_all;
+    return 0;
+}
+
+// step_share: the ranks' sums of the step's gradients, metrics and tether KL, and whether any rank was asked to stop
+// (*stop_req in and out); a no-op on one process. 0 or -1 (err).
+static int step_share(train_run *run, step_sums *sum, double *tkl, bool *stop_req, char *err, size_t errlen) {
+    bn_dp *dp = run->o->dp;
+    if (bn_dp_world(dp) == 1) return 0;
+    if (bn_dp_sum_f32(dp, run->l->grads, run->l->n_params, err, errlen)) return -1;
+    double v[9] = {sum->loss, sum->pref, sum->nt, sum->t, sum->win, sum->margin, sum->delta, *tkl, *stop_req};
+    if (bn_dp_sum_f64(dp, v, 9, err, errlen)) return -1;
+    sum->loss = v[0]; sum->pref = v[1]; sum->nt = v[2]; sum->t = v[3];
+    sum->win = v[4]; sum->margin = v[5]; sum->delta = v[6];
+    *tkl = v[7];
+    *stop_req = v[8] > 0;
     return 0;
 }
 
@@ -367,8 +402,8 @@ static double run_report(train_run *run, const step_sums *sum, double tkl, doubl
 }
 
 // run_stops: whether the run stops after this step (early stop on a full window's running chosen_win avg, max_steps,
-// an interrupt), noted in res.
-static bool run_stops(train_run *run, double avg, int n_hist, bn_ftpo_train_result *res) {
+// an interrupt request stop_req), noted in res.
+static bool run_stops(train_run *run, double avg, int n_hist, bool stop_req, bn_ftpo_train_result *res) {
     const bn_ftpo_train_opts *o = run->o;
     bool stop = false;
     if (o->early_stop > 0 && n_hist == run->win_cap && avg >= o->early_stop) { // full window only
@@ -377,8 +412,7 @@ static bool run_stops(train_run *run, double avg, int n_hist, bn_ftpo_train_resu
         if (!o->quiet) fprintf(stderr, "early stop: running chosen_win %.3f >= %.3f\n", avg, o->early_stop);
     }
     if (o->max_steps > 0 && run->steps_this_run >= o->max_steps) stop = true;
-    if (g_stop_requested) {
-        g_stop_requested = 0;
+    if (stop_req) {
         res->interrupted = true;
         stop = true;
         if (!o->quiet) fprintf(stderr, "interrupted after step %lld%s%s\n", (long long)run->pos.step,
@@ -402,6 +436,9 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     bn_grad_scale(l->grads, l->n_params, 1.0f / (float)sum.n_micro);
     double tkl = 0;
     if (run->teth && bn_tether_step(run->teth, run->d.m, run->m_pol, l, pos->step, &tkl, err, errlen)) return -1;
+    bool stop_req = g_stop_requested; // the ranks agree on it (step_share), so all stop after the same step
+    if (stop_req) g_stop_requested = 0;
+    if (step_share(run, &sum, &tkl, &stop_req, err, errlen)) return -1;
     double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
     double lr_k = bn_sched_lr(o->lr, pos->step, run->S, run->W);
     bn_adamw_step(run->opt, &o->adam, (float)lr_k, l->params, l->grads);
@@ -410,7 +447,7 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     run->steps_this_run++;
     int n_hist;
     double avg = run_report(run, &sum, tkl, gnorm, lr_k, bn_time_ms() - t0, res, &n_hist);
-    *stop = run_stops(run, avg, n_hist, res);
+    *stop = run_stops(run, avg, n_hist, stop_req, res);
     bool at_epoch_end = pos->data_pos >= run->n_train;
     if (o->ckpt_path && ((o->save_every > 0 && pos->step % o->save_every == 0) || *stop || at_epoch_end)) {
         bn_train_pos save = *pos;
@@ -424,8 +461,8 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
 static int run_epoch_eval(train_run *run, bn_ftpo_train_result *res, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
     bn_ftpo_eval_result tr, ho;
-    if (eval_set(&run->d, &o->loss, run->l, 0, &tr, err, errlen) ||
-        eval_set(&run->d, &o->loss, run->l, 1, &ho, err, errlen))
+    if (eval_set(&run->d, &o->loss, run->l, 0, o->dp, &tr, err, errlen) ||
+        eval_set(&run->d, &o->loss, run->l, 1, o->dp, &ho, err, errlen))
         return -1;
     long long epoch = (long long)run->pos.epoch + 1;
     if (!o->quiet) {
@@ -441,11 +478,12 @@ static int run_epoch_eval(train_run *run, bn_ftpo_train_result *res, char *err, 
         run->stall_checked = true;
         if (fabs(tr.chosen_win - run->start.chosen_win) < 0.02 && tr.mean_delta - run->start.mean_delta < 0.5) {
             res->stalled = true;
-            fprintf(stderr, "ftpo-train: warning: chosen_win has not moved after epoch %lld, %lld steps (train rows "
-                            "%.3f -> %.3f, mean delta %.3f -> %.3f): the learning rate (%g) is likely too low for "
-                            "this model\n",
-                    epoch, (long long)run->pos.step, run->start.chosen_win, tr.chosen_win, run->start.mean_delta,
-                    tr.mean_delta, o->lr);
+            if (bn_dp_rank(o->dp) == 0)
+                fprintf(stderr, "ftpo-train: warning: chosen_win has not moved after epoch %lld, %lld steps (train "
+                                "rows %.3f -> %.3f, mean delta %.3f -> %.3f): the learning rate (%g) is likely too low "
+                                "for this model\n",
+                        epoch, (long long)run->pos.step, run->start.chosen_win, tr.chosen_win, run->start.mean_delta,
+                        tr.mean_delta, o->lr);
         }
     }
     if (run->logf) fprintf(run->logf, "{\"epoch_eval\":%lld,\"chosen_win_train\":%.6g,\"chosen_win_heldout\":%.6g}\n",
@@ -460,7 +498,7 @@ static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size
     bool stop = false;
     int64_t first = pos->step;
     if (o->eval_each_epoch && first == 0) { // the baseline of the stall check (run_epoch_eval)
-        if (eval_set(&run->d, &o->loss, run->l, 0, &run->start, err, errlen)) return -1;
+        if (eval_set(&run->d, &o->loss, run->l, 0, o->dp, &run->start, err, errlen)) return -1;
         run->have_start = true;
     }
     if (o->progress) bn_progress_start(&run->bar, "steps", run->run_end - first);
@@ -484,6 +522,14 @@ static int run_epochs(train_run *run, bn_ftpo_train_result *res, char *err, size
 int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *o,
                   bn_ftpo_train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
+    bn_ftpo_train_opts follower;
+    if (bn_dp_rank(o->dp) > 0) { // rank 0 alone prints, logs and writes the checkpoint and adapter
+        follower = *o;
+        follower.quiet = true;
+        follower.progress = false;
+        follower.out_adapter = follower.ckpt_path = follower.log_jsonl = NULL;
+        o = &follower;
+    }
     train_run run = {.o = o, .m = m, .rows = rows, .V = m->cfg.n_vocab};
     int rc = -1;
     if (run_rows(&run, err, errlen) == 0 && run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0) {

@@ -60,6 +60,11 @@ typedef struct {
     int tether_ctx;          // 64
     int tether_batch;        // 2
     int tether_cache_mb;     // 512
+    // data-parallel training (train/dp.h; NULL = one process): each of the world ranks runs its share of every
+    // micro-batch of batch × world rows, the gradients are summed before the step, every rank holds the same adapter;
+    // rank 0 alone prints, logs and writes. A run of w ranks × batch b equals one rank × batch w·b (to rounding; with
+    // dropout the other ranks draw their own masks) and their checkpoints resume each other.
+    struct bn_dp *dp;
     bool quiet;              // no per-step lines on stderr
     bool progress;           // a progress bar over the steps (base/progress.h; with quiet: the one sign of life)
 } bn_ftpo_train_opts;
