@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <stdarg.h>
+#include <cblas.h>
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "base/util.h"
@@ -18,7 +20,19 @@
 #include "train/backward.h"
 #include "train/merge.h"
 #include "train/memplan.h"
+#include "train/dp.h"
 #include "quant/quant.h"
+
+static bool g_follower; // a data-parallel rank other than 0: prints errors only
+
+// note: an information line on stderr, from rank 0 alone in a data-parallel run.
+__attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...) {
+    if (g_follower) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
 
 // on_signal: SIGINT/SIGTERM finish the current step, checkpoint and exit cleanly.
 static void on_signal(int sig) {
@@ -90,7 +104,7 @@ typedef struct {
     const char *model, *pairs, *targets, *preset, *eval_adapter, *merge_adapter, *merge_type, *tether_path;
     const char *mem_limit; // --mem-limit as given
     float lora_scale;
-    int max_seq, n_threads, n_gpu_layers, plan_ctx, plan_act_bytes;
+    int max_seq, n_threads, n_gpu_layers, plan_ctx, plan_act_bytes, n_ranks;
     bool plan_only;
     float eps, lnt, lt, taut, lagg, tagg; // loss overrides applied after the preset (NAN: the preset's)
     bool weighted;
@@ -105,6 +119,10 @@ static const bn_arg ftpo_args[] = {
            4096),
     BN_INT("-ngl, --gpu-layers, --n-gpu-layers", O(n_gpu_layers), "N",
            "accepted as llama.cpp's tools take it; training runs on the CPU (a warning when N > 0)", 0, INT32_MAX),
+    BN_INT("-dp, --data-parallel", O(n_ranks), "N",
+           "train as N processes on this machine, each on its share of every micro-batch, gradients summed before "
+           "each step (a run of N ranks x batch B equals one of batch N·B; -t defaults to the CPUs / N per rank)",
+           1, 256),
     BN_SECTION("memory plan (docs/antidoom.md §19)"),
     BN_TRUE("--plan-only", O(plan_only),
             "print the memory plan of this run's settings as a table and exit (no training; -p and -o not needed)"),
@@ -231,7 +249,7 @@ static void set_loss(ftpo_opts *o) {
 // parse_args: the options into o (exits on --help, --version or a bad or missing option).
 static void parse_args(ftpo_opts *o, int argc, char **argv) {
     *o = (ftpo_opts){.t = bn_ftpo_train_defaults(), .merge_type = "keep", .lora_scale = 1.0f, .max_seq = 6000,
-                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .eps = NAN, .lnt = NAN, .lt = NAN,
+                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .n_ranks = 1, .eps = NAN, .lnt = NAN, .lt = NAN,
                      .taut = NAN, .lagg = NAN, .tagg = NAN};
     const bn_arg_table tables[] = {BN_TABLE(ftpo_args, o), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
@@ -270,7 +288,7 @@ static int load_tether(ftpo_opts *o, const bn_tokenizer *tok, int32_t **tokens) 
     }
     o->t.tether_tokens = *tokens;
     o->t.n_tether_tokens = n_tok;
-    fprintf(stderr, "ftpo-train: tether text %s: %d tokens\n", o->tether_path, n_tok);
+    note("ftpo-train: tether text %s: %d tokens\n", o->tether_path, n_tok);
     return 0;
 }
 
@@ -287,16 +305,12 @@ static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tra
         return 1;
     }
     if (res.interrupted && t->ckpt_path)
-        fprintf(stderr, "ftpo-train: interrupted; continue with --resume %s (same options)\n", t->ckpt_path);
-    fprintf(stderr,
-            "ftpo-train: %lld/%lld steps%s; chosen_win %.3f -> %.3f (running %.3f); loss %.5f -> %.5f; adapter %s\n",
-            (long long)res.steps, (long long)res.total_steps,
-            res.early_stopped ? " (early stop)"
-            : res.interrupted ? " (interrupted)"
-                              : "",
-            res.first_chosen_win, res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss,
-            t->out_adapter);
-    if (t->tether_tokens) fprintf(stderr, "ftpo-train: tether KL %.5g -> %.5g\n", res.first_tether, res.last_tether);
+        note("ftpo-train: interrupted; continue with --resume %s (same options)\n", t->ckpt_path);
+    note("ftpo-train: %lld/%lld steps%s; chosen_win %.3f -> %.3f (running %.3f); loss %.5f -> %.5f; adapter %s\n",
+         (long long)res.steps, (long long)res.total_steps,
+         res.early_stopped ? " (early stop)" : res.interrupted ? " (interrupted)" : "", res.first_chosen_win,
+         res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss, t->out_adapter);
+    if (t->tether_tokens) note("ftpo-train: tether KL %.5g -> %.5g\n", res.first_tether, res.last_tether);
     return 0;
 }
 
@@ -341,9 +355,26 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
         return 1;
     }
     if (limit > 0 && !o->t.quiet)
-        fprintf(stderr, "ftpo-train: memory plan %lld B (%.2f GiB) within --mem-limit %lld B\n", (long long)p.total,
+        note("ftpo-train: memory plan %lld B (%.2f GiB) within --mem-limit %lld B\n", (long long)p.total,
                 p.total / 1073741824.0, (long long)limit);
     return o->plan_only ? 2 : 0;
+}
+
+// spawn_ranks: with -dp N > 1, forks the N rank processes of the training run (train/dp.h; they share the loaded
+// model and rows) and gives each its share of the threads. Returns -1 in each rank (and with one process); in the
+// supervisor, once the ranks have ended, the exit status.
+static int spawn_ranks(ftpo_opts *o) {
+    if (o->n_ranks <= 1) return -1;
+    char err[512];
+    int status;
+    int rc = bn_dp_spawn(o->n_ranks, &o->t.dp, &status, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
+    if (rc != 0) return rc < 0 ? 1 : status;
+    g_follower = bn_dp_rank(o->t.dp) > 0;
+    if (!bn_args_given("--threads")) o->n_threads = bn_n_threads_default() / o->n_ranks;
+    if (o->n_threads < 1) o->n_threads = 1;
+    openblas_set_num_threads(o->n_threads);
+    return -1;
 }
 
 int main(int argc, char **argv) {
@@ -353,7 +384,6 @@ int main(int argc, char **argv) {
         return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_output_type, o.t.ste_keep_scales, o.lora_scale,
                           o.t.out_adapter);
     char err[512];
-    bn_train_set_threads(o.n_threads);
     bn_model *m = bn_model_load(o.model, err, sizeof err);
     if (!m) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
     if (!bn_args_given("--lr") || !bn_args_given("--rank")) {
@@ -362,26 +392,32 @@ int main(int argc, char **argv) {
         bn_ftpo_size_preset(bn_model_n_params(m), &lr, &rank);
         if (!bn_args_given("--lr")) o.t.lr = lr;
         if (!bn_args_given("--rank")) o.t.rank = rank;
-        fprintf(stderr, "ftpo-train: lr %g, rank %d (%.1f M weights; the size preset for what --lr / --rank do not set)\n",
-                o.t.lr, o.t.rank, bn_model_n_params(m) / 1e6);
+        note("ftpo-train: lr %g, rank %d (%.1f M weights; the size preset for what --lr / --rank do not set)\n", o.t.lr,
+             o.t.rank, bn_model_n_params(m) / 1e6);
     }
     bn_tokenizer *tok = bn_tokenizer_from_gguf(m->gguf, err, sizeof err); // only for rows without ids
     bn_train_rows *rows = NULL;
     if (o.pairs) {
         rows = bn_train_rows_load(o.pairs, tok, m->cfg.n_vocab, o.max_seq, err, sizeof err);
         if (!rows) { fprintf(stderr, "bonsai-ftpo-train: %s\n", err); return 1; }
-        fprintf(stderr, "ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n",
-                rows->n_rows, o.pairs, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
+        note("ftpo-train: %d rows from %s (dropped: %d trimmed-prompt, %d too long, %d without chosen)\n", rows->n_rows,
+             o.pairs, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
     }
     int32_t *tether_tok = NULL;
     int pr = o.plan_only || (o.mem_limit && !o.eval_adapter) ? plan(&o, m, rows) : 0, rc;
     if (pr) rc = pr == 2 ? 0 : 1; // --plan-only done, or refused
     else if (o.tether_path && !o.eval_adapter && load_tether(&o, tok, &tether_tok) != 0) rc = 1;
-    else if (o.eval_adapter) rc = eval_main(m, rows, o.eval_adapter, &o.t.loss);
-    else rc = train(m, rows, &o.t);
+    else if (o.eval_adapter) {
+        bn_train_set_threads(o.n_threads);
+        rc = eval_main(m, rows, o.eval_adapter, &o.t.loss);
+    } else if ((rc = spawn_ranks(&o)) < 0) { // one process, or a rank of -dp N
+        bn_train_set_threads(o.n_threads);
+        rc = train(m, rows, &o.t);
+    }
     free(tether_tok);
     bn_train_rows_free(rows);
     bn_tokenizer_free(tok);
     bn_model_free(m);
+    bn_dp_free(o.t.dp);
     return rc;
 }

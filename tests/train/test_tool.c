@@ -33,6 +33,18 @@ static bool out_has(const char *s) {
     return has;
 }
 
+// out_count: how many times s occurs in the last run's output.
+static int out_count(const char *s) {
+    char path[700], err[256];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    size_t n;
+    char *t = bn_read_file(path, &n, err, sizeof err);
+    int count = 0;
+    for (const char *p = t; p && (p = strstr(p, s)); p += strlen(s)) count++;
+    free(t);
+    return count;
+}
+
 int main(void) {
     const char *br = getenv("BONSAI_BUILD_ROOT");
     if (!br) return test_skip("BONSAI_BUILD_ROOT not set (run through meson test)");
@@ -63,6 +75,17 @@ int main(void) {
     CHECK(access(path, R_OK) == 0, "checkpoint written");
     snprintf(path, sizeof path, "%s/log.jsonl", dir);
     CHECK(access(path, R_OK) == 0, "log written");
+
+    // -dp 2 --batch 1: the same steps on two processes; rank 0 alone prints and writes; a failing rank fails the run
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/dp.gguf' --rank 4 --epochs 2 --batch 1 --grad-accum 1 --lr 1e-2 "
+             "--early-stop 0 --checkpoint '%s/dp.bin' -dp 2", model, pairs, dir, dir);
+    CHECK(run(args) == 0 && out_has("batch 1 x 1 x 2 ranks") && out_has("step 6/6") && out_count("step 6/6") == 1 &&
+              out_count("epoch 2 eval") == 1, "-dp 2: one set of step lines for 6 steps");
+    snprintf(path, sizeof path, "%s/dp.gguf", dir);
+    CHECK(access(path, R_OK) == 0, "-dp 2: adapter written");
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/dp2.gguf' --rank 8 --epochs 2 --batch 1 --grad-accum 1 "
+             "--resume '%s/ck.bin' -dp 2", model, pairs, dir, dir);
+    CHECK(run(args) == 1 && out_has("checkpoint does not match this run"), "-dp 2: a rank's error fails the run");
 
     snprintf(args, sizeof args, "-m '%s' -p '%s' --eval '%s/a.gguf'", model, pairs, dir);
     CHECK(run(args) == 0 && out_has("adapter  train") && out_has("base     heldout"), "--eval table");
