@@ -1,0 +1,128 @@
+// tests/cuda/test_cuda_bwd_ops.c — the CUDA backward kernels (cuda/bwd_ops.cu) vs the CPU trainer's own functions
+// (train/backward.c, train/backward_gdn.c) on random inputs of small shapes with tails (rows > 1, n not a multiple
+// of 32, rows longer than a block). Every gradient output starts from the same random values on both sides, so the
+// add-into convention is checked too; NULL gradient outputs are skipped on both sides.
+// Built twice: `cuda_bwd_ops` links the GPU library (skipped without a device, e.g. CI); `cuda_bwd_ops_emu` links
+// the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
+// Tolerance: |gpu − cpu| <= 1e-5·(1 + |cpu|). The kernels use the CPU's formulas; they differ only in float
+// rounding: the row sums of the norms are float tree sums where the CPU sums in double (relative error ~n·2^-24 at
+// worst, ~1e-6 for these n), and the device's expf/sinf/cosf may be 1-2 ulp off the host's.
+#include "tests/test.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_bwd_ops.h"
+#include "train/backward.h"
+#include "base/util.h"
+#include <string.h>
+#include <stdint.h>
+
+#define TOL 1e-5
+
+static char err[512];
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+// frand: uniform in [-1, 1) (xorshift64, fixed seed).
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+// arr: a host array and its device copy.
+typedef struct {
+    float *h, *d;
+    size_t n;
+} arr;
+
+// arr_rand: n random values in [-scale, scale) on the host and uploaded.
+static arr arr_rand(size_t n, float scale) {
+    arr a = {xmalloc(n * sizeof(float)), bn_cuda_dev_floats(n, err, sizeof err), n};
+    CHECK(a.d != NULL, "%s", err);
+    for (size_t i = 0; i < n; i++) a.h[i] = scale * frand();
+    if (a.d) CHECK(bn_cuda_dev_upload(a.d, a.h, n, err, sizeof err) == 0, "%s", err);
+    return a;
+}
+
+static void arr_free(arr *a) {
+    free(a->h);
+    bn_cuda_dev_free(a->d);
+}
+
+// dev: a's device copy, or NULL for no array.
+static float *dev(const arr *a) { return a ? a->d : NULL; }
+// host: a's host copy, or NULL for no array.
+static float *host(const arr *a) { return a ? a->h : NULL; }
+
+// check_same: a's device copy against its host copy (the CPU result); returns max |Δ| / (1 + |cpu|).
+static double check_same(const char *what, const arr *a) {
+    float *got = xmalloc(a->n * sizeof(float));
+    double worst = INFINITY;
+    if (bn_cuda_dev_download(got, a->d, a->n, err, sizeof err) == 0) {
+        worst = 0;
+        for (size_t i = 0; i < a->n; i++) worst = fmax(worst, fabs((double)got[i] - a->h[i]) / (1 + fabs(a->h[i])));
+    } else {
+        CHECK(0, "%s", err);
+    }
+    CHECK(worst <= TOL, "%s: max error %.3g", what, worst);
+    printf("%-44s max err %.3g\n", what, worst);
+    free(got);
+    return worst;
+}
+
+// ---- norms ----------------------------------------------------------------------------------------
+
+static void check_rmsnorm(int n, int rows, int with_w) {
+    arr x = arr_rand((size_t)n * rows, 1.5f), w = arr_rand(n, 1), dy = arr_rand((size_t)n * rows, 1),
+        dx = arr_rand((size_t)n * rows, 1);
+    const float eps = 1e-6f;
+    bn_rmsnorm_bwd(x.h, with_w ? w.h : NULL, n, rows, eps, dy.h, dx.h);
+    CHECK(bn_cuda_rmsnorm_bwd(x.d, with_w ? w.d : NULL, n, rows, eps, dy.d, dx.d, NULL, err, sizeof err) == 0, "%s",
+          err);
+    CHECK(bn_cuda_rmsnorm_bwd(x.d, w.d, n, rows, eps, dy.d, NULL, NULL, err, sizeof err) == 0, "NULL dx: %s", err);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm_bwd n %d rows %d%s", n, rows, with_w ? "" : " (w NULL)");
+    check_same(what, &dx);
+    arr_free(&x), arr_free(&w), arr_free(&dy), arr_free(&dx);
+}
+
+static void check_l2norm(int n, int rows) {
+    arr x = arr_rand((size_t)n * rows, 1), dy = arr_rand((size_t)n * rows, 1), dx = arr_rand((size_t)n * rows, 1);
+    const float eps = 1e-6f;
+    bn_l2norm_bwd(x.h, n, rows, eps, dy.h, dx.h);
+    CHECK(bn_cuda_l2norm_bwd(x.d, n, rows, eps, dy.d, dx.d, NULL, err, sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "l2norm_bwd n %d rows %d", n, rows);
+    check_same(what, &dx);
+    arr_free(&x), arr_free(&dy), arr_free(&dx);
+}
+
+// check_gated_rmsnorm: want_dout / want_dz = 0 passes NULL for that gradient.
+static void check_gated_rmsnorm(int n, int rows, int want_dout, int want_dz) {
+    const size_t nt = (size_t)n * rows;
+    arr o = arr_rand(nt, 1), z = arr_rand(nt, 3), w = arr_rand(n, 1), dy = arr_rand(nt, 1), dout = arr_rand(nt, 1),
+        dz = arr_rand(nt, 1);
+    arr *pdout = want_dout ? &dout : NULL, *pdz = want_dz ? &dz : NULL;
+    const float eps = 1e-6f;
+    bn_gated_rmsnorm_bwd(o.h, z.h, w.h, n, rows, eps, dy.h, host(pdout), host(pdz));
+    CHECK(bn_cuda_gated_rmsnorm_bwd(o.d, z.d, w.d, n, rows, eps, dy.d, dev(pdout), dev(pdz), NULL, err,
+                                    sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "gated_rmsnorm_bwd n %d rows %d: dout%s", n, rows, want_dout ? "" : " (NULL)");
+    check_same(what, &dout); // untouched when NULL: still its start values on both sides
+    snprintf(what, sizeof what, "gated_rmsnorm_bwd n %d rows %d: dz%s", n, rows, want_dz ? "" : " (NULL)");
+    check_same(what, &dz);
+    arr_free(&o), arr_free(&z), arr_free(&w), arr_free(&dy), arr_free(&dout), arr_free(&dz);
+}
+
+int main(void) {
+    if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
+    char name[128];
+    printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
+    check_rmsnorm(100, 5, 1);
+    check_rmsnorm(300, 3, 1);
+    check_rmsnorm(45, 2, 0);
+    check_l2norm(100, 5);
+    check_l2norm(300, 3);
+    check_gated_rmsnorm(100, 4, 1, 1);
+    check_gated_rmsnorm(300, 2, 1, 0);
+    check_gated_rmsnorm(37, 3, 0, 1);
+    return test_done("test_cuda_bwd_ops");
+}
