@@ -136,3 +136,136 @@ extern "C" int bn_cuda_gated_rmsnorm_bwd(const float *o, const float *z, const f
     BN_LAUNCH(gated_rmsnorm_bwd_kernel, rows, row_threads(n), 0, stream, o, z, w, n, eps, dy, dout, dz);
     return launched(err, errlen);
 }
+
+// ---- elementwise ------------------------------------------------------------------------------------
+
+// elt_blocks: blocks of BWD_ELT_THREADS covering count elements.
+static int elt_blocks(int64_t count) { return (int)((count + BWD_ELT_THREADS - 1) / BWD_ELT_THREADS); }
+
+// elt_index: this thread's element of a one-thread-per-element launch.
+static BN_DEVICE int64_t elt_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+
+// swiglu_bwd_kernel: f = SiLU(a) ⊙ c; da += dy⊙c⊙σ(a)(1 + a(1 − σ(a))), dc += dy⊙a⊙σ(a).
+static __global__ void swiglu_bwd_kernel(const float *a, const float *c, int64_t n, const float *dy, float *da,
+                                         float *dc) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i >= n) return;
+    const float s = bn_cu_sigmoid(a[i]);
+    if (da) da[i] += dy[i] * c[i] * s * (1.0f + a[i] * (1.0f - s));
+    if (dc) dc[i] += dy[i] * a[i] * s;
+}
+
+extern "C" int bn_cuda_swiglu_bwd(const float *a, const float *c, int64_t n, const float *dy, float *da, float *dc,
+                                  void *stream, char *err, size_t errlen) {
+    if ((!da && !dc) || n <= 0) return 0;
+    BN_LAUNCH(swiglu_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, a, c, n, dy, da, dc);
+    return launched(err, errlen);
+}
+
+// sigmoid_gate_bwd_kernel: o = u ⊙ σ(g); du += dy⊙σ(g), dg += dy⊙u⊙σ(g)(1 − σ(g)).
+static __global__ void sigmoid_gate_bwd_kernel(const float *u, const float *g, int64_t n, const float *dy, float *du,
+                                               float *dg) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i >= n) return;
+    const float s = bn_cu_sigmoid(g[i]);
+    if (du) du[i] += dy[i] * s;
+    if (dg) dg[i] += dy[i] * u[i] * s * (1.0f - s);
+}
+
+extern "C" int bn_cuda_sigmoid_gate_bwd(const float *u, const float *g, int64_t n, const float *dy, float *du,
+                                        float *dg, void *stream, char *err, size_t errlen) {
+    if ((!du && !dg) || n <= 0) return 0;
+    BN_LAUNCH(sigmoid_gate_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, u, g, n, dy, du, dg);
+    return launched(err, errlen);
+}
+
+// sigmoid_bwd_kernel: β = σ(b); db += dβ·β(1 − β).
+static __global__ void sigmoid_bwd_kernel(const float *beta, int64_t n, const float *dbeta, float *db) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i < n) db[i] += dbeta[i] * beta[i] * (1.0f - beta[i]);
+}
+
+extern "C" int bn_cuda_sigmoid_bwd(const float *beta, int64_t n, const float *dbeta, float *db, void *stream,
+                                   char *err, size_t errlen) {
+    if (!db || n <= 0) return 0;
+    BN_LAUNCH(sigmoid_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, beta, n, dbeta, db);
+    return launched(err, errlen);
+}
+
+// gdn_gate_bwd_kernel: g = softplus(a + dt)·ssm_a over count = rows·n elements (head h = i mod n);
+// da += dg·ssm_a·σ(a + dt).
+static __global__ void gdn_gate_bwd_kernel(const float *a, const float *dt, const float *ssm_a, int n, int64_t count,
+                                           const float *dg, float *da) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i >= count) return;
+    const int h = (int)(i % n);
+    da[i] += dg[i] * ssm_a[h] * bn_cu_sigmoid(a[i] + dt[h]);
+}
+
+extern "C" int bn_cuda_gdn_gate_bwd(const float *a, const float *dt, const float *ssm_a, int n, int rows,
+                                    const float *dg, float *da, void *stream, char *err, size_t errlen) {
+    const int64_t count = (int64_t)n * rows;
+    if (!da || n <= 0 || rows <= 0) return 0;
+    BN_LAUNCH(gdn_gate_bwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, a, dt, ssm_a, n, count, dg, da);
+    return launched(err, errlen);
+}
+
+// scale_bwd_kernel: y = s·x; dx += s·dy.
+static __global__ void scale_bwd_kernel(float s, int64_t n, const float *dy, float *dx) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i < n) dx[i] += s * dy[i];
+}
+
+extern "C" int bn_cuda_scale_bwd(float s, int64_t n, const float *dy, float *dx, void *stream, char *err,
+                                 size_t errlen) {
+    if (!dx || n <= 0) return 0;
+    BN_LAUNCH(scale_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, s, n, dy, dx);
+    return launched(err, errlen);
+}
+
+// ---- RoPE -------------------------------------------------------------------------------------------
+
+// rope_bwd_kernel: one thread per element of dy {head_dim·n_heads, T}: dx += R_−θ dy at position pos0 + t, the
+// first n_rot dims of each head rotated back (θ_i = pos·theta_scale^i by repeated multiplication, as
+// train/backward.c's bn_rope_inplace), the rest passed through.
+static __global__ void rope_bwd_kernel(const float *dy, int head_dim, int n_heads, int64_t count, int n_rot, int pos0,
+                                       float theta_scale, bool neox, float *dx) {
+    bn_cu_grid_begin();
+    const int64_t idx = elt_index();
+    if (idx >= count) return;
+    const int64_t row = (int64_t)head_dim * n_heads;
+    const int t = (int)(idx / row), j = (int)(idx % row % head_dim); // token, dim within the head
+    const int half = n_rot / 2;
+    if (j >= 2 * half) {
+        dx[idx] += dy[idx];
+        return;
+    }
+    const bool first = neox ? j < half : j % 2 == 0;          // the pair's first element (i0) or its second (i1)
+    const int i = neox ? (first ? j : j - half) : j / 2;      // pair index
+    const int partner = neox ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
+    float theta = (float)(pos0 + t);
+    for (int k = 0; k < i; k++) theta *= theta_scale;
+    const float c = cosf(theta), s = sinf(theta), other = dy[idx - j + partner];
+    // R_−θ: i0' = a·c + b·sin θ, i1' = b·c − a·sin θ
+    dx[idx] += first ? dy[idx] * c + other * s : dy[idx] * c - other * s;
+}
+
+extern "C" int bn_cuda_rope_bwd(const float *dy, int head_dim, int n_heads, int T, int n_rot, int pos0, float base,
+                                int mode, float *dx, void *stream, char *err, size_t errlen) {
+    const int64_t count = (int64_t)head_dim * n_heads * T;
+    if (!dx || count <= 0) return 0;
+    if (n_rot < 0 || n_rot > head_dim || (mode != BN_CUDA_ROPE_NEOX && mode != BN_CUDA_ROPE_NORM)) {
+        if (err && errlen) snprintf(err, errlen, "cuda: rope_bwd: bad n_rot %d (head_dim %d) or mode %d", n_rot,
+                                    head_dim, mode);
+        return -1;
+    }
+    const float theta_scale = powf(base, -2.0f / (float)n_rot); // as train/backward.c (host powf)
+    BN_LAUNCH(rope_bwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, dy, head_dim, n_heads, count, n_rot,
+              pos0, theta_scale, mode == BN_CUDA_ROPE_NEOX, dx);
+    return launched(err, errlen);
+}

@@ -36,6 +36,32 @@ int bn_cuda_l2norm_bwd(const float *x, int n, int rows, float eps, const float *
 int bn_cuda_gated_rmsnorm_bwd(const float *o, const float *z, const float *w, int n, int rows, float eps,
                               const float *dy, float *dout, float *dz, void *stream, char *err, size_t errlen);
 
+// ---- elementwise (one thread per element) ------------------------------------------------------
+// bn_cuda_swiglu_bwd: f = SiLU(a) ⊙ c; da += dy⊙c⊙σ(a)(1 + a(1 − σ(a))), dc += dy⊙SiLU(a).
+int bn_cuda_swiglu_bwd(const float *a, const float *c, int64_t n, const float *dy, float *da, float *dc,
+                       void *stream, char *err, size_t errlen);
+// bn_cuda_sigmoid_gate_bwd: o = u ⊙ σ(g); du += dy⊙σ(g), dg += dy⊙u⊙σ(g)(1 − σ(g)).
+int bn_cuda_sigmoid_gate_bwd(const float *u, const float *g, int64_t n, const float *dy, float *du, float *dg,
+                             void *stream, char *err, size_t errlen);
+// bn_cuda_sigmoid_bwd: β = σ(b) (β given); db += dβ·β(1 − β).
+int bn_cuda_sigmoid_bwd(const float *beta, int64_t n, const float *dbeta, float *db, void *stream, char *err,
+                        size_t errlen);
+// bn_cuda_gdn_gate_bwd: g = softplus(a + dt)·ssm_a per head (n heads per row, rows rows; dt, ssm_a {n});
+// da += dg·ssm_a·σ(a + dt).
+int bn_cuda_gdn_gate_bwd(const float *a, const float *dt, const float *ssm_a, int n, int rows, const float *dg,
+                         float *da, void *stream, char *err, size_t errlen);
+// bn_cuda_scale_bwd: y = s·x; dx += s·dy.
+int bn_cuda_scale_bwd(float s, int64_t n, const float *dy, float *dx, void *stream, char *err, size_t errlen);
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+// The modes, with the values of train/backward.h's enum bn_rope_mode: NEOX pairs (i, i + n_rot/2), NORM (2i, 2i+1).
+#define BN_CUDA_ROPE_NEOX 0
+#define BN_CUDA_ROPE_NORM 1
+// bn_cuda_rope_bwd: y = R_θ x for T rows {head_dim·n_heads} at positions pos0 + t (the first n_rot <= head_dim
+// dims of each head rotated, θ_i = pos·base^(−2i/n_rot)); dx += R_−θ dy. A bad n_rot or mode returns -1.
+int bn_cuda_rope_bwd(const float *dy, int head_dim, int n_heads, int T, int n_rot, int pos0, float base, int mode,
+                     float *dx, void *stream, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

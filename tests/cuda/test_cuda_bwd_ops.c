@@ -62,7 +62,7 @@ static double check_same(const char *what, const arr *a) {
         CHECK(0, "%s", err);
     }
     CHECK(worst <= TOL, "%s: max error %.3g", what, worst);
-    printf("%-44s max err %.3g\n", what, worst);
+    printf("%-52s max err %.3g\n", what, worst);
     free(got);
     return worst;
 }
@@ -112,6 +112,88 @@ static void check_gated_rmsnorm(int n, int rows, int want_dout, int want_dz) {
     arr_free(&o), arr_free(&z), arr_free(&w), arr_free(&dy), arr_free(&dout), arr_free(&dz);
 }
 
+// ---- elementwise ----------------------------------------------------------------------------------
+
+// check_swiglu: want_da / want_dc = 0 passes NULL for that gradient.
+static void check_swiglu(int64_t n, int want_da, int want_dc) {
+    arr a = arr_rand(n, 4), c = arr_rand(n, 2), dy = arr_rand(n, 1), da = arr_rand(n, 1), dc = arr_rand(n, 1);
+    arr *pda = want_da ? &da : NULL, *pdc = want_dc ? &dc : NULL;
+    bn_swiglu_bwd(a.h, c.h, n, dy.h, host(pda), host(pdc));
+    CHECK(bn_cuda_swiglu_bwd(a.d, c.d, n, dy.d, dev(pda), dev(pdc), NULL, err, sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "swiglu_bwd n %lld: da%s", (long long)n, want_da ? "" : " (NULL)");
+    check_same(what, &da);
+    snprintf(what, sizeof what, "swiglu_bwd n %lld: dc%s", (long long)n, want_dc ? "" : " (NULL)");
+    check_same(what, &dc);
+    arr_free(&a), arr_free(&c), arr_free(&dy), arr_free(&da), arr_free(&dc);
+}
+
+// check_sigmoid_gate: want_du / want_dg = 0 passes NULL for that gradient.
+static void check_sigmoid_gate(int64_t n, int want_du, int want_dg) {
+    arr u = arr_rand(n, 2), g = arr_rand(n, 4), dy = arr_rand(n, 1), du = arr_rand(n, 1), dg = arr_rand(n, 1);
+    arr *pdu = want_du ? &du : NULL, *pdg = want_dg ? &dg : NULL;
+    bn_sigmoid_gate_bwd(u.h, g.h, n, dy.h, host(pdu), host(pdg));
+    CHECK(bn_cuda_sigmoid_gate_bwd(u.d, g.d, n, dy.d, dev(pdu), dev(pdg), NULL, err, sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "sigmoid_gate_bwd n %lld: du%s", (long long)n, want_du ? "" : " (NULL)");
+    check_same(what, &du);
+    snprintf(what, sizeof what, "sigmoid_gate_bwd n %lld: dg%s", (long long)n, want_dg ? "" : " (NULL)");
+    check_same(what, &dg);
+    arr_free(&u), arr_free(&g), arr_free(&dy), arr_free(&du), arr_free(&dg);
+}
+
+static void check_sigmoid(int64_t n) {
+    arr beta = arr_rand(n, 1), dbeta = arr_rand(n, 1), db = arr_rand(n, 1);
+    for (int64_t i = 0; i < n; i++) beta.h[i] = 0.5f + 0.5f * beta.h[i]; // β in [0, 1)
+    CHECK(bn_cuda_dev_upload(beta.d, beta.h, n, err, sizeof err) == 0, "%s", err);
+    bn_sigmoid_bwd(beta.h, n, dbeta.h, db.h);
+    CHECK(bn_cuda_sigmoid_bwd(beta.d, n, dbeta.d, db.d, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(bn_cuda_sigmoid_bwd(beta.d, n, dbeta.d, NULL, NULL, err, sizeof err) == 0, "NULL db: %s", err);
+    char what[96];
+    snprintf(what, sizeof what, "sigmoid_bwd n %lld", (long long)n);
+    check_same(what, &db);
+    arr_free(&beta), arr_free(&dbeta), arr_free(&db);
+}
+
+static void check_gdn_gate(int n, int rows) {
+    const size_t nt = (size_t)n * rows;
+    arr a = arr_rand(nt, 3), dt = arr_rand(n, 1), ssm_a = arr_rand(n, 2), dg = arr_rand(nt, 1), da = arr_rand(nt, 1);
+    bn_gdn_gate_bwd(a.h, dt.h, ssm_a.h, n, rows, dg.h, da.h);
+    CHECK(bn_cuda_gdn_gate_bwd(a.d, dt.d, ssm_a.d, n, rows, dg.d, da.d, NULL, err, sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "gdn_gate_bwd n %d rows %d", n, rows);
+    check_same(what, &da);
+    arr_free(&a), arr_free(&dt), arr_free(&ssm_a), arr_free(&dg), arr_free(&da);
+}
+
+static void check_scale(int64_t n, float s) {
+    arr dy = arr_rand(n, 1), dx = arr_rand(n, 1);
+    bn_scale_bwd(s, n, dy.h, dx.h);
+    CHECK(bn_cuda_scale_bwd(s, n, dy.d, dx.d, NULL, err, sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "scale_bwd n %lld s %g", (long long)n, s);
+    check_same(what, &dx);
+    arr_free(&dy), arr_free(&dx);
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------------
+
+_Static_assert(BN_CUDA_ROPE_NEOX == BN_ROPE_NEOX && BN_CUDA_ROPE_NORM == BN_ROPE_NORM, "RoPE modes");
+
+static void check_rope(int head_dim, int n_heads, int T, int n_rot, int pos0, int mode) {
+    const size_t nt = (size_t)head_dim * n_heads * T;
+    const float base = 10000000.0f;
+    arr dy = arr_rand(nt, 1), dx = arr_rand(nt, 1);
+    bn_rope_bwd(dy.h, head_dim, n_heads, T, n_rot, pos0, base, mode, dx.h);
+    CHECK(bn_cuda_rope_bwd(dy.d, head_dim, n_heads, T, n_rot, pos0, base, mode, dx.d, NULL, err, sizeof err) == 0,
+          "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "rope_bwd %s hd %d heads %d T %d n_rot %d pos0 %d", mode == BN_ROPE_NEOX ? "neox" : "norm",
+             head_dim, n_heads, T, n_rot, pos0);
+    check_same(what, &dx);
+    arr_free(&dy), arr_free(&dx);
+}
+
 int main(void) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
@@ -124,5 +206,18 @@ int main(void) {
     check_gated_rmsnorm(100, 4, 1, 1);
     check_gated_rmsnorm(300, 2, 1, 0);
     check_gated_rmsnorm(37, 3, 0, 1);
+    check_swiglu(1000, 1, 1);
+    check_swiglu(77, 0, 1);
+    check_swiglu(77, 1, 0);
+    check_sigmoid_gate(1000, 1, 1);
+    check_sigmoid_gate(77, 1, 0);
+    check_sigmoid_gate(77, 0, 1);
+    check_sigmoid(333);
+    check_gdn_gate(6, 37);
+    check_scale(555, 0.125f);
+    check_rope(24, 3, 5, 16, 7, BN_ROPE_NEOX); // partial rotation: dims 16..23 pass through
+    check_rope(24, 3, 5, 16, 7, BN_ROPE_NORM);
+    check_rope(32, 2, 4, 32, 1000, BN_ROPE_NEOX);
+    check_rope(32, 2, 4, 32, 1000, BN_ROPE_NORM);
     return test_done("test_cuda_bwd_ops");
 }
