@@ -269,3 +269,95 @@ extern "C" int bn_cuda_rope_bwd(const float *dy, int head_dim, int n_heads, int 
               pos0, theta_scale, mode == BN_CUDA_ROPE_NEOX, dx);
     return launched(err, errlen);
 }
+
+// ---- causal depthwise conv + SiLU (GDN) ---------------------------------------------------------------
+// The trainer's own forward (train/backward_gdn.c's layout and summation order, a NULL state allowed) rather than
+// gdn.cu's inference conv, which is fused with the q/k norms and advances the window in place: the backward
+// recomputes the pre-activations with the same conv_pre as the forward.
+
+// conv_input: channel ch of the extended input at index e (0..K−2: the state, zeros without one; then mix rows).
+static BN_DEVICE float conv_input(const float *mix, const float *state0, int C, int K, int e, int ch) {
+    if (e < K - 1) return state0 ? state0[(size_t)ch * (K - 1) + e] : 0.0f;
+    return mix[(size_t)(e - (K - 1)) * C + ch];
+}
+
+// conv_pre: the pre-activation Σ_i w[ch, i]·input(t + i, ch) of token t, channel ch (taps 0..K−1 from zero).
+static BN_DEVICE float conv_pre(const float *mix, const float *state0, const float *w, int C, int K, int t, int ch) {
+    float c = 0.0f;
+    for (int i = 0; i < K; i++) c += w[(size_t)ch * K + i] * conv_input(mix, state0, C, K, t + i, ch);
+    return c;
+}
+
+// conv_fwd_kernel: one thread per element of out {C, T}: SiLU of the pre-activation.
+static __global__ void conv_fwd_kernel(const float *mix, const float *state0, const float *w, int C, int K,
+                                       int64_t count, float *out) {
+    bn_cu_grid_begin();
+    const int64_t idx = elt_index();
+    if (idx >= count) return;
+    const float c = conv_pre(mix, state0, w, C, K, (int)(idx / C), (int)(idx % C));
+    out[idx] = c * bn_cu_sigmoid(c);
+}
+
+// conv_state_kernel: one thread per channel: state_out[ch] = the last K−1 inputs. Entry i reads input T + i, at
+// index >= i of an aliased state0, so the copy in increasing i may overwrite state0 in place.
+static __global__ void conv_state_kernel(const float *mix, const float *state0, int C, int K, int T,
+                                         float *state_out) {
+    bn_cu_grid_begin();
+    const int ch = (int)elt_index();
+    if (ch >= C) return;
+    for (int i = 0; i < K - 1; i++) state_out[(size_t)ch * (K - 1) + i] = conv_input(mix, state0, C, K, T + i, ch);
+}
+
+// conv_shape_ok: 0 when 1 <= K <= BN_CU_MAX_CONV_K, else -1 with err.
+static int conv_shape_ok(int K, char *err, size_t errlen) {
+    if (K >= 1 && K <= BN_CU_MAX_CONV_K) return 0;
+    if (err && errlen) snprintf(err, errlen, "cuda: conv1d: K %d outside 1..%d", K, BN_CU_MAX_CONV_K);
+    return -1;
+}
+
+extern "C" int bn_cuda_conv1d_silu_fwd(const float *mix, const float *state0, const float *w, int C, int K, int T,
+                                       float *out, float *state_out, void *stream, char *err, size_t errlen) {
+    if (conv_shape_ok(K, err, errlen) < 0) return -1;
+    if (C <= 0 || T < 0) return 0;
+    const int64_t count = (int64_t)C * T;
+    if (count > 0) {
+        BN_LAUNCH(conv_fwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, mix, state0, w, C, K, count, out);
+        if (launched(err, errlen) < 0) return -1;
+    }
+    if (!state_out || K == 1) return 0;
+    BN_LAUNCH(conv_state_kernel, elt_blocks(C), BWD_ELT_THREADS, 0, stream, mix, state0, C, K, T, state_out);
+    return launched(err, errlen);
+}
+
+// conv_bwd_kernel: one thread per (extended input index e < T + K − 1, channel): the sum over the taps i of
+// w[ch, i]·dc(e − i), dc(t) = dout(t)·SiLU'(pre(t)), added to dmix (e >= K − 1) or dstate0 (e < K − 1).
+static __global__ void conv_bwd_kernel(const float *mix, const float *state0, const float *w, int C, int K, int T,
+                                       int64_t count, const float *dout, float *dmix, float *dstate0) {
+    bn_cu_grid_begin();
+    const int64_t idx = elt_index();
+    if (idx >= count) return;
+    const int e = (int)(idx / C), ch = (int)(idx % C);
+    float sum = 0.0f;
+    for (int i = 0; i < K; i++) {
+        const int t = e - i;
+        if (t < 0 || t >= T) continue;
+        const float c = conv_pre(mix, state0, w, C, K, t, ch), s = bn_cu_sigmoid(c);
+        sum += w[(size_t)ch * K + i] * (dout[(size_t)t * C + ch] * s * (1.0f + c * (1.0f - s)));
+    }
+    if (e >= K - 1) {
+        if (dmix) dmix[(size_t)(e - (K - 1)) * C + ch] += sum;
+    } else if (dstate0) {
+        dstate0[(size_t)ch * (K - 1) + e] += sum;
+    }
+}
+
+extern "C" int bn_cuda_conv1d_silu_bwd(const float *mix, const float *state0, const float *w, int C, int K, int T,
+                                       const float *dout, float *dmix, float *dstate0, void *stream, char *err,
+                                       size_t errlen) {
+    if (conv_shape_ok(K, err, errlen) < 0) return -1;
+    if ((!dmix && !dstate0) || C <= 0 || T <= 0) return 0;
+    const int64_t count = (int64_t)C * (T + K - 1);
+    BN_LAUNCH(conv_bwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, mix, state0, w, C, K, T, count, dout,
+              dmix, dstate0);
+    return launched(err, errlen);
+}

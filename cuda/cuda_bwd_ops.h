@@ -62,6 +62,18 @@ int bn_cuda_scale_bwd(float s, int64_t n, const float *dy, float *dx, void *stre
 int bn_cuda_rope_bwd(const float *dy, int head_dim, int n_heads, int T, int n_rot, int pos0, float base, int mode,
                      float *dx, void *stream, char *err, size_t errlen);
 
+// ---- causal depthwise conv + SiLU (GDN) -------------------------------------------------------------
+// Layout as train/backward.h: mix {C, T}; w {K, C} (K taps per channel contiguous, tap K−1 = current token);
+// state {K−1, C}: state[ch·(K−1) + i] = channel ch's input K−1−i steps before the first token (NULL = zeros).
+// K <= 8 (BN_CU_MAX_CONV_K).
+// bn_cuda_conv1d_silu_fwd: out {C, T} = SiLU(conv); state_out {K−1, C} (may be NULL; may alias state0).
+int bn_cuda_conv1d_silu_fwd(const float *mix, const float *state0, const float *w, int C, int K, int T, float *out,
+                            float *state_out, void *stream, char *err, size_t errlen);
+// bn_cuda_conv1d_silu_bwd: dmix {C, T} += ∂L/∂mix, dstate0 {K−1, C} += ∂L/∂state0 for dout {C, T} (the
+// pre-activations recomputed).
+int bn_cuda_conv1d_silu_bwd(const float *mix, const float *state0, const float *w, int C, int K, int T,
+                            const float *dout, float *dmix, float *dstate0, void *stream, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

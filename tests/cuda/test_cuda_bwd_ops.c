@@ -62,7 +62,7 @@ static double check_same(const char *what, const arr *a) {
         CHECK(0, "%s", err);
     }
     CHECK(worst <= TOL, "%s: max error %.3g", what, worst);
-    printf("%-52s max err %.3g\n", what, worst);
+    printf("%-60s max err %.3g\n", what, worst);
     free(got);
     return worst;
 }
@@ -194,6 +194,46 @@ static void check_rope(int head_dim, int n_heads, int T, int n_rot, int pos0, in
     arr_free(&dy), arr_free(&dx);
 }
 
+// ---- causal depthwise conv + SiLU ---------------------------------------------------------------------
+
+// check_conv_fwd: with_state = 0 runs without a starting state; the device's state_out aliases its state0, as the
+// CPU's does.
+static void check_conv_fwd(int C, int K, int T, int with_state) {
+    const size_t ns = (size_t)C * (K - 1);
+    arr mix = arr_rand((size_t)C * T, 2), state = arr_rand(ns, 2), w = arr_rand((size_t)C * K, 1),
+        out = arr_rand((size_t)C * T, 1);
+    if (!with_state) memset(state.h, 0, ns * sizeof(float)); // state_out of a NULL state0 into a zeroed array
+    bn_conv1d_silu_fwd(mix.h, with_state ? state.h : NULL, w.h, C, K, T, out.h, state.h);
+    CHECK(bn_cuda_conv1d_silu_fwd(mix.d, with_state ? state.d : NULL, w.d, C, K, T, out.d, state.d, NULL, err,
+                                  sizeof err) == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "conv1d_silu_fwd C %d K %d T %d%s: out", C, K, T, with_state ? "" : " (state0 NULL)");
+    check_same(what, &out);
+    snprintf(what, sizeof what, "conv1d_silu_fwd C %d K %d T %d%s: state_out", C, K, T,
+             with_state ? " (aliasing state0)" : " (state0 NULL)");
+    check_same(what, &state);
+    arr_free(&mix), arr_free(&state), arr_free(&w), arr_free(&out);
+}
+
+// check_conv_bwd: with_state = 0 runs without a starting state; want_dmix / want_dstate = 0 passes NULL.
+static void check_conv_bwd(int C, int K, int T, int with_state, int want_dmix, int want_dstate) {
+    const size_t nt = (size_t)C * T, ns = (size_t)C * (K - 1);
+    arr mix = arr_rand(nt, 2), state = arr_rand(ns, 2), w = arr_rand((size_t)C * K, 1), dout = arr_rand(nt, 1),
+        dmix = arr_rand(nt, 1), dstate = arr_rand(ns, 1);
+    arr *pstate = with_state ? &state : NULL, *pdmix = want_dmix ? &dmix : NULL, *pdstate = want_dstate ? &dstate : NULL;
+    bn_conv1d_silu_bwd(mix.h, host(pstate), w.h, C, K, T, dout.h, host(pdmix), host(pdstate));
+    CHECK(bn_cuda_conv1d_silu_bwd(mix.d, dev(pstate), w.d, C, K, T, dout.d, dev(pdmix), dev(pdstate), NULL, err,
+                                  sizeof err) == 0, "%s", err);
+    char what[96];
+    const char *st = with_state ? "" : " (state0 NULL)";
+    snprintf(what, sizeof what, "conv1d_silu_bwd C %d K %d T %d%s: dmix%s", C, K, T, st, want_dmix ? "" : " (NULL)");
+    check_same(what, &dmix);
+    snprintf(what, sizeof what, "conv1d_silu_bwd C %d K %d T %d%s: dstate0%s", C, K, T, st,
+             want_dstate ? "" : " (NULL)");
+    check_same(what, &dstate);
+    arr_free(&mix), arr_free(&state), arr_free(&w), arr_free(&dout), arr_free(&dmix), arr_free(&dstate);
+}
+
 int main(void) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
@@ -219,5 +259,13 @@ int main(void) {
     check_rope(24, 3, 5, 16, 7, BN_ROPE_NORM);
     check_rope(32, 2, 4, 32, 1000, BN_ROPE_NEOX);
     check_rope(32, 2, 4, 32, 1000, BN_ROPE_NORM);
+    check_conv_fwd(70, 4, 9, 1);
+    check_conv_fwd(70, 4, 2, 1); // T < K − 1: the new state keeps part of the old one
+    check_conv_fwd(33, 4, 5, 0);
+    check_conv_bwd(70, 4, 9, 1, 1, 1);
+    check_conv_bwd(70, 4, 2, 1, 1, 1);
+    check_conv_bwd(33, 4, 5, 0, 1, 1);
+    check_conv_bwd(33, 3, 6, 1, 1, 0);
+    check_conv_bwd(33, 4, 6, 1, 0, 1);
     return test_done("test_cuda_bwd_ops");
 }
