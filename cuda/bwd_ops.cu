@@ -13,6 +13,12 @@ static int row_threads(int n) {
     return t < 32 ? 32 : t > BWD_ROW_THREADS_MAX ? BWD_ROW_THREADS_MAX : t;
 }
 
+// elt_blocks: blocks of BWD_ELT_THREADS covering count elements.
+static int elt_blocks(int64_t count) { return (int)((count + BWD_ELT_THREADS - 1) / BWD_ELT_THREADS); }
+
+// elt_index: this thread's element of a one-thread-per-element launch.
+static BN_DEVICE int64_t elt_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+
 // launched: 0 when the kernel just enqueued was accepted, else -1 with err.
 static int launched(char *err, size_t errlen) {
     BN_CUDA_TRY(cudaGetLastError(), err, errlen);
@@ -137,13 +143,55 @@ extern "C" int bn_cuda_gated_rmsnorm_bwd(const float *o, const float *z, const f
     return launched(err, errlen);
 }
 
+// row_rho_kernel: one block per row of n: rho[row] = (mean x² + eps)^-½.
+static __global__ void row_rho_kernel(const float *x, int n, float eps, float *rho) {
+    bn_cu_grid_begin();
+    BN_SHARED(float, red, 32);
+    const size_t off = (size_t)blockIdx.x * n;
+    float sum_sq = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum_sq += x[off + i] * x[off + i];
+    sum_sq = bn_block_sum(sum_sq, red);
+    if (threadIdx.x == 0) rho[blockIdx.x] = 1.0f / sqrtf(sum_sq / (float)n + eps);
+}
+
+// norm_wgrad_kernel: one thread per column i: dw[i] += Σ_rows dy·x·rho (·SiLU(z) when z is given), rows in order
+// (the CPU's order: no atomics, the same sum on every run).
+static __global__ void norm_wgrad_kernel(const float *x, const float *z, const float *rho, int n, int rows,
+                                         const float *dy, float *dw) {
+    bn_cu_grid_begin();
+    const int i = (int)elt_index();
+    if (i >= n) return;
+    float acc = dw[i];
+    for (int t = 0; t < rows; t++) {
+        const size_t at = (size_t)t * n + i;
+        const float gate = z ? z[at] * bn_cu_sigmoid(z[at]) : 1.0f;
+        acc += dy[at] * x[at] * rho[t] * gate;
+    }
+    dw[i] = acc;
+}
+
+// norm_wgrad: rho_scratch ← ρ of each row, then the column sums of norm_wgrad_kernel.
+static int norm_wgrad(const float *x, const float *z, int n, int rows, float eps, const float *dy, float *dw,
+                      float *rho_scratch, void *stream, char *err, size_t errlen) {
+    if (!dw || n <= 0 || rows <= 0) return 0;
+    BN_LAUNCH(row_rho_kernel, rows, row_threads(n), 0, stream, x, n, eps, rho_scratch);
+    if (launched(err, errlen) < 0) return -1;
+    BN_LAUNCH(norm_wgrad_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, x, z, rho_scratch, n, rows, dy, dw);
+    return launched(err, errlen);
+}
+
+extern "C" int bn_cuda_rmsnorm_wgrad(const float *x, int n, int rows, float eps, const float *dy, float *dw,
+                                     float *rho_scratch, void *stream, char *err, size_t errlen) {
+    return norm_wgrad(x, nullptr, n, rows, eps, dy, dw, rho_scratch, stream, err, errlen);
+}
+
+extern "C" int bn_cuda_gated_rmsnorm_wgrad(const float *o, const float *z, int n, int rows, float eps,
+                                           const float *dy, float *dw, float *rho_scratch, void *stream, char *err,
+                                           size_t errlen) {
+    return norm_wgrad(o, z, n, rows, eps, dy, dw, rho_scratch, stream, err, errlen);
+}
+
 // ---- elementwise ------------------------------------------------------------------------------------
-
-// elt_blocks: blocks of BWD_ELT_THREADS covering count elements.
-static int elt_blocks(int64_t count) { return (int)((count + BWD_ELT_THREADS - 1) / BWD_ELT_THREADS); }
-
-// elt_index: this thread's element of a one-thread-per-element launch.
-static BN_DEVICE int64_t elt_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
 
 // swiglu_bwd_kernel: f = SiLU(a) ⊙ c; da += dy⊙c⊙σ(a)(1 + a(1 − σ(a))), dc += dy⊙a⊙σ(a).
 static __global__ void swiglu_bwd_kernel(const float *a, const float *c, int64_t n, const float *dy, float *da,

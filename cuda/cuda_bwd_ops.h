@@ -24,7 +24,7 @@ int bn_cuda_dev_upload(float *dev, const float *host, size_t n, char *err, size_
 // bn_cuda_dev_download: waits for all queued device work, then host[0..n) = dev[0..n); returns 0 or -1.
 int bn_cuda_dev_download(float *host, const float *dev, size_t n, char *err, size_t errlen);
 
-// ---- norms (one block per row) -----------------------------------------------------------------
+// ---- norms (one block per row; the weight gradients one thread per column) ---------------------------
 // bn_cuda_rmsnorm_bwd: y = w ⊙ x·ρ, ρ = (mean x² + eps)^-½ per row of n (w NULL = ones); dx += ∂L/∂x for dy.
 int bn_cuda_rmsnorm_bwd(const float *x, const float *w, int n, int rows, float eps, const float *dy, float *dx,
                         void *stream, char *err, size_t errlen);
@@ -35,6 +35,15 @@ int bn_cuda_l2norm_bwd(const float *x, int n, int rows, float eps, const float *
 // dout += RMSNorm-backward(dy ⊙ SiLU(z), w); dz += dy ⊙ w ⊙ n̂ ⊙ SiLU'(z).
 int bn_cuda_gated_rmsnorm_bwd(const float *o, const float *z, const float *w, int n, int rows, float eps,
                               const float *dy, float *dout, float *dz, void *stream, char *err, size_t errlen);
+
+// bn_cuda_rmsnorm_wgrad: y = w ⊙ x·ρ per row of n; dw {n} += Σ_rows dy ⊙ x·ρ. rho_scratch: rows floats of device
+// memory (the ρ of each row).
+int bn_cuda_rmsnorm_wgrad(const float *x, int n, int rows, float eps, const float *dy, float *dw, float *rho_scratch,
+                          void *stream, char *err, size_t errlen);
+// bn_cuda_gated_rmsnorm_wgrad: y = w ⊙ RMSNorm(o) ⊙ SiLU(z); dw {n} += Σ_rows dy ⊙ o·ρ ⊙ SiLU(z). rho_scratch: rows
+// floats of device memory.
+int bn_cuda_gated_rmsnorm_wgrad(const float *o, const float *z, int n, int rows, float eps, const float *dy, float *dw,
+                                float *rho_scratch, void *stream, char *err, size_t errlen);
 
 // ---- elementwise (one thread per element) ------------------------------------------------------
 // bn_cuda_swiglu_bwd: f = SiLU(a) ⊙ c; da += dy⊙c⊙σ(a)(1 + a(1 − σ(a))), dc += dy⊙SiLU(a).

@@ -112,6 +112,26 @@ static void check_gated_rmsnorm(int n, int rows, int want_dout, int want_dz) {
     arr_free(&o), arr_free(&z), arr_free(&w), arr_free(&dy), arr_free(&dout), arr_free(&dz);
 }
 
+// check_norm_wgrad: bn_rmsnorm_wgrad (gated = 0) or bn_gated_rmsnorm_wgrad (gated = 1).
+static void check_norm_wgrad(int n, int rows, int gated) {
+    const size_t nt = (size_t)n * rows;
+    arr x = arr_rand(nt, 1.5f), z = arr_rand(nt, 3), dy = arr_rand(nt, 1), dw = arr_rand(n, 1), rho = arr_rand(rows, 1);
+    const float eps = 1e-6f;
+    int rc;
+    if (gated) {
+        bn_gated_rmsnorm_wgrad(x.h, z.h, n, rows, eps, dy.h, dw.h);
+        rc = bn_cuda_gated_rmsnorm_wgrad(x.d, z.d, n, rows, eps, dy.d, dw.d, rho.d, NULL, err, sizeof err);
+    } else {
+        bn_rmsnorm_wgrad(x.h, n, rows, eps, dy.h, dw.h);
+        rc = bn_cuda_rmsnorm_wgrad(x.d, n, rows, eps, dy.d, dw.d, rho.d, NULL, err, sizeof err);
+    }
+    CHECK(rc == 0, "%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "%s_wgrad n %d rows %d", gated ? "gated_rmsnorm" : "rmsnorm", n, rows);
+    check_same(what, &dw);
+    arr_free(&x), arr_free(&z), arr_free(&dy), arr_free(&dw), arr_free(&rho);
+}
+
 // ---- elementwise ----------------------------------------------------------------------------------
 
 // check_swiglu: want_da / want_dc = 0 passes NULL for that gradient.
@@ -188,8 +208,8 @@ static void check_rope(int head_dim, int n_heads, int T, int n_rot, int pos0, in
     CHECK(bn_cuda_rope_bwd(dy.d, head_dim, n_heads, T, n_rot, pos0, base, mode, dx.d, NULL, err, sizeof err) == 0,
           "%s", err);
     char what[96];
-    snprintf(what, sizeof what, "rope_bwd %s hd %d heads %d T %d n_rot %d pos0 %d", mode == BN_ROPE_NEOX ? "neox" : "norm",
-             head_dim, n_heads, T, n_rot, pos0);
+    snprintf(what, sizeof what, "rope_bwd %s hd %d heads %d T %d n_rot %d pos0 %d",
+             mode == BN_ROPE_NEOX ? "neox" : "norm", head_dim, n_heads, T, n_rot, pos0);
     check_same(what, &dx);
     arr_free(&dy), arr_free(&dx);
 }
@@ -220,7 +240,8 @@ static void check_conv_bwd(int C, int K, int T, int with_state, int want_dmix, i
     const size_t nt = (size_t)C * T, ns = (size_t)C * (K - 1);
     arr mix = arr_rand(nt, 2), state = arr_rand(ns, 2), w = arr_rand((size_t)C * K, 1), dout = arr_rand(nt, 1),
         dmix = arr_rand(nt, 1), dstate = arr_rand(ns, 1);
-    arr *pstate = with_state ? &state : NULL, *pdmix = want_dmix ? &dmix : NULL, *pdstate = want_dstate ? &dstate : NULL;
+    arr *pstate = with_state ? &state : NULL, *pdmix = want_dmix ? &dmix : NULL;
+    arr *pdstate = want_dstate ? &dstate : NULL;
     bn_conv1d_silu_bwd(mix.h, host(pstate), w.h, C, K, T, dout.h, host(pdmix), host(pdstate));
     CHECK(bn_cuda_conv1d_silu_bwd(mix.d, dev(pstate), w.d, C, K, T, dout.d, dev(pdmix), dev(pdstate), NULL, err,
                                   sizeof err) == 0, "%s", err);
@@ -246,6 +267,8 @@ int main(void) {
     check_gated_rmsnorm(100, 4, 1, 1);
     check_gated_rmsnorm(300, 2, 1, 0);
     check_gated_rmsnorm(37, 3, 0, 1);
+    check_norm_wgrad(300, 7, 0);
+    check_norm_wgrad(100, 5, 1);
     check_swiglu(1000, 1, 1);
     check_swiglu(77, 0, 1);
     check_swiglu(77, 1, 0);
