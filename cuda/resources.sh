@@ -80,6 +80,10 @@ declare -A BLOCK=(
     [attn_prep_kernel]=128 [attn_split_kernel]=128 [attn_merge_kernel]=128 [attn_tiled_kernel]=256 [attn_mma_kernel]=128
     [tap_rows_kernel]=256
     [ds_add_snr_kernel]=256 [ds_block_attn_kernel]=128 [ds_markov_logits_kernel]=256 [ds_conf_kernel]=256
+    [rmsnorm_bwd_kernel]=256 [l2norm_bwd_kernel]=256 [gated_rmsnorm_bwd_kernel]=256 [swiglu_bwd_kernel]=256
+    [sigmoid_gate_bwd_kernel]=256 [sigmoid_bwd_kernel]=256 [gdn_gate_bwd_kernel]=256 [scale_bwd_kernel]=256
+    [row_rho_kernel]=256 [norm_wgrad_kernel]=256 [rope_bwd_kernel]=256 [conv_fwd_kernel]=256 [conv_state_kernel]=256
+    [conv_bwd_kernel]=256
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")
