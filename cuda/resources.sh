@@ -80,6 +80,7 @@ declare -A BLOCK=(
     [attn_prep_kernel]=128 [attn_split_kernel]=128 [attn_merge_kernel]=128 [attn_tiled_kernel]=256 [attn_mma_kernel]=128
     [tap_rows_kernel]=256
     [ds_add_snr_kernel]=256 [ds_block_attn_kernel]=128 [ds_markov_logits_kernel]=256 [ds_conf_kernel]=256
+    [attn_fwd_kernel]=128 [attn_bwd_rows_kernel]=128 [attn_bwd_kv_kernel]=128
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")

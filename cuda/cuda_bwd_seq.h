@@ -1,0 +1,46 @@
+// cuda/cuda_bwd_seq.h — the sequence ops of the trainer's backward (docs/model.md §8) on the device: causal GQA
+// attention (cuda/bwd_attn.cu), forward and backward, with the layouts,
+// formulas and conventions of train/backward.h: fp32 row-major tensors in ggml order, every backward ADDS into its
+// gradient outputs and skips a NULL one. All tensor pointers are device pointers; stream is a cudaStream_t (NULL =
+// the legacy default stream); work is enqueued, not waited for. Each launcher returns 0, or -1 with err filled
+// ("CUDA error: <what> (<call>) at file:line"). Deterministic: no float atomics, sums in a fixed order.
+#ifndef BONSAI_CUDA_BWD_SEQ_H
+#define BONSAI_CUDA_BWD_SEQ_H
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- device buffers (cuda/bwd_attn.cu) --------------------------------------------------------------------------
+// bn_cuda_f32_alloc: a device buffer of n floats (contents undefined), or NULL with err filled.
+float *bn_cuda_f32_alloc(size_t n, char *err, size_t errlen);
+// bn_cuda_f32_free: frees a bn_cuda_f32_alloc buffer (NULL is fine).
+void bn_cuda_f32_free(float *d);
+// bn_cuda_f32_upload: d[0..n) = host h[0..n) (synchronous); 0 or -1.
+int bn_cuda_f32_upload(float *d, const float *h, size_t n, char *err, size_t errlen);
+// bn_cuda_f32_download: host h[0..n) = d[0..n) after the device's pending work (synchronous); 0 or -1.
+int bn_cuda_f32_download(float *h, const float *d, size_t n, char *err, size_t errlen);
+
+// ---- causal softmax attention with GQA (cuda/bwd_attn.cu; train/backward_attn.c) --------------------------------
+// q head h uses kv head h / (nh/nkv); q {hd, nh, T}, k/v {hd, nkv, T}, out/dout {hd, nh, T}. T is limited by the
+// score rows in shared memory (bn_cuda_attn_max_T).
+// bn_cuda_attn_max_T: the longest sequence the attention kernels take (score rows of T floats in shared memory).
+int bn_cuda_attn_max_T(void);
+// bn_cuda_attn_fwd: out = softmax(scale·q·kᵀ, causal)·v per q head (bn_attn_fwd); 0 or -1.
+int bn_cuda_attn_fwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv, float scale,
+                     float *out, void *stream, char *err, size_t errlen);
+// bn_cuda_attn_bwd_workspace_floats: device floats bn_cuda_attn_bwd needs as workspace (row statistics).
+size_t bn_cuda_attn_bwd_workspace_floats(int T, int nh);
+// bn_cuda_attn_bwd: dq, dk, dv += gradients for dout (bn_attn_bwd): P recomputed per query row; dK, dV of a kv head
+// summed over its q heads and query positions by one block per (kv head, key position), in a fixed order (no
+// atomics). workspace: bn_cuda_attn_bwd_workspace_floats floats. 0 or -1.
+int bn_cuda_attn_bwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv, float scale,
+                     const float *dout, float *dq, float *dk, float *dv, float *workspace, void *stream, char *err,
+                     size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

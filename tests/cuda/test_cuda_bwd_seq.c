@@ -1,0 +1,100 @@
+// tests/cuda/test_cuda_bwd_seq.c — the trainer's sequence ops on the device (cuda/cuda_bwd_seq.h: causal GQA attention,
+// forward and backward) vs the CPU trainer's own functions (train/backward.h) on random
+// inputs with a fixed seed. Built twice: `cuda_bwd_seq` on a GPU (skips without one) and `cuda_bwd_seq_emu` through
+// the emulator (always; also shuffled). Gradient outputs start non-zero on both sides (the ops add into them); the
+// second case of each op passes NULL outputs.
+// Shapes: GQA with 2 q heads per kv head, head sizes around and above a warp's 32 lanes and not multiples of 32.
+// Tolerance: max |Δ| <= TOL · max(1, max |reference|) per array. Both sides compute in fp32 and differ only in the
+// order of their sums (warp butterflies, per-warp partials, the CPU's SIMD lanes and double accumulators), which moves
+// results by a few ulp per sum: measured <= 1e-6 here; 2e-5 leaves room for other GPUs' expf while a wrong index,
+// a missing term or a lost barrier gives errors of order 1e-2 and more.
+#include "tests/test.h"
+#include "tests/cuda/compare.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_bwd_seq.h"
+#include "train/backward.h"
+#include "base/util.h"
+#include <math.h>
+#include <string.h>
+
+#define TOL 2e-5
+
+static char err[512];
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+// frand: uniform in [−1, 1) from a fixed-seed xorshift.
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+// rand_vec: n floats uniform in [−amp, amp).
+static float *rand_vec(size_t n, float amp) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = amp * frand();
+    return x;
+}
+
+// to_dev: a device copy of host x[0..n) (x NULL: NULL).
+static float *to_dev(const float *x, size_t n) {
+    if (!x) return NULL;
+    float *d = bn_cuda_f32_alloc(n, err, sizeof err);
+    CHECK(d, "%s", err);
+    if (d) CHECK(bn_cuda_f32_upload(d, x, n, err, sizeof err) == 0, "%s", err);
+    return d;
+}
+
+// from_dev: a host copy of device d[0..n), freeing d (d NULL: NULL).
+static float *from_dev(float *d, size_t n) {
+    if (!d) return NULL;
+    float *x = xmalloc(n * sizeof(float));
+    CHECK(bn_cuda_f32_download(x, d, n, err, sizeof err) == 0, "%s", err);
+    bn_cuda_f32_free(d);
+    return x;
+}
+
+// check_close: max |got − ref| relative to max(1, max |ref|) within TOL; returns that error (skips NULL pairs).
+static double check_close(const char *what, const float *ref, const float *got, size_t n) {
+    if (!ref && !got) return 0;
+    double mag = 1;
+    for (size_t i = 0; i < n; i++) mag = fmax(mag, fabs(ref[i]));
+    double e = max_abs_diff(ref, got, n) / mag;
+    CHECK(e <= TOL, "%s: max error %.3g (relative to %.3g) above %g", what, e, mag, TOL);
+    printf("  %-6s max error %.2e (scale %.2f)\n", what, e, mag);
+    return e;
+}
+
+// check_attn: bn_cuda_attn_fwd/_bwd vs bn_attn_fwd/_bwd for one shape; dq and dv NULL when with_null.
+static void check_attn(int T, int hd, int nh, int nkv, bool with_null) {
+    printf("attention T %d hd %d nh %d nkv %d%s\n", T, hd, nh, nkv, with_null ? " (dq, dv NULL)" : "");
+    const size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *q = rand_vec(nq, 2.0f), *k = rand_vec(nk, 2.0f), *v = rand_vec(nk, 1.0f), *dout = rand_vec(nq, 1.0f);
+    float *dq = with_null ? NULL : rand_vec(nq, 1.0f), *dk = rand_vec(nk, 1.0f), *dv = with_null ? NULL : rand_vec(nk, 1.0f);
+    float *out_d = bn_cuda_f32_alloc(nq, err, sizeof err), *ws = bn_cuda_f32_alloc(bn_cuda_attn_bwd_workspace_floats(T, nh), err, sizeof err);
+    float *q_d = to_dev(q, nq), *k_d = to_dev(k, nk), *v_d = to_dev(v, nk), *dout_d = to_dev(dout, nq);
+    float *dq_d = to_dev(dq, nq), *dk_d = to_dev(dk, nk), *dv_d = to_dev(dv, nk);
+    CHECK(bn_cuda_attn_fwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, out_d, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(bn_cuda_attn_bwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, dout_d, dq_d, dk_d, dv_d, ws, NULL, err, sizeof err) == 0,
+          "%s", err);
+    float *out = from_dev(out_d, nq), *dq_g = from_dev(dq_d, nq), *dk_g = from_dev(dk_d, nk), *dv_g = from_dev(dv_d, nk);
+    float *out_ref = xmalloc(nq * sizeof(float));
+    bn_attn_fwd(q, k, v, T, hd, nh, nkv, scale, out_ref);
+    bn_attn_bwd(q, k, v, T, hd, nh, nkv, scale, dout, dq, dk, dv);
+    check_close("out", out_ref, out, nq);
+    check_close("dq", dq, dq_g, nq);
+    check_close("dk", dk, dk_g, nk);
+    check_close("dv", dv, dv_g, nk);
+    bn_cuda_f32_free(q_d), bn_cuda_f32_free(k_d), bn_cuda_f32_free(v_d), bn_cuda_f32_free(dout_d), bn_cuda_f32_free(ws);
+    free(q), free(k), free(v), free(dout), free(dq), free(dk), free(dv), free(out_ref);
+    free(out), free(dq_g), free(dk_g), free(dv_g);
+}
+
+int main(void) {
+    if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
+    char name[128];
+    printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
+    check_attn(37, 40, 4, 2, false);
+    check_attn(21, 72, 6, 3, true);
+    return test_done("cuda_bwd_seq");
+}
