@@ -1,5 +1,5 @@
 // cuda/cuda_bwd_seq.h — the sequence ops of the trainer's backward (docs/model.md §8) on the device: causal GQA
-// attention (cuda/bwd_attn.cu), forward and backward, with the layouts,
+// attention (cuda/bwd_attn.cu) and the gated delta rule (cuda/bwd_gdn.cu), forward and backward, with the layouts,
 // formulas and conventions of train/backward.h: fp32 row-major tensors in ggml order, every backward ADDS into its
 // gradient outputs and skips a NULL one. All tensor pointers are device pointers; stream is a cudaStream_t (NULL =
 // the legacy default stream); work is enqueued, not waited for. Each launcher returns 0, or -1 with err filled
@@ -39,6 +39,26 @@ size_t bn_cuda_attn_bwd_workspace_floats(int T, int nh);
 int bn_cuda_attn_bwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv, float scale,
                      const float *dout, float *dq, float *dk, float *dv, float *workspace, void *stream, char *err,
                      size_t errlen);
+
+// ---- gated delta-rule recurrence (cuda/bwd_gdn.cu; train/backward_gdn.c) ----------------------------------------
+// q, k {dk, Hk, T} (L2-normed, q scaled), v {dv, Hv, T}, g, beta {Hv, T} (α = exp(g)), S {dk, dv, Hv} with
+// S[h·dk·dv + j·dk + i] = S_ij; value head h reads key head h mod Hk. dk <= 256.
+// bn_cuda_gdn_fwd: out {dv, Hv, T} of the recurrence from S0 (NULL = zeros); S_out (may be NULL, may alias S0) =
+// the final state (bn_gdn_fwd). 0 or -1.
+int bn_cuda_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
+                    const float *g, const float *beta, const float *S0, float *out, float *S_out, void *stream,
+                    char *err, size_t errlen);
+// bn_cuda_gdn_bwd_workspace_floats: device floats bn_cuda_gdn_bwd needs as workspace for these shapes (checkpoints
+// every ckpt_every steps, one chunk of recomputed states, dS, per-value-head dq/dk rows: all per value head).
+size_t bn_cuda_gdn_bwd_workspace_floats(int T, int Hv, int dk, int dv, int ckpt_every);
+// bn_cuda_gdn_bwd: the backward of bn_cuda_gdn_fwd (bn_gdn_bwd): one block per value head runs backward in time
+// with states recomputed from checkpoints every ckpt_every steps (0 = 32); dout {dv, Hv, T}, dS_final (NULL = 0).
+// Adds into dq, dk_ (summed over the value heads of a key head in head order), dv_, dg, dbeta, dS0 (any NULL).
+// workspace: bn_cuda_gdn_bwd_workspace_floats floats. 0 or -1.
+int bn_cuda_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
+                    const float *g, const float *beta, const float *S0, const float *dout, const float *dS_final,
+                    int ckpt_every, float *dq, float *dk_, float *dv_, float *dg, float *dbeta, float *dS0,
+                    float *workspace, void *stream, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

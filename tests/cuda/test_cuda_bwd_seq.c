@@ -1,9 +1,10 @@
-// tests/cuda/test_cuda_bwd_seq.c — the trainer's sequence ops on the device (cuda/cuda_bwd_seq.h: causal GQA attention,
-// forward and backward) vs the CPU trainer's own functions (train/backward.h) on random
+// tests/cuda/test_cuda_bwd_seq.c — the trainer's sequence ops on the device (cuda/cuda_bwd_seq.h: causal GQA attention
+// and the gated delta rule, forward and backward) vs the CPU trainer's own functions (train/backward.h) on random
 // inputs with a fixed seed. Built twice: `cuda_bwd_seq` on a GPU (skips without one) and `cuda_bwd_seq_emu` through
 // the emulator (always; also shuffled). Gradient outputs start non-zero on both sides (the ops add into them); the
-// second case of each op passes NULL outputs.
-// Shapes: GQA with 2 q heads per kv head, head sizes around and above a warp's 32 lanes and not multiples of 32.
+// second case of each op passes NULL outputs (and for the GDN no S0 and no dS_final).
+// Shapes: GQA with 2 q heads per kv head, head sizes around and above a warp's 32 lanes and not multiples of 32,
+// GDN sequences crossing checkpoint boundaries (37 steps, checkpoints every 8 and the default 32), Hv = 2·Hk.
 // Tolerance: max |Δ| <= TOL · max(1, max |reference|) per array. Both sides compute in fp32 and differ only in the
 // order of their sums (warp butterflies, per-warp partials, the CPU's SIMD lanes and double accumulators), which moves
 // results by a few ulp per sum: measured <= 1e-6 here; 2e-5 leaves room for other GPUs' expf while a wrong index,
@@ -90,11 +91,76 @@ static void check_attn(int T, int hd, int nh, int nkv, bool with_null) {
     free(out), free(dq_g), free(dk_g), free(dv_g);
 }
 
+// unit_rows: rows of n floats L2-normalised, times s (the GDN's q and k).
+static void unit_rows(float *x, int n, int rows, float s) {
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[(size_t)r * n + i] * x[(size_t)r * n + i];
+        for (int i = 0; i < n; i++) x[(size_t)r * n + i] *= s / (float)sqrt(ss + 1e-12);
+    }
+}
+
+// check_gdn: bn_cuda_gdn_fwd/_bwd vs bn_gdn_fwd/_bwd for one shape; with_null: no S0, no dS_final, dk, dg and dS0 NULL.
+static void check_gdn(int T, int Hk, int Hv, int dk, int dv, int ckpt_every, bool with_null) {
+    printf("gdn T %d Hk %d Hv %d dk %d dv %d ckpt %d%s\n", T, Hk, Hv, dk, dv, ckpt_every,
+           with_null ? " (S0, dS_final, dk, dg, dS0 NULL)" : "");
+    const size_t nqk = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv, ng = (size_t)T * Hv, ns = (size_t)Hv * dk * dv;
+    float *q = rand_vec(nqk, 1.0f), *k = rand_vec(nqk, 1.0f), *v = rand_vec(nv, 1.0f), *dout = rand_vec(nv, 1.0f);
+    unit_rows(q, dk, T * Hk, 1.0f / sqrtf((float)dk));
+    unit_rows(k, dk, T * Hk, 1.0f);
+    float *g = xmalloc(ng * sizeof(float)), *beta = xmalloc(ng * sizeof(float));
+    for (size_t i = 0; i < ng; i++) g[i] = -0.3f + 0.25f * frand(), beta[i] = 1.0f / (1.0f + expf(-2.0f * frand()));
+    float *S0 = with_null ? NULL : rand_vec(ns, 0.5f), *dSf = with_null ? NULL : rand_vec(ns, 0.5f);
+    float *dq = rand_vec(nqk, 1.0f), *dk_ = with_null ? NULL : rand_vec(nqk, 1.0f), *dv_ = rand_vec(nv, 1.0f);
+    float *dg = with_null ? NULL : rand_vec(ng, 1.0f), *dbeta = rand_vec(ng, 1.0f);
+    float *dS0 = with_null ? NULL : rand_vec(ns, 1.0f);
+    float *q_d = to_dev(q, nqk), *k_d = to_dev(k, nqk), *v_d = to_dev(v, nv), *g_d = to_dev(g, ng);
+    float *beta_d = to_dev(beta, ng), *S0_d = to_dev(S0, ns), *dSf_d = to_dev(dSf, ns), *dout_d = to_dev(dout, nv);
+    float *dq_d = to_dev(dq, nqk), *dk_d = to_dev(dk_, nqk), *dv_d = to_dev(dv_, nv), *dg_d = to_dev(dg, ng);
+    float *dbeta_d = to_dev(dbeta, ng), *dS0_d = to_dev(dS0, ns);
+    float *out_d = bn_cuda_f32_alloc(nv, err, sizeof err), *Sout_d = bn_cuda_f32_alloc(ns, err, sizeof err);
+    float *ws = bn_cuda_f32_alloc(bn_cuda_gdn_bwd_workspace_floats(T, Hv, dk, dv, ckpt_every), err, sizeof err);
+    CHECK(bn_cuda_gdn_fwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, out_d, Sout_d, NULL, err, sizeof err) == 0,
+          "%s", err);
+    CHECK(bn_cuda_gdn_bwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, dout_d, dSf_d, ckpt_every, dq_d, dk_d,
+                          dv_d, dg_d, dbeta_d, dS0_d, ws, NULL, err, sizeof err) == 0, "%s", err);
+    float *out = from_dev(out_d, nv), *Sout = from_dev(Sout_d, ns), *dq_g = from_dev(dq_d, nqk);
+    float *dk_g = from_dev(dk_d, nqk), *dv_g = from_dev(dv_d, nv), *dg_g = from_dev(dg_d, ng);
+    float *dbeta_g = from_dev(dbeta_d, ng), *dS0_g = from_dev(dS0_d, ns);
+    float *out_ref = xmalloc(nv * sizeof(float)), *Sout_ref = xmalloc(ns * sizeof(float));
+    bn_gdn_fwd(T, Hk, Hv, dk, dv, q, k, v, g, beta, S0, out_ref, Sout_ref);
+    bn_gdn_bwd(T, Hk, Hv, dk, dv, q, k, v, g, beta, S0, dout, dSf, ckpt_every, dq, dk_, dv_, dg, dbeta, dS0);
+    check_close("out", out_ref, out, nv);
+    check_close("S_out", Sout_ref, Sout, ns);
+    check_close("dq", dq, dq_g, nqk);
+    check_close("dk", dk_, dk_g, nqk);
+    check_close("dv", dv_, dv_g, nv);
+    check_close("dg", dg, dg_g, ng);
+    check_close("dbeta", dbeta, dbeta_g, ng);
+    check_close("dS0", dS0, dS0_g, ns);
+    float *S_alias = NULL;
+    if (S0_d) { // S_out may alias S0: the forward again, in place on S0
+        float *o_d = bn_cuda_f32_alloc(nv, err, sizeof err);
+        CHECK(bn_cuda_gdn_fwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, o_d, S0_d, NULL, err, sizeof err) == 0,
+              "%s", err);
+        bn_cuda_f32_free(o_d);
+        S_alias = from_dev(S0_d, ns), S0_d = NULL;
+        check_close("S0->S0", Sout_ref, S_alias, ns);
+    }
+    float *inputs_d[] = {q_d, k_d, v_d, g_d, beta_d, S0_d, dSf_d, dout_d, ws};
+    for (size_t i = 0; i < sizeof inputs_d / sizeof *inputs_d; i++) bn_cuda_f32_free(inputs_d[i]);
+    float *host[] = {q, k, v, dout, g, beta, S0, dSf, dq, dk_, dv_, dg, dbeta, dS0, out, Sout, dq_g, dk_g, dv_g, dg_g,
+                     dbeta_g, dS0_g, out_ref, Sout_ref, S_alias};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
+}
+
 int main(void) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     check_attn(37, 40, 4, 2, false);
     check_attn(21, 72, 6, 3, true);
+    check_gdn(37, 2, 4, 40, 36, 8, false);
+    check_gdn(37, 2, 4, 20, 24, 0, true);
     return test_done("cuda_bwd_seq");
 }
