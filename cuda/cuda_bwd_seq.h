@@ -1,9 +1,10 @@
-// cuda/cuda_bwd_seq.h — the sequence ops of the trainer's backward (docs/model.md §8) on the device: causal GQA
-// attention (cuda/bwd_attn.cu) and the gated delta rule (cuda/bwd_gdn.cu), forward and backward, with the layouts,
-// formulas and conventions of train/backward.h: fp32 row-major tensors in ggml order, every backward ADDS into its
-// gradient outputs and skips a NULL one. All tensor pointers are device pointers; stream is a cudaStream_t (NULL =
-// the legacy default stream); work is enqueued, not waited for. Each launcher returns 0, or -1 with err filled
-// ("CUDA error: <what> (<call>) at file:line"). Deterministic: no float atomics, sums in a fixed order.
+// cuda/cuda_bwd_seq.h — the trainer's backward (docs/model.md §8) on the device: the sequence ops, causal GQA attention
+// (cuda/bwd_attn.cu) and the gated delta rule (cuda/bwd_gdn.cu), forward and backward, and the backward of a linear
+// with LoRA (cuda/bwd_linear.cu), with the layouts, formulas and conventions of train/backward.h: fp32 row-major
+// tensors in ggml order, every backward ADDS into its gradient outputs and skips a NULL one. All tensor pointers are
+// device pointers; stream is a cudaStream_t (NULL = the legacy default stream); work is enqueued, not waited for. Each
+// launcher returns 0, or -1 with err filled ("CUDA error: <what> (<call>) at file:line"). Deterministic: no float
+// atomics, sums in a fixed order (cuBLAS's GEMMs are deterministic on one stream).
 #ifndef BONSAI_CUDA_BWD_SEQ_H
 #define BONSAI_CUDA_BWD_SEQ_H
 #include <stdint.h>
@@ -59,6 +60,30 @@ int bn_cuda_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const
                     const float *g, const float *beta, const float *S0, const float *dout, const float *dS_final,
                     int ckpt_every, float *dq, float *dk_, float *dv_, float *dg, float *dbeta, float *dS0,
                     float *workspace, void *stream, char *err, size_t errlen);
+
+// ---- linear + LoRA (cuda/bwd_linear.cu; train/backward.c) ------------------------------------------------------
+// bn_cuda_blas_new: a cuBLAS handle (a cublasHandle_t) for bn_cuda_linear_lora_bwd, or NULL with err filled.
+void *bn_cuda_blas_new(char *err, size_t errlen);
+// bn_cuda_blas_free: destroys a bn_cuda_blas_new handle (NULL is fine).
+void bn_cuda_blas_free(void *blas);
+// bn_cuda_lora: a LoRA pair in device memory with bn_lora_view's layout: y = W x + scale·B(A x); A {n_in, r},
+// B {r, n_out}; the gradients dA, dB (same shapes) may be NULL.
+typedef struct {
+    int r;
+    float scale;
+    const float *A, *B;
+    float *dA, *dB;
+} bn_cuda_lora;
+// bn_cuda_linear_lora_bwd_workspace_floats: device floats bn_cuda_linear_lora_bwd needs as workspace (r = 0 without
+// LoRA).
+size_t bn_cuda_linear_lora_bwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T);
+// bn_cuda_linear_lora_bwd: given dy {n_out, T}: dx += Wᵀdy + scale·(Aᵀ(Bᵀdy))⊙drop; dA += scale·(Bᵀdy)(x⊙drop)ᵀ;
+// dB += scale·dy(A(x⊙drop))ᵀ (bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on handle blas (set to stream). W
+// {n_in, n_out} (row o contiguous) is BN_F32 or BN_F16 (quant/quant.h); lora (a host struct) may be NULL; drop {n_in, T}
+// (0 or 1/(1−p)) may be NULL; ax {r, T} from the forward or NULL (recomputed); dx may be NULL. 0 or -1.
+int bn_cuda_linear_lora_bwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
+                            const bn_cuda_lora *lora, const float *x, int T, const float *drop, const float *ax,
+                            const float *dy, float *dx, float *workspace, void *stream, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

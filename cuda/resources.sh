@@ -82,6 +82,7 @@ declare -A BLOCK=(
     [ds_add_snr_kernel]=256 [ds_block_attn_kernel]=128 [ds_markov_logits_kernel]=256 [ds_conf_kernel]=256
     [attn_fwd_kernel]=128 [attn_bwd_rows_kernel]=128 [attn_bwd_kv_kernel]=128
     [gdn_fwd_kernel]=128 [gdn_bwd_kernel]=256 [gdn_qk_reduce_kernel]=256
+    [f16_to_f32_kernel]=256 [mul_kernel]=256 [add_mul_kernel]=256
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")

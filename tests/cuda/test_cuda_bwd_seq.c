@@ -1,19 +1,22 @@
 // tests/cuda/test_cuda_bwd_seq.c — the trainer's sequence ops on the device (cuda/cuda_bwd_seq.h: causal GQA attention
-// and the gated delta rule, forward and backward) vs the CPU trainer's own functions (train/backward.h) on random
-// inputs with a fixed seed. Built twice: `cuda_bwd_seq` on a GPU (skips without one) and `cuda_bwd_seq_emu` through
-// the emulator (always; also shuffled). Gradient outputs start non-zero on both sides (the ops add into them); the
-// second case of each op passes NULL outputs (and for the GDN no S0 and no dS_final).
+// and the gated delta rule, forward and backward; the backward of a linear with LoRA) vs the CPU trainer's own functions
+// (train/backward.h) on random inputs with a fixed seed. Built twice: `cuda_bwd_seq` on a GPU (skips without one) and
+// `cuda_bwd_seq_emu` through the emulator (always; also shuffled). Gradient outputs start non-zero on both sides (the
+// ops add into them); some cases pass NULL outputs (and for the GDN no S0 and no dS_final).
 // Shapes: GQA with 2 q heads per kv head, head sizes around and above a warp's 32 lanes and not multiples of 32,
-// GDN sequences crossing checkpoint boundaries (37 steps, checkpoints every 8 and the default 32), Hv = 2·Hk.
+// GDN sequences crossing checkpoint boundaries (37 steps, checkpoints every 8 and the default 32), Hv = 2·Hk; F32 and
+// F16 base weights, the F16 one in two chunks of widened rows, with and without a dropout mask and a given A·x.
 // Tolerance: max |Δ| <= TOL · max(1, max |reference|) per array. Both sides compute in fp32 and differ only in the
-// order of their sums (warp butterflies, per-warp partials, the CPU's SIMD lanes and double accumulators), which moves
-// results by a few ulp per sum: measured <= 1e-6 here; 2e-5 leaves room for other GPUs' expf while a wrong index,
-// a missing term or a lost barrier gives errors of order 1e-2 and more.
+// order of their sums (warp butterflies, per-warp partials, the CPU's SIMD lanes and double accumulators, cuBLAS's
+// GEMM tiling), which moves results by a few ulp per sum: measured <= 5e-7 in the emulator (0 for the linear, whose
+// emulated cuBLAS is the CPU's OpenBLAS on the same products); 2e-5 leaves room for a GPU's own orders while a wrong
+// index, a missing term or a lost barrier gives errors of order 1e-2 and more.
 #include "tests/test.h"
 #include "tests/cuda/compare.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_bwd_seq.h"
 #include "train/backward.h"
+#include "quant/quant.h"
 #include "base/util.h"
 #include <math.h>
 #include <string.h>
@@ -154,6 +157,62 @@ static void check_gdn(int T, int Hk, int Hv, int dk, int dv, int ckpt_every, boo
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
 }
 
+// weight_to_dev: W's n floats on the device as `type` (BN_F32 or BN_F16 bits), through the float buffers.
+static float *weight_to_dev(int type, const float *w, size_t n, void **host_bits) {
+    if (type == BN_F32) return *host_bits = NULL, to_dev(w, n);
+    uint16_t *h = xcalloc((n + 1) / 2 * 2, sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = bn_fp32_to_fp16(w[i]);
+    *host_bits = h;
+    return to_dev((const float *)h, (n + 1) / 2);
+}
+
+// check_linear: bn_cuda_linear_lora_bwd vs bn_linear_lora_bwd for one weight type and shape; with_drop: a dropout
+// mask; with_ax: A·(x⊙drop) from the CPU forward (else recomputed); null_dx / null_dA: those outputs NULL.
+static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bool with_drop, bool with_ax,
+                         bool null_dx, bool null_dA) {
+    printf("linear+LoRA %s %lldx%lld r %d T %d%s%s%s%s\n", bn_type_name(type), (long long)n_in, (long long)n_out, r, T,
+           with_drop ? " drop" : "", with_ax ? " ax given" : "", null_dx ? " (dx NULL)" : "", null_dA ? " (dA NULL)" : "");
+    const size_t nw = (size_t)n_in * n_out, nx = (size_t)n_in * T, ny = (size_t)n_out * T;
+    const size_t na = (size_t)n_in * r, nb = (size_t)r * n_out, nax = (size_t)r * T;
+    float *w = rand_vec(nw, 0.5f), *x = rand_vec(nx, 1.0f), *dy = rand_vec(ny, 1.0f);
+    float *A = rand_vec(na, 0.3f), *B = rand_vec(nb, 0.3f), *drop = NULL, *ax = NULL;
+    if (with_drop) {
+        drop = xmalloc(nx * sizeof(float));
+        for (size_t i = 0; i < nx; i++) drop[i] = frand() < -0.6f ? 0.0f : 1.0f / 0.8f;
+    }
+    float *dx = null_dx ? NULL : rand_vec(nx, 1.0f), *dA = null_dA ? NULL : rand_vec(na, 1.0f), *dB = rand_vec(nb, 1.0f);
+    void *w_bits;
+    float *w_d = weight_to_dev(type, w, nw, &w_bits);
+    bn_weight W = {.data = w_bits ? w_bits : w, .type = type, .ne = {n_in, n_out, 1, 1}, .name = "w"};
+    bn_lora_view view = {.r = r, .scale = 2.0f / r, .A = A, .B = B, .dA = dA, .dB = dB};
+    if (with_ax) {
+        float *y = xmalloc(ny * sizeof(float));
+        ax = xmalloc(nax * sizeof(float));
+        CHECK(bn_linear_lora_fwd(&W, &view, x, T, drop, y, ax, err, sizeof err) == 0, "%s", err);
+        free(y);
+    }
+    float *x_d = to_dev(x, nx), *dy_d = to_dev(dy, ny), *A_d = to_dev(A, na), *B_d = to_dev(B, nb);
+    float *drop_d = to_dev(drop, nx), *ax_d = to_dev(ax, nax), *dx_d = to_dev(dx, nx), *dA_d = to_dev(dA, na);
+    float *dB_d = to_dev(dB, nb);
+    float *ws = bn_cuda_f32_alloc(bn_cuda_linear_lora_bwd_workspace_floats(type, n_in, n_out, r, T), err, sizeof err);
+    void *blas = bn_cuda_blas_new(err, sizeof err);
+    CHECK(blas, "%s", err);
+    bn_cuda_lora lora = {.r = r, .scale = view.scale, .A = A_d, .B = B_d, .dA = dA_d, .dB = dB_d};
+    CHECK(bn_cuda_linear_lora_bwd(blas, type, w_d, n_in, n_out, &lora, x_d, T, drop_d, ax_d, dy_d, dx_d, ws, NULL, err,
+                                  sizeof err) == 0, "%s", err);
+    float *dx_g = from_dev(dx_d, nx), *dA_g = from_dev(dA_d, na), *dB_g = from_dev(dB_d, nb);
+    CHECK(bn_linear_lora_bwd(&W, &view, x, T, drop, ax, dy, dx, err, sizeof err) == 0, "%s", err);
+    check_close("dx", dx, dx_g, nx);
+    check_close("dA", dA, dA_g, na);
+    check_close("dB", dB, dB_g, nb);
+    bn_cuda_blas_free(blas);
+    float *dev[] = {w_d, x_d, dy_d, A_d, B_d, drop_d, ax_d, ws};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) bn_cuda_f32_free(dev[i]);
+    float *host[] = {w, x, dy, A, B, drop, ax, dx, dA, dB, dx_g, dA_g, dB_g};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
+    free(w_bits);
+}
+
 int main(void) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
@@ -162,5 +221,9 @@ int main(void) {
     check_attn(21, 72, 6, 3, true);
     check_gdn(37, 2, 4, 40, 36, 8, false);
     check_gdn(37, 2, 4, 20, 24, 0, true);
+    check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false);
+    check_linear(BN_F16, 1024, 4100, 8, 5, true, true, false, false); // two chunks of widened F16 rows
+    check_linear(BN_F32, 40, 56, 6, 9, false, false, false, true);
+    check_linear(BN_F16, 72, 24, 4, 3, false, true, true, false);
     return test_done("cuda_bwd_seq");
 }
