@@ -143,7 +143,8 @@ static __global__ void attn_bwd_kv_kernel(const float *q, const float *k, const 
 // attn_shape_ok: the shapes the kernels take; else err filled.
 static bool attn_shape_ok(int T, int hd, int nh, int nkv, char *err, size_t errlen) {
     if (T >= 0 && T <= ATTN_MAX_T && hd > 0 && nkv > 0 && nh >= nkv && nh % nkv == 0) return true;
-    if (err && errlen) snprintf(err, errlen, "cuda attention: unsupported shape T %d hd %d nh %d nkv %d", T, hd, nh, nkv);
+    if (err && errlen)
+        snprintf(err, errlen, "cuda attention: unsupported shape T %d hd %d nh %d nkv %d", T, hd, nh, nkv);
     return false;
 }
 

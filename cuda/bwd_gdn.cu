@@ -129,7 +129,8 @@ static __device__ void head_bwd_step(const gdn_head &H, int t, const float *Sp, 
         float *qrow = qk_rows + ((size_t)H.h * H.T + t) * dk, *krow = qrow + (size_t)H.Hv * H.T * dk;
         for (int i = threadIdx.x; i < dk; i += blockDim.x) {
             float sq = 0.0f, sk = 0.0f;
-            for (int w = 0; w < n_warps; w++) sq += part[(size_t)w * dk + i], sk += part[(size_t)(n_warps + w) * dk + i];
+            for (int w = 0; w < n_warps; w++)
+                sq += part[(size_t)w * dk + i], sk += part[(size_t)(n_warps + w) * dk + i];
             qrow[i] = sq, krow[i] = sk;
         }
     }
@@ -170,7 +171,8 @@ static __global__ void gdn_bwd_kernel(gdn_head H, const float *S0, const float *
     }
     if (dS0)
         for (int j = warp; j < H.dv; j += n_warps)
-            for (int i = lane; i < H.dk; i += 32) dS0[(size_t)H.h * H.ssz + (size_t)j * H.dk + i] += dS[(size_t)j * H.dk + i];
+            for (int i = lane; i < H.dk; i += 32)
+                dS0[(size_t)H.h * H.ssz + (size_t)j * H.dk + i] += dS[(size_t)j * H.dk + i];
 }
 
 // gdn_qk_reduce_kernel: element e = (t·Hk + kh)·dk + i of dq / dk_ (NULL: skipped) += the value heads h ≡ kh (mod Hk)

@@ -1,8 +1,8 @@
-// tests/cuda/test_cuda_bwd_seq.c — the trainer's sequence ops on the device (cuda/cuda_bwd_seq.h: causal GQA attention
-// and the gated delta rule, forward and backward; the backward of a linear with LoRA) vs the CPU trainer's own functions
-// (train/backward.h) on random inputs with a fixed seed. Built twice: `cuda_bwd_seq` on a GPU (skips without one) and
-// `cuda_bwd_seq_emu` through the emulator (always; also shuffled). Gradient outputs start non-zero on both sides (the
-// ops add into them); some cases pass NULL outputs (and for the GDN no S0 and no dS_final).
+// tests/cuda/test_cuda_bwd_seq.c — the trainer's sequence ops on the device (cuda/cuda_bwd_seq.h: causal GQA
+// attention and the gated delta rule, forward and backward; the backward of a linear with LoRA) vs the CPU trainer's
+// own functions (train/backward.h) on random inputs with a fixed seed. Built twice: `cuda_bwd_seq` on a GPU (skips
+// without one) and `cuda_bwd_seq_emu` through the emulator (always; also shuffled). Gradient outputs start non-zero on
+// both sides (the ops add into them); some cases pass NULL outputs (and for the GDN no S0 and no dS_final).
 // Shapes: GQA with 2 q heads per kv head, head sizes around and above a warp's 32 lanes and not multiples of 32,
 // GDN sequences crossing checkpoint boundaries (37 steps, checkpoints every 8 and the default 32), Hv = 2·Hk; F32 and
 // F16 base weights, the F16 one in two chunks of widened rows, with and without a dropout mask and a given A·x.
@@ -74,14 +74,17 @@ static void check_attn(int T, int hd, int nh, int nkv, bool with_null) {
     const size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *q = rand_vec(nq, 2.0f), *k = rand_vec(nk, 2.0f), *v = rand_vec(nk, 1.0f), *dout = rand_vec(nq, 1.0f);
-    float *dq = with_null ? NULL : rand_vec(nq, 1.0f), *dk = rand_vec(nk, 1.0f), *dv = with_null ? NULL : rand_vec(nk, 1.0f);
-    float *out_d = bn_cuda_f32_alloc(nq, err, sizeof err), *ws = bn_cuda_f32_alloc(bn_cuda_attn_bwd_workspace_floats(T, nh), err, sizeof err);
+    float *dq = with_null ? NULL : rand_vec(nq, 1.0f), *dk = rand_vec(nk, 1.0f);
+    float *dv = with_null ? NULL : rand_vec(nk, 1.0f);
+    float *out_d = bn_cuda_f32_alloc(nq, err, sizeof err);
+    float *ws = bn_cuda_f32_alloc(bn_cuda_attn_bwd_workspace_floats(T, nh), err, sizeof err);
     float *q_d = to_dev(q, nq), *k_d = to_dev(k, nk), *v_d = to_dev(v, nk), *dout_d = to_dev(dout, nq);
     float *dq_d = to_dev(dq, nq), *dk_d = to_dev(dk, nk), *dv_d = to_dev(dv, nk);
     CHECK(bn_cuda_attn_fwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, out_d, NULL, err, sizeof err) == 0, "%s", err);
-    CHECK(bn_cuda_attn_bwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, dout_d, dq_d, dk_d, dv_d, ws, NULL, err, sizeof err) == 0,
-          "%s", err);
-    float *out = from_dev(out_d, nq), *dq_g = from_dev(dq_d, nq), *dk_g = from_dev(dk_d, nk), *dv_g = from_dev(dv_d, nk);
+    CHECK(bn_cuda_attn_bwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, dout_d, dq_d, dk_d, dv_d, ws, NULL, err,
+                           sizeof err) == 0, "%s", err);
+    float *out = from_dev(out_d, nq), *dq_g = from_dev(dq_d, nq), *dk_g = from_dev(dk_d, nk);
+    float *dv_g = from_dev(dv_d, nk);
     float *out_ref = xmalloc(nq * sizeof(float));
     bn_attn_fwd(q, k, v, T, hd, nh, nkv, scale, out_ref);
     bn_attn_bwd(q, k, v, T, hd, nh, nkv, scale, dout, dq, dk, dv);
@@ -123,8 +126,8 @@ static void check_gdn(int T, int Hk, int Hv, int dk, int dv, int ckpt_every, boo
     float *dbeta_d = to_dev(dbeta, ng), *dS0_d = to_dev(dS0, ns);
     float *out_d = bn_cuda_f32_alloc(nv, err, sizeof err), *Sout_d = bn_cuda_f32_alloc(ns, err, sizeof err);
     float *ws = bn_cuda_f32_alloc(bn_cuda_gdn_bwd_workspace_floats(T, Hv, dk, dv, ckpt_every), err, sizeof err);
-    CHECK(bn_cuda_gdn_fwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, out_d, Sout_d, NULL, err, sizeof err) == 0,
-          "%s", err);
+    CHECK(bn_cuda_gdn_fwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, out_d, Sout_d, NULL, err,
+                          sizeof err) == 0, "%s", err);
     CHECK(bn_cuda_gdn_bwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, dout_d, dSf_d, ckpt_every, dq_d, dk_d,
                           dv_d, dg_d, dbeta_d, dS0_d, ws, NULL, err, sizeof err) == 0, "%s", err);
     float *out = from_dev(out_d, nv), *Sout = from_dev(Sout_d, ns), *dq_g = from_dev(dq_d, nqk);
@@ -144,8 +147,8 @@ static void check_gdn(int T, int Hk, int Hv, int dk, int dv, int ckpt_every, boo
     float *S_alias = NULL;
     if (S0_d) { // S_out may alias S0: the forward again, in place on S0
         float *o_d = bn_cuda_f32_alloc(nv, err, sizeof err);
-        CHECK(bn_cuda_gdn_fwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, o_d, S0_d, NULL, err, sizeof err) == 0,
-              "%s", err);
+        CHECK(bn_cuda_gdn_fwd(T, Hk, Hv, dk, dv, q_d, k_d, v_d, g_d, beta_d, S0_d, o_d, S0_d, NULL, err,
+                              sizeof err) == 0, "%s", err);
         bn_cuda_f32_free(o_d);
         S_alias = from_dev(S0_d, ns), S0_d = NULL;
         check_close("S0->S0", Sout_ref, S_alias, ns);
@@ -170,8 +173,9 @@ static float *weight_to_dev(int type, const float *w, size_t n, void **host_bits
 // mask; with_ax: A·(x⊙drop) from the CPU forward (else recomputed); null_dx / null_dA: those outputs NULL.
 static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bool with_drop, bool with_ax,
                          bool null_dx, bool null_dA) {
-    printf("linear+LoRA %s %lldx%lld r %d T %d%s%s%s%s\n", bn_type_name(type), (long long)n_in, (long long)n_out, r, T,
-           with_drop ? " drop" : "", with_ax ? " ax given" : "", null_dx ? " (dx NULL)" : "", null_dA ? " (dA NULL)" : "");
+    printf("linear+LoRA %s %lldx%lld r %d T %d%s%s%s%s\n", bn_type_name(type), (long long)n_in, (long long)n_out, r,
+           T, with_drop ? " drop" : "", with_ax ? " ax given" : "", null_dx ? " (dx NULL)" : "",
+           null_dA ? " (dA NULL)" : "");
     const size_t nw = (size_t)n_in * n_out, nx = (size_t)n_in * T, ny = (size_t)n_out * T;
     const size_t na = (size_t)n_in * r, nb = (size_t)r * n_out, nax = (size_t)r * T;
     float *w = rand_vec(nw, 0.5f), *x = rand_vec(nx, 1.0f), *dy = rand_vec(ny, 1.0f);
@@ -180,7 +184,8 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
         drop = xmalloc(nx * sizeof(float));
         for (size_t i = 0; i < nx; i++) drop[i] = frand() < -0.6f ? 0.0f : 1.0f / 0.8f;
     }
-    float *dx = null_dx ? NULL : rand_vec(nx, 1.0f), *dA = null_dA ? NULL : rand_vec(na, 1.0f), *dB = rand_vec(nb, 1.0f);
+    float *dx = null_dx ? NULL : rand_vec(nx, 1.0f), *dA = null_dA ? NULL : rand_vec(na, 1.0f);
+    float *dB = rand_vec(nb, 1.0f);
     void *w_bits;
     float *w_d = weight_to_dev(type, w, nw, &w_bits);
     bn_weight W = {.data = w_bits ? w_bits : w, .type = type, .ne = {n_in, n_out, 1, 1}, .name = "w"};
