@@ -9,20 +9,11 @@
 #define BONSAI_CUDA_BWD_OPS_H
 #include <stdint.h>
 #include <stddef.h>
+#include "cuda/cuda_dev_buf.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// ---- device buffers ---------------------------------------------------------------------------
-// bn_cuda_dev_floats: n floats of device memory (contents undefined); NULL with err filled on failure.
-float *bn_cuda_dev_floats(size_t n, char *err, size_t errlen);
-// bn_cuda_dev_free: frees memory of bn_cuda_dev_floats (NULL is fine).
-void bn_cuda_dev_free(float *dev);
-// bn_cuda_dev_upload: dev[0..n) = host[0..n); returns 0 or -1.
-int bn_cuda_dev_upload(float *dev, const float *host, size_t n, char *err, size_t errlen);
-// bn_cuda_dev_download: waits for all queued device work, then host[0..n) = dev[0..n); returns 0 or -1.
-int bn_cuda_dev_download(float *host, const float *dev, size_t n, char *err, size_t errlen);
 
 // ---- norms (one block per row; the weight gradients one thread per column) ---------------------------
 // bn_cuda_rmsnorm_bwd: y = w ⊙ x·ρ, ρ = (mean x² + eps)^-½ per row of n (w NULL = ones); dx += ∂L/∂x for dy.

@@ -4,6 +4,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/mm_impl.cuh" // bn_q8_store: ssm_out's Q8 activations written by the fused output norm
+#include "cuda/gdn_rows.cuh"
 
 #define REC_WARPS 4 // value rows per block (one warp each)
 #define CONV_THREADS 256
@@ -135,52 +136,6 @@ cudaError_t bn_cu_gdn_conv_norm(float *mix, float *window, const float *w, int H
     BN_LAUNCH(conv_norm_kernel, 2 * Hk + Hv, threads, 0, s, mix, window, w, C, K, nb, Hk, dk, eps, q_scale, snaps,
               snap_off, cl);
     return cudaGetLastError();
-}
-
-// rec_row_step: one token of the delta rule on a row of S held by a warp (lane l: elements l, l + 32, ... of r, REGS
-// of them: dk <= 32·REGS): decay by alpha, u = row·k, row += beta (v − u) k; returns row·q (on every lane).
-template <int REGS>
-static __device__ __forceinline__ float rec_row_step(float (&r)[REGS], const float *k, const float *q, float alpha,
-                                                     float beta, float v, int lane, int dk) {
-    float u = 0.0f;
-#pragma unroll
-    for (int m = 0; m < REGS; m++) {
-        const int i = lane + 32 * m;
-        r[m] *= alpha;
-        if (i < dk) u += r[m] * k[i];
-    }
-    u = bn_warp_reduce_sum(u);
-    const float delta = beta * (v - u);
-    float o = 0.0f;
-#pragma unroll
-    for (int m = 0; m < REGS; m++) {
-        const int i = lane + 32 * m;
-        if (i < dk) {
-            r[m] += delta * k[i];
-            o += r[m] * q[i];
-        }
-    }
-    return bn_warp_reduce_sum(o);
-}
-
-// rec_row_load: a warp's row registers (rec_row_step's layout) from src {dk}; zeros where src is NULL (no row).
-template <int REGS>
-static __device__ __forceinline__ void rec_row_load(float (&r)[REGS], const float *src, int lane, int dk) {
-#pragma unroll
-    for (int m = 0; m < REGS; m++) {
-        const int i = lane + 32 * m;
-        r[m] = src && i < dk ? src[i] : 0.0f;
-    }
-}
-
-// rec_row_store: the row registers into dst {dk} (S, or a snapshot of it).
-template <int REGS>
-static __device__ __forceinline__ void rec_row_store(float *dst, const float (&r)[REGS], int lane, int dk) {
-#pragma unroll
-    for (int m = 0; m < REGS; m++) {
-        const int i = lane + 32 * m;
-        if (i < dk) dst[i] = r[m];
-    }
 }
 
 // rec_gates: token t's gates of value head h: *beta = σ(beta_logit), *alpha = exp(softplus(alpha_logit + dt_bias)·a).

@@ -84,6 +84,9 @@ declare -A BLOCK=(
     [sigmoid_gate_bwd_kernel]=256 [sigmoid_bwd_kernel]=256 [gdn_gate_bwd_kernel]=256 [scale_bwd_kernel]=256
     [row_rho_kernel]=256 [norm_wgrad_kernel]=256 [rope_bwd_kernel]=256 [conv_fwd_kernel]=256 [conv_state_kernel]=256
     [conv_bwd_kernel]=256
+    [attn_fwd_kernel]=128 [attn_bwd_rows_kernel]=128 [attn_bwd_kv_kernel]=128
+    [gdn_fwd_kernel]=128 [gdn_bwd_kernel]=256 [gdn_qk_reduce_kernel]=256
+    [f16_to_f32_kernel]=256 [mul_kernel]=256 [add_mul_kernel]=256
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")

@@ -1,0 +1,156 @@
+// cuda/bwd_linear.cu — the backward of a linear with a LoRA pair for the trainer (docs/model.md §8; the products of
+// train/backward.c bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on column-major views of the row-major tensors: a
+// {n, T} tensor is an n × T matrix with leading dimension n. F16 base weights are widened to fp32 a chunk of rows at
+// a time in the workspace (exact), as the CPU dequantizes them.
+#include "cuda/common.cuh"
+#include "cuda/mm_impl.cuh" // BN_CU_F32, BN_CU_F16: quant/quant.h's type ids
+#include "cuda/cuda_bwd_seq.h"
+
+#define LIN_THREADS 256
+#define LIN_CHUNK_FLOATS ((int64_t)1 << 22) // widened F16 weight rows per GEMM: 16 MiB
+
+// f16_to_f32_kernel: out[i] = the float of half bits w[i], i < count.
+static __global__ void f16_to_f32_kernel(const uint16_t *w, int64_t count, float *out) {
+    bn_cu_grid_begin();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = bn_h2f(bn_half_bits(bn_ldg_weight(w + i)));
+}
+
+// mul_kernel: out[i] = a[i]·b[i], i < count.
+static __global__ void mul_kernel(float *out, const float *a, const float *b, int64_t count) {
+    bn_cu_grid_begin();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = a[i] * b[i];
+}
+
+// add_mul_kernel: y[i] += a[i]·b[i], i < count.
+static __global__ void add_mul_kernel(float *y, const float *a, const float *b, int64_t count) {
+    bn_cu_grid_begin();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) y[i] += a[i] * b[i];
+}
+
+// lin_blocks: blocks of LIN_THREADS covering count items.
+static int lin_blocks(int64_t count) { return (int)((count + LIN_THREADS - 1) / LIN_THREADS); }
+
+// chunk_rows: weight rows widened per GEMM for rows of n_in (at least 1, at most n_out).
+static int64_t chunk_rows(int64_t n_in, int64_t n_out) {
+    const int64_t rows = LIN_CHUNK_FLOATS / (n_in > 0 ? n_in : 1);
+    return rows < 1 ? 1 : rows > n_out ? n_out : rows;
+}
+
+// gemm: C (m × n) = alpha·op(A)·op(B) + beta·C, column-major (cublasSgemm with the scalars by value).
+static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+                           int64_t k, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                           float *C, int64_t ldc) {
+    return cublasSgemm(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, (int)lda, B, (int)ldb, &beta, C, (int)ldc);
+}
+
+// base_dx: dx (n_in × T) += W·dy, W {n_in, n_out} = the n_in × n_out matrix of its rows; F16 rows widened chunk by
+// chunk into wbuf. Returns 0 or -1 (err).
+static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *dy,
+                   float *dx, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
+    const cublasOperation_t N = CUBLAS_OP_N;
+    if (w_type == BN_CU_F32) {
+        BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, n_out, 1.0f, (const float *)W, n_in, dy, n_out, 1.0f, dx, n_in), err,
+                      errlen);
+        return 0;
+    }
+    const int64_t step = chunk_rows(n_in, n_out);
+    for (int64_t j0 = 0; j0 < n_out; j0 += step) {
+        const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
+        BN_LAUNCH(f16_to_f32_kernel, lin_blocks(nr * n_in), LIN_THREADS, 0, s, (const uint16_t *)W + j0 * n_in,
+                  nr * n_in, wbuf);
+        BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+        BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, nr, 1.0f, wbuf, n_in, dy + j0, n_out, 1.0f, dx, n_in), err, errlen);
+    }
+    return 0;
+}
+
+// lin_workspace: the workspace's parts: the widened weight chunk, x⊙drop, A·(x⊙drop), Bᵀdy, the LoRA dx before the
+// drop mask.
+struct lin_workspace {
+    float *wbuf, *xd, *ax, *gb, *tmp;
+};
+
+// lin_split: ws cut into lin_workspace's parts for these shapes (bn_cuda_linear_lora_bwd_workspace_floats in all).
+static lin_workspace lin_split(float *ws, int w_type, int64_t n_in, int64_t n_out, int r, int T) {
+    lin_workspace p;
+    p.wbuf = ws;
+    p.xd = p.wbuf + (w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0);
+    p.ax = p.xd + n_in * T;
+    p.gb = p.ax + (int64_t)r * T;
+    p.tmp = p.gb + (int64_t)r * T;
+    return p;
+}
+
+// lora_bwd: the LoRA terms of bn_cuda_linear_lora_bwd (dA, dB, and dx when not NULL). Returns 0 or -1 (err).
+static int lora_bwd(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int64_t n_out, int T, const float *x,
+                    const float *drop, const float *ax, const float *dy, float *dx, const lin_workspace &p,
+                    cudaStream_t s, char *err, size_t errlen) {
+    const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
+    const int64_t r = L->r, count = n_in * T;
+    const float *xd = x;
+    if (drop) {
+        BN_LAUNCH(mul_kernel, lin_blocks(count), LIN_THREADS, 0, s, p.xd, x, drop, count);
+        BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+        xd = p.xd;
+    }
+    if (!ax) { // ax (r × T) = Aᵀ-view · xd: A {n_in, r} is the n_in × r matrix
+        BN_CUBLAS_TRY(gemm(h, Tr, N, r, T, n_in, 1.0f, L->A, n_in, xd, n_in, 0.0f, p.ax, r), err, errlen);
+        ax = p.ax;
+    }
+    // gb (r × T) = B-view · dy: B {r, n_out} is the r × n_out matrix
+    BN_CUBLAS_TRY(gemm(h, N, N, r, T, n_out, 1.0f, L->B, r, dy, n_out, 0.0f, p.gb, r), err, errlen);
+    if (L->dA) // dA (n_in × r) += s·xd·gbᵀ
+        BN_CUBLAS_TRY(gemm(h, N, Tr, n_in, r, T, L->scale, xd, n_in, p.gb, r, 1.0f, L->dA, n_in), err, errlen);
+    if (L->dB) // dB (r × n_out) += s·ax·dyᵀ
+        BN_CUBLAS_TRY(gemm(h, N, Tr, r, n_out, T, L->scale, ax, r, dy, n_out, 1.0f, L->dB, r), err, errlen);
+    if (!dx) return 0;
+    if (!drop) { // dx += s·A·gb
+        BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, r, L->scale, L->A, n_in, p.gb, r, 1.0f, dx, n_in), err, errlen);
+        return 0;
+    }
+    BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, r, L->scale, L->A, n_in, p.gb, r, 0.0f, p.tmp, n_in), err, errlen);
+    BN_LAUNCH(add_mul_kernel, lin_blocks(count), LIN_THREADS, 0, s, dx, (const float *)p.tmp, drop, count);
+    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    return 0;
+}
+
+extern "C" void *bn_cuda_blas_new(char *err, size_t errlen) {
+    cublasHandle_t h = nullptr;
+    cublasStatus_t st = cublasCreate(&h);
+    if (st == CUBLAS_STATUS_SUCCESS) return h;
+    bn_cu_fail(err, errlen, cublasGetStatusString(st), "cublasCreate", __FILE__, __LINE__);
+    return nullptr;
+}
+
+extern "C" void bn_cuda_blas_free(void *blas) {
+    if (blas) cublasDestroy((cublasHandle_t)blas);
+}
+
+extern "C" size_t bn_cuda_linear_lora_bwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T) {
+    const int64_t wbuf = w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0;
+    return (size_t)(wbuf + 2 * n_in * T + 2 * (int64_t)r * T);
+}
+
+extern "C" int bn_cuda_linear_lora_bwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
+                                       const bn_cuda_lora *lora, const float *x, int T, const float *drop,
+                                       const float *ax, const float *dy, float *dx, float *workspace, void *stream,
+                                       char *err, size_t errlen) {
+    const int64_t big = (int64_t)1 << 31;
+    if ((w_type != BN_CU_F32 && w_type != BN_CU_F16) || n_in <= 0 || n_out <= 0 || T < 0 || n_in * T >= big ||
+        n_out * T >= big || (lora && lora->r <= 0)) {
+        if (err && errlen) snprintf(err, errlen, "cuda linear backward: unsupported type %d or shape %lld x %lld, T %d",
+                                    w_type, (long long)n_in, (long long)n_out, T);
+        return -1;
+    }
+    if (T == 0) return 0;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    cudaStream_t s = (cudaStream_t)stream;
+    BN_CUBLAS_TRY(cublasSetStream(h, s), err, errlen);
+    const lin_workspace p = lin_split(workspace, w_type, n_in, n_out, lora ? lora->r : 0, T);
+    if (dx && base_dx(h, w_type, W, n_in, n_out, T, dy, dx, p.wbuf, s, err, errlen) < 0) return -1;
+    if (!lora) return 0;
+    return lora_bwd(h, lora, n_in, n_out, T, x, drop, ax, dy, dx, p, s, err, errlen);
+}

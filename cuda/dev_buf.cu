@@ -1,0 +1,28 @@
+// cuda/dev_buf.cu — fp32 device buffers for C callers. See cuda_dev_buf.h.
+#include "cuda/common.cuh"
+#include "cuda/cuda_dev_buf.h"
+
+extern "C" float *bn_cuda_dev_floats(size_t n, char *err, size_t errlen) {
+    void *p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, (n > 0 ? n : 1) * sizeof(float));
+    if (e != cudaSuccess) {
+        bn_cu_fail(err, errlen, cudaGetErrorString(e), "cudaMalloc", __FILE__, __LINE__);
+        return nullptr;
+    }
+    return (float *)p;
+}
+
+extern "C" void bn_cuda_dev_free(float *dev) {
+    if (dev) cudaFree(dev);
+}
+
+extern "C" int bn_cuda_dev_upload(float *dev, const float *host, size_t n, char *err, size_t errlen) {
+    BN_CUDA_TRY(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice), err, errlen);
+    return 0;
+}
+
+extern "C" int bn_cuda_dev_download(float *host, const float *dev, size_t n, char *err, size_t errlen) {
+    BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
+    BN_CUDA_TRY(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost), err, errlen);
+    return 0;
+}
