@@ -84,6 +84,7 @@ declare -A BLOCK=(
     [sigmoid_gate_bwd_kernel]=256 [sigmoid_bwd_kernel]=256 [gdn_gate_bwd_kernel]=256 [scale_bwd_kernel]=256
     [row_rho_kernel]=256 [norm_wgrad_kernel]=256 [rope_bwd_kernel]=256 [conv_fwd_kernel]=256 [conv_state_kernel]=256
     [conv_bwd_kernel]=256
+    [ftpo_row_sq_kernel]=256 [ftpo_batch_kernel]=1 [ftpo_tether_grad_kernel]=256 [ftpo_target_grad_kernel]=32
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")
