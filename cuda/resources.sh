@@ -85,6 +85,7 @@ declare -A BLOCK=(
     [row_rho_kernel]=256 [norm_wgrad_kernel]=256 [rope_bwd_kernel]=256 [conv_fwd_kernel]=256 [conv_state_kernel]=256
     [conv_bwd_kernel]=256
     [ftpo_row_sq_kernel]=256 [ftpo_batch_kernel]=1 [ftpo_tether_grad_kernel]=256 [ftpo_target_grad_kernel]=32
+    [adamw_kernel]=256 [norm_partial_kernel]=256 [norm_final_kernel]=256 [grad_clip_kernel]=256 [grad_scale_kernel]=256
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")

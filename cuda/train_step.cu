@@ -1,5 +1,6 @@
 // cuda/train_step.cu — the optimizer end of the GPU trainer (cuda/cuda_train_step.h): the FTPO loss and its logit
-// gradient with the formulas and double precision of train/ftpo.c (docs/antidoom.md §9).
+// gradient with the formulas and double precision of train/ftpo.c (docs/antidoom.md §9), AdamW, the gradient norm,
+// clipping and scaling as train/adamw.c (§11.3).
 #include "cuda/common.cuh"
 #include "cuda/cuda_train_step.h"
 #include <math.h>
@@ -8,6 +9,7 @@
 
 #define TS_THREADS 256   // block size of the reductions and elementwise kernels (a power of two)
 #define TS_ROW_THREADS 32 // block size of the one-thread-per-row gradient kernel
+#define NORM_BLOCKS_MAX 256
 
 // ts_launched: 0 when the kernel just enqueued was accepted, else -1 with err.
 static int ts_launched(char *err, size_t errlen) {
@@ -377,3 +379,116 @@ extern "C" int bn_cuda_ftpo_metrics(const float *scratch, int B, int n_chosen, b
     return rc;
 }
 
+// ---- AdamW ------------------------------------------------------------------------------------------
+
+// adamw_kernel: one thread per parameter; train/adamw.c's float update with the step's constants step_size = lr/bc1,
+// sqrt_bc2 = √bc2 and decay = 1 − lr·wd.
+static __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, int64_t n, float beta1,
+                                    float beta2, float eps, float step_size, float sqrt_bc2, float decay) {
+    bn_cu_grid_begin();
+    const int64_t i = ts_index();
+    if (i >= n) return;
+    const float g = grads[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = sqrtf(vi) / sqrt_bc2 + eps;
+    params[i] = params[i] * decay - step_size * mi / denom;
+}
+
+extern "C" int bn_cuda_adamw_step(float beta1, float beta2, float eps, float weight_decay, float lr, int64_t t,
+                                  int64_t n, float *params, const float *grads, float *m, float *v, void *stream,
+                                  char *err, size_t errlen) {
+    if (n <= 0) return 0;
+    // the constants as train/adamw.c computes them (torch: step_size = lr/bc1, denom = √v/√bc2 + eps)
+    const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+    const float step_size = (float)(lr / bc1), sqrt_bc2 = (float)sqrt(bc2), decay = 1.0f - lr * weight_decay;
+    BN_LAUNCH(adamw_kernel, ts_blocks(n), TS_THREADS, 0, stream, params, grads, m, v, n, beta1, beta2, eps, step_size,
+              sqrt_bc2, decay);
+    return ts_launched(err, errlen);
+}
+
+// ---- gradient norm, clipping, scaling -------------------------------------------------------------------
+
+// norm_blocks: blocks of the partial sums of n gradients (a function of n alone, so the sum order is fixed).
+static int norm_blocks(int64_t n) {
+    const int64_t nb = (n + TS_THREADS - 1) / TS_THREADS;
+    return nb < 1 ? 1 : nb > NORM_BLOCKS_MAX ? NORM_BLOCKS_MAX : (int)nb;
+}
+
+// norm_partial_kernel: partial[block] = Σ g² (double) over the elements block, block + gridDim.x·TS_THREADS, ...
+static __global__ void norm_partial_kernel(const float *g, int64_t n, double *partial) {
+    bn_cu_grid_begin();
+    BN_SHARED(double, red, TS_THREADS);
+    double acc = 0;
+    for (int64_t i = ts_index(); i < n; i += (int64_t)gridDim.x * TS_THREADS) acc += (double)g[i] * g[i];
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// norm_final_kernel: one block; *norm = √(Σ partial[0..nb)).
+static __global__ void norm_final_kernel(const double *partial, int nb, double *norm) {
+    bn_cu_grid_begin();
+    BN_SHARED(double, red, TS_THREADS);
+    double acc = 0;
+    for (int i = threadIdx.x; i < nb; i += TS_THREADS) acc += partial[i];
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) *norm = sqrt(acc);
+}
+
+// grad_clip_kernel: one thread per gradient; g *= min(1, max_norm/(norm + 1e-6)) as train/adamw.c's bn_grad_clip.
+static __global__ void grad_clip_kernel(float *g, int64_t n, float max_norm, const double *norm) {
+    bn_cu_grid_begin();
+    const int64_t i = ts_index();
+    if (i >= n) return;
+    const double coef = max_norm / (*norm + 1e-6);
+    if (coef < 1.0) g[i] *= (float)coef;
+}
+
+// grad_scale_kernel: one thread per element; g *= s.
+static __global__ void grad_scale_kernel(float *g, int64_t n, float s) {
+    bn_cu_grid_begin();
+    const int64_t i = ts_index();
+    if (i < n) g[i] *= s;
+}
+
+// enqueue_norm: the norm of g into the scratch's double at NORM_BLOCKS_MAX (the partial sums before it); returns its
+// device address, or NULL with err.
+static double *enqueue_norm(const float *g, int64_t n, float *scratch, void *stream, char *err, size_t errlen) {
+    double *partial = (double *)scratch, *norm = partial + NORM_BLOCKS_MAX;
+    const int nb = norm_blocks(n);
+    BN_LAUNCH(norm_partial_kernel, nb, TS_THREADS, 0, stream, g, n, partial);
+    if (ts_launched(err, errlen)) return nullptr;
+    BN_LAUNCH(norm_final_kernel, 1, TS_THREADS, 0, stream, partial, nb, norm);
+    return ts_launched(err, errlen) ? nullptr : norm;
+}
+
+// read_norm: waits for the device; *host = *dev; returns 0 or -1.
+static int read_norm(double *host, const double *dev, char *err, size_t errlen) {
+    BN_CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
+    return download_doubles(host, dev, 1, err, errlen);
+}
+
+extern "C" int bn_cuda_grad_norm(const float *g, int64_t n, float *scratch, double *norm, void *stream, char *err,
+                                 size_t errlen) {
+    const double *dev_norm = enqueue_norm(g, n > 0 ? n : 0, scratch, stream, err, errlen);
+    return dev_norm ? read_norm(norm, dev_norm, err, errlen) : -1;
+}
+
+extern "C" int bn_cuda_grad_clip(float *g, int64_t n, float max_norm, float *scratch, double *norm, void *stream,
+                                 char *err, size_t errlen) {
+    const double *dev_norm = enqueue_norm(g, n > 0 ? n : 0, scratch, stream, err, errlen);
+    if (!dev_norm) return -1;
+    if (max_norm > 0 && n > 0) {
+        BN_LAUNCH(grad_clip_kernel, ts_blocks(n), TS_THREADS, 0, stream, g, n, max_norm, dev_norm);
+        if (ts_launched(err, errlen)) return -1;
+    }
+    return norm ? read_norm(norm, dev_norm, err, errlen) : 0;
+}
+
+extern "C" int bn_cuda_grad_scale(float *g, int64_t n, float s, void *stream, char *err, size_t errlen) {
+    if (n <= 0) return 0;
+    BN_LAUNCH(grad_scale_kernel, ts_blocks(n), TS_THREADS, 0, stream, g, n, s);
+    return ts_launched(err, errlen);
+}

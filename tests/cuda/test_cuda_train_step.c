@@ -1,7 +1,8 @@
 // tests/cuda/test_cuda_train_step.c — the optimizer end of the GPU trainer (cuda/train_step.cu) vs the CPU trainer's
 // own functions on random inputs (fixed seed): the FTPO loss, metrics and logit gradient vs train/ftpo.c's
 // bn_ftpo_loss (both reductions, the aggregate term, rows with 0..5 valid chosen, invalid chosen ids: out of range,
-// equal to the rejected id, repeated; V not a multiple of the block size).
+// equal to the rejected id, repeated; V not a multiple of the block size); AdamW over several steps, the gradient
+// norm, clipping (active and inactive) and scaling vs train/adamw.c (n not a multiple of the block size).
 // Built twice: `cuda_train_step` links the GPU library (skipped without a device, e.g. CI); `cuda_train_step_emu`
 // links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Tolerances (why):
@@ -12,11 +13,16 @@
 //    double expression rounded once to float (plus one float add on the targets); nvcc may contract a multiply-add
 //    into an fma (1 double ulp, which can move the float rounding by one ulp) and the target's float add of two
 //    nearly cancelling terms can turn that ulp into a larger relative error of a small result.
+//  - AdamW params, m, v: 1e-6·(1 + |cpu|). The update is the CPU's float expression; nvcc's fma contraction moves m, v
+//    and the step by an ulp.
+//  - norm: 1e-10 relative (double sums in another order: at most ~n·2^-53 apart); clipped g: 1e-6 relative (the
+//    float coefficient from a norm a few double ulps apart); unclipped and scaled g: exact.
 #include "tests/test.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_bwd_ops.h"
 #include "cuda/cuda_train_step.h"
 #include "train/ftpo.h"
+#include "train/adamw.h"
 #include "base/util.h"
 #include <string.h>
 #include <stdint.h>
@@ -24,6 +30,9 @@
 #define TOL_LOSS 1e-9
 #define TOL_DZ_ULPS 5e-7
 #define TOL_DZ_ROW 1e-6
+#define TOL_ADAMW 1e-6
+#define TOL_NORM 1e-10
+#define TOL_CLIP 1e-6
 #define MAX_ROW_CHOSEN 8
 
 static char err[512];
@@ -236,10 +245,113 @@ static void check_ftpo_cases(void) {
     bn_cuda_dev_free(scratch);
 }
 
+// ---- AdamW, norm, clipping, scaling ---------------------------------------------------------------------------
+
+// max_rel: the largest |got − want| / (1 + |want|) over n.
+static double max_rel(const float *got, const float *want, int64_t n) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, rel_err(got[i], want[i]));
+    return worst;
+}
+
+// check_adamw: steps updates of n parameters with fresh random gradients each, on both sides from the same start.
+static void check_adamw(int64_t n, int steps) {
+    bn_adamw_cfg cfg = bn_adamw_cfg_default();
+    bn_adamw *o = bn_adamw_new(n);
+    float *p = xmalloc(n * sizeof(float)), *g = xmalloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = frand();
+    float *dp = upload(p, n), *dg = bn_cuda_dev_floats(n, err, sizeof err), *dm = upload(o->m, n),
+          *dv = upload(o->v, n);
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        for (int64_t i = 0; i < n; i++) g[i] = (i % 7 == 0 ? 1e-3f : 1.0f) * frand(); // mixed gradient scales
+        CHECK(bn_cuda_dev_upload(dg, g, n, err, sizeof err) == 0, "%s", err);
+        const float lr = 1e-3f * (float)(s + 1) / steps;
+        const int64_t t = bn_adamw_step(o, &cfg, lr, p, g);
+        CHECK(bn_cuda_adamw_step(cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, lr, t, n, dp, dg, dm, dv, NULL, err,
+                                 sizeof err) == 0, "%s", err);
+        float *gp = download(dp, n), *gm = download(dm, n), *gv = download(dv, n);
+        const double e = fmax(max_rel(gp, p, n), fmax(max_rel(gm, o->m, n), max_rel(gv, o->v, n)));
+        CHECK(e <= TOL_ADAMW, "adamw n %lld step %lld: max error %.3g", (long long)n, (long long)t, e);
+        worst = fmax(worst, e);
+        free(gp), free(gm), free(gv);
+    }
+    printf("%-44s max err %.3g (params, m, v)\n", "adamw", worst);
+    bn_cuda_dev_free(dp), bn_cuda_dev_free(dg), bn_cuda_dev_free(dm), bn_cuda_dev_free(dv);
+    free(p), free(g);
+    bn_adamw_free(o);
+}
+
+// check_norm: the device norm of n random gradients against bn_grad_norm, and the same bits on a second run.
+static void check_norm(int64_t n, float *scratch) {
+    float *g = xmalloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) g[i] = frand();
+    float *dg = upload(g, n);
+    double got = -1, again = -2;
+    CHECK(bn_cuda_grad_norm(dg, n, scratch, &got, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(bn_cuda_grad_norm(dg, n, scratch, &again, NULL, err, sizeof err) == 0, "%s", err);
+    const double want = bn_grad_norm(g, n), e = fabs(got - want) / (want > 0 ? want : 1);
+    CHECK(e <= TOL_NORM, "grad_norm n %lld: %.17g, cpu %.17g", (long long)n, got, want);
+    CHECK(memcmp(&got, &again, sizeof got) == 0, "grad_norm n %lld: %.17g then %.17g", (long long)n, got, again);
+    printf("grad_norm n %-32lld rel err %.3g\n", (long long)n, e);
+    bn_cuda_dev_free(dg);
+    free(g);
+}
+
+// check_clip: bn_cuda_grad_clip with max_norm = ratio·‖g‖ (ratio < 1: clipping active; 0: off) against bn_grad_clip.
+static void check_clip(int64_t n, float ratio, float *scratch) {
+    float *g = xmalloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) g[i] = 3 * frand();
+    float *dg = upload(g, n);
+    const float max_norm = ratio * (float)bn_grad_norm(g, n);
+    double got = -1;
+    const double want = bn_grad_clip(g, n, max_norm);
+    CHECK(bn_cuda_grad_clip(dg, n, max_norm, scratch, &got, NULL, err, sizeof err) == 0, "%s", err);
+    float *gg = download(dg, n);
+    const double e = max_rel(gg, g, n);
+    const double tol = ratio > 0 && ratio < 1 ? TOL_CLIP : 0;
+    CHECK(fabs(got - want) <= TOL_NORM * want, "grad_clip n %lld: norm %.17g, cpu %.17g", (long long)n, got, want);
+    CHECK(e <= tol, "grad_clip n %lld ratio %g: max error %.3g", (long long)n, ratio, e);
+    char what[96];
+    snprintf(what, sizeof what, "grad_clip n %lld max_norm %g x norm (%s)", (long long)n, ratio,
+             ratio > 0 && ratio < 1 ? "active" : "inactive");
+    printf("%-44s max err %.3g\n", what, e);
+    bn_cuda_dev_free(dg);
+    free(g), free(gg);
+}
+
+// check_scale: bn_cuda_grad_scale against bn_grad_scale (exact).
+static void check_scale(int64_t n, float s) {
+    float *g = xmalloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) g[i] = frand();
+    float *dg = upload(g, n);
+    bn_grad_scale(g, n, s);
+    CHECK(bn_cuda_grad_scale(dg, n, s, NULL, err, sizeof err) == 0, "%s", err);
+    float *gg = download(dg, n);
+    CHECK(memcmp(gg, g, n * sizeof(float)) == 0, "grad_scale n %lld: differs", (long long)n);
+    printf("grad_scale n %-31lld exact\n", (long long)n);
+    bn_cuda_dev_free(dg);
+    free(g), free(gg);
+}
+
+static void check_optimizer(void) {
+    check_adamw(1000, 5);
+    float *scratch = bn_cuda_dev_floats(BN_CUDA_GRAD_NORM_SCRATCH, err, sizeof err);
+    check_norm(1, scratch);
+    check_norm(1000, scratch);
+    check_norm(100003, scratch); // more than NORM_BLOCKS_MAX blocks of elements: each block strides
+    check_clip(1000, 0.5f, scratch);
+    check_clip(1000, 2.0f, scratch);
+    check_clip(1000, 0.0f, scratch);
+    check_scale(1000, 0.25f);
+    bn_cuda_dev_free(scratch);
+}
+
 int main(void) {
     if (bn_cuda_device_count() == 0) return test_skip("no CUDA device on this machine");
     char name[128];
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     check_ftpo_cases();
+    check_optimizer();
     return test_done("test_cuda_train_step");
 }
