@@ -1,4 +1,4 @@
-// cuda/cuda_dev_buf.h — fp32 device buffers for C callers (cuda/dev_buf.cu): the GPU trainer's ops take device
+// cuda/cuda_dev_buf.h — fp32 and int device buffers for C callers (cuda/dev_buf.cu): the GPU trainer's ops take device
 // pointers, and C code (tests, the trainer) allocates, fills and reads them through these.
 #ifndef BONSAI_CUDA_DEV_BUF_H
 #define BONSAI_CUDA_DEV_BUF_H
@@ -16,6 +16,12 @@ void bn_cuda_dev_free(float *dev);
 int bn_cuda_dev_upload(float *dev, const float *host, size_t n, char *err, size_t errlen);
 // bn_cuda_dev_download: waits for all queued device work, then host[0..n) = dev[0..n); returns 0 or -1.
 int bn_cuda_dev_download(float *host, const float *dev, size_t n, char *err, size_t errlen);
+// bn_cuda_dev_ints: n ints of device memory (contents undefined); NULL with err filled on failure.
+int *bn_cuda_dev_ints(size_t n, char *err, size_t errlen);
+// bn_cuda_dev_free_ints: frees memory of bn_cuda_dev_ints (NULL is fine).
+void bn_cuda_dev_free_ints(int *dev);
+// bn_cuda_dev_upload_ints: dev[0..n) = host[0..n); returns 0 or -1.
+int bn_cuda_dev_upload_ints(int *dev, const int *host, size_t n, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -87,6 +87,8 @@ declare -A BLOCK=(
     [attn_fwd_kernel]=128 [attn_bwd_rows_kernel]=128 [attn_bwd_kv_kernel]=128
     [gdn_fwd_kernel]=128 [gdn_bwd_kernel]=256 [gdn_qk_reduce_kernel]=256
     [f16_to_f32_kernel]=256 [mul_kernel]=256 [add_mul_kernel]=256
+    [ftpo_row_sq_kernel]=256 [ftpo_batch_kernel]=1 [ftpo_tether_grad_kernel]=256 [ftpo_target_grad_kernel]=32
+    [adamw_kernel]=256 [norm_partial_kernel]=256 [norm_final_kernel]=256 [grad_clip_kernel]=256 [grad_scale_kernel]=256
 )
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-res.XXXXXX")
