@@ -1,0 +1,43 @@
+// train/device.h — a device backend of FTPO LoRA training (docs/antidoom.md §21): the forward and backward of
+// train/graph.h (last-position logits, adapter gradients) on a GPU. A device library registers one at start-up
+// (cuda/train_graph.cu, a constructor), as core/engine.h's device backends are; a program without one trains on the
+// CPU. The trainer (train/trainer.h, -ngl > 0) keeps the adapter, the optimizer and the checkpoints on the host, so
+// a run started on one backend resumes on the other; the device holds the model's weights in their stored types,
+// a copy of the adapter and the gradients of the micro-batches until the step takes them.
+#ifndef BONSAI_TRAIN_DEVICE_H
+#define BONSAI_TRAIN_DEVICE_H
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include "core/model.h"
+#include "train/lora.h"
+
+typedef struct bn_train_device {
+    const char *name; // "CUDA"
+    // device_count: devices the backend can use now (0: none)
+    int (*device_count)(void);
+    // open: the model's weights and a copy of adapter l (its layout; l may be NULL: the base model only) on device
+    // `device`; NULL (err) on failure or what the device path does not do (dropout, --ste-type)
+    void *(*open)(const bn_model *m, const bn_lora *l, int device, char *err, size_t errlen);
+    // close: frees what open made (NULL is fine)
+    void (*close)(void *ctx);
+    // load_params: uploads l's parameters (after each optimizer step); 0 or -1 (err)
+    int (*load_params)(void *ctx, const bn_lora *l, char *err, size_t errlen);
+    // forward: the last position's logits {n_vocab} of tokens[0..n) into host logits, with the adapter or without
+    // (the reference); returns the graph for backward (with the adapter) or NULL (err)
+    void *(*forward)(void *ctx, bool use_adapter, const int32_t *tokens, int n, float *logits, char *err,
+                     size_t errlen);
+    // backward: ADDS ∂L/∂A, ∂L/∂B for host dlogits {n_vocab} into the device's gradients; 0 or -1 (err)
+    int (*backward)(void *graph, const float *dlogits, char *err, size_t errlen);
+    // graph_free: frees a forward's graph (NULL is fine)
+    void (*graph_free)(void *graph);
+    // take_grads: host grads[0..n_params) += the device's gradients, which are zeroed; 0 or -1 (err)
+    int (*take_grads)(void *ctx, float *grads, char *err, size_t errlen);
+} bn_train_device;
+
+// bn_train_device_register: makes d the device backend of training (the last registration wins).
+void bn_train_device_register(const bn_train_device *d);
+// bn_train_device_get: the registered backend, or NULL when the program has none.
+const bn_train_device *bn_train_device_get(void);
+
+#endif
