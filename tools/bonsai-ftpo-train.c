@@ -104,7 +104,7 @@ typedef struct {
     const char *model, *pairs, *targets, *preset, *eval_adapter, *merge_adapter, *merge_type, *tether_path;
     const char *mem_limit; // --mem-limit as given
     float lora_scale;
-    int max_seq, n_threads, n_gpu_layers, plan_ctx, plan_act_bytes, n_ranks;
+    int max_seq, n_threads, plan_ctx, plan_act_bytes, n_ranks;
     bool plan_only;
     float eps, lnt, lt, taut, lagg, tagg; // loss overrides applied after the preset (NAN: the preset's)
     bool weighted;
@@ -117,8 +117,9 @@ static const bn_arg ftpo_args[] = {
     BN_STR("-o, --output", O(t.out_adapter), "FILE", "the adapter GGUF to write (with --merge: the merged model)"),
     BN_INT("-t, --threads", O(n_threads), "N", "threads for attention / DeltaNet (matmuls use OpenBLAS threads)", 1,
            4096),
-    BN_INT("-ngl, --gpu-layers, --n-gpu-layers", O(n_gpu_layers), "N",
-           "accepted as llama.cpp's tools take it; training runs on the CPU (a warning when N > 0)", 0, INT32_MAX),
+    BN_INT("-ngl, --gpu-layers, --n-gpu-layers", O(t.n_gpu_layers), "N",
+           "N > 0: the forwards and backwards on the GPU (the whole model; with -dp, rank k on device k mod the "
+           "devices); without one, a warning and the CPU", 0, INT32_MAX),
     BN_INT("-dp, --data-parallel", O(n_ranks), "N",
            "train as N processes on this machine, each on its share of every micro-batch, gradients summed before "
            "each step (a run of N ranks x batch B equals one of batch N·B; -t defaults to the CPUs / N per rank)",
@@ -216,7 +217,7 @@ static const bn_args_tool tool = {
     .usage = "usage: bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl -o ADAPTER.gguf [options]\n"
              "       bonsai-ftpo-train -m MODEL.gguf -p PAIRS.jsonl --eval ADAPTER.gguf\n"
              "       bonsai-ftpo-train -m MODEL.gguf --merge ADAPTER.gguf -o MERGED.gguf [--merge-type T]\n"
-             "FTPO LoRA training on doom-loop pairs (docs/antidoom.md §9-12), on the CPU.\n",
+             "FTPO LoRA training on doom-loop pairs (docs/antidoom.md §9-12), on the CPU or a GPU (-ngl).\n",
     .notes = "Size presets of --lr / --rank by the model's weights: under 50 M 1e-3 / 16, under 1 B 3e-4 / 16, under\n"
              "10 B 1e-4 / 32, larger 3e-5 / 32 (the seed recipe's, for the 27 B models).\n"
              "Per-step lines on stderr carry an ETA (-q or --no-progress: none). SIGINT/SIGTERM: finish the step,\n"
@@ -253,9 +254,6 @@ static void parse_args(ftpo_opts *o, int argc, char **argv) {
                      .taut = NAN, .lagg = NAN, .tagg = NAN};
     const bn_arg_table tables[] = {BN_TABLE(ftpo_args, o), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
-    if (o->n_gpu_layers > 0)
-        fprintf(stderr, "bonsai-ftpo-train: warning: -ngl %d: training runs on the CPU (there is no GPU trainer; "
-                "--plan-only prints the memory a run of these settings holds)\n", o->n_gpu_layers);
     if (o->plan_act_bytes != 2 && o->plan_act_bytes != 4) bn_args_fail(&tool, "--plan-act-bytes must be 2 or 4");
     if (bn_progress_mode_now() == BN_PROGRESS_OFF) o->t.quiet = true; // --no-progress: no step lines either
     if (o->merge_adapter) {

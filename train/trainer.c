@@ -14,6 +14,7 @@
 #include "train/fakequant.h"
 #include "train/tether.h"
 #include "train/dp.h"
+#include "train/device.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -36,7 +37,43 @@ typedef struct {
     const bn_train_rows *rows;
     bn_ftpo_refcache *ref;
     int V;
+    const bn_train_device *dev; // the device backend the forwards and backwards run on (NULL: the CPU)
+    void *dev_ctx;
 } data_t;
+
+// A forward's graph on either backend.
+typedef struct {
+    bn_train_graph *cpu;
+    void *dev;
+} row_graph;
+
+// graph_free: frees g's graph on its backend and clears it.
+static void graph_free(const data_t *d, row_graph *g) {
+    bn_train_graph_free(g->cpu);
+    if (g->dev) d->dev->graph_free(g->dev);
+    *g = (row_graph){0};
+}
+
+// forward_row: the last position's logits of tokens[0..n) into z with adapter l (the policy; NULL: the reference
+// model) on the run's backend; the graph into *g for backward_row (g NULL: freed). 0 or -1 (err).
+static int forward_row(const data_t *d, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng, float *z, row_graph *g,
+                       char *err, size_t errlen) {
+    row_graph made = {0};
+    if (d->dev) made.dev = d->dev->forward(d->dev_ctx, l != NULL, tokens, n, z, err, errlen);
+    else made.cpu = bn_train_forward(l ? d->m_pol : d->m, l, tokens, n, rng, z, err, errlen);
+    if (!made.cpu && !made.dev) return -1;
+    if (g) *g = made;
+    else graph_free(d, &made);
+    return 0;
+}
+
+// backward_row: adds the adapter's gradients for dz (the host's l->grads on the CPU, the device's own otherwise; see
+// run_step) and frees g; 0 or -1 (err).
+static int backward_row(const data_t *d, row_graph *g, const float *dz, char *err, size_t errlen) {
+    int rc = g->dev ? d->dev->backward(g->dev, dz, err, errlen) : bn_train_backward(g->cpu, dz, err, errlen);
+    graph_free(d, g);
+    return rc;
+}
 
 // ref_logits: cached reference (adapter disabled) logits of row i; NULL on error.
 static const float *ref_logits(data_t *d, int i, char *err, size_t errlen) {
@@ -44,9 +81,7 @@ static const float *ref_logits(data_t *d, int i, char *err, size_t errlen) {
     if (z) return z;
     float *buf = xmalloc(sizeof(float) * d->V);
     const bn_train_row *r = &d->rows->rows[i];
-    bn_train_graph *g = bn_train_forward(d->m, NULL, r->ctx, r->n_ctx, NULL, buf, err, errlen);
-    if (!g) { free(buf); return NULL; }
-    bn_train_graph_free(g);
+    if (forward_row(d, NULL, r->ctx, r->n_ctx, NULL, buf, NULL, err, errlen)) { free(buf); return NULL; }
     z = bn_ftpo_refcache_put(d->ref, i, buf);
     free(buf);
     return z;
@@ -76,9 +111,7 @@ static int eval_set(data_t *d, const bn_ftpo_cfg *cfg, bn_lora *l, int which, bn
         if (k++ % bn_dp_world(dp) != bn_dp_rank(dp)) continue;
         const float *zr = ref_logits(d, i, err, errlen);
         if (!zr) { free(z); return -1; }
-        bn_train_graph *g = bn_train_forward(d->m_pol, l, r->ctx, r->n_ctx, NULL, z, err, errlen);
-        if (!g) { free(z); return -1; }
-        bn_train_graph_free(g);
+        if (forward_row(d, l, r->ctx, r->n_ctx, NULL, z, NULL, err, errlen)) { free(z); return -1; }
         bn_ftpo_row row = {z, zr, r->rejected, r->chosen, r->n_chosen};
         bn_ftpo_metrics mt;
         s[1] += bn_ftpo_loss(cfg, &row, 1, d->V, NULL, &mt);
@@ -123,7 +156,7 @@ typedef struct {
     FILE *logf;
     int *order;             // [n_train] this epoch's row order
     float **z, **dz;        // [batch] -> {V}: policy logits and their gradients
-    bn_train_graph **graphs;// [batch]
+    row_graph *graphs;      // [batch]
     bn_ftpo_row *frows;     // [batch]
     int win_cap;            // rows of the running chosen_win window
     int64_t steps_this_run;
@@ -138,10 +171,11 @@ typedef struct {
 // run_free: frees everything run holds (NULL fields are fine).
 static void run_free(train_run *run) {
     for (int b = 0; run->graphs && b < run->o->batch; b++) {
-        bn_train_graph_free(run->graphs[b]);
+        graph_free(&run->d, &run->graphs[b]);
         free(run->z[b]);
         free(run->dz[b]);
     }
+    if (run->d.dev) run->d.dev->close(run->d.dev_ctx);
     free(run->graphs); free(run->z); free(run->dz); free(run->frows); free(run->order);
     if (run->logf) fclose(run->logf);
     bn_ftpo_refcache_free(run->d.ref);
@@ -285,6 +319,28 @@ static int run_models(train_run *run, char *err, size_t errlen) {
     return 0;
 }
 
+// run_device: with -ngl (o->n_gpu_layers > 0), the device backend holding the model and a copy of the adapter, on
+// the rank's device among those it sees; without a backend or a device, a warning and the CPU. 0 or -1 (err).
+static int run_device(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    if (o->n_gpu_layers <= 0) return 0;
+    const bn_train_device *dev = bn_train_device_get();
+    const int n_dev = dev ? dev->device_count() : 0;
+    if (n_dev == 0) {
+        if (bn_dp_rank(o->dp) == 0)
+            fprintf(stderr, "ftpo-train: warning: -ngl %d: %s; training runs on the CPU\n", o->n_gpu_layers,
+                    dev ? "no device found" : "this program has no device backend");
+        return 0;
+    }
+    const int device = bn_dp_rank(o->dp) % n_dev;
+    void *ctx = dev->open(run->m, run->l, device, err, errlen);
+    if (!ctx) return -1;
+    run->d.dev = dev;
+    run->d.dev_ctx = ctx;
+    if (!o->quiet) fprintf(stderr, "ftpo-train: forward and backward on %s device %d\n", dev->name, device);
+    return dev->load_params(ctx, run->l, err, errlen);
+}
+
 // run_buffers: the per-batch buffers and the running window's length.
 static void run_buffers(train_run *run) {
     const bn_ftpo_train_opts *o = run->o;
@@ -295,7 +351,7 @@ static void run_buffers(train_run *run) {
         run->z[b] = xmalloc(sizeof(float) * run->V);
         run->dz[b] = xmalloc(sizeof(float) * run->V);
     }
-    run->graphs = xcalloc((size_t)o->batch, sizeof(bn_train_graph *));
+    run->graphs = xcalloc((size_t)o->batch, sizeof(row_graph));
     run->frows = xcalloc((size_t)o->batch, sizeof(bn_ftpo_row));
     run->win_cap = o->log_window < 1 ? 1 : (o->log_window > BN_TRAIN_WIN_MAX ? BN_TRAIN_WIN_MAX : o->log_window);
     run->run_end = o->max_steps > 0 && run->pos.step + o->max_steps < run->S ? run->pos.step + o->max_steps : run->S;
@@ -322,8 +378,8 @@ static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
         const bn_train_row *r = &run->rows->rows[ri];
         const float *zr = ref_logits(&run->d, ri, err, errlen);
         if (!zr) return -1;
-        run->graphs[b] = bn_train_forward(run->m_pol, run->l, r->ctx, r->n_ctx, &pos->rng, run->z[b], err, errlen);
-        if (!run->graphs[b]) return -1;
+        if (forward_row(&run->d, run->l, r->ctx, r->n_ctx, &pos->rng, run->z[b], &run->graphs[b], err, errlen))
+            return -1;
         run->frows[b] = (bn_ftpo_row){run->z[b], zr, r->rejected, r->chosen, r->n_chosen};
     }
     bn_ftpo_metrics mt = {0};
@@ -331,10 +387,7 @@ static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
     const float share = (float)nb / (float)nb_all;
     for (int b = 0; b < nb; b++) {
         if (nb != nb_all) bn_grad_scale(run->dz[b], run->V, share);
-        int brc = bn_train_backward(run->graphs[b], run->dz[b], err, errlen);
-        bn_train_graph_free(run->graphs[b]);
-        run->graphs[b] = NULL;
-        if (brc) return -1;
+        if (backward_row(&run->d, &run->graphs[b], run->dz[b], err, errlen)) return -1;
     }
     sum->loss += share * loss; sum->pref += share * mt.pref; sum->nt += share * mt.nt; sum->t += share * mt.t;
     sum->win += share * mt.chosen_win; sum->margin += share * mt.margin_win; sum->delta += share * mt.mean_delta;
@@ -432,6 +485,7 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     step_sums sum = {0};
     for (int micro = 0; micro < o->grad_accum && pos->data_pos < run->n_train; micro++)
         if (run_micro(run, &sum, err, errlen)) return -1;
+    if (run->d.dev && run->d.dev->take_grads(run->d.dev_ctx, l->grads, err, errlen)) return -1;
     // mean of the micro-batch losses' gradients (HF scales each micro-batch loss by 1/GA)
     bn_grad_scale(l->grads, l->n_params, 1.0f / (float)sum.n_micro);
     double tkl = 0;
@@ -442,6 +496,7 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
     double lr_k = bn_sched_lr(o->lr, pos->step, run->S, run->W);
     bn_adamw_step(run->opt, &o->adam, (float)lr_k, l->params, l->grads);
+    if (run->d.dev && run->d.dev->load_params(run->d.dev_ctx, l, err, errlen)) return -1;
     if (run->m_ste && bn_requant_model_apply_lora(run->m_ste, run->m, l, err, errlen)) return -1;
     pos->step++;
     run->steps_this_run++;
@@ -532,7 +587,8 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     }
     train_run run = {.o = o, .m = m, .rows = rows, .V = m->cfg.n_vocab};
     int rc = -1;
-    if (run_rows(&run, err, errlen) == 0 && run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0) {
+    if (run_rows(&run, err, errlen) == 0 && run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0 &&
+        run_device(&run, err, errlen) == 0) {
         run_buffers(&run);
         if (run_epochs(&run, res, err, errlen) == 0) {
             res->total_steps = run.S;

@@ -65,6 +65,10 @@ typedef struct {
     // rank 0 alone prints, logs and writes. A run of w ranks × batch b equals one rank × batch w·b (to rounding; with
     // dropout the other ranks draw their own masks) and their checkpoints resume each other.
     struct bn_dp *dp;
+    // > 0 (-ngl): the forwards and backwards on the registered device backend (train/device.h; the whole model,
+    // whatever the count), the adapter, optimizer and checkpoints on the host as ever; without a device, a warning
+    // and the CPU. Not with dropout or ste_type (the device backend refuses them).
+    int n_gpu_layers;
     bool quiet;              // no per-step lines on stderr
     bool progress;           // a progress bar over the steps (base/progress.h; with quiet: the one sign of life)
 } bn_ftpo_train_opts;

@@ -1,0 +1,157 @@
+// tests/train/test_device.c — the trainer's device path (train/device.h) with a stand-in backend that runs the CPU
+// graph on its own copy of the adapter and keeps its own gradients, as a device does: a run with -ngl gives the CPU
+// run's adapter to the bit (the same math on uploaded copies: any lost upload, double-counted or lost gradient
+// shows), the backend sees one upload per step plus the first, every row's reference forward and the gradients taken
+// once per step; a checkpoint of the device run resumes on the CPU; with no backend -ngl warns and trains on the CPU.
+#include <stdlib.h>
+#include <string.h>
+#include "tests/test.h"
+#include "tests/train/fixture.h"
+#include "train/device.h"
+#include "train/trainer.h"
+#include "train/lora.h"
+#include "quant/quant.h"
+
+static char dir[] = "/tmp/bonsai_test_device_XXXXXX";
+
+// The stand-in device: the model, its own adapter copy (params uploaded, gradients kept), and call counts.
+typedef struct {
+    const bn_model *m;
+    bn_lora *copy;
+    int uploads, ref_forwards, takes;
+} host_device;
+
+static host_device g_dev;
+static int g_device_count = 1;
+
+static int hd_count(void) { return g_device_count; }
+
+static void *hd_open(const bn_model *m, const bn_lora *l, int device, char *err, size_t errlen) {
+    (void)device;
+    g_dev = (host_device){.m = m};
+    if (!l) return &g_dev;
+    g_dev.copy = bn_lora_new(l->r, l->alpha, 0, l->arch); // l's layout, tensor by tensor
+    for (int i = 0; i < l->n_tensors; i++) {
+        const bn_lora_tensor *t = &l->t[i];
+        if (bn_lora_add(g_dev.copy, t->name, t->layer, t->target, t->n_in, t->n_out, err, errlen) < 0) return NULL;
+    }
+    return bn_lora_same_layout(g_dev.copy, l) ? &g_dev : NULL;
+}
+
+static void hd_close(void *ctx) {
+    host_device *d = ctx;
+    bn_lora_free(d->copy);
+    d->copy = NULL;
+}
+
+static int hd_load(void *ctx, const bn_lora *l, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    host_device *d = ctx;
+    memcpy(d->copy->params, l->params, sizeof(float) * l->n_params);
+    d->uploads++;
+    return 0;
+}
+
+static void *hd_forward(void *ctx, bool use_adapter, const int32_t *tokens, int n, float *logits, char *err,
+                        size_t errlen) {
+    host_device *d = ctx;
+    if (!use_adapter) d->ref_forwards++;
+    return bn_train_forward(d->m, use_adapter ? d->copy : NULL, tokens, n, NULL, logits, err, errlen);
+}
+
+static int hd_backward(void *graph, const float *dlogits, char *err, size_t errlen) {
+    return bn_train_backward(graph, dlogits, err, errlen);
+}
+
+static void hd_graph_free(void *graph) { bn_train_graph_free(graph); }
+
+static int hd_take(void *ctx, float *grads, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    host_device *d = ctx;
+    for (int64_t i = 0; i < d->copy->n_params; i++) grads[i] += d->copy->grads[i];
+    bn_lora_zero_grad(d->copy);
+    d->takes++;
+    return 0;
+}
+
+static const bn_train_device host_backend = {"host stand-in", hd_count, hd_open, hd_close, hd_load,
+                                             hd_forward, hd_backward, hd_graph_free, hd_take};
+
+// opts: a short run of the tiny model (attention, GDN and head adapters; 5 steps over 10 rows).
+static bn_ftpo_train_opts opts(const char *out) {
+    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
+    o.rank = 4;
+    o.alpha = 8;
+    o.targets = BN_LORA_ATTN | BN_LORA_GDN | BN_LORA_HEAD;
+    o.lr = 2e-2f;
+    o.batch = 2;
+    o.grad_accum = 1;
+    o.epochs = 1;
+    o.early_stop = 0;
+    o.quiet = true;
+    o.out_adapter = out;
+    return o;
+}
+
+// same_params: whether two adapter files hold the same parameters to the bit.
+static bool same_params(const char *a, const char *b) {
+    char err[256];
+    bn_lora *la = bn_lora_load_gguf(a, err, sizeof err), *lb = bn_lora_load_gguf(b, err, sizeof err);
+    bool same = la && lb && la->n_params == lb->n_params &&
+                memcmp(la->params, lb->params, sizeof(float) * la->n_params) == 0;
+    bn_lora_free(la);
+    bn_lora_free(lb);
+    return same;
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
+    char path[512], cpu[512], dev[512], resumed[512], ckpt[512], err[256];
+    bn_model *m = fx_tiny_model(dir, BN_F32, path, sizeof path);
+    if (!m) return test_done("train_device");
+    bn_train_rows *rows = fx_ftpo_rows(m);
+    rows->rows[3].heldout = rows->rows[8].heldout = true; // 10 train rows: 5 steps of 2
+    snprintf(cpu, sizeof cpu, "%s/cpu.gguf", dir);
+    snprintf(dev, sizeof dev, "%s/dev.gguf", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.gguf", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/dev.ckpt", dir);
+    bn_ftpo_train_result res;
+
+    bn_ftpo_train_opts o = opts(cpu);
+    o.n_gpu_layers = 99; // no backend registered yet: a warning, and the CPU
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "-ngl without a backend trains on the CPU: %s", err);
+
+    bn_train_device_register(&host_backend);
+    o = opts(dev);
+    o.n_gpu_layers = 1;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "train on the stand-in device: %s", err);
+    CHECK(same_params(cpu, dev), "the device run's adapter equals the CPU run's to the bit");
+    printf("device run: %d uploads, %d reference forwards, %d gradient takes over %lld steps\n", g_dev.uploads,
+           g_dev.ref_forwards, g_dev.takes, (long long)res.steps);
+    CHECK(res.steps == 5 && g_dev.uploads == 6 && g_dev.takes == 5 && g_dev.ref_forwards == rows->n_rows,
+          "one upload per step and the first, every row's reference once (train and held out), the gradients once per step");
+
+    o = opts(NULL);
+    o.n_gpu_layers = 1;
+    o.max_steps = 2;
+    o.ckpt_path = ckpt;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "2 steps on the device, checkpoint: %s", err);
+    o = opts(resumed);
+    o.resume_path = ckpt;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "resumed on the CPU: %s", err);
+    CHECK(same_params(cpu, resumed), "a device checkpoint resumes on the CPU to the same adapter");
+
+    g_device_count = 0;
+    o = opts(NULL);
+    o.n_gpu_layers = 1;
+    g_dev.uploads = 0;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0 && g_dev.uploads == 0,
+          "a backend with no device: the CPU (uploads %d)", g_dev.uploads);
+
+    bn_train_rows_free(rows);
+    bn_model_free(m);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    return test_done("train_device");
+}
