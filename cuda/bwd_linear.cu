@@ -1,49 +1,16 @@
 // cuda/bwd_linear.cu — the backward of a linear with a LoRA pair for the trainer (docs/model.md §8; the products of
 // train/backward.c bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on column-major views of the row-major tensors: a
 // {n, T} tensor is an n × T matrix with leading dimension n. F16 base weights are widened to fp32 a chunk of rows at
-// a time in the workspace (exact), as the CPU dequantizes them.
+// a time in the workspace (exact), as the CPU dequantizes them (cuda/linear.cuh, shared with the forward).
 #include "cuda/common.cuh"
-#include "cuda/mm_impl.cuh" // BN_CU_F32, BN_CU_F16: quant/quant.h's type ids
 #include "cuda/cuda_bwd_seq.h"
-
-#define LIN_THREADS 256
-#define LIN_CHUNK_FLOATS ((int64_t)1 << 22) // widened F16 weight rows per GEMM: 16 MiB
-
-// f16_to_f32_kernel: out[i] = the float of half bits w[i], i < count.
-static __global__ void f16_to_f32_kernel(const uint16_t *w, int64_t count, float *out) {
-    bn_cu_grid_begin();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) out[i] = bn_h2f(bn_half_bits(bn_ldg_weight(w + i)));
-}
-
-// mul_kernel: out[i] = a[i]·b[i], i < count.
-static __global__ void mul_kernel(float *out, const float *a, const float *b, int64_t count) {
-    bn_cu_grid_begin();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < count) out[i] = a[i] * b[i];
-}
+#include "cuda/linear.cuh"
 
 // add_mul_kernel: y[i] += a[i]·b[i], i < count.
 static __global__ void add_mul_kernel(float *y, const float *a, const float *b, int64_t count) {
     bn_cu_grid_begin();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) y[i] += a[i] * b[i];
-}
-
-// lin_blocks: blocks of LIN_THREADS covering count items.
-static int lin_blocks(int64_t count) { return (int)((count + LIN_THREADS - 1) / LIN_THREADS); }
-
-// chunk_rows: weight rows widened per GEMM for rows of n_in (at least 1, at most n_out).
-static int64_t chunk_rows(int64_t n_in, int64_t n_out) {
-    const int64_t rows = LIN_CHUNK_FLOATS / (n_in > 0 ? n_in : 1);
-    return rows < 1 ? 1 : rows > n_out ? n_out : rows;
-}
-
-// gemm: C (m × n) = alpha·op(A)·op(B) + beta·C, column-major (cublasSgemm with the scalars by value).
-static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
-                           int64_t k, float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                           float *C, int64_t ldc) {
-    return cublasSgemm(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, (int)lda, B, (int)ldb, &beta, C, (int)ldc);
 }
 
 // base_dx: dx (n_in × T) += W·dy, W {n_in, n_out} = the n_in × n_out matrix of its rows; F16 rows widened chunk by
@@ -59,9 +26,7 @@ static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, in
     const int64_t step = chunk_rows(n_in, n_out);
     for (int64_t j0 = 0; j0 < n_out; j0 += step) {
         const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
-        BN_LAUNCH(f16_to_f32_kernel, lin_blocks(nr * n_in), LIN_THREADS, 0, s, (const uint16_t *)W + j0 * n_in,
-                  nr * n_in, wbuf);
-        BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+        if (widen_f16_rows(W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
         BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, nr, 1.0f, wbuf, n_in, dy + j0, n_out, 1.0f, dx, n_in), err, errlen);
     }
     return 0;
@@ -90,12 +55,8 @@ static int lora_bwd(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int64
                     cudaStream_t s, char *err, size_t errlen) {
     const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
     const int64_t r = L->r, count = n_in * T;
-    const float *xd = x;
-    if (drop) {
-        BN_LAUNCH(mul_kernel, lin_blocks(count), LIN_THREADS, 0, s, p.xd, x, drop, count);
-        BN_CUDA_TRY(cudaGetLastError(), err, errlen);
-        xd = p.xd;
-    }
+    const float *xd = dropped_input(x, drop, count, p.xd, s, err, errlen);
+    if (!xd) return -1;
     if (!ax) { // ax (r × T) = Aᵀ-view · xd: A {n_in, r} is the n_in × r matrix
         BN_CUBLAS_TRY(gemm(h, Tr, N, r, T, n_in, 1.0f, L->A, n_in, xd, n_in, 0.0f, p.ax, r), err, errlen);
         ax = p.ax;
@@ -138,13 +99,7 @@ extern "C" int bn_cuda_linear_lora_bwd(void *blas, int w_type, const void *W, in
                                        const bn_cuda_lora *lora, const float *x, int T, const float *drop,
                                        const float *ax, const float *dy, float *dx, float *workspace, void *stream,
                                        char *err, size_t errlen) {
-    const int64_t big = (int64_t)1 << 31;
-    if ((w_type != BN_CU_F32 && w_type != BN_CU_F16) || n_in <= 0 || n_out <= 0 || T < 0 || n_in * T >= big ||
-        n_out * T >= big || (lora && lora->r <= 0)) {
-        if (err && errlen) snprintf(err, errlen, "cuda linear backward: unsupported type %d or shape %lld x %lld, T %d",
-                                    w_type, (long long)n_in, (long long)n_out, T);
-        return -1;
-    }
+    if (lin_shape_ok("backward", w_type, n_in, n_out, T, lora, err, errlen) < 0) return -1;
     if (T == 0) return 0;
     cublasHandle_t h = (cublasHandle_t)blas;
     cudaStream_t s = (cudaStream_t)stream;

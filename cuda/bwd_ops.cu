@@ -3,27 +3,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/cuda_bwd_ops.h"
-
-#define BWD_ELT_THREADS 256
-#define BWD_ROW_THREADS_MAX 256
-
-// row_threads: block size of a one-block-per-row kernel: n rounded up to whole warps, at most BWD_ROW_THREADS_MAX.
-static int row_threads(int n) {
-    const int t = (n + 31) / 32 * 32;
-    return t < 32 ? 32 : t > BWD_ROW_THREADS_MAX ? BWD_ROW_THREADS_MAX : t;
-}
-
-// elt_blocks: blocks of BWD_ELT_THREADS covering count elements.
-static int elt_blocks(int64_t count) { return (int)((count + BWD_ELT_THREADS - 1) / BWD_ELT_THREADS); }
-
-// elt_index: this thread's element of a one-thread-per-element launch.
-static BN_DEVICE int64_t elt_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
-
-// launched: 0 when the kernel just enqueued was accepted, else -1 with err.
-static int launched(char *err, size_t errlen) {
-    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
-    return 0;
-}
+#include "cuda/train_ops.cuh"
 
 // ---- norms ----------------------------------------------------------------------------------------
 
@@ -149,7 +129,7 @@ static int norm_wgrad(const float *x, const float *z, int n, int rows, float eps
     if (!dw || n <= 0 || rows <= 0) return 0;
     BN_LAUNCH(row_rho_kernel, rows, row_threads(n), 0, stream, x, n, eps, rho_scratch);
     if (launched(err, errlen) < 0) return -1;
-    BN_LAUNCH(norm_wgrad_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, x, z, rho_scratch, n, rows, dy, dw);
+    BN_LAUNCH(norm_wgrad_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, x, z, rho_scratch, n, rows, dy, dw);
     return launched(err, errlen);
 }
 
@@ -180,7 +160,7 @@ static __global__ void swiglu_bwd_kernel(const float *a, const float *c, int64_t
 extern "C" int bn_cuda_swiglu_bwd(const float *a, const float *c, int64_t n, const float *dy, float *da, float *dc,
                                   void *stream, char *err, size_t errlen) {
     if ((!da && !dc) || n <= 0) return 0;
-    BN_LAUNCH(swiglu_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, a, c, n, dy, da, dc);
+    BN_LAUNCH(swiglu_bwd_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, a, c, n, dy, da, dc);
     return launched(err, errlen);
 }
 
@@ -198,7 +178,7 @@ static __global__ void sigmoid_gate_bwd_kernel(const float *u, const float *g, i
 extern "C" int bn_cuda_sigmoid_gate_bwd(const float *u, const float *g, int64_t n, const float *dy, float *du,
                                         float *dg, void *stream, char *err, size_t errlen) {
     if ((!du && !dg) || n <= 0) return 0;
-    BN_LAUNCH(sigmoid_gate_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, u, g, n, dy, du, dg);
+    BN_LAUNCH(sigmoid_gate_bwd_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, u, g, n, dy, du, dg);
     return launched(err, errlen);
 }
 
@@ -212,7 +192,7 @@ static __global__ void sigmoid_bwd_kernel(const float *beta, int64_t n, const fl
 extern "C" int bn_cuda_sigmoid_bwd(const float *beta, int64_t n, const float *dbeta, float *db, void *stream,
                                    char *err, size_t errlen) {
     if (!db || n <= 0) return 0;
-    BN_LAUNCH(sigmoid_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, beta, n, dbeta, db);
+    BN_LAUNCH(sigmoid_bwd_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, beta, n, dbeta, db);
     return launched(err, errlen);
 }
 
@@ -231,7 +211,7 @@ extern "C" int bn_cuda_gdn_gate_bwd(const float *a, const float *dt, const float
                                     const float *dg, float *da, void *stream, char *err, size_t errlen) {
     const int64_t count = (int64_t)n * rows;
     if (!da || n <= 0 || rows <= 0) return 0;
-    BN_LAUNCH(gdn_gate_bwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, a, dt, ssm_a, n, count, dg, da);
+    BN_LAUNCH(gdn_gate_bwd_kernel, elt_blocks(count), TRAIN_ELT_THREADS, 0, stream, a, dt, ssm_a, n, count, dg, da);
     return launched(err, errlen);
 }
 
@@ -245,7 +225,7 @@ static __global__ void scale_bwd_kernel(float s, int64_t n, const float *dy, flo
 extern "C" int bn_cuda_scale_bwd(float s, int64_t n, const float *dy, float *dx, void *stream, char *err,
                                  size_t errlen) {
     if (!dx || n <= 0) return 0;
-    BN_LAUNCH(scale_bwd_kernel, elt_blocks(n), BWD_ELT_THREADS, 0, stream, s, n, dy, dx);
+    BN_LAUNCH(scale_bwd_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, s, n, dy, dx);
     return launched(err, errlen);
 }
 
@@ -269,8 +249,7 @@ static __global__ void rope_bwd_kernel(const float *dy, int head_dim, int n_head
     const bool first = neox ? j < half : j % 2 == 0;          // the pair's first element (i0) or its second (i1)
     const int i = neox ? (first ? j : j - half) : j / 2;      // pair index
     const int partner = neox ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
-    float theta = (float)(pos0 + t);
-    for (int k = 0; k < i; k++) theta *= theta_scale;
+    const float theta = rope_theta(pos0 + t, i, theta_scale);
     const float c = cosf(theta), s = sinf(theta), other = dy[idx - j + partner];
     // R_−θ: i0' = a·c + b·sin θ, i1' = b·c − a·sin θ
     dx[idx] += first ? dy[idx] * c + other * s : dy[idx] * c - other * s;
@@ -280,13 +259,9 @@ extern "C" int bn_cuda_rope_bwd(const float *dy, int head_dim, int n_heads, int 
                                 int mode, float *dx, void *stream, char *err, size_t errlen) {
     const int64_t count = (int64_t)head_dim * n_heads * T;
     if (!dx || count <= 0) return 0;
-    if (n_rot < 0 || n_rot > head_dim || (mode != BN_CUDA_ROPE_NEOX && mode != BN_CUDA_ROPE_NORM)) {
-        if (err && errlen) snprintf(err, errlen, "cuda: rope_bwd: bad n_rot %d (head_dim %d) or mode %d", n_rot,
-                                    head_dim, mode);
-        return -1;
-    }
-    const float theta_scale = powf(base, -2.0f / (float)n_rot); // as train/backward.c (host powf)
-    BN_LAUNCH(rope_bwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, dy, head_dim, n_heads, count, n_rot,
+    if (rope_args_ok("rope_bwd", head_dim, n_rot, mode, err, errlen) < 0) return -1;
+    const float theta_scale = rope_theta_scale(base, n_rot);
+    BN_LAUNCH(rope_bwd_kernel, elt_blocks(count), TRAIN_ELT_THREADS, 0, stream, dy, head_dim, n_heads, count, n_rot,
               pos0, theta_scale, mode == BN_CUDA_ROPE_NEOX, dx);
     return launched(err, errlen);
 }
@@ -342,11 +317,11 @@ extern "C" int bn_cuda_conv1d_silu_fwd(const float *mix, const float *state0, co
     if (C <= 0 || T < 0) return 0;
     const int64_t count = (int64_t)C * T;
     if (count > 0) {
-        BN_LAUNCH(conv_fwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, mix, state0, w, C, K, count, out);
+        BN_LAUNCH(conv_fwd_kernel, elt_blocks(count), TRAIN_ELT_THREADS, 0, stream, mix, state0, w, C, K, count, out);
         if (launched(err, errlen) < 0) return -1;
     }
     if (!state_out || K == 1) return 0;
-    BN_LAUNCH(conv_state_kernel, elt_blocks(C), BWD_ELT_THREADS, 0, stream, mix, state0, C, K, T, state_out);
+    BN_LAUNCH(conv_state_kernel, elt_blocks(C), TRAIN_ELT_THREADS, 0, stream, mix, state0, C, K, T, state_out);
     return launched(err, errlen);
 }
 
@@ -378,7 +353,7 @@ extern "C" int bn_cuda_conv1d_silu_bwd(const float *mix, const float *state0, co
     if (conv_shape_ok(K, err, errlen) < 0) return -1;
     if ((!dmix && !dstate0) || C <= 0 || T <= 0) return 0;
     const int64_t count = (int64_t)C * (T + K - 1);
-    BN_LAUNCH(conv_bwd_kernel, elt_blocks(count), BWD_ELT_THREADS, 0, stream, mix, state0, w, C, K, T, count, dout,
+    BN_LAUNCH(conv_bwd_kernel, elt_blocks(count), TRAIN_ELT_THREADS, 0, stream, mix, state0, w, C, K, T, count, dout,
               dmix, dstate0);
     return launched(err, errlen);
 }

@@ -1,5 +1,6 @@
-// cuda/cuda_dev_buf.h — fp32 and int device buffers for C callers (cuda/dev_buf.cu): the GPU trainer's ops take device
-// pointers, and C code (tests, the trainer) allocates, fills and reads them through these.
+// cuda/cuda_dev_buf.h — fp32, int and byte device buffers for C callers (cuda/dev_buf.cu): the GPU trainer's ops take
+// device pointers, and C code (tests, the trainer) allocates, fills and reads them through these (bytes: weights in
+// their stored type).
 #ifndef BONSAI_CUDA_DEV_BUF_H
 #define BONSAI_CUDA_DEV_BUF_H
 #include <stddef.h>
@@ -22,6 +23,12 @@ int *bn_cuda_dev_ints(size_t n, char *err, size_t errlen);
 void bn_cuda_dev_free_ints(int *dev);
 // bn_cuda_dev_upload_ints: dev[0..n) = host[0..n); returns 0 or -1.
 int bn_cuda_dev_upload_ints(int *dev, const int *host, size_t n, char *err, size_t errlen);
+// bn_cuda_dev_bytes: n bytes of device memory; NULL with err filled.
+void *bn_cuda_dev_bytes(size_t n, char *err, size_t errlen);
+// bn_cuda_dev_free_bytes: frees bn_cuda_dev_bytes memory (NULL is fine).
+void bn_cuda_dev_free_bytes(void *dev);
+// bn_cuda_dev_upload_bytes: dev[0..n) = host[0..n) bytes; 0 or -1.
+int bn_cuda_dev_upload_bytes(void *dev, const void *host, size_t n, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
 // engine's fused kernels: the backward (cuda/cuda_bwd_ops.h, cuda/cuda_bwd_seq.h) recomputes from their outputs.
 // Every pointer argument of an op is device memory; ops enqueue on `stream` (a cudaStream_t; NULL = the default
 // stream) and return 0, or -1 with err filled. Empty shapes do nothing and return 0. Outputs may not alias inputs
-// unless said.
+// unless said. Weights in their stored type go to the device through cuda/cuda_dev_buf.h's bn_cuda_dev_bytes.
 #ifndef BONSAI_CUDA_FWD_OPS_H
 #define BONSAI_CUDA_FWD_OPS_H
 #include <stdint.h>
@@ -15,14 +15,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// ---- device bytes (weights in their stored type) ----------------------------------------------------------------
-// bn_cuda_dev_bytes: n bytes of device memory; NULL with err filled.
-void *bn_cuda_dev_bytes(size_t n, char *err, size_t errlen);
-// bn_cuda_dev_free_bytes: frees bn_cuda_dev_bytes memory (NULL is fine).
-void bn_cuda_dev_free_bytes(void *dev);
-// bn_cuda_dev_upload_bytes: dev[0..n) = host[0..n) bytes; 0 or -1.
-int bn_cuda_dev_upload_bytes(void *dev, const void *host, size_t n, char *err, size_t errlen);
 
 // ---- weights of any stored type -----------------------------------------------------------------------------------
 // bn_cuda_dequant_rows: out {ne0, n_rows} = rows r0 .. r0 + n_rows of W (type: quant/quant.h's bn_type, rows of

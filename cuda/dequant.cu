@@ -1,5 +1,6 @@
 // cuda/dequant.cu — whole-row dequantization: embedding lookup (bn_cu_get_rows, fp32, bit-identical
-// to bn_dequantize), weight tiles to fp16 for the prefill GEMM (the activations' scaled fp16 conversion is in cuda/mm.cu).
+// to bn_dequantize), weight rows to fp32 (bn_cu_dequant_f32, the same bits), weight tiles to fp16 for the
+// prefill GEMM (the activations' scaled fp16 conversion is in cuda/mm.cu).
 // One thread per output element (coalesced writes; the threads of a block share a weight block).
 #include "cuda/mm_impl.cuh"
 
@@ -17,14 +18,18 @@ __global__ void get_rows_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int6
     out[i * ne0 + k] = id >= 0 && id < ne1 ? bn_deq_elem<T>(w + id * row_bytes, k, ne0) : 0.0f;
 }
 
-// dequant_f16_k: out[r*ne0 + k] = fp16(W[r0 + r][k]); grid (nr, ceil(ne0 / DEQ_THREADS)).
-template <int T>
-__global__ void dequant_f16_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t r0, bn_half *out) {
+// deq_store: v as the output element: fp32 unchanged, fp16 rounded to nearest even.
+static BN_DEVICE void deq_store(float *out, float v) { *out = v; }
+static BN_DEVICE void deq_store(bn_half *out, float v) { *out = bn_f2h(v); }
+
+// dequant_k: out[r*ne0 + k] = W[r0 + r][k] as O (fp32 or fp16); grid (nr, ceil(ne0 / DEQ_THREADS)).
+template <int T, class O>
+__global__ void dequant_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t r0, O *out) {
     bn_cu_grid_begin();
     int64_t k = (int64_t)blockIdx.y * DEQ_THREADS + threadIdx.x;
     int64_t r = blockIdx.x;
     if (k >= ne0) return;
-    out[r * ne0 + k] = bn_f2h(bn_deq_elem<T>(w + (r0 + r) * row_bytes, k, ne0));
+    deq_store(out + r * ne0 + k, bn_deq_elem<T>(w + (r0 + r) * row_bytes, k, ne0));
 }
 
 struct get_rows_launch {
@@ -41,14 +46,14 @@ struct get_rows_launch {
     }
 };
 
-struct dequant_f16_launch {
+template <class O> struct dequant_launch {
     const bn_cu_weight *w;
     int64_t r0, nr;
-    bn_half *out;
+    O *out;
     cudaStream_t s;
     template <int T> cudaError_t operator()() const {
         dim3 grid((unsigned)nr, (unsigned)((w->ne0 + DEQ_THREADS - 1) / DEQ_THREADS));
-        void (*k)(const uint8_t *, size_t, int64_t, int64_t, bn_half *) = dequant_f16_k<T>;
+        void (*k)(const uint8_t *, size_t, int64_t, int64_t, O *) = dequant_k<T, O>;
         BN_LAUNCH(k, grid, dim3(DEQ_THREADS), 0, s, (const uint8_t *)w->data, w->row_bytes, w->ne0, r0, out);
         return cudaGetLastError();
     }
@@ -61,5 +66,10 @@ cudaError_t bn_cu_get_rows(const bn_cu_weight *w, const int32_t *ids, float *out
 
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s) {
     if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
-    return bn_cu_by_type(w->type, dequant_f16_launch{w, r0, nr, out, s});
+    return bn_cu_by_type(w->type, dequant_launch<bn_half>{w, r0, nr, out, s});
+}
+
+cudaError_t bn_cu_dequant_f32(const bn_cu_weight *w, int64_t r0, int64_t nr, float *out, cudaStream_t s) {
+    if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
+    return bn_cu_by_type(w->type, dequant_launch<float>{w, r0, nr, out, s});
 }

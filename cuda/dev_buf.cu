@@ -1,4 +1,4 @@
-// cuda/dev_buf.cu — fp32 and int device buffers for C callers. See cuda_dev_buf.h.
+// cuda/dev_buf.cu — fp32, int and byte device buffers for C callers. See cuda_dev_buf.h.
 #include "cuda/common.cuh"
 #include "cuda/cuda_dev_buf.h"
 
@@ -40,5 +40,16 @@ extern "C" void bn_cuda_dev_free_ints(int *dev) {
 
 extern "C" int bn_cuda_dev_upload_ints(int *dev, const int *host, size_t n, char *err, size_t errlen) {
     BN_CUDA_TRY(cudaMemcpy(dev, host, n * sizeof(int), cudaMemcpyHostToDevice), err, errlen);
+    return 0;
+}
+
+extern "C" void *bn_cuda_dev_bytes(size_t n, char *err, size_t errlen) { return dev_alloc(n, 1, err, errlen); }
+
+extern "C" void bn_cuda_dev_free_bytes(void *dev) {
+    if (dev) cudaFree(dev);
+}
+
+extern "C" int bn_cuda_dev_upload_bytes(void *dev, const void *host, size_t n, char *err, size_t errlen) {
+    BN_CUDA_TRY(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice), err, errlen);
     return 0;
 }

@@ -559,5 +559,7 @@ bool bn_cu_mmq_prefill_enabled(void);
 bool bn_cu_mmq_prefill(const bn_cu_weight *const *w, int n, int nb);
 // bn_cu_dequant_f16: rows [r0, r0 + nr) of W dequantized to fp16 into out {ne0, nr}.
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
+// bn_cu_dequant_f32: rows [r0, r0 + nr) of W dequantized to fp32 into out {ne0, nr}, bit-identical to bn_dequantize.
+cudaError_t bn_cu_dequant_f32(const bn_cu_weight *w, int64_t r0, int64_t nr, float *out, cudaStream_t s);
 
 #endif

@@ -73,7 +73,7 @@ FILES=("$@")
 declare -A BLOCK=(
     [quantize_act]=256 [mmvq_q]=256 [mmvq_q_multi]=256 [mmv_f]=256 [repack_k]=256 [fill_bench_k]=256
     [mmq_tc]=128 [mma16_check_k]=32
-    [get_rows_k]=256 [dequant_f16_k]=256 [argmax_k]=1024 [topk_k]=256
+    [get_rows_k]=256 [dequant_k]=256 [argmax_k]=1024 [topk_k]=256
     [rmsnorm_kernel]=256 [add_rmsnorm_kernel]=256 [add_kernel]=256 [add_bias_kernel]=256 [swiglu_kernel]=256
     [gated_rmsnorm_kernel]=128 [advance_pos_kernel]=32 [conv_norm_kernel]=256 [recurrence_kernel]=128
     [conv_tokens_kernel]=256 [norm_tokens_kernel]=256 [recurrence_norm_kernel]=1024
@@ -87,6 +87,7 @@ declare -A BLOCK=(
     [attn_fwd_kernel]=128 [attn_bwd_rows_kernel]=128 [attn_bwd_kv_kernel]=128
     [gdn_fwd_kernel]=128 [gdn_bwd_kernel]=256 [gdn_qk_reduce_kernel]=256
     [f16_to_f32_kernel]=256 [mul_kernel]=256 [add_mul_kernel]=256
+    [l2norm_kernel]=256 [sigmoid_gate_kernel]=256 [gdn_gates_kernel]=256 [rope_fwd_kernel]=256
     [ftpo_row_sq_kernel]=256 [ftpo_batch_kernel]=1 [ftpo_tether_grad_kernel]=256 [ftpo_target_grad_kernel]=32
     [adamw_kernel]=256 [norm_partial_kernel]=256 [norm_final_kernel]=256 [grad_clip_kernel]=256 [grad_scale_kernel]=256
 )

@@ -1,0 +1,75 @@
+// cuda/fwd_linear.cu — the forward of a linear with a LoRA pair for the trainer (train/backward.c's
+// bn_linear_lora_fwd) through cuBLAS fp32 GEMMs on the column-major views of cuda/linear.cuh, with the backward's
+// conventions (cuda/bwd_linear.cu): F16 base weights widened a chunk of rows at a time in the workspace.
+#include "cuda/common.cuh"
+#include "cuda/cuda_fwd_ops.h"
+#include "cuda/linear.cuh"
+
+// fwd_workspace: the workspace's parts: the widened weight chunk, x⊙drop, A·(x⊙drop) when the caller keeps none.
+struct fwd_workspace {
+    float *wbuf, *xd, *ax;
+};
+
+// fwd_split: ws cut into fwd_workspace's parts for these shapes (bn_cuda_linear_lora_fwd_workspace_floats in all).
+static fwd_workspace fwd_split(float *ws, int w_type, int64_t n_in, int64_t n_out, int T) {
+    fwd_workspace p;
+    p.wbuf = ws;
+    p.xd = p.wbuf + (w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0);
+    p.ax = p.xd + n_in * T;
+    return p;
+}
+
+// base_y: y (n_out × T) = Wᵀ·x with W {n_in, n_out} the n_in × n_out matrix of its rows; F16 rows widened chunk by
+// chunk into wbuf, each chunk's GEMM writing its rows of y. Returns 0 or -1 (err).
+static int base_y(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *x,
+                  float *y, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
+    const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
+    if (w_type == BN_CU_F32) {
+        BN_CUBLAS_TRY(gemm(h, Tr, N, n_out, T, n_in, 1.0f, (const float *)W, n_in, x, n_in, 0.0f, y, n_out), err,
+                      errlen);
+        return 0;
+    }
+    const int64_t step = chunk_rows(n_in, n_out);
+    for (int64_t j0 = 0; j0 < n_out; j0 += step) {
+        const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
+        if (widen_f16_rows(W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
+        BN_CUBLAS_TRY(gemm(h, Tr, N, nr, T, n_in, 1.0f, wbuf, n_in, x, n_in, 0.0f, y + j0, n_out), err, errlen);
+    }
+    return 0;
+}
+
+// lora_y: y += scale·Bᵀ-view·ax with ax (r × T) = Aᵀ-view·(x⊙drop) (into ax when not NULL, else the workspace).
+// Returns 0 or -1 (err).
+static int lora_y(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int64_t n_out, int T, const float *x,
+                  const float *drop, float *ax, float *y, const fwd_workspace &p, cudaStream_t s, char *err,
+                  size_t errlen) {
+    const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
+    const int64_t r = L->r;
+    const float *xd = dropped_input(x, drop, n_in * T, p.xd, s, err, errlen);
+    if (!xd) return -1;
+    float *axb = ax ? ax : p.ax;
+    // axb (r × T) = Aᵀ · xd: A {n_in, r} is the n_in × r matrix
+    BN_CUBLAS_TRY(gemm(h, Tr, N, r, T, n_in, 1.0f, L->A, n_in, xd, n_in, 0.0f, axb, r), err, errlen);
+    // y (n_out × T) += s·Bᵀ · axb: B {r, n_out} is the r × n_out matrix
+    BN_CUBLAS_TRY(gemm(h, Tr, N, n_out, T, r, L->scale, L->B, r, axb, r, 1.0f, y, n_out), err, errlen);
+    return 0;
+}
+
+extern "C" size_t bn_cuda_linear_lora_fwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T) {
+    const int64_t wbuf = w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0;
+    return (size_t)(wbuf + n_in * T + (int64_t)r * T);
+}
+
+extern "C" int bn_cuda_linear_lora_fwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
+                                       const bn_cuda_lora *lora, const float *x, int T, const float *drop, float *y,
+                                       float *ax, float *workspace, void *stream, char *err, size_t errlen) {
+    if (lin_shape_ok("forward", w_type, n_in, n_out, T, lora, err, errlen) < 0) return -1;
+    if (T == 0) return 0;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    cudaStream_t s = (cudaStream_t)stream;
+    BN_CUBLAS_TRY(cublasSetStream(h, s), err, errlen);
+    const fwd_workspace p = fwd_split(workspace, w_type, n_in, n_out, T);
+    if (base_y(h, w_type, W, n_in, n_out, T, x, y, p.wbuf, s, err, errlen) < 0) return -1;
+    if (!lora) return 0;
+    return lora_y(h, lora, n_in, n_out, T, x, drop, ax, y, p, s, err, errlen);
+}
