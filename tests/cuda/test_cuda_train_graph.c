@@ -1,0 +1,274 @@
+// tests/cuda/test_cuda_train_graph.c — the device backend of FTPO training (cuda/train_graph.cu, reached through
+// train/device.h's registered bn_train_device) vs the CPU's train/graph.c on tiny generated models: the "tiny"
+// bonsai-mkmodel qwen35 (3 GDN + 1 gated attention layer) in F32 and F16, requantized to Q8_0 and Q1_0 (every 2-D
+// weight, embedding and head included), the dense qwen3-tiny, and llama (NORM RoPE) and qwen2 (q/k/v biases) from
+// tests/core/tiny.h. Every case adapts all the targets the model has (the LM head where it is untied) at rank 4 with
+// random A and B (PEFT's B = 0 would leave paths without gradient) and compares: the last-position logits with the
+// adapter and without (the reference forward), and every LoRA gradient for random dlogits, taken into pre-filled host
+// gradients (take_grads adds, then zeroes the device's: a second take adds nothing). Also: load_params makes the
+// device's logits follow changed parameters, and open refuses dropout and the straight-through estimator.
+// Built twice: `cuda_train_graph` links the GPU library (skipped without a device, e.g. CI); `cuda_train_graph_emu`
+// links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
+// Tolerance (why): both sides compute in fp32 with the same formulas but different summation orders (cuBLAS / OpenBLAS
+// GEMMs against core/matmul's dot products, tree reductions in the norms and the attention); quantized weights are
+// dequantized bit-identically on both sides, so they need no more. Differences grow through 4 layers and the
+// recurrence to ~1e-6 of a tensor's scale; the check is |device − cpu| <= TOL_REL · max|cpu| per tensor (logits, each
+// A and each B), with TOL_REL = 1e-4: two orders above what is measured, far below the size of any real mistake (a
+// wrong or missing term changes a gradient by O(1) of its scale).
+#include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <time.h>
+#include "tests/test.h"
+#include "tests/core/tiny.h"
+#include "synth/mkmodel.h"
+#include "quantize/quantize.h"
+#include "core/model.h"
+#include "base/util.h"
+#include "base/rng.h"
+#include "train/graph.h"
+#include "train/lora.h"
+#include "train/device.h"
+
+#define TOL_REL 1e-4
+#define RANK 4
+#define ALL_TARGETS ((1u << BN_LORA_N_TARGETS) - 1)
+
+static char tmpdir[256];
+static char err[512];
+static double worst_logits, worst_grads; // largest relative differences seen, for the summary
+
+// max_rel_diff: max|a − b| / max|b| over n values (max|b| = 0: the absolute difference).
+static double max_rel_diff(const float *a, const float *b, int64_t n) {
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+    }
+    return s > 0 ? d / s : d;
+}
+
+// fill_random: n values uniform in [−scale, scale) from rng.
+static void fill_random(bn_rng *rng, float *p, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) p[i] = scale * (2.0f * (float)bn_rng_uniform(rng) - 1.0f);
+}
+
+// quantize_file: src with every 2-D weight requantized to type (--pure) into dst; 0 or -1.
+static int quantize_file(const char *src, const char *dst, const char *type) {
+    bn_quantize_params qp = bn_quantize_params_default();
+    qp.type = type;
+    qp.pure = true;
+    qp.n_threads = 2;
+    qp.log = NULL;
+    if (bn_quantize_file(&qp, src, dst, err, sizeof err) != 0) {
+        CHECK(0, "quantize %s to %s: %s", src, type, err);
+        return -1;
+    }
+    return 0;
+}
+
+// make_mkmodel: preset with 2-D weights of type (F32, F16, or a quantized type by requantizing the F32 model) into
+// path; 0 or -1.
+static int make_mkmodel(const char *preset, const char *type, char *path, size_t n) {
+    bn_mkmodel_params p;
+    bn_mkmodel_defaults(&p, preset);
+    const bool plain = !strcmp(type, "F32") || !strcmp(type, "F16");
+    p.type = !strcmp(type, "F16") ? BN_F16 : BN_F32;
+    char base[320];
+    snprintf(base, sizeof base, "%s/%s-%s.gguf", tmpdir, preset, plain ? type : "F32");
+    if (access(base, F_OK) != 0 && bn_mkmodel_write(&p, base, err, sizeof err) != 0) {
+        CHECK(0, "mkmodel %s: %s", preset, err);
+        return -1;
+    }
+    snprintf(path, n, "%s/%s-%s.gguf", tmpdir, preset, type);
+    return plain ? 0 : quantize_file(base, path, type);
+}
+
+// make_tiny_h: tests/core/tiny.h's dense arch (llama, qwen2) in F32 into path; 0 or -1.
+static int make_tiny_h(const char *arch, char *path, size_t n) {
+    static tiny_model tm;
+    tiny_defaults(&tm, arch);
+    tiny_build(&tm);
+    snprintf(path, n, "%s/tinyh-%s.gguf", tmpdir, arch);
+    const int rc = tiny_write(&tm, path, err, sizeof err);
+    tiny_free(&tm);
+    CHECK(rc == 0, "tiny.h %s: %s", arch, err);
+    return rc;
+}
+
+// make_adapter: every target m has, rank RANK, A and B random (seeded).
+static bn_lora *make_adapter(const bn_model *m, uint64_t seed) {
+    bn_lora *l = bn_lora_from_model(m, ALL_TARGETS, RANK, 8.0f, 0.0f, err, sizeof err);
+    CHECK(l != NULL, "adapter: %s", err);
+    if (!l) return NULL;
+    bn_rng rng;
+    bn_rng_seed(&rng, seed);
+    fill_random(&rng, l->params, l->n_params, 0.1f);
+    return l;
+}
+
+// compare_grads: every tensor's A and B gradient, device vs CPU; returns the largest relative difference.
+static double compare_grads(const char *label, const bn_lora *l, const float *dev, const float *cpu) {
+    double worst = 0;
+    for (int i = 0; i < l->n_tensors; i++) {
+        const bn_lora_tensor *t = &l->t[i];
+        const int64_t na = t->n_in * l->r, nb = (int64_t)l->r * t->n_out;
+        const double da = max_rel_diff(dev + t->off_a, cpu + t->off_a, na);
+        const double db = max_rel_diff(dev + t->off_b, cpu + t->off_b, nb);
+        CHECK(da <= TOL_REL && db <= TOL_REL, "%s: %s gradient differs: A %.3g, B %.3g", label, t->name, da, db);
+        if (da > worst) worst = da;
+        if (db > worst) worst = db;
+    }
+    return worst;
+}
+
+// cpu_run: the CPU's logits with l and without, and l's gradients (into cpu_grads) for dlogits.
+static int cpu_run(const bn_model *m, bn_lora *l, const int32_t *tok, int T, const float *dlogits, float *logits,
+                   float *ref, float *cpu_grads) {
+    bn_lora_zero_grad(l);
+    bn_train_graph *g = bn_train_forward(m, l, tok, T, NULL, logits, err, sizeof err);
+    CHECK(g != NULL, "cpu forward: %s", err);
+    if (!g) return -1;
+    CHECK(bn_train_backward(g, dlogits, err, sizeof err) == 0, "cpu backward: %s", err);
+    bn_train_graph_free(g);
+    memcpy(cpu_grads, l->grads, sizeof(float) * (size_t)l->n_params);
+    bn_train_graph_free(bn_train_forward(m, NULL, tok, T, NULL, ref, err, sizeof err));
+    return 0;
+}
+
+// device_grads: the device's forward (logits) and backward for dlogits, its gradients taken into pre-filled host
+// grads (checked to add), then a second take (checked to add nothing); dev_grads = the device's gradients.
+static void device_grads(const bn_train_device *d, void *ctx, const char *label, const bn_lora *l, const int32_t *tok,
+                         int T, const float *dlogits, float *logits, float *dev_grads) {
+    void *g = d->forward(ctx, true, tok, T, logits, err, sizeof err);
+    CHECK(g != NULL, "%s: device forward: %s", label, err);
+    if (!g) return;
+    CHECK(d->backward(g, dlogits, err, sizeof err) == 0, "%s: device backward: %s", label, err);
+    d->graph_free(g);
+    const size_t n = (size_t)l->n_params;
+    for (size_t i = 0; i < n; i++) dev_grads[i] = (float)(i % 7) - 3.0f; // pre-filled: take_grads adds
+    CHECK(d->take_grads(ctx, dev_grads, err, sizeof err) == 0, "%s: take_grads: %s", label, err);
+    for (size_t i = 0; i < n; i++) dev_grads[i] -= (float)(i % 7) - 3.0f;
+    float *again = xcalloc(n, sizeof(float));
+    CHECK(d->take_grads(ctx, again, err, sizeof err) == 0, "%s: take_grads: %s", label, err);
+    double left = 0;
+    for (size_t i = 0; i < n; i++) left = fmax(left, fabs(again[i]));
+    CHECK(left == 0, "%s: the device's gradients are not zeroed after take_grads (%g left)", label, left);
+    free(again);
+}
+
+// check_load_params: after l's B is scaled on the host and loaded, the device's logits follow the CPU's.
+static void check_load_params(const bn_train_device *d, void *ctx, const char *label, const bn_model *m, bn_lora *l,
+                              const int32_t *tok, int T) {
+    const int V = m->cfg.n_vocab;
+    for (int i = 0; i < l->n_tensors; i++)
+        for (int64_t j = 0; j < (int64_t)l->r * l->t[i].n_out; j++) l->params[l->t[i].off_b + j] *= -2.0f;
+    float *cpu = xmalloc(sizeof(float) * V), *dev = xmalloc(sizeof(float) * V);
+    bn_train_graph_free(bn_train_forward(m, l, tok, T, NULL, cpu, err, sizeof err));
+    CHECK(d->load_params(ctx, l, err, sizeof err) == 0, "%s: load_params: %s", label, err);
+    d->graph_free(d->forward(ctx, true, tok, T, dev, err, sizeof err));
+    const double diff = max_rel_diff(dev, cpu, V);
+    CHECK(diff <= TOL_REL, "%s: logits after load_params differ by %.3g", label, diff);
+    free(cpu);
+    free(dev);
+}
+
+// run_case: the model at path through both backends (T tokens); prints the measured differences and the time.
+static void run_case(const bn_train_device *d, const char *label, const char *path, int T) {
+    const clock_t c0 = clock();
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    CHECK(m != NULL, "%s: load: %s", label, err);
+    if (!m) return;
+    bn_lora *l = make_adapter(m, 1234);
+    if (!l) {
+        bn_model_free(m);
+        return;
+    }
+    const int V = m->cfg.n_vocab;
+    int32_t tok[32];
+    bn_rng rng;
+    bn_rng_seed(&rng, 99);
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)bn_rng_below(&rng, (uint64_t)V);
+    float *dlogits = xmalloc(sizeof(float) * V), *logits = xmalloc(sizeof(float) * V), *ref = xmalloc(sizeof(float) * V);
+    float *dev_logits = xmalloc(sizeof(float) * V), *dev_ref = xmalloc(sizeof(float) * V);
+    fill_random(&rng, dlogits, V, 1.0f);
+    float *cpu_grads = xmalloc(sizeof(float) * (size_t)l->n_params), *dev_grads = xmalloc(sizeof(float) * (size_t)l->n_params);
+    void *ctx = d->open(m, l, 0, err, sizeof err);
+    CHECK(ctx != NULL, "%s: open: %s", label, err);
+    if (ctx && cpu_run(m, l, tok, T, dlogits, logits, ref, cpu_grads) == 0) {
+        device_grads(d, ctx, label, l, tok, T, dlogits, dev_logits, dev_grads);
+        d->graph_free(d->forward(ctx, false, tok, T, dev_ref, err, sizeof err));
+        const double dl = max_rel_diff(dev_logits, logits, V), dr = max_rel_diff(dev_ref, ref, V);
+        const double dg = compare_grads(label, l, dev_grads, cpu_grads);
+        CHECK(dl <= TOL_REL, "%s: logits differ by %.3g", label, dl);
+        CHECK(dr <= TOL_REL, "%s: reference logits differ by %.3g", label, dr);
+        CHECK(max_rel_diff(logits, ref, V) > 1e-3, "%s: the adapter does not change the logits", label);
+        check_load_params(d, ctx, label, m, l, tok, T);
+        worst_logits = fmax(worst_logits, fmax(dl, dr));
+        worst_grads = fmax(worst_grads, dg);
+        printf("  %-22s T %2d, %2d adapted tensors: logits %.2e, reference %.2e, gradients %.2e (max rel diff); %.1f s\n",
+               label, T, l->n_tensors, dl, dr, dg, (double)(clock() - c0) / CLOCKS_PER_SEC);
+    }
+    d->close(ctx);
+    free(dlogits); free(logits); free(ref); free(dev_logits); free(dev_ref); free(cpu_grads); free(dev_grads);
+    bn_lora_free(l);
+    bn_model_free(m);
+}
+
+// check_refusals: open fails, with a message, for LoRA dropout and the straight-through estimator.
+static void check_refusals(const bn_train_device *d, const char *path) {
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    if (!m) return;
+    bn_lora *l = make_adapter(m, 1);
+    if (!l) {
+        bn_model_free(m);
+        return;
+    }
+    l->dropout = 0.1f;
+    err[0] = 0;
+    void *ctx = d->open(m, l, 0, err, sizeof err);
+    CHECK(ctx == NULL && strstr(err, "dropout"), "open with dropout: %s", err);
+    d->close(ctx);
+    l->dropout = 0;
+    l->ste = true;
+    err[0] = 0;
+    ctx = d->open(m, l, 0, err, sizeof err);
+    CHECK(ctx == NULL && strstr(err, "quantizer"), "open with the straight-through estimator: %s", err);
+    d->close(ctx);
+    bn_lora_free(l);
+    bn_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    const bn_train_device *d = bn_train_device_get();
+    CHECK(d != NULL && !strcmp(d->name, "CUDA"), "no CUDA training device registered");
+    if (!d) return test_done("cuda_train_graph");
+    if (d->device_count() <= 0) return test_skip("no CUDA device");
+    const char *part = argc > 1 ? argv[1] : "all";
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bonsai_cuda_train_graph_XXXXXX");
+    if (!mkdtemp(tmpdir)) return test_skip("cannot make a temporary directory");
+    char path[400];
+    const bool all = !strcmp(part, "all");
+    if ((all || !strcmp(part, "qwen35")) && make_mkmodel("tiny", "F32", path, sizeof path) == 0) {
+        run_case(d, "qwen35 F32", path, 13);
+        check_refusals(d, path);
+    }
+    if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q8_0", path, sizeof path) == 0)
+        run_case(d, "qwen35 Q8_0", path, 9);
+    if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q1_0", path, sizeof path) == 0)
+        run_case(d, "qwen35 Q1_0", path, 9);
+    if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "F16", path, sizeof path) == 0)
+        run_case(d, "qwen35 F16", path, 9);
+    if ((all || !strcmp(part, "dense")) && make_mkmodel("qwen3-tiny", "F32", path, sizeof path) == 0)
+        run_case(d, "qwen3 F32", path, 17);
+    if ((all || !strcmp(part, "dense")) && make_tiny_h("llama", path, sizeof path) == 0)
+        run_case(d, "llama F32 (tiny.h)", path, 11);
+    if ((all || !strcmp(part, "dense")) && make_tiny_h("qwen2", path, sizeof path) == 0)
+        run_case(d, "qwen2 F32 (tiny.h)", path, 11);
+    printf("largest relative differences: logits %.2e, gradients %.2e (tolerance %.0e)\n", worst_logits, worst_grads,
+           TOL_REL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
+    return test_done("cuda_train_graph");
+}
