@@ -23,7 +23,8 @@ typedef struct {
     const char *kinds;      // "q1_0" (comma list of adapter,f16,q1_0,q2_0)
     int threads;            // -t (2)
     int n_ctx;              // -c (2048): generation context
-    int n_gpu_layers;       // -ngl (0): generation, mining and perplexity on the GPU (training runs on the CPU)
+    int n_gpu_layers;       // -ngl (0): generation, mining, perplexity and the adapter and F16 kinds' training on
+                            // the GPU (the merged kinds train through the quantizer, on the CPU)
     uint64_t seed;          // -s: LoRA init / shuffles / tether windows of the first candidate (then seed+1, ...) (1)
     uint64_t mine_seed;     // --mine-seed: mining's sampling (1); apart from -s, so runs of several -s share mining
     bool full;              // --full: the demo's budget (all prompts, 3 seeds × tethers)

@@ -145,8 +145,9 @@ st=$?
 [ $st -eq 0 ] && grep -q "Final estimate: PPL" "$T/err" ||
   bad "bonsai-perplexity -ngl 99: exit $st, $(tail -c 300 "$T/err")"
 checks=$((checks + 1))
-"$B/bonsai-ftpo-train" -ngl 99 > /dev/null 2> "$T/err"
-grep -qF "training runs on the CPU" "$T/err" || bad "bonsai-ftpo-train -ngl 99: no warning, $(head -c 200 "$T/err")"
+"$B/bonsai-ftpo-train" -m "$M" --plan-only -ngl 99 > "$T/out" 2> "$T/err"
+st=$?
+[ $st -eq 0 ] && grep -q "memory plan" "$T/out" || bad "bonsai-ftpo-train -ngl 99 --plan-only: exit $st, $(head -c 200 "$T/err")"
 
 # --lora / --lora-scaled (the engine options): listed by every tool that runs a model; a missing file, a model file
 # given as an adapter, a scale that is not a number and a missing scale are refused, named
