@@ -1,7 +1,8 @@
 // cuda/bwd_linear.cu — the backward of a linear with a LoRA pair for the trainer (docs/model.md §8; the products of
 // train/backward.c bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on column-major views of the row-major tensors: a
-// {n, T} tensor is an n × T matrix with leading dimension n. F16 base weights are widened to fp32 a chunk of rows at
-// a time in the workspace (exact), as the CPU dequantizes them (cuda/linear.cuh, shared with the forward).
+// {n, T} tensor is an n × T matrix with leading dimension n. A base weight of another type than F32 is made fp32 a
+// chunk of rows at a time in the workspace, bit-identically to the CPU's dequantization (cuda/linear.cuh, shared with
+// the forward).
 #include "cuda/common.cuh"
 #include "cuda/cuda_bwd_seq.h"
 #include "cuda/linear.cuh"
@@ -13,8 +14,8 @@ static __global__ void add_mul_kernel(float *y, const float *a, const float *b, 
     if (i < count) y[i] += a[i] * b[i];
 }
 
-// base_dx: dx (n_in × T) += W·dy, W {n_in, n_out} = the n_in × n_out matrix of its rows; F16 rows widened chunk by
-// chunk into wbuf. Returns 0 or -1 (err).
+// base_dx: dx (n_in × T) += W·dy, W {n_in, n_out} = the n_in × n_out matrix of its rows; other types' rows made fp32
+// chunk by chunk into wbuf. Returns 0 or -1 (err).
 static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *dy,
                    float *dx, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
     const cublasOperation_t N = CUBLAS_OP_N;
@@ -26,13 +27,13 @@ static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, in
     const int64_t step = chunk_rows(n_in, n_out);
     for (int64_t j0 = 0; j0 < n_out; j0 += step) {
         const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
-        if (widen_f16_rows(W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
+        if (weight_rows_f32(w_type, W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
         BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, nr, 1.0f, wbuf, n_in, dy + j0, n_out, 1.0f, dx, n_in), err, errlen);
     }
     return 0;
 }
 
-// lin_workspace: the workspace's parts: the widened weight chunk, x⊙drop, A·(x⊙drop), Bᵀdy, the LoRA dx before the
+// lin_workspace: the workspace's parts: the fp32 weight chunk, x⊙drop, A·(x⊙drop), Bᵀdy, the LoRA dx before the
 // drop mask.
 struct lin_workspace {
     float *wbuf, *xd, *ax, *gb, *tmp;
@@ -42,7 +43,7 @@ struct lin_workspace {
 static lin_workspace lin_split(float *ws, int w_type, int64_t n_in, int64_t n_out, int r, int T) {
     lin_workspace p;
     p.wbuf = ws;
-    p.xd = p.wbuf + (w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0);
+    p.xd = p.wbuf + chunk_floats(w_type, n_in, n_out);
     p.ax = p.xd + n_in * T;
     p.gb = p.ax + (int64_t)r * T;
     p.tmp = p.gb + (int64_t)r * T;
@@ -91,7 +92,7 @@ extern "C" void bn_cuda_blas_free(void *blas) {
 }
 
 extern "C" size_t bn_cuda_linear_lora_bwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T) {
-    const int64_t wbuf = w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0;
+    const int64_t wbuf = chunk_floats(w_type, n_in, n_out);
     return (size_t)(wbuf + 2 * n_in * T + 2 * (int64_t)r * T);
 }
 

@@ -70,7 +70,8 @@ typedef struct {
 size_t bn_cuda_linear_lora_bwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T);
 // bn_cuda_linear_lora_bwd: given dy {n_out, T}: dx += Wᵀdy + scale·(Aᵀ(Bᵀdy))⊙drop; dA += scale·(Bᵀdy)(x⊙drop)ᵀ;
 // dB += scale·dy(A(x⊙drop))ᵀ (bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on handle blas (set to stream).
-// W {n_in, n_out} (row o contiguous) is BN_F32 or BN_F16 (quant/quant.h); lora (a host struct) may be NULL;
+// W {n_in, n_out} (row o contiguous) of any type bn_cuda_dequant_rows takes (quant/quant.h; F32 read in place, the
+// others made fp32 in chunks of the workspace); lora (a host struct) may be NULL;
 // drop {n_in, T} (0 or 1/(1−p)) may be NULL; ax {r, T} from the forward or NULL (recomputed); dx may be NULL.
 // workspace: bn_cuda_linear_lora_bwd_workspace_floats floats. 0 or -1.
 int bn_cuda_linear_lora_bwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,

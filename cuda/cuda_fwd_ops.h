@@ -29,8 +29,8 @@ int bn_cuda_get_rows_f32(int type, const void *W, int64_t ne0, int64_t ne1, cons
 // ---- linear + LoRA forward (cuBLAS) -------------------------------------------------------------------------------
 // bn_cuda_linear_lora_fwd_workspace_floats: device floats bn_cuda_linear_lora_fwd needs as workspace.
 size_t bn_cuda_linear_lora_fwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T);
-// bn_cuda_linear_lora_fwd: y {n_out, T} = W x + scale·B(A·(x⊙drop)) (bn_linear_lora_fwd); W {n_in, n_out} is BN_F32
-// or BN_F16; lora may be NULL (then y = W x); drop {n_in, T} may be NULL; ax {r, T} (may be NULL) receives A·(x⊙drop)
+// bn_cuda_linear_lora_fwd: y {n_out, T} = W x + scale·B(A·(x⊙drop)) (bn_linear_lora_fwd); W {n_in, n_out} of any
+// type bn_cuda_dequant_rows takes (F32 read in place, the others made fp32 in chunks of the workspace); lora may be NULL (then y = W x); drop {n_in, T} may be NULL; ax {r, T} (may be NULL) receives A·(x⊙drop)
 // for the backward. workspace: bn_cuda_linear_lora_fwd_workspace_floats floats. 0 or -1.
 int bn_cuda_linear_lora_fwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
                             const bn_cuda_lora *lora, const float *x, int T, const float *drop, float *y, float *ax,

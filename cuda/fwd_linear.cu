@@ -1,11 +1,12 @@
 // cuda/fwd_linear.cu — the forward of a linear with a LoRA pair for the trainer (train/backward.c's
 // bn_linear_lora_fwd) through cuBLAS fp32 GEMMs on the column-major views of cuda/linear.cuh, with the backward's
-// conventions (cuda/bwd_linear.cu): F16 base weights widened a chunk of rows at a time in the workspace.
+// conventions (cuda/bwd_linear.cu): a base weight of another type than F32 made fp32 a chunk of rows at a time in the
+// workspace.
 #include "cuda/common.cuh"
 #include "cuda/cuda_fwd_ops.h"
 #include "cuda/linear.cuh"
 
-// fwd_workspace: the workspace's parts: the widened weight chunk, x⊙drop, A·(x⊙drop) when the caller keeps none.
+// fwd_workspace: the workspace's parts: the fp32 weight chunk, x⊙drop, A·(x⊙drop) when the caller keeps none.
 struct fwd_workspace {
     float *wbuf, *xd, *ax;
 };
@@ -14,13 +15,13 @@ struct fwd_workspace {
 static fwd_workspace fwd_split(float *ws, int w_type, int64_t n_in, int64_t n_out, int T) {
     fwd_workspace p;
     p.wbuf = ws;
-    p.xd = p.wbuf + (w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0);
+    p.xd = p.wbuf + chunk_floats(w_type, n_in, n_out);
     p.ax = p.xd + n_in * T;
     return p;
 }
 
-// base_y: y (n_out × T) = Wᵀ·x with W {n_in, n_out} the n_in × n_out matrix of its rows; F16 rows widened chunk by
-// chunk into wbuf, each chunk's GEMM writing its rows of y. Returns 0 or -1 (err).
+// base_y: y (n_out × T) = Wᵀ·x with W {n_in, n_out} the n_in × n_out matrix of its rows; other types' rows made fp32
+// chunk by chunk into wbuf, each chunk's GEMM writing its rows of y. Returns 0 or -1 (err).
 static int base_y(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *x,
                   float *y, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
     const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
@@ -32,7 +33,7 @@ static int base_y(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int
     const int64_t step = chunk_rows(n_in, n_out);
     for (int64_t j0 = 0; j0 < n_out; j0 += step) {
         const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
-        if (widen_f16_rows(W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
+        if (weight_rows_f32(w_type, W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
         BN_CUBLAS_TRY(gemm(h, Tr, N, nr, T, n_in, 1.0f, wbuf, n_in, x, n_in, 0.0f, y + j0, n_out), err, errlen);
     }
     return 0;
@@ -56,7 +57,7 @@ static int lora_y(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int64_t
 }
 
 extern "C" size_t bn_cuda_linear_lora_fwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T) {
-    const int64_t wbuf = w_type == BN_CU_F16 ? chunk_rows(n_in, n_out) * n_in : 0;
+    const int64_t wbuf = chunk_floats(w_type, n_in, n_out);
     return (size_t)(wbuf + n_in * T + (int64_t)r * T);
 }
 

@@ -2,8 +2,8 @@
 // gradients) on the device, composed of the trainer's device ops (cuda/cuda_fwd_ops.h, cuda/cuda_bwd_ops.h,
 // cuda/cuda_bwd_seq.h) function by function as graph.c composes the CPU ones: the input of every layer is kept, each
 // layer is recomputed from it during the backward, layer 0 skips the mixer's input gradient and the LM head runs on
-// the last position only. Weights stay in their stored types; a 2-D weight of another type than F32/F16 is
-// dequantized (bit-identically to the CPU) into an fp32 scratch before each product that reads it. Registered as the
+// the last position only. Weights stay in their stored types; the linear ops make a weight of another type than F32
+// fp32 (bit-identically to the CPU) a chunk of rows at a time in their workspace. Registered as the
 // bn_train_device backend of train/device.h from a constructor, as cuda/engine.cu registers its engine device.
 #include "cuda/common.cuh"
 #include <stdlib.h>
@@ -57,7 +57,6 @@ struct bn_cuda_trainer {
     int per;           // bn_weight entries of a bn_layer_weights
     void **layer_w;    // [n_layer·per]: device copy of each layer weight in its stored type (NULL: absent)
     void *embd, *out_norm, *out; // token_embd, output_norm, output (== embd when tied)
-    float *deq;        // fp32 scratch of one dequantized 2-D weight (NULL: none needed)
     // the adapter: bn_lora's layout, parameters and gradients
     int r;
     float scale;
@@ -142,8 +141,6 @@ const void *dev_weight(const bn_cuda_trainer *t, const bn_weight *w) {
 // F: the device fp32 data of a vector weight (checked F32 at open).
 const float *F(const run *r, const bn_weight *w) { return (const float *)dev_weight(r->t, w); }
 
-// is_linear_type: types the linear ops read directly (others are dequantized first).
-bool is_linear_type(int type) { return type == BN_CU_F32 || type == BN_CU_F16; }
 
 // ---- linears with LoRA --------------------------------------------------------------------------------------------
 // lora_of: the device LoRA pair of (layer, target) (layer −1: the head) when the pass applies the adapter.
@@ -167,26 +164,12 @@ int target_slot(int target) {
     return 0;
 }
 
-// lin_weight: W as the linear ops take it: its device copy (F32, F16) or its rows dequantized into the scratch (F32).
-const void *lin_weight(const run *r, const bn_weight *W, int *type) {
-    const void *d = dev_weight(r->t, W);
-    if (is_linear_type(W->type)) {
-        *type = W->type;
-        return d;
-    }
-    *type = BN_CU_F32;
-    return bn_cuda_dequant_rows(W->type, d, W->ne[0], 0, weight_rows(W), r->t->deq, r->t->stream, r->err, r->errlen)
-               ? NULL : r->t->deq;
-}
-
 // lin_fwd: y {n_out, T} = W x (+ bias) (+ the adapter's pair of (layer, target), A·x kept in ax when given).
 int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_weight *bias, const float *x, float *y,
             float *ax) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    int type;
-    const void *w = lin_weight(r, W, &type);
-    if (!w || bn_cuda_linear_lora_fwd(r->t->blas, type, w, W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL, y,
+    if (bn_cuda_linear_lora_fwd(r->t->blas, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL, y,
                                       has ? ax : NULL, r->t->ws, r->t->stream, r->err, r->errlen))
         return -1;
     if (bias && bias->data) return bn_cuda_add_row_bias(y, F(r, bias), (int)W->ne[1], r->T, r->t->stream, r->err,
@@ -200,10 +183,7 @@ int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float
             float *dx) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    int type;
-    const void *w = lin_weight(r, W, &type);
-    if (!w) return -1;
-    return bn_cuda_linear_lora_bwd(r->t->blas, type, w, W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
+    return bn_cuda_linear_lora_bwd(r->t->blas, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
                                    has ? ax : NULL, dy, dx, r->t->ws, r->t->stream, r->err, r->errlen);
 }
 
@@ -544,7 +524,7 @@ int layer_linears(const bn_layer_weights *lw, const bn_weight **out) {
 
 // lin_ws: workspace floats of a linear's forward and backward over W for T tokens.
 size_t lin_ws(const bn_cuda_trainer *t, const bn_weight *W, int T) {
-    const int type = is_linear_type(W->type) ? W->type : BN_CU_F32;
+    const int type = W->type;
     const size_t f = bn_cuda_linear_lora_fwd_workspace_floats(type, W->ne[0], W->ne[1], t->r, T);
     const size_t b = bn_cuda_linear_lora_bwd_workspace_floats(type, W->ne[0], W->ne[1], t->r, T);
     return f > b ? f : b;
@@ -617,19 +597,15 @@ int check_adapter(const bn_lora *l, char *err, size_t errlen) {
     return 0;
 }
 
-// upload_weights: every weight of m on the device in its stored type, and the dequantization scratch; 0 or -1.
+// upload_weights: every weight of m on the device in its stored type; 0 or -1.
 int upload_weights(bn_cuda_trainer *t, char *err, size_t errlen) {
     const bn_model *m = t->m;
     const int L = m->cfg.n_layer;
     t->layer_w = (void **)xcalloc((size_t)L * t->per, sizeof(void *));
-    size_t deq = 0;
     for (int il = 0; il < L; il++) {
         const bn_weight *w = (const bn_weight *)&m->w.layers[il];
-        for (int i = 0; i < t->per; i++) {
+        for (int i = 0; i < t->per; i++)
             if (w[i].data && upload_weight(&w[i], &t->layer_w[il * t->per + i], err, errlen)) return -1;
-            if (w[i].data && !is_linear_type(w[i].type) && w[i].ne[0] * weight_rows(&w[i]) > (int64_t)deq)
-                deq = (size_t)(w[i].ne[0] * weight_rows(&w[i]));
-        }
     }
     if (upload_weight(&m->w.token_embd, &t->embd, err, errlen) ||
         upload_weight(&m->w.output_norm, &t->out_norm, err, errlen))
@@ -637,9 +613,7 @@ int upload_weights(bn_cuda_trainer *t, char *err, size_t errlen) {
     const bn_weight *out = &m->w.output;
     if (out->data == m->w.token_embd.data) t->out = t->embd;
     else if (upload_weight(out, &t->out, err, errlen)) return -1;
-    if (!is_linear_type(out->type) && (size_t)(out->ne[0] * weight_rows(out)) > deq)
-        deq = (size_t)(out->ne[0] * weight_rows(out));
-    return deq ? dev_alloc((void **)&t->deq, deq * sizeof(float), err, errlen) : 0;
+    return 0;
 }
 
 // copy_layout: the adapter's layout (rank, scale, (layer, target) → tensor, offsets) and its device arrays.
@@ -845,7 +819,7 @@ extern "C" void bn_cuda_trainer_free(bn_cuda_trainer *t) {
         for (int i = 0; i < t->m->cfg.n_layer * t->per; i++) dev_free(t->layer_w[i]);
     free(t->layer_w);
     if (t->out != t->embd) dev_free(t->out);
-    for (void *p : {t->embd, t->out_norm, (void *)t->deq, (void *)t->params, (void *)t->grads, (void *)t->arena,
+    for (void *p : {t->embd, t->out_norm, (void *)t->params, (void *)t->grads, (void *)t->arena,
                     (void *)t->ws, (void *)t->head_x, (void *)t->head_dx, (void *)t->logits, (void *)t->dlogits})
         dev_free(p);
     free(t->index);

@@ -313,8 +313,16 @@ static void check_weight_errors(void) {
 
 // ---- linear + LoRA ------------------------------------------------------------------------------------------------
 
-// weight_bits: W's n floats as `type` (BN_F32: W itself, copied; BN_F16: fp16 bits), n·type size bytes.
-static void *weight_bits(int type, const float *w, size_t n) {
+// weight_bits: W {n_in, n_out} as `type` (BN_F32: W itself, copied; BN_F16: fp16 bits; others: quant/'s reference
+// quantizer row by row), n_out rows of bn_row_size(type, n_in) bytes.
+static void *weight_bits(int type, const float *w, int64_t n_in, int64_t n_out) {
+    const size_t n = (size_t)(n_in * n_out);
+    if (type != BN_F32 && type != BN_F16) {
+        const size_t rb = bn_row_size(type, n_in);
+        uint8_t *q = xmalloc(rb * n_out);
+        for (int64_t r = 0; r < n_out; r++) bn_quantize_ref(type, w + r * n_in, q + r * rb, n_in);
+        return q;
+    }
     if (type == BN_F32) {
         float *c = xmalloc(n * sizeof(float));
         memcpy(c, w, n * sizeof(float));
@@ -351,11 +359,11 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
         drop = xmalloc(nx * sizeof(float));
         for (size_t i = 0; i < nx; i++) drop[i] = frand() < -0.6f ? 0.0f : 1.0f / 0.8f;
     }
-    void *bits = weight_bits(type, w, nw);
+    void *bits = weight_bits(type, w, n_in, n_out);
     bn_weight W = {.data = bits, .type = type, .ne = {n_in, n_out, 1, 1}, .name = "w"};
     bn_lora_view view = {.r = r, .scale = 2.0f / (r ? r : 1), .A = A, .B = B};
     CHECK(bn_linear_lora_fwd(&W, r ? &view : NULL, x, T, drop, y, ax, err, sizeof err) == 0, "%s", err);
-    const size_t wbytes = nw * (type == BN_F32 ? 4 : 2);
+    const size_t wbytes = bn_row_size(type, n_in) * n_out;
     void *w_d = bn_cuda_dev_bytes(wbytes, err, sizeof err);
     CHECK(w_d && bn_cuda_dev_upload_bytes(w_d, bits, wbytes, err, sizeof err) == 0, "%s", err);
     float *x_d = to_dev(x, nx), *A_d = to_dev(A, (size_t)n_in * r), *B_d = to_dev(B, (size_t)r * n_out);
@@ -379,11 +387,11 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
     free(bits);
 }
 
-// check_linear_errors: a quantized base weight and a LoRA of rank 0 are refused; T = 0 does nothing.
+// check_linear_errors: a weight without a type and a LoRA of rank 0 are refused; T = 0 does nothing.
 static void check_linear_errors(void) {
     bn_cuda_lora lora0 = {.r = 0};
-    CHECK(bn_cuda_linear_lora_fwd(NULL, BN_Q8_0, NULL, 64, 8, NULL, NULL, 2, NULL, NULL, NULL, NULL, NULL, err,
-                                  sizeof err) == -1, "Q8_0 base weight accepted");
+    CHECK(bn_cuda_linear_lora_fwd(NULL, -1, NULL, 64, 8, NULL, NULL, 2, NULL, NULL, NULL, NULL, NULL, err,
+                                  sizeof err) == -1, "a weight of type -1 accepted");
     CHECK(bn_cuda_linear_lora_fwd(NULL, BN_F32, NULL, 64, 8, &lora0, NULL, 2, NULL, NULL, NULL, NULL, NULL, err,
                                   sizeof err) == -1, "rank 0 accepted");
     CHECK(bn_cuda_linear_lora_fwd(NULL, BN_F32, NULL, 64, 8, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, err,
@@ -423,6 +431,9 @@ int main(void) {
     check_linear(BN_F16, 72, 300, 4, 3, false, true);
     check_linear(BN_F16, 1024, 4100, 8, 2, true, true); // two chunks of widened F16 rows
     check_linear(BN_F16, 100, 50, 0, 4, false, false);
+    check_linear(BN_Q8_0, 96, 40, 4, 3, true, true);     // quantized weights: their rows dequantized in the workspace
+    check_linear(BN_Q1_0, 1024, 4100, 8, 2, false, true); // two chunks of dequantized Q1_0 rows
+    check_linear(BN_Q2_0, 320, 33, 0, 3, false, false);
     check_linear_errors();
     return test_done("cuda_fwd_ops");
 }
