@@ -18,19 +18,11 @@ static __global__ void add_mul_kernel(float *y, const float *a, const float *b, 
 // chunk by chunk into wbuf. Returns 0 or -1 (err).
 static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *dy,
                    float *dx, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
-    const cublasOperation_t N = CUBLAS_OP_N;
-    if (w_type == BN_CU_F32) {
-        BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, n_out, 1.0f, (const float *)W, n_in, dy, n_out, 1.0f, dx, n_in), err,
+    return for_weight_chunks(w_type, W, n_in, n_out, wbuf, s, err, errlen, [&](const float *w, int64_t j0, int64_t nr) {
+        BN_CUBLAS_TRY(gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_in, T, nr, 1.0f, w, n_in, dy + j0, n_out, 1.0f, dx, n_in), err,
                       errlen);
         return 0;
-    }
-    const int64_t step = chunk_rows(n_in, n_out);
-    for (int64_t j0 = 0; j0 < n_out; j0 += step) {
-        const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
-        if (weight_rows_f32(w_type, W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
-        BN_CUBLAS_TRY(gemm(h, N, N, n_in, T, nr, 1.0f, wbuf, n_in, dy + j0, n_out, 1.0f, dx, n_in), err, errlen);
-    }
-    return 0;
+    });
 }
 
 // lin_workspace: the workspace's parts: the fp32 weight chunk, x⊙drop, A·(x⊙drop), Bᵀdy, the LoRA dx before the

@@ -100,10 +100,7 @@ extern "C" int bn_cuda_gated_rmsnorm_bwd(const float *o, const float *z, const f
 static __global__ void row_rho_kernel(const float *x, int n, float eps, float *rho) {
     bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
-    const size_t off = (size_t)blockIdx.x * n;
-    float sum_sq = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sum_sq += x[off + i] * x[off + i];
-    sum_sq = bn_block_sum(sum_sq, red);
+    const float sum_sq = row_sum_sq(x + (size_t)blockIdx.x * n, n, red);
     if (threadIdx.x == 0) rho[blockIdx.x] = 1.0f / sqrtf(sum_sq / (float)n + eps);
 }
 

@@ -24,19 +24,11 @@ static fwd_workspace fwd_split(float *ws, int w_type, int64_t n_in, int64_t n_ou
 // chunk by chunk into wbuf, each chunk's GEMM writing its rows of y. Returns 0 or -1 (err).
 static int base_y(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *x,
                   float *y, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
-    const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
-    if (w_type == BN_CU_F32) {
-        BN_CUBLAS_TRY(gemm(h, Tr, N, n_out, T, n_in, 1.0f, (const float *)W, n_in, x, n_in, 0.0f, y, n_out), err,
+    return for_weight_chunks(w_type, W, n_in, n_out, wbuf, s, err, errlen, [&](const float *w, int64_t j0, int64_t nr) {
+        BN_CUBLAS_TRY(gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, nr, T, n_in, 1.0f, w, n_in, x, n_in, 0.0f, y + j0, n_out), err,
                       errlen);
         return 0;
-    }
-    const int64_t step = chunk_rows(n_in, n_out);
-    for (int64_t j0 = 0; j0 < n_out; j0 += step) {
-        const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
-        if (weight_rows_f32(w_type, W, j0, nr, n_in, wbuf, s, err, errlen) < 0) return -1;
-        BN_CUBLAS_TRY(gemm(h, Tr, N, nr, T, n_in, 1.0f, wbuf, n_in, x, n_in, 0.0f, y + j0, n_out), err, errlen);
-    }
-    return 0;
+    });
 }
 
 // lora_y: y += scale·Bᵀ-view·ax with ax (r × T) = Aᵀ-view·(x⊙drop) (into ax when not NULL, else the workspace).

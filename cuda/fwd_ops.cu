@@ -57,10 +57,7 @@ static __global__ void l2norm_kernel(const float *x, int n, float eps, float sca
     bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
     const size_t off = (size_t)blockIdx.x * n;
-    float sum_sq = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sum_sq += x[off + i] * x[off + i];
-    sum_sq = bn_block_sum(sum_sq, red);
-    const float r = 1.0f / sqrtf(sum_sq + eps);
+    const float r = 1.0f / sqrtf(row_sum_sq(x + off, n, red) + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[off + i] = x[off + i] * r * scale;
 }
 

@@ -61,6 +61,21 @@ static inline int weight_rows_f32(int w_type, const void *W, int64_t j0, int64_t
     return 0;
 }
 
+// for_weight_chunks: product(w, j0, nr) over the fp32 rows of W {n_in, n_out} of w_type: W itself, all n_out rows
+// at once, when F32; else chunks of chunk_rows rows made fp32 in wbuf. Returns 0, or -1 at the first failing chunk
+// (err filled by weight_rows_f32 or by product).
+template <class Product>
+static inline int for_weight_chunks(int w_type, const void *W, int64_t n_in, int64_t n_out, float *wbuf,
+                                    cudaStream_t s, char *err, size_t errlen, Product product) {
+    if (w_type == BN_CU_F32) return product((const float *)W, (int64_t)0, n_out);
+    const int64_t step = chunk_rows(n_in, n_out);
+    for (int64_t j0 = 0; j0 < n_out; j0 += step) {
+        const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
+        if (weight_rows_f32(w_type, W, j0, nr, n_in, wbuf, s, err, errlen) < 0 || product(wbuf, j0, nr) < 0) return -1;
+    }
+    return 0;
+}
+
 // dropped_input: x⊙drop written to xd (count floats), or x itself when drop is NULL; NULL on a launch error (err).
 static inline const float *dropped_input(const float *x, const float *drop, int64_t count, float *xd, cudaStream_t s,
                                          char *err, size_t errlen) {

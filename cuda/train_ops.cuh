@@ -29,6 +29,14 @@ static inline int launched(char *err, size_t errlen) {
     return 0;
 }
 
+// row_sum_sq: Σ row[i]² over a row of n, summed by the whole block (every thread gets it; red: 32 floats of shared
+// memory).
+static BN_DEVICE float row_sum_sq(const float *row, int n, float *red) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += row[i] * row[i];
+    return bn_block_sum(s, red);
+}
+
 // ---- RoPE -------------------------------------------------------------------------------------------
 
 // rope_theta_scale: base^(−2/n_rot), the ratio of consecutive pair angles (host powf, as train/backward.c).

@@ -8,6 +8,7 @@
 // rounding: the row sums of the norms are float tree sums where the CPU sums in double (relative error ~n·2^-24 at
 // worst, ~1e-6 for these n), and the device's expf/sinf/cosf may be 1-2 ulp off the host's.
 #include "tests/test.h"
+#include "tests/cuda/dev_arrays.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_bwd_ops.h"
 #include "train/backward.h"
@@ -16,15 +17,6 @@
 #include <stdint.h>
 
 #define TOL 1e-5
-
-static char err[512];
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-// frand: uniform in [-1, 1) (xorshift64, fixed seed).
-static float frand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
 // arr: a host array and its device copy.
 typedef struct {

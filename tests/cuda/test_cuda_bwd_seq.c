@@ -12,6 +12,7 @@
 // emulated cuBLAS is the CPU's OpenBLAS on the same products); 2e-5 leaves room for a GPU's own orders while a wrong
 // index, a missing term or a lost barrier gives errors of order 1e-2 and more.
 #include "tests/test.h"
+#include "tests/cuda/dev_arrays.h"
 #include "tests/cuda/compare.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_bwd_seq.h"
@@ -22,40 +23,6 @@
 #include <string.h>
 
 #define TOL 2e-5
-
-static char err[512];
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-// frand: uniform in [−1, 1) from a fixed-seed xorshift.
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-// rand_vec: n floats uniform in [−amp, amp).
-static float *rand_vec(size_t n, float amp) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * frand();
-    return x;
-}
-
-// to_dev: a device copy of host x[0..n) (x NULL: NULL).
-static float *to_dev(const float *x, size_t n) {
-    if (!x) return NULL;
-    float *d = bn_cuda_dev_floats(n, err, sizeof err);
-    CHECK(d, "%s", err);
-    if (d) CHECK(bn_cuda_dev_upload(d, x, n, err, sizeof err) == 0, "%s", err);
-    return d;
-}
-
-// from_dev: a host copy of device d[0..n), freeing d (d NULL: NULL).
-static float *from_dev(float *d, size_t n) {
-    if (!d) return NULL;
-    float *x = xmalloc(n * sizeof(float));
-    CHECK(bn_cuda_dev_download(x, d, n, err, sizeof err) == 0, "%s", err);
-    bn_cuda_dev_free(d);
-    return x;
-}
 
 // check_close: max |got − ref| relative to max(1, max |ref|) within TOL; returns that error (skips NULL pairs).
 static double check_close(const char *what, const float *ref, const float *got, size_t n) {

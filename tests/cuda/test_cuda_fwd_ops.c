@@ -11,6 +11,8 @@
 // order 1e-2 and more. Exact (bit-identical) checks: the dequantized weights (bn_dequantize), the embedding lookup,
 // copy_cols, the add and the bias.
 #include "tests/test.h"
+#define TEST_RNG_SEED 0x2545f4914f6cdd1dull
+#include "tests/cuda/dev_arrays.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_fwd_ops.h"
 #include "core/ops.h"
@@ -23,40 +25,6 @@
 #include <stdint.h>
 
 #define TOL 2e-5
-
-static char err[512];
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-// frand: uniform in [−1, 1) from a fixed-seed xorshift.
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-// rand_vec: n floats uniform in [−amp, amp).
-static float *rand_vec(size_t n, float amp) {
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * frand();
-    return x;
-}
-
-// to_dev: a device copy of host x[0..n) (x NULL: NULL).
-static float *to_dev(const float *x, size_t n) {
-    if (!x) return NULL;
-    float *d = bn_cuda_dev_floats(n, err, sizeof err);
-    CHECK(d, "%s", err);
-    if (d) CHECK(bn_cuda_dev_upload(d, x, n, err, sizeof err) == 0, "%s", err);
-    return d;
-}
-
-// from_dev: a host copy of device d[0..n), freeing d (d NULL: NULL).
-static float *from_dev(float *d, size_t n) {
-    if (!d) return NULL;
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    CHECK(bn_cuda_dev_download(x, d, n, err, sizeof err) == 0, "%s", err);
-    bn_cuda_dev_free(d);
-    return x;
-}
 
 // check_close: per element |got − ref| / (1 + |ref|) within TOL; prints and returns the largest.
 static double check_close(const char *what, const float *ref, const float *got, size_t n) {

@@ -18,6 +18,7 @@
 //  - norm: 1e-10 relative (double sums in another order: at most ~n·2^-53 apart); clipped g: 1e-6 relative (the
 //    float coefficient from a norm a few double ulps apart); unclipped and scaled g: exact.
 #include "tests/test.h"
+#include "tests/cuda/dev_arrays.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_bwd_ops.h"
 #include "cuda/cuda_train_step.h"
@@ -34,15 +35,6 @@
 #define TOL_NORM 1e-10
 #define TOL_CLIP 1e-6
 #define MAX_ROW_CHOSEN 8
-
-static char err[512];
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-// frand: uniform in [-1, 1) (xorshift64, fixed seed).
-static float frand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
 
 // urand: uniform in [lo, hi).
 static float urand(float lo, float hi) { return lo + (hi - lo) * 0.5f * (frand() + 1.0f); }

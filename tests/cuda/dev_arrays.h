@@ -1,0 +1,50 @@
+// tests/cuda/dev_arrays.h — the host and device arrays of the trainer's op tests (test_cuda_bwd_ops.c,
+// test_cuda_bwd_seq.c, test_cuda_fwd_ops.c, test_cuda_train_step.c): a fixed-seed xorshift, random vectors, copies
+// to and from the device that count a failed transfer as a failed check. Include after tests/test.h; a test may
+// define TEST_RNG_SEED first. Every test using it has its own `err` buffer here.
+#ifndef BONSAI_TESTS_CUDA_DEV_ARRAYS_H
+#define BONSAI_TESTS_CUDA_DEV_ARRAYS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "base/util.h"
+#include "cuda/cuda_dev_buf.h"
+
+#ifndef TEST_RNG_SEED
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#endif
+
+static char err[512];
+static uint64_t rng = TEST_RNG_SEED;
+
+// frand: uniform in [−1, 1) (xorshift64 from TEST_RNG_SEED).
+static inline float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+// rand_vec: n floats uniform in [−amp, amp) (at least one allocated).
+static inline float *rand_vec(size_t n, float amp) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = amp * frand();
+    return x;
+}
+
+// to_dev: a device copy of host x[0..n) (x NULL: NULL).
+static inline float *to_dev(const float *x, size_t n) {
+    if (!x) return NULL;
+    float *d = bn_cuda_dev_floats(n, err, sizeof err);
+    CHECK(d, "%s", err);
+    if (d) CHECK(bn_cuda_dev_upload(d, x, n, err, sizeof err) == 0, "%s", err);
+    return d;
+}
+
+// from_dev: a host copy of device d[0..n), freeing d (d NULL: NULL).
+static inline float *from_dev(float *d, size_t n) {
+    if (!d) return NULL;
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    CHECK(bn_cuda_dev_download(x, d, n, err, sizeof err) == 0, "%s", err);
+    bn_cuda_dev_free(d);
+    return x;
+}
+
+#endif
