@@ -1,15 +1,27 @@
 // bench/bench_train.c — LoRA training throughput (forward + backward, tokens/s) on generated qwen35
-// models, and achieved GFLOP/s against OpenBLAS sgemm measured in the same run (the target:
-// >= 35 % of the sgemm rate). FLOPs are counted as 6·N_mm per token (forward 2N + recompute 2N +
-// backward-data 2N, docs/model.md §10.4; N_mm = weights of the projections, head excluded: FTPO reads
-// the last position only). LoRA: r 32 on q,k,v,o,gate,up,down (the seeds' recipe).
-// Usage: bench_train [preset ...] [--tokens T] [--reps R] [--threads N] [--type f32|f16|bf16]
-//        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own)
+// models or given GGUF files, on the CPU or through the device backend of train/device.h.
+// FLOPs are counted as 6·N_mm per token (forward 2N + recompute 2N + backward-data 2N, docs/model.md §10.4;
+// N_mm = weights of the projections, head excluded: FTPO reads the last position only). LoRA: r 32 on
+// q,k,v,o,gate,up,down (the seeds' recipe).
+// CPU (default): achieved GFLOP/s against OpenBLAS sgemm measured in the same run (the target: >= 35 % of the
+// sgemm rate).
+// Device (--ngl N, N > 0): the same step through the registered backend (cuda/train_graph.cu: weights in their
+// stored types, each product dequantized and computed in fp32 through cuBLAS SGEMM), with the same FLOP count; prints
+// achieved TFLOP/s and the device's bytes in use (the whole device, total − free as the driver reports it: the
+// larger of the samples after the forward and after the backward). --peak-tflops X adds MFU = achieved / X. As the
+// device computes in fp32, the honest peak to pass is the GPU's fp32 peak (e.g. 67 for an H200 SXM); against a
+// 16-bit tensor-core peak (~990 dense for an H200) the MFU would say what a bf16 / fp16 path could reach, not how
+// well this one uses the fp32 units.
+// Usage: bench_train [preset ...] [-m FILE ...] [--tokens T] [--reps R] [--threads N] [--type f32|f16|bf16]
+//                    [--ngl N] [--peak-tflops X]
+//        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own;
+//        --type applies to the generated presets; -m benches the files instead of presets)
 #include "synth/mkmodel.h"
 #include "core/model.h"
 #include "base/util.h"
 #include "quant/quant.h"
 #include "train/backward.h"
+#include "train/device.h"
 #include "train/graph.h"
 #include "train/lora.h"
 #include <cblas.h>
@@ -17,6 +29,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define MAX_MODELS 8
+
+typedef struct {
+    const char *presets[MAX_MODELS], *files[MAX_MODELS];
+    int n_presets, n_files, T, R, n_threads, wtype, ngl;
+    double peak_tflops; // 0: no MFU
+} bench_opts;
+
+// step_result: what a timed forward + backward measured
+typedef struct {
+    double ms;
+    size_t mem; // device bytes in use (device path only)
+} step_result;
 
 // sgemm_gflops: OpenBLAS sgemm rate on an {m,k}·{k,n} product (best of 10: the machine is shared).
 static double sgemm_gflops(int m, int n, int k) {
@@ -47,58 +73,161 @@ static int64_t matmul_params(const bn_model *m) {
     return n;
 }
 
-int main(int argc, char **argv) {
-    const char *presets[8];
-    int np = 0, T = 256, R = 2, n_threads = bn_n_threads_default(), wtype = BN_F32;
+// parse_args: the options of argv (dies on a bad one).
+static bench_opts parse_args(int argc, char **argv) {
+    bench_opts o = {.T = 256, .R = 2, .n_threads = bn_n_threads_default(), .wtype = BN_F32};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) R = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
-            wtype = bn_type_from_name(argv[++i]);
-            if (wtype != BN_F32 && wtype != BN_F16 && wtype != BN_BF16) bn_die("--type: f32, f16 or bf16");
-        }
-        else if (np < 8) presets[np++] = argv[i];
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) o.T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.R = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) o.n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ngl") && i + 1 < argc) o.ngl = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) o.peak_tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            if (o.n_files == MAX_MODELS) bn_die("-m: at most %d files", MAX_MODELS);
+            o.files[o.n_files++] = argv[++i];
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
+            o.wtype = bn_type_from_name(argv[++i]);
+            if (o.wtype != BN_F32 && o.wtype != BN_F16 && o.wtype != BN_BF16) bn_die("--type: f32, f16 or bf16");
+        } else if (argv[i][0] == '-') bn_die("unknown option %s", argv[i]);
+        else if (o.n_presets < MAX_MODELS) o.presets[o.n_presets++] = argv[i];
     }
-    if (np == 0) presets[np++] = "tiny", presets[np++] = "small";
-    bn_train_set_threads(n_threads); // attention and GDN over threads, as bonsai-ftpo-train -t does
-    char err[256], dir[] = "/tmp/bonsai-bench-train-XXXXXX";
-    if (!mkdtemp(dir)) bn_die("mkdtemp failed");
-    printf("| model | params | tokens | fwd+bwd ms | tok/s | achieved GFLOP/s | sgemm GFLOP/s | share of sgemm |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int p = 0; p < np; p++) {
-        bn_mkmodel_params mp;
-        if (bn_mkmodel_defaults(&mp, presets[p]) != 0) bn_die("unknown preset %s", presets[p]);
-        mp.type = wtype;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s.gguf", dir, presets[p]);
-        if (bn_mkmodel_write(&mp, path, err, sizeof err) != 0) bn_die("%s", err);
-        bn_model *m = bn_model_load(path, err, sizeof err);
-        if (!m) bn_die("%s", err);
-        bn_lora *l = bn_lora_from_model(m, BN_LORA_ATTN | BN_LORA_FFN, 32, 32, 0, err, sizeof err);
-        if (!l) bn_die("%s", err);
-        bn_lora_init_peft(l, 1);
-        int32_t *tok = xmalloc(sizeof(int32_t) * T);
-        for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 7919) % m->cfg.n_vocab);
-        float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab), *dl = xcalloc(m->cfg.n_vocab, sizeof(float));
-        dl[0] = 1, dl[1] = -1;
-        double best = 1e30;
-        for (int r = 0; r < R + 1; r++) { // first run is a warm-up
-            double t0 = bn_time_ms();
-            bn_train_graph *g = bn_train_forward(m, l, tok, T, NULL, logits, err, sizeof err);
-            if (!g || bn_train_backward(g, dl, err, sizeof err) != 0) bn_die("%s", err);
-            bn_train_graph_free(g);
-            double dt = bn_time_ms() - t0;
-            if (r > 0 && dt < best) best = dt;
-        }
-        int64_t nmm = matmul_params(m);
-        double achieved = 6.0 * nmm * T / (best * 1e-3) / 1e9;
+    if (o.n_files == 0 && o.n_presets == 0) o.presets[o.n_presets++] = "tiny", o.presets[o.n_presets++] = "small";
+    if (o.T <= 0 || o.R <= 0) bn_die("--tokens and --reps must be > 0");
+    if (o.peak_tflops < 0) bn_die("--peak-tflops must be > 0");
+    return o;
+}
+
+// device_backend: the registered training backend with a device to use; dies with the reason when there is none.
+static const bn_train_device *device_backend(void) {
+    const bn_train_device *d = bn_train_device_get();
+    if (!d) bn_die("--ngl: this program has no training device backend (build with -Dcuda=enabled)");
+    int n = d->device_count();
+    if (n <= 0) bn_die("--ngl: the %s backend finds no device", d->name);
+    printf("device: %s device 0 of %d (forward + backward in fp32 through cuBLAS SGEMM)\n", d->name, n);
+    return d;
+}
+
+// write_preset: generates preset `name` into dir; returns the file's path (static storage).
+static const char *write_preset(const char *dir, const char *name, int wtype) {
+    static char path[512];
+    char err[256];
+    bn_mkmodel_params mp;
+    if (bn_mkmodel_defaults(&mp, name) != 0) bn_die("unknown preset %s", name);
+    mp.type = wtype;
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+    if (bn_mkmodel_write(&mp, path, err, sizeof err) != 0) bn_die("%s", err);
+    return path;
+}
+
+// cpu_step: one forward + backward through train/graph.h.
+static step_result cpu_step(bn_model *m, bn_lora *l, const int32_t *tok, int T, float *logits, const float *dl) {
+    char err[256];
+    double t0 = bn_time_ms();
+    bn_train_graph *g = bn_train_forward(m, l, tok, T, NULL, logits, err, sizeof err);
+    if (!g || bn_train_backward(g, dl, err, sizeof err) != 0) bn_die("%s", err);
+    bn_train_graph_free(g);
+    return (step_result){bn_time_ms() - t0, 0};
+}
+
+// device_step: one forward (with the adapter) + backward through the device backend, the gradients taken into
+// l->grads; mem = the larger device use sampled after the forward and after the backward.
+static step_result device_step(const bn_train_device *d, void *ctx, bn_lora *l, const int32_t *tok, int T,
+                               float *logits, const float *dl) {
+    char err[256];
+    double t0 = bn_time_ms();
+    void *g = d->forward(ctx, true, tok, T, logits, err, sizeof err);
+    if (!g) bn_die("%s", err);
+    size_t mem = d->mem_in_use(ctx);
+    if (d->backward(g, dl, err, sizeof err) != 0) bn_die("%s", err);
+    size_t after = d->mem_in_use(ctx);
+    d->graph_free(g);
+    if (d->take_grads(ctx, l->grads, err, sizeof err) != 0) bn_die("%s", err);
+    return (step_result){bn_time_ms() - t0, after > mem ? after : mem};
+}
+
+// best_step: the fastest of R timed steps after a warm-up (on the device when d is set), the most memory seen.
+static step_result best_step(const bench_opts *o, const bn_train_device *d, void *ctx, bn_model *m, bn_lora *l,
+                             const int32_t *tok, float *logits, const float *dl) {
+    step_result best = {1e30, 0};
+    for (int r = 0; r < o->R + 1; r++) { // first run is a warm-up
+        step_result s = d ? device_step(d, ctx, l, tok, o->T, logits, dl) : cpu_step(m, l, tok, o->T, logits, dl);
+        if (r > 0 && s.ms < best.ms) best.ms = s.ms;
+        if (s.mem > best.mem) best.mem = s.mem;
+    }
+    return best;
+}
+
+// mfu_cell: "12.3 %" of the peak, or "-" without one.
+static const char *mfu_cell(double achieved_tflops, double peak_tflops) {
+    static char cell[32];
+    if (peak_tflops <= 0) return "-";
+    snprintf(cell, sizeof cell, "%.1f %%", 100.0 * achieved_tflops / peak_tflops);
+    return cell;
+}
+
+static void print_header(const bench_opts *o) {
+    if (o->ngl > 0) {
+        printf("| model | params | tokens | fwd+bwd ms | tok/s | device MB in use | achieved TFLOP/s | MFU |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    } else if (o->peak_tflops > 0) {
+        printf("| model | params | tokens | fwd+bwd ms | tok/s | achieved GFLOP/s | sgemm GFLOP/s | share of sgemm "
+               "| MFU |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    } else {
+        printf("| model | params | tokens | fwd+bwd ms | tok/s | achieved GFLOP/s | sgemm GFLOP/s | share of sgemm |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    }
+}
+
+// bench_model: loads path, times its steps and prints its row (named `name`).
+static void bench_model(const bench_opts *o, const bn_train_device *d, const char *path, const char *name) {
+    char err[256];
+    bn_model *m = bn_model_load(path, err, sizeof err);
+    if (!m) bn_die("%s", err);
+    bn_lora *l = bn_lora_from_model(m, BN_LORA_ATTN | BN_LORA_FFN, 32, 32, 0, err, sizeof err);
+    if (!l) bn_die("%s", err);
+    bn_lora_init_peft(l, 1);
+    const int T = o->T;
+    int32_t *tok = xmalloc(sizeof(int32_t) * T);
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 7919) % m->cfg.n_vocab);
+    float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab), *dl = xcalloc(m->cfg.n_vocab, sizeof(float));
+    dl[0] = 1, dl[1] = -1;
+    void *ctx = NULL;
+    if (d && (!(ctx = d->open(m, l, 0, err, sizeof err)) || d->load_params(ctx, l, err, sizeof err) != 0))
+        bn_die("%s: %s", name, err);
+    step_result s = best_step(o, d, ctx, m, l, tok, logits, dl);
+    double gflops = 6.0 * matmul_params(m) * T / (s.ms * 1e-3) / 1e9;
+    if (d) {
+        printf("| %s | %.2f M | %d | %.1f | %.0f | %.0f | %.2f | %s |\n", name, bn_model_n_params(m) / 1e6, T, s.ms,
+               T / (s.ms * 1e-3), s.mem / 1e6, gflops / 1e3, mfu_cell(gflops / 1e3, o->peak_tflops));
+        d->close(ctx);
+    } else {
         double sg = sgemm_gflops(T, m->cfg.n_ff, m->cfg.n_embd);
-        printf("| %s | %.2f M | %d | %.1f | %.0f | %.2f | %.2f | %.0f %% |\n", presets[p], bn_model_n_params(m) / 1e6, T,
-               best, T / (best * 1e-3), achieved, sg, 100.0 * achieved / sg);
-        free(tok), free(logits), free(dl);
-        bn_lora_free(l);
-        bn_model_free(m);
+        printf("| %s | %.2f M | %d | %.1f | %.0f | %.2f | %.2f | %.0f %% |", name, bn_model_n_params(m) / 1e6, T,
+               s.ms, T / (s.ms * 1e-3), gflops, sg, 100.0 * gflops / sg);
+        if (o->peak_tflops > 0) printf(" %s |", mfu_cell(gflops / 1e3, o->peak_tflops));
+        printf("\n");
+    }
+    fflush(stdout);
+    free(tok), free(logits), free(dl);
+    bn_lora_free(l);
+    bn_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    bench_opts o = parse_args(argc, argv);
+    bn_train_set_threads(o.n_threads); // attention and GDN over threads, as bonsai-ftpo-train -t does
+    const bn_train_device *d = o.ngl > 0 ? device_backend() : NULL;
+    print_header(&o);
+    for (int i = 0; i < o.n_files; i++) {
+        const char *slash = strrchr(o.files[i], '/');
+        bench_model(&o, d, o.files[i], slash ? slash + 1 : o.files[i]);
+    }
+    if (o.n_presets == 0) return 0;
+    char dir[] = "/tmp/bonsai-bench-train-XXXXXX";
+    if (!mkdtemp(dir)) bn_die("mkdtemp failed");
+    for (int p = 0; p < o.n_presets; p++) {
+        const char *path = write_preset(dir, o.presets[p], o.wtype);
+        bench_model(&o, d, path, o.presets[p]);
         unlink(path);
     }
     rmdir(dir);

@@ -12,6 +12,9 @@
 #           bonsai-quantize --pure to Q1_0 and Q2_0) with 4 and 8 layers instead of 64 — the full model
 #           would take ~54 GB of F16 and minutes to write — scaled linearly per layer:
 #           t(64) = t(4) + 15·(t(8) − t(4)) (the head, embedding and per-layer costs separate);
+#   train   FTPO LoRA training on the device: bench/bench_train --ngl 99 (forward + backward, r 32, 4096 tokens)
+#           on the L1-layer Q1_0 and F16 files and the L2-layer Q1_0 file: step time, device memory, TFLOP/s and
+#           MFU of the GPU's fp32 peak; 64-layer estimates linear in layers against the training targets;
 #   copybw  the measured device copy bandwidth; mm: bench_cuda_mm --quick;
 #   bench   bonsai-bench -ngl 99 (pp512, tg128, tg128 x4: 4 sequences decoded at once, and v4: in passes of 4 tokens
 #           of each, a greedy verify pass's shape at full acceptance) per type and layer
@@ -67,23 +70,25 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/bn-cuda-check.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 : >"$RES/check.log"
 
-# ---- the plan: seconds per step (upper bounds; the sum is printed: 885 s full, 1035 s with --sanitize --profile;
-# BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones last in the order) ---
+# ---- the plan: seconds per step (upper bounds; the sum is printed: 920 s full, 1050 s with the peer, +150 s with
+# --sanitize --profile; BONSAI_CHECK_BUDGET below cuts or skips the steps that would overrun, the low-priority ones
+# last in the order) ---
 # Estimates behind it: build ~60-90 s on 16 cores (nvcc + the C tools), models ~45 s (one core writes the
-# 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s.
+# 8-layer F16 file, 6 GB), each bonsai-bench run ~5 s (upload + 4 × pp512/tg128), GPU tests ~20 s, each bench_train
+# run ~10-20 s (upload, then 2 steps of 4096 tokens at ~0.3 s per layer if SGEMM runs near the fp32 peak).
 TYPES="Q1_0 Q2_0"
 if [ "$EMU" = 1 ]; then
-    declare -A LIMIT=([env]=5 [deps]=5 [setup]=5 [build]=5 [tests]=5 [models]=60 [copybw]=20 [mm]=5 [bench]=60
-                      [dspark]=60)
+    declare -A LIMIT=([env]=5 [deps]=5 [setup]=5 [build]=5 [tests]=5 [models]=60 [train]=60 [copybw]=20 [mm]=5
+                      [bench]=60 [dspark]=60)
 elif [ "$QUICK" = 1 ]; then
     TYPES="Q1_0"
-    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=50 [models]=60 [copybw]=10 [mm]=0
-                      [bench]=15 [dspark]=30)
+    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=50 [models]=60 [train]=30 [copybw]=10
+                      [mm]=0 [bench]=15 [dspark]=30)
 else
-    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=80 [models]=75 [copybw]=10 [mm]=30
-                      [bench]=15 [dspark]=40)
+    declare -A LIMIT=([env]=10 [deps]=15 [setup]=30 [build]=120 [tests]=80 [models]=75 [train]=40 [copybw]=10
+                      [mm]=30 [bench]=15 [dspark]=40)
 fi
-# bench: the limit is per bonsai-bench run (one per type and layer count)
+# bench: the limit is per bonsai-bench run (one per type and layer count); train: per bench_train run (three)
 LIMIT[peer]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run, like bench; 0 where no peer is given
 [ -z "${BONSAI_PEER_BENCH:-}" ] && { [ "$EMU" = 1 ] || [ ! -f build-peer/llama-bench.xz ]; } && LIMIT[peer]=0
 LIMIT[cpuref]=$([ "$EMU" = 1 ] && echo 60 || echo 20) # per run: ours, then the peer's (where one is given)
@@ -98,6 +103,7 @@ PLAN=0
 for k in env deps setup build tests tests-pdl sanitize models copybw mm dspark draft serve profile; do PLAN=$((PLAN + LIMIT[$k])); done
 PLAN=$((PLAN + LIMIT[profile] / 2)) # profile-pp (half the decode profile's limit)
 PLAN=$((PLAN + LIMIT[dspark] / 4)) # dspark-shipped
+PLAN=$((PLAN + 3 * LIMIT[train])) # Q1_0 at L1 and L2 layers, F16 at L1
 PLAN=$((PLAN + 2 * N_TYPES * (LIMIT[bench] + LIMIT[peer]) + LIMIT[cpuref] * (LIMIT[peer] > 0 ? 2 : 1)))
 PLAN=$((PLAN + LIMIT[longpp] * (LIMIT[peer] > 0 ? 4 : 3))) # ours, ours tiled, ours on tensor cores, the peer
 PLAN=$((PLAN + (4 + N_TYPES) * LIMIT[bench])) # fuse-off, gdn-norm, pdl, opt-ins; mmq per type
@@ -152,8 +158,12 @@ run_step() {
     return $rc
 }
 skip_step() { ORDER+=("$1"); ST[$1]=SKIP; SECS[$1]=0; say "== [$(elapsed) s] $1: skipped ($2)"; }
+# field F of the I-th result (1-based) of a bonsai-bench JSON log (the step's output)
+jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{print $2}'; }
+# cell STEP: "" when the step passed, else its status (what a dependent cell shows)
+cell() { [ "${ST[$1]:-SKIP}" = OK ] && echo "" || echo "${ST[$1]:-SKIP}"; }
 
-say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests tests-pdl sanitize models copybw mm bench peer dspark draft cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench and peer per run)"
+say "cuda/check.sh $(date -u +%Y-%m-%dT%H:%MZ): mode $([ $EMU = 1 ] && echo emu || echo gpu)$([ $QUICK = 1 ] && echo ' quick')$([ $TINY = 1 ] && echo ' tiny'), build dir $B, plan ${PLAN} s (limits: $(for k in env deps setup build tests tests-pdl sanitize models train copybw mm bench peer dspark draft cpuref longpp serve profile; do printf '%s %s, ' $k ${LIMIT[$k]}; done | sed 's/, $//'); bench, peer and train per run)"
 
 # ---- env, deps, setup, build, tests (GPU only) ----------------------------------------------------
 env_info() {
@@ -179,6 +189,7 @@ print("\n".join(sorted(names if sys.argv[2] == "names" else targets)))' "$B" "$1
 if [ "$EMU" = 1 ]; then
     BENCH="$B/tests/cuda/bonsai-bench-emu"
     DRAFT_BENCH=("$B/tests/cuda/bench-draft-emu" -s 1,2 -r 1)
+    TRAIN_BENCH=(env BONSAI_EMU_PROTECT=0 "$B/tests/cuda/bench-train-emu") TRAIN_T=64 # memory protection off: 4x faster
     COPYBW=("$B/tests/cuda/cuda_copy_bw_emu" 16)
     PRESET=tiny L1=4 L2=8 LFULL=16 PP=16 TG=8 REPS=1 V=512 H=128 LONG_PP=64,256
     for f in "$BENCH" "${COPYBW[0]}" "$B/tools/bonsai-mkmodel" "$B/tools/bonsai-quantize"; do
@@ -193,6 +204,7 @@ else
     [ "$TINY" = 1 ] && PRESET=tiny LFULL=16 PP=64 TG=32 V=512 H=128 LONG_PP=512,2048
     BENCH="$B/tools/bonsai-bench"
     DRAFT_BENCH=("$B/bench/bench_draft" -s 1,2,4,8 -r 7)
+    TRAIN_BENCH=("$B/bench/bench_train") TRAIN_T=4096
     COPYBW=("$B/tests/cuda/cuda_copy_bw" 1024)
     run_step env "${LIMIT[env]}" bash -c "$(declare -f env_info); env_info"
     cat "$W/env.log"
@@ -211,7 +223,7 @@ else
     fi
     GPU_TARGETS=$(gpu_tests targets 2>/dev/null | tr '\n' ' ')
     EXTRA="tools/bonsai-bench tools/bonsai-mkmodel tools/bonsai-quantize tools/bonsai-serve tools/bonsai-mkdrafter
-           tools/bonsai-speculative tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm bench/bench_draft"
+           tools/bonsai-speculative tests/cuda/cuda_copy_bw tests/cuda/bench_cuda_mm bench/bench_draft bench/bench_train"
     # shellcheck disable=SC2086
     run_step build "${LIMIT[build]}" ninja -C "$B" -j"$NPROC" $GPU_TARGETS $EXTRA
     mapfile -t GPU_TESTS < <(gpu_tests names 2>/dev/null)
@@ -261,7 +273,7 @@ else
 fi
 
 # ---- models, copy bandwidth, bench_cuda_mm ----------------------------------------------------------
-gen() { # gen N_LAYER TYPES...: writes $W/l<N>-<type>.gguf
+gen() { # gen N_LAYER TYPES...: writes $W/l<N>-<type>.gguf (and keeps $W/l<L1>-f16.gguf for the train step)
     local L=$1 q
     shift
     "$B/tools/bonsai-mkmodel" "$W/l$L-f16.gguf" --preset "$PRESET" --n-layer "$L" --type f16 || return 1
@@ -269,7 +281,7 @@ gen() { # gen N_LAYER TYPES...: writes $W/l<N>-<type>.gguf
         "$B/tools/bonsai-quantize" "$W/l$L-f16.gguf" "$W/l$L-$q.gguf" "$q" --pure --threads $(( NPROC / 2 > 0 ? NPROC / 2 : 1 )) \
             || return 1
     done
-    rm -f "$W/l$L-f16.gguf"
+    [ "$L" = "$L1" ] || rm -f "$W/l$L-f16.gguf"
 }
 gen_both() { # both layer counts in parallel
     gen "$L1" $TYPES >"$W/gen$L1.log" 2>&1 & local p1=$!
@@ -287,6 +299,79 @@ if [ -x "$B/tools/bonsai-mkmodel" ] && [ -x "$B/tools/bonsai-quantize" ]; then
 else
     skip_step models "bonsai-mkmodel / bonsai-quantize not built"
 fi
+
+# ---- train: FTPO LoRA forward + backward on the device (bench_train --ngl 99) ----------------------------------------
+# One step of TRAIN_T tokens after a warm-up, per file: the L1-layer Q1_0 and F16 files, then the L2-layer Q1_0 file
+# (the per-layer part of the device memory). The device computes in fp32 (cuBLAS SGEMM): MFU is of the GPU's fp32 peak,
+# known here by its name (H200 / H100 SXM: 67 TFLOP/s; BONSAI_CHECK_PEAK_TFLOPS sets it), else left out.
+TRAIN_PEAK=""
+case "$DEVICE" in *H200* | *H100*) TRAIN_PEAK=67 ;; esac
+TRAIN_PEAK=${BONSAI_CHECK_PEAK_TFLOPS:-$TRAIN_PEAK}
+for run in "Q1_0-$L1" "F16-$L1" "Q1_0-$L2"; do
+    q=${run%-*} L=${run##*-}
+    f="$W/l$L-$([ "$q" = F16 ] && echo f16 || echo "$q").gguf"
+    if [ ! -f "$f" ]; then
+        skip_step "train-$run" "no model"
+    elif [ ! -x "${TRAIN_BENCH[-1]}" ]; then
+        skip_step "train-$run" "${TRAIN_BENCH[-1]} not built"
+    else
+        run_step "train-$run" "${LIMIT[train]}" "${TRAIN_BENCH[@]}" -m "$f" --ngl 99 --tokens "$TRAIN_T" --reps 1 \
+            ${TRAIN_PEAK:+--peak-tflops "$TRAIN_PEAK"}
+    fi
+done
+# trow STEP N: the N-th |-separated cell (2: model, 5: ms, 6: tok/s, 7: device MB, 8: TFLOP/s, 9: MFU) of the
+# bench_train row in STEP's log
+trow() { awk -F'|' -v n="$2" '/^\| l[0-9]+-/ { gsub(/^ +| +$/, "", $n); print $n; exit }' "$W/$1.log" 2>/dev/null; }
+# train_rows: the train steps' table (printed after the steps, so that a cut run still shows it, and with the others):
+# the measured rows, then LFULL-layer estimates linear in layers, each with its run's PASS / FAIL and the targets:
+# Q1_0 device memory < 12 GB (LFULL-layer estimate), F16 MFU >= 35 % of the fp32 peak
+train_rows() {
+    [ "${ST[train-Q1_0-$L1]:-SKIP}" = SKIP ] && [ "${ST[train-F16-$L1]:-SKIP}" = SKIP ] && return 0
+    echo
+    echo "### FTPO training on the device: bench_train --ngl 99, LoRA r 32 (q,k,v,o,gate,up,down), $TRAIN_T tokens"
+    echo
+    echo "One forward + backward (gradients taken to the host) after a warm-up; FLOPs = 6·N_mm·tokens (N_mm:"
+    echo "projection weights). The device computes in fp32 (cuBLAS SGEMM): MFU is of the fp32 peak,"
+    echo "${TRAIN_PEAK:-not known for this GPU (left out)}${TRAIN_PEAK:+ TFLOP/s}. Device MB: the whole device in use"
+    echo "(total − free), the larger of after the forward and after the backward."
+    echo "$LFULL-layer rows are ESTIMATES, linear in layers: step ms = t($L1)/$L1·$LFULL (only $L1 layers timed; the"
+    echo "embedding and head are counted $LFULL/$L1 times, so it is high by their share);"
+    echo "device MB = m($L1) + ($LFULL − $L1)·(m($L2) − m($L1))/($L2 − $L1), the per-layer part measured on Q1_0 at $L1"
+    echo "and $L2 layers (F16 only at $L1 layers: no memory estimate)."
+    echo
+    echo "| base type | layers | tokens | step ms | tokens/s | device MB in use | achieved TFLOP/s | MFU | target | run |"
+    echo "| --------- | -----: | -----: | ------: | -------: | ---------------: | ---------------: | --: | ------ | --- |"
+    local q c2
+    for q in Q1_0 F16; do
+        c2=$([ "$q" = Q1_0 ] && cell "train-Q1_0-$L2" || echo NONE)
+        awk -v q="$q" -v L1="$L1" -v L2="$L2" -v LF="$LFULL" -v T="$TRAIN_T" -v c1="$(cell "train-$q-$L1")" -v c2="$c2" \
+            -v ms1="$(trow "train-$q-$L1" 5)" -v mb1="$(trow "train-$q-$L1" 7)" -v tf1="$(trow "train-$q-$L1" 8)" \
+            -v mfu1="$(trow "train-$q-$L1" 9)" -v ms2="$(trow "train-Q1_0-$L2" 5)" -v mb2="$(trow "train-Q1_0-$L2" 7)" \
+            -v tf2="$(trow "train-Q1_0-$L2" 8)" -v mfu2="$(trow "train-Q1_0-$L2" 9)" 'BEGIN {
+            if (c1 == "" && (ms1 == "" || mb1 == "" || tf1 == "")) c1 = "FAIL"
+            if (c2 == "" && (ms2 == "" || mb2 == "" || tf2 == "")) c2 = "FAIL"
+            tgt = "-" # the F16 target: MFU of the fp32 peak
+            if (q == "F16" && mfu1 == "-") tgt = "MFU >= 35 %: no fp32 peak known"
+            else if (q == "F16") tgt = sprintf("MFU >= 35 %%: %s", mfu1 + 0 >= 35 ? "met" : "missed")
+            if (c1 != "") printf("| %s | %d | %d | %s | %s | %s | %s | %s | - | %s |\n", q, L1, T, c1, c1, c1, c1, c1, c1)
+            else printf("| %s | %d | %d | %.1f | %.0f | %.0f | %s | %s | %s | PASS |\n", q, L1, T, ms1, T * 1000 / ms1, mb1,
+                        tf1, mfu1, tgt)
+            if (c2 != "" && c2 != "NONE") printf("| %s | %d | %d | %s | %s | %s | %s | %s | - | %s |\n", q, L2, T, c2, c2, c2, c2, c2, c2)
+            else if (c2 == "") printf("| %s | %d | %d | %.1f | %.0f | %.0f | %s | %s | - | PASS |\n", q, L2, T, ms2,
+                                      T * 1000 / ms2, mb2, tf2, mfu2)
+            lay = LF " (estimate, linear in layers)"
+            if (c1 != "") { printf("| %s | %s | %d | %s | %s | %s | %s | %s | - | %s |\n", q, lay, T, c1, c1, c1, c1, c1, c1); exit }
+            ms = ms1 / L1 * LF
+            mem = c2 == "" ? sprintf("%.0f", mb1 + (LF - L1) * (mb2 - mb1) / (L2 - L1)) : "-"
+            tgt = "-" # the Q1_0 target: device memory of the LFULL-layer estimate
+            if (q == "Q1_0" && mem == "-") tgt = "device < 12 GB: not estimated (no " L2 "-layer run)"
+            else if (q == "Q1_0") tgt = sprintf("device < 12 GB: %s (%.1f GB)", mem / 1000 < 12 ? "met" : "missed", mem / 1000)
+            printf("| %s | %s | %d | %.1f | %.0f | %s | %s | %s | %s | PASS |\n", q, lay, T, ms, T * 1000 / ms, mem, tf1,
+                   mfu1, tgt)
+        }'
+    done
+}
+train_rows | tee -a "$RES/check.log"
 
 COPY_GBS=""
 if [ -x "${COPYBW[0]}" ]; then
@@ -917,10 +1002,6 @@ serve_rows() {
 }
 
 # ---- the tables -----------------------------------------------------------------------------------
-# field F of the I-th result (1-based) of a bonsai-bench JSON log (the step's output)
-jfield() { grep -o "\"$2\": [0-9.]*" "$1" 2>/dev/null | sed -n "$3p" | awk '{print $2}'; }
-# cell STEP: "" when the step passed, else its status (what a dependent cell shows)
-cell() { [ "${ST[$1]:-SKIP}" = OK ] && echo "" || echo "${ST[$1]:-SKIP}"; }
 
 # mma_note: whether the int8 tensor cores served the runs (cuda/mma_check.cu's decision, from the logs)
 mma_note() {
@@ -974,6 +1055,7 @@ table() {
     done
     peer_rows
     batch_rows
+    train_rows
     fuse_rows
     dspark_rows
     dspark_shipped_rows

@@ -37,6 +37,9 @@ int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogits, char *e
 void bn_cuda_train_graph_free(bn_cuda_train_graph *g);
 // bn_cuda_trainer_take_grads: host grads[0..n_params) += the device's gradients, which are zeroed; 0 or -1 (err).
 int bn_cuda_trainer_take_grads(bn_cuda_trainer *t, float *grads, char *err, size_t errlen);
+// bn_cuda_trainer_mem_in_use: bytes in use on the trainer's device now, all users together (cudaMemGetInfo's total
+// − free); 0 when the driver does not say.
+size_t bn_cuda_trainer_mem_in_use(bn_cuda_trainer *t);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,7 @@ struct run {
 
 struct bn_cuda_trainer {
     const bn_model *m;
+    int device;        // the CUDA device it runs on
     int per;           // bn_weight entries of a bn_layer_weights
     void **layer_w;    // [n_layer·per]: device copy of each layer weight in its stored type (NULL: absent)
     void *embd, *out_norm, *out; // token_embd, output_norm, output (== embd when tied)
@@ -645,6 +646,7 @@ int copy_layout(bn_cuda_trainer *t, const bn_lora *l, char *err, size_t errlen) 
 // open_runtime: the device, a stream, the cuBLAS handle and the head's buffers; 0 or -1.
 int open_runtime(bn_cuda_trainer *t, int device, char *err, size_t errlen) {
     BN_CUDA_TRY(cudaSetDevice(device), err, errlen);
+    t->device = device;
     BN_CUDA_TRY(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking), err, errlen);
     t->blas = bn_cuda_blas_new(err, errlen);
     if (!t->blas) return -1;
@@ -787,10 +789,11 @@ void device_graph_free(void *graph) { bn_cuda_train_graph_free((bn_cuda_train_gr
 int device_take_grads(void *ctx, float *grads, char *err, size_t errlen) {
     return bn_cuda_trainer_take_grads((bn_cuda_trainer *)ctx, grads, err, errlen);
 }
+size_t device_mem_in_use(void *ctx) { return bn_cuda_trainer_mem_in_use((bn_cuda_trainer *)ctx); }
 
 const bn_train_device cuda_train_device = {"CUDA",         bn_cuda_device_count, device_open,      device_close,
                                            device_load_params, device_forward,   device_backward,  device_graph_free,
-                                           device_take_grads};
+                                           device_take_grads, device_mem_in_use};
 
 } // namespace
 
@@ -884,4 +887,10 @@ extern "C" int bn_cuda_trainer_take_grads(bn_cuda_trainer *t, float *grads, char
     free(host);
     BN_CUDA_TRY(e, err, errlen);
     return 0;
+}
+
+extern "C" size_t bn_cuda_trainer_mem_in_use(bn_cuda_trainer *t) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(t->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
+    return total_bytes > free_bytes ? total_bytes - free_bytes : 0;
 }

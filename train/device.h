@@ -33,6 +33,8 @@ typedef struct bn_train_device {
     void (*graph_free)(void *graph);
     // take_grads: host grads[0..n_params) += the device's gradients, which are zeroed; 0 or -1 (err)
     int (*take_grads)(void *ctx, float *grads, char *err, size_t errlen);
+    // mem_in_use: device bytes in use now, the whole device: total − free as the driver reports it (0: unknown)
+    size_t (*mem_in_use)(void *ctx);
 } bn_train_device;
 
 // bn_train_device_register: makes d the device backend of training (the last registration wins).

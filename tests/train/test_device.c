@@ -74,8 +74,14 @@ static int hd_take(void *ctx, float *grads, char *err, size_t errlen) {
     return 0;
 }
 
+// hd_mem: device bytes in use (the stand-in has no device memory: 0)
+static size_t hd_mem(void *ctx) {
+    (void)ctx;
+    return 0;
+}
+
 static const bn_train_device host_backend = {"host stand-in", hd_count, hd_open, hd_close, hd_load,
-                                             hd_forward, hd_backward, hd_graph_free, hd_take};
+                                             hd_forward, hd_backward, hd_graph_free, hd_take, hd_mem};
 
 // opts: a short run of the tiny model (attention, GDN and head adapters; 5 steps over 10 rows).
 static bn_ftpo_train_opts opts(const char *out) {
