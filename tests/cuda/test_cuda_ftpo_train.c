@@ -56,25 +56,6 @@ static bn_ftpo_train_opts opts(const char *out, const char *log, int ngl) {
     return o;
 }
 
-// adapter_l2: ‖a − b‖ / ‖a‖ of two adapter files' parameters (1e9 when either is missing or the layouts differ).
-static double adapter_l2(const char *pa, const char *pb) {
-    char err[256];
-    bn_lora *a = bn_lora_load_gguf(pa, err, sizeof err), *b = bn_lora_load_gguf(pb, err, sizeof err);
-    double d = 1e9;
-    if (a && b && bn_lora_same_layout(a, b)) {
-        double dd = 0, aa = 0;
-        for (int64_t i = 0; i < a->n_params; i++) {
-            double e = (double)a->params[i] - b->params[i];
-            dd += e * e;
-            aa += (double)a->params[i] * a->params[i];
-        }
-        d = sqrt(dd / (aa > 0 ? aa : 1));
-    }
-    bn_lora_free(a);
-    bn_lora_free(b);
-    return d;
-}
-
 // path_in: dir/name into buf; returns buf.
 static char *path_in(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", dir, name);
@@ -107,7 +88,7 @@ static void test_resume(const bn_model *m, const bn_train_rows *rows, const char
     o.max_steps = 6;
     o.resume_path = ckpt;
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "resumed with -ngl %d: %s", !from_ngl, err);
-    double d = adapter_l2(whole, out);
+    double d = fx_adapter_diff(whole, out).l2;
     printf("%s checkpoint resumed on the %s: adapter relative L2 difference %.3g\n", from_ngl ? "device" : "CPU",
            from_ngl ? "CPU" : "device", d);
     CHECK(d < 1e-3, "resume across backends gives the same adapter (%.3g)", d);
@@ -131,7 +112,7 @@ int main(void) {
     o = opts(path_in(gpu, sizeof gpu, "gpu.gguf"), path_in(gpu_log, sizeof gpu_log, "gpu.jsonl"), 1);
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "%s run: %s", dev->name, err);
     compare_steps(cpu_log, gpu_log);
-    double d = adapter_l2(cpu, gpu);
+    double d = fx_adapter_diff(cpu, gpu).l2;
     printf("adapter after 10 steps: relative L2 difference device vs CPU %.3g\n", d);
     CHECK(d < 1e-3, "the device run's adapter equals the CPU run's (%.3g)", d);
     test_resume(m, rows, cpu, 1);

@@ -1,8 +1,10 @@
 // tests/train/fixture.h — set-up shared by the training tests (test_sft_train, test_qat, test_ste,
-// test_fakequant, test_tether, test_trainer, test_tool): the "tiny" bonsai-mkmodel model in a temp directory,
-// the small SFT config, a small set of FTPO rows and complete pair-row lines to write training files with.
+// test_fakequant, test_tether, test_trainer, test_tool, test_dp, test_device, tests/cuda/test_cuda_ftpo_train): the
+// "tiny" bonsai-mkmodel model in a temp directory, the small SFT config, a small set of FTPO rows, complete pair-row
+// lines to write training files with, and how far two adapter files are apart.
 #ifndef BONSAI_TEST_TRAIN_FIXTURE_H
 #define BONSAI_TEST_TRAIN_FIXTURE_H
+#include <math.h>
 #include <stdio.h>
 #include "tests/test.h"
 #include "synth/mkmodel.h"
@@ -10,6 +12,7 @@
 #include "train/sft.h"
 #include "train/graph.h"
 #include "train/pairs_in.h"
+#include "train/lora.h"
 #include "records/pairs.h"
 #include "base/rng.h"
 #include "base/util.h"
@@ -93,5 +96,33 @@ static inline void fx_pair_line(FILE *f, const char *source_prompt, const char *
     CHECK(line != NULL, "pair row: %s", err);
     if (line) fprintf(f, "%s\n", line);
     free(line);
+}
+
+// How far two adapters' parameters are apart.
+typedef struct {
+    double l2;  // ‖a − b‖ / ‖a‖
+    double max; // max |a − b| / max |a|
+} fx_param_diff;
+
+// fx_adapter_diff: the difference of two adapter files' parameters (1e9 both when either is missing or the layouts
+// differ).
+static inline fx_param_diff fx_adapter_diff(const char *pa, const char *pb) {
+    char err[256];
+    bn_lora *a = bn_lora_load_gguf(pa, err, sizeof err), *b = bn_lora_load_gguf(pb, err, sizeof err);
+    fx_param_diff d = {1e9, 1e9};
+    if (a && b && bn_lora_same_layout(a, b)) {
+        double dd = 0, aa = 0, dmax = 0, amax = 0;
+        for (int64_t i = 0; i < a->n_params; i++) {
+            double x = a->params[i], e = x - b->params[i];
+            dd += e * e;
+            aa += x * x;
+            dmax = fmax(dmax, fabs(e));
+            amax = fmax(amax, fabs(x));
+        }
+        d = (fx_param_diff){sqrt(dd / (aa > 0 ? aa : 1)), dmax / (amax > 0 ? amax : 1)};
+    }
+    bn_lora_free(a);
+    bn_lora_free(b);
+    return d;
 }
 #endif

@@ -113,36 +113,9 @@ static int train_ranks(const bn_model *m, const bn_train_rows *rows, bn_ftpo_tra
     return rc == 1 ? status : 1;
 }
 
-// How far two adapters' parameters are apart.
-typedef struct {
-    double l2;  // ‖a − b‖ / ‖a‖
-    double max; // max |a − b| / max |a|
-} param_diff;
-
-// adapter_diff: the difference of two adapter files (1e9 both when either is missing or the layouts differ).
-static param_diff adapter_diff(const char *pa, const char *pb) {
-    char err[256];
-    bn_lora *a = bn_lora_load_gguf(pa, err, sizeof err), *b = bn_lora_load_gguf(pb, err, sizeof err);
-    param_diff d = {1e9, 1e9};
-    if (a && b && bn_lora_same_layout(a, b)) {
-        double dd = 0, aa = 0, dmax = 0, amax = 0;
-        for (int64_t i = 0; i < a->n_params; i++) {
-            double x = a->params[i], e = x - b->params[i];
-            dd += e * e;
-            aa += x * x;
-            dmax = fmax(dmax, fabs(e));
-            amax = fmax(amax, fabs(x));
-        }
-        d = (param_diff){sqrt(dd / (aa > 0 ? aa : 1)), dmax / (amax > 0 ? amax : 1)};
-    }
-    bn_lora_free(a);
-    bn_lora_free(b);
-    return d;
-}
-
 // same_adapter: whether two adapter files agree within this test's tolerances (printed under `what`).
 static bool same_adapter(const char *pa, const char *pb, const char *what) {
-    param_diff d = adapter_diff(pa, pb);
+    fx_param_diff d = fx_adapter_diff(pa, pb);
     printf("%s: relative L2 difference %.3g, largest %.3g\n", what, d.l2, d.max);
     return d.l2 < 3e-5 && d.max < 1e-3;
 }
