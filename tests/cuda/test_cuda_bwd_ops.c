@@ -126,32 +126,31 @@ static void check_norm_wgrad(int n, int rows, int gated) {
 
 // ---- elementwise ----------------------------------------------------------------------------------
 
-// check_swiglu: want_da / want_dc = 0 passes NULL for that gradient.
-static void check_swiglu(int64_t n, int want_da, int want_dc) {
-    arr a = arr_rand(n, 4), c = arr_rand(n, 2), dy = arr_rand(n, 1), da = arr_rand(n, 1), dc = arr_rand(n, 1);
-    arr *pda = want_da ? &da : NULL, *pdc = want_dc ? &dc : NULL;
-    bn_swiglu_bwd(a.h, c.h, n, dy.h, host(pda), host(pdc));
-    CHECK(bn_cuda_swiglu_bwd(a.d, c.d, n, dy.d, dev(pda), dev(pdc), NULL, err, sizeof err) == 0, "%s", err);
-    char what[96];
-    snprintf(what, sizeof what, "swiglu_bwd n %lld: da%s", (long long)n, want_da ? "" : " (NULL)");
-    check_same(what, &da);
-    snprintf(what, sizeof what, "swiglu_bwd n %lld: dc%s", (long long)n, want_dc ? "" : " (NULL)");
-    check_same(what, &dc);
-    arr_free(&a), arr_free(&c), arr_free(&dy), arr_free(&da), arr_free(&dc);
-}
+// An elementwise op of two inputs with a gradient for each (swiglu: a, c; sigmoid gate: u, g), on both sides.
+typedef struct {
+    const char *name, *d1, *d2;   // "swiglu_bwd", "da", "dc"
+    float amp1, amp2;             // the inputs' random ranges
+    void (*cpu)(const float *, const float *, int64_t, const float *, float *, float *);
+    int (*cuda)(const float *, const float *, int64_t, const float *, float *, float *, void *, char *, size_t);
+} pair_op;
 
-// check_sigmoid_gate: want_du / want_dg = 0 passes NULL for that gradient.
-static void check_sigmoid_gate(int64_t n, int want_du, int want_dg) {
-    arr u = arr_rand(n, 2), g = arr_rand(n, 4), dy = arr_rand(n, 1), du = arr_rand(n, 1), dg = arr_rand(n, 1);
-    arr *pdu = want_du ? &du : NULL, *pdg = want_dg ? &dg : NULL;
-    bn_sigmoid_gate_bwd(u.h, g.h, n, dy.h, host(pdu), host(pdg));
-    CHECK(bn_cuda_sigmoid_gate_bwd(u.d, g.d, n, dy.d, dev(pdu), dev(pdg), NULL, err, sizeof err) == 0, "%s", err);
+static const pair_op swiglu_op = {"swiglu_bwd", "da", "dc", 4, 2, bn_swiglu_bwd, bn_cuda_swiglu_bwd};
+static const pair_op sigmoid_gate_op = {"sigmoid_gate_bwd", "du", "dg", 2, 4, bn_sigmoid_gate_bwd,
+                                        bn_cuda_sigmoid_gate_bwd};
+
+// check_pair: op's device backward against the CPU's; want1 / want2 = 0 passes NULL for that gradient.
+static void check_pair(const pair_op *op, int64_t n, int want1, int want2) {
+    arr x1 = arr_rand(n, op->amp1), x2 = arr_rand(n, op->amp2), dy = arr_rand(n, 1), d1 = arr_rand(n, 1),
+        d2 = arr_rand(n, 1);
+    arr *p1 = want1 ? &d1 : NULL, *p2 = want2 ? &d2 : NULL;
+    op->cpu(x1.h, x2.h, n, dy.h, host(p1), host(p2));
+    CHECK(op->cuda(x1.d, x2.d, n, dy.d, dev(p1), dev(p2), NULL, err, sizeof err) == 0, "%s", err);
     char what[96];
-    snprintf(what, sizeof what, "sigmoid_gate_bwd n %lld: du%s", (long long)n, want_du ? "" : " (NULL)");
-    check_same(what, &du);
-    snprintf(what, sizeof what, "sigmoid_gate_bwd n %lld: dg%s", (long long)n, want_dg ? "" : " (NULL)");
-    check_same(what, &dg);
-    arr_free(&u), arr_free(&g), arr_free(&dy), arr_free(&du), arr_free(&dg);
+    snprintf(what, sizeof what, "%s n %lld: %s%s", op->name, (long long)n, op->d1, want1 ? "" : " (NULL)");
+    check_same(what, &d1);
+    snprintf(what, sizeof what, "%s n %lld: %s%s", op->name, (long long)n, op->d2, want2 ? "" : " (NULL)");
+    check_same(what, &d2);
+    arr_free(&x1), arr_free(&x2), arr_free(&dy), arr_free(&d1), arr_free(&d2);
 }
 
 static void check_sigmoid(int64_t n) {
@@ -261,12 +260,12 @@ int main(void) {
     check_gated_rmsnorm(37, 3, 0, 1);
     check_norm_wgrad(300, 7, 0);
     check_norm_wgrad(100, 5, 1);
-    check_swiglu(1000, 1, 1);
-    check_swiglu(77, 0, 1);
-    check_swiglu(77, 1, 0);
-    check_sigmoid_gate(1000, 1, 1);
-    check_sigmoid_gate(77, 1, 0);
-    check_sigmoid_gate(77, 0, 1);
+    check_pair(&swiglu_op, 1000, 1, 1);
+    check_pair(&swiglu_op, 77, 0, 1);
+    check_pair(&swiglu_op, 77, 1, 0);
+    check_pair(&sigmoid_gate_op, 1000, 1, 1);
+    check_pair(&sigmoid_gate_op, 77, 1, 0);
+    check_pair(&sigmoid_gate_op, 77, 0, 1);
     check_sigmoid(333);
     check_gdn_gate(6, 37);
     check_scale(555, 0.125f);
