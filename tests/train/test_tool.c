@@ -22,11 +22,16 @@ static int run(const char *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static bool out_has(const char *s) {
+// out_text: the last run's output (the caller frees it), or NULL.
+static char *out_text(void) {
     char path[700], err[256];
     snprintf(path, sizeof path, "%s/out.txt", dir);
     size_t n;
-    char *t = bn_read_file(path, &n, err, sizeof err);
+    return bn_read_file(path, &n, err, sizeof err);
+}
+
+static bool out_has(const char *s) {
+    char *t = out_text();
     bool has = t && strstr(t, s);
     if (!has && t) fprintf(stderr, "--- output ---\n%s\n---\n", t);
     free(t);
@@ -35,10 +40,7 @@ static bool out_has(const char *s) {
 
 // out_count: how many times s occurs in the last run's output.
 static int out_count(const char *s) {
-    char path[700], err[256];
-    snprintf(path, sizeof path, "%s/out.txt", dir);
-    size_t n;
-    char *t = bn_read_file(path, &n, err, sizeof err);
+    char *t = out_text();
     int count = 0;
     for (const char *p = t; p && (p = strstr(p, s)); p += strlen(s)) count++;
     free(t);
