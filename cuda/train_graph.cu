@@ -170,7 +170,7 @@ int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_we
             float *ax) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    if (bn_cuda_linear_lora_fwd(r->t->blas, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL, y,
+    if (bn_cuda_linear_lora_fwd(r->t->blas, false, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL, y,
                                       has ? ax : NULL, r->t->ws, r->t->stream, r->err, r->errlen))
         return -1;
     if (bias && bias->data) return bn_cuda_add_row_bias(y, F(r, bias), (int)W->ne[1], r->T, r->t->stream, r->err,
@@ -184,7 +184,7 @@ int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float
             float *dx) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    return bn_cuda_linear_lora_bwd(r->t->blas, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
+    return bn_cuda_linear_lora_bwd(r->t->blas, false, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
                                    has ? ax : NULL, dy, dx, r->t->ws, r->t->stream, r->err, r->errlen);
 }
 
@@ -526,8 +526,8 @@ int layer_linears(const bn_layer_weights *lw, const bn_weight **out) {
 // lin_ws: workspace floats of a linear's forward and backward over W for T tokens.
 size_t lin_ws(const bn_cuda_trainer *t, const bn_weight *W, int T) {
     const int type = W->type;
-    const size_t f = bn_cuda_linear_lora_fwd_workspace_floats(type, W->ne[0], W->ne[1], t->r, T);
-    const size_t b = bn_cuda_linear_lora_bwd_workspace_floats(type, W->ne[0], W->ne[1], t->r, T);
+    const size_t f = bn_cuda_linear_lora_fwd_workspace_floats(false, type, W->ne[0], W->ne[1], t->r, T);
+    const size_t b = bn_cuda_linear_lora_bwd_workspace_floats(false, type, W->ne[0], W->ne[1], t->r, T);
     return f > b ? f : b;
 }
 
