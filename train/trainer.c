@@ -27,6 +27,7 @@ bn_ftpo_train_opts bn_ftpo_train_defaults(void) {
         .adam = bn_adamw_cfg_default(), .max_grad_norm = 2.5f, .loss = bn_ftpo_cfg_antidoom(),
         .early_stop = 0.4f, .log_window = 5, .eval_each_epoch = true,
         .lambda_tether = 0, .tether_ctx = 64, .tether_batch = 2, .tether_cache_mb = 512,
+        .train_gemm = BN_TRAIN_GEMM_BF16,
     };
     return o;
 }
@@ -333,11 +334,14 @@ static int run_device(train_run *run, char *err, size_t errlen) {
         return 0;
     }
     const int device = bn_dp_rank(o->dp) % n_dev;
-    void *ctx = dev->open(run->m, run->l, device, err, errlen);
+    const bn_train_device_opts dopts = {.gemm = o->train_gemm};
+    void *ctx = dev->open(run->m, run->l, device, &dopts, err, errlen);
     if (!ctx) return -1;
     run->d.dev = dev;
     run->d.dev_ctx = ctx;
-    if (!o->quiet) fprintf(stderr, "ftpo-train: forward and backward on %s device %d\n", dev->name, device);
+    if (!o->quiet)
+        fprintf(stderr, "ftpo-train: forward and backward on %s device %d (base-weight GEMMs %s)\n", dev->name, device,
+                o->train_gemm == BN_TRAIN_GEMM_F32 ? "fp32" : "bf16, fp32 accumulation");
     return dev->load_params(ctx, run->l, err, errlen);
 }
 
