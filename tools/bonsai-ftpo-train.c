@@ -331,6 +331,7 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     c.grad_accum = o->t.grad_accum;
     c.dropout = o->t.dropout;
     c.act_bytes = o->plan_act_bytes;
+    c.gemm_bytes = o->t.n_gpu_layers > 0 && o->t.train_gemm == BN_TRAIN_GEMM_BF16 ? 2 : 4; // the device's bf16 GEMMs
     c.n_rows = rows ? rows->n_rows : 0;
     if (o->tether_path) {
         c.tether_ctx = o->t.tether_ctx;

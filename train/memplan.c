@@ -25,6 +25,7 @@ typedef struct {
 } kind_t;
 
 #define CHUNK_FLOATS ((int64_t)4 << 20)  // train/backward.c: rows of a weight dequantized per chunk
+#define CHUNK_BF16 ((int64_t)8 << 20)    // cuda/linear.cuh: bf16 values of a weight's chunk (16 MiB)
 #define LAYER_F32_MAX ((int64_t)512 << 20) // train/graph.c: the largest dequantized layer copy
 #define GDN_CKPT 32                      // train/backward_gdn.c: recurrence steps between state checkpoints
 
@@ -104,7 +105,8 @@ bn_memshape bn_memshape_of_model(const bn_model *m) {
 
 bn_memplan_cfg bn_memplan_cfg_default(int ctx) {
     return (bn_memplan_cfg){.targets = BN_LORA_ATTN | BN_LORA_FFN, .rank = 32, .ctx = ctx, .batch = 4,
-                            .grad_accum = 4, .act_bytes = 4, .tether_batch = 2, .tether_cache_mb = 512};
+                            .grad_accum = 4, .act_bytes = 4, .gemm_bytes = 4, .tether_batch = 2,
+                            .tether_cache_mb = 512};
 }
 
 // layer_f32_bytes: the dequantized copy graph.c makes of a layer's non-F32 weights (0 when F32 or over the cap).
@@ -121,6 +123,15 @@ static int64_t chunk_bytes(int type, int64_t n_in, int64_t n_out) {
     int64_t rows = CHUNK_FLOATS / (n_in > 0 ? n_in : 1);
     rows = rows < 1 ? 1 : rows > n_out ? n_out : rows;
     return rows * n_in * 4;
+}
+
+// chunk_bytes_bf16: the device's bf16 chunk of one weight of any type (cuda/linear.cuh chunk_rows_bf16: CHUNK_BF16
+// values in whole 8s of rows).
+static int64_t chunk_bytes_bf16(int64_t n_in, int64_t n_out) {
+    int64_t rows = CHUNK_BF16 / (n_in > 0 ? n_in : 1);
+    if (rows >= 8) rows -= rows % 8;
+    rows = rows < 1 ? 1 : rows > n_out ? n_out : rows;
+    return rows * n_in * 2;
 }
 
 // plan_lora: adapter parameters and tensors (bn_lora_from_model's: each adapted weight that exists; no tied head).
@@ -155,7 +166,7 @@ static void plan_acts(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan 
         if (kind) p->keep_gdn_full = full; else p->keep_attn_full = full;
         per_row_full += n * full * T * ab;
         int64_t bwd = 3 * H + 3 * F + k.mixer_bwd + 2 * H; // layer_bwd's dh..dn, the mixer's, dx and dx_prev
-        int64_t ws = (k.acts + k.lora_keep + bwd) * T * ab + layer_f32_bytes(s, &k);
+        int64_t ws = (k.acts + k.lora_keep + bwd) * T * ab + (c->gemm_bytes == 2 ? 0 : layer_f32_bytes(s, &k));
         if (ws > p->layer_ws) p->layer_ws = ws;
         if (bwd * T * ab > p->layer_ws_full) p->layer_ws_full = bwd * T * ab;
     }
@@ -164,20 +175,26 @@ static void plan_acts(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan 
     p->kept_full = (int64_t)c->batch * (per_row_full + per_row_tail);
 }
 
-// plan_scratch: what the kernels allocate beside the graph's buffers: the largest dequantization chunk, the LoRA
-// backward's {r, T} (and dropout) buffers, attention probability rows and the GDN state checkpoints of every value
-// head at once.
+// plan_scratch: what the kernels allocate beside the graph's buffers: the largest dequantization chunk (with bf16
+// GEMMs: the layers' bf16 chunks, the head's fp32 one) and the bf16 copy of the largest activation operand (x of
+// n_in rows forward, dy of n_out rows backward), the LoRA backward's {r, T} (and dropout) buffers, attention
+// probability rows and the GDN state checkpoints of every value head at once.
 static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
     const int64_t T = c->ctx;
-    int64_t chunk = cf->tied_output ? 0 : chunk_bytes(s->type_head, cf->n_embd, cf->n_vocab), max_in = 0;
+    const bool g16 = c->gemm_bytes == 2;
+    int64_t chunk = cf->tied_output ? 0 : chunk_bytes(s->type_head, cf->n_embd, cf->n_vocab), max_in = 0, act16 = 0;
     for (int kind = 0; kind < 2; kind++) {
         if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
         kind_t k = kind_of(cf, kind == 1, c);
         for (int i = 0; i < k.n_p; i++) {
-            int64_t b = layer_f32_bytes(s, &k) ? 0 : chunk_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out);
+            const proj_t *pj = &k.p[i];
+            int64_t b = g16 ? chunk_bytes_bf16(pj->n_in, pj->n_out)
+                            : layer_f32_bytes(s, &k) ? 0 : chunk_bytes(s->type_layer, pj->n_in, pj->n_out);
             chunk = b > chunk ? b : chunk;
-            if ((c->targets & (unsigned)k.p[i].target) && k.p[i].n_in > max_in) max_in = k.p[i].n_in;
+            const int64_t a = g16 ? (pj->n_in > pj->n_out ? pj->n_in : pj->n_out) * T * 2 : 0;
+            act16 = a > act16 ? a : act16;
+            if ((c->targets & (unsigned)pj->target) && pj->n_in > max_in) max_in = pj->n_in;
         }
     }
     int64_t lora = ((int64_t)2 * c->rank * T + (c->dropout > 0 ? 2 * max_in * T : 0)) * 4;
@@ -185,7 +202,7 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
     const int64_t dk = cf->ssm_d_state, ssz = dk * dk;
     const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT + 1;
     int64_t gdn = p->n_gdn ? (int64_t)cf->ssm_dt_rank * ((n_ck + GDN_CKPT + 2) * ssz + 5 * dk + 2 * dk) * 4 : 0;
-    return chunk + lora + (attn > gdn ? attn : gdn);
+    return chunk + act16 + lora + (attn > gdn ? attn : gdn);
 }
 
 int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p, char *err, size_t errlen) {
@@ -198,6 +215,8 @@ int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan
     if (c->rank <= 0 || c->ctx <= 0 || c->batch <= 0 || c->grad_accum <= 0 || c->tether_ctx < 0)
         return bn_err(err, errlen, "memory plan: rank, context, batch and accumulation must be positive");
     if (c->act_bytes != 2 && c->act_bytes != 4) return bn_err(err, errlen, "memory plan: activations are 2 or 4 bytes");
+    if (c->gemm_bytes != 2 && c->gemm_bytes != 4)
+        return bn_err(err, errlen, "memory plan: GEMM inputs are 2 (bf16) or 4 (fp32) bytes");
     for (int il = 0; il < cf->n_layer; il++) *(is_recurrent(cf, il) ? &p->n_gdn : &p->n_attn) += 1;
     p->base = s->base_bytes > 0 ? s->base_bytes : bn_memplan_base_bytes(s);
     if (p->base < 0)
@@ -246,9 +265,9 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
             cf->n_vocab, bn_type_name(s->type_layer), bn_type_name(s->type_embd),
             cf->tied_output ? "tied" : bn_type_name(s->type_head));
     fprintf(f, "LoRA r %d on %s: %d tensors, %lld parameters; %d tokens per row, batch %d x %d, dropout %g, "
-            "activations %s\n", c->rank, targets_str(c->targets, tg, sizeof tg), p->lora_tensors,
+            "activations %s, base-weight GEMMs %s\n", c->rank, targets_str(c->targets, tg, sizeof tg), p->lora_tensors,
             (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout,
-            c->act_bytes == 4 ? "fp32" : "16-bit");
+            c->act_bytes == 4 ? "fp32" : "16-bit", c->gemm_bytes == 4 ? "fp32" : "bf16 (the device's)");
     fprintf(f, "kept per token per layer (elements): %lld with per-layer recomputation; without it %lld per Gated "
             "DeltaNet layer, %lld per attention layer\n", (long long)p->keep_layer_in, (long long)p->keep_gdn_full,
             (long long)p->keep_attn_full);

@@ -29,6 +29,9 @@ typedef struct {
     int grad_accum;       // micro-batches per optimizer step (no memory: gradients accumulate in place)
     float dropout;        // LoRA dropout (> 0: masks of the adapted projections' inputs)
     int act_bytes;        // bytes per activation element: 4 = fp32 (the CPU trainer), 2 = bf16/fp16
+    int gemm_bytes;       // bytes per input of the base-weight GEMMs: 4 = fp32 (the CPU trainer; the device with
+                          // --train-gemm f32), 2 = the device's bf16 GEMMs (its weight chunks made bf16 and the
+                          // activation operand's bf16 copy; no dequantized layer copy)
     int64_t n_rows;       // rows whose reference logits are cached (0: unknown, not counted)
     int tether_ctx;       // plain-text tether window (0: no tether)
     int tether_batch;     // tether windows per step
@@ -53,7 +56,8 @@ typedef struct {
     int64_t layer_ws;         // one layer's working set in the backward (recomputed intermediates, gradient
                               // buffers, the layer's dequantized copy), with recomputation
     int64_t layer_ws_full;    // the backward's working set without recomputation
-    int64_t scratch;          // kernel scratch: dequantization chunk, LoRA backward, attention rows, GDN checkpoints
+    int64_t scratch;          // kernel scratch: dequantization chunk (and with bf16 GEMMs the activation's bf16 copy),
+                              // LoRA backward, attention rows, GDN checkpoints
     int64_t logits;           // FTPO logits and their gradients (vocab × the rows of a micro-batch)
     int64_t ref_cache;        // cached reference logits (vocab × n_rows)
     int64_t tether;           // tether window: its logits, gradients, reference log-probs, kept inputs, and cache
@@ -64,7 +68,8 @@ typedef struct {
 // bn_memshape_of_model: the shape of a loaded model (config, stored types, measured base bytes); returns it.
 // The result points at m's config arrays and lives as long as m.
 bn_memshape bn_memshape_of_model(const bn_model *m);
-// bn_memplan_cfg_default: the trainer's defaults (q,k,v,o,gate,up,down, r 32, batch 4 × 4, fp32, no tether)
+// bn_memplan_cfg_default: the trainer's defaults (q,k,v,o,gate,up,down, r 32, batch 4 × 4, fp32 activations and
+// GEMMs, no tether)
 // for ctx tokens; returns them.
 bn_memplan_cfg bn_memplan_cfg_default(int ctx);
 // bn_memplan_base_bytes: the frozen weights' stored bytes computed from the shape (ignores s->base_bytes); -1 when a

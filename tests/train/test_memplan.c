@@ -1,6 +1,7 @@
 // tests/train/test_memplan.c — the training memory plan (train/memplan.h, docs/antidoom.md §19):
 //  - the Qwen3.5-27B shape (bonsai-mkmodel's "27b" preset as a config, no file): every term against arithmetic written
 //    out here from docs/model.md §3 and §10 (Q1_0 and F16 bases, r 32 on q,k,v,o,gate,up,down, 4096 tokens);
+//  - the same 27B plan with the device's bf16 GEMMs (the activation operand's bf16 copy added to the scratch);
 //  - tiny models written by bonsai-mkmodel: the planned base bytes against the file's tensors, the adapter size
 //    against bn_lora_from_model, and the kept activations + one layer's working set against the peak of the
 //    training graph's buffers (bn_train_mem_peak) for real forward and backward passes, exactly;
@@ -77,6 +78,32 @@ static void check_27b(int type, int bytes_per_block_x128, int batch, int act_byt
     int64_t want = base + 16 * n_lora + p.kept + WS_GDN_PER_TOKEN * T * act_bytes + SCRATCH + p.logits;
     CHECK(p.total == want, "27b total %lld vs %lld", (long long)p.total, (long long)want);
     *total = p.total;
+}
+
+// The device's bf16 GEMMs (gemm_bytes 2) add the bf16 copy of the largest activation operand, F·T 16-bit values (x
+// of ffn_down forward, dy of ffn_gate / ffn_up backward); their weight chunks (1632 rows of 5120 = 480 of 17408 =
+// 1360 of 6144 bf16 values, 16,711,680 B) stay under the head's fp32 chunk (819 rows of 5120, 16,773,120 B).
+#define ACT16 (17408LL * 4096 * 2)
+
+// check_27b_bf16: the 27B Q1_0 plan (batch 1, 16-bit activations) with the device's bf16 GEMMs: the scratch grows by
+// ACT16 and nothing else changes; a GEMM input of 3 bytes is refused.
+static void check_27b_bf16(int64_t total_f32) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    c.batch = 1, c.act_bytes = 2, c.gemm_bytes = 2;
+    bn_memplan p;
+    char err[256];
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b bf16 plan: %s", err);
+    printf("\n27B Q1_0, batch 1, 16-bit activations, bf16 GEMMs:\n");
+    bn_memplan_print(stdout, &s, &c, &p);
+    CHECK(p.scratch == SCRATCH + ACT16, "27b bf16 scratch %lld vs %lld", (long long)p.scratch,
+          (long long)(SCRATCH + ACT16));
+    CHECK(p.layer_ws == WS_GDN_PER_TOKEN * 4096 * 2, "27b bf16 working set %lld", (long long)p.layer_ws);
+    CHECK(p.total == total_f32 + ACT16, "27b bf16 total %lld vs %lld", (long long)p.total,
+          (long long)(total_f32 + ACT16));
+    c.gemm_bytes = 3;
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) != 0 && strstr(err, "GEMM"), "gemm_bytes 3 accepted: %s",
+          err);
 }
 
 // peak_of_graphs: the training graph's buffer peak over `batch` forwards of T tokens and the first one's backward.
@@ -181,6 +208,7 @@ int main(void) {
     check_27b(BN_Q1_0, 18, 4, 4, &q1_b4_32);
     check_27b(BN_F16, 256, 4, 4, &f16_b4_32); // F16: 256 B per 128 weights
     check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
+    check_27b_bf16(q1_b1_16);
     printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
            "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
            q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);
