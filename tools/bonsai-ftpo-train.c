@@ -104,7 +104,7 @@ typedef struct {
     const char *model, *pairs, *targets, *preset, *eval_adapter, *merge_adapter, *merge_type, *tether_path;
     const char *mem_limit; // --mem-limit as given
     float lora_scale;
-    int max_seq, n_threads, plan_ctx, plan_act_bytes, n_ranks;
+    int max_seq, n_threads, plan_ctx, plan_act_bytes, n_ranks, dp_timeout;
     bool plan_only;
     float eps, lnt, lt, taut, lagg, tagg; // loss overrides applied after the preset (NAN: the preset's)
     bool weighted;
@@ -124,6 +124,9 @@ static const bn_arg ftpo_args[] = {
            "train as N processes on this machine, each on its share of every micro-batch, gradients summed before "
            "each step (a run of N ranks x batch B equals one of batch N·B; -t defaults to the CPUs / N per rank)",
            1, 256),
+    BN_INT("--dp-timeout", O(dp_timeout), "S",
+           "under a launcher (torchrun, mpirun, srun: one process per rank, joined through MASTER_ADDR:MASTER_PORT), "
+           "how long a rank waits for the others to start and at each gradient sum before it fails", 1, 86400),
     BN_SECTION("memory plan (docs/antidoom.md §19)"),
     BN_TRUE("--plan-only", O(plan_only),
             "print the memory plan of this run's settings as a table and exit (no training; -p and -o not needed)"),
@@ -250,7 +253,7 @@ static void set_loss(ftpo_opts *o) {
 // parse_args: the options into o (exits on --help, --version or a bad or missing option).
 static void parse_args(ftpo_opts *o, int argc, char **argv) {
     *o = (ftpo_opts){.t = bn_ftpo_train_defaults(), .merge_type = "keep", .lora_scale = 1.0f, .max_seq = 6000,
-                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .n_ranks = 1, .eps = NAN, .lnt = NAN, .lt = NAN,
+                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .n_ranks = 1, .dp_timeout = 1800, .eps = NAN, .lnt = NAN, .lt = NAN,
                      .taut = NAN, .lagg = NAN, .tagg = NAN};
     const bn_arg_table tables[] = {BN_TABLE(ftpo_args, o), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
@@ -375,9 +378,30 @@ static int spawn_ranks(ftpo_opts *o) {
     return -1;
 }
 
+// join_launched: when a launcher started this process as one of several ranks (train/dp.h, bn_dp_join_env), joins
+// the others and gives the rank its share of the machine's threads. Returns 0 (joined, or not launched) or 1 (err).
+static int join_launched(ftpo_opts *o) {
+    char err[512];
+    int rc = bn_dp_join_env(&o->t.dp, o->dp_timeout, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
+    if (rc <= 0) return rc < 0;
+    if (o->n_ranks > 1) {
+        fprintf(stderr, "bonsai-ftpo-train: -dp %d under a launcher that started %d ranks: use one or the other\n",
+                o->n_ranks, bn_dp_world(o->t.dp));
+        return 1;
+    }
+    g_follower = bn_dp_rank(o->t.dp) > 0;
+    if (!bn_args_given("--threads")) o->n_threads = bn_n_threads_default() / bn_dp_local_world(o->t.dp);
+    if (o->n_threads < 1) o->n_threads = 1;
+    openblas_set_num_threads(o->n_threads);
+    note("ftpo-train: %d ranks started by a launcher, joined over tcp\n", bn_dp_world(o->t.dp));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     ftpo_opts o;
     parse_args(&o, argc, argv);
+    if (!o.merge_adapter && !o.plan_only && !o.eval_adapter && join_launched(&o)) return 1;
     if (o.merge_adapter)
         return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_output_type, o.t.ste_keep_scales, o.lora_scale,
                           o.t.out_adapter);

@@ -332,12 +332,16 @@ static int run_device(train_run *run, char *err, size_t errlen) {
                     dev ? "no device found" : "this program has no device backend");
         return 0;
     }
-    const int device = bn_dp_rank(o->dp) % n_dev;
+    const int device = bn_dp_local_rank(o->dp) % n_dev;
     void *ctx = dev->open(run->m, run->l, device, err, errlen);
     if (!ctx) return -1;
     run->d.dev = dev;
     run->d.dev_ctx = ctx;
     if (!o->quiet) fprintf(stderr, "ftpo-train: forward and backward on %s device %d\n", dev->name, device);
+    if (bn_dp_use_device(o->dp, device, err, errlen) < 0) return -1;
+    if (!o->quiet && bn_dp_rank(o->dp) == 0 && bn_dp_world(o->dp) > 1)
+        fprintf(stderr, "ftpo-train: gradient sums of %d ranks through %s\n", bn_dp_world(o->dp),
+                bn_dp_transport(o->dp));
     return dev->load_params(ctx, run->l, err, errlen);
 }
 
