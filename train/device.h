@@ -35,6 +35,10 @@ typedef struct bn_train_device {
     int (*take_grads)(void *ctx, float *grads, char *err, size_t errlen);
     // mem_in_use: device bytes in use now, the whole device: total − free as the driver reports it (0: unknown)
     size_t (*mem_in_use)(void *ctx);
+    // forward_all: every position's logits {n_vocab, n} into host logits (the tether's forward, train/tether.h);
+    // backward then takes dlogits {n_vocab, n}. NULL: the backend has none, and the tether runs on the CPU.
+    void *(*forward_all)(void *ctx, bool use_adapter, const int32_t *tokens, int n, float *logits, char *err,
+                         size_t errlen);
 } bn_train_device;
 
 // bn_train_device_register: makes d the device backend of training (the last registration wins).

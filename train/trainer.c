@@ -337,7 +337,9 @@ static int run_device(train_run *run, char *err, size_t errlen) {
     if (!ctx) return -1;
     run->d.dev = dev;
     run->d.dev_ctx = ctx;
-    if (!o->quiet) fprintf(stderr, "ftpo-train: forward and backward on %s device %d\n", dev->name, device);
+    if (!o->quiet) fprintf(stderr, "ftpo-train: forward and backward on %s device %d%s\n", dev->name, device,
+                           run->teth ? (dev->forward_all ? ", the tether too" : "; the tether on the CPU") : "");
+    if (run->teth) bn_tether_use_device(run->teth, dev, ctx);
     if (bn_dp_use_device(o->dp, device, err, errlen) < 0) return -1;
     if (!o->quiet && bn_dp_rank(o->dp) == 0 && bn_dp_world(o->dp) > 1)
         fprintf(stderr, "ftpo-train: gradient sums of %d ranks through %s\n", bn_dp_world(o->dp),
@@ -494,6 +496,9 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     bn_grad_scale(l->grads, l->n_params, 1.0f / (float)sum.n_micro);
     double tkl = 0;
     if (run->teth && bn_tether_step(run->teth, run->d.m, run->m_pol, l, pos->step, &tkl, err, errlen)) return -1;
+    if (run->teth && run->d.dev && run->d.dev->forward_all && // the tether's gradient, unscaled, from the device
+        run->d.dev->take_grads(run->d.dev_ctx, l->grads, err, errlen))
+        return -1;
     bool stop_req = g_stop_requested; // the ranks agree on it (step_share), so all stop after the same step
     if (stop_req) g_stop_requested = 0;
     if (step_share(run, &sum, &tkl, &stop_req, err, errlen)) return -1;
