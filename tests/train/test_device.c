@@ -80,8 +80,19 @@ static size_t hd_mem(void *ctx) {
     return 0;
 }
 
+// The stand-in's memory as its driver would report it (the trainer compares its device plan with the free bytes).
+static size_t g_free = (size_t)1 << 40, g_total = (size_t)1 << 40;
+
+static int hd_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
+    (void)device, (void)err, (void)errlen;
+    *free_bytes = g_free;
+    *total_bytes = g_total;
+    return 0;
+}
+
 static const bn_train_device host_backend = {"host stand-in", hd_count, hd_open, hd_close, hd_load,
-                                             hd_forward, hd_backward, hd_graph_free, hd_take, hd_mem};
+                                             hd_forward, hd_backward, hd_graph_free, hd_take, hd_mem,
+                                             NULL /* forward_all: the tether on the CPU */, hd_mem_info};
 
 // opts: a short run of the tiny model (attention, GDN and head adapters; 5 steps over 10 rows).
 static bn_ftpo_train_opts opts(const char *out) {
