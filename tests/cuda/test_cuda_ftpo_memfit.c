@@ -4,7 +4,8 @@
 // error line naming the device, its free bytes, the plan's parts and the settings to lower, and writes no adapter,
 // checkpoint or log; `--plan-only -ngl 99` is refused the same way. On a 2 GiB device the plan fits: --plan-only says
 // so, and one step trains, printing the device plan and afterwards the measured peak, which stays within the plan
-// (the emulator counts the bytes asked for, so nothing rounds them up).
+// (the emulator counts the bytes asked for, so nothing rounds them up). With -dp 2 each of the two ranks on the device
+// counts: refused on 2 GiB, trains on 3 GiB.
 #include <string.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -109,6 +110,16 @@ int main(void) {
     const long long peak = out_bytes("memory: peak"), plan = out_bytes("the plan's device total");
     printf("measured device peak %lld B, planned %lld B\n", peak, plan);
     CHECK(peak > 0 && plan > 0 && peak <= plan, "the measured peak (%lld B) within the plan (%lld B)", peak, plan);
+
+    // -dp 2: both ranks on the one device, each needing the plan and the margin (each rank is its own emulated
+    // device here, so 2 GiB refuses and 3 GiB trains only because the check multiplies by the ranks on it)
+    char dp_args[1400];
+    snprintf(dp_args, sizeof dp_args, "-m '%s' -p '%s' -o '%s/dp.gguf' --rank 4 --batch 1 --grad-accum 1 --max-steps 1 "
+             "--no-eval -ngl 99 -dp 2", model, pairs, dir);
+    CHECK(run("2G", dp_args) == 1 && out_has("device 0: 2.00 GiB free of 2.00 GiB") && out_has("2 ranks x (the plan's"),
+          "-dp 2 on 2 GiB: refused, both ranks counted");
+    CHECK(!exists("dp.gguf"), "-dp 2 refused: no adapter written");
+    CHECK(run("3G", dp_args) == 0 && exists("dp.gguf"), "-dp 2 on 3 GiB: trains");
 
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
