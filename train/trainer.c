@@ -340,9 +340,10 @@ static bn_memplan_cfg device_plan_cfg(const train_run *run) {
     return c;
 }
 
-// device_fits: the run's device plan against the free memory of every device the ranks use (ranks k, k + n_dev, ...
-// share device k). Each rank measures its own device before any rank opens one; the sum shares the measurements,
-// so every rank takes the same decision. 0, or -1 with err naming the numbers.
+// device_fits: the run's device plan against the free memory of every rank's device (on each machine, local ranks
+// k, k + n_dev, ... share device k, each holding the plan). Each rank measures its own device before any rank opens
+// one; the sum shares the measurements, so every rank takes the same decision, naming the first rank whose device
+// is short. 0, or -1 with err naming the numbers.
 static int device_fits(train_run *run, const bn_train_device *dev, int n_dev, char *err, size_t errlen) {
     bn_dp *dp = run->o->dp;
     const int world = bn_dp_world(dp), rank = bn_dp_rank(dp);
@@ -353,13 +354,18 @@ static int device_fits(train_run *run, const bn_train_device *dev, int n_dev, ch
     if (bn_memplan_compute(&s, &c, &p, err, errlen) || dev->mem_info(run->device, &fr, &tot, err, errlen)) return -1;
     run->dev_plan = p.dev.total;
     run->dev_in_use0 = tot > fr ? (int64_t)(tot - fr) : 0;
-    double *mem = xcalloc((size_t)world * 2, sizeof(double)); // rank k: its device's free and total bytes
-    mem[2 * rank] = (double)fr;
-    mem[2 * rank + 1] = (double)tot;
-    int rc = bn_dp_sum_f64(dp, mem, 2 * world, err, errlen);
-    for (int d = 0; rc == 0 && d < n_dev && d < world; d++)
-        rc = bn_memplan_device_fits(&p, &c, (world - d + n_dev - 1) / n_dev, d, (int64_t)mem[2 * d],
-                                    (int64_t)mem[2 * d + 1], err, errlen);
+    double *mem = xcalloc((size_t)world * 4, sizeof(double)); // rank k: free and total bytes, device, ranks on it
+    double *mine = mem + 4 * rank;
+    mine[0] = (double)fr, mine[1] = (double)tot, mine[2] = run->device;
+    mine[3] = (bn_dp_local_world(dp) - run->device + n_dev - 1) / n_dev;
+    int rc = bn_dp_sum_f64(dp, mem, 4 * (int64_t)world, err, errlen);
+    char why[1024];
+    for (int k = 0; rc == 0 && k < world; k++) {
+        const double *m = mem + 4 * k;
+        rc = bn_memplan_device_fits(&p, &c, (int)m[3], (int)m[2], (int64_t)m[0], (int64_t)m[1], why, sizeof why);
+        if (rc && world > 1) bn_err(err, errlen, "rank %d's %s", k, why);
+        else if (rc) bn_err(err, errlen, "%s", why);
+    }
     free(mem);
     if (rc == 0 && !run->o->quiet) {
         char plan[32], free_b[32], parts[256];
