@@ -215,12 +215,15 @@ static int64_t dev_linear_bytes(int type, int64_t n_in, int64_t n_out, int64_t T
     return chunk_bytes(type, n_in, n_out) + (2 * n_in * T + 2 * (int64_t)r * T) * 4;
 }
 
-// dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (one position), the layers'
-// linears, the attention backward and the gated delta rule's backward.
+// dev_tokens: the length the trainer's per-length buffers grow to: the rows' or the tether's windows', the longer.
+static int64_t dev_tokens(const bn_memplan_cfg *c) { return c->tether_ctx > c->ctx ? c->tether_ctx : c->ctx; }
+
+// dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
+// an all-position graph needs), the layers' linears, the attention backward and the gated delta rule's backward.
 static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
-    const int64_t T = c->ctx, dk = cf->ssm_d_state;
-    int64_t need = dev_linear_bytes(cf->tied_output ? s->type_embd : s->type_head, cf->n_embd, cf->n_vocab, 1, c->rank);
+    const int64_t T = dev_tokens(c), dk = cf->ssm_d_state;
+    int64_t need = dev_linear_bytes(cf->tied_output ? s->type_embd : s->type_head, cf->n_embd, cf->n_vocab, T, c->rank);
     for (int kind = 0; kind < 2; kind++) {
         if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
         kind_t k = kind_of(cf, kind == 1, c);
@@ -243,11 +246,13 @@ static void plan_device(const bn_memshape *s, const bn_memplan_cfg *c, bn_mempla
     bn_memplan_device *d = &p->dev;
     d->base = p->base;
     d->adapter = d->grads = p->lora_params * 4;
+    const int64_t V = cf->n_vocab, Tt = c->tether_ctx;
     d->kept = (int64_t)c->batch * ((L * H * T + H) * 4 + T * 4);
-    d->layer = dev_layer_bytes(cf, T, c->rank);
+    d->layer = dev_layer_bytes(cf, dev_tokens(c), c->rank);
     d->scratch = dev_scratch_bytes(s, c, p);
-    d->head = (2 * (int64_t)cf->n_vocab + 2 * H) * 4;
-    d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head;
+    d->head = (2 * V + 2 * H) * 4;
+    d->tether = Tt > 0 ? ((L * H * Tt + H * Tt) + 2 * H * Tt + V * Tt) * 4 + Tt * 4 : 0;
+    d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head + d->tether;
 }
 
 int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p, char *err, size_t errlen) {
@@ -328,23 +333,24 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
     row(f, "kernel scratch", p->scratch, p->scratch, d->scratch);
     row(f, "logits and gradients (vocab x rows)", p->logits, p->logits, d->head);
     row(f, "reference logits cache (vocab x rows)", p->ref_cache, p->ref_cache, 0);
-    if (p->tether) row(f, "tether window and cache", p->tether, p->tether, 0);
+    if (p->tether) row(f, "tether window and cache", p->tether, p->tether, d->tether);
     row(f, "total", p->total, p->total_full, d->total);
     if (c->n_rows == 0) fprintf(f, "(rows unknown: the reference logits cache, vocab x 4 B per row, is not counted)\n");
     char margin[32];
-    fprintf(f, "(device: what -ngl holds on the GPU, activations in fp32; AdamW, the reference cache and the tether "
-            "stay on the host; a run there also needs a %s margin for cuBLAS and the driver)\n",
+    fprintf(f, "(device: what -ngl holds on the GPU, activations in fp32; AdamW, the reference cache and the tether's "
+            "cache stay on the host; a run there also needs a %s margin for cuBLAS and the driver)\n",
             bn_format_bytes(margin, sizeof margin, (double)BN_MEMPLAN_DEVICE_MARGIN));
 }
 
 const char *bn_memplan_device_parts(const bn_memplan *p, char *buf, size_t n) {
     const bn_memplan_device *d = &p->dev;
-    char w[32], a[32], k[32], l[32], s[32], h[32];
-    snprintf(buf, n, "weights %s, adapter + gradients %s, kept activations %s, layer buffers %s, scratch %s, head %s",
+    char w[32], a[32], k[32], l[32], s[32], h[32], t[48] = "";
+    if (d->tether) snprintf(t, sizeof t, ", tether %s", bn_format_bytes(h, sizeof h, (double)d->tether));
+    snprintf(buf, n, "weights %s, adapter + gradients %s, kept activations %s, layer buffers %s, scratch %s, head %s%s",
              bn_format_bytes(w, sizeof w, (double)d->base),
              bn_format_bytes(a, sizeof a, (double)(d->adapter + d->grads)),
              bn_format_bytes(k, sizeof k, (double)d->kept), bn_format_bytes(l, sizeof l, (double)d->layer),
-             bn_format_bytes(s, sizeof s, (double)d->scratch), bn_format_bytes(h, sizeof h, (double)d->head));
+             bn_format_bytes(s, sizeof s, (double)d->scratch), bn_format_bytes(h, sizeof h, (double)d->head), t);
     return buf;
 }
 

@@ -47,7 +47,9 @@ typedef struct {
     int64_t scratch;  // the workspace: the largest linear's (weight chunk, x copies, {r, T} rows), attention's
                       // statistics or the GDN backward's state checkpoints
     int64_t head;     // the LM head's logits and their gradient {V}, its normed input and gradient {H}
-    int64_t total;    // their sum
+    int64_t tether;   // the tether's all-position graph of tether_ctx tokens: layer inputs, the final residual, the
+                      // head's input and its gradient {H, T_t}, the logits {V, T_t} (0 without a tether)
+    int64_t total;    // their sum (the tether's graph runs after the micro-batch's: an upper bound, as on the host)
 } bn_memplan_device;
 
 // Device memory a GPU run needs beyond its plan, per process: cuBLAS's workspace and kernels, the trainer's own

@@ -325,8 +325,9 @@ static int run_models(train_run *run, char *err, size_t errlen) {
 }
 
 // device_plan_cfg: the memory plan's settings of this run on the device: its longest row (train and held out: the
-// evaluations run both), the batch of one rank.
-static bn_memplan_cfg device_plan_cfg(const train_run *run) {
+// evaluations run both), the batch of one rank, the tether's windows when the device runs them (tether_on_device; the
+// same plan on every rank, though rank 0 alone runs the tether).
+static bn_memplan_cfg device_plan_cfg(const train_run *run, bool tether_on_device) {
     const bn_ftpo_train_opts *o = run->o;
     int longest = 1;
     for (int i = 0; i < run->rows->n_rows; i++)
@@ -337,6 +338,11 @@ static bn_memplan_cfg device_plan_cfg(const train_run *run) {
     c.batch = o->batch;
     c.grad_accum = o->grad_accum;
     c.dropout = o->dropout;
+    if (tether_on_device && o->lambda_tether > 0 && o->tether_tokens && o->n_tether_tokens > 0) {
+        c.tether_ctx = o->tether_ctx;
+        c.tether_batch = o->tether_batch;
+        c.tether_cache_mb = o->tether_cache_mb;
+    }
     return c;
 }
 
@@ -348,7 +354,7 @@ static int device_fits(train_run *run, const bn_train_device *dev, int n_dev, ch
     bn_dp *dp = run->o->dp;
     const int world = bn_dp_world(dp), rank = bn_dp_rank(dp);
     bn_memshape s = bn_memshape_of_model(run->m);
-    bn_memplan_cfg c = device_plan_cfg(run);
+    bn_memplan_cfg c = device_plan_cfg(run, dev->forward_all != NULL);
     bn_memplan p;
     size_t fr = 0, tot = 0;
     if (bn_memplan_compute(&s, &c, &p, err, errlen) || dev->mem_info(run->device, &fr, &tot, err, errlen)) return -1;

@@ -76,6 +76,23 @@ static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64
     CHECK(d->total == want, "27b device total %lld vs %lld", (long long)d->total, (long long)want);
 }
 
+// check_27b_tether: with a tether of 64-token windows the device adds one all-position graph: the layer inputs and the
+// final residual {H, 64} (65 of them), the head's input and its gradient {H, 64}, the logits {V, 64} and the ids; the
+// per-length buffers stay sized for the 4096-token rows.
+static void check_27b_tether(void) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    bn_memplan p, pt;
+    char err[256];
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
+    c.tether_ctx = 64;
+    CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0, "27b plan with a tether: %s", err);
+    const int64_t tether = (65LL * 5120 * 64 + 2 * 5120 * 64 + 248320LL * 64) * 4 + 64 * 4;
+    CHECK(pt.dev.tether == tether && pt.dev.total == p.dev.total + tether && pt.dev.layer == p.dev.layer &&
+              pt.dev.scratch == p.dev.scratch, "27b device tether %lld vs %lld", (long long)pt.dev.tether,
+          (long long)tether);
+}
+
 static void check_27b(int type, int bytes_per_block_x128, int batch, int act_bytes, int64_t *total) {
     bn_memshape s = shape_of_preset("27b", type);
     bn_memplan_cfg c = bn_memplan_cfg_default(4096);
@@ -209,6 +226,7 @@ int main(void) {
     check_27b(BN_Q1_0, 18, 4, 4, &q1_b4_32);
     check_27b(BN_F16, 256, 4, 4, &f16_b4_32); // F16: 256 B per 128 weights
     check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
+    check_27b_tether();
     printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
            "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
            q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);
