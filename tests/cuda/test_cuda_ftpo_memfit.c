@@ -116,8 +116,8 @@ int main(void) {
     char dp_args[1400];
     snprintf(dp_args, sizeof dp_args, "-m '%s' -p '%s' -o '%s/dp.gguf' --rank 4 --batch 1 --grad-accum 1 --max-steps 1 "
              "--no-eval -ngl 99 -dp 2", model, pairs, dir);
-    CHECK(run("2G", dp_args) == 1 && out_has("rank 0's device 0: 2.00 GiB free of 2.00 GiB") && out_has("2 ranks x (the plan's"),
-          "-dp 2 on 2 GiB: refused, both ranks counted");
+    CHECK(run("2G", dp_args) == 1 && out_has("rank 0's device 0: 2.00 GiB free of 2.00 GiB") &&
+              out_has("2 ranks x (the plan's"), "-dp 2 on 2 GiB: refused, both ranks counted");
     CHECK(!exists("dp.gguf"), "-dp 2 refused: no adapter written");
     CHECK(run("3G", dp_args) == 0 && exists("dp.gguf"), "-dp 2 on 3 GiB: trains");
 

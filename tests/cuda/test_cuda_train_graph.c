@@ -219,7 +219,8 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
     CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0 && p.lora_params == l->n_params,
           "%s: plan (%lld LoRA parameters vs %lld): %s", label, (long long)p.lora_params, (long long)l->n_params, err);
     c.tether_ctx = T;
-    CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0 && pt.dev.tether > 0, "%s: tether plan: %s", label, err);
+    CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0 && pt.dev.tether > 0, "%s: tether plan: %s", label,
+          err);
     CHECK(d->mem_info(0, &fr, &tot, err, sizeof err) == 0 && tot >= fr, "%s: mem_info: %s", label, err);
     const int64_t before = (int64_t)(tot - fr);
     float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab * T), *dz = xcalloc((size_t)m->cfg.n_vocab, sizeof(float));
@@ -248,8 +249,9 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
           (long long)with_tether, (long long)pt.dev.total);
 #else
     const int64_t bound = p.dev.total + BN_MEMPLAN_DEVICE_MARGIN;
-    CHECK(held > 0 && held <= bound && after_bwd <= bound, "%s: device bytes %lld (after a backward %lld) over the plan "
-          "%lld + margin", label, (long long)held, (long long)after_bwd, (long long)p.dev.total);
+    CHECK(held > 0 && held <= bound && after_bwd <= bound,
+          "%s: device bytes %lld (after a backward %lld) over the plan %lld + margin", label, (long long)held,
+          (long long)after_bwd, (long long)p.dev.total);
     CHECK(with_tether <= pt.dev.total + BN_MEMPLAN_DEVICE_MARGIN, "%s: device bytes with a tether graph %lld over the "
           "plan %lld + margin", label, (long long)with_tether, (long long)pt.dev.total);
 #endif
