@@ -45,6 +45,9 @@ int bn_cuda_trainer_take_grads(bn_cuda_trainer *t, float *grads, char *err, size
 // bn_cuda_trainer_mem_in_use: bytes in use on the trainer's device now, all users together (cudaMemGetInfo's total
 // − free); 0 when the driver does not say.
 size_t bn_cuda_trainer_mem_in_use(bn_cuda_trainer *t);
+// bn_cuda_train_mem_info: device `device`'s free and total bytes (cudaMemGetInfo after cudaSetDevice, before any
+// trainer opens it); 0 or -1 (err).
+int bn_cuda_train_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

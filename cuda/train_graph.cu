@@ -843,10 +843,14 @@ int device_take_grads(void *ctx, float *grads, char *err, size_t errlen) {
     return bn_cuda_trainer_take_grads((bn_cuda_trainer *)ctx, grads, err, errlen);
 }
 size_t device_mem_in_use(void *ctx) { return bn_cuda_trainer_mem_in_use((bn_cuda_trainer *)ctx); }
+int device_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
+    return bn_cuda_train_mem_info(device, free_bytes, total_bytes, err, errlen);
+}
 
 const bn_train_device cuda_train_device = {"CUDA",         bn_cuda_device_count, device_open,      device_close,
                                            device_load_params, device_forward,   device_backward,  device_graph_free,
-                                           device_take_grads, device_mem_in_use, device_forward_all};
+                                           device_take_grads, device_mem_in_use, device_forward_all,
+                                           device_mem_info};
 
 } // namespace
 
@@ -959,4 +963,11 @@ extern "C" size_t bn_cuda_trainer_mem_in_use(bn_cuda_trainer *t) {
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaSetDevice(t->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
     return total_bytes > free_bytes ? total_bytes - free_bytes : 0;
+}
+
+extern "C" int bn_cuda_train_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
+    *free_bytes = *total_bytes = 0;
+    BN_CUDA_TRY(cudaSetDevice(device), err, errlen);
+    BN_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes), err, errlen);
+    return 0;
 }

@@ -21,6 +21,7 @@
 #include "train/merge.h"
 #include "train/memplan.h"
 #include "train/dp.h"
+#include "train/device.h"
 #include "quant/quant.h"
 
 static bool g_follower; // a data-parallel rank other than 0: prints errors only
@@ -295,7 +296,7 @@ static int load_tether(ftpo_opts *o, const bn_tokenizer *tok, int32_t **tokens) 
 
 // train: the training run and its summary; returns the exit status.
 static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *t) {
-    char err[512];
+    char err[1024];
     bn_ftpo_train_result res;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -312,6 +313,31 @@ static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tra
          res.early_stopped ? " (early stop)" : res.interrupted ? " (interrupted)" : "", res.first_chosen_win,
          res.last_chosen_win, res.chosen_win_avg, res.first_loss, res.last_loss, t->out_adapter);
     if (t->tether_tokens) note("ftpo-train: tether KL %.5g -> %.5g\n", res.first_tether, res.last_tether);
+    return 0;
+}
+
+// plan_device: with --plan-only -ngl N, the device plan against device 0's free memory (the ranks of -dp that share
+// it each hold one); returns 0 when it fits or no device is present, 1 when it does not fit (printed).
+static int plan_device(const ftpo_opts *o, const bn_memplan_cfg *c, const bn_memplan *p) {
+    const bn_train_device *dev = bn_train_device_get();
+    const int n_dev = dev ? dev->device_count() : 0;
+    char err[1024], fr[32], tot[32], need[32];
+    if (n_dev == 0) {
+        printf("-ngl %d: %s; the device column is what a GPU would hold\n", o->t.n_gpu_layers,
+               dev ? "no device found" : "this program has no device backend");
+        return 0;
+    }
+    size_t free_b = 0, total_b = 0;
+    const int ranks = (o->n_ranks + n_dev - 1) / n_dev;
+    if (dev->mem_info(0, &free_b, &total_b, err, sizeof err) ||
+        bn_memplan_device_fits(p, c, ranks, 0, (int64_t)free_b, (int64_t)total_b, err, sizeof err)) {
+        fprintf(stderr, "bonsai-ftpo-train: refused: %s\n", err);
+        return 1;
+    }
+    printf("%s device 0: %s free of %s; the run needs %s there (the device plan + the margin%s): it fits\n",
+           dev->name, bn_format_bytes(fr, sizeof fr, (double)free_b), bn_format_bytes(tot, sizeof tot, (double)total_b),
+           bn_format_bytes(need, sizeof need, (double)(ranks * (p->dev.total + BN_MEMPLAN_DEVICE_MARGIN))),
+           ranks > 1 ? ", for each rank on it" : "");
     return 0;
 }
 
@@ -346,6 +372,7 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     if (o->plan_only && o->t.ste_type)
         printf("(--ste-type: the two requantized copies of the model that training through the quantizer holds are "
                "not counted)\n");
+    if (o->plan_only && o->t.n_gpu_layers > 0 && plan_device(o, &c, &p)) return 1;
     int64_t limit = 0;
     if (o->mem_limit) bn_parse_bytes(o->mem_limit, &limit);
     if (limit > 0 && p.total > limit) {

@@ -39,6 +39,9 @@ typedef struct bn_train_device {
     // backward then takes dlogits {n_vocab, n}. NULL: the backend has none, and the tether runs on the CPU.
     void *(*forward_all)(void *ctx, bool use_adapter, const int32_t *tokens, int n, float *logits, char *err,
                          size_t errlen);
+    // mem_info: the free and total bytes of device `device` as the driver reports them, before (or without) opening
+    // it; 0 or -1 (err)
+    int (*mem_info)(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 } bn_train_device;
 
 // bn_train_device_register: makes d the device backend of training (the last registration wins).

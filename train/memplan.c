@@ -188,6 +188,73 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
     return chunk + lora + (attn > gdn ? attn : gdn);
 }
 
+// The GPU trainer's layout (cuda/train_graph.cu, cuda/linear.cuh, cuda/bwd_gdn.cu, cuda/bwd_attn.cu).
+#define DEV_ALIGN_FLOATS 64 // train_graph.cu take(): every buffer of the layer arena starts 256-byte aligned
+#define DEV_ATTN_STATS 3    // bwd_attn.cu: floats of statistics per query row and head
+
+// dev_aligned: n floats rounded up to the arena's alignment.
+static int64_t dev_aligned(int64_t n) { return (n + DEV_ALIGN_FLOATS - 1) / DEV_ALIGN_FLOATS * DEV_ALIGN_FLOATS; }
+
+// dev_layer_bytes: the one-layer arena of train_graph.cu bufs_carve for T tokens at rank r: the buffers of both layer
+// kinds (the Gated DeltaNet ones only for qwen35) and A·x for every target, whichever are adapted.
+static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r) {
+    const bool q35 = cf->arch == BN_ARCH_QWEN35;
+    const int64_t dk = cf->ssm_d_state, H = cf->n_embd * T, F = cf->n_ff * T;
+    const int64_t Qd = q35 ? cf->ssm_n_group * dk * T : 0, Vd = q35 ? cf->ssm_dt_rank * dk * T : 0;
+    const int64_t C = 2 * Qd + Vd, Hv = q35 ? cf->ssm_dt_rank * T : 0;
+    const int64_t nq = (int64_t)cf->n_head * cf->head_dim * T, nk = (int64_t)cf->n_head_kv * cf->head_dim * T;
+    const int64_t floats = 10 * dev_aligned(H) + 6 * dev_aligned(F) + 4 * dev_aligned(C) + 9 * dev_aligned(Qd) +
+                           8 * dev_aligned(Vd) + 8 * dev_aligned(Hv) + 11 * dev_aligned(nq) + 7 * dev_aligned(nk) +
+                           2 * dev_aligned(q35 ? 2 * nq : nq) + BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
+    return floats * 4;
+}
+
+// dev_linear_bytes: a linear's workspace over T tokens (its backward's, the larger): the weight's fp32 chunk, the
+// input's two copies and two {r, T} rows.
+static int64_t dev_linear_bytes(int type, int64_t n_in, int64_t n_out, int64_t T, int r) {
+    return chunk_bytes(type, n_in, n_out) + (2 * n_in * T + 2 * (int64_t)r * T) * 4;
+}
+
+// dev_tokens: the length the trainer's per-length buffers grow to: the rows' or the tether's windows', the longer.
+static int64_t dev_tokens(const bn_memplan_cfg *c) { return c->tether_ctx > c->ctx ? c->tether_ctx : c->ctx; }
+
+// dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
+// an all-position graph needs), the layers' linears, the attention backward and the gated delta rule's backward.
+static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
+    const bn_config *cf = &s->cfg;
+    const int64_t T = dev_tokens(c), dk = cf->ssm_d_state;
+    int64_t need = dev_linear_bytes(cf->tied_output ? s->type_embd : s->type_head, cf->n_embd, cf->n_vocab, T, c->rank);
+    for (int kind = 0; kind < 2; kind++) {
+        if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
+        kind_t k = kind_of(cf, kind == 1, c);
+        for (int i = 0; i < k.n_p; i++) {
+            int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, T, c->rank);
+            need = b > need ? b : need;
+        }
+        const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT;
+        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + GDN_CKPT + 2) * dk * dk + 2 * T * dk) * 4
+                         : T * cf->n_head * DEV_ATTN_STATS * 4;
+        need = b > need ? b : need;
+    }
+    return need;
+}
+
+// plan_device: what a GPU run holds on the device (bn_memplan_device); p's other terms are computed.
+static void plan_device(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p) {
+    const bn_config *cf = &s->cfg;
+    const int64_t T = c->ctx, H = cf->n_embd, L = cf->n_layer;
+    bn_memplan_device *d = &p->dev;
+    d->base = p->base;
+    d->adapter = d->grads = p->lora_params * 4;
+    const int64_t V = cf->n_vocab, Tt = c->tether_ctx;
+    d->kept = (int64_t)c->batch * ((L * H * T + H) * 4 + T * 4);
+    d->layer = dev_layer_bytes(cf, dev_tokens(c), c->rank);
+    d->scratch = dev_scratch_bytes(s, c, p);
+    d->head = (2 * V + 2 * H) * 4;
+    d->tether = Tt > 0 ? ((L * H * Tt + H * Tt) + 2 * H * Tt + V * Tt) * 4 + Tt * 4 : 0;
+    d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head + d->tether;
+}
+
 int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     const bn_config *cf = &s->cfg;
@@ -218,6 +285,7 @@ int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan
     int64_t common = p->base + p->adapter + p->grads + p->adamw + p->scratch + p->logits + p->ref_cache + p->tether;
     p->total = common + p->kept + p->layer_ws;
     p->total_full = common + p->kept_full + p->layer_ws_full;
+    plan_device(s, c, p);
     return 0;
 }
 
@@ -232,9 +300,10 @@ static const char *targets_str(unsigned mask, char *buf, size_t n) {
     return buf;
 }
 
-static void row(FILE *f, const char *name, int64_t a, int64_t b) {
-    fprintf(f, "%-44s %16lld %9.3f %16lld %9.3f\n", name, (long long)a, a / 1073741824.0, (long long)b,
-            b / 1073741824.0);
+// row: one term of the table: the recomputing plan's bytes a, the keep-all plan's b, the device's dev.
+static void row(FILE *f, const char *name, int64_t a, int64_t b, int64_t dev) {
+    fprintf(f, "%-44s %16lld %9.3f %16lld %9.3f %16lld %9.3f\n", name, (long long)a, a / 1073741824.0, (long long)b,
+            b / 1073741824.0, (long long)dev, dev / 1073741824.0);
 }
 
 void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
@@ -252,19 +321,54 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
     fprintf(f, "kept per token per layer (elements): %lld with per-layer recomputation; without it %lld per Gated "
             "DeltaNet layer, %lld per attention layer\n", (long long)p->keep_layer_in, (long long)p->keep_gdn_full,
             (long long)p->keep_attn_full);
-    fprintf(f, "%-44s %16s %9s %16s %9s\n", "term", "recompute B", "GiB", "keep-all B", "GiB");
-    row(f, "base weights (stored types)", p->base, p->base);
-    row(f, "adapter A, B (fp32)", p->adapter, p->adapter);
-    row(f, "adapter gradients (fp32)", p->grads, p->grads);
-    row(f, "AdamW m, v (fp32)", p->adamw, p->adamw);
-    row(f, "activations kept (batch rows)", p->kept, p->kept_full);
-    row(f, "backward working set (one layer)", p->layer_ws, p->layer_ws_full);
-    row(f, "kernel scratch", p->scratch, p->scratch);
-    row(f, "logits and gradients (vocab x rows)", p->logits, p->logits);
-    row(f, "reference logits cache (vocab x rows)", p->ref_cache, p->ref_cache);
-    if (p->tether) row(f, "tether window and cache", p->tether, p->tether);
-    row(f, "total", p->total, p->total_full);
+    fprintf(f, "%-44s %16s %9s %16s %9s %16s %9s\n", "term", "recompute B", "GiB", "keep-all B", "GiB", "device B",
+            "GiB");
+    const bn_memplan_device *d = &p->dev;
+    row(f, "base weights (stored types)", p->base, p->base, d->base);
+    row(f, "adapter A, B (fp32)", p->adapter, p->adapter, d->adapter);
+    row(f, "adapter gradients (fp32)", p->grads, p->grads, d->grads);
+    row(f, "AdamW m, v (fp32)", p->adamw, p->adamw, 0);
+    row(f, "activations kept (batch rows)", p->kept, p->kept_full, d->kept);
+    row(f, "backward working set (one layer)", p->layer_ws, p->layer_ws_full, d->layer);
+    row(f, "kernel scratch", p->scratch, p->scratch, d->scratch);
+    row(f, "logits and gradients (vocab x rows)", p->logits, p->logits, d->head);
+    row(f, "reference logits cache (vocab x rows)", p->ref_cache, p->ref_cache, 0);
+    if (p->tether) row(f, "tether window and cache", p->tether, p->tether, d->tether);
+    row(f, "total", p->total, p->total_full, d->total);
     if (c->n_rows == 0) fprintf(f, "(rows unknown: the reference logits cache, vocab x 4 B per row, is not counted)\n");
+    char margin[32];
+    fprintf(f, "(device: what -ngl holds on the GPU, activations in fp32; AdamW, the reference cache and the tether's "
+            "cache stay on the host; a run there also needs a %s margin for cuBLAS and the driver)\n",
+            bn_format_bytes(margin, sizeof margin, (double)BN_MEMPLAN_DEVICE_MARGIN));
+}
+
+const char *bn_memplan_device_parts(const bn_memplan *p, char *buf, size_t n) {
+    const bn_memplan_device *d = &p->dev;
+    char w[32], a[32], k[32], l[32], s[32], h[32], t[48] = "";
+    if (d->tether) snprintf(t, sizeof t, ", tether %s", bn_format_bytes(h, sizeof h, (double)d->tether));
+    snprintf(buf, n, "weights %s, adapter + gradients %s, kept activations %s, layer buffers %s, scratch %s, head %s%s",
+             bn_format_bytes(w, sizeof w, (double)d->base),
+             bn_format_bytes(a, sizeof a, (double)(d->adapter + d->grads)),
+             bn_format_bytes(k, sizeof k, (double)d->kept), bn_format_bytes(l, sizeof l, (double)d->layer),
+             bn_format_bytes(s, sizeof s, (double)d->scratch), bn_format_bytes(h, sizeof h, (double)d->head), t);
+    return buf;
+}
+
+int bn_memplan_device_fits(const bn_memplan *p, const bn_memplan_cfg *c, int ranks, int device, int64_t free_bytes,
+                           int64_t total_bytes, char *err, size_t errlen) {
+    const int64_t need = (int64_t)ranks * (p->dev.total + BN_MEMPLAN_DEVICE_MARGIN);
+    if (need <= free_bytes) return 0;
+    char parts[256], fr[32], tot[32], nd[32], pl[32], mg[32], times[24] = "";
+    if (ranks > 1) snprintf(times, sizeof times, "%d ranks x (", ranks);
+    return bn_err(err, errlen, "device %d: %s free of %s (%lld B), this run needs %s (%lld B): %sthe plan's %s (%s; "
+                  "batch %d x %d tokens) + %s margin%s; lower --max-seq or -c (tokens per row), --batch (raise "
+                  "--grad-accum to keep the step), --rank or --targets, or use -ngl 0", device,
+                  bn_format_bytes(fr, sizeof fr, (double)free_bytes),
+                  bn_format_bytes(tot, sizeof tot, (double)total_bytes),
+                  (long long)free_bytes, bn_format_bytes(nd, sizeof nd, (double)need), (long long)need, times,
+                  bn_format_bytes(pl, sizeof pl, (double)p->dev.total), bn_memplan_device_parts(p, parts, sizeof parts),
+                  c->batch, c->ctx, bn_format_bytes(mg, sizeof mg, (double)BN_MEMPLAN_DEVICE_MARGIN),
+                  ranks > 1 ? ")" : "");
 }
 
 int bn_parse_bytes(const char *s, int64_t *out) {

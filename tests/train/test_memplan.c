@@ -1,6 +1,7 @@
 // tests/train/test_memplan.c — the training memory plan (train/memplan.h, docs/antidoom.md §19):
 //  - the Qwen3.5-27B shape (bonsai-mkmodel's "27b" preset as a config, no file): every term against arithmetic written
-//    out here from docs/model.md §3 and §10 (Q1_0 and F16 bases, r 32 on q,k,v,o,gate,up,down, 4096 tokens);
+//    out here from docs/model.md §3 and §10 (Q1_0 and F16 bases, r 32 on q,k,v,o,gate,up,down, 4096 tokens), the
+//    CPU trainer's and the device's (cuda/train_graph.cu's buffers);
 //  - tiny models written by bonsai-mkmodel: the planned base bytes against the file's tensors, the adapter size
 //    against bn_lora_from_model, and the kept activations + one layer's working set against the peak of the
 //    training graph's buffers (bn_train_mem_peak) for real forward and backward passes, exactly;
@@ -50,6 +51,48 @@ static bn_memshape shape_of_preset(const char *preset, int type) {
 // of 128·128 + 7·128 floats each.
 #define SCRATCH (819LL * 5120 * 4 + 2LL * 32 * 4096 * 4 + 48LL * (163LL * 16384 + 7 * 128) * 4)
 
+// The device (cuda/train_graph.cu) at 4096 tokens, r 32. Its one-layer arena holds the buffers of both layer kinds, in
+// fp32, and A·x for all 13 targets: 10·5120 (n, mo, h, mm, x_out, dh, dmm, dn, dx, dx_prev) + 6·17408 (ga, up, act and
+// their gradients) + 4·10240 (mix, conv, dconv, dmix) + 9·2048 (q, k, qn, kn and 5 gradients) + 8·6144 (z, v, o, y and
+// 4 gradients) + 8·48 (b, a, β, g and 4 gradients) + 11·6144 (attention's query-sized rows) + 7·1024 (its key-sized
+// rows) + 2·12288 (q with its gate, and its gradient) + 13·32 = 364,320 floats per token.
+#define DEV_LAYER_PER_TOKEN 364320LL
+// Its workspace: the largest of ffn_down's linear (240 rows of 17408 made fp32, 2·17408·T copies of x, 2·r·T),
+// 147,046,400 floats, and the GDN backward's 48 heads × ((4096/32 + 32 + 2) states of 128·128 + 2·4096·128 q/k rows),
+// 177,733,632 floats: the GDN's.
+#define DEV_SCRATCH (48LL * (162LL * 16384 + 2 * 4096 * 128) * 4)
+
+// check_27b_device: the device column of the 27B plan p (B rows, 4096 tokens) against the arithmetic above.
+static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64_t n_lora) {
+    const int64_t T = 4096;
+    const bn_memplan_device *d = &p->dev;
+    CHECK(d->base == base && d->adapter == 4 * n_lora && d->grads == 4 * n_lora, "27b device weights and adapter");
+    CHECK(d->kept == batch * ((64LL * 5120 * T + 5120) * 4 + T * 4), "27b device kept %lld", (long long)d->kept);
+    CHECK(d->layer == DEV_LAYER_PER_TOKEN * T * 4, "27b device layer buffers %lld vs %lld", (long long)d->layer,
+          (long long)(DEV_LAYER_PER_TOKEN * T * 4));
+    CHECK(d->scratch == DEV_SCRATCH, "27b device scratch %lld vs %lld", (long long)d->scratch, (long long)DEV_SCRATCH);
+    CHECK(d->head == (2LL * 248320 + 2 * 5120) * 4, "27b device head %lld", (long long)d->head);
+    const int64_t want = base + 8 * n_lora + d->kept + DEV_LAYER_PER_TOKEN * T * 4 + DEV_SCRATCH + d->head;
+    CHECK(d->total == want, "27b device total %lld vs %lld", (long long)d->total, (long long)want);
+}
+
+// check_27b_tether: with a tether of 64-token windows the device adds one all-position graph: the layer inputs and the
+// final residual {H, 64} (65 of them), the head's input and its gradient {H, 64}, the logits {V, 64} and the ids; the
+// per-length buffers stay sized for the 4096-token rows.
+static void check_27b_tether(void) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    bn_memplan p, pt;
+    char err[256];
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
+    c.tether_ctx = 64;
+    CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0, "27b plan with a tether: %s", err);
+    const int64_t tether = (65LL * 5120 * 64 + 2 * 5120 * 64 + 248320LL * 64) * 4 + 64 * 4;
+    CHECK(pt.dev.tether == tether && pt.dev.total == p.dev.total + tether && pt.dev.layer == p.dev.layer &&
+              pt.dev.scratch == p.dev.scratch, "27b device tether %lld vs %lld", (long long)pt.dev.tether,
+          (long long)tether);
+}
+
 static void check_27b(int type, int bytes_per_block_x128, int batch, int act_bytes, int64_t *total) {
     bn_memshape s = shape_of_preset("27b", type);
     bn_memplan_cfg c = bn_memplan_cfg_default(4096);
@@ -76,6 +119,8 @@ static void check_27b(int type, int bytes_per_block_x128, int batch, int act_byt
     CHECK(p.logits == (2LL * batch + 1) * 248320 * 4, "27b logits");
     int64_t want = base + 16 * n_lora + p.kept + WS_GDN_PER_TOKEN * T * act_bytes + SCRATCH + p.logits;
     CHECK(p.total == want, "27b total %lld vs %lld", (long long)p.total, (long long)want);
+    check_27b_device(&p, batch, base, n_lora);
+    printf("device total %.2f GB\n", p.dev.total / 1e9);
     *total = p.total;
 }
 
@@ -181,6 +226,7 @@ int main(void) {
     check_27b(BN_Q1_0, 18, 4, 4, &q1_b4_32);
     check_27b(BN_F16, 256, 4, 4, &f16_b4_32); // F16: 256 B per 128 weights
     check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
+    check_27b_tether();
     printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
            "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
            q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);
