@@ -504,15 +504,20 @@ size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r)
     float **common[] = {&b->n, &b->mo, &b->h, &b->mm, &b->x_out, &b->dh, &b->dmm, &b->dn, &b->dx, &b->dx_prev};
     for (float **p : common) *p = take(base, &off, H);
     for (float **p : {&b->ga, &b->up, &b->act, &b->dact, &b->dga, &b->dup}) *p = take(base, &off, Ff);
+    // A layer is either Gated DeltaNet or attention: the two kinds' buffers share the rest of the arena.
+    const size_t kinds = off;
     for (float **p : {&b->mix, &b->conv, &b->dconv, &b->dmix}) *p = take(base, &off, C);
     for (float **p : {&b->q, &b->k, &b->qn, &b->kn, &b->dqn, &b->dkn, &b->dq, &b->dk, &b->dqs}) *p = take(base, &off, Qd);
     for (float **p : {&b->z, &b->v, &b->o, &b->y, &b->dy, &b->d_o, &b->dz, &b->dvv}) *p = take(base, &off, Vd);
     for (float **p : {&b->b, &b->a, &b->beta, &b->g, &b->dg, &b->dbeta, &b->db, &b->da}) *p = take(base, &off, Hv);
+    const size_t gdn_end = off;
+    off = kinds;
     for (float **p : {&b->qr, &b->gate, &b->qa, &b->att, &b->og, &b->dog, &b->datt, &b->dgate, &b->dqa, &b->dqrot,
                       &b->dqr})
         *p = take(base, &off, nq);
     for (float **p : {&b->kr, &b->vr, &b->ka, &b->dka, &b->dvr, &b->dkrot, &b->dkr}) *p = take(base, &off, nk);
     for (float **p : {&b->qg, &b->dqg}) *p = take(base, &off, qs);
+    if (gdn_end > off) off = gdn_end;
     for (int i = 0; i < BN_LORA_N_TARGETS; i++) b->ax[i] = take(base, &off, (size_t)(r > 0 ? r : 1) * t);
     return off;
 }

@@ -195,17 +195,19 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
 // dev_aligned: n floats rounded up to the arena's alignment.
 static int64_t dev_aligned(int64_t n) { return (n + DEV_ALIGN_FLOATS - 1) / DEV_ALIGN_FLOATS * DEV_ALIGN_FLOATS; }
 
-// dev_layer_bytes: the one-layer arena of train_graph.cu bufs_carve for T tokens at rank r: the buffers of both layer
-// kinds (the Gated DeltaNet ones only for qwen35) and A·x for every target, whichever are adapted.
+// dev_layer_bytes: the one-layer arena of train_graph.cu bufs_carve for T tokens at rank r: the buffers every layer
+// has, the larger of the two layer kinds' (Gated DeltaNet, only for qwen35, and attention share their part), and A·x
+// for every target, whichever are adapted.
 static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r) {
     const bool q35 = cf->arch == BN_ARCH_QWEN35;
     const int64_t dk = cf->ssm_d_state, H = cf->n_embd * T, F = cf->n_ff * T;
     const int64_t Qd = q35 ? cf->ssm_n_group * dk * T : 0, Vd = q35 ? cf->ssm_dt_rank * dk * T : 0;
     const int64_t C = 2 * Qd + Vd, Hv = q35 ? cf->ssm_dt_rank * T : 0;
     const int64_t nq = (int64_t)cf->n_head * cf->head_dim * T, nk = (int64_t)cf->n_head_kv * cf->head_dim * T;
-    const int64_t floats = 10 * dev_aligned(H) + 6 * dev_aligned(F) + 4 * dev_aligned(C) + 9 * dev_aligned(Qd) +
-                           8 * dev_aligned(Vd) + 8 * dev_aligned(Hv) + 11 * dev_aligned(nq) + 7 * dev_aligned(nk) +
-                           2 * dev_aligned(q35 ? 2 * nq : nq) + BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
+    const int64_t gdn = 4 * dev_aligned(C) + 9 * dev_aligned(Qd) + 8 * dev_aligned(Vd) + 8 * dev_aligned(Hv);
+    const int64_t attn = 11 * dev_aligned(nq) + 7 * dev_aligned(nk) + 2 * dev_aligned(q35 ? 2 * nq : nq);
+    const int64_t floats = 10 * dev_aligned(H) + 6 * dev_aligned(F) + (gdn > attn ? gdn : attn) +
+                           BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
     return floats * 4;
 }
 

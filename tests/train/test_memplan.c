@@ -51,12 +51,13 @@ static bn_memshape shape_of_preset(const char *preset, int type) {
 // of 128·128 + 7·128 floats each.
 #define SCRATCH (819LL * 5120 * 4 + 2LL * 32 * 4096 * 4 + 48LL * (163LL * 16384 + 7 * 128) * 4)
 
-// The device (cuda/train_graph.cu) at 4096 tokens, r 32. Its one-layer arena holds the buffers of both layer kinds, in
-// fp32, and A·x for all 13 targets: 10·5120 (n, mo, h, mm, x_out, dh, dmm, dn, dx, dx_prev) + 6·17408 (ga, up, act and
-// their gradients) + 4·10240 (mix, conv, dconv, dmix) + 9·2048 (q, k, qn, kn and 5 gradients) + 8·6144 (z, v, o, y and
-// 4 gradients) + 8·48 (b, a, β, g and 4 gradients) + 11·6144 (attention's query-sized rows) + 7·1024 (its key-sized
-// rows) + 2·12288 (q with its gate, and its gradient) + 13·32 = 364,320 floats per token.
-#define DEV_LAYER_PER_TOKEN 364320LL
+// The device (cuda/train_graph.cu) at 4096 tokens, r 32. Its one-layer arena holds, in fp32, the buffers every layer
+// has, the larger of the two layer kinds' (they share that part), and A·x for all 13 targets: 10·5120 (n, mo, h, mm,
+// x_out, dh, dmm, dn, dx, dx_prev) + 6·17408 (ga, up, act and their gradients) + the Gated DeltaNet's 108,928 = 4·10240
+// (mix, conv, dconv, dmix) + 9·2048 (q, k, qn, kn and 5 gradients) + 8·6144 (z, v, o, y and 4 gradients) + 8·48 (b, a,
+// β, g and 4 gradients), over attention's 99,328 = 11·6144 (query-sized rows) + 7·1024 (key-sized rows) + 2·12288 (q
+// with its gate, and its gradient) + 13·32 = 264,992 floats per token.
+#define DEV_LAYER_PER_TOKEN 264992LL
 // Its workspace: the largest of ffn_down's linear (240 rows of 17408 made fp32, 2·17408·T copies of x, 2·r·T),
 // 147,046,400 floats, and the GDN backward's 48 heads × ((4096/32 + 32 + 2) states of 128·128 + 2·4096·128 q/k rows),
 // 177,733,632 floats: the GDN's.
