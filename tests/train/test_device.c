@@ -4,13 +4,15 @@
 // shows), the backend sees one upload per step plus the first, every row's reference forward and the gradients taken
 // once per step; a checkpoint of the device run resumes on the CPU; a device one byte short of the run's device memory
 // plan + margin is refused with the numbers before anything is opened or written, and one with exactly that trains;
-// with no backend -ngl warns and trains on the CPU.
+// two ranks on the device sum through a registered device transport (a stand-in for NCCL) to the host transport's
+// adapter; with no backend -ngl warns and trains on the CPU.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
 #include "train/device.h"
+#include "train/dp.h"
 #include "train/trainer.h"
 #include "train/memplan.h"
 #include "train/lora.h"
@@ -158,6 +160,50 @@ static void check_memory_refusal(const bn_model *m, const bn_train_rows *rows) {
     g_free = g_total;
 }
 
+// A stand-in device transport (as NCCL's): counts its opens and sums, and sums through the host transport.
+static int g_dp_opens, g_dp_sums, g_dp_device = -1;
+static void *sd_open(bn_dp *dp, int device, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    g_dp_opens++;
+    g_dp_device = device;
+    return dp;
+}
+static int sd_sum(void *ctx, void *buf, int64_t n, size_t elem_size, char *err, size_t errlen) {
+    g_dp_sums++;
+    return bn_dp_sum_host(ctx, buf, n, elem_size, err, errlen);
+}
+static void sd_close(void *ctx) { (void)ctx; }
+static const bn_dp_device standin_transport = {"stand-in transport", sd_open, sd_sum, sd_close};
+
+// train_two_ranks: trains o on two forked ranks on the stand-in device, with the stand-in device transport or
+// without; each rank exits 0 when its run succeeded (and, with the transport, took it on device 0 and summed there).
+static int train_two_ranks(const bn_model *m, const bn_train_rows *rows, bn_ftpo_train_opts o, bool transport) {
+    char err[256];
+    int status;
+    int rc = bn_dp_spawn(2, &o.dp, &status, err, sizeof err);
+    if (rc != 0) return rc < 0 ? -1 : status;
+    if (transport) bn_dp_device_register(&standin_transport);
+    bn_ftpo_train_result res;
+    int trc = bn_ftpo_train(m, rows, &o, &res, err, sizeof err);
+    if (trc) printf("rank %d: %s\n", bn_dp_rank(o.dp), err);
+    exit(trc ? 1 : transport && (g_dp_opens != 1 || g_dp_device != 0 || g_dp_sums == 0) ? 2 : 0);
+}
+
+// check_device_transport: two ranks training on devices take the registered device transport, and its sums give
+// the adapter of the host transport's (the stand-in sums through it: the same bits).
+static void check_device_transport(const bn_model *m, const bn_train_rows *rows) {
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/dp-host.gguf", dir);
+    snprintf(b, sizeof b, "%s/dp-dev.gguf", dir);
+    bn_ftpo_train_opts o = opts(a);
+    o.n_gpu_layers = 1;
+    CHECK(train_two_ranks(m, rows, o, false) == 0, "two ranks on the device, host transport");
+    o.out_adapter = b;
+    CHECK(train_two_ranks(m, rows, o, true) == 0, "two ranks on the device take the device transport (status 2: "
+          "not opened once on device 0, or no sum through it)");
+    CHECK(same_params(a, b), "the device transport's run gives the host transport's adapter");
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return test_skip("cannot create a temp dir");
     char path[512], cpu[512], dev[512], resumed[512], ckpt[512], err[256];
@@ -196,6 +242,7 @@ int main(void) {
     CHECK(same_params(cpu, resumed), "a device checkpoint resumes on the CPU to the same adapter");
 
     check_memory_refusal(m, rows);
+    check_device_transport(m, rows);
 
     g_device_count = 0;
     o = opts(NULL);
