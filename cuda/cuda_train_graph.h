@@ -33,8 +33,13 @@ int bn_cuda_trainer_load_params(bn_cuda_trainer *t, const bn_lora *l, char *err,
 // without (the reference); returns the graph (the device's layer inputs) for bn_cuda_train_backward, or NULL (err).
 bn_cuda_train_graph *bn_cuda_train_forward(bn_cuda_trainer *t, bool use_adapter, const int32_t *tokens, int n,
                                            float *logits, char *err, size_t errlen);
+// bn_cuda_train_forward_all: every position's logits {n_vocab, n} of tokens[0..n) into host logits (the tether's
+// forward), with the adapter or without; the graph's bn_cuda_train_backward then takes dlogits {n_vocab, n}. NULL (err).
+bn_cuda_train_graph *bn_cuda_train_forward_all(bn_cuda_trainer *t, bool use_adapter, const int32_t *tokens, int n,
+                                               float *logits, char *err, size_t errlen);
 // bn_cuda_train_backward: ADDS ∂L/∂A, ∂L/∂B for host dlogits {n_vocab} into the device's gradients (each layer
-// recomputed from its saved input, as train/graph.c does); the graph must come from a forward with the adapter.
+// recomputed from its saved input, as train/graph.c does; dlogits {n_vocab, n} for a graph of
+// bn_cuda_train_forward_all); the graph must come from a forward with the adapter.
 // 0 or -1 (err).
 int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogits, char *err, size_t errlen);
 // bn_cuda_train_graph_free: frees a forward's graph (NULL is fine).
@@ -44,6 +49,9 @@ int bn_cuda_trainer_take_grads(bn_cuda_trainer *t, float *grads, char *err, size
 // bn_cuda_trainer_mem_in_use: bytes in use on the trainer's device now, all users together (cudaMemGetInfo's total
 // − free); 0 when the driver does not say.
 size_t bn_cuda_trainer_mem_in_use(bn_cuda_trainer *t);
+// bn_cuda_train_mem_info: device `device`'s free and total bytes (cudaMemGetInfo after cudaSetDevice, before any
+// trainer opens it); 0 or -1 (err).
+int bn_cuda_train_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -83,7 +83,12 @@ struct bn_cuda_train_graph {
     bool adapter;
     int T;
     int *tokens; // device {T}
-    float *x;    // device: the input {H, T} of each layer, then the final residual of the last position {H}
+    float *x;    // device: the input {H, T} of each layer, then the final residual of the last position {H} (all:
+                 // of every position {H, T})
+    bool all;    // every position's logits (the tether's forward), not only the last one's
+    float *hx;   // all: device {H, T}, the final norm's output (the head's input)
+    float *zbuf; // all: device {V, T}, the logits, then their gradients
+    float *hdx;  // all: device {H, T}, the gradient of the head's input
 };
 
 namespace {
@@ -507,15 +512,20 @@ size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r)
     float **common[] = {&b->n, &b->mo, &b->h, &b->mm, &b->x_out, &b->dh, &b->dmm, &b->dn, &b->dx, &b->dx_prev};
     for (float **p : common) *p = take(base, &off, H);
     for (float **p : {&b->ga, &b->up, &b->act, &b->dact, &b->dga, &b->dup}) *p = take(base, &off, Ff);
+    // A layer is either Gated DeltaNet or attention: the two kinds' buffers share the rest of the arena.
+    const size_t kinds = off;
     for (float **p : {&b->mix, &b->conv, &b->dconv, &b->dmix}) *p = take(base, &off, C);
     for (float **p : {&b->q, &b->k, &b->qn, &b->kn, &b->dqn, &b->dkn, &b->dq, &b->dk, &b->dqs}) *p = take(base, &off, Qd);
     for (float **p : {&b->z, &b->v, &b->o, &b->y, &b->dy, &b->d_o, &b->dz, &b->dvv}) *p = take(base, &off, Vd);
     for (float **p : {&b->b, &b->a, &b->beta, &b->g, &b->dg, &b->dbeta, &b->db, &b->da}) *p = take(base, &off, Hv);
+    const size_t gdn_end = off;
+    off = kinds;
     for (float **p : {&b->qr, &b->gate, &b->qa, &b->att, &b->og, &b->dog, &b->datt, &b->dgate, &b->dqa, &b->dqrot,
                       &b->dqr})
         *p = take(base, &off, nq);
     for (float **p : {&b->kr, &b->vr, &b->ka, &b->dka, &b->dvr, &b->dkrot, &b->dkr}) *p = take(base, &off, nk);
     for (float **p : {&b->qg, &b->dqg}) *p = take(base, &off, qs);
+    if (gdn_end > off) off = gdn_end;
     for (int i = 0; i < BN_LORA_N_TARGETS; i++) b->ax[i] = take(base, &off, (size_t)(r > 0 ? r : 1) * t);
     return off;
 }
@@ -543,7 +553,7 @@ size_t lin_ws(const bn_cuda_trainer *t, int layer, const bn_weight *W, int T) {
 // ws_need: workspace floats for T tokens: the largest of every linear's, the attention's and the delta rule's.
 size_t ws_need(const bn_cuda_trainer *t, int T) {
     const bn_config *cf = &t->m->cfg;
-    size_t need = lin_ws(t, -1, &t->m->w.output, 1), n;
+    size_t need = lin_ws(t, -1, &t->m->w.output, T), n; // the head: one position, or T in an all-position graph
     for (int il = 0; il < cf->n_layer; il++) {
         const bn_weight *lins[12];
         const int k = layer_linears(&t->m->w.layers[il], lins);
@@ -673,7 +683,7 @@ float *graph_x_in(const bn_cuda_train_graph *g, int il) {
     return g->x + (size_t)il * g->t->m->cfg.n_embd * g->T;
 }
 
-// graph_x_last: the final residual {H} of the last position.
+// graph_x_last: the final residual {H} of the last position ({H, T} of every position in an all-position graph).
 float *graph_x_last(const bn_cuda_train_graph *g) { return graph_x_in(g, g->t->m->cfg.n_layer); }
 
 // check_tokens: a non-empty sequence of ids in the vocabulary, within the attention kernels' length.
@@ -691,16 +701,28 @@ int check_tokens(const bn_cuda_trainer *t, const int32_t *tokens, int n, char *e
     return 0;
 }
 
-// graph_new: a graph of T tokens (device copies of the tokens, room for the layer inputs); NULL (err).
-bn_cuda_train_graph *graph_new(bn_cuda_trainer *t, bool adapter, const int32_t *tokens, int T, char *err,
+// graph_head_alloc: an all-position graph's head buffers (hx, zbuf, hdx); 0 or -1 (err).
+int graph_head_alloc(bn_cuda_train_graph *g, char *err, size_t errlen) {
+    if (!g->all) return 0;
+    const size_t H = (size_t)g->t->m->cfg.n_embd, V = (size_t)g->t->m->cfg.n_vocab, T = (size_t)g->T;
+    return dev_alloc((void **)&g->hx, sizeof(float) * H * T, err, errlen) ||
+           dev_alloc((void **)&g->zbuf, sizeof(float) * V * T, err, errlen) ||
+           dev_alloc((void **)&g->hdx, sizeof(float) * H * T, err, errlen);
+}
+
+// graph_new: a graph of T tokens (device copies of the tokens, room for the layer inputs; all: every position's
+// logits); NULL (err).
+bn_cuda_train_graph *graph_new(bn_cuda_trainer *t, bool adapter, const int32_t *tokens, int T, bool all, char *err,
                                size_t errlen) {
     bn_cuda_train_graph *g = (bn_cuda_train_graph *)xcalloc(1, sizeof *g);
     g->t = t;
     g->adapter = adapter;
     g->T = T;
+    g->all = all;
     const size_t H = (size_t)t->m->cfg.n_embd, L = (size_t)t->m->cfg.n_layer;
     if (dev_alloc((void **)&g->tokens, sizeof(int) * (size_t)T, err, errlen) ||
-        dev_alloc((void **)&g->x, sizeof(float) * (L * H * (size_t)T + H), err, errlen) ||
+        dev_alloc((void **)&g->x, sizeof(float) * (L * H * (size_t)T + H * (all ? (size_t)T : 1)), err, errlen) ||
+        graph_head_alloc(g, err, errlen) ||
         cudaMemcpyAsync(g->tokens, tokens, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, t->stream) != cudaSuccess) {
         if (g->tokens && g->x) bn_err(err, errlen, "device training: cannot upload the tokens");
         bn_cuda_train_graph_free(g);
@@ -709,7 +731,8 @@ bn_cuda_train_graph *graph_new(bn_cuda_trainer *t, bool adapter, const int32_t *
     return g;
 }
 
-// forward_layers: the embedding rows, then every layer, each one's input kept in g; the last position's final residual.
+// forward_layers: the embedding rows, then every layer, each one's input kept in g; the last position's final residual
+// (every position's in an all-position graph).
 int forward_layers(const run *r, bn_cuda_train_graph *g) {
     const bn_model *m = r->t->m;
     const int L = m->cfg.n_layer, H = m->cfg.n_embd;
@@ -720,8 +743,9 @@ int forward_layers(const run *r, bn_cuda_train_graph *g) {
         float *x_out = il + 1 < L ? graph_x_in(g, il + 1) : r->t->b.x_out;
         if (layer_fwd(r, il, graph_x_in(g, il), x_out)) return -1;
     }
-    const float *last = (L > 0 ? r->t->b.x_out : graph_x_in(g, 0)) + (size_t)(r->T - 1) * H;
-    return copy(r, graph_x_last(g), last, (size_t)H);
+    const float *out = L > 0 ? r->t->b.x_out : graph_x_in(g, 0);
+    if (g->all) return copy(r, graph_x_last(g), out, (size_t)H * r->T);
+    return copy(r, graph_x_last(g), out + (size_t)(r->T - 1) * H, (size_t)H);
 }
 
 // head_run: the pass of the LM head (one position).
@@ -764,6 +788,36 @@ int head_bwd(const run *r, const bn_cuda_train_graph *g, const float *dlogits, f
                ? -1 : 0;
 }
 
+// head_fwd_all: host logits {V, T} = output · RMSNorm(x) (+ the head's LoRA) at every position.
+int head_fwd_all(const run *r, const bn_cuda_train_graph *g, float *logits) {
+    bn_cuda_trainer *t = r->t;
+    const bn_model *m = t->m;
+    const size_t V = (size_t)m->cfg.n_vocab;
+    if (bn_cuda_rmsnorm_fwd(graph_x_last(g), F(r, &m->w.output_norm), m->cfg.n_embd, r->T, m->cfg.norm_eps, g->hx,
+                            t->stream, r->err, r->errlen) ||
+        lin_fwd(r, -1, BN_LORA_HEAD, &m->w.output, NULL, g->hx, g->zbuf, NULL))
+        return -1;
+    BN_CUDA_TRY(cudaMemcpyAsync(logits, g->zbuf, sizeof(float) * V * r->T, cudaMemcpyDeviceToHost, t->stream), r->err,
+                r->errlen);
+    BN_CUDA_TRY(cudaStreamSynchronize(t->stream), r->err, r->errlen);
+    return 0;
+}
+
+// head_bwd_all: dx {H, T} = the gradient of the residual stream from host dlogits {V, T} (every position).
+int head_bwd_all(const run *r, const bn_cuda_train_graph *g, const float *dlogits, float *dx) {
+    bn_cuda_trainer *t = r->t;
+    const bn_model *m = t->m;
+    const int H = m->cfg.n_embd;
+    BN_CUDA_TRY(cudaMemcpyAsync(g->zbuf, dlogits, sizeof(float) * (size_t)m->cfg.n_vocab * r->T,
+                                cudaMemcpyHostToDevice, t->stream), r->err, r->errlen);
+    return zero(r, g->hdx, (size_t)H * r->T) ||
+                   lin_bwd(r, -1, BN_LORA_HEAD, &m->w.output, g->hx, NULL, g->zbuf, g->hdx) ||
+                   zero(r, dx, (size_t)H * r->T) ||
+                   bn_cuda_rmsnorm_bwd(graph_x_last(g), F(r, &m->w.output_norm), H, r->T, m->cfg.norm_eps, g->hdx, dx,
+                                       t->stream, r->err, r->errlen)
+               ? -1 : 0;
+}
+
 // backward_layers: from the residual's gradient dx, each layer recomputed from its input and then run backward.
 int backward_layers(const run *r, const bn_cuda_train_graph *g) {
     layer_bufs *b = &r->t->b;
@@ -792,6 +846,10 @@ void *device_forward(void *ctx, bool use_adapter, const int32_t *tokens, int n, 
                      size_t errlen) {
     return bn_cuda_train_forward((bn_cuda_trainer *)ctx, use_adapter, tokens, n, logits, err, errlen);
 }
+void *device_forward_all(void *ctx, bool use_adapter, const int32_t *tokens, int n, float *logits, char *err,
+                         size_t errlen) {
+    return bn_cuda_train_forward_all((bn_cuda_trainer *)ctx, use_adapter, tokens, n, logits, err, errlen);
+}
 int device_backward(void *graph, const float *dlogits, char *err, size_t errlen) {
     return bn_cuda_train_backward((bn_cuda_train_graph *)graph, dlogits, err, errlen);
 }
@@ -800,10 +858,14 @@ int device_take_grads(void *ctx, float *grads, char *err, size_t errlen) {
     return bn_cuda_trainer_take_grads((bn_cuda_trainer *)ctx, grads, err, errlen);
 }
 size_t device_mem_in_use(void *ctx) { return bn_cuda_trainer_mem_in_use((bn_cuda_trainer *)ctx); }
+int device_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
+    return bn_cuda_train_mem_info(device, free_bytes, total_bytes, err, errlen);
+}
 
 const bn_train_device cuda_train_device = {"CUDA",         bn_cuda_device_count, device_open,      device_close,
                                            device_load_params, device_forward,   device_backward,  device_graph_free,
-                                           device_take_grads, device_mem_in_use};
+                                           device_take_grads, device_mem_in_use, device_forward_all,
+                                           device_mem_info};
 
 } // namespace
 
@@ -860,13 +922,15 @@ extern "C" int bn_cuda_trainer_load_params(bn_cuda_trainer *t, const bn_lora *l,
     return 0;
 }
 
-extern "C" bn_cuda_train_graph *bn_cuda_train_forward(bn_cuda_trainer *t, bool use_adapter, const int32_t *tokens,
-                                                      int n, float *logits, char *err, size_t errlen) {
+// train_forward: the forward of tokens[0..n) into host logits (all: every position's {V, n}, else the last's {V});
+// the graph, or NULL (err).
+static bn_cuda_train_graph *train_forward(bn_cuda_trainer *t, bool use_adapter, bool all, const int32_t *tokens, int n,
+                                          float *logits, char *err, size_t errlen) {
     if (check_tokens(t, tokens, n, err, errlen) || ensure_capacity(t, n, err, errlen)) return NULL;
-    bn_cuda_train_graph *g = graph_new(t, use_adapter && t->params, tokens, n, err, errlen);
+    bn_cuda_train_graph *g = graph_new(t, use_adapter && t->params, tokens, n, all, err, errlen);
     if (!g) return NULL;
     const run r = {t, g->adapter, n, err, errlen};
-    if (forward_layers(&r, g) || head_fwd(&r, g, logits)) {
+    if (forward_layers(&r, g) || (all ? head_fwd_all(&r, g, logits) : head_fwd(&r, g, logits))) {
         cudaStreamSynchronize(t->stream);
         bn_cuda_train_graph_free(g);
         return NULL;
@@ -874,19 +938,30 @@ extern "C" bn_cuda_train_graph *bn_cuda_train_forward(bn_cuda_trainer *t, bool u
     return g;
 }
 
+extern "C" bn_cuda_train_graph *bn_cuda_train_forward(bn_cuda_trainer *t, bool use_adapter, const int32_t *tokens,
+                                                      int n, float *logits, char *err, size_t errlen) {
+    return train_forward(t, use_adapter, false, tokens, n, logits, err, errlen);
+}
+
+extern "C" bn_cuda_train_graph *bn_cuda_train_forward_all(bn_cuda_trainer *t, bool use_adapter,
+                                                          const int32_t *tokens, int n, float *logits, char *err,
+                                                          size_t errlen) {
+    return train_forward(t, use_adapter, true, tokens, n, logits, err, errlen);
+}
+
 extern "C" int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogits, char *err, size_t errlen) {
     if (!g->adapter) return bn_err(err, errlen, "device training: the backward needs a forward with the adapter");
     bn_cuda_trainer *t = g->t;
     if (ensure_capacity(t, g->T, err, errlen)) return -1;
     const run r = {t, true, g->T, err, errlen};
-    return head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ? -1 : 0;
+    const int head = g->all ? head_bwd_all(&r, g, dlogits, t->b.dx) : head_bwd(&r, g, dlogits, t->b.dx);
+    return head || backward_layers(&r, g) ? -1 : 0;
 }
 
 extern "C" void bn_cuda_train_graph_free(bn_cuda_train_graph *g) {
     if (!g) return;
     cudaStreamSynchronize(g->t->stream);
-    dev_free(g->tokens);
-    dev_free(g->x);
+    for (void *p : {(void *)g->tokens, (void *)g->x, (void *)g->hx, (void *)g->zbuf, (void *)g->hdx}) dev_free(p);
     free(g);
 }
 
@@ -908,4 +983,11 @@ extern "C" size_t bn_cuda_trainer_mem_in_use(bn_cuda_trainer *t) {
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaSetDevice(t->device) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
     return total_bytes > free_bytes ? total_bytes - free_bytes : 0;
+}
+
+extern "C" int bn_cuda_train_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
+    *free_bytes = *total_bytes = 0;
+    BN_CUDA_TRY(cudaSetDevice(device), err, errlen);
+    BN_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes), err, errlen);
+    return 0;
 }

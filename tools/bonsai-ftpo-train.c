@@ -21,6 +21,7 @@
 #include "train/merge.h"
 #include "train/memplan.h"
 #include "train/dp.h"
+#include "train/device.h"
 #include "quant/quant.h"
 
 static bool g_follower; // a data-parallel rank other than 0: prints errors only
@@ -104,7 +105,7 @@ typedef struct {
     const char *model, *pairs, *targets, *preset, *eval_adapter, *merge_adapter, *merge_type, *tether_path;
     const char *mem_limit; // --mem-limit as given
     float lora_scale;
-    int max_seq, n_threads, plan_ctx, plan_act_bytes, n_ranks;
+    int max_seq, n_threads, plan_ctx, plan_act_bytes, n_ranks, dp_timeout;
     bool plan_only;
     float eps, lnt, lt, taut, lagg, tagg; // loss overrides applied after the preset (NAN: the preset's)
     bool weighted;
@@ -128,6 +129,9 @@ static const bn_arg ftpo_args[] = {
            "train as N processes on this machine, each on its share of every micro-batch, gradients summed before "
            "each step (a run of N ranks x batch B equals one of batch N·B; -t defaults to the CPUs / N per rank)",
            1, 256),
+    BN_INT("--dp-timeout", O(dp_timeout), "S",
+           "under a launcher (torchrun, mpirun, srun: one process per rank, joined through MASTER_ADDR:MASTER_PORT), "
+           "how long a rank waits for the others to start and at each gradient sum before it fails", 1, 86400),
     BN_SECTION("memory plan (docs/antidoom.md §19)"),
     BN_TRUE("--plan-only", O(plan_only),
             "print the memory plan of this run's settings as a table and exit (no training; -p and -o not needed)"),
@@ -254,7 +258,7 @@ static void set_loss(ftpo_opts *o) {
 // parse_args: the options into o (exits on --help, --version or a bad or missing option).
 static void parse_args(ftpo_opts *o, int argc, char **argv) {
     *o = (ftpo_opts){.t = bn_ftpo_train_defaults(), .merge_type = "keep", .lora_scale = 1.0f, .max_seq = 6000,
-                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .n_ranks = 1, .eps = NAN, .lnt = NAN, .lt = NAN,
+                     .n_threads = bn_n_threads_default(), .plan_act_bytes = 4, .n_ranks = 1, .dp_timeout = 1800, .eps = NAN, .lnt = NAN, .lt = NAN,
                      .taut = NAN, .lagg = NAN, .tagg = NAN};
     const bn_arg_table tables[] = {BN_TABLE(ftpo_args, o), BN_TABLE(bn_progress_args, NULL), {0}};
     bn_args_parse(&tool, tables, argc, argv);
@@ -296,7 +300,7 @@ static int load_tether(ftpo_opts *o, const bn_tokenizer *tok, int32_t **tokens) 
 
 // train: the training run and its summary; returns the exit status.
 static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_train_opts *t) {
-    char err[512];
+    char err[1024];
     bn_ftpo_train_result res;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -316,6 +320,31 @@ static int train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tra
     return 0;
 }
 
+// plan_device: with --plan-only -ngl N, the device plan against device 0's free memory (the ranks of -dp that share
+// it each hold one); returns 0 when it fits or no device is present, 1 when it does not fit (printed).
+static int plan_device(const ftpo_opts *o, const bn_memplan_cfg *c, const bn_memplan *p) {
+    const bn_train_device *dev = bn_train_device_get();
+    const int n_dev = dev ? dev->device_count() : 0;
+    char err[1024], fr[32], tot[32], need[32];
+    if (n_dev == 0) {
+        printf("-ngl %d: %s; the device column is what a GPU would hold\n", o->t.n_gpu_layers,
+               dev ? "no device found" : "this program has no device backend");
+        return 0;
+    }
+    size_t free_b = 0, total_b = 0;
+    const int ranks = (o->n_ranks + n_dev - 1) / n_dev;
+    if (dev->mem_info(0, &free_b, &total_b, err, sizeof err) ||
+        bn_memplan_device_fits(p, c, ranks, 0, (int64_t)free_b, (int64_t)total_b, err, sizeof err)) {
+        fprintf(stderr, "bonsai-ftpo-train: refused: %s\n", err);
+        return 1;
+    }
+    printf("%s device 0: %s free of %s; the run needs %s there (the device plan + the margin%s): it fits\n",
+           dev->name, bn_format_bytes(fr, sizeof fr, (double)free_b), bn_format_bytes(tot, sizeof tot, (double)total_b),
+           bn_format_bytes(need, sizeof need, (double)(ranks * (p->dev.total + BN_MEMPLAN_DEVICE_MARGIN))),
+           ranks > 1 ? ", for each rank on it" : "");
+    return 0;
+}
+
 // plan: the memory plan of this run (printed with --plan-only, checked against --mem-limit); returns 0 when the run
 // may go on, 1 when it is refused (over the limit, or the plan cannot be made), 2 when --plan-only is done.
 static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows) {
@@ -331,7 +360,7 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     c.grad_accum = o->t.grad_accum;
     c.dropout = o->t.dropout;
     c.act_bytes = o->plan_act_bytes;
-    c.gemm_bytes = o->t.n_gpu_layers > 0 && o->t.train_gemm == BN_TRAIN_GEMM_BF16 ? 2 : 4; // the device's bf16 GEMMs
+    c.gemm_bytes = o->t.train_gemm == BN_TRAIN_GEMM_F32 ? 4 : 2; // the device column's GEMMs (--train-gemm)
     c.n_rows = rows ? rows->n_rows : 0;
     if (o->tether_path) {
         c.tether_ctx = o->t.tether_ctx;
@@ -348,6 +377,7 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     if (o->plan_only && o->t.ste_type)
         printf("(--ste-type: the two requantized copies of the model that training through the quantizer holds are "
                "not counted)\n");
+    if (o->plan_only && o->t.n_gpu_layers > 0 && plan_device(o, &c, &p)) return 1;
     int64_t limit = 0;
     if (o->mem_limit) bn_parse_bytes(o->mem_limit, &limit);
     if (limit > 0 && p.total > limit) {
@@ -380,9 +410,30 @@ static int spawn_ranks(ftpo_opts *o) {
     return -1;
 }
 
+// join_launched: when a launcher started this process as one of several ranks (train/dp.h, bn_dp_join_env), joins
+// the others and gives the rank its share of the machine's threads. Returns 0 (joined, or not launched) or 1 (err).
+static int join_launched(ftpo_opts *o) {
+    char err[512];
+    int rc = bn_dp_join_env(&o->t.dp, o->dp_timeout, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "bonsai-ftpo-train: %s\n", err);
+    if (rc <= 0) return rc < 0;
+    if (o->n_ranks > 1) {
+        fprintf(stderr, "bonsai-ftpo-train: -dp %d under a launcher that started %d ranks: use one or the other\n",
+                o->n_ranks, bn_dp_world(o->t.dp));
+        return 1;
+    }
+    g_follower = bn_dp_rank(o->t.dp) > 0;
+    if (!bn_args_given("--threads")) o->n_threads = bn_n_threads_default() / bn_dp_local_world(o->t.dp);
+    if (o->n_threads < 1) o->n_threads = 1;
+    openblas_set_num_threads(o->n_threads);
+    note("ftpo-train: %d ranks started by a launcher, joined over tcp\n", bn_dp_world(o->t.dp));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     ftpo_opts o;
     parse_args(&o, argc, argv);
+    if (!o.merge_adapter && !o.plan_only && !o.eval_adapter && join_launched(&o)) return 1;
     if (o.merge_adapter)
         return merge_main(o.model, o.merge_adapter, o.merge_type, o.t.ste_output_type, o.t.ste_keep_scales, o.lora_scale,
                           o.t.out_adapter);

@@ -50,6 +50,13 @@ typedef struct bn_train_device {
     int (*take_grads)(void *ctx, float *grads, char *err, size_t errlen);
     // mem_in_use: device bytes in use now, the whole device: total − free as the driver reports it (0: unknown)
     size_t (*mem_in_use)(void *ctx);
+    // forward_all: every position's logits {n_vocab, n} into host logits (the tether's forward, train/tether.h);
+    // backward then takes dlogits {n_vocab, n}. NULL: the backend has none, and the tether runs on the CPU.
+    void *(*forward_all)(void *ctx, bool use_adapter, const int32_t *tokens, int n, float *logits, char *err,
+                         size_t errlen);
+    // mem_info: the free and total bytes of device `device` as the driver reports them, before (or without) opening
+    // it; 0 or -1 (err)
+    int (*mem_info)(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 } bn_train_device;
 
 // bn_train_device_register: makes d the device backend of training (the last registration wins).

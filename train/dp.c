@@ -1,207 +1,79 @@
-// train/dp.c — the data-parallel all-reduce and its loopback transport. See dp.h.
-// The mapping: a header (a process-shared barrier, each rank's element count) and one slot of DP_SLOT_BYTES per
-// rank. A sum goes chunk by chunk: every rank copies its chunk into its slot, waits at the barrier, adds the slots in
-// rank order into its buffer and waits again (so no slot is overwritten while another rank still reads it).
-#include "train/dp.h"
-#include <errno.h>
-#include <pthread.h>
-#include <signal.h>
+// train/dp.c — the data-parallel interface: the rank record, and the sums routed to the host transport or, once
+// every rank trains on a device, to the registered device transport. See dp.h.
+#include "train/dp_transport.h"
 #include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include "base/util.h"
 
-#define DP_SLOT_BYTES ((size_t)1 << 20)
-#define DP_WORLD_MAX 256
+static const bn_dp_device *g_device;
 
-typedef struct {
-    pthread_barrier_t barrier;
-    int64_t n_of[DP_WORLD_MAX]; // each rank's element count of the sum in progress (all must agree)
-} dp_header;
-
-struct bn_dp {
-    int rank, world;
-    dp_header *hdr;   // the start of the shared mapping
-    size_t map_bytes;
-};
-
-int bn_dp_rank(const bn_dp *dp) { return dp ? dp->rank : 0; }
-int bn_dp_world(const bn_dp *dp) { return dp ? dp->world : 1; }
-
-// slot: rank r's slot in the mapping.
-static char *slot(const bn_dp *dp, int r) { return (char *)(dp->hdr + 1) + (size_t)r * DP_SLOT_BYTES; }
-
-// dp_wait: waits for every rank at the barrier; 0 or -1 (err).
-static int dp_wait(bn_dp *dp, char *err, size_t errlen) {
-    int rc = pthread_barrier_wait(&dp->hdr->barrier);
-    if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
-        return bn_err(err, errlen, "data-parallel barrier: %s", strerror(rc));
-    return 0;
-}
-
-// dp_counts_agree: whether every rank asked for a sum of n elements (each rank's count is published first); 0 or -1.
-static int dp_counts_agree(bn_dp *dp, int64_t n, char *err, size_t errlen) {
-    dp->hdr->n_of[dp->rank] = n;
-    if (dp_wait(dp, err, errlen)) return -1;
-    for (int r = 0; r < dp->world; r++)
-        if (dp->hdr->n_of[r] != n)
-            return bn_err(err, errlen, "data-parallel sum: rank %d has %lld elements, rank %d has %lld", r,
-                          (long long)dp->hdr->n_of[r], dp->rank, (long long)n);
-    return dp_wait(dp, err, errlen); // nobody publishes the next count before all have checked this one
-}
-
-// Element kinds of a sum.
-typedef struct {
-    size_t size;
-    void (*add)(void *dst, const void *src, size_t n); // dst[i] += src[i]
-} dp_elem;
-
-static void add_f32(void *dst, const void *src, size_t n) {
-    float *d = dst;
-    const float *s = src;
-    for (size_t i = 0; i < n; i++) d[i] += s[i];
-}
-static void add_f64(void *dst, const void *src, size_t n) {
-    double *d = dst;
-    const double *s = src;
-    for (size_t i = 0; i < n; i++) d[i] += s[i];
-}
-
-// dp_sum: the all-reduce of n elements of kind e in buf; 0 or -1 (err).
-static int dp_sum(bn_dp *dp, void *buf, int64_t n, dp_elem e, char *err, size_t errlen) {
-    if (!dp || dp->world == 1) return 0;
-    if (n < 0) return bn_err(err, errlen, "data-parallel sum of %lld elements", (long long)n);
-    if (dp_counts_agree(dp, n, err, errlen)) return -1;
-    const size_t per = DP_SLOT_BYTES / e.size;
-    for (int64_t off = 0; off < n; off += (int64_t)per) {
-        size_t k = (size_t)(n - off) < per ? (size_t)(n - off) : per;
-        char *mine = (char *)buf + (size_t)off * e.size;
-        memcpy(slot(dp, dp->rank), mine, k * e.size);
-        if (dp_wait(dp, err, errlen)) return -1;
-        memcpy(mine, slot(dp, 0), k * e.size);
-        for (int r = 1; r < dp->world; r++) e.add(mine, slot(dp, r), k);
-        if (dp_wait(dp, err, errlen)) return -1;
-    }
-    return 0;
-}
-
-int bn_dp_sum_f32(bn_dp *dp, float *buf, int64_t n, char *err, size_t errlen) {
-    return dp_sum(dp, buf, n, (dp_elem){sizeof(float), add_f32}, err, errlen);
-}
-
-int bn_dp_sum_f64(bn_dp *dp, double *buf, int64_t n, char *err, size_t errlen) {
-    return dp_sum(dp, buf, n, (dp_elem){sizeof(double), add_f64}, err, errlen);
-}
-
-// ---- the supervisor ---------------------------------------------------------------------------------------------
-
-static pid_t g_ranks[DP_WORLD_MAX]; // the supervisor's rank processes (0 = reaped or not started)
-static int g_n_ranks;
-
-// forward_term: the supervisor passes SIGTERM on to its ranks (each finishes its step and checkpoints).
-static void forward_term(int sig) {
-    for (int r = 0; r < g_n_ranks; r++)
-        if (g_ranks[r] > 0) kill(g_ranks[r], sig);
-}
-
-// kill_ranks: SIGKILL to every rank not yet reaped.
-static void kill_ranks(void) {
-    for (int r = 0; r < g_n_ranks; r++)
-        if (g_ranks[r] > 0) kill(g_ranks[r], SIGKILL);
-}
-
-// exit_code: a rank's wait status as an exit code (128 + signal when killed).
-static int exit_code(int ws) { return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0); }
-
-// supervise: reaps the ranks; at the first failure kills the rest. Returns the first failing exit code (0 = none).
-static int supervise(void) {
-    int first_fail = 0, left = g_n_ranks;
-    while (left > 0) {
-        int ws;
-        pid_t pid = waitpid(-1, &ws, 0);
-        if (pid < 0) {
-            if (errno == EINTR) continue;
-            break;
-        }
-        for (int r = 0; r < g_n_ranks; r++)
-            if (g_ranks[r] == pid) { g_ranks[r] = 0; left--; }
-        if (exit_code(ws) != 0 && first_fail == 0) {
-            first_fail = exit_code(ws);
-            kill_ranks();
-        }
-    }
-    return first_fail;
-}
-
-// map_transport: the shared mapping for world ranks with its barrier; NULL (err) on failure.
-static dp_header *map_transport(int world, size_t *bytes, char *err, size_t errlen) {
-    *bytes = sizeof(dp_header) + (size_t)world * DP_SLOT_BYTES;
-    void *map = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
-        bn_err(err, errlen, "data-parallel: cannot map %zu bytes: %s", *bytes, strerror(errno));
-        return NULL;
-    }
-    dp_header *h = map;
-    pthread_barrierattr_t at;
-    pthread_barrierattr_init(&at);
-    pthread_barrierattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
-    int rc = pthread_barrier_init(&h->barrier, &at, (unsigned)world);
-    pthread_barrierattr_destroy(&at);
-    if (rc != 0) {
-        munmap(map, *bytes);
-        bn_err(err, errlen, "data-parallel barrier: %s", strerror(rc));
-        return NULL;
-    }
-    return h;
-}
-
-// become_rank: the child's side of bn_dp_spawn: dies with the supervisor, keeps the default SIGINT/SIGTERM.
-static bn_dp *become_rank(dp_header *h, size_t bytes, int rank, int world, pid_t supervisor) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != supervisor) _exit(128 + SIGKILL); // the supervisor died before the line above
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
+bn_dp *bn_dp_new(int rank, int world, int local_rank, int local_world, const bn_dp_ops *ops, void *ctx) {
     bn_dp *dp = xcalloc(1, sizeof *dp);
-    *dp = (bn_dp){.rank = rank, .world = world, .hdr = h, .map_bytes = bytes};
+    *dp = (bn_dp){.rank = rank, .world = world, .local_rank = local_rank, .local_world = local_world, .ops = ops,
+                  .ctx = ctx};
     return dp;
 }
 
-int bn_dp_spawn(int world, bn_dp **dp, int *status, char *err, size_t errlen) {
-    *dp = NULL;
-    *status = 0;
-    if (world < 2 || world > DP_WORLD_MAX)
-        return bn_err(err, errlen, "data-parallel ranks: %d (expected 2 to %d)", world, DP_WORLD_MAX);
-    size_t bytes;
-    dp_header *h = map_transport(world, &bytes, err, errlen);
-    if (!h) return -1;
-    pid_t supervisor = getpid();
-    fflush(NULL); // no buffered output printed twice
-    for (g_n_ranks = 0; g_n_ranks < world; g_n_ranks++) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            *dp = become_rank(h, bytes, g_n_ranks, world, supervisor);
-            return 0;
-        }
-        if (pid < 0) {
-            int e = errno;
-            kill_ranks();
-            supervise();
-            return bn_err(err, errlen, "data-parallel: cannot start rank %d: %s", g_n_ranks, strerror(e));
-        }
-        g_ranks[g_n_ranks] = pid;
+int bn_dp_rank(const bn_dp *dp) { return dp ? dp->rank : 0; }
+int bn_dp_world(const bn_dp *dp) { return dp ? dp->world : 1; }
+int bn_dp_local_rank(const bn_dp *dp) { return dp ? dp->local_rank : 0; }
+int bn_dp_local_world(const bn_dp *dp) { return dp ? dp->local_world : 1; }
+
+const char *bn_dp_transport(const bn_dp *dp) {
+    if (!dp) return "none";
+    return dp->dev ? dp->dev->name : dp->ops->name;
+}
+
+void bn_dp_add(void *dst, const void *src, size_t n, size_t elem_size) {
+    if (elem_size == sizeof(double)) {
+        double *d = dst;
+        const double *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+    } else {
+        float *d = dst;
+        const float *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
     }
-    struct sigaction fwd = {.sa_handler = forward_term}, ign = {.sa_handler = SIG_IGN};
-    sigaction(SIGTERM, &fwd, NULL);
-    sigaction(SIGINT, &ign, NULL); // the terminal's Ctrl-C reaches the ranks through the process group
-    *status = supervise();
+}
+
+// dp_sum: the all-reduce of n elements of elem_size bytes; 0 or -1 (err).
+static int dp_sum(bn_dp *dp, void *buf, int64_t n, size_t elem_size, char *err, size_t errlen) {
+    if (dp && dp->world > 1 && n >= 0 && dp->dev) return dp->dev->sum(dp->dev_ctx, buf, n, elem_size, err, errlen);
+    return bn_dp_sum_host(dp, buf, n, elem_size, err, errlen);
+}
+
+int bn_dp_sum_host(bn_dp *dp, void *buf, int64_t n, size_t elem_size, char *err, size_t errlen) {
+    if (!dp || dp->world == 1) return 0;
+    if (n < 0) return bn_err(err, errlen, "data-parallel sum of %lld elements", (long long)n);
+    return dp->ops->sum(dp, buf, n, elem_size, err, errlen);
+}
+
+int bn_dp_sum_f32(bn_dp *dp, float *buf, int64_t n, char *err, size_t errlen) {
+    return dp_sum(dp, buf, n, sizeof(float), err, errlen);
+}
+
+int bn_dp_sum_f64(bn_dp *dp, double *buf, int64_t n, char *err, size_t errlen) {
+    return dp_sum(dp, buf, n, sizeof(double), err, errlen);
+}
+
+int bn_dp_bcast(bn_dp *dp, void *buf, size_t bytes, char *err, size_t errlen) {
+    if (!dp || dp->world == 1) return 0;
+    return dp->ops->bcast(dp, buf, bytes, err, errlen);
+}
+
+void bn_dp_device_register(const bn_dp_device *d) { g_device = d; }
+
+int bn_dp_use_device(bn_dp *dp, int device, char *err, size_t errlen) {
+    if (!dp || dp->world == 1 || !g_device || dp->dev) return dp && dp->dev ? 1 : 0;
+    void *ctx = g_device->open(dp, device, err, errlen);
+    if (!ctx) return -1;
+    dp->dev = g_device;
+    dp->dev_ctx = ctx;
     return 1;
 }
 
 void bn_dp_free(bn_dp *dp) {
     if (!dp) return;
-    munmap(dp->hdr, dp->map_bytes);
+    if (dp->dev) dp->dev->close(dp->dev_ctx);
+    dp->ops->free(dp->ctx);
     free(dp);
 }

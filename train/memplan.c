@@ -105,7 +105,7 @@ bn_memshape bn_memshape_of_model(const bn_model *m) {
 
 bn_memplan_cfg bn_memplan_cfg_default(int ctx) {
     return (bn_memplan_cfg){.targets = BN_LORA_ATTN | BN_LORA_FFN, .rank = 32, .ctx = ctx, .batch = 4,
-                            .grad_accum = 4, .act_bytes = 4, .gemm_bytes = 4, .tether_batch = 2,
+                            .grad_accum = 4, .act_bytes = 4, .gemm_bytes = 2, .tether_batch = 2,
                             .tether_cache_mb = 512};
 }
 
@@ -123,15 +123,6 @@ static int64_t chunk_bytes(int type, int64_t n_in, int64_t n_out) {
     int64_t rows = CHUNK_FLOATS / (n_in > 0 ? n_in : 1);
     rows = rows < 1 ? 1 : rows > n_out ? n_out : rows;
     return rows * n_in * 4;
-}
-
-// chunk_bytes_bf16: the device's bf16 chunk of one weight of any type (cuda/linear.cuh chunk_rows_bf16: CHUNK_BF16
-// values in whole 8s of rows).
-static int64_t chunk_bytes_bf16(int64_t n_in, int64_t n_out) {
-    int64_t rows = CHUNK_BF16 / (n_in > 0 ? n_in : 1);
-    if (rows >= 8) rows -= rows % 8;
-    rows = rows < 1 ? 1 : rows > n_out ? n_out : rows;
-    return rows * n_in * 2;
 }
 
 // plan_lora: adapter parameters and tensors (bn_lora_from_model's: each adapted weight that exists; no tied head).
@@ -166,7 +157,7 @@ static void plan_acts(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan 
         if (kind) p->keep_gdn_full = full; else p->keep_attn_full = full;
         per_row_full += n * full * T * ab;
         int64_t bwd = 3 * H + 3 * F + k.mixer_bwd + 2 * H; // layer_bwd's dh..dn, the mixer's, dx and dx_prev
-        int64_t ws = (k.acts + k.lora_keep + bwd) * T * ab + (c->gemm_bytes == 2 ? 0 : layer_f32_bytes(s, &k));
+        int64_t ws = (k.acts + k.lora_keep + bwd) * T * ab + layer_f32_bytes(s, &k);
         if (ws > p->layer_ws) p->layer_ws = ws;
         if (bwd * T * ab > p->layer_ws_full) p->layer_ws_full = bwd * T * ab;
     }
@@ -175,26 +166,20 @@ static void plan_acts(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan 
     p->kept_full = (int64_t)c->batch * (per_row_full + per_row_tail);
 }
 
-// plan_scratch: what the kernels allocate beside the graph's buffers: the largest dequantization chunk (with bf16
-// GEMMs: the layers' bf16 chunks, the head's fp32 one) and the bf16 copy of the largest activation operand (x of
-// n_in rows forward, dy of n_out rows backward), the LoRA backward's {r, T} (and dropout) buffers, attention
-// probability rows and the GDN state checkpoints of every value head at once.
+// plan_scratch: what the kernels allocate beside the graph's buffers: the largest dequantization chunk, the LoRA
+// backward's {r, T} (and dropout) buffers, attention probability rows and the GDN state checkpoints of every value
+// head at once.
 static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
     const int64_t T = c->ctx;
-    const bool g16 = c->gemm_bytes == 2;
-    int64_t chunk = cf->tied_output ? 0 : chunk_bytes(s->type_head, cf->n_embd, cf->n_vocab), max_in = 0, act16 = 0;
+    int64_t chunk = cf->tied_output ? 0 : chunk_bytes(s->type_head, cf->n_embd, cf->n_vocab), max_in = 0;
     for (int kind = 0; kind < 2; kind++) {
         if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
         kind_t k = kind_of(cf, kind == 1, c);
         for (int i = 0; i < k.n_p; i++) {
-            const proj_t *pj = &k.p[i];
-            int64_t b = g16 ? chunk_bytes_bf16(pj->n_in, pj->n_out)
-                            : layer_f32_bytes(s, &k) ? 0 : chunk_bytes(s->type_layer, pj->n_in, pj->n_out);
+            int64_t b = layer_f32_bytes(s, &k) ? 0 : chunk_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out);
             chunk = b > chunk ? b : chunk;
-            const int64_t a = g16 ? (pj->n_in > pj->n_out ? pj->n_in : pj->n_out) * T * 2 : 0;
-            act16 = a > act16 ? a : act16;
-            if ((c->targets & (unsigned)pj->target) && pj->n_in > max_in) max_in = pj->n_in;
+            if ((c->targets & (unsigned)k.p[i].target) && k.p[i].n_in > max_in) max_in = k.p[i].n_in;
         }
     }
     int64_t lora = ((int64_t)2 * c->rank * T + (c->dropout > 0 ? 2 * max_in * T : 0)) * 4;
@@ -202,7 +187,93 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
     const int64_t dk = cf->ssm_d_state, ssz = dk * dk;
     const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT + 1;
     int64_t gdn = p->n_gdn ? (int64_t)cf->ssm_dt_rank * ((n_ck + GDN_CKPT + 2) * ssz + 5 * dk + 2 * dk) * 4 : 0;
-    return chunk + act16 + lora + (attn > gdn ? attn : gdn);
+    return chunk + lora + (attn > gdn ? attn : gdn);
+}
+
+// The GPU trainer's layout (cuda/train_graph.cu, cuda/linear.cuh, cuda/bwd_gdn.cu, cuda/bwd_attn.cu).
+#define DEV_ALIGN_FLOATS 64 // train_graph.cu take(): every buffer of the layer arena starts 256-byte aligned
+#define DEV_ATTN_STATS 3    // bwd_attn.cu: floats of statistics per query row and head
+
+// dev_aligned: n floats rounded up to the arena's alignment.
+static int64_t dev_aligned(int64_t n) { return (n + DEV_ALIGN_FLOATS - 1) / DEV_ALIGN_FLOATS * DEV_ALIGN_FLOATS; }
+
+// dev_layer_bytes: the one-layer arena of train_graph.cu bufs_carve for T tokens at rank r: the buffers every layer
+// has, the larger of the two layer kinds' (Gated DeltaNet, only for qwen35, and attention share their part), and A·x
+// for every target, whichever are adapted.
+static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r) {
+    const bool q35 = cf->arch == BN_ARCH_QWEN35;
+    const int64_t dk = cf->ssm_d_state, H = cf->n_embd * T, F = cf->n_ff * T;
+    const int64_t Qd = q35 ? cf->ssm_n_group * dk * T : 0, Vd = q35 ? cf->ssm_dt_rank * dk * T : 0;
+    const int64_t C = 2 * Qd + Vd, Hv = q35 ? cf->ssm_dt_rank * T : 0;
+    const int64_t nq = (int64_t)cf->n_head * cf->head_dim * T, nk = (int64_t)cf->n_head_kv * cf->head_dim * T;
+    const int64_t gdn = 4 * dev_aligned(C) + 9 * dev_aligned(Qd) + 8 * dev_aligned(Vd) + 8 * dev_aligned(Hv);
+    const int64_t attn = 11 * dev_aligned(nq) + 7 * dev_aligned(nk) + 2 * dev_aligned(q35 ? 2 * nq : nq);
+    const int64_t floats = 10 * dev_aligned(H) + 6 * dev_aligned(F) + (gdn > attn ? gdn : attn) +
+                           BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
+    return floats * 4;
+}
+
+// dev_bf16_floats: workspace floats of n bf16 values (cuda/linear.cuh bf16_floats: in whole DEV_ALIGN_FLOATS).
+static int64_t dev_bf16_floats(int64_t n) { return dev_aligned((n + 1) / 2); }
+
+// dev_chunk_bf16_floats: the workspace floats of a weight's bf16 chunk (cuda/linear.cuh chunk_rows_bf16: CHUNK_BF16
+// values in whole 8s of rows), any stored type.
+static int64_t dev_chunk_bf16_floats(int64_t n_in, int64_t n_out) {
+    int64_t rows = CHUNK_BF16 / (n_in > 0 ? n_in : 1);
+    if (rows >= 8) rows -= rows % 8;
+    rows = rows < 1 ? 1 : rows > n_out ? n_out : rows;
+    return dev_bf16_floats(rows * n_in);
+}
+
+// dev_linear_bytes: a linear's workspace over T tokens (its backward's, the larger): the base product's part (fp32:
+// the weight's fp32 chunk; bf16: its bf16 chunk and dy's bf16 copy {n_out, T}), the input's two copies and two
+// {r, T} rows.
+static int64_t dev_linear_bytes(int type, int64_t n_in, int64_t n_out, int64_t T, int r, bool bf16) {
+    const int64_t base = bf16 ? (dev_chunk_bf16_floats(n_in, n_out) + dev_bf16_floats(n_out * T)) * 4
+                              : chunk_bytes(type, n_in, n_out);
+    return base + (2 * n_in * T + 2 * (int64_t)r * T) * 4;
+}
+
+// dev_tokens: the length the trainer's per-length buffers grow to: the rows' or the tether's windows', the longer.
+static int64_t dev_tokens(const bn_memplan_cfg *c) { return c->tether_ctx > c->ctx ? c->tether_ctx : c->ctx; }
+
+// dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
+// an all-position graph needs; its product fp32 whatever the GEMMs), the layers' linears (their products bf16 when
+// c->gemm_bytes is 2), the attention backward and the gated delta rule's backward.
+static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
+    const bn_config *cf = &s->cfg;
+    const int64_t T = dev_tokens(c), dk = cf->ssm_d_state;
+    const int head_type = cf->tied_output ? s->type_embd : s->type_head;
+    int64_t need = dev_linear_bytes(head_type, cf->n_embd, cf->n_vocab, T, c->rank, false);
+    for (int kind = 0; kind < 2; kind++) {
+        if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
+        kind_t k = kind_of(cf, kind == 1, c);
+        for (int i = 0; i < k.n_p; i++) {
+            int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, T, c->rank, c->gemm_bytes == 2);
+            need = b > need ? b : need;
+        }
+        const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT;
+        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + GDN_CKPT + 2) * dk * dk + 2 * T * dk) * 4
+                         : T * cf->n_head * DEV_ATTN_STATS * 4;
+        need = b > need ? b : need;
+    }
+    return need;
+}
+
+// plan_device: what a GPU run holds on the device (bn_memplan_device); p's other terms are computed.
+static void plan_device(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p) {
+    const bn_config *cf = &s->cfg;
+    const int64_t T = c->ctx, H = cf->n_embd, L = cf->n_layer;
+    bn_memplan_device *d = &p->dev;
+    d->base = p->base;
+    d->adapter = d->grads = p->lora_params * 4;
+    const int64_t V = cf->n_vocab, Tt = c->tether_ctx;
+    d->kept = (int64_t)c->batch * ((L * H * T + H) * 4 + T * 4);
+    d->layer = dev_layer_bytes(cf, dev_tokens(c), c->rank);
+    d->scratch = dev_scratch_bytes(s, c, p);
+    d->head = (2 * V + 2 * H) * 4;
+    d->tether = Tt > 0 ? ((L * H * Tt + H * Tt) + 2 * H * Tt + V * Tt) * 4 + Tt * 4 : 0;
+    d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head + d->tether;
 }
 
 int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p, char *err, size_t errlen) {
@@ -237,6 +308,7 @@ int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan
     int64_t common = p->base + p->adapter + p->grads + p->adamw + p->scratch + p->logits + p->ref_cache + p->tether;
     p->total = common + p->kept + p->layer_ws;
     p->total_full = common + p->kept_full + p->layer_ws_full;
+    plan_device(s, c, p);
     return 0;
 }
 
@@ -251,9 +323,10 @@ static const char *targets_str(unsigned mask, char *buf, size_t n) {
     return buf;
 }
 
-static void row(FILE *f, const char *name, int64_t a, int64_t b) {
-    fprintf(f, "%-44s %16lld %9.3f %16lld %9.3f\n", name, (long long)a, a / 1073741824.0, (long long)b,
-            b / 1073741824.0);
+// row: one term of the table: the recomputing plan's bytes a, the keep-all plan's b, the device's dev.
+static void row(FILE *f, const char *name, int64_t a, int64_t b, int64_t dev) {
+    fprintf(f, "%-44s %16lld %9.3f %16lld %9.3f %16lld %9.3f\n", name, (long long)a, a / 1073741824.0, (long long)b,
+            b / 1073741824.0, (long long)dev, dev / 1073741824.0);
 }
 
 void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
@@ -265,25 +338,60 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
             cf->n_vocab, bn_type_name(s->type_layer), bn_type_name(s->type_embd),
             cf->tied_output ? "tied" : bn_type_name(s->type_head));
     fprintf(f, "LoRA r %d on %s: %d tensors, %lld parameters; %d tokens per row, batch %d x %d, dropout %g, "
-            "activations %s, base-weight GEMMs %s\n", c->rank, targets_str(c->targets, tg, sizeof tg), p->lora_tensors,
-            (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout,
-            c->act_bytes == 4 ? "fp32" : "16-bit", c->gemm_bytes == 4 ? "fp32" : "bf16 (the device's)");
+            "activations %s; the device's base-weight GEMMs %s\n", c->rank, targets_str(c->targets, tg, sizeof tg),
+            p->lora_tensors, (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout,
+            c->act_bytes == 4 ? "fp32" : "16-bit", c->gemm_bytes == 4 ? "fp32" : "bf16");
     fprintf(f, "kept per token per layer (elements): %lld with per-layer recomputation; without it %lld per Gated "
             "DeltaNet layer, %lld per attention layer\n", (long long)p->keep_layer_in, (long long)p->keep_gdn_full,
             (long long)p->keep_attn_full);
-    fprintf(f, "%-44s %16s %9s %16s %9s\n", "term", "recompute B", "GiB", "keep-all B", "GiB");
-    row(f, "base weights (stored types)", p->base, p->base);
-    row(f, "adapter A, B (fp32)", p->adapter, p->adapter);
-    row(f, "adapter gradients (fp32)", p->grads, p->grads);
-    row(f, "AdamW m, v (fp32)", p->adamw, p->adamw);
-    row(f, "activations kept (batch rows)", p->kept, p->kept_full);
-    row(f, "backward working set (one layer)", p->layer_ws, p->layer_ws_full);
-    row(f, "kernel scratch", p->scratch, p->scratch);
-    row(f, "logits and gradients (vocab x rows)", p->logits, p->logits);
-    row(f, "reference logits cache (vocab x rows)", p->ref_cache, p->ref_cache);
-    if (p->tether) row(f, "tether window and cache", p->tether, p->tether);
-    row(f, "total", p->total, p->total_full);
+    fprintf(f, "%-44s %16s %9s %16s %9s %16s %9s\n", "term", "recompute B", "GiB", "keep-all B", "GiB", "device B",
+            "GiB");
+    const bn_memplan_device *d = &p->dev;
+    row(f, "base weights (stored types)", p->base, p->base, d->base);
+    row(f, "adapter A, B (fp32)", p->adapter, p->adapter, d->adapter);
+    row(f, "adapter gradients (fp32)", p->grads, p->grads, d->grads);
+    row(f, "AdamW m, v (fp32)", p->adamw, p->adamw, 0);
+    row(f, "activations kept (batch rows)", p->kept, p->kept_full, d->kept);
+    row(f, "backward working set (one layer)", p->layer_ws, p->layer_ws_full, d->layer);
+    row(f, "kernel scratch", p->scratch, p->scratch, d->scratch);
+    row(f, "logits and gradients (vocab x rows)", p->logits, p->logits, d->head);
+    row(f, "reference logits cache (vocab x rows)", p->ref_cache, p->ref_cache, 0);
+    if (p->tether) row(f, "tether window and cache", p->tether, p->tether, d->tether);
+    row(f, "total", p->total, p->total_full, d->total);
     if (c->n_rows == 0) fprintf(f, "(rows unknown: the reference logits cache, vocab x 4 B per row, is not counted)\n");
+    char margin[32];
+    fprintf(f, "(device: what -ngl holds on the GPU, activations in fp32; AdamW, the reference cache and the tether's "
+            "cache stay on the host; a run there also needs a %s margin for cuBLAS and the driver)\n",
+            bn_format_bytes(margin, sizeof margin, (double)BN_MEMPLAN_DEVICE_MARGIN));
+}
+
+const char *bn_memplan_device_parts(const bn_memplan *p, char *buf, size_t n) {
+    const bn_memplan_device *d = &p->dev;
+    char w[32], a[32], k[32], l[32], s[32], h[32], t[48] = "";
+    if (d->tether) snprintf(t, sizeof t, ", tether %s", bn_format_bytes(h, sizeof h, (double)d->tether));
+    snprintf(buf, n, "weights %s, adapter + gradients %s, kept activations %s, layer buffers %s, scratch %s, head %s%s",
+             bn_format_bytes(w, sizeof w, (double)d->base),
+             bn_format_bytes(a, sizeof a, (double)(d->adapter + d->grads)),
+             bn_format_bytes(k, sizeof k, (double)d->kept), bn_format_bytes(l, sizeof l, (double)d->layer),
+             bn_format_bytes(s, sizeof s, (double)d->scratch), bn_format_bytes(h, sizeof h, (double)d->head), t);
+    return buf;
+}
+
+int bn_memplan_device_fits(const bn_memplan *p, const bn_memplan_cfg *c, int ranks, int device, int64_t free_bytes,
+                           int64_t total_bytes, char *err, size_t errlen) {
+    const int64_t need = (int64_t)ranks * (p->dev.total + BN_MEMPLAN_DEVICE_MARGIN);
+    if (need <= free_bytes) return 0;
+    char parts[256], fr[32], tot[32], nd[32], pl[32], mg[32], times[24] = "";
+    if (ranks > 1) snprintf(times, sizeof times, "%d ranks x (", ranks);
+    return bn_err(err, errlen, "device %d: %s free of %s (%lld B), this run needs %s (%lld B): %sthe plan's %s (%s; "
+                  "batch %d x %d tokens) + %s margin%s; lower --max-seq or -c (tokens per row), --batch (raise "
+                  "--grad-accum to keep the step), --rank or --targets, or use -ngl 0", device,
+                  bn_format_bytes(fr, sizeof fr, (double)free_bytes),
+                  bn_format_bytes(tot, sizeof tot, (double)total_bytes),
+                  (long long)free_bytes, bn_format_bytes(nd, sizeof nd, (double)need), (long long)need, times,
+                  bn_format_bytes(pl, sizeof pl, (double)p->dev.total), bn_memplan_device_parts(p, parts, sizeof parts),
+                  c->batch, c->ctx, bn_format_bytes(mg, sizeof mg, (double)BN_MEMPLAN_DEVICE_MARGIN),
+                  ranks > 1 ? ")" : "");
 }
 
 int bn_parse_bytes(const char *s, int64_t *out) {

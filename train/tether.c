@@ -26,7 +26,8 @@ double bn_tether_kl(const float *z, const float *logp_ref, int T, int V, float s
         double lse = bn_log_sum_exp(zt, V);
         double kt = 0;
         for (int i = 0; i < V; i++) {
-            lp[i] = (double)zt[i] - lse;
+            lp[i] = (float)((double)zt[i] - lse); // rounded as bn_log_softmax rounds logp_ref: equal logits, KL 0
+                                                  // and gradient 0 exactly (no rounding noise for AdamW to amplify)
             double pr = exp((double)lr[i]);
             kt += pr * ((double)lr[i] - lp[i]);
         }
@@ -71,6 +72,8 @@ struct bn_tether {
     int *order;          // [n_win]: seeded shuffled window order
     float **logp;        // [n_win]: cached reference log-probabilities {V, ctx} or NULL
     size_t cached, cap;  // bytes cached / allowed
+    const bn_train_device *dev; // the forwards' device backend, or NULL (the CPU)
+    void *dev_ctx;
 };
 
 bn_tether *bn_tether_new(const int32_t *tokens, int64_t n, float lambda, int ctx, int batch, int cache_mb,
@@ -116,6 +119,42 @@ void bn_tether_windows(const bn_tether *t, int *batch, int *ctx, int *n_win) {
     *n_win = t->n_win;
 }
 
+void bn_tether_use_device(bn_tether *t, const bn_train_device *dev, void *ctx) {
+    t->dev = dev && dev->forward_all ? dev : NULL;
+    t->dev_ctx = t->dev ? ctx : NULL;
+}
+
+// window_ref: logp {V, n} = the reference's log-probabilities of one window (on the tether's device, its model
+// without the adapter); 0 or -1 (err).
+static int window_ref(const bn_tether *t, const bn_model *m_ref, const int32_t *tok, float *logp, char *err,
+                      size_t errlen) {
+    if (!t->dev) return bn_tether_ref(m_ref, tok, t->ctx, logp, err, errlen);
+    void *g = t->dev->forward_all(t->dev_ctx, false, tok, t->ctx, logp, err, errlen);
+    if (!g) return -1;
+    t->dev->graph_free(g);
+    bn_log_softmax(logp, t->ctx, m_ref->cfg.n_vocab, logp);
+    return 0;
+}
+
+// window_loss: *kl of one window against logp, its gradient scaled by `scale` added (on the tether's device, into the
+// device's gradients); 0 or -1 (err).
+static int window_loss(const bn_tether *t, const bn_model *m_pol, bn_lora *l, const int32_t *tok, const float *logp,
+                       float scale, double *kl, char *err, size_t errlen) {
+    if (!t->dev) return bn_tether_loss(m_pol, l, tok, t->ctx, logp, scale, true, kl, err, errlen);
+    const size_t n = (size_t)m_pol->cfg.n_vocab * t->ctx;
+    float *z = xmalloc(sizeof(float) * n), *dz = xmalloc(sizeof(float) * n);
+    void *g = t->dev->forward_all(t->dev_ctx, true, tok, t->ctx, z, err, errlen);
+    int rc = -1;
+    if (g) {
+        *kl = bn_tether_kl(z, logp, t->ctx, m_pol->cfg.n_vocab, scale, dz);
+        rc = t->dev->backward(g, dz, err, errlen);
+        t->dev->graph_free(g);
+    }
+    free(dz);
+    free(z);
+    return rc;
+}
+
 int bn_tether_step(bn_tether *t, const bn_model *m_ref, const bn_model *m_pol, bn_lora *l, int64_t step,
                    double *kl_mean, char *err, size_t errlen) {
     const int V = m_ref->cfg.n_vocab;
@@ -127,11 +166,11 @@ int bn_tether_step(bn_tether *t, const bn_model *m_ref, const bn_model *m_pol, b
         float *logp = t->logp[w], *tmp = NULL;
         if (!logp) {
             logp = tmp = xmalloc(bytes);
-            if (bn_tether_ref(m_ref, tok, t->ctx, logp, err, errlen)) { free(tmp); return -1; }
+            if (window_ref(t, m_ref, tok, logp, err, errlen)) { free(tmp); return -1; }
             if (t->cached + bytes <= t->cap) { t->logp[w] = tmp; tmp = NULL; t->cached += bytes; }
         }
         double kl = 0;
-        int rc = bn_tether_loss(m_pol, l, tok, t->ctx, logp, t->lambda / t->batch, true, &kl, err, errlen);
+        int rc = window_loss(t, m_pol, l, tok, logp, t->lambda / t->batch, &kl, err, errlen);
         free(tmp);
         if (rc) return -1;
         kl_sum += kl;

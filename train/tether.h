@@ -12,12 +12,14 @@
 #include <stddef.h>
 #include "core/model.h"
 #include "train/lora.h"
+#include "train/device.h"
 
 // bn_log_softmax: out {V, T} = log softmax of each column of z {V, T} (out may equal z).
 void bn_log_softmax(const float *z, int T, int V, float *out);
 // bn_tether_kl: mean over the T positions of KL(p_ref ‖ p_θ), p_ref = exp(logp_ref {V, T}), p_θ = softmax(z
-// {V, T}); if dz is non-NULL it is OVERWRITTEN with scale·∂(mean KL)/∂z = scale·(p_θ − p_ref)/T. Returns the
-// mean KL (nats, ≥ 0 up to rounding).
+// {V, T}); if dz is non-NULL it is OVERWRITTEN with scale·∂(mean KL)/∂z = scale·(p_θ − p_ref)/T. log p_θ is rounded
+// to float as bn_log_softmax rounds logp_ref, so logits equal to the reference's give KL 0 and dz 0 exactly (no
+// rounding noise for AdamW to turn into full-size steps). Returns the mean KL (nats, ≥ 0 up to rounding).
 double bn_tether_kl(const float *z, const float *logp_ref, int T, int V, float scale, float *dz);
 // bn_tether_loss: *kl = mean over the n positions of tokens of KL(p_ref ‖ p_θ), p_θ = m_pol with adapter l (the
 // STE model when l->ste), logp_ref {V, n} the reference log-probabilities; with backward, ADDS
@@ -39,9 +41,12 @@ bn_tether *bn_tether_new(const int32_t *tokens, int64_t n, float lambda, int ctx
 void bn_tether_free(bn_tether *t);
 // bn_tether_windows: windows per step, tokens per window and windows in the text (for the log line).
 void bn_tether_windows(const bn_tether *t, int *batch, int *ctx, int *n_win);
+// bn_tether_use_device: the tether's forwards and backwards run on a device backend's context (train/device.h, one
+// with forward_all); its gradients are then ADDED into the device's, for the trainer to take. NULL dev: the CPU.
+void bn_tether_use_device(bn_tether *t, const bn_train_device *dev, void *ctx);
 // bn_tether_step: the tether term of optimizer step `step` (0-based): ADDS λ·∂(mean KL)/∂(A, B) over the step's
-// windows (reference = m_ref, policy = m_pol with l) into l->grads and writes their mean KL into *kl_mean;
-// returns 0 or -1 (err).
+// windows (reference = m_ref, policy = m_pol with l; on a device: its model without and with its adapter) into
+// l->grads (the device's gradients) and writes their mean KL into *kl_mean; returns 0 or -1 (err).
 int bn_tether_step(bn_tether *t, const bn_model *m_ref, const bn_model *m_pol, bn_lora *l, int64_t step,
                    double *kl_mean, char *err, size_t errlen);
 

@@ -15,6 +15,7 @@
 #include "train/tether.h"
 #include "train/dp.h"
 #include "train/device.h"
+#include "train/memplan.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -167,6 +168,10 @@ typedef struct {
     bool have_start;        // start holds the train rows' metrics before the first step (a fresh run)
     bn_ftpo_eval_result start;
     bn_progress bar;        // o->progress: the steps of this run
+    int device;             // -ngl: the device the run opens (-1: the CPU)
+    int64_t dev_plan;       // its memory plan's device total (bn_memplan_device)
+    int64_t dev_in_use0;    // device bytes in use before the run opened it (all users)
+    int64_t dev_peak;       // the most device bytes in use seen after a micro-batch's forwards or backwards
 } train_run;
 
 // run_free: frees everything run holds (NULL fields are fine).
@@ -320,10 +325,71 @@ static int run_models(train_run *run, char *err, size_t errlen) {
     return 0;
 }
 
-// run_device: with -ngl (o->n_gpu_layers > 0), the device backend holding the model and a copy of the adapter, on
-// the rank's device among those it sees; without a backend or a device, a warning and the CPU. 0 or -1 (err).
-static int run_device(train_run *run, char *err, size_t errlen) {
+// device_plan_cfg: the memory plan's settings of this run on the device: its longest row (train and held out: the
+// evaluations run both), the batch of one rank, the tether's windows when the device runs them (tether_on_device; the
+// same plan on every rank, though rank 0 alone runs the tether).
+static bn_memplan_cfg device_plan_cfg(const train_run *run, bool tether_on_device) {
     const bn_ftpo_train_opts *o = run->o;
+    int longest = 1;
+    for (int i = 0; i < run->rows->n_rows; i++)
+        if (run->rows->rows[i].n_ctx > longest) longest = run->rows->rows[i].n_ctx;
+    bn_memplan_cfg c = bn_memplan_cfg_default(longest);
+    c.targets = o->targets;
+    c.rank = o->rank;
+    c.batch = o->batch;
+    c.grad_accum = o->grad_accum;
+    c.dropout = o->dropout;
+    c.gemm_bytes = o->train_gemm == BN_TRAIN_GEMM_F32 ? 4 : 2; // the device's base-weight GEMMs
+    if (tether_on_device && o->lambda_tether > 0 && o->tether_tokens && o->n_tether_tokens > 0) {
+        c.tether_ctx = o->tether_ctx;
+        c.tether_batch = o->tether_batch;
+        c.tether_cache_mb = o->tether_cache_mb;
+    }
+    return c;
+}
+
+// device_fits: the run's device plan against the free memory of every rank's device (on each machine, local ranks
+// k, k + n_dev, ... share device k, each holding the plan). Each rank measures its own device before any rank opens
+// one; the sum shares the measurements, so every rank takes the same decision, naming the first rank whose device
+// is short. 0, or -1 with err naming the numbers.
+static int device_fits(train_run *run, const bn_train_device *dev, int n_dev, char *err, size_t errlen) {
+    bn_dp *dp = run->o->dp;
+    const int world = bn_dp_world(dp), rank = bn_dp_rank(dp);
+    bn_memshape s = bn_memshape_of_model(run->m);
+    bn_memplan_cfg c = device_plan_cfg(run, dev->forward_all != NULL);
+    bn_memplan p;
+    size_t fr = 0, tot = 0;
+    if (bn_memplan_compute(&s, &c, &p, err, errlen) || dev->mem_info(run->device, &fr, &tot, err, errlen)) return -1;
+    run->dev_plan = p.dev.total;
+    run->dev_in_use0 = tot > fr ? (int64_t)(tot - fr) : 0;
+    double *mem = xcalloc((size_t)world * 4, sizeof(double)); // rank k: free and total bytes, device, ranks on it
+    double *mine = mem + 4 * rank;
+    mine[0] = (double)fr, mine[1] = (double)tot, mine[2] = run->device;
+    mine[3] = (bn_dp_local_world(dp) - run->device + n_dev - 1) / n_dev;
+    int rc = bn_dp_sum_f64(dp, mem, 4 * (int64_t)world, err, errlen);
+    char why[1024];
+    for (int k = 0; rc == 0 && k < world; k++) {
+        const double *m = mem + 4 * k;
+        rc = bn_memplan_device_fits(&p, &c, (int)m[3], (int)m[2], (int64_t)m[0], (int64_t)m[1], why, sizeof why);
+        if (rc && world > 1) bn_err(err, errlen, "rank %d's %s", k, why);
+        else if (rc) bn_err(err, errlen, "%s", why);
+    }
+    free(mem);
+    if (rc == 0 && !run->o->quiet) {
+        char plan[32], free_b[32], parts[256];
+        fprintf(stderr, "ftpo-train: device plan %s on %s device %d (%s free; %s)\n",
+                bn_format_bytes(plan, sizeof plan, (double)p.dev.total), dev->name, run->device,
+                bn_format_bytes(free_b, sizeof free_b, (double)fr), bn_memplan_device_parts(&p, parts, sizeof parts));
+    }
+    return rc;
+}
+
+// run_pick_device: with -ngl (o->n_gpu_layers > 0), the rank's device among those the backend sees, when the run's
+// memory plan fits it (run->device; -1: the CPU); without a backend or a device, a warning and the CPU. Runs before
+// anything is written. 0 or -1 (err: the plan does not fit).
+static int run_pick_device(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    run->device = -1;
     if (o->n_gpu_layers <= 0) return 0;
     const bn_train_device *dev = bn_train_device_get();
     const int n_dev = dev ? dev->device_count() : 0;
@@ -333,16 +399,51 @@ static int run_device(train_run *run, char *err, size_t errlen) {
                     dev ? "no device found" : "this program has no device backend");
         return 0;
     }
-    const int device = bn_dp_rank(o->dp) % n_dev;
+    run->device = bn_dp_local_rank(o->dp) % n_dev;
+    return device_fits(run, dev, n_dev, err, errlen);
+}
+
+// run_device: on the device run_pick_device chose, the device backend holding the model and a copy of the adapter,
+// and the ranks' sums through the device transport when the program has one; 0 or -1 (err).
+static int run_device(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    if (run->device < 0) return 0;
+    const bn_train_device *dev = bn_train_device_get();
     const bn_train_device_opts dopts = {.gemm = o->train_gemm};
-    void *ctx = dev->open(run->m, run->l, device, &dopts, err, errlen);
+    void *ctx = dev->open(run->m, run->l, run->device, &dopts, err, errlen);
     if (!ctx) return -1;
     run->d.dev = dev;
     run->d.dev_ctx = ctx;
     if (!o->quiet)
-        fprintf(stderr, "ftpo-train: forward and backward on %s device %d (base-weight GEMMs %s)\n", dev->name, device,
-                o->train_gemm == BN_TRAIN_GEMM_F32 ? "fp32" : "bf16, fp32 accumulation");
+        fprintf(stderr, "ftpo-train: forward and backward on %s device %d (base-weight GEMMs %s)%s\n", dev->name,
+                run->device, o->train_gemm == BN_TRAIN_GEMM_F32 ? "fp32" : "bf16, fp32 accumulation",
+                run->teth ? (dev->forward_all ? ", the tether too" : "; the tether on the CPU") : "");
+    if (run->teth) bn_tether_use_device(run->teth, dev, ctx);
+    if (bn_dp_use_device(o->dp, run->device, err, errlen) < 0) return -1;
+    if (!o->quiet && bn_dp_rank(o->dp) == 0 && bn_dp_world(o->dp) > 1)
+        fprintf(stderr, "ftpo-train: gradient sums of %d ranks through %s\n", bn_dp_world(o->dp),
+                bn_dp_transport(o->dp));
     return dev->load_params(ctx, run->l, err, errlen);
+}
+
+// note_device_peak: the device memory in use now, kept when it is the most seen.
+static void note_device_peak(train_run *run) {
+    if (!run->d.dev) return;
+    const int64_t used = (int64_t)run->d.dev->mem_in_use(run->d.dev_ctx);
+    if (used > run->dev_peak) run->dev_peak = used;
+}
+
+// report_device_peak: the device figures of a finished run into res, and on stderr (rank 0, not quiet).
+static void report_device_peak(const train_run *run, bn_ftpo_train_result *res) {
+    if (!run->d.dev) return;
+    res->dev_plan_bytes = run->dev_plan;
+    res->dev_peak_bytes = run->dev_peak > run->dev_in_use0 ? run->dev_peak - run->dev_in_use0 : 0;
+    if (run->o->quiet) return;
+    char peak[32], before[32], plan[32];
+    fprintf(stderr, "ftpo-train: device %d memory: peak %s (%lld B) above the %s in use before the run; the plan's "
+            "device total %s (%lld B)\n", run->device, bn_format_bytes(peak, sizeof peak, (double)res->dev_peak_bytes),
+            (long long)res->dev_peak_bytes, bn_format_bytes(before, sizeof before, (double)run->dev_in_use0),
+            bn_format_bytes(plan, sizeof plan, (double)run->dev_plan), (long long)run->dev_plan);
 }
 
 // run_buffers: the per-batch buffers and the running window's length.
@@ -386,6 +487,7 @@ static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
             return -1;
         run->frows[b] = (bn_ftpo_row){run->z[b], zr, r->rejected, r->chosen, r->n_chosen};
     }
+    note_device_peak(run); // the micro-batch's graphs are all alive here
     bn_ftpo_metrics mt = {0};
     double loss = nb > 0 ? bn_ftpo_loss(&o->loss, run->frows, nb, run->V, run->dz, &mt) : 0;
     const float share = (float)nb / (float)nb_all;
@@ -393,6 +495,7 @@ static int run_micro(train_run *run, step_sums *sum, char *err, size_t errlen) {
         if (nb != nb_all) bn_grad_scale(run->dz[b], run->V, share);
         if (backward_row(&run->d, &run->graphs[b], run->dz[b], err, errlen)) return -1;
     }
+    note_device_peak(run);
     sum->loss += share * loss; sum->pref += share * mt.pref; sum->nt += share * mt.nt; sum->t += share * mt.t;
     sum->win += share * mt.chosen_win; sum->margin += share * mt.margin_win; sum->delta += share * mt.mean_delta;
     sum->n_micro++;
@@ -494,6 +597,9 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     bn_grad_scale(l->grads, l->n_params, 1.0f / (float)sum.n_micro);
     double tkl = 0;
     if (run->teth && bn_tether_step(run->teth, run->d.m, run->m_pol, l, pos->step, &tkl, err, errlen)) return -1;
+    if (run->teth && run->d.dev && run->d.dev->forward_all && // the tether's gradient, unscaled, from the device
+        run->d.dev->take_grads(run->d.dev_ctx, l->grads, err, errlen))
+        return -1;
     bool stop_req = g_stop_requested; // the ranks agree on it (step_share), so all stop after the same step
     if (stop_req) g_stop_requested = 0;
     if (step_share(run, &sum, &tkl, &stop_req, err, errlen)) return -1;
@@ -591,11 +697,13 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     }
     train_run run = {.o = o, .m = m, .rows = rows, .V = m->cfg.n_vocab};
     int rc = -1;
-    if (run_rows(&run, err, errlen) == 0 && run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0 &&
+    if (run_rows(&run, err, errlen) == 0 && run_pick_device(&run, err, errlen) == 0 &&
+        run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0 &&
         run_device(&run, err, errlen) == 0) {
         run_buffers(&run);
         if (run_epochs(&run, res, err, errlen) == 0) {
             res->total_steps = run.S;
+            report_device_peak(&run, res);
             rc = o->out_adapter && bn_lora_save_gguf(run.l, o->out_adapter, err, errlen) ? -1 : 0;
         }
     }

@@ -89,6 +89,9 @@ typedef struct {
     bool stalled;           // at the first epoch end with >= 20 steps run, the train rows' chosen_win was within 0.02
                             // of its start and their mean margin had risen by less than 0.5 (a warning was printed:
                             // the learning rate is likely too low); needs the per-epoch evaluation
+    int64_t dev_plan_bytes; // on a device (-ngl): the memory plan's device total for the run's longest row (else 0)
+    int64_t dev_peak_bytes; // on a device: the most device memory in use after a micro-batch's forwards or backwards,
+                            // less what was in use before the run (0: the CPU, or the driver does not say)
 } bn_ftpo_train_result;
 
 typedef struct {

@@ -15,6 +15,7 @@ namespace {
 thread_local cudaError_t last_error = cudaSuccess;
 bn_emu_stream legacy_stream = {0, false, false, cudaStreamCaptureModeGlobal, nullptr, {}};
 std::map<uintptr_t, size_t> device_allocs; // start -> bytes asked for
+size_t device_bytes;                       // the sum of device_allocs' bytes
 std::map<uintptr_t, size_t> pinned_allocs; // cudaMallocHost / cudaHostAlloc: start -> bytes
 
 // Device memory protection: outside device work (kernels, copies, memsets, cuBLAS: everything run
@@ -328,11 +329,24 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
+// device_mem_bytes: the emulated device's memory: BONSAI_EMU_DEVICE_MEM (bytes, or with a K/M/G suffix, powers of
+// 1024) when set, else the host's physical memory.
+static size_t device_mem_bytes() {
+    const char *e = getenv("BONSAI_EMU_DEVICE_MEM");
+    char *end = nullptr;
+    const double v = e ? strtod(e, &end) : 0;
+    if (!e || end == e || !(v > 0)) return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    const char u = *end;
+    const double mul = u == 'K' || u == 'k'   ? 0x1p10
+                       : u == 'M' || u == 'm' ? 0x1p20
+                       : u == 'G' || u == 'g' ? 0x1p30
+                                              : 1;
+    return (size_t)(v * mul);
+}
+
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex());
-    size_t used = 0;
-    for (auto &a : device_allocs) used += a.second;
-    size_t total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    const size_t used = device_bytes, total = device_mem_bytes();
     *total_bytes = total;
     *free_bytes = used < total ? total - used : 0;
     return cudaSuccess;
@@ -343,6 +357,9 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     *p = nullptr;
     cudaError_t e = sync_allowed("cudaMalloc");
     if (e) return set_error(e);
+    const size_t total = device_mem_bytes();
+    if (device_bytes > total || n > total - device_bytes)
+        return set_error(cudaErrorMemoryAllocation); // over the device's memory (BONSAI_EMU_DEVICE_MEM)
     install_fault_handler();
     bool protect = protecting();
     void *m = nullptr;
@@ -360,6 +377,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     memset(m, 0xff, n); // device memory is not zeroed: make reads of unwritten memory visible (NaN)
     if (protect && device_depth == 0 && n) mprotect(m, mapped_bytes(n), PROT_NONE);
     device_allocs[(uintptr_t)m] = n;
+    device_bytes += n;
     *p = m;
     return cudaSuccess;
 }
@@ -373,6 +391,7 @@ cudaError_t cudaFree(void *p) {
     if (it == device_allocs.end()) return set_error(cudaErrorInvalidValue);
     size_t n = it->second;
     device_allocs.erase(it);
+    device_bytes -= n;
     if (use_mappings) munmap(p, mapped_bytes(n) + page_bytes);
     else free(p);
     return cudaSuccess;

@@ -6,11 +6,13 @@
 // random A and B (PEFT's B = 0 would leave paths without gradient) and compares: the last-position logits with the
 // adapter and without (the reference forward), and every LoRA gradient for random dlogits, taken into pre-filled host
 // gradients (take_grads adds, then zeroes the device's: a second take adds nothing). Also: load_params makes the
-// device's logits follow changed parameters, and open refuses dropout, the straight-through estimator and an unknown
-// GEMM arithmetic. These cases run the device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin.
-// Part `bf16` runs three of them (qwen35 F32 and Q1_0, qwen3) again with bf16 GEMMs, checked against the CPU within
-// the BF16_* bounds below, each error at least 10x the fp32 path's (the bf16 path did run), and a mutant model that
-// must fail those bounds (they are tight enough to catch a lost chunk of rows).
+// device's logits follow changed parameters, open refuses dropout, the straight-through estimator and an unknown GEMM
+// arithmetic, and the device memory the trainer holds at its peak equals the memory plan's device total
+// (train/memplan.h) to the byte in the emulator, and stays within it plus the margin on a GPU. These cases run the
+// device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin. Part `bf16` runs three of them (qwen35
+// F32 and Q1_0, qwen3) again with bf16 GEMMs, checked against the CPU within the BF16_* bounds below, each error at
+// least 10x the fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are tight
+// enough to catch a lost chunk of rows); its memory check runs with bf16 GEMMs.
 // Built twice: `cuda_train_graph` links the GPU library (skipped without a device, e.g. CI); `cuda_train_graph_emu`
 // links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Tolerance (why): both sides compute in fp32 with the same formulas but different summation orders (cuBLAS / OpenBLAS
@@ -33,6 +35,7 @@
 #include "train/graph.h"
 #include "train/lora.h"
 #include "train/device.h"
+#include "train/memplan.h"
 
 #define TOL_REL 1e-4
 #define RANK 4
@@ -303,6 +306,93 @@ static void check_bf16(const bn_train_device *d, const char *label, const bn_mod
     free(layers);
 }
 
+// check_all_positions: the all-position forward (the tether's) with the adapter and without, and its backward for
+// random dlogits {V, T}, against train/graph.c's; returns the largest relative difference (logits, gradients).
+static double check_all_positions(const bn_train_device *d, void *ctx, const char *label, const bn_model *m, bn_lora *l,
+                                  const int32_t *tok, int T) {
+    const size_t VT = (size_t)m->cfg.n_vocab * T, n = (size_t)l->n_params;
+    float *cpu = xmalloc(sizeof(float) * VT), *dev = xmalloc(sizeof(float) * VT), *dz = xmalloc(sizeof(float) * VT);
+    float *cpu_ref = xmalloc(sizeof(float) * VT), *dev_ref = xmalloc(sizeof(float) * VT);
+    float *dev_grads = xcalloc(n, sizeof(float));
+    bn_rng rng;
+    bn_rng_seed(&rng, 7);
+    fill_random(&rng, dz, (int64_t)VT, 1.0f);
+    bn_lora_zero_grad(l);
+    bn_train_graph *g = bn_train_forward_all_lora(m, l, tok, T, cpu, err, sizeof err);
+    CHECK(g && bn_train_backward_all_lora(g, dz, err, sizeof err) == 0, "%s: CPU all-position pass: %s", label, err);
+    bn_train_graph_free(g);
+    bn_train_graph_free(bn_train_forward_all(m, tok, T, cpu_ref, err, sizeof err));
+    void *dg = d->forward_all(ctx, true, tok, T, dev, err, sizeof err);
+    CHECK(dg && d->backward(dg, dz, err, sizeof err) == 0, "%s: device all-position pass: %s", label, err);
+    d->graph_free(dg);
+    d->graph_free(d->forward_all(ctx, false, tok, T, dev_ref, err, sizeof err));
+    CHECK(d->take_grads(ctx, dev_grads, err, sizeof err) == 0, "%s: take_grads: %s", label, err);
+    const double dl = fmax(max_rel_diff(dev, cpu, (int64_t)VT), max_rel_diff(dev_ref, cpu_ref, (int64_t)VT));
+    CHECK(dl <= TOL_REL, "%s: all-position logits differ by %.3g", label, dl);
+    const double dgr = compare_grads(label, l, dev_grads, l->grads);
+    free(cpu); free(dev); free(dz); free(cpu_ref); free(dev_ref); free(dev_grads);
+    return fmax(dl, dgr);
+}
+
+// check_plan: the device bytes a trainer of m and l (with gemm's GEMMs) holds with two rows' graphs of T tokens alive, and after one of
+// them ran backward (the trainer's peak: the weights, the adapter and gradients, the head's, layer and workspace
+// buffers, the graphs), against the memory plan's device total for batch 2 and T tokens; then with a tether graph
+// (all positions, T tokens) alive as well, against the plan with a tether of T-token windows. The emulator counts the
+// bytes asked for: equal to the byte. A GPU rounds allocations up and adds cuBLAS's: within the plan + the margin.
+static void check_plan(const bn_train_device *d, const char *label, const bn_model *m, const bn_lora *l,
+                       const int32_t *tok, int T, const bn_train_device_opts *gemm) {
+    bn_memshape s = bn_memshape_of_model(m);
+    bn_memplan_cfg c = bn_memplan_cfg_default(T);
+    c.targets = ALL_TARGETS, c.rank = RANK, c.batch = 2, c.grad_accum = 1;
+    c.gemm_bytes = gemm->gemm == BN_TRAIN_GEMM_F32 ? 4 : 2;
+    bn_memplan p, pt;
+    size_t fr = 0, tot = 0;
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0 && p.lora_params == l->n_params,
+          "%s: plan (%lld LoRA parameters vs %lld): %s", label, (long long)p.lora_params, (long long)l->n_params, err);
+    c.tether_ctx = T;
+    CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0 && pt.dev.tether > 0, "%s: tether plan: %s", label,
+          err);
+    CHECK(d->mem_info(0, &fr, &tot, err, sizeof err) == 0 && tot >= fr, "%s: mem_info: %s", label, err);
+    const int64_t before = (int64_t)(tot - fr);
+    float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab * T), *dz = xcalloc((size_t)m->cfg.n_vocab, sizeof(float));
+    void *ctx = d->open(m, l, 0, gemm, err, sizeof err);
+    void *g[2] = {NULL, NULL};
+    for (int b = 0; ctx && b < 2; b++) g[b] = d->forward(ctx, true, tok, T, logits, err, sizeof err);
+    CHECK(g[0] && g[1], "%s: open and two forwards: %s", label, err);
+    int64_t held = 0, after_bwd = 0, with_tether = 0;
+    void *ga = NULL;
+    if (g[0] && g[1]) {
+        held = (int64_t)d->mem_in_use(ctx) - before;
+        dz[1] = 1.0f;
+        CHECK(d->backward(g[0], dz, err, sizeof err) == 0, "%s: backward: %s", label, err);
+        after_bwd = (int64_t)d->mem_in_use(ctx) - before;
+        ga = d->forward_all(ctx, true, tok, T, logits, err, sizeof err);
+        CHECK(ga != NULL, "%s: all-position forward: %s", label, err);
+        with_tether = (int64_t)d->mem_in_use(ctx) - before;
+    }
+    printf("  %-22s device memory with 2 graphs of %d tokens: %lld B held, %lld B after a backward, %lld B with a "
+           "tether graph; planned %lld B, %lld B with the tether\n", label, T, (long long)held, (long long)after_bwd,
+           (long long)with_tether, (long long)p.dev.total, (long long)pt.dev.total);
+#ifdef BONSAI_CUDA_EMU
+    CHECK(held == p.dev.total && after_bwd == held, "%s: device bytes %lld (after a backward %lld) vs planned %lld",
+          label, (long long)held, (long long)after_bwd, (long long)p.dev.total);
+    CHECK(with_tether == pt.dev.total, "%s: device bytes with a tether graph %lld vs planned %lld", label,
+          (long long)with_tether, (long long)pt.dev.total);
+#else
+    const int64_t bound = p.dev.total + BN_MEMPLAN_DEVICE_MARGIN;
+    CHECK(held > 0 && held <= bound && after_bwd <= bound,
+          "%s: device bytes %lld (after a backward %lld) over the plan %lld + margin", label, (long long)held,
+          (long long)after_bwd, (long long)p.dev.total);
+    CHECK(with_tether <= pt.dev.total + BN_MEMPLAN_DEVICE_MARGIN, "%s: device bytes with a tether graph %lld over the "
+          "plan %lld + margin", label, (long long)with_tether, (long long)pt.dev.total);
+#endif
+    d->graph_free(ga);
+    for (int b = 0; b < 2; b++) d->graph_free(g[b]);
+    d->close(ctx);
+    free(logits);
+    free(dz);
+}
+
 // run_case: the model at path through both backends (T tokens), the device with fp32 GEMMs; prints the measured
 // differences and the time. bf16: also the device with bf16 GEMMs (check_bf16; mutate: and a mutant).
 static void run_case(const bn_train_device *d, const char *label, const char *path, int T, bool bf16, bool mutate) {
@@ -334,19 +424,21 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
         CHECK(dl <= TOL_REL, "%s: logits differ by %.3g", label, dl);
         CHECK(dr <= TOL_REL, "%s: reference logits differ by %.3g", label, dr);
         CHECK(max_rel_diff(logits, ref, V) > 1e-3, "%s: the adapter does not change the logits", label);
-        worst_logits = fmax(worst_logits, fmax(dl, dr));
-        worst_grads = fmax(worst_grads, dg);
-        printf("  %-22s T %2d, %2d adapted tensors: logits %.2e, reference %.2e, gradients %.2e (max rel diff); %.1f s\n",
-               label, T, l->n_tensors, dl, dr, dg, (double)(clock() - c0) / CLOCKS_PER_SEC);
         const rel_errs f32 = {rel_l2(dev_logits, logits, V), rel_l2(dev_ref, ref, V),
                               rel_l2(dev_grads, cpu_grads, l->n_params), worst_tensor_l2(l, dev_grads, cpu_grads)};
         float *params = xmalloc(sizeof(float) * (size_t)l->n_params);
         memcpy(params, l->params, sizeof(float) * (size_t)l->n_params);
         check_load_params(d, ctx, label, m, l, tok, T);
+        const double da = check_all_positions(d, ctx, label, m, l, tok, T); // with the parameters just loaded
         memcpy(l->params, params, sizeof(float) * (size_t)l->n_params); // the parameters the CPU results came from
         free(params);
         d->close(ctx);
         ctx = NULL;
+        check_plan(d, label, m, l, tok, T, bf16 ? &bf16_gemm : &f32_gemm);
+        worst_logits = fmax(worst_logits, fmax(dl, dr));
+        worst_grads = fmax(worst_grads, fmax(dg, da));
+        printf("  %-22s T %2d, %2d adapted tensors: logits %.2e, reference %.2e, gradients %.2e, all positions %.2e "
+               "(max rel diff); %.1f s\n", label, T, l->n_tensors, dl, dr, dg, da, (double)(clock() - c0) / CLOCKS_PER_SEC);
         const cpu_side cpu = {l, tok, T, dlogits, logits, ref, cpu_grads};
         if (bf16) check_bf16(d, label, m, &cpu, f32, mutate);
     }

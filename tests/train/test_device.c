@@ -3,13 +3,19 @@
 // run's adapter to the bit (the same math on uploaded copies: any lost upload, double-counted or lost gradient
 // shows), the backend sees one upload per step plus the first, every row's reference forward and the gradients taken
 // once per step; the trainer's GEMM setting reaches the backend's open (bf16 by default, f32 when asked); a checkpoint
-// of the device run resumes on the CPU; with no backend -ngl warns and trains on the CPU.
+// of the device run resumes on the CPU; a device one byte short of the run's device memory plan + margin is refused
+// with the numbers before anything is opened or written, and one with exactly that trains; two ranks on the device sum
+// through a registered device transport (a stand-in for NCCL) to the host transport's adapter; with no backend -ngl
+// warns and trains on the CPU.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
 #include "train/device.h"
+#include "train/dp.h"
 #include "train/trainer.h"
+#include "train/memplan.h"
 #include "train/lora.h"
 #include "quant/quant.h"
 
@@ -83,8 +89,19 @@ static size_t hd_mem(void *ctx) {
     return 0;
 }
 
+// The stand-in's memory as its driver would report it (the trainer compares its device plan with the free bytes).
+static size_t g_free = (size_t)1 << 40, g_total = (size_t)1 << 40;
+
+static int hd_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
+    (void)device, (void)err, (void)errlen;
+    *free_bytes = g_free;
+    *total_bytes = g_total;
+    return 0;
+}
+
 static const bn_train_device host_backend = {"host stand-in", hd_count, hd_open, hd_close, hd_load,
-                                             hd_forward, hd_backward, hd_graph_free, hd_take, hd_mem};
+                                             hd_forward, hd_backward, hd_graph_free, hd_take, hd_mem,
+                                             NULL /* forward_all: the tether on the CPU */, hd_mem_info};
 
 // opts: a short run of the tiny model (attention, GDN and head adapters; 5 steps over 10 rows).
 static bn_ftpo_train_opts opts(const char *out) {
@@ -111,6 +128,83 @@ static bool same_params(const char *a, const char *b) {
     bn_lora_free(la);
     bn_lora_free(lb);
     return same;
+}
+
+// check_memory_refusal: a device with less free memory than the run's device plan + the margin is refused before
+// anything is opened or written, the message naming the free bytes, the plan's parts and the settings to lower; one
+// byte more than plan + margin trains, reporting the plan's total in the result.
+static void check_memory_refusal(const bn_model *m, const bn_train_rows *rows) {
+    char err[1024], log[600];
+    snprintf(log, sizeof log, "%s/refused.jsonl", dir);
+    bn_ftpo_train_opts o = opts(NULL);
+    o.n_gpu_layers = 1;
+    o.max_steps = 1;
+    o.log_jsonl = log;
+    bn_ftpo_train_result res;
+    bn_memshape s = bn_memshape_of_model(m);
+    bn_memplan_cfg c = bn_memplan_cfg_default(9); // fx_ftpo_rows: the longest row has 9 tokens
+    c.targets = o.targets, c.rank = o.rank, c.batch = o.batch, c.grad_accum = o.grad_accum;
+    bn_memplan p;
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "plan: %s", err);
+    const int64_t need = p.dev.total + BN_MEMPLAN_DEVICE_MARGIN;
+    g_free = (size_t)need - 1;
+    g_dev.uploads = 0;
+    char free_b[48];
+    snprintf(free_b, sizeof free_b, "(%lld B)", (long long)need - 1);
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) != 0 && strstr(err, "device 0: ") && strstr(err, free_b) &&
+              strstr(err, "kept activations") && strstr(err, "--batch") && strstr(err, "batch 2 x 9 tokens"),
+          "one byte short of plan + margin: refused with the numbers: %s", err);
+    printf("refusal: %s\n", err);
+    CHECK(g_dev.uploads == 0 && access(log, F_OK) != 0, "refused before opening the device or writing the log");
+    g_free = (size_t)need;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0 && g_dev.uploads > 0, "plan + margin fits: %s", err);
+    CHECK(res.dev_plan_bytes == p.dev.total, "the result reports the plan's device total (%lld vs %lld)",
+          (long long)res.dev_plan_bytes, (long long)p.dev.total);
+    g_free = g_total;
+}
+
+// A stand-in device transport (as NCCL's): counts its opens and sums, and sums through the host transport.
+static int g_dp_opens, g_dp_sums, g_dp_device = -1;
+static void *sd_open(bn_dp *dp, int device, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    g_dp_opens++;
+    g_dp_device = device;
+    return dp;
+}
+static int sd_sum(void *ctx, void *buf, int64_t n, size_t elem_size, char *err, size_t errlen) {
+    g_dp_sums++;
+    return bn_dp_sum_host(ctx, buf, n, elem_size, err, errlen);
+}
+static void sd_close(void *ctx) { (void)ctx; }
+static const bn_dp_device standin_transport = {"stand-in transport", sd_open, sd_sum, sd_close};
+
+// train_two_ranks: trains o on two forked ranks on the stand-in device, with the stand-in device transport or
+// without; each rank exits 0 when its run succeeded (and, with the transport, took it on device 0 and summed there).
+static int train_two_ranks(const bn_model *m, const bn_train_rows *rows, bn_ftpo_train_opts o, bool transport) {
+    char err[256];
+    int status;
+    int rc = bn_dp_spawn(2, &o.dp, &status, err, sizeof err);
+    if (rc != 0) return rc < 0 ? -1 : status;
+    if (transport) bn_dp_device_register(&standin_transport);
+    bn_ftpo_train_result res;
+    int trc = bn_ftpo_train(m, rows, &o, &res, err, sizeof err);
+    if (trc) printf("rank %d: %s\n", bn_dp_rank(o.dp), err);
+    exit(trc ? 1 : transport && (g_dp_opens != 1 || g_dp_device != 0 || g_dp_sums == 0) ? 2 : 0);
+}
+
+// check_device_transport: two ranks training on devices take the registered device transport, and its sums give
+// the adapter of the host transport's (the stand-in sums through it: the same bits).
+static void check_device_transport(const bn_model *m, const bn_train_rows *rows) {
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/dp-host.gguf", dir);
+    snprintf(b, sizeof b, "%s/dp-dev.gguf", dir);
+    bn_ftpo_train_opts o = opts(a);
+    o.n_gpu_layers = 1;
+    CHECK(train_two_ranks(m, rows, o, false) == 0, "two ranks on the device, host transport");
+    o.out_adapter = b;
+    CHECK(train_two_ranks(m, rows, o, true) == 0, "two ranks on the device take the device transport (status 2: "
+          "not opened once on device 0, or no sum through it)");
+    CHECK(same_params(a, b), "the device transport's run gives the host transport's adapter");
 }
 
 int main(void) {
@@ -152,6 +246,9 @@ int main(void) {
     o.resume_path = ckpt;
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "resumed on the CPU: %s", err);
     CHECK(same_params(cpu, resumed), "a device checkpoint resumes on the CPU to the same adapter");
+
+    check_memory_refusal(m, rows);
+    check_device_transport(m, rows);
 
     g_device_count = 0;
     o = opts(NULL);

@@ -1,7 +1,7 @@
 // tests/train/test_memplan.c — the training memory plan (train/memplan.h, docs/antidoom.md §19):
 //  - the Qwen3.5-27B shape (bonsai-mkmodel's "27b" preset as a config, no file): every term against arithmetic written
-//    out here from docs/model.md §3 and §10 (Q1_0 and F16 bases, r 32 on q,k,v,o,gate,up,down, 4096 tokens);
-//  - the same 27B plan with the device's bf16 GEMMs (the activation operand's bf16 copy added to the scratch);
+//    out here from docs/model.md §3 and §10 (Q1_0 and F16 bases, r 32 on q,k,v,o,gate,up,down, 4096 tokens), the
+//    CPU trainer's and the device's (cuda/train_graph.cu's buffers), the device's workspace with bf16 and fp32 GEMMs;
 //  - tiny models written by bonsai-mkmodel: the planned base bytes against the file's tensors, the adapter size
 //    against bn_lora_from_model, and the kept activations + one layer's working set against the peak of the
 //    training graph's buffers (bn_train_mem_peak) for real forward and backward passes, exactly;
@@ -51,6 +51,83 @@ static bn_memshape shape_of_preset(const char *preset, int type) {
 // of 128·128 + 7·128 floats each.
 #define SCRATCH (819LL * 5120 * 4 + 2LL * 32 * 4096 * 4 + 48LL * (163LL * 16384 + 7 * 128) * 4)
 
+// The device (cuda/train_graph.cu) at 4096 tokens, r 32. Its one-layer arena holds, in fp32, the buffers every layer
+// has, the larger of the two layer kinds' (they share that part), and A·x for all 13 targets: 10·5120 (n, mo, h, mm,
+// x_out, dh, dmm, dn, dx, dx_prev) + 6·17408 (ga, up, act and their gradients) + the Gated DeltaNet's 108,928 = 4·10240
+// (mix, conv, dconv, dmix) + 9·2048 (q, k, qn, kn and 5 gradients) + 8·6144 (z, v, o, y and 4 gradients) + 8·48 (b, a,
+// β, g and 4 gradients), over attention's 99,328 = 11·6144 (query-sized rows) + 7·1024 (key-sized rows) + 2·12288 (q
+// with its gate, and its gradient) + 13·32 = 264,992 floats per token.
+#define DEV_LAYER_PER_TOKEN 264992LL
+// Its workspace: the largest of ffn_down's linear (240 rows of 17408 made fp32, 2·17408·T copies of x, 2·r·T),
+// 147,046,400 floats, and the GDN backward's 48 heads × ((4096/32 + 32 + 2) states of 128·128 + 2·4096·128 q/k rows),
+// 177,733,632 floats: the GDN's.
+#define DEV_SCRATCH (48LL * (162LL * 16384 + 2 * 4096 * 128) * 4)
+
+// check_27b_device: the device column of the 27B plan p (B rows, 4096 tokens) against the arithmetic above.
+static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64_t n_lora) {
+    const int64_t T = 4096;
+    const bn_memplan_device *d = &p->dev;
+    CHECK(d->base == base && d->adapter == 4 * n_lora && d->grads == 4 * n_lora, "27b device weights and adapter");
+    CHECK(d->kept == batch * ((64LL * 5120 * T + 5120) * 4 + T * 4), "27b device kept %lld", (long long)d->kept);
+    CHECK(d->layer == DEV_LAYER_PER_TOKEN * T * 4, "27b device layer buffers %lld vs %lld", (long long)d->layer,
+          (long long)(DEV_LAYER_PER_TOKEN * T * 4));
+    CHECK(d->scratch == DEV_SCRATCH, "27b device scratch %lld vs %lld", (long long)d->scratch, (long long)DEV_SCRATCH);
+    CHECK(d->head == (2LL * 248320 + 2 * 5120) * 4, "27b device head %lld", (long long)d->head);
+    const int64_t want = base + 8 * n_lora + d->kept + DEV_LAYER_PER_TOKEN * T * 4 + DEV_SCRATCH + d->head;
+    CHECK(d->total == want, "27b device total %lld vs %lld", (long long)d->total, (long long)want);
+}
+
+// The device's workspace with bf16 GEMMs (the default) and fp32 ones. A linear's backward workspace with bf16 GEMMs
+// holds the weight's bf16 chunk (8 Mi values in whole 8s of rows: 480 rows of 17408, 1632 of 5120, 1360 of 6144; all
+// 8,355,840 values, 4,177,920 floats) and dy's bf16 copy (n_out·T values) where the fp32 path holds an fp32 chunk (4 Mi
+// floats: 240 rows of 17408, 4,177,920 floats). At 4096 tokens the GDN backward's 177,733,632 floats stay the largest
+// either way (ffn_down's bf16 workspace: 4,177,920 + 5120·4096/2 + 2·17408·4096 + 2·32·4096 = 157,532,160). At 65,536
+// tokens ffn_down's passes it with bf16 GEMMs: 4,177,920 + 5120·65536/2 + 2·17408·65536 + 2·32·65536 =
+// 2,457,845,760 floats against the GDN's 48·((2048 + 32 + 2)·16384 + 2·65536·128) = 2,442,657,792, which stays the
+// largest with fp32 GEMMs (ffn_down's 4,177,920 + 2·17408·65536 + 2·32·65536 = 2,290,073,600).
+#define DEV_SCRATCH_64K_BF16 (2457845760LL * 4)
+#define DEV_SCRATCH_64K_F32 (2442657792LL * 4)
+
+// check_27b_gemm: the 27B Q1_0 device workspace with bf16 and fp32 GEMMs at 4096 and 65,536 tokens against the
+// arithmetic above; a GEMM input of 3 bytes is refused.
+static void check_27b_gemm(void) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    char err[256];
+    const int ctx[2] = {4096, 65536};
+    const int64_t want[2][2] = {{DEV_SCRATCH, DEV_SCRATCH}, {DEV_SCRATCH_64K_BF16, DEV_SCRATCH_64K_F32}};
+    for (int i = 0; i < 2; i++)
+        for (int g = 0; g < 2; g++) {
+            bn_memplan_cfg c = bn_memplan_cfg_default(ctx[i]);
+            c.gemm_bytes = g ? 4 : 2;
+            bn_memplan p;
+            CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
+            CHECK(p.dev.scratch == want[i][g], "27b device workspace at %d tokens, %s GEMMs: %lld vs %lld", ctx[i],
+                  g ? "fp32" : "bf16", (long long)p.dev.scratch, (long long)want[i][g]);
+        }
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    c.gemm_bytes = 3;
+    bn_memplan p;
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) != 0 && strstr(err, "GEMM"), "gemm_bytes 3 accepted: %s",
+          err);
+}
+
+// check_27b_tether: with a tether of 64-token windows the device adds one all-position graph: the layer inputs and the
+// final residual {H, 64} (65 of them), the head's input and its gradient {H, 64}, the logits {V, 64} and the ids; the
+// per-length buffers stay sized for the 4096-token rows.
+static void check_27b_tether(void) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    bn_memplan p, pt;
+    char err[256];
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
+    c.tether_ctx = 64;
+    CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0, "27b plan with a tether: %s", err);
+    const int64_t tether = (65LL * 5120 * 64 + 2 * 5120 * 64 + 248320LL * 64) * 4 + 64 * 4;
+    CHECK(pt.dev.tether == tether && pt.dev.total == p.dev.total + tether && pt.dev.layer == p.dev.layer &&
+              pt.dev.scratch == p.dev.scratch, "27b device tether %lld vs %lld", (long long)pt.dev.tether,
+          (long long)tether);
+}
+
 static void check_27b(int type, int bytes_per_block_x128, int batch, int act_bytes, int64_t *total) {
     bn_memshape s = shape_of_preset("27b", type);
     bn_memplan_cfg c = bn_memplan_cfg_default(4096);
@@ -77,33 +154,9 @@ static void check_27b(int type, int bytes_per_block_x128, int batch, int act_byt
     CHECK(p.logits == (2LL * batch + 1) * 248320 * 4, "27b logits");
     int64_t want = base + 16 * n_lora + p.kept + WS_GDN_PER_TOKEN * T * act_bytes + SCRATCH + p.logits;
     CHECK(p.total == want, "27b total %lld vs %lld", (long long)p.total, (long long)want);
+    check_27b_device(&p, batch, base, n_lora);
+    printf("device total %.2f GB\n", p.dev.total / 1e9);
     *total = p.total;
-}
-
-// The device's bf16 GEMMs (gemm_bytes 2) add the bf16 copy of the largest activation operand, F·T 16-bit values (x
-// of ffn_down forward, dy of ffn_gate / ffn_up backward); their weight chunks (1632 rows of 5120 = 480 of 17408 =
-// 1360 of 6144 bf16 values, 16,711,680 B) stay under the head's fp32 chunk (819 rows of 5120, 16,773,120 B).
-#define ACT16 (17408LL * 4096 * 2)
-
-// check_27b_bf16: the 27B Q1_0 plan (batch 1, 16-bit activations) with the device's bf16 GEMMs: the scratch grows by
-// ACT16 and nothing else changes; a GEMM input of 3 bytes is refused.
-static void check_27b_bf16(int64_t total_f32) {
-    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
-    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
-    c.batch = 1, c.act_bytes = 2, c.gemm_bytes = 2;
-    bn_memplan p;
-    char err[256];
-    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b bf16 plan: %s", err);
-    printf("\n27B Q1_0, batch 1, 16-bit activations, bf16 GEMMs:\n");
-    bn_memplan_print(stdout, &s, &c, &p);
-    CHECK(p.scratch == SCRATCH + ACT16, "27b bf16 scratch %lld vs %lld", (long long)p.scratch,
-          (long long)(SCRATCH + ACT16));
-    CHECK(p.layer_ws == WS_GDN_PER_TOKEN * 4096 * 2, "27b bf16 working set %lld", (long long)p.layer_ws);
-    CHECK(p.total == total_f32 + ACT16, "27b bf16 total %lld vs %lld", (long long)p.total,
-          (long long)(total_f32 + ACT16));
-    c.gemm_bytes = 3;
-    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) != 0 && strstr(err, "GEMM"), "gemm_bytes 3 accepted: %s",
-          err);
 }
 
 // peak_of_graphs: the training graph's buffer peak over `batch` forwards of T tokens and the first one's backward.
@@ -208,7 +261,8 @@ int main(void) {
     check_27b(BN_Q1_0, 18, 4, 4, &q1_b4_32);
     check_27b(BN_F16, 256, 4, 4, &f16_b4_32); // F16: 256 B per 128 weights
     check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
-    check_27b_bf16(q1_b1_16);
+    check_27b_tether();
+    check_27b_gemm();
     printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
            "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
            q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);

@@ -1,8 +1,10 @@
 // tests/train/test_tool.c — bonsai-ftpo-train end to end as a program on the tiny qwen35: train
 // (adapter, checkpoint, JSONL log written; exit 0), --eval (table with base and adapter rows),
-// --merge (merged GGUF loads), --ste-type + --merge-type q1_0, the memory plan (--plan-only, --mem-limit), and clear
-// exit-1 errors (missing pairs file, bad flag, bad line).
+// --merge (merged GGUF loads), --ste-type + --merge-type q1_0, the memory plan (--plan-only, --mem-limit), -dp 2 and
+// two processes under torchrun's variables (the same adapter), and clear exit-1 errors (missing pairs file, bad flag,
+// bad line).
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
@@ -18,6 +20,23 @@ static char exe[600];
 static int run(const char *args) {
     char cmd[2400];
     snprintf(cmd, sizeof cmd, "'%s' %s > '%s/out.txt' 2>&1", exe, args, dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// run_launched: runs the tool as `world` processes with the variables torchrun gives its ranks (outputs together into
+// dir/out.txt); returns the first nonzero exit status among them.
+static int run_launched(const char *args, int world) {
+    char cmd[4000];
+    int n = snprintf(cmd, sizeof cmd, "export MASTER_ADDR=127.0.0.1 MASTER_PORT=%d WORLD_SIZE=%d LOCAL_WORLD_SIZE=%d; ",
+                     20000 + (int)(getpid() % 20000), world, world);
+    for (int r = 0; r < world; r++)
+        n += snprintf(cmd + n, sizeof cmd - n, "RANK=%d LOCAL_RANK=%d '%s' %s > '%s/out%d.txt' 2>&1 & p%d=$!; ", r, r,
+                      exe, args, dir, r, r);
+    n += snprintf(cmd + n, sizeof cmd - n, "st=0; for p in");
+    for (int r = 0; r < world; r++) n += snprintf(cmd + n, sizeof cmd - n, " $p%d", r);
+    n += snprintf(cmd + n, sizeof cmd - n, "; do wait $p; s=$?; [ $st = 0 ] && st=$s; done; cat '%s'/out?.txt > "
+                  "'%s/out.txt'; exit $st", dir, dir);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -88,6 +107,20 @@ int main(void) {
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/dp2.gguf' --rank 8 --epochs 2 --batch 1 --grad-accum 1 "
              "--resume '%s/ck.bin' -dp 2", model, pairs, dir, dir);
     CHECK(run(args) == 1 && out_has("checkpoint does not match this run"), "-dp 2: a rank's error fails the run");
+
+    // the same run as two processes a launcher started (torchrun's variables): the -dp 2 adapter to the bit
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/launched.gguf' --rank 4 --epochs 2 --batch 1 --grad-accum 1 "
+             "--lr 1e-2 --early-stop 0 --dp-timeout 30", model, pairs, dir);
+    CHECK(run_launched(args, 2) == 0 && out_has("2 ranks started by a launcher") && out_count("step 6/6") == 1,
+          "two launched ranks: one set of step lines");
+    snprintf(path, sizeof path, "%s/dp.gguf", dir);
+    snprintf(args, sizeof args, "%s/launched.gguf", dir);
+    fx_param_diff d = fx_adapter_diff(path, args);
+    CHECK(d.l2 == 0 && d.max == 0, "two launched ranks train -dp 2's adapter (relative L2 %.3g)", d.l2);
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/l2.gguf' --rank 8 --epochs 2 --batch 1 --grad-accum 1 "
+             "--resume '%s/ck.bin' --dp-timeout 30", model, pairs, dir, dir);
+    CHECK(run_launched(args, 2) == 1 && out_has("checkpoint does not match this run"),
+          "launched ranks: a rank's error fails every rank, with no wait for the timeout");
 
     // -ngl without a GPU (this machine, CI): a warning, and the CPU
     snprintf(args, sizeof args, "-m '%s' -p '%s' -o '%s/g.gguf' --rank 4 --epochs 1 --batch 2 -ngl 3", model, pairs,
