@@ -6,16 +6,16 @@
 // CPU (default): achieved GFLOP/s against OpenBLAS sgemm measured in the same run (the target: >= 35 % of the
 // sgemm rate).
 // Device (--ngl N, N > 0): the same step through the registered backend (cuda/train_graph.cu: weights in their
-// stored types, each product dequantized and computed in fp32 through cuBLAS SGEMM), with the same FLOP count; prints
-// achieved TFLOP/s and the device's bytes in use (the whole device, total − free as the driver reports it: the
-// larger of the samples after the forward and after the backward). --peak-tflops X adds MFU = achieved / X. As the
-// device computes in fp32, the honest peak to pass is the GPU's fp32 peak (e.g. 67 for an H200 SXM); against a
-// 16-bit tensor-core peak (~990 dense for an H200) the MFU would say what a bf16 / fp16 path could reach, not how
-// well this one uses the fp32 units.
+// stored types, each layer product's weight made 16-bit and computed with bf16 inputs and fp32 accumulation through
+// cublasGemmEx, or with --train-gemm f32 made fp32 and computed through cuBLAS SGEMM), with the same FLOP count;
+// prints achieved TFLOP/s, the device's bytes in use (the whole device, total − free as the driver reports it: the
+// larger of the samples after the forward and after the backward) and the GEMM arithmetic. --peak-tflops X adds
+// MFU = achieved / X: the honest peak is the one of the arithmetic that ran, the GPU's dense bf16 tensor-core peak
+// for bf16 (~989 for an H200 SXM), its fp32 peak for f32 (~67).
 // Usage: bench_train [preset ...] [-m FILE ...] [--tokens T] [--reps R] [--threads N] [--type f32|f16|bf16]
-//                    [--ngl N] [--peak-tflops X]
+//                    [--ngl N] [--train-gemm bf16|f32] [--peak-tflops X]
 //        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own;
-//        --type applies to the generated presets; -m benches the files instead of presets)
+//        --type applies to the generated presets; -m benches the files instead of presets; --train-gemm bf16)
 #include "synth/mkmodel.h"
 #include "core/model.h"
 #include "base/util.h"
@@ -35,6 +35,7 @@
 typedef struct {
     const char *presets[MAX_MODELS], *files[MAX_MODELS];
     int n_presets, n_files, T, R, n_threads, wtype, ngl;
+    bn_train_gemm gemm; // the device's base-weight GEMMs (--train-gemm)
     double peak_tflops; // 0: no MFU
 } bench_opts;
 
@@ -75,13 +76,18 @@ static int64_t matmul_params(const bn_model *m) {
 
 // parse_args: the options of argv (dies on a bad one).
 static bench_opts parse_args(int argc, char **argv) {
-    bench_opts o = {.T = 256, .R = 2, .n_threads = bn_n_threads_default(), .wtype = BN_F32};
+    bench_opts o = {.T = 256, .R = 2, .n_threads = bn_n_threads_default(), .wtype = BN_F32, .gemm = BN_TRAIN_GEMM_BF16};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) o.T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.R = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) o.n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ngl") && i + 1 < argc) o.ngl = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) o.peak_tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--train-gemm") && i + 1 < argc) {
+            const char *g = argv[++i];
+            if (strcmp(g, "bf16") && strcmp(g, "f32")) bn_die("--train-gemm: bf16 or f32");
+            o.gemm = !strcmp(g, "f32") ? BN_TRAIN_GEMM_F32 : BN_TRAIN_GEMM_BF16;
+        }
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             if (o.n_files == MAX_MODELS) bn_die("-m: at most %d files", MAX_MODELS);
             o.files[o.n_files++] = argv[++i];
@@ -98,12 +104,14 @@ static bench_opts parse_args(int argc, char **argv) {
 }
 
 // device_backend: the registered training backend with a device to use; dies with the reason when there is none.
-static const bn_train_device *device_backend(void) {
+static const bn_train_device *device_backend(bn_train_gemm gemm) {
     const bn_train_device *d = bn_train_device_get();
     if (!d) bn_die("--ngl: this program has no training device backend (build with -Dcuda=enabled)");
     int n = d->device_count();
     if (n <= 0) bn_die("--ngl: the %s backend finds no device", d->name);
-    printf("device: %s device 0 of %d (forward + backward in fp32 through cuBLAS SGEMM)\n", d->name, n);
+    printf("device: %s device 0 of %d (forward + backward; the layers' base-weight GEMMs %s)\n", d->name, n,
+           gemm == BN_TRAIN_GEMM_F32 ? "fp32 through cuBLAS SGEMM"
+                                     : "bf16 inputs with fp32 accumulation through cublasGemmEx");
     return d;
 }
 
@@ -167,8 +175,8 @@ static const char *mfu_cell(double achieved_tflops, double peak_tflops) {
 
 static void print_header(const bench_opts *o) {
     if (o->ngl > 0) {
-        printf("| model | params | tokens | fwd+bwd ms | tok/s | device MB in use | achieved TFLOP/s | MFU |\n"
-               "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("| model | params | tokens | fwd+bwd ms | tok/s | device MB in use | achieved TFLOP/s | MFU | gemm |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     } else if (o->peak_tflops > 0) {
         printf("| model | params | tokens | fwd+bwd ms | tok/s | achieved GFLOP/s | sgemm GFLOP/s | share of sgemm "
                "| MFU |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -192,13 +200,15 @@ static void bench_model(const bench_opts *o, const bn_train_device *d, const cha
     float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab), *dl = xcalloc(m->cfg.n_vocab, sizeof(float));
     dl[0] = 1, dl[1] = -1;
     void *ctx = NULL;
-    if (d && (!(ctx = d->open(m, l, 0, err, sizeof err)) || d->load_params(ctx, l, err, sizeof err) != 0))
+    const bn_train_device_opts dopts = {.gemm = o->gemm};
+    if (d && (!(ctx = d->open(m, l, 0, &dopts, err, sizeof err)) || d->load_params(ctx, l, err, sizeof err) != 0))
         bn_die("%s: %s", name, err);
     step_result s = best_step(o, d, ctx, m, l, tok, logits, dl);
     double gflops = 6.0 * matmul_params(m) * T / (s.ms * 1e-3) / 1e9;
     if (d) {
-        printf("| %s | %.2f M | %d | %.1f | %.0f | %.0f | %.2f | %s |\n", name, bn_model_n_params(m) / 1e6, T, s.ms,
-               T / (s.ms * 1e-3), s.mem / 1e6, gflops / 1e3, mfu_cell(gflops / 1e3, o->peak_tflops));
+        printf("| %s | %.2f M | %d | %.1f | %.0f | %.0f | %.2f | %s | %s |\n", name, bn_model_n_params(m) / 1e6, T,
+               s.ms, T / (s.ms * 1e-3), s.mem / 1e6, gflops / 1e3, mfu_cell(gflops / 1e3, o->peak_tflops),
+               bn_train_gemm_name(o->gemm));
         d->close(ctx);
     } else {
         double sg = sgemm_gflops(T, m->cfg.n_ff, m->cfg.n_embd);
@@ -216,7 +226,7 @@ static void bench_model(const bench_opts *o, const bn_train_device *d, const cha
 int main(int argc, char **argv) {
     bench_opts o = parse_args(argc, argv);
     bn_train_set_threads(o.n_threads); // attention and GDN over threads, as bonsai-ftpo-train -t does
-    const bn_train_device *d = o.ngl > 0 ? device_backend() : NULL;
+    const bn_train_device *d = o.ngl > 0 ? device_backend(o.gemm) : NULL;
     print_header(&o);
     for (int i = 0; i < o.n_files; i++) {
         const char *slash = strrchr(o.files[i], '/');

@@ -1,8 +1,9 @@
 // cuda/bwd_linear.cu — the backward of a linear with a LoRA pair for the trainer (docs/model.md §8; the products of
-// train/backward.c bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on column-major views of the row-major tensors: a
-// {n, T} tensor is an n × T matrix with leading dimension n. A base weight of another type than F32 is made fp32 a
-// chunk of rows at a time in the workspace, bit-identically to the CPU's dequantization (cuda/linear.cuh, shared with
-// the forward).
+// train/backward.c bn_linear_lora_bwd) through cuBLAS GEMMs on column-major views of the row-major tensors: a {n, T}
+// tensor is an n × T matrix with leading dimension n. The base product Wᵀdy in fp32 (a base weight of another type
+// than F32 made fp32 a chunk of rows at a time in the workspace, bit-identically to the CPU's dequantization) or with
+// bf16 inputs and fp32 accumulation (every weight made bf16 a chunk at a time, dy rounded to a bf16 copy); the LoRA
+// products in fp32 (cuda/linear.cuh, shared with the forward).
 #include "cuda/common.cuh"
 #include "cuda/cuda_bwd_seq.h"
 #include "cuda/linear.cuh"
@@ -14,10 +15,10 @@ static __global__ void add_mul_kernel(float *y, const float *a, const float *b, 
     if (i < count) y[i] += a[i] * b[i];
 }
 
-// base_dx: dx (n_in × T) += W·dy, W {n_in, n_out} = the n_in × n_out matrix of its rows; other types' rows made fp32
-// chunk by chunk into wbuf. Returns 0 or -1 (err).
-static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T, const float *dy,
-                   float *dx, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
+// base_dx_f32: dx (n_in × T) += W·dy, W {n_in, n_out} = the n_in × n_out matrix of its rows, fp32; other types' rows
+// made fp32 chunk by chunk into wbuf. Returns 0 or -1 (err).
+static int base_dx_f32(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T,
+                       const float *dy, float *dx, float *wbuf, cudaStream_t s, char *err, size_t errlen) {
     return for_weight_chunks(w_type, W, n_in, n_out, wbuf, s, err, errlen, [&](const float *w, int64_t j0, int64_t nr) {
         BN_CUBLAS_TRY(gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_in, T, nr, 1.0f, w, n_in, dy + j0, n_out, 1.0f, dx, n_in), err,
                       errlen);
@@ -25,20 +26,39 @@ static int base_dx(cublasHandle_t h, int w_type, const void *W, int64_t n_in, in
     });
 }
 
-// lin_workspace: the workspace's parts: the fp32 weight chunk, x⊙drop, A·(x⊙drop), Bᵀdy, the LoRA dx before the
-// drop mask.
+// base_dx_bf16: the same product with bf16 inputs and fp32 accumulation: dy rounded into b.act16, W's rows made bf16
+// chunk by chunk into b.w16, each chunk's GEMM adding its rows' share into dx. Returns 0 or -1 (err).
+static int base_dx_bf16(cublasHandle_t h, int w_type, const void *W, int64_t n_in, int64_t n_out, int T,
+                        const float *dy, float *dx, const base_scratch &b, cudaStream_t s, char *err, size_t errlen) {
+    if (round_bf16(dy, n_out * T, b.act16, s, err, errlen) < 0) return -1;
+    const uint16_t *dy16 = b.act16;
+    return for_weight_chunks_bf16(w_type, W, n_in, n_out, b.w16, s, err, errlen,
+                                  [&](const uint16_t *w, int64_t j0, int64_t nr) {
+        BN_CUBLAS_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, n_in, T, nr, 1.0f, w, n_in, dy16 + j0, n_out, 1.0f, dx,
+                                n_in), err, errlen);
+        return 0;
+    });
+}
+
+// lin_workspace: the workspace's parts: the base product's scratch (weight chunk; bf16: and dy's bf16 copy), x⊙drop,
+// A·(x⊙drop), Bᵀdy, the LoRA dx before the drop mask.
 struct lin_workspace {
-    float *wbuf, *xd, *ax, *gb, *tmp;
+    base_scratch base;
+    float *xd, *ax, *gb, *tmp;
 };
 
-// lin_split: ws cut into lin_workspace's parts for these shapes (bn_cuda_linear_lora_bwd_workspace_floats in all).
-static lin_workspace lin_split(float *ws, int w_type, int64_t n_in, int64_t n_out, int r, int T) {
+// lin_split: ws (NULL: sizes only) cut into lin_workspace's parts for these shapes; *floats = the total
+// (bn_cuda_linear_lora_bwd_workspace_floats).
+static lin_workspace lin_split(float *ws, bool bf16, int w_type, int64_t n_in, int64_t n_out, int r, int T,
+                               int64_t *floats) {
     lin_workspace p;
-    p.wbuf = ws;
-    p.xd = p.wbuf + chunk_floats(w_type, n_in, n_out);
-    p.ax = p.xd + n_in * T;
-    p.gb = p.ax + (int64_t)r * T;
-    p.tmp = p.gb + (int64_t)r * T;
+    p.base = base_split(ws, bf16, w_type, n_in, n_out, n_out, T);
+    const int64_t xd = p.base.floats, ax = xd + n_in * T, gb = ax + (int64_t)r * T, tmp = gb + (int64_t)r * T;
+    p.xd = ws ? ws + xd : nullptr;
+    p.ax = ws ? ws + ax : nullptr;
+    p.gb = ws ? ws + gb : nullptr;
+    p.tmp = ws ? ws + tmp : nullptr;
+    *floats = tmp + n_in * T;
     return p;
 }
 
@@ -83,22 +103,29 @@ extern "C" void bn_cuda_blas_free(void *blas) {
     if (blas) cublasDestroy((cublasHandle_t)blas);
 }
 
-extern "C" size_t bn_cuda_linear_lora_bwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T) {
-    const int64_t wbuf = chunk_floats(w_type, n_in, n_out);
-    return (size_t)(wbuf + 2 * n_in * T + 2 * (int64_t)r * T);
+extern "C" size_t bn_cuda_linear_lora_bwd_workspace_floats(bool gemm_bf16, int w_type, int64_t n_in, int64_t n_out,
+                                                           int r, int T) {
+    int64_t floats;
+    lin_split(nullptr, gemm_bf16, w_type, n_in, n_out, r, T, &floats);
+    return (size_t)floats;
 }
 
-extern "C" int bn_cuda_linear_lora_bwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
-                                       const bn_cuda_lora *lora, const float *x, int T, const float *drop,
-                                       const float *ax, const float *dy, float *dx, float *workspace, void *stream,
-                                       char *err, size_t errlen) {
+extern "C" int bn_cuda_linear_lora_bwd(void *blas, bool gemm_bf16, int w_type, const void *W, int64_t n_in,
+                                       int64_t n_out, const bn_cuda_lora *lora, const float *x, int T,
+                                       const float *drop, const float *ax, const float *dy, float *dx,
+                                       float *workspace, void *stream, char *err, size_t errlen) {
     if (lin_shape_ok("backward", w_type, n_in, n_out, T, lora, err, errlen) < 0) return -1;
     if (T == 0) return 0;
     cublasHandle_t h = (cublasHandle_t)blas;
     cudaStream_t s = (cudaStream_t)stream;
     BN_CUBLAS_TRY(cublasSetStream(h, s), err, errlen);
-    const lin_workspace p = lin_split(workspace, w_type, n_in, n_out, lora ? lora->r : 0, T);
-    if (dx && base_dx(h, w_type, W, n_in, n_out, T, dy, dx, p.wbuf, s, err, errlen) < 0) return -1;
+    int64_t floats;
+    const lin_workspace p = lin_split(workspace, gemm_bf16, w_type, n_in, n_out, lora ? lora->r : 0, T, &floats);
+    if (dx) {
+        const int rc = gemm_bf16 ? base_dx_bf16(h, w_type, W, n_in, n_out, T, dy, dx, p.base, s, err, errlen)
+                                 : base_dx_f32(h, w_type, W, n_in, n_out, T, dy, dx, p.base.wbuf, s, err, errlen);
+        if (rc < 0) return -1;
+    }
     if (!lora) return 0;
     return lora_bwd(h, lora, n_in, n_out, T, x, drop, ax, dy, dx, p, s, err, errlen);
 }

@@ -14,6 +14,7 @@
 //   BN_DEVICE                  __device__ __forceinline__
 //   bn_half, bn_h2f, bn_f2h    16-bit float storage and RNE conversions, identical in both builds
 //   bn_half_bits(u16), bn_half_raw(h)   reinterpretation from/to the raw fp16 bits (GGUF data)
+//   bn_f2bf                    a float rounded to bfloat16 (raw bits, RNE), identical in both builds
 //   bn_warp_reduce_sum(float|int), bn_warp_reduce_max(float)   xor-butterfly warp reductions
 //   BN_CUDA_TRY(call, err, errlen), BN_CUBLAS_TRY(call, err, errlen)   return -1 with err filled
 #ifndef BONSAI_CUDA_COMMON_CUH
@@ -57,6 +58,14 @@ static __host__ __device__ __forceinline__ uint16_t bn_half_raw(bn_half h) { ret
 #endif
 
 #define BN_DEVICE __device__ __forceinline__
+
+// bn_f2bf: the raw bits of the bfloat16 nearest to f, ties to even, a NaN kept a quiet NaN (quant/fp16.c's
+// bn_fp32_to_bf16 bit for bit; the same integer steps in both builds).
+BN_DEVICE uint16_t bn_f2bf(float f) {
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 // ---- programmatic dependent launch (PDL) ---------------------------------------------------------------
 // With BONSAI_CUDA_PDL=1 every kernel is launched with the programmatic-stream-serialization attribute: the GPU

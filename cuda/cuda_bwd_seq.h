@@ -9,6 +9,7 @@
 #define BONSAI_CUDA_BWD_SEQ_H
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include "cuda/cuda_dev_buf.h"
 
 #ifdef __cplusplus
@@ -65,16 +66,20 @@ typedef struct {
     const float *A, *B;
     float *dA, *dB;
 } bn_cuda_lora;
+// The base-weight products of the linear ops (forward W x, backward Wᵀdy) take one of two arithmetics, chosen per
+// call by `gemm_bf16` (docs/antidoom.md §21): false, fp32 SGEMMs (F32 weights read in place, the other types made
+// fp32 in chunks of 16 MiB, bit-identical to the CPU's dequantization); true, cublasGemmEx with bf16 inputs and fp32
+// accumulation into the fp32 output (every type, F32 included, made bf16 in chunks of 16 MiB, twice the rows; the
+// activation operand, x or dy, rounded to a bf16 copy in the workspace). The LoRA products are fp32 in both.
 // bn_cuda_linear_lora_bwd_workspace_floats: device floats bn_cuda_linear_lora_bwd needs as workspace (r = 0 without
 // LoRA).
-size_t bn_cuda_linear_lora_bwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T);
+size_t bn_cuda_linear_lora_bwd_workspace_floats(bool gemm_bf16, int w_type, int64_t n_in, int64_t n_out, int r, int T);
 // bn_cuda_linear_lora_bwd: given dy {n_out, T}: dx += Wᵀdy + scale·(Aᵀ(Bᵀdy))⊙drop; dA += scale·(Bᵀdy)(x⊙drop)ᵀ;
-// dB += scale·dy(A(x⊙drop))ᵀ (bn_linear_lora_bwd) through cuBLAS fp32 GEMMs on handle blas (set to stream).
-// W {n_in, n_out} (row o contiguous) of any type bn_cuda_dequant_rows takes (quant/quant.h; F32 read in place, the
-// others made fp32 in chunks of the workspace); lora (a host struct) may be NULL;
-// drop {n_in, T} (0 or 1/(1−p)) may be NULL; ax {r, T} from the forward or NULL (recomputed); dx may be NULL.
-// workspace: bn_cuda_linear_lora_bwd_workspace_floats floats. 0 or -1.
-int bn_cuda_linear_lora_bwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
+// dB += scale·dy(A(x⊙drop))ᵀ (bn_linear_lora_bwd) through cuBLAS on handle blas (set to stream), the base product in
+// the arithmetic gemm_bf16 chooses (above). W {n_in, n_out} (row o contiguous) of any type bn_cuda_dequant_rows takes
+// (quant/quant.h); lora (a host struct) may be NULL; drop {n_in, T} (0 or 1/(1−p)) may be NULL; ax {r, T} from the
+// forward or NULL (recomputed); dx may be NULL. workspace: bn_cuda_linear_lora_bwd_workspace_floats floats. 0 or -1.
+int bn_cuda_linear_lora_bwd(void *blas, bool gemm_bf16, int w_type, const void *W, int64_t n_in, int64_t n_out,
                             const bn_cuda_lora *lora, const float *x, int T, const float *drop, const float *ax,
                             const float *dy, float *dx, float *workspace, void *stream, char *err, size_t errlen);
 

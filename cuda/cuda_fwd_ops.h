@@ -21,6 +21,10 @@ extern "C" {
 // bn_row_size(type, ne0) bytes) as fp32, bit-identical to bn_dequantize; 0 or -1 (an unsupported type names it).
 int bn_cuda_dequant_rows(int type, const void *W, int64_t ne0, int64_t r0, int64_t n_rows, float *out, void *stream,
                          char *err, size_t errlen);
+// bn_cuda_dequant_rows_bf16: the same rows as bfloat16 bits: bn_cuda_dequant_rows's values rounded to nearest even
+// (quant/quant.h's bn_fp32_to_bf16); 0 or -1.
+int bn_cuda_dequant_rows_bf16(int type, const void *W, int64_t ne0, int64_t r0, int64_t n_rows, uint16_t *out,
+                              void *stream, char *err, size_t errlen);
 // bn_cuda_get_rows_f32: out {ne0, n} = rows ids[0..n) (device ints, each in [0, ne1)) of W as fp32 (the embedding
 // lookup); 0 or -1.
 int bn_cuda_get_rows_f32(int type, const void *W, int64_t ne0, int64_t ne1, const int *ids, int n, float *out,
@@ -28,11 +32,12 @@ int bn_cuda_get_rows_f32(int type, const void *W, int64_t ne0, int64_t ne1, cons
 
 // ---- linear + LoRA forward (cuBLAS) -------------------------------------------------------------------------------
 // bn_cuda_linear_lora_fwd_workspace_floats: device floats bn_cuda_linear_lora_fwd needs as workspace.
-size_t bn_cuda_linear_lora_fwd_workspace_floats(int w_type, int64_t n_in, int64_t n_out, int r, int T);
-// bn_cuda_linear_lora_fwd: y {n_out, T} = W x + scale·B(A·(x⊙drop)) (bn_linear_lora_fwd); W {n_in, n_out} of any
-// type bn_cuda_dequant_rows takes (F32 read in place, the others made fp32 in chunks of the workspace); lora may be NULL (then y = W x); drop {n_in, T} may be NULL; ax {r, T} (may be NULL) receives A·(x⊙drop)
-// for the backward. workspace: bn_cuda_linear_lora_fwd_workspace_floats floats. 0 or -1.
-int bn_cuda_linear_lora_fwd(void *blas, int w_type, const void *W, int64_t n_in, int64_t n_out,
+size_t bn_cuda_linear_lora_fwd_workspace_floats(bool gemm_bf16, int w_type, int64_t n_in, int64_t n_out, int r, int T);
+// bn_cuda_linear_lora_fwd: y {n_out, T} = W x + scale·B(A·(x⊙drop)) (bn_linear_lora_fwd), W x in the arithmetic
+// gemm_bf16 chooses (cuda/cuda_bwd_seq.h: fp32 SGEMMs, or bf16 inputs with fp32 accumulation); W {n_in, n_out} of any
+// type bn_cuda_dequant_rows takes; lora may be NULL (then y = W x); drop {n_in, T} may be NULL; ax {r, T} (may be
+// NULL) receives A·(x⊙drop) for the backward. workspace: bn_cuda_linear_lora_fwd_workspace_floats floats. 0 or -1.
+int bn_cuda_linear_lora_fwd(void *blas, bool gemm_bf16, int w_type, const void *W, int64_t n_in, int64_t n_out,
                             const bn_cuda_lora *lora, const float *x, int T, const float *drop, float *y, float *ax,
                             float *workspace, void *stream, char *err, size_t errlen);
 

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include "core/model.h"
 #include "train/lora.h"
+#include "train/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,9 +19,12 @@ typedef struct bn_cuda_trainer bn_cuda_trainer;
 typedef struct bn_cuda_train_graph bn_cuda_train_graph;
 
 // bn_cuda_trainer_new: m's weights and a copy of adapter l (layout and parameters; l NULL = the base model only) on
-// device `device`; NULL (err) on failure, for an architecture train/graph.h does not train, or for what the device
-// path does not do (l->dropout > 0, l->ste). Keeps a pointer to m.
-bn_cuda_trainer *bn_cuda_trainer_new(const bn_model *m, const bn_lora *l, int device, char *err, size_t errlen);
+// device `device`, the layers' base-weight products in opts->gemm's arithmetic (NULL: the default, bf16 inputs with
+// fp32 accumulation; the LM head's one-position product stays fp32); NULL (err) on failure, for an architecture
+// train/graph.h does not train, or for what the device path does not do (l->dropout > 0, l->ste). Keeps a pointer
+// to m.
+bn_cuda_trainer *bn_cuda_trainer_new(const bn_model *m, const bn_lora *l, int device, const bn_train_device_opts *opts,
+                                     char *err, size_t errlen);
 // bn_cuda_trainer_free: frees the trainer (NULL is fine); its graphs must be freed first.
 void bn_cuda_trainer_free(bn_cuda_trainer *t);
 // bn_cuda_trainer_load_params: uploads l's parameters (l must have the layout of the trainer's adapter); 0 or -1.

@@ -1,6 +1,7 @@
 // cuda/dequant.cu — whole-row dequantization: embedding lookup (bn_cu_get_rows, fp32, bit-identical
 // to bn_dequantize), weight rows to fp32 (bn_cu_dequant_f32, the same bits), weight tiles to fp16 for the
-// prefill GEMM (the activations' scaled fp16 conversion is in cuda/mm.cu).
+// prefill GEMM (the activations' scaled fp16 conversion is in cuda/mm.cu), weight rows to bf16 for the trainer's
+// 16-bit GEMMs (bn_cu_dequant_bf16: those fp32 values rounded to nearest even).
 // One thread per output element (coalesced writes; the threads of a block share a weight block).
 #include "cuda/mm_impl.cuh"
 
@@ -21,8 +22,9 @@ __global__ void get_rows_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int6
 // deq_store: v as the output element: fp32 unchanged, fp16 rounded to nearest even.
 static BN_DEVICE void deq_store(float *out, float v) { *out = v; }
 static BN_DEVICE void deq_store(bn_half *out, float v) { *out = bn_f2h(v); }
+static BN_DEVICE void deq_store(uint16_t *out, float v) { *out = bn_f2bf(v); } // bf16 bits
 
-// dequant_k: out[r*ne0 + k] = W[r0 + r][k] as O (fp32 or fp16); grid (nr, ceil(ne0 / DEQ_THREADS)).
+// dequant_k: out[r*ne0 + k] = W[r0 + r][k] as O (fp32, fp16, or bf16 bits as uint16_t); grid (nr, ceil(ne0 / DEQ_THREADS)).
 template <int T, class O>
 __global__ void dequant_k(const uint8_t *w, size_t row_bytes, int64_t ne0, int64_t r0, O *out) {
     bn_cu_grid_begin();
@@ -72,4 +74,9 @@ cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_
 cudaError_t bn_cu_dequant_f32(const bn_cu_weight *w, int64_t r0, int64_t nr, float *out, cudaStream_t s) {
     if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
     return bn_cu_by_type(w->type, dequant_launch<float>{w, r0, nr, out, s});
+}
+
+cudaError_t bn_cu_dequant_bf16(const bn_cu_weight *w, int64_t r0, int64_t nr, uint16_t *out, cudaStream_t s) {
+    if (nr <= 0 || w->ne0 == 0) return cudaSuccess;
+    return bn_cu_by_type(w->type, dequant_launch<uint16_t>{w, r0, nr, out, s});
 }

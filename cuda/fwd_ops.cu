@@ -1,5 +1,5 @@
 // cuda/fwd_ops.cu — the GPU trainer's forward ops between the matmuls (cuda/cuda_fwd_ops.h): weights of any stored
-// type as fp32 rows, norms, elementwise ops, the GDN gates and RoPE, with the formulas of core/ops.c and
+// type as fp32 or bf16 rows, norms, elementwise ops, the GDN gates and RoPE, with the formulas of core/ops.c and
 // train/backward.c. Where the inference forward already has the op with the CPU's formula (cuda/ops.cu's RMSNorm,
 // gated RMSNorm, SwiGLU, adds; cuda/dequant.cu's dequantization) it is called as is.
 #include "cuda/common.cuh"
@@ -30,6 +30,15 @@ extern "C" int bn_cuda_dequant_rows(int type, const void *W, int64_t ne0, int64_
     if (weight_view("dequant_rows", type, W, ne0, r0 + n_rows, &w, err, errlen) < 0) return -1;
     if (ne0 <= 0 || n_rows <= 0) return 0;
     BN_CUDA_TRY(bn_cu_dequant_f32(&w, r0, n_rows, out, (cudaStream_t)stream), err, errlen);
+    return 0;
+}
+
+extern "C" int bn_cuda_dequant_rows_bf16(int type, const void *W, int64_t ne0, int64_t r0, int64_t n_rows,
+                                         uint16_t *out, void *stream, char *err, size_t errlen) {
+    bn_cu_weight w;
+    if (weight_view("dequant_rows_bf16", type, W, ne0, r0 + n_rows, &w, err, errlen) < 0) return -1;
+    if (ne0 <= 0 || n_rows <= 0) return 0;
+    BN_CUDA_TRY(bn_cu_dequant_bf16(&w, r0, n_rows, out, (cudaStream_t)stream), err, errlen);
     return 0;
 }
 

@@ -1,9 +1,10 @@
 // cuda/linear.cuh — internal to the trainer's linear + LoRA on cuBLAS (cuda/fwd_linear.cu, cuda/bwd_linear.cu; include
-// after "cuda/common.cuh"): fp32 GEMMs on column-major views of the row-major tensors (a {n, T} tensor is an n × T
-// matrix with leading dimension n), base weights of any other stored type than F32 (F16, BF16, Q1_0, Q2_0, Q8_0,
-// K-quants, ...) made fp32 a chunk of rows at a time (bit-identical to the CPU's dequantization), so the scratch
-// stays at LIN_CHUNK_FLOATS whatever the weight's size; the dropout mask, and the shape check. File-local (static)
-// in each including file.
+// after "cuda/common.cuh"): GEMMs on column-major views of the row-major tensors (a {n, T} tensor is an n × T matrix
+// with leading dimension n). The base-weight product in one of two arithmetics (cuda/cuda_bwd_seq.h): fp32, base
+// weights of any other stored type than F32 (F16, BF16, Q1_0, Q2_0, Q8_0, K-quants, ...) made fp32 a chunk of rows at a
+// time (bit-identical to the CPU's dequantization); or bf16 inputs with fp32 accumulation, every type made bf16 a
+// chunk of rows at a time and the activation operand rounded to a bf16 copy. Either way a chunk takes 16 MiB whatever
+// the weight's size. Also the dropout mask and the shape check. File-local (static) in each including file.
 #ifndef BONSAI_CUDA_LINEAR_CUH
 #define BONSAI_CUDA_LINEAR_CUH
 #include <stdint.h>
@@ -14,12 +15,21 @@
 
 #define LIN_THREADS 256
 #define LIN_CHUNK_FLOATS ((int64_t)1 << 22) // fp32 weight rows per GEMM: 16 MiB
+#define LIN_CHUNK_BF16 ((int64_t)1 << 23)   // bf16 weight rows per GEMM: the same 16 MiB, twice the rows
+#define LIN_ALIGN_FLOATS 64                 // a bf16 part of a workspace starts on 256 bytes (tensor-core loads)
 
 // f16_to_f32_kernel: out[i] = the float of half bits w[i], i < count.
 static __global__ void f16_to_f32_kernel(const uint16_t *w, int64_t count, float *out) {
     bn_cu_grid_begin();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) out[i] = bn_h2f(bn_half_bits(bn_ldg_weight(w + i)));
+}
+
+// to_bf16_kernel: out[i] = the bf16 bits nearest to x[i] (ties to even), i < count.
+static __global__ void to_bf16_kernel(const float *x, int64_t count, uint16_t *out) {
+    bn_cu_grid_begin();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = bn_f2bf(x[i]);
 }
 
 // mul_kernel: out[i] = a[i]·b[i], i < count.
@@ -50,6 +60,58 @@ static inline int64_t chunk_floats(int w_type, int64_t n_in, int64_t n_out) {
     return w_type == BN_CU_F32 ? 0 : chunk_rows(n_in, n_out) * n_in;
 }
 
+// chunk_rows_bf16: weight rows made bf16 per GEMM for rows of n_in: LIN_CHUNK_BF16 values, in whole 8s of rows
+// when there are 8 or more (so each chunk's offset into the bf16 activation copy stays 16-byte aligned), at least 1,
+// at most n_out.
+static inline int64_t chunk_rows_bf16(int64_t n_in, int64_t n_out) {
+    int64_t rows = LIN_CHUNK_BF16 / (n_in > 0 ? n_in : 1);
+    if (rows >= 8) rows -= rows % 8;
+    return rows < 1 ? 1 : rows > n_out ? n_out : rows;
+}
+
+// bf16_floats: workspace floats that hold n bf16 values, in whole LIN_ALIGN_FLOATS.
+static inline int64_t bf16_floats(int64_t n) {
+    return ((n + 1) / 2 + LIN_ALIGN_FLOATS - 1) / LIN_ALIGN_FLOATS * LIN_ALIGN_FLOATS;
+}
+
+// base_scratch: the base product's part of a workspace: the fp32 weight chunk (wbuf), or the bf16 weight chunk (w16)
+// and the bf16 copy of the activation operand (act16, {n_act, T}); floats = its size.
+struct base_scratch {
+    float *wbuf;
+    uint16_t *w16, *act16;
+    int64_t floats;
+};
+
+// base_split: ws's first base_scratch for a weight {n_in, n_out} of w_type and an activation operand of n_act rows
+// (n_in for W x, n_out for Wᵀdy); ws NULL sizes it only.
+static inline base_scratch base_split(float *ws, bool bf16, int w_type, int64_t n_in, int64_t n_out, int64_t n_act,
+                                      int T) {
+    base_scratch b = {ws, nullptr, nullptr, chunk_floats(w_type, n_in, n_out)};
+    if (!bf16) return b;
+    const int64_t w_floats = bf16_floats(chunk_rows_bf16(n_in, n_out) * n_in);
+    b.wbuf = nullptr;
+    b.w16 = (uint16_t *)ws;
+    b.act16 = ws ? (uint16_t *)(ws + w_floats) : nullptr;
+    b.floats = w_floats + bf16_floats(n_act * T);
+    return b;
+}
+
+// gemm_bf16: C (m × n, fp32) = alpha·op(A)·op(B) + beta·C with A and B bf16 and fp32 accumulation (cublasGemmEx,
+// CUBLAS_COMPUTE_32F: the tensor cores where the GPU has them).
+static inline cublasStatus_t gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+                                       int64_t n, int64_t k, float alpha, const uint16_t *A, int64_t lda,
+                                       const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    return cublasGemmEx(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF, (int)lda, B, CUDA_R_16BF, (int)ldb,
+                        &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// round_bf16: out[0..count) = x rounded to bf16 (enqueued on s); 0 or -1 (err).
+static inline int round_bf16(const float *x, int64_t count, uint16_t *out, cudaStream_t s, char *err, size_t errlen) {
+    BN_LAUNCH(to_bf16_kernel, lin_blocks(count), LIN_THREADS, 0, s, x, count, out);
+    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    return 0;
+}
+
 // weight_rows_f32: wbuf {n_in, nr} = rows j0 .. j0 + nr of the weight W {n_in, ·} of w_type as fp32 (F16 widened
 // here, other types through bn_cuda_dequant_rows; enqueued on s). Returns 0 or -1 (err names an unsupported type).
 static inline int weight_rows_f32(int w_type, const void *W, int64_t j0, int64_t nr, int64_t n_in, float *wbuf,
@@ -72,6 +134,21 @@ static inline int for_weight_chunks(int w_type, const void *W, int64_t n_in, int
     for (int64_t j0 = 0; j0 < n_out; j0 += step) {
         const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
         if (weight_rows_f32(w_type, W, j0, nr, n_in, wbuf, s, err, errlen) < 0 || product(wbuf, j0, nr) < 0) return -1;
+    }
+    return 0;
+}
+
+// for_weight_chunks_bf16: product(w16, j0, nr) over the rows of W {n_in, n_out} of w_type (F32 included) made bf16,
+// chunk_rows_bf16 rows at a time in w16. Returns 0, or -1 at the first failing chunk (err filled by the dequantization
+// or by product).
+template <class Product>
+static inline int for_weight_chunks_bf16(int w_type, const void *W, int64_t n_in, int64_t n_out, uint16_t *w16,
+                                         cudaStream_t s, char *err, size_t errlen, Product product) {
+    const int64_t step = chunk_rows_bf16(n_in, n_out);
+    for (int64_t j0 = 0; j0 < n_out; j0 += step) {
+        const int64_t nr = n_out - j0 < step ? n_out - j0 : step;
+        if (bn_cuda_dequant_rows_bf16(w_type, W, n_in, j0, nr, w16, s, err, errlen) < 0 || product(w16, j0, nr) < 0)
+            return -1;
     }
     return 0;
 }

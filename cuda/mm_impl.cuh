@@ -561,5 +561,8 @@ bool bn_cu_mmq_prefill(const bn_cu_weight *const *w, int n, int nb);
 cudaError_t bn_cu_dequant_f16(const bn_cu_weight *w, int64_t r0, int64_t nr, bn_half *out, cudaStream_t s);
 // bn_cu_dequant_f32: rows [r0, r0 + nr) of W dequantized to fp32 into out {ne0, nr}, bit-identical to bn_dequantize.
 cudaError_t bn_cu_dequant_f32(const bn_cu_weight *w, int64_t r0, int64_t nr, float *out, cudaStream_t s);
+// bn_cu_dequant_bf16: rows [r0, r0 + nr) of W as bf16 bits into out {ne0, nr}: bn_cu_dequant_f32's values rounded to
+// nearest even (bn_f2bf).
+cudaError_t bn_cu_dequant_bf16(const bn_cu_weight *w, int64_t r0, int64_t nr, uint16_t *out, cudaStream_t s);
 
 #endif

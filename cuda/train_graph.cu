@@ -3,7 +3,8 @@
 // cuda/cuda_bwd_seq.h) function by function as graph.c composes the CPU ones: the input of every layer is kept, each
 // layer is recomputed from it during the backward, layer 0 skips the mixer's input gradient and the LM head runs on
 // the last position only. Weights stay in their stored types; the linear ops make a weight of another type than F32
-// fp32 (bit-identically to the CPU) a chunk of rows at a time in their workspace. Registered as the
+// fp32 (bit-identically to the CPU), or with bf16 GEMMs every weight bf16, a chunk of rows at a time in their
+// workspace. Registered as the
 // bn_train_device backend of train/device.h from a constructor, as cuda/engine.cu registers its engine device.
 #include "cuda/common.cuh"
 #include <stdlib.h>
@@ -55,6 +56,7 @@ struct run {
 struct bn_cuda_trainer {
     const bn_model *m;
     int device;        // the CUDA device it runs on
+    bool gemm_bf16;    // the layers' base-weight products with bf16 inputs, fp32 accumulation (else fp32)
     int per;           // bn_weight entries of a bn_layer_weights
     void **layer_w;    // [n_layer·per]: device copy of each layer weight in its stored type (NULL: absent)
     void *embd, *out_norm, *out; // token_embd, output_norm, output (== embd when tied)
@@ -170,13 +172,18 @@ int target_slot(int target) {
     return 0;
 }
 
+// gemm16: whether the base product of a linear of layer `layer` (−1: the LM head) takes bf16 inputs. The head stays
+// fp32: it runs on one position (a mat-vec, no tensor-core gain) and gives the logits the loss reads.
+bool gemm16(const bn_cuda_trainer *t, int layer) { return t->gemm_bf16 && layer >= 0; }
+
 // lin_fwd: y {n_out, T} = W x (+ bias) (+ the adapter's pair of (layer, target), A·x kept in ax when given).
 int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_weight *bias, const float *x, float *y,
             float *ax) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    if (bn_cuda_linear_lora_fwd(r->t->blas, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL, y,
-                                      has ? ax : NULL, r->t->ws, r->t->stream, r->err, r->errlen))
+    if (bn_cuda_linear_lora_fwd(r->t->blas, gemm16(r->t, layer), W->type, dev_weight(r->t, W), W->ne[0], W->ne[1],
+                                has ? &lo : NULL, x, r->T, NULL, y, has ? ax : NULL, r->t->ws, r->t->stream, r->err,
+                                r->errlen))
         return -1;
     if (bias && bias->data) return bn_cuda_add_row_bias(y, F(r, bias), (int)W->ne[1], r->T, r->t->stream, r->err,
                                                         r->errlen);
@@ -189,8 +196,9 @@ int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float
             float *dx) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    return bn_cuda_linear_lora_bwd(r->t->blas, W->type, dev_weight(r->t, W), W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
-                                   has ? ax : NULL, dy, dx, r->t->ws, r->t->stream, r->err, r->errlen);
+    return bn_cuda_linear_lora_bwd(r->t->blas, gemm16(r->t, layer), W->type, dev_weight(r->t, W), W->ne[0], W->ne[1],
+                                   has ? &lo : NULL, x, r->T, NULL, has ? ax : NULL, dy, dx, r->t->ws, r->t->stream,
+                                   r->err, r->errlen);
 }
 
 // ---- Gated DeltaNet mixer -----------------------------------------------------------------------------------------
@@ -533,23 +541,24 @@ int layer_linears(const bn_layer_weights *lw, const bn_weight **out) {
     return n;
 }
 
-// lin_ws: workspace floats of a linear's forward and backward over W for T tokens.
-size_t lin_ws(const bn_cuda_trainer *t, const bn_weight *W, int T) {
+// lin_ws: workspace floats of a linear's forward and backward over W for T tokens, in layer `layer` (−1: the head).
+size_t lin_ws(const bn_cuda_trainer *t, int layer, const bn_weight *W, int T) {
     const int type = W->type;
-    const size_t f = bn_cuda_linear_lora_fwd_workspace_floats(type, W->ne[0], W->ne[1], t->r, T);
-    const size_t b = bn_cuda_linear_lora_bwd_workspace_floats(type, W->ne[0], W->ne[1], t->r, T);
+    const bool bf16 = gemm16(t, layer);
+    const size_t f = bn_cuda_linear_lora_fwd_workspace_floats(bf16, type, W->ne[0], W->ne[1], t->r, T);
+    const size_t b = bn_cuda_linear_lora_bwd_workspace_floats(bf16, type, W->ne[0], W->ne[1], t->r, T);
     return f > b ? f : b;
 }
 
 // ws_need: workspace floats for T tokens: the largest of every linear's, the attention's and the delta rule's.
 size_t ws_need(const bn_cuda_trainer *t, int T) {
     const bn_config *cf = &t->m->cfg;
-    size_t need = lin_ws(t, &t->m->w.output, T), n; // the head: one position, or T in an all-position graph
+    size_t need = lin_ws(t, -1, &t->m->w.output, T), n; // the head: one position, or T in an all-position graph
     for (int il = 0; il < cf->n_layer; il++) {
         const bn_weight *lins[12];
         const int k = layer_linears(&t->m->w.layers[il], lins);
         for (int i = 0; i < k; i++)
-            if ((n = lin_ws(t, lins[i], T)) > need) need = n;
+            if ((n = lin_ws(t, il, lins[i], T)) > need) need = n;
         n = is_gdn(cf, il) ? bn_cuda_gdn_bwd_workspace_floats(T, cf->ssm_dt_rank, cf->ssm_d_state, cf->ssm_d_state, 0)
                            : bn_cuda_attn_bwd_workspace_floats(T, cf->n_head);
         if (n > need) need = n;
@@ -825,8 +834,9 @@ int backward_layers(const run *r, const bn_cuda_train_graph *g) {
 }
 
 // ---- the bn_train_device backend ----------------------------------------------------------------------------------
-void *device_open(const bn_model *m, const bn_lora *l, int device, char *err, size_t errlen) {
-    return bn_cuda_trainer_new(m, l, device, err, errlen);
+void *device_open(const bn_model *m, const bn_lora *l, int device, const bn_train_device_opts *opts, char *err,
+                  size_t errlen) {
+    return bn_cuda_trainer_new(m, l, device, opts, err, errlen);
 }
 void device_close(void *ctx) { bn_cuda_trainer_free((bn_cuda_trainer *)ctx); }
 int device_load_params(void *ctx, const bn_lora *l, char *err, size_t errlen) {
@@ -864,11 +874,16 @@ __attribute__((constructor)) static void cuda_train_device_register(void) {
     bn_train_device_register(&cuda_train_device);
 }
 
-extern "C" bn_cuda_trainer *bn_cuda_trainer_new(const bn_model *m, const bn_lora *l, int device, char *err,
-                                                size_t errlen) {
+extern "C" bn_cuda_trainer *bn_cuda_trainer_new(const bn_model *m, const bn_lora *l, int device,
+                                                const bn_train_device_opts *opts, char *err, size_t errlen) {
     if (check_model(m, err, errlen) || check_adapter(l, err, errlen)) return NULL;
+    if (opts && opts->gemm != BN_TRAIN_GEMM_BF16 && opts->gemm != BN_TRAIN_GEMM_F32) {
+        bn_err(err, errlen, "device training: unknown base-weight GEMM %d", (int)opts->gemm);
+        return NULL;
+    }
     bn_cuda_trainer *t = (bn_cuda_trainer *)xcalloc(1, sizeof *t);
     t->m = m;
+    t->gemm_bf16 = !opts || opts->gemm == BN_TRAIN_GEMM_BF16;
     t->per = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight));
     if (open_runtime(t, device, err, errlen) || upload_weights(t, err, errlen) || copy_layout(t, l, err, errlen)) {
         bn_cuda_trainer_free(t);

@@ -11,6 +11,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "quantize/rules.h"
+#include "train/device.h"
 
 static const char *kind_names[BN_KIND_COUNT] = {"adapter", "f16", "q1_0", "q2_0"};
 
@@ -46,9 +47,14 @@ int bn_recipe_fit_output_type(bn_recipe_cfg *c, char *note, size_t notelen, char
     return 0;
 }
 
+int bn_recipe_train_gemm(const bn_recipe_cfg *c) {
+    if (!c->train_gemm || !strcmp(c->train_gemm, "bf16")) return BN_TRAIN_GEMM_BF16;
+    return !strcmp(c->train_gemm, "f32") ? BN_TRAIN_GEMM_F32 : -1;
+}
+
 bn_recipe_cfg bn_recipe_cfg_default(void) {
     bn_recipe_cfg c = {
-        .kinds = "adapter", .threads = 2, .n_ctx = 2048, .seed = 1, .mine_seed = 1,
+        .kinds = "adapter", .threads = 2, .n_ctx = 2048, .train_gemm = "bf16", .seed = 1, .mine_seed = 1,
         .mine_prompts = {"data/prompts/train.jsonl", "data/val/tether-prompts.jsonl"}, .n_mine_prompts = 2,
         .mine_max = 600,
         .heldout_prompts = "data/prompts/heldout.jsonl", .heldout_text = "data/heldout.txt",
@@ -189,6 +195,9 @@ static const cfg_key keys[] = {
     FLAG("lr", K_REAL, lr, 0, 1e3, "--lr", "X", "learning rate (0: the model's size preset, bonsai-ftpo-train --help)"),
     FLAG("rank", K_INT, rank, 0, 65536, "--rank", "N", "LoRA rank (0: the size preset)"),
     FLAG("epochs", K_INT, epochs, 1, 1000000, "--epochs", "N", "epochs"),
+    FLAG("train_gemm", K_STR, train_gemm, 0, 0, "--train-gemm", BN_TRAIN_GEMM_NAMES,
+         "with -ngl: the GPU-trained kinds' base-weight products with bf16 inputs and fp32 accumulation, or f32 (the "
+         "CPU trainer's arithmetic; bonsai-ftpo-train --help)"),
     FLAG("early_stop", K_REAL, early_stop, 0, 1, "--early-stop", "X", "stop at this running chosen_win"),
     FLAG("targets", K_STR, targets, 0, 0, "--targets", "LIST", "LoRA targets"),
     FLAG("output_tensor_type", K_STR, output_type, 0, 0, "--output-tensor-type", "TYPE",

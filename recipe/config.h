@@ -25,6 +25,8 @@ typedef struct {
     int n_ctx;              // -c (2048): generation context
     int n_gpu_layers;       // -ngl (0): generation, mining, perplexity and the adapter and F16 kinds' training on
                             // the GPU (the merged kinds train through the quantizer, on the CPU)
+    const char *train_gemm; // --train-gemm ("bf16"): that GPU training's base-weight GEMMs, "bf16" or "f32"
+                            // (bonsai-ftpo-train --train-gemm)
     uint64_t seed;          // -s: LoRA init / shuffles / tether windows of the first candidate (then seed+1, ...) (1)
     uint64_t mine_seed;     // --mine-seed: mining's sampling (1); apart from -s, so runs of several -s share mining
     bool full;              // --full: the demo's budget (all prompts, 3 seeds × tethers)
@@ -94,6 +96,8 @@ const char *bn_recipe_output_type(const bn_recipe_cfg *c);
 // head type's blocks (q6_k on a model 128 wide), sets c->output_type to llama-quantize's fallback for that shape and
 // writes a one-line note (else note = ""); 0, or -1 (err: the model unreadable, or no type fits).
 int bn_recipe_fit_output_type(bn_recipe_cfg *c, char *note, size_t notelen, char *err, size_t errlen);
+// bn_recipe_train_gemm: c->train_gemm as train/device.h's bn_train_gemm, or -1 when it is neither "bf16" nor "f32".
+int bn_recipe_train_gemm(const bn_recipe_cfg *c);
 // bn_recipe_parse_reals: a comma list of numbers into out[0..max); returns the count or -1 (err).
 int bn_recipe_parse_reals(const char *s, double *out, int max, char *err, size_t errlen);
 // bn_recipe_cfg_json: the settings as a malloc'd JSON text (the manifest keeps it; the report prints it).

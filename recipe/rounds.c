@@ -12,6 +12,7 @@
 #include "base/util.h"
 #include "recipe/mining.h"
 #include "recipe/run.h"
+#include "train/device.h"
 
 // mine_round: stage mine-K-rR: the previous pick's loops on the mining prompts, regularised, into out; the pairs
 // mined (0: none, the rounds stop), or -1 (err).
@@ -88,8 +89,13 @@ int bn_run_kind_rounds(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t err
     const char *kn = bn_recipe_kind_name(k);
     char buf[512], pairs[BN_PATH], prev[BN_PATH];
     static char files[64][BN_PATH]; // 256 KiB: not on the stack
-    snprintf(buf, sizeof buf, "train %g %d %d %g %s %g %d %d %g %g %s", c->lr, c->rank, c->epochs, c->early_stop,
-             c->targets, c->lambda_nt, c->tether_ctx, c->tether_batch, c->goal_cut, c->goal_drift, kn);
+    // a kind trained on the GPU with bf16 GEMMs trains differently: its signature says so (fp32 GPU training is the
+    // CPU's arithmetic, and the merged kinds train on the CPU)
+    const bool bf16 = c->n_gpu_layers > 0 && (k == BN_KIND_ADAPTER || k == BN_KIND_F16) &&
+                      bn_recipe_train_gemm(c) == BN_TRAIN_GEMM_BF16;
+    snprintf(buf, sizeof buf, "train %g %d %d %g %s %g %d %d %g %g %s%s", c->lr, c->rank, c->epochs, c->early_stop,
+             c->targets, c->lambda_nt, c->tether_ctx, c->tether_batch, c->goal_cut, c->goal_drift, kn,
+             bf16 ? " gemm bf16" : "");
     uint64_t chain = bn_sig_file(bn_sig(r->sig_mine1 ^ r->sig_val, buf), c->tether_text);
     if (k == BN_KIND_Q1_0 || k == BN_KIND_Q2_0) chain ^= r->sig_head; // their STE and merges use it
     snprintf(files[0], BN_PATH, "%s", r->pairs_r1);

@@ -11,6 +11,7 @@
 #include "core/engine.h"
 #include "quantize/rules.h"
 #include "recipe/recipe.h"
+#include "train/device.h"
 
 typedef struct {
     bn_recipe_cfg c; // the settings (recipe/config.h: their flags come from its key table)
@@ -64,6 +65,8 @@ static void parse(antidoom_opts *a, int argc, char **argv, void **doc) {
         bn_args_fail(&tool, "--f32-activations: bonsai-antidoom measures its outputs as llama.cpp runs them");
     if (!a->c.out_dir) bn_args_fail(&tool, "--out is required (or \"out\" in --config)");
     if (bn_recipe_parse_kinds(a->c.kinds, err, sizeof err) < 0) bn_args_fail(&tool, "--kind: %s", err);
+    if (bn_recipe_train_gemm(&a->c) < 0)
+        bn_args_fail(&tool, "--train-gemm: '%s' is not one of %s", a->c.train_gemm, BN_TRAIN_GEMM_NAMES);
     const char *head = bn_recipe_output_type(&a->c);
     if (head && bn_parse_tensor_type_name(head, false, err, sizeof err) < 0)
         bn_args_fail(&tool, "--output-tensor-type: %s", err);

@@ -121,6 +121,10 @@ static const bn_arg ftpo_args[] = {
     BN_INT("-ngl, --gpu-layers, --n-gpu-layers", O(t.n_gpu_layers), "N",
            "N > 0: the forwards and backwards on the GPU (the whole model; with -dp, rank k on device k mod the "
            "devices); without one, a warning and the CPU", 0, INT32_MAX),
+    BN_CHOICE("--train-gemm", O(t.train_gemm), BN_TRAIN_GEMM_NAMES,
+              "with -ngl: the base weights' products on the GPU with bf16 inputs and fp32 accumulation (tensor cores, "
+              "as PEFT trains in bf16), or f32 (the CPU trainer's arithmetic, at the GPU's fp32 rate); LoRA products "
+              "and all other ops stay fp32; without -ngl it changes nothing (the CPU computes in fp32)"),
     BN_INT("-dp, --data-parallel", O(n_ranks), "N",
            "train as N processes on this machine, each on its share of every micro-batch, gradients summed before "
            "each step (a run of N ranks x batch B equals one of batch N·B; -t defaults to the CPUs / N per rank)",
@@ -356,6 +360,7 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     c.grad_accum = o->t.grad_accum;
     c.dropout = o->t.dropout;
     c.act_bytes = o->plan_act_bytes;
+    c.gemm_bytes = o->t.train_gemm == BN_TRAIN_GEMM_F32 ? 4 : 2; // the device column's GEMMs (--train-gemm)
     c.n_rows = rows ? rows->n_rows : 0;
     if (o->tether_path) {
         c.tether_ctx = o->t.tether_ctx;
@@ -453,6 +458,9 @@ int main(int argc, char **argv) {
              o.pairs, rows->n_dropped_trimmed, rows->n_dropped_long, rows->n_dropped_no_chosen);
     }
     int32_t *tether_tok = NULL;
+    if (bn_args_given("--train-gemm") && o.t.n_gpu_layers <= 0)
+        note("ftpo-train: --train-gemm %s applies to -ngl training; the CPU trainer computes in fp32\n",
+             bn_train_gemm_name(o.t.train_gemm));
     int pr = o.plan_only || (o.mem_limit && !o.eval_adapter) ? plan(&o, m, rows) : 0, rc;
     if (pr) rc = pr == 2 ? 0 : 1; // --plan-only done, or refused
     else if (o.tether_path && !o.eval_adapter && load_tether(&o, tok, &tether_tok) != 0) rc = 1;

@@ -12,13 +12,28 @@
 #include "core/model.h"
 #include "train/lora.h"
 
+// The arithmetic of the frozen base weights' products (forward W x and backward Wᵀdy) on a device; the LoRA products
+// and every other op stay fp32 (docs/antidoom.md §21). The order is --train-gemm's word list, BN_TRAIN_GEMM_NAMES.
+typedef enum {
+    BN_TRAIN_GEMM_BF16 = 0, // bf16 inputs, fp32 accumulation and output (tensor cores): the default
+    BN_TRAIN_GEMM_F32 = 1,  // fp32 throughout: the CPU trainer's arithmetic
+} bn_train_gemm;
+#define BN_TRAIN_GEMM_NAMES "bf16|f32"
+
+// How a device backend runs (zero-initialized: the defaults).
+typedef struct {
+    bn_train_gemm gemm;
+} bn_train_device_opts;
+
 typedef struct bn_train_device {
     const char *name; // "CUDA"
     // device_count: devices the backend can use now (0: none)
     int (*device_count)(void);
     // open: the model's weights and a copy of adapter l (its layout; l may be NULL: the base model only) on device
-    // `device`; NULL (err) on failure or what the device path does not do (dropout, --ste-type)
-    void *(*open)(const bn_model *m, const bn_lora *l, int device, char *err, size_t errlen);
+    // `device`, run as opts says (NULL: the defaults); NULL (err) on failure or what the device path does not do
+    // (dropout, --ste-type)
+    void *(*open)(const bn_model *m, const bn_lora *l, int device, const bn_train_device_opts *opts, char *err,
+                  size_t errlen);
     // close: frees what open made (NULL is fine)
     void (*close)(void *ctx);
     // load_params: uploads l's parameters (after each optimizer step); 0 or -1 (err)
@@ -48,5 +63,7 @@ typedef struct bn_train_device {
 void bn_train_device_register(const bn_train_device *d);
 // bn_train_device_get: the registered backend, or NULL when the program has none.
 const bn_train_device *bn_train_device_get(void);
+// bn_train_gemm_name: "bf16" or "f32" (--train-gemm's words); "?" for another value.
+const char *bn_train_gemm_name(bn_train_gemm g);
 
 #endif

@@ -25,6 +25,7 @@ typedef struct {
 } kind_t;
 
 #define CHUNK_FLOATS ((int64_t)4 << 20)  // train/backward.c: rows of a weight dequantized per chunk
+#define CHUNK_BF16 ((int64_t)8 << 20)    // cuda/linear.cuh: bf16 values of a weight's chunk (16 MiB)
 #define LAYER_F32_MAX ((int64_t)512 << 20) // train/graph.c: the largest dequantized layer copy
 #define GDN_CKPT 32                      // train/backward_gdn.c: recurrence steps between state checkpoints
 
@@ -104,7 +105,8 @@ bn_memshape bn_memshape_of_model(const bn_model *m) {
 
 bn_memplan_cfg bn_memplan_cfg_default(int ctx) {
     return (bn_memplan_cfg){.targets = BN_LORA_ATTN | BN_LORA_FFN, .rank = 32, .ctx = ctx, .batch = 4,
-                            .grad_accum = 4, .act_bytes = 4, .tether_batch = 2, .tether_cache_mb = 512};
+                            .grad_accum = 4, .act_bytes = 4, .gemm_bytes = 2, .tether_batch = 2,
+                            .tether_cache_mb = 512};
 }
 
 // layer_f32_bytes: the dequantized copy graph.c makes of a layer's non-F32 weights (0 when F32 or over the cap).
@@ -211,26 +213,43 @@ static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r) {
     return floats * 4;
 }
 
-// dev_linear_bytes: a linear's workspace over T tokens (its backward's, the larger): the weight's fp32 chunk, the
-// input's two copies and two {r, T} rows.
-static int64_t dev_linear_bytes(int type, int64_t n_in, int64_t n_out, int64_t T, int r) {
-    return chunk_bytes(type, n_in, n_out) + (2 * n_in * T + 2 * (int64_t)r * T) * 4;
+// dev_bf16_floats: workspace floats of n bf16 values (cuda/linear.cuh bf16_floats: in whole DEV_ALIGN_FLOATS).
+static int64_t dev_bf16_floats(int64_t n) { return dev_aligned((n + 1) / 2); }
+
+// dev_chunk_bf16_floats: the workspace floats of a weight's bf16 chunk (cuda/linear.cuh chunk_rows_bf16: CHUNK_BF16
+// values in whole 8s of rows), any stored type.
+static int64_t dev_chunk_bf16_floats(int64_t n_in, int64_t n_out) {
+    int64_t rows = CHUNK_BF16 / (n_in > 0 ? n_in : 1);
+    if (rows >= 8) rows -= rows % 8;
+    rows = rows < 1 ? 1 : rows > n_out ? n_out : rows;
+    return dev_bf16_floats(rows * n_in);
+}
+
+// dev_linear_bytes: a linear's workspace over T tokens (its backward's, the larger): the base product's part (fp32:
+// the weight's fp32 chunk; bf16: its bf16 chunk and dy's bf16 copy {n_out, T}), the input's two copies and two
+// {r, T} rows.
+static int64_t dev_linear_bytes(int type, int64_t n_in, int64_t n_out, int64_t T, int r, bool bf16) {
+    const int64_t base = bf16 ? (dev_chunk_bf16_floats(n_in, n_out) + dev_bf16_floats(n_out * T)) * 4
+                              : chunk_bytes(type, n_in, n_out);
+    return base + (2 * n_in * T + 2 * (int64_t)r * T) * 4;
 }
 
 // dev_tokens: the length the trainer's per-length buffers grow to: the rows' or the tether's windows', the longer.
 static int64_t dev_tokens(const bn_memplan_cfg *c) { return c->tether_ctx > c->ctx ? c->tether_ctx : c->ctx; }
 
 // dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
-// an all-position graph needs), the layers' linears, the attention backward and the gated delta rule's backward.
+// an all-position graph needs; its product fp32 whatever the GEMMs), the layers' linears (their products bf16 when
+// c->gemm_bytes is 2), the attention backward and the gated delta rule's backward.
 static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
     const int64_t T = dev_tokens(c), dk = cf->ssm_d_state;
-    int64_t need = dev_linear_bytes(cf->tied_output ? s->type_embd : s->type_head, cf->n_embd, cf->n_vocab, T, c->rank);
+    const int head_type = cf->tied_output ? s->type_embd : s->type_head;
+    int64_t need = dev_linear_bytes(head_type, cf->n_embd, cf->n_vocab, T, c->rank, false);
     for (int kind = 0; kind < 2; kind++) {
         if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
         kind_t k = kind_of(cf, kind == 1, c);
         for (int i = 0; i < k.n_p; i++) {
-            int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, T, c->rank);
+            int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, T, c->rank, c->gemm_bytes == 2);
             need = b > need ? b : need;
         }
         const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT;
@@ -267,6 +286,8 @@ int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan
     if (c->rank <= 0 || c->ctx <= 0 || c->batch <= 0 || c->grad_accum <= 0 || c->tether_ctx < 0)
         return bn_err(err, errlen, "memory plan: rank, context, batch and accumulation must be positive");
     if (c->act_bytes != 2 && c->act_bytes != 4) return bn_err(err, errlen, "memory plan: activations are 2 or 4 bytes");
+    if (c->gemm_bytes != 2 && c->gemm_bytes != 4)
+        return bn_err(err, errlen, "memory plan: GEMM inputs are 2 (bf16) or 4 (fp32) bytes");
     for (int il = 0; il < cf->n_layer; il++) *(is_recurrent(cf, il) ? &p->n_gdn : &p->n_attn) += 1;
     p->base = s->base_bytes > 0 ? s->base_bytes : bn_memplan_base_bytes(s);
     if (p->base < 0)
@@ -317,9 +338,9 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
             cf->n_vocab, bn_type_name(s->type_layer), bn_type_name(s->type_embd),
             cf->tied_output ? "tied" : bn_type_name(s->type_head));
     fprintf(f, "LoRA r %d on %s: %d tensors, %lld parameters; %d tokens per row, batch %d x %d, dropout %g, "
-            "activations %s\n", c->rank, targets_str(c->targets, tg, sizeof tg), p->lora_tensors,
-            (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout,
-            c->act_bytes == 4 ? "fp32" : "16-bit");
+            "activations %s; the device's base-weight GEMMs %s\n", c->rank, targets_str(c->targets, tg, sizeof tg),
+            p->lora_tensors, (long long)p->lora_params, c->ctx, c->batch, c->grad_accum, c->dropout,
+            c->act_bytes == 4 ? "fp32" : "16-bit", c->gemm_bytes == 4 ? "fp32" : "bf16");
     fprintf(f, "kept per token per layer (elements): %lld with per-layer recomputation; without it %lld per Gated "
             "DeltaNet layer, %lld per attention layer\n", (long long)p->keep_layer_in, (long long)p->keep_gdn_full,
             (long long)p->keep_attn_full);

@@ -29,6 +29,9 @@ typedef struct {
     int grad_accum;       // micro-batches per optimizer step (no memory: gradients accumulate in place)
     float dropout;        // LoRA dropout (> 0: masks of the adapted projections' inputs)
     int act_bytes;        // bytes per activation element: 4 = fp32 (the CPU trainer), 2 = bf16/fp16
+    int gemm_bytes;       // the device's base-weight GEMMs (its column only; the CPU trainer computes in fp32):
+                          // 2 = bf16, the default (weight chunks made bf16, the activation operand's bf16 copy),
+                          // 4 = fp32 (--train-gemm f32)
     int64_t n_rows;       // rows whose reference logits are cached (0: unknown, not counted)
     int tether_ctx;       // plain-text tether window (0: no tether)
     int tether_batch;     // tether windows per step
@@ -44,8 +47,8 @@ typedef struct {
     int64_t grads;    // the device's gradients: fp32 ∂A, ∂B
     int64_t kept;     // the graphs of a micro-batch's rows: each layer's input {H, T}, the last residual {H}, the ids
     int64_t layer;    // one layer's buffers: every intermediate and gradient of either layer kind, A·x of every target
-    int64_t scratch;  // the workspace: the largest linear's (weight chunk, x copies, {r, T} rows), attention's
-                      // statistics or the GDN backward's state checkpoints
+    int64_t scratch;  // the workspace: the largest linear's (weight chunk, bf16: dy's bf16 copy; x copies, {r, T}
+                      // rows), attention's statistics or the GDN backward's state checkpoints
     int64_t head;     // the LM head's logits and their gradient {V}, its normed input and gradient {H}
     int64_t tether;   // the tether's all-position graph of tether_ctx tokens: layer inputs, the final residual, the
                       // head's input and its gradient {H, T_t}, the logits {V, T_t} (0 without a tether)
@@ -87,7 +90,8 @@ typedef struct {
 // bn_memshape_of_model: the shape of a loaded model (config, stored types, measured base bytes); returns it.
 // The result points at m's config arrays and lives as long as m.
 bn_memshape bn_memshape_of_model(const bn_model *m);
-// bn_memplan_cfg_default: the trainer's defaults (q,k,v,o,gate,up,down, r 32, batch 4 × 4, fp32, no tether)
+// bn_memplan_cfg_default: the trainer's defaults (q,k,v,o,gate,up,down, r 32, batch 4 × 4, fp32 activations, the
+// device's bf16 GEMMs, no tether)
 // for ctx tokens; returns them.
 bn_memplan_cfg bn_memplan_cfg_default(int ctx);
 // bn_memplan_base_bytes: the frozen weights' stored bytes computed from the shape (ignores s->base_bytes); -1 when a

@@ -28,6 +28,7 @@ bn_ftpo_train_opts bn_ftpo_train_defaults(void) {
         .adam = bn_adamw_cfg_default(), .max_grad_norm = 2.5f, .loss = bn_ftpo_cfg_antidoom(),
         .early_stop = 0.4f, .log_window = 5, .eval_each_epoch = true,
         .lambda_tether = 0, .tether_ctx = 64, .tether_batch = 2, .tether_cache_mb = 512,
+        .train_gemm = BN_TRAIN_GEMM_BF16,
     };
     return o;
 }
@@ -338,6 +339,7 @@ static bn_memplan_cfg device_plan_cfg(const train_run *run, bool tether_on_devic
     c.batch = o->batch;
     c.grad_accum = o->grad_accum;
     c.dropout = o->dropout;
+    c.gemm_bytes = o->train_gemm == BN_TRAIN_GEMM_F32 ? 4 : 2; // the device's base-weight GEMMs
     if (tether_on_device && o->lambda_tether > 0 && o->tether_tokens && o->n_tether_tokens > 0) {
         c.tether_ctx = o->tether_ctx;
         c.tether_batch = o->tether_batch;
@@ -407,12 +409,15 @@ static int run_device(train_run *run, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
     if (run->device < 0) return 0;
     const bn_train_device *dev = bn_train_device_get();
-    void *ctx = dev->open(run->m, run->l, run->device, err, errlen);
+    const bn_train_device_opts dopts = {.gemm = o->train_gemm};
+    void *ctx = dev->open(run->m, run->l, run->device, &dopts, err, errlen);
     if (!ctx) return -1;
     run->d.dev = dev;
     run->d.dev_ctx = ctx;
-    if (!o->quiet) fprintf(stderr, "ftpo-train: forward and backward on %s device %d%s\n", dev->name, run->device,
-                           run->teth ? (dev->forward_all ? ", the tether too" : "; the tether on the CPU") : "");
+    if (!o->quiet)
+        fprintf(stderr, "ftpo-train: forward and backward on %s device %d (base-weight GEMMs %s)%s\n", dev->name,
+                run->device, o->train_gemm == BN_TRAIN_GEMM_F32 ? "fp32" : "bf16, fp32 accumulation",
+                run->teth ? (dev->forward_all ? ", the tether too" : "; the tether on the CPU") : "");
     if (run->teth) bn_tether_use_device(run->teth, dev, ctx);
     if (bn_dp_use_device(o->dp, run->device, err, errlen) < 0) return -1;
     if (!o->quiet && bn_dp_rank(o->dp) == 0 && bn_dp_world(o->dp) > 1)

@@ -13,6 +13,7 @@
 #include "train/ftpo.h"
 #include "train/adamw.h"
 #include "train/lora.h"
+#include "train/device.h"
 
 typedef struct {
     // adapter
@@ -69,6 +70,9 @@ typedef struct {
     // whatever the count), the adapter, optimizer and checkpoints on the host as ever; without a device, a warning
     // and the CPU. Not with dropout or ste_type (the device backend refuses them).
     int n_gpu_layers;
+    // with a device (-ngl > 0; --train-gemm): the base weights' products with bf16 inputs and fp32 accumulation (the
+    // default), or fp32 as the CPU trainer computes them; the CPU trainer computes in fp32 whatever this says
+    bn_train_gemm train_gemm;
     bool quiet;              // no per-step lines on stderr
     bool progress;           // a progress bar over the steps (base/progress.h; with quiet: the one sign of life)
 } bn_ftpo_train_opts;

@@ -6,8 +6,10 @@
 #define BONSAI_TESTS_CUDA_DEV_ARRAYS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include "base/util.h"
 #include "cuda/cuda_dev_buf.h"
+#include "quant/quant.h"
 
 #ifndef TEST_RNG_SEED
 #define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
@@ -45,6 +47,26 @@ static inline float *from_dev(float *d, size_t n) {
     CHECK(bn_cuda_dev_download(x, d, n, err, sizeof err) == 0, "%s", err);
     bn_cuda_dev_free(d);
     return x;
+}
+
+// bf16_rounded: a copy of x[0..n) with every value rounded to bf16 (nearest even) and widened back: what a bf16 GEMM
+// operand holds (x NULL: NULL).
+static inline float *bf16_rounded(const float *x, size_t n) {
+    if (!x) return NULL;
+    float *y = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) y[i] = bn_bf16_to_fp32(bn_fp32_to_bf16(x[i]));
+    return y;
+}
+
+// rel_max_diff: max |got − ref| / max(1, max |ref|) over n values (the linear tests' measure).
+static inline double rel_max_diff(const float *ref, const float *got, size_t n) {
+    double worst = 0, scale = 1;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - ref[i]);
+        worst = e > worst || e != e ? e : worst;
+    }
+    return worst / scale;
 }
 
 #endif

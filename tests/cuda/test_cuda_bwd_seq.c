@@ -5,7 +5,10 @@
 // both sides (the ops add into them); some cases pass NULL outputs (and for the GDN no S0 and no dS_final).
 // Shapes: GQA with 2 q heads per kv head, head sizes around and above a warp's 32 lanes and not multiples of 32,
 // GDN sequences crossing checkpoint boundaries (37 steps, checkpoints every 8 and the default 32), Hv = 2·Hk; F32 and
-// F16 base weights, the F16 one in two chunks of widened rows, with and without a dropout mask and a given A·x.
+// F16 base weights, the F16 one in two chunks of widened rows, with and without a dropout mask and a given A·x; the
+// linear also with bf16 GEMMs (F32 and F16 weights made bf16, two bf16 chunks of 8192 and 8 rows), its dx held to TOL
+// against its fp32 twin (the CPU's product of the bf16-rounded weight and dy, each product exact in fp32, plus the
+// LoRA part in fp32) and to BF16_TOL against the plain fp32 dx; dA and dB (fp32 LoRA products) to TOL.
 // Tolerance: max |Δ| <= TOL · max(1, max |reference|) per array. Both sides compute in fp32 and differ only in the
 // order of their sums (warp butterflies, per-warp partials, the CPU's SIMD lanes and double accumulators, cuBLAS's
 // GEMM tiling), which moves results by a few ulp per sum: measured <= 5e-7 in the emulator (0 for the linear, whose
@@ -23,6 +26,9 @@
 #include <string.h>
 
 #define TOL 2e-5
+// The bf16 GEMM path's dx against the plain fp32 one: each input rounded to bf16 (relative 2^-9) moves a sum of n_out
+// products by ~2^-8·sqrt(n_out) of a typical product; measured 1.8e-3..2.1e-3 of the largest dx on these shapes.
+#define BF16_TOL 2e-2
 
 // check_close: max |got − ref| relative to max(1, max |ref|) within TOL; returns that error (skips NULL pairs).
 static double check_close(const char *what, const float *ref, const float *got, size_t n) {
@@ -136,13 +142,24 @@ static float *weight_to_dev(int type, const float *w, size_t n, void **host_bits
     return to_dev((const float *)h, (n + 1) / 2);
 }
 
+// bf16_twin_dx: dx += what the bf16 path adds: bf16(W)ᵀ·bf16(dy) in fp32 (exact products; only the order of the sums
+// differs from the device's), through the CPU's bn_linear_lora_bwd on the rounded copies. W {n_in, n_out} as fp32.
+static void bf16_twin_dx(const float *w, int64_t n_in, int64_t n_out, const float *x, int T, const float *dy,
+                         float *dx) {
+    float *wb = bf16_rounded(w, (size_t)(n_in * n_out)), *dyb = bf16_rounded(dy, (size_t)n_out * T);
+    bn_weight Wb = {.data = wb, .type = BN_F32, .ne = {n_in, n_out, 1, 1}, .name = "w_bf16"};
+    CHECK(bn_linear_lora_bwd(&Wb, NULL, x, T, NULL, NULL, dyb, dx, err, sizeof err) == 0, "%s", err);
+    free(wb), free(dyb);
+}
+
 // check_linear: bn_cuda_linear_lora_bwd vs bn_linear_lora_bwd for one weight type and shape; with_drop: a dropout
-// mask; with_ax: A·(x⊙drop) from the CPU forward (else recomputed); null_dx / null_dA: those outputs NULL.
+// mask; with_ax: A·(x⊙drop) from the CPU forward (else recomputed); null_dx / null_dA: those outputs NULL; bf16: the
+// base product with bf16 inputs (dx against its fp32 twin, and within BF16_TOL of the fp32 dx while farther than TOL).
 static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bool with_drop, bool with_ax,
-                         bool null_dx, bool null_dA) {
-    printf("linear+LoRA %s %lldx%lld r %d T %d%s%s%s%s\n", bn_type_name(type), (long long)n_in, (long long)n_out, r,
+                         bool null_dx, bool null_dA, bool bf16) {
+    printf("linear+LoRA %s %lldx%lld r %d T %d%s%s%s%s%s\n", bn_type_name(type), (long long)n_in, (long long)n_out, r,
            T, with_drop ? " drop" : "", with_ax ? " ax given" : "", null_dx ? " (dx NULL)" : "",
-           null_dA ? " (dA NULL)" : "");
+           null_dA ? " (dA NULL)" : "", bf16 ? " bf16 GEMM" : "");
     const size_t nw = (size_t)n_in * n_out, nx = (size_t)n_in * T, ny = (size_t)n_out * T;
     const size_t na = (size_t)n_in * r, nb = (size_t)r * n_out, nax = (size_t)r * T;
     float *w = rand_vec(nw, 0.5f), *x = rand_vec(nx, 1.0f), *dy = rand_vec(ny, 1.0f);
@@ -155,6 +172,7 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
     float *dB = rand_vec(nb, 1.0f);
     void *w_bits;
     float *w_d = weight_to_dev(type, w, nw, &w_bits);
+    if (w_bits) bn_dequantize(type, w_bits, w, (int64_t)nw); // w = the fp32 values the weight holds
     bn_weight W = {.data = w_bits ? w_bits : w, .type = type, .ne = {n_in, n_out, 1, 1}, .name = "w"};
     bn_lora_view view = {.r = r, .scale = 2.0f / r, .A = A, .B = B, .dA = dA, .dB = dB};
     if (with_ax) {
@@ -166,21 +184,42 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
     float *x_d = to_dev(x, nx), *dy_d = to_dev(dy, ny), *A_d = to_dev(A, na), *B_d = to_dev(B, nb);
     float *drop_d = to_dev(drop, nx), *ax_d = to_dev(ax, nax), *dx_d = to_dev(dx, nx), *dA_d = to_dev(dA, na);
     float *dB_d = to_dev(dB, nb);
-    float *ws = bn_cuda_dev_floats(bn_cuda_linear_lora_bwd_workspace_floats(type, n_in, n_out, r, T), err, sizeof err);
+    float *ws = bn_cuda_dev_floats(bn_cuda_linear_lora_bwd_workspace_floats(bf16, type, n_in, n_out, r, T), err,
+                                   sizeof err);
     void *blas = bn_cuda_blas_new(err, sizeof err);
     CHECK(blas, "%s", err);
     bn_cuda_lora lora = {.r = r, .scale = view.scale, .A = A_d, .B = B_d, .dA = dA_d, .dB = dB_d};
-    CHECK(bn_cuda_linear_lora_bwd(blas, type, w_d, n_in, n_out, &lora, x_d, T, drop_d, ax_d, dy_d, dx_d, ws, NULL, err,
-                                  sizeof err) == 0, "%s", err);
+    CHECK(bn_cuda_linear_lora_bwd(blas, bf16, type, w_d, n_in, n_out, &lora, x_d, T, drop_d, ax_d, dy_d, dx_d, ws, NULL,
+                                  err, sizeof err) == 0, "%s", err);
     float *dx_g = from_dev(dx_d, nx), *dA_g = from_dev(dA_d, na), *dB_g = from_dev(dB_d, nb);
+    float *dx_twin = bf16 && dx ? xmalloc(nx * sizeof(float)) : NULL;
+    if (dx_twin) { // dx0 + bf16 base product + the LoRA part (a zero weight gives it alone)
+        memcpy(dx_twin, dx, nx * sizeof(float));
+        bf16_twin_dx(w, n_in, n_out, x, T, dy, dx_twin);
+        float *zero = xcalloc(nw, sizeof(float)), *dA2 = dA ? xmalloc(na * sizeof(float)) : NULL;
+        float *dB2 = xmalloc(nb * sizeof(float));
+        if (dA) memcpy(dA2, dA, na * sizeof(float));
+        memcpy(dB2, dB, nb * sizeof(float));
+        bn_weight Z = {.data = zero, .type = BN_F32, .ne = {n_in, n_out, 1, 1}, .name = "zero"};
+        bn_lora_view v2 = view;
+        v2.dA = dA2, v2.dB = dB2;
+        CHECK(bn_linear_lora_bwd(&Z, &v2, x, T, drop, ax, dy, dx_twin, err, sizeof err) == 0, "%s", err);
+        free(zero), free(dA2), free(dB2);
+    }
     CHECK(bn_linear_lora_bwd(&W, &view, x, T, drop, ax, dy, dx, err, sizeof err) == 0, "%s", err);
-    check_close("dx", dx, dx_g, nx);
+    check_close(bf16 ? "dx (against its fp32 twin)" : "dx", bf16 ? dx_twin : dx, dx_g, dx ? nx : 0);
+    if (dx_twin) {
+        const double e = rel_max_diff(dx, dx_g, nx);
+        CHECK(e > TOL && e <= BF16_TOL, "dx: %.3g from the fp32 dx (bf16 rounding: above %g, within %g)", e, TOL,
+              BF16_TOL);
+        printf("  dx     %.2e from the fp32 dx (bf16 GEMM)\n", e);
+    }
     check_close("dA", dA, dA_g, na);
     check_close("dB", dB, dB_g, nb);
     bn_cuda_blas_free(blas);
     float *dev[] = {w_d, x_d, dy_d, A_d, B_d, drop_d, ax_d, ws};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) bn_cuda_dev_free(dev[i]);
-    float *host[] = {w, x, dy, A, B, drop, ax, dx, dA, dB, dx_g, dA_g, dB_g};
+    float *host[] = {w, x, dy, A, B, drop, ax, dx, dA, dB, dx_g, dA_g, dB_g, dx_twin};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
     free(w_bits);
 }
@@ -193,9 +232,12 @@ int main(void) {
     check_attn(21, 72, 6, 3, true);
     check_gdn(37, 2, 4, 40, 36, 8, false);
     check_gdn(37, 2, 4, 20, 24, 0, true);
-    check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false);
-    check_linear(BN_F16, 1024, 4100, 8, 5, true, true, false, false); // two chunks of widened F16 rows
-    check_linear(BN_F32, 40, 56, 6, 9, false, false, false, true);
-    check_linear(BN_F16, 72, 24, 4, 3, false, true, true, false);
+    check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false, false);
+    check_linear(BN_F16, 1024, 4100, 8, 5, true, true, false, false, false); // two chunks of widened F16 rows
+    check_linear(BN_F32, 40, 56, 6, 9, false, false, false, true, false);
+    check_linear(BN_F16, 72, 24, 4, 3, false, true, true, false, false);
+    check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false, true);    // bf16 GEMMs: an F32 weight made bf16
+    check_linear(BN_F16, 1024, 8200, 8, 3, false, true, false, true, true); // two bf16 chunks: 8192 rows, then 8
+    check_linear(BN_F16, 72, 24, 4, 3, false, true, true, false, true);     // dx NULL: no base product
     return test_done("cuda_bwd_seq");
 }

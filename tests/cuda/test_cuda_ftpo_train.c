@@ -1,11 +1,12 @@
 // tests/cuda/test_cuda_ftpo_train.c — FTPO training through the CUDA device backend (cuda/train_graph.cu, -ngl) against
-// the CPU trainer on the tiny qwen35: 10 optimizer steps give the CPU run's loss and chosen_win at every step (loss
-// within 1e-4 relative: both backends compute in fp32 and differ only in summation order, which AdamW carries into
-// the parameters step by step), adapters within 1e-3 relative L2; a checkpoint written on one backend resumes on the
-// other to the same adapter within 1e-3. The plain-text tether runs on the device too (its all-position forwards
-// counted): tether KL and loss within 1e-4 relative of the CPU's at every step (measured 2.1e-5, step 3, where the KL
-// first moves off 0), adapters within 1e-3 (measured 3.7e-5, against 5.7e-2 without the tether). The GPU build skips
-// on a machine without a device; the emulator's always has one.
+// the CPU trainer on the tiny qwen35: with fp32 GEMMs, 10 optimizer steps give the CPU run's loss and chosen_win at
+// every step (loss within 1e-4 relative: both backends compute in fp32 and differ only in summation order, which AdamW
+// carries into the parameters step by step), adapters within 1e-3 relative L2; a checkpoint written on one backend
+// resumes on the other to the same adapter within 1e-3. The plain-text tether runs on the device too (its all-position
+// forwards counted): tether KL and loss within 1e-4 relative of the CPU's at every step (measured 2.1e-5, step 3, where
+// the KL first moves off 0), adapters within 1e-3 (measured 3.7e-5, against 5.7e-2 without the tether). With bf16
+// GEMMs (the default) the losses track the CPU's within the BF16_* bounds below. The GPU build skips on a machine
+// without a device; the emulator's always has one.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,13 @@
 #include "train/trainer.h"
 #include "train/lora.h"
 #include "quant/quant.h"
+
+// With bf16 GEMMs (the device's default) the run is not the CPU's twin: each layer product rounds its inputs to bf16.
+// Measured in the emulator: the loss within 6.0e-3 relative of the CPU run's at every step (7.20697 against 7.23956
+// at the last), chosen_win equal at all 10 steps, the adapter 4.9e-2 relative L2 from the CPU's (the fp32 device run:
+// 9e-6). The bounds leave 4-5x: the loss within BF16_LOSS relative at every step, the adapter within BF16_ADAPTER.
+#define BF16_LOSS 0.03
+#define BF16_ADAPTER 0.2
 
 static char dir[] = "/tmp/bonsai_test_cuda_ftpo_XXXXXX";
 
@@ -41,7 +49,8 @@ static step_log read_log(const char *path) {
     return s;
 }
 
-// opts: 10 steps of 2 rows over the tiny model's 12 rows (attention, GDN, FFN and head adapters, r 4).
+// opts: 10 steps of 2 rows over the tiny model's 12 rows (attention, GDN, FFN and head adapters, r 4); on the device
+// with fp32 GEMMs, the CPU trainer's arithmetic.
 static bn_ftpo_train_opts opts(const char *out, const char *log, int ngl) {
     bn_ftpo_train_opts o = bn_ftpo_train_defaults();
     o.rank = 4;
@@ -57,6 +66,7 @@ static bn_ftpo_train_opts opts(const char *out, const char *log, int ngl) {
     o.out_adapter = out;
     o.log_jsonl = log;
     o.n_gpu_layers = ngl;
+    o.train_gemm = BN_TRAIN_GEMM_F32;
     return o;
 }
 
@@ -64,6 +74,27 @@ static bn_ftpo_train_opts opts(const char *out, const char *log, int ngl) {
 static char *path_in(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", dir, name);
     return buf;
+}
+
+// compare_bf16: every step's loss of the bf16-GEMM device log against the CPU log within BF16_LOSS relative, the
+// adapter within BF16_ADAPTER relative L2 of the CPU's and farther from it than the fp32 device run's (f32_diff).
+static void compare_bf16(const char *cpu_log, const char *bf16_log, const char *cpu, const char *bf16, double f32_diff) {
+    step_log c = read_log(cpu_log), b = read_log(bf16_log);
+    CHECK(b.n == 10, "10 steps logged with bf16 GEMMs (%d)", b.n);
+    double worst = 0;
+    int same_win = 0;
+    for (int i = 0; i < c.n && i < b.n; i++) {
+        worst = fmax(worst, fabs(c.loss[i] - b.loss[i]) / fmax(1e-6, fabs(c.loss[i])));
+        same_win += c.win[i] == b.win[i];
+    }
+    const double d = fx_adapter_diff(cpu, bf16).l2;
+    printf("bf16 GEMMs over 10 steps: loss within %.3g relative of the CPU's (last %.5f against %.5f), chosen_win equal "
+           "at %d of 10 steps; adapter relative L2 difference %.3g (fp32 GEMMs: %.3g)\n", worst,
+           b.loss[b.n > 0 ? b.n - 1 : 0], c.loss[c.n > 0 ? c.n - 1 : 0], same_win, d, f32_diff);
+    CHECK(worst < BF16_LOSS, "bf16 GEMMs: loss within %g relative at every step (%.3g)", BF16_LOSS, worst);
+    CHECK(d < BF16_ADAPTER, "bf16 GEMMs: adapter within %g relative L2 of the CPU's (%.3g)", BF16_ADAPTER, d);
+    CHECK(d > 10 * f32_diff, "bf16 GEMMs: the adapter (%.3g from the CPU's) is not farther than 10x the fp32 run's "
+          "(%.3g): did bf16 run?", d, f32_diff);
 }
 
 // compare_steps: every step's loss and chosen_win of the device log against the CPU log.
@@ -173,6 +204,11 @@ int main(void) {
     double d = fx_adapter_diff(cpu, gpu).l2;
     printf("adapter after 10 steps: relative L2 difference device vs CPU %.3g\n", d);
     CHECK(d < 1e-3, "the device run's adapter equals the CPU run's (%.3g)", d);
+    char bf16[512], bf16_log[512];
+    o = opts(path_in(bf16, sizeof bf16, "bf16.gguf"), path_in(bf16_log, sizeof bf16_log, "bf16.jsonl"), 1);
+    o.train_gemm = BN_TRAIN_GEMM_BF16;
+    CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "%s run, bf16 GEMMs: %s", dev->name, err);
+    compare_bf16(cpu_log, bf16_log, cpu, bf16, d);
     test_resume(m, rows, cpu, 1);
     test_resume(m, rows, cpu, 0);
     test_tether(m, rows);

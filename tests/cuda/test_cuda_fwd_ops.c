@@ -8,8 +8,10 @@
 // row sums are float tree sums where the CPU sums in double (relative ~n·2^-24 at worst), the device's expf, log1pf,
 // sinf and cosf may be 1-2 ulp off the host's, the CPU's SiLU may take its AVX-512 path, and cuBLAS sums the linear's
 // products in its own order. 2e-5 leaves room for those on a GPU while a wrong index or a missing term gives errors of
-// order 1e-2 and more. Exact (bit-identical) checks: the dequantized weights (bn_dequantize), the embedding lookup,
-// copy_cols, the add and the bias.
+// order 1e-2 and more. Exact (bit-identical) checks: the dequantized weights (bn_dequantize) and their bf16 rounding
+// (bn_fp32_to_bf16), the embedding lookup, copy_cols, the add and the bias. The linear with bf16 GEMMs is held to TOL
+// against its fp32 twin (the CPU's product of the bf16-rounded weight and input: bf16 products are exact in fp32) and
+// to BF16_TOL against the plain fp32 product.
 #include "tests/test.h"
 #define TEST_RNG_SEED 0x2545f4914f6cdd1dull
 #include "tests/cuda/dev_arrays.h"
@@ -25,6 +27,9 @@
 #include <stdint.h>
 
 #define TOL 2e-5
+// The bf16 GEMM path against the plain fp32 product: each input rounded to bf16 (relative 2^-9) moves a sum of n_in
+// products by ~2^-8·sqrt(n_in) of a typical product; measured 1.8e-3..2.7e-3 of the largest output on these shapes.
+#define BF16_TOL 2e-2
 
 // check_close: per element |got − ref| / (1 + |ref|) within TOL; prints and returns the largest.
 static double check_close(const char *what, const float *ref, const float *got, size_t n) {
@@ -237,8 +242,23 @@ static uint8_t *quantized_rows(int type, int64_t ne0, int64_t ne1) {
     return ok ? wq : NULL;
 }
 
+// check_weights_bf16: bn_cuda_dequant_rows_bf16 of rows r0 .. r0 + nr of device weight w_d equals bn_fp32_to_bf16 of
+// their fp32 values deq, bit for bit.
+static void check_weights_bf16(int type, const void *w_d, int64_t ne0, int64_t r0, int64_t nr, const float *deq) {
+    const size_t n = (size_t)(ne0 * nr), n_floats = (n + 1) / 2;
+    float *d = bn_cuda_dev_floats(n_floats, err, sizeof err);
+    CHECK(d && bn_cuda_dequant_rows_bf16(type, w_d, ne0, r0, nr, (uint16_t *)d, NULL, err, sizeof err) == 0, "%s", err);
+    float *got = from_dev(d, n_floats);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += ((const uint16_t *)got)[i] != bn_fp32_to_bf16(deq[i]);
+    CHECK(bad == 0, "dequant_rows_bf16 %s: %zu of %zu values differ from bn_fp32_to_bf16", bn_type_name(type), bad, n);
+    printf("%-64s %s\n", "  dequant_rows_bf16: bn_fp32_to_bf16 of those rows", bad ? "DIFFERS" : "bit-identical");
+    free(got);
+}
+
 // check_weights: bn_cuda_dequant_rows (rows 2..6 of 9) and bn_cuda_get_rows_f32 (repeated ids, first and last rows)
-// bit-identical to bn_dequantize for one type; rows of ne0 (a multiple of the type's block).
+// bit-identical to bn_dequantize for one type, and bn_cuda_dequant_rows_bf16 to their bf16 rounding; rows of ne0 (a
+// multiple of the type's block).
 static void check_weights(int type, int64_t ne0) {
     const int64_t ne1 = 9, r0 = 2, nr = 5;
     const int ids[] = {8, 0, 3, 3, 7, 1};
@@ -263,6 +283,7 @@ static void check_weights(int type, int64_t ne0) {
     check_dev_bits(what, deq + r0 * ne0, rows_d, ne0 * nr);
     snprintf(what, sizeof what, "get_rows_f32 %s ne0 %lld, %d ids", bn_type_name(type), (long long)ne0, n_ids);
     check_dev_bits(what, picked, got_d, ne0 * n_ids);
+    check_weights_bf16(type, w_d, ne0, r0, nr, deq + r0 * ne0);
     bn_cuda_dev_free_bytes(w_d), bn_cuda_dev_free_ints(ids_d);
     free(wq), free(deq), free(picked);
 }
@@ -273,6 +294,9 @@ static void check_weight_errors(void) {
     err[0] = 0;
     CHECK(bn_cuda_dequant_rows(BN_Q5_0, NULL, 64, 0, 2, NULL, NULL, err, sizeof err) == -1, "Q5_0 accepted");
     CHECK(strstr(err, "type 6"), "error names no type: %s", err);
+    err[0] = 0;
+    CHECK(bn_cuda_dequant_rows_bf16(BN_Q5_0, NULL, 64, 0, 2, NULL, NULL, err, sizeof err) == -1 && strstr(err, "type 6"),
+          "Q5_0 accepted by dequant_rows_bf16: %s", err);
     CHECK(bn_cuda_get_rows_f32(BN_Q8_0, NULL, 40, 3, NULL, 2, NULL, NULL, err, sizeof err) == -1, "Q8_0 x 40 accepted");
     CHECK(bn_cuda_dequant_rows(BN_Q8_0, NULL, 64, 0, 0, NULL, NULL, err, sizeof err) == 0, "no rows: %s", err);
     CHECK(bn_cuda_get_rows_f32(BN_F32, NULL, 64, 3, NULL, 0, NULL, NULL, err, sizeof err) == 0, "no ids: %s", err);
@@ -313,16 +337,37 @@ static void check_array(const char *what, const float *ref, const float *got, si
     printf("%-64s max err %.3g (of %.3g)\n", what, worst / scale, scale);
 }
 
+// bf16_twin_fwd: into y, what the bf16 path computes from weight bits of `type`: bf16(W)·bf16(x) in fp32 (each product
+// of two bf16 values is exact in fp32, so only the order of the sums differs from the device's) plus the LoRA part of
+// (x, drop) in fp32, through the CPU's bn_linear_lora_fwd (a zero weight gives the LoRA part alone); ax as it.
+static void bf16_twin_fwd(int type, const void *bits, int64_t n_in, int64_t n_out, const bn_lora_view *lora,
+                          const float *x, int T, const float *drop, float *y, float *ax) {
+    const size_t nw = (size_t)(n_in * n_out), ny = (size_t)n_out * T;
+    float *wf = xmalloc(nw * sizeof(float)), *zero = xcalloc(nw, sizeof(float)), *yl = xmalloc(ny * sizeof(float));
+    CHECK(bn_dequantize(type, bits, wf, (int64_t)nw) == 0, "dequantize %s", bn_type_name(type));
+    float *wb = bf16_rounded(wf, nw), *xb = bf16_rounded(x, (size_t)n_in * T);
+    bn_weight Wb = {.data = wb, .type = BN_F32, .ne = {n_in, n_out, 1, 1}, .name = "w_bf16"};
+    bn_weight Z = {.data = zero, .type = BN_F32, .ne = {n_in, n_out, 1, 1}, .name = "zero"};
+    CHECK(bn_linear_lora_fwd(&Wb, NULL, xb, T, NULL, y, NULL, err, sizeof err) == 0, "%s", err);
+    if (lora) {
+        CHECK(bn_linear_lora_fwd(&Z, lora, x, T, drop, yl, ax, err, sizeof err) == 0, "%s", err);
+        for (size_t i = 0; i < ny; i++) y[i] += yl[i];
+    }
+    free(wf), free(zero), free(yl), free(wb), free(xb);
+}
+
 // check_linear: bn_cuda_linear_lora_fwd vs bn_linear_lora_fwd for one weight type and shape; r = 0: no LoRA;
-// with_drop: a dropout mask; with_ax: A·(x⊙drop) kept for the backward.
-static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bool with_drop, bool with_ax) {
+// with_drop: a dropout mask; with_ax: A·(x⊙drop) kept for the backward. bf16: the base product with bf16 inputs,
+// checked against its fp32 twin (bf16_twin_fwd) within TOL, and against the plain fp32 product within BF16_TOL while
+// farther from it than TOL (the rounding did happen).
+static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bool with_drop, bool with_ax, bool bf16) {
     char what[128];
-    snprintf(what, sizeof what, "linear %s %lldx%lld r %d T %d%s%s", bn_type_name(type), (long long)n_in,
-             (long long)n_out, r, T, with_drop ? " drop" : "", with_ax ? " ax" : "");
+    snprintf(what, sizeof what, "linear %s %lldx%lld r %d T %d%s%s%s", bn_type_name(type), (long long)n_in,
+             (long long)n_out, r, T, with_drop ? " drop" : "", with_ax ? " ax" : "", bf16 ? " bf16 GEMM" : "");
     const size_t nw = (size_t)n_in * n_out, nx = (size_t)n_in * T, ny = (size_t)n_out * T, nax = (size_t)r * T;
     float *w = rand_vec(nw, 0.5f), *x = rand_vec(nx, 1.0f), *A = rand_vec((size_t)n_in * r, 0.3f);
     float *B = rand_vec((size_t)r * n_out, 0.3f), *drop = NULL, *y = xmalloc(ny * sizeof(float));
-    float *ax = with_ax ? xmalloc(nax * sizeof(float)) : NULL;
+    float *ax = with_ax ? xmalloc(nax * sizeof(float)) : NULL, *twin = bf16 ? xmalloc(ny * sizeof(float)) : NULL;
     if (with_drop) {
         drop = xmalloc(nx * sizeof(float));
         for (size_t i = 0; i < nx; i++) drop[i] = frand() < -0.6f ? 0.0f : 1.0f / 0.8f;
@@ -331,26 +376,34 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
     bn_weight W = {.data = bits, .type = type, .ne = {n_in, n_out, 1, 1}, .name = "w"};
     bn_lora_view view = {.r = r, .scale = 2.0f / (r ? r : 1), .A = A, .B = B};
     CHECK(bn_linear_lora_fwd(&W, r ? &view : NULL, x, T, drop, y, ax, err, sizeof err) == 0, "%s", err);
+    if (bf16) bf16_twin_fwd(type, bits, n_in, n_out, r ? &view : NULL, x, T, drop, twin, NULL);
     const size_t wbytes = bn_row_size(type, n_in) * n_out;
     void *w_d = bn_cuda_dev_bytes(wbytes, err, sizeof err);
     CHECK(w_d && bn_cuda_dev_upload_bytes(w_d, bits, wbytes, err, sizeof err) == 0, "%s", err);
     float *x_d = to_dev(x, nx), *A_d = to_dev(A, (size_t)n_in * r), *B_d = to_dev(B, (size_t)r * n_out);
     float *drop_d = to_dev(drop, nx), *y_d = bn_cuda_dev_floats(ny, err, sizeof err);
     float *ax_d = with_ax ? bn_cuda_dev_floats(nax, err, sizeof err) : NULL;
-    float *ws = bn_cuda_dev_floats(bn_cuda_linear_lora_fwd_workspace_floats(type, n_in, n_out, r, T), err, sizeof err);
+    float *ws = bn_cuda_dev_floats(bn_cuda_linear_lora_fwd_workspace_floats(bf16, type, n_in, n_out, r, T), err,
+                                   sizeof err);
     void *blas = bn_cuda_blas_new(err, sizeof err);
     CHECK(blas, "%s", err);
     bn_cuda_lora lora = {.r = r, .scale = view.scale, .A = A_d, .B = B_d};
-    CHECK(bn_cuda_linear_lora_fwd(blas, type, w_d, n_in, n_out, r ? &lora : NULL, x_d, T, drop_d, y_d, ax_d, ws, NULL,
-                                  err, sizeof err) == 0, "%s", err);
+    CHECK(bn_cuda_linear_lora_fwd(blas, bf16, type, w_d, n_in, n_out, r ? &lora : NULL, x_d, T, drop_d, y_d, ax_d, ws,
+                                  NULL, err, sizeof err) == 0, "%s", err);
     float *y_g = from_dev(y_d, ny), *ax_g = from_dev(ax_d, nax);
-    check_array(what, y, y_g, ny);
+    check_array(what, bf16 ? twin : y, y_g, ny);
+    if (bf16) {
+        const double e = rel_max_diff(y, y_g, ny);
+        CHECK(e > TOL && e <= BF16_TOL, "%s: %.3g from the fp32 product (bf16 rounding: above %g, within %g)", what, e,
+              TOL, BF16_TOL);
+        printf("%-64s %.3g from the fp32 product\n", "  bf16 GEMM", e);
+    }
     if (with_ax) check_array("  its ax = A·(x⊙drop)", ax, ax_g, nax);
     bn_cuda_blas_free(blas);
     bn_cuda_dev_free_bytes(w_d);
     float *dev[] = {x_d, A_d, B_d, drop_d, ws};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) bn_cuda_dev_free(dev[i]);
-    float *host[] = {w, x, A, B, drop, y, ax, y_g, ax_g};
+    float *host[] = {w, x, A, B, drop, y, ax, y_g, ax_g, twin};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
     free(bits);
 }
@@ -358,12 +411,14 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
 // check_linear_errors: a weight without a type and a LoRA of rank 0 are refused; T = 0 does nothing.
 static void check_linear_errors(void) {
     bn_cuda_lora lora0 = {.r = 0};
-    CHECK(bn_cuda_linear_lora_fwd(NULL, -1, NULL, 64, 8, NULL, NULL, 2, NULL, NULL, NULL, NULL, NULL, err,
-                                  sizeof err) == -1, "a weight of type -1 accepted");
-    CHECK(bn_cuda_linear_lora_fwd(NULL, BN_F32, NULL, 64, 8, &lora0, NULL, 2, NULL, NULL, NULL, NULL, NULL, err,
-                                  sizeof err) == -1, "rank 0 accepted");
-    CHECK(bn_cuda_linear_lora_fwd(NULL, BN_F32, NULL, 64, 8, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, err,
-                                  sizeof err) == 0, "T = 0: %s", err);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        CHECK(bn_cuda_linear_lora_fwd(NULL, bf16, -1, NULL, 64, 8, NULL, NULL, 2, NULL, NULL, NULL, NULL, NULL, err,
+                                      sizeof err) == -1, "a weight of type -1 accepted");
+        CHECK(bn_cuda_linear_lora_fwd(NULL, bf16, BN_F32, NULL, 64, 8, &lora0, NULL, 2, NULL, NULL, NULL, NULL, NULL,
+                                      err, sizeof err) == -1, "rank 0 accepted");
+        CHECK(bn_cuda_linear_lora_fwd(NULL, bf16, BN_F32, NULL, 64, 8, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, err,
+                                      sizeof err) == 0, "T = 0: %s", err);
+    }
     printf("%-64s ok\n", "linear refusals and T = 0");
 }
 
@@ -393,15 +448,20 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_weights(types[i].type, types[i].ne0);
     check_weight_errors();
-    check_linear(BN_F32, 300, 70, 0, 5, false, false);
-    check_linear(BN_F32, 48, 40, 4, 7, true, true);
-    check_linear(BN_F32, 300, 37, 6, 3, false, false);
-    check_linear(BN_F16, 72, 300, 4, 3, false, true);
-    check_linear(BN_F16, 1024, 4100, 8, 2, true, true); // two chunks of widened F16 rows
-    check_linear(BN_F16, 100, 50, 0, 4, false, false);
-    check_linear(BN_Q8_0, 96, 40, 4, 3, true, true);     // quantized weights: their rows dequantized in the workspace
-    check_linear(BN_Q1_0, 1024, 4100, 8, 2, false, true); // two chunks of dequantized Q1_0 rows
-    check_linear(BN_Q2_0, 320, 33, 0, 3, false, false);
+    check_linear(BN_F32, 300, 70, 0, 5, false, false, false);
+    check_linear(BN_F32, 48, 40, 4, 7, true, true, false);
+    check_linear(BN_F32, 300, 37, 6, 3, false, false, false);
+    check_linear(BN_F16, 72, 300, 4, 3, false, true, false);
+    check_linear(BN_F16, 1024, 4100, 8, 2, true, true, false); // two chunks of widened F16 rows
+    check_linear(BN_F16, 100, 50, 0, 4, false, false, false);
+    check_linear(BN_Q8_0, 96, 40, 4, 3, true, true, false);     // quantized weights: their rows dequantized in the workspace
+    check_linear(BN_Q1_0, 1024, 4100, 8, 2, false, true, false); // two chunks of dequantized Q1_0 rows
+    check_linear(BN_Q2_0, 320, 33, 0, 3, false, false, false);
+    // bf16 GEMMs: F32 weights made bf16 too, an F16 weight, quantized ones, and two chunks (8192 rows of 1024, then 8)
+    check_linear(BN_F32, 300, 70, 4, 5, true, true, true);
+    check_linear(BN_F16, 72, 300, 0, 3, false, false, true);
+    check_linear(BN_Q8_0, 96, 40, 4, 3, false, true, true);
+    check_linear(BN_Q1_0, 1024, 8200, 8, 3, false, true, true);
     check_linear_errors();
     return test_done("cuda_fwd_ops");
 }

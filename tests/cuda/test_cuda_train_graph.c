@@ -6,9 +6,13 @@
 // random A and B (PEFT's B = 0 would leave paths without gradient) and compares: the last-position logits with the
 // adapter and without (the reference forward), and every LoRA gradient for random dlogits, taken into pre-filled host
 // gradients (take_grads adds, then zeroes the device's: a second take adds nothing). Also: load_params makes the
-// device's logits follow changed parameters, open refuses dropout and the straight-through estimator, and the device
-// memory the trainer holds at its peak equals the memory plan's device total (train/memplan.h) to the byte in the
-// emulator, and stays within it plus the margin on a GPU.
+// device's logits follow changed parameters, open refuses dropout, the straight-through estimator and an unknown GEMM
+// arithmetic, and the device memory the trainer holds at its peak equals the memory plan's device total
+// (train/memplan.h) to the byte in the emulator, and stays within it plus the margin on a GPU. These cases run the
+// device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin. Part `bf16` runs three of them (qwen35
+// F32 and Q1_0, qwen3) again with bf16 GEMMs, checked against the CPU within the BF16_* bounds below, each error at
+// least 10x the fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are tight
+// enough to catch a lost chunk of rows); its memory check runs with bf16 GEMMs.
 // Built twice: `cuda_train_graph` links the GPU library (skipped without a device, e.g. CI); `cuda_train_graph_emu`
 // links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Tolerance (why): both sides compute in fp32 with the same formulas but different summation orders (cuBLAS / OpenBLAS
@@ -37,7 +41,33 @@
 #define RANK 4
 #define ALL_TARGETS ((1u << BN_LORA_N_TARGETS) - 1)
 
+// Bounds of the device with bf16 GEMMs against the CPU, relative L2 over the logits (and over the reference logits),
+// over the whole gradient vector, and over the worst single A or B gradient. Each layer product rounds its weight and
+// its input (x, or dy in the backward) to bf16 (relative 2^-9 each), and four layers and the recurrence carry that on:
+// measured on the three models of part bf16 logits 5.3e-3..1.1e-2, reference 4.5e-3..1.2e-2, gradients
+// 8.7e-3..3.4e-2, worst tensor 1.5e-2..8.2e-2, against ~1e-6 for the fp32 path. The bounds leave 3-4x of that; a
+// mutant that zeroes an eighth of one layer's ffn_down rows (a chunk's share of a 27B-shape ffn_down: 480 of 5120
+// rows) reads 0.21 / 0.24 / 0.81 (logits / gradients / worst tensor).
+#define BF16_LOGITS 5e-2
+#define BF16_GRADS 0.1
+#define BF16_TENSOR 0.25
+#define BF16_ABOVE_F32 10.0 // the bf16 path's errors are at least this many times the fp32 path's
+
+// rel_errs: a device run's relative L2 differences from the CPU.
+typedef struct {
+    double logits, ref, grads, tensor;
+} rel_errs;
+
+// cpu_side: the CPU's results for one case and the inputs they came from.
+typedef struct {
+    const bn_lora *l;
+    const int32_t *tok;
+    int T;
+    const float *dlogits, *logits, *ref, *grads;
+} cpu_side;
+
 static char tmpdir[256];
+static rel_errs worst_bf16; // largest bf16 errors seen, for the summary
 static char err[512];
 static double worst_logits, worst_grads; // largest relative differences seen, for the summary
 
@@ -176,6 +206,106 @@ static void check_load_params(const bn_train_device *d, void *ctx, const char *l
     free(dev);
 }
 
+// ---- bf16 GEMMs ---------------------------------------------------------------------------------------------------
+
+static const bn_train_device_opts f32_gemm = {.gemm = BN_TRAIN_GEMM_F32}, bf16_gemm = {.gemm = BN_TRAIN_GEMM_BF16};
+
+// rel_l2: ‖a − b‖ / ‖b‖ over n values (‖b‖ = 0: ‖a − b‖).
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return s > 0 ? sqrt(d / s) : sqrt(d);
+}
+
+// worst_tensor_l2: the largest rel_l2 of one tensor's A or B gradient, device vs CPU.
+static double worst_tensor_l2(const bn_lora *l, const float *dev, const float *cpu) {
+    double worst = 0;
+    for (int i = 0; i < l->n_tensors; i++) {
+        const bn_lora_tensor *t = &l->t[i];
+        worst = fmax(worst, rel_l2(dev + t->off_a, cpu + t->off_a, t->n_in * l->r));
+        worst = fmax(worst, rel_l2(dev + t->off_b, cpu + t->off_b, (int64_t)l->r * t->n_out));
+    }
+    return worst;
+}
+
+// within_bf16: whether a device run's errors against the CPU are within the bf16 bounds.
+static bool within_bf16(rel_errs e) {
+    return e.logits <= BF16_LOGITS && e.ref <= BF16_LOGITS && e.grads <= BF16_GRADS && e.tensor <= BF16_TENSOR;
+}
+
+// device_errs: a device run with gemm on model dm (m, or a mutant of it) against the CPU's results: logits, reference
+// logits, gradients; -1 in every field when the run fails.
+static rel_errs device_errs(const bn_train_device *d, const bn_model *dm, const bn_train_device_opts *gemm,
+                            const cpu_side *c, const char *label) {
+    const int V = dm->cfg.n_vocab;
+    rel_errs e = {-1, -1, -1, -1};
+    void *ctx = d->open(dm, c->l, 0, gemm, err, sizeof err);
+    CHECK(ctx != NULL, "%s: open: %s", label, err);
+    if (!ctx) return e;
+    float *logits = xmalloc(sizeof(float) * V), *ref = xmalloc(sizeof(float) * V);
+    float *grads = xmalloc(sizeof(float) * (size_t)c->l->n_params);
+    device_grads(d, ctx, label, c->l, c->tok, c->T, c->dlogits, logits, grads);
+    d->graph_free(d->forward(ctx, false, c->tok, c->T, ref, err, sizeof err));
+    e = (rel_errs){rel_l2(logits, c->logits, V), rel_l2(ref, c->ref, V), rel_l2(grads, c->grads, c->l->n_params),
+                   worst_tensor_l2(c->l, grads, c->grads)};
+    d->close(ctx);
+    free(logits), free(ref), free(grads);
+    return e;
+}
+
+// mutant_of: *out = m with the last eighth of layer il's ffn_down rows zeroed in a copy (*data, *layers to free):
+// the result of a bf16 product that skipped a chunk of rows.
+static void mutant_of(const bn_model *m, int il, bn_model *out, void **data, bn_layer_weights **layers) {
+    *out = *m;
+    *layers = xmalloc(sizeof(bn_layer_weights) * (size_t)m->cfg.n_layer);
+    memcpy(*layers, m->w.layers, sizeof(bn_layer_weights) * (size_t)m->cfg.n_layer);
+    bn_weight *w = &(*layers)[il].ffn_down;
+    const size_t row = bn_row_size(w->type, w->ne[0]), rows = (size_t)w->ne[1];
+    *data = xmalloc(row * rows);
+    memcpy(*data, w->data, row * rows);
+    memset((char *)*data + row * (rows - rows / 8), 0, row * (rows / 8));
+    w->data = *data;
+    out->w.layers = *layers;
+}
+
+// print_errs: one line of relative L2 differences against the CPU.
+static void print_errs(const char *what, rel_errs e) {
+    printf("    %-34s logits %.2e, reference %.2e, gradients %.2e (worst tensor %.2e)\n", what, e.logits, e.ref,
+           e.grads, e.tensor);
+}
+
+// check_bf16: the device with bf16 GEMMs against the CPU within the bf16 bounds, each error at least BF16_ABOVE_F32
+// times the fp32 path's (f32; the bf16 path did run); mutate: a mutant (mutant_of) fails the same bounds.
+static void check_bf16(const bn_train_device *d, const char *label, const bn_model *m, const cpu_side *c,
+                       rel_errs f32, bool mutate) {
+    const rel_errs e = device_errs(d, m, &bf16_gemm, c, label);
+    print_errs("fp32 GEMMs, relative L2:", f32);
+    print_errs("bf16 GEMMs, relative L2:", e);
+    CHECK(e.logits >= 0 && within_bf16(e), "%s: bf16 GEMMs: logits %.3g, reference %.3g (bound %g), gradients %.3g "
+          "(bound %g), worst tensor %.3g (bound %g)", label, e.logits, e.ref, BF16_LOGITS, e.grads, BF16_GRADS,
+          e.tensor, BF16_TENSOR);
+    CHECK(e.logits >= BF16_ABOVE_F32 * f32.logits && e.grads >= BF16_ABOVE_F32 * f32.grads,
+          "%s: bf16 GEMMs' errors (logits %.3g, gradients %.3g) are not %gx the fp32 path's (%.3g, %.3g)", label,
+          e.logits, e.grads, BF16_ABOVE_F32, f32.logits, f32.grads);
+    worst_bf16 = (rel_errs){fmax(worst_bf16.logits, e.logits), fmax(worst_bf16.ref, e.ref),
+                            fmax(worst_bf16.grads, e.grads), fmax(worst_bf16.tensor, e.tensor)};
+    if (!mutate) return;
+    bn_model mut;
+    void *data;
+    bn_layer_weights *layers;
+    const int il = m->cfg.n_layer > 1 ? 1 : 0;
+    mutant_of(m, il, &mut, &data, &layers);
+    const rel_errs me = device_errs(d, &mut, &bf16_gemm, c, label);
+    print_errs("mutant (ffn_down rows), bf16:", me);
+    CHECK(me.logits >= 0 && !within_bf16(me), "%s: a mutant with the last eighth of layer %d's ffn_down rows zeroed "
+          "passes the bf16 bounds", label, il);
+    free(data);
+    free(layers);
+}
+
 // check_all_positions: the all-position forward (the tether's) with the adapter and without, and its backward for
 // random dlogits {V, T}, against train/graph.c's; returns the largest relative difference (logits, gradients).
 static double check_all_positions(const bn_train_device *d, void *ctx, const char *label, const bn_model *m, bn_lora *l,
@@ -204,16 +334,17 @@ static double check_all_positions(const bn_train_device *d, void *ctx, const cha
     return fmax(dl, dgr);
 }
 
-// check_plan: the device bytes a trainer of m and l holds with two rows' graphs of T tokens alive, and after one of
+// check_plan: the device bytes a trainer of m and l (with gemm's GEMMs) holds with two rows' graphs of T tokens alive, and after one of
 // them ran backward (the trainer's peak: the weights, the adapter and gradients, the head's, layer and workspace
 // buffers, the graphs), against the memory plan's device total for batch 2 and T tokens; then with a tether graph
 // (all positions, T tokens) alive as well, against the plan with a tether of T-token windows. The emulator counts the
 // bytes asked for: equal to the byte. A GPU rounds allocations up and adds cuBLAS's: within the plan + the margin.
 static void check_plan(const bn_train_device *d, const char *label, const bn_model *m, const bn_lora *l,
-                       const int32_t *tok, int T) {
+                       const int32_t *tok, int T, const bn_train_device_opts *gemm) {
     bn_memshape s = bn_memshape_of_model(m);
     bn_memplan_cfg c = bn_memplan_cfg_default(T);
     c.targets = ALL_TARGETS, c.rank = RANK, c.batch = 2, c.grad_accum = 1;
+    c.gemm_bytes = gemm->gemm == BN_TRAIN_GEMM_F32 ? 4 : 2;
     bn_memplan p, pt;
     size_t fr = 0, tot = 0;
     CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0 && p.lora_params == l->n_params,
@@ -224,7 +355,7 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
     CHECK(d->mem_info(0, &fr, &tot, err, sizeof err) == 0 && tot >= fr, "%s: mem_info: %s", label, err);
     const int64_t before = (int64_t)(tot - fr);
     float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab * T), *dz = xcalloc((size_t)m->cfg.n_vocab, sizeof(float));
-    void *ctx = d->open(m, l, 0, err, sizeof err);
+    void *ctx = d->open(m, l, 0, gemm, err, sizeof err);
     void *g[2] = {NULL, NULL};
     for (int b = 0; ctx && b < 2; b++) g[b] = d->forward(ctx, true, tok, T, logits, err, sizeof err);
     CHECK(g[0] && g[1], "%s: open and two forwards: %s", label, err);
@@ -262,8 +393,9 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
     free(dz);
 }
 
-// run_case: the model at path through both backends (T tokens); prints the measured differences and the time.
-static void run_case(const bn_train_device *d, const char *label, const char *path, int T) {
+// run_case: the model at path through both backends (T tokens), the device with fp32 GEMMs; prints the measured
+// differences and the time. bf16: also the device with bf16 GEMMs (check_bf16; mutate: and a mutant).
+static void run_case(const bn_train_device *d, const char *label, const char *path, int T, bool bf16, bool mutate) {
     const clock_t c0 = clock();
     bn_model *m = bn_model_load(path, err, sizeof err);
     CHECK(m != NULL, "%s: load: %s", label, err);
@@ -282,7 +414,7 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
     float *dev_logits = xmalloc(sizeof(float) * V), *dev_ref = xmalloc(sizeof(float) * V);
     fill_random(&rng, dlogits, V, 1.0f);
     float *cpu_grads = xmalloc(sizeof(float) * (size_t)l->n_params), *dev_grads = xmalloc(sizeof(float) * (size_t)l->n_params);
-    void *ctx = d->open(m, l, 0, err, sizeof err);
+    void *ctx = d->open(m, l, 0, &f32_gemm, err, sizeof err);
     CHECK(ctx != NULL, "%s: open: %s", label, err);
     if (ctx && cpu_run(m, l, tok, T, dlogits, logits, ref, cpu_grads) == 0) {
         device_grads(d, ctx, label, l, tok, T, dlogits, dev_logits, dev_grads);
@@ -292,15 +424,23 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
         CHECK(dl <= TOL_REL, "%s: logits differ by %.3g", label, dl);
         CHECK(dr <= TOL_REL, "%s: reference logits differ by %.3g", label, dr);
         CHECK(max_rel_diff(logits, ref, V) > 1e-3, "%s: the adapter does not change the logits", label);
+        const rel_errs f32 = {rel_l2(dev_logits, logits, V), rel_l2(dev_ref, ref, V),
+                              rel_l2(dev_grads, cpu_grads, l->n_params), worst_tensor_l2(l, dev_grads, cpu_grads)};
+        float *params = xmalloc(sizeof(float) * (size_t)l->n_params);
+        memcpy(params, l->params, sizeof(float) * (size_t)l->n_params);
         check_load_params(d, ctx, label, m, l, tok, T);
-        const double da = check_all_positions(d, ctx, label, m, l, tok, T);
+        const double da = check_all_positions(d, ctx, label, m, l, tok, T); // with the parameters just loaded
+        memcpy(l->params, params, sizeof(float) * (size_t)l->n_params); // the parameters the CPU results came from
+        free(params);
         d->close(ctx);
         ctx = NULL;
-        check_plan(d, label, m, l, tok, T);
+        check_plan(d, label, m, l, tok, T, bf16 ? &bf16_gemm : &f32_gemm);
         worst_logits = fmax(worst_logits, fmax(dl, dr));
         worst_grads = fmax(worst_grads, fmax(dg, da));
         printf("  %-22s T %2d, %2d adapted tensors: logits %.2e, reference %.2e, gradients %.2e, all positions %.2e "
                "(max rel diff); %.1f s\n", label, T, l->n_tensors, dl, dr, dg, da, (double)(clock() - c0) / CLOCKS_PER_SEC);
+        const cpu_side cpu = {l, tok, T, dlogits, logits, ref, cpu_grads};
+        if (bf16) check_bf16(d, label, m, &cpu, f32, mutate);
     }
     d->close(ctx);
     free(dlogits); free(logits); free(ref); free(dev_logits); free(dev_ref); free(cpu_grads); free(dev_grads);
@@ -308,7 +448,8 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
     bn_model_free(m);
 }
 
-// check_refusals: open fails, with a message, for LoRA dropout and the straight-through estimator.
+// check_refusals: open fails, with a message, for an unknown GEMM arithmetic, LoRA dropout and the straight-through
+// estimator.
 static void check_refusals(const bn_train_device *d, const char *path) {
     bn_model *m = bn_model_load(path, err, sizeof err);
     if (!m) return;
@@ -317,15 +458,20 @@ static void check_refusals(const bn_train_device *d, const char *path) {
         bn_model_free(m);
         return;
     }
+    const bn_train_device_opts bad = {.gemm = (bn_train_gemm)7};
+    err[0] = 0;
+    void *ctx = d->open(m, l, 0, &bad, err, sizeof err);
+    CHECK(ctx == NULL && strstr(err, "GEMM"), "open with an unknown GEMM arithmetic: %s", err);
+    d->close(ctx);
     l->dropout = 0.1f;
     err[0] = 0;
-    void *ctx = d->open(m, l, 0, err, sizeof err);
+    ctx = d->open(m, l, 0, &f32_gemm, err, sizeof err);
     CHECK(ctx == NULL && strstr(err, "dropout"), "open with dropout: %s", err);
     d->close(ctx);
     l->dropout = 0;
     l->ste = true;
     err[0] = 0;
-    ctx = d->open(m, l, 0, err, sizeof err);
+    ctx = d->open(m, l, 0, NULL, err, sizeof err);
     CHECK(ctx == NULL && strstr(err, "quantizer"), "open with the straight-through estimator: %s", err);
     d->close(ctx);
     bn_lora_free(l);
@@ -341,25 +487,29 @@ int main(int argc, char **argv) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/bonsai_cuda_train_graph_XXXXXX");
     if (!mkdtemp(tmpdir)) return test_skip("cannot make a temporary directory");
     char path[400];
-    const bool all = !strcmp(part, "all");
-    if ((all || !strcmp(part, "qwen35")) && make_mkmodel("tiny", "F32", path, sizeof path) == 0) {
-        run_case(d, "qwen35 F32", path, 13);
-        check_refusals(d, path);
+    const bool all = !strcmp(part, "all"), bf16 = !strcmp(part, "bf16");
+    if ((all || bf16 || !strcmp(part, "qwen35")) && make_mkmodel("tiny", "F32", path, sizeof path) == 0) {
+        run_case(d, "qwen35 F32", path, 13, bf16, bf16);
+        if (!bf16) check_refusals(d, path);
     }
     if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q8_0", path, sizeof path) == 0)
-        run_case(d, "qwen35 Q8_0", path, 9);
-    if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q1_0", path, sizeof path) == 0)
-        run_case(d, "qwen35 Q1_0", path, 9);
+        run_case(d, "qwen35 Q8_0", path, 9, false, false);
+    if ((all || bf16 || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q1_0", path, sizeof path) == 0)
+        run_case(d, "qwen35 Q1_0", path, 9, bf16, false);
     if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "F16", path, sizeof path) == 0)
-        run_case(d, "qwen35 F16", path, 9);
-    if ((all || !strcmp(part, "dense")) && make_mkmodel("qwen3-tiny", "F32", path, sizeof path) == 0)
-        run_case(d, "qwen3 F32", path, 17);
+        run_case(d, "qwen35 F16", path, 9, false, false);
+    if ((all || bf16 || !strcmp(part, "dense")) && make_mkmodel("qwen3-tiny", "F32", path, sizeof path) == 0)
+        run_case(d, "qwen3 F32", path, 17, bf16, false);
     if ((all || !strcmp(part, "dense")) && make_tiny_h("llama", path, sizeof path) == 0)
-        run_case(d, "llama F32 (tiny.h)", path, 11);
+        run_case(d, "llama F32 (tiny.h)", path, 11, false, false);
     if ((all || !strcmp(part, "dense")) && make_tiny_h("qwen2", path, sizeof path) == 0)
-        run_case(d, "qwen2 F32 (tiny.h)", path, 11);
+        run_case(d, "qwen2 F32 (tiny.h)", path, 11, false, false);
     printf("largest relative differences: logits %.2e, gradients %.2e (tolerance %.0e)\n", worst_logits, worst_grads,
            TOL_REL);
+    if (bf16)
+        printf("largest bf16 GEMM relative L2: logits %.2e, reference %.2e, gradients %.2e, worst tensor %.2e (bounds %g, "
+               "%g, %g)\n", worst_bf16.logits, worst_bf16.ref, worst_bf16.grads, worst_bf16.tensor, BF16_LOGITS,
+               BF16_GRADS, BF16_TENSOR);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);

@@ -2,10 +2,11 @@
 // graph on its own copy of the adapter and keeps its own gradients, as a device does: a run with -ngl gives the CPU
 // run's adapter to the bit (the same math on uploaded copies: any lost upload, double-counted or lost gradient
 // shows), the backend sees one upload per step plus the first, every row's reference forward and the gradients taken
-// once per step; a checkpoint of the device run resumes on the CPU; a device one byte short of the run's device memory
-// plan + margin is refused with the numbers before anything is opened or written, and one with exactly that trains;
-// two ranks on the device sum through a registered device transport (a stand-in for NCCL) to the host transport's
-// adapter; with no backend -ngl warns and trains on the CPU.
+// once per step; the trainer's GEMM setting reaches the backend's open (bf16 by default, f32 when asked); a checkpoint
+// of the device run resumes on the CPU; a device one byte short of the run's device memory plan + margin is refused
+// with the numbers before anything is opened or written, and one with exactly that trains; two ranks on the device sum
+// through a registered device transport (a stand-in for NCCL) to the host transport's adapter; with no backend -ngl
+// warns and trains on the CPU.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@ typedef struct {
     const bn_model *m;
     bn_lora *copy;
     int uploads, ref_forwards, takes;
+    int gemm; // the GEMM arithmetic open was asked for (−1: no options)
 } host_device;
 
 static host_device g_dev;
@@ -32,9 +34,10 @@ static int g_device_count = 1;
 
 static int hd_count(void) { return g_device_count; }
 
-static void *hd_open(const bn_model *m, const bn_lora *l, int device, char *err, size_t errlen) {
+static void *hd_open(const bn_model *m, const bn_lora *l, int device, const bn_train_device_opts *opts, char *err,
+                     size_t errlen) {
     (void)device;
-    g_dev = (host_device){.m = m};
+    g_dev = (host_device){.m = m, .gemm = opts ? (int)opts->gemm : -1};
     if (!l) return &g_dev;
     g_dev.copy = bn_lora_new(l->r, l->alpha, 0, l->arch); // l's layout, tensor by tensor
     for (int i = 0; i < l->n_tensors; i++) {
@@ -230,12 +233,15 @@ int main(void) {
            g_dev.ref_forwards, g_dev.takes, (long long)res.steps);
     CHECK(res.steps == 5 && g_dev.uploads == 6 && g_dev.takes == 5 && g_dev.ref_forwards == rows->n_rows,
           "one upload per step and the first, every row's reference once (train and held out), the gradients once per step");
+    CHECK(g_dev.gemm == BN_TRAIN_GEMM_BF16, "the trainer's default asks the device for bf16 GEMMs (got %d)", g_dev.gemm);
 
     o = opts(NULL);
     o.n_gpu_layers = 1;
     o.max_steps = 2;
     o.ckpt_path = ckpt;
+    o.train_gemm = BN_TRAIN_GEMM_F32;
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "2 steps on the device, checkpoint: %s", err);
+    CHECK(g_dev.gemm == BN_TRAIN_GEMM_F32, "train_gemm f32 reaches the device's open (got %d)", g_dev.gemm);
     o = opts(resumed);
     o.resume_path = ckpt;
     CHECK(bn_ftpo_train(m, rows, &o, &res, err, sizeof err) == 0, "resumed on the CPU: %s", err);

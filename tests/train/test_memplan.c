@@ -1,7 +1,7 @@
 // tests/train/test_memplan.c — the training memory plan (train/memplan.h, docs/antidoom.md §19):
 //  - the Qwen3.5-27B shape (bonsai-mkmodel's "27b" preset as a config, no file): every term against arithmetic written
 //    out here from docs/model.md §3 and §10 (Q1_0 and F16 bases, r 32 on q,k,v,o,gate,up,down, 4096 tokens), the
-//    CPU trainer's and the device's (cuda/train_graph.cu's buffers);
+//    CPU trainer's and the device's (cuda/train_graph.cu's buffers), the device's workspace with bf16 and fp32 GEMMs;
 //  - tiny models written by bonsai-mkmodel: the planned base bytes against the file's tensors, the adapter size
 //    against bn_lora_from_model, and the kept activations + one layer's working set against the peak of the
 //    training graph's buffers (bn_train_mem_peak) for real forward and backward passes, exactly;
@@ -75,6 +75,40 @@ static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64
     CHECK(d->head == (2LL * 248320 + 2 * 5120) * 4, "27b device head %lld", (long long)d->head);
     const int64_t want = base + 8 * n_lora + d->kept + DEV_LAYER_PER_TOKEN * T * 4 + DEV_SCRATCH + d->head;
     CHECK(d->total == want, "27b device total %lld vs %lld", (long long)d->total, (long long)want);
+}
+
+// The device's workspace with bf16 GEMMs (the default) and fp32 ones. A linear's backward workspace with bf16 GEMMs
+// holds the weight's bf16 chunk (8 Mi values in whole 8s of rows: 480 rows of 17408, 1632 of 5120, 1360 of 6144; all
+// 8,355,840 values, 4,177,920 floats) and dy's bf16 copy (n_out·T values) where the fp32 path holds an fp32 chunk (4 Mi
+// floats: 240 rows of 17408, 4,177,920 floats). At 4096 tokens the GDN backward's 177,733,632 floats stay the largest
+// either way (ffn_down's bf16 workspace: 4,177,920 + 5120·4096/2 + 2·17408·4096 + 2·32·4096 = 157,532,160). At 65,536
+// tokens ffn_down's passes it with bf16 GEMMs: 4,177,920 + 5120·65536/2 + 2·17408·65536 + 2·32·65536 =
+// 2,457,845,760 floats against the GDN's 48·((2048 + 32 + 2)·16384 + 2·65536·128) = 2,442,657,792, which stays the
+// largest with fp32 GEMMs (ffn_down's 4,177,920 + 2·17408·65536 + 2·32·65536 = 2,290,073,600).
+#define DEV_SCRATCH_64K_BF16 (2457845760LL * 4)
+#define DEV_SCRATCH_64K_F32 (2442657792LL * 4)
+
+// check_27b_gemm: the 27B Q1_0 device workspace with bf16 and fp32 GEMMs at 4096 and 65,536 tokens against the
+// arithmetic above; a GEMM input of 3 bytes is refused.
+static void check_27b_gemm(void) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    char err[256];
+    const int ctx[2] = {4096, 65536};
+    const int64_t want[2][2] = {{DEV_SCRATCH, DEV_SCRATCH}, {DEV_SCRATCH_64K_BF16, DEV_SCRATCH_64K_F32}};
+    for (int i = 0; i < 2; i++)
+        for (int g = 0; g < 2; g++) {
+            bn_memplan_cfg c = bn_memplan_cfg_default(ctx[i]);
+            c.gemm_bytes = g ? 4 : 2;
+            bn_memplan p;
+            CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
+            CHECK(p.dev.scratch == want[i][g], "27b device workspace at %d tokens, %s GEMMs: %lld vs %lld", ctx[i],
+                  g ? "fp32" : "bf16", (long long)p.dev.scratch, (long long)want[i][g]);
+        }
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    c.gemm_bytes = 3;
+    bn_memplan p;
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) != 0 && strstr(err, "GEMM"), "gemm_bytes 3 accepted: %s",
+          err);
 }
 
 // check_27b_tether: with a tether of 64-token windows the device adds one all-position graph: the layer inputs and the
@@ -228,6 +262,7 @@ int main(void) {
     check_27b(BN_F16, 256, 4, 4, &f16_b4_32); // F16: 256 B per 128 weights
     check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
     check_27b_tether();
+    check_27b_gemm();
     printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
            "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
            q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);
