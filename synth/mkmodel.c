@@ -1,4 +1,5 @@
-// synth/mkmodel.c — random-weight qwen35 / qwen3 GGUF generator. See synth/mkmodel.h.
+// synth/mkmodel.c — random-weight qwen35 / qwen3 GGUF generator (F32 / F16 / BF16, or Q1_0 / Q2_0 quantized
+// as generated). See synth/mkmodel.h.
 // Keys: docs/model.md §2 (qwen35), §7 (qwen3), docs/formats.md §8. Tensors: docs/model.md §3. Tensor order:
 // docs/formats.md §5.5 (layer number, then strcmp of the name).
 #include "synth/mkmodel.h"
@@ -6,6 +7,8 @@
 #include "gguf/gguf.h"
 #include "base/util.h"
 #include "quant/quant.h"
+#include "quantize/rules.h"
+#include "base/threads.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
@@ -111,6 +114,7 @@ int bn_mkmodel_defaults(bn_mkmodel_params *p, const char *preset) {
 }
 
 static bool is_qwen35(const bn_mkmodel_params *p) { return strcmp(p->arch, "qwen35") == 0; }
+static int check_blocks(const bn_mkmodel_params *p, char *err, size_t errlen);
 
 int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
     if (!p->arch || (strcmp(p->arch, "qwen35") != 0 && strcmp(p->arch, "qwen3") != 0))
@@ -122,8 +126,8 @@ int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
     if (p->n_rot <= 0 || p->n_rot > p->head_dim || p->n_rot % 2 != 0)
         return bn_err(err, errlen, "mkmodel: n_rot %d must be even and in 2..head_dim (%d)", p->n_rot, p->head_dim);
     if (p->ctx <= 0) return bn_err(err, errlen, "mkmodel: ctx must be > 0");
-    if (p->type != BN_F32 && p->type != BN_F16 && p->type != BN_BF16)
-        return bn_err(err, errlen, "mkmodel: type must be f32, f16 or bf16");
+    if (p->type != BN_F32 && p->type != BN_F16 && p->type != BN_BF16 && p->type != BN_Q1_0 && p->type != BN_Q2_0)
+        return bn_err(err, errlen, "mkmodel: type must be f32, f16, bf16, q1_0 or q2_0");
     if (!p->vocab && p->n_vocab_small < 262)
         return bn_err(err, errlen, "mkmodel: n_vocab_small %d < 262 (256 bytes + 3 specials + merges)",
                       p->n_vocab_small);
@@ -135,7 +139,7 @@ int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
                           p->ssm_dt_rank, p->ssm_n_group);
         if (p->full_attn_interval <= 0) return bn_err(err, errlen, "mkmodel: full_attn_interval must be > 0");
     }
-    return 0;
+    return check_blocks(p, err, errlen);
 }
 
 // ---- synthetic byte-level BPE vocabulary --------------------------------------------------
@@ -402,6 +406,22 @@ int64_t bn_mkmodel_n_params(const bn_mkmodel_params *p, int64_t n_vocab) {
     return n;
 }
 
+// check_blocks: every tensor of the weight type has ne0 a multiple of the type's block (the presets' shapes all do;
+// a quantized type refuses the others rather than falling back to another type); 0 or -1 with err.
+static int check_blocks(const bn_mkmodel_params *p, char *err, size_t errlen) {
+    const int blck = bn_type_blck(p->type);
+    if (blck <= 1) return 0;
+    tlist l;
+    build_tensors(&l, p, 1);
+    int rc = 0;
+    for (int i = 0; i < l.n && rc == 0; i++)
+        if (l.t[i].type == p->type && l.t[i].ne[0] % blck != 0)
+            rc = bn_err(err, errlen, "mkmodel: %s: ne0 %lld is not a multiple of the %s block (%d)", l.t[i].name,
+                        (long long)l.t[i].ne[0], bn_type_name(p->type), blck);
+    free(l.t);
+    return rc;
+}
+
 // ---- random numbers: splitmix64 seeds a xoshiro256** per tensor ------------------------------
 
 
@@ -413,13 +433,25 @@ static void rng_for(bn_rng *r, uint64_t seed, const char *name) {
 }
 
 // ---- fill ---------------------------------------------------------------------------------
+// gguf_writer_write asks for the tensors in file order, one at a time. The first request of a batch generates the
+// batch's tensors in parallel (one tensor per task: each has its own generator, so its bytes do not depend on the
+// thread that makes it), the following requests copy them out.
+
+#define BATCH_PER_THREAD 4                 // tensors per batch and thread (bn_parallel_for then hands out one at a time)
+#define BATCH_BYTES ((size_t)2 << 30)      // bytes per batch (a larger tensor makes a batch of its own)
 
 typedef struct {
     const bn_mkmodel_params *p;
     const tlist *l;
+    const size_t *nbytes; // [l->n] bytes of each tensor in the file
     bn_progress prog;
     int64_t done;
-    float *row; // {ne0} scratch
+    bn_pool *pool;
+    int b0, b1;           // the batch generated: tensors [b0, b1), tensor b0 + k in buf[k]
+    uint8_t **buf;        // [max_batch] buffers
+    size_t *cap;          // [max_batch] their capacities
+    int max_batch;
+    float **rows;         // [threads] {max ne0} scratch rows
 } fill_ctx;
 
 static void gen_row(bn_rng *r, const tspec *t, float logit_scale, float *row) {
@@ -453,31 +485,71 @@ static void gen_row(bn_rng *r, const tspec *t, float logit_scale, float *row) {
     }
 }
 
+// gen_tensor: tensor t's rows into dst (bn_row_size(t->type, ne0) bytes each), fp32 rows made in row (scratch).
+static void gen_tensor(const tspec *t, uint64_t seed, float logit_scale, uint8_t *dst, float *row) {
+    bn_rng r;
+    rng_for(&r, seed, t->name);
+    const size_t row_bytes = bn_row_size(t->type, t->ne[0]);
+    const bn_type_traits *q = bn_type_traits_of(t->type);
+    for (int64_t j = 0; j < t->ne[1]; j++) {
+        uint8_t *out = dst + (size_t)j * row_bytes;
+        float *x = t->type == BN_F32 ? (float *)out : row;
+        gen_row(&r, t, logit_scale, x);
+        if (t->type == BN_F16)
+            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_fp16(x[i]);
+        else if (t->type == BN_BF16)
+            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_bf16(x[i]);
+        else if (t->type != BN_F32)
+            q->from_float_ref(x, out, t->ne[0]); // the reference quantizer, as bonsai-quantize uses from F32
+    }
+}
+
+// gen_task: bn_task_fn generating the batch's tensors [i0, i1) (offsets from b0) on thread tid.
+static void gen_task(void *vctx, int64_t i0, int64_t i1, int tid) {
+    fill_ctx *c = vctx;
+    for (int64_t k = i0; k < i1; k++)
+        gen_tensor(&c->l->t[c->b0 + k], c->p->seed, c->p->logit_scale, c->buf[k], c->rows[tid]);
+}
+
+// gen_batch: generates the batch that starts at tensor idx: tensors while the batch holds fewer than max_batch
+// and their bytes stay within BATCH_BYTES (always at least idx).
+static void gen_batch(fill_ctx *c, int idx) {
+    size_t bytes = 0;
+    int n = 0;
+    while (idx + n < c->l->n && n < c->max_batch && (n == 0 || bytes + c->nbytes[idx + n] <= BATCH_BYTES))
+        bytes += c->nbytes[idx + n++];
+    for (int k = 0; k < n; k++)
+        if (c->cap[k] < c->nbytes[idx + k]) {
+            free(c->buf[k]);
+            c->buf[k] = xmalloc(c->cap[k] = c->nbytes[idx + k]);
+        }
+    c->b0 = idx, c->b1 = idx + n;
+    bn_parallel_for(c->pool, n, gen_task, c);
+}
+
 static int fill_tensor(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
     fill_ctx *c = vctx;
     const tspec *t = &c->l->t[idx];
-    bn_rng r;
-    rng_for(&r, c->p->seed, t->name);
-    size_t row_bytes = bn_row_size(t->type, t->ne[0]);
-    if (row_bytes * (size_t)t->ne[1] != nbytes)
-        return bn_err(err, errlen, "mkmodel: tensor '%s': size mismatch (%zu vs %zu bytes)", t->name,
-                      row_bytes * (size_t)t->ne[1], nbytes);
-    for (int64_t j = 0; j < t->ne[1]; j++) {
-        uint8_t *out = (uint8_t *)dst + (size_t)j * row_bytes;
-        float *row = t->type == BN_F32 ? (float *)out : c->row;
-        gen_row(&r, t, c->p->logit_scale, row);
-        if (t->type == BN_F16)
-            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_fp16(row[i]);
-        else if (t->type == BN_BF16)
-            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_bf16(row[i]);
-        if ((j & 255) == 255) bn_progress_update(&c->prog, c->done + (int64_t)(j * row_bytes), t->name);
-    }
+    if (nbytes != c->nbytes[idx])
+        return bn_err(err, errlen, "mkmodel: tensor '%s': size mismatch (%zu vs %zu bytes)", t->name, c->nbytes[idx],
+                      nbytes);
+    if (idx < c->b0 || idx >= c->b1) gen_batch(c, idx);
+    memcpy(dst, c->buf[idx - c->b0], nbytes);
     c->done += (int64_t)nbytes;
     bn_progress_update(&c->prog, c->done, t->name);
     return 0;
 }
 
-static uint32_t file_type_of(int type) { return type == BN_F32 ? 0 : type == BN_F16 ? 1 : 32; }
+// file_type_of: general.file_type of a file whose 2-D weights are of type (llama-quantize's ftype ids).
+static uint32_t file_type_of(int type) {
+    switch (type) {
+    case BN_F32: return BN_FTYPE_ALL_F32;
+    case BN_F16: return BN_FTYPE_F16;
+    case BN_Q1_0: return BN_FTYPE_Q1_0;
+    case BN_Q2_0: return BN_FTYPE_Q2_0;
+    default: return BN_FTYPE_BF16;
+    }
+}
 
 // set_rope_sections: MRoPE sections summing to n_rot/2 with the 4th = 0 (27B: 32 -> [11,11,10,0]).
 static void set_rope_sections(gguf_writer *w, const char *key, int n_rot) {
@@ -528,6 +600,7 @@ int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, si
         gguf_set_u32(w, KEY("full_attention_interval"), (uint32_t)p->full_attn_interval);
     }
 #undef KEY
+    if (bn_type_blck(p->type) > 1) gguf_set_u32(w, "general.quantization_version", 2); // as bonsai-quantize writes
     gguf_set_u32(w, "general.file_type", file_type_of(p->type));
     int64_t n_vocab = set_vocab(w, p, err, errlen);
     if (n_vocab < 0) {
@@ -537,21 +610,33 @@ int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, si
     tlist l;
     build_tensors(&l, p, n_vocab);
     int64_t total = 0, max_ne0 = 0;
+    size_t *nbytes = xmalloc(sizeof(size_t) * (size_t)l.n);
     for (int i = 0; i < l.n; i++) {
         const tspec *t = &l.t[i];
         if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, (uint32_t)t->type, NULL, err, errlen) < 0) {
+            free(nbytes);
             free(l.t);
             gguf_writer_free(w);
             return -1;
         }
-        total += (int64_t)gguf_writer_tensor_nbytes(w, i);
+        nbytes[i] = gguf_writer_tensor_nbytes(w, i);
+        total += (int64_t)nbytes[i];
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
     }
-    fill_ctx c = {.p = p, .l = &l, .done = 0, .row = xmalloc(sizeof(float) * (size_t)max_ne0)};
+    const int n_threads = p->n_threads > 0 ? p->n_threads : bn_n_threads_default();
+    fill_ctx c = {.p = p, .l = &l, .nbytes = nbytes, .pool = bn_pool_new(n_threads), .b0 = 0, .b1 = 0,
+                  .max_batch = BATCH_PER_THREAD * n_threads};
+    c.buf = xcalloc((size_t)c.max_batch, sizeof *c.buf);
+    c.cap = xcalloc((size_t)c.max_batch, sizeof *c.cap);
+    c.rows = xmalloc(sizeof *c.rows * (size_t)n_threads);
+    for (int i = 0; i < n_threads; i++) c.rows[i] = xmalloc(sizeof(float) * (size_t)max_ne0);
     bn_progress_start(&c.prog, "bytes", total);
     int rc = gguf_writer_write(w, path, fill_tensor, &c, err, errlen);
     bn_progress_finish(&c.prog, rc == 0 ? "done" : "failed");
-    free(c.row);
+    bn_pool_free(c.pool);
+    for (int i = 0; i < c.max_batch; i++) free(c.buf[i]);
+    for (int i = 0; i < n_threads; i++) free(c.rows[i]);
+    free(c.buf), free(c.cap), free(c.rows), free(nbytes);
     free(l.t);
     gguf_writer_free(w);
     return rc;
