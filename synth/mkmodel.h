@@ -1,9 +1,9 @@
 // synth/mkmodel.h — writes random-weight GGUF models with the exact qwen35 (docs/model.md §2–3) or
 // dense qwen3 (docs/model.md §7) keys, tensor names and shapes, in llama-quantize's tensor order
 // (docs/formats.md §5.5). Weights are generated per tensor on the fly from (seed, tensor name), so
-// even the 27B preset streams to disk without holding the model in memory, and the bytes of a tensor
-// do not depend on the thread count: a batch of tensors (at most 4 per thread and 2 GiB) is generated
-// in parallel on a thread pool, then written in order.
+// even the 27B preset streams to disk without holding the model in memory. Batches of tensors (up to
+// 1 GiB) are generated in parallel on a thread pool, in chunks of rows whose generators are jumped
+// ahead to their first row, then written in order: the bytes do not depend on the thread count.
 //
 // Quantized files (type BN_Q1_0 / BN_Q2_0): each 2-D weight's random fp32 rows are quantized as they are
 // made, with the type's reference quantizer, so a tensor equals `bonsai-quantize --pure` of the same
