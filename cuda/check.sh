@@ -257,7 +257,7 @@ section_decode() {
     echo "bonsai-mkmodel --preset $PRESET --n-layer $LFULL --type q1_0 / q2_0: random weights quantized as written,"
     echo "every 2-D weight (embedding and head too) in the type. pp$PP / tg$TG, $REPS repetitions. Kernels / token:"
     echo "the nodes of the captured one-token decode graph. Decode GB/s = weight bytes read per token (all but"
-    echo "token_embd) × tg tok/s, against the copy bandwidth ${COPY_GBS:-(not measured)} GB/s (read + write). Verdict:"
+    echo "token_embd) × tg tok/s, against the copy bandwidth ${COPY_GBS:+$COPY_GBS GB/s (read + write)}${COPY_GBS:-(not measured)}. Verdict:"
     echo "Q1_0 PASS at tg$TG >= $TARGET_TG tok/s; the other types PASS when the run gave its numbers."
     echo
     echo "| type | layers | size MiB | pp$PP t/s | tg$TG t/s | kernels / token | decode GB/s | % of copy BW | target | verdict |"
