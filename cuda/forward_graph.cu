@@ -74,9 +74,17 @@ static cudaError_t graph_body(bn_cuda_state *s, step_kind kind, const step_graph
     return kind == STEP_GREEDY ? bn_cu_argmax(s->logits, s->cm->cfg.n_vocab, s->d_tokens, s->stream) : cudaSuccess;
 }
 
-// capture: records graph_body on s->stream into *exec.
+// capture: records graph_body on s->stream into *exec. With BONSAI_CUDA_GRAPH_LOG=1 each capture prints its node
+// count to stderr ("bonsai-cuda: captured a logits graph of 1 token(s): 645 nodes"): the kernels a replay launches,
+// as the passes enqueue kernels only (cuda/check.sh's kernels per token).
 static cudaError_t capture(bn_cuda_state *s, step_kind kind, const step_graph *key, cudaGraphExec_t *exec) {
-    return bn_cu_capture(s->stream, exec, [&] { return graph_body(s, kind, key); });
+    static const bool log = bn_env_is("BONSAI_CUDA_GRAPH_LOG", "1");
+    size_t nodes = 0;
+    const cudaError_t e = bn_cu_capture(s->stream, exec, [&] { return graph_body(s, kind, key); }, log ? &nodes : NULL);
+    static const char *const names[] = {"greedy", "logits", "taps", "verify", "batch"};
+    if (e == cudaSuccess && log)
+        fprintf(stderr, "bonsai-cuda: captured a %s graph of %d token(s): %zu nodes\n", names[kind], key->n, nodes);
+    return e;
 }
 
 // fw_replay: launches the captured pass of this kind serving key (captured on first use, and again when its

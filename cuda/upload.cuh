@@ -37,15 +37,18 @@ int bn_cu_stream_blas_new(cudaStream_t *stream, cublasHandle_t *blas, char *err,
 // bn_cu_stream_blas_free: destroys what bn_cu_stream_blas_new made (NULL members are skipped).
 void bn_cu_stream_blas_free(cudaStream_t stream, cublasHandle_t blas);
 
-// bn_cu_capture: records what body() enqueues on stream into a new executable graph *exec; returns the first
-// error (body's, the capture's or the instantiation's; *exec is NULL then).
-template <typename Body> static inline cudaError_t bn_cu_capture(cudaStream_t stream, cudaGraphExec_t *exec, Body body) {
+// bn_cu_capture: records what body() enqueues on stream into a new executable graph *exec (and, when n_nodes is
+// given, its node count into *n_nodes); returns the first error (body's, the capture's or the instantiation's;
+// *exec is NULL then).
+template <typename Body>
+static inline cudaError_t bn_cu_capture(cudaStream_t stream, cudaGraphExec_t *exec, Body body, size_t *n_nodes = NULL) {
     cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return e;
     e = body();
     cudaGraph_t graph = NULL;
     const cudaError_t e_end = cudaStreamEndCapture(stream, &graph);
     if (e == cudaSuccess) e = e_end;
+    if (e == cudaSuccess && n_nodes) e = cudaGraphGetNodes(graph, NULL, n_nodes);
     if (e == cudaSuccess) e = cudaGraphInstantiate(exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
     if (e != cudaSuccess) *exec = NULL;

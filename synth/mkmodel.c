@@ -1,4 +1,5 @@
-// synth/mkmodel.c — random-weight qwen35 / qwen3 GGUF generator. See synth/mkmodel.h.
+// synth/mkmodel.c — random-weight qwen35 / qwen3 GGUF generator (F32 / F16 / BF16, or Q1_0 / Q2_0 quantized
+// as generated). See synth/mkmodel.h.
 // Keys: docs/model.md §2 (qwen35), §7 (qwen3), docs/formats.md §8. Tensors: docs/model.md §3. Tensor order:
 // docs/formats.md §5.5 (layer number, then strcmp of the name).
 #include "synth/mkmodel.h"
@@ -6,6 +7,8 @@
 #include "gguf/gguf.h"
 #include "base/util.h"
 #include "quant/quant.h"
+#include "quantize/rules.h"
+#include "base/threads.h"
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
@@ -111,6 +114,7 @@ int bn_mkmodel_defaults(bn_mkmodel_params *p, const char *preset) {
 }
 
 static bool is_qwen35(const bn_mkmodel_params *p) { return strcmp(p->arch, "qwen35") == 0; }
+static int check_blocks(const bn_mkmodel_params *p, char *err, size_t errlen);
 
 int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
     if (!p->arch || (strcmp(p->arch, "qwen35") != 0 && strcmp(p->arch, "qwen3") != 0))
@@ -122,8 +126,8 @@ int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
     if (p->n_rot <= 0 || p->n_rot > p->head_dim || p->n_rot % 2 != 0)
         return bn_err(err, errlen, "mkmodel: n_rot %d must be even and in 2..head_dim (%d)", p->n_rot, p->head_dim);
     if (p->ctx <= 0) return bn_err(err, errlen, "mkmodel: ctx must be > 0");
-    if (p->type != BN_F32 && p->type != BN_F16 && p->type != BN_BF16)
-        return bn_err(err, errlen, "mkmodel: type must be f32, f16 or bf16");
+    if (p->type != BN_F32 && p->type != BN_F16 && p->type != BN_BF16 && p->type != BN_Q1_0 && p->type != BN_Q2_0)
+        return bn_err(err, errlen, "mkmodel: type must be f32, f16, bf16, q1_0 or q2_0");
     if (!p->vocab && p->n_vocab_small < 262)
         return bn_err(err, errlen, "mkmodel: n_vocab_small %d < 262 (256 bytes + 3 specials + merges)",
                       p->n_vocab_small);
@@ -135,7 +139,7 @@ int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen) {
                           p->ssm_dt_rank, p->ssm_n_group);
         if (p->full_attn_interval <= 0) return bn_err(err, errlen, "mkmodel: full_attn_interval must be > 0");
     }
-    return 0;
+    return check_blocks(p, err, errlen);
 }
 
 // ---- synthetic byte-level BPE vocabulary --------------------------------------------------
@@ -402,6 +406,22 @@ int64_t bn_mkmodel_n_params(const bn_mkmodel_params *p, int64_t n_vocab) {
     return n;
 }
 
+// check_blocks: every tensor of the weight type has ne0 a multiple of the type's block (the presets' shapes all do;
+// a quantized type refuses the others rather than falling back to another type); 0 or -1 with err.
+static int check_blocks(const bn_mkmodel_params *p, char *err, size_t errlen) {
+    const int blck = bn_type_blck(p->type);
+    if (blck <= 1) return 0;
+    tlist l;
+    build_tensors(&l, p, 1);
+    int rc = 0;
+    for (int i = 0; i < l.n && rc == 0; i++)
+        if (l.t[i].type == p->type && l.t[i].ne[0] % blck != 0)
+            rc = bn_err(err, errlen, "mkmodel: %s: ne0 %lld is not a multiple of the %s block (%d)", l.t[i].name,
+                        (long long)l.t[i].ne[0], bn_type_name(p->type), blck);
+    free(l.t);
+    return rc;
+}
+
 // ---- random numbers: splitmix64 seeds a xoshiro256** per tensor ------------------------------
 
 
@@ -412,14 +432,93 @@ static void rng_for(bn_rng *r, uint64_t seed, const char *name) {
     bn_rng_seed(r, seed ^ h);
 }
 
+// ---- jumping a tensor's generator ahead ------------------------------------------------------
+// Every element takes one draw, so row j of a tensor starts j·ne0 draws into its generator. xoshiro256**'s state update
+// is linear over GF(2): a 256×256 bit matrix M, and n draws ahead is M^n (square and multiply, ~60 products of
+// 256×256 bits for n ~ 2^31: milliseconds), so a large tensor's rows are made in chunks on several threads and the
+// bytes are those of one generator run from the first row to the last.
+
+typedef struct {
+    uint64_t c[256][4]; // column j: M applied to the state with bit j alone set
+} gf2_mat;
+
+// gf2_apply: out = m · v (out may be v).
+static void gf2_apply(const gf2_mat *m, const uint64_t v[4], uint64_t out[4]) {
+    uint64_t r[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 256; j++)
+        if ((v[j >> 6] >> (j & 63)) & 1)
+            for (int w = 0; w < 4; w++) r[w] ^= m->c[j][w];
+    memcpy(out, r, sizeof r);
+}
+
+// gf2_mul: out = a · b (out neither a nor b).
+static void gf2_mul(const gf2_mat *a, const gf2_mat *b, gf2_mat *out) {
+    for (int j = 0; j < 256; j++) gf2_apply(a, b->c[j], out->c[j]);
+}
+
+// rng_jump_matrix: *out = M^n, the state n draws ahead as a function of the state now.
+static void rng_jump_matrix(uint64_t n, gf2_mat *out) {
+    gf2_mat *base = xmalloc(sizeof *base), *tmp = xmalloc(sizeof *tmp);
+    memset(out, 0, sizeof *out);
+    for (int j = 0; j < 256; j++) {
+        bn_rng r;
+        memset(&r, 0, sizeof r);
+        r.s[j >> 6] = 1ull << (j & 63);
+        bn_rng_next(&r);
+        memcpy(base->c[j], r.s, sizeof r.s);
+        out->c[j][j >> 6] = 1ull << (j & 63); // the identity
+    }
+    for (; n; n >>= 1) { // powers of M commute: the order of the products does not matter
+        if (n & 1) {
+            gf2_mul(base, out, tmp);
+            *out = *tmp;
+        }
+        if (n > 1) {
+            gf2_mul(base, base, tmp);
+            *base = *tmp;
+        }
+    }
+    free(base);
+    free(tmp);
+}
+
 // ---- fill ---------------------------------------------------------------------------------
+// gguf_writer_write asks for the tensors in file order, one at a time. The first request of a batch generates the
+// batch's tensors in parallel, the following requests copy them out. The work items are chunks of rows (at most
+// CHUNK_ELEMS elements; with one thread a whole tensor), each starting from its rows' generator state (jumped to), so
+// the bytes do not depend on the thread count or on which thread makes which chunk.
+
+#define CHUNK_ELEMS ((int64_t)1 << 20)    // elements per work item (a row more where one row is longer)
+#define BATCH_TENSORS 256                 // tensors per batch at most
+#define BATCH_BYTES ((size_t)1 << 30)     // bytes per batch (a larger tensor makes a batch of its own)
+
+typedef struct {
+    int t;              // tensor index
+    int64_t r0, r1;     // rows [r0, r1)
+    uint64_t s[4];      // the generator's state at row r0
+} gen_chunk;
+
+typedef struct {
+    uint64_t n;         // draws
+    gf2_mat *m;         // M^n
+} jump_entry;
 
 typedef struct {
     const bn_mkmodel_params *p;
     const tlist *l;
+    const size_t *nbytes; // [l->n] bytes of each tensor in the file
     bn_progress prog;
     int64_t done;
-    float *row; // {ne0} scratch
+    bn_pool *pool;
+    int n_threads;
+    int b0, b1;           // the batch generated: tensors [b0, b1), tensor b0 + k in buf[k]
+    uint8_t *buf[BATCH_TENSORS];
+    size_t cap[BATCH_TENSORS];
+    gen_chunk *chunks;    // the batch's work items
+    int64_t n_chunks, chunks_cap;
+    jump_entry jumps[16]; // jump matrices by draw count (a shape has a few row lengths)
+    int n_jumps;
+    float **rows;         // [threads] {max ne0} scratch rows
 } fill_ctx;
 
 static void gen_row(bn_rng *r, const tspec *t, float logit_scale, float *row) {
@@ -453,31 +552,108 @@ static void gen_row(bn_rng *r, const tspec *t, float logit_scale, float *row) {
     }
 }
 
+// gen_rows: rows [r0, r1) of tensor t into dst (its row r0), continuing generator r; fp32 rows made in row.
+static void gen_rows(const tspec *t, bn_rng *r, float logit_scale, int64_t r0, int64_t r1, uint8_t *dst, float *row) {
+    const size_t row_bytes = bn_row_size(t->type, t->ne[0]);
+    const bn_type_traits *q = bn_type_traits_of(t->type);
+    for (int64_t j = r0; j < r1; j++) {
+        uint8_t *out = dst + (size_t)(j - r0) * row_bytes;
+        float *x = t->type == BN_F32 ? (float *)out : row;
+        gen_row(r, t, logit_scale, x);
+        if (t->type == BN_F16)
+            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_fp16(x[i]);
+        else if (t->type == BN_BF16)
+            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_bf16(x[i]);
+        else if (t->type != BN_F32)
+            q->from_float_ref(x, out, t->ne[0]); // the reference quantizer, as bonsai-quantize uses from F32
+    }
+}
+
+// gen_task: bn_task_fn making the batch's chunks [i0, i1) on thread tid.
+static void gen_task(void *vctx, int64_t i0, int64_t i1, int tid) {
+    fill_ctx *c = vctx;
+    for (int64_t k = i0; k < i1; k++) {
+        const gen_chunk *ch = &c->chunks[k];
+        const tspec *t = &c->l->t[ch->t];
+        bn_rng r;
+        memcpy(r.s, ch->s, sizeof r.s);
+        uint8_t *dst = c->buf[ch->t - c->b0] + (size_t)ch->r0 * bn_row_size(t->type, t->ne[0]);
+        gen_rows(t, &r, c->p->logit_scale, ch->r0, ch->r1, dst, c->rows[tid]);
+    }
+}
+
+// jump_for: M^n, from the context's cache (computed on first use).
+static const gf2_mat *jump_for(fill_ctx *c, uint64_t n) {
+    for (int i = 0; i < c->n_jumps; i++)
+        if (c->jumps[i].n == n) return c->jumps[i].m;
+    jump_entry *e = &c->jumps[c->n_jumps < 16 ? c->n_jumps++ : 15]; // more than 16 row lengths: the last slot turns over
+    if (e->m) free(e->m);
+    e->n = n;
+    e->m = xmalloc(sizeof *e->m);
+    rng_jump_matrix(n, e->m);
+    return e->m;
+}
+
+// add_chunks: tensor ti's work items (one with one thread, else chunks of rows of at most CHUNK_ELEMS elements), each
+// with the generator state at its first row.
+static void add_chunks(fill_ctx *c, int ti) {
+    const tspec *t = &c->l->t[ti];
+    const int64_t rows = c->n_threads > 1 ? (CHUNK_ELEMS / t->ne[0] > 0 ? CHUNK_ELEMS / t->ne[0] : 1) : t->ne[1];
+    bn_rng r;
+    rng_for(&r, c->p->seed, t->name);
+    const gf2_mat *jump = rows < t->ne[1] ? jump_for(c, (uint64_t)(rows * t->ne[0])) : NULL;
+    for (int64_t r0 = 0; r0 < t->ne[1]; r0 += rows) {
+        if (c->n_chunks == c->chunks_cap)
+            c->chunks = xrealloc(c->chunks, sizeof *c->chunks * (size_t)(c->chunks_cap = c->chunks_cap ? 2 * c->chunks_cap : 256));
+        gen_chunk *ch = &c->chunks[c->n_chunks++];
+        ch->t = ti, ch->r0 = r0, ch->r1 = r0 + rows < t->ne[1] ? r0 + rows : t->ne[1];
+        memcpy(ch->s, r.s, sizeof r.s);
+        if (jump && ch->r1 < t->ne[1]) gf2_apply(jump, r.s, r.s);
+    }
+}
+
+// gen_batch: generates the batch that starts at tensor idx: tensors while the batch holds fewer than BATCH_TENSORS
+// and their bytes stay within BATCH_BYTES (always at least idx).
+static void gen_batch(fill_ctx *c, int idx) {
+    size_t bytes = 0;
+    int n = 0;
+    while (idx + n < c->l->n && n < BATCH_TENSORS && (n == 0 || bytes + c->nbytes[idx + n] <= BATCH_BYTES))
+        bytes += c->nbytes[idx + n++];
+    c->n_chunks = 0;
+    for (int k = 0; k < n; k++) {
+        if (c->cap[k] < c->nbytes[idx + k]) {
+            free(c->buf[k]);
+            c->buf[k] = xmalloc(c->cap[k] = c->nbytes[idx + k]);
+        }
+        add_chunks(c, idx + k);
+    }
+    c->b0 = idx, c->b1 = idx + n;
+    bn_parallel_for(c->pool, c->n_chunks, gen_task, c);
+}
+
 static int fill_tensor(void *vctx, int idx, void *dst, size_t nbytes, char *err, size_t errlen) {
     fill_ctx *c = vctx;
     const tspec *t = &c->l->t[idx];
-    bn_rng r;
-    rng_for(&r, c->p->seed, t->name);
-    size_t row_bytes = bn_row_size(t->type, t->ne[0]);
-    if (row_bytes * (size_t)t->ne[1] != nbytes)
-        return bn_err(err, errlen, "mkmodel: tensor '%s': size mismatch (%zu vs %zu bytes)", t->name,
-                      row_bytes * (size_t)t->ne[1], nbytes);
-    for (int64_t j = 0; j < t->ne[1]; j++) {
-        uint8_t *out = (uint8_t *)dst + (size_t)j * row_bytes;
-        float *row = t->type == BN_F32 ? (float *)out : c->row;
-        gen_row(&r, t, c->p->logit_scale, row);
-        if (t->type == BN_F16)
-            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_fp16(row[i]);
-        else if (t->type == BN_BF16)
-            for (int64_t i = 0; i < t->ne[0]; i++) ((uint16_t *)out)[i] = bn_fp32_to_bf16(row[i]);
-        if ((j & 255) == 255) bn_progress_update(&c->prog, c->done + (int64_t)(j * row_bytes), t->name);
-    }
+    if (nbytes != c->nbytes[idx])
+        return bn_err(err, errlen, "mkmodel: tensor '%s': size mismatch (%zu vs %zu bytes)", t->name, c->nbytes[idx],
+                      nbytes);
+    if (idx < c->b0 || idx >= c->b1) gen_batch(c, idx);
+    memcpy(dst, c->buf[idx - c->b0], nbytes);
     c->done += (int64_t)nbytes;
     bn_progress_update(&c->prog, c->done, t->name);
     return 0;
 }
 
-static uint32_t file_type_of(int type) { return type == BN_F32 ? 0 : type == BN_F16 ? 1 : 32; }
+// file_type_of: general.file_type of a file whose 2-D weights are of type (llama-quantize's ftype ids).
+static uint32_t file_type_of(int type) {
+    switch (type) {
+    case BN_F32: return BN_FTYPE_ALL_F32;
+    case BN_F16: return BN_FTYPE_F16;
+    case BN_Q1_0: return BN_FTYPE_Q1_0;
+    case BN_Q2_0: return BN_FTYPE_Q2_0;
+    default: return BN_FTYPE_BF16;
+    }
+}
 
 // set_rope_sections: MRoPE sections summing to n_rot/2 with the 4th = 0 (27B: 32 -> [11,11,10,0]).
 static void set_rope_sections(gguf_writer *w, const char *key, int n_rot) {
@@ -528,6 +704,7 @@ int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, si
         gguf_set_u32(w, KEY("full_attention_interval"), (uint32_t)p->full_attn_interval);
     }
 #undef KEY
+    if (bn_type_blck(p->type) > 1) gguf_set_u32(w, "general.quantization_version", 2); // as bonsai-quantize writes
     gguf_set_u32(w, "general.file_type", file_type_of(p->type));
     int64_t n_vocab = set_vocab(w, p, err, errlen);
     if (n_vocab < 0) {
@@ -537,21 +714,32 @@ int bn_mkmodel_write(const bn_mkmodel_params *p, const char *path, char *err, si
     tlist l;
     build_tensors(&l, p, n_vocab);
     int64_t total = 0, max_ne0 = 0;
+    size_t *nbytes = xmalloc(sizeof(size_t) * (size_t)l.n);
     for (int i = 0; i < l.n; i++) {
         const tspec *t = &l.t[i];
         if (gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, (uint32_t)t->type, NULL, err, errlen) < 0) {
+            free(nbytes);
             free(l.t);
             gguf_writer_free(w);
             return -1;
         }
-        total += (int64_t)gguf_writer_tensor_nbytes(w, i);
+        nbytes[i] = gguf_writer_tensor_nbytes(w, i);
+        total += (int64_t)nbytes[i];
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
     }
-    fill_ctx c = {.p = p, .l = &l, .done = 0, .row = xmalloc(sizeof(float) * (size_t)max_ne0)};
-    bn_progress_start(&c.prog, "bytes", total);
-    int rc = gguf_writer_write(w, path, fill_tensor, &c, err, errlen);
-    bn_progress_finish(&c.prog, rc == 0 ? "done" : "failed");
-    free(c.row);
+    const int n_threads = p->n_threads > 0 ? p->n_threads : bn_n_threads_default();
+    fill_ctx *c = xcalloc(1, sizeof *c);
+    c->p = p, c->l = &l, c->nbytes = nbytes, c->pool = bn_pool_new(n_threads), c->n_threads = n_threads;
+    c->rows = xmalloc(sizeof *c->rows * (size_t)n_threads);
+    for (int i = 0; i < n_threads; i++) c->rows[i] = xmalloc(sizeof(float) * (size_t)max_ne0);
+    bn_progress_start(&c->prog, "bytes", total);
+    int rc = gguf_writer_write(w, path, fill_tensor, c, err, errlen);
+    bn_progress_finish(&c->prog, rc == 0 ? "done" : "failed");
+    bn_pool_free(c->pool);
+    for (int i = 0; i < BATCH_TENSORS; i++) free(c->buf[i]);
+    for (int i = 0; i < n_threads; i++) free(c->rows[i]);
+    for (int i = 0; i < c->n_jumps; i++) free(c->jumps[i].m);
+    free(c->rows), free(c->chunks), free(c), free(nbytes);
     free(l.t);
     gguf_writer_free(w);
     return rc;

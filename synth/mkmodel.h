@@ -1,7 +1,15 @@
 // synth/mkmodel.h — writes random-weight GGUF models with the exact qwen35 (docs/model.md §2–3) or
 // dense qwen3 (docs/model.md §7) keys, tensor names and shapes, in llama-quantize's tensor order
 // (docs/formats.md §5.5). Weights are generated per tensor on the fly from (seed, tensor name), so
-// even the 27B preset streams to disk without holding the model in memory.
+// even the 27B preset streams to disk without holding the model in memory. Batches of tensors (up to
+// 1 GiB) are generated in parallel on a thread pool, in chunks of rows whose generators are jumped
+// ahead to their first row, then written in order: the bytes do not depend on the thread count.
+//
+// Quantized files (type BN_Q1_0 / BN_Q2_0): each 2-D weight's random fp32 rows are quantized as they are
+// made, with the type's reference quantizer, so a tensor equals `bonsai-quantize --pure` of the same
+// tensor in the F32 file of the same seed (the quantizer works block by block); norms, ssm_a / dt and
+// ssm_conv1d stay F32 as for the other types. This writes a 64-layer 27B-shape Q1_0 file (3.6 GB)
+// without the 54 GB F16 file a quantization would start from.
 //
 // Presets (all 2-D weights have ne[0] a multiple of 128 so Q1_0 / PQ2_0 / Q2_0 apply; the only
 // exception is ssm_conv1d {K, conv_dim}, which is never quantized):
@@ -45,15 +53,18 @@ typedef struct {
     const char *vocab;         // path to a vocab GGUF (copy all tokenizer.* KVs), or NULL = synthetic
     int n_vocab_small;         // synthetic vocab size (>= 262)
     uint64_t seed;
-    int type;                  // 2-D weight type: BN_F32 / BN_F16 / BN_BF16 (norms, ssm_a/dt/conv stay F32)
+    int type;                  // 2-D weight type: BN_F32 / BN_F16 / BN_BF16 / BN_Q1_0 / BN_Q2_0 (norms,
+                               // ssm_a/dt/conv stay F32)
     float logit_scale;         // std of the logits ~ logit_scale (output.weight scaled by it)
     const char *name;          // general.name (NULL = "bonsai-mkmodel")
+    int n_threads;             // threads generating tensors (<= 0: all CPUs); the bytes do not depend on it
 } bn_mkmodel_params;
 
 // bn_mkmodel_defaults: fills p with a preset ("tiny", "small", "mid", "27b", "qwen3-tiny",
 // "qwen3-1.7b"); returns 0, or -1 for an unknown preset (p then holds "tiny").
 int bn_mkmodel_defaults(bn_mkmodel_params *p, const char *preset);
-// bn_mkmodel_check: validates the shape parameters; returns 0 or -1 with err filled.
+// bn_mkmodel_check: validates the shape parameters and the type (a quantized type needs every quantized
+// weight's ne0 to be a multiple of its block); returns 0 or -1 with err filled.
 int bn_mkmodel_check(const bn_mkmodel_params *p, char *err, size_t errlen);
 // The transformer shape both generators (this one and synth/mkdrafter.h) write as ARCH.* keys.
 typedef struct {

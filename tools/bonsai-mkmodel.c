@@ -1,4 +1,4 @@
-// tools/bonsai-mkmodel.c — writes a random-weight qwen35 / qwen3 GGUF (see synth/mkmodel.h).
+// tools/bonsai-mkmodel.c — writes a random-weight qwen35 / qwen3 GGUF, float or Q1_0 / Q2_0 (see synth/mkmodel.h).
 #include "synth/mkmodel.h"
 #include "base/util.h"
 #include "base/args.h"
@@ -13,11 +13,12 @@ typedef struct {
     const char *out, *preset;
 } mkmodel_opts;
 
-// type_fn: --type f32|f16|bf16.
+// type_fn: --type f32|f16|bf16|q1_0|q2_0.
 static int type_fn(void *base, const char *opt, const char *v, char *err, size_t errlen) {
     int t = bn_type_from_name(v);
-    if (t != BN_F32 && t != BN_F16 && t != BN_BF16)
-        return bn_err(err, errlen, "'%s' is not one of f32|f16|bf16 (quantize afterwards)", v);
+    if (t != BN_F32 && t != BN_F16 && t != BN_BF16 && t != BN_Q1_0 && t != BN_Q2_0)
+        return bn_err(err, errlen, "'%s' is not one of f32|f16|bf16|q1_0|q2_0 (other types: bonsai-quantize afterwards)",
+                      v);
     ((mkmodel_opts *)base)->p.type = t;
     return 0;
 }
@@ -50,7 +51,11 @@ static const bn_arg mkmodel_args[] = {
     BN_STR("--vocab", O(p.vocab), "PATH",
            "copy every tokenizer.* KV from this GGUF (e.g. third_party/llama.cpp/models/ggml-vocab-qwen35.gguf)"),
     BN_INT("--n-vocab", O(p.n_vocab_small), "N", "size of the synthetic byte-level BPE vocab", -1, INT32_MAX),
-    BN_FN("--type", type_fn, "T", "f32 | f16 | bf16 for the 2-D weights (norms/ssm/conv stay f32)"),
+    BN_FN("--type", type_fn, "T",
+          "f32 | f16 | bf16 | q1_0 | q2_0 for the 2-D weights (norms/ssm/conv stay f32; q1_0 / q2_0: the f32 rows "
+          "quantized as generated, = bonsai-quantize --pure of the f32 file)"),
+    BN_INT("-t, --threads", O(p.n_threads), "N", "threads generating tensors (0: all CPUs; the file is the same)", 0,
+           4096),
     BN_SEED("-s, --seed", O(p.seed), "RNG seed"),
     BN_FLOAT("--logit-scale", O(p.logit_scale), "F", "std of the logits", -1e30, 1e30),
     BN_STR("--name", O(p.name), "S", "general.name"),

@@ -38,7 +38,7 @@ CASES=(
   "bonsai-quantize|in.gguf out.gguf Q1_0|--threads -t"
   "bonsai-mkmodel|$T/x.gguf|--n-embd --n-layer --n-ff --n-head --n-head-kv --head-dim --n-rot --rope-base --norm-eps
     --ctx --ssm-d-state --ssm-n-group --ssm-dt-rank --ssm-conv-kernel --full-attn-interval --n-vocab --seed
-    --logit-scale"
+    --logit-scale -t --threads"
   "bonsai-mkdrafter|$T/x.gguf|--n-embd --n-layer --n-ff --n-head --n-head-kv --head-dim --n-rot --rope-base --norm-eps
     --ctx --n-vocab --block-size --mask-token --markov-rank --min-log-snr --max-log-snr --snr-feat --seed
     --logit-scale --markov-scale"

@@ -1,14 +1,17 @@
 // tests/gguf/test_mkmodel.c — the random model generator: exact qwen35/qwen3 keys, tensor names, shapes,
-// llama-quantize order, value ranges, reproducibility, synthetic vocab validity, preset parameter counts.
+// llama-quantize order, value ranges, reproducibility (also across thread counts), synthetic vocab validity, preset
+// parameter counts, and the Q1_0 / Q2_0 files written directly (= bonsai-quantize --pure of the F32 file).
 #include "tests/test.h"
 #include "synth/mkmodel.h"
+#include "quantize/quantize.h"
+#include "core/model.h"
 #include "gguf/gguf.h"
 #include "base/util.h"
 #include "quant/quant.h"
 #include <string.h>
 #include <unistd.h>
 
-static char path_a[256], path_b[256];
+static char path_a[256], path_b[256], path_c[256];
 
 static int64_t geti(const gguf_file *f, const char *key) {
     int64_t v = -1;
@@ -218,6 +221,99 @@ static void check_types(void) {
     gguf_close(b);
 }
 
+// check_threads: the same file whatever the thread count, F16 and Q1_0. With one thread each tensor is one
+// generator run; with several, tensors of more than 2^20 elements are made in chunks of rows whose generators are
+// jumped ahead (here the 128 x 20000 embedding and head: 3 chunks each), so a wrong jump changes their bytes.
+static void check_threads(void) {
+    bn_mkmodel_params p;
+    char err[512];
+    const int types[] = {BN_F16, BN_Q1_0};
+    for (int k = 0; k < 2; k++) {
+        bn_mkmodel_defaults(&p, "tiny");
+        p.n_vocab_small = 20000;
+        p.type = types[k];
+        p.n_threads = 1;
+        CHECK(bn_mkmodel_write(&p, path_a, err, sizeof err) == 0, "write 1 thread: %s", err);
+        p.n_threads = 5;
+        CHECK(bn_mkmodel_write(&p, path_b, err, sizeof err) == 0, "write 5 threads: %s", err);
+        size_t na = 0, nb = 0;
+        char *a = bn_read_file(path_a, &na, err, sizeof err), *b = bn_read_file(path_b, &nb, err, sizeof err);
+        CHECK(a && b && na == nb && memcmp(a, b, na) == 0, "%s: 1 and 5 threads write byte-identical files",
+              bn_type_name(types[k]));
+        free(a);
+        free(b);
+    }
+}
+
+// check_quantized: --type q1_0 / q2_0 against quantizing the F32 file of the same seed with bonsai-quantize's
+// driver (--pure): the same tensors, types and bytes, the file type KVs, and the file loads as a model. Bytes that
+// differ in any tensor (another generator, rounding before the quantizer, another quantizer) fail it.
+static void check_quantized(void) {
+    const int types[] = {BN_Q1_0, BN_Q2_0};
+    const uint32_t ftypes[] = {40, 41};
+    for (int k = 0; k < 2; k++) {
+        const int type = types[k];
+        bn_mkmodel_params p;
+        char err[512];
+        bn_mkmodel_defaults(&p, "tiny");
+        p.type = type;
+        p.n_threads = 3;
+        CHECK(bn_mkmodel_write(&p, path_a, err, sizeof err) == 0, "write %s: %s", bn_type_name(type), err);
+        p.type = BN_F32;
+        CHECK(bn_mkmodel_write(&p, path_b, err, sizeof err) == 0, "write f32: %s", err);
+        bn_quantize_params qp = bn_quantize_params_default();
+        qp.type = type == BN_Q1_0 ? "Q1_0" : "Q2_0";
+        qp.pure = true;
+        qp.n_threads = 2;
+        qp.log = NULL;
+        CHECK(bn_quantize_file(&qp, path_b, path_c, err, sizeof err) == 0, "quantize f32 -> %s: %s", qp.type, err);
+        gguf_file *a = gguf_open(path_a, err, sizeof err), *c = gguf_open(path_c, err, sizeof err);
+        CHECK(a && c, "open: %s", err);
+        if (a && c) {
+            CHECK(geti(a, "general.file_type") == ftypes[k], "%s: general.file_type %u", qp.type, ftypes[k]);
+            CHECK(geti(a, "general.quantization_version") == 2, "%s: quantization_version 2", qp.type);
+            check_shape(a, "token_embd.weight", 128, 512, type);
+            check_shape(a, "output.weight", 128, 512, type);
+            check_shape(a, "blk.0.ffn_gate.weight", 128, 256, type);
+            check_shape(a, "blk.0.ssm_beta.weight", 128, 4, type);
+            check_shape(a, "blk.3.attn_q.weight", 128, 256, type);
+            check_shape(a, "blk.0.ssm_conv1d.weight", 4, 256, BN_F32);
+            check_shape(a, "blk.0.ssm_norm.weight", 32, 1, BN_F32);
+            check_shape(a, "blk.0.ssm_a", 4, 1, BN_F32);
+            check_shape(a, "output_norm.weight", 128, 1, BN_F32);
+            CHECK(a->n_tensors == c->n_tensors, "%s: %zu tensors, quantized f32 file %zu", qp.type, a->n_tensors,
+                  c->n_tensors);
+            int differ = 0, n_quant = 0;
+            for (size_t i = 0; i < a->n_tensors && i < c->n_tensors; i++) {
+                const gguf_tensor *x = &a->tensors[i], *y = &c->tensors[i];
+                bool same = strcmp(x->name, y->name) == 0 && x->type == y->type && x->ne[0] == y->ne[0] &&
+                            x->ne[1] == y->ne[1] && x->nbytes == y->nbytes && memcmp(x->data, y->data, x->nbytes) == 0;
+                if (!same && differ++ < 3) printf("  %s differs from the quantized f32 file's %s\n", x->name, y->name);
+                n_quant += x->type == type;
+            }
+            CHECK(differ == 0, "%s: %d tensors differ from bonsai-quantize --pure of the f32 file", qp.type, differ);
+            CHECK(n_quant == 2 + 3 * 8 + 7, "%s: %d tensors of the type (embedding, head, 8 per GDN layer, 7 in the "
+                  "attention layer)", qp.type, n_quant);
+        }
+        gguf_close(a);
+        gguf_close(c);
+        bn_model *m = bn_model_load(path_a, err, sizeof err);
+        CHECK(m != NULL, "%s file loads as a model: %s", qp.type, err);
+        bn_model_free(m);
+    }
+    bn_mkmodel_params p;
+    char err[512];
+    bn_mkmodel_defaults(&p, "tiny");
+    p.type = BN_Q1_0;
+    p.n_ff = 320; // ffn_down's ne0: not a multiple of 128
+    CHECK(bn_mkmodel_check(&p, err, sizeof err) != 0 && strstr(err, "ffn_down") && strstr(err, "not a multiple"),
+          "q1_0 with ne0 320 refused: %s", err);
+    p.type = BN_Q2_0; // block 64: 320 fits
+    CHECK(bn_mkmodel_check(&p, err, sizeof err) == 0, "q2_0 with ne0 320 accepted: %s", err);
+    p.type = BN_Q4_0;
+    CHECK(bn_mkmodel_check(&p, err, sizeof err) != 0 && strstr(err, "type"), "q4_0 refused: %s", err);
+}
+
 static void check_presets(void) {
     bn_mkmodel_params p;
     char err[256];
@@ -275,12 +371,16 @@ static void check_vocab_copy(void) {
 int main(void) {
     snprintf(path_a, sizeof path_a, "/tmp/bonsai-test-mkmodel-a-%d.gguf", (int)getpid());
     snprintf(path_b, sizeof path_b, "/tmp/bonsai-test-mkmodel-b-%d.gguf", (int)getpid());
+    snprintf(path_c, sizeof path_c, "/tmp/bonsai-test-mkmodel-c-%d.gguf", (int)getpid());
     check_tiny_qwen35();
     check_reproducible();
     check_types();
+    check_threads();
+    check_quantized();
     check_presets();
     check_vocab_copy();
     unlink(path_a);
     unlink(path_b);
+    unlink(path_c);
     return test_done("test_mkmodel");
 }
