@@ -1,5 +1,6 @@
 // train/dp.c — the data-parallel interface: the rank record, and the sums routed to the host transport or, once
 // every rank trains on a device, to the registered device transport. See dp.h.
+#include "train/dp.h"
 #include "train/dp_transport.h"
 #include <stdlib.h>
 #include "base/util.h"

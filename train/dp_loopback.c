@@ -3,6 +3,7 @@
 // slot of DP_SLOT_BYTES per rank. A sum goes chunk by chunk: every rank copies its chunk into its slot, waits at the
 // barrier, adds the slots in rank order into its buffer and waits again (so no slot is overwritten while another
 // rank still reads it).
+#include "train/dp.h"
 #include "train/dp_transport.h"
 #include <errno.h>
 #include <pthread.h>

@@ -5,6 +5,7 @@
 // sends the result back (the loopback transport's order, so the same bits). A broadcast streams rank 0's bytes.
 // A rank that dies closes its socket, so the others fail at their next call instead of waiting; a rank that stops
 // answering fails the others after the timeout.
+#include "train/dp.h"
 #include "train/dp_transport.h"
 #include <errno.h>
 #include <netdb.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 #include "base/util.h"
 
@@ -83,8 +83,8 @@ static void no_delay(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-// resolve: the addresses of host:port (freeaddrinfo them); NULL (err) when the name does not resolve.
-static struct addrinfo *resolve(const char *host, const char *port, bool passive, char *err, size_t errlen) {
+// lookup_addr: the addresses of host:port (freeaddrinfo them); NULL (err) when the name does not resolve.
+static struct addrinfo *lookup_addr(const char *host, const char *port, bool passive, char *err, size_t errlen) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
     struct addrinfo *ai = NULL;
     int rc = getaddrinfo(host, port, &hints, &ai);
@@ -94,7 +94,7 @@ static struct addrinfo *resolve(const char *host, const char *port, bool passive
 
 // listen_on: a listening socket on host:port; the fd or -1 (err).
 static int listen_on(const char *host, const char *port, int backlog, char *err, size_t errlen) {
-    struct addrinfo *ai = resolve(host, port, true, err, errlen);
+    struct addrinfo *ai = lookup_addr(host, port, true, err, errlen);
     if (!ai) return -1;
     int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol), one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -108,19 +108,12 @@ static int listen_on(const char *host, const char *port, int backlog, char *err,
     return fd;
 }
 
-// now_ms: a monotonic clock in milliseconds.
-static int64_t now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 // connect_to: a socket connected to host:port, retried until timeout_ms (rank 0 may start later); fd or -1 (err).
 static int connect_to(const char *host, const char *port, int timeout_ms, char *err, size_t errlen) {
-    const int64_t end = now_ms() + timeout_ms;
+    const int64_t end = (int64_t)bn_time_ms() + timeout_ms;
     int last = 0;
     do {
-        struct addrinfo *ai = resolve(host, port, false, err, errlen);
+        struct addrinfo *ai = lookup_addr(host, port, false, err, errlen);
         if (!ai) return -1;
         int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
         int ok = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
@@ -129,7 +122,7 @@ static int connect_to(const char *host, const char *port, int timeout_ms, char *
         if (ok) return fd;
         if (fd >= 0) close(fd);
         usleep(100 * 1000);
-    } while (now_ms() < end);
+    } while ((int64_t)bn_time_ms() < end);
     return bn_err(err, errlen, "data-parallel: cannot reach rank 0 at %s:%s within %d s (%s); MASTER_ADDR and "
                   "MASTER_PORT must name rank 0's machine and a free port", host, port, timeout_ms / 1000,
                   strerror(last));
@@ -242,7 +235,7 @@ static tcp_ctx *tcp_ctx_new(int n, int timeout_ms) {
 
 // accept_hello: rank 0 takes one connection and its hello (a rank of this world not seen yet); 0 or -1 (err).
 static int accept_hello(int lfd, tcp_ctx *c, int world, int64_t end, char *err, size_t errlen) {
-    int left = (int)(end - now_ms());
+    int left = (int)(end - (int64_t)bn_time_ms());
     if (left <= 0 || wait_fd(lfd, POLLIN, left, -1, err, errlen))
         return bn_err(err, errlen, "data-parallel: rank 0 waited %d s for the other ranks on MASTER_PORT",
                       c->timeout_ms / 1000);
@@ -266,7 +259,7 @@ static tcp_ctx *join_root(const char *host, const char *port, int world, int tim
     int lfd = listen_on(host, port, world, err, errlen);
     if (lfd < 0) return NULL;
     tcp_ctx *c = tcp_ctx_new(world, timeout_ms);
-    const int64_t end = now_ms() + timeout_ms;
+    const int64_t end = (int64_t)bn_time_ms() + timeout_ms;
     int joined = 0, rc = 0;
     while (rc == 0 && joined < world - 1) {
         rc = accept_hello(lfd, c, world, end, err, errlen);

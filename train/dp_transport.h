@@ -2,7 +2,11 @@
 // train/dp*.c).
 #ifndef BONSAI_TRAIN_DP_TRANSPORT_H
 #define BONSAI_TRAIN_DP_TRANSPORT_H
-#include "train/dp.h"
+#include <stdint.h>
+#include <stddef.h>
+
+typedef struct bn_dp bn_dp; // as train/dp.h names them (this header stays below it: dp.c includes both)
+struct bn_dp_device;
 
 typedef struct bn_dp_ops {
     const char *name;
@@ -15,12 +19,12 @@ typedef struct bn_dp_ops {
 } bn_dp_ops;
 
 struct bn_dp {
-    int rank, world;             // this rank, the ranks
-    int local_rank, local_world; // on this machine
-    const bn_dp_ops *ops;        // the host transport
-    void *ctx;                   // its state
-    const bn_dp_device *dev;     // the device transport the sums go through, or NULL
-    void *dev_ctx;               // its state
+    int rank, world;                // this rank, the ranks
+    int local_rank, local_world;    // on this machine
+    const bn_dp_ops *ops;           // the host transport
+    void *ctx;                      // its state
+    const struct bn_dp_device *dev; // the device transport the sums go through, or NULL
+    void *dev_ctx;                  // its state
 };
 
 // bn_dp_new: a rank record on a host transport (ctx is the transport's own, freed by ops->free).
