@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/tool_out.h"
 #include "tests/train/fixture.h"
 #include "synth/mkmodel.h"
 #include "base/util.h"
@@ -26,26 +27,11 @@ static int run(const char *mem, const char *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-// out_text: the last run's output (the caller frees it), or NULL.
-static char *out_text(void) {
-    char path[700], err[256];
-    snprintf(path, sizeof path, "%s/out.txt", dir);
-    size_t n;
-    return bn_read_file(path, &n, err, sizeof err);
-}
-
-// out_has: whether the last run's output holds s (printed when not).
-static bool out_has(const char *s) {
-    char *t = out_text();
-    bool has = t && strstr(t, s);
-    if (!has && t) fprintf(stderr, "--- output ---\n%s\n---\n", t);
-    free(t);
-    return has;
-}
+static bool out_has(const char *s) { return tool_out_has(dir, s); }
 
 // out_bytes: the number before " B)" that follows key in the last run's output (-1 when absent).
 static long long out_bytes(const char *key) {
-    char *t = out_text();
+    char *t = tool_out_text(dir);
     const char *p = t ? strstr(t, key) : NULL;
     const char *open = p ? strchr(p, '(') : NULL;
     long long v = open ? atoll(open + 1) : -1;
@@ -67,7 +53,7 @@ static void check_refused(const char *args) {
               out_has("kept activations") && out_has("layer buffers") && out_has("+ 1.00 GiB margin") &&
               out_has("--batch") && out_has("--rank") && out_has("-ngl 0"),
           "the error names the device, its free bytes, the plan's parts, the margin and what to lower");
-    char *t = out_text();
+    char *t = tool_out_text(dir);
     const char *line = t ? strstr(t, "bonsai-ftpo-train: device 0: ") : NULL;
     if (line) printf("refusal: %.*s\n", (int)strcspn(line, "\n"), line);
     CHECK(t && !strstr(t, "step 1/"), "no step ran");

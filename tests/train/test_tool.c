@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tests/test.h"
+#include "tests/tool_out.h"
 #include "tests/train/fixture.h"
 #include "synth/mkmodel.h"
 #include "core/model.h"
@@ -41,30 +42,8 @@ static int run_launched(const char *args, int world) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-// out_text: the last run's output (the caller frees it), or NULL.
-static char *out_text(void) {
-    char path[700], err[256];
-    snprintf(path, sizeof path, "%s/out.txt", dir);
-    size_t n;
-    return bn_read_file(path, &n, err, sizeof err);
-}
-
-static bool out_has(const char *s) {
-    char *t = out_text();
-    bool has = t && strstr(t, s);
-    if (!has && t) fprintf(stderr, "--- output ---\n%s\n---\n", t);
-    free(t);
-    return has;
-}
-
-// out_count: how many times s occurs in the last run's output.
-static int out_count(const char *s) {
-    char *t = out_text();
-    int count = 0;
-    for (const char *p = t; p && (p = strstr(p, s)); p += strlen(s)) count++;
-    free(t);
-    return count;
-}
+static bool out_has(const char *s) { return tool_out_has(dir, s); }
+static int out_count(const char *s) { return tool_out_count(dir, s); }
 
 int main(void) {
     const char *br = getenv("BONSAI_BUILD_ROOT");
