@@ -748,73 +748,53 @@ int forward_layers(const run *r, bn_cuda_train_graph *g) {
     return copy(r, graph_x_last(g), out + (size_t)(r->T - 1) * H, (size_t)H);
 }
 
-// head_run: the pass of the LM head (one position).
-run head_run(const run *r) {
-    run h = *r;
-    h.T = 1;
-    return h;
+// head_pass: where graph g's LM head works: its positions (the last one, or every one in an all-position graph), the
+// run over them, and its buffers: the normed input, the logits, their gradient and the input's gradient (the
+// trainer's one-position buffers, or the graph's own).
+struct head_pass {
+    run h;
+    float *hx, *z, *dz, *hdx;
+};
+head_pass head_of(const run *r, const bn_cuda_train_graph *g) {
+    bn_cuda_trainer *t = r->t;
+    head_pass p = {*r, t->head_x, t->logits, t->dlogits, t->head_dx};
+    if (g->all) p = {*r, g->hx, g->zbuf, g->zbuf, g->hdx};
+    else p.h.T = 1;
+    return p;
 }
 
-// head_fwd: host logits {V} = output · RMSNorm(x_last) (+ the head's LoRA).
+// head_norm: p.hx = RMSNorm of the final residuals of the head's positions.
+int head_norm(const head_pass &p, const bn_cuda_train_graph *g) {
+    const bn_model *m = p.h.t->m;
+    return bn_cuda_rmsnorm_fwd(graph_x_last(g), F(&p.h, &m->w.output_norm), m->cfg.n_embd, p.h.T, m->cfg.norm_eps,
+                               p.hx, p.h.t->stream, p.h.err, p.h.errlen);
+}
+
+// head_fwd: host logits {V, positions} = output · RMSNorm(x) (+ the head's LoRA) at the head's positions.
 int head_fwd(const run *r, const bn_cuda_train_graph *g, float *logits) {
+    const head_pass p = head_of(r, g);
     bn_cuda_trainer *t = r->t;
-    const bn_model *m = t->m;
-    const run h = head_run(r);
-    if (bn_cuda_rmsnorm_fwd(graph_x_last(g), F(r, &m->w.output_norm), m->cfg.n_embd, 1, m->cfg.norm_eps, t->head_x,
-                            t->stream, r->err, r->errlen) ||
-        lin_fwd(&h, -1, BN_LORA_HEAD, &m->w.output, NULL, t->head_x, t->logits, NULL))
-        return -1;
-    BN_CUDA_TRY(cudaMemcpyAsync(logits, t->logits, sizeof(float) * (size_t)m->cfg.n_vocab, cudaMemcpyDeviceToHost,
-                                t->stream), r->err, r->errlen);
+    if (head_norm(p, g) || lin_fwd(&p.h, -1, BN_LORA_HEAD, &t->m->w.output, NULL, p.hx, p.z, NULL)) return -1;
+    BN_CUDA_TRY(cudaMemcpyAsync(logits, p.z, sizeof(float) * (size_t)t->m->cfg.n_vocab * p.h.T,
+                                cudaMemcpyDeviceToHost, t->stream), r->err, r->errlen);
     BN_CUDA_TRY(cudaStreamSynchronize(t->stream), r->err, r->errlen);
     return 0;
 }
 
-// head_bwd: dx {H, T} = the gradient of the residual stream from host dlogits (the last position's row only).
+// head_bwd: dx {H, T} = the gradient of the residual stream from host dlogits {V, positions} (zero at the positions
+// the head does not cover). The norm is recomputed: the one-position buffers are shared by the trainer's graphs.
 int head_bwd(const run *r, const bn_cuda_train_graph *g, const float *dlogits, float *dx) {
+    const head_pass p = head_of(r, g);
     bn_cuda_trainer *t = r->t;
     const bn_model *m = t->m;
-    const int H = m->cfg.n_embd;
-    const run h = head_run(r);
-    BN_CUDA_TRY(cudaMemcpyAsync(t->dlogits, dlogits, sizeof(float) * (size_t)m->cfg.n_vocab, cudaMemcpyHostToDevice,
+    const int H = m->cfg.n_embd, cols = p.h.T;
+    BN_CUDA_TRY(cudaMemcpyAsync(p.dz, dlogits, sizeof(float) * (size_t)m->cfg.n_vocab * cols, cudaMemcpyHostToDevice,
                                 t->stream), r->err, r->errlen);
-    return bn_cuda_rmsnorm_fwd(graph_x_last(g), F(r, &m->w.output_norm), H, 1, m->cfg.norm_eps, t->head_x, t->stream,
-                               r->err, r->errlen) ||
-                   zero(r, t->head_dx, (size_t)H) ||
-                   lin_bwd(&h, -1, BN_LORA_HEAD, &m->w.output, t->head_x, NULL, t->dlogits, t->head_dx) ||
+    return head_norm(p, g) || zero(r, p.hdx, (size_t)H * cols) ||
+                   lin_bwd(&p.h, -1, BN_LORA_HEAD, &m->w.output, p.hx, NULL, p.dz, p.hdx) ||
                    zero(r, dx, (size_t)H * r->T) ||
-                   bn_cuda_rmsnorm_bwd(graph_x_last(g), F(r, &m->w.output_norm), H, 1, m->cfg.norm_eps, t->head_dx,
-                                       dx + (size_t)(r->T - 1) * H, t->stream, r->err, r->errlen)
-               ? -1 : 0;
-}
-
-// head_fwd_all: host logits {V, T} = output · RMSNorm(x) (+ the head's LoRA) at every position.
-int head_fwd_all(const run *r, const bn_cuda_train_graph *g, float *logits) {
-    bn_cuda_trainer *t = r->t;
-    const bn_model *m = t->m;
-    const size_t V = (size_t)m->cfg.n_vocab;
-    if (bn_cuda_rmsnorm_fwd(graph_x_last(g), F(r, &m->w.output_norm), m->cfg.n_embd, r->T, m->cfg.norm_eps, g->hx,
-                            t->stream, r->err, r->errlen) ||
-        lin_fwd(r, -1, BN_LORA_HEAD, &m->w.output, NULL, g->hx, g->zbuf, NULL))
-        return -1;
-    BN_CUDA_TRY(cudaMemcpyAsync(logits, g->zbuf, sizeof(float) * V * r->T, cudaMemcpyDeviceToHost, t->stream), r->err,
-                r->errlen);
-    BN_CUDA_TRY(cudaStreamSynchronize(t->stream), r->err, r->errlen);
-    return 0;
-}
-
-// head_bwd_all: dx {H, T} = the gradient of the residual stream from host dlogits {V, T} (every position).
-int head_bwd_all(const run *r, const bn_cuda_train_graph *g, const float *dlogits, float *dx) {
-    bn_cuda_trainer *t = r->t;
-    const bn_model *m = t->m;
-    const int H = m->cfg.n_embd;
-    BN_CUDA_TRY(cudaMemcpyAsync(g->zbuf, dlogits, sizeof(float) * (size_t)m->cfg.n_vocab * r->T,
-                                cudaMemcpyHostToDevice, t->stream), r->err, r->errlen);
-    return zero(r, g->hdx, (size_t)H * r->T) ||
-                   lin_bwd(r, -1, BN_LORA_HEAD, &m->w.output, g->hx, NULL, g->zbuf, g->hdx) ||
-                   zero(r, dx, (size_t)H * r->T) ||
-                   bn_cuda_rmsnorm_bwd(graph_x_last(g), F(r, &m->w.output_norm), H, r->T, m->cfg.norm_eps, g->hdx, dx,
-                                       t->stream, r->err, r->errlen)
+                   bn_cuda_rmsnorm_bwd(graph_x_last(g), F(r, &m->w.output_norm), H, cols, m->cfg.norm_eps, p.hdx,
+                                       dx + (size_t)(r->T - cols) * H, t->stream, r->err, r->errlen)
                ? -1 : 0;
 }
 
@@ -930,7 +910,7 @@ static bn_cuda_train_graph *train_forward(bn_cuda_trainer *t, bool use_adapter, 
     bn_cuda_train_graph *g = graph_new(t, use_adapter && t->params, tokens, n, all, err, errlen);
     if (!g) return NULL;
     const run r = {t, g->adapter, n, err, errlen};
-    if (forward_layers(&r, g) || (all ? head_fwd_all(&r, g, logits) : head_fwd(&r, g, logits))) {
+    if (forward_layers(&r, g) || head_fwd(&r, g, logits)) {
         cudaStreamSynchronize(t->stream);
         bn_cuda_train_graph_free(g);
         return NULL;
@@ -954,8 +934,7 @@ extern "C" int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogi
     bn_cuda_trainer *t = g->t;
     if (ensure_capacity(t, g->T, err, errlen)) return -1;
     const run r = {t, true, g->T, err, errlen};
-    const int head = g->all ? head_bwd_all(&r, g, dlogits, t->b.dx) : head_bwd(&r, g, dlogits, t->b.dx);
-    return head || backward_layers(&r, g) ? -1 : 0;
+    return head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ? -1 : 0;
 }
 
 extern "C" void bn_cuda_train_graph_free(bn_cuda_train_graph *g) {
