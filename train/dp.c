@@ -64,7 +64,8 @@ int bn_dp_bcast(bn_dp *dp, void *buf, size_t bytes, char *err, size_t errlen) {
 void bn_dp_device_register(const bn_dp_device *d) { g_device = d; }
 
 int bn_dp_use_device(bn_dp *dp, int device, char *err, size_t errlen) {
-    if (!dp || dp->world == 1 || !g_device || dp->dev) return dp && dp->dev ? 1 : 0;
+    if (dp && dp->dev) return 1; // taken already
+    if (!dp || dp->world == 1 || !g_device) return 0;
     void *ctx = g_device->open(dp, device, err, errlen);
     if (!ctx) return -1;
     dp->dev = g_device;
