@@ -2,6 +2,7 @@
 // every rank trains on a device, to the registered device transport. See dp.h.
 #include "train/dp.h"
 #include "train/dp_transport.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include "base/util.h"
 
@@ -22,6 +23,11 @@ int bn_dp_local_world(const bn_dp *dp) { return dp ? dp->local_world : 1; }
 const char *bn_dp_transport(const bn_dp *dp) {
     if (!dp) return "none";
     return dp->dev ? dp->dev->name : dp->ops->name;
+}
+
+const char *bn_dp_call_name(bool bcast, uint64_t n, char *buf, size_t len) {
+    snprintf(buf, len, bcast ? "a broadcast of %llu bytes" : "a sum of %llu elements", (unsigned long long)n);
+    return buf;
 }
 
 void bn_dp_add(void *dst, const void *src, size_t n, size_t elem_size) {

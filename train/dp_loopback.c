@@ -43,11 +43,9 @@ static int dp_wait(bn_dp *dp, char *err, size_t errlen) {
     return 0;
 }
 
-// call_name: "a sum of N elements" (n >= 0) or "a broadcast of N bytes" (n = -bytes - 1), in buf.
+// call_name: the call a published count stands for (n >= 0: a sum of n elements; n = -bytes - 1: a broadcast).
 static const char *call_name(int64_t n, char *buf, size_t len) {
-    if (n >= 0) snprintf(buf, len, "a sum of %lld elements", (long long)n);
-    else snprintf(buf, len, "a broadcast of %lld bytes", (long long)(-n - 1));
-    return buf;
+    return n >= 0 ? bn_dp_call_name(false, (uint64_t)n, buf, len) : bn_dp_call_name(true, (uint64_t)(-n - 1), buf, len);
 }
 
 // dp_counts_agree: whether every rank asked for n (elements of a sum, bytes of a broadcast; each rank's count is

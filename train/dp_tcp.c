@@ -134,9 +134,7 @@ static tcp_ctx *ctx_of(const bn_dp *dp) { return dp->ctx; }
 
 // call_name: what header h asks for, in buf.
 static const char *call_name(const tcp_header *h, char *buf, size_t len) {
-    if (h->op == OP_SUM) snprintf(buf, len, "a sum of %llu elements", (unsigned long long)h->n);
-    else snprintf(buf, len, "a broadcast of %llu bytes", (unsigned long long)h->n);
-    return buf;
+    return bn_dp_call_name(h->op == OP_BCAST, h->n, buf, len);
 }
 
 // begin_call: every rank agrees on the call h (a sum or a broadcast of h->n); 0 or -1 (err) when they differ.

@@ -4,6 +4,7 @@
 #define BONSAI_TRAIN_DP_TRANSPORT_H
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 
 typedef struct bn_dp bn_dp; // as train/dp.h names them (this header stays below it: dp.c includes both)
 struct bn_dp_device;
@@ -29,6 +30,9 @@ struct bn_dp {
 
 // bn_dp_new: a rank record on a host transport (ctx is the transport's own, freed by ops->free).
 bn_dp *bn_dp_new(int rank, int world, int local_rank, int local_world, const bn_dp_ops *ops, void *ctx);
+// bn_dp_call_name: "a sum of n elements" or "a broadcast of n bytes" in buf (for the errors of calls that differ
+// between ranks); returns buf.
+const char *bn_dp_call_name(bool bcast, uint64_t n, char *buf, size_t len);
 // bn_dp_add: dst[0..n) += src[0..n), elements of elem_size bytes (4: float, 8: double).
 void bn_dp_add(void *dst, const void *src, size_t n, size_t elem_size);
 
