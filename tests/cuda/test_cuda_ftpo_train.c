@@ -52,17 +52,8 @@ static step_log read_log(const char *path) {
 // opts: 10 steps of 2 rows over the tiny model's 12 rows (attention, GDN, FFN and head adapters, r 4); on the device
 // with fp32 GEMMs, the CPU trainer's arithmetic.
 static bn_ftpo_train_opts opts(const char *out, const char *log, int ngl) {
-    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    o.rank = 4;
-    o.alpha = 8;
-    o.targets = BN_LORA_ATTN | BN_LORA_GDN | BN_LORA_FFN | BN_LORA_HEAD;
-    o.lr = 1e-2f;
-    o.batch = 2;
-    o.grad_accum = 1;
-    o.epochs = 2;
+    bn_ftpo_train_opts o = fx_ftpo_opts(BN_LORA_ATTN | BN_LORA_GDN | BN_LORA_FFN | BN_LORA_HEAD, 8, 1e-2f, 2, 1, 2);
     o.max_steps = 10;
-    o.early_stop = 0;
-    o.quiet = true;
     o.out_adapter = out;
     o.log_jsonl = log;
     o.n_gpu_layers = ngl;

@@ -1,7 +1,7 @@
 // tests/train/fixture.h — set-up shared by the training tests (test_sft_train, test_qat, test_ste,
 // test_fakequant, test_tether, test_trainer, test_tool, test_dp, test_device, tests/cuda/test_cuda_ftpo_train): the
 // "tiny" bonsai-mkmodel model in a temp directory, the small SFT config, a small set of FTPO rows, complete pair-row
-// lines to write training files with, and how far two adapter files are apart.
+// lines to write training files with, the options of a short FTPO run, and how far two adapter files are apart.
 #ifndef BONSAI_TEST_TRAIN_FIXTURE_H
 #define BONSAI_TEST_TRAIN_FIXTURE_H
 #include <math.h>
@@ -13,6 +13,7 @@
 #include "train/graph.h"
 #include "train/pairs_in.h"
 #include "train/lora.h"
+#include "train/trainer.h"
 #include "records/pairs.h"
 #include "base/rng.h"
 #include "base/util.h"
@@ -26,6 +27,23 @@ static inline bn_sft_cfg fx_sft_cfg(int64_t steps) {
     c.lr = 3e-3f;
     c.warmup_ratio = 0.0f;
     return c;
+}
+
+// fx_ftpo_opts: the trainer's defaults for a short quiet run on the tiny model: LoRA rank 4 with alpha on targets,
+// learning rate lr, batch rows per micro-batch, grad_accum micro-batches per step, epochs, no early stop.
+static inline bn_ftpo_train_opts fx_ftpo_opts(unsigned targets, float alpha, float lr, int batch, int grad_accum,
+                                              int epochs) {
+    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
+    o.rank = 4;
+    o.alpha = alpha;
+    o.targets = targets;
+    o.lr = lr;
+    o.batch = batch;
+    o.grad_accum = grad_accum;
+    o.epochs = epochs;
+    o.early_stop = 0;
+    o.quiet = true;
+    return o;
 }
 
 // fx_write_tiny: writes the "tiny" preset with 2-D weights of `type` to <dir>/tiny.gguf (its path

@@ -105,16 +105,7 @@ static const bn_train_device host_backend = {"host stand-in", hd_count, hd_open,
 
 // opts: a short run of the tiny model (attention, GDN and head adapters; 5 steps over 10 rows).
 static bn_ftpo_train_opts opts(const char *out) {
-    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    o.rank = 4;
-    o.alpha = 8;
-    o.targets = BN_LORA_ATTN | BN_LORA_GDN | BN_LORA_HEAD;
-    o.lr = 2e-2f;
-    o.batch = 2;
-    o.grad_accum = 1;
-    o.epochs = 1;
-    o.early_stop = 0;
-    o.quiet = true;
+    bn_ftpo_train_opts o = fx_ftpo_opts(BN_LORA_ATTN | BN_LORA_GDN | BN_LORA_HEAD, 8, 2e-2f, 2, 1, 1);
     o.out_adapter = out;
     return o;
 }

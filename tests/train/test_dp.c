@@ -284,16 +284,7 @@ static void test_device_transport(void) {
 
 // train_opts: a short FTPO run of the tiny model (lm_head and attention adapters, 3 steps an epoch with 10 rows).
 static bn_ftpo_train_opts train_opts(int batch, const char *out) {
-    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    o.rank = 4;
-    o.alpha = 8;
-    o.targets = BN_LORA_ATTN | BN_LORA_HEAD;
-    o.lr = 2e-2f;
-    o.batch = batch;
-    o.grad_accum = 2;
-    o.epochs = 2;
-    o.early_stop = 0;
-    o.quiet = true;
+    bn_ftpo_train_opts o = fx_ftpo_opts(BN_LORA_ATTN | BN_LORA_HEAD, 8, 2e-2f, batch, 2, 2);
     o.out_adapter = out;
     return o;
 }

@@ -266,16 +266,7 @@ static void test_ftpo(const bn_model *m, const char *base) {
     bn_ftpo_cfg cfg = bn_ftpo_cfg_antidoom();
     CHECK(bn_ftpo_eval(mq, rows, NULL, &cfg, -1, &r0, err, sizeof err) == 0 && r0.chosen_win == 0,
           "Q1_0 base chosen_win 0 (rejected = its argmax): %g", r0.chosen_win);
-    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    o.rank = 4;
-    o.alpha = 4;
-    o.targets = BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD;
-    o.lr = 1e-2f;
-    o.batch = 4;
-    o.grad_accum = 1;
-    o.epochs = 4;
-    o.early_stop = 0;
-    o.quiet = true;
+    bn_ftpo_train_opts o = fx_ftpo_opts(BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD, 4, 1e-2f, 4, 1, 4);
     o.eval_each_epoch = false;
     o.seed = 3407;
     snprintf(a_plain, sizeof a_plain, "%s/plain.gguf", dir);

@@ -128,16 +128,7 @@ static bool same_file(const char *a, const char *b) {
 static void test_train(const bn_model *m) {
     char err[256], a0[600], aoff[600], a1[600], a6[600], a33[600], ckpt[600];
     bn_train_rows *rows = fx_ftpo_rows(m);
-    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    o.rank = 4;
-    o.alpha = 4;
-    o.targets = BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD;
-    o.lr = 3e-3f;
-    o.batch = 4;
-    o.grad_accum = 1;
-    o.epochs = 8;
-    o.early_stop = 0;
-    o.quiet = true;
+    bn_ftpo_train_opts o = fx_ftpo_opts(BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD, 4, 3e-3f, 4, 1, 8);
     o.eval_each_epoch = false;
     o.tether_tokens = TEXT;
     o.n_tether_tokens = N_TEXT;

@@ -54,16 +54,7 @@ static void write_pairs(const bn_model *m, const char *path) {
 }
 
 static bn_ftpo_train_opts base_opts(void) {
-    bn_ftpo_train_opts o = bn_ftpo_train_defaults();
-    o.rank = 4;
-    o.alpha = 8;
-    o.targets = BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD;
-    o.lr = 2e-2f;
-    o.batch = 2;
-    o.grad_accum = 2;
-    o.epochs = 6;
-    o.early_stop = 0;
-    o.quiet = true;
+    bn_ftpo_train_opts o = fx_ftpo_opts(BN_LORA_ATTN | BN_LORA_FFN | BN_LORA_GDN | BN_LORA_HEAD, 8, 2e-2f, 2, 2, 6);
     o.eval_each_epoch = false;
     return o;
 }
