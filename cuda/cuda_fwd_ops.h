@@ -63,6 +63,11 @@ int bn_cuda_gdn_gates_fwd(const float *b, const float *a, const float *dt, const
                           float *beta, float *g, void *stream, char *err, size_t errlen);
 // bn_cuda_add: y = a + b (y may alias a or b); 0 or -1.
 int bn_cuda_add(const float *a, const float *b, int64_t n, float *y, void *stream, char *err, size_t errlen);
+// bn_cuda_to_bf16: y16[0..n) = the bf16 bits nearest to x[i] (ties to even; quant/quant.h's bn_fp32_to_bf16): the
+// trainer's kept layer inputs; 0 or -1.
+int bn_cuda_to_bf16(const float *x, int64_t n, uint16_t *y16, void *stream, char *err, size_t errlen);
+// bn_cuda_from_bf16: y[0..n) = the floats of bf16 bits x16 (exact); 0 or -1.
+int bn_cuda_from_bf16(const uint16_t *x16, int64_t n, float *y, void *stream, char *err, size_t errlen);
 // bn_cuda_add_row_bias: y[t·n + j] += bias[j] for rows rows; 0 or -1.
 int bn_cuda_add_row_bias(float *y, const float *bias, int n, int rows, void *stream, char *err, size_t errlen);
 // bn_cuda_copy_cols: dst[r·dst_stride + dst_off + i] = src[r·src_stride + src_off + i] for i < width, r < rows (the

@@ -139,6 +139,32 @@ extern "C" int bn_cuda_add(const float *a, const float *b, int64_t n, float *y, 
     return 0;
 }
 
+// to_bf16_kernel: y16[i] = the bf16 bits nearest to x[i], i < n.
+static __global__ void to_bf16_kernel(const float *x, int64_t n, uint16_t *y16) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i < n) y16[i] = bn_f2bf(x[i]);
+}
+
+extern "C" int bn_cuda_to_bf16(const float *x, int64_t n, uint16_t *y16, void *stream, char *err, size_t errlen) {
+    if (n <= 0) return 0;
+    BN_LAUNCH(to_bf16_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, x, n, y16);
+    return launched(err, errlen);
+}
+
+// from_bf16_kernel: y[i] = the float of bf16 bits x16[i] (its upper half), i < n.
+static __global__ void from_bf16_kernel(const uint16_t *x16, int64_t n, float *y) {
+    bn_cu_grid_begin();
+    const int64_t i = elt_index();
+    if (i < n) y[i] = __uint_as_float((unsigned)x16[i] << 16);
+}
+
+extern "C" int bn_cuda_from_bf16(const uint16_t *x16, int64_t n, float *y, void *stream, char *err, size_t errlen) {
+    if (n <= 0) return 0;
+    BN_LAUNCH(from_bf16_kernel, elt_blocks(n), TRAIN_ELT_THREADS, 0, stream, x16, n, y);
+    return launched(err, errlen);
+}
+
 extern "C" int bn_cuda_add_row_bias(float *y, const float *bias, int n, int rows, void *stream, char *err,
                                     size_t errlen) {
     if (n <= 0 || rows <= 0) return 0;

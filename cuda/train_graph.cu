@@ -1,10 +1,10 @@
 // cuda/train_graph.cu — the training forward and backward of train/graph.c in LoRA mode (last-position logits, adapter
 // gradients) on the device, composed of the trainer's device ops (cuda/cuda_fwd_ops.h, cuda/cuda_bwd_ops.h,
-// cuda/cuda_bwd_seq.h) function by function as graph.c composes the CPU ones: the input of every layer is kept, each
-// layer is recomputed from it during the backward, layer 0 skips the mixer's input gradient and the LM head runs on
-// the last position only. Weights stay in their stored types; the linear ops make a weight of another type than F32
-// fp32 (bit-identically to the CPU), or with bf16 GEMMs every weight bf16, a chunk of rows at a time in their
-// workspace. Registered as the
+// cuda/cuda_bwd_seq.h) function by function as graph.c composes the CPU ones: the input of every layer is kept (as
+// bf16 with bf16 GEMMs), each layer is recomputed from it during the backward, the FFN block runs over spans of at
+// most ffn_chunk tokens, layer 0 skips the mixer's input gradient and the LM head runs on the last position only.
+// Weights stay in their stored types; the linear ops make a weight of another type than F32 fp32 (bit-identically to
+// the CPU), or with bf16 GEMMs every weight bf16, a chunk of rows at a time in their workspace. Registered as the
 // bn_train_device backend of train/device.h from a constructor, as cuda/engine.cu registers its engine device.
 #include "cuda/common.cuh"
 #include <stdlib.h>
@@ -27,11 +27,14 @@ const char *bn_type_name(int type);
 #include "cuda/cuda_bwd_seq.h"
 #include "cuda/cuda_train_graph.h"
 
-// train_layer_bufs: one layer's intermediates (forward) and gradients (backward) on the device, for up to T_cap tokens;
-// names as in train/graph.c's acts_t and its backward's locals.
+// train_layer_bufs: one layer's intermediates (forward) and gradients (backward) on the device, for up to T_cap tokens
+// (the FFN block's for one span of at most ffn_chunk tokens); names as in train/graph.c's acts_t and its backward's
+// locals.
 struct train_layer_bufs {
-    float *n, *mo, *h, *mm, *ga, *up, *act, *x_out;                // norms, mixer out, residual, FFN, layer output
-    float *dh, *dact, *dga, *dup, *dmm, *dn, *dx, *dx_prev;         // their gradients; the residual's across layers
+    float *n, *mo, *h, *x_out, *x_in;   // norm, mixer out, residual (h shares mo's buffer), layer output, layer input
+    float *mm, *ga, *up, *act;          // the FFN block's, one span
+    float *dh, *dn, *dx, *dx_prev;      // gradients: the residual's, the norm's, the residual's across layers
+    float *dmm, *dact, *dga, *dup;      // the FFN block's gradients, one span
     float *mix, *z, *b, *a, *beta, *g, *conv, *q, *k, *v, *qn, *kn, *o, *y; // Gated DeltaNet
     float *dy, *d_o, *dz, *dqn, *dkn, *dvv, *dq, *dk, *dqs, *dg, *dbeta, *db, *da, *dconv, *dmix;
     float *qg, *kr, *vr, *qr, *gate, *qa, *ka, *att, *og;          // attention
@@ -57,6 +60,8 @@ struct bn_cuda_trainer {
     const bn_model *m;
     int device;        // the CUDA device it runs on
     bool gemm_bf16;    // the layers' base-weight products with bf16 inputs, fp32 accumulation (else fp32)
+    bool kept_bf16;    // a graph keeps its layer inputs as bf16 (with bf16 GEMMs; else fp32)
+    int ffn_chunk;     // tokens per FFN pass
     int per;           // bn_weight entries of a bn_layer_weights
     void **layer_w;    // [n_layer·per]: device copy of each layer weight in its stored type (NULL: absent)
     void *embd, *out_norm, *out; // token_embd, output_norm, output (== embd when tied)
@@ -83,8 +88,9 @@ struct bn_cuda_train_graph {
     bool adapter;
     int T;
     int *tokens; // device {T}
-    float *x;    // device: the input {H, T} of each layer, then the final residual of the last position {H} (all:
-                 // of every position {H, T})
+    float *x;    // device: the input {H, T} of each layer (unless x16 holds them), then the final residual of the last
+                 // position {H} (all: of every position {H, T})
+    uint16_t *x16; // device, with kept_bf16: the input {H, T} of each layer as bf16 (NULL: they are in x)
     bool all;    // every position's logits (the tether's forward), not only the last one's
     float *hx;   // all: device {H, T}, the final norm's output (the head's input)
     float *zbuf; // all: device {V, T}, the logits, then their gradients
@@ -431,51 +437,106 @@ int attn_bwd(const run *r, int il, layer_bufs *a, const float *dmo, float *dn) {
 // is_gdn: layer il is a Gated DeltaNet layer.
 bool is_gdn(const bn_config *cf, int il) { return cf->arch == BN_ARCH_QWEN35 && cf->is_recurrent[il]; }
 
-// layer_fwd: x_out {H, T} = layer il of x_in, its intermediates in the trainer's buffers (graph.c layer_fwd).
-int layer_fwd(const run *r, int il, const float *x_in, float *x_out) {
+// layer_mixer_fwd: h = x_in + the mixer of RMSNorm(x_in), the mixer's intermediates in the trainer's buffers (h is
+// written over mo: the backward reads the mixer's gradient from dh, never mo).
+int layer_mixer_fwd(const run *r, int il, const float *x_in) {
+    const bn_config *cf = &r->t->m->cfg;
+    layer_bufs *a = &r->t->b;
+    const int64_t HT = (int64_t)cf->n_embd * r->T;
+    if (bn_cuda_rmsnorm_fwd(x_in, F(r, &r->t->m->w.layers[il].attn_norm), cf->n_embd, r->T, cf->norm_eps, a->n,
+                            r->t->stream, r->err, r->errlen) ||
+        (is_gdn(cf, il) ? gdn_fwd(r, il, a) : attn_fwd(r, il, a)))
+        return -1;
+    return bn_cuda_add(x_in, a->mo, HT, a->h, r->t->stream, r->err, r->errlen);
+}
+
+// span: the FFN block's pass over tokens [t0, t0 + c.T) of a row: its run (T = the span's length) and the span's
+// first column in the row's {·, T} buffers.
+struct span {
+    run c;
+    int t0;
+};
+
+// span_at: the span of up to ffn_chunk tokens starting at t0.
+span span_at(const run *r, int t0) {
+    span sp = {*r, t0};
+    const int n = r->T - t0;
+    sp.c.T = n < r->t->ffn_chunk ? n : r->t->ffn_chunk;
+    return sp;
+}
+
+// span_ax: the span's columns of the A·x rows {r, T} of target.
+float *span_ax(const span &sp, int target) {
+    const int rank = sp.c.t->r > 0 ? sp.c.t->r : 1;
+    return sp.c.t->b.ax[target_slot(target)] + (size_t)rank * sp.t0;
+}
+
+// ffn_fwd_span: x_out = h + FFN(RMSNorm(h)) over the span's columns, its intermediates in the span buffers.
+int ffn_fwd_span(const span &sp, int il, float *x_out) {
+    const run *r = &sp.c;
     const bn_config *cf = &r->t->m->cfg;
     const bn_layer_weights *lw = &r->t->m->w.layers[il];
     layer_bufs *a = &r->t->b;
-    const int T = r->T, H = cf->n_embd;
-    const int64_t HT = (int64_t)H * T, FT = (int64_t)cf->n_ff * T;
+    const int H = cf->n_embd;
+    const int64_t HT = (int64_t)H * r->T, FT = (int64_t)cf->n_ff * r->T;
+    const float *h = a->h + (size_t)H * sp.t0;
+    float *out = x_out + (size_t)H * sp.t0;
     cudaStream_t s = r->t->stream;
-    char *e = r->err;
-    const size_t el = r->errlen;
-    if (bn_cuda_rmsnorm_fwd(x_in, F(r, &lw->attn_norm), H, T, cf->norm_eps, a->n, s, e, el) ||
-        (is_gdn(cf, il) ? gdn_fwd(r, il, a) : attn_fwd(r, il, a)) || bn_cuda_add(x_in, a->mo, HT, a->h, s, e, el) ||
-        bn_cuda_rmsnorm_fwd(a->h, F(r, &lw->post_attention_norm), H, T, cf->norm_eps, a->mm, s, e, el) ||
-        lin_fwd(r, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, a->ax[target_slot(BN_LORA_GATE)]) ||
-        lin_fwd(r, il, BN_LORA_UP, &lw->ffn_up, NULL, a->mm, a->up, a->ax[target_slot(BN_LORA_UP)]) ||
-        bn_cuda_swiglu_fwd(a->ga, a->up, FT, a->act, s, e, el) ||
-        lin_fwd(r, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, x_out, a->ax[target_slot(BN_LORA_DOWN)]))
+    if (bn_cuda_rmsnorm_fwd(h, F(r, &lw->post_attention_norm), H, r->T, cf->norm_eps, a->mm, s, r->err, r->errlen) ||
+        lin_fwd(r, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, span_ax(sp, BN_LORA_GATE)) ||
+        lin_fwd(r, il, BN_LORA_UP, &lw->ffn_up, NULL, a->mm, a->up, span_ax(sp, BN_LORA_UP)) ||
+        bn_cuda_swiglu_fwd(a->ga, a->up, FT, a->act, s, r->err, r->errlen) ||
+        lin_fwd(r, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, out, span_ax(sp, BN_LORA_DOWN)))
         return -1;
-    return bn_cuda_add(x_out, a->h, HT, x_out, s, e, el);
+    return bn_cuda_add(out, h, HT, out, s, r->err, r->errlen);
 }
 
-// layer_bwd_ffn: dh = dx_out + ∂L/∂h through the FFN and the post-attention norm.
-int layer_bwd_ffn(const run *r, int il, layer_bufs *a, const float *dx_out) {
+// ffn_bwd_span: dh = dx_out + ∂L/∂h over the span's columns, through the FFN and the post-attention norm (after
+// ffn_fwd_span of the same span).
+int ffn_bwd_span(const span &sp, int il, const float *dx_out) {
+    const run *r = &sp.c;
     const bn_config *cf = &r->t->m->cfg;
     const bn_layer_weights *lw = &r->t->m->w.layers[il];
-    const int T = r->T, H = cf->n_embd;
-    const size_t HT = (size_t)H * T, FT = (size_t)cf->n_ff * T;
+    layer_bufs *a = &r->t->b;
+    const int H = cf->n_embd;
+    const size_t HT = (size_t)H * r->T, FT = (size_t)cf->n_ff * r->T, c0 = (size_t)H * sp.t0;
+    float *dh = a->dh + c0;
     cudaStream_t s = r->t->stream;
     char *e = r->err;
     const size_t el = r->errlen;
     return zero(r, a->dact, FT) || zero(r, a->dga, FT) || zero(r, a->dup, FT) || zero(r, a->dmm, HT) ||
-                   copy(r, a->dh, dx_out, HT) ||
-                   lin_bwd(r, il, BN_LORA_DOWN, &lw->ffn_down, a->act, a->ax[target_slot(BN_LORA_DOWN)], dx_out,
+                   copy(r, dh, dx_out + c0, HT) ||
+                   lin_bwd(r, il, BN_LORA_DOWN, &lw->ffn_down, a->act, span_ax(sp, BN_LORA_DOWN), dx_out + c0,
                            a->dact) ||
                    bn_cuda_swiglu_bwd(a->ga, a->up, (int64_t)FT, a->dact, a->dga, a->dup, s, e, el) ||
-                   lin_bwd(r, il, BN_LORA_GATE, &lw->ffn_gate, a->mm, a->ax[target_slot(BN_LORA_GATE)], a->dga,
-                           a->dmm) ||
-                   lin_bwd(r, il, BN_LORA_UP, &lw->ffn_up, a->mm, a->ax[target_slot(BN_LORA_UP)], a->dup, a->dmm) ||
-                   bn_cuda_rmsnorm_bwd(a->h, F(r, &lw->post_attention_norm), H, T, cf->norm_eps, a->dmm, a->dh, s,
-                                       e, el)
+                   lin_bwd(r, il, BN_LORA_GATE, &lw->ffn_gate, a->mm, span_ax(sp, BN_LORA_GATE), a->dga, a->dmm) ||
+                   lin_bwd(r, il, BN_LORA_UP, &lw->ffn_up, a->mm, span_ax(sp, BN_LORA_UP), a->dup, a->dmm) ||
+                   bn_cuda_rmsnorm_bwd(a->h + c0, F(r, &lw->post_attention_norm), H, r->T, cf->norm_eps, a->dmm, dh,
+                                       s, e, el)
                ? -1 : 0;
 }
 
-// layer_bwd: dx_in {H, T} (overwritten) from dx_out (graph.c layer_bwd); layer 0 skips the mixer's input gradient
-// (it would only reach the frozen embedding).
+// layer_fwd: x_out {H, T} = layer il of x_in, its intermediates in the trainer's buffers (graph.c layer_fwd); the FFN
+// block span by span.
+int layer_fwd(const run *r, int il, const float *x_in, float *x_out) {
+    if (layer_mixer_fwd(r, il, x_in)) return -1;
+    for (int t0 = 0; t0 < r->T; t0 += r->t->ffn_chunk)
+        if (ffn_fwd_span(span_at(r, t0), il, x_out)) return -1;
+    return 0;
+}
+
+// layer_bwd_ffn: dh = dx_out + ∂L/∂h through the FFN block, span by span: each span's FFN recomputed (its output into
+// the x_out buffer, unused), then run backward.
+int layer_bwd_ffn(const run *r, int il, const float *dx_out) {
+    for (int t0 = 0; t0 < r->T; t0 += r->t->ffn_chunk) {
+        const span sp = span_at(r, t0);
+        if (ffn_fwd_span(sp, il, r->t->b.x_out) || ffn_bwd_span(sp, il, dx_out)) return -1;
+    }
+    return 0;
+}
+
+// layer_bwd: dx_in {H, T} (overwritten) from dx_out (graph.c layer_bwd), after layer_mixer_fwd of x_in; layer 0
+// skips the mixer's input gradient (it would only reach the frozen embedding).
 int layer_bwd(const run *r, int il, const float *x_in, const float *dx_out, float *dx_in) {
     const bn_config *cf = &r->t->m->cfg;
     const bn_layer_weights *lw = &r->t->m->w.layers[il];
@@ -483,7 +544,7 @@ int layer_bwd(const run *r, int il, const float *x_in, const float *dx_out, floa
     const int T = r->T, H = cf->n_embd;
     const size_t HT = (size_t)H * T;
     float *dn = il > 0 ? a->dn : NULL;
-    if (layer_bwd_ffn(r, il, a, dx_out) || (dn && zero(r, dn, HT)) ||
+    if (layer_bwd_ffn(r, il, dx_out) || (dn && zero(r, dn, HT)) ||
         (is_gdn(cf, il) ? gdn_bwd(r, il, a, a->dh, dn) : attn_bwd(r, il, a, a->dh, dn)) || copy(r, dx_in, a->dh, HT))
         return -1;
     return dn ? bn_cuda_rmsnorm_bwd(x_in, F(r, &lw->attn_norm), H, T, cf->norm_eps, dn, dx_in, r->t->stream, r->err,
@@ -499,9 +560,11 @@ float *take(float *base, size_t *off, size_t n) {
     return p;
 }
 
-// bufs_carve: lays a layer's buffers for T tokens out in base (NULL: only counted); returns the floats they take.
-size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r) {
-    const size_t t = (size_t)T, H = (size_t)cf->n_embd * t, Ff = (size_t)cf->n_ff * t;
+// bufs_carve: lays a layer's buffers for T tokens out in base (NULL: only counted): the FFN block's for spans of
+// min(T, chunk) tokens, x_in only when the layer inputs are kept as bf16 (kept16); returns the floats they take.
+size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r, int chunk, bool kept16) {
+    const size_t t = (size_t)T, H = (size_t)cf->n_embd * t, c = (size_t)(T < chunk ? T : chunk);
+    const size_t Hc = (size_t)cf->n_embd * c, Fc = (size_t)cf->n_ff * c;
     const bool qwen35 = cf->arch == BN_ARCH_QWEN35;
     const gdn_dims g = gdn_dims_of(cf);
     const size_t C = qwen35 ? (size_t)g.C * t : 0, Qd = qwen35 ? (size_t)g.Hk * g.dk * t : 0;
@@ -509,9 +572,11 @@ size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r)
     const attn_dims d = attn_dims_of(cf);
     const size_t nq = (size_t)d.nq * t, nk = (size_t)d.kv_dim * t, qs = (size_t)d.q_stride * t;
     size_t off = 0;
-    float **common[] = {&b->n, &b->mo, &b->h, &b->mm, &b->x_out, &b->dh, &b->dmm, &b->dn, &b->dx, &b->dx_prev};
-    for (float **p : common) *p = take(base, &off, H);
-    for (float **p : {&b->ga, &b->up, &b->act, &b->dact, &b->dga, &b->dup}) *p = take(base, &off, Ff);
+    for (float **p : {&b->n, &b->mo, &b->x_out, &b->dh, &b->dn, &b->dx, &b->dx_prev}) *p = take(base, &off, H);
+    b->h = b->mo;
+    b->x_in = kept16 ? take(base, &off, H) : NULL;
+    for (float **p : {&b->mm, &b->dmm}) *p = take(base, &off, Hc);
+    for (float **p : {&b->ga, &b->up, &b->act, &b->dact, &b->dga, &b->dup}) *p = take(base, &off, Fc);
     // A layer is either Gated DeltaNet or attention: the two kinds' buffers share the rest of the arena.
     const size_t kinds = off;
     for (float **p : {&b->mix, &b->conv, &b->dconv, &b->dmix}) *p = take(base, &off, C);
@@ -541,6 +606,11 @@ int layer_linears(const bn_layer_weights *lw, const bn_weight **out) {
     return n;
 }
 
+// is_ffn: whether W is one of the FFN block's weights of layer lw (run over spans of ffn_chunk tokens).
+bool is_ffn(const bn_layer_weights *lw, const bn_weight *W) {
+    return W == &lw->ffn_gate || W == &lw->ffn_up || W == &lw->ffn_down;
+}
+
 // lin_ws: workspace floats of a linear's forward and backward over W for T tokens, in layer `layer` (−1: the head).
 size_t lin_ws(const bn_cuda_trainer *t, int layer, const bn_weight *W, int T) {
     const int type = W->type;
@@ -550,15 +620,17 @@ size_t lin_ws(const bn_cuda_trainer *t, int layer, const bn_weight *W, int T) {
     return f > b ? f : b;
 }
 
-// ws_need: workspace floats for T tokens: the largest of every linear's, the attention's and the delta rule's.
+// ws_need: workspace floats for T tokens: the largest of every linear's (the FFN block's over one span), the
+// attention's and the delta rule's.
 size_t ws_need(const bn_cuda_trainer *t, int T) {
     const bn_config *cf = &t->m->cfg;
     size_t need = lin_ws(t, -1, &t->m->w.output, T), n; // the head: one position, or T in an all-position graph
+    const int span_len = T < t->ffn_chunk ? T : t->ffn_chunk;
     for (int il = 0; il < cf->n_layer; il++) {
         const bn_weight *lins[12];
         const int k = layer_linears(&t->m->w.layers[il], lins);
         for (int i = 0; i < k; i++)
-            if ((n = lin_ws(t, il, lins[i], T)) > need) need = n;
+            if ((n = lin_ws(t, il, lins[i], is_ffn(&t->m->w.layers[il], lins[i]) ? span_len : T)) > need) need = n;
         n = is_gdn(cf, il) ? bn_cuda_gdn_bwd_workspace_floats(T, cf->ssm_dt_rank, cf->ssm_d_state, cf->ssm_d_state, 0)
                            : bn_cuda_attn_bwd_workspace_floats(T, cf->n_head);
         if (n > need) need = n;
@@ -574,12 +646,12 @@ int ensure_capacity(bn_cuda_trainer *t, int T, char *err, size_t errlen) {
     dev_free(t->ws);
     t->arena = t->ws = NULL;
     t->T_cap = 0;
-    const size_t floats = bufs_carve(&t->b, NULL, &t->m->cfg, T, t->r);
+    const size_t floats = bufs_carve(&t->b, NULL, &t->m->cfg, T, t->r, t->ffn_chunk, t->kept_bf16);
     t->ws_floats = ws_need(t, T);
     if (dev_alloc((void **)&t->arena, floats * sizeof(float), err, errlen) ||
         dev_alloc((void **)&t->ws, (t->ws_floats ? t->ws_floats : 1) * sizeof(float), err, errlen))
         return -1;
-    bufs_carve(&t->b, t->arena, &t->m->cfg, T, t->r);
+    bufs_carve(&t->b, t->arena, &t->m->cfg, T, t->r, t->ffn_chunk, t->kept_bf16);
     t->T_cap = T;
     return 0;
 }
@@ -678,13 +750,18 @@ int open_runtime(bn_cuda_trainer *t, int device, char *err, size_t errlen) {
 }
 
 // ---- the whole model ----------------------------------------------------------------------------------------------
-// graph_x_in: the saved input {H, T} of layer il.
+// graph_x_in: the saved fp32 input {H, T} of layer il (a graph without x16).
 float *graph_x_in(const bn_cuda_train_graph *g, int il) {
     return g->x + (size_t)il * g->t->m->cfg.n_embd * g->T;
 }
 
+// graph_x16_in: the saved bf16 input {H, T} of layer il (a graph with x16).
+uint16_t *graph_x16_in(const bn_cuda_train_graph *g, int il) {
+    return g->x16 + (size_t)il * g->t->m->cfg.n_embd * g->T;
+}
+
 // graph_x_last: the final residual {H} of the last position ({H, T} of every position in an all-position graph).
-float *graph_x_last(const bn_cuda_train_graph *g) { return graph_x_in(g, g->t->m->cfg.n_layer); }
+float *graph_x_last(const bn_cuda_train_graph *g) { return g->x16 ? g->x : graph_x_in(g, g->t->m->cfg.n_layer); }
 
 // check_tokens: a non-empty sequence of ids in the vocabulary, within the attention kernels' length.
 int check_tokens(const bn_cuda_trainer *t, const int32_t *tokens, int n, char *err, size_t errlen) {
@@ -719,9 +796,11 @@ bn_cuda_train_graph *graph_new(bn_cuda_trainer *t, bool adapter, const int32_t *
     g->adapter = adapter;
     g->T = T;
     g->all = all;
-    const size_t H = (size_t)t->m->cfg.n_embd, L = (size_t)t->m->cfg.n_layer;
+    const size_t H = (size_t)t->m->cfg.n_embd, L = (size_t)t->m->cfg.n_layer, LHT = L * H * (size_t)T;
+    const size_t x_floats = (t->kept_bf16 ? 0 : LHT) + H * (all ? (size_t)T : 1);
     if (dev_alloc((void **)&g->tokens, sizeof(int) * (size_t)T, err, errlen) ||
-        dev_alloc((void **)&g->x, sizeof(float) * (L * H * (size_t)T + H * (all ? (size_t)T : 1)), err, errlen) ||
+        (t->kept_bf16 && dev_alloc((void **)&g->x16, sizeof(uint16_t) * LHT, err, errlen)) ||
+        dev_alloc((void **)&g->x, sizeof(float) * x_floats, err, errlen) ||
         graph_head_alloc(g, err, errlen) ||
         cudaMemcpyAsync(g->tokens, tokens, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, t->stream) != cudaSuccess) {
         if (g->tokens && g->x) bn_err(err, errlen, "device training: cannot upload the tokens");
@@ -731,21 +810,35 @@ bn_cuda_train_graph *graph_new(bn_cuda_trainer *t, bool adapter, const int32_t *
     return g;
 }
 
-// forward_layers: the embedding rows, then every layer, each one's input kept in g; the last position's final residual
-// (every position's in an all-position graph).
+// forward_layers: the embedding rows, then every layer, each one's input kept in g (as bf16 with x16: the layers then
+// run on fp32 residuals in the arena's dx and dx_prev, each rounded only in its kept copy); the last position's final
+// residual (every position's in an all-position graph).
 int forward_layers(const run *r, bn_cuda_train_graph *g) {
     const bn_model *m = r->t->m;
+    layer_bufs *b = &r->t->b;
     const int L = m->cfg.n_layer, H = m->cfg.n_embd;
-    if (bn_cuda_get_rows_f32(m->w.token_embd.type, r->t->embd, H, m->w.token_embd.ne[1], g->tokens, r->T,
-                             graph_x_in(g, 0), r->t->stream, r->err, r->errlen))
+    const int64_t HT = (int64_t)H * r->T;
+    float *x = g->x16 ? b->dx : graph_x_in(g, 0);
+    if (bn_cuda_get_rows_f32(m->w.token_embd.type, r->t->embd, H, m->w.token_embd.ne[1], g->tokens, r->T, x,
+                             r->t->stream, r->err, r->errlen))
         return -1;
     for (int il = 0; il < L; il++) {
-        float *x_out = il + 1 < L ? graph_x_in(g, il + 1) : r->t->b.x_out;
-        if (layer_fwd(r, il, graph_x_in(g, il), x_out)) return -1;
+        if (g->x16 && bn_cuda_to_bf16(x, HT, graph_x16_in(g, il), r->t->stream, r->err, r->errlen)) return -1;
+        float *x_out = il + 1 == L ? b->x_out : g->x16 ? (x == b->dx ? b->dx_prev : b->dx) : graph_x_in(g, il + 1);
+        if (layer_fwd(r, il, x, x_out)) return -1;
+        x = x_out;
     }
-    const float *out = L > 0 ? r->t->b.x_out : graph_x_in(g, 0);
-    if (g->all) return copy(r, graph_x_last(g), out, (size_t)H * r->T);
-    return copy(r, graph_x_last(g), out + (size_t)(r->T - 1) * H, (size_t)H);
+    if (g->all) return copy(r, graph_x_last(g), x, (size_t)HT);
+    return copy(r, graph_x_last(g), x + (size_t)(r->T - 1) * H, (size_t)H);
+}
+
+// layer_input: the fp32 input {H, T} of layer il for its recomputation: the kept copy, or the bf16 one widened into
+// the arena's x_in; NULL (err).
+const float *layer_input(const run *r, const bn_cuda_train_graph *g, int il) {
+    if (!g->x16) return graph_x_in(g, il);
+    float *x = r->t->b.x_in;
+    const int64_t HT = (int64_t)r->t->m->cfg.n_embd * r->T;
+    return bn_cuda_from_bf16(graph_x16_in(g, il), HT, x, r->t->stream, r->err, r->errlen) ? NULL : x;
 }
 
 // head_pass: where graph g's LM head works: its positions (the last one, or every one in an all-position graph), the
@@ -798,13 +891,14 @@ int head_bwd(const run *r, const bn_cuda_train_graph *g, const float *dlogits, f
                ? -1 : 0;
 }
 
-// backward_layers: from the residual's gradient dx, each layer recomputed from its input and then run backward.
+// backward_layers: from the residual's gradient dx, each layer's mixer recomputed from its input and then the layer
+// run backward (its FFN block recomputed span by span there).
 int backward_layers(const run *r, const bn_cuda_train_graph *g) {
     layer_bufs *b = &r->t->b;
     float *dx = b->dx, *dx_prev = b->dx_prev;
     for (int il = r->t->m->cfg.n_layer - 1; il >= 0; il--) {
-        if (layer_fwd(r, il, graph_x_in(g, il), b->x_out) || layer_bwd(r, il, graph_x_in(g, il), dx, dx_prev))
-            return -1;
+        const float *x_in = layer_input(r, g, il);
+        if (!x_in || layer_mixer_fwd(r, il, x_in) || layer_bwd(r, il, x_in, dx, dx_prev)) return -1;
         float *tmp = dx;
         dx = dx_prev;
         dx_prev = tmp;
@@ -861,9 +955,15 @@ extern "C" bn_cuda_trainer *bn_cuda_trainer_new(const bn_model *m, const bn_lora
         bn_err(err, errlen, "device training: unknown base-weight GEMM %d", (int)opts->gemm);
         return NULL;
     }
+    if (opts && opts->ffn_chunk < 0) {
+        bn_err(err, errlen, "device training: FFN span of %d tokens (positive, or 0 for %d)", opts->ffn_chunk,
+               BN_TRAIN_FFN_CHUNK);
+        return NULL;
+    }
     bn_cuda_trainer *t = (bn_cuda_trainer *)xcalloc(1, sizeof *t);
     t->m = m;
-    t->gemm_bf16 = !opts || opts->gemm == BN_TRAIN_GEMM_BF16;
+    t->gemm_bf16 = t->kept_bf16 = !opts || opts->gemm == BN_TRAIN_GEMM_BF16;
+    t->ffn_chunk = opts && opts->ffn_chunk > 0 ? opts->ffn_chunk : BN_TRAIN_FFN_CHUNK;
     t->per = (int)(sizeof(bn_layer_weights) / sizeof(bn_weight));
     if (open_runtime(t, device, err, errlen) || upload_weights(t, err, errlen) || copy_layout(t, l, err, errlen)) {
         bn_cuda_trainer_free(t);
@@ -940,7 +1040,8 @@ extern "C" int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogi
 extern "C" void bn_cuda_train_graph_free(bn_cuda_train_graph *g) {
     if (!g) return;
     cudaStreamSynchronize(g->t->stream);
-    for (void *p : {(void *)g->tokens, (void *)g->x, (void *)g->hx, (void *)g->zbuf, (void *)g->hdx}) dev_free(p);
+    for (void *p : {(void *)g->tokens, (void *)g->x, (void *)g->x16, (void *)g->hx, (void *)g->zbuf, (void *)g->hdx})
+        dev_free(p);
     free(g);
 }
 

@@ -12,17 +12,25 @@
 #include "core/model.h"
 #include "train/lora.h"
 
-// The arithmetic of the frozen base weights' products (forward W x and backward Wᵀdy) on a device; the LoRA products
-// and every other op stay fp32 (docs/antidoom.md §21). The order is --train-gemm's word list, BN_TRAIN_GEMM_NAMES.
+// The arithmetic of the frozen base weights' products (forward W x and backward Wᵀdy) on a device, and the precision
+// of the layer inputs kept for the backward; the LoRA products and every other op stay fp32 (docs/antidoom.md §21).
+// The order is --train-gemm's word list, BN_TRAIN_GEMM_NAMES.
 typedef enum {
-    BN_TRAIN_GEMM_BF16 = 0, // bf16 inputs, fp32 accumulation and output (tensor cores): the default
+    BN_TRAIN_GEMM_BF16 = 0, // bf16 inputs, fp32 accumulation and output (tensor cores); layer inputs kept as bf16
+                            // (the forward itself runs on fp32 residuals): the default
     BN_TRAIN_GEMM_F32 = 1,  // fp32 throughout: the CPU trainer's arithmetic
 } bn_train_gemm;
 #define BN_TRAIN_GEMM_NAMES "bf16|f32"
 
+// Tokens per pass of the FFN block (post-attention norm, gate, up, SwiGLU, down): the device runs it, forward and
+// backward, over spans of at most this many positions, so its intermediates are sized for a span, not the row
+// (docs/antidoom.md §21; train/memplan.c sizes them the same way).
+#define BN_TRAIN_FFN_CHUNK 512
+
 // How a device backend runs (zero-initialized: the defaults).
 typedef struct {
     bn_train_gemm gemm;
+    int ffn_chunk;      // tokens per FFN pass (0: BN_TRAIN_FFN_CHUNK)
 } bn_train_device_opts;
 
 typedef struct bn_train_device {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "base/util.h"
 #include "quant/quant.h"
+#include "train/device.h"
 #include "train/lora.h"
 
 // One 2-D weight of a layer: the LoRA target it is, its shape.
@@ -197,19 +198,26 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
 // dev_aligned: n floats rounded up to the arena's alignment.
 static int64_t dev_aligned(int64_t n) { return (n + DEV_ALIGN_FLOATS - 1) / DEV_ALIGN_FLOATS * DEV_ALIGN_FLOATS; }
 
+// dev_span: the device's tokens per FFN pass over T tokens: min(T, c->ffn_chunk or BN_TRAIN_FFN_CHUNK).
+static int64_t dev_span(const bn_memplan_cfg *c, int64_t T) {
+    const int64_t chunk = c->ffn_chunk > 0 ? c->ffn_chunk : BN_TRAIN_FFN_CHUNK;
+    return T < chunk ? T : chunk;
+}
+
 // dev_layer_bytes: the one-layer arena of train_graph.cu bufs_carve for T tokens at rank r: the buffers every layer
-// has, the larger of the two layer kinds' (Gated DeltaNet, only for qwen35, and attention share their part), and A·x
-// for every target, whichever are adapted.
-static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r) {
+// has (the FFN block's for a span of S tokens; the fp32 layer input when the kept ones are bf16), the larger of the
+// two layer kinds' (Gated DeltaNet, only for qwen35, and attention share their part), and A·x for every target,
+// whichever are adapted.
+static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r, int64_t S, bool kept16) {
     const bool q35 = cf->arch == BN_ARCH_QWEN35;
-    const int64_t dk = cf->ssm_d_state, H = cf->n_embd * T, F = cf->n_ff * T;
+    const int64_t dk = cf->ssm_d_state, H = cf->n_embd * T, Hs = cf->n_embd * S, Fs = cf->n_ff * S;
     const int64_t Qd = q35 ? cf->ssm_n_group * dk * T : 0, Vd = q35 ? cf->ssm_dt_rank * dk * T : 0;
     const int64_t C = 2 * Qd + Vd, Hv = q35 ? cf->ssm_dt_rank * T : 0;
     const int64_t nq = (int64_t)cf->n_head * cf->head_dim * T, nk = (int64_t)cf->n_head_kv * cf->head_dim * T;
     const int64_t gdn = 4 * dev_aligned(C) + 9 * dev_aligned(Qd) + 8 * dev_aligned(Vd) + 8 * dev_aligned(Hv);
     const int64_t attn = 11 * dev_aligned(nq) + 7 * dev_aligned(nk) + 2 * dev_aligned(q35 ? 2 * nq : nq);
-    const int64_t floats = 10 * dev_aligned(H) + 6 * dev_aligned(F) + (gdn > attn ? gdn : attn) +
-                           BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
+    const int64_t floats = (kept16 ? 8 : 7) * dev_aligned(H) + 2 * dev_aligned(Hs) + 6 * dev_aligned(Fs) +
+                           (gdn > attn ? gdn : attn) + BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
     return floats * 4;
 }
 
@@ -237,9 +245,14 @@ static int64_t dev_linear_bytes(int type, int64_t n_in, int64_t n_out, int64_t T
 // dev_tokens: the length the trainer's per-length buffers grow to: the rows' or the tether's windows', the longer.
 static int64_t dev_tokens(const bn_memplan_cfg *c) { return c->tether_ctx > c->ctx ? c->tether_ctx : c->ctx; }
 
+// is_ffn: whether a layer weight of LoRA target `target` belongs to the FFN block (the device runs it over spans).
+static bool is_ffn(int target) {
+    return target == BN_LORA_GATE || target == BN_LORA_UP || target == BN_LORA_DOWN;
+}
+
 // dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
 // an all-position graph needs; its product fp32 whatever the GEMMs), the layers' linears (their products bf16 when
-// c->gemm_bytes is 2), the attention backward and the gated delta rule's backward.
+// c->gemm_bytes is 2; the FFN block's over one span), the attention backward and the gated delta rule's backward.
 static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
     const int64_t T = dev_tokens(c), dk = cf->ssm_d_state;
@@ -249,7 +262,8 @@ static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, 
         if ((kind ? p->n_gdn : p->n_attn) == 0) continue;
         kind_t k = kind_of(cf, kind == 1, c);
         for (int i = 0; i < k.n_p; i++) {
-            int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, T, c->rank, c->gemm_bytes == 2);
+            const int64_t Ti = is_ffn(k.p[i].target) ? dev_span(c, T) : T;
+            int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, Ti, c->rank, c->gemm_bytes == 2);
             need = b > need ? b : need;
         }
         const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT;
@@ -268,11 +282,13 @@ static void plan_device(const bn_memshape *s, const bn_memplan_cfg *c, bn_mempla
     d->base = p->base;
     d->adapter = d->grads = p->lora_params * 4;
     const int64_t V = cf->n_vocab, Tt = c->tether_ctx;
-    d->kept = (int64_t)c->batch * ((L * H * T + H) * 4 + T * 4);
-    d->layer = dev_layer_bytes(cf, dev_tokens(c), c->rank);
+    const bool kept16 = c->gemm_bytes == 2;
+    const int64_t kb = kept16 ? 2 : 4; // bytes of a kept layer input's element
+    d->kept = (int64_t)c->batch * (L * H * T * kb + H * 4 + T * 4);
+    d->layer = dev_layer_bytes(cf, dev_tokens(c), c->rank, dev_span(c, dev_tokens(c)), kept16);
     d->scratch = dev_scratch_bytes(s, c, p);
     d->head = (2 * V + 2 * H) * 4;
-    d->tether = Tt > 0 ? ((L * H * Tt + H * Tt) + 2 * H * Tt + V * Tt) * 4 + Tt * 4 : 0;
+    d->tether = Tt > 0 ? L * H * Tt * kb + (H * Tt + 2 * H * Tt + V * Tt) * 4 + Tt * 4 : 0;
     d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head + d->tether;
 }
 
@@ -288,6 +304,7 @@ int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan
     if (c->act_bytes != 2 && c->act_bytes != 4) return bn_err(err, errlen, "memory plan: activations are 2 or 4 bytes");
     if (c->gemm_bytes != 2 && c->gemm_bytes != 4)
         return bn_err(err, errlen, "memory plan: GEMM inputs are 2 (bf16) or 4 (fp32) bytes");
+    if (c->ffn_chunk < 0) return bn_err(err, errlen, "memory plan: FFN span of %d tokens", c->ffn_chunk);
     for (int il = 0; il < cf->n_layer; il++) *(is_recurrent(cf, il) ? &p->n_gdn : &p->n_attn) += 1;
     p->base = s->base_bytes > 0 ? s->base_bytes : bn_memplan_base_bytes(s);
     if (p->base < 0)

@@ -32,6 +32,7 @@ typedef struct {
     int gemm_bytes;       // the device's base-weight GEMMs (its column only; the CPU trainer computes in fp32):
                           // 2 = bf16, the default (weight chunks made bf16, the activation operand's bf16 copy),
                           // 4 = fp32 (--train-gemm f32)
+    int ffn_chunk;        // the device's tokens per FFN pass (train/device.h; 0: BN_TRAIN_FFN_CHUNK)
     int64_t n_rows;       // rows whose reference logits are cached (0: unknown, not counted)
     int tether_ctx;       // plain-text tether window (0: no tether)
     int tether_batch;     // tether windows per step
@@ -45,8 +46,10 @@ typedef struct {
     int64_t base;     // the weights in their stored types (the plan's base)
     int64_t adapter;  // the adapter's copy: fp32 A, B
     int64_t grads;    // the device's gradients: fp32 ∂A, ∂B
-    int64_t kept;     // the graphs of a micro-batch's rows: each layer's input {H, T}, the last residual {H}, the ids
-    int64_t layer;    // one layer's buffers: every intermediate and gradient of either layer kind, A·x of every target
+    int64_t kept;     // the graphs of a micro-batch's rows: each layer's input {H, T} (bf16 with bf16 GEMMs), the
+                      // last residual {H}, the ids
+    int64_t layer;    // one layer's buffers: every intermediate and gradient of either layer kind (the FFN block's for
+                      // one span of ffn_chunk tokens), A·x of every target
     int64_t scratch;  // the workspace: the largest linear's (weight chunk, bf16: dy's bf16 copy; x copies, {r, T}
                       // rows), attention's statistics or the GDN backward's state checkpoints
     int64_t head;     // the LM head's logits and their gradient {V}, its normed input and gradient {H}

@@ -17,10 +17,11 @@
 #include "train/lora.h"
 #include "quant/quant.h"
 
-// With bf16 GEMMs (the device's default) the run is not the CPU's twin: each layer product rounds its inputs to bf16.
-// Measured in the emulator: the loss within 6.0e-3 relative of the CPU run's at every step (7.20697 against 7.23956
-// at the last), chosen_win equal at all 10 steps, the adapter 4.9e-2 relative L2 from the CPU's (the fp32 device run:
-// 9e-6). The bounds leave 4-5x: the loss within BF16_LOSS relative at every step, the adapter within BF16_ADAPTER.
+// With bf16 GEMMs (the device's default) the run is not the CPU's twin: each layer product rounds its inputs to bf16,
+// and the backward recomputes each layer from a bf16 copy of its input. Measured in the emulator: the loss within
+// 1.2e-2 relative of the CPU run's at every step (7.20902 against 7.23956 at the last), chosen_win equal at 9 of 10
+// steps, the adapter 5.4e-2 relative L2 from the CPU's (the fp32 device run: 9e-6). The bounds leave 2.5-4x: the loss
+// within BF16_LOSS relative at every step, the adapter within BF16_ADAPTER.
 #define BF16_LOSS 0.03
 #define BF16_ADAPTER 0.2
 

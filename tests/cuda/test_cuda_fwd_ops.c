@@ -9,9 +9,9 @@
 // sinf and cosf may be 1-2 ulp off the host's, the CPU's SiLU may take its AVX-512 path, and cuBLAS sums the linear's
 // products in its own order. 2e-5 leaves room for those on a GPU while a wrong index or a missing term gives errors of
 // order 1e-2 and more. Exact (bit-identical) checks: the dequantized weights (bn_dequantize) and their bf16 rounding
-// (bn_fp32_to_bf16), the embedding lookup, copy_cols, the add and the bias. The linear with bf16 GEMMs is held to TOL
-// against its fp32 twin (the CPU's product of the bf16-rounded weight and input: bf16 products are exact in fp32) and
-// to BF16_TOL against the plain fp32 product.
+// (bn_fp32_to_bf16), the embedding lookup, copy_cols, the add and the bias, bf16 copies of activations and back. The
+// linear with bf16 GEMMs is held to TOL against its fp32 twin (the CPU's product of the bf16-rounded weight and input:
+// bf16 products are exact in fp32) and to BF16_TOL against the plain fp32 product.
 #include "tests/test.h"
 #define TEST_RNG_SEED 0x2545f4914f6cdd1dull
 #include "tests/cuda/dev_arrays.h"
@@ -185,6 +185,34 @@ static void check_add(int n, int rows) {
     check_dev_bits(what, y, y_d, nt);
     bn_cuda_dev_free(bias_d);
     free(a), free(b), free(bias), free(y);
+}
+
+// check_bf16_copies: bn_cuda_to_bf16 of n values (random, ties of both parities, ±0, ±inf, a NaN, a subnormal) gives
+// bn_fp32_to_bf16's bits, and bn_cuda_from_bf16 of those bits gives bn_bf16_to_fp32's floats (the trainer's kept
+// layer inputs, written and read back). n even: the bits travel as n/2 floats.
+static void check_bf16_copies(size_t n) {
+    float *x = rand_vec(n, 3.0f);
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000000u, 0x80000000u, 0x7f800000u,
+                                0xff800000u, 0x7fc00001u, 0x00012345u, 0x477fffffu};
+    for (size_t i = 0; i < sizeof special / sizeof *special && i < n; i++) memcpy(&x[i], &special[i], 4);
+    float *x_d = to_dev(x, n), *b_d = bn_cuda_dev_floats(n / 2, err, sizeof err), *y_d = bn_cuda_dev_floats(n, err,
+                                                                                                        sizeof err);
+    CHECK(bn_cuda_to_bf16(x_d, (int64_t)n, (uint16_t *)b_d, NULL, err, sizeof err) == 0 &&
+              bn_cuda_from_bf16((const uint16_t *)b_d, (int64_t)n, y_d, NULL, err, sizeof err) == 0, "%s", err);
+    uint16_t *bits = (uint16_t *)from_dev(b_d, n / 2);
+    float *y = from_dev(y_d, n);
+    size_t bad_bits = 0, bad_back = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float want = bn_bf16_to_fp32(bits[i]);
+        bad_bits += bits[i] != bn_fp32_to_bf16(x[i]);
+        bad_back += memcmp(&y[i], &want, 4) != 0;
+    }
+    CHECK(bad_bits == 0 && bad_back == 0, "bf16 copies: %zu of %zu bits differ from bn_fp32_to_bf16, %zu widened "
+          "values from bn_bf16_to_fp32", bad_bits, n, bad_back);
+    printf("%-64s %s\n", "  to_bf16 / from_bf16: bn_fp32_to_bf16 and back", bad_bits || bad_back ? "DIFFERS"
+                                                                                                  : "bit-identical");
+    bn_cuda_dev_free(x_d);
+    free(x), free(bits), free(y);
 }
 
 // check_copy_cols: columns [src_off, src_off + width) of rows of src_stride into [dst_off, ...) of rows of
@@ -436,6 +464,7 @@ int main(void) {
     check_swiglu_gate(77);
     check_gdn_gates(37, 6);
     check_add(300, 4);
+    check_bf16_copies(1000);
     check_copy_cols(5, 300, 40, 100, 3, 70);  // a split of a packed projection
     check_copy_cols(4, 37, 0, 111, 74, 37);   // assembled into the last third of a packed row
     check_rope(24, 3, 5, 16, 7, BN_ROPE_NEOX); // partial rotation: dims 16..23 pass through

@@ -9,10 +9,11 @@
 // device's logits follow changed parameters, open refuses dropout, the straight-through estimator and an unknown GEMM
 // arithmetic, and the device memory the trainer holds at its peak equals the memory plan's device total
 // (train/memplan.h) to the byte in the emulator, and stays within it plus the margin on a GPU. These cases run the
-// device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin. Part `bf16` runs three of them (qwen35
-// F32 and Q1_0, qwen3) again with bf16 GEMMs, checked against the CPU within the BF16_* bounds below, each error at
-// least 10x the fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are tight
-// enough to catch a lost chunk of rows); its memory check runs with bf16 GEMMs.
+// device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin, and the FFN block over spans of SPAN
+// tokens. Part `bf16` runs three of them (qwen35 F32 and Q1_0, qwen3) again with bf16 GEMMs (the kept layer inputs
+// bf16, the FFN in one pass), checked against the CPU within the BF16_* bounds below, each error at least 10x the
+// fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are tight enough to catch
+// a lost chunk of rows); its memory check runs with bf16 GEMMs.
 // Built twice: `cuda_train_graph` links the GPU library (skipped without a device, e.g. CI); `cuda_train_graph_emu`
 // links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Tolerance (why): both sides compute in fp32 with the same formulas but different summation orders (cuBLAS / OpenBLAS
@@ -208,7 +209,11 @@ static void check_load_params(const bn_train_device *d, void *ctx, const char *l
 
 // ---- bf16 GEMMs ---------------------------------------------------------------------------------------------------
 
-static const bn_train_device_opts f32_gemm = {.gemm = BN_TRAIN_GEMM_F32}, bf16_gemm = {.gemm = BN_TRAIN_GEMM_BF16};
+// The fp32 runs take the FFN block over spans of 4 tokens (the rows' 9 to 17 tokens: whole spans and a short last
+// one); the bf16 runs over the default span, longer than any row here: one pass.
+#define SPAN 4
+static const bn_train_device_opts f32_gemm = {.gemm = BN_TRAIN_GEMM_F32, .ffn_chunk = SPAN},
+                                  bf16_gemm = {.gemm = BN_TRAIN_GEMM_BF16};
 
 // rel_l2: ‖a − b‖ / ‖b‖ over n values (‖b‖ = 0: ‖a − b‖).
 static double rel_l2(const float *a, const float *b, int64_t n) {
@@ -345,6 +350,7 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
     bn_memplan_cfg c = bn_memplan_cfg_default(T);
     c.targets = ALL_TARGETS, c.rank = RANK, c.batch = 2, c.grad_accum = 1;
     c.gemm_bytes = gemm->gemm == BN_TRAIN_GEMM_F32 ? 4 : 2;
+    c.ffn_chunk = gemm->ffn_chunk;
     bn_memplan p, pt;
     size_t fr = 0, tot = 0;
     CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0 && p.lora_params == l->n_params,
@@ -448,8 +454,8 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
     bn_model_free(m);
 }
 
-// check_refusals: open fails, with a message, for an unknown GEMM arithmetic, LoRA dropout and the straight-through
-// estimator.
+// check_refusals: open fails, with a message, for an unknown GEMM arithmetic, a negative FFN span, LoRA dropout and
+// the straight-through estimator.
 static void check_refusals(const bn_train_device *d, const char *path) {
     bn_model *m = bn_model_load(path, err, sizeof err);
     if (!m) return;
@@ -458,10 +464,14 @@ static void check_refusals(const bn_train_device *d, const char *path) {
         bn_model_free(m);
         return;
     }
-    const bn_train_device_opts bad = {.gemm = (bn_train_gemm)7};
+    const bn_train_device_opts bad = {.gemm = (bn_train_gemm)7}, bad_span = {.ffn_chunk = -1};
     err[0] = 0;
     void *ctx = d->open(m, l, 0, &bad, err, sizeof err);
     CHECK(ctx == NULL && strstr(err, "GEMM"), "open with an unknown GEMM arithmetic: %s", err);
+    d->close(ctx);
+    err[0] = 0;
+    ctx = d->open(m, l, 0, &bad_span, err, sizeof err);
+    CHECK(ctx == NULL && strstr(err, "FFN span of -1"), "open with an FFN span of -1: %s", err);
     d->close(ctx);
     l->dropout = 0.1f;
     err[0] = 0;

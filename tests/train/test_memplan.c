@@ -51,16 +51,21 @@ static bn_memshape shape_of_preset(const char *preset, int type) {
 // of 128·128 + 7·128 floats each.
 #define SCRATCH (819LL * 5120 * 4 + 2LL * 32 * 4096 * 4 + 48LL * (163LL * 16384 + 7 * 128) * 4)
 
-// The device (cuda/train_graph.cu) at 4096 tokens, r 32. Its one-layer arena holds, in fp32, the buffers every layer
-// has, the larger of the two layer kinds' (they share that part), and A·x for all 13 targets: 10·5120 (n, mo, h, mm,
-// x_out, dh, dmm, dn, dx, dx_prev) + 6·17408 (ga, up, act and their gradients) + the Gated DeltaNet's 108,928 = 4·10240
-// (mix, conv, dconv, dmix) + 9·2048 (q, k, qn, kn and 5 gradients) + 8·6144 (z, v, o, y and 4 gradients) + 8·48 (b, a,
-// β, g and 4 gradients), over attention's 99,328 = 11·6144 (query-sized rows) + 7·1024 (key-sized rows) + 2·12288 (q
-// with its gate, and its gradient) + 13·32 = 264,992 floats per token.
-#define DEV_LAYER_PER_TOKEN 264992LL
-// Its workspace: the largest of ffn_down's linear (240 rows of 17408 made fp32, 2·17408·T copies of x, 2·r·T),
-// 147,046,400 floats, and the GDN backward's 48 heads × ((4096/32 + 32 + 2) states of 128·128 + 2·4096·128 q/k rows),
-// 177,733,632 floats: the GDN's.
+// The device (cuda/train_graph.cu) at 4096 tokens, r 32, bf16 GEMMs (the default). Its one-layer arena holds, in
+// fp32, the buffers every layer has, the larger of the two layer kinds' (they share that part), and A·x for all 13
+// targets: 8·5120 (n, mo, x_out, dh, dn, dx, dx_prev, and x_in: the kept bf16 input widened) + the Gated DeltaNet's
+// 108,928 = 4·10240 (mix, conv, dconv, dmix) + 9·2048 (q, k, qn, kn and 5 gradients) + 8·6144 (z, v, o, y and 4
+// gradients) + 8·48 (b, a, β, g and 4 gradients), over attention's 99,328 = 11·6144 (query-sized rows) + 7·1024
+// (key-sized rows) + 2·12288 (q with its gate, and its gradient) + 13·32 = 150,304 floats per token; and the FFN
+// block's buffers for one span of 512 tokens: 2·5120 (mm, dmm) + 6·17408 (ga, up, act and their gradients) = 114,688
+// floats per span token.
+#define DEV_LAYER_PER_TOKEN 150304LL
+#define DEV_LAYER_SPAN (114688LL * 512)
+#define DEV_LAYER (DEV_LAYER_PER_TOKEN * 4096 * 4 + DEV_LAYER_SPAN * 4)
+// Its workspace: the largest of the linears' (attn_q's over 4096 tokens, bf16: its 1632-row bf16 chunk of 5120,
+// 4,177,920 floats, dy's bf16 copy 12288·4096/2, 2·5120·4096 copies of x, 2·r·4096: 71,565,312 floats; the FFN's run
+// over 512-token spans) and the GDN backward's 48 heads × ((4096/32 + 32 + 2) states of 128·128 + 2·4096·128 q/k
+// rows), 177,733,632 floats: the GDN's.
 #define DEV_SCRATCH (48LL * (162LL * 16384 + 2 * 4096 * 128) * 4)
 
 // check_27b_device: the device column of the 27B plan p (B rows, 4096 tokens) against the arithmetic above.
@@ -68,25 +73,23 @@ static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64
     const int64_t T = 4096;
     const bn_memplan_device *d = &p->dev;
     CHECK(d->base == base && d->adapter == 4 * n_lora && d->grads == 4 * n_lora, "27b device weights and adapter");
-    CHECK(d->kept == batch * ((64LL * 5120 * T + 5120) * 4 + T * 4), "27b device kept %lld", (long long)d->kept);
-    CHECK(d->layer == DEV_LAYER_PER_TOKEN * T * 4, "27b device layer buffers %lld vs %lld", (long long)d->layer,
-          (long long)(DEV_LAYER_PER_TOKEN * T * 4));
+    CHECK(d->kept == batch * (64LL * 5120 * T * 2 + 5120 * 4 + T * 4), "27b device kept %lld", (long long)d->kept);
+    CHECK(d->layer == DEV_LAYER, "27b device layer buffers %lld vs %lld", (long long)d->layer, (long long)DEV_LAYER);
     CHECK(d->scratch == DEV_SCRATCH, "27b device scratch %lld vs %lld", (long long)d->scratch, (long long)DEV_SCRATCH);
     CHECK(d->head == (2LL * 248320 + 2 * 5120) * 4, "27b device head %lld", (long long)d->head);
-    const int64_t want = base + 8 * n_lora + d->kept + DEV_LAYER_PER_TOKEN * T * 4 + DEV_SCRATCH + d->head;
+    const int64_t want = base + 8 * n_lora + d->kept + DEV_LAYER + DEV_SCRATCH + d->head;
     CHECK(d->total == want, "27b device total %lld vs %lld", (long long)d->total, (long long)want);
 }
 
 // The device's workspace with bf16 GEMMs (the default) and fp32 ones. A linear's backward workspace with bf16 GEMMs
 // holds the weight's bf16 chunk (8 Mi values in whole 8s of rows: 480 rows of 17408, 1632 of 5120, 1360 of 6144; all
 // 8,355,840 values, 4,177,920 floats) and dy's bf16 copy (n_out·T values) where the fp32 path holds an fp32 chunk (4 Mi
-// floats: 240 rows of 17408, 4,177,920 floats). At 4096 tokens the GDN backward's 177,733,632 floats stay the largest
-// either way (ffn_down's bf16 workspace: 4,177,920 + 5120·4096/2 + 2·17408·4096 + 2·32·4096 = 157,532,160). At 65,536
-// tokens ffn_down's passes it with bf16 GEMMs: 4,177,920 + 5120·65536/2 + 2·17408·65536 + 2·32·65536 =
-// 2,457,845,760 floats against the GDN's 48·((2048 + 32 + 2)·16384 + 2·65536·128) = 2,442,657,792, which stays the
-// largest with fp32 GEMMs (ffn_down's 4,177,920 + 2·17408·65536 + 2·32·65536 = 2,290,073,600).
-#define DEV_SCRATCH_64K_BF16 (2457845760LL * 4)
-#define DEV_SCRATCH_64K_F32 (2442657792LL * 4)
+// floats: 240 rows of 17408, 4,177,920 floats). The FFN's linears run over 512-token spans (ffn_down's bf16
+// workspace: 4,177,920 + 5120·512/2 + 2·17408·512 + 2·32·512 = 23,347,200 floats), so the largest linear is attn_q
+// over the whole row: at 65,536 tokens 4,177,920 + 12288·65536/2 + 2·5120·65536 + 2·32·65536 = 1,082,114,048 floats
+// with bf16 GEMMs. The GDN backward's 48·((2048 + 32 + 2)·16384 + 2·65536·128) = 2,442,657,792 floats stay the largest
+// at every length and with either GEMM.
+#define DEV_SCRATCH_64K (2442657792LL * 4)
 
 // check_27b_gemm: the 27B Q1_0 device workspace with bf16 and fp32 GEMMs at 4096 and 65,536 tokens against the
 // arithmetic above; a GEMM input of 3 bytes is refused.
@@ -94,7 +97,7 @@ static void check_27b_gemm(void) {
     bn_memshape s = shape_of_preset("27b", BN_Q1_0);
     char err[256];
     const int ctx[2] = {4096, 65536};
-    const int64_t want[2][2] = {{DEV_SCRATCH, DEV_SCRATCH}, {DEV_SCRATCH_64K_BF16, DEV_SCRATCH_64K_F32}};
+    const int64_t want[2][2] = {{DEV_SCRATCH, DEV_SCRATCH}, {DEV_SCRATCH_64K, DEV_SCRATCH_64K}};
     for (int i = 0; i < 2; i++)
         for (int g = 0; g < 2; g++) {
             bn_memplan_cfg c = bn_memplan_cfg_default(ctx[i]);
@@ -111,8 +114,30 @@ static void check_27b_gemm(void) {
           err);
 }
 
-// check_27b_tether: with a tether of 64-token windows the device adds one all-position graph: the layer inputs and the
-// final residual {H, 64} (65 of them), the head's input and its gradient {H, 64}, the logits {V, 64} and the ids; the
+// check_27b_span: the 27B Q1_0 device at 4096 tokens with the FFN over the whole row (one span of 4096 tokens: the
+// arena of 150,304 + 114,688 floats per token), and with fp32 GEMMs (the kept inputs fp32, no x_in); a negative span
+// is refused.
+static void check_27b_span(void) {
+    bn_memshape s = shape_of_preset("27b", BN_Q1_0);
+    char err[256];
+    bn_memplan p, pf;
+    bn_memplan_cfg c = bn_memplan_cfg_default(4096);
+    c.ffn_chunk = 4096;
+    CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
+    CHECK(p.dev.layer == (150304LL + 114688) * 4096 * 4, "27b device layer buffers, one 4096-token span: %lld",
+          (long long)p.dev.layer);
+    c = bn_memplan_cfg_default(4096);
+    c.gemm_bytes = 4, c.batch = 1;
+    CHECK(bn_memplan_compute(&s, &c, &pf, err, sizeof err) == 0, "27b plan: %s", err);
+    CHECK(pf.dev.kept == 64LL * 5120 * 4096 * 4 + 5120 * 4 + 4096 * 4 && pf.dev.layer == DEV_LAYER - 5120LL * 4096 * 4,
+          "27b device with fp32 GEMMs: kept %lld, layer buffers %lld", (long long)pf.dev.kept, (long long)pf.dev.layer);
+    c.ffn_chunk = -1;
+    CHECK(bn_memplan_compute(&s, &c, &pf, err, sizeof err) != 0 && strstr(err, "FFN span"), "a span of -1 accepted: %s",
+          err);
+}
+
+// check_27b_tether: with a tether of 64-token windows the device adds one all-position graph: the 64 layer inputs
+// {H, 64} as bf16, the final residual, the head's input and its gradient {H, 64}, the logits {V, 64} and the ids; the
 // per-length buffers stay sized for the 4096-token rows.
 static void check_27b_tether(void) {
     bn_memshape s = shape_of_preset("27b", BN_Q1_0);
@@ -122,7 +147,7 @@ static void check_27b_tether(void) {
     CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
     c.tether_ctx = 64;
     CHECK(bn_memplan_compute(&s, &c, &pt, err, sizeof err) == 0, "27b plan with a tether: %s", err);
-    const int64_t tether = (65LL * 5120 * 64 + 2 * 5120 * 64 + 248320LL * 64) * 4 + 64 * 4;
+    const int64_t tether = 64LL * 5120 * 64 * 2 + (3LL * 5120 * 64 + 248320LL * 64) * 4 + 64 * 4;
     CHECK(pt.dev.tether == tether && pt.dev.total == p.dev.total + tether && pt.dev.layer == p.dev.layer &&
               pt.dev.scratch == p.dev.scratch, "27b device tether %lld vs %lld", (long long)pt.dev.tether,
           (long long)tether);
@@ -263,6 +288,7 @@ int main(void) {
     check_27b(BN_F16, 256, 1, 4, &f16_b1_32);
     check_27b_tether();
     check_27b_gemm();
+    check_27b_span();
     printf("\n27B r 32 q,k,v,o,gate,up,down, 4096 tokens: Q1_0 batch 1 %.2f GB (16-bit activations), %.2f GB (fp32), "
            "batch 4 %.2f GB (fp32); F16 batch 4 %.2f GB, batch 1 %.2f GB (fp32)\n", q1_b1_16 / 1e9, q1_b1_32 / 1e9,
            q1_b4_32 / 1e9, f16_b4_32 / 1e9, f16_b1_32 / 1e9);
