@@ -29,11 +29,14 @@ const char *bn_type_name(int type);
 
 // train_layer_bufs: one layer's intermediates (forward) and gradients (backward) on the device, for up to T_cap tokens
 // (the FFN block's for one span of at most ffn_chunk tokens); names as in train/graph.c's acts_t and its backward's
-// locals.
+// locals. Buffers whose lives do not overlap share memory: h is written over mo (the backward never reads mo), dn over
+// h (the mixer's backward runs after the FFN block's, the last to read h), the Gated DeltaNet's conv output over
+// dconv and its dq, dk over d_o, dy, attention's qg over dqg (each staging buffer is dead before its partner is
+// written).
 struct train_layer_bufs {
-    float *n, *mo, *h, *x_out, *x_in;   // norm, mixer out, residual (h shares mo's buffer), layer output, layer input
-    float *mm, *ga, *up, *act;          // the FFN block's, one span
-    float *dh, *dn, *dx, *dx_prev;      // gradients: the residual's, the norm's, the residual's across layers
+    float *n, *mo, *h, *x_in;           // norm, mixer out, residual, layer input (with bf16 kept inputs)
+    float *mm, *ga, *up, *act, *ffn_y;  // the FFN block's, one span (ffn_y: its output when recomputed)
+    float *dn, *dx, *dx_prev;           // gradients: the norm's, the residual's across layers
     float *dmm, *dact, *dga, *dup;      // the FFN block's gradients, one span
     float *mix, *z, *b, *a, *beta, *g, *conv, *q, *k, *v, *qn, *kn, *o, *y; // Gated DeltaNet
     float *dy, *d_o, *dz, *dqn, *dkn, *dvv, *dq, *dk, *dqs, *dg, *dbeta, *db, *da, *dconv, *dmix;
@@ -259,14 +262,13 @@ int gdn_fwd(const run *r, int il, layer_bufs *a) {
     return lin_fwd(r, il, BN_LORA_SSM_OUT, &lw->ssm_out, NULL, a->y, a->mo, a->ax[target_slot(BN_LORA_SSM_OUT)]);
 }
 
-// gdn_zero_grads: zeroes the gradients gdn_bwd adds into.
+// gdn_zero_grads: zeroes the gradients gdn_bwd adds into (dq and dk, in d_o's and dy's memory, when those are read).
 int gdn_zero_grads(const run *r, layer_bufs *a) {
     const gdn_dims d = gdn_dims_of(&r->t->m->cfg);
     const size_t T = (size_t)r->T, Qd = (size_t)d.Hk * d.dk * T, Vd = (size_t)d.Hv * d.dk * T, Hv = (size_t)d.Hv * T;
     return zero(r, a->dy, Vd) || zero(r, a->d_o, Vd) || zero(r, a->dz, Vd) || zero(r, a->dqn, Qd) ||
-                   zero(r, a->dkn, Qd) || zero(r, a->dvv, Vd) || zero(r, a->dq, Qd) || zero(r, a->dk, Qd) ||
-                   zero(r, a->dqs, Qd) || zero(r, a->dg, Hv) || zero(r, a->dbeta, Hv) || zero(r, a->db, Hv) ||
-                   zero(r, a->da, Hv) || zero(r, a->dmix, (size_t)d.C * T)
+                   zero(r, a->dkn, Qd) || zero(r, a->dvv, Vd) || zero(r, a->dqs, Qd) || zero(r, a->dg, Hv) ||
+                   zero(r, a->dbeta, Hv) || zero(r, a->db, Hv) || zero(r, a->da, Hv) || zero(r, a->dmix, (size_t)d.C * T)
                ? -1 : 0;
 }
 
@@ -285,6 +287,7 @@ int gdn_bwd_core(const run *r, int il, layer_bufs *a, const float *dmo) {
                    bn_cuda_gdn_bwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->d_o, NULL, 0,
                                    a->dqn, a->dkn, a->dvv, a->dg, a->dbeta, NULL, r->t->ws, s, e, el) ||
                    bn_cuda_scale_bwd(1.0f / sqrtf((float)d.dk), (int64_t)Qd * T, a->dqn, a->dqs, s, e, el) ||
+                   zero(r, a->dq, (size_t)Qd * T) || zero(r, a->dk, (size_t)Qd * T) ||
                    bn_cuda_l2norm_bwd(a->q, d.dk, T * d.Hk, cf->norm_eps, a->dqs, a->dq, s, e, el) ||
                    bn_cuda_l2norm_bwd(a->k, d.dk, T * d.Hk, cf->norm_eps, a->dkn, a->dk, s, e, el) ||
                    bn_cuda_copy_cols(a->dq, Qd, 0, a->dconv, d.C, 0, Qd, T, s, e, el) ||
@@ -471,8 +474,8 @@ float *span_ax(const span &sp, int target) {
     return sp.c.t->b.ax[target_slot(target)] + (size_t)rank * sp.t0;
 }
 
-// ffn_fwd_span: x_out = h + FFN(RMSNorm(h)) over the span's columns, its intermediates in the span buffers.
-int ffn_fwd_span(const span &sp, int il, float *x_out) {
+// ffn_fwd_span: out {H, span} = h + FFN(RMSNorm(h)) over the span's columns, its intermediates in the span buffers.
+int ffn_fwd_span(const span &sp, int il, float *out) {
     const run *r = &sp.c;
     const bn_config *cf = &r->t->m->cfg;
     const bn_layer_weights *lw = &r->t->m->w.layers[il];
@@ -480,7 +483,6 @@ int ffn_fwd_span(const span &sp, int il, float *x_out) {
     const int H = cf->n_embd;
     const int64_t HT = (int64_t)H * r->T, FT = (int64_t)cf->n_ff * r->T;
     const float *h = a->h + (size_t)H * sp.t0;
-    float *out = x_out + (size_t)H * sp.t0;
     cudaStream_t s = r->t->stream;
     if (bn_cuda_rmsnorm_fwd(h, F(r, &lw->post_attention_norm), H, r->T, cf->norm_eps, a->mm, s, r->err, r->errlen) ||
         lin_fwd(r, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, span_ax(sp, BN_LORA_GATE)) ||
@@ -491,23 +493,21 @@ int ffn_fwd_span(const span &sp, int il, float *x_out) {
     return bn_cuda_add(out, h, HT, out, s, r->err, r->errlen);
 }
 
-// ffn_bwd_span: dh = dx_out + ∂L/∂h over the span's columns, through the FFN and the post-attention norm (after
-// ffn_fwd_span of the same span).
-int ffn_bwd_span(const span &sp, int il, const float *dx_out) {
+// ffn_bwd_span: dh = dh + ∂L/∂h over the span's columns, through the FFN and the post-attention norm (after
+// ffn_fwd_span of the same span; dh holds the layer output's gradient, which is also the FFN's dy).
+int ffn_bwd_span(const span &sp, int il, float *dh_row) {
     const run *r = &sp.c;
     const bn_config *cf = &r->t->m->cfg;
     const bn_layer_weights *lw = &r->t->m->w.layers[il];
     layer_bufs *a = &r->t->b;
     const int H = cf->n_embd;
     const size_t HT = (size_t)H * r->T, FT = (size_t)cf->n_ff * r->T, c0 = (size_t)H * sp.t0;
-    float *dh = a->dh + c0;
+    float *dh = dh_row + c0;
     cudaStream_t s = r->t->stream;
     char *e = r->err;
     const size_t el = r->errlen;
     return zero(r, a->dact, FT) || zero(r, a->dga, FT) || zero(r, a->dup, FT) || zero(r, a->dmm, HT) ||
-                   copy(r, dh, dx_out + c0, HT) ||
-                   lin_bwd(r, il, BN_LORA_DOWN, &lw->ffn_down, a->act, span_ax(sp, BN_LORA_DOWN), dx_out + c0,
-                           a->dact) ||
+                   lin_bwd(r, il, BN_LORA_DOWN, &lw->ffn_down, a->act, span_ax(sp, BN_LORA_DOWN), dh, a->dact) ||
                    bn_cuda_swiglu_bwd(a->ga, a->up, (int64_t)FT, a->dact, a->dga, a->dup, s, e, el) ||
                    lin_bwd(r, il, BN_LORA_GATE, &lw->ffn_gate, a->mm, span_ax(sp, BN_LORA_GATE), a->dga, a->dmm) ||
                    lin_bwd(r, il, BN_LORA_UP, &lw->ffn_up, a->mm, span_ax(sp, BN_LORA_UP), a->dup, a->dmm) ||
@@ -521,31 +521,33 @@ int ffn_bwd_span(const span &sp, int il, const float *dx_out) {
 int layer_fwd(const run *r, int il, const float *x_in, float *x_out) {
     if (layer_mixer_fwd(r, il, x_in)) return -1;
     for (int t0 = 0; t0 < r->T; t0 += r->t->ffn_chunk)
-        if (ffn_fwd_span(span_at(r, t0), il, x_out)) return -1;
+        if (ffn_fwd_span(span_at(r, t0), il, x_out + (size_t)r->t->m->cfg.n_embd * t0)) return -1;
     return 0;
 }
 
-// layer_bwd_ffn: dh = dx_out + ∂L/∂h through the FFN block, span by span: each span's FFN recomputed (its output into
-// the x_out buffer, unused), then run backward.
-int layer_bwd_ffn(const run *r, int il, const float *dx_out) {
+// layer_bwd_ffn: dh {H, T} += ∂L/∂h through the FFN block (dh: the layer output's gradient on entry), span by span:
+// each span's FFN recomputed (its output into ffn_y, unused), then run backward.
+int layer_bwd_ffn(const run *r, int il, float *dh) {
     for (int t0 = 0; t0 < r->T; t0 += r->t->ffn_chunk) {
         const span sp = span_at(r, t0);
-        if (ffn_fwd_span(sp, il, r->t->b.x_out) || ffn_bwd_span(sp, il, dx_out)) return -1;
+        if (ffn_fwd_span(sp, il, r->t->b.ffn_y) || ffn_bwd_span(sp, il, dh)) return -1;
     }
     return 0;
 }
 
-// layer_bwd: dx_in {H, T} (overwritten) from dx_out (graph.c layer_bwd), after layer_mixer_fwd of x_in; layer 0
-// skips the mixer's input gradient (it would only reach the frozen embedding).
-int layer_bwd(const run *r, int il, const float *x_in, const float *dx_out, float *dx_in) {
+// layer_bwd: dx_in {H, T} (overwritten) from dx_out (graph.c layer_bwd), after layer_mixer_fwd of x_in; dx_out
+// becomes the residual's gradient dh on the way. Layer 0 skips the mixer's input gradient (it would only reach the
+// frozen embedding).
+int layer_bwd(const run *r, int il, const float *x_in, float *dx_out, float *dx_in) {
     const bn_config *cf = &r->t->m->cfg;
     const bn_layer_weights *lw = &r->t->m->w.layers[il];
     layer_bufs *a = &r->t->b;
     const int T = r->T, H = cf->n_embd;
     const size_t HT = (size_t)H * T;
     float *dn = il > 0 ? a->dn : NULL;
-    if (layer_bwd_ffn(r, il, dx_out) || (dn && zero(r, dn, HT)) ||
-        (is_gdn(cf, il) ? gdn_bwd(r, il, a, a->dh, dn) : attn_bwd(r, il, a, a->dh, dn)) || copy(r, dx_in, a->dh, HT))
+    float *dh = dx_out;
+    if (layer_bwd_ffn(r, il, dh) || (dn && zero(r, dn, HT)) ||
+        (is_gdn(cf, il) ? gdn_bwd(r, il, a, dh, dn) : attn_bwd(r, il, a, dh, dn)) || copy(r, dx_in, dh, HT))
         return -1;
     return dn ? bn_cuda_rmsnorm_bwd(x_in, F(r, &lw->attn_norm), H, T, cf->norm_eps, dn, dx_in, r->t->stream, r->err,
                                     r->errlen)
@@ -572,16 +574,19 @@ size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r,
     const attn_dims d = attn_dims_of(cf);
     const size_t nq = (size_t)d.nq * t, nk = (size_t)d.kv_dim * t, qs = (size_t)d.q_stride * t;
     size_t off = 0;
-    for (float **p : {&b->n, &b->mo, &b->x_out, &b->dh, &b->dn, &b->dx, &b->dx_prev}) *p = take(base, &off, H);
-    b->h = b->mo;
+    for (float **p : {&b->n, &b->mo, &b->dx, &b->dx_prev}) *p = take(base, &off, H);
+    b->h = b->dn = b->mo;
     b->x_in = kept16 ? take(base, &off, H) : NULL;
-    for (float **p : {&b->mm, &b->dmm}) *p = take(base, &off, Hc);
+    for (float **p : {&b->mm, &b->dmm, &b->ffn_y}) *p = take(base, &off, Hc);
     for (float **p : {&b->ga, &b->up, &b->act, &b->dact, &b->dga, &b->dup}) *p = take(base, &off, Fc);
     // A layer is either Gated DeltaNet or attention: the two kinds' buffers share the rest of the arena.
     const size_t kinds = off;
-    for (float **p : {&b->mix, &b->conv, &b->dconv, &b->dmix}) *p = take(base, &off, C);
-    for (float **p : {&b->q, &b->k, &b->qn, &b->kn, &b->dqn, &b->dkn, &b->dq, &b->dk, &b->dqs}) *p = take(base, &off, Qd);
-    for (float **p : {&b->z, &b->v, &b->o, &b->y, &b->dy, &b->d_o, &b->dz, &b->dvv}) *p = take(base, &off, Vd);
+    for (float **p : {&b->mix, &b->dconv, &b->dmix}) *p = take(base, &off, C);
+    b->conv = b->dconv;
+    for (float **p : {&b->q, &b->k, &b->qn, &b->kn, &b->dqn, &b->dkn, &b->dqs}) *p = take(base, &off, Qd);
+    for (float **p : {&b->z, &b->v, &b->o, &b->y, &b->dz, &b->dvv}) *p = take(base, &off, Vd);
+    for (float **p : {&b->dy, &b->d_o}) *p = take(base, &off, Vd > Qd ? Vd : Qd);
+    b->dk = b->dy, b->dq = b->d_o;
     for (float **p : {&b->b, &b->a, &b->beta, &b->g, &b->dg, &b->dbeta, &b->db, &b->da}) *p = take(base, &off, Hv);
     const size_t gdn_end = off;
     off = kinds;
@@ -589,7 +594,7 @@ size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r,
                       &b->dqr})
         *p = take(base, &off, nq);
     for (float **p : {&b->kr, &b->vr, &b->ka, &b->dka, &b->dvr, &b->dkrot, &b->dkr}) *p = take(base, &off, nk);
-    for (float **p : {&b->qg, &b->dqg}) *p = take(base, &off, qs);
+    b->qg = b->dqg = take(base, &off, qs);
     if (gdn_end > off) off = gdn_end;
     for (int i = 0; i < BN_LORA_N_TARGETS; i++) b->ax[i] = take(base, &off, (size_t)(r > 0 ? r : 1) * t);
     return off;
@@ -811,8 +816,8 @@ bn_cuda_train_graph *graph_new(bn_cuda_trainer *t, bool adapter, const int32_t *
 }
 
 // forward_layers: the embedding rows, then every layer, each one's input kept in g (as bf16 with x16: the layers then
-// run on fp32 residuals in the arena's dx and dx_prev, each rounded only in its kept copy); the last position's final
-// residual (every position's in an all-position graph).
+// run on fp32 residuals in the arena's dx and dx_prev, each rounded only in its kept copy; the last layer's output
+// goes to one of them either way); the last position's final residual (every position's in an all-position graph).
 int forward_layers(const run *r, bn_cuda_train_graph *g) {
     const bn_model *m = r->t->m;
     layer_bufs *b = &r->t->b;
@@ -824,7 +829,7 @@ int forward_layers(const run *r, bn_cuda_train_graph *g) {
         return -1;
     for (int il = 0; il < L; il++) {
         if (g->x16 && bn_cuda_to_bf16(x, HT, graph_x16_in(g, il), r->t->stream, r->err, r->errlen)) return -1;
-        float *x_out = il + 1 == L ? b->x_out : g->x16 ? (x == b->dx ? b->dx_prev : b->dx) : graph_x_in(g, il + 1);
+        float *x_out = il + 1 < L && !g->x16 ? graph_x_in(g, il + 1) : x == b->dx ? b->dx_prev : b->dx;
         if (layer_fwd(r, il, x, x_out)) return -1;
         x = x_out;
     }

@@ -207,16 +207,17 @@ static int64_t dev_span(const bn_memplan_cfg *c, int64_t T) {
 // dev_layer_bytes: the one-layer arena of train_graph.cu bufs_carve for T tokens at rank r: the buffers every layer
 // has (the FFN block's for a span of S tokens; the fp32 layer input when the kept ones are bf16), the larger of the
 // two layer kinds' (Gated DeltaNet, only for qwen35, and attention share their part), and A·x for every target,
-// whichever are adapted.
+// whichever are adapted. Buffers bufs_carve lays over one another count once.
 static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r, int64_t S, bool kept16) {
     const bool q35 = cf->arch == BN_ARCH_QWEN35;
     const int64_t dk = cf->ssm_d_state, H = cf->n_embd * T, Hs = cf->n_embd * S, Fs = cf->n_ff * S;
     const int64_t Qd = q35 ? cf->ssm_n_group * dk * T : 0, Vd = q35 ? cf->ssm_dt_rank * dk * T : 0;
     const int64_t C = 2 * Qd + Vd, Hv = q35 ? cf->ssm_dt_rank * T : 0;
     const int64_t nq = (int64_t)cf->n_head * cf->head_dim * T, nk = (int64_t)cf->n_head_kv * cf->head_dim * T;
-    const int64_t gdn = 4 * dev_aligned(C) + 9 * dev_aligned(Qd) + 8 * dev_aligned(Vd) + 8 * dev_aligned(Hv);
-    const int64_t attn = 11 * dev_aligned(nq) + 7 * dev_aligned(nk) + 2 * dev_aligned(q35 ? 2 * nq : nq);
-    const int64_t floats = (kept16 ? 8 : 7) * dev_aligned(H) + 2 * dev_aligned(Hs) + 6 * dev_aligned(Fs) +
+    const int64_t gdn = 3 * dev_aligned(C) + 7 * dev_aligned(Qd) + 6 * dev_aligned(Vd) +
+                        2 * dev_aligned(Vd > Qd ? Vd : Qd) + 8 * dev_aligned(Hv);
+    const int64_t attn = 11 * dev_aligned(nq) + 7 * dev_aligned(nk) + dev_aligned(q35 ? 2 * nq : nq);
+    const int64_t floats = (kept16 ? 5 : 4) * dev_aligned(H) + 3 * dev_aligned(Hs) + 6 * dev_aligned(Fs) +
                            (gdn > attn ? gdn : attn) + BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
     return floats * 4;
 }
