@@ -40,6 +40,10 @@ size_t bn_cuda_linear_lora_fwd_workspace_floats(bool gemm_bf16, int w_type, int6
 int bn_cuda_linear_lora_fwd(void *blas, bool gemm_bf16, int w_type, const void *W, int64_t n_in, int64_t n_out,
                             const bn_cuda_lora *lora, const float *x, int T, const float *drop, float *y, float *ax,
                             float *workspace, void *stream, char *err, size_t errlen);
+// bn_cuda_lora_ax: ax {r, T} = A·x for x {n_in, T}: the LoRA pair's first product alone, bit for bit what
+// bn_cuda_linear_lora_fwd keeps in ax without dropout (the backward's recomputation when only A·x is read); 0 or -1.
+int bn_cuda_lora_ax(void *blas, const bn_cuda_lora *lora, int64_t n_in, const float *x, int T, float *ax,
+                    void *stream, char *err, size_t errlen);
 
 // ---- norms --------------------------------------------------------------------------------------------------------
 // bn_cuda_rmsnorm_fwd: y = w ⊙ x·(mean x² + eps)^-½ per row of n (w NULL = ones); 0 or -1.

@@ -52,6 +52,14 @@ static int base_y_bf16(cublasHandle_t h, int w_type, const void *W, int64_t n_in
     });
 }
 
+// lora_ax: ax (r × T) = Aᵀ-view·x, A {n_in, r} the n_in × r matrix. Returns 0 or -1 (err).
+static int lora_ax(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int T, const float *x, float *ax, char *err,
+                   size_t errlen) {
+    BN_CUBLAS_TRY(gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, L->r, T, n_in, 1.0f, L->A, n_in, x, n_in, 0.0f, ax, L->r), err,
+                  errlen);
+    return 0;
+}
+
 // lora_y: y += scale·Bᵀ-view·ax with ax (r × T) = Aᵀ-view·(x⊙drop) (into ax when not NULL, else the workspace).
 // Returns 0 or -1 (err).
 static int lora_y(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int64_t n_out, int T, const float *x,
@@ -62,8 +70,7 @@ static int lora_y(cublasHandle_t h, const bn_cuda_lora *L, int64_t n_in, int64_t
     const float *xd = dropped_input(x, drop, n_in * T, p.xd, s, err, errlen);
     if (!xd) return -1;
     float *axb = ax ? ax : p.ax;
-    // axb (r × T) = Aᵀ · xd: A {n_in, r} is the n_in × r matrix
-    BN_CUBLAS_TRY(gemm(h, Tr, N, r, T, n_in, 1.0f, L->A, n_in, xd, n_in, 0.0f, axb, r), err, errlen);
+    if (lora_ax(h, L, n_in, T, xd, axb, err, errlen) < 0) return -1;
     // y (n_out × T) += s·Bᵀ · axb: B {r, n_out} is the r × n_out matrix
     BN_CUBLAS_TRY(gemm(h, Tr, N, n_out, T, r, L->scale, L->B, r, axb, r, 1.0f, y, n_out), err, errlen);
     return 0;
@@ -91,4 +98,12 @@ extern "C" int bn_cuda_linear_lora_fwd(void *blas, bool gemm_bf16, int w_type, c
                              : base_y_f32(h, w_type, W, n_in, n_out, T, x, y, p.base.wbuf, s, err, errlen);
     if (rc < 0 || !lora) return rc;
     return lora_y(h, lora, n_in, n_out, T, x, drop, ax, y, p, s, err, errlen);
+}
+
+extern "C" int bn_cuda_lora_ax(void *blas, const bn_cuda_lora *lora, int64_t n_in, const float *x, int T, float *ax,
+                               void *stream, char *err, size_t errlen) {
+    if (T == 0) return 0;
+    cublasHandle_t h = (cublasHandle_t)blas;
+    BN_CUBLAS_TRY(cublasSetStream(h, (cudaStream_t)stream), err, errlen);
+    return lora_ax(h, lora, n_in, T, x, ax, err, errlen);
 }

@@ -35,7 +35,7 @@ const char *bn_type_name(int type);
 // written).
 struct train_layer_bufs {
     float *n, *mo, *h, *x_in;           // norm, mixer out, residual, layer input (with bf16 kept inputs)
-    float *mm, *ga, *up, *act, *ffn_y;  // the FFN block's, one span (ffn_y: its output when recomputed)
+    float *mm, *ga, *up, *act;          // the FFN block's, one span
     float *dn, *dx, *dx_prev;           // gradients: the norm's, the residual's across layers
     float *dmm, *dact, *dga, *dup;      // the FFN block's gradients, one span
     float *mix, *z, *b, *a, *beta, *g, *conv, *q, *k, *v, *qn, *kn, *o, *y; // Gated DeltaNet
@@ -197,6 +197,13 @@ int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_we
     if (bias && bias->data) return bn_cuda_add_row_bias(y, F(r, bias), (int)W->ne[1], r->T, r->t->stream, r->err,
                                                         r->errlen);
     return 0;
+}
+
+// lin_ax: ax {r, T} = A·x of the adapter's pair of (layer, target) (nothing without one).
+int lin_ax(const run *r, int layer, int target, int64_t n_in, const float *x, float *ax) {
+    bn_cuda_lora lo;
+    if (!lora_of(r, layer, target, &lo)) return 0;
+    return bn_cuda_lora_ax(r->t->blas, &lo, n_in, x, r->T, ax, r->t->stream, r->err, r->errlen);
 }
 
 // lin_bwd: dx += Wᵀdy (+ the LoRA part with the forward's A·x); the pair's gradients into the device's (dx NULL:
@@ -474,7 +481,9 @@ float *span_ax(const span &sp, int target) {
     return sp.c.t->b.ax[target_slot(target)] + (size_t)rank * sp.t0;
 }
 
-// ffn_fwd_span: out {H, span} = h + FFN(RMSNorm(h)) over the span's columns, its intermediates in the span buffers.
+// ffn_fwd_span: out {H, span} = h + FFN(RMSNorm(h)) over the span's columns, its intermediates in the span buffers;
+// out NULL (the backward's recomputation): the intermediates only, ffn_down's product left out but for its adapter's
+// A·act, which its backward reads.
 int ffn_fwd_span(const span &sp, int il, float *out) {
     const run *r = &sp.c;
     const bn_config *cf = &r->t->m->cfg;
@@ -487,9 +496,10 @@ int ffn_fwd_span(const span &sp, int il, float *out) {
     if (bn_cuda_rmsnorm_fwd(h, F(r, &lw->post_attention_norm), H, r->T, cf->norm_eps, a->mm, s, r->err, r->errlen) ||
         lin_fwd(r, il, BN_LORA_GATE, &lw->ffn_gate, NULL, a->mm, a->ga, span_ax(sp, BN_LORA_GATE)) ||
         lin_fwd(r, il, BN_LORA_UP, &lw->ffn_up, NULL, a->mm, a->up, span_ax(sp, BN_LORA_UP)) ||
-        bn_cuda_swiglu_fwd(a->ga, a->up, FT, a->act, s, r->err, r->errlen) ||
-        lin_fwd(r, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, out, span_ax(sp, BN_LORA_DOWN)))
+        bn_cuda_swiglu_fwd(a->ga, a->up, FT, a->act, s, r->err, r->errlen))
         return -1;
+    if (!out) return lin_ax(r, il, BN_LORA_DOWN, cf->n_ff, a->act, span_ax(sp, BN_LORA_DOWN));
+    if (lin_fwd(r, il, BN_LORA_DOWN, &lw->ffn_down, NULL, a->act, out, span_ax(sp, BN_LORA_DOWN))) return -1;
     return bn_cuda_add(out, h, HT, out, s, r->err, r->errlen);
 }
 
@@ -526,11 +536,11 @@ int layer_fwd(const run *r, int il, const float *x_in, float *x_out) {
 }
 
 // layer_bwd_ffn: dh {H, T} += ∂L/∂h through the FFN block (dh: the layer output's gradient on entry), span by span:
-// each span's FFN recomputed (its output into ffn_y, unused), then run backward.
+// each span's intermediates recomputed, then run backward.
 int layer_bwd_ffn(const run *r, int il, float *dh) {
     for (int t0 = 0; t0 < r->T; t0 += r->t->ffn_chunk) {
         const span sp = span_at(r, t0);
-        if (ffn_fwd_span(sp, il, r->t->b.ffn_y) || ffn_bwd_span(sp, il, dh)) return -1;
+        if (ffn_fwd_span(sp, il, NULL) || ffn_bwd_span(sp, il, dh)) return -1;
     }
     return 0;
 }
@@ -577,7 +587,7 @@ size_t bufs_carve(layer_bufs *b, float *base, const bn_config *cf, int T, int r,
     for (float **p : {&b->n, &b->mo, &b->dx, &b->dx_prev}) *p = take(base, &off, H);
     b->h = b->dn = b->mo;
     b->x_in = kept16 ? take(base, &off, H) : NULL;
-    for (float **p : {&b->mm, &b->dmm, &b->ffn_y}) *p = take(base, &off, Hc);
+    for (float **p : {&b->mm, &b->dmm}) *p = take(base, &off, Hc);
     for (float **p : {&b->ga, &b->up, &b->act, &b->dact, &b->dga, &b->dup}) *p = take(base, &off, Fc);
     // A layer is either Gated DeltaNet or attention: the two kinds' buffers share the rest of the arena.
     const size_t kinds = off;

@@ -217,7 +217,7 @@ static int64_t dev_layer_bytes(const bn_config *cf, int64_t T, int r, int64_t S,
     const int64_t gdn = 3 * dev_aligned(C) + 7 * dev_aligned(Qd) + 6 * dev_aligned(Vd) +
                         2 * dev_aligned(Vd > Qd ? Vd : Qd) + 8 * dev_aligned(Hv);
     const int64_t attn = 11 * dev_aligned(nq) + 7 * dev_aligned(nk) + dev_aligned(q35 ? 2 * nq : nq);
-    const int64_t floats = (kept16 ? 5 : 4) * dev_aligned(H) + 3 * dev_aligned(Hs) + 6 * dev_aligned(Fs) +
+    const int64_t floats = (kept16 ? 5 : 4) * dev_aligned(H) + 2 * dev_aligned(Hs) + 6 * dev_aligned(Fs) +
                            (gdn > attn ? gdn : attn) + BN_LORA_N_TARGETS * dev_aligned((int64_t)r * T);
     return floats * 4;
 }
@@ -378,8 +378,10 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
     row(f, "total", p->total, p->total_full, d->total);
     if (c->n_rows == 0) fprintf(f, "(rows unknown: the reference logits cache, vocab x 4 B per row, is not counted)\n");
     char margin[32];
-    fprintf(f, "(device: what -ngl holds on the GPU, activations in fp32; AdamW, the reference cache and the tether's "
-            "cache stay on the host; a run there also needs a %s margin for cuBLAS and the driver)\n",
+    fprintf(f, "(device: what -ngl holds on the GPU: the kept layer inputs %s, the other activations fp32, the FFN's "
+            "over %d-token spans; AdamW, the reference cache and the tether's cache stay on the host; a run there also "
+            "needs a %s margin for cuBLAS and the driver)\n", c->gemm_bytes == 2 ? "bf16" : "fp32",
+            c->ffn_chunk > 0 ? c->ffn_chunk : BN_TRAIN_FFN_CHUNK,
             bn_format_bytes(margin, sizeof margin, (double)BN_MEMPLAN_DEVICE_MARGIN));
 }
 

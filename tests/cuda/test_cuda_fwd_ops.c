@@ -384,6 +384,17 @@ static void bf16_twin_fwd(int type, const void *bits, int64_t n_in, int64_t n_ou
     free(wf), free(zero), free(yl), free(wb), free(xb);
 }
 
+// check_lora_ax: bn_cuda_lora_ax of device x {n_in, T} gives the linear's kept A·x (ax, host) bit for bit.
+static void check_lora_ax(void *blas, const bn_cuda_lora *lora, int64_t n_in, const float *x_d, int T,
+                          const float *ax) {
+    const size_t n = (size_t)lora->r * T;
+    float *ax_d = bn_cuda_dev_floats(n, err, sizeof err);
+    CHECK(bn_cuda_lora_ax(blas, lora, n_in, x_d, T, ax_d, NULL, err, sizeof err) == 0, "lora_ax: %s", err);
+    float *got = from_dev(ax_d, n);
+    check_bits("  lora_ax alone: the same A·x", ax, got, n);
+    free(got);
+}
+
 // check_linear: bn_cuda_linear_lora_fwd vs bn_linear_lora_fwd for one weight type and shape; r = 0: no LoRA;
 // with_drop: a dropout mask; with_ax: A·(x⊙drop) kept for the backward. bf16: the base product with bf16 inputs,
 // checked against its fp32 twin (bf16_twin_fwd) within TOL, and against the plain fp32 product within BF16_TOL while
@@ -427,6 +438,7 @@ static void check_linear(int type, int64_t n_in, int64_t n_out, int r, int T, bo
         printf("%-64s %.3g from the fp32 product\n", "  bf16 GEMM", e);
     }
     if (with_ax) check_array("  its ax = A·(x⊙drop)", ax, ax_g, nax);
+    if (with_ax && !with_drop) check_lora_ax(blas, &lora, n_in, x_d, T, ax_g);
     bn_cuda_blas_free(blas);
     bn_cuda_dev_free_bytes(w_d);
     float *dev[] = {x_d, A_d, B_d, drop_d, ws};

@@ -57,10 +57,10 @@ static bn_memshape shape_of_preset(const char *preset, int type) {
 // DeltaNet's 94,592 = 3·10240 (mix, dconv which the conv output reuses, dmix) + 7·2048 (q, k, qn, kn, dqn, dkn, dqs)
 // + 8·6144 (z, v, o, y, dz, dv; dy and d_o, which dk and dq reuse) + 8·48 (b, a, β, g and 4 gradients), over
 // attention's 87,040 = 11·6144 (query-sized rows) + 7·1024 (key-sized rows) + 12288 (dq with its gate, which q with its
-// gate reuses) + 13·32 = 120,608 floats per token; and the FFN block's buffers for one span of 512 tokens: 3·5120 (mm,
-// dmm, the recomputed output) + 6·17408 (ga, up, act and their gradients) = 119,808 floats per span token.
+// gate reuses) + 13·32 = 120,608 floats per token; and the FFN block's buffers for one span of 512 tokens: 2·5120 (mm,
+// dmm) + 6·17408 (ga, up, act and their gradients) = 114,688 floats per span token.
 #define DEV_LAYER_PER_TOKEN 120608LL
-#define DEV_LAYER_SPAN (119808LL * 512)
+#define DEV_LAYER_SPAN (114688LL * 512)
 #define DEV_LAYER (DEV_LAYER_PER_TOKEN * 4096 * 4 + DEV_LAYER_SPAN * 4)
 // Its workspace: the largest of the linears' (attn_q's over 4096 tokens, bf16: its 1632-row bf16 chunk of 5120,
 // 4,177,920 floats, dy's bf16 copy 12288·4096/2, 2·5120·4096 copies of x, 2·r·4096: 71,565,312 floats; the FFN's run
@@ -115,7 +115,7 @@ static void check_27b_gemm(void) {
 }
 
 // check_27b_span: the 27B Q1_0 device at 4096 tokens with the FFN over the whole row (one span of 4096 tokens: the
-// arena of 120,608 + 119,808 floats per token), and with fp32 GEMMs (the kept inputs fp32, no x_in); a negative span
+// arena of 120,608 + 114,688 floats per token), and with fp32 GEMMs (the kept inputs fp32, no x_in); a negative span
 // is refused.
 static void check_27b_span(void) {
     bn_memshape s = shape_of_preset("27b", BN_Q1_0);
@@ -124,7 +124,7 @@ static void check_27b_span(void) {
     bn_memplan_cfg c = bn_memplan_cfg_default(4096);
     c.ffn_chunk = 4096;
     CHECK(bn_memplan_compute(&s, &c, &p, err, sizeof err) == 0, "27b plan: %s", err);
-    CHECK(p.dev.layer == (120608LL + 119808) * 4096 * 4, "27b device layer buffers, one 4096-token span: %lld",
+    CHECK(p.dev.layer == (120608LL + 114688) * 4096 * 4, "27b device layer buffers, one 4096-token span: %lld",
           (long long)p.dev.layer);
     c = bn_memplan_cfg_default(4096);
     c.gemm_bytes = 4, c.batch = 1;
