@@ -4,7 +4,8 @@
 // A sum then goes chunk by chunk: each rank sends its chunk, rank 0 adds the chunks in rank order into its own and
 // sends the result back (the loopback transport's order, so the same bits). A broadcast streams rank 0's bytes.
 // A rank that dies closes its socket, so the others fail at their next call instead of waiting; a rank that stops
-// answering fails the others after the timeout.
+// answering fails the others after the timeout. A connection that is not a rank (a port scanner, a stray client) is
+// dropped: one that says nothing at once, or not the hello, does not hold up the others.
 #include "train/dp.h"
 #include "train/dp_transport.h"
 #include <errno.h>
@@ -22,6 +23,9 @@
 #define TCP_CHUNK ((size_t)4 << 20)
 #define TCP_MAGIC 0x50444e42u // "BNDP"
 #define TCP_WORLD_MAX 4096
+// A rank says hello as soon as it connects: a connection silent this long (or a quarter of the timeout, if less) is
+// not a rank, and rank 0 drops it and takes the next.
+#define TCP_HELLO_MS 10000
 
 enum { OP_HELLO = 1, OP_SUM, OP_BCAST, OP_OK, OP_REFUSED };
 
@@ -240,7 +244,11 @@ static int accept_hello(int lfd, tcp_ctx *c, int world, int64_t end, char *err, 
     int fd = accept(lfd, NULL, NULL);
     if (fd < 0) return errno == EINTR ? 0 : bn_err(err, errlen, "data-parallel: accept: %s", strerror(errno));
     tcp_header h;
-    if (recv_all(fd, &h, sizeof h, c->timeout_ms, -1, err, errlen)) { close(fd); return 0; } // not a rank: ignored
+    const int hello_ms = c->timeout_ms / 4 < TCP_HELLO_MS ? c->timeout_ms / 4 : TCP_HELLO_MS;
+    if (recv_all(fd, &h, sizeof h, hello_ms > 0 ? hello_ms : 1, -1, err, errlen)) { // not a rank: ignored
+        close(fd);
+        return 0;
+    }
     if (h.magic != TCP_MAGIC || h.op != OP_HELLO) { close(fd); return 0; }
     if (h.world != world || h.rank < 1 || h.rank >= world || c->fd[h.rank] >= 0) {
         close(fd);

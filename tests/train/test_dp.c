@@ -3,7 +3,7 @@
 // ranks × batch 2 equals one rank × batch 4, a checkpoint of the two-rank run resumes on one rank to the same adapter.
 // Ranks a launcher starts (torchrun's variables; the tcp transport) sum and broadcast to the loopback's bits, fail
 // together on mismatched calls or a vanished rank, and train the loopback ranks' adapter to the bit; bad variables
-// are named. A registered device transport (a stand-in for NCCL) carries every sum once the ranks take it.
+// are named; a silent connection to rank 0 does not hold up the join. A registered device transport (a stand-in for NCCL) carries every sum once the ranks take it.
 // Only the summation order of the gradients differs, and AdamW divides by √v: a component whose gradient nearly
 // cancels carries the rounding into its update at full size. So the adapters agree within 3e-5 in relative L2 norm
 // (measured 5.4e-6; a batch of 2 instead of 4 is 0.45 away), and no parameter differs by more than 1e-3 of the
@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include "tests/test.h"
 #include "tests/train/fixture.h"
@@ -129,20 +130,40 @@ static void clear_env(void) {
 
 typedef int (*rank_body)(bn_dp *dp, void *arg);
 
-// tcp_ranks: forks `world` processes that join as a launcher's ranks and run body (each exits with its status);
-// returns the first nonzero status (a rank that cannot join: 90; killed after 120 s: 137).
-static int tcp_ranks(int world, rank_body body, void *arg) {
+// stranger: connects to rank 0's port as soon as it listens and says nothing for hold_s seconds (a port scanner, a
+// stray client); exits.
+static void stranger(const char *port, int hold_s) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 500; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+            sleep((unsigned)hold_s);
+            exit(0);
+        }
+        if (fd >= 0) close(fd);
+        usleep(10000);
+    }
+    exit(1);
+}
+
+// tcp_world: forks `world` processes that join as a launcher's ranks within timeout_s and run body (each exits with
+// its status); with_stranger: a silent connection reaches rank 0 first (the other ranks start 0.5 s later). Returns
+// the first nonzero status (a rank that cannot join: 90; killed after 120 s: 137).
+static int tcp_world(int world, rank_body body, void *arg, int timeout_s, bool with_stranger) {
     char port[16];
     free_port(port, sizeof port);
-    pid_t pid[8];
+    pid_t pid[8], spid = -1;
     fflush(NULL);
+    if (with_stranger && (spid = fork()) == 0) stranger(port, 2 * timeout_s);
     for (int r = 0; r < world; r++)
         if ((pid[r] = fork()) == 0) {
             char err[256];
             bn_dp *dp;
             alarm(120);
+            if (with_stranger && r > 0) usleep(500000);
             launch_env(r, world, port);
-            if (bn_dp_join_env(&dp, 20, err, sizeof err) != 1) {
+            if (bn_dp_join_env(&dp, timeout_s, err, sizeof err) != 1) {
                 printf("rank %d: %s\n", r, err);
                 exit(90);
             }
@@ -157,8 +178,15 @@ static int tcp_ranks(int world, rank_body body, void *arg) {
         int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
         if (code && !first) first = code;
     }
+    if (spid > 0) {
+        kill(spid, SIGKILL);
+        waitpid(spid, NULL, 0);
+    }
     return first;
 }
+
+// tcp_ranks: tcp_world with a 20 s timeout and no stranger.
+static int tcp_ranks(int world, rank_body body, void *arg) { return tcp_world(world, body, arg, 20, false); }
 
 static int sum_body(bn_dp *dp, void *arg) {
     (void)arg;
@@ -191,6 +219,16 @@ static int dying_body(bn_dp *dp, void *arg) {
     int rc = bn_dp_sum_f32(dp, &x, 1, err, sizeof err);
     printf("rank %d: %s\n", bn_dp_rank(dp), rc ? err : "no error");
     return rc == -1 && strstr(err, "rank 1") ? 0 : 1;
+}
+
+// test_tcp_stranger: a connection that never says hello, there before the ranks, is dropped after a quarter of the
+// 8 s timeout and the ranks join and sum (rank 0 waiting the whole timeout on it would fail the join).
+static void test_tcp_stranger(void) {
+    const double t0 = bn_time_ms();
+    const int rc = tcp_world(2, sum_body, NULL, 8, true);
+    const double s = (bn_time_ms() - t0) / 1000;
+    printf("a silent connection before the ranks: joined and summed in %.1f s (status %d)\n", s, rc);
+    CHECK(rc == 0 && s < 8, "a silent connection holds up the join: status %d after %.1f s", rc, s);
 }
 
 // test_tcp_failures: calls that differ fail on every rank; a rank that dies fails the others' next call at once.
@@ -356,6 +394,7 @@ int main(void) {
     test_env();
     test_tcp_sum();
     test_tcp_failures();
+    test_tcp_stranger();
     test_device_transport();
     test_train_equivalence();
     if (getenv("BONSAI_TEST_KEEP")) return test_done("train_dp");
