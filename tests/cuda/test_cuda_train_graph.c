@@ -13,7 +13,7 @@
 // tokens. Part `bf16` runs three of them (qwen35 F32 and Q1_0, qwen3) again with bf16 GEMMs (the kept layer inputs
 // bf16, the FFN in one pass), checked against the CPU within the BF16_* bounds below, each error at least 10x the
 // fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are tight enough to catch
-// a lost chunk of rows); its memory check runs with bf16 GEMMs.
+// a lost chunk of rows), and the all-position graph within the same bounds; its memory check runs with bf16 GEMMs.
 // Built twice: `cuda_train_graph` links the GPU library (skipped without a device, e.g. CI); `cuda_train_graph_emu`
 // links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Tolerance (why): both sides compute in fp32 with the same formulas but different summation orders (cuBLAS / OpenBLAS
@@ -311,6 +311,33 @@ static void check_bf16(const bn_train_device *d, const char *label, const bn_mod
     free(layers);
 }
 
+// check_bf16_all_positions: the all-position graph (the tether's) with bf16 GEMMs and bf16 kept layer inputs: its
+// logits and the LoRA gradients for random dlogits {V, T} against train/graph.c's, relative L2 within the bf16 bounds.
+static void check_bf16_all_positions(const bn_train_device *d, const char *label, const bn_model *m, bn_lora *l,
+                                     const int32_t *tok, int T) {
+    const size_t VT = (size_t)m->cfg.n_vocab * T, n = (size_t)l->n_params;
+    float *cpu = xmalloc(sizeof(float) * VT), *dev = xmalloc(sizeof(float) * VT), *dz = xmalloc(sizeof(float) * VT);
+    float *dev_grads = xcalloc(n, sizeof(float));
+    bn_rng rng;
+    bn_rng_seed(&rng, 7);
+    fill_random(&rng, dz, (int64_t)VT, 1.0f);
+    bn_lora_zero_grad(l);
+    bn_train_graph *g = bn_train_forward_all_lora(m, l, tok, T, cpu, err, sizeof err);
+    CHECK(g && bn_train_backward_all_lora(g, dz, err, sizeof err) == 0, "%s: CPU all-position pass: %s", label, err);
+    bn_train_graph_free(g);
+    void *ctx = d->open(m, l, 0, &bf16_gemm, err, sizeof err);
+    void *dg = ctx ? d->forward_all(ctx, true, tok, T, dev, err, sizeof err) : NULL;
+    CHECK(dg && d->backward(dg, dz, err, sizeof err) == 0 && d->take_grads(ctx, dev_grads, err, sizeof err) == 0,
+          "%s: bf16 all-position pass: %s", label, err);
+    d->graph_free(dg);
+    d->close(ctx);
+    const double el = rel_l2(dev, cpu, (int64_t)VT), eg = rel_l2(dev_grads, l->grads, (int64_t)n);
+    printf("    %-34s logits %.2e, gradients %.2e\n", "all positions, bf16, relative L2:", el, eg);
+    CHECK(el <= BF16_LOGITS && eg <= BF16_GRADS, "%s: bf16 all-position logits %.3g (bound %g), gradients %.3g (bound "
+          "%g)", label, el, BF16_LOGITS, eg, BF16_GRADS);
+    free(cpu), free(dev), free(dz), free(dev_grads);
+}
+
 // check_all_positions: the all-position forward (the tether's) with the adapter and without, and its backward for
 // random dlogits {V, T}, against train/graph.c's; returns the largest relative difference (logits, gradients).
 static double check_all_positions(const bn_train_device *d, void *ctx, const char *label, const bn_model *m, bn_lora *l,
@@ -447,6 +474,7 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
                "(max rel diff); %.1f s\n", label, T, l->n_tensors, dl, dr, dg, da, (double)(clock() - c0) / CLOCKS_PER_SEC);
         const cpu_side cpu = {l, tok, T, dlogits, logits, ref, cpu_grads};
         if (bf16) check_bf16(d, label, m, &cpu, f32, mutate);
+        if (bf16) check_bf16_all_positions(d, label, m, l, tok, T);
     }
     d->close(ctx);
     free(dlogits); free(logits); free(ref); free(dev_logits); free(dev_ref); free(cpu_grads); free(dev_grads);
