@@ -2,7 +2,9 @@
 #include "train/adamw.h"
 #include <math.h>
 #include <stdlib.h>
+#include "base/threads.h"
 #include "base/util.h"
+#include "train/backward_impl.h"
 
 bn_adamw_cfg bn_adamw_cfg_default(void) {
     bn_adamw_cfg c = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
@@ -24,21 +26,35 @@ void bn_adamw_free(bn_adamw *o) {
     free(o);
 }
 
+// adamw_job: one step's constants and arrays, shared by the threads that update its parameters.
+typedef struct {
+    const bn_adamw_cfg *cfg;
+    float step_size, sqrt_bc2, decay;
+    float *m, *v, *params;
+    const float *grads;
+} adamw_job;
+
+// adamw_range: the update of parameters [i0, i1) (each element on its own: any split gives the same bits).
+static void adamw_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const adamw_job *j = ctx;
+    const bn_adamw_cfg *cfg = j->cfg;
+    for (int64_t i = i0; i < i1; i++) {
+        float g = j->grads[i];
+        j->m[i] = cfg->beta1 * j->m[i] + (1.0f - cfg->beta1) * g;
+        j->v[i] = cfg->beta2 * j->v[i] + (1.0f - cfg->beta2) * g * g;
+        float denom = sqrtf(j->v[i]) / j->sqrt_bc2 + cfg->eps;
+        j->params[i] = j->params[i] * j->decay - j->step_size * j->m[i] / denom;
+    }
+}
+
 int64_t bn_adamw_step(bn_adamw *o, const bn_adamw_cfg *cfg, float lr, float *params, const float *grads) {
     o->t++;
     double bc1 = 1.0 - pow(cfg->beta1, (double)o->t);
     double bc2 = 1.0 - pow(cfg->beta2, (double)o->t);
     // torch: step_size = lr/bc1; denom = sqrt(v)/sqrt(bc2) + eps
-    float step_size = (float)(lr / bc1);
-    float sqrt_bc2 = (float)sqrt(bc2);
-    float decay = 1.0f - lr * cfg->weight_decay;
-    for (int64_t i = 0; i < o->n; i++) {
-        float g = grads[i];
-        o->m[i] = cfg->beta1 * o->m[i] + (1.0f - cfg->beta1) * g;
-        o->v[i] = cfg->beta2 * o->v[i] + (1.0f - cfg->beta2) * g * g;
-        float denom = sqrtf(o->v[i]) / sqrt_bc2 + cfg->eps;
-        params[i] = params[i] * decay - step_size * o->m[i] / denom;
-    }
+    adamw_job j = {cfg, (float)(lr / bc1), (float)sqrt(bc2), 1.0f - lr * cfg->weight_decay, o->m, o->v, params, grads};
+    bn_parallel_for(bn_train_pool(), o->n, adamw_range, &j); // bonsai-ftpo-train's -t threads
     return o->t;
 }
 

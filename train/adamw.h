@@ -25,7 +25,8 @@ bn_adamw *bn_adamw_new(int64_t n);
 // bn_adamw_free: frees the moments and the state (NULL is fine).
 void bn_adamw_free(bn_adamw *o);
 // bn_adamw_step: one update with learning rate lr: t += 1; m, v moments; θ ← θ(1 − lr·wd);
-// θ ← θ − lr·m̂/(√v̂ + eps). Returns the new t.
+// θ ← θ − lr·m̂/(√v̂ + eps), split over the training threads (bn_train_set_threads; the same bits for any number).
+// Returns the new t.
 int64_t bn_adamw_step(bn_adamw *o, const bn_adamw_cfg *cfg, float lr, float *params, const float *grads);
 
 // bn_adamw_commit: the end of a checkpoint: appends o's step and moments (i64 t, f32 m[n], f32 v[n]) and the CRC32

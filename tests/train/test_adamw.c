@@ -1,9 +1,12 @@
 // tests/train/test_adamw.c — AdamW (torch semantics, docs/antidoom.md §11) against a hand-derived first
 // step and a float64 transcription of torch.optim.AdamW for 3 steps; HF linear warmup/decay
-// schedule values; global-norm clipping; gradient accumulation scaling.
+// schedule values; global-norm clipping; gradient accumulation scaling; the update over 3 threads gives the
+// single thread's bits.
 #include <string.h>
 #include "tests/test.h"
+#include "base/util.h"
 #include "train/adamw.h"
+#include "train/backward.h"
 
 static void test_adamw_steps(void) {
     enum { N = 4 };
@@ -68,8 +71,37 @@ static void test_clip(void) {
     CHECK(a[0] == 0.25f && a[1] == 0.5f, "gradient accumulation: divide by GA");
 }
 
+// run_steps: 3 AdamW steps over n parameters from fixed values with n_threads training threads, into params.
+static void run_steps(int n_threads, int64_t n, float *params) {
+    bn_train_set_threads(n_threads);
+    float *g = xmalloc(sizeof(float) * (size_t)n);
+    bn_adamw *o = bn_adamw_new(n);
+    const bn_adamw_cfg cfg = bn_adamw_cfg_default();
+    for (int64_t i = 0; i < n; i++) params[i] = (float)((i * 37) % 101) * 1e-2f - 0.5f;
+    for (int k = 0; k < 3; k++) {
+        for (int64_t i = 0; i < n; i++) g[i] = (float)((i * (k + 13)) % 97 - 48) * 1e-3f;
+        bn_adamw_step(o, &cfg, 1e-2f, params, g);
+    }
+    bn_adamw_free(o);
+    free(g);
+    bn_train_set_threads(1);
+}
+
+// test_threads: the update split over 3 threads equals the single thread's to the bit.
+static void test_threads(void) {
+    const int64_t n = 100003;
+    float *one = xmalloc(sizeof(float) * n), *three = xmalloc(sizeof(float) * n);
+    run_steps(1, n, one);
+    run_steps(3, n, three);
+    CHECK(memcmp(one, three, sizeof(float) * n) == 0 && one[5] != (float)((5 * 37) % 101) * 1e-2f - 0.5f,
+          "AdamW over 3 threads differs from one thread (or did not move the parameters)");
+    free(one);
+    free(three);
+}
+
 int main(void) {
     test_adamw_steps();
+    test_threads();
     test_schedule();
     test_clip();
     return test_done("train_adamw");
