@@ -311,6 +311,19 @@ static void check_bf16(const bn_train_device *d, const char *label, const bn_mod
     free(layers);
 }
 
+// cpu_all_positions: random dlogits dz {V, T} (a fixed seed), then train/graph.c's all-position forward with the
+// adapter into logits {V, T} and its backward for dz into l's gradients (zeroed first).
+static void cpu_all_positions(const char *label, const bn_model *m, bn_lora *l, const int32_t *tok, int T,
+                              float *logits, float *dz) {
+    bn_rng rng;
+    bn_rng_seed(&rng, 7);
+    fill_random(&rng, dz, (int64_t)m->cfg.n_vocab * T, 1.0f);
+    bn_lora_zero_grad(l);
+    bn_train_graph *g = bn_train_forward_all_lora(m, l, tok, T, logits, err, sizeof err);
+    CHECK(g && bn_train_backward_all_lora(g, dz, err, sizeof err) == 0, "%s: CPU all-position pass: %s", label, err);
+    bn_train_graph_free(g);
+}
+
 // check_bf16_all_positions: the all-position graph (the tether's) with bf16 GEMMs and bf16 kept layer inputs: its
 // logits and the LoRA gradients for random dlogits {V, T} against train/graph.c's, relative L2 within the bf16 bounds.
 static void check_bf16_all_positions(const bn_train_device *d, const char *label, const bn_model *m, bn_lora *l,
@@ -318,13 +331,7 @@ static void check_bf16_all_positions(const bn_train_device *d, const char *label
     const size_t VT = (size_t)m->cfg.n_vocab * T, n = (size_t)l->n_params;
     float *cpu = xmalloc(sizeof(float) * VT), *dev = xmalloc(sizeof(float) * VT), *dz = xmalloc(sizeof(float) * VT);
     float *dev_grads = xcalloc(n, sizeof(float));
-    bn_rng rng;
-    bn_rng_seed(&rng, 7);
-    fill_random(&rng, dz, (int64_t)VT, 1.0f);
-    bn_lora_zero_grad(l);
-    bn_train_graph *g = bn_train_forward_all_lora(m, l, tok, T, cpu, err, sizeof err);
-    CHECK(g && bn_train_backward_all_lora(g, dz, err, sizeof err) == 0, "%s: CPU all-position pass: %s", label, err);
-    bn_train_graph_free(g);
+    cpu_all_positions(label, m, l, tok, T, cpu, dz);
     void *ctx = d->open(m, l, 0, &bf16_gemm, err, sizeof err);
     void *dg = ctx ? d->forward_all(ctx, true, tok, T, dev, err, sizeof err) : NULL;
     CHECK(dg && d->backward(dg, dz, err, sizeof err) == 0 && d->take_grads(ctx, dev_grads, err, sizeof err) == 0,
@@ -346,13 +353,7 @@ static double check_all_positions(const bn_train_device *d, void *ctx, const cha
     float *cpu = xmalloc(sizeof(float) * VT), *dev = xmalloc(sizeof(float) * VT), *dz = xmalloc(sizeof(float) * VT);
     float *cpu_ref = xmalloc(sizeof(float) * VT), *dev_ref = xmalloc(sizeof(float) * VT);
     float *dev_grads = xcalloc(n, sizeof(float));
-    bn_rng rng;
-    bn_rng_seed(&rng, 7);
-    fill_random(&rng, dz, (int64_t)VT, 1.0f);
-    bn_lora_zero_grad(l);
-    bn_train_graph *g = bn_train_forward_all_lora(m, l, tok, T, cpu, err, sizeof err);
-    CHECK(g && bn_train_backward_all_lora(g, dz, err, sizeof err) == 0, "%s: CPU all-position pass: %s", label, err);
-    bn_train_graph_free(g);
+    cpu_all_positions(label, m, l, tok, T, cpu, dz);
     bn_train_graph_free(bn_train_forward_all(m, tok, T, cpu_ref, err, sizeof err));
     void *dg = d->forward_all(ctx, true, tok, T, dev, err, sizeof err);
     CHECK(dg && d->backward(dg, dz, err, sizeof err) == 0, "%s: device all-position pass: %s", label, err);
