@@ -291,7 +291,8 @@ int gdn_bwd_core(const run *r, int il, layer_bufs *a, const float *dmo) {
     return lin_bwd(r, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, a->ax[target_slot(BN_LORA_SSM_OUT)], dmo, a->dy) ||
                    bn_cuda_gated_rmsnorm_bwd(a->o, a->z, F(r, &lw->ssm_norm), d.dk, T * d.Hv, cf->norm_eps, a->dy,
                                              a->d_o, a->dz, s, e, el) ||
-                   bn_cuda_gdn_bwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->d_o, NULL, 0,
+                   bn_cuda_gdn_bwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->d_o, NULL,
+                                   bn_train_gdn_ckpt(T),
                                    a->dqn, a->dkn, a->dvv, a->dg, a->dbeta, NULL, r->t->ws, s, e, el) ||
                    bn_cuda_scale_bwd(1.0f / sqrtf((float)d.dk), (int64_t)Qd * T, a->dqn, a->dqs, s, e, el) ||
                    zero(r, a->dq, (size_t)Qd * T) || zero(r, a->dk, (size_t)Qd * T) ||
@@ -646,7 +647,8 @@ size_t ws_need(const bn_cuda_trainer *t, int T) {
         const int k = layer_linears(&t->m->w.layers[il], lins);
         for (int i = 0; i < k; i++)
             if ((n = lin_ws(t, il, lins[i], is_ffn(&t->m->w.layers[il], lins[i]) ? span_len : T)) > need) need = n;
-        n = is_gdn(cf, il) ? bn_cuda_gdn_bwd_workspace_floats(T, cf->ssm_dt_rank, cf->ssm_d_state, cf->ssm_d_state, 0)
+        n = is_gdn(cf, il) ? bn_cuda_gdn_bwd_workspace_floats(T, cf->ssm_dt_rank, cf->ssm_d_state, cf->ssm_d_state,
+                                                              bn_train_gdn_ckpt(T))
                            : bn_cuda_attn_bwd_workspace_floats(T, cf->n_head);
         if (n > need) need = n;
     }

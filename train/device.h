@@ -27,6 +27,15 @@ typedef enum {
 // (docs/antidoom.md §21; train/memplan.c sizes them the same way).
 #define BN_TRAIN_FFN_CHUNK 512
 
+// bn_train_gdn_ckpt: the device's Gated DeltaNet checkpoint interval for a backward over T tokens: ⌈√T⌉, which keeps
+// the fewest states (⌈T/CK⌉ checkpoints and one chunk of CK recomputed ones) for the same work (every step recomputed
+// once); the states, and so the gradients, are the same bits for any interval.
+static inline int bn_train_gdn_ckpt(int T) {
+    int ck = 1;
+    while ((int64_t)ck * ck < T) ck++;
+    return ck;
+}
+
 // How a device backend runs (zero-initialized: the defaults).
 typedef struct {
     bn_train_gemm gemm;

@@ -253,7 +253,8 @@ static bool is_ffn(int target) {
 
 // dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
 // an all-position graph needs; its product fp32 whatever the GEMMs), the layers' linears (their products bf16 when
-// c->gemm_bytes is 2; the FFN block's over one span), the attention backward and the gated delta rule's backward.
+// c->gemm_bytes is 2; the FFN block's over one span), the attention backward and the gated delta rule's backward
+// (its checkpoints every bn_train_gdn_ckpt(T) steps).
 static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
     const int64_t T = dev_tokens(c), dk = cf->ssm_d_state;
@@ -267,8 +268,8 @@ static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, 
             int64_t b = dev_linear_bytes(s->type_layer, k.p[i].n_in, k.p[i].n_out, Ti, c->rank, c->gemm_bytes == 2);
             need = b > need ? b : need;
         }
-        const int64_t n_ck = (T + GDN_CKPT - 1) / GDN_CKPT;
-        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + GDN_CKPT + 2) * dk * dk + 2 * T * dk) * 4
+        const int64_t ck = bn_train_gdn_ckpt((int)T), n_ck = (T + ck - 1) / ck;
+        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + ck + 2) * dk * dk + 2 * T * dk) * 4
                          : T * cf->n_head * DEV_ATTN_STATS * 4;
         need = b > need ? b : need;
     }

@@ -1,11 +1,12 @@
 // tests/cuda/dev_arrays.h — the host and device arrays of the trainer's op tests (test_cuda_bwd_ops.c,
 // test_cuda_bwd_seq.c, test_cuda_fwd_ops.c, test_cuda_train_step.c): a fixed-seed xorshift, random vectors, copies
-// to and from the device that count a failed transfer as a failed check. Include after tests/test.h; a test may
-// define TEST_RNG_SEED first. Every test using it has its own `err` buffer here.
+// to and from the device that count a failed transfer as a failed check, a bit-for-bit comparison. Include after
+// tests/test.h; a test may define TEST_RNG_SEED first. Every test using it has its own `err` buffer here.
 #ifndef BONSAI_TESTS_CUDA_DEV_ARRAYS_H
 #define BONSAI_TESTS_CUDA_DEV_ARRAYS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <math.h>
 #include "base/util.h"
 #include "cuda/cuda_dev_buf.h"
@@ -56,6 +57,14 @@ static inline float *bf16_rounded(const float *x, size_t n) {
     float *y = xmalloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) y[i] = bn_bf16_to_fp32(bn_fp32_to_bf16(x[i]));
     return y;
+}
+
+// check_bits: got and ref bit-identical over n floats (a failed check names how many differ).
+static inline void check_bits(const char *what, const float *ref, const float *got, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(ref + i, got + i, sizeof(float)) != 0;
+    CHECK(bad == 0, "%s: %zu of %zu floats differ", what, bad, n);
+    printf("%-64s %s\n", what, bad ? "DIFFERS" : "bit-identical");
 }
 
 // rel_max_diff: max |got − ref| / max(1, max |ref|) over n values (the linear tests' measure).

@@ -20,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_bwd_seq.h"
 #include "train/backward.h"
+#include "train/device.h"
 #include "quant/quant.h"
 #include "base/util.h"
 #include <math.h>
@@ -77,6 +78,55 @@ static void unit_rows(float *x, int n, int rows, float s) {
         for (int i = 0; i < n; i++) ss += (double)x[(size_t)r * n + i] * x[(size_t)r * n + i];
         for (int i = 0; i < n; i++) x[(size_t)r * n + i] *= s / (float)sqrt(ss + 1e-12);
     }
+}
+
+// gdn_grads_with: every gradient of bn_cuda_gdn_bwd for the device inputs in[] (q, k, v, g, beta, S0, dout, dS_final)
+// with checkpoints every ckpt steps, from zero, into one host array: dq, dk, dv, dg, dbeta, dS0 one after another.
+static float *gdn_grads_with(int T, int Hk, int Hv, int dk, int dv, float *const in[8], int ckpt) {
+    const size_t n[6] = {(size_t)T * Hk * dk, (size_t)T * Hk * dk, (size_t)T * Hv * dv, (size_t)T * Hv,
+                         (size_t)T * Hv, (size_t)Hv * dk * dv};
+    float *d[6], *out = xmalloc(sizeof(float) * (n[0] + n[1] + n[2] + n[3] + n[4] + n[5])), *at = out;
+    for (int i = 0; i < 6; i++) {
+        float *zero = xcalloc(n[i], sizeof(float));
+        d[i] = to_dev(zero, n[i]);
+        free(zero);
+    }
+    float *ws = bn_cuda_dev_floats(bn_cuda_gdn_bwd_workspace_floats(T, Hv, dk, dv, ckpt), err, sizeof err);
+    CHECK(bn_cuda_gdn_bwd(T, Hk, Hv, dk, dv, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], ckpt, d[0], d[1],
+                          d[2], d[3], d[4], d[5], ws, NULL, err, sizeof err) == 0, "%s", err);
+    bn_cuda_dev_free(ws);
+    for (int i = 0; i < 6; i++) {
+        float *h = from_dev(d[i], n[i]);
+        memcpy(at, h, sizeof(float) * n[i]);
+        at += n[i];
+        free(h);
+    }
+    return out;
+}
+
+// check_gdn_ckpt_bits: the device backward's gradients are the same bits for checkpoint intervals 8, ⌈√T⌉ and T (the
+// GPU trainer picks ⌈√T⌉, the CPU 32): every state is recomputed by the same steps from S0.
+static void check_gdn_ckpt_bits(int T, int Hk, int Hv, int dk, int dv) {
+    const size_t nqk = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv, ng = (size_t)T * Hv, ns = (size_t)Hv * dk * dv;
+    float *q = rand_vec(nqk, 1.0f), *k = rand_vec(nqk, 1.0f), *g = xmalloc(ng * sizeof(float)), *beta = rand_vec(ng, 1.0f);
+    unit_rows(q, dk, T * Hk, 1.0f / sqrtf((float)dk));
+    unit_rows(k, dk, T * Hk, 1.0f);
+    for (size_t i = 0; i < ng; i++) g[i] = -0.3f + 0.25f * frand(), beta[i] = 0.5f + 0.4f * beta[i];
+    float *h[8] = {q, k, rand_vec(nv, 1.0f), g, beta, rand_vec(ns, 0.5f), rand_vec(nv, 1.0f), rand_vec(ns, 0.5f)};
+    const size_t n[8] = {nqk, nqk, nv, ng, ng, ns, nv, ns}, total = 2 * nqk + nv + 2 * ng + ns;
+    float *in[8];
+    for (int i = 0; i < 8; i++) in[i] = to_dev(h[i], n[i]);
+    const int ck[3] = {8, bn_train_gdn_ckpt(T), T};
+    float *ref = gdn_grads_with(T, Hk, Hv, dk, dv, in, ck[0]);
+    for (int c = 1; c < 3; c++) {
+        float *got = gdn_grads_with(T, Hk, Hv, dk, dv, in, ck[c]);
+        char what[96];
+        snprintf(what, sizeof what, "gdn T %d: gradients with checkpoints every %d steps against every 8", T, ck[c]);
+        check_bits(what, ref, got, total);
+        free(got);
+    }
+    free(ref);
+    for (int i = 0; i < 8; i++) bn_cuda_dev_free(in[i]), free(h[i]);
 }
 
 // check_gdn: bn_cuda_gdn_fwd/_bwd vs bn_gdn_fwd/_bwd for one shape; with_null: no S0, no dS_final, dk, dg and dS0 NULL.
@@ -232,6 +282,7 @@ int main(void) {
     check_attn(21, 72, 6, 3, true);
     check_gdn(37, 2, 4, 40, 36, 8, false);
     check_gdn(37, 2, 4, 20, 24, 0, true);
+    check_gdn_ckpt_bits(37, 2, 4, 40, 36);
     check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false, false);
     check_linear(BN_F16, 1024, 4100, 8, 5, true, true, false, false, false); // two chunks of widened F16 rows
     check_linear(BN_F32, 40, 56, 6, 9, false, false, false, true, false);

@@ -43,14 +43,6 @@ static double check_close(const char *what, const float *ref, const float *got, 
     return worst;
 }
 
-// check_bits: got and ref bit-identical over n floats.
-static void check_bits(const char *what, const float *ref, const float *got, size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += memcmp(ref + i, got + i, sizeof(float)) != 0;
-    CHECK(bad == 0, "%s: %zu of %zu floats differ", what, bad, n);
-    printf("%-64s %s\n", what, bad ? "DIFFERS" : "bit-identical");
-}
-
 // check_dev_close: the device result d (n floats, freed) against ref with check_close.
 static void check_dev_close(const char *what, const float *ref, float *d, size_t n) {
     float *got = from_dev(d, n);
