@@ -275,7 +275,8 @@ int gdn_zero_grads(const run *r, layer_bufs *a) {
     const size_t T = (size_t)r->T, Qd = (size_t)d.Hk * d.dk * T, Vd = (size_t)d.Hv * d.dk * T, Hv = (size_t)d.Hv * T;
     return zero(r, a->dy, Vd) || zero(r, a->d_o, Vd) || zero(r, a->dz, Vd) || zero(r, a->dqn, Qd) ||
                    zero(r, a->dkn, Qd) || zero(r, a->dvv, Vd) || zero(r, a->dqs, Qd) || zero(r, a->dg, Hv) ||
-                   zero(r, a->dbeta, Hv) || zero(r, a->db, Hv) || zero(r, a->da, Hv) || zero(r, a->dmix, (size_t)d.C * T)
+                   zero(r, a->dbeta, Hv) || zero(r, a->db, Hv) || zero(r, a->da, Hv) ||
+                   zero(r, a->dmix, (size_t)d.C * T)
                ? -1 : 0;
 }
 

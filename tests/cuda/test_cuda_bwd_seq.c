@@ -108,7 +108,8 @@ static float *gdn_grads_with(int T, int Hk, int Hv, int dk, int dv, float *const
 // GPU trainer picks ⌈√T⌉, the CPU 32): every state is recomputed by the same steps from S0.
 static void check_gdn_ckpt_bits(int T, int Hk, int Hv, int dk, int dv) {
     const size_t nqk = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv, ng = (size_t)T * Hv, ns = (size_t)Hv * dk * dv;
-    float *q = rand_vec(nqk, 1.0f), *k = rand_vec(nqk, 1.0f), *g = xmalloc(ng * sizeof(float)), *beta = rand_vec(ng, 1.0f);
+    float *q = rand_vec(nqk, 1.0f), *k = rand_vec(nqk, 1.0f), *g = xmalloc(ng * sizeof(float));
+    float *beta = rand_vec(ng, 1.0f);
     unit_rows(q, dk, T * Hk, 1.0f / sqrtf((float)dk));
     unit_rows(k, dk, T * Hk, 1.0f);
     for (size_t i = 0; i < ng; i++) g[i] = -0.3f + 0.25f * frand(), beta[i] = 0.5f + 0.4f * beta[i];

@@ -3,7 +3,8 @@
 // ranks × batch 2 equals one rank × batch 4, a checkpoint of the two-rank run resumes on one rank to the same adapter.
 // Ranks a launcher starts (torchrun's variables; the tcp transport) sum and broadcast to the loopback's bits, fail
 // together on mismatched calls or a vanished rank, and train the loopback ranks' adapter to the bit; bad variables
-// are named; a silent connection to rank 0 does not hold up the join. A registered device transport (a stand-in for NCCL) carries every sum once the ranks take it.
+// are named; a silent connection to rank 0 does not hold up the join. A registered device transport (a stand-in for
+// NCCL) carries every sum once the ranks take it.
 // Only the summation order of the gradients differs, and AdamW divides by √v: a component whose gradient nearly
 // cancels carries the rounding into its update at full size. So the adapters agree within 3e-5 in relative L2 norm
 // (measured 5.4e-6; a batch of 2 instead of 4 is 0.45 away), and no parameter differs by more than 1e-3 of the
