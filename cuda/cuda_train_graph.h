@@ -21,13 +21,15 @@ typedef struct bn_cuda_train_graph bn_cuda_train_graph;
 // bn_cuda_trainer_new: m's weights and a copy of adapter l (layout and parameters; l NULL = the base model only) on
 // device `device`, the layers' base-weight products in opts->gemm's arithmetic (NULL: the default, bf16 inputs with
 // fp32 accumulation; the LM head's one-position product stays fp32); NULL (err) on failure, for an architecture
-// train/graph.h does not train, or for what the device path does not do (l->dropout > 0, l->ste). Keeps a pointer
-// to m.
+// train/graph.h does not train, or for what the device path does not do (l->dropout > 0). With l->ste m's adapted
+// weights hold W_eff (train/lora.h): no LoRA pair in the forward, the straight-through backward. Keeps a pointer to
+// m.
 bn_cuda_trainer *bn_cuda_trainer_new(const bn_model *m, const bn_lora *l, int device, const bn_train_device_opts *opts,
                                      char *err, size_t errlen);
 // bn_cuda_trainer_free: frees the trainer (NULL is fine); its graphs must be freed first.
 void bn_cuda_trainer_free(bn_cuda_trainer *t);
-// bn_cuda_trainer_load_params: uploads l's parameters (l must have the layout of the trainer's adapter); 0 or -1.
+// bn_cuda_trainer_load_params: uploads l's parameters (l must have the layout of the trainer's adapter), with l->ste
+// also m's adapted weights, read again from their host buffers; 0 or -1.
 int bn_cuda_trainer_load_params(bn_cuda_trainer *t, const bn_lora *l, char *err, size_t errlen);
 // bn_cuda_train_forward: the last position's logits {n_vocab} of tokens[0..n) into host logits, with the adapter or
 // without (the reference); returns the graph (the device's layer inputs) for bn_cuda_train_backward, or NULL (err).

@@ -66,6 +66,8 @@ struct bn_cuda_trainer {
     bool kept_bf16;    // a graph keeps its layer inputs as bf16 (with bf16 GEMMs; else fp32)
     int ffn_chunk;     // tokens per FFN pass
     int per;           // bn_weight entries of a bn_layer_weights
+    bool ste;          // the adapter trains through a quantizer: m's adapted weights hold W_eff, the forward skips
+                       // the LoRA pairs, the backward is straight-through; load_params uploads W_eff again
     void **layer_w;    // [n_layer·per]: device copy of each layer weight in its stored type (NULL: absent)
     void *embd, *out_norm, *out; // token_embd, output_norm, output (== embd when tied)
     // the adapter: bn_lora's layout, parameters and gradients
@@ -185,11 +187,12 @@ int target_slot(int target) {
 // fp32: it runs on one position (a mat-vec, no tensor-core gain) and gives the logits the loss reads.
 bool gemm16(const bn_cuda_trainer *t, int layer) { return t->gemm_bf16 && layer >= 0; }
 
-// lin_fwd: y {n_out, T} = W x (+ bias) (+ the adapter's pair of (layer, target), A·x kept in ax when given).
+// lin_fwd: y {n_out, T} = W x (+ bias) (+ the adapter's pair of (layer, target), A·x kept in ax when given; none
+// through a quantizer: W already is W_eff).
 int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_weight *bias, const float *x, float *y,
             float *ax) {
     bn_cuda_lora lo;
-    const bool has = lora_of(r, layer, target, &lo);
+    const bool has = !r->t->ste && lora_of(r, layer, target, &lo);
     if (bn_cuda_linear_lora_fwd(r->t->blas, gemm16(r->t, layer), W->type, dev_weight(r->t, W), W->ne[0], W->ne[1],
                                 has ? &lo : NULL, x, r->T, NULL, y, has ? ax : NULL, r->t->ws, r->t->stream, r->err,
                                 r->errlen))
@@ -199,22 +202,32 @@ int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_we
     return 0;
 }
 
-// lin_ax: ax {r, T} = A·x of the adapter's pair of (layer, target) (nothing without one).
+// lin_ax: ax {r, T} = A·x of the adapter's pair of (layer, target) (nothing without one, or through a quantizer:
+// lin_bwd recomputes it there).
 int lin_ax(const run *r, int layer, int target, int64_t n_in, const float *x, float *ax) {
     bn_cuda_lora lo;
-    if (!lora_of(r, layer, target, &lo)) return 0;
+    if (r->t->ste || !lora_of(r, layer, target, &lo)) return 0;
     return bn_cuda_lora_ax(r->t->blas, &lo, n_in, x, r->T, ax, r->t->stream, r->err, r->errlen);
 }
 
 // lin_bwd: dx += Wᵀdy (+ the LoRA part with the forward's A·x); the pair's gradients into the device's (dx NULL:
-// only those).
+// only those). Through a quantizer (straight-through): dx += W_effᵀdy alone, and the pair's gradients as if
+// W_eff = W0 + s·B·A, A·x recomputed (graph.c lin_bwd).
 int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float *x, const float *ax, const float *dy,
             float *dx) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
-    return bn_cuda_linear_lora_bwd(r->t->blas, gemm16(r->t, layer), W->type, dev_weight(r->t, W), W->ne[0], W->ne[1],
-                                   has ? &lo : NULL, x, r->T, NULL, has ? ax : NULL, dy, dx, r->t->ws, r->t->stream,
-                                   r->err, r->errlen);
+    bn_cuda_trainer *t = r->t;
+    const void *w = dev_weight(t, W);
+    const bool bf16 = gemm16(t, layer);
+    if (has && t->ste)
+        return bn_cuda_linear_lora_bwd(t->blas, bf16, W->type, w, W->ne[0], W->ne[1], NULL, x, r->T, NULL, NULL, dy,
+                                       dx, t->ws, t->stream, r->err, r->errlen) ||
+                       bn_cuda_linear_lora_bwd(t->blas, bf16, W->type, w, W->ne[0], W->ne[1], &lo, x, r->T, NULL, NULL,
+                                               dy, NULL, t->ws, t->stream, r->err, r->errlen)
+                   ? -1 : 0;
+    return bn_cuda_linear_lora_bwd(t->blas, bf16, W->type, w, W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
+                                   has ? ax : NULL, dy, dx, t->ws, t->stream, r->err, r->errlen);
 }
 
 // ---- Gated DeltaNet mixer -----------------------------------------------------------------------------------------
@@ -698,12 +711,10 @@ int check_model(const bn_model *m, char *err, size_t errlen) {
     return 0;
 }
 
-// check_adapter: what the device path does not do: dropout, training through a quantizer.
+// check_adapter: what the device path does not do: dropout.
 int check_adapter(const bn_lora *l, char *err, size_t errlen) {
-    if (!l) return 0;
-    if (l->dropout > 0) return bn_err(err, errlen, "device training: LoRA dropout %g is not supported (use 0)",
-                                      (double)l->dropout);
-    if (l->ste) return bn_err(err, errlen, "device training: training through a quantizer (--ste-type) is not supported");
+    if (l && l->dropout > 0)
+        return bn_err(err, errlen, "device training: LoRA dropout %g is not supported (use 0)", (double)l->dropout);
     return 0;
 }
 
@@ -732,6 +743,7 @@ int copy_layout(bn_cuda_trainer *t, const bn_lora *l, char *err, size_t errlen) 
     t->index = (int *)xmalloc(sizeof(int) * (size_t)(L + 1) * BN_LORA_N_TARGETS);
     for (int i = 0; i < (L + 1) * BN_LORA_N_TARGETS; i++) t->index[i] = -1;
     if (!l) return 0;
+    t->ste = l->ste;
     t->r = l->r;
     t->scale = bn_lora_scale(l);
     t->n_params = l->n_params;
@@ -1008,6 +1020,37 @@ extern "C" void bn_cuda_trainer_free(bn_cuda_trainer *t) {
     free(t);
 }
 
+// adapted_weight: the weight of t's model the adapter's tensor lt adapts.
+static const bn_weight *adapted_weight(const bn_cuda_trainer *t, const bn_lora_tensor *lt) {
+    if (lt->layer < 0) return &t->m->w.output;
+    const bn_layer_weights *lw = &t->m->w.layers[lt->layer];
+    switch (lt->target) {
+    case BN_LORA_Q: return &lw->attn_q;
+    case BN_LORA_K: return &lw->attn_k;
+    case BN_LORA_V: return &lw->attn_v;
+    case BN_LORA_O: return &lw->attn_output;
+    case BN_LORA_GATE: return &lw->ffn_gate;
+    case BN_LORA_UP: return &lw->ffn_up;
+    case BN_LORA_DOWN: return &lw->ffn_down;
+    case BN_LORA_QKV: return &lw->attn_qkv;
+    case BN_LORA_Z: return &lw->attn_gate;
+    case BN_LORA_BETA: return &lw->ssm_beta;
+    case BN_LORA_ALPHA: return &lw->ssm_alpha;
+    default: return &lw->ssm_out;
+    }
+}
+
+// upload_adapted: the adapted weights of t's model (W_eff, their host buffers read again) over their device copies,
+// the same types and shapes; 0 or -1 (err).
+static int upload_adapted(bn_cuda_trainer *t, const bn_lora *l, char *err, size_t errlen) {
+    for (int i = 0; i < l->n_tensors; i++) {
+        const bn_weight *w = adapted_weight(t, &l->t[i]);
+        BN_CUDA_TRY(cudaMemcpyAsync((void *)dev_weight(t, w), w->data, weight_bytes(w), cudaMemcpyHostToDevice,
+                                    t->stream), err, errlen);
+    }
+    return 0;
+}
+
 extern "C" int bn_cuda_trainer_load_params(bn_cuda_trainer *t, const bn_lora *l, char *err, size_t errlen) {
     if (!l || !t->params || l->n_params != t->n_params || l->n_tensors != t->n_tensors || l->r != t->r)
         return bn_err(err, errlen, "device training: the adapter's layout differs from the one opened");
@@ -1016,6 +1059,7 @@ extern "C" int bn_cuda_trainer_load_params(bn_cuda_trainer *t, const bn_lora *l,
             return bn_err(err, errlen, "device training: the adapter's layout differs from the one opened");
     BN_CUDA_TRY(cudaMemcpyAsync(t->params, l->params, sizeof(float) * (size_t)l->n_params, cudaMemcpyHostToDevice,
                                 t->stream), err, errlen);
+    if (t->ste && upload_adapted(t, l, err, errlen)) return -1;
     BN_CUDA_TRY(cudaStreamSynchronize(t->stream), err, errlen);
     return 0;
 }

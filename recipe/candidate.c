@@ -49,7 +49,7 @@ static bn_ftpo_train_opts train_opts(const bn_recipe_cfg *c, const bn_model *m, 
     t.ste_type = cd->kind == BN_KIND_Q1_0 ? "Q1_0" : cd->kind == BN_KIND_Q2_0 ? "Q2_0" : NULL;
     t.ste_keep_scales = cd->kind == BN_KIND_Q2_0; // a Q2_0 block's scale is its max |w| (docs/antidoom.md §12)
     t.ste_output_type = t.ste_type ? bn_recipe_output_type(c) : NULL;
-    t.n_gpu_layers = t.ste_type ? 0 : c->n_gpu_layers; // the device trainer does not train through a quantizer
+    t.n_gpu_layers = c->n_gpu_layers;
     t.train_gemm = bn_recipe_train_gemm(c) == BN_TRAIN_GEMM_F32 ? BN_TRAIN_GEMM_F32 : BN_TRAIN_GEMM_BF16;
     t.lambda_tether = (float)cd->tether;
     t.tether_ctx = c->tether_ctx;

@@ -196,7 +196,7 @@ static const cfg_key keys[] = {
     FLAG("rank", K_INT, rank, 0, 65536, "--rank", "N", "LoRA rank (0: the size preset)"),
     FLAG("epochs", K_INT, epochs, 1, 1000000, "--epochs", "N", "epochs"),
     FLAG("train_gemm", K_STR, train_gemm, 0, 0, "--train-gemm", BN_TRAIN_GEMM_NAMES,
-         "with -ngl: the GPU-trained kinds' base-weight products with bf16 inputs and fp32 accumulation, or f32 (the "
+         "with -ngl: the GPU training's base-weight products with bf16 inputs and fp32 accumulation, or f32 (the "
          "CPU trainer's arithmetic; bonsai-ftpo-train --help)"),
     FLAG("early_stop", K_REAL, early_stop, 0, 1, "--early-stop", "X", "stop at this running chosen_win"),
     FLAG("targets", K_STR, targets, 0, 0, "--targets", "LIST", "LoRA targets"),

@@ -23,8 +23,8 @@ typedef struct {
     const char *kinds;      // "q1_0" (comma list of adapter,f16,q1_0,q2_0)
     int threads;            // -t (2)
     int n_ctx;              // -c (2048): generation context
-    int n_gpu_layers;       // -ngl (0): generation, mining, perplexity and the adapter and F16 kinds' training on
-                            // the GPU (the merged kinds train through the quantizer, on the CPU)
+    int n_gpu_layers;       // -ngl (0): generation, mining, perplexity and every kind's training on the GPU (the
+                            // merged kinds through the quantizer there too)
     const char *train_gemm; // --train-gemm ("bf16"): that GPU training's base-weight GEMMs, "bf16" or "f32"
                             // (bonsai-ftpo-train --train-gemm)
     uint64_t seed;          // -s: LoRA init / shuffles / tether windows of the first candidate (then seed+1, ...) (1)

@@ -90,9 +90,8 @@ int bn_run_kind_rounds(bn_recipe_run *r, bn_recipe_kind k, char *err, size_t err
     char buf[512], pairs[BN_PATH], prev[BN_PATH];
     static char files[64][BN_PATH]; // 256 KiB: not on the stack
     // a kind trained on the GPU with bf16 GEMMs trains differently: its signature says so (fp32 GPU training is the
-    // CPU's arithmetic, and the merged kinds train on the CPU)
-    const bool bf16 = c->n_gpu_layers > 0 && (k == BN_KIND_ADAPTER || k == BN_KIND_F16) &&
-                      bn_recipe_train_gemm(c) == BN_TRAIN_GEMM_BF16;
+    // CPU's arithmetic)
+    const bool bf16 = c->n_gpu_layers > 0 && bn_recipe_train_gemm(c) == BN_TRAIN_GEMM_BF16;
     snprintf(buf, sizeof buf, "train %g %d %d %g %s %g %d %d %g %g %s%s", c->lr, c->rank, c->epochs, c->early_stop,
              c->targets, c->lambda_nt, c->tether_ctx, c->tether_batch, c->goal_cut, c->goal_drift, kn,
              bf16 ? " gemm bf16" : "");

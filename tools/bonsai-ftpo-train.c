@@ -359,6 +359,7 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     c.batch = o->t.batch;
     c.grad_accum = o->t.grad_accum;
     c.dropout = o->t.dropout;
+    c.ste = o->t.ste_type != NULL;
     c.act_bytes = o->plan_act_bytes;
     c.gemm_bytes = o->t.train_gemm == BN_TRAIN_GEMM_F32 ? 4 : 2; // the device column's GEMMs (--train-gemm)
     c.n_rows = rows ? rows->n_rows : 0;
@@ -375,7 +376,8 @@ static int plan(const ftpo_opts *o, const bn_model *m, const bn_train_rows *rows
     }
     if (o->plan_only) bn_memplan_print(stdout, &s, &c, &p);
     if (o->plan_only && o->t.ste_type)
-        printf("(--ste-type: the two requantized copies of the model that training through the quantizer holds are "
+        printf("(--ste-type: the device column holds the weights twice, the policy's and the reference's, at this "
+               "file's stored types (the trainer plans the requantized types); the host's two requantized copies are "
                "not counted)\n");
     if (o->plan_only && o->t.n_gpu_layers > 0 && plan_device(o, &c, &p)) return 1;
     int64_t limit = 0;

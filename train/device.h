@@ -48,12 +48,14 @@ typedef struct bn_train_device {
     int (*device_count)(void);
     // open: the model's weights and a copy of adapter l (its layout; l may be NULL: the base model only) on device
     // `device`, run as opts says (NULL: the defaults); NULL (err) on failure or what the device path does not do
-    // (dropout, --ste-type)
+    // (dropout). With l->ste (--ste-type) m is the policy model whose adapted weights hold W_eff: the forward applies
+    // no LoRA pair and the backward is straight-through, as train/graph.c does
     void *(*open)(const bn_model *m, const bn_lora *l, int device, const bn_train_device_opts *opts, char *err,
                   size_t errlen);
     // close: frees what open made (NULL is fine)
     void (*close)(void *ctx);
-    // load_params: uploads l's parameters (after each optimizer step); 0 or -1 (err)
+    // load_params: uploads l's parameters (after each optimizer step), with l->ste also the adapted weights of the
+    // model open was given, read again from their host buffers (the step's W_eff); 0 or -1 (err)
     int (*load_params)(void *ctx, const bn_lora *l, char *err, size_t errlen);
     // forward: the last position's logits {n_vocab} of tokens[0..n) into host logits, with the adapter or without
     // (the reference); returns the graph for backward (with the adapter) or NULL (err)

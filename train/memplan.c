@@ -276,6 +276,17 @@ static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, 
     return need;
 }
 
+// dev_ref_bytes: the reference's own context of an STE run (train_graph.cu opened without an adapter): the weights,
+// the head's buffers, the layer arena (bufs_carve's A·x rows at rank 1) and the workspace at rank 0.
+static int64_t dev_ref_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
+    const bn_config *cf = &s->cfg;
+    const int64_t T = dev_tokens(c);
+    bn_memplan_cfg c0 = *c;
+    c0.rank = 0;
+    return p->base + (2 * (int64_t)cf->n_vocab + 2 * (int64_t)cf->n_embd) * 4 +
+           dev_layer_bytes(cf, T, 1, dev_span(c, T), c->gemm_bytes == 2) + dev_scratch_bytes(s, &c0, p);
+}
+
 // plan_device: what a GPU run holds on the device (bn_memplan_device); p's other terms are computed.
 static void plan_device(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p) {
     const bn_config *cf = &s->cfg;
@@ -291,7 +302,8 @@ static void plan_device(const bn_memshape *s, const bn_memplan_cfg *c, bn_mempla
     d->scratch = dev_scratch_bytes(s, c, p);
     d->head = (2 * V + 2 * H) * 4;
     d->tether = Tt > 0 ? L * H * Tt * kb + (H * Tt + 2 * H * Tt + V * Tt) * 4 + Tt * 4 : 0;
-    d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head + d->tether;
+    d->ref = c->ste ? dev_ref_bytes(s, c, p) : 0;
+    d->total = d->base + d->adapter + d->grads + d->kept + d->layer + d->scratch + d->head + d->tether + d->ref;
 }
 
 int bn_memplan_compute(const bn_memshape *s, const bn_memplan_cfg *c, bn_memplan *p, char *err, size_t errlen) {
@@ -376,6 +388,7 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
     row(f, "logits and gradients (vocab x rows)", p->logits, p->logits, d->head);
     row(f, "reference logits cache (vocab x rows)", p->ref_cache, p->ref_cache, 0);
     if (p->tether) row(f, "tether window and cache", p->tether, p->tether, d->tether);
+    if (d->ref) row(f, "reference model's context (--ste-type)", 0, 0, d->ref);
     row(f, "total", p->total, p->total_full, d->total);
     if (c->n_rows == 0) fprintf(f, "(rows unknown: the reference logits cache, vocab x 4 B per row, is not counted)\n");
     char margin[32];
@@ -388,13 +401,15 @@ void bn_memplan_print(FILE *f, const bn_memshape *s, const bn_memplan_cfg *c, co
 
 const char *bn_memplan_device_parts(const bn_memplan *p, char *buf, size_t n) {
     const bn_memplan_device *d = &p->dev;
-    char w[32], a[32], k[32], l[32], s[32], h[32], t[48] = "";
+    char w[32], a[32], k[32], l[32], s[32], h[32], t[48] = "", r[48] = "";
     if (d->tether) snprintf(t, sizeof t, ", tether %s", bn_format_bytes(h, sizeof h, (double)d->tether));
-    snprintf(buf, n, "weights %s, adapter + gradients %s, kept activations %s, layer buffers %s, scratch %s, head %s%s",
+    if (d->ref) snprintf(r, sizeof r, ", reference model %s", bn_format_bytes(h, sizeof h, (double)d->ref));
+    snprintf(buf, n,
+             "weights %s, adapter + gradients %s, kept activations %s, layer buffers %s, scratch %s, head %s%s%s",
              bn_format_bytes(w, sizeof w, (double)d->base),
              bn_format_bytes(a, sizeof a, (double)(d->adapter + d->grads)),
              bn_format_bytes(k, sizeof k, (double)d->kept), bn_format_bytes(l, sizeof l, (double)d->layer),
-             bn_format_bytes(s, sizeof s, (double)d->scratch), bn_format_bytes(h, sizeof h, (double)d->head), t);
+             bn_format_bytes(s, sizeof s, (double)d->scratch), bn_format_bytes(h, sizeof h, (double)d->head), t, r);
     return buf;
 }
 

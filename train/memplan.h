@@ -28,6 +28,8 @@ typedef struct {
     int batch;            // rows per micro-batch (their graphs are alive together)
     int grad_accum;       // micro-batches per optimizer step (no memory: gradients accumulate in place)
     float dropout;        // LoRA dropout (> 0: masks of the adapted projections' inputs)
+    bool ste;             // --ste-type: the device also holds the reference model (the quantized base) in a context of
+                          // its own; the shape is then the quantized model's
     int act_bytes;        // bytes per activation element: 4 = fp32 (the CPU trainer), 2 = bf16/fp16
     int gemm_bytes;       // the device's base-weight GEMMs (its column only; the CPU trainer computes in fp32):
                           // 2 = bf16, the default (weight chunks made bf16, the activation operand's bf16 copy),
@@ -55,6 +57,8 @@ typedef struct {
     int64_t head;     // the LM head's logits and their gradient {V}, its normed input and gradient {H}
     int64_t tether;   // the tether's all-position graph of tether_ctx tokens: layer inputs, the final residual, the
                       // head's input and its gradient {H, T_t}, the logits {V, T_t} (0 without a tether)
+    int64_t ref;      // with ste, the reference's context: the weights again, its head's, layer and workspace buffers
+                      // (no adapter: A·x rows of one value per token, no LoRA rows in the workspace); 0 without
     int64_t total;    // their sum (the tether's graph runs after the micro-batch's: an upper bound, as on the host)
 } bn_memplan_device;
 

@@ -73,7 +73,7 @@ struct bn_tether {
     float **logp;        // [n_win]: cached reference log-probabilities {V, ctx} or NULL
     size_t cached, cap;  // bytes cached / allowed
     const bn_train_device *dev; // the forwards' device backend, or NULL (the CPU)
-    void *dev_ctx;
+    void *dev_ctx, *dev_ref_ctx; // the policy's and the reference's contexts on it
 };
 
 bn_tether *bn_tether_new(const int32_t *tokens, int64_t n, float lambda, int ctx, int batch, int cache_mb,
@@ -119,17 +119,18 @@ void bn_tether_windows(const bn_tether *t, int *batch, int *ctx, int *n_win) {
     *n_win = t->n_win;
 }
 
-void bn_tether_use_device(bn_tether *t, const bn_train_device *dev, void *ctx) {
+void bn_tether_use_device(bn_tether *t, const bn_train_device *dev, void *ctx, void *ref_ctx) {
     t->dev = dev && dev->forward_all ? dev : NULL;
     t->dev_ctx = t->dev ? ctx : NULL;
+    t->dev_ref_ctx = t->dev ? ref_ctx : NULL;
 }
 
-// window_ref: logp {V, n} = the reference's log-probabilities of one window (on the tether's device, its model
-// without the adapter); 0 or -1 (err).
+// window_ref: logp {V, n} = the reference's log-probabilities of one window (on the tether's device, the reference
+// context's model without its adapter); 0 or -1 (err).
 static int window_ref(const bn_tether *t, const bn_model *m_ref, const int32_t *tok, float *logp, char *err,
                       size_t errlen) {
     if (!t->dev) return bn_tether_ref(m_ref, tok, t->ctx, logp, err, errlen);
-    void *g = t->dev->forward_all(t->dev_ctx, false, tok, t->ctx, logp, err, errlen);
+    void *g = t->dev->forward_all(t->dev_ref_ctx, false, tok, t->ctx, logp, err, errlen);
     if (!g) return -1;
     t->dev->graph_free(g);
     bn_log_softmax(logp, t->ctx, m_ref->cfg.n_vocab, logp);

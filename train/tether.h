@@ -41,9 +41,11 @@ bn_tether *bn_tether_new(const int32_t *tokens, int64_t n, float lambda, int ctx
 void bn_tether_free(bn_tether *t);
 // bn_tether_windows: windows per step, tokens per window and windows in the text (for the log line).
 void bn_tether_windows(const bn_tether *t, int *batch, int *ctx, int *n_win);
-// bn_tether_use_device: the tether's forwards and backwards run on a device backend's context (train/device.h, one
-// with forward_all); its gradients are then ADDED into the device's, for the trainer to take. NULL dev: the CPU.
-void bn_tether_use_device(bn_tether *t, const bn_train_device *dev, void *ctx);
+// bn_tether_use_device: the tether's forwards and backwards run on a device backend's contexts (train/device.h, one
+// with forward_all): the policy's on ctx, the reference's on ref_ctx without its adapter (ctx itself, or with
+// --ste-type a context of the quantized base); its gradients are then ADDED into ctx's, for the trainer to take. NULL
+// dev: the CPU.
+void bn_tether_use_device(bn_tether *t, const bn_train_device *dev, void *ctx, void *ref_ctx);
 // bn_tether_step: the tether term of optimizer step `step` (0-based): ADDS λ·∂(mean KL)/∂(A, B) over the step's
 // windows (reference = m_ref, policy = m_pol with l; on a device: its model without and with its adapter) into
 // l->grads (the device's gradients) and writes their mean KL into *kl_mean; returns 0 or -1 (err).

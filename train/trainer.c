@@ -16,6 +16,7 @@
 #include "train/dp.h"
 #include "train/device.h"
 #include "train/memplan.h"
+#include "quant/quant.h"
 
 static volatile sig_atomic_t g_stop_requested;
 
@@ -40,7 +41,8 @@ typedef struct {
     bn_ftpo_refcache *ref;
     int V;
     const bn_train_device *dev; // the device backend the forwards and backwards run on (NULL: the CPU)
-    void *dev_ctx;
+    void *dev_ctx;              // its context of m_pol with the adapter
+    void *dev_ref_ctx;          // with --ste-type, its context of m without an adapter (NULL: dev_ctx runs m)
 } data_t;
 
 // A forward's graph on either backend.
@@ -61,7 +63,8 @@ static void graph_free(const data_t *d, row_graph *g) {
 static int forward_row(const data_t *d, bn_lora *l, const int32_t *tokens, int n, bn_rng *rng, float *z, row_graph *g,
                        char *err, size_t errlen) {
     row_graph made = {0};
-    if (d->dev) made.dev = d->dev->forward(d->dev_ctx, l != NULL, tokens, n, z, err, errlen);
+    void *ctx = !l && d->dev_ref_ctx ? d->dev_ref_ctx : d->dev_ctx;
+    if (d->dev) made.dev = d->dev->forward(ctx, l != NULL, tokens, n, z, err, errlen);
     else made.cpu = bn_train_forward(l ? d->m_pol : d->m, l, tokens, n, rng, z, err, errlen);
     if (!made.cpu && !made.dev) return -1;
     if (g) *g = made;
@@ -182,6 +185,7 @@ static void run_free(train_run *run) {
         free(run->dz[b]);
     }
     if (run->d.dev) run->d.dev->close(run->d.dev_ctx);
+    if (run->d.dev_ref_ctx) run->d.dev->close(run->d.dev_ref_ctx);
     free(run->graphs); free(run->z); free(run->dz); free(run->frows); free(run->order);
     if (run->logf) fclose(run->logf);
     bn_ftpo_refcache_free(run->d.ref);
@@ -292,9 +296,9 @@ static int run_adapter(train_run *run, char *err, size_t errlen) {
     return 0;
 }
 
-// run_models: the STE models (reference = the quantized base; policy = the quantized model with W_eff for the adapted
-// weights), the tether, the reference cache and the log; 0 or -1 (err).
-static int run_models(train_run *run, char *err, size_t errlen) {
+// run_ste_models: with --ste-type, the STE models (reference = the quantized base; policy = the quantized model with
+// W_eff for the adapted weights); the policy model either way; 0 or -1 (err).
+static int run_ste_models(train_run *run, char *err, size_t errlen) {
     const bn_ftpo_train_opts *o = run->o;
     const bn_model *m = run->m;
     if (o->ste_type) {
@@ -307,6 +311,13 @@ static int run_models(train_run *run, char *err, size_t errlen) {
         if (bn_requant_model_apply_lora(run->m_ste, m, run->l, err, errlen)) return -1;
     }
     run->m_pol = run->m_ste ? run->m_ste : m;
+    return 0;
+}
+
+// run_models: the tether, the reference cache and the log; 0 or -1 (err).
+static int run_models(train_run *run, char *err, size_t errlen) {
+    const bn_ftpo_train_opts *o = run->o;
+    const bn_model *m = run->m;
     int trc = 0; // the tether runs on rank 0 alone: its gradient joins the sum of the ranks' (run_step)
     if (bn_dp_rank(o->dp) == 0)
         run->teth = bn_tether_new(o->tether_tokens, o->n_tether_tokens, o->lambda_tether, o->tether_ctx,
@@ -339,6 +350,7 @@ static bn_memplan_cfg device_plan_cfg(const train_run *run, bool tether_on_devic
     c.batch = o->batch;
     c.grad_accum = o->grad_accum;
     c.dropout = o->dropout;
+    c.ste = o->ste_type != NULL; // the reference's own context: a second copy of the (quantized) base
     c.gemm_bytes = o->train_gemm == BN_TRAIN_GEMM_F32 ? 4 : 2; // the device's base-weight GEMMs
     if (tether_on_device && o->lambda_tether > 0 && o->tether_tokens && o->n_tether_tokens > 0) {
         c.tether_ctx = o->tether_ctx;
@@ -348,6 +360,23 @@ static bn_memplan_cfg device_plan_cfg(const train_run *run, bool tether_on_devic
     return c;
 }
 
+// policy_shape: the memory plan's shape of the model the device holds: the policy's. With --ste-type its types are
+// the requantized ones and its stored bytes are summed from its weights (the copy shares the file's tensor table).
+static bn_memshape policy_shape(const train_run *run) {
+    bn_memshape s = bn_memshape_of_model(run->m_pol);
+    if (!run->m_ste) return s;
+    const int n = bn_model_weight_slots(run->m_ste, NULL, 0);
+    bn_weight **w = xmalloc(sizeof(bn_weight *) * (size_t)n);
+    bn_model_weight_slots(run->m_ste, w, n);
+    s.base_bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i]->data)
+            s.base_bytes += (int64_t)bn_row_size(w[i]->type, w[i]->ne[0]) * (w[i]->ne[1] > 0 ? w[i]->ne[1] : 1) *
+                            (w[i]->ne[2] > 0 ? w[i]->ne[2] : 1) * (w[i]->ne[3] > 0 ? w[i]->ne[3] : 1);
+    free(w);
+    return s;
+}
+
 // device_fits: the run's device plan against the free memory of every rank's device (on each machine, local ranks
 // k, k + n_dev, ... share device k, each holding the plan). Each rank measures its own device before any rank opens
 // one; the sum shares the measurements, so every rank takes the same decision, naming the first rank whose device
@@ -355,7 +384,7 @@ static bn_memplan_cfg device_plan_cfg(const train_run *run, bool tether_on_devic
 static int device_fits(train_run *run, const bn_train_device *dev, int n_dev, char *err, size_t errlen) {
     bn_dp *dp = run->o->dp;
     const int world = bn_dp_world(dp), rank = bn_dp_rank(dp);
-    bn_memshape s = bn_memshape_of_model(run->m);
+    bn_memshape s = policy_shape(run);
     bn_memplan_cfg c = device_plan_cfg(run, dev->forward_all != NULL);
     bn_memplan p;
     size_t fr = 0, tot = 0;
@@ -410,15 +439,16 @@ static int run_device(train_run *run, char *err, size_t errlen) {
     if (run->device < 0) return 0;
     const bn_train_device *dev = bn_train_device_get();
     const bn_train_device_opts dopts = {.gemm = o->train_gemm};
-    void *ctx = dev->open(run->m, run->l, run->device, &dopts, err, errlen);
+    void *ctx = dev->open(run->m_pol, run->l, run->device, &dopts, err, errlen);
     if (!ctx) return -1;
     run->d.dev = dev;
     run->d.dev_ctx = ctx;
+    if (run->m_q && !(run->d.dev_ref_ctx = dev->open(run->m_q, NULL, run->device, &dopts, err, errlen))) return -1;
     if (!o->quiet)
         fprintf(stderr, "ftpo-train: forward and backward on %s device %d (base-weight GEMMs %s)%s\n", dev->name,
                 run->device, o->train_gemm == BN_TRAIN_GEMM_F32 ? "fp32" : "bf16, fp32 accumulation",
                 run->teth ? (dev->forward_all ? ", the tether too" : "; the tether on the CPU") : "");
-    if (run->teth) bn_tether_use_device(run->teth, dev, ctx);
+    if (run->teth) bn_tether_use_device(run->teth, dev, ctx, run->d.dev_ref_ctx ? run->d.dev_ref_ctx : ctx);
     if (bn_dp_use_device(o->dp, run->device, err, errlen) < 0) return -1;
     if (!o->quiet && bn_dp_rank(o->dp) == 0 && bn_dp_world(o->dp) > 1)
         fprintf(stderr, "ftpo-train: gradient sums of %d ranks through %s\n", bn_dp_world(o->dp),
@@ -606,8 +636,8 @@ static int run_step(train_run *run, bn_ftpo_train_result *res, bool *stop, char 
     double gnorm = bn_grad_clip(l->grads, l->n_params, o->max_grad_norm);
     double lr_k = bn_sched_lr(o->lr, pos->step, run->S, run->W);
     bn_adamw_step(run->opt, &o->adam, (float)lr_k, l->params, l->grads);
-    if (run->d.dev && run->d.dev->load_params(run->d.dev_ctx, l, err, errlen)) return -1;
     if (run->m_ste && bn_requant_model_apply_lora(run->m_ste, run->m, l, err, errlen)) return -1;
+    if (run->d.dev && run->d.dev->load_params(run->d.dev_ctx, l, err, errlen)) return -1; // W_eff with --ste-type
     pos->step++;
     run->steps_this_run++;
     int n_hist;
@@ -697,9 +727,9 @@ int bn_ftpo_train(const bn_model *m, const bn_train_rows *rows, const bn_ftpo_tr
     }
     train_run run = {.o = o, .m = m, .rows = rows, .V = m->cfg.n_vocab};
     int rc = -1;
-    if (run_rows(&run, err, errlen) == 0 && run_pick_device(&run, err, errlen) == 0 &&
-        run_adapter(&run, err, errlen) == 0 && run_models(&run, err, errlen) == 0 &&
-        run_device(&run, err, errlen) == 0) {
+    if (run_rows(&run, err, errlen) == 0 && run_adapter(&run, err, errlen) == 0 &&
+        run_ste_models(&run, err, errlen) == 0 && run_pick_device(&run, err, errlen) == 0 &&
+        run_models(&run, err, errlen) == 0 && run_device(&run, err, errlen) == 0) {
         run_buffers(&run);
         if (run_epochs(&run, res, err, errlen) == 0) {
             res->total_steps = run.S;

@@ -4,8 +4,9 @@
 // error line naming the device, its free bytes, the plan's parts and the settings to lower, and writes no adapter,
 // checkpoint or log; `--plan-only -ngl 99` is refused the same way. On a 2 GiB device the plan fits: --plan-only says
 // so, and one step trains, printing the device plan and afterwards the measured peak, which stays within the plan
-// (the emulator counts the bytes asked for, so nothing rounds them up). With -dp 2 each of the two ranks on the device
-// counts: refused on 2 GiB, trains on 3 GiB.
+// (the emulator counts the bytes asked for, so nothing rounds them up). With --ste-type Q1_0 the device holds the
+// Q1_0 policy and the reference's own context (the Q1_0 base again): the peak equals that plan to the byte (measured
+// 1149888 B). With -dp 2 each of the two ranks on the device counts: refused on 2 GiB, trains on 3 GiB.
 #include <string.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -96,6 +97,16 @@ int main(void) {
     const long long peak = out_bytes("memory: peak"), plan = out_bytes("the plan's device total");
     printf("measured device peak %lld B, planned %lld B\n", peak, plan);
     CHECK(peak > 0 && plan > 0 && peak <= plan, "the measured peak (%lld B) within the plan (%lld B)", peak, plan);
+
+    // through the Q1_0 quantizer: the policy's Q1_0 weights and the reference's own context (its Q1_0 base again)
+    char ste_args[2100];
+    snprintf(ste_args, sizeof ste_args, "%s --ste-type Q1_0", args);
+    CHECK(run("2G", ste_args) == 0 && out_has("reference model ") && out_has("step 1/"),
+          "--ste-type Q1_0 on 2 GiB: the reference's context planned, one step on the device");
+    const long long ste_peak = out_bytes("memory: peak"), ste_plan = out_bytes("the plan's device total");
+    printf("--ste-type Q1_0: measured device peak %lld B, planned %lld B\n", ste_peak, ste_plan);
+    CHECK(ste_peak > 0 && ste_peak == ste_plan, "--ste-type: the measured peak (%lld B) is the plan (%lld B)",
+          ste_peak, ste_plan);
 
     // -dp 2: both ranks on the one device, each needing the plan and the margin (each rank is its own emulated
     // device here, so 2 GiB refuses and 3 GiB trains only because the check multiplies by the ranks on it)

@@ -6,14 +6,15 @@
 // random A and B (PEFT's B = 0 would leave paths without gradient) and compares: the last-position logits with the
 // adapter and without (the reference forward), and every LoRA gradient for random dlogits, taken into pre-filled host
 // gradients (take_grads adds, then zeroes the device's: a second take adds nothing). Also: load_params makes the
-// device's logits follow changed parameters, open refuses dropout, the straight-through estimator and an unknown GEMM
-// arithmetic, and the device memory the trainer holds at its peak equals the memory plan's device total
-// (train/memplan.h) to the byte in the emulator, and stays within it plus the margin on a GPU. These cases run the
-// device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin, and the FFN block over spans of SPAN
-// tokens. Part `bf16` runs three of them (qwen35 F32 and Q1_0, qwen3) again with bf16 GEMMs (the kept layer inputs
-// bf16, the FFN in one pass), checked against the CPU within the BF16_* bounds below, each error at least 10x the
-// fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are tight enough to catch
-// a lost chunk of rows), and the all-position graph within the same bounds; its memory check runs with bf16 GEMMs.
+// device's logits follow changed parameters, open refuses dropout and an unknown GEMM arithmetic, and the device memory
+// the trainer holds at its peak (alone, and for qwen35 F32 and Q1_0 with an --ste-type run's reference context next to
+// it) equals the memory plan's device total (train/memplan.h) to the byte in the emulator, and stays within it plus the
+// margin on a GPU. These cases run the device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin, and
+// the FFN block over spans of SPAN tokens. Part `bf16` runs three of them (qwen35 F32 and Q1_0, qwen3) again with bf16
+// GEMMs (the kept layer inputs bf16, the FFN in one pass), checked against the CPU within the BF16_* bounds below, each
+// error at least 10x the fp32 path's (the bf16 path did run), and a mutant model that must fail those bounds (they are
+// tight enough to catch a lost chunk of rows), and the all-position graph within the same bounds; its memory check runs
+// with bf16 GEMMs.
 // Built twice: `cuda_train_graph` links the GPU library (skipped without a device, e.g. CI); `cuda_train_graph_emu`
 // links the CPU emulator (cuda/emu/) and always runs, also in shuffled order.
 // Tolerance (why): both sides compute in fp32 with the same formulas but different summation orders (cuBLAS / OpenBLAS
@@ -370,13 +371,15 @@ static double check_all_positions(const bn_train_device *d, void *ctx, const cha
 // check_plan: the device bytes a trainer of m and l (with gemm's GEMMs) holds with two rows' graphs of T tokens alive, and after one of
 // them ran backward (the trainer's peak: the weights, the adapter and gradients, the head's, layer and workspace
 // buffers, the graphs), against the memory plan's device total for batch 2 and T tokens; then with a tether graph
-// (all positions, T tokens) alive as well, against the plan with a tether of T-token windows. The emulator counts the
-// bytes asked for: equal to the byte. A GPU rounds allocations up and adds cuBLAS's: within the plan + the margin.
-static void check_plan(const bn_train_device *d, const char *label, const bn_model *m, const bn_lora *l,
-                       const int32_t *tok, int T, const bn_train_device_opts *gemm) {
+// (all positions, T tokens) alive as well, against the plan with a tether of T-token windows. ste: as an --ste-type
+// run holds them, with the reference's own context (m without an adapter) next to the trainer, its forwards (one
+// row's and one all-position) run, against the plan with ste. The emulator counts the bytes asked for: equal to the
+// byte. A GPU rounds allocations up and adds cuBLAS's: within the plan + the margin.
+static void check_plan(const bn_train_device *d, const char *label, const bn_model *m, bn_lora *l, const int32_t *tok,
+                       int T, const bn_train_device_opts *gemm, bool ste) {
     bn_memshape s = bn_memshape_of_model(m);
     bn_memplan_cfg c = bn_memplan_cfg_default(T);
-    c.targets = ALL_TARGETS, c.rank = RANK, c.batch = 2, c.grad_accum = 1;
+    c.targets = ALL_TARGETS, c.rank = RANK, c.batch = 2, c.grad_accum = 1, c.ste = ste;
     c.gemm_bytes = gemm->gemm == BN_TRAIN_GEMM_F32 ? 4 : 2;
     c.ffn_chunk = gemm->ffn_chunk;
     bn_memplan p, pt;
@@ -389,10 +392,12 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
     CHECK(d->mem_info(0, &fr, &tot, err, sizeof err) == 0 && tot >= fr, "%s: mem_info: %s", label, err);
     const int64_t before = (int64_t)(tot - fr);
     float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab * T), *dz = xcalloc((size_t)m->cfg.n_vocab, sizeof(float));
-    void *ctx = d->open(m, l, 0, gemm, err, sizeof err);
+    l->ste = ste;
+    void *ctx = d->open(m, l, 0, gemm, err, sizeof err), *ref = ste ? d->open(m, NULL, 0, gemm, err, sizeof err) : NULL;
     void *g[2] = {NULL, NULL};
     for (int b = 0; ctx && b < 2; b++) g[b] = d->forward(ctx, true, tok, T, logits, err, sizeof err);
-    CHECK(g[0] && g[1], "%s: open and two forwards: %s", label, err);
+    CHECK(g[0] && g[1] && (!ste || ref), "%s: open and two forwards: %s", label, err);
+    if (ref) d->graph_free(d->forward(ref, false, tok, T, logits, err, sizeof err));
     int64_t held = 0, after_bwd = 0, with_tether = 0;
     void *ga = NULL;
     if (g[0] && g[1]) {
@@ -400,13 +405,15 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
         dz[1] = 1.0f;
         CHECK(d->backward(g[0], dz, err, sizeof err) == 0, "%s: backward: %s", label, err);
         after_bwd = (int64_t)d->mem_in_use(ctx) - before;
+        if (ref) d->graph_free(d->forward_all(ref, false, tok, T, logits, err, sizeof err));
         ga = d->forward_all(ctx, true, tok, T, logits, err, sizeof err);
         CHECK(ga != NULL, "%s: all-position forward: %s", label, err);
         with_tether = (int64_t)d->mem_in_use(ctx) - before;
     }
-    printf("  %-22s device memory with 2 graphs of %d tokens: %lld B held, %lld B after a backward, %lld B with a "
-           "tether graph; planned %lld B, %lld B with the tether\n", label, T, (long long)held, (long long)after_bwd,
-           (long long)with_tether, (long long)p.dev.total, (long long)pt.dev.total);
+    printf("  %-22s device memory with 2 graphs of %d tokens%s: %lld B held, %lld B after a backward, %lld B with a "
+           "tether graph; planned %lld B, %lld B with the tether\n", label, T, ste ? " and the STE reference" : "",
+           (long long)held, (long long)after_bwd, (long long)with_tether, (long long)p.dev.total,
+           (long long)pt.dev.total);
 #ifdef BONSAI_CUDA_EMU
     CHECK(held == p.dev.total && after_bwd == held, "%s: device bytes %lld (after a backward %lld) vs planned %lld",
           label, (long long)held, (long long)after_bwd, (long long)p.dev.total);
@@ -423,13 +430,17 @@ static void check_plan(const bn_train_device *d, const char *label, const bn_mod
     d->graph_free(ga);
     for (int b = 0; b < 2; b++) d->graph_free(g[b]);
     d->close(ctx);
+    d->close(ref);
+    l->ste = false;
     free(logits);
     free(dz);
 }
 
 // run_case: the model at path through both backends (T tokens), the device with fp32 GEMMs; prints the measured
-// differences and the time. bf16: also the device with bf16 GEMMs (check_bf16; mutate: and a mutant).
-static void run_case(const bn_train_device *d, const char *label, const char *path, int T, bool bf16, bool mutate) {
+// differences and the time. bf16: also the device with bf16 GEMMs (check_bf16; mutate: and a mutant). ste_plan: the
+// memory check with an --ste-type run's reference context too.
+static void run_case(const bn_train_device *d, const char *label, const char *path, int T, bool bf16, bool mutate,
+                     bool ste_plan) {
     const clock_t c0 = clock();
     bn_model *m = bn_model_load(path, err, sizeof err);
     CHECK(m != NULL, "%s: load: %s", label, err);
@@ -468,7 +479,8 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
         free(params);
         d->close(ctx);
         ctx = NULL;
-        check_plan(d, label, m, l, tok, T, bf16 ? &bf16_gemm : &f32_gemm);
+        check_plan(d, label, m, l, tok, T, bf16 ? &bf16_gemm : &f32_gemm, false);
+        if (ste_plan) check_plan(d, label, m, l, tok, T, bf16 ? &bf16_gemm : &f32_gemm, true);
         worst_logits = fmax(worst_logits, fmax(dl, dr));
         worst_grads = fmax(worst_grads, fmax(dg, da));
         printf("  %-22s T %2d, %2d adapted tensors: logits %.2e, reference %.2e, gradients %.2e, all positions %.2e "
@@ -483,8 +495,7 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
     bn_model_free(m);
 }
 
-// check_refusals: open fails, with a message, for an unknown GEMM arithmetic, a negative FFN span, LoRA dropout and
-// the straight-through estimator.
+// check_refusals: open fails, with a message, for an unknown GEMM arithmetic, a negative FFN span and LoRA dropout.
 static void check_refusals(const bn_train_device *d, const char *path) {
     bn_model *m = bn_model_load(path, err, sizeof err);
     if (!m) return;
@@ -507,12 +518,6 @@ static void check_refusals(const bn_train_device *d, const char *path) {
     ctx = d->open(m, l, 0, &f32_gemm, err, sizeof err);
     CHECK(ctx == NULL && strstr(err, "dropout"), "open with dropout: %s", err);
     d->close(ctx);
-    l->dropout = 0;
-    l->ste = true;
-    err[0] = 0;
-    ctx = d->open(m, l, 0, NULL, err, sizeof err);
-    CHECK(ctx == NULL && strstr(err, "quantizer"), "open with the straight-through estimator: %s", err);
-    d->close(ctx);
     bn_lora_free(l);
     bn_model_free(m);
 }
@@ -528,21 +533,21 @@ int main(int argc, char **argv) {
     char path[400];
     const bool all = !strcmp(part, "all"), bf16 = !strcmp(part, "bf16");
     if ((all || bf16 || !strcmp(part, "qwen35")) && make_mkmodel("tiny", "F32", path, sizeof path) == 0) {
-        run_case(d, "qwen35 F32", path, 13, bf16, bf16);
+        run_case(d, "qwen35 F32", path, 13, bf16, bf16, true);
         if (!bf16) check_refusals(d, path);
     }
     if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q8_0", path, sizeof path) == 0)
-        run_case(d, "qwen35 Q8_0", path, 9, false, false);
+        run_case(d, "qwen35 Q8_0", path, 9, false, false, false);
     if ((all || bf16 || !strcmp(part, "quant")) && make_mkmodel("tiny", "Q1_0", path, sizeof path) == 0)
-        run_case(d, "qwen35 Q1_0", path, 9, bf16, false);
+        run_case(d, "qwen35 Q1_0", path, 9, bf16, false, true);
     if ((all || !strcmp(part, "quant")) && make_mkmodel("tiny", "F16", path, sizeof path) == 0)
-        run_case(d, "qwen35 F16", path, 9, false, false);
+        run_case(d, "qwen35 F16", path, 9, false, false, false);
     if ((all || bf16 || !strcmp(part, "dense")) && make_mkmodel("qwen3-tiny", "F32", path, sizeof path) == 0)
-        run_case(d, "qwen3 F32", path, 17, bf16, false);
+        run_case(d, "qwen3 F32", path, 17, bf16, false, false);
     if ((all || !strcmp(part, "dense")) && make_tiny_h("llama", path, sizeof path) == 0)
-        run_case(d, "llama F32 (tiny.h)", path, 11, false, false);
+        run_case(d, "llama F32 (tiny.h)", path, 11, false, false, false);
     if ((all || !strcmp(part, "dense")) && make_tiny_h("qwen2", path, sizeof path) == 0)
-        run_case(d, "qwen2 F32 (tiny.h)", path, 11, false, false);
+        run_case(d, "qwen2 F32 (tiny.h)", path, 11, false, false, false);
     printf("largest relative differences: logits %.2e, gradients %.2e (tolerance %.0e)\n", worst_logits, worst_grads,
            TOL_REL);
     if (bf16)
