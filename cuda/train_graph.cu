@@ -1022,22 +1022,7 @@ extern "C" void bn_cuda_trainer_free(bn_cuda_trainer *t) {
 
 // adapted_weight: the weight of t's model the adapter's tensor lt adapts.
 static const bn_weight *adapted_weight(const bn_cuda_trainer *t, const bn_lora_tensor *lt) {
-    if (lt->layer < 0) return &t->m->w.output;
-    const bn_layer_weights *lw = &t->m->w.layers[lt->layer];
-    switch (lt->target) {
-    case BN_LORA_Q: return &lw->attn_q;
-    case BN_LORA_K: return &lw->attn_k;
-    case BN_LORA_V: return &lw->attn_v;
-    case BN_LORA_O: return &lw->attn_output;
-    case BN_LORA_GATE: return &lw->ffn_gate;
-    case BN_LORA_UP: return &lw->ffn_up;
-    case BN_LORA_DOWN: return &lw->ffn_down;
-    case BN_LORA_QKV: return &lw->attn_qkv;
-    case BN_LORA_Z: return &lw->attn_gate;
-    case BN_LORA_BETA: return &lw->ssm_beta;
-    case BN_LORA_ALPHA: return &lw->ssm_alpha;
-    default: return &lw->ssm_out;
-    }
+    return lt->layer < 0 ? &t->m->w.output : bn_lora_layer_weight(&t->m->w.layers[lt->layer], lt->target);
 }
 
 // upload_adapted: the adapted weights of t's model (W_eff, their host buffers read again) over their device copies,

@@ -120,8 +120,7 @@ int bn_lora_add(bn_lora *l, const char *name, int layer, int target, int64_t n_i
     return l->n_tensors++;
 }
 
-// layer_weight: the bn_weight of (layer, target) or NULL.
-static const bn_weight *layer_weight(const bn_layer_weights *lw, int target) {
+const bn_weight *bn_lora_layer_weight(const bn_layer_weights *lw, int target) {
     switch (target) {
     case BN_LORA_Q: return &lw->attn_q;
     case BN_LORA_K: return &lw->attn_k;
@@ -148,7 +147,7 @@ bn_lora *bn_lora_from_model(const bn_model *m, unsigned mask, int r, float alpha
         for (int b = 0; b < BN_LORA_N_TARGETS; b++) {
             int target = 1 << b;
             if (!(mask & target) || target == BN_LORA_HEAD) continue;
-            const bn_weight *w = layer_weight(&m->w.layers[il], target);
+            const bn_weight *w = bn_lora_layer_weight(&m->w.layers[il], target);
             if (!w || !w->data) continue;
             snprintf(name, sizeof name, "blk.%d.%s.weight", il, TARGET_STEMS[b]);
             if (bn_lora_add(l, name, il, target, w->ne[0], w->ne[1], err, errlen) < 0) { bn_lora_free(l); return NULL; }

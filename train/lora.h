@@ -53,6 +53,9 @@ typedef struct {
                           // additive path and the backward is straight-through (∂A, ∂B as if W_eff = W0 + s·B·A)
 } bn_lora;
 
+// bn_lora_layer_weight: the weight of layer lw that LoRA target `target` (one bit) adapts, or NULL for another value.
+const bn_weight *bn_lora_layer_weight(const bn_layer_weights *lw, int target);
+
 // bn_lora_parse_targets: comma list of names or groups → bit mask; -1 (err) on an unknown name.
 // Accepts short (q,k,v,o,gate,up,down,lm_head), HF (q_proj, in_proj_qkv, ...), GGUF (attn_q,
 // ffn_gate, attn_gate = GDN z, ssm_out, output...) and groups attn, ffn|mlp, gdn, all.
