@@ -2,17 +2,22 @@
 // formulas of train/backward_gdn.c). Rows of S (a value dim j, dk key dims) are independent given q, k, v, α, β, so a
 // warp owns rows and runs them through time with the forward's row step (cuda/gdn_rows.cuh; the engine's
 // recurrence_kernel in cuda/gdn.cu reads q, k, v from the packed conv output and makes α, β from their logits, so the
-// trainer's forward, given q, k, v, g, β apart, is a kernel of its own around the same step). The backward is one
-// block per value head: its warps recompute their rows' states from checkpoints every CK steps, chunk by chunk, and
-// walk each chunk backward; the head's dq/dk rows (sums over j) are added in warp order per step into a workspace,
-// and a second launch sums them over the value heads of each key head in head order (no atomics: deterministic).
+// trainer's forward, given q, k, v, g, β apart, is a kernel of its own around the same step). The backward splits a
+// value head's rows between GDN_BWD_GROUPS blocks of up to GDN_BWD_MAX_WARPS warps (a warp runs one or two rows of a
+// 128-row head, not sixteen: the steps are latency-bound); its warps recompute their rows' states from checkpoints
+// every CK steps, chunk by chunk, and walk each chunk backward. Per step a block sums its warps' dq/dk rows and dβ, dα
+// terms in warp order and adds them into zeroed workspace rows: with two addends on an exact zero the sum has the same
+// bits in either order, so the result does not depend on which block comes first. A second launch sums the dq/dk rows
+// over the value heads of each key head in head order and adds dβ, dα (no order-dependent atomics: deterministic).
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/gdn_rows.cuh"
 #include "cuda/cuda_bwd_seq.h"
 
 #define GDN_FWD_WARPS 4 // rows per forward block (a warp each)
-#define GDN_BWD_WARPS 8 // warps of a backward block (a value head): rows j ≡ warp (mod GDN_BWD_WARPS)
+#define GDN_BWD_GROUPS 2     // blocks per value head: two addends per workspace element keep the sums' bits fixed
+#define GDN_BWD_MAX_WARPS 32 // warps of a backward block, at most: rows j ≡ the warp's index within the head
+#define GDN_BWD_SMEM (48 * 1024) // dynamic shared memory a block may take without an opt-in
 #define GDN_REGS (BN_CU_MAX_HEAD_DIM / 32)
 #define GDN_REDUCE_THREADS 256
 #define GDN_DEFAULT_CKPT 32
@@ -41,6 +46,7 @@ static __global__ void gdn_fwd_kernel(int T, int Hk, int Hv, int dk, int dv, con
 // gdn_head: the pointers and sizes of one value head's backward.
 struct gdn_head {
     int T, Hk, Hv, dk, dv, CK, h, kh;
+    int j0, dj; // the block's first row (its first warp's) and the row stride (the head's warps)
     size_t ssz; // dk·dv
     const float *q, *k, *v, *g, *beta, *dout;
 };
@@ -108,69 +114,73 @@ static __device__ void row_bwd_step(const gdn_head &H, int t, int j, const float
     }
 }
 
-// head_bwd_step: reverse step t of the whole head (every thread calls): the warps' rows, then the warp partials summed
-// in warp order: the head's dq/dk rows of step t into qk_rows (NULL: not wanted), dbeta and dg added (NULL: skipped).
-// part: 2·n_warps·dk + 2·n_warps shared floats.
+// head_bwd_step: reverse step t of the block's rows (every thread calls): the warps' rows, then the warp partials
+// summed in warp order and added into the zeroed sums: the head's dq/dk rows of step t into qk_rows (NULL: not wanted),
+// dβ and dα into gsum {T, Hv} × 2. part: 2·n_warps·dk + 2·n_warps shared floats.
 static __device__ void head_bwd_step(const gdn_head &H, int t, const float *Sp, const float *St, float *dS,
-                                     float *part, float *qk_rows, float *dv_, float *dg, float *dbeta) {
+                                     float *part, float *qk_rows, float *dv_, float *gsum) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32, dk = H.dk;
     float *pq = part + (size_t)warp * dk, *pk = part + (size_t)(n_warps + warp) * dk;
     float *pb = part + (size_t)2 * n_warps * dk, *pa = pb + n_warps;
     for (int i = lane; i < dk; i += 32) pq[i] = 0.0f, pk[i] = 0.0f;
     float db = 0.0f, da = 0.0f;
-    for (int j = warp; j < H.dv; j += n_warps) {
+    for (int j = H.j0 + warp; j < H.dv; j += H.dj) {
         const size_t off = (size_t)j * dk;
         row_bwd_step(H, t, j, Sp + off, St + off, dS + off, pq, pk, dv_, &db, &da, lane);
     }
     da = bn_warp_reduce_sum(da);
     if (lane == 0) pb[warp] = db, pa[warp] = da;
     __syncthreads();
-    if (qk_rows) {
+    if (qk_rows) { // element e: dq's (e < dk) or dk's row, one thread each
         float *qrow = qk_rows + ((size_t)H.h * H.T + t) * dk, *krow = qrow + (size_t)H.Hv * H.T * dk;
-        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-            float sq = 0.0f, sk = 0.0f;
-            for (int w = 0; w < n_warps; w++)
-                sq += part[(size_t)w * dk + i], sk += part[(size_t)(n_warps + w) * dk + i];
-            qrow[i] = sq, krow[i] = sk;
+        for (int e = threadIdx.x; e < 2 * dk; e += blockDim.x) {
+            const int which = e / dk, i = e % dk;
+            float sum = 0.0f;
+            for (int w = 0; w < n_warps; w++) sum += part[(size_t)(which * n_warps + w) * dk + i];
+            atomicAdd(which ? krow + i : qrow + i, sum);
         }
     }
     if (threadIdx.x == 0) {
         float sb = 0.0f, sa = 0.0f;
         for (int w = 0; w < n_warps; w++) sb += pb[w], sa += pa[w];
         const size_t gi = (size_t)t * H.Hv + H.h;
-        if (dbeta) dbeta[gi] += sb;
-        if (dg) dg[gi] += expf(H.g[gi]) * sa;
+        atomicAdd(gsum + gi, sb);
+        atomicAdd(gsum + (size_t)H.T * H.Hv + gi, sa);
     }
     __syncthreads(); // part is rewritten by the next step
 }
 
-// gdn_bwd_kernel: block = value head h. ws (per head): ceil(T/CK) checkpoints, CK + 1 chunk states, dS (each dk·dv).
-// A warp reads and writes only its own rows (j ≡ warp) of them, each lane its own elements: the barriers are
-// head_bwd_step's. qk_rows {dk, T, Hv} × 2 (dq then dk rows) or NULL. Dynamic shared memory: head_bwd_step's part.
-static __global__ void gdn_bwd_kernel(gdn_head H, const float *S0, const float *dS_final, float *ws, float *qk_rows,
-                                      float *dv_, float *dg, float *dbeta, float *dS0) {
+// gdn_bwd_kernel: block (value head h, row group); its warps own rows j ≡ j0 + warp (mod dj) of the head. ws (per
+// head): ceil(T/CK) checkpoints, CK + 1 chunk states, dS (each dk·dv); a warp reads and writes only its own rows of
+// them, each lane its own elements: the barriers are head_bwd_step's. qk_rows {dk, T, Hv} × 2 (dq then dk rows) or
+// NULL, and gsum, zeroed. Dynamic shared memory: head_bwd_step's part.
+static __global__ void __launch_bounds__(GDN_BWD_MAX_WARPS * 32)
+    gdn_bwd_kernel(gdn_head H, const float *S0, const float *dS_final, float *ws, float *qk_rows, float *gsum,
+                   float *dv_, float *dS0) {
     bn_cu_grid_begin();
     BN_DYN_SHARED(float, part);
     H.h = blockIdx.x, H.kh = H.h % H.Hk;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    H.j0 = blockIdx.y * (blockDim.x / 32), H.dj = gridDim.y * (blockDim.x / 32);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int n_ck = (H.T + H.CK - 1) / H.CK;
     float *ckpt = ws + (size_t)H.h * (n_ck + H.CK + 2) * H.ssz, *chunk = ckpt + (size_t)n_ck * H.ssz;
     float *dS = chunk + (size_t)(H.CK + 1) * H.ssz;
     const float *dSf = dS_final ? dS_final + (size_t)H.h * H.ssz : nullptr;
-    for (int j = warp; j < H.dv; j += n_warps) {
+    for (int j = H.j0 + warp; j < H.dv; j += H.dj) {
         row_checkpoints(H, j, S0, ckpt, lane);
         for (int i = lane; i < H.dk; i += 32) dS[(size_t)j * H.dk + i] = dSf ? dSf[(size_t)j * H.dk + i] : 0.0f;
     }
     for (int c = n_ck - 1; c >= 0; c--) {
         const int t0 = c * H.CK, t1 = min(t0 + H.CK, H.T);
-        for (int j = warp; j < H.dv; j += n_warps) row_recompute(H, j, ckpt + (size_t)c * H.ssz, chunk, t0, t1, lane);
+        for (int j = H.j0 + warp; j < H.dv; j += H.dj)
+            row_recompute(H, j, ckpt + (size_t)c * H.ssz, chunk, t0, t1, lane);
         for (int t = t1 - 1; t >= t0; t--) {
             const float *Sp = chunk + (size_t)(t - t0) * H.ssz, *St = Sp + H.ssz;
-            head_bwd_step(H, t, Sp, St, dS, part, qk_rows, dv_, dg, dbeta);
+            head_bwd_step(H, t, Sp, St, dS, part, qk_rows, dv_, gsum);
         }
     }
     if (dS0)
-        for (int j = warp; j < H.dv; j += n_warps)
+        for (int j = H.j0 + warp; j < H.dv; j += H.dj)
             for (int i = lane; i < H.dk; i += 32)
                 dS0[(size_t)H.h * H.ssz + (size_t)j * H.dk + i] += dS[(size_t)j * H.dk + i];
 }
@@ -191,6 +201,23 @@ static __global__ void gdn_qk_reduce_kernel(int T, int Hk, int Hv, int dk, const
     }
     if (dq) dq[e] += sq;
     if (dk_) dk_[e] += sk;
+}
+
+// gdn_gate_add_kernel: element gi = t·Hv + h: dbeta += gsum's dβ, dg += α·gsum's dα (α = exp g; NULL: skipped).
+static __global__ void gdn_gate_add_kernel(int n, const float *g, const float *gsum, float *dg, float *dbeta) {
+    bn_cu_grid_begin();
+    const int gi = blockIdx.x * blockDim.x + threadIdx.x;
+    if (gi >= n) return;
+    if (dbeta) dbeta[gi] += gsum[gi];
+    if (dg) dg[gi] += expf(g[gi]) * gsum[n + gi];
+}
+
+// bwd_block_warps: warps of a backward block for dk·dv heads: a group's rows, at most GDN_BWD_MAX_WARPS and what
+// head_bwd_step's shared partials allow in GDN_BWD_SMEM.
+static int bwd_block_warps(int dk, int dv) {
+    const int rows = (dv + GDN_BWD_GROUPS - 1) / GDN_BWD_GROUPS, fit = GDN_BWD_SMEM / ((2 * dk + 2) * sizeof(float));
+    const int w = rows < GDN_BWD_MAX_WARPS ? rows : GDN_BWD_MAX_WARPS;
+    return w < fit ? w : fit;
 }
 
 // gdn_shape_ok: the shapes the kernels take; else err filled.
@@ -214,9 +241,13 @@ extern "C" int bn_cuda_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const floa
     return 0;
 }
 
+// ws_states: workspace floats of the per-head states (checkpoints, a chunk, dS) at checkpoint interval CK.
+static size_t ws_states(int T, int Hv, int dk, int dv, int CK) {
+    return (size_t)Hv * ((T + CK - 1) / CK + CK + 2) * dk * dv;
+}
+
 extern "C" size_t bn_cuda_gdn_bwd_workspace_floats(int T, int Hv, int dk, int dv, int ckpt_every) {
-    const int CK = ckpt_steps(ckpt_every), n_ck = (T + CK - 1) / CK;
-    return (size_t)Hv * ((size_t)(n_ck + CK + 2) * dk * dv + (size_t)2 * T * dk);
+    return ws_states(T, Hv, dk, dv, ckpt_steps(ckpt_every)) + (size_t)2 * Hv * T * (dk + 1);
 }
 
 extern "C" int bn_cuda_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const float *k, const float *v,
@@ -224,15 +255,20 @@ extern "C" int bn_cuda_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const floa
                                const float *dS_final, int ckpt_every, float *dq, float *dk_, float *dv_, float *dg,
                                float *dbeta, float *dS0, float *workspace, void *stream, char *err, size_t errlen) {
     if (!gdn_shape_ok(T, Hk, Hv, dk, dv, err, errlen)) return -1;
-    const int CK = ckpt_steps(ckpt_every), n_ck = (T + CK - 1) / CK;
-    const gdn_head H = {T, Hk, Hv, dk, dv, CK, 0, 0, (size_t)dk * dv, q, k, v, g, beta, dout};
-    float *qk_rows = dq || dk_ ? workspace + (size_t)Hv * (n_ck + CK + 2) * H.ssz : nullptr;
-    const size_t smem = ((size_t)2 * GDN_BWD_WARPS * dk + 2 * GDN_BWD_WARPS) * sizeof(float);
-    BN_LAUNCH(gdn_bwd_kernel, Hv, GDN_BWD_WARPS * 32, smem, stream, H, S0, dS_final, workspace, qk_rows, dv_, dg, dbeta,
-              dS0);
+    const int CK = ckpt_steps(ckpt_every), warps = bwd_block_warps(dk, dv);
+    const gdn_head H = {T, Hk, Hv, dk, dv, CK, 0, 0, 0, 0, (size_t)dk * dv, q, k, v, g, beta, dout};
+    float *qk_rows = workspace + ws_states(T, Hv, dk, dv, CK), *gsum = qk_rows + (size_t)2 * Hv * T * dk;
+    const size_t sums = (size_t)2 * Hv * T * (dk + 1), smem = ((size_t)2 * warps * dk + 2 * warps) * sizeof(float);
+    BN_CUDA_TRY(cudaMemsetAsync(qk_rows, 0, sums * sizeof(float), (cudaStream_t)stream), err, errlen);
+    BN_LAUNCH(gdn_bwd_kernel, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0, dS_final, workspace,
+              dq || dk_ ? qk_rows : nullptr, gsum, dv_, dS0);
     BN_CUDA_TRY(cudaGetLastError(), err, errlen);
-    const int64_t n = (int64_t)T * Hk * dk;
-    if (!qk_rows || n == 0) return 0;
+    const int64_t n = (int64_t)T * Hk * dk, ng = (int64_t)T * Hv;
+    if (ng == 0) return 0;
+    BN_LAUNCH(gdn_gate_add_kernel, (int)((ng + GDN_REDUCE_THREADS - 1) / GDN_REDUCE_THREADS), GDN_REDUCE_THREADS, 0,
+              stream, (int)ng, g, (const float *)gsum, dg, dbeta);
+    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    if (!(dq || dk_) || n == 0) return 0;
     BN_LAUNCH(gdn_qk_reduce_kernel, (int)((n + GDN_REDUCE_THREADS - 1) / GDN_REDUCE_THREADS), GDN_REDUCE_THREADS, 0,
               stream, T, Hk, Hv, dk, (const float *)qk_rows, dq, dk_);
     BN_CUDA_TRY(cudaGetLastError(), err, errlen);

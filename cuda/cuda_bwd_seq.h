@@ -42,9 +42,10 @@ int bn_cuda_gdn_fwd(int T, int Hk, int Hv, int dk, int dv, const float *q, const
                     const float *g, const float *beta, const float *S0, float *out, float *S_out, void *stream,
                     char *err, size_t errlen);
 // bn_cuda_gdn_bwd_workspace_floats: device floats bn_cuda_gdn_bwd needs as workspace for these shapes (checkpoints
-// every ckpt_every steps, one chunk of recomputed states, dS, per-value-head dq/dk rows: all per value head).
+// every ckpt_every steps, one chunk of recomputed states, dS, per-value-head dq/dk rows and dβ, dα sums: all per value
+// head).
 size_t bn_cuda_gdn_bwd_workspace_floats(int T, int Hv, int dk, int dv, int ckpt_every);
-// bn_cuda_gdn_bwd: the backward of bn_cuda_gdn_fwd (bn_gdn_bwd): one block per value head runs backward in time
+// bn_cuda_gdn_bwd: the backward of bn_cuda_gdn_fwd (bn_gdn_bwd): two blocks per value head run backward in time
 // with states recomputed from checkpoints every ckpt_every steps (0 = 32); dout {dv, Hv, T}, dS_final (NULL = 0).
 // Adds into dq, dk_ (summed over the value heads of a key head in head order), dv_, dg, dbeta, dS0 (any NULL).
 // workspace: bn_cuda_gdn_bwd_workspace_floats floats. 0 or -1.

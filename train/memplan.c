@@ -269,7 +269,7 @@ static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, 
             need = b > need ? b : need;
         }
         const int64_t ck = bn_train_gdn_ckpt((int)T), n_ck = (T + ck - 1) / ck;
-        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + ck + 2) * dk * dk + 2 * T * dk) * 4
+        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + ck + 2) * dk * dk + 2 * T * (dk + 1)) * 4
                          : T * cf->n_head * DEV_ATTN_STATS * 4;
         need = b > need ? b : need;
     }

@@ -105,7 +105,8 @@ static float *gdn_grads_with(int T, int Hk, int Hv, int dk, int dv, float *const
 }
 
 // check_gdn_ckpt_bits: the device backward's gradients are the same bits for checkpoint intervals 8, ⌈√T⌉ and T (the
-// GPU trainer picks ⌈√T⌉, the CPU 32): every state is recomputed by the same steps from S0.
+// GPU trainer picks ⌈√T⌉, the CPU 32): every state is recomputed by the same steps from S0. Run shuffled, the blocks
+// of a value head add their sums in another order each launch: the bits must not change with it.
 static void check_gdn_ckpt_bits(int T, int Hk, int Hv, int dk, int dv) {
     const size_t nqk = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv, ng = (size_t)T * Hv, ns = (size_t)Hv * dk * dv;
     float *q = rand_vec(nqk, 1.0f), *k = rand_vec(nqk, 1.0f), *g = xmalloc(ng * sizeof(float));
@@ -283,7 +284,10 @@ int main(void) {
     check_attn(21, 72, 6, 3, true);
     check_gdn(37, 2, 4, 40, 36, 8, false);
     check_gdn(37, 2, 4, 20, 24, 0, true);
+    check_gdn(21, 1, 2, 16, 72, 4, false); // 32-warp blocks: two rows for some warps
+    check_gdn(9, 1, 2, 256, 60, 0, false); // dk 256: the shared partials cap a block at 23 warps
     check_gdn_ckpt_bits(37, 2, 4, 40, 36);
+    check_gdn_ckpt_bits(21, 1, 2, 16, 72);
     check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false, false);
     check_linear(BN_F16, 1024, 4100, 8, 5, true, true, false, false, false); // two chunks of widened F16 rows
     check_linear(BN_F32, 40, 56, 6, 9, false, false, false, true, false);

@@ -65,8 +65,8 @@ static bn_memshape shape_of_preset(const char *preset, int type) {
 // Its workspace: the largest of the linears' (attn_q's over 4096 tokens, bf16: its 1632-row bf16 chunk of 5120,
 // 4,177,920 floats, dy's bf16 copy 12288·4096/2, 2·5120·4096 copies of x, 2·r·4096: 71,565,312 floats; the FFN's run
 // over 512-token spans) and the GDN backward's 48 heads × ((4096/64 + 64 + 2) states of 128·128, checkpoints every
-// ⌈√4096⌉ = 64 steps and one chunk, + 2·4096·128 q/k rows), 152,567,808 floats: the GDN's.
-#define DEV_SCRATCH (48LL * (130LL * 16384 + 2 * 4096 * 128) * 4)
+// ⌈√4096⌉ = 64 steps and one chunk, + 2·4096·128 q/k rows + 2·4096 dβ, dα sums), 152,961,024 floats: the GDN's.
+#define DEV_SCRATCH (48LL * (130LL * 16384 + 2 * 4096 * 129) * 4)
 
 // check_27b_device: the device column of the 27B plan p (B rows, 4096 tokens) against the arithmetic above.
 static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64_t n_lora) {
@@ -87,9 +87,10 @@ static void check_27b_device(const bn_memplan *p, int batch, int64_t base, int64
 // floats: 240 rows of 17408, 4,177,920 floats). The FFN's linears run over 512-token spans (ffn_down's bf16
 // workspace: 4,177,920 + 5120·512/2 + 2·17408·512 + 2·32·512 = 23,347,200 floats), so the largest linear is attn_q
 // over the whole row: at 65,536 tokens 4,177,920 + 12288·65536/2 + 2·5120·65536 + 2·32·65536 = 1,082,114,048 floats
-// with bf16 GEMMs. The GDN backward's 48·((256 + 256 + 2)·16384 + 2·65536·128) = 1,209,532,416 floats (checkpoints
-// every ⌈√65536⌉ = 256 steps) stay the largest at every length and with either GEMM.
-#define DEV_SCRATCH_64K (1209532416LL * 4)
+// with bf16 GEMMs. The GDN backward's 48·((256 + 256 + 2)·16384 + 2·65536·(128 + 1)) = 1,215,823,872 floats
+// (checkpoints every ⌈√65536⌉ = 256 steps; the dq/dk rows and the dβ, dα sums of every step) stay the largest at
+// every length and with either GEMM.
+#define DEV_SCRATCH_64K (1215823872LL * 4)
 
 // check_27b_gemm: the 27B Q1_0 device workspace with bf16 and fp32 GEMMs at 4096 and 65,536 tokens against the
 // arithmetic above; a GEMM input of 3 bytes is refused.
