@@ -1,25 +1,20 @@
 // cuda/bwd_attn.cu — causal softmax attention with GQA for the trainer, forward and backward (docs/model.md §8; the
-// formulas of train/backward_attn.c), and the device buffers of cuda/cuda_bwd_seq.h. The backward runs in two
-// launches: a block per query row recomputes P, adds dq and keeps the row's statistics (max, 1/Σ, Σ P·dP); then a
-// block per (kv head, key position) sums dk and dv over the query rows that see it, in a fixed order, so the result
-// is deterministic without atomics.
+// formulas of train/backward_attn.c), on cuBLAS fp32 GEMMs. Per kv head and block of up to ATTN_QB query positions,
+// the scores of the head's grp q heads against the keys that block can see are one strided-batched GEMM (batch = the
+// q heads) into the workspace, a block per score column makes them probabilities, and GEMMs take them on: the
+// forward's P·v; the backward's dP = doᵀv, dS = scale·P(dP − Σ P·dP) in place, dq += dS·k, dk += dSᵀq and
+// dv += Pᵀdo per q head in head order. Every sum runs in a fixed order: the result is deterministic without atomics.
+// Column-major views of the row-major tensors: q (a {hd, nh, T} tensor) of head h is the hd × T matrix at q + h·hd
+// with leading dimension nh·hd; a score block is keys × queries with leading dimension its key count.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/cuda_bwd_seq.h"
 
-#define ATTN_ROW_THREADS 128 // a block per (q head, query position): warps over key positions, threads over dims
-#define ATTN_KV_WARPS 4      // a block per (kv head, key position): warps over (query position, q head) pairs
-#define ATTN_MAX_T 24576     // score rows (2·T floats for the backward) in 192 KiB of shared memory
-#define ATTN_STATS 3         // per query row: max score, 1/Σexp, Σ_τ P·dP
+#define ATTN_QB 256          // query positions per block of scores
+#define ATTN_COL_THREADS 256 // a block per score column
+#define ATTN_MAX_T (1 << 20) // score-block offsets stay far inside int
 
-// row_dot: a·b over n floats by one warp (lane l: elements l, l + 32, ...); every lane gets the sum.
-static __device__ __forceinline__ float row_dot(const float *a, const float *b, int n, int lane) {
-    float s = 0.0f;
-    for (int i = lane; i < n; i += 32) s += a[i] * b[i];
-    return bn_warp_reduce_sum(s);
-}
-
-// block_max: max of v over the block (blockDim.x a multiple of 32); red: 32 shared floats. Every thread calls.
+// block_max: max of v over the block (every thread gets it); red: 32 shared floats. Every thread calls.
 static __device__ __forceinline__ float block_max(float v, float *red) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
     v = bn_warp_reduce_max(v);
@@ -29,115 +24,129 @@ static __device__ __forceinline__ float block_max(float v, float *red) {
     return bn_warp_reduce_max(lane < n_warps ? red[lane] : -INFINITY);
 }
 
-// row_probs: P[τ] (τ <= p) = softmax of scale·q·k(τ) for the query row qh against kv head kvh, a warp per key
-// position; *m and *inv (the max score and 1/Σexp) rebuild P[τ] = expf(s − m)·inv. Every thread calls; P is
-// complete when it returns.
-static __device__ void row_probs(const float *qh, const float *k, int p, int hd, int nkv, int kvh, float scale,
-                                 float *P, float *red, float *m, float *inv) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-    for (int tau = warp; tau <= p; tau += n_warps) {
-        const float s = row_dot(qh, k + ((size_t)tau * nkv + kvh) * hd, hd, lane) * scale;
-        if (lane == 0) P[tau] = s;
-    }
-    __syncthreads();
+// col_softmax_kernel: block (c, j): column c of q head j's score block (query p0 + c against keys 0..nk−1, leading
+// dimension nk) becomes its causal softmax: keys after the query 0, the rest exp(s − max)/Σ.
+static __global__ void col_softmax_kernel(float *S, int nk, int qb, int p0) {
+    bn_cu_grid_begin();
+    BN_SHARED(float, red, 32);
+    const int c = blockIdx.x, p = p0 + c;
+    float *col = S + ((size_t)blockIdx.y * qb + c) * nk;
     float mx = -INFINITY;
-    for (int tau = threadIdx.x; tau <= p; tau += blockDim.x) mx = fmaxf(mx, P[tau]);
+    for (int t = threadIdx.x; t <= p; t += blockDim.x) mx = fmaxf(mx, col[t]);
     mx = block_max(mx, red);
     float sum = 0.0f;
-    for (int tau = threadIdx.x; tau <= p; tau += blockDim.x) {
-        P[tau] = expf(P[tau] - mx);
-        sum += P[tau];
+    for (int t = threadIdx.x; t <= p; t += blockDim.x) {
+        const float e = expf(col[t] - mx);
+        col[t] = e;
+        sum += e;
     }
     const float r = 1.0f / bn_block_sum(sum, red);
-    for (int tau = threadIdx.x; tau <= p; tau += blockDim.x) P[tau] *= r;
-    __syncthreads();
-    *m = mx;
-    *inv = r;
+    for (int t = threadIdx.x; t < nk; t += blockDim.x) col[t] = t <= p ? col[t] * r : 0.0f;
 }
 
-// attn_fwd_kernel: block (h, p): out row (p, h) = Σ_τ P[τ]·v(τ), a thread per dim. Dynamic shared memory: T floats.
-static __global__ void attn_fwd_kernel(const float *q, const float *k, const float *v, int hd, int nh, int nkv,
-                                       float scale, float *out) {
+// col_dscore_kernel: block (c, j): column c of dP becomes dS = scale·P(dP − D), D = Σ_t P·dP over the column (keys
+// after the query: P is 0 there, so is dS).
+static __global__ void col_dscore_kernel(const float *P, float *dP, int nk, int qb, float scale) {
     bn_cu_grid_begin();
     BN_SHARED(float, red, 32);
-    BN_DYN_SHARED(float, P);
-    const int h = blockIdx.x, p = blockIdx.y, kvh = h / (nh / nkv);
-    const size_t row = ((size_t)p * nh + h) * hd;
-    float m, inv;
-    row_probs(q + row, k, p, hd, nkv, kvh, scale, P, red, &m, &inv);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int tau = 0; tau <= p; tau++) acc += P[tau] * v[((size_t)tau * nkv + kvh) * hd + d];
-        out[row + d] = acc;
-    }
-}
-
-// attn_bwd_rows_kernel: block (h, p): P and dP[τ] = do·v(τ) of query row (p, h); stats of the row = (max, 1/Σexp,
-// D = Σ P·dP); dq += scale·Σ_τ P(dP − D)·k(τ) (dq NULL: stats only). Dynamic shared memory: 2·T floats.
-static __global__ void attn_bwd_rows_kernel(const float *q, const float *k, const float *v, const float *dout, int T,
-                                            int hd, int nh, int nkv, float scale, float *dq, float *stats) {
-    bn_cu_grid_begin();
-    BN_SHARED(float, red, 32);
-    BN_DYN_SHARED(float, P);
-    float *dP = P + T;
-    const int h = blockIdx.x, p = blockIdx.y, kvh = h / (nh / nkv);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-    const size_t row = ((size_t)p * nh + h) * hd;
-    float m, inv;
-    row_probs(q + row, k, p, hd, nkv, kvh, scale, P, red, &m, &inv);
-    for (int tau = warp; tau <= p; tau += n_warps) {
-        const float s = row_dot(dout + row, v + ((size_t)tau * nkv + kvh) * hd, hd, lane);
-        if (lane == 0) dP[tau] = s;
-    }
-    __syncthreads();
-    float part = 0.0f;
-    for (int tau = threadIdx.x; tau <= p; tau += blockDim.x) part += P[tau] * dP[tau];
+    const size_t off = ((size_t)blockIdx.y * qb + blockIdx.x) * nk;
+    const float *pc = P + off;
+    float *dc = dP + off, part = 0.0f;
+    for (int t = threadIdx.x; t < nk; t += blockDim.x) part += pc[t] * dc[t];
     const float D = bn_block_sum(part, red);
-    if (threadIdx.x == 0) {
-        float *st = stats + ((size_t)p * nh + h) * ATTN_STATS;
-        st[0] = m, st[1] = inv, st[2] = D;
-    }
-    if (!dq) return;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int tau = 0; tau <= p; tau++) acc += P[tau] * (dP[tau] - D) * k[((size_t)tau * nkv + kvh) * hd + d];
-        dq[row + d] += scale * acc;
-    }
+    for (int t = threadIdx.x; t < nk; t += blockDim.x) dc[t] = scale * pc[t] * (dc[t] - D);
 }
 
-// attn_bwd_kv_kernel: block (kvh, τ): dk(τ) += Σ scale·P(dP − D)·q and dv(τ) += Σ P·do over the pairs (query p >= τ,
-// q head h of kvh), P rebuilt bit for bit from the row stats. Warp w takes pairs w, w + n_warps, ... into its own
-// partial rows; the partials are then added in warp order. Dynamic shared memory: 2·n_warps·hd floats.
-static __global__ void attn_bwd_kv_kernel(const float *q, const float *k, const float *v, const float *dout, int T,
-                                          int hd, int nh, int nkv, float scale, const float *stats, float *dk,
-                                          float *dv) {
-    bn_cu_grid_begin();
-    BN_DYN_SHARED(float, part);
-    const int kvh = blockIdx.x, tau = blockIdx.y, grp = nh / nkv;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-    float *pk = part + (size_t)warp * hd, *pv = part + (size_t)(n_warps + warp) * hd;
-    for (int d = lane; d < hd; d += 32) pk[d] = 0.0f, pv[d] = 0.0f;
-    const size_t kv = ((size_t)tau * nkv + kvh) * hd;
-    const int n_pairs = grp * (T - tau);
-    for (int n = warp; n < n_pairs; n += n_warps) {
-        const int p = tau + n / grp, h = kvh * grp + n % grp;
-        const size_t row = ((size_t)p * nh + h) * hd;
-        const float *st = stats + ((size_t)p * nh + h) * ATTN_STATS;
-        const float P = expf(row_dot(q + row, k + kv, hd, lane) * scale - st[0]) * st[1];
-        const float dP = row_dot(dout + row, v + kv, hd, lane);
-        const float c = scale * (P * (dP - st[2]));
-        for (int d = lane; d < hd; d += 32) {
-            pk[d] += c * q[row + d];
-            pv[d] += P * dout[row + d];
-        }
+// attn_block: one kv head's block of queries [p0, p0 + qb) and its geometry.
+struct attn_block {
+    int kvh, p0, qb, nk; // nk = p0 + qb: the keys the block's last query sees
+};
+
+// attn_dims: the tensors' shapes and the handles a launch needs.
+struct attn_dims {
+    int T, hd, nh, nkv, grp;
+    float scale;
+    cublasHandle_t h;
+    cudaStream_t s;
+};
+
+// sgemm_batched: C_j = alpha·op(A_j)·op(B_j) + beta·C_j for the q heads j < grp, strides in floats.
+static cublasStatus_t sgemm_batched(const attn_dims &D, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                    float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
+                                    long long sb, float beta, float *C, int ldc, long long sc) {
+    return cublasSgemmStridedBatched(D.h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc, D.grp);
+}
+
+// rows_at: the first of the block's q heads' rows (query p0, head kvh·grp) in a {hd, nh, T} tensor.
+static size_t rows_at(const attn_dims &D, const attn_block &b) { return ((size_t)b.p0 * D.nh + b.kvh * D.grp) * D.hd; }
+
+// block_probs: P (grp blocks of nk × qb) = the causal softmax of scale·kᵀq for the block's queries; 0 or -1.
+static int block_probs(const attn_dims &D, const attn_block &b, const float *q, const float *k, float *P, char *err,
+                       size_t errlen) {
+    const size_t kv = (size_t)b.kvh * D.hd, pq = (size_t)b.nk * b.qb;
+    BN_CUBLAS_TRY(sgemm_batched(D, CUBLAS_OP_T, CUBLAS_OP_N, b.nk, b.qb, D.hd, D.scale, k + kv, D.nkv * D.hd, 0,
+                                q + rows_at(D, b), D.nh * D.hd, D.hd, 0.0f, P, b.nk, (long long)pq),
+                  err, errlen);
+    BN_LAUNCH(col_softmax_kernel, dim3(b.qb, D.grp), ATTN_COL_THREADS, 0, D.s, P, b.nk, b.qb, b.p0);
+    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    return 0;
+}
+
+// block_fwd: the block's rows of out = P·v; 0 or -1.
+static int block_fwd(const attn_dims &D, const attn_block &b, const float *q, const float *k, const float *v,
+                     float *out, float *P, char *err, size_t errlen) {
+    if (block_probs(D, b, q, k, P, err, errlen)) return -1;
+    BN_CUBLAS_TRY(sgemm_batched(D, CUBLAS_OP_N, CUBLAS_OP_N, D.hd, b.qb, b.nk, 1.0f, v + (size_t)b.kvh * D.hd,
+                                D.nkv * D.hd, 0, P, b.nk, (long long)b.nk * b.qb, 0.0f, out + rows_at(D, b),
+                                D.nh * D.hd, D.hd),
+                  err, errlen);
+    return 0;
+}
+
+// attn_grads: the backward's outputs (any NULL).
+struct attn_grads {
+    const float *dout;
+    float *dq, *dk, *dv;
+};
+
+// block_kv_grads: dk += dSᵀq and dv += Pᵀdo over the block's q heads in head order (dS in dS, P in P); 0 or -1.
+static int block_kv_grads(const attn_dims &D, const attn_block &b, const float *q, const attn_grads &g,
+                          const float *P, const float *dS, char *err, size_t errlen) {
+    const size_t kv = (size_t)b.kvh * D.hd, pq = (size_t)b.nk * b.qb;
+    const int ld = D.nh * D.hd, ldkv = D.nkv * D.hd;
+    for (int j = 0; j < D.grp; j++) {
+        const size_t row = rows_at(D, b) + (size_t)j * D.hd;
+        const float one = 1.0f;
+        if (g.dk)
+            BN_CUBLAS_TRY(cublasSgemm(D.h, CUBLAS_OP_N, CUBLAS_OP_T, D.hd, b.nk, b.qb, &one, q + row, ld,
+                                      dS + j * pq, b.nk, &one, g.dk + kv, ldkv),
+                          err, errlen);
+        if (g.dv)
+            BN_CUBLAS_TRY(cublasSgemm(D.h, CUBLAS_OP_N, CUBLAS_OP_T, D.hd, b.nk, b.qb, &one, g.dout + row, ld,
+                                      P + j * pq, b.nk, &one, g.dv + kv, ldkv),
+                          err, errlen);
     }
-    __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float sk = 0.0f, sv = 0.0f;
-        for (int w = 0; w < n_warps; w++) sk += part[(size_t)w * hd + d], sv += part[(size_t)(n_warps + w) * hd + d];
-        if (dk) dk[kv + d] += sk;
-        if (dv) dv[kv + d] += sv;
-    }
+    return 0;
+}
+
+// block_bwd: the block's gradients: P again, dP = vᵀdo, dS in dP's place, dq += k·dS, then dk and dv; 0 or -1.
+static int block_bwd(const attn_dims &D, const attn_block &b, const float *q, const float *k, const float *v,
+                     const attn_grads &g, float *P, float *dP, char *err, size_t errlen) {
+    const size_t kv = (size_t)b.kvh * D.hd;
+    const long long pq = (long long)b.nk * b.qb;
+    const int ld = D.nh * D.hd, ldkv = D.nkv * D.hd;
+    if (block_probs(D, b, q, k, P, err, errlen)) return -1;
+    BN_CUBLAS_TRY(sgemm_batched(D, CUBLAS_OP_T, CUBLAS_OP_N, b.nk, b.qb, D.hd, 1.0f, v + kv, ldkv, 0,
+                                g.dout + rows_at(D, b), ld, D.hd, 0.0f, dP, b.nk, pq),
+                  err, errlen);
+    BN_LAUNCH(col_dscore_kernel, dim3(b.qb, D.grp), ATTN_COL_THREADS, 0, D.s, (const float *)P, dP, b.nk, b.qb,
+              D.scale);
+    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    if (g.dq)
+        BN_CUBLAS_TRY(sgemm_batched(D, CUBLAS_OP_N, CUBLAS_OP_N, D.hd, b.qb, b.nk, 1.0f, k + kv, ldkv, 0, dP, b.nk,
+                                    pq, 1.0f, g.dq + rows_at(D, b), ld, D.hd),
+                      err, errlen);
+    return block_kv_grads(D, b, q, g, P, dP, err, errlen);
 }
 
 // attn_shape_ok: the shapes the kernels take; else err filled.
@@ -148,43 +157,45 @@ static bool attn_shape_ok(int T, int hd, int nh, int nkv, char *err, size_t errl
     return false;
 }
 
-// dyn_smem_allow: lets kernel take `bytes` of dynamic shared memory (the opt-in above 48 KiB).
-template <class K> static cudaError_t dyn_smem_allow(K *kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+// dims_of: the launch's shapes with the handle bound to the stream.
+static attn_dims dims_of(void *blas, int T, int hd, int nh, int nkv, float scale, void *stream) {
+    return attn_dims{T, hd, nh, nkv, nh / nkv, scale, (cublasHandle_t)blas, (cudaStream_t)stream};
 }
 
 extern "C" int bn_cuda_attn_max_T(void) { return ATTN_MAX_T; }
 
-extern "C" int bn_cuda_attn_fwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv,
-                                float scale, float *out, void *stream, char *err, size_t errlen) {
+extern "C" size_t bn_cuda_attn_workspace_floats(int T, int nh, int nkv) {
+    const int qb = T < ATTN_QB ? T : ATTN_QB;
+    return nkv > 0 ? (size_t)2 * (nh / nkv) * qb * T : 0;
+}
+
+extern "C" int bn_cuda_attn_fwd(void *blas, const float *q, const float *k, const float *v, int T, int hd, int nh,
+                                int nkv, float scale, float *out, float *workspace, void *stream, char *err,
+                                size_t errlen) {
     if (!attn_shape_ok(T, hd, nh, nkv, err, errlen)) return -1;
-    if (T == 0) return 0;
-    const size_t smem = (size_t)T * sizeof(float);
-    BN_CUDA_TRY(dyn_smem_allow(attn_fwd_kernel, smem), err, errlen);
-    BN_LAUNCH(attn_fwd_kernel, dim3(nh, T), ATTN_ROW_THREADS, smem, stream, q, k, v, hd, nh, nkv, scale, out);
-    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    const attn_dims D = dims_of(blas, T, hd, nh, nkv, scale, stream);
+    BN_CUBLAS_TRY(cublasSetStream(D.h, D.s), err, errlen);
+    for (int kvh = 0; kvh < nkv; kvh++)
+        for (int p0 = 0; p0 < T; p0 += ATTN_QB) {
+            const int qb = T - p0 < ATTN_QB ? T - p0 : ATTN_QB;
+            if (block_fwd(D, attn_block{kvh, p0, qb, p0 + qb}, q, k, v, out, workspace, err, errlen)) return -1;
+        }
     return 0;
 }
 
-extern "C" size_t bn_cuda_attn_bwd_workspace_floats(int T, int nh) { return (size_t)T * nh * ATTN_STATS; }
-
-extern "C" int bn_cuda_attn_bwd(const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv,
-                                float scale, const float *dout, float *dq, float *dk, float *dv, float *workspace,
-                                void *stream, char *err, size_t errlen) {
+extern "C" int bn_cuda_attn_bwd(void *blas, const float *q, const float *k, const float *v, int T, int hd, int nh,
+                                int nkv, float scale, const float *dout, float *dq, float *dk, float *dv,
+                                float *workspace, void *stream, char *err, size_t errlen) {
     if (!attn_shape_ok(T, hd, nh, nkv, err, errlen)) return -1;
-    if (T == 0 || (!dq && !dk && !dv)) return 0;
-    const size_t rows_smem = (size_t)2 * T * sizeof(float);
-    BN_CUDA_TRY(dyn_smem_allow(attn_bwd_rows_kernel, rows_smem), err, errlen);
-    BN_LAUNCH(attn_bwd_rows_kernel, dim3(nh, T), ATTN_ROW_THREADS, rows_smem, stream, q, k, v, dout, T, hd, nh, nkv,
-              scale, dq, workspace);
-    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
-    if (!dk && !dv) return 0;
-    const size_t kv_smem = (size_t)2 * ATTN_KV_WARPS * hd * sizeof(float);
-    BN_CUDA_TRY(dyn_smem_allow(attn_bwd_kv_kernel, kv_smem), err, errlen);
-    BN_LAUNCH(attn_bwd_kv_kernel, dim3(nkv, T), ATTN_KV_WARPS * 32, kv_smem, stream, q, k, v, dout, T, hd, nh, nkv,
-              scale, (const float *)workspace, dk, dv);
-    BN_CUDA_TRY(cudaGetLastError(), err, errlen);
+    if (!dq && !dk && !dv) return 0;
+    const attn_dims D = dims_of(blas, T, hd, nh, nkv, scale, stream);
+    BN_CUBLAS_TRY(cublasSetStream(D.h, D.s), err, errlen);
+    const attn_grads g = {dout, dq, dk, dv};
+    float *P = workspace, *dP = workspace + bn_cuda_attn_workspace_floats(T, nh, nkv) / 2;
+    for (int kvh = 0; kvh < nkv; kvh++)
+        for (int p0 = 0; p0 < T; p0 += ATTN_QB) {
+            const int qb = T - p0 < ATTN_QB ? T - p0 : ATTN_QB;
+            if (block_bwd(D, attn_block{kvh, p0, qb, p0 + qb}, q, k, v, g, P, dP, err, errlen)) return -1;
+        }
     return 0;
 }
-

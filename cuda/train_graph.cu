@@ -391,8 +391,8 @@ int attn_fwd(const run *r, int il, layer_bufs *a) {
     const int T = r->T;
     cudaStream_t s = r->t->stream;
     if (attn_project(r, il, a) ||
-        bn_cuda_attn_fwd(a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv, 1.0f / sqrtf((float)d.hd), a->att, s, r->err,
-                         r->errlen) ||
+        bn_cuda_attn_fwd(r->t->blas, a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv, 1.0f / sqrtf((float)d.hd), a->att,
+                         r->t->ws, s, r->err, r->errlen) ||
         (d.gated ? bn_cuda_sigmoid_gate_fwd(a->att, a->gate, (int64_t)d.nq * T, a->og, s, r->err, r->errlen)
                  : copy(r, a->og, a->att, (size_t)d.nq * T)))
         return -1;
@@ -448,8 +448,8 @@ int attn_bwd(const run *r, int il, layer_bufs *a, const float *dmo, float *dn) {
         (d.gated ? bn_cuda_sigmoid_gate_bwd(a->att, a->gate, (int64_t)d.nq * T, a->dog, a->datt, a->dgate, s, r->err,
                                             r->errlen)
                  : copy(r, a->datt, a->dog, (size_t)d.nq * T)) ||
-        bn_cuda_attn_bwd(a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv, 1.0f / sqrtf((float)d.hd), a->datt, a->dqa,
-                         a->dka, a->dvr, r->t->ws, s, r->err, r->errlen) ||
+        bn_cuda_attn_bwd(r->t->blas, a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv, 1.0f / sqrtf((float)d.hd), a->datt,
+                         a->dqa, a->dka, a->dvr, r->t->ws, s, r->err, r->errlen) ||
         attn_bwd_qk(r, il, a))
         return -1;
     return lin_bwd(r, il, BN_LORA_Q, &lw->attn_q, a->n, ax[target_slot(BN_LORA_Q)], a->dqg, dn) ||
@@ -663,7 +663,7 @@ size_t ws_need(const bn_cuda_trainer *t, int T) {
             if ((n = lin_ws(t, il, lins[i], is_ffn(&t->m->w.layers[il], lins[i]) ? span_len : T)) > need) need = n;
         n = is_gdn(cf, il) ? bn_cuda_gdn_bwd_workspace_floats(T, cf->ssm_dt_rank, cf->ssm_d_state, cf->ssm_d_state,
                                                               bn_train_gdn_ckpt(T))
-                           : bn_cuda_attn_bwd_workspace_floats(T, cf->n_head);
+                           : bn_cuda_attn_workspace_floats(T, cf->n_head, cf->n_head_kv);
         if (n > need) need = n;
     }
     return need;

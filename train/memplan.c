@@ -193,7 +193,7 @@ static int64_t plan_scratch(const bn_memshape *s, const bn_memplan_cfg *c, const
 
 // The GPU trainer's layout (cuda/train_graph.cu, cuda/linear.cuh, cuda/bwd_gdn.cu, cuda/bwd_attn.cu).
 #define DEV_ALIGN_FLOATS 64 // train_graph.cu take(): every buffer of the layer arena starts 256-byte aligned
-#define DEV_ATTN_STATS 3    // bwd_attn.cu: floats of statistics per query row and head
+#define DEV_ATTN_QB 256     // bwd_attn.cu ATTN_QB: query positions per block of scores
 
 // dev_aligned: n floats rounded up to the arena's alignment.
 static int64_t dev_aligned(int64_t n) { return (n + DEV_ALIGN_FLOATS - 1) / DEV_ALIGN_FLOATS * DEV_ALIGN_FLOATS; }
@@ -253,7 +253,7 @@ static bool is_ffn(int target) {
 
 // dev_scratch_bytes: train_graph.cu ws_need: the largest workspace of the head's linear (sized for every position, as
 // an all-position graph needs; its product fp32 whatever the GEMMs), the layers' linears (their products bf16 when
-// c->gemm_bytes is 2; the FFN block's over one span), the attention backward and the gated delta rule's backward
+// c->gemm_bytes is 2; the FFN block's over one span), the attention's score blocks and the gated delta rule's backward
 // (its checkpoints every bn_train_gdn_ckpt(T) steps).
 static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, const bn_memplan *p) {
     const bn_config *cf = &s->cfg;
@@ -269,8 +269,8 @@ static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, 
             need = b > need ? b : need;
         }
         const int64_t ck = bn_train_gdn_ckpt((int)T), n_ck = (T + ck - 1) / ck;
-        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + ck + 2) * dk * dk + 2 * T * (dk + 1)) * 4
-                         : T * cf->n_head * DEV_ATTN_STATS * 4;
+        const int64_t grp = cf->n_head / (cf->n_head_kv > 0 ? cf->n_head_kv : 1), qb = T < DEV_ATTN_QB ? T : DEV_ATTN_QB;
+        int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + ck + 2) * dk * dk + 2 * T * (dk + 1)) * 4 : 2 * grp * qb * T * 4;
         need = b > need ? b : need;
     }
     return need;

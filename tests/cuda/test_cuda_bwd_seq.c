@@ -51,12 +51,16 @@ static void check_attn(int T, int hd, int nh, int nkv, bool with_null) {
     float *dq = with_null ? NULL : rand_vec(nq, 1.0f), *dk = rand_vec(nk, 1.0f);
     float *dv = with_null ? NULL : rand_vec(nk, 1.0f);
     float *out_d = bn_cuda_dev_floats(nq, err, sizeof err);
-    float *ws = bn_cuda_dev_floats(bn_cuda_attn_bwd_workspace_floats(T, nh), err, sizeof err);
+    float *ws = bn_cuda_dev_floats(bn_cuda_attn_workspace_floats(T, nh, nkv), err, sizeof err);
+    void *blas = bn_cuda_blas_new(err, sizeof err);
+    CHECK(blas, "%s", err);
     float *q_d = to_dev(q, nq), *k_d = to_dev(k, nk), *v_d = to_dev(v, nk), *dout_d = to_dev(dout, nq);
     float *dq_d = to_dev(dq, nq), *dk_d = to_dev(dk, nk), *dv_d = to_dev(dv, nk);
-    CHECK(bn_cuda_attn_fwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, out_d, NULL, err, sizeof err) == 0, "%s", err);
-    CHECK(bn_cuda_attn_bwd(q_d, k_d, v_d, T, hd, nh, nkv, scale, dout_d, dq_d, dk_d, dv_d, ws, NULL, err,
+    CHECK(bn_cuda_attn_fwd(blas, q_d, k_d, v_d, T, hd, nh, nkv, scale, out_d, ws, NULL, err, sizeof err) == 0, "%s",
+          err);
+    CHECK(bn_cuda_attn_bwd(blas, q_d, k_d, v_d, T, hd, nh, nkv, scale, dout_d, dq_d, dk_d, dv_d, ws, NULL, err,
                            sizeof err) == 0, "%s", err);
+    bn_cuda_blas_free(blas);
     float *out = from_dev(out_d, nq), *dq_g = from_dev(dq_d, nq), *dk_g = from_dev(dk_d, nk);
     float *dv_g = from_dev(dv_d, nk);
     float *out_ref = xmalloc(nq * sizeof(float));
@@ -282,6 +286,8 @@ int main(void) {
     printf("device: %s\n", bn_cuda_device_name(name, sizeof name));
     check_attn(37, 40, 4, 2, false);
     check_attn(21, 72, 6, 3, true);
+    check_attn(300, 8, 4, 2, false); // two blocks of query positions, the second 44 rows
+    check_attn(300, 8, 4, 1, true);
     check_gdn(37, 2, 4, 40, 36, 8, false);
     check_gdn(37, 2, 4, 20, 24, 0, true);
     check_gdn(21, 1, 2, 16, 72, 4, false); // 32-warp blocks: two rows for some warps
