@@ -1,5 +1,5 @@
 // cuda/bwd_attn.cu — causal softmax attention with GQA for the trainer, forward and backward (docs/model.md §8; the
-// formulas of train/backward_attn.c), on cuBLAS fp32 GEMMs. Per kv head and block of up to ATTN_QB query positions,
+// formulas of train/backward_attn.c), on cuBLAS GEMMs (fp32, or fp32 with TF32 tensor-core products). Per kv head and block of up to ATTN_QB query positions,
 // the scores of the head's grp q heads against the keys that block can see are one strided-batched GEMM (batch = the
 // q heads) into the workspace, a block per score column makes them probabilities, and GEMMs take them on: the
 // forward's P·v; the backward's dP = doᵀv, dS = scale·P(dP − Σ P·dP) in place, dq += dS·k, dk += dSᵀq and
@@ -66,15 +66,24 @@ struct attn_block {
 struct attn_dims {
     int T, hd, nh, nkv, grp;
     float scale;
+    cublasComputeType_t compute; // CUBLAS_COMPUTE_32F, or _FAST_TF32 (operands rounded to TF32 in the products)
     cublasHandle_t h;
     cudaStream_t s;
 };
 
-// sgemm_batched: C_j = alpha·op(A_j)·op(B_j) + beta·C_j for the q heads j < grp, strides in floats.
+// gemm_n: C_j = alpha·op(A_j)·op(B_j) + beta·C_j for j < batch, strides in floats, fp32 in and out.
+static cublasStatus_t gemm_n(const attn_dims &D, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                             float alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+                             float beta, float *C, int ldc, long long sc, int batch) {
+    return cublasGemmStridedBatchedEx(D.h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
+                                      &beta, C, CUDA_R_32F, ldc, sc, batch, D.compute, CUBLAS_GEMM_DEFAULT);
+}
+
+// sgemm_batched: gemm_n over the kv head's q heads (batch grp).
 static cublasStatus_t sgemm_batched(const attn_dims &D, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                     float alpha, const float *A, int lda, long long sa, const float *B, int ldb,
                                     long long sb, float beta, float *C, int ldc, long long sc) {
-    return cublasSgemmStridedBatched(D.h, ta, tb, m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc, D.grp);
+    return gemm_n(D, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, D.grp);
 }
 
 // rows_at: the first of the block's q heads' rows (query p0, head kvh·grp) in a {hd, nh, T} tensor.
@@ -116,14 +125,13 @@ static int block_kv_grads(const attn_dims &D, const attn_block &b, const float *
     const int ld = D.nh * D.hd, ldkv = D.nkv * D.hd;
     for (int j = 0; j < D.grp; j++) {
         const size_t row = rows_at(D, b) + (size_t)j * D.hd;
-        const float one = 1.0f;
         if (g.dk)
-            BN_CUBLAS_TRY(cublasSgemm(D.h, CUBLAS_OP_N, CUBLAS_OP_T, D.hd, b.nk, b.qb, &one, q + row, ld,
-                                      dS + j * pq, b.nk, &one, g.dk + kv, ldkv),
+            BN_CUBLAS_TRY(gemm_n(D, CUBLAS_OP_N, CUBLAS_OP_T, D.hd, b.nk, b.qb, 1.0f, q + row, ld, 0, dS + j * pq,
+                                 b.nk, 0, 1.0f, g.dk + kv, ldkv, 0, 1),
                           err, errlen);
         if (g.dv)
-            BN_CUBLAS_TRY(cublasSgemm(D.h, CUBLAS_OP_N, CUBLAS_OP_T, D.hd, b.nk, b.qb, &one, g.dout + row, ld,
-                                      P + j * pq, b.nk, &one, g.dv + kv, ldkv),
+            BN_CUBLAS_TRY(gemm_n(D, CUBLAS_OP_N, CUBLAS_OP_T, D.hd, b.nk, b.qb, 1.0f, g.dout + row, ld, 0, P + j * pq,
+                                 b.nk, 0, 1.0f, g.dv + kv, ldkv, 0, 1),
                           err, errlen);
     }
     return 0;
@@ -157,9 +165,10 @@ static bool attn_shape_ok(int T, int hd, int nh, int nkv, char *err, size_t errl
     return false;
 }
 
-// dims_of: the launch's shapes with the handle bound to the stream.
-static attn_dims dims_of(void *blas, int T, int hd, int nh, int nkv, float scale, void *stream) {
-    return attn_dims{T, hd, nh, nkv, nh / nkv, scale, (cublasHandle_t)blas, (cudaStream_t)stream};
+// dims_of: the launch's shapes, arithmetic and handles.
+static attn_dims dims_of(void *blas, bool tf32, int T, int hd, int nh, int nkv, float scale, void *stream) {
+    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    return attn_dims{T, hd, nh, nkv, nh / nkv, scale, compute, (cublasHandle_t)blas, (cudaStream_t)stream};
 }
 
 extern "C" int bn_cuda_attn_max_T(void) { return ATTN_MAX_T; }
@@ -169,11 +178,11 @@ extern "C" size_t bn_cuda_attn_workspace_floats(int T, int nh, int nkv) {
     return nkv > 0 ? (size_t)2 * (nh / nkv) * qb * T : 0;
 }
 
-extern "C" int bn_cuda_attn_fwd(void *blas, const float *q, const float *k, const float *v, int T, int hd, int nh,
-                                int nkv, float scale, float *out, float *workspace, void *stream, char *err,
+extern "C" int bn_cuda_attn_fwd(void *blas, bool tf32, const float *q, const float *k, const float *v, int T, int hd,
+                                int nh, int nkv, float scale, float *out, float *workspace, void *stream, char *err,
                                 size_t errlen) {
     if (!attn_shape_ok(T, hd, nh, nkv, err, errlen)) return -1;
-    const attn_dims D = dims_of(blas, T, hd, nh, nkv, scale, stream);
+    const attn_dims D = dims_of(blas, tf32, T, hd, nh, nkv, scale, stream);
     BN_CUBLAS_TRY(cublasSetStream(D.h, D.s), err, errlen);
     for (int kvh = 0; kvh < nkv; kvh++)
         for (int p0 = 0; p0 < T; p0 += ATTN_QB) {
@@ -183,12 +192,12 @@ extern "C" int bn_cuda_attn_fwd(void *blas, const float *q, const float *k, cons
     return 0;
 }
 
-extern "C" int bn_cuda_attn_bwd(void *blas, const float *q, const float *k, const float *v, int T, int hd, int nh,
-                                int nkv, float scale, const float *dout, float *dq, float *dk, float *dv,
+extern "C" int bn_cuda_attn_bwd(void *blas, bool tf32, const float *q, const float *k, const float *v, int T, int hd,
+                                int nh, int nkv, float scale, const float *dout, float *dq, float *dk, float *dv,
                                 float *workspace, void *stream, char *err, size_t errlen) {
     if (!attn_shape_ok(T, hd, nh, nkv, err, errlen)) return -1;
     if (!dq && !dk && !dv) return 0;
-    const attn_dims D = dims_of(blas, T, hd, nh, nkv, scale, stream);
+    const attn_dims D = dims_of(blas, tf32, T, hd, nh, nkv, scale, stream);
     BN_CUBLAS_TRY(cublasSetStream(D.h, D.s), err, errlen);
     const attn_grads g = {dout, dq, dk, dv};
     float *P = workspace, *dP = workspace + bn_cuda_attn_workspace_floats(T, nh, nkv) / 2;

@@ -18,20 +18,21 @@ extern "C" {
 
 // ---- causal softmax attention with GQA (cuda/bwd_attn.cu; train/backward_attn.c) --------------------------------
 // q head h uses kv head h / (nh/nkv); q {hd, nh, T}, k/v {hd, nkv, T}, out/dout {hd, nh, T}. blas: a
-// bn_cuda_blas_new handle (the products are fp32 cuBLAS GEMMs over blocks of query positions).
+// bn_cuda_blas_new handle (the products are cuBLAS GEMMs over blocks of query positions, fp32, or with tf32 their
+// operands rounded to TF32 on the tensor cores).
 // bn_cuda_attn_max_T: the longest sequence the attention ops take.
 int bn_cuda_attn_max_T(void);
 // bn_cuda_attn_workspace_floats: device floats bn_cuda_attn_fwd and _bwd need as workspace (the probabilities and
 // their gradients of one kv head's block of query positions).
 size_t bn_cuda_attn_workspace_floats(int T, int nh, int nkv);
 // bn_cuda_attn_fwd: out = softmax(scale·q·kᵀ, causal)·v per q head (bn_attn_fwd); 0 or -1.
-int bn_cuda_attn_fwd(void *blas, const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv,
-                     float scale, float *out, float *workspace, void *stream, char *err, size_t errlen);
+int bn_cuda_attn_fwd(void *blas, bool tf32, const float *q, const float *k, const float *v, int T, int hd, int nh,
+                     int nkv, float scale, float *out, float *workspace, void *stream, char *err, size_t errlen);
 // bn_cuda_attn_bwd: dq, dk, dv += gradients for dout (bn_attn_bwd; any NULL): P recomputed per block of query
 // positions; dK, dV of a kv head summed over its q heads and query positions in a fixed order (no atomics). 0 or -1.
-int bn_cuda_attn_bwd(void *blas, const float *q, const float *k, const float *v, int T, int hd, int nh, int nkv,
-                     float scale, const float *dout, float *dq, float *dk, float *dv, float *workspace, void *stream,
-                     char *err, size_t errlen);
+int bn_cuda_attn_bwd(void *blas, bool tf32, const float *q, const float *k, const float *v, int T, int hd, int nh,
+                     int nkv, float scale, const float *dout, float *dq, float *dk, float *dv, float *workspace,
+                     void *stream, char *err, size_t errlen);
 
 // ---- gated delta-rule recurrence (cuda/bwd_gdn.cu; train/backward_gdn.c) ----------------------------------------
 // q, k {dk, Hk, T} (L2-normed, q scaled), v {dv, Hv, T}, g, beta {Hv, T} (α = exp(g)), S {dk, dv, Hv} with

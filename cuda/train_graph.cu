@@ -391,8 +391,8 @@ int attn_fwd(const run *r, int il, layer_bufs *a) {
     const int T = r->T;
     cudaStream_t s = r->t->stream;
     if (attn_project(r, il, a) ||
-        bn_cuda_attn_fwd(r->t->blas, a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv, 1.0f / sqrtf((float)d.hd), a->att,
-                         r->t->ws, s, r->err, r->errlen) ||
+        bn_cuda_attn_fwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
+                         1.0f / sqrtf((float)d.hd), a->att, r->t->ws, s, r->err, r->errlen) ||
         (d.gated ? bn_cuda_sigmoid_gate_fwd(a->att, a->gate, (int64_t)d.nq * T, a->og, s, r->err, r->errlen)
                  : copy(r, a->og, a->att, (size_t)d.nq * T)))
         return -1;
@@ -448,8 +448,8 @@ int attn_bwd(const run *r, int il, layer_bufs *a, const float *dmo, float *dn) {
         (d.gated ? bn_cuda_sigmoid_gate_bwd(a->att, a->gate, (int64_t)d.nq * T, a->dog, a->datt, a->dgate, s, r->err,
                                             r->errlen)
                  : copy(r, a->datt, a->dog, (size_t)d.nq * T)) ||
-        bn_cuda_attn_bwd(r->t->blas, a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv, 1.0f / sqrtf((float)d.hd), a->datt,
-                         a->dqa, a->dka, a->dvr, r->t->ws, s, r->err, r->errlen) ||
+        bn_cuda_attn_bwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
+                         1.0f / sqrtf((float)d.hd), a->datt, a->dqa, a->dka, a->dvr, r->t->ws, s, r->err, r->errlen) ||
         attn_bwd_qk(r, il, a))
         return -1;
     return lin_bwd(r, il, BN_LORA_Q, &lw->attn_q, a->n, ax[target_slot(BN_LORA_Q)], a->dqg, dn) ||

@@ -123,8 +123,9 @@ static const bn_arg ftpo_args[] = {
            "devices); without one, a warning and the CPU", 0, INT32_MAX),
     BN_CHOICE("--train-gemm", O(t.train_gemm), BN_TRAIN_GEMM_NAMES,
               "with -ngl: the base weights' products on the GPU with bf16 inputs and fp32 accumulation (tensor cores, "
-              "as PEFT trains in bf16), or f32 (the CPU trainer's arithmetic, at the GPU's fp32 rate); LoRA products "
-              "and all other ops stay fp32; without -ngl it changes nothing (the CPU computes in fp32)"),
+              "as PEFT trains in bf16) and attention's with TF32 inputs, or f32 (the CPU trainer's arithmetic, at the "
+              "GPU's fp32 rate); LoRA products and all other ops stay fp32; without -ngl it changes nothing (the CPU "
+              "computes in fp32)"),
     BN_INT("-dp, --data-parallel", O(n_ranks), "N",
            "train as N processes on this machine, each on its share of every micro-batch, gradients summed before "
            "each step (a run of N ranks x batch B equals one of batch N·B; -t defaults to the CPUs / N per rank)",

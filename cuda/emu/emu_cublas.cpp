@@ -1,5 +1,6 @@
 // cuda/emu/emu_cublas.cpp — the emulator's cuBLAS: column-major GEMMs through OpenBLAS cblas_sgemm;
-// 16F/16BF operands are widened to float (exact), a 16F/16BF C is rounded to nearest even after.
+// 16F/16BF operands are widened to float (exact), a 16F/16BF C is rounded to nearest even after; under
+// CUBLAS_COMPUTE_32F_FAST_TF32 the fp32 operands are rounded to TF32 first.
 // Work goes through the handle's stream, so GEMMs are recorded during a capture like kernels.
 #include "cuda/emu/emu_internal.h"
 #include <cblas.h>
@@ -38,33 +39,48 @@ void store(void *p, cudaDataType t, size_t i, float v) {
     }
 }
 
+// to_tf32: x with its mantissa cut to TF32's 10 bits, rounded to nearest with ties away from zero (PTX
+// cvt.rna.tf32.f32, how fp32 operands enter the tensor cores under CUBLAS_COMPUTE_32F_FAST_TF32); Inf, NaN kept.
+float to_tf32(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) == 0x7f800000u) return x;
+    b = (b + 0x1000u) & ~0x1fffu;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
 // widen: a float copy of a column-major rows x cols matrix with leading dimension ld.
-std::vector<float> widen(const void *p, cudaDataType t, int rows, int cols, int ld) {
+// tf32: each element through to_tf32.
+std::vector<float> widen(const void *p, cudaDataType t, int rows, int cols, int ld, bool tf32 = false) {
     std::vector<float> out((size_t)ld * cols);
     for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows; r++) out[(size_t)c * ld + r] = load(p, t, (size_t)c * ld + r);
+        for (int r = 0; r < rows; r++) {
+            const float v = load(p, t, (size_t)c * ld + r);
+            out[(size_t)c * ld + r] = tf32 ? to_tf32(v) : v;
+        }
     return out;
 }
 
-// gemm: one column-major GEMM with any of the element types.
+// gemm: one column-major GEMM with any of the element types; tf32: fp32 operands rounded to TF32 first.
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
           cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb, float beta, void *C, cudaDataType ct,
-          int ldc) {
+          int ldc, bool tf32 = false) {
     CBLAS_TRANSPOSE cta = ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
     CBLAS_TRANSPOSE ctb = tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
-    if (at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F) {
+    if (at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && !tf32) {
         cblas_sgemm(CblasColMajor, cta, ctb, m, n, k, alpha, (const float *)A, lda, (const float *)B, ldb, beta,
                     (float *)C, ldc);
         return;
     }
     std::vector<float> a, b, c;
     const float *af = (const float *)A, *bf = (const float *)B;
-    if (at != CUDA_R_32F) {
-        a = widen(A, at, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
+    if (at != CUDA_R_32F || tf32) {
+        a = widen(A, at, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, tf32 && at == CUDA_R_32F);
         af = a.data();
     }
-    if (bt != CUDA_R_32F) {
-        b = widen(B, bt, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
+    if (bt != CUDA_R_32F || tf32) {
+        b = widen(B, bt, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, tf32 && bt == CUDA_R_32F);
         bf = b.data();
     }
     if (ct == CUDA_R_32F) {
@@ -168,10 +184,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         return CUBLAS_STATUS_NOT_SUPPORTED;
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t ea = elem_size(at), eb = elem_size(bt), ec = elem_size(ct);
+    const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     return submit(h, [=]() {
         for (int i = 0; i < batch; i++)
             gemm(ta, tb, m, n, k, al, (const char *)A + i * sa * ea, at, lda, (const char *)B + i * sb * eb, bt, ldb,
-                 be, (char *)C + i * sc * ec, ct, ldc);
+                 be, (char *)C + i * sc * ec, ct, ldc, tf32);
     });
 }
 
