@@ -11,9 +11,11 @@
 // prints achieved TFLOP/s, the device's bytes in use (the whole device, total − free as the driver reports it: the
 // larger of the samples after the forward and after the backward) and the GEMM arithmetic. --peak-tflops X adds
 // MFU = achieved / X: the honest peak is the one of the arithmetic that ran, the GPU's dense bf16 tensor-core peak
-// for bf16 (~989 for an H200 SXM), its fp32 peak for f32 (~67).
+// for bf16 (~989 for an H200 SXM), its fp32 peak for f32 (~67). --profile: after the timed steps, one more device
+// step with the backend's per-part timing on (train/device.h set_profile: slower, so apart from the timed ones),
+// printed as "step by part (ms): linears X | attention X | delta rule X | other X".
 // Usage: bench_train [preset ...] [-m FILE ...] [--tokens T] [--reps R] [--threads N] [--type f32|f16|bf16]
-//                    [--ngl N] [--train-gemm bf16|f32] [--peak-tflops X]
+//                    [--ngl N] [--train-gemm bf16|f32] [--peak-tflops X] [--profile]
 //        (default: tiny small, T 256, R 2, N = online CPUs as the training tools use; sgemm keeps OpenBLAS's own;
 //        --type applies to the generated presets; -m benches the files instead of presets; --train-gemm bf16)
 #include "synth/mkmodel.h"
@@ -37,6 +39,7 @@ typedef struct {
     int n_presets, n_files, T, R, n_threads, wtype, ngl;
     bn_train_gemm gemm; // the device's base-weight GEMMs (--train-gemm)
     double peak_tflops; // 0: no MFU
+    bool profile;       // one more device step timed by part (--profile)
 } bench_opts;
 
 // step_result: what a timed forward + backward measured
@@ -83,6 +86,7 @@ static bench_opts parse_args(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) o.n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ngl") && i + 1 < argc) o.ngl = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--peak-tflops") && i + 1 < argc) o.peak_tflops = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--profile")) o.profile = true;
         else if (!strcmp(argv[i], "--train-gemm") && i + 1 < argc) {
             const char *g = argv[++i];
             if (strcmp(g, "bf16") && strcmp(g, "f32")) bn_die("--train-gemm: bf16 or f32");
@@ -110,8 +114,8 @@ static const bn_train_device *device_backend(bn_train_gemm gemm) {
     int n = d->device_count();
     if (n <= 0) bn_die("--ngl: the %s backend finds no device", d->name);
     printf("device: %s device 0 of %d (forward + backward; the layers' base-weight GEMMs %s)\n", d->name, n,
-           gemm == BN_TRAIN_GEMM_F32 ? "fp32 through cuBLAS SGEMM"
-                                     : "bf16 inputs with fp32 accumulation through cublasGemmEx");
+           gemm == BN_TRAIN_GEMM_F32 ? "fp32 through cuBLAS SGEMM, attention's too"
+                                     : "bf16 inputs with fp32 accumulation through cublasGemmEx, attention's TF32");
     return d;
 }
 
@@ -186,6 +190,25 @@ static void print_header(const bench_opts *o) {
     }
 }
 
+// profile_step: one more device step timed by part, printed as a line.
+static void profile_step(const bn_train_device *d, void *ctx, bn_lora *l, const int32_t *tok, int T, float *logits,
+                         const float *dl) {
+    static const char *names[BN_TRAIN_PARTS] = BN_TRAIN_PART_NAMES;
+    char err[256];
+    double ms[BN_TRAIN_PARTS];
+    if (!d->set_profile) {
+        printf("step by part: the %s backend cannot time its parts\n", d->name);
+        return;
+    }
+    d->set_profile(ctx, true);
+    step_result s = device_step(d, ctx, l, tok, T, logits, dl);
+    if (d->take_profile(ctx, ms, err, sizeof err) != 0) bn_die("%s", err);
+    d->set_profile(ctx, false);
+    printf("step by part (ms):");
+    for (int i = 0; i < BN_TRAIN_PARTS; i++) printf("%s %s %.1f", i ? " |" : "", names[i], ms[i]);
+    printf(" (the timed step %.1f ms of wall time)\n", s.ms);
+}
+
 // bench_model: loads path, times its steps and prints its row (named `name`).
 static void bench_model(const bench_opts *o, const bn_train_device *d, const char *path, const char *name) {
     char err[256];
@@ -209,6 +232,7 @@ static void bench_model(const bench_opts *o, const bn_train_device *d, const cha
         printf("| %s | %.2f M | %d | %.1f | %.0f | %.0f | %.2f | %s | %s |\n", name, bn_model_n_params(m) / 1e6, T,
                s.ms, T / (s.ms * 1e-3), s.mem / 1e6, gflops / 1e3, mfu_cell(gflops / 1e3, o->peak_tflops),
                bn_train_gemm_name(o->gemm));
+        if (o->profile) profile_step(d, ctx, l, tok, T, logits, dl);
         d->close(ctx);
     } else {
         double sg = sgemm_gflops(T, m->cfg.n_ff, m->cfg.n_embd);

@@ -20,6 +20,7 @@
 #            tokens, one warm-up and one timed step): step ms, tokens/s, device memory, TFLOP/s and MFU of the
 #            bf16 dense peak (989 TFLOP/s on an H200 / H100 SXM), on a 4-layer F16 base (MFU does not depend on
 #            the layer count; 64 F16 layers do not fit the disk) and the 64-layer Q1_0 base (its memory measured);
+#            then one more step each timed by part (--profile), the diagnostics' "step by part" table;
 #   build-rest, tests, tests-pdl, sanitize
 #            the GPU test programs and the remaining tools, the CUDA tests on the GPU (4 at a time, meson's
 #            timeouts x0.4), cuda_forward / cuda_dspark_graph / cuda_split again with BONSAI_CUDA_PDL=1, and (with
@@ -426,7 +427,7 @@ TRAIN_PEAK=${BONSAI_CHECK_PEAK_TFLOPS:-$TRAIN_PEAK}
 # ==== the train step's bench_train call: every training row runs through here ====================================
 # train_run STEP LIMIT FILE: one forward + backward of TRAIN_T tokens after a warm-up on FILE, on the device
 train_run() {
-    run_step "$1" "$2" "${TRAIN_BENCH[@]}" -m "$3" --ngl 99 --tokens "$TRAIN_T" --reps 1 \
+    run_step "$1" "$2" "${TRAIN_BENCH[@]}" -m "$3" --ngl 99 --tokens "$TRAIN_T" --reps 1 --profile \
         ${TRAIN_PEAK:+--peak-tflops "$TRAIN_PEAK"}
 }
 # ==== end of the bench_train call =================================================================================
@@ -885,6 +886,34 @@ fi
 
 # ---- the diagnostics' tables ------------------------------------------------------------------------
 
+# train_part_rows: where a training step's device time goes, from bench_train --profile's line of each training run
+train_part_rows() {
+    local run lines=""
+    for run in "F16-$TRAIN_F16_L" "Q1_0-$LFULL"; do
+        lines+=$(awk -v run="$run" -F'[|]' '/^step by part \(ms\):/ {
+            printf("| %s |", run); total = 0
+            for (i = 1; i <= 4; i++) {
+                match($i, /[0-9]+[.][0-9]+/)
+                ms[i] = substr($i, RSTART, RLENGTH) + 0
+                total += ms[i]
+            }
+            for (i = 1; i <= 4; i++) printf(" %.1f (%.0f %%) |", ms[i], total > 0 ? 100 * ms[i] / total : 0)
+            printf(" %.1f |\n", total); exit
+        }' "$W/train-$run.log" 2>/dev/null)$'\n'
+    done
+    [ -n "${lines//$'\n'/}" ] || return 0
+    echo
+    echo "### FTPO training step by part (one more step with per-part timing: bench_train --profile)"
+    echo
+    echo "Device ms between events at each part's start and end: linears = base and LoRA products with their"
+    echo "dequantization; attention = scores, softmax and their products; delta rule = the recurrence's forward and"
+    echo "backward; other = norms, gates, conv, RoPE, copies and the head's norm. The events cost some time of their own."
+    echo
+    echo "| base-layers | linears ms | attention ms | delta rule ms | other ms | total ms |"
+    echo "| ----------- | ---------: | -----------: | ------------: | -------: | -------: |"
+    printf '%s' "$lines" | grep .
+}
+
 # dspark_shipped_rows: the trained drafter on the shipped model (plain vs DSpark, one run each), when it ran
 dspark_shipped_rows() {
     [ "${ST[dspark-shipped]:-SKIP}" = SKIP ] && return 0
@@ -1144,6 +1173,7 @@ table() {
     echo "Verdict: $(verdict_count). GPU tests: $TESTS. Int8 tensor cores (8-32 column products): $(mma_note)."
     echo
     echo "## Diagnostics"
+    train_part_rows
     fuse_rows
     batch_rows
     dspark_shipped_rows

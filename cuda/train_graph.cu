@@ -26,6 +26,7 @@ const char *bn_type_name(int type);
 #include "cuda/cuda_bwd_ops.h"
 #include "cuda/cuda_bwd_seq.h"
 #include "cuda/cuda_train_graph.h"
+#include "cuda/train_prof.cuh"
 
 // train_layer_bufs: one layer's intermediates (forward) and gradients (backward) on the device, for up to T_cap tokens
 // (the FFN block's for one span of at most ffn_chunk tokens); names as in train/graph.c's acts_t and its backward's
@@ -86,6 +87,7 @@ struct bn_cuda_trainer {
     size_t ws_floats;
     layer_bufs b;
     float *head_x, *head_dx, *logits, *dlogits; // {H}, {H}, {V}, {V}
+    train_prof *prof;  // the device time by part (NULL until set_profile)
 };
 
 struct bn_cuda_train_graph {
@@ -183,14 +185,24 @@ int target_slot(int target) {
     return 0;
 }
 
+// mark: part `part` starts here when the trainer times its parts; 0 or -1 (err).
+int mark(const run *r, int part) {
+    return r->t->prof ? prof_mark(r->t->prof, part, r->t->stream, r->err, r->errlen) : 0;
+}
+
+// timed: rc of an op run as part `part`, between marks (`part` before it, BN_TRAIN_PART_OTHER after): 0 or -1.
+template <class Op> int timed(const run *r, int part, Op op) {
+    return mark(r, part) || op() || mark(r, BN_TRAIN_PART_OTHER) ? -1 : 0;
+}
+
 // gemm16: whether the base product of a linear of layer `layer` (−1: the LM head) takes bf16 inputs. The head stays
 // fp32: it runs on one position (a mat-vec, no tensor-core gain) and gives the logits the loss reads.
 bool gemm16(const bn_cuda_trainer *t, int layer) { return t->gemm_bf16 && layer >= 0; }
 
-// lin_fwd: y {n_out, T} = W x (+ bias) (+ the adapter's pair of (layer, target), A·x kept in ax when given; none
+// lin_fwd_op: y {n_out, T} = W x (+ bias) (+ the adapter's pair of (layer, target), A·x kept in ax when given; none
 // through a quantizer: W already is W_eff).
-int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_weight *bias, const float *x, float *y,
-            float *ax) {
+int lin_fwd_op(const run *r, int layer, int target, const bn_weight *W, const bn_weight *bias, const float *x,
+               float *y, float *ax) {
     bn_cuda_lora lo;
     const bool has = !r->t->ste && lora_of(r, layer, target, &lo);
     if (bn_cuda_linear_lora_fwd(r->t->blas, gemm16(r->t, layer), W->type, dev_weight(r->t, W), W->ne[0], W->ne[1],
@@ -201,20 +213,27 @@ int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_we
                                                         r->errlen);
     return 0;
 }
+// lin_fwd: lin_fwd_op, timed as a linear.
+int lin_fwd(const run *r, int layer, int target, const bn_weight *W, const bn_weight *bias, const float *x, float *y,
+            float *ax) {
+    return timed(r, BN_TRAIN_PART_LINEAR, [&] { return lin_fwd_op(r, layer, target, W, bias, x, y, ax); });
+}
 
 // lin_ax: ax {r, T} = A·x of the adapter's pair of (layer, target) (nothing without one, or through a quantizer:
 // lin_bwd recomputes it there).
 int lin_ax(const run *r, int layer, int target, int64_t n_in, const float *x, float *ax) {
     bn_cuda_lora lo;
     if (r->t->ste || !lora_of(r, layer, target, &lo)) return 0;
-    return bn_cuda_lora_ax(r->t->blas, &lo, n_in, x, r->T, ax, r->t->stream, r->err, r->errlen);
+    return timed(r, BN_TRAIN_PART_LINEAR, [&] {
+        return bn_cuda_lora_ax(r->t->blas, &lo, n_in, x, r->T, ax, r->t->stream, r->err, r->errlen);
+    });
 }
 
-// lin_bwd: dx += Wᵀdy (+ the LoRA part with the forward's A·x); the pair's gradients into the device's (dx NULL:
+// lin_bwd_op: dx += Wᵀdy (+ the LoRA part with the forward's A·x); the pair's gradients into the device's (dx NULL:
 // only those). Through a quantizer (straight-through): dx += W_effᵀdy alone, and the pair's gradients as if
 // W_eff = W0 + s·B·A, A·x recomputed (graph.c lin_bwd).
-int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float *x, const float *ax, const float *dy,
-            float *dx) {
+int lin_bwd_op(const run *r, int layer, int target, const bn_weight *W, const float *x, const float *ax,
+               const float *dy, float *dx) {
     bn_cuda_lora lo;
     const bool has = lora_of(r, layer, target, &lo);
     bn_cuda_trainer *t = r->t;
@@ -228,6 +247,11 @@ int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float
                    ? -1 : 0;
     return bn_cuda_linear_lora_bwd(t->blas, bf16, W->type, w, W->ne[0], W->ne[1], has ? &lo : NULL, x, r->T, NULL,
                                    has ? ax : NULL, dy, dx, t->ws, t->stream, r->err, r->errlen);
+}
+// lin_bwd: lin_bwd_op, timed as a linear.
+int lin_bwd(const run *r, int layer, int target, const bn_weight *W, const float *x, const float *ax, const float *dy,
+            float *dx) {
+    return timed(r, BN_TRAIN_PART_LINEAR, [&] { return lin_bwd_op(r, layer, target, W, x, ax, dy, dx); });
 }
 
 // ---- Gated DeltaNet mixer -----------------------------------------------------------------------------------------
@@ -274,8 +298,10 @@ int gdn_fwd(const run *r, int il, layer_bufs *a) {
         bn_cuda_l2norm_fwd(a->q, d.dk, T * d.Hk, cf->norm_eps, 1.0f / sqrtf((float)d.dk), a->qn, s, r->err,
                            r->errlen) ||
         bn_cuda_l2norm_fwd(a->k, d.dk, T * d.Hk, cf->norm_eps, 1.0f, a->kn, s, r->err, r->errlen) ||
+        mark(r, BN_TRAIN_PART_GDN) ||
         bn_cuda_gdn_fwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->o, NULL, s, r->err,
                         r->errlen) ||
+        mark(r, BN_TRAIN_PART_OTHER) ||
         bn_cuda_gated_rmsnorm_fwd(a->o, a->z, F(r, &lw->ssm_norm), d.dk, T * d.Hv, cf->norm_eps, a->y, s, r->err,
                                   r->errlen))
         return -1;
@@ -305,9 +331,11 @@ int gdn_bwd_core(const run *r, int il, layer_bufs *a, const float *dmo) {
     return lin_bwd(r, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, a->ax[target_slot(BN_LORA_SSM_OUT)], dmo, a->dy) ||
                    bn_cuda_gated_rmsnorm_bwd(a->o, a->z, F(r, &lw->ssm_norm), d.dk, T * d.Hv, cf->norm_eps, a->dy,
                                              a->d_o, a->dz, s, e, el) ||
+                   mark(r, BN_TRAIN_PART_GDN) ||
                    bn_cuda_gdn_bwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->d_o, NULL,
                                    bn_train_gdn_ckpt(T),
                                    a->dqn, a->dkn, a->dvv, a->dg, a->dbeta, NULL, r->t->ws, s, e, el) ||
+                   mark(r, BN_TRAIN_PART_OTHER) ||
                    bn_cuda_scale_bwd(1.0f / sqrtf((float)d.dk), (int64_t)Qd * T, a->dqn, a->dqs, s, e, el) ||
                    zero(r, a->dq, (size_t)Qd * T) || zero(r, a->dk, (size_t)Qd * T) ||
                    bn_cuda_l2norm_bwd(a->q, d.dk, T * d.Hk, cf->norm_eps, a->dqs, a->dq, s, e, el) ||
@@ -391,8 +419,10 @@ int attn_fwd(const run *r, int il, layer_bufs *a) {
     const int T = r->T;
     cudaStream_t s = r->t->stream;
     if (attn_project(r, il, a) ||
+        mark(r, BN_TRAIN_PART_ATTN) ||
         bn_cuda_attn_fwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
                          1.0f / sqrtf((float)d.hd), a->att, r->t->ws, s, r->err, r->errlen) ||
+        mark(r, BN_TRAIN_PART_OTHER) ||
         (d.gated ? bn_cuda_sigmoid_gate_fwd(a->att, a->gate, (int64_t)d.nq * T, a->og, s, r->err, r->errlen)
                  : copy(r, a->og, a->att, (size_t)d.nq * T)))
         return -1;
@@ -448,8 +478,10 @@ int attn_bwd(const run *r, int il, layer_bufs *a, const float *dmo, float *dn) {
         (d.gated ? bn_cuda_sigmoid_gate_bwd(a->att, a->gate, (int64_t)d.nq * T, a->dog, a->datt, a->dgate, s, r->err,
                                             r->errlen)
                  : copy(r, a->datt, a->dog, (size_t)d.nq * T)) ||
+        mark(r, BN_TRAIN_PART_ATTN) ||
         bn_cuda_attn_bwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
                          1.0f / sqrtf((float)d.hd), a->datt, a->dqa, a->dka, a->dvr, r->t->ws, s, r->err, r->errlen) ||
+        mark(r, BN_TRAIN_PART_OTHER) ||
         attn_bwd_qk(r, il, a))
         return -1;
     return lin_bwd(r, il, BN_LORA_Q, &lw->attn_q, a->n, ax[target_slot(BN_LORA_Q)], a->dqg, dn) ||
@@ -965,11 +997,25 @@ size_t device_mem_in_use(void *ctx) { return bn_cuda_trainer_mem_in_use((bn_cuda
 int device_mem_info(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen) {
     return bn_cuda_train_mem_info(device, free_bytes, total_bytes, err, errlen);
 }
+void device_set_profile(void *ctx, bool on) {
+    bn_cuda_trainer *t = (bn_cuda_trainer *)ctx;
+    if (!t->prof) t->prof = (train_prof *)xcalloc(1, sizeof *t->prof);
+    t->prof->on = on;
+    t->prof->n = 0; // a window left open by a failed pass is dropped
+}
+int device_take_profile(void *ctx, double ms[BN_TRAIN_PARTS], char *err, size_t errlen) {
+    bn_cuda_trainer *t = (bn_cuda_trainer *)ctx;
+    for (int i = 0; i < BN_TRAIN_PARTS; i++) ms[i] = 0;
+    if (!t->prof) return 0;
+    if (prof_flush(t->prof, t->stream, err, errlen)) return -1;
+    prof_take(t->prof, ms);
+    return 0;
+}
 
 const bn_train_device cuda_train_device = {"CUDA",         bn_cuda_device_count, device_open,      device_close,
                                            device_load_params, device_forward,   device_backward,  device_graph_free,
                                            device_take_grads, device_mem_in_use, device_forward_all,
-                                           device_mem_info};
+                                           device_mem_info,   device_set_profile, device_take_profile};
 
 } // namespace
 
@@ -1016,6 +1062,8 @@ extern "C" void bn_cuda_trainer_free(bn_cuda_trainer *t) {
     free(t->off_a);
     free(t->off_b);
     bn_cuda_blas_free(t->blas);
+    if (t->prof) prof_free(t->prof);
+    free(t->prof);
     if (t->stream) cudaStreamDestroy(t->stream);
     free(t);
 }
@@ -1057,7 +1105,8 @@ static bn_cuda_train_graph *train_forward(bn_cuda_trainer *t, bool use_adapter, 
     bn_cuda_train_graph *g = graph_new(t, use_adapter && t->params, tokens, n, all, err, errlen);
     if (!g) return NULL;
     const run r = {t, g->adapter, n, err, errlen};
-    if (forward_layers(&r, g) || head_fwd(&r, g, logits)) {
+    if (mark(&r, BN_TRAIN_PART_OTHER) || forward_layers(&r, g) || head_fwd(&r, g, logits) ||
+        (t->prof && prof_flush(t->prof, t->stream, err, errlen))) {
         cudaStreamSynchronize(t->stream);
         bn_cuda_train_graph_free(g);
         return NULL;
@@ -1081,7 +1130,9 @@ extern "C" int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogi
     bn_cuda_trainer *t = g->t;
     if (ensure_capacity(t, g->T, err, errlen)) return -1;
     const run r = {t, true, g->T, err, errlen};
-    return head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ? -1 : 0;
+    return mark(&r, BN_TRAIN_PART_OTHER) || head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ||
+                   (t->prof && prof_flush(t->prof, t->stream, err, errlen))
+               ? -1 : 0;
 }
 
 extern "C" void bn_cuda_train_graph_free(bn_cuda_train_graph *g) {

@@ -36,6 +36,17 @@ static inline int bn_train_gdn_ckpt(int T) {
     return ck;
 }
 
+// The parts a device's step time is split into when it times them (set_profile): the linears' products (base and
+// LoRA, with their dequantization), attention's core (scores, softmax, products), the delta rule's recurrence, and
+// the rest (norms, gates, the conv, RoPE, copies, the head's norm). BN_TRAIN_PART_NAMES in this order.
+typedef enum {
+    BN_TRAIN_PART_LINEAR = 0,
+    BN_TRAIN_PART_ATTN = 1,
+    BN_TRAIN_PART_GDN = 2,
+    BN_TRAIN_PART_OTHER = 3,
+    BN_TRAIN_PARTS = 4,
+} bn_train_part;
+#define BN_TRAIN_PART_NAMES {"linears", "attention", "delta rule", "other"}
 // How a device backend runs (zero-initialized: the defaults).
 typedef struct {
     bn_train_gemm gemm;
@@ -76,6 +87,12 @@ typedef struct bn_train_device {
     // mem_info: the free and total bytes of device `device` as the driver reports them, before (or without) opening
     // it; 0 or -1 (err)
     int (*mem_info)(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
+    // set_profile: times the device's work by part from now on (an event at every part's start and end, the stream
+    // synchronized after each forward and backward: slower) or stops; NULL: the backend cannot
+    void (*set_profile)(void *ctx, bool on);
+    // take_profile: ms[part] = the device milliseconds timed per bn_train_part since the last call (zeros while
+    // untimed), which then start again from zero; 0 or -1 (err)
+    int (*take_profile)(void *ctx, double ms[BN_TRAIN_PARTS], char *err, size_t errlen);
 } bn_train_device;
 
 // bn_train_device_register: makes d the device backend of training (the last registration wins).
