@@ -6,7 +6,8 @@
 // random A and B (PEFT's B = 0 would leave paths without gradient) and compares: the last-position logits with the
 // adapter and without (the reference forward), and every LoRA gradient for random dlogits, taken into pre-filled host
 // gradients (take_grads adds, then zeroes the device's: a second take adds nothing). Also: load_params makes the
-// device's logits follow changed parameters, open refuses dropout and an unknown GEMM arithmetic, and the device memory
+// device's logits follow changed parameters, a step timed by part (set_profile) gives every part the model has its
+// time, open refuses dropout and an unknown GEMM arithmetic, and the device memory
 // the trainer holds at its peak (alone, and for qwen35 F32 and Q1_0 with an --ste-type run's reference context next to
 // it) equals the memory plan's device total (train/memplan.h) to the byte in the emulator, and stays within it plus the
 // margin on a GPU. These cases run the device with fp32 GEMMs (train/device.h's BN_TRAIN_GEMM_F32), the CPU's twin, and
@@ -190,6 +191,38 @@ static void device_grads(const bn_train_device *d, void *ctx, const char *label,
     for (size_t i = 0; i < n; i++) left = fmax(left, fabs(again[i]));
     CHECK(left == 0, "%s: the device's gradients are not zeroed after take_grads (%g left)", label, left);
     free(again);
+}
+
+// check_profile: one step timed by part: every part the model has took device time (the delta rule only in qwen35),
+// the parts add up to no more than the step's wall time, and an untimed step leaves nothing to take.
+static void check_profile(const bn_train_device *d, void *ctx, const char *label, const bn_model *m, const bn_lora *l,
+                          const int32_t *tok, int T, const float *dlogits) {
+    float *logits = xmalloc(sizeof(float) * m->cfg.n_vocab), *grads = xmalloc(sizeof(float) * (size_t)l->n_params);
+    double ms[BN_TRAIN_PARTS], sum = 0;
+    d->set_profile(ctx, true);
+    const double t0 = bn_time_ms();
+    device_grads(d, ctx, label, l, tok, T, dlogits, logits, grads);
+    const double wall = bn_time_ms() - t0;
+    CHECK(d->take_profile(ctx, ms, err, sizeof err) == 0, "%s: take_profile: %s", label, err);
+    d->set_profile(ctx, false);
+    for (int i = 0; i < BN_TRAIN_PARTS; i++) sum += ms[i];
+    bool gdn = false;
+    if (m->cfg.arch == BN_ARCH_QWEN35 && m->cfg.is_recurrent)
+        for (int il = 0; il < m->cfg.n_layer; il++) gdn = gdn || m->cfg.is_recurrent[il];
+    CHECK(ms[BN_TRAIN_PART_LINEAR] > 0 && ms[BN_TRAIN_PART_ATTN] > 0 && ms[BN_TRAIN_PART_OTHER] > 0,
+          "%s: a part without time: linears %.3f, attention %.3f, other %.3f ms", label, ms[BN_TRAIN_PART_LINEAR],
+          ms[BN_TRAIN_PART_ATTN], ms[BN_TRAIN_PART_OTHER]);
+    CHECK(gdn ? ms[BN_TRAIN_PART_GDN] > 0 : ms[BN_TRAIN_PART_GDN] == 0, "%s: delta rule %.3f ms", label,
+          ms[BN_TRAIN_PART_GDN]);
+    CHECK(sum <= wall + 1.0, "%s: the parts' %.1f ms exceed the step's %.1f ms", label, sum, wall);
+    device_grads(d, ctx, label, l, tok, T, dlogits, logits, grads);
+    double after[BN_TRAIN_PARTS], left = 0;
+    CHECK(d->take_profile(ctx, after, err, sizeof err) == 0, "%s: take_profile: %s", label, err);
+    for (int i = 0; i < BN_TRAIN_PARTS; i++) left += after[i];
+    CHECK(left == 0, "%s: %.3f ms timed with the timing off", label, left);
+    printf("  %-22s step by part: linears %.1f, attention %.1f, delta rule %.1f, other %.1f ms of %.1f ms\n", label,
+           ms[0], ms[1], ms[2], ms[3], wall);
+    free(logits), free(grads);
 }
 
 // check_load_params: after l's B is scaled on the host and loaded, the device's logits follow the CPU's.
@@ -473,6 +506,7 @@ static void run_case(const bn_train_device *d, const char *label, const char *pa
                               rel_l2(dev_grads, cpu_grads, l->n_params), worst_tensor_l2(l, dev_grads, cpu_grads)};
         float *params = xmalloc(sizeof(float) * (size_t)l->n_params);
         memcpy(params, l->params, sizeof(float) * (size_t)l->n_params);
+        check_profile(d, ctx, label, m, l, tok, T, dlogits);
         check_load_params(d, ctx, label, m, l, tok, T);
         const double da = check_all_positions(d, ctx, label, m, l, tok, T); // with the parameters just loaded
         memcpy(l->params, params, sizeof(float) * (size_t)l->n_params); // the parameters the CPU results came from
