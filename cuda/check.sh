@@ -914,6 +914,20 @@ train_part_rows() {
     printf '%s' "$lines" | grep .
 }
 
+# seed_projection: the seed recipe's time projected from the Q1_0 training row's measured step (when it ran)
+seed_projection() {
+    local ms
+    ms=$(trow "train-Q1_0-$LFULL" 5)
+    [ -n "$ms" ] || return 0
+    echo
+    awk -v ms="$ms" -v T="$TRAIN_T" -v L="$LFULL" 'BEGIN {
+        min = (480 * ms + 40 * ms / 3) / 60000
+        printf("Seed recipe (40 pairs x 12 epochs), projected from the %d-layer Q1_0 step of %d tokens (%.1f ms; every\n", L, T, ms)
+        printf("row that long, each reference forward once, at a third of a step by FLOPs): 480 steps + 40 forwards =\n")
+        printf("%.1f min, against the < 15 min target (a projection, not a run).\n", min)
+    }'
+}
+
 # dspark_shipped_rows: the trained drafter on the shipped model (plain vs DSpark, one run each), when it ran
 dspark_shipped_rows() {
     [ "${ST[dspark-shipped]:-SKIP}" = SKIP ] && return 0
@@ -1174,6 +1188,7 @@ table() {
     echo
     echo "## Diagnostics"
     train_part_rows
+    seed_projection
     fuse_rows
     batch_rows
     dspark_shipped_rows

@@ -4,8 +4,9 @@
 # misses one prints them all and the script's output, and the test fails.
 #   plain   the whole run: exit 0; the verdict rows with their targets and verdicts (Q1_0 decode FAIL: the emulator
 #           is far below 600 tok/s; Q2_0 decode, training (a made-up peak of 1e-6 TFLOP/s, so the F16 MFU passes),
-#           DSpark rows PASS; build and GPU tests SKIP), kernels per token counted, the training steps' time by part,
-#           the verdict count, and each verdict row printed (the table so far) before the next step started.
+#           DSpark rows PASS; build and GPU tests SKIP), kernels per token counted, the training steps' time by part and
+#           the seed recipe's time projected from them, the verdict count, and each verdict row printed (the table so
+#           far) before the next step started.
 #   faults  a failing bench (bench-Q2_0), a hanging step (copybw), a failing peer run (cpuref-peer, the emulator's
 #           bench playing llama-bench) and a failing training run (train-F16-4), with a wrong MMA layout injected
 #           into the emulator: the script goes on, exits 1, and every table still prints, with FAIL / TIMEOUT cells
@@ -46,6 +47,7 @@ plain)
     want "step by part: both training runs, four parts and the total" \
         "^\| F16-4( \| $NUM \($NUM %\)){4} \| $NUM \|$"
     want "step by part: the 16-layer Q1_0 run" "^\| Q1_0-16( \| $NUM \($NUM %\)){4} \| $NUM \|$"
+    want "the seed recipe projected from the Q1_0 step" "^$NUM min, against the < 15 min target \(a projection, not a run\)\.$"
     want "step table" "^\| bench-Q1_0 \| OK \| [0-9]+ \| 30 \|$"
     # the Q1_0 row printed as the table so far before the Q2_0 model was started; the training rows before the tests
     awk '/^   \| Q1_0 \| 16 \| [0-9]/ && !r { r = NR } /model-Q2_0-16 \(limit/ && !m { m = NR }
