@@ -3,12 +3,13 @@
 // warp owns rows and runs them through time with the forward's row step (cuda/gdn_rows.cuh; the engine's
 // recurrence_kernel in cuda/gdn.cu reads q, k, v from the packed conv output and makes α, β from their logits, so the
 // trainer's forward, given q, k, v, g, β apart, is a kernel of its own around the same step). The backward splits a
-// value head's rows between GDN_BWD_GROUPS blocks of up to GDN_BWD_MAX_WARPS warps (a warp runs one or two rows of a
-// 128-row head, not sixteen: the steps are latency-bound); its warps recompute their rows' states from checkpoints
-// every CK steps, chunk by chunk, and walk each chunk backward. Per step a block sums its warps' dq/dk rows and dβ, dα
-// terms in warp order and adds them into zeroed workspace rows: with two addends on an exact zero the sum has the same
-// bits in either order, so the result does not depend on which block comes first. A second launch sums the dq/dk rows
-// over the value heads of each key head in head order and adds dβ, dα (no order-dependent atomics: deterministic).
+// value head's rows between GDN_BWD_GROUPS blocks of up to GDN_BWD_MAX_WARPS warps, so a warp walks one or two rows
+// of a 128-row head (a step is latency-bound: the fewer rows a warp walks, the sooner it is done). The warps
+// recompute their rows' states from checkpoints every CK steps, chunk by chunk, and walk each chunk backward. Per
+// step a block sums its warps' dq/dk rows and dβ, dα terms in warp order and adds them into zeroed workspace rows:
+// with two addends on an exact zero the sum has the same bits in either order, so the result does not depend on which
+// block comes first. A second launch sums the dq/dk rows over the value heads of each key head in head order and adds
+// dβ, dα (no order-dependent atomics: deterministic).
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/gdn_rows.cuh"
