@@ -20,6 +20,7 @@
 #define GDN_BWD_MAX_WARPS 32 // warps of a backward block, at most: rows j ≡ the warp's index within the head
 #define GDN_BWD_SMEM (48 * 1024) // dynamic shared memory a block may take without an opt-in
 #define GDN_REGS (BN_CU_MAX_HEAD_DIM / 32)
+#define GDN_BWD_SHORT_REGS 4 // row registers of the backward for heads of up to 128 key dims (the 27B's)
 #define GDN_REDUCE_THREADS 256
 #define GDN_DEFAULT_CKPT 32
 
@@ -54,8 +55,8 @@ struct gdn_head {
 
 // row_run: warp's row registers r through steps t0..t1−1 of head H (outputs dropped); with states (not NULL) the row
 // after step t goes to states + (t − t0 + 1)·ssz + j·dk.
-static __device__ void row_run(float (&r)[GDN_REGS], const gdn_head &H, int j, int t0, int t1, float *states,
-                               int lane) {
+template <int REGS>
+static __device__ void row_run(float (&r)[REGS], const gdn_head &H, int j, int t0, int t1, float *states, int lane) {
     for (int t = t0; t < t1; t++) {
         const size_t qk = ((size_t)t * H.Hk + H.kh) * H.dk, gi = (size_t)t * H.Hv + H.h;
         rec_row_step(r, H.k + qk, H.q + qk, expf(H.g[gi]), H.beta[gi], H.v[gi * H.dv + j], lane, H.dk);
@@ -64,8 +65,9 @@ static __device__ void row_run(float (&r)[GDN_REGS], const gdn_head &H, int j, i
 }
 
 // row_checkpoints: ckpt[c] row j = S_h's row j before step c·CK, for c < ceil(T / CK), from S0's row (NULL = 0).
+template <int REGS>
 static __device__ void row_checkpoints(const gdn_head &H, int j, const float *S0, float *ckpt, int lane) {
-    float r[GDN_REGS];
+    float r[REGS];
     rec_row_load(r, S0 ? S0 + (size_t)H.h * H.ssz + (size_t)j * H.dk : nullptr, lane, H.dk);
     const int n_ck = (H.T + H.CK - 1) / H.CK;
     for (int c = 0; c < n_ck; c++) {
@@ -75,9 +77,10 @@ static __device__ void row_checkpoints(const gdn_head &H, int j, const float *S0
 }
 
 // row_recompute: chunk[s] row j = the row before step t0 + s, s = 0..t1−t0, from the checkpoint row before t0.
+template <int REGS>
 static __device__ void row_recompute(const gdn_head &H, int j, const float *ckpt_c, float *chunk, int t0, int t1,
                                      int lane) {
-    float r[GDN_REGS];
+    float r[REGS];
     rec_row_load(r, ckpt_c + (size_t)j * H.dk, lane, H.dk);
     rec_row_store(chunk + (size_t)j * H.dk, r, lane, H.dk);
     row_run(r, H, j, t0, t1, chunk, lane);
@@ -155,6 +158,7 @@ static __device__ void head_bwd_step(const gdn_head &H, int t, const float *Sp, 
 // head): ceil(T/CK) checkpoints, CK + 1 chunk states, dS (each dk·dv); a warp reads and writes only its own rows of
 // them, each lane its own elements: the barriers are head_bwd_step's. qk_rows {dk, T, Hv} × 2 (dq then dk rows) or
 // NULL, and gsum, zeroed. Dynamic shared memory: head_bwd_step's part.
+template <int REGS>
 static __global__ void __launch_bounds__(GDN_BWD_MAX_WARPS * 32)
     gdn_bwd_kernel(gdn_head H, const float *S0, const float *dS_final, float *ws, float *qk_rows, float *gsum,
                    float *dv_, float *dS0) {
@@ -168,13 +172,13 @@ static __global__ void __launch_bounds__(GDN_BWD_MAX_WARPS * 32)
     float *dS = chunk + (size_t)(H.CK + 1) * H.ssz;
     const float *dSf = dS_final ? dS_final + (size_t)H.h * H.ssz : nullptr;
     for (int j = H.j0 + warp; j < H.dv; j += H.dj) {
-        row_checkpoints(H, j, S0, ckpt, lane);
+        row_checkpoints<REGS>(H, j, S0, ckpt, lane);
         for (int i = lane; i < H.dk; i += 32) dS[(size_t)j * H.dk + i] = dSf ? dSf[(size_t)j * H.dk + i] : 0.0f;
     }
     for (int c = n_ck - 1; c >= 0; c--) {
         const int t0 = c * H.CK, t1 = min(t0 + H.CK, H.T);
         for (int j = H.j0 + warp; j < H.dv; j += H.dj)
-            row_recompute(H, j, ckpt + (size_t)c * H.ssz, chunk, t0, t1, lane);
+            row_recompute<REGS>(H, j, ckpt + (size_t)c * H.ssz, chunk, t0, t1, lane);
         for (int t = t1 - 1; t >= t0; t--) {
             const float *Sp = chunk + (size_t)(t - t0) * H.ssz, *St = Sp + H.ssz;
             head_bwd_step(H, t, Sp, St, dS, part, qk_rows, dv_, gsum);
@@ -261,8 +265,13 @@ extern "C" int bn_cuda_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const floa
     float *qk_rows = workspace + ws_states(T, Hv, dk, dv, CK), *gsum = qk_rows + (size_t)2 * Hv * T * dk;
     const size_t sums = (size_t)2 * Hv * T * (dk + 1), smem = ((size_t)2 * warps * dk + 2 * warps) * sizeof(float);
     BN_CUDA_TRY(cudaMemsetAsync(qk_rows, 0, sums * sizeof(float), (cudaStream_t)stream), err, errlen);
-    BN_LAUNCH(gdn_bwd_kernel, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0, dS_final, workspace,
-              dq || dk_ ? qk_rows : nullptr, gsum, dv_, dS0);
+    float *qk = dq || dk_ ? qk_rows : nullptr;
+    if (dk <= 32 * GDN_BWD_SHORT_REGS) // the row registers a head of dk key dims needs: fewer, no spills at 64
+        BN_LAUNCH(gdn_bwd_kernel<GDN_BWD_SHORT_REGS>, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0,
+                  dS_final, workspace, qk, gsum, dv_, dS0);
+    else
+        BN_LAUNCH(gdn_bwd_kernel<GDN_REGS>, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0, dS_final,
+                  workspace, qk, gsum, dv_, dS0);
     BN_CUDA_TRY(cudaGetLastError(), err, errlen);
     const int64_t n = (int64_t)T * Hk * dk, ng = (int64_t)T * Hv;
     if (ng == 0) return 0;
