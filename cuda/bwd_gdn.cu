@@ -3,8 +3,8 @@
 // warp owns rows and runs them through time with the forward's row step (cuda/gdn_rows.cuh; the engine's
 // recurrence_kernel in cuda/gdn.cu reads q, k, v from the packed conv output and makes α, β from their logits, so the
 // trainer's forward, given q, k, v, g, β apart, is a kernel of its own around the same step). The backward splits a
-// value head's rows between GDN_BWD_GROUPS blocks of up to GDN_BWD_MAX_WARPS warps, so a warp walks one or two rows
-// of a 128-row head (a step is latency-bound: the fewer rows a warp walks, the sooner it is done). The warps
+// value head's rows between GDN_BWD_GROUPS blocks of up to GDN_BWD_MAX_WARPS warps, so a warp walks three or four
+// rows of a 128-row head (a step is latency-bound: the fewer rows a warp walks, the sooner it is done). The warps
 // recompute their rows' states from checkpoints every CK steps, chunk by chunk, and walk each chunk backward. Per
 // step a block sums its warps' dq/dk rows and dβ, dα terms in warp order and adds them into zeroed workspace rows:
 // with two addends on an exact zero the sum has the same bits in either order, so the result does not depend on which
@@ -17,10 +17,12 @@
 
 #define GDN_FWD_WARPS 4 // rows per forward block (a warp each)
 #define GDN_BWD_GROUPS 2     // blocks per value head: two addends per workspace element keep the sums' bits fixed
-#define GDN_BWD_MAX_WARPS 32 // warps of a backward block, at most: rows j ≡ the warp's index within the head
-#define GDN_BWD_SMEM (48 * 1024) // dynamic shared memory a block may take without an opt-in
+// GDN_BWD_MAX_WARPS: warps of a backward block, at most (rows j ≡ the warp's index within the head): what the kernel's
+// 96 registers (ptxas, sm_90) allow without spilling; more warps cap the registers lower and spill
+#define GDN_BWD_MAX_WARPS 20
+// head_bwd_step's shared partials at the longest rows fit the 48 KiB a block takes without an opt-in
+static_assert(GDN_BWD_MAX_WARPS * (2 * BN_CU_MAX_HEAD_DIM + 2) * sizeof(float) <= 48 * 1024, "GDN partials");
 #define GDN_REGS (BN_CU_MAX_HEAD_DIM / 32)
-#define GDN_BWD_SHORT_REGS 4 // row registers of the backward for heads of up to 128 key dims (the 27B's)
 #define GDN_REDUCE_THREADS 256
 #define GDN_DEFAULT_CKPT 32
 
@@ -55,8 +57,8 @@ struct gdn_head {
 
 // row_run: warp's row registers r through steps t0..t1−1 of head H (outputs dropped); with states (not NULL) the row
 // after step t goes to states + (t − t0 + 1)·ssz + j·dk.
-template <int REGS>
-static __device__ void row_run(float (&r)[REGS], const gdn_head &H, int j, int t0, int t1, float *states, int lane) {
+static __device__ void row_run(float (&r)[GDN_REGS], const gdn_head &H, int j, int t0, int t1, float *states,
+                               int lane) {
     for (int t = t0; t < t1; t++) {
         const size_t qk = ((size_t)t * H.Hk + H.kh) * H.dk, gi = (size_t)t * H.Hv + H.h;
         rec_row_step(r, H.k + qk, H.q + qk, expf(H.g[gi]), H.beta[gi], H.v[gi * H.dv + j], lane, H.dk);
@@ -65,9 +67,8 @@ static __device__ void row_run(float (&r)[REGS], const gdn_head &H, int j, int t
 }
 
 // row_checkpoints: ckpt[c] row j = S_h's row j before step c·CK, for c < ceil(T / CK), from S0's row (NULL = 0).
-template <int REGS>
 static __device__ void row_checkpoints(const gdn_head &H, int j, const float *S0, float *ckpt, int lane) {
-    float r[REGS];
+    float r[GDN_REGS];
     rec_row_load(r, S0 ? S0 + (size_t)H.h * H.ssz + (size_t)j * H.dk : nullptr, lane, H.dk);
     const int n_ck = (H.T + H.CK - 1) / H.CK;
     for (int c = 0; c < n_ck; c++) {
@@ -77,10 +78,9 @@ static __device__ void row_checkpoints(const gdn_head &H, int j, const float *S0
 }
 
 // row_recompute: chunk[s] row j = the row before step t0 + s, s = 0..t1−t0, from the checkpoint row before t0.
-template <int REGS>
 static __device__ void row_recompute(const gdn_head &H, int j, const float *ckpt_c, float *chunk, int t0, int t1,
                                      int lane) {
-    float r[REGS];
+    float r[GDN_REGS];
     rec_row_load(r, ckpt_c + (size_t)j * H.dk, lane, H.dk);
     rec_row_store(chunk + (size_t)j * H.dk, r, lane, H.dk);
     row_run(r, H, j, t0, t1, chunk, lane);
@@ -158,7 +158,6 @@ static __device__ void head_bwd_step(const gdn_head &H, int t, const float *Sp, 
 // head): ceil(T/CK) checkpoints, CK + 1 chunk states, dS (each dk·dv); a warp reads and writes only its own rows of
 // them, each lane its own elements: the barriers are head_bwd_step's. qk_rows {dk, T, Hv} × 2 (dq then dk rows) or
 // NULL, and gsum, zeroed. Dynamic shared memory: head_bwd_step's part.
-template <int REGS>
 static __global__ void __launch_bounds__(GDN_BWD_MAX_WARPS * 32)
     gdn_bwd_kernel(gdn_head H, const float *S0, const float *dS_final, float *ws, float *qk_rows, float *gsum,
                    float *dv_, float *dS0) {
@@ -172,13 +171,13 @@ static __global__ void __launch_bounds__(GDN_BWD_MAX_WARPS * 32)
     float *dS = chunk + (size_t)(H.CK + 1) * H.ssz;
     const float *dSf = dS_final ? dS_final + (size_t)H.h * H.ssz : nullptr;
     for (int j = H.j0 + warp; j < H.dv; j += H.dj) {
-        row_checkpoints<REGS>(H, j, S0, ckpt, lane);
+        row_checkpoints(H, j, S0, ckpt, lane);
         for (int i = lane; i < H.dk; i += 32) dS[(size_t)j * H.dk + i] = dSf ? dSf[(size_t)j * H.dk + i] : 0.0f;
     }
     for (int c = n_ck - 1; c >= 0; c--) {
         const int t0 = c * H.CK, t1 = min(t0 + H.CK, H.T);
         for (int j = H.j0 + warp; j < H.dv; j += H.dj)
-            row_recompute<REGS>(H, j, ckpt + (size_t)c * H.ssz, chunk, t0, t1, lane);
+            row_recompute(H, j, ckpt + (size_t)c * H.ssz, chunk, t0, t1, lane);
         for (int t = t1 - 1; t >= t0; t--) {
             const float *Sp = chunk + (size_t)(t - t0) * H.ssz, *St = Sp + H.ssz;
             head_bwd_step(H, t, Sp, St, dS, part, qk_rows, dv_, gsum);
@@ -217,12 +216,10 @@ static __global__ void gdn_gate_add_kernel(int n, const float *g, const float *g
     if (dg) dg[gi] += expf(g[gi]) * gsum[n + gi];
 }
 
-// bwd_block_warps: warps of a backward block for dk·dv heads: a group's rows, at most GDN_BWD_MAX_WARPS and what
-// head_bwd_step's shared partials allow in GDN_BWD_SMEM.
-static int bwd_block_warps(int dk, int dv) {
-    const int rows = (dv + GDN_BWD_GROUPS - 1) / GDN_BWD_GROUPS, fit = GDN_BWD_SMEM / ((2 * dk + 2) * sizeof(float));
-    const int w = rows < GDN_BWD_MAX_WARPS ? rows : GDN_BWD_MAX_WARPS;
-    return w < fit ? w : fit;
+// bwd_block_warps: warps of a backward block for heads of dv rows: a group's rows, at most GDN_BWD_MAX_WARPS.
+static int bwd_block_warps(int dv) {
+    const int rows = (dv + GDN_BWD_GROUPS - 1) / GDN_BWD_GROUPS;
+    return rows < GDN_BWD_MAX_WARPS ? rows : GDN_BWD_MAX_WARPS;
 }
 
 // gdn_shape_ok: the shapes the kernels take; else err filled.
@@ -260,18 +257,13 @@ extern "C" int bn_cuda_gdn_bwd(int T, int Hk, int Hv, int dk, int dv, const floa
                                const float *dS_final, int ckpt_every, float *dq, float *dk_, float *dv_, float *dg,
                                float *dbeta, float *dS0, float *workspace, void *stream, char *err, size_t errlen) {
     if (!gdn_shape_ok(T, Hk, Hv, dk, dv, err, errlen)) return -1;
-    const int CK = ckpt_steps(ckpt_every), warps = bwd_block_warps(dk, dv);
+    const int CK = ckpt_steps(ckpt_every), warps = bwd_block_warps(dv);
     const gdn_head H = {T, Hk, Hv, dk, dv, CK, 0, 0, 0, 0, (size_t)dk * dv, q, k, v, g, beta, dout};
     float *qk_rows = workspace + ws_states(T, Hv, dk, dv, CK), *gsum = qk_rows + (size_t)2 * Hv * T * dk;
     const size_t sums = (size_t)2 * Hv * T * (dk + 1), smem = ((size_t)2 * warps * dk + 2 * warps) * sizeof(float);
     BN_CUDA_TRY(cudaMemsetAsync(qk_rows, 0, sums * sizeof(float), (cudaStream_t)stream), err, errlen);
-    float *qk = dq || dk_ ? qk_rows : nullptr;
-    if (dk <= 32 * GDN_BWD_SHORT_REGS) // the row registers a head of dk key dims needs: fewer, no spills at 64
-        BN_LAUNCH(gdn_bwd_kernel<GDN_BWD_SHORT_REGS>, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0,
-                  dS_final, workspace, qk, gsum, dv_, dS0);
-    else
-        BN_LAUNCH(gdn_bwd_kernel<GDN_REGS>, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0, dS_final,
-                  workspace, qk, gsum, dv_, dS0);
+    BN_LAUNCH(gdn_bwd_kernel, dim3(Hv, GDN_BWD_GROUPS), warps * 32, smem, stream, H, S0, dS_final, workspace,
+              dq || dk_ ? qk_rows : nullptr, gsum, dv_, dS0);
     BN_CUDA_TRY(cudaGetLastError(), err, errlen);
     const int64_t n = (int64_t)T * Hk * dk, ng = (int64_t)T * Hv;
     if (ng == 0) return 0;

@@ -84,8 +84,9 @@ declare -A BLOCK=(
     [sigmoid_gate_bwd_kernel]=256 [sigmoid_bwd_kernel]=256 [gdn_gate_bwd_kernel]=256 [scale_bwd_kernel]=256
     [row_rho_kernel]=256 [norm_wgrad_kernel]=256 [rope_bwd_kernel]=256 [conv_fwd_kernel]=256 [conv_state_kernel]=256
     [conv_bwd_kernel]=256
-    [attn_fwd_kernel]=128 [attn_bwd_rows_kernel]=128 [attn_bwd_kv_kernel]=128
-    [gdn_fwd_kernel]=128 [gdn_bwd_kernel]=256 [gdn_qk_reduce_kernel]=256
+    [col_softmax_kernel]=256 [col_dscore_kernel]=256
+    [gdn_fwd_kernel]=128 [gdn_bwd_kernel]=640 [gdn_qk_reduce_kernel]=256
+    [gdn_gate_add_kernel]=256
     [f16_to_f32_kernel]=256 [mul_kernel]=256 [add_mul_kernel]=256
     [l2norm_kernel]=256 [sigmoid_gate_kernel]=256 [gdn_gates_kernel]=256 [rope_fwd_kernel]=256
     [ftpo_row_sq_kernel]=256 [ftpo_batch_kernel]=1 [ftpo_tether_grad_kernel]=256 [ftpo_target_grad_kernel]=32

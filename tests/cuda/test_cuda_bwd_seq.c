@@ -304,8 +304,8 @@ int main(void) {
     check_attn(300, 8, 4, 2, false, true);
     check_gdn(37, 2, 4, 40, 36, 8, false);
     check_gdn(37, 2, 4, 20, 24, 0, true);
-    check_gdn(21, 1, 2, 16, 72, 4, false); // 32-warp blocks: two rows for some warps
-    check_gdn(9, 1, 2, 256, 60, 0, false); // dk 256: the shared partials cap a block at 23 warps
+    check_gdn(21, 1, 2, 16, 72, 4, false); // full 20-warp blocks: two rows for some warps
+    check_gdn(9, 1, 2, 256, 60, 0, false); // dk 256: the longest rows the kernels take
     check_gdn_ckpt_bits(37, 2, 4, 40, 36);
     check_gdn_ckpt_bits(21, 1, 2, 16, 72);
     check_linear(BN_F32, 48, 40, 4, 7, true, false, false, false, false);
