@@ -586,6 +586,7 @@ static bn_cuda_train_graph *train_forward(bn_cuda_trainer *t, bool use_adapter, 
     if (mark(&r, BN_TRAIN_PART_OTHER) || forward_layers(&r, g) || head_fwd(&r, g, logits) ||
         (t->prof && prof_flush(t->prof, t->stream, err, errlen))) {
         cudaStreamSynchronize(t->stream);
+        if (t->prof) t->prof->n = 0; // the failed pass's marks are not timed
         bn_cuda_train_graph_free(g);
         return NULL;
     }
@@ -608,9 +609,12 @@ extern "C" int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogi
     bn_cuda_trainer *t = g->t;
     if (ensure_capacity(t, g->T, err, errlen)) return -1;
     const run r = {t, true, g->T, err, errlen};
-    return mark(&r, BN_TRAIN_PART_OTHER) || head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ||
-                   (t->prof && prof_flush(t->prof, t->stream, err, errlen))
-               ? -1 : 0;
+    if (mark(&r, BN_TRAIN_PART_OTHER) || head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ||
+        (t->prof && prof_flush(t->prof, t->stream, err, errlen))) {
+        if (t->prof) t->prof->n = 0; // the failed pass's marks are not timed
+        return -1;
+    }
+    return 0;
 }
 
 extern "C" void bn_cuda_train_graph_free(bn_cuda_train_graph *g) {
