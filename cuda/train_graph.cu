@@ -575,6 +575,15 @@ extern "C" int bn_cuda_trainer_load_params(bn_cuda_trainer *t, const bn_lora *l,
     return 0;
 }
 
+// pass_end: the end of a forward or backward pass that returned rc: when the trainer times its parts, the pass's marks
+// summed, or dropped after a failure; rc, or -1 when the sums fail (err).
+static int pass_end(bn_cuda_trainer *t, int rc, char *err, size_t errlen) {
+    if (!t->prof) return rc;
+    if (rc == 0 && prof_flush(t->prof, t->stream, err, errlen) == 0) return 0;
+    t->prof->n = 0; // a failed pass's marks are not timed
+    return -1;
+}
+
 // train_forward: the forward of tokens[0..n) into host logits (all: every position's {V, n}, else the last's {V});
 // the graph, or NULL (err).
 static bn_cuda_train_graph *train_forward(bn_cuda_trainer *t, bool use_adapter, bool all, const int32_t *tokens, int n,
@@ -583,10 +592,9 @@ static bn_cuda_train_graph *train_forward(bn_cuda_trainer *t, bool use_adapter, 
     bn_cuda_train_graph *g = graph_new(t, use_adapter && t->params, tokens, n, all, err, errlen);
     if (!g) return NULL;
     const run r = {t, g->adapter, n, err, errlen};
-    if (mark(&r, BN_TRAIN_PART_OTHER) || forward_layers(&r, g) || head_fwd(&r, g, logits) ||
-        (t->prof && prof_flush(t->prof, t->stream, err, errlen))) {
+    const int rc = mark(&r, BN_TRAIN_PART_OTHER) || forward_layers(&r, g) || head_fwd(&r, g, logits) ? -1 : 0;
+    if (pass_end(t, rc, err, errlen)) {
         cudaStreamSynchronize(t->stream);
-        if (t->prof) t->prof->n = 0; // the failed pass's marks are not timed
         bn_cuda_train_graph_free(g);
         return NULL;
     }
@@ -609,12 +617,9 @@ extern "C" int bn_cuda_train_backward(bn_cuda_train_graph *g, const float *dlogi
     bn_cuda_trainer *t = g->t;
     if (ensure_capacity(t, g->T, err, errlen)) return -1;
     const run r = {t, true, g->T, err, errlen};
-    if (mark(&r, BN_TRAIN_PART_OTHER) || head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ||
-        (t->prof && prof_flush(t->prof, t->stream, err, errlen))) {
-        if (t->prof) t->prof->n = 0; // the failed pass's marks are not timed
-        return -1;
-    }
-    return 0;
+    const int rc =
+        mark(&r, BN_TRAIN_PART_OTHER) || head_bwd(&r, g, dlogits, t->b.dx) || backward_layers(&r, g) ? -1 : 0;
+    return pass_end(t, rc, err, errlen);
 }
 
 extern "C" void bn_cuda_train_graph_free(bn_cuda_train_graph *g) {

@@ -138,10 +138,10 @@ int gdn_fwd(const run *r, int il, layer_bufs *a) {
         bn_cuda_l2norm_fwd(a->q, d.dk, T * d.Hk, cf->norm_eps, 1.0f / sqrtf((float)d.dk), a->qn, s, r->err,
                            r->errlen) ||
         bn_cuda_l2norm_fwd(a->k, d.dk, T * d.Hk, cf->norm_eps, 1.0f, a->kn, s, r->err, r->errlen) ||
-        mark(r, BN_TRAIN_PART_GDN) ||
-        bn_cuda_gdn_fwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->o, NULL, s, r->err,
-                        r->errlen) ||
-        mark(r, BN_TRAIN_PART_OTHER) ||
+        timed(r, BN_TRAIN_PART_GDN, [&] {
+            return bn_cuda_gdn_fwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->o, NULL, s,
+                                   r->err, r->errlen);
+        }) ||
         bn_cuda_gated_rmsnorm_fwd(a->o, a->z, F(r, &lw->ssm_norm), d.dk, T * d.Hv, cf->norm_eps, a->y, s, r->err,
                                   r->errlen))
         return -1;
@@ -171,11 +171,11 @@ int gdn_bwd_core(const run *r, int il, layer_bufs *a, const float *dmo) {
     return lin_bwd(r, il, BN_LORA_SSM_OUT, &lw->ssm_out, a->y, a->ax[target_slot(BN_LORA_SSM_OUT)], dmo, a->dy) ||
                    bn_cuda_gated_rmsnorm_bwd(a->o, a->z, F(r, &lw->ssm_norm), d.dk, T * d.Hv, cf->norm_eps, a->dy,
                                              a->d_o, a->dz, s, e, el) ||
-                   mark(r, BN_TRAIN_PART_GDN) ||
-                   bn_cuda_gdn_bwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL, a->d_o, NULL,
-                                   bn_train_gdn_ckpt(T),
-                                   a->dqn, a->dkn, a->dvv, a->dg, a->dbeta, NULL, r->t->ws, s, e, el) ||
-                   mark(r, BN_TRAIN_PART_OTHER) ||
+                   timed(r, BN_TRAIN_PART_GDN, [&] {
+                       return bn_cuda_gdn_bwd(T, d.Hk, d.Hv, d.dk, d.dk, a->qn, a->kn, a->v, a->g, a->beta, NULL,
+                                              a->d_o, NULL, bn_train_gdn_ckpt(T), a->dqn, a->dkn, a->dvv, a->dg,
+                                              a->dbeta, NULL, r->t->ws, s, e, el);
+                   }) ||
                    bn_cuda_scale_bwd(1.0f / sqrtf((float)d.dk), (int64_t)Qd * T, a->dqn, a->dqs, s, e, el) ||
                    zero(r, a->dq, (size_t)Qd * T) || zero(r, a->dk, (size_t)Qd * T) ||
                    bn_cuda_l2norm_bwd(a->q, d.dk, T * d.Hk, cf->norm_eps, a->dqs, a->dq, s, e, el) ||
@@ -254,10 +254,10 @@ int attn_fwd(const run *r, int il, layer_bufs *a) {
     const int T = r->T;
     cudaStream_t s = r->t->stream;
     if (attn_project(r, il, a) ||
-        mark(r, BN_TRAIN_PART_ATTN) ||
-        bn_cuda_attn_fwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
-                         1.0f / sqrtf((float)d.hd), a->att, r->t->ws, s, r->err, r->errlen) ||
-        mark(r, BN_TRAIN_PART_OTHER) ||
+        timed(r, BN_TRAIN_PART_ATTN, [&] {
+            return bn_cuda_attn_fwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
+                                    1.0f / sqrtf((float)d.hd), a->att, r->t->ws, s, r->err, r->errlen);
+        }) ||
         (d.gated ? bn_cuda_sigmoid_gate_fwd(a->att, a->gate, (int64_t)d.nq * T, a->og, s, r->err, r->errlen)
                  : copy(r, a->og, a->att, (size_t)d.nq * T)))
         return -1;
@@ -313,10 +313,11 @@ int attn_bwd(const run *r, int il, layer_bufs *a, const float *dmo, float *dn) {
         (d.gated ? bn_cuda_sigmoid_gate_bwd(a->att, a->gate, (int64_t)d.nq * T, a->dog, a->datt, a->dgate, s, r->err,
                                             r->errlen)
                  : copy(r, a->datt, a->dog, (size_t)d.nq * T)) ||
-        mark(r, BN_TRAIN_PART_ATTN) ||
-        bn_cuda_attn_bwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
-                         1.0f / sqrtf((float)d.hd), a->datt, a->dqa, a->dka, a->dvr, r->t->ws, s, r->err, r->errlen) ||
-        mark(r, BN_TRAIN_PART_OTHER) ||
+        timed(r, BN_TRAIN_PART_ATTN, [&] {
+            return bn_cuda_attn_bwd(r->t->blas, gemm16(r->t, il), a->qa, a->ka, a->vr, T, d.hd, d.nh, d.nkv,
+                                    1.0f / sqrtf((float)d.hd), a->datt, a->dqa, a->dka, a->dvr, r->t->ws, s, r->err,
+                                    r->errlen);
+        }) ||
         attn_bwd_qk(r, il, a))
         return -1;
     return lin_bwd(r, il, BN_LORA_Q, &lw->attn_q, a->n, ax[target_slot(BN_LORA_Q)], a->dqg, dn) ||

@@ -1,6 +1,7 @@
 // cuda/train_prof.cuh — the trainer's device time by part (train/device.h bn_train_part): an event recorded on the
 // stream where each part starts, the gaps between consecutive events added to the part that opened them once the
-// stream has passed them. Internal to cuda/train_graph.cu; include after "cuda/common.cuh" and "train/device.h".
+// stream has passed them. Internal to the trainer (through cuda/train_impl.cuh); include after "cuda/common.cuh" and
+// "train/device.h".
 #ifndef BONSAI_CUDA_TRAIN_PROF_CUH
 #define BONSAI_CUDA_TRAIN_PROF_CUH
 
