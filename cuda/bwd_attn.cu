@@ -1,11 +1,12 @@
 // cuda/bwd_attn.cu — causal softmax attention with GQA for the trainer, forward and backward (docs/model.md §8; the
-// formulas of train/backward_attn.c), on cuBLAS GEMMs (fp32, or fp32 with TF32 tensor-core products). Per kv head and block of up to ATTN_QB query positions,
-// the scores of the head's grp q heads against the keys that block can see are one strided-batched GEMM (batch = the
-// q heads) into the workspace, a block per score column makes them probabilities, and GEMMs take them on: the
-// forward's P·v; the backward's dP = doᵀv, dS = scale·P(dP − Σ P·dP) in place, dq += dS·k, dk += dSᵀq and
-// dv += Pᵀdo per q head in head order. Every sum runs in a fixed order: the result is deterministic without atomics.
-// Column-major views of the row-major tensors: q (a {hd, nh, T} tensor) of head h is the hd × T matrix at q + h·hd
-// with leading dimension nh·hd; a score block is keys × queries with leading dimension its key count.
+// formulas of train/backward_attn.c), on cuBLAS GEMMs (fp32, or fp32 with TF32 tensor-core products). Per kv head
+// and block of up to ATTN_QB query positions, the scores of the head's grp q heads against the keys that block can
+// see are one strided-batched GEMM (batch = the q heads) into the workspace, a block per score column makes them
+// probabilities, and GEMMs take them on: the forward's P·v; the backward's dP = doᵀv, dS = scale·P(dP − Σ P·dP) in
+// place, dq += dS·k, dk += dSᵀq and dv += Pᵀdo per q head in head order. Every sum runs in a fixed order: the result
+// is deterministic without atomics. Column-major views of the row-major tensors: q (a {hd, nh, T} tensor) of head h
+// is the hd × T matrix at q + h·hd with leading dimension nh·hd; a score block is keys × queries with leading
+// dimension its key count.
 #include "cuda/common.cuh"
 #include "cuda/fwd.cuh"
 #include "cuda/cuda_bwd_seq.h"
@@ -171,6 +172,17 @@ static attn_dims dims_of(void *blas, bool tf32, int T, int hd, int nh, int nkv, 
     return attn_dims{T, hd, nh, nkv, nh / nkv, scale, compute, (cublasHandle_t)blas, (cudaStream_t)stream};
 }
 
+// each_block: op(b) for every kv head's blocks of ATTN_QB query positions, kv head by kv head, in order; 0, or -1 at
+// the first op that fails.
+template <class Op> static int each_block(const attn_dims &D, Op op) {
+    for (int kvh = 0; kvh < D.nkv; kvh++)
+        for (int p0 = 0; p0 < D.T; p0 += ATTN_QB) {
+            const int qb = D.T - p0 < ATTN_QB ? D.T - p0 : ATTN_QB;
+            if (op(attn_block{kvh, p0, qb, p0 + qb})) return -1;
+        }
+    return 0;
+}
+
 extern "C" int bn_cuda_attn_max_T(void) { return ATTN_MAX_T; }
 
 extern "C" size_t bn_cuda_attn_workspace_floats(int T, int nh, int nkv) {
@@ -184,12 +196,7 @@ extern "C" int bn_cuda_attn_fwd(void *blas, bool tf32, const float *q, const flo
     if (!attn_shape_ok(T, hd, nh, nkv, err, errlen)) return -1;
     const attn_dims D = dims_of(blas, tf32, T, hd, nh, nkv, scale, stream);
     BN_CUBLAS_TRY(cublasSetStream(D.h, D.s), err, errlen);
-    for (int kvh = 0; kvh < nkv; kvh++)
-        for (int p0 = 0; p0 < T; p0 += ATTN_QB) {
-            const int qb = T - p0 < ATTN_QB ? T - p0 : ATTN_QB;
-            if (block_fwd(D, attn_block{kvh, p0, qb, p0 + qb}, q, k, v, out, workspace, err, errlen)) return -1;
-        }
-    return 0;
+    return each_block(D, [&](const attn_block &b) { return block_fwd(D, b, q, k, v, out, workspace, err, errlen); });
 }
 
 extern "C" int bn_cuda_attn_bwd(void *blas, bool tf32, const float *q, const float *k, const float *v, int T, int hd,
@@ -201,10 +208,5 @@ extern "C" int bn_cuda_attn_bwd(void *blas, bool tf32, const float *q, const flo
     BN_CUBLAS_TRY(cublasSetStream(D.h, D.s), err, errlen);
     const attn_grads g = {dout, dq, dk, dv};
     float *P = workspace, *dP = workspace + bn_cuda_attn_workspace_floats(T, nh, nkv) / 2;
-    for (int kvh = 0; kvh < nkv; kvh++)
-        for (int p0 = 0; p0 < T; p0 += ATTN_QB) {
-            const int qb = T - p0 < ATTN_QB ? T - p0 : ATTN_QB;
-            if (block_bwd(D, attn_block{kvh, p0, qb, p0 + qb}, q, k, v, g, P, dP, err, errlen)) return -1;
-        }
-    return 0;
+    return each_block(D, [&](const attn_block &b) { return block_bwd(D, b, q, k, v, g, P, dP, err, errlen); });
 }

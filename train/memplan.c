@@ -269,7 +269,8 @@ static int64_t dev_scratch_bytes(const bn_memshape *s, const bn_memplan_cfg *c, 
             need = b > need ? b : need;
         }
         const int64_t ck = bn_train_gdn_ckpt((int)T), n_ck = (T + ck - 1) / ck;
-        const int64_t grp = cf->n_head / (cf->n_head_kv > 0 ? cf->n_head_kv : 1), qb = T < DEV_ATTN_QB ? T : DEV_ATTN_QB;
+        const int64_t grp = cf->n_head / (cf->n_head_kv > 0 ? cf->n_head_kv : 1);
+        const int64_t qb = T < DEV_ATTN_QB ? T : DEV_ATTN_QB;
         int64_t b = kind ? cf->ssm_dt_rank * ((n_ck + ck + 2) * dk * dk + 2 * T * (dk + 1)) * 4 : 2 * grp * qb * T * 4;
         need = b > need ? b : need;
     }
